@@ -1,0 +1,5 @@
+import sys
+
+from millrace.cli import main
+
+sys.exit(main())

@@ -1,0 +1,95 @@
+"""Artifacts between rooms: JSON files with a kind, a schema version and a content hash.
+
+Every write is atomic (temporary file in the same directory, fsync, rename), so a
+reader never sees half a file and a crash never damages what was already there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from millrace.errors import ArtifactError
+
+HASH_FIELD = "content_hash"
+
+
+def canonical_json(payload: Any) -> bytes:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def content_hash(payload: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(payload)).hexdigest()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
+    """Open a temporary sibling of `path`; on success fsync and rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    with atomic_output(path, "wb") as handle:
+        handle.write(data)
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def write_artifact(path: Path | str, kind: str, schema_version: int, payload: dict[str, Any]) -> str:
+    """Write `payload` as an artifact of `kind`; returns its content hash."""
+    body = {"kind": kind, "schema_version": schema_version, **payload}
+    body.pop(HASH_FIELD, None)
+    digest = content_hash(body)
+    body[HASH_FIELD] = digest
+    atomic_write_bytes(path, json.dumps(body, indent=1, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+    return digest
+
+
+def read_artifact(path: Path | str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> dict[str, Any]:
+    """Read and check an artifact; any problem is an ArtifactError that names the file."""
+    path = Path(path)
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing {kind} artifact") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: unreadable {kind} artifact ({exc})") from None
+    if not isinstance(body, dict) or body.get("kind") != kind:
+        found = body.get("kind") if isinstance(body, dict) else type(body).__name__
+        raise ArtifactError(f"{path}: expected a {kind} artifact, found {found!r}")
+    if body.get("schema_version") not in schema_versions:
+        raise ArtifactError(
+            f"{path}: {kind} schema version {body.get('schema_version')!r} is not one of {list(schema_versions)}"
+        )
+    recorded = body.pop(HASH_FIELD, None)
+    if recorded != content_hash(body):
+        raise ArtifactError(f"{path}: content hash mismatch (recorded {recorded}); the file was altered or damaged")
+    body[HASH_FIELD] = recorded
+    return body

@@ -1,0 +1,76 @@
+"""The `millrace` command: one subcommand group per room, loaded only when used."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from millrace import __version__
+from millrace.errors import MillraceError
+
+# subcommand -> "module:attribute"; imported lazily so `millrace report` never imports torch.
+SUBCOMMANDS = {
+    "corpus": ("pipeline.corpus_cli:corpus", "Build corpora (the embedded default corpus from this machine)."),
+    "pipeline": ("pipeline.cli:pipeline", "Run the corpus pipeline into a token store."),
+    "store": ("pipeline.store_cli:store", "Inspect, verify and create token stores."),
+    "mix": ("mixtures.cli:mix", "Write, validate, build, plan and diff mixture revisions."),
+    "loader": ("loader.cli:loader", "Look inside the deterministic batch stream."),
+    "train": ("trainer.cli:train", "Train the MoE model, or plan a configuration on paper."),
+    "report": ("reports.cli:report", "Build and watch the static report site."),
+    "demo": ("millrace.demo:demo", "The main job end to end on the embedded default corpus."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in SUBCOMMANDS:
+            return None
+        module_name, attribute = SUBCOMMANDS[name][0].split(":")
+        return getattr(importlib.import_module(module_name), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_text) for name, (_, help_text) in SUBCOMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--home", "home_dir", type=click.Path(file_okay=False), default=None,
+              help="Artifact root for every subcommand (default: $MILLRACE_HOME, else ./millrace-data).")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+@click.version_option(__version__, prog_name="millrace")
+def cli(home_dir: str | None, verbose: bool) -> None:
+    """millrace: corpora to exact training mixtures, streamed into an MoE trainer."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="millrace", standalone_mode=False)
+    except MillraceError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Loading user-written TOML/JSON into pydantic models, with one-line errors naming the field."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+
+from millrace.errors import ConfigError
+
+Model = TypeVar("Model", bound=pydantic.BaseModel)
+
+
+class StrictModel(pydantic.BaseModel):
+    """Unknown options are errors, not silently ignored typos."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+def describe_validation_error(source: str, exc: pydantic.ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "<root>"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown option"
+    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    value = first.get("input")
+    shown = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) else f" (got {value!r:.60})"
+    return f"{source}: field '{field}': {message}{shown}{extra}"
+
+
+def parse_document(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a table at the top level")
+    return data
+
+
+def validate(model: type[Model], data: Any, source: str) -> Model:
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(describe_validation_error(source, exc)) from None
+
+
+def load_config(path: Path | str, model: type[Model]) -> Model:
+    """Parse and validate a config file; every problem is a ConfigError naming file and field."""
+    return validate(model, parse_document(Path(path)), str(path))

@@ -1,0 +1,37 @@
+"""Options shared by every command: --home and --json, plus JSON output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from millrace.home import Home
+
+
+def home_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds `--home DIR` and passes the resolved `home: Home` to the command."""
+
+    @click.option(
+        "--home",
+        "home_dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Artifact root (default: $MILLRACE_HOME, else ./millrace-data).",
+    )
+    @functools.wraps(func)
+    def wrapper(*args: Any, home_dir: str | None, **kwargs: Any) -> Any:
+        parent = click.get_current_context().find_root().params.get("home_dir")
+        return func(*args, home=Home.resolve(home_dir or parent), **kwargs)
+
+    return wrapper
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
+
+
+def print_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")

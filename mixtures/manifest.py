@@ -1,0 +1,128 @@
+"""The built mixture manifest: the immutable contract between `mixtures/` and `loader/`.
+
+Lives at `stores/<name>/<version>/mixtures/<mixture>/<revision>/manifest.json`
+(kind "millrace.mixture-manifest"); its content hash is the manifest hash that the
+loader's state and the trainer's checkpoints pin.
+
+Semantics the loader relies on:
+- A sample is `seq_len + 1` tokens: a cell's documents are concatenated in shard
+  order (EOS already after each) and cut into windows of `seq_len` tokens that
+  overlap by one, so `sequences_available = (available_tokens - 1) // seq_len`.
+- Phases are contiguous in global sample positions; phase p covers positions
+  [start_position, start_position + sequences). `sequences` is a multiple of
+  `global_batch`, so no batch straddles two phases; step s covers positions
+  [s * global_batch, (s + 1) * global_batch).
+- In phase p, cell c receives exactly `counts[c]` samples. A cell's draws are
+  numbered across phases (phase 0's first); draw k of cell c is epoch
+  k // sequences_available, sequence perm_{seed, c, epoch}(k % sequences_available).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+
+from millrace.artifacts import read_artifact, write_artifact
+from millrace.errors import ArtifactError
+from millrace.home import Home
+
+MANIFEST_KIND = "millrace.mixture-manifest"
+MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+
+
+class Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+class PinnedShard(Model):
+    name: str  # path prefix relative to the store's cells/<cell>/ directory
+    documents: int
+    tokens: int
+    bin_sha256: str
+    idx_sha256: str
+    src_sha256: str | None = None
+
+
+class ManifestCell(Model):
+    name: str
+    available_tokens: int
+    documents: int
+    sequences_available: int
+    cell_manifest_hash: str | None  # None for a stats-only store
+    shards: list[PinnedShard]  # empty for a stats-only store
+
+
+class ManifestPhase(Model):
+    name: str
+    token_budget: int  # as declared in the revision
+    start_position: int
+    sequences: int
+    start_step: int
+    steps: int
+    counts: dict[str, int]  # sequences per cell; sums exactly to `sequences`
+    declared_weights: dict[str, float]  # after pattern expansion
+
+
+class StoreRef(Model):
+    name: str
+    version: str
+    manifest_hash: str
+    stats_only: bool
+
+
+class BuiltManifest(Model):
+    mixture: str
+    revision: str
+    revision_hash: str
+    store: StoreRef
+    tokenizer_fingerprint: str | None
+    dtype: str | None
+    eos_id: int | None
+    seed: int
+    seq_len: int
+    global_batch: int
+    epoch_cap: float
+    cells: dict[str, ManifestCell]
+    phases: list[ManifestPhase]
+    total_sequences: int
+    total_steps: int
+
+
+def manifest_path(home: Home, store_name: str, store_version: str, mixture: str, revision: str) -> Path:
+    return home.built_mixture(store_name, store_version, mixture, revision) / MANIFEST_FILE
+
+
+def store_dir_of(path: Path) -> Path:
+    """The store version directory that a manifest at `path` belongs to."""
+    return Path(path).resolve().parents[3]
+
+
+def write_manifest(path: Path, manifest: BuiltManifest) -> str:
+    return write_artifact(path, MANIFEST_KIND, MANIFEST_SCHEMA_VERSION, manifest.model_dump(mode="json"))
+
+
+def read_manifest(path: Path | str) -> tuple[BuiltManifest, str]:
+    """Returns the manifest and its content hash; refuses unknown schemas and altered files."""
+    body = read_artifact(path, MANIFEST_KIND, (MANIFEST_SCHEMA_VERSION,))
+    digest = body["content_hash"]
+    payload = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+    try:
+        return BuiltManifest.model_validate(payload), digest
+    except pydantic.ValidationError as exc:
+        raise ArtifactError(f"{path}: not a valid mixture manifest ({exc.errors()[0]['msg']})") from None
+
+
+def find_manifest(home: Home, mixture: str, revision: str) -> Path:
+    """Locate a built revision among all stores under `home`; ambiguity and absence are errors."""
+    found = sorted(home.stores.glob(f"*/*/mixtures/{mixture}/{revision}/{MANIFEST_FILE}"))
+    if not found:
+        raise ArtifactError(
+            f"no built manifest for mixture {mixture!r} revision {revision!r} under {home.stores} "
+            f"(run `millrace mix build {mixture} --revision {revision}`)"
+        )
+    if len(found) > 1:
+        stores = ", ".join(str(store_dir_of(p).relative_to(home.stores)) for p in found)
+        raise ArtifactError(f"mixture {mixture!r} revision {revision!r} is built on several stores: {stores}")
+    return found[0]

@@ -1,0 +1,1 @@
+"""The pipeline room: documents in, a token store out. Imports no other room."""

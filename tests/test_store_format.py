@@ -1,0 +1,31 @@
+import numpy as np
+import pytest
+
+from millrace.errors import ArtifactError
+from pipeline.store import ShardReader, ShardWriter
+
+
+def test_shard_roundtrip_and_megatron_reads_it(tmp_path):
+    docs = [np.arange(n, dtype=np.uint16) + n for n in (3, 0, 7, 1)]
+    writer = ShardWriter(tmp_path / "shard_00000", np.uint16)
+    for doc in docs:
+        writer.add_document(doc)
+    info = writer.close()
+    assert (info.documents, info.tokens) == (4, 11)
+    reader = ShardReader(tmp_path / "shard_00000")
+    assert [d.tolist() for d in reader] == [d.tolist() for d in docs]
+
+    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    dataset = indexed.IndexedDataset(str(tmp_path / "shard_00000"))
+    assert len(dataset) == 4
+    assert [dataset[i].tolist() for i in range(4)] == [d.tolist() for d in docs]
+
+
+def test_truncated_index_is_named(tmp_path):
+    writer = ShardWriter(tmp_path / "s", np.uint16)
+    writer.add_document([1, 2, 3])
+    writer.close()
+    idx = tmp_path / "s.idx"
+    idx.write_bytes(idx.read_bytes()[:-3])
+    with pytest.raises(ArtifactError, match="s.idx"):
+        ShardReader(tmp_path / "s")
