@@ -1,0 +1,77 @@
+"""The frame every room stands on: artifacts, config errors, the command line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from millrace.artifacts import read_artifact, write_artifact
+from millrace.config import StrictModel, load_config
+from millrace.errors import ArtifactError, ConfigError
+
+
+def test_artifact_roundtrip_and_tamper_detection(tmp_path):
+    path = tmp_path / "a.json"
+    digest = write_artifact(path, "millrace.test", 1, {"x": [1, 2]})
+    body = read_artifact(path, "millrace.test")
+    assert body["x"] == [1, 2] and body["content_hash"] == digest
+    tampered = json.loads(path.read_text())
+    tampered["x"] = [1, 3]
+    path.write_text(json.dumps(tampered))
+    with pytest.raises(ArtifactError, match="a.json.*hash"):
+        read_artifact(path, "millrace.test")
+
+
+def test_artifact_of_unknown_schema_is_refused_by_name(tmp_path):
+    path = tmp_path / "b.json"
+    write_artifact(path, "millrace.test", 7, {})
+    with pytest.raises(ArtifactError, match=r"b.json.*schema version 7"):
+        read_artifact(path, "millrace.test", (1,))
+    with pytest.raises(ArtifactError, match="expected a millrace.other"):
+        read_artifact(path, "millrace.other", (7,))
+
+
+class Inner(StrictModel):
+    size: int
+
+
+class Outer(StrictModel):
+    name: str
+    inner: Inner
+
+
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ('name = "a"\n[inner]\nsize = "big"\n', "inner.size"),
+        ('name = "a"\n[inner]\nsize = 1\ncolour = 2\n', "inner.colour"),
+        ('[inner]\nsize = 1\n', "name"),
+    ],
+)
+def test_config_errors_name_the_field(tmp_path, text, field):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, Outer)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and f"'{field}'" in message
+
+
+def test_unparsable_config_is_one_line(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("name = \n")
+    with pytest.raises(ConfigError, match="bad.toml: not valid TOML"):
+        load_config(path, Outer)
+
+
+def test_cli_reports_errors_without_traceback(tmp_path):
+    missing = tmp_path / "nope.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(tmp_path), "store", "from-stats", str(missing),
+         "--name", "x", "--version", "2026.01.01"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "nope.json" in result.stderr
