@@ -1,0 +1,63 @@
+"""What was (or will be) in a step's batch: per sample its position, cell, sequence, epoch, digest.
+
+The digest is the first 16 hex digits of BLAKE2b over the sample's seq_len + 1 tokens
+as little-endian int64, so it does not depend on the store's token dtype. In
+index-only mode (stats-only manifest) there are no tokens and the digest is None.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from loader.stream import MixtureStream
+from millrace.errors import ArtifactError, ConfigError
+
+DECODE_CHARS = 80
+
+
+def token_digest(window: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(window, dtype="<i8").tobytes(), digest_size=8).hexdigest()
+
+
+def load_tokenizer(path: Path | None):
+    from tokenizers import Tokenizer
+
+    if path is None or not path.exists():
+        raise ArtifactError(f"{path}: the store's tokenizer is missing, cannot --decode")
+    return Tokenizer.from_file(str(path))
+
+
+def peek(stream: MixtureStream, step: int, decode: bool = False) -> dict:
+    """A JSON-ready description of this rank's samples at `step`."""
+    index = stream.index(step)
+    windows = None if stream.index_only else stream.windows(index)
+    if decode and windows is None:
+        raise ConfigError(f"{stream.path}: stats-only manifest has no tokens to --decode")
+    tokenizer = load_tokenizer(stream.tokenizer_path) if decode else None
+    samples = []
+    for row in range(index.positions.size):
+        sample = {
+            "position": int(index.positions[row]),
+            "cell": stream.cell_names[int(index.cell_ids[row])],
+            "sequence": int(index.sequences[row]),
+            "epoch": int(index.epochs[row]),
+            "digest": None if windows is None else token_digest(windows[row]),
+        }
+        if tokenizer is not None:
+            ids = windows[row, : DECODE_CHARS * 2].tolist()
+            sample["text"] = tokenizer.decode(ids, skip_special_tokens=False)[:DECODE_CHARS]
+        samples.append(sample)
+    return {
+        "mixture": stream.manifest.mixture,
+        "revision": stream.manifest.revision,
+        "manifest_hash": stream.manifest_hash,
+        "step": step,
+        "phase": stream.phase_name(step),
+        "rank": stream.rank,
+        "world": stream.world,
+        "index_only": stream.index_only,
+        "samples": samples,
+    }

@@ -1,0 +1,142 @@
+"""Global sample positions -> (cell, draw, epoch, sequence): a pure function of the manifest.
+
+Follows the semantics fixed in `mixtures.manifest`: phases are contiguous ranges of
+positions; inside a phase the cells are interleaved exactly (`loader.interleave`);
+a cell's draws are numbered across phases (phase 0's first), and draw k of cell c is
+epoch `k // sequences_available`, sequence `perm_{seed, c, epoch}(k % sequences_available)`
+(`loader.permutation`). Building a `Schedule` costs O(phases x cells) whatever the
+number of tokens; looking up a range of positions costs O(range x tree depth).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from loader.interleave import Interleaver
+from loader.permutation import ROUNDS, permute, round_keys
+from millrace.errors import ArtifactError
+from mixtures.manifest import BuiltManifest
+
+
+@dataclass(frozen=True)
+class SampleIndex:
+    """Where each of a run of consecutive global positions draws its tokens from."""
+
+    positions: np.ndarray  # int64 [n] global sample positions
+    cell_ids: np.ndarray  # int32 [n] index into Schedule.cell_names
+    draws: np.ndarray  # int64 [n] the cell's draw number, counted across phases
+    epochs: np.ndarray  # int64 [n]
+    sequences: np.ndarray  # int64 [n] sequence index inside the cell
+    phase: int
+
+
+class Schedule:
+    """The manifest's sample order, checked for internal consistency when built."""
+
+    def __init__(self, manifest: BuiltManifest, path: Path | str = "<manifest>"):
+        self.manifest = manifest
+        self.path = Path(path)
+        self.cell_names: list[str] = sorted(manifest.cells)
+        self.cell_index = {name: i for i, name in enumerate(self.cell_names)}
+        self.global_batch = manifest.global_batch
+        self.total_sequences = manifest.total_sequences
+        self.total_steps = manifest.total_steps
+        self.sequences_available = np.asarray(
+            [manifest.cells[name].sequences_available for name in self.cell_names], dtype=np.int64
+        )
+        self._check()
+        self.phase_starts = [phase.start_position for phase in manifest.phases]
+        self._interleavers = [
+            Interleaver([phase.counts.get(name, 0) for name in self.cell_names]) for phase in manifest.phases
+        ]
+        # Draws each cell made in the phases before phase p.
+        offsets = np.zeros((len(manifest.phases), len(self.cell_names)), dtype=np.int64)
+        for p in range(1, len(manifest.phases)):
+            offsets[p] = offsets[p - 1] + self._phase_counts(p - 1)
+        self._draw_offsets = offsets
+
+    def _phase_counts(self, p: int) -> np.ndarray:
+        counts = self.manifest.phases[p].counts
+        return np.asarray([counts.get(name, 0) for name in self.cell_names], dtype=np.int64)
+
+    def _fail(self, what: str) -> ArtifactError:
+        return ArtifactError(f"{self.path}: inconsistent manifest: {what}")
+
+    def _check(self) -> None:
+        m = self.manifest
+        if m.global_batch <= 0 or m.seq_len <= 0:
+            raise self._fail(f"global_batch {m.global_batch} and seq_len {m.seq_len} must be positive")
+        if not m.phases:
+            raise self._fail("no phases")
+        position = 0
+        for p, phase in enumerate(m.phases):
+            unknown = sorted(set(phase.counts) - set(m.cells))
+            if unknown:
+                raise self._fail(f"phases[{p}] ({phase.name}) counts cells not in the manifest: {unknown}")
+            if any(count < 0 for count in phase.counts.values()):
+                raise self._fail(f"phases[{p}] ({phase.name}) has a negative count")
+            if sum(phase.counts.values()) != phase.sequences:
+                raise self._fail(f"phases[{p}] ({phase.name}) counts sum to {sum(phase.counts.values())}, "
+                                 f"not its {phase.sequences} sequences")
+            if phase.start_position != position:
+                raise self._fail(f"phases[{p}] ({phase.name}) starts at {phase.start_position}, expected {position}")
+            if phase.sequences <= 0 or phase.sequences % m.global_batch:
+                raise self._fail(f"phases[{p}] ({phase.name}) has {phase.sequences} sequences, "
+                                 f"not a positive multiple of global_batch {m.global_batch}")
+            if phase.start_step * m.global_batch != position or phase.steps * m.global_batch != phase.sequences:
+                raise self._fail(f"phases[{p}] ({phase.name}) start_step/steps disagree with its positions")
+            position += phase.sequences
+        if position != m.total_sequences or m.total_steps * m.global_batch != m.total_sequences:
+            raise self._fail(f"total_sequences {m.total_sequences} / total_steps {m.total_steps} "
+                             f"disagree with the phases ({position} sequences)")
+        for name in self.cell_names:
+            drawn = sum(phase.counts.get(name, 0) for phase in m.phases)
+            if drawn and m.cells[name].sequences_available <= 0:
+                raise self._fail(f"cell {name!r} is drawn {drawn} times but has no sequences")
+
+    def phase_of_position(self, position: int) -> int:
+        if not 0 <= position < self.total_sequences:
+            raise IndexError(f"position {position} outside the schedule's {self.total_sequences} samples")
+        return bisect.bisect_right(self.phase_starts, position) - 1
+
+    def phase_of_step(self, step: int) -> int:
+        return self.phase_of_position(step * self.global_batch)
+
+    def realised_counts(self, position: int) -> dict[str, int]:
+        """Samples per cell over global positions [0, position): what was actually drawn."""
+        if not 0 <= position <= self.total_sequences:
+            raise IndexError(f"position {position} outside [0, {self.total_sequences}]")
+        if position == 0:
+            return {name: 0 for name in self.cell_names}
+        p = self.phase_of_position(position - 1)
+        counts = self._draw_offsets[p] + self._interleavers[p].prefix_counts(position - self.phase_starts[p])
+        return {name: int(c) for name, c in zip(self.cell_names, counts)}
+
+    def index(self, start: int, stop: int) -> SampleIndex:
+        """Positions [start, stop), which must lie inside one phase (batches always do)."""
+        if not 0 <= start < stop <= self.total_sequences:
+            raise IndexError(f"positions [{start}, {stop}) outside the schedule's {self.total_sequences} samples")
+        p = self.phase_of_position(start)
+        base = self.phase_starts[p]
+        if stop > base + self.manifest.phases[p].sequences:
+            raise IndexError(f"positions [{start}, {stop}) straddle the end of phase {p}")
+        cell_ids, draws = self._interleavers[p].assign(start - base, stop - base)
+        draws += self._draw_offsets[p][cell_ids]
+        available = self.sequences_available[cell_ids]
+        epochs = draws // available
+        sequences = self._permute(cell_ids, epochs, draws % available, available)
+        positions = np.arange(start, stop, dtype=np.int64)
+        return SampleIndex(positions, cell_ids, draws, epochs, sequences, p)
+
+    def _permute(self, cell_ids: np.ndarray, epochs: np.ndarray, values: np.ndarray, domain: np.ndarray) -> np.ndarray:
+        keys = np.empty((ROUNDS, cell_ids.size), dtype=np.uint64)
+        pairs, inverse = np.unique(np.stack([cell_ids.astype(np.int64), epochs]), axis=1, return_inverse=True)
+        table = np.asarray(
+            [round_keys(self.manifest.seed, self.cell_names[c], int(e)) for c, e in pairs.T], dtype=np.uint64
+        ).reshape(-1, ROUNDS)
+        keys[:] = table[inverse.reshape(-1)].T
+        return permute(values, domain, keys)

@@ -1,0 +1,26 @@
+"""The loader's resumable state: a handful of integers and the manifest hash they belong to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pydantic
+
+from millrace.errors import ArtifactError
+
+
+class LoaderState(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    manifest_hash: str
+    step: int  # the next step to hand out
+    global_batch: int
+    total_steps: int
+    phase_start_steps: list[int]
+
+    @classmethod
+    def parse(cls, state: dict, manifest_path: Path) -> "LoaderState":
+        try:
+            return cls.model_validate(dict(state))
+        except (pydantic.ValidationError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"not a loader state for {manifest_path}: {exc}") from None

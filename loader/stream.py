@@ -1,0 +1,259 @@
+"""`MixtureStream`: the batches of a built manifest, as a pure function of the step.
+
+Batch `s` is global positions [s * B, (s + 1) * B); rank r of W gets the contiguous
+slice [s * B + r * B / W, s * B + (r + 1) * B / W), so changing W between runs keeps
+the global stream identical. Opening reads the manifest, checks it, and checks every
+drawn cell's shards (`loader.shards`): O(cells + shards) work, nothing proportional
+to tokens or samples. A stats-only manifest opens in index-only mode (positions ->
+cell, sequence, epoch; no tokens).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from loader.packing import pack
+from loader.schedule import SampleIndex, Schedule
+from loader.shards import CellTokens
+from loader.state import LoaderState
+from millrace.errors import ArtifactError, ConfigError
+from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
+from pipeline.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One rank's slice of one step; arrays are numpy, b = global_batch // world rows."""
+
+    step: int
+    phase: str
+    input_ids: np.ndarray  # int64 [b, L]
+    labels: np.ndarray  # int64 [b, L]
+    segment_ids: np.ndarray  # int32 [b, L]; a new segment after each EOS
+    positions: np.ndarray  # int32 [b, L]; restart at 0 in each segment
+    cells: list[str]  # per row
+    cell_ids: np.ndarray  # int32 [b], index into MixtureStream.cell_names
+    sources: np.ndarray | None  # int32 [b, L], index into MixtureStream.source_names; None without `.src`
+    sample_positions: np.ndarray  # int64 [b] global sample positions
+    sequences: np.ndarray  # int64 [b] sequence index inside the cell
+    epochs: np.ndarray  # int64 [b] epoch of the cell the sequence comes from
+
+
+class _Failure:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+_DONE = object()
+
+
+class MixtureStream:
+    """Deterministic, resumable, elastic batches of one built mixture manifest."""
+
+    def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2):
+        self.path = Path(manifest_path)
+        self.manifest: BuiltManifest
+        self.manifest, self.manifest_hash = read_manifest(self.path)
+        manifest = self.manifest
+        if world < 1 or not 0 <= rank < world:
+            raise ConfigError(f"rank {rank} / world {world}: need world >= 1 and 0 <= rank < world")
+        if manifest.global_batch % world:
+            raise ConfigError(f"world {world} does not divide the manifest's global_batch {manifest.global_batch}")
+        self.rank, self.world, self.prefetch = rank, world, prefetch
+        self.schedule = Schedule(manifest, self.path)
+        self.cell_names = self.schedule.cell_names
+        self.steps = manifest.total_steps
+        self.local_batch = manifest.global_batch // world
+        self.seq_len = manifest.seq_len
+        self._step = 0
+        drawn = [name for name in self.cell_names if any(p.counts.get(name, 0) for p in manifest.phases)]
+        self.index_only = manifest.store.stats_only
+        self.source_names: list[str] = []
+        self.tokenizer_path: Path | None = None
+        self._cells: list[CellTokens | None] = [None] * len(self.cell_names)
+        if self.index_only:
+            log.info("%s: stats-only manifest, index-only mode (no tokens)", self.path)
+            self.has_sources = False
+            return
+        store_dir = store_dir_of(self.path)
+        store = Store(store_dir)
+        if store.manifest_hash != manifest.store.manifest_hash:
+            raise ArtifactError(
+                f"{store_dir / 'store.json'}: hash {store.manifest_hash} differs from the one pinned by "
+                f"{self.path} ({manifest.store.manifest_hash}); rebuild the mixture"
+            )
+        if manifest.dtype is None:
+            raise ArtifactError(f"{self.path}: a manifest with shards must name their dtype")
+        self.source_names = list(store.manifest.sources)
+        if store.manifest.tokenizer is not None and store.manifest.tokenizer.path:
+            self.tokenizer_path = store_dir / store.manifest.tokenizer.path
+        for name in drawn:
+            cell = manifest.cells[name]
+            if not cell.shards:
+                raise ArtifactError(f"{self.path}: cell {name!r} is drawn but pins no shards")
+            self._cells[self.schedule.cell_index[name]] = CellTokens(
+                store.cell_dir(name), cell, np.dtype(manifest.dtype), manifest.seq_len
+            )
+        opened = [c for c in self._cells if c is not None]
+        self.has_sources = bool(opened) and bool(self.source_names) and all(c.has_sources for c in opened)
+        log.info("%s: %d cells, %d shards checked; %d steps of %d x %d tokens",
+                 self.path, len(opened), sum(len(c.readers) for c in opened), self.steps,
+                 manifest.global_batch, manifest.seq_len)
+
+    # ---- where samples come from -------------------------------------------------
+
+    def _check_step(self, step: int) -> None:
+        if not 0 <= step < self.steps:
+            raise ConfigError(f"step {step} is outside the schedule of {self.path} (steps 0..{self.steps - 1})")
+
+    def index(self, step: int) -> SampleIndex:
+        """This rank's samples at `step`: positions, cells, draws, epochs, sequences."""
+        self._check_step(step)
+        start = step * self.manifest.global_batch + self.rank * self.local_batch
+        return self.schedule.index(start, start + self.local_batch)
+
+    def phase_name(self, step: int) -> str:
+        self._check_step(step)
+        return self.manifest.phases[self.schedule.phase_of_step(step)].name
+
+    def realised_counts(self, step: int) -> dict[str, int]:
+        """Global samples per cell over steps [0, step): the mixture actually drawn so far."""
+        if not 0 <= step <= self.steps:
+            raise ConfigError(f"step {step} is outside [0, {self.steps}] for {self.path}")
+        return self.schedule.realised_counts(step * self.manifest.global_batch)
+
+    # ---- tokens ------------------------------------------------------------------
+
+    def windows(self, index: SampleIndex) -> np.ndarray:
+        """The seq_len + 1 raw tokens of each sample, in the store's dtype."""
+        if self.index_only:
+            raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no tokens")
+        out = np.empty((index.positions.size, self.seq_len + 1), dtype=np.dtype(self.manifest.dtype))
+        cells = self._cells
+        for row, (cell_id, sequence) in enumerate(zip(index.cell_ids.tolist(), index.sequences.tolist())):
+            cells[cell_id].window_into(out[row], sequence)
+        return out
+
+    def batch(self, step: int) -> Batch:
+        """This rank's batch at `step`: a pure function of (manifest, step, rank, world)."""
+        index = self.index(step)
+        windows = self.windows(index)
+        input_ids, labels, segment_ids, positions = pack(windows, self.manifest.eos_id)
+        sources = None
+        if self.has_sources:
+            sources = np.empty((index.positions.size, self.seq_len), dtype=np.int32)
+            for row, (cell_id, sequence) in enumerate(zip(index.cell_ids.tolist(), index.sequences.tolist())):
+                self._cells[cell_id].sources_into(sources[row], sequence)
+        return Batch(
+            step=step,
+            phase=self.manifest.phases[index.phase].name,
+            input_ids=input_ids,
+            labels=labels,
+            segment_ids=segment_ids,
+            positions=positions,
+            cells=[self.cell_names[c] for c in index.cell_ids.tolist()],
+            cell_ids=index.cell_ids,
+            sources=sources,
+            sample_positions=index.positions,
+            sequences=index.sequences,
+            epochs=index.epochs,
+        )
+
+    # ---- iteration and resume ------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """The next step `iterate()` yields when started without `start_step`."""
+        return self._step
+
+    def iterate(self, start_step: int | None = None, end_step: int | None = None) -> Iterator[Batch]:
+        """Batches start_step .. end_step - 1 (default: from the current state to the end).
+
+        A background thread computes up to `prefetch` batches ahead. The state
+        (`state_dict()["step"]`) advances when a batch is handed out.
+        """
+        start = self._step if start_step is None else start_step
+        end = self.steps if end_step is None else end_step
+        if not 0 <= start <= end <= self.steps:
+            raise ConfigError(f"steps [{start}, {end}) are outside the schedule of {self.path} ({self.steps} steps)")
+        if self.index_only:
+            raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no batches; use index(step)")
+        self._step = start
+        if self.prefetch <= 0:
+            for step in range(start, end):
+                batch = self.batch(step)
+                self._step = step + 1
+                yield batch
+            return
+        ready: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        stop = threading.Event()
+
+        def offer(item: object) -> bool:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def produce() -> None:
+            try:
+                for step in range(start, end):
+                    if not offer(self.batch(step)):
+                        return
+                offer(_DONE)
+            except BaseException as error:  # handed to the consumer, raised there
+                offer(_Failure(error))
+
+        worker = threading.Thread(target=produce, name="millrace-loader-prefetch", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error
+                self._step = item.step + 1
+                yield item
+        finally:
+            stop.set()
+            worker.join(timeout=10)
+
+    def iterate_index(self, start_step: int = 0, end_step: int | None = None) -> Iterator[SampleIndex]:
+        """Index-only iteration (works on stats-only manifests): one SampleIndex per step."""
+        end = self.steps if end_step is None else end_step
+        for step in range(start_step, end):
+            yield self.index(step)
+
+    def state_dict(self) -> dict:
+        """Small and O(1): the next step, and what pins it to this manifest's schedule."""
+        return LoaderState(
+            manifest_hash=self.manifest_hash,
+            step=self._step,
+            global_batch=self.manifest.global_batch,
+            total_steps=self.steps,
+            phase_start_steps=[phase.start_step for phase in self.manifest.phases],
+        ).model_dump()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue at the saved step; refuses a state from another manifest. O(1)."""
+        loaded = LoaderState.parse(state, self.path)
+        if loaded.manifest_hash != self.manifest_hash:
+            raise ArtifactError(
+                f"loader state is from manifest {loaded.manifest_hash}, but {self.path} is {self.manifest_hash}; "
+                "refusing to resume a different mixture"
+            )
+        if not 0 <= loaded.step <= self.steps:
+            raise ConfigError(f"loader state step {loaded.step} is past the end of {self.path} ({self.steps} steps)")
+        self._step = loaded.step

@@ -1,0 +1,98 @@
+"""Small real stores and built manifests for the loader tests (counts set by the test)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from millrace.home import Home
+from mixtures.manifest import (BuiltManifest, ManifestCell, ManifestPhase, PinnedShard, StoreRef, manifest_path,
+                               write_manifest)
+from pipeline.store import (CellManifest, CellSummary, ShardWriter, SourceCounts, StoreManifest, TokenizerInfo,
+                            write_cell_manifest, write_stats_only_store, write_store_manifest)
+
+EOS = 1
+VOCAB = 500
+SOURCES = ["alpha", "beta", "gamma"]
+
+
+def make_store(home: Home, cells: dict[str, int], shards: int = 2, seed: int = 0, name: str = "t",
+               version: str = "2026.01.01") -> Path:
+    """A store whose cell c holds about cells[c] tokens in `shards` shards of random documents."""
+    rng = np.random.default_rng(seed)
+    root = home.store(name, version)
+    summaries = {}
+    for cell, tokens in sorted(cells.items()):
+        infos, sources, written = [], {}, 0
+        for shard in range(shards):
+            writer = ShardWriter(root / "cells" / cell / f"shard_{shard:05d}", np.uint16)
+            target = tokens * (shard + 1) // shards
+            while written < target:
+                length = int(min(rng.integers(1, 120), target - written))
+                doc = rng.integers(2, VOCAB, size=length).astype(np.uint16)
+                doc[-1] = EOS
+                source = int(rng.integers(0, len(SOURCES)))
+                writer.add_document(doc, source_id=source)
+                counts = sources.setdefault(SOURCES[source], SourceCounts())
+                counts.documents += 1
+                counts.tokens += length
+                written += length
+            infos.append(writer.close())
+        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="test", documents=sum(
+            i.documents for i in infos), tokens=sum(i.tokens for i in infos), bytes=0, shards=infos, sources=sources)
+        summaries[cell] = CellSummary(documents=manifest.documents, tokens=manifest.tokens,
+                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
+    write_store_manifest(root, StoreManifest(
+        name=name, version=version, dtype="uint16", cells=summaries, sources=SOURCES,
+        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=VOCAB, eos_id=EOS, path=None)))
+    return root
+
+
+def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", version: str = "2026.01.01") -> Path:
+    root = home.store(name, version)
+    write_stats_only_store(root, name, version, cells)
+    return root
+
+
+def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], seq_len: int = 16,
+                  global_batch: int = 8, seed: int = 1234, mixture: str = "mix", revision: str = "r1",
+                  phase_names: list[str] | None = None) -> Path:
+    """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
+    from millrace.artifacts import read_artifact
+
+    body = read_artifact(store_root / "store.json", "millrace.store")
+    store = StoreManifest.model_validate({k: v for k, v in body.items()
+                                          if k not in ("kind", "schema_version", "content_hash")})
+    cells = {}
+    for name, summary in store.cells.items():
+        pinned = []
+        if not store.stats_only:
+            cell_body = read_artifact(store_root / "cells" / name / "cell.json", "millrace.cell")
+            for shard in cell_body["shards"]:
+                pinned.append(PinnedShard(name=shard["name"], documents=shard["documents"], tokens=shard["tokens"],
+                                          bin_sha256=shard["bin_sha256"], idx_sha256=shard["idx_sha256"],
+                                          src_sha256=shard.get("src_sha256")))
+        cells[name] = ManifestCell(name=name, available_tokens=summary.tokens, documents=summary.documents,
+                                   sequences_available=max(0, (summary.tokens - 1) // seq_len),
+                                   cell_manifest_hash=summary.manifest_hash, shards=pinned)
+    built_phases, position = [], 0
+    for p, counts in enumerate(phases):
+        sequences = sum(counts.values())
+        assert sequences % global_batch == 0, "test counts must fill whole batches"
+        built_phases.append(ManifestPhase(
+            name=(phase_names or [f"phase{i}" for i in range(len(phases))])[p], token_budget=sequences * seq_len,
+            start_position=position, sequences=sequences, start_step=position // global_batch,
+            steps=sequences // global_batch, counts=counts,
+            declared_weights={c: n / sequences for c, n in counts.items()}))
+        position += sequences
+    manifest = BuiltManifest(
+        mixture=mixture, revision=revision, revision_hash="sha256:test", store=StoreRef(
+            name=store.name, version=store.version, manifest_hash=body["content_hash"], stats_only=store.stats_only),
+        tokenizer_fingerprint=None if store.stats_only else "test", dtype=store.dtype,
+        eos_id=None if store.stats_only else EOS, seed=seed, seq_len=seq_len, global_batch=global_batch,
+        epoch_cap=8.0, cells=cells, phases=built_phases, total_sequences=position,
+        total_steps=position // global_batch)
+    path = manifest_path(home, store.name, store.version, mixture, revision)
+    write_manifest(path, manifest)
+    return path
