@@ -1,1 +1,9 @@
-"""The mixtures room: cells, token counts and weights. Reads store stats, never tokens."""
+"""The mixtures room: cells, token counts and weights. Reads store stats, never tokens.
+
+Public API (see `mixtures.api`): `new_revision`, `build`, `plan`, `diff`,
+`validate_file`, `list_revisions`; the manifest schema is `mixtures.manifest`.
+"""
+
+from mixtures.api import build, build_result, diff, list_revisions, new_revision, plan, validate_file
+
+__all__ = ["new_revision", "build", "build_result", "plan", "diff", "validate_file", "list_revisions"]

@@ -1,0 +1,78 @@
+"""The mixtures room's Python face: what `millrace mix` does, callable from the demo and tests.
+
+    new_revision(home, mixture, revision, store, *, strategy=..., phases=[...], ...) -> Path
+    build(home, mixture, revision, *, file=None) -> Path          # the manifest's path
+    plan(home, mixture, revision, *, file=None) -> dict           # `mix plan --json`
+    diff(home, mixture, a, b) -> dict                             # `mix diff --json`
+    validate_file(home, path) -> dict                             # `mix validate --json`
+    list_revisions(home) -> dict                                  # `mix list --json`
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from millrace.errors import ArtifactError
+from millrace.home import Home
+from mixtures.build import build, build_result, resolve_named
+from mixtures.catalog import built_manifests, revision_files
+from mixtures.manifest import read_manifest
+from mixtures.new import new_revision
+from mixtures.plan import diff_of, plan_of
+from mixtures.resolve import manifest_hash, open_store, resolve
+from mixtures.revision import load_revision
+
+
+def plan(home: Home, mixture: str, revision: str, *, file: Path | str | None = None) -> dict[str, Any]:
+    """Resolve in memory (nothing is written) and report per cell and phase what is drawn."""
+    manifest, loaded, source = resolve_named(home, mixture, revision, file)
+    store = open_store(home, loaded.store, str(source))
+    result = plan_of(manifest, manifest_hash(manifest), {c: s.tokens for c, s in store.manifest.cells.items()})
+    result["revision_file"] = str(source)
+    return result
+
+
+def diff(home: Home, mixture: str, a: str, b: str) -> dict[str, Any]:
+    return diff_of(plan(home, mixture, a), plan(home, mixture, b))
+
+
+def validate_file(home: Home, path: Path | str) -> dict[str, Any]:
+    """Every check a build makes, on any revision file, without writing anything."""
+    loaded = load_revision(path)
+    store = open_store(home, loaded.store, f"{path}: revision {loaded.key}")
+    manifest = resolve(loaded, store, str(path))
+    return {
+        "file": str(path),
+        "mixture": loaded.mixture,
+        "revision": loaded.revision,
+        "revision_hash": loaded.hash(),
+        "store": manifest.store.model_dump(mode="json"),
+        "manifest_hash": manifest_hash(manifest),
+        "phases": [{"name": p.name, "sequences": p.sequences, "steps": p.steps,
+                    "cells": sum(1 for c in p.counts.values() if c)} for p in manifest.phases],
+        "total_steps": manifest.total_steps,
+        "cells": len(manifest.cells),
+        "valid": True,
+    }
+
+
+def list_revisions(home: Home) -> dict[str, Any]:
+    """Mixtures, their revision files (user's and shipped) and where each is built."""
+    mixtures: dict[str, Any] = {}
+    for entry in revision_files(home):
+        builds = []
+        for path in built_manifests(home, entry.mixture, entry.revision):
+            try:
+                manifest, digest = read_manifest(path)
+                builds.append({"store": manifest.store.name, "version": manifest.store.version,
+                               "manifest_hash": digest, "total_steps": manifest.total_steps, "path": str(path)})
+            except ArtifactError as exc:
+                builds.append({"path": str(path), "error": str(exc)})
+        mixtures.setdefault(entry.mixture, {"revisions": {}})["revisions"][entry.revision] = {
+            "file": str(entry.path), "origin": entry.origin, "built": builds,
+        }
+    return {"home": str(home.root), "mixtures": mixtures}
+
+
+__all__ = ["new_revision", "build", "build_result", "plan", "diff", "validate_file", "list_revisions"]

@@ -1,0 +1,198 @@
+"""`millrace mix`: write, validate, build, list, plan and diff mixture revisions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from millrace.home import Home
+from millrace.options import home_option, json_option, print_json
+from mixtures import api
+from mixtures.new import STRATEGY_CHOICES, parse_factors
+
+console = Console()
+
+
+def fmt_tokens(value: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:.0f}"
+
+
+@click.group()
+def mix() -> None:
+    """Mixture revisions: named, immutable per-phase weights over a store's cells."""
+
+
+@mix.command("new")
+@click.argument("mixture")
+@click.option("--revision", "revision", required=True, help="Name of the new revision (immutable once built).")
+@click.option("--store", "store", required=True, help="Store to read stats from: NAME or NAME/VERSION (default: newest).")
+@click.option("--strategy", type=click.Choice(STRATEGY_CHOICES), default="natural", show_default=True,
+              help="Strategy for phases that name none.")
+@click.option("--phase", "phases", multiple=True, metavar="NAME:TOKENS[:STRATEGY[@PATTERNS]]",
+              help="A phase (repeatable, in order), e.g. main:15T and cooldown:3.75T:uniform@c*q3,c*q4. "
+                   "Default: one phase 'main' of the store's total tokens.")
+@click.option("--epoch-cap", type=float, default=8.0, show_default=True, help="Most epochs of any cell, across phases.")
+@click.option("--seq-len", type=int, default=256, show_default=True, help="Tokens per training sequence.")
+@click.option("--global-batch", type=int, default=16, show_default=True, help="Sequences per step, all ranks together.")
+@click.option("--seed", type=int, default=1234, show_default=True, help="Seed of the loader's permutations.")
+@click.option("--temperature", type=float, default=None, help="T for the temperature strategy (weights ∝ tokens^(1/T)).")
+@click.option("--tilt", default=None, metavar="qN=F,...", help="Factors per quality bucket for quality-tilt, e.g. q0=0.5,q4=2.")
+@click.option("--weight", "weights", multiple=True, metavar="CELL_OR_PATTERN=W",
+              help="A weight for the explicit strategy (repeatable), e.g. 'c*q4=0.5'.")
+@click.option("--symbolic", is_flag=True, help="Keep strategies in the file (resolved at build) instead of pinned weights.")
+@click.option("--description", default="", help="A line saying what the revision is for.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write (default: $MILLRACE_HOME/mixtures/MIXTURE/NAME.toml).")
+@json_option
+@home_option
+def new_command(home: Home, mixture: str, revision: str, store: str, strategy: str, phases: tuple[str, ...],
+                epoch_cap: float, seq_len: int, global_batch: int, seed: int, temperature: float | None,
+                tilt: str | None, weights: tuple[str, ...], symbolic: bool, description: str, out: str | None,
+                as_json: bool) -> None:
+    """Write a revision file for MIXTURE from a store's stats with a strategy."""
+    path = api.new_revision(
+        home, mixture, revision, store, strategy=strategy, phases=list(phases) or None, epoch_cap=epoch_cap,
+        seq_len=seq_len, global_batch=global_batch, seed=seed, temperature=temperature,
+        tilt=parse_factors(tilt, "--tilt") or None, weights=parse_factors(",".join(weights), "--weight") or None,
+        out=out, symbolic=symbolic, description=description,
+    )
+    summary = api.validate_file(home, path)
+    if as_json:
+        print_json(summary)
+    else:
+        click.echo(f"wrote {path} ({len(summary['phases'])} phases, {summary['cells']} cells, {summary['total_steps']} steps)")
+
+
+@mix.command("validate")
+@click.argument("file", type=click.Path(dir_okay=False))
+@json_option
+@home_option
+def validate_command(home: Home, file: str, as_json: bool) -> None:
+    """Check a revision FILE against its store: everything a build checks, nothing written."""
+    summary = api.validate_file(home, Path(file))
+    if as_json:
+        print_json(summary)
+        return
+    store = summary["store"]
+    phases = ", ".join(f"{p['name']} {p['steps']} steps over {p['cells']} cells" for p in summary["phases"])
+    click.echo(f"ok: {summary['mixture']}/{summary['revision']} on {store['name']}/{store['version']}: {phases}")
+
+
+@mix.command("build")
+@click.argument("mixture")
+@click.option("--revision", "revision", required=True, help="Revision name (found under $MILLRACE_HOME/mixtures or shipped).")
+@click.option("--file", "file", type=click.Path(dir_okay=False), default=None,
+              help="Build this revision file instead of looking the name up.")
+@json_option
+@home_option
+def build_command(home: Home, mixture: str, revision: str, file: str | None, as_json: bool) -> None:
+    """Resolve a revision into an immutable manifest next to its store (copies no tokens)."""
+    result = api.build_result(home, mixture, revision, file)
+    manifest = result.manifest
+    payload = {
+        "manifest": str(result.path), "manifest_hash": result.manifest_hash, "written": result.written,
+        "revision_file": str(result.revision_file), "store": manifest.store.model_dump(mode="json"),
+        "total_steps": manifest.total_steps, "total_sequences": manifest.total_sequences,
+        "cells": len(manifest.cells), "phases": [p.name for p in manifest.phases],
+    }
+    if as_json:
+        print_json(payload)
+        return
+    state = "built" if result.written else "already built"
+    click.echo(f"{state}: {mixture}/{revision} on {manifest.store.name}/{manifest.store.version}, "
+               f"{manifest.total_steps} steps, {len(manifest.cells)} cells")
+    click.echo(f"  {result.path}")
+    click.echo(f"  {result.manifest_hash}")
+
+
+@mix.command("list")
+@json_option
+@home_option
+def list_command(home: Home, as_json: bool) -> None:
+    """List mixtures and their revisions, and where each is built."""
+    listing = api.list_revisions(home)
+    if as_json:
+        print_json(listing)
+        return
+    table = Table(title="mixture revisions")
+    for column in ("mixture", "revision", "origin", "built on", "file"):
+        table.add_column(column)
+    for mixture, info in listing["mixtures"].items():
+        for revision, entry in info["revisions"].items():
+            built = ", ".join(f"{b['store']}/{b['version']}" if "store" in b else "damaged" for b in entry["built"])
+            table.add_row(mixture, revision, entry["origin"], built or "-", entry["file"])
+    console.print(table)
+
+
+@mix.command("plan")
+@click.argument("mixture")
+@click.option("--revision", "revision", required=True, help="Revision name.")
+@click.option("--file", "file", type=click.Path(dir_okay=False), default=None, help="Plan this revision file instead.")
+@json_option
+@home_option
+def plan_command(home: Home, mixture: str, revision: str, file: str | None, as_json: bool) -> None:
+    """Per cell: available tokens, tokens drawn per phase, epochs, weight declared vs realised."""
+    result = api.plan(home, mixture, revision, file=file)
+    if as_json:
+        print_json(result)
+        return
+    print_plan(result)
+
+
+def print_plan(result: dict[str, Any]) -> None:
+    store = result["store"]
+    table = Table(title=f"{result['mixture']}/{result['revision']} on {store['name']}/{store['version']}: "
+                        f"{result['total_steps']} steps, {fmt_tokens(result['total_tokens'])} tokens, "
+                        f"max {result['max_epochs']:.3g} epochs (cap {result['epoch_cap']:g})")
+    table.add_column("cell")
+    table.add_column("available", justify="right")
+    for phase in result["phases"]:
+        table.add_column(f"{phase['name']} tokens", justify="right")
+        table.add_column("declared", justify="right")
+        table.add_column("realised", justify="right")
+    table.add_column("epochs", justify="right")
+    for cell, info in result["cells"].items():
+        row = [cell, fmt_tokens(info["available_tokens"])]
+        for phase in result["phases"]:
+            cp = info["phases"][phase["name"]]
+            row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.4%}", f"{cp['realised_weight']:.4%}"]
+        row.append(f"{info['epochs']:.3f}")
+        table.add_row(*row)
+    console.print(table)
+
+
+@mix.command("diff")
+@click.argument("mixture")
+@click.argument("a")
+@click.argument("b")
+@click.option("--all", "show_all", is_flag=True, help="Show unchanged cells too.")
+@json_option
+@home_option
+def diff_command(home: Home, mixture: str, a: str, b: str, show_all: bool, as_json: bool) -> None:
+    """Per-cell weight and epoch changes from revision A to revision B."""
+    result = api.diff(home, mixture, a, b)
+    if as_json:
+        print_json(result)
+        return
+    table = Table(title=f"{mixture}: {a} -> {b} ({result['changed_cells']} cells changed)")
+    table.add_column("cell")
+    for name in result["phases"]:
+        table.add_column(f"{name} weight", justify="right")
+    table.add_column("epochs", justify="right")
+    for cell, info in result["cells"].items():
+        if not (info["changed"] or show_all):
+            continue
+        row = [cell]
+        for name in result["phases"]:
+            p = info["phases"][name]
+            row.append(f"{p['weight_a']:.4%} -> {p['weight_b']:.4%} ({p['weight_change']:+.4%})")
+        row.append(f"{info['epochs_a']:.3f} -> {info['epochs_b']:.3f} ({info['epochs_change']:+.3f})")
+        table.add_row(*row)
+    console.print(table)

@@ -1,0 +1,104 @@
+"""What a built revision draws, per cell and phase, and how two revisions differ.
+
+`realised_weight` is what is sampled (sequences / phase sequences), next to the
+declared weight, so a log never reports the declaration as if it were the draw.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from mixtures.cells import CellTable
+from mixtures.manifest import BuiltManifest
+
+
+def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The plan as a JSON-ready dict; cells of the store that draw nothing are listed with zeros."""
+    table = CellTable(dict(store_tokens or {}), manifest.seq_len)
+    names = sorted(set(manifest.cells) | set(table.tokens))
+    cells: dict[str, Any] = {}
+    for cell in names:
+        info = manifest.cells.get(cell)
+        available = info.available_tokens if info else table.tokens[cell]
+        held = info.sequences_available if info else table.sequences(cell)
+        phases: dict[str, Any] = {}
+        drawn = 0
+        for phase in manifest.phases:
+            sequences = phase.counts.get(cell, 0)
+            drawn += sequences
+            phases[phase.name] = {
+                "declared_weight": phase.declared_weights.get(cell, 0.0),
+                "realised_weight": sequences / phase.sequences,
+                "sequences": sequences,
+                "tokens": sequences * manifest.seq_len,
+            }
+        cells[cell] = {
+            "available_tokens": available,
+            "sequences_available": held,
+            "epochs": drawn / held if held else 0.0,
+            "sequences": drawn,
+            "tokens": drawn * manifest.seq_len,
+            "phases": phases,
+        }
+    return {
+        "mixture": manifest.mixture,
+        "revision": manifest.revision,
+        "revision_hash": manifest.revision_hash,
+        "manifest_hash": digest,
+        "store": manifest.store.model_dump(mode="json"),
+        "seed": manifest.seed,
+        "seq_len": manifest.seq_len,
+        "global_batch": manifest.global_batch,
+        "epoch_cap": manifest.epoch_cap,
+        "total_sequences": manifest.total_sequences,
+        "total_steps": manifest.total_steps,
+        "total_tokens": manifest.total_sequences * manifest.seq_len,
+        "max_epochs": max((c["epochs"] for c in cells.values()), default=0.0),
+        "phases": [
+            {
+                "name": phase.name,
+                "token_budget": phase.token_budget,
+                "sequences": phase.sequences,
+                "tokens": phase.sequences * manifest.seq_len,
+                "start_step": phase.start_step,
+                "steps": phase.steps,
+                "cells_drawn": sum(1 for count in phase.counts.values() if count > 0),
+            }
+            for phase in manifest.phases
+        ],
+        "cells": cells,
+    }
+
+
+def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Per-cell weight and epoch changes from plan `a` to plan `b` (phases matched by name)."""
+    phase_names = [p["name"] for p in a["phases"]] + [p["name"] for p in b["phases"] if p["name"] not in
+                                                      {q["name"] for q in a["phases"]}]
+    empty = {"declared_weight": 0.0, "realised_weight": 0.0, "sequences": 0, "tokens": 0}
+    cells: dict[str, Any] = {}
+    for cell in sorted(set(a["cells"]) | set(b["cells"])):
+        ca, cb = a["cells"].get(cell), b["cells"].get(cell)
+        epochs_a = ca["epochs"] if ca else 0.0
+        epochs_b = cb["epochs"] if cb else 0.0
+        phases = {}
+        for name in phase_names:
+            pa = (ca or {}).get("phases", {}).get(name, empty)
+            pb = (cb or {}).get("phases", {}).get(name, empty)
+            phases[name] = {
+                "weight_a": pa["declared_weight"],
+                "weight_b": pb["declared_weight"],
+                "weight_change": pb["declared_weight"] - pa["declared_weight"],
+                "realised_weight_a": pa["realised_weight"],
+                "realised_weight_b": pb["realised_weight"],
+            }
+        changed = epochs_a != epochs_b or any(p["weight_a"] != p["weight_b"] for p in phases.values())
+        cells[cell] = {"epochs_a": epochs_a, "epochs_b": epochs_b, "epochs_change": epochs_b - epochs_a,
+                       "changed": changed, "phases": phases}
+    return {
+        "mixture": a["mixture"],
+        "a": {k: a[k] for k in ("revision", "revision_hash", "manifest_hash", "store", "total_steps")},
+        "b": {k: b[k] for k in ("revision", "revision_hash", "manifest_hash", "store", "total_steps")},
+        "phases": phase_names,
+        "changed_cells": sum(1 for c in cells.values() if c["changed"]),
+        "cells": cells,
+    }

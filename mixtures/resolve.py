@@ -1,0 +1,255 @@
+"""Resolve a revision against a store into a `BuiltManifest`, in memory (writes nothing).
+
+This is where every store-dependent check lives, each failing with one line that
+names the revision, phase, field and cell: cells exist and hold at least one
+sequence, patterns match something, the epoch cap holds across phases, and no
+non-zero weight is rounded to zero samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from millrace.artifacts import content_hash, read_artifact
+from millrace.errors import ArtifactError, ConfigError
+from millrace.home import Home
+from mixtures.apportion import Infeasible, apportion, exact_shares
+from mixtures.cells import CellTable, is_pattern
+from mixtures.manifest import (
+    MANIFEST_KIND,
+    MANIFEST_SCHEMA_VERSION,
+    BuiltManifest,
+    ManifestCell,
+    ManifestPhase,
+    PinnedShard,
+    StoreRef,
+)
+from mixtures.revision import PhaseSpec, Revision, StoreSpec
+from mixtures.strategies import StrategyError, desired_weights, water_fill
+from pipeline.store import CELL_KIND, Store
+
+log = logging.getLogger(__name__)
+
+
+def store_versions(home: Home, name: str) -> list[str]:
+    """Versions of a store that have a store.json, oldest first (CalVer sorts as text)."""
+    root = home.stores / name
+    return sorted(p.parent.name for p in root.glob("*/store.json")) if root.is_dir() else []
+
+
+def open_store(home: Home, spec: StoreSpec, where: str) -> Store:
+    """The store a revision targets: its pinned version, else the newest; hash checked if pinned."""
+    versions = store_versions(home, spec.name)
+    if spec.version is None:
+        if not versions:
+            raise ConfigError(f"{where}: field 'store.name': no store {spec.name!r} under {home.stores}")
+        version = versions[-1]
+    else:
+        if spec.version not in versions:
+            found = ", ".join(versions) or "none"
+            raise ConfigError(
+                f"{where}: field 'store.version': store {spec.name}/{spec.version} not found under {home.stores} "
+                f"(versions present: {found})"
+            )
+        version = spec.version
+    store = Store(home.store(spec.name, version))
+    if store.name != spec.name or store.version != version:
+        raise ArtifactError(f"{store.path}/store.json: names store {store.name}/{store.version}, expected {spec.name}/{version}")
+    if spec.manifest_hash is not None and spec.manifest_hash != store.manifest_hash:
+        raise ConfigError(
+            f"{where}: field 'store.manifest_hash': {spec.manifest_hash} differs from {store.path}/store.json's "
+            f"{store.manifest_hash} (the store changed since the revision was written)"
+        )
+    return store
+
+
+def phase_sequences(tokens: int, seq_len: int, global_batch: int) -> int:
+    """The budget in whole batches, rounded half up, at least one batch."""
+    steps = max(1, math.floor(Fraction(tokens, seq_len * global_batch) + Fraction(1, 2)))
+    return steps * global_batch
+
+
+@dataclass
+class PhaseContext:
+    revision: Revision
+    phase: PhaseSpec
+    source: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}: revision {self.revision.key}: phase {self.phase.name!r}"
+
+
+def explicit_weights(ctx: PhaseContext, table: CellTable) -> dict[str, Fraction]:
+    expanded, unmatched = table.expand(ctx.phase.weights or {})
+    if unmatched:
+        key = unmatched[0]
+        what = "pattern matches no non-empty cell" if is_pattern(key) else "no such cell in the store"
+        raise ConfigError(f"{ctx.where}: field 'weights' cell {key!r}: {what}")
+    for cell, weight in sorted(expanded.items()):
+        if weight > 0 and table.tokens[cell] <= 0:
+            raise ConfigError(f"{ctx.where}: field 'weights' cell {cell!r}: cell is empty (0 tokens) but has weight {float(weight):.6g}")
+        if weight > 0 and table.sequences(cell) == 0:
+            raise ConfigError(
+                f"{ctx.where}: field 'weights' cell {cell!r}: holds {table.tokens[cell]} tokens, fewer than one "
+                f"sequence of seq_len + 1 = {table.seq_len + 1}"
+            )
+    return {cell: weight for cell, weight in expanded.items() if weight > 0}
+
+
+def strategy_weights(ctx: PhaseContext, table: CellTable, capacity: dict[str, int], sequences: int) -> dict[str, Fraction]:
+    phase = ctx.phase
+    cells = table.sampleable
+    if phase.cells is not None:
+        chosen: set[str] = set()
+        for key in phase.cells:
+            matched = [cell for cell in table.match(key) if table.sequences(cell) > 0]
+            if not matched:
+                raise ConfigError(f"{ctx.where}: field 'cells' cell {key!r}: matches no non-empty cell")
+            chosen.update(matched)
+        cells = sorted(chosen)
+    try:
+        desired = desired_weights(
+            phase.strategy or "", {cell: table.tokens[cell] for cell in cells},
+            temperature_value=phase.temperature, tilt=phase.tilt,
+        )
+        weights = water_fill(desired, capacity, sequences)
+    except StrategyError as exc:
+        raise ConfigError(f"{ctx.where}: field 'strategy' ({phase.strategy}): {exc}") from None
+    return {cell: weight for cell, weight in weights.items() if weight > 0}
+
+
+def infeasible_message(ctx: PhaseContext, exc: Infeasible, table: CellTable, used: dict[str, int],
+                       capacity: dict[str, int], sequences: int) -> str:
+    shown = exc.cells[:8]
+    more = f" and {len(exc.cells) - len(shown)} more" if len(exc.cells) > len(shown) else ""
+    if exc.reason == "tiny":
+        detail = ", ".join(f"{c} ({float(exc.shares[c]):.3g} sequences)" for c in shown)
+        return (
+            f"{ctx.where}: field 'weights' cell {exc.cells[0]!r}: non-zero weights would get no sample in "
+            f"{sequences} sequences and can't all be given one: {detail}{more}; raise the phase's tokens or these "
+            "weights, or set them to 0"
+        )
+    cap = ctx.revision.epoch_cap
+    detail = ", ".join(
+        f"{c} (wants {float(exc.shares[c]):.6g} sequences, {capacity.get(c, 0)} left of "
+        f"{table.sequences(c)} x {cap:g} after {used.get(c, 0)} drawn earlier)"
+        for c in shown
+    )
+    return f"{ctx.where}: field 'epoch_cap' cell {exc.cells[0]!r}: passes the epoch cap of {cap:g}: {detail}{more}"
+
+
+def resolve(revision: Revision, store: Store, source: str) -> BuiltManifest:
+    """Every check and every number of the build; pure given the revision and the store."""
+    table = CellTable({cell: summary.tokens for cell, summary in store.manifest.cells.items()}, revision.seq_len)
+    cap = Fraction(revision.epoch_cap)
+    limit = {cell: math.floor(cap * table.sequences(cell)) for cell in table.tokens}
+    used = {cell: 0 for cell in table.tokens}
+    phases: list[ManifestPhase] = []
+    position = 0
+    for phase in revision.phases:
+        ctx = PhaseContext(revision, phase, source)
+        sequences = phase_sequences(phase.tokens, revision.seq_len, revision.global_batch)
+        capacity = {cell: limit[cell] - used[cell] for cell in table.tokens}
+        if phase.weights is not None:
+            weights = explicit_weights(ctx, table)
+        else:
+            weights = strategy_weights(ctx, table, capacity, sequences)
+        try:
+            counts = apportion(weights, sequences, lower={c: 1 for c in weights}, upper=capacity)
+        except Infeasible as exc:
+            raise ConfigError(infeasible_message(ctx, exc, table, used, capacity, sequences)) from None
+        mass = sum(weights.values(), Fraction(0))
+        for cell, count in counts.items():
+            used[cell] += count
+        phases.append(ManifestPhase(
+            name=phase.name,
+            token_budget=phase.tokens,
+            start_position=position,
+            sequences=sequences,
+            start_step=position // revision.global_batch,
+            steps=sequences // revision.global_batch,
+            counts=dict(sorted(counts.items())),
+            declared_weights={cell: float(weight / mass) for cell, weight in sorted(weights.items())},
+        ))
+        position += sequences
+    drawn = sorted(cell for cell, count in used.items() if count > 0)
+    for phase_index, phase in enumerate(phases):
+        phases[phase_index] = phase.model_copy(update={
+            "counts": {cell: phase.counts.get(cell, 0) for cell in drawn},
+            "declared_weights": {cell: phase.declared_weights.get(cell, 0.0) for cell in drawn},
+        })
+    cells = {cell: pin_cell(store, cell, table, revision, source) for cell in drawn}
+    tokenizer = store.manifest.tokenizer
+    return BuiltManifest(
+        mixture=revision.mixture,
+        revision=revision.revision,
+        revision_hash=revision.hash(),
+        store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash,
+                       stats_only=store.manifest.stats_only),
+        tokenizer_fingerprint=tokenizer.fingerprint if tokenizer else None,
+        dtype=store.manifest.dtype,
+        eos_id=tokenizer.eos_id if tokenizer else None,
+        seed=revision.seed,
+        seq_len=revision.seq_len,
+        global_batch=revision.global_batch,
+        epoch_cap=revision.epoch_cap,
+        cells=cells,
+        phases=phases,
+        total_sequences=position,
+        total_steps=position // revision.global_batch,
+    )
+
+
+def pin_cell(store: Store, cell: str, table: CellTable, revision: Revision, source: str) -> ManifestCell:
+    """The cell's shards with their checksums, from its hash-checked cell.json (none if stats-only)."""
+    summary = store.manifest.cells[cell]
+    if store.manifest.stats_only:
+        return ManifestCell(name=cell, available_tokens=summary.tokens, documents=summary.documents,
+                            sequences_available=table.sequences(cell), cell_manifest_hash=None, shards=[])
+    manifest = store.cell(cell)
+    cell_json = store.cell_dir(cell) / "cell.json"
+    if manifest.tokens != summary.tokens:
+        raise ArtifactError(f"{cell_json}: {manifest.tokens} tokens, store.json says {summary.tokens}")
+    if store.manifest.dtype is not None and manifest.dtype != store.manifest.dtype:
+        raise ArtifactError(f"{cell_json}: dtype {manifest.dtype} differs from store.json's {store.manifest.dtype}")
+    for shard in manifest.shards:
+        prefix = store.shard_prefix(cell, shard)
+        for suffix in (".bin", ".idx"):
+            if not Path(f"{prefix}{suffix}").exists():
+                raise ArtifactError(f"{prefix}{suffix}: missing shard file of cell {cell!r}")
+        size = Path(f"{prefix}.bin").stat().st_size
+        if size != shard.bin_bytes:
+            raise ArtifactError(f"{prefix}.bin: {size} bytes, {cell_json} says {shard.bin_bytes}")
+    shards = [
+        PinnedShard(name=s.name, documents=s.documents, tokens=s.tokens, bin_sha256=s.bin_sha256,
+                    idx_sha256=s.idx_sha256, src_sha256=s.src_sha256)
+        for s in manifest.shards
+    ]
+    return ManifestCell(
+        name=cell, available_tokens=manifest.tokens, documents=manifest.documents,
+        sequences_available=table.sequences(cell),
+        cell_manifest_hash=summary.manifest_hash or read_artifact(cell_json, CELL_KIND)["content_hash"],
+        shards=shards,
+    )
+
+
+def manifest_hash(manifest: BuiltManifest) -> str:
+    """The content hash `write_manifest` will record for this manifest."""
+    return content_hash({"kind": MANIFEST_KIND, "schema_version": MANIFEST_SCHEMA_VERSION,
+                         **manifest.model_dump(mode="json")})
+
+
+def epochs(manifest: BuiltManifest) -> dict[str, float]:
+    """Per cell: sequences drawn across phases / sequences available."""
+    return {
+        cell: sum(phase.counts.get(cell, 0) for phase in manifest.phases) / info.sequences_available
+        for cell, info in manifest.cells.items()
+    }
+
+
+__all__ = ["resolve", "open_store", "phase_sequences", "manifest_hash", "epochs", "store_versions", "exact_shares"]

@@ -1,0 +1,208 @@
+"""Revision files: a mixture's weights per phase, as a human-edited TOML file.
+
+A revision is named and immutable: once built, a changed file under the same
+name is refused (write a new revision instead). A complete example:
+
+    # mixtures/revisions/default/quality-tilt.toml
+    mixture = "default"            # the mixture this revision belongs to
+    revision = "quality-tilt"      # its name; the file is <revision>.toml
+    description = "natural weights, tilted towards the high-quality buckets"
+    seed = 1234                    # keys the loader's per-cell permutations
+    seq_len = 256                  # tokens per sample (a sample reads seq_len + 1)
+    global_batch = 16              # sequences per optimizer step, all ranks together
+    epoch_cap = 8                  # no cell is drawn more than 8 times over, across phases
+    normalize = false              # optional; true rescales weights that don't sum to 1
+
+    [store]
+    name = "local"                 # the token store under $MILLRACE_HOME/stores/
+    # version = "2026.11.30"       # optional: without it, the newest version is used
+    # manifest_hash = "sha256:…"   # optional: refuse a store whose store.json differs
+
+    [[phases]]                     # phases run in order; each is a token budget
+    name = "main"
+    tokens = 1_048_576
+    strategy = "quality-tilt"      # weights computed from the store's stats at build
+    tilt = { q0 = 0.5, q1 = 0.75, q3 = 1.5, q4 = 2.0 }
+
+    [[phases]]
+    name = "cooldown"
+    tokens = 196_608
+    [phases.weights]               # or explicit weights over cells and patterns
+    "c*q4" = 0.75                  # every q4 cell, shared by available tokens
+    "c03q*" = 0.25                 # every bucket of domain 3
+
+A phase has either `weights` or `strategy`:
+- `weights`: a table from cell names or fnmatch patterns (`*`, `?`, `[..]`) to
+  non-negative finite weights. A pattern's weight is shared among the non-empty
+  cells it matches in proportion to their available tokens; a cell named by
+  several keys gets the sum. The expanded weights must sum to 1 within 1e-9
+  unless `normalize = true`: a sum of 0.7 is a typo to report, not to fix.
+- `strategy`: `natural` (proportional to available tokens), `uniform` (equal),
+  `temperature` (tokens^(1/temperature), needs `temperature`), `quality-tilt`
+  (natural times a factor per quality bucket `qN` of cells named `cNNqQ`,
+  needs `tilt`), optionally restricted to the cells matching `cells` (a list of
+  names or patterns, e.g. `["c*q3", "c*q4"]` for a cooldown on the top
+  buckets). Strategy weights are water-filled under the epoch cap: a cell whose
+  share would pass the cap is held at it and the rest spread over the others,
+  so a strategy phase is valid by construction.
+
+A phase's `tokens` becomes `round(tokens / (seq_len * global_batch))` steps (at
+least one) of `global_batch` sequences; a cell's epochs are the sequences drawn
+from it across all phases divided by the sequences it holds,
+`(available_tokens - 1) // seq_len`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from millrace.artifacts import content_hash
+from millrace.config import parse_document
+from millrace.errors import ConfigError
+
+STRATEGY_NAMES = ("natural", "uniform", "temperature", "quality-tilt")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+BUCKET_KEY = re.compile(r"^q\d+$")
+
+
+class Strict(pydantic.BaseModel):
+    """Unknown keys, wrong types (no "256" for 256) and NaN are all errors."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class StoreSpec(Strict):
+    name: str = pydantic.Field(pattern=NAME_PATTERN)
+    version: str | None = pydantic.Field(default=None, pattern=NAME_PATTERN)
+    manifest_hash: str | None = pydantic.Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+
+
+class PhaseSpec(Strict):
+    name: str = pydantic.Field(pattern=NAME_PATTERN)
+    tokens: int = pydantic.Field(gt=0)
+    weights: dict[str, float] | None = None
+    strategy: Literal["natural", "uniform", "temperature", "quality-tilt"] | None = None
+    temperature: float | None = pydantic.Field(default=None, gt=0)
+    tilt: dict[str, float] | None = None
+    cells: list[str] | None = None
+
+
+class Revision(Strict):
+    mixture: str = pydantic.Field(pattern=NAME_PATTERN)
+    revision: str = pydantic.Field(pattern=NAME_PATTERN)
+    description: str = ""
+    store: StoreSpec
+    seed: int = pydantic.Field(ge=0, lt=1 << 63)
+    seq_len: int = pydantic.Field(gt=0)
+    global_batch: int = pydantic.Field(gt=0)
+    epoch_cap: float = pydantic.Field(gt=0)
+    normalize: bool = False
+    phases: list[PhaseSpec] = pydantic.Field(min_length=1)
+
+    @property
+    def key(self) -> str:
+        return f"{self.mixture}/{self.revision}"
+
+    def hash(self) -> str:
+        """Hash of the revision's meaning: comments and layout of the file don't change it."""
+        return content_hash(self.model_dump(mode="json"))
+
+
+def describe(source: str, data: Any, exc: pydantic.ValidationError) -> str:
+    """One line naming file, revision, phase (by name), field and, for weights, the cell."""
+    first = exc.errors()[0]
+    loc = list(first["loc"])
+    where = [source]
+    if isinstance(data, dict) and isinstance(data.get("mixture"), str) and isinstance(data.get("revision"), str):
+        where.append(f"revision {data['mixture']}/{data['revision']}")
+    if len(loc) >= 2 and loc[0] == "phases" and isinstance(loc[1], int):
+        phases = data.get("phases") if isinstance(data, dict) else None
+        name = phases[loc[1]].get("name") if isinstance(phases, list) and isinstance(phases[loc[1]], dict) else None
+        where.append(f"phase {name!r}" if isinstance(name, str) else f"phase #{loc[1] + 1}")
+        loc = loc[2:]
+    if len(loc) >= 2 and loc[0] in ("weights", "tilt"):
+        field = f"field '{loc[0]}' {'cell' if loc[0] == 'weights' else 'bucket'} {loc[1]!r}"
+    else:
+        field = "field '" + (".".join(str(part) for part in loc) or "<root>") + "'"
+    message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
+    value = first.get("input")
+    shown = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(value, (dict, list)) else f" (got {value!r:.60})"
+    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{': '.join(where)}: {field}: {message}{shown}{extra}"
+
+
+def check_phases(revision: Revision, source: str) -> None:
+    """The checks that need no store: phase names, weights vs strategy, signs, sums."""
+    prefix = f"{source}: revision {revision.key}"
+    seen: set[str] = set()
+    for phase in revision.phases:
+        where = f"{prefix}: phase {phase.name!r}"
+        if phase.name in seen:
+            raise ConfigError(f"{where}: field 'name': phase name used twice")
+        seen.add(phase.name)
+        if (phase.weights is None) == (phase.strategy is None):
+            raise ConfigError(f"{where}: give exactly one of 'weights' and 'strategy'")
+        if phase.weights is not None:
+            for field in ("temperature", "tilt", "cells"):
+                if getattr(phase, field) is not None:
+                    raise ConfigError(f"{where}: field {field!r}: only for a strategy phase (this phase has weights)")
+            if not phase.weights:
+                raise ConfigError(f"{where}: field 'weights': empty")
+            for cell, weight in phase.weights.items():
+                if weight < 0:
+                    raise ConfigError(f"{where}: field 'weights' cell {cell!r}: negative weight {weight!r}")
+            total = math.fsum(phase.weights.values())
+            if total <= 0:
+                raise ConfigError(f"{where}: field 'weights': every weight is zero")
+            if not revision.normalize and abs(total - 1.0) > 1e-9:
+                raise ConfigError(
+                    f"{where}: field 'weights': weights sum to {total!r}, not 1 within 1e-9 "
+                    "(fix them, or set normalize = true to rescale)"
+                )
+            continue
+        if (phase.strategy == "temperature") != (phase.temperature is not None):
+            raise ConfigError(f"{where}: field 'temperature': {'required' if phase.temperature is None else 'only'} for strategy 'temperature'")
+        if (phase.strategy == "quality-tilt") != (phase.tilt is not None):
+            raise ConfigError(f"{where}: field 'tilt': {'required' if phase.tilt is None else 'only'} for strategy 'quality-tilt'")
+        for bucket, factor in (phase.tilt or {}).items():
+            if not BUCKET_KEY.match(bucket):
+                raise ConfigError(f"{where}: field 'tilt' bucket {bucket!r}: expected a bucket name like 'q4'")
+            if factor < 0:
+                raise ConfigError(f"{where}: field 'tilt' bucket {bucket!r}: negative factor {factor!r}")
+        if phase.cells is not None and not phase.cells:
+            raise ConfigError(f"{where}: field 'cells': empty list")
+
+
+def parse_revision(data: Any, source: str) -> Revision:
+    try:
+        revision = Revision.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(describe(source, data, exc)) from None
+    check_phases(revision, source)
+    return revision
+
+
+def load_revision(path: Path | str) -> Revision:
+    """Parse and check a revision file; every problem is a one-line ConfigError naming it."""
+    path = Path(path)
+    return parse_revision(parse_document(path), str(path))
+
+
+def revision_to_toml(revision: Revision, header: str = "") -> str:
+    """The file form of a revision: phases last, weights as a table per phase."""
+    import tomli_w
+
+    data = revision.model_dump(mode="json", exclude_none=True)
+    if not data.get("description"):
+        data.pop("description", None)
+    if not data.get("normalize"):
+        data.pop("normalize", None)
+    ordered = {k: data[k] for k in ("mixture", "revision", "description", "seed", "seq_len", "global_batch",
+                                    "epoch_cap", "normalize", "store", "phases") if k in data}
+    comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    return comment + tomli_w.dumps(ordered)
