@@ -1,0 +1,10 @@
+"""Static report site: store composition pages and live training pages, from artifacts only.
+
+No torch, no datatrove: this package reads store.json / cell.json, built mixture
+manifests, run.json and metrics.jsonl, and writes HTML with jinja2.
+"""
+
+from reports.site import build_pages, build_run_page, build_site
+from reports.watch import WatchResult, watch
+
+__all__ = ["build_site", "build_pages", "build_run_page", "watch", "WatchResult"]

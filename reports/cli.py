@@ -1,0 +1,75 @@
+"""`millrace report`: build the static site, or watch a run's page live."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from millrace.home import Home
+from millrace.options import home_option, json_option, print_json
+
+log = logging.getLogger(__name__)
+
+
+@click.group()
+def report() -> None:
+    """Build and watch the static report site (opens from file://, no network)."""
+
+
+@report.command()
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Site directory (default: $MILLRACE_HOME/site).")
+@click.option("--store", "stores", multiple=True, metavar="NAME[/VERSION]",
+              help="Only these store versions (repeatable; default: every store under --home).")
+@click.option("--mixture", "mixtures", multiple=True, metavar="MIXTURE",
+              help="Only embed revisions of these mixtures (repeatable; default: every built mixture).")
+@click.option("--run", "runs", multiple=True, metavar="RUN", help="Only these training runs (repeatable; default: all).")
+@click.option("--no-runs", is_flag=True, help="Build no training-run pages.")
+@json_option
+@home_option
+def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple[str, ...], runs: tuple[str, ...],
+          no_runs: bool, as_json: bool) -> None:
+    """Write SITE/<store>/<version>/index.html, SITE/runs/<run>/index.html and SITE/index.html."""
+    from reports.site import build_pages, find_runs, find_store_versions
+
+    run_selection = [] if no_runs else (list(runs) or None)
+    total = len(find_store_versions(home, stores)) + len(find_runs(home, run_selection))
+    with Progress(TextColumn("building pages"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  transient=True, disable=as_json) as bar:
+        task = bar.add_task("pages", total=total)
+        pages = build_pages(home, out, stores=stores, mixtures=mixtures, runs=run_selection,
+                            progress=lambda: bar.advance(task))
+    if as_json:
+        print_json(pages.as_json())
+        return
+    click.echo(f"site: {pages.index}")
+    for path in [*pages.stores, *pages.runs]:
+        click.echo(f"  {path}  ({path.stat().st_size / 1024:,.0f} KiB)")
+
+
+@report.command()
+@click.argument("run")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Site directory (default: $MILLRACE_HOME/site).")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls of the stream.")
+@click.option("--until-finished/--forever", default=True, show_default=True,
+              help="Stop once run.json's status says the run is over (or keep watching until Ctrl-C / --timeout).")
+@click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
+@json_option
+@home_option
+def watch(home: Home, run: str, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
+          as_json: bool) -> None:
+    """Rebuild SITE/runs/RUN/index.html as RUN's metrics stream grows; the page reloads itself while live."""
+    from reports.watch import watch as follow
+
+    if not as_json:
+        click.echo(f"watching run {run}; open {(out or home.site) / 'runs' / run / 'index.html'} (Ctrl-C stops)")
+    result = follow(home, run, out, interval=interval, until_finished=until_finished, timeout=timeout)
+    if as_json:
+        print_json({"page": str(result.page), "rebuilds": result.rebuilds, "status": result.status,
+                    "stopped": result.reason})
+    else:
+        click.echo(f"stopped ({result.reason}) after {result.rebuilds} rebuilds; run status {result.status}: {result.page}")

@@ -1,0 +1,236 @@
+"""What a store version's composition page shows: its cells, sources, funnel and built revisions.
+
+Reads artifacts only (store.json, cells/*/cell.json, mixtures/*/*/manifest.json)
+and turns them into one JSON-ready dict. Revision-dependent numbers (weights,
+counts, epochs) are kept as arrays aligned with `cells`, so five revisions of a
+200-cell store stay a few tens of kilobytes inside the page.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from millrace.errors import ArtifactError
+from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
+from pipeline.store import Store
+
+log = logging.getLogger(__name__)
+
+GRID_CELL = re.compile(r"^c(\d+)q(\d+)$")
+COUNT_KEYS = ("documents", "tokens", "bytes")
+
+
+@dataclass(frozen=True)
+class BuiltRevision:
+    """One built manifest found next to a store version."""
+
+    path: Path
+    manifest: BuiltManifest
+    manifest_hash: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.manifest.mixture} / {self.manifest.revision}"
+
+
+@dataclass
+class Composition:
+    store: Store
+    cells: list[dict[str, Any]]
+    sources: list[dict[str, Any]]
+    funnel: list[dict[str, Any]]
+    grid: dict[str, Any] | None
+    revisions: dict[str, BuiltRevision] = field(default_factory=dict)
+    stale: list[str] = field(default_factory=list)
+
+    @property
+    def has_cell_stats(self) -> bool:
+        return not self.store.manifest.stats_only
+
+    def page_data(self) -> dict[str, Any]:
+        """Everything the page's script needs, JSON-ready."""
+        manifest = self.store.manifest
+        return {
+            "store": {
+                "name": manifest.name,
+                "version": manifest.version,
+                "stats_only": manifest.stats_only,
+                "tokens": sum(c["tokens"] for c in self.cells),
+                "documents": sum(c["documents"] for c in self.cells),
+            },
+            "cells": [
+                {k: c[k] for k in ("name", "label", "domain", "bucket", "tokens", "documents")} for c in self.cells
+            ],
+            "grid": self.grid,
+            "sources": [{"name": s["name"], "tokens_by_cell": s["tokens_by_cell"]} for s in self.sources],
+            "revisions": {key: revision_data(rev, self.cells) for key, rev in self.revisions.items()},
+            "stale": self.stale,
+        }
+
+
+def revision_data(built: BuiltRevision, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per phase declared weights and sample counts, and per cell sequences available, aligned with `cells`."""
+    manifest = built.manifest
+    names = [c["name"] for c in cells]
+    available = []
+    for cell in cells:
+        entry = manifest.cells.get(cell["name"])
+        available.append(
+            entry.sequences_available if entry is not None else max(0, (cell["tokens"] - 1) // manifest.seq_len)
+        )
+    return {
+        "mixture": manifest.mixture,
+        "revision": manifest.revision,
+        "label": built.label,
+        "manifest_hash": built.manifest_hash,
+        "revision_hash": manifest.revision_hash,
+        "seed": manifest.seed,
+        "seq_len": manifest.seq_len,
+        "global_batch": manifest.global_batch,
+        "epoch_cap": manifest.epoch_cap,
+        "total_sequences": manifest.total_sequences,
+        "total_steps": manifest.total_steps,
+        "sequences_available": available,
+        "phases": [
+            {
+                "name": phase.name,
+                "token_budget": phase.token_budget,
+                "sequences": phase.sequences,
+                "steps": phase.steps,
+                "start_step": phase.start_step,
+                "declared": [phase.declared_weights.get(name, 0.0) for name in names],
+                "counts": [phase.counts.get(name, 0) for name in names],
+            }
+            for phase in manifest.phases
+        ],
+    }
+
+
+def _grid(cells: list[dict[str, Any]], domain_labels: dict[str, str]) -> dict[str, Any] | None:
+    """Domains × buckets when every cell is named cNNqQ; otherwise None (cells are sources)."""
+    if not cells or any(c["domain"] is None for c in cells):
+        return None
+    domains = sorted({c["domain"] for c in cells})
+    buckets = sorted({c["bucket"] for c in cells})
+    return {
+        "domains": [{"index": d, "label": domain_labels.get(f"c{d:02d}", "")} for d in domains],
+        "buckets": buckets,
+    }
+
+
+def _counts(value: Any) -> dict[str, int]:
+    value = value if isinstance(value, dict) else {}
+    return {k: int(value.get(k, 0) or 0) for k in COUNT_KEYS}
+
+
+def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
+    """Stages in order, each with per-source and total received/kept/removed (by reason)."""
+    stages = funnel.get("stages", []) if isinstance(funnel, dict) else []
+    if not isinstance(stages, list):
+        raise ArtifactError(f"{store_path / 'store.json'}: funnel.stages is not a list")
+    out = []
+    for stage in stages:
+        rows = []
+        total = {"received": _counts({}), "kept": _counts({}), "removed": {}}
+        for source, counts in sorted((stage.get("sources") or {}).items()):
+            row = {
+                "source": source,
+                "received": _counts(counts.get("received")),
+                "kept": _counts(counts.get("kept")),
+                "removed": {reason: _counts(c) for reason, c in sorted((counts.get("removed") or {}).items())},
+            }
+            rows.append(row)
+            for key in COUNT_KEYS:
+                total["received"][key] += row["received"][key]
+                total["kept"][key] += row["kept"][key]
+            for reason, c in row["removed"].items():
+                acc = total["removed"].setdefault(reason, _counts({}))
+                for key in COUNT_KEYS:
+                    acc[key] += c[key]
+        removed_all = {k: sum(c[k] for c in total["removed"].values()) for k in COUNT_KEYS}
+        out.append({"name": str(stage.get("name", "?")), "sources": rows, "total": total, "removed_all": removed_all})
+    return out
+
+
+def load_composition(store_path: Path) -> Composition:
+    """Read a store version and every revision built on it."""
+    store = Store(store_path)
+    manifest = store.manifest
+    stats = manifest.stats or {}
+    domain_labels = (stats.get("domains") or {}).get("labels") or {}
+    score_ranges = (stats.get("quality") or {}).get("score_ranges") or {}
+    cells: list[dict[str, Any]] = []
+    for name, summary in manifest.cells.items():
+        match = GRID_CELL.match(name)
+        domain, bucket = (int(match.group(1)), int(match.group(2))) if match else (None, None)
+        cell = {
+            "name": name,
+            "domain": domain,
+            "bucket": bucket,
+            "label": domain_labels.get(f"c{domain:02d}", "") if domain is not None else "",
+            "tokens": summary.tokens,
+            "documents": summary.documents,
+            "bytes": summary.bytes,
+            "score_range": score_ranges.get(f"q{bucket}") if bucket is not None else None,
+            "samples": [],
+            "sources": {},
+        }
+        if not manifest.stats_only:
+            detail = store.cell(name)
+            cell_stats = detail.stats or {}
+            cell["label"] = cell_stats.get("label") or cell["label"]
+            cell["score_range"] = cell_stats.get("score_range") or cell["score_range"]
+            cell["samples"] = [
+                {"id": str(s.get("id", "")), "source": str(s.get("source", "")), "text": str(s.get("text", ""))}
+                for s in cell_stats.get("samples") or []
+                if isinstance(s, dict)
+            ]
+            cell["sources"] = {src: counts.model_dump() for src, counts in sorted(detail.sources.items())}
+        cells.append(cell)
+
+    source_names = sorted({src for c in cells for src in c["sources"]} | set(manifest.sources))
+    sources = []
+    for src in source_names:
+        by_cell = [c["sources"].get(src, {}).get("tokens", 0) for c in cells]
+        docs = sum(c["sources"].get(src, {}).get("documents", 0) for c in cells)
+        if not any(by_cell) and not docs:
+            continue
+        sources.append({"name": src, "tokens_by_cell": by_cell, "tokens": sum(by_cell), "documents": docs})
+
+    composition = Composition(
+        store=store,
+        cells=cells,
+        sources=sources,
+        funnel=_funnel(manifest.funnel, store.path),
+        grid=_grid(cells, domain_labels),
+    )
+    _attach_revisions(composition)
+    return composition
+
+
+def _attach_revisions(composition: Composition) -> None:
+    store = composition.store
+    found: list[BuiltRevision] = []
+    for path in sorted(store.path.glob(f"mixtures/*/*/{MANIFEST_FILE}")):
+        manifest, digest = read_manifest(path)
+        if (manifest.store.name, manifest.store.version) != (store.name, store.version):
+            raise ArtifactError(
+                f"{path}: built for store {manifest.store.name}/{manifest.store.version}, "
+                f"but it lies under {store.name}/{store.version}"
+            )
+        if manifest.store.manifest_hash != store.manifest_hash:
+            log.warning("%s: built against another store.json (%s); shown, marked stale", path,
+                        manifest.store.manifest_hash)
+        found.append(BuiltRevision(path, manifest, digest))
+    names = [b.manifest.revision for b in found]
+    for built in found:
+        key = built.manifest.revision
+        if names.count(key) > 1:  # the same revision name in two mixtures: qualify it
+            key = f"{built.manifest.mixture}/{built.manifest.revision}"
+        composition.revisions[key] = built
+        if built.manifest.store.manifest_hash != store.manifest_hash:
+            composition.stale.append(key)

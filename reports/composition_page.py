@@ -1,0 +1,88 @@
+"""The page for one store version: `SITE/<store>/<version>/index.html`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from reports.composition import Composition
+from reports.numbers import human_count, human_percent
+from reports.render import embed_json, render_page, static_text
+
+TOP_DOMAINS = 3
+
+
+def _spread(composition: Composition) -> list[dict[str, Any]]:
+    """Per source: its share in each quality bucket and each domain (or its top cells)."""
+    cells, grid = composition.cells, composition.grid
+    out = []
+    for source in composition.sources:
+        total = source["tokens"] or 1
+        row: dict[str, Any] = {"name": source["name"], "tokens": source["tokens"], "documents": source["documents"]}
+        if grid:
+            buckets = {b: 0 for b in grid["buckets"]}
+            domains = {d["index"]: 0 for d in grid["domains"]}
+            for cell, tokens in zip(cells, source["tokens_by_cell"]):
+                buckets[cell["bucket"]] += tokens
+                domains[cell["domain"]] += tokens
+            top = max(domains.values()) or 1
+            labels = {d["index"]: d["label"] for d in grid["domains"]}
+            row["buckets"] = [buckets[b] / total for b in grid["buckets"]]
+            row["domains"] = [
+                {"name": f"c{d:02d}", "label": labels[d], "share": t / total, "rel": t / top} for d, t in domains.items()
+            ]
+            ranked = sorted(domains.items(), key=lambda item: -item[1])[:TOP_DOMAINS]
+            row["top_domains"] = ", ".join(
+                f"c{d:02d}{' ' + labels[d] if labels[d] else ''} {human_percent(t / total)}" for d, t in ranked if t
+            )
+        else:
+            ranked = sorted(zip(cells, source["tokens_by_cell"]), key=lambda item: -item[1])[:TOP_DOMAINS]
+            row["top_cells"] = ", ".join(f"{c['name']} {human_percent(t / total)}" for c, t in ranked if t)
+        out.append(row)
+    return out
+
+
+def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = sorted({row["source"] for stage in funnel for row in stage["sources"]})
+    out = []
+    for name in names:
+        entries = []
+        for stage in funnel:
+            row = next((r for r in stage["sources"] if r["source"] == name), None)
+            if row is None:
+                entries.append({"text": "—", "title": "not in this stage"})
+                continue
+            kept = row["kept"]
+            text = human_count(kept["documents"]) + (f" · {human_count(kept['tokens'])} tok" if kept["tokens"] else "")
+            removed = "; ".join(f"{reason} {human_count(c['documents'])}" for reason, c in row["removed"].items())
+            title = (f"received {human_count(row['received']['documents'])} documents"
+                     f"{', ' + human_count(row['received']['tokens']) + ' tokens' if row['received']['tokens'] else ''}"
+                     f"; removed: {removed or 'nothing'}")
+            entries.append({"text": text, "title": title})
+        out.append({"name": name, "stages": entries})
+    return out
+
+
+def write_composition_page(composition: Composition, site: Path) -> Path:
+    store = composition.store
+    out = site / store.name / store.version / "index.html"
+    funnel = composition.funnel
+    return render_page(
+        "composition.html.j2",
+        out,
+        root="../../",
+        store=store,
+        cells=composition.cells,
+        grid=composition.grid,
+        sources=composition.sources,
+        spread=_spread(composition),
+        funnel=funnel,
+        funnel_sources=_funnel_sources(funnel),
+        first_documents=funnel[0]["total"]["received"]["documents"] if funnel else 0,
+        total_tokens=sum(c["tokens"] for c in composition.cells),
+        total_documents=sum(c["documents"] for c in composition.cells),
+        revision_count=len(composition.revisions),
+        has_cell_stats=composition.has_cell_stats,
+        page_json=embed_json(composition.page_data()),
+        page_js=static_text("composition.js"),
+    )

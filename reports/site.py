@@ -1,0 +1,179 @@
+"""The whole static site: store version pages, run pages and the index that lists them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+from urllib.parse import quote
+
+from millrace.errors import ConfigError
+from millrace.home import Home
+from pipeline.store import Store
+from reports.composition import load_composition
+from reports.composition_page import write_composition_page
+from reports.render import render_page
+from reports.run_page import write_run_page
+from reports.training import RUN_FILE, load_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SitePages:
+    """What one build wrote (for `--json` and the demo)."""
+
+    index: Path
+    stores: list[Path] = field(default_factory=list)
+    runs: list[Path] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {
+            "index": str(self.index),
+            "stores": [str(p) for p in self.stores],
+            "runs": [str(p) for p in self.runs],
+            "bytes": {str(p): p.stat().st_size for p in [self.index, *self.stores, *self.runs]},
+        }
+
+
+def _as_home(home: Home | Path | str) -> Home:
+    return home if isinstance(home, Home) else Home.resolve(home)
+
+
+def find_store_versions(home: Home, selection: Sequence[str] = ()) -> list[Path]:
+    """Store version directories, all or those named `NAME` or `NAME/VERSION`; an unmatched name is an error."""
+    found = sorted(p.parent for p in home.stores.glob("*/*/store.json"))
+    if not selection:
+        return found
+    chosen: list[Path] = []
+    for item in selection:
+        name, _, version = item.partition("/")
+        matches = [p for p in found if p.parent.name == name and (not version or p.name == version)]
+        if not matches:
+            raise ConfigError(f"--store {item}: no such store version under {home.stores}")
+        chosen.extend(m for m in matches if m not in chosen)
+    return chosen
+
+
+def find_runs(home: Home, selection: Sequence[str] | None = None) -> list[Path]:
+    """Run directories (those with a run.json), all or the named ones; an unknown name is an error."""
+    runs_dir = home.root / "runs"
+    found = sorted(p.parent for p in runs_dir.glob(f"*/{RUN_FILE}"))
+    if selection is None:
+        return found
+    chosen = []
+    for name in selection:
+        path = home.run(name)
+        if not (path / RUN_FILE).exists():
+            raise ConfigError(f"--run {name}: no {RUN_FILE} in {path}")
+        chosen.append(path)
+    return chosen
+
+
+def build_pages(
+    home: Home | Path | str,
+    out: Path | str | None = None,
+    *,
+    stores: Sequence[str] = (),
+    mixtures: Sequence[str] = (),
+    runs: Sequence[str] | None = None,
+    progress: Callable[[], None] | None = None,
+) -> SitePages:
+    """Write every selected page and the index; `mixtures` limits the revisions embedded per store."""
+    home = _as_home(home)
+    site = Path(out) if out is not None else home.site
+    site.mkdir(parents=True, exist_ok=True)
+    store_dirs = find_store_versions(home, stores)
+    run_dirs = find_runs(home, runs)
+    pages = SitePages(index=site / "index.html")
+    store_rows = []
+    for store_dir in store_dirs:
+        composition = load_composition(store_dir)
+        if mixtures:
+            composition.revisions = {
+                k: v for k, v in composition.revisions.items() if v.manifest.mixture in set(mixtures)
+            }
+        path = write_composition_page(composition, site)
+        log.info("wrote %s (%d revisions)", path, len(composition.revisions))
+        pages.stores.append(path)
+        manifest = composition.store.manifest
+        store_rows.append({
+            "name": manifest.name, "version": manifest.version, "stats_only": manifest.stats_only,
+            "href": f"{quote(manifest.name)}/{quote(manifest.version)}/index.html",
+            "cells": len(composition.cells), "tokens": sum(c["tokens"] for c in composition.cells),
+            "documents": sum(c["documents"] for c in composition.cells),
+            "revisions": [{"key": k, "label": v.label} for k, v in composition.revisions.items()],
+        })
+        if progress:
+            progress()
+    run_rows = []
+    for run_dir in run_dirs:
+        view = load_run(run_dir)
+        path = write_run_page(view, site)
+        log.info("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
+        pages.runs.append(path)
+        run_rows.append(_run_row(view))
+        if progress:
+            progress()
+    write_index(site, store_rows, run_rows)
+    return pages
+
+
+def _run_row(view) -> dict:
+    last = view.last
+    return {
+        "name": view.name, "href": f"runs/{quote(view.name)}/index.html", "status": view.status, "live": view.live,
+        "mixture": view.run.get("mixture") or "?", "revision": view.run.get("revision") or "?",
+        "step": last.get("step"), "total_steps": view.run.get("total_steps"),
+        "tokens": last.get("tokens"), "loss": last.get("loss"),
+    }
+
+
+def write_index(site: Path, store_rows: list[dict], run_rows: list[dict]) -> Path:
+    return render_page("index.html.j2", site / "index.html", root="", stores=store_rows, runs=run_rows)
+
+
+def build_site(
+    home: Home | Path | str,
+    out: Path | str | None = None,
+    *,
+    stores: Sequence[str] = (),
+    mixtures: Sequence[str] = (),
+    runs: Sequence[str] | None = None,
+) -> Path:
+    """Build the static site under `out` (default `$MILLRACE_HOME/site`); returns `out/index.html`."""
+    return build_pages(home, out, stores=stores, mixtures=mixtures, runs=runs).index
+
+
+def build_run_page(home: Home | Path | str, run: str, out: Path | str | None = None) -> Path:
+    """Rebuild one run's page and the index (which lists every store version and run already there)."""
+    home = _as_home(home)
+    site = Path(out) if out is not None else home.site
+    view = load_run(home.run(run))
+    path = write_run_page(view, site)
+    _refresh_index(home, site)
+    return path
+
+
+def _refresh_index(home: Home, site: Path) -> None:
+    """The index from what is under `home`, listing store pages only where they were built."""
+    store_rows = []
+    for store_dir in find_store_versions(home):
+        name, version = store_dir.parent.name, store_dir.name
+        if (site / name / version / "index.html").exists():
+            store_rows.append(_light_store_row(store_dir, name, version))
+    run_rows = [_run_row(load_run(d)) for d in find_runs(home)]
+    write_index(site, store_rows, run_rows)
+
+
+def _light_store_row(store_dir: Path, name: str, version: str) -> dict:
+    store = Store(store_dir)
+    revisions = sorted(store_dir.glob("mixtures/*/*/manifest.json"))
+    return {
+        "name": name, "version": version, "stats_only": store.manifest.stats_only,
+        "href": f"{quote(name)}/{quote(version)}/index.html", "cells": len(store.manifest.cells),
+        "tokens": sum(c.tokens for c in store.manifest.cells.values()),
+        "documents": sum(c.documents for c in store.manifest.cells.values()),
+        "revisions": [{"key": p.parent.name, "label": f"{p.parent.parent.name} / {p.parent.name}"} for p in revisions],
+    }

@@ -1,0 +1,194 @@
+// Small SVG charts drawn in the page: line charts and heat maps, no library, no network.
+"use strict";
+const NS = "http://www.w3.org/2000/svg";
+
+// Numbers as a person writes them; the same rules as reports/numbers.py.
+const fmt = {
+  trim(s) { return s.indexOf(".") >= 0 ? s.replace(/0+$/, "").replace(/\.$/, "") : s; },
+  sig(v, d = 3) {
+    if (v === 0) return "0";
+    const dec = Math.max(0, d - 1 - Math.floor(Math.log10(Math.abs(v))));
+    return fmt.trim(v.toFixed(Math.min(dec, 20)));
+  },
+  count(v) {
+    if (v === null || v === undefined || !isFinite(v)) return "—";
+    const m = Math.abs(v);
+    for (const [s, x] of [[1e15, "P"], [1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]]) {
+      if (m >= s * 0.9995) {
+        const t = fmt.sig(v / s);
+        if (Math.abs(parseFloat(t)) >= 1000 && x !== "P") continue;
+        return t + x;
+      }
+    }
+    return Number.isInteger(v) || m >= 100 ? String(Math.round(v)) : fmt.sig(v);
+  },
+  pct(f) {
+    if (f === null || f === undefined || !isFinite(f)) return "—";
+    if (f === 0) return "0%";
+    const v = f * 100;
+    return (Math.abs(v) >= 1 ? fmt.trim(v.toFixed(1)) : fmt.sig(v, 2)) + "%";
+  },
+  pp(f) {  // a change of share, in percentage points
+    if (f === null || !isFinite(f)) return "—";
+    if (f === 0) return "0";
+    const v = f * 100;
+    return (v > 0 ? "+" : "−") + (Math.abs(v) >= 1 ? fmt.trim(Math.abs(v).toFixed(2)) : fmt.sig(Math.abs(v), 2)) + " pp";
+  },
+  epochs(e) {
+    if (e === null || e === undefined || !isFinite(e)) return "—";
+    if (e === 0) return "0×";
+    return (e >= 0.01 ? fmt.trim(e.toFixed(2)) : fmt.sig(e, 2)) + "×";
+  },
+  num(v, d = 4) {
+    if (v === null || v === undefined || !isFinite(v)) return "—";
+    if (v !== 0 && (Math.abs(v) >= 1e6 || Math.abs(v) < 1e-4)) return v.toExponential(d - 1);
+    return fmt.sig(v, d);
+  },
+};
+
+function el(tag, attrs, parent, text) {
+  const node = document.createElementNS(NS, tag);
+  for (const k in attrs || {}) node.setAttribute(k, attrs[k]);
+  if (text !== undefined) node.textContent = text;
+  if (parent) parent.appendChild(node);
+  return node;
+}
+function h(tag, attrs, parent, text) {
+  const node = document.createElement(tag);
+  for (const k in attrs || {}) node.setAttribute(k, attrs[k]);
+  if (text !== undefined) node.textContent = text;
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+  "#7f7f7f", "#bcbd22"];
+function colour(i) { return PALETTE[i % PALETTE.length]; }
+
+// Sequential scale (viridis stops), t in [0, 1].
+const SEQ = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+function seqColour(t) {
+  t = Math.max(0, Math.min(1, t));
+  const x = t * (SEQ.length - 1), i = Math.min(SEQ.length - 2, Math.floor(x)), f = x - i;
+  const c = SEQ[i].map((a, k) => Math.round(a + (SEQ[i + 1][k] - a) * f));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+function seqText(t) { return t > 0.55 ? "#111" : "#fff"; }
+// Diverging scale for changes: blue (down) — white — red (up), t in [-1, 1].
+function divColour(t) {
+  t = Math.max(-1, Math.min(1, t));
+  const end = t < 0 ? [33, 102, 172] : [178, 24, 43], a = Math.abs(t);
+  const c = [247, 247, 247].map((w, k) => Math.round(w + (end[k] - w) * a));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+function niceTicks(lo, hi, n = 5) {
+  if (!(hi > lo)) { hi = lo + 1; }
+  const span = hi - lo, step0 = span / n, mag = Math.pow(10, Math.floor(Math.log10(step0)));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => span / s <= n) || 10 * mag;
+  const ticks = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(+t.toPrecision(12));
+  return ticks;
+}
+
+let TIP = null;
+function tip() {
+  if (!TIP) { TIP = h("div", { class: "tip" }, document.body); }
+  return TIP;
+}
+function showTip(evt, text) {
+  const t = tip();
+  t.textContent = text;
+  t.style.display = "block";
+  const x = Math.min(evt.clientX + 14, window.innerWidth - t.offsetWidth - 6);
+  t.style.left = Math.max(4, x) + "px";
+  t.style.top = (evt.clientY + 14) + "px";
+}
+function hideTip() { if (TIP) TIP.style.display = "none"; }
+
+// Line chart: x values, several named series (null = gap). opts: title, yFormat, xFormat.
+function lineChart(container, x, series, opts = {}) {
+  container.textContent = "";
+  const W = 640, H = 250, L = 58, R = 12, T = 22, B = 30;
+  const wrap = h("div", { class: "chart" }, container);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": opts.title || "chart" }, wrap);
+  el("text", { x: L, y: 14, "font-weight": 600, "font-size": 12 }, svg, opts.title || "");
+  const yf = opts.yFormat || fmt.num, xf = opts.xFormat || fmt.count;
+  let ylo = Infinity, yhi = -Infinity;
+  for (const s of series) for (const v of s.values) if (v !== null && isFinite(v)) { ylo = Math.min(ylo, v); yhi = Math.max(yhi, v); }
+  if (!isFinite(ylo)) { el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", fill: "#888" }, svg, "no data yet"); return; }
+  if (opts.zero) ylo = Math.min(0, ylo);
+  if (ylo === yhi) { ylo -= Math.abs(ylo) * 0.1 || 1; yhi += Math.abs(yhi) * 0.1 || 1; }
+  const pad = (yhi - ylo) * 0.05; ylo -= opts.zero && ylo === 0 ? 0 : pad; yhi += pad;
+  const xlo = x.length ? x[0] : 0, xhi = x.length > 1 ? x[x.length - 1] : xlo + 1;
+  const sx = (v) => L + (W - L - R) * (v - xlo) / ((xhi - xlo) || 1);
+  const sy = (v) => T + (H - T - B) * (1 - (v - ylo) / (yhi - ylo));
+  for (const t of niceTicks(ylo, yhi, 5)) {
+    el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), stroke: "#e3e7ee" }, svg);
+    el("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, svg, yf(t));
+  }
+  for (const t of niceTicks(xlo, xhi, 6)) {
+    el("text", { x: sx(t), y: H - 10, "text-anchor": "middle" }, svg, xf(t));
+  }
+  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#9aa3b2" }, svg);
+  el("text", { x: W - R, y: H - 10 + 0, "text-anchor": "end", fill: "#6b7380", "font-size": 10 }, svg, opts.xLabel || "step");
+  series.forEach((s, k) => {
+    let d = "", pen = false;
+    s.values.forEach((v, i) => {
+      if (v === null || !isFinite(v)) { pen = false; return; }
+      d += (pen ? "L" : "M") + sx(x[i]).toFixed(1) + "," + sy(v).toFixed(1);
+      pen = true;
+    });
+    el("path", { d, fill: "none", stroke: s.colour || colour(k), "stroke-width": 1.6, "stroke-dasharray": s.dash || "" }, svg);
+    if (x.length === 1 && s.values[0] !== null) el("circle", { cx: sx(x[0]), cy: sy(s.values[0]), r: 3, fill: s.colour || colour(k) }, svg);
+  });
+  const cursor = el("line", { y1: T, y2: H - B, stroke: "#555", "stroke-dasharray": "3 3", visibility: "hidden" }, svg);
+  const hit = el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent" }, svg);
+  hit.addEventListener("mousemove", (evt) => {
+    const box = svg.getBoundingClientRect(), px = (evt.clientX - box.left) * W / box.width;
+    let best = 0;
+    for (let i = 0; i < x.length; i++) if (Math.abs(sx(x[i]) - px) < Math.abs(sx(x[best]) - px)) best = i;
+    cursor.setAttribute("x1", sx(x[best])); cursor.setAttribute("x2", sx(x[best])); cursor.setAttribute("visibility", "visible");
+    const lines = [`${opts.xLabel || "step"} ${x[best].toLocaleString("en-US")}`];
+    series.forEach((s) => lines.push(`${s.name}: ${yf(s.values[best])}`));
+    showTip(evt, lines.join("\n"));
+  });
+  hit.addEventListener("mouseleave", () => { cursor.setAttribute("visibility", "hidden"); hideTip(); });
+  if (series.length > 1 || opts.legend) {
+    const lg = h("div", { class: "legend" }, wrap);
+    series.forEach((s, k) => {
+      const item = h("span", {}, lg);
+      const sw = h("i", {}, item); sw.style.background = s.colour || colour(k);
+      item.appendChild(document.createTextNode(s.name));
+    });
+  }
+}
+
+// Heat map: rows × cols of values in [0, max]; labels and tooltips from callbacks.
+function heatMap(container, rows, cols, value, opts) {
+  container.textContent = "";
+  const cw = opts.cellWidth || 64, ch = opts.cellHeight || 18, L = opts.labelWidth || 150, T = 20;
+  const W = L + cw * cols.length + 4, H = T + ch * rows.length + 4;
+  const wrap = h("div", { class: "chart" }, container);
+  wrap.style.maxWidth = W * 1.15 + "px";
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": opts.title || "heat map" }, wrap);
+  let max = 0;
+  rows.forEach((_, r) => cols.forEach((_, c) => { const v = value(r, c); if (v !== null && isFinite(v)) max = Math.max(max, opts.diverging ? Math.abs(v) : v); }));
+  cols.forEach((name, c) => el("text", { x: L + cw * c + cw / 2, y: 14, "text-anchor": "middle", "font-weight": 600 }, svg, name));
+  rows.forEach((name, r) => {
+    el("text", { x: L - 6, y: T + ch * r + ch / 2 + 4, "text-anchor": "end" }, svg, name.length > 26 ? name.slice(0, 25) + "…" : name);
+    cols.forEach((_, c) => {
+      const v = value(r, c), g = el("g", { class: "hm", "data-row": r, "data-col": c }, svg);
+      const missing = v === null || !isFinite(v);
+      const t = missing || max === 0 ? 0 : (opts.diverging ? v / max : (opts.sqrt ? Math.sqrt(v / max) : v / max));
+      const fill = missing ? "#f0f0f0" : (opts.diverging ? divColour(t) : seqColour(t));
+      el("rect", { x: L + cw * c, y: T + ch * r, width: cw - 1, height: ch - 1, fill }, g);
+      el("text", { x: L + cw * c + cw / 2, y: T + ch * r + ch / 2 + 4, "text-anchor": "middle", "font-size": 10,
+        fill: missing ? "#999" : (opts.diverging ? (Math.abs(t) > 0.6 ? "#fff" : "#111") : seqText(t)) }, g,
+        missing ? "" : opts.format(v, r, c));
+      g.addEventListener("mousemove", (evt) => showTip(evt, opts.tooltip(r, c)));
+      g.addEventListener("mouseleave", hideTip);
+      if (opts.onClick) { g.style.cursor = "pointer"; g.addEventListener("click", () => opts.onClick(r, c)); }
+    });
+  });
+}

@@ -1,0 +1,317 @@
+// The composition page: every built revision is in #page-data; ?revision=<name> picks one.
+"use strict";
+const D = JSON.parse(document.getElementById("page-data").textContent);
+const KEYS = Object.keys(D.revisions);
+const CELLS = D.cells;
+const state = { revision: null, compare: null, metric: "weight:0" };
+
+function resolveRevision(name) {
+  if (!name) return null;
+  if (name in D.revisions) return name;
+  return KEYS.find((k) => D.revisions[k].revision === name) || null;
+}
+
+// Derived per-cell numbers of one revision.
+function derive(key) {
+  const r = D.revisions[key];
+  const phases = r.phases.map((p) => ({
+    name: p.name, declared: p.declared, counts: p.counts,
+    realised: p.counts.map((c) => (p.sequences ? c / p.sequences : 0)),
+    tokens: p.counts.map((c) => c * r.seq_len),
+  }));
+  const drawn = CELLS.map((_, i) => phases.reduce((a, p) => a + p.counts[i], 0));
+  const epochs = drawn.map((d, i) => (r.sequences_available[i] ? d / r.sequences_available[i] : (d ? Infinity : 0)));
+  const flags = epochs.map((e) => (e >= r.epoch_cap * 0.995 ? "at" : e >= r.epoch_cap * 0.9 ? "near" : ""));
+  return { r, phases, drawn, epochs, flags, tokensDrawn: drawn.map((d) => d * r.seq_len) };
+}
+
+function cellLabel(c) { return c.label ? `${c.name} · ${c.label}` : c.name; }
+function flagBadge(parent, flag) {
+  if (!flag) return;
+  h("span", { class: flag === "at" ? "flag-at" : "flag-near" }, parent, flag === "at" ? "at cap" : "near cap");
+}
+
+function setUrl() {
+  const params = new URLSearchParams(location.search);
+  params.set("revision", state.revision);
+  if (state.compare) params.set("compare", state.compare); else params.delete("compare");
+  params.set("metric", state.metric);
+  const url = location.pathname + "?" + params.toString() + location.hash;
+  try { history.replaceState(null, "", url); } catch (e) { /* some file:// setups refuse; the page still works */ }
+}
+
+function fillSelect(select, options, value) {
+  select.textContent = "";
+  for (const [v, text] of options) {
+    const o = h("option", { value: v }, select, text);
+    if (v === value) o.selected = true;
+  }
+}
+
+function metricOptions() {
+  const out = [["available", "available tokens"]];
+  const r = D.revisions[state.revision];
+  if (r) {
+    r.phases.forEach((p, i) => {
+      out.push([`weight:${i}`, `weight, ${p.name}`]);
+      out.push([`tokens:${i}`, `tokens drawn, ${p.name}`]);
+    });
+    out.push(["epochs", "epochs (all phases)"]);
+    if (state.compare) r.phases.forEach((p, i) => out.push([`delta:${i}`, `change vs compared, ${p.name}`]));
+  }
+  return out;
+}
+
+function renderControls() {
+  const revOpts = KEYS.map((k) => [k, D.revisions[k].label]);
+  fillSelect(document.getElementById("revision"), revOpts, state.revision);
+  fillSelect(document.getElementById("compare"), [["", "— none —"], ...revOpts.filter(([k]) => k !== state.revision)], state.compare || "");
+  const mo = metricOptions();
+  if (!mo.some(([v]) => v === state.metric)) state.metric = mo.length > 1 ? mo[1][0] : "available";
+  fillSelect(document.getElementById("metric"), mo, state.metric);
+}
+
+function renderSummary(cur) {
+  const cards = document.getElementById("revision-cards");
+  cards.textContent = "";
+  const card = (v, k) => { const c = h("div", { class: "card" }, cards); h("div", { class: "v" }, c, v); h("div", { class: "k" }, c, k); };
+  const r = cur.r;
+  const total = r.total_sequences * r.seq_len;
+  card(r.revision, `revision of mixture ${r.mixture}`);
+  card(fmt.count(total), "tokens drawn (all phases)");
+  card(fmt.count(r.total_steps), `steps of ${fmt.count(r.global_batch)} × ${fmt.count(r.seq_len)}`);
+  card(fmt.epochs(r.epoch_cap), "epoch cap");
+  card(String(cur.flags.filter((f) => f === "at").length), "cells at the cap");
+  card(String(cur.flags.filter((f) => f === "near").length), "cells near the cap");
+  card(String(cur.drawn.filter((d) => d > 0).length) + " / " + CELLS.length, "cells sampled");
+  const wrap = document.getElementById("phase-table");
+  wrap.textContent = "";
+  const t = h("table", {}, wrap);
+  const hr = h("tr", {}, h("thead", {}, t));
+  for (const x of ["Phase", "Token budget", "Sequences", "Steps", "First step", "Cells weighted"]) h("th", {}, hr, x);
+  const tb = h("tbody", {}, t);
+  r.phases.forEach((p) => {
+    const tr = h("tr", {}, tb);
+    h("td", {}, tr, p.name);
+    h("td", {}, tr, fmt.count(p.token_budget));
+    h("td", {}, tr, fmt.count(p.sequences));
+    h("td", {}, tr, fmt.count(p.steps));
+    h("td", {}, tr, fmt.count(p.start_step));
+    h("td", {}, tr, String(p.declared.filter((w) => w > 0).length));
+  });
+  const note = h("p", { class: "note" }, wrap,
+    `seed ${r.seed} · manifest ${r.manifest_hash.slice(0, 19)}… · revision ${r.revision_hash.slice(0, 19)}…` +
+    (D.stale.includes(state.revision) ? " · built against an older store.json" : ""));
+  note.id = "revision-hashes";
+}
+
+function gridShape() {
+  if (D.grid) {
+    const rowOf = new Map(D.grid.domains.map((d, i) => [d.index, i]));
+    const colOf = new Map(D.grid.buckets.map((b, i) => [b, i]));
+    const at = D.grid.domains.map(() => D.grid.buckets.map(() => -1));
+    CELLS.forEach((c, i) => { at[rowOf.get(c.domain)][colOf.get(c.bucket)] = i; });
+    const rows = D.grid.domains.map((d) => `c${String(d.index).padStart(2, "0")}${d.label ? " " + d.label : ""}`);
+    return { rows, cols: D.grid.buckets.map((b) => `q${b}`), at };
+  }
+  return { rows: CELLS.map((c) => c.name), cols: ["cell"], at: CELLS.map((_, i) => [i]) };
+}
+
+function cellTooltip(i, cur, cmp) {
+  const c = CELLS[i], r = cur.r;
+  const lines = [cellLabel(c), `available ${fmt.count(c.tokens)} tokens, ${fmt.count(c.documents)} documents`];
+  cur.phases.forEach((p, k) => {
+    lines.push(`${p.name}: declared ${fmt.pct(p.declared[i])}, realised ${fmt.pct(p.realised[i])}, ${fmt.count(p.tokens[i])} tokens`);
+    if (cmp && cmp.phases[k]) lines.push(`  vs ${cmp.r.revision}: ${fmt.pct(cmp.phases[k].realised[i])} (${fmt.pp(p.realised[i] - cmp.phases[k].realised[i])})`);
+  });
+  lines.push(`epochs ${fmt.epochs(cur.epochs[i])} of cap ${fmt.epochs(r.epoch_cap)}${cur.flags[i] ? " — " + cur.flags[i] + " cap" : ""}`);
+  return lines.join("\n");
+}
+
+function renderGrid(cur, cmp) {
+  const shape = gridShape();
+  const [kind, idx] = state.metric.split(":");
+  const p = Number(idx || 0);
+  let value, format, opts = {};
+  if (kind === "available") { value = (i) => CELLS[i].tokens; format = fmt.count; opts.sqrt = true; }
+  else if (kind === "weight") { value = (i) => cur.phases[p].realised[i]; format = fmt.pct; opts.sqrt = true; }
+  else if (kind === "tokens") { value = (i) => cur.phases[p].tokens[i]; format = fmt.count; opts.sqrt = true; }
+  else if (kind === "epochs") { value = (i) => cur.epochs[i]; format = fmt.epochs; }
+  else { value = (i) => cur.phases[p].realised[i] - (cmp && cmp.phases[p] ? cmp.phases[p].realised[i] : 0); format = fmt.pp; opts.diverging = true; }
+  heatMap(document.getElementById("grid"), shape.rows, shape.cols, (r, c) => (shape.at[r][c] < 0 ? null : value(shape.at[r][c])), {
+    ...opts,
+    title: "grid",
+    labelWidth: D.grid ? 170 : 110,
+    format: (v, r, c) => {
+      const i = shape.at[r][c];
+      return format(v) + (kind === "epochs" && cur.flags[i] ? (cur.flags[i] === "at" ? " ●" : " ○") : "");
+    },
+    tooltip: (r, c) => (shape.at[r][c] < 0 ? "no such cell" : cellTooltip(shape.at[r][c], cur, cmp)),
+    onClick: (r, c) => {
+      const i = shape.at[r][c];
+      if (i < 0) return;
+      const det = document.getElementById("cell-" + CELLS[i].name);
+      const row = document.getElementById("w-" + CELLS[i].name);
+      if (det) { det.open = true; det.scrollIntoView({ block: "start" }); }
+      else if (row) { row.scrollIntoView({ block: "center" }); }
+    },
+  });
+}
+
+function sortableTable(wrap, head, rows, initial) {
+  // head: [{label, cls, key(row) -> sort key}], rows: [{id, cells: [(td) => void], data}]
+  wrap.textContent = "";
+  const t = h("table", {}, wrap);
+  const hr = h("tr", {}, h("thead", {}, t));
+  const tb = h("tbody", {}, t);
+  let order = initial || { col: 0, dir: 1 };
+  const draw = () => {
+    const sorted = rows.slice().sort((a, b) => {
+      const x = head[order.col].key(a), y = head[order.col].key(b);
+      return (x < y ? -1 : x > y ? 1 : 0) * order.dir;
+    });
+    tb.textContent = "";
+    for (const row of sorted) {
+      const tr = h("tr", row.id ? { id: row.id } : {}, tb);
+      row.cells.forEach((fill, k) => fill(h("td", head[k].cls ? { class: head[k].cls } : {}, tr)));
+    }
+  };
+  head.forEach((col, k) => {
+    const th = h("th", col.cls ? { class: col.cls } : {}, hr, col.label);
+    th.style.cursor = "pointer";
+    th.addEventListener("click", () => { order = { col: k, dir: order.col === k ? -order.dir : (k === 0 ? 1 : -1) }; draw(); });
+  });
+  draw();
+}
+
+function renderWeights(cur) {
+  const head = [{ label: "Cell", cls: "l", key: (x) => x.i }, { label: "Label", cls: "l", key: (x) => CELLS[x.i].label },
+    { label: "Available", key: (x) => CELLS[x.i].tokens }, { label: "Documents", key: (x) => CELLS[x.i].documents }];
+  cur.phases.forEach((p, k) => {
+    head.push({ label: `${p.name} declared`, key: (x) => p.declared[x.i] });
+    head.push({ label: `${p.name} realised`, key: (x) => p.realised[x.i] });
+    head.push({ label: `${p.name} tokens`, key: (x) => p.tokens[x.i] });
+  });
+  head.push({ label: "Epochs", key: (x) => cur.epochs[x.i] });
+  head.push({ label: "Cap", cls: "l", key: (x) => (cur.flags[x.i] === "at" ? 2 : cur.flags[x.i] === "near" ? 1 : 0) });
+  const rows = CELLS.map((c, i) => {
+    const cells = [(td) => { td.textContent = c.name; }, (td) => { td.textContent = c.label || ""; },
+      (td) => { td.textContent = fmt.count(c.tokens); }, (td) => { td.textContent = fmt.count(c.documents); }];
+    cur.phases.forEach((p) => {
+      cells.push((td) => { td.textContent = fmt.pct(p.declared[i]); });
+      cells.push((td) => { td.textContent = fmt.pct(p.realised[i]); td.title = `${p.counts[i].toLocaleString("en-US")} sequences`; });
+      cells.push((td) => { td.textContent = fmt.count(p.tokens[i]); });
+    });
+    cells.push((td) => { td.textContent = fmt.epochs(cur.epochs[i]); });
+    cells.push((td) => flagBadge(td, cur.flags[i]));
+    return { id: "w-" + c.name, i, cells };
+  });
+  sortableTable(document.getElementById("weights"), head, rows);
+}
+
+function renderDiff(cur, cmp) {
+  const wrap = document.getElementById("diff");
+  wrap.textContent = "";
+  if (!cmp) { h("p", { class: "note" }, wrap, KEYS.length > 1 ? "Choose a revision under “Compare with” to see what changes." : "Only one revision is built on this store."); return; }
+  const n = Math.max(cur.phases.length, cmp.phases.length);
+  const rowsum = h("p", { id: "diff-summary" }, wrap);
+  const parts = [];
+  for (let k = 0; k < n; k++) {
+    const a = cur.phases[k], b = cmp.phases[k];
+    if (!a || !b) { parts.push(`phase ${k + 1} exists in only one revision`); continue; }
+    let tv = 0, changed = 0;
+    CELLS.forEach((_, i) => { const d = a.realised[i] - b.realised[i]; tv += Math.abs(d) / 2; if (Math.abs(d) > 1e-12) changed++; });
+    parts.push(`${a.name}: ${changed} cells change, total variation ${fmt.pct(tv)}`);
+  }
+  rowsum.textContent = `${cur.r.label} against ${cmp.r.label} — ` + parts.join("; ") + ".";
+  const delta = (k, i) => (cur.phases[k] && cmp.phases[k] ? cur.phases[k].realised[i] - cmp.phases[k].realised[i] : 0);
+  const idx = CELLS.map((_, i) => i).filter((i) => {
+    for (let k = 0; k < n; k++) if (Math.abs(delta(k, i)) > 1e-12) return true;
+    return Math.abs(cur.epochs[i] - cmp.epochs[i]) > 1e-12;
+  });
+  const head = [{ label: "Cell", cls: "l", key: (x) => x.i }, { label: "Label", cls: "l", key: (x) => CELLS[x.i].label }];
+  for (let k = 0; k < n; k++) {
+    const name = (cur.phases[k] || cmp.phases[k]).name;
+    head.push({ label: `${name} ${cmp.r.revision}`, key: (x) => (cmp.phases[k] ? cmp.phases[k].realised[x.i] : 0) });
+    head.push({ label: `${name} ${cur.r.revision}`, key: (x) => (cur.phases[k] ? cur.phases[k].realised[x.i] : 0) });
+    head.push({ label: `${name} change`, key: (x) => Math.abs(delta(k, x.i)) });
+  }
+  head.push({ label: `Epochs ${cmp.r.revision}`, key: (x) => cmp.epochs[x.i] });
+  head.push({ label: `Epochs ${cur.r.revision}`, key: (x) => cur.epochs[x.i] });
+  const rows = idx.map((i) => {
+    const cells = [(td) => { td.textContent = CELLS[i].name; }, (td) => { td.textContent = CELLS[i].label || ""; }];
+    for (let k = 0; k < n; k++) {
+      cells.push((td) => { td.textContent = cmp.phases[k] ? fmt.pct(cmp.phases[k].realised[i]) : "—"; });
+      cells.push((td) => { td.textContent = cur.phases[k] ? fmt.pct(cur.phases[k].realised[i]) : "—"; });
+      cells.push((td) => { const d = delta(k, i); td.textContent = fmt.pp(d); td.className = d > 0 ? "up" : d < 0 ? "down" : ""; });
+    }
+    cells.push((td) => { td.textContent = fmt.epochs(cmp.epochs[i]); });
+    cells.push((td) => { td.textContent = fmt.epochs(cur.epochs[i]); flagBadge(td, cur.flags[i]); });
+    return { i, cells };
+  });
+  const tw = h("div", { class: "scroll tall" }, wrap);
+  sortableTable(tw, head, rows, { col: 4, dir: -1 });
+  h("p", { class: "note" }, wrap, `${CELLS.length - idx.length} unchanged cells not listed. Changes are in realised weight, percentage points.`);
+}
+
+function renderSourceShare(cur) {
+  const wrap = document.getElementById("source-share");
+  if (!wrap || !D.sources.length) return;
+  const storeTotal = D.store.tokens || 1;
+  const drawnTotal = cur.tokensDrawn.reduce((a, b) => a + b, 0) || 1;
+  const rows = D.sources.map((s) => {
+    const avail = s.tokens_by_cell.reduce((a, b) => a + b, 0);
+    const drawn = s.tokens_by_cell.reduce((a, t, i) => a + (CELLS[i].tokens ? cur.tokensDrawn[i] * t / CELLS[i].tokens : 0), 0);
+    return { s, avail, drawn };
+  });
+  const head = [{ label: "Source", cls: "l", key: (x) => x.s.name }, { label: "Available", key: (x) => x.avail },
+    { label: "Share of store", key: (x) => x.avail }, { label: "Tokens drawn", key: (x) => x.drawn },
+    { label: "Share of revision", key: (x) => x.drawn }, { label: "Epochs", key: (x) => (x.avail ? x.drawn / x.avail : 0) }];
+  sortableTable(wrap, head, rows.map((x) => ({
+    ...x, cells: [(td) => { td.textContent = x.s.name; }, (td) => { td.textContent = fmt.count(x.avail); },
+      (td) => { td.textContent = fmt.pct(x.avail / storeTotal); }, (td) => { td.textContent = fmt.count(x.drawn); },
+      (td) => { td.textContent = fmt.pct(x.drawn / drawnTotal); }, (td) => { td.textContent = fmt.epochs(x.avail ? x.drawn / x.avail : 0); }],
+  })), { col: 3, dir: -1 });
+}
+
+function render() {
+  renderControls();
+  setUrl();
+  const notice = document.getElementById("notice");
+  if (!state.revision) {
+    notice.textContent = "No mixture revision is built on this store yet (run `millrace mix build`). Only the store's own numbers are shown.";
+    for (const id of ["summary", "weights-section", "diff-section"]) document.getElementById(id).style.display = "none";
+    heatMap(document.getElementById("grid"), gridShape().rows, gridShape().cols, (r, c) => { const i = gridShape().at[r][c]; return i < 0 ? null : CELLS[i].tokens; },
+      { sqrt: true, format: fmt.count, tooltip: (r, c) => { const i = gridShape().at[r][c]; return i < 0 ? "" : `${cellLabel(CELLS[i])}\n${fmt.count(CELLS[i].tokens)} tokens`; }, labelWidth: D.grid ? 170 : 110 });
+    return;
+  }
+  const cur = derive(state.revision);
+  const cmp = state.compare ? derive(state.compare) : null;
+  document.title = `${D.store.name} ${D.store.version} — ${cur.r.label}`;
+  renderSummary(cur);
+  renderGrid(cur, cmp);
+  renderWeights(cur);
+  renderDiff(cur, cmp);
+  renderSourceShare(cur);
+}
+
+(function start() {
+  const params = new URLSearchParams(location.search);
+  const asked = params.get("revision");
+  state.revision = resolveRevision(asked) || KEYS[0] || null;
+  state.compare = resolveRevision(params.get("compare"));
+  if (state.compare === state.revision) state.compare = null;
+  state.metric = params.get("metric") || state.metric;
+  if (asked && state.revision && resolveRevision(asked) === null) {
+    document.getElementById("notice").textContent = `Revision “${asked}” is not built on this store; showing ${D.revisions[state.revision].label}.`;
+  }
+  document.getElementById("revision").addEventListener("change", (e) => {
+    state.revision = e.target.value;
+    if (state.compare === state.revision) state.compare = null;
+    document.getElementById("notice").textContent = "";
+    render();
+  });
+  document.getElementById("compare").addEventListener("change", (e) => { state.compare = e.target.value || null; render(); });
+  document.getElementById("metric").addEventListener("change", (e) => { state.metric = e.target.value; render(); });
+  render();
+})();

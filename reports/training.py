@@ -1,0 +1,158 @@
+"""What a training run's page shows: run.json plus the metrics stream, followed while it grows.
+
+`metrics.jsonl` is written one flushed line per logged step while the run is live,
+so its last line may be half written: a final line without a newline is left for
+the next read. A malformed complete line is an error naming the file and line.
+Long runs are thinned to at most `MAX_POINTS` points per series (the last point is
+always kept) so a page stays small however long the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from millrace.artifacts import read_artifact
+from millrace.errors import ArtifactError
+
+RUN_KIND = "millrace.run"
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+MAX_POINTS = 600
+MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised tokens); all are in the table
+FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "stopped", "aborted"})
+
+SCALARS = ("loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fraction", "grad_norm", "param_norm",
+           "param_norm_with_router_bias")
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    """run.json (kind millrace.run), without its envelope fields."""
+    body = read_artifact(run_dir / RUN_FILE, RUN_KIND)
+    return {k: v for k, v in body.items() if k not in ("kind", "schema_version")}
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every complete record of a metrics stream (an absent file is an empty stream)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    records = []
+    complete, _, _partial = raw.rpartition(b"\n")
+    for number, line in enumerate(complete.split(b"\n") if complete else [], start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ArtifactError(f"{path}:{number}: not a JSON metrics record ({exc})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise ArtifactError(f"{path}:{number}: a metrics record needs an integer 'step'")
+        records.append(record)
+    return records
+
+
+def _thin(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(records) <= MAX_POINTS:
+        return records
+    stride = math.ceil(len(records) / MAX_POINTS)
+    kept = records[::stride]
+    if kept[-1] is not records[-1]:
+        kept.append(records[-1])
+    return kept
+
+
+def _per_layer(points: list[dict[str, Any]], key: str, field: str) -> dict[str, list[float | None]]:
+    layers = sorted({int(e["layer"]) for r in points for e in r.get(key) or [] if isinstance(e, dict) and "layer" in e})
+    series: dict[str, list[float | None]] = {}
+    for layer in layers:
+        values = []
+        for r in points:
+            entry = next((e for e in r.get(key) or [] if isinstance(e, dict) and e.get("layer") == layer), None)
+            values.append(_finite(entry.get(field)) if entry else None)
+        series[f"layer {layer}"] = values
+    return series
+
+
+def _keyed(points: list[dict[str, Any]], key: str, names: list[str]) -> dict[str, list[float | None]]:
+    return {name: [_finite((r.get(key) or {}).get(name)) for r in points] for name in names}
+
+
+@dataclass
+class RunView:
+    name: str
+    run: dict[str, Any]
+    records: list[dict[str, Any]]
+
+    @property
+    def status(self) -> str:
+        return str(self.run.get("status") or "unknown")
+
+    @property
+    def live(self) -> bool:
+        return self.status.lower() not in FINISHED
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.records[-1] if self.records else {}
+
+    def page_data(self) -> dict[str, Any]:
+        points = _thin(self.records)
+        last = self.last
+        realised = {k: int(v) for k, v in (last.get("realised_tokens_per_cell") or {}).items()}
+        planned = {k: int(v) for k, v in (self.run.get("planned_tokens_per_cell") or {}).items()}
+        cells = sorted(set(realised) | set(planned) | {c for r in points for c in r.get("loss_per_cell") or {}})
+        sources = sorted({s for r in points for s in r.get("loss_per_source") or {}})
+        drawn = sorted(cells, key=lambda c: (-realised.get(c, 0), -planned.get(c, 0), c))[:MAX_CELL_LINES]
+        latest_loss_cell = {}
+        for record in self.records:
+            for cell, value in (record.get("loss_per_cell") or {}).items():
+                if _finite(value) is not None:
+                    latest_loss_cell[cell] = value
+        last_load = [
+            {"layer": e.get("layer"), "load": [_finite(x) for x in e.get("load") or []],
+             "max_violation": _finite(e.get("max_violation")), "entropy": _finite(e.get("entropy")),
+             "dead_experts": e.get("dead_experts")}
+            for e in last.get("expert_load") or [] if isinstance(e, dict)
+        ]
+        return {
+            "run": self.name,
+            "status": self.status,
+            "live": self.live,
+            "mixture": self.run.get("mixture"),
+            "revision": self.run.get("revision"),
+            "store": self.run.get("store") or {},
+            "total_steps": self.run.get("total_steps"),
+            "records": len(self.records),
+            "steps": [r["step"] for r in points],
+            "phase": [r.get("phase") for r in points],
+            "scalars": {k: [_finite(r.get(k)) for r in points] for k in SCALARS},
+            "loss_per_cell": _keyed(points, "loss_per_cell", drawn),
+            "loss_per_source": _keyed(points, "loss_per_source", sources),
+            "router_bias_norm": _per_layer(points, "router_bias", "norm"),
+            "router_bias_max_abs": _per_layer(points, "router_bias", "max_abs"),
+            "max_violation": _per_layer(points, "expert_load", "max_violation"),
+            "last_expert_load": last_load,
+            "cells": [
+                {"name": c, "realised": realised.get(c, 0), "planned": planned.get(c, 0),
+                 "loss": _finite(latest_loss_cell.get(c))}
+                for c in cells
+            ],
+            "last": {k: _finite(last.get(k)) for k in SCALARS} | {"step": last.get("step"), "phase": last.get("phase")},
+        }
+
+
+def load_run(run_dir: Path) -> RunView:
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=read_metrics(run_dir / METRICS_FILE))

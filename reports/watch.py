@@ -1,0 +1,88 @@
+"""Follow a live run: rebuild its page whenever metrics.jsonl or run.json changes.
+
+Polls file sizes and modification times (portable, no inotify dependency); stops
+when asked (Ctrl-C), after `timeout` seconds, or, with `until_finished`, once
+run.json says the run is over (after one last rebuild, so the final page no
+longer reloads itself).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from millrace.errors import ConfigError
+from millrace.home import Home
+from reports.site import build_run_page
+from reports.training import METRICS_FILE, RUN_FILE, load_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WatchResult:
+    page: Path
+    rebuilds: int
+    status: str
+    reason: str  # "finished", "timeout" or "interrupted"
+
+
+def _signature(run_dir: Path) -> tuple:
+    out = []
+    for name in (RUN_FILE, METRICS_FILE):
+        try:
+            st = (run_dir / name).stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            out.append(None)
+    return tuple(out)
+
+
+def watch(
+    home: Home | Path | str,
+    run: str,
+    out: Path | str | None = None,
+    *,
+    interval: float = 2.0,
+    until_finished: bool = True,
+    timeout: float | None = None,
+    on_build: Callable[[Path, int], None] | None = None,
+) -> WatchResult:
+    """Rebuild `SITE/runs/<run>/index.html` as the run's stream grows; returns why it stopped."""
+    home = home if isinstance(home, Home) else Home.resolve(home)
+    run_dir = home.run(run)
+    if not (run_dir / RUN_FILE).exists():
+        raise ConfigError(f"run {run!r}: no {RUN_FILE} in {run_dir}")
+    if interval <= 0:
+        raise ConfigError(f"--interval {interval}: must be positive")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    seen = None
+    rebuilds = 0
+    page = home.site / "runs" / run / "index.html" if out is None else Path(out) / "runs" / run / "index.html"
+    status = "unknown"
+    reason = "interrupted"
+    try:
+        while True:
+            signature = _signature(run_dir)
+            if signature != seen:
+                seen = signature
+                page = build_run_page(home, run, out)
+                rebuilds += 1
+                view = load_run(run_dir)
+                status = view.status
+                log.info("rebuilt %s: %d records, status %s", page, len(view.records), status)
+                if on_build:
+                    on_build(page, rebuilds)
+                if until_finished and not view.live:
+                    reason = "finished"
+                    break
+            if deadline is not None and time.monotonic() >= deadline:
+                reason = "timeout"
+                break
+            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    return WatchResult(page=page, rebuilds=rebuilds, status=status, reason=reason)
