@@ -1,0 +1,64 @@
+"""A real token store (written with the store's ShardWriter) and a mixture built from it.
+
+Documents follow a fixed Zipf-like unigram law with a repeated bigram pattern, so a
+model can learn them and its loss must fall from ln(vocab).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from millrace.home import Home
+from pipeline.store import (CellManifest, CellSummary, ShardWriter, SourceCounts, StoreManifest, TokenizerInfo,
+                            write_cell_manifest, write_store_manifest)
+
+EOS = 1
+VOCAB = 256
+SOURCES = ["docs", "code", "man"]
+
+
+def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str = "2026.01.01", seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    ranks = np.arange(2, VOCAB)
+    probs = 1.0 / (ranks - 1.0) ** 1.1
+    probs /= probs.sum()
+    root = home.store(name, version)
+    summaries = {}
+    for c, (cell, tokens) in enumerate(sorted(cells.items())):
+        writer = ShardWriter(root / "cells" / cell / "shard_00000", np.uint16)
+        sources: dict[str, SourceCounts] = {}
+        written = 0
+        while written < tokens:
+            length = int(min(rng.integers(8, 96), tokens - written))
+            doc = rng.choice(ranks, size=length, p=probs).astype(np.uint16)
+            doc[1::2] = (doc[0::2][: len(doc[1::2])] + 7 * (c + 1)) % (VOCAB - 2) + 2  # learnable bigrams
+            doc[-1] = EOS
+            source = int(rng.integers(0, len(SOURCES)))
+            writer.add_document(doc, source_id=source)
+            counts = sources.setdefault(SOURCES[source], SourceCounts())
+            counts.documents += 1
+            counts.tokens += length
+            written += length
+        info = writer.close()
+        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="test", documents=info.documents,
+                                tokens=info.tokens, bytes=info.bin_bytes, shards=[info], sources=sources)
+        summaries[cell] = CellSummary(documents=info.documents, tokens=info.tokens, bytes=info.bin_bytes,
+                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
+    write_store_manifest(root, StoreManifest(
+        name=name, version=version, dtype="uint16", cells=summaries, sources=SOURCES,
+        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=VOCAB, eos_id=EOS, path=None)))
+    return root
+
+
+def build_mixture(home: Home, store: str = "t", mixture: str = "default", revision: str = "uniform-sampling",
+                  tokens: int = 0, seq_len: int = 32, global_batch: int = 8) -> Path:
+    """The mixtures room's own `mix new` + `mix build` on the store: a real built manifest."""
+    from mixtures.build import build
+    from mixtures.new import new_revision
+
+    phases = [f"main:{tokens}:uniform"] if tokens else None
+    new_revision(home, mixture, revision, store, strategy="uniform", phases=phases, seq_len=seq_len,
+                 global_batch=global_batch)
+    return build(home, mixture, revision)

@@ -1,0 +1,171 @@
+"""The training configuration: one pydantic model per component (torchtitan style).
+
+A config file is TOML with one table per component:
+
+    [model]       shape of the decoder (layers, widths, heads, vocabulary)
+    [moe]         routed/shared experts, router, balancing
+    [optimizer]   AdamW and gradient clipping
+    [schedule]    warmup + cosine or warmup-stable-decay
+    [data]        mixture + revision, micro-batching
+    [checkpoint]  how often and how many to keep
+    [metrics]     logging cadence, TensorBoard, the peak FLOP/s behind MFU
+    [parallel]    expert-parallel degree, mixed precision
+    [plan]        the on-paper sizing: GPUs, their peak, an assumed MFU
+
+Every field has a default, so a file names only what differs; unknown fields are errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import pydantic
+
+from millrace.config import StrictModel, load_config
+from millrace.errors import ConfigError
+
+
+class ModelConfig(StrictModel):
+    """Decoder shape. `vocab_size` 0 means: take it from the store's tokenizer."""
+
+    d_model: int = pydantic.Field(64, gt=0)
+    n_layers: int = pydantic.Field(2, gt=0)
+    n_heads: int = pydantic.Field(4, gt=0)
+    n_kv_heads: int = pydantic.Field(2, gt=0)
+    head_dim: int = pydantic.Field(0, ge=0, description="0: d_model // n_heads")
+    vocab_size: int = pydantic.Field(0, ge=0)
+    dense_ffn_dim: int = pydantic.Field(256, gt=0, description="SwiGLU width of dense layers")
+    n_dense_layers: int = pydantic.Field(0, ge=0, description="the first layers use a dense FFN instead of MoE")
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    init_std: float = 0.02
+
+    @pydantic.model_validator(mode="after")
+    def _heads(self) -> "ModelConfig":
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+        if not self.head_dim and self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not a multiple of n_heads {self.n_heads}; set head_dim")
+        if self.n_dense_layers > self.n_layers:
+            raise ValueError("n_dense_layers exceeds n_layers")
+        return self
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
+
+
+class MoEConfig(StrictModel):
+    """Token-choice top-k routing with aux-loss-free balancing (a rule-updated selection bias)."""
+
+    n_routed_experts: int = pydantic.Field(8, ge=0, description="0 makes every layer dense")
+    n_shared_experts: int = pydantic.Field(1, ge=0)
+    top_k: int = pydantic.Field(2, gt=0)
+    expert_ffn_dim: int = pydantic.Field(64, gt=0)
+    score_func: Literal["sigmoid", "softmax"] = "sigmoid"
+    normalize_gates: bool = True
+    route_scale: float = 1.0
+    bias_update_rate: float = pydantic.Field(1e-3, ge=0, description="0 freezes the selection bias at zero")
+    seq_aux_loss_coef: float = pydantic.Field(0.0, ge=0)
+    z_loss_coef: float = pydantic.Field(0.0, ge=0)
+    grouped_mm: bool = pydantic.Field(True, description="torch._grouped_mm where it runs, else a per-expert loop")
+
+    @pydantic.model_validator(mode="after")
+    def _k(self) -> "MoEConfig":
+        if self.n_routed_experts and self.top_k > self.n_routed_experts:
+            raise ValueError(f"top_k {self.top_k} exceeds n_routed_experts {self.n_routed_experts}")
+        return self
+
+
+class OptimizerConfig(StrictModel):
+    lr: float = pydantic.Field(3e-3, gt=0)
+    min_lr_ratio: float = pydantic.Field(0.1, ge=0, le=1)
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    weight_decay: float = pydantic.Field(0.1, ge=0)
+    grad_clip: float = pydantic.Field(1.0, ge=0, description="0 disables clipping")
+
+
+class ScheduleConfig(StrictModel):
+    kind: Literal["cosine", "wsd"] = "cosine"
+    warmup_steps: int = pydantic.Field(10, ge=0)
+    decay_fraction: float = pydantic.Field(0.2, gt=0, le=1, description="wsd: share of steps spent decaying")
+
+
+class DataConfig(StrictModel):
+    mixture: str = "default"
+    revision: str = "uniform-sampling"
+    micro_batches: int = pydantic.Field(1, gt=0, description="gradient accumulation: splits each rank's batch")
+    prefetch: int = pydantic.Field(2, ge=0)
+
+
+class CheckpointConfig(StrictModel):
+    every: int = pydantic.Field(0, ge=0, description="steps between checkpoints; 0 only at the end")
+    keep: int = pydantic.Field(2, gt=0)
+    at_end: bool = True
+
+
+class MetricsConfig(StrictModel):
+    log_every: int = pydantic.Field(1, gt=0)
+    tensorboard: bool = True
+    peak_flops_per_device: float = pydantic.Field(
+        0.0, ge=0, description="FLOP/s behind MFU; 0 measures a matmul on this device at start"
+    )
+
+
+class ParallelConfig(StrictModel):
+    expert_parallel: int = pydantic.Field(0, ge=0, description="ranks that split the experts; 0 = all ranks")
+    param_dtype: Literal["float32", "bfloat16"] = "float32"
+    bf16_autocast: bool = pydantic.Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
+    seed: int = 0
+
+
+class PlanConfig(StrictModel):
+    """On-paper sizing for `millrace train plan`."""
+
+    tokens: float = pydantic.Field(0, ge=0, description="token budget; 0 uses the manifest's")
+    seq_len: int = pydantic.Field(4096, gt=0)
+    global_batch: int = pydantic.Field(1024, gt=0)
+    gpus: int = pydantic.Field(8, gt=0)
+    peak_flops_per_gpu: float = pydantic.Field(2.5e15, gt=0)
+    mfu: float = pydantic.Field(0.35, gt=0, le=1)
+    gpu_memory_gib: float = pydantic.Field(186, gt=0)
+    master_weight_bytes: int = pydantic.Field(4, gt=0)
+    grad_bytes: int = pydantic.Field(4, gt=0)
+    optimizer_bytes: int = pydantic.Field(8, gt=0, description="AdamW: two fp32 moments")
+    expert_parallel: int = pydantic.Field(64, gt=0)
+
+
+class TrainConfig(StrictModel):
+    model: ModelConfig = ModelConfig()
+    moe: MoEConfig = MoEConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    data: DataConfig = DataConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    parallel: ParallelConfig = ParallelConfig()
+    plan: PlanConfig = PlanConfig()
+    steps: int = pydantic.Field(0, ge=0, description="0: the manifest's total steps")
+
+    @pydantic.model_validator(mode="after")
+    def _moe_layers(self) -> "TrainConfig":
+        if self.moe.n_routed_experts == 0 and self.model.n_dense_layers < self.model.n_layers:
+            object.__setattr__(self, "model", self.model.model_copy(update={"n_dense_layers": self.model.n_layers}))
+        return self
+
+
+def load_train_config(path: Path | str) -> TrainConfig:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: training config not found")
+    return load_config(path, TrainConfig)
+
+
+def with_vocab(config: TrainConfig, vocab_size: int) -> TrainConfig:
+    """The config with `model.vocab_size` filled from the store when it was left at 0."""
+    if config.model.vocab_size:
+        return config
+    return config.model_copy(update={"model": config.model.model_copy(update={"vocab_size": vocab_size})})

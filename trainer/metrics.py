@@ -1,0 +1,89 @@
+"""The run's observable record: `run.json` at start and `metrics.jsonl`, one object per logged step.
+
+`metrics.jsonl` is flushed line by line so that a reader (the report's live curves)
+can follow it while the run goes on. On resume the lines of steps after the
+checkpoint are dropped (atomically), so the file never holds a step twice.
+TensorBoard scalars are written too when the `tensorboard` package is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from millrace.artifacts import atomic_write_text, read_artifact, write_artifact
+
+log = logging.getLogger(__name__)
+
+RUN_KIND = "millrace.run"
+RUN_SCHEMA_VERSION = 1
+METRICS_FILE = "metrics.jsonl"
+RUN_FILE = "run.json"
+
+
+def write_run(run_dir: Path, payload: dict[str, Any]) -> str:
+    return write_artifact(run_dir / RUN_FILE, RUN_KIND, RUN_SCHEMA_VERSION, payload)
+
+
+def read_run(run_dir: Path) -> dict[str, Any]:
+    return read_artifact(run_dir / RUN_FILE, RUN_KIND, (RUN_SCHEMA_VERSION,))
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: Path, start_step: int, tensorboard: bool):
+        self.path = run_dir / METRICS_FILE
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] < start_step]
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        self.handle = open(self.path, "a", encoding="utf-8")
+        self.board = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.board = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step)
+            except ImportError:
+                log.debug("tensorboard is not installed; writing metrics.jsonl only")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.handle.write(json.dumps(_finite(record), separators=(",", ":")) + "\n")
+        self.handle.flush()
+        if self.board is not None:
+            step = record["step"]
+            for key in ("loss", "lr", "grad_norm", "param_norm", "param_norm_with_router_bias", "tokens_per_second",
+                        "mfu", "data_wait_fraction"):
+                if isinstance(record.get(key), (int, float)):
+                    self.board.add_scalar(key, record[key], step)
+            for cell, value in record.get("loss_per_cell", {}).items():
+                self.board.add_scalar(f"loss_per_cell/{cell}", value, step)
+            for layer in record.get("expert_load", []):
+                self.board.add_scalar(f"max_violation/layer{layer['layer']}", layer["max_violation"], step)
+            for layer in record.get("router_bias", []):
+                self.board.add_scalar(f"router_bias_max_abs/layer{layer['layer']}", layer["max_abs"], step)
+
+    def close(self) -> None:
+        self.handle.close()
+        if self.board is not None:
+            self.board.close()

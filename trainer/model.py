@@ -1,0 +1,125 @@
+"""The decoder-only transformer: RMSNorm, rotary positions, grouped-query attention, SwiGLU or MoE.
+
+Attention stays inside documents: the loader's packed sequences carry `segment_ids`
+(one id per document), and the mask is block-diagonal and causal. Rotary angles
+come from the loader's `positions`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.config import ModelConfig, MoEConfig
+from trainer.moe import MoE, SwiGLU
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.to(x.dtype) * self.weight
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, rotate-half form; x [b, h, L, hd], cos/sin [b, 1, L, hd/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+def document_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """[b, 1, L, L] boolean: query i may attend key j iff j ≤ i and both are in the same document."""
+    length = segment_ids.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return (same & causal)[:, None]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = config.n_heads, config.n_kv_heads
+        self.head_dim = config.resolved_head_dim
+        self.wq = nn.Linear(config.d_model, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, length, _ = x.shape
+        q = self.wq(x).view(b, length, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        return self.wo(out.transpose(1, 2).reshape(b, length, -1))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, moe: MoEConfig, layer: int):
+        super().__init__()
+        self.attention_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attention = Attention(config)
+        self.ffn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.is_moe = layer >= config.n_dense_layers and moe.n_routed_experts > 0
+        self.ffn = MoE(config, moe) if self.is_moe else SwiGLU(config.d_model, config.dense_ffn_dim)
+
+    def forward(self, x, cos, sin, mask) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin, mask)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig, moe: MoEConfig):
+        super().__init__()
+        if not config.vocab_size:
+            raise ValueError("model.vocab_size is 0: fill it from the store's tokenizer first")
+        self.config, self.moe_config = config, moe
+        self.embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList(Block(config, moe, i) for i in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.output.weight = self.embed.weight
+        head_dim = config.resolved_head_dim
+        self.register_buffer(
+            "inv_freq", 1.0 / config.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim), persistent=False
+        )
+
+    def init_weights(self, seed: int) -> None:
+        """Normal(0, std) matrices, output projections scaled by depth; same seed → same model on every rank."""
+        generator = torch.Generator().manual_seed(seed)
+        std = self.config.init_std
+        deep = std / math.sqrt(2 * self.config.n_layers)
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    param.fill_(1.0)
+                    continue
+                scale = deep if name.endswith(("wo.weight", "w2.weight", "experts.w2")) else std
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+            for layer in self.moe_layers():
+                layer.router.expert_bias.zero_()
+
+    def moe_layers(self) -> list[MoE]:
+        return [block.ffn for block in self.layers if block.is_moe]
+
+    def forward(self, input_ids, positions, segment_ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [b, L, V] and the summed router auxiliary losses."""
+        x = self.embed(input_ids)
+        angles = positions.float()[:, None, :, None] * self.inv_freq
+        cos, sin = angles.cos(), angles.sin()
+        mask = document_causal_mask(segment_ids)
+        for block in self.layers:
+            x = block(x, cos, sin, mask)
+        logits = self.output(self.norm(x))
+        aux = sum((m.aux_loss for m in self.moe_layers() if m.aux_loss is not None), x.new_zeros((), dtype=torch.float32))
+        return logits, aux

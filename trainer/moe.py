@@ -1,0 +1,206 @@
+"""Mixture-of-experts FFN: token-choice top-k router, routed experts, shared experts.
+
+Load balancing is aux-loss free: each layer keeps an `expert_bias` *buffer* (not a
+Parameter, so no optimizer or gradient ever touches it) that is added to the scores
+only to choose the experts; the gate weights come from the unbiased scores. The
+trainer moves it once per optimizer step (`trainer.balance`). An optional
+sequence-wise auxiliary loss and a router z-loss can be switched on with
+coefficients.
+
+Routed experts run as one grouped matrix multiply (`torch._grouped_mm`) over the
+tokens sorted by expert where the backend supports it, else as a loop over
+experts; both paths compute the same thing (tested). Under expert parallelism the
+sorted tokens travel to the rank that owns their expert with an all-to-all and
+come back the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.nn.functional import all_to_all_single
+
+from trainer.config import ModelConfig, MoEConfig
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The part of a (possibly DTensor) parameter held on this rank."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, hidden, bias=False)
+        self.w3 = nn.Linear(d_model, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+def grouped_mm_supported(x: torch.Tensor, *weights: torch.Tensor) -> bool:
+    """`torch._grouped_mm` needs 16-byte aligned strides on CPU, and bf16 on CUDA."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    if x.device.type == "cuda" and x.dtype != torch.bfloat16:
+        return False
+    return all(t.shape[-1] * t.element_size() % 16 == 0 for t in (x, *weights))
+
+
+class RoutedExperts(nn.Module):
+    """`n` SwiGLU experts stored as stacked weights [n, in, out] for grouped matmuls.
+
+    Under expert parallelism the weights are DTensors sharded on the expert dimension;
+    `forward` works on the local shard."""
+
+    def __init__(self, n_experts: int, d_model: int, hidden: int, grouped: bool = True):
+        super().__init__()
+        self.grouped = grouped
+        self.w1 = nn.Parameter(torch.empty(n_experts, d_model, hidden))
+        self.w3 = nn.Parameter(torch.empty(n_experts, d_model, hidden))
+        self.w2 = nn.Parameter(torch.empty(n_experts, hidden, d_model))
+
+    def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """`x` [T, d] sorted by (local) expert; `counts` [n_local] tokens per expert."""
+        w1, w3, w2 = (local_tensor(w) for w in (self.w1, self.w3, self.w2))
+        if x.is_cuda and torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+            x, w1, w3, w2 = (t.to(dtype) for t in (x, w1, w3, w2))
+        if self.grouped and grouped_mm_supported(x, w1, w2):
+            return self.forward_grouped(x, counts, w1, w3, w2)
+        return self.forward_loop(x, counts, w1, w3, w2)
+
+    @staticmethod
+    def forward_grouped(x, counts, w1, w3, w2) -> torch.Tensor:
+        offsets = torch.cumsum(counts, 0).to(torch.int32)
+        hidden = F.silu(torch._grouped_mm(x, w1, offs=offsets)) * torch._grouped_mm(x, w3, offs=offsets)
+        return torch._grouped_mm(hidden, w2, offs=offsets)
+
+    @staticmethod
+    def forward_loop(x, counts, w1, w3, w2) -> torch.Tensor:
+        outputs = []
+        start = 0
+        for expert, count in enumerate(counts.tolist()):
+            chunk = x[start : start + count]
+            outputs.append((F.silu(chunk @ w1[expert]) * (chunk @ w3[expert])) @ w2[expert])
+            start += count
+        return torch.cat(outputs) if outputs else x.new_zeros(0, w2.shape[-1])
+
+
+class Router(nn.Module):
+    """Scores in fp32; selection by score + bias; gates from the unbiased scores."""
+
+    def __init__(self, d_model: int, config: MoEConfig):
+        super().__init__()
+        self.config = config
+        self.weight = nn.Parameter(torch.empty(config.n_routed_experts, d_model))
+        self.register_buffer("expert_bias", torch.zeros(config.n_routed_experts, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [b, L, d] → (expert ids [b·L, k], gates [b·L, k], aux loss scalar)."""
+        cfg = self.config
+        batch, length, _ = x.shape
+        with torch.autocast(x.device.type, enabled=False):
+            logits = F.linear(x.float().reshape(batch * length, -1), self.weight.float())
+            scores = torch.sigmoid(logits) if cfg.score_func == "sigmoid" else torch.softmax(logits, dim=-1)
+            selected = torch.topk(scores + self.expert_bias, cfg.top_k, dim=-1, sorted=True).indices
+            gates = scores.gather(-1, selected)
+            if cfg.normalize_gates:
+                gates = gates / (gates.sum(-1, keepdim=True) + 1e-20)
+            gates = gates * cfg.route_scale
+            aux = logits.new_zeros(())
+            if cfg.seq_aux_loss_coef:
+                aux = aux + cfg.seq_aux_loss_coef * self.sequence_aux_loss(scores, selected, batch, length)
+            if cfg.z_loss_coef:
+                aux = aux + cfg.z_loss_coef * torch.logsumexp(logits, dim=-1).square().mean()
+        return selected, gates, aux
+
+    def sequence_aux_loss(self, scores, selected, batch: int, length: int) -> torch.Tensor:
+        """Sequence-wise balance loss: Σ_e f_e · P_e per sequence, averaged over sequences."""
+        n, k = self.config.n_routed_experts, self.config.top_k
+        probs = (scores / (scores.sum(-1, keepdim=True) + 1e-20)).reshape(batch, length, n).mean(1)
+        hits = torch.zeros(batch, n, device=scores.device).scatter_add_(
+            1, selected.reshape(batch, length * k), torch.ones(batch, length * k, device=scores.device)
+        )
+        fraction = hits * n / (k * length)
+        return (fraction * probs).sum(-1).mean()
+
+
+class ExpertParallel:
+    """Where the experts live: `world` ranks of `group`, `n_experts // world` each."""
+
+    def __init__(self, group: dist.ProcessGroup | None, n_experts: int):
+        self.group = group
+        self.world = dist.get_world_size(group) if group is not None else 1
+        self.rank = dist.get_rank(group) if group is not None else 0
+        if n_experts % self.world:
+            raise ValueError(f"{n_experts} experts do not split over {self.world} expert-parallel ranks")
+        self.local_experts = n_experts // self.world
+
+
+class MoE(nn.Module):
+    def __init__(self, model: ModelConfig, config: MoEConfig):
+        super().__init__()
+        self.config = config
+        self.router = Router(model.d_model, config)
+        self.experts = RoutedExperts(config.n_routed_experts, model.d_model, config.expert_ffn_dim, config.grouped_mm)
+        self.shared = (
+            SwiGLU(model.d_model, config.expert_ffn_dim * config.n_shared_experts) if config.n_shared_experts else None
+        )
+        self.parallel = ExpertParallel(None, config.n_routed_experts)
+        # Tokens routed to each expert since the last optimizer step (read by trainer.balance).
+        self.register_buffer("step_counts", torch.zeros(config.n_routed_experts), persistent=False)
+        self.aux_loss: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, d = x.shape
+        selected, gates, self.aux_loss = self.router(x)
+        flat = x.reshape(batch * length, d)
+        experts = selected.reshape(-1)
+        order = torch.argsort(experts, stable=True)
+        token_of = order // self.config.top_k
+        counts = torch.bincount(experts, minlength=self.config.n_routed_experts)
+        self.step_counts += counts.detach().to(self.step_counts.dtype)
+        routed = flat[token_of]
+        if self.parallel.world > 1:
+            out = self.dispatch_and_compute(routed, counts)
+        else:
+            out = self.experts(routed, counts)
+        out = out.to(flat.dtype) * gates.reshape(-1)[order, None].to(flat.dtype)
+        y = torch.zeros_like(flat).index_add_(0, token_of, out)
+        if self.shared is not None:
+            y = y + self.shared(flat)
+        return y.reshape(batch, length, d)
+
+    def dispatch_and_compute(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Send tokens (sorted by global expert id) to their expert's rank, compute, bring them back."""
+        ep = self.parallel
+        local = ep.local_experts
+        # recv_counts[s, e]: tokens rank s sends to my local expert e.
+        recv_counts = torch.empty(ep.world * local, dtype=counts.dtype, device=counts.device)
+        dist.all_to_all_single(recv_counts, counts.contiguous(), group=ep.group)
+        recv_counts = recv_counts.reshape(ep.world, local)
+        send_splits = counts.reshape(ep.world, local).sum(1).tolist()
+        recv_splits = recv_counts.sum(1).tolist()
+        received = all_to_all_single(
+            routed.new_empty(sum(recv_splits), routed.shape[1]), routed.contiguous(), recv_splits, send_splits, ep.group
+        )
+        # Received rows are grouped (source rank, local expert); the experts want (local expert, source rank).
+        chunk_starts = torch.cumsum(recv_counts.reshape(-1), 0) - recv_counts.reshape(-1)
+        regroup = torch.cat(
+            [
+                torch.arange(int(chunk_starts[s * local + e]), int(chunk_starts[s * local + e] + recv_counts[s, e]))
+                for e in range(local)
+                for s in range(ep.world)
+            ]
+            or [torch.zeros(0, dtype=torch.long)]
+        ).to(routed.device)
+        computed = self.experts(received[regroup], recv_counts.sum(0))
+        restored = torch.empty_like(computed).index_copy(0, regroup, computed)
+        return all_to_all_single(
+            restored.new_empty(sum(send_splits), restored.shape[1]), restored.contiguous(), send_splits, recv_splits,
+            ep.group,
+        )
