@@ -43,10 +43,25 @@ def make_store(home: Home, cells: dict[str, int], shards: int = 2, seed: int = 0
             i.documents for i in infos), tokens=sum(i.tokens for i in infos), bytes=0, shards=infos, sources=sources)
         summaries[cell] = CellSummary(documents=manifest.documents, tokens=manifest.tokens,
                                       manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
+    write_tokenizer(root / "tokenizer" / "tokenizer.json")
     write_store_manifest(root, StoreManifest(
         name=name, version=version, dtype="uint16", cells=summaries, sources=SOURCES,
-        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=VOCAB, eos_id=EOS, path=None)))
+        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=VOCAB, eos_id=EOS)))
     return root
+
+
+def write_tokenizer(path: Path) -> None:
+    """A word-level tokenizer whose id i decodes to `w<i>` (EOS is `<eos>`)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(VOCAB)}
+    vocab["<eos>"] = EOS
+    del vocab[f"w{EOS}"]
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
 
 
 def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", version: str = "2026.01.01") -> Path:

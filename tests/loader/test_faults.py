@@ -1,0 +1,78 @@
+import os
+
+import numpy as np
+import pytest
+
+from loader import MixtureStream
+from millrace.errors import ArtifactError
+from tests.loader.helpers import make_manifest, make_store
+
+CELLS = {"a": 900, "b": 400}
+PHASES = [{"a": 24, "b": 8}]
+
+
+@pytest.fixture
+def store_and_manifest(home):
+    store = make_store(home, CELLS)
+    return store, make_manifest(home, store, PHASES)
+
+
+def shard_file(store, cell, shard, suffix):
+    return store / "cells" / cell / f"shard_{shard:05d}{suffix}"
+
+
+def test_missing_bin_is_named(store_and_manifest):
+    store, path = store_and_manifest
+    victim = shard_file(store, "b", 1, ".bin")
+    victim.unlink()
+    with pytest.raises(ArtifactError, match=str(victim)):
+        MixtureStream(path)
+
+
+def test_missing_idx_is_named(store_and_manifest):
+    store, path = store_and_manifest
+    victim = shard_file(store, "a", 0, ".idx")
+    victim.unlink()
+    with pytest.raises(ArtifactError, match=str(victim)):
+        MixtureStream(path)
+
+
+def test_truncated_bin_is_named(store_and_manifest):
+    store, path = store_and_manifest
+    victim = shard_file(store, "a", 1, ".bin")
+    os.truncate(victim, victim.stat().st_size - 2)
+    with pytest.raises(ArtifactError, match=str(victim)):
+        MixtureStream(path)
+
+
+def test_altered_idx_is_named(store_and_manifest):
+    store, path = store_and_manifest
+    victim = shard_file(store, "a", 0, ".idx")
+    raw = bytearray(victim.read_bytes())
+    raw[-1] ^= 0xFF  # same size and structure, different content
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactError, match=f"{victim}.*checksum"):
+        MixtureStream(path)
+
+
+def test_altered_source_sidecar_is_named(store_and_manifest):
+    store, path = store_and_manifest
+    victim = shard_file(store, "b", 0, ".src")
+    ids = np.fromfile(victim, dtype=np.uint16)
+    (ids + 1).astype(np.uint16).tofile(victim)
+    with pytest.raises(ArtifactError, match=str(victim)):
+        MixtureStream(path)
+
+
+def test_rebuilt_store_is_refused(store_and_manifest, home):
+    store, path = store_and_manifest
+    make_store(home, {"a": 900, "b": 401}, seed=5)  # same name and version, different content
+    with pytest.raises(ArtifactError, match="store.json"):
+        MixtureStream(path)
+
+
+def test_altered_manifest_is_refused(store_and_manifest):
+    _, path = store_and_manifest
+    path.write_text(path.read_text().replace('"seed": 1234', '"seed": 1235'))
+    with pytest.raises(ArtifactError, match=str(path)):
+        MixtureStream(path)
