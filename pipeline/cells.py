@@ -1,0 +1,106 @@
+"""Cells `cNNqQ`: a document's (domain, quality bucket), and the per-cell and store-level stats.
+
+`CellStats` gathers what a cell manifest records beyond counts while the tokenizer writes
+the cell: the observed quality-score range and a deterministic sample of documents. The
+sample keeps the documents whose ids hash lowest (xxhash64), so it is the same whatever
+the order of documents, the number of tasks or the executor; two partial `CellStats` (say
+from two tasks) merge into the one a single task would have gathered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import xxhash
+from datatrove.data import Document
+
+SAMPLES_PER_CELL = 5
+SAMPLE_CHARS = 400
+
+
+def cell_name(domain: int | None, bucket: int | None) -> str:
+    """`c03q4`; `c03` without a quality bucket; `q4` without a domain."""
+    parts = []
+    if domain is not None:
+        parts.append(f"c{int(domain):02d}")
+    if bucket is not None:
+        parts.append(f"q{int(bucket)}")
+    if not parts:
+        raise ValueError("a cell needs a domain or a quality bucket")
+    return "".join(parts)
+
+
+def trim(text: str, chars: int = SAMPLE_CHARS) -> str:
+    """At most `chars` characters, cut at a word boundary when one is near, with an ellipsis."""
+    text = text.strip()
+    if len(text) <= chars:
+        return text
+    cut = text[:chars]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > chars * 3 // 4 else cut).rstrip() + "…"
+
+
+@dataclass
+class CellStats:
+    """Mergeable per-cell statistics: domain, bucket, observed score range, lowest-hash sample."""
+
+    domain: int | None = None
+    bucket: int | None = None
+    score_min: float | None = None
+    score_max: float | None = None
+    samples: list[tuple[int, dict]] = field(default_factory=list)
+    keep: int = SAMPLES_PER_CELL
+
+    def add(self, doc: Document, source: str | None = None) -> None:
+        meta = doc.metadata
+        if meta.get("domain") is not None:
+            self.domain = int(meta["domain"])
+        if meta.get("quality_bucket") is not None:
+            self.bucket = int(meta["quality_bucket"])
+        score = meta.get("quality_score")
+        if score is not None:
+            score = float(score)
+            self.score_min = score if self.score_min is None else min(self.score_min, score)
+            self.score_max = score if self.score_max is None else max(self.score_max, score)
+        rank = xxhash.xxh64_intdigest(doc.id.encode())
+        if len(self.samples) < self.keep or rank < self.samples[-1][0]:
+            sample = {"id": doc.id, "source": source or meta.get("source", ""), "text": trim(doc.text)}
+            self.samples = sorted(self.samples + [(rank, sample)], key=lambda pair: (pair[0], pair[1]["id"]))[: self.keep]
+
+    def merge(self, other: "CellStats") -> "CellStats":
+        merged = CellStats(
+            domain=self.domain if self.domain is not None else other.domain,
+            bucket=self.bucket if self.bucket is not None else other.bucket,
+            score_min=min((s for s in (self.score_min, other.score_min) if s is not None), default=None),
+            score_max=max((s for s in (self.score_max, other.score_max) if s is not None), default=None),
+            keep=self.keep,
+        )
+        merged.samples = sorted(self.samples + other.samples, key=lambda pair: (pair[0], pair[1]["id"]))[: self.keep]
+        return merged
+
+    def to_json(self, labels: dict[str, str] | None = None) -> dict:
+        """The `CellManifest.stats` keys: domain, bucket, label, score_range, samples (absent when unknown)."""
+        stats: dict = {}
+        if self.domain is not None:
+            stats["domain"] = self.domain
+            if labels and f"c{self.domain:02d}" in labels:
+                stats["label"] = labels[f"c{self.domain:02d}"]
+        if self.bucket is not None:
+            stats["bucket"] = self.bucket
+        if self.score_min is not None:
+            stats["score_range"] = [self.score_min, self.score_max]
+        stats["samples"] = [sample for _, sample in self.samples]
+        return stats
+
+    @classmethod
+    def from_json(cls, stats: dict) -> "CellStats":
+        """Rebuild from `to_json` output (e.g. a task's partial stats), to merge with others."""
+        score_range = stats.get("score_range") or [None, None]
+        samples = [(xxhash.xxh64_intdigest(s["id"].encode()), s) for s in stats.get("samples", [])]
+        return cls(
+            domain=stats.get("domain"),
+            bucket=stats.get("bucket"),
+            score_min=score_range[0],
+            score_max=score_range[1],
+            samples=sorted(samples, key=lambda pair: (pair[0], pair[1]["id"])),
+        )
+

@@ -1,0 +1,262 @@
+"""Topic domains: spherical k-means with many fine centroids, merged into k domains.
+
+Fitting (once per store, on a sample; see `fit_domains`):
+1. embed the sample (`pipeline.embedding`: hashed TF-IDF + SVD, unit vectors);
+2. scikit-learn `KMeans` on the unit vectors with `fine_centroids` centres (spherical:
+   the centres are re-normalised and documents go to the centre of largest cosine);
+3. Ward agglomeration of the fine centres into `k` domains, then a repair pass so that each
+   domain holds at least `min_share` of the sample (a too-small domain is dissolved into its
+   nearest neighbours and the largest domain is split in two);
+4. domains numbered by size (c00 the largest), each labelled by its most distinctive terms
+   (class-based TF-IDF over the domain's documents).
+
+Assignment (`DomainAssigner`, a datatrove step, so it scales out with the pipeline) embeds a
+document, takes its nearest fine centre and maps it through the stored merge map: the same
+text always lands in the same domain, on any executor and in any run.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pydantic
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from sklearn.cluster import AgglomerativeClustering, KMeans
+from sklearn.feature_extraction.text import CountVectorizer
+from sklearn.preprocessing import normalize
+
+from millrace.artifacts import atomic_output
+from millrace.config import StrictModel
+from millrace.errors import ArtifactError, ConfigError
+from pipeline.cells import cell_name
+from pipeline.embedding import EmbeddingConfig, TextEmbedder
+from pipeline.fitted_model import read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
+
+log = logging.getLogger(__name__)
+
+DOMAINS_KIND = "millrace.domains"
+CENTROIDS_FILE = "domains-centroids.npy"
+LABEL_TOKEN_PATTERN = r"(?u)\b[^\W\d_]{3,}\b"
+
+
+class DomainsConfig(StrictModel):
+    """Topic domains (the embedded corpus: k = 8; the reference run: k = 40 from 5,000 fine centres)."""
+
+    enabled: bool = True
+    k: int = pydantic.Field(8, ge=1, le=1000, description="domains (cells c00 … c{k-1})")
+    fine_centroids: int = pydantic.Field(256, ge=1, description="k-means centres before merging")
+    docs_per_fine_centroid: int = pydantic.Field(
+        8, ge=1, description="at least this many sample documents per fine centre (caps fine_centroids)"
+    )
+    sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is fitted on")
+    min_share: float = pydantic.Field(0.01, ge=0.0, lt=1.0, description="smallest share of documents per domain")
+    label_terms: int = pydantic.Field(3, ge=1, le=10, description="distinctive terms in a domain's label")
+    kmeans_iterations: int = pydantic.Field(100, ge=1)
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    seed: int = 0
+
+    @pydantic.model_validator(mode="after")
+    def _shares_fit(self) -> "DomainsConfig":
+        if self.k * self.min_share > 1.0:
+            raise ValueError(f"k={self.k} domains of at least min_share={self.min_share} cannot fit in 100%")
+        return self
+
+
+class DomainModel:
+    """The fitted domains: embedder, fine centres, the merge map from fine centre to domain, labels."""
+
+    def __init__(self, embedder: TextEmbedder, centroids: np.ndarray, merge_map: np.ndarray, labels: list[str]):
+        self.embedder = embedder
+        self.centroids = np.asarray(centroids, dtype=np.float32)
+        self.merge_map = np.asarray(merge_map, dtype=np.int64)
+        self.labels = labels
+
+    @property
+    def k(self) -> int:
+        return len(self.labels)
+
+    def fine(self, vectors: np.ndarray) -> np.ndarray:
+        """Nearest fine centre by cosine (ties to the lowest index, as `argmax` does)."""
+        return np.argmax(vectors @ self.centroids.T, axis=1) if len(vectors) else np.zeros(0, dtype=np.int64)
+
+    def assign(self, texts: Sequence[str]) -> np.ndarray:
+        return self.merge_map[self.fine(self.embedder.transform(texts))]
+
+    @classmethod
+    def load(cls, directory: Path) -> "DomainModel":
+        body = read_model(directory, DOMAINS_KIND)
+        config = DomainsConfig.model_validate(body["settings"])
+        embedder = TextEmbedder.load(directory, config.embedding)
+        try:
+            centroids = np.load(Path(directory) / CENTROIDS_FILE, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ArtifactError(f"{Path(directory) / CENTROIDS_FILE}: cannot read ({exc})") from None
+        labels = [body["labels"][domain_key(d)] for d in range(body["k"])]
+        return cls(embedder, centroids, np.asarray(body["merge_map"]), labels)
+
+
+def domain_key(domain: int) -> str:
+    return f"c{domain:02d}"
+
+
+def _merge(centroids: np.ndarray, weights: np.ndarray, k: int, min_docs: float) -> np.ndarray:
+    """Fine centre → domain: Ward agglomeration, then dissolve-and-split until every domain is big enough."""
+    n = len(centroids)
+    if n <= k:
+        return np.arange(n)
+    merge = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(centroids).labels_.astype(np.int64)
+    similarity = centroids @ centroids.T
+    for _ in range(4 * k):
+        sizes = np.bincount(merge, weights=weights, minlength=k)
+        small = int(np.argmin(sizes))
+        if sizes[small] >= min_docs:
+            break
+        # Dissolve the smallest domain: each of its centres joins the domain of its most similar outside centre.
+        members = np.flatnonzero(merge == small)
+        outside = np.flatnonzero(merge != small)
+        for member in members:
+            merge[member] = merge[outside[np.argmax(similarity[member, outside])]]
+        # Split the largest domain (by documents) in two to keep k domains.
+        sizes = np.bincount(merge, weights=weights, minlength=k)
+        sizes[small] = -1
+        largest = int(np.argmax(sizes))
+        members = np.flatnonzero(merge == largest)
+        if len(members) < 2:
+            log.warning("domains: cannot split further; fewer than k=%d domains hold %.0f documents", k, min_docs)
+            break
+        halves = AgglomerativeClustering(n_clusters=2, linkage="ward").fit(centroids[members]).labels_
+        merge[members[halves == 1]] = small
+    return merge
+
+
+def _renumber_by_size(merge: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Domains numbered by documents, largest first (ties: lowest fine centre first); empty ones dropped."""
+    domains = np.unique(merge)
+    sizes = {d: weights[merge == d].sum() for d in domains}
+    first = {d: int(np.flatnonzero(merge == d)[0]) for d in domains}
+    order = sorted(domains, key=lambda d: (-sizes[d], first[d]))
+    renumber = {old: new for new, old in enumerate(order)}
+    return np.asarray([renumber[d] for d in merge], dtype=np.int64)
+
+
+def distinctive_terms(texts: Sequence[str], domains: np.ndarray, k: int, top: int) -> list[list[str]]:
+    """Class-based TF-IDF (BERTopic's c-TF-IDF): a term's frequency in a domain × log(1 + A / its total)."""
+    vectorizer = CountVectorizer(token_pattern=LABEL_TOKEN_PATTERN, stop_words="english", max_features=50_000)
+    try:
+        counts = vectorizer.fit_transform(texts)
+    except ValueError:  # no terms at all
+        return [[] for _ in range(k)]
+    per_domain = np.zeros((k, counts.shape[1]))
+    for domain in range(k):
+        rows = np.flatnonzero(domains == domain)
+        if len(rows):
+            per_domain[domain] = np.asarray(counts[rows].sum(axis=0)).ravel()
+    words_per_domain = per_domain.sum(axis=1, keepdims=True)
+    frequency = per_domain / np.maximum(words_per_domain, 1)
+    average_words = words_per_domain.mean()
+    idf = np.log(1 + average_words / np.maximum(per_domain.sum(axis=0), 1))
+    scores = frequency * idf
+    vocabulary = vectorizer.get_feature_names_out()
+    terms = []
+    for domain in range(k):
+        best = [i for i in np.lexsort((np.arange(len(vocabulary)), -scores[domain]))[:top] if scores[domain, i] > 0]
+        terms.append([str(vocabulary[i]) for i in best])
+    return terms
+
+
+def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: Path) -> None:
+    """Fit the domains on a sample of documents and store the model under `out_dir` (reused when unchanged)."""
+    out_dir = Path(out_dir)
+    settings = config.model_dump(mode="json")
+    fingerprint = sample_fingerprint(documents)
+    if reusable_fit(out_dir, DOMAINS_KIND, settings, fingerprint):
+        return
+    sample = sorted_sample(documents)
+    if len(sample) > config.sample_size:
+        keep = np.sort(np.random.default_rng(config.seed).choice(len(sample), config.sample_size, replace=False))
+        sample = [sample[i] for i in keep]
+    if len(sample) < config.k:
+        raise ConfigError(f"domains.k: {config.k} domains need at least as many documents; the sample has {len(sample)}")
+    texts = [doc.text for doc in sample]
+    embedder = TextEmbedder.fit(texts, config.embedding, config.seed)
+    vectors = embedder.transform(texts)
+    fine_count = max(config.k, min(config.fine_centroids, len(sample) // config.docs_per_fine_centroid))
+    kmeans = KMeans(fine_count, n_init=1, max_iter=config.kmeans_iterations, random_state=config.seed).fit(vectors)
+    centroids = normalize(kmeans.cluster_centers_).astype(np.float32)
+    model = DomainModel(embedder, centroids, np.zeros(fine_count, dtype=np.int64), [])
+    fine = model.fine(vectors)
+    weights = np.bincount(fine, minlength=fine_count).astype(np.float64)
+    merge = _merge(centroids, weights, config.k, config.min_share * len(sample))
+    merge = _renumber_by_size(merge, weights)
+    k = int(merge.max()) + 1
+    domains = merge[fine]
+    terms = distinctive_terms(texts, domains, k, config.label_terms)
+    labels = {domain_key(d): " ".join(terms[d]) or domain_key(d) for d in range(k)}
+    shares = {domain_key(d): round(float(np.mean(domains == d)), 6) for d in range(k)}
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = list(embedder.save(out_dir))
+    with atomic_output(out_dir / CENTROIDS_FILE) as handle:
+        np.save(handle, centroids, allow_pickle=False)
+    files.append(CENTROIDS_FILE)
+    body = {
+        "settings": settings,
+        "sample_fingerprint": fingerprint,
+        "sample_documents": len(sample),
+        "k": k,
+        "fine_centroids": fine_count,
+        "merge_map": merge.tolist(),
+        "labels": labels,
+        "sample_shares": shares,
+    }
+    write_model(out_dir, DOMAINS_KIND, body, files)
+    log.info("domains: %d fine centres merged into %d domains: %s", fine_count, k, labels)
+
+
+def domains_stats(model_dir: Path) -> dict:
+    """`StoreManifest.stats["domains"]`: the number of domains and each one's label."""
+    body = read_model(model_dir, DOMAINS_KIND)
+    return {"k": body["k"], "labels": body["labels"]}
+
+
+class DomainAssigner(PipelineStep):
+    """Sets `metadata["domain"]` (int) and `metadata["cell"]` (`cNNqQ`, or `cNN` without a quality bucket)."""
+
+    name = "🧭 domain assigner"
+    type = "🗂️ - CELLS"
+
+    def __init__(self, model_dir: Path | str, batch_size: int = 512):
+        super().__init__()
+        self.model_dir = Path(model_dir)
+        self.batch_size = batch_size
+        self._model: DomainModel | None = None
+
+    @property
+    def model(self) -> DomainModel:
+        if self._model is None:
+            self._model = DomainModel.load(self.model_dir)
+        return self._model
+
+    def _assign(self, batch: list[Document]) -> list[Document]:
+        with self.track_time(unit="batch"):
+            domains = self.model.assign([doc.text for doc in batch])
+        for doc, domain in zip(batch, domains):
+            doc.metadata["domain"] = int(domain)
+            doc.metadata["cell"] = cell_name(int(domain), doc.metadata.get("quality_bucket"))
+            self.stat_update(domain_key(int(domain)))
+        self.stat_update("assigned", value=len(batch))
+        return batch
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        batch: list[Document] = []
+        for doc in data or ():
+            batch.append(doc)
+            if len(batch) >= self.batch_size:
+                yield from self._assign(batch)
+                batch = []
+        if batch:
+            yield from self._assign(batch)

@@ -1,0 +1,77 @@
+"""Fitted models stored beside a store: one JSON artifact that pins its companion files by hash.
+
+A model directory holds, per model, `<name>.json` (an artifact: settings, fitted numbers,
+and `files: {file: sha256}`) and the files it names. The JSON is written last, so its
+presence means the fit completed; loading checks every pinned file, so a model that was
+altered or half-copied is refused with a message that names the file. A fit is reused when
+the stored settings and the fingerprint of the fitting sample match: a rerun assigns the
+same domain and bucket to every document.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from datatrove.data import Document
+
+from millrace.artifacts import read_artifact, sha256_file, write_artifact
+from millrace.errors import ArtifactError
+
+log = logging.getLogger(__name__)
+SCHEMA_VERSION = 1
+
+
+def sample_fingerprint(documents: Sequence[Document]) -> str:
+    """A hash of the sample's document ids and text hashes, independent of their order."""
+    digest = hashlib.sha256()
+    for line in sorted(f"{doc.id}\t{hashlib.sha1(doc.text.encode()).hexdigest()}" for doc in documents):
+        digest.update(line.encode() + b"\n")
+    return "sha256:" + digest.hexdigest()
+
+
+def sorted_sample(documents: Sequence[Document]) -> list[Document]:
+    """The sample in id order, so a fit does not depend on the order a reader produced it in."""
+    return sorted(documents, key=lambda doc: (doc.id, doc.text))
+
+
+def write_model(directory: Path, kind: str, body: dict[str, Any], files: Sequence[str]) -> str:
+    """Pin `files` (already written in `directory`) by hash and write `<kind name>.json` last."""
+    directory = Path(directory)
+    pinned = {name: sha256_file(directory / name) for name in files}
+    return write_artifact(model_path(directory, kind), kind, SCHEMA_VERSION, {**body, "files": pinned})
+
+
+def model_path(directory: Path, kind: str) -> Path:
+    return Path(directory) / f"{kind.rsplit('.', 1)[-1]}.json"
+
+
+def read_model(directory: Path, kind: str) -> dict[str, Any]:
+    """Read a model artifact and check every file it pins."""
+    directory = Path(directory)
+    body = read_artifact(model_path(directory, kind), kind, (SCHEMA_VERSION,))
+    for name, expected in body.get("files", {}).items():
+        path = directory / name
+        if not path.exists():
+            raise ArtifactError(f"{path}: missing (pinned by {model_path(directory, kind).name})")
+        if sha256_file(path) != expected:
+            raise ArtifactError(f"{path}: checksum differs from {model_path(directory, kind).name}'s {expected}")
+    return body
+
+
+def reusable_fit(directory: Path, kind: str, settings: dict[str, Any], fingerprint: str) -> bool:
+    """True when `directory` already holds a fit of `kind` with these settings on this sample."""
+    if not model_path(directory, kind).exists():
+        return False
+    try:
+        body = read_model(directory, kind)
+    except ArtifactError as exc:
+        log.warning("refitting: %s", exc)
+        return False
+    if body.get("settings") == settings and body.get("sample_fingerprint") == fingerprint:
+        log.info("reusing the fitted %s in %s", kind, directory)
+        return True
+    log.info("refitting %s in %s: settings or sample changed", kind, directory)
+    return False
