@@ -135,7 +135,7 @@ function lineChart(container, x, series, opts = {}) {
   series.forEach((s, k) => {
     let d = "", pen = false;
     s.values.forEach((v, i) => {
-      if (v === null || !isFinite(v)) { pen = false; return; }
+      if (v === null || !isFinite(v)) { if (!opts.connectGaps) pen = false; return; }
       d += (pen ? "L" : "M") + sx(x[i]).toFixed(1) + "," + sy(v).toFixed(1);
       pen = true;
     });

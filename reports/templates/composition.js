@@ -158,6 +158,9 @@ function renderGrid(cur, cmp) {
   });
 }
 
+// Columns 1 (label) and 3 (documents) only when the store records them (not in a stats-only store).
+function dropColumns(list) { return list.filter((_, k) => (k !== 1 || HAS_LABELS) && (k !== 3 || HAS_DOCS)); }
+
 function sortableTable(wrap, head, rows, initial) {
   // head: [{label, cls, key(row) -> sort key}], rows: [{id, cells: [(td) => void], data}]
   wrap.textContent = "";
@@ -184,6 +187,9 @@ function sortableTable(wrap, head, rows, initial) {
   draw();
 }
 
+const HAS_LABELS = CELLS.some((c) => c.label);
+const HAS_DOCS = CELLS.some((c) => c.documents);
+
 function renderWeights(cur) {
   const head = [{ label: "Cell", cls: "l", key: (x) => x.i }, { label: "Label", cls: "l", key: (x) => CELLS[x.i].label },
     { label: "Available", key: (x) => CELLS[x.i].tokens }, { label: "Documents", key: (x) => CELLS[x.i].documents }];
@@ -204,9 +210,9 @@ function renderWeights(cur) {
     });
     cells.push((td) => { td.textContent = fmt.epochs(cur.epochs[i]); });
     cells.push((td) => flagBadge(td, cur.flags[i]));
-    return { id: "w-" + c.name, i, cells };
+    return { id: "w-" + c.name, i, cells: dropColumns(cells) };
   });
-  sortableTable(document.getElementById("weights"), head, rows);
+  sortableTable(document.getElementById("weights"), dropColumns(head), rows);
 }
 
 function renderDiff(cur, cmp) {

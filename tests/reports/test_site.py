@@ -1,0 +1,205 @@
+"""The site built from real artifacts: files, contents, escaping, sizes and errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import markupsafe
+import pytest
+
+from millrace.cli import main
+from millrace.errors import ArtifactError
+from millrace.home import Home
+from mixtures.manifest import read_manifest
+from pipeline.store import write_stats_only_store
+from reports import build_pages, build_site
+from reports.composition import load_composition
+from reports.numbers import human_percent
+from reports.render import embed_json
+from reports.training import load_run, read_metrics
+from tests.reports import factory
+
+
+def page_data(page: Path) -> dict:
+    match = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.S)
+    assert match, f"{page} embeds no page data"
+    return json.loads(match.group(1))
+
+
+def test_build_site_writes_store_run_and_index_pages(small_home, tmp_path):
+    index = build_site(small_home, tmp_path / "site")
+    assert index == tmp_path / "site" / "index.html"
+    store_page = tmp_path / "site" / factory.STORE / factory.VERSION / "index.html"
+    run_page = tmp_path / "site" / "runs" / "tiny-1" / "index.html"
+    assert store_page.exists() and run_page.exists()
+    text = index.read_text()
+    assert f"{factory.STORE}/{factory.VERSION}/index.html?revision=uniform-sampling" in text
+    assert "runs/tiny-1/index.html" in text
+    for page in (index, store_page, run_page):
+        body = page.read_text()
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", body), f"{page} links outside itself"
+        assert "<th" in body or page == run_page
+
+
+def test_every_built_revision_is_embedded_with_its_manifest_numbers(small_home, tmp_path):
+    build_site(small_home, tmp_path)
+    data = page_data(tmp_path / factory.STORE / factory.VERSION / "index.html")
+    assert set(data["revisions"]) == {"natural", "uniform-sampling"}
+    names = [c["name"] for c in data["cells"]]
+    for key in data["revisions"]:
+        manifest, digest = read_manifest(small_home.store(factory.STORE, factory.VERSION)
+                                         / "mixtures" / "default" / key / "manifest.json")
+        embedded = data["revisions"][key]
+        assert embedded["manifest_hash"] == digest
+        for phase, built in zip(embedded["phases"], manifest.phases, strict=True):
+            assert dict(zip(names, phase["counts"])) == {n: built.counts.get(n, 0) for n in names}
+            assert sum(phase["counts"]) == built.sequences
+
+
+def test_sample_documents_are_escaped(small_home, tmp_path):
+    build_site(small_home, tmp_path)
+    body = (tmp_path / factory.STORE / factory.VERSION / "index.html").read_text()
+    assert factory.HOSTILE not in body
+    assert str(markupsafe.escape(factory.HOSTILE)) in body
+    # the only raw <script> tags are the page's own three
+    assert len(re.findall(r"<script[\s>]", body)) == 3
+
+
+def test_embedded_json_cannot_close_its_script_block():
+    hostile = {"label": "</script><script>alert(1)</script>", "amp": "a & b", "nan": float("nan")}
+    text = embed_json(hostile)
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == {**hostile, "nan": None}
+
+
+def test_funnel_sources_grid_and_cells_are_shown(small_home, tmp_path):
+    build_site(small_home, tmp_path)
+    body = (tmp_path / factory.STORE / factory.VERSION / "index.html").read_text()
+    for stage in ("read", "quality", "exact-dedup", "tokenize"):
+        assert f"<td>{stage}</td>" in body
+    assert "duplicate: 46 docs" in body  # what exact-dedup removed, summed over sources
+    for source in factory.SOURCES:
+        assert f"<td>{source}</td>" in body
+    for label in factory.DOMAIN_LABELS.values():
+        assert label in body
+    assert 'id="cell-c02q1"' in body and "score 0.41 – 1" in body
+    data = page_data(tmp_path / factory.STORE / factory.VERSION / "index.html")
+    assert data["grid"]["buckets"] == [0, 1] and len(data["grid"]["domains"]) == 3
+    store_tokens = sum(c["tokens"] for c in data["cells"])
+    assert sum(sum(s["tokens_by_cell"]) for s in data["sources"]) == store_tokens
+
+
+def test_reference_stats_only_store_with_five_revisions_is_under_3_mb(tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_reference_store(home, revisions=5)
+    pages = build_pages(home, tmp_path / "site")
+    (page,) = pages.stores
+    size = page.stat().st_size
+    assert size < 3 * 1024 * 1024, f"{page}: {size} bytes"
+    data = page_data(page)
+    assert len(data["cells"]) == 200 and data["grid"] and len(data["grid"]["domains"]) == 40
+    assert set(data["revisions"]) == set(factory.REFERENCE_REVISIONS)
+    body = page.read_text()
+    assert "stats-only" in body and "no funnel" in body
+
+
+def test_same_revision_name_in_two_mixtures_is_qualified(small_home, tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    store = factory.make_small_store(home)
+    factory.make_small_revisions(home, store)
+    tokens = {c: 1.0 for c in ("c00q0", "c01q0")}
+    factory.make_manifest(home, store, "other", "natural", [("main", 2000, tokens)], seq_len=64, global_batch=4)
+    keys = set(load_composition(store).revisions)
+    assert keys == {"default/natural", "other/natural", "uniform-sampling"}
+
+
+def test_a_manifest_of_another_store_is_refused_naming_the_file(small_home, tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    store = factory.make_small_store(home)
+    path = factory.make_manifest(home, store, "default", "natural", [("main", 2000, {"c00q0": 1.0})],
+                                 seq_len=64, global_batch=4)
+    moved = home.store(factory.STORE, "2026.12.01")
+    write_stats_only_store(moved, factory.STORE, "2026.12.01", {"c00q0": 5000})
+    shutil.copytree(path.parent, moved / "mixtures" / "default" / "natural")
+    with pytest.raises(ArtifactError, match=r"2026\.12\.01.*manifest\.json: built for store local/2026\.11\.30"):
+        load_composition(moved)
+    assert path.exists()
+
+
+def test_metrics_stream_partial_and_malformed_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 0, "loss": 3.0}\n{"step": 1, "loss": NaN}\n{"step": 2, "lo')
+    records = read_metrics(path)
+    assert [r["step"] for r in records] == [0, 1]  # the half-written last line waits for the next read
+    path.write_text('{"step": 0}\nnot json\n{"step": 2}\n')
+    with pytest.raises(ArtifactError, match=r"metrics\.jsonl:2"):
+        read_metrics(path)
+    assert read_metrics(tmp_path / "absent.jsonl") == []
+
+
+def test_run_page_has_every_series_and_reloads_only_while_live(small_home, tmp_path):
+    view = load_run(small_home.run("tiny-1"))
+    data = view.page_data()
+    assert data["steps"] == list(range(30))
+    for key in ("loss", "lr", "tokens_per_second", "mfu", "grad_norm", "param_norm", "param_norm_with_router_bias"):
+        assert len(data["scalars"][key]) == 30 and data["scalars"][key][-1] is not None
+    assert set(data["router_bias_norm"]) == {"layer 0", "layer 1"}
+    assert set(data["max_violation"]) == {"layer 0", "layer 1"}
+    assert set(data["loss_per_source"]) == set(factory.SOURCES)
+    assert len(data["last_expert_load"]) == 2 and len(data["last_expert_load"][0]["load"]) == 8
+    planned = view.run["planned_tokens_per_cell"]
+    assert {c["name"]: c["planned"] for c in data["cells"]} == planned
+    build_site(small_home, tmp_path)
+    page = (tmp_path / "runs" / "tiny-1" / "index.html").read_text()
+    assert 'http-equiv="refresh"' not in page  # finished
+    assert f"{factory.STORE}/{factory.VERSION}/index.html?revision=uniform-sampling" in page
+
+    home = Home.resolve(tmp_path / "live")
+    store = factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home, store)["natural"]
+    factory.make_run(home, "live-1", manifest, steps=3, status="running")
+    build_site(home, tmp_path / "live-site")
+    assert 'http-equiv="refresh"' in (tmp_path / "live-site" / "runs" / "live-1" / "index.html").read_text()
+
+
+def test_long_runs_are_thinned_but_keep_the_last_step(tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    store = factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home, store)["natural"]
+    factory.make_run(home, "long", manifest, steps=1500)
+    data = load_run(home.run("long")).page_data()
+    assert len(data["steps"]) <= 601 and data["steps"][-1] == 1499 and data["records"] == 1500
+
+
+def test_cli_build_json_and_errors(small_home, tmp_path, capsys):
+    out = tmp_path / "site"
+    assert main(["report", "build", "--home", str(small_home.root), "--out", str(out), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["index"] == str(out / "index.html") and len(payload["stores"]) == 1 and len(payload["runs"]) == 1
+    assert main(["report", "build", "--home", str(small_home.root), "--out", str(out), "--store", "nope"]) == 2
+    assert "--store nope: no such store version" in capsys.readouterr().err
+    assert main(["report", "build", "--home", str(small_home.root), "--out", str(out), "--no-runs",
+                 "--store", f"{factory.STORE}/{factory.VERSION}"]) == 0
+    assert main(["report", "watch", "absent", "--home", str(small_home.root), "--out", str(out)]) == 2
+    assert "run 'absent': no run.json" in capsys.readouterr().err
+
+
+def test_no_heavy_imports():
+    import subprocess
+    import sys
+
+    code = ("import sys, reports, reports.cli, reports.watch; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'datatrove')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_realised_weight_strings_match_python_formatting(small_home):
+    """The page's script and numbers.py share their rules; the browser test checks the script's output."""
+    manifest, _ = read_manifest(small_home.store(factory.STORE, factory.VERSION)
+                                / "mixtures" / "default" / "natural" / "manifest.json")
+    phase = manifest.phases[0]
+    assert human_percent(phase.counts["c00q0"] / phase.sequences).endswith("%")
