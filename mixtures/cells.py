@@ -57,8 +57,10 @@ class CellTable:
             if not cells:
                 unmatched.append(key)
                 continue
+            if not is_pattern(key):
+                expanded[key] = expanded.get(key, Fraction(0)) + Fraction(weight)
+                continue
             total = sum(self.tokens[cell] for cell in cells)
             for cell in cells:
-                share = Fraction(weight) * self.tokens[cell] / total if total else Fraction(0)
-                expanded[cell] = expanded.get(cell, Fraction(0)) + share
+                expanded[cell] = expanded.get(cell, Fraction(0)) + Fraction(weight) * self.tokens[cell] / total
         return expanded, unmatched
