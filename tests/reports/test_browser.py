@@ -1,0 +1,203 @@
+"""The pages in a real headless Chromium, opened from file:// with no server.
+
+Uses Debian's `chromium` driven by Playwright (never `playwright install`): `make test`
+installs it when missing and the user is root on Debian. Elsewhere these tests skip
+with the reason; under CI (the CI environment variable) a missing browser fails them.
+Screenshots go to tests/reports/artifacts/ (ignored by git).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from millrace.home import Home
+from mixtures.manifest import read_manifest
+from reports import build_site
+from reports.numbers import human_percent
+from tests.reports import factory
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; in CI the browser tests must run")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        _unavailable("Debian's chromium is not installed (`make test` installs it when run as root on Debian)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (it is in the dev extra)")
+    with sync_playwright() as p:
+        instance = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+class Tab:
+    """A page that records console errors, page errors and every request it makes."""
+
+    def __init__(self, browser, width: int = 1280, height: int = 900):
+        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+
+    def open(self, path: Path, query: str = "") -> None:
+        self.page.goto(path.as_uri() + query)
+        self.page.wait_for_load_state("load")
+
+    def shot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(exist_ok=True)
+        out = ARTIFACTS / f"{name}.png"
+        self.page.screenshot(path=str(out), full_page=True)
+        assert out.stat().st_size > 10_000
+        return out
+
+    def check_clean(self) -> None:
+        assert self.errors == []
+        outside = [u for u in self.requests if not u.startswith("file://")]
+        assert outside == [], f"network requests: {outside}"
+
+    def weights_table(self) -> dict[str, dict[str, str]]:
+        return self.page.evaluate("""() => {
+            const t = document.querySelector('#weights table');
+            const head = [...t.querySelectorAll('thead th')].map((th) => th.textContent);
+            const out = {};
+            for (const tr of t.querySelectorAll('tbody tr')) {
+                const cells = [...tr.querySelectorAll('td')].map((td) => td.textContent);
+                out[cells[0]] = Object.fromEntries(head.map((h, i) => [h, cells[i]]));
+            }
+            return out;
+        }""")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture(scope="module")
+def site(small_home, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    build_site(small_home, out)
+    return out
+
+
+def expected_realised(home: Home, revision: str) -> dict[str, dict[str, str]]:
+    manifest, _ = read_manifest(home.store(factory.STORE, factory.VERSION) / "mixtures" / "default" / revision
+                                / "manifest.json")
+    return {
+        cell: {f"{p.name} realised": human_percent(p.counts.get(cell, 0) / p.sequences) for p in manifest.phases}
+        for cell in manifest.cells
+    }
+
+
+def test_composition_page_follows_the_revision_in_the_url(browser, site, small_home):
+    page_path = site / factory.STORE / factory.VERSION / "index.html"
+    tab = Tab(browser)
+    tab.open(page_path, "?revision=uniform-sampling")
+    assert tab.page.input_value("#revision") == "uniform-sampling"
+    shown = tab.weights_table()
+    uniform = expected_realised(small_home, "uniform-sampling")
+    for cell, columns in uniform.items():
+        for column, text in columns.items():
+            assert shown[cell][column] == text, (cell, column)
+    assert shown["c00q0"]["main declared"] == "16.7%" and shown["c00q0"]["cooldown declared"] == "0%"
+    assert "uniform-sampling" in tab.page.inner_text("#revision-cards")
+    assert tab.page.locator("#grid g.hm").count() == 6
+    tab.shot("composition-uniform-sampling")
+
+    tab.page.select_option("#revision", "natural")
+    assert "revision=natural" in tab.page.url and "uniform-sampling" not in tab.page.url
+    natural = tab.weights_table()
+    expected = expected_realised(small_home, "natural")
+    for cell, columns in expected.items():
+        for column, text in columns.items():
+            assert natural[cell][column] == text, (cell, column)
+    assert natural != shown and "cooldown realised" not in natural["c00q0"]
+
+    tab.page.select_option("#compare", "uniform-sampling")
+    assert "compare=uniform-sampling" in tab.page.url
+    summary = tab.page.inner_text("#diff-summary")
+    assert "default / natural against default / uniform-sampling" in summary and "cells change" in summary
+    assert tab.page.locator("#diff table tbody tr").count() == 6
+    tab.page.select_option("#metric", "epochs")
+    assert "metric=epochs" in tab.page.url
+    tab.page.locator("#grid g.hm").first.hover()
+    assert "epochs" in tab.page.inner_text(".tip")
+
+    # a sample document holding <script> is shown as text and never runs
+    assert tab.page.evaluate("() => window.__pwned") is None
+    tab.page.click("#cell-c00q0 summary")
+    assert "<script>window.__pwned" in tab.page.inner_text("#cell-c00q0 pre.sample >> nth=0")
+    tab.shot("composition-natural-vs-uniform")
+    tab.check_clean()
+    tab.close()
+
+
+def test_reloading_keeps_the_chosen_revision(browser, site):
+    tab = Tab(browser)
+    tab.open(site / factory.STORE / factory.VERSION / "index.html", "?revision=natural&compare=uniform-sampling")
+    tab.page.select_option("#revision", "uniform-sampling")
+    tab.page.reload()
+    assert tab.page.input_value("#revision") == "uniform-sampling"
+    assert tab.page.input_value("#compare") == ""  # comparing a revision with itself is dropped
+    tab.check_clean()
+    tab.close()
+
+
+def test_pages_fit_a_phone(browser, site):
+    for name, path, query in (("composition", site / factory.STORE / factory.VERSION / "index.html",
+                               "?revision=uniform-sampling"), ("run", site / "runs" / "tiny-1" / "index.html", ""),
+                              ("index", site / "index.html", "")):
+        tab = Tab(browser, width=390, height=844)
+        tab.open(path, query)
+        overflow = tab.page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{name} page is {overflow}px wider than a phone"
+        tab.shot(f"phone-{name}")
+        tab.check_clean()
+        tab.close()
+
+
+def test_run_page_draws_every_chart(browser, site):
+    tab = Tab(browser)
+    tab.open(site / "runs" / "tiny-1" / "index.html")
+    for chart in ("c-loss", "c-lr", "c-grad", "c-param", "c-tps", "c-mfu", "c-bias", "c-viol", "c-cell", "c-source"):
+        assert tab.page.locator(f"#{chart} svg path").count() >= 1, chart
+    assert tab.page.locator("#c-param .legend span").count() == 2
+    assert tab.page.locator("#c-load g.hm").count() == 16  # 2 layers × 8 experts
+    assert tab.page.locator("#plan-table tbody tr").count() == 6
+    tab.shot("run")
+    tab.page.click("text=composition of its data")
+    assert "revision=uniform-sampling" in tab.page.url
+    tab.check_clean()
+    tab.close()
+
+
+def test_reference_shape_page(browser, tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_reference_store(home, revisions=5)
+    build_site(home, tmp_path / "site")
+    tab = Tab(browser)
+    tab.open(tmp_path / "site" / "reference" / "2026.11.30" / "index.html", "?revision=uniform-sampling&compare=natural")
+    assert tab.page.locator("#grid g.hm").count() == 200
+    assert tab.page.locator("#weights tbody tr").count() == 200
+    options = tab.page.eval_on_selector_all("#revision option", "(os) => os.map((o) => o.value)")
+    assert sorted(options) == sorted(factory.REFERENCE_REVISIONS)
+    tab.shot("reference-uniform-vs-natural")
+    tab.check_clean()
+    tab.close()

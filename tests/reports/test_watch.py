@@ -1,0 +1,67 @@
+"""`report watch`: the run page follows a growing metrics stream and stops when the run is over."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from millrace.artifacts import read_artifact, write_artifact
+from millrace.cli import main
+from millrace.home import Home
+from reports import watch
+from tests.reports import factory
+
+
+def _live_run(tmp_path) -> Home:
+    home = Home.resolve(tmp_path / "home")
+    store = factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home, store)["natural"]
+    factory.make_run(home, "live", manifest, steps=40, status="running")
+    return home
+
+
+def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(tmp_path):
+    home = _live_run(tmp_path)
+    run_dir = home.run("live")
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "metrics.jsonl").write_text("".join(lines[:5]))
+    seen_steps: list[int] = []
+
+    def on_build(page, count):
+        text = page.read_text()
+        data = json.loads(text.split('id="page-data">', 1)[1].split("</script>", 1)[0])
+        seen_steps.append(data["records"])
+
+    def grow():
+        with open(run_dir / "metrics.jsonl", "a") as stream:
+            for line in lines[5:]:
+                stream.write(line)
+                stream.flush()
+                time.sleep(0.01)
+        time.sleep(0.2)
+        body = read_artifact(run_dir / "run.json", "millrace.run")
+        body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+        write_artifact(run_dir / "run.json", "millrace.run", 1, {**body, "status": "finished"})
+
+    writer = threading.Thread(target=grow)
+    writer.start()
+    result = watch(home, "live", tmp_path / "site", interval=0.05, timeout=30, on_build=on_build)
+    writer.join()
+    assert result.reason == "finished" and result.status == "finished"
+    assert result.rebuilds >= 3 and seen_steps[0] == 5 and seen_steps[-1] == 40
+    assert seen_steps == sorted(seen_steps)
+    page = (tmp_path / "site" / "runs" / "live" / "index.html").read_text()
+    assert 'http-equiv="refresh"' not in page  # the finished page stops reloading
+    assert "runs/live/index.html" in (tmp_path / "site" / "index.html").read_text()
+
+
+def test_watch_forever_stops_at_the_timeout(tmp_path, capsys):
+    home = _live_run(tmp_path)
+    started = time.monotonic()
+    code = main(["report", "watch", "live", "--home", str(home.root), "--out", str(tmp_path / "site"),
+                 "--forever", "--timeout", "0.5", "--interval", "0.1", "--json"])
+    assert code == 0 and time.monotonic() - started < 10
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["stopped"] == "timeout" and payload["rebuilds"] == 1 and payload["status"] == "running"
+    assert 'http-equiv="refresh"' in (tmp_path / "site" / "runs" / "live" / "index.html").read_text()
