@@ -1,0 +1,65 @@
+"""`millrace pipeline`: run a pipeline config into a token store; write a starter config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from millrace.artifacts import atomic_write_text
+from millrace.errors import ConfigError
+from millrace.options import home_option, json_option, print_json
+
+
+@click.group()
+def pipeline() -> None:
+    """Run the corpus pipeline into a token store."""
+
+
+@pipeline.command("run")
+@click.argument("config_path", metavar="CONFIG.toml", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
+              help="datatrove executor (default: the config's [executor] kind, else local).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Tasks run at once (default: the config's [executor] workers).")
+@home_option
+@json_option
+def run(config_path: Path, executor: str | None, workers: int | None, home, as_json: bool) -> None:
+    """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
+    from pipeline.config import load_pipeline_config
+    from pipeline.runner import iter_stage_labels, run_pipeline
+    from pipeline.store_cli import store_summary, print_summary
+
+    config = load_pipeline_config(config_path)
+    labels = list(iter_stage_labels())
+    with Progress(SpinnerColumn(), TextColumn("pipeline: {task.description}"), BarColumn(), TimeElapsedColumn(),
+                  disable=as_json) as progress:
+        task = progress.add_task("starting", total=len(labels))
+
+        def on_stage(label: str) -> None:
+            progress.update(task, description=label, completed=labels.index(label))
+
+        path = run_pipeline(config, home, executor=executor, workers=workers, on_stage=on_stage)
+        progress.update(task, description="done", completed=len(labels))
+    summary = store_summary(path)
+    if as_json:
+        print_json(summary)
+    else:
+        print_summary(summary)
+
+
+@pipeline.command("init")
+@click.argument("corpus_dir", metavar="CORPUS_DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the starter config (TOML).")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@home_option
+def init(corpus_dir: Path, out_path: Path, force: bool, home) -> None:
+    """Write a commented starter config with one source per source found in CORPUS_DIR."""
+    from pipeline.starter import init_config
+
+    if out_path.exists() and not force:
+        raise ConfigError(f"{out_path}: already exists (use --force to overwrite)")
+    atomic_write_text(out_path, init_config(corpus_dir))
+    click.echo(f"wrote {out_path}; run it with: millrace pipeline run {out_path}")

@@ -1,0 +1,211 @@
+"""The pipeline's configuration file (TOML), one pydantic model per component.
+
+    [[sources]]            one table per source: name, paths (files or directories), glob, format,
+                           kind (prose|code), normalise, filters, language_id, languages
+    [filters.<name>]       options passed to datatrove's filter of that name (checked at load time)
+    [dedup]                exact and MinHash fuzzy dedup: ngram, bands x rows, threshold, seed
+    [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
+    [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
+    [executor]             local or ray, tasks (fixes the file assignment), workers
+    [quality], [domains]   optional; their models live in pipeline.quality / pipeline.domains
+
+`load_pipeline_config` is the edge: every problem is a one-line ConfigError naming the file
+and the field (unknown options, wrong types, a missing source path, a code source sent
+through prose filters).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from millrace.config import StrictModel, parse_document, validate
+from millrace.errors import ConfigError
+
+FilterName = Literal["gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality"]
+FILTER_NAMES: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality")
+PROSE_FILTERS = frozenset(FILTER_NAMES)  # every datatrove heuristic filter assumes natural-language text
+Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "hf-datasets"]
+DEFAULT_GLOBS = {"jsonl": "**/*.jsonl", "jsonl.zst": "**/*.jsonl.zst", "parquet": "**/*.parquet", "warc": "**/*.warc.gz"}
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
+
+
+def _optional_section(module: str, name: str) -> Any:
+    """The domains engineer's section model when its module exists; until then a plain table."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return dict[str, Any]
+
+
+QualityConfig = _optional_section("pipeline.quality", "QualityConfig")
+DomainsConfig = _optional_section("pipeline.domains", "DomainsConfig")
+
+
+class SourceConfig(StrictModel):
+    """One input source; its name becomes the cell name when no domains stage runs."""
+
+    name: str = pydantic.Field(pattern=NAME_PATTERN)
+    paths: list[str] = pydantic.Field(min_length=1)
+    glob: str | None = None
+    format: Format = "jsonl.zst"
+    kind: Literal["prose", "code"] = "prose"
+    normalise: bool = True
+    filters: list[FilterName] = []
+    language_id: bool = True
+    languages: list[str] | None = None
+    text_key: str = "text"
+    id_key: str = "id"
+
+    @pydantic.model_validator(mode="after")
+    def _code_skips_prose_filters(self) -> "SourceConfig":
+        if self.kind == "code":
+            prose = [f for f in self.filters if f in PROSE_FILTERS]
+            if prose:
+                raise ValueError(f"code source {self.name!r} must not go through prose filters {prose}")
+            if self.languages:
+                raise ValueError(f"code source {self.name!r} cannot keep by natural language {self.languages}")
+        if self.languages is not None and not self.language_id:
+            raise ValueError(f"source {self.name!r}: 'languages' needs language_id = true")
+        return self
+
+    @property
+    def file_glob(self) -> str | None:
+        return self.glob if self.glob is not None else DEFAULT_GLOBS.get(self.format)
+
+
+class FilterOptions(StrictModel):
+    """Keyword options for each datatrove filter, e.g. `[filters.gopher_quality] min_doc_words = 20`."""
+
+    gopher_quality: dict[str, Any] = {}
+    gopher_repetition: dict[str, Any] = {}
+    c4_quality: dict[str, Any] = {}
+    fineweb_quality: dict[str, Any] = {}
+
+
+class DedupConfig(StrictModel):
+    """Exact (content hash) then fuzzy (MinHash + LSH over word n-gram shingles) dedup.
+
+    A pair of documents becomes a candidate when all `rows` hashes of any of `bands` bands
+    agree (probability 1-(1-J^rows)^bands at Jaccard J); a candidate is a duplicate when the
+    full signature estimates J ≥ `threshold`. 32 × 4 puts the LSH S-curve's midpoint near
+    J ≈ 0.42, so copies with 5% of words edited (5-gram Jaccard ≈ 0.6) are found with
+    probability > 0.99; the signature check keeps precision.
+    """
+
+    exact: bool = True
+    fuzzy: bool = True
+    ngram: int = pydantic.Field(5, ge=1)
+    bands: int = pydantic.Field(32, ge=1)
+    rows: int = pydantic.Field(4, ge=1)
+    threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0)
+    seed: int = 1
+
+
+class TokenizerConfig(StrictModel):
+    """`path` to any tokenizer.json, or (when absent) a byte-level BPE trained on a corpus sample."""
+
+    path: str | None = None
+    vocab_size: int = pydantic.Field(8192, ge=260, le=1 << 20)
+    sample_bytes: int = pydantic.Field(8_000_000, ge=1)
+    eos: str = "<|endoftext|>"
+    batch_size: int = pydantic.Field(256, ge=1)
+
+
+class OutputConfig(StrictModel):
+    name: str = pydantic.Field("local", pattern=NAME_PATTERN)
+    version: str | None = None
+    shard_tokens: int = pydantic.Field(1 << 26, ge=1)
+
+    @pydantic.field_validator("version")
+    @classmethod
+    def _calver(cls, value: str | None) -> str | None:
+        if value is not None and not CALVER.match(value):
+            raise ValueError("expected CalVer YYYY.MM.DD (optionally .N)")
+        return value
+
+    @property
+    def resolved_version(self) -> str:
+        return self.version or dt.date.today().strftime("%Y.%m.%d")
+
+
+class ExecutorConfig(StrictModel):
+    """`tasks` fixes how input files are split (datatrove assigns sorted(files)[rank::tasks]); the
+    store does not depend on it, but a resumed run must keep it. `workers` run at once."""
+
+    kind: Literal["local", "ray"] = "local"
+    tasks: int = pydantic.Field(4, ge=1)
+    workers: int = pydantic.Field(2, ge=1)
+
+
+class PipelineConfig(StrictModel):
+    sources: list[SourceConfig] = pydantic.Field(min_length=1)
+    filters: FilterOptions = FilterOptions()
+    dedup: DedupConfig = DedupConfig()
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    output: OutputConfig = OutputConfig()
+    executor: ExecutorConfig = ExecutorConfig()
+    quality: QualityConfig | None = None  # type: ignore[valid-type]
+    domains: DomainsConfig | None = None  # type: ignore[valid-type]
+
+    @pydantic.model_validator(mode="after")
+    def _unique_sources(self) -> "PipelineConfig":
+        names = [s.name for s in self.sources]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"source names must be unique; repeated: {duplicated}")
+        return self
+
+    def source(self, name: str) -> SourceConfig:
+        return next(s for s in self.sources if s.name == name)
+
+
+def _check_filter_options(config: PipelineConfig, origin: str) -> None:
+    from pipeline.filtering import build_filter
+
+    for name in FILTER_NAMES:
+        options = getattr(config.filters, name)
+        try:
+            build_filter(name, options)
+        except TypeError as exc:
+            raise ConfigError(f"{origin}: field 'filters.{name}': {exc}") from None
+
+
+def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineConfig:
+    """Make source and tokenizer paths absolute (relative to the config file) and check they exist."""
+    sources = []
+    for i, source in enumerate(config.sources):
+        paths = []
+        for j, raw in enumerate(source.paths):
+            path = (base / Path(raw).expanduser()).resolve()
+            if not path.exists():
+                raise ConfigError(f"{origin}: field 'sources.{i}.paths.{j}': path not found: {path}")
+            paths.append(str(path))
+        sources.append(source.model_copy(update={"paths": paths}))
+    tokenizer = config.tokenizer
+    if tokenizer.path is not None:
+        path = (base / Path(tokenizer.path).expanduser()).resolve()
+        if not path.is_file():
+            raise ConfigError(f"{origin}: field 'tokenizer.path': file not found: {path}")
+        tokenizer = tokenizer.model_copy(update={"path": str(path)})
+    return config.model_copy(update={"sources": sources, "tokenizer": tokenizer})
+
+
+def parse_pipeline_config(data: dict[str, Any], origin: str, base: Path) -> PipelineConfig:
+    config = validate(PipelineConfig, data, origin)
+    _check_filter_options(config, origin)
+    return resolve_paths(config, base, origin)
+
+
+def load_pipeline_config(path: Path | str) -> PipelineConfig:
+    """Read, validate and resolve a pipeline config file; errors name the file and the field."""
+    path = Path(path)
+    return parse_pipeline_config(parse_document(path), str(path), path.resolve().parent)

@@ -1,0 +1,275 @@
+"""Exact and fuzzy (MinHash + LSH) dedup across all sources, as datatrove `PipelineStep`s.
+
+Why not datatrove's four MinHash stages: its signature stage splits words with spaCy and
+spends about 90% of its time there (about 130 documents/s per core here). This module
+splits words with one compiled regex, hashes them with xxhash in C (`map`), and computes
+every MinHash permutation at once with numpy: several thousand documents/s per core, with
+the same LSH scheme (see bench/bench_dedup.py).
+
+The scheme:
+- words: `\\w+` runs of the lower-cased text; each word hashed to 32 bits (xxh32, seed 0);
+- shingles: word n-grams (n = `ngram`, 5 by default), hashed by a fixed random linear
+  combination of their word hashes modulo 2^64; a document shorter than n words is one shingle;
+- signature: `bands × rows` MinHash values, permutation i being multiply-shift hashing
+  `(a_i·s + b_i) mod 2^64 >> 32` with odd random a_i (seeded, so every task agrees);
+- LSH: a band hash is a random linear combination of its rows' values; two documents that
+  share a band hash in the same band are a candidate pair; a candidate pair is a duplicate
+  when their full signatures agree on at least `threshold` of the values (an estimate of
+  the Jaccard similarity, which removes LSH false positives);
+- clusters are connected components of duplicate pairs; the document with the smallest id
+  in each cluster is kept, so the result does not depend on the number of tasks or their order.
+
+Exact dedup groups documents by a 128-bit xxh3 hash of their text and keeps the smallest
+id. Fuzzy dedup runs on what exact dedup keeps.
+
+The steps: `DedupSignatures` (per task, passes documents through, writes
+`signatures/<rank>.npz`), `FindDuplicates` (one task: reads every signature file, writes
+`duplicates.npz` with each removed id, its reason and the id it duplicates) and
+`DropDuplicates` (per task, a funnel stage dropping the documents that file names).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import xxhash
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from millrace.artifacts import atomic_output
+from pipeline.filtering import CountedStage
+
+WORD = re.compile(r"\w+")
+CHUNK = 4096  # shingles per numpy block: bounds memory on very long documents
+REASON_CODES = {"exact": 1, "fuzzy": 2, "duplicate_id": 3}
+CODE_REASONS = {code: reason for reason, code in REASON_CODES.items()}
+
+
+class MinHasher:
+    """MinHash signatures and LSH band hashes; a pure function of (text, parameters)."""
+
+    def __init__(self, ngram: int = 5, bands: int = 32, rows: int = 4, seed: int = 1):
+        self.ngram, self.bands, self.rows = ngram, bands, rows
+        rng = np.random.default_rng(seed)
+        perms = bands * rows
+        self.shingle_weights = rng.integers(1, 2**63, size=ngram, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        self.a = (rng.integers(1, 2**63, size=perms, dtype=np.uint64) * np.uint64(2) + np.uint64(1))[:, None]
+        self.b = rng.integers(0, 2**63, size=perms, dtype=np.uint64)[:, None] * np.uint64(2)
+        self.band_weights = rng.integers(1, 2**63, size=rows, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+
+    def word_hashes(self, text: str) -> np.ndarray:
+        words = WORD.findall(text.lower())
+        return np.fromiter(map(xxhash.xxh32_intdigest, words), dtype=np.uint64, count=len(words))
+
+    def shingles(self, text: str) -> np.ndarray:
+        words = self.word_hashes(text)
+        n = self.ngram
+        if words.size < n:
+            return np.array([words.dot(self.shingle_weights[: words.size]) if words.size else 0], dtype=np.uint64)
+        count = words.size - n + 1
+        shingles = np.zeros(count, dtype=np.uint64)
+        for k in range(n):
+            shingles += words[k : k + count] * self.shingle_weights[k]
+        return shingles
+
+    def signature(self, text: str) -> np.ndarray:
+        shingles = self.shingles(text)
+        signature = np.full(self.a.shape[0], np.iinfo(np.uint64).max, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for start in range(0, shingles.size, CHUNK):
+                block = shingles[start : start + CHUNK][None, :]
+                np.minimum(signature, ((self.a * block + self.b) >> np.uint64(32)).min(axis=1), out=signature)
+        return signature.astype(np.uint32)
+
+    def band_hashes(self, signatures: np.ndarray) -> np.ndarray:
+        """[documents, bands] uint64 from [documents, bands*rows] uint32 signatures."""
+        grouped = signatures.reshape(signatures.shape[0], self.bands, self.rows).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            return (grouped * self.band_weights).sum(axis=2, dtype=np.uint64)
+
+
+def content_hash(text: str) -> tuple[int, int]:
+    digest = xxhash.xxh3_128_intdigest(text)
+    return digest >> 64, digest & ((1 << 64) - 1)
+
+
+def signature_file(directory: Path, rank: int) -> Path:
+    return Path(directory) / f"{rank:05d}.npz"
+
+
+class DedupSignatures(PipelineStep):
+    """Per task: content hash and MinHash signature of every document, saved when the stream ends."""
+
+    name = "🔏 dedup signatures"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, directory: Path | str, ngram: int, bands: int, rows: int, seed: int, fuzzy: bool = True):
+        super().__init__()
+        self.directory = Path(directory)
+        self.hasher = MinHasher(ngram, bands, rows, seed)
+        self.fuzzy = fuzzy
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        ids: list[str] = []
+        hashes: list[tuple[int, int]] = []
+        signatures: list[np.ndarray] = []
+        for doc in data or ():
+            with self.track_time():
+                ids.append(doc.id)
+                hashes.append(content_hash(doc.text))
+                if self.fuzzy:
+                    signatures.append(self.hasher.signature(doc.text))
+            self.stat_update("signed")
+            yield doc
+        perms = self.hasher.bands * self.hasher.rows
+        sigs = np.stack(signatures) if signatures else np.zeros((0 if self.fuzzy else len(ids), perms), np.uint32)
+        with atomic_output(signature_file(self.directory, rank)) as handle:
+            np.savez(
+                handle,
+                ids=np.asarray(ids, dtype=np.str_),
+                hashes=np.asarray(hashes, dtype=np.uint64).reshape(-1, 2),
+                signatures=sigs,
+            )
+
+
+def _components(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    graph = coo_matrix((np.ones(left.size, dtype=np.int8), (left, right)), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
+def _keep_smallest(labels: np.ndarray) -> np.ndarray:
+    """For id-sorted elements with dense group labels 0..k-1: the index of each one's group's first member."""
+    _, first_index = np.unique(labels, return_index=True)
+    return first_index[labels]
+
+
+def find_duplicates(
+    ids: np.ndarray, hashes: np.ndarray, signatures: np.ndarray | None, hasher: MinHasher | None, threshold: float,
+    exact: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns (removed ids, reason codes, kept ids they duplicate), sorted by removed id.
+
+    Pure function of the documents: everything is ordered by id first, and every group keeps
+    its smallest id.
+    """
+    order = np.argsort(ids, kind="stable")
+    ids, hashes = ids[order], hashes[order]
+    signatures = signatures[order] if signatures is not None else None
+    n = ids.size
+    duplicate_of = np.arange(n)
+    reason = np.zeros(n, dtype=np.int8)
+
+    if n:
+        # the same id twice (a source listing a document twice): keep the first by content hash
+        repeated = np.zeros(n, dtype=bool)
+        repeated[1:] = ids[1:] == ids[:-1]
+        if repeated.any():
+            by_id_then_hash = np.lexsort((hashes[:, 1], hashes[:, 0], ids))
+            ids, hashes = ids[by_id_then_hash], hashes[by_id_then_hash]
+            signatures = signatures[by_id_then_hash] if signatures is not None else None
+            repeated[1:] = ids[1:] == ids[:-1]
+            first = np.maximum.accumulate(np.where(~repeated, np.arange(n), 0))
+            duplicate_of = np.where(repeated, first, duplicate_of)
+            reason[repeated] = REASON_CODES["duplicate_id"]
+
+    alive = reason == 0
+    if exact and n:
+        candidates = np.flatnonzero(alive)
+        _, labels = np.unique(hashes[candidates], axis=0, return_inverse=True)
+        keeper = candidates[_keep_smallest(labels.reshape(-1))]
+        dup = keeper != candidates
+        duplicate_of[candidates[dup]] = keeper[dup]
+        reason[candidates[dup]] = REASON_CODES["exact"]
+        alive = reason == 0
+
+    if hasher is not None and signatures is not None and n:
+        candidates = np.flatnonzero(alive)
+        bands = hasher.band_hashes(signatures[candidates])
+        left_parts, right_parts = [], []
+        for band in range(hasher.bands):
+            column = bands[:, band]
+            by_hash = np.lexsort((np.arange(column.size), column))
+            sorted_hash = column[by_hash]
+            starts = np.ones(by_hash.size, dtype=bool)
+            starts[1:] = sorted_hash[1:] != sorted_hash[:-1]
+            group_first = by_hash[np.maximum.accumulate(np.where(starts, np.arange(by_hash.size), 0))]
+            members = ~starts
+            left_parts.append(group_first[members])
+            right_parts.append(by_hash[members])
+        left = np.concatenate(left_parts) if left_parts else np.zeros(0, np.int64)
+        right = np.concatenate(right_parts) if right_parts else np.zeros(0, np.int64)
+        if left.size:
+            pairs = np.unique(np.stack([left, right], axis=1), axis=0)
+            left, right = pairs[:, 0], pairs[:, 1]
+            sig = signatures[candidates]
+            agree = (sig[left] == sig[right]).mean(axis=1) >= threshold
+            left, right = left[agree], right[agree]
+        labels = _components(candidates.size, left, right)
+        keeper = candidates[_keep_smallest(labels)]
+        dup = keeper != candidates
+        duplicate_of[candidates[dup]] = keeper[dup]
+        reason[candidates[dup]] = REASON_CODES["fuzzy"]
+
+    removed = np.flatnonzero(reason)
+    return ids[removed], reason[removed], ids[duplicate_of[removed]]
+
+
+class FindDuplicates(PipelineStep):
+    """One task: read every task's signatures, decide what is a duplicate, write `duplicates.npz`."""
+
+    name = "🫂 find duplicates"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, signature_dir: Path | str, output: Path | str, ngram: int, bands: int, rows: int, seed: int,
+                 threshold: float, exact: bool, fuzzy: bool):
+        super().__init__()
+        self.signature_dir, self.output = Path(signature_dir), Path(output)
+        self.hasher = MinHasher(ngram, bands, rows, seed) if fuzzy else None
+        self.threshold, self.exact = threshold, exact
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        files = sorted(self.signature_dir.glob("*.npz"))
+        parts = [np.load(path) for path in files]
+        ids = np.concatenate([p["ids"] for p in parts]) if parts else np.zeros(0, np.str_)
+        hashes = np.concatenate([p["hashes"] for p in parts]) if parts else np.zeros((0, 2), np.uint64)
+        signatures = np.concatenate([p["signatures"] for p in parts]) if parts and self.hasher else None
+        with self.track_time():
+            removed, reasons, kept = find_duplicates(ids, hashes, signatures, self.hasher, self.threshold, self.exact)
+        self.stat_update("documents", value=int(ids.size))
+        self.stat_update("removed", value=int(removed.size))
+        with atomic_output(self.output) as handle:
+            np.savez(handle, ids=removed, reasons=reasons, duplicate_of=kept)
+
+
+def load_duplicates(path: Path) -> dict[str, tuple[str, str]]:
+    data = np.load(path)
+    return {
+        str(i): (CODE_REASONS[int(r)], str(k)) for i, r, k in zip(data["ids"], data["reasons"], data["duplicate_of"])
+    }
+
+
+class DropDuplicates(CountedStage):
+    """A funnel stage that drops the documents `FindDuplicates` named for its reasons."""
+
+    def __init__(self, stage: str, reasons: tuple[str, ...], duplicates: Path | str, funnel_dir, removed_dir):
+        super().__init__(stage, funnel_dir, removed_dir, None)
+        self.name = f"🫂 {stage}"
+        self.reasons = reasons
+        self.duplicates_path = Path(duplicates)
+        self._duplicates: dict[str, tuple[str, str]] | None = None
+
+    def decide(self, doc: Document) -> str | None:
+        if self._duplicates is None:
+            self._duplicates = load_duplicates(self.duplicates_path)
+        found = self._duplicates.get(doc.id)
+        if found is not None and found[0] in self.reasons:
+            doc.metadata["duplicate_of"] = found[1]
+            return found[0]
+        return None

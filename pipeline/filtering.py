@@ -1,0 +1,140 @@
+"""Counted stages: normalise, datatrove's heuristic filters (per source), language id.
+
+Each stage is a datatrove `PipelineStep` that applies to the sources configured for it,
+passes the others through untouched, counts what it received, kept and removed (with the
+reason) per source into the funnel, and writes removed documents to
+`removed/<stage>/<rank>.jsonl.zst` so that their tokens can be counted once the tokenizer
+exists. The filters themselves are datatrove's own (`GopherQualityFilter`,
+`GopherRepetitionFilter`, `C4QualityFilter`, `FineWebQualityFilter`), called through their
+`filter()` method; language id is py3langid, whose model ships inside the package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from pipeline.funnel import StageCounts
+from pipeline.intermediate import AtomicJsonlZstWriter, task_file
+
+LANGID_CHARS = 4000  # py3langid reads this much of a document; enough to be sure, cheap on long ones
+
+
+def build_filter(name: str, options: dict[str, Any]):
+    """datatrove's filter called `name`, built with the config's keyword options."""
+    if name == "gopher_quality":
+        from datatrove.pipeline.filters import GopherQualityFilter as cls
+    elif name == "gopher_repetition":
+        from datatrove.pipeline.filters import GopherRepetitionFilter as cls
+    elif name == "c4_quality":
+        from datatrove.pipeline.filters import C4QualityFilter as cls
+    elif name == "fineweb_quality":
+        from datatrove.pipeline.filters import FineWebQualityFilter as cls
+    else:
+        raise ValueError(f"unknown filter {name!r}")
+    if "exclusion_writer" in options:
+        raise TypeError("'exclusion_writer' is set by millrace (removed documents are kept for the funnel)")
+    return cls(**options)
+
+
+def text_bytes(doc: Document) -> int:
+    return len(doc.text.encode("utf-8", errors="surrogatepass"))
+
+
+class CountedStage(PipelineStep):
+    """A funnel stage: `decide()` returns a removal reason, or None to keep (it may rewrite the text)."""
+
+    type = "🔻 - STAGE"
+
+    def __init__(self, stage: str, funnel_dir: Path | str, removed_dir: Path | str, sources: list[str] | None):
+        super().__init__()
+        self.stage = stage
+        self.funnel_dir = Path(funnel_dir)
+        self.removed_dir = Path(removed_dir)
+        self.sources = None if sources is None else frozenset(sources)
+
+    def decide(self, doc: Document) -> str | None:
+        raise NotImplementedError
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        counts = StageCounts()
+        with AtomicJsonlZstWriter(task_file(self.removed_dir / self.stage, rank)) as removed:
+            for doc in data or ():
+                source = doc.metadata["source"]
+                counts.received(source, text_bytes(doc))
+                reason = None
+                if self.sources is None or source in self.sources:
+                    with self.track_time():
+                        reason = self.decide(doc)
+                if reason is None:
+                    counts.kept(source, text_bytes(doc))
+                    self.stat_update("kept")
+                    yield doc
+                else:
+                    counts.removed(source, reason, text_bytes(doc))
+                    self.stat_update(f"removed_{reason}")
+                    removed.write({"id": doc.id, "source": source, "reason": reason, "text": doc.text})
+        counts.save(self.funnel_dir / f"{rank:05d}.json")
+
+
+class NormaliseStage(CountedStage):
+    """Unicode repair with datatrove's FTFY formatter, then drop documents left empty."""
+
+    name = "😎 normalise"
+
+    def __init__(self, funnel_dir, removed_dir, sources: list[str] | None):
+        super().__init__("normalise", funnel_dir, removed_dir, None)
+        from datatrove.pipeline.formatters import FTFYFormatter
+
+        self.normalised = None if sources is None else frozenset(sources)
+        self.formatter = FTFYFormatter()
+
+    def decide(self, doc: Document) -> str | None:
+        if self.normalised is None or doc.metadata["source"] in self.normalised:
+            doc.text = self.formatter.format(doc.text)
+        return "empty" if not doc.text.strip() else None
+
+
+class HeuristicFilterStage(CountedStage):
+    """One of datatrove's heuristic quality filters, applied to the sources that list it."""
+
+    def __init__(self, filter_name: str, options: dict, funnel_dir, removed_dir, sources: list[str]):
+        super().__init__(filter_name, funnel_dir, removed_dir, sources)
+        self.name = f"🔻 {filter_name}"
+        self.filter = build_filter(filter_name, options)
+
+    def decide(self, doc: Document) -> str | None:
+        result = self.filter.filter(doc)
+        keep, reason = result if isinstance(result, tuple) else (result, None)
+        return None if keep else (reason or "filtered")
+
+
+class LanguageStage(CountedStage):
+    """py3langid language id; records `language` and `language_score`, drops by a per-source keep list."""
+
+    name = "🌐 language"
+
+    def __init__(self, funnel_dir, removed_dir, keep: dict[str, list[str] | None]):
+        super().__init__("language", funnel_dir, removed_dir, list(keep))
+        self.keep = {source: None if langs is None else frozenset(langs) for source, langs in keep.items()}
+        self._identifier = None
+
+    def _classify(self, text: str) -> tuple[str, float]:
+        if self._identifier is None:
+            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+            self._identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+        language, score = self._identifier.classify(text[:LANGID_CHARS])
+        return str(language), float(score)
+
+    def decide(self, doc: Document) -> str | None:
+        language, score = self._classify(doc.text)
+        doc.metadata["language"] = language
+        doc.metadata["language_score"] = round(score, 4)
+        allowed = self.keep[doc.metadata["source"]]
+        if allowed is not None and language not in allowed:
+            return f"language_{language}"
+        return None

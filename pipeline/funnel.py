@@ -1,0 +1,116 @@
+"""What each stage received, kept and removed (and why), per source, in documents, tokens, bytes.
+
+Every counted stage writes one small JSON file per task, `funnel/<NN>-<stage>/<rank>.json`
+(atomically, at the end of the task; a rerun of the task overwrites it). The runner sums
+the tasks into the store's funnel:
+
+    {"stages": [{"name": str, "sources": {source: {"received": {"documents", "tokens", "bytes"},
+                                                   "kept": {...}, "removed": {reason: {...}}}}}]}
+
+Tokens are counted once, with the store's tokenizer, after tokenization: a kept document
+by the tokens it was written with, a removed one by the tokens of the text it had when it
+was removed (its EOS included). A stage's received and kept tokens are then derived
+backwards from the last stage: kept(s) = received(s+1), received(s) = kept(s) + removed(s).
+Bytes are UTF-8 bytes of the text as the stage saw it (a stage that rewrites text, such
+as C4's line filter, keeps fewer bytes than it received without removing a document).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from millrace.artifacts import atomic_write_text
+
+COUNT_KEYS = ("documents", "tokens", "bytes")
+
+
+def _zero() -> dict[str, int]:
+    return {"documents": 0, "tokens": 0, "bytes": 0}
+
+
+class StageCounts:
+    """One stage's counts inside one task."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, dict] = {}
+
+    def _source(self, source: str) -> dict:
+        if source not in self.sources:
+            self.sources[source] = {"received": _zero(), "kept": _zero(), "removed": {}}
+        return self.sources[source]
+
+    def received(self, source: str, nbytes: int) -> None:
+        counts = self._source(source)["received"]
+        counts["documents"] += 1
+        counts["bytes"] += nbytes
+
+    def kept(self, source: str, nbytes: int, tokens: int = 0) -> None:
+        counts = self._source(source)["kept"]
+        counts["documents"] += 1
+        counts["bytes"] += nbytes
+        counts["tokens"] += tokens
+
+    def removed(self, source: str, reason: str, nbytes: int) -> None:
+        counts = self._source(source)["removed"].setdefault(reason, _zero())
+        counts["documents"] += 1
+        counts["bytes"] += nbytes
+
+    def save(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps({"sources": self.sources}, sort_keys=True))
+
+
+def stage_dir(funnel_root: Path, index: int, stage: str) -> Path:
+    return funnel_root / f"{index:02d}-{stage}"
+
+
+def _add(into: dict[str, int], other: dict[str, int]) -> None:
+    for key in COUNT_KEYS:
+        into[key] += int(other.get(key, 0))
+
+
+def merge_stage(directory: Path) -> dict[str, dict]:
+    """Sum one stage's per-task files."""
+    merged: dict[str, dict] = {}
+    for path in sorted(directory.glob("*.json")):
+        for source, counts in json.loads(path.read_text())["sources"].items():
+            into = merged.setdefault(source, {"received": _zero(), "kept": _zero(), "removed": {}})
+            _add(into["received"], counts["received"])
+            _add(into["kept"], counts["kept"])
+            for reason, removed in counts["removed"].items():
+                _add(into["removed"].setdefault(reason, _zero()), removed)
+    return merged
+
+
+def removed_tokens_from(paths: list[Path]) -> dict[str, dict[str, dict[str, int]]]:
+    """Sum the per-task `{stage: {source: {reason: tokens}}}` files of the removed-token counter."""
+    total: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+    for path in sorted(paths):
+        for stage, sources in json.loads(path.read_text()).items():
+            for source, reasons in sources.items():
+                for reason, tokens in reasons.items():
+                    total[stage][source][reason] += int(tokens)
+    return total
+
+
+def build_funnel(stages: list[tuple[str, dict[str, dict]]], removed_tokens: dict) -> dict:
+    """The store's funnel: stages in order, tokens filled backwards from the last stage's kept tokens."""
+    sources = sorted({source for _, counts in stages for source in counts})
+    for source in sources:
+        downstream_received: int | None = None
+        for name, counts in reversed(stages):
+            entry = counts.setdefault(source, {"received": _zero(), "kept": _zero(), "removed": {}})
+            removed_total = 0
+            for reason, removed in entry["removed"].items():
+                removed["tokens"] = int(removed_tokens.get(name, {}).get(source, {}).get(reason, 0))
+                removed_total += removed["tokens"]
+            if downstream_received is not None:
+                entry["kept"]["tokens"] = downstream_received
+            entry["received"]["tokens"] = entry["kept"]["tokens"] + removed_total
+            downstream_received = entry["received"]["tokens"]
+    return {
+        "stages": [
+            {"name": name, "sources": {source: counts[source] for source in sorted(counts)}} for name, counts in stages
+        ]
+    }

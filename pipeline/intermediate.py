@@ -1,0 +1,116 @@
+"""Intermediate document files between executor runs: one `jsonl.zst` per task, written atomically.
+
+datatrove's writers write straight to the final path; these write a temporary sibling and
+rename it when the task's stream ends, so a later stage (or a resumed run) never reads half
+a file. A task that is killed leaves at most a stray temporary file, which its rerun replaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import orjson
+import zstandard
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+ZSTD_LEVEL = 3
+
+
+class AtomicJsonlZstWriter:
+    """Appends JSON lines to a compressed temporary file; `commit()` renames it into place."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        self._raw = os.fdopen(fd, "wb")
+        self._stream = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._raw, closefd=False)
+        self.count = 0
+
+    def write(self, record: dict) -> None:
+        self._stream.write(orjson.dumps(record) + b"\n")
+        self.count += 1
+
+    def commit(self) -> None:
+        self._stream.close()
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._raw.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._stream.close()
+        with contextlib.suppress(Exception):
+            self._raw.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._tmp)
+
+    def __enter__(self) -> "AtomicJsonlZstWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def read_jsonl_zst(path: Path) -> Iterator[dict]:
+    with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+        for line in io.TextIOWrapper(stream, encoding="utf-8"):
+            if line.strip():
+                yield orjson.loads(line)
+
+
+def document_record(doc: Document) -> dict:
+    return {"id": doc.id, "text": doc.text, "metadata": doc.metadata}
+
+
+def task_file(directory: Path, rank: int) -> Path:
+    return Path(directory) / f"{rank:05d}.jsonl.zst"
+
+
+class TaskDocumentWriter(PipelineStep):
+    """Writes the documents that reach it to `<directory>/<rank>.jsonl.zst` and passes them on."""
+
+    name = "💾 task documents"
+    type = "✍️ - WRITER"
+
+    def __init__(self, directory: Path | str):
+        super().__init__()
+        self.directory = Path(directory)
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        with AtomicJsonlZstWriter(task_file(self.directory, rank)) as writer:
+            for doc in data or ():
+                writer.write(document_record(doc))
+                self.stat_update("written")
+                yield doc
+
+
+class TaskDocumentReader(PipelineStep):
+    """Reads back what `TaskDocumentWriter` wrote for the same rank (same task count)."""
+
+    name = "📂 task documents"
+    type = "📖 - READER"
+
+    def __init__(self, directory: Path | str):
+        super().__init__()
+        self.directory = Path(directory)
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        path = task_file(self.directory, rank)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: the previous stage's output for task {rank} is missing")
+        for record in read_jsonl_zst(path):
+            self.stat_update("read")
+            yield Document(text=record["text"], id=record["id"], metadata=record["metadata"])

@@ -1,0 +1,369 @@
+"""Run the pipeline: three datatrove executor runs, two driver steps, one assembly.
+
+    1. filter     (tasks = executor.tasks)  read → normalise → heuristic filters → language id
+                  → dedup signatures → filtered/<rank>.jsonl.zst
+    2. dedup      (one task)                FindDuplicates → duplicates.npz
+       tokenizer  (driver)                  tokenizer.json: the configured one, or a byte-level BPE
+                                            trained on a sample of the deduplicated documents
+       seam       (driver)                  `post_dedup_stages()`: see below
+    3. tokenize   (tasks = executor.tasks)  filtered/<rank> → drop exact dups → drop fuzzy dups
+                  → [post-dedup steps] → TokenizeCells → RemovedTokens
+    4. assemble   (driver)                  merge cell runs by id into shards under a staging
+                                            directory, write manifests and funnel, rename into
+                                            $MILLRACE_HOME/stores/<name>/<version>
+
+Intermediates live under $MILLRACE_HOME/work/<name>/<version>/. Each executor run has its
+own logging directory, so datatrove's per-task completion markers make every stage
+resumable: a run killed at any point and started again with the same command skips the
+finished tasks, redoes the unfinished ones (every task output is written atomically and
+overwritten whole) and yields the same store, byte for byte. A changed config (any field
+but `executor`) starts the work directory afresh. Executors are datatrove's own:
+`LocalPipelineExecutor` (forkserver processes) or `RayPipelineExecutor` (set RAY_ADDRESS to
+use a running cluster, otherwise a local Ray runtime starts); Slurm is
+`datatrove.executor.SlurmPipelineExecutor` with the same step lists from `stage_pipelines()`.
+
+THE POST-DEDUP SEAM (quality scoring, domain clustering): `post_dedup_stages()` is the one
+place where, after dedup, a deterministic sample of the deduplicated documents is drawn
+(`DeduplicatedSample`), models are fitted once into `work/.../models/` (reused on a rerun)
+and steps are returned that the tokenize run inserts between fuzzy dedup and tokenization.
+A step that sets `doc.metadata["cell"]` decides the document's cell (else its source); the
+returned `collect_stats()` gives `StoreManifest.stats` and per-cell `CellManifest.stats`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import xxhash
+from datatrove.data import Document
+from datatrove.pipeline.base import PipelineStep
+
+from millrace.artifacts import atomic_write_text, content_hash, read_artifact
+from millrace.errors import ConfigError, MillraceError
+from millrace.home import Home
+from pipeline.config import FILTER_NAMES, PipelineConfig
+from pipeline.funnel import build_funnel, merge_stage, removed_tokens_from, stage_dir
+
+log = logging.getLogger(__name__)
+
+
+class PipelineError(MillraceError):
+    """A stage failed; the message names the stage and where its task logs are."""
+
+
+@dataclass(frozen=True)
+class WorkLayout:
+    """Where each intermediate lives under work/<name>/<version>/."""
+
+    root: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def funnel(self) -> Path:
+        return self.root / "funnel"
+
+    @property
+    def removed(self) -> Path:
+        return self.root / "removed"
+
+    @property
+    def malformed(self) -> Path:
+        return self.root / "malformed"
+
+    @property
+    def filtered(self) -> Path:
+        return self.root / "filtered"
+
+    @property
+    def signatures(self) -> Path:
+        return self.root / "signatures"
+
+    @property
+    def duplicates(self) -> Path:
+        return self.root / "duplicates.npz"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer.json"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "tokens"
+
+    @property
+    def removed_tokens(self) -> Path:
+        return self.root / "removed-tokens"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "run.json"
+
+
+def stage_names(config: PipelineConfig) -> list[str]:
+    """The funnel's stages, in order, for this config."""
+    names = ["read", "normalise"]
+    names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
+    if any(s.language_id for s in config.sources):
+        names.append("language")
+    if config.dedup.exact:
+        names.append("exact_dedup")
+    if config.dedup.fuzzy:
+        names.append("fuzzy_dedup")
+    return names + ["tokenize"]
+
+
+def stored_config(config: PipelineConfig) -> dict:
+    """The config as the store records it: `executor` left out, since how it ran does not change what it made."""
+    return config.model_dump(mode="json", exclude={"executor"})
+
+
+class DeduplicatedSample:
+    """A deterministic sample of the documents that survive dedup: a pure function of their ids.
+
+    A document is in the sample when the hash of its id falls under a fraction chosen so the
+    sample holds about `max_bytes` of text; the sample is returned in id order.
+    """
+
+    def __init__(self, layout: WorkLayout):
+        self.layout = layout
+
+    def _total_bytes(self) -> int:
+        kept = 0
+        for path in sorted(self.layout.funnel.glob("*-language")) or []:
+            kept = sum(c["kept"]["bytes"] for c in merge_stage(path).values())
+        if not kept:
+            kept = sum(p.stat().st_size * 4 for p in self.layout.filtered.glob("*.jsonl.zst"))
+        return max(kept, 1)
+
+    def documents(self, max_bytes: int) -> list[Document]:
+        from pipeline.dedup import load_duplicates
+        from pipeline.intermediate import read_jsonl_zst
+
+        duplicates = load_duplicates(self.layout.duplicates) if self.layout.duplicates.exists() else {}
+        fraction = min(1.0, max_bytes / self._total_bytes())
+        cutoff = int(fraction * (1 << 64))
+        sample = []
+        for path in sorted(self.layout.filtered.glob("*.jsonl.zst")):
+            for record in read_jsonl_zst(path):
+                if record["id"] in duplicates or xxhash.xxh64_intdigest(record["id"]) >= cutoff:
+                    continue
+                sample.append(Document(text=record["text"], id=record["id"], metadata=record["metadata"]))
+        return sorted(sample, key=lambda d: d.id)
+
+
+@dataclass
+class PostDedupStages:
+    """What the seam contributes: steps before tokenization, and the stats they leave behind."""
+
+    steps: list[PipelineStep] = field(default_factory=list)
+    collect_stats: Callable[[], tuple[dict, dict[str, dict]]] = lambda: ({}, {})
+
+
+def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupStages:
+    """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
+    `layout.models`) and return the steps to run before tokenization. Without a `quality` or
+    `domains` section nothing runs and cells are sources."""
+    return PostDedupStages()
+
+
+def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path):
+    if kind == "ray":
+        import ray
+        from datatrove.executor import RayPipelineExecutor
+
+        if not ray.is_initialized():
+            ray.init(address=os.environ.get("RAY_ADDRESS"), num_cpus=None if os.environ.get("RAY_ADDRESS") else workers,
+                     include_dashboard=False, log_to_driver=False)
+        return RayPipelineExecutor(pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir),
+                                   cpus_per_task=1, mem_per_cpu_gb=1)
+    from datatrove.executor import LocalPipelineExecutor
+
+    return LocalPipelineExecutor(pipeline, tasks=tasks, workers=min(workers, tasks), logging_dir=str(logging_dir))
+
+
+def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path) -> None:
+    executor = _executor(kind, pipeline, tasks, workers, logging_dir)
+    if not executor.get_incomplete_ranks():
+        log.info("%s: all %d tasks already complete", label, tasks)
+        return
+    try:
+        executor.run()
+    except Exception as exc:  # a task's exception, re-raised by the executor
+        raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs") from exc
+    incomplete = executor.get_incomplete_ranks()
+    if incomplete:
+        raise PipelineError(f"stage {label!r}: tasks {incomplete} did not complete; task logs in {logging_dir}/logs")
+
+
+def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
+    from pipeline.dedup import DedupSignatures
+    from pipeline.filtering import HeuristicFilterStage, LanguageStage, NormaliseStage
+    from pipeline.intermediate import TaskDocumentWriter
+    from pipeline.readers import ReadStage
+
+    names = stage_names(config)
+    funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
+    steps: list[PipelineStep] = [ReadStage(s, funnel["read"], layout.malformed) for s in config.sources]
+    steps.append(NormaliseStage(funnel["normalise"], layout.removed, [s.name for s in config.sources if s.normalise]))
+    for name in FILTER_NAMES:
+        if name in funnel:
+            users = [s.name for s in config.sources if name in s.filters]
+            steps.append(HeuristicFilterStage(name, getattr(config.filters, name), funnel[name], layout.removed, users))
+    if "language" in funnel:
+        keep = {s.name: s.languages for s in config.sources if s.language_id}
+        steps.append(LanguageStage(funnel["language"], layout.removed, keep))
+    d = config.dedup
+    if d.exact or d.fuzzy:
+        steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, fuzzy=d.fuzzy))
+    steps.append(TaskDocumentWriter(layout.filtered))
+    return steps
+
+
+def dedup_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
+    from pipeline.dedup import FindDuplicates
+
+    d = config.dedup
+    return [FindDuplicates(layout.signatures, layout.duplicates, d.ngram, d.bands, d.rows, d.seed, d.threshold,
+                           d.exact, d.fuzzy)]
+
+
+def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
+    from pipeline.dedup import DropDuplicates
+    from pipeline.intermediate import TaskDocumentReader
+    from pipeline.tokenization import RemovedTokens, TokenizeCells
+
+    names = stage_names(config)
+    funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
+    steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered)]
+    if config.dedup.exact or config.dedup.fuzzy:
+        reasons = {"exact_dedup": ("exact", "duplicate_id"), "fuzzy_dedup": ("fuzzy",)}
+        if not config.dedup.exact:
+            reasons["fuzzy_dedup"] = ("fuzzy", "duplicate_id")
+        for stage in ("exact_dedup", "fuzzy_dedup"):
+            if stage in funnel:
+                steps.append(DropDuplicates(stage, reasons[stage], layout.duplicates, funnel[stage], layout.removed))
+    steps += extra
+    sources = [s.name for s in config.sources]
+    steps.append(TokenizeCells(layout.tokenizer, config.tokenizer.eos, sources, layout.runs, funnel["tokenize"],
+                               config.tokenizer.batch_size))
+    steps.append(RemovedTokens(layout.tokenizer, layout.removed, layout.removed_tokens, config.tokenizer.batch_size))
+    return steps
+
+
+def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
+    """The configured tokenizer.json, copied; or a byte-level BPE trained on the deduplicated sample."""
+    from pipeline.tokenization import eos_id, load_tokenizer, train_byte_level_bpe
+
+    if layout.tokenizer.exists():
+        return layout.tokenizer
+    if config.tokenizer.path:
+        text = Path(config.tokenizer.path).read_text()
+        atomic_write_text(layout.tokenizer, text)
+        try:
+            eos_id(load_tokenizer(layout.tokenizer), config.tokenizer.eos)
+        except ValueError as exc:
+            layout.tokenizer.unlink()
+            raise ConfigError(f"field 'tokenizer.eos': {exc} in {config.tokenizer.path}") from None
+        return layout.tokenizer
+    sample = DeduplicatedSample(layout).documents(config.tokenizer.sample_bytes)
+    log.info("training a byte-level BPE (vocab %d) on %d sampled documents", config.tokenizer.vocab_size, len(sample))
+    return train_byte_level_bpe((d.text for d in sample), config.tokenizer.vocab_size, config.tokenizer.eos,
+                                layout.tokenizer)
+
+
+def _prepare_work(layout: WorkLayout, config_hash: str, tasks: int) -> None:
+    if layout.state.exists():
+        state = json.loads(layout.state.read_text())
+        if state.get("config_hash") == config_hash and state.get("tasks") == tasks:
+            log.info("resuming the work in %s", layout.root)
+            return
+        log.info("config or task count changed: starting %s afresh", layout.root)
+        shutil.rmtree(layout.root)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(layout.state, json.dumps({"config_hash": config_hash, "tasks": tasks}))
+
+
+def malformed_report(layout: WorkLayout) -> list[dict]:
+    """Every record that produced no document: file, line and reason."""
+    records = []
+    for path in sorted(layout.malformed.glob("*/*.jsonl")):
+        records += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return records
+
+
+def run_pipeline(
+    config: PipelineConfig,
+    home: Home,
+    executor: str | None = None,
+    workers: int | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> Path:
+    """Run `config` into `home.store(name, version)` and return that directory.
+
+    `executor` and `workers` override the config's `[executor]`; the store does not depend on them.
+    """
+    kind = executor or config.executor.kind
+    workers = workers or config.executor.workers
+    tasks = config.executor.tasks
+    name, version = config.output.name, config.output.resolved_version
+    recorded = stored_config(config)
+    config_hash = content_hash(recorded)
+    final = home.store(name, version)
+    if (final / "store.json").exists():
+        body = read_artifact(final / "store.json", "millrace.store")
+        if body.get("config_hash") == config_hash:
+            log.info("store %s/%s already built from this config: %s", name, version, final)
+            return final
+        raise ConfigError(
+            f"field 'output.version': store {name}/{version} already exists at {final}, built from another config;"
+            " choose another version"
+        )
+    layout = WorkLayout(home.work(name, version))
+    _prepare_work(layout, config_hash, tasks)
+    notify = on_stage or (lambda label: None)
+
+    notify("filter")
+    _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter")
+    if config.dedup.exact or config.dedup.fuzzy:
+        notify("dedup")
+        _run_stage("dedup", kind, dedup_pipeline(config, layout), 1, 1, layout.logs / "2-dedup")
+    notify("tokenizer")
+    tokenizer_path = ensure_tokenizer(config, layout)
+    post = post_dedup_stages(config, layout)
+    notify("tokenize")
+    _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
+               layout.logs / "3-tokenize")
+
+    notify("assemble")
+    from pipeline.assemble import assemble_store
+
+    names = stage_names(config)
+    stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
+    funnel = build_funnel(stages, removed_tokens_from(list(layout.removed_tokens.glob("*.json"))))
+    problems = malformed_report(layout)
+    for problem in problems[:20]:
+        log.warning("malformed input record: %s line %s (%s)", problem["file"], problem["line"], problem["reason"])
+    if len(problems) > 20:
+        log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
+    store_stats, cell_stats = post.collect_stats()
+    return assemble_store(
+        final, name, version, layout.runs, tokenizer_path, config.tokenizer.eos, [s.name for s in config.sources],
+        config.output.shard_tokens, recorded, funnel, store_stats, cell_stats,
+    )
+
+
+def iter_stage_labels() -> Iterator[str]:
+    yield from ("filter", "dedup", "tokenizer", "tokenize", "assemble")

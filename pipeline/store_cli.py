@@ -1,0 +1,161 @@
+"""`millrace store`: inspect, verify and create token stores."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from millrace.errors import ArtifactError, ConfigError
+from millrace.options import home_option, json_option, print_json
+from pipeline.store import Store, write_stats_only_store
+
+
+def resolve_store(spec: str, home) -> Path:
+    """A store directory, or `name/version`, or `name` (its newest version) under $MILLRACE_HOME."""
+    path = Path(spec)
+    if (path / "store.json").exists():
+        return path
+    candidate = home.stores / spec
+    if (candidate / "store.json").exists():
+        return candidate
+    if candidate.is_dir():
+        versions = sorted(p for p in candidate.iterdir() if (p / "store.json").exists())
+        if versions:
+            return versions[-1]
+    raise ArtifactError(f"{spec}: no store.json there, nor under {home.stores}")
+
+
+def store_summary(path: Path) -> dict:
+    store = Store(path)
+    m = store.manifest
+    cells = {name: c.model_dump() for name, c in sorted(m.cells.items())}
+    summary = {
+        "path": str(store.path),
+        "name": m.name,
+        "version": m.version,
+        "stats_only": m.stats_only,
+        "dtype": m.dtype,
+        "tokenizer": m.tokenizer.model_dump() if m.tokenizer else None,
+        "documents": sum(c.documents for c in m.cells.values()),
+        "tokens": sum(c.tokens for c in m.cells.values()),
+        "bytes": sum(c.bytes for c in m.cells.values()),
+        "cells": cells,
+        "sources": m.sources,
+        "manifest_hash": store.manifest_hash,
+    }
+    if m.funnel.get("stages"):
+        summary["funnel"] = [
+            {
+                "stage": stage["name"],
+                "received": sum(s["received"]["documents"] for s in stage["sources"].values()),
+                "kept": sum(s["kept"]["documents"] for s in stage["sources"].values()),
+            }
+            for stage in m.funnel["stages"]
+        ]
+    if m.stats.get("domains") or m.stats.get("quality"):
+        summary["grid"] = domain_grid(m)
+    return summary
+
+
+def domain_grid(manifest) -> dict:
+    """Tokens per (domain, bucket) from `cNNqQ` cell names, with domain labels where recorded."""
+    labels = manifest.stats.get("domains", {}).get("labels", {})
+    grid: dict[str, dict[str, int]] = {}
+    for name, cell in manifest.cells.items():
+        match = re.fullmatch(r"(c\d+)(q\d+)", name)
+        if match:
+            grid.setdefault(match.group(1), {})[match.group(2)] = cell.tokens
+    return {"labels": labels, "tokens": {d: dict(sorted(b.items())) for d, b in sorted(grid.items())}}
+
+
+def print_summary(summary: dict) -> None:
+    click.echo(f"store {summary['name']}/{summary['version']} at {summary['path']}"
+               + (" (stats only)" if summary["stats_only"] else f" ({summary['dtype']})"))
+    click.echo(f"{'cell':<20} {'documents':>10} {'tokens':>14} {'bytes':>14}")
+    for name, cell in summary["cells"].items():
+        click.echo(f"{name:<20} {cell['documents']:>10,} {cell['tokens']:>14,} {cell['bytes']:>14,}")
+    click.echo(f"{'total':<20} {summary['documents']:>10,} {summary['tokens']:>14,} {summary['bytes']:>14,}")
+    for stage in summary.get("funnel", []):
+        click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}")
+    grid = summary.get("grid")
+    if grid and grid["tokens"]:
+        buckets = sorted({b for row in grid["tokens"].values() for b in row})
+        click.echo(f"{'domain':<28}" + "".join(f"{b:>12}" for b in buckets))
+        for domain, row in grid["tokens"].items():
+            label = f"{domain} {grid['labels'].get(domain, '')}"[:27]
+            click.echo(f"{label:<28}" + "".join(f"{row.get(b, 0):>12,}" for b in buckets))
+
+
+@click.group()
+def store() -> None:
+    """Inspect, verify and create token stores."""
+
+
+@store.command("info")
+@click.argument("store_spec", metavar="STORE")
+@home_option
+@json_option
+def info(store_spec: str, home, as_json: bool) -> None:
+    """Print a store's cells, documents, tokens and bytes (STORE: a directory or name[/version])."""
+    summary = store_summary(resolve_store(store_spec, home))
+    if as_json:
+        print_json(summary)
+    else:
+        print_summary(summary)
+
+
+@store.command("verify")
+@click.argument("store_spec", metavar="STORE")
+@home_option
+@json_option
+def verify(store_spec: str, home, as_json: bool) -> None:
+    """Check every shard against its manifest; name each failing file and exit non-zero."""
+    path = resolve_store(store_spec, home)
+    problems = Store(path).verify()
+    if as_json:
+        print_json({"path": str(path), "ok": not problems, "problems": problems})
+    else:
+        for problem in problems:
+            click.echo(f"FAIL {problem}")
+        click.echo(f"{path}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+    if problems:
+        raise SystemExit(1)
+
+
+@store.command("from-stats")
+@click.argument("stats_file", metavar="FILE.json", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Store name.")
+@click.option("--version", "version", required=True, help="Store version (CalVer YYYY.MM.DD).")
+@home_option
+def from_stats(stats_file: Path, name: str, version: str, home) -> None:
+    """Create a stats-only store (token counts per cell, no shards) from {"cell": tokens, ...}."""
+    import json
+
+    from pipeline.config import CALVER, NAME_PATTERN
+
+    if not re.match(NAME_PATTERN, name):
+        raise ConfigError(f"--name: {name!r} is not a valid store name")
+    if not CALVER.match(version):
+        raise ConfigError(f"--version: {version!r} is not CalVer YYYY.MM.DD")
+    try:
+        data = json.loads(stats_file.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{stats_file}: file not found") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{stats_file}: not valid JSON ({exc})") from None
+    cells = data.get("cells", data) if isinstance(data, dict) else None
+    if not isinstance(cells, dict) or not cells:
+        raise ConfigError(f"{stats_file}: expected an object of cell -> tokens")
+    for cell, tokens in cells.items():
+        if isinstance(tokens, dict):
+            tokens = tokens.get("tokens")
+        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+            raise ConfigError(f"{stats_file}: field '{cell}': expected a non-negative integer token count")
+    counts = {c: (t["tokens"] if isinstance(t, dict) else t) for c, t in cells.items()}
+    path = home.store(name, version)
+    if path.exists():
+        raise ConfigError(f"--version: store {name}/{version} already exists at {path}")
+    write_stats_only_store(path, name, version, counts)
+    click.echo(f"wrote stats-only store {name}/{version} ({len(counts)} cells) at {path}")

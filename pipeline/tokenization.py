@@ -1,0 +1,196 @@
+"""Tokenizing into cell runs with HF `tokenizers`; the byte-level BPE trained when none is given.
+
+`TokenizeCells` batch-encodes documents (`encode_batch`, Rust threads), appends EOS, groups
+them by cell (`metadata["cell"]` when a domains step set it, else the source name), sorts
+each cell's documents by id and writes one run per cell per task:
+`tokens/<rank>/<cell>.npz` (ids, lengths, concatenated tokens, source index, bytes, and a
+few sample texts). The assembler merges the runs of all tasks by id into the store's
+shards, so the store does not depend on the task count or the executor.
+
+`RemovedTokens` counts, for the funnel, the tokens that removed documents would have had.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import xxhash
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from millrace.artifacts import atomic_output, atomic_write_text
+from pipeline.funnel import StageCounts
+from pipeline.intermediate import read_jsonl_zst, task_file
+from pipeline.store import dtype_for_vocab
+
+SAMPLES_PER_CELL = 3
+SAMPLE_CHARS = 400
+
+
+def load_tokenizer(path: Path | str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+def tokenizer_fingerprint(path: Path | str) -> str:
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos: str, output: Path) -> Path:
+    """Train a byte-level BPE (GPT-2 style) on `texts` and save it atomically to `output`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[eos],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    atomic_write_text(output, tokenizer.to_str())
+    return output
+
+
+def eos_id(tokenizer, eos: str) -> int:
+    token = tokenizer.token_to_id(eos)
+    if token is None:
+        raise ValueError(f"the tokenizer has no EOS token {eos!r}")
+    return token
+
+
+def cell_of(doc: Document) -> str:
+    return doc.metadata.get("cell") or doc.metadata["source"]
+
+
+def run_file(directory: Path, rank: int, cell: str) -> Path:
+    return Path(directory) / f"{rank:05d}" / f"{cell}.npz"
+
+
+def _batches(data: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    batch: list[Document] = []
+    for doc in data:
+        batch.append(doc)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class _CellRun:
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.tokens: list[np.ndarray] = []
+        self.sources: list[int] = []
+        self.bytes: list[int] = []
+        self.samples: list[tuple[int, str, str, str]] = []  # (id hash, id, source, trimmed text)
+
+    def add(self, doc: Document, tokens: np.ndarray, source_id: int, nbytes: int) -> None:
+        self.ids.append(doc.id)
+        self.tokens.append(tokens)
+        self.sources.append(source_id)
+        self.bytes.append(nbytes)
+        self.samples.append((xxhash.xxh64_intdigest(doc.id), doc.id, doc.metadata["source"], doc.text[:SAMPLE_CHARS]))
+        self.samples = sorted(self.samples)[:SAMPLES_PER_CELL]
+
+    def save(self, path: Path, dtype: np.dtype) -> None:
+        order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
+        lengths = np.asarray([self.tokens[i].size for i in order], dtype=np.int64)
+        tokens = np.concatenate([self.tokens[i] for i in order]).astype(dtype) if order else np.zeros(0, dtype)
+        samples = [{"hash": h, "id": i, "source": s, "text": t} for h, i, s, t in self.samples]
+        with atomic_output(path) as handle:
+            np.savez(
+                handle,
+                ids=np.asarray([self.ids[i] for i in order], dtype=np.str_),
+                lengths=lengths,
+                tokens=tokens,
+                sources=np.asarray([self.sources[i] for i in order], dtype=np.uint16),
+                bytes=np.asarray([self.bytes[i] for i in order], dtype=np.int64),
+                samples=np.asarray(json.dumps(samples)),
+            )
+
+
+class TokenizeCells(PipelineStep):
+    """Batch-encode, append EOS, write one id-sorted run per cell; counts the `tokenize` stage."""
+
+    name = "🔢 tokenize cells"
+    type = "🔢 - TOKENIZER"
+
+    def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
+                 funnel_dir: Path | str, batch_size: int = 256):
+        super().__init__()
+        self.tokenizer_path = str(tokenizer_path)
+        self.eos = eos
+        self.sources = {name: index for index, name in enumerate(sources)}
+        self.runs_dir = Path(runs_dir)
+        self.funnel_dir = Path(funnel_dir)
+        self.batch_size = batch_size
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        tokenizer = load_tokenizer(self.tokenizer_path)
+        eos = eos_id(tokenizer, self.eos)
+        dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
+        runs: dict[str, _CellRun] = defaultdict(_CellRun)
+        counts = StageCounts()
+        eos_array = np.asarray([eos], dtype=np.int64)
+        for batch in _batches(data or (), self.batch_size):
+            with self.track_time("batch"):
+                encoded = tokenizer.encode_batch_fast([doc.text for doc in batch], add_special_tokens=False)
+            for doc, encoding in zip(batch, encoded):
+                tokens = np.concatenate([np.asarray(encoding.ids, dtype=np.int64), eos_array])
+                source = doc.metadata["source"]
+                nbytes = len(doc.text.encode("utf-8", errors="surrogatepass"))
+                runs[cell_of(doc)].add(doc, tokens, self.sources[source], nbytes)
+                counts.received(source, nbytes)
+                counts.kept(source, nbytes, tokens=int(tokens.size))
+                self.stat_update("tokens", value=int(tokens.size))
+                yield doc
+        rank_dir = self.runs_dir / f"{rank:05d}"
+        rank_dir.mkdir(parents=True, exist_ok=True)
+        for stale in rank_dir.glob("*.npz"):
+            if stale.stem not in runs:
+                stale.unlink()  # a rerun of this task with other cells must not leave the old runs behind
+        for cell, run in runs.items():
+            run.save(run_file(self.runs_dir, rank, cell), dtype)
+        counts.save(self.funnel_dir / f"{rank:05d}.json")
+
+
+class RemovedTokens(PipelineStep):
+    """After its task's stream ends: tokens of every document this task's stages removed, for the funnel."""
+
+    name = "🧮 removed tokens"
+    type = "🔢 - TOKENIZER"
+
+    def __init__(self, tokenizer_path: Path | str, removed_dir: Path | str, output_dir: Path | str,
+                 batch_size: int = 256):
+        super().__init__()
+        self.tokenizer_path = str(tokenizer_path)
+        self.removed_dir = Path(removed_dir)
+        self.output_dir = Path(output_dir)
+        self.batch_size = batch_size
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        tokenizer = load_tokenizer(self.tokenizer_path)
+        totals: dict[str, dict[str, dict[str, int]]] = {}
+        for stage_dir in sorted(p for p in self.removed_dir.iterdir() if p.is_dir()):
+            path = task_file(stage_dir, rank)
+            if not path.exists():
+                continue
+            records = read_jsonl_zst(path)
+            while batch := [r for _, r in zip(range(self.batch_size), records)]:
+                encoded = tokenizer.encode_batch_fast([r["text"] for r in batch], add_special_tokens=False)
+                for record, encoding in zip(batch, encoded):
+                    per_source = totals.setdefault(stage_dir.name, {}).setdefault(record["source"], {})
+                    per_source[record["reason"]] = per_source.get(record["reason"], 0) + len(encoding.ids) + 1
+        atomic_write_text(self.output_dir / f"{rank:05d}.json", json.dumps(totals, sort_keys=True))
