@@ -9,6 +9,7 @@ import pytest
 import tomli_w
 
 from millrace.cli import main
+from millrace.home import Home
 from tests.mixtures.stores import VERSION, grid, make_store
 
 CELLS = {**grid(), "c09q0": 0, "c09q1": 100}
@@ -96,8 +97,9 @@ CASES = {
 }
 
 
-@pytest.fixture
-def store_home(home):
+@pytest.fixture(scope="module")
+def store_home(tmp_path_factory):
+    home = Home.resolve(tmp_path_factory.mktemp("home"))
     make_store(home, CELLS)
     return home
 
