@@ -180,7 +180,7 @@ function heatMap(container, rows, cols, value, opts) {
     cols.forEach((_, c) => {
       const v = value(r, c), g = el("g", { class: "hm", "data-row": r, "data-col": c }, svg);
       const missing = v === null || !isFinite(v);
-      const t = missing || max === 0 ? 0 : (opts.diverging ? v / max : (opts.sqrt ? Math.sqrt(v / max) : v / max));
+      const t = missing || max === 0 ? 0 : (opts.sqrt ? Math.sign(v) * Math.sqrt(Math.abs(v) / max) : v / max);
       const fill = missing ? "#f0f0f0" : (opts.diverging ? divColour(t) : seqColour(t));
       el("rect", { x: L + cw * c, y: T + ch * r, width: cw - 1, height: ch - 1, fill }, g);
       el("text", { x: L + cw * c + cw / 2, y: T + ch * r + ch / 2 + 4, "text-anchor": "middle", "font-size": 10,
@@ -191,4 +191,10 @@ function heatMap(container, rows, cols, value, opts) {
       if (opts.onClick) { g.style.cursor = "pointer"; g.addEventListener("click", () => opts.onClick(r, c)); }
     });
   });
+  const scale = h("div", { class: "scale" }, wrap);
+  const stops = opts.diverging ? [-1, -0.5, 0, 0.5, 1].map(divColour) : [0, 0.25, 0.5, 0.75, 1].map(seqColour);
+  const sf = opts.scaleFormat || opts.format;
+  h("span", {}, scale, opts.diverging ? sf(-max) : sf(0));
+  h("span", { class: "g" }, scale).style.background = `linear-gradient(to right, ${stops.join(", ")})`;
+  h("span", {}, scale, sf(max) + (opts.sqrt ? " (square-root scale)" : ""));
 }

@@ -137,11 +137,12 @@ function renderGrid(cur, cmp) {
   else if (kind === "weight") { value = (i) => cur.phases[p].realised[i]; format = fmt.pct; opts.sqrt = true; }
   else if (kind === "tokens") { value = (i) => cur.phases[p].tokens[i]; format = fmt.count; opts.sqrt = true; }
   else if (kind === "epochs") { value = (i) => cur.epochs[i]; format = fmt.epochs; }
-  else { value = (i) => cur.phases[p].realised[i] - (cmp && cmp.phases[p] ? cmp.phases[p].realised[i] : 0); format = fmt.pp; opts.diverging = true; }
+  else { value = (i) => cur.phases[p].realised[i] - (cmp && cmp.phases[p] ? cmp.phases[p].realised[i] : 0); format = fmt.pp; opts.diverging = true; opts.sqrt = true; }
   heatMap(document.getElementById("grid"), shape.rows, shape.cols, (r, c) => (shape.at[r][c] < 0 ? null : value(shape.at[r][c])), {
     ...opts,
     title: "grid",
     labelWidth: D.grid ? 170 : 110,
+    scaleFormat: format,
     format: (v, r, c) => {
       const i = shape.at[r][c];
       return format(v) + (kind === "epochs" && cur.flags[i] ? (cur.flags[i] === "at" ? " ●" : " ○") : "");

@@ -1,4 +1,4 @@
-"""A home with real artifacts: a small store with shards, two built revisions, a short run."""
+"""A home with real artifacts: a small store with shards, two revisions built by mixtures, a trained run."""
 
 from __future__ import annotations
 
@@ -8,10 +8,17 @@ from millrace.home import Home
 from tests.reports import factory
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def small_home(tmp_path_factory) -> Home:
     home = Home.resolve(tmp_path_factory.mktemp("reports") / "home")
-    store = factory.make_small_store(home)
-    revisions = factory.make_small_revisions(home, store)
-    factory.make_run(home, "tiny-1", revisions["uniform-sampling"], steps=30, status="finished")
+    factory.make_small_store(home)
+    factory.make_small_revisions(home)
+    factory.train_run(home, "tiny-1", revision="uniform-sampling", steps=24)
+    return home
+
+
+@pytest.fixture(scope="session")
+def reference_home(tmp_path_factory) -> Home:
+    home = Home.resolve(tmp_path_factory.mktemp("reference") / "home")
+    factory.make_reference_store(home, revisions=5)
     return home

@@ -1,35 +1,33 @@
-"""Real artifacts for the report tests and bench: a small store with shards, built manifests, a run.
+"""Real artifacts for the report tests and bench: a small store with shards, built revisions, a trained run.
 
-Stores are written with the store format's own writers (ShardWriter, write_cell_manifest,
-write_store_manifest, write_stats_only_store), manifests with mixtures.manifest.write_manifest,
-and the run as run.json + metrics.jsonl per the trainer's metrics contract.
+The store is written with the store format's own writers (ShardWriter, write_cell_manifest,
+write_store_manifest; write_stats_only_store for the reference shape); revisions are written
+and built by the mixtures room (`mix new` + `mix build` as Python calls); the run is trained
+by the trainer on the tiny config, fed by the loader. `write_contract_metrics` writes a
+metrics stream per the trainer's contract for what a real run of seconds can't show (a
+1,500-step stream).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import tomllib
 from pathlib import Path
 
 import numpy as np
+import tomli_w
 
 from millrace.artifacts import write_artifact
 from millrace.home import Home
-from mixtures.manifest import (
-    BuiltManifest,
-    ManifestCell,
-    ManifestPhase,
-    PinnedShard,
-    StoreRef,
-    manifest_path,
-    write_manifest,
-)
+from mixtures.build import build
+from mixtures.manifest import read_manifest
+from mixtures.new import new_revision
 from pipeline.store import (
     CellManifest,
     CellSummary,
-    SourceCounts,
     ShardWriter,
-    Store,
+    SourceCounts,
     StoreManifest,
     TokenizerInfo,
     write_cell_manifest,
@@ -37,6 +35,9 @@ from pipeline.store import (
     write_store_manifest,
 )
 
+TINY_CONFIG = Path(__file__).parents[2] / "trainer" / "configs" / "tiny.toml"
+VOCAB, EOS = 512, 1
+SEQ_LEN, GLOBAL_BATCH = 32, 8
 STORE = "local"
 VERSION = "2026.11.30"
 SOURCES = ["python-docs", "man-pages", "licenses"]
@@ -72,8 +73,8 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
             samples = []
             for doc in range(20 + 10 * domain + 5 * bucket):
                 source_id = (doc + domain) % len(SOURCES) if doc % 4 else domain
-                tokens = rng.integers(1, 32000, size=int(rng.integers(50, 400)))
-                tokens[-1] = 0  # EOS
+                tokens = rng.integers(2, VOCAB, size=int(rng.integers(50, 400)))
+                tokens[-1] = EOS
                 writer.add_document(tokens, source_id)
                 counts = per_source.setdefault(SOURCES[source_id], SourceCounts())
                 counts.documents += 1
@@ -103,100 +104,44 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
     ]}
     write_store_manifest(root, StoreManifest(
         name=STORE, version=VERSION, dtype="uint16",
-        tokenizer=TokenizerInfo(fingerprint="sha256:test-tokenizer", vocab_size=32000, eos_id=0),
+        tokenizer=TokenizerInfo(fingerprint="sha256:test-tokenizer", vocab_size=VOCAB, eos_id=EOS, path=None),
         cells=cells, sources=SOURCES, funnel=funnel,
         stats={"domains": {"k": 3, "labels": DOMAIN_LABELS}, "quality": {"buckets": 2, "score_ranges": SCORE_RANGES}},
     ))
     return root
 
 
-def apportion(weights: dict[str, float], total: int) -> dict[str, int]:
-    """Largest remainder: integer counts summing to `total`, each within one of its share."""
-    exact = {c: w * total for c, w in weights.items()}
-    counts = {c: math.floor(x) for c, x in exact.items()}
-    left = total - sum(counts.values())
-    for c in sorted(exact, key=lambda c: (-(exact[c] - counts[c]), c))[:left]:
-        counts[c] += 1
-    return counts
+def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str, Path]:
+    """Two revisions of mixture `default` on the small store, written and built by the mixtures room."""
+    store = f"{STORE}/{VERSION}"
+    new_revision(home, "default", "natural", store, strategy="natural", phases=["main:12288"],
+                 seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
+    new_revision(home, "default", "uniform-sampling", store, strategy="uniform",
+                 phases=["main:10240", "cooldown:2048:uniform@c*q1"], seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
+    return {name: build(home, "default", name) for name in ("natural", "uniform-sampling")}
 
 
-def make_manifest(home: Home, store_dir: Path, mixture: str, revision: str, phases: list[tuple[str, int, dict]],
-                  *, seq_len: int, global_batch: int, epoch_cap: float = 8.0, seed: int = 7) -> Path:
-    """A built manifest: each phase (name, token budget, weights) apportioned into whole batches."""
-    store = Store(store_dir)
-    cells = {}
-    for name, summary in store.manifest.cells.items():
-        shards = [] if store.manifest.stats_only else [
-            PinnedShard(**s.model_dump(exclude={"bin_bytes"})) for s in store.cell(name).shards
-        ]
-        cells[name] = ManifestCell(
-            name=name, available_tokens=summary.tokens, documents=summary.documents,
-            sequences_available=max(0, (summary.tokens - 1) // seq_len),
-            cell_manifest_hash=summary.manifest_hash, shards=shards,
-        )
-    built_phases, position, step = [], 0, 0
-    for name, budget, weights in phases:
-        total = sum(weights.values())
-        weights = {c: w / total for c, w in weights.items() if w > 0}
-        steps = max(1, budget // (seq_len * global_batch))
-        sequences = steps * global_batch
-        built_phases.append(ManifestPhase(
-            name=name, token_budget=budget, start_position=position, sequences=sequences, start_step=step,
-            steps=steps, counts=apportion(weights, sequences), declared_weights=weights,
-        ))
-        position += sequences
-        step += steps
-    manifest = BuiltManifest(
-        mixture=mixture, revision=revision, revision_hash=f"sha256:{revision}-revision",
-        store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash,
-                       stats_only=store.manifest.stats_only),
-        tokenizer_fingerprint=None if store.manifest.tokenizer is None else store.manifest.tokenizer.fingerprint,
-        dtype=store.manifest.dtype, eos_id=None if store.manifest.tokenizer is None else store.manifest.tokenizer.eos_id,
-        seed=seed, seq_len=seq_len, global_batch=global_batch, epoch_cap=epoch_cap, cells=cells,
-        phases=built_phases, total_sequences=position, total_steps=step,
-    )
-    path = manifest_path(home, store.name, store.version, mixture, revision)
-    write_manifest(path, manifest)
+def tiny_config(path: Path) -> Path:
+    """trainer/configs/tiny.toml without TensorBoard and with a fixed peak (no matmul timing at start)."""
+    data = tomllib.loads(TINY_CONFIG.read_text())
+    data["metrics"]["tensorboard"] = False
+    data["metrics"]["peak_flops_per_device"] = 1e11
+    path.write_text(tomli_w.dumps(data))
     return path
 
 
-def natural(tokens: dict[str, int]) -> dict[str, float]:
-    return {c: t / sum(tokens.values()) for c, t in tokens.items()}
+def train_run(home: Home, run: str, revision: str = "uniform-sampling", steps: int = 24) -> Path:
+    """A short real training run of the tiny MoE on a built revision: run.json + metrics.jsonl."""
+    from trainer.loop import train
+
+    config = tiny_config(home.root / "tiny.toml")
+    train(config, home, mixture="default", revision=revision, steps=steps, run=run, progress=False)
+    return home.run(run)
 
 
-def uniform_capped(tokens: dict[str, int], budget_tokens: int, cap: float) -> dict[str, float]:
-    """Equal weights, water-filled so that no cell is read more than `cap` times."""
-    weights, fixed = {}, {}
-    free = dict(tokens)
-    while True:
-        share = (1 - sum(fixed.values())) / len(free)
-        over = {c for c, t in free.items() if share * budget_tokens > cap * t}
-        if not over:
-            weights = {**fixed, **{c: share for c in free}}
-            return weights
-        for c in over:
-            fixed[c] = cap * free.pop(c) / budget_tokens
-
-
-def make_small_revisions(home: Home, store_dir: Path) -> dict[str, Path]:
-    """Two revisions of mixture `default` on the small store: natural and uniform-sampling."""
-    tokens = {c: s.tokens for c, s in Store(store_dir).manifest.cells.items()}
-    total = sum(tokens.values())
-    return {
-        "natural": make_manifest(home, store_dir, "default", "natural",
-                                 [("main", total, natural(tokens))], seq_len=64, global_batch=4),
-        "uniform-sampling": make_manifest(home, store_dir, "default", "uniform-sampling",
-                                          [("main", int(total * 0.8), {c: 1.0 for c in tokens}),
-                                           ("cooldown", total // 5, {c: 1.0 for c in tokens if c.endswith("q1")})],
-                                          seq_len=64, global_batch=4),
-    }
-
-
-def make_run(home: Home, run: str, manifest: Path, steps: int = 30, status: str = "finished",
-             layers: int = 2, experts: int = 8) -> Path:
-    """run.json + metrics.jsonl of a short run per the trainer's metrics contract."""
-    from mixtures.manifest import read_manifest
-
+def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, status: str = "finished",
+                           layers: int = 2, experts: int = 8) -> Path:
+    """run.json + metrics.jsonl written per the trainer's metrics contract (for streams longer than a test can train)."""
     built, digest = read_manifest(manifest)
     run_dir = home.run(run)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -209,29 +154,23 @@ def make_run(home: Home, run: str, manifest: Path, steps: int = 30, status: str 
     rng = np.random.default_rng(1)
     realised = {c: 0 for c in built.cells}
     cells = sorted(built.cells)
-    lines = []
-    for step in range(steps):
-        drawn = rng.choice(cells, size=built.global_batch)
-        for c in drawn:
-            realised[str(c)] += built.seq_len
-        loss = 10.4 * math.exp(-step / 12) + 2.0 + 0.05 * rng.standard_normal()
-        bias = [{"layer": l, "norm": 0.02 * step * (l + 1), "max_abs": 0.01 * step} for l in range(layers)]
-        load = []
-        for l in range(layers):
-            raw = rng.dirichlet(np.full(experts, 2.0 + step))
-            load.append({"layer": l, "load": raw.round(5).tolist(), "max_violation": float(raw.max() * experts - 1),
-                         "entropy": float(-(raw * np.log(raw)).sum()), "dead_experts": int((raw < 0.01).sum())})
-        lines.append(json.dumps({
-            "step": step, "time": 1700000000.0 + step, "phase": "main", "loss": loss,
-            "lr": 3e-4 * min(1.0, (step + 1) / 5), "tokens": (step + 1) * built.global_batch * built.seq_len,
-            "tokens_per_second": 52000 + 500 * rng.standard_normal(), "mfu": 0.031 + 0.001 * rng.standard_normal(),
-            "data_wait_fraction": 0.02, "grad_norm": 1.0 / (1 + step / 10), "param_norm": 120.0 + step * 0.1,
-            "param_norm_with_router_bias": 120.0 + step * 0.1 + 0.5 * step, "router_bias": bias, "expert_load": load,
-            "loss_per_cell": {str(c): loss + 0.1 * i for i, c in enumerate(sorted(set(drawn)))},
-            "loss_per_source": {s: loss + 0.2 * i for i, s in enumerate(SOURCES)},
-            "realised_tokens_per_cell": dict(realised),
-        }))
-    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with open(run_dir / "metrics.jsonl", "w") as stream:
+        for step in range(steps):
+            drawn = rng.choice(cells, size=built.global_batch)
+            for c in drawn:
+                realised[str(c)] += built.seq_len
+            loss = 6.2 * math.exp(-step / 200) + 2.0 + 0.05 * rng.standard_normal()
+            load = [{"layer": l, "load": [1 / experts] * experts, "max_violation": 0.0, "entropy": math.log(experts),
+                     "dead_experts": 0} for l in range(layers)]
+            stream.write(json.dumps({
+                "step": step, "time": 1.7e9 + step, "phase": "main", "loss": loss, "lr": 3e-4,
+                "tokens": (step + 1) * built.global_batch * built.seq_len, "tokens_per_second": 5e4, "mfu": 0.03,
+                "data_wait_fraction": 0.02, "grad_norm": 1.0, "param_norm": 120.0,
+                "param_norm_with_router_bias": 120.5,
+                "router_bias": [{"layer": l, "norm": 0.01 * step, "max_abs": 0.001 * step} for l in range(layers)],
+                "expert_load": load, "loss_per_cell": {str(c): loss for c in sorted(set(drawn))},
+                "loss_per_source": {s: loss for s in SOURCES}, "realised_tokens_per_cell": dict(realised),
+            }) + "\n")
     return run_dir
 
 
@@ -239,25 +178,23 @@ REFERENCE_REVISIONS = ("natural", "uniform-sampling", "temperature-2", "quality-
 
 
 def make_reference_store(home: Home, revisions: int = 5, seed: int = 3) -> Path:
-    """The reference shape, stats-only: 40 domains × 5 buckets, ~23.1T tokens, 15T + 3.75T revisions."""
+    """The reference shape, stats-only: 40 domains × 5 buckets, ~23.1T tokens (synthetic, lognormal cell sizes),
+    and up to five 15T + 3.75T revisions written and built by the mixtures room."""
     rng = np.random.default_rng(seed)
     names = [f"c{d:02d}q{q}" for d in range(40) for q in range(5)]
     raw = rng.lognormal(mean=0.0, sigma=1.2, size=len(names))
     tokens = {n: int(t) for n, t in zip(names, raw / raw.sum() * 23.1e12)}
     root = home.store("reference", "2026.11.30")
     write_stats_only_store(root, "reference", "2026.11.30", tokens)
-    budget0, budget1 = 15 * 10**12, 375 * 10**10
-    tilt = {q: f for q, f in zip(range(5), (0.3, 0.6, 1.0, 1.6, 2.5))}
-    temp = {c: t ** 0.5 for c, t in tokens.items()}
     specs = {
-        "natural": [natural(tokens), natural(tokens)],
-        "uniform-sampling": [uniform_capped(tokens, budget0 + budget1, 8.0)] * 2,
-        "temperature-2": [temp, temp],
-        "quality-tilt": [{c: t * tilt[int(c[-1])] for c, t in tokens.items()}] * 2,
-        "cooldown-q34": [natural(tokens), {c: t for c, t in tokens.items() if c[-1] in "34"}],
+        "natural": dict(strategy="natural"),
+        "uniform-sampling": dict(strategy="uniform"),
+        "temperature-2": dict(strategy="temperature", temperature=2.0),
+        "quality-tilt": dict(strategy="quality-tilt", tilt={"q0": 0.3, "q1": 0.6, "q3": 1.6, "q4": 2.5}),
+        "cooldown-q34": dict(strategy="natural", phases=["pretrain:15T", "cooldown:3.75T:natural@c*q3,c*q4"]),
     }
     for name in REFERENCE_REVISIONS[:revisions]:
-        w0, w1 = specs[name]
-        make_manifest(home, root, "reference", name, [("pretrain", budget0, w0), ("cooldown", budget1, w1)],
-                      seq_len=4096, global_batch=11264)
+        options = {"phases": ["pretrain:15T", "cooldown:3.75T"], **specs[name]}
+        new_revision(home, "reference", name, "reference/2026.11.30", seq_len=4096, global_batch=2048, **options)
+        build(home, "reference", name)
     return root

@@ -188,10 +188,8 @@ def test_run_page_draws_every_chart(browser, site):
     tab.close()
 
 
-def test_reference_shape_page(browser, tmp_path):
-    home = Home.resolve(tmp_path / "home")
-    factory.make_reference_store(home, revisions=5)
-    build_site(home, tmp_path / "site")
+def test_reference_shape_page(browser, reference_home, tmp_path):
+    build_site(reference_home, tmp_path / "site")
     tab = Tab(browser)
     tab.open(tmp_path / "site" / "reference" / "2026.11.30" / "index.html", "?revision=uniform-sampling&compare=natural")
     assert tab.page.locator("#grid g.hm").count() == 200

@@ -13,7 +13,9 @@ import pytest
 from millrace.cli import main
 from millrace.errors import ArtifactError
 from millrace.home import Home
+from mixtures.build import build
 from mixtures.manifest import read_manifest
+from mixtures.new import new_revision
 from pipeline.store import write_stats_only_store
 from reports import build_pages, build_site
 from reports.composition import load_composition
@@ -92,10 +94,8 @@ def test_funnel_sources_grid_and_cells_are_shown(small_home, tmp_path):
     assert sum(sum(s["tokens_by_cell"]) for s in data["sources"]) == store_tokens
 
 
-def test_reference_stats_only_store_with_five_revisions_is_under_3_mb(tmp_path):
-    home = Home.resolve(tmp_path / "home")
-    factory.make_reference_store(home, revisions=5)
-    pages = build_pages(home, tmp_path / "site")
+def test_reference_stats_only_store_with_five_revisions_is_under_3_mb(reference_home, tmp_path):
+    pages = build_pages(reference_home, tmp_path / "site")
     (page,) = pages.stores
     size = page.stat().st_size
     assert size < 3 * 1024 * 1024, f"{page}: {size} bytes"
@@ -109,18 +109,18 @@ def test_reference_stats_only_store_with_five_revisions_is_under_3_mb(tmp_path):
 def test_same_revision_name_in_two_mixtures_is_qualified(small_home, tmp_path):
     home = Home.resolve(tmp_path / "home")
     store = factory.make_small_store(home)
-    factory.make_small_revisions(home, store)
-    tokens = {c: 1.0 for c in ("c00q0", "c01q0")}
-    factory.make_manifest(home, store, "other", "natural", [("main", 2000, tokens)], seq_len=64, global_batch=4)
+    factory.make_small_revisions(home)
+    new_revision(home, "other", "natural", f"{factory.STORE}/{factory.VERSION}", strategy="natural",
+                 phases=["main:2048"], seq_len=32, global_batch=8)
+    build(home, "other", "natural")
     keys = set(load_composition(store).revisions)
     assert keys == {"default/natural", "other/natural", "uniform-sampling"}
 
 
 def test_a_manifest_of_another_store_is_refused_naming_the_file(small_home, tmp_path):
     home = Home.resolve(tmp_path / "home")
-    store = factory.make_small_store(home)
-    path = factory.make_manifest(home, store, "default", "natural", [("main", 2000, {"c00q0": 1.0})],
-                                 seq_len=64, global_batch=4)
+    factory.make_small_store(home)
+    path = factory.make_small_revisions(home)["natural"]
     moved = home.store(factory.STORE, "2026.12.01")
     write_stats_only_store(moved, factory.STORE, "2026.12.01", {"c00q0": 5000})
     shutil.copytree(path.parent, moved / "mixtures" / "default" / "natural")
@@ -143,9 +143,9 @@ def test_metrics_stream_partial_and_malformed_lines(tmp_path):
 def test_run_page_has_every_series_and_reloads_only_while_live(small_home, tmp_path):
     view = load_run(small_home.run("tiny-1"))
     data = view.page_data()
-    assert data["steps"] == list(range(30))
+    assert len(data["steps"]) == data["records"] == 24 and data["steps"] == sorted(data["steps"])
     for key in ("loss", "lr", "tokens_per_second", "mfu", "grad_norm", "param_norm", "param_norm_with_router_bias"):
-        assert len(data["scalars"][key]) == 30 and data["scalars"][key][-1] is not None
+        assert len(data["scalars"][key]) == 24 and data["scalars"][key][-1] is not None, key
     assert set(data["router_bias_norm"]) == {"layer 0", "layer 1"}
     assert set(data["max_violation"]) == {"layer 0", "layer 1"}
     assert set(data["loss_per_source"]) == set(factory.SOURCES)
@@ -154,22 +154,22 @@ def test_run_page_has_every_series_and_reloads_only_while_live(small_home, tmp_p
     assert {c["name"]: c["planned"] for c in data["cells"]} == planned
     build_site(small_home, tmp_path)
     page = (tmp_path / "runs" / "tiny-1" / "index.html").read_text()
-    assert 'http-equiv="refresh"' not in page  # finished
+    assert view.status == "stopped" and 'http-equiv="refresh"' not in page  # ran its --steps
     assert f"{factory.STORE}/{factory.VERSION}/index.html?revision=uniform-sampling" in page
 
     home = Home.resolve(tmp_path / "live")
-    store = factory.make_small_store(home)
-    manifest = factory.make_small_revisions(home, store)["natural"]
-    factory.make_run(home, "live-1", manifest, steps=3, status="running")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    factory.write_contract_metrics(home, "live-1", manifest, steps=3, status="running")
     build_site(home, tmp_path / "live-site")
     assert 'http-equiv="refresh"' in (tmp_path / "live-site" / "runs" / "live-1" / "index.html").read_text()
 
 
 def test_long_runs_are_thinned_but_keep_the_last_step(tmp_path):
     home = Home.resolve(tmp_path / "home")
-    store = factory.make_small_store(home)
-    manifest = factory.make_small_revisions(home, store)["natural"]
-    factory.make_run(home, "long", manifest, steps=1500)
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    factory.write_contract_metrics(home, "long", manifest, steps=1500)
     data = load_run(home.run("long")).page_data()
     assert len(data["steps"]) <= 601 and data["steps"][-1] == 1499 and data["records"] == 1500
 

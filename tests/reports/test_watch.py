@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 
@@ -10,30 +11,37 @@ from millrace.artifacts import read_artifact, write_artifact
 from millrace.cli import main
 from millrace.home import Home
 from reports import watch
-from tests.reports import factory
 
 
-def _live_run(tmp_path) -> Home:
+def _live_run(small_home: Home, tmp_path) -> Home:
+    """A copy of the trained run marked running: the real trainer's stream, replayed."""
     home = Home.resolve(tmp_path / "home")
-    store = factory.make_small_store(home)
-    manifest = factory.make_small_revisions(home, store)["natural"]
-    factory.make_run(home, "live", manifest, steps=40, status="running")
+    shutil.copytree(small_home.stores, home.stores)
+    run_dir = home.run("live")
+    run_dir.mkdir(parents=True)
+    shutil.copy(small_home.run("tiny-1") / "metrics.jsonl", run_dir / "metrics.jsonl")
+    body = read_artifact(small_home.run("tiny-1") / "run.json", "millrace.run")
+    body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+    write_artifact(run_dir / "run.json", "millrace.run", 1, {**body, "run": "live", "status": "running"})
     return home
 
 
-def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(tmp_path):
-    home = _live_run(tmp_path)
+def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, tmp_path):
+    home = _live_run(small_home, tmp_path)
     run_dir = home.run("live")
     lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
     (run_dir / "metrics.jsonl").write_text("".join(lines[:5]))
     seen_steps: list[int] = []
+    first_build = threading.Event()
 
     def on_build(page, count):
+        first_build.set()
         text = page.read_text()
         data = json.loads(text.split('id="page-data">', 1)[1].split("</script>", 1)[0])
         seen_steps.append(data["records"])
 
     def grow():
+        first_build.wait(timeout=20)
         with open(run_dir / "metrics.jsonl", "a") as stream:
             for line in lines[5:]:
                 stream.write(line)
@@ -42,22 +50,22 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(tmp_path):
         time.sleep(0.2)
         body = read_artifact(run_dir / "run.json", "millrace.run")
         body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-        write_artifact(run_dir / "run.json", "millrace.run", 1, {**body, "status": "finished"})
+        write_artifact(run_dir / "run.json", "millrace.run", 1, {**body, "status": "completed"})
 
     writer = threading.Thread(target=grow)
     writer.start()
     result = watch(home, "live", tmp_path / "site", interval=0.05, timeout=30, on_build=on_build)
     writer.join()
-    assert result.reason == "finished" and result.status == "finished"
-    assert result.rebuilds >= 3 and seen_steps[0] == 5 and seen_steps[-1] == 40
+    assert result.reason == "finished" and result.status == "completed"
+    assert result.rebuilds >= 3 and seen_steps[0] == 5 and seen_steps[-1] == len(lines) == 24
     assert seen_steps == sorted(seen_steps)
     page = (tmp_path / "site" / "runs" / "live" / "index.html").read_text()
     assert 'http-equiv="refresh"' not in page  # the finished page stops reloading
     assert "runs/live/index.html" in (tmp_path / "site" / "index.html").read_text()
 
 
-def test_watch_forever_stops_at_the_timeout(tmp_path, capsys):
-    home = _live_run(tmp_path)
+def test_watch_forever_stops_at_the_timeout(small_home, tmp_path, capsys):
+    home = _live_run(small_home, tmp_path)
     started = time.monotonic()
     code = main(["report", "watch", "live", "--home", str(home.root), "--out", str(tmp_path / "site"),
                  "--forever", "--timeout", "0.5", "--interval", "0.1", "--json"])
