@@ -106,4 +106,5 @@ def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) ->
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
     return model

@@ -1,10 +1,10 @@
 """The training loop: batches from the loader, AdamW steps, the bias rule, metrics, checkpoints.
 
 `train(...)` is the one entry point (the CLI and `millrace demo` call it). Step
-semantics: the learning-rate horizon is the config's `steps`, else the `steps`
-argument, else the manifest's total steps; `steps` (argument) is where this
-invocation stops. So `--steps 20` then `--resume --steps 40` under a config with
-`steps = 40` reproduces one 40-step run exactly.
+semantics: the learning-rate horizon is the config's `steps`, else the manifest's
+total steps (the mixture's token budget); the `steps` argument is where this
+invocation stops. So `--steps 20` then `--resume --steps 40` reproduces one
+40-step run exactly.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def build_optimizer(model: Transformer, config: TrainConfig) -> torch.optim.Adam
     opt = config.optimizer
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=opt.lr, betas=opt.betas, eps=opt.eps,
+        lr=opt.lr, betas=opt.betas, eps=opt.eps, foreach=True,
     )
 
 
@@ -178,7 +178,7 @@ def train(
             f"{config_path}: field 'model.vocab_size': {config.model.vocab_size} is smaller than the store's "
             f"vocabulary ({store.manifest.tokenizer.vocab_size})"
         )
-    horizon = config.steps or steps or stream.steps
+    horizon = config.steps or stream.steps
     stop = steps or horizon
     for name, value in (("steps", horizon), ("--steps", stop)):
         if value > stream.steps:

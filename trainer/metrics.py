@@ -55,7 +55,7 @@ class MetricsWriter:
         self.path = run_dir / METRICS_FILE
         run_dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] < start_step]
+            kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start_step]
             atomic_write_text(self.path, "".join(line + "\n" for line in kept))
         self.handle = open(self.path, "a", encoding="utf-8")
         self.board = None

@@ -1,0 +1,74 @@
+"""Aux-loss-free balancing: the rule moves a buffer, never a trained parameter."""
+
+import torch
+
+from trainer.balance import balance_step
+from trainer.config import ModelConfig, MoEConfig
+from trainer.model import Transformer
+from trainer.moe import MoE
+
+
+def imbalanced_layer(rate_experts=8) -> MoE:
+    torch.manual_seed(0)
+    layer = MoE(ModelConfig(d_model=16, vocab_size=8), MoEConfig(n_routed_experts=rate_experts, top_k=2, expert_ffn_dim=16))
+    for p in layer.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    with torch.no_grad():  # experts 0 and 1 see every token as their own: a badly imbalanced router
+        layer.router.weight[0] += 0.5
+        layer.router.weight[1] += 0.4
+    return layer
+
+
+def run(layer: MoE, rate: float, steps: int) -> list[float]:
+    generator = torch.Generator().manual_seed(1)
+    violations = []
+    for _ in range(steps):
+        x = torch.randn(4, 32, 16, generator=generator).abs()
+        with torch.no_grad():
+            layer(x)
+        violations.append(balance_step([(0, layer)], rate)[0].max_violation)
+    return violations
+
+
+def test_bias_rule_lowers_the_max_violation():
+    violations = run(imbalanced_layer(), rate=0.01, steps=60)
+    assert violations[0] > 2.0
+    assert max(violations[-10:]) < 0.5 * violations[0]
+    assert sum(violations[-10:]) < sum(violations[:10]) / 3
+
+
+def test_rate_zero_keeps_the_bias_exactly_zero():
+    layer = imbalanced_layer()
+    violations = run(layer, rate=0.0, steps=20)
+    assert torch.equal(layer.router.expert_bias, torch.zeros(8))
+    assert min(violations) > 2.0  # and nothing else balanced it
+
+
+def test_bias_is_a_buffer_outside_the_optimizer_and_the_gradient_norm():
+    from trainer.distributed import Runtime
+    from trainer.loop import build_optimizer, clip_gradients
+    from trainer.config import TrainConfig
+
+    config = TrainConfig(model=ModelConfig(d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32),
+                         moe=MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16))
+    model = Transformer(config.model, config.moe)
+    model.init_weights(0)
+    biases = [m.router.expert_bias for m in model.moe_layers()]
+    assert all(not isinstance(b, torch.nn.Parameter) for b in biases)
+    assert not any("expert_bias" in name for name, _ in model.named_parameters())
+    assert sum("expert_bias" in name for name in model.state_dict()) == 2  # checkpointed as buffers
+    optimizer = build_optimizer(model, config)
+    optimized = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    assert all(id(b) not in optimized for b in biases)
+    with torch.no_grad():
+        for b in biases:
+            b.copy_(torch.tensor([5.0, -5.0, 3.0, -3.0]))
+    ids = torch.randint(0, 32, (2, 8))
+    logits, _ = model(ids, torch.arange(8).expand(2, 8), torch.zeros_like(ids))
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+    expected = torch.sqrt(sum(p.grad.double().pow(2).sum() for p in model.parameters() if p.grad is not None))
+    runtime = Runtime(rank=0, world=1, device=torch.device("cpu"), mesh=None)
+    assert abs(clip_gradients(model, 0.0, runtime) - expected.item()) < 1e-9
+    before = [b.clone() for b in biases]
+    optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, biases))  # only the rule moves the bias

@@ -1,0 +1,20 @@
+"""The integrated MoE trainer: fed by the loader, observable, resumable, distributed.
+
+Entry point: `trainer.train(config_path, home, mixture, revision, steps, run, checkpoint_every,
+resume, progress)` (see `trainer.loop.train`). Imported lazily so that `millrace train plan`
+and `--help` do not pay for torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["train"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "train":
+        from trainer.loop import train
+
+        return train
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

@@ -1,0 +1,112 @@
+"""`millrace train CONFIG ...` trains; `millrace train plan CONFIG --gpus N` sizes a config on paper."""
+
+from __future__ import annotations
+
+import click
+
+from millrace.errors import ConfigError
+from millrace.home import Home
+from millrace.options import home_option, json_option, print_json
+
+TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
+
+\b
+  millrace train CONFIG [--mixture M --revision R] [--steps N] [--run NAME]
+                        [--checkpoint-every K] [--resume]
+      train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`);
+      the run's files go to $MILLRACE_HOME/runs/<run>/ (run.json, metrics.jsonl,
+      checkpoints/). Under torchrun it runs data + expert parallel.
+  millrace train plan CONFIG --gpus N [--json]
+      parameters, FLOPs, memory per GPU and days for CONFIG, without training.
+
+See `millrace train run --help` and `millrace train plan --help` for every option.
+"""
+
+
+class TrainGroup(click.Group):
+    """A group whose first argument, when it is not a subcommand, is the training config."""
+
+    default_command = "run"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=TrainGroup, help=TRAIN_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+def train() -> None:
+    pass
+
+
+@train.command("run")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--mixture", default=None, help="Mixture name (default: the config's data.mixture).")
+@click.option("--revision", default=None, help="Mixture revision (default: the config's data.revision).")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Stop after this many steps in all (default: the learning-rate horizon, which is the config's "
+                   "`steps`, else the manifest's total steps).")
+@click.option("--run", "--run-name", "run_name", default=None,
+              help="Run name: files under runs/<run>/ (default: CONFIG-MIXTURE-REVISION). Under torchrun spell it "
+                   "--run-name: torchrun's own parser takes --run for an abbreviation of its --run-path.")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
+              help="Write a checkpoint every K steps (default: the config's checkpoint.every; 0: only at the end).")
+@click.option("--resume", is_flag=True, help="Continue from the run's latest checkpoint (from step 0 if it has none).")
+@click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
+@home_option
+def run_command(home: Home, config: str, mixture: str | None, revision: str | None, steps: int | None,
+                run_name: str | None, checkpoint_every: int | None, resume: bool, no_progress: bool) -> None:
+    """Train CONFIG's model on a built mixture, fed by the loader."""
+    from trainer.loop import train as train_fn
+
+    result = train_fn(config, home, mixture=mixture, revision=revision, steps=steps, run=run_name,
+                      checkpoint_every=checkpoint_every, resume=resume, progress=not no_progress)
+    if result.losses:
+        click.echo(f"run {result.run}: steps {result.start_step}..{result.end_step}, loss {result.losses[0]:.4f} -> "
+                   f"{result.losses[-1]:.4f} in {result.seconds:.1f}s; files in {result.run_dir}")
+    else:
+        click.echo(f"run {result.run}: already at step {result.end_step}; nothing to do ({result.run_dir})")
+
+
+@train.command("plan")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs (default: the config's plan.gpus).")
+@click.option("--tokens", type=float, default=None, help="Token budget (default: the config's plan.tokens).")
+@click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="Model FLOPs utilisation assumed for the duration (default: the config's plan.mfu).")
+@json_option
+@home_option
+def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None, mfu: float | None,
+                 as_json: bool) -> None:
+    """Parameters, FLOPs per token, total FLOPs, memory per GPU and days, for CONFIG on paper."""
+    from trainer.config import load_train_config
+    from trainer.flops import plan
+
+    loaded = load_train_config(config)
+    if not loaded.model.vocab_size:
+        raise ConfigError(f"{config}: field 'model.vocab_size' is 0 (taken from the store when training); "
+                          "set it to plan on paper")
+    result = plan(loaded, gpus=gpus, tokens=tokens, mfu=mfu)
+    if as_json:
+        print_json({"config": config, **result.as_dict()})
+        return
+    p = result.params
+    rows = [
+        ("total parameters", f"{p.total / 1e9:,.2f} B"),
+        ("active parameters per token", f"{p.active / 1e9:,.2f} B"),
+        ("  of which routed experts (top-k)", f"{p.routed_active / 1e9:,.2f} B of {p.routed_experts / 1e9:,.2f} B"),
+        ("  attention / embedding+output", f"{p.attention / 1e9:,.2f} B / {(p.embedding + p.output) / 1e9:,.2f} B"),
+        ("FLOPs per token (6N + attention)",
+         f"{result.flops_per_token:.4g} (attention {result.attention_flops_per_token:.3g}, seq {result.seq_len})"),
+        ("token budget", f"{result.tokens:.4g} ({result.steps:,} steps of {result.global_batch:,} x {result.seq_len})"),
+        ("total training FLOPs", f"{result.total_flops:.4g}"),
+        ("GPUs / expert parallel", f"{result.gpus} / {result.expert_parallel}"),
+        ("per GPU: weights / grads / optimiser",
+         f"{result.weights_gib_per_gpu:.2f} / {result.grads_gib_per_gpu:.2f} / {result.optimizer_gib_per_gpu:.2f} GiB "
+         f"(= {result.state_gib_per_gpu:.2f} GiB, activations not included)"),
+        ("days", f"{result.days:.1f} at {result.mfu:.0%} MFU of {result.peak_flops_per_gpu:.3g} FLOP/s per GPU"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    click.echo(f"plan for {config}")
+    for name, value in rows:
+        click.echo(f"  {name:<{width}}  {value}")
