@@ -1,0 +1,50 @@
+"""Report site build time at the reference shape: a stats-only 200-cell store with 5 built revisions.
+
+The issue asks for under 10 s and pages under 3 MB. Baseline measured in the same run:
+`json.dumps` of the very data the page embeds (the least any build must do), plus the
+issue's budgets as fixed baselines (ratio >= 1 means met).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.result import Result
+from millrace.home import Home
+from reports import build_pages
+from reports.composition import load_composition
+
+BUDGET_SECONDS = 10.0
+BUDGET_BYTES = 3 * 1024 * 1024
+REPEATS = 3
+
+
+def main() -> list[Result]:
+    from tests.reports.factory import make_reference_store  # stats-only store + 5 revisions built by mixtures
+
+    with tempfile.TemporaryDirectory(prefix="bench-reports-") as tmp:
+        home = Home.resolve(Path(tmp) / "home")
+        store_dir = make_reference_store(home, revisions=5)
+        builds, dumps = [], []
+        for repeat in range(REPEATS):
+            started = time.perf_counter()
+            pages = build_pages(home, Path(tmp) / f"site-{repeat}", runs=[])
+            builds.append(time.perf_counter() - started)
+            data = load_composition(store_dir).page_data()
+            started = time.perf_counter()
+            json.dumps(data)
+            dumps.append(time.perf_counter() - started)
+        size = pages.stores[0].stat().st_size
+    build_s, dump_s = statistics.median(builds), statistics.median(dumps)
+    return [
+        Result("site build (200 cells, 5 revisions)", build_s, dump_s, "json.dumps of its page data", "s",
+               higher_is_better=False),
+        Result("site build vs budget", build_s, BUDGET_SECONDS, "the issue's budget", "s", higher_is_better=False,
+               target=1.0),
+        Result("store page size vs budget", size / 1e6, BUDGET_BYTES / 1e6, "the issue's budget", "MB",
+               higher_is_better=False, target=1.0),
+    ]
