@@ -6,15 +6,25 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from mixtures import api
 from mixtures.new import STRATEGY_CHOICES, parse_factors
 
-console = Console()
+
+
+def show(table: Any) -> None:
+    """Rich is imported only when a table is printed: `--json` runs start faster."""
+    from rich.console import Console
+
+    Console().print(table)
+
+
+def new_table(title: str) -> Any:
+    from rich.table import Table
+
+    return Table(title=title)
 
 
 def fmt_tokens(value: float) -> str:
@@ -121,14 +131,14 @@ def list_command(home: Home, as_json: bool) -> None:
     if as_json:
         print_json(listing)
         return
-    table = Table(title="mixture revisions")
+    table = new_table("mixture revisions")
     for column in ("mixture", "revision", "origin", "built on", "file"):
         table.add_column(column)
     for mixture, info in listing["mixtures"].items():
         for revision, entry in info["revisions"].items():
             built = ", ".join(f"{b['store']}/{b['version']}" if "store" in b else "damaged" for b in entry["built"])
             table.add_row(mixture, revision, entry["origin"], built or "-", entry["file"])
-    console.print(table)
+    show(table)
 
 
 @mix.command("plan")
@@ -148,7 +158,7 @@ def plan_command(home: Home, mixture: str, revision: str, file: str | None, as_j
 
 def print_plan(result: dict[str, Any]) -> None:
     store = result["store"]
-    table = Table(title=f"{result['mixture']}/{result['revision']} on {store['name']}/{store['version']}: "
+    table = new_table(f"{result['mixture']}/{result['revision']} on {store['name']}/{store['version']}: "
                         f"{result['total_steps']} steps, {fmt_tokens(result['total_tokens'])} tokens, "
                         f"max {result['max_epochs']:.3g} epochs (cap {result['epoch_cap']:g})")
     table.add_column("cell")
@@ -165,7 +175,7 @@ def print_plan(result: dict[str, Any]) -> None:
             row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.4%}", f"{cp['realised_weight']:.4%}"]
         row.append(f"{info['epochs']:.3f}")
         table.add_row(*row)
-    console.print(table)
+    show(table)
 
 
 @mix.command("diff")
@@ -181,7 +191,7 @@ def diff_command(home: Home, mixture: str, a: str, b: str, show_all: bool, as_js
     if as_json:
         print_json(result)
         return
-    table = Table(title=f"{mixture}: {a} -> {b} ({result['changed_cells']} cells changed)")
+    table = new_table(f"{mixture}: {a} -> {b} ({result['changed_cells']} cells changed)")
     table.add_column("cell")
     for name in result["phases"]:
         table.add_column(f"{name} weight", justify="right")
@@ -195,4 +205,4 @@ def diff_command(home: Home, mixture: str, a: str, b: str, show_all: bool, as_js
             row.append(f"{p['weight_a']:.4%} -> {p['weight_b']:.4%} ({p['weight_change']:+.4%})")
         row.append(f"{info['epochs_a']:.3f} -> {info['epochs_b']:.3f} ({info['epochs_change']:+.3f})")
         table.add_row(*row)
-    console.print(table)
+    show(table)
