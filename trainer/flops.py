@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from millrace.errors import ConfigError
 from trainer.config import TrainConfig
 
 
@@ -114,6 +115,10 @@ def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = No
     gpus = gpus or p.gpus
     tokens = tokens if tokens is not None else p.tokens
     mfu = mfu or p.mfu
+    experts = config.moe.n_routed_experts
+    if experts and (experts % p.expert_parallel or gpus % p.expert_parallel):
+        raise ConfigError(f"plan.expert_parallel = {p.expert_parallel} must divide both the {experts} experts "
+                          f"and the {gpus} GPUs")
     params = count_params(config)
     per_token = flops_per_token(config, p.seq_len)
     total = per_token * tokens
