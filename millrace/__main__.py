@@ -2,4 +2,5 @@ import sys
 
 from millrace.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # multiprocessing's forkserver/spawn re-import the main module
+    sys.exit(main())
