@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
 from reports.training import MAX_CELL_LINES, RunView
 
 REFRESH_SECONDS = 5
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """A nested config as `section.key = value` rows, for a table a person can scan."""
+    if isinstance(value, dict):
+        rows: list[tuple[str, str]] = []
+        for key, inner in value.items():
+            rows.extend(_flatten(inner, f"{prefix}{key}."))
+        return rows
+    return [(prefix.rstrip("."), json.dumps(value) if not isinstance(value, str) else value)]
+
+
+def _facts(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """What run.json says about the model and the machine, where the trainer recorded it."""
+    facts = []
+    params = run.get("params") or {}
+    if isinstance(params, dict) and params.get("total"):
+        facts.append(("parameters", f"{human_count(params['total'])} total, {human_count(params.get('active'))} active"))
+    if run.get("flops_per_token"):
+        facts.append(("FLOPs per token", human_count(run["flops_per_token"])))
+    if run.get("peak_flops_per_device"):
+        facts.append(("peak FLOP/s per device", f"{human_count(run['peak_flops_per_device'])}"
+                                                 f" ({run.get('peak_flops_source', 'source not recorded')})"))
+    if run.get("world_size"):
+        facts.append(("ranks", str(run["world_size"])))
+    if run.get("total_steps"):
+        facts.append(("steps planned by the revision", human_count(run["total_steps"])))
+    return facts
 
 
 def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SECONDS) -> Path:
@@ -31,6 +62,8 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
         last=last,
         records=view.records,
         cell_lines=MAX_CELL_LINES,
+        facts=_facts(view.run),
+        config_rows=_flatten(view.run.get("config") or {}),
         page_json=embed_json(view.page_data()),
         page_js=static_text("run.js"),
     )

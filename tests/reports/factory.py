@@ -38,6 +38,8 @@ from pipeline.store import (
 TINY_CONFIG = Path(__file__).parents[2] / "trainer" / "configs" / "tiny.toml"
 VOCAB, EOS = 512, 1
 SEQ_LEN, GLOBAL_BATCH = 32, 8
+RANKS = np.arange(2, VOCAB)
+ZIPF = 1.0 / (RANKS - 1.0) ** 1.1 / (1.0 / (RANKS - 1.0) ** 1.1).sum()
 STORE = "local"
 VERSION = "2026.11.30"
 SOURCES = ["python-docs", "man-pages", "licenses"]
@@ -73,8 +75,9 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
             samples = []
             for doc in range(20 + 10 * domain + 5 * bucket):
                 source_id = (doc + domain) % len(SOURCES) if doc % 4 else domain
-                tokens = rng.integers(2, VOCAB, size=int(rng.integers(50, 400)))
-                tokens[-1] = EOS
+                tokens = rng.choice(RANKS, size=int(rng.integers(50, 400)), p=ZIPF)
+                tokens[1::2] = (tokens[0::2][: tokens[1::2].size] + 7 * (2 * domain + bucket + 1)) % (VOCAB - 2) + 2
+                tokens[-1] = EOS  # Zipf unigrams with a per-cell bigram rule: a tiny model's loss can fall
                 writer.add_document(tokens, source_id)
                 counts = per_source.setdefault(SOURCES[source_id], SourceCounts())
                 counts.documents += 1
