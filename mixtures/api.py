@@ -26,8 +26,7 @@ from mixtures.revision import load_revision
 
 def plan(home: Home, mixture: str, revision: str, *, file: Path | str | None = None) -> dict[str, Any]:
     """Resolve in memory (nothing is written) and report per cell and phase what is drawn."""
-    manifest, loaded, source = resolve_named(home, mixture, revision, file)
-    store = open_store(home, loaded.store, str(source))
+    manifest, _, source, store = resolve_named(home, mixture, revision, file)
     result = plan_of(manifest, manifest_hash(manifest), {c: s.tokens for c, s in store.manifest.cells.items()})
     result["revision_file"] = str(source)
     return result

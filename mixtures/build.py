@@ -23,6 +23,7 @@ from mixtures.catalog import built_manifests, load_named
 from mixtures.manifest import BuiltManifest, manifest_path, read_manifest, write_manifest
 from mixtures.resolve import manifest_hash, open_store, resolve
 from mixtures.revision import Revision
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,16 @@ def revision_lock(home: Home, mixture: str, revision: str) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def resolve_named(home: Home, mixture: str, revision: str, file: Path | str | None = None) -> tuple[BuiltManifest, Revision, Path]:
+def resolve_named(home: Home, mixture: str, revision: str,
+                  file: Path | str | None = None) -> tuple[BuiltManifest, Revision, Path, Store]:
+    """Find, load and resolve a revision by name; returns the store it resolved against too."""
     loaded, path = load_named(home, mixture, revision, file)
     store = open_store(home, loaded.store, f"{path}: revision {loaded.key}")
-    return resolve(loaded, store, str(path)), loaded, path
+    return resolve(loaded, store, str(path)), loaded, path, store
 
 
 def build_result(home: Home, mixture: str, revision: str, file: Path | str | None = None) -> BuildResult:
-    manifest, loaded, source = resolve_named(home, mixture, revision, file)
+    manifest, loaded, source, _ = resolve_named(home, mixture, revision, file)
     digest = manifest_hash(manifest)
     target = manifest_path(home, manifest.store.name, manifest.store.version, mixture, revision)
     with revision_lock(home, mixture, revision):

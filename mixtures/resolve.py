@@ -17,7 +17,7 @@ from pathlib import Path
 from millrace.artifacts import content_hash, read_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
-from mixtures.apportion import Infeasible, apportion, exact_shares
+from mixtures.apportion import Infeasible, apportion
 from mixtures.cells import CellTable, is_pattern
 from mixtures.manifest import (
     MANIFEST_KIND,
@@ -242,14 +242,3 @@ def manifest_hash(manifest: BuiltManifest) -> str:
     """The content hash `write_manifest` will record for this manifest."""
     return content_hash({"kind": MANIFEST_KIND, "schema_version": MANIFEST_SCHEMA_VERSION,
                          **manifest.model_dump(mode="json")})
-
-
-def epochs(manifest: BuiltManifest) -> dict[str, float]:
-    """Per cell: sequences drawn across phases / sequences available."""
-    return {
-        cell: sum(phase.counts.get(cell, 0) for phase in manifest.phases) / info.sequences_available
-        for cell, info in manifest.cells.items()
-    }
-
-
-__all__ = ["resolve", "open_store", "phase_sequences", "manifest_hash", "epochs", "store_versions", "exact_shares"]

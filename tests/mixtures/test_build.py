@@ -298,3 +298,51 @@ def test_newest_store_version_is_used_unless_pinned(store_home):
                             store={"name": "local", "version": VERSION})
     manifest, _ = read_manifest(mixtures.build(store_home, "mine", "old"))
     assert manifest.store.version == VERSION and pinned.exists()
+
+
+def test_a_missing_shard_or_altered_cell_manifest_is_named_and_nothing_is_written(store_home):
+    shard = store_home.store("local", VERSION) / "cells" / "c01q2" / "shard_00001.bin"
+    moved = shard.with_suffix(".moved")
+    shard.rename(moved)
+    with pytest.raises(Exception) as info:
+        mixtures.build(store_home, "default", "natural")
+    assert "shard_00001.bin" in str(info.value) and "missing" in str(info.value)
+    moved.rename(shard)
+    cell_json = store_home.store("local", VERSION) / "cells" / "c00q0" / "cell.json"
+    cell_json.write_text(cell_json.read_text().replace('"documents": ', '"documents": 1', 1))
+    with pytest.raises(Exception) as info:
+        mixtures.build(store_home, "default", "natural")
+    assert "c00q0/cell.json" in str(info.value)
+    assert not list(store_home.stores.glob("local/*/mixtures/default/natural/*"))
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--store", "nosuch"], "no store 'nosuch'"),
+    (["--store", "local/1999.01.01"], "1999.01.01"),
+    (["--store", "local", "--phase", "main"], "NAME:TOKENS"),
+    (["--store", "local", "--phase", "main:lots"], "token budget 'lots'"),
+    (["--store", "local", "--phase", "main:1.5"], "whole number"),
+    (["--store", "local", "--phase", "main:64K:random"], "unknown strategy 'random'"),
+    (["--store", "local", "--strategy", "temperature"], "--temperature"),
+    (["--store", "local", "--strategy", "quality-tilt", "--tilt", "q0"], "--tilt 'q0'"),
+    (["--store", "local", "--strategy", "explicit"], "--weight"),
+    (["--store", "local", "--strategy", "explicit", "--weight", "c00q0=0.5"], "sum to 0.5"),
+    (["--store", "local", "--phase", "main:100G"], "epoch cap"),
+    (["--store", "local", "--seq-len", "0"], "'seq_len'"),
+])
+def test_new_refuses_bad_requests_in_one_line(store_home, capsys, args, fragment):
+    code = main(["--home", str(store_home.root), "mix", "new", "mine", "--revision", "bad", *args])
+    err = capsys.readouterr().err
+    assert code != 0 and fragment in err and len(err.strip().splitlines()) == 1, err
+    assert not (store_home.revisions / "mine" / "bad.toml").exists()
+
+
+def test_build_json_reports_the_manifest(store_home, capsys):
+    assert main(["--home", str(store_home.root), "mix", "build", "default", "--revision", "natural", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["written"] is True and report["total_steps"] == 304 and report["phases"] == ["main", "cooldown"]
+    assert read_manifest(Path(report["manifest"]))[1] == report["manifest_hash"]
+    assert main(["--home", str(store_home.root), "mix", "build", "default", "--revision", "natural", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["written"] is False
+    assert main(["--home", str(store_home.root), "mix", "build", "default", "--revision", "absent"]) == 2
+    assert "no revision 'absent'" in capsys.readouterr().err
