@@ -16,9 +16,11 @@ from mixtures.new import STRATEGY_CHOICES, parse_factors
 
 def show(table: Any) -> None:
     """Rich is imported only when a table is printed: `--json` runs start faster."""
+    import sys
+
     from rich.console import Console
 
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
 
 
 def new_table(title: str) -> Any:
@@ -164,15 +166,15 @@ def print_plan(result: dict[str, Any]) -> None:
     table.add_column("cell")
     table.add_column("available", justify="right")
     for phase in result["phases"]:
-        table.add_column(f"{phase['name']} tokens", justify="right")
-        table.add_column("declared", justify="right")
-        table.add_column("realised", justify="right")
+        table.add_column(f"{phase['name']}\ntokens", justify="right")
+        table.add_column("weight\ndeclared", justify="right")
+        table.add_column("weight\nrealised", justify="right")
     table.add_column("epochs", justify="right")
     for cell, info in result["cells"].items():
         row = [cell, fmt_tokens(info["available_tokens"])]
         for phase in result["phases"]:
             cp = info["phases"][phase["name"]]
-            row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.4%}", f"{cp['realised_weight']:.4%}"]
+            row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.3%}", f"{cp['realised_weight']:.3%}"]
         row.append(f"{info['epochs']:.3f}")
         table.add_row(*row)
     show(table)
@@ -202,7 +204,7 @@ def diff_command(home: Home, mixture: str, a: str, b: str, show_all: bool, as_js
         row = [cell]
         for name in result["phases"]:
             p = info["phases"][name]
-            row.append(f"{p['weight_a']:.4%} -> {p['weight_b']:.4%} ({p['weight_change']:+.4%})")
+            row.append(f"{p['weight_a']:.3%} -> {p['weight_b']:.3%} ({p['weight_change']:+.3%})")
         row.append(f"{info['epochs_a']:.3f} -> {info['epochs_b']:.3f} ({info['epochs_change']:+.3f})")
         table.add_row(*row)
     show(table)

@@ -2,6 +2,8 @@
 
 import json
 import multiprocessing
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -346,3 +348,17 @@ def test_build_json_reports_the_manifest(store_home, capsys):
     assert json.loads(capsys.readouterr().out)["written"] is False
     assert main(["--home", str(store_home.root), "mix", "build", "default", "--revision", "absent"]) == 2
     assert "no revision 'absent'" in capsys.readouterr().err
+
+
+def test_concurrent_mix_build_commands_leave_one_complete_manifest(store_home):
+    command = [sys.executable, "-m", "millrace", "--home", str(store_home.root), "mix", "build", "default",
+               "--revision", "natural", "--json"]
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [process.communicate(timeout=60) for process in processes]
+    assert all(process.returncode == 0 for process in processes), outputs
+    reports = [json.loads(out) for out, _ in outputs]
+    assert len({r["manifest_hash"] for r in reports}) == 1
+    assert sorted(r["written"] for r in reports) == [False, False, True]
+    path = find_manifest(store_home, "default", "natural")
+    assert read_manifest(path)[1] == reports[0]["manifest_hash"]
+    assert [p.name for p in path.parent.iterdir()] == ["manifest.json"]
