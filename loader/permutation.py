@@ -1,11 +1,14 @@
 """Keyed pseudo-random permutations of `range(n)` for any `n`, evaluated pointwise.
 
-A balanced Feistel network over `2h` bits (`2^(2h) >= n`, the smallest such even
-width, so fewer than 4n values) is a bijection of `[0, 2^(2h))` whatever its round
-function; cycle-walking (re-applying it until the value falls below `n`) restricts it
-to a bijection of `[0, n)`. Nothing is materialised: one value costs a few rounds,
-and a whole batch is evaluated at once with numpy, each element carrying its own
-domain and key, so draws from many cells and epochs go through one vectorised pass.
+An alternating (unbalanced) Feistel network over `b` bits, `b` the smallest width
+with `2^b >= n` (so fewer than 2n values): each round XORs one part of the word with
+a keyed function of the other part (high `b - b//2` bits, low `b//2` bits), which is
+invertible whatever the function, so the network is a bijection of `[0, 2^b)`.
+Cycle-walking (re-applying it until the value falls below `n`) restricts it to a
+bijection of `[0, n)`; each step leaves the domain with probability below 1/2.
+Nothing is materialised: one value costs a few rounds, and a whole batch is
+evaluated at once with numpy, each element carrying its own domain and key, so
+draws from many cells and epochs go through one vectorised pass.
 
 Keys come from BLAKE2b over (seed, cell name, epoch): a new permutation for every
 epoch of a repeated cell, and the same one on every machine and every run.
@@ -31,14 +34,16 @@ def round_keys(seed: int, cell: str, epoch: int) -> tuple[int, ...]:
     return tuple(int.from_bytes(digest[8 * i : 8 * i + 8], "little") for i in range(ROUNDS))
 
 
-def half_width(domain: np.ndarray) -> np.ndarray:
-    """Bits per Feistel half: the smallest h >= 1 with 4^h >= domain (domains below 2^53)."""
+def widths(domain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) bit widths per element: low + high = max(2, bit_length(domain - 1)); domains below 2^53."""
     _, bits = np.frexp(np.maximum(np.asarray(domain, dtype=np.int64) - 1, 0).astype(np.float64))
-    return np.maximum((bits.astype(np.uint64) + np.uint64(1)) // np.uint64(2), np.uint64(1))
+    bits = np.maximum(bits, 2).astype(np.uint64)
+    low = bits // np.uint64(2)
+    return low, bits - low
 
 
-def _round_function(right: np.ndarray, key: np.ndarray) -> np.ndarray:
-    z = (right + key) * _GOLDEN  # splitmix64's finaliser: uint64 arithmetic wraps, as intended
+def _round_function(part: np.ndarray, key: np.ndarray) -> np.ndarray:
+    z = (part + key) * _GOLDEN  # splitmix64's finaliser: uint64 arithmetic wraps, as intended
     z ^= z >> np.uint64(30)
     z *= _MIX_1
     z ^= z >> np.uint64(27)
@@ -46,12 +51,14 @@ def _round_function(right: np.ndarray, key: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def _feistel(values: np.ndarray, half: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    mask = (np.uint64(1) << half) - np.uint64(1)
-    left, right = values >> half, values & mask
-    for round_index in range(ROUNDS):
-        left, right = right, left ^ (_round_function(right, keys[round_index]) & mask)
-    return (left << half) | right
+def _feistel(values: np.ndarray, low: np.ndarray, high: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    low_mask = (np.uint64(1) << low) - np.uint64(1)
+    high_mask = (np.uint64(1) << high) - np.uint64(1)
+    upper, lower = values >> low, values & low_mask
+    for round_index in range(0, ROUNDS, 2):
+        upper = upper ^ (_round_function(lower, keys[round_index]) & high_mask)
+        lower = lower ^ (_round_function(upper, keys[round_index + 1]) & low_mask)
+    return (upper << low) | lower
 
 
 def permute(values: np.ndarray, domain: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -64,11 +71,11 @@ def permute(values: np.ndarray, domain: np.ndarray, keys: np.ndarray) -> np.ndar
     domain = np.asarray(domain, dtype=np.uint64)
     if values.size and not (values < domain).all():
         raise ValueError("every value must lie inside its domain")
-    half = half_width(domain)
-    out = _feistel(values, half, keys)
+    low, high = widths(domain)
+    out = _feistel(values, low, high, keys)
     pending = np.flatnonzero(out >= domain)
-    while pending.size:  # cycle-walking; on average fewer than 3 extra passes
-        walked = _feistel(out[pending], half[pending], keys[:, pending])
+    while pending.size:  # cycle-walking
+        walked = _feistel(out[pending], low[pending], high[pending], keys[:, pending])
         out[pending] = walked
         pending = pending[walked >= domain[pending]]
     return out.astype(np.int64)

@@ -21,6 +21,8 @@ from loader.permutation import ROUNDS, permute, round_keys
 from millrace.errors import ArtifactError
 from mixtures.manifest import BuiltManifest
 
+_EPOCH_MASK = (1 << 40) - 1
+
 
 @dataclass(frozen=True)
 class SampleIndex:
@@ -32,6 +34,10 @@ class SampleIndex:
     epochs: np.ndarray  # int64 [n]
     sequences: np.ndarray  # int64 [n] sequence index inside the cell
     phase: int
+
+    def rows(self, start: int, stop: int) -> "SampleIndex":
+        return SampleIndex(self.positions[start:stop], self.cell_ids[start:stop], self.draws[start:stop],
+                           self.epochs[start:stop], self.sequences[start:stop], self.phase)
 
 
 class Schedule:
@@ -133,10 +139,9 @@ class Schedule:
         return SampleIndex(positions, cell_ids, draws, epochs, sequences, p)
 
     def _permute(self, cell_ids: np.ndarray, epochs: np.ndarray, values: np.ndarray, domain: np.ndarray) -> np.ndarray:
-        keys = np.empty((ROUNDS, cell_ids.size), dtype=np.uint64)
-        pairs, inverse = np.unique(np.stack([cell_ids.astype(np.int64), epochs]), axis=1, return_inverse=True)
+        pairs, inverse = np.unique((cell_ids.astype(np.int64) << 40) | epochs, return_inverse=True)
         table = np.asarray(
-            [round_keys(self.manifest.seed, self.cell_names[c], int(e)) for c, e in pairs.T], dtype=np.uint64
+            [round_keys(self.manifest.seed, self.cell_names[int(p >> 40)], int(p & _EPOCH_MASK)) for p in pairs],
+            dtype=np.uint64,
         ).reshape(-1, ROUNDS)
-        keys[:] = table[inverse.reshape(-1)].T
-        return permute(values, domain, keys)
+        return permute(values, domain, table[inverse.reshape(-1)].T)

@@ -60,7 +60,8 @@ class CellTokens:
             raise ArtifactError(
                 f"{cell_dir}: shards hold {self.tokens} tokens, the manifest says {cell.available_tokens}"
             )
-        self._views = [reader.tokens_view for reader in self.readers]
+        # Plain ndarray views of the memmaps: slicing them skips np.memmap's per-slice Python overhead.
+        self._views = [np.asarray(reader.tokens_view) for reader in self.readers]
         if self.has_sources:
             starts = [
                 base + reader.pointers // self.dtype.itemsize
@@ -69,29 +70,38 @@ class CellTokens:
             self.document_starts = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64)
             self.document_sources = np.concatenate(source_ids).astype(np.int32)
 
-    def window_into(self, out: np.ndarray, sequence: int) -> None:
-        """Copy window `sequence` (seq_len + 1 tokens) into `out`."""
-        start = sequence * self.seq_len
-        stop = start + self.seq_len + 1
-        shard = int(np.searchsorted(self.shard_starts, start, side="right")) - 1
-        base = int(self.shard_starts[shard])
-        if stop <= self.shard_starts[shard + 1]:
-            out[:] = self._views[shard][start - base : stop - base]
-            return
-        filled = 0
-        while filled < stop - start:  # the window spans shards
-            base = int(self.shard_starts[shard])
-            take = min(stop - start - filled, int(self.shard_starts[shard + 1]) - (start + filled))
-            out[filled : filled + take] = self._views[shard][start + filled - base : start + filled - base + take]
-            filled += take
-            shard += 1
+    def windows_into(self, out: np.ndarray, rows: np.ndarray, sequences: np.ndarray) -> None:
+        """Copy window sequences[i] (seq_len + 1 tokens) into out[rows[i]]."""
+        width = self.seq_len + 1
+        starts = sequences.astype(np.int64) * self.seq_len
+        shards = np.searchsorted(self.shard_starts, starts, side="right") - 1
+        inside = (starts + width <= self.shard_starts[shards + 1]).tolist()
+        bases = self.shard_starts.tolist()
+        views = self._views
+        for row, start, shard, whole in zip(rows.tolist(), starts.tolist(), shards.tolist(), inside):
+            if whole:
+                offset = start - bases[shard]
+                out[row] = views[shard][offset : offset + width]
+                continue
+            filled = 0
+            while filled < width:  # the window spans shards
+                take = min(width - filled, bases[shard + 1] - (start + filled))
+                offset = start + filled - bases[shard]
+                out[row, filled : filled + take] = views[shard][offset : offset + take]
+                filled += take
+                shard += 1
 
-    def sources_into(self, out: np.ndarray, sequence: int) -> None:
-        """Per-token source index of the first seq_len tokens of window `sequence`."""
-        start = sequence * self.seq_len
-        stop = start + self.seq_len
-        first = int(np.searchsorted(self.document_starts, start, side="right")) - 1
-        last = int(np.searchsorted(self.document_starts, stop, side="left"))
-        edges = np.clip(self.document_starts[first + 1 : last], start, stop) - start
-        lengths = np.diff(np.concatenate([[0], edges, [stop - start]]))
-        out[:] = np.repeat(self.document_sources[first:last], lengths)
+    def source_pieces(self, rows: np.ndarray, sequences: np.ndarray, row_width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Where each document piece of these windows' first seq_len tokens starts, flat over rows of
+        `row_width` tokens, and the source of each piece: the per-token sources are their run-length
+        expansion."""
+        length = self.seq_len
+        starts = sequences.astype(np.int64) * length
+        first = np.searchsorted(self.document_starts, starts, side="right") - 1
+        inner = np.searchsorted(self.document_starts, starts + length, side="left") - first - 1
+        row_base = rows.astype(np.int64) * row_width
+        within = np.repeat(np.arange(rows.size), inner)
+        documents = np.repeat(first + 1 - (np.cumsum(inner) - inner), inner) + np.arange(within.size)
+        piece_starts = np.concatenate([row_base, row_base[within] + self.document_starts[documents] - starts[within]])
+        piece_documents = np.concatenate([first, documents])
+        return piece_starts, self.document_sources[piece_documents]

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from loader.packing import pack
+from loader.packing import pack, repeat_pieces
 from loader.schedule import SampleIndex, Schedule
 from loader.shards import CellTokens
 from loader.state import LoaderState
@@ -28,6 +28,8 @@ from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
 from pipeline.store import Store
 
 log = logging.getLogger(__name__)
+
+INDEX_BLOCK = 8192  # positions computed together when a global batch is smaller than this
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class MixtureStream:
         self.local_batch = manifest.global_batch // world
         self.seq_len = manifest.seq_len
         self._step = 0
+        self._block: tuple[int, SampleIndex] | None = None
         drawn = [name for name in self.cell_names if any(p.counts.get(name, 0) for p in manifest.phases)]
         self.index_only = manifest.store.stats_only
         self.source_names: list[str] = []
@@ -118,8 +121,22 @@ class MixtureStream:
     def index(self, step: int) -> SampleIndex:
         """This rank's samples at `step`: positions, cells, draws, epochs, sequences."""
         self._check_step(step)
-        start = step * self.manifest.global_batch + self.rank * self.local_batch
-        return self.schedule.index(start, start + self.local_batch)
+        batch = self.manifest.global_batch
+        if batch >= INDEX_BLOCK:
+            start = step * batch + self.rank * self.local_batch
+            return self.schedule.index(start, start + self.local_batch)
+        # Small batches: compute the index of a block of whole steps inside the phase at once (the
+        # per-call numpy overhead dominates otherwise) and keep it; the values are the same either way.
+        phase = self.manifest.phases[self.schedule.phase_of_step(step)]
+        per_block = INDEX_BLOCK // batch
+        first = phase.start_step + (step - phase.start_step) // per_block * per_block
+        cached = self._block
+        if cached is None or cached[0] != first:
+            last = min(first + per_block, phase.start_step + phase.steps)
+            cached = (first, self.schedule.index(first * batch, last * batch))
+            self._block = cached
+        offset = (step - first) * batch + self.rank * self.local_batch
+        return cached[1].rows(offset, offset + self.local_batch)
 
     def phase_name(self, step: int) -> str:
         self._check_step(step)
@@ -138,10 +155,15 @@ class MixtureStream:
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no tokens")
         out = np.empty((index.positions.size, self.seq_len + 1), dtype=np.dtype(self.manifest.dtype))
-        cells = self._cells
-        for row, (cell_id, sequence) in enumerate(zip(index.cell_ids.tolist(), index.sequences.tolist())):
-            cells[cell_id].window_into(out[row], sequence)
+        for cell_id, rows in self._rows_by_cell(index):
+            self._cells[cell_id].windows_into(out, rows, index.sequences[rows])
         return out
+
+    @staticmethod
+    def _rows_by_cell(index: SampleIndex) -> list[tuple[int, np.ndarray]]:
+        order = np.argsort(index.cell_ids, kind="stable")
+        cells, first = np.unique(index.cell_ids[order], return_index=True)
+        return list(zip(cells.tolist(), np.split(order, first[1:])))
 
     def batch(self, step: int) -> Batch:
         """This rank's batch at `step`: a pure function of (manifest, step, rank, world)."""
@@ -150,9 +172,12 @@ class MixtureStream:
         input_ids, labels, segment_ids, positions = pack(windows, self.manifest.eos_id)
         sources = None
         if self.has_sources:
-            sources = np.empty((index.positions.size, self.seq_len), dtype=np.int32)
-            for row, (cell_id, sequence) in enumerate(zip(index.cell_ids.tolist(), index.sequences.tolist())):
-                self._cells[cell_id].sources_into(sources[row], sequence)
+            pieces = [self._cells[cell_id].source_pieces(rows, index.sequences[rows], self.seq_len)
+                      for cell_id, rows in self._rows_by_cell(index)]
+            starts = np.concatenate([p[0] for p in pieces])
+            order = np.argsort(starts, kind="stable")
+            sources = repeat_pieces(starts[order], np.concatenate([p[1] for p in pieces])[order],
+                                    index.positions.size * self.seq_len, np.int32).reshape(-1, self.seq_len)
         return Batch(
             step=step,
             phase=self.manifest.phases[index.phase].name,

@@ -177,10 +177,13 @@ def test_window_spanning_two_shards(built):
     cell = stream._cells[stream.cell_names.index("a")]
     boundary = int(cell.shard_starts[1])
     sequence = boundary // stream.seq_len
-    out = np.empty(stream.seq_len + 1, dtype=np.uint16)
-    cell.window_into(out, sequence)
+    assert sequence * stream.seq_len < boundary < (sequence + 1) * stream.seq_len + 1
+    out = np.zeros((3, stream.seq_len + 1), dtype=np.uint16)
+    cell.windows_into(out, np.asarray([2, 0]), np.asarray([sequence, sequence - 1]))
     tokens = cell_tokens(path, "a")
-    assert (out == tokens[sequence * stream.seq_len : sequence * stream.seq_len + stream.seq_len + 1]).all()
+    for row, seq in ((2, sequence), (0, sequence - 1)):
+        assert (out[row] == tokens[seq * stream.seq_len : seq * stream.seq_len + stream.seq_len + 1]).all()
+    assert (out[1] == 0).all()
 
 
 def test_prefetch_iteration_equals_direct_batches_and_stops_cleanly(built):

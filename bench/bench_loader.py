@@ -1,0 +1,287 @@
+"""The loader against its baselines, measured in the same run, each system in its own process.
+
+1. Throughput on one core: `MixtureStream.batch` (index + gather + int64 ids and
+   labels + segments + positions + per-token sources) vs a raw numpy memmap gather of
+   the same windows into int64 inputs and labels, written as nanoGPT's `get_batch`
+   does it (`np.stack([data[i:i+L].astype(np.int64) ...])`), and nothing else.
+2. megatron-core's `GPTDataset` blended by `BlendedDataset` (built by
+   `BlendedMegatronDatasetBuilder`, torch.distributed gloo world 1) over the same
+   `.bin/.idx` shards, weights and sample count: index build time, time to first
+   batch, throughput, and peak memory growth over the process's post-import RSS.
+3. The reference-scale stats-only manifest (18.75T tokens, 200 cells, built by the
+   mixtures room's `build` from its shipped synthetic stats): open + first batch,
+   resident memory, `peek` at step 390,000, against the issue's limits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.result import Result
+
+ROOT = Path(__file__).resolve().parents[1]
+EOS = 0
+VOCAB = 50_000
+SEQ_LEN = 4096
+GLOBAL_BATCH = 32
+SEED = 7
+# cell -> (available tokens, share of the schedule); the small cells repeat for several epochs.
+CELLS = {"web": (40_000_000, 0.50), "code": (16_000_000, 0.20), "books": (10_000_000, 0.15),
+         "math": (4_000_000, 0.10), "wiki": (2_000_000, 0.04), "tiny": (500_000, 0.01)}
+SCHEDULE_STEPS = 1_000  # 32,000 samples: 1.6 to 3.3 epochs of each cell
+MEASURE_STEPS = 60
+REFERENCE_STEP = 390_000
+ONE_CORE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def memory_mb(field: str) -> float:
+    """A /proc/self/status figure in MB: VmRSS (resident), VmHWM (peak resident, reset at exec), RssAnon
+    (resident anonymous memory: heap and indices, without the shard pages that memmaps map in)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+# ---- the bench store and manifest ------------------------------------------------------
+
+
+def build_mixture(home) -> tuple[Path, list[str], list[int]]:
+    """A real store (one shard per cell) and a manifest drawing CELLS' shares; returns shard prefixes too."""
+    from mixtures.manifest import (BuiltManifest, ManifestCell, ManifestPhase, PinnedShard, StoreRef,
+                                   manifest_path, write_manifest)
+    from pipeline.store import (CellManifest, CellSummary, ShardWriter, StoreManifest, TokenizerInfo,
+                                write_cell_manifest, write_store_manifest)
+
+    rng = np.random.default_rng(0)
+    root = home.store("bench", "2026.01.01")
+    summaries, pinned, prefixes = {}, {}, []
+    for cell, (tokens, _) in CELLS.items():
+        prefix = root / "cells" / cell / "shard_00000"
+        writer = ShardWriter(prefix, np.uint16)
+        stream = rng.integers(1, VOCAB, size=tokens, dtype=np.uint16)
+        lengths = np.minimum(rng.geometric(1 / 600, size=tokens // 100 + 1), 20_000)
+        ends = np.cumsum(lengths)
+        ends = np.append(ends[ends < tokens], tokens)
+        stream[ends - 1] = EOS
+        for start, end in zip(np.concatenate([[0], ends[:-1]]), ends):
+            writer.add_document(stream[start:end], source_id=0)
+        info = writer.close()
+        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench", documents=info.documents,
+                                tokens=info.tokens, bytes=0, shards=[info])
+        summaries[cell] = CellSummary(documents=info.documents, tokens=info.tokens,
+                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
+        pinned[cell] = info
+        prefixes.append(str(prefix))
+    store_hash = write_store_manifest(root, StoreManifest(
+        name="bench", version="2026.01.01", dtype="uint16", cells=summaries, sources=["bench"],
+        tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None)))
+    total = SCHEDULE_STEPS * GLOBAL_BATCH
+    counts = {cell: int(share * total) for cell, (_, share) in CELLS.items()}
+    counts["web"] += total - sum(counts.values())
+    cells = {cell: ManifestCell(
+        name=cell, available_tokens=info.tokens, documents=info.documents,
+        sequences_available=(info.tokens - 1) // SEQ_LEN, cell_manifest_hash=summaries[cell].manifest_hash,
+        shards=[PinnedShard(name=info.name, documents=info.documents, tokens=info.tokens, bin_sha256=info.bin_sha256,
+                            idx_sha256=info.idx_sha256, src_sha256=info.src_sha256)]) for cell, info in pinned.items()}
+    manifest = BuiltManifest(
+        mixture="bench", revision="r1", revision_hash="sha256:bench",
+        store=StoreRef(name="bench", version="2026.01.01", manifest_hash=store_hash, stats_only=False),
+        tokenizer_fingerprint="bench", dtype="uint16", eos_id=EOS, seed=SEED, seq_len=SEQ_LEN,
+        global_batch=GLOBAL_BATCH, epoch_cap=8.0, cells=cells,
+        phases=[ManifestPhase(name="main", token_budget=total * SEQ_LEN, start_position=0, sequences=total,
+                              start_step=0, steps=SCHEDULE_STEPS, counts=counts,
+                              declared_weights={c: s for c, (_, s) in CELLS.items()})],
+        total_sequences=total, total_steps=SCHEDULE_STEPS)
+    path = manifest_path(home, "bench", "2026.01.01", "bench", "r1")
+    write_manifest(path, manifest)
+    return path, prefixes, [counts[c] for c in CELLS]
+
+
+# ---- children: one system per process ----------------------------------------------------
+
+
+def child_millrace(manifest: str) -> dict:
+    from loader import MixtureStream
+
+    base, anon = memory_mb("VmRSS"), memory_mb("RssAnon")
+    start = time.perf_counter()
+    stream = MixtureStream(manifest, prefetch=0)
+    opened = time.perf_counter()
+    stream.batch(0)
+    first = time.perf_counter()
+    for step in range(1, MEASURE_STEPS + 1):
+        stream.batch(step)
+    elapsed = time.perf_counter() - first
+    return {"build_s": opened - start, "first_batch_s": first - start,
+            "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
+            "peak_mb": memory_mb("VmHWM") - base, "anon_mb": memory_mb("RssAnon") - anon}
+
+
+def child_raw(manifest: str) -> dict:
+    """The floor: nanoGPT's `get_batch`, a raw numpy memmap gather of the same windows into int64 x and y."""
+    from loader import MixtureStream
+
+    stream = MixtureStream(manifest, prefetch=0)
+    maps = {name: np.memmap(str(Path(manifest).parents[3] / "cells" / name / "shard_00000.bin"),
+                            dtype=np.uint16, mode="r") for name in stream.cell_names}
+    plan = []
+    for step in range(1, MEASURE_STEPS + 1):
+        index = stream.index(step)
+        plan.append([(maps[stream.cell_names[c]], s * SEQ_LEN) for c, s in zip(index.cell_ids, index.sequences)])
+    start = time.perf_counter()
+    for rows in plan:
+        np.stack([data[offset : offset + SEQ_LEN].astype(np.int64) for data, offset in rows])
+        np.stack([data[offset + 1 : offset + 1 + SEQ_LEN].astype(np.int64) for data, offset in rows])
+    elapsed = time.perf_counter() - start
+    # For scale, not a target: the bare copy of the uint16 windows, nothing converted or derived.
+    views = {id(data): np.asarray(data) for data in maps.values()}
+    start = time.perf_counter()
+    for rows in plan:
+        out = np.empty((len(rows), SEQ_LEN + 1), dtype=np.uint16)
+        for row, (data, offset) in enumerate(rows):
+            out[row] = views[id(data)][offset : offset + SEQ_LEN + 1]
+    copy_elapsed = time.perf_counter() - start
+    tokens = MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN
+    return {"tokens_per_s": tokens / elapsed, "copy_tokens_per_s": tokens / copy_elapsed}
+
+
+def child_megatron(prefixes_json: str, weights_json: str, cache: str) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.tokenizers import MegatronTokenizerBase
+
+    class Tokenizer(MegatronTokenizerBase):
+        def __init__(self) -> None:
+            super().__init__("bench", {})
+            self.unique_identifiers = {"class": "bench", "vocab_size": VOCAB, "eod": EOS}
+
+        tokenize = detokenize = vocab = apply_chat_template = lambda self, *a, **k: None
+        vocab_size = VOCAB
+        eod = EOS
+        pad = -1
+
+    dist.init_process_group("gloo", init_method=f"file://{cache}/pg", rank=0, world_size=1)
+    base, anon = memory_mb("VmRSS"), memory_mb("RssAnon")
+    config = GPTDatasetConfig(
+        random_seed=SEED, sequence_length=SEQ_LEN, blend=(json.loads(prefixes_json), json.loads(weights_json)),
+        split="1,0,0", path_to_cache=cache, tokenizer=Tokenizer(), reset_position_ids=True,
+        reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
+    start = time.perf_counter()
+    train = BlendedMegatronDatasetBuilder(GPTDataset, [SCHEDULE_STEPS * GLOBAL_BATCH, 0, 0], lambda: True,
+                                          config).build()[0]
+    built = time.perf_counter()
+
+    def batch(step: int) -> dict:
+        samples = [train[i] for i in range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)]
+        return {key: torch.stack([s[key] for s in samples]) if torch.is_tensor(samples[0][key])
+                else torch.tensor(np.asarray([s[key] for s in samples])) for key in samples[0]}
+
+    batch(0)
+    first = time.perf_counter()
+    for step in range(1, MEASURE_STEPS + 1):
+        batch(step)
+    elapsed = time.perf_counter() - first
+    result = {"build_s": built - start, "first_batch_s": first - start,
+              "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
+              "peak_mb": memory_mb("VmHWM") - base, "anon_mb": memory_mb("RssAnon") - anon}
+    dist.destroy_process_group()
+    return result
+
+
+def child_reference(home: str) -> dict:
+    """Open the 18.75T-token / 200-cell stats-only manifest and look at step 390,000."""
+    from loader import MixtureStream
+    from loader.peek import peek
+
+    path = next(Path(home).glob("stores/*/*/mixtures/reference/two-phase/manifest.json"))
+    start = time.perf_counter()
+    stream = MixtureStream(path)
+    stream.index(0)
+    opened = time.perf_counter() - start
+    start = time.perf_counter()
+    report = peek(stream, REFERENCE_STEP)
+    peeked = time.perf_counter() - start
+    tokens = stream.manifest.total_sequences * stream.manifest.seq_len
+    return {"open_first_s": opened, "peek_s": peeked, "rss_mb": memory_mb("VmHWM"), "tokens": tokens,
+            "cells": len(stream.cell_names), "steps": stream.steps, "samples": len(report["samples"])}
+
+
+def build_reference(home) -> None:
+    """The mixtures room's shipped synthetic 200-cell stats and its two-phase revision, built for real."""
+    from mixtures.build import build
+    from pipeline.store import write_stats_only_store
+
+    stats = json.loads((ROOT / "mixtures/examples/reference/available_tokens.json").read_text())["available_tokens"]
+    write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)
+    build(home, "reference", "two-phase")
+
+
+def run_child(*args: str) -> dict:
+    env = {**os.environ, **ONE_CORE, "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-m", "bench.bench_loader", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench child {args[0]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> list[Result]:
+    from millrace.home import Home
+
+    with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
+        home = Home.resolve(Path(tmp) / "home")
+        manifest, prefixes, weights = build_mixture(home)
+        for prefix in prefixes:  # warm the page cache for every system alike
+            with open(prefix + ".bin", "rb") as handle:
+                while handle.read(1 << 24):
+                    pass
+        raw = run_child("raw", str(manifest))
+        ours = run_child("millrace", str(manifest))
+        cache = Path(tmp) / "megatron-cache"
+        cache.mkdir()
+        megatron = run_child("megatron", json.dumps(prefixes), json.dumps(weights), str(cache))
+        build_reference(home)
+        reference = run_child("reference", str(home.root))
+    mega = "megatron-core GPTDataset+BlendedDataset"
+    limit = "the issue's limit"
+    return [
+        Result("throughput, 1 core", ours["tokens_per_s"], raw["tokens_per_s"], "raw numpy memmap gather (nanoGPT get_batch)",
+               "tokens/s", target=0.5),
+        Result("throughput, 1 core (for scale: ours writes 28 bytes per token, a copy 2)", ours["tokens_per_s"],
+               raw["copy_tokens_per_s"], "bare uint16 window copy", "tokens/s"),
+        Result("index build", ours["build_s"], megatron["build_s"], mega, "s", higher_is_better=False, target=1.0),
+        Result("time to first batch", ours["first_batch_s"], megatron["first_batch_s"], mega, "s",
+               higher_is_better=False, target=1.0),
+        Result("throughput, 1 core", ours["tokens_per_s"], megatron["tokens_per_s"], mega, "tokens/s", target=1.0),
+        Result("peak resident memory growth (incl. mapped shard pages)", ours["peak_mb"], megatron["peak_mb"], mega,
+               "MB", higher_is_better=False, target=1.0),
+        Result("anonymous memory growth (indices, buffers)", ours["anon_mb"], megatron["anon_mb"], mega, "MB",
+               higher_is_better=False, target=1.0),
+        Result(f"reference {reference['tokens'] / 1e12:.2f}T tokens / {reference['cells']} cells: open + first batch",
+               reference["open_first_s"], 1.0, limit, "s", higher_is_better=False, target=1.0),
+        Result("reference: resident memory", reference["rss_mb"], 256.0, limit, "MB", higher_is_better=False,
+               target=1.0),
+        Result(f"reference: peek at step {REFERENCE_STEP:,} ({reference['samples']} samples)",
+               reference["peek_s"] * 1000, 100.0, limit, "ms", higher_is_better=False, target=1.0),
+    ]
+
+
+if __name__ == "__main__":
+    kind, rest = sys.argv[1], sys.argv[2:]
+    children = {"millrace": child_millrace, "raw": child_raw, "megatron": child_megatron,
+                "reference": child_reference}
+    print(json.dumps(children[kind](*rest)))
