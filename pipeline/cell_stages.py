@@ -1,10 +1,11 @@
 """The pipeline's seam for cells: fit the quality and domain models once, then score and assign.
 
-The runner calls, after dedup and before tokenization:
+The runner's `post_dedup_stages()` does, after dedup and before tokenization:
 
-    fit_cell_models(sample, quality, domains, model_dir)   # once; a rerun reuses the stored fit
-    steps = cell_steps(quality, domains, model_dir)        # datatrove steps to insert
-    StoreManifest.stats.update(store_stats(model_dir))     # labels and score ranges
+    stages = CellStages(config.quality, config.domains, layout.models)
+    stages.fit(DeduplicatedSample(layout).documents(stages.sample_bytes))  # once; a rerun reuses it
+    steps = stages.steps()               # QualityScorer → DomainAssigner → CellStatsWriter
+    stages.collect_stats()               # (StoreManifest.stats, {cell: CellManifest.stats})
 
 Each document then carries `metadata["cell"]` (`cNNqQ`), and the tokenizer writes it there.
 """
@@ -17,39 +18,54 @@ from typing import Sequence
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 
+from pipeline.cells import CellStatsWriter, read_cell_stats
 from pipeline.domains import DOMAINS_KIND, DomainAssigner, DomainsConfig, domains_stats, fit_domains
 from pipeline.fitted_model import model_path
 from pipeline.quality import QUALITY_KIND, QualityConfig, QualityScorer, fit_quality, quality_stats
 
-
-def cell_stages_enabled(quality: QualityConfig, domains: DomainsConfig) -> bool:
-    return quality.enabled or domains.enabled
+CELL_STATS_DIR = "cell-stats"
 
 
-def sample_size(quality: QualityConfig, domains: DomainsConfig) -> int:
-    """How many documents the runner should sample for fitting (the larger of the two needs)."""
-    sizes = [c.sample_size for c in (quality, domains) if c.enabled]
-    return max(sizes, default=0)
+class CellStages:
+    """Quality buckets and topic domains for one pipeline run; a section that is None or disabled is off."""
 
+    def __init__(self, quality: QualityConfig | None, domains: DomainsConfig | None, model_dir: Path | str):
+        self.quality = quality if quality is not None and quality.enabled else None
+        self.domains = domains if domains is not None and domains.enabled else None
+        self.model_dir = Path(model_dir)
 
-def fit_cell_models(
-    documents: Sequence[Document], quality: QualityConfig, domains: DomainsConfig, model_dir: Path
-) -> None:
-    """Fit (or reuse) the enabled models into `model_dir`."""
-    if quality.enabled:
-        fit_quality(documents, quality, model_dir)
-    if domains.enabled:
-        fit_domains(documents, domains, model_dir)
+    @property
+    def enabled(self) -> bool:
+        return self.quality is not None or self.domains is not None
 
+    @property
+    def sample_bytes(self) -> int:
+        """How much text the runner should sample for fitting (the larger of the two needs)."""
+        return max((c.sample_bytes for c in (self.quality, self.domains) if c is not None), default=0)
 
-def cell_steps(quality: QualityConfig, domains: DomainsConfig, model_dir: Path) -> list[PipelineStep]:
-    """Quality first (the domain assigner names the cell from both), then domains."""
-    steps: list[PipelineStep] = []
-    if quality.enabled:
-        steps.append(QualityScorer(model_dir))
-    if domains.enabled:
-        steps.append(DomainAssigner(model_dir))
-    return steps
+    def fit(self, documents: Sequence[Document]) -> None:
+        """Fit (or reuse) the enabled models into `model_dir`."""
+        if self.quality is not None:
+            fit_quality(documents, self.quality, self.model_dir)
+        if self.domains is not None:
+            fit_domains(documents, self.domains, self.model_dir)
+
+    def steps(self) -> list[PipelineStep]:
+        """Quality first (the domain assigner names the cell from both), then domains, then cell stats."""
+        steps: list[PipelineStep] = []
+        if self.quality is not None:
+            steps.append(QualityScorer(self.model_dir))
+        if self.domains is not None:
+            steps.append(DomainAssigner(self.model_dir))
+        if steps:
+            steps.append(CellStatsWriter(self.model_dir / CELL_STATS_DIR))
+        return steps
+
+    def collect_stats(self) -> tuple[dict, dict[str, dict]]:
+        """`StoreManifest.stats` and `{cell: CellManifest.stats}`, once the steps have run."""
+        stats = store_stats(self.model_dir)
+        labels = stats.get("domains", {}).get("labels")
+        return stats, read_cell_stats(self.model_dir / CELL_STATS_DIR, labels)
 
 
 def store_stats(model_dir: Path | str) -> dict:

@@ -1,7 +1,8 @@
-"""Cells `cNNqQ`: a document's (domain, quality bucket), and the per-cell and store-level stats.
+"""Cells `cNNqQ`: a document's (domain, quality bucket), and the per-cell stats of a cell manifest.
 
-`CellStats` gathers what a cell manifest records beyond counts while the tokenizer writes
-the cell: the observed quality-score range and a deterministic sample of documents. The
+`CellStats` gathers what a cell manifest records beyond counts, as documents pass on their
+way to the tokenizer (`CellStatsWriter`, one file per task): the observed quality-score
+range and a deterministic sample of documents. The
 sample keeps the documents whose ids hash lowest (xxhash64), so it is the same whatever
 the order of documents, the number of tasks or the executor; two partial `CellStats` (say
 from two tasks) merge into the one a single task would have gathered.
@@ -9,9 +10,15 @@ from two tasks) merge into the one a single task would have gathered.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+
 import xxhash
-from datatrove.data import Document
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from millrace.artifacts import atomic_write_text
 
 SAMPLES_PER_CELL = 5
 SAMPLE_CHARS = 400
@@ -62,6 +69,8 @@ class CellStats:
             self.score_min = score if self.score_min is None else min(self.score_min, score)
             self.score_max = score if self.score_max is None else max(self.score_max, score)
         rank = xxhash.xxh64_intdigest(doc.id.encode())
+        if any(sample["id"] == doc.id for _, sample in self.samples):
+            return
         if len(self.samples) < self.keep or rank < self.samples[-1][0]:
             sample = {"id": doc.id, "source": source or meta.get("source", ""), "text": trim(doc.text)}
             self.samples = sorted(self.samples + [(rank, sample)], key=lambda pair: (pair[0], pair[1]["id"]))[: self.keep]
@@ -74,7 +83,8 @@ class CellStats:
             score_max=max((s for s in (self.score_max, other.score_max) if s is not None), default=None),
             keep=self.keep,
         )
-        merged.samples = sorted(self.samples + other.samples, key=lambda pair: (pair[0], pair[1]["id"]))[: self.keep]
+        unique = {sample["id"]: (rank, sample) for rank, sample in self.samples + other.samples}
+        merged.samples = sorted(unique.values(), key=lambda pair: (pair[0], pair[1]["id"]))[: self.keep]
         return merged
 
     def to_json(self, labels: dict[str, str] | None = None) -> dict:
@@ -104,3 +114,39 @@ class CellStats:
             samples=sorted(samples, key=lambda pair: (pair[0], pair[1]["id"])),
         )
 
+
+
+class CellStatsWriter(PipelineStep):
+    """Gathers `CellStats` per cell as documents pass, and writes this task's share as `<rank>.json`.
+
+    Placed last before tokenization. The file is written whole (atomically) when the task's
+    documents are exhausted, so a rerun task replaces it; `read_cell_stats` merges all tasks.
+    """
+
+    name = "📊 cell stats"
+    type = "🗂️ - CELLS"
+
+    def __init__(self, output_dir: Path | str):
+        super().__init__()
+        self.output_dir = Path(output_dir)
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        cells: dict[str, CellStats] = {}
+        for doc in data or ():
+            cell = doc.metadata.get("cell")
+            if cell is not None:
+                cells.setdefault(cell, CellStats()).add(doc)
+                self.stat_update("recorded")
+            yield doc
+        payload = {cell: stats.to_json() for cell, stats in sorted(cells.items())}
+        atomic_write_text(self.output_dir / f"{rank:05d}.json", json.dumps(payload, sort_keys=True))
+
+
+def read_cell_stats(directory: Path | str, labels: dict[str, str] | None = None) -> dict[str, dict]:
+    """Merge every task's `CellStatsWriter` output into `CellManifest.stats` per cell."""
+    merged: dict[str, CellStats] = {}
+    for path in sorted(Path(directory).glob("*.json")):
+        for cell, stats in json.loads(path.read_text()).items():
+            partial = CellStats.from_json(stats)
+            merged[cell] = merged[cell].merge(partial) if cell in merged else partial
+    return {cell: stats.to_json(labels) for cell, stats in sorted(merged.items())}

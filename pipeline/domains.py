@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import pydantic
@@ -53,7 +53,13 @@ class DomainsConfig(StrictModel):
         8, ge=1, description="at least this many sample documents per fine centre (caps fine_centroids)"
     )
     sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is fitted on")
+    sample_bytes: int = pydantic.Field(
+        16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
+    )
     min_share: float = pydantic.Field(0.01, ge=0.0, lt=1.0, description="smallest share of documents per domain")
+    merge: Literal["ward", "weighted-kmeans"] = pydantic.Field(
+        "ward", description="how fine centres merge into domains: Ward agglomeration, or k-means weighted by documents"
+    )
     label_terms: int = pydantic.Field(3, ge=1, le=10, description="distinctive terms in a domain's label")
     kmeans_iterations: int = pydantic.Field(100, ge=1)
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -103,12 +109,16 @@ def domain_key(domain: int) -> str:
     return f"c{domain:02d}"
 
 
-def _merge(centroids: np.ndarray, weights: np.ndarray, k: int, min_docs: float) -> np.ndarray:
-    """Fine centre → domain: Ward agglomeration, then dissolve-and-split until every domain is big enough."""
+def _merge(centroids: np.ndarray, weights: np.ndarray, k: int, min_docs: float, method: str, seed: int) -> np.ndarray:
+    """Fine centre → domain: agglomerate, then dissolve-and-split until every domain is big enough."""
     n = len(centroids)
     if n <= k:
         return np.arange(n)
-    merge = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(centroids).labels_.astype(np.int64)
+    if method == "ward":
+        merge = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(centroids).labels_.astype(np.int64)
+    else:
+        kmeans = KMeans(k, n_init=4, random_state=seed).fit(centroids, sample_weight=np.maximum(weights, 1e-6))
+        merge = kmeans.labels_.astype(np.int64)
     similarity = centroids @ centroids.T
     for _ in range(4 * k):
         sizes = np.bincount(merge, weights=weights, minlength=k)
@@ -190,7 +200,7 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     model = DomainModel(embedder, centroids, np.zeros(fine_count, dtype=np.int64), [])
     fine = model.fine(vectors)
     weights = np.bincount(fine, minlength=fine_count).astype(np.float64)
-    merge = _merge(centroids, weights, config.k, config.min_share * len(sample))
+    merge = _merge(centroids, weights, config.k, config.min_share * len(sample), config.merge, config.seed)
     merge = _renumber_by_size(merge, weights)
     k = int(merge.max()) + 1
     domains = merge[fine]

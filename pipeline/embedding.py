@@ -35,7 +35,7 @@ from millrace.errors import ArtifactError
 
 log = logging.getLogger(__name__)
 
-TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+TOKEN_PATTERN = r"(?u)\b\w\w+\b|[^\w\s]+"
 ARRAYS = ("columns", "idf", "svd")
 
 

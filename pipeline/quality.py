@@ -1,11 +1,19 @@
 """Document quality: a pluggable scorer, and buckets q0 (lowest) … q{B-1} (highest) by quantiles.
 
-The default scorer is DCLM's recipe run locally: a fastText classifier trained on a
-reference set of good documents (configured sources and/or files) against other documents
-of the corpus; a document's score is the classifier's probability that it is good.
-Bucket thresholds are the score's quantiles over the fitting sample, stored with the
-model, so a document's bucket is a pure function of its text and the stored model.
+The scorer is DCLM's recipe run locally: a linear classifier over word uni- and bigrams,
+trained on a reference set of good documents (configured sources and/or files) against
+other documents of the corpus; a document's score is the classifier's probability that it
+is good. Bucket thresholds are the score's quantiles over the fitting sample, stored with
+the model, so a document's bucket is a pure function of its text and the stored model.
 
+Two scorers are built in:
+- `linear` (default): scikit-learn `HashingVectorizer` (uni+bigrams, sublinear TF, L2) and
+  `LogisticRegression`; weights stored as plain arrays. The same model family as fastText
+  (a linear classifier over a bag of hashed n-grams), deterministic and offline.
+- `fasttext`: DCLM's own tool. The fasttext-numpy2 wheels (0.10.4 and 0.9.2) installed here
+  fail `train_supervised` with "Encountered NaN" even on trivially separable data, for most
+  `dim` values, so it is not the default; where a working fastText is installed it is one
+  setting away.
 Another scorer plugs in by naming a class, `quality.scorer = "package.module:Class"`,
 that implements `QualityBackend` (fit from good/other texts, save, load, score).
 """
@@ -24,7 +32,11 @@ import numpy as np
 import pydantic
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
+from sklearn.feature_extraction.text import HashingVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.preprocessing import normalize
 
+from millrace.artifacts import atomic_output
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.cells import cell_name
@@ -49,12 +61,21 @@ class FastTextConfig(StrictModel):
     max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are scored")
 
 
+class LinearConfig(StrictModel):
+    """The `linear` scorer: hashed word n-grams and an L2-regularised logistic regression."""
+
+    features: int = pydantic.Field(1 << 20, ge=1 << 10, le=1 << 24, description="hash columns")
+    ngrams: int = pydantic.Field(2, ge=1, le=3, description="word n-grams up to this length")
+    c: float = pydantic.Field(4.0, gt=0.0, description="inverse regularisation strength")
+    max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are scored")
+
+
 class QualityConfig(StrictModel):
-    """Quality scoring into buckets (default: fastText, python-docs prose as the reference of good)."""
+    """Quality scoring into buckets (default: a linear classifier, python-docs prose as the reference of good)."""
 
     enabled: bool = True
     buckets: int = pydantic.Field(5, ge=1, le=100)
-    scorer: str = pydantic.Field("fasttext", description='"fasttext" or "package.module:Class"')
+    scorer: str = pydantic.Field("linear", description='"linear", "fasttext" or "package.module:Class"')
     reference_sources: list[str] = pydantic.Field(
         ["python-docs"], description="sources whose documents are the good class"
     )
@@ -62,6 +83,10 @@ class QualityConfig(StrictModel):
         [], description="more good documents: .jsonl (a `text` per line) or plain text (one document per file)"
     )
     sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is trained and quantiled on")
+    sample_bytes: int = pydantic.Field(
+        16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
+    )
+    linear: LinearConfig = LinearConfig()
     fasttext: FastTextConfig = FastTextConfig()
     seed: int = 0
 
@@ -107,11 +132,17 @@ class FastTextQuality:
         with tempfile.TemporaryDirectory(prefix="millrace-quality-") as tmp:
             train_file = Path(tmp) / "train.txt"
             train_file.write_text("".join(rows[i] + "\n" for i in order))
-            model = fasttext.train_supervised(
-                str(train_file), dim=settings.dim, epoch=settings.epoch, lr=settings.lr,
-                wordNgrams=settings.word_ngrams, minCount=settings.min_count, bucket=settings.bucket,
-                thread=1, seed=config.seed, verbose=0,
-            )
+            try:
+                model = fasttext.train_supervised(
+                    str(train_file), dim=settings.dim, epoch=settings.epoch, lr=settings.lr,
+                    wordNgrams=settings.word_ngrams, minCount=settings.min_count, bucket=settings.bucket,
+                    thread=1, seed=config.seed, verbose=0,
+                )
+            except RuntimeError as exc:
+                raise ConfigError(
+                    f"quality.scorer: fastText training failed ({exc}); the installed fastText build is "
+                    'known to do this (see pipeline/quality.py): use scorer = "linear"'
+                ) from None
         return cls(model, config)
 
     def save(self, directory: Path) -> None:
@@ -144,7 +175,58 @@ class FastTextQuality:
         return 1.0 / (1.0 + np.exp(-(hidden @ direction)))
 
 
-SCORERS: dict[str, type] = {"fasttext": FastTextQuality}
+class LinearQuality:
+    """Logistic regression over hashed word n-grams: P(good) = sigmoid(w · x + b)."""
+
+    files: ClassVar[list[str]] = ["quality-linear-weights.npy"]
+
+    def __init__(self, weights: np.ndarray, config: QualityConfig):
+        self.weights = np.asarray(weights, dtype=np.float64)  # [features + 1]: coefficients, then intercept
+        self.config = config
+        settings = config.linear
+        self._hasher = HashingVectorizer(
+            n_features=settings.features, ngram_range=(1, settings.ngrams), alternate_sign=False,
+            norm=None, token_pattern=r"(?u)\b\w+\b", dtype=np.float64,
+        )
+
+    def _features(self, texts: Sequence[str]):
+        counts = self._hasher.transform([t[: self.config.linear.max_chars] for t in texts])
+        counts.data = 1.0 + np.log(counts.data)
+        return normalize(counts, copy=False)
+
+    @classmethod
+    def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> "LinearQuality":
+        scorer = cls(np.zeros(config.linear.features + 1), config)
+        features = scorer._features(list(good) + list(other))
+        labels = np.r_[np.ones(len(good)), np.zeros(len(other))]
+        model = LogisticRegression(C=config.linear.c, class_weight="balanced", max_iter=1000, solver="liblinear",
+                                   random_state=config.seed).fit(features, labels)
+        scorer.weights = np.r_[model.coef_.ravel(), model.intercept_].astype(np.float32).astype(np.float64)
+        return scorer
+
+    def save(self, directory: Path) -> None:
+        with atomic_output(Path(directory) / self.files[0]) as handle:
+            np.save(handle, self.weights.astype(np.float32), allow_pickle=False)
+
+    @classmethod
+    def load(cls, directory: Path, config: QualityConfig) -> "LinearQuality":
+        path = Path(directory) / cls.files[0]
+        try:
+            weights = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ArtifactError(f"{path}: cannot read quality weights ({exc})") from None
+        if weights.shape != (config.linear.features + 1,):
+            raise ArtifactError(f"{path}: {weights.shape} weights, settings say {config.linear.features + 1}")
+        return cls(weights, config)
+
+    def score(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0)
+        logits = self._features(texts) @ self.weights[:-1] + self.weights[-1]
+        return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
+
+
+SCORERS: dict[str, type] = {"linear": LinearQuality, "fasttext": FastTextQuality}
 
 
 def backend_class(name: str) -> type:
@@ -225,14 +307,14 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     half = max(1, config.sample_size // 2)
     if len(other) > half:  # DCLM balances the classes; random corpus documents stand for "other"
         other = [other[i] for i in np.sort(rng.choice(len(other), half, replace=False))]
-    scorer = backend.fit(good, other, config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    backend.fit(good, other, config).save(out_dir)
+    scorer = backend.load(out_dir, config)  # thresholds from the stored model, exactly as assignment will score
     scores = scorer.score([d.text for d in sample])
     quantiles = [b / config.buckets for b in range(1, config.buckets)]
     thresholds = [float(t) for t in np.quantile(scores, quantiles)]
     buckets = bucket_of(scores, thresholds)
     edges = [0.0, *thresholds, 1.0]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    scorer.save(out_dir)
     body = {
         "settings": settings,
         "sample_fingerprint": fingerprint,

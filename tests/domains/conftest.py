@@ -1,0 +1,22 @@
+import pytest
+
+from tests.domains.local_corpus import plainly_different_sources
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    """About a thousand documents from four plainly different sources on this machine."""
+    return plainly_different_sources()
+
+
+@pytest.fixture(scope="session")
+def fitted(corpus, tmp_path_factory):
+    """Quality and domain models fitted once on the corpus (prose is the quality reference)."""
+    from pipeline.cell_stages import CellStages
+    from pipeline.domains import DomainsConfig
+    from pipeline.quality import QualityConfig
+
+    model_dir = tmp_path_factory.mktemp("models")
+    stages = CellStages(QualityConfig(reference_sources=["prose"]), DomainsConfig(), model_dir)
+    stages.fit(corpus)
+    return stages

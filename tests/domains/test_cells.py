@@ -1,0 +1,61 @@
+"""Cells: names, per-cell stats that do not depend on how tasks split the documents, store stats."""
+
+import json
+
+from datatrove.data import Document
+
+from pipeline.cell_stages import store_stats
+from pipeline.cells import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
+
+
+def test_cell_names():
+    assert cell_name(3, 4) == "c03q4"
+    assert cell_name(12, None) == "c12"
+    assert cell_name(None, 0) == "q0"
+
+
+def test_trim_keeps_short_text_and_cuts_long_text():
+    assert trim("  short  ") == "short"
+    long = "word " * 200
+    assert len(trim(long)) <= 401 and trim(long).endswith("…")
+
+
+def _docs(n=60):
+    return [Document(text=f"document {i} " * 50, id=f"doc-{i:03d}",
+                     metadata={"source": "s", "cell": f"c0{i % 2}q{i % 3}", "domain": i % 2, "quality_bucket": i % 3,
+                               "quality_score": i / 100}) for i in range(n)]
+
+
+def test_cell_stats_are_the_same_however_tasks_split_the_documents(tmp_path):
+    docs = _docs()
+    whole = tmp_path / "whole"
+    list(CellStatsWriter(whole).run(iter(docs), rank=0))
+    split = tmp_path / "split"
+    for rank in range(3):
+        list(CellStatsWriter(split).run(iter(docs[rank::3][::-1]), rank=rank, world_size=3))
+    assert read_cell_stats(whole, {"c00": "zero", "c01": "one"}) == read_cell_stats(split, {"c00": "zero", "c01": "one"})
+    stats = read_cell_stats(whole, {"c00": "zero", "c01": "one"})
+    assert set(stats) == {f"c0{d}q{b}" for d in range(2) for b in range(3)}
+    cell = stats["c01q2"]
+    assert cell["domain"] == 1 and cell["bucket"] == 2 and cell["label"] == "one"
+    scores = [d.metadata["quality_score"] for d in docs if d.metadata["cell"] == "c01q2"]
+    assert cell["score_range"] == [min(scores), max(scores)]
+    assert len(cell["samples"]) == 5 and all(len(s["text"]) <= 401 for s in cell["samples"])
+    assert set(cell["samples"][0]) == {"id", "source", "text"}
+
+
+def test_merge_ignores_a_document_seen_twice():
+    doc = _docs(1)[0]
+    a, b = CellStats(), CellStats()
+    a.add(doc)
+    b.add(doc)
+    assert len(a.merge(b).samples) == 1
+
+
+def test_store_stats_carry_the_contract_keys(fitted):
+    stats = store_stats(fitted.model_dir)
+    assert stats["domains"]["k"] == len(stats["domains"]["labels"]) == 8
+    assert sorted(stats["domains"]["labels"]) == [f"c{d:02d}" for d in range(8)]
+    assert all(isinstance(label, str) and label for label in stats["domains"]["labels"].values())
+    assert set(stats["quality"]) == {"buckets", "score_ranges"}
+    json.dumps(stats)

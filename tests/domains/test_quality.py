@@ -1,0 +1,61 @@
+"""Quality buckets: quantile thresholds stored with the model, so the fitted corpus splits into fifths."""
+
+import numpy as np
+import pytest
+
+from millrace.errors import ConfigError
+from pipeline.quality import QualityConfig, QualityModel, QualityScorer, bucket_of, fit_quality, quality_stats
+
+
+def test_buckets_hold_a_fifth_each_on_the_fitted_corpus(corpus, fitted):
+    scorer = QualityScorer(fitted.model_dir, batch_size=100)
+    docs = list(scorer.run(iter([type(d)(text=d.text, id=d.id, metadata=dict(d.metadata)) for d in corpus])))
+    counts = np.bincount([d.metadata["quality_bucket"] for d in docs], minlength=5)
+    assert len(counts) == 5
+    assert np.all(np.abs(counts / len(docs) - 0.2) <= 0.02), counts
+    assert sum(scorer.stats[f"q{b}"].total for b in range(5)) == len(docs)
+    # the reference source scores higher than the rest
+    scores = {s: np.mean([d.metadata["quality_score"] for d in docs if d.metadata["source"] == s])
+              for s in ("prose", "code", "man", "licenses")}
+    assert scores["prose"] == max(scores.values())
+
+
+def test_score_ranges_cover_the_scores_in_order(corpus, fitted):
+    stats = quality_stats(fitted.model_dir)
+    assert stats["buckets"] == 5
+    ranges = [stats["score_ranges"][f"q{b}"] for b in range(5)]
+    assert ranges[0][0] == 0.0 and ranges[-1][1] == 1.0
+    assert all(lo <= hi for lo, hi in ranges)
+    assert all(ranges[b][1] == ranges[b + 1][0] for b in range(4))
+    model = QualityModel.load(fitted.model_dir)
+    scores, buckets = model.score([d.text for d in corpus[:50]])
+    for score, bucket in zip(scores, buckets):
+        lo, hi = ranges[bucket]
+        assert lo <= score <= hi
+
+
+def test_bucket_edges():
+    assert bucket_of(np.array([0.0, 0.1, 0.2, 0.5, 0.9]), [0.1, 0.5]).tolist() == [0, 1, 1, 2, 2]
+
+
+def test_same_input_and_seed_give_the_same_scores(corpus, fitted, tmp_path):
+    fit_quality(list(reversed(corpus)), QualityConfig(reference_sources=["prose"]), tmp_path)
+    texts = [d.text for d in corpus]
+    first, second = QualityModel.load(fitted.model_dir), QualityModel.load(tmp_path)
+    assert first.thresholds == second.thresholds
+    np.testing.assert_array_equal(first.score(texts)[1], second.score(texts)[1])
+
+
+def test_reference_files_and_missing_reference(corpus, tmp_path):
+    with pytest.raises(ConfigError, match="quality.reference_sources"):
+        fit_quality(corpus[::5], QualityConfig(reference_sources=["no-such-source"]), tmp_path / "a")
+    reference = tmp_path / "good.jsonl"
+    reference.write_text("".join('{"text": "%s"}\n' % d.text[:300].replace('"', "'").replace("\\", "/").replace("\n", " ")
+                                 for d in corpus if d.metadata["source"] == "prose"))
+    fit_quality(corpus[::5], QualityConfig(reference_sources=[], reference_files=[reference]), tmp_path / "b")
+    assert quality_stats(tmp_path / "b")["buckets"] == 5
+
+
+def test_unknown_scorer_is_a_config_error(corpus, tmp_path):
+    with pytest.raises(ConfigError, match="quality.scorer"):
+        fit_quality(corpus[::5], QualityConfig(reference_sources=["prose"], scorer="nope"), tmp_path)
