@@ -25,6 +25,14 @@ function derive(key) {
   return { r, phases, drawn, epochs, flags, tokensDrawn: drawn.map((d) => d * r.seq_len) };
 }
 
+// Phases of two revisions matched by name (as `mix diff` does); a phase in one revision only pairs with null.
+function matchPhase(d, name) { return d ? d.phases.find((p) => p.name === name) || null : null; }
+function alignPhases(cur, cmp) {
+  const pairs = cur.phases.map((a) => ({ name: a.name, a, b: matchPhase(cmp, a.name) }));
+  for (const b of cmp.phases) if (!matchPhase(cur, b.name)) pairs.push({ name: b.name, a: null, b });
+  return pairs;
+}
+
 function cellLabel(c) { return c.label ? `${c.name} · ${c.label}` : c.name; }
 function flagBadge(parent, flag) {
   if (!flag) return;
@@ -122,7 +130,8 @@ function cellTooltip(i, cur, cmp) {
   const lines = [cellLabel(c), `available ${fmt.count(c.tokens)} tokens, ${fmt.count(c.documents)} documents`];
   cur.phases.forEach((p, k) => {
     lines.push(`${p.name}: declared ${fmt.pct(p.declared[i])}, realised ${fmt.pct(p.realised[i])}, ${fmt.count(p.tokens[i])} tokens`);
-    if (cmp && cmp.phases[k]) lines.push(`  vs ${cmp.r.revision}: ${fmt.pct(cmp.phases[k].realised[i])} (${fmt.pp(p.realised[i] - cmp.phases[k].realised[i])})`);
+    const q = matchPhase(cmp, p.name);
+    if (q) lines.push(`  vs ${cmp.r.revision}: ${fmt.pct(q.realised[i])} (${fmt.pp(p.realised[i] - q.realised[i])})`);
   });
   lines.push(`epochs ${fmt.epochs(cur.epochs[i])} of cap ${fmt.epochs(r.epoch_cap)}${cur.flags[i] ? " — " + cur.flags[i] + " cap" : ""}`);
   return lines.join("\n");
@@ -137,7 +146,7 @@ function renderGrid(cur, cmp) {
   else if (kind === "weight") { value = (i) => cur.phases[p].realised[i]; format = fmt.pct; opts.sqrt = true; }
   else if (kind === "tokens") { value = (i) => cur.phases[p].tokens[i]; format = fmt.count; opts.sqrt = true; }
   else if (kind === "epochs") { value = (i) => cur.epochs[i]; format = fmt.epochs; }
-  else { value = (i) => cur.phases[p].realised[i] - (cmp && cmp.phases[p] ? cmp.phases[p].realised[i] : 0); format = fmt.pp; opts.diverging = true; opts.sqrt = true; }
+  else { const q = matchPhase(cmp, cur.phases[p].name); value = (i) => cur.phases[p].realised[i] - (q ? q.realised[i] : 0); format = fmt.pp; opts.diverging = true; opts.sqrt = true; }
   heatMap(document.getElementById("grid"), shape.rows, shape.cols, (r, c) => (shape.at[r][c] < 0 ? null : value(shape.at[r][c])), {
     ...opts,
     title: "grid",
@@ -220,38 +229,36 @@ function renderDiff(cur, cmp) {
   const wrap = document.getElementById("diff");
   wrap.textContent = "";
   if (!cmp) { h("p", { class: "note" }, wrap, KEYS.length > 1 ? "Choose a revision under “Compare with” to see what changes." : "Only one revision is built on this store."); return; }
-  const n = Math.max(cur.phases.length, cmp.phases.length);
+  const pairs = alignPhases(cur, cmp);
   const rowsum = h("p", { id: "diff-summary" }, wrap);
   const parts = [];
-  for (let k = 0; k < n; k++) {
-    const a = cur.phases[k], b = cmp.phases[k];
-    if (!a || !b) { parts.push(`phase ${k + 1} exists in only one revision`); continue; }
+  for (const { name, a, b } of pairs) {
+    if (!a || !b) { parts.push(`${name} exists only in ${a ? cur.r.revision : cmp.r.revision}`); continue; }
     let tv = 0, changed = 0;
     CELLS.forEach((_, i) => { const d = a.realised[i] - b.realised[i]; tv += Math.abs(d) / 2; if (Math.abs(d) > 1e-12) changed++; });
-    parts.push(`${a.name}: ${changed} cells change, total variation ${fmt.pct(tv)}`);
+    parts.push(`${name}: ${changed} cells change, total variation ${fmt.pct(tv)}`);
   }
   rowsum.textContent = `${cur.r.label} against ${cmp.r.label} — ` + parts.join("; ") + ".";
-  const delta = (k, i) => (cur.phases[k] && cmp.phases[k] ? cur.phases[k].realised[i] - cmp.phases[k].realised[i] : 0);
+  const delta = (k, i) => (pairs[k].a ? pairs[k].a.realised[i] : 0) - (pairs[k].b ? pairs[k].b.realised[i] : 0);
   const idx = CELLS.map((_, i) => i).filter((i) => {
-    for (let k = 0; k < n; k++) if (Math.abs(delta(k, i)) > 1e-12) return true;
+    for (let k = 0; k < pairs.length; k++) if (Math.abs(delta(k, i)) > 1e-12) return true;
     return Math.abs(cur.epochs[i] - cmp.epochs[i]) > 1e-12;
   });
   const head = [{ label: "Cell", cls: "l", key: (x) => x.i }, { label: "Label", cls: "l", key: (x) => CELLS[x.i].label }];
-  for (let k = 0; k < n; k++) {
-    const name = (cur.phases[k] || cmp.phases[k]).name;
-    head.push({ label: `${name} ${cmp.r.revision}`, key: (x) => (cmp.phases[k] ? cmp.phases[k].realised[x.i] : 0) });
-    head.push({ label: `${name} ${cur.r.revision}`, key: (x) => (cur.phases[k] ? cur.phases[k].realised[x.i] : 0) });
+  pairs.forEach(({ name, a, b }, k) => {
+    head.push({ label: `${name} ${cmp.r.revision}`, key: (x) => (b ? b.realised[x.i] : 0) });
+    head.push({ label: `${name} ${cur.r.revision}`, key: (x) => (a ? a.realised[x.i] : 0) });
     head.push({ label: `${name} change`, key: (x) => Math.abs(delta(k, x.i)) });
-  }
+  });
   head.push({ label: `Epochs ${cmp.r.revision}`, key: (x) => cmp.epochs[x.i] });
   head.push({ label: `Epochs ${cur.r.revision}`, key: (x) => cur.epochs[x.i] });
   const rows = idx.map((i) => {
     const cells = [(td) => { td.textContent = CELLS[i].name; }, (td) => { td.textContent = CELLS[i].label || ""; }];
-    for (let k = 0; k < n; k++) {
-      cells.push((td) => { td.textContent = cmp.phases[k] ? fmt.pct(cmp.phases[k].realised[i]) : "—"; });
-      cells.push((td) => { td.textContent = cur.phases[k] ? fmt.pct(cur.phases[k].realised[i]) : "—"; });
+    pairs.forEach(({ a, b }, k) => {
+      cells.push((td) => { td.textContent = b ? fmt.pct(b.realised[i]) : "—"; });
+      cells.push((td) => { td.textContent = a ? fmt.pct(a.realised[i]) : "—"; });
       cells.push((td) => { const d = delta(k, i); td.textContent = fmt.pp(d); td.className = d > 0 ? "up" : d < 0 ? "down" : ""; });
-    }
+    });
     cells.push((td) => { td.textContent = fmt.epochs(cmp.epochs[i]); });
     cells.push((td) => { td.textContent = fmt.epochs(cur.epochs[i]); flagBadge(td, cur.flags[i]); });
     return { i, cells };

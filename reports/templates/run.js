@@ -20,7 +20,7 @@ lineChart($("c-bias"), X, byName(R.router_bias_norm), { title: "Router bias norm
 lineChart($("c-biasmax"), X, byName(R.router_bias_max_abs), { title: "Router bias max |b| per layer", legend: true });
 lineChart($("c-viol"), X, byName(R.max_violation), { title: "Expert load max-violation per layer", yFormat: fmt.pct, legend: true });
 lineChart($("c-cell"), X, byName(R.loss_per_cell), { title: "Loss per cell (batches that held the cell)", legend: true, connectGaps: true });
-lineChart($("c-source"), X, byName(R.loss_per_source), { title: "Loss per source", legend: true });
+lineChart($("c-source"), X, byName(R.loss_per_source), { title: "Loss per source (batches that held the source)", legend: true, connectGaps: true });
 
 (function expertLoad() {
   const box = $("c-load");

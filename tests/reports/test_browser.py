@@ -133,7 +133,8 @@ def test_composition_page_follows_the_revision_in_the_url(browser, site, small_h
     tab.page.select_option("#compare", "uniform-sampling")
     assert "compare=uniform-sampling" in tab.page.url
     summary = tab.page.inner_text("#diff-summary")
-    assert "default / natural against default / uniform-sampling" in summary and "cells change" in summary
+    assert "default / natural against default / uniform-sampling" in summary and "main: 6 cells change" in summary
+    assert "cooldown exists only in uniform-sampling" in summary  # phases are matched by name
     assert tab.page.locator("#diff table tbody tr").count() == 6
     tab.page.select_option("#metric", "epochs")
     assert "metric=epochs" in tab.page.url
