@@ -36,18 +36,18 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
 
 
-def _optional_section(module: str, name: str) -> Any:
-    """The domains engineer's section model when its module exists; until then a plain table."""
+def _section(module: str, name: str, value: Any) -> Any:
+    """Validate an optional section with its owner's model, imported only when the section is used."""
+    if value is None or isinstance(value, pydantic.BaseModel):
+        return value
+    model = getattr(importlib.import_module(module), name)
     try:
-        return getattr(importlib.import_module(module), name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        return dict[str, Any]
-
-
-QualityConfig = _optional_section("pipeline.quality", "QualityConfig")
-DomainsConfig = _optional_section("pipeline.domains", "DomainsConfig")
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "<root>"
+        message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ValueError(f"{where}: {message}") from None
 
 
 class SourceConfig(StrictModel):
@@ -153,8 +153,19 @@ class PipelineConfig(StrictModel):
     tokenizer: TokenizerConfig = TokenizerConfig()
     output: OutputConfig = OutputConfig()
     executor: ExecutorConfig = ExecutorConfig()
-    quality: QualityConfig | None = None  # type: ignore[valid-type]
-    domains: DomainsConfig | None = None  # type: ignore[valid-type]
+    # validated by pipeline.quality.QualityConfig / pipeline.domains.DomainsConfig (their owners' models)
+    quality: Any = None
+    domains: Any = None
+
+    @pydantic.field_validator("quality", mode="before")
+    @classmethod
+    def _quality(cls, value: Any) -> Any:
+        return _section("pipeline.quality", "QualityConfig", value)
+
+    @pydantic.field_validator("domains", mode="before")
+    @classmethod
+    def _domains(cls, value: Any) -> Any:
+        return _section("pipeline.domains", "DomainsConfig", value)
 
     @pydantic.model_validator(mode="after")
     def _unique_sources(self) -> "PipelineConfig":

@@ -259,8 +259,8 @@ class DropDuplicates(CountedStage):
     """A funnel stage that drops the documents `FindDuplicates` named for its reasons."""
 
     def __init__(self, stage: str, reasons: tuple[str, ...], duplicates: Path | str, funnel_dir, removed_dir):
-        super().__init__(stage, funnel_dir, removed_dir, None)
         self.name = f"🫂 {stage}"
+        super().__init__(stage, funnel_dir, removed_dir, None)
         self.reasons = reasons
         self.duplicates_path = Path(duplicates)
         self._duplicates: dict[str, tuple[str, str]] | None = None

@@ -20,7 +20,7 @@ from datatrove.pipeline.base import PipelineStep
 from pipeline.funnel import StageCounts
 from pipeline.intermediate import AtomicJsonlZstWriter, task_file
 
-LANGID_CHARS = 4000  # py3langid reads this much of a document; enough to be sure, cheap on long ones
+LANGID_CHARS = 2000  # py3langid reads this much of a document; enough to be sure, cheap on long ones
 
 
 def build_filter(name: str, options: dict[str, Any]):
@@ -102,8 +102,8 @@ class HeuristicFilterStage(CountedStage):
     """One of datatrove's heuristic quality filters, applied to the sources that list it."""
 
     def __init__(self, filter_name: str, options: dict, funnel_dir, removed_dir, sources: list[str]):
-        super().__init__(filter_name, funnel_dir, removed_dir, sources)
         self.name = f"🔻 {filter_name}"
+        super().__init__(filter_name, funnel_dir, removed_dir, sources)
         self.filter = build_filter(filter_name, options)
 
     def decide(self, doc: Document) -> str | None:

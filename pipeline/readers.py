@@ -114,15 +114,33 @@ def build_reader(source: SourceConfig, path: str):
     return CountingWarcReader(folder, glob_pattern=glob, **common)
 
 
+def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
+    """Each configured path of a source with its files (relative to it, sorted); datasets dirs list none."""
+    listed = []
+    for path in source.paths:
+        if source.format == "hf-datasets":
+            listed.append((path, []))
+            continue
+        reader = build_reader(source, path)
+        listed.append((path, reader.data_folder.list_files(recursive=True, glob_pattern=reader.glob_pattern)))
+    return listed
+
+
 class ReadStage(PipelineStep):
-    """Reads one source on this task's share of its files and counts the funnel's `read` stage."""
+    """Reads one source on this task's share of its files and counts the funnel's `read` stage.
+
+    Files are dealt to tasks round-robin continuing from `offset` (the number of files of the
+    sources before this one), so that many one-file sources spread over the tasks instead of
+    all landing on task 0 as with datatrove's per-reader `sorted(files)[rank::world_size]`.
+    """
 
     type = "📖 - READER"
 
-    def __init__(self, source: SourceConfig, funnel_dir: Path | str, malformed_dir: Path | str):
+    def __init__(self, source: SourceConfig, offset: int, funnel_dir: Path | str, malformed_dir: Path | str):
+        self.name = f"📖 {source.name}"
         super().__init__()
         self.source = source
-        self.name = f"📖 {source.name}"
+        self.offset = offset
         self.funnel_dir = Path(funnel_dir)
         self.malformed_dir = Path(malformed_dir)
 
@@ -133,21 +151,30 @@ class ReadStage(PipelineStep):
         doc.metadata.pop("file_path", None)
         return doc
 
+    def _documents(self, rank: int, world_size: int, problems: list) -> DocumentsPipeline:
+        position = self.offset
+        for path, files in input_files(self.source):
+            reader = build_reader(self.source, path)
+            reader.problems = problems
+            if self.source.format == "hf-datasets":
+                yield from reader.run(None, rank, world_size)
+                continue
+            mine = [f for i, f in enumerate(files) if (position + i) % world_size == rank]
+            position += len(files)
+            yield from reader.read_files_shard(mine)
+
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
             yield from data
         counts = StageCounts()
         problems: list[tuple[str, int | str, str, int]] = []
-        for path in self.source.paths:
-            reader = build_reader(self.source, path)
-            reader.problems = problems
-            for doc in reader.run(None, rank, world_size):
-                doc = self._document(doc)
-                counts.received(self.source.name, text_bytes(doc))
-                counts.kept(self.source.name, text_bytes(doc))
-                self.stat_update("documents")
-                yield doc
-        for file, line, reason, size in problems:
+        for doc in self._documents(rank, world_size, problems):
+            doc = self._document(doc)
+            counts.received(self.source.name, text_bytes(doc))
+            counts.kept(self.source.name, text_bytes(doc))
+            self.stat_update("documents")
+            yield doc
+        for _file, _line, reason, size in problems:
             counts.received(self.source.name, size)
             counts.removed(self.source.name, reason, size)
         lines = [json.dumps({"file": str(f), "line": line, "reason": r}) for f, line, r, _ in problems]

@@ -212,11 +212,18 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     from pipeline.dedup import DedupSignatures
     from pipeline.filtering import HeuristicFilterStage, LanguageStage, NormaliseStage
     from pipeline.intermediate import TaskDocumentWriter
-    from pipeline.readers import ReadStage
+    from pipeline.readers import ReadStage, input_files
 
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
-    steps: list[PipelineStep] = [ReadStage(s, funnel["read"], layout.malformed) for s in config.sources]
+    steps: list[PipelineStep] = []
+    offset = 0
+    for index, source in enumerate(config.sources):
+        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed))
+        files = sum(len(listed) for _, listed in input_files(source))
+        if not files and source.format != "hf-datasets":
+            raise ConfigError(f"field 'sources.{index}.glob': no {source.file_glob!r} files under {source.paths}")
+        offset += files
     steps.append(NormaliseStage(funnel["normalise"], layout.removed, [s.name for s in config.sources if s.normalise]))
     for name in FILTER_NAMES:
         if name in funnel:

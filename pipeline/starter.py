@@ -105,6 +105,7 @@ def init_config(corpus_dir: Path | str) -> str:
     tail = f"""
 # Options for datatrove's filters, passed as keyword arguments (see datatrove's docs).
 [filters.gopher_quality]
+max_non_alpha_words_ratio = 0.5  # share of words with a letter; datatrove's web default 0.8 drops most technical text
 # min_doc_words = 50
 # max_symbol_word_ratio = 0.1
 [filters.gopher_repetition]

@@ -1,0 +1,147 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import zstandard
+import pytest
+
+from millrace.home import Home
+from pipeline.config import load_pipeline_config
+from pipeline.runner import run_pipeline
+from pipeline.store import ShardReader, Store
+from pipeline.tokenization import load_tokenizer
+from tests.pipeline.corpus_fixture import config_text, make_corpus
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    corpus = make_corpus(root / "corpus")
+    config_path = root / "pipeline.toml"
+    config_path.write_text(config_text(corpus))
+    home = Home.resolve(root / "home")
+    path = run_pipeline(load_pipeline_config(config_path), home)
+    return root, corpus, config_path, path
+
+
+def test_store_has_source_cells_and_verifies(built):
+    _, _, _, path = built
+    store = Store(path)
+    assert sorted(store.manifest.cells) == ["articles", "notes", "snippets"]
+    assert store.verify() == []
+    assert store.manifest.dtype == "uint16"
+    assert store.manifest.sources == ["articles", "notes", "snippets"]
+
+
+def test_funnel_counts_every_removal_with_its_reason(built):
+    _, _, _, path = built
+    funnel = Store(path).manifest.funnel["stages"]
+    by_name = {stage["name"]: stage["sources"] for stage in funnel}
+    read = by_name["read"]["articles"]
+    assert read["removed"]["malformed"]["documents"] == 1
+    assert read["removed"]["empty"]["documents"] == 1
+    assert by_name["exact_dedup"]["articles"]["removed"]["exact"]["documents"] == 1
+    assert by_name["exact_dedup"]["notes"]["removed"]["exact"]["documents"] == 1
+    assert by_name["fuzzy_dedup"]["articles"]["removed"]["fuzzy"]["documents"] == 1
+    # code never goes through the prose filters
+    assert "snippets" not in [s for s, c in by_name["gopher_quality"].items() if c["removed"]]
+    for stage in funnel:
+        for counts in stage["sources"].values():
+            removed = sum(r["documents"] for r in counts["removed"].values())
+            assert counts["received"]["documents"] == counts["kept"]["documents"] + removed
+            removed_tokens = sum(r["tokens"] for r in counts["removed"].values())
+            assert counts["received"]["tokens"] == counts["kept"]["tokens"] + removed_tokens
+    store = Store(path)
+    for source in store.manifest.sources:
+        assert by_name["tokenize"][source]["kept"]["tokens"] == store.cell(source).tokens
+
+
+def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
+    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    _, _, _, path = built
+    store = Store(path)
+    tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
+    eos = store.manifest.tokenizer.eos_id
+    texts = {}
+    inputs = set()
+    for file in sorted((built[0] / "corpus").rglob("*.jsonl.zst")):
+        raw = zstandard.ZstdDecompressor().decompress(file.read_bytes(), max_output_size=1 << 26)
+        for line in raw.decode().splitlines():
+            try:
+                inputs.add(json.loads(line)["text"])
+            except json.JSONDecodeError:
+                pass
+    for cell in store.manifest.cells:
+        manifest = store.cell(cell)
+        for shard in manifest.shards:
+            prefix = store.shard_prefix(cell, shard)
+            ours = ShardReader(prefix)
+            theirs = indexed.IndexedDataset(str(prefix))
+            assert len(theirs) == ours.documents == shard.documents
+            for i in range(len(theirs)):
+                assert np.array_equal(theirs[i], ours.document(i))
+                assert theirs[i][-1] == eos and eos not in theirs[i][:-1]
+                texts[cell, i] = tokenizer.decode(theirs[i][:-1].tolist())
+    assert any("def function_" in text for (cell, _), text in texts.items() if cell == "snippets")
+    assert all(text in inputs for text in texts.values())
+    assert len(texts) == sum(c.documents for c in store.manifest.cells.values())
+
+
+def store_files(path):
+    """Every file of a store version with its bytes: identical stores compare equal."""
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _run_cli(config_path, home, *extra):
+    env = {**os.environ, "MILLRACE_HOME": str(home)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "millrace", "pipeline", "run", str(config_path), "--json", *extra],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_when", ["logs/1-filter/completions/00000", "tokens/00000"])
+def test_sigkill_mid_stage_then_rerun_gives_the_identical_store(built, tmp_path, kill_when):
+    _, _, config_path, reference = built
+    home = tmp_path / "home"
+    work = home / "work" / "local" / "2026.01.02"
+    process = _run_cli(config_path, home)
+    deadline = time.monotonic() + 120
+    while not (work / kill_when).exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    killed = process.poll() is None
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert killed, "the run finished before the kill point; the test must kill it mid-stage"
+    assert not (home / "stores" / "local" / "2026.01.02" / "store.json").exists()
+    rerun = _run_cli(config_path, home)
+    assert rerun.wait(timeout=300) == 0
+    assert store_files(home / "stores" / "local" / "2026.01.02") == store_files(reference)
+
+
+@pytest.mark.slow
+def test_ray_executor_builds_the_same_store_as_the_local_one(built, tmp_path):
+    ray = pytest.importorskip("ray")
+    _, _, config_path, reference = built
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        path = run_pipeline(load_pipeline_config(config_path), Home.resolve(tmp_path / "home"), executor="ray", workers=1)
+    finally:
+        ray.shutdown()
+    ours, theirs = Store(path), Store(reference)
+    assert {c: (m.documents, m.tokens) for c, m in ours.manifest.cells.items()} == {
+        c: (m.documents, m.tokens) for c, m in theirs.manifest.cells.items()
+    }
+    assert store_files(path) == store_files(reference)
+
+
+def test_rerun_of_a_finished_store_changes_nothing(built):
+    root, _, config_path, path = built
+    before = store_files(path)
+    assert run_pipeline(load_pipeline_config(config_path), Home.resolve(root / "home")) == path
+    assert store_files(path) == before
