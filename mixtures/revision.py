@@ -109,8 +109,9 @@ class Revision(Strict):
         return f"{self.mixture}/{self.revision}"
 
     def hash(self) -> str:
-        """Hash of the revision's meaning: comments and layout of the file don't change it."""
-        return content_hash(self.model_dump(mode="json"))
+        """Hash of the revision's meaning: comments, layout, the description and options left at their
+        defaults don't change it (so an option added to the format later keeps existing hashes)."""
+        return content_hash(self.model_dump(mode="json", exclude_defaults=True, exclude={"description"}))
 
 
 def describe(source: str, data: Any, exc: pydantic.ValidationError) -> str:
