@@ -46,7 +46,10 @@ def open_store(home: Home, spec: StoreSpec, where: str) -> Store:
     versions = store_versions(home, spec.name)
     if spec.version is None:
         if not versions:
-            raise ConfigError(f"{where}: field 'store.name': no store {spec.name!r} under {home.stores}")
+            raise ConfigError(
+                f"{where}: field 'store.name': no store {spec.name!r} under {home.stores} "
+                "(make one with `millrace pipeline` or `millrace store from-stats`)"
+            )
         version = versions[-1]
     else:
         if spec.version not in versions:
