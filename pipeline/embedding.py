@@ -57,6 +57,8 @@ class TextEmbedder:
         self.columns = np.asarray(columns, dtype=np.int64)
         self.idf = np.asarray(idf, dtype=np.float32)
         self.svd = np.asarray(svd, dtype=np.float32)
+        self._position = np.full(config.features, -1, dtype=np.int64)
+        self._position[self.columns] = np.arange(len(self.columns))
         self._hasher = HashingVectorizer(
             n_features=config.features,
             alternate_sign=False,
@@ -72,9 +74,13 @@ class TextEmbedder:
 
     def _weighted(self, texts: Sequence[str]) -> sp.csr_matrix:
         counts = self._hasher.transform([text[: self.config.max_chars] for text in texts])
-        counts = counts[:, self.columns].tocsr()
-        counts.data = 1.0 + np.log(counts.data)  # sublinear tf
-        return normalize(counts @ sp.diags(self.idf), copy=False)
+        # keep the fitted columns, renumbered compactly (cheaper than scipy's column fancy-indexing)
+        position = self._position[counts.indices]
+        kept = position >= 0
+        rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))[kept]
+        weights = (1.0 + np.log(counts.data[kept])) * self.idf[position[kept]]  # sublinear tf × idf
+        weighted = sp.csr_matrix((weights, (rows, position[kept])), shape=(counts.shape[0], len(self.columns)))
+        return normalize(weighted, copy=False)
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
