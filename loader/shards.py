@@ -61,7 +61,7 @@ class CellTokens:
                 f"{cell_dir}: shards hold {self.tokens} tokens, the manifest says {cell.available_tokens}"
             )
         # Plain ndarray views of the memmaps: slicing them skips np.memmap's per-slice Python overhead.
-        self._views = [np.asarray(reader.tokens_view) for reader in self.readers]
+        self.views = [np.asarray(reader.tokens_view) for reader in self.readers]
         if self.has_sources:
             starts = [
                 base + reader.pointers // self.dtype.itemsize
@@ -70,38 +70,59 @@ class CellTokens:
             self.document_starts = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64)
             self.document_sources = np.concatenate(source_ids).astype(np.int32)
 
-    def windows_into(self, out: np.ndarray, rows: np.ndarray, sequences: np.ndarray) -> None:
-        """Copy window sequences[i] (seq_len + 1 tokens) into out[rows[i]]."""
+
+class TokenSpace:
+    """All opened cells laid end to end in one virtual token space, so that a batch's windows and
+    per-token sources are found with one vectorised search, whatever mix of cells it draws from.
+
+    Cell c occupies [cell_base[c], cell_base[c] + tokens); a window never leaves its cell, because
+    sequence s of a cell ends at most at its last token (`sequences_available` guarantees it).
+    """
+
+    def __init__(self, cells: list[CellTokens | None], seq_len: int, dtype: np.dtype, sources: bool):
+        self.seq_len = seq_len
+        self.dtype = np.dtype(dtype)
+        sizes = np.asarray([0 if cell is None else cell.tokens for cell in cells], dtype=np.int64)
+        self.cell_base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        opened = [(base, cell) for base, cell in zip(self.cell_base.tolist(), cells) if cell is not None]
+        self.views = [view for _, cell in opened for view in cell.views]
+        starts = [base + cell.shard_starts[:-1] for base, cell in opened]
+        self.shard_starts = np.concatenate(starts + [[int(sizes.sum())]]).astype(np.int64)
+        self._bases = self.shard_starts.tolist()
+        if sources:
+            self.document_starts = np.concatenate([base + cell.document_starts for base, cell in opened])
+            self.document_sources = np.concatenate([cell.document_sources for _, cell in opened])
+
+    def windows(self, cell_ids: np.ndarray, sequences: np.ndarray) -> np.ndarray:
+        """[n, seq_len + 1] tokens: window sequences[i] of cell cell_ids[i]."""
         width = self.seq_len + 1
-        starts = sequences.astype(np.int64) * self.seq_len
+        out = np.empty((cell_ids.size, width), dtype=self.dtype)
+        starts = self.cell_base[cell_ids] + sequences * self.seq_len
         shards = np.searchsorted(self.shard_starts, starts, side="right") - 1
         inside = (starts + width <= self.shard_starts[shards + 1]).tolist()
-        bases = self.shard_starts.tolist()
-        views = self._views
-        for row, start, shard, whole in zip(rows.tolist(), starts.tolist(), shards.tolist(), inside):
+        bases, views = self._bases, self.views
+        for row, (start, shard, whole) in enumerate(zip(starts.tolist(), shards.tolist(), inside)):
             if whole:
                 offset = start - bases[shard]
                 out[row] = views[shard][offset : offset + width]
                 continue
             filled = 0
-            while filled < width:  # the window spans shards
+            while filled < width:  # the window spans shards of its cell
                 take = min(width - filled, bases[shard + 1] - (start + filled))
                 offset = start + filled - bases[shard]
                 out[row, filled : filled + take] = views[shard][offset : offset + take]
                 filled += take
                 shard += 1
+        return out
 
-    def source_pieces(self, rows: np.ndarray, sequences: np.ndarray, row_width: int) -> tuple[np.ndarray, np.ndarray]:
-        """Where each document piece of these windows' first seq_len tokens starts, flat over rows of
-        `row_width` tokens, and the source of each piece: the per-token sources are their run-length
-        expansion."""
-        length = self.seq_len
-        starts = sequences.astype(np.int64) * length
+    def sources(self, cell_ids: np.ndarray, sequences: np.ndarray) -> np.ndarray:
+        """[n, seq_len] int32: the source index of the document each input token comes from."""
+        length, rows = self.seq_len, cell_ids.size
+        starts = self.cell_base[cell_ids] + sequences * length
         first = np.searchsorted(self.document_starts, starts, side="right") - 1
-        inner = np.searchsorted(self.document_starts, starts + length, side="left") - first - 1
-        row_base = rows.astype(np.int64) * row_width
-        within = np.repeat(np.arange(rows.size), inner)
-        documents = np.repeat(first + 1 - (np.cumsum(inner) - inner), inner) + np.arange(within.size)
-        piece_starts = np.concatenate([row_base, row_base[within] + self.document_starts[documents] - starts[within]])
-        piece_documents = np.concatenate([first, documents])
-        return piece_starts, self.document_sources[piece_documents]
+        pieces = np.searchsorted(self.document_starts, starts + length, side="left") - first  # documents per row
+        row_of = np.repeat(np.arange(rows), pieces)
+        documents = np.arange(row_of.size) - np.repeat(np.cumsum(pieces) - pieces - first, pieces)
+        offsets = np.maximum(self.document_starts[documents] - starts[row_of], 0) + row_of * length
+        lengths = np.diff(np.append(offsets, rows * length))
+        return np.repeat(self.document_sources[documents], lengths).reshape(rows, length)

@@ -19,9 +19,9 @@ from typing import Iterator
 
 import numpy as np
 
-from loader.packing import pack, repeat_pieces
+from loader.packing import pack
 from loader.schedule import SampleIndex, Schedule
-from loader.shards import CellTokens
+from loader.shards import CellTokens, TokenSpace
 from loader.state import LoaderState
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
@@ -108,6 +108,7 @@ class MixtureStream:
             )
         opened = [c for c in self._cells if c is not None]
         self.has_sources = bool(opened) and bool(self.source_names) and all(c.has_sources for c in opened)
+        self._space = TokenSpace(self._cells, manifest.seq_len, np.dtype(manifest.dtype), self.has_sources)
         log.info("%s: %d cells, %d shards checked; %d steps of %d x %d tokens",
                  self.path, len(opened), sum(len(c.readers) for c in opened), self.steps,
                  manifest.global_batch, manifest.seq_len)
@@ -154,16 +155,7 @@ class MixtureStream:
         """The seq_len + 1 raw tokens of each sample, in the store's dtype."""
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no tokens")
-        out = np.empty((index.positions.size, self.seq_len + 1), dtype=np.dtype(self.manifest.dtype))
-        for cell_id, rows in self._rows_by_cell(index):
-            self._cells[cell_id].windows_into(out, rows, index.sequences[rows])
-        return out
-
-    @staticmethod
-    def _rows_by_cell(index: SampleIndex) -> list[tuple[int, np.ndarray]]:
-        order = np.argsort(index.cell_ids, kind="stable")
-        cells, first = np.unique(index.cell_ids[order], return_index=True)
-        return list(zip(cells.tolist(), np.split(order, first[1:])))
+        return self._space.windows(index.cell_ids, index.sequences)
 
     def batch(self, step: int) -> Batch:
         """This rank's batch at `step`: a pure function of (manifest, step, rank, world)."""
@@ -172,12 +164,7 @@ class MixtureStream:
         input_ids, labels, segment_ids, positions = pack(windows, self.manifest.eos_id)
         sources = None
         if self.has_sources:
-            pieces = [self._cells[cell_id].source_pieces(rows, index.sequences[rows], self.seq_len)
-                      for cell_id, rows in self._rows_by_cell(index)]
-            starts = np.concatenate([p[0] for p in pieces])
-            order = np.argsort(starts, kind="stable")
-            sources = repeat_pieces(starts[order], np.concatenate([p[1] for p in pieces])[order],
-                                    index.positions.size * self.seq_len, np.int32).reshape(-1, self.seq_len)
+            sources = self._space.sources(index.cell_ids, index.sequences)
         return Batch(
             step=step,
             phase=self.manifest.phases[index.phase].name,
