@@ -1,0 +1,78 @@
+"""The schedule over random multi-phase manifests (index only, no tokens)."""
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from loader.permutation import permutation
+from loader.schedule import Schedule
+from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef
+
+BATCH = 4
+
+
+def manifest_of(available: list[int], phases: list[list[int]], seed: int = 5) -> BuiltManifest:
+    names = [f"c{i:02d}q{i % 5}" for i in range(len(available))]
+    built, position = [], 0
+    for p, counts in enumerate(phases):
+        sequences = sum(counts)
+        built.append(ManifestPhase(name=f"p{p}", token_budget=sequences, start_position=position,
+                                   sequences=sequences, start_step=position // BATCH, steps=sequences // BATCH,
+                                   counts={n: c for n, c in zip(names, counts) if c},
+                                   declared_weights={n: c / sequences for n, c in zip(names, counts)}))
+        position += sequences
+    cells = {n: ManifestCell(name=n, available_tokens=a * 8 + 1, documents=1, sequences_available=a,
+                             cell_manifest_hash=None, shards=[]) for n, a in zip(names, available)}
+    return BuiltManifest(mixture="m", revision="r", revision_hash="x",
+                         store=StoreRef(name="s", version="v", manifest_hash="h", stats_only=True),
+                         tokenizer_fingerprint=None, dtype=None, eos_id=None, seed=seed, seq_len=8,
+                         global_batch=BATCH, epoch_cap=8.0, cells=cells, phases=built,
+                         total_sequences=position, total_steps=position // BATCH)
+
+
+@st.composite
+def manifests(draw):
+    cells = draw(st.integers(1, 12))
+    available = draw(st.lists(st.integers(1, 40), min_size=cells, max_size=cells))
+    phases = []
+    for _ in range(draw(st.integers(1, 3))):
+        counts = draw(st.lists(st.one_of(st.integers(0, 2), st.integers(0, 120)), min_size=cells, max_size=cells))
+        counts[0] += -sum(counts) % BATCH or (BATCH if sum(counts) == 0 else 0)
+        phases.append(counts)
+    return manifest_of(available, phases)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(manifests())
+def test_every_phase_prefix_exact_and_draws_are_full_permutations(manifest):
+    schedule = Schedule(manifest)
+    k = len(schedule.cell_names)
+    index = schedule.index(0, manifest.phases[0].sequences)
+    parts = [index] + [schedule.index(p.start_position, p.start_position + p.sequences) for p in manifest.phases[1:]]
+    seen = {}
+    for phase, part in zip(manifest.phases, parts):
+        counts = np.asarray([phase.counts.get(n, 0) for n in schedule.cell_names])
+        prefix = np.zeros((part.cell_ids.size + 1, k))
+        prefix[np.arange(1, part.cell_ids.size + 1), part.cell_ids] = 1
+        prefix = prefix.cumsum(0)
+        ideal = np.arange(part.cell_ids.size + 1)[:, None] * counts[None, :] / phase.sequences
+        assert np.abs(prefix - ideal).max() < 2
+        for cell, draw, epoch, sequence in zip(part.cell_ids, part.draws, part.epochs, part.sequences):
+            seen.setdefault(int(cell), []).append((int(draw), int(epoch), int(sequence)))
+    for cell, draws in seen.items():
+        available = int(schedule.sequences_available[cell])
+        assert [d for d, _, _ in draws] == list(range(len(draws)))  # numbered across phases, in order
+        for epoch in range(len(draws) // available + 1):
+            got = [s for _, e, s in draws if e == epoch]
+            expected = permutation(manifest.seed, schedule.cell_names[cell], epoch, available)
+            assert got == expected[: len(got)].tolist()
+    total = schedule.realised_counts(manifest.total_sequences)
+    assert total == {n: sum(p.counts.get(n, 0) for p in manifest.phases) for n in schedule.cell_names}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.integers(1, 3000), st.integers(0, 2**31), st.integers(0, 5))
+def test_permutations_are_bijections_and_epochs_differ(domain, seed, epoch):
+    first = permutation(seed, "c00q0", epoch, domain)
+    assert np.array_equal(np.sort(first), np.arange(domain))
+    if domain >= 8:
+        assert not np.array_equal(first, permutation(seed, "c00q0", epoch + 1, domain))
