@@ -58,16 +58,19 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
 @click.option("--until-finished/--forever", default=True, show_default=True,
               help="Stop once run.json's status says the run is over (or keep watching until Ctrl-C / --timeout).")
 @click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--refresh", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Seconds between the live page's own reloads in the browser.")
 @json_option
 @home_option
 def watch(home: Home, run: str, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
-          as_json: bool) -> None:
+          refresh: int, as_json: bool) -> None:
     """Rebuild SITE/runs/RUN/index.html as RUN's metrics stream grows; the page reloads itself while live."""
     from reports.watch import watch as follow
 
     if not as_json:
         click.echo(f"watching run {run}; open {(out or home.site) / 'runs' / run / 'index.html'} (Ctrl-C stops)")
-    result = follow(home, run, out, interval=interval, until_finished=until_finished, timeout=timeout)
+    result = follow(home, run, out, interval=interval, until_finished=until_finished, timeout=timeout,
+                    refresh_seconds=refresh)
     if as_json:
         print_json({"page": str(result.page), "rebuilds": result.rebuilds, "status": result.status,
                     "stopped": result.reason})

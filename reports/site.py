@@ -14,8 +14,8 @@ from pipeline.store import Store
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.render import render_page
-from reports.run_page import write_run_page
-from reports.training import RUN_FILE, load_run
+from reports.run_page import REFRESH_SECONDS, write_run_page
+from reports.training import RUN_FILE, MetricsTail, RunView, load_run, load_run_summary
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def build_pages(
     return pages
 
 
-def _run_row(view) -> dict:
+def _run_row(view: RunView) -> dict:
     last = view.last
     return {
         "name": view.name, "href": f"runs/{quote(view.name)}/index.html", "status": view.status, "live": view.live,
@@ -146,12 +146,19 @@ def build_site(
     return build_pages(home, out, stores=stores, mixtures=mixtures, runs=runs).index
 
 
-def build_run_page(home: Home | Path | str, run: str, out: Path | str | None = None) -> Path:
-    """Rebuild one run's page and the index (which lists every store version and run already there)."""
+def build_run_page(
+    home: Home | Path | str,
+    run: str,
+    out: Path | str | None = None,
+    *,
+    refresh_seconds: int = REFRESH_SECONDS,
+    tail: MetricsTail | None = None,
+) -> Path:
+    """Rebuild one run's page and the index; `tail` (a followed stream) saves re-reading it from the start."""
     home = _as_home(home)
     site = Path(out) if out is not None else home.site
-    view = load_run(home.run(run))
-    path = write_run_page(view, site)
+    view = load_run(home.run(run), tail)
+    path = write_run_page(view, site, refresh_seconds)
     _refresh_index(home, site)
     return path
 
@@ -163,7 +170,7 @@ def _refresh_index(home: Home, site: Path) -> None:
         name, version = store_dir.parent.name, store_dir.name
         if (site / name / version / "index.html").exists():
             store_rows.append(_light_store_row(store_dir, name, version))
-    run_rows = [_run_row(load_run(d)) for d in find_runs(home)]
+    run_rows = [_run_row(load_run_summary(d)) for d in find_runs(home)]
     write_index(site, store_rows, run_rows)
 
 

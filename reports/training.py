@@ -41,25 +41,60 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in ("kind", "schema_version")}
 
 
+class MetricsTail:
+    """Follows a metrics stream: each `poll()` parses only the bytes added since the last one.
+
+    A record whose step is not after the previous one means the run resumed from an
+    earlier checkpoint: the records it supersedes are dropped, so every series stays a
+    function of the step. A file that shrank (rewritten) is read again from the start.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.records: list[dict[str, Any]] = []
+        self._offset = 0
+        self._lines = 0
+
+    def poll(self) -> int:
+        """Read complete new lines; returns how many records arrived."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        if size < self._offset:
+            self.records, self._offset, self._lines = [], 0, 0
+        if size == self._offset:
+            return 0
+        with open(self.path, "rb") as handle:
+            handle.seek(self._offset)
+            chunk = handle.read(size - self._offset)
+        complete, newline, _partial = chunk.rpartition(b"\n")
+        if not newline:
+            return 0  # half a line so far: wait for the rest
+        self._offset += len(complete) + 1
+        arrived = 0
+        for line in complete.split(b"\n"):
+            self._lines += 1
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ArtifactError(f"{self.path}:{self._lines}: not a JSON metrics record ({exc})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise ArtifactError(f"{self.path}:{self._lines}: a metrics record needs an integer 'step'")
+            while self.records and self.records[-1]["step"] >= record["step"]:
+                self.records.pop()
+            self.records.append(record)
+            arrived += 1
+        return arrived
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Every complete record of a metrics stream (an absent file is an empty stream)."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    records = []
-    complete, _, _partial = raw.rpartition(b"\n")
-    for number, line in enumerate(complete.split(b"\n") if complete else [], start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ArtifactError(f"{path}:{number}: not a JSON metrics record ({exc})") from None
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-            raise ArtifactError(f"{path}:{number}: a metrics record needs an integer 'step'")
-        records.append(record)
-    return records
+    tail = MetricsTail(path)
+    tail.poll()
+    return tail.records
 
 
 def _thin(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,7 +187,46 @@ class RunView:
         }
 
 
-def load_run(run_dir: Path) -> RunView:
+def last_record(path: Path, window: int = 1 << 16) -> dict[str, Any] | None:
+    """The stream's last complete record, reading only its end (for the site index)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            while True:
+                start = max(0, size - window)
+                handle.seek(start)
+                chunk = handle.read(size - start)
+                complete = chunk[: chunk.rfind(b"\n") + 1]
+                lines = [line for line in complete.split(b"\n") if line.strip()]
+                if len(lines) > 1 or start == 0:
+                    break
+                window *= 4
+    except FileNotFoundError:
+        return None
+    if not lines:
+        return None
+    try:
+        record = json.loads(lines[-1])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: last line is not a JSON metrics record ({exc})") from None
+    return record if isinstance(record, dict) else None
+
+
+def load_run_summary(run_dir: Path) -> RunView:
+    """run.json and only the last metrics record: enough for a line in the index."""
     run_dir = Path(run_dir)
     run = read_run(run_dir)
-    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=read_metrics(run_dir / METRICS_FILE))
+    last = last_record(run_dir / METRICS_FILE)
+    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=[last] if last else [])
+
+
+def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:
+    """run.json and the stream's records (from `tail`, already followed, when given)."""
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    if tail is None:
+        records = read_metrics(run_dir / METRICS_FILE)
+    else:
+        tail.poll()
+        records = tail.records
+    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=records)

@@ -16,8 +16,9 @@ from typing import Callable
 
 from millrace.errors import ConfigError
 from millrace.home import Home
+from reports.run_page import REFRESH_SECONDS
 from reports.site import build_run_page
-from reports.training import METRICS_FILE, RUN_FILE, load_run
+from reports.training import FINISHED, METRICS_FILE, RUN_FILE, MetricsTail, read_run
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ def watch(
     interval: float = 2.0,
     until_finished: bool = True,
     timeout: float | None = None,
+    refresh_seconds: int = REFRESH_SECONDS,
     on_build: Callable[[Path, int], None] | None = None,
 ) -> WatchResult:
     """Rebuild `SITE/runs/<run>/index.html` as the run's stream grows; returns why it stopped."""
@@ -64,19 +66,19 @@ def watch(
     page = home.site / "runs" / run / "index.html" if out is None else Path(out) / "runs" / run / "index.html"
     status = "unknown"
     reason = "interrupted"
+    tail = MetricsTail(run_dir / METRICS_FILE)
     try:
         while True:
             signature = _signature(run_dir)
             if signature != seen:
                 seen = signature
-                page = build_run_page(home, run, out)
+                status = str(read_run(run_dir).get("status") or "unknown")
+                page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail)
                 rebuilds += 1
-                view = load_run(run_dir)
-                status = view.status
-                log.info("rebuilt %s: %d records, status %s", page, len(view.records), status)
+                log.info("rebuilt %s: %d records, status %s", page, len(tail.records), status)
                 if on_build:
                     on_build(page, rebuilds)
-                if until_finished and not view.live:
+                if until_finished and status.lower() in FINISHED:
                     reason = "finished"
                     break
             if deadline is not None and time.monotonic() >= deadline:

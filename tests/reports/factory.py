@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import tomllib
 from pathlib import Path
 
 import numpy as np
 import tomli_w
 
-from millrace.artifacts import write_artifact
+from millrace.artifacts import read_artifact, write_artifact
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
@@ -140,6 +141,26 @@ def train_run(home: Home, run: str, revision: str = "uniform-sampling", steps: i
     config = tiny_config(home.root / "tiny.toml")
     train(config, home, mixture="default", revision=revision, steps=steps, run=run, progress=False)
     return home.run(run)
+
+
+def copy_as_live(source: Home, root: Path, run: str = "tiny-1", lines: int | None = None) -> tuple[Home, list[str]]:
+    """A new home holding `source`'s stores and a copy of its trained `run` named "live", marked running,
+    with only its first `lines` metrics lines; returns the home and every line of the real stream."""
+    home = Home.resolve(root)
+    shutil.copytree(source.stores, home.stores)
+    run_dir = home.run("live")
+    run_dir.mkdir(parents=True)
+    every = (source.run(run) / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "metrics.jsonl").write_text("".join(every[:lines]))
+    set_status(home, "live", "running", base=source.run(run) / "run.json")
+    return home, every
+
+
+def set_status(home: Home, run: str, status: str, base: Path | None = None) -> None:
+    """Rewrite run.json with another status, as the trainer does when a run ends."""
+    body = read_artifact(base or home.run(run) / "run.json", "millrace.run")
+    body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+    write_artifact(home.run(run) / "run.json", "millrace.run", 1, {**body, "run": run, "status": status})
 
 
 def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, status: str = "finished",

@@ -8,6 +8,7 @@ Screenshots go to tests/reports/artifacts/ (ignored by git).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,8 +17,9 @@ import pytest
 
 from millrace.home import Home
 from mixtures.manifest import read_manifest
-from reports import build_site
-from reports.numbers import human_percent
+import reports
+from reports import build_run_page, build_site
+from reports.numbers import human_count, human_epochs, human_percent
 from tests.reports import factory
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -199,4 +201,42 @@ def test_reference_shape_page(browser, reference_home, tmp_path):
     assert sorted(options) == sorted(factory.REFERENCE_REVISIONS)
     tab.shot("reference-uniform-vs-natural")
     tab.check_clean()
+    tab.close()
+
+
+def test_live_run_page_reloads_itself_until_the_run_ends(browser, small_home, tmp_path):
+    home, lines = factory.copy_as_live(small_home, tmp_path / "home", lines=5)
+    site = tmp_path / "site"
+    page_path = build_run_page(home, "live", site, refresh_seconds=1)
+    tab = Tab(browser)
+    tab.open(page_path)
+    first_step = tab.page.inner_text("#run-cards .card >> nth=0")
+    assert "live" in tab.page.inner_text("#status")
+    with open(home.run("live") / "metrics.jsonl", "a") as stream:
+        stream.writelines(lines[5:])
+    build_run_page(home, "live", site, refresh_seconds=1)
+    tab.page.wait_for_function("(first) => document.querySelector('#run-cards .card').innerText !== first",
+                               arg=first_step, timeout=10_000)
+    assert tab.page.inner_text("#run-cards .card >> nth=0").startswith(str(json.loads(lines[-1])["step"]))
+    factory.set_status(home, "live", "completed")
+    build_run_page(home, "live", site, refresh_seconds=1)
+    tab.page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('completed')",
+                               timeout=10_000)
+    assert tab.page.locator("meta[http-equiv=refresh]").count() == 0  # a finished run's page stays put
+    tab.shot("run-live-finished")
+    tab.check_clean()
+    tab.close()
+
+
+def test_page_script_formats_numbers_like_python(browser, site):
+    tab = Tab(browser)
+    tab.open(site / "index.html")
+    tab.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
+    values = [0, 5, 842, 999.7, 1234, 999_960, 845e6, 1.24e12, 23.1e12, 2.5e15, 12.5, -1500]
+    shares = [0, 0.031, 0.5, 1, 0.0000012, 0.125, 0.00999]
+    epochs = [0, 0.42, 8, 7.96, 0.001234]
+    shown = tab.page.evaluate(
+        "([v, s, e]) => [v.map(fmt.count), s.map(fmt.pct), e.map(fmt.epochs)]", [values, shares, epochs])
+    assert shown == [[human_count(v) for v in values], [human_percent(x) for x in shares],
+                     [human_epochs(x) for x in epochs]]
     tab.close()

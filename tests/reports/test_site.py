@@ -19,9 +19,8 @@ from mixtures.new import new_revision
 from pipeline.store import write_stats_only_store
 from reports import build_pages, build_site
 from reports.composition import load_composition
-from reports.numbers import human_percent
 from reports.render import embed_json
-from reports.training import load_run, read_metrics
+from reports.training import MetricsTail, last_record, load_run, read_metrics
 from tests.reports import factory
 
 
@@ -197,9 +196,20 @@ def test_no_heavy_imports():
     assert out.strip() == "[]"
 
 
-def test_realised_weight_strings_match_python_formatting(small_home):
-    """The page's script and numbers.py share their rules; the browser test checks the script's output."""
-    manifest, _ = read_manifest(small_home.store(factory.STORE, factory.VERSION)
-                                / "mixtures" / "default" / "natural" / "manifest.json")
-    phase = manifest.phases[0]
-    assert human_percent(phase.counts["c00q0"] / phase.sequences).endswith("%")
+def test_metrics_tail_reads_only_new_lines_and_follows_resumes(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    tail = MetricsTail(path)
+    assert tail.poll() == 0  # no file yet
+    path.write_text("".join(json.dumps({"step": s, "loss": 5.0 - s / 10}) + "\n" for s in range(1, 6)))
+    assert tail.poll() == 5 and tail.poll() == 0
+    with open(path, "a") as stream:
+        stream.write('{"step": 6, "loss": 4.')  # half a line
+        stream.flush()
+        assert tail.poll() == 0
+        stream.write('3}\n{"step": 4, "loss": 4.7}\n{"step": 5, "loss": 4.6}\n')  # resumed from step 3
+    assert tail.poll() == 3
+    assert [r["step"] for r in tail.records] == [1, 2, 3, 4, 5] and tail.records[-1]["loss"] == 4.6
+    assert last_record(path) == {"step": 5, "loss": 4.6}
+    path.write_text('{"step": 1, "loss": 9.0}\n')  # rewritten shorter: read again from the start
+    assert tail.poll() == 1 and tail.records == [{"step": 1, "loss": 9.0}]
+    assert last_record(tmp_path / "absent.jsonl") is None

@@ -3,34 +3,17 @@
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 import time
 
-from millrace.artifacts import read_artifact, write_artifact
 from millrace.cli import main
-from millrace.home import Home
 from reports import watch
-
-
-def _live_run(small_home: Home, tmp_path) -> Home:
-    """A copy of the trained run marked running: the real trainer's stream, replayed."""
-    home = Home.resolve(tmp_path / "home")
-    shutil.copytree(small_home.stores, home.stores)
-    run_dir = home.run("live")
-    run_dir.mkdir(parents=True)
-    shutil.copy(small_home.run("tiny-1") / "metrics.jsonl", run_dir / "metrics.jsonl")
-    body = read_artifact(small_home.run("tiny-1") / "run.json", "millrace.run")
-    body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-    write_artifact(run_dir / "run.json", "millrace.run", 1, {**body, "run": "live", "status": "running"})
-    return home
+from tests.reports import factory
 
 
 def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, tmp_path):
-    home = _live_run(small_home, tmp_path)
+    home, lines = factory.copy_as_live(small_home, tmp_path / "home", lines=5)
     run_dir = home.run("live")
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
-    (run_dir / "metrics.jsonl").write_text("".join(lines[:5]))
     seen_steps: list[int] = []
     first_build = threading.Event()
 
@@ -48,9 +31,7 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
                 stream.flush()
                 time.sleep(0.01)
         time.sleep(0.2)
-        body = read_artifact(run_dir / "run.json", "millrace.run")
-        body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-        write_artifact(run_dir / "run.json", "millrace.run", 1, {**body, "status": "completed"})
+        factory.set_status(home, "live", "completed")
 
     writer = threading.Thread(target=grow)
     writer.start()
@@ -65,7 +46,7 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
 
 
 def test_watch_forever_stops_at_the_timeout(small_home, tmp_path, capsys):
-    home = _live_run(small_home, tmp_path)
+    home, _ = factory.copy_as_live(small_home, tmp_path / "home")
     started = time.monotonic()
     code = main(["report", "watch", "live", "--home", str(home.root), "--out", str(tmp_path / "site"),
                  "--forever", "--timeout", "0.5", "--interval", "0.1", "--json"])
