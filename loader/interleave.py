@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Keeps 2 * d * a + 2 * T inside int64 for a batch of positions (d < this, a, T < 2**40).
+# Positions resolved per vectorised pass; smaller for phases so large that 2 * d * a could leave int64.
 _MAX_SPAN = 1 << 20
 
 
@@ -100,6 +100,7 @@ class Interleaver:
         self.counts = [int(c) for c in counts]
         self.size = sum(self.counts)
         self._tree = _huffman(self.counts)
+        self._span = max(1, min(_MAX_SPAN, (1 << 61) // (2 * self.size + 2)))
 
     def prefix_counts(self, n: int) -> np.ndarray:
         """How many of the first `n` positions each cell receives (int64, one per cell)."""
@@ -125,8 +126,8 @@ class Interleaver:
             raise IndexError(f"positions [{start}, {stop}) outside [0, {self.size})")
         cells = np.empty(stop - start, dtype=np.int32)
         draws = np.empty(stop - start, dtype=np.int64)
-        for lo in range(start, stop, _MAX_SPAN):
-            hi = min(stop, lo + _MAX_SPAN)
+        for lo in range(start, stop, self._span):
+            hi = min(stop, lo + self._span)
             self._assign_span(lo, hi, cells[lo - start : hi - start], draws[lo - start : hi - start])
         return cells, draws
 

@@ -100,6 +100,10 @@ class Schedule:
             raise self._fail(f"total_sequences {m.total_sequences} / total_steps {m.total_steps} "
                              f"disagree with the phases ({position} sequences)")
         for name in self.cell_names:
+            cell = m.cells[name]
+            if cell.sequences_available != max(0, (cell.available_tokens - 1) // m.seq_len):
+                raise self._fail(f"cell {name!r}: sequences_available {cell.sequences_available} is not "
+                                 f"(available_tokens - 1) // seq_len for {cell.available_tokens} tokens")
             drawn = sum(phase.counts.get(name, 0) for phase in m.phases)
             if drawn and m.cells[name].sequences_available <= 0:
                 raise self._fail(f"cell {name!r} is drawn {drawn} times but has no sequences")
