@@ -176,7 +176,13 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
-    return PostDedupStages()
+    from pipeline.cell_stages import CellStages
+
+    stages = CellStages(config.quality, config.domains, layout.models)
+    if not stages.enabled:
+        return PostDedupStages()
+    stages.fit(DeduplicatedSample(layout).documents(stages.sample_bytes))
+    return PostDedupStages(steps=stages.steps(), collect_stats=stages.collect_stats)
 
 
 def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path):
