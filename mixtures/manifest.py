@@ -114,15 +114,18 @@ def read_manifest(path: Path | str) -> tuple[BuiltManifest, str]:
         raise ArtifactError(f"{path}: not a valid mixture manifest ({exc.errors()[0]['msg']})") from None
 
 
-def find_manifest(home: Home, mixture: str, revision: str) -> Path:
-    """Locate a built revision among all stores under `home`; ambiguity and absence are errors."""
-    found = sorted(home.stores.glob(f"*/*/mixtures/{mixture}/{revision}/{MANIFEST_FILE}"))
+def find_manifest(home: Home, mixture: str, revision: str, store: str | None = None) -> Path:
+    """Locate a built revision under `home`: the newest store version wins; two store names are ambiguous."""
+    pattern = f"{store or '*'}/*/mixtures/{mixture}/{revision}/{MANIFEST_FILE}"
+    found = sorted(home.stores.glob(pattern))
     if not found:
         raise ArtifactError(
             f"no built manifest for mixture {mixture!r} revision {revision!r} under {home.stores} "
             f"(run `millrace mix build {mixture} --revision {revision}`)"
         )
-    if len(found) > 1:
-        stores = ", ".join(str(store_dir_of(p).relative_to(home.stores)) for p in found)
-        raise ArtifactError(f"mixture {mixture!r} revision {revision!r} is built on several stores: {stores}")
-    return found[0]
+    names = sorted({store_dir_of(p).parent.name for p in found})
+    if len(names) > 1:
+        raise ArtifactError(
+            f"mixture {mixture!r} revision {revision!r} is built on several stores ({', '.join(names)}): name one"
+        )
+    return max(found, key=lambda p: store_dir_of(p).name)
