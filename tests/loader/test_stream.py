@@ -11,7 +11,7 @@ from loader.permutation import permutation
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.store import ShardReader
 from tests.loader.batch_digest import batch_digest
-from tests.loader.conftest import BOUNDARY_STEP, CELLS, PHASES
+from tests.loader.conftest import BOUNDARY_STEP, CELLS, LONG_BOUNDARY_STEP, PHASES
 from tests.loader.helpers import EOS, make_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,21 +41,18 @@ def test_separate_processes_give_identical_batches_and_seed_changes_them(built):
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
-def test_resume_in_a_new_process_continues_the_uninterrupted_run(built, prefetch):
-    _, path = built
+def test_resume_in_a_new_process_continues_the_uninterrupted_run(long_schedule, prefetch):
     m = 3
-    uninterrupted = [batch_digest(b) for b in MixtureStream(path, prefetch=prefetch).iterate()]
-    ks = [0, 1, BOUNDARY_STEP - 1, BOUNDARY_STEP, 35]
-    states = []
-    for k in ks:
-        stream = MixtureStream(path, prefetch=prefetch)
-        batches = stream.iterate()
-        for _ in range(k):
-            next(batches)
-        states.append(stream.state_dict())
-        batches.close()
-        assert stream.state_dict()["step"] == k
-    resumed = run_digests(str(path), "[]", json.dumps(states), str(m))
+    ks = [0, 1, LONG_BOUNDARY_STEP - 1, LONG_BOUNDARY_STEP, 4990]
+    stream = MixtureStream(long_schedule, prefetch=prefetch)
+    states, uninterrupted = [], []
+    batches = stream.iterate()
+    for k in range(stream.steps):
+        if k in ks:
+            states.append(stream.state_dict())
+            assert states[-1]["step"] == k
+        uninterrupted.append(batch_digest(next(batches)))
+    resumed = run_digests(str(long_schedule), "[]", json.dumps(states), str(m))
     assert resumed == [uninterrupted[k : k + m] for k in ks]
 
 
