@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import gzip
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -47,7 +48,7 @@ DOC_ROOT = Path("/usr/share/doc")
 COMMON_LICENSES = Path("/usr/share/common-licenses")
 SUMMARY_KIND = "millrace.corpus"
 MIN_DOC_CHARS = 1
-MAX_MISSES = 64  # documents too big for a source's remaining budget before it stops looking
+MAX_MISSES = 8  # documents too big for a source's remaining budget before it stops looking
 
 
 @dataclass
@@ -112,13 +113,11 @@ def _stdlib_dir() -> Path:
 
 def _stdlib_files() -> list[Path]:
     root = _stdlib_dir()
-    if not root.is_dir():
-        return []
-    return [
-        path
-        for path in root.rglob("*.py")
-        if "site-packages" not in path.parts and "dist-packages" not in path.parts and path.is_file()
-    ]
+    files: list[Path] = []
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if d not in ("site-packages", "dist-packages", "__pycache__"))
+        files += [Path(directory) / name for name in names if name.endswith(".py")]
+    return files
 
 
 def _python_code(path: Path) -> list[Record]:
@@ -351,11 +350,14 @@ def _records(spec: SourceSpec) -> Iterator[Record]:
         yield from _pydoc_topics(Path("pydoc_data"))
     if spec.render_parallel:
         with ThreadPoolExecutor(max_workers=4) as pool:
-            # map keeps the input order, so output stays deterministic; chunks bound the work past a budget
-            for start in range(0, len(files), 32):
-                for records in pool.map(spec.to_records, files[start : start + 32]):
+            # map keeps the input order, so output stays deterministic; growing chunks bound the work
+            # rendered past a small budget
+            start, chunk = 0, 2
+            while start < len(files):
+                for records in pool.map(spec.to_records, files[start : start + chunk]):
                     yield from records
                 yield None  # type: ignore[misc]  # a checkpoint: lets the caller stop between chunks
+                start, chunk = start + chunk, min(chunk * 2, 32)
     else:
         for path in files:
             yield from spec.to_records(path)
@@ -372,7 +374,7 @@ def _write_source(spec: SourceSpec, out_dir: Path, budget: int | None) -> Source
         if record is None or len(record.text.strip()) < MIN_DOC_CHARS or record.id in seen:
             continue
         size = len(record.text.encode())
-        if budget is not None and summary.bytes + size > budget and summary.documents:
+        if budget is not None and summary.bytes + size > budget:
             misses += 1
             continue  # too big for what is left; a smaller document further on may still fit
         seen.add(record.id)

@@ -28,18 +28,21 @@ class _ProblemLog:
 
     problems: list[tuple[str, int | str, str, int]]
 
+    def problem(self, source_file: str, where: int | str, reason: str, size: int) -> None:
+        self.problems.append((self.data_folder.resolve_paths(source_file), where, reason, size))
+
     def get_document_from_dict(self, data, source_file, id_in_file):
         if not isinstance(data, dict):
-            self.problems.append((source_file, id_in_file, "malformed", len(str(data))))
+            self.problem(source_file, id_in_file, "malformed", len(str(data)))
             return None
         text = data.get(self.text_key)
         if text is not None and not isinstance(text, str):
-            self.problems.append((source_file, id_in_file, "malformed", len(str(data))))
+            self.problem(source_file, id_in_file, "malformed", len(str(data)))
             return None
         document = super().get_document_from_dict(dict(data), source_file, id_in_file)
         if document is None:
             reason = "empty" if self.text_key in data else "malformed"
-            self.problems.append((source_file, id_in_file, reason, len(str(data))))
+            self.problem(source_file, id_in_file, reason, len(str(data)))
         return document
 
 
@@ -56,7 +59,7 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
                 try:
                     record = orjson.loads(line)
                 except orjson.JSONDecodeError:
-                    self.problems.append((filepath, line_number, "malformed", len(line)))
+                    self.problem(filepath, line_number, "malformed", len(line))
                     continue
                 document = self.get_document_from_dict(record, filepath, line_number)
                 if document is not None:

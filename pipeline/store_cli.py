@@ -121,7 +121,7 @@ def verify(store_spec: str, home, as_json: bool) -> None:
             click.echo(f"FAIL {problem}")
         click.echo(f"{path}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
     if problems:
-        raise SystemExit(1)
+        raise ArtifactError(f"{path}: {len(problems)} file(s) failed verification")
 
 
 @store.command("from-stats")

@@ -1,0 +1,21 @@
+import json
+
+import zstandard
+
+from pipeline.corpus import build_local_corpus
+
+
+def test_local_corpus_is_deterministic_and_capped(tmp_path):
+    first = build_local_corpus(tmp_path / "a", max_bytes=150_000)
+    second = build_local_corpus(tmp_path / "b", max_bytes=150_000)
+    assert 0 < first.bytes <= 150_000
+    names = [s.name for s in first.sources]
+    assert "python-code" in names and "python-docs" in names
+    files_a = {p.relative_to(tmp_path / "a"): p.read_bytes() for p in (tmp_path / "a").rglob("*.jsonl.zst")}
+    files_b = {p.relative_to(tmp_path / "b"): p.read_bytes() for p in (tmp_path / "b").rglob("*.jsonl.zst")}
+    assert files_a == files_b and files_a
+    for path in (tmp_path / "a").rglob("*.jsonl.zst"):
+        for line in zstandard.ZstdDecompressor().decompress(path.read_bytes()).decode().splitlines():
+            record = json.loads(line)
+            assert record["id"].startswith(record["metadata"]["source"] + "/")
+            assert set(record["metadata"]) == {"source", "path", "language"} and record["text"].strip()

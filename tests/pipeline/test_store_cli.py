@@ -1,0 +1,58 @@
+import json
+
+import pytest
+
+from millrace.cli import main
+from millrace.home import Home
+from pipeline.config import load_pipeline_config
+from pipeline.runner import run_pipeline
+from tests.pipeline.corpus_fixture import config_text, make_corpus
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    root = tmp_path_factory.mktemp("storecli")
+    corpus = make_corpus(root / "corpus", documents=12)
+    (root / "p.toml").write_text(config_text(corpus, tasks=1))
+    return run_pipeline(load_pipeline_config(root / "p.toml"), Home.resolve(root / "home"))
+
+
+def test_info_json_lists_cells_documents_tokens_bytes(store_path, capsys):
+    assert main(["store", "info", str(store_path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert set(info["cells"]) == {"articles", "notes", "snippets"}
+    assert info["tokens"] == sum(c["tokens"] for c in info["cells"].values()) > 0
+    assert info["funnel"][0]["stage"] == "read"
+    home = store_path.parents[2]
+    assert main(["store", "info", "local", "--home", str(home)]) == 0
+    assert "articles" in capsys.readouterr().out
+
+
+def test_verify_names_the_damaged_shard(store_path, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(store_path, copy)
+    assert main(["store", "verify", str(copy)]) == 0
+    shard = sorted((copy / "cells" / "notes").glob("*.bin"))[0]
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 1
+    shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["store", "verify", str(copy), "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and str(shard) in report["problems"][0]
+
+
+def test_from_stats_writes_a_stats_only_store(tmp_path, capsys):
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"c00q0": 10**12, "c00q1": 5 * 10**11}))
+    home = tmp_path / "home"
+    assert main(["store", "from-stats", str(stats), "--name", "big", "--version", "2026.01.01", "--home", str(home)]) == 0
+    capsys.readouterr()
+    assert main(["store", "info", "big/2026.01.01", "--home", str(home), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["stats_only"] and info["tokens"] == 1_500_000_000_000
+    stats.write_text(json.dumps({"c00q0": "many"}))
+    assert main(["store", "from-stats", str(stats), "--name", "big", "--version", "2026.01.02", "--home", str(home)]) == 2
+    assert "field 'c00q0'" in capsys.readouterr().err
