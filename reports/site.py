@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from millrace.errors import ConfigError
 from millrace.home import Home
+from mixtures.manifest import MANIFEST_FILE
 from pipeline.store import Store
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page
@@ -87,7 +88,6 @@ def build_pages(
     store_dirs = find_store_versions(home, stores)
     run_dirs = find_runs(home, runs)
     pages = SitePages(index=site / "index.html")
-    store_rows = []
     for store_dir in store_dirs:
         composition = load_composition(store_dir)
         if mixtures:
@@ -97,26 +97,16 @@ def build_pages(
         path = write_composition_page(composition, site)
         log.info("wrote %s (%d revisions)", path, len(composition.revisions))
         pages.stores.append(path)
-        manifest = composition.store.manifest
-        store_rows.append({
-            "name": manifest.name, "version": manifest.version, "stats_only": manifest.stats_only,
-            "href": f"{quote(manifest.name)}/{quote(manifest.version)}/index.html",
-            "cells": len(composition.cells), "tokens": sum(c["tokens"] for c in composition.cells),
-            "documents": sum(c["documents"] for c in composition.cells),
-            "revisions": [{"key": k, "label": v.label} for k, v in composition.revisions.items()],
-        })
         if progress:
             progress()
-    run_rows = []
     for run_dir in run_dirs:
         view = load_run(run_dir)
         path = write_run_page(view, site)
         log.info("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
         pages.runs.append(path)
-        run_rows.append(_run_row(view))
         if progress:
             progress()
-    write_index(site, store_rows, run_rows)
+    refresh_index(home, site)
     return pages
 
 
@@ -159,28 +149,38 @@ def build_run_page(
     site = Path(out) if out is not None else home.site
     view = load_run(home.run(run), tail)
     path = write_run_page(view, site, refresh_seconds)
-    _refresh_index(home, site)
+    refresh_index(home, site)
     return path
 
 
-def _refresh_index(home: Home, site: Path) -> None:
-    """The index from what is under `home`, listing store pages only where they were built."""
+def refresh_index(home: Home, site: Path) -> Path:
+    """SITE/index.html listing every store version and run under `home` whose page is in `site`
+    (so building one page never drops the others from the index)."""
     store_rows = []
     for store_dir in find_store_versions(home):
         name, version = store_dir.parent.name, store_dir.name
         if (site / name / version / "index.html").exists():
-            store_rows.append(_light_store_row(store_dir, name, version))
-    run_rows = [_run_row(load_run_summary(d)) for d in find_runs(home)]
-    write_index(site, store_rows, run_rows)
+            store_rows.append(_store_row(store_dir))
+    run_rows = [
+        _run_row(load_run_summary(run_dir)) for run_dir in find_runs(home)
+        if (site / "runs" / run_dir.name / "index.html").exists()
+    ]
+    return write_index(site, store_rows, run_rows)
 
 
-def _light_store_row(store_dir: Path, name: str, version: str) -> dict:
-    store = Store(store_dir)
-    revisions = sorted(store_dir.glob("mixtures/*/*/manifest.json"))
+def _store_row(store_dir: Path) -> dict:
+    """One line of the index: the store's totals and its built revisions (read from paths, not parsed)."""
+    manifest = Store(store_dir).manifest
+    built = [(p.parent.parent.name, p.parent.name) for p in sorted(store_dir.glob(f"mixtures/*/*/{MANIFEST_FILE}"))]
+    names = [revision for _, revision in built]
     return {
-        "name": name, "version": version, "stats_only": store.manifest.stats_only,
-        "href": f"{quote(name)}/{quote(version)}/index.html", "cells": len(store.manifest.cells),
-        "tokens": sum(c.tokens for c in store.manifest.cells.values()),
-        "documents": sum(c.documents for c in store.manifest.cells.values()),
-        "revisions": [{"key": p.parent.name, "label": f"{p.parent.parent.name} / {p.parent.name}"} for p in revisions],
+        "name": manifest.name, "version": manifest.version, "stats_only": manifest.stats_only,
+        "href": f"{quote(manifest.name)}/{quote(manifest.version)}/index.html", "cells": len(manifest.cells),
+        "tokens": sum(c.tokens for c in manifest.cells.values()),
+        "documents": sum(c.documents for c in manifest.cells.values()),
+        "revisions": [
+            {"key": revision if names.count(revision) == 1 else f"{mixture}/{revision}",
+             "label": f"{mixture} / {revision}"}
+            for mixture, revision in built
+        ],
     }

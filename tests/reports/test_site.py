@@ -182,6 +182,10 @@ def test_cli_build_json_and_errors(small_home, tmp_path, capsys):
     assert "--store nope: no such store version" in capsys.readouterr().err
     assert main(["report", "build", "--home", str(small_home.root), "--out", str(out), "--no-runs",
                  "--store", f"{factory.STORE}/{factory.VERSION}"]) == 0
+    assert "runs/tiny-1/index.html" in (out / "index.html").read_text()  # pages built earlier stay listed
+    fresh = tmp_path / "fresh"
+    assert main(["report", "build", "--home", str(small_home.root), "--out", str(fresh), "--no-runs"]) == 0
+    assert "runs/tiny-1" not in (fresh / "index.html").read_text()  # only pages that exist are linked
     assert main(["report", "watch", "absent", "--home", str(small_home.root), "--out", str(out)]) == 2
     assert "run 'absent': no run.json" in capsys.readouterr().err
 
