@@ -1,0 +1,130 @@
+"""The pipeline with quality and domains: cells `cNNqQ`, their stats, and the same cells however it runs."""
+
+import json
+from collections import Counter
+
+import pytest
+import zstandard
+
+from millrace.home import Home
+from pipeline.config import load_pipeline_config
+from pipeline.runner import run_pipeline
+from pipeline.store import Store
+from pipeline.store_cli import store_summary
+from tests.domains.local_corpus import plainly_different_sources
+
+PER_SOURCE = 40
+
+
+def _write_corpus(root):
+    documents = plainly_different_sources(per_source=PER_SOURCE)
+    by_source = {}
+    for doc in documents:
+        by_source.setdefault(doc.metadata["source"], []).append({"id": doc.id, "text": doc.text, "metadata": {}})
+    for source, records in by_source.items():
+        path = root / source / "part-0.jsonl.zst"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = "".join(json.dumps(r) + "\n" for r in records)
+        path.write_bytes(zstandard.ZstdCompressor(level=3).compress(lines.encode()))
+    return sorted(by_source), len(documents)
+
+
+def _config(root, sources, tasks):
+    tables = "".join(
+        f'[[sources]]\nname = "{s}"\npaths = ["{root / "corpus" / s}"]\nlanguage_id = false\n\n' for s in sources
+    )
+    return tables + f"""
+[dedup]
+fuzzy = false
+
+[tokenizer]
+vocab_size = 400
+
+[output]
+version = "2026.01.03"
+
+[executor]
+tasks = {tasks}
+workers = 1
+
+[quality]
+reference_sources = ["prose"]
+
+[domains]
+k = 4
+"""
+
+
+def _build(root, sources, tasks, executor=None):
+    config_path = root / f"pipeline-{tasks}.toml"
+    config_path.write_text(_config(root, sources, tasks))
+    return run_pipeline(load_pipeline_config(config_path), Home.resolve(root / f"home-{tasks}-{executor}"),
+                        executor=executor)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cells")
+    sources, documents = _write_corpus(root / "corpus")
+    return root, sources, documents, _build(root, sources, tasks=2)
+
+
+def _cells(path):
+    store = Store(path)
+    return {name: (cell.documents, cell.tokens, [s.bin_sha256 for s in store.cell(name).shards], store.cell(name).stats)
+            for name, cell in store.manifest.cells.items()}
+
+
+def test_cells_are_domain_by_bucket_with_their_stats(built):
+    _, _, documents, path = built
+    store = Store(path)
+    assert store.verify() == []
+    stats = store.manifest.stats
+    assert stats["domains"]["k"] == 4 and sorted(stats["domains"]["labels"]) == ["c00", "c01", "c02", "c03"]
+    assert stats["quality"]["buckets"] == 5
+    names = sorted(store.manifest.cells)
+    assert all(len(n) == 5 and n[0] == "c" and n[3] == "q" for n in names), names
+    # every kept document is in exactly one cell: the cells' totals are the store's totals
+    funnel = {stage["name"]: stage["sources"] for stage in store.manifest.funnel["stages"]}
+    kept = sum(s["kept"]["documents"] for s in funnel["tokenize"].values())
+    assert sum(c.documents for c in store.manifest.cells.values()) == kept
+    assert 0.8 * documents <= kept <= documents  # exact dedup drops the repeated licence texts
+    assert sum(c.tokens for c in store.manifest.cells.values()) == sum(
+        s["kept"]["tokens"] for s in funnel["tokenize"].values())
+    buckets = Counter()
+    for name in names:
+        cell = store.cell(name)
+        assert cell.stats["domain"] == int(name[1:3]) and cell.stats["bucket"] == int(name[4])
+        assert cell.stats["label"] == stats["domains"]["labels"][name[:3]]
+        lo, hi = cell.stats["score_range"]
+        q_lo, q_hi = stats["quality"]["score_ranges"][name[3:]]
+        assert q_lo <= lo <= hi <= q_hi
+        assert 1 <= len(cell.stats["samples"]) <= 5
+        buckets[name[3:]] += cell.documents
+    # the models were fitted on all of this small deduplicated corpus, so the buckets split it into fifths
+    assert all(abs(count / kept - 0.2) <= 0.03 for count in buckets.values()), buckets
+
+
+def test_store_info_shows_the_grid_with_labels(built):
+    _, _, _, path = built
+    grid = store_summary(path)["grid"]
+    assert sorted(grid["labels"]) == ["c00", "c01", "c02", "c03"]
+    total = sum(sum(row.values()) for row in grid["tokens"].values())
+    assert total == sum(c.tokens for c in Store(path).manifest.cells.values())
+
+
+def test_another_task_split_gives_the_same_cells(built):
+    root, sources, _, path = built
+    assert _cells(_build(root, sources, tasks=3)) == _cells(path)
+
+
+@pytest.mark.slow
+def test_the_ray_executor_gives_the_same_cells(built):
+    ray = pytest.importorskip("ray")
+    root, sources, _, path = built
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        other = _build(root, sources, tasks=2, executor="ray")
+    finally:
+        ray.shutdown()
+    assert _cells(other) == _cells(path)
