@@ -12,6 +12,7 @@ Each document then carries `metadata["cell"]` (`cNNqQ`), and the tokenizer write
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -77,3 +78,50 @@ def store_stats(model_dir: Path | str) -> dict:
     if model_path(model_dir, QUALITY_KIND).exists():
         stats["quality"] = quality_stats(model_dir)
     return stats
+
+
+def starter_sections(source_names: Sequence[str]) -> str:
+    """The `[quality]` and `[domains]` tables for `millrace pipeline init`, every option present.
+
+    Quality needs a reference of good documents: `python-docs` (the standard library's prose)
+    when the corpus has it; otherwise the section is written disabled, to be pointed at one.
+    """
+    q, d, e = QualityConfig(), DomainsConfig(), DomainsConfig().embedding
+    has_reference = all(name in source_names for name in q.reference_sources)
+    reference = "" if has_reference else "   # none found: name a source, or add reference_files"
+    return f"""
+[quality]                          # quality buckets q0 (lowest) … q{q.buckets - 1} (highest); cells become cNNqQ
+enabled = {str(has_reference).lower()}
+buckets = {q.buckets}
+scorer = "{q.scorer}"                 # linear | fasttext | package.module:Class
+reference_sources = {json.dumps(q.reference_sources)}{reference}
+reference_files = []               # more good documents: .jsonl (a "text" per line) or plain text files
+sample_size = {q.sample_size}               # documents the classifier is trained and quantiled on
+sample_bytes = {q.sample_bytes}          # text sampled (after dedup, by id hash) to fit on
+seed = {q.seed}
+
+[quality.linear]
+features = {q.linear.features}               # hashed word n-gram columns
+ngrams = {q.linear.ngrams}
+c = {q.linear.c}                          # inverse regularisation strength
+max_chars = {q.linear.max_chars}
+
+[domains]                          # topic domains c00 … c(k-1), by embedding and clustering
+enabled = true
+k = {d.k}                              # domains (the reference run: 40)
+fine_centroids = {d.fine_centroids}               # spherical k-means centres merged into k (reference: 5,000)
+docs_per_fine_centroid = {d.docs_per_fine_centroid}         # caps fine_centroids on a small sample
+min_share = {d.min_share}                   # every domain holds at least this share of documents
+merge = "{d.merge}"                   # ward | weighted-kmeans
+label_terms = {d.label_terms}                  # distinctive terms in each domain's label
+kmeans_iterations = {d.kmeans_iterations}
+sample_size = {d.sample_size}
+sample_bytes = {d.sample_bytes}
+seed = {d.seed}
+
+[domains.embedding]                # hashed TF-IDF + truncated SVD, offline on CPU
+features = {e.features}
+dimensions = {e.dimensions}
+max_chars = {e.max_chars}
+lowercase = {str(e.lowercase).lower()}
+"""
