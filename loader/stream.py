@@ -29,7 +29,7 @@ from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
-INDEX_BLOCK = 8192  # positions computed together when a global batch is smaller than this
+INDEX_BLOCK = 8192  # positions indexed together while iterating when a global batch is smaller
 
 
 @dataclass(frozen=True)
@@ -122,12 +122,16 @@ class MixtureStream:
     def index(self, step: int) -> SampleIndex:
         """This rank's samples at `step`: positions, cells, draws, epochs, sequences."""
         self._check_step(step)
+        start = step * self.manifest.global_batch + self.rank * self.local_batch
+        return self.schedule.index(start, start + self.local_batch)
+
+    def _sequential_index(self, step: int) -> SampleIndex:
+        """`index(step)` for iteration: with small batches the per-call numpy overhead dominates, so a
+        block of whole steps inside the phase is computed at once and kept (the values are the same)."""
         batch = self.manifest.global_batch
         if batch >= INDEX_BLOCK:
-            start = step * batch + self.rank * self.local_batch
-            return self.schedule.index(start, start + self.local_batch)
-        # Small batches: compute the index of a block of whole steps inside the phase at once (the
-        # per-call numpy overhead dominates otherwise) and keep it; the values are the same either way.
+            return self.index(step)
+        self._check_step(step)
         phase = self.manifest.phases[self.schedule.phase_of_step(step)]
         per_block = INDEX_BLOCK // batch
         first = phase.start_step + (step - phase.start_step) // per_block * per_block
@@ -159,7 +163,9 @@ class MixtureStream:
 
     def batch(self, step: int) -> Batch:
         """This rank's batch at `step`: a pure function of (manifest, step, rank, world)."""
-        index = self.index(step)
+        return self._assemble(step, self.index(step))
+
+    def _assemble(self, step: int, index: SampleIndex) -> Batch:
         windows = self.windows(index)
         input_ids, labels, segment_ids, positions = pack(windows, self.manifest.eos_id)
         sources = None
@@ -202,7 +208,7 @@ class MixtureStream:
         self._step = start
         if self.prefetch <= 0:
             for step in range(start, end):
-                batch = self.batch(step)
+                batch = self._assemble(step, self._sequential_index(step))
                 self._step = step + 1
                 yield batch
             return
@@ -221,7 +227,7 @@ class MixtureStream:
         def produce() -> None:
             try:
                 for step in range(start, end):
-                    if not offer(self.batch(step)):
+                    if not offer(self._assemble(step, self._sequential_index(step))):
                         return
                 offer(_DONE)
             except BaseException as error:  # handed to the consumer, raised there
