@@ -190,3 +190,21 @@ def test_prefetch_iteration_equals_direct_batches_and_stops_cleanly(built):
     assert [b.step for b in got] == [5, 6, 7, 8] and stream.step == 9
     assert [batch_digest(b) for b in got] == [batch_digest(stream.batch(s)) for s in range(5, 9)]
     assert list(b.step for b in stream.iterate()) == list(range(9, stream.steps))
+
+
+def test_a_failure_in_the_prefetch_thread_reaches_the_consumer(built, monkeypatch):
+    _, path = built
+    stream = MixtureStream(path, prefetch=2)
+    assemble = stream._assemble
+
+    def failing(step, index):
+        if step == 3:
+            raise OSError("disk went away")
+        return assemble(step, index)
+
+    monkeypatch.setattr(stream, "_assemble", failing)
+    got = []
+    with pytest.raises(OSError, match="disk went away"):
+        for batch in stream.iterate():
+            got.append(batch.step)
+    assert got == [0, 1, 2] and stream.step == 3
