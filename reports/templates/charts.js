@@ -167,7 +167,8 @@ function lineChart(container, x, series, opts = {}) {
 // Heat map: rows × cols of values in [0, max]; labels and tooltips from callbacks.
 function heatMap(container, rows, cols, value, opts) {
   container.textContent = "";
-  const cw = opts.cellWidth || 64, ch = opts.cellHeight || 18, L = opts.labelWidth || 150, T = 20;
+  const longest = rows.reduce((m, r) => Math.max(m, Math.min(r.length, 26)), 0);
+  const cw = opts.cellWidth || 64, ch = opts.cellHeight || 18, L = Math.max(36, Math.round(longest * 6.4) + 12), T = 20;
   const W = L + cw * cols.length + 4, H = T + ch * rows.length + 4;
   const wrap = h("div", { class: "chart" }, container);
   wrap.style.maxWidth = W * 1.15 + "px";

@@ -150,7 +150,6 @@ function renderGrid(cur, cmp) {
   heatMap(document.getElementById("grid"), shape.rows, shape.cols, (r, c) => (shape.at[r][c] < 0 ? null : value(shape.at[r][c])), {
     ...opts,
     title: "grid",
-    labelWidth: D.grid ? 170 : 110,
     scaleFormat: format,
     format: (v, r, c) => {
       const i = shape.at[r][c];
@@ -296,7 +295,7 @@ function render() {
     notice.textContent = "No mixture revision is built on this store yet (run `millrace mix build`). Only the store's own numbers are shown.";
     for (const id of ["summary", "weights-section", "diff-section"]) document.getElementById(id).style.display = "none";
     heatMap(document.getElementById("grid"), gridShape().rows, gridShape().cols, (r, c) => { const i = gridShape().at[r][c]; return i < 0 ? null : CELLS[i].tokens; },
-      { sqrt: true, format: fmt.count, tooltip: (r, c) => { const i = gridShape().at[r][c]; return i < 0 ? "" : `${cellLabel(CELLS[i])}\n${fmt.count(CELLS[i].tokens)} tokens`; }, labelWidth: D.grid ? 170 : 110 });
+      { sqrt: true, format: fmt.count, tooltip: (r, c) => { const i = gridShape().at[r][c]; return i < 0 ? "" : `${cellLabel(CELLS[i])}\n${fmt.count(CELLS[i].tokens)} tokens`; } });
     return;
   }
   const cur = derive(state.revision);

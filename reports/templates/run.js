@@ -31,7 +31,7 @@ lineChart($("c-source"), X, byName(R.loss_per_source), { title: "Loss per source
   const cols = Array.from({ length: experts }, (_, e) => String(e));
   const holder = h("div", {}, box);
   heatMap(holder, layers.map((l) => `layer ${l.layer}`), cols, (r, c) => layers[r].load[c] ?? null, {
-    cellWidth: Math.max(14, Math.min(40, Math.floor(520 / experts))), cellHeight: 18, labelWidth: 60,
+    cellWidth: Math.max(14, Math.min(40, Math.floor(520 / experts))), cellHeight: 18,
     format: (v) => (experts <= 16 ? fmt.pct(v) : ""),
     tooltip: (r, c) => `layer ${layers[r].layer}, expert ${c}: ${fmt.pct(layers[r].load[c])} of tokens` +
       `\nmax-violation ${fmt.pct(layers[r].max_violation)}, entropy ${fmt.num(layers[r].entropy, 3)}, dead experts ${layers[r].dead_experts ?? "—"}`,
