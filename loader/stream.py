@@ -29,7 +29,7 @@ from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
-INDEX_BLOCK = 8192  # positions indexed together while iterating when a global batch is smaller
+INDEX_BLOCK = 8192  # positions indexed together while iterating, for global batches up to 1/8 of it
 
 
 @dataclass(frozen=True)
@@ -127,9 +127,10 @@ class MixtureStream:
 
     def _sequential_index(self, step: int) -> SampleIndex:
         """`index(step)` for iteration: with small batches the per-call numpy overhead dominates, so a
-        block of whole steps inside the phase is computed at once and kept (the values are the same)."""
+        block of whole global steps inside the phase is computed at once and kept (the values are the
+        same). Larger batches (where the block would mostly hold other ranks' rows) go one by one."""
         batch = self.manifest.global_batch
-        if batch >= INDEX_BLOCK:
+        if batch * 8 > INDEX_BLOCK:
             return self.index(step)
         self._check_step(step)
         phase = self.manifest.phases[self.schedule.phase_of_step(step)]
