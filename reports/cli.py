@@ -19,7 +19,7 @@ def report() -> None:
     """Build and watch the static report site (opens from file://, no network)."""
 
 
-@report.command()
+@report.command(short_help="Build the site: store composition pages, run pages and an index.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Site directory (default: $MILLRACE_HOME/site).")
 @click.option("--store", "stores", multiple=True, metavar="NAME[/VERSION]",
@@ -50,14 +50,14 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
         click.echo(f"  {path}  ({path.stat().st_size / 1024:,.0f} KiB)")
 
 
-@report.command()
+@report.command(short_help="Follow a run live: rebuild its page as its metrics stream grows.")
 @click.argument("run")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Site directory (default: $MILLRACE_HOME/site).")
-@click.option("--interval", type=float, default=2.0, show_default=True, help="Seconds between polls of the stream.")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True, help="Seconds between polls of the stream.")
 @click.option("--until-finished/--forever", default=True, show_default=True,
               help="Stop once run.json's status says the run is over (or keep watching until Ctrl-C / --timeout).")
-@click.option("--timeout", type=float, default=None, help="Stop after this many seconds.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Stop after this many seconds.")
 @click.option("--refresh", type=click.IntRange(min=1), default=5, show_default=True,
               help="Seconds between the live page's own reloads in the browser.")
 @json_option
