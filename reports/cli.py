@@ -65,14 +65,26 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
 def watch(home: Home, run: str, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
           refresh: int, as_json: bool) -> None:
     """Rebuild SITE/runs/RUN/index.html as RUN's metrics stream grows; the page reloads itself while live."""
+    from reports.watch import WatchEvent
     from reports.watch import watch as follow
 
     if not as_json:
         click.echo(f"watching run {run}; open {(out or home.site) / 'runs' / run / 'index.html'} (Ctrl-C stops)")
-    result = follow(home, run, out, interval=interval, until_finished=until_finished, timeout=timeout,
-                    refresh_seconds=refresh)
+    with Progress(TextColumn("run {task.fields[run]}: step"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[status]}, {task.fields[rebuilds]} rebuilds"), TimeElapsedColumn(),
+                  disable=as_json) as bar:
+        task = bar.add_task("watch", total=None, run=run, status="starting", rebuilds=0)
+
+        def show(event: WatchEvent) -> None:
+            bar.update(task, total=event.total_steps, completed=event.step or 0, status=event.status,
+                       rebuilds=event.rebuilds)
+
+        result = follow(home, run, out, interval=interval, until_finished=until_finished, timeout=timeout,
+                        refresh_seconds=refresh, on_build=show)
     if as_json:
         print_json({"page": str(result.page), "rebuilds": result.rebuilds, "status": result.status,
                     "stopped": result.reason})
     else:
-        click.echo(f"stopped ({result.reason}) after {result.rebuilds} rebuilds; run status {result.status}: {result.page}")
+        why = {"finished": f"the run is over, status {result.status!r}", "timeout": "--timeout reached",
+               "interrupted": "interrupted"}[result.reason]
+        click.echo(f"done watching ({why}) after {result.rebuilds} rebuilds: {result.page}")

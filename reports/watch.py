@@ -23,6 +23,18 @@ from reports.training import FINISHED, METRICS_FILE, RUN_FILE, MetricsTail, read
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """One rebuild, as `on_build` sees it."""
+
+    page: Path
+    rebuilds: int
+    records: int
+    step: int | None
+    total_steps: int | None
+    status: str
+
+
 @dataclass
 class WatchResult:
     page: Path
@@ -51,7 +63,7 @@ def watch(
     until_finished: bool = True,
     timeout: float | None = None,
     refresh_seconds: int = REFRESH_SECONDS,
-    on_build: Callable[[Path, int], None] | None = None,
+    on_build: Callable[[WatchEvent], None] | None = None,
 ) -> WatchResult:
     """Rebuild `SITE/runs/<run>/index.html` as the run's stream grows; returns why it stopped."""
     home = home if isinstance(home, Home) else Home.resolve(home)
@@ -72,12 +84,15 @@ def watch(
             signature = _signature(run_dir)
             if signature != seen:
                 seen = signature
-                status = str(read_run(run_dir).get("status") or "unknown")
+                run_info = read_run(run_dir)
+                status = str(run_info.get("status") or "unknown")
                 page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail)
                 rebuilds += 1
-                log.info("rebuilt %s: %d records, status %s", page, len(tail.records), status)
+                log.debug("rebuilt %s: %d records, status %s", page, len(tail.records), status)
                 if on_build:
-                    on_build(page, rebuilds)
+                    on_build(WatchEvent(page, rebuilds, len(tail.records),
+                                        tail.records[-1]["step"] if tail.records else None,
+                                        run_info.get("total_steps"), status))
                 if until_finished and status.lower() in FINISHED:
                     reason = "finished"
                     break

@@ -17,10 +17,11 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
     seen_steps: list[int] = []
     first_build = threading.Event()
 
-    def on_build(page, count):
+    def on_build(event):
         first_build.set()
-        text = page.read_text()
+        text = event.page.read_text()
         data = json.loads(text.split('id="page-data">', 1)[1].split("</script>", 1)[0])
+        assert data["records"] == event.records and event.total_steps == 48
         seen_steps.append(data["records"])
 
     def grow():
