@@ -25,14 +25,21 @@ def _sidecar(prefix: Path, suffix: str) -> Path:
 
 
 class CellTokens:
-    """Token windows of one cell: window s is tokens [s * seq_len, s * seq_len + seq_len + 1)."""
+    """Token windows of one cell: window s is tokens [s * seq_len, s * seq_len + seq_len + 1).
 
-    def __init__(self, cell_dir: Path, cell: ManifestCell, dtype: np.dtype, seq_len: int):
+    Keeps only the shards' token memmaps and, when per-token sources are wanted, each
+    document's start and source (12 bytes per document); the document index itself is
+    dropped once checked.
+    """
+
+    def __init__(self, cell_dir: Path, cell: ManifestCell, dtype: np.dtype, seq_len: int, sources: bool = True):
         self.name = cell.name
         self.seq_len = seq_len
         self.dtype = np.dtype(dtype)
-        self.readers: list[ShardReader] = []
-        self.has_sources = bool(cell.shards) and all(shard.src_sha256 for shard in cell.shards)
+        self.has_sources = sources and bool(cell.shards) and all(shard.src_sha256 for shard in cell.shards)
+        self.views: list[np.ndarray] = []
+        sizes: list[int] = []
+        document_starts: list[np.ndarray] = []
         source_ids: list[np.ndarray] = []
         for shard in cell.shards:
             prefix = cell_dir / shard.name
@@ -52,23 +59,19 @@ class CellTokens:
                 if not src.exists() or sha256_file(src) != shard.src_sha256:
                     raise ArtifactError(f"{src}: missing or differs from the manifest's checksum")
                 source_ids.append(reader.source_ids())
-            self.readers.append(reader)
-        sizes = np.asarray([reader.tokens for reader in self.readers], dtype=np.int64)
-        self.shard_starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+                document_starts.append(sum(sizes) + reader.pointers // self.dtype.itemsize)
+            # A plain ndarray view of the memmap: slicing it skips np.memmap's per-slice Python overhead.
+            self.views.append(np.asarray(reader.tokens_view))
+            sizes.append(reader.tokens)
+        self.shard_starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
         self.tokens = int(self.shard_starts[-1])
         if self.tokens != cell.available_tokens:
             raise ArtifactError(
                 f"{cell_dir}: shards hold {self.tokens} tokens, the manifest says {cell.available_tokens}"
             )
-        # Plain ndarray views of the memmaps: slicing them skips np.memmap's per-slice Python overhead.
-        self.views = [np.asarray(reader.tokens_view) for reader in self.readers]
         if self.has_sources:
-            starts = [
-                base + reader.pointers // self.dtype.itemsize
-                for base, reader in zip(self.shard_starts[:-1], self.readers)
-            ]
-            self.document_starts = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64)
-            self.document_sources = np.concatenate(source_ids).astype(np.int32)
+            self.document_starts = np.concatenate(document_starts).astype(np.int64)
+            self.document_sources = np.concatenate(source_ids)
 
 
 class TokenSpace:
@@ -89,9 +92,11 @@ class TokenSpace:
         starts = [base + cell.shard_starts[:-1] for base, cell in opened]
         self.shard_starts = np.concatenate(starts + [[int(sizes.sum())]]).astype(np.int64)
         self._bases = self.shard_starts.tolist()
-        if sources:
+        if sources:  # moved out of the cells, so that each document is held once
             self.document_starts = np.concatenate([base + cell.document_starts for base, cell in opened])
             self.document_sources = np.concatenate([cell.document_sources for _, cell in opened])
+            for _, cell in opened:
+                del cell.document_starts, cell.document_sources
 
     def windows(self, cell_ids: np.ndarray, sequences: np.ndarray) -> np.ndarray:
         """[n, seq_len + 1] tokens: window sequences[i] of cell cell_ids[i]."""
@@ -125,4 +130,4 @@ class TokenSpace:
         documents = np.arange(row_of.size) - np.repeat(np.cumsum(pieces) - pieces - first, pieces)
         offsets = np.maximum(self.document_starts[documents] - starts[row_of], 0) + row_of * length
         lengths = np.diff(np.append(offsets, rows * length))
-        return np.repeat(self.document_sources[documents], lengths).reshape(rows, length)
+        return np.repeat(self.document_sources[documents].astype(np.int32), lengths).reshape(rows, length)

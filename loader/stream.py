@@ -61,7 +61,10 @@ _DONE = object()
 class MixtureStream:
     """Deterministic, resumable, elastic batches of one built mixture manifest."""
 
-    def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2):
+    def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2,
+                 sources: bool = True):
+        """`sources=False` skips per-token sources (Batch.sources is None) and the 12 bytes per
+        document they need in memory; everything else is the same."""
         self.path = Path(manifest_path)
         self.manifest: BuiltManifest
         self.manifest, self.manifest_hash = read_manifest(self.path)
@@ -104,13 +107,13 @@ class MixtureStream:
             if not cell.shards:
                 raise ArtifactError(f"{self.path}: cell {name!r} is drawn but pins no shards")
             self._cells[self.schedule.cell_index[name]] = CellTokens(
-                store.cell_dir(name), cell, np.dtype(manifest.dtype), manifest.seq_len
+                store.cell_dir(name), cell, np.dtype(manifest.dtype), manifest.seq_len, sources
             )
         opened = [c for c in self._cells if c is not None]
         self.has_sources = bool(opened) and bool(self.source_names) and all(c.has_sources for c in opened)
         self._space = TokenSpace(self._cells, manifest.seq_len, np.dtype(manifest.dtype), self.has_sources)
         log.info("%s: %d cells, %d shards checked; %d steps of %d x %d tokens",
-                 self.path, len(opened), sum(len(c.readers) for c in opened), self.steps,
+                 self.path, len(opened), sum(len(c.views) for c in opened), self.steps,
                  manifest.global_batch, manifest.seq_len)
 
     # ---- where samples come from -------------------------------------------------

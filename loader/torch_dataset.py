@@ -37,9 +37,10 @@ def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
 class TorchMixtureDataset(IterableDataset):
     """Yields one dict of tensors per step for this rank, from the saved step onwards."""
 
-    def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2):
+    def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2,
+                 sources: bool = True):
         super().__init__()
-        self.stream = MixtureStream(manifest_path, rank=rank, world=world, prefetch=prefetch)
+        self.stream = MixtureStream(manifest_path, rank=rank, world=world, prefetch=prefetch, sources=sources)
 
     @property
     def cell_names(self) -> list[str]:

@@ -16,7 +16,7 @@ def batch_digest(batch: Batch) -> str:
     digest = hashlib.sha256()
     for array in (batch.input_ids, batch.labels, batch.segment_ids, batch.positions, batch.cell_ids,
                   batch.sample_positions, batch.sources):
-        digest.update(array.tobytes())
+        digest.update(b"none" if array is None else array.tobytes())
     digest.update(json.dumps([batch.step, batch.phase, batch.cells]).encode())
     return digest.hexdigest()
 

@@ -208,3 +208,12 @@ def test_a_failure_in_the_prefetch_thread_reaches_the_consumer(built, monkeypatc
         for batch in stream.iterate():
             got.append(batch.step)
     assert got == [0, 1, 2] and stream.step == 3
+
+
+def test_without_sources_the_batches_are_otherwise_identical(built):
+    _, path = built
+    lean, full = MixtureStream(path, sources=False).batch(5), MixtureStream(path).batch(5)
+    assert lean.sources is None and full.sources is not None
+    assert batch_digest(lean) != batch_digest(full)
+    for field in ("input_ids", "labels", "segment_ids", "positions", "cell_ids", "sample_positions"):
+        assert np.array_equal(getattr(lean, field), getattr(full, field))
