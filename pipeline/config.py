@@ -96,16 +96,17 @@ class DedupConfig(StrictModel):
 
     A pair of documents becomes a candidate when all `rows` hashes of any of `bands` bands
     agree (probability 1-(1-J^rows)^bands at Jaccard J); a candidate is a duplicate when the
-    full signature estimates J ≥ `threshold`. 32 × 4 puts the LSH S-curve's midpoint near
-    J ≈ 0.42, so copies with 5% of words edited (5-gram Jaccard ≈ 0.6) are found with
-    probability > 0.99; the signature check keeps precision.
+    full signature estimates J ≥ `threshold`. 40 × 3 puts the LSH S-curve's midpoint near
+    J ≈ 0.29, so copies with 5% of words edited (5-gram Jaccard ≈ 0.55–0.65) become
+    candidates with probability ≥ 0.999; the signature check removes the false candidates
+    that such a low midpoint lets in.
     """
 
     exact: bool = True
     fuzzy: bool = True
     ngram: int = pydantic.Field(5, ge=1)
-    bands: int = pydantic.Field(32, ge=1)
-    rows: int = pydantic.Field(4, ge=1)
+    bands: int = pydantic.Field(40, ge=1)
+    rows: int = pydantic.Field(3, ge=1)
     threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0)
     seed: int = 1
 

@@ -50,7 +50,7 @@ CODE_REASONS = {code: reason for reason, code in REASON_CODES.items()}
 class MinHasher:
     """MinHash signatures and LSH band hashes; a pure function of (text, parameters)."""
 
-    def __init__(self, ngram: int = 5, bands: int = 32, rows: int = 4, seed: int = 1):
+    def __init__(self, ngram: int = 5, bands: int = 40, rows: int = 3, seed: int = 1):
         self.ngram, self.bands, self.rows = ngram, bands, rows
         rng = np.random.default_rng(seed)
         perms = bands * rows

@@ -119,8 +119,8 @@ max_non_alpha_words_ratio = 0.5  # share of words with a letter; datatrove's web
 exact = {str(d.exact).lower()}                     # drop documents with identical text (keeps the smallest id)
 fuzzy = {str(d.fuzzy).lower()}                     # MinHash + LSH near-duplicate removal
 ngram = {d.ngram}                        # word n-gram shingles
-bands = {d.bands}                       # LSH bands x rows = signature length; 32 x 4 finds pairs from
-rows = {d.rows}                         #   Jaccard ~0.5 up with high probability
+bands = {d.bands}                       # LSH bands x rows = signature length; 40 x 3 makes pairs from
+rows = {d.rows}                         #   Jaccard ~0.5 up candidates with probability > 0.995
 threshold = {d.threshold}                  # estimated Jaccard a candidate pair must reach
 seed = {d.seed}
 

@@ -47,11 +47,18 @@ def near_duplicate_corpus(originals: int = 600, with_copies: int = 300, seed: in
     return documents, cluster
 
 
-def recall_precision(removed: dict[str, str], cluster: dict[str, int]) -> tuple[float, float]:
-    """`removed`: removed id -> the id it duplicates. A removal is right when both share a cluster."""
+def removal_quality(removed: set[str], cluster: dict[str, int]) -> tuple[float, float]:
+    """(recall, precision) of a set of removed ids against the true clusters.
+
+    A cluster of size s should lose exactly s - 1 documents; removals up to that are right,
+    removals beyond it (the whole cluster gone) and removals of unique documents are wrong.
+    """
     sizes: dict[int, int] = {}
-    for label in cluster.values():
+    taken: dict[int, int] = {}
+    for doc, label in cluster.items():
         sizes[label] = sizes.get(label, 0) + 1
-    should_remove = sum(size - 1 for size in sizes.values())
-    right = sum(1 for doc, kept in removed.items() if cluster[doc] == cluster[kept])
-    return right / should_remove, (right / len(removed) if removed else 1.0)
+        if doc in removed:
+            taken[label] = taken.get(label, 0) + 1
+    right = sum(min(count, sizes[label] - 1) for label, count in taken.items())
+    should = sum(size - 1 for size in sizes.values())
+    return right / should, (right / len(removed) if removed else 1.0)
