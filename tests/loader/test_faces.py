@@ -90,3 +90,28 @@ def test_torch_dataset_resumes_through_distributed_checkpoint(built, tmp_path):
     first = next(iter(resumed))
     assert int(first["step"]) == 5
     assert all(torch.equal(first[k], expected[k]) for k in expected)
+
+
+def test_reference_plan_built_by_mixtures_runs_index_only(home):
+    """The mixtures room's shipped 18.75T-token / 200-cell revision, built for real, iterated here."""
+    from pathlib import Path
+
+    from mixtures.build import build
+    from pipeline.store import write_stats_only_store
+
+    stats = json.loads((Path(__file__).resolve().parents[2] / "mixtures/examples/reference/available_tokens.json")
+                       .read_text())["available_tokens"]
+    write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)
+    stream = MixtureStream(build(home, "reference", "two-phase"))
+    assert stream.index_only and len(stream.cell_names) == 200
+    assert stream.manifest.total_sequences * stream.manifest.seq_len >= 18_750_000_000_000 - 4096 * 2048
+    for step in (0, 390_000, stream.manifest.phases[1].start_step - 1, stream.manifest.phases[1].start_step,
+                 stream.steps - 1):
+        index = stream.index(step)
+        assert (index.sequences < stream.schedule.sequences_available[index.cell_ids]).all()
+    phase = stream.manifest.phases[0]
+    realised = stream.realised_counts(390_000)
+    n = 390_000 * stream.manifest.global_batch
+    assert max(abs(realised[c] - n * phase.counts.get(c, 0) / phase.sequences) for c in stream.cell_names) < 2
+    assert stream.realised_counts(stream.steps) == {
+        c: sum(p.counts.get(c, 0) for p in stream.manifest.phases) for c in stream.cell_names}
