@@ -60,10 +60,11 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Stop after this many seconds.")
 @click.option("--refresh", type=click.IntRange(min=1), default=5, show_default=True,
               help="Seconds between the live page's own reloads in the browser.")
+@click.option("--wait", is_flag=True, help="Wait for the run to start (its run.json to appear) instead of failing.")
 @json_option
 @home_option
 def watch(home: Home, run: str, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
-          refresh: int, as_json: bool) -> None:
+          refresh: int, wait: bool, as_json: bool) -> None:
     """Rebuild SITE/runs/RUN/index.html as RUN's metrics stream grows; the page reloads itself while live."""
     from reports.watch import WatchEvent
     from reports.watch import watch as follow
@@ -80,7 +81,7 @@ def watch(home: Home, run: str, out: Path | None, interval: float, until_finishe
                        rebuilds=event.rebuilds)
 
         result = follow(home, run, out, interval=interval, until_finished=until_finished, timeout=timeout,
-                        refresh_seconds=refresh, on_build=show)
+                        refresh_seconds=refresh, wait=wait, on_build=show)
     if as_json:
         print_json({"page": str(result.page), "rebuilds": result.rebuilds, "status": result.status,
                     "stopped": result.reason})

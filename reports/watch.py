@@ -43,6 +43,10 @@ class WatchResult:
     reason: str  # "finished", "timeout" or "interrupted"
 
 
+def _page_path(home: Home, run: str, out: Path | str | None) -> Path:
+    return (home.site if out is None else Path(out)) / "runs" / run / "index.html"
+
+
 def _signature(run_dir: Path) -> tuple:
     out = []
     for name in (RUN_FILE, METRICS_FILE):
@@ -63,19 +67,31 @@ def watch(
     until_finished: bool = True,
     timeout: float | None = None,
     refresh_seconds: int = REFRESH_SECONDS,
+    wait: bool = False,
     on_build: Callable[[WatchEvent], None] | None = None,
 ) -> WatchResult:
     """Rebuild `SITE/runs/<run>/index.html` as the run's stream grows; returns why it stopped."""
     home = home if isinstance(home, Home) else Home.resolve(home)
     run_dir = home.run(run)
-    if not (run_dir / RUN_FILE).exists():
-        raise ConfigError(f"run {run!r}: no {RUN_FILE} in {run_dir}")
     if interval <= 0:
         raise ConfigError(f"--interval {interval}: must be positive")
     deadline = None if timeout is None else time.monotonic() + timeout
+    if not (run_dir / RUN_FILE).exists():
+        if not wait:
+            raise ConfigError(f"run {run!r}: no {RUN_FILE} in {run_dir} (--wait waits for the run to start)")
+        log.info("waiting for %s to appear", run_dir / RUN_FILE)
+        try:
+            while not (run_dir / RUN_FILE).exists():
+                if deadline is not None and time.monotonic() >= deadline:
+                    return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
+                                       reason="timeout")
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
+                               reason="interrupted")
     seen = None
     rebuilds = 0
-    page = home.site / "runs" / run / "index.html" if out is None else Path(out) / "runs" / run / "index.html"
+    page = _page_path(home, run, out)
     status = "unknown"
     reason = "interrupted"
     tail = MetricsTail(run_dir / METRICS_FILE)

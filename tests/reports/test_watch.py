@@ -55,3 +55,19 @@ def test_watch_forever_stops_at_the_timeout(small_home, tmp_path, capsys):
     payload = json.loads(capsys.readouterr().out)
     assert payload["stopped"] == "timeout" and payload["rebuilds"] == 1 and payload["status"] == "running"
     assert 'http-equiv="refresh"' in (tmp_path / "site" / "runs" / "live" / "index.html").read_text()
+
+
+def test_watch_waits_for_a_run_to_start_only_when_asked(small_home, tmp_path):
+    home, _ = factory.copy_as_live(small_home, tmp_path / "home", lines=3)
+    result = watch(home, "not-yet", tmp_path / "site", interval=0.05, timeout=0.3, wait=True)
+    assert result.reason == "timeout" and result.rebuilds == 0 and result.status == "not started"
+
+    def start_later():
+        time.sleep(0.3)
+        factory.set_status(home, "later", "completed", base=home.run("live") / "run.json")
+
+    starter = threading.Thread(target=start_later)
+    starter.start()
+    result = watch(home, "later", tmp_path / "site", interval=0.05, timeout=20, wait=True)
+    starter.join()
+    assert result.reason == "finished" and result.rebuilds == 1
