@@ -17,6 +17,8 @@ from typing import Any
 
 from millrace.artifacts import read_artifact
 from millrace.errors import ArtifactError
+from mixtures.manifest import BuiltManifest
+from reports.plan_progress import expected_sequences, run_manifest
 
 RUN_KIND = "millrace.run"
 RUN_FILE = "run.json"
@@ -128,6 +130,7 @@ class RunView:
     name: str
     run: dict[str, Any]
     records: list[dict[str, Any]]
+    manifest: BuiltManifest | None = None
 
     @property
     def status(self) -> str:
@@ -160,6 +163,9 @@ class RunView:
              "dead_experts": e.get("dead_experts")}
             for e in last.get("expert_load") or [] if isinstance(e, dict)
         ]
+        steps_done = last.get("step") if isinstance(last.get("step"), int) else 0
+        expected = expected_sequences(self.manifest, steps_done) if self.manifest is not None else {}
+        seq_len = self.manifest.seq_len if self.manifest is not None else None
         return {
             "run": self.name,
             "status": self.status,
@@ -178,8 +184,11 @@ class RunView:
             "router_bias_max_abs": _per_layer(points, "router_bias", "max_abs"),
             "max_violation": _per_layer(points, "expert_load", "max_violation"),
             "last_expert_load": last_load,
+            "seq_len": seq_len,
             "cells": [
                 {"name": c, "realised": realised.get(c, 0), "planned": planned.get(c, 0),
+                 "expected": expected[c] * seq_len if c in expected else None,
+                 "off_by": realised.get(c, 0) / seq_len - expected[c] if c in expected else None,
                  "loss": _finite(latest_loss_cell.get(c))}
                 for c in cells
             ],
@@ -229,4 +238,5 @@ def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:
     else:
         tail.poll()
         records = tail.records
-    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=records)
+    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=records,
+                   manifest=run_manifest(run_dir, run))

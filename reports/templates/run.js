@@ -41,15 +41,30 @@ lineChart($("c-source"), X, byName(R.loss_per_source), { title: "Loss per source
 (function plan() {
   const wrap = $("plan");
   if (!R.cells.length) { h("p", { class: "note" }, wrap, "No per-cell plan or realised counts yet."); return; }
-  const t = h("table", { id: "plan-table" }, wrap);
+  const exact = R.cells.some((c) => c.off_by !== null);
+  if (exact) {
+    const worst = R.cells.reduce((m, c) => Math.max(m, Math.abs(c.off_by)), 0);
+    h("p", { id: "mixing-error", class: "note" }, wrap,
+      `Largest difference between realised and expected-by-now, over all cells: ${fmt.num(worst, 3)} sequences ` +
+      `(the loader's exact interleaving keeps it under one per phase).`);
+  }
+  const t = h("table", { id: "plan-table" }, h("div", { class: "scroll tall" }, wrap));
   const hr = h("tr", {}, h("thead", {}, t));
-  for (const x of ["Cell", "Realised tokens", "Planned tokens (whole run)", "Done", "Realised share", "Planned share", "Latest loss"]) h("th", {}, hr, x);
+  const head = ["Cell", "Realised tokens"];
+  if (exact) head.push("Expected by now", "Off by (sequences)");
+  head.push("Planned tokens (whole run)", "Done", "Realised share", "Planned share", "Latest loss");
+  for (const x of head) h("th", {}, hr, x);
   const tb = h("tbody", {}, t);
   const rt = R.cells.reduce((a, c) => a + c.realised, 0) || 1, pt = R.cells.reduce((a, c) => a + c.planned, 0) || 1;
   for (const c of R.cells) {
     const tr = h("tr", {}, tb);
     h("td", {}, tr, c.name);
     h("td", {}, tr, fmt.count(c.realised));
+    if (exact) {
+      h("td", {}, tr, fmt.count(c.expected));
+      const off = h("td", {}, tr, c.off_by === null ? "—" : (c.off_by > 0 ? "+" : "") + fmt.num(c.off_by, 3));
+      if (c.off_by !== null && Math.abs(c.off_by) >= 1) off.className = "down";
+    }
     h("td", {}, tr, fmt.count(c.planned));
     const done = h("td", { class: "bar" }, tr);
     const frac = c.planned ? c.realised / c.planned : null;

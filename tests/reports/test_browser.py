@@ -184,6 +184,7 @@ def test_run_page_draws_every_chart(browser, site):
     assert tab.page.locator("#c-param .legend span").count() == 2
     assert tab.page.locator("#c-load g.hm").count() == 16  # 2 layers × 8 experts
     assert tab.page.locator("#plan-table tbody tr").count() == 6
+    assert "Largest difference between realised and expected-by-now" in tab.page.inner_text("#mixing-error")
     tab.shot("run")
     tab.page.click("text=composition of its data")
     assert "revision=uniform-sampling" in tab.page.url

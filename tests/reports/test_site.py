@@ -151,6 +151,10 @@ def test_run_page_has_every_series_and_reloads_only_while_live(small_home, tmp_p
     assert len(data["last_expert_load"]) == 2 and len(data["last_expert_load"][0]["load"]) == 8
     planned = view.run["planned_tokens_per_cell"]
     assert {c["name"]: c["planned"] for c in data["cells"]} == planned
+    # realised against expected-by-now from the manifest: the loader mixes exactly (within one sample)
+    assert view.manifest is not None and all(abs(c["off_by"]) < 1 for c in data["cells"])
+    assert sum(c["realised"] for c in data["cells"]) == 24 * 8 * 32
+    assert abs(sum(c["expected"] for c in data["cells"]) - 24 * 8 * 32) < 1e-6
     build_site(small_home, tmp_path)
     page = (tmp_path / "runs" / "tiny-1" / "index.html").read_text()
     assert view.status == "stopped" and 'http-equiv="refresh"' not in page  # ran its --steps
