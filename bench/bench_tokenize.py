@@ -1,0 +1,78 @@
+"""Tokenize stage throughput against raw HF `tokenizers` batch encoding of the same documents.
+
+Documents: the standard library's sources and pydoc topics (about 4 MB). Both sides use the
+same trained byte-level BPE, the same batch size and the same cores, and both take the ids
+out of the encodings (the least a caller does with them); ours also appends EOS,
+groups by cell, sorts by id and writes the cell runs. Target ratio ≥ 0.9.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from bench.result import Result
+
+BATCH = 256
+MAX_BYTES = 4_000_000
+
+
+def bench_documents() -> list:
+    from datatrove.data import Document
+
+    from pipeline.corpus import _pydoc_topics, _python_code, _spread_order, _stdlib_files
+
+    docs, total = [], 0
+    records = _pydoc_topics(Path("pydoc_data"))
+    for path in _spread_order(_stdlib_files()):
+        if total >= MAX_BYTES:
+            break
+        records += _python_code(path)
+        total += len(records[-1].text) if records else 0
+    for record in records:
+        source = "python-docs" if record.id.startswith("python-docs") else "python-code"
+        docs.append(Document(text=record.text, id=record.id, metadata={"source": source}))
+    return docs
+
+
+def _best(func, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        func()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> list[Result]:
+    from pipeline.tokenization import TokenizeCells, load_tokenizer, train_byte_level_bpe
+
+    docs = bench_documents()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        path = train_byte_level_bpe((d.text for d in docs[::4]), 8192, "<|endoftext|>", tmp / "tokenizer.json")
+        tokenizer = load_tokenizer(path)
+        texts = [d.text for d in docs]
+
+        def raw() -> None:
+            for start in range(0, len(texts), BATCH):
+                [e.ids for e in tokenizer.encode_batch_fast(texts[start : start + BATCH], add_special_tokens=False)]
+
+        def ours() -> None:
+            step = TokenizeCells(path, "<|endoftext|>", ["python-code", "python-docs"], tmp / "runs", tmp / "funnel",
+                                 batch_size=BATCH)
+            for _ in step.run(iter(docs), 0, 1):
+                pass
+
+        raw()  # warm the tokenizer's caches and threads once for both
+        raw_s, ours_s = float("inf"), float("inf")
+        for _ in range(5):  # interleaved, so a busy machine slows both alike
+            raw_s, ours_s = min(raw_s, _best(raw, 1)), min(ours_s, _best(ours, 1))
+    n = len(docs)
+    return [Result("tokenize stage", n / ours_s, n / raw_s, "raw tokenizers encode_batch", "docs/s", target=0.9)]
+
+
+if __name__ == "__main__":
+    for result in main():
+        print(result.line())
