@@ -16,9 +16,10 @@ from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
-from pipeline.store import write_stats_only_store
+from pipeline.store import Store, write_stats_only_store, write_store_manifest
 from reports import build_pages, build_site
 from reports.composition import load_composition
+from reports.composition_page import write_composition_page
 from reports.render import embed_json
 from reports.training import MetricsTail, last_record, load_run, read_metrics
 from tests.reports import factory
@@ -126,6 +127,17 @@ def test_a_manifest_of_another_store_is_refused_naming_the_file(small_home, tmp_
     with pytest.raises(ArtifactError, match=r"2026\.12\.01.*manifest\.json: built for store local/2026\.11\.30"):
         load_composition(moved)
     assert path.exists()
+
+
+def test_a_revision_built_on_an_older_store_json_is_marked_stale(tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    store_dir = factory.make_small_store(home)
+    factory.make_small_revisions(home)
+    store = Store(store_dir)
+    write_store_manifest(store_dir, store.manifest.model_copy(update={"pipeline_config": {"rerun": True}}))
+    composition = load_composition(store_dir)
+    assert sorted(composition.stale) == ["natural", "uniform-sampling"]
+    assert page_data(write_composition_page(composition, tmp_path / "site"))["stale"] == composition.stale
 
 
 def test_metrics_stream_partial_and_malformed_lines(tmp_path):
