@@ -32,6 +32,7 @@ import numpy as np
 import pydantic
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
+from scipy.special import expit
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
@@ -172,7 +173,7 @@ class FastTextQuality:
         hidden = np.stack([
             self.model.get_sentence_vector(_one_line(t, self.config.fasttext.max_chars)) for t in texts
         ]).astype(np.float64)
-        return 1.0 / (1.0 + np.exp(-(hidden @ direction)))
+        return expit(hidden @ direction)
 
 
 class LinearQuality:
@@ -223,7 +224,7 @@ class LinearQuality:
         if not texts:
             return np.zeros(0)
         logits = self._features(texts) @ self.weights[:-1] + self.weights[-1]
-        return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
+        return expit(np.asarray(logits, dtype=np.float64))
 
 
 SCORERS: dict[str, type] = {"linear": LinearQuality, "fasttext": FastTextQuality}
@@ -313,7 +314,15 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     scores = scorer.score([d.text for d in sample])
     quantiles = [b / config.buckets for b in range(1, config.buckets)]
     thresholds = [float(t) for t in np.quantile(scores, quantiles)]
+    if not np.all(np.isfinite(scores)):
+        raise ConfigError(f"quality.scorer: the {config.scorer!r} model gives non-finite scores (a failed training)")
     buckets = bucket_of(scores, thresholds)
+    largest = np.bincount(buckets, minlength=config.buckets).max() / len(scores)
+    if len(scores) >= config.buckets and largest > 2.0 / config.buckets:
+        raise ConfigError(
+            f"quality.scorer: the {config.scorer!r} scores of the {len(scores)} sampled documents take only "
+            f"{len(np.unique(scores))} distinct values; {largest:.0%} fall in one bucket of {config.buckets}"
+        )
     edges = [0.0, *thresholds, 1.0]
     body = {
         "settings": settings,

@@ -59,3 +59,17 @@ def test_store_stats_carry_the_contract_keys(fitted):
     assert all(isinstance(label, str) and label for label in stats["domains"]["labels"].values())
     assert set(stats["quality"]) == {"buckets", "score_ranges"}
     json.dumps(stats)
+
+
+def test_starter_sections_load_into_the_models_with_their_defaults():
+    import tomllib
+
+    from pipeline.cell_stages import starter_sections
+    from pipeline.domains import DomainsConfig
+    from pipeline.quality import QualityConfig
+
+    tables = tomllib.loads(starter_sections(["python-code", "python-docs"]))
+    assert QualityConfig(**tables["quality"]) == QualityConfig()
+    assert DomainsConfig(**tables["domains"]) == DomainsConfig()
+    # without the reference source, quality is written disabled rather than failing at fit time
+    assert tomllib.loads(starter_sections(["articles"]))["quality"]["enabled"] is False

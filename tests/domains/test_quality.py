@@ -59,3 +59,18 @@ def test_reference_files_and_missing_reference(corpus, tmp_path):
 def test_unknown_scorer_is_a_config_error(corpus, tmp_path):
     with pytest.raises(ConfigError, match="quality.scorer"):
         fit_quality(corpus[::5], QualityConfig(reference_sources=["prose"], scorer="nope"), tmp_path)
+
+
+def test_fasttext_scorer_trains_or_says_why_not(corpus, tmp_path):
+    """DCLM's own tool: where the installed fastText trains, it buckets like the default; where the
+    wheel fails with NaN or trains a degenerate model (fasttext-numpy2 here, depending on the heap),
+    the error is one line that names the setting."""
+    config = QualityConfig(reference_sources=["prose"], scorer="fasttext")
+    try:
+        fit_quality(corpus[::3], config, tmp_path)
+    except ConfigError as exc:
+        assert str(exc).startswith("quality.scorer: ")
+        return
+    model = QualityModel.load(tmp_path)
+    _, buckets = model.score([d.text for d in corpus[::3]])
+    assert np.all(np.abs(np.bincount(buckets, minlength=5) / len(buckets) - 0.2) <= 0.03)
