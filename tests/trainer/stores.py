@@ -19,9 +19,10 @@ VOCAB = 256
 SOURCES = ["docs", "code", "man"]
 
 
-def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str = "2026.01.01", seed: int = 0) -> Path:
+def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str = "2026.01.01", seed: int = 0,
+               vocab: int = VOCAB) -> Path:
     rng = np.random.default_rng(seed)
-    ranks = np.arange(2, VOCAB)
+    ranks = np.arange(2, vocab)
     probs = 1.0 / (ranks - 1.0) ** 1.1
     probs /= probs.sum()
     root = home.store(name, version)
@@ -33,7 +34,7 @@ def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str 
         while written < tokens:
             length = int(min(rng.integers(8, 96), tokens - written))
             doc = rng.choice(ranks, size=length, p=probs).astype(np.uint16)
-            doc[1::2] = (doc[0::2][: len(doc[1::2])] + 7 * (c + 1)) % (VOCAB - 2) + 2  # learnable bigrams
+            doc[1::2] = (doc[0::2][: len(doc[1::2])] + 7 * (c + 1)) % (vocab - 2) + 2  # learnable bigrams
             doc[-1] = EOS
             source = int(rng.integers(0, len(SOURCES)))
             writer.add_document(doc, source_id=source)
@@ -48,7 +49,7 @@ def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str 
                                       manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
     write_store_manifest(root, StoreManifest(
         name=name, version=version, dtype="uint16", cells=summaries, sources=SOURCES,
-        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=VOCAB, eos_id=EOS, path=None)))
+        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=vocab, eos_id=EOS, path=None)))
     return root
 
 

@@ -1,0 +1,133 @@
+"""MFU of the trainer on one GPU (prepared for an H200): a ~1B-total MoE in bf16, the real path.
+
+Not part of `make bench` (it needs a CUDA GPU). Run on the GPU machine from the repo root:
+
+    PYTHONUNBUFFERED=1 python bench/gpu_mfu.py --out "$OUT"      # about 3 minutes
+    python bench/gpu_mfu.py --smoke                                # CPU check that the script runs
+
+It writes a small synthetic store (Zipf tokens, documents of 8-96 tokens, the store's
+own ShardWriter), builds a mixture with the mixtures room's `mix new` + `mix build`,
+and trains the SHAPE below with `trainer.train`: the loader feeds the
+GPU, bf16 autocast, grouped expert matmuls, document-masked attention, bias rule,
+metrics. MFU = FLOPs/token x tokens/s / peak, median over the steps after warm-up,
+against both the vendor's dense bf16 peak (H200: 989e12) and a measured 8192^3 bf16
+matmul on the same GPU. Results go to stdout and, with --out, gpu_mfu.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+import tomli_w
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# ~1B total, ~0.25B active: d 1024, 12 layers (1 dense), 64 routed experts top-6 + 2 shared, width 384.
+SHAPE = {
+    "steps": 0,
+    "model": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "n_kv_heads": 4, "vocab_size": 32768,
+              "dense_ffn_dim": 4096, "n_dense_layers": 1},
+    "moe": {"n_routed_experts": 64, "n_shared_experts": 2, "top_k": 6, "expert_ffn_dim": 384,
+            "score_func": "sigmoid", "bias_update_rate": 0.001},
+    "optimizer": {"lr": 3e-4},
+    "schedule": {"kind": "cosine", "warmup_steps": 5},
+    "data": {"micro_batches": 1, "prefetch": 4},
+    "checkpoint": {"every": 0, "at_end": False},
+    "metrics": {"log_every": 1, "tensorboard": False, "peak_flops_per_device": 989e12},
+    "parallel": {"param_dtype": "float32", "bf16_autocast": True},
+}
+
+
+def measured_bf16_peak() -> float:
+    import torch
+
+    from trainer.peak import measure_matmul_flops
+
+    return measure_matmul_flops(torch.device("cuda"), size=8192, repeats=10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--batch", type=int, default=32, help="sequences per step")
+    parser.add_argument("--out", type=Path, default=None, help="directory for gpu_mfu.json")
+    parser.add_argument("--smoke", action="store_true", help="a tiny shape on CPU: checks the script, measures nothing")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+    import torch
+
+    from millrace.home import Home
+    from tests.trainer.stores import build_mixture, make_store
+    from trainer.config import load_train_config
+    from trainer.flops import count_params, flops_per_token
+    from trainer.loop import train
+    from trainer.metrics import read_metrics
+
+    shape = json.loads(json.dumps(SHAPE))
+    if args.smoke:
+        shape["model"].update({"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 512,
+                               "dense_ffn_dim": 128})
+        shape["moe"].update({"n_routed_experts": 8, "top_k": 2, "expert_ffn_dim": 32})
+        args.steps, args.warmup, args.seq_len, args.batch = 6, 2, 64, 4
+    elif not torch.cuda.is_available():
+        print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
+        return 2
+    vocab = shape["model"]["vocab_size"]
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Home.resolve(Path(tmp) / "home")
+        started = time.time()
+        store_tokens = args.seq_len * args.batch * args.steps // 6 + 10 * args.seq_len  # read ~6 epochs (cap is 8)
+        make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, vocab=vocab)
+        build_mixture(home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len,
+                      global_batch=args.batch)
+        logging.info("store and mixture ready in %.1fs", time.time() - started)
+        config_path = Path(tmp) / "gpu_mfu.toml"
+        config_path.write_text(tomli_w.dumps(shape))
+        config = load_train_config(config_path)
+        result = train(config_path, home, steps=args.steps, run="gpu-mfu")
+        records = read_metrics(result.run_dir)[args.warmup:]
+    params = count_params(config)
+    per_token = flops_per_token(config, args.seq_len)
+    tokens_per_second = statistics.median(r["tokens_per_second"] for r in records)
+    report = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (smoke)",
+        "torch": torch.__version__,
+        "total_params": params.total,
+        "active_params": params.active,
+        "seq_len": args.seq_len,
+        "batch": args.batch,
+        "flops_per_token": per_token,
+        "tokens_per_second": tokens_per_second,
+        "mfu_vs_vendor_peak": statistics.median(r["mfu"] for r in records),
+        "vendor_peak_flops": shape["metrics"]["peak_flops_per_device"],
+        "data_wait_fraction": statistics.median(r["data_wait_fraction"] for r in records),
+        "loss_first_last": [result.losses[0], result.losses[-1]],
+        "grouped_mm": hasattr(torch, "_grouped_mm"),
+    }
+    if torch.cuda.is_available() and not args.smoke:
+        peak = measured_bf16_peak()
+        report["measured_bf16_matmul_flops"] = peak
+        report["mfu_vs_measured_matmul"] = per_token * tokens_per_second / peak
+        report["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_mfu.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
