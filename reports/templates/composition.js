@@ -41,7 +41,7 @@ function flagBadge(parent, flag) {
 
 function setUrl() {
   const params = new URLSearchParams(location.search);
-  params.set("revision", state.revision);
+  if (state.revision) params.set("revision", state.revision); else params.delete("revision");
   if (state.compare) params.set("compare", state.compare); else params.delete("compare");
   params.set("metric", state.metric);
   const url = location.pathname + "?" + params.toString() + location.hash;
@@ -293,7 +293,10 @@ function render() {
   const notice = document.getElementById("notice");
   if (!state.revision) {
     notice.textContent = "No mixture revision is built on this store yet (run `millrace mix build`). Only the store's own numbers are shown.";
-    for (const id of ["summary", "weights-section", "diff-section"]) document.getElementById(id).style.display = "none";
+    for (const id of ["summary", "weights-section", "diff-section", "revision-control", "compare-control", "source-share-block"]) {
+      const node = document.getElementById(id);
+      if (node) node.style.display = "none";
+    }
     heatMap(document.getElementById("grid"), gridShape().rows, gridShape().cols, (r, c) => { const i = gridShape().at[r][c]; return i < 0 ? null : CELLS[i].tokens; },
       { sqrt: true, format: fmt.count, tooltip: (r, c) => { const i = gridShape().at[r][c]; return i < 0 ? "" : `${cellLabel(CELLS[i])}\n${fmt.count(CELLS[i].tokens)} tokens`; } });
     return;

@@ -241,3 +241,16 @@ def test_page_script_formats_numbers_like_python(browser, site):
     assert shown == [[human_count(v) for v in values], [human_percent(x) for x in shares],
                      [human_epochs(x) for x in epochs]]
     tab.close()
+
+
+def test_store_without_revisions_shows_its_own_numbers(browser, tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    build_site(home, tmp_path / "site")
+    tab = Tab(browser)
+    tab.open(tmp_path / "site" / factory.STORE / factory.VERSION / "index.html", "?revision=uniform-sampling")
+    assert "No mixture revision is built on this store yet" in tab.page.inner_text("#notice")
+    assert tab.page.locator("#grid g.hm").count() == 6
+    assert not tab.page.is_visible("#weights-section") and not tab.page.is_visible("#revision-control")
+    tab.check_clean()
+    tab.close()
