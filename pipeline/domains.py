@@ -78,6 +78,7 @@ class DomainModel:
     def __init__(self, embedder: TextEmbedder, centroids: np.ndarray, merge_map: np.ndarray, labels: list[str]):
         self.embedder = embedder
         self.centroids = np.asarray(centroids, dtype=np.float32)
+        self._centroids64 = self.centroids.astype(np.float64)
         self.merge_map = np.asarray(merge_map, dtype=np.int64)
         self.labels = labels
 
@@ -87,7 +88,7 @@ class DomainModel:
 
     def fine(self, vectors: np.ndarray) -> np.ndarray:
         """Nearest fine centre by cosine (ties to the lowest index, as `argmax` does)."""
-        return np.argmax(vectors @ self.centroids.T, axis=1) if len(vectors) else np.zeros(0, dtype=np.int64)
+        return np.argmax(vectors @ self._centroids64.T, axis=1) if len(vectors) else np.zeros(0, dtype=np.int64)
 
     def assign(self, texts: Sequence[str]) -> np.ndarray:
         return self.merge_map[self.fine(self.embedder.transform(texts))]

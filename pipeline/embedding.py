@@ -50,13 +50,15 @@ class EmbeddingConfig(StrictModel):
 
 
 class TextEmbedder:
-    """A fitted hashing + TF-IDF + SVD embedding; `transform` gives unit-length float32 rows."""
+    """A fitted hashing + TF-IDF + SVD embedding; `transform` gives unit-length float64 rows."""
 
     def __init__(self, config: EmbeddingConfig, columns: np.ndarray, idf: np.ndarray, svd: np.ndarray):
         self.config = config
         self.columns = np.asarray(columns, dtype=np.int64)
+        # stored as float32; computed in float64 so that no BLAS blocking or thread count can move a result
         self.idf = np.asarray(idf, dtype=np.float32)
         self.svd = np.asarray(svd, dtype=np.float32)
+        self._svd64 = self.svd.astype(np.float64)
         self._position = np.full(config.features, -1, dtype=np.int64)
         self._position[self.columns] = np.arange(len(self.columns))
         self._hasher = HashingVectorizer(
@@ -78,15 +80,14 @@ class TextEmbedder:
         position = self._position[counts.indices]
         kept = position >= 0
         rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))[kept]
-        weights = (1.0 + np.log(counts.data[kept])) * self.idf[position[kept]]  # sublinear tf × idf
+        weights = (1.0 + np.log(counts.data[kept].astype(np.float64))) * self.idf[position[kept]]  # sublinear tf × idf
         weighted = sp.csr_matrix((weights, (rows, position[kept])), shape=(counts.shape[0], len(self.columns)))
         return normalize(weighted, copy=False)
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
-            return np.zeros((0, self.dimensions), dtype=np.float32)
-        vectors = np.asarray(self._weighted(texts) @ self.svd.T, dtype=np.float32)
-        return normalize(vectors, copy=False)
+            return np.zeros((0, self.dimensions))
+        return normalize(np.asarray(self._weighted(texts) @ self._svd64.T), copy=False)
 
     @classmethod
     def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> "TextEmbedder":
