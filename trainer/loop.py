@@ -219,6 +219,8 @@ def train(
         log.info("resumed run %s at step %d from %s", run, start, latest[1])
     elif resume:
         log.info("run %s has no checkpoint yet; starting at step 0", run)
+    if start > stop:
+        raise ConfigError(f"--steps {stop} is before the checkpoint of run {run!r} at step {start}")
 
     params = count_params(config)
     per_token = flops_per_token(config, stream.seq_len)
@@ -249,6 +251,10 @@ def train(
     autocast = runtime.device.type == "cuda" and config.parallel.bf16_autocast
     sources_count = len(stream.source_names)
     losses: list[float] = []
+    log.info("run %s: %s total / %s active parameters, %.3g FLOPs/token, steps %d..%d of %d, world %d, peak %.3g (%s)",
+             run, f"{params.total:,}", f"{params.active:,}", per_token, start, stop, horizon, runtime.world, peak,
+             peak_source)
+    report_every = max(1, (stop - start) // 10)
     began = time.perf_counter()
     bar = _progress(progress and runtime.rank == 0, start, stop, run)
     model.train()
@@ -315,6 +321,8 @@ def train(
                 })
             if bar is not None:
                 bar[0].update(bar[1], advance=1, description=f"{run} loss {loss:.3f}")
+            elif runtime.rank == 0 and (step + 1 - start) % report_every == 0:
+                log.info("step %d/%d loss %.4f lr %.3g grad norm %.3f", step + 1, stop, loss, lr, grad_norm)
             is_last = step + 1 == stop
             if (every and (step + 1) % every == 0) or (is_last and config.checkpoint.at_end):
                 ckpt.save(checkpoints, step + 1, model, optimizer, dict(trainer_state),
