@@ -7,4 +7,4 @@ manifests, run.json and metrics.jsonl, and writes HTML with jinja2.
 from reports.site import build_pages, build_run_page, build_site
 from reports.watch import WatchEvent, WatchResult, watch
 
-__all__ = ["build_site", "build_pages", "build_run_page", "watch", "WatchEvent", "WatchResult"]
+__all__ = ["WatchEvent", "WatchResult", "build_pages", "build_run_page", "build_site", "watch"]

@@ -19,11 +19,11 @@ def _significant(value: float, digits: int = 3) -> str:
     """`value` with `digits` significant digits and no trailing zeros (1.2, 23.1, 845)."""
     if value == 0:
         return "0"
-    decimals = max(0, digits - 1 - int(math.floor(math.log10(abs(value)))))
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
     return _trim(f"{value:.{decimals}f}")
 
 
-def human_count(value: float | int | None) -> str:
+def human_count(value: float | None) -> str:
     """1234 -> 1.23K, 1.24e12 -> 1.24T; below a thousand the integer itself."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—"
@@ -34,7 +34,7 @@ def human_count(value: float | int | None) -> str:
             if abs(float(text)) >= 1000 and suffix != "P":  # 999.96K rounds up to the next suffix
                 continue
             return text + suffix
-    return str(int(round(value))) if float(value).is_integer() or magnitude >= 100 else _significant(value)
+    return str(round(value)) if float(value).is_integer() or magnitude >= 100 else _significant(value)
 
 
 def human_percent(fraction: float | None) -> str:

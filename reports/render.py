@@ -19,7 +19,7 @@ from reports.numbers import FILTERS
 TEMPLATES = resources.files("reports") / "templates"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def static_text(name: str) -> str:
     """A CSS or JS file from templates/, inlined into pages (no request leaves the page)."""
     return (TEMPLATES / name).read_text(encoding="utf-8")
@@ -62,7 +62,7 @@ def render_page(template: str, out: Path, root: str, **context: Any) -> Path:
         charts_js=static_text("charts.js"),
         root=root,
         version=__version__,
-        built_at=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        built_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         **context,
     )
     atomic_write_text(out, html)

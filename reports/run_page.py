@@ -32,8 +32,8 @@ def _facts(run: dict[str, Any]) -> list[tuple[str, str]]:
     if run.get("flops_per_token"):
         facts.append(("FLOPs per token", human_count(run["flops_per_token"])))
     if run.get("peak_flops_per_device"):
-        facts.append(("peak FLOP/s per device", f"{human_count(run['peak_flops_per_device'])}"
-                                                 f" ({run.get('peak_flops_source', 'source not recorded')})"))
+        source = run.get("peak_flops_source", "source not recorded")
+        facts.append(("peak FLOP/s per device", f"{human_count(run['peak_flops_per_device'])} ({source})"))
     if run.get("world_size"):
         facts.append(("ranks", str(run["world_size"])))
     if run.get("total_steps"):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from millrace.errors import ConfigError
 from millrace.home import Home

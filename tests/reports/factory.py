@@ -211,11 +211,11 @@ def make_reference_store(home: Home, revisions: int = 5, seed: int = 3) -> Path:
     root = home.store("reference", "2026.11.30")
     write_stats_only_store(root, "reference", "2026.11.30", tokens)
     specs = {
-        "natural": dict(strategy="natural"),
-        "uniform-sampling": dict(strategy="uniform"),
-        "temperature-2": dict(strategy="temperature", temperature=2.0),
-        "quality-tilt": dict(strategy="quality-tilt", tilt={"q0": 0.3, "q1": 0.6, "q3": 1.6, "q4": 2.5}),
-        "cooldown-q34": dict(strategy="natural", phases=["pretrain:15T", "cooldown:3.75T:natural@c*q3,c*q4"]),
+        "natural": {"strategy": "natural"},
+        "uniform-sampling": {"strategy": "uniform"},
+        "temperature-2": {"strategy": "temperature", "temperature": 2.0},
+        "quality-tilt": {"strategy": "quality-tilt", "tilt": {"q0": 0.3, "q1": 0.6, "q3": 1.6, "q4": 2.5}},
+        "cooldown-q34": {"strategy": "natural", "phases": ["pretrain:15T", "cooldown:3.75T:natural@c*q3,c*q4"]},
     }
     for name in REFERENCE_REVISIONS[:revisions]:
         options = {"phases": ["pretrain:15T", "cooldown:3.75T"], **specs[name]}

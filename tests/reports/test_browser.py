@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import reports
 from millrace.home import Home
 from mixtures.manifest import read_manifest
-import reports
 from reports import build_run_page, build_site
 from reports.numbers import human_count, human_epochs, human_percent
 from tests.reports import factory

@@ -26,7 +26,7 @@ from tests.reports import factory
 
 
 def page_data(page: Path) -> dict:
-    match = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.S)
+    match = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.DOTALL)
     assert match, f"{page} embeds no page data"
     return json.loads(match.group(1))
 
