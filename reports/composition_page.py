@@ -50,7 +50,7 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for stage in funnel:
             row = next((r for r in stage["sources"] if r["source"] == name), None)
             if row is None:
-                entries.append({"text": "—", "title": "not in this stage"})
+                entries.append({"text": "—", "title": "not in this stage", "removed": ""})
                 continue
             kept = row["kept"]
             text = human_count(kept["documents"]) + (f" · {human_count(kept['tokens'])} tok" if kept["tokens"] else "")
@@ -58,7 +58,8 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
             title = (f"received {human_count(row['received']['documents'])} documents"
                      f"{', ' + human_count(row['received']['tokens']) + ' tokens' if row['received']['tokens'] else ''}"
                      f"; removed: {removed or 'nothing'}")
-            entries.append({"text": text, "title": title})
+            gone = sum(c["documents"] for c in row["removed"].values())
+            entries.append({"text": text, "title": title, "removed": human_count(gone) if gone else ""})
         out.append({"name": name, "stages": entries})
     return out
 
