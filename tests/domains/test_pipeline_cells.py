@@ -128,3 +128,36 @@ def test_the_ray_executor_gives_the_same_cells(built):
     finally:
         ray.shutdown()
     assert _cells(other) == _cells(path)
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_fitting_then_rerun_gives_the_identical_store(built):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root, _, _, path = built
+    home = root / "home-killed"
+    work = home / "work" / "local" / "2026.01.03"
+    command = [sys.executable, "-m", "millrace", "pipeline", "run", str(root / "pipeline-2.toml")]
+    env = {**os.environ, "MILLRACE_HOME": str(home)}
+
+    def start():
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+
+    process = start()
+    deadline = time.monotonic() + 120
+    while not (work / "models" / "cell-stats").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    killed = process.poll() is None
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert killed, "the run finished before the kill point"
+    assert (work / "models" / "domains.json").exists()
+    assert start().wait(timeout=300) == 0
+    rerun = home / "stores" / "local" / "2026.01.03"
+    files = lambda p: {f.relative_to(p).as_posix(): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+    assert files(rerun) == files(path)
