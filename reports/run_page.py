@@ -49,8 +49,9 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
         target = site / store["name"] / store["version"] / "index.html"
         if target.exists():
             store_link = f"../../{store['name']}/{store['version']}/index.html?revision={view.run.get('revision', '')}"
+    data = view.page_data()
     last = {"step": None, "phase": None, "tokens": None, "loss": None, "tokens_per_second": None, "mfu": None,
-            "data_wait_fraction": None} | view.page_data()["last"]
+            "data_wait_fraction": None} | data["last"]
     return render_page(
         "run.html.j2",
         out,
@@ -64,6 +65,6 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
         config_rows=_flatten(view.run.get("config") or {}),
-        page_json=embed_json(view.page_data()),
+        page_json=embed_json(data),
         page_js=static_text("run.js"),
     )
