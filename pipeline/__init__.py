@@ -1,1 +1,23 @@
-"""The pipeline room: documents in, a token store out. Imports no other room."""
+"""The pipeline room: documents in, a token store out. Imports no other room.
+
+The Python API (what `millrace demo` and the CLI call):
+
+    from pipeline.corpus import build_local_corpus      # (out_dir, max_bytes=None) -> CorpusSummary
+    from pipeline import init_config                     # (corpus_dir) -> starter config text
+    from pipeline.config import load_pipeline_config     # (path) -> PipelineConfig (ConfigError naming the field)
+    from pipeline.runner import run_pipeline             # (config, home, executor=None, workers=None) -> store dir
+
+`import pipeline` stays light (no datatrove): `pipeline.store` is read by later rooms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name == "init_config":
+        from pipeline.starter import init_config
+
+        return init_config
+    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
