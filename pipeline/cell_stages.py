@@ -112,7 +112,6 @@ k = {d.k}                              # domains (the reference run: 40)
 fine_centroids = {d.fine_centroids}               # spherical k-means centres merged into k (reference: 5,000)
 docs_per_fine_centroid = {d.docs_per_fine_centroid}         # caps fine_centroids on a small sample
 min_share = {d.min_share}                   # every domain holds at least this share of documents
-merge = "{d.merge}"                   # ward | weighted-kmeans
 label_terms = {d.label_terms}                  # distinctive terms in each domain's label
 kmeans_iterations = {d.kmeans_iterations}
 sample_size = {d.sample_size}

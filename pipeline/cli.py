@@ -28,11 +28,11 @@ def pipeline() -> None:
 def run(config_path: Path, executor: str | None, workers: int | None, home, as_json: bool) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
     from pipeline.config import load_pipeline_config
-    from pipeline.runner import iter_stage_labels, run_pipeline
+    from pipeline.runner import STAGE_LABELS, run_pipeline
     from pipeline.store_cli import store_summary, print_summary
 
     config = load_pipeline_config(config_path)
-    labels = list(iter_stage_labels())
+    labels = list(STAGE_LABELS)
     with Progress(SpinnerColumn(), TextColumn("pipeline: {task.description}"), BarColumn(), TimeElapsedColumn(),
                   disable=as_json) as progress:
         task = progress.add_task("starting", total=len(labels))

@@ -4,9 +4,8 @@ Fitting (once per store, on a sample; see `fit_domains`):
 1. embed the sample (`pipeline.embedding`: hashed TF-IDF + SVD, unit vectors);
 2. scikit-learn `KMeans` on the unit vectors with `fine_centroids` centres (spherical:
    the centres are re-normalised and documents go to the centre of largest cosine);
-3. Ward agglomeration of the fine centres into `k` domains, then a repair pass so that each
-   domain holds at least `min_share` of the sample (a too-small domain is dissolved into its
-   nearest neighbours and the largest domain is split in two);
+3. Ward agglomeration of the fine centres, its dendrogram cut into `k` domains that each hold
+   at least `min_share` of the sample (a split that would leave a smaller side is not made);
 4. domains numbered by size (c00 the largest), each labelled by its most distinctive terms
    (class-based TF-IDF over the domain's documents).
 
@@ -19,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 import pydantic
@@ -57,9 +56,6 @@ class DomainsConfig(StrictModel):
         16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
     )
     min_share: float = pydantic.Field(0.01, ge=0.0, lt=1.0, description="smallest share of documents per domain")
-    merge: Literal["ward", "weighted-kmeans"] = pydantic.Field(
-        "ward", description="how fine centres merge into domains: Ward agglomeration, or k-means weighted by documents"
-    )
     label_terms: int = pydantic.Field(3, ge=1, le=10, description="distinctive terms in a domain's label")
     kmeans_iterations: int = pydantic.Field(100, ge=1)
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -110,37 +106,45 @@ def domain_key(domain: int) -> str:
     return f"c{domain:02d}"
 
 
-def _merge(centroids: np.ndarray, weights: np.ndarray, k: int, min_docs: float, method: str, seed: int) -> np.ndarray:
-    """Fine centre → domain: agglomerate, then dissolve-and-split until every domain is big enough."""
+def _merge(centroids: np.ndarray, weights: np.ndarray, k: int, min_docs: float) -> np.ndarray:
+    """Fine centre → domain: cut Ward's dendrogram of the fine centres into k clusters of enough documents.
+
+    Going down from the root, the merge that joined two clusters at the greatest Ward distance
+    is undone first (which, without the size condition, is exactly scikit-learn's cut into k);
+    a merge is only undone when both sides hold at least `min_docs` sample documents, so a
+    small outlying group stays with its nearest neighbours instead of becoming a domain.
+    """
     n = len(centroids)
-    if n <= k:
-        return np.arange(n)
-    if method == "ward":
-        merge = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(centroids).labels_.astype(np.int64)
-    else:
-        kmeans = KMeans(k, n_init=4, random_state=seed).fit(centroids, sample_weight=np.maximum(weights, 1e-6))
-        merge = kmeans.labels_.astype(np.int64)
-    similarity = centroids @ centroids.T
-    for _ in range(4 * k):
-        sizes = np.bincount(merge, weights=weights, minlength=k)
-        small = int(np.argmin(sizes))
-        if sizes[small] >= min_docs:
+    if n <= 1 or k <= 1:
+        return np.zeros(n, dtype=np.int64)
+    tree = AgglomerativeClustering(n_clusters=1, linkage="ward", compute_full_tree=True,
+                                   compute_distances=True).fit(centroids)
+    children, heights = tree.children_, tree.distances_
+    size = np.r_[weights, np.zeros(n - 1)]
+    for merge_index, (left, right) in enumerate(children):
+        size[n + merge_index] = size[left] + size[right]
+
+    def splittable(node: int) -> bool:
+        return node >= n and min(size[children[node - n][0]], size[children[node - n][1]]) >= min_docs
+
+    clusters = [2 * n - 2]  # the root
+    while len(clusters) < k:
+        candidates = [node for node in clusters if splittable(node)]
+        if not candidates:
+            log.warning("domains: only %d domains of at least %.0f sample documents (k=%d)", len(clusters), min_docs, k)
             break
-        # Dissolve the smallest domain: each of its centres joins the domain of its most similar outside centre.
-        members = np.flatnonzero(merge == small)
-        outside = np.flatnonzero(merge != small)
-        for member in members:
-            merge[member] = merge[outside[np.argmax(similarity[member, outside])]]
-        # Split the largest domain (by documents) in two to keep k domains.
-        sizes = np.bincount(merge, weights=weights, minlength=k)
-        sizes[small] = -1
-        largest = int(np.argmax(sizes))
-        members = np.flatnonzero(merge == largest)
-        if len(members) < 2:
-            log.warning("domains: cannot split further; fewer than k=%d domains hold %.0f documents", k, min_docs)
-            break
-        halves = AgglomerativeClustering(n_clusters=2, linkage="ward").fit(centroids[members]).labels_
-        merge[members[halves == 1]] = small
+        node = max(candidates, key=lambda c: (heights[c - n], -c))
+        clusters.remove(node)
+        clusters += [int(child) for child in children[node - n]]
+    merge = np.empty(n, dtype=np.int64)
+    for domain, root in enumerate(clusters):
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node < n:
+                merge[node] = domain
+            else:
+                stack += [int(child) for child in children[node - n]]
     return merge
 
 
@@ -201,7 +205,7 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     model = DomainModel(embedder, centroids, np.zeros(fine_count, dtype=np.int64), [])
     fine = model.fine(vectors)
     weights = np.bincount(fine, minlength=fine_count).astype(np.float64)
-    merge = _merge(centroids, weights, config.k, config.min_share * len(sample), config.merge, config.seed)
+    merge = _merge(centroids, weights, config.k, config.min_share * len(sample))
     merge = _renumber_by_size(merge, weights)
     k = int(merge.max()) + 1
     domains = merge[fine]

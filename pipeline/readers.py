@@ -107,7 +107,7 @@ def build_reader(source: SourceConfig, path: str):
     """The datatrove reader for one configured path of a source."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
-    common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True, add_file_path=False)
+    common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True)
     folder, glob = (str(Path(path).parent), Path(path).name) if Path(path).is_file() else (path, source.file_glob)
     if source.format in ("jsonl", "jsonl.zst"):
         compression = "zstd" if source.format == "jsonl.zst" else "infer"

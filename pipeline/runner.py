@@ -19,8 +19,8 @@ finished tasks, redoes the unfinished ones (every task output is written atomica
 overwritten whole) and yields the same store, byte for byte. A changed config (any field
 but `executor`) starts the work directory afresh. Executors are datatrove's own:
 `LocalPipelineExecutor` (forkserver processes) or `RayPipelineExecutor` (set RAY_ADDRESS to
-use a running cluster, otherwise a local Ray runtime starts); Slurm is
-`datatrove.executor.SlurmPipelineExecutor` with the same step lists from `stage_pipelines()`.
+use a running cluster, e.g. one started inside a Slurm allocation, otherwise a local Ray
+runtime starts); the driver runs the stages in order, only the tasks go to the workers.
 
 THE POST-DEDUP SEAM (quality scoring, domain clustering): `post_dedup_stages()` is the one
 place where, after dedup, a deterministic sample of the deduplicated documents is drawn
@@ -38,7 +38,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import xxhash
 from datatrove.data import Document
@@ -51,6 +51,7 @@ from pipeline.config import FILTER_NAMES, PipelineConfig
 from pipeline.funnel import build_funnel, merge_stage, removed_tokens_from, stage_dir
 
 log = logging.getLogger(__name__)
+STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "assemble")  # what `on_stage` is called with
 
 
 class PipelineError(MillraceError):
@@ -378,5 +379,3 @@ def run_pipeline(
     )
 
 
-def iter_stage_labels() -> Iterator[str]:
-    yield from ("filter", "dedup", "tokenizer", "tokenize", "assemble")

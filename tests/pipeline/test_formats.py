@@ -1,0 +1,42 @@
+"""Every input format the config accepts reaches the store: parquet, jsonl, a datasets directory."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from millrace.home import Home
+from pipeline.config import load_pipeline_config
+from pipeline.runner import run_pipeline
+from pipeline.store import Store
+from tests.pipeline.corpus_fixture import prose
+
+
+def test_parquet_jsonl_and_datasets_sources(tmp_path):
+    import random
+
+    import datasets
+
+    rng = random.Random(3)
+    rows = [{"id": f"p{i}", "text": prose(rng)} for i in range(6)]
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "pq" / "part.parquet")
+    (tmp_path / "js").mkdir()
+    lines = [json.dumps({"id": f"j{i}", "text": prose(rng)}) for i in range(5)] + ["not json", json.dumps(["a list"])]
+    (tmp_path / "js" / "a.jsonl").write_text("\n".join(lines) + "\n")
+    datasets.Dataset.from_list([{"id": f"h{i}", "text": prose(rng)} for i in range(4)]).save_to_disk(tmp_path / "hf")
+    (tmp_path / "p.toml").write_text(
+        '[[sources]]\nname = "pq"\npaths = ["pq"]\nformat = "parquet"\n'
+        '[[sources]]\nname = "js"\npaths = ["js/a.jsonl"]\nformat = "jsonl"\n'
+        '[[sources]]\nname = "hf"\npaths = ["hf"]\nformat = "hf-datasets"\n'
+        '[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.02.03"\n[executor]\ntasks = 2\nworkers = 1\n'
+    )
+    path = run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
+    store = Store(path)
+    assert {c: m.documents for c, m in store.manifest.cells.items()} == {"pq": 6, "js": 5, "hf": 4}
+    read = store.manifest.funnel["stages"][0]["sources"]["js"]
+    assert read["removed"]["malformed"]["documents"] == 2
+    from pipeline.runner import WorkLayout, malformed_report
+
+    report = malformed_report(WorkLayout(Home.resolve(tmp_path / "home").work("local", "2026.02.03")))
+    assert sorted(r["line"] for r in report) == [6, 7] and all(r["file"].endswith("js/a.jsonl") for r in report)
