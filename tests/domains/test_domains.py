@@ -94,3 +94,23 @@ def test_bad_settings_are_config_errors(corpus, tmp_path):
         validate(DomainsConfig, {"centroids": 3}, "domains")
     with pytest.raises(ConfigError, match="domains.k"):
         fit_domains(corpus[:3], DomainsConfig(k=8), tmp_path)
+
+
+def test_no_domain_falls_below_the_minimum_share():
+    from pipeline.domains import _merge
+
+    rng = np.random.default_rng(0)
+    # three tight groups of fine centres, plus one far-off centre holding a single document
+    groups = [rng.normal(loc, 0.01, size=(6, 3)) for loc in ([1, 0, 0], [0, 1, 0], [0, 0, 1])]
+    centroids = np.vstack(groups + [np.array([[-1.0, -1.0, -1.0]])])
+    weights = np.r_[np.full(18, 100.0), 1.0]
+    merge = _merge(centroids, weights, k=4, min_docs=0.01 * weights.sum())
+    sizes = np.bincount(merge, weights=weights, minlength=4)
+    assert len(np.unique(merge)) == 4
+    assert sizes.min() >= 0.01 * weights.sum()
+    # no domain mixes two groups (one group is split to make the fourth); the far-off centre joins one
+    group = np.repeat([0, 1, 2], 6)
+    assert all(len(set(group[merge[:18] == domain])) == 1 for domain in np.unique(merge))
+    # without the size condition it is the plain Ward cut: the far-off centre alone
+    plain = _merge(centroids, weights, k=4, min_docs=0.0)
+    assert len(set(plain[:18])) == 3 and plain[18] not in set(plain[:18])
