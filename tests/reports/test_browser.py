@@ -147,6 +147,8 @@ def test_composition_page_follows_the_revision_in_the_url(browser, site, small_h
     assert tab.page.evaluate("() => window.__pwned") is None
     tab.page.click("#cell-c00q0 summary")
     assert "<script>window.__pwned" in tab.page.inner_text("#cell-c00q0 pre.sample >> nth=0")
+    tab.page.locator("#grid g.hm").last.click()  # a grid square opens its cell's details
+    assert tab.page.evaluate("() => document.getElementById('cell-c02q1').open")
     tab.shot("composition-natural-vs-uniform")
     tab.check_clean()
     tab.close()
