@@ -87,5 +87,5 @@ def watch(home: Home, run: str, out: Path | None, interval: float, until_finishe
                     "stopped": result.reason})
     else:
         why = {"finished": f"the run is over, status {result.status!r}", "timeout": "--timeout reached",
-               "interrupted": "interrupted"}[result.reason]
+               "interrupted": "interrupted", "stopped": "stopped"}[result.reason]
         click.echo(f"done watching ({why}) after {result.rebuilds} rebuilds: {result.page}")

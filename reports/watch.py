@@ -9,6 +9,7 @@ longer reloads itself).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,15 @@ class WatchResult:
     page: Path
     rebuilds: int
     status: str
-    reason: str  # "finished", "timeout" or "interrupted"
+    reason: str  # "finished", "timeout", "stopped" (the `stop` event) or "interrupted"
+
+
+def _pause(seconds: float, stop: threading.Event | None) -> bool:
+    """Sleep; True when `stop` was set meanwhile (a caller running watch in a thread ends it so)."""
+    if stop is None:
+        time.sleep(seconds)
+        return False
+    return stop.wait(seconds)
 
 
 def _page_path(home: Home, run: str, out: Path | str | None) -> Path:
@@ -68,6 +77,7 @@ def watch(
     timeout: float | None = None,
     refresh_seconds: int = REFRESH_SECONDS,
     wait: bool = False,
+    stop: threading.Event | None = None,
     on_build: Callable[[WatchEvent], None] | None = None,
 ) -> WatchResult:
     """Rebuild `SITE/runs/<run>/index.html` as the run's stream grows; returns why it stopped."""
@@ -85,7 +95,9 @@ def watch(
                 if deadline is not None and time.monotonic() >= deadline:
                     return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
                                        reason="timeout")
-                time.sleep(interval)
+                if _pause(interval, stop):
+                    return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
+                                       reason="stopped")
         except KeyboardInterrupt:
             return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
                                reason="interrupted")
@@ -115,7 +127,9 @@ def watch(
             if deadline is not None and time.monotonic() >= deadline:
                 reason = "timeout"
                 break
-            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+            if _pause(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())), stop):
+                reason = "stopped"
+                break
     except KeyboardInterrupt:
         reason = "interrupted"
     return WatchResult(page=page, rebuilds=rebuilds, status=status, reason=reason)

@@ -71,3 +71,17 @@ def test_watch_waits_for_a_run_to_start_only_when_asked(small_home, tmp_path):
     result = watch(home, "later", tmp_path / "site", interval=0.05, timeout=20, wait=True)
     starter.join()
     assert result.reason == "finished" and result.rebuilds == 1
+
+
+def test_watch_in_a_thread_ends_when_its_stop_event_is_set(small_home, tmp_path):
+    home, _ = factory.copy_as_live(small_home, tmp_path / "home", lines=3)
+    stop = threading.Event()
+    results = []
+    follower = threading.Thread(target=lambda: results.append(
+        watch(home, "live", tmp_path / "site", interval=0.05, stop=stop)))
+    follower.start()
+    time.sleep(0.5)
+    assert follower.is_alive()  # the run is live: it keeps watching
+    stop.set()
+    follower.join(timeout=10)
+    assert not follower.is_alive() and results[0].reason == "stopped" and results[0].rebuilds == 1
