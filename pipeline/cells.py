@@ -46,6 +46,10 @@ def trim(text: str, chars: int = SAMPLE_CHARS) -> str:
     return (cut[:space] if space > chars * 3 // 4 else cut).rstrip() + "…"
 
 
+def _sample_order(pair: tuple[int, dict]) -> tuple[int, str]:
+    return pair[0], pair[1]["id"]
+
+
 @dataclass
 class CellStats:
     """Mergeable per-cell statistics: domain, bucket, observed score range, lowest-hash sample."""
@@ -73,7 +77,7 @@ class CellStats:
             return
         if len(self.samples) < self.keep or rank < self.samples[-1][0]:
             sample = {"id": doc.id, "source": source or meta.get("source", ""), "text": trim(doc.text)}
-            self.samples = sorted(self.samples + [(rank, sample)], key=lambda pair: (pair[0], pair[1]["id"]))[: self.keep]
+            self.samples = sorted(self.samples + [(rank, sample)], key=_sample_order)[: self.keep]
 
     def merge(self, other: "CellStats") -> "CellStats":
         merged = CellStats(
@@ -84,7 +88,7 @@ class CellStats:
             keep=self.keep,
         )
         unique = {sample["id"]: (rank, sample) for rank, sample in self.samples + other.samples}
-        merged.samples = sorted(unique.values(), key=lambda pair: (pair[0], pair[1]["id"]))[: self.keep]
+        merged.samples = sorted(unique.values(), key=_sample_order)[: self.keep]
         return merged
 
     def to_json(self, labels: dict[str, str] | None = None) -> dict:
@@ -111,7 +115,7 @@ class CellStats:
             bucket=stats.get("bucket"),
             score_min=score_range[0],
             score_max=score_range[1],
-            samples=sorted(samples, key=lambda pair: (pair[0], pair[1]["id"])),
+            samples=sorted(samples, key=_sample_order),
         )
 
 

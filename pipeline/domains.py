@@ -195,7 +195,7 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
         keep = np.sort(np.random.default_rng(config.seed).choice(len(sample), config.sample_size, replace=False))
         sample = [sample[i] for i in keep]
     if len(sample) < config.k:
-        raise ConfigError(f"domains.k: {config.k} domains need at least as many documents; the sample has {len(sample)}")
+        raise ConfigError(f"domains.k: {config.k} domains need as many documents; the sample has {len(sample)}")
     texts = [doc.text for doc in sample]
     embedder = TextEmbedder.fit(texts, config.embedding, config.seed)
     vectors = embedder.transform(texts)

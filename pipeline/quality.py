@@ -238,7 +238,8 @@ def backend_class(name: str) -> type:
     try:
         return getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError, ValueError):
-        raise ConfigError(f"quality.scorer: unknown scorer {name!r} (known: {sorted(SCORERS)} or 'module:Class')") from None
+        known = f"{sorted(SCORERS)} or 'module:Class'"
+        raise ConfigError(f"quality.scorer: unknown scorer {name!r} (known: {known})") from None
 
 
 def _reference_texts(files: Sequence[Path]) -> list[str]:

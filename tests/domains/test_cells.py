@@ -33,8 +33,9 @@ def test_cell_stats_are_the_same_however_tasks_split_the_documents(tmp_path):
     split = tmp_path / "split"
     for rank in range(3):
         list(CellStatsWriter(split).run(iter(docs[rank::3][::-1]), rank=rank, world_size=3))
-    assert read_cell_stats(whole, {"c00": "zero", "c01": "one"}) == read_cell_stats(split, {"c00": "zero", "c01": "one"})
-    stats = read_cell_stats(whole, {"c00": "zero", "c01": "one"})
+    labels = {"c00": "zero", "c01": "one"}
+    assert read_cell_stats(whole, labels) == read_cell_stats(split, labels)
+    stats = read_cell_stats(whole, labels)
     assert set(stats) == {f"c0{d}q{b}" for d in range(2) for b in range(3)}
     cell = stats["c01q2"]
     assert cell["domain"] == 1 and cell["bucket"] == 2 and cell["label"] == "one"

@@ -1,5 +1,6 @@
 """Quality buckets: quantile thresholds stored with the model, so the fitted corpus splits into fifths."""
 
+import json
 import numpy as np
 import pytest
 
@@ -50,7 +51,7 @@ def test_reference_files_and_missing_reference(corpus, tmp_path):
     with pytest.raises(ConfigError, match="quality.reference_sources"):
         fit_quality(corpus[::5], QualityConfig(reference_sources=["no-such-source"]), tmp_path / "a")
     reference = tmp_path / "good.jsonl"
-    reference.write_text("".join('{"text": "%s"}\n' % d.text[:300].replace('"', "'").replace("\\", "/").replace("\n", " ")
+    reference.write_text("".join(json.dumps({"text": d.text[:300]}) + "\n"
                                  for d in corpus if d.metadata["source"] == "prose"))
     fit_quality(corpus[::5], QualityConfig(reference_sources=[], reference_files=[reference]), tmp_path / "b")
     assert quality_stats(tmp_path / "b")["buckets"] == 5
