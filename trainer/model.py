@@ -59,7 +59,11 @@ class Attention(nn.Module):
         k = self.wk(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != self.n_kv_heads)
+        if self.n_heads != self.n_kv_heads and q.is_cuda:
+            # CUDA's memory-efficient kernel takes a mask but not enable_gqa: share the KV heads by hand.
+            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+            v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(b, length, -1))
 
 

@@ -188,16 +188,13 @@ class MoE(nn.Module):
         received = all_to_all_single(
             routed.new_empty(sum(recv_splits), routed.shape[1]), routed.contiguous(), recv_splits, send_splits, ep.group
         )
-        # Received rows are grouped (source rank, local expert); the experts want (local expert, source rank).
-        chunk_starts = torch.cumsum(recv_counts.reshape(-1), 0) - recv_counts.reshape(-1)
-        regroup = torch.cat(
-            [
-                torch.arange(int(chunk_starts[s * local + e]), int(chunk_starts[s * local + e] + recv_counts[s, e]))
-                for e in range(local)
-                for s in range(ep.world)
-            ]
-            or [torch.zeros(0, dtype=torch.long)]
-        ).to(routed.device)
+        # Received rows are grouped (source rank, local expert); the experts want (local expert, source rank):
+        # a stable sort on the key e * world + s regroups them and keeps each chunk's order.
+        device = routed.device
+        source = torch.arange(ep.world, device=device).repeat_interleave(local)
+        expert = torch.arange(local, device=device).repeat(ep.world)
+        keys = (expert * ep.world + source).repeat_interleave(recv_counts.reshape(-1).to(device))
+        regroup = torch.argsort(keys, stable=True)
         computed = self.experts(received[regroup], recv_counts.sum(0))
         restored = torch.empty_like(computed).index_copy(0, regroup, computed)
         return all_to_all_single(
