@@ -20,8 +20,8 @@ from millrace.artifacts import content_hash
 from pipeline.store import (
     CellManifest,
     CellSummary,
-    SourceCounts,
     ShardWriter,
+    SourceCounts,
     StoreManifest,
     TokenizerInfo,
     dtype_for_vocab,

@@ -66,7 +66,7 @@ class SourceConfig(StrictModel):
     id_key: str = "id"
 
     @pydantic.model_validator(mode="after")
-    def _code_skips_prose_filters(self) -> "SourceConfig":
+    def _code_skips_prose_filters(self) -> SourceConfig:
         if self.kind == "code":
             prose = [f for f in self.filters if f in PROSE_FILTERS]
             if prose:
@@ -169,7 +169,7 @@ class PipelineConfig(StrictModel):
         return _section("pipeline.domains", "DomainsConfig", value)
 
     @pydantic.model_validator(mode="after")
-    def _unique_sources(self) -> "PipelineConfig":
+    def _unique_sources(self) -> PipelineConfig:
         names = [s.name for s in self.sources]
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:

@@ -28,10 +28,10 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import orjson
 import xxhash
@@ -141,9 +141,9 @@ def _python_docs(path: Path) -> list[Record]:
     if doc := ast.get_docstring(tree):
         parts.append(f"{module}\n\n{doc}")
     for node in ast.walk(tree):
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
-            if doc := ast.get_docstring(node):
-                parts.append(f"{module}.{node.name}\n\n{doc}")
+        public = isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name[0] != "_"
+        if public and (doc := ast.get_docstring(node)):
+            parts.append(f"{module}.{node.name}\n\n{doc}")
     if not parts:
         return []
     return [Record(f"python-docs/{rel}", "\n\n".join(parts), str(path), "en")]
@@ -204,6 +204,7 @@ def _render_man(path: Path) -> str | None:
             [groff, "-k", "-man", "-Tutf8", "-P-cbou", "-rLL=78n", "-rcR=1"],
             input=raw.encode(),
             capture_output=True,
+            check=False,  # a page groff complains about still renders; an empty one is skipped
             timeout=30,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
         )

@@ -11,8 +11,8 @@ import contextlib
 import io
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import orjson
 import zstandard
@@ -52,7 +52,7 @@ class AtomicJsonlZstWriter:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._tmp)
 
-    def __enter__(self) -> "AtomicJsonlZstWriter":
+    def __enter__(self) -> AtomicJsonlZstWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

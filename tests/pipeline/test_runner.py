@@ -6,8 +6,8 @@ import sys
 import time
 
 import numpy as np
-import zstandard
 import pytest
+import zstandard
 
 from millrace.home import Home
 from pipeline.config import load_pipeline_config

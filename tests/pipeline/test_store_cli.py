@@ -34,7 +34,7 @@ def test_verify_names_the_damaged_shard(store_path, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(store_path, copy)
     assert main(["store", "verify", str(copy)]) == 0
-    shard = sorted((copy / "cells" / "notes").glob("*.bin"))[0]
+    shard = min((copy / "cells" / "notes").glob("*.bin"))
     data = bytearray(shard.read_bytes())
     data[0] ^= 1
     shard.write_bytes(bytes(data))
