@@ -207,6 +207,14 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
         path = (base / Path(tokenizer.path).expanduser()).resolve()
         if not path.is_file():
             raise ConfigError(f"{origin}: field 'tokenizer.path': file not found: {path}")
+        from tokenizers import Tokenizer
+
+        try:
+            given = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the Rust side raises plain Exceptions for unreadable files
+            raise ConfigError(f"{origin}: field 'tokenizer.path': not a tokenizer.json ({exc})") from None
+        if given.token_to_id(tokenizer.eos) is None:
+            raise ConfigError(f"{origin}: field 'tokenizer.eos': {tokenizer.eos!r} is not a token of {path}")
         tokenizer = tokenizer.model_copy(update={"path": str(path)})
     return config.model_copy(update={"sources": sources, "tokenizer": tokenizer})
 

@@ -279,18 +279,12 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     """The configured tokenizer.json, copied; or a byte-level BPE trained on the deduplicated sample."""
-    from pipeline.tokenization import eos_id, load_tokenizer, train_byte_level_bpe
+    from pipeline.tokenization import train_byte_level_bpe
 
     if layout.tokenizer.exists():
         return layout.tokenizer
-    if config.tokenizer.path:
-        text = Path(config.tokenizer.path).read_text()
-        atomic_write_text(layout.tokenizer, text)
-        try:
-            eos_id(load_tokenizer(layout.tokenizer), config.tokenizer.eos)
-        except ValueError as exc:
-            layout.tokenizer.unlink()
-            raise ConfigError(f"field 'tokenizer.eos': {exc} in {config.tokenizer.path}") from None
+    if config.tokenizer.path:  # checked at load time: readable, and it has the EOS token
+        atomic_write_text(layout.tokenizer, Path(config.tokenizer.path).read_text())
         return layout.tokenizer
     sample = DeduplicatedSample(layout).documents(config.tokenizer.sample_bytes)
     log.info("training a byte-level BPE (vocab %d) on %d sampled documents", config.tokenizer.vocab_size, len(sample))

@@ -40,3 +40,27 @@ def test_parquet_jsonl_and_datasets_sources(tmp_path):
 
     report = malformed_report(WorkLayout(Home.resolve(tmp_path / "home").work("local", "2026.02.03")))
     assert sorted(r["line"] for r in report) == [6, 7] and all(r["file"].endswith("js/a.jsonl") for r in report)
+
+
+def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
+    import random
+
+    import pytest
+
+    from millrace.errors import ConfigError
+    from pipeline.tokenization import tokenizer_fingerprint, train_byte_level_bpe
+
+    rng = random.Random(5)
+    texts = [prose(rng) for _ in range(8)]
+    train_byte_level_bpe(texts, 320, "</s>", tmp_path / "tok.json")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts)))
+    base = '[[sources]]\nname = "d"\npaths = ["d"]\nformat = "jsonl"\n[output]\nversion = "2026.02.04"\n'
+    (tmp_path / "p.toml").write_text(base + '[tokenizer]\npath = "tok.json"\neos = "</s>"\n')
+    path = run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
+    store = Store(path)
+    assert store.manifest.tokenizer.fingerprint == tokenizer_fingerprint(tmp_path / "tok.json")
+    assert store.manifest.tokenizer.vocab_size == 320
+    (tmp_path / "q.toml").write_text(base.replace("2026.02.04", "2026.02.05") + '[tokenizer]\npath = "tok.json"\n')
+    with pytest.raises(ConfigError, match="q.toml: field 'tokenizer.eos'"):
+        load_pipeline_config(tmp_path / "q.toml")
