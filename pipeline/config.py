@@ -116,7 +116,7 @@ class TokenizerConfig(StrictModel):
 
     path: str | None = None
     vocab_size: int = pydantic.Field(8192, ge=260, le=1 << 20)
-    sample_bytes: int = pydantic.Field(8_000_000, ge=1)
+    sample_bytes: int = pydantic.Field(4_000_000, ge=1)
     eos: str = "<|endoftext|>"
     batch_size: int = pydantic.Field(256, ge=1)
 
