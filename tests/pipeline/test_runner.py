@@ -145,3 +145,11 @@ def test_rerun_of_a_finished_store_changes_nothing(built):
     before = store_files(path)
     assert run_pipeline(load_pipeline_config(config_path), Home.resolve(root / "home")) == path
     assert store_files(path) == before
+
+
+def test_the_store_does_not_depend_on_the_task_count(built, tmp_path):
+    root, corpus, _, reference = built
+    config_path = tmp_path / "three-tasks.toml"
+    config_path.write_text(config_text(corpus, tasks=3))
+    path = run_pipeline(load_pipeline_config(config_path), Home.resolve(tmp_path / "home"))
+    assert store_files(path) == store_files(reference)
