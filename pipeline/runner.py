@@ -196,9 +196,21 @@ def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: 
                      include_dashboard=False, log_to_driver=False)
         return RayPipelineExecutor(pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir),
                                    cpus_per_task=1, mem_per_cpu_gb=1)
+    return _local_executor(pipeline, tasks, min(workers, tasks), logging_dir)
+
+
+def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path):
+    """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
     from datatrove.executor import LocalPipelineExecutor
 
-    return LocalPipelineExecutor(pipeline, tasks=tasks, workers=min(workers, tasks), logging_dir=str(logging_dir))
+    class TaskFileLoggingExecutor(LocalPipelineExecutor):
+        def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
+            # datatrove sends a task's INFO lines to the console only for local_rank 0
+            return super()._run_for_rank(rank, local_rank + 1, node_rank)
+
+    verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+    cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
+    return cls(pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
 
 
 def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path) -> None:
