@@ -13,8 +13,10 @@ shards, so the store does not depend on the task count or the executor.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -142,18 +144,30 @@ class TokenizeCells(PipelineStep):
         runs: dict[str, _CellRun] = defaultdict(_CellRun)
         counts = StageCounts()
         eos_array = np.asarray([eos], dtype=np.int64)
-        for batch in _batches(data or (), self.batch_size):
-            with self.track_time("batch"):
-                encoded = tokenizer.encode_batch_fast([doc.text for doc in batch], add_special_tokens=False)
-            for doc, encoding in zip(batch, encoded):
-                tokens = np.concatenate([np.asarray(encoding.ids, dtype=np.int64), eos_array])
-                source = doc.metadata["source"]
-                nbytes = len(doc.text.encode("utf-8", errors="surrogatepass"))
-                runs[cell_of(doc)].add(doc, tokens, self.sources[source], nbytes)
-                counts.received(source, nbytes)
-                counts.kept(source, nbytes, tokens=int(tokens.size))
-                self.stat_update("tokens", value=int(tokens.size))
-                yield doc
+
+        def encode(batch: list[Document]) -> list:
+            return tokenizer.encode_batch_fast([doc.text for doc in batch], add_special_tokens=False)
+
+        # The Rust encoder releases the GIL: batch i+1 encodes in the background while batch i is
+        # stored here and the steps upstream produce the next documents. Order is unchanged.
+        with ThreadPoolExecutor(max_workers=1) as encoder:
+            pending: tuple[list[Document], Future] | None = None
+            for batch in itertools.chain(_batches(data or (), self.batch_size), [None]):
+                submitted = (batch, encoder.submit(encode, batch)) if batch is not None else None
+                if pending is not None:
+                    done, future = pending
+                    with self.track_time("batch"):
+                        encoded = future.result()
+                    for doc, encoding in zip(done, encoded):
+                        tokens = np.concatenate([np.asarray(encoding.ids, dtype=np.int64), eos_array])
+                        source = doc.metadata["source"]
+                        nbytes = len(doc.text.encode("utf-8", errors="surrogatepass"))
+                        runs[cell_of(doc)].add(doc, tokens, self.sources[source], nbytes)
+                        counts.received(source, nbytes)
+                        counts.kept(source, nbytes, tokens=int(tokens.size))
+                        self.stat_update("tokens", value=int(tokens.size))
+                        yield doc
+                pending = submitted
         rank_dir = self.runs_dir / f"{rank:05d}"
         rank_dir.mkdir(parents=True, exist_ok=True)
         for stale in rank_dir.glob("*.npz"):
