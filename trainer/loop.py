@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,20 @@ class RunResult:
     end_step: int
     losses: list[float]  # one per step run in this invocation
     seconds: float
+
+
+def check_fits(config: TrainConfig, runtime: Runtime, config_path: Path) -> None:
+    """Every rank builds the whole model before sharding it: refuse a model that cannot fit (535B on a laptop)."""
+    needed = count_params(config).total * 4
+    if runtime.device.type == "cuda":
+        available = torch.cuda.mem_get_info(runtime.device)[0]
+    else:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // max(runtime.world, 1)
+    if needed > available // 2:
+        raise ConfigError(
+            f"{config_path}: the model needs {needed / 2**30:,.1f} GiB of fp32 weights per rank before sharding, "
+            f"{available / 2**30:,.1f} GiB is free here; size it on paper with `millrace train plan {config_path}`"
+        )
 
 
 def build_model(config: TrainConfig, runtime: Runtime) -> Transformer:
@@ -196,6 +211,7 @@ def train(
     if latest and not resume:
         raise ConfigError(f"run {run!r} already has checkpoints in {checkpoints}; pass --resume or choose another --run")
 
+    check_fits(config, runtime, config_path)
     model = build_model(config, runtime)
     optimizer = build_optimizer(model, config)
     cell_names = stream.cell_names

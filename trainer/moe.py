@@ -66,8 +66,8 @@ class RoutedExperts(nn.Module):
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """`x` [T, d] sorted by (local) expert; `counts` [n_local] tokens per expert."""
         w1, w3, w2 = (local_tensor(w) for w in (self.w1, self.w3, self.w2))
-        if x.is_cuda and torch.is_autocast_enabled("cuda"):
-            dtype = torch.get_autocast_dtype("cuda")
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = (t.to(dtype) for t in (x, w1, w3, w2))
         if self.grouped and grouped_mm_supported(x, w1, w2):
             return self.forward_grouped(x, counts, w1, w3, w2)

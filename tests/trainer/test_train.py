@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,12 @@ def test_train_cli_refuses_bad_input_with_one_line(built, tiny_config, capsys):
     assert "revision 'nope'" in capsys.readouterr().err
     assert millrace(["train", str(tiny_config()), "--steps", "1000", "--home", str(home.root)]) == 2
     assert "exceeds" in capsys.readouterr().err
+    reference = Path(__file__).parents[2] / "trainer" / "configs" / "535b-a23b.toml"
+    text = "\n".join(line for line in reference.read_text().splitlines() if not line.startswith("steps ="))
+    path = home.root / "big.toml"
+    path.write_text(text)
+    assert millrace(["train", str(path), "--revision", "uniform-sampling", "--home", str(home.root)]) == 2
+    assert "millrace train plan" in capsys.readouterr().err  # refused before allocating 2 TB
 
 
 def test_train_cli_runs_and_resumes(built, tiny_config, capsys):
