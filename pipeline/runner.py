@@ -378,6 +378,10 @@ def run_pipeline(
         log.warning("malformed input record: %s line %s (%s)", problem["file"], problem["line"], problem["reason"])
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
+    if not any(layout.runs.glob("*/*.npz")):
+        removed = {stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
+                   for stage in funnel["stages"]}
+        raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
     store_stats, cell_stats = post.collect_stats()
     return assemble_store(
         final, name, version, layout.runs, tokenizer_path, config.tokenizer.eos, [s.name for s in config.sources],

@@ -64,3 +64,18 @@ def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
     (tmp_path / "q.toml").write_text(base.replace("2026.02.04", "2026.02.05") + '[tokenizer]\npath = "tok.json"\n')
     with pytest.raises(ConfigError, match="q.toml: field 'tokenizer.eos'"):
         load_pipeline_config(tmp_path / "q.toml")
+
+
+def test_a_run_that_removes_everything_is_an_error_naming_the_stages(tmp_path):
+    import pytest
+
+    from pipeline.runner import PipelineError
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text(json.dumps({"id": "1", "text": "too short"}) + "\n")
+    (tmp_path / "p.toml").write_text(
+        '[[sources]]\nname = "d"\npaths = ["d"]\nformat = "jsonl"\nfilters = ["gopher_quality"]\n'
+        '[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.02.06"\n'
+    )
+    with pytest.raises(PipelineError, match="'gopher_quality': 1"):
+        run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
