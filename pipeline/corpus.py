@@ -438,5 +438,6 @@ def build_local_corpus(
         if remaining is not None:
             remaining -= summary.bytes
     result = CorpusSummary(out_dir, [summaries[s.name] for s in specs if summaries[s.name].documents], notices)
-    write_artifact(out_dir / "corpus.json", SUMMARY_KIND, 1, {**result.to_json(), "python": sys.version.split()[0]})
+    payload = {**result.to_json(), "max_bytes": max_bytes, "python": sys.version.split()[0]}
+    write_artifact(out_dir / "corpus.json", SUMMARY_KIND, 1, payload)
     return result

@@ -28,3 +28,14 @@ def test_roff_strip_stands_in_without_groff():
     text = _strip_roff(page)
     assert "NAME" in text and "ls - list directory contents" in text and "lists files." in text
     assert "\\" not in text and "a comment" not in text
+
+
+def test_corpus_cli_json(tmp_path, capsys):
+    from millrace.cli import main
+
+    assert main(["corpus", "local", "--out", str(tmp_path / "c"), "--max-bytes", "40000", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert 0 < summary["bytes"] <= 40000 and summary["sources"]
+    from millrace.artifacts import read_artifact
+
+    assert read_artifact(tmp_path / "c" / "corpus.json", "millrace.corpus")["max_bytes"] == 40000
