@@ -31,7 +31,7 @@ from trainer.balance import balance_step
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
-from trainer.metrics import MetricsWriter, write_run
+from trainer.metrics import MetricsWriter, read_run, write_run
 from trainer.model import Transformer
 from trainer.moe import local_tensor
 from trainer.peak import peak_flops
@@ -363,8 +363,6 @@ def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:
 
 
 def _set_status(run_dir: Path, status: str) -> None:
-    from trainer.metrics import read_run
-
     try:
         body = read_run(run_dir)
     except ArtifactError:
