@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,14 +200,29 @@ def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: 
     return _local_executor(pipeline, tasks, min(workers, tasks), logging_dir)
 
 
+def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
+    """datatrove's task logger, but the console gets a task's errors as one line; its file keeps everything."""
+    from loguru import logger
+
+    logger.remove()
+    logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+    logger.add(logfile, level="DEBUG",
+               format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}")
+    logger.add(sys.stderr, level="ERROR", format=lambda record: "task %d: {message}\n" % rank)
+    logger.info(f"Launching pipeline for {rank=}")
+    return logfile
+
+
 def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path):
     """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
     from datatrove.executor import LocalPipelineExecutor
 
+    import datatrove.executor.base as executor_base
+
     class TaskFileLoggingExecutor(LocalPipelineExecutor):
         def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
-            # datatrove sends a task's INFO lines to the console only for local_rank 0
-            return super()._run_for_rank(rank, local_rank + 1, node_rank)
+            executor_base.add_task_logger = _file_task_logger
+            return super()._run_for_rank(rank, local_rank, node_rank)
 
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor

@@ -1,0 +1,188 @@
+"""`millrace demo`: the main job end to end on the embedded default corpus.
+
+corpus → pipeline (filters, dedup, quality buckets, topic domains, tokenize) → store
+→ the shipped `default` mixture's revisions → the tiny MoE trained on
+`uniform-sampling` → the static site. Every step reuses what an earlier run built,
+so a second `make demo` only checks and re-renders.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from millrace.artifacts import atomic_write_text, content_hash, read_artifact
+from millrace.errors import ArtifactError
+from millrace.home import Home
+from millrace.options import home_option, json_option, print_json
+
+log = logging.getLogger("millrace.demo")
+
+STORE = "local"
+MIXTURE = "default"
+REVISIONS = ("natural", "uniform-sampling", "quality-tilt")
+TRAINED_REVISION = "uniform-sampling"
+RUN = "demo"
+DEFAULT_MAX_BYTES = 10_000_000
+TINY_CONFIG = Path(__file__).resolve().parent.parent / "trainer" / "configs" / "tiny.toml"
+
+
+@dataclass
+class DemoReport:
+    home: Path
+    store: Path | None = None
+    manifests: dict[str, str] = field(default_factory=dict)
+    run: Path | None = None
+    site: Path | None = None
+    page: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        return {
+            "home": str(self.home),
+            "store": str(self.store),
+            "manifests": self.manifests,
+            "run": str(self.run),
+            "site": str(self.site),
+            "page": self.page,
+            "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
+        }
+
+
+class Steps:
+    """Times each step and says what is happening."""
+
+    def __init__(self, console: Console, report: DemoReport):
+        self.console = console
+        self.report = report
+
+    def __call__(self, name: str, what: str):
+        steps = self
+
+        class _Step:
+            def __enter__(self):
+                steps.console.rule(f"[bold]{name}[/]: {what}")
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                elapsed = time.perf_counter() - self.start
+                steps.report.seconds[name] = elapsed
+                if exc[0] is None:
+                    steps.console.print(f"[green]✓[/] {name} in {elapsed:.1f} s")
+
+        return _Step()
+
+
+def build_corpus(home: Home, max_bytes: int) -> Path:
+    from pipeline.corpus import SUMMARY_KIND, build_local_corpus
+
+    out = home.root / "corpus" / STORE
+    summary_path = out / "corpus.json"
+    if summary_path.exists():
+        try:
+            summary = read_artifact(summary_path, SUMMARY_KIND)
+            if summary.get("max_bytes") == max_bytes:
+                log.info("reusing the corpus at %s (%s documents)", out, summary.get("documents"))
+                return out
+        except ArtifactError as exc:
+            log.warning("rebuilding the corpus: %s", exc)
+    summary = build_local_corpus(out, max_bytes)
+    log.info("corpus: %d documents, %d bytes in %s", summary.documents, summary.bytes, out)
+    return out
+
+
+def pipeline_config(home: Home, corpus: Path):
+    """The starter config for the corpus; the store version of an earlier identical run is reused."""
+    from pipeline.config import load_pipeline_config
+    from pipeline.runner import stored_config
+    from pipeline.starter import init_config
+
+    path = home.root / "configs" / f"{STORE}.toml"
+    text = init_config(corpus)
+    if not path.exists() or path.read_text() != text:
+        atomic_write_text(path, text)
+    config = load_pipeline_config(path)
+    for existing in sorted((home.stores / STORE).glob("*/store.json"), reverse=True):
+        body = read_artifact(existing, "millrace.store")
+        candidate = config.model_copy(update={"output": config.output.model_copy(update={"version": body["version"]})})
+        if body.get("config_hash") == content_hash(stored_config(candidate)):
+            log.info("reusing store %s/%s", STORE, body["version"])
+            return candidate
+    return config
+
+
+def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console) -> DemoReport:
+    import mixtures
+    from pipeline.runner import run_pipeline
+    from reports import build_site
+
+    report = DemoReport(home=home.root)
+    step = Steps(console, report)
+
+    with step("corpus", f"the embedded default corpus from this machine's files (up to {max_bytes:,} bytes)"):
+        corpus = build_corpus(home, max_bytes)
+    with step("pipeline", "filters, language id, exact + fuzzy dedup, quality buckets, topic domains, tokenize"):
+        config = pipeline_config(home, corpus)
+        with console.status("pipeline: starting") as status:
+            report.store = run_pipeline(config, home, on_stage=lambda label: status.update(f"pipeline: {label}"))
+    with step("mixtures", f"build the shipped mixture {MIXTURE!r}: {', '.join(REVISIONS)}"):
+        for revision in REVISIONS:
+            result = mixtures.build_result(home, MIXTURE, revision)
+            report.manifests[revision] = result.manifest_hash
+            console.print(f"  {revision}: {result.path} ({'built' if result.written else 'already built'})")
+    with step("train", f"the tiny MoE on {MIXTURE}/{TRAINED_REVISION}"):
+        report.run = train_demo(home, steps, console)
+    with step("report", "the static site"):
+        report.site = build_site(home)
+        version = report.store.name
+        page = home.site / STORE / version / "index.html"
+        report.page = f"{page.as_uri()}?revision={TRAINED_REVISION}"
+    return report
+
+
+def train_demo(home: Home, steps: int | None, console: Console) -> Path:
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.loop import train
+
+    run_dir = home.run(RUN)
+    status_file = run_dir / "run.json"
+    if status_file.exists():
+        status = read_artifact(status_file, "millrace.run").get("status")
+        if status == "completed":
+            console.print(f"  run {RUN!r} already completed: {run_dir}")
+            return run_dir
+    resume = latest_checkpoint(run_dir / "checkpoints") is not None
+    result = train(TINY_CONFIG, home, MIXTURE, TRAINED_REVISION, steps=steps, run=RUN, resume=resume, progress=True)
+    losses = result.losses
+    if losses:
+        console.print(f"  loss {losses[0]:.3f} → {losses[-1]:.3f} over {len(losses)} steps")
+    return run_dir
+
+
+@click.command()
+@click.option("--max-bytes", type=click.IntRange(min=100_000), default=DEFAULT_MAX_BYTES, show_default=True,
+              help="Size cap of the embedded corpus, spread across its sources.")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Training steps (default: the whole uniform-sampling schedule).")
+@home_option
+@json_option
+def demo(home: Home, max_bytes: int, steps: int | None, as_json: bool) -> None:
+    """Run the main job end to end on the embedded default corpus, reusing what is already built."""
+    console = Console(stderr=as_json)
+    started = time.perf_counter()
+    report = run_demo(home, max_bytes, steps, console)
+    report.seconds["total"] = time.perf_counter() - started
+    if as_json:
+        print_json(report.as_json())
+        return
+    console.rule("[bold green]done[/]")
+    console.print(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)")
+    console.print(f"store:    {report.store}")
+    console.print(f"run:      {report.run}")
+    console.print(f"open the composition page:\n  [bold]{report.page}[/]")
+    console.print(f"and the training page:\n  {(home.site / 'runs' / RUN / 'index.html').as_uri()}")

@@ -1,0 +1,1 @@
+from tests.trainer.conftest import built, tiny_config  # noqa: F401  (the trainer's real store + mixture)

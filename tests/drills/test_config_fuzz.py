@@ -1,0 +1,140 @@
+"""Drill: fuzzed pipeline and training configs are either accepted or refused with one line
+that names the field; never a traceback, never an artifact left behind.
+(Revision files get the same treatment in tests/mixtures/test_revision_fuzz.py.)"""
+
+import copy
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+import tomli_w
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from millrace.cli import main as millrace
+from millrace.errors import ConfigError
+from pipeline.config import load_pipeline_config
+from tests.pipeline.corpus_fixture import config_text, make_corpus
+
+REPO = Path(__file__).resolve().parents[2]
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+values = st.one_of(
+    st.booleans(), st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=10),
+    st.lists(st.one_of(st.integers(-3, 3), st.text(max_size=4)), max_size=3),
+    st.dictionaries(st.text(min_size=1, max_size=6), st.integers(-2, 2), max_size=2),
+    st.just("DELETE"),
+)
+
+
+def key_paths(doc, prefix=()):
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield prefix + (key,)
+            yield from key_paths(value, prefix + (key,))
+    elif isinstance(doc, list):
+        for index, value in enumerate(doc):
+            yield prefix + (index,)
+            yield from key_paths(value, prefix + (index,))
+
+
+def mutate(doc, edits):
+    doc = copy.deepcopy(doc)
+    for path, value in edits:
+        parent = doc
+        for key in path[:-1]:
+            try:
+                parent = parent[key]
+            except (KeyError, IndexError, TypeError):
+                break
+        else:
+            if isinstance(parent, dict):
+                if value == "DELETE":
+                    parent.pop(path[-1], None)
+                else:
+                    parent[path[-1]] = value
+            elif isinstance(parent, list) and isinstance(path[-1], int) and path[-1] < len(parent):
+                if value != "DELETE":
+                    parent[path[-1]] = value
+    return doc
+
+
+def edits_for(base, extra_keys):
+    paths = list(key_paths(base)) + [(k,) for k in extra_keys]
+    paths += [p + (k,) for p in key_paths(base) if isinstance(_get(base, p), dict) for k in extra_keys]
+    return st.lists(st.tuples(st.sampled_from(paths), values), min_size=1, max_size=3)
+
+
+def _get(doc, path):
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def assert_one_line_naming(message, path):
+    assert "\n" not in message.strip(), message
+    assert "Traceback" not in message
+    assert str(path) in message or "field" in message or "'" in message, message
+
+
+@pytest.fixture(scope="module")
+def pipeline_base(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz-pipeline")
+    corpus = make_corpus(root / "corpus", documents=6)
+    return tomllib.loads(config_text(corpus) + '\n[domains]\nk = 2\n\n[quality]\nreference_sources = ["articles"]\n')
+
+
+PIPELINE_BASE_KEYS = ["bogus", "paths", "kind", "filters", "tasks", "vocab_size", "k", "buckets"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_pipeline_configs_are_accepted_or_refused_in_one_line(pipeline_base, tmp_path, data):
+    doc = mutate(pipeline_base, data.draw(edits_for(pipeline_base, PIPELINE_BASE_KEYS)))
+    path = tmp_path / "pipeline.toml"
+    try:
+        path.write_text(tomli_w.dumps(doc))
+    except (TypeError, ValueError):
+        return  # not expressible in TOML: nothing a user could write
+    before = sorted(tmp_path.rglob("*"))
+    try:
+        load_pipeline_config(path)
+    except ConfigError as exc:
+        assert_one_line_naming(str(exc), path)
+    assert sorted(tmp_path.rglob("*")) == before, "loading a config must write nothing"
+
+
+TRAIN_BASE = tomllib.loads((REPO / "trainer" / "configs" / "tiny.toml").read_text())
+TRAIN_KEYS = ["bogus", "top_k", "n_layers", "lr", "gpus", "seq_len"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzzed_training_configs_are_accepted_or_refused_in_one_line(tmp_path, capsys, data):
+    doc = mutate(TRAIN_BASE, data.draw(edits_for(TRAIN_BASE, TRAIN_KEYS)))
+    path = tmp_path / "train.toml"
+    try:
+        path.write_text(tomli_w.dumps(doc))
+    except (TypeError, ValueError):
+        return
+    home = tmp_path / "home"
+    capsys.readouterr()
+    code = millrace(["--home", str(home), "train", "plan", str(path), "--gpus", "8", "--json"])
+    out, err = capsys.readouterr()
+    if code == 0:
+        assert out.strip().startswith("{")
+        return
+    assert code == 2, (code, err)
+    assert_one_line_naming(err, path)
+    assert not home.exists() or not any(home.rglob("*")), "a refused config must leave no artifact"
+
+
+def test_nan_learning_rate_is_named(tmp_path, capsys):
+    doc = copy.deepcopy(TRAIN_BASE)
+    doc["optimizer"]["lr"] = math.nan
+    path = tmp_path / "train.toml"
+    path.write_text(tomli_w.dumps(doc))
+    assert millrace(["train", "plan", str(path), "--gpus", "1"]) == 2
+    assert "optimizer.lr" in capsys.readouterr().err

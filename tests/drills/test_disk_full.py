@@ -1,0 +1,75 @@
+"""Drill: the disk fills while the pipeline writes. A clear error, the previous store
+untouched, and a rerun once there is space completes with the same cells."""
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pipeline.store import Store
+from tests.pipeline.corpus_fixture import config_text, make_corpus
+from tests.pipeline.test_runner import store_files
+
+
+def _mount(point: Path, size: str, remount: bool = False) -> bool:
+    options = f"remount,size={size}" if remount else f"size={size}"
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True)
+    return result.returncode == 0
+
+
+@pytest.fixture
+def small_disk():
+    point = Path("/tmp") / f"millrace-disk-{uuid.uuid4().hex[:8]}"
+    point.mkdir()
+    if os.geteuid() != 0 or not _mount(point, "64m"):
+        point.rmdir()
+        pytest.skip("needs root to mount a small tmpfs (the disk-full drill)")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+        shutil.rmtree(point, ignore_errors=True)
+
+
+def _run(config: Path, home: Path):
+    return subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_disk_full_fails_clearly_keeps_the_previous_store_and_a_rerun_completes(small_disk, tmp_path):
+    corpus = make_corpus(tmp_path / "corpus", documents=120)
+    home = small_disk / "home"
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text(config_text(corpus, version="2026.03.01"))
+    second.write_text(config_text(corpus, version="2026.03.02"))
+
+    done = _run(first, home)
+    assert done.returncode == 0, done.stderr[-2000:]
+    previous = home / "stores" / "local" / "2026.03.01"
+    before = store_files(previous)
+
+    stat = os.statvfs(small_disk)
+    used = (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+    assert _mount(small_disk, f"{used + 128 * 1024}", remount=True)
+    failed = _run(second, home)
+    assert failed.returncode != 0
+    last_line = failed.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("error:") and "space" in last_line.lower(), failed.stderr[-2000:]
+    assert "Traceback" not in failed.stderr, failed.stderr[-3000:]
+    assert store_files(previous) == before
+    assert not (home / "stores" / "local" / "2026.03.02" / "store.json").exists()
+
+    assert _mount(small_disk, "64m", remount=True)
+    rerun = _run(second, home)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    ours = Store(home / "stores" / "local" / "2026.03.02")
+    theirs = Store(previous)
+    assert {c: s.tokens for c, s in ours.manifest.cells.items()} == {c: s.tokens for c, s in theirs.manifest.cells.items()}
+    assert store_files(previous) == before

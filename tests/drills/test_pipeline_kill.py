@@ -1,0 +1,66 @@
+"""Drill: SIGKILL at a random point of each pipeline stage, rerun, and get the identical store."""
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from millrace.home import Home
+from pipeline.config import load_pipeline_config
+from pipeline.runner import STAGE_LABELS, run_pipeline
+from tests.pipeline.corpus_fixture import config_text, make_corpus
+from tests.pipeline.test_runner import store_files
+
+VERSION = "2026.02.01"
+CELL_STAGES = """
+[quality]
+reference_sources = ["articles"]
+
+[domains]
+k = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = tmp_path_factory.mktemp("drill-pipeline")
+    corpus = make_corpus(root / "corpus")
+    config_path = root / "pipeline.toml"
+    config_path.write_text(config_text(corpus, version=VERSION, extra=CELL_STAGES))
+    store = run_pipeline(load_pipeline_config(config_path), Home.resolve(root / "reference-home"))
+    return config_path, store
+
+
+def _killed_run(config_path, home, stage, delay):
+    return subprocess.run(
+        [sys.executable, "-m", "tests.drills.kill_harness", str(config_path), str(home), stage, f"{delay:.3f}"],
+        env={**os.environ, "PYTHONPATH": os.getcwd()}, capture_output=True, start_new_session=True, timeout=300,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", STAGE_LABELS)
+def test_sigkill_in_each_stage_then_rerun_gives_the_identical_store(reference, tmp_path, stage):
+    config_path, expected = reference
+    home = tmp_path / "home"
+    rng = random.Random(f"drill-{stage}")
+    delay = rng.uniform(0.0, 0.3)
+    for _ in range(4):  # a stage shorter than the delay: try again earlier in it
+        result = _killed_run(config_path, home, stage, delay)
+        if result.returncode == -9:
+            break
+        assert result.returncode == 0, result.stderr.decode()[-2000:]
+        delay /= 4
+        for path in sorted(home.rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+    assert result.returncode == -9, f"the run outran every kill point in stage {stage}"
+    final = home / "stores" / "local" / VERSION
+    assert not (final / "store.json").exists(), "a killed run must not leave a store that looks complete"
+    rerun = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config_path), "--json"],
+        capture_output=True, timeout=300,
+    )
+    assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
+    assert store_files(final) == store_files(expected)
