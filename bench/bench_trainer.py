@@ -19,7 +19,7 @@ import tomli_w
 
 from bench.result import Result
 
-STEPS, WARMUP, ROUNDS = 30, 6, 2
+STEPS, WARMUP, ROUNDS = 40, 8, 3
 SEQ_LEN, GLOBAL_BATCH = 128, 16
 TINY = Path(__file__).parents[1] / "trainer" / "configs" / "tiny.toml"
 
