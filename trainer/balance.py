@@ -28,6 +28,7 @@ class LayerLoad:
     max_violation: float  # (max load − mean load) / mean load
     entropy: float  # entropy of the load distribution / log(n_experts): 1.0 is perfectly even
     dead_experts: int  # experts that received no token this step
+    router_entropy: float = 0.0  # mean over tokens of the entropy of the normalised router scores / log(n)
 
     def as_dict(self) -> dict:
         return {
@@ -36,6 +37,7 @@ class LayerLoad:
             "max_violation": self.max_violation,
             "entropy": self.entropy,
             "dead_experts": self.dead_experts,
+            "router_entropy": self.router_entropy,
         }
 
 
@@ -47,7 +49,7 @@ def global_counts(layer: MoE, group: dist.ProcessGroup | None = None) -> torch.T
     return counts
 
 
-def load_stats(layer_index: int, counts: torch.Tensor) -> LayerLoad:
+def load_stats(layer_index: int, counts: torch.Tensor, entropy_sum: float = 0.0, tokens: float = 0.0) -> LayerLoad:
     counts = counts.double()
     total = counts.sum().item()
     n = counts.numel()
@@ -62,6 +64,7 @@ def load_stats(layer_index: int, counts: torch.Tensor) -> LayerLoad:
         max_violation=float(violation),
         entropy=entropy,
         dead_experts=int((counts == 0).sum()),
+        router_entropy=entropy_sum / tokens / math.log(n) if tokens and n > 1 else 0.0,
     )
 
 
@@ -80,7 +83,11 @@ def balance_step(layers: list[tuple[int, MoE]], rate: float) -> list[LayerLoad]:
     stats = []
     for index, layer in layers:
         counts = global_counts(layer)
-        stats.append(load_stats(index, counts))
+        entropy = layer.router.step_entropy.clone()
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(entropy)
+        stats.append(load_stats(index, counts, float(entropy[0]), float(entropy[1])))
         update_bias(layer, counts, rate)
         layer.step_counts.zero_()
+        layer.router.step_entropy.zero_()
     return stats

@@ -70,8 +70,10 @@ def build_model(config: TrainConfig, runtime: Runtime) -> Transformer:
     model.init_weights(config.parallel.seed)
     if config.parallel.param_dtype == "bfloat16":
         model = model.to(torch.bfloat16)
-        for layer in model.moe_layers():
+        for layer in model.moe_layers():  # balancing state stays in full precision (bf16 cannot count past 256)
             layer.router.expert_bias.data = layer.router.expert_bias.data.float()
+            layer.router.step_entropy.data = layer.router.step_entropy.data.double()
+            layer.step_counts.data = layer.step_counts.data.float()
     model = model.to(runtime.device)
     return parallelize(model, runtime, config.parallel)
 

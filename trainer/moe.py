@@ -98,6 +98,8 @@ class Router(nn.Module):
         self.config = config
         self.weight = nn.Parameter(torch.empty(config.n_routed_experts, d_model))
         self.register_buffer("expert_bias", torch.zeros(config.n_routed_experts, dtype=torch.float32))
+        # Σ over tokens of the entropy of the normalised scores, and the token count, since the last step.
+        self.register_buffer("step_entropy", torch.zeros(2, dtype=torch.float64), persistent=False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [b, L, d] → (expert ids [b·L, k], gates [b·L, k], aux loss scalar)."""
@@ -108,6 +110,10 @@ class Router(nn.Module):
             scores = torch.sigmoid(logits) if cfg.score_func == "sigmoid" else torch.softmax(logits, dim=-1)
             selected = torch.topk(scores + self.expert_bias, cfg.top_k, dim=-1, sorted=True).indices
             gates = scores.gather(-1, selected)
+            with torch.no_grad():
+                probs = scores / (scores.sum(-1, keepdim=True) + 1e-20)
+                self.step_entropy[0] += -(probs * torch.log(probs + 1e-20)).sum().double()
+                self.step_entropy[1] += probs.shape[0]
             if cfg.normalize_gates:
                 gates = gates / (gates.sum(-1, keepdim=True) + 1e-20)
             gates = gates * cfg.route_scale

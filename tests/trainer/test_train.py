@@ -35,6 +35,7 @@ def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_conf
     assert math.isclose(last["param_norm_with_router_bias"] ** 2 - last["param_norm"] ** 2, bias_squared, rel_tol=1e-6)
     for layer in last["expert_load"]:
         assert math.isclose(sum(layer["load"]), 1.0, abs_tol=1e-4) and layer["max_violation"] >= 0
+        assert 0 < layer["router_entropy"] <= 1 and 0 < layer["entropy"] <= 1
     run = read_run(result.run_dir)
     manifest = json.loads(manifest_path.read_text())
     planned = {c: 0 for c in manifest["cells"]}
@@ -99,3 +100,14 @@ def test_train_cli_runs_and_resumes(built, tiny_config, capsys):
     assert "--resume" in capsys.readouterr().err
     assert millrace([*args, "--steps", "3", "--resume"]) == 0
     assert "steps 2..3" in capsys.readouterr().out
+
+
+def test_bf16_parameters_keep_the_balancing_state_in_full_precision(built, tiny_config):
+    home, _ = built
+    config = tiny_config("bf16", parallel={"param_dtype": "bfloat16"},
+                         moe={"score_func": "softmax", "seq_aux_loss_coef": 0.001, "z_loss_coef": 1e-4})
+    result = train(config, home, steps=3, run="bf16")
+    assert all(math.isfinite(loss) for loss in result.losses)
+    last = read_metrics(result.run_dir)[-1]
+    for layer in last["expert_load"]:  # 256 tokens x top-2: exact counts, which bf16 could not hold
+        assert round(sum(layer["load"]) * 8 * 32 * 2) == 8 * 32 * 2
