@@ -95,8 +95,13 @@ def assemble_store(
     funnel: dict,
     store_stats: dict,
     cell_stats: dict[str, dict],
+    models_dir: Path | None = None,
 ) -> Path:
-    """Write the store version to a staging directory, then rename it to `final`."""
+    """Write the store version to a staging directory, then rename it to `final`.
+
+    The fitted quality and domain models travel with the store (under `models/`), so that
+    the same document lands in the same cell wherever the store goes.
+    """
     staging = final.with_name(f".{final.name}.staging")
     if staging.exists():
         shutil.rmtree(staging)  # what a killed assembly left: rebuilt from the runs, which are complete
@@ -104,6 +109,8 @@ def assemble_store(
     tokenizer_copy = staging / "tokenizer" / "tokenizer.json"
     tokenizer_copy.parent.mkdir(parents=True)
     shutil.copyfile(tokenizer_path, tokenizer_copy)
+    if models_dir is not None and models_dir.is_dir():
+        shutil.copytree(models_dir, staging / "models", ignore=shutil.ignore_patterns("cell-stats"))
     tokenizer = load_tokenizer(tokenizer_copy)
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     dtype = dtype_for_vocab(vocab_size)

@@ -401,7 +401,7 @@ def run_pipeline(
     store_stats, cell_stats = post.collect_stats()
     return assemble_store(
         final, name, version, layout.runs, tokenizer_path, config.tokenizer.eos, [s.name for s in config.sources],
-        config.output.shard_tokens, recorded, funnel, store_stats, cell_stats,
+        config.output.shard_tokens, recorded, funnel, store_stats, cell_stats, layout.models,
     )
 
 

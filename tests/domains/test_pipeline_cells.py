@@ -82,6 +82,9 @@ def test_cells_are_domain_by_bucket_with_their_stats(built):
     stats = store.manifest.stats
     assert stats["domains"]["k"] == 4 and sorted(stats["domains"]["labels"]) == ["c00", "c01", "c02", "c03"]
     assert stats["quality"]["buckets"] == 5
+    # the fitted models travel with the store, so its cells can be reproduced from it alone
+    assert (path / "models" / "domains.json").is_file() and (path / "models" / "quality.json").is_file()
+    assert not (path / "models" / "cell-stats").exists()
     names = sorted(store.manifest.cells)
     assert all(len(n) == 5 and n[0] == "c" and n[3] == "q" for n in names), names
     # every kept document is in exactly one cell: the cells' totals are the store's totals
