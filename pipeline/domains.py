@@ -22,8 +22,7 @@ from typing import Sequence
 
 import numpy as np
 import pydantic
-from datatrove.data import Document, DocumentsPipeline
-from datatrove.pipeline.base import PipelineStep
+from datatrove.data import Document
 from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.preprocessing import normalize
@@ -33,7 +32,7 @@ from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.cells import cell_name
 from pipeline.embedding import EmbeddingConfig, TextEmbedder
-from pipeline.fitted_model import read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
+from pipeline.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
 
 log = logging.getLogger(__name__)
 
@@ -238,25 +237,14 @@ def domains_stats(model_dir: Path) -> dict:
     return {"k": body["k"], "labels": body["labels"]}
 
 
-class DomainAssigner(PipelineStep):
+class DomainAssigner(FittedModelStep):
     """Sets `metadata["domain"]` (int) and `metadata["cell"]` (`cNNqQ`, or `cNN` without a quality bucket)."""
 
     name = "🧭 domain assigner"
     type = "🗂️ - CELLS"
+    model_class = DomainModel
 
-    def __init__(self, model_dir: Path | str, batch_size: int = 512):
-        super().__init__()
-        self.model_dir = Path(model_dir)
-        self.batch_size = batch_size
-        self._model: DomainModel | None = None
-
-    @property
-    def model(self) -> DomainModel:
-        if self._model is None:
-            self._model = DomainModel.load(self.model_dir)
-        return self._model
-
-    def _assign(self, batch: list[Document]) -> list[Document]:
+    def apply(self, batch: list[Document]) -> None:
         with self.track_time(unit="batch"):
             domains = self.model.assign([doc.text for doc in batch])
         for doc, domain in zip(batch, domains):
@@ -264,14 +252,3 @@ class DomainAssigner(PipelineStep):
             doc.metadata["cell"] = cell_name(int(domain), doc.metadata.get("quality_bucket"))
             self.stat_update(domain_key(int(domain)))
         self.stat_update("assigned", value=len(batch))
-        return batch
-
-    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        batch: list[Document] = []
-        for doc in data or ():
-            batch.append(doc)
-            if len(batch) >= self.batch_size:
-                yield from self._assign(batch)
-                batch = []
-        if batch:
-            yield from self._assign(batch)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
-from datatrove.data import Document
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import read_artifact, sha256_file, write_artifact
 from millrace.errors import ArtifactError
@@ -75,3 +76,37 @@ def reusable_fit(directory: Path, kind: str, settings: dict[str, Any], fingerpri
         return True
     log.info("refitting %s in %s: settings or sample changed", kind, directory)
     return False
+
+
+class FittedModelStep(PipelineStep):
+    """Applies a fitted model to batches of documents; the model loads once per task, on first use."""
+
+    model_class: ClassVar[type]
+
+    def __init__(self, model_dir: Path | str, batch_size: int = 512):
+        super().__init__()
+        self.model_dir = Path(model_dir)
+        self.batch_size = batch_size
+        self._model = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._model = self.model_class.load(self.model_dir)
+        return self._model
+
+    def apply(self, batch: list[Document]) -> None:
+        """Label the documents of `batch` in place (and count what was done)."""
+        raise NotImplementedError
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        batch: list[Document] = []
+        for doc in data or ():
+            batch.append(doc)
+            if len(batch) >= self.batch_size:
+                self.apply(batch)
+                yield from batch
+                batch = []
+        if batch:
+            self.apply(batch)
+            yield from batch

@@ -30,8 +30,7 @@ from typing import ClassVar, Protocol, Sequence
 
 import numpy as np
 import pydantic
-from datatrove.data import Document, DocumentsPipeline
-from datatrove.pipeline.base import PipelineStep
+from datatrove.data import Document
 from scipy.special import expit
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import LogisticRegression
@@ -41,7 +40,7 @@ from millrace.artifacts import atomic_output
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.cells import cell_name
-from pipeline.fitted_model import read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
+from pipeline.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
 
 log = logging.getLogger(__name__)
 
@@ -346,25 +345,14 @@ def quality_stats(model_dir: Path) -> dict:
     return {"buckets": body["buckets"], "score_ranges": body["score_ranges"]}
 
 
-class QualityScorer(PipelineStep):
+class QualityScorer(FittedModelStep):
     """Sets `metadata["quality_score"]` (float, higher is better) and `metadata["quality_bucket"]` (int)."""
 
     name = "⭐ quality scorer"
     type = "🗂️ - CELLS"
+    model_class = QualityModel
 
-    def __init__(self, model_dir: Path | str, batch_size: int = 512):
-        super().__init__()
-        self.model_dir = Path(model_dir)
-        self.batch_size = batch_size
-        self._model: QualityModel | None = None
-
-    @property
-    def model(self) -> QualityModel:
-        if self._model is None:
-            self._model = QualityModel.load(self.model_dir)
-        return self._model
-
-    def _score(self, batch: list[Document]) -> list[Document]:
+    def apply(self, batch: list[Document]) -> None:
         with self.track_time(unit="batch"):
             scores, buckets = self.model.score([doc.text for doc in batch])
         for doc, score, bucket in zip(batch, scores, buckets):
@@ -373,14 +361,3 @@ class QualityScorer(PipelineStep):
             doc.metadata["cell"] = cell_name(doc.metadata.get("domain"), int(bucket))
             self.stat_update(f"q{int(bucket)}")
         self.stat_update("scored", value=len(batch))
-        return batch
-
-    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        batch: list[Document] = []
-        for doc in data or ():
-            batch.append(doc)
-            if len(batch) >= self.batch_size:
-                yield from self._score(batch)
-                batch = []
-        if batch:
-            yield from self._score(batch)
