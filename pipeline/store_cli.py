@@ -130,7 +130,11 @@ def verify(store_spec: str, home, as_json: bool) -> None:
 @click.option("--version", "version", required=True, help="Store version (CalVer YYYY.MM.DD).")
 @home_option
 def from_stats(stats_file: Path, name: str, version: str, home) -> None:
-    """Create a stats-only store (token counts per cell, no shards) from {"cell": tokens, ...}."""
+    """Create a stats-only store (token counts per cell, no shards) from FILE.json.
+
+    The file holds {"available_tokens": {"c00q0": tokens, ...}} (the reference run's form);
+    a bare {"cell": tokens} object is accepted too.
+    """
     import json
 
     from pipeline.config import CALVER, NAME_PATTERN
@@ -145,7 +149,7 @@ def from_stats(stats_file: Path, name: str, version: str, home) -> None:
         raise ConfigError(f"{stats_file}: file not found") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{stats_file}: not valid JSON ({exc})") from None
-    cells = data.get("cells", data) if isinstance(data, dict) else None
+    cells = data.get("available_tokens", data.get("cells", data)) if isinstance(data, dict) else None
     if not isinstance(cells, dict) or not cells:
         raise ConfigError(f"{stats_file}: expected an object of cell -> tokens")
     for cell, tokens in cells.items():
