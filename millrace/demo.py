@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
-from millrace.errors import ArtifactError
+from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 
@@ -79,6 +79,7 @@ class Steps:
 
 
 def build_corpus(home: Home, max_bytes: int) -> Path:
+    """The corpus under home/corpus/local, rebuilt only when --max-bytes changed (or it is missing)."""
     from pipeline.corpus import SUMMARY_KIND, build_local_corpus
 
     out = home.root / "corpus" / STORE
@@ -91,6 +92,12 @@ def build_corpus(home: Home, max_bytes: int) -> Path:
                 return out
         except ArtifactError as exc:
             log.warning("rebuilding the corpus: %s", exc)
+    stale = sorted((home.stores / STORE).glob("*/store.json"))
+    if stale:
+        raise ConfigError(
+            f"--max-bytes {max_bytes:,}: the corpus would change under the stores already built from it "
+            f"({', '.join(str(p.parent) for p in stale)}); use another --home or remove them"
+        )
     summary = build_local_corpus(out, max_bytes)
     log.info("corpus: %d documents, %d bytes in %s", summary.documents, summary.bytes, out)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from millrace.artifacts import atomic_write_text
@@ -34,7 +35,7 @@ def run(config_path: Path, executor: str | None, workers: int | None, home, as_j
     config = load_pipeline_config(config_path)
     labels = list(STAGE_LABELS)
     with Progress(SpinnerColumn(), TextColumn("pipeline: {task.description}"), BarColumn(), TimeElapsedColumn(),
-                  disable=as_json) as progress:
+                  disable=as_json, console=Console(stderr=True)) as progress:
         task = progress.add_task("starting", total=len(labels))
 
         def on_stage(label: str) -> None:

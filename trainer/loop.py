@@ -377,9 +377,11 @@ def _set_status(run_dir: Path, status: str) -> None:
 def _progress(enabled: bool, start: int, stop: int, run: str):
     if not enabled:
         return None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True))
     task = bar.add_task(run, total=stop, completed=start)
     bar.start()
     return bar, task

@@ -1,0 +1,37 @@
+"""The main job end to end, small: corpus → pipeline → mixtures → training → site, then a rerun that reuses it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _demo(home, *extra):
+    result = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), "demo", "--max-bytes", "3000000", "--json", *extra],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_then_reuses_what_it_built(tmp_path):
+    home = tmp_path / "home"
+    first = _demo(home, "--steps", "4")
+    assert set(first["manifests"]) == {"natural", "uniform-sampling", "quality-tilt"}
+    page = first["page"]
+    assert page.endswith("index.html?revision=uniform-sampling")
+    assert (home / "site" / "local").is_dir() and (home / "site" / "runs" / "demo" / "index.html").is_file()
+    html = (home / "site" / "index.html").read_text()
+    assert "local" in html and "demo" in html
+    steps = [json.loads(line)["step"] for line in (home / "runs" / "demo" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+
+    again = _demo(home, "--steps", "6")
+    assert again["manifests"] == first["manifests"]
+    assert again["store"] == first["store"]
+    assert again["seconds"]["corpus"] < 1 and again["seconds"]["pipeline"] < 10
+    steps = [json.loads(line)["step"] for line in (home / "runs" / "demo" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5, 6]  # resumed from the checkpoint at step 4, nothing run twice
