@@ -9,8 +9,8 @@ import numpy as np
 from millrace.home import Home
 from mixtures.manifest import (BuiltManifest, ManifestCell, ManifestPhase, PinnedShard, StoreRef, manifest_path,
                                write_manifest)
-from pipeline.store import (CellManifest, CellSummary, ShardWriter, SourceCounts, StoreManifest, TokenizerInfo,
-                            write_cell_manifest, write_stats_only_store, write_store_manifest)
+from pipeline.store import StoreManifest, write_stats_only_store
+from tests.store_builder import write_store
 
 EOS = 1
 VOCAB = 500
@@ -21,32 +21,21 @@ def make_store(home: Home, cells: dict[str, int], shards: int = 2, seed: int = 0
                version: str = "2026.01.01") -> Path:
     """A store whose cell c holds about cells[c] tokens in `shards` shards of random documents."""
     rng = np.random.default_rng(seed)
-    root = home.store(name, version)
-    summaries = {}
+    documents = {}
     for cell, tokens in sorted(cells.items()):
-        infos, sources, written = [], {}, 0
+        documents[cell], written = [], 0
         for shard in range(shards):
-            writer = ShardWriter(root / "cells" / cell / f"shard_{shard:05d}", np.uint16)
-            target = tokens * (shard + 1) // shards
+            target, docs = tokens * (shard + 1) // shards, []
             while written < target:
                 length = int(min(rng.integers(1, 120), target - written))
                 doc = rng.integers(2, VOCAB, size=length).astype(np.uint16)
                 doc[-1] = EOS
-                source = int(rng.integers(0, len(SOURCES)))
-                writer.add_document(doc, source_id=source)
-                counts = sources.setdefault(SOURCES[source], SourceCounts())
-                counts.documents += 1
-                counts.tokens += length
+                docs.append((doc, int(rng.integers(0, len(SOURCES)))))
                 written += length
-            infos.append(writer.close())
-        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="test", documents=sum(
-            i.documents for i in infos), tokens=sum(i.tokens for i in infos), bytes=0, shards=infos, sources=sources)
-        summaries[cell] = CellSummary(documents=manifest.documents, tokens=manifest.tokens,
-                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
+            documents[cell].append(docs)
+    root = write_store(home, name, version, documents, SOURCES, vocab_size=VOCAB, eos_id=EOS, fingerprint="test",
+                       tokenizer_path="tokenizer/tokenizer.json")
     write_tokenizer(root / "tokenizer" / "tokenizer.json")
-    write_store_manifest(root, StoreManifest(
-        name=name, version=version, dtype="uint16", cells=summaries, sources=SOURCES,
-        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=VOCAB, eos_id=EOS)))
     return root
 
 

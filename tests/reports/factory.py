@@ -24,17 +24,8 @@ from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
-from pipeline.store import (
-    CellManifest,
-    CellSummary,
-    ShardWriter,
-    SourceCounts,
-    StoreManifest,
-    TokenizerInfo,
-    write_cell_manifest,
-    write_stats_only_store,
-    write_store_manifest,
-)
+from pipeline.store import write_stats_only_store
+from tests.store_builder import write_store
 
 TINY_CONFIG = Path(__file__).parents[2] / "trainer" / "configs" / "tiny.toml"
 VOCAB, EOS = 512, 1
@@ -65,39 +56,23 @@ def _stage(name: str, per_source: dict[str, tuple[int, int, dict[str, int]]]) ->
 def make_small_store(home: Home, seed: int = 0) -> Path:
     """3 domains × 2 buckets = 6 cells of real shards, 3 sources, a 4-stage funnel, samples with markup."""
     rng = np.random.default_rng(seed)
-    root = home.store(STORE, VERSION)
-    cells: dict[str, CellSummary] = {}
+    documents, cell_stats = {}, {}
     for domain in range(3):
         for bucket in range(2):
             name = f"c{domain:02d}q{bucket}"
-            cell_dir = root / "cells" / name
-            writer = ShardWriter(cell_dir / "shard-00000", np.uint16)
-            per_source: dict[str, SourceCounts] = {}
-            samples = []
+            docs, samples = [], []
             for doc in range(20 + 10 * domain + 5 * bucket):
                 source_id = (doc + domain) % len(SOURCES) if doc % 4 else domain
                 tokens = rng.choice(RANKS, size=int(rng.integers(50, 400)), p=ZIPF)
                 tokens[1::2] = (tokens[0::2][: tokens[1::2].size] + 7 * (2 * domain + bucket + 1)) % (VOCAB - 2) + 2
                 tokens[-1] = EOS  # Zipf unigrams with a per-cell bigram rule: a tiny model's loss can fall
-                writer.add_document(tokens, source_id)
-                counts = per_source.setdefault(SOURCES[source_id], SourceCounts())
-                counts.documents += 1
-                counts.tokens += tokens.size
-                counts.bytes += tokens.size * 4
+                docs.append((tokens, source_id))
                 if len(samples) < 2:
                     text = HOSTILE if (domain, bucket, doc) == (0, 0, 0) else f"document {doc} of {name}: " + "lorem " * 90
                     samples.append({"id": f"{name}/{doc}", "source": SOURCES[source_id], "text": text[:400]})
-            shard = writer.close()
-            manifest = CellManifest(
-                cell=name, dtype="uint16", tokenizer_fingerprint="sha256:test-tokenizer",
-                documents=shard.documents, tokens=shard.tokens, bytes=shard.tokens * 4, shards=[shard],
-                sources=per_source,
-                stats={"domain": domain, "bucket": bucket, "label": DOMAIN_LABELS[f"c{domain:02d}"],
-                       "score_range": SCORE_RANGES[f"q{bucket}"], "samples": samples},
-            )
-            digest = write_cell_manifest(cell_dir, manifest)
-            cells[name] = CellSummary(documents=shard.documents, tokens=shard.tokens, bytes=shard.tokens * 4,
-                                      manifest_hash=digest)
+            documents[name] = [docs]
+            cell_stats[name] = {"domain": domain, "bucket": bucket, "label": DOMAIN_LABELS[f"c{domain:02d}"],
+                                "score_range": SCORE_RANGES[f"q{bucket}"], "samples": samples}
     funnel = {"stages": [
         _stage("read", {"python-docs": (80, 300, {}), "man-pages": (70, 250, {}), "licenses": (90, 200, {})}),
         _stage("quality", {"python-docs": (80, 300, {"gopher_repetition": 3}), "man-pages": (70, 250, {"c4": 5}),
@@ -106,13 +81,11 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
                                "licenses": (87, 200, {"duplicate": 40})}),
         _stage("tokenize", {"python-docs": (75, 300, {}), "man-pages": (61, 250, {}), "licenses": (47, 200, {})}),
     ]}
-    write_store_manifest(root, StoreManifest(
-        name=STORE, version=VERSION, dtype="uint16",
-        tokenizer=TokenizerInfo(fingerprint="sha256:test-tokenizer", vocab_size=VOCAB, eos_id=EOS, path=None),
-        cells=cells, sources=SOURCES, funnel=funnel,
-        stats={"domains": {"k": 3, "labels": DOMAIN_LABELS}, "quality": {"buckets": 2, "score_ranges": SCORE_RANGES}},
-    ))
-    return root
+    return write_store(
+        home, STORE, VERSION, documents, SOURCES, vocab_size=VOCAB, eos_id=EOS, fingerprint="sha256:test-tokenizer",
+        cell_stats=cell_stats, funnel=funnel,
+        store_stats={"domains": {"k": 3, "labels": DOMAIN_LABELS}, "quality": {"buckets": 2, "score_ranges": SCORE_RANGES}},
+    )
 
 
 def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str, Path]:

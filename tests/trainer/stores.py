@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from millrace.home import Home
-from pipeline.store import (CellManifest, CellSummary, ShardWriter, SourceCounts, StoreManifest, TokenizerInfo,
-                            write_cell_manifest, write_store_manifest)
+from tests.store_builder import write_store
 
 EOS = 1
 VOCAB = 256
@@ -25,32 +24,19 @@ def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str 
     ranks = np.arange(2, vocab)
     probs = 1.0 / (ranks - 1.0) ** 1.1
     probs /= probs.sum()
-    root = home.store(name, version)
-    summaries = {}
+    documents = {}
     for c, (cell, tokens) in enumerate(sorted(cells.items())):
-        writer = ShardWriter(root / "cells" / cell / "shard_00000", np.uint16)
-        sources: dict[str, SourceCounts] = {}
-        written = 0
+        docs, written = [], 0
         while written < tokens:
             length = int(min(rng.integers(8, 96), tokens - written))
             doc = rng.choice(ranks, size=length, p=probs).astype(np.uint16)
             doc[1::2] = (doc[0::2][: len(doc[1::2])] + 7 * (c + 1)) % (vocab - 2) + 2  # learnable bigrams
             doc[-1] = EOS
-            source = int(rng.integers(0, len(SOURCES)))
-            writer.add_document(doc, source_id=source)
-            counts = sources.setdefault(SOURCES[source], SourceCounts())
-            counts.documents += 1
-            counts.tokens += length
+            docs.append((doc, int(rng.integers(0, len(SOURCES)))))
             written += length
-        info = writer.close()
-        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="test", documents=info.documents,
-                                tokens=info.tokens, bytes=info.bin_bytes, shards=[info], sources=sources)
-        summaries[cell] = CellSummary(documents=info.documents, tokens=info.tokens, bytes=info.bin_bytes,
-                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
-    write_store_manifest(root, StoreManifest(
-        name=name, version=version, dtype="uint16", cells=summaries, sources=SOURCES,
-        tokenizer=TokenizerInfo(fingerprint="test", vocab_size=vocab, eos_id=EOS, path=None)))
-    return root
+        documents[cell] = [docs]
+    return write_store(home, name, version, documents, SOURCES, vocab_size=vocab, eos_id=EOS, fingerprint="test",
+                       bytes_per_token=2)
 
 
 def build_mixture(home: Home, store: str = "t", mixture: str = "default", revision: str = "uniform-sampling",
