@@ -8,10 +8,12 @@ so a second `make demo` only checks and re-renders.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import click
 from rich.console import Console
@@ -54,28 +56,14 @@ class DemoReport:
         }
 
 
-class Steps:
-    """Times each step and says what is happening."""
-
-    def __init__(self, console: Console, report: DemoReport):
-        self.console = console
-        self.report = report
-
-    def __call__(self, name: str, what: str):
-        steps = self
-
-        class _Step:
-            def __enter__(self):
-                steps.console.rule(f"[bold]{name}[/]: {what}")
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                elapsed = time.perf_counter() - self.start
-                steps.report.seconds[name] = elapsed
-                if exc[0] is None:
-                    steps.console.print(f"[green]✓[/] {name} in {elapsed:.1f} s")
-
-        return _Step()
+@contextlib.contextmanager
+def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator[None]:
+    """Says what a step does, and records how long it took."""
+    console.rule(f"[bold]{name}[/]: {what}")
+    started = time.perf_counter()
+    yield
+    report.seconds[name] = time.perf_counter() - started
+    console.print(f"[green]✓[/] {name} in {report.seconds[name]:.1f} s")
 
 
 def build_corpus(home: Home, max_bytes: int) -> Path:
@@ -129,22 +117,23 @@ def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console) ->
     from reports import build_site
 
     report = DemoReport(home=home.root)
-    step = Steps(console, report)
 
-    with step("corpus", f"the embedded default corpus from this machine's files (up to {max_bytes:,} bytes)"):
+    corpus_what = f"the embedded default corpus from this machine's files (up to {max_bytes:,} bytes)"
+    with step(console, report, "corpus", corpus_what):
         corpus = build_corpus(home, max_bytes)
-    with step("pipeline", "filters, language id, exact + fuzzy dedup, quality buckets, topic domains, tokenize"):
+    pipeline_what = "filters, language id, exact + fuzzy dedup, quality buckets, topic domains, tokenize"
+    with step(console, report, "pipeline", pipeline_what):
         config = pipeline_config(home, corpus)
         with console.status("pipeline: starting") as status:
             report.store = run_pipeline(config, home, on_stage=lambda label: status.update(f"pipeline: {label}"))
-    with step("mixtures", f"build the shipped mixture {MIXTURE!r}: {', '.join(REVISIONS)}"):
+    with step(console, report, "mixtures", f"build the shipped mixture {MIXTURE!r}: {', '.join(REVISIONS)}"):
         for revision in REVISIONS:
             result = mixtures.build_result(home, MIXTURE, revision)
             report.manifests[revision] = result.manifest_hash
             console.print(f"  {revision}: {result.path} ({'built' if result.written else 'already built'})")
-    with step("train", f"the tiny MoE on {MIXTURE}/{TRAINED_REVISION}"):
+    with step(console, report, "train", f"the tiny MoE on {MIXTURE}/{TRAINED_REVISION}"):
         report.run = train_demo(home, steps, console)
-    with step("report", "the static site"):
+    with step(console, report, "report", "the static site"):
         report.site = build_site(home)
         version = report.store.name
         page = home.site / STORE / version / "index.html"

@@ -73,6 +73,15 @@ def _get(doc, path):
     return doc
 
 
+def write_toml(path, doc) -> bool:
+    """False when the document is not expressible in TOML: nothing a user could write."""
+    try:
+        path.write_text(tomli_w.dumps(doc))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def assert_one_line_naming(message, path):
     assert "\n" not in message.strip(), message
     assert "Traceback" not in message
@@ -94,10 +103,8 @@ PIPELINE_BASE_KEYS = ["bogus", "paths", "kind", "filters", "tasks", "vocab_size"
 def test_fuzzed_pipeline_configs_are_accepted_or_refused_in_one_line(pipeline_base, tmp_path, data):
     doc = mutate(pipeline_base, data.draw(edits_for(pipeline_base, PIPELINE_BASE_KEYS)))
     path = tmp_path / "pipeline.toml"
-    try:
-        path.write_text(tomli_w.dumps(doc))
-    except (TypeError, ValueError):
-        return  # not expressible in TOML: nothing a user could write
+    if not write_toml(path, doc):
+        return
     before = sorted(tmp_path.rglob("*"))
     try:
         load_pipeline_config(path)
@@ -115,9 +122,7 @@ TRAIN_KEYS = ["bogus", "top_k", "n_layers", "lr", "gpus", "seq_len"]
 def test_fuzzed_training_configs_are_accepted_or_refused_in_one_line(tmp_path, capsys, data):
     doc = mutate(TRAIN_BASE, data.draw(edits_for(TRAIN_BASE, TRAIN_KEYS)))
     path = tmp_path / "train.toml"
-    try:
-        path.write_text(tomli_w.dumps(doc))
-    except (TypeError, ValueError):
+    if not write_toml(path, doc):
         return
     home = tmp_path / "home"
     capsys.readouterr()
