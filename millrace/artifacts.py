@@ -35,12 +35,36 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask alone must set it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def temporary_sibling(path: Path) -> tuple[int, str]:
+    """A new temporary file next to `path`, readable as an ordinary file would be under the umask.
+
+    mkstemp creates files 0600; renamed into place they would lock out a teammate, a web
+    server or another user's loader, so the mode is widened to what `open()` would give.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())
+    return fd, tmp
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
     """Open a temporary sibling of `path`; on success fsync and rename it into place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = temporary_sibling(path)
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle

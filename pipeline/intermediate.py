@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import orjson
 import zstandard
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
+
+from millrace.artifacts import temporary_sibling
 
 ZSTD_LEVEL = 3
 
@@ -27,8 +28,7 @@ class AtomicJsonlZstWriter:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        fd, self._tmp = temporary_sibling(self.path)
         self._raw = os.fdopen(fd, "wb")
         self._stream = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._raw, closefd=False)
         self.count = 0

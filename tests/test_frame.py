@@ -75,3 +75,22 @@ def test_cli_reports_errors_without_traceback(tmp_path):
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "nope.json" in result.stderr
+
+
+@pytest.mark.parametrize("umask, expected", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_atomic_writes_honour_the_umask(tmp_path, umask, expected):
+    import os
+    import stat
+
+    from millrace.artifacts import atomic_output, atomic_write_text
+
+    previous = os.umask(umask)
+    try:
+        write_artifact(tmp_path / "a.json", "millrace.test", 1, {})
+        atomic_write_text(tmp_path / "page.html", "<p>")
+        with atomic_output(tmp_path / "shard.idx") as handle:
+            handle.write(b"x")
+    finally:
+        os.umask(previous)
+    for name in ("a.json", "page.html", "shard.idx"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == expected, name
