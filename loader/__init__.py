@@ -1,6 +1,6 @@
 """Deterministic, exact, resumable, elastic batches from a built mixture manifest.
 
-`MixtureStream` is the numpy face; `TorchMixtureDataset` (imported lazily, so that
+`MixtureStream` is the numpy face; `TorchMixtureDataset` with `MixtureDataLoader` (imported lazily, so that
 tools that only peek never import torch) is the torch `IterableDataset` + `Stateful`.
 """
 
@@ -11,12 +11,12 @@ from typing import Any
 from loader.schedule import SampleIndex, Schedule
 from loader.stream import Batch, MixtureStream
 
-__all__ = ["Batch", "MixtureStream", "SampleIndex", "Schedule", "TorchMixtureDataset"]
+__all__ = ["Batch", "MixtureDataLoader", "MixtureStream", "SampleIndex", "Schedule", "TorchMixtureDataset"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "TorchMixtureDataset":
-        from loader.torch_dataset import TorchMixtureDataset
+    if name in ("TorchMixtureDataset", "MixtureDataLoader"):
+        from loader import torch_dataset
 
-        return TorchMixtureDataset
+        return getattr(torch_dataset, name)
     raise AttributeError(f"module 'loader' has no attribute {name!r}")

@@ -197,8 +197,9 @@ class MixtureStream:
         """The next step `iterate()` yields when started without `start_step`."""
         return self._step
 
-    def iterate(self, start_step: int | None = None, end_step: int | None = None) -> Iterator[Batch]:
-        """Batches start_step .. end_step - 1 (default: from the current state to the end).
+    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1) -> Iterator[Batch]:
+        """Batches start_step, start_step + stride, ... below end_step (default: from the current state to
+        the end; a stride above 1 is one data-loader worker's share of the steps).
 
         A background thread computes up to `prefetch` batches ahead. The state
         (`state_dict()["step"]`) advances when a batch is handed out.
@@ -207,11 +208,13 @@ class MixtureStream:
         end = self.steps if end_step is None else end_step
         if not 0 <= start <= end <= self.steps:
             raise ConfigError(f"steps [{start}, {end}) are outside the schedule of {self.path} ({self.steps} steps)")
+        if stride < 1:
+            raise ConfigError(f"stride {stride}: must be at least 1")
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no batches; use index(step)")
         self._step = start
         if self.prefetch <= 0:
-            for step in range(start, end):
+            for step in range(start, end, stride):
                 batch = self._assemble(step, self._sequential_index(step))
                 self._step = step + 1
                 yield batch
@@ -230,7 +233,7 @@ class MixtureStream:
 
         def produce() -> None:
             try:
-                for step in range(start, end):
+                for step in range(start, end, stride):
                     if not offer(self._assemble(step, self._sequential_index(step))):
                         return
                 offer(_DONE)
@@ -268,6 +271,12 @@ class MixtureStream:
             phase_start_steps=[phase.start_step for phase in self.manifest.phases],
         ).model_dump()
 
+    def load_step(self, step: int) -> None:
+        """Continue at `step` (what a consumer that took the batches before it records)."""
+        if not 0 <= step <= self.steps:
+            raise ConfigError(f"step {step} is outside [0, {self.steps}] for {self.path}")
+        self._step = step
+
     def load_state_dict(self, state: dict) -> None:
         """Continue at the saved step; refuses a state from another manifest. O(1)."""
         loaded = LoaderState.parse(state, self.path)
@@ -278,4 +287,4 @@ class MixtureStream:
             )
         if not 0 <= loaded.step <= self.steps:
             raise ConfigError(f"loader state step {loaded.step} is past the end of {self.path} ({self.steps} steps)")
-        self._step = loaded.step
+        self.load_step(loaded.step)

@@ -1,21 +1,25 @@
 """The torch face: an `IterableDataset` of batch dicts that is also a DCP `Stateful`.
 
-Use it with `DataLoader(dataset, batch_size=None, num_workers=0)` (or iterate it
-directly): batching and prefetch already happen in `MixtureStream`, and worker
-processes would each keep their own copy of the resume state. Put the dataset in
-the state dict given to `torch.distributed.checkpoint.save/load`: DCP calls its
-`state_dict()` / `load_state_dict()` (the `Stateful` protocol).
+Iterate it directly, or through `MixtureDataLoader` (a `DataLoader` with `batch_size=None`):
+with `num_workers=W`, worker w yields steps start + w, start + w + W, ..., and the DataLoader's
+round-robin over workers hands them out in step order, each step once. The resume state must
+follow what the consumer took, not what the workers computed ahead, so `MixtureDataLoader`
+records the step of each batch it hands out in the dataset; a plain `DataLoader` with workers
+cannot, and the dataset refuses it with a one-line error. Put the dataset in the state dict
+given to `torch.distributed.checkpoint.save/load`: DCP calls its `state_dict()` /
+`load_state_dict()` (the `Stateful` protocol).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loader.stream import Batch, MixtureStream
+from millrace.errors import ConfigError
 
 
 def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
@@ -38,9 +42,11 @@ class TorchMixtureDataset(IterableDataset):
     """Yields one dict of tensors per step for this rank, from the saved step onwards."""
 
     def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2,
-                 sources: bool = True):
+                 sources: bool = True, **stream_options: Any):
         super().__init__()
-        self.stream = MixtureStream(manifest_path, rank=rank, world=world, prefetch=prefetch, sources=sources)
+        self.stream = MixtureStream(manifest_path, rank=rank, world=world, prefetch=prefetch, sources=sources,
+                                    **stream_options)
+        self._tracked_by_loader = False  # set by MixtureDataLoader; travels to the workers with the dataset
 
     @property
     def cell_names(self) -> list[str]:
@@ -51,11 +57,50 @@ class TorchMixtureDataset(IterableDataset):
         return self.stream.source_names
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        for batch in self.stream.iterate():
+        worker = get_worker_info()
+        if worker is None:
+            for batch in self.stream.iterate():
+                yield batch_tensors(batch)
+            return
+        if not self._tracked_by_loader:
+            raise ConfigError(
+                f"{self.stream.path}: a plain DataLoader with num_workers={worker.num_workers} cannot tell the "
+                "dataset which batches were consumed (its state_dict would be wrong); use "
+                "loader.MixtureDataLoader(dataset, num_workers=...) or num_workers=0"
+            )
+        first = min(self.stream.step + worker.id, self.stream.steps)
+        for batch in self.stream.iterate(first, stride=worker.num_workers):
             yield batch_tensors(batch)
+
+    def taken(self, item: dict[str, torch.Tensor]) -> None:
+        """The consumer took `item`: the state moves past its step."""
+        self.stream.load_step(int(item["step"]) + 1)
 
     def state_dict(self) -> dict:
         return self.stream.state_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.stream.load_state_dict(state_dict)
+
+
+class MixtureDataLoader(DataLoader):
+    """A `DataLoader` over a `TorchMixtureDataset` whose state follows the batches handed out.
+
+    Batches are already whole steps, so `batch_size` is None; persistent workers would keep a
+    stale copy of the state between iterations, so they are refused.
+    """
+
+    def __init__(self, dataset: TorchMixtureDataset, num_workers: int = 0, **kwargs: Any):
+        if not isinstance(dataset, TorchMixtureDataset):
+            raise ConfigError(f"MixtureDataLoader needs a TorchMixtureDataset, got {type(dataset).__name__}")
+        if kwargs.get("persistent_workers"):
+            raise ConfigError("MixtureDataLoader: persistent_workers=True would resume workers from a stale state")
+        if kwargs.setdefault("batch_size", None) is not None:
+            raise ConfigError("MixtureDataLoader: batch_size must be None (each item is already a whole step)")
+        dataset._tracked_by_loader = True
+        super().__init__(dataset, num_workers=num_workers, **kwargs)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for item in super().__iter__():
+            self.dataset.taken(item)
+            yield item

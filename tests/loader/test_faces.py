@@ -115,3 +115,32 @@ def test_reference_plan_built_by_mixtures_runs_index_only(home):
     assert max(abs(realised[c] - n * phase.counts.get(c, 0) / phase.sequences) for c in stream.cell_names) < 2
     assert stream.realised_counts(stream.steps) == {
         c: sum(p.counts.get(c, 0) for p in stream.manifest.phases) for c in stream.cell_names}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_data_loader_workers_yield_each_step_once_in_order_and_state_follows_the_consumer(built, workers):
+    torch = pytest.importorskip("torch")
+    from loader import MixtureDataLoader
+
+    _, path = built
+    reference = MixtureStream(path, prefetch=0)
+    dataset = TorchMixtureDataset(path, prefetch=0)
+    dataset.load_state_dict({**dataset.state_dict(), "step": 3})
+    items = iter(MixtureDataLoader(dataset, num_workers=workers))
+    taken = [next(items) for _ in range(7)]
+    assert [int(item["step"]) for item in taken] == list(range(3, 10))
+    assert dataset.state_dict()["step"] == 10, "the state is the step after the last batch the consumer took"
+    for item in taken:
+        assert torch.equal(item["input_ids"], torch.from_numpy(reference.batch(int(item["step"])).input_ids))
+    del items
+    rest = [int(item["step"]) for item in MixtureDataLoader(dataset, num_workers=workers)]
+    assert rest == list(range(10, reference.steps)) and dataset.state_dict()["step"] == reference.steps
+
+
+def test_plain_data_loader_with_workers_is_refused(built):
+    torch = pytest.importorskip("torch")
+
+    _, path = built
+    loader = torch.utils.data.DataLoader(TorchMixtureDataset(path, prefetch=0), batch_size=None, num_workers=2)
+    with pytest.raises(Exception, match="MixtureDataLoader"):
+        next(iter(loader))
