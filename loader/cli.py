@@ -9,7 +9,8 @@ from rich.table import Table
 from loader.peek import peek as peek_step
 from loader.stream import MixtureStream
 from millrace.home import Home
-from millrace.options import home_option, json_option, print_json
+from millrace.names import PLAIN_NAME
+from millrace.options import home_option, json_option, print_json, revision_option
 from mixtures.manifest import find_manifest
 
 
@@ -19,8 +20,8 @@ def loader() -> None:
 
 
 @loader.command()
-@click.argument("mixture")
-@click.option("--revision", required=True, help="Revision name of the built mixture.")
+@click.argument("mixture", type=PLAIN_NAME)
+@revision_option("Revision name of the built mixture.", required=True)
 @click.option("--step", type=click.IntRange(min=0), required=True, help="Training step to look at (0-based).")
 @click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True, help="Data-parallel rank.")
 @click.option("--world", type=click.IntRange(min=1), default=1, show_default=True,

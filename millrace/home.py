@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from millrace.names import check_name
+
 DEFAULT_HOME = "./millrace-data"
 
 
@@ -30,20 +32,25 @@ class Home:
         return self.root / "stores"
 
     def store(self, name: str, version: str) -> Path:
-        return self.stores / name / version
+        return self.stores / check_name(name, "store") / check_name(version, "store version")
 
     def work(self, name: str, version: str) -> Path:
-        return self.root / "work" / name / version
+        return self.root / "work" / check_name(name, "store") / check_name(version, "store version")
 
     def built_mixture(self, store_name: str, store_version: str, mixture: str, revision: str) -> Path:
-        return self.store(store_name, store_version) / "mixtures" / mixture / revision
+        return self.store(store_name, store_version) / "mixtures" / check_name(mixture, "mixture") / check_name(
+            revision, "revision")
 
     @property
     def revisions(self) -> Path:
         return self.root / "mixtures"
 
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
     def run(self, name: str) -> Path:
-        return self.root / "runs" / name
+        return self.runs / check_name(name, "run")
 
     @property
     def site(self) -> Path:

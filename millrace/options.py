@@ -35,3 +35,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON
 
 def print_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+
+
+
+def run_option(help: str, **kwargs: Any) -> Callable[..., Any]:
+    """`--run NAME`, the one spelling of a training run's name; `--run-name` too, because under torchrun
+    (`torchrun ... -m millrace train ... --run X`) torchrun's own parser takes `--run` for its `--run-path`."""
+    from millrace.names import PLAIN_NAME
+
+    return click.option("--run", "--run-name", "run_name", type=PLAIN_NAME, help=help, **kwargs)
+
+
+def revision_option(help: str = "Mixture revision name.", **kwargs: Any) -> Callable[..., Any]:
+    """`--revision NAME`, the one spelling of a mixture revision."""
+    from millrace.names import PLAIN_NAME
+
+    return click.option("--revision", "revision", type=PLAIN_NAME, help=help, **kwargs)

@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from millrace.home import Home
-from millrace.options import home_option, json_option, print_json
+from millrace.names import PLAIN_NAME, STORE_NAME
+from millrace.options import home_option, json_option, print_json, revision_option
 from mixtures import api
 from mixtures.new import STRATEGY_CHOICES, parse_factors
 
@@ -42,9 +43,9 @@ def mix() -> None:
 
 
 @mix.command("new")
-@click.argument("mixture")
-@click.option("--revision", "revision", required=True, help="Name of the new revision (immutable once built).")
-@click.option("--store", "store", required=True, help="Store to read stats from: NAME or NAME/VERSION (default: newest).")
+@click.argument("mixture", type=PLAIN_NAME)
+@revision_option("Name of the new revision (immutable once built).", required=True)
+@click.option("--store", "store", type=STORE_NAME, required=True, help="Store to read stats from: NAME or NAME/VERSION (default: newest).")
 @click.option("--strategy", type=click.Choice(STRATEGY_CHOICES), default="natural", show_default=True,
               help="Strategy for phases that name none.")
 @click.option("--phase", "phases", multiple=True, metavar="NAME:TOKENS[:STRATEGY[@PATTERNS]]",
@@ -98,8 +99,8 @@ def validate_command(home: Home, file: str, as_json: bool) -> None:
 
 
 @mix.command("build")
-@click.argument("mixture")
-@click.option("--revision", "revision", required=True, help="Revision name (found under $MILLRACE_HOME/mixtures or shipped).")
+@click.argument("mixture", type=PLAIN_NAME)
+@revision_option("Revision name (found under $MILLRACE_HOME/mixtures or shipped).", required=True)
 @click.option("--file", "file", type=click.Path(dir_okay=False), default=None,
               help="Build this revision file instead of looking the name up.")
 @json_option
@@ -144,8 +145,8 @@ def list_command(home: Home, as_json: bool) -> None:
 
 
 @mix.command("plan")
-@click.argument("mixture")
-@click.option("--revision", "revision", required=True, help="Revision name.")
+@click.argument("mixture", type=PLAIN_NAME)
+@revision_option("Revision name.", required=True)
 @click.option("--file", "file", type=click.Path(dir_okay=False), default=None, help="Plan this revision file instead.")
 @json_option
 @home_option
@@ -181,9 +182,9 @@ def print_plan(result: dict[str, Any]) -> None:
 
 
 @mix.command("diff")
-@click.argument("mixture")
-@click.argument("a")
-@click.argument("b")
+@click.argument("mixture", type=PLAIN_NAME)
+@click.argument("a", type=PLAIN_NAME)
+@click.argument("b", type=PLAIN_NAME)
 @click.option("--all", "show_all", is_flag=True, help="Show unchanged cells too.")
 @json_option
 @home_option

@@ -64,9 +64,9 @@ import pydantic
 from millrace.artifacts import content_hash
 from millrace.config import parse_document
 from millrace.errors import ConfigError
+from millrace.names import NAME_PATTERN
 
 STRATEGY_NAMES = ("natural", "uniform", "temperature", "quality-tilt")
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 BUCKET_KEY = re.compile(r"^q\d+$")
 
 

@@ -26,13 +26,13 @@ import pydantic
 
 from millrace.config import StrictModel, parse_document, validate
 from millrace.errors import ConfigError
+from millrace.names import NAME_PATTERN
 
 FilterName = Literal["gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality"]
 FILTER_NAMES: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality")
 PROSE_FILTERS = frozenset(FILTER_NAMES)  # every datatrove heuristic filter assumes natural-language text
 Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "hf-datasets"]
 DEFAULT_GLOBS = {"jsonl": "**/*.jsonl", "jsonl.zst": "**/*.jsonl.zst", "parquet": "**/*.parquet", "warc": "**/*.warc.gz"}
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
 
 

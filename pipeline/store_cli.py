@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from millrace.errors import ArtifactError, ConfigError
+from millrace.names import PLAIN_NAME
 from millrace.options import home_option, json_option, print_json
 from pipeline.store import Store, write_stats_only_store
 
@@ -126,7 +127,7 @@ def verify(store_spec: str, home, as_json: bool) -> None:
 
 @store.command("from-stats")
 @click.argument("stats_file", metavar="FILE.json", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--name", required=True, help="Store name.")
+@click.option("--name", type=PLAIN_NAME, required=True, help="Store name.")
 @click.option("--version", "version", required=True, help="Store version (CalVer YYYY.MM.DD).")
 @home_option
 def from_stats(stats_file: Path, name: str, version: str, home) -> None:
@@ -137,10 +138,8 @@ def from_stats(stats_file: Path, name: str, version: str, home) -> None:
     """
     import json
 
-    from pipeline.config import CALVER, NAME_PATTERN
+    from pipeline.config import CALVER
 
-    if not re.match(NAME_PATTERN, name):
-        raise ConfigError(f"--name: {name!r} is not a valid store name")
     if not CALVER.match(version):
         raise ConfigError(f"--version: {version!r} is not CalVer YYYY.MM.DD")
     try:

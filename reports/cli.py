@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from millrace.home import Home
+from millrace.names import PLAIN_NAME, STORE_NAME
 from millrace.options import home_option, json_option, print_json
 
 log = logging.getLogger(__name__)
@@ -23,11 +24,11 @@ def report() -> None:
 @report.command(short_help="Build the site: store composition pages, run pages and an index.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Site directory (default: $MILLRACE_HOME/site).")
-@click.option("--store", "stores", multiple=True, metavar="NAME[/VERSION]",
+@click.option("--store", "stores", type=STORE_NAME, multiple=True, metavar="NAME[/VERSION]",
               help="Only these store versions (repeatable; default: every store under --home).")
-@click.option("--mixture", "mixtures", multiple=True, metavar="MIXTURE",
+@click.option("--mixture", "mixtures", type=PLAIN_NAME, multiple=True, metavar="MIXTURE",
               help="Only embed revisions of these mixtures (repeatable; default: every built mixture).")
-@click.option("--run", "runs", multiple=True, metavar="RUN", help="Only these training runs (repeatable; default: all).")
+@click.option("--run", "runs", type=PLAIN_NAME, multiple=True, metavar="RUN", help="Only these training runs (repeatable; default: all).")
 @click.option("--no-runs", is_flag=True, help="Build no training-run pages.")
 @json_option
 @home_option
@@ -52,7 +53,7 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
 
 
 @report.command(short_help="Follow a run live: rebuild its page as its metrics stream grows.")
-@click.argument("run")
+@click.argument("run", type=PLAIN_NAME)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Site directory (default: $MILLRACE_HOME/site).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True, help="Seconds between polls of the stream.")

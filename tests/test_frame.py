@@ -94,3 +94,36 @@ def test_atomic_writes_honour_the_umask(tmp_path, umask, expected):
         os.umask(previous)
     for name in ("a.json", "page.html", "shard.idx"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == expected, name
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "trainer/configs/tiny.toml", "--run", "../escape"],
+    ["train", "trainer/configs/tiny.toml", "--run-name", "a/b"],
+    ["train", "trainer/configs/tiny.toml", "--revision", "../up"],
+    ["mix", "new", "../m", "--revision", "r", "--store", "local"],
+    ["mix", "build", "default", "--revision", ".hidden"],
+    ["mix", "new", "default", "--revision", "r", "--store", "local/../../x"],
+    ["loader", "peek", "default", "--revision", "a/b", "--step", "0"],
+    ["report", "build", "--run", "../escape"],
+    ["report", "watch", "../escape"],
+    ["store", "from-stats", "x.json", "--name", "../escape", "--version", "2026.01.01"],
+])
+def test_names_that_are_not_plain_are_one_line_errors(tmp_path, capsys, argv):
+    from millrace.cli import main
+
+    code = main(["--home", str(tmp_path / "home"), *argv])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert err.count("\n") == 1 and err.startswith("error: ") and "not a plain name" in err, err
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "home").exists()
+
+
+def test_home_refuses_a_path_for_a_name(tmp_path):
+    from millrace.home import Home
+
+    home = Home(tmp_path)
+    with pytest.raises(ConfigError, match="run '../escape': not a plain name"):
+        home.run("../escape")
+    with pytest.raises(ConfigError, match="store version"):
+        home.store("local", "../../x")
+    assert home.run("tiny-default-uniform-sampling.2") == tmp_path / "runs" / "tiny-default-uniform-sampling.2"

@@ -6,7 +6,8 @@ import click
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from millrace.options import home_option, json_option, print_json
+from millrace.names import PLAIN_NAME
+from millrace.options import home_option, json_option, print_json, revision_option, run_option
 
 TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
@@ -41,14 +42,13 @@ def train() -> None:
 
 @train.command("run")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--mixture", default=None, help="Mixture name (default: the config's data.mixture).")
-@click.option("--revision", default=None, help="Mixture revision (default: the config's data.revision).")
+@click.option("--mixture", type=PLAIN_NAME, default=None, help="Mixture name (default: the config's data.mixture).")
+@revision_option("Mixture revision (default: the config's data.revision).", default=None)
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Stop after this many steps in all (default: the learning-rate horizon, which is the config's "
                    "`steps`, else the manifest's total steps).")
-@click.option("--run", "--run-name", "run_name", default=None,
-              help="Run name: files under runs/<run>/ (default: CONFIG-MIXTURE-REVISION). Under torchrun spell it "
-                   "--run-name: torchrun's own parser takes --run for an abbreviation of its --run-path.")
+@run_option("Run name: files under runs/<run>/ (default: CONFIG-MIXTURE-REVISION). Under torchrun spell it "
+            "--run-name: torchrun's own parser takes --run for an abbreviation of its --run-path.", default=None)
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
               help="Write a checkpoint every K steps (default: the config's checkpoint.every; 0: only at the end).")
 @click.option("--resume", is_flag=True, help="Continue from the run's latest checkpoint (from step 0 if it has none).")
