@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "mix": ("mixtures.cli:mix", "Write, validate, build, plan and diff mixture revisions."),
     "loader": ("loader.cli:loader", "Look inside the deterministic batch stream."),
     "train": ("trainer.cli:train", "Train the MoE model, or plan a configuration on paper."),
+    "ladder": ("trainer.ladder.cli:ladder", "Plan, train, fit and compare scaling ladders."),
     "report": ("reports.cli:report", "Build and watch the static report site."),
     "demo": ("millrace.demo:demo", "The main job end to end on the embedded default corpus."),
 }

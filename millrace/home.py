@@ -5,6 +5,7 @@
     mixtures/<mixture>/<revision>.toml       revision files written by `mix new`
     work/<name>/<version>/                   pipeline intermediates (resumable)
     runs/<run>/                              training runs (metrics.jsonl, checkpoints)
+    ladders/<ladder>/                        scaling ladders (ladder.json, rung configs)
     site/                                    the static report site
 """
 
@@ -51,6 +52,13 @@ class Home:
 
     def run(self, name: str) -> Path:
         return self.runs / check_name(name, "run")
+
+    def ladder(self, name: str) -> Path:
+        return self.root / "ladders" / name
+
+    @property
+    def ladders(self) -> Path:
+        return self.root / "ladders"
 
     @property
     def site(self) -> Path:

@@ -1,0 +1,153 @@
+"""`ladder fit`: the law's parameters come back from noisy points of a known law; the rung path and
+`--points` give the same fit; the reference team's earlier fit is reproduced."""
+
+import json
+
+import numpy as np
+import pytest
+
+from millrace.cli import main as millrace
+from millrace.errors import ConfigError
+from trainer.ladder.compare import compare_points
+from trainer.ladder.fit import Law, Point, fit_law, fit_report
+from trainer.ladder.results import write_ladder
+from trainer.metrics import write_run
+
+REFERENCE_LAW = Law(L_inf=1.6, A=95.18, alpha=0.0941)  # the reference team's earlier fit
+RUNG_FLOPS = [5.5e19, 2.7e20, 1.8e21, 9.2e21]
+
+
+def noisy_points(law, flops, sigma, seeds=1, seed=0):
+    rng = np.random.default_rng(seed)
+    return [Point(f, law.loss(f) + rng.normal(0, sigma), f"r{i}", s) for i, f in enumerate(flops) for s in range(seeds)]
+
+
+def test_fixed_asymptote_fit_recovers_a_known_law_from_noisy_points():
+    law = Law(1.6, 95.18, 0.0941)
+    fitted = fit_law(noisy_points(law, np.logspace(19, 22, 8), 0.002), asymptote=1.6)
+    assert fitted.alpha == pytest.approx(0.0941, rel=0.05)
+    assert fitted.A == pytest.approx(95.18, rel=0.25)
+    assert fitted.loss(1e23) == pytest.approx(law.loss(1e23), abs=0.01)
+    wrong = fit_law(noisy_points(law, np.logspace(19, 22, 8), 0.002), asymptote=1.0)
+    assert abs(wrong.alpha - 0.0941) > 0.01  # the asymptote matters: the test can fail
+
+
+def test_free_asymptote_fit_recovers_all_three_parameters():
+    law = Law(2.0, 40.0, 0.2)
+    fitted = fit_law(noisy_points(law, np.logspace(15, 21, 10), 0.0005), asymptote=None)
+    assert fitted.L_inf == pytest.approx(2.0, abs=0.03)
+    assert fitted.alpha == pytest.approx(0.2, rel=0.1)
+
+
+def test_the_reference_fit_predicts_what_the_issue_says():
+    assert REFERENCE_LAW.loss(1e21) == pytest.approx(2.606, abs=0.001)
+    assert REFERENCE_LAW.loss(1e23) == pytest.approx(2.252, abs=0.001)
+    points = [Point(f, REFERENCE_LAW.loss(f), f"r{i}") for i, f in enumerate(RUNG_FLOPS)]
+    report = fit_report(points, 1.6, [(None, 1e21), (None, 1e23)])
+    assert report["params"]["A"] == pytest.approx(95.18, rel=1e-6)
+    assert report["params"]["alpha"] == pytest.approx(0.0941, rel=1e-6)
+    at_21, at_23 = report["predictions"]
+    assert at_21["loss"] == pytest.approx(2.599, abs=0.01)  # measured 2.599
+    assert at_23["loss"] == pytest.approx(2.234, abs=0.02)  # measured 2.234
+    assert all(abs(r["residual"]) < 1e-9 for r in report["residuals"])
+    assert all(abs(r["error"]) < 1e-9 for r in report["leave_one_out"])
+
+
+def test_intervals_come_from_refits_and_widen_with_seed_noise():
+    quiet = fit_report(noisy_points(REFERENCE_LAW, RUNG_FLOPS, 1e-4, seeds=3), 1.6, [(None, 2.7e24)])
+    loud = fit_report(noisy_points(REFERENCE_LAW, RUNG_FLOPS, 5e-3, seeds=3), 1.6, [(None, 2.7e24)])
+    for report in (quiet, loud):
+        p = report["predictions"][0]
+        assert p["low"] <= p["loss"] <= p["high"]
+        assert {r["name"] for r in report["refits"]} == {"without r0", "without r1", "without r2", "without r3",
+                                                        "seed 0", "seed 1", "seed 2"}
+    width = lambda r: r["predictions"][0]["high"] - r["predictions"][0]["low"]
+    assert width(loud) > 5 * width(quiet)
+
+
+def test_too_few_points_or_a_loss_under_the_asymptote_is_an_error():
+    with pytest.raises(ConfigError, match="needs at least 3"):
+        fit_law([Point(1e20, 3.0), Point(1e21, 2.9)], asymptote=None)
+    with pytest.raises(ConfigError, match="not above the fixed asymptote"):
+        fit_law([Point(1e20, 3.0), Point(1e21, 1.5)], asymptote=1.6)
+
+
+def eval_line(step, macro, other):
+    return {"schema": "millrace.eval/1", "step": step, "tokens": step * 100, "seconds": 1.0,
+            "loss": {"macro": macro, "micro": macro + 0.01, "cell": {}, "domain": {}, "bucket": {}, "source": {},
+                     "set": {"other": other}},
+            "bpb": {"macro": macro / 2, "micro": macro / 2}, "sequences": {}}
+
+
+def fake_ladder(home, losses, other):
+    """A ladder.json whose rungs' runs hold eval.jsonl files as the trainer writes them."""
+    rungs, results = [], []
+    for i, (flops, loss) in enumerate(zip(RUNG_FLOPS, losses)):
+        run = f"ladder-fake-rev-r{i}-s0"
+        run_dir = home.run(run)
+        run_dir.mkdir(parents=True)
+        write_run(run_dir, {"run": run, "status": "completed"})
+        lines = [eval_line(5, loss + 1.0, other[i] + 1.0), eval_line(10, loss, other[i])]
+        (run_dir / "eval.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+        rungs.append({"name": f"r{i}", "flops": flops})
+        results.append({"rung": f"r{i}", "revision": "rev", "seed": 0, "run": run, "flops": flops})
+    write_ladder(home, "fake", {"ladder": "fake", "metric": "loss.macro", "asymptote": 1.6, "results": results,
+                                "plan": {"revision": "rev", "rungs": rungs, "target": {"name": "big", "flops": 1e23}},
+                                "fits": {}, "comparison": None})
+
+
+def test_points_file_and_rung_path_give_the_same_fit(home, tmp_path, capsys):
+    losses = [REFERENCE_LAW.loss(f) + d for f, d in zip(RUNG_FLOPS, [0.003, -0.002, 0.001, -0.001])]
+    other = [loss + 0.5 for loss in losses]
+    fake_ladder(home, losses, other)
+    points = tmp_path / "points.json"
+    points.write_text(json.dumps([{"flops": f, "loss": loss, "rung": f"r{i}"}
+                                  for i, (f, loss) in enumerate(zip(RUNG_FLOPS, losses))]))
+    assert millrace(["ladder", "fit", "fake", "--json", "--predict-flops", "1e21"]) == 0
+    from_rungs = json.loads(capsys.readouterr().out)
+    assert millrace(["ladder", "fit", "--points", str(points), "--asymptote", "1.6", "--json",
+                     "--predict-flops", "1e23", "--predict-flops", "1e21"]) == 0
+    from_points = json.loads(capsys.readouterr().out)
+    assert from_rungs["params"] == pytest.approx(from_points["params"], rel=1e-12)
+    assert {"form", "params", "residuals", "predictions"} <= set(from_rungs)
+    assert [p["flops"] for p in from_rungs["predictions"]] == [1e23, 1e21]  # the target first
+    assert from_rungs["predictions"][0]["name"] == "big"
+    assert from_rungs["predictions"] == [dict(p, name=q["name"]) for p, q in
+                                         zip(from_points["predictions"], from_rungs["predictions"])]
+    assert millrace(["ladder", "fit", "fake", "--json", "--metric", "loss.set.other", "--free-asymptote"]) == 0
+    other_fit = json.loads(capsys.readouterr().out)
+    assert [r["loss"] for r in other_fit["residuals"]] == pytest.approx(other)
+    assert other_fit["asymptote"] == "free"
+
+
+def test_a_rung_without_held_out_evaluation_is_refused_naming_the_file(home, capsys):
+    fake_ladder(home, [3.0, 2.9, 2.8, 2.7], [3.0] * 4)
+    (home.run("ladder-fake-rev-r2-s0") / "eval.jsonl").unlink()
+    assert millrace(["ladder", "fit", "fake"]) != 0
+    err = capsys.readouterr().err
+    assert "ladder-fake-rev-r2-s0/eval.jsonl" in err and "never training loss" in err
+
+
+def test_a_difference_within_the_seed_spread_is_noise():
+    law = REFERENCE_LAW
+    a = noisy_points(law, RUNG_FLOPS, 0.002, seeds=3, seed=1)
+    same = noisy_points(law, RUNG_FLOPS, 0.002, seeds=3, seed=2)
+    better_law = Law(1.6, 95.18 * 0.97, 0.0941)
+    better = noisy_points(better_law, RUNG_FLOPS, 0.0005, seeds=3, seed=3)
+    result = compare_points(a, same, fit_law(a, 1.6), fit_law(same, 1.6), ("a", "same"))
+    assert result["noise"] and result["verdict"].startswith("noise")
+    assert result["noise_speedup"] > 1.0
+    result = compare_points(a, better, fit_law(a, 1.6), fit_law(better, 1.6), ("a", "better"))
+    assert not result["noise"], result
+    # B reaches A's loss with (1/0.97)^(1/alpha) = 1.38x less compute
+    assert result["speedup_b_over_a"] == pytest.approx((1 / 0.97) ** (1 / 0.0941), rel=0.1)
+    assert all(r["difference"] < 0 for r in result["rungs"])
+
+
+def test_the_reference_seed_spread_reads_as_a_few_percent_speed_up():
+    """0.0042 between identical runs reads as a 6.7% speed-up near the reference's 1e23 prediction."""
+    a = [Point(1e23, REFERENCE_LAW.loss(1e23) + d, "big", s) for s, d in enumerate([0.0, 0.0042, 0.002])]
+    b = [Point(1e23, REFERENCE_LAW.loss(1e23) + 0.001, "big", 0)]
+    result = compare_points(a, b, REFERENCE_LAW, REFERENCE_LAW, ("a", "b"))
+    assert result["noise_speedup"] == pytest.approx(1.067, abs=0.01)
+    assert result["noise"]

@@ -1,0 +1,77 @@
+"""`ladder run`: rung manifests keep the revision's phases and weights; a killed ladder resumes
+without retraining finished rungs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from millrace.home import Home
+from mixtures.manifest import read_manifest
+from mixtures.build import build
+from mixtures.new import new_revision
+from tests.trainer.stores import make_store
+from trainer.ladder.plan import plan_ladder
+from trainer.ladder.rung_revision import build_rung_revision
+
+ROOT = Path(__file__).parents[2]
+CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q4": 9000}
+
+
+def micro_ladder(tmp_path: Path, widths=(8, 16), layers=(1, 1), tpa=4.0, batch=4) -> Path:
+    path = tmp_path / "micro.toml"
+    path.write_text(f"""
+ladder = "micro"
+[base]
+config = "{ROOT / 'trainer' / 'configs' / 'tiny.toml'}"
+[mixture]
+mixture = "default"
+revision = "two-phase"
+[rules]
+widths = {list(widths)}
+layers = {list(layers)}
+tokens_per_active_param = {tpa}
+batch = {batch}
+[eval]
+evaluations = 2
+max_sequences = 8
+[here]
+peak_flops = 1e10
+""")
+    return path
+
+
+@pytest.fixture
+def store_home(home):
+    make_store(home, CELLS)
+    new_revision(home, "default", "two-phase", "t", strategy="natural", seq_len=32, global_batch=8,
+                 phases=["main:40000", "cool:8000:uniform@c*q4,c*q1"])
+    build(home, "default", "two-phase")
+    return home
+
+
+def test_rung_manifests_keep_the_revisions_phases_and_weights(store_home, tmp_path):
+    home = store_home
+    base, _ = read_manifest(build(home, "default", "two-phase"))
+    plan = plan_ladder(micro_ladder(tmp_path, widths=(8, 16, 32), layers=(1, 1, 2), tpa=2.0), home)
+    for rung in plan.rungs:
+        name, path = build_rung_revision(home, "default", "two-phase", "micro", rung.name, rung.tokens, rung.batch)
+        manifest, _ = read_manifest(path)
+        assert name == f"two-phase.micro.{rung.name}" and manifest.global_batch == 4
+        assert [p.name for p in manifest.phases] == ["main", "cool"]
+        total = sum(p.token_budget for p in manifest.phases)
+        assert total == pytest.approx(rung.tokens, abs=2)
+        for ours, theirs in zip(manifest.phases, base.phases):
+            assert ours.token_budget / total == pytest.approx(theirs.token_budget / 48000, abs=1 / total)
+            weights = {c: w for c, w in theirs.declared_weights.items() if w > 0}
+            assert {c: w for c, w in ours.declared_weights.items() if w > 0} == pytest.approx(weights, rel=1e-12)
+            for cell, weight in weights.items():
+                assert abs(ours.counts[cell] - weight * ours.sequences) <= 1.0, (rung.name, ours.name, cell)
+            assert sum(ours.counts.values()) == ours.sequences
+        # built again: the same file, the same manifest, nothing rewritten
+        assert build_rung_revision(home, "default", "two-phase", "micro", rung.name, rung.tokens, rung.batch)[1] == path

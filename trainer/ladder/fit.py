@@ -1,0 +1,151 @@
+"""The scaling law L(C) = L_inf + A * C^-alpha fitted to (FLOPs, held-out loss) points.
+
+Pure functions of the points (no files, no torch). Fitted by scipy's `least_squares` on
+the losses themselves, in the form L_inf + exp(a - alpha * ln C) so that FLOPs of 1e20 keep
+the problem well conditioned; with L_inf fixed the start is the straight line through
+ln(L - L_inf) against ln C. Intervals are the range of the predictions of refits: each
+rung left out in turn, and each seed's points alone when there are several seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from millrace.errors import ConfigError
+
+FORM = "L(C) = L_inf + A * C^-alpha"
+
+
+@dataclass(frozen=True)
+class Point:
+    flops: float
+    loss: float
+    rung: str | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Law:
+    L_inf: float
+    A: float
+    alpha: float
+
+    def loss(self, flops: float) -> float:
+        return self.L_inf + self.A * flops ** -self.alpha
+
+    def flops_for(self, loss: float) -> float:
+        """The compute at which the law reaches `loss` (inf when `loss` is at or below L_inf)."""
+        if loss <= self.L_inf:
+            return math.inf
+        return ((loss - self.L_inf) / self.A) ** (-1.0 / self.alpha)
+
+    def as_dict(self) -> dict:
+        return {"L_inf": self.L_inf, "A": self.A, "alpha": self.alpha}
+
+
+def check_points(points: list[Point], asymptote: float | None, where: str) -> None:
+    needed = 2 if asymptote is not None else 3
+    distinct = {p.flops for p in points}
+    if len(distinct) < needed:
+        raise ConfigError(f"{where}: {len(distinct)} distinct compute values; the fit needs at least {needed} "
+                          f"({'L_inf fixed' if asymptote is not None else 'L_inf free'})")
+    for p in points:
+        if not (math.isfinite(p.flops) and p.flops > 0 and math.isfinite(p.loss)):
+            raise ConfigError(f"{where}: point {p.rung or p.flops!r}: flops must be positive and loss finite "
+                              f"(got flops {p.flops!r}, loss {p.loss!r})")
+        if asymptote is not None and p.loss <= asymptote:
+            raise ConfigError(f"{where}: point {p.rung or p.flops!r}: loss {p.loss:.4g} is not above the fixed "
+                              f"asymptote {asymptote:g}")
+
+
+def fit_law(points: list[Point], asymptote: float | None = None, where: str = "fit") -> Law:
+    """Least squares on the losses; `asymptote` fixes L_inf, None fits it in [0, min loss)."""
+    check_points(points, asymptote, where)
+    x = np.log([p.flops for p in points])
+    y = np.array([p.loss for p in points])
+    floor = asymptote if asymptote is not None else 0.5 * float(y.min())
+    slope, intercept = np.polyfit(x, np.log(np.maximum(y - floor, 1e-12)), 1)
+    alpha0, a0 = max(-slope, 1e-4), intercept
+    if asymptote is not None:
+        result = least_squares(lambda t: asymptote + np.exp(t[0] - t[1] * x) - y, [a0, alpha0], method="lm")
+        a, alpha, l_inf = result.x[0], result.x[1], asymptote
+    else:
+        top = float(y.min()) * (1 - 1e-9)
+        result = least_squares(lambda t: t[0] + np.exp(t[1] - t[2] * x) - y, [min(floor, top * 0.999), a0, alpha0],
+                               bounds=([0.0, -np.inf, -np.inf], [top, np.inf, np.inf]))
+        l_inf, a, alpha = result.x
+    return Law(L_inf=float(l_inf), A=float(math.exp(a)), alpha=float(alpha))
+
+
+def groups(points: list[Point], key: str) -> dict:
+    found: dict = {}
+    for p in points:
+        found.setdefault(getattr(p, key) if getattr(p, key) is not None else p.flops, []).append(p)
+    return found
+
+
+def refits(points: list[Point], asymptote: float | None) -> list[tuple[str, Law]]:
+    """Each rung left out (where enough remain), and each seed alone (where there are several)."""
+    needed = 2 if asymptote is not None else 3
+    found = []
+    by_rung = groups(points, "rung")
+    if len(by_rung) - 1 >= needed:
+        for rung, members in by_rung.items():
+            rest = [p for p in points if p not in members]
+            found.append((f"without {rung}", fit_law(rest, asymptote)))
+    by_seed = {s: ps for s, ps in groups(points, "seed").items() if isinstance(s, int)}
+    if len(by_seed) > 1:
+        for seed, members in sorted(by_seed.items()):
+            if len({p.flops for p in members}) >= needed:
+                found.append((f"seed {seed}", fit_law(members, asymptote)))
+    return found
+
+
+def leave_one_out(points: list[Point], asymptote: float | None) -> list[dict]:
+    """Per rung: the law fitted without it, its prediction there, and the error against the rung's mean."""
+    needed = 2 if asymptote is not None else 3
+    by_rung = groups(points, "rung")
+    if len(by_rung) - 1 < needed:
+        return []
+    rows = []
+    for rung, members in by_rung.items():
+        law = fit_law([p for p in points if p not in members], asymptote)
+        flops = members[0].flops
+        measured = float(np.mean([p.loss for p in members]))
+        predicted = law.loss(flops)
+        rows.append({"rung": rung if isinstance(rung, str) else None, "flops": flops, "loss": measured,
+                     "predicted": predicted, "error": predicted - measured})
+    return rows
+
+
+def predict(law: Law, alternatives: list[tuple[str, Law]], flops: float, name: str | None = None) -> dict:
+    values = [law.loss(flops)] + [other.loss(flops) for _, other in alternatives]
+    return {"name": name, "flops": flops, "loss": law.loss(flops), "low": min(values), "high": max(values)}
+
+
+def fit_report(points: list[Point], asymptote: float | None, targets: list[tuple[str | None, float]],
+               where: str = "fit", metric: str | None = None) -> dict:
+    """Everything `ladder fit --json` prints: the form, parameters, residuals, leave-one-out, predictions."""
+    law = fit_law(points, asymptote, where)
+    alternatives = refits(points, asymptote)
+    residuals = [{"rung": p.rung, "seed": p.seed, "flops": p.flops, "loss": p.loss, "fit": law.loss(p.flops),
+                  "residual": p.loss - law.loss(p.flops)} for p in points]
+    return {
+        "form": FORM,
+        "metric": metric,
+        "asymptote": "fixed" if asymptote is not None else "free",
+        "params": law.as_dict(),
+        "residuals": residuals,
+        "rms_residual": float(np.sqrt(np.mean([r["residual"] ** 2 for r in residuals]))),
+        "leave_one_out": leave_one_out(points, asymptote),
+        "refits": [{"name": name, "params": other.as_dict()} for name, other in alternatives],
+        "predictions": [predict(law, alternatives, flops, name) for name, flops in targets],
+    }
+
+
+def law_of(report: dict) -> Law:
+    return Law(**report["params"])

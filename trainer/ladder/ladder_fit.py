@@ -1,0 +1,39 @@
+"""`ladder fit` on a ladder: its rungs' final held-out metric, fitted, predicted at the target, saved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from millrace.errors import ConfigError
+from millrace.home import Home
+from trainer.ladder.fit import fit_report
+from trainer.ladder.points import ladder_points
+from trainer.ladder.results import read_ladder, write_ladder
+
+
+def targets_of(body: dict[str, Any], predict_flops: list[float]) -> list[tuple[str | None, float]]:
+    target = (body.get("plan") or {}).get("target")
+    found: list[tuple[str | None, float]] = [(target["name"], float(target["flops"]))] if target else []
+    return found + [(None, float(f)) for f in predict_flops]
+
+
+def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: float | None = None,
+               free_asymptote: bool = False, predict_flops: list[float] = (), revision: str | None = None,
+               save: bool = True) -> dict[str, Any]:
+    """Fit the ladder's rungs of `revision` (default its own); the report is stored under fits/<revision>."""
+    body = read_ladder(home, ladder)
+    body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+    metric = metric or body.get("metric") or "loss.macro"
+    revision = revision or body["plan"]["revision"]
+    if free_asymptote and asymptote is not None:
+        raise ConfigError("give --asymptote or --free-asymptote, not both")
+    if not free_asymptote and asymptote is None:
+        asymptote = body.get("asymptote")
+    points = ladder_points(body, metric, revision, home.root / "runs")
+    report = fit_report(points, asymptote, targets_of(body, list(predict_flops)), where=f"ladder {ladder}",
+                        metric=metric)
+    report["revision"] = revision
+    if save:
+        body.setdefault("fits", {})[revision] = report
+        write_ladder(home, ladder, body)
+    return report

@@ -1,0 +1,135 @@
+"""Train a ladder's rungs: per rung and seed, a scaled revision, a config, a resumable run.
+
+Resumable at two levels: a rung whose run completed is not trained again (its result is
+read back from its files), and a rung killed mid-way resumes from its latest checkpoint
+(the rung configs checkpoint a few times per rung). `ladder.json` is rewritten after
+every rung, so a kill loses at most the rung in flight, and that one only since its last
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import tomli_w
+
+from millrace.artifacts import atomic_write_text
+from millrace.errors import ArtifactError, ConfigError
+from millrace.home import Home
+from trainer.config import TrainConfig
+from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
+from trainer.ladder.results import curve, read_evals, read_ladder_or_empty, write_ladder
+from trainer.ladder.rung_revision import build_rung_revision
+from trainer.metrics import read_run
+
+log = logging.getLogger(__name__)
+CHECKPOINTS_PER_RUNG = 4
+
+
+def run_name(ladder: str, revision: str, rung: str, seed: int) -> str:
+    return f"ladder-{ladder}-{revision}-{rung}-s{seed}"
+
+
+def rung_config(plan: LadderPlan, rung: RungPlan, revision: str, seed: int, steps: int) -> dict[str, Any]:
+    """The rung's training config: the family's shape, the rung's lr and revision, evaluation on."""
+    config: TrainConfig = rung.config
+    data = config.model_dump(mode="json")
+    data["data"].update({"mixture": plan.spec.mixture.mixture, "revision": revision})
+    data["parallel"]["seed"] = seed
+    data["steps"] = 0
+    data["checkpoint"].update({"every": max(1, steps // CHECKPOINTS_PER_RUNG), "at_end": True})
+    data["metrics"]["tensorboard"] = False
+    if "eval" in TrainConfig.model_fields:
+        data["eval"] = {**data.get("eval", {}), "every": max(1, steps // plan.spec.eval.evaluations),
+                        "max_sequences": plan.spec.eval.max_sequences}
+    TrainConfig.model_validate(data)
+    return data
+
+
+def write_rung_config(path: Path, data: dict[str, Any], header: str) -> Path:
+    atomic_write_text(path, f"# {header}\n" + tomli_w.dumps(data))
+    return path
+
+
+def finished(home: Home, run: str) -> bool:
+    try:
+        return read_run(home.run(run)).get("status") == "completed"
+    except ArtifactError:
+        return False
+
+
+def rung_result(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, run: str,
+                seconds: float | None) -> dict[str, Any]:
+    run_dir = home.run(run)
+    info = read_run(run_dir)
+    evals = read_evals(run_dir)
+    return {"rung": rung.name, "revision": revision, "seed": seed, "run": run, "status": info.get("status"),
+            "flops": rung.flops, "tokens": rung.tokens, "steps": info.get("total_steps"), "batch": rung.batch,
+            "seconds": seconds, "final": evals[-1] if evals else None, "curve": curve(run_dir)}
+
+
+def train_rung(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int,
+               progress: bool) -> dict[str, Any]:
+    from trainer.loop import train
+
+    ladder = plan.spec.ladder
+    name, manifest = build_rung_revision(home, plan.spec.mixture.mixture, revision, ladder, rung.name,
+                                         rung.tokens, rung.batch)
+    from mixtures.manifest import read_manifest
+
+    steps = read_manifest(manifest)[0].total_steps
+    run = run_name(ladder, revision, rung.name, seed)
+    if finished(home, run):
+        log.info("ladder %s: rung %s seed %d (%s) already trained; not retrained", ladder, rung.name, seed, run)
+        previous = [r for r in read_ladder_or_empty(home, ladder).get("results", []) if r.get("run") == run]
+        return rung_result(home, plan, rung, revision, seed, run, previous[0]["seconds"] if previous else None)
+    config = write_rung_config(home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml",
+                               rung_config(plan, rung, name, seed, steps),
+                               f"ladder {ladder}: rung {rung.name}, seed {seed}, revision {name} (do not edit)")
+    log.info("ladder %s: training rung %s seed %d: d_model %d, %d layers, %s tokens, %d steps (%s)", ladder,
+             rung.name, seed, rung.d_model, rung.layers, f"{rung.tokens:,}", steps, run)
+    began = time.perf_counter()
+    train(config, home, run=run, resume=True, progress=progress)
+    return rung_result(home, plan, rung, revision, seed, run, time.perf_counter() - began)
+
+
+def select_rungs(plan: LadderPlan, names: list[str] | None, include_target: bool = False) -> list[RungPlan]:
+    available = plan.rungs + ([plan.target] if include_target and plan.target else [])
+    if not names:
+        return available
+    by_name = {r.name: r for r in plan.rungs + ([plan.target] if plan.target else [])}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ConfigError(f"{plan.path}: no rung {missing[0]!r} (rungs: {', '.join(by_name)})")
+    return [by_name[n] for n in names]
+
+
+def merge_results(old: list[dict], new: list[dict]) -> list[dict]:
+    runs = {r["run"] for r in new}
+    return [r for r in old if r.get("run") not in runs] + new
+
+
+def run_ladder(path: Path | str, home: Home, rungs: list[str] | None = None, seeds: int | None = None,
+               revision: str | None = None, progress: bool = False,
+               on_result: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body."""
+    plan = plan_ladder(path, home)
+    revision = revision or plan.spec.mixture.revision
+    seeds = seeds or plan.spec.seeds
+    body = read_ladder_or_empty(home, plan.spec.ladder)
+    body.update({"ladder": plan.spec.ladder, "file": str(Path(path).resolve()), "metric": plan.spec.fit.metric,
+                 "asymptote": plan.spec.fit.asymptote, "plan": plan.as_dict()})
+    body.setdefault("results", [])
+    body.setdefault("fits", {})
+    body.setdefault("comparison", None)
+    for rung in select_rungs(plan, rungs):
+        for seed in range(seeds):
+            result = train_rung(home, plan, rung, revision, seed, progress)
+            body["results"] = merge_results(body["results"], [result])
+            write_ladder(home, plan.spec.ladder, body)
+            if on_result:
+                on_result(result)
+    return body
