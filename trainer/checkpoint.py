@@ -9,8 +9,9 @@ A checkpoint appears under its final name only after every rank has finished
 writing (write to a temporary directory, barrier, rename), so a crash mid-write
 leaves the previous checkpoints intact. Only the newest `keep` are kept.
 
-The router biases are buffers of the model, so they travel in the model state
-dict. Per-rank items (RNG states, the loader's state) are keyed by rank.
+What a checkpoint holds is a mapping of name -> torch `Stateful` part (`trainer.state`):
+the model (whose router biases are buffers, so they travel with it), the optimiser,
+the trainer's counters and the per-rank items (RNG, loader state) keyed by rank.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
-import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
 
-from millrace.errors import ArtifactError
+from millrace.errors import ArtifactError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -65,43 +65,15 @@ def latest_checkpoint(directory: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
-def rng_state() -> dict[str, torch.Tensor]:
-    state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state: dict[str, torch.Tensor]) -> None:
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
-def save(
-    directory: Path,
-    step: int,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    trainer_state: dict[str, Any],
-    rank_state: dict[str, Any],
-    keep: int,
-) -> Path:
-    """Write checkpoint `step` atomically and prune all but the newest `keep`."""
+def save(directory: Path, step: int, parts: Mapping[str, Stateful], keep: int) -> Path:
+    """Write checkpoint `step` of every part atomically and prune all but the newest `keep`."""
     final = directory / checkpoint_name(step)
     tmp = directory / f"{TMP_PREFIX}{step:08d}"
     if _rank() == 0:
         directory.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     _barrier()
-    model_state, optim_state = get_state_dict(model, optimizer)
-    state = {
-        "model": model_state,
-        "optim": optim_state,
-        "trainer": trainer_state,
-        "ranks": {str(_rank()): {**rank_state, "rng": rng_state()}},
-    }
-    dcp.save(state, checkpoint_id=str(tmp))
+    dcp.save({name: part.state_dict() for name, part in parts.items()}, checkpoint_id=str(tmp))
     _barrier()
     if _rank() == 0:
         if final.exists():
@@ -114,26 +86,15 @@ def save(
     return final
 
 
-def load(
-    path: Path,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    trainer_template: dict[str, Any],
-    rank_template: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Load `path` into model and optimizer in place; returns (trainer state, this rank's state)."""
-    model_state, optim_state = get_state_dict(model, optimizer)
-    state = {
-        "model": model_state,
-        "optim": optim_state,
-        "trainer": trainer_template,
-        "ranks": {str(_rank()): {**rank_template, "rng": rng_state()}},
-    }
+def load(path: Path, parts: Mapping[str, Stateful]) -> None:
+    """Load `path` into every part in place, in the mapping's order (so a cheap part can refuse first)."""
+    state = {name: part.state_dict() for name, part in parts.items()}
     try:
         dcp.load(state, checkpoint_id=str(path))
     except Exception as exc:  # DCP raises several types; the user needs the path and the reason
         raise ArtifactError(f"{path}: cannot load checkpoint ({type(exc).__name__}: {exc})") from None
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    mine = state["ranks"][str(_rank())]
-    set_rng_state(mine.pop("rng"))
-    return state["trainer"], mine
+    for name, part in parts.items():
+        try:
+            part.load_state_dict(state[name])
+        except (ArtifactError, ConfigError) as exc:
+            raise type(exc)(f"{path}: {exc}") from None

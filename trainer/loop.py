@@ -1,6 +1,9 @@
 """The training loop: batches from the loader, AdamW steps, the bias rule, metrics, checkpoints.
 
-`train(...)` is the one entry point (the CLI and `millrace demo` call it). Step
+`train(...)` is the one entry point (the CLI, `millrace demo` and the ladder call it). It
+runs named steps, each a hook point: `prepare_run` (config, runtime, loader) ->
+`build_training` (model, optimizer, counters) -> `restore` (a checkpoint into every
+`Stateful` part) -> per step `train_step`, `log_metrics`, `maybe_checkpoint` -> `finish`. Step
 semantics: the learning-rate horizon is the config's `steps`, else the manifest's
 total steps (the mixture's token budget); the `steps` argument is where this
 invocation stops. So `--steps 20` then `--resume --steps 40` reproduces one
@@ -36,6 +39,7 @@ from trainer.model import Transformer
 from trainer.moe import local_tensor
 from trainer.peak import peak_flops
 from trainer.schedule import learning_rate
+from trainer.state import ModelState, OptimizerState, RankState, TrainerState
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +169,280 @@ def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in tensors.items()}
 
 
+@dataclass
+class RunPlan:
+    """What one invocation of `train` will do, resolved and validated before any model is built."""
+
+    config_path: Path
+    config: TrainConfig
+    home: Home
+    mixture: str
+    revision: str
+    run: str
+    manifest_path: Path
+    runtime: Runtime
+    stream: MixtureStream
+    store: Store
+    horizon: int  # the learning-rate schedule's length
+    stop: int  # where this invocation stops
+    checkpoint_every: int
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home.run(self.run)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.run_dir / "checkpoints"
+
+
+@dataclass
+class Training:
+    """The live objects of one run: what a step reads and updates, and what a checkpoint holds."""
+
+    plan: RunPlan
+    model: Transformer
+    optimizer: torch.optim.AdamW
+    state: TrainerState
+    start: int = 0
+
+    @property
+    def parts(self) -> dict[str, Any]:
+        """The checkpointed `Stateful` parts, in load order (the cheap counters refuse a wrong checkpoint first)."""
+        return {
+            "trainer": self.state,
+            "model": ModelState(self.model),
+            "optim": OptimizerState(self.model, self.optimizer),
+            "ranks": RankState(self.plan.runtime.rank, self.plan.stream),
+        }
+
+    @property
+    def moe_layers(self) -> list[tuple[int, Any]]:
+        return [(i, block.ffn) for i, block in enumerate(self.model.layers) if block.is_moe]
+
+
+@dataclass
+class StepResult:
+    step: int  # the step just completed (1-based count of optimizer steps)
+    phase: int
+    loss: float
+    lr: float
+    grad_norm: float
+    global_tokens: int
+    waited: float  # seconds spent waiting for the batch
+    elapsed: float
+    loads: list
+    acc: StepAccumulator
+
+
+def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture: str | None, revision: str | None,
+                steps: int | None, run: str | None, checkpoint_every: int | None, resume: bool) -> RunPlan:
+    """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
+    config_path = Path(config_path)
+    config = load_train_config(config_path)
+    home = home if isinstance(home, Home) else Home.resolve(home)
+    mixture = mixture or config.data.mixture
+    revision = revision or config.data.revision
+    run = run or f"{config_path.stem}-{mixture}-{revision}"
+    manifest_path = find_manifest(home, mixture, revision)
+    runtime = init_runtime()
+    stream = MixtureStream(manifest_path, rank=runtime.rank, world=runtime.world, prefetch=config.data.prefetch)
+    store = Store(store_dir_of(manifest_path))
+    config = _with_store_vocab(config, store, config_path)
+    horizon = config.steps or stream.steps
+    stop = steps or horizon
+    for name, value in (("steps", horizon), ("--steps", stop)):
+        if value > stream.steps:
+            raise ConfigError(f"{name} = {value} exceeds the {stream.steps} steps of {mixture}/{revision} ({manifest_path})")
+    if stop > horizon:
+        raise ConfigError(f"--steps {stop} is past the learning-rate horizon of {horizon} steps set in {config_path}")
+    micro = config.data.micro_batches
+    if stream.local_batch % micro:
+        raise ConfigError(
+            f"{config_path}: field 'data.micro_batches': {micro} does not divide the per-rank batch {stream.local_batch}"
+        )
+    plan = RunPlan(config_path=config_path, config=config, home=home, mixture=mixture, revision=revision, run=run,
+                   manifest_path=manifest_path, runtime=runtime, stream=stream, store=store, horizon=horizon,
+                   stop=stop, checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every)
+    if ckpt.latest_checkpoint(plan.checkpoints) and not resume:
+        raise ConfigError(f"run {run!r} already has checkpoints in {plan.checkpoints}; pass --resume or choose another --run")
+    return plan
+
+
+def _with_store_vocab(config: TrainConfig, store: Store, config_path: Path) -> TrainConfig:
+    if store.manifest.tokenizer is None:
+        raise ArtifactError(f"{store.path / 'store.json'}: the store names no tokenizer; cannot size the vocabulary")
+    config = with_vocab(config, store.manifest.tokenizer.vocab_size)
+    if config.model.vocab_size < store.manifest.tokenizer.vocab_size:
+        raise ConfigError(
+            f"{config_path}: field 'model.vocab_size': {config.model.vocab_size} is smaller than the store's "
+            f"vocabulary ({store.manifest.tokenizer.vocab_size})"
+        )
+    return config
+
+
+def build_training(plan: RunPlan) -> Training:
+    """The model (sharded over ranks), its optimizer and fresh counters."""
+    check_fits(plan.config, plan.runtime, plan.config_path)
+    model = build_model(plan.config, plan.runtime)
+    optimizer = build_optimizer(model, plan.config)
+    state = TrainerState(horizon=plan.horizon, manifest_hash=plan.stream.manifest_hash, cell_names=plan.stream.cell_names)
+    return Training(plan=plan, model=model, optimizer=optimizer, state=state)
+
+
+def restore(training: Training, resume: bool) -> int:
+    """Load the run's latest checkpoint into every part when resuming; returns the step to start at."""
+    plan = training.plan
+    latest = ckpt.latest_checkpoint(plan.checkpoints)
+    if resume and latest:
+        ckpt.load(latest[1], training.parts)
+        log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
+    elif resume:
+        log.info("run %s has no checkpoint yet; starting at step 0", plan.run)
+    training.start = training.state.step
+    if training.start > plan.stop:
+        raise ConfigError(f"--steps {plan.stop} is before the checkpoint of run {plan.run!r} at step {training.start}")
+    return training.start
+
+
+def write_run_record(training: Training, peak: float, peak_source: str) -> None:
+    """`run.json` at start (rank 0): what runs, on what data, at what size."""
+    plan, config = training.plan, training.plan.config
+    write_run(plan.run_dir, {
+        "run": plan.run,
+        "config": {"path": str(plan.config_path), **config.model_dump(mode="json")},
+        "mixture": plan.mixture,
+        "revision": plan.revision,
+        "manifest_hash": plan.stream.manifest_hash,
+        "manifest_path": str(plan.manifest_path),
+        "store": {"name": plan.store.name, "version": plan.store.version},
+        "planned_tokens_per_cell": planned_tokens_per_cell(plan.stream),
+        "total_steps": plan.horizon,
+        "stop_step": plan.stop,
+        "start_step": training.start,
+        "status": "running",
+        "world_size": plan.runtime.world,
+        "params": count_params(config).as_dict(),
+        "flops_per_token": flops_per_token(config, plan.stream.seq_len),
+        "peak_flops_per_device": peak,
+        "peak_flops_source": peak_source,
+    })
+
+
+def forward_backward(training: Training, data: dict[str, torch.Tensor], global_tokens: float) -> StepAccumulator:
+    """Every micro-batch's share of the global mean loss, back-propagated; returns the step's loss sums."""
+    plan = training.plan
+    runtime, micro, local_batch = plan.runtime, plan.config.data.micro_batches, plan.stream.local_batch
+    autocast = runtime.device.type == "cuda" and plan.config.parallel.bf16_autocast
+    acc = StepAccumulator(len(plan.stream.cell_names), len(plan.stream.source_names), runtime.device)
+    for chunk in range(micro):
+        rows = slice(chunk * local_batch // micro, (chunk + 1) * local_batch // micro)
+        with torch.autocast(runtime.device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits, aux = training.model(data["input_ids"][rows], data["positions"][rows], data["segment_ids"][rows])
+        token_losses = F.cross_entropy(
+            logits.float().flatten(0, 1), data["labels"][rows].flatten(), reduction="none"
+        ).view(logits.shape[0], logits.shape[1])
+        objective = token_losses.sum() / global_tokens + aux / (runtime.world * micro)
+        objective.backward()
+        acc.add(token_losses, data["cell_ids"][rows], data["sources"][rows] if "sources" in data else None)
+    return acc
+
+
+def train_step(training: Training, batches, step: int) -> StepResult:
+    """One optimizer step at 0-based `step`: batch, forward/backward, clip, AdamW, the bias rule, counters."""
+    plan, model, optimizer = training.plan, training.model, training.optimizer
+    runtime, config, stream = plan.runtime, plan.config, plan.stream
+    t0 = time.perf_counter()
+    batch = next(batches)
+    waited = time.perf_counter() - t0
+    data = to_device(batch, runtime.device)
+    lr = learning_rate(step, plan.horizon, config.optimizer, config.schedule)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    global_tokens = float(data["labels"].numel() * runtime.world)
+    acc = forward_backward(training, data, global_tokens)
+    grad_norm = clip_gradients(model, config.optimizer.grad_clip, runtime)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    loads = balance_step(training.moe_layers, config.moe.bias_update_rate)
+    acc.reduce(runtime)
+    cells_tokens = torch.bincount(data["cell_ids"], minlength=len(stream.cell_names)).double() * stream.seq_len
+    runtime.all_reduce(cells_tokens)
+    training.state.advance(int(global_tokens), cells_tokens.tolist())
+    return StepResult(step=step + 1, phase=batch.phase, loss=float(acc.loss[0] / acc.loss[1]), lr=lr,
+                      grad_norm=grad_norm, global_tokens=int(global_tokens), waited=waited,
+                      elapsed=time.perf_counter() - t0, loads=loads, acc=acc)
+
+
+def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | None, peak: float) -> None:
+    """Every `log_every` steps and at the stop: one metrics line (norms are reduced on every rank)."""
+    plan = training.plan
+    if result.step % plan.config.metrics.log_every and result.step != plan.stop:
+        return
+    param_squared = squared_norm(list(training.model.parameters()), plan.runtime)
+    if writer is None:
+        return
+    bias_stats, bias_squared = router_bias_stats(training.model)
+    tokens_per_second = result.global_tokens / result.elapsed
+    per_token = flops_per_token(plan.config, plan.stream.seq_len)
+    writer.write({
+        "step": result.step,
+        "time": time.time(),
+        "phase": result.phase,
+        "loss": result.loss,
+        "lr": result.lr,
+        "tokens": training.state.tokens,
+        "tokens_per_second": tokens_per_second,
+        "mfu": per_token * tokens_per_second / (peak * plan.runtime.world),
+        "data_wait_fraction": result.waited / result.elapsed,
+        "grad_norm": result.grad_norm,
+        "param_norm": math.sqrt(param_squared),
+        "param_norm_with_router_bias": math.sqrt(param_squared + bias_squared),
+        "router_bias": bias_stats,
+        "expert_load": [load.as_dict() for load in result.loads],
+        "loss_per_cell": _means(plan.stream.cell_names, result.acc.cells),
+        "loss_per_source": _means(plan.stream.source_names, result.acc.sources),
+        "realised_tokens_per_cell": dict(training.state.realised_tokens_per_cell),
+    })
+
+
+def maybe_checkpoint(training: Training, step: int) -> Path | None:
+    """Checkpoint after `step` on the cadence, and at the stop when the config asks for it."""
+    plan = training.plan
+    every, at_end = plan.checkpoint_every, plan.config.checkpoint.at_end
+    if (every and step % every == 0) or (step == plan.stop and at_end):
+        return ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
+    return None
+
+
+class StepReporter:
+    """A progress bar on a terminal (rank 0), else about ten steady log lines per invocation."""
+
+    def __init__(self, training: Training, enabled: bool):
+        plan = training.plan
+        self.plan, self.rank = plan, plan.runtime.rank
+        self.every = max(1, (plan.stop - training.start) // 10)
+        self.start = training.start
+        self.bar = _progress(enabled and self.rank == 0, training.start, plan.stop, plan.run)
+
+    def step(self, result: StepResult) -> None:
+        if self.bar is not None:
+            self.bar[0].update(self.bar[1], advance=1, description=f"{self.plan.run} loss {result.loss:.3f}")
+        elif self.rank == 0 and (result.step - self.start) % self.every == 0:
+            log.info("step %d/%d loss %.4f lr %.3g grad norm %.3f", result.step, self.plan.stop, result.loss,
+                     result.lr, result.grad_norm)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar[0].stop()
+
+
+def finish(plan: RunPlan) -> None:
+    """Mark the run completed (the horizon reached) or stopped (a later `--resume` continues it)."""
+    if plan.runtime.rank == 0:
+        _set_status(plan.run_dir, "completed" if plan.stop == plan.horizon else "stopped")
+
+
 def train(
     config_path: Path | str,
     home: Home | Path | str | None = None,
@@ -177,187 +455,46 @@ def train(
     progress: bool = False,
 ) -> RunResult:
     """Train the config's model on a built mixture; returns the losses of the steps run here."""
-    config_path = Path(config_path)
-    config = load_train_config(config_path)
-    home = home if isinstance(home, Home) else Home.resolve(home)
-    mixture = mixture or config.data.mixture
-    revision = revision or config.data.revision
-    run = run or f"{config_path.stem}-{mixture}-{revision}"
-    manifest_path = find_manifest(home, mixture, revision)
-    runtime = init_runtime()
-    stream = MixtureStream(manifest_path, rank=runtime.rank, world=runtime.world, prefetch=config.data.prefetch)
-    store = Store(store_dir_of(manifest_path))
-    if store.manifest.tokenizer is None:
-        raise ArtifactError(f"{store.path / 'store.json'}: the store names no tokenizer; cannot size the vocabulary")
-    config = with_vocab(config, store.manifest.tokenizer.vocab_size)
-    if config.model.vocab_size < store.manifest.tokenizer.vocab_size:
-        raise ConfigError(
-            f"{config_path}: field 'model.vocab_size': {config.model.vocab_size} is smaller than the store's "
-            f"vocabulary ({store.manifest.tokenizer.vocab_size})"
-        )
-    horizon = config.steps or stream.steps
-    stop = steps or horizon
-    for name, value in (("steps", horizon), ("--steps", stop)):
-        if value > stream.steps:
-            raise ConfigError(f"{name} = {value} exceeds the {stream.steps} steps of {mixture}/{revision} ({manifest_path})")
-    if stop > horizon:
-        raise ConfigError(f"--steps {stop} is past the learning-rate horizon of {horizon} steps set in {config_path}")
-    local_batch = stream.local_batch
-    micro = config.data.micro_batches
-    if local_batch % micro:
-        raise ConfigError(f"{config_path}: field 'data.micro_batches': {micro} does not divide the per-rank batch {local_batch}")
-
-    run_dir = home.run(run)
-    checkpoints = run_dir / "checkpoints"
-    latest = ckpt.latest_checkpoint(checkpoints)
-    if latest and not resume:
-        raise ConfigError(f"run {run!r} already has checkpoints in {checkpoints}; pass --resume or choose another --run")
-
-    check_fits(config, runtime, config_path)
-    model = build_model(config, runtime)
-    optimizer = build_optimizer(model, config)
-    cell_names = stream.cell_names
-    trainer_state: dict[str, Any] = {
-        "step": 0,
-        "tokens": 0,
-        "horizon": horizon,
-        "manifest_hash": stream.manifest_hash,
-        "realised_tokens_per_cell": {name: 0 for name in cell_names},
-    }
-    start = 0
-    if resume and latest:
-        loaded, rank_state = ckpt.load(latest[1], model, optimizer, dict(trainer_state), {"loader": stream.state_dict()})
-        if loaded["manifest_hash"] != stream.manifest_hash:
-            raise ArtifactError(f"{latest[1]}: checkpoint is from manifest {loaded['manifest_hash']}, not {stream.manifest_hash}")
-        if loaded["horizon"] != horizon:
-            raise ConfigError(f"{latest[1]}: checkpoint's learning-rate horizon is {loaded['horizon']} steps, this run's is {horizon}")
-        stream.load_state_dict(rank_state["loader"])
-        trainer_state = loaded
-        start = int(loaded["step"])
-        log.info("resumed run %s at step %d from %s", run, start, latest[1])
-    elif resume:
-        log.info("run %s has no checkpoint yet; starting at step 0", run)
-    if start > stop:
-        raise ConfigError(f"--steps {stop} is before the checkpoint of run {run!r} at step {start}")
-
-    params = count_params(config)
-    per_token = flops_per_token(config, stream.seq_len)
-    peak, peak_source = peak_flops(config.metrics.peak_flops_per_device, runtime.device)
+    plan = prepare_run(config_path, home, mixture, revision, steps, run, checkpoint_every, resume)
+    training = build_training(plan)
+    start = restore(training, resume)
+    runtime = plan.runtime
+    peak, peak_source = peak_flops(plan.config.metrics.peak_flops_per_device, runtime.device)
     if runtime.rank == 0:
-        write_run(run_dir, {
-            "run": run,
-            "config": {"path": str(config_path), **config.model_dump(mode="json")},
-            "mixture": mixture,
-            "revision": revision,
-            "manifest_hash": stream.manifest_hash,
-            "manifest_path": str(manifest_path),
-            "store": {"name": store.name, "version": store.version},
-            "planned_tokens_per_cell": planned_tokens_per_cell(stream),
-            "total_steps": horizon,
-            "stop_step": stop,
-            "start_step": start,
-            "status": "running",
-            "world_size": runtime.world,
-            "params": params.as_dict(),
-            "flops_per_token": per_token,
-            "peak_flops_per_device": peak,
-            "peak_flops_source": peak_source,
-        })
-    writer = MetricsWriter(run_dir, start, config.metrics.tensorboard) if runtime.rank == 0 else None
-    every = config.checkpoint.every if checkpoint_every is None else checkpoint_every
-    moe_layers = [(i, block.ffn) for i, block in enumerate(model.layers) if block.is_moe]
-    autocast = runtime.device.type == "cuda" and config.parallel.bf16_autocast
-    sources_count = len(stream.source_names)
+        write_run_record(training, peak, peak_source)
+    _log_start(training, peak, peak_source)
+    writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
+    reporter = StepReporter(training, progress)
     losses: list[float] = []
-    log.info("run %s: %s total / %s active parameters, %.3g FLOPs/token, steps %d..%d of %d, world %d, peak %.3g (%s)",
-             run, f"{params.total:,}", f"{params.active:,}", per_token, start, stop, horizon, runtime.world, peak,
-             peak_source)
-    report_every = max(1, (stop - start) // 10)
     began = time.perf_counter()
-    bar = _progress(progress and runtime.rank == 0, start, stop, run)
-    model.train()
+    training.model.train()
     try:
-        batches = stream.iterate(start_step=start, end_step=stop)
-        for step in range(start, stop):
-            t0 = time.perf_counter()
-            batch = next(batches)
-            waited = time.perf_counter() - t0
-            data = to_device(batch, runtime.device)
-            lr = learning_rate(step, horizon, config.optimizer, config.schedule)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            global_tokens = float(data["labels"].numel() * runtime.world)
-            acc = StepAccumulator(len(cell_names), sources_count, runtime.device)
-            for chunk in range(micro):
-                rows = slice(chunk * local_batch // micro, (chunk + 1) * local_batch // micro)
-                with torch.autocast(runtime.device.type, dtype=torch.bfloat16, enabled=autocast):
-                    logits, aux = model(data["input_ids"][rows], data["positions"][rows], data["segment_ids"][rows])
-                token_losses = F.cross_entropy(
-                    logits.float().flatten(0, 1), data["labels"][rows].flatten(), reduction="none"
-                ).view(logits.shape[0], logits.shape[1])
-                objective = token_losses.sum() / global_tokens + aux / (runtime.world * micro)
-                objective.backward()
-                acc.add(token_losses, data["cell_ids"][rows], data["sources"][rows] if "sources" in data else None)
-            grad_norm = clip_gradients(model, config.optimizer.grad_clip, runtime)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            loads = balance_step(moe_layers, config.moe.bias_update_rate)
-            acc.reduce(runtime)
-            cells_tokens = torch.bincount(data["cell_ids"], minlength=len(cell_names)).double() * stream.seq_len
-            runtime.all_reduce(cells_tokens)
-            for name, tokens in zip(cell_names, cells_tokens.tolist()):
-                trainer_state["realised_tokens_per_cell"][name] += int(tokens)
-            trainer_state["tokens"] += int(global_tokens)
-            trainer_state["step"] = step + 1
-            loss = float(acc.loss[0] / acc.loss[1])
-            losses.append(loss)
-            elapsed = time.perf_counter() - t0
-            log_now = (step + 1) % config.metrics.log_every == 0 or step + 1 == stop
-            if log_now:
-                param_squared = squared_norm(list(model.parameters()), runtime)
-            if log_now and writer is not None:
-                bias_stats, bias_squared = router_bias_stats(model)
-                tokens_per_second = global_tokens / elapsed
-                writer.write({
-                    "step": step + 1,
-                    "time": time.time(),
-                    "phase": batch.phase,
-                    "loss": loss,
-                    "lr": lr,
-                    "tokens": trainer_state["tokens"],
-                    "tokens_per_second": tokens_per_second,
-                    "mfu": per_token * tokens_per_second / (peak * runtime.world),
-                    "data_wait_fraction": waited / elapsed,
-                    "grad_norm": grad_norm,
-                    "param_norm": math.sqrt(param_squared),
-                    "param_norm_with_router_bias": math.sqrt(param_squared + bias_squared),
-                    "router_bias": bias_stats,
-                    "expert_load": [load.as_dict() for load in loads],
-                    "loss_per_cell": _means(cell_names, acc.cells),
-                    "loss_per_source": _means(stream.source_names, acc.sources),
-                    "realised_tokens_per_cell": dict(trainer_state["realised_tokens_per_cell"]),
-                })
-            if bar is not None:
-                bar[0].update(bar[1], advance=1, description=f"{run} loss {loss:.3f}")
-            elif runtime.rank == 0 and (step + 1 - start) % report_every == 0:
-                log.info("step %d/%d loss %.4f lr %.3g grad norm %.3f", step + 1, stop, loss, lr, grad_norm)
-            is_last = step + 1 == stop
-            if (every and (step + 1) % every == 0) or (is_last and config.checkpoint.at_end):
-                ckpt.save(checkpoints, step + 1, model, optimizer, dict(trainer_state),
-                          {"loader": stream.state_dict()}, config.checkpoint.keep)
+        batches = plan.stream.iterate(start_step=start, end_step=plan.stop)
+        for step in range(start, plan.stop):
+            result = train_step(training, batches, step)
+            losses.append(result.loss)
+            log_metrics(training, result, writer, peak)
+            reporter.step(result)
+            maybe_checkpoint(training, result.step)
     except BaseException:
         if runtime.rank == 0:
-            _set_status(run_dir, "failed")
+            _set_status(plan.run_dir, "failed")
         raise
     finally:
-        if bar is not None:
-            bar[0].stop()
+        reporter.close()
         if writer is not None:
             writer.close()
-    if runtime.rank == 0:
-        _set_status(run_dir, "completed" if stop == horizon else "stopped")
-    return RunResult(run=run, run_dir=run_dir, start_step=start, end_step=stop, losses=losses,
+    finish(plan)
+    return RunResult(run=plan.run, run_dir=plan.run_dir, start_step=start, end_step=plan.stop, losses=losses,
                      seconds=time.perf_counter() - began)
+
+
+def _log_start(training: Training, peak: float, peak_source: str) -> None:
+    plan = training.plan
+    params = count_params(plan.config)
+    log.info("run %s: %s total / %s active parameters, %.3g FLOPs/token, steps %d..%d of %d, world %d, peak %.3g (%s)",
+             plan.run, f"{params.total:,}", f"{params.active:,}", flops_per_token(plan.config, plan.stream.seq_len),
+             training.start, plan.stop, plan.horizon, plan.runtime.world, peak, peak_source)
 
 
 def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:

@@ -1,0 +1,116 @@
+"""The checkpointed parts of a run, each a torch `Stateful` (`state_dict` / `load_state_dict`).
+
+`trainer.checkpoint` saves and loads a mapping of name -> part; every part knows how
+to describe itself and how to take itself back, so a new part (evaluation cursor,
+lineage record) is one more entry, not a change to the checkpoint code.
+- `ModelState`, `OptimizerState`: DCP's sharding-aware state dicts of the model and
+  AdamW (FSDP / expert DTensors are resharded on load).
+- `TrainerState`: step, tokens, the horizon and manifest it belongs to, realised tokens per cell.
+- `RankState`: what differs per rank (the loader's position, RNG), keyed by rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from loader import MixtureStream
+from millrace.errors import ArtifactError, ConfigError
+
+
+class ModelState:
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def state_dict(self) -> dict[str, Any]:
+        return get_model_state_dict(self.model)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_model_state_dict(self.model, state)
+
+
+class OptimizerState:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        return get_optimizer_state_dict(self.model, self.optimizer)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_optimizer_state_dict(self.model, self.optimizer, state)
+
+
+@dataclass
+class TrainerState:
+    """The run's counters; a checkpoint from another manifest or horizon is refused on load."""
+
+    horizon: int
+    manifest_hash: str
+    cell_names: list[str]
+    step: int = 0
+    tokens: int = 0
+    realised_tokens_per_cell: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.realised_tokens_per_cell = {name: 0 for name in self.cell_names} | self.realised_tokens_per_cell
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "tokens": self.tokens,
+            "horizon": self.horizon,
+            "manifest_hash": self.manifest_hash,
+            "realised_tokens_per_cell": dict(self.realised_tokens_per_cell),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["manifest_hash"] != self.manifest_hash:
+            raise ArtifactError(f"checkpoint is from manifest {state['manifest_hash']}, not {self.manifest_hash}")
+        if state["horizon"] != self.horizon:
+            raise ConfigError(f"checkpoint's learning-rate horizon is {state['horizon']} steps, this run's is {self.horizon}")
+        self.step = int(state["step"])
+        self.tokens = int(state["tokens"])
+        self.realised_tokens_per_cell = dict(state["realised_tokens_per_cell"])
+
+    def advance(self, global_tokens: int, cell_tokens: list[float]) -> None:
+        """Count one finished optimizer step."""
+        for name, tokens in zip(self.cell_names, cell_tokens):
+            self.realised_tokens_per_cell[name] += int(tokens)
+        self.tokens += global_tokens
+        self.step += 1
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class RankState:
+    """This rank's loader position and RNG, stored under the rank's number."""
+
+    def __init__(self, rank: int, stream: MixtureStream):
+        self.rank, self.stream = rank, stream
+
+    def state_dict(self) -> dict[str, Any]:
+        return {str(self.rank): {"loader": self.stream.state_dict(), "rng": rng_state()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mine = state[str(self.rank)]
+        self.stream.load_state_dict(mine["loader"])
+        set_rng_state(mine["rng"])
