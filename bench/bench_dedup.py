@@ -73,7 +73,7 @@ def run_millrace(work: Path) -> tuple[float, set[str]]:
     from datatrove.pipeline.readers import JsonlReader
     from datatrove.pipeline.writers import JsonlWriter
 
-    from pipeline.dedup import DedupSignatures, DropDuplicates, FindDuplicates
+    from pipeline.stages.dedup import DedupSignatures, DropDuplicates, FindDuplicates
 
     reader = lambda: JsonlReader(str(work / "input"))
     params = dict(ngram=NGRAM, bands=BANDS, rows=ROWS, seed=1)

@@ -52,7 +52,7 @@ def _copies(corpus):
 
 
 def _alternative_purity(vectors, truth, k: int, fine: int, seed: int) -> float:
-    """The same spherical k-means + Ward merge as pipeline.domains, on another embedding."""
+    """The same spherical k-means + Ward merge as pipeline.cells.domains, on another embedding."""
     vectors = normalize(vectors)
     kmeans = KMeans(fine, n_init=1, random_state=seed).fit(vectors)
     centroids = normalize(kmeans.cluster_centers_)
@@ -62,9 +62,9 @@ def _alternative_purity(vectors, truth, k: int, fine: int, seed: int) -> float:
 
 
 def main() -> list[Result]:
-    from pipeline.cell_stages import CellStages
-    from pipeline.domains import DomainAssigner, DomainModel, DomainsConfig
-    from pipeline.quality import QualityConfig, QualityScorer
+    from pipeline.stages.cell_stages import CellStages
+    from pipeline.cells.domains import DomainAssigner, DomainModel, DomainsConfig
+    from pipeline.cells.quality import QualityConfig, QualityScorer
     from tests.domains.local_corpus import plainly_different_sources
 
     corpus = plainly_different_sources()

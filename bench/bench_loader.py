@@ -72,7 +72,7 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
     """A real store (one shard per cell) and a manifest drawing CELLS' shares; returns shard prefixes too."""
     from mixtures.manifest import (BuiltManifest, ManifestCell, ManifestPhase, PinnedShard, StoreRef,
                                    manifest_path, write_manifest)
-    from pipeline.store import (CellManifest, CellSummary, ShardWriter, StoreManifest, TokenizerInfo,
+    from pipeline.store.format import (CellManifest, CellSummary, ShardWriter, StoreManifest, TokenizerInfo,
                                 write_cell_manifest, write_store_manifest)
 
     rng = np.random.default_rng(0)
@@ -246,7 +246,7 @@ def child_reference(home: str) -> dict:
 def build_reference(home) -> None:
     """The mixtures room's shipped synthetic 200-cell stats and its two-phase revision, built for real."""
     from mixtures.build import build
-    from pipeline.store import write_stats_only_store
+    from pipeline.store.format import write_stats_only_store
 
     stats = json.loads((ROOT / "mixtures/examples/reference/available_tokens.json").read_text())["available_tokens"]
     write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)

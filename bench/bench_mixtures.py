@@ -73,7 +73,7 @@ def float_largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
 def main() -> list[Result]:
     import mixtures
     from mixtures.apportion import apportion
-    from pipeline.store import Store, write_stats_only_store
+    from pipeline.store.format import Store, write_stats_only_store
 
     stats = json.loads(STATS.read_text())["available_tokens"]
     results = []

@@ -86,9 +86,9 @@ def run_millrace(corpus: Path, tokenizer: Path, work: Path) -> float:
 
 
 def main() -> list[Result]:
-    from pipeline.corpus import build_local_corpus
-    from pipeline.intermediate import read_jsonl_zst
-    from pipeline.tokenization import train_byte_level_bpe
+    from pipeline.corpus.builder import build_local_corpus
+    from pipeline.stages.intermediate import read_jsonl_zst
+    from pipeline.stages.tokenization import train_byte_level_bpe
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

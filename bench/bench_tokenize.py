@@ -22,7 +22,7 @@ MAX_BYTES = 4_000_000
 def bench_documents() -> list:
     from datatrove.data import Document
 
-    from pipeline.corpus import _pydoc_topics, _python_code, _spread_order, _stdlib_files
+    from pipeline.corpus.builder import _pydoc_topics, _python_code, _spread_order, _stdlib_files
 
     docs, total = [], 0
     records = _pydoc_topics(Path("pydoc_data"))
@@ -45,7 +45,7 @@ def _timed(func) -> tuple[float, float]:
 
 
 def main() -> list[Result]:
-    from pipeline.tokenization import TokenizeCells, load_tokenizer, train_byte_level_bpe
+    from pipeline.stages.tokenization import TokenizeCells, load_tokenizer, train_byte_level_bpe
 
     docs = bench_documents()
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,7 +17,7 @@ import numpy as np
 from millrace.artifacts import sha256_file
 from millrace.errors import ArtifactError
 from mixtures.manifest import ManifestCell
-from pipeline.store import ShardReader
+from pipeline.store.format import ShardReader
 
 
 def _sidecar(prefix: Path, suffix: str) -> Path:

@@ -25,7 +25,7 @@ from loader.shards import CellTokens, TokenSpace
 from loader.state import LoaderState
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
-from pipeline.store import Store
+from pipeline.store.format import Store
 
 log = logging.getLogger(__name__)
 

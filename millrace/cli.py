@@ -13,9 +13,9 @@ from millrace.errors import MillraceError
 
 # subcommand -> "module:attribute"; imported lazily so `millrace report` never imports torch.
 SUBCOMMANDS = {
-    "corpus": ("pipeline.corpus_cli:corpus", "Build corpora (the embedded default corpus from this machine)."),
+    "corpus": ("pipeline.corpus.cli:corpus", "Build corpora (the embedded default corpus from this machine)."),
     "pipeline": ("pipeline.cli:pipeline", "Run the corpus pipeline into a token store."),
-    "store": ("pipeline.store_cli:store", "Inspect, verify and create token stores."),
+    "store": ("pipeline.store.cli:store", "Inspect, verify and create token stores."),
     "mix": ("mixtures.cli:mix", "Write, validate, build, plan and diff mixture revisions."),
     "loader": ("loader.cli:loader", "Look inside the deterministic batch stream."),
     "train": ("trainer.cli:train", "Train the MoE model, or plan a configuration on paper."),

@@ -68,7 +68,7 @@ def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator
 
 def build_corpus(home: Home, max_bytes: int) -> Path:
     """The corpus under home/corpus/local, rebuilt only when --max-bytes changed (or it is missing)."""
-    from pipeline.corpus import SUMMARY_KIND, build_local_corpus
+    from pipeline.corpus.builder import SUMMARY_KIND, build_local_corpus
 
     out = home.root / "corpus" / STORE
     summary_path = out / "corpus.json"

@@ -1,6 +1,6 @@
 """The artifact root ($MILLRACE_HOME) and where each kind of artifact lives under it.
 
-    stores/<name>/<version>/                 a token store version (see pipeline.store)
+    stores/<name>/<version>/                 a token store version (see pipeline.store.format)
     stores/<name>/<version>/mixtures/<mixture>/<revision>/manifest.json   built mixtures
     mixtures/<mixture>/<revision>.toml       revision files written by `mix new`
     work/<name>/<version>/                   pipeline intermediates (resumable)

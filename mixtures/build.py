@@ -23,7 +23,7 @@ from mixtures.catalog import built_manifests, load_named
 from mixtures.manifest import BuiltManifest, manifest_path, read_manifest, write_manifest
 from mixtures.resolve import manifest_hash, open_store, resolve
 from mixtures.revision import Revision
-from pipeline.store import Store
+from pipeline.store.format import Store
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from mixtures.manifest import (
 )
 from mixtures.revision import PhaseSpec, Revision, StoreSpec
 from mixtures.strategies import StrategyError, desired_weights, water_fill
-from pipeline.store import CELL_KIND, Store
+from pipeline.store.format import CELL_KIND, Store
 
 log = logging.getLogger(__name__)
 

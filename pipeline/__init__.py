@@ -2,12 +2,21 @@
 
 The Python API (what `millrace demo` and the CLI call):
 
-    from pipeline.corpus import build_local_corpus      # (out_dir, max_bytes=None) -> CorpusSummary
-    from pipeline import init_config                     # (corpus_dir) -> starter config text
-    from pipeline.config import load_pipeline_config     # (path) -> PipelineConfig (ConfigError naming the field)
-    from pipeline.runner import run_pipeline             # (config, home, executor=None, workers=None) -> store dir
+    from pipeline.corpus.builder import build_local_corpus  # (out_dir, max_bytes=None) -> CorpusSummary
+    from pipeline import init_config                         # (corpus_dir) -> starter config text
+    from pipeline.config import load_pipeline_config         # (path) -> PipelineConfig (ConfigError naming the field)
+    from pipeline.runner import run_pipeline                 # (config, home, executor=None, workers=None) -> store dir
 
-`import pipeline` stays light (no datatrove): `pipeline.store` is read by later rooms.
+Layout, in flow order:
+
+    config.py, starter.py   the run's TOML config; `pipeline init`'s starter config
+    runner.py, cli.py       the run's orchestration (executor runs, driver steps); `millrace pipeline`
+    stages/                 read → filter → dedup → cells → tokenize → assemble (datatrove steps)
+    cells/                  the quality and domain models that give a document its cell
+    store/                  the token store's format (light) and `millrace store`
+    corpus/                 the embedded default corpus and `millrace corpus`
+
+`import pipeline` stays light (no datatrove): `pipeline.store.format` is read by later rooms.
 """
 
 from __future__ import annotations

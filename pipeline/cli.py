@@ -30,7 +30,7 @@ def run(config_path: Path, executor: str | None, workers: int | None, home, as_j
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
     from pipeline.config import load_pipeline_config
     from pipeline.runner import STAGE_LABELS, run_pipeline
-    from pipeline.store_cli import print_summary, store_summary
+    from pipeline.store.cli import print_summary, store_summary
 
     config = load_pipeline_config(config_path)
     labels = list(STAGE_LABELS)

@@ -7,7 +7,7 @@
     [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
     [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
     [executor]             local or ray, tasks (fixes the file assignment), workers
-    [quality], [domains]   optional; their models live in pipeline.quality / pipeline.domains
+    [quality], [domains]   optional; their models live in pipeline.cells.quality / pipeline.cells.domains
 
 `load_pipeline_config` is the edge: every problem is a one-line ConfigError naming the file
 and the field (unknown options, wrong types, a missing source path, a code source sent
@@ -154,19 +154,19 @@ class PipelineConfig(StrictModel):
     tokenizer: TokenizerConfig = TokenizerConfig()
     output: OutputConfig = OutputConfig()
     executor: ExecutorConfig = ExecutorConfig()
-    # validated by pipeline.quality.QualityConfig / pipeline.domains.DomainsConfig (their owners' models)
+    # validated by pipeline.cells.quality.QualityConfig / pipeline.cells.domains.DomainsConfig (their owners' models)
     quality: Any = None
     domains: Any = None
 
     @pydantic.field_validator("quality", mode="before")
     @classmethod
     def _quality(cls, value: Any) -> Any:
-        return _section("pipeline.quality", "QualityConfig", value)
+        return _section("pipeline.cells.quality", "QualityConfig", value)
 
     @pydantic.field_validator("domains", mode="before")
     @classmethod
     def _domains(cls, value: Any) -> Any:
-        return _section("pipeline.domains", "DomainsConfig", value)
+        return _section("pipeline.cells.domains", "DomainsConfig", value)
 
     @pydantic.model_validator(mode="after")
     def _unique_sources(self) -> PipelineConfig:
@@ -181,7 +181,7 @@ class PipelineConfig(StrictModel):
 
 
 def _check_filter_options(config: PipelineConfig, origin: str) -> None:
-    from pipeline.filtering import build_filter
+    from pipeline.stages.filtering import build_filter
 
     for name in FILTER_NAMES:
         options = getattr(config.filters, name)

@@ -49,7 +49,7 @@ from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
 from pipeline.config import FILTER_NAMES, PipelineConfig
-from pipeline.funnel import build_funnel, merge_stage, removed_tokens_from, stage_dir
+from pipeline.stages.funnel import build_funnel, merge_stage, removed_tokens_from, stage_dir
 
 log = logging.getLogger(__name__)
 STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "assemble")  # what `on_stage` is called with
@@ -151,8 +151,8 @@ class DeduplicatedSample:
         return max(kept, 1)
 
     def documents(self, max_bytes: int) -> list[Document]:
-        from pipeline.dedup import load_duplicates
-        from pipeline.intermediate import read_jsonl_zst
+        from pipeline.stages.dedup import load_duplicates
+        from pipeline.stages.intermediate import read_jsonl_zst
 
         duplicates = load_duplicates(self.layout.duplicates) if self.layout.duplicates.exists() else {}
         fraction = min(1.0, max_bytes / self._total_bytes())
@@ -178,7 +178,7 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
-    from pipeline.cell_stages import CellStages
+    from pipeline.stages.cell_stages import CellStages
 
     stages = CellStages(config.quality, config.domains, layout.models)
     if not stages.enabled:
@@ -244,10 +244,10 @@ def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, 
 
 
 def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    from pipeline.dedup import DedupSignatures
-    from pipeline.filtering import HeuristicFilterStage, LanguageStage, NormaliseStage
-    from pipeline.intermediate import TaskDocumentWriter
-    from pipeline.readers import ReadStage, input_files
+    from pipeline.stages.dedup import DedupSignatures
+    from pipeline.stages.filtering import HeuristicFilterStage, LanguageStage, NormaliseStage
+    from pipeline.stages.intermediate import TaskDocumentWriter
+    from pipeline.stages.readers import ReadStage, input_files
 
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
@@ -275,7 +275,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
 
 
 def dedup_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    from pipeline.dedup import FindDuplicates
+    from pipeline.stages.dedup import FindDuplicates
 
     d = config.dedup
     return [FindDuplicates(layout.signatures, layout.duplicates, d.ngram, d.bands, d.rows, d.seed, d.threshold,
@@ -283,9 +283,9 @@ def dedup_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineS
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
-    from pipeline.dedup import DropDuplicates
-    from pipeline.intermediate import TaskDocumentReader
-    from pipeline.tokenization import RemovedTokens, TokenizeCells
+    from pipeline.stages.dedup import DropDuplicates
+    from pipeline.stages.intermediate import TaskDocumentReader
+    from pipeline.stages.tokenization import RemovedTokens, TokenizeCells
 
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
@@ -307,7 +307,7 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     """The configured tokenizer.json, copied; or a byte-level BPE trained on the deduplicated sample."""
-    from pipeline.tokenization import train_byte_level_bpe
+    from pipeline.stages.tokenization import train_byte_level_bpe
 
     if layout.tokenizer.exists():
         return layout.tokenizer
@@ -384,7 +384,7 @@ def run_pipeline(
                layout.logs / "3-tokenize")
 
     notify("assemble")
-    from pipeline.assemble import assemble_store
+    from pipeline.stages.assemble import assemble_store
 
     names = stage_names(config)
     stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]

@@ -141,10 +141,10 @@ kind = "{e.kind}"                 # local | ray (RAY_ADDRESS=... for a running c
 tasks = {e.tasks}                        # input split; keep it when resuming a run
 workers = {e.workers}                      # tasks run at once
 
-# [quality] and [domains]: quality buckets and topic domains (pipeline.quality, pipeline.domains);
+# [quality] and [domains]: quality buckets and topic domains (pipeline.cells.quality, pipeline.cells.domains);
 # cells become cNNqQ. Delete both tables (or set enabled = false) to keep one cell per source.
 """
-    from pipeline.cell_stages import starter_sections
+    from pipeline.stages.cell_stages import starter_sections
 
     cells = starter_sections([source[0] for source in sources])
     return head + "".join(_source_table(*source) for source in sources) + tail + cells

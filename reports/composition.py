@@ -16,7 +16,7 @@ from typing import Any
 
 from millrace.errors import ArtifactError
 from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
-from pipeline.store import Store
+from pipeline.store.format import Store
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from urllib.parse import quote
 from millrace.errors import ConfigError
 from millrace.home import Home
 from mixtures.manifest import MANIFEST_FILE
-from pipeline.store import Store
+from pipeline.store.format import Store
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.render import render_page

@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from millrace.home import Home
-from pipeline.store import (CellManifest, CellSummary, ShardWriter, SourceCounts, StoreManifest, TokenizerInfo,
+from pipeline.store.format import (CellManifest, CellSummary, ShardWriter, SourceCounts, StoreManifest, TokenizerInfo,
                             write_cell_manifest, write_store_manifest)
 
 Document = tuple[np.ndarray, int]  # token ids (EOS included), source index

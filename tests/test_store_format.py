@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from millrace.errors import ArtifactError
-from pipeline.store import ShardReader, ShardWriter
+from pipeline.store.format import ShardReader, ShardWriter
 
 
 def test_shard_roundtrip_and_megatron_reads_it(tmp_path):

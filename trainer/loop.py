@@ -28,7 +28,7 @@ from loader import Batch, MixtureStream
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from mixtures.manifest import find_manifest, store_dir_of
-from pipeline.store import Store
+from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
 from trainer.balance import balance_step
 from trainer.config import TrainConfig, load_train_config, with_vocab

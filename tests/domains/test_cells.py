@@ -4,8 +4,8 @@ import json
 
 from datatrove.data import Document
 
-from pipeline.cell_stages import store_stats
-from pipeline.cells import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
+from pipeline.stages.cell_stages import store_stats
+from pipeline.cells.stats import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
 
 
 def test_cell_names():
@@ -65,9 +65,9 @@ def test_store_stats_carry_the_contract_keys(fitted):
 def test_starter_sections_load_into_the_models_with_their_defaults():
     import tomllib
 
-    from pipeline.cell_stages import starter_sections
-    from pipeline.domains import DomainsConfig
-    from pipeline.quality import QualityConfig
+    from pipeline.stages.cell_stages import starter_sections
+    from pipeline.cells.domains import DomainsConfig
+    from pipeline.cells.quality import QualityConfig
 
     tables = tomllib.loads(starter_sections(["python-code", "python-docs"]))
     assert QualityConfig(**tables["quality"]) == QualityConfig()

@@ -7,7 +7,7 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.domains import DomainAssigner, DomainModel, DomainsConfig, fit_domains
+from pipeline.cells.domains import DomainAssigner, DomainModel, DomainsConfig, fit_domains
 
 
 def purity(predicted, truth) -> float:
@@ -97,7 +97,7 @@ def test_bad_settings_are_config_errors(corpus, tmp_path):
 
 
 def test_no_domain_falls_below_the_minimum_share():
-    from pipeline.domains import _merge
+    from pipeline.cells.domains import _merge
 
     rng = np.random.default_rng(0)
     # three tight groups of fine centres, plus one far-off centre holding a single document

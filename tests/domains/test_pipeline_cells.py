@@ -9,8 +9,8 @@ import zstandard
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from pipeline.store import Store
-from pipeline.store_cli import store_summary
+from pipeline.store.format import Store
+from pipeline.store.cli import store_summary
 from tests.domains.local_corpus import plainly_different_sources
 
 PER_SOURCE = 40

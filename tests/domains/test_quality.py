@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from millrace.errors import ConfigError
-from pipeline.quality import QualityConfig, QualityModel, QualityScorer, bucket_of, fit_quality, quality_stats
+from pipeline.cells.quality import QualityConfig, QualityModel, QualityScorer, bucket_of, fit_quality, quality_stats
 
 
 def test_buckets_hold_a_fifth_each_on_the_fitted_corpus(corpus, fitted):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import Store
+from pipeline.store.format import Store
 from tests.pipeline.corpus_fixture import config_text, make_corpus
 from tests.pipeline.test_runner import store_files
 

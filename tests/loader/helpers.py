@@ -9,7 +9,7 @@ import numpy as np
 from millrace.home import Home
 from mixtures.manifest import (BuiltManifest, ManifestCell, ManifestPhase, PinnedShard, StoreRef, manifest_path,
                                write_manifest)
-from pipeline.store import StoreManifest, write_stats_only_store
+from pipeline.store.format import StoreManifest, write_stats_only_store
 from tests.store_builder import write_store
 
 EOS = 1

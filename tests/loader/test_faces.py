@@ -97,7 +97,7 @@ def test_reference_plan_built_by_mixtures_runs_index_only(home):
     from pathlib import Path
 
     from mixtures.build import build
-    from pipeline.store import write_stats_only_store
+    from pipeline.store.format import write_stats_only_store
 
     stats = json.loads((Path(__file__).resolve().parents[2] / "mixtures/examples/reference/available_tokens.json")
                        .read_text())["available_tokens"]

@@ -9,7 +9,7 @@ import pytest
 from loader import MixtureStream
 from loader.permutation import permutation
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.store import ShardReader
+from pipeline.store.format import ShardReader
 from tests.loader.batch_digest import batch_digest
 from tests.loader.conftest import BOUNDARY_STEP, CELLS, LONG_BOUNDARY_STEP, PHASES
 from tests.loader.helpers import EOS, make_manifest

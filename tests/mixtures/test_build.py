@@ -16,7 +16,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from mixtures.manifest import find_manifest, read_manifest
 from mixtures.resolve import phase_sequences
-from pipeline.store import Store, write_stats_only_store
+from pipeline.store.format import Store, write_stats_only_store
 from tests.mixtures.stores import VERSION, grid, make_store
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from millrace.errors import ConfigError
 from mixtures.resolve import resolve
 from mixtures.revision import parse_revision
-from pipeline.store import Store, write_stats_only_store
+from pipeline.store.format import Store, write_stats_only_store
 
 cells_st = st.dictionaries(
     st.builds(lambda d, q: f"c{d:02d}q{q}", st.integers(0, 39), st.integers(0, 4)),

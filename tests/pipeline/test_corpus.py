@@ -2,7 +2,7 @@ import json
 
 import zstandard
 
-from pipeline.corpus import build_local_corpus
+from pipeline.corpus.builder import build_local_corpus
 
 
 def test_local_corpus_is_deterministic_and_capped(tmp_path):
@@ -22,7 +22,7 @@ def test_local_corpus_is_deterministic_and_capped(tmp_path):
 
 
 def test_roff_strip_stands_in_without_groff():
-    from pipeline.corpus import _strip_roff
+    from pipeline.corpus.builder import _strip_roff
 
     page = '.\\" a comment\n.TH LS 1\n.SH NAME\nls \\- list directory contents\n.SH DESCRIPTION\n.B ls\nlists \\fBfiles\\fR.\n'
     text = _strip_roff(page)

@@ -2,7 +2,7 @@ import numpy as np
 from datatrove.data import Document
 
 from bench.near_duplicates import near_duplicate_corpus, removal_quality
-from pipeline.dedup import DedupSignatures, FindDuplicates, MinHasher, load_duplicates
+from pipeline.stages.dedup import DedupSignatures, FindDuplicates, MinHasher, load_duplicates
 
 
 def test_fuzzy_dedup_finds_injected_near_duplicates(tmp_path):

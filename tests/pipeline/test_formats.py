@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from pipeline.store import Store
+from pipeline.store.format import Store
 from tests.pipeline.corpus_fixture import prose
 
 
@@ -48,7 +48,7 @@ def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
     import pytest
 
     from millrace.errors import ConfigError
-    from pipeline.tokenization import tokenizer_fingerprint, train_byte_level_bpe
+    from pipeline.stages.tokenization import tokenizer_fingerprint, train_byte_level_bpe
 
     rng = random.Random(5)
     texts = [prose(rng) for _ in range(8)]

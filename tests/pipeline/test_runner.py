@@ -12,8 +12,8 @@ import zstandard
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from pipeline.store import ShardReader, Store
-from pipeline.tokenization import load_tokenizer
+from pipeline.store.format import ShardReader, Store
+from pipeline.stages.tokenization import load_tokenizer
 from tests.pipeline.corpus_fixture import config_text, make_corpus
 
 

@@ -24,7 +24,7 @@ from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
-from pipeline.store import write_stats_only_store
+from pipeline.store.format import write_stats_only_store
 from tests.store_builder import write_store
 
 TINY_CONFIG = Path(__file__).parents[2] / "trainer" / "configs" / "tiny.toml"

@@ -16,7 +16,7 @@ from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
-from pipeline.store import Store, write_stats_only_store, write_store_manifest
+from pipeline.store.format import Store, write_stats_only_store, write_store_manifest
 from reports import build_pages, build_site
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page

@@ -39,7 +39,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output
-from pipeline.filtering import CountedStage
+from pipeline.stages.filtering import CountedStage
 
 WORD = re.compile(r"\w+")
 CHUNK = 4096  # shingles per numpy block: bounds memory on very long documents

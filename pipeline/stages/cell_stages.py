@@ -19,10 +19,10 @@ from typing import Sequence
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.cells import CellStatsWriter, read_cell_stats
-from pipeline.domains import DOMAINS_KIND, DomainAssigner, DomainsConfig, domains_stats, fit_domains
-from pipeline.fitted_model import model_path
-from pipeline.quality import QUALITY_KIND, QualityConfig, QualityScorer, fit_quality, quality_stats
+from pipeline.cells.stats import CellStatsWriter, read_cell_stats
+from pipeline.cells.domains import DOMAINS_KIND, DomainAssigner, DomainsConfig, domains_stats, fit_domains
+from pipeline.cells.fitted_model import model_path
+from pipeline.cells.quality import QUALITY_KIND, QualityConfig, QualityScorer, fit_quality, quality_stats
 
 CELL_STATS_DIR = "cell-stats"
 

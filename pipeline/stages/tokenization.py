@@ -26,9 +26,9 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text
-from pipeline.funnel import StageCounts
-from pipeline.intermediate import read_jsonl_zst, task_file
-from pipeline.store import dtype_for_vocab
+from pipeline.stages.funnel import StageCounts
+from pipeline.stages.intermediate import read_jsonl_zst, task_file
+from pipeline.store.format import dtype_for_vocab
 
 SAMPLES_PER_CELL = 3
 SAMPLE_CHARS = 400

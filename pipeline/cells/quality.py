@@ -39,8 +39,8 @@ from sklearn.preprocessing import normalize
 from millrace.artifacts import atomic_output
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.cells import cell_name
-from pipeline.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
+from pipeline.cells.stats import cell_name
+from pipeline.cells.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class FastTextQuality:
             except RuntimeError as exc:
                 raise ConfigError(
                     f"quality.scorer: fastText training failed ({exc}); the installed fastText build is "
-                    'known to do this (see pipeline/quality.py): use scorer = "linear"'
+                    'known to do this (see pipeline/cells/quality.py): use scorer = "linear"'
                 ) from None
         return cls(model, config)
 

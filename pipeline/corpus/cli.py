@@ -25,7 +25,7 @@ def corpus() -> None:
 @json_option
 def local(out_dir: Path, max_bytes: int | None, home, as_json: bool) -> None:
     """Build the embedded default corpus: Python sources and docs, man pages, package docs, licences."""
-    from pipeline.corpus import build_local_corpus
+    from pipeline.corpus.builder import build_local_corpus
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
                   disable=as_json, console=Console(stderr=True)) as progress:

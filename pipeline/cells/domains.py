@@ -1,7 +1,7 @@
 """Topic domains: spherical k-means with many fine centroids, merged into k domains.
 
 Fitting (once per store, on a sample; see `fit_domains`):
-1. embed the sample (`pipeline.embedding`: hashed TF-IDF + SVD, unit vectors);
+1. embed the sample (`pipeline.cells.embedding`: hashed TF-IDF + SVD, unit vectors);
 2. scikit-learn `KMeans` on the unit vectors with `fine_centroids` centres (spherical:
    the centres are re-normalised and documents go to the centre of largest cosine);
 3. Ward agglomeration of the fine centres, its dendrogram cut into `k` domains that each hold
@@ -30,9 +30,9 @@ from sklearn.preprocessing import normalize
 from millrace.artifacts import atomic_output
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.cells import cell_name
-from pipeline.embedding import EmbeddingConfig, TextEmbedder
-from pipeline.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
+from pipeline.cells.stats import cell_name
+from pipeline.cells.embedding import EmbeddingConfig, TextEmbedder
+from pipeline.cells.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
 
 log = logging.getLogger(__name__)
 

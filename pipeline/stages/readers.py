@@ -19,8 +19,8 @@ from datatrove.pipeline.readers import JsonlReader, ParquetReader, WarcReader
 
 from millrace.artifacts import atomic_write_text
 from pipeline.config import SourceConfig
-from pipeline.filtering import text_bytes
-from pipeline.funnel import StageCounts
+from pipeline.stages.filtering import text_bytes
+from pipeline.stages.funnel import StageCounts
 
 
 class _ProblemLog:

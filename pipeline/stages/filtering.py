@@ -17,8 +17,8 @@ from typing import Any
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.funnel import StageCounts
-from pipeline.intermediate import AtomicJsonlZstWriter, task_file
+from pipeline.stages.funnel import StageCounts
+from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
 
 LANGID_CHARS = 2000  # py3langid reads this much of a document; enough to be sure, cheap on long ones
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from millrace.artifacts import content_hash
-from pipeline.store import (
+from pipeline.store.format import (
     CellManifest,
     CellSummary,
     ShardWriter,
@@ -28,7 +28,7 @@ from pipeline.store import (
     write_cell_manifest,
     write_store_manifest,
 )
-from pipeline.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
+from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 
 
 def _cells(runs_dir: Path) -> list[str]:

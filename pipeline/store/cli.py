@@ -10,7 +10,7 @@ import click
 from millrace.errors import ArtifactError, ConfigError
 from millrace.names import PLAIN_NAME
 from millrace.options import home_option, json_option, print_json
-from pipeline.store import Store, write_stats_only_store
+from pipeline.store.format import Store, write_stats_only_store
 
 
 def resolve_store(spec: str, home) -> Path:
