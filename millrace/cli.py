@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "loader": ("loader.cli:loader", "Look inside the deterministic batch stream."),
     "train": ("trainer.cli:train", "Train the MoE model, or plan a configuration on paper."),
     "ladder": ("trainer.ladder.cli:ladder", "Plan, train, fit and compare scaling ladders."),
+    "runs": ("trainer.runs_cli:runs", "List training runs: status, revision, last step and loss."),
     "report": ("reports.cli:report", "Build and watch the static report site."),
     "demo": ("millrace.demo:demo", "The main job end to end on the embedded default corpus."),
 }

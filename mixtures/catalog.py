@@ -11,6 +11,7 @@ from pathlib import Path
 
 from millrace.errors import ConfigError
 from millrace.home import Home
+from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
 from mixtures.revision import Revision, load_revision
 
@@ -44,8 +45,11 @@ def find_revision_file(home: Home, mixture: str, revision: str) -> Path:
         path = root / mixture / f"{revision}.toml"
         if path.is_file():
             return path
-    searched = " and ".join(str(root / mixture / f"{revision}.toml") for _, root in roots(home))
-    raise ConfigError(f"no revision {revision!r} of mixture {mixture!r}: looked for {searched}")
+    files = revision_files(home)
+    revisions = [f.revision for f in files if f.mixture == mixture]
+    if not revisions:
+        raise ConfigError(f"no mixture {mixture!r}" + known("mixtures", (f.mixture for f in files)))
+    raise ConfigError(f"no revision {revision!r}" + known("revisions", revisions, f"of {mixture}"))
 
 
 def load_named(home: Home, mixture: str, revision: str, file: Path | str | None = None) -> tuple[Revision, Path]:

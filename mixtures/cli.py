@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from millrace.home import Home
-from millrace.names import PLAIN_NAME, STORE_NAME
+from millrace.names import PLAIN_NAME, STORE_NAME, known
 from millrace.options import home_option, json_option, print_json, revision_option
 from mixtures import api
 from mixtures.new import STRATEGY_CHOICES, parse_factors
@@ -42,10 +42,24 @@ def mix() -> None:
     """Mixture revisions: named, immutable per-phase weights over a store's cells."""
 
 
+def only_store(home: Home) -> str:
+    """The store `mix new` reads when `--store` is not given: the only one there is."""
+    from millrace.errors import ConfigError
+    from mixtures.resolve import store_names
+
+    names = store_names(home)
+    if len(names) != 1:
+        raise ConfigError(f"--store: {'several stores' if names else 'no store'} under {home.stores}; name one"
+                          + known("stores", names))
+    return names[0]
+
+
 @mix.command("new")
 @click.argument("mixture", type=PLAIN_NAME)
 @revision_option("Name of the new revision (immutable once built).", required=True)
-@click.option("--store", "store", type=STORE_NAME, required=True, help="Store to read stats from: NAME or NAME/VERSION (default: newest).")
+@click.option("--store", "store", type=STORE_NAME, default=None,
+              help="Store to read stats from: NAME/VERSION, or NAME for its newest version "
+                   "(default: the only store under --home; an error naming them when there are several).")
 @click.option("--strategy", type=click.Choice(STRATEGY_CHOICES), default="natural", show_default=True,
               help="Strategy for phases that name none.")
 @click.option("--phase", "phases", multiple=True, metavar="NAME:TOKENS[:STRATEGY[@PATTERNS]]",
@@ -65,13 +79,13 @@ def mix() -> None:
               help="Where to write (default: $MILLRACE_HOME/mixtures/MIXTURE/NAME.toml).")
 @json_option
 @home_option
-def new_command(home: Home, mixture: str, revision: str, store: str, strategy: str, phases: tuple[str, ...],
+def new_command(home: Home, mixture: str, revision: str, store: str | None, strategy: str, phases: tuple[str, ...],
                 epoch_cap: float, seq_len: int, global_batch: int, seed: int, temperature: float | None,
                 tilt: str | None, weights: tuple[str, ...], symbolic: bool, description: str, out: str | None,
                 as_json: bool) -> None:
     """Write a revision file for MIXTURE from a store's stats with a strategy."""
     path = api.new_revision(
-        home, mixture, revision, store, strategy=strategy, phases=list(phases) or None, epoch_cap=epoch_cap,
+        home, mixture, revision, store or only_store(home), strategy=strategy, phases=list(phases) or None, epoch_cap=epoch_cap,
         seq_len=seq_len, global_batch=global_batch, seed=seed, temperature=temperature,
         tilt=parse_factors(tilt, "--tilt") or None, weights=parse_factors(",".join(weights), "--weight") or None,
         out=out, symbolic=symbolic, description=description,

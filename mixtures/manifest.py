@@ -26,6 +26,7 @@ import pydantic
 from millrace.artifacts import read_artifact, write_artifact
 from millrace.errors import ArtifactError
 from millrace.home import Home
+from millrace.names import known
 
 MANIFEST_KIND = "millrace.mixture-manifest"
 MANIFEST_SCHEMA_VERSION = 1
@@ -119,9 +120,10 @@ def find_manifest(home: Home, mixture: str, revision: str, store: str | None = N
     pattern = f"{store or '*'}/*/mixtures/{mixture}/{revision}/{MANIFEST_FILE}"
     found = sorted(home.stores.glob(pattern))
     if not found:
+        built = sorted({p.parent.name for p in home.stores.glob(f"{store or '*'}/*/mixtures/{mixture}/*/{MANIFEST_FILE}")})
         raise ArtifactError(
             f"no built manifest for mixture {mixture!r} revision {revision!r} under {home.stores} "
-            f"(run `millrace mix build {mixture} --revision {revision}`)"
+            f"(run `millrace mix build {mixture} --revision {revision}`)" + known("built revisions", built, f"of {mixture}")
         )
     names = sorted({store_dir_of(p).parent.name for p in found})
     if len(names) > 1:

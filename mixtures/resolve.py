@@ -17,6 +17,7 @@ from pathlib import Path
 from millrace.artifacts import content_hash, read_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
+from millrace.names import known
 from mixtures.apportion import Infeasible, apportion
 from mixtures.cells import CellTable, is_pattern
 from mixtures.manifest import (
@@ -41,6 +42,11 @@ def store_versions(home: Home, name: str) -> list[str]:
     return sorted(p.parent.name for p in root.glob("*/store.json")) if root.is_dir() else []
 
 
+def store_names(home: Home) -> list[str]:
+    """Names of the stores under `home` that have at least one version."""
+    return sorted({p.parent.parent.name for p in home.stores.glob("*/*/store.json")})
+
+
 def open_store(home: Home, spec: StoreSpec, where: str) -> Store:
     """The store a revision targets: its pinned version, else the newest; hash checked if pinned."""
     versions = store_versions(home, spec.name)
@@ -48,7 +54,8 @@ def open_store(home: Home, spec: StoreSpec, where: str) -> Store:
         if not versions:
             raise ConfigError(
                 f"{where}: field 'store.name': no store {spec.name!r} under {home.stores} "
-                "(make one with `millrace pipeline` or `millrace store from-stats`)"
+                "(make one with `millrace pipeline run CONFIG` or `millrace store from-stats FILE`)"
+                + known("stores", store_names(home))
             )
         version = versions[-1]
     else:

@@ -56,11 +56,15 @@ def run(config_path: Path, executor: str | None, workers: int | None, home, as_j
               help="Where to write the starter config (TOML).")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @home_option
-def init(corpus_dir: Path, out_path: Path, force: bool, home) -> None:
+@json_option
+def init(corpus_dir: Path, out_path: Path, force: bool, home, as_json: bool) -> None:
     """Write a commented starter config with one source per source found in CORPUS_DIR."""
     from pipeline.starter import init_config
 
     if out_path.exists() and not force:
         raise ConfigError(f"{out_path}: already exists (use --force to overwrite)")
     atomic_write_text(out_path, init_config(corpus_dir))
-    click.echo(f"wrote {out_path}; run it with: millrace pipeline run {out_path}")
+    if as_json:
+        print_json({"config": str(out_path), "corpus": str(corpus_dir), "next": f"millrace pipeline run {out_path}"})
+    else:
+        click.echo(f"wrote {out_path}; run it with: millrace pipeline run {out_path}")

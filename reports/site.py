@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from millrace.errors import ConfigError
 from millrace.home import Home
+from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
 from pipeline.store.format import Store
 from reports.composition import load_composition
@@ -52,22 +53,22 @@ def find_store_versions(home: Home, selection: Sequence[str] = ()) -> list[Path]
         name, _, version = item.partition("/")
         matches = [p for p in found if p.parent.name == name and (not version or p.name == version)]
         if not matches:
-            raise ConfigError(f"--store {item}: no such store version under {home.stores}")
+            raise ConfigError(f"--store {item}: no such store version under {home.stores}"
+                              + known("stores", (f"{p.parent.name}/{p.name}" for p in found)))
         chosen.extend(m for m in matches if m not in chosen)
     return chosen
 
 
 def find_runs(home: Home, selection: Sequence[str] | None = None) -> list[Path]:
     """Run directories (those with a run.json), all or the named ones; an unknown name is an error."""
-    runs_dir = home.root / "runs"
-    found = sorted(p.parent for p in runs_dir.glob(f"*/{RUN_FILE}"))
+    found = sorted(p.parent for p in home.runs.glob(f"*/{RUN_FILE}"))
     if selection is None:
         return found
     chosen = []
     for name in selection:
         path = home.run(name)
         if not (path / RUN_FILE).exists():
-            raise ConfigError(f"--run {name}: no {RUN_FILE} in {path}")
+            raise ConfigError(f"--run {name}: no {RUN_FILE} in {path}" + known("runs", (p.name for p in found)))
         chosen.append(path)
     return chosen
 
@@ -88,12 +89,10 @@ def build_pages(
     store_dirs = find_store_versions(home, stores)
     run_dirs = find_runs(home, runs)
     pages = SitePages(index=site / "index.html")
-    for store_dir in store_dirs:
-        composition = load_composition(store_dir)
-        if mixtures:
-            composition.revisions = {
-                k: v for k, v in composition.revisions.items() if v.manifest.mixture in set(mixtures)
-            }
+    compositions = [load_composition(store_dir) for store_dir in store_dirs]
+    if mixtures:
+        _select_mixtures(compositions, mixtures)
+    for composition in compositions:
         path = write_composition_page(composition, site)
         log.info("wrote %s (%d revisions)", path, len(composition.revisions))
         pages.stores.append(path)
@@ -108,6 +107,22 @@ def build_pages(
             progress()
     refresh_index(home, site)
     return pages
+
+
+def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
+    """Keep only revisions of `mixtures`: an unknown mixture is an error (before any page is written),
+    and a page that now shows fewer revisions than are built says so in the log."""
+    built = {rev.manifest.mixture for c in compositions for rev in c.revisions.values()}
+    for mixture in mixtures:
+        if mixture not in built:
+            raise ConfigError(f"--mixture {mixture}: no built revisions of mixture {mixture!r} in the selected "
+                              "stores" + known("built mixtures", built))
+    for composition in compositions:
+        left_out = sorted(k for k, v in composition.revisions.items() if v.manifest.mixture not in set(mixtures))
+        composition.revisions = {k: v for k, v in composition.revisions.items() if k not in left_out}
+        if left_out:
+            log.warning("%s/%s: the page leaves out built revisions %s (not in --mixture %s)",
+                        composition.store.name, composition.store.version, ", ".join(left_out), " ".join(mixtures))
 
 
 def _run_row(view: RunView) -> dict:

@@ -8,6 +8,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.names import PLAIN_NAME
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
+from trainer.runs_cli import list_command as runs_list_command
 
 TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
@@ -19,6 +20,8 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
       checkpoints/). Under torchrun it runs data + expert parallel.
   millrace train plan CONFIG --gpus N [--json]
       parameters, FLOPs, memory per GPU and days for CONFIG, without training.
+  millrace train list [--json]
+      the runs under $MILLRACE_HOME/runs (same as `millrace runs list`).
 
 See `millrace train run --help` and `millrace train plan --help` for every option.
 """
@@ -53,19 +56,29 @@ def train() -> None:
               help="Write a checkpoint every K steps (default: the config's checkpoint.every; 0: only at the end).")
 @click.option("--resume", is_flag=True, help="Continue from the run's latest checkpoint (from step 0 if it has none).")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
+@json_option
 @home_option
 def run_command(home: Home, config: str, mixture: str | None, revision: str | None, steps: int | None,
-                run_name: str | None, checkpoint_every: int | None, resume: bool, no_progress: bool) -> None:
+                run_name: str | None, checkpoint_every: int | None, resume: bool, no_progress: bool,
+                as_json: bool) -> None:
     """Train CONFIG's model on a built mixture, fed by the loader."""
     from trainer.loop import train as train_fn
 
     result = train_fn(config, home, mixture=mixture, revision=revision, steps=steps, run=run_name,
                       checkpoint_every=checkpoint_every, resume=resume, progress=not no_progress)
-    if result.losses:
+    if as_json:
+        print_json({"run": result.run, "run_dir": str(result.run_dir), "start_step": result.start_step,
+                    "end_step": result.end_step, "steps_run": len(result.losses),
+                    "first_loss": result.losses[0] if result.losses else None,
+                    "last_loss": result.losses[-1] if result.losses else None, "seconds": round(result.seconds, 3)})
+    elif result.losses:
         click.echo(f"run {result.run}: steps {result.start_step}..{result.end_step}, loss {result.losses[0]:.4f} -> "
                    f"{result.losses[-1]:.4f} in {result.seconds:.1f}s; files in {result.run_dir}")
     else:
         click.echo(f"run {result.run}: already at step {result.end_step}; nothing to do ({result.run_dir})")
+
+
+train.add_command(runs_list_command, "list")
 
 
 @train.command("plan")

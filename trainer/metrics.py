@@ -39,6 +39,22 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def last_record(run_dir: Path, tail_bytes: int = 1 << 16) -> dict[str, Any] | None:
+    """The last complete metrics line, read from the file's end (a long run's stream is never read whole)."""
+    path = run_dir / METRICS_FILE
+    if not path.exists():
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - tail_bytes))
+        lines = [line for line in handle.read().split(b"\n") if line.strip()]
+    for line in reversed(lines):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
 def _finite(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null."""
     if isinstance(value, float) and not math.isfinite(value):

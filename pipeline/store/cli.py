@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from millrace.errors import ArtifactError, ConfigError
-from millrace.names import PLAIN_NAME
+from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
 from pipeline.store.format import Store, write_stats_only_store
 
@@ -25,7 +25,8 @@ def resolve_store(spec: str, home) -> Path:
         versions = sorted(p for p in candidate.iterdir() if (p / "store.json").exists())
         if versions:
             return versions[-1]
-    raise ArtifactError(f"{spec}: no store.json there, nor under {home.stores}")
+    stores = (f"{p.parent.parent.name}/{p.parent.name}" for p in home.stores.glob("*/*/store.json"))
+    raise ArtifactError(f"{spec}: no store.json there, nor under {home.stores}" + known("stores", stores))
 
 
 def store_summary(path: Path) -> dict:
@@ -94,6 +95,45 @@ def store() -> None:
     """Inspect, verify and create token stores."""
 
 
+def list_stores(home) -> list[dict]:
+    """Every store version under $MILLRACE_HOME/stores, oldest first per name; a damaged one says so."""
+    rows = []
+    for path in sorted(home.stores.glob("*/*/store.json")):
+        row = {"name": path.parent.parent.name, "version": path.parent.name, "path": str(path.parent)}
+        try:
+            manifest = Store(path.parent).manifest
+        except ArtifactError as exc:
+            rows.append({**row, "damaged": str(exc)})
+            continue
+        rows.append({**row, "stats_only": manifest.stats_only, "cells": len(manifest.cells),
+                     "documents": sum(c.documents for c in manifest.cells.values()),
+                     "tokens": sum(c.tokens for c in manifest.cells.values())})
+    return rows
+
+
+@store.command("list")
+@home_option
+@json_option
+def list_command(home, as_json: bool) -> None:
+    """List the store versions under $MILLRACE_HOME/stores: cells, documents, tokens."""
+    rows = list_stores(home)
+    if as_json:
+        print_json({"stores": rows})
+        return
+    if not rows:
+        click.echo(f"no stores under {home.stores} (make one with `millrace pipeline run CONFIG`)")
+        return
+    click.echo(f"{'store':<36} {'cells':>6} {'documents':>12} {'tokens':>16}")
+    for row in rows:
+        label = f"{row['name']}/{row['version']}"
+        if "damaged" in row:
+            click.echo(f"{label:<36} damaged: {row['damaged']}")
+            continue
+        suffix = "  (stats only)" if row["stats_only"] else ""
+        click.echo(f"{label:<36} {row['cells']:>6} {row['documents']:>12,} {row['tokens']:>16,}{suffix}")
+    click.echo(f"stores under {home.stores}")
+
+
 @store.command("info")
 @click.argument("store_spec", metavar="STORE")
 @home_option
@@ -130,7 +170,8 @@ def verify(store_spec: str, home, as_json: bool) -> None:
 @click.option("--name", type=PLAIN_NAME, required=True, help="Store name.")
 @click.option("--version", "version", required=True, help="Store version (CalVer YYYY.MM.DD).")
 @home_option
-def from_stats(stats_file: Path, name: str, version: str, home) -> None:
+@json_option
+def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -> None:
     """Create a stats-only store (token counts per cell, no shards) from FILE.json.
 
     The file holds {"available_tokens": {"c00q0": tokens, ...}} (the reference run's form);
@@ -161,4 +202,8 @@ def from_stats(stats_file: Path, name: str, version: str, home) -> None:
     if path.exists():
         raise ConfigError(f"--version: store {name}/{version} already exists at {path}")
     write_stats_only_store(path, name, version, counts)
+    if as_json:
+        print_json({"path": str(path), "name": name, "version": version, "cells": len(counts),
+                    "tokens": sum(counts.values())})
+        return
     click.echo(f"wrote stats-only store {name}/{version} ({len(counts)} cells) at {path}")

@@ -1,0 +1,104 @@
+"""What a user meets at the command line: names offered when one is wrong, listings, --json everywhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from millrace.cli import main
+
+REFERENCE_STATS = Path(__file__).parents[1] / "mixtures" / "examples" / "reference" / "available_tokens.json"
+
+
+def run(capsys, home, *argv) -> tuple[int, str, str]:
+    code = main(["--home", str(home.root), *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def small_stats(tmp_path: Path, cells: int = 4) -> Path:
+    path = tmp_path / "cells.json"
+    path.write_text(json.dumps({"available_tokens": {f"c{d:02d}q0": 10_000 * (d + 1) for d in range(cells)}}))
+    return path
+
+
+def test_a_wrong_revision_offers_the_revisions_that_exist(capsys, home):
+    code, _, err = run(capsys, home, "mix", "build", "default", "--revision", "uniform")
+    assert code != 0
+    assert err.strip() == "error: no revision 'uniform'; revisions of default: natural, quality-tilt, uniform-sampling"
+    code, _, err = run(capsys, home, "mix", "plan", "nosuch", "--revision", "natural")
+    assert code != 0 and "no mixture 'nosuch'; mixtures: default, reference" in err
+
+
+def test_a_wrong_store_offers_the_stores_that_exist(capsys, home, tmp_path):
+    assert run(capsys, home, "store", "from-stats", str(small_stats(tmp_path)), "--name", "small",
+               "--version", "2026.01.01")[0] == 0
+    code, _, err = run(capsys, home, "store", "info", "smal")
+    assert code != 0 and err.count("\n") == 1 and err.rstrip().endswith("; stores: small/2026.01.01")
+    code, _, err = run(capsys, home, "mix", "new", "m", "--revision", "r", "--store", "nosuch")
+    assert code != 0 and "`millrace pipeline run CONFIG`" in err and err.rstrip().endswith("; stores: small")
+    assert "`millrace pipeline`" not in err
+
+
+def test_mix_new_reads_the_only_store_by_default_and_names_them_when_several(capsys, home, tmp_path):
+    code, _, err = run(capsys, home, "mix", "new", "m", "--revision", "r")
+    assert code != 0 and "no store under" in err
+    run(capsys, home, "store", "from-stats", str(small_stats(tmp_path)), "--name", "small", "--version", "2026.01.01")
+    code, out, _ = run(capsys, home, "mix", "new", "m", "--revision", "r", "--json")
+    assert code == 0 and json.loads(out)["store"]["name"] == "small"
+    run(capsys, home, "store", "from-stats", str(small_stats(tmp_path)), "--name", "other", "--version", "2026.01.01")
+    code, _, err = run(capsys, home, "mix", "new", "m", "--revision", "r2")
+    assert code != 0 and err.rstrip().endswith("several stores under " + str(home.stores) + "; name one; stores: other, small")
+
+
+def test_store_list_and_from_stats_and_pipeline_init_speak_json(capsys, home, tmp_path):
+    code, out, _ = run(capsys, home, "store", "list", "--json")
+    assert code == 0 and json.loads(out) == {"stores": []}
+    code, out, _ = run(capsys, home, "store", "from-stats", str(small_stats(tmp_path)), "--name", "small",
+                       "--version", "2026.01.01", "--json")
+    made = json.loads(out)
+    assert code == 0 and made["cells"] == 4 and made["tokens"] == 100_000
+    code, out, _ = run(capsys, home, "store", "list", "--json")
+    [row] = json.loads(out)["stores"]
+    assert (row["name"], row["version"], row["cells"], row["tokens"], row["stats_only"]) == (
+        "small", "2026.01.01", 4, 100_000, True)
+    code, out, _ = run(capsys, home, "store", "list")
+    assert code == 0 and "small/2026.01.01" in out and "100,000" in out
+    corpus = tmp_path / "corpus" / "notes"
+    corpus.mkdir(parents=True)
+    (corpus / "a.jsonl").write_text(json.dumps({"text": "some words of text", "id": "1"}) + "\n")
+    code, out, _ = run(capsys, home, "pipeline", "init", str(tmp_path / "corpus"), "--out", str(tmp_path / "p.toml"),
+                       "--json")
+    assert code == 0 and json.loads(out)["config"] == str(tmp_path / "p.toml") and (tmp_path / "p.toml").exists()
+
+
+def test_runs_list_and_train_list(capsys, home):
+    from trainer.metrics import METRICS_FILE, write_run
+
+    code, out, _ = run(capsys, home, "train", "list", "--json")
+    assert code == 0 and json.loads(out) == {"runs": []}
+    run_dir = home.run("r1")
+    write_run(run_dir, {"run": "r1", "status": "interrupted", "mixture": "default", "revision": "natural",
+                        "total_steps": 10})
+    (run_dir / METRICS_FILE).write_text("".join(json.dumps({"step": s, "loss": 5.0 - s / 10}) + "\n" for s in (1, 2, 3)))
+    code, out, _ = run(capsys, home, "runs", "list", "--json")
+    [row] = json.loads(out)["runs"]
+    assert (row["run"], row["status"], row["step"], row["loss"]) == ("r1", "interrupted", 3, pytest.approx(4.7))
+    code, out, _ = run(capsys, home, "train", "list")
+    assert code == 0 and "r1" in out and "3/10" in out and "default/natural" in out
+
+
+def test_report_build_of_an_unknown_mixture_is_an_error_and_leaves_the_page(capsys, home):
+    assert run(capsys, home, "store", "from-stats", str(REFERENCE_STATS), "--name", "reference",
+               "--version", "2025.06.01")[0] == 0
+    assert run(capsys, home, "mix", "build", "reference", "--revision", "two-phase")[0] == 0
+    assert run(capsys, home, "report", "build", "--no-runs")[0] == 0
+    page = home.site / "reference" / "2025.06.01" / "index.html"
+    before = page.read_bytes()
+    code, _, err = run(capsys, home, "report", "build", "--no-runs", "--mixture", "nosuch")
+    assert code != 0 and "--mixture nosuch" in err and "built mixtures: reference" in err
+    assert page.read_bytes() == before
+    code, _, err = run(capsys, home, "report", "build", "--run", "nosuch")
+    assert code != 0 and "there are no runs" in err
