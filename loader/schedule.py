@@ -1,7 +1,7 @@
 """Global sample positions -> (cell, draw, epoch, sequence): a pure function of the manifest.
 
 Follows the semantics fixed in `mixtures.manifest`: phases are contiguous ranges of
-positions; inside a phase the cells are interleaved exactly (`loader.interleave`);
+positions; inside a phase the cells are interleaved exactly (`mixtures.interleave`);
 a cell's draws are numbered across phases (phase 0's first), and draw k of cell c is
 epoch `k // sequences_available`, sequence `perm_{seed, c, epoch}(k % sequences_available)`
 (`loader.permutation`). Building a `Schedule` costs O(phases x cells) whatever the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loader.interleave import Interleaver
+from mixtures.interleave import Interleaver
 from loader.permutation import ROUNDS, permute, round_keys
 from millrace.errors import ArtifactError
 from mixtures.manifest import BuiltManifest
@@ -57,8 +57,10 @@ class Schedule:
         self._check()
         self.phase_starts = [phase.start_position for phase in manifest.phases]
         self._interleavers = [
-            Interleaver([phase.counts.get(name, 0) for name in self.cell_names]) for phase in manifest.phases
+            Interleaver([phase.interleaved_counts().get(name, 0) for name in self.cell_names])
+            for phase in manifest.phases
         ]
+        self._check_cut_phases()
         # Draws each cell made in the phases before phase p.
         offsets = np.zeros((len(manifest.phases), len(self.cell_names)), dtype=np.int64)
         for p in range(1, len(manifest.phases)):
@@ -108,6 +110,22 @@ class Schedule:
             if drawn and m.cells[name].sequences_available <= 0:
                 raise self._fail(f"cell {name!r} is drawn {drawn} times but has no sequences")
 
+    def _check_cut_phases(self) -> None:
+        """A phase cut at a mixture switch draws the first `sequences` positions of its full interleaving."""
+        for p, phase in enumerate(self.manifest.phases):
+            if phase.prefix_of is None:
+                continue
+            unknown = sorted(c for c, n in phase.prefix_of.items() if n > 0 and c not in self.cell_index)
+            if unknown:
+                raise self._fail(f"phases[{p}] ({phase.name}) prefix_of names cells not in the manifest: {unknown}")
+            if self._interleavers[p].size < phase.sequences:
+                raise self._fail(f"phases[{p}] ({phase.name}) is cut at {phase.sequences} sequences, past the "
+                                 f"{self._interleavers[p].size} of the phase it is a prefix of")
+            prefix = self._interleavers[p].prefix_counts(phase.sequences)
+            if any(int(prefix[i]) != phase.counts.get(name, 0) for i, name in enumerate(self.cell_names)):
+                raise self._fail(f"phases[{p}] ({phase.name}) counts are not the first {phase.sequences} "
+                                 "positions of the phase it is a prefix of")
+
     def phase_of_position(self, position: int) -> int:
         if not 0 <= position < self.total_sequences:
             raise IndexError(f"position {position} outside the schedule's {self.total_sequences} samples")
@@ -132,7 +150,7 @@ class Schedule:
             raise IndexError(f"positions [{start}, {stop}) outside the schedule's {self.total_sequences} samples")
         p = self.phase_of_position(start)
         base = self.phase_starts[p]
-        if stop > base + self.manifest.phases[p].sequences:
+        if stop > base + self.manifest.phases[p].sequences:  # not the interleaver's size: a cut phase ends early
             raise IndexError(f"positions [{start}, {stop}) straddle the end of phase {p}")
         cell_ids, draws = self._interleavers[p].assign(start - base, stop - base)
         draws += self._draw_offsets[p][cell_ids]

@@ -24,6 +24,7 @@ from loader.schedule import SampleIndex, Schedule
 from loader.shards import CellTokens, TokenSpace
 from loader.state import LoaderState
 from millrace.errors import ArtifactError, ConfigError
+from mixtures.lineage import check_lineage_resume
 from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
 from pipeline.store.format import Store
 
@@ -278,13 +279,11 @@ class MixtureStream:
         self._step = step
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue at the saved step; refuses a state from another manifest. O(1)."""
+        """Continue at the saved step; refuses a state from another manifest, except from an ancestor
+        of this revision's lineage at a step the two share (`mixtures.lineage`). O(1)."""
         loaded = LoaderState.parse(state, self.path)
         if loaded.manifest_hash != self.manifest_hash:
-            raise ArtifactError(
-                f"loader state is from manifest {loaded.manifest_hash}, but {self.path} is {self.manifest_hash}; "
-                "refusing to resume a different mixture"
-            )
+            check_lineage_resume(self.manifest, self.manifest_hash, loaded.manifest_hash, loaded.step, str(self.path))
         if not 0 <= loaded.step <= self.steps:
             raise ConfigError(f"loader state step {loaded.step} is past the end of {self.path} ({self.steps} steps)")
         self.load_step(loaded.step)

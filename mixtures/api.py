@@ -20,7 +20,7 @@ from mixtures.catalog import built_manifests, revision_files
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from mixtures.plan import diff_of, plan_of
-from mixtures.resolve import manifest_hash, open_store, resolve
+from mixtures.resolve import manifest_hash, resolve_revision
 from mixtures.revision import load_revision
 
 
@@ -39,8 +39,7 @@ def diff(home: Home, mixture: str, a: str, b: str) -> dict[str, Any]:
 def validate_file(home: Home, path: Path | str) -> dict[str, Any]:
     """Every check a build makes, on any revision file, without writing anything."""
     loaded = load_revision(path)
-    store = open_store(home, loaded.store, f"{path}: revision {loaded.key}")
-    manifest = resolve(loaded, store, str(path))
+    manifest, _ = resolve_revision(home, loaded, str(path))
     return {
         "file": str(path),
         "mixture": loaded.mixture,

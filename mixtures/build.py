@@ -21,7 +21,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from mixtures.catalog import built_manifests, load_named
 from mixtures.manifest import BuiltManifest, manifest_path, read_manifest, write_manifest
-from mixtures.resolve import manifest_hash, open_store, resolve
+from mixtures.resolve import manifest_hash, resolve_revision
 from mixtures.revision import Revision
 from pipeline.store.format import Store
 
@@ -54,8 +54,8 @@ def resolve_named(home: Home, mixture: str, revision: str,
                   file: Path | str | None = None) -> tuple[BuiltManifest, Revision, Path, Store]:
     """Find, load and resolve a revision by name; returns the store it resolved against too."""
     loaded, path = load_named(home, mixture, revision, file)
-    store = open_store(home, loaded.store, f"{path}: revision {loaded.key}")
-    return resolve(loaded, store, str(path)), loaded, path, store
+    manifest, store = resolve_revision(home, loaded, str(path))
+    return manifest, loaded, path, store
 
 
 def build_result(home: Home, mixture: str, revision: str, file: Path | str | None = None) -> BuildResult:

@@ -59,16 +59,24 @@ def only_store(home: Home) -> str:
 @revision_option("Name of the new revision (immutable once built).", required=True)
 @click.option("--store", "store", type=STORE_NAME, default=None,
               help="Store to read stats from: NAME/VERSION, or NAME for its newest version "
-                   "(default: the only store under --home; an error naming them when there are several).")
+                   "(default: with --continues the parent's, else the only store under --home; an error naming "
+                   "them when there are several).")
+@click.option("--continues", "continues", type=PLAIN_NAME, default=None, metavar="PARENT",
+              help="Continue revision PARENT of the same mixture: steps before --at-step are the parent's.")
+@click.option("--at-step", "at_step", type=click.IntRange(min=1), default=None,
+              help="With --continues: the first step drawn from this revision's weights (a step of the parent's schedule).")
 @click.option("--strategy", type=click.Choice(STRATEGY_CHOICES), default="natural", show_default=True,
               help="Strategy for phases that name none.")
 @click.option("--phase", "phases", multiple=True, metavar="NAME:TOKENS[:STRATEGY[@PATTERNS]]",
               help="A phase (repeatable, in order), e.g. main:15T and cooldown:3.75T:uniform@c*q3,c*q4. "
-                   "Default: one phase 'main' of the store's total tokens.")
-@click.option("--epoch-cap", type=float, default=8.0, show_default=True, help="Most epochs of any cell, across phases.")
-@click.option("--seq-len", type=int, default=256, show_default=True, help="Tokens per training sequence.")
-@click.option("--global-batch", type=int, default=16, show_default=True, help="Sequences per step, all ranks together.")
-@click.option("--seed", type=int, default=1234, show_default=True, help="Seed of the loader's permutations.")
+                   "Default: one phase 'main' of the store's total tokens (with --continues: of the parent's "
+                   "tokens after --at-step). With --continues, phases count from --at-step.")
+@click.option("--epoch-cap", type=float, default=None, help="Most epochs of any cell, across phases "
+              "(and the parent's draws). Default: the parent's, else 8.")
+@click.option("--seq-len", type=int, default=None, help="Tokens per training sequence. Default: the parent's, else 256.")
+@click.option("--global-batch", type=int, default=None,
+              help="Sequences per step, all ranks together. Default: the parent's, else 16.")
+@click.option("--seed", type=int, default=None, help="Seed of the loader's permutations. Default: the parent's, else 1234.")
 @click.option("--temperature", type=float, default=None, help="T for the temperature strategy (weights ∝ tokens^(1/T)).")
 @click.option("--tilt", default=None, metavar="qN=F,...", help="Factors per quality bucket for quality-tilt, e.g. q0=0.5,q4=2.")
 @click.option("--weight", "weights", multiple=True, metavar="CELL_OR_PATTERN=W",
@@ -79,22 +87,26 @@ def only_store(home: Home) -> str:
               help="Where to write (default: $MILLRACE_HOME/mixtures/MIXTURE/NAME.toml).")
 @json_option
 @home_option
-def new_command(home: Home, mixture: str, revision: str, store: str | None, strategy: str, phases: tuple[str, ...],
-                epoch_cap: float, seq_len: int, global_batch: int, seed: int, temperature: float | None,
+def new_command(home: Home, mixture: str, revision: str, store: str | None, continues: str | None,
+                at_step: int | None, strategy: str, phases: tuple[str, ...], epoch_cap: float | None,
+                seq_len: int | None, global_batch: int | None, seed: int | None, temperature: float | None,
                 tilt: str | None, weights: tuple[str, ...], symbolic: bool, description: str, out: str | None,
                 as_json: bool) -> None:
-    """Write a revision file for MIXTURE from a store's stats with a strategy."""
+    """Write a revision file for MIXTURE from a store's stats with a strategy, or continuing a parent revision."""
     path = api.new_revision(
-        home, mixture, revision, store or only_store(home), strategy=strategy, phases=list(phases) or None, epoch_cap=epoch_cap,
+        home, mixture, revision, store or (None if continues else only_store(home)), strategy=strategy,
+        phases=list(phases) or None, epoch_cap=epoch_cap,
         seq_len=seq_len, global_batch=global_batch, seed=seed, temperature=temperature,
         tilt=parse_factors(tilt, "--tilt") or None, weights=parse_factors(",".join(weights), "--weight") or None,
-        out=out, symbolic=symbolic, description=description,
+        out=out, symbolic=symbolic, description=description, continues=continues, at_step=at_step,
     )
     summary = api.validate_file(home, path)
     if as_json:
         print_json(summary)
     else:
-        click.echo(f"wrote {path} ({len(summary['phases'])} phases, {summary['cells']} cells, {summary['total_steps']} steps)")
+        lineage = f", continues {continues} at step {at_step}" if continues else ""
+        click.echo(f"wrote {path} ({len(summary['phases'])} phases, {summary['cells']} cells, "
+                   f"{summary['total_steps']} steps{lineage})")
 
 
 @mix.command("validate")
@@ -184,14 +196,23 @@ def print_plan(result: dict[str, Any]) -> None:
         table.add_column(f"{phase['name']}\ntokens", justify="right")
         table.add_column("weight\ndeclared", justify="right")
         table.add_column("weight\nrealised", justify="right")
+    switch = result["at_step"]
+    if switch is not None:
+        table.add_column(f"sequences\nbefore step {switch:,}", justify="right")
+        table.add_column("sequences\nfrom it on", justify="right")
     table.add_column("epochs", justify="right")
     for cell, info in result["cells"].items():
         row = [cell, fmt_tokens(info["available_tokens"])]
         for phase in result["phases"]:
             cp = info["phases"][phase["name"]]
             row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.3%}", f"{cp['realised_weight']:.3%}"]
+        if switch is not None:
+            row += [f"{info['before_switch']:,}", f"{info['after_switch']:,}"]
         row.append(f"{info['epochs']:.3f}")
         table.add_row(*row)
+    if switch is not None:
+        click.echo("lineage: " + ", then ".join(f"{r['revision']} steps {r['start_step']:,}..{r['stop_step'] - 1:,}"
+                                                for r in result["lineage"]))
     show(table)
 
 
@@ -208,7 +229,8 @@ def diff_command(home: Home, mixture: str, a: str, b: str, show_all: bool, as_js
     if as_json:
         print_json(result)
         return
-    table = new_table(f"{mixture}: {a} -> {b} ({result['changed_cells']} cells changed)")
+    lineage = " (b continues a)" if result["lineage"]["b_continues_a"] else ""
+    table = new_table(f"{mixture}: {a} -> {b}{lineage} ({result['changed_cells']} cells changed)")
     table.add_column("cell")
     for name in result["phases"]:
         table.add_column(f"{name} weight", justify="right")

@@ -15,6 +15,14 @@ Semantics the loader relies on:
 - In phase p, cell c receives exactly `counts[c]` samples. A cell's draws are
   numbered across phases (phase 0's first); draw k of cell c is epoch
   k // sequences_available, sequence perm_{seed, c, epoch}(k % sequences_available).
+- Lineage (a revision that continues a parent from `at_step`): the manifest holds the
+  parent's phases up to `at_step` (named `<revision>/<phase>`, `revision` set), then its
+  own. A parent phase cut at `at_step` keeps the parent's full counts in `prefix_of`: its
+  cell order is that phase's interleaving, cut after `sequences` positions, so those steps
+  are the parent's exactly. Draws keep counting across the switch, so each cell's
+  permutation cursor and epochs carry on. `ancestors` pins every ancestor's manifest hash
+  and the number of leading steps this manifest shares with it. The lineage fields are
+  left out of the file when empty, so manifests without lineage keep their hashes.
 """
 
 from __future__ import annotations
@@ -64,6 +72,13 @@ class ManifestPhase(Model):
     steps: int
     counts: dict[str, int]  # sequences per cell; sums exactly to `sequences`
     declared_weights: dict[str, float]  # after pattern expansion
+    # The revision of the lineage that drew this phase; None: this manifest's own revision.
+    revision: str | None = pydantic.Field(default=None, exclude_if=lambda v: v is None)
+    # A parent's phase cut short: that phase's full counts, whose interleaving this phase's is a prefix of.
+    prefix_of: dict[str, int] | None = pydantic.Field(default=None, exclude_if=lambda v: v is None)
+
+    def interleaved_counts(self) -> dict[str, int]:
+        return self.prefix_of if self.prefix_of is not None else self.counts
 
 
 class StoreRef(Model):
@@ -71,6 +86,16 @@ class StoreRef(Model):
     version: str
     manifest_hash: str
     stats_only: bool
+
+
+class Ancestor(Model):
+    """A revision this one continues (directly or through others) and the steps they share."""
+
+    revision: str
+    revision_hash: str
+    manifest_hash: str
+    shared_steps: int  # steps [0, shared_steps) are this ancestor's exactly
+    at_step: int  # where the ancestor's direct child took over from it
 
 
 class BuiltManifest(Model):
@@ -89,6 +114,28 @@ class BuiltManifest(Model):
     phases: list[ManifestPhase]
     total_sequences: int
     total_steps: int
+    ancestors: list[Ancestor] = pydantic.Field(default_factory=list, exclude_if=lambda v: not v)  # parent first
+
+    @property
+    def at_step(self) -> int | None:
+        """The first step drawn from this revision's own weights; None without lineage."""
+        return self.ancestors[0].at_step if self.ancestors else None
+
+    def shared_steps_with(self, manifest_hash: str) -> int | None:
+        """Leading steps shared with the manifest of that hash (an ancestor); None if unrelated."""
+        return next((a.shared_steps for a in self.ancestors if a.manifest_hash == manifest_hash), None)
+
+    def revision_ranges(self) -> list[dict]:
+        """Which revision of the lineage draws which steps: [{revision, start_step, stop_step}]."""
+        ranges: list[dict] = []
+        for phase in self.phases:
+            name = phase.revision or self.revision
+            if ranges and ranges[-1]["revision"] == name:
+                ranges[-1]["stop_step"] = phase.start_step + phase.steps
+            else:
+                ranges.append({"revision": name, "start_step": phase.start_step,
+                               "stop_step": phase.start_step + phase.steps})
+        return ranges
 
 
 def manifest_path(home: Home, store_name: str, store_version: str, mixture: str, revision: str) -> Path:

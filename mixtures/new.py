@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -19,8 +20,10 @@ import pydantic
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
 from millrace.home import Home
-from mixtures.resolve import open_store, resolve
-from mixtures.revision import STRATEGY_NAMES, Revision, StoreSpec, load_revision, parse_revision, revision_to_toml
+from mixtures.catalog import load_named
+from mixtures.resolve import open_store, resolve_revision
+from mixtures.revision import STRATEGY_NAMES, StoreSpec, load_revision, parse_revision, revision_to_toml
+from pipeline.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -71,81 +74,131 @@ def parse_factors(text: str | None, option: str) -> dict[str, float]:
     return factors
 
 
-def new_revision(
-    home: Home,
-    mixture: str,
-    revision: str,
-    store: str,
-    *,
-    strategy: str = "natural",
-    phases: Sequence[str] | None = None,
-    epoch_cap: float = 8.0,
-    seq_len: int = 256,
-    global_batch: int = 16,
-    seed: int = 1234,
-    temperature: float | None = None,
-    tilt: Mapping[str, float] | None = None,
-    weights: Mapping[str, float] | None = None,
-    out: Path | str | None = None,
-    symbolic: bool = False,
-    description: str = "",
-) -> Path:
-    """Write `mixture/revision` from store `NAME[/VERSION]`'s stats; returns the file's path.
+DEFAULT_FRAME = {"epoch_cap": 8.0, "seq_len": 256, "global_batch": 16, "seed": 1234}
 
-    `phases` are `NAME:TOKENS[:STRATEGY[@PATTERNS]]` strings (default: one phase
-    "main" of the store's total tokens). Refuses to overwrite a different file.
-    """
+
+@dataclass(frozen=True)
+class Frame:
+    """What a new revision is written against: its store, its frame numbers, its parent if any."""
+
+    store: Store
+    spec: StoreSpec
+    numbers: dict  # epoch_cap, seq_len, global_batch, seed
+    default_tokens: int  # the one phase written when none is given
+    continues: dict | None  # the [continues] table
+
+
+def frame_of(home: Home, mixture: str, store: str | None, continues: str | None, at_step: int | None,
+             given: dict) -> Frame:
+    """The store and numbers from the options; a child takes its parent's store and numbers where not given."""
+    if (continues is None) != (at_step is None):
+        raise ConfigError("--continues and --at-step go together: the parent revision and the first step of the new one")
+    parent = None
+    if continues is not None:
+        loaded, path = load_named(home, mixture, continues)
+        parent, _ = resolve_revision(home, loaded, str(path))
+        store = store or f"{parent.store.name}/{parent.store.version}"
+    if store is None:
+        raise ConfigError("--store is required (or --continues, whose store the new revision keeps)")
     name, _, version = store.partition("/")
     try:
         spec = StoreSpec.model_validate({"name": name, **({"version": version} if version else {})})
     except pydantic.ValidationError as exc:
         raise ConfigError(f"--store {store!r}: expected NAME[/VERSION] ({exc.errors()[0]['msg']})") from None
     opened = open_store(home, spec, f"--store {store}")
-    total = sum(cell.tokens for cell in opened.manifest.cells.values())
-    requested = [parse_phase(text, strategy) for text in (phases or [f"main:{total}"])]
-    phase_specs = []
-    for phase in requested:
-        chosen = phase.pop("strategy")
-        if chosen == "explicit":
-            if not weights:
-                raise ConfigError(f"--phase {phase['name']!r}: strategy 'explicit' needs --weight CELL=W options")
-            if "cells" in phase:
-                raise ConfigError(f"--phase {phase['name']!r}: strategy 'explicit' takes no @PATTERNS (use --weight)")
-            phase["weights"] = dict(weights)
-        else:
-            phase["strategy"] = chosen
-            if chosen == "temperature":
-                if temperature is None:
-                    raise ConfigError(f"--phase {phase['name']!r}: strategy 'temperature' needs --temperature")
-                phase["temperature"] = temperature
-            if chosen == "quality-tilt":
-                if not tilt:
-                    raise ConfigError(f"--phase {phase['name']!r}: strategy 'quality-tilt' needs --tilt q0=0.5,q4=2")
-                phase["tilt"] = dict(tilt)
-        phase_specs.append(phase)
+    inherited = {k: getattr(parent, k) for k in DEFAULT_FRAME} if parent is not None else DEFAULT_FRAME
+    numbers = {k: given[k] if given.get(k) is not None else inherited[k] for k in DEFAULT_FRAME}
+    numbers["epoch_cap"] = float(numbers["epoch_cap"])
+    if parent is None:
+        return Frame(opened, spec, numbers, sum(c.tokens for c in opened.manifest.cells.values()), None)
+    assert at_step is not None
+    left = max(1, parent.total_steps - at_step) * parent.global_batch * parent.seq_len
+    return Frame(opened, spec, numbers, left, {"revision": continues, "at_step": at_step})
+
+
+def phase_spec(phase: dict, weights: Mapping[str, float] | None, temperature: float | None,
+               tilt: Mapping[str, float] | None) -> dict:
+    """A parsed --phase with its strategy's options filled in from the command's."""
+    chosen = phase.pop("strategy")
+    if chosen == "explicit":
+        if not weights:
+            raise ConfigError(f"--phase {phase['name']!r}: strategy 'explicit' needs --weight CELL=W options")
+        if "cells" in phase:
+            raise ConfigError(f"--phase {phase['name']!r}: strategy 'explicit' takes no @PATTERNS (use --weight)")
+        phase["weights"] = dict(weights)
+        return phase
+    phase["strategy"] = chosen
+    if chosen == "temperature":
+        if temperature is None:
+            raise ConfigError(f"--phase {phase['name']!r}: strategy 'temperature' needs --temperature")
+        phase["temperature"] = temperature
+    if chosen == "quality-tilt":
+        if not tilt:
+            raise ConfigError(f"--phase {phase['name']!r}: strategy 'quality-tilt' needs --tilt q0=0.5,q4=2")
+        phase["tilt"] = dict(tilt)
+    return phase
+
+
+def new_revision(
+    home: Home,
+    mixture: str,
+    revision: str,
+    store: str | None,
+    *,
+    strategy: str = "natural",
+    phases: Sequence[str] | None = None,
+    epoch_cap: float | None = None,
+    seq_len: int | None = None,
+    global_batch: int | None = None,
+    seed: int | None = None,
+    temperature: float | None = None,
+    tilt: Mapping[str, float] | None = None,
+    weights: Mapping[str, float] | None = None,
+    out: Path | str | None = None,
+    symbolic: bool = False,
+    description: str = "",
+    continues: str | None = None,
+    at_step: int | None = None,
+) -> Path:
+    """Write `mixture/revision` from store `NAME[/VERSION]`'s stats; returns the file's path.
+
+    `phases` are `NAME:TOKENS[:STRATEGY[@PATTERNS]]` strings (default: one phase
+    "main" of the store's total tokens, or for a revision that `continues` a parent
+    from `at_step`, of the parent's tokens left after it). Epoch cap, seq_len,
+    global batch and seed default to the parent's, else 8, 256, 16, 1234. Refuses
+    to overwrite a different file.
+    """
+    frame = frame_of(home, mixture, store, continues, at_step,
+                     {"epoch_cap": epoch_cap, "seq_len": seq_len, "global_batch": global_batch, "seed": seed})
+    opened = frame.store
+    requested = [parse_phase(text, strategy) for text in (phases or [f"main:{frame.default_tokens}"])]
+    phase_specs = [phase_spec(phase, weights, temperature, tilt) for phase in requested]
     source = f"mix new {mixture} --revision {revision}"
-    data = {
-        "mixture": mixture, "revision": revision, "description": description, "seed": seed, "seq_len": seq_len,
-        "global_batch": global_batch, "epoch_cap": float(epoch_cap), "store": spec.model_dump(exclude_none=True),
-        "phases": phase_specs,
-    }
+    data = {"mixture": mixture, "revision": revision, "description": description, **frame.numbers,
+            "store": frame.spec.model_dump(exclude_none=True), "phases": phase_specs}
+    if frame.continues is not None:
+        data["continues"] = dict(frame.continues)
     symbolic_revision = parse_revision(data, source)
-    manifest = resolve(symbolic_revision, opened, source)
+    manifest, _ = resolve_revision(home, symbolic_revision, source)
     if symbolic:
         written = symbolic_revision
     else:
         data["store"] = {"name": opened.name, "version": opened.version, "manifest_hash": opened.manifest_hash}
+        if manifest.ancestors:
+            data["continues"]["manifest_hash"] = manifest.ancestors[0].manifest_hash
         data["phases"] = [
             {"name": built.name, "tokens": built.token_budget,
              "weights": {cell: w for cell, w in built.declared_weights.items() if w > 0}}
-            for built in manifest.phases
+            for built in manifest.phases if built.revision is None
         ]
         written = parse_revision(data, source)
-        resolve(written, opened, source)
+        resolve_revision(home, written, source)
     strategies = ", ".join(f"{p['name']}: {p.get('strategy', 'explicit')}" for p in phase_specs)
+    lineage = (f"Continues {mixture}/{continues} from step {at_step}: the steps before are the parent's.\n"
+               if continues else "")
     header = (
         f"Mixture revision written by `millrace mix new` on {datetime.date.today().isoformat()}\n"
-        f"from store {opened.name}/{opened.version} ({strategies}).\n"
+        f"from store {opened.name}/{opened.version} ({strategies}).\n{lineage}"
         "Revision names are immutable once built: save changes under a new name.\n"
     )
     target = Path(out) if out is not None else home.revisions / mixture / f"{revision}.toml"

@@ -2,6 +2,8 @@
 
 `realised_weight` is what is sampled (sequences / phase sequences), next to the
 declared weight, so a log never reports the declaration as if it were the draw.
+A revision that continues another shows its lineage (which revision draws which
+steps) and, per cell, the sequences drawn before and after the switch.
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int
                 "sequences": sequences,
                 "tokens": sequences * manifest.seq_len,
             }
+        switch = manifest.at_step
+        before = sum(p.counts.get(cell, 0) for p in manifest.phases if switch is not None and p.start_step < switch)
+        by_revision: dict[str, int] = {}
+        for phase in manifest.phases:
+            name = phase.revision or manifest.revision
+            by_revision[name] = by_revision.get(name, 0) + phase.counts.get(cell, 0)
         cells[cell] = {
+            "before_switch": before,
+            "after_switch": drawn - before,
+            "by_revision": by_revision,
             "available_tokens": available,
             "sequences_available": held,
             "epochs": drawn / held if held else 0.0,
@@ -54,6 +65,8 @@ def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int
         "total_steps": manifest.total_steps,
         "total_tokens": manifest.total_sequences * manifest.seq_len,
         "max_epochs": max((c["epochs"] for c in cells.values()), default=0.0),
+        "at_step": manifest.at_step,
+        "lineage": lineage_of(manifest, digest),
         "phases": [
             {
                 "name": phase.name,
@@ -63,6 +76,7 @@ def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int
                 "start_step": phase.start_step,
                 "steps": phase.steps,
                 "cells_drawn": sum(1 for count in phase.counts.values() if count > 0),
+                "revision": phase.revision or manifest.revision,
             }
             for phase in manifest.phases
         ],
@@ -70,10 +84,19 @@ def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int
     }
 
 
+def lineage_of(manifest: BuiltManifest, digest: str) -> list[dict[str, Any]]:
+    """The step ranges of each revision of the lineage, with the manifest hash each was drawn from."""
+    hashes = {a.revision: a.manifest_hash for a in manifest.ancestors} | {manifest.revision: digest}
+    return [{**r, "manifest_hash": hashes[r["revision"]]} for r in manifest.revision_ranges()]
+
+
 def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Per-cell weight and epoch changes from plan `a` to plan `b` (phases matched by name)."""
-    phase_names = [p["name"] for p in a["phases"]] + [p["name"] for p in b["phases"] if p["name"] not in
-                                                      {q["name"] for q in a["phases"]}]
+    """Per-cell weight and epoch changes from plan `a` to plan `b` (phases matched by name; when `b`
+    continues `a`, its inherited phase `<a>/<name>` is matched with `a`'s phase `<name>`)."""
+    inherited = {f"{a['revision']}/{p['name']}": p["name"] for p in a["phases"]}
+    names_a = {p["name"] for p in a["phases"]}
+    phase_names = [p["name"] for p in a["phases"]] + [p["name"] for p in b["phases"]
+                                                      if inherited.get(p["name"], p["name"]) not in names_a]
     empty = {"declared_weight": 0.0, "realised_weight": 0.0, "sequences": 0, "tokens": 0}
     cells: dict[str, Any] = {}
     for cell in sorted(set(a["cells"]) | set(b["cells"])):
@@ -83,7 +106,8 @@ def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         phases = {}
         for name in phase_names:
             pa = (ca or {}).get("phases", {}).get(name, empty)
-            pb = (cb or {}).get("phases", {}).get(name, empty)
+            in_b = (cb or {}).get("phases", {})
+            pb = in_b.get(name) or in_b.get(f"{a['revision']}/{name}", empty)
             phases[name] = {
                 "weight_a": pa["declared_weight"],
                 "weight_b": pb["declared_weight"],
@@ -99,6 +123,8 @@ def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "a": {k: a[k] for k in ("revision", "revision_hash", "manifest_hash", "store", "total_steps")},
         "b": {k: b[k] for k in ("revision", "revision_hash", "manifest_hash", "store", "total_steps")},
         "phases": phase_names,
+        "lineage": {"b_continues_a": any(r["revision"] == a["revision"] for r in b.get("lineage", [])[:-1]),
+                    "a": a.get("lineage", []), "b": b.get("lineage", [])},
         "changed_cells": sum(1 for c in cells.values() if c["changed"]),
         "cells": cells,
     }

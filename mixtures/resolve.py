@@ -19,16 +19,21 @@ from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.names import known
 from mixtures.apportion import Infeasible, apportion
+from mixtures.catalog import load_named
 from mixtures.cells import CellTable, is_pattern
 from mixtures.manifest import (
     MANIFEST_KIND,
     MANIFEST_SCHEMA_VERSION,
+    Ancestor,
     BuiltManifest,
     ManifestCell,
     ManifestPhase,
     PinnedShard,
     StoreRef,
+    manifest_path,
+    read_manifest,
 )
+from mixtures.lineage import Parent, ancestors_of, check_same_frame, inherited_phases
 from mixtures.revision import PhaseSpec, Revision, StoreSpec
 from mixtures.strategies import StrategyError, desired_weights, water_fill
 from pipeline.store.format import CELL_KIND, Store
@@ -153,18 +158,32 @@ def infeasible_message(ctx: PhaseContext, exc: Infeasible, table: CellTable, use
     return f"{ctx.where}: field 'epoch_cap' cell {exc.cells[0]!r}: passes the epoch cap of {cap:g}: {detail}{more}"
 
 
-def resolve(revision: Revision, store: Store, source: str) -> BuiltManifest:
-    """Every check and every number of the build; pure given the revision and the store."""
+def resolve(revision: Revision, store: Store, source: str, parent: Parent | None = None) -> BuiltManifest:
+    """Every check and every number of the build; pure given the revision, the store and the parent
+    (resolved against the same store) that a revision with `[continues]` needs."""
+    if (revision.continues is None) != (parent is None):
+        raise ValueError("resolve needs the parent exactly when the revision continues one")
     table = CellTable({cell: summary.tokens for cell, summary in store.manifest.cells.items()}, revision.seq_len)
     cap = Fraction(revision.epoch_cap)
     limit = {cell: math.floor(cap * table.sequences(cell)) for cell in table.tokens}
     used = {cell: 0 for cell in table.tokens}
     phases: list[ManifestPhase] = []
     position = 0
+    ancestors: list[Ancestor] = []
+    if parent is not None and revision.continues is not None:
+        tokenizer = store.manifest.tokenizer
+        check_same_frame(revision, parent, store.name, store.version, store.manifest_hash,
+                         tokenizer.fingerprint if tokenizer else None, f"{source}: revision {revision.key}")
+        phases = inherited_phases(parent.manifest, revision.continues.at_step)
+        for phase in phases:
+            for cell, count in phase.counts.items():
+                used[cell] += count
+        position = revision.continues.at_step * revision.global_batch
+        ancestors = ancestors_of(parent, revision.continues.at_step)
     for phase in revision.phases:
         ctx = PhaseContext(revision, phase, source)
         sequences = phase_sequences(phase.tokens, revision.seq_len, revision.global_batch)
-        capacity = {cell: limit[cell] - used[cell] for cell in table.tokens}
+        capacity = {cell: max(0, limit[cell] - used[cell]) for cell in table.tokens}
         if phase.weights is not None:
             weights = explicit_weights(ctx, table)
         else:
@@ -187,7 +206,8 @@ def resolve(revision: Revision, store: Store, source: str) -> BuiltManifest:
             declared_weights={cell: float(weight / mass) for cell, weight in sorted(weights.items())},
         ))
         position += sequences
-    drawn = sorted(cell for cell, count in used.items() if count > 0)
+    interleaved = {cell for phase in phases for cell, count in phase.interleaved_counts().items() if count > 0}
+    drawn = sorted(cell for cell, count in used.items() if count > 0 or cell in interleaved)
     for phase_index, phase in enumerate(phases):
         phases[phase_index] = phase.model_copy(update={
             "counts": {cell: phase.counts.get(cell, 0) for cell in drawn},
@@ -212,6 +232,7 @@ def resolve(revision: Revision, store: Store, source: str) -> BuiltManifest:
         phases=phases,
         total_sequences=position,
         total_steps=position // revision.global_batch,
+        ancestors=ancestors,
     )
 
 
@@ -252,3 +273,46 @@ def manifest_hash(manifest: BuiltManifest) -> str:
     """The content hash `write_manifest` will record for this manifest."""
     return content_hash({"kind": MANIFEST_KIND, "schema_version": MANIFEST_SCHEMA_VERSION,
                          **manifest.model_dump(mode="json")})
+
+
+def resolve_revision(home: Home, revision: Revision, source: str, seen: tuple[str, ...] = (),
+                     version: str | None = None) -> tuple[BuiltManifest, Store]:
+    """Open a revision's store and resolve it, its parents first when it continues one. A revision
+    that names no store version takes `version` (its child's), else its parent's, else the newest."""
+    spec = revision.store
+    if spec.version is None and version is not None:
+        spec = spec.model_copy(update={"version": version})
+    where = f"{source}: revision {revision.key}"
+    store = open_store(home, spec, where) if spec.version is not None else None  # its own errors first
+    parent = None
+    if revision.continues is not None:
+        parent = resolve_parent(home, revision, source, (*seen, revision.revision), spec.version)
+        if spec.version is None and spec.name == parent.manifest.store.name:
+            spec = spec.model_copy(update={"version": parent.manifest.store.version})
+    store = store or open_store(home, spec, where)
+    return resolve(revision, store, source, parent), store
+
+
+def resolve_parent(home: Home, revision: Revision, source: str, seen: tuple[str, ...],
+                   version: str | None) -> Parent:
+    """The parent in memory (on the child's store version when it names none); its built manifest,
+    if there is one, must be what its file resolves to now."""
+    assert revision.continues is not None
+    where = f"{source}: revision {revision.key}: field 'continues.revision'"
+    name = revision.continues.revision
+    if name in seen:
+        raise ConfigError(f"{where}: {' -> '.join((*seen, name))} is a cycle")
+    try:
+        loaded, path = load_named(home, revision.mixture, name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    same_store = loaded.store.name == revision.store.name
+    manifest, _ = resolve_revision(home, loaded, str(path), seen, version if same_store else None)
+    digest = manifest_hash(manifest)
+    built = manifest_path(home, manifest.store.name, manifest.store.version, manifest.mixture, manifest.revision)
+    if built.exists():
+        _, built_hash = read_manifest(built)
+        if built_hash != digest:
+            raise ConfigError(f"{where}: parent {loaded.key}'s built manifest {built} has hash {built_hash}, but "
+                              f"{path} resolves to {digest} now (the parent or its store changed)")
+    return Parent(manifest, digest, str(path))

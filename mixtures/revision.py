@@ -46,6 +46,18 @@ A phase has either `weights` or `strategy`:
   share would pass the cap is held at it and the rest spread over the others,
   so a strategy phase is valid by construction.
 
+A revision may continue another (the reference run's mid-run swap): the steps before
+`at_step` are exactly the parent's, and this revision's phases count from `at_step`.
+
+    [continues]
+    revision = "natural"           # the parent, a revision of the same mixture
+    at_step = 200                  # the first step drawn from this revision's weights
+    # manifest_hash = "sha256:…"   # optional: refuse a parent whose built manifest differs
+
+The parent's store (the same version unless `store.version` names another, which is an
+error), tokenizer, seed, seq_len and global_batch must be this revision's too; the epoch
+cap and every cell's epochs count the parent's draws before `at_step` (`mixtures.lineage`).
+
 A phase's `tokens` becomes `round(tokens / (seq_len * global_batch))` steps (at
 least one) of `global_batch` sequences; a cell's epochs are the sequences drawn
 from it across all phases divided by the sequences it holds,
@@ -92,6 +104,12 @@ class PhaseSpec(Strict):
     cells: list[str] | None = None
 
 
+class ContinuesSpec(Strict):
+    revision: str = pydantic.Field(pattern=NAME_PATTERN)
+    at_step: int = pydantic.Field(ge=1)
+    manifest_hash: str | None = pydantic.Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+
+
 class Revision(Strict):
     mixture: str = pydantic.Field(pattern=NAME_PATTERN)
     revision: str = pydantic.Field(pattern=NAME_PATTERN)
@@ -102,6 +120,7 @@ class Revision(Strict):
     global_batch: int = pydantic.Field(gt=0)
     epoch_cap: float = pydantic.Field(gt=0)
     normalize: bool = False
+    continues: ContinuesSpec | None = None
     phases: list[PhaseSpec] = pydantic.Field(min_length=1)
 
     @property
@@ -140,6 +159,8 @@ def describe(source: str, data: Any, exc: pydantic.ValidationError) -> str:
 def check_phases(revision: Revision, source: str) -> None:
     """The checks that need no store: phase names, weights vs strategy, signs, sums."""
     prefix = f"{source}: revision {revision.key}"
+    if revision.continues is not None and revision.continues.revision == revision.revision:
+        raise ConfigError(f"{prefix}: field 'continues.revision': a revision cannot continue itself")
     seen: set[str] = set()
     for phase in revision.phases:
         where = f"{prefix}: phase {phase.name!r}"
@@ -204,6 +225,6 @@ def revision_to_toml(revision: Revision, header: str = "") -> str:
     if not data.get("normalize"):
         data.pop("normalize", None)
     ordered = {k: data[k] for k in ("mixture", "revision", "description", "seed", "seq_len", "global_batch",
-                                    "epoch_cap", "normalize", "store", "phases") if k in data}
+                                    "epoch_cap", "normalize", "store", "continues", "phases") if k in data}
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     return comment + tomli_w.dumps(ordered)

@@ -1,7 +1,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from loader.interleave import Interleaver
+from mixtures.interleave import Interleaver
 
 
 def realised(cells: np.ndarray, k: int) -> np.ndarray:
