@@ -23,7 +23,7 @@ from millrace.home import Home
 from mixtures.catalog import load_named
 from mixtures.resolve import open_store, resolve_revision
 from mixtures.revision import STRATEGY_NAMES, StoreSpec, load_revision, parse_revision, revision_to_toml
-from pipeline.store import Store
+from pipeline.store.format import Store
 
 log = logging.getLogger(__name__)
 
