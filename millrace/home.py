@@ -54,7 +54,7 @@ class Home:
         return self.runs / check_name(name, "run")
 
     def ladder(self, name: str) -> Path:
-        return self.root / "ladders" / name
+        return self.ladders / check_name(name, "ladder")
 
     @property
     def ladders(self) -> Path:

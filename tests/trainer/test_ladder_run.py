@@ -75,3 +75,49 @@ def test_rung_manifests_keep_the_revisions_phases_and_weights(store_home, tmp_pa
             assert sum(ours.counts.values()) == ours.sequences
         # built again: the same file, the same manifest, nothing rewritten
         assert build_rung_revision(home, "default", "two-phase", "micro", rung.name, rung.tokens, rung.batch)[1] == path
+
+
+def ladder_run(path: Path, home: Home) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "millrace", "--home", str(home.root), "ladder", "run", str(path),
+                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_killed_ladder_run_resumes_without_retraining_finished_rungs(store_home, tmp_path):
+    home = store_home
+    path = micro_ladder(tmp_path, widths=(8, 16), layers=(1, 1), tpa=3.0)
+    plan = plan_ladder(path, home)
+    first, second = (home.run(f"ladder-micro-two-phase-{r.name}-s0") for r in plan.rungs)
+    every = max(1, plan.rungs[1].steps // 4)
+    for attempt in range(3):  # a quiet machine can outrun the poll
+        victim = ladder_run(path, home)
+        deadline = time.monotonic() + 300
+        while victim.poll() is None and time.monotonic() < deadline:
+            metrics = second / "metrics.jsonl"
+            complete = metrics.read_text().split("\n")[:-1] if metrics.exists() else []
+            if complete and every < json.loads(complete[-1])["step"] < 3 * every:
+                break
+            time.sleep(0.002)
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+        if list((second / "checkpoints").glob("step-*")) and json.loads((second / "run.json").read_text())["status"] != "completed":
+            break
+        for run in (first, second):
+            subprocess.run(["rm", "-rf", str(run)], check=True)
+    else:
+        pytest.fail("the ladder finished every time before it could be killed in its second rung")
+    finished_metrics = (first / "metrics.jsonl").read_bytes()
+    checkpoint = max(int(p.name.split("-")[1]) for p in (second / "checkpoints").glob("step-*"))
+
+    again = ladder_run(path, home)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err.decode()[-2000:]
+    assert "d8 seed 0 (ladder-micro-two-phase-d8-s0) already trained; not retrained" in err.decode()
+    assert (first / "metrics.jsonl").read_bytes() == finished_metrics  # not retrained
+    run = json.loads((second / "run.json").read_text())
+    assert run["status"] == "completed" and run["start_step"] == checkpoint > 0  # resumed, not restarted
+    steps = [json.loads(line)["step"] for line in (second / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, run["total_steps"] + 1))
+    ladder = json.loads((home.ladder("micro") / "ladder.json").read_text())
+    assert [(r["rung"], r["status"]) for r in ladder["results"]] == [("d8", "completed"), ("d16", "completed")]
+    assert "rung d16 seed 0: completed" in out.decode()
