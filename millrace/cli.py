@@ -9,7 +9,7 @@ import sys
 import click
 
 from millrace import __version__
-from millrace.errors import MillraceError
+from millrace.errors import Interrupted, MillraceError
 
 # subcommand -> "module:attribute"; imported lazily so `millrace report` never imports torch.
 SUBCOMMANDS = {
@@ -59,6 +59,9 @@ def cli(home_dir: str | None, verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="millrace", standalone_mode=False)
+    except Interrupted as exc:
+        click.echo(f"interrupted: {exc}", err=True)
+        return exc.exit_code
     except MillraceError as exc:
         click.echo(f"error: {exc}", err=True)
         return exc.exit_code
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        click.echo("interrupted: run the same command again to continue", err=True)
         return 130
     return 0
 

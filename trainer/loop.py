@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from loader import Batch, MixtureStream
-from millrace.errors import ArtifactError, ConfigError
+from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
 from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
@@ -416,21 +416,35 @@ def maybe_checkpoint(training: Training, step: int) -> Path | None:
 
 
 class StepReporter:
-    """A progress bar on a terminal (rank 0), else about ten steady log lines per invocation."""
+    """A progress bar on a terminal (rank 0); without one (nohup, Slurm, CI) a steady line every
+    MILLRACE_PROGRESS_SECONDS: step, tokens/s, loss and ETA."""
 
     def __init__(self, training: Training, enabled: bool):
+        from millrace.progress import SteadyLines, on_terminal
+
         plan = training.plan
         self.plan, self.rank = plan, plan.runtime.rank
-        self.every = max(1, (plan.stop - training.start) // 10)
         self.start = training.start
-        self.bar = _progress(enabled and self.rank == 0, training.start, plan.stop, plan.run)
+        self.began = time.perf_counter()
+        self.tokens = 0
+        self.lines = SteadyLines()
+        self.bar = _progress(enabled and self.rank == 0 and on_terminal(), training.start, plan.stop, plan.run)
 
     def step(self, result: StepResult) -> None:
+        self.tokens += result.global_tokens
         if self.bar is not None:
             self.bar[0].update(self.bar[1], advance=1, description=f"{self.plan.run} loss {result.loss:.3f}")
-        elif self.rank == 0 and (result.step - self.start) % self.every == 0:
-            log.info("step %d/%d loss %.4f lr %.3g grad norm %.3f", result.step, self.plan.stop, result.loss,
-                     result.lr, result.grad_norm)
+        elif self.rank == 0:
+            self.lines.emit(self.line(result), force=result.step == self.plan.stop)
+
+    def line(self, result: StepResult) -> str:
+        from millrace.progress import format_duration
+
+        elapsed = time.perf_counter() - self.began
+        done = result.step - self.start
+        eta = elapsed / done * (self.plan.stop - result.step) if done else 0.0
+        return (f"train {self.plan.run}: step {result.step}/{self.plan.stop}, {self.tokens / elapsed:,.0f} tokens/s, "
+                f"loss {result.loss:.4f}, ETA {format_duration(eta)}")
 
     def close(self) -> None:
         if self.bar is not None:
@@ -476,6 +490,13 @@ def train(
             log_metrics(training, result, writer, peak)
             reporter.step(result)
             maybe_checkpoint(training, result.step)
+    except KeyboardInterrupt:
+        if runtime.rank == 0:
+            _set_status(plan.run_dir, "interrupted")
+        latest = ckpt.latest_checkpoint(plan.checkpoints)
+        kept = f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
+        raise Interrupted(f"run {plan.run} stopped after step {training.state.step} ({kept}); continue it with: "
+                          f"{resume_command(plan)}") from None
     except BaseException:
         if runtime.rank == 0:
             _set_status(plan.run_dir, "failed")
@@ -487,6 +508,12 @@ def train(
     finish(plan)
     return RunResult(run=plan.run, run_dir=plan.run_dir, start_step=start, end_step=plan.stop, losses=losses,
                      seconds=time.perf_counter() - began)
+
+
+def resume_command(plan: RunPlan) -> str:
+    """The command that continues this run from its latest checkpoint."""
+    return (f"millrace train {plan.config_path} --mixture {plan.mixture} --revision {plan.revision} "
+            f"--run {plan.run} --resume")
 
 
 def _log_start(training: Training, peak: float, peak_source: str) -> None:
