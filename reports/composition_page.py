@@ -64,7 +64,8 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def write_composition_page(composition: Composition, site: Path) -> Path:
+def write_composition_page(composition: Composition, site: Path, ladders: list[dict[str, str]] = ()) -> Path:
+    """`ladders`: links to the ladders trained on this page's revisions (reports.ladder_page.ladder_links)."""
     store = composition.store
     out = site / store.name / store.version / "index.html"
     funnel = composition.funnel
@@ -86,4 +87,5 @@ def write_composition_page(composition: Composition, site: Path) -> Path:
         has_cell_stats=composition.has_cell_stats,
         page_json=embed_json(composition.page_data()),
         page_js=static_text("composition.js"),
+        ladders=list(ladders),
     )

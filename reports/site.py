@@ -15,6 +15,7 @@ from mixtures.manifest import MANIFEST_FILE
 from pipeline.store.format import Store
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page
+from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import render_page
 from reports.run_page import REFRESH_SECONDS, write_run_page
 from reports.training import RUN_FILE, MetricsTail, RunView, load_run, load_run_summary
@@ -29,13 +30,15 @@ class SitePages:
     index: Path
     stores: list[Path] = field(default_factory=list)
     runs: list[Path] = field(default_factory=list)
+    ladders: list[Path] = field(default_factory=list)
 
     def as_json(self) -> dict:
         return {
             "index": str(self.index),
             "stores": [str(p) for p in self.stores],
             "runs": [str(p) for p in self.runs],
-            "bytes": {str(p): p.stat().st_size for p in [self.index, *self.stores, *self.runs]},
+            "ladders": [str(p) for p in self.ladders],
+            "bytes": {str(p): p.stat().st_size for p in [self.index, *self.stores, *self.runs, *self.ladders]},
         }
 
 
@@ -92,12 +95,24 @@ def build_pages(
     compositions = [load_composition(store_dir) for store_dir in store_dirs]
     if mixtures:
         _select_mixtures(compositions, mixtures)
+    ladders = load_ladders(home)
+    store_links: dict[str, list[dict[str, str]]] = {body["ladder"]: [] for body in ladders}
     for composition in compositions:
-        path = write_composition_page(composition, site)
+        pairs = {(rev.manifest.mixture, rev.manifest.revision) for rev in composition.revisions.values()}
+        links = ladder_links(ladders, pairs, "../../")
+        path = write_composition_page(composition, site, links)
         log.info("wrote %s (%d revisions)", path, len(composition.revisions))
         pages.stores.append(path)
+        store = composition.store
+        for link in links:
+            store_links[link["name"]].append({"label": f"{store.name}/{store.version}",
+                                              "href": f"../../{store.name}/{store.version}/index.html"})
         if progress:
             progress()
+    for body in ladders:
+        path = write_ladder_page(body, site, store_links[body["ladder"]])
+        log.info("wrote %s (%d rung results)", path, len(body.get("results", [])))
+        pages.ladders.append(path)
     for run_dir in run_dirs:
         view = load_run(run_dir)
         path = write_run_page(view, site)
@@ -135,8 +150,9 @@ def _run_row(view: RunView) -> dict:
     }
 
 
-def write_index(site: Path, store_rows: list[dict], run_rows: list[dict]) -> Path:
-    return render_page("index.html.j2", site / "index.html", root="", stores=store_rows, runs=run_rows)
+def write_index(site: Path, store_rows: list[dict], run_rows: list[dict], ladder_rows: list[dict] = ()) -> Path:
+    return render_page("index.html.j2", site / "index.html", root="", stores=store_rows, runs=run_rows,
+                       ladders=list(ladder_rows))
 
 
 def build_site(
@@ -180,7 +196,14 @@ def refresh_index(home: Home, site: Path) -> Path:
         _run_row(load_run_summary(run_dir)) for run_dir in find_runs(home)
         if (site / "runs" / run_dir.name / "index.html").exists()
     ]
-    return write_index(site, store_rows, run_rows)
+    ladder_rows = [
+        {"name": body["ladder"], "href": f"ladders/{quote(body['ladder'])}/index.html",
+         "mixture": (body.get("plan") or {}).get("mixture"), "revision": (body.get("plan") or {}).get("revision"),
+         "rungs": len((body.get("plan") or {}).get("rungs", [])), "results": len(body.get("results", [])),
+         "fitted": ", ".join(body.get("fits") or {}) or None}
+        for body in load_ladders(home) if (site / "ladders" / body["ladder"] / "index.html").exists()
+    ]
+    return write_index(site, store_rows, run_rows, ladder_rows)
 
 
 def _store_row(store_dir: Path) -> dict:

@@ -199,3 +199,77 @@ function heatMap(container, rows, cols, value, opts) {
   h("span", { class: "g" }, scale).style.background = `linear-gradient(to right, ${stops.join(", ")})`;
   h("span", {}, scale, sf(max) + (opts.sqrt ? " (square-root scale)" : ""));
 }
+
+// XY chart: series of their own [x, y] points, drawn as lines, points or both, on linear or log axes.
+// series: {name, points: [[x, y]], mode: "line" | "points" | "both", colour, dash, bars: [[x, low, high]]}.
+// opts: title, logX, logY, xLabel, xFormat, yFormat.
+function xyChart(container, series, opts = {}) {
+  container.textContent = "";
+  const W = 640, H = 270, L = 58, R = 12, T = 22, B = 30;
+  const wrap = h("div", { class: "chart" }, container);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": opts.title || "chart" }, wrap);
+  el("text", { x: L, y: 14, "font-weight": 600, "font-size": 12 }, svg, opts.title || "");
+  const fx = opts.logX ? Math.log10 : (v) => v, fy = opts.logY ? Math.log10 : (v) => v;
+  const ok = (x, y) => x !== null && y !== null && isFinite(x) && isFinite(y) && (!opts.logX || x > 0) && (!opts.logY || y > 0);
+  let xlo = Infinity, xhi = -Infinity, ylo = Infinity, yhi = -Infinity;
+  const take = (x, y) => { if (!ok(x, y)) return; xlo = Math.min(xlo, fx(x)); xhi = Math.max(xhi, fx(x)); ylo = Math.min(ylo, fy(y)); yhi = Math.max(yhi, fy(y)); };
+  for (const s of series) {
+    for (const [x, y] of s.points || []) take(x, y);
+    for (const [x, lo, hi] of s.bars || []) { take(x, lo); take(x, hi); }
+  }
+  if (!isFinite(xlo)) { el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", fill: "#888" }, svg, "no data yet"); return; }
+  if (xlo === xhi) { xlo -= 0.5; xhi += 0.5; }
+  if (ylo === yhi) { ylo -= Math.abs(ylo) * 0.1 || 0.5; yhi += Math.abs(yhi) * 0.1 || 0.5; }
+  const px = (xhi - xlo) * 0.04, py = (yhi - ylo) * 0.06;
+  xlo -= px; xhi += px; ylo -= py; yhi += py;
+  const sx = (v) => L + (W - L - R) * (fx(v) - xlo) / (xhi - xlo);
+  const sy = (v) => T + (H - T - B) * (1 - (fy(v) - ylo) / (yhi - ylo));
+  const ticks = (lo, hi, log, n) => log ? logTicks(lo, hi) : niceTicks(lo, hi, n);
+  const yf = opts.yFormat || fmt.num, xf = opts.xFormat || fmt.count;
+  for (const t of ticks(ylo, yhi, opts.logY, 5)) {
+    el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), stroke: "#e3e7ee" }, svg);
+    el("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, svg, yf(t));
+  }
+  for (const t of ticks(xlo, xhi, opts.logX, 6)) el("text", { x: sx(t), y: H - 10, "text-anchor": "middle" }, svg, xf(t));
+  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#9aa3b2" }, svg);
+  el("text", { x: W - R, y: H - 10, "text-anchor": "end", fill: "#6b7380", "font-size": 10 }, svg, opts.xLabel || "");
+  series.forEach((s, k) => {
+    const c = s.colour || colour(k), pts = (s.points || []).filter(([x, y]) => ok(x, y));
+    if (s.mode !== "points" && pts.length > 1) {
+      const d = pts.map(([x, y], i) => (i ? "L" : "M") + sx(x).toFixed(1) + "," + sy(y).toFixed(1)).join("");
+      el("path", { d, fill: "none", stroke: c, "stroke-width": 1.6, "stroke-dasharray": s.dash || "" }, svg);
+    }
+    if (s.mode !== "line") {
+      for (const [x, y] of pts) {
+        const dot = el("circle", { cx: sx(x), cy: sy(y), r: 3.5, fill: c }, svg);
+        dot.addEventListener("mousemove", (evt) => showTip(evt, `${s.name}\n${opts.xLabel || "x"} ${fmt.num(x)}: ${yf(y)}`));
+        dot.addEventListener("mouseleave", hideTip);
+      }
+    }
+    for (const [x, lo, hi] of s.bars || []) {
+      if (!ok(x, lo) || !ok(x, hi)) continue;
+      el("line", { x1: sx(x), x2: sx(x), y1: sy(lo), y2: sy(hi), stroke: c, "stroke-width": 2 }, svg);
+      for (const v of [lo, hi]) el("line", { x1: sx(x) - 4, x2: sx(x) + 4, y1: sy(v), y2: sy(v), stroke: c, "stroke-width": 2 }, svg);
+    }
+  });
+  const lg = h("div", { class: "legend" }, wrap);
+  series.forEach((s, k) => {
+    if (s.legend === false) return;
+    const item = h("span", {}, lg);
+    const sw = h("i", {}, item); sw.style.background = s.colour || colour(k);
+    item.appendChild(document.createTextNode(s.name));
+  });
+}
+
+// Ticks for a log axis given log10 bounds: decades, or 1-2-5 steps when the span is under two decades.
+function logTicks(lo, hi) {
+  const out = [];
+  const steps = hi - lo < 2 ? [1, 2, 5] : [1];
+  for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
+    for (const m of steps) { const v = m * Math.pow(10, e); if (Math.log10(v) >= lo && Math.log10(v) <= hi) out.push(v); }
+  }
+  if (out.length < 2) {  // a narrow span (losses between 2 and 3): linear ticks in the data's own units
+    return niceTicks(Math.pow(10, lo), Math.pow(10, hi), 4);
+  }
+  return out;
+}

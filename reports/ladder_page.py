@@ -1,0 +1,84 @@
+"""The page for one scaling ladder: `SITE/ladders/<ladder>/index.html`, from its ladder.json alone.
+
+Shows the rung table, every rung's held-out curve overlaid, the fit on log-log axes with each
+prediction and its interval, residuals and leave-one-out errors, and a comparison when there is one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from millrace.artifacts import read_artifact
+from millrace.home import Home
+from reports.render import embed_json, render_page, static_text
+
+LADDER_KIND = "millrace.ladder"  # written by trainer/ladder/results.py
+LADDER_FILE = "ladder.json"
+
+
+def find_ladders(home: Home) -> list[Path]:
+    return sorted(home.ladders.glob(f"*/{LADDER_FILE}")) if home.ladders.is_dir() else []
+
+
+def load_ladder(path: Path) -> dict[str, Any]:
+    return read_artifact(path, LADDER_KIND, (1,))
+
+
+def ladder_href(name: str, root: str) -> str:
+    return f"{root}ladders/{name}/index.html"
+
+
+def revisions_of(body: dict[str, Any]) -> set[str]:
+    """The revisions a ladder trained (its own, compared ones) and the rung revisions built from them."""
+    plan = body.get("plan") or {}
+    trained = {r.get("revision") for r in body.get("results", [])} | {plan.get("revision")}
+    trained.discard(None)
+    rungs = [r["name"] for r in plan.get("rungs", [])] + ([plan["target"]["name"]] if plan.get("target") else [])
+    return trained | {f"{rev}.{body.get('ladder')}.{rung}" for rev in trained for rung in rungs}
+
+
+def load_ladders(home: Home) -> list[dict[str, Any]]:
+    return [load_ladder(path) for path in find_ladders(home)]
+
+
+def ladder_links(bodies: list[dict[str, Any]], pairs: set[tuple[str, str]], root: str) -> list[dict[str, str]]:
+    """Ladders that trained on any of these (mixture, revision) pairs: name, page, and which revisions."""
+    found = []
+    for body in bodies:
+        mixture = (body.get("plan") or {}).get("mixture")
+        hits = sorted(rev for rev in revisions_of(body) if (mixture, rev) in pairs)
+        if hits:
+            own = [rev for rev in hits if rev.count(".") < 2] or hits[:1]
+            found.append({"name": body["ladder"], "href": ladder_href(body["ladder"], root),
+                          "revisions": ", ".join(own)})
+    return found
+
+
+def page_data(body: dict[str, Any]) -> dict[str, Any]:
+    plan = body.get("plan") or {}
+    return {
+        "ladder": body.get("ladder"), "metric": body.get("metric"),
+        "rungs": plan.get("rungs", []), "target": plan.get("target"),
+        "results": [{k: r.get(k) for k in ("rung", "revision", "seed", "run", "flops", "curve")}
+                    for r in body.get("results", [])],
+        "fits": {rev: {k: fit.get(k) for k in ("params", "residuals", "predictions", "asymptote")}
+                 for rev, fit in (body.get("fits") or {}).items()},
+        "comparison": body.get("comparison"),
+    }
+
+
+def final_metrics(body: dict[str, Any]) -> dict[str, float | None]:
+    """Per run: the final held-out macro loss, for the rung table."""
+    return {r["run"]: ((r.get("final") or {}).get("loss") or {}).get("macro") for r in body.get("results", [])}
+
+
+def write_ladder_page(body: dict[str, Any], site: Path, store_links: list[dict[str, str]]) -> Path:
+    out = site / "ladders" / body["ladder"] / "index.html"
+    plan = body.get("plan") or {}
+    return render_page(
+        "ladder.html.j2", out, root="../../", ladder=body, plan=plan, rungs=plan.get("rungs", []),
+        target=plan.get("target"), results=body.get("results", []), finals=final_metrics(body),
+        fits=body.get("fits") or {}, comparison=body.get("comparison"), store_links=store_links,
+        page_json=embed_json(page_data(body)), page_js=static_text("ladder.js"),
+    )
