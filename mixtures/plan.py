@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mixtures.cells import CellTable
+from mixtures.lineage import lineage_of
 from mixtures.manifest import BuiltManifest
 
 
@@ -82,12 +83,6 @@ def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int
         ],
         "cells": cells,
     }
-
-
-def lineage_of(manifest: BuiltManifest, digest: str) -> list[dict[str, Any]]:
-    """The step ranges of each revision of the lineage, with the manifest hash each was drawn from."""
-    hashes = {a.revision: a.manifest_hash for a in manifest.ancestors} | {manifest.revision: digest}
-    return [{**r, "manifest_hash": hashes[r["revision"]]} for r in manifest.revision_ranges()]
 
 
 def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -86,6 +86,15 @@ def save(directory: Path, step: int, parts: Mapping[str, Stateful], keep: int) -
     return final
 
 
+def saved_keys(path: Path, prefix: str) -> list[str]:
+    """The keys under `prefix` (dotted) that checkpoint `path` holds, from its metadata alone."""
+    try:
+        keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except Exception as exc:  # a missing or damaged .metadata file; the user needs the path
+        raise ArtifactError(f"{path}: cannot read checkpoint metadata ({type(exc).__name__}: {exc})") from None
+    return sorted(key[len(prefix):] for key in keys if key.startswith(prefix))
+
+
 def load(path: Path, parts: Mapping[str, Stateful]) -> None:
     """Load `path` into every part in place, in the mapping's order (so a cheap part can refuse first)."""
     state = {name: part.state_dict() for name, part in parts.items()}

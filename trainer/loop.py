@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from loader import Batch, MixtureStream
 from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
+from mixtures.lineage import lineage_of
 from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
@@ -286,7 +287,8 @@ def build_training(plan: RunPlan) -> Training:
     check_fits(plan.config, plan.runtime, plan.config_path)
     model = build_model(plan.config, plan.runtime)
     optimizer = build_optimizer(model, plan.config)
-    state = TrainerState(horizon=plan.horizon, manifest_hash=plan.stream.manifest_hash, cell_names=plan.stream.cell_names)
+    state = TrainerState(horizon=plan.horizon, manifest_hash=plan.stream.manifest_hash, cell_names=plan.stream.cell_names,
+                         manifest=plan.stream.manifest)
     return Training(plan=plan, model=model, optimizer=optimizer, state=state)
 
 
@@ -295,6 +297,7 @@ def restore(training: Training, resume: bool) -> int:
     plan = training.plan
     latest = ckpt.latest_checkpoint(plan.checkpoints)
     if resume and latest:
+        training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
         log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
     elif resume:
@@ -303,6 +306,26 @@ def restore(training: Training, resume: bool) -> int:
     if training.start > plan.stop:
         raise ConfigError(f"--steps {plan.stop} is before the checkpoint of run {plan.run!r} at step {training.start}")
     return training.start
+
+
+def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
+    """Which revision (and manifest) this run trained on over which steps: the earlier record's ranges
+    before `start`, then this invocation's [start, stop). A resume onto a mixture switch adds a range."""
+    previous: list[dict[str, Any]] = []
+    if start > 0:
+        try:
+            record = read_run(plan.run_dir)
+        except ArtifactError:
+            record = {}
+        previous = record.get("revisions") or ([{"revision": record["revision"], "manifest_hash": record["manifest_hash"],
+                                                 "start_step": 0, "stop_step": start}] if "revision" in record else [])
+    ranges = [r | {"stop_step": min(r["stop_step"], start)} for r in previous if r["start_step"] < start]
+    if ranges and ranges[-1]["manifest_hash"] == plan.stream.manifest_hash:
+        ranges[-1]["stop_step"] = plan.stop
+    else:
+        ranges.append({"revision": plan.revision, "manifest_hash": plan.stream.manifest_hash,
+                       "start_step": start, "stop_step": plan.stop})
+    return ranges
 
 
 def write_run_record(training: Training, peak: float, peak_source: str) -> None:
@@ -315,6 +338,8 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
         "revision": plan.revision,
         "manifest_hash": plan.stream.manifest_hash,
         "manifest_path": str(plan.manifest_path),
+        "revisions": revision_history(plan, training.start),
+        "lineage": lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
         "store": {"name": plan.store.name, "version": plan.store.version},
         "planned_tokens_per_cell": planned_tokens_per_cell(plan.stream),
         "total_steps": plan.horizon,

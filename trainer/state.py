@@ -6,6 +6,8 @@ lineage record) is one more entry, not a change to the checkpoint code.
 - `ModelState`, `OptimizerState`: DCP's sharding-aware state dicts of the model and
   AdamW (FSDP / expert DTensors are resharded on load).
 - `TrainerState`: step, tokens, the horizon and manifest it belongs to, realised tokens per cell.
+  A checkpoint of an ancestor revision (one this run's revision continues) loads when its
+  step is at most the steps the two share (`mixtures.lineage`): a resume onto a mixture switch.
 - `RankState`: what differs per rank (the loader's position, RNG), keyed by rank.
 """
 
@@ -24,6 +26,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError, ConfigError
+from mixtures.lineage import check_lineage_resume
+from mixtures.manifest import BuiltManifest
 
 
 class ModelState:
@@ -55,6 +59,7 @@ class TrainerState:
     horizon: int
     manifest_hash: str
     cell_names: list[str]
+    manifest: BuiltManifest | None = None  # for a checkpoint of an ancestor revision
     step: int = 0
     tokens: int = 0
     realised_tokens_per_cell: dict[str, int] = field(default_factory=dict)
@@ -71,14 +76,23 @@ class TrainerState:
             "realised_tokens_per_cell": dict(self.realised_tokens_per_cell),
         }
 
+    def expect_cells(self, names: list[str]) -> None:
+        """Shape the load template like a checkpoint whose counters name these cells (an ancestor's may
+        name fewer than this manifest); `load_state_dict` adds the rest back at zero."""
+        self.realised_tokens_per_cell = {name: 0 for name in names}
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["manifest_hash"] != self.manifest_hash:
-            raise ArtifactError(f"checkpoint is from manifest {state['manifest_hash']}, not {self.manifest_hash}")
+            if self.manifest is None:
+                raise ArtifactError(f"checkpoint is from manifest {state['manifest_hash']}, not {self.manifest_hash}")
+            check_lineage_resume(self.manifest, self.manifest_hash, state["manifest_hash"], int(state["step"]),
+                                 "checkpoint")
         if state["horizon"] != self.horizon:
-            raise ConfigError(f"checkpoint's learning-rate horizon is {state['horizon']} steps, this run's is {self.horizon}")
+            raise ConfigError(f"checkpoint's learning-rate horizon is {state['horizon']} steps, this run's is "
+                              f"{self.horizon} (set `steps` in the config to keep one horizon across a mixture switch)")
         self.step = int(state["step"])
         self.tokens = int(state["tokens"])
-        self.realised_tokens_per_cell = dict(state["realised_tokens_per_cell"])
+        self.realised_tokens_per_cell = {name: 0 for name in self.cell_names} | dict(state["realised_tokens_per_cell"])
 
     def advance(self, global_tokens: int, cell_tokens: list[float]) -> None:
         """Count one finished optimizer step."""
