@@ -79,7 +79,8 @@ def test_reports_do_not_import_the_trainer():
     import sys
 
     code = ("import sys, reports.ladder_page, reports.site; "
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainer')]; print(bad); sys.exit(bool(bad))")
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainer')]; "
+            "print(bad); sys.exit(bool(bad))")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 

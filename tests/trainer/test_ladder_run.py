@@ -100,7 +100,8 @@ def test_a_killed_ladder_run_resumes_without_retraining_finished_rungs(store_hom
             time.sleep(0.002)
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
-        if list((second / "checkpoints").glob("step-*")) and json.loads((second / "run.json").read_text())["status"] != "completed":
+        status = json.loads((second / "run.json").read_text())["status"] if (second / "run.json").exists() else None
+        if list((second / "checkpoints").glob("step-*")) and status != "completed":
             break
         for run in (first, second):
             subprocess.run(["rm", "-rf", str(run)], check=True)

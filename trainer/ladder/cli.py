@@ -75,7 +75,8 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
     if as_json:
         print_json(plan.as_dict())
         return
-    click.echo(f"ladder {plan.spec.ladder}: {plan.spec.mixture.mixture}/{plan.spec.mixture.revision}, seq {plan.seq_len}")
+    spec = plan.spec
+    click.echo(f"ladder {spec.ladder}: {spec.mixture.mixture}/{spec.mixture.revision}, seq {plan.seq_len}")
     header = f"  {'rung':<12} {'d_model':>7} {'layers':>6} {'total':>7} {'active':>7} {'tokens':>7} {'steps':>8} " \
              f"{'batch':>6} {'lr':>9} {'FLOPs':>9} {'time here':>10}"
     click.echo(header)

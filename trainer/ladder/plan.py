@@ -114,7 +114,10 @@ def size_rung(spec: LadderSpec, name: str, config: TrainConfig, index: int | Non
     steps = max(1, round(tokens / (batch * seq_len)))
     lr = rung_lr(spec, config, batch, seq_len, steps)
     flops = flops_per_token(config, seq_len) * tokens
-    update = {"optimizer": config.optimizer.model_copy(update={"lr": lr}),
+    warmup = spec.rules.warmup_fraction
+    schedule = config.schedule.model_copy(update={"warmup_steps": max(1, round(warmup * steps))}) if warmup \
+        else config.schedule
+    update = {"optimizer": config.optimizer.model_copy(update={"lr": lr}), "schedule": schedule,
               "plan": config.plan.model_copy(update={"tokens": float(tokens), "seq_len": seq_len,
                                                     "global_batch": batch})}
     return RungPlan(name=name, d_model=config.model.d_model, layers=config.model.n_layers,

@@ -48,5 +48,6 @@ def file_points(path: Path | str) -> list[Point]:
         except (TypeError, ValueError):
             raise ConfigError(f"{path}: point #{index + 1}: 'flops' and 'loss' must be numbers") from None
         seed = item.get("seed")
-        points.append(Point(flops=flops, loss=loss, rung=item.get("rung"), seed=seed if isinstance(seed, int) else None))
+        points.append(Point(flops=flops, loss=loss, rung=item.get("rung"),
+                            seed=seed if isinstance(seed, int) else None))
     return points

@@ -42,9 +42,11 @@ def rung_config(plan: LadderPlan, rung: RungPlan, revision: str, seed: int, step
     data["steps"] = 0
     data["checkpoint"].update({"every": max(1, steps // CHECKPOINTS_PER_RUNG), "at_end": True})
     data["metrics"]["tensorboard"] = False
-    if "eval" in TrainConfig.model_fields:
-        data["eval"] = {**data.get("eval", {}), "every": max(1, steps // plan.spec.eval.evaluations),
+    if "eval" in TrainConfig.model_fields:  # the trainer's held-out evaluation (the fitted metric)
+        data["eval"] = {**data.get("eval", {}), "enabled": True, "every": max(1, steps // plan.spec.eval.evaluations),
                         "max_sequences": plan.spec.eval.max_sequences}
+    if "samples" in TrainConfig.model_fields:  # completions at checkpoints: not what a rung is for
+        data["samples"] = {**data.get("samples", {}), "enabled": False}
     TrainConfig.model_validate(data)
     return data
 

@@ -78,6 +78,8 @@ class Rules(StrictModel):
     batch: int | list[int] | None = None
     batch_rule: BatchRule | None = None
     lr: LRRule | None = None
+    warmup_fraction: float | None = pydantic.Field(None, gt=0, lt=1, description="warmup steps as a share of "
+                                                   "each rung's steps (default: the base config's warmup_steps)")
     head_dim: int | None = pydantic.Field(None, gt=0)
     n_kv_heads: int | None = pydantic.Field(None, gt=0)
     heads_per_width: float | None = pydantic.Field(None, gt=0)
@@ -121,7 +123,7 @@ class TargetSpec(StrictModel):
 
 class EvalSpec(StrictModel):
     evaluations: int = pydantic.Field(8, gt=0, description="held-out evaluations per rung (the curves)")
-    max_sequences: int = pydantic.Field(64, gt=0)
+    max_sequences: int = pydantic.Field(8, gt=0, description="held-out windows per cell and external set")
 
 
 class FitSpec(StrictModel):
