@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.errors import ArtifactError
+from mixtures.lineage import lineage_of
 from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
 from pipeline.store.format import Store
 
@@ -95,6 +96,8 @@ def revision_data(built: BuiltRevision, cells: list[dict[str, Any]]) -> dict[str
         "total_sequences": manifest.total_sequences,
         "total_steps": manifest.total_steps,
         "sequences_available": available,
+        "at_step": manifest.at_step,
+        "lineage": lineage_of(manifest, built.manifest_hash),  # which revision draws which steps
         "phases": [
             {
                 "name": phase.name,
@@ -102,6 +105,7 @@ def revision_data(built: BuiltRevision, cells: list[dict[str, Any]]) -> dict[str
                 "sequences": phase.sequences,
                 "steps": phase.steps,
                 "start_step": phase.start_step,
+                "revision": phase.revision or manifest.revision,
                 "declared": [phase.declared_weights.get(name, 0.0) for name in names],
                 "counts": [phase.counts.get(name, 0) for name in names],
             }

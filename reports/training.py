@@ -177,6 +177,7 @@ class RunView:
             "records": len(self.records),
             "steps": [r["step"] for r in points],
             "phase": [r.get("phase") for r in points],
+            "switches": [{"step": r["start_step"], "revision": r["revision"]} for r in (self.run.get("lineage") or [])[1:]],
             "scalars": {k: [_finite(r.get(k)) for r in points] for k in SCALARS},
             "loss_per_cell": _keyed(points, "loss_per_cell", drawn),
             "loss_per_source": _keyed(points, "loss_per_source", sources),

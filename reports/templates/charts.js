@@ -108,6 +108,7 @@ function hideTip() { if (TIP) TIP.style.display = "none"; }
 
 // Line chart: x values, several named series (null = gap). opts: title, yFormat, xFormat.
 function lineChart(container, x, series, opts = {}) {
+  opts = { ...lineChart.defaults, ...opts };
   container.textContent = "";
   const W = 640, H = 250, L = 58, R = 12, T = 22, B = 30;
   const wrap = h("div", { class: "chart" }, container);
@@ -142,6 +143,11 @@ function lineChart(container, x, series, opts = {}) {
     el("path", { d, fill: "none", stroke: s.colour || colour(k), "stroke-width": 1.6, "stroke-dasharray": s.dash || "" }, svg);
     if (x.length === 1 && s.values[0] !== null) el("circle", { cx: sx(x[0]), cy: sy(s.values[0]), r: 3, fill: s.colour || colour(k) }, svg);
   });
+  for (const m of opts.marks || []) {  // vertical marks, e.g. a mixture switch: {x, label}
+    if (m.x < xlo || m.x > xhi) continue;
+    el("line", { x1: sx(m.x), x2: sx(m.x), y1: T, y2: H - B, stroke: "#b0473a", "stroke-dasharray": "4 3", class: "mark" }, svg);
+    el("text", { x: sx(m.x) + 3, y: T + 10, fill: "#b0473a", "font-size": 10 }, svg, m.label);
+  }
   const cursor = el("line", { y1: T, y2: H - B, stroke: "#555", "stroke-dasharray": "3 3", visibility: "hidden" }, svg);
   const hit = el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent" }, svg);
   hit.addEventListener("mousemove", (evt) => {
@@ -163,6 +169,8 @@ function lineChart(container, x, series, opts = {}) {
     });
   }
 }
+
+lineChart.defaults = {};  // options every chart of a page shares (the training page's switch marks)
 
 // Heat map: rows × cols of values in [0, max]; labels and tooltips from callbacks.
 function heatMap(container, rows, cols, value, opts) {

@@ -15,14 +15,17 @@ function resolveRevision(name) {
 function derive(key) {
   const r = D.revisions[key];
   const phases = r.phases.map((p) => ({
-    name: p.name, declared: p.declared, counts: p.counts,
+    name: p.name, revision: p.revision, declared: p.declared, counts: p.counts,
     realised: p.counts.map((c) => (p.sequences ? c / p.sequences : 0)),
     tokens: p.counts.map((c) => c * r.seq_len),
   }));
   const drawn = CELLS.map((_, i) => phases.reduce((a, p) => a + p.counts[i], 0));
   const epochs = drawn.map((d, i) => (r.sequences_available[i] ? d / r.sequences_available[i] : (d ? Infinity : 0)));
   const flags = epochs.map((e) => (e >= r.epoch_cap * 0.995 ? "at" : e >= r.epoch_cap * 0.9 ? "near" : ""));
-  return { r, phases, drawn, epochs, flags, tokensDrawn: drawn.map((d) => d * r.seq_len) };
+  // Tokens per cell drawn by each revision of the lineage (one entry without lineage).
+  const byRevision = r.lineage.map((l) => ({ revision: l.revision, tokens: CELLS.map((_, i) =>
+    phases.filter((p) => p.revision === l.revision).reduce((a, p) => a + p.tokens[i], 0)) }));
+  return { r, phases, drawn, epochs, flags, byRevision, tokensDrawn: drawn.map((d) => d * r.seq_len) };
 }
 
 // Phases of two revisions matched by name (as `mix diff` does); a phase in one revision only pairs with null.
@@ -96,11 +99,12 @@ function renderSummary(cur) {
   wrap.textContent = "";
   const t = h("table", {}, wrap);
   const hr = h("tr", {}, h("thead", {}, t));
-  for (const x of ["Phase", "Token budget", "Sequences", "Steps", "First step", "Cells weighted"]) h("th", {}, hr, x);
+  for (const x of ["Phase", "Drawn by", "Token budget", "Sequences", "Steps", "First step", "Cells weighted"]) h("th", {}, hr, x);
   const tb = h("tbody", {}, t);
   r.phases.forEach((p) => {
     const tr = h("tr", {}, tb);
     h("td", {}, tr, p.name);
+    h("td", {}, tr, p.revision);
     h("td", {}, tr, fmt.count(p.token_budget));
     h("td", {}, tr, fmt.count(p.sequences));
     h("td", {}, tr, fmt.count(p.steps));
@@ -111,6 +115,12 @@ function renderSummary(cur) {
     `seed ${r.seed} · manifest ${r.manifest_hash.slice(0, 19)}… · revision ${r.revision_hash.slice(0, 19)}…` +
     (D.stale.includes(state.revision) ? " · built against an older store.json" : ""));
   note.id = "revision-hashes";
+  if (r.lineage.length > 1) {
+    const last = (l) => fmt.count(l.stop_step - 1);
+    h("p", { id: "lineage" }, wrap, "Lineage: " + r.lineage.map((l) =>
+      `steps ${fmt.count(l.start_step)}–${last(l)} drawn by ${l.revision} (manifest ${l.manifest_hash.slice(0, 15)}…)`).join(", then ") +
+      `. Steps before ${fmt.count(r.at_step)} are the parent's exactly; epochs and tokens below count the whole lineage.`);
+  }
 }
 
 function gridShape() {
@@ -207,6 +217,9 @@ function renderWeights(cur) {
     head.push({ label: `${p.name} realised`, key: (x) => p.realised[x.i] });
     head.push({ label: `${p.name} tokens`, key: (x) => p.tokens[x.i] });
   });
+  const lineage = cur.byRevision.length > 1 ? cur.byRevision : [];
+  lineage.forEach((l) => head.push({ label: `tokens by ${l.revision}`, key: (x) => l.tokens[x.i] }));
+  head.push({ label: "Tokens, whole lineage", key: (x) => cur.tokensDrawn[x.i] });
   head.push({ label: "Epochs", key: (x) => cur.epochs[x.i] });
   head.push({ label: "Cap", cls: "l", key: (x) => (cur.flags[x.i] === "at" ? 2 : cur.flags[x.i] === "near" ? 1 : 0) });
   const rows = CELLS.map((c, i) => {
@@ -217,6 +230,8 @@ function renderWeights(cur) {
       cells.push((td) => { td.textContent = fmt.pct(p.realised[i]); td.title = `${p.counts[i].toLocaleString("en-US")} sequences`; });
       cells.push((td) => { td.textContent = fmt.count(p.tokens[i]); });
     });
+    lineage.forEach((l) => cells.push((td) => { td.textContent = fmt.count(l.tokens[i]); }));
+    cells.push((td) => { td.textContent = fmt.count(cur.tokensDrawn[i]); });
     cells.push((td) => { td.textContent = fmt.epochs(cur.epochs[i]); });
     cells.push((td) => flagBadge(td, cur.flags[i]));
     return { id: "w-" + c.name, i, cells: dropColumns(cells) };

@@ -5,6 +5,7 @@ const X = R.steps;
 const S = R.scalars;
 const byName = (obj) => Object.keys(obj).map((name) => ({ name, values: obj[name] }));
 const $ = (id) => document.getElementById(id);
+lineChart.defaults.marks = R.switches.map((m) => ({ x: m.step, label: `→ ${m.revision}` }));  // every chart
 
 lineChart($("c-loss"), X, [{ name: "loss", values: S.loss }], { title: "Loss" });
 lineChart($("c-lr"), X, [{ name: "learning rate", values: S.lr }], { title: "Learning rate" });
