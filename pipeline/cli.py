@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from millrace.artifacts import atomic_write_text
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, Interrupted
 from millrace.options import home_option, json_option, print_json
+from millrace.progress import on_terminal
 
 
 @click.group()
@@ -34,14 +35,22 @@ def run(config_path: Path, executor: str | None, workers: int | None, home, as_j
 
     config = load_pipeline_config(config_path)
     labels = list(STAGE_LABELS)
+    bar = on_terminal() and not as_json
+    current = {"stage": "starting"}
     with Progress(SpinnerColumn(), TextColumn("pipeline: {task.description}"), BarColumn(), TimeElapsedColumn(),
-                  disable=as_json, console=Console(stderr=True)) as progress:
+                  disable=not bar, console=Console(stderr=True)) as progress:
         task = progress.add_task("starting", total=len(labels))
 
         def on_stage(label: str) -> None:
+            current["stage"] = label
             progress.update(task, description=label, completed=labels.index(label))
 
-        path = run_pipeline(config, home, executor=executor, workers=workers, on_stage=on_stage)
+        try:
+            path = run_pipeline(config, home, executor=executor, workers=workers, on_stage=on_stage,
+                                progress_lines=not bar)
+        except KeyboardInterrupt:
+            raise Interrupted(f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
+                              f"with: millrace pipeline run {config_path}") from None
         progress.update(task, description="done", completed=len(labels))
     summary = store_summary(path)
     if as_json:

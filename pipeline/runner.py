@@ -32,10 +32,12 @@ returned `collect_stats()` gives `StoreManifest.stats` and per-cell `CellManifes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
 from pipeline.config import FILTER_NAMES, PipelineConfig
 from pipeline.stages.funnel import build_funnel, merge_stage, removed_tokens_from, stage_dir
+from pipeline.stages.progress import StageLines
 
 log = logging.getLogger(__name__)
 STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "assemble")  # what `on_stage` is called with
@@ -219,23 +222,55 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path)
 
     import datatrove.executor.base as executor_base
 
+    verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+
     class TaskFileLoggingExecutor(LocalPipelineExecutor):
         def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
             executor_base.add_task_logger = _file_task_logger
             return super()._run_for_rank(rank, local_rank, node_rank)
 
-    verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
+    if workers > 1:
+        _start_forkserver_deaf_to_ctrl_c()
+    if not verbose:
+        _quiet_parent_logger()
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
     return cls(pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
 
 
-def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path) -> None:
+def _quiet_parent_logger() -> None:
+    """datatrove's own console log (its merged stats tables, per-task INFO lines) says again what the
+    progress lines and the funnel say; this process keeps only its warnings and errors, one line each."""
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING", format="datatrove {level}: {message}")
+
+
+def _start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start datatrove's forkserver (the `multiprocess` one) with SIGINT ignored, which its workers inherit.
+
+    A terminal's Ctrl-C reaches every process in its group; only this process should act on it
+    (stop the pool, say how to resume). Workers that raised KeyboardInterrupt too would each
+    print a traceback.
+    """
+    import multiprocess.forkserver
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocess.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path,
+               lines: bool = False) -> None:
     executor = _executor(kind, pipeline, tasks, workers, logging_dir)
     if not executor.get_incomplete_ranks():
         log.info("%s: all %d tasks already complete", label, tasks)
         return
     try:
-        executor.run()
+        with StageLines(label, logging_dir, tasks) if lines else contextlib.nullcontext():
+            executor.run()
     except Exception as exc:  # a task's exception, re-raised by the executor
         raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs") from exc
     incomplete = executor.get_incomplete_ranks()
@@ -346,10 +381,12 @@ def run_pipeline(
     executor: str | None = None,
     workers: int | None = None,
     on_stage: Callable[[str], None] | None = None,
+    progress_lines: bool = False,
 ) -> Path:
     """Run `config` into `home.store(name, version)` and return that directory.
 
     `executor` and `workers` override the config's `[executor]`; the store does not depend on them.
+    `progress_lines`: log a steady line per stage (tasks done, documents read), for runs without a terminal.
     """
     kind = executor or config.executor.kind
     workers = workers or config.executor.workers
@@ -372,16 +409,17 @@ def run_pipeline(
     notify = on_stage or (lambda label: None)
 
     notify("filter")
-    _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter")
+    _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter",
+               progress_lines)
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
-        _run_stage("dedup", kind, dedup_pipeline(config, layout), 1, 1, layout.logs / "2-dedup")
+        _run_stage("dedup", kind, dedup_pipeline(config, layout), 1, 1, layout.logs / "2-dedup", progress_lines)
     notify("tokenizer")
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)
     notify("tokenize")
     _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
-               layout.logs / "3-tokenize")
+               layout.logs / "3-tokenize", progress_lines)
 
     notify("assemble")
     from pipeline.stages.assemble import assemble_store
