@@ -26,6 +26,22 @@ SUBCOMMANDS = {
 }
 
 
+class CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at the time: while a rich bar is live it is rich's proxy,
+    which prints the log line above the bar instead of on top of it."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(SUBCOMMANDS)
@@ -48,12 +64,9 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="millrace")
 def cli(home_dir: str | None, verbose: bool) -> None:
     """millrace: corpora to exact training mixtures, streamed into an MoE trainer."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
+    handler = CurrentStderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -169,16 +169,24 @@ def train_demo(home: Home, steps: int | None, console: Console) -> Path:
 @json_option
 def demo(home: Home, max_bytes: int, steps: int | None, as_json: bool) -> None:
     """Run the main job end to end on the embedded default corpus, reusing what is already built."""
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, soft_wrap=True)  # a URL or a path is never broken across lines
     started = time.perf_counter()
     report = run_demo(home, max_bytes, steps, console)
     report.seconds["total"] = time.perf_counter() - started
     if as_json:
         print_json(report.as_json())
         return
+    print_done(console, home, report)
+
+
+def print_done(console: Console, home: Home, report: DemoReport) -> None:
+    """Where everything is; paths and URLs whole on their own lines, copy-pasteable at any width."""
     console.rule("[bold green]done[/]")
-    console.print(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)")
-    console.print(f"store:    {report.store}")
-    console.print(f"run:      {report.run}")
-    console.print(f"open the composition page:\n  [bold]{report.page}[/]")
-    console.print(f"and the training page:\n  {(home.site / 'runs' / RUN / 'index.html').as_uri()}")
+    console.print(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)", soft_wrap=True)
+    console.print(f"store:    {report.store}", soft_wrap=True, markup=False, highlight=False)
+    console.print(f"run:      {report.run}", soft_wrap=True, markup=False, highlight=False)
+    console.print("open the composition page:")
+    console.print(f"  {report.page}", soft_wrap=True, markup=False, highlight=False, style="bold")
+    console.print("and the training page:")
+    console.print(f"  {(home.site / 'runs' / RUN / 'index.html').as_uri()}", soft_wrap=True, markup=False,
+                  highlight=False)

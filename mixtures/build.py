@@ -77,10 +77,10 @@ def build_result(home: Home, mixture: str, revision: str, file: Path | str | Non
                     f"now {digest}): store {manifest.store.name}/{manifest.store.version} changed in place"
                 )
         if target.exists():
-            log.info("mixture %s revision %s already built: %s", mixture, revision, target)
+            log.debug("mixture %s revision %s already built: %s", mixture, revision, target)
             return BuildResult(target, manifest, digest, False, source)
         written = write_manifest(target, manifest)
-    log.info("built mixture %s revision %s on store %s/%s: %s steps, %s (%s)", mixture, revision,
+    log.debug("built mixture %s revision %s on store %s/%s: %s steps, %s (%s)", mixture, revision,
              manifest.store.name, manifest.store.version, manifest.total_steps, target, written)
     return BuildResult(target, manifest, written, True, source)
 

@@ -212,8 +212,8 @@ def new_revision(
                 f"{target}: a different revision file already exists; revision names are immutable "
                 "(choose a new --revision name, or remove the file if it was never built)"
             )
-        log.info("revision %s unchanged: %s", written.key, target)
+        log.debug("revision %s unchanged: %s", written.key, target)
         return target
     atomic_write_text(target, revision_to_toml(written, header))
-    log.info("wrote revision %s (%d phases) to %s", written.key, len(written.phases), target)
+    log.debug("wrote revision %s (%d phases) to %s", written.key, len(written.phases), target)
     return target

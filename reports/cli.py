@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME
 from millrace.options import home_option, json_option, print_json
+from millrace.progress import on_terminal
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
     run_selection = [] if no_runs else (list(runs) or None)
     total = len(find_store_versions(home, stores)) + len(find_runs(home, run_selection))
     with Progress(TextColumn("building pages"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True, disable=as_json, console=Console(stderr=True)) as bar:
+                  transient=True, disable=as_json or not on_terminal(), console=Console(stderr=True)) as bar:
         task = bar.add_task("pages", total=total)
         pages = build_pages(home, out, stores=stores, mixtures=mixtures, runs=run_selection,
                             progress=lambda: bar.advance(task))
@@ -75,7 +76,7 @@ def watch(home: Home, run: str, out: Path | None, interval: float, until_finishe
         click.echo(f"watching run {run}; open {(out or home.site) / 'runs' / run / 'index.html'} (Ctrl-C stops)")
     with Progress(TextColumn("run {task.fields[run]}: step"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[status]}, {task.fields[rebuilds]} rebuilds"), TimeElapsedColumn(),
-                  disable=as_json, console=Console(stderr=True)) as bar:
+                  disable=as_json or not on_terminal(), console=Console(stderr=True)) as bar:
         task = bar.add_task("watch", total=None, run=run, status="starting", rebuilds=0)
 
         def show(event: WatchEvent) -> None:

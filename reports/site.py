@@ -101,7 +101,7 @@ def build_pages(
         pairs = {(rev.manifest.mixture, rev.manifest.revision) for rev in composition.revisions.values()}
         links = ladder_links(ladders, pairs, "../../")
         path = write_composition_page(composition, site, links)
-        log.info("wrote %s (%d revisions)", path, len(composition.revisions))
+        log.debug("wrote %s (%d revisions)", path, len(composition.revisions))
         pages.stores.append(path)
         store = composition.store
         for link in links:
@@ -111,12 +111,12 @@ def build_pages(
             progress()
     for body in ladders:
         path = write_ladder_page(body, site, store_links[body["ladder"]])
-        log.info("wrote %s (%d rung results)", path, len(body.get("results", [])))
+        log.debug("wrote %s (%d rung results)", path, len(body.get("results", [])))
         pages.ladders.append(path)
     for run_dir in run_dirs:
         view = load_run(run_dir)
         path = write_run_page(view, site)
-        log.info("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
+        log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
         pages.runs.append(path)
         if progress:
             progress()

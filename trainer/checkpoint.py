@@ -16,8 +16,11 @@ the trainer's counters and the per-rank items (RNG, loader state) keyed by rank.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Mapping
 
@@ -65,6 +68,15 @@ def latest_checkpoint(directory: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
+@contextlib.contextmanager
+def single_process_is_intended() -> Iterator[None]:
+    """DCP warns at every save and load of a run without a process group that it assumes one process;
+    a one-process run (CPU, one GPU) is meant, so the warning is one line repeated for nothing."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
 def save(directory: Path, step: int, parts: Mapping[str, Stateful], keep: int) -> Path:
     """Write checkpoint `step` of every part atomically and prune all but the newest `keep`."""
     final = directory / checkpoint_name(step)
@@ -73,7 +85,8 @@ def save(directory: Path, step: int, parts: Mapping[str, Stateful], keep: int) -
         directory.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     _barrier()
-    dcp.save({name: part.state_dict() for name, part in parts.items()}, checkpoint_id=str(tmp))
+    with single_process_is_intended():
+        dcp.save({name: part.state_dict() for name, part in parts.items()}, checkpoint_id=str(tmp))
     _barrier()
     if _rank() == 0:
         if final.exists():
@@ -99,7 +112,8 @@ def load(path: Path, parts: Mapping[str, Stateful]) -> None:
     """Load `path` into every part in place, in the mapping's order (so a cheap part can refuse first)."""
     state = {name: part.state_dict() for name, part in parts.items()}
     try:
-        dcp.load(state, checkpoint_id=str(path))
+        with single_process_is_intended():
+            dcp.load(state, checkpoint_id=str(path))
     except Exception as exc:  # DCP raises several types; the user needs the path and the reason
         raise ArtifactError(f"{path}: cannot load checkpoint ({type(exc).__name__}: {exc})") from None
     for name, part in parts.items():

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from millrace.options import home_option, json_option, print_json
+from millrace.progress import on_terminal
 
 
 @click.group()
@@ -28,7 +29,7 @@ def local(out_dir: Path, max_bytes: int | None, home, as_json: bool) -> None:
     from pipeline.corpus.builder import build_local_corpus
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), transient=True,
-                  disable=as_json, console=Console(stderr=True)) as progress:
+                  disable=as_json or not on_terminal(), console=Console(stderr=True)) as progress:
         task = progress.add_task("corpus", total=None)
         summary = build_local_corpus(out_dir, max_bytes, progress=lambda s: progress.update(task, description=s))
     if as_json:
