@@ -183,7 +183,7 @@ def check_phases(revision: Revision, source: str) -> None:
                 raise ConfigError(f"{where}: field 'weights': every weight is zero")
             if not revision.normalize and abs(total - 1.0) > 1e-9:
                 raise ConfigError(
-                    f"{where}: field 'weights': weights sum to {total!r}, not 1 within 1e-9 "
+                    f"{where}: field 'weights': weights sum to {total:.12g}, not 1 within 1e-9 "
                     "(fix them, or set normalize = true to rescale)"
                 )
             continue

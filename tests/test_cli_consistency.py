@@ -102,3 +102,13 @@ def test_report_build_of_an_unknown_mixture_is_an_error_and_leaves_the_page(caps
     assert page.read_bytes() == before
     code, _, err = run(capsys, home, "report", "build", "--run", "nosuch")
     assert code != 0 and "there are no runs" in err
+
+
+def test_messages_show_numbers_as_written_not_float_noise(tmp_path, capsys, home):
+    run(capsys, home, "store", "from-stats", str(small_stats(tmp_path)), "--name", "small", "--version", "2026.01.01")
+    revision = tmp_path / "r.toml"
+    revision.write_text('mixture = "m"\nrevision = "r"\nseed = 1\nseq_len = 8\nglobal_batch = 2\nepoch_cap = 8.0\n'
+                        '[store]\nname = "small"\n[[phases]]\nname = "main"\ntokens = 1000\n'
+                        '[phases.weights]\nc00q0 = 0.6\nc01q0 = 0.3\n')
+    code, _, err = run(capsys, home, "mix", "validate", str(revision))
+    assert code != 0 and "weights sum to 0.9, not 1" in err and "0.8999" not in err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from millrace.errors import ConfigError
@@ -81,34 +83,52 @@ def run_command(home: Home, config: str, mixture: str | None, revision: str | No
 train.add_command(runs_list_command, "list")
 
 
+def fmt_params(count: float) -> str:
+    """Parameters in the unit that suits them: 535.12 B, 1.31 M, 912 K."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:,.2f} {unit}"
+    return f"{count:,.0f}"
+
+
 @train.command("plan")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs (default: the config's plan.gpus).")
 @click.option("--tokens", type=float, default=None, help="Token budget (default: the config's plan.tokens).")
 @click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=None,
               help="Model FLOPs utilisation assumed for the duration (default: the config's plan.mfu).")
+@click.option("--vocab-size", type=click.IntRange(min=1), default=None,
+              help="Vocabulary for a config whose model.vocab_size is 0 (taken from the store when training; "
+                   "default here: the pipeline's default tokenizer size).")
 @json_option
 @home_option
 def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None, mfu: float | None,
-                 as_json: bool) -> None:
+                 vocab_size: int | None, as_json: bool) -> None:
     """Parameters, FLOPs per token, total FLOPs, memory per GPU and days, for CONFIG on paper."""
+    from millrace.config import parse_document
     from trainer.config import load_train_config
     from trainer.flops import plan
 
+    if "ladder" in parse_document(Path(config)):
+        raise ConfigError(f"{config}: a ladder config, not a training config; plan it with: "
+                          f"millrace ladder plan {config}")
     loaded = load_train_config(config)
-    if not loaded.model.vocab_size:
-        raise ConfigError(f"{config}: field 'model.vocab_size' is 0 (taken from the store when training); "
-                          "set it to plan on paper")
+    assumed = None
+    if vocab_size or not loaded.model.vocab_size:
+        from pipeline.config import TokenizerConfig
+
+        assumed = vocab_size or TokenizerConfig().vocab_size
+        loaded = loaded.model_copy(update={"model": loaded.model.model_copy(update={"vocab_size": assumed})})
     result = plan(loaded, gpus=gpus, tokens=tokens, mfu=mfu)
     if as_json:
-        print_json({"config": config, **result.as_dict()})
+        print_json({"config": config, "vocab_size": loaded.model.vocab_size, **result.as_dict()})
         return
     p = result.params
     rows = [
-        ("total parameters", f"{p.total / 1e9:,.2f} B"),
-        ("active parameters per token", f"{p.active / 1e9:,.2f} B"),
-        ("  of which routed experts (top-k)", f"{p.routed_active / 1e9:,.2f} B of {p.routed_experts / 1e9:,.2f} B"),
-        ("  attention / embedding+output", f"{p.attention / 1e9:,.2f} B / {(p.embedding + p.output) / 1e9:,.2f} B"),
+        ("total parameters", fmt_params(p.total)),
+        ("active parameters per token", fmt_params(p.active)),
+        ("  of which routed experts (top-k)", f"{fmt_params(p.routed_active)} of {fmt_params(p.routed_experts)}"),
+        ("  attention / embedding+output", f"{fmt_params(p.attention)} / {fmt_params(p.embedding + p.output)}"),
         ("FLOPs per token (6N + attention)",
          f"{result.flops_per_token:.4g} (attention {result.attention_flops_per_token:.3g}, seq {result.seq_len})"),
         ("token budget", f"{result.tokens:.4g} ({result.steps:,} steps of {result.global_batch:,} x {result.seq_len})"),
@@ -121,5 +141,9 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
     ]
     width = max(len(name) for name, _ in rows)
     click.echo(f"plan for {config}")
+    if assumed is not None:
+        why = "from --vocab-size" if vocab_size else ("the pipeline's default tokenizer; the config's 0 means the "
+                                                     "store's, set when training; --vocab-size to change")
+        click.echo(f"  vocabulary {assumed:,} ({why})")
     for name, value in rows:
         click.echo(f"  {name:<{width}}  {value}")

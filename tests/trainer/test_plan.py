@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from millrace.cli import main as millrace
 
 CONFIG = str(Path(__file__).parents[2] / "trainer" / "configs" / "535b-a23b.toml")
@@ -32,3 +34,29 @@ def test_plan_text_and_help(capsys):
 def test_plan_refuses_an_expert_split_that_does_not_divide(capsys):
     assert millrace(["train", "plan", CONFIG, "--gpus", "100"]) == 2
     assert "plan.expert_parallel" in capsys.readouterr().err
+
+
+SHIPPED = sorted((Path(__file__).parents[2] / "trainer" / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("config", SHIPPED, ids=lambda p: p.name)
+def test_plan_plans_every_shipped_config_or_names_the_command_that_does(capsys, config):
+    from millrace.config import parse_document
+
+    code = millrace(["train", "plan", str(config), "--json"])
+    out, err = capsys.readouterr()
+    if "ladder" in parse_document(config):
+        assert code != 0 and f"plan it with: millrace ladder plan {config}" in err
+        return
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["params"]["total"] > 0 and plan["flops_per_token"] > 0
+    if config.name == "tiny.toml":  # vocab_size 0: the store's when training, the pipeline default on paper
+        assert plan["vocab_size"] == 8192
+
+
+def test_plan_of_a_tiny_config_says_which_vocabulary_and_fits_its_units(capsys):
+    tiny = str(Path(__file__).parents[2] / "trainer" / "configs" / "tiny.toml")
+    assert millrace(["train", "plan", tiny, "--vocab-size", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "vocabulary 512 (from --vocab-size)" in out and " K" in out and "0.00 B" not in out
