@@ -33,6 +33,7 @@ returned `collect_stats()` gives `StoreManifest.stats` and per-cell `CellManifes
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -375,6 +376,35 @@ def malformed_report(layout: WorkLayout) -> list[dict]:
     return records
 
 
+def _built_from(home: Home, name: str, version: str) -> str | None:
+    """The config hash of store name/version, or None where there is no such store yet."""
+    path = home.store(name, version) / "store.json"
+    return read_artifact(path, "millrace.store").get("config_hash") if path.exists() else None
+
+
+def store_version(config: PipelineConfig, home: Home, config_hash: str) -> str:
+    """The version this run writes: the config's; without one, today's, or the next free `.N` of today
+    when another config already built today's (with a notice, since the name differs from the date)."""
+    name, version = config.output.name, config.output.resolved_version
+    found = _built_from(home, name, version)
+    if found in (None, config_hash):
+        return version
+    if config.output.version is not None:
+        raise ConfigError(
+            f"field 'output.version': store {name}/{version} already exists at {home.store(name, version)}, built "
+            f"from another config; name this one, e.g. version = \"{version}.1\" in [output]"
+        )
+    for n in itertools.count(1):
+        candidate = f"{version}.{n}"
+        found = _built_from(home, name, candidate)
+        if found in (None, config_hash):
+            if found is None:
+                log.warning("store %s/%s was built today from another config; this one is %s/%s",
+                            name, version, name, candidate)
+            return candidate
+    return version  # unreachable: the count is endless
+
+
 def run_pipeline(
     config: PipelineConfig,
     home: Home,
@@ -391,19 +421,14 @@ def run_pipeline(
     kind = executor or config.executor.kind
     workers = workers or config.executor.workers
     tasks = config.executor.tasks
-    name, version = config.output.name, config.output.resolved_version
+    name = config.output.name
     recorded = stored_config(config)
     config_hash = content_hash(recorded)
+    version = store_version(config, home, config_hash)
     final = home.store(name, version)
     if (final / "store.json").exists():
-        body = read_artifact(final / "store.json", "millrace.store")
-        if body.get("config_hash") == config_hash:
-            log.info("store %s/%s already built from this config: %s", name, version, final)
-            return final
-        raise ConfigError(
-            f"field 'output.version': store {name}/{version} already exists at {final}, built from another config;"
-            " choose another version"
-        )
+        log.info("store %s/%s already built from this config: %s", name, version, final)
+        return final
     layout = WorkLayout(home.work(name, version))
     _prepare_work(layout, config_hash, tasks)
     notify = on_stage or (lambda label: None)

@@ -56,3 +56,28 @@ def test_init_writes_a_config_that_loads(tmp_path, corpus):
     result = CliRunner().invoke(__import__("pipeline.cli", fromlist=["pipeline"]).pipeline,
                                 ["init", str(corpus), "--out", str(tmp_path / "starter.toml")])
     assert result.exit_code == 0 and (tmp_path / "starter.toml").read_text() == text
+
+
+def test_a_second_store_on_the_same_day_takes_the_next_free_number_with_a_notice(tmp_path, caplog):
+    import datetime as dt
+
+    from millrace.artifacts import write_artifact
+    from millrace.errors import ConfigError
+    from millrace.home import Home
+    from pipeline.config import PipelineConfig
+    from pipeline.runner import store_version
+
+    home = Home(tmp_path)
+    today = dt.date.today().strftime("%Y.%m.%d")
+    config = PipelineConfig.model_validate({"sources": [{"name": "a", "paths": [str(tmp_path)]}]})
+    assert store_version(config, home, "sha256:a") == today
+    write_artifact(home.store("local", today) / "store.json", "millrace.store", 1, {"config_hash": "sha256:a"})
+    assert store_version(config, home, "sha256:a") == today  # the same config: reuse
+    assert store_version(config, home, "sha256:b") == f"{today}.1"
+    assert f"local/{today}.1" in caplog.text
+    write_artifact(home.store("local", f"{today}.1") / "store.json", "millrace.store", 1, {"config_hash": "sha256:b"})
+    assert store_version(config, home, "sha256:b") == f"{today}.1"
+    assert store_version(config, home, "sha256:c") == f"{today}.2"
+    pinned = config.model_copy(update={"output": config.output.model_copy(update={"version": today})})
+    with pytest.raises(ConfigError, match=rf'name this one, e.g. version = "{today}.1" in \[output\]'):
+        store_version(pinned, home, "sha256:c")
