@@ -51,6 +51,9 @@ def validate_file(home: Home, path: Path | str) -> dict[str, Any]:
                     "cells": sum(1 for c in p.counts.values() if c)} for p in manifest.phases],
         "total_steps": manifest.total_steps,
         "cells": len(manifest.cells),
+        "continues": None if not manifest.ancestors else {
+            "revision": manifest.ancestors[0].revision, "at_step": manifest.at_step,
+            "manifest_hash": manifest.ancestors[0].manifest_hash},
         "valid": True,
     }
 

@@ -121,7 +121,9 @@ def validate_command(home: Home, file: str, as_json: bool) -> None:
         return
     store = summary["store"]
     phases = ", ".join(f"{p['name']} {p['steps']} steps over {p['cells']} cells" for p in summary["phases"])
-    click.echo(f"ok: {summary['mixture']}/{summary['revision']} on {store['name']}/{store['version']}: {phases}")
+    parent = summary["continues"]
+    lineage = f" (continues {parent['revision']} at step {parent['at_step']})" if parent else ""
+    click.echo(f"ok: {summary['mixture']}/{summary['revision']} on {store['name']}/{store['version']}{lineage}: {phases}")
 
 
 @mix.command("build")

@@ -56,7 +56,8 @@ def train() -> None:
             "--run-name: torchrun's own parser takes --run for an abbreviation of its --run-path.", default=None)
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
               help="Write a checkpoint every K steps (default: the config's checkpoint.every; 0: only at the end).")
-@click.option("--resume", is_flag=True, help="Continue from the run's latest checkpoint (from step 0 if it has none).")
+@click.option("--resume", is_flag=True, help="Continue from the run's latest checkpoint (from step 0 if it has none). With a --revision that "
+                   "continues the run's revision, the run switches mixture, from a checkpoint at or before its at_step.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
 @home_option

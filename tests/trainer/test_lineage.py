@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from millrace.errors import ArtifactError, ConfigError
+from millrace.cli import main as millrace
+from millrace.errors import ArtifactError
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.new import new_revision
@@ -53,12 +54,14 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
     assert last["realised_tokens_per_cell"]["c03q1"] > 0  # a cell the parent never drew
 
 
-def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, tiny_config):
+def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, tiny_config, capsys):
     config = tiny_config(steps=2 * K)
     train(config, lineage, "mix", "natural", steps=K, run="late", checkpoint_every=K)
-    with pytest.raises(ConfigError, match=rf"checkpoint: state is at step {K} of mix/natural, past step {K - 2} "
-                                          r"where early stops sharing"):
-        train(config, lineage, "mix", "early", steps=2 * K, run="late", resume=True)
+    code = millrace(["train", str(config), "--home", str(lineage.root), "--mixture", "mix", "--revision", "early",
+                     "--run", "late", "--resume", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"checkpoint: state is at step {K} of mix/natural, past step {K - 2} where early stops sharing" in err
     with pytest.raises(ArtifactError, match="does not continue it; refusing to resume a different mixture"):
         train(config, lineage, "mix", "other", steps=2 * K, run="late", resume=True)
     assert read_run(lineage.run("late"))["revision"] == "natural"  # the refusals wrote nothing
