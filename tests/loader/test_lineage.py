@@ -9,7 +9,7 @@ from loader import MixtureStream
 from loader.peek import peek
 from millrace.errors import ArtifactError, ConfigError
 from mixtures import api
-from tests.mixtures.lineage_fixture import AT_STEP, GRAND_AT, lineage_home
+from tests.mixtures.lineage_fixture import AT_STEP, CHILD, GRAND_AT, lineage_home, write_revision
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +100,27 @@ def test_resume_state_from_the_parent(streams):
     grandchild = streams["late"]
     grandchild.load_state_dict(state)  # a grandparent's state, inside the steps all three share
     assert grandchild.step == AT_STEP
+
+
+@pytest.mark.parametrize("at_step", [330, 100])
+def test_a_grandchild_at_a_phase_boundary_or_before_its_parents_switch(tmp_path, at_step):
+    """At 330 the child's own phase ends (nothing is cut); at 100 the child's already-cut parent phase is cut again."""
+    home = lineage_home(tmp_path / "home")
+    child = MixtureStream(api.build(home, "mix", "swap"), prefetch=0)
+    text = (CHILD.replace('revision = "swap"', 'revision = "g"')
+            .replace(f'revision = "natural"\nat_step = {AT_STEP}', f'revision = "swap"\nat_step = {at_step}')
+            .replace("c00q0 = 0.2", "c00q0 = 0.7").replace("c01q1 = 0.3", "c01q1 = 0.2").replace("c02q0 = 0.5", "c02q0 = 0.1"))
+    write_revision(home, text, "g")
+    grandchild = MixtureStream(api.build(home, "mix", "g"), prefetch=0)
+    for step in range(at_step):
+        assert sample_keys(grandchild, step) == sample_keys(child, step)
+    ranges = [(r["revision"], r["start_step"]) for r in grandchild.manifest.revision_ranges()]
+    assert ranges == ([("natural", 0), ("swap", AT_STEP), ("g", at_step)] if at_step > AT_STEP
+                      else [("natural", 0), ("g", at_step)])
+    cut = [p for p in grandchild.manifest.phases if p.prefix_of is not None]
+    assert len(cut) == 1 and cut[0].prefix_of == child.manifest.phases[0].prefix_of  # the original interleaving
+    seen = set()
+    for step in range(grandchild.steps):
+        for key in sample_keys(grandchild, step):
+            assert key not in seen
+            seen.add(key)
