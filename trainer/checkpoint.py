@@ -11,7 +11,8 @@ leaves the previous checkpoints intact. Only the newest `keep` are kept.
 
 What a checkpoint holds is a mapping of name -> torch `Stateful` part (`trainer.state`):
 the model (whose router biases are buffers, so they travel with it), the optimiser,
-the trainer's counters and the per-rank items (RNG, loader state) keyed by rank.
+the trainer's counters, the loader's position and the RNG. Nothing is keyed by rank:
+DCP reshards the model and optimiser, so a checkpoint loads at any world size.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Mapping
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
 from millrace.errors import ArtifactError, ConfigError
@@ -109,15 +111,28 @@ def saved_keys(path: Path, prefix: str) -> list[str]:
 
 
 def load(path: Path, parts: Mapping[str, Stateful]) -> None:
-    """Load `path` into every part in place, in the mapping's order (so a cheap part can refuse first)."""
-    state = {name: part.state_dict() for name, part in parts.items()}
-    try:
-        with single_process_is_intended():
-            dcp.load(state, checkpoint_id=str(path))
-    except Exception as exc:  # DCP raises several types; the user needs the path and the reason
-        raise ArtifactError(f"{path}: cannot load checkpoint ({type(exc).__name__}: {exc})") from None
+    """Load `path` into every part in place, one part after another in the mapping's order, so that a
+    cheap part (the trainer's recorded settings) refuses a mismatched checkpoint before any tensor is read."""
     for name, part in parts.items():
+        state = {name: part.state_dict()}
+        try:
+            with single_process_is_intended():
+                dcp.load(state, checkpoint_id=str(path))
+        except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+            raise ArtifactError(f"{path}: cannot load checkpoint part '{name}' ({describe(exc)})") from None
         try:
             part.load_state_dict(state[name])
         except (ArtifactError, ConfigError) as exc:
             raise type(exc)(f"{path}: {exc}") from None
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a checkpoint error: DCP's `CheckpointException` carries every rank's traceback."""
+    if isinstance(exc, CheckpointException) and exc.failures:
+        rank, (inner, _) = min(exc.failures.items())
+        exc = inner
+        where = f" on rank {rank}"
+    else:
+        where = ""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}{where}: {lines[0] if lines else ''}"

@@ -58,17 +58,21 @@ def train() -> None:
               help="Write a checkpoint every K steps (default: the config's checkpoint.every; 0: only at the end).")
 @click.option("--resume", is_flag=True, help="Continue from the run's latest checkpoint (from step 0 if it has none). With a --revision that "
                    "continues the run's revision, the run switches mixture, from a checkpoint at or before its at_step.")
+@click.option("--allow-config-change", is_flag=True,
+              help="With --resume: accept optimiser, schedule or other training settings that differ from the "
+                   "checkpoint's (each change is recorded in run.json). A model shape change is always refused.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
 @home_option
 def run_command(home: Home, config: str, mixture: str | None, revision: str | None, steps: int | None,
-                run_name: str | None, checkpoint_every: int | None, resume: bool, no_progress: bool,
-                as_json: bool) -> None:
+                run_name: str | None, checkpoint_every: int | None, resume: bool, allow_config_change: bool,
+                no_progress: bool, as_json: bool) -> None:
     """Train CONFIG's model on a built mixture, fed by the loader."""
     from trainer.loop import train as train_fn
 
     result = train_fn(config, home, mixture=mixture, revision=revision, steps=steps, run=run_name,
-                      checkpoint_every=checkpoint_every, resume=resume, progress=not no_progress)
+                      checkpoint_every=checkpoint_every, resume=resume, progress=not no_progress,
+                      allow_config_change=allow_config_change)
     if as_json:
         print_json({"run": result.run, "run_dir": str(result.run_dir), "start_step": result.start_step,
                     "end_step": result.end_step, "steps_run": len(result.losses),

@@ -9,8 +9,8 @@ A config file is TOML with one table per component:
     [data]        mixture + revision, micro-batching
     [checkpoint]  how often and how many to keep
     [metrics]     logging cadence, TensorBoard, the peak FLOP/s behind MFU
-    [parallel]    expert-parallel degree, mixed precision
-    [plan]        the on-paper sizing: GPUs, their peak, an assumed MFU
+    [parallel]    the data x expert layout, mixed precision
+    [plan]        the on-paper sizing: GPUs, their peak, an assumed MFU (the layout comes from [parallel])
 
 Every field has a default, so a file names only what differs; unknown fields are errors.
 """
@@ -116,7 +116,12 @@ class MetricsConfig(StrictModel):
 
 
 class ParallelConfig(StrictModel):
-    expert_parallel: int = pydantic.Field(0, ge=0, description="ranks that split the experts; 0 = all ranks")
+    """The layout: `data_parallel x expert_parallel` ranks (`trainer.distributed`)."""
+
+    expert_parallel: int = pydantic.Field(
+        0, ge=0, description="ranks in one expert group (divides the experts and the world); 0 = all ranks"
+    )
+    data_parallel: int = pydantic.Field(0, ge=0, description="data-parallel size; 0 = world / expert_parallel")
     param_dtype: Literal["float32", "bfloat16"] = "float32"
     bf16_autocast: bool = pydantic.Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
     seed: int = 0
@@ -135,7 +140,6 @@ class PlanConfig(StrictModel):
     master_weight_bytes: int = pydantic.Field(4, gt=0)
     grad_bytes: int = pydantic.Field(4, gt=0)
     optimizer_bytes: int = pydantic.Field(8, gt=0, description="AdamW: two fp32 moments")
-    expert_parallel: int = pydantic.Field(64, gt=0)
 
 
 class TrainConfig(StrictModel):

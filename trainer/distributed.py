@@ -1,28 +1,34 @@
-"""The process group, the device, and how the model is spread over ranks.
+"""The process group, the device, the data × expert mesh, and how the model is spread over it.
 
 Under `torchrun` (WORLD_SIZE > 1) the trainer joins a process group (NCCL on GPUs,
-gloo on CPUs) over a one-dimensional device mesh of all ranks:
-- data parallel with FSDP2: every block, and the root for the embedding and output
-  head, is `fully_shard`-ed over the mesh;
-- expert parallel: with `parallel.expert_parallel` equal to the world size, each
-  MoE layer's routed experts are sharded by expert over the same mesh (DTensor,
-  `Shard(0)`), left out of FSDP (`ignored_params`), and tokens reach them by
-  all-to-all (`trainer.moe`). With `expert_parallel = 1` the experts are ordinary
-  FSDP-sharded parameters and every rank runs every expert.
-  Other degrees (a 2-D mesh of expert groups × replicas) are not implemented here.
+gloo on CPUs) and lays its ranks out on a two-dimensional device mesh
+`("dp", "ep")` of `data_parallel × expert_parallel` ranks, built from `[parallel]`
+alone (`Layout`). Expert groups are contiguous ranks (rank = dp · ep_size + ep), so on
+a GPU cluster an expert group stays inside one NVLink domain.
+- Data: the loader is addressed by the data-parallel coordinate (rank `dp` of
+  `data_parallel`); the ranks of one expert group split that batch by rows, so every
+  rank computes distinct tokens and the global batch is cut into `world` equal parts.
+- Dense parameters (attention, norms, dense FFNs, shared experts, router, embedding,
+  head): FSDP2 `fully_shard` over the whole mesh flattened (every rank is a
+  data-parallel replica of them).
+- Routed experts: each MoE layer's stacked expert weights are a DTensor sharded by
+  expert over `ep` (`Shard(0)`: `n_experts / ep` experts per group member), then
+  FSDP2-sharded over `dp` on top, so no rank holds a whole expert set. Tokens reach
+  their expert's rank by all-to-all inside the expert group (`trainer.moe`).
+  `expert_parallel = 1` leaves them ordinary parameters, sharded with the rest.
 
 The loss each rank back-propagates is its share of the *global* mean (its token
-losses summed, divided by the global token count), so FSDP's reduction must sum
-rather than average (`set_gradient_divide_factor(1)`), and the gradients of the
-expert shards, which already collect every rank's tokens through the all-to-all,
-need no reduction at all.
+losses summed, divided by the global token count), so FSDP's reductions must sum
+rather than average (`set_gradient_divide_factor(1)`): over all ranks for dense
+gradients, over `dp` for expert gradients (the all-to-all already gathered every
+token of the expert group).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -36,16 +42,64 @@ from trainer.moe import ExpertParallel
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """`data_parallel × expert_parallel` ranks; the trainer runs on exactly that many."""
+
+    data_parallel: int = 1
+    expert_parallel: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.data_parallel * self.expert_parallel
+
+
+def resolve_layout(config: ParallelConfig, world: int, n_experts: int) -> Layout:
+    """The layout `[parallel]` asks for on `world` ranks, or a one-line error naming the field.
+
+    One process is always 1 x 1 (it holds every expert), so a config written for a
+    mesh also runs, and resumes, in a single process."""
+    if world == 1:
+        return Layout()
+    expert = config.expert_parallel or (world if n_experts else 1)
+    if world % expert:
+        raise ConfigError(f"parallel.expert_parallel = {expert} does not divide the world size {world}")
+    if n_experts and n_experts % expert:
+        raise ConfigError(f"parallel.expert_parallel = {expert} does not divide moe.n_routed_experts = {n_experts}")
+    data = config.data_parallel or world // expert
+    if data * expert != world:
+        raise ConfigError(
+            f"parallel.data_parallel = {data} x parallel.expert_parallel = {expert} is {data * expert} ranks, "
+            f"but the world size is {world}"
+        )
+    return Layout(data_parallel=data, expert_parallel=expert)
+
+
 @dataclass
 class Runtime:
     rank: int
     world: int
     device: torch.device
-    mesh: object | None  # DeviceMesh over all ranks when world > 1
+    mesh: object | None  # DeviceMesh ("dp", "ep") when world > 1
+    layout: Layout = field(default_factory=Layout)
 
     @property
     def distributed(self) -> bool:
         return self.world > 1
+
+    @property
+    def data_rank(self) -> int:
+        """This rank's data-parallel coordinate: the loader's rank (of `layout.data_parallel`)."""
+        return self.rank // self.layout.expert_parallel
+
+    @property
+    def expert_rank(self) -> int:
+        return self.rank % self.layout.expert_parallel
+
+    def rows(self, loader_rows: int) -> slice:
+        """The rows of the data-parallel rank's batch that this member of the expert group computes."""
+        share = loader_rows // self.layout.expert_parallel
+        return slice(self.expert_rank * share, (self.expert_rank + 1) * share)
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         if self.distributed:
@@ -53,37 +107,39 @@ class Runtime:
         return tensor
 
 
-def init_runtime() -> Runtime:
+def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Runtime:
+    config = config or ParallelConfig()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    layout = resolve_layout(config, world, n_experts)
     if world == 1:
-        return Runtime(rank=0, world=1, device=device, mesh=None)
+        return Runtime(rank=0, world=1, device=device, mesh=None, layout=layout)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("dp",))
-    log.info("rank %d of %d on %s (%s)", dist.get_rank(), world, device, dist.get_backend())
-    return Runtime(rank=dist.get_rank(), world=world, device=device, mesh=mesh)
+    mesh = init_device_mesh(device.type, (layout.data_parallel, layout.expert_parallel), mesh_dim_names=("dp", "ep"))
+    log.info("rank %d of %d on %s (%s): data %d of %d, expert %d of %d", dist.get_rank(), world, device,
+             dist.get_backend(), dist.get_rank() // layout.expert_parallel, layout.data_parallel,
+             dist.get_rank() % layout.expert_parallel, layout.expert_parallel)
+    return Runtime(rank=dist.get_rank(), world=world, device=device, mesh=mesh, layout=layout)
 
 
-def shard_experts(model: Transformer, runtime: Runtime) -> set[nn.Parameter]:
-    """Give each rank `n_experts / world` experts (DTensor Shard(0)); returns those parameters."""
+def shard_experts(model: Transformer, runtime: Runtime) -> None:
+    """Experts by expert over `ep` (DTensor Shard(0)), then FSDP over `dp`: each rank holds 1/world of them."""
+    from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    group = runtime.mesh.get_group()
-    owned: set[nn.Parameter] = set()
+    ep_mesh = runtime.mesh["ep"]
     for layer in model.moe_layers():
-        layer.parallel = ExpertParallel(group, layer.config.n_routed_experts)
+        layer.parallel = ExpertParallel(ep_mesh.get_group(), layer.config.n_routed_experts)
         for name in ("w1", "w3", "w2"):
             full = getattr(layer.experts, name)
-            param = nn.Parameter(distribute_tensor(full.detach(), runtime.mesh, [Shard(0)]))
-            setattr(layer.experts, name, param)
-            owned.add(param)
-    return owned
+            setattr(layer.experts, name, nn.Parameter(distribute_tensor(full.detach(), ep_mesh, [Shard(0)])))
+        fully_shard(layer.experts, mesh=runtime.mesh["dp"])
 
 
 def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) -> Transformer:
@@ -91,18 +147,12 @@ def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) ->
         return model
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    degree = config.expert_parallel or runtime.world
-    if degree not in (1, runtime.world):
-        raise ConfigError(
-            f"parallel.expert_parallel = {degree}: this trainer supports 1 or the world size ({runtime.world})"
-        )
-    n_experts = model.moe_config.n_routed_experts
-    if degree > 1 and n_experts % degree:
-        raise ConfigError(f"moe.n_routed_experts = {n_experts} does not split over {degree} expert-parallel ranks")
-    experts = shard_experts(model, runtime) if degree > 1 and model.moe_layers() else set()
+    if runtime.layout.expert_parallel > 1 and model.moe_layers():
+        shard_experts(model, runtime)
+    everyone = runtime.mesh._flatten("dp_ep")  # dense parameters: every rank is a data-parallel replica
     for block in model.layers:
-        fully_shard(block, mesh=runtime.mesh, ignored_params={p for p in block.parameters() if p in experts} or None)
-    fully_shard(model, mesh=runtime.mesh, ignored_params=experts or None)
+        fully_shard(block, mesh=everyone)  # leaves the already-sharded experts to their own FSDP group
+    fully_shard(model, mesh=everyone)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

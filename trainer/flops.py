@@ -116,8 +116,9 @@ def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = No
     tokens = tokens if tokens is not None else p.tokens
     mfu = mfu or p.mfu
     experts = config.moe.n_routed_experts
-    if experts and (experts % p.expert_parallel or gpus % p.expert_parallel):
-        raise ConfigError(f"plan.expert_parallel = {p.expert_parallel} must divide both the {experts} experts "
+    expert_parallel = config.parallel.expert_parallel or (gpus if experts else 1)
+    if experts and (experts % expert_parallel or gpus % expert_parallel):
+        raise ConfigError(f"parallel.expert_parallel = {expert_parallel} must divide both the {experts} experts "
                           f"and the {gpus} GPUs")
     params = count_params(config)
     per_token = flops_per_token(config, p.seq_len)
@@ -133,7 +134,7 @@ def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = No
         attention_flops_per_token=attention_flops_per_token(config, p.seq_len),
         total_flops=total,
         gpus=gpus,
-        expert_parallel=p.expert_parallel,
+        expert_parallel=expert_parallel,
         weights_gib_per_gpu=per_gpu * p.master_weight_bytes / gib,
         grads_gib_per_gpu=per_gpu * p.grad_bytes / gib,
         optimizer_gib_per_gpu=per_gpu * p.optimizer_bytes / gib,

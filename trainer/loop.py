@@ -39,8 +39,9 @@ from trainer.metrics import MetricsWriter, read_run, write_run
 from trainer.model import Transformer
 from trainer.moe import local_tensor
 from trainer.peak import peak_flops
+from trainer.resume import recorded_settings
 from trainer.schedule import learning_rate
-from trainer.state import ModelState, OptimizerState, RankState, TrainerState
+from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,8 @@ class StepAccumulator:
             runtime.all_reduce(tensor)
 
 
-def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
+def to_device(batch: Batch, device: torch.device, rows: slice = slice(None)) -> dict[str, torch.Tensor]:
+    """This rank's `rows` of the data-parallel batch (its share inside the expert group) as tensors."""
     tensors = {
         "input_ids": torch.from_numpy(batch.input_ids),
         "labels": torch.from_numpy(batch.labels),
@@ -167,7 +169,7 @@ def to_device(batch: Batch, device: torch.device) -> dict[str, torch.Tensor]:
     }
     if batch.sources is not None:
         tensors["sources"] = torch.from_numpy(batch.sources)
-    return {k: v.to(device, non_blocking=True) for k, v in tensors.items()}
+    return {k: v[rows].to(device, non_blocking=True) for k, v in tensors.items()}
 
 
 @dataclass
@@ -187,6 +189,7 @@ class RunPlan:
     horizon: int  # the learning-rate schedule's length
     stop: int  # where this invocation stops
     checkpoint_every: int
+    allow_config_change: bool = False
 
     @property
     def run_dir(self) -> Path:
@@ -214,7 +217,8 @@ class Training:
             "trainer": self.state,
             "model": ModelState(self.model),
             "optim": OptimizerState(self.model, self.optimizer),
-            "ranks": RankState(self.plan.runtime.rank, self.plan.stream),
+            "loader": LoaderPart(self.plan.stream),
+            "rng": RngState(),
         }
 
     @property
@@ -237,7 +241,8 @@ class StepResult:
 
 
 def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture: str | None, revision: str | None,
-                steps: int | None, run: str | None, checkpoint_every: int | None, resume: bool) -> RunPlan:
+                steps: int | None, run: str | None, checkpoint_every: int | None, resume: bool,
+                allow_config_change: bool = False) -> RunPlan:
     """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
     config_path = Path(config_path)
     config = load_train_config(config_path)
@@ -246,8 +251,9 @@ def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture
     revision = revision or config.data.revision
     run = run or f"{config_path.stem}-{mixture}-{revision}"
     manifest_path = find_manifest(home, mixture, revision)
-    runtime = init_runtime()
-    stream = MixtureStream(manifest_path, rank=runtime.rank, world=runtime.world, prefetch=config.data.prefetch)
+    runtime = init_runtime(config.parallel, config.moe.n_routed_experts)
+    stream = MixtureStream(manifest_path, rank=runtime.data_rank, world=runtime.layout.data_parallel,
+                           prefetch=config.data.prefetch)
     store = Store(store_dir_of(manifest_path))
     config = _with_store_vocab(config, store, config_path)
     horizon = config.steps or stream.steps
@@ -257,14 +263,17 @@ def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture
             raise ConfigError(f"{name} = {value} exceeds the {stream.steps} steps of {mixture}/{revision} ({manifest_path})")
     if stop > horizon:
         raise ConfigError(f"--steps {stop} is past the learning-rate horizon of {horizon} steps set in {config_path}")
-    micro = config.data.micro_batches
-    if stream.local_batch % micro:
-        raise ConfigError(
-            f"{config_path}: field 'data.micro_batches': {micro} does not divide the per-rank batch {stream.local_batch}"
-        )
+    expert_parallel, micro = runtime.layout.expert_parallel, config.data.micro_batches
+    if stream.local_batch % expert_parallel:
+        raise ConfigError(f"{config_path}: field 'parallel.expert_parallel': {expert_parallel} does not divide the "
+                          f"data-parallel batch of {stream.local_batch} sequences")
+    if (stream.local_batch // expert_parallel) % micro:
+        raise ConfigError(f"{config_path}: field 'data.micro_batches': {micro} does not divide the per-rank batch "
+                          f"{stream.local_batch // expert_parallel}")
     plan = RunPlan(config_path=config_path, config=config, home=home, mixture=mixture, revision=revision, run=run,
                    manifest_path=manifest_path, runtime=runtime, stream=stream, store=store, horizon=horizon,
-                   stop=stop, checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every)
+                   stop=stop, checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,
+                   allow_config_change=allow_config_change)
     if ckpt.latest_checkpoint(plan.checkpoints) and not resume:
         raise ConfigError(f"run {run!r} already has checkpoints in {plan.checkpoints}; pass --resume or choose another --run")
     return plan
@@ -288,7 +297,8 @@ def build_training(plan: RunPlan) -> Training:
     model = build_model(plan.config, plan.runtime)
     optimizer = build_optimizer(model, plan.config)
     state = TrainerState(horizon=plan.horizon, manifest_hash=plan.stream.manifest_hash, cell_names=plan.stream.cell_names,
-                         manifest=plan.stream.manifest)
+                         settings=recorded_settings(plan.config), manifest=plan.stream.manifest,
+                         allow_config_change=plan.allow_config_change)
     return Training(plan=plan, model=model, optimizer=optimizer, state=state)
 
 
@@ -331,6 +341,8 @@ def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
 def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     """`run.json` at start (rank 0): what runs, on what data, at what size."""
     plan, config = training.plan, training.plan.config
+    changes = _recorded_changes(plan.run_dir) + [{"step": training.start, **change}
+                                                  for change in training.state.config_changes]
     write_run(plan.run_dir, {
         "run": plan.run,
         "config": {"path": str(plan.config_path), **config.model_dump(mode="json")},
@@ -347,17 +359,27 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
         "start_step": training.start,
         "status": "running",
         "world_size": plan.runtime.world,
+        "layout": {"data_parallel": plan.runtime.layout.data_parallel,
+                   "expert_parallel": plan.runtime.layout.expert_parallel},
         "params": count_params(config).as_dict(),
         "flops_per_token": flops_per_token(config, plan.stream.seq_len),
         "peak_flops_per_device": peak,
         "peak_flops_source": peak_source,
+        "config_changes": changes,  # settings changed on resume with --allow-config-change
     })
+
+
+def _recorded_changes(run_dir: Path) -> list[dict]:
+    try:
+        return list(read_run(run_dir).get("config_changes", []))
+    except ArtifactError:
+        return []
 
 
 def forward_backward(training: Training, data: dict[str, torch.Tensor], global_tokens: float) -> StepAccumulator:
     """Every micro-batch's share of the global mean loss, back-propagated; returns the step's loss sums."""
     plan = training.plan
-    runtime, micro, local_batch = plan.runtime, plan.config.data.micro_batches, plan.stream.local_batch
+    runtime, micro, local_batch = plan.runtime, plan.config.data.micro_batches, len(data["labels"])
     autocast = runtime.device.type == "cuda" and plan.config.parallel.bf16_autocast
     acc = StepAccumulator(len(plan.stream.cell_names), len(plan.stream.source_names), runtime.device)
     for chunk in range(micro):
@@ -380,7 +402,7 @@ def train_step(training: Training, batches, step: int) -> StepResult:
     t0 = time.perf_counter()
     batch = next(batches)
     waited = time.perf_counter() - t0
-    data = to_device(batch, runtime.device)
+    data = to_device(batch, runtime.device, runtime.rows(stream.local_batch))
     lr = learning_rate(step, plan.horizon, config.optimizer, config.schedule)
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -492,9 +514,14 @@ def train(
     checkpoint_every: int | None = None,
     resume: bool = False,
     progress: bool = False,
+    allow_config_change: bool = False,
 ) -> RunResult:
-    """Train the config's model on a built mixture; returns the losses of the steps run here."""
-    plan = prepare_run(config_path, home, mixture, revision, steps, run, checkpoint_every, resume)
+    """Train the config's model on a built mixture; returns the losses of the steps run here.
+
+    `allow_config_change`: resume even though optimiser, schedule or other training settings
+    differ from the checkpoint's (the changes are recorded in `run.json`); a shape change is
+    always refused."""
+    plan = prepare_run(config_path, home, mixture, revision, steps, run, checkpoint_every, resume, allow_config_change)
     training = build_training(plan)
     start = restore(training, resume)
     runtime = plan.runtime

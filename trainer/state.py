@@ -8,7 +8,8 @@ lineage record) is one more entry, not a change to the checkpoint code.
 - `TrainerState`: step, tokens, the horizon and manifest it belongs to, realised tokens per cell.
   A checkpoint of an ancestor revision (one this run's revision continues) loads when its
   step is at most the steps the two share (`mixtures.lineage`): a resume onto a mixture switch.
-- `RankState`: what differs per rank (the loader's position, RNG), keyed by rank.
+- `LoaderPart`, `RngState`: the loader's position and torch's RNG, each stored once (no
+  part is keyed by rank, so a checkpoint written at one world size loads at any other).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from loader import MixtureStream
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.lineage import check_lineage_resume
 from mixtures.manifest import BuiltManifest
+from trainer.resume import check_settings
 
 
 class ModelState:
@@ -54,15 +56,22 @@ class OptimizerState:
 
 @dataclass
 class TrainerState:
-    """The run's counters; a checkpoint from another manifest or horizon is refused on load."""
+    """The run's counters and the settings they were reached with (`trainer.resume`).
+
+    Loading refuses a checkpoint of another manifest, or of another model shape, or
+    (unless `allow_config_change`) of other training settings; allowed changes are
+    kept in `config_changes`."""
 
     horizon: int
     manifest_hash: str
     cell_names: list[str]
+    settings: str  # `trainer.resume.recorded_settings` of this run
     manifest: BuiltManifest | None = None  # for a checkpoint of an ancestor revision
+    allow_config_change: bool = False
     step: int = 0
     tokens: int = 0
     realised_tokens_per_cell: dict[str, int] = field(default_factory=dict)
+    config_changes: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.realised_tokens_per_cell = {name: 0 for name in self.cell_names} | self.realised_tokens_per_cell
@@ -73,6 +82,7 @@ class TrainerState:
             "tokens": self.tokens,
             "horizon": self.horizon,
             "manifest_hash": self.manifest_hash,
+            "settings": self.settings,
             "realised_tokens_per_cell": dict(self.realised_tokens_per_cell),
         }
 
@@ -90,6 +100,7 @@ class TrainerState:
         if state["horizon"] != self.horizon:
             raise ConfigError(f"checkpoint's learning-rate horizon is {state['horizon']} steps, this run's is "
                               f"{self.horizon} (set `steps` in the config to keep one horizon across a mixture switch)")
+        self.config_changes = check_settings(state["settings"], self.settings, self.allow_config_change)
         self.step = int(state["step"])
         self.tokens = int(state["tokens"])
         self.realised_tokens_per_cell = {name: 0 for name in self.cell_names} | dict(state["realised_tokens_per_cell"])
@@ -115,16 +126,25 @@ def set_rng_state(state: dict[str, torch.Tensor]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-class RankState:
-    """This rank's loader position and RNG, stored under the rank's number."""
+class LoaderPart:
+    """The loader's position. It depends on the step alone (never on rank or world), so it is stored once
+    and a checkpoint resumes at any world size."""
 
-    def __init__(self, rank: int, stream: MixtureStream):
-        self.rank, self.stream = rank, stream
+    def __init__(self, stream: MixtureStream):
+        self.stream = stream
 
     def state_dict(self) -> dict[str, Any]:
-        return {str(self.rank): {"loader": self.stream.state_dict(), "rng": rng_state()}}
+        return self.stream.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        mine = state[str(self.rank)]
-        self.stream.load_state_dict(mine["loader"])
-        set_rng_state(mine["rng"])
+        self.stream.load_state_dict(state)
+
+
+class RngState:
+    """Torch's RNG, stored once: every rank seeds alike and draws alike (nothing rank-specific is random)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return rng_state()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        set_rng_state(state)

@@ -33,7 +33,7 @@ def test_plan_text_and_help(capsys):
 
 def test_plan_refuses_an_expert_split_that_does_not_divide(capsys):
     assert millrace(["train", "plan", CONFIG, "--gpus", "100"]) == 2
-    assert "plan.expert_parallel" in capsys.readouterr().err
+    assert "parallel.expert_parallel" in capsys.readouterr().err
 
 
 SHIPPED = sorted((Path(__file__).parents[2] / "trainer" / "configs").glob("*.toml"))

@@ -74,6 +74,9 @@ def test_gradient_accumulation_matches_one_big_batch(built, tiny_config):
     one = train(tiny_config(), home, steps=3, run="micro1").losses
     two = train(tiny_config("micro", data={"micro_batches": 2}), home, steps=3, run="micro2").losses
     assert two == pytest.approx(one, rel=1e-5)  # float sums in another order
+    # AdamW ignores the gradient's scale, so a mis-scaled accumulation would pass on losses alone
+    norms = [[record["grad_norm"] for record in read_metrics(home.run(run))] for run in ("micro1", "micro2")]
+    assert norms[1] == pytest.approx(norms[0], rel=1e-5)
 
 
 def test_train_cli_refuses_bad_input_with_one_line(built, tiny_config, capsys):
