@@ -12,6 +12,7 @@ invocation stops. So `--steps 20` then `--resume --steps 40` reproduces one
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from loader import Batch, MixtureStream
+from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
 from mixtures.lineage import lineage_of
@@ -35,7 +37,7 @@ from trainer.balance import balance_step
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
-from trainer.metrics import MetricsWriter, read_run, write_run
+from trainer.metrics import METRICS_FILE, MetricsWriter, read_metrics, read_run, write_run
 from trainer.model import Transformer
 from trainer.moe import local_tensor
 from trainer.peak import peak_flops
@@ -240,6 +242,10 @@ class StepResult:
     acc: StepAccumulator
 
 
+def default_run_name(config_path: Path, mixture: str, revision: str) -> str:
+    return f"{config_path.stem}-{mixture}-{revision}"
+
+
 def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture: str | None, revision: str | None,
                 steps: int | None, run: str | None, checkpoint_every: int | None, resume: bool,
                 allow_config_change: bool = False) -> RunPlan:
@@ -249,7 +255,7 @@ def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture
     home = home if isinstance(home, Home) else Home.resolve(home)
     mixture = mixture or config.data.mixture
     revision = revision or config.data.revision
-    run = run or f"{config_path.stem}-{mixture}-{revision}"
+    run = run or default_run_name(config_path, mixture, revision)
     manifest_path = find_manifest(home, mixture, revision)
     runtime = init_runtime(config.parallel, config.moe.n_routed_experts)
     stream = MixtureStream(manifest_path, rank=runtime.data_rank, world=runtime.layout.data_parallel,
@@ -305,11 +311,13 @@ def build_training(plan: RunPlan) -> Training:
 def restore(training: Training, resume: bool) -> int:
     """Load the run's latest checkpoint into every part when resuming; returns the step to start at."""
     plan = training.plan
-    latest = ckpt.latest_checkpoint(plan.checkpoints)
+    source, latest = resume_source(plan) if resume else (plan.run, None)
     if resume and latest:
         training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
         log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
+        if source != plan.run:
+            adopt_history(plan, source, training.state.step)
     elif resume:
         log.info("run %s has no checkpoint yet; starting at step 0", plan.run)
     training.start = training.state.step
@@ -319,8 +327,9 @@ def restore(training: Training, resume: bool) -> int:
 
 
 def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
-    """Which revision (and manifest) this run trained on over which steps: the earlier record's ranges
-    before `start`, then this invocation's [start, stop). A resume onto a mixture switch adds a range."""
+    """Which revision (and manifest, and run directory) this run trained on over which steps: the earlier
+    record's ranges before `start`, then this invocation's [start, stop). A resume onto a mixture switch
+    adds a range."""
     previous: list[dict[str, Any]] = []
     if start > 0:
         try:
@@ -333,9 +342,40 @@ def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
     if ranges and ranges[-1]["manifest_hash"] == plan.stream.manifest_hash:
         ranges[-1]["stop_step"] = plan.stop
     else:
-        ranges.append({"revision": plan.revision, "manifest_hash": plan.stream.manifest_hash,
+        ranges.append({"revision": plan.revision, "manifest_hash": plan.stream.manifest_hash, "run": plan.run,
                        "start_step": start, "stop_step": plan.stop})
     return ranges
+
+
+def resume_source(plan: RunPlan) -> tuple[str, tuple[int, Path] | None]:
+    """The run whose latest checkpoint a resume loads: this run's own; for a run not started yet on a
+    revision that continues another, the ancestor's run of the same config (`<config>-<mixture>-<parent>`):
+    the mixture switch under a new run id, as the reference run did."""
+    latest = ckpt.latest_checkpoint(plan.checkpoints)
+    if latest:
+        return plan.run, latest
+    for ancestor in plan.stream.manifest.ancestors:
+        run = default_run_name(plan.config_path, plan.mixture, ancestor.revision)
+        found = ckpt.latest_checkpoint(plan.home.run(run) / "checkpoints")
+        if found:
+            log.info("run %s starts from run %s's checkpoint at step %d (revision %s continues %s)",
+                     plan.run, run, found[0], plan.revision, ancestor.revision)
+            return run, found
+    return plan.run, None
+
+
+def adopt_history(plan: RunPlan, source: str, step: int) -> None:
+    """A run started from another run's checkpoint takes that run's record up to `step`: its revisions
+    per step range (into this run.json) and its metrics lines, so the curves show the whole run."""
+    if plan.runtime.rank != 0:
+        return
+    before = plan.home.run(source)
+    record = read_run(before)
+    payload = {k: v for k, v in record.items() if k not in ("kind", "schema_version", "content_hash")}
+    write_run(plan.run_dir, payload | {"run": plan.run})
+    lines = [line for line in read_metrics(before) if line["step"] <= step]
+    atomic_write_text(plan.run_dir / METRICS_FILE, "".join(json.dumps(line, separators=(",", ":")) + "\n"
+                                                          for line in lines))
 
 
 def write_run_record(training: Training, peak: float, peak_source: str) -> None:

@@ -38,20 +38,27 @@ def grad_norms(run_dir) -> list[float]:
 
 
 def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
+    """The parent's run to K, then the child from its checkpoint: in the same run, and under the child's
+    own run name (the reference run's new run id); both equal a fresh child run to 2K."""
     config = tiny_config(steps=2 * K)
-    parent = train(config, lineage, "mix", "natural", steps=K, run="switched", checkpoint_every=K)
-    resumed = train(config, lineage, "mix", "swap", steps=2 * K, run="switched", resume=True)
+    parent = train(config, lineage, "mix", "natural", steps=K, checkpoint_every=K)
+    assert parent.run == "tiny-mix-natural"
+    switched = train(config, lineage, "mix", "swap", steps=2 * K, resume=True)  # a new run id, as the CLI's default
+    same_run = train(config, lineage, "mix", "swap", steps=2 * K, run=parent.run, resume=True)
     fresh = train(config, lineage, "mix", "swap", steps=2 * K, run="fresh")
-    assert resumed.start_step == K
-    assert parent.losses + resumed.losses == fresh.losses  # bit-identical on CPU
-    assert grad_norms(resumed.run_dir) == grad_norms(fresh.run_dir)
-    run = read_run(resumed.run_dir)
-    assert [(r["revision"], r["start_step"], r["stop_step"]) for r in run["revisions"]] == [
-        ("natural", 0, K), ("swap", K, 2 * K)]
+    assert switched.run == "tiny-mix-swap" and switched.start_step == same_run.start_step == K
+    assert parent.losses + switched.losses == parent.losses + same_run.losses == fresh.losses  # bit-identical on CPU
+    assert grad_norms(switched.run_dir) == grad_norms(same_run.run_dir) == grad_norms(fresh.run_dir)
+    run = read_run(switched.run_dir)
+    assert [(r["revision"], r["run"], r["start_step"], r["stop_step"]) for r in run["revisions"]] == [
+        ("natural", "tiny-mix-natural", 0, K), ("swap", "tiny-mix-swap", K, 2 * K)]
     assert [(r["revision"], r["start_step"]) for r in run["lineage"]] == [("natural", 0), ("swap", K)]
-    last = read_metrics(resumed.run_dir)[-1]
+    assert [(r["revision"], r["start_step"]) for r in read_run(same_run.run_dir)["revisions"]] == [
+        ("natural", 0), ("swap", K)]
+    last = read_metrics(switched.run_dir)[-1]
     assert last["realised_tokens_per_cell"] == read_metrics(fresh.run_dir)[-1]["realised_tokens_per_cell"]
     assert last["realised_tokens_per_cell"]["c03q1"] > 0  # a cell the parent never drew
+    assert [r["step"] for r in read_metrics(switched.run_dir)] == list(range(1, 2 * K + 1))  # the parent's lines too
 
 
 def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, tiny_config, capsys):
@@ -59,8 +66,9 @@ def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, 
     train(config, lineage, "mix", "natural", steps=K, run="late", checkpoint_every=K)
     code = millrace(["train", str(config), "--home", str(lineage.root), "--mixture", "mix", "--revision", "early",
                      "--run", "late", "--resume", "--no-progress"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1, err
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1, errors
+    err = errors[0]
     assert f"checkpoint: state is at step {K} of mix/natural, past step {K - 2} where early stops sharing" in err
     with pytest.raises(ArtifactError, match="does not continue it; refusing to resume a different mixture"):
         train(config, lineage, "mix", "other", steps=2 * K, run="late", resume=True)
