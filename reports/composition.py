@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from millrace.errors import ArtifactError
+from millrace.errors import ArtifactError, MillraceError
+from millrace.home import Home
+from mixtures.catalog import find_revision_file
 from mixtures.lineage import lineage_of
 from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
+from mixtures.revision import load_revision
 from pipeline.store.format import Store
 
 log = logging.getLogger(__name__)
@@ -32,6 +35,7 @@ class BuiltRevision:
     path: Path
     manifest: BuiltManifest
     manifest_hash: str
+    description: str = ""
 
     @property
     def label(self) -> str:
@@ -87,6 +91,7 @@ def revision_data(built: BuiltRevision, cells: list[dict[str, Any]]) -> dict[str
         "mixture": manifest.mixture,
         "revision": manifest.revision,
         "label": built.label,
+        "description": built.description,
         "manifest_hash": built.manifest_hash,
         "revision_hash": manifest.revision_hash,
         "seed": manifest.seed,
@@ -216,6 +221,16 @@ def load_composition(store_path: Path) -> Composition:
     return composition
 
 
+def revision_description(store_path: Path, manifest: BuiltManifest) -> str:
+    """The `description` of the revision file this manifest was built from, when that file is still there
+    (under the store's $MILLRACE_HOME, or shipped) and still means the same revision; else ""."""
+    try:
+        revision = load_revision(find_revision_file(Home(store_path.parents[2]), manifest.mixture, manifest.revision))
+    except MillraceError:
+        return ""
+    return revision.description if revision.hash() == manifest.revision_hash else ""
+
+
 def _attach_revisions(composition: Composition) -> None:
     store = composition.store
     found: list[BuiltRevision] = []
@@ -229,7 +244,7 @@ def _attach_revisions(composition: Composition) -> None:
         if manifest.store.manifest_hash != store.manifest_hash:
             log.warning("%s: built against another store.json (%s); shown, marked stale", path,
                         manifest.store.manifest_hash)
-        found.append(BuiltRevision(path, manifest, digest))
+        found.append(BuiltRevision(path, manifest, digest, revision_description(store.path, manifest)))
     names = [b.manifest.revision for b in found]
     for built in found:
         key = built.manifest.revision

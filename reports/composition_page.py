@@ -10,6 +10,21 @@ from reports.numbers import human_count, human_percent
 from reports.render import embed_json, render_page, static_text
 
 TOP_DOMAINS = 3
+SHARE_BLUE = (31, 95, 191)
+
+
+def _luminance(rgb: tuple[float, float, float]) -> float:
+    lin = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in (c / 255 for c in rgb)]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def share_style(share: float) -> str:
+    """A table cell shaded by `share` with text of at least 4.5:1 contrast (white or black, whichever is higher)."""
+    share = min(1.0, max(0.0, share))
+    rgb = tuple(round(255 + (c - 255) * share) for c in SHARE_BLUE)
+    level = _luminance(rgb)
+    white, black = 1.05 / (level + 0.05), (level + 0.05) / 0.05
+    return f"background: rgb{rgb}; color: {'#fff' if white >= black else '#000'}"
 
 
 def _spread(composition: Composition) -> list[dict[str, Any]]:
@@ -27,7 +42,8 @@ def _spread(composition: Composition) -> list[dict[str, Any]]:
                 domains[cell["domain"]] += tokens
             top = max(domains.values()) or 1
             labels = {d["index"]: d["label"] for d in grid["domains"]}
-            row["buckets"] = [buckets[b] / total for b in grid["buckets"]]
+            row["buckets"] = [{"share": buckets[b] / total, "style": share_style(buckets[b] / total)}
+                              for b in grid["buckets"]]
             row["domains"] = [
                 {"name": f"c{d:02d}", "label": labels[d], "share": t / total, "rel": t / top} for d, t in domains.items()
             ]

@@ -73,11 +73,12 @@ function seqColour(t) {
   const c = SEQ[i].map((a, k) => Math.round(a + (SEQ[i + 1][k] - a) * f));
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
-function seqText(t) { return t > 0.55 ? "#111" : "#fff"; }
-// Diverging scale for changes: blue (down) — white — red (up), t in [-1, 1].
+// Diverging scale for changes, t in [-1, 1]: orange went down — white — blue went up. The diff table's
+// .rise / .fall text uses the same two colours, so one legend means one thing on the whole page.
+const RISE = [33, 102, 172], FALL = [179, 88, 6];
 function divColour(t) {
   t = Math.max(-1, Math.min(1, t));
-  const end = t < 0 ? [33, 102, 172] : [178, 24, 43], a = Math.abs(t);
+  const end = t < 0 ? FALL : RISE, a = Math.abs(t);
   const c = [247, 247, 247].map((w, k) => Math.round(w + (end[k] - w) * a));
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
@@ -96,13 +97,52 @@ function tip() {
   if (!TIP) { TIP = h("div", { class: "tip" }, document.body); }
   return TIP;
 }
+// evt: a pointer event, or {clientX, clientY} of a focused element; the tip stays inside the window.
 function showTip(evt, text) {
   const t = tip();
   t.textContent = text;
   t.style.display = "block";
   const x = Math.min(evt.clientX + 14, window.innerWidth - t.offsetWidth - 6);
+  let y = evt.clientY + 14;
+  if (y + t.offsetHeight > window.innerHeight - 6) y = evt.clientY - 14 - t.offsetHeight;  // above, near the bottom
   t.style.left = Math.max(4, x) + "px";
-  t.style.top = (evt.clientY + 14) + "px";
+  t.style.top = Math.max(4, Math.min(y, window.innerHeight - t.offsetHeight - 4)) + "px";
+}
+function tipAt(node) {  // for focus and taps: the tip beside the element itself
+  const box = node.getBoundingClientRect();
+  return { clientX: box.left + box.width / 2, clientY: box.top + box.height / 2 };
+}
+// Chart text keeps this size in CSS pixels whatever the screen: the drawing is as wide as its box.
+const CHART_FONT = 12;
+function chartWidth(container, fallback) {
+  const w = container.clientWidth || (container.parentElement && container.parentElement.clientWidth) || fallback;
+  return Math.max(300, Math.min(Math.round(w), 1400));
+}
+function svgText(svg, attrs, text) { return el("text", attrs, svg, text); }
+// A legend whose entries are buttons that show or hide their series (charts with many lines).
+function pickLegend(wrap, series, paths) {
+  const lg = h("div", { class: "legend pick", role: "group", "aria-label": "series shown (press to show or hide)" }, wrap);
+  series.forEach((s, k) => {
+    const item = h("button", { type: "button", "aria-pressed": "true", class: "pick" }, lg);
+    const sw = h("i", {}, item); sw.style.background = s.colour || colour(k);
+    item.appendChild(document.createTextNode(s.name));
+    item.addEventListener("click", () => {
+      const on = item.getAttribute("aria-pressed") !== "true";
+      item.setAttribute("aria-pressed", String(on));
+      for (const node of paths[k] || []) node.style.display = on ? "" : "none";
+    });
+  });
+  if (series.length > PALETTE.length) {
+    const only = h("button", { type: "button", class: "pick all" }, lg, "none / all");
+    only.addEventListener("click", () => {
+      const anyOn = [...lg.querySelectorAll("button[aria-pressed]")].some((b) => b.getAttribute("aria-pressed") === "true");
+      lg.querySelectorAll("button[aria-pressed]").forEach((b, k) => {
+        b.setAttribute("aria-pressed", String(!anyOn));
+        for (const node of paths[k] || []) node.style.display = anyOn ? "none" : "";
+      });
+    });
+  }
+  return lg;
 }
 function hideTip() { if (TIP) TIP.style.display = "none"; }
 
@@ -110,10 +150,13 @@ function hideTip() { if (TIP) TIP.style.display = "none"; }
 function lineChart(container, x, series, opts = {}) {
   opts = { ...lineChart.defaults, ...opts };
   container.textContent = "";
-  const W = 640, H = 250, L = 58, R = 12, T = 22, B = 30;
+  const W = chartWidth(container, 640), H = 270, L = 70, R = 12, T = 24, B = 44;
   const wrap = h("div", { class: "chart" }, container);
-  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": opts.title || "chart" }, wrap);
-  el("text", { x: L, y: 14, "font-weight": 600, "font-size": 12 }, svg, opts.title || "");
+  const yTitle = opts.yLabel || (series.length === 1 ? series[0].name : "value");
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
+    "aria-label": `${opts.title || "chart"}: line chart of ${yTitle} against ${opts.xLabel || "step"}` }, wrap);
+  el("text", { x: L, y: 15, "font-weight": 600, "font-size": CHART_FONT + 1 }, svg, opts.title || "");
+  axisTitles(svg, W, H, L, T, B, yTitle, opts.xLabel || "step");
   const yf = opts.yFormat || fmt.num, xf = opts.xFormat || fmt.count;
   let ylo = Infinity, yhi = -Infinity;
   for (const s of series) for (const v of s.values) if (v !== null && isFinite(v)) { ylo = Math.min(ylo, v); yhi = Math.max(yhi, v); }
@@ -128,11 +171,11 @@ function lineChart(container, x, series, opts = {}) {
     el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), stroke: "#e3e7ee" }, svg);
     el("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, svg, yf(t));
   }
-  for (const t of niceTicks(xlo, xhi, 6)) {
-    el("text", { x: sx(t), y: H - 10, "text-anchor": "middle" }, svg, xf(t));
+  for (const t of niceTicks(xlo, xhi, Math.max(3, Math.min(6, Math.floor((W - L) / 90))))) {
+    el("text", { x: sx(t), y: H - B + 16, "text-anchor": "middle" }, svg, xf(t));
   }
-  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#9aa3b2" }, svg);
-  el("text", { x: W - R, y: H - 10 + 0, "text-anchor": "end", fill: "#6b7380", "font-size": 10 }, svg, opts.xLabel || "step");
+  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#6b7380" }, svg);
+  const paths = series.map(() => []);
   series.forEach((s, k) => {
     let d = "", pen = false;
     s.values.forEach((v, i) => {
@@ -140,8 +183,9 @@ function lineChart(container, x, series, opts = {}) {
       d += (pen ? "L" : "M") + sx(x[i]).toFixed(1) + "," + sy(v).toFixed(1);
       pen = true;
     });
-    el("path", { d, fill: "none", stroke: s.colour || colour(k), "stroke-width": 1.6, "stroke-dasharray": s.dash || "" }, svg);
-    if (x.length === 1 && s.values[0] !== null) el("circle", { cx: sx(x[0]), cy: sy(s.values[0]), r: 3, fill: s.colour || colour(k) }, svg);
+    paths[k].push(el("path", { d, fill: "none", stroke: s.colour || colour(k), "stroke-width": 1.6,
+      "stroke-dasharray": s.dash || "", class: "series", "data-series": s.name }, svg));
+    if (x.length === 1 && s.values[0] !== null) paths[k].push(el("circle", { cx: sx(x[0]), cy: sy(s.values[0]), r: 3, fill: s.colour || colour(k) }, svg));
   });
   for (const m of opts.marks || []) {  // vertical marks, e.g. a mixture switch: {x, label}
     if (m.x < xlo || m.x > xhi) continue;
@@ -149,74 +193,114 @@ function lineChart(container, x, series, opts = {}) {
     el("text", { x: sx(m.x) + 3, y: T + 10, fill: "#b0473a", "font-size": 10 }, svg, m.label);
   }
   const cursor = el("line", { y1: T, y2: H - B, stroke: "#555", "stroke-dasharray": "3 3", visibility: "hidden" }, svg);
-  const hit = el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent" }, svg);
-  hit.addEventListener("mousemove", (evt) => {
+  const hit = el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent", class: "hit" }, svg);
+  const follow = (evt) => {
     const box = svg.getBoundingClientRect(), px = (evt.clientX - box.left) * W / box.width;
     let best = 0;
     for (let i = 0; i < x.length; i++) if (Math.abs(sx(x[i]) - px) < Math.abs(sx(x[best]) - px)) best = i;
     cursor.setAttribute("x1", sx(x[best])); cursor.setAttribute("x2", sx(x[best])); cursor.setAttribute("visibility", "visible");
     const lines = [`${opts.xLabel || "step"} ${x[best].toLocaleString("en-US")}`];
-    series.forEach((s) => lines.push(`${s.name}: ${yf(s.values[best])}`));
+    series.forEach((s, k) => { if (paths[k][0] && paths[k][0].style.display !== "none") lines.push(`${s.name}: ${yf(s.values[best])}`); });
     showTip(evt, lines.join("\n"));
-  });
-  hit.addEventListener("mouseleave", () => { cursor.setAttribute("visibility", "hidden"); hideTip(); });
-  if (series.length > 1 || opts.legend) {
-    const lg = h("div", { class: "legend" }, wrap);
-    series.forEach((s, k) => {
-      const item = h("span", {}, lg);
-      const sw = h("i", {}, item); sw.style.background = s.colour || colour(k);
-      item.appendChild(document.createTextNode(s.name));
-    });
-  }
+  };
+  hit.addEventListener("pointermove", follow);
+  hit.addEventListener("pointerdown", follow);  // a tap on a phone shows the numbers too
+  hit.addEventListener("pointerleave", (evt) => { if (evt.pointerType === "mouse") { cursor.setAttribute("visibility", "hidden"); hideTip(); } });
+  if (series.length > 1 || opts.legend) pickLegend(wrap, series, paths);
+}
+
+// A y-axis title (rotated, at the left) and an x-axis title (below the tick labels, never on them).
+function axisTitles(svg, W, H, L, T, B, yTitle, xTitle) {
+  const ym = T + (H - T - B) / 2;
+  el("text", { x: 14, y: ym, "text-anchor": "middle", transform: `rotate(-90 14 ${ym})`, fill: "#4a5261", class: "axis-title y" }, svg, yTitle);
+  el("text", { x: L + (W - L) / 2, y: H - 6, "text-anchor": "middle", fill: "#4a5261", class: "axis-title x" }, svg, xTitle);
 }
 
 lineChart.defaults = {};  // options every chart of a page shares (the training page's switch marks)
 
 // Heat map: rows × cols of values in [0, max]; labels and tooltips from callbacks.
+// Every square is focusable (Tab, arrows), shows its numbers on focus, hover or tap, and is named for
+// screen readers; text keeps CHART_FONT px on any screen (the map scrolls sideways instead of shrinking).
+const EMPTY_FILL = "#ffffff", EMPTY_STROKE = "#6b7380";
 function heatMap(container, rows, cols, value, opts) {
   container.textContent = "";
   const longest = rows.reduce((m, r) => Math.max(m, Math.min(r.length, 26)), 0);
-  const cw = opts.cellWidth || 64, ch = opts.cellHeight || 18, L = Math.max(36, Math.round(longest * 6.4) + 12), T = 20;
+  const cw = opts.cellWidth || 64, ch = opts.cellHeight || 22, L = Math.max(40, Math.round(longest * 7.2) + 12), T = 22;
   const W = L + cw * cols.length + 4, H = T + ch * rows.length + 4;
-  const wrap = h("div", { class: "chart" }, container);
-  wrap.style.maxWidth = W * 1.15 + "px";
-  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": opts.title || "heat map" }, wrap);
+  const wrap = h("div", { class: "chart heat scroll" }, container);
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "group",
+    "aria-label": opts.title || `heat map of ${rows.length} rows by ${cols.length} columns` }, wrap);
+  svg.style.width = W + "px"; svg.style.maxWidth = "none";
   let max = 0;
   rows.forEach((_, r) => cols.forEach((_, c) => { const v = value(r, c); if (v !== null && isFinite(v)) max = Math.max(max, opts.diverging ? Math.abs(v) : v); }));
-  cols.forEach((name, c) => el("text", { x: L + cw * c + cw / 2, y: 14, "text-anchor": "middle", "font-weight": 600 }, svg, name));
+  cols.forEach((name, c) => el("text", { x: L + cw * c + cw / 2, y: 15, "text-anchor": "middle", "font-weight": 600 }, svg, name));
+  const squares = [];
+  let empty = 0;
   rows.forEach((name, r) => {
     el("text", { x: L - 6, y: T + ch * r + ch / 2 + 4, "text-anchor": "end" }, svg, name.length > 26 ? name.slice(0, 25) + "…" : name);
     cols.forEach((_, c) => {
-      const v = value(r, c), g = el("g", { class: "hm", "data-row": r, "data-col": c }, svg);
-      const missing = v === null || !isFinite(v);
+      const v = value(r, c), missing = v === null || !isFinite(v);
+      const say = opts.tooltip(r, c);
+      const g = el("g", { class: "hm" + (missing ? " empty" : ""), "data-row": r, "data-col": c, tabindex: "0", role: "img",
+        "aria-label": say.replace(/\n/g, "; ") }, svg);
       const t = missing || max === 0 ? 0 : (opts.sqrt ? Math.sign(v) * Math.sqrt(Math.abs(v) / max) : v / max);
-      const fill = missing ? "#f0f0f0" : (opts.diverging ? divColour(t) : seqColour(t));
-      el("rect", { x: L + cw * c, y: T + ch * r, width: cw - 1, height: ch - 1, fill }, g);
-      el("text", { x: L + cw * c + cw / 2, y: T + ch * r + ch / 2 + 4, "text-anchor": "middle", "font-size": 10,
-        fill: missing ? "#999" : (opts.diverging ? (Math.abs(t) > 0.6 ? "#fff" : "#111") : seqText(t)) }, g,
-        missing ? "" : opts.format(v, r, c));
-      g.addEventListener("mousemove", (evt) => showTip(evt, opts.tooltip(r, c)));
+      const fill = missing ? EMPTY_FILL : (opts.diverging ? divColour(t) : seqColour(t));
+      el("rect", { x: L + cw * c + 0.5, y: T + ch * r + 0.5, width: cw - 2, height: ch - 2, fill,
+        stroke: missing ? EMPTY_STROKE : "none", "stroke-dasharray": missing ? "3 2" : "" }, g);
+      if (missing) empty++;
+      el("text", { x: L + cw * c + cw / 2, y: T + ch * r + ch / 2 + 4, "text-anchor": "middle", "font-size": CHART_FONT - 1,
+        fill: missing ? "#4a5261" : textOn(fill) }, g, missing ? "" : opts.format(v, r, c));
+      const show = (evt) => showTip(evt, say);
+      g.addEventListener("pointermove", show);
       g.addEventListener("mouseleave", hideTip);
-      if (opts.onClick) { g.style.cursor = "pointer"; g.addEventListener("click", () => opts.onClick(r, c)); }
+      g.addEventListener("focus", () => showTip(tipAt(g), say));
+      g.addEventListener("blur", hideTip);
+      g.addEventListener("keydown", (evt) => {
+        const moves = { ArrowRight: [0, 1], ArrowLeft: [0, -1], ArrowDown: [1, 0], ArrowUp: [-1, 0] };
+        if (moves[evt.key]) {
+          const [dr, dc] = moves[evt.key], next = squares.find((x) => x.r === r + dr && x.c === c + dc);
+          if (next) { evt.preventDefault(); next.g.focus(); }
+        } else if ((evt.key === "Enter" || evt.key === " ") && opts.onClick) { evt.preventDefault(); opts.onClick(r, c); }
+      });
+      g.addEventListener("click", (evt) => { show(evt); if (opts.onClick) opts.onClick(r, c); });
+      if (opts.onClick) g.style.cursor = "pointer";
+      squares.push({ r, c, g });
     });
   });
-  const scale = h("div", { class: "scale" }, wrap);
+  const scale = h("div", { class: "scale" }, container);
   const stops = opts.diverging ? [-1, -0.5, 0, 0.5, 1].map(divColour) : [0, 0.25, 0.5, 0.75, 1].map(seqColour);
   const sf = opts.scaleFormat || opts.format;
-  h("span", {}, scale, opts.diverging ? sf(-max) : sf(0));
+  h("span", {}, scale, opts.diverging ? sf(-max) + (opts.lowLabel ? ` ${opts.lowLabel}` : "") : sf(0));
   h("span", { class: "g" }, scale).style.background = `linear-gradient(to right, ${stops.join(", ")})`;
-  h("span", {}, scale, sf(max) + (opts.sqrt ? " (square-root scale)" : ""));
+  h("span", {}, scale, sf(max) + (opts.diverging && opts.highLabel ? ` ${opts.highLabel}` : "") + (opts.sqrt ? " (square-root scale)" : ""));
+  if (empty) {
+    const item = h("span", { class: "empty-key" }, scale);
+    h("i", { class: "empty-swatch" }, item);
+    item.appendChild(document.createTextNode(opts.emptyLabel || "no value"));
+  }
 }
+
+// Text colour with at least 4.5:1 contrast on any fill (white or black, whichever is higher; the worse of the two best is 4.58:1) given as rgb(r,g,b) or #rrggbb.
+function luminance(fill) {
+  const m = fill.startsWith("#") ? [1, 3, 5].map((i) => parseInt(fill.slice(i, i + 2), 16)) : fill.match(/\d+/g).map(Number);
+  const lin = m.slice(0, 3).map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+  return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2];
+}
+function contrast(a, b) { const x = luminance(a), y = luminance(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); }
+function textOn(fill) { return contrast(fill, "#ffffff") >= contrast(fill, "#000000") ? "#ffffff" : "#000000"; }
 
 // XY chart: series of their own [x, y] points, drawn as lines, points or both, on linear or log axes.
 // series: {name, points: [[x, y]], mode: "line" | "points" | "both", colour, dash, bars: [[x, low, high]]}.
 // opts: title, logX, logY, xLabel, xFormat, yFormat.
 function xyChart(container, series, opts = {}) {
   container.textContent = "";
-  const W = 640, H = 270, L = 58, R = 12, T = 22, B = 30;
+  const W = chartWidth(container, 640), H = 290, L = 70, R = 12, T = 24, B = 44;
   const wrap = h("div", { class: "chart" }, container);
-  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": opts.title || "chart" }, wrap);
-  el("text", { x: L, y: 14, "font-weight": 600, "font-size": 12 }, svg, opts.title || "");
+  const yTitle = opts.yLabel || "value", xTitle = opts.xLabel || "x";
+  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img",
+    "aria-label": `${opts.title || "chart"}: ${yTitle} against ${xTitle}${opts.logX || opts.logY ? " (log scale)" : ""}` }, wrap);
+  el("text", { x: L, y: 15, "font-weight": 600, "font-size": CHART_FONT + 1 }, svg, opts.title || "");
+  axisTitles(svg, W, H, L, T, B, yTitle, xTitle);
   const fx = opts.logX ? Math.log10 : (v) => v, fy = opts.logY ? Math.log10 : (v) => v;
   const ok = (x, y) => x !== null && y !== null && isFinite(x) && isFinite(y) && (!opts.logX || x > 0) && (!opts.logY || y > 0);
   let xlo = Infinity, xhi = -Infinity, ylo = Infinity, yhi = -Infinity;
@@ -238,9 +322,8 @@ function xyChart(container, series, opts = {}) {
     el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), stroke: "#e3e7ee" }, svg);
     el("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, svg, yf(t));
   }
-  for (const t of ticks(xlo, xhi, opts.logX, 6)) el("text", { x: sx(t), y: H - 10, "text-anchor": "middle" }, svg, xf(t));
-  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#9aa3b2" }, svg);
-  el("text", { x: W - R, y: H - 10, "text-anchor": "end", fill: "#6b7380", "font-size": 10 }, svg, opts.xLabel || "");
+  for (const t of ticks(xlo, xhi, opts.logX, 6)) el("text", { x: sx(t), y: H - B + 16, "text-anchor": "middle" }, svg, xf(t));
+  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#6b7380" }, svg);
   series.forEach((s, k) => {
     const c = s.colour || colour(k), pts = (s.points || []).filter(([x, y]) => ok(x, y));
     if (s.mode !== "points" && pts.length > 1) {
@@ -250,7 +333,13 @@ function xyChart(container, series, opts = {}) {
     if (s.mode !== "line") {
       for (const [x, y] of pts) {
         const dot = el("circle", { cx: sx(x), cy: sy(y), r: 3.5, fill: c }, svg);
-        dot.addEventListener("mousemove", (evt) => showTip(evt, `${s.name}\n${opts.xLabel || "x"} ${fmt.num(x)}: ${yf(y)}`));
+        const say = `${s.name}\n${opts.xLabel || "x"} ${fmt.num(x)}: ${yf(y)}`;
+        dot.setAttribute("tabindex", "0");
+        dot.setAttribute("aria-label", say.replace("\n", ": "));
+        dot.addEventListener("pointermove", (evt) => showTip(evt, say));
+        dot.addEventListener("pointerdown", (evt) => showTip(evt, say));
+        dot.addEventListener("focus", () => showTip(tipAt(dot), say));
+        dot.addEventListener("blur", hideTip);
         dot.addEventListener("mouseleave", hideTip);
       }
     }

@@ -3,7 +3,7 @@
 const D = JSON.parse(document.getElementById("page-data").textContent);
 const KEYS = Object.keys(D.revisions);
 const CELLS = D.cells;
-const state = { revision: null, compare: null, metric: "weight:0" };
+const state = { revision: null, compare: null, metric: "weight:0", cell: null };
 
 function resolveRevision(name) {
   if (!name) return null;
@@ -89,6 +89,9 @@ function renderSummary(cur) {
   const r = cur.r;
   const total = r.total_sequences * r.seq_len;
   card(r.revision, `revision of mixture ${r.mixture}`);
+  const about = document.getElementById("revision-description");
+  about.textContent = r.description || "";
+  about.hidden = !r.description;
   card(fmt.count(total), "tokens drawn (all phases)");
   card(fmt.count(r.total_steps), `steps of ${fmt.count(r.global_batch)} × ${fmt.count(r.seq_len)}`);
   card(fmt.epochs(r.epoch_cap), "epoch cap");
@@ -157,28 +160,51 @@ function renderGrid(cur, cmp) {
   else if (kind === "tokens") { value = (i) => cur.phases[p].tokens[i]; format = fmt.count; opts.sqrt = true; }
   else if (kind === "epochs") { value = (i) => cur.epochs[i]; format = fmt.epochs; }
   else { const q = matchPhase(cmp, cur.phases[p].name); value = (i) => cur.phases[p].realised[i] - (q ? q.realised[i] : 0); format = fmt.pp; opts.diverging = true; opts.sqrt = true; }
+  const shown = metricOptions().find(([v]) => v === state.metric);
   heatMap(document.getElementById("grid"), shape.rows, shape.cols, (r, c) => (shape.at[r][c] < 0 ? null : value(shape.at[r][c])), {
     ...opts,
-    title: "grid",
+    title: `${D.grid ? "Domain × quality grid" : "Cells"} of ${cur.r.label}: ${shown ? shown[1] : kind}` +
+      (cmp ? ` against ${cmp.r.label}` : "") + ". Each square names its cell and numbers.",
+    emptyLabel: "no such cell",
+    lowLabel: cmp ? `less in ${cur.r.revision}` : "", highLabel: cmp ? `more in ${cur.r.revision}` : "",
     scaleFormat: format,
     format: (v, r, c) => {
       const i = shape.at[r][c];
       return format(v) + (kind === "epochs" && cur.flags[i] ? (cur.flags[i] === "at" ? " ●" : " ○") : "");
     },
     tooltip: (r, c) => (shape.at[r][c] < 0 ? "no such cell" : cellTooltip(shape.at[r][c], cur, cmp)),
-    onClick: (r, c) => {
-      const i = shape.at[r][c];
-      if (i < 0) return;
-      const det = document.getElementById("cell-" + CELLS[i].name);
-      const row = document.getElementById("w-" + CELLS[i].name);
-      if (det) { det.open = true; det.scrollIntoView({ block: "start" }); }
-      else if (row) { row.scrollIntoView({ block: "center" }); }
-    },
+    onClick: (r, c) => { const i = shape.at[r][c]; if (i >= 0) openCell(CELLS[i].name, true); },
+  });
+  markSelected();
+}
+
+// A cell is linkable: #cell-c03q2 opens its details (or its weights row), marks its square, and clicking
+// a square puts that link in the address bar.
+function openCell(name, fromClick) {
+  const index = CELLS.findIndex((c) => c.name === name);
+  if (index < 0) return false;
+  state.cell = name;
+  if (fromClick) {
+    try { history.replaceState(null, "", location.pathname + location.search + "#cell-" + name); } catch (e) { /* file:// */ }
+  }
+  markSelected();
+  const det = document.getElementById("cell-" + name);
+  const row = document.getElementById("w-" + name);
+  document.querySelectorAll("details.cell.target").forEach((d) => d.classList.remove("target"));
+  if (det) { det.open = true; det.classList.add("target"); det.scrollIntoView({ block: "start" }); }
+  else if (row) { row.scrollIntoView({ block: "center" }); }
+  return true;
+}
+function markSelected() {
+  const shape = gridShape();
+  document.querySelectorAll("#grid g.hm").forEach((g) => {
+    const i = shape.at[Number(g.dataset.row)][Number(g.dataset.col)];
+    g.classList.toggle("selected", i >= 0 && CELLS[i].name === state.cell);
   });
 }
 
-// Columns 1 (label) and 3 (documents) only when the store records them (not in a stats-only store).
-function dropColumns(list) { return list.filter((_, k) => (k !== 1 || HAS_LABELS) && (k !== 3 || HAS_DOCS)); }
+// Columns 3 (label) and 5 (documents) only when the store records them (not in a stats-only store).
+function dropColumns(list) { return list.filter((_, k) => (k !== 3 || HAS_LABELS) && (k !== 5 || HAS_DOCS)); }
 
 function sortableTable(wrap, head, rows, initial) {
   // head: [{label, cls, key(row) -> sort key}], rows: [{id, cells: [(td) => void], data}]
@@ -197,11 +223,14 @@ function sortableTable(wrap, head, rows, initial) {
       const tr = h("tr", row.id ? { id: row.id } : {}, tb);
       row.cells.forEach((fill, k) => fill(h("td", head[k].cls ? { class: head[k].cls } : {}, tr)));
     }
+    ths.forEach((th, k) => th.setAttribute("aria-sort", k === order.col ? (order.dir > 0 ? "ascending" : "descending") : "none"));
   };
-  head.forEach((col, k) => {
-    const th = h("th", col.cls ? { class: col.cls } : {}, hr, col.label);
-    th.style.cursor = "pointer";
-    th.addEventListener("click", () => { order = { col: k, dir: order.col === k ? -order.dir : (k === 0 ? 1 : -1) }; draw(); });
+  // a header is a button (reachable by Tab, pressed with Enter or Space) and says how the rows are sorted
+  const ths = head.map((col, k) => {
+    const th = h("th", { ...(col.cls ? { class: col.cls } : {}), "aria-sort": "none", scope: "col" }, hr);
+    const button = h("button", { type: "button", title: `sort by ${col.label}` }, th, col.label);
+    button.addEventListener("click", () => { order = { col: k, dir: order.col === k ? -order.dir : (k === 0 ? 1 : -1) }; draw(); });
+    return th;
   });
   draw();
 }
@@ -210,7 +239,10 @@ const HAS_LABELS = CELLS.some((c) => c.label);
 const HAS_DOCS = CELLS.some((c) => c.documents);
 
 function renderWeights(cur) {
-  const head = [{ label: "Cell", cls: "l", key: (x) => x.i }, { label: "Label", cls: "l", key: (x) => CELLS[x.i].label },
+  // the columns that flag problems (the cap, epochs) come first, so no one scrolls to find them
+  const head = [{ label: "Cell", cls: "l", key: (x) => x.i },
+    { label: "Cap", cls: "l", key: (x) => (cur.flags[x.i] === "at" ? 2 : cur.flags[x.i] === "near" ? 1 : 0) },
+    { label: "Epochs", key: (x) => cur.epochs[x.i] }, { label: "Label", cls: "l", key: (x) => CELLS[x.i].label },
     { label: "Available", key: (x) => CELLS[x.i].tokens }, { label: "Documents", key: (x) => CELLS[x.i].documents }];
   cur.phases.forEach((p, k) => {
     head.push({ label: `${p.name} declared`, key: (x) => p.declared[x.i] });
@@ -220,10 +252,9 @@ function renderWeights(cur) {
   const lineage = cur.byRevision.length > 1 ? cur.byRevision : [];
   lineage.forEach((l) => head.push({ label: `tokens by ${l.revision}`, key: (x) => l.tokens[x.i] }));
   head.push({ label: "Tokens, whole lineage", key: (x) => cur.tokensDrawn[x.i] });
-  head.push({ label: "Epochs", key: (x) => cur.epochs[x.i] });
-  head.push({ label: "Cap", cls: "l", key: (x) => (cur.flags[x.i] === "at" ? 2 : cur.flags[x.i] === "near" ? 1 : 0) });
   const rows = CELLS.map((c, i) => {
-    const cells = [(td) => { td.textContent = c.name; }, (td) => { td.textContent = c.label || ""; },
+    const cells = [(td) => { td.textContent = c.name; }, (td) => flagBadge(td, cur.flags[i]),
+      (td) => { td.textContent = fmt.epochs(cur.epochs[i]); }, (td) => { td.textContent = c.label || ""; },
       (td) => { td.textContent = fmt.count(c.tokens); }, (td) => { td.textContent = fmt.count(c.documents); }];
     cur.phases.forEach((p) => {
       cells.push((td) => { td.textContent = fmt.pct(p.declared[i]); });
@@ -232,8 +263,6 @@ function renderWeights(cur) {
     });
     lineage.forEach((l) => cells.push((td) => { td.textContent = fmt.count(l.tokens[i]); }));
     cells.push((td) => { td.textContent = fmt.count(cur.tokensDrawn[i]); });
-    cells.push((td) => { td.textContent = fmt.epochs(cur.epochs[i]); });
-    cells.push((td) => flagBadge(td, cur.flags[i]));
     return { id: "w-" + c.name, i, cells: dropColumns(cells) };
   });
   sortableTable(document.getElementById("weights"), dropColumns(head), rows);
@@ -258,28 +287,37 @@ function renderDiff(cur, cmp) {
     for (let k = 0; k < pairs.length; k++) if (Math.abs(delta(k, i)) > 1e-12) return true;
     return Math.abs(cur.epochs[i] - cmp.epochs[i]) > 1e-12;
   });
-  const head = [{ label: "Cell", cls: "l", key: (x) => x.i }, { label: "Label", cls: "l", key: (x) => CELLS[x.i].label }];
-  pairs.forEach(({ name, a, b }, k) => {
-    head.push({ label: `${name} ${cmp.r.revision}`, key: (x) => (b ? b.realised[x.i] : 0) });
-    head.push({ label: `${name} ${cur.r.revision}`, key: (x) => (a ? a.realised[x.i] : 0) });
-    head.push({ label: `${name} change`, key: (x) => Math.abs(delta(k, x.i)) });
-  });
-  head.push({ label: `Epochs ${cmp.r.revision}`, key: (x) => cmp.epochs[x.i] });
+  // changes and epochs first; blue went up and orange went down, as in the grid's "change vs compared" view
+  const head = [{ label: "Cell", cls: "l", key: (x) => x.i }];
+  pairs.forEach(({ name }, k) => head.push({ label: `${name} change`, key: (x) => Math.abs(delta(k, x.i)) }));
   head.push({ label: `Epochs ${cur.r.revision}`, key: (x) => cur.epochs[x.i] });
+  head.push({ label: `Epochs ${cmp.r.revision}`, key: (x) => cmp.epochs[x.i] });
+  head.push({ label: "Label", cls: "l", key: (x) => CELLS[x.i].label });
+  pairs.forEach(({ name, a, b }) => {
+    head.push({ label: `${name} ${cur.r.revision}`, key: (x) => (a ? a.realised[x.i] : 0) });
+    head.push({ label: `${name} ${cmp.r.revision}`, key: (x) => (b ? b.realised[x.i] : 0) });
+  });
   const rows = idx.map((i) => {
-    const cells = [(td) => { td.textContent = CELLS[i].name; }, (td) => { td.textContent = CELLS[i].label || ""; }];
-    pairs.forEach(({ a, b }, k) => {
-      cells.push((td) => { td.textContent = b ? fmt.pct(b.realised[i]) : "—"; });
-      cells.push((td) => { td.textContent = a ? fmt.pct(a.realised[i]) : "—"; });
-      cells.push((td) => { const d = delta(k, i); td.textContent = fmt.pp(d); td.className = d > 0 ? "up" : d < 0 ? "down" : ""; });
-    });
-    cells.push((td) => { td.textContent = fmt.epochs(cmp.epochs[i]); });
+    const cells = [(td) => { td.textContent = CELLS[i].name; }];
+    pairs.forEach((_, k) => cells.push((td) => {
+      const d = delta(k, i); td.textContent = fmt.pp(d); td.className = d > 0 ? "rise" : d < 0 ? "fall" : "";
+    }));
     cells.push((td) => { td.textContent = fmt.epochs(cur.epochs[i]); flagBadge(td, cur.flags[i]); });
+    cells.push((td) => { td.textContent = fmt.epochs(cmp.epochs[i]); });
+    cells.push((td) => { td.textContent = CELLS[i].label || ""; td.className = "l"; });
+    pairs.forEach(({ a, b }) => {
+      cells.push((td) => { td.textContent = a ? fmt.pct(a.realised[i]) : "—"; });
+      cells.push((td) => { td.textContent = b ? fmt.pct(b.realised[i]) : "—"; });
+    });
     return { i, cells };
   });
   const tw = h("div", { class: "scroll tall" }, wrap);
-  sortableTable(tw, head, rows, { col: 4, dir: -1 });
-  h("p", { class: "note" }, wrap, `${CELLS.length - idx.length} unchanged cells not listed. Changes are in realised weight, percentage points.`);
+  sortableTable(tw, head, rows, { col: 1, dir: -1 });
+  const key = h("p", { class: "note" }, wrap, `${CELLS.length - idx.length} unchanged cells not listed. Changes are in realised weight, percentage points, ${cur.r.revision} minus ${cmp.r.revision}: `);
+  h("span", { class: "rise" }, key, "blue: more in " + cur.r.revision);
+  key.appendChild(document.createTextNode(", "));
+  h("span", { class: "fall" }, key, "orange: less");
+  key.appendChild(document.createTextNode(" (the same colours as the grid's change view)."));
 }
 
 function renderSourceShare(cur) {
@@ -334,15 +372,24 @@ function render() {
   if (state.compare === state.revision) state.compare = null;
   state.metric = params.get("metric") || state.metric;
   if (asked && state.revision && resolveRevision(asked) === null) {
-    document.getElementById("notice").textContent = `Revision “${asked}” is not built on this store; showing ${D.revisions[state.revision].label}.`;
+    const notice = document.getElementById("notice");
+    notice.textContent = `No revision “${asked}” is built on this store, so this page shows ${D.revisions[state.revision].label} instead. ` +
+      `Built here: ${KEYS.join(", ")}.`;
+    notice.className = "alert";
   }
   document.getElementById("revision").addEventListener("change", (e) => {
     state.revision = e.target.value;
     if (state.compare === state.revision) state.compare = null;
     document.getElementById("notice").textContent = "";
+    document.getElementById("notice").className = "note";
     render();
   });
   document.getElementById("compare").addEventListener("change", (e) => { state.compare = e.target.value || null; render(); });
   document.getElementById("metric").addEventListener("change", (e) => { state.metric = e.target.value; render(); });
   render();
+  const linked = location.hash.startsWith("#cell-") ? location.hash.slice(6) : "";
+  if (linked) openCell(decodeURIComponent(linked), false);
+  window.addEventListener("hashchange", () => {
+    if (location.hash.startsWith("#cell-")) openCell(decodeURIComponent(location.hash.slice(6)), false);
+  });
 })();

@@ -8,7 +8,7 @@ const lawAt = (p, c) => p.L_inf + p.A * Math.pow(c, -p.alpha);
 xyChart($("c-curves"), D.results.map((r) => ({
   name: `${r.rung} seed ${r.seed}${revisions.length > 1 ? " · " + r.revision : ""}`,
   points: (r.curve || []).map((e) => [e.tokens, e.loss]), mode: "both",
-})), { title: "Held-out macro loss per rung", logX: true, xLabel: "tokens" });
+})), { title: "Held-out macro loss per rung", logX: true, xLabel: "tokens", yLabel: "held-out loss (nats per token)" });
 
 const fitSeries = [];
 revisions.forEach((rev, k) => {
@@ -24,8 +24,8 @@ revisions.forEach((rev, k) => {
   fitSeries.push({ name: `${rev}: predictions`, points: fit.predictions.map((p) => [p.flops, p.loss]), mode: "points",
     colour: "#111", bars: fit.predictions.map((p) => [p.flops, p.low, p.high]) });
 });
-xyChart($("c-fit"), fitSeries, { title: "Fit L(C) = L∞ + A·C^−α (log-log)", logX: true, logY: true, xLabel: "FLOPs" });
+xyChart($("c-fit"), fitSeries, { title: "Fit L(C) = L∞ + A·C^−α (log-log)", logX: true, logY: true, xLabel: "FLOPs", yLabel: "loss (nats per token)" });
 
 xyChart($("c-resid"), revisions.filter((rev) => D.fits[rev]).map((rev, k) => ({
   name: rev, points: D.fits[rev].residuals.map((r) => [r.flops, r.residual]), mode: "points", colour: colour(k),
-})), { title: "Residuals (measured − fit)", logX: true, xLabel: "FLOPs" });
+})), { title: "Residuals (measured − fit)", logX: true, xLabel: "FLOPs", yLabel: "residual (nats)" });

@@ -7,21 +7,21 @@ const byName = (obj) => Object.keys(obj).map((name) => ({ name, values: obj[name
 const $ = (id) => document.getElementById(id);
 lineChart.defaults.marks = R.switches.map((m) => ({ x: m.step, label: `→ ${m.revision}` }));  // every chart
 
-lineChart($("c-loss"), X, [{ name: "loss", values: S.loss }], { title: "Loss" });
+lineChart($("c-loss"), X, [{ name: "loss", values: S.loss }], { title: "Loss", yLabel: "loss (nats per token)" });
 lineChart($("c-lr"), X, [{ name: "learning rate", values: S.lr }], { title: "Learning rate" });
 lineChart($("c-grad"), X, [{ name: "grad norm (trained params)", values: S.grad_norm }], { title: "Gradient norm", legend: true });
 lineChart($("c-param"), X, [
   { name: "param norm (trained params)", values: S.param_norm },
   { name: "param norm incl. router bias", values: S.param_norm_with_router_bias, dash: "5 3" },
-], { title: "Parameter norm, with and without the router bias" });
-lineChart($("c-tps"), X, [{ name: "tokens/s", values: S.tokens_per_second }], { title: "Tokens per second", yFormat: fmt.count, zero: true });
-lineChart($("c-mfu"), X, [{ name: "MFU", values: S.mfu }], { title: "Model FLOPs utilisation", yFormat: fmt.pct, zero: true });
-lineChart($("c-wait"), X, [{ name: "data wait", values: S.data_wait_fraction }], { title: "Share of step time waiting for data", yFormat: fmt.pct, zero: true });
-lineChart($("c-bias"), X, byName(R.router_bias_norm), { title: "Router bias norm per layer", legend: true });
-lineChart($("c-biasmax"), X, byName(R.router_bias_max_abs), { title: "Router bias max |b| per layer", legend: true });
-lineChart($("c-viol"), X, byName(R.max_violation), { title: "Expert load max-violation per layer", yFormat: fmt.pct, legend: true });
-lineChart($("c-cell"), X, byName(R.loss_per_cell), { title: "Loss per cell (batches that held the cell)", legend: true, connectGaps: true });
-lineChart($("c-source"), X, byName(R.loss_per_source), { title: "Loss per source (batches that held the source)", legend: true, connectGaps: true });
+], { title: "Parameter norm, with and without the router bias", yLabel: "L2 norm" });
+lineChart($("c-tps"), X, [{ name: "tokens/s", values: S.tokens_per_second }], { title: "Tokens per second", yLabel: "tokens/s", yFormat: fmt.count, zero: true });
+lineChart($("c-mfu"), X, [{ name: "MFU", values: S.mfu }], { title: "Model FLOPs utilisation", yLabel: "MFU (% of peak)", yFormat: fmt.pct, zero: true });
+lineChart($("c-wait"), X, [{ name: "data wait", values: S.data_wait_fraction }], { title: "Share of step time waiting for data", yLabel: "% of step time", yFormat: fmt.pct, zero: true });
+lineChart($("c-bias"), X, byName(R.router_bias_norm), { title: "Router bias norm per layer", yLabel: "L2 norm", legend: true });
+lineChart($("c-biasmax"), X, byName(R.router_bias_max_abs), { title: "Router bias max |b| per layer", yLabel: "max |bias|", legend: true });
+lineChart($("c-viol"), X, byName(R.max_violation), { title: "Expert load max-violation per layer", yLabel: "max-violation (% over even)", yFormat: fmt.pct, legend: true });
+lineChart($("c-cell"), X, byName(R.loss_per_cell), { title: "Loss per cell (batches that held the cell)", yLabel: "loss (nats per token)", legend: true, connectGaps: true });
+lineChart($("c-source"), X, byName(R.loss_per_source), { title: "Loss per source (batches that held the source)", yLabel: "loss (nats per token)", legend: true, connectGaps: true });
 
 (function expertLoad() {
   const box = $("c-load");

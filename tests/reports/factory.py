@@ -37,6 +37,7 @@ VERSION = "2026.11.30"
 SOURCES = ["python-docs", "man-pages", "licenses"]
 DOMAIN_LABELS = {"c00": "python api", "c01": "shell commands", "c02": "licence terms"}
 SCORE_RANGES = {"q0": [0.0, 0.41], "q1": [0.41, 1.0]}
+UNIFORM_DESCRIPTION = "Every cell alike in the main phase, then a cooldown on the q1 bucket."
 HOSTILE = '<script>window.__pwned = 1; alert("x")</script></script><b>not bold</b> & done'
 
 
@@ -94,7 +95,8 @@ def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str,
     new_revision(home, "default", "natural", store, strategy="natural", phases=["main:12288"],
                  seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
     new_revision(home, "default", "uniform-sampling", store, strategy="uniform",
-                 phases=["main:10240", "cooldown:2048:uniform@c*q1"], seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
+                 phases=["main:10240", "cooldown:2048:uniform@c*q1"], seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH,
+                 description=UNIFORM_DESCRIPTION)
     return {name: build(home, "default", name) for name in ("natural", "uniform-sampling")}
 
 

@@ -51,8 +51,9 @@ def browser():
 class Tab:
     """A page that records console errors, page errors and every request it makes."""
 
-    def __init__(self, browser, width: int = 1280, height: int = 900):
-        self.context = browser.new_context(viewport={"width": width, "height": height})
+    def __init__(self, browser, width: int = 1280, height: int = 900, touch: bool = False):
+        self.context = browser.new_context(viewport={"width": width, "height": height}, has_touch=touch,
+                                           is_mobile=touch)
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.requests: list[str] = []
@@ -183,7 +184,7 @@ def test_run_page_draws_every_chart(browser, site):
     tab.open(site / "runs" / "tiny-1" / "index.html")
     for chart in ("c-loss", "c-lr", "c-grad", "c-param", "c-tps", "c-mfu", "c-bias", "c-viol", "c-cell", "c-source"):
         assert tab.page.locator(f"#{chart} svg path").count() >= 1, chart
-    assert tab.page.locator("#c-param .legend span").count() == 2
+    assert tab.page.locator("#c-param .legend button[aria-pressed]").count() == 2
     assert tab.page.locator("#c-load g.hm").count() == 16  # 2 layers × 8 experts
     assert tab.page.locator("#plan-table tbody tr").count() == 6
     assert "Largest difference between realised and expected-by-now" in tab.page.inner_text("#mixing-error")
@@ -256,3 +257,192 @@ def test_store_without_revisions_shows_its_own_numbers(browser, tmp_path):
     assert not tab.page.is_visible("#weights-section") and not tab.page.is_visible("#revision-control")
     tab.check_clean()
     tab.close()
+
+
+COMPOSITION = (factory.STORE, factory.VERSION, "index.html")
+
+
+def test_wide_tables_fit_a_wide_window_problem_columns_first_first_column_fixed(browser, site):
+    page_path = site.joinpath(*COMPOSITION)
+    tab = Tab(browser, width=1920, height=1000)
+    tab.open(page_path, "?revision=uniform-sampling&compare=natural")
+    assert tab.page.evaluate("() => document.querySelector('main').clientWidth") > 1800
+    heads = tab.page.eval_on_selector_all("#weights thead th", "(ths) => ths.map((th) => th.textContent)")
+    assert heads[:3] == ["Cell", "Cap", "Epochs"]
+    right = tab.page.evaluate("() => document.querySelector('#weights thead th:nth-child(3)').getBoundingClientRect().right")
+    assert right < 1920
+    diff_heads = tab.page.eval_on_selector_all("#diff thead th", "(ths) => ths.map((th) => th.textContent)")
+    assert diff_heads[:4] == ["Cell", "main change", "cooldown change", "Epochs uniform-sampling"]
+    funnel = tab.page.eval_on_selector_all("#funnel thead th", "(ths) => ths.map((th) => th.textContent)")
+    assert funnel[:3] == ["Stage", "Removed", "Removed because"]
+    tab.close()
+    phone = Tab(browser, width=390, height=844)
+    phone.open(page_path, "?revision=uniform-sampling")
+    stuck = phone.page.evaluate("""() => {
+        const box = document.querySelector('#weights');
+        box.scrollLeft = 400;
+        const first = box.querySelector('tbody td:first-child').getBoundingClientRect().left;
+        return [box.scrollLeft, first - box.getBoundingClientRect().left];
+    }""")
+    assert stuck[0] > 0 and abs(stuck[1]) <= 1  # scrolled sideways, the cell names stay in view
+    phone.check_clean()
+    phone.close()
+
+
+def test_phone_text_is_readable_and_numbers_are_a_tap_away(browser, site):
+    for path, query, chart in ((site.joinpath(*COMPOSITION), "?revision=uniform-sampling", "#grid"),
+                               (site / "runs" / "tiny-1" / "index.html", "", "#c-loss")):
+        tab = Tab(browser, width=390, height=844, touch=True)
+        tab.open(path, query)
+        smallest = tab.page.evaluate("""(sel) => Math.min(...[...document.querySelectorAll(sel + ' svg text')]
+            .filter((t) => t.textContent.trim()).map((t) => parseFloat(getComputedStyle(t).fontSize)
+              * t.ownerSVGElement.getBoundingClientRect().width / t.ownerSVGElement.viewBox.baseVal.width))""", chart)
+        assert smallest >= 11, (chart, smallest)
+        target = tab.page.locator(f"{chart} g.hm").first if chart == "#grid" else tab.page.locator(f"{chart} rect.hit")
+        target.scroll_into_view_if_needed()
+        target.tap()
+        assert tab.page.is_visible(".tip")
+        assert ("available" if chart == "#grid" else "loss") in tab.page.inner_text(".tip")
+        tab.check_clean()
+        tab.close()
+
+
+def test_compare_colours_mean_one_thing_in_the_grid_and_the_diff_table(browser, site):
+    tab = Tab(browser)
+    tab.open(site.joinpath(*COMPOSITION), "?revision=natural&compare=uniform-sampling&metric=delta:0")
+    found = tab.page.evaluate("""() => {
+        const rgb = (s) => s.match(/\\d+/g).map(Number);
+        const out = {};
+        for (const tr of document.querySelectorAll('#diff tbody tr')) {
+            const td = tr.querySelectorAll('td')[1];
+            if (!td.className) continue;
+            const cell = tr.querySelector('td').textContent;
+            const [r, c] = [Number(cell.slice(1, 3)), Number(cell.slice(4))];
+            const square = document.querySelector(`#grid g.hm[data-row="${r}"][data-col="${c}"] rect`);
+            out[cell] = [td.className, rgb(getComputedStyle(td).color), rgb(square.getAttribute('fill'))];
+        }
+        return out;
+    }""")
+    assert {kind for kind, _, _ in found.values()} == {"rise", "fall"}
+    for cell, (kind, text, fill) in found.items():
+        blue_text, blue_fill = text[2] > text[0], fill[2] > fill[0]
+        assert blue_text == blue_fill == (kind == "rise"), (cell, kind, text, fill)
+    assert "blue: more in natural" in tab.page.inner_text("#diff")
+    tab.check_clean()
+    tab.close()
+
+
+def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser, site):
+    tab = Tab(browser, width=1280, height=700)
+    tab.open(site / "runs" / "tiny-1" / "index.html")
+    charts = tab.page.evaluate("""() => [...document.querySelectorAll('.chart svg[role=img]')].map((svg) => {
+        const x = svg.querySelector('.axis-title.x'), y = svg.querySelector('.axis-title.y');
+        const xb = x.getBoundingClientRect();
+        const ticks = [...svg.querySelectorAll('text')].filter((t) => t !== x && t !== y && !t.classList.contains('axis-title'));
+        const overlaps = ticks.filter((t) => { const b = t.getBoundingClientRect();
+            return b.width && b.left < xb.right && b.right > xb.left && b.top < xb.bottom && b.bottom > xb.top; }).length;
+        return [svg.getAttribute('aria-label'), y.textContent, x.textContent, overlaps];
+    })""")
+    assert len(charts) >= 10
+    for label, y_title, x_title, overlaps in charts:
+        assert y_title and x_title and overlaps == 0, (label, y_title, x_title, overlaps)
+        assert "line chart of" in label or ":" in label
+    assert any(y == "loss (nats per token)" for _, y, _, _ in charts)
+    box = tab.page.evaluate("""() => { const r = document.querySelector('#c-source rect.hit');
+        r.scrollIntoView({block: 'end'}); const b = r.getBoundingClientRect(); return [b.left + b.width / 2, b.bottom - 2]; }""")
+    tab.page.mouse.move(box[0], box[1])
+    tip = tab.page.evaluate("() => { const b = document.querySelector('.tip').getBoundingClientRect(); return [b.top, b.bottom]; }")
+    assert tip[0] >= 0 and tip[1] <= 700, tip
+    tab.check_clean()
+    tab.close()
+
+
+def test_legend_picks_the_lines_of_a_busy_chart(browser, site):
+    tab = Tab(browser)
+    tab.open(site / "runs" / "tiny-1" / "index.html")
+    buttons = tab.page.locator("#c-source .legend button[aria-pressed]")
+    assert buttons.count() >= 2
+    name = buttons.first.inner_text()
+    buttons.first.click()
+    assert buttons.first.get_attribute("aria-pressed") == "false"
+    hidden = tab.page.evaluate("(n) => getComputedStyle(document.querySelector(`#c-source path[data-series='${n}']`)).display", name)
+    assert hidden == "none"
+    buttons.first.press("Enter")
+    assert buttons.first.get_attribute("aria-pressed") == "true"
+    tab.check_clean()
+    tab.close()
+
+
+def test_keyboard_screen_readers_and_contrast(browser, site):
+    tab = Tab(browser)
+    tab.open(site.joinpath(*COMPOSITION), "?revision=uniform-sampling&metric=epochs")
+    assert tab.page.eval_on_selector_all("#weights thead th", "(ths) => ths.map((th) => th.getAttribute('aria-sort'))")[0] \
+        == "ascending"
+    epochs = tab.page.locator("#weights thead th:nth-child(3) button")
+    epochs.focus()
+    tab.page.keyboard.press("Enter")
+    assert tab.page.get_attribute("#weights thead th:nth-child(3)", "aria-sort") == "descending"
+    shown = tab.page.eval_on_selector_all("#weights tbody tr td:nth-child(3)", "(tds) => tds.map((td) => td.textContent)")
+    values = [float(v.rstrip("×")) for v in shown]
+    assert values == sorted(values, reverse=True)
+    label = tab.page.get_attribute("#grid svg", "aria-label")
+    assert label not in ("grid", "heat map") and "uniform-sampling" in label
+    first = tab.page.locator("#grid g.hm").first
+    first.focus()
+    assert tab.page.is_visible(".tip") and "c00" in tab.page.inner_text(".tip")
+    assert "c00" in first.get_attribute("aria-label")
+    tab.page.keyboard.press("ArrowRight")
+    assert tab.page.evaluate("() => document.activeElement.dataset.col") == "1"
+    tab.page.keyboard.press("Enter")
+    assert "#cell-c00q1" in tab.page.url
+    ratios = tab.page.evaluate("""() => {
+        const pairs = [...document.querySelectorAll('#grid g.hm')].filter((g) => g.querySelector('text').textContent)
+          .map((g) => [g.querySelector('text').getAttribute('fill'), g.querySelector('rect').getAttribute('fill')]);
+        for (const td of document.querySelectorAll('#source-spread td[style]')) {
+          const s = getComputedStyle(td); pairs.push([s.color, s.backgroundColor]);
+        }
+        return pairs.map(([a, b]) => contrast(a, b));
+    }""")
+    assert len(ratios) > 6 and min(ratios) >= 4.5, sorted(ratios)[:3]
+    tab.check_clean()
+    tab.close()
+
+
+def test_empty_grid_cells_are_in_the_legend_and_stand_out(browser, site):
+    tab = Tab(browser)
+    tab.open(site / "index.html")
+    tab.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
+    drawn = tab.page.evaluate("""() => {
+        const box = document.createElement('div'); document.body.appendChild(box);
+        heatMap(box, ['c00', 'c01'], ['q0', 'q1'], (r, c) => (r === 1 && c === 1 ? null : r + c + 1),
+          { format: String, tooltip: (r, c) => `c0${r}q${c}`, emptyLabel: 'no such cell' });
+        const empty = box.querySelector('g.hm.empty rect');
+        return [box.querySelector('.empty-key').textContent, empty.getAttribute('stroke'), contrast(empty.getAttribute('stroke'), '#ffffff')];
+    }""")
+    assert drawn[0] == "no such cell" and drawn[2] >= 3  # a dashed outline a person can see (non-text 3:1)
+    tab.close()
+
+
+def test_missing_revision_is_said_at_the_top_cells_link_and_descriptions_show(browser, site):
+    page_path = site.joinpath(*COMPOSITION)
+    tab = Tab(browser)
+    tab.open(page_path, "?revision=uniform")
+    notice = tab.page.locator("#notice")
+    assert notice.get_attribute("class") == "alert" and tab.page.is_visible("#notice")
+    text = notice.inner_text()
+    assert "No revision “uniform” is built on this store" in text and "natural, uniform-sampling" in text
+    above = tab.page.evaluate("() => document.querySelector('#notice').getBoundingClientRect().top"
+                              " < document.querySelector('.cards').getBoundingClientRect().top")
+    assert above
+    tab.page.select_option("#revision", "uniform-sampling")
+    assert tab.page.inner_text("#revision-description") == factory.UNIFORM_DESCRIPTION
+    tab.page.locator("#grid g.hm").nth(3).click()
+    assert tab.page.url.endswith("#cell-c01q1")
+    tab.close()
+    linked = Tab(browser)
+    linked.open(page_path, "?revision=natural#cell-c02q0")
+    assert linked.page.evaluate("() => document.getElementById('cell-c02q0').open")
+    assert linked.page.locator("#grid g.hm.selected").count() == 1
+    assert not linked.page.is_visible("#revision-description")  # natural has no description
+    linked.check_clean()
+    linked.close()
