@@ -20,8 +20,9 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
       train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`);
       the run's files go to $MILLRACE_HOME/runs/<run>/ (run.json, metrics.jsonl,
       checkpoints/). Under torchrun it runs data + expert parallel.
-  millrace train plan CONFIG --gpus N [--json]
-      parameters, FLOPs, memory per GPU and days for CONFIG, without training.
+  millrace train plan CONFIG --gpus N [--gpus-per-node G] [--json]
+      a runnable data x expert layout, parameters, FLOPs, memory per GPU and days for CONFIG,
+      without training.
   millrace train list [--json]
       the runs under $MILLRACE_HOME/runs (same as `millrace runs list`).
 
@@ -102,14 +103,18 @@ def fmt_params(count: float) -> str:
 @click.option("--tokens", type=float, default=None, help="Token budget (default: the config's plan.tokens).")
 @click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=None,
               help="Model FLOPs utilisation assumed for the duration (default: the config's plan.mfu).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs per node or NVLink domain; an expert group never straddles one unevenly "
+                   "(default: the config's plan.gpus_per_node, 0 there meaning all GPUs in one node).")
 @click.option("--vocab-size", type=click.IntRange(min=1), default=None,
               help="Vocabulary for a config whose model.vocab_size is 0 (taken from the store when training; "
                    "default here: the pipeline's default tokenizer size).")
 @json_option
 @home_option
 def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None, mfu: float | None,
-                 vocab_size: int | None, as_json: bool) -> None:
-    """Parameters, FLOPs per token, total FLOPs, memory per GPU and days, for CONFIG on paper."""
+                 gpus_per_node: int | None, vocab_size: int | None, as_json: bool) -> None:
+    """A runnable data x expert layout for the GPUs (those it leaves idle, the loader's world), parameters,
+    FLOPs, memory per GPU with and without activation checkpointing, and days, for CONFIG on paper."""
     from millrace.config import parse_document
     from trainer.config import load_train_config
     from trainer.flops import plan
@@ -124,11 +129,11 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
 
         assumed = vocab_size or TokenizerConfig().vocab_size
         loaded = loaded.model_copy(update={"model": loaded.model.model_copy(update={"vocab_size": assumed})})
-    result = plan(loaded, gpus=gpus, tokens=tokens, mfu=mfu)
+    result = plan(loaded, gpus=gpus, tokens=tokens, mfu=mfu, gpus_per_node=gpus_per_node)
     if as_json:
         print_json({"config": config, "vocab_size": loaded.model.vocab_size, **result.as_dict()})
         return
-    p = result.params
+    p, lay, mem = result.params, result.layout, result.memory
     rows = [
         ("total parameters", fmt_params(p.total)),
         ("active parameters per token", fmt_params(p.active)),
@@ -138,10 +143,19 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
          f"{result.flops_per_token:.4g} (attention {result.attention_flops_per_token:.3g}, seq {result.seq_len})"),
         ("token budget", f"{result.tokens:.4g} ({result.steps:,} steps of {result.global_batch:,} x {result.seq_len})"),
         ("total training FLOPs", f"{result.total_flops:.4g}"),
-        ("GPUs / expert parallel", f"{result.gpus} / {result.expert_parallel}"),
+        ("layout (data x expert parallel)",
+         f"{lay.data_parallel} x {lay.expert_parallel} = {lay.gpus_used:,} of {lay.gpus:,} GPUs, {lay.gpus_idle:,} idle; "
+         f"{lay.ranks_per_node} ranks on each of {lay.nodes} nodes of {lay.gpus_per_node}"),
+        ("loader world / sequences per GPU",
+         f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} (micro-batches {loaded.data.micro_batches})"),
         ("per GPU: weights / grads / optimiser",
          f"{result.weights_gib_per_gpu:.2f} / {result.grads_gib_per_gpu:.2f} / {result.optimizer_gib_per_gpu:.2f} GiB "
-         f"(= {result.state_gib_per_gpu:.2f} GiB, activations not included)"),
+         f"(= {result.state_gib_per_gpu:.2f} GiB)"),
+        ("per GPU: gathered weights / logits", f"{mem.gathered:.2f} / {mem.logits:.2f} GiB"),
+        ("per GPU: activations", f"{mem.activations:,.1f} GiB, {mem.activations_checkpointed:,.1f} GiB with "
+                                 "activation checkpointing"),
+        ("per GPU: total", f"{mem.total:,.1f} GiB ({_fits(mem.total, mem.gpu_memory)}), "
+                           f"{mem.total_checkpointed:,.1f} GiB checkpointed ({_fits(mem.total_checkpointed, mem.gpu_memory)})"),
         ("days", f"{result.days:.1f} at {result.mfu:.0%} MFU of {result.peak_flops_per_gpu:.3g} FLOP/s per GPU"),
     ]
     width = max(len(name) for name, _ in rows)
@@ -152,3 +166,7 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
         click.echo(f"  vocabulary {assumed:,} ({why})")
     for name, value in rows:
         click.echo(f"  {name:<{width}}  {value}")
+
+
+def _fits(gib: float, capacity: float) -> str:
+    return f"fits {capacity:g} GiB" if gib <= capacity else f"over {capacity:g} GiB"

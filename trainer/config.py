@@ -134,6 +134,7 @@ class PlanConfig(StrictModel):
     seq_len: int = pydantic.Field(4096, gt=0)
     global_batch: int = pydantic.Field(1024, gt=0)
     gpus: int = pydantic.Field(8, gt=0)
+    gpus_per_node: int = pydantic.Field(0, ge=0, description="GPUs per node (NVLink domain); 0: all on one node")
     peak_flops_per_gpu: float = pydantic.Field(2.5e15, gt=0)
     mfu: float = pydantic.Field(0.35, gt=0, le=1)
     gpu_memory_gib: float = pydantic.Field(186, gt=0)

@@ -3,7 +3,7 @@
 Under `torchrun` (WORLD_SIZE > 1) the trainer joins a process group (NCCL on GPUs,
 gloo on CPUs) and lays its ranks out on a two-dimensional device mesh
 `("dp", "ep")` of `data_parallel × expert_parallel` ranks, built from `[parallel]`
-alone (`Layout`). Expert groups are contiguous ranks (rank = dp · ep_size + ep), so on
+alone (`trainer.layout`). Expert groups are contiguous ranks (rank = dp · ep_size + ep), so on
 a GPU cluster an expert group stays inside one NVLink domain.
 - Data: the loader is addressed by the data-parallel coordinate (rank `dp` of
   `data_parallel`); the ranks of one expert group split that batch by rows, so every
@@ -34,45 +34,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from millrace.errors import ConfigError
 from trainer.config import ParallelConfig
+from trainer.layout import Layout, resolve_layout
 from trainer.model import Transformer
 from trainer.moe import ExpertParallel
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """`data_parallel × expert_parallel` ranks; the trainer runs on exactly that many."""
-
-    data_parallel: int = 1
-    expert_parallel: int = 1
-
-    @property
-    def world(self) -> int:
-        return self.data_parallel * self.expert_parallel
-
-
-def resolve_layout(config: ParallelConfig, world: int, n_experts: int) -> Layout:
-    """The layout `[parallel]` asks for on `world` ranks, or a one-line error naming the field.
-
-    One process is always 1 x 1 (it holds every expert), so a config written for a
-    mesh also runs, and resumes, in a single process."""
-    if world == 1:
-        return Layout()
-    expert = config.expert_parallel or (world if n_experts else 1)
-    if world % expert:
-        raise ConfigError(f"parallel.expert_parallel = {expert} does not divide the world size {world}")
-    if n_experts and n_experts % expert:
-        raise ConfigError(f"parallel.expert_parallel = {expert} does not divide moe.n_routed_experts = {n_experts}")
-    data = config.data_parallel or world // expert
-    if data * expert != world:
-        raise ConfigError(
-            f"parallel.data_parallel = {data} x parallel.expert_parallel = {expert} is {data * expert} ranks, "
-            f"but the world size is {world}"
-        )
-    return Layout(data_parallel=data, expert_parallel=expert)
 
 
 @dataclass
@@ -114,7 +81,7 @@ def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Ru
     device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    layout = resolve_layout(config, world, n_experts)
+    layout = resolve_layout(config.expert_parallel, config.data_parallel, world, n_experts)
     if world == 1:
         return Runtime(rank=0, world=1, device=device, mesh=None, layout=layout)
     if not dist.is_initialized():

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from millrace.errors import ConfigError
 from trainer.config import TrainConfig
+from trainer.layout import ProposedLayout, propose_layout
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,66 @@ def flops_per_token(config: TrainConfig, seq_len: int) -> float:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """GiB per GPU, on paper. Activations are for one micro-batch of this rank's sequences with
+    balanced routing, bf16; "checkpointed" keeps only each block's input and recomputes one block."""
+
+    state: float  # fp32 master weights + gradients + AdamW moments, sharded over every used GPU
+    gathered: float  # two blocks' unsharded weights (FSDP all-gather of one block while the next prefetches)
+    activations: float
+    activations_checkpointed: float
+    logits: float  # the output logits and their gradient (the fp32 loss is computed in chunks)
+    gpu_memory: float
+
+    @property
+    def total(self) -> float:
+        return self.state + self.gathered + self.activations + self.logits
+
+    @property
+    def total_checkpointed(self) -> float:
+        return self.state + self.gathered + self.activations_checkpointed + self.logits
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "total": self.total, "total_checkpointed": self.total_checkpointed,
+                "fits": self.total <= self.gpu_memory, "fits_checkpointed": self.total_checkpointed <= self.gpu_memory}
+
+
+def activation_bytes_per_token(config: TrainConfig, moe_layer: bool, dtype_bytes: int = 2) -> float:
+    """What autograd keeps for one token of one block: norm inputs, q/k/v and the attention output; for an
+    MoE block the routed copies (k of them) with their w1, w3 and product activations, the shared experts'."""
+    m, moe = config.model, config.moe
+    d, q_dim, kv_dim = m.d_model, m.n_heads * m.resolved_head_dim, m.n_kv_heads * m.resolved_head_dim
+    attention = 2 * d + 2 * q_dim + 2 * kv_dim
+    if moe_layer:
+        routed = moe.top_k * (2 * d + 3 * moe.expert_ffn_dim)
+        ffn = 2 * d + routed + 3 * moe.expert_ffn_dim * moe.n_shared_experts + 4 * moe.n_routed_experts
+    else:
+        ffn = 2 * d + 3 * m.dense_ffn_dim
+    return float(dtype_bytes * (attention + ffn))
+
+
+def memory(config: TrainConfig, params: ParamCount, layout: ProposedLayout, seq_len: int, global_batch: int) -> Memory:
+    p, m = config.plan, config.model
+    gib = float(1 << 30)
+    tokens = global_batch // layout.gpus_used // config.data.micro_batches * seq_len
+    n_moe = m.n_layers - m.n_dense_layers if config.moe.n_routed_experts else 0
+    per_layer = [activation_bytes_per_token(config, i >= m.n_layers - n_moe) for i in range(m.n_layers)]
+    compute_bytes = 2 if config.parallel.param_dtype == "bfloat16" else 4
+    attention = params.attention / m.n_layers
+    expert_block = (params.routers + params.shared_experts + params.routed_experts / layout.expert_parallel) / max(n_moe, 1)
+    dense_block = params.dense_ffn / max(m.n_layers - n_moe, 1)
+    block = attention + max(expert_block if n_moe else 0, dense_block if n_moe < m.n_layers else 0)
+    return Memory(
+        state=params.total * (p.master_weight_bytes + p.grad_bytes + p.optimizer_bytes) / layout.gpus_used / gib,
+        gathered=2 * block * compute_bytes / gib,
+        activations=tokens * sum(per_layer) / gib,
+        activations_checkpointed=tokens * (2 * m.d_model * m.n_layers + max(per_layer)) / gib,
+        logits=2 * tokens * m.vocab_size * 2 / gib,
+        gpu_memory=p.gpu_memory_gib,
+    )
+
+
+@dataclass(frozen=True)
 class Plan:
     params: ParamCount
     seq_len: int
@@ -87,6 +147,8 @@ class Plan:
     total_flops: float
     gpus: int
     expert_parallel: int
+    layout: ProposedLayout
+    memory: Memory
     weights_gib_per_gpu: float
     grads_gib_per_gpu: float
     optimizer_gib_per_gpu: float
@@ -103,29 +165,33 @@ class Plan:
     def as_dict(self) -> dict:
         body = asdict(self)
         body["params"] = self.params.as_dict()
+        body["layout"] = self.layout.as_dict()  # data_parallel, expert_parallel, gpus_used, gpus_idle, loader_world, ...
+        body["memory_gib_per_gpu"] = self.memory.as_dict()
+        del body["memory"]
         body["state_gib_per_gpu"] = self.state_gib_per_gpu
         return body
 
 
-def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = None, mfu: float | None = None) -> Plan:
-    """Sizing on paper. Sharding: FSDP shards every non-expert parameter over all GPUs; routed
-    experts are split over `expert_parallel` ranks and FSDP-sharded over the remaining
-    gpus / expert_parallel replicas, so every parameter's state is spread over all GPUs."""
+def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = None, mfu: float | None = None,
+         gpus_per_node: int | None = None) -> Plan:
+    """Sizing on paper, on the layout `trainer.layout.propose_layout` finds for these GPUs (the trainer
+    accepts it: the same rules). Sharding: FSDP shards every dense parameter over all used GPUs; routed
+    experts are split over `expert_parallel` ranks and FSDP-sharded over `data_parallel`, so every
+    parameter's state is spread over all used GPUs."""
     p = config.plan
     gpus = gpus or p.gpus
     tokens = tokens if tokens is not None else p.tokens
     mfu = mfu or p.mfu
-    experts = config.moe.n_routed_experts
-    expert_parallel = config.parallel.expert_parallel or (gpus if experts else 1)
-    if experts and (experts % expert_parallel or gpus % expert_parallel):
-        raise ConfigError(f"parallel.expert_parallel = {expert_parallel} must divide both the {experts} experts "
-                          f"and the {gpus} GPUs")
+    layout = propose_layout(gpus, p.gpus_per_node if gpus_per_node is None else gpus_per_node,
+                            config.moe.n_routed_experts, p.global_batch, config.data.micro_batches,
+                            config.parallel.expert_parallel, config.parallel.data_parallel)
+    used = layout.gpus_used
     params = count_params(config)
     per_token = flops_per_token(config, p.seq_len)
     total = per_token * tokens
     gib = float(1 << 30)
-    per_gpu = params.total / gpus
-    days = total / (gpus * p.peak_flops_per_gpu * mfu) / 86400.0
+    per_gpu = params.total / used
+    days = total / (used * p.peak_flops_per_gpu * mfu) / 86400.0
     return Plan(
         params=params,
         seq_len=p.seq_len,
@@ -134,7 +200,9 @@ def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = No
         attention_flops_per_token=attention_flops_per_token(config, p.seq_len),
         total_flops=total,
         gpus=gpus,
-        expert_parallel=expert_parallel,
+        expert_parallel=layout.expert_parallel,
+        layout=layout,
+        memory=memory(config, params, layout, p.seq_len, p.global_batch),
         weights_gib_per_gpu=per_gpu * p.master_weight_bytes / gib,
         grads_gib_per_gpu=per_gpu * p.grad_bytes / gib,
         optimizer_gib_per_gpu=per_gpu * p.optimizer_bytes / gib,

@@ -37,6 +37,7 @@ from trainer.balance import balance_step
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
+from trainer.layout import check_batch
 from trainer.metrics import METRICS_FILE, MetricsWriter, read_metrics, read_run, write_run
 from trainer.model import Transformer
 from trainer.moe import local_tensor
@@ -269,13 +270,10 @@ def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture
             raise ConfigError(f"{name} = {value} exceeds the {stream.steps} steps of {mixture}/{revision} ({manifest_path})")
     if stop > horizon:
         raise ConfigError(f"--steps {stop} is past the learning-rate horizon of {horizon} steps set in {config_path}")
-    expert_parallel, micro = runtime.layout.expert_parallel, config.data.micro_batches
-    if stream.local_batch % expert_parallel:
-        raise ConfigError(f"{config_path}: field 'parallel.expert_parallel': {expert_parallel} does not divide the "
-                          f"data-parallel batch of {stream.local_batch} sequences")
-    if (stream.local_batch // expert_parallel) % micro:
-        raise ConfigError(f"{config_path}: field 'data.micro_batches': {micro} does not divide the per-rank batch "
-                          f"{stream.local_batch // expert_parallel}")
+    try:
+        check_batch(runtime.layout, stream.manifest.global_batch, config.data.micro_batches)
+    except ConfigError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
     plan = RunPlan(config_path=config_path, config=config, home=home, mixture=mixture, revision=revision, run=run,
                    manifest_path=manifest_path, runtime=runtime, stream=stream, store=store, horizon=horizon,
                    stop=stop, checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,

@@ -18,8 +18,33 @@ def test_reference_shape_lands_within_five_percent(capsys):
     assert abs(plan["total_flops"] / 2.7e24 - 1) < 0.05
     assert plan["gpus"] == 792 and plan["tokens"] == 18.75e12
     state = plan["weights_gib_per_gpu"] + plan["grads_gib_per_gpu"] + plan["optimizer_gib_per_gpu"]
-    assert abs(state - plan["params"]["total"] * 16 / 792 / 2**30) < 1e-6
+    assert abs(state - plan["params"]["total"] * 16 / plan["layout"]["gpus_used"] / 2**30) < 1e-6
     assert 20 < plan["days"] < 100
+
+
+def test_reference_layout_on_792_gpus_in_racks_of_72_is_one_the_trainer_accepts(capsys):
+    from trainer.config import load_train_config
+    from trainer.layout import Layout, check_batch, resolve_layout
+
+    assert millrace(["train", "plan", CONFIG, "--gpus", "792", "--gpus-per-node", "72", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    layout = plan["layout"]
+    assert {key: layout[key] for key in ("data_parallel", "expert_parallel", "gpus_used", "gpus_idle",
+                                         "loader_world")} == {"data_parallel": 11, "expert_parallel": 64,
+                                                              "gpus_used": 704, "gpus_idle": 88, "loader_world": 11}
+    assert 11264 % layout["data_parallel"] == 0 and 384 % layout["expert_parallel"] == 0
+    assert layout["ranks_per_node"] == 64 and layout["nodes"] == 11  # one expert group per rack, 8 GPUs idle each
+    memory = plan["memory_gib_per_gpu"]
+    assert memory["activations_checkpointed"] < memory["activations"] / 10
+    assert memory["fits_checkpointed"] and not memory["fits"]  # 16 sequences of 4096 need checkpointing on 186 GiB
+    # the trainer's own start-up checks, on the world torchrun would give it (not a 704-rank run)
+    config = load_train_config(CONFIG)
+    accepted = resolve_layout(config.parallel.expert_parallel, config.parallel.data_parallel, layout["gpus_used"],
+                              config.moe.n_routed_experts)
+    assert accepted == Layout(data_parallel=11, expert_parallel=64)
+    assert check_batch(accepted, config.plan.global_batch, config.data.micro_batches) == 16
+    with pytest.raises(Exception, match="parallel.expert_parallel = 64 does not divide the world size 792"):
+        resolve_layout(config.parallel.expert_parallel, 0, 792, config.moe.n_routed_experts)
 
 
 def test_plan_text_and_help(capsys):
@@ -32,8 +57,8 @@ def test_plan_text_and_help(capsys):
 
 
 def test_plan_refuses_an_expert_split_that_does_not_divide(capsys):
-    assert millrace(["train", "plan", CONFIG, "--gpus", "100"]) == 2
-    assert "parallel.expert_parallel" in capsys.readouterr().err
+    assert millrace(["train", "plan", CONFIG, "--gpus", "32"]) == 2  # fewer GPUs than one expert group
+    assert "parallel.expert_parallel = 64" in capsys.readouterr().err
 
 
 SHIPPED = sorted((Path(__file__).parents[2] / "trainer" / "configs").glob("*.toml"))
