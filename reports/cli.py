@@ -11,7 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME
-from millrace.options import home_option, json_option, print_json
+from millrace.errors import ConfigError
+from millrace.options import home_option, json_option, print_json, run_option
 from millrace.progress import on_terminal
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
 
 
 @report.command(short_help="Follow a run live: rebuild its page as its metrics stream grows.")
-@click.argument("run", type=PLAIN_NAME)
+@click.argument("run_argument", metavar="[RUN]", required=False, type=PLAIN_NAME)
+@run_option("The run to follow (RUN as the first argument is the old spelling, still accepted).", default=None)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Site directory (default: $MILLRACE_HOME/site).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=2.0, show_default=True, help="Seconds between polls of the stream.")
@@ -66,9 +68,12 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
 @click.option("--wait", is_flag=True, help="Wait for the run to start (its run.json to appear) instead of failing.")
 @json_option
 @home_option
-def watch(home: Home, run: str, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
+def watch(home: Home, run_argument: str | None, run_name: str | None, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
           refresh: int, wait: bool, as_json: bool) -> None:
     """Rebuild SITE/runs/RUN/index.html as RUN's metrics stream grows; the page reloads itself while live."""
+    if bool(run_argument) == bool(run_name):
+        raise ConfigError("--run: name the run to follow once (`millrace report watch --run NAME`)")
+    run = run_name or run_argument
     from reports.watch import WatchEvent
     from reports.watch import watch as follow
 

@@ -112,3 +112,22 @@ def test_messages_show_numbers_as_written_not_float_noise(tmp_path, capsys, home
                         '[phases.weights]\nc00q0 = 0.6\nc01q0 = 0.3\n')
     code, _, err = run(capsys, home, "mix", "validate", str(revision))
     assert code != 0 and "weights sum to 0.9, not 1" in err and "0.8999" not in err
+
+
+def test_one_flag_names_the_run_everywhere(capsys, home):
+    """--run (and --run-name, which torchrun leaves alone) on train, report build and report watch."""
+    from millrace.cli import cli
+
+    for argv in (["train", "run"], ["report", "build"], ["report", "watch"]):
+        command = cli
+        for name in argv:
+            command = command.get_command(None, name) if hasattr(command, "get_command") else command
+        options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+        assert "--run" in options, argv
+    for argv in (["report", "watch", "--run", "nosuch", "--timeout", "0"], ["report", "watch", "nosuch", "--timeout", "0"]):
+        code, _, err = run(capsys, home, *argv)
+        assert code != 0 and "nosuch" in err and "not a plain name" not in err
+    code, _, err = run(capsys, home, "report", "watch", "a", "--run", "b")
+    assert code != 0 and "name the run to follow once" in err
+    code, out, _ = run(capsys, home, "train", "run", "--help")
+    assert "--run, --run-name" in out and "torchrun" in out

@@ -106,6 +106,7 @@ def test_atomic_writes_honour_the_umask(tmp_path, umask, expected):
     ["loader", "peek", "default", "--revision", "a/b", "--step", "0"],
     ["report", "build", "--run", "../escape"],
     ["report", "watch", "../escape"],
+    ["report", "watch", "--run", "../escape"],
     ["store", "from-stats", "x.json", "--name", "../escape", "--version", "2026.01.01"],
 ])
 def test_names_that_are_not_plain_are_one_line_errors(tmp_path, capsys, argv):
