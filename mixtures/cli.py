@@ -163,14 +163,15 @@ def list_command(home: Home, as_json: bool) -> None:
     if as_json:
         print_json(listing)
         return
-    table = new_table("mixture revisions")
-    for column in ("mixture", "revision", "origin", "built on", "file"):
-        table.add_column(column)
+    # plain columns, the file last and whole: a rich table would wrap a long path at the terminal's width
+    rows = [("mixture", "revision", "origin", "built on", "file")]
     for mixture, info in listing["mixtures"].items():
         for revision, entry in info["revisions"].items():
             built = ", ".join(f"{b['store']}/{b['version']}" if "store" in b else "damaged" for b in entry["built"])
-            table.add_row(mixture, revision, entry["origin"], built or "-", entry["file"])
-    show(table)
+            rows.append((mixture, revision, entry["origin"], built or "-", entry["file"]))
+    widths = [max(len(row[k]) for row in rows) for k in range(4)]
+    for row in rows:
+        click.echo("  ".join(f"{value:<{widths[k]}}" for k, value in enumerate(row[:4])) + "  " + row[4])
 
 
 @mix.command("plan")

@@ -52,3 +52,17 @@ def test_log_lines_go_to_the_stderr_of_the_moment(monkeypatch):
     monkeypatch.setattr("sys.stderr", proxy)
     handler.emit(logging.LogRecord("x", logging.INFO, __file__, 1, "checkpoint written", None, None))
     assert proxy.getvalue() == "checkpoint written\n"
+
+
+def test_mix_list_prints_each_revision_file_whole(tmp_path, capsys, monkeypatch):
+    """In an 80-column terminal a table would wrap the paths; they must stay whole to be copied."""
+    import sys
+
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["--home", str(tmp_path / ("long-directory-name-" * 5)), "mix", "list"]) == 0
+    out = capsys.readouterr().out
+    from mixtures.catalog import SHIPPED
+
+    for path in sorted(SHIPPED.glob("*/*.toml")):
+        assert any(line.endswith(str(path)) for line in out.splitlines()), (path, out)
