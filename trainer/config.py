@@ -10,6 +10,7 @@ A config file is TOML with one table per component:
     [checkpoint]  how often and how many to keep
     [metrics]     logging cadence, TensorBoard, the peak FLOP/s behind MFU
     [parallel]    the data x expert layout, mixed precision
+    [train]       how a step runs on the hardware (loss chunks, compile, activation checkpointing)
     [plan]        the on-paper sizing: GPUs, their peak, an assumed MFU (the layout comes from [parallel])
 
 Every field has a default, so a file names only what differs; unknown fields are errors.
@@ -41,6 +42,9 @@ class ModelConfig(StrictModel):
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     init_std: float = 0.02
+    attention: Literal["auto", "sdpa", "flex"] = pydantic.Field(
+        "auto", description="document-masked attention kernel: flex (block mask) on CUDA, sdpa elsewhere, or forced"
+    )
 
     @pydantic.model_validator(mode="after")
     def _heads(self) -> "ModelConfig":
@@ -127,6 +131,14 @@ class ParallelConfig(StrictModel):
     seed: int = 0
 
 
+class TrainKernelConfig(StrictModel):
+    """How a step runs on the hardware; no option here changes the maths (each is tested against its plain form)."""
+
+    loss_chunk_tokens: int = pydantic.Field(
+        8192, gt=0, description="tokens per chunk of the output projection + fp32 cross-entropy"
+    )
+
+
 class PlanConfig(StrictModel):
     """On-paper sizing for `millrace train plan`."""
 
@@ -152,6 +164,7 @@ class TrainConfig(StrictModel):
     checkpoint: CheckpointConfig = CheckpointConfig()
     metrics: MetricsConfig = MetricsConfig()
     parallel: ParallelConfig = ParallelConfig()
+    train: TrainKernelConfig = TrainKernelConfig()
     plan: PlanConfig = PlanConfig()
     steps: int = pydantic.Field(0, ge=0, description="0: the manifest's total steps")
 

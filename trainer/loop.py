@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from loader import Batch, MixtureStream
 from millrace.artifacts import atomic_write_text
@@ -77,6 +76,7 @@ def build_model(config: TrainConfig, runtime: Runtime) -> Transformer:
     torch.manual_seed(config.parallel.seed)
     model = Transformer(config.model, config.moe)
     model.init_weights(config.parallel.seed)
+    model.use_kernels(config.train)
     if config.parallel.param_dtype == "bfloat16":
         model = model.to(torch.bfloat16)
         for layer in model.moe_layers():  # balancing state stays in full precision (bf16 cannot count past 256)
@@ -423,10 +423,8 @@ def forward_backward(training: Training, data: dict[str, torch.Tensor], global_t
     for chunk in range(micro):
         rows = slice(chunk * local_batch // micro, (chunk + 1) * local_batch // micro)
         with torch.autocast(runtime.device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits, aux = training.model(data["input_ids"][rows], data["positions"][rows], data["segment_ids"][rows])
-        token_losses = F.cross_entropy(
-            logits.float().flatten(0, 1), data["labels"][rows].flatten(), reduction="none"
-        ).view(logits.shape[0], logits.shape[1])
+            token_losses, aux = training.model(data["input_ids"][rows], data["positions"][rows],
+                                               data["segment_ids"][rows], data["labels"][rows])
         objective = token_losses.sum() / global_tokens + aux / (runtime.world * micro)
         objective.backward()
         acc.add(token_losses, data["cell_ids"][rows], data["sources"][rows] if "sources" in data else None)

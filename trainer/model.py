@@ -1,8 +1,9 @@
 """The decoder-only transformer: RMSNorm, rotary positions, grouped-query attention, SwiGLU or MoE.
 
 Attention stays inside documents: the loader's packed sequences carry `segment_ids`
-(one id per document), and the mask is block-diagonal and causal. Rotary angles
-come from the loader's `positions`.
+(one id per document), and the mask is block-diagonal and causal (`trainer.attention`:
+SDPA with a dense mask, or FlexAttention with a block mask that skips empty tiles).
+Rotary angles come from the loader's `positions`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from trainer.config import ModelConfig, MoEConfig
+from trainer.attention import DocumentMask, attend, document_mask, resolve_backend
+from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
+from trainer.loss import chunked_cross_entropy
 from trainer.moe import MoE, SwiGLU
 
 
@@ -35,14 +37,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
-def document_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:
-    """[b, 1, L, L] boolean: query i may attend key j iff j ≤ i and both are in the same document."""
-    length = segment_ids.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    return (same & causal)[:, None]
-
-
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -53,17 +47,13 @@ class Attention(nn.Module):
         self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: DocumentMask) -> torch.Tensor:
         b, length, _ = x.shape
         q = self.wq(x).view(b, length, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        if self.n_heads != self.n_kv_heads and q.is_cuda:
-            # CUDA's memory-efficient kernel takes a mask but not enable_gqa: share the KV heads by hand.
-            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-            v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_heads != k.shape[1])
+        out = attend(q, k, v, mask)
         return self.wo(out.transpose(1, 2).reshape(b, length, -1))
 
 
@@ -87,6 +77,7 @@ class Transformer(nn.Module):
         if not config.vocab_size:
             raise ValueError("model.vocab_size is 0: fill it from the store's tokenizer first")
         self.config, self.moe_config = config, moe
+        self.kernels = TrainKernelConfig()
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.layers = nn.ModuleList(Block(config, moe, i) for i in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
@@ -113,17 +104,25 @@ class Transformer(nn.Module):
             for layer in self.moe_layers():
                 layer.router.expert_bias.zero_()
 
+    def use_kernels(self, kernels: TrainKernelConfig) -> None:
+        """Switch the `[train]` kernel options on (before the model is sharded)."""
+        self.kernels = kernels
+
     def moe_layers(self) -> list[MoE]:
         return [block.ffn for block in self.layers if block.is_moe]
 
-    def forward(self, input_ids, positions, segment_ids) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [b, L, V] and the summed router auxiliary losses."""
+    def forward(self, input_ids, positions, segment_ids, labels=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [b, L, V], or with `labels` the fp32 per-token losses [b, L] (chunked: no full logits are
+        kept), and the summed router auxiliary losses.
+
+        The loss runs inside `forward` so that a sharded output weight is gathered for it like any other."""
         x = self.embed(input_ids)
         angles = positions.float()[:, None, :, None] * self.inv_freq
         cos, sin = angles.cos(), angles.sin()
-        mask = document_causal_mask(segment_ids)
+        mask = document_mask(segment_ids, resolve_backend(self.config.attention, input_ids.device))
         for block in self.layers:
             x = block(x, cos, sin, mask)
-        logits = self.output(self.norm(x))
         aux = sum((m.aux_loss for m in self.moe_layers() if m.aux_loss is not None), x.new_zeros((), dtype=torch.float32))
-        return logits, aux
+        if labels is not None:
+            return chunked_cross_entropy(self.norm(x), self.output.weight, labels, self.kernels.loss_chunk_tokens), aux
+        return self.output(self.norm(x)), aux

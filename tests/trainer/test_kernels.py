@@ -1,0 +1,101 @@
+"""Kernel options against their plain forms: chunked loss, FlexAttention, compile, padded experts, checkpointing."""
+
+import pydantic
+import pytest
+import torch
+import torch.nn.functional as F
+
+from millrace.errors import ConfigError
+from torch.nn.attention.flex_attention import create_mask
+
+from trainer.attention import block_document_mask, dense_document_mask, resolve_backend
+from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
+from trainer.loss import chunked_cross_entropy
+from trainer.model import Transformer
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def tiny_model(seed=0, **kernels) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(
+        ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96, dense_ffn_dim=48, n_dense_layers=1),
+        MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16),
+    )
+    model.init_weights(seed)
+    model.use_kernels(TrainKernelConfig(**kernels))
+    return model
+
+
+def packed_batch(seed=1, batch=2, length=24):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 96, (batch, length + 1), generator=generator)
+    segments = torch.tensor([[0] * 7 + [1] * 11 + [2] * 6, [0] * 15 + [1] * 9])[:batch, :length]
+    positions = torch.stack([torch.cat([torch.arange(int((row == s).sum())) for s in row.unique()]) for row in segments])
+    return ids[:, :-1], positions, segments, ids[:, 1:]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_cross_entropy_matches_the_fp32_reference(device, dtype):
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 10, 16, device=device).to(dtype).requires_grad_()
+    weight = (torch.randn(50, 16, device=device) * 0.5).to(dtype).requires_grad_()
+    labels = torch.randint(0, 50, (3, 10), device=device)
+    upstream = torch.rand(3, 10, device=device)
+    reference = F.cross_entropy(F.linear(hidden, weight).float().flatten(0, 1), labels.flatten(), reduction="none")
+    ref_grads = torch.autograd.grad((reference.view(3, 10) * upstream).sum(), [hidden, weight])
+    chunked = chunked_cross_entropy(hidden, weight, labels, chunk_tokens=7)  # 30 tokens: chunks 7,7,7,7,2
+    grads = torch.autograd.grad((chunked * upstream).sum(), [hidden, weight])
+    assert chunked.dtype == torch.float32
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(chunked, reference.view(3, 10), **tol)
+    for got, want in zip(grads, ref_grads):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float().norm(), want.float().norm(), **tol)
+        torch.testing.assert_close(got.float(), want.float(), **tol)
+
+
+def test_the_models_chunked_loss_matches_logits_and_cross_entropy():
+    ids, positions, segments, labels = packed_batch()
+    chunked_model, plain_model = tiny_model(loss_chunk_tokens=5), tiny_model()
+    losses, aux = chunked_model(ids, positions, segments, labels)
+    (losses.mean() + aux).backward()
+    logits, aux_ref = plain_model(ids, positions, segments)
+    reference = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none")
+    (reference.mean() + aux_ref).backward()
+    torch.testing.assert_close(losses, reference.view_as(losses), rtol=1e-6, atol=1e-6)
+    for (name, got), want in zip(chunked_model.named_parameters(), plain_model.parameters()):
+        torch.testing.assert_close(got.grad.norm(), want.grad.norm(), rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_flex_attention_forward_matches_sdpa_with_the_block_diagonal_mask():
+    ids, positions, segments, _ = packed_batch()
+    flex_model, sdpa_model = tiny_model(), tiny_model()
+    flex_model.config = flex_model.config.model_copy(update={"attention": "flex"})
+    sdpa_model.config = sdpa_model.config.model_copy(update={"attention": "sdpa"})
+    with torch.no_grad():
+        flex_logits, _ = flex_model(ids, positions, segments)
+        sdpa_logits, _ = sdpa_model(ids, positions, segments)
+    torch.testing.assert_close(flex_logits, sdpa_logits, rtol=1e-6, atol=1e-6)
+
+
+def test_the_block_mask_skips_the_tiles_outside_the_documents():
+    segments = torch.arange(8).repeat_interleave(128)[None]  # 8 documents of one 128-token block each
+    mask = block_document_mask(segments)
+    assert mask.sparsity() == pytest.approx(100 * (1 - 8 / 64))  # only the 8 diagonal tiles of 8 x 8 are computed
+    dense = dense_document_mask(segments)
+    tiles = dense[0, 0].reshape(8, 128, 8, 128).any(3).any(1)
+    assert torch.equal(mask.to_dense()[0, 0].bool(), tiles)
+    assert torch.equal(create_mask(mask.mask_mod, 1, 1, 1024, 1024, device="cpu"), dense)
+
+
+def test_attention_backend_is_validated_at_the_edge():
+    with pytest.raises(pydantic.ValidationError, match="attention"):
+        ModelConfig(attention="flash")
+    assert resolve_backend("auto", torch.device("cpu")) == "sdpa"
+    assert resolve_backend("auto", torch.device("cuda")) == "flex"
+    with pytest.raises(ConfigError, match="model.attention = 'flex' trains only on CUDA"):
+        resolve_backend("flex", torch.device("cpu"))
+    with torch.no_grad():
+        assert resolve_backend("flex", torch.device("cpu")) == "flex"
