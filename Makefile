@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv browser clean
+.PHONY: demo test bench venv browser libmagic clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,14 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	fi
 
-test: $(STAMP) browser
+# libmagic for python-magic (datatrove's WARC reader), when we are root on Debian and it is missing.
+libmagic:
+	@if ! ldconfig -p 2>/dev/null | grep -q libmagic.so.1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's libmagic1 for WARC sources"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmagic1 >/dev/null; \
+	fi
+
+test: $(STAMP) browser libmagic
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

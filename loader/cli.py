@@ -19,6 +19,13 @@ def loader() -> None:
     """Look inside the deterministic batch stream of a built mixture."""
 
 
+def _held(documents: list[dict] | None) -> str:
+    if not documents:
+        return ""
+    held = "; ".join(f"{d['id']} ({d['origin']}:{d['position']})" for d in documents[:3])
+    return f"\n  from {held}" + (f" and {len(documents) - 3} more" if len(documents) > 3 else "")
+
+
 @loader.command()
 @click.argument("mixture", type=PLAIN_NAME)
 @revision_option("Revision name of the built mixture.", required=True)
@@ -26,7 +33,8 @@ def loader() -> None:
 @click.option("--rank", type=click.IntRange(min=0), default=0, show_default=True, help="Data-parallel rank.")
 @click.option("--world", type=click.IntRange(min=1), default=1, show_default=True,
               help="Number of data-parallel ranks (the global batch is split into contiguous slices).")
-@click.option("--decode", is_flag=True, help="Print the first characters of each sample's text.")
+@click.option("--decode", is_flag=True,
+              help="Print the first characters of each sample's text and the documents it holds (source, id, origin).")
 @json_option
 @home_option
 def peek(mixture: str, revision: str, step: int, rank: int, world: int, decode: bool, as_json: bool,
@@ -46,6 +54,6 @@ def peek(mixture: str, revision: str, step: int, rank: int, world: int, decode: 
         row = [str(sample["position"]), sample["cell"], str(sample["sequence"]), str(sample["epoch"]),
                sample["digest"] or "-"]
         if decode:
-            row.append(repr(sample["text"]))
+            row.append(repr(sample["text"]) + _held(sample["documents"]))
         table.add_row(*row)
     Console().print(table)

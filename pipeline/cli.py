@@ -25,9 +25,11 @@ def pipeline() -> None:
               help="datatrove executor (default: the config's [executor] kind, else local).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Tasks run at once (default: the config's [executor] workers).")
+@click.option("--restart", is_flag=True,
+              help="Start the run's work directory afresh (needed when its input files changed since it started).")
 @home_option
 @json_option
-def run(config_path: Path, executor: str | None, workers: int | None, home, as_json: bool) -> None:
+def run(config_path: Path, executor: str | None, workers: int | None, restart: bool, home, as_json: bool) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
     from pipeline.config import load_pipeline_config
     from pipeline.runner import STAGE_LABELS, run_pipeline
@@ -47,7 +49,7 @@ def run(config_path: Path, executor: str | None, workers: int | None, home, as_j
 
         try:
             path = run_pipeline(config, home, executor=executor, workers=workers, on_stage=on_stage,
-                                progress_lines=not bar)
+                                progress_lines=not bar, restart=restart)
         except KeyboardInterrupt:
             raise Interrupted(f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
                               f"with: millrace pipeline run {config_path}") from None

@@ -1,7 +1,9 @@
 """The pipeline's configuration file (TOML), one pydantic model per component.
 
-    [[sources]]            one table per source: name, paths (files or directories), glob, format,
-                           kind (prose|code), normalise, filters, language_id, languages
+    [[sources]]            one table per source: name, paths (files or directories), glob, format
+                           (jsonl, jsonl.zst, parquet, warc, html, hf-datasets), kind (prose|code),
+                           normalise, filters, language_id, languages, on_bad_file (error|skip),
+                           max_document_bytes (1 MB) and long_documents (drop|cut)
     [filters.<name>]       options passed to datatrove's filter of that name (checked at load time)
     [dedup]                exact and MinHash fuzzy dedup: ngram, bands x rows, threshold, seed
     [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
@@ -31,8 +33,10 @@ from millrace.names import NAME_PATTERN
 FilterName = Literal["gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality"]
 FILTER_NAMES: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality")
 PROSE_FILTERS = frozenset(FILTER_NAMES)  # every datatrove heuristic filter assumes natural-language text
-Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "hf-datasets"]
-DEFAULT_GLOBS = {"jsonl": "**/*.jsonl", "jsonl.zst": "**/*.jsonl.zst", "parquet": "**/*.parquet", "warc": "**/*.warc.gz"}
+Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "html", "hf-datasets"]
+DEFAULT_GLOBS = {"jsonl": "**/*.jsonl", "jsonl.zst": "**/*.jsonl.zst", "parquet": "**/*.parquet", "warc": "**/*.warc.gz",
+                 "html": "**/*.html"}
+EXTRACTED_FORMATS = frozenset({"warc", "html"})  # their text is HTML: trafilatura extracts it before normalising
 CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
 
 
@@ -64,6 +68,9 @@ class SourceConfig(StrictModel):
     languages: list[str] | None = None
     text_key: str = "text"
     id_key: str = "id"
+    on_bad_file: Literal["error", "skip"] = "error"
+    max_document_bytes: int = pydantic.Field(1_000_000, ge=1)
+    long_documents: Literal["drop", "cut"] = "drop"
 
     @pydantic.model_validator(mode="after")
     def _code_skips_prose_filters(self) -> SourceConfig:

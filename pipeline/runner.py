@@ -2,7 +2,7 @@
 
     1. filter     (tasks = executor.tasks)  read → normalise → heuristic filters → language id
                   → dedup signatures → filtered/<rank>.jsonl.zst
-    2. dedup      (one task)                FindDuplicates → duplicates.npz
+    2. dedup      (one task)                FindDuplicates → duplicates/<rank>.npz (one per filter task)
        tokenizer  (driver)                  tokenizer.json: the configured one, or a byte-level BPE
                                             trained on a sample of the deduplicated documents
        seam       (driver)                  `post_dedup_stages()`: see below
@@ -16,8 +16,8 @@ Intermediates live under $MILLRACE_HOME/work/<name>/<version>/. Each executor ru
 own logging directory, so datatrove's per-task completion markers make every stage
 resumable: a run killed at any point and started again with the same command skips the
 finished tasks, redoes the unfinished ones (every task output is written atomically and
-overwritten whole) and yields the same store, byte for byte. A changed config (any field
-but `executor`) starts the work directory afresh. Executors are datatrove's own:
+overwritten whole) and yields the same store, byte for byte. A changed config reruns the
+stages it touches and those after them; changed input files are an error (see `pipeline.work`). Executors are datatrove's own:
 `LocalPipelineExecutor` (forkserver processes) or `RayPipelineExecutor` (set RAY_ADDRESS to
 use a running cluster, e.g. one started inside a Slurm allocation, otherwise a local Ray
 runtime starts); the driver runs the stages in order, only the tasks go to the workers.
@@ -37,23 +37,22 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import xxhash
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
-from pipeline.config import FILTER_NAMES, PipelineConfig
-from pipeline.stages.funnel import build_funnel, merge_stage, removed_tokens_from, stage_dir
+from pipeline.config import EXTRACTED_FORMATS, FILTER_NAMES, PipelineConfig
+from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
 from pipeline.stages.progress import StageLines
+from pipeline.work import WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
 STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "assemble")  # what `on_stage` is called with
@@ -63,64 +62,9 @@ class PipelineError(MillraceError):
     """A stage failed; the message names the stage and where its task logs are."""
 
 
-@dataclass(frozen=True)
-class WorkLayout:
-    """Where each intermediate lives under work/<name>/<version>/."""
-
-    root: Path
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def funnel(self) -> Path:
-        return self.root / "funnel"
-
-    @property
-    def removed(self) -> Path:
-        return self.root / "removed"
-
-    @property
-    def malformed(self) -> Path:
-        return self.root / "malformed"
-
-    @property
-    def filtered(self) -> Path:
-        return self.root / "filtered"
-
-    @property
-    def signatures(self) -> Path:
-        return self.root / "signatures"
-
-    @property
-    def duplicates(self) -> Path:
-        return self.root / "duplicates.npz"
-
-    @property
-    def tokenizer(self) -> Path:
-        return self.root / "tokenizer.json"
-
-    @property
-    def models(self) -> Path:
-        return self.root / "models"
-
-    @property
-    def runs(self) -> Path:
-        return self.root / "tokens"
-
-    @property
-    def removed_tokens(self) -> Path:
-        return self.root / "removed-tokens"
-
-    @property
-    def state(self) -> Path:
-        return self.root / "run.json"
-
-
 def stage_names(config: PipelineConfig) -> list[str]:
     """The funnel's stages, in order, for this config."""
-    names = ["read", "normalise"]
+    names = ["read"] + (["extract"] if extracted_sources(config) else []) + ["normalise"]
     names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
     if any(s.language_id for s in config.sources):
         names.append("language")
@@ -131,43 +75,33 @@ def stage_names(config: PipelineConfig) -> list[str]:
     return names + ["tokenize"]
 
 
+def extracted_sources(config: PipelineConfig) -> list[str]:
+    """The sources whose documents are HTML, extracted to text before normalising."""
+    return [s.name for s in config.sources if s.format in EXTRACTED_FORMATS]
+
+
 def stored_config(config: PipelineConfig) -> dict:
     """The config as the store records it: `executor` left out, since how it ran does not change what it made."""
     return config.model_dump(mode="json", exclude={"executor"})
 
 
 class DeduplicatedSample:
-    """A deterministic sample of the documents that survive dedup: a pure function of their ids.
+    """A deterministic sample of the documents that survive dedup: a pure function of their keys.
 
-    A document is in the sample when the hash of its id falls under a fraction chosen so the
-    sample holds about `max_bytes` of text; the sample is returned in id order.
+    Drawn inside the filter tasks (`pipeline.stages.sample`: a bottom-k sketch by key hash per
+    task), less what dedup removed; no pass over the corpus. Returned in key order.
     """
 
     def __init__(self, layout: WorkLayout):
         self.layout = layout
 
-    def _total_bytes(self) -> int:
-        kept = 0
-        for path in sorted(self.layout.funnel.glob("*-language")) or []:
-            kept = sum(c["kept"]["bytes"] for c in merge_stage(path).values())
-        if not kept:
-            kept = sum(p.stat().st_size * 4 for p in self.layout.filtered.glob("*.jsonl.zst"))
-        return max(kept, 1)
-
     def documents(self, max_bytes: int) -> list[Document]:
-        from pipeline.stages.dedup import load_duplicates
-        from pipeline.stages.intermediate import read_jsonl_zst
+        from pipeline.stages.dedup import duplicate_file, load_duplicates
+        from pipeline.stages.sample import merged_sample
 
-        duplicates = load_duplicates(self.layout.duplicates) if self.layout.duplicates.exists() else {}
-        fraction = min(1.0, max_bytes / self._total_bytes())
-        cutoff = int(fraction * (1 << 64))
-        sample = []
-        for path in sorted(self.layout.filtered.glob("*.jsonl.zst")):
-            for record in read_jsonl_zst(path):
-                if record["id"] in duplicates or xxhash.xxh64_intdigest(record["id"]) >= cutoff:
-                    continue
-                sample.append(Document(text=record["text"], id=record["id"], metadata=record["metadata"]))
-        return sorted(sample, key=lambda d: d.id)
+        ranks = [int(p.name.split(".")[0]) for p in self.layout.samples.glob("*.jsonl.zst")]
+        removed = {rank: set(load_duplicates(duplicate_file(self.layout.duplicates, rank))) for rank in ranks}
+        return merged_sample(self.layout.samples, removed, max_bytes)
 
 
 @dataclass
@@ -281,9 +215,10 @@ def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, 
 
 def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
     from pipeline.stages.dedup import DedupSignatures
-    from pipeline.stages.filtering import HeuristicFilterStage, LanguageStage, NormaliseStage
+    from pipeline.stages.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
     from pipeline.stages.intermediate import TaskDocumentWriter
-    from pipeline.stages.readers import ReadStage, input_files
+    from pipeline.stages.readers import ReadStage, file_count
+    from pipeline.stages.sample import SampleSketch, sample_budget
 
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
@@ -291,10 +226,12 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     offset = 0
     for index, source in enumerate(config.sources):
         steps.append(ReadStage(source, offset, funnel["read"], layout.malformed))
-        files = sum(len(listed) for _, listed in input_files(source))
-        if not files and source.format != "hf-datasets":
+        files = file_count(source)
+        if not files:
             raise ConfigError(f"field 'sources.{index}.glob': no {source.file_glob!r} files under {source.paths}")
         offset += files
+    if "extract" in funnel:
+        steps.append(ExtractStage(funnel["extract"], layout.removed, extracted_sources(config)))
     steps.append(NormaliseStage(funnel["normalise"], layout.removed, [s.name for s in config.sources if s.normalise]))
     for name in FILTER_NAMES:
         if name in funnel:
@@ -306,6 +243,8 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     d = config.dedup
     if d.exact or d.fuzzy:
         steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, fuzzy=d.fuzzy))
+    if budget := sample_budget(config):  # the sketch the tokenizer and the cell models are fitted on
+        steps.append(SampleSketch(layout.samples, budget))
     steps.append(TaskDocumentWriter(layout.filtered))
     return steps
 
@@ -327,9 +266,7 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered)]
     if config.dedup.exact or config.dedup.fuzzy:
-        reasons = {"exact_dedup": ("exact", "duplicate_id"), "fuzzy_dedup": ("fuzzy",)}
-        if not config.dedup.exact:
-            reasons["fuzzy_dedup"] = ("fuzzy", "duplicate_id")
+        reasons = {"exact_dedup": ("exact",), "fuzzy_dedup": ("fuzzy",)}
         for stage in ("exact_dedup", "fuzzy_dedup"):
             if stage in funnel:
                 steps.append(DropDuplicates(stage, reasons[stage], layout.duplicates, funnel[stage], layout.removed))
@@ -354,18 +291,6 @@ def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     log.info("training a byte-level BPE (vocab %d) on %d sampled documents", config.tokenizer.vocab_size, len(sample))
     return train_byte_level_bpe((d.text for d in sample), config.tokenizer.vocab_size, config.tokenizer.eos,
                                 layout.tokenizer)
-
-
-def _prepare_work(layout: WorkLayout, config_hash: str, tasks: int) -> None:
-    if layout.state.exists():
-        state = json.loads(layout.state.read_text())
-        if state.get("config_hash") == config_hash and state.get("tasks") == tasks:
-            log.info("resuming the work in %s", layout.root)
-            return
-        log.info("config or task count changed: starting %s afresh", layout.root)
-        shutil.rmtree(layout.root)
-    layout.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(layout.state, json.dumps({"config_hash": config_hash, "tasks": tasks}))
 
 
 def malformed_report(layout: WorkLayout) -> list[dict]:
@@ -412,11 +337,13 @@ def run_pipeline(
     workers: int | None = None,
     on_stage: Callable[[str], None] | None = None,
     progress_lines: bool = False,
+    restart: bool = False,
 ) -> Path:
     """Run `config` into `home.store(name, version)` and return that directory.
 
     `executor` and `workers` override the config's `[executor]`; the store does not depend on them.
     `progress_lines`: log a steady line per stage (tasks done, documents read), for runs without a terminal.
+    `restart` starts the work directory afresh (needed when the input files changed).
     """
     kind = executor or config.executor.kind
     workers = workers or config.executor.workers
@@ -430,7 +357,7 @@ def run_pipeline(
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
     layout = WorkLayout(home.work(name, version))
-    _prepare_work(layout, config_hash, tasks)
+    prepare_work(layout, config, restart)
     notify = on_stage or (lambda label: None)
 
     notify("filter")
@@ -452,9 +379,13 @@ def run_pipeline(
     names = stage_names(config)
     stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
     funnel = build_funnel(stages, removed_tokens_from(list(layout.removed_tokens.glob("*.json"))))
+    funnel["bad_files"] = bad_files(stage_dir(layout.funnel, 0, "read"))
+    for bad in funnel["bad_files"]:
+        log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
     problems = malformed_report(layout)
     for problem in problems[:20]:
-        log.warning("malformed input record: %s line %s (%s)", problem["file"], problem["line"], problem["reason"])
+        where = next((f"{label} {problem[label]}" for label in ("line", "row", "record") if label in problem), "")
+        log.warning("malformed input: %s %s (%s)", problem["file"], where, problem["reason"])
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
     if not any(layout.runs.glob("*/*.npz")):

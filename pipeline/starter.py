@@ -16,9 +16,10 @@ from pathlib import Path
 import zstandard
 
 from millrace.errors import ConfigError
-from pipeline.config import DedupConfig, ExecutorConfig, OutputConfig, TokenizerConfig
+from pipeline.config import DEFAULT_GLOBS, DedupConfig, ExecutorConfig, OutputConfig, TokenizerConfig
 
-FORMATS = (("jsonl.zst", "*.jsonl.zst"), ("jsonl", "*.jsonl"), ("parquet", "*.parquet"), ("warc", "*.warc.gz"))
+FORMATS = (("jsonl.zst", "*.jsonl.zst"), ("jsonl", "*.jsonl"), ("parquet", "*.parquet"), ("warc", "*.warc.gz"),
+           ("html", "*.html"))
 CODE_LANGUAGES = {"python", "c", "cpp", "java", "javascript", "rust", "go", "shell", "code"}
 
 
@@ -60,7 +61,7 @@ def discover_sources(corpus_dir: Path) -> list[tuple[str, Path, str, dict]]:
         if fmt:
             found.append((corpus_dir.name.lower(), corpus_dir, fmt, _first_metadata(corpus_dir, fmt)))
     if not found:
-        raise ConfigError(f"{corpus_dir}: no jsonl, jsonl.zst, parquet, warc or datasets directory found")
+        raise ConfigError(f"{corpus_dir}: no jsonl, jsonl.zst, parquet, warc, html or datasets directory found")
     return found
 
 
@@ -81,8 +82,8 @@ def _source_table(name: str, path: Path, fmt: str, metadata: dict) -> str:
 [[sources]]
 name = {json.dumps(name)}              # becomes the cell name when no domains stage runs
 paths = [{json.dumps(str(path))}]  # files or directories (relative to this file or absolute)
-format = "{fmt}"                 # jsonl | jsonl.zst | parquet | warc | hf-datasets
-glob = {json.dumps({"jsonl.zst": "**/*.jsonl.zst", "jsonl": "**/*.jsonl", "parquet": "**/*.parquet", "warc": "**/*.warc.gz"}.get(fmt, ""))}   # files to read inside directories
+format = "{fmt}"                 # jsonl | jsonl.zst | parquet | warc | html | hf-datasets (warc, html: trafilatura)
+glob = {json.dumps(DEFAULT_GLOBS.get(fmt, ""))}   # files to read inside directories
 kind = "{"code" if code else "prose"}"                  # prose | code (code never goes through prose filters)
 normalise = true                 # unicode repair (ftfy) before anything else
 filters = {_toml_list(filters)}  # any of gopher_quality, gopher_repetition, c4_quality, fineweb_quality
@@ -90,6 +91,9 @@ language_id = {"true" if language_id else "false"}              # py3langid: rec
 # languages = ["en"]             # keep only these languages (needs language_id); absent keeps all
 text_key = "text"
 id_key = "id"
+on_bad_file = "error"            # error | skip: a truncated or corrupt file stops the run, or is skipped and listed
+max_document_bytes = 1000000     # longer documents are dropped (too_long) or cut, as long_documents says
+long_documents = "drop"          # drop | cut
 """
 
 

@@ -1,6 +1,6 @@
 """Assemble the token store from the tokenize stage's per-task cell runs.
 
-Runs of one cell from every task are merged by document id (ids are unique after dedup),
+Runs of one cell from every task are merged by internal document key (unique; ids may repeat),
 so a cell's shards hold its documents in id order whatever the task count or executor:
 the store is byte-identical across local and Ray runs and across a resumed run. The whole
 version is written under a staging directory next to the final one and renamed into place
@@ -28,6 +28,7 @@ from pipeline.store.format import (
     write_cell_manifest,
     write_store_manifest,
 )
+from pipeline.store.trace import write_trace
 from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 
 
@@ -38,20 +39,26 @@ def _cells(runs_dir: Path) -> list[str]:
 def _write_cell(cell: str, runs_dir: Path, cell_dir: Path, dtype: np.dtype, fingerprint: str,
                 sources: list[str], shard_tokens: int, extra_stats: dict) -> tuple[CellManifest, str]:
     parts = [np.load(path) for path in sorted(runs_dir.glob(f"*/{cell}.npz"))]
-    ids = np.concatenate([p["ids"] for p in parts])
+    keys = np.concatenate([p["keys"] for p in parts])
     lengths = np.concatenate([p["lengths"] for p in parts])
     source_ids = np.concatenate([p["sources"] for p in parts])
     nbytes = np.concatenate([p["bytes"] for p in parts])
+    doc_ids = np.concatenate([p["ids"] for p in parts])
+    origins = np.concatenate([p["origins"] for p in parts])
+    positions = np.concatenate([p["positions"] for p in parts])
     tokens = [p["tokens"] for p in parts]
     part_of = np.concatenate([np.full(len(p["ids"]), i, dtype=np.int64) for i, p in enumerate(parts)])
     offsets = np.concatenate([np.concatenate([[0], np.cumsum(p["lengths"])[:-1]]).astype(np.int64) for p in parts])
-    order = np.argsort(ids, kind="stable")
+    order = np.argsort(keys, kind="stable")
 
-    shards, writer, in_shard = [], None, 0
+    shards, writer, in_shard, docs_in_shard = [], None, 0, 0
     per_source: dict[str, SourceCounts] = {}
-    for index in order:
+    shard_of, index_in_shard = np.zeros(order.size, np.int32), np.zeros(order.size, np.int32)
+    for rank, index in enumerate(order):
         if writer is None:
             writer = ShardWriter(cell_dir / f"shard-{len(shards):05d}", dtype)
+        shard_of[rank], index_in_shard[rank] = len(shards), docs_in_shard
+        docs_in_shard += 1
         start, length = int(offsets[index]), int(lengths[index])
         writer.add_document(tokens[part_of[index]][start : start + length], int(source_ids[index]))
         in_shard += length
@@ -61,13 +68,20 @@ def _write_cell(cell: str, runs_dir: Path, cell_dir: Path, dtype: np.dtype, fing
         counts.bytes += int(nbytes[index])
         if in_shard >= shard_tokens:
             shards.append(writer.close())
-            writer, in_shard = None, 0
+            writer, in_shard, docs_in_shard = None, 0, 0
     if writer is not None:
         shards.append(writer.close())
 
+    token_start = np.concatenate([[0], np.cumsum(lengths[order])[:-1]]).astype(np.int64)
+    trace = write_trace(cell_dir, {
+        "shard": shard_of, "document": index_in_shard, "token_start": token_start, "tokens": lengths[order],
+        "source": [sources[int(i)] for i in source_ids[order]], "id": doc_ids[order].tolist(),
+        "origin": origins[order].tolist(), "position": positions[order],
+    })
     samples = sorted((s for p in parts for s in json.loads(str(p["samples"]))), key=lambda s: (s["hash"], s["id"]))
     stats = {"samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]}
     stats.update(extra_stats)
+    stats["trace"] = trace
     manifest = CellManifest(
         cell=cell,
         dtype=str(dtype),

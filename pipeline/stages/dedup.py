@@ -16,16 +16,20 @@ The scheme:
   share a band hash in the same band are a candidate pair; a candidate pair is a duplicate
   when their full signatures agree on at least `threshold` of the values (an estimate of
   the Jaccard similarity, which removes LSH false positives);
-- clusters are connected components of duplicate pairs; the document with the smallest id
-  in each cluster is kept, so the result does not depend on the number of tasks or their order.
+- clusters are connected components of duplicate pairs; the document with the smallest key
+  in each cluster is kept, so the result does not depend on the number of tasks or their order;
+  a member is removed only when its signature also agrees with the kept document's (no chains).
 
+Documents are keyed by `metadata["key"]` (file ordinal, position; see `readers.document_key`),
+never by the user's id: ids repeat (URLs, re-crawls), and texts that differ are all kept.
 Exact dedup groups documents by a 128-bit xxh3 hash of their text and keeps the smallest
-id. Fuzzy dedup runs on what exact dedup keeps.
+key. Fuzzy dedup runs on what exact dedup keeps.
 
 The steps: `DedupSignatures` (per task, passes documents through, writes
 `signatures/<rank>.npz`), `FindDuplicates` (one task: reads every signature file, writes
-`duplicates.npz` with each removed id, its reason and the id it duplicates) and
-`DropDuplicates` (per task, a funnel stage dropping the documents that file names).
+`duplicates/<rank>.npz` per filter task with each removed key, its reason and the key it
+duplicates) and `DropDuplicates` (per task, a funnel stage dropping the documents its own
+task's list names: no task loads the whole removal list).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from pipeline.stages.filtering import CountedStage
 
 WORD = re.compile(r"\w+")
 CHUNK = 4096  # shingles per numpy block: bounds memory on very long documents
-REASON_CODES = {"exact": 1, "fuzzy": 2, "duplicate_id": 3}
+REASON_CODES = {"exact": 1, "fuzzy": 2}
 CODE_REASONS = {code: reason for reason, code in REASON_CODES.items()}
 
 
@@ -112,23 +116,23 @@ class DedupSignatures(PipelineStep):
         self.fuzzy = fuzzy
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        ids: list[str] = []
+        keys: list[int] = []
         hashes: list[tuple[int, int]] = []
         signatures: list[np.ndarray] = []
         for doc in data or ():
             with self.track_time():
-                ids.append(doc.id)
+                keys.append(doc.metadata["key"])
                 hashes.append(content_hash(doc.text))
                 if self.fuzzy:
                     signatures.append(self.hasher.signature(doc.text))
             self.stat_update("signed")
             yield doc
         perms = self.hasher.bands * self.hasher.rows
-        sigs = np.stack(signatures) if signatures else np.zeros((0 if self.fuzzy else len(ids), perms), np.uint32)
+        sigs = np.stack(signatures) if signatures else np.zeros((0 if self.fuzzy else len(keys), perms), np.uint32)
         with atomic_output(signature_file(self.directory, rank)) as handle:
             np.savez(
                 handle,
-                ids=np.asarray(ids, dtype=np.str_),
+                keys=np.asarray(keys, dtype=np.int64),
                 hashes=np.asarray(hashes, dtype=np.uint64).reshape(-1, 2),
                 signatures=sigs,
             )
@@ -149,78 +153,70 @@ def _keep_smallest(labels: np.ndarray) -> np.ndarray:
 
 
 def find_duplicates(
-    ids: np.ndarray, hashes: np.ndarray, signatures: np.ndarray | None, hasher: MinHasher | None, threshold: float,
+    keys: np.ndarray, hashes: np.ndarray, signatures: np.ndarray | None, hasher: MinHasher | None, threshold: float,
     exact: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Returns (removed ids, reason codes, kept ids they duplicate), sorted by removed id.
+    """Returns (removed keys, reason codes, kept keys they duplicate), sorted by removed key.
 
-    Pure function of the documents: everything is ordered by id first, and every group keeps
-    its smallest id.
+    Documents are keyed by their internal integer key (file ordinal, position), never by the
+    user's id, which may repeat. A pure function of the documents: everything is ordered by key
+    first, and every group keeps its smallest key. A fuzzy duplicate is removed only when its
+    own signature agrees with its cluster's kept document's on at least `threshold` of the
+    values, so a chain of weak matches never removes documents unlike the one kept.
     """
-    order = np.argsort(ids, kind="stable")
-    ids, hashes = ids[order], hashes[order]
+    order = np.argsort(keys, kind="stable")
+    keys, hashes = keys[order], hashes[order]
     signatures = signatures[order] if signatures is not None else None
-    n = ids.size
+    n = keys.size
     duplicate_of = np.arange(n)
     reason = np.zeros(n, dtype=np.int8)
 
-    if n:
-        # the same id twice (a source listing a document twice): keep the first by content hash
-        repeated = np.zeros(n, dtype=bool)
-        repeated[1:] = ids[1:] == ids[:-1]
-        if repeated.any():
-            by_id_then_hash = np.lexsort((hashes[:, 1], hashes[:, 0], ids))
-            ids, hashes = ids[by_id_then_hash], hashes[by_id_then_hash]
-            signatures = signatures[by_id_then_hash] if signatures is not None else None
-            repeated[1:] = ids[1:] == ids[:-1]
-            first = np.maximum.accumulate(np.where(~repeated, np.arange(n), 0))
-            duplicate_of = np.where(repeated, first, duplicate_of)
-            reason[repeated] = REASON_CODES["duplicate_id"]
-
-    alive = reason == 0
     if exact and n:
-        candidates = np.flatnonzero(alive)
-        _, labels = np.unique(hashes[candidates], axis=0, return_inverse=True)
-        keeper = candidates[_keep_smallest(labels.reshape(-1))]
-        dup = keeper != candidates
-        duplicate_of[candidates[dup]] = keeper[dup]
-        reason[candidates[dup]] = REASON_CODES["exact"]
-        alive = reason == 0
+        _, labels = np.unique(hashes, axis=0, return_inverse=True)
+        keeper = _keep_smallest(labels.reshape(-1))
+        dup = keeper != np.arange(n)
+        duplicate_of[dup] = keeper[dup]
+        reason[dup] = REASON_CODES["exact"]
 
     if hasher is not None and signatures is not None and n:
-        candidates = np.flatnonzero(alive)
-        bands = hasher.band_hashes(signatures[candidates])
-        left_parts, right_parts = [], []
-        for band in range(hasher.bands):
-            column = bands[:, band]
-            by_hash = np.lexsort((np.arange(column.size), column))
-            sorted_hash = column[by_hash]
-            starts = np.ones(by_hash.size, dtype=bool)
-            starts[1:] = sorted_hash[1:] != sorted_hash[:-1]
-            group_first = by_hash[np.maximum.accumulate(np.where(starts, np.arange(by_hash.size), 0))]
-            members = ~starts
-            left_parts.append(group_first[members])
-            right_parts.append(by_hash[members])
-        left = np.concatenate(left_parts) if left_parts else np.zeros(0, np.int64)
-        right = np.concatenate(right_parts) if right_parts else np.zeros(0, np.int64)
+        candidates = np.flatnonzero(reason == 0)
+        sig = signatures[candidates]
+        left, right = _candidate_pairs(hasher.band_hashes(sig))
         if left.size:
-            pairs = np.unique(np.stack([left, right], axis=1), axis=0)
-            left, right = pairs[:, 0], pairs[:, 1]
-            sig = signatures[candidates]
             agree = (sig[left] == sig[right]).mean(axis=1) >= threshold
             left, right = left[agree], right[agree]
-        labels = _components(candidates.size, left, right)
-        keeper = candidates[_keep_smallest(labels)]
-        dup = keeper != candidates
-        duplicate_of[candidates[dup]] = keeper[dup]
+        keeper = _keep_smallest(_components(candidates.size, left, right))
+        dup = (keeper != np.arange(candidates.size)) & ((sig == sig[keeper]).mean(axis=1) >= threshold)
+        duplicate_of[candidates[dup]] = candidates[keeper[dup]]
         reason[candidates[dup]] = REASON_CODES["fuzzy"]
 
     removed = np.flatnonzero(reason)
-    return ids[removed], reason[removed], ids[duplicate_of[removed]]
+    return keys[removed], reason[removed], keys[duplicate_of[removed]]
+
+
+def _candidate_pairs(bands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(left, right) index pairs that share a band hash in some band: each group's first member with the others."""
+    left_parts, right_parts = [], []
+    for band in range(bands.shape[1]):
+        column = bands[:, band]
+        by_hash = np.lexsort((np.arange(column.size), column))
+        sorted_hash = column[by_hash]
+        starts = np.ones(by_hash.size, dtype=bool)
+        starts[1:] = sorted_hash[1:] != sorted_hash[:-1]
+        group_first = by_hash[np.maximum.accumulate(np.where(starts, np.arange(by_hash.size), 0))]
+        members = ~starts
+        left_parts.append(group_first[members])
+        right_parts.append(by_hash[members])
+    left = np.concatenate(left_parts) if left_parts else np.zeros(0, np.int64)
+    right = np.concatenate(right_parts) if right_parts else np.zeros(0, np.int64)
+    if not left.size:
+        return left, right
+    pairs = np.unique(np.stack([left, right], axis=1), axis=0)
+    return pairs[:, 0], pairs[:, 1]
 
 
 class FindDuplicates(PipelineStep):
-    """One task: read every task's signatures, decide what is a duplicate, write `duplicates.npz`."""
+    """One task: read every task's signatures, decide what is a duplicate, write one removal list per filter task."""
 
     name = "🫂 find duplicates"
     type = "🫂 - DEDUP"
@@ -237,21 +233,34 @@ class FindDuplicates(PipelineStep):
             yield from data
         files = sorted(self.signature_dir.glob("*.npz"))
         parts = [np.load(path) for path in files]
-        ids = np.concatenate([p["ids"] for p in parts]) if parts else np.zeros(0, np.str_)
+        keys = np.concatenate([p["keys"] for p in parts]) if parts else np.zeros(0, np.int64)
+        task_of = np.concatenate([np.full(p["keys"].size, int(f.stem)) for f, p in zip(files, parts)]) if parts else keys
         hashes = np.concatenate([p["hashes"] for p in parts]) if parts else np.zeros((0, 2), np.uint64)
         signatures = np.concatenate([p["signatures"] for p in parts]) if parts and self.hasher else None
         with self.track_time():
-            removed, reasons, kept = find_duplicates(ids, hashes, signatures, self.hasher, self.threshold, self.exact)
-        self.stat_update("documents", value=int(ids.size))
+            removed, reasons, kept = find_duplicates(keys, hashes, signatures, self.hasher, self.threshold, self.exact)
+        self.stat_update("documents", value=int(keys.size))
         self.stat_update("removed", value=int(removed.size))
-        with atomic_output(self.output) as handle:
-            np.savez(handle, ids=removed, reasons=reasons, duplicate_of=kept)
+        by_key = np.argsort(keys, kind="stable")
+        removed_task = task_of[by_key[np.searchsorted(keys[by_key], removed)]] if removed.size else removed
+        for path in files:  # one removal list per filter task: each tokenize task reads only its own
+            mine = removed_task == int(path.stem)
+            with atomic_output(duplicate_file(self.output, int(path.stem))) as handle:
+                np.savez(handle, keys=removed[mine], reasons=reasons[mine], duplicate_of=kept[mine])
 
 
-def load_duplicates(path: Path) -> dict[str, tuple[str, str]]:
+def duplicate_file(directory: Path, rank: int) -> Path:
+    """The removal list of the documents filter task `rank` wrote."""
+    return Path(directory) / f"{rank:05d}.npz"
+
+
+def load_duplicates(path: Path) -> dict[int, tuple[str, int]]:
+    """{removed key: (reason, key of the document kept in its place)} of one task's removal list."""
+    if not path.exists():
+        return {}
     data = np.load(path)
     return {
-        str(i): (CODE_REASONS[int(r)], str(k)) for i, r, k in zip(data["ids"], data["reasons"], data["duplicate_of"])
+        int(i): (CODE_REASONS[int(r)], int(k)) for i, r, k in zip(data["keys"], data["reasons"], data["duplicate_of"])
     }
 
 
@@ -263,12 +272,14 @@ class DropDuplicates(CountedStage):
         super().__init__(stage, funnel_dir, removed_dir, None)
         self.reasons = reasons
         self.duplicates_path = Path(duplicates)
-        self._duplicates: dict[str, tuple[str, str]] | None = None
+        self._duplicates: dict[int, tuple[str, int]] | None = None
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        self._duplicates = load_duplicates(duplicate_file(self.duplicates_path, rank))
+        yield from super().run(data, rank, world_size)
 
     def decide(self, doc: Document) -> str | None:
-        if self._duplicates is None:
-            self._duplicates = load_duplicates(self.duplicates_path)
-        found = self._duplicates.get(doc.id)
+        found = self._duplicates.get(doc.metadata["key"])
         if found is not None and found[0] in self.reasons:
             doc.metadata["duplicate_of"] = found[1]
             return found[0]

@@ -1,4 +1,4 @@
-"""Counted stages: normalise, datatrove's heuristic filters (per source), language id.
+"""Counted stages: HTML extraction, normalise, datatrove's heuristic filters (per source), language id.
 
 Each stage is a datatrove `PipelineStep` that applies to the sources configured for it,
 passes the others through untouched, counts what it received, kept and removed (with the
@@ -11,6 +11,7 @@ exists. The filters themselves are datatrove's own (`GopherQualityFilter`,
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from datatrove.pipeline.base import PipelineStep
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
 
+EXTRACT_TIMEOUT = 5.0  # seconds per document (datatrove's default of 1 s times out on a loaded machine)
 LANGID_CHARS = 2000  # py3langid reads this much of a document; enough to be sure, cheap on long ones
 
 
@@ -95,7 +97,51 @@ class NormaliseStage(CountedStage):
     def decide(self, doc: Document) -> str | None:
         if self.normalised is None or doc.metadata["source"] in self.normalised:
             doc.text = self.formatter.format(doc.text)
-        return "empty" if not doc.text.strip() else None
+        return "empty" if is_blank(doc.text) else None
+
+
+def is_blank(text: str) -> bool:
+    """Nothing but whitespace and invisible format characters (zero-width spaces and joiners, BOMs: category Cf)."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+
+
+class ExtractStage(CountedStage):
+    """HTML to text with datatrove's `Trafilatura` extractor, in its sandbox (a per-document timeout).
+
+    Applies to the sources whose format is HTML (warc, html); a document with no main text, or
+    one whose extraction fails or times out, is removed with that reason.
+    """
+
+    name = "⛏ extract"
+
+    def __init__(self, funnel_dir, removed_dir, sources: list[str], timeout: float = EXTRACT_TIMEOUT):
+        super().__init__("extract", funnel_dir, removed_dir, sources)
+        from datatrove.pipeline.extractors import Trafilatura
+
+        self.extractor = Trafilatura(timeout=timeout)
+        self._sandbox = None
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        import trafilatura  # noqa: F401  imported here, so a forked sandbox starts warm (its start-up shares the timeout)
+        from datatrove.pipeline.extractors.base import ExtractorSandbox
+
+        with ExtractorSandbox(timeout=self.extractor.timeout, warmup_text="") as sandbox:
+            self._sandbox = sandbox
+            yield from super().run(data, rank, world_size)
+
+    def decide(self, doc: Document) -> str | None:
+        try:
+            text = self._sandbox.process_document(doc.text, self.extractor.extract)
+        except TimeoutError:
+            return "extraction_timeout"
+        except EOFError:
+            return "extraction_crashed"
+        except Exception:  # trafilatura's own errors on broken HTML: the document is removed, counted
+            return "extraction_error"
+        if not text or is_blank(text):
+            return "no_text"
+        doc.text = text
+        return None
 
 
 class HeuristicFilterStage(CountedStage):

@@ -5,7 +5,9 @@ Every counted stage writes one small JSON file per task, `funnel/<NN>-<stage>/<r
 the tasks into the store's funnel:
 
     {"stages": [{"name": str, "sources": {source: {"received": {"documents", "tokens", "bytes"},
-                                                   "kept": {...}, "removed": {reason: {...}}}}}]}
+                                                   "kept": {...}, "removed": {reason: {...}},
+                                                   "cut": {"documents", "bytes"} (read stage, when any)}}}],
+     "bad_files": [{"source", "file", "error"}]}   (files skipped with on_bad_file = "skip")
 
 Tokens are counted once, with the store's tokenizer, after tokenization: a kept document
 by the tokens it was written with, a removed one by the tokens of the text it had when it
@@ -35,6 +37,7 @@ class StageCounts:
 
     def __init__(self) -> None:
         self.sources: dict[str, dict] = {}
+        self.bad_files: list[dict] = []  # the read stage's skipped files: {source, file, error}
 
     def _source(self, source: str) -> dict:
         if source not in self.sources:
@@ -57,8 +60,15 @@ class StageCounts:
         counts["documents"] += 1
         counts["bytes"] += nbytes
 
+    def cut(self, source: str, nbytes_cut: int) -> None:
+        """A kept document shortened (to `max_document_bytes`) by `nbytes_cut` bytes."""
+        counts = self._source(source).setdefault("cut", {"documents": 0, "bytes": 0})
+        counts["documents"] += 1
+        counts["bytes"] += nbytes_cut
+
     def save(self, path: Path) -> None:
-        atomic_write_text(path, json.dumps({"sources": self.sources}, sort_keys=True))
+        body = {"sources": self.sources, **({"bad_files": self.bad_files} if self.bad_files else {})}
+        atomic_write_text(path, json.dumps(body, sort_keys=True))
 
 
 def stage_dir(funnel_root: Path, index: int, stage: str) -> Path:
@@ -80,7 +90,17 @@ def merge_stage(directory: Path) -> dict[str, dict]:
             _add(into["kept"], counts["kept"])
             for reason, removed in counts["removed"].items():
                 _add(into["removed"].setdefault(reason, _zero()), removed)
+            if "cut" in counts:
+                cut = into.setdefault("cut", {"documents": 0, "bytes": 0})
+                cut["documents"] += counts["cut"]["documents"]
+                cut["bytes"] += counts["cut"]["bytes"]
     return merged
+
+
+def bad_files(directory: Path) -> list[dict]:
+    """The files one stage's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file."""
+    found = [entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get("bad_files", [])]
+    return sorted(found, key=lambda entry: (entry["source"], entry["file"]))
 
 
 def removed_tokens_from(paths: list[Path]) -> dict[str, dict[str, dict[str, int]]]:

@@ -1,35 +1,55 @@
 """The read stage: datatrove's readers, with every malformed record counted and named.
 
 datatrove's `JsonlReader` logs a decode error and moves on, and every reader drops a record
-without text silently. Here each such record is counted in the funnel's `read` stage
-(reason `malformed` or `empty`) and listed with its file and line in
-`malformed/<source>/<rank>.jsonl`, which the runner reports. Document ids are prefixed with
-the source name (unless they already are) so ids are unique across sources, and
+without text silently. Here each such record (invalid JSON or UTF-8, no text) is counted in
+the funnel's `read` stage (reason `malformed` or `empty`) and listed with its file and line
+(parquet: row; WARC: record) in `malformed/<source>/<rank>.jsonl`, which the runner reports.
+A file that ends early (truncated or corrupt compression, a broken parquet footer) is an
+error naming it, never a shorter file. Document ids are prefixed with the source name (unless
+they already are) and kept as given, repeats included: dedup and ordering use
+`metadata["key"]`, an integer from the file's ordinal and the record's position.
 `metadata["source"]` is the configured source name.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
+import orjson
+import zstandard
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.readers import JsonlReader, ParquetReader, WarcReader
+from datatrove.pipeline.readers.base import BaseDiskReader
 
 from millrace.artifacts import atomic_write_text
+from millrace.errors import MillraceError
 from pipeline.config import SourceConfig
+from pipeline.stages.compressed import byte_lines, compression_of, decompressed_chunks
 from pipeline.stages.filtering import text_bytes
 from pipeline.stages.funnel import StageCounts
 
+Problem = tuple[str, str, int, str, int]  # (file, "line" | "row" | "record", position, reason, size)
+KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
+
+
+class BadInputFile(MillraceError):
+    """An input file that cannot be read to its end: truncated, corrupt, or not what its source declares."""
+
+
+UNREADABLE = (OSError, EOFError, ValueError, zstandard.ZstdError)  # pyarrow's ArrowInvalid is a ValueError
+
 
 class _ProblemLog:
-    """Mixin for datatrove readers: remember records that yield no document, and why."""
+    """Mixin for datatrove readers: remember records that yield no document, and why; note each one's position."""
 
-    problems: list[tuple[str, int | str, str, int]]
+    problems: list[Problem]
+    position_label = "line"  # how a position in this reader's files is named in the malformed listing
 
     def problem(self, source_file: str, where: int | str, reason: str, size: int) -> None:
-        self.problems.append((self.data_folder.resolve_paths(source_file), where, reason, size))
+        self.problems.append((self.data_folder.resolve_paths(source_file), self.position_label, where, reason, size))
 
     def get_document_from_dict(self, data, source_file, id_in_file):
         if not isinstance(data, dict):
@@ -43,21 +63,23 @@ class _ProblemLog:
         if document is None:
             reason = "empty" if self.text_key in data else "malformed"
             self.problem(source_file, id_in_file, reason, len(str(data)))
+            return None
+        document.metadata["position"] = id_in_file
         return document
 
 
 class CountingJsonlReader(_ProblemLog, JsonlReader):
+    """JSON lines read as bytes: invalid UTF-8 or JSON is one malformed record (named by file and line)."""
+
     name = "🐿 Jsonl (counted)"
 
     def read_file(self, filepath: str):
-        import orjson
-
-        with self.data_folder.open(filepath, "r", compression=self.compression) as handle:
-            for line_number, line in enumerate(handle, start=1):
+        with self.data_folder.open(filepath, "rb") as raw:
+            for line_number, line in enumerate(byte_lines(raw, compression_of(filepath, None if self.compression == "infer" else self.compression)), start=1):
                 if not line.strip():
                     continue
                 try:
-                    record = orjson.loads(line)
+                    record = orjson.loads(line)  # validates UTF-8 as well as JSON
                 except orjson.JSONDecodeError:
                     self.problem(filepath, line_number, "malformed", len(line))
                     continue
@@ -67,11 +89,55 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
 
 
 class CountingParquetReader(_ProblemLog, ParquetReader):
+    """Parquet rows; a problem is named by its row (0-based, counted over the whole file)."""
+
     name = "📒 Parquet (counted)"
+    position_label = "row"
+
+    def read_file(self, filepath: str):
+        import pyarrow.parquet as pq
+
+        with self.data_folder.open(filepath, "rb") as handle, pq.ParquetFile(handle) as parquet:
+            row = 0
+            for batch in parquet.iter_batches(batch_size=self.batch_size):
+                for record in batch.to_pylist():
+                    document = self.get_document_from_dict(record, filepath, row)
+                    if document is not None:
+                        yield document
+                    row += 1
 
 
 class CountingWarcReader(_ProblemLog, WarcReader):
+    """WARC records (HTML responses), decompressed here so that a truncated `.warc.gz` is an error."""
+
     name = "🕷 Warc (counted)"
+    position_label = "record"
+
+    def read_file(self, filepath: str):
+        from datatrove.pipeline.readers.warc import process_record
+        from warcio.archiveiterator import ArchiveIterator
+
+        with self.data_folder.open(filepath, "rb") as raw:
+            stream = gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw
+            for index, record in enumerate(ArchiveIterator(stream)):
+                extracted = process_record(record)
+                if extracted:
+                    document = self.get_document_from_dict(extracted, filepath, index)
+                    if document is not None:
+                        yield document
+
+
+class HtmlFileReader(_ProblemLog, BaseDiskReader):
+    """One document per HTML file: its text is the file's HTML (extracted later), its id the file's path."""
+
+    name = "🌍 HTML files"
+
+    def read_file(self, filepath: str):
+        with self.data_folder.open(filepath, "rb") as raw:
+            html = b"".join(decompressed_chunks(raw, compression_of(filepath))).decode("utf-8", errors="replace")
+        document = self.get_document_from_dict({"text": html, "id": filepath}, filepath, 0)
+        if document is not None:
+            yield document
 
 
 class HFDatasetsDirReader(PipelineStep):
@@ -83,7 +149,7 @@ class HFDatasetsDirReader(PipelineStep):
     def __init__(self, path: str, text_key: str, id_key: str):
         super().__init__()
         self.path, self.text_key, self.id_key = path, text_key, id_key
-        self.problems: list[tuple[str, int | str, str, int]] = []
+        self.problems: list[Problem] = []
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         import datasets
@@ -97,9 +163,10 @@ class HFDatasetsDirReader(PipelineStep):
             row = dataset[index]
             text = row.get(self.text_key)
             if not isinstance(text, str) or not text:
-                self.problems.append((self.path, index, "empty" if text == "" else "malformed", len(str(row))))
+                self.problems.append((self.path, "row", index, "empty" if text == "" else "malformed", len(str(row))))
                 continue
             metadata = {k: v for k, v in row.items() if k not in (self.text_key, self.id_key)}
+            metadata["position"] = index
             yield Document(text=text, id=str(row.get(self.id_key, index)), metadata=metadata)
 
 
@@ -114,6 +181,8 @@ def build_reader(source: SourceConfig, path: str):
         return CountingJsonlReader(folder, glob_pattern=glob, compression=compression, **common)
     if source.format == "parquet":
         return CountingParquetReader(folder, glob_pattern=glob, **common)
+    if source.format == "html":
+        return HtmlFileReader(folder, glob_pattern=glob, **common)
     return CountingWarcReader(folder, glob_pattern=glob, **common)
 
 
@@ -129,12 +198,35 @@ def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
     return listed
 
 
+def file_count(source: SourceConfig) -> int:
+    """How many file ordinals a source takes: one per input file, one per datasets directory."""
+    if source.format == "hf-datasets":
+        return len(source.paths)
+    return sum(len(files) for _, files in input_files(source))
+
+
+def document_key(file_ordinal: int, position: int) -> int:
+    """The internal key dedup and ordering use: (file ordinal, position in the file), never the user's id."""
+    return (file_ordinal << KEY_POSITION_BITS) | position
+
+
+def utf8_prefix(text: str, max_bytes: int) -> str:
+    """The longest prefix of `text` whose UTF-8 encoding fits in `max_bytes` (no character cut in half)."""
+    return text.encode("utf-8", errors="surrogatepass")[:max_bytes].decode("utf-8", errors="ignore")
+
+
 class ReadStage(PipelineStep):
     """Reads one source on this task's share of its files and counts the funnel's `read` stage.
 
-    Files are dealt to tasks round-robin continuing from `offset` (the number of files of the
-    sources before this one), so that many one-file sources spread over the tasks instead of
+    Files are dealt to tasks round-robin continuing from `offset` (the number of file ordinals of
+    the sources before this one), so that many one-file sources spread over the tasks instead of
     all landing on task 0 as with datatrove's per-reader `sorted(files)[rank::world_size]`.
+
+    Each document gets `metadata["key"]` (`document_key` of its file ordinal and position) and
+    `metadata["origin"]` (its file, or its URL when the record has one). A document over
+    `max_document_bytes` is dropped (`too_long`) or cut to it (counted as `cut`). A file that
+    cannot be read to its end is a `BadInputFile` naming it, or with `on_bad_file = "skip"` the rest
+    of it is skipped and it is listed as a bad file.
     """
 
     type = "📖 - READER"
@@ -147,39 +239,72 @@ class ReadStage(PipelineStep):
         self.funnel_dir = Path(funnel_dir)
         self.malformed_dir = Path(malformed_dir)
 
-    def _document(self, doc: Document) -> Document:
+    def _document(self, doc: Document, file_ordinal: int) -> Document:
         prefix = f"{self.source.name}/"
         doc.id = doc.id if str(doc.id).startswith(prefix) else prefix + str(doc.id)
-        doc.metadata = {**doc.metadata, "source": self.source.name}
+        position = int(doc.metadata.pop("position"))
+        origin = doc.metadata.get("url") or doc.metadata.pop("file_path", None)
         doc.metadata.pop("file_path", None)
+        doc.metadata = {**doc.metadata, "source": self.source.name, "key": document_key(file_ordinal, position),
+                        "origin": origin, "position": position}
         return doc
 
-    def _documents(self, rank: int, world_size: int, problems: list) -> DocumentsPipeline:
+    def _file_documents(self, reader, path: str, relative: str, ordinal: int, bad_files: list) -> DocumentsPipeline:
+        try:
+            for doc in reader.read_file(relative):
+                yield self._document(doc, ordinal)
+        except UNREADABLE as exc:
+            where = str(Path(path) / relative) if Path(path).is_dir() else path
+            if self.source.on_bad_file != "skip":
+                raise BadInputFile(
+                    f"{where}: cannot read source {self.source.name!r} file to its end ({type(exc).__name__}: {exc});"
+                    ' fix or remove it, or set on_bad_file = "skip" on the source'
+                ) from None
+            bad_files.append({"file": where, "error": f"{type(exc).__name__}: {exc}"})
+
+    def _documents(self, rank: int, world_size: int, problems: list, bad_files: list) -> DocumentsPipeline:
         position = self.offset
         for path, files in input_files(self.source):
             reader = build_reader(self.source, path)
             reader.problems = problems
             if self.source.format == "hf-datasets":
-                yield from reader.run(None, rank, world_size)
+                yield from (self._document(doc, position) for doc in reader.run(None, rank, world_size))
+                position += 1
                 continue
-            mine = [f for i, f in enumerate(files) if (position + i) % world_size == rank]
+            for index, relative in enumerate(files):
+                if (position + index) % world_size == rank:
+                    yield from self._file_documents(reader, path, relative, position + index, bad_files)
             position += len(files)
-            yield from reader.read_files_shard(mine)
+
+    def _bounded(self, doc: Document, counts: StageCounts) -> Document | None:
+        limit, size = self.source.max_document_bytes, text_bytes(doc)
+        if size <= limit:
+            return doc
+        if self.source.long_documents == "drop":
+            counts.removed(self.source.name, "too_long", size)
+            return None
+        doc.text = utf8_prefix(doc.text, limit)
+        counts.cut(self.source.name, size - text_bytes(doc))
+        return doc
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
             yield from data
         counts = StageCounts()
-        problems: list[tuple[str, int | str, str, int]] = []
-        for doc in self._documents(rank, world_size, problems):
-            doc = self._document(doc)
+        problems: list[Problem] = []
+        bad_files: list[dict] = []
+        for doc in self._documents(rank, world_size, problems, bad_files):
             counts.received(self.source.name, text_bytes(doc))
+            if (doc := self._bounded(doc, counts)) is None:
+                continue
             counts.kept(self.source.name, text_bytes(doc))
             self.stat_update("documents")
             yield doc
-        for _file, _line, reason, size in problems:
+        for _file, _label, _where, reason, size in problems:
             counts.received(self.source.name, size)
             counts.removed(self.source.name, reason, size)
-        lines = [json.dumps({"file": str(f), "line": line, "reason": r}) for f, line, r, _ in problems]
+        lines = [json.dumps({"file": str(f), label: where, "reason": r}) for f, label, where, r, _ in problems]
+        lines += [json.dumps({"file": b["file"], "reason": "bad_file", "error": b["error"]}) for b in bad_files]
         atomic_write_text(self.malformed_dir / self.source.name / f"{rank:05d}.jsonl", "".join(x + "\n" for x in lines))
+        counts.bad_files = [{"source": self.source.name, **b} for b in bad_files]
         counts.save(self.funnel_dir / f"{self.source.name}-{rank:05d}.json")

@@ -2,9 +2,9 @@
 
 `TokenizeCells` batch-encodes documents (`encode_batch`, Rust threads), appends EOS, groups
 them by cell (`metadata["cell"]` when a domains step set it, else the source name), sorts
-each cell's documents by id and writes one run per cell per task:
-`tokens/<rank>/<cell>.npz` (ids, lengths, concatenated tokens, source index, bytes, and a
-few sample texts). The assembler merges the runs of all tasks by id into the store's
+each cell's documents by internal key and writes one run per cell per task:
+`tokens/<rank>/<cell>.npz` (keys, ids, origins, input positions, lengths, concatenated tokens,
+source index, bytes, and a few sample texts). The assembler merges the runs of all tasks by key into the store's
 shards, so the store does not depend on the task count or the executor.
 
 `RemovedTokens` counts, for the funnel, the tokens that removed documents would have had.
@@ -90,29 +90,40 @@ def _batches(data: Iterable[Document], size: int) -> Iterator[list[Document]]:
 
 class _CellRun:
     def __init__(self) -> None:
+        self.keys: list[int] = []
         self.ids: list[str] = []
+        self.origins: list[str] = []
+        self.positions: list[int] = []
         self.tokens: list[np.ndarray] = []
         self.sources: list[int] = []
         self.bytes: list[int] = []
         self.samples: list[tuple[int, str, str, str]] = []  # (id hash, id, source, trimmed text)
 
     def add(self, doc: Document, tokens: np.ndarray, source_id: int, nbytes: int) -> None:
+        key = doc.metadata["key"]
+        self.keys.append(key)
         self.ids.append(doc.id)
+        self.origins.append(str(doc.metadata.get("origin") or ""))
+        self.positions.append(int(doc.metadata.get("position", -1)))
         self.tokens.append(tokens)
         self.sources.append(source_id)
         self.bytes.append(nbytes)
-        self.samples.append((xxhash.xxh64_intdigest(doc.id), doc.id, doc.metadata["source"], doc.text[:SAMPLE_CHARS]))
+        self.samples.append((xxhash.xxh64_intdigest(key.to_bytes(8, "little")), doc.id, doc.metadata["source"],
+                             doc.text[:SAMPLE_CHARS]))
         self.samples = sorted(self.samples)[:SAMPLES_PER_CELL]
 
     def save(self, path: Path, dtype: np.dtype) -> None:
-        order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
+        order = sorted(range(len(self.keys)), key=self.keys.__getitem__)
         lengths = np.asarray([self.tokens[i].size for i in order], dtype=np.int64)
         tokens = np.concatenate([self.tokens[i] for i in order]).astype(dtype) if order else np.zeros(0, dtype)
         samples = [{"hash": h, "id": i, "source": s, "text": t} for h, i, s, t in self.samples]
         with atomic_output(path) as handle:
             np.savez(
                 handle,
+                keys=np.asarray([self.keys[i] for i in order], dtype=np.int64),
                 ids=np.asarray([self.ids[i] for i in order], dtype=np.str_),
+                origins=np.asarray([self.origins[i] for i in order], dtype=np.str_),
+                positions=np.asarray([self.positions[i] for i in order], dtype=np.int64),
                 lengths=lengths,
                 tokens=tokens,
                 sources=np.asarray([self.sources[i] for i in order], dtype=np.uint16),

@@ -2,21 +2,26 @@ import numpy as np
 from datatrove.data import Document
 
 from bench.near_duplicates import near_duplicate_corpus, removal_quality
-from pipeline.stages.dedup import DedupSignatures, FindDuplicates, MinHasher, load_duplicates
+from pipeline.stages.dedup import DedupSignatures, FindDuplicates, MinHasher, duplicate_file, load_duplicates
 
 
 def test_fuzzy_dedup_finds_injected_near_duplicates(tmp_path):
     documents, cluster = near_duplicate_corpus()
     params = dict(ngram=5, bands=40, rows=3, seed=1)
+    key_of = {doc_id: key for key, doc_id in enumerate(sorted(i for i, _ in documents))}  # key order = id order
+    id_of = {key: doc_id for doc_id, key in key_of.items()}
     # two tasks, as an executor would run them
     for rank in range(2):
         step = DedupSignatures(tmp_path / "signatures", **params)
-        mine = [Document(text=t, id=i, metadata={"source": "s"}) for i, t in documents[rank::2]]
+        mine = [Document(text=t, id=i, metadata={"source": "s", "key": key_of[i]}) for i, t in documents[rank::2]]
         assert len(list(step.run(iter(mine), rank, 2))) == len(mine)
-    finder = FindDuplicates(tmp_path / "signatures", tmp_path / "dups.npz", threshold=0.5, exact=True, fuzzy=True,
+    finder = FindDuplicates(tmp_path / "signatures", tmp_path / "dups", threshold=0.5, exact=True, fuzzy=True,
                             **params)
     list(finder.run(None, 0, 1))
-    removed = {doc: kept for doc, (reason, kept) in load_duplicates(tmp_path / "dups.npz").items()}
+    lists = [load_duplicates(duplicate_file(tmp_path / "dups", rank)) for rank in range(2)]
+    mine = [{key_of[i] for i, _ in documents[rank::2]} for rank in range(2)]
+    assert all(set(found) <= mine[rank] for rank, found in enumerate(lists))  # each task's list holds its own
+    removed = {id_of[doc]: id_of[kept] for found in lists for doc, (reason, kept) in found.items()}
     recall, precision = removal_quality(set(removed), cluster)
     assert recall >= 0.95, recall
     assert precision >= 0.99, precision

@@ -1,0 +1,161 @@
+"""The whole pipeline at 1x, 4x and 16x of a synthetic web-like corpus: memory per process and throughput.
+
+Input: `base` documents per 1x (16,000 by default, so 16,000 -> 256,000 documents), 1,000
+per `jsonl.zst` file and one task per file: zipf-distributed words, 80-400 per document, with
+injected near-duplicates (1-5% of words edited), exact copies under other URLs and re-crawled
+URLs with new text. For each size it reports wall time, documents/s and the peak resident
+memory of the largest single process of the run (driver or worker, polled with psutil every
+50 ms). The same inputs then go through datatrove's four MinHash stages (signature, buckets,
+its single-task cluster, filter; word splitting with the same `\\w+` regex as ours, so that
+spaCy's cost does not dominate): time and peak memory of its largest process.
+
+Targets (the issue's): the largest process's marginal memory from 1x to 16x is at most 256
+bytes per added document, and throughput at 16x is at least 0.8 of throughput at 1x.
+
+    python -m bench bench_pipeline_scale                  # base 16,000
+    python -m bench.bench_pipeline_scale --base 2000      # smaller, on a loaded machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.near_duplicates import edit_words, zipf_words
+from bench.result import Result
+
+DOCS_PER_FILE = 1000
+SCALES = (1, 4, 16)
+WORKERS = 2
+POLL_SECONDS = 0.05
+
+
+def write_corpus(directory: Path, documents: int, seed: int = 3) -> None:
+    """`documents` web-like records in files of DOCS_PER_FILE, with near, exact and URL duplicates."""
+    import zstandard
+
+    rng, np_rng = random.Random(seed), np.random.default_rng(seed)
+    vocabulary = sorted({"".join(rng.choice("etaoinshrdlucmfwyp") for _ in range(rng.randint(2, 9))) for _ in range(20000)})
+    directory.mkdir(parents=True, exist_ok=True)
+    recent: list[list[str]] = []
+    for file_index in range(0, documents, DOCS_PER_FILE):
+        lines = []
+        for i in range(file_index, min(file_index + DOCS_PER_FILE, documents)):
+            roll = rng.random()
+            if recent and roll < 0.08:
+                words = edit_words(rng, rng.choice(recent), rng.uniform(0.01, 0.05), vocabulary)
+            elif recent and roll < 0.11:
+                words = rng.choice(recent)
+            else:
+                words = zipf_words(np_rng, vocabulary, rng.randint(80, 400))
+                recent = (recent + [words])[-500:]
+            url = f"https://site{i % 997}.example/page{i // 3 if roll > 0.97 else i}"  # some URLs re-crawled
+            lines.append(json.dumps({"id": url, "text": " ".join(words)}))
+        data = zstandard.ZstdCompressor(level=3).compress(("\n".join(lines) + "\n").encode())
+        (directory / f"part-{file_index // DOCS_PER_FILE:05d}.jsonl.zst").write_bytes(data)
+
+
+def _peak_rss_of_tree(command: list[str]) -> tuple[float, int]:
+    """(seconds, largest resident set of any single process in the tree) for a subprocess."""
+    import psutil
+
+    start = time.perf_counter()
+    process = subprocess.Popen(command)
+    root, peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        try:
+            tree = [root] + root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        for member in tree:
+            try:
+                peak = max(peak, member.memory_info().rss)
+            except psutil.Error:
+                pass
+        time.sleep(POLL_SECONDS)
+    if process.wait():
+        raise RuntimeError(f"{command[:3]} failed with exit code {process.returncode}")
+    return time.perf_counter() - start, peak
+
+
+def run_millrace(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
+    config = work / "p.toml"
+    config.write_text(
+        f'[[sources]]\nname = "web"\npaths = ["{corpus}"]\nlanguage_id = false\n'
+        f'[tokenizer]\nvocab_size = 1000\nsample_bytes = 1000000\n[output]\nversion = "2026.01.01"\n'
+        f'[executor]\ntasks = {tasks}\nworkers = {WORKERS}\n'
+    )
+    script = textwrap.dedent(f"""
+        from millrace.home import Home
+        from pipeline.config import load_pipeline_config
+        from pipeline.runner import run_pipeline
+        run_pipeline(load_pipeline_config({str(config)!r}), Home.resolve({str(work / 'home')!r}))
+    """)
+    return _peak_rss_of_tree([sys.executable, "-c", script])
+
+
+def run_datatrove(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
+    script = textwrap.dedent(f"""
+        from datatrove.executor import LocalPipelineExecutor
+        from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
+                                                      MinhashDedupFilter, MinhashDedupSignature)
+        from datatrove.pipeline.readers import JsonlReader
+        from datatrove.pipeline.writers import JsonlWriter
+        from bench.bench_dedup import RegexWordTokenizer
+        config = MinhashConfig(n_grams=5, num_buckets=40, hashes_per_bucket=3)
+        work, corpus = {str(work)!r}, {str(corpus)!r}
+        signature = MinhashDedupSignature(work + "/sigs", config=config)
+        signature.word_tokenizer = RegexWordTokenizer()
+        stages = [([JsonlReader(corpus), signature], {tasks}),
+                  ([MinhashDedupBuckets(work + "/sigs", work + "/buckets", config=config)], 40),
+                  ([MinhashDedupCluster(work + "/buckets", work + "/remove", config=config)], 1),
+                  ([JsonlReader(corpus), MinhashDedupFilter(work + "/remove"), JsonlWriter(work + "/out")], {tasks})]
+        for index, (pipeline, tasks) in enumerate(stages):
+            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS}, logging_dir=work + f"/logs/{{index}}").run()
+    """)
+    return _peak_rss_of_tree([sys.executable, "-c", script])
+
+
+def main(base: int = 16_000) -> list[Result]:
+    rows = []
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        for scale in SCALES:
+            documents = base * scale
+            corpus = Path(tmp) / f"corpus-{scale}"
+            write_corpus(corpus, documents)
+            tasks = -(-documents // DOCS_PER_FILE)
+            ours_s, ours_rss = run_millrace(corpus, Path(tmp) / f"mr-{scale}", tasks)
+            theirs_s, theirs_rss = run_datatrove(corpus, Path(tmp) / f"dt-{scale}", tasks)
+            rows.append((scale, documents, ours_s, ours_rss, theirs_s, theirs_rss))
+            print(f"  {scale:>2}x {documents:>8,} docs: millrace {ours_s:7.1f} s {documents / ours_s:8,.0f} docs/s "
+                  f"peak {ours_rss / 2**20:7.1f} MiB | datatrove MinHash {theirs_s:7.1f} s "
+                  f"{documents / theirs_s:8,.0f} docs/s peak {theirs_rss / 2**20:7.1f} MiB", flush=True)
+    (_, n1, s1, m1, d1, dm1), (_, n16, s16, m16, d16, dm16) = rows[0], rows[-1]
+    marginal = (m16 - m1) / (n16 - n1)
+    marginal_dt = (dm16 - dm1) / (n16 - n1)
+    return [
+        Result("pipeline scale: throughput 16x vs 1x", n16 / s16, n1 / s1, "the same pipeline at 1x", "docs/s",
+               target=0.8),
+        Result("pipeline scale: largest process marginal memory", max(marginal, 1e-9), 256.0,
+               "the 256 B/doc budget", "B/doc", higher_is_better=False, target=1.0),
+        Result("pipeline scale: largest process marginal memory vs datatrove MinHash", max(marginal, 1e-9),
+               max(marginal_dt, 1e-9), "datatrove 4 MinHash stages", "B/doc", higher_is_better=False),
+        Result("pipeline scale: 16x docs/s vs datatrove MinHash (dedup only)", n16 / s16, n16 / d16,
+               "datatrove 4 MinHash stages", "docs/s"),
+    ]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", type=int, default=16_000, help="documents at 1x (default 16,000)")
+    for result in main(parser.parse_args().base):
+        print(result.line())

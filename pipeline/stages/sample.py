@@ -1,0 +1,84 @@
+"""The corpus sample for the tokenizer and the quality and domain models, drawn inside the filter tasks.
+
+A second pass over the corpus to draw a sample costs days at the reference scale, so each
+filter task keeps a bottom-k sketch of its documents as they stream by: the documents with the
+smallest hashes of their internal key, up to `max_bytes` of text (a heap; memory bounded by the
+sample size, not the corpus). The union of the tasks' sketches, cut to the smallest hashes again,
+is the sketch of the whole corpus whatever the task count. Dedup runs after the filter tasks, so
+the driver drops the removed documents from the merged sketch (each task's sketch against its own
+removal list) before cutting it; the tasks keep `OVERSAMPLE` times the budget to cover them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+
+import xxhash
+from datatrove.data import Document, DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from pipeline.config import PipelineConfig
+from pipeline.stages.intermediate import AtomicJsonlZstWriter, document_record, read_jsonl_zst, task_file
+
+OVERSAMPLE = 2
+
+
+def sample_rank(key: int) -> int:
+    """The hash that orders documents in the sample: a pure function of the document's key."""
+    return xxhash.xxh64_intdigest(key.to_bytes(8, "little"))
+
+
+class SampleSketch(PipelineStep):
+    """Per filter task: keep the smallest-hash documents up to `max_bytes`, write them when the stream ends."""
+
+    name = "🎲 sample sketch"
+    type = "🎲 - SAMPLER"
+
+    def __init__(self, directory: Path | str, max_bytes: int):
+        super().__init__()
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        heap: list[tuple[int, int, int, Document]] = []  # (-hash, -key, size, document): the largest on top
+        held = 0
+        for doc in data or ():
+            rank_hash = sample_rank(doc.metadata["key"])
+            size = len(doc.text.encode("utf-8", errors="surrogatepass"))
+            if held < self.max_bytes or rank_hash < -heap[0][0]:
+                copy = Document(text=doc.text, id=doc.id, metadata=dict(doc.metadata))
+                heapq.heappush(heap, (-rank_hash, -doc.metadata["key"], size, copy))
+                held += size
+                while held - heap[0][2] >= self.max_bytes:  # the rest still fills the budget
+                    held -= heapq.heappop(heap)[2]
+            yield doc
+        with AtomicJsonlZstWriter(task_file(self.directory, rank)) as writer:
+            for _, _, _, doc in sorted(heap, key=lambda item: (-item[0], -item[1])):
+                writer.write(document_record(doc))
+
+
+def sample_budget(config: PipelineConfig) -> int:
+    """Bytes each filter task keeps: what the tokenizer and the cell models ask, with room for dedup's removals."""
+    from pipeline.stages.cell_stages import CellStages
+
+    tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
+    return OVERSAMPLE * max(tokenizer, CellStages(config.quality, config.domains, Path(".")).sample_bytes)
+
+
+def merged_sample(directory: Path, removed: dict[int, set[int]], max_bytes: int) -> list[Document]:
+    """The corpus sample: every task's sketch less its removed keys, smallest hashes up to `max_bytes`, in key order."""
+    candidates = []
+    for path in sorted(Path(directory).glob("*.jsonl.zst")):
+        gone = removed.get(int(path.name.split(".")[0]), set())
+        for record in read_jsonl_zst(path):
+            key = record["metadata"]["key"]
+            if key not in gone:
+                candidates.append((sample_rank(key), record))
+    sample, held = [], 0
+    for _, record in sorted(candidates, key=lambda item: (item[0], item[1]["metadata"]["key"])):
+        if held >= max_bytes:
+            break
+        sample.append(Document(text=record["text"], id=record["id"], metadata=record["metadata"]))
+        held += len(record["text"].encode("utf-8", errors="surrogatepass"))
+    return sorted(sample, key=lambda doc: doc.metadata["key"])

@@ -1,0 +1,204 @@
+"""The work directory of a run: where each intermediate lives, and what may be resumed from it.
+
+`run.json` records, when a run starts, the task count, the input files (path, size and a
+cheap fingerprint: xxh64 of the first and last 64 KiB) and one fingerprint per stage. A stage's
+fingerprint hashes its own options and its upstream stage's fingerprint, so a config change
+reruns exactly the stage it touches and the ones after it (and says which); `[executor]` and
+`[output]` touch none (assembly always runs). Input files that differ from the recorded list
+are an error naming the first changed file (a resumed run would read some twice, some never),
+unless the run is restarted (`restart=True`), which starts the work directory afresh, as does a
+changed task count (it fixes which task reads which file).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import xxhash
+
+from millrace.artifacts import atomic_write_text, content_hash
+from millrace.errors import MillraceError
+from pipeline.config import PipelineConfig
+
+log = logging.getLogger(__name__)
+FINGERPRINT_BYTES = 1 << 16
+STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize")  # in order; each depends on the one before
+
+
+class InputsChanged(MillraceError):
+    """The input files differ from those the run started with."""
+
+
+@dataclass(frozen=True)
+class WorkLayout:
+    """Where each intermediate lives under work/<name>/<version>/."""
+
+    root: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def funnel(self) -> Path:
+        return self.root / "funnel"
+
+    @property
+    def removed(self) -> Path:
+        return self.root / "removed"
+
+    @property
+    def malformed(self) -> Path:
+        return self.root / "malformed"
+
+    @property
+    def filtered(self) -> Path:
+        return self.root / "filtered"
+
+    @property
+    def signatures(self) -> Path:
+        return self.root / "signatures"
+
+    @property
+    def samples(self) -> Path:
+        return self.root / "samples"
+
+    @property
+    def duplicates(self) -> Path:
+        return self.root / "duplicates"
+
+    @property
+    def tokenizer(self) -> Path:
+        return self.root / "tokenizer.json"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "tokens"
+
+    @property
+    def removed_tokens(self) -> Path:
+        return self.root / "removed-tokens"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "run.json"
+
+    def outputs(self, stage: str) -> list[Path]:
+        """What `stage` writes (what is deleted when it reruns)."""
+        after_dedup = ("exact_dedup", "fuzzy_dedup", "tokenize")
+        if stage == "filter":
+            return [self.logs / "1-filter", self.filtered, self.signatures, self.samples, self.malformed, self.funnel,
+                    self.removed]
+        if stage == "dedup":
+            return [self.logs / "2-dedup", self.duplicates]
+        if stage == "tokenizer":
+            return [self.tokenizer]
+        if stage == "models":
+            return [self.models]
+        return [self.logs / "3-tokenize", self.runs, self.removed_tokens,
+                *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
+                *(self.removed / name for name in after_dedup)]
+
+
+def _file_fingerprint(path: Path) -> dict:
+    size = path.stat().st_size
+    digest = xxhash.xxh64()
+    with open(path, "rb") as handle:
+        digest.update(handle.read(FINGERPRINT_BYTES))
+        if size > FINGERPRINT_BYTES:
+            handle.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
+            digest.update(handle.read(FINGERPRINT_BYTES))
+    return {"path": str(path), "size": size, "xxh64": digest.hexdigest()}
+
+
+def input_listing(config: PipelineConfig) -> list[dict]:
+    """Every input file of every source, in read order, with its size and fingerprint."""
+    from pipeline.stages.readers import input_files
+
+    listing = []
+    for source in config.sources:
+        for path, files in input_files(source):
+            if source.format == "hf-datasets":
+                files = sorted(str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file())
+            base = Path(path) if Path(path).is_dir() else Path(path).parent
+            listing += [_file_fingerprint(base / relative) for relative in files]
+    return listing
+
+
+def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, str]:
+    """One fingerprint per stage: its own options and the fingerprint of the stage before it."""
+    from pipeline.stages.sample import sample_budget
+
+    d = config.dedup
+    signing = {"exact": d.exact, "fuzzy": d.fuzzy, "ngram": d.ngram, "bands": d.bands, "rows": d.rows, "seed": d.seed}
+    own = {
+        "filter": {"sources": [s.model_dump(mode="json") for s in config.sources],
+                   "filters": config.filters.model_dump(mode="json"), "signing": signing, "inputs": inputs,
+                   "sample_budget": sample_budget(config)},
+        "dedup": d.model_dump(mode="json"),
+        "tokenizer": config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
+        "models": {"quality": _dump(config.quality), "domains": _dump(config.domains)},
+        "tokenize": {"eos": config.tokenizer.eos},
+    }
+    fingerprints: dict[str, str] = {}
+    upstream = ""
+    for stage in STAGES:
+        upstream = fingerprints[stage] = content_hash({"upstream": upstream, "options": own[stage]})
+    return fingerprints
+
+
+def _dump(section) -> dict | None:
+    return None if section is None else section.model_dump(mode="json")
+
+
+def _first_change(recorded: list[dict], current: list[dict]) -> str | None:
+    for old, new in zip(recorded, current):
+        if old != new:
+            what = "changed" if old["path"] == new["path"] else f"replaced by {new['path']}"
+            return f"{old['path']} ({what}: size {old['size']} -> {new['size']})"
+    if len(recorded) > len(current):
+        return f"{recorded[len(current)]['path']} (no longer an input)"
+    if len(current) > len(recorded):
+        return f"{current[len(recorded)]['path']} (a new input)"
+    return None
+
+
+def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = False) -> list[str]:
+    """Make `layout` ready for `config`; returns the stages that must (re)run from scratch."""
+    tasks = config.executor.tasks
+    inputs = input_listing(config)
+    fingerprints = stage_fingerprints(config, inputs)
+    state = json.loads(layout.state.read_text()) if layout.state.exists() else None
+    if state is not None and not restart and state.get("tasks") == tasks and "inputs" in state:
+        changed = _first_change(state["inputs"], inputs)
+        if changed:
+            raise InputsChanged(
+                f"input files changed since this run started in {layout.root}: first changed file {changed};"
+                " restore the inputs, or start over with --restart"
+            )
+        rerun = [s for s in STAGES if state.get("stages", {}).get(s) != fingerprints[s]]
+        rerun = list(STAGES[STAGES.index(rerun[0]):]) if rerun else []
+        if rerun:
+            kept = [s for s in STAGES if s not in rerun]
+            log.warning("config changed: rerunning %s (kept: %s)", ", ".join(rerun), ", ".join(kept) or "nothing")
+            for stage in rerun:
+                for path in layout.outputs(stage):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        else:
+            log.info("resuming the work in %s", layout.root)
+    else:
+        if state is not None:
+            log.warning("%s: starting %s afresh", "--restart" if restart else "task count changed", layout.root)
+            shutil.rmtree(layout.root)
+        rerun = list(STAGES)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(layout.state, json.dumps({"tasks": tasks, "inputs": inputs, "stages": fingerprints}))
+    return rerun

@@ -1,0 +1,307 @@
+"""Web-like input as a new user has it: repeated ids, broken files, bad bytes, WARC/HTML, changing inputs."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from millrace.home import Home
+from pipeline.config import load_pipeline_config, parse_pipeline_config
+from pipeline.runner import PipelineError, run_pipeline
+from pipeline.stages.funnel import bad_files
+from pipeline.stages.readers import BadInputFile, ReadStage
+from pipeline.store.format import ShardReader, Store
+from pipeline.stages.tokenization import load_tokenizer
+from tests.pipeline.corpus_fixture import prose
+
+HTML = """<html><head><title>Mill notes</title></head><body><nav>Home | About | Contact</nav>
+<article><h1>The mill race</h1><p>{body}</p></article><footer>Copyright 2026</footer></body></html>"""
+
+
+def _lines(records) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
+
+
+def _warc(path, pages: list[tuple[str, str]]) -> None:
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    with open(path, "wb") as out:
+        writer = WARCWriter(out, gzip=True)
+        for url, html in pages:
+            headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
+            record = writer.create_warc_record(url, "response", payload=io.BytesIO(html.encode()), http_headers=headers)
+            writer.write_record(record)
+
+
+def _stored_texts(path) -> list[str]:
+    store = Store(path)
+    tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
+    texts = []
+    for cell in store.manifest.cells:
+        for shard in store.cell(cell).shards:
+            reader = ShardReader(store.shard_prefix(cell, shard))
+            texts += [tokenizer.decode(reader.document(i)[:-1].tolist()) for i in range(reader.documents)]
+    return texts
+
+
+@pytest.fixture(scope="module")
+def web_run(tmp_path_factory):
+    """One run over web-like sources; each test below checks one defect of the issue against it."""
+    root = tmp_path_factory.mktemp("web")
+    rng = random.Random(11)
+    texts = [prose(rng) for _ in range(6)]
+    (root / "crawl").mkdir()
+    records = [{"id": "https://a.example/page", "text": texts[0]},   # the same URL, re-crawled with new text
+               {"id": "https://a.example/page", "text": texts[1]},
+               {"id": "https://b.example/x", "text": texts[2]},     # the same text under two ids
+               {"id": "https://b.example/y", "text": texts[2]},
+               {"id": "https://c.example/z", "text": texts[3]},     # the same id and the same text twice
+               {"id": "https://c.example/z", "text": texts[3]},
+               {"id": "zw", "text": "\u200b\u200c\u200d\ufeff \u2060"},
+               {"id": "huge", "text": prose(rng) * 200}]            # over max_document_bytes below
+    raw = _lines(records[:3]) + b'{"id": "bad-utf8", "text": "caf\xe9 au lait"}\n' + _lines(records[3:])
+    (root / "crawl" / "part-0.jsonl").write_bytes(raw)
+    (root / "zst").mkdir()
+    good = zstandard.ZstdCompressor().compress(_lines([{"id": f"g{i}", "text": prose(rng)} for i in range(3)]))
+    (root / "zst" / "a.jsonl.zst").write_bytes(good)
+    whole = zstandard.ZstdCompressor().compress(_lines([{"id": f"t{i}", "text": prose(rng)} for i in range(40)]))
+    (root / "zst" / "b.jsonl.zst").write_bytes(whole[: len(whole) // 2])  # truncated mid-frame
+    (root / "web").mkdir()
+    _warc(root / "web" / "crawl.warc.gz", [("https://mill.example/race", HTML.format(body=texts[4])),
+                                           ("https://mill.example/wheel", HTML.format(body=texts[5]))])
+    (root / "p.toml").write_text(
+        '[[sources]]\nname = "crawl"\npaths = ["crawl"]\nformat = "jsonl"\nmax_document_bytes = 20000\n'
+        '[[sources]]\nname = "zst"\npaths = ["zst"]\nformat = "jsonl.zst"\non_bad_file = "skip"\n'
+        '[[sources]]\nname = "web"\npaths = ["web"]\nformat = "warc"\n'
+        '[dedup]\nfuzzy = false\n[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.03.01"\n'
+        '[executor]\ntasks = 2\nworkers = 1\n'
+    )
+    home = Home.resolve(root / "home")
+    path = run_pipeline(load_pipeline_config(root / "p.toml"), home)
+    return root, home, path, texts
+
+
+def test_a_repeated_id_keeps_every_distinct_text_and_one_of_identical_ones(web_run):
+    _, _, path, texts = web_run
+    stored = _stored_texts(path)
+    for text in texts[:4]:
+        assert stored.count(text) == 1, text[:40]
+    crawl = Store(path).cell("crawl")
+    assert crawl.documents == 4  # texts 0-3; the duplicates of texts 2 and 3 removed, not the re-crawl
+
+
+def test_invalid_utf8_is_one_malformed_record_with_its_file_and_line(web_run):
+    from pipeline.runner import WorkLayout, malformed_report
+
+    root, home, path, _ = web_run
+    funnel = Store(path).manifest.funnel
+    read = funnel["stages"][0]["sources"]["crawl"]
+    assert read["removed"]["malformed"]["documents"] == 1
+    report = malformed_report(WorkLayout(home.work("local", "2026.03.01")))
+    assert {"file": str(root / "crawl" / "part-0.jsonl"), "line": 4, "reason": "malformed"} in report
+
+
+def test_a_truncated_zst_file_is_skipped_and_listed_when_the_source_says_skip(web_run):
+    root, _, path, _ = web_run
+    funnel = Store(path).manifest.funnel
+    assert [(b["source"], b["file"]) for b in funnel["bad_files"]] == [("zst", str(root / "zst" / "b.jsonl.zst"))]
+    assert "truncated" in funnel["bad_files"][0]["error"]
+
+
+def test_zero_width_only_and_over_long_documents_are_counted_not_stored(web_run):
+    _, _, path, _ = web_run
+    stages = {s["name"]: s["sources"] for s in Store(path).manifest.funnel["stages"]}
+    assert stages["read"]["crawl"]["removed"]["too_long"]["documents"] == 1
+    assert stages["normalise"]["crawl"]["removed"]["empty"]["documents"] == 1
+    assert not any(t.strip("\u200b\u200c\u200d\ufeff\u2060 ") == "" for t in _stored_texts(path))
+
+
+def test_warc_pages_are_extracted_by_trafilatura_and_keep_their_url(web_run):
+    from pipeline.runner import WorkLayout
+    from pipeline.stages.intermediate import read_jsonl_zst
+
+    _, home, path, texts = web_run
+    stored = _stored_texts(path)
+    web = [t for t in stored if "mill race" in t.lower() or texts[4][:30] in t or texts[5][:30] in t]
+    assert len(web) == 2 and not any("<" in t or "Home | About" in t for t in web)
+    layout = WorkLayout(home.work("local", "2026.03.01"))
+    origins = {r["metadata"]["origin"] for p in sorted(layout.filtered.glob("*.jsonl.zst")) for r in read_jsonl_zst(p)
+               if r["metadata"]["source"] == "web"}
+    assert origins == {"https://mill.example/race", "https://mill.example/wheel"}
+
+
+def _read_stage(tmp_path, fmt: str, name: str, data: bytes, **options):
+    (tmp_path / "in").mkdir(exist_ok=True)
+    (tmp_path / "in" / name).write_bytes(data)
+    source = {"name": "s", "paths": [str(tmp_path / "in")], "format": fmt, **options}
+    config = parse_pipeline_config({"sources": [source]}, "test", tmp_path)
+    return ReadStage(config.sources[0], 0, tmp_path / "funnel", tmp_path / "malformed")
+
+
+ZST = zstandard.ZstdCompressor().compress(_lines([{"id": i, "text": "x " * 50} for i in range(200)]))
+GZ = gzip.compress(_lines([{"id": i, "text": "y " * 50} for i in range(2000)]))
+
+
+@pytest.mark.parametrize("fmt,name,data,options", [
+    ("jsonl.zst", "a.jsonl.zst", ZST[:-40], {}),
+    ("jsonl.zst", "a.jsonl.zst", b"this is not zstd at all", {}),
+    ("jsonl", "a.jsonl.gz", GZ[:-500], {"glob": "*.jsonl.gz"}),
+    ("parquet", "a.parquet", b"PAR1 not really a parquet file PAR1", {}),
+])
+def test_a_truncated_or_corrupt_file_is_an_error_naming_it(tmp_path, fmt, name, data, options):
+    stage = _read_stage(tmp_path, fmt, name, data, **options)
+    with pytest.raises(BadInputFile, match=f"{tmp_path / 'in' / name}: cannot read source 's'"):
+        list(stage.run(None, 0, 1))
+
+
+def test_a_skipped_bad_file_is_listed_in_the_funnel_files(tmp_path):
+    stage = _read_stage(tmp_path, "jsonl.zst", "a.jsonl.zst", b"garbage", on_bad_file="skip")
+    assert list(stage.run(None, 0, 1)) == []
+    assert [b["file"] for b in bad_files(tmp_path / "funnel")] == [str(tmp_path / "in" / "a.jsonl.zst")]
+
+
+def test_a_corrupt_run_writes_nothing_to_the_store(tmp_path):
+    (tmp_path / "d").mkdir()
+    data = zstandard.ZstdCompressor().compress(_lines([{"id": i, "text": prose(random.Random(i))} for i in range(30)]))
+    (tmp_path / "d" / "a.jsonl.zst").write_bytes(data[: len(data) // 2])
+    (tmp_path / "p.toml").write_text('[[sources]]\nname = "d"\npaths = ["d"]\n[output]\nversion = "2026.03.02"\n'
+                                     '[executor]\ntasks = 1\nworkers = 1\n')
+    home = Home.resolve(tmp_path / "home")
+    with pytest.raises(PipelineError, match="a.jsonl.zst: cannot read source 'd' file to its end"):
+        run_pipeline(load_pipeline_config(tmp_path / "p.toml"), home)
+    assert not home.store("local", "2026.03.02").exists()
+
+
+def test_parquet_problems_name_their_row(tmp_path):
+    rows = [{"id": "a", "text": "fine text"}, {"id": "b", "text": ""}, {"id": "c", "text": "more text"},
+            {"id": "d", "text": None}]
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buffer)
+    stage = _read_stage(tmp_path, "parquet", "a.parquet", buffer.getvalue())
+    docs = list(stage.run(None, 0, 1))
+    assert [d.metadata["position"] for d in docs] == [0, 2]
+    listing = [json.loads(line) for line in (tmp_path / "malformed" / "s" / "00000.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["reason"]) for r in listing] == [(1, "empty"), (3, "empty")]
+
+
+def test_long_documents_can_be_cut_at_a_character_boundary(tmp_path):
+    stage = _read_stage(tmp_path, "jsonl", "a.jsonl", _lines([{"id": "x", "text": "é" * 100}]),
+                        max_document_bytes=51, long_documents="cut")
+    (doc,) = list(stage.run(None, 0, 1))
+    assert doc.text == "é" * 25
+    counts = json.loads(next((tmp_path / "funnel").glob("*.json")).read_text())["sources"]["s"]
+    assert counts["cut"] == {"documents": 1, "bytes": 150}  # 200 bytes cut to 50
+
+
+def test_keys_are_file_ordinal_and_position_whatever_the_ids(tmp_path):
+    from pipeline.stages.readers import document_key
+
+    stage = _read_stage(tmp_path, "jsonl", "a.jsonl", _lines([{"id": "same", "text": "one"}, {"id": "same", "text": "two"}]))
+    docs = list(stage.run(None, 0, 1))
+    assert [d.metadata["key"] for d in docs] == [document_key(0, 1), document_key(0, 2)]
+    assert np.unique([d.metadata["key"] for d in docs]).size == 2
+
+
+def _work_config(tmp_path, extra: str = ""):
+    (tmp_path / "d").mkdir(exist_ok=True)
+    for i in range(2):
+        path = tmp_path / "d" / f"{i}.jsonl"
+        if not path.exists():
+            path.write_text(json.dumps({"id": i, "text": prose(random.Random(i))}) + "\n")
+    (tmp_path / "p.toml").write_text('[[sources]]\nname = "d"\npaths = ["d"]\nformat = "jsonl"\n' + extra)
+    return load_pipeline_config(tmp_path / "p.toml")
+
+
+def test_inputs_changed_since_the_run_started_are_an_error_naming_the_first_one(tmp_path):
+    from pipeline.work import InputsChanged, WorkLayout, prepare_work
+
+    layout = WorkLayout(tmp_path / "work")
+    assert prepare_work(layout, _work_config(tmp_path)) == ["filter", "dedup", "tokenizer", "models", "tokenize"]
+    (layout.filtered).mkdir()
+    (tmp_path / "d" / "1.jsonl").write_text(json.dumps({"id": 1, "text": "rewritten after the kill"}) + "\n")
+    with pytest.raises(InputsChanged, match=f"first changed file {tmp_path / 'd' / '1.jsonl'} \\(changed"):
+        prepare_work(layout, _work_config(tmp_path))
+    (tmp_path / "d" / "2.jsonl").write_text(json.dumps({"id": 2, "text": "a new file"}) + "\n")
+    assert prepare_work(layout, _work_config(tmp_path), restart=True)[0] == "filter"
+    assert not layout.filtered.exists()
+    assert prepare_work(layout, _work_config(tmp_path)) == []
+
+
+@pytest.mark.parametrize("change,rerun", [
+    ("[executor]\nworkers = 1\n[output]\nshard_tokens = 1000\n", []),
+    ("[tokenizer]\nvocab_size = 500\n", ["tokenizer", "models", "tokenize"]),
+    ("[dedup]\nthreshold = 0.7\n", ["dedup", "tokenizer", "models", "tokenize"]),
+    ('[filters.gopher_quality]\nmin_doc_words = 10\n', ["filter", "dedup", "tokenizer", "models", "tokenize"]),
+])
+def test_a_config_change_reruns_only_its_stage_and_the_later_ones(tmp_path, change, rerun, caplog):
+    from pipeline.work import WorkLayout, prepare_work
+
+    layout = WorkLayout(tmp_path / "work")
+    prepare_work(layout, _work_config(tmp_path))
+    for path in (layout.filtered, layout.runs, layout.models, layout.logs / "1-filter", layout.logs / "3-tokenize"):
+        path.mkdir(parents=True)
+    layout.tokenizer.write_text("{}")
+    layout.duplicates.write_bytes(b"")
+    assert prepare_work(layout, _work_config(tmp_path, change)) == rerun
+    assert layout.filtered.exists() == ("filter" not in rerun)
+    assert layout.duplicates.exists() == ("dedup" not in rerun)
+    assert layout.tokenizer.exists() == ("tokenizer" not in rerun)
+    assert layout.runs.exists() == ("tokenize" not in rerun)
+    if rerun:
+        assert f"rerunning {', '.join(rerun)}" in caplog.text
+
+
+def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
+    import pyarrow.parquet as pq
+
+    from millrace.artifacts import sha256_file
+    from pipeline.store.trace import TRACE_FILE, documents_in_window
+
+    root, _, path, texts = web_run
+    store = Store(path)
+    cell_dir = store.cell_dir("crawl")
+    trace = pq.read_table(cell_dir / TRACE_FILE).to_pylist()
+    assert store.cell("crawl").stats["trace"]["sha256"] == sha256_file(cell_dir / TRACE_FILE)
+    assert [(r["id"], r["position"]) for r in trace] == [
+        ("crawl/https://a.example/page", 1), ("crawl/https://a.example/page", 2), ("crawl/https://b.example/x", 3),
+        ("crawl/https://c.example/z", 6)]  # line 4 is the invalid UTF-8 record
+    assert {r["origin"] for r in trace} == {str(root / "crawl" / "part-0.jsonl")}
+    second = trace[1]
+    window = documents_in_window(cell_dir, second["token_start"] + 1, second["token_start"] + second["tokens"] + 1)
+    assert [r["position"] for r in window] == [2, 3]
+    web = pq.read_table(store.cell_dir("web") / TRACE_FILE).to_pylist()
+    assert [r["origin"] for r in web] == ["https://mill.example/race", "https://mill.example/wheel"]
+
+
+def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(tmp_path):
+    from datatrove.data import Document
+
+    from pipeline.stages.sample import SampleSketch, merged_sample, sample_rank
+
+    rng = random.Random(5)
+    docs = [Document(text=prose(rng), id=f"d{i}", metadata={"key": i * 7 + 3}) for i in range(120)]
+    budget = sum(len(d.text) for d in docs) // 4
+    samples = {}
+    for tasks in (1, 3):
+        for rank in range(tasks):
+            list(SampleSketch(tmp_path / str(tasks), 2 * budget).run(iter(docs[rank::tasks]), rank, tasks))
+        removed = {0: {docs[0].metadata["key"]}}  # a document dedup removed never enters the sample
+        samples[tasks] = [d.metadata["key"] for d in merged_sample(tmp_path / str(tasks), removed, budget)]
+    assert samples[1] == samples[3]
+    by_rank = sorted((d for d in docs if d is not docs[0]), key=lambda d: sample_rank(d.metadata["key"]))
+    expected, held = [], 0
+    for doc in by_rank:
+        if held >= budget:
+            break
+        expected.append(doc.metadata["key"])
+        held += len(doc.text.encode())
+    assert samples[1] == sorted(expected) and 10 < len(expected) < 60
