@@ -88,6 +88,7 @@ def _peak_rss_of_tree(command: list[str]) -> tuple[float, int]:
 
 
 def run_millrace(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
+    work.mkdir(parents=True, exist_ok=True)
     config = work / "p.toml"
     config.write_text(
         f'[[sources]]\nname = "web"\npaths = ["{corpus}"]\nlanguage_id = false\n'
