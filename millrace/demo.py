@@ -22,6 +22,7 @@ from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
+from millrace.progress import on_terminal
 
 log = logging.getLogger("millrace.demo")
 
@@ -125,7 +126,8 @@ def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console) ->
     with step(console, report, "pipeline", pipeline_what):
         config = pipeline_config(home, corpus)
         with console.status("pipeline: starting") as status:
-            report.store = run_pipeline(config, home, on_stage=lambda label: status.update(f"pipeline: {label}"))
+            report.store = run_pipeline(config, home, on_stage=lambda label: status.update(f"pipeline: {label}"),
+                                        progress_lines=not on_terminal())
     with step(console, report, "mixtures", f"build the shipped mixture {MIXTURE!r}: {', '.join(REVISIONS)}"):
         for revision in REVISIONS:
             result = mixtures.build_result(home, MIXTURE, revision)

@@ -13,7 +13,7 @@ def _demo(home, *extra):
         capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    return {**json.loads(result.stdout), "stderr": result.stderr}
 
 
 @pytest.mark.slow
@@ -28,6 +28,8 @@ def test_demo_runs_end_to_end_then_reuses_what_it_built(tmp_path):
     assert "local" in html and "demo" in html
     steps = [json.loads(line)["step"] for line in (home / "runs" / "demo" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
+    # no terminal here: steady progress lines stand in for the bars (pipeline stages, training steps)
+    assert "pipeline: tokenize, " in first["stderr"] and "train demo: step 4/4, " in first["stderr"]
 
     again = _demo(home, "--steps", "6")
     assert again["manifests"] == first["manifests"]

@@ -345,7 +345,7 @@ function render() {
   setUrl();
   const notice = document.getElementById("notice");
   if (!state.revision) {
-    notice.textContent = "No mixture revision is built on this store yet (run `millrace mix build`). Only the store's own numbers are shown.";
+    notice.textContent = "No mixture revision is built on this store yet (run `millrace mix build MIXTURE --revision NAME`). Only the store's own numbers are shown.";
     for (const id of ["summary", "weights-section", "diff-section", "revision-control", "compare-control", "source-share-block"]) {
       const node = document.getElementById(id);
       if (node) node.style.display = "none";
