@@ -131,3 +131,13 @@ def test_one_flag_names_the_run_everywhere(capsys, home):
     assert code != 0 and "name the run to follow once" in err
     code, out, _ = run(capsys, home, "train", "run", "--help")
     assert "--run, --run-name" in out and "torchrun" in out
+
+
+def test_a_page_built_with_fewer_revisions_says_which_it_leaves_out(capsys, home, caplog):
+    run(capsys, home, "store", "from-stats", str(REFERENCE_STATS), "--name", "reference", "--version", "2025.06.01")
+    assert run(capsys, home, "mix", "build", "reference", "--revision", "two-phase")[0] == 0
+    assert run(capsys, home, "mix", "new", "other", "--revision", "flat", "--phase", "main:1T")[0] == 0
+    assert run(capsys, home, "mix", "build", "other", "--revision", "flat")[0] == 0
+    caplog.clear()
+    assert run(capsys, home, "report", "build", "--no-runs", "--mixture", "reference")[0] == 0
+    assert "reference/2025.06.01: the page leaves out built revisions flat (not in --mixture reference)" in caplog.text
