@@ -137,6 +137,7 @@ class TrainKernelConfig(StrictModel):
     loss_chunk_tokens: int = pydantic.Field(
         8192, gt=0, description="tokens per chunk of the output projection + fp32 cross-entropy"
     )
+    compile: bool = pydantic.Field(False, description="torch.compile each transformer block's body")
 
 
 class PlanConfig(StrictModel):

@@ -66,9 +66,14 @@ class Block(nn.Module):
         self.is_moe = layer >= config.n_dense_layers and moe.n_routed_experts > 0
         self.ffn = MoE(config, moe) if self.is_moe else SwiGLU(config.d_model, config.dense_ffn_dim)
 
-    def forward(self, x, cos, sin, mask) -> torch.Tensor:
+        self.run = self.residual  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
+
+    def residual(self, x, cos, sin, mask) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin, mask)
         return x + self.ffn(self.ffn_norm(x))
+
+    def forward(self, x, cos, sin, mask) -> torch.Tensor:
+        return self.run(x, cos, sin, mask)
 
 
 class Transformer(nn.Module):
@@ -105,8 +110,11 @@ class Transformer(nn.Module):
                 layer.router.expert_bias.zero_()
 
     def use_kernels(self, kernels: TrainKernelConfig) -> None:
-        """Switch the `[train]` kernel options on (before the model is sharded)."""
+        """Switch the `[train]` kernel options on (before the model is sharded, so FSDP's hooks stay outside
+        the compiled code: each block's body is compiled, not the module call)."""
         self.kernels = kernels
+        for block in self.layers:
+            block.run = torch.compile(block.residual) if kernels.compile else block.residual
 
     def moe_layers(self) -> list[MoE]:
         return [block.ffn for block in self.layers if block.is_moe]

@@ -42,12 +42,21 @@ class SwiGLU(nn.Module):
 
 
 def grouped_mm_supported(x: torch.Tensor, *weights: torch.Tensor) -> bool:
-    """`torch._grouped_mm` needs 16-byte aligned strides on CPU, and bf16 on CUDA."""
+    """`torch._grouped_mm` needs 16-byte aligned strides on CPU, and bf16 on CUDA and under `torch.compile`
+    (its meta kernel takes only bf16; the loop's `counts.tolist()` breaks the graph instead)."""
     if not hasattr(torch, "_grouped_mm"):
         return False
-    if x.device.type == "cuda" and x.dtype != torch.bfloat16:
+    if (x.device.type == "cuda" or torch.compiler.is_compiling()) and x.dtype != torch.bfloat16:
         return False
     return all(t.shape[-1] * t.element_size() % 16 == 0 for t in (x, *weights))
+
+
+def tokens_per_expert(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """Counts of each expert id, exact integers, with a static shape: `torch.bincount`'s data-dependent
+    output size breaks a `torch.compile` graph, a scatter-add does not."""
+    return torch.zeros(n_experts, dtype=torch.int64, device=experts.device).scatter_add_(
+        0, experts, torch.ones_like(experts)
+    )
 
 
 class RoutedExperts(nn.Module):
@@ -168,7 +177,7 @@ class MoE(nn.Module):
         experts = selected.reshape(-1)
         order = torch.argsort(experts, stable=True)
         token_of = order // self.config.top_k
-        counts = torch.bincount(experts, minlength=self.config.n_routed_experts)
+        counts = tokens_per_expert(experts, self.config.n_routed_experts)
         self.step_counts += counts.detach().to(self.step_counts.dtype)
         routed = flat[token_of]
         if self.parallel.world > 1:

@@ -99,3 +99,42 @@ def test_attention_backend_is_validated_at_the_edge():
         resolve_backend("flex", torch.device("cpu"))
     with torch.no_grad():
         assert resolve_backend("flex", torch.device("cpu")) == "flex"
+
+
+def inductor_or_skip(fn):
+    try:
+        return fn()
+    except torch._dynamo.exc.BackendCompilerFailed as error:  # no working C++ compiler for inductor here
+        pytest.skip(f"inductor cannot compile on this machine: {str(error).splitlines()[0]}")
+
+
+def test_the_moe_layer_compiles_as_one_graph_and_matches_eager():
+    """In bf16, the dtype of the grouped expert matmul on a GPU (autocast) and the one its compiled form takes."""
+    moe = tiny_model().moe_layers()[0].to(torch.bfloat16)
+    x = torch.randn(2, 12, 32, dtype=torch.bfloat16, requires_grad=True)
+    eager = moe(x)
+    eager_grads = torch.autograd.grad(eager.square().sum(), [x, moe.experts.w1, moe.router.weight])
+    explained = torch._dynamo.explain(moe)(x.detach())
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled_moe = torch.compile(moe, fullgraph=True)
+    compiled = inductor_or_skip(lambda: compiled_moe(x))
+    grads = torch.autograd.grad(compiled.square().sum(), [x, moe.experts.w1, moe.router.weight])
+    torch.testing.assert_close(compiled, eager, rtol=2e-2, atol=1e-2)
+    for got, want in zip(grads, eager_grads):
+        torch.testing.assert_close(got.float().norm(), want.float().norm(), rtol=2e-2, atol=1e-3)
+
+
+def test_compiled_blocks_train_like_eager(monkeypatch):
+    """`[train] compile` through dynamo and AOT autograd (inductor's code generation is the MoE test's: time)."""
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: compile_(fn, backend="aot_eager", **options))
+    ids, positions, segments, labels = packed_batch()
+    eager_model, compiled_model = tiny_model(), tiny_model(compile=True)
+    assert all(block.run is not block.residual for block in compiled_model.layers)
+    eager_loss = eager_model(ids, positions, segments, labels)[0].mean()
+    eager_loss.backward()
+    compiled_loss = compiled_model(ids, positions, segments, labels)[0].mean()
+    compiled_loss.backward()
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6)
+    for (name, got), want in zip(compiled_model.named_parameters(), eager_model.parameters()):
+        torch.testing.assert_close(got.grad.norm(), want.grad.norm(), rtol=1e-4, atol=1e-7, msg=name)
