@@ -59,6 +59,24 @@ def tokens_per_expert(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
     )
 
 
+# Rows per expert group on CUDA: `_grouped_mm`'s kernels want each group's start 16-byte aligned (8 bf16 rows;
+# 16 also covers fp8).
+GROUP_ALIGN_ROWS = 16
+
+
+def padded_groups(counts: torch.Tensor, align: int, n_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Where each of the `n_rows` expert-sorted rows goes when every group is padded to a multiple of `align`:
+    (row -> padded row [n_rows], padded group ends [n] int32, buffer rows). Shapes are static (compile-safe): the
+    buffer is the worst case, and its padding rows (zeros, never read back) carry no gradient."""
+    padded = (counts + align - 1) // align * align
+    padded_ends = torch.cumsum(padded, 0)
+    shift = (padded_ends - padded) - (torch.cumsum(counts, 0) - counts)  # padded start - unpadded start
+    expert_of_row = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts,
+                                            output_size=n_rows)
+    rows = torch.arange(n_rows, device=counts.device) + shift[expert_of_row]
+    return rows, padded_ends.to(torch.int32), n_rows + len(counts) * (align - 1)
+
+
 class RoutedExperts(nn.Module):
     """`n` SwiGLU experts stored as stacked weights [n, in, out] for grouped matmuls.
 
@@ -79,12 +97,20 @@ class RoutedExperts(nn.Module):
             dtype = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = (t.to(dtype) for t in (x, w1, w3, w2))
         if self.grouped and grouped_mm_supported(x, w1, w2):
-            return self.forward_grouped(x, counts, w1, w3, w2)
+            return self.forward_grouped(x, counts, w1, w3, w2, GROUP_ALIGN_ROWS if x.is_cuda else 1)
         return self.forward_loop(x, counts, w1, w3, w2)
 
     @staticmethod
-    def forward_grouped(x, counts, w1, w3, w2) -> torch.Tensor:
-        offsets = torch.cumsum(counts, 0).to(torch.int32)
+    def forward_grouped(x, counts, w1, w3, w2, align: int = 1) -> torch.Tensor:
+        """One grouped matmul per weight; with `align` > 1 each expert's rows are padded to a multiple of it."""
+        if align > 1:
+            rows, offsets, capacity = padded_groups(counts, align, x.shape[0])
+            padded = x.new_zeros(capacity, x.shape[1]).index_copy(0, rows, x)
+            return RoutedExperts.swiglu_grouped(padded, offsets, w1, w3, w2)[rows]
+        return RoutedExperts.swiglu_grouped(x, torch.cumsum(counts, 0).to(torch.int32), w1, w3, w2)
+
+    @staticmethod
+    def swiglu_grouped(x, offsets, w1, w3, w2) -> torch.Tensor:
         hidden = F.silu(torch._grouped_mm(x, w1, offs=offsets)) * torch._grouped_mm(x, w3, offs=offsets)
         return torch._grouped_mm(hidden, w2, offs=offsets)
 

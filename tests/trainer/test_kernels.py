@@ -12,6 +12,7 @@ from trainer.attention import block_document_mask, dense_document_mask, resolve_
 from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
 from trainer.loss import chunked_cross_entropy
 from trainer.model import Transformer
+from trainer.moe import RoutedExperts, padded_groups
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -138,3 +139,26 @@ def test_compiled_blocks_train_like_eager(monkeypatch):
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6)
     for (name, got), want in zip(compiled_model.named_parameters(), eager_model.parameters()):
         torch.testing.assert_close(got.grad.norm(), want.grad.norm(), rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_expert_groups_padded_for_grouped_mm_match_unpadded_and_the_loop():
+    torch.manual_seed(0)
+    experts = RoutedExperts(5, 16, 32)
+    for w in experts.parameters():
+        torch.nn.init.normal_(w, std=0.1)
+    weights = (experts.w1, experts.w3, experts.w2)
+    counts = torch.tensor([3, 0, 17, 16, 1])  # empty, aligned and unaligned groups
+    x = torch.randn(int(counts.sum()), 16, requires_grad=True)
+    rows, offsets, capacity = padded_groups(counts, 16, len(x))
+    assert offsets.tolist() == [16, 16, 48, 64, 80] and capacity == 37 + 5 * 15
+    assert rows.tolist()[:4] == [0, 1, 2, 16] and len(set(rows.tolist())) == len(x)
+    upstream = torch.randn(len(x), 16)
+    results = {}
+    for name, run in {"padded": lambda: RoutedExperts.forward_grouped(x, counts, *weights, align=16),
+                      "unpadded": lambda: RoutedExperts.forward_grouped(x, counts, *weights),
+                      "loop": lambda: RoutedExperts.forward_loop(x, counts, *weights)}.items():
+        out = run()
+        results[name] = (out, *torch.autograd.grad((out * upstream).sum(), [x, *weights]))
+    for name in ("padded", "unpadded"):
+        for got, want in zip(results[name], results["loop"]):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
