@@ -138,6 +138,9 @@ class TrainKernelConfig(StrictModel):
         8192, gt=0, description="tokens per chunk of the output projection + fp32 cross-entropy"
     )
     compile: bool = pydantic.Field(False, description="torch.compile each transformer block's body")
+    activation_checkpointing: Literal["none", "full"] = pydantic.Field(
+        "none", description="full: keep each block's input only and recompute the block in the backward pass"
+    )
 
 
 class PlanConfig(StrictModel):

@@ -8,15 +8,17 @@ Rotary angles come from the loader's `positions`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trainer.attention import DocumentMask, attend, document_mask, resolve_backend
 from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
 from trainer.loss import chunked_cross_entropy
-from trainer.moe import MoE, SwiGLU
+from trainer.moe import MoE, SwiGLU, replaying
 
 
 class RMSNorm(nn.Module):
@@ -66,6 +68,7 @@ class Block(nn.Module):
         self.is_moe = layer >= config.n_dense_layers and moe.n_routed_experts > 0
         self.ffn = MoE(config, moe) if self.is_moe else SwiGLU(config.d_model, config.dense_ffn_dim)
 
+        self.checkpointed = False  # activation checkpointing: keep the input, recompute the rest in backward
         self.run = self.residual  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
 
     def residual(self, x, cos, sin, mask) -> torch.Tensor:
@@ -73,7 +76,13 @@ class Block(nn.Module):
         return x + self.ffn(self.ffn_norm(x))
 
     def forward(self, x, cos, sin, mask) -> torch.Tensor:
+        if self.checkpointed and torch.is_grad_enabled():
+            return checkpoint(self.run, x, cos, sin, mask, use_reentrant=False, context_fn=self.recompute_contexts)
         return self.run(x, cos, sin, mask)
+
+    def recompute_contexts(self):
+        """Activation checkpointing: the first forward as is, the recomputation without routing statistics."""
+        return contextlib.nullcontext(), replaying(self)
 
 
 class Transformer(nn.Module):
@@ -115,6 +124,7 @@ class Transformer(nn.Module):
         self.kernels = kernels
         for block in self.layers:
             block.run = torch.compile(block.residual) if kernels.compile else block.residual
+            block.checkpointed = kernels.activation_checkpointing == "full"
 
     def moe_layers(self) -> list[MoE]:
         return [block.ffn for block in self.layers if block.is_moe]

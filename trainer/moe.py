@@ -16,6 +16,8 @@ come back the same way.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -28,6 +30,20 @@ from trainer.config import ModelConfig, MoEConfig
 def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The part of a (possibly DTensor) parameter held on this rank."""
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+@contextlib.contextmanager
+def replaying(module: nn.Module):
+    """Routing statistics off inside `module` while activation checkpointing recomputes its forward in the
+    backward pass: the balancing rule must see each token once."""
+    counters = [m for m in module.modules() if hasattr(m, "counting")]
+    for counter in counters:
+        counter.counting = False
+    try:
+        yield
+    finally:
+        for counter in counters:
+            counter.counting = True
 
 
 class SwiGLU(nn.Module):
@@ -135,6 +151,7 @@ class Router(nn.Module):
         self.register_buffer("expert_bias", torch.zeros(config.n_routed_experts, dtype=torch.float32))
         # Σ over tokens of the entropy of the normalised scores, and the token count, since the last step.
         self.register_buffer("step_entropy", torch.zeros(2, dtype=torch.float64), persistent=False)
+        self.counting = True  # off while activation checkpointing replays a forward (`replaying`)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [b, L, d] → (expert ids [b·L, k], gates [b·L, k], aux loss scalar)."""
@@ -145,10 +162,11 @@ class Router(nn.Module):
             scores = torch.sigmoid(logits) if cfg.score_func == "sigmoid" else torch.softmax(logits, dim=-1)
             selected = torch.topk(scores + self.expert_bias, cfg.top_k, dim=-1, sorted=True).indices
             gates = scores.gather(-1, selected)
-            with torch.no_grad():
-                probs = scores / (scores.sum(-1, keepdim=True) + 1e-20)
-                self.step_entropy[0] += -(probs * torch.log(probs + 1e-20)).sum().double()
-                self.step_entropy[1] += probs.shape[0]
+            if self.counting:
+                with torch.no_grad():
+                    probs = scores / (scores.sum(-1, keepdim=True) + 1e-20)
+                    self.step_entropy[0] += -(probs * torch.log(probs + 1e-20)).sum().double()
+                    self.step_entropy[1] += probs.shape[0]
             if cfg.normalize_gates:
                 gates = gates / (gates.sum(-1, keepdim=True) + 1e-20)
             gates = gates * cfg.route_scale
@@ -194,6 +212,7 @@ class MoE(nn.Module):
         self.parallel = ExpertParallel(None, config.n_routed_experts)
         # Tokens routed to each expert since the last optimizer step (read by trainer.balance).
         self.register_buffer("step_counts", torch.zeros(config.n_routed_experts), persistent=False)
+        self.counting = True
         self.aux_loss: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -204,7 +223,8 @@ class MoE(nn.Module):
         order = torch.argsort(experts, stable=True)
         token_of = order // self.config.top_k
         counts = tokens_per_expert(experts, self.config.n_routed_experts)
-        self.step_counts += counts.detach().to(self.step_counts.dtype)
+        if self.counting:
+            self.step_counts += counts.detach().to(self.step_counts.dtype)
         routed = flat[token_of]
         if self.parallel.world > 1:
             out = self.dispatch_and_compute(routed, counts)

@@ -162,3 +162,23 @@ def test_expert_groups_padded_for_grouped_mm_match_unpadded_and_the_loop():
     for name in ("padded", "unpadded"):
         for got, want in zip(results[name], results["loop"]):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_activation_checkpointing_gives_the_same_loss_gradients_and_routing_counts():
+    ids, positions, segments, labels = packed_batch()
+    plain, checkpointed = tiny_model(), tiny_model(activation_checkpointing="full")
+    assert all(block.checkpointed for block in checkpointed.layers)
+    results = []
+    for model in (plain, checkpointed):
+        losses, aux = model(ids, positions, segments, labels)
+        (losses.mean() + aux).backward()
+        results.append((losses, model))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=0, atol=0)
+    for (name, got), want in zip(checkpointed.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(got.grad.norm(), want.grad.norm(), rtol=1e-6, atol=0, msg=name)
+    for got, want in zip(checkpointed.moe_layers(), plain.moe_layers()):  # recomputation is not counted twice
+        assert torch.equal(got.step_counts, want.step_counts) and got.step_counts.sum() == 2 * 24 * 2
+        assert torch.equal(got.router.step_entropy, want.router.step_entropy)
+        assert got.counting and got.router.counting
+    with pytest.raises(pydantic.ValidationError, match="activation_checkpointing"):
+        TrainKernelConfig(activation_checkpointing="selective")
