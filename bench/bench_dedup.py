@@ -105,7 +105,7 @@ def run_millrace(work: Path) -> tuple[float, set[str]]:
     seconds = _run(
         [
             ([reader(), DedupSignatures(str(work / "mr/sigs"), **params)], 1),
-            ([FindDuplicates(work / "mr/sigs", work / "mr/dups", threshold=0.5, exact=True, fuzzy=True, **params)], 1),
+            ([FindDuplicates(work / "mr/sigs", work / "mr/dups", threshold=0.5, verify_threshold=0.4, exact=True, fuzzy=True, **params)], 1),
             ([reader(), DropDuplicates("fuzzy_dedup", ("exact", "fuzzy"), work / "mr/dups", work / "mr/funnel",
                                        work / "mr/removed"), JsonlWriter(str(work / "mr/out"))], 1),
         ],

@@ -254,7 +254,7 @@ def dedup_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineS
 
     d = config.dedup
     return [FindDuplicates(layout.signatures, layout.duplicates, d.ngram, d.bands, d.rows, d.seed, d.threshold,
-                           d.exact, d.fuzzy)]
+                           d.exact, d.fuzzy, d.verify_threshold)]
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:

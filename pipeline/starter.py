@@ -120,12 +120,13 @@ max_non_alpha_words_ratio = 0.5  # share of words with a letter; datatrove's web
 # line_punct_thr = 0.12
 
 [dedup]
-exact = {str(d.exact).lower()}                     # drop documents with identical text (keeps the smallest id)
+exact = {str(d.exact).lower()}                     # drop documents with identical text (keeps the smallest key)
 fuzzy = {str(d.fuzzy).lower()}                     # MinHash + LSH near-duplicate removal
 ngram = {d.ngram}                        # word n-gram shingles
 bands = {d.bands}                       # LSH bands x rows = signature length; 40 x 3 makes pairs from
 rows = {d.rows}                         #   Jaccard ~0.5 up candidates with probability > 0.995
 threshold = {d.threshold}                  # estimated Jaccard a candidate pair must reach
+verify_threshold = {d.verify_threshold}           # ... and a removed document with its cluster's kept one (no chains)
 seed = {d.seed}
 
 [tokenizer]

@@ -154,15 +154,16 @@ def _keep_smallest(labels: np.ndarray) -> np.ndarray:
 
 def find_duplicates(
     keys: np.ndarray, hashes: np.ndarray, signatures: np.ndarray | None, hasher: MinHasher | None, threshold: float,
-    exact: bool = True,
+    exact: bool = True, verify_threshold: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (removed keys, reason codes, kept keys they duplicate), sorted by removed key.
 
     Documents are keyed by their internal integer key (file ordinal, position), never by the
     user's id, which may repeat. A pure function of the documents: everything is ordered by key
     first, and every group keeps its smallest key. A fuzzy duplicate is removed only when its
-    own signature agrees with its cluster's kept document's on at least `threshold` of the
-    values, so a chain of weak matches never removes documents unlike the one kept.
+    own signature agrees with its cluster's kept document's on at least `verify_threshold`
+    (default: `threshold`) of the values, so a chain of weak matches never removes documents
+    unlike the one kept.
     """
     order = np.argsort(keys, kind="stable")
     keys, hashes = keys[order], hashes[order]
@@ -186,7 +187,8 @@ def find_duplicates(
             agree = (sig[left] == sig[right]).mean(axis=1) >= threshold
             left, right = left[agree], right[agree]
         keeper = _keep_smallest(_components(candidates.size, left, right))
-        dup = (keeper != np.arange(candidates.size)) & ((sig == sig[keeper]).mean(axis=1) >= threshold)
+        verify = threshold if verify_threshold is None else verify_threshold
+        dup = (keeper != np.arange(candidates.size)) & ((sig == sig[keeper]).mean(axis=1) >= verify)
         duplicate_of[candidates[dup]] = candidates[keeper[dup]]
         reason[candidates[dup]] = REASON_CODES["fuzzy"]
 
@@ -222,11 +224,11 @@ class FindDuplicates(PipelineStep):
     type = "🫂 - DEDUP"
 
     def __init__(self, signature_dir: Path | str, output: Path | str, ngram: int, bands: int, rows: int, seed: int,
-                 threshold: float, exact: bool, fuzzy: bool):
+                 threshold: float, exact: bool, fuzzy: bool, verify_threshold: float | None = None):
         super().__init__()
         self.signature_dir, self.output = Path(signature_dir), Path(output)
         self.hasher = MinHasher(ngram, bands, rows, seed) if fuzzy else None
-        self.threshold, self.exact = threshold, exact
+        self.threshold, self.exact, self.verify_threshold = threshold, exact, verify_threshold
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
@@ -238,7 +240,8 @@ class FindDuplicates(PipelineStep):
         hashes = np.concatenate([p["hashes"] for p in parts]) if parts else np.zeros((0, 2), np.uint64)
         signatures = np.concatenate([p["signatures"] for p in parts]) if parts and self.hasher else None
         with self.track_time():
-            removed, reasons, kept = find_duplicates(keys, hashes, signatures, self.hasher, self.threshold, self.exact)
+            removed, reasons, kept = find_duplicates(keys, hashes, signatures, self.hasher, self.threshold, self.exact,
+                                                     self.verify_threshold)
         self.stat_update("documents", value=int(keys.size))
         self.stat_update("removed", value=int(removed.size))
         by_key = np.argsort(keys, kind="stable")
