@@ -1,17 +1,21 @@
-"""MFU of the trainer on one GPU (prepared for an H200): a ~1B-total MoE in bf16, the real path.
+"""MFU of the trainer on one GPU (prepared for a lent H200): a ~1B-total MoE in bf16, the real path.
 
 Not part of `make bench` (it needs a CUDA GPU). Run on the GPU machine from the repo root:
 
     PYTHONUNBUFFERED=1 python bench/gpu_mfu.py --out "$OUT"      # about 3 minutes
+    python bench/gpu_mfu.py --out "$OUT" --compile --activation-checkpointing full
     python bench/gpu_mfu.py --smoke                                # CPU check that the script runs
 
 It writes a small synthetic store (Zipf tokens, documents of 8-96 tokens, the store's
 own ShardWriter), builds a mixture with the mixtures room's `mix new` + `mix build`,
-and trains the SHAPE below with `trainer.train`: the loader feeds the
-GPU, bf16 autocast, grouped expert matmuls, document-masked attention, bias rule,
-metrics. MFU = FLOPs/token x tokens/s / peak, median over the steps after warm-up,
-against both the vendor's dense bf16 peak (H200: 989e12) and a measured 8192^3 bf16
-matmul on the same GPU. Results go to stdout and, with --out, gpu_mfu.json.
+and trains the SHAPE below with `trainer.train`: the loader feeds the GPU, bf16
+autocast, grouped expert matmuls on padded groups, FlexAttention document masks
+(`[model] attention = "auto"`), chunked fp32 loss, bias rule, metrics. It reports
+tokens/s and MFU (FLOPs/token x tokens/s / peak, median over the steps after
+warm-up) against the peak the trainer chose (`run.json`: the device table's bf16
+dense figure, or a labelled measured fallback), MFU against a measured 8192^3 bf16
+matmul as a second reference, and the peak GPU memory. Results go to stdout and,
+with --out, gpu_mfu.json. Without CUDA (and without --smoke) it exits 2 with a message.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ SHAPE = {
     "schedule": {"kind": "cosine", "warmup_steps": 5},
     "data": {"micro_batches": 1, "prefetch": 4},
     "checkpoint": {"every": 0, "at_end": False},
-    "metrics": {"log_every": 1, "tensorboard": False, "peak_flops_per_device": 989e12},
+    "metrics": {"log_every": 1, "tensorboard": False, "peak_flops_per_device": 0.0},
     "parallel": {"param_dtype": "float32", "bf16_autocast": True},
 }
 
@@ -63,6 +67,10 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32, help="sequences per step")
     parser.add_argument("--out", type=Path, default=None, help="directory for gpu_mfu.json")
     parser.add_argument("--smoke", action="store_true", help="a tiny shape on CPU: checks the script, measures nothing")
+    parser.add_argument("--attention", choices=["auto", "sdpa", "flex"], default="auto", help="[model] attention")
+    parser.add_argument("--compile", action="store_true", help="[train] compile: torch.compile the blocks")
+    parser.add_argument("--activation-checkpointing", choices=["none", "full"], default="none",
+                        help="[train] activation_checkpointing")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
@@ -73,7 +81,7 @@ def main() -> int:
     from trainer.config import load_train_config
     from trainer.flops import count_params, flops_per_token
     from trainer.loop import train
-    from trainer.metrics import read_metrics
+    from trainer.metrics import read_metrics, read_run
 
     shape = json.loads(json.dumps(SHAPE))
     if args.smoke:
@@ -82,8 +90,11 @@ def main() -> int:
         shape["moe"].update({"n_routed_experts": 8, "top_k": 2, "expert_ffn_dim": 32})
         args.steps, args.warmup, args.seq_len, args.batch = 6, 2, 64, 4
     elif not torch.cuda.is_available():
-        print("no CUDA GPU: run with --smoke on a CPU", file=sys.stderr)
+        print("gpu_mfu: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine, "
+              "or pass --smoke to check the script on a CPU", file=sys.stderr)
         return 2
+    shape["model"]["attention"] = args.attention
+    shape["train"] = {"compile": args.compile, "activation_checkpointing": args.activation_checkpointing}
     vocab = shape["model"]["vocab_size"]
     with tempfile.TemporaryDirectory() as tmp:
         home = Home.resolve(Path(tmp) / "home")
@@ -98,6 +109,7 @@ def main() -> int:
         config = load_train_config(config_path)
         result = train(config_path, home, steps=args.steps, run="gpu-mfu")
         records = read_metrics(result.run_dir)[args.warmup:]
+        run_record = read_run(result.run_dir)
     params = count_params(config)
     per_token = flops_per_token(config, args.seq_len)
     tokens_per_second = statistics.median(r["tokens_per_second"] for r in records)
@@ -111,17 +123,20 @@ def main() -> int:
         "batch": args.batch,
         "flops_per_token": per_token,
         "tokens_per_second": tokens_per_second,
-        "mfu_vs_vendor_peak": statistics.median(r["mfu"] for r in records),
-        "vendor_peak_flops": shape["metrics"]["peak_flops_per_device"],
+        "kernels": {"attention": args.attention, **shape["train"]},
+        "mfu": statistics.median(r["mfu"] for r in records),
+        "peak_flops": run_record["peak_flops_per_device"],
+        "peak_flops_source": run_record["peak_flops_source"],
         "data_wait_fraction": statistics.median(r["data_wait_fraction"] for r in records),
         "loss_first_last": [result.losses[0], result.losses[-1]],
         "grouped_mm": hasattr(torch, "_grouped_mm"),
     }
     if torch.cuda.is_available() and not args.smoke:
+        report["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30  # training's, before
+        report["peak_memory_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30  # the matmul below
         peak = measured_bf16_peak()
         report["measured_bf16_matmul_flops"] = peak
         report["mfu_vs_measured_matmul"] = per_token * tokens_per_second / peak
-        report["max_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps(report, indent=2))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
-"""The peak FLOP/s that MFU is measured against: configured, or measured on this device.
+"""The peak FLOP/s that MFU is measured against: configured, the device's published figure, or measured.
 
-On a GPU, set `metrics.peak_flops_per_device` to the vendor's dense bf16 figure
-(H200: 989e12). Left at 0, the trainer times a large matmul at start-up and uses
-that: on a CPU this is the honest ceiling of what the cores can do, and the run
-records which of the two it used (`run.json`: `peak_flops_source`).
+In that order: `metrics.peak_flops_per_device` when set; on a GPU the vendor's dense
+bf16 peak from `DEVICE_PEAKS`, matched from `torch.cuda.get_device_name()`; else
+(a CPU, or a GPU the table does not know) a timed matmul, labelled as a fallback
+since a single matmul is below the published peak. `run.json` records which one
+the run used (`peak_flops_source`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,27 @@ from __future__ import annotations
 import time
 
 import torch
+
+# Dense (no sparsity) bf16 tensor-core FLOP/s per GPU from NVIDIA's data sheets. First match wins, so the
+# more specific names come first ("GB200" contains "B200"; the NVL/PCIe parts run at lower clocks).
+DEVICE_PEAKS: tuple[tuple[str, float], ...] = (
+    ("GB200", 2.5e15),
+    ("B200", 2.25e15),
+    ("H200 NVL", 835e12),
+    ("H200", 989.4e12),
+    ("H100 NVL", 835e12),
+    ("H100 PCIe", 756.5e12),
+    ("H100", 989.4e12),
+)
+
+
+def device_peak(device_name: str) -> tuple[str, float] | None:
+    """(table entry, bf16 dense FLOP/s) for a CUDA device name such as 'NVIDIA H100 80GB HBM3', or None."""
+    name = device_name.upper()
+    for entry, flops in DEVICE_PEAKS:
+        if entry.upper() in name:
+            return entry, flops
+    return None
 
 
 def measure_matmul_flops(device: torch.device, size: int = 1024, repeats: int = 5) -> float:
@@ -31,7 +53,13 @@ def measure_matmul_flops(device: torch.device, size: int = 1024, repeats: int = 
 
 
 def peak_flops(configured: float, device: torch.device) -> tuple[float, str]:
+    """(FLOP/s, where the figure comes from) for MFU on `device`."""
     if configured > 0:
         return configured, "config"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        known = device_peak(name)
+        if known is not None:
+            return known[1], f"device table ({known[0]} bf16 dense, matched from '{name}')"
     dtype = "bf16" if device.type == "cuda" else "fp32"
-    return measure_matmul_flops(device), f"measured ({dtype} 1024x1024 matmul on {device.type})"
+    return measure_matmul_flops(device), f"measured fallback ({dtype} 1024x1024 matmul on {device.type})"

@@ -13,6 +13,7 @@ from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
 from trainer.loss import chunked_cross_entropy
 from trainer.model import Transformer
 from trainer.moe import RoutedExperts, padded_groups
+from trainer.peak import device_peak, peak_flops
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -182,3 +183,21 @@ def test_activation_checkpointing_gives_the_same_loss_gradients_and_routing_coun
         assert got.counting and got.router.counting
     with pytest.raises(pydantic.ValidationError, match="activation_checkpointing"):
         TrainKernelConfig(activation_checkpointing="selective")
+
+
+@pytest.mark.parametrize("name, entry, flops", [
+    ("NVIDIA H100 80GB HBM3", "H100", 989.4e12), ("NVIDIA H100 PCIe", "H100 PCIe", 756.5e12),
+    ("NVIDIA H200", "H200", 989.4e12), ("NVIDIA B200", "B200", 2.25e15), ("NVIDIA GB200", "GB200", 2.5e15),
+])
+def test_the_peak_comes_from_the_device_table(monkeypatch, name, entry, flops):
+    assert device_peak(name) == (entry, flops)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    peak, source = peak_flops(0.0, torch.device("cuda"))
+    assert peak == flops and source.startswith(f"device table ({entry} bf16 dense")
+
+
+def test_the_timed_matmul_is_a_labelled_fallback():
+    assert device_peak("NVIDIA A10G") is None
+    peak, source = peak_flops(0.0, torch.device("cpu"))
+    assert peak > 0 and source.startswith("measured fallback")
+    assert peak_flops(5e14, torch.device("cpu")) == (5e14, "config")
