@@ -71,7 +71,7 @@ def cli(home_dir: str | None, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        cli.main(args=argv, prog_name="millrace", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="millrace", standalone_mode=False)
     except Interrupted as exc:
         click.echo(f"interrupted: {exc}", err=True)
         return exc.exit_code
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted: run the same command again to continue", err=True)
         return 130
-    return 0
+    # a command that ends with `ctx.exit(code)` (e.g. `train status` while an alert is active)
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -23,11 +23,15 @@ Semantics the loader relies on:
   permutation cursor and epochs carry on. `ancestors` pins every ancestor's manifest hash
   and the number of leading steps this manifest shares with it. The lineage fields are
   left out of the file when empty, so manifests without lineage keep their hashes.
+- `validation` pins the held-out shards of every store cell that has them, and every
+  external evaluation set, whatever the weights (a zero-weight cell is still evaluated).
+  They are never drawn for training; the loader's `ValidationSequences` reads them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pydantic
 
@@ -61,6 +65,18 @@ class ManifestCell(Model):
     sequences_available: int
     cell_manifest_hash: str | None  # None for a stats-only store
     shards: list[PinnedShard]  # empty for a stats-only store
+
+
+class ManifestValidation(Model):
+    """Held-out tokens of one cell (kind "cell") or one external evaluation set (kind "set")."""
+
+    name: str
+    kind: Literal["cell", "set"]
+    directory: str  # relative to the store version: cells/<cell> or sets/<name>
+    documents: int
+    available_tokens: int
+    bytes: int
+    shards: list[PinnedShard]
 
 
 class ManifestPhase(Model):
@@ -114,6 +130,7 @@ class BuiltManifest(Model):
     phases: list[ManifestPhase]
     total_sequences: int
     total_steps: int
+    validation: dict[str, ManifestValidation] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
     ancestors: list[Ancestor] = pydantic.Field(default_factory=list, exclude_if=lambda v: not v)  # parent first
 
     @property

@@ -28,6 +28,7 @@ from mixtures.manifest import (
     BuiltManifest,
     ManifestCell,
     ManifestPhase,
+    ManifestValidation,
     PinnedShard,
     StoreRef,
     manifest_path,
@@ -36,7 +37,7 @@ from mixtures.manifest import (
 from mixtures.lineage import Parent, ancestors_of, check_same_frame, inherited_phases
 from mixtures.revision import PhaseSpec, Revision, StoreSpec
 from mixtures.strategies import StrategyError, desired_weights, water_fill
-from pipeline.store.format import CELL_KIND, Store
+from pipeline.store.format import CELL_KIND, ShardInfo, Store
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +234,7 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         total_sequences=position,
         total_steps=position // revision.global_batch,
         ancestors=ancestors,
+        validation=pin_validation(store),
     )
 
 
@@ -256,17 +258,45 @@ def pin_cell(store: Store, cell: str, table: CellTable, revision: Revision, sour
         size = Path(f"{prefix}.bin").stat().st_size
         if size != shard.bin_bytes:
             raise ArtifactError(f"{prefix}.bin: {size} bytes, {cell_json} says {shard.bin_bytes}")
-    shards = [
-        PinnedShard(name=s.name, documents=s.documents, tokens=s.tokens, bin_sha256=s.bin_sha256,
-                    idx_sha256=s.idx_sha256, src_sha256=s.src_sha256)
-        for s in manifest.shards
-    ]
     return ManifestCell(
         name=cell, available_tokens=manifest.tokens, documents=manifest.documents,
         sequences_available=table.sequences(cell),
         cell_manifest_hash=summary.manifest_hash or read_artifact(cell_json, CELL_KIND)["content_hash"],
-        shards=shards,
+        shards=pin_shards(manifest.shards),
     )
+
+
+def pin_shards(shards: list[ShardInfo]) -> list[PinnedShard]:
+    return [
+        PinnedShard(name=s.name, documents=s.documents, tokens=s.tokens, bin_sha256=s.bin_sha256,
+                    idx_sha256=s.idx_sha256, src_sha256=s.src_sha256)
+        for s in shards
+    ]
+
+
+def pin_validation(store: Store) -> dict[str, ManifestValidation]:
+    """Every cell's held-out shards and every external evaluation set, whatever the revision's weights
+    (a cell without held-out documents is left out)."""
+    if store.manifest.stats_only:
+        return {}
+    pinned: dict[str, ManifestValidation] = {}
+    for cell, summary in sorted(store.manifest.cells.items()):
+        if not summary.validation_documents:
+            continue
+        held = store.cell(cell).validation
+        if held.documents != summary.validation_documents:
+            raise ArtifactError(f"{store.cell_dir(cell) / 'cell.json'}: {held.documents} held-out documents, "
+                                f"store.json says {summary.validation_documents}")
+        pinned[cell] = ManifestValidation(name=cell, kind="cell", directory=f"cells/{cell}", documents=held.documents,
+                                          available_tokens=held.tokens, bytes=held.bytes,
+                                          shards=pin_shards(held.shards))
+    for name in sorted(store.manifest.sets):
+        if name in pinned:
+            raise ArtifactError(f"{store.path / 'store.json'}: evaluation set {name!r} has a cell's name")
+        held = store.eval_set(name).held
+        pinned[name] = ManifestValidation(name=name, kind="set", directory=f"sets/{name}", documents=held.documents,
+                                          available_tokens=held.tokens, bytes=held.bytes, shards=pin_shards(held.shards))
+    return pinned
 
 
 def manifest_hash(manifest: BuiltManifest) -> str:

@@ -9,6 +9,7 @@
     [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
     [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
     [executor]             local or ray, tasks (fixes the file assignment), workers
+    [validation]           the held-out split per cell: fraction, max_documents_per_cell, seed
     [quality], [domains]   optional; their models live in pipeline.cells.quality / pipeline.cells.domains
 
 `load_pipeline_config` is the edge: every problem is a one-line ConfigError naming the file
@@ -29,6 +30,7 @@ import pydantic
 from millrace.config import StrictModel, parse_document, validate
 from millrace.errors import ConfigError
 from millrace.names import NAME_PATTERN
+from pipeline.cells.validation import ValidationConfig
 
 FilterName = Literal["gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality"]
 FILTER_NAMES: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality")
@@ -166,6 +168,7 @@ class PipelineConfig(StrictModel):
     tokenizer: TokenizerConfig = TokenizerConfig()
     output: OutputConfig = OutputConfig()
     executor: ExecutorConfig = ExecutorConfig()
+    validation: ValidationConfig = ValidationConfig()
     # validated by pipeline.cells.quality.QualityConfig / pipeline.cells.domains.DomainsConfig (their owners' models)
     quality: Any = None
     domains: Any = None
@@ -214,6 +217,16 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
                 raise ConfigError(f"{origin}: field 'sources.{i}.paths.{j}': path not found: {path}")
             paths.append(str(path))
         sources.append(source.model_copy(update={"paths": paths}))
+    sets = []
+    for i, eval_set in enumerate(config.validation.sets):
+        paths = []
+        for j, raw in enumerate(eval_set.paths):
+            path = (base / Path(raw).expanduser()).resolve()
+            if not path.exists():
+                raise ConfigError(f"{origin}: field 'validation.sets.{i}.paths.{j}': path not found: {path}")
+            paths.append(str(path))
+        sets.append(eval_set.model_copy(update={"paths": paths}))
+    config = config.model_copy(update={"validation": config.validation.model_copy(update={"sets": sets})})
     tokenizer = config.tokenizer
     if tokenizer.path is not None:
         path = (base / Path(tokenizer.path).expanduser()).resolve()

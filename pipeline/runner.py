@@ -8,7 +8,8 @@
        seam       (driver)                  `post_dedup_stages()`: see below
     3. tokenize   (tasks = executor.tasks)  filtered/<rank> → drop exact dups → drop fuzzy dups
                   → [post-dedup steps] → TokenizeCells → RemovedTokens
-    4. assemble   (driver)                  merge cell runs by id into shards under a staging
+    4. assemble   (driver)                  merge cell runs by id into shards (held-out documents
+                                            into validation shards) under a staging
                                             directory, write manifests and funnel, rename into
                                             $MILLRACE_HOME/stores/<name>/<version>
 
@@ -395,7 +396,7 @@ def run_pipeline(
     store_stats, cell_stats = post.collect_stats()
     return assemble_store(
         final, name, version, layout.runs, tokenizer_path, config.tokenizer.eos, [s.name for s in config.sources],
-        config.output.shard_tokens, recorded, funnel, store_stats, cell_stats, layout.models,
+        config.output.shard_tokens, recorded, funnel, store_stats, cell_stats, layout.models, config.validation,
     )
 
 

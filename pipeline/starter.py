@@ -16,7 +16,7 @@ from pathlib import Path
 import zstandard
 
 from millrace.errors import ConfigError
-from pipeline.config import DEFAULT_GLOBS, DedupConfig, ExecutorConfig, OutputConfig, TokenizerConfig
+from pipeline.config import DEFAULT_GLOBS, DedupConfig, ExecutorConfig, OutputConfig, TokenizerConfig, ValidationConfig
 
 FORMATS = (("jsonl.zst", "*.jsonl.zst"), ("jsonl", "*.jsonl"), ("parquet", "*.parquet"), ("warc", "*.warc.gz"),
            ("html", "*.html"))
@@ -101,7 +101,7 @@ def init_config(corpus_dir: Path | str) -> str:
     """The text of a starter config for `corpus_dir`."""
     corpus_dir = Path(corpus_dir).resolve()
     sources = discover_sources(corpus_dir)
-    d, t, o, e = DedupConfig(), TokenizerConfig(), OutputConfig(), ExecutorConfig()
+    d, t, o, e, v = DedupConfig(), TokenizerConfig(), OutputConfig(), ExecutorConfig(), ValidationConfig()
     head = f"""# millrace pipeline config for {corpus_dir}
 # Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray] [--workers N]
 # Every option is present; delete a line to take its default. Unknown options are errors.
@@ -140,6 +140,16 @@ batch_size = {t.batch_size}
 name = "{o.name}"                 # $MILLRACE_HOME/stores/<name>/<version>
 # version = "2026.01.31"         # CalVer; absent: today's date
 shard_tokens = {o.shard_tokens}         # a cell's shard rolls over after this many tokens
+
+[validation]
+fraction = {v.fraction}                # of each cell's documents held out (by a keyed hash) into validation shards
+max_documents_per_cell = {v.max_documents_per_cell}       # at most this many per cell; at least one when a cell has two or more
+seed = {v.seed}                         # the hash key: another seed holds out other documents
+# [[validation.sets]]             # an external evaluation set, tokenized into the store, never trained on
+# name = "wiki-2026"
+# paths = ["eval/wiki.jsonl"]     # files or directories
+# format = "jsonl"                # jsonl | parquet | text (one document per file)
+# text_key = "text"
 
 [executor]
 kind = "{e.kind}"                 # local | ray (RAY_ADDRESS=... for a running cluster)

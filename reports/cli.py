@@ -50,7 +50,7 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
         print_json(pages.as_json())
         return
     click.echo(f"site: {pages.index}")
-    for path in [*pages.stores, *pages.runs]:
+    for path in [*pages.stores, *pages.runs, *([pages.compare] if pages.compare else [])]:
         click.echo(f"  {path}  ({path.stat().st_size / 1024:,.0f} KiB)")
 
 

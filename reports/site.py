@@ -14,6 +14,7 @@ from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
 from pipeline.store.format import Store
 from reports.composition import load_composition
+from reports.compare_page import write_compare_page
 from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import render_page
@@ -31,6 +32,7 @@ class SitePages:
     stores: list[Path] = field(default_factory=list)
     runs: list[Path] = field(default_factory=list)
     ladders: list[Path] = field(default_factory=list)
+    compare: Path | None = None  # the comparison page, when several runs were named
 
     def as_json(self) -> dict:
         return {
@@ -38,6 +40,7 @@ class SitePages:
             "stores": [str(p) for p in self.stores],
             "runs": [str(p) for p in self.runs],
             "ladders": [str(p) for p in self.ladders],
+            "compare": str(self.compare) if self.compare else None,
             "bytes": {str(p): p.stat().st_size for p in [self.index, *self.stores, *self.runs, *self.ladders]},
         }
 
@@ -113,13 +116,18 @@ def build_pages(
         path = write_ladder_page(body, site, store_links[body["ladder"]])
         log.debug("wrote %s (%d rung results)", path, len(body.get("results", [])))
         pages.ladders.append(path)
+    views = []
     for run_dir in run_dirs:
         view = load_run(run_dir)
+        views.append(view)
         path = write_run_page(view, site)
         log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
         pages.runs.append(path)
         if progress:
             progress()
+    if runs and len(views) > 1:  # runs named on the command line: a page that compares them
+        pages.compare = write_compare_page(views, site)
+        log.info("wrote %s (%d runs compared)", pages.compare, len(views))
     refresh_index(home, site)
     return pages
 

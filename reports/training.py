@@ -3,14 +3,17 @@
 `metrics.jsonl` is written one flushed line per logged step while the run is live,
 so its last line may be half written: a final line without a newline is left for
 the next read. A malformed complete line is an error naming the file and line.
-Long runs are thinned to at most `MAX_POINTS` points per series (the last point is
-always kept) so a page stays small however long the run.
+Long runs are cut into at most `MAX_POINTS` buckets of consecutive records so a page stays
+small however long the run: each series draws its last value per bucket (the last step is
+always kept) inside a band from the bucket's minimum to its maximum, so no extreme is
+hidden (one loss of 12.0 among 6,000 steps still reaches 12.0 on the chart).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from millrace.artifacts import read_artifact
 from millrace.errors import ArtifactError
 from mixtures.manifest import BuiltManifest
 from reports.plan_progress import expected_sequences, run_manifest
+from reports.run_observations import observations
 
 RUN_KIND = "millrace.run"
 RUN_FILE = "run.json"
@@ -28,7 +32,8 @@ MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised t
 FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "stopped", "aborted"})
 
 SCALARS = ("loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fraction", "grad_norm", "param_norm",
-           "param_norm_with_router_bias")
+           "param_norm_with_router_bias", "aux_loss", "z_loss", "step_seconds", "memory_rss_bytes",
+           "cuda_allocated_bytes", "cuda_reserved_bytes")
 
 
 def _finite(value: Any) -> float | None:
@@ -99,30 +104,49 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return tail.records
 
 
-def _thin(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if len(records) <= MAX_POINTS:
-        return records
-    stride = math.ceil(len(records) / MAX_POINTS)
-    kept = records[::stride]
-    if kept[-1] is not records[-1]:
-        kept.append(records[-1])
-    return kept
+class Buckets:
+    """Consecutive records cut into at most `MAX_POINTS` buckets; a series gets its last value per bucket
+    and, when thinned, the bucket's min/max envelope."""
+
+    def __init__(self, records: list[dict[str, Any]], max_points: int = MAX_POINTS):
+        self.records = records
+        stride = max(1, math.ceil(len(records) / max_points))
+        self.starts = list(range(0, len(records), stride))
+        self.stride = stride
+        self.points = [records[min(start + stride, len(records)) - 1] for start in self.starts]
+        self.bands: dict[str, dict[str, list[float | None]]] = {}
+
+    @property
+    def thinned(self) -> bool:
+        return self.stride > 1
+
+    def series(self, key: str, value: Callable[[dict[str, Any]], float | None]) -> list[float | None]:
+        """The series `value(record)` per bucket; its envelope is recorded under `key` in `bands`."""
+        line = [_finite(value(record)) for record in self.points]
+        if self.thinned:
+            lows, highs = [], []
+            for start in self.starts:
+                values = [v for r in self.records[start : start + self.stride] if (v := _finite(value(r))) is not None]
+                lows.append(min(values) if values else None)
+                highs.append(max(values) if values else None)
+            self.bands[key] = {"lo": lows, "hi": highs}
+        return line
 
 
-def _per_layer(points: list[dict[str, Any]], key: str, field: str) -> dict[str, list[float | None]]:
-    layers = sorted({int(e["layer"]) for r in points for e in r.get(key) or [] if isinstance(e, dict) and "layer" in e})
-    series: dict[str, list[float | None]] = {}
-    for layer in layers:
-        values = []
-        for r in points:
-            entry = next((e for e in r.get(key) or [] if isinstance(e, dict) and e.get("layer") == layer), None)
-            values.append(_finite(entry.get(field)) if entry else None)
-        series[f"layer {layer}"] = values
-    return series
+def _layer_entry(record: dict[str, Any], key: str, layer: int) -> dict[str, Any]:
+    return next((e for e in record.get(key) or [] if isinstance(e, dict) and e.get("layer") == layer), {})
 
 
-def _keyed(points: list[dict[str, Any]], key: str, names: list[str]) -> dict[str, list[float | None]]:
-    return {name: [_finite((r.get(key) or {}).get(name)) for r in points] for name in names}
+def _per_layer(buckets: Buckets, key: str, field: str) -> dict[str, list[float | None]]:
+    records = buckets.records
+    layers = sorted({int(e["layer"]) for r in records for e in r.get(key) or [] if isinstance(e, dict) and "layer" in e})
+    return {f"layer {layer}": buckets.series(f"{key}.{field}/layer {layer}",
+                                             lambda r, layer=layer: _layer_entry(r, key, layer).get(field))
+            for layer in layers}
+
+
+def _keyed(buckets: Buckets, key: str, names: list[str]) -> dict[str, list[float | None]]:
+    return {name: buckets.series(f"{key}/{name}", lambda r, name=name: (r.get(key) or {}).get(name)) for name in names}
 
 
 @dataclass
@@ -131,6 +155,7 @@ class RunView:
     run: dict[str, Any]
     records: list[dict[str, Any]]
     manifest: BuiltManifest | None = None
+    run_dir: Path | None = None  # where eval.jsonl and samples.jsonl are read from
 
     @property
     def status(self) -> str:
@@ -145,7 +170,8 @@ class RunView:
         return self.records[-1] if self.records else {}
 
     def page_data(self) -> dict[str, Any]:
-        points = _thin(self.records)
+        buckets = Buckets(self.records)
+        points = buckets.points
         last = self.last
         realised = {k: int(v) for k, v in (last.get("realised_tokens_per_cell") or {}).items()}
         planned = {k: int(v) for k, v in (self.run.get("planned_tokens_per_cell") or {}).items()}
@@ -178,12 +204,13 @@ class RunView:
             "steps": [r["step"] for r in points],
             "phase": [r.get("phase") for r in points],
             "switches": [{"step": r["start_step"], "revision": r["revision"]} for r in (self.run.get("lineage") or [])[1:]],
-            "scalars": {k: [_finite(r.get(k)) for r in points] for k in SCALARS},
-            "loss_per_cell": _keyed(points, "loss_per_cell", drawn),
-            "loss_per_source": _keyed(points, "loss_per_source", sources),
-            "router_bias_norm": _per_layer(points, "router_bias", "norm"),
-            "router_bias_max_abs": _per_layer(points, "router_bias", "max_abs"),
-            "max_violation": _per_layer(points, "expert_load", "max_violation"),
+            "scalars": {k: buckets.series(k, lambda r, k=k: r.get(k)) for k in SCALARS},
+            "loss_per_cell": _keyed(buckets, "loss_per_cell", drawn),
+            "loss_per_source": _keyed(buckets, "loss_per_source", sources),
+            "router_bias_norm": _per_layer(buckets, "router_bias", "norm"),
+            "router_bias_max_abs": _per_layer(buckets, "router_bias", "max_abs"),
+            "max_violation": _per_layer(buckets, "expert_load", "max_violation"),
+            "router_entropy": _per_layer(buckets, "expert_load", "router_entropy"),
             "last_expert_load": last_load,
             "seq_len": seq_len,
             "cells": [
@@ -193,6 +220,8 @@ class RunView:
                  "loss": _finite(latest_loss_cell.get(c))}
                 for c in cells
             ],
+            "bands": buckets.bands,
+            **(observations(self.run_dir, self.records) if self.run_dir is not None else {}),
             "last": {k: _finite(last.get(k)) for k in SCALARS} | {"step": last.get("step"), "phase": last.get("phase")},
         }
 
@@ -240,4 +269,4 @@ def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:
         tail.poll()
         records = tail.records
     return RunView(name=str(run.get("run") or run_dir.name), run=run, records=records,
-                   manifest=run_manifest(run_dir, run))
+                   manifest=run_manifest(run_dir, run), run_dir=run_dir)

@@ -30,6 +30,9 @@ def test_demo_runs_end_to_end_then_reuses_what_it_built(tmp_path):
     assert steps == [1, 2, 3, 4]
     # no terminal here: steady progress lines stand in for the bars (pipeline stages, training steps)
     assert "pipeline: tokenize, " in first["stderr"] and "train demo: step 4/4, " in first["stderr"]
+    evals = [json.loads(line) for line in (home / "runs" / "demo" / "eval.jsonl").read_text().splitlines()]
+    assert evals and evals[-1]["step"] == 4 and evals[-1]["loss"]["macro"] > 0  # held out by the pipeline
+    assert (home / "runs" / "demo" / "samples.jsonl").read_text().strip()
 
     again = _demo(home, "--steps", "6")
     assert again["manifests"] == first["manifests"]

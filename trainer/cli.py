@@ -25,8 +25,11 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
       without training.
   millrace train list [--json]
       the runs under $MILLRACE_HOME/runs (same as `millrace runs list`).
+  millrace train status RUN [--json]
+      the run's state, last step, latest evaluation and active alerts; exits 3
+      while an alert is active.
 
-See `millrace train run --help` and `millrace train plan --help` for every option.
+See `millrace train run --help`, `train plan --help` and `train status --help` for every option.
 """
 
 
@@ -170,3 +173,25 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
 
 def _fits(gib: float, capacity: float) -> str:
     return f"fits {capacity:g} GiB" if gib <= capacity else f"over {capacity:g} GiB"
+
+
+@train.command("status")
+@click.argument("run")
+@json_option
+@home_option
+def status_command(home: Home, run: str, as_json: bool) -> None:
+    """State, last step, latest evaluation and active alerts of RUN (a name under runs/, or a run directory).
+
+    Exit status 3 while any alert is active (for cron jobs and Slurm scripts), 0 otherwise."""
+    from pathlib import Path
+
+    from trainer.status import ALERT_EXIT_CODE, format_status, run_status
+
+    run_dir = Path(run) if Path(run).is_dir() and (Path(run) / "run.json").exists() else home.run(run)
+    status = run_status(run_dir)
+    if as_json:
+        print_json(status)
+    else:
+        click.echo(format_status(status))
+    if status["alerts"]:
+        click.get_current_context().exit(ALERT_EXIT_CODE)

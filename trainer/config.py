@@ -9,6 +9,9 @@ A config file is TOML with one table per component:
     [data]        mixture + revision, micro-batching
     [checkpoint]  how often and how many to keep
     [metrics]     logging cadence, TensorBoard, the peak FLOP/s behind MFU
+    [eval]        held-out evaluation cadence and size
+    [samples]     intermediate predictions: prompts, temperatures, cadence
+    [health]      alert thresholds and the non-finite step guard
     [parallel]    the data x expert layout, mixed precision
     [train]       how a step runs on the hardware (loss chunks, compile, activation checkpointing)
     [plan]        the on-paper sizing: GPUs, their peak, an assumed MFU (the layout comes from [parallel])
@@ -119,6 +122,44 @@ class MetricsConfig(StrictModel):
     )
 
 
+class EvalConfig(StrictModel):
+    """Held-out evaluation (`trainer.evaluation`): the same sequences at every evaluation."""
+
+    enabled: bool = True
+    every: int = pydantic.Field(0, ge=0, description="steps between evaluations; 0: about ten per run, plus the last")
+    max_sequences: int = pydantic.Field(16, gt=0, description="held-out windows per cell and per external set")
+    batch_sequences: int = pydantic.Field(32, gt=0, description="windows per forward pass, whatever the world size")
+
+
+class SamplesConfig(StrictModel):
+    """Intermediate predictions (`trainer.samples`)."""
+
+    enabled: bool = True
+    every: int = pydantic.Field(0, ge=0, description="steps between samples; 0: at each checkpoint")
+    prompts: str = pydantic.Field("auto", description='"auto" or a prompts file (.jsonl with id/prompt, or text lines)')
+    max_new_tokens: int = pydantic.Field(64, gt=0)
+    prompt_tokens: int = pydantic.Field(32, gt=0, description="auto prompts: opening tokens of a held-out document")
+    temperatures: list[float] = pydantic.Field([0.0, 0.2], min_length=1)
+    seed: int = 0
+
+
+class HealthConfig(StrictModel):
+    """Alert thresholds (`trainer.health`); defaults from the reference run's rules."""
+
+    grad_norm_max: float = pydantic.Field(2.0, ge=0, description="gradient norm ceiling (0: off)")
+    loss_jump_max: float = pydantic.Field(1.0, ge=0, description="loss above its recent floor by more than this (0: off)")
+    loss_floor_steps: int = pydantic.Field(100, gt=0, description="steps the loss floor is taken over")
+    router_entropy_min: float = pydantic.Field(0.995, ge=0, le=1, description="routing entropy floor, fraction of log E")
+    router_bias_max: float = pydantic.Field(400.0, ge=0, description="max |router bias| ceiling (0: off)")
+    dead_experts_max: int = pydantic.Field(0, ge=0, description="experts allowed to receive no token in a step")
+    tokens_per_second_min: float = pydantic.Field(0.0, ge=0, description="throughput floor (0: off)")
+    mfu_min: float = pydantic.Field(0.0, ge=0, le=1, description="MFU floor (0: off)")
+    eval_regression: bool = pydantic.Field(True, description="alert when an evaluation is worse than the previous one")
+    skipped_steps_max: int = pydantic.Field(3, gt=0, description="skipped steps within skipped_window_seconds that alert")
+    skipped_window_seconds: float = pydantic.Field(900.0, gt=0)
+    max_consecutive_skips: int = pydantic.Field(5, gt=0, description="stop the run after this many skips in a row")
+
+
 class ParallelConfig(StrictModel):
     """The layout: `data_parallel x expert_parallel` ranks (`trainer.distributed`)."""
 
@@ -167,6 +208,9 @@ class TrainConfig(StrictModel):
     data: DataConfig = DataConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     metrics: MetricsConfig = MetricsConfig()
+    eval: EvalConfig = EvalConfig()
+    samples: SamplesConfig = SamplesConfig()
+    health: HealthConfig = HealthConfig()
     parallel: ParallelConfig = ParallelConfig()
     train: TrainKernelConfig = TrainKernelConfig()
     plan: PlanConfig = PlanConfig()

@@ -40,6 +40,7 @@ from trainer.layout import check_batch
 from trainer.metrics import METRICS_FILE, MetricsWriter, read_metrics, read_run, write_run
 from trainer.model import Transformer
 from trainer.moe import local_tensor
+from trainer.observers import RunObservers
 from trainer.peak import peak_flops
 from trainer.resume import recorded_settings
 from trainer.schedule import learning_rate
@@ -241,6 +242,7 @@ class StepResult:
     elapsed: float
     loads: list
     acc: StepAccumulator
+    skipped: bool = False  # non-finite loss or gradient: no update, no bias rule
 
 
 def default_run_name(config_path: Path, mixture: str, revision: str) -> str:
@@ -414,7 +416,8 @@ def _recorded_changes(run_dir: Path) -> list[dict]:
         return []
 
 
-def forward_backward(training: Training, data: dict[str, torch.Tensor], global_tokens: float) -> StepAccumulator:
+def forward_backward(training: Training, data: dict[str, torch.Tensor], global_tokens: float,
+                     observers: RunObservers) -> StepAccumulator:
     """Every micro-batch's share of the global mean loss, back-propagated; returns the step's loss sums."""
     plan = training.plan
     runtime, micro, local_batch = plan.runtime, plan.config.data.micro_batches, len(data["labels"])
@@ -427,12 +430,16 @@ def forward_backward(training: Training, data: dict[str, torch.Tensor], global_t
                                                data["segment_ids"][rows], data["labels"][rows])
         objective = token_losses.sum() / global_tokens + aux / (runtime.world * micro)
         objective.backward()
+        observers.forwarded(training.model)
         acc.add(token_losses, data["cell_ids"][rows], data["sources"][rows] if "sources" in data else None)
     return acc
 
 
-def train_step(training: Training, batches, step: int) -> StepResult:
-    """One optimizer step at 0-based `step`: batch, forward/backward, clip, AdamW, the bias rule, counters."""
+def train_step(training: Training, batches, step: int, observers: RunObservers) -> StepResult:
+    """One optimizer step at 0-based `step`: batch, forward/backward, clip, AdamW, the bias rule, counters.
+
+    A step whose loss or gradient is not finite is skipped: no AdamW update and no bias rule (`observers`
+    counts it and stops the run after too many in a row)."""
     plan, model, optimizer = training.plan, training.model, training.optimizer
     runtime, config, stream = plan.runtime, plan.config, plan.stream
     t0 = time.perf_counter()
@@ -443,32 +450,34 @@ def train_step(training: Training, batches, step: int) -> StepResult:
     for group in optimizer.param_groups:
         group["lr"] = lr
     global_tokens = float(data["labels"].numel() * runtime.world)
-    acc = forward_backward(training, data, global_tokens)
+    acc = forward_backward(training, data, global_tokens, observers)
     grad_norm = clip_gradients(model, config.optimizer.grad_clip, runtime)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    loads = balance_step(training.moe_layers, config.moe.bias_update_rate)
     acc.reduce(runtime)
+    skipped = observers.skip(step + 1, float(acc.loss[0] / acc.loss[1]), grad_norm)
+    if not skipped:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    loads = balance_step(training.moe_layers, 0.0 if skipped else config.moe.bias_update_rate)
     cells_tokens = torch.bincount(data["cell_ids"], minlength=len(stream.cell_names)).double() * stream.seq_len
     runtime.all_reduce(cells_tokens)
     training.state.advance(int(global_tokens), cells_tokens.tolist())
     return StepResult(step=step + 1, phase=batch.phase, loss=float(acc.loss[0] / acc.loss[1]), lr=lr,
                       grad_norm=grad_norm, global_tokens=int(global_tokens), waited=waited,
-                      elapsed=time.perf_counter() - t0, loads=loads, acc=acc)
+                      elapsed=time.perf_counter() - t0, loads=loads, acc=acc, skipped=skipped)
 
 
-def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | None, peak: float) -> None:
-    """Every `log_every` steps and at the stop: one metrics line (norms are reduced on every rank)."""
+def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | None, peak: float,
+                observers: RunObservers) -> None:
+    """Every `log_every` steps, at a skipped step and at the stop: one metrics line with the health alerts
+    that start and end there (norms and aux terms are reduced on every rank)."""
     plan = training.plan
-    if result.step % plan.config.metrics.log_every and result.step != plan.stop:
+    if result.step % plan.config.metrics.log_every and result.step != plan.stop and not result.skipped:
         return
     param_squared = squared_norm(list(training.model.parameters()), plan.runtime)
-    if writer is None:
-        return
     bias_stats, bias_squared = router_bias_stats(training.model)
     tokens_per_second = result.global_tokens / result.elapsed
     per_token = flops_per_token(plan.config, plan.stream.seq_len)
-    writer.write({
+    record = {
         "step": result.step,
         "time": time.time(),
         "phase": result.phase,
@@ -486,7 +495,11 @@ def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | 
         "loss_per_cell": _means(plan.stream.cell_names, result.acc.cells),
         "loss_per_source": _means(plan.stream.source_names, result.acc.sources),
         "realised_tokens_per_cell": dict(training.state.realised_tokens_per_cell),
-    })
+        "step_seconds": result.elapsed,
+    }
+    record.update(observers.record_extras(record, result.skipped))
+    if writer is not None:
+        writer.write(record)
 
 
 def maybe_checkpoint(training: Training, step: int) -> Path | None:
@@ -566,6 +579,9 @@ def train(
         write_run_record(training, peak, peak_source)
     _log_start(training, peak, peak_source)
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
+    observers = RunObservers(plan.config, plan.config_path, plan.manifest_path, runtime, plan.run_dir, start, plan.stop,
+                             plan.horizon, plan.checkpoint_every, plan.stream.source_names, plan.stream.tokenizer_path,
+                             runtime.device.type == "cuda" and plan.config.parallel.bf16_autocast)
     reporter = StepReporter(training, progress)
     losses: list[float] = []
     began = time.perf_counter()
@@ -573,9 +589,10 @@ def train(
     try:
         batches = plan.stream.iterate(start_step=start, end_step=plan.stop)
         for step in range(start, plan.stop):
-            result = train_step(training, batches, step)
+            result = train_step(training, batches, step, observers)
             losses.append(result.loss)
-            log_metrics(training, result, writer, peak)
+            observers.after_step(training.model, result.step, training.state.tokens)
+            log_metrics(training, result, writer, peak, observers)
             reporter.step(result)
             maybe_checkpoint(training, result.step)
     except KeyboardInterrupt:
@@ -593,6 +610,7 @@ def train(
         reporter.close()
         if writer is not None:
             writer.close()
+        observers.close()
     finish(plan)
     return RunResult(run=plan.run, run_dir=plan.run_dir, start_step=start, end_step=plan.stop, losses=losses,
                      seconds=time.perf_counter() - began)

@@ -55,14 +55,14 @@ def last_record(run_dir: Path, tail_bytes: int = 1 << 16) -> dict[str, Any] | No
     return None
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
     """JSON has no NaN/inf: write them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
@@ -84,7 +84,7 @@ class MetricsWriter:
                 log.debug("tensorboard is not installed; writing metrics.jsonl only")
 
     def write(self, record: dict[str, Any]) -> None:
-        self.handle.write(json.dumps(_finite(record), separators=(",", ":")) + "\n")
+        self.handle.write(json.dumps(finite(record), separators=(",", ":")) + "\n")
         self.handle.flush()
         if self.board is not None:
             step = record["step"]

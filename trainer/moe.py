@@ -152,6 +152,8 @@ class Router(nn.Module):
         # Σ over tokens of the entropy of the normalised scores, and the token count, since the last step.
         self.register_buffer("step_entropy", torch.zeros(2, dtype=torch.float64), persistent=False)
         self.counting = True  # off while activation checkpointing replays a forward (`replaying`)
+        # (sequence balance loss, z-loss) of the last forward, each times its coefficient, for the metrics.
+        self.aux_terms: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [b, L, d] → (expert ids [b·L, k], gates [b·L, k], aux loss scalar)."""
@@ -170,12 +172,13 @@ class Router(nn.Module):
             if cfg.normalize_gates:
                 gates = gates / (gates.sum(-1, keepdim=True) + 1e-20)
             gates = gates * cfg.route_scale
-            aux = logits.new_zeros(())
+            balance = z_loss = logits.new_zeros(())
             if cfg.seq_aux_loss_coef:
-                aux = aux + cfg.seq_aux_loss_coef * self.sequence_aux_loss(scores, selected, batch, length)
+                balance = cfg.seq_aux_loss_coef * self.sequence_aux_loss(scores, selected, batch, length)
             if cfg.z_loss_coef:
-                aux = aux + cfg.z_loss_coef * torch.logsumexp(logits, dim=-1).square().mean()
-        return selected, gates, aux
+                z_loss = cfg.z_loss_coef * torch.logsumexp(logits, dim=-1).square().mean()
+            self.aux_terms = torch.stack([balance, z_loss]).detach()
+        return selected, gates, balance + z_loss
 
     def sequence_aux_loss(self, scores, selected, batch: int, length: int) -> torch.Tensor:
         """Sequence-wise balance loss: Σ_e f_e · P_e per sequence, averaged over sequences."""
@@ -214,6 +217,10 @@ class MoE(nn.Module):
         self.register_buffer("step_counts", torch.zeros(config.n_routed_experts), persistent=False)
         self.counting = True
         self.aux_loss: torch.Tensor | None = None
+
+    def step_buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a forward adds to until the optimizer step (kept out of evaluation by `trainer.evaluation`)."""
+        return self.step_counts, self.router.step_entropy
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, d = x.shape

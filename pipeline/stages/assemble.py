@@ -1,7 +1,9 @@
 """Assemble the token store from the tokenize stage's per-task cell runs.
 
 Runs of one cell from every task are merged by internal document key (unique; ids may repeat),
-so a cell's shards hold its documents in id order whatever the task count or executor:
+so a cell's shards hold its documents in key order whatever the task count or executor;
+the cell's held-out documents (`pipeline.cells.validation`) go to its `validation-NNNNN` shards
+instead, and the funnel gets a last stage that counts them:
 the store is byte-identical across local and Ray runs and across a resumed run. The whole
 version is written under a staging directory next to the final one and renamed into place
 only when complete; an existing version is never touched.
@@ -10,6 +12,7 @@ only when complete; an existing version is never touched.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -17,9 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from millrace.artifacts import content_hash
+from millrace.errors import ConfigError
 from pipeline.store.format import (
     CellManifest,
     CellSummary,
+    EvalSetSummary,
+    HeldOut,
     ShardWriter,
     SourceCounts,
     StoreManifest,
@@ -29,15 +35,59 @@ from pipeline.store.format import (
     write_store_manifest,
 )
 from pipeline.store.trace import write_trace
+from pipeline.stages.eval_sets import NearDuplicateIndex, write_eval_set
 from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
+from pipeline.cells.validation import (HELD_OUT_REASON, VALIDATION_PREFIX, VALIDATION_STAGE, ValidationConfig,
+                                      document_hash, held_out)
+
+log = logging.getLogger(__name__)
 
 
 def _cells(runs_dir: Path) -> list[str]:
     return sorted({path.stem for path in runs_dir.glob("*/*.npz")})
 
 
+class _ShardSequence:
+    """Shards `<prefix>-00000`, `<prefix>-00001`, ... of one cell, each closed past `shard_tokens`."""
+
+    def __init__(self, cell_dir: Path, prefix: str, dtype: np.dtype, shard_tokens: int):
+        self.cell_dir, self.prefix, self.dtype, self.shard_tokens = cell_dir, prefix, dtype, shard_tokens
+        self.shards: list = []
+        self.writer: ShardWriter | None = None
+        self.in_shard = 0
+        self.in_writer = 0  # documents in the open shard
+        self.placed: list[tuple[int, int]] = []  # (shard, document in shard) of each document added
+        self.sources: dict[str, SourceCounts] = {}
+
+    def add(self, tokens: np.ndarray, source_id: int, source: str, nbytes: int) -> None:
+        if self.writer is None:
+            self.writer = ShardWriter(self.cell_dir / f"{self.prefix}-{len(self.shards):05d}", self.dtype)
+        self.writer.add_document(tokens, source_id)
+        self.placed.append((len(self.shards), self.in_writer))
+        self.in_writer += 1
+        self.in_shard += tokens.size
+        counts = self.sources.setdefault(source, SourceCounts())
+        counts.documents += 1
+        counts.tokens += int(tokens.size)
+        counts.bytes += nbytes
+        if self.in_shard >= self.shard_tokens:
+            self.shards.append(self.writer.close())
+            self.writer, self.in_shard, self.in_writer = None, 0, 0
+
+    def close(self) -> list:
+        if self.writer is not None:
+            self.shards.append(self.writer.close())
+            self.writer = None
+        return self.shards
+
+    def totals(self) -> tuple[int, int, int]:
+        counts = self.sources.values()
+        return sum(c.documents for c in counts), sum(c.tokens for c in counts), sum(c.bytes for c in counts)
+
+
 def _write_cell(cell: str, runs_dir: Path, cell_dir: Path, dtype: np.dtype, fingerprint: str,
-                sources: list[str], shard_tokens: int, extra_stats: dict) -> tuple[CellManifest, str]:
+                sources: list[str], shard_tokens: int, extra_stats: dict,
+                validation: ValidationConfig, overlap: NearDuplicateIndex | None) -> tuple[CellManifest, str]:
     parts = [np.load(path) for path in sorted(runs_dir.glob(f"*/{cell}.npz"))]
     keys = np.concatenate([p["keys"] for p in parts])
     lengths = np.concatenate([p["lengths"] for p in parts])
@@ -51,49 +101,68 @@ def _write_cell(cell: str, runs_dir: Path, cell_dir: Path, dtype: np.dtype, fing
     offsets = np.concatenate([np.concatenate([[0], np.cumsum(p["lengths"])[:-1]]).astype(np.int64) for p in parts])
     order = np.argsort(keys, kind="stable")
 
-    shards, writer, in_shard, docs_in_shard = [], None, 0, 0
-    per_source: dict[str, SourceCounts] = {}
-    shard_of, index_in_shard = np.zeros(order.size, np.int32), np.zeros(order.size, np.int32)
-    for rank, index in enumerate(order):
-        if writer is None:
-            writer = ShardWriter(cell_dir / f"shard-{len(shards):05d}", dtype)
-        shard_of[rank], index_in_shard[rank] = len(shards), docs_in_shard
-        docs_in_shard += 1
-        start, length = int(offsets[index]), int(lengths[index])
-        writer.add_document(tokens[part_of[index]][start : start + length], int(source_ids[index]))
-        in_shard += length
-        counts = per_source.setdefault(sources[int(source_ids[index])], SourceCounts())
-        counts.documents += 1
-        counts.tokens += length
-        counts.bytes += int(nbytes[index])
-        if in_shard >= shard_tokens:
-            shards.append(writer.close())
-            writer, in_shard, docs_in_shard = None, 0, 0
-    if writer is not None:
-        shards.append(writer.close())
+    def document(index: int) -> np.ndarray:
+        start = int(offsets[index])
+        return tokens[part_of[index]][start : start + int(lengths[index])]
 
-    token_start = np.concatenate([[0], np.cumsum(lengths[order])[:-1]]).astype(np.int64)
+    hashes = np.fromiter((document_hash(document(i), validation.seed) for i in order), dtype=np.uint64, count=order.size)
+    is_held_out = held_out(hashes, validation)
+    training = _ShardSequence(cell_dir, "shard", dtype, shard_tokens)
+    held = _ShardSequence(cell_dir, VALIDATION_PREFIX, dtype, shard_tokens)
+    for index, to_validation in zip(order.tolist(), is_held_out.tolist()):
+        source = int(source_ids[index])
+        (held if to_validation else training).add(document(index), source, sources[source], int(nbytes[index]))
+        if overlap is not None:
+            overlap.add(document(index), cell)
+    shards, held_shards = training.close(), held.close()
+
+    kept = order[~is_held_out]  # the trace covers the training shards, the ones the loader reads
+    placed = np.asarray(training.placed, dtype=np.int32).reshape(-1, 2)
+    token_start = np.concatenate([[0], np.cumsum(lengths[kept])[:-1]]).astype(np.int64)
     trace = write_trace(cell_dir, {
-        "shard": shard_of, "document": index_in_shard, "token_start": token_start, "tokens": lengths[order],
-        "source": [sources[int(i)] for i in source_ids[order]], "id": doc_ids[order].tolist(),
-        "origin": origins[order].tolist(), "position": positions[order],
+        "shard": placed[:, 0], "document": placed[:, 1], "token_start": token_start, "tokens": lengths[kept],
+        "source": [sources[int(i)] for i in source_ids[kept]], "id": doc_ids[kept].tolist(),
+        "origin": origins[kept].tolist(), "position": positions[kept],
     })
     samples = sorted((s for p in parts for s in json.loads(str(p["samples"]))), key=lambda s: (s["hash"], s["id"]))
     stats = {"samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]}
     stats.update(extra_stats)
     stats["trace"] = trace
+    documents, token_count, byte_count = training.totals()
+    held_documents, held_tokens, held_bytes = held.totals()
     manifest = CellManifest(
         cell=cell,
         dtype=str(dtype),
         tokenizer_fingerprint=fingerprint,
-        documents=int(lengths.size),
-        tokens=int(lengths.sum()),
-        bytes=int(nbytes.sum()),
+        documents=documents,
+        tokens=token_count,
+        bytes=byte_count,
         shards=shards,
-        sources={name: per_source[name] for name in sorted(per_source)},
+        sources={name: training.sources[name] for name in sorted(training.sources)},
         stats=stats,
+        validation=HeldOut(documents=held_documents, tokens=held_tokens, bytes=held_bytes, shards=held_shards,
+                           sources={name: held.sources[name] for name in sorted(held.sources)}),
     )
     return manifest, write_cell_manifest(cell_dir, manifest)
+
+
+def validation_stage(manifests: list[CellManifest]) -> dict:
+    """The funnel's last stage: per source, documents that reached the store and those held out of training."""
+    per_source: dict[str, dict] = {}
+    for manifest in manifests:
+        for part, counts in (("kept", manifest.sources), ("held", manifest.validation.sources)):
+            for source, numbers in counts.items():
+                entry = per_source.setdefault(source, {"received": _zero(), "kept": _zero(),
+                                                       "removed": {HELD_OUT_REASON: _zero()}})
+                for target in (entry["received"], entry["kept"] if part == "kept" else entry["removed"][HELD_OUT_REASON]):
+                    target["documents"] += numbers.documents
+                    target["tokens"] += numbers.tokens
+                    target["bytes"] += numbers.bytes
+    return {"name": VALIDATION_STAGE, "sources": {source: per_source[source] for source in sorted(per_source)}}
+
+
+def _zero() -> dict[str, int]:
+    return {"documents": 0, "tokens": 0, "bytes": 0}
 
 
 def assemble_store(
@@ -110,6 +179,7 @@ def assemble_store(
     store_stats: dict,
     cell_stats: dict[str, dict],
     models_dir: Path | None = None,
+    validation: ValidationConfig = ValidationConfig(),
 ) -> Path:
     """Write the store version to a staging directory, then rename it to `final`.
 
@@ -130,12 +200,33 @@ def assemble_store(
     dtype = dtype_for_vocab(vocab_size)
     fingerprint = tokenizer_fingerprint(tokenizer_copy)
     cells: dict[str, CellSummary] = {}
+    manifests = []
+    clashing = sorted({s.name for s in validation.sets} & set(_cells(runs_dir)))
+    if clashing:
+        raise ConfigError(f"field 'validation.sets': set name {clashing[0]!r} is also a cell's name")
+    overlap = NearDuplicateIndex() if validation.sets else None
     for cell in _cells(runs_dir):
         manifest, digest = _write_cell(cell, runs_dir, staging / "cells" / cell, dtype, fingerprint, sources, shard_tokens,
-                               cell_stats.get(cell, {}))
+                                       cell_stats.get(cell, {}), validation, overlap)
+        manifests.append(manifest)
         cells[cell] = CellSummary(
-            documents=manifest.documents, tokens=manifest.tokens, bytes=manifest.bytes, manifest_hash=digest
+            documents=manifest.documents, tokens=manifest.tokens, bytes=manifest.bytes,
+            validation_documents=manifest.validation.documents, validation_tokens=manifest.validation.tokens,
+            manifest_hash=digest,
         )
+    funnel = {**funnel, "stages": [*funnel.get("stages", []), validation_stage(manifests)]}
+    eval_sets = {}
+    for config in validation.sets:
+        written = write_eval_set(config, staging / "sets" / config.name, tokenizer, eos_id(tokenizer, eos), dtype,
+                                 fingerprint, shard_tokens, overlap)
+        eval_sets[config.name] = EvalSetSummary(
+            documents=written.held.documents, tokens=written.held.tokens, bytes=written.held.bytes,
+            manifest_hash=written.manifest_hash, overlap_exact=written.overlap["exact"],
+            overlap_near=written.overlap["near"])
+        if written.overlap["exact"] or written.overlap["near"]:
+            log.warning("evaluation set %s: %d documents occur in the store's cells, %d more as near duplicates "
+                        "(listed in sets/%s/set.json)", config.name, written.overlap["exact"], written.overlap["near"],
+                        config.name)
     store = StoreManifest(
         name=name,
         version=version,
@@ -147,6 +238,7 @@ def assemble_store(
         config_hash=content_hash(pipeline_config),
         funnel=funnel,
         stats=store_stats,
+        sets=eval_sets,
     )
     write_store_manifest(staging, store)
     final.parent.mkdir(parents=True, exist_ok=True)

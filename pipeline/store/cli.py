@@ -32,7 +32,8 @@ def resolve_store(spec: str, home) -> Path:
 def store_summary(path: Path) -> dict:
     store = Store(path)
     m = store.manifest
-    cells = {name: c.model_dump() for name, c in sorted(m.cells.items())}
+    cells = {name: {**c.model_dump(), "validation_documents": c.validation_documents,
+                    "validation_tokens": c.validation_tokens} for name, c in sorted(m.cells.items())}
     summary = {
         "path": str(store.path),
         "name": m.name,
@@ -43,7 +44,10 @@ def store_summary(path: Path) -> dict:
         "documents": sum(c.documents for c in m.cells.values()),
         "tokens": sum(c.tokens for c in m.cells.values()),
         "bytes": sum(c.bytes for c in m.cells.values()),
+        "validation_documents": sum(c.validation_documents for c in m.cells.values()),
+        "validation_tokens": sum(c.validation_tokens for c in m.cells.values()),
         "cells": cells,
+        "sets": {name: summary.model_dump() for name, summary in sorted(m.sets.items())},
         "sources": m.sources,
         "manifest_hash": store.manifest_hash,
     }
@@ -75,10 +79,16 @@ def domain_grid(manifest) -> dict:
 def print_summary(summary: dict) -> None:
     click.echo(f"store {summary['name']}/{summary['version']} at {summary['path']}"
                + (" (stats only)" if summary["stats_only"] else f" ({summary['dtype']})"))
-    click.echo(f"{'cell':<20} {'documents':>10} {'tokens':>14} {'bytes':>14}")
+    click.echo(f"{'cell':<20} {'documents':>10} {'tokens':>14} {'bytes':>14} {'held-out docs':>14} {'held-out tokens':>16}")
     for name, cell in summary["cells"].items():
-        click.echo(f"{name:<20} {cell['documents']:>10,} {cell['tokens']:>14,} {cell['bytes']:>14,}")
-    click.echo(f"{'total':<20} {summary['documents']:>10,} {summary['tokens']:>14,} {summary['bytes']:>14,}")
+        click.echo(f"{name:<20} {cell['documents']:>10,} {cell['tokens']:>14,} {cell['bytes']:>14,} "
+                   f"{cell['validation_documents']:>14,} {cell['validation_tokens']:>16,}")
+    click.echo(f"{'total':<20} {summary['documents']:>10,} {summary['tokens']:>14,} {summary['bytes']:>14,} "
+               f"{summary['validation_documents']:>14,} {summary['validation_tokens']:>16,}")
+    click.echo("(documents, tokens and bytes are training's; held-out documents are in each cell's validation shards)")
+    for name, eval_set in summary["sets"].items():
+        click.echo(f"evaluation set {name}: {eval_set['documents']:,} documents, {eval_set['tokens']:,} tokens; "
+                   f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate")
     for stage in summary.get("funnel", []):
         click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}")
     grid = summary.get("grid")

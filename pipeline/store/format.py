@@ -7,6 +7,9 @@ A store version is a directory:
     cells/<cell>/cell.json     CellManifest (kind "millrace.cell")
     cells/<cell>/<shard>.bin   token ids, Megatron indexed-dataset layout
     cells/<cell>/<shard>.idx   document index, Megatron indexed-dataset layout
+    cells/<cell>/validation-<n>.bin/.idx/.src   the cell's held-out documents, same layout
+    sets/<name>/set.json       EvalSetManifest (kind "millrace.eval-set"): an external evaluation set
+    sets/<name>/set-<n>.bin/.idx/.src   its documents, same layout
 
 The `.bin/.idx` pair is byte-compatible with megatron-core's `IndexedDataset`: an
 `.idx` holds the header `MMIDIDX\\x00\\x00`, version 1, a dtype code, the sequence
@@ -30,6 +33,7 @@ from millrace.errors import ArtifactError
 
 STORE_KIND = "millrace.store"
 CELL_KIND = "millrace.cell"
+SET_KIND = "millrace.eval-set"
 SCHEMA_VERSION = 1
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -66,6 +70,16 @@ class ShardInfo(Model):
     src_sha256: str | None = None
 
 
+class HeldOut(Model):
+    """Documents held out of training for evaluation, in shards of the training shards' format."""
+
+    documents: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    shards: list[ShardInfo] = []
+    sources: dict[str, SourceCounts] = {}
+
+
 class CellManifest(Model):
     cell: str
     dtype: str
@@ -77,13 +91,39 @@ class CellManifest(Model):
     sources: dict[str, SourceCounts] = {}
     # Free-form statistics filled by later stages: score range, domain label, samples.
     stats: dict = {}
+    # The validation split (never in `shards`; `documents`/`tokens`/`bytes` above count training only).
+    validation: HeldOut = pydantic.Field(default_factory=HeldOut, exclude_if=lambda v: not v.documents)
 
 
 class CellSummary(Model):
-    documents: int = 0
+    documents: int = 0  # training documents (held-out ones are counted apart)
     tokens: int
     bytes: int = 0
+    # held-out counts; left out of the file when zero, so stores without a split keep their hashes
+    validation_documents: int = pydantic.Field(0, exclude_if=lambda v: not v)
+    validation_tokens: int = pydantic.Field(0, exclude_if=lambda v: not v)
     manifest_hash: str | None = None  # content hash of cells/<cell>/cell.json; None if stats-only
+
+
+class EvalSetSummary(Model):
+    """An external evaluation set in the store (`sets/<name>/set.json`)."""
+
+    documents: int
+    tokens: int
+    bytes: int
+    manifest_hash: str
+    overlap_exact: int = 0  # its documents that the store's cells also hold, token for token
+    overlap_near: int = 0  # ... as near duplicates
+
+
+class EvalSetManifest(Model):
+    """`sets/<name>/set.json` (kind "millrace.eval-set"): the set's shards and its overlap with the cells."""
+
+    name: str
+    dtype: str
+    tokenizer_fingerprint: str
+    held: HeldOut
+    overlap: dict  # {"exact": n, "near": n, "documents": [{"index", "kind", "cell"}, ...]}
 
 
 class TokenizerInfo(Model):
@@ -108,6 +148,8 @@ class StoreManifest(Model):
     funnel: dict = {}
     # Store-level statistics from later stages (domain labels, bucket score ranges, ...).
     stats: dict = {}
+    # External evaluation sets under sets/<name>/ (left out of the file when there are none).
+    sets: dict[str, EvalSetSummary] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
 
 
 class Store:
@@ -146,6 +188,17 @@ class Store:
             {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
         )
 
+    def eval_set(self, name: str) -> EvalSetManifest:
+        if name not in self.manifest.sets:
+            raise ArtifactError(f"{self.path}: store has no evaluation set {name!r}")
+        path = self.path / "sets" / name / "set.json"
+        body = read_artifact(path, SET_KIND, (SCHEMA_VERSION,))
+        if body["content_hash"] != self.manifest.sets[name].manifest_hash:
+            raise ArtifactError(f"{path}: hash {body['content_hash']} differs from store.json's "
+                                f"{self.manifest.sets[name].manifest_hash}")
+        return EvalSetManifest.model_validate(
+            {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")})
+
     def shard_prefix(self, cell: str, shard: ShardInfo) -> Path:
         return self.cell_dir(cell) / shard.name
 
@@ -160,26 +213,47 @@ class Store:
             except ArtifactError as exc:
                 problems.append(str(exc))
                 continue
-            for shard in cell.shards:
-                prefix = self.shard_prefix(cell_name, shard)
-                for suffix, expected in ((".bin", shard.bin_sha256), (".idx", shard.idx_sha256)):
-                    file = prefix.with_name(prefix.name + suffix)
-                    if not file.exists():
-                        problems.append(f"{file}: missing")
-                    elif sha256_file(file) != expected:
-                        problems.append(f"{file}: checksum mismatch (expected {expected})")
-                if not problems or not problems[-1].startswith(str(prefix)):
-                    try:
-                        reader = ShardReader(prefix, np.dtype(cell.dtype))
-                        if (reader.documents, reader.tokens) != (shard.documents, shard.tokens):
-                            problems.append(f"{prefix}.idx: counts differ from {cell_name}/cell.json")
-                    except ArtifactError as exc:
-                        problems.append(str(exc))
+            for shard in [*cell.shards, *cell.validation.shards]:
+                problems += shard_problems(self.shard_prefix(cell_name, shard), shard, np.dtype(cell.dtype),
+                                           f"{cell_name}/cell.json")
+        for name in self.manifest.sets:
+            try:
+                eval_set = self.eval_set(name)
+            except ArtifactError as exc:
+                problems.append(str(exc))
+                continue
+            for shard in eval_set.held.shards:
+                problems += shard_problems(self.path / "sets" / name / shard.name, shard, np.dtype(eval_set.dtype),
+                                           f"sets/{name}/set.json")
         return problems
+
+
+def shard_problems(prefix: Path, shard: ShardInfo, dtype: np.dtype, owner: str) -> list[str]:
+    """What is wrong with one shard against the manifest (`owner`) that lists it."""
+    problems = []
+    for suffix, expected in ((".bin", shard.bin_sha256), (".idx", shard.idx_sha256)):
+        file = prefix.with_name(prefix.name + suffix)
+        if not file.exists():
+            problems.append(f"{file}: missing")
+        elif sha256_file(file) != expected:
+            problems.append(f"{file}: checksum mismatch (expected {expected})")
+    if problems:
+        return problems
+    try:
+        reader = ShardReader(prefix, dtype)
+        if (reader.documents, reader.tokens) != (shard.documents, shard.tokens):
+            problems.append(f"{prefix}.idx: counts differ from {owner}")
+    except ArtifactError as exc:
+        problems.append(str(exc))
+    return problems
 
 
 def write_store_manifest(path: Path | str, manifest: StoreManifest) -> str:
     return write_artifact(Path(path) / "store.json", STORE_KIND, SCHEMA_VERSION, manifest.model_dump(mode="json"))
+
+
+def write_eval_set_manifest(set_dir: Path | str, manifest: EvalSetManifest) -> str:
+    return write_artifact(Path(set_dir) / "set.json", SET_KIND, SCHEMA_VERSION, manifest.model_dump(mode="json"))
 
 
 def write_cell_manifest(cell_dir: Path | str, manifest: CellManifest) -> str:

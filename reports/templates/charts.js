@@ -159,17 +159,21 @@ function lineChart(container, x, series, opts = {}) {
   axisTitles(svg, W, H, L, T, B, yTitle, opts.xLabel || "step");
   const yf = opts.yFormat || fmt.num, xf = opts.xFormat || fmt.count;
   let ylo = Infinity, yhi = -Infinity;
-  for (const s of series) for (const v of s.values) if (v !== null && isFinite(v)) { ylo = Math.min(ylo, v); yhi = Math.max(yhi, v); }
+  const logY = !!opts.log;
+  const ok = (v) => v !== null && v !== undefined && isFinite(v) && (!logY || v > 0);
+  const ty = (v) => (logY ? Math.log10(v) : v);
+  for (const s of series) for (const arr of [s.values, s.lo || [], s.hi || []]) for (const v of arr) if (ok(v)) { ylo = Math.min(ylo, ty(v)); yhi = Math.max(yhi, ty(v)); }
   if (!isFinite(ylo)) { el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", fill: "#888" }, svg, "no data yet"); return; }
-  if (opts.zero) ylo = Math.min(0, ylo);
+  if (opts.zero && !logY) ylo = Math.min(0, ylo);
   if (ylo === yhi) { ylo -= Math.abs(ylo) * 0.1 || 1; yhi += Math.abs(yhi) * 0.1 || 1; }
   const pad = (yhi - ylo) * 0.05; ylo -= opts.zero && ylo === 0 ? 0 : pad; yhi += pad;
   const xlo = x.length ? x[0] : 0, xhi = x.length > 1 ? x[x.length - 1] : xlo + 1;
   const sx = (v) => L + (W - L - R) * (v - xlo) / ((xhi - xlo) || 1);
-  const sy = (v) => T + (H - T - B) * (1 - (v - ylo) / (yhi - ylo));
+  const sy0 = (v) => T + (H - T - B) * (1 - (v - ylo) / (yhi - ylo));
+  const sy = (v) => sy0(ty(v));
   for (const t of niceTicks(ylo, yhi, 5)) {
-    el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), stroke: "#e3e7ee" }, svg);
-    el("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, svg, yf(t));
+    el("line", { x1: L, x2: W - R, y1: sy0(t), y2: sy0(t), stroke: "#e3e7ee" }, svg);
+    el("text", { x: L - 6, y: sy0(t) + 4, "text-anchor": "end" }, svg, yf(logY ? Math.pow(10, t) : t));
   }
   for (const t of niceTicks(xlo, xhi, Math.max(3, Math.min(6, Math.floor((W - L) / 90))))) {
     el("text", { x: sx(t), y: H - B + 16, "text-anchor": "middle" }, svg, xf(t));
@@ -177,9 +181,18 @@ function lineChart(container, x, series, opts = {}) {
   el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#6b7380" }, svg);
   const paths = series.map(() => []);
   series.forEach((s, k) => {
+    if (s.lo && s.hi) {  // the min/max envelope of each thinned bucket
+      const idx = s.lo.map((_, i) => i).filter((i) => ok(s.lo[i]) && ok(s.hi[i]));
+      if (idx.length) {
+        const top = idx.map((i) => sx(x[i]).toFixed(1) + "," + sy(s.hi[i]).toFixed(1));
+        const bottom = idx.slice().reverse().map((i) => sx(x[i]).toFixed(1) + "," + sy(s.lo[i]).toFixed(1));
+        paths[k].push(el("polygon", { points: top.concat(bottom).join(" "), fill: s.colour || colour(k), "fill-opacity": 0.18,
+          stroke: s.colour || colour(k), "stroke-opacity": 0.35, "stroke-width": 0.6, class: "band" }, svg));
+      }
+    }
     let d = "", pen = false;
     s.values.forEach((v, i) => {
-      if (v === null || !isFinite(v)) { if (!opts.connectGaps) pen = false; return; }
+      if (!ok(v)) { if (!opts.connectGaps) pen = false; return; }
       d += (pen ? "L" : "M") + sx(x[i]).toFixed(1) + "," + sy(v).toFixed(1);
       pen = true;
     });
@@ -187,10 +200,12 @@ function lineChart(container, x, series, opts = {}) {
       "stroke-dasharray": s.dash || "", class: "series", "data-series": s.name }, svg));
     if (x.length === 1 && s.values[0] !== null) paths[k].push(el("circle", { cx: sx(x[0]), cy: sy(s.values[0]), r: 3, fill: s.colour || colour(k) }, svg));
   });
-  for (const m of opts.marks || []) {  // vertical marks, e.g. a mixture switch: {x, label}
+  for (const m of opts.marks || []) {  // vertical marks {x, label}: a mixture switch (labelled), an alert (quiet, a title)
     if (m.x < xlo || m.x > xhi) continue;
-    el("line", { x1: sx(m.x), x2: sx(m.x), y1: T, y2: H - B, stroke: "#b0473a", "stroke-dasharray": "4 3", class: "mark" }, svg);
-    el("text", { x: sx(m.x) + 3, y: T + 10, fill: "#b0473a", "font-size": 10 }, svg, m.label);
+    const line = el("line", { x1: sx(m.x), x2: sx(m.x), y1: T, y2: H - B, stroke: m.colour || "#b0473a",
+      "stroke-dasharray": m.quiet ? "2 2" : "4 3", class: m.quiet ? "mark alert" : "mark" }, svg);
+    if (m.quiet) el("title", {}, line, m.label || "");
+    else el("text", { x: sx(m.x) + 3, y: T + 10, fill: "#b0473a", "font-size": 10 }, svg, m.label);
   }
   const cursor = el("line", { y1: T, y2: H - B, stroke: "#555", "stroke-dasharray": "3 3", visibility: "hidden" }, svg);
   const hit = el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "transparent", class: "hit" }, svg);
@@ -200,7 +215,8 @@ function lineChart(container, x, series, opts = {}) {
     for (let i = 0; i < x.length; i++) if (Math.abs(sx(x[i]) - px) < Math.abs(sx(x[best]) - px)) best = i;
     cursor.setAttribute("x1", sx(x[best])); cursor.setAttribute("x2", sx(x[best])); cursor.setAttribute("visibility", "visible");
     const lines = [`${opts.xLabel || "step"} ${x[best].toLocaleString("en-US")}`];
-    series.forEach((s, k) => { if (paths[k][0] && paths[k][0].style.display !== "none") lines.push(`${s.name}: ${yf(s.values[best])}`); });
+    series.forEach((s, k) => { if (paths[k][0] && paths[k][0].style.display !== "none") lines.push(`${s.name}: ${yf(s.values[best])}` +
+      (s.lo && s.hi && s.lo[best] !== null ? ` (bucket ${yf(s.lo[best])} … ${yf(s.hi[best])})` : "")); });
     showTip(evt, lines.join("\n"));
   };
   hit.addEventListener("pointermove", follow);

@@ -3,25 +3,137 @@
 const R = JSON.parse(document.getElementById("page-data").textContent);
 const X = R.steps;
 const S = R.scalars;
-const byName = (obj) => Object.keys(obj).map((name) => ({ name, values: obj[name] }));
+const BANDS = R.bands || {};
+const band = (key) => BANDS[key] || {};
+// A named series with its envelope (when the run was thinned); `group` names its key in R.bands.
+const byName = (obj, group) => Object.keys(obj).map((name) => ({ name, values: obj[name], ...band(group ? `${group}/${name}` : name) }));
+const scalar = (key, name) => ({ name, values: S[key] || [], ...band(key) });
 const $ = (id) => document.getElementById(id);
-lineChart.defaults.marks = R.switches.map((m) => ({ x: m.step, label: `→ ${m.revision}` }));  // every chart
+const ALERTS = R.alerts || { events: [], active: [], skipped_steps: 0 };
+const SWITCHES = R.switches.map((m) => ({ x: m.step, label: `→ ${m.revision}` }));
+lineChart.defaults.marks = SWITCHES;  // every chart
+const MARKS = ALERTS.events.filter((e) => e.event === "start")
+  .map((e) => ({ x: e.step, label: `${e.name} started: ${e.message}`, quiet: true, colour: "#c0392b" }));
 
-lineChart($("c-loss"), X, [{ name: "loss", values: S.loss }], { title: "Loss", yLabel: "loss (nats per token)" });
-lineChart($("c-lr"), X, [{ name: "learning rate", values: S.lr }], { title: "Learning rate" });
-lineChart($("c-grad"), X, [{ name: "grad norm (trained params)", values: S.grad_norm }], { title: "Gradient norm", legend: true });
+const M = { marks: SWITCHES.concat(MARKS) };
+lineChart($("c-loss"), X, [scalar("loss", "loss")], { title: "Loss", yLabel: "loss (nats per token)", ...M });
+lineChart($("c-lr"), X, [scalar("lr", "learning rate")], { title: "Learning rate" });
+lineChart($("c-grad"), X, [scalar("grad_norm", "grad norm (trained params)")], { title: "Gradient norm", legend: true, ...M });
 lineChart($("c-param"), X, [
-  { name: "param norm (trained params)", values: S.param_norm },
-  { name: "param norm incl. router bias", values: S.param_norm_with_router_bias, dash: "5 3" },
-], { title: "Parameter norm, with and without the router bias", yLabel: "L2 norm" });
-lineChart($("c-tps"), X, [{ name: "tokens/s", values: S.tokens_per_second }], { title: "Tokens per second", yLabel: "tokens/s", yFormat: fmt.count, zero: true });
-lineChart($("c-mfu"), X, [{ name: "MFU", values: S.mfu }], { title: "Model FLOPs utilisation", yLabel: "MFU (% of peak)", yFormat: fmt.pct, zero: true });
-lineChart($("c-wait"), X, [{ name: "data wait", values: S.data_wait_fraction }], { title: "Share of step time waiting for data", yLabel: "% of step time", yFormat: fmt.pct, zero: true });
-lineChart($("c-bias"), X, byName(R.router_bias_norm), { title: "Router bias norm per layer", yLabel: "L2 norm", legend: true });
-lineChart($("c-biasmax"), X, byName(R.router_bias_max_abs), { title: "Router bias max |b| per layer", yLabel: "max |bias|", legend: true });
-lineChart($("c-viol"), X, byName(R.max_violation), { title: "Expert load max-violation per layer", yLabel: "max-violation (% over even)", yFormat: fmt.pct, legend: true });
-lineChart($("c-cell"), X, byName(R.loss_per_cell), { title: "Loss per cell (batches that held the cell)", yLabel: "loss (nats per token)", legend: true, connectGaps: true });
-lineChart($("c-source"), X, byName(R.loss_per_source), { title: "Loss per source (batches that held the source)", yLabel: "loss (nats per token)", legend: true, connectGaps: true });
+  scalar("param_norm", "param norm (trained params)"),
+  { ...scalar("param_norm_with_router_bias", "param norm incl. router bias"), dash: "5 3" },
+], { title: "Parameter norm, with and without the router bias", yLabel: "L2 norm", ...M });
+lineChart($("c-aux"), X, [scalar("aux_loss", "sequence balance loss (x coef)"), scalar("z_loss", "router z-loss (x coef)")],
+  { title: "Auxiliary losses added to the objective", legend: true });
+lineChart($("c-tps"), X, [scalar("tokens_per_second", "tokens/s")], { title: "Tokens per second", yLabel: "tokens/s", yFormat: fmt.count, zero: true, ...M });
+lineChart($("c-mfu"), X, [scalar("mfu", "MFU")], { title: "Model FLOPs utilisation", yLabel: "MFU (% of peak)", yFormat: fmt.pct, zero: true, ...M });
+lineChart($("c-wait"), X, [scalar("data_wait_fraction", "data wait")], { title: "Share of step time waiting for data", yLabel: "% of step time", yFormat: fmt.pct, zero: true });
+lineChart($("c-steptime"), X, [scalar("step_seconds", "step time")], { title: "Step time", yLabel: "seconds", zero: true, ...M });
+lineChart($("c-memory"), X, [scalar("memory_rss_bytes", "resident set (CPU)"), scalar("cuda_allocated_bytes", "CUDA allocated"),
+  scalar("cuda_reserved_bytes", "CUDA reserved")].filter((s) => s.values.some((v) => v !== null)),
+  { title: "Memory", yLabel: "bytes", yFormat: fmt.count, zero: true, legend: true });
+lineChart($("c-bias"), X, byName(R.router_bias_norm, "router_bias.norm"), { title: "Router bias norm per layer", yLabel: "L2 norm", legend: true, ...M });
+lineChart($("c-biasmax"), X, byName(R.router_bias_max_abs, "router_bias.max_abs"), { title: "Router bias max |b| per layer", yLabel: "max |bias|", legend: true, ...M });
+lineChart($("c-viol"), X, byName(R.max_violation, "expert_load.max_violation"), { title: "Expert load max-violation per layer", yLabel: "max-violation (% over even)", yFormat: fmt.pct, legend: true });
+lineChart($("c-entropy"), X, byName(R.router_entropy || {}, "expert_load.router_entropy"), { title: "Routing entropy per layer", yLabel: "fraction of log E", legend: true, ...M });
+lineChart($("c-cell"), X, byName(R.loss_per_cell, "loss_per_cell"), { title: "Loss per cell (batches that held the cell)", yLabel: "loss (nats per token)", legend: true, connectGaps: true });
+lineChart($("c-source"), X, byName(R.loss_per_source, "loss_per_source"), { title: "Loss per source (batches that held the source)", yLabel: "loss (nats per token)", legend: true, connectGaps: true });
+
+(function alerts() {
+  const badges = $("alert-badges");
+  for (const a of ALERTS.active) h("span", { class: "badge alert", title: a.message || "" }, badges, `⚠ ${a.name}`);
+  const box = $("alerts");
+  if (!ALERTS.active.length) h("p", { id: "alerts-none", class: "note" }, box, "No active alert.");
+  else h("p", { id: "alerts-active" }, box, `${ALERTS.active.length} active alert(s): ` +
+    ALERTS.active.map((a) => `${a.name} since step ${a.since_step ?? "?"}${a.message ? " (" + a.message + ")" : ""}`).join("; "));
+  h("p", { class: "note" }, box, `Skipped steps (non-finite loss or gradient): ${ALERTS.skipped_steps}.`);
+  if (!ALERTS.events.length) return;
+  const t = h("table", { id: "alert-events" }, h("div", { class: "scroll tall" }, box));
+  const hr = h("tr", {}, h("thead", {}, t));
+  for (const x of ["Step", "Alert", "Event", "Detail"]) h("th", { class: "l" }, hr, x);
+  const tb = h("tbody", {}, t);
+  for (const e of ALERTS.events.slice(-200)) {
+    const tr = h("tr", {}, tb);
+    for (const x of [String(e.step), e.name, e.event, e.message]) h("td", { class: "l" }, tr, x);
+  }
+})();
+
+function download(name, type, text) {
+  const a = h("a", { download: name, href: URL.createObjectURL(new Blob([text], { type })) }, document.body);
+  a.click();
+  a.remove();
+}
+function smooth(values, alpha) {
+  if (!alpha) return values;
+  let last = null;
+  return values.map((v) => (v === null ? null : (last = last === null ? v : alpha * last + (1 - alpha) * v)));
+}
+
+(function evaluation() {
+  const E = R.eval || { steps: [], loss: {}, bpb: {} };
+  const draw = () => {
+    const metric = $("eval-metric").value, group = $("eval-group").value;
+    const alpha = parseFloat($("eval-smooth").value) || 0;
+    const series = Object.entries((E[metric] || {})[group] || {}).map(([name, values]) => ({ name, values: smooth(values, alpha) }));
+    lineChart($("c-eval"), E.steps, series, { title: `Held-out ${metric === "bpb" ? "bits per byte" : "loss"} by ${group}`,
+      legend: true, log: $("eval-log").checked, connectGaps: true, marks: MARKS });
+    const box = $("eval-table");
+    box.textContent = "";
+    if (!E.steps.length) { h("p", { class: "note" }, box, "No evaluation yet."); return; }
+    const t = h("table", { id: "eval-latest" }, h("div", { class: "scroll tall" }, box));
+    const hr = h("tr", {}, h("thead", {}, t));
+    for (const x of [group, "latest", "best", "best at step"]) h("th", {}, hr, x);
+    const tb = h("tbody", {}, t);
+    for (const [name, values] of Object.entries((E[metric] || {})[group] || {})) {
+      let best = null, at = null;
+      values.forEach((v, i) => { if (v !== null && (best === null || v < best)) { best = v; at = E.steps[i]; } });
+      const tr = h("tr", {}, tb);
+      for (const x of [name, fmt.num(values[values.length - 1]), fmt.num(best), at === null ? "—" : String(at)]) h("td", {}, tr, x);
+    }
+  };
+  for (const id of ["eval-metric", "eval-group", "eval-log", "eval-smooth"]) $(id).addEventListener("input", draw);
+  $("eval-csv").addEventListener("click", () => {
+    const rows = ["metric,group,name,step,tokens,value"];
+    for (const metric of ["loss", "bpb"]) for (const [group, named] of Object.entries(E[metric] || {}))
+      for (const [name, values] of Object.entries(named)) values.forEach((v, i) =>
+        rows.push([metric, group, JSON.stringify(name), E.steps[i], E.tokens[i] ?? "", v ?? ""].join(",")));
+    download(`${R.run}-eval.csv`, "text/csv", rows.join("\n") + "\n");
+  });
+  $("eval-json").addEventListener("click", () => download(`${R.run}-eval.json`, "application/json", JSON.stringify(E)));
+  $("train-csv").addEventListener("click", () => {
+    const rows = ["series,step,value"];
+    for (const [key, values] of Object.entries(S)) values.forEach((v, i) => rows.push([key, X[i], v ?? ""].join(",")));
+    download(`${R.run}-training.csv`, "text/csv", rows.join("\n") + "\n");
+  });
+  draw();
+})();
+
+(function samples() {
+  const P = R.samples || { steps: [], prompts: [], by_step: {} };
+  const box = $("samples");
+  const a = $("sample-a"), b = $("sample-b");
+  if (!P.steps.length) { h("p", { class: "note" }, box, "No completions yet."); $("sample-controls").style.display = "none"; return; }
+  for (const sel of [a, b]) for (const step of P.steps.slice().reverse()) h("option", { value: String(step) }, sel, `step ${step}`);
+  b.value = String(P.steps.length > 1 ? P.steps[P.steps.length - 2] : P.steps[0]);
+  const draw = () => {
+    box.textContent = "";
+    const t = h("table", { id: "samples-table" }, h("div", { class: "scroll" }, box));
+    const hr = h("tr", {}, h("thead", {}, t));
+    for (const x of ["Prompt", `step ${a.value}`, `step ${b.value}`]) h("th", { class: "l" }, hr, x);
+    const tb = h("tbody", {}, t);
+    const cell = (step, pid) => ((P.by_step[step] || {})[pid] || [])
+      .map((c) => `[T=${c.temperature}, mean log p ${fmt.num(c.mean_logprob, 3)}] ${c.completion}`).join("\n\n");
+    for (const p of P.prompts) {
+      const tr = h("tr", {}, tb);
+      h("pre", { class: "sample" }, h("td", { class: "l" }, tr), `${p.id}\n${p.prompt}`);
+      h("pre", { class: "sample a" }, h("td", { class: "l" }, tr), cell(a.value, p.id));
+      h("pre", { class: "sample b" }, h("td", { class: "l" }, tr), cell(b.value, p.id));
+    }
+  };
+  a.addEventListener("input", draw);
+  b.addEventListener("input", draw);
+  draw();
+})();
 
 (function expertLoad() {
   const box = $("c-load");

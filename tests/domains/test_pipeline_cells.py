@@ -90,9 +90,10 @@ def test_cells_are_domain_by_bucket_with_their_stats(built):
     # every kept document is in exactly one cell: the cells' totals are the store's totals
     funnel = {stage["name"]: stage["sources"] for stage in store.manifest.funnel["stages"]}
     kept = sum(s["kept"]["documents"] for s in funnel["tokenize"].values())
-    assert sum(c.documents for c in store.manifest.cells.values()) == kept
+    # (training documents plus each cell's held-out ones)
+    assert sum(c.documents + c.validation_documents for c in store.manifest.cells.values()) == kept
     assert 0.8 * documents <= kept <= documents  # exact dedup drops the repeated licence texts
-    assert sum(c.tokens for c in store.manifest.cells.values()) == sum(
+    assert sum(c.tokens + c.validation_tokens for c in store.manifest.cells.values()) == sum(
         s["kept"]["tokens"] for s in funnel["tokenize"].values())
     buckets = Counter()
     for name in names:
@@ -103,7 +104,7 @@ def test_cells_are_domain_by_bucket_with_their_stats(built):
         q_lo, q_hi = stats["quality"]["score_ranges"][name[3:]]
         assert q_lo <= lo <= hi <= q_hi
         assert 1 <= len(cell.stats["samples"]) <= 5
-        buckets[name[3:]] += cell.documents
+        buckets[name[3:]] += cell.documents + cell.validation.documents
     # the models were fitted on all of this small deduplicated corpus, so the buckets split it into fifths
     assert all(abs(count / kept - 0.2) <= 0.03 for count in buckets.values()), buckets
 

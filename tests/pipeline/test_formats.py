@@ -33,7 +33,8 @@ def test_parquet_jsonl_and_datasets_sources(tmp_path):
     )
     path = run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
     store = Store(path)
-    assert {c: m.documents for c, m in store.manifest.cells.items()} == {"pq": 6, "js": 5, "hf": 4}
+    assert {c: m.documents + m.validation_documents for c, m in store.manifest.cells.items()} == {"pq": 6, "js": 5, "hf": 4}
+    assert all(m.validation_documents == 1 for m in store.manifest.cells.values())  # the minimum held out per cell
     read = store.manifest.funnel["stages"][0]["sources"]["js"]
     assert read["removed"]["malformed"]["documents"] == 2
     from pipeline.runner import WorkLayout, malformed_report

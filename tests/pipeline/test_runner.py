@@ -57,7 +57,11 @@ def test_funnel_counts_every_removal_with_its_reason(built):
             assert counts["received"]["tokens"] == counts["kept"]["tokens"] + removed_tokens
     store = Store(path)
     for source in store.manifest.sources:
-        assert by_name["tokenize"][source]["kept"]["tokens"] == store.cell(source).tokens
+        cell = store.cell(source)
+        assert by_name["tokenize"][source]["kept"]["tokens"] == cell.tokens + cell.validation.tokens
+        held = by_name["validation"][source]
+        assert held["kept"]["documents"] == cell.documents and held["kept"]["tokens"] == cell.tokens
+        assert held["removed"]["held out for validation"]["documents"] == cell.validation.documents
 
 
 def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):

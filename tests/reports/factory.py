@@ -139,8 +139,11 @@ def set_status(home: Home, run: str, status: str, base: Path | None = None) -> N
 
 
 def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, status: str = "finished",
-                           layers: int = 2, experts: int = 8) -> Path:
-    """run.json + metrics.jsonl written per the trainer's metrics contract (for streams longer than a test can train)."""
+                           layers: int = 2, experts: int = 8, spikes: dict[int, float] | None = None) -> Path:
+    """run.json + metrics.jsonl written per the trainer's metrics contract (for streams longer than a test can train).
+
+    `spikes[step]` replaces that step's loss, and the record says a loss_jump alert starts there (ending
+    at the next step), as the trainer's health rules write it."""
     built, digest = read_manifest(manifest)
     run_dir = home.run(run)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -159,6 +162,14 @@ def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, sta
             for c in drawn:
                 realised[str(c)] += built.seq_len
             loss = 6.2 * math.exp(-step / 200) + 2.0 + 0.05 * rng.standard_normal()
+            alerts = {"started": [], "ended": [], "active": []}
+            if spikes and step in spikes:
+                loss = spikes[step]
+                alerts = {"started": [{"name": "loss_jump", "value": loss, "threshold": 3.0,
+                                       "message": f"loss {loss} above its recent floor"}], "ended": [],
+                          "active": ["loss_jump"]}
+            elif spikes and step - 1 in spikes:
+                alerts = {"started": [], "ended": ["loss_jump"], "active": []}
             load = [{"layer": l, "load": [1 / experts] * experts, "max_violation": 0.0, "entropy": math.log(experts),
                      "dead_experts": 0} for l in range(layers)]
             stream.write(json.dumps({
@@ -169,8 +180,34 @@ def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, sta
                 "router_bias": [{"layer": l, "norm": 0.01 * step, "max_abs": 0.001 * step} for l in range(layers)],
                 "expert_load": load, "loss_per_cell": {str(c): loss for c in sorted(set(drawn))},
                 "loss_per_source": {s: loss for s in SOURCES}, "realised_tokens_per_cell": dict(realised),
+                "alerts": alerts, "skipped_steps": 0,
             }) + "\n")
     return run_dir
+
+
+def write_observations(home: Home, run: str, manifest: Path, steps: int, every: int) -> None:
+    """eval.jsonl and samples.jsonl per the trainer's schemas ("millrace.eval/1", "millrace.samples/1")."""
+    built, _ = read_manifest(manifest)
+    cells = sorted(built.cells)
+    run_dir = home.run(run)
+    with open(run_dir / "eval.jsonl", "w") as evals, open(run_dir / "samples.jsonl", "w") as samples:
+        for step in range(every, steps + 1, every):
+            base = 2.0 + 4.0 * math.exp(-step / (steps / 4))
+            cell = {c: base + 0.1 * i for i, c in enumerate(cells)}
+            block = lambda scale: {"macro": scale * sum(cell.values()) / len(cell), "micro": scale * base,
+                                   "cell": {c: scale * v for c, v in cell.items()},
+                                   "domain": {c[:3]: scale * v for c, v in cell.items()},
+                                   "bucket": {c[3:]: scale * v for c, v in cell.items()},
+                                   "source": {s: scale * base for s in SOURCES}, "set": {"wiki": scale * (base + 0.5)}}
+            evals.write(json.dumps({"schema": "millrace.eval/1", "step": step, "tokens": step * 1000, "seconds": 0.5,
+                                    "loss": block(1.0), "bpb": block(1 / math.log(2) / 4),
+                                    "sequences": {"cell": {c: 4 for c in cells}, "set": {"wiki": 4}}}) + "\n")
+            for prompt in ("c00:c00q0", "c01:c01q0"):
+                for temperature in (0.0, 0.2):
+                    samples.write(json.dumps({
+                        "schema": "millrace.samples/1", "step": step, "prompt_id": prompt, "prompt": f"about {prompt}",
+                        "temperature": temperature, "seed": 0, "completion": f"step {step} says {prompt} at {temperature}",
+                        "completion_tokens": 5, "mean_logprob": -1.5}) + "\n")
 
 
 REFERENCE_REVISIONS = ("natural", "uniform-sampling", "temperature-2", "quality-tilt", "cooldown-q34")

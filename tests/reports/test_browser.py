@@ -328,6 +328,44 @@ def test_compare_colours_mean_one_thing_in_the_grid_and_the_diff_table(browser, 
         blue_text, blue_fill = text[2] > text[0], fill[2] > fill[0]
         assert blue_text == blue_fill == (kind == "rise"), (cell, kind, text, fill)
     assert "blue: more in natural" in tab.page.inner_text("#diff")
+
+
+def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    factory.write_contract_metrics(home, "spiky", manifest, steps=6000, spikes={4006: 12.0})
+    factory.write_observations(home, "spiky", manifest, steps=6000, every=600)
+    build_site(home, tmp_path / "site")
+    tab = Tab(browser)
+    tab.open(tmp_path / "site" / "runs" / "spiky" / "index.html")
+    data = json.loads(tab.page.text_content("#page-data"))
+    assert len(data["steps"]) <= 600 and max(data["bands"]["loss"]["hi"]) == 12.0
+    # the chart's y axis reaches the spike, and a red mark sits where the alert started
+    ticks = [float(t) for t in tab.page.eval_on_selector_all("#c-loss svg text", "ts => ts.map(t => t.textContent)")
+             if t.replace(".", "", 1).isdigit()]
+    assert max(ticks) >= 12
+    assert tab.page.locator("#c-loss svg polygon.band").count() == 1
+    assert tab.page.locator("#c-loss svg line.mark").count() == 1
+    assert "loss_jump" in tab.page.inner_text("#alert-events")
+    # evaluation curves: macro and micro, then one line per cell, on a log scale, downloadable
+    assert tab.page.locator("#c-eval .legend button[aria-pressed]").count() == 2
+    tab.page.select_option("#eval-group", "cell")
+    assert tab.page.locator("#c-eval .legend button[aria-pressed]").count() == len(data["eval"]["loss"]["cell"])
+    tab.page.check("#eval-log")
+    tab.page.select_option("#eval-group", "set")
+    assert tab.page.inner_text("#eval-latest tbody").startswith("wiki")
+    with tab.page.expect_download() as download:
+        tab.page.click("#eval-csv")
+    text = Path(download.value.path()).read_text()
+    assert text.startswith("metric,group,name,step,tokens,value") and ',set,"wiki",6000,' in text
+    # completions: the latest step against another, side by side
+    assert tab.page.input_value("#sample-a") == "6000" and tab.page.input_value("#sample-b") == "5400"
+    row = tab.page.inner_text("#samples-table tbody tr:first-child")
+    assert "step 6000 says c00:c00q0" in row and "step 5400 says c00:c00q0" in row
+    tab.page.select_option("#sample-b", "600")
+    assert "step 600 says c00:c00q0" in tab.page.inner_text("#samples-table tbody tr:first-child")
+    tab.shot("run-observed")
     tab.check_clean()
     tab.close()
 
@@ -446,3 +484,23 @@ def test_missing_revision_is_said_at_the_top_cells_link_and_descriptions_show(br
     assert not linked.page.is_visible("#revision-description")  # natural has no description
     linked.check_clean()
     linked.close()
+
+
+def test_comparison_page_overlays_runs(browser, tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    for run, steps in (("a", 900), ("b", 600)):
+        factory.write_contract_metrics(home, run, manifest, steps=steps)
+        factory.write_observations(home, run, manifest, steps=steps, every=300)
+    build_site(home, tmp_path / "site", runs=["a", "b"])
+    tab = Tab(browser)
+    tab.open(tmp_path / "site" / "compare" / "a--b" / "index.html")
+    for chart in ("c-train", "c-eval-loss", "c-eval-bpb"):
+        assert tab.page.locator(f"#{chart} .legend button[aria-pressed]").count() == 2, chart
+    assert tab.page.locator("#compare-table tbody tr").count() == 2
+    tab.page.check("#compare-log")
+    assert tab.page.locator("#c-eval-loss svg path").count() >= 2
+    tab.shot("compare")
+    tab.check_clean()
+    tab.close()

@@ -233,3 +233,25 @@ def test_metrics_tail_reads_only_new_lines_and_follows_resumes(tmp_path):
     path.write_text('{"step": 1, "loss": 9.0}\n')  # rewritten shorter: read again from the start
     assert tail.poll() == 1 and tail.records == [{"step": 1, "loss": 9.0}]
     assert last_record(tmp_path / "absent.jsonl") is None
+
+
+def test_report_build_with_two_runs_writes_a_comparison_page(tmp_path, capsys):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    for run, steps in (("first", 1200), ("second", 600)):
+        factory.write_contract_metrics(home, run, manifest, steps=steps)
+        factory.write_observations(home, run, manifest, steps=steps, every=300)
+    out = tmp_path / "site"
+    assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--run", "second",
+                 "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["compare"] == str(out / "compare" / "first--second" / "index.html")
+    data = page_data(Path(payload["compare"]))
+    assert [r["name"] for r in data["runs"]] == ["first", "second"]
+    first, second = data["runs"]
+    assert first["eval"]["steps"] == [300, 600, 900, 1200] and second["eval"]["steps"] == [300, 600]
+    best = min(first["eval"]["loss"])
+    assert first["summary"]["loss_macro"] == {"latest": first["eval"]["loss"][-1], "value": best, "step": 1200}
+    assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compare"] is None

@@ -19,12 +19,13 @@ SOURCES = ["docs", "code", "man"]
 
 
 def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str = "2026.01.01", seed: int = 0,
-               vocab: int = VOCAB) -> Path:
+               vocab: int = VOCAB, held_out: int = 0) -> Path:
+    """`held_out`: the first documents of each cell's draw that go to its validation shard instead."""
     rng = np.random.default_rng(seed)
     ranks = np.arange(2, vocab)
     probs = 1.0 / (ranks - 1.0) ** 1.1
     probs /= probs.sum()
-    documents = {}
+    documents, validation = {}, {}
     for c, (cell, tokens) in enumerate(sorted(cells.items())):
         docs, written = [], 0
         while written < tokens:
@@ -34,9 +35,10 @@ def make_store(home: Home, cells: dict[str, int], name: str = "t", version: str 
             doc[-1] = EOS
             docs.append((doc, int(rng.integers(0, len(SOURCES)))))
             written += length
-        documents[cell] = [docs]
+        documents[cell] = [docs[held_out:]]
+        validation[cell] = docs[:held_out]
     return write_store(home, name, version, documents, SOURCES, vocab_size=vocab, eos_id=EOS, fingerprint="test",
-                       bytes_per_token=2)
+                       bytes_per_token=2, validation=validation)
 
 
 def build_mixture(home: Home, store: str = "t", mixture: str = "default", revision: str = "uniform-sampling",

@@ -1,0 +1,106 @@
+"""What the training page shows beyond the metrics stream: held-out evaluations, completions, alerts.
+
+Reads the trainer's `eval.jsonl` (schema "millrace.eval/1") and `samples.jsonl`
+("millrace.samples/1") as plain JSON lines (a torn last line is left for the next read),
+and the alert events that `metrics.jsonl` records carry under `alerts`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from millrace.errors import ArtifactError
+
+EVAL_FILE = "eval.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+EVAL_SCHEMA = "millrace.eval/1"
+EVAL_GROUPS = ("cell", "domain", "bucket", "source", "set")
+
+
+def read_jsonl(path: Path, schema: str) -> list[dict[str, Any]]:
+    """Complete records of one schema; a later record for an earlier step supersedes (a resumed run)."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        lines = lines[:-1]  # half written: the next read gets it
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ArtifactError(f"{path}:{number}: not a JSON record ({exc})") from None
+        if not isinstance(record, dict) or record.get("schema") != schema or not isinstance(record.get("step"), int):
+            raise ArtifactError(f"{path}:{number}: expected a {schema} record with an integer 'step'")
+        records.append(record)
+    return records
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per metric (loss, bpb) and group: one series per name over the evaluations, plus macro/micro."""
+    kept: dict[int, dict[str, Any]] = {}
+    for record in records:
+        kept[record["step"]] = record
+    ordered = [kept[step] for step in sorted(kept)]
+    view: dict[str, Any] = {"steps": [r["step"] for r in ordered], "tokens": [r.get("tokens") for r in ordered],
+                            "seconds": [_num(r.get("seconds")) for r in ordered]}
+    for metric in ("loss", "bpb"):
+        groups: dict[str, dict[str, list[float | None]]] = {
+            "average": {name: [_num((r.get(metric) or {}).get(name)) for r in ordered] for name in ("macro", "micro")}}
+        for group in EVAL_GROUPS:
+            names = sorted({name for r in ordered for name in ((r.get(metric) or {}).get(group) or {})})
+            groups[group] = {name: [_num(((r.get(metric) or {}).get(group) or {}).get(name)) for r in ordered]
+                             for name in names}
+        view[metric] = groups
+    return view
+
+
+def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Completions by step and prompt, the prompts in first-seen order."""
+    prompts: dict[str, str] = {}
+    by_step: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for record in records:
+        pid = str(record.get("prompt_id"))
+        prompts.setdefault(pid, str(record.get("prompt", "")))
+        by_step.setdefault(record["step"], {}).setdefault(pid, []).append({
+            "temperature": _num(record.get("temperature")), "completion": str(record.get("completion", "")),
+            "mean_logprob": _num(record.get("mean_logprob"))})
+    return {"steps": sorted(by_step), "prompts": [{"id": k, "prompt": v} for k, v in prompts.items()],
+            "by_step": {str(step): by_step[step] for step in sorted(by_step)}}
+
+
+def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every alert start and end (step, name, message), and the alerts active after the last record."""
+    events: list[dict[str, Any]] = []
+    started: dict[str, dict[str, Any]] = {}
+    for record in records:
+        alerts = record.get("alerts") or {}
+        for alert in alerts.get("started") or []:
+            started[alert["name"]] = {**alert, "since_step": record["step"]}
+            events.append({"step": record["step"], "event": "start", "name": alert["name"],
+                           "message": alert.get("message", "")})
+        for name in alerts.get("ended") or []:
+            events.append({"step": record["step"], "event": "end", "name": name, "message": ""})
+    active = (records[-1].get("alerts") or {}).get("active", []) if records else []
+    return {"events": events, "active": [started.get(name, {"name": name, "since_step": None}) for name in active],
+            "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0}
+
+
+def observations(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "eval": eval_view(read_jsonl(run_dir / EVAL_FILE, EVAL_SCHEMA)),
+        "samples": samples_view(read_jsonl(run_dir / SAMPLES_FILE, "millrace.samples/1")),
+        "alerts": alerts_view(records),
+    }

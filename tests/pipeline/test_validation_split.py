@@ -1,0 +1,157 @@
+"""The held-out split: by keyed hash, bounded per cell, in validation shards, never in training batches."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from loader import MixtureStream
+from millrace.home import Home
+from pipeline.config import load_pipeline_config
+from pipeline.runner import run_pipeline
+from pipeline.store.format import ShardReader, Store
+from pipeline.cells.validation import ValidationConfig, document_hash, held_out
+from tests.pipeline.corpus_fixture import config_text, edit, make_corpus, prose
+
+
+def test_the_split_depends_on_content_and_key_only():
+    rng = np.random.default_rng(0)
+    hashes = np.asarray([document_hash(rng.integers(0, 5000, size=50), seed=0) for _ in range(5000)], dtype=np.uint64)
+    config = ValidationConfig(fraction=0.01, max_documents_per_cell=200)
+    mask = held_out(hashes, config)
+    assert 25 <= mask.sum() <= 75  # about 1% of 5,000
+    order = rng.permutation(hashes.size)
+    assert np.array_equal(held_out(hashes[order], config), mask[order])  # position plays no part
+    assert held_out(hashes, ValidationConfig(fraction=0.5, max_documents_per_cell=200)).sum() == 200
+    assert held_out(hashes[:2], config).sum() == 1 and held_out(hashes[:1], config).sum() == 0
+    assert held_out(hashes[:2], ValidationConfig(fraction=0.9)).sum() == 1  # a cell keeps a training document
+    assert held_out(hashes, ValidationConfig(fraction=0.0)).sum() == 0
+    doc = rng.integers(0, 5000, size=50)
+    assert document_hash(doc, 0) == document_hash(doc.astype(np.uint16), 0) != document_hash(doc, 1)  # keyed
+
+
+def write_eval_set(path):
+    """Two of the corpus's own article texts, one of them edited a little, and three new texts."""
+    corpus_rng = random.Random(0)  # make_corpus's own sequence of texts
+    texts = [prose(corpus_rng) for _ in range(60)]
+    other = random.Random(99)
+    documents = [texts[10], texts[11], edit(random.Random(1), texts[12], 0.02)] + [prose(other) for _ in range(3)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in documents))
+    return documents
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    root = tmp_path_factory.mktemp("split")
+    corpus = make_corpus(root / "corpus")
+    write_eval_set(root / "sets" / "fresh.jsonl")
+    config_path = root / "pipeline.toml"
+    config_path.write_text(config_text(corpus) + "\n[validation]\nfraction = 0.1\nmax_documents_per_cell = 3\n"
+                           '\n[[validation.sets]]\nname = "fresh"\npaths = ["sets/fresh.jsonl"]\nformat = "jsonl"\n')
+    home = Home.resolve(root / "home")
+    return home, run_pipeline(load_pipeline_config(config_path), home)
+
+
+def documents_of(prefix, dtype):
+    reader = ShardReader(prefix, dtype)
+    return [reader.document(i).tobytes() for i in range(reader.documents)]
+
+
+def test_held_out_documents_are_in_validation_shards_only(store_path):
+    _, path = store_path
+    store = Store(path)
+    assert store.verify() == []
+    for name, summary in store.manifest.cells.items():
+        cell = store.cell(name)
+        dtype = np.dtype(cell.dtype)
+        training = {d for shard in cell.shards for d in documents_of(store.shard_prefix(name, shard), dtype)}
+        held = [d for shard in cell.validation.shards for d in documents_of(store.shard_prefix(name, shard), dtype)]
+        assert all(shard.name.startswith("validation-") for shard in cell.validation.shards)
+        total = len(training) + len(held)
+        assert (1 <= len(held) <= min(3, total - 1)) if total >= 2 else not held
+        assert not training & set(held)
+        everything = sorted(training) + held
+        hashes = np.asarray([document_hash(np.frombuffer(d, dtype=dtype), 0) for d in everything], dtype=np.uint64)
+        chosen = held_out(hashes, ValidationConfig(fraction=0.1, max_documents_per_cell=3))
+        assert {d for d, c in zip(everything, chosen) if c} == set(held)  # exactly the keyed-hash choice
+        assert summary.validation_documents == cell.validation.documents == len(held)
+        assert summary.documents == cell.documents == len(training)
+
+
+def test_no_held_out_document_reaches_a_training_batch(store_path):
+    from mixtures.build import build
+    from mixtures.new import new_revision
+
+    home, path = store_path
+    store = Store(path)
+    new_revision(home, "m", "all", store.name, strategy="natural", seq_len=64, global_batch=4)
+    manifest = build(home, "m", "all")
+    stream = MixtureStream(manifest, prefetch=0)
+    rows = b"".join(np.ascontiguousarray(b.input_ids.astype(store.manifest.dtype)).tobytes() + b"|" for b in stream.iterate())
+    held = [d for name in store.manifest.cells for shard in store.cell(name).validation.shards
+            for d in documents_of(store.shard_prefix(name, shard), np.dtype(store.manifest.dtype))]
+    assert held
+    for doc in held:
+        piece = doc[: 2 * 24]  # 24 tokens (the documents are longer): no two documents of this corpus share them
+        assert len(piece) == 48 and rows.find(piece) == -1
+    some_training = store.cell(sorted(store.manifest.cells)[0])
+    first = documents_of(store.shard_prefix(some_training.cell, some_training.shards[0]), np.dtype(store.manifest.dtype))
+    assert any(rows.find(doc[:48]) != -1 for doc in first)  # the check can see a document when it is there
+
+
+def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(store_path, tmp_path):
+    from loader.validation import ValidationSequences
+    from mixtures.build import build
+    from mixtures.new import new_revision
+    from pipeline.stages.tokenization import load_tokenizer
+
+    home, path = store_path
+    store = Store(path)
+    summary = store.manifest.sets["fresh"]
+    eval_set = store.eval_set("fresh")
+    assert summary.documents == eval_set.held.documents == 6
+    tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
+    documents = write_eval_set(tmp_path / "again.jsonl")
+    eos = store.manifest.tokenizer.eos_id
+    stored = {d for name in store.manifest.cells for shard in [*store.cell(name).shards, *store.cell(name).validation.shards]
+              for d in documents_of(store.shard_prefix(name, shard), np.dtype(store.manifest.dtype))}
+    as_stored = [np.asarray(tokenizer.encode(t, add_special_tokens=False).ids + [eos], dtype=store.manifest.dtype).tobytes()
+                 for t in documents]
+    expected_exact = [i for i in range(6) if as_stored[i] in stored]
+    assert expected_exact == [0, 1]  # both copies reached the store (the test corpus keeps them)
+    overlap = eval_set.overlap
+    assert overlap["exact"] == 2 and overlap["near"] == 1  # the edited copy; the three new texts are new
+    assert [(d["index"], d["kind"]) for d in overlap["documents"]] == [(0, "exact"), (1, "exact"), (2, "near")]
+    assert all(d["cell"] == "articles" for d in overlap["documents"])
+    assert store.verify() == []
+    set_docs = documents_of(path / "sets" / "fresh" / eval_set.held.shards[0].name, np.dtype(store.manifest.dtype))
+    assert set_docs == as_stored
+    # every built manifest pins it beside the cells' held-out shards, and the loader reads it last
+    new_revision(home, "m", "sets", store.name, strategy="natural", seq_len=64, global_batch=4)
+    manifest = build(home, "m", "sets")
+    sequences = ValidationSequences(manifest, max_sequences=100)
+    assert sequences.entries[-1].name == "fresh" and sequences.entries[-1].kind == "set"
+    assert sequences.entries[-1].tokens == summary.tokens
+
+
+def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from millrace.errors import ConfigError
+    from pipeline.stages.eval_sets import EvalSetConfig, read_texts
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "b.txt").write_text("second file")
+    (tmp_path / "t" / "a.txt").write_text("first file")
+    assert read_texts(EvalSetConfig(name="t", paths=[str(tmp_path / "t")], format="text")) == ["first file", "second file"]
+    pq.write_table(pa.table({"body": ["one", "", "two"]}), tmp_path / "p.parquet")
+    assert read_texts(EvalSetConfig(name="p", paths=[str(tmp_path / "p.parquet")], format="parquet",
+                                    text_key="body")) == ["one", "two"]
+    (tmp_path / "j.jsonl").write_text('{"text": "x y"}\n{"text": "z"}\n')
+    assert read_texts(EvalSetConfig(name="j", paths=[str(tmp_path / "j.jsonl")])) == ["x y", "z"]
+    (tmp_path / "empty.jsonl").write_text('{"text": ""}\n')
+    with pytest.raises(ConfigError, match="set 'e': no document with text"):
+        read_texts(EvalSetConfig(name="e", paths=[str(tmp_path / "empty.jsonl")]))

@@ -1,0 +1,128 @@
+"""Run health: threshold rules over the logged metrics that become alerts, and the non-finite step guard.
+
+Each rule looks at one step's record (or an evaluation) and says whether it fires. An alert
+starts on the first step a rule fires and ends on the first step it no longer does; both
+events go into that step's `metrics.jsonl` record under `alerts` (`started`, `ended`, and
+the `active` names after the step), so a reader replays nothing: the last record says
+what is active. `millrace train status` exits 3 while any alert is active.
+
+Defaults are the reference run's alert rules where they do not depend on its scale:
+gradient norm above 2.0; the loss more than 1.0 above its floor over the last 100 steps;
+routing entropy below 0.995 of log E (5.92 nats of 5.951 with 384 experts); |router bias|
+above 400; any dead expert; three or more skipped steps within 15 minutes; any evaluation
+worse than the previous one. Its throughput floors (2M tokens/s, 15% MFU) belong to its
+scale: here they are off (0) until a config sets them. Its dropped-token rule has nothing
+to watch: this MoE routes every token.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from millrace.errors import MillraceError
+from trainer.config import HealthConfig
+
+
+class TooManySkippedSteps(MillraceError):
+    """The loss or gradient stayed non-finite for too many steps in a row."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    value: float
+    threshold: float
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "threshold": self.threshold, "message": self.message}
+
+
+class HealthMonitor:
+    """Turns step records and evaluations into alert start/end events; counts skipped steps."""
+
+    def __init__(self, config: HealthConfig, active: list[str] | None = None):
+        self.config = config
+        self.active: dict[str, Alert] = {name: Alert(name, math.nan, math.nan, "active before resume")
+                                         for name in active or []}
+        self.losses: collections.deque[float] = collections.deque(maxlen=config.loss_floor_steps)
+        self.skip_times: collections.deque[float] = collections.deque()
+        self.consecutive_skips = 0
+        self.skipped_total = 0
+        self.eval_alert: Alert | None = None
+        self.last_eval: float | None = None
+
+    def skipped(self, step: int, now: float, reason: str) -> None:
+        """A step whose loss or gradient was not finite; raises after too many in a row."""
+        self.consecutive_skips += 1
+        self.skipped_total += 1
+        self.skip_times.append(now)
+        limit = self.config.max_consecutive_skips
+        if self.consecutive_skips >= limit:
+            raise TooManySkippedSteps(
+                f"step {step}: {limit} consecutive steps skipped ({reason}); stopping the run "
+                f"(health.max_consecutive_skips = {limit})"
+            )
+
+    def stepped(self) -> None:
+        self.consecutive_skips = 0
+
+    def evaluated(self, record: dict[str, Any]) -> None:
+        """An evaluation: worse macro loss than the previous one alerts until the next evaluation."""
+        loss = record["loss"].get("macro")
+        if loss is None:
+            return
+        previous, self.last_eval = self.last_eval, loss
+        self.eval_alert = None
+        if self.config.eval_regression and previous is not None and loss > previous:
+            self.eval_alert = Alert("eval_regression", loss, previous,
+                                    f"held-out macro loss {loss:.4f} is worse than the previous {previous:.4f}")
+
+    def check(self, record: dict[str, Any], now: float) -> dict[str, list]:
+        """The alerts that start and end with this step's record, and those active after it."""
+        firing = {alert.name: alert for alert in self.rules(record, now)}
+        started = [firing[name].as_dict() for name in sorted(firing) if name not in self.active]
+        ended = sorted(name for name in self.active if name not in firing)
+        self.active = firing
+        return {"started": started, "ended": ended, "active": sorted(firing)}
+
+    def rules(self, record: dict[str, Any], now: float) -> list[Alert]:
+        cfg, alerts = self.config, []
+        loss = record.get("loss")
+        if isinstance(loss, float) and math.isfinite(loss):
+            floor = min(self.losses) if self.losses else None
+            self.losses.append(loss)
+            if cfg.loss_jump_max and floor is not None and loss - floor > cfg.loss_jump_max:
+                alerts.append(Alert("loss_jump", loss, floor + cfg.loss_jump_max,
+                                    f"loss {loss:.4f} is {loss - floor:.3f} above its recent floor {floor:.4f}"))
+        grad = record.get("grad_norm")
+        if cfg.grad_norm_max and isinstance(grad, float) and math.isfinite(grad) and grad > cfg.grad_norm_max:
+            alerts.append(Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}"))
+        for layer in record.get("expert_load", []):
+            entropy = layer.get("router_entropy")
+            if entropy and entropy < cfg.router_entropy_min:
+                alerts.append(Alert(f"router_entropy/layer{layer['layer']}", entropy, cfg.router_entropy_min,
+                                    f"layer {layer['layer']} routing entropy {entropy:.4f} of log E"))
+            if layer.get("dead_experts", 0) > cfg.dead_experts_max:
+                alerts.append(Alert(f"dead_experts/layer{layer['layer']}", layer["dead_experts"],
+                                    cfg.dead_experts_max, f"layer {layer['layer']}: {layer['dead_experts']} dead experts"))
+        for layer in record.get("router_bias", []):
+            if cfg.router_bias_max and layer["max_abs"] > cfg.router_bias_max:
+                alerts.append(Alert(f"router_bias/layer{layer['layer']}", layer["max_abs"], cfg.router_bias_max,
+                                    f"layer {layer['layer']} max |router bias| {layer['max_abs']:.1f}"))
+        for name, floor in (("tokens_per_second", cfg.tokens_per_second_min), ("mfu", cfg.mfu_min)):
+            value = record.get(name)
+            if floor and isinstance(value, float) and value < floor:
+                alerts.append(Alert(name, value, floor, f"{name} {value:.4g} below {floor:.4g}"))
+        while self.skip_times and now - self.skip_times[0] > cfg.skipped_window_seconds:
+            self.skip_times.popleft()
+        if len(self.skip_times) >= cfg.skipped_steps_max or record.get("skipped"):
+            alerts.append(Alert("skipped_steps", len(self.skip_times), cfg.skipped_steps_max,
+                                f"{len(self.skip_times)} steps skipped (non-finite loss or gradient) within "
+                                f"{cfg.skipped_window_seconds:g} s"))
+        if self.eval_alert is not None:
+            alerts.append(self.eval_alert)
+        return alerts

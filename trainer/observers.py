@@ -1,0 +1,139 @@
+"""Everything that watches a run besides its training loss, as the training loop sees it.
+
+`RunObservers` gathers the held-out evaluation (`trainer.evaluation`), the completions of
+fixed prompts (`trainer.samples`) and the health rules (`trainer.health`) behind four calls:
+`skip(...)` says whether a step's update must be dropped (non-finite loss or gradient),
+`record_extras(...)` adds what the step's metrics record carries for them (aux losses,
+memory, skip counts, alert events), `after_step(...)` runs the evaluation and the samples
+due at that step, and `close()`. Every rank makes the same calls: evaluation and sampling
+run the model, whose sharded layers need all ranks; rank 0 writes the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from loader.validation import ValidationSequences
+from trainer.config import TrainConfig
+from trainer.distributed import Runtime
+from trainer.evaluation import EvalWriter, Evaluator, eval_steps, token_byte_lengths
+from trainer.health import HealthMonitor
+from trainer.metrics import METRICS_FILE
+from trainer.model import Transformer
+from trainer.samples import SampleWriter, TokenText, auto_prompts, file_prompts
+from trainer.status import read_records
+
+log = logging.getLogger(__name__)
+
+
+def memory_stats(device: torch.device) -> dict[str, int]:
+    """Resident set of this process, and CUDA allocated/reserved bytes on a GPU."""
+    stats = {"memory_rss_bytes": psutil.Process().memory_info().rss}
+    if device.type == "cuda":
+        stats["cuda_allocated_bytes"] = torch.cuda.memory_allocated(device)
+        stats["cuda_reserved_bytes"] = torch.cuda.memory_reserved(device)
+    return stats
+
+
+def aux_terms(model: Transformer) -> torch.Tensor | None:
+    """(sequence balance loss, z-loss) summed over the MoE layers for the last forward, as added to the objective."""
+    terms = [layer.router.aux_terms for layer in model.moe_layers() if layer.router.aux_terms is not None]
+    return torch.stack(terms).sum(0).double() if terms else None
+
+
+def active_before(run_dir: Path, start: int) -> list[str]:
+    """Alerts active at the checkpoint a resumed run starts from (so that their end is recorded)."""
+    kept = [r for r in read_records(run_dir / METRICS_FILE) if r.get("step", 0) <= start]
+    return list((kept[-1].get("alerts") or {}).get("active", [])) if kept else []
+
+
+class RunObservers:
+    def __init__(self, config: TrainConfig, config_path: Path, manifest_path: Path, runtime: Runtime, run_dir: Path,
+                 start: int, stop: int, horizon: int, checkpoint_every: int, source_names: list[str],
+                 tokenizer_path: Path | None, autocast: bool):
+        self.config, self.runtime = config, runtime
+        writes = runtime.rank == 0
+        self.health = HealthMonitor(config.health, active_before(run_dir, start) if writes else [])
+        self.evaluator: Evaluator | None = None
+        self.eval_writer: EvalWriter | None = None
+        self.eval_at: set[int] = set()
+        self.sampler: SampleWriter | None = None
+        self.sample_at: set[int] = set()
+        sequences = None
+        if config.eval.enabled or config.samples.enabled:
+            sequences = ValidationSequences(manifest_path, config.eval.max_sequences)
+            if not sequences.entries:
+                log.warning("%s pins no held-out data: no evaluation, no automatic prompts", manifest_path)
+        if config.eval.enabled and sequences is not None and sequences.entries:
+            lengths = token_byte_lengths(tokenizer_path, config.model.vocab_size)
+            self.evaluator = Evaluator(sequences, runtime, config.eval.batch_sequences, source_names, lengths, autocast)
+            self.eval_at = eval_steps(config.eval.every, start, stop, horizon)
+            self.eval_writer = EvalWriter(run_dir, start) if writes else None
+        if config.samples.enabled:
+            text = TokenText(tokenizer_path)
+            if config.samples.prompts == "auto":
+                prompts = auto_prompts(sequences, text, config.samples.prompt_tokens) if sequences else []
+            else:
+                path = Path(config.samples.prompts)
+                prompts = file_prompts(path if path.is_absolute() else config_path.parent / path, text)
+            if prompts:
+                eos = sequences.eos_id if sequences is not None else None
+                self.sampler = SampleWriter(run_dir, start, config.samples, prompts, text, runtime.device, eos, writes)
+                cadence = config.samples.every or checkpoint_every
+                self.sample_at = {s for s in range(start + 1, stop + 1) if cadence and s % cadence == 0} | {stop}
+        self.aux = torch.zeros(2, dtype=torch.float64, device=runtime.device)
+        self.forwards = 0
+        self.skipped_total = 0
+
+    def forwarded(self, model: Transformer) -> None:
+        """After each training forward: gather the aux terms it added."""
+        terms = aux_terms(model)
+        if terms is not None:
+            self.aux += terms.to(self.aux.device)
+        self.forwards += 1
+
+    def skip(self, step: int, loss: float, grad_norm: float) -> bool:
+        """True when this step's update must be dropped; raises after too many in a row."""
+        if math.isfinite(loss) and math.isfinite(grad_norm):
+            self.health.stepped()
+            return False
+        self.skipped_total += 1
+        what = "loss" if not math.isfinite(loss) else "gradient norm"
+        log.warning("step %d: non-finite %s (loss %s, grad norm %s): update skipped", step, what, loss, grad_norm)
+        self.health.skipped(step, time.time(), f"non-finite {what}")
+        return True
+
+    def record_extras(self, record: dict[str, Any], skipped: bool) -> dict[str, Any]:
+        """Fields the step's metrics record gets from here; call on every rank (it all-reduces)."""
+        aux = self.runtime.all_reduce(self.aux.clone()) / max(self.forwards * self.runtime.world, 1)
+        self.aux.zero_()
+        self.forwards = 0
+        extras = {"aux_loss": float(aux[0]), "z_loss": float(aux[1]), "skipped": skipped,
+                  "skipped_steps": self.skipped_total, **memory_stats(self.runtime.device)}
+        extras["alerts"] = self.health.check({**record, **extras}, time.time())
+        return extras
+
+    def after_step(self, model: Transformer, step: int, tokens: int) -> None:
+        """Evaluate and sample if due after `step` steps."""
+        if self.evaluator is not None and step in self.eval_at:
+            result = self.evaluator.evaluate(model, step, tokens)
+            self.health.evaluated(result)
+            if self.eval_writer is not None:
+                self.eval_writer.write(result)
+            log.info("step %d: held-out loss macro %.4f micro %.4f, bits/byte macro %.4f (%.1fs)", step,
+                     result["loss"]["macro"], result["loss"]["micro"], result["bpb"]["macro"], result["seconds"])
+        if self.sampler is not None and step in self.sample_at:
+            self.sampler.sample(model, step)
+
+    def close(self) -> None:
+        if self.eval_writer is not None:
+            self.eval_writer.close()
+        if self.sampler is not None:
+            self.sampler.close()

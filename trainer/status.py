@@ -1,0 +1,92 @@
+"""A run's state for a person, a cron job or a Slurm script: `millrace train status RUN [--json]`.
+
+Reads only the run's files (run.json, metrics.jsonl, eval.jsonl), so it works while the run
+goes on and after it ended. The last metrics record says which alerts are active
+(`trainer.health`); each one is described by the record where it started.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from millrace.errors import ArtifactError
+from trainer.evaluation import read_eval
+from trainer.metrics import METRICS_FILE, read_run
+
+ALERT_EXIT_CODE = 3
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl lines; a torn last line (the run is writing it) is left out."""
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise ArtifactError(f"{path}:{number}: not a JSON line") from None
+    return records
+
+
+def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The alerts active after the last record, each with the step and details of its start."""
+    if not records:
+        return []
+    active = (records[-1].get("alerts") or {}).get("active", [])
+    found: dict[str, dict[str, Any]] = {}
+    for record in reversed(records):
+        for alert in (record.get("alerts") or {}).get("started", []):
+            if alert["name"] in active and alert["name"] not in found:
+                found[alert["name"]] = {**alert, "since_step": record["step"]}
+        if len(found) == len(active):
+            break
+    return [found.get(name, {"name": name, "since_step": None}) for name in active]
+
+
+def run_status(run_dir: Path) -> dict[str, Any]:
+    run = read_run(run_dir)
+    records = read_records(run_dir / METRICS_FILE)
+    last = records[-1] if records else {}
+    evals = read_eval(run_dir)
+    latest = evals[-1] if evals else None
+    return {
+        "run": run["run"],
+        "run_dir": str(run_dir),
+        "state": run.get("status"),
+        "last_step": last.get("step"),
+        "total_steps": run.get("total_steps"),
+        "tokens": last.get("tokens"),
+        "loss": last.get("loss"),
+        "skipped_steps": last.get("skipped_steps", 0),
+        "latest_eval": None if latest is None else {
+            "step": latest["step"], "tokens": latest["tokens"],
+            "loss_macro": latest["loss"]["macro"], "loss_micro": latest["loss"]["micro"],
+            "bpb_macro": latest["bpb"]["macro"], "bpb_micro": latest["bpb"]["micro"],
+        },
+        "alerts": active_alerts(records),
+    }
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines = [f"run {status['run']}: {status['state']}, step {status['last_step']} of {status['total_steps']}"
+             f" ({status['tokens'] or 0:,} tokens)"]
+    if isinstance(status["loss"], float):
+        lines.append(f"  training loss {status['loss']:.4f}; skipped steps {status['skipped_steps']}")
+    latest = status["latest_eval"]
+    if latest:
+        lines.append(f"  held-out at step {latest['step']}: loss macro {latest['loss_macro']:.4f} micro "
+                     f"{latest['loss_micro']:.4f}; bits/byte macro {latest['bpb_macro']:.4f} micro {latest['bpb_micro']:.4f}")
+    else:
+        lines.append("  no evaluation yet")
+    if status["alerts"]:
+        lines.append(f"  {len(status['alerts'])} active alert(s):")
+        for alert in status["alerts"]:
+            lines.append(f"    {alert['name']} since step {alert['since_step']}: {alert.get('message', '')}")
+    else:
+        lines.append("  no active alert")
+    return "\n".join(lines)
