@@ -131,6 +131,7 @@ class RoutedExperts(nn.Module):
         return torch._grouped_mm(hidden, w2, offs=offsets)
 
     @staticmethod
+    @torch.compiler.disable  # data-dependent slices: one graph break here, not a recompile per routing
     def forward_loop(x, counts, w1, w3, w2) -> torch.Tensor:
         outputs = []
         start = 0

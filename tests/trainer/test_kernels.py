@@ -201,3 +201,18 @@ def test_the_timed_matmul_is_a_labelled_fallback():
     peak, source = peak_flops(0.0, torch.device("cpu"))
     assert peak > 0 and source.startswith("measured fallback")
     assert peak_flops(5e14, torch.device("cpu")) == (5e14, "config")
+
+
+def test_activation_checkpointing_under_fsdp_and_expert_parallel_matches_one_process(built, tiny_config):
+    """The recomputation replays the all-to-all inside FSDP's hooks: 2 ranks (expert 2) checkpointed = 1 process."""
+    from tests.trainer.test_distributed import curve, torchrun
+    from trainer.loop import train
+
+    home, _ = built
+    train(tiny_config("plain"), home, steps=2, run="plain")
+    torchrun(2, tiny_config("ac", parallel={"expert_parallel": 2}, train={"activation_checkpointing": "full"}),
+             home, "ac", steps=2)
+    plain, checkpointed = curve(home, "plain"), curve(home, "ac")
+    assert len(checkpointed) == 2
+    assert [loss for loss, _ in checkpointed] == pytest.approx([loss for loss, _ in plain], rel=1e-6)
+    assert [norm for _, norm in checkpointed] == pytest.approx([norm for _, norm in plain], rel=1e-6)
