@@ -83,6 +83,7 @@ def ladder_run(path: Path, home: Home) -> subprocess.Popen:
                             start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow
 def test_a_killed_ladder_run_resumes_without_retraining_finished_rungs(store_home, tmp_path):
     home = store_home
     path = micro_ladder(tmp_path, widths=(8, 16), layers=(1, 1), tpa=3.0)
