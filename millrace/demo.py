@@ -33,6 +33,7 @@ TRAINED_REVISION = "uniform-sampling"
 RUN = "demo"
 DEFAULT_MAX_BYTES = 10_000_000
 TINY_CONFIG = Path(__file__).resolve().parent.parent / "trainer" / "configs" / "tiny.toml"
+MICRO_LADDER = TINY_CONFIG.parent / "micro-ladder.toml"
 
 
 @dataclass
@@ -41,6 +42,7 @@ class DemoReport:
     store: Path | None = None
     manifests: dict[str, str] = field(default_factory=dict)
     run: Path | None = None
+    ladder: dict | None = None
     site: Path | None = None
     page: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -51,6 +53,7 @@ class DemoReport:
             "store": str(self.store),
             "manifests": self.manifests,
             "run": str(self.run),
+            "ladder": self.ladder,
             "site": str(self.site),
             "page": self.page,
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
@@ -112,7 +115,8 @@ def pipeline_config(home: Home, corpus: Path):
     return config
 
 
-def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console) -> DemoReport:
+def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console,
+             ladder: Path | None = MICRO_LADDER) -> DemoReport:
     import mixtures
     from pipeline.runner import run_pipeline
     from reports import build_site
@@ -135,6 +139,10 @@ def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console) ->
             console.print(f"  {revision}: {result.path} ({'built' if result.written else 'already built'})")
     with step(console, report, "train", f"the tiny MoE on {MIXTURE}/{TRAINED_REVISION}"):
         report.run = train_demo(home, steps, console)
+    if ladder is not None:
+        with step(console, report, "ladder", f"a micro-ladder on {MIXTURE}/{TRAINED_REVISION}: train the rungs, fit, "
+                                             "predict the next rung up, train it"):
+            report.ladder = ladder_demo(home, ladder, console)
     with step(console, report, "report", "the static site"):
         report.site = build_site(home)
         version = report.store.name
@@ -162,18 +170,39 @@ def train_demo(home: Home, steps: int | None, console: Console) -> Path:
     return run_dir
 
 
+def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
+    """The ladder's main job, small: the prediction for the next rung up beside what it measures."""
+    from trainer.ladder.check import predict_then_measure
+
+    def show(result: dict) -> None:
+        final = ((result.get("final") or {}).get("loss") or {}).get("macro")
+        console.print(f"  rung {result['rung']}: held-out macro loss {final:.4f} at {result['flops']:.3g} FLOPs"
+                      if final is not None else f"  rung {result['rung']}: no held-out evaluation")
+
+    check = predict_then_measure(ladder, home, progress=True, on_result=show)
+    p = check.fit["params"]
+    console.print(f"  fit: L(C) = {p['L_inf']:.3f} + {p['A']:.4g}·C^-{p['alpha']:.4f}")
+    console.print(f"  [bold]{check.target}[/] at {check.flops:.3g} FLOPs: predicted {check.predicted:.4f} "
+                  f"[{check.low:.4f}, {check.high:.4f}], measured [bold]{check.measured:.4f}[/] "
+                  f"(error {check.error:+.4f})")
+    return check.as_dict()
+
+
 @click.command()
 @click.option("--max-bytes", type=click.IntRange(min=100_000), default=DEFAULT_MAX_BYTES, show_default=True,
               help="Size cap of the embedded corpus, spread across its sources.")
 @click.option("--steps", type=click.IntRange(min=1), default=None,
               help="Training steps (default: the whole uniform-sampling schedule).")
+@click.option("--ladder", "ladder_file", type=click.Path(dir_okay=False, path_type=Path), default=MICRO_LADDER,
+              show_default=True, help="The micro-ladder to train, fit and check against its next rung up.")
+@click.option("--no-ladder", is_flag=True, help="Skip the ladder step.")
 @home_option
 @json_option
-def demo(home: Home, max_bytes: int, steps: int | None, as_json: bool) -> None:
+def demo(home: Home, max_bytes: int, steps: int | None, ladder_file: Path, no_ladder: bool, as_json: bool) -> None:
     """Run the main job end to end on the embedded default corpus, reusing what is already built."""
     console = Console(stderr=as_json, soft_wrap=True)  # a URL or a path is never broken across lines
     started = time.perf_counter()
-    report = run_demo(home, max_bytes, steps, console)
+    report = run_demo(home, max_bytes, steps, console, None if no_ladder else ladder_file)
     report.seconds["total"] = time.perf_counter() - started
     if as_json:
         print_json(report.as_json())
@@ -192,3 +221,7 @@ def print_done(console: Console, home: Home, report: DemoReport) -> None:
     console.print("and the training page:")
     console.print(f"  {(home.site / 'runs' / RUN / 'index.html').as_uri()}", soft_wrap=True, markup=False,
                   highlight=False)
+    if report.ladder:
+        console.print("and the ladder page:")
+        ladder_page = home.site / "ladders" / report.ladder["ladder"] / "index.html"
+        console.print(f"  {ladder_page.as_uri()}", soft_wrap=True, markup=False, highlight=False)
