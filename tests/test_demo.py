@@ -9,7 +9,8 @@ import pytest
 
 def _demo(home, *extra):
     result = subprocess.run(
-        [sys.executable, "-m", "millrace", "--home", str(home), "demo", "--max-bytes", "3000000", "--json", *extra],
+        [sys.executable, "-m", "millrace", "--home", str(home), "demo", "--max-bytes", "3000000", "--json",
+         "--no-ladder", *extra],  # the ladder step: tests/trainer/test_ladder_e2e.py (predict_then_measure)
         capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
