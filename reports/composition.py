@@ -21,6 +21,7 @@ from mixtures.lineage import lineage_of
 from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
 from mixtures.revision import load_revision
 from pipeline.store.format import Store
+from pipeline.store.language_mix import bucket_language_mix
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Composition:
     sources: list[dict[str, Any]]
     funnel: list[dict[str, Any]]
     grid: dict[str, Any] | None
+    quality: dict[str, Any] | None = None
     revisions: dict[str, BuiltRevision] = field(default_factory=dict)
     stale: list[str] = field(default_factory=list)
 
@@ -165,6 +167,22 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _quality(store: Store, languages: int = 8) -> dict[str, Any] | None:
+    """What the quality score means, and each bucket's language mix as shares (the corpus's first)."""
+    quality = (store.manifest.stats or {}).get("quality")
+    if not quality:
+        return None
+    mix = bucket_language_mix(store)
+    top = list(mix["corpus"])[:languages]
+    rows = []
+    for name, row in {"corpus": mix["corpus"], **mix["buckets"]}.items():
+        size = sum(row.values())
+        shares = [row.get(lang, 0) / size if size else 0.0 for lang in top]
+        rows.append({"name": name, "documents": size, "shares": shares, "other": max(0.0, 1 - sum(shares))})
+    return {"meaning": str(quality.get("meaning") or ""), "good": list(quality.get("good") or []),
+            "other": str(quality.get("other") or ""), "languages": top, "rows": rows if mix["buckets"] else []}
+
+
 def load_composition(store_path: Path) -> Composition:
     """Read a store version and every revision built on it."""
     store = Store(store_path)
@@ -216,6 +234,7 @@ def load_composition(store_path: Path) -> Composition:
         sources=sources,
         funnel=_funnel(manifest.funnel, store.path),
         grid=_grid(cells, domain_labels),
+        quality=_quality(store),
     )
     _attach_revisions(composition)
     return composition

@@ -92,6 +92,7 @@ def write_composition_page(composition: Composition, site: Path, ladders: list[d
         store=store,
         cells=composition.cells,
         grid=composition.grid,
+        quality=composition.quality,
         sources=composition.sources,
         spread=_spread(composition),
         funnel=funnel,

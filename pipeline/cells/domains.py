@@ -1,13 +1,15 @@
 """Topic domains: spherical k-means with many fine centroids, merged into k domains.
 
 Fitting (once per store, on a sample; see `fit_domains`):
-1. embed the sample (`pipeline.cells.embedding`: hashed TF-IDF + SVD, unit vectors);
+1. embed the sample (`pipeline.cells.embedding`: the configured embedder, by default hashed
+   TF-IDF + SVD with the directions that separate languages erased; unit vectors);
 2. scikit-learn `KMeans` on the unit vectors with `fine_centroids` centres (spherical:
    the centres are re-normalised and documents go to the centre of largest cosine);
 3. Ward agglomeration of the fine centres, its dendrogram cut into `k` domains that each hold
    at least `min_share` of the sample (a split that would leave a smaller side is not made);
 4. domains numbered by size (c00 the largest), each labelled by its most distinctive terms
-   (class-based TF-IDF over the domain's documents).
+   (class-based TF-IDF over the domain's documents), never a stop word of a language of the sample
+   (`pipeline.cells.labels`).
 
 Assignment (`DomainAssigner`, a datatrove step, so it scales out with the pipeline) embeds a
 document, takes its nearest fine centre and maps it through the stored merge map: the same
@@ -24,21 +26,21 @@ import numpy as np
 import pydantic
 from datatrove.data import Document
 from sklearn.cluster import AgglomerativeClustering, KMeans
-from sklearn.feature_extraction.text import CountVectorizer
 from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.cells.stats import cell_name
-from pipeline.cells.embedding import EmbeddingConfig, TextEmbedder
+from pipeline.cells.embedding import EmbeddingConfig, embedder_class, fit_embedder, load_embedder
+from pipeline.cells.labels import distinctive_terms
+from pipeline.cells.languages import sample_languages
 from pipeline.cells.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
 
 log = logging.getLogger(__name__)
 
 DOMAINS_KIND = "millrace.domains"
 CENTROIDS_FILE = "domains-centroids.npy"
-LABEL_TOKEN_PATTERN = r"(?u)\b[^\W\d_]{3,}\b"
 
 
 class DomainsConfig(StrictModel):
@@ -57,6 +59,9 @@ class DomainsConfig(StrictModel):
     min_share: float = pydantic.Field(0.01, ge=0.0, lt=1.0, description="smallest share of documents per domain")
     label_terms: int = pydantic.Field(3, ge=1, le=10, description="distinctive terms in a domain's label")
     kmeans_iterations: int = pydantic.Field(100, ge=1)
+    embedder: str = pydantic.Field(
+        "hashing-tfidf-svd", description='"hashing-tfidf-svd", "use-multilingual-v3" or "package.module:Class"'
+    )
     embedding: EmbeddingConfig = EmbeddingConfig()
     seed: int = 0
 
@@ -66,11 +71,20 @@ class DomainsConfig(StrictModel):
             raise ValueError(f"k={self.k} domains of at least min_share={self.min_share} cannot fit in 100%")
         return self
 
+    @pydantic.field_validator("embedder")
+    @classmethod
+    def _known_embedder(cls, name: str) -> str:
+        try:
+            embedder_class(name)
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("domains.embedder: ")) from None
+        return name
+
 
 class DomainModel:
     """The fitted domains: embedder, fine centres, the merge map from fine centre to domain, labels."""
 
-    def __init__(self, embedder: TextEmbedder, centroids: np.ndarray, merge_map: np.ndarray, labels: list[str]):
+    def __init__(self, embedder, centroids: np.ndarray, merge_map: np.ndarray, labels: list[str]):
         self.embedder = embedder
         self.centroids = np.asarray(centroids, dtype=np.float32)
         self._centroids64 = self.centroids.astype(np.float64)
@@ -92,7 +106,7 @@ class DomainModel:
     def load(cls, directory: Path) -> "DomainModel":
         body = read_model(directory, DOMAINS_KIND)
         config = DomainsConfig.model_validate(body["settings"])
-        embedder = TextEmbedder.load(directory, config.embedding)
+        embedder = load_embedder(config.embedder, directory, config.embedding)
         try:
             centroids = np.load(Path(directory) / CENTROIDS_FILE, allow_pickle=False)
         except (OSError, ValueError) as exc:
@@ -157,31 +171,6 @@ def _renumber_by_size(merge: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.asarray([renumber[d] for d in merge], dtype=np.int64)
 
 
-def distinctive_terms(texts: Sequence[str], domains: np.ndarray, k: int, top: int) -> list[list[str]]:
-    """Class-based TF-IDF (BERTopic's c-TF-IDF): a term's frequency in a domain × log(1 + A / its total)."""
-    vectorizer = CountVectorizer(token_pattern=LABEL_TOKEN_PATTERN, stop_words="english", max_features=50_000)
-    try:
-        counts = vectorizer.fit_transform(texts)
-    except ValueError:  # no terms at all
-        return [[] for _ in range(k)]
-    per_domain = np.zeros((k, counts.shape[1]))
-    for domain in range(k):
-        rows = np.flatnonzero(domains == domain)
-        if len(rows):
-            per_domain[domain] = np.asarray(counts[rows].sum(axis=0)).ravel()
-    words_per_domain = per_domain.sum(axis=1, keepdims=True)
-    frequency = per_domain / np.maximum(words_per_domain, 1)
-    average_words = words_per_domain.mean()
-    idf = np.log(1 + average_words / np.maximum(per_domain.sum(axis=0), 1))
-    scores = frequency * idf
-    vocabulary = vectorizer.get_feature_names_out()
-    terms = []
-    for domain in range(k):
-        best = [i for i in np.lexsort((np.arange(len(vocabulary)), -scores[domain]))[:top] if scores[domain, i] > 0]
-        terms.append([str(vocabulary[i]) for i in best])
-    return terms
-
-
 def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: Path) -> None:
     """Fit the domains on a sample of documents and store the model under `out_dir` (reused when unchanged)."""
     out_dir = Path(out_dir)
@@ -196,8 +185,8 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     if len(sample) < config.k:
         raise ConfigError(f"domains.k: {config.k} domains need as many documents; the sample has {len(sample)}")
     texts = [doc.text for doc in sample]
-    embedder = TextEmbedder.fit(texts, config.embedding, config.seed)
-    vectors = embedder.transform(texts)
+    languages = [doc.metadata.get("language") for doc in sample]
+    embedder, vectors = fit_embedder(config.embedder, texts, languages, config.embedding, config.seed)
     fine_count = max(config.k, min(config.fine_centroids, len(sample) // config.docs_per_fine_centroid))
     kmeans = KMeans(fine_count, n_init=1, max_iter=config.kmeans_iterations, random_state=config.seed).fit(vectors)
     centroids = normalize(kmeans.cluster_centers_).astype(np.float32)
@@ -208,12 +197,12 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     merge = _renumber_by_size(merge, weights)
     k = int(merge.max()) + 1
     domains = merge[fine]
-    terms = distinctive_terms(texts, domains, k, config.label_terms)
+    terms = distinctive_terms(texts, domains, k, config.label_terms, sample_languages(languages))
     labels = {domain_key(d): " ".join(terms[d]) or domain_key(d) for d in range(k)}
     shares = {domain_key(d): round(float(np.mean(domains == d)), 6) for d in range(k)}
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = list(embedder.save(out_dir))
+    files = embedder.save(out_dir)
     with atomic_output(out_dir / CENTROIDS_FILE) as handle:
         np.save(handle, centroids, allow_pickle=False)
     files.append(CENTROIDS_FILE)

@@ -11,6 +11,7 @@ same domain and bucket to every document.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import logging
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
@@ -19,10 +20,21 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import read_artifact, sha256_file, write_artifact
-from millrace.errors import ArtifactError
+from millrace.errors import ArtifactError, ConfigError
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
+
+
+def registered_class(name: str, registry: dict[str, type], field: str) -> type:
+    """`registry[name]`, or a class named `package.module:Class`; else a ConfigError naming `field`."""
+    if name in registry:
+        return registry[name]
+    module_name, _, attribute = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError):
+        raise ConfigError(f"{field}: unknown {name!r} (known: {sorted(registry)} or 'module:Class')") from None
 
 
 def sample_fingerprint(documents: Sequence[Document]) -> str:

@@ -3,8 +3,11 @@
 The scorer is DCLM's recipe run locally: a linear classifier over word uni- and bigrams,
 trained on a reference set of good documents (configured sources and/or files) against
 other documents of the corpus; a document's score is the classifier's probability that it
-is good. Bucket thresholds are the score's quantiles over the fitting sample, stored with
-the model, so a document's bucket is a pure function of its text and the stored model.
+is good, i.e. that it resembles the reference more than a random corpus document. Bucket edges
+are quantiles of the score on a held-out calibration part of the fitting sample, within each
+document's language (`pipeline.cells.calibration`), stored with the model, so a document's
+bucket is a pure function of its text, its language label and the stored model, and each
+bucket holds about the corpus's mix of languages (q4: the top fifth of every language).
 
 Two scorers are built in:
 - `linear` (default): scikit-learn `HashingVectorizer` (uni+bigrams, sublinear TF, L2) and
@@ -21,12 +24,11 @@ that implements `QualityBackend` (fit from good/other texts, save, load, score).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import ClassVar, Protocol, Sequence
+from typing import ClassVar, Literal, Protocol, Sequence
 
 import numpy as np
 import pydantic
@@ -39,8 +41,10 @@ from sklearn.preprocessing import normalize
 from millrace.artifacts import atomic_output
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
+from pipeline.cells.calibration import POOLED, BucketEdges, calibration_group, split_for_calibration
 from pipeline.cells.stats import cell_name
-from pipeline.cells.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
+from pipeline.cells.fitted_model import (FittedModelStep, read_model, registered_class, reusable_fit, sample_fingerprint,
+                                         sorted_sample, write_model)
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +86,18 @@ class QualityConfig(StrictModel):
     reference_files: list[Path] = pydantic.Field(
         [], description="more good documents: .jsonl (a `text` per line) or plain text (one document per file)"
     )
-    sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is trained and quantiled on")
+    sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is trained and calibrated on")
     sample_bytes: int = pydantic.Field(
         16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
+    )
+    calibration_share: float = pydantic.Field(
+        0.5, gt=0.0, lt=1.0, description="share of the sample held out to fix bucket edges (not trained on)"
+    )
+    calibrate_by: Literal["language", "none"] = pydantic.Field(
+        "language", description="bucket edges per language label, or one set for all documents"
+    )
+    min_group_documents: int = pydantic.Field(
+        10, ge=1, description="calibration documents a language needs for its own edges (fewer: pooled edges)"
     )
     linear: LinearConfig = LinearConfig()
     fasttext: FastTextConfig = FastTextConfig()
@@ -231,14 +244,7 @@ SCORERS: dict[str, type] = {"linear": LinearQuality, "fasttext": FastTextQuality
 
 def backend_class(name: str) -> type:
     """A registered scorer by name, or a class named `package.module:Class`."""
-    if name in SCORERS:
-        return SCORERS[name]
-    module_name, _, attribute = name.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError):
-        known = f"{sorted(SCORERS)} or 'module:Class'"
-        raise ConfigError(f"quality.scorer: unknown scorer {name!r} (known: {known})") from None
+    return registered_class(name, SCORERS, "quality.scorer")
 
 
 def _reference_texts(files: Sequence[Path]) -> list[str]:
@@ -256,31 +262,70 @@ def _reference_texts(files: Sequence[Path]) -> list[str]:
     return texts
 
 
-def bucket_of(scores: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
-    """Bucket b holds scores in [thresholds[b-1], thresholds[b]); q0 below the first threshold."""
-    return np.searchsorted(np.asarray(thresholds, dtype=np.float64), np.asarray(scores, dtype=np.float64), side="right")
-
-
 class QualityModel:
-    """A fitted scorer with its bucket thresholds."""
+    """A fitted scorer with its bucket edges per calibration group."""
 
-    def __init__(self, backend: QualityBackend, thresholds: Sequence[float]):
+    def __init__(self, backend: QualityBackend, edges: BucketEdges):
         self.backend = backend
-        self.thresholds = list(thresholds)
+        self.edges = edges
 
-    def score(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def score(self, texts: Sequence[str], groups: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and buckets; `groups` are the documents' calibration groups (None: the pooled edges)."""
         scores = self.backend.score(texts)
-        return scores, bucket_of(scores, self.thresholds)
+        return scores, self.edges.bucket(scores, groups if groups is not None else [POOLED] * len(texts))
 
     @classmethod
     def load(cls, directory: Path) -> "QualityModel":
         body = read_model(directory, QUALITY_KIND)
         config = QualityConfig.model_validate(body["settings"])
-        return cls(backend_class(config.scorer).load(Path(directory), config), body["thresholds"])
+        return cls(backend_class(config.scorer).load(Path(directory), config), BucketEdges(body["thresholds"]))
+
+
+def _training_classes(training: Sequence[Document], reference: list[str], config: QualityConfig,
+                      rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """Good: the reference sources' documents and files; other: the rest, at most half the sample size."""
+    wanted = set(config.reference_sources)
+    good = [d.text for d in training if d.metadata.get("source") in wanted] + reference
+    other = [d.text for d in training if d.metadata.get("source") not in wanted]
+    if not good or not other:
+        present = sorted({str(d.metadata.get("source")) for d in training})
+        which = "good (reference)" if not good else "other"
+        raise ConfigError(
+            f"quality.reference_sources: no {which} documents to train on "
+            f"(reference {sorted(wanted)}, sample sources {present})"
+        )
+    half = max(1, config.sample_size // 2)
+    if len(other) > half:  # DCLM balances the classes; random corpus documents stand for "other"
+        other = [other[i] for i in np.sort(rng.choice(len(other), half, replace=False))]
+    return good, other
+
+
+def _check_spread(buckets: np.ndarray, scores: np.ndarray, config: QualityConfig) -> None:
+    """A degenerate scorer (a few distinct values) cannot fill the buckets: an error, not lumped buckets."""
+    largest = np.bincount(buckets, minlength=config.buckets).max() / len(scores)
+    if len(scores) >= config.buckets and largest > 2.0 / config.buckets:
+        raise ConfigError(
+            f"quality.scorer: the {config.scorer!r} scores of the {len(scores)} calibration documents take only "
+            f"{len(np.unique(scores))} distinct values; {largest:.0%} fall in one bucket of {config.buckets}"
+        )
+
+
+def score_meaning(config: QualityConfig, reference_files: int) -> dict:
+    """What the score is, in words and numbers, for `store info` and the composition page."""
+    good = list(config.reference_sources) + ([f"{reference_files} reference file(s)"] if reference_files else [])
+    edges = "within each language" if config.calibrate_by == "language" else "over all documents"
+    return {
+        "good": good,
+        "other": "documents drawn at random from the rest of the corpus",
+        "calibrated_by": config.calibrate_by,
+        "meaning": (f"P(good): how much a document resembles {', '.join(good)} rather than a random corpus "
+                    f"document; buckets are quantiles of that score {edges} on a held-out calibration sample, "
+                    f"so q{config.buckets - 1} is the top {100 // config.buckets}% by this score {edges}"),
+    }
 
 
 def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: Path) -> None:
-    """Train the scorer on reference vs other documents of the sample, fix bucket thresholds, store both."""
+    """Train the scorer on part of the sample, fix bucket edges on the held-out rest, store both."""
     out_dir = Path(out_dir)
     settings = config.model_dump(mode="json")
     reference = _reference_texts(config.reference_files)
@@ -295,54 +340,45 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     rng = np.random.default_rng(config.seed)
     if len(sample) > config.sample_size:
         sample = [sample[i] for i in np.sort(rng.choice(len(sample), config.sample_size, replace=False))]
-    wanted = set(config.reference_sources)
-    good = [d.text for d in sample if d.metadata.get("source") in wanted] + reference
-    other = [d.text for d in sample if d.metadata.get("source") not in wanted]
-    if not good or not other:
-        present = sorted({str(d.metadata.get("source")) for d in sample})
-        which = "good (reference)" if not good else "other"
-        raise ConfigError(
-            f"quality.reference_sources: no {which} documents to train on "
-            f"(reference {sorted(wanted)}, sample sources {present})"
-        )
-    half = max(1, config.sample_size // 2)
-    if len(other) > half:  # DCLM balances the classes; random corpus documents stand for "other"
-        other = [other[i] for i in np.sort(rng.choice(len(other), half, replace=False))]
+    training, calibration = split_for_calibration(sample, config.calibration_share, config.seed)
+    if len(calibration) < config.buckets:
+        raise ConfigError(f"quality.calibration_share: {len(calibration)} of {len(sample)} sampled documents held "
+                          f"out, fewer than the {config.buckets} buckets")
+    good, other = _training_classes(training, reference, config, rng)
     out_dir.mkdir(parents=True, exist_ok=True)
     backend.fit(good, other, config).save(out_dir)
-    scorer = backend.load(out_dir, config)  # thresholds from the stored model, exactly as assignment will score
-    scores = scorer.score([d.text for d in sample])
-    quantiles = [b / config.buckets for b in range(1, config.buckets)]
-    thresholds = [float(t) for t in np.quantile(scores, quantiles)]
+    scorer = backend.load(out_dir, config)  # edges from the stored model, exactly as assignment will score
+    scores = scorer.score([d.text for d in calibration])
     if not np.all(np.isfinite(scores)):
         raise ConfigError(f"quality.scorer: the {config.scorer!r} model gives non-finite scores (a failed training)")
-    buckets = bucket_of(scores, thresholds)
-    largest = np.bincount(buckets, minlength=config.buckets).max() / len(scores)
-    if len(scores) >= config.buckets and largest > 2.0 / config.buckets:
-        raise ConfigError(
-            f"quality.scorer: the {config.scorer!r} scores of the {len(scores)} sampled documents take only "
-            f"{len(np.unique(scores))} distinct values; {largest:.0%} fall in one bucket of {config.buckets}"
-        )
-    edges = [0.0, *thresholds, 1.0]
+    groups = [calibration_group(d.metadata) for d in calibration]
+    edges = BucketEdges.fit(scores, groups, config.buckets, config.min_group_documents,
+                            by_group=config.calibrate_by == "language")
+    buckets = edges.bucket(scores, groups)
+    _check_spread(buckets, scores, config)
+    group_sizes = {g: int(n) for g, n in zip(*np.unique(np.asarray(groups, dtype=str), return_counts=True))}
     body = {
         "settings": settings,
         "sample_fingerprint": fingerprint,
         "sample_documents": len(sample),
         "training": {"good": len(good), "other": len(other)},
+        "calibration": {"documents": len(calibration), "groups": group_sizes},
+        **score_meaning(config, len(reference)),
         "buckets": config.buckets,
-        "thresholds": thresholds,
-        "score_ranges": {f"q{b}": [edges[b], edges[b + 1]] for b in range(config.buckets)},
-        "sample_bucket_counts": {f"q{b}": int(np.sum(buckets == b)) for b in range(config.buckets)},
+        "thresholds": edges.thresholds,
+        "score_ranges": edges.score_ranges(),
+        "calibration_bucket_counts": {f"q{b}": int(np.sum(buckets == b)) for b in range(config.buckets)},
     }
     write_model(out_dir, QUALITY_KIND, body, backend.files)
-    log.info("quality: trained on %d good / %d other; thresholds %s", len(good), len(other),
-             [round(t, 4) for t in thresholds])
+    log.info("quality: trained on %d good / %d other; edges from %d held-out documents in %d groups",
+             len(good), len(other), len(calibration), len(edges.thresholds))
 
 
 def quality_stats(model_dir: Path) -> dict:
-    """`StoreManifest.stats["quality"]`: the number of buckets and each one's score range."""
+    """`StoreManifest.stats["quality"]`: buckets, what the score means, and each group's score ranges."""
     body = read_model(model_dir, QUALITY_KIND)
-    return {"buckets": body["buckets"], "score_ranges": body["score_ranges"]}
+    keys = ("buckets", "good", "other", "calibrated_by", "meaning", "score_ranges")
+    return {key: body[key] for key in keys}
 
 
 class QualityScorer(FittedModelStep):
@@ -354,7 +390,8 @@ class QualityScorer(FittedModelStep):
 
     def apply(self, batch: list[Document]) -> None:
         with self.track_time(unit="batch"):
-            scores, buckets = self.model.score([doc.text for doc in batch])
+            scores, buckets = self.model.score([doc.text for doc in batch],
+                                               [calibration_group(doc.metadata) for doc in batch])
         for doc, score, bucket in zip(batch, scores, buckets):
             doc.metadata["quality_score"] = float(score)
             doc.metadata["quality_bucket"] = int(bucket)

@@ -2,7 +2,8 @@
 
 `CellStats` gathers what a cell manifest records beyond counts, as documents pass on their
 way to the tokenizer (`CellStatsWriter`, one file per task): the observed quality-score
-range and a deterministic sample of documents. The
+range, documents per language label (so a report can show each quality bucket's language
+mix) and a deterministic sample of documents. The
 sample keeps the documents whose ids hash lowest (xxhash64), so it is the same whatever
 the order of documents, the number of tasks or the executor; two partial `CellStats` (say
 from two tasks) merge into the one a single task would have gathered.
@@ -19,6 +20,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text
+from pipeline.cells.calibration import calibration_group
 
 SAMPLES_PER_CELL = 5
 SAMPLE_CHARS = 400
@@ -59,6 +61,7 @@ class CellStats:
     score_min: float | None = None
     score_max: float | None = None
     samples: list[tuple[int, dict]] = field(default_factory=list)
+    languages: dict[str, int] = field(default_factory=dict)
     keep: int = SAMPLES_PER_CELL
 
     def add(self, doc: Document, source: str | None = None) -> None:
@@ -72,6 +75,8 @@ class CellStats:
             score = float(score)
             self.score_min = score if self.score_min is None else min(self.score_min, score)
             self.score_max = score if self.score_max is None else max(self.score_max, score)
+        language = calibration_group(meta)
+        self.languages[language] = self.languages.get(language, 0) + 1
         rank = xxhash.xxh64_intdigest(doc.id.encode())
         if any(sample["id"] == doc.id for _, sample in self.samples):
             return
@@ -85,6 +90,8 @@ class CellStats:
             bucket=self.bucket if self.bucket is not None else other.bucket,
             score_min=min((s for s in (self.score_min, other.score_min) if s is not None), default=None),
             score_max=max((s for s in (self.score_max, other.score_max) if s is not None), default=None),
+            languages={lang: self.languages.get(lang, 0) + other.languages.get(lang, 0)
+                       for lang in sorted(set(self.languages) | set(other.languages))},
             keep=self.keep,
         )
         unique = {sample["id"]: (rank, sample) for rank, sample in self.samples + other.samples}
@@ -92,7 +99,7 @@ class CellStats:
         return merged
 
     def to_json(self, labels: dict[str, str] | None = None) -> dict:
-        """The `CellManifest.stats` keys: domain, bucket, label, score_range, samples (absent when unknown)."""
+        """The `CellManifest.stats` keys: domain, bucket, label, score_range, languages, samples (absent when unknown)."""
         stats: dict = {}
         if self.domain is not None:
             stats["domain"] = self.domain
@@ -102,6 +109,7 @@ class CellStats:
             stats["bucket"] = self.bucket
         if self.score_min is not None:
             stats["score_range"] = [self.score_min, self.score_max]
+        stats["languages"] = dict(sorted(self.languages.items()))
         stats["samples"] = [sample for _, sample in self.samples]
         return stats
 
@@ -116,6 +124,7 @@ class CellStats:
             score_min=score_range[0],
             score_max=score_range[1],
             samples=sorted(samples, key=_sample_order),
+            languages=dict(stats.get("languages") or {}),
         )
 
 

@@ -96,8 +96,11 @@ buckets = {q.buckets}
 scorer = "{q.scorer}"                 # linear | fasttext | package.module:Class
 reference_sources = {json.dumps(q.reference_sources)}{reference}
 reference_files = []               # more good documents: .jsonl (a "text" per line) or plain text files
-sample_size = {q.sample_size}               # documents the classifier is trained and quantiled on
+sample_size = {q.sample_size}               # documents the classifier is trained and calibrated on
 sample_bytes = {q.sample_bytes}          # text sampled (after dedup, by id hash) to fit on
+calibration_share = {q.calibration_share}          # held out of training; bucket edges are its score quantiles
+calibrate_by = "{q.calibrate_by}"          # language: edges per language label (each bucket keeps the corpus's mix) | none
+min_group_documents = {q.min_group_documents}          # calibration documents a language needs for its own edges
 seed = {q.seed}
 
 [quality.linear]
@@ -114,6 +117,7 @@ docs_per_fine_centroid = {d.docs_per_fine_centroid}         # caps fine_centroid
 min_share = {d.min_share}                   # every domain holds at least this share of documents
 label_terms = {d.label_terms}                  # distinctive terms in each domain's label
 kmeans_iterations = {d.kmeans_iterations}
+embedder = "{d.embedder}"     # hashing-tfidf-svd | use-multilingual-v3 | package.module:Class
 sample_size = {d.sample_size}
 sample_bytes = {d.sample_bytes}
 seed = {d.seed}
@@ -123,4 +127,6 @@ features = {e.features}
 dimensions = {e.dimensions}
 max_chars = {e.max_chars}
 lowercase = {str(e.lowercase).lower()}
+erase_languages = {str(e.erase_languages).lower()}             # project out the directions that separate languages
+erase_min_documents = {e.erase_min_documents}           # a language's sample documents before its direction is erased
 """

@@ -62,7 +62,19 @@ def store_summary(path: Path) -> dict:
         ]
     if m.stats.get("domains") or m.stats.get("quality"):
         summary["grid"] = domain_grid(m)
+    if m.stats.get("quality"):
+        summary["quality"] = quality_summary(store)
     return summary
+
+
+def quality_summary(store: Store) -> dict:
+    """What the quality score means, and each bucket's language mix against the corpus's."""
+    from pipeline.store.language_mix import bucket_language_mix, share_ratios
+
+    quality = store.manifest.stats["quality"]
+    mix = bucket_language_mix(store)
+    keys = ("good", "other", "calibrated_by", "meaning")
+    return {**{key: quality.get(key) for key in keys}, "language_mix": mix, "share_ratios": share_ratios(mix)}
 
 
 def domain_grid(manifest) -> dict:
@@ -98,6 +110,30 @@ def print_summary(summary: dict) -> None:
         for domain, row in grid["tokens"].items():
             label = f"{domain} {grid['labels'].get(domain, '')}"[:27]
             click.echo(f"{label:<28}" + "".join(f"{row.get(b, 0):>12,}" for b in buckets))
+    if summary.get("quality"):
+        print_quality(summary["quality"])
+
+
+def print_quality(quality: dict, languages: int = 6) -> None:
+    """The score's meaning, then per bucket the share of its documents in each of the corpus's main languages."""
+    if quality.get("meaning"):
+        click.echo(f"quality score: {quality['meaning']}")
+    mix = quality["language_mix"]
+    if not mix["buckets"]:
+        return
+    total = sum(mix["corpus"].values()) or 1
+    top = list(mix["corpus"])[:languages]
+    click.echo("language mix per bucket (share of the bucket's documents):")
+    click.echo(f"{'':<8}" + "".join(f"{lang:>8}" for lang in top) + f"{'other':>8}")
+    rows = {"corpus": mix["corpus"], **mix["buckets"]}
+    for name, row in rows.items():
+        size = sum(row.values()) or 1
+        shares = [row.get(lang, 0) / size for lang in top]
+        cells = "".join(f"{share:>8.0%}" for share in shares) + f"{1 - sum(shares):>8.0%}"
+        click.echo(f"{name:<8}{cells}")
+    worst = max((r for row in quality["share_ratios"].values() for r in row.values()), default=None)
+    if worst is not None:
+        click.echo(f"largest bucket share / corpus share of a language with >= 50 documents: {worst:.2f}")
 
 
 @click.group()

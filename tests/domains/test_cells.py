@@ -58,7 +58,7 @@ def test_store_stats_carry_the_contract_keys(fitted):
     assert stats["domains"]["k"] == len(stats["domains"]["labels"]) == 8
     assert sorted(stats["domains"]["labels"]) == [f"c{d:02d}" for d in range(8)]
     assert all(isinstance(label, str) and label for label in stats["domains"]["labels"].values())
-    assert set(stats["quality"]) == {"buckets", "score_ranges"}
+    assert set(stats["quality"]) == {"buckets", "score_ranges", "good", "other", "calibrated_by", "meaning"}
     json.dumps(stats)
 
 

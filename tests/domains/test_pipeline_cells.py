@@ -101,12 +101,15 @@ def test_cells_are_domain_by_bucket_with_their_stats(built):
         assert cell.stats["domain"] == int(name[1:3]) and cell.stats["bucket"] == int(name[4])
         assert cell.stats["label"] == stats["domains"]["labels"][name[:3]]
         lo, hi = cell.stats["score_range"]
-        q_lo, q_hi = stats["quality"]["score_ranges"][name[3:]]
-        assert q_lo <= lo <= hi <= q_hi
+        ranges = [group[name[3:]] for group in stats["quality"]["score_ranges"].values()]
+        assert min(r[0] for r in ranges) <= lo <= hi <= max(r[1] for r in ranges)
+        assert sum(cell.stats["languages"].values()) == cell.documents + cell.validation.documents
         assert 1 <= len(cell.stats["samples"]) <= 5
         buckets[name[3:]] += cell.documents + cell.validation.documents
-    # the models were fitted on all of this small deduplicated corpus, so the buckets split it into fifths
-    assert all(abs(count / kept - 0.2) <= 0.03 for count in buckets.values()), buckets
+    # edges are quantiles of the ~70 held-out documents of this small corpus (the classifier scores the half it
+    # trained on more confidently), so every bucket is filled, though not to exact fifths
+    assert sorted(buckets) == [f"q{b}" for b in range(5)]
+    assert all(0.05 <= count / kept <= 0.35 for count in buckets.values()), buckets
 
 
 def test_store_info_shows_the_grid_with_labels(built):
@@ -115,6 +118,23 @@ def test_store_info_shows_the_grid_with_labels(built):
     assert sorted(grid["labels"]) == ["c00", "c01", "c02", "c03"]
     total = sum(sum(row.values()) for row in grid["tokens"].values())
     assert total == sum(c.tokens for c in Store(path).manifest.cells.values())
+
+
+def test_store_info_says_what_the_score_means_and_each_buckets_language_mix(built):
+    from click.testing import CliRunner
+
+    from pipeline.store.cli import info
+
+    _, _, _, path = built
+    quality = store_summary(path)["quality"]
+    assert quality["good"] == ["prose"] and "prose" in quality["meaning"]
+    mix = quality["language_mix"]
+    assert sorted(mix["buckets"]) == [f"q{b}" for b in range(5)]
+    store = Store(path)
+    documents = sum(store.cell(c).documents + store.cell(c).validation.documents for c in store.manifest.cells)
+    assert sum(mix["corpus"].values()) == documents == sum(sum(row.values()) for row in mix["buckets"].values())
+    shown = CliRunner().invoke(info, [str(path)]).output
+    assert "quality score: P(good)" in shown and "language mix per bucket" in shown
 
 
 def test_another_task_split_gives_the_same_cells(built):

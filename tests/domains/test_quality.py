@@ -1,19 +1,24 @@
-"""Quality buckets: quantile thresholds stored with the model, so the fitted corpus splits into fifths."""
+"""Quality buckets: edges are quantiles of held-out scores, so the calibration documents split into fifths."""
 
 import json
 import numpy as np
 import pytest
 
 from millrace.errors import ConfigError
-from pipeline.cells.quality import QualityConfig, QualityModel, QualityScorer, bucket_of, fit_quality, quality_stats
+from pipeline.cells.calibration import bucket_of, split_for_calibration
+from pipeline.cells.quality import QualityConfig, QualityModel, QualityScorer, fit_quality, quality_stats
 
 
-def test_buckets_hold_a_fifth_each_on_the_fitted_corpus(corpus, fitted):
+def test_buckets_hold_a_fifth_each_of_the_held_out_documents(corpus, fitted):
     scorer = QualityScorer(fitted.model_dir, batch_size=100)
     docs = list(scorer.run(iter([type(d)(text=d.text, id=d.id, metadata=dict(d.metadata)) for d in corpus])))
-    counts = np.bincount([d.metadata["quality_bucket"] for d in docs], minlength=5)
+    _, held_out = split_for_calibration(docs, QualityConfig().calibration_share, QualityConfig().seed)
+    counts = np.bincount([d.metadata["quality_bucket"] for d in held_out], minlength=5)
     assert len(counts) == 5
-    assert np.all(np.abs(counts / len(docs) - 0.2) <= 0.02), counts
+    assert np.all(np.abs(counts / len(held_out) - 0.2) <= 0.01), counts
+    # the trained-on half is scored more confidently, so the whole corpus is only close to fifths
+    everything = np.bincount([d.metadata["quality_bucket"] for d in docs], minlength=5)
+    assert np.all(np.abs(everything / len(docs) - 0.2) <= 0.06), everything
     assert sum(scorer.stats[f"q{b}"].total for b in range(5)) == len(docs)
     # the reference source scores higher than the rest
     scores = {s: np.mean([d.metadata["quality_score"] for d in docs if d.metadata["source"] == s])
@@ -24,7 +29,8 @@ def test_buckets_hold_a_fifth_each_on_the_fitted_corpus(corpus, fitted):
 def test_score_ranges_cover_the_scores_in_order(corpus, fitted):
     stats = quality_stats(fitted.model_dir)
     assert stats["buckets"] == 5
-    ranges = [stats["score_ranges"][f"q{b}"] for b in range(5)]
+    assert stats["good"] == ["prose"] and stats["calibrated_by"] == "language"
+    ranges = [stats["score_ranges"]["*"][f"q{b}"] for b in range(5)]
     assert ranges[0][0] == 0.0 and ranges[-1][1] == 1.0
     assert all(lo <= hi for lo, hi in ranges)
     assert all(ranges[b][1] == ranges[b + 1][0] for b in range(4))
@@ -43,7 +49,7 @@ def test_same_input_and_seed_give_the_same_scores(corpus, fitted, tmp_path):
     fit_quality(list(reversed(corpus)), QualityConfig(reference_sources=["prose"]), tmp_path)
     texts = [d.text for d in corpus]
     first, second = QualityModel.load(fitted.model_dir), QualityModel.load(tmp_path)
-    assert first.thresholds == second.thresholds
+    assert first.edges == second.edges
     np.testing.assert_array_equal(first.score(texts)[1], second.score(texts)[1])
 
 

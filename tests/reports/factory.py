@@ -73,7 +73,8 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
                     samples.append({"id": f"{name}/{doc}", "source": SOURCES[source_id], "text": text[:400]})
             documents[name] = [docs]
             cell_stats[name] = {"domain": domain, "bucket": bucket, "label": DOMAIN_LABELS[f"c{domain:02d}"],
-                                "score_range": SCORE_RANGES[f"q{bucket}"], "samples": samples}
+                                "score_range": SCORE_RANGES[f"q{bucket}"], "samples": samples,
+                                "languages": {"en": len(docs) - len(docs) // 3, "de": len(docs) // 3}}
     funnel = {"stages": [
         _stage("read", {"python-docs": (80, 300, {}), "man-pages": (70, 250, {}), "licenses": (90, 200, {})}),
         _stage("quality", {"python-docs": (80, 300, {"gopher_repetition": 3}), "man-pages": (70, 250, {"c4": 5}),
@@ -85,8 +86,14 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
     return write_store(
         home, STORE, VERSION, documents, SOURCES, vocab_size=VOCAB, eos_id=EOS, fingerprint="sha256:test-tokenizer",
         cell_stats=cell_stats, funnel=funnel,
-        store_stats={"domains": {"k": 3, "labels": DOMAIN_LABELS}, "quality": {"buckets": 2, "score_ranges": SCORE_RANGES}},
+        store_stats={"domains": {"k": 3, "labels": DOMAIN_LABELS},
+                     "quality": {"buckets": 2, "score_ranges": {"*": SCORE_RANGES}, **QUALITY_MEANING}},
     )
+
+
+QUALITY_MEANING = {"good": ["python-docs"], "other": "documents drawn at random from the rest of the corpus",
+                   "calibrated_by": "language",
+                   "meaning": "P(good): how much a document resembles python-docs rather than a random corpus document"}
 
 
 def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str, Path]:
