@@ -3,7 +3,7 @@
 A classifier trained on one reference source (say `python-docs`, English prose) against the rest
 scores English higher than any other language; quantiles over the whole corpus would then fill the
 top bucket with English and the bottom ones with everything else. Here the fitting sample is split
-by a hash of each document's id: one part trains the classifier, the other (`calibration_share`)
+by a hash of each document's key: one part trains the classifier, the other (`calibration_share`)
 is scored and only fixes the bucket edges, so the edges are not quantiles of the very documents
 the classifier has fitted. Edges are quantiles within each calibration group, the document's
 language (`metadata["language"]`; a code source's label, e.g. `python`, is a content kind and is
@@ -31,12 +31,18 @@ def calibration_group(metadata: dict) -> str:
     return str(language) if language else UNKNOWN
 
 
+def _identity(doc: Document) -> bytes:
+    """The pipeline's internal key (`metadata["key"]`, unique) where there is one, else the document id."""
+    key = doc.metadata.get("key")
+    return key.to_bytes(8, "little") if isinstance(key, int) else doc.id.encode()
+
+
 def split_for_calibration(sample: Sequence[Document], share: float, seed: int) -> tuple[list[Document], list[Document]]:
-    """(training, calibration): a document is held out when the seeded hash of its id falls under `share`."""
+    """(training, calibration): a document is held out when the seeded hash of its key falls under `share`."""
     cutoff = int(share * (1 << 64))
     training, calibration = [], []
     for doc in sample:
-        held_out = xxhash.xxh64_intdigest(doc.id.encode(), seed=seed) < cutoff
+        held_out = xxhash.xxh64_intdigest(_identity(doc), seed=seed) < cutoff
         (calibration if held_out else training).append(doc)
     return training, calibration
 
