@@ -7,8 +7,11 @@
 2. megatron-core's `GPTDataset` blended by `BlendedDataset` (built by
    `BlendedMegatronDatasetBuilder`, torch.distributed gloo world 1) over the same
    `.bin/.idx` shards, weights and sample count: index build time, time to first
-   batch, throughput, and peak memory growth over the process's post-import RSS.
-3. The reference-scale stats-only manifest (18.75T tokens, 200 cells, built by the
+   batch, throughput, and peak memory growth over the process's post-import RSS;
+   then again with the index cache it saved (warm: its usual start).
+3. The same mixture and steps read from the store's copy on moto's S3 server on loopback (s3fs), first
+   with a cold local chunk cache, then warm, against local disk.
+4. The reference-scale stats-only manifest (18.75T tokens, 200 cells, built by the
    mixtures room's `build` from its shipped synthetic stats): open + first batch,
    resident memory, `peek` at step 390,000, against the issue's limits.
 """
@@ -70,27 +73,25 @@ def best_of(run, repeats: int = 3) -> float:
 
 def build_mixture(home) -> tuple[Path, list[str], list[int]]:
     """A real store (one shard per cell) and a manifest drawing CELLS' shares; returns shard prefixes too."""
-    from mixtures.manifest import (BuiltManifest, ManifestCell, ManifestPhase, PinnedShard, StoreRef,
-                                   manifest_path, write_manifest)
-    from pipeline.store.format import (CellManifest, CellSummary, ShardWriter, StoreManifest, TokenizerInfo,
-                                write_cell_manifest, write_store_manifest)
+    from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
+    from pipeline.store.format import (CellManifest, CellSummary, ShardTable, ShardWriter, StoreManifest,
+                                       TokenizerInfo, write_cell_manifest, write_store_manifest)
 
     rng = np.random.default_rng(0)
     root = home.store("bench", "2026.01.01")
     summaries, pinned, prefixes = {}, {}, []
     for cell, (tokens, _) in CELLS.items():
         prefix = root / "cells" / cell / "shard_00000"
-        writer = ShardWriter(prefix, np.uint16)
+        writer = ShardWriter(prefix, np.uint16, durable=False)
         stream = rng.integers(1, VOCAB, size=tokens, dtype=np.uint16)
         lengths = np.minimum(rng.geometric(1 / 600, size=tokens // 100 + 1), 20_000)
         ends = np.cumsum(lengths)
         ends = np.append(ends[ends < tokens], tokens)
         stream[ends - 1] = EOS
-        for start, end in zip(np.concatenate([[0], ends[:-1]]), ends):
-            writer.add_document(stream[start:end], source_id=0)
+        writer.add_documents(stream, np.diff(np.concatenate([[0], ends])), np.zeros(ends.size, dtype=np.uint16))
         info = writer.close()
         manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench", documents=info.documents,
-                                tokens=info.tokens, bytes=0, shards=[info])
+                                tokens=info.tokens, bytes=0, shards=ShardTable.of([info]))
         summaries[cell] = CellSummary(documents=info.documents, tokens=info.tokens,
                                       manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
         pinned[cell] = info
@@ -104,8 +105,7 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
     cells = {cell: ManifestCell(
         name=cell, available_tokens=info.tokens, documents=info.documents,
         sequences_available=(info.tokens - 1) // SEQ_LEN, cell_manifest_hash=summaries[cell].manifest_hash,
-        shards=[PinnedShard(name=info.name, documents=info.documents, tokens=info.tokens, bin_sha256=info.bin_sha256,
-                            idx_sha256=info.idx_sha256, src_sha256=info.src_sha256)]) for cell, info in pinned.items()}
+        shards=1) for cell, info in pinned.items()}
     manifest = BuiltManifest(
         mixture="bench", revision="r1", revision_hash="sha256:bench",
         store=StoreRef(name="bench", version="2026.01.01", manifest_hash=store_hash, stats_only=False),
@@ -142,6 +142,47 @@ def child_millrace(manifest: str) -> dict:
     return {"build_s": opened - start, "first_batch_s": first - start,
             "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
             "peak_mb": memory_mb("VmHWM") - base, "anon_mb": index_mb}
+
+
+def child_remote(manifest: str, url: str, endpoint: str, cache: str) -> dict:
+    """The same mixture and steps read from the store's copy on an S3 server on loopback (moto, via s3fs):
+    the first pass fetches every chunk (cache cold), the best of the next passes reads the local cache."""
+    from loader import MixtureStream
+    from loader.files import ReadOptions
+
+    options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": endpoint}}
+    stream = MixtureStream(manifest, prefetch=0, store_url=url, storage_options=options,
+                           read_options=ReadOptions(cache_dir=Path(cache), cache_bytes=1 << 30))
+
+    def stream_batches() -> None:
+        for _ in stream.iterate(1, MEASURE_STEPS + 1):
+            pass
+
+    start = time.perf_counter()
+    stream_batches()
+    cold = time.perf_counter() - start
+    tokens = MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN
+    return {"cold_tokens_per_s": tokens / cold, "tokens_per_s": tokens / best_of(stream_batches)}
+
+
+def start_s3(store: Path) -> tuple[object, str, str]:
+    """moto's S3 server on 127.0.0.1 with the bench store copied to it; (server, store URL, endpoint)."""
+    from moto.server import ThreadedMotoServer
+
+    from pipeline.store.remote import copy_store
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": endpoint}}
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
+                 aws_secret_access_key="bench").create_bucket(Bucket="bench")
+    url = "s3://bench/stores/bench/2026.01.01"
+    copy_store(store, url, options)
+    return server, url, endpoint
 
 
 def child_raw(manifest: str) -> dict:
@@ -193,7 +234,7 @@ def child_megatron(prefixes_json: str, weights_json: str, cache: str) -> dict:
         eod = EOS
         pad = -1
 
-    dist.init_process_group("gloo", init_method=f"file://{cache}/pg", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"file://{cache}/pg-{os.getpid()}", rank=0, world_size=1)
     base, anon = memory_mb("VmRSS"), memory_mb("RssAnon")
     config = GPTDatasetConfig(
         random_seed=SEED, sequence_length=SEQ_LEN, blend=(json.loads(prefixes_json), json.loads(weights_json)),
@@ -277,14 +318,21 @@ def main() -> list[Result]:
             with open(prefix + ".bin", "rb") as handle:
                 while handle.read(1 << 24):
                     pass
-        runs: dict[str, list[dict]] = {"raw": [], "ours": [], "megatron": []}
+        runs: dict[str, list[dict]] = {"raw": [], "ours": [], "megatron": [], "megatron-warm": []}
         for round_index in range(ROUNDS):  # alternate the systems: the machine's load drifts
             runs["raw"].append(run_child("raw", str(manifest)))
             runs["ours"].append(run_child("millrace", str(manifest)))
             cache = Path(tmp) / f"megatron-cache-{round_index}"  # a fresh cache: Megatron builds its indices
             cache.mkdir()
             runs["megatron"].append(run_child("megatron", json.dumps(prefixes), json.dumps(weights), str(cache)))
-        raw, ours, megatron = (best_run(runs[name]) for name in ("raw", "ours", "megatron"))
+            # the same cache again: Megatron's usual start, loading the indices it saved
+            runs["megatron-warm"].append(run_child("megatron", json.dumps(prefixes), json.dumps(weights), str(cache)))
+        raw, ours, megatron, warm = (best_run(runs[name]) for name in ("raw", "ours", "megatron", "megatron-warm"))
+        server, url, endpoint = start_s3(home.store("bench", "2026.01.01"))
+        try:
+            remote = run_child("remote", str(manifest), url, endpoint, str(Path(tmp) / "s3-cache"))
+        finally:
+            server.stop()
         build_reference(home)
         reference = run_child("reference", str(home.root))
     mega = "megatron-core GPTDataset+BlendedDataset"
@@ -297,11 +345,19 @@ def main() -> list[Result]:
         Result("index build", ours["build_s"], megatron["build_s"], mega, "s", higher_is_better=False, target=1.0),
         Result("time to first batch", ours["first_batch_s"], megatron["first_batch_s"], mega, "s",
                higher_is_better=False, target=1.0),
+        Result("index build, Megatron's cache warm", ours["build_s"], warm["build_s"], mega + " (warm index cache)",
+               "s", higher_is_better=False),
+        Result("time to first batch, Megatron's cache warm", ours["first_batch_s"], warm["first_batch_s"],
+               mega + " (warm index cache)", "s", higher_is_better=False),
         Result("throughput, 1 core", ours["tokens_per_s"], megatron["tokens_per_s"], mega, "tokens/s", target=1.0),
         Result("peak resident memory growth (incl. mapped shard pages)", ours["peak_mb"], megatron["peak_mb"], mega,
                "MB", higher_is_better=False, target=1.0),
         Result("anonymous memory after open + first batch (indices)", ours["anon_mb"], megatron["anon_mb"], mega, "MB",
                higher_is_better=False, target=1.0),
+        Result("object store (moto S3 on loopback, cache cold): throughput", remote["cold_tokens_per_s"],
+               ours["tokens_per_s"], "the same store on local disk", "tokens/s"),
+        Result("object store, local chunk cache warm: throughput", remote["tokens_per_s"], ours["tokens_per_s"],
+               "the same store on local disk", "tokens/s"),
         Result(f"reference {reference['tokens'] / 1e12:.2f}T tokens / {reference['cells']} cells: open + first batch",
                reference["open_first_s"], 1.0, limit, "s", higher_is_better=False, target=1.0),
         Result("reference: resident memory", reference["rss_mb"], 256.0, limit, "MB", higher_is_better=False,
@@ -314,5 +370,5 @@ def main() -> list[Result]:
 if __name__ == "__main__":
     kind, rest = sys.argv[1], sys.argv[2:]
     children = {"millrace": child_millrace, "raw": child_raw, "megatron": child_megatron,
-                "reference": child_reference}
+                "reference": child_reference, "remote": child_remote}
     print(json.dumps(children[kind](*rest)))

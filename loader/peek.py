@@ -30,17 +30,16 @@ def load_tokenizer(path: Path | None):
     return Tokenizer.from_file(str(path))
 
 
-def _documents(stream: MixtureStream, cell: str, sequence: int) -> list[dict] | None:
-    """The stored documents a sample's window overlaps (source, original id, origin, input position);
-    None for a store without the pipeline's traceability sidecar."""
+def _documents(stream: MixtureStream, cell: str, sequence: int, epoch: int) -> list[dict] | None:
+    """The stored documents a sample's window overlaps, in window order (source, original id, origin,
+    input position); None for a store without the pipeline's traceability sidecar."""
     from mixtures.manifest import store_dir_of
-    from pipeline.store.trace import TRACE_FILE, documents_in_window
+    from pipeline.store.trace import TRACE_FILE, document_rows
 
     cell_dir = store_dir_of(stream.path) / "cells" / cell
     if not (cell_dir / TRACE_FILE).exists():
         return None
-    start = sequence * stream.seq_len
-    rows = documents_in_window(cell_dir, start, start + stream.seq_len + 1)
+    rows = document_rows(cell_dir, stream.window_documents(cell, sequence, epoch))
     return [{k: r[k] for k in ("source", "id", "origin", "position")} for r in rows]
 
 
@@ -63,7 +62,7 @@ def peek(stream: MixtureStream, step: int, decode: bool = False) -> dict:
         if tokenizer is not None:
             ids = windows[row, : DECODE_CHARS * 2].tolist()
             sample["text"] = tokenizer.decode(ids, skip_special_tokens=False)[:DECODE_CHARS]
-            sample["documents"] = _documents(stream, sample["cell"], sample["sequence"])
+            sample["documents"] = _documents(stream, sample["cell"], sample["sequence"], sample["epoch"])
         samples.append(sample)
     return {
         "mixture": stream.manifest.mixture,

@@ -86,3 +86,11 @@ def permutation(seed: int, cell: str, epoch: int, domain: int) -> np.ndarray:
     values = np.arange(domain, dtype=np.int64)
     keys = np.repeat(np.asarray(round_keys(seed, cell, epoch), dtype=np.uint64)[:, None], domain, axis=1)
     return permute(values, np.full(domain, domain, dtype=np.int64), keys)
+
+
+def block_shuffle(seed: int, name: str, epoch: int, size: int) -> np.ndarray:
+    """A keyed random order of range(size) for a small, whole domain (a block of documents): the indices
+    sorted by a keyed splitmix64 hash of each. O(size log size), materialised, so only for blocks; same
+    on every machine (integer hashing and a stable sort, no generator whose stream could change)."""
+    key = np.uint64(round_keys(seed, name, epoch)[0])
+    return np.argsort(_round_function(np.arange(size, dtype=np.uint64), key), kind="stable")

@@ -1,133 +1,246 @@
-"""A cell's pinned shards, checked when opened and read as one concatenated token array.
+"""A cell's shards as one token stream per epoch, read on demand; nothing per document in memory.
 
-Opening checks every shard against the manifest before the first batch: the `.idx`
-checksum (so the document index is exactly the one the manifest was built from),
-the index's structure and dtype, the `.bin` size against the index, the document
-and token counts, and the `.src` sidecar's checksum. Content of the `.bin` is not
-hashed here (that is `millrace store verify`); its size is. A problem is an
-`ArtifactError` that names the file.
+Opening a cell reads its `cell.json` (checked against the hash the manifest pins) and keeps its
+shard table: names, document and token counts, and the digest of each shard's digest sidecar,
+O(shards). A shard's files are opened the first time a sample touches it (read with `pread`, see
+`loader.files`), through a bounded LRU (`loader.files.OpenFiles`): the sidecar is checked against
+the table, the `.idx` header and every file size against the counts, and each chunk of `.bin`,
+`.idx` and `.src` against its digest the first time it is read. Document starts and sources are
+read from the index on demand (a few bytes at a time), never held per document.
+
+Document order: each shard's documents are cut into blocks of `block` consecutive documents, and
+in epoch e a block's documents come in the order of a keyed permutation of (seed, cell, shard,
+block, epoch). A block covers the same span of the cell's tokens in every epoch (a permutation
+keeps its total), so window s (tokens [s L, s L + L + 1) of the epoch's stream) is located by
+two binary searches, and its documents change from one epoch to the next. The store's own order
+is already a keyed shuffle (the pipeline writes documents by a hash of their id), so neighbours
+in a window are no more alike than at random.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import bisect
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
-from millrace.artifacts import sha256_file
+from loader.files import OpenFiles, StoreFiles
+from loader.permutation import block_shuffle
+from millrace.artifacts import parse_artifact
 from millrace.errors import ArtifactError
 from mixtures.manifest import ManifestCell
-from pipeline.store.format import ShardReader
+from pipeline.store.format import (CELL_KIND, CELL_SCHEMA_VERSION, INDEX_PREFIX_BYTES, CellManifest, ShardDigests,
+                                   digest_hex, index_size, parse_index_header)
+
+LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
 
 
-def _sidecar(prefix: Path, suffix: str) -> Path:
-    return prefix.with_name(prefix.name + suffix)
+class OpenShard:
+    """One shard's `.bin`, `.idx` (and `.src`): sizes and header checked when opened."""
+
+    def __init__(self, files: StoreFiles, cell: str, name: str, documents: int, tokens: int, digest: str,
+                 dtype: np.dtype, sources: bool):
+        prefix = f"cells/{cell}/{name}"
+        self.name, self.documents, self.tokens, self.itemsize = files.describe(prefix), documents, tokens, dtype.itemsize
+        sidecar = files.describe(prefix + ".xxh")
+        raw = files.read_bytes(prefix + ".xxh")
+        if digest_hex(raw) != digest:
+            raise ArtifactError(f"{sidecar}: differs from cells/{cell}/cell.json's digest (shard altered or replaced)")
+        digests = ShardDigests.parse(raw, sidecar)
+        self._open: list = []
+        try:
+            self.idx = self._keep(files.open(prefix + ".idx", index_size(documents), digests.idx, f"{digest}-idx"))
+            found, sequences, entries = parse_index_header(bytes(self.idx.read(0, INDEX_PREFIX_BYTES)), self.idx.name)
+            if found != dtype or sequences != documents or entries != documents + 1:
+                raise ArtifactError(f"{self.idx.name}: {sequences} documents of {found}, cells/{cell}/cell.json "
+                                    f"pins {documents} of {dtype}")
+            self.bin = self._keep(files.open(prefix + ".bin", tokens * dtype.itemsize, digests.bin, f"{digest}-bin"))
+            self.src = None
+            if sources:
+                self.src = self._keep(files.open(prefix + ".src", 2 * documents, digests.src, f"{digest}-src"))
+        except BaseException:
+            self.close()
+            raise
+        self.pointers_at = INDEX_PREFIX_BYTES + 4 * documents
+        self._block_starts: dict[int, int] = {}
+
+    def _keep(self, opened):
+        self._open.append(opened)
+        return opened
+
+    @property
+    def files(self) -> int:
+        return len(self._open)
+
+    def close(self) -> None:
+        for opened in self._open:
+            opened.close()
+        self._open = []
+
+    def lengths(self, lo: int, hi: int) -> np.ndarray:
+        return self.idx.read(INDEX_PREFIX_BYTES + 4 * lo, 4 * (hi - lo)).view("<i4").astype(np.int64)
+
+    def starts(self, lo: int, hi: int) -> np.ndarray:
+        """Token offsets (inside the shard) where documents lo .. hi - 1 begin."""
+        return self.idx.read(self.pointers_at + 8 * lo, 8 * (hi - lo)).view("<i8") // self.itemsize
+
+    def source_ids(self, lo: int, hi: int) -> np.ndarray:
+        return self.src.read(2 * lo, 2 * (hi - lo)).view("<u2")
+
+    def block_start(self, b: int, block: int) -> int:
+        """Token offset where block b begins (remembered: every search passes the same first probes)."""
+        found = self._block_starts.get(b)
+        if found is None:
+            found = self._block_starts[b] = int(self.starts(b * block, b * block + 1)[0])
+        return found
+
+    def block_at(self, offset: int, block: int) -> int:
+        """The block (of `block` documents) holding token `offset` of the shard."""
+        blocks = -(-self.documents // block)
+        return bisect.bisect_right(range(blocks), offset, key=lambda b: self.block_start(b, block)) - 1
 
 
-class CellTokens:
-    """Token windows of one cell: window s is tokens [s * seq_len, s * seq_len + seq_len + 1).
+@dataclass(frozen=True)
+class Layout:
+    """One block in one epoch: its documents in order, where each starts in the stream and in the file."""
 
-    Keeps only the shards' token memmaps and, when per-token sources are wanted, each
-    document's start and source (12 bytes per document); the document index itself is
-    dropped once checked.
-    """
+    stream_starts: np.ndarray  # int64, shard-relative token offset of each document in this epoch's order
+    file_starts: np.ndarray  # int64, token offset of the document in the shard's .bin
+    lengths: np.ndarray  # int64
+    sources: np.ndarray | None  # uint16 source index, or None
+    documents: np.ndarray  # int64, each document's index in the shard
 
-    def __init__(self, cell_dir: Path, cell: ManifestCell, dtype: np.dtype, seq_len: int, sources: bool = True):
+
+class CellShards:
+    """The shard table of one drawn cell, read from its hash-checked `cell.json`."""
+
+    def __init__(self, files: StoreFiles, cell: ManifestCell, dtype: np.dtype):
+        where = files.describe(f"cells/{cell.name}/cell.json")
+        body = parse_artifact(files.read_bytes(f"cells/{cell.name}/cell.json"), where, CELL_KIND, (CELL_SCHEMA_VERSION,))
+        if cell.cell_manifest_hash is not None and body["content_hash"] != cell.cell_manifest_hash:
+            raise ArtifactError(f"{where}: hash {body['content_hash']} differs from the one the manifest pins "
+                                f"({cell.cell_manifest_hash}); rebuild the mixture")
+        manifest = CellManifest.model_validate({k: v for k, v in body.items()
+                                                if k not in ("kind", "schema_version", "content_hash")})
+        if manifest.dtype != str(np.dtype(dtype)):
+            raise ArtifactError(f"{where}: dtype {manifest.dtype} differs from the manifest's {np.dtype(dtype)}")
+        table = manifest.shards
         self.name = cell.name
-        self.seq_len = seq_len
-        self.dtype = np.dtype(dtype)
-        self.has_sources = sources and bool(cell.shards) and all(shard.src_sha256 for shard in cell.shards)
-        self.views: list[np.ndarray] = []
-        sizes: list[int] = []
-        document_starts: list[np.ndarray] = []
-        source_ids: list[np.ndarray] = []
-        for shard in cell.shards:
-            prefix = cell_dir / shard.name
-            idx = _sidecar(prefix, ".idx")
-            if not idx.exists():
-                raise ArtifactError(f"{idx}: missing shard index of cell {cell.name!r}")
-            if sha256_file(idx) != shard.idx_sha256:
-                raise ArtifactError(f"{idx}: checksum differs from the manifest's (shard altered or replaced)")
-            reader = ShardReader(prefix, self.dtype)
-            if (reader.documents, reader.tokens) != (shard.documents, shard.tokens):
-                raise ArtifactError(
-                    f"{idx}: {reader.documents} documents / {reader.tokens} tokens, "
-                    f"the manifest pins {shard.documents} / {shard.tokens}"
-                )
-            if self.has_sources:
-                src = _sidecar(prefix, ".src")
-                if not src.exists() or sha256_file(src) != shard.src_sha256:
-                    raise ArtifactError(f"{src}: missing or differs from the manifest's checksum")
-                source_ids.append(reader.source_ids())
-                document_starts.append(sum(sizes) + reader.pointers // self.dtype.itemsize)
-            # A plain ndarray view of the memmap: slicing it skips np.memmap's per-slice Python overhead.
-            self.views.append(np.asarray(reader.tokens_view))
-            sizes.append(reader.tokens)
-        self.shard_starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+        self.table = table
+        self.shard_starts = np.concatenate([[0], np.cumsum(table.tokens, dtype=np.int64)]).astype(np.int64)
         self.tokens = int(self.shard_starts[-1])
-        if self.tokens != cell.available_tokens:
-            raise ArtifactError(
-                f"{cell_dir}: shards hold {self.tokens} tokens, the manifest says {cell.available_tokens}"
-            )
-        if self.has_sources:
-            self.document_starts = np.concatenate(document_starts).astype(np.int64)
-            self.document_sources = np.concatenate(source_ids)
+        self.has_sources = table.sources
+        if self.tokens != cell.available_tokens or len(table.names) != cell.shards:
+            raise ArtifactError(f"{where}: {len(table.names)} shards of {self.tokens} tokens, the manifest pins "
+                                f"{cell.shards} of {cell.available_tokens}")
 
 
 class TokenSpace:
-    """All opened cells laid end to end in one virtual token space, so that a batch's windows and
-    per-token sources are found with one vectorised search, whatever mix of cells it draws from.
+    """Token windows and per-token sources of the drawn cells, by (cell, sequence, epoch)."""
 
-    Cell c occupies [cell_base[c], cell_base[c] + tokens); a window never leaves its cell, because
-    sequence s of a cell ends at most at its last token (`sequences_available` guarantees it).
-    """
+    def __init__(self, files: StoreFiles, cells: list[CellShards | None], seq_len: int, dtype: np.dtype,
+                 seed: int, block: int, sources: bool):
+        self.files, self.cells, self.seq_len, self.dtype = files, cells, seq_len, np.dtype(dtype)
+        self.seed, self.block, self.sources = seed, block, sources
+        self.open_files = OpenFiles(files.options.max_open_files)
+        self._layouts: OrderedDict[tuple, Layout] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def __init__(self, cells: list[CellTokens | None], seq_len: int, dtype: np.dtype, sources: bool):
-        self.seq_len = seq_len
-        self.dtype = np.dtype(dtype)
-        sizes = np.asarray([0 if cell is None else cell.tokens for cell in cells], dtype=np.int64)
-        self.cell_base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        opened = [(base, cell) for base, cell in zip(self.cell_base.tolist(), cells) if cell is not None]
-        self.views = [view for _, cell in opened for view in cell.views]
-        starts = [base + cell.shard_starts[:-1] for base, cell in opened]
-        self.shard_starts = np.concatenate(starts + [[int(sizes.sum())]]).astype(np.int64)
-        self._bases = self.shard_starts.tolist()
-        if sources:  # moved out of the cells, so that each document is held once
-            self.document_starts = np.concatenate([base + cell.document_starts for base, cell in opened])
-            self.document_sources = np.concatenate([cell.document_sources for _, cell in opened])
-            for _, cell in opened:
-                del cell.document_starts, cell.document_sources
+    def __getstate__(self) -> dict:
+        """What a data-loader worker process gets: no open files, no cached layouts."""
+        state = dict(self.__dict__)
+        state["open_files"] = OpenFiles(self.files.options.max_open_files)
+        state["_layouts"], state["_lock"] = OrderedDict(), None
+        return state
 
-    def windows(self, cell_ids: np.ndarray, sequences: np.ndarray) -> np.ndarray:
-        """[n, seq_len + 1] tokens: window sequences[i] of cell cell_ids[i]."""
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def shard(self, cell_id: int, index: int) -> OpenShard:
+        cell = self.cells[cell_id]
+        table = cell.table
+
+        def opener() -> tuple[OpenShard, int]:
+            opened = OpenShard(self.files, cell.name, table.names[index], table.documents[index],
+                               table.tokens[index], table.digests[index], self.dtype,
+                               self.sources and cell.has_sources)
+            return opened, opened.files
+
+        return self.open_files.get((cell_id, index), opener, 3 if self.sources and cell.has_sources else 2)
+
+    def layout(self, cell_id: int, index: int, shard: OpenShard, block: int, epoch: int) -> Layout:
+        key = (cell_id, index, block, epoch)
+        with self._lock:
+            found = self._layouts.get(key)
+            if found is not None:
+                self._layouts.move_to_end(key)
+                return found
+        lo, hi = block * self.block, min(shard.documents, (block + 1) * self.block)
+        order = block_shuffle(self.seed, f"{self.cells[cell_id].name}/{index}/{block}", epoch, hi - lo)
+        lengths = shard.lengths(lo, hi)[order]
+        file_starts = shard.starts(lo, hi)[order]
+        stream_starts = shard.block_start(block, self.block) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        sources = shard.source_ids(lo, hi)[order] if shard.src is not None else None
+        found = Layout(stream_starts.astype(np.int64), file_starts, lengths, sources, lo + order)
+        with self._lock:
+            self._layouts[key] = found
+            while len(self._layouts) > LAYOUT_CACHE:
+                self._layouts.popitem(last=False)
+        return found
+
+    def read(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray,
+             with_sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """([n, seq_len + 1] tokens, [n, seq_len] int32 sources or None) of each sample."""
         width = self.seq_len + 1
         out = np.empty((cell_ids.size, width), dtype=self.dtype)
-        starts = self.cell_base[cell_ids] + sequences * self.seq_len
-        shards = np.searchsorted(self.shard_starts, starts, side="right") - 1
-        inside = (starts + width <= self.shard_starts[shards + 1]).tolist()
-        bases, views = self._bases, self.views
-        for row, (start, shard, whole) in enumerate(zip(starts.tolist(), shards.tolist(), inside)):
-            if whole:
-                offset = start - bases[shard]
-                out[row] = views[shard][offset : offset + width]
-                continue
-            filled = 0
-            while filled < width:  # the window spans shards of its cell
-                take = min(width - filled, bases[shard + 1] - (start + filled))
-                offset = start + filled - bases[shard]
-                out[row, filled : filled + take] = views[shard][offset : offset + take]
-                filled += take
-                shard += 1
-        return out
+        sources = np.empty((cell_ids.size, width), dtype=np.int32) if with_sources else None
+        for row, (cell_id, sequence, epoch) in enumerate(zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist())):
+            self._fill(row, cell_id, sequence * self.seq_len, epoch, out, sources)
+        return out, None if sources is None else sources[:, : self.seq_len]
 
-    def sources(self, cell_ids: np.ndarray, sequences: np.ndarray) -> np.ndarray:
-        """[n, seq_len] int32: the source index of the document each input token comes from."""
-        length, rows = self.seq_len, cell_ids.size
-        starts = self.cell_base[cell_ids] + sequences * length
-        first = np.searchsorted(self.document_starts, starts, side="right") - 1
-        pieces = np.searchsorted(self.document_starts, starts + length, side="left") - first  # documents per row
-        row_of = np.repeat(np.arange(rows), pieces)
-        documents = np.arange(row_of.size) - np.repeat(np.cumsum(pieces) - pieces - first, pieces)
-        offsets = np.maximum(self.document_starts[documents] - starts[row_of], 0) + row_of * length
-        lengths = np.diff(np.append(offsets, rows * length))
-        return np.repeat(self.document_sources[documents].astype(np.int32), lengths).reshape(rows, length)
+    def _fill(self, row: int, cell_id: int, start: int, epoch: int, out: np.ndarray,
+              sources: np.ndarray | None) -> None:
+        """Row `row` of `out`: the cell's tokens [start, start + width) in `epoch`'s order, one vectorised
+        gather per block the window crosses."""
+        cell = self.cells[cell_id]
+        width = out.shape[1]
+        filled = 0
+        while filled < width:
+            position = start + filled
+            if position >= cell.tokens:
+                raise ArtifactError(f"cell {cell.name!r}: window at token {start} runs past its {cell.tokens} tokens")
+            index = int(np.searchsorted(cell.shard_starts, position, side="right")) - 1
+            shard = self.shard(cell_id, index)
+            offset = position - int(cell.shard_starts[index])
+            block = shard.block_at(offset, self.block)
+            layout = self.layout(cell_id, index, shard, block, epoch)
+            block_end = int(layout.stream_starts[-1] + layout.lengths[-1])
+            take = min(width - filled, block_end - offset)
+            wanted = np.arange(offset, offset + take, dtype=np.int64)
+            document = np.searchsorted(layout.stream_starts, wanted, side="right") - 1
+            items = layout.file_starts[document] + (wanted - layout.stream_starts[document])
+            out[row, filled : filled + take] = shard.bin.gather(items, self.dtype)
+            if sources is not None:
+                sources[row, filled : filled + take] = layout.sources[document]
+            filled += take
+
+    def window_documents(self, cell_id: int, sequence: int, epoch: int) -> list[tuple[int, int]]:
+        """(shard, document index in the shard) of each document window `sequence` of `epoch` overlaps,
+        in window order."""
+        cell = self.cells[cell_id]
+        position, end = sequence * self.seq_len, sequence * self.seq_len + self.seq_len + 1
+        found: list[tuple[int, int]] = []
+        while position < min(end, cell.tokens):
+            index = int(np.searchsorted(cell.shard_starts, position, side="right")) - 1
+            shard = self.shard(cell_id, index)
+            offset = position - int(cell.shard_starts[index])
+            layout = self.layout(cell_id, index, shard, shard.block_at(offset, self.block), epoch)
+            stop = offset + end - position
+            first = int(np.searchsorted(layout.stream_starts, offset, side="right")) - 1
+            last = int(np.searchsorted(layout.stream_starts, stop, side="left"))
+            found += [(index, int(d)) for d, n in zip(layout.documents[first:last], layout.lengths[first:last]) if n]
+            position += int(layout.stream_starts[-1] + layout.lengths[-1]) - offset
+        return found

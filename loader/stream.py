@@ -2,9 +2,9 @@
 
 Batch `s` is global positions [s * B, (s + 1) * B); rank r of W gets the contiguous
 slice [s * B + r * B / W, s * B + (r + 1) * B / W), so changing W between runs keeps
-the global stream identical. Opening reads the manifest, checks it, and checks every
-drawn cell's shards (`loader.shards`): O(cells + shards) work, nothing proportional
-to tokens or samples. A stats-only manifest opens in index-only mode (positions ->
+the global stream identical. Opening reads the manifest, checks it, and reads each
+drawn cell's hash-checked shard table (`loader.shards`): O(cells + shards) work, nothing
+proportional to documents, tokens or samples; shard files open when first read. A stats-only manifest opens in index-only mode (positions ->
 cell, sequence, epoch; no tokens).
 """
 
@@ -21,12 +21,14 @@ import numpy as np
 
 from loader.packing import pack
 from loader.schedule import SampleIndex, Schedule
-from loader.shards import CellTokens, TokenSpace
+from loader.files import ReadOptions, StoreFiles
+from loader.shards import CellShards, TokenSpace
 from loader.state import LoaderState
+from millrace.artifacts import parse_artifact
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.lineage import check_lineage_resume
 from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
-from pipeline.store.format import Store
+from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +65,12 @@ class MixtureStream:
     """Deterministic, resumable, elastic batches of one built mixture manifest."""
 
     def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2,
-                 sources: bool = True):
-        """`sources=False` skips per-token sources (Batch.sources is None) and the 12 bytes per
-        document they need in memory; everything else is the same."""
+                 sources: bool = True, store_url: str | None = None, storage_options: dict | None = None,
+                 read_options: ReadOptions | None = None):
+        """`sources=False` skips per-token sources (Batch.sources is None); everything else is the same.
+        `store_url` reads the pinned store from elsewhere (any fsspec URL, e.g. a copy on `s3://`)
+        instead of the directory the manifest sits in; `read_options` bounds open files and the
+        remote chunk cache (`loader.files.ReadOptions`)."""
         self.path = Path(manifest_path)
         self.manifest: BuiltManifest
         self.manifest, self.manifest_hash = read_manifest(self.path)
@@ -86,36 +91,44 @@ class MixtureStream:
         self.index_only = manifest.store.stats_only
         self.source_names: list[str] = []
         self.tokenizer_path: Path | None = None
-        self._cells: list[CellTokens | None] = [None] * len(self.cell_names)
         if self.index_only:
             log.info("%s: stats-only manifest, index-only mode (no tokens)", self.path)
             self.has_sources = False
             return
-        store_dir = store_dir_of(self.path)
-        store = Store(store_dir)
-        if store.manifest_hash != manifest.store.manifest_hash:
-            raise ArtifactError(
-                f"{store_dir / 'store.json'}: hash {store.manifest_hash} differs from the one pinned by "
-                f"{self.path} ({manifest.store.manifest_hash}); rebuild the mixture"
-            )
+        files = StoreFiles(store_url or store_dir_of(self.path), read_options or ReadOptions(), storage_options)
+        store = self._check_store(files)
         if manifest.dtype is None:
             raise ArtifactError(f"{self.path}: a manifest with shards must name their dtype")
-        self.source_names = list(store.manifest.sources)
-        if store.manifest.tokenizer is not None and store.manifest.tokenizer.path:
-            self.tokenizer_path = store_dir / store.manifest.tokenizer.path
+        self.source_names = list(store.sources)
+        if store.tokenizer is not None and store.tokenizer.path and files.local is not None:
+            self.tokenizer_path = files.local / store.tokenizer.path
+        cells: list[CellShards | None] = [None] * len(self.cell_names)
         for name in drawn:
-            cell = manifest.cells[name]
-            if not cell.shards:
+            if not manifest.cells[name].shards:
                 raise ArtifactError(f"{self.path}: cell {name!r} is drawn but pins no shards")
-            self._cells[self.schedule.cell_index[name]] = CellTokens(
-                store.cell_dir(name), cell, np.dtype(manifest.dtype), manifest.seq_len, sources
-            )
-        opened = [c for c in self._cells if c is not None]
-        self.has_sources = bool(opened) and bool(self.source_names) and all(c.has_sources for c in opened)
-        self._space = TokenSpace(self._cells, manifest.seq_len, np.dtype(manifest.dtype), self.has_sources)
-        log.info("%s: %d cells, %d shards checked; %d steps of %d x %d tokens",
-                 self.path, len(opened), sum(len(c.views) for c in opened), self.steps,
+            cells[self.schedule.cell_index[name]] = CellShards(files, manifest.cells[name], np.dtype(manifest.dtype))
+        opened = [c for c in cells if c is not None]
+        self.has_sources = (sources and bool(opened) and bool(self.source_names)
+                            and all(c.has_sources for c in opened))
+        self._space = TokenSpace(files, cells, manifest.seq_len, np.dtype(manifest.dtype), manifest.seed,
+                                 manifest.document_block, self.has_sources)
+        log.info("%s: %d cells, %d shards pinned (opened on demand); %d steps of %d x %d tokens",
+                 self.path, len(opened), sum(len(c.table.names) for c in opened), self.steps,
                  manifest.global_batch, manifest.seq_len)
+
+    def _check_store(self, files: StoreFiles) -> StoreManifest:
+        where = files.describe("store.json")
+        body = parse_artifact(files.read_bytes("store.json"), where, STORE_KIND, (SCHEMA_VERSION,))
+        if body["content_hash"] != self.manifest.store.manifest_hash:
+            raise ArtifactError(f"{where}: hash {body['content_hash']} differs from the one pinned by "
+                                f"{self.path} ({self.manifest.store.manifest_hash}); rebuild the mixture")
+        return StoreManifest.model_validate({k: v for k, v in body.items()
+                                             if k not in ("kind", "schema_version", "content_hash")})
+
+    @property
+    def open_files(self) -> int:
+        """Shard files open now (bounded by ReadOptions.max_open_files)."""
+        return 0 if self.index_only else self._space.open_files.open_files
 
     # ---- where samples come from -------------------------------------------------
 
@@ -162,20 +175,29 @@ class MixtureStream:
 
     def windows(self, index: SampleIndex) -> np.ndarray:
         """The seq_len + 1 raw tokens of each sample, in the store's dtype."""
+        return self._read(index, False)[0]
+
+    def window_documents(self, cell: str, sequence: int, epoch: int) -> list[int]:
+        """Store-order positions (documents in earlier shards + index in its own) of the documents that
+        window `sequence` of `cell` overlaps in `epoch`, in window order."""
+        if self.index_only:
+            raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no documents")
+        cell_id = self.schedule.cell_index[cell]
+        before = np.concatenate([[0], np.cumsum(self._space.cells[cell_id].table.documents)])
+        return [int(before[shard]) + document for shard, document in self._space.window_documents(cell_id, sequence, epoch)]
+
+    def _read(self, index: SampleIndex, sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no tokens")
-        return self._space.windows(index.cell_ids, index.sequences)
+        return self._space.read(index.cell_ids, index.sequences, index.epochs, sources)
 
     def batch(self, step: int) -> Batch:
         """This rank's batch at `step`: a pure function of (manifest, step, rank, world)."""
         return self._assemble(step, self.index(step))
 
     def _assemble(self, step: int, index: SampleIndex) -> Batch:
-        windows = self.windows(index)
+        windows, sources = self._read(index, self.has_sources)
         input_ids, labels, segment_ids, positions = pack(windows, self.manifest.eos_id)
-        sources = None
-        if self.has_sources:
-            sources = self._space.sources(index.cell_ids, index.sequences)
         return Batch(
             step=step,
             phase=self.manifest.phases[index.phase].name,

@@ -18,11 +18,37 @@ from pathlib import Path
 import numpy as np
 
 from loader.packing import pack
-from loader.shards import CellTokens
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.manifest import BuiltManifest, ManifestValidation, read_manifest, store_dir_of
+from pipeline.store.format import ShardInfo, ShardReader, verify_shard
 
 PAD_LABEL = -1
+
+
+class CellTokens:
+    """An entry's held-out shards, checked in full against their chunk digests and read whole when opened
+    (held-out data is small: a few shards per cell or set), with each document's start and source."""
+
+    def __init__(self, directory: Path, pinned: ManifestValidation, dtype: np.dtype, seq_len: int, sources: bool):
+        self.dtype = np.dtype(dtype)
+        self.views: list[np.ndarray] = []
+        starts, ids, sizes = [], [], [0]
+        for shard in pinned.shards:
+            prefix = directory / shard.name
+            problems = verify_shard(prefix, ShardInfo(shard.name, shard.documents, shard.tokens, shard.digest),
+                                    self.dtype, f"{pinned.directory} in the manifest")
+            if problems:
+                raise ArtifactError(problems[0])
+            reader = ShardReader(prefix, self.dtype)
+            self.views.append(np.asarray(reader.tokens_view))
+            starts.append(sum(sizes) + reader.pointers // self.dtype.itemsize)
+            ids.append(reader.source_ids())
+            sizes.append(reader.tokens)
+        self.shard_starts = np.cumsum(sizes, dtype=np.int64)
+        self.tokens = int(self.shard_starts[-1])
+        self.has_sources = sources and bool(pinned.shards)
+        self.document_starts = np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64)
+        self.document_sources = np.concatenate(ids) if ids else np.zeros(0, np.uint16)
 
 
 @dataclass(frozen=True)

@@ -100,20 +100,29 @@ def read_artifact(path: Path | str, kind: str, schema_versions: tuple[int, ...] 
     """Read and check an artifact; any problem is an ArtifactError that names the file."""
     path = Path(path)
     try:
-        body = json.loads(path.read_text())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ArtifactError(f"{path}: missing {kind} artifact") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
         raise ArtifactError(f"{path}: unreadable {kind} artifact ({exc})") from None
+    return parse_artifact(raw, str(path), kind, schema_versions)
+
+
+def parse_artifact(raw: bytes, where: str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> dict[str, Any]:
+    """Check an artifact's bytes (read from a file or an object store); problems name `where`."""
+    try:
+        body = json.loads(raw.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{where}: unreadable {kind} artifact ({exc})") from None
     if not isinstance(body, dict) or body.get("kind") != kind:
         found = body.get("kind") if isinstance(body, dict) else type(body).__name__
-        raise ArtifactError(f"{path}: expected a {kind} artifact, found {found!r}")
+        raise ArtifactError(f"{where}: expected a {kind} artifact, found {found!r}")
     if body.get("schema_version") not in schema_versions:
         raise ArtifactError(
-            f"{path}: {kind} schema version {body.get('schema_version')!r} is not one of {list(schema_versions)}"
+            f"{where}: {kind} schema version {body.get('schema_version')!r} is not one of {list(schema_versions)}"
         )
     recorded = body.pop(HASH_FIELD, None)
     if recorded != content_hash(body):
-        raise ArtifactError(f"{path}: content hash mismatch (recorded {recorded}); the file was altered or damaged")
+        raise ArtifactError(f"{where}: content hash mismatch (recorded {recorded}); the file was altered or damaged")
     body[HASH_FIELD] = recorded
     return body

@@ -5,9 +5,10 @@ Lives at `stores/<name>/<version>/mixtures/<mixture>/<revision>/manifest.json`
 loader's state and the trainer's checkpoints pin.
 
 Semantics the loader relies on:
-- A sample is `seq_len + 1` tokens: a cell's documents are concatenated in shard
-  order (EOS already after each) and cut into windows of `seq_len` tokens that
-  overlap by one, so `sequences_available = (available_tokens - 1) // seq_len`.
+- A sample is `seq_len + 1` tokens: a cell's documents are concatenated (EOS already
+  after each; in shard order, each block of `document_block` documents of a shard
+  reordered by a keyed permutation per epoch) and cut into windows of `seq_len` tokens
+  that overlap by one, so `sequences_available = (available_tokens - 1) // seq_len`.
 - Phases are contiguous in global sample positions; phase p covers positions
   [start_position, start_position + sequences). `sequences` is a multiple of
   `global_batch`, so no batch straddles two phases; step s covers positions
@@ -41,7 +42,7 @@ from millrace.home import Home
 from millrace.names import known
 
 MANIFEST_KIND = "millrace.mixture-manifest"
-MANIFEST_SCHEMA_VERSION = 1
+MANIFEST_SCHEMA_VERSION = 2
 MANIFEST_FILE = "manifest.json"
 
 
@@ -50,12 +51,12 @@ class Model(pydantic.BaseModel):
 
 
 class PinnedShard(Model):
-    name: str  # path prefix relative to the store's cells/<cell>/ directory
+    """One held-out shard (validation and evaluation sets are few shards, pinned one by one)."""
+
+    name: str  # path prefix relative to its directory
     documents: int
     tokens: int
-    bin_sha256: str
-    idx_sha256: str
-    src_sha256: str | None = None
+    digest: str  # of the shard's `.xxh` chunk-digest sidecar
 
 
 class ManifestCell(Model):
@@ -63,8 +64,10 @@ class ManifestCell(Model):
     available_tokens: int
     documents: int
     sequences_available: int
+    # The content hash of cells/<cell>/cell.json, which holds the cell's shard table (names, counts,
+    # digests): the shards are pinned through it, so the manifest stays small at any shard count.
     cell_manifest_hash: str | None  # None for a stats-only store
-    shards: list[PinnedShard]  # empty for a stats-only store
+    shards: int  # how many shards that table lists; 0 for a stats-only store
 
 
 class ManifestValidation(Model):
@@ -126,6 +129,7 @@ class BuiltManifest(Model):
     seq_len: int
     global_batch: int
     epoch_cap: float
+    document_block: int = 1024  # documents per block the loader reorders in each epoch (loader.shards)
     cells: dict[str, ManifestCell]
     phases: list[ManifestPhase]
     total_sequences: int

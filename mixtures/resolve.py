@@ -12,7 +12,6 @@ import logging
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 
 from millrace.artifacts import content_hash, read_artifact
 from millrace.errors import ArtifactError, ConfigError
@@ -37,7 +36,7 @@ from mixtures.manifest import (
 from mixtures.lineage import Parent, ancestors_of, check_same_frame, inherited_phases
 from mixtures.revision import PhaseSpec, Revision, StoreSpec
 from mixtures.strategies import StrategyError, desired_weights, water_fill
-from pipeline.store.format import CELL_KIND, ShardInfo, Store
+from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION, ShardInfo, Store
 
 log = logging.getLogger(__name__)
 
@@ -239,37 +238,31 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
 
 
 def pin_cell(store: Store, cell: str, table: CellTable, revision: Revision, source: str) -> ManifestCell:
-    """The cell's shards with their checksums, from its hash-checked cell.json (none if stats-only)."""
+    """The cell, its shard table pinned by the content hash of its hash-checked cell.json (none if stats-only).
+
+    The shard files themselves are checked by the loader as it reads them, and by `store verify`."""
     summary = store.manifest.cells[cell]
     if store.manifest.stats_only:
         return ManifestCell(name=cell, available_tokens=summary.tokens, documents=summary.documents,
-                            sequences_available=table.sequences(cell), cell_manifest_hash=None, shards=[])
+                            sequences_available=table.sequences(cell), cell_manifest_hash=None, shards=0)
     manifest = store.cell(cell)
     cell_json = store.cell_dir(cell) / "cell.json"
     if manifest.tokens != summary.tokens:
         raise ArtifactError(f"{cell_json}: {manifest.tokens} tokens, store.json says {summary.tokens}")
     if store.manifest.dtype is not None and manifest.dtype != store.manifest.dtype:
         raise ArtifactError(f"{cell_json}: dtype {manifest.dtype} differs from store.json's {store.manifest.dtype}")
-    for shard in manifest.shards:
-        prefix = store.shard_prefix(cell, shard)
-        for suffix in (".bin", ".idx"):
-            if not Path(f"{prefix}{suffix}").exists():
-                raise ArtifactError(f"{prefix}{suffix}: missing shard file of cell {cell!r}")
-        size = Path(f"{prefix}.bin").stat().st_size
-        if size != shard.bin_bytes:
-            raise ArtifactError(f"{prefix}.bin: {size} bytes, {cell_json} says {shard.bin_bytes}")
     return ManifestCell(
         name=cell, available_tokens=manifest.tokens, documents=manifest.documents,
         sequences_available=table.sequences(cell),
-        cell_manifest_hash=summary.manifest_hash or read_artifact(cell_json, CELL_KIND)["content_hash"],
-        shards=pin_shards(manifest.shards),
+        cell_manifest_hash=(summary.manifest_hash
+                            or read_artifact(cell_json, CELL_KIND, (CELL_SCHEMA_VERSION,))["content_hash"]),
+        shards=len(manifest.shards.names),
     )
 
 
 def pin_shards(shards: list[ShardInfo]) -> list[PinnedShard]:
     return [
-        PinnedShard(name=s.name, documents=s.documents, tokens=s.tokens, bin_sha256=s.bin_sha256,
-                    idx_sha256=s.idx_sha256, src_sha256=s.src_sha256)
+        PinnedShard(name=s.name, documents=s.documents, tokens=s.tokens, digest=s.digest)
         for s in shards
     ]
 

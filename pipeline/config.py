@@ -138,7 +138,14 @@ class TokenizerConfig(StrictModel):
 class OutputConfig(StrictModel):
     name: str = pydantic.Field("local", pattern=NAME_PATTERN)
     version: str | None = None
-    shard_tokens: int = pydantic.Field(1 << 26, ge=1)
+    # 256M tokens (512 MiB of uint16, 1 GiB of int32): about 90,000 shards for the reference 23T tokens
+    # (450 a cell), large objects for object storage (well past where a request's latency matters, under
+    # S3's 5 GiB single-PUT limit), a few MB of `.idx` each; the loader keeps at most 128 open at once.
+    shard_tokens: int = pydantic.Field(1 << 28, ge=1)
+    # Also copy the finished version to <url>/<name>/<version> (any fsspec URL, e.g. s3://bucket/stores),
+    # store.json last; `storage_options` are that filesystem's (endpoint, credentials profile, ...).
+    url: str | None = None
+    storage_options: dict = {}
 
     @pydantic.field_validator("version")
     @classmethod

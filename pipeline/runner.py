@@ -394,9 +394,14 @@ def run_pipeline(
                    for stage in funnel["stages"]}
         raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
     store_stats, cell_stats = post.collect_stats()
-    return assemble_store(
+    store = assemble_store(
         final, name, version, layout.runs, tokenizer_path, config.tokenizer.eos, [s.name for s in config.sources],
         config.output.shard_tokens, recorded, funnel, store_stats, cell_stats, layout.models, config.validation,
     )
+    if config.output.url:
+        from pipeline.store.remote import copy_store
+
+        copy_store(store, f"{config.output.url.rstrip('/')}/{name}/{version}", config.output.storage_options)
+    return store
 
 

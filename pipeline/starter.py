@@ -140,6 +140,7 @@ batch_size = {t.batch_size}
 name = "{o.name}"                 # $MILLRACE_HOME/stores/<name>/<version>
 # version = "2026.01.31"         # CalVer; absent: today's date
 shard_tokens = {o.shard_tokens}         # a cell's shard rolls over after this many tokens
+# url = "s3://bucket/stores"     # also copy the finished store there (any fsspec URL; store.json last)
 
 [validation]
 fraction = {v.fraction}                # of each cell's documents held out (by a keyed hash) into validation shards

@@ -12,8 +12,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from millrace.home import Home
-from pipeline.store.format import (CellManifest, CellSummary, HeldOut, ShardWriter, SourceCounts, StoreManifest,
-                            TokenizerInfo, write_cell_manifest, write_store_manifest)
+from pipeline.store.format import (CellManifest, CellSummary, HeldOut, ShardTable, ShardWriter, SourceCounts,
+                                   StoreManifest, TokenizerInfo, write_cell_manifest, write_store_manifest)
 
 Document = tuple[np.ndarray, int]  # token ids (EOS included), source index
 
@@ -30,7 +30,7 @@ def write_store(home: Home, name: str, version: str, cells: Mapping[str, Sequenc
     for cell, shards in sorted(cells.items()):
         infos, counts = [], {}
         for index, documents in enumerate(shards):
-            writer = ShardWriter(root / "cells" / cell / f"shard_{index:05d}", np.uint16)
+            writer = ShardWriter(root / "cells" / cell / f"shard_{index:05d}", np.uint16, durable=False)
             for tokens, source in documents:
                 writer.add_document(tokens, source_id=source)
                 count = counts.setdefault(sources[source], SourceCounts())
@@ -53,7 +53,7 @@ def write_store(home: Home, name: str, version: str, cells: Mapping[str, Sequenc
             held = HeldOut(documents=info.documents, tokens=info.tokens, bytes=info.tokens * bytes_per_token,
                            shards=[info], sources=held_sources)
         manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint=fingerprint, documents=documents,
-                                tokens=tokens, bytes=tokens * bytes_per_token, shards=infos, sources=counts,
+                                tokens=tokens, bytes=tokens * bytes_per_token, shards=ShardTable.of(infos), sources=counts,
                                 stats=dict(cell_stats.get(cell, {})), validation=held)
         summaries[cell] = CellSummary(documents=documents, tokens=tokens, bytes=tokens * bytes_per_token,
                                       validation_documents=held.documents, validation_tokens=held.tokens,

@@ -29,3 +29,23 @@ def test_truncated_index_is_named(tmp_path):
     idx.write_bytes(idx.read_bytes()[:-3])
     with pytest.raises(ArtifactError, match="s.idx"):
         ShardReader(tmp_path / "s")
+
+
+def test_chunk_digests_sidecar_matches_the_files_and_bulk_add_equals_one_by_one(tmp_path):
+    from pipeline.store.format import ShardDigests, digest_hex
+
+    docs = [np.arange(n, dtype=np.uint16) + 2 for n in (5, 1, 9)]
+    one = ShardWriter(tmp_path / "one", np.uint16)
+    for source, doc in enumerate(docs):
+        one.add_document(doc, source_id=source)
+    bulk = ShardWriter(tmp_path / "bulk", np.uint16)
+    bulk.add_documents(np.concatenate(docs), np.asarray([d.size for d in docs]), np.arange(3))
+    first, second = one.close(), bulk.close()
+    assert first.digest == second.digest
+    raw = (tmp_path / "one.xxh").read_bytes()
+    assert digest_hex(raw) == first.digest
+    parsed = ShardDigests.parse(raw, "one.xxh")
+    assert parsed.to_bytes() == ShardDigests.of_files(tmp_path / "one").to_bytes() == raw
+    assert [(f.chunk_bytes, f.digests.size) for f in parsed.files()] == [(64 << 10, 1)] * 3
+    with pytest.raises(ArtifactError, match="one.xxh"):
+        ShardDigests.parse(raw[:-1], "one.xxh")

@@ -253,3 +253,41 @@ def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -
                     "tokens": sum(counts.values())})
         return
     click.echo(f"wrote stats-only store {name}/{version} ({len(counts)} cells) at {path}")
+
+
+def parse_storage_options(pairs: tuple[str, ...]) -> dict:
+    """`KEY=VALUE` pairs; a VALUE that parses as JSON is taken as JSON (objects, numbers, booleans)."""
+    import json
+
+    options: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--option {pair!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+@store.command("copy")
+@click.argument("store_spec", metavar="STORE")
+@click.argument("url")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="An fsspec storage option for URL's filesystem (repeatable; JSON values allowed), e.g. "
+                   "client_kwargs='{\"endpoint_url\": \"http://127.0.0.1:9000\"}'.")
+@home_option
+@json_option
+def copy(store_spec: str, url: str, options: tuple[str, ...], home, as_json: bool) -> None:
+    """Copy a store version to URL (any fsspec URL: s3://bucket/prefix, gs://..., file://...), store.json last.
+
+    The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
+    from pipeline.store.remote import copy_store
+
+    path = resolve_store(store_spec, home)
+    count = copy_store(path, url, parse_storage_options(options))
+    if as_json:
+        print_json({"path": str(path), "url": url, "files": count})
+    else:
+        click.echo(f"copied {count} files of {path} to {url}")

@@ -1,12 +1,14 @@
 """The token store's format: light enough for `mixtures/` and `loader/` to import.
 
-A store version is a directory:
+A store version is a directory (or the same tree at an fsspec URL):
 
     store.json                 StoreManifest (kind "millrace.store")
     tokenizer/tokenizer.json   the tokenizer the cells were written with (absent if stats-only)
-    cells/<cell>/cell.json     CellManifest (kind "millrace.cell")
+    cells/<cell>/cell.json     CellManifest (kind "millrace.cell"), with the cell's shard table
     cells/<cell>/<shard>.bin   token ids, Megatron indexed-dataset layout
     cells/<cell>/<shard>.idx   document index, Megatron indexed-dataset layout
+    cells/<cell>/<shard>.src   one uint16 per document: its index into StoreManifest.sources
+    cells/<cell>/<shard>.xxh   chunk digests of the three files above (`ShardDigests`)
     cells/<cell>/validation-<n>.bin/.idx/.src   the cell's held-out documents, same layout
     sets/<name>/set.json       EvalSetManifest (kind "millrace.eval-set"): an external evaluation set
     sets/<name>/set-<n>.bin/.idx/.src   its documents, same layout
@@ -15,6 +17,13 @@ The `.bin/.idx` pair is byte-compatible with megatron-core's `IndexedDataset`: a
 `.idx` holds the header `MMIDIDX\\x00\\x00`, version 1, a dtype code, the sequence
 and document counts, int32 sequence lengths, int64 byte pointers and int64 document
 indices. Megatron has no uint32 code, so vocabularies over 65,536 ids use int32.
+
+Integrity without reading a whole shard: every file is cut into chunks of 64 KiB, each
+with an xxh3-64 digest in the shard's `.xxh` sidecar, whose own xxh3-128
+digest is in the cell's shard table. A reader checks a chunk the first time it reads from
+it (cost proportional to the bytes read); `Store.verify` checks every chunk of every file.
+The shard table is columnar (a few numbers per shard, not one object), so a cell of 2,000
+shards is about 120 KB and a built manifest pins it by the cell manifest's content hash.
 No datatrove import here.
 """
 
@@ -22,29 +31,122 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 import pydantic
+import xxhash
 
-from millrace.artifacts import atomic_output, read_artifact, sha256_file, write_artifact
+from millrace.artifacts import atomic_output, read_artifact, write_artifact
 from millrace.errors import ArtifactError
 
 STORE_KIND = "millrace.store"
 CELL_KIND = "millrace.cell"
 SET_KIND = "millrace.eval-set"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # store.json
+CELL_SCHEMA_VERSION = 2  # cell.json: columnar shard table, chunk digests in `.xxh` sidecars
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
+INDEX_PREFIX_BYTES = len(INDEX_HEADER) + 8 + 1 + 8 + 8  # header, version, dtype code, two counts
 DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 CODE_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
+# A reader verifies whole chunks, so the chunk bounds what one read costs: a window of 4,096 int32 tokens
+# is 16 KiB, a binary search over an `.idx` reads 8 bytes at a time. 64 KiB chunks keep that overhead
+# small (4 MiB chunks made a first batch read and hash 256 MB on a 100M-document store) for 8 bytes of
+# digest per 64 KiB (0.012%); remote readers fetch many chunks per request.
+CHUNK_BYTES = 64 << 10
+INDEX_CHUNK_BYTES = 64 << 10
+CHUNKS = {".bin": CHUNK_BYTES, ".idx": INDEX_CHUNK_BYTES, ".src": INDEX_CHUNK_BYTES}
+DIGESTS_MAGIC = b"MRXXH3\x00\x01"
+SHARD_FILES = (".bin", ".idx", ".src")
 
 
 def dtype_for_vocab(vocab_size: int) -> np.dtype:
     """uint16 while every id fits, else int32 (the widest integer code Megatron reads)."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
+
+
+def index_size(documents: int) -> int:
+    """Bytes of the `.idx` of a shard of `documents` documents."""
+    return INDEX_PREFIX_BYTES + documents * (4 + 8) + (documents + 1) * 8
+
+
+def parse_index_header(raw: bytes, where: str) -> tuple[np.dtype, int, int]:
+    """(dtype, sequences, document-index entries) from the first INDEX_PREFIX_BYTES of an `.idx`."""
+    if len(raw) < INDEX_PREFIX_BYTES or raw[: len(INDEX_HEADER)] != INDEX_HEADER:
+        raise ArtifactError(f"{where}: not a Megatron indexed-dataset index (bad header or truncated)")
+    offset = len(INDEX_HEADER)
+    (version,) = struct.unpack_from("<Q", raw, offset)
+    (code,) = struct.unpack_from("<B", raw, offset + 8)
+    sequences, documents = struct.unpack_from("<QQ", raw, offset + 9)
+    if version != INDEX_VERSION or code not in CODE_DTYPES:
+        raise ArtifactError(f"{where}: unsupported index version {version} or dtype code {code}")
+    return CODE_DTYPES[code], int(sequences), int(documents)
+
+
+def chunk_digests(data: np.ndarray | bytes, chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
+    """xxh3-64 of each `chunk_bytes` piece of `data` (uint64, one per chunk; none for empty data)."""
+    view = memoryview(data).cast("B")
+    return np.asarray([xxhash.xxh3_64_intdigest(view[i : i + chunk_bytes]) for i in range(0, len(view), chunk_bytes)],
+                      dtype=np.uint64)
+
+
+def file_digests(path: Path, chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
+    with open(path, "rb") as handle:
+        return np.asarray([xxhash.xxh3_64_intdigest(block) for block in iter(lambda: handle.read(chunk_bytes), b"")],
+                          dtype=np.uint64)
+
+
+def digest_hex(raw: bytes) -> str:
+    """The digest a shard table records for a shard's `.xxh` sidecar."""
+    return xxhash.xxh3_128_hexdigest(raw)
+
+
+@dataclass(frozen=True)
+class FileDigests:
+    chunk_bytes: int
+    digests: np.ndarray  # uint64, one per chunk
+
+
+@dataclass(frozen=True)
+class ShardDigests:
+    """A shard's `.xxh` sidecar: for `.bin`, `.idx` and `.src`, the chunk size and each chunk's digest."""
+
+    bin: FileDigests
+    idx: FileDigests
+    src: FileDigests
+
+    def files(self) -> tuple[FileDigests, FileDigests, FileDigests]:
+        return self.bin, self.idx, self.src
+
+    def to_bytes(self) -> bytes:
+        head = b"".join(struct.pack("<QQ", f.chunk_bytes, f.digests.size) for f in self.files())
+        return DIGESTS_MAGIC + head + np.concatenate([f.digests for f in self.files()]).astype("<u8").tobytes()
+
+    @classmethod
+    def parse(cls, raw: bytes, where: str) -> "ShardDigests":
+        head = len(DIGESTS_MAGIC) + 48
+        if len(raw) < head or raw[: len(DIGESTS_MAGIC)] != DIGESTS_MAGIC:
+            raise ArtifactError(f"{where}: not a millrace chunk-digest file")
+        fields = struct.unpack_from("<QQQQQQ", raw, len(DIGESTS_MAGIC))
+        sizes, counts = fields[0::2], fields[1::2]
+        if len(raw) != head + 8 * sum(counts) or min(sizes) < 1:
+            raise ArtifactError(f"{where}: {len(raw)} bytes do not match its counts (truncated or padded)")
+        values = np.frombuffer(raw, dtype="<u8", offset=head)
+        bounds = np.cumsum([0, *counts])
+        return cls(*(FileDigests(int(sizes[i]), values[bounds[i] : bounds[i + 1]]) for i in range(3)))
+
+    @classmethod
+    def of_files(cls, prefix: Path) -> "ShardDigests":
+        return cls(*(FileDigests(CHUNKS[suffix], file_digests(sidecar(prefix, suffix), CHUNKS[suffix]))
+                     for suffix in SHARD_FILES))
+
+
+def sidecar(prefix: Path, suffix: str) -> Path:
+    return prefix.with_name(prefix.name + suffix)
 
 
 class Model(pydantic.BaseModel):
@@ -57,17 +159,39 @@ class SourceCounts(Model):
     bytes: int = 0
 
 
-class ShardInfo(Model):
-    """One `.bin/.idx` pair; `name` is the path prefix relative to the cell directory."""
+@dataclass(frozen=True)
+class ShardInfo:
+    """What `ShardWriter.close` reports: one row of a cell's shard table."""
 
-    name: str
+    name: str  # path prefix relative to the cell directory
     documents: int
     tokens: int
-    bin_bytes: int
-    bin_sha256: str
-    idx_sha256: str
-    # `<name>.src`: one uint16 per document, an index into StoreManifest.sources.
-    src_sha256: str | None = None
+    digest: str  # digest_hex of the shard's `.xxh` sidecar
+
+
+class ShardTable(Model):
+    """A cell's shards, column by column (row i is shard i, in stream order)."""
+
+    names: list[str]
+    documents: list[int]
+    tokens: list[int]
+    digests: list[str]  # digest_hex of each shard's `.xxh` sidecar
+    sources: bool = True  # every shard has a `.src` sidecar
+
+    @pydantic.model_validator(mode="after")
+    def _same_length(self) -> "ShardTable":
+        if not len(self.names) == len(self.documents) == len(self.tokens) == len(self.digests):
+            raise ValueError("shard table columns differ in length")
+        return self
+
+    @classmethod
+    def of(cls, shards: list[ShardInfo]) -> "ShardTable":
+        return cls(names=[s.name for s in shards], documents=[s.documents for s in shards],
+                   tokens=[s.tokens for s in shards], digests=[s.digest for s in shards])
+
+    def rows(self) -> Iterator[ShardInfo]:
+        for row in zip(self.names, self.documents, self.tokens, self.digests):
+            yield ShardInfo(*row)
 
 
 class HeldOut(Model):
@@ -87,7 +211,7 @@ class CellManifest(Model):
     documents: int
     tokens: int
     bytes: int
-    shards: list[ShardInfo]
+    shards: ShardTable
     sources: dict[str, SourceCounts] = {}
     # Free-form statistics filled by later stages: score range, domain label, samples.
     stats: dict = {}
@@ -180,7 +304,7 @@ class Store:
         if self.manifest.stats_only:
             raise ArtifactError(f"{self.path}: stats-only store has no shards for cell {cell!r}")
         path = self.cell_dir(cell) / "cell.json"
-        body = read_artifact(path, CELL_KIND, (SCHEMA_VERSION,))
+        body = read_artifact(path, CELL_KIND, (CELL_SCHEMA_VERSION,))
         expected = self.manifest.cells[cell].manifest_hash
         if expected is not None and body["content_hash"] != expected:
             raise ArtifactError(f"{path}: hash {body['content_hash']} differs from store.json's {expected}")
@@ -192,7 +316,7 @@ class Store:
         if name not in self.manifest.sets:
             raise ArtifactError(f"{self.path}: store has no evaluation set {name!r}")
         path = self.path / "sets" / name / "set.json"
-        body = read_artifact(path, SET_KIND, (SCHEMA_VERSION,))
+        body = read_artifact(path, SET_KIND, (CELL_SCHEMA_VERSION,))
         if body["content_hash"] != self.manifest.sets[name].manifest_hash:
             raise ArtifactError(f"{path}: hash {body['content_hash']} differs from store.json's "
                                 f"{self.manifest.sets[name].manifest_hash}")
@@ -203,7 +327,9 @@ class Store:
         return self.cell_dir(cell) / shard.name
 
     def verify(self) -> list[str]:
-        """Full content check; returns one message per failing file (empty when all is well)."""
+        """Full content check: every chunk of every `.bin`, `.idx` and `.src` against its digest, the
+        sidecars against the shard tables, the index structure against the counts. One message per
+        failing file (empty when all is well)."""
         problems: list[str] = []
         if self.manifest.stats_only:
             return problems
@@ -213,9 +339,9 @@ class Store:
             except ArtifactError as exc:
                 problems.append(str(exc))
                 continue
-            for shard in [*cell.shards, *cell.validation.shards]:
-                problems += shard_problems(self.shard_prefix(cell_name, shard), shard, np.dtype(cell.dtype),
-                                           f"{cell_name}/cell.json")
+            for shard in [*cell.shards.rows(), *cell.validation.shards]:
+                problems += verify_shard(self.shard_prefix(cell_name, shard), shard, np.dtype(cell.dtype),
+                                         f"{cell_name}/cell.json")
         for name in self.manifest.sets:
             try:
                 eval_set = self.eval_set(name)
@@ -223,28 +349,45 @@ class Store:
                 problems.append(str(exc))
                 continue
             for shard in eval_set.held.shards:
-                problems += shard_problems(self.path / "sets" / name / shard.name, shard, np.dtype(eval_set.dtype),
-                                           f"sets/{name}/set.json")
+                problems += verify_shard(self.path / "sets" / name / shard.name, shard, np.dtype(eval_set.dtype),
+                                         f"sets/{name}/set.json")
         return problems
 
 
-def shard_problems(prefix: Path, shard: ShardInfo, dtype: np.dtype, owner: str) -> list[str]:
-    """What is wrong with one shard against the manifest (`owner`) that lists it."""
+def verify_shard(prefix: Path, shard: ShardInfo, dtype: np.dtype, owner: str) -> list[str]:
+    """Problems with one shard's four files against the manifest (`owner`) that lists it, each naming its
+    file (and a damaged chunk's byte range)."""
+    digests_file = sidecar(prefix, ".xxh")
+    try:
+        raw = digests_file.read_bytes()
+    except FileNotFoundError:
+        return [f"{digests_file}: missing"]
+    if digest_hex(raw) != shard.digest:
+        return [f"{digests_file}: digest differs from {owner}'s (sidecar altered or replaced)"]
+    try:
+        recorded = ShardDigests.parse(raw, str(digests_file))
+    except ArtifactError as exc:
+        return [str(exc)]
     problems = []
-    for suffix, expected in ((".bin", shard.bin_sha256), (".idx", shard.idx_sha256)):
-        file = prefix.with_name(prefix.name + suffix)
+    for suffix, expected in zip(SHARD_FILES, recorded.files()):
+        file = sidecar(prefix, suffix)
         if not file.exists():
             problems.append(f"{file}: missing")
-        elif sha256_file(file) != expected:
-            problems.append(f"{file}: checksum mismatch (expected {expected})")
-    if problems:
-        return problems
-    try:
-        reader = ShardReader(prefix, dtype)
-        if (reader.documents, reader.tokens) != (shard.documents, shard.tokens):
-            problems.append(f"{prefix}.idx: counts differ from {owner}")
-    except ArtifactError as exc:
-        problems.append(str(exc))
+            continue
+        found, size = file_digests(file, expected.chunk_bytes), expected.chunk_bytes
+        if found.size != expected.digests.size:
+            problems.append(f"{file}: {file.stat().st_size} bytes, its digests cover {expected.digests.size} chunks")
+            continue
+        for chunk in np.flatnonzero(found != expected.digests)[:1].tolist():
+            end = min(chunk * size + size, file.stat().st_size)
+            problems.append(f"{file}: bytes [{chunk * size}, {end}) differ from their digest (chunk {chunk})")
+    if not problems:
+        try:
+            reader = ShardReader(prefix, dtype)
+            if (reader.documents, reader.tokens) != (shard.documents, shard.tokens):
+                problems.append(f"{prefix}.idx: counts differ from {owner}")
+        except ArtifactError as exc:
+            problems.append(str(exc))
     return problems
 
 
@@ -253,66 +396,72 @@ def write_store_manifest(path: Path | str, manifest: StoreManifest) -> str:
 
 
 def write_eval_set_manifest(set_dir: Path | str, manifest: EvalSetManifest) -> str:
-    return write_artifact(Path(set_dir) / "set.json", SET_KIND, SCHEMA_VERSION, manifest.model_dump(mode="json"))
+    return write_artifact(Path(set_dir) / "set.json", SET_KIND, CELL_SCHEMA_VERSION, manifest.model_dump(mode="json"))
 
 
 def write_cell_manifest(cell_dir: Path | str, manifest: CellManifest) -> str:
-    return write_artifact(Path(cell_dir) / "cell.json", CELL_KIND, SCHEMA_VERSION, manifest.model_dump(mode="json"))
+    return write_artifact(Path(cell_dir) / "cell.json", CELL_KIND, CELL_SCHEMA_VERSION,
+                          manifest.model_dump(mode="json"))
 
 
 class ShardWriter:
-    """Writes one `.bin/.idx` pair; both appear (by rename) only when `close()` succeeds."""
+    """Writes one shard; its files appear (by rename, the `.bin` last) only when `close()` succeeds.
 
-    def __init__(self, prefix: Path | str, dtype: np.dtype):
+    `durable=False` skips the fsyncs (about 8 ms each here), for synthetic stores that benches and
+    tests regenerate at will; the pipeline always writes durably."""
+
+    def __init__(self, prefix: Path | str, dtype: np.dtype, durable: bool = True):
         self.prefix = Path(prefix)
+        self.durable = durable
         self.dtype = np.dtype(dtype)
         if self.dtype not in DTYPE_CODES:
             raise ValueError(f"unsupported token dtype {self.dtype}")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
         self._bin_tmp = self.prefix.with_name(f".{self.prefix.name}.bin.tmp")
         self._bin = open(self._bin_tmp, "wb")
-        self._lengths: list[int] = []
-        self._sources: list[int] = []
+        self._lengths: list[np.ndarray] = []
+        self._sources: list[np.ndarray] = []
 
     def add_document(self, tokens: np.ndarray | Iterable[int], source_id: int = 0) -> None:
         array = np.asarray(tokens, dtype=self.dtype)
-        self._bin.write(array.tobytes(order="C"))
-        self._lengths.append(int(array.size))
-        self._sources.append(source_id)
+        self.add_documents(array, np.asarray([array.size]), np.asarray([source_id]))
+
+    def add_documents(self, tokens: np.ndarray, lengths: np.ndarray, source_ids: np.ndarray) -> None:
+        """Many documents at once: `tokens` concatenated, `lengths[i]` and `source_ids[i]` per document."""
+        if int(np.sum(lengths, dtype=np.int64)) != len(tokens) or len(lengths) != len(source_ids):
+            raise ValueError("lengths must sum to the tokens given, with one source id per document")
+        self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
+        self._lengths.append(np.asarray(lengths, dtype=np.int32))
+        self._sources.append(np.asarray(source_ids, dtype=np.uint16))
 
     def close(self) -> ShardInfo:
         self._bin.flush()
-        os.fsync(self._bin.fileno())
+        if self.durable:
+            os.fsync(self._bin.fileno())
         self._bin.close()
-        lengths = np.asarray(self._lengths, dtype=np.int32)
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
         pointers = np.zeros(len(lengths), dtype=np.int64)
         if len(lengths) > 1:
             np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
         doc_index = np.arange(len(lengths) + 1, dtype=np.int64)
-        idx_path = self.prefix.with_name(self.prefix.name + ".idx")
-        with atomic_output(idx_path) as handle:
-            handle.write(INDEX_HEADER)
-            handle.write(struct.pack("<Q", INDEX_VERSION))
-            handle.write(struct.pack("<B", DTYPE_CODES[self.dtype]))
-            handle.write(struct.pack("<Q", len(lengths)))
-            handle.write(struct.pack("<Q", len(doc_index)))
-            handle.write(lengths.tobytes())
-            handle.write(pointers.tobytes())
-            handle.write(doc_index.tobytes())
-        src_path = self.prefix.with_name(self.prefix.name + ".src")
-        with atomic_output(src_path) as handle:
-            handle.write(np.asarray(self._sources, dtype=np.uint16).tobytes())
-        bin_path = self.prefix.with_name(self.prefix.name + ".bin")
-        os.replace(self._bin_tmp, bin_path)
-        return ShardInfo(
-            name=self.prefix.name,
-            documents=len(lengths),
-            tokens=int(lengths.sum(dtype=np.int64)),
-            bin_bytes=bin_path.stat().st_size,
-            bin_sha256=sha256_file(bin_path),
-            idx_sha256=sha256_file(idx_path),
-            src_sha256=sha256_file(src_path),
-        )
+        header = (INDEX_HEADER + struct.pack("<Q", INDEX_VERSION) + struct.pack("<B", DTYPE_CODES[self.dtype])
+                  + struct.pack("<QQ", len(lengths), len(doc_index)))
+        index = b"".join([header, lengths.tobytes(), pointers.tobytes(), doc_index.tobytes()])
+        sources = (np.concatenate(self._sources) if self._sources else np.zeros(0, np.uint16)).tobytes()
+        digests = ShardDigests(FileDigests(CHUNK_BYTES, file_digests(self._bin_tmp, CHUNK_BYTES)),
+                               FileDigests(INDEX_CHUNK_BYTES, chunk_digests(index, INDEX_CHUNK_BYTES)),
+                               FileDigests(INDEX_CHUNK_BYTES, chunk_digests(sources, INDEX_CHUNK_BYTES)))
+        for suffix, data in ((".idx", index), (".src", sources), (".xxh", digests.to_bytes())):
+            if self.durable:
+                with atomic_output(sidecar(self.prefix, suffix)) as handle:
+                    handle.write(data)
+            else:
+                tmp = self.prefix.with_name(f".{self.prefix.name}{suffix}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, sidecar(self.prefix, suffix))
+        os.replace(self._bin_tmp, sidecar(self.prefix, ".bin"))
+        return ShardInfo(name=self.prefix.name, documents=len(lengths), tokens=int(lengths.sum(dtype=np.int64)),
+                         digest=digest_hex(digests.to_bytes()))
 
     def abort(self) -> None:
         self._bin.close()
@@ -320,7 +469,7 @@ class ShardWriter:
 
 
 class ShardReader:
-    """Memory-maps one `.bin/.idx` pair; structural problems name the file."""
+    """Reads one `.bin/.idx` pair whole (for `verify`, tools and tests; the loader reads on demand)."""
 
     def __init__(self, prefix: Path | str, dtype: np.dtype | None = None):
         self.prefix = Path(prefix)
@@ -330,18 +479,10 @@ class ShardReader:
             if not file.exists():
                 raise ArtifactError(f"{file}: missing shard file")
         raw = idx_path.read_bytes()
-        header_size = len(INDEX_HEADER) + 8 + 1 + 8 + 8
-        if len(raw) < header_size or raw[: len(INDEX_HEADER)] != INDEX_HEADER:
-            raise ArtifactError(f"{idx_path}: not a Megatron indexed-dataset index (bad header or truncated)")
-        offset = len(INDEX_HEADER)
-        (version,) = struct.unpack_from("<Q", raw, offset)
-        (code,) = struct.unpack_from("<B", raw, offset + 8)
-        sequences, documents = struct.unpack_from("<QQ", raw, offset + 9)
-        if version != INDEX_VERSION or code not in CODE_DTYPES:
-            raise ArtifactError(f"{idx_path}: unsupported index version {version} or dtype code {code}")
-        self.dtype = CODE_DTYPES[code]
+        self.dtype, sequences, documents = parse_index_header(raw, str(idx_path))
         if dtype is not None and np.dtype(dtype) != self.dtype:
             raise ArtifactError(f"{idx_path}: dtype {self.dtype} differs from the manifest's {np.dtype(dtype)}")
+        header_size = INDEX_PREFIX_BYTES
         expected = header_size + sequences * (4 + 8) + documents * 8
         if len(raw) != expected:
             raise ArtifactError(f"{idx_path}: {len(raw)} bytes, expected {expected} (truncated or padded)")

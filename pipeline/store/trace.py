@@ -1,8 +1,9 @@
 """Where each stored document came from: one parquet sidecar per cell, `documents.parquet`.
 
 One row per document, in store order (shard by shard): `shard`, `document` (its index in the
-shard), `token_start` (its first token's offset in the cell's token stream, so that a loader
-window [s·L, s·L+L+1) maps to the rows it overlaps), `tokens`, `source`, `id` (the original id,
+shard), `token_start` (its first token's offset in the cell's stream in store order; the loader
+reorders each block of documents per epoch, so it names a window's documents itself, as
+(shard, document), and `document_rows` finds their rows), `tokens`, `source`, `id` (the original id,
 source-prefixed; ids may repeat), `origin` (file path, or URL for web records) and `position`
 (line, row or record in that file). The cell manifest's `stats["trace"]` pins its sha256.
 Light (pyarrow only): the loader and reports read it.
@@ -48,3 +49,13 @@ def documents_in_window(cell_dir: Path, start: int, stop: int) -> list[dict]:
     first = max(int(np.searchsorted(starts, start, side="right")) - 1, 0)
     last = int(np.searchsorted(starts, stop, side="left"))
     return table.slice(first, last - first).to_pylist()
+
+
+def document_rows(cell_dir: Path, rows: list[int]) -> list[dict]:
+    """The sidecar rows at these store-order positions (row = documents in earlier shards + index in its shard)."""
+    import pyarrow.parquet as pq
+
+    path = Path(cell_dir) / TRACE_FILE
+    if not path.exists():
+        raise ArtifactError(f"{path}: this store has no traceability sidecar (built before it existed)")
+    return pq.read_table(path).take(rows).to_pylist()

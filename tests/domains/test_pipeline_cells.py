@@ -71,7 +71,7 @@ def built(tmp_path_factory):
 
 def _cells(path):
     store = Store(path)
-    return {name: (cell.documents, cell.tokens, [s.bin_sha256 for s in store.cell(name).shards], store.cell(name).stats)
+    return {name: (cell.documents, cell.tokens, store.cell(name).shards.digests, store.cell(name).stats)
             for name, cell in store.manifest.cells.items()}
 
 

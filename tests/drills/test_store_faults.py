@@ -1,6 +1,8 @@
-"""Drill: a flipped byte, a truncated `.idx`, a deleted shard. `store verify` and the loader's
-open both fail naming the file, and neither changes anything already written."""
+"""Drill: a flipped byte, a truncated `.idx`, a deleted shard. `store verify` fails naming the file
+(and a flipped byte's range); the loader opens without reading any shard file and fails, naming the
+file (and the byte range), when a sample first touches the damage; neither changes anything written."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -36,9 +38,11 @@ def truncate(path):
 FAULTS = {
     "flip a byte of a .bin": ("c01q1/shard_00000.bin", flip_byte),
     "flip a byte of an .idx": ("c00q0/shard_00000.idx", flip_byte),
+    "flip a byte of a .src": ("c00q0/shard_00000.src", flip_byte),
     "truncate an .idx": ("c00q0/shard_00000.idx", truncate),
     "delete a shard": ("c01q1/shard_00000.bin", lambda p: p.unlink()),
 }
+FLIPS = {"flip a byte of a .bin", "flip a byte of an .idx", "flip a byte of a .src"}
 
 
 def snapshot(root):
@@ -62,14 +66,15 @@ def test_damaged_shard_is_named_by_verify_and_by_the_loader(pristine, tmp_path, 
     assert target.name in verify.stdout + verify.stderr
     assert "Traceback" not in verify.stderr
 
+    if fault in FLIPS:
+        assert f"{target.name}: bytes [0, {target.stat().st_size}) differ" in verify.stdout
+
     manifest = next(home.stores.glob("t/*/mixtures/default/uniform-sampling/manifest.json"))
-    is_bin_flip = fault == "flip a byte of a .bin"
-    if is_bin_flip:
-        # A flipped .bin byte keeps every size; only the full content check (verify) can see it.
-        MixtureStream(manifest, prefetch=0).batch(0)
-    else:
-        with pytest.raises(ArtifactError, match=target.name):
-            MixtureStream(manifest, prefetch=0)
+    stream = MixtureStream(manifest, prefetch=0)  # reads no shard file
+    pattern = re.escape(f"{target}: bytes [0, {target.stat().st_size}) differ") if fault in FLIPS else re.escape(str(target))
+    with pytest.raises(ArtifactError, match=pattern):
+        for step in range(stream.steps):  # the damage is named when a sample first touches it
+            stream.batch(step)
     assert snapshot(home.root) == before, "checking a damaged store must change nothing on disk"
 
 

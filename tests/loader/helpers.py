@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from millrace.home import Home
-from mixtures.manifest import (BuiltManifest, ManifestCell, ManifestPhase, PinnedShard, StoreRef, manifest_path,
-                               write_manifest)
-from pipeline.store.format import StoreManifest, write_stats_only_store
+from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
+from pipeline.store.format import CELL_SCHEMA_VERSION, SCHEMA_VERSION, StoreManifest, write_stats_only_store
 from tests.store_builder import write_store
 
 EOS = 1
@@ -65,21 +64,18 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
     """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
     from millrace.artifacts import read_artifact
 
-    body = read_artifact(store_root / "store.json", "millrace.store")
+    body = read_artifact(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
     store = StoreManifest.model_validate({k: v for k, v in body.items()
                                           if k not in ("kind", "schema_version", "content_hash")})
     cells = {}
     for name, summary in store.cells.items():
-        pinned = []
+        shards = 0
         if not store.stats_only:
-            cell_body = read_artifact(store_root / "cells" / name / "cell.json", "millrace.cell")
-            for shard in cell_body["shards"]:
-                pinned.append(PinnedShard(name=shard["name"], documents=shard["documents"], tokens=shard["tokens"],
-                                          bin_sha256=shard["bin_sha256"], idx_sha256=shard["idx_sha256"],
-                                          src_sha256=shard.get("src_sha256")))
+            cell_body = read_artifact(store_root / "cells" / name / "cell.json", "millrace.cell", (CELL_SCHEMA_VERSION,))
+            shards = len(cell_body["shards"]["names"])
         cells[name] = ManifestCell(name=name, available_tokens=summary.tokens, documents=summary.documents,
                                    sequences_available=max(0, (summary.tokens - 1) // seq_len),
-                                   cell_manifest_hash=summary.manifest_hash, shards=pinned)
+                                   cell_manifest_hash=summary.manifest_hash, shards=shards)
     built_phases, position = [], 0
     for p, counts in enumerate(phases):
         sequences = sum(counts.values())
@@ -100,3 +96,22 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
     path = manifest_path(home, store.name, store.version, mixture, revision)
     write_manifest(path, manifest)
     return path
+
+
+def epoch_stream(store_root: Path, cell: str, seed: int, epoch: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """A cell's tokens in epoch `epoch`'s document order and each token's source, rebuilt independently of the
+    loader from the store's shards: each block of `block` documents of a shard in its keyed permuted order."""
+    from loader.permutation import block_shuffle
+    from pipeline.store.format import ShardReader, Store
+
+    tokens, sources = [], []
+    for index, name in enumerate(Store(store_root).cell(cell).shards.names):
+        reader = ShardReader(store_root / "cells" / cell / name)
+        ids = reader.source_ids()
+        for first in range(0, reader.documents, block):
+            count = min(block, reader.documents - first)
+            for k in block_shuffle(seed, f"{cell}/{index}/{first // block}", epoch, count).tolist():
+                document = reader.document(first + k)
+                tokens.append(document)
+                sources.append(np.full(document.size, ids[first + k], dtype=np.int32))
+    return np.concatenate(tokens), np.concatenate(sources)

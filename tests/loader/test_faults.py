@@ -21,12 +21,21 @@ def shard_file(store, cell, shard, suffix):
     return store / "cells" / cell / f"shard_{shard:05d}{suffix}"
 
 
+def read_every_window(path):
+    """Open the stream (which reads no shard file) and read every sequence of every cell, epoch 0."""
+    stream = MixtureStream(path, prefetch=0)
+    assert stream.open_files == 0
+    for cell_id, cell in enumerate(stream.cell_names):
+        sequences = np.arange(stream.manifest.cells[cell].sequences_available)
+        stream._space.read(np.full(sequences.size, cell_id), sequences, np.zeros_like(sequences), True)
+
+
 def test_missing_bin_is_named(store_and_manifest):
     store, path = store_and_manifest
     victim = shard_file(store, "b", 1, ".bin")
     victim.unlink()
     with pytest.raises(ArtifactError, match=str(victim)):
-        MixtureStream(path)
+        read_every_window(path)
 
 
 def test_missing_idx_is_named(store_and_manifest):
@@ -34,7 +43,7 @@ def test_missing_idx_is_named(store_and_manifest):
     victim = shard_file(store, "a", 0, ".idx")
     victim.unlink()
     with pytest.raises(ArtifactError, match=str(victim)):
-        MixtureStream(path)
+        read_every_window(path)
 
 
 def test_truncated_bin_is_named(store_and_manifest):
@@ -42,7 +51,7 @@ def test_truncated_bin_is_named(store_and_manifest):
     victim = shard_file(store, "a", 1, ".bin")
     os.truncate(victim, victim.stat().st_size - 2)
     with pytest.raises(ArtifactError, match=str(victim)):
-        MixtureStream(path)
+        read_every_window(path)
 
 
 def test_altered_idx_is_named(store_and_manifest):
@@ -51,8 +60,31 @@ def test_altered_idx_is_named(store_and_manifest):
     raw = bytearray(victim.read_bytes())
     raw[-1] ^= 0xFF  # same size and structure, different content
     victim.write_bytes(bytes(raw))
-    with pytest.raises(ArtifactError, match=f"{victim}.*checksum"):
-        MixtureStream(path)
+    with pytest.raises(ArtifactError, match=f"{victim}: bytes \\[0, {len(raw)}\\) differ from the manifest's digest"):
+        read_every_window(path)
+
+
+def test_flipped_bin_byte_is_named_with_its_byte_range_when_read(store_and_manifest):
+    store, path = store_and_manifest
+    victim = shard_file(store, "a", 1, ".bin")
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    victim.write_bytes(bytes(raw))
+    stream = MixtureStream(path, prefetch=0)
+    a = stream.cell_names.index("a")
+    stream._space.read(np.asarray([a]), np.asarray([0]), np.asarray([0]), True)  # shard 0 only: fine
+    with pytest.raises(ArtifactError, match=f"{victim}: bytes \\[0, {len(raw)}\\) differ"):
+        read_every_window(path)
+
+
+def test_replaced_digest_sidecar_is_named(store_and_manifest):
+    store, path = store_and_manifest
+    victim = shard_file(store, "b", 0, ".xxh")
+    raw = bytearray(victim.read_bytes())
+    raw[-1] ^= 0x01
+    victim.write_bytes(bytes(raw))
+    with pytest.raises(ArtifactError, match=f"{victim}: differs from"):
+        read_every_window(path)
 
 
 def test_altered_source_sidecar_is_named(store_and_manifest):
@@ -61,7 +93,7 @@ def test_altered_source_sidecar_is_named(store_and_manifest):
     ids = np.fromfile(victim, dtype=np.uint16)
     (ids + 1).astype(np.uint16).tofile(victim)
     with pytest.raises(ArtifactError, match=str(victim)):
-        MixtureStream(path)
+        read_every_window(path)
 
 
 def test_rebuilt_store_is_refused(store_and_manifest, home):

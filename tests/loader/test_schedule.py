@@ -21,7 +21,7 @@ def manifest_of(available: list[int], phases: list[list[int]], seed: int = 5) ->
                                    declared_weights={n: c / sequences for n, c in zip(names, counts)}))
         position += sequences
     cells = {n: ManifestCell(name=n, available_tokens=a * 8 + 1, documents=1, sequences_available=a,
-                             cell_manifest_hash=None, shards=[]) for n, a in zip(names, available)}
+                             cell_manifest_hash=None, shards=0) for n, a in zip(names, available)}
     return BuiltManifest(mixture="m", revision="r", revision_hash="x",
                          store=StoreRef(name="s", version="v", manifest_hash="h", stats_only=True),
                          tokenizer_fingerprint=None, dtype=None, eos_id=None, seed=seed, seq_len=8,

@@ -9,10 +9,9 @@ import pytest
 from loader import MixtureStream
 from loader.permutation import permutation
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.store.format import ShardReader
 from tests.loader.batch_digest import batch_digest
 from tests.loader.conftest import BOUNDARY_STEP, CELLS, LONG_BOUNDARY_STEP, PHASES
-from tests.loader.helpers import EOS, make_manifest
+from tests.loader.helpers import EOS, epoch_stream, make_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,11 +22,10 @@ def run_digests(*args: str) -> list:
     return json.loads(result.stdout)
 
 
-def cell_tokens(manifest_path: Path, cell: str) -> np.ndarray:
-    """A cell's concatenated documents, read independently of the loader."""
+def cell_epoch(manifest_path: Path, cell: str, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """A cell's tokens and per-token sources in `epoch`'s order, rebuilt independently of the loader."""
     stream = MixtureStream(manifest_path, prefetch=0)
-    cell_dir = manifest_path.parents[3] / "cells" / cell
-    return np.concatenate([ShardReader(cell_dir / s.name).tokens_view for s in stream.manifest.cells[cell].shards])
+    return epoch_stream(manifest_path.parents[3], cell, stream.manifest.seed, epoch, stream.manifest.document_block)
 
 
 def test_separate_processes_give_identical_batches_and_seed_changes_them(built):
@@ -141,7 +139,7 @@ def test_tokens_packing_and_sources_match_the_shards(built):
     for step in (0, 7, BOUNDARY_STEP + 3):
         batch = stream.batch(step)
         for row, cell in enumerate(batch.cells):
-            tokens = cell_tokens(path, cell)
+            tokens, _ = cell_epoch(path, cell, int(batch.epochs[row]))
             start = int(batch.sequences[row]) * seq_len
             window = tokens[start : start + seq_len + 1].astype(np.int64)
             assert (batch.input_ids[row] == window[:-1]).all() and (batch.labels[row] == window[1:]).all()
@@ -160,10 +158,7 @@ def test_sources_follow_document_boundaries(built):
     stream = MixtureStream(path)
     batch = stream.batch(3)
     for row, cell in enumerate(batch.cells):
-        cell_dir = path.parents[3] / "cells" / cell
-        per_token = np.concatenate([
-            np.repeat(ShardReader(cell_dir / s.name).source_ids(), ShardReader(cell_dir / s.name).lengths)
-            for s in stream.manifest.cells[cell].shards])
+        _, per_token = cell_epoch(path, cell, int(batch.epochs[row]))
         start = int(batch.sequences[row]) * stream.seq_len
         assert (batch.sources[row] == per_token[start : start + stream.seq_len]).all()
 
@@ -172,13 +167,15 @@ def test_window_spanning_two_shards(built):
     _, path = built
     stream = MixtureStream(path)
     a = stream.cell_names.index("a")
-    boundary = int(stream._cells[a].shard_starts[1])
+    boundary = int(stream._space.cells[a].shard_starts[1])
     sequence = boundary // stream.seq_len
     assert sequence * stream.seq_len < boundary < (sequence + 1) * stream.seq_len + 1
-    out = stream._space.windows(np.asarray([a, a]), np.asarray([sequence, sequence - 1]))
-    tokens = cell_tokens(path, "a")
-    for row, seq in enumerate((sequence, sequence - 1)):
-        assert (out[row] == tokens[seq * stream.seq_len : seq * stream.seq_len + stream.seq_len + 1]).all()
+    for epoch in (0, 3):
+        out, _ = stream._space.read(np.asarray([a, a]), np.asarray([sequence, sequence - 1]), np.asarray([epoch] * 2),
+                                    False)
+        tokens, _ = cell_epoch(path, "a", epoch)
+        for row, seq in enumerate((sequence, sequence - 1)):
+            assert (out[row] == tokens[seq * stream.seq_len : seq * stream.seq_len + stream.seq_len + 1]).all()
 
 
 def test_prefetch_iteration_equals_direct_batches_and_stops_cleanly(built):

@@ -53,7 +53,7 @@ def test_shipped_default_revisions_build_with_pinned_shards(store_home):
         assert manifest.total_steps == sum(p.steps for p in manifest.phases) == 304
         for name, cell in manifest.cells.items():
             cell_manifest = store.cell(name)
-            assert [s.bin_sha256 for s in cell.shards] == [s.bin_sha256 for s in cell_manifest.shards]
+            assert cell.shards == len(cell_manifest.shards.names) > 0
             assert cell.cell_manifest_hash == store.manifest.cells[name].manifest_hash
             assert cell.sequences_available == (cell.available_tokens - 1) // manifest.seq_len
             drawn = sum(p.counts[name] for p in manifest.phases)
@@ -302,14 +302,9 @@ def test_newest_store_version_is_used_unless_pinned(store_home):
     assert manifest.store.version == VERSION and pinned.exists()
 
 
-def test_a_missing_shard_or_altered_cell_manifest_is_named_and_nothing_is_written(store_home):
-    shard = store_home.store("local", VERSION) / "cells" / "c01q2" / "shard_00001.bin"
-    moved = shard.with_suffix(".moved")
-    shard.rename(moved)
-    with pytest.raises(Exception) as info:
-        mixtures.build(store_home, "default", "natural")
-    assert "shard_00001.bin" in str(info.value) and "missing" in str(info.value)
-    moved.rename(shard)
+def test_an_altered_cell_manifest_is_named_and_nothing_is_written(store_home):
+    """Building reads cell manifests only (O(cells)): shard files are checked by the loader as it reads them
+    and by `store verify` (tests/loader/test_faults.py, tests/drills/test_store_faults.py)."""
     cell_json = store_home.store("local", VERSION) / "cells" / "c00q0" / "cell.json"
     cell_json.write_text(cell_json.read_text().replace('"documents": ', '"documents": 1', 1))
     with pytest.raises(Exception) as info:

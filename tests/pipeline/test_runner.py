@@ -81,7 +81,7 @@ def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
                 pass
     for cell in store.manifest.cells:
         manifest = store.cell(cell)
-        for shard in manifest.shards:
+        for shard in manifest.shards.rows():
             prefix = store.shard_prefix(cell, shard)
             ours = ShardReader(prefix)
             theirs = indexed.IndexedDataset(str(prefix))
