@@ -66,7 +66,7 @@ def test_held_out_documents_are_in_validation_shards_only(store_path):
     for name, summary in store.manifest.cells.items():
         cell = store.cell(name)
         dtype = np.dtype(cell.dtype)
-        training = {d for shard in cell.shards for d in documents_of(store.shard_prefix(name, shard), dtype)}
+        training = {d for shard in cell.shards.rows() for d in documents_of(store.shard_prefix(name, shard), dtype)}
         held = [d for shard in cell.validation.shards for d in documents_of(store.shard_prefix(name, shard), dtype)]
         assert all(shard.name.startswith("validation-") for shard in cell.validation.shards)
         total = len(training) + len(held)
@@ -97,7 +97,8 @@ def test_no_held_out_document_reaches_a_training_batch(store_path):
         piece = doc[: 2 * 24]  # 24 tokens (the documents are longer): no two documents of this corpus share them
         assert len(piece) == 48 and rows.find(piece) == -1
     some_training = store.cell(sorted(store.manifest.cells)[0])
-    first = documents_of(store.shard_prefix(some_training.cell, some_training.shards[0]), np.dtype(store.manifest.dtype))
+    first_shard = next(some_training.shards.rows())
+    first = documents_of(store.shard_prefix(some_training.cell, first_shard), np.dtype(store.manifest.dtype))
     assert any(rows.find(doc[:48]) != -1 for doc in first)  # the check can see a document when it is there
 
 
@@ -115,7 +116,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
     documents = write_eval_set(tmp_path / "again.jsonl")
     eos = store.manifest.tokenizer.eos_id
-    stored = {d for name in store.manifest.cells for shard in [*store.cell(name).shards, *store.cell(name).validation.shards]
+    stored = {d for name in store.manifest.cells for shard in [*store.cell(name).shards.rows(), *store.cell(name).validation.shards]
               for d in documents_of(store.shard_prefix(name, shard), np.dtype(store.manifest.dtype))}
     as_stored = [np.asarray(tokenizer.encode(t, add_special_tokens=False).ids + [eos], dtype=store.manifest.dtype).tobytes()
                  for t in documents]
