@@ -167,7 +167,9 @@ class ParallelConfig(StrictModel):
         0, ge=0, description="ranks in one expert group (divides the experts and the world); 0 = all ranks"
     )
     data_parallel: int = pydantic.Field(0, ge=0, description="data-parallel size; 0 = world / expert_parallel")
-    param_dtype: Literal["float32", "bfloat16"] = "float32"
+    param_dtype: Literal["float32", "bfloat16"] = pydantic.Field(
+        "float32", description="dtype of the weights in compute; master weights and AdamW state are always fp32"
+    )
     bf16_autocast: bool = pydantic.Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
     seed: int = 0
 

@@ -22,6 +22,11 @@ losses summed, divided by the global token count), so FSDP's reductions must sum
 rather than average (`set_gradient_divide_factor(1)`): over all ranks for dense
 gradients, over `dp` for expert gradients (the all-to-all already gathered every
 token of the expert group).
+
+`param_dtype = "bfloat16"`: FSDP2's `MixedPrecisionPolicy` casts the gathered
+parameters to bf16 for forward and backward, keeps the sharded fp32 master weights
+(so AdamW's state is fp32 and small updates are not rounded away), and reduces
+gradients in fp32.
 """
 
 from __future__ import annotations
@@ -95,7 +100,16 @@ def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Ru
     return Runtime(rank=dist.get_rank(), world=world, device=device, mesh=mesh, layout=layout)
 
 
-def shard_experts(model: Transformer, runtime: Runtime) -> None:
+def mixed_precision(config: ParallelConfig):
+    """bf16 parameters in forward and backward, fp32 master weights, gradients reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if config.param_dtype == "bfloat16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def shard_experts(model: Transformer, runtime: Runtime, config: ParallelConfig) -> None:
     """Experts by expert over `ep` (DTensor Shard(0)), then FSDP over `dp`: each rank holds 1/world of them."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import Shard, distribute_tensor
@@ -106,7 +120,7 @@ def shard_experts(model: Transformer, runtime: Runtime) -> None:
         for name in ("w1", "w3", "w2"):
             full = getattr(layer.experts, name)
             setattr(layer.experts, name, nn.Parameter(distribute_tensor(full.detach(), ep_mesh, [Shard(0)])))
-        fully_shard(layer.experts, mesh=runtime.mesh["dp"])
+        fully_shard(layer.experts, mesh=runtime.mesh["dp"], mp_policy=mixed_precision(config))
 
 
 def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) -> Transformer:
@@ -115,11 +129,12 @@ def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) ->
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     if runtime.layout.expert_parallel > 1 and model.moe_layers():
-        shard_experts(model, runtime)
+        shard_experts(model, runtime, config)
     everyone = runtime.mesh._flatten("dp_ep")  # dense parameters: every rank is a data-parallel replica
+    policy = mixed_precision(config)
     for block in model.layers:
-        fully_shard(block, mesh=everyone)  # leaves the already-sharded experts to their own FSDP group
-    fully_shard(model, mesh=everyone)
+        fully_shard(block, mesh=everyone, mp_policy=policy)  # leaves the already-sharded experts to their own group
+    fully_shard(model, mesh=everyone, mp_policy=policy)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

@@ -74,18 +74,20 @@ def check_fits(config: TrainConfig, runtime: Runtime, config_path: Path) -> None
 
 
 def build_model(config: TrainConfig, runtime: Runtime) -> Transformer:
+    """fp32 master weights always (bf16 compute is a cast at use: `compute_in_bf16`, FSDP's mixed precision)."""
     torch.manual_seed(config.parallel.seed)
     model = Transformer(config.model, config.moe)
     model.init_weights(config.parallel.seed)
     model.use_kernels(config.train)
-    if config.parallel.param_dtype == "bfloat16":
-        model = model.to(torch.bfloat16)
-        for layer in model.moe_layers():  # balancing state stays in full precision (bf16 cannot count past 256)
-            layer.router.expert_bias.data = layer.router.expert_bias.data.float()
-            layer.router.step_entropy.data = layer.router.step_entropy.data.double()
-            layer.step_counts.data = layer.step_counts.data.float()
-    model = model.to(runtime.device)
-    return parallelize(model, runtime, config.parallel)
+    return parallelize(model.to(runtime.device), runtime, config.parallel)
+
+
+def compute_in_bf16(config: TrainConfig, runtime: Runtime) -> bool:
+    """Autocast to bf16: on CUDA when `bf16_autocast`; and for `param_dtype = "bfloat16"` in one process,
+    the single-process equivalent of FSDP's bf16 parameter cast (the weights and AdamW state stay fp32)."""
+    parallel = config.parallel
+    single_bf16 = parallel.param_dtype == "bfloat16" and not runtime.distributed
+    return (runtime.device.type == "cuda" and parallel.bf16_autocast) or single_bf16
 
 
 def build_optimizer(model: Transformer, config: TrainConfig) -> torch.optim.AdamW:
@@ -421,7 +423,7 @@ def forward_backward(training: Training, data: dict[str, torch.Tensor], global_t
     """Every micro-batch's share of the global mean loss, back-propagated; returns the step's loss sums."""
     plan = training.plan
     runtime, micro, local_batch = plan.runtime, plan.config.data.micro_batches, len(data["labels"])
-    autocast = runtime.device.type == "cuda" and plan.config.parallel.bf16_autocast
+    autocast = compute_in_bf16(plan.config, runtime)
     acc = StepAccumulator(len(plan.stream.cell_names), len(plan.stream.source_names), runtime.device)
     for chunk in range(micro):
         rows = slice(chunk * local_batch // micro, (chunk + 1) * local_batch // micro)
@@ -581,7 +583,7 @@ def train(
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
     observers = RunObservers(plan.config, plan.config_path, plan.manifest_path, runtime, plan.run_dir, start, plan.stop,
                              plan.horizon, plan.checkpoint_every, plan.stream.source_names, plan.stream.tokenizer_path,
-                             runtime.device.type == "cuda" and plan.config.parallel.bf16_autocast)
+                             compute_in_bf16(plan.config, runtime))
     reporter = StepReporter(training, progress)
     losses: list[float] = []
     began = time.perf_counter()

@@ -25,6 +25,7 @@ SHAPE_FIELDS = {
     "moe": ("n_routed_experts", "n_shared_experts", "expert_ffn_dim"),
 }
 SETTING_SECTIONS = ("model", "moe", "optimizer", "schedule")
+KERNEL_FIELDS = {"model.attention"}  # which kernel computes the same maths: free to change
 
 
 def recorded_settings(config: TrainConfig) -> str:
@@ -47,7 +48,7 @@ def check_settings(recorded: str, current: str, allow_change: bool) -> list[dict
     """Changes from the checkpoint's settings to this run's; raises for a shape change, or any change unless allowed."""
     before, now = _flat(json.loads(recorded)), _flat(json.loads(current))
     changes = [{"field": key, "checkpoint": before.get(key), "now": now.get(key)}
-               for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key)]
+               for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key) and key not in KERNEL_FIELDS]
     shapes = {f"{section}.{name}" for section, names in SHAPE_FIELDS.items() for name in names}
     for change in changes:
         if change["field"] in shapes:
