@@ -36,14 +36,12 @@ import torch
 
 from loader.validation import PAD_LABEL, ValidationSequences
 from millrace.artifacts import atomic_write_text
-from millrace.errors import ArtifactError
 from mixtures.cells import CELL_NAME
 from trainer.distributed import Runtime
+from trainer.eval_records import EVAL_FILE, EVAL_SCHEMA
 from trainer.metrics import finite
 from trainer.model import Transformer
 
-EVAL_SCHEMA = "millrace.eval/1"
-EVAL_FILE = "eval.jsonl"
 GROUPS = ("cell", "domain", "bucket", "source", "set")
 
 
@@ -241,27 +239,3 @@ class EvalWriter:
 
     def close(self) -> None:
         self.handle.close()
-
-
-def read_eval(run_dir: Path | str) -> list[dict[str, Any]]:
-    """Every evaluation record of a run, oldest first (what the scaling ladder fits on).
-
-    A torn last line (a run killed mid-write) is skipped; a record of another schema is an error."""
-    path = Path(run_dir) / EVAL_FILE
-    if not path.exists():
-        return []
-    records = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                break
-            raise ArtifactError(f"{path}:{number}: not a JSON line") from None
-        if record.get("schema") != EVAL_SCHEMA:
-            raise ArtifactError(f"{path}:{number}: schema {record.get('schema')!r}, expected {EVAL_SCHEMA!r}")
-        records.append(record)
-    return records

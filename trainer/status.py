@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.errors import ArtifactError
-from trainer.evaluation import read_eval
+from trainer.eval_records import read_eval
 from trainer.metrics import METRICS_FILE, read_run
 
 ALERT_EXIT_CODE = 3

@@ -11,7 +11,8 @@ from loader.validation import ValidationSequences
 from millrace.cli import main as millrace
 from millrace.home import Home
 from trainer.distributed import Runtime
-from trainer.evaluation import EVAL_SCHEMA, Evaluator, read_eval
+from trainer.eval_records import EVAL_SCHEMA, read_eval
+from trainer.evaluation import Evaluator
 from trainer.health import TooManySkippedSteps
 from trainer.loop import train
 from trainer.metrics import read_metrics, read_run

@@ -14,7 +14,6 @@ trainer's evaluation), never its training loss: a rung without one is an error n
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,11 @@ from typing import Any
 from millrace.artifacts import read_artifact, write_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
+from trainer.eval_records import EVAL_FILE, read_eval
 
 LADDER_KIND = "millrace.ladder"
 LADDER_SCHEMA_VERSION = 1
 LADDER_FILE = "ladder.json"
-EVAL_FILE = "eval.jsonl"
-EVAL_SCHEMA = "millrace.eval/1"
 
 
 def ladder_path(home: Home, ladder: str) -> Path:
@@ -52,26 +50,6 @@ def write_ladder(home: Home, ladder: str, payload: dict[str, Any]) -> Path:
     return path
 
 
-def read_evals(run_dir: Path) -> list[dict[str, Any]]:
-    """Every line of a run's eval.jsonl; an unreadable line or unknown schema names the file and line."""
-    path = run_dir / EVAL_FILE
-    if not path.exists():
-        return []
-    lines = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ArtifactError(f"{path}:{number}: not JSON ({exc})") from None
-        if not isinstance(record, dict) or record.get("schema") != EVAL_SCHEMA:
-            found = record.get("schema") if isinstance(record, dict) else type(record).__name__
-            raise ArtifactError(f"{path}:{number}: expected schema {EVAL_SCHEMA!r}, found {found!r}")
-        lines.append(record)
-    return lines
-
-
 def metric_value(record: dict[str, Any], metric: str, where: str) -> float:
     """`loss.macro`, `bpb.micro`, `loss.set.NAME`, `loss.cell.c00q0` ... from one evaluation line."""
     value: Any = record
@@ -86,7 +64,7 @@ def metric_value(record: dict[str, Any], metric: str, where: str) -> float:
 
 
 def final_eval(run_dir: Path) -> dict[str, Any]:
-    evals = read_evals(run_dir)
+    evals = read_eval(run_dir)
     if not evals:
         raise ArtifactError(f"{run_dir / EVAL_FILE}: no held-out evaluation; a ladder fits held-out loss, never "
                             "training loss (train the rung with evaluation on)")
@@ -97,4 +75,4 @@ def curve(run_dir: Path) -> list[dict[str, Any]]:
     """The held-out curve for the page: macro loss and bits per byte at each evaluation."""
     return [{"step": r.get("step"), "tokens": r.get("tokens"),
              "loss": (r.get("loss") or {}).get("macro"), "bpb": (r.get("bpb") or {}).get("macro")}
-            for r in read_evals(run_dir)]
+            for r in read_eval(run_dir)]

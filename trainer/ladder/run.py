@@ -21,7 +21,8 @@ from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from trainer.config import TrainConfig
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
-from trainer.ladder.results import curve, read_evals, read_ladder_or_empty, write_ladder
+from trainer.eval_records import read_eval
+from trainer.ladder.results import curve, read_ladder_or_empty, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 from trainer.metrics import read_run
 
@@ -67,7 +68,7 @@ def rung_result(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, see
                 seconds: float | None) -> dict[str, Any]:
     run_dir = home.run(run)
     info = read_run(run_dir)
-    evals = read_evals(run_dir)
+    evals = read_eval(run_dir)
     return {"rung": rung.name, "revision": revision, "seed": seed, "run": run, "status": info.get("status"),
             "flops": rung.flops, "tokens": rung.tokens, "steps": info.get("total_steps"), "batch": rung.batch,
             "seconds": seconds, "final": evals[-1] if evals else None, "curve": curve(run_dir)}
