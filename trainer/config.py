@@ -153,7 +153,9 @@ class HealthConfig(StrictModel):
     router_bias_max: float = pydantic.Field(400.0, ge=0, description="max |router bias| ceiling (0: off)")
     dead_experts_max: int = pydantic.Field(0, ge=0, description="experts allowed to receive no token in a step")
     tokens_per_second_min: float = pydantic.Field(0.0, ge=0, description="throughput floor (0: off)")
-    mfu_min: float = pydantic.Field(0.0, ge=0, le=1, description="MFU floor (0: off)")
+    mfu_min: float = pydantic.Field(
+        0.15, ge=0, le=1,
+        description="MFU floor, applied on a GPU against a published peak (configured or the device table); 0: off")
     eval_regression: bool = pydantic.Field(True, description="alert when an evaluation is worse than the previous one")
     skipped_steps_max: int = pydantic.Field(3, gt=0, description="skipped steps within skipped_window_seconds that alert")
     skipped_window_seconds: float = pydantic.Field(900.0, gt=0)

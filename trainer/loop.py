@@ -583,7 +583,8 @@ def train(
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
     observers = RunObservers(plan.config, plan.config_path, plan.manifest_path, runtime, plan.run_dir, start, plan.stop,
                              plan.horizon, plan.checkpoint_every, plan.stream.source_names, plan.stream.tokenizer_path,
-                             compute_in_bf16(plan.config, runtime))
+                             compute_in_bf16(plan.config, runtime),
+                             published_peak=runtime.device.type == "cuda" and not peak_source.startswith("measured"))
     reporter = StepReporter(training, progress)
     losses: list[float] = []
     began = time.perf_counter()

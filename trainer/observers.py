@@ -57,10 +57,10 @@ def active_before(run_dir: Path, start: int) -> list[str]:
 class RunObservers:
     def __init__(self, config: TrainConfig, config_path: Path, manifest_path: Path, runtime: Runtime, run_dir: Path,
                  start: int, stop: int, horizon: int, checkpoint_every: int, source_names: list[str],
-                 tokenizer_path: Path | None, autocast: bool):
+                 tokenizer_path: Path | None, autocast: bool, published_peak: bool = False):
         self.config, self.runtime = config, runtime
         writes = runtime.rank == 0
-        self.health = HealthMonitor(config.health, active_before(run_dir, start) if writes else [])
+        self.health = HealthMonitor(config.health, active_before(run_dir, start) if writes else [], published_peak)
         self.evaluator: Evaluator | None = None
         self.eval_writer: EvalWriter | None = None
         self.eval_at: set[int] = set()

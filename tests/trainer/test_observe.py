@@ -187,3 +187,14 @@ def test_evaluation_is_the_same_on_one_and_two_gloo_ranks(held, tiny_config):
         for group in ("cell", "domain", "bucket", "source"):
             assert two[0][metric][group] == pytest.approx(single[0][metric][group], rel=1e-5), (metric, group)
         assert two[0][metric]["macro"] == pytest.approx(single[0][metric]["macro"], rel=1e-5)
+
+
+def test_the_mfu_floor_fires_only_against_a_published_peak():
+    from trainer.config import HealthConfig
+    from trainer.health import HealthMonitor
+
+    record = {"loss": 3.0, "grad_norm": 0.5, "mfu": 0.05, "tokens_per_second": 1e3}
+    published = HealthMonitor(HealthConfig(), published_peak=True).check(record, now=0.0)
+    assert [a["name"] for a in published["started"]] == ["mfu"]
+    assert HealthMonitor(HealthConfig()).check(record, now=0.0)["active"] == []
+    assert HealthMonitor(HealthConfig(mfu_min=0.0), published_peak=True).check(record, now=0.0)["active"] == []
