@@ -180,7 +180,8 @@ class TrainKernelConfig(StrictModel):
     """How a step runs on the hardware; no option here changes the maths (each is tested against its plain form)."""
 
     loss_chunk_tokens: int = pydantic.Field(
-        8192, gt=0, description="tokens per chunk of the output projection + fp32 cross-entropy"
+        0, ge=0, description="tokens per chunk of the output projection + fp32 cross-entropy; 0: auto (8192 on a "
+        "GPU; on a CPU as many as keep a chunk's fp32 logits under 16 MB, which the allocator reuses)"
     )
     compile: bool = pydantic.Field(False, description="torch.compile each transformer block's body")
     activation_checkpointing: Literal["none", "full"] = pydantic.Field(

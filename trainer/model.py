@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from trainer.attention import DocumentMask, attend, document_mask, resolve_backend
 from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
-from trainer.loss import chunked_cross_entropy
+from trainer.loss import chunked_cross_entropy, loss_chunk_tokens
 from trainer.moe import MoE, SwiGLU, replaying
 
 
@@ -142,5 +142,6 @@ class Transformer(nn.Module):
             x = block(x, cos, sin, mask)
         aux = sum((m.aux_loss for m in self.moe_layers() if m.aux_loss is not None), x.new_zeros((), dtype=torch.float32))
         if labels is not None:
-            return chunked_cross_entropy(self.norm(x), self.output.weight, labels, self.kernels.loss_chunk_tokens), aux
+            chunk = loss_chunk_tokens(self.kernels.loss_chunk_tokens, self.output.weight.shape[0], x.device)
+            return chunked_cross_entropy(self.norm(x), self.output.weight, labels, chunk), aux
         return self.output(self.norm(x)), aux

@@ -216,3 +216,13 @@ def test_activation_checkpointing_under_fsdp_and_expert_parallel_matches_one_pro
     assert len(checkpointed) == 2
     assert [loss for loss, _ in checkpointed] == pytest.approx([loss for loss, _ in plain], rel=1e-6)
     assert [norm for _, norm in checkpointed] == pytest.approx([norm for _, norm in plain], rel=1e-6)
+
+
+def test_the_automatic_loss_chunk_keeps_cpu_logits_under_the_mmap_threshold():
+    from trainer.loss import CPU_CHUNK_BYTES, loss_chunk_tokens
+
+    assert loss_chunk_tokens(5, 8192, torch.device("cpu")) == 5
+    assert loss_chunk_tokens(0, 8192, torch.device("cuda")) == 8192
+    chunk = loss_chunk_tokens(0, 8192, torch.device("cpu"))
+    assert chunk == 512 and chunk * 8192 * 4 <= CPU_CHUNK_BYTES
+    assert loss_chunk_tokens(0, 10**7, torch.device("cpu")) == 64
