@@ -117,8 +117,8 @@ def propose_layout(gpus: int, gpus_per_node: int, n_experts: int, global_batch: 
                 break
     if best is None:
         fixed = f" with parallel.expert_parallel = {expert_parallel}" if expert_parallel else ""
-        raise ConfigError(f"no data x expert layout of {gpus} GPUs ({per_node} per node){fixed} splits "
-                          f"{n_experts} experts and a global batch of {global_batch} sequences")
+        raise ConfigError(f"field 'parallel': no data x expert layout of {gpus} GPUs ({per_node} per node){fixed} "
+                          f"splits {n_experts} experts and a global batch of {global_batch} sequences")
     used, expert, data = best
     groups_per_node = per_node // expert if expert <= per_node else 0
     ranks_per_node = groups_per_node * expert if groups_per_node else per_node
