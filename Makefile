@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench venv browser libmagic clean
+.PHONY: demo test bench venv system-packages clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,21 +19,18 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/millrace demo
 
-# Debian's chromium for the page tests, when we are root on Debian and it is missing.
-browser:
-	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing Debian's chromium for the page tests"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+# Debian packages the tests need, when we are root on Debian and they are missing: chromium for the page
+# tests, libmagic1 for python-magic (datatrove's WARC reader). One apt-get update for all of them.
+system-packages:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	ldconfig -p 2>/dev/null | grep -q libmagic.so.1 || missing="$$missing libmagic1"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's$$missing for the tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# libmagic for python-magic (datatrove's WARC reader), when we are root on Debian and it is missing.
-libmagic:
-	@if ! ldconfig -p 2>/dev/null | grep -q libmagic.so.1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing Debian's libmagic1 for WARC sources"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmagic1 >/dev/null; \
-	fi
-
-test: $(STAMP) browser libmagic
+test: $(STAMP) system-packages
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
