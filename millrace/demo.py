@@ -212,16 +212,18 @@ def demo(home: Home, max_bytes: int, steps: int | None, ladder_file: Path, no_la
 
 def print_done(console: Console, home: Home, report: DemoReport) -> None:
     """Where everything is; paths and URLs whole on their own lines, copy-pasteable at any width."""
+
+    def whole(text: str, **style) -> None:  # never wrapped, whatever the console; no markup inside a path
+        console.print(text, soft_wrap=True, markup=False, highlight=False, **style)
+
     console.rule("[bold green]done[/]")
-    console.print(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)", soft_wrap=True)
-    console.print(f"store:    {report.store}", soft_wrap=True, markup=False, highlight=False)
-    console.print(f"run:      {report.run}", soft_wrap=True, markup=False, highlight=False)
+    whole(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)")
+    whole(f"store:    {report.store}")
+    whole(f"run:      {report.run}")
     console.print("open the composition page:")
-    console.print(f"  {report.page}", soft_wrap=True, markup=False, highlight=False, style="bold")
+    whole(f"  {report.page}", style="bold")
     console.print("and the training page:")
-    console.print(f"  {(home.site / 'runs' / RUN / 'index.html').as_uri()}", soft_wrap=True, markup=False,
-                  highlight=False)
+    whole(f"  {(home.site / 'runs' / RUN / 'index.html').as_uri()}")
     if report.ladder:
         console.print("and the ladder page:")
-        ladder_page = home.site / "ladders" / report.ladder["ladder"] / "index.html"
-        console.print(f"  {ladder_page.as_uri()}", soft_wrap=True, markup=False, highlight=False)
+        whole(f"  {(home.site / 'ladders' / report.ladder['ladder'] / 'index.html').as_uri()}")
