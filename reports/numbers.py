@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import math
 
+def finite(value: object) -> float | None:
+    """A number as a float, or None for a bool, a non-number, NaN or an infinity."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
 _SUFFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
 
 

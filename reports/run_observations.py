@@ -8,11 +8,11 @@ and the alert events that `metrics.jsonl` records carry under `alerts`.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from millrace.errors import ArtifactError
+from reports.numbers import finite
 
 EVAL_FILE = "eval.jsonl"
 SAMPLES_FILE = "samples.jsonl"
@@ -42,12 +42,6 @@ def read_jsonl(path: Path, schema: str) -> list[dict[str, Any]]:
     return records
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per metric (loss, bpb) and group: one series per name over the evaluations, plus macro/micro."""
     kept: dict[int, dict[str, Any]] = {}
@@ -55,13 +49,13 @@ def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:
         kept[record["step"]] = record
     ordered = [kept[step] for step in sorted(kept)]
     view: dict[str, Any] = {"steps": [r["step"] for r in ordered], "tokens": [r.get("tokens") for r in ordered],
-                            "seconds": [_num(r.get("seconds")) for r in ordered]}
+                            "seconds": [finite(r.get("seconds")) for r in ordered]}
     for metric in ("loss", "bpb"):
         groups: dict[str, dict[str, list[float | None]]] = {
-            "average": {name: [_num((r.get(metric) or {}).get(name)) for r in ordered] for name in ("macro", "micro")}}
+            "average": {name: [finite((r.get(metric) or {}).get(name)) for r in ordered] for name in ("macro", "micro")}}
         for group in EVAL_GROUPS:
             names = sorted({name for r in ordered for name in ((r.get(metric) or {}).get(group) or {})})
-            groups[group] = {name: [_num(((r.get(metric) or {}).get(group) or {}).get(name)) for r in ordered]
+            groups[group] = {name: [finite(((r.get(metric) or {}).get(group) or {}).get(name)) for r in ordered]
                              for name in names}
         view[metric] = groups
     return view
@@ -75,8 +69,8 @@ def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
         pid = str(record.get("prompt_id"))
         prompts.setdefault(pid, str(record.get("prompt", "")))
         by_step.setdefault(record["step"], {}).setdefault(pid, []).append({
-            "temperature": _num(record.get("temperature")), "completion": str(record.get("completion", "")),
-            "mean_logprob": _num(record.get("mean_logprob"))})
+            "temperature": finite(record.get("temperature")), "completion": str(record.get("completion", "")),
+            "mean_logprob": finite(record.get("mean_logprob"))})
     return {"steps": sorted(by_step), "prompts": [{"id": k, "prompt": v} for k, v in prompts.items()],
             "by_step": {str(step): by_step[step] for step in sorted(by_step)}}
 

@@ -21,6 +21,7 @@ from typing import Any
 from millrace.artifacts import read_artifact
 from millrace.errors import ArtifactError
 from mixtures.manifest import BuiltManifest
+from reports.numbers import finite
 from reports.plan_progress import expected_sequences, run_manifest
 from reports.run_observations import observations
 
@@ -34,12 +35,6 @@ FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "sto
 SCALARS = ("loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fraction", "grad_norm", "param_norm",
            "param_norm_with_router_bias", "aux_loss", "z_loss", "step_seconds", "memory_rss_bytes",
            "cuda_allocated_bytes", "cuda_reserved_bytes")
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -122,11 +117,11 @@ class Buckets:
 
     def series(self, key: str, value: Callable[[dict[str, Any]], float | None]) -> list[float | None]:
         """The series `value(record)` per bucket; its envelope is recorded under `key` in `bands`."""
-        line = [_finite(value(record)) for record in self.points]
+        line = [finite(value(record)) for record in self.points]
         if self.thinned:
             lows, highs = [], []
             for start in self.starts:
-                values = [v for r in self.records[start : start + self.stride] if (v := _finite(value(r))) is not None]
+                values = [v for r in self.records[start : start + self.stride] if (v := finite(value(r))) is not None]
                 lows.append(min(values) if values else None)
                 highs.append(max(values) if values else None)
             self.bands[key] = {"lo": lows, "hi": highs}
@@ -181,11 +176,11 @@ class RunView:
         latest_loss_cell = {}
         for record in self.records:
             for cell, value in (record.get("loss_per_cell") or {}).items():
-                if _finite(value) is not None:
+                if finite(value) is not None:
                     latest_loss_cell[cell] = value
         last_load = [
-            {"layer": e.get("layer"), "load": [_finite(x) for x in e.get("load") or []],
-             "max_violation": _finite(e.get("max_violation")), "entropy": _finite(e.get("entropy")),
+            {"layer": e.get("layer"), "load": [finite(x) for x in e.get("load") or []],
+             "max_violation": finite(e.get("max_violation")), "entropy": finite(e.get("entropy")),
              "dead_experts": e.get("dead_experts")}
             for e in last.get("expert_load") or [] if isinstance(e, dict)
         ]
@@ -217,12 +212,12 @@ class RunView:
                 {"name": c, "realised": realised.get(c, 0), "planned": planned.get(c, 0),
                  "expected": expected[c] * seq_len if c in expected else None,
                  "off_by": realised.get(c, 0) / seq_len - expected[c] if c in expected else None,
-                 "loss": _finite(latest_loss_cell.get(c))}
+                 "loss": finite(latest_loss_cell.get(c))}
                 for c in cells
             ],
             "bands": buckets.bands,
             **(observations(self.run_dir, self.records) if self.run_dir is not None else {}),
-            "last": {k: _finite(last.get(k)) for k in SCALARS} | {"step": last.get("step"), "phase": last.get("phase")},
+            "last": {k: finite(last.get(k)) for k in SCALARS} | {"step": last.get("step"), "phase": last.get("phase")},
         }
 
 
