@@ -455,15 +455,15 @@ def train_step(training: Training, batches, step: int, observers: RunObservers) 
     acc = forward_backward(training, data, global_tokens, observers)
     grad_norm = clip_gradients(model, config.optimizer.grad_clip, runtime)
     acc.reduce(runtime)
-    skipped = observers.skip(step + 1, float(acc.loss[0] / acc.loss[1]), grad_norm)
+    loss = float(acc.loss[0] / acc.loss[1])
+    skipped = observers.skip(step + 1, loss, grad_norm)
     if not skipped:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     loads = balance_step(training.moe_layers, 0.0 if skipped else config.moe.bias_update_rate)
-    cells_tokens = torch.bincount(data["cell_ids"], minlength=len(stream.cell_names)).double() * stream.seq_len
-    runtime.all_reduce(cells_tokens)
-    training.state.advance(int(global_tokens), cells_tokens.tolist())
-    return StepResult(step=step + 1, phase=batch.phase, loss=float(acc.loss[0] / acc.loss[1]), lr=lr,
+    # The reduced per-cell token counts (rows x seq_len per cell) are the step's realised tokens per cell.
+    training.state.advance(int(global_tokens), acc.cells[1].tolist())
+    return StepResult(step=step + 1, phase=batch.phase, loss=loss, lr=lr,
                       grad_norm=grad_norm, global_tokens=int(global_tokens), waited=waited,
                       elapsed=time.perf_counter() - t0, loads=loads, acc=acc, skipped=skipped)
 
