@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from reports.run_observations import read_eval
 from reports.render import embed_json, render_page, static_text
 from reports.training import Buckets, RunView
 
@@ -26,9 +27,8 @@ def _best(steps: list[int], values: list[float | None]) -> dict[str, Any]:
 
 
 def run_series(view: RunView) -> dict[str, Any]:
-    data = view.page_data()
     buckets = Buckets(view.records)
-    evals = data.get("eval") or {"steps": [], "tokens": [], "loss": {}, "bpb": {}}
+    evals = read_eval(view.run_dir) if view.run_dir is not None else {"steps": [], "tokens": [], "loss": {}, "bpb": {}}
     summary = {}
     for metric in ("loss", "bpb"):
         for average in ("macro", "micro"):

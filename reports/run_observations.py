@@ -92,9 +92,14 @@ def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
             "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0}
 
 
+def read_eval(run_dir: Path) -> dict[str, Any]:
+    """The held-out evaluations of a run, as `eval_view` lays them out."""
+    return eval_view(read_jsonl(run_dir / EVAL_FILE, EVAL_SCHEMA))
+
+
 def observations(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "eval": eval_view(read_jsonl(run_dir / EVAL_FILE, EVAL_SCHEMA)),
+        "eval": read_eval(run_dir),
         "samples": samples_view(read_jsonl(run_dir / SAMPLES_FILE, "millrace.samples/1")),
         "alerts": alerts_view(records),
     }
