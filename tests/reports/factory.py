@@ -217,6 +217,15 @@ def write_observations(home: Home, run: str, manifest: Path, steps: int, every: 
                         "completion_tokens": 5, "mean_logprob": -1.5}) + "\n")
 
 
+def make_compared_runs(home: Home, runs: dict[str, int]) -> None:
+    """The small store and its revisions, and per run (name: steps) metrics and observations on "natural"."""
+    make_small_store(home)
+    manifest = make_small_revisions(home)["natural"]
+    for run, steps in runs.items():
+        write_contract_metrics(home, run, manifest, steps=steps)
+        write_observations(home, run, manifest, steps=steps, every=300)
+
+
 REFERENCE_REVISIONS = ("natural", "uniform-sampling", "temperature-2", "quality-tilt", "cooldown-q34")
 
 

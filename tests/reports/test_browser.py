@@ -65,6 +65,11 @@ class Tab:
         self.page.goto(path.as_uri() + query)
         self.page.wait_for_load_state("load")
 
+    def open_with_charts(self, site: Path) -> None:
+        """The site's index with the pages' chart and format script (charts.js) loaded, to call it directly."""
+        self.open(site / "index.html")
+        self.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
+
     def shot(self, name: str) -> Path:
         ARTIFACTS.mkdir(exist_ok=True)
         out = ARTIFACTS / f"{name}.png"
@@ -234,8 +239,7 @@ def test_live_run_page_reloads_itself_until_the_run_ends(browser, small_home, tm
 
 def test_page_script_formats_numbers_like_python(browser, site):
     tab = Tab(browser)
-    tab.open(site / "index.html")
-    tab.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
+    tab.open_with_charts(site)
     values = [0, 5, 842, 999.7, 1234, 999_960, 845e6, 1.24e12, 23.1e12, 2.5e15, 12.5, -1500]
     shares = [0, 0.031, 0.5, 1, 0.0000012, 0.125, 0.00999]
     epochs = [0, 0.42, 8, 7.96, 0.001234]
@@ -448,8 +452,7 @@ def test_keyboard_screen_readers_and_contrast(browser, site):
 
 def test_empty_grid_cells_are_in_the_legend_and_stand_out(browser, site):
     tab = Tab(browser)
-    tab.open(site / "index.html")
-    tab.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
+    tab.open_with_charts(site)
     drawn = tab.page.evaluate("""() => {
         const box = document.createElement('div'); document.body.appendChild(box);
         heatMap(box, ['c00', 'c01'], ['q0', 'q1'], (r, c) => (r === 1 && c === 1 ? null : r + c + 1),
@@ -488,11 +491,7 @@ def test_missing_revision_is_said_at_the_top_cells_link_and_descriptions_show(br
 
 def test_comparison_page_overlays_runs(browser, tmp_path):
     home = Home.resolve(tmp_path / "home")
-    factory.make_small_store(home)
-    manifest = factory.make_small_revisions(home)["natural"]
-    for run, steps in (("a", 900), ("b", 600)):
-        factory.write_contract_metrics(home, run, manifest, steps=steps)
-        factory.write_observations(home, run, manifest, steps=steps, every=300)
+    factory.make_compared_runs(home, {"a": 900, "b": 600})
     build_site(home, tmp_path / "site", runs=["a", "b"])
     tab = Tab(browser)
     tab.open(tmp_path / "site" / "compare" / "a--b" / "index.html")

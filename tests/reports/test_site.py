@@ -237,11 +237,7 @@ def test_metrics_tail_reads_only_new_lines_and_follows_resumes(tmp_path):
 
 def test_report_build_with_two_runs_writes_a_comparison_page(tmp_path, capsys):
     home = Home.resolve(tmp_path / "home")
-    factory.make_small_store(home)
-    manifest = factory.make_small_revisions(home)["natural"]
-    for run, steps in (("first", 1200), ("second", 600)):
-        factory.write_contract_metrics(home, run, manifest, steps=steps)
-        factory.write_observations(home, run, manifest, steps=steps, every=300)
+    factory.make_compared_runs(home, {"first": 1200, "second": 600})
     out = tmp_path / "site"
     assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--run", "second",
                  "--json"]) == 0
