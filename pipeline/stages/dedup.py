@@ -51,6 +51,30 @@ REASON_CODES = {"exact": 1, "fuzzy": 2}
 CODE_REASONS = {code: reason for reason, code in REASON_CODES.items()}
 
 
+def shingle_hashes(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """uint64 hashes of the n-grams (n = `weights.size`) of uint64 `values`: each a linear combination with
+    `weights` modulo 2^64; fewer than n values make one shingle (empty: 0)."""
+    n = weights.size
+    if values.size < n:
+        return np.array([values.dot(weights[: values.size]) if values.size else 0], dtype=np.uint64)
+    count = values.size - n + 1
+    shingles = np.zeros(count, dtype=np.uint64)
+    for k in range(n):
+        shingles += values[k : k + count] * weights[k]
+    return shingles
+
+
+def minhash(shingles: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """uint32 MinHash signature: per permutation i, min over shingles of `(a_i·s + b_i) mod 2^64 >> 32`
+    (`a`, `b`: [permutations, 1] uint64), in blocks of CHUNK shingles."""
+    signature = np.full(a.shape[0], np.iinfo(np.uint64).max, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for start in range(0, shingles.size, CHUNK):
+            block = shingles[start : start + CHUNK][None, :]
+            np.minimum(signature, ((a * block + b) >> np.uint64(32)).min(axis=1), out=signature)
+    return signature.astype(np.uint32)
+
+
 class MinHasher:
     """MinHash signatures and LSH band hashes; a pure function of (text, parameters)."""
 
@@ -68,24 +92,10 @@ class MinHasher:
         return np.fromiter(map(xxhash.xxh32_intdigest, words), dtype=np.uint64, count=len(words))
 
     def shingles(self, text: str) -> np.ndarray:
-        words = self.word_hashes(text)
-        n = self.ngram
-        if words.size < n:
-            return np.array([words.dot(self.shingle_weights[: words.size]) if words.size else 0], dtype=np.uint64)
-        count = words.size - n + 1
-        shingles = np.zeros(count, dtype=np.uint64)
-        for k in range(n):
-            shingles += words[k : k + count] * self.shingle_weights[k]
-        return shingles
+        return shingle_hashes(self.word_hashes(text), self.shingle_weights)
 
     def signature(self, text: str) -> np.ndarray:
-        shingles = self.shingles(text)
-        signature = np.full(self.a.shape[0], np.iinfo(np.uint64).max, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for start in range(0, shingles.size, CHUNK):
-                block = shingles[start : start + CHUNK][None, :]
-                np.minimum(signature, ((self.a * block + self.b) >> np.uint64(32)).min(axis=1), out=signature)
-        return signature.astype(np.uint32)
+        return minhash(self.shingles(text), self.a, self.b)
 
     def band_hashes(self, signatures: np.ndarray) -> np.ndarray:
         """[documents, bands] uint64 from [documents, bands*rows] uint32 signatures."""

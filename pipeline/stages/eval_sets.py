@@ -75,13 +75,10 @@ class NearDuplicateIndex:
         self.exact: dict[bytes, str] = {}
 
     def signature(self, tokens: np.ndarray) -> np.ndarray:
-        ids = np.asarray(tokens, dtype=np.uint64)
-        if ids.size < SHINGLE:
-            ids = np.concatenate([ids, np.zeros(SHINGLE - ids.size, dtype=np.uint64)])
-        count = ids.size - SHINGLE + 1
-        with np.errstate(over="ignore"):
-            shingles = sum(ids[k : k + count] * self.weights[k] for k in range(SHINGLE))
-            return ((self.a * shingles[None, :] + self.b) >> np.uint64(32)).min(axis=1).astype(np.uint32)
+        # dedup's MinHash maths over token ids (imported here: `pipeline.config` reaches this module without datatrove)
+        from pipeline.stages.dedup import minhash, shingle_hashes
+
+        return minhash(shingle_hashes(np.asarray(tokens, dtype=np.uint64), self.weights), self.a, self.b)
 
     def add(self, tokens: np.ndarray, cell: str) -> None:
         self.exact.setdefault(np.asarray(tokens, dtype="<u4").tobytes(), cell)
