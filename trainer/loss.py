@@ -40,6 +40,8 @@ def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: to
                           chunk_tokens: int) -> torch.Tensor:
     """Per-token fp32 losses [b, L] of `hidden` [b, L, d] projected by `weight` [V, d] against `labels` [b, L]."""
     flat, targets = hidden.flatten(0, 1), labels.flatten()
+    if flat.shape[0] <= chunk_tokens:  # one chunk: checkpointing would only recompute it, saving nothing
+        return _chunk_losses(flat, weight, targets).view(labels.shape)
     losses = []
     for start in range(0, flat.shape[0], chunk_tokens):
         rows = slice(start, start + chunk_tokens)
