@@ -104,35 +104,21 @@ class ChunkedFile:
 
     def read(self, offset: int, size: int) -> np.ndarray:
         """uint8 bytes [offset, offset + size): a fresh array."""
+        out = np.empty(size, dtype=np.uint8)
+        self.read_into(offset, out)
+        return out
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        """Bytes [offset, offset + out.size) into `out` (uint8, contiguous; a view of the caller's array)."""
+        size = out.size
         if offset < 0 or offset + size > self.size:
             raise ArtifactError(f"{self.name}: read of bytes [{offset}, {offset + size}) past its {self.size} bytes")
-        out = np.empty(size, dtype=np.uint8)
         filled, step = 0, self.chunk_bytes
         while filled < size:
             index, inside = divmod(offset + filled, step)
             take = min(size - filled, step - inside)
             out[filled : filled + take] = self._bytes(index, inside, inside + take)
             filled += take
-        return out
-
-    def gather(self, items: np.ndarray, dtype: np.dtype) -> np.ndarray:
-        """Elements `items` (int64 indices) of the file read as an array of `dtype`: one read of the span
-        the items cover in each chunk they touch."""
-        out = np.empty(items.size, dtype=dtype)
-        if not items.size:
-            return out
-        per_chunk = self.chunk_bytes // dtype.itemsize
-        chunk_of = items // per_chunk
-        first, last = int(chunk_of.min()), int(chunk_of.max())
-        for index in range(first, last + 1) if last - first < 4 else np.unique(chunk_of).tolist():
-            chosen = slice(None) if first == last else chunk_of == index
-            inside = items[chosen] - index * per_chunk
-            if not inside.size:
-                continue
-            lo, hi = int(inside.min()), int(inside.max()) + 1
-            span = self._bytes(index, lo * dtype.itemsize, hi * dtype.itemsize).view(dtype)
-            out[chosen] = span[inside - lo]
-        return out
 
     def close(self) -> None:
         """Nothing to release by default (a remote object holds no descriptor)."""

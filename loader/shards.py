@@ -203,10 +203,11 @@ class TokenSpace:
 
     def _fill(self, row: int, cell_id: int, start: int, epoch: int, out: np.ndarray,
               sources: np.ndarray | None) -> None:
-        """Row `row` of `out`: the cell's tokens [start, start + width) in `epoch`'s order, one vectorised
-        gather per block the window crosses."""
+        """Row `row` of `out`: the cell's tokens [start, start + width) in `epoch`'s order, one read of
+        each document's run of the window (a document is contiguous in the shard's `.bin`)."""
         cell = self.cells[cell_id]
         width = out.shape[1]
+        itemsize = self.dtype.itemsize
         filled = 0
         while filled < width:
             position = start + filled
@@ -219,12 +220,20 @@ class TokenSpace:
             layout = self.layout(cell_id, index, shard, block, epoch)
             block_end = int(layout.stream_starts[-1] + layout.lengths[-1])
             take = min(width - filled, block_end - offset)
-            wanted = np.arange(offset, offset + take, dtype=np.int64)
-            document = np.searchsorted(layout.stream_starts, wanted, side="right") - 1
-            items = layout.file_starts[document] + (wanted - layout.stream_starts[document])
-            out[row, filled : filled + take] = shard.bin.gather(items, self.dtype)
-            if sources is not None:
-                sources[row, filled : filled + take] = layout.sources[document]
+            first = int(np.searchsorted(layout.stream_starts, offset, side="right")) - 1
+            last = int(np.searchsorted(layout.stream_starts, offset + take, side="left"))
+            runs = zip(layout.stream_starts[first:last].tolist(), layout.file_starts[first:last].tolist(),
+                       layout.lengths[first:last].tolist(), range(first, last))
+            here, end = offset, offset + take
+            for stream_start, file_start, length, document in runs:
+                n = min(stream_start + length, end) - here
+                if n <= 0:
+                    continue
+                at = filled + here - offset
+                shard.bin.read_into((file_start + here - stream_start) * itemsize, out[row, at : at + n].view(np.uint8))
+                if sources is not None:
+                    sources[row, at : at + n] = layout.sources[document]
+                here += n
             filled += take
 
     def window_documents(self, cell_id: int, sequence: int, epoch: int) -> list[tuple[int, int]]:
