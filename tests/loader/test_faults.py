@@ -21,6 +21,14 @@ def shard_file(store, cell, shard, suffix):
     return store / "cells" / cell / f"shard_{shard:05d}{suffix}"
 
 
+def flip_byte(victim, at, mask):
+    """XOR one byte of `victim` with `mask` (same size and structure, different content); its new bytes."""
+    raw = bytearray(victim.read_bytes())
+    raw[at] ^= mask
+    victim.write_bytes(bytes(raw))
+    return raw
+
+
 def read_every_window(path):
     """Open the stream (which reads no shard file) and read every sequence of every cell, epoch 0."""
     stream = MixtureStream(path, prefetch=0)
@@ -57,9 +65,7 @@ def test_truncated_bin_is_named(store_and_manifest):
 def test_altered_idx_is_named(store_and_manifest):
     store, path = store_and_manifest
     victim = shard_file(store, "a", 0, ".idx")
-    raw = bytearray(victim.read_bytes())
-    raw[-1] ^= 0xFF  # same size and structure, different content
-    victim.write_bytes(bytes(raw))
+    raw = flip_byte(victim, -1, 0xFF)
     with pytest.raises(ArtifactError, match=f"{victim}: bytes \\[0, {len(raw)}\\) differ from the manifest's digest"):
         read_every_window(path)
 
@@ -67,9 +73,7 @@ def test_altered_idx_is_named(store_and_manifest):
 def test_flipped_bin_byte_is_named_with_its_byte_range_when_read(store_and_manifest):
     store, path = store_and_manifest
     victim = shard_file(store, "a", 1, ".bin")
-    raw = bytearray(victim.read_bytes())
-    raw[len(raw) // 2] ^= 0x01
-    victim.write_bytes(bytes(raw))
+    raw = flip_byte(victim, victim.stat().st_size // 2, 0x01)
     stream = MixtureStream(path, prefetch=0)
     a = stream.cell_names.index("a")
     stream._space.read(np.asarray([a]), np.asarray([0]), np.asarray([0]), True)  # shard 0 only: fine
@@ -80,9 +84,7 @@ def test_flipped_bin_byte_is_named_with_its_byte_range_when_read(store_and_manif
 def test_replaced_digest_sidecar_is_named(store_and_manifest):
     store, path = store_and_manifest
     victim = shard_file(store, "b", 0, ".xxh")
-    raw = bytearray(victim.read_bytes())
-    raw[-1] ^= 0x01
-    victim.write_bytes(bytes(raw))
+    flip_byte(victim, -1, 0x01)
     with pytest.raises(ArtifactError, match=f"{victim}: differs from"):
         read_every_window(path)
 
