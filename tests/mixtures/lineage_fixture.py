@@ -17,13 +17,15 @@ tokens = 51200
 strategy = "natural"
 '''
 AT_STEP = 170  # inside the parent's only phase (400 steps)
-CHILD = f'''mixture = "mix"
-revision = "swap"
-{FRAME}
-[continues]
-revision = "natural"
-at_step = {AT_STEP}
 
+
+def continuing(revision: str, parent: str, at_step: int) -> str:
+    """The head of a revision of "mix" that continues `parent` from `at_step`."""
+    return (f'mixture = "mix"\nrevision = "{revision}"\n{FRAME}\n'
+            f'[continues]\nrevision = "{parent}"\nat_step = {at_step}\n')
+
+
+CHILD = continuing("swap", "natural", AT_STEP) + '''
 [[phases]]
 name = "main"
 tokens = 20480
@@ -39,13 +41,7 @@ strategy = "uniform"
 cells = ["c01*", "c02*"]
 '''
 GRAND_AT = 300  # inside the child's main phase
-GRANDCHILD = f'''mixture = "mix"
-revision = "late"
-{FRAME}
-[continues]
-revision = "swap"
-at_step = {GRAND_AT}
-
+GRANDCHILD = continuing("late", "swap", GRAND_AT) + '''
 [[phases]]
 name = "main"
 tokens = 4096
