@@ -9,24 +9,16 @@ import pytest
 from millrace.cli import main as millrace
 from mixtures.build import build
 from mixtures.new import new_revision
+from tests.trainer.ladders import write_ladder
 from tests.trainer.stores import make_store
 from trainer.ladder.check import predict_then_measure
 from trainer.ladder.results import read_ladder
 
-ROOT = Path(__file__).parents[2]
 CELLS = {"c00q0": 40000, "c01q0": 30000, "c02q1": 20000}
 
 
 def ladder_file(tmp_path: Path) -> Path:
-    path = tmp_path / "e2e.toml"
-    path.write_text(f"""
-ladder = "e2e"
-[base]
-config = "{ROOT / 'trainer' / 'configs' / 'tiny.toml'}"
-[mixture]
-mixture = "default"
-revision = "natural"
-[rules]
+    return write_ladder(tmp_path / "e2e.toml", "e2e", "natural", """[rules]
 widths = [8, 12, 16]
 layers = [1, 1, 1]
 tokens_per_active_param = 3
@@ -48,7 +40,6 @@ asymptote = 1.0
 [here]
 peak_flops = 1e10
 """)
-    return path
 
 
 @pytest.fixture(scope="module")

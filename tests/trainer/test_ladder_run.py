@@ -15,6 +15,7 @@ from millrace.home import Home
 from mixtures.manifest import read_manifest
 from mixtures.build import build
 from mixtures.new import new_revision
+from tests.trainer.ladders import write_ladder
 from tests.trainer.stores import make_store
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.rung_revision import build_rung_revision
@@ -24,15 +25,7 @@ CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q4": 9000}
 
 
 def micro_ladder(tmp_path: Path, widths=(8, 16), layers=(1, 1), tpa=4.0, batch=4) -> Path:
-    path = tmp_path / "micro.toml"
-    path.write_text(f"""
-ladder = "micro"
-[base]
-config = "{ROOT / 'trainer' / 'configs' / 'tiny.toml'}"
-[mixture]
-mixture = "default"
-revision = "two-phase"
-[rules]
+    return write_ladder(tmp_path / "micro.toml", "micro", "two-phase", f"""[rules]
 widths = {list(widths)}
 layers = {list(layers)}
 tokens_per_active_param = {tpa}
@@ -43,7 +36,6 @@ max_sequences = 8
 [here]
 peak_flops = 1e10
 """)
-    return path
 
 
 @pytest.fixture
