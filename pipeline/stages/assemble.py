@@ -28,9 +28,8 @@ from pipeline.store.format import (
     CellSummary,
     EvalSetSummary,
     HeldOut,
+    ShardSequence,
     ShardTable,
-    ShardWriter,
-    SourceCounts,
     StoreManifest,
     TokenizerInfo,
     dtype_for_vocab,
@@ -64,44 +63,6 @@ def _cells(runs_dir: Path) -> list[str]:
     return sorted({path.stem for path in runs_dir.glob("*/*.npz")})
 
 
-class _ShardSequence:
-    """Shards `<prefix>-00000`, `<prefix>-00001`, ... of one cell, each closed past `shard_tokens`."""
-
-    def __init__(self, cell_dir: Path, prefix: str, dtype: np.dtype, shard_tokens: int):
-        self.cell_dir, self.prefix, self.dtype, self.shard_tokens = cell_dir, prefix, dtype, shard_tokens
-        self.shards: list = []
-        self.writer: ShardWriter | None = None
-        self.in_shard = 0
-        self.in_writer = 0  # documents in the open shard
-        self.placed: list[tuple[int, int]] = []  # (shard, document in shard) of each document added
-        self.sources: dict[str, SourceCounts] = {}
-
-    def add(self, tokens: np.ndarray, source_id: int, source: str, nbytes: int) -> None:
-        if self.writer is None:
-            self.writer = ShardWriter(self.cell_dir / f"{self.prefix}-{len(self.shards):05d}", self.dtype)
-        self.writer.add_document(tokens, source_id)
-        self.placed.append((len(self.shards), self.in_writer))
-        self.in_writer += 1
-        self.in_shard += tokens.size
-        counts = self.sources.setdefault(source, SourceCounts())
-        counts.documents += 1
-        counts.tokens += int(tokens.size)
-        counts.bytes += nbytes
-        if self.in_shard >= self.shard_tokens:
-            self.shards.append(self.writer.close())
-            self.writer, self.in_shard, self.in_writer = None, 0, 0
-
-    def close(self) -> list:
-        if self.writer is not None:
-            self.shards.append(self.writer.close())
-            self.writer = None
-        return self.shards
-
-    def totals(self) -> tuple[int, int, int]:
-        counts = self.sources.values()
-        return sum(c.documents for c in counts), sum(c.tokens for c in counts), sum(c.bytes for c in counts)
-
-
 def _write_cell(cell: str, runs_dir: Path, cell_dir: Path, dtype: np.dtype, fingerprint: str,
                 sources: list[str], shard_tokens: int, extra_stats: dict,
                 validation: ValidationConfig, overlap: NearDuplicateIndex | None) -> tuple[CellManifest, str]:
@@ -124,8 +85,8 @@ def _write_cell(cell: str, runs_dir: Path, cell_dir: Path, dtype: np.dtype, fing
 
     hashes = np.fromiter((document_hash(document(i), validation.seed) for i in order), dtype=np.uint64, count=order.size)
     is_held_out = held_out(hashes, validation)
-    training = _ShardSequence(cell_dir, "shard", dtype, shard_tokens)
-    held = _ShardSequence(cell_dir, VALIDATION_PREFIX, dtype, shard_tokens)
+    training = ShardSequence(cell_dir, "shard", dtype, shard_tokens)
+    held = ShardSequence(cell_dir, VALIDATION_PREFIX, dtype, shard_tokens)
     for index, to_validation in zip(order.tolist(), is_held_out.tolist()):
         source = int(source_ids[index])
         (held if to_validation else training).add(document(index), source, sources[source], int(nbytes[index]))

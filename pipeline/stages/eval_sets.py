@@ -23,7 +23,7 @@ import pydantic
 from millrace.config import StrictModel
 from millrace.errors import ConfigError
 from millrace.names import NAME_PATTERN
-from pipeline.store.format import EvalSetManifest, HeldOut, ShardWriter, SourceCounts, write_eval_set_manifest
+from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
 
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
@@ -114,10 +114,9 @@ def write_eval_set(config: EvalSetConfig, set_dir: Path, tokenizer, eos_id: int,
                    shard_tokens: int, index: NearDuplicateIndex) -> WrittenSet:
     texts = read_texts(config)
     encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
-    shards, writer, in_shard = [], None, 0
-    documents = tokens = nbytes = 0
     found: list[dict] = []
     counts = {"exact": 0, "near": 0}
+    sequence = ShardSequence(set_dir, SET_PREFIX, dtype, shard_tokens)
     for number, (text, encoding) in enumerate(zip(texts, encoded)):
         ids = np.asarray(encoding.ids + [eos_id], dtype=np.int64)
         hit = index.find(ids)
@@ -125,18 +124,10 @@ def write_eval_set(config: EvalSetConfig, set_dir: Path, tokenizer, eos_id: int,
             counts[hit[0]] += 1
             if len(found) < SHOWN:
                 found.append({"index": number, "kind": hit[0], "cell": hit[1]})
-        if writer is None:
-            writer = ShardWriter(set_dir / f"{SET_PREFIX}-{len(shards):05d}", dtype)
-        writer.add_document(ids, 0)
-        in_shard += ids.size
-        documents, tokens, nbytes = documents + 1, tokens + ids.size, nbytes + len(text.encode("utf-8"))
-        if in_shard >= shard_tokens:
-            shards.append(writer.close())
-            writer, in_shard = None, 0
-    if writer is not None:
-        shards.append(writer.close())
-    held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards,
-                   sources={config.name: SourceCounts(documents=documents, tokens=tokens, bytes=nbytes)})
+        sequence.add(ids, 0, config.name, len(text.encode("utf-8")))
+    shards = sequence.close()
+    documents, tokens, nbytes = sequence.totals()
+    held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards, sources=sequence.sources)
     overlap = {**counts, "documents": found}
     manifest = EvalSetManifest(name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held,
                                overlap=overlap)

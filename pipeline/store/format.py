@@ -468,6 +468,45 @@ class ShardWriter:
         self._bin_tmp.unlink(missing_ok=True)
 
 
+class ShardSequence:
+    """Shards `<prefix>-00000`, `<prefix>-00001`, ... in one directory (a cell's, an evaluation set's), each
+    closed past `shard_tokens`, with per-source counts of what was added."""
+
+    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int):
+        self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
+        self.shards: list = []
+        self.writer: ShardWriter | None = None
+        self.in_shard = 0
+        self.in_writer = 0  # documents in the open shard
+        self.placed: list[tuple[int, int]] = []  # (shard, document in shard) of each document added
+        self.sources: dict[str, SourceCounts] = {}
+
+    def add(self, tokens: np.ndarray, source_id: int, source: str, nbytes: int) -> None:
+        if self.writer is None:
+            self.writer = ShardWriter(self.directory / f"{self.prefix}-{len(self.shards):05d}", self.dtype)
+        self.writer.add_document(tokens, source_id)
+        self.placed.append((len(self.shards), self.in_writer))
+        self.in_writer += 1
+        self.in_shard += tokens.size
+        counts = self.sources.setdefault(source, SourceCounts())
+        counts.documents += 1
+        counts.tokens += int(tokens.size)
+        counts.bytes += nbytes
+        if self.in_shard >= self.shard_tokens:
+            self.shards.append(self.writer.close())
+            self.writer, self.in_shard, self.in_writer = None, 0, 0
+
+    def close(self) -> list:
+        if self.writer is not None:
+            self.shards.append(self.writer.close())
+            self.writer = None
+        return self.shards
+
+    def totals(self) -> tuple[int, int, int]:
+        counts = self.sources.values()
+        return sum(c.documents for c in counts), sum(c.tokens for c in counts), sum(c.bytes for c in counts)
+
+
 class ShardReader:
     """Reads one `.bin/.idx` pair whole (for `verify`, tools and tests; the loader reads on demand)."""
 
