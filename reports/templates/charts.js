@@ -60,6 +60,8 @@ function h(tag, attrs, parent, text) {
   if (parent) parent.appendChild(node);
   return node;
 }
+const $ = (id) => document.getElementById(id);
+function pageData() { return JSON.parse($("page-data").textContent); }  // a page's embedded #page-data
 
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
   "#7f7f7f", "#bcbd22"];

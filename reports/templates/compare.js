@@ -1,7 +1,6 @@
 // The comparison page: several runs' curves on shared token axes, and their latest/best evaluations.
 "use strict";
-const C = JSON.parse(document.getElementById("page-data").textContent);
-const $ = (id) => document.getElementById(id);
+const C = pageData();
 
 // Series of different runs sit on different x values: merge them on the union of tokens, null elsewhere.
 function overlay(pick) {

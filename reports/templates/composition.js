@@ -1,6 +1,6 @@
 // The composition page: every built revision is in #page-data; ?revision=<name> picks one.
 "use strict";
-const D = JSON.parse(document.getElementById("page-data").textContent);
+const D = pageData();
 const KEYS = Object.keys(D.revisions);
 const CELLS = D.cells;
 const state = { revision: null, compare: null, metric: "weight:0", cell: null };

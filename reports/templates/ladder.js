@@ -1,7 +1,6 @@
 // The ladder page: held-out curves, the fit on log-log axes with predictions, residuals; data in #page-data.
 "use strict";
-const D = JSON.parse(document.getElementById("page-data").textContent);
-const $ = (id) => document.getElementById(id);
+const D = pageData();
 const revisions = Object.keys(D.fits).length ? Object.keys(D.fits) : [...new Set(D.results.map((r) => r.revision))];
 const lawAt = (p, c) => p.L_inf + p.A * Math.pow(c, -p.alpha);
 

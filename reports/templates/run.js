@@ -1,6 +1,6 @@
 // The training page: curves from the run's metrics stream, embedded in #page-data.
 "use strict";
-const R = JSON.parse(document.getElementById("page-data").textContent);
+const R = pageData();
 const X = R.steps;
 const S = R.scalars;
 const BANDS = R.bands || {};
@@ -8,7 +8,6 @@ const band = (key) => BANDS[key] || {};
 // A named series with its envelope (when the run was thinned); `group` names its key in R.bands.
 const byName = (obj, group) => Object.keys(obj).map((name) => ({ name, values: obj[name], ...band(group ? `${group}/${name}` : name) }));
 const scalar = (key, name) => ({ name, values: S[key] || [], ...band(key) });
-const $ = (id) => document.getElementById(id);
 const ALERTS = R.alerts || { events: [], active: [], skipped_steps: 0 };
 const SWITCHES = R.switches.map((m) => ({ x: m.step, label: `→ ${m.revision}` }));
 lineChart.defaults.marks = SWITCHES;  // every chart
