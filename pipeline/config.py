@@ -215,24 +215,19 @@ def _check_filter_options(config: PipelineConfig, origin: str) -> None:
 
 def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineConfig:
     """Make source and tokenizer paths absolute (relative to the config file) and check they exist."""
-    sources = []
-    for i, source in enumerate(config.sources):
+    def resolved(raws: list[str], field: str) -> list[str]:
         paths = []
-        for j, raw in enumerate(source.paths):
+        for j, raw in enumerate(raws):
             path = (base / Path(raw).expanduser()).resolve()
             if not path.exists():
-                raise ConfigError(f"{origin}: field 'sources.{i}.paths.{j}': path not found: {path}")
+                raise ConfigError(f"{origin}: field '{field}.{j}': path not found: {path}")
             paths.append(str(path))
-        sources.append(source.model_copy(update={"paths": paths}))
-    sets = []
-    for i, eval_set in enumerate(config.validation.sets):
-        paths = []
-        for j, raw in enumerate(eval_set.paths):
-            path = (base / Path(raw).expanduser()).resolve()
-            if not path.exists():
-                raise ConfigError(f"{origin}: field 'validation.sets.{i}.paths.{j}': path not found: {path}")
-            paths.append(str(path))
-        sets.append(eval_set.model_copy(update={"paths": paths}))
+        return paths
+
+    sources = [source.model_copy(update={"paths": resolved(source.paths, f"sources.{i}.paths")})
+               for i, source in enumerate(config.sources)]
+    sets = [eval_set.model_copy(update={"paths": resolved(eval_set.paths, f"validation.sets.{i}.paths")})
+            for i, eval_set in enumerate(config.validation.sets)]
     config = config.model_copy(update={"validation": config.validation.model_copy(update={"sets": sets})})
     tokenizer = config.tokenizer
     if tokenizer.path is not None:
