@@ -35,11 +35,10 @@ import numpy as np
 import torch
 
 from loader.validation import PAD_LABEL, ValidationSequences
-from millrace.artifacts import atomic_write_text
 from mixtures.cells import CELL_NAME
 from trainer.distributed import Runtime
 from trainer.eval_records import EVAL_FILE, EVAL_SCHEMA
-from trainer.metrics import finite
+from trainer.metrics import finite, open_resumed
 from trainer.model import Transformer
 
 GROUPS = ("cell", "domain", "bucket", "source", "set")
@@ -227,11 +226,7 @@ class EvalWriter:
     def __init__(self, run_dir: Path, start_step: int):
         self.path = Path(run_dir) / EVAL_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= start_step]
-            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
-        self.handle = open(self.path, "a", encoding="utf-8")
+        self.handle = open_resumed(self.path, start_step)
 
     def write(self, record: dict[str, Any]) -> None:
         self.handle.write(json.dumps(finite(record), separators=(",", ":")) + "\n")

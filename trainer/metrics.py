@@ -66,14 +66,20 @@ def finite(value: Any) -> Any:
     return value
 
 
+def open_resumed(path: Path, start_step: int):
+    """`path` (JSON lines with a `step`) opened for appending, after dropping, atomically, the lines of
+    steps past `start_step`: a resumed run never holds a step twice."""
+    if path.exists():
+        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start_step]
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+    return open(path, "a", encoding="utf-8")
+
+
 class MetricsWriter:
     def __init__(self, run_dir: Path, start_step: int, tensorboard: bool):
         self.path = run_dir / METRICS_FILE
         run_dir.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start_step]
-            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
-        self.handle = open(self.path, "a", encoding="utf-8")
+        self.handle = open_resumed(self.path, start_step)
         self.board = None
         if tensorboard:
             try:

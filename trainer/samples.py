@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from loader.validation import ValidationSequences
-from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
 from trainer.config import SamplesConfig
 from trainer.evaluation import cell_groups, inference
+from trainer.metrics import open_resumed
 from trainer.model import Transformer
 
 SAMPLES_FILE = "samples.jsonl"
@@ -157,11 +157,7 @@ class SampleWriter:
         self.path = Path(run_dir) / SAMPLES_FILE
         self.handle = None
         if write:
-            if self.path.exists():
-                kept = [line for line in self.path.read_text().splitlines()
-                        if line.strip() and json.loads(line)["step"] <= start_step]
-                atomic_write_text(self.path, "".join(line + "\n" for line in kept))
-            self.handle = open(self.path, "a", encoding="utf-8")
+            self.handle = open_resumed(self.path, start_step)
 
     def sample(self, model: Transformer, step: int) -> list[dict[str, Any]]:
         cfg = self.config
