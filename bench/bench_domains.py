@@ -30,7 +30,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.preprocessing import normalize
 from threadpoolctl import threadpool_limits
 
-from bench.result import Result
+from bench.result import Result, best_of
 
 REPEATS = 3
 
@@ -44,12 +44,7 @@ def _purity(predicted, truth) -> float:
 
 def _rate(run, documents: int, repeats: int = REPEATS) -> float:
     """Documents per second, best of `repeats` (the machine is shared)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return documents / best
+    return documents / best_of(run, repeats)
 
 
 def _copies(corpus):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.result import Result
+from bench.result import Result, best_of, memory_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 EOS = 0
@@ -46,26 +46,6 @@ MEASURE_STEPS = 60
 ROUNDS = 2
 REFERENCE_STEP = 390_000
 ONE_CORE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-
-
-def memory_mb(field: str) -> float:
-    """A /proc/self/status figure in MB: VmRSS (resident), VmHWM (peak resident, reset at exec), RssAnon
-    (resident anonymous memory: heap and indices, without the shard pages that memmaps map in)."""
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(field)
-
-
-def best_of(run, repeats: int = 3) -> float:
-    """Fastest of a few passes over the same steps (the machine is shared; the same rule for every system)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 # ---- the bench store and manifest ------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.result import Result
+from bench.result import Result, memory_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = Path("/tmp/issue12")
@@ -31,14 +31,6 @@ SIZES = (1_000_000, 10_000_000, 100_000_000)
 CELLS, SHARDS = 8, 2
 SEQ_LEN, BATCH, EOS, VOCAB = 2048, 64, 0, 50_000
 STREAM_STEPS = 60  # of the 10,000-shard store: 3,840 windows, most from a shard not yet open
-
-
-def memory_mb(field: str) -> float:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise KeyError(field)
 
 
 def write_store(home, name: str, documents: int, cells: int, shards: int) -> Path:

@@ -23,12 +23,11 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.result import Result
+from bench.result import Result, best_of
 from millrace.home import Home
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,15 +47,6 @@ def best_cpu_of(repeats: int, func) -> float:
         start = children_cpu()
         func()
         times.append(children_cpu() - start)
-    return min(times)
-
-
-def best_of(repeats: int, func) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
     return min(times)
 
 
@@ -86,9 +76,9 @@ def lineage_results(home: Home, manifests: Path) -> list[Result]:
 
         path = mixtures.build(home, "reference", revision)
         return {
-            "build": best_of(3, fresh_build),
-            "plan": best_of(3, lambda: mixtures.plan(home, "reference", revision)),
-            "peek at step 390,250": best_of(3, lambda: peek(MixtureStream(path, prefetch=0), 390_250)),
+            "build": best_of(fresh_build, 3),
+            "plan": best_of(lambda: mixtures.plan(home, "reference", revision), 3),
+            "peek at step 390,250": best_of(lambda: peek(MixtureStream(path, prefetch=0), 390_250), 3),
         }
 
     parent, child = timings("pre-swap"), timings("swap-108000")
@@ -126,7 +116,7 @@ def main() -> list[Result]:
         cpu = best_cpu_of(3, fresh_commands)
         results.append(Result("reference-scale validate+build+plan, 3 CLI runs, CPU time", cpu, 2.0,
                               "the issue's 2 s budget", "s", higher_is_better=False, target=1.0))
-        wall = best_of(3, fresh_commands)
+        wall = best_of(fresh_commands, 3)
         results.append(Result("same, wall time (shared machine: includes waiting for a core)", wall, 2.0,
                               "the issue's 2 s budget", "s", higher_is_better=False))
         startup = best_cpu_of(3, lambda: [cli(root, "--help") for _ in range(3)])
@@ -139,8 +129,8 @@ def main() -> list[Result]:
             mixtures.build(home, "reference", "two-phase")
             mixtures.plan(home, "reference", "two-phase")
 
-        inside = best_of(5, in_process)
-        store_only = best_of(5, lambda: Store(home.store("reference", "2025.06.01")))
+        inside = best_of(in_process, 5)
+        store_only = best_of(lambda: Store(home.store("reference", "2025.06.01")), 5)
         results.append(Result("validate+build+plan in process", inside, store_only,
                               "opening store.json", "s", higher_is_better=False))
 
@@ -148,9 +138,9 @@ def main() -> list[Result]:
 
     weights = {cell: float(tokens) for cell, tokens in stats.items()}
     total = 3_662_108_672
-    exact = best_of(20, lambda: apportion(weights, total, lower={c: 1 for c in weights}))
+    exact = best_of(lambda: apportion(weights, total, lower={c: 1 for c in weights}), 20)
     array = np.array(list(weights.values()))
-    floating = best_of(20, lambda: float_largest_remainder(array, total))
+    floating = best_of(lambda: float_largest_remainder(array, total), 20)
     results.append(Result("apportion 200 cells, 3.66e9 sequences (exact rationals)", exact * 1e3, floating * 1e3,
                           "numpy float largest remainder", "ms", higher_is_better=False))
     return results

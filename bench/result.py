@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+
+
+def best_of(run: Callable[[], object], repeats: int = 3) -> float:
+    """Fastest wall time of a few runs of `run` (the machine is shared; the same rule for every system)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def memory_mb(field: str) -> float:
+    """A /proc/self/status figure in MB: VmRSS (resident), VmHWM (peak resident, reset at exec), RssAnon
+    (resident anonymous memory: heap and indices, without the shard pages that memmaps map in)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise KeyError(field)
 
 
 @dataclass(frozen=True)
