@@ -90,7 +90,6 @@ class RunObservers:
                 self.sample_at = {s for s in range(start + 1, stop + 1) if cadence and s % cadence == 0} | {stop}
         self.aux = torch.zeros(2, dtype=torch.float64, device=runtime.device)
         self.forwards = 0
-        self.skipped_total = 0
 
     def forwarded(self, model: Transformer) -> None:
         """After each training forward: gather the aux terms it added."""
@@ -104,7 +103,6 @@ class RunObservers:
         if math.isfinite(loss) and math.isfinite(grad_norm):
             self.health.stepped()
             return False
-        self.skipped_total += 1
         what = "loss" if not math.isfinite(loss) else "gradient norm"
         log.warning("step %d: non-finite %s (loss %s, grad norm %s): update skipped", step, what, loss, grad_norm)
         self.health.skipped(step, time.time(), f"non-finite {what}")
@@ -116,7 +114,7 @@ class RunObservers:
         self.aux.zero_()
         self.forwards = 0
         extras = {"aux_loss": float(aux[0]), "z_loss": float(aux[1]), "skipped": skipped,
-                  "skipped_steps": self.skipped_total, **memory_stats(self.runtime.device)}
+                  "skipped_steps": self.health.skipped_total, **memory_stats(self.runtime.device)}
         extras["alerts"] = self.health.check({**record, **extras}, time.time())
         return extras
 
