@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,8 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.result import Result, best_of, memory_mb
+from bench.result import ROOT
+from bench.result import run_child as child
 
-ROOT = Path(__file__).resolve().parents[1]
 EOS = 0
 VOCAB = 50_000
 SEQ_LEN = 4096
@@ -280,12 +280,7 @@ def best_run(results: list[dict]) -> dict:
 
 
 def run_child(*args: str) -> dict:
-    env = {**os.environ, **ONE_CORE, "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-m", "bench.bench_loader", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"bench child {args[0]} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child("bench.bench_loader", args, {**os.environ, **ONE_CORE, "PYTHONWARNINGS": "ignore"})
 
 
 def main() -> list[Result]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.result import Result, memory_mb
+from bench.result import run_child as child
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRATCH = Path("/tmp/issue12")
 SIZES = (1_000_000, 10_000_000, 100_000_000)
 CELLS, SHARDS = 8, 2
@@ -140,11 +139,7 @@ def child_stream(manifest: str) -> dict:
 
 
 def run_child(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "bench.bench_loader_scale", *args], cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"bench child {args[0]} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child("bench.bench_loader_scale", args, {**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def main() -> list[Result]:

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_child(module: str, args: tuple[str, ...], env: Mapping[str, str]) -> dict:
+    """`python -m module *args` in a fresh process from the repository root; its last stdout line is JSON."""
+    done = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=dict(env), capture_output=True,
+                          text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench child {args[0]} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def best_of(run: Callable[[], object], repeats: int = 3) -> float:
