@@ -125,8 +125,9 @@ def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
     for index, block in enumerate(model.layers):
         if block.is_moe:
             bias = block.ffn.router.expert_bias.detach().double()
-            squared += float(bias.pow(2).sum())
-            stats.append({"layer": index, "norm": float(bias.norm()), "max_abs": float(bias.abs().max())})
+            layer_squared, norm, max_abs = torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()]).tolist()
+            squared += layer_squared
+            stats.append({"layer": index, "norm": norm, "max_abs": max_abs})
     return stats, squared
 
 
