@@ -65,18 +65,21 @@ class CountedStage(PipelineStep):
         counts = StageCounts()
         with AtomicJsonlZstWriter(task_file(self.removed_dir / self.stage, rank)) as removed:
             for doc in data or ():
-                source = doc.metadata["source"]
-                counts.received(source, text_bytes(doc))
+                source, text = doc.metadata["source"], doc.text
+                size = text_bytes(doc)
+                counts.received(source, size)
                 reason = None
                 if self.sources is None or source in self.sources:
                     with self.track_time():
                         reason = self.decide(doc)
+                if doc.text is not text:  # rewritten by decide(): measure again (an unchanged text is the same object)
+                    size = text_bytes(doc)
                 if reason is None:
-                    counts.kept(source, text_bytes(doc))
+                    counts.kept(source, size)
                     self.stat_update("kept")
                     yield doc
                 else:
-                    counts.removed(source, reason, text_bytes(doc))
+                    counts.removed(source, reason, size)
                     self.stat_update(f"removed_{reason}")
                     removed.write({"id": doc.id, "source": source, "reason": reason, "text": doc.text})
         counts.save(self.funnel_dir / f"{rank:05d}.json")

@@ -276,16 +276,18 @@ class ReadStage(PipelineStep):
                     yield from self._file_documents(reader, path, relative, position + index, bad_files)
             position += len(files)
 
-    def _bounded(self, doc: Document, counts: StageCounts) -> Document | None:
-        limit, size = self.source.max_document_bytes, text_bytes(doc)
+    def _bounded(self, doc: Document, size: int, counts: StageCounts) -> int | None:
+        """The size of the document kept (its text `size` bytes, cut here if over the limit), None if dropped."""
+        limit = self.source.max_document_bytes
         if size <= limit:
-            return doc
+            return size
         if self.source.long_documents == "drop":
             counts.removed(self.source.name, "too_long", size)
             return None
         doc.text = utf8_prefix(doc.text, limit)
-        counts.cut(self.source.name, size - text_bytes(doc))
-        return doc
+        kept = text_bytes(doc)
+        counts.cut(self.source.name, size - kept)
+        return kept
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
@@ -294,10 +296,11 @@ class ReadStage(PipelineStep):
         problems: list[Problem] = []
         bad_files: list[dict] = []
         for doc in self._documents(rank, world_size, problems, bad_files):
-            counts.received(self.source.name, text_bytes(doc))
-            if (doc := self._bounded(doc, counts)) is None:
+            size = text_bytes(doc)
+            counts.received(self.source.name, size)
+            if (size := self._bounded(doc, size, counts)) is None:
                 continue
-            counts.kept(self.source.name, text_bytes(doc))
+            counts.kept(self.source.name, size)
             self.stat_update("documents")
             yield doc
         for _file, _label, _where, reason, size in problems:
