@@ -71,8 +71,8 @@ def final_eval(run_dir: Path) -> dict[str, Any]:
     return evals[-1]
 
 
-def curve(run_dir: Path) -> list[dict[str, Any]]:
-    """The held-out curve for the page: macro loss and bits per byte at each evaluation."""
+def curve(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The held-out curve for the page: macro loss and bits per byte at each evaluation (of `read_eval`)."""
     return [{"step": r.get("step"), "tokens": r.get("tokens"),
              "loss": (r.get("loss") or {}).get("macro"), "bpb": (r.get("bpb") or {}).get("macro")}
-            for r in read_eval(run_dir)]
+            for r in evals]

@@ -71,7 +71,7 @@ def rung_result(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, see
     evals = read_eval(run_dir)
     return {"rung": rung.name, "revision": revision, "seed": seed, "run": run, "status": info.get("status"),
             "flops": rung.flops, "tokens": rung.tokens, "steps": info.get("total_steps"), "batch": rung.batch,
-            "seconds": seconds, "final": evals[-1] if evals else None, "curve": curve(run_dir)}
+            "seconds": seconds, "final": evals[-1] if evals else None, "curve": curve(evals)}
 
 
 def train_rung(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int,
