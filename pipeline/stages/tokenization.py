@@ -21,13 +21,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
-import xxhash
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import read_jsonl_zst, task_file
+from pipeline.stages.sample import sample_rank
 from pipeline.store.format import dtype_for_vocab
 
 SAMPLES_PER_CELL = 3
@@ -108,8 +108,7 @@ class _CellRun:
         self.tokens.append(tokens)
         self.sources.append(source_id)
         self.bytes.append(nbytes)
-        self.samples.append((xxhash.xxh64_intdigest(key.to_bytes(8, "little")), doc.id, doc.metadata["source"],
-                             doc.text[:SAMPLE_CHARS]))
+        self.samples.append((sample_rank(key), doc.id, doc.metadata["source"], doc.text[:SAMPLE_CHARS]))
         self.samples = sorted(self.samples)[:SAMPLES_PER_CELL]
 
     def save(self, path: Path, dtype: np.dtype) -> None:
