@@ -108,8 +108,10 @@ class _CellRun:
         self.tokens.append(tokens)
         self.sources.append(source_id)
         self.bytes.append(nbytes)
-        self.samples.append((sample_rank(key), doc.id, doc.metadata["source"], doc.text[:SAMPLE_CHARS]))
-        self.samples = sorted(self.samples)[:SAMPLES_PER_CELL]
+        rank = sample_rank(key)
+        if len(self.samples) < SAMPLES_PER_CELL or rank <= self.samples[-1][0]:  # else it sorts past the kept few
+            self.samples.append((rank, doc.id, doc.metadata["source"], doc.text[:SAMPLE_CHARS]))
+            self.samples = sorted(self.samples)[:SAMPLES_PER_CELL]
 
     def save(self, path: Path, dtype: np.dtype) -> None:
         order = sorted(range(len(self.keys)), key=self.keys.__getitem__)
