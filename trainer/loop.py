@@ -635,7 +635,8 @@ def _log_start(training: Training, peak: float, peak_source: str) -> None:
 
 
 def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:
-    return {name: float(sums[0, i] / sums[1, i]) for i, name in enumerate(names) if i < sums.shape[1] and sums[1, i] > 0}
+    totals, counts = sums.tolist()  # one device read, not two per name
+    return {name: totals[i] / counts[i] for i, name in enumerate(names) if i < len(totals) and counts[i] > 0}
 
 
 def _set_status(run_dir: Path, status: str) -> None:
