@@ -32,9 +32,9 @@ import pydantic
 
 from millrace.config import StrictModel, load_config
 from millrace.errors import ConfigError
+from millrace.names import NAME_PATTERN
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
 class BaseSpec(StrictModel):
@@ -42,8 +42,8 @@ class BaseSpec(StrictModel):
 
 
 class MixtureSpec(StrictModel):
-    mixture: str = pydantic.Field(pattern=NAME)
-    revision: str = pydantic.Field(pattern=NAME)
+    mixture: str = pydantic.Field(pattern=NAME_PATTERN)
+    revision: str = pydantic.Field(pattern=NAME_PATTERN)
 
 
 class BatchRule(StrictModel):
@@ -107,7 +107,7 @@ class Rules(StrictModel):
 
 
 class TargetSpec(StrictModel):
-    name: str = pydantic.Field("target", pattern=NAME)
+    name: str = pydantic.Field("target", pattern=NAME_PATTERN)
     config: str | None = None
     d_model: int | None = pydantic.Field(None, gt=0, description="or a rung-family member of this width")
     layers: int | None = pydantic.Field(None, gt=0)
@@ -139,7 +139,7 @@ class HereSpec(StrictModel):
 
 
 class LadderSpec(StrictModel):
-    ladder: str = pydantic.Field(pattern=NAME)
+    ladder: str = pydantic.Field(pattern=NAME_PATTERN)
     description: str = ""
     base: BaseSpec
     mixture: MixtureSpec
