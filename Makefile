@@ -2,21 +2,27 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: demo test bench venv system-packages clean
 
-$(STAMP): pyproject.toml
+# What millrace needs to run (`make demo`); the tests and benches add the `dev` extras on top.
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU build of torch first: a looser pin would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(DEV_STAMP): $(RUN_STAMP)
 	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV_STAMP)
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
-demo: $(STAMP)
+demo: $(RUN_STAMP)
 	$(BIN)/millrace demo
 
 # Debian packages the tests need, when we are root on Debian and they are missing: chromium for the page
@@ -30,10 +36,10 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-test: $(STAMP) system-packages
+test: $(DEV_STAMP) system-packages
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python -m bench
 
 clean:

@@ -60,26 +60,32 @@ class RunResult:
 
 
 def check_fits(config: TrainConfig, runtime: Runtime, config_path: Path) -> None:
-    """Every rank builds the whole model before sharding it: refuse a model that cannot fit (535B on a laptop)."""
-    needed = count_params(config).total * 4
+    """Refuse a model whose fp32 weights and AdamW state cannot fit in this rank's share (535B on a laptop)."""
+    needed = count_params(config).total * 4 * 3 // runtime.world  # weights + two moments, sharded over every rank
     if runtime.device.type == "cuda":
         available = torch.cuda.mem_get_info(runtime.device)[0]
     else:
         available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // max(runtime.world, 1)
     if needed > available // 2:
         raise ConfigError(
-            f"{config_path}: the model needs {needed / 2**30:,.1f} GiB of fp32 weights per rank before sharding, "
-            f"{available / 2**30:,.1f} GiB is free here; size it on paper with `millrace train plan {config_path}`"
+            f"{config_path}: the model needs {needed / 2**30:,.1f} GiB per rank for its fp32 weights and AdamW "
+            f"state over {runtime.world} rank(s), {available / 2**30:,.1f} GiB is free here; size it on paper "
+            f"with `millrace train plan {config_path}`"
         )
 
 
 def build_model(config: TrainConfig, runtime: Runtime) -> Transformer:
-    """fp32 master weights always (bf16 compute is a cast at use: `compute_in_bf16`, FSDP's mixed precision)."""
+    """Built on the meta device, sharded there, then each rank materialises and initialises its shard only:
+    no rank ever holds the whole model. fp32 master weights always (bf16 compute is a cast at use:
+    `compute_in_bf16`, FSDP's mixed precision)."""
     torch.manual_seed(config.parallel.seed)
-    model = Transformer(config.model, config.moe)
-    model.init_weights(config.parallel.seed)
+    with torch.device("meta"):
+        model = Transformer(config.model, config.moe)
     model.use_kernels(config.train)
-    return parallelize(model.to(runtime.device), runtime, config.parallel)
+    model = parallelize(model, runtime, config.parallel)
+    model.to_empty(device=runtime.device)
+    model.init_weights(config.parallel.seed)
+    return model
 
 
 def compute_in_bf16(config: TrainConfig, runtime: Runtime) -> bool:

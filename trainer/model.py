@@ -9,6 +9,7 @@ Rotary angles come from the loader's `positions`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 
 import torch
@@ -19,6 +20,27 @@ from trainer.attention import DocumentMask, attend, document_mask, resolve_backe
 from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
 from trainer.loss import chunked_cross_entropy, loss_chunk_tokens
 from trainer.moe import MoE, SwiGLU, replaying
+
+
+def row_seed(seed: int, name: str, row: int) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{name}:{row}".encode(), digest_size=8).digest(), "little") >> 1
+
+
+def local_rows(param: torch.Tensor) -> tuple[torch.Tensor, range]:
+    """This rank's piece of a parameter and the global rows (dimension 0) it holds.
+
+    FSDP2 and expert parallelism shard on dimension 0 only (`Shard(0)`, or `_StridedShard(0)`
+    where FSDP shards an expert-sharded weight again), so a shard is a contiguous run of rows."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(param, DTensor):
+        return param, range(param.shape[0])
+    if any(placement.is_shard() and placement.dim != 0 for placement in param.placements):
+        raise ValueError(f"parameter sharded on {param.placements}: row-keyed initialisation needs dimension 0")
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return param.to_local(), range(offset[0], offset[0] + shape[0])
 
 
 class RMSNorm(nn.Module):
@@ -104,19 +126,33 @@ class Transformer(nn.Module):
         )
 
     def init_weights(self, seed: int) -> None:
-        """Normal(0, std) matrices, output projections scaled by depth; same seed → same model on every rank."""
-        generator = torch.Generator().manual_seed(seed)
+        """Normal(0, std) matrices, output projections scaled by depth.
+
+        Each row of a parameter (each expert of a stacked expert weight) is drawn from its own
+        generator keyed by (seed, name, row), so a rank materialising only its shard of a model
+        built on the meta device gets exactly the values a whole single-process model has."""
         std = self.config.init_std
         deep = std / math.sqrt(2 * self.config.n_layers)
         with torch.no_grad():
             for name, param in self.named_parameters():
+                local, rows = local_rows(param)
                 if name.endswith("norm.weight"):
-                    param.fill_(1.0)
+                    local.fill_(1.0)
                     continue
                 scale = deep if name.endswith(("wo.weight", "w2.weight", "experts.w2")) else std
-                param.copy_(torch.randn(param.shape, generator=generator) * scale)
-            for layer in self.moe_layers():
-                layer.router.expert_bias.zero_()
+                for index, row in enumerate(rows):
+                    generator = torch.Generator().manual_seed(row_seed(seed, name, row))
+                    local[index].copy_(torch.randn(param.shape[1:], generator=generator) * scale)
+            self.reset_buffers()
+
+    def reset_buffers(self) -> None:
+        """Buffers are not checkpointed state (or are restored over this): fill them after `to_empty`."""
+        head_dim = self.config.resolved_head_dim
+        self.inv_freq.copy_(1.0 / self.config.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        for layer in self.moe_layers():
+            layer.router.expert_bias.zero_()
+            for buffer in layer.step_buffers():
+                buffer.zero_()
 
     def use_kernels(self, kernels: TrainKernelConfig) -> None:
         """Switch the `[train]` kernel options on (before the model is sharded, so FSDP's hooks stay outside

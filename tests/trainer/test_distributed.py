@@ -1,8 +1,8 @@
 """CPU processes under torchrun/gloo on a data × expert mesh match one process, and resume at any world size.
 
-One run is carried across world sizes: 1 process (step 1) -> 4 ranks as data 2 x
-expert 2 (steps 2-3) -> 2 ranks as expert 2 (step 4) -> 1 process (step 5), each leg
-resuming the previous leg's checkpoint, and every step's loss and gradient norm must
+One run is carried across world sizes: 4 ranks as data 2 x expert 2, built on the meta
+device and initialised shard by shard (steps 1-2) -> 1 process (step 3) -> 2 ranks as
+expert 2 (step 4) -> 1 process (step 5), each leg resuming the previous leg's checkpoint, and every step's loss and gradient norm must
 equal an uninterrupted single-process run's. Gradient norms matter: AdamW ignores the
 gradient's scale, so a 2x error in a reduction would pass on losses alone.
 
@@ -48,12 +48,12 @@ def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_co
     reference = curve(home, "reference")
     assert len(reference) == STEPS
 
-    train(single, home, steps=1, run="moved")
-    torchrun(4, mesh, home, "moved", steps=3)
+    torchrun(4, mesh, home, "moved", steps=2)  # from scratch: each rank materialises only its shard
     run_dir = home.run("moved")
     assert read_run(run_dir)["layout"] == {"data_parallel": 2, "expert_parallel": 2}
     # four ranks, each holding a quarter of every expert weight, wrote their shards
-    assert len(list((run_dir / "checkpoints" / "step-00000003").glob("*.distcp"))) == 4
+    assert len(list((run_dir / "checkpoints" / "step-00000002").glob("*.distcp"))) == 4
+    assert train(single, home, steps=3, run="moved", resume=True).start_step == 2
     torchrun(2, experts, home, "moved", steps=4)
     assert read_run(run_dir)["world_size"] == 2
     resumed = train(experts, home, steps=STEPS, run="moved", resume=True)
