@@ -123,6 +123,9 @@ class DedupConfig(StrictModel):
     threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0)
     verify_threshold: float = pydantic.Field(0.4, ge=0.0, le=1.0)
     seed: int = 1
+    # parts of the hash space that duplicate finding runs in parallel (each an executor task, holding about
+    # 1/parts of the signing records at a time); the removals do not depend on it
+    parts: int = pydantic.Field(4, ge=1, le=1 << 16)
 
 
 class TokenizerConfig(StrictModel):

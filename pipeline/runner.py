@@ -2,7 +2,8 @@
 
     1. filter     (tasks = executor.tasks)  read → normalise → heuristic filters → language id
                   → dedup signatures → filtered/<rank>.jsonl.zst
-    2. dedup      (one task)                FindDuplicates → duplicates/<rank>.npz (one per filter task)
+    2. dedup      (tasks = dedup.parts)     `find_duplicates`: candidates, component rounds, verification
+                                            → duplicates/{exact,fuzzy}-<part>.npy (rows by filter task)
        tokenizer  (driver)                  tokenizer.json: the configured one, or a byte-level BPE
                                             trained on a sample of the deduplicated documents
        seam       (driver)                  `post_dedup_stages()`: see below
@@ -97,11 +98,11 @@ class DeduplicatedSample:
         self.layout = layout
 
     def documents(self, max_bytes: int) -> list[Document]:
-        from pipeline.stages.dedup import duplicate_file, load_duplicates
+        from pipeline.stages.duplicates import load_duplicates
         from pipeline.stages.sample import merged_sample
 
         ranks = [int(p.name.split(".")[0]) for p in self.layout.samples.glob("*.jsonl.zst")]
-        removed = {rank: set(load_duplicates(duplicate_file(self.layout.duplicates, rank))) for rank in ranks}
+        removed = {rank: set(load_duplicates(self.layout.duplicates, rank)) for rank in ranks}
         return merged_sample(self.layout.samples, removed, max_bytes)
 
 
@@ -243,23 +244,25 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
         steps.append(LanguageStage(funnel["language"], layout.removed, keep))
     d = config.dedup
     if d.exact or d.fuzzy:
-        steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, fuzzy=d.fuzzy))
+        steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
     if budget := sample_budget(config):  # the sketch the tokenizer and the cell models are fitted on
         steps.append(SampleSketch(layout.samples, budget))
     steps.append(TaskDocumentWriter(layout.filtered))
     return steps
 
 
-def dedup_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    from pipeline.stages.dedup import FindDuplicates
+def run_dedup(config: PipelineConfig, layout: WorkLayout, kind: str, workers: int, lines: bool) -> None:
+    """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>."""
+    from pipeline.stages.duplicates import find_duplicates
 
-    d = config.dedup
-    return [FindDuplicates(layout.signatures, layout.duplicates, d.ngram, d.bands, d.rows, d.seed, d.threshold,
-                           d.exact, d.fuzzy, d.verify_threshold)]
+    def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
+        _run_stage("dedup", kind, pipeline, tasks, workers, layout.logs / "2-dedup" / name, lines)
+
+    find_duplicates(config.dedup, layout.signatures, layout.components, layout.duplicates, run)
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
-    from pipeline.stages.dedup import DropDuplicates
+    from pipeline.stages.duplicates import DropDuplicates
     from pipeline.stages.intermediate import TaskDocumentReader
     from pipeline.stages.tokenization import RemovedTokens, TokenizeCells
 
@@ -366,7 +369,7 @@ def run_pipeline(
                progress_lines)
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
-        _run_stage("dedup", kind, dedup_pipeline(config, layout), 1, 1, layout.logs / "2-dedup", progress_lines)
+        run_dedup(config, layout, kind, workers, progress_lines)
     notify("tokenizer")
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)

@@ -128,6 +128,7 @@ rows = {d.rows}                         #   Jaccard ~0.5 up candidates with prob
 threshold = {d.threshold}                  # estimated Jaccard a candidate pair must reach
 verify_threshold = {d.verify_threshold}           # ... and a removed document with its cluster's kept one (no chains)
 seed = {d.seed}
+parts = {d.parts}                        # duplicate finding runs as this many parallel tasks (results unchanged)
 
 [tokenizer]
 # path = "tokenizer.json"        # any HF tokenizer.json; absent: train a byte-level BPE on a sample

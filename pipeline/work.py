@@ -72,6 +72,10 @@ class WorkLayout:
         return self.root / "duplicates"
 
     @property
+    def components(self) -> Path:
+        return self.root / "components"
+
+    @property
     def tokenizer(self) -> Path:
         return self.root / "tokenizer.json"
 
@@ -98,7 +102,7 @@ class WorkLayout:
             return [self.logs / "1-filter", self.filtered, self.signatures, self.samples, self.malformed, self.funnel,
                     self.removed]
         if stage == "dedup":
-            return [self.logs / "2-dedup", self.duplicates]
+            return [self.logs / "2-dedup", self.components, self.duplicates]
         if stage == "tokenizer":
             return [self.tokenizer]
         if stage == "models":
@@ -138,7 +142,8 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
     from pipeline.stages.sample import sample_budget
 
     d = config.dedup
-    signing = {"exact": d.exact, "fuzzy": d.fuzzy, "ngram": d.ngram, "bands": d.bands, "rows": d.rows, "seed": d.seed}
+    signing = {"exact": d.exact, "fuzzy": d.fuzzy, "ngram": d.ngram, "bands": d.bands, "rows": d.rows, "seed": d.seed,
+               "parts": d.parts}
     own = {
         "filter": {"sources": [s.model_dump(mode="json") for s in config.sources],
                    "filters": config.filters.model_dump(mode="json"), "signing": signing, "inputs": inputs,

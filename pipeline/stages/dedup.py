@@ -1,4 +1,4 @@
-"""Exact and fuzzy (MinHash + LSH) dedup across all sources, as datatrove `PipelineStep`s.
+"""Exact and fuzzy (MinHash + LSH) dedup across all sources: the signing half, inside the filter tasks.
 
 Why not datatrove's four MinHash stages: its signature stage splits words with spaCy and
 spends about 90% of its time there (about 130 documents/s per core here). This module
@@ -15,40 +15,36 @@ The scheme:
 - LSH: a band hash is a random linear combination of its rows' values; two documents that
   share a band hash in the same band are a candidate pair; a candidate pair is a duplicate
   when their full signatures agree on at least `threshold` of the values (an estimate of
-  the Jaccard similarity, which removes LSH false positives);
-- clusters are connected components of duplicate pairs; the document with the smallest key
-  in each cluster is kept, so the result does not depend on the number of tasks or their order;
-  a member is removed only when its signature also agrees with the kept document's (no chains).
+  the Jaccard similarity, which removes LSH false positives).
 
 Documents are keyed by `metadata["key"]` (file ordinal, position; see `readers.document_key`),
 never by the user's id: ids repeat (URLs, re-crawls), and texts that differ are all kept.
-Exact dedup groups documents by a 128-bit xxh3 hash of their text and keeps the smallest
-key. Fuzzy dedup runs on what exact dedup keeps.
 
-The steps: `DedupSignatures` (per task, passes documents through, writes
-`signatures/<rank>.npz`), `FindDuplicates` (one task: reads every signature file, writes
-`duplicates/<rank>.npz` per filter task with each removed key, its reason and the key it
-duplicates) and `DropDuplicates` (per task, a funnel stage dropping the documents its own
-task's list names: no task loads the whole removal list).
+`DedupSignatures` writes, per filter task, everything the duplicate-finding tasks
+(`pipeline.stages.duplicates`) read, each file sorted so that they read it as a stream or by
+binary search, never whole (`SignatureFiles`): its keys and signatures in key order, the key
+interval of each input file it read, its exact records (xxh3-128 of the text, key) and its LSH
+records (band, band hash, key), both sorted, with the offsets of each of `parts` parts (a
+range of hash prefixes; of bands and band-hash prefixes): five files whatever `parts` is.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xxhash
-from datatrove.data import Document, DocumentsPipeline
+from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output
-from pipeline.stages.filtering import CountedStage
+from pipeline.stages.readers import KEY_POSITION_BITS
+from pipeline.stages.sorted_runs import sorted_records
 
 WORD = re.compile(r"\w+")
 CHUNK = 4096  # shingles per numpy block: bounds memory on very long documents
-REASON_CODES = {"exact": 1, "fuzzy": 2}
-CODE_REASONS = {code: reason for reason, code in REASON_CODES.items()}
 
 
 def shingle_hashes(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -104,26 +100,98 @@ class MinHasher:
             return (grouped * self.band_weights).sum(axis=2, dtype=np.uint64)
 
 
+EXACT = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("key", "<i8")])  # sorted by every field, in this order
+BAND = np.dtype([("band", "<u4"), ("hash", "<u8"), ("key", "<i8")])
+RECORD_KINDS = ("exact", "bands")
+
+
 def content_hash(text: str) -> tuple[int, int]:
     digest = xxhash.xxh3_128_intdigest(text)
     return digest >> 64, digest & ((1 << 64) - 1)
 
 
-def signature_file(directory: Path, rank: int) -> Path:
-    return Path(directory) / f"{rank:05d}.npz"
+def prefix_part(values: np.ndarray, parts: int) -> np.ndarray:
+    """The part (0 .. parts-1) of uint64 hash values, by their top 32 bits: equal values share a part, and
+    the part never decreases along sorted values."""
+    top = np.asarray(values, dtype=np.uint64) >> np.uint64(32)
+    return ((top * np.uint64(parts)) >> np.uint64(32)).astype(np.int64)
+
+
+def band_part(band: np.ndarray, hashes: np.ndarray, bands: int, parts: int) -> np.ndarray:
+    """The part of LSH records: (band, band hash) split into `parts` equal ranges, in sorted order."""
+    position = (np.asarray(band, dtype=np.uint64) << np.uint64(32)) | (np.asarray(hashes, np.uint64) >> np.uint64(32))
+    return (position * np.uint64(parts) // (np.uint64(bands) << np.uint64(32))).astype(np.int64)
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    with atomic_output(path) as handle:
+        np.save(handle, array)
+
+
+@dataclass(frozen=True)
+class SignatureFiles:
+    """Where each filter task's dedup files live: `<root>/<rank>/`.
+
+    `exact.npy` and `bands.npy` are each sorted, so that every part is one slice of them;
+    `parts.npy` holds the slices' offsets ([2, parts + 1]: exact, then bands).
+    """
+
+    root: Path
+
+    def task(self, rank: int) -> Path:
+        return Path(self.root) / f"{rank:05d}"
+
+    def ranks(self) -> list[int]:
+        root = Path(self.root)
+        return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()) if root.is_dir() else []
+
+    def keys(self, rank: int) -> Path:
+        return self.task(rank) / "keys.npy"
+
+    def signatures(self, rank: int) -> Path:
+        return self.task(rank) / "signatures.npy"
+
+    def intervals(self, rank: int) -> Path:
+        return self.task(rank) / "intervals.npy"
+
+    def records(self, rank: int, kind: str) -> Path:
+        return self.task(rank) / f"{kind}.npy"
+
+    def offsets(self, rank: int) -> Path:
+        return self.task(rank) / "parts.npy"
+
+    def part_slices(self, kind: str, part: int) -> list[tuple[Path, int, int]]:
+        """(file, start, stop) of part `part` of every task's `kind` ("exact" or "bands") records."""
+        row = RECORD_KINDS.index(kind)
+        slices = []
+        for rank in self.ranks():
+            offsets = np.load(self.offsets(rank))[row]
+            slices.append((self.records(rank, kind), int(offsets[part]), int(offsets[part + 1])))
+        return slices
+
+
+def key_intervals(keys: np.ndarray) -> np.ndarray:
+    """[files, 2] first and last key of each input file among sorted `keys` (a file is read by one task)."""
+    if not keys.size:
+        return np.zeros((0, 2), dtype=np.int64)
+    ordinals = keys >> KEY_POSITION_BITS
+    starts = np.flatnonzero(np.r_[True, ordinals[1:] != ordinals[:-1]])
+    ends = np.r_[starts[1:], keys.size] - 1
+    return np.stack([keys[starts], keys[ends]], axis=1)
 
 
 class DedupSignatures(PipelineStep):
-    """Per task: content hash and MinHash signature of every document, saved when the stream ends."""
+    """Per task: content hash and MinHash signature of every document, written as sorted part files at the end."""
 
     name = "🔏 dedup signatures"
     type = "🫂 - DEDUP"
 
-    def __init__(self, directory: Path | str, ngram: int, bands: int, rows: int, seed: int, fuzzy: bool = True):
+    def __init__(self, directory: Path | str, ngram: int, bands: int, rows: int, seed: int, parts: int,
+                 exact: bool = True, fuzzy: bool = True):
         super().__init__()
-        self.directory = Path(directory)
+        self.files = SignatureFiles(Path(directory))
         self.hasher = MinHasher(ngram, bands, rows, seed)
-        self.fuzzy = fuzzy
+        self.parts, self.exact, self.fuzzy = parts, exact, fuzzy
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         keys: list[int] = []
@@ -132,168 +200,41 @@ class DedupSignatures(PipelineStep):
         for doc in data or ():
             with self.track_time():
                 keys.append(doc.metadata["key"])
-                hashes.append(content_hash(doc.text))
+                if self.exact:
+                    hashes.append(content_hash(doc.text))
                 if self.fuzzy:
                     signatures.append(self.hasher.signature(doc.text))
             self.stat_update("signed")
             yield doc
-        perms = self.hasher.bands * self.hasher.rows
-        sigs = np.stack(signatures) if signatures else np.zeros((0 if self.fuzzy else len(keys), perms), np.uint32)
-        with atomic_output(signature_file(self.directory, rank)) as handle:
-            np.savez(
-                handle,
-                keys=np.asarray(keys, dtype=np.int64),
-                hashes=np.asarray(hashes, dtype=np.uint64).reshape(-1, 2),
-                signatures=sigs,
-            )
-
-
-def _components(n: int, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    graph = coo_matrix((np.ones(left.size, dtype=np.int8), (left, right)), shape=(n, n))
-    return connected_components(graph, directed=False)[1]
-
-
-def _keep_smallest(labels: np.ndarray) -> np.ndarray:
-    """For id-sorted elements with dense group labels 0..k-1: the index of each one's group's first member."""
-    _, first_index = np.unique(labels, return_index=True)
-    return first_index[labels]
-
-
-def find_duplicates(
-    keys: np.ndarray, hashes: np.ndarray, signatures: np.ndarray | None, hasher: MinHasher | None, threshold: float,
-    exact: bool = True, verify_threshold: float | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Returns (removed keys, reason codes, kept keys they duplicate), sorted by removed key.
-
-    Documents are keyed by their internal integer key (file ordinal, position), never by the
-    user's id, which may repeat. A pure function of the documents: everything is ordered by key
-    first, and every group keeps its smallest key. A fuzzy duplicate is removed only when its
-    own signature agrees with its cluster's kept document's on at least `verify_threshold`
-    (default: `threshold`) of the values, so a chain of weak matches never removes documents
-    unlike the one kept.
-    """
-    order = np.argsort(keys, kind="stable")
-    keys, hashes = keys[order], hashes[order]
-    signatures = signatures[order] if signatures is not None else None
-    n = keys.size
-    duplicate_of = np.arange(n)
-    reason = np.zeros(n, dtype=np.int8)
-
-    if exact and n:
-        _, labels = np.unique(hashes, axis=0, return_inverse=True)
-        keeper = _keep_smallest(labels.reshape(-1))
-        dup = keeper != np.arange(n)
-        duplicate_of[dup] = keeper[dup]
-        reason[dup] = REASON_CODES["exact"]
-
-    if hasher is not None and signatures is not None and n:
-        candidates = np.flatnonzero(reason == 0)
-        sig = signatures[candidates]
-        left, right = _candidate_pairs(hasher.band_hashes(sig))
-        if left.size:
-            agree = (sig[left] == sig[right]).mean(axis=1) >= threshold
-            left, right = left[agree], right[agree]
-        keeper = _keep_smallest(_components(candidates.size, left, right))
-        verify = threshold if verify_threshold is None else verify_threshold
-        dup = (keeper != np.arange(candidates.size)) & ((sig == sig[keeper]).mean(axis=1) >= verify)
-        duplicate_of[candidates[dup]] = candidates[keeper[dup]]
-        reason[candidates[dup]] = REASON_CODES["fuzzy"]
-
-    removed = np.flatnonzero(reason)
-    return keys[removed], reason[removed], keys[duplicate_of[removed]]
-
-
-def _candidate_pairs(bands: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(left, right) index pairs that share a band hash in some band: each group's first member with the others."""
-    left_parts, right_parts = [], []
-    for band in range(bands.shape[1]):
-        column = bands[:, band]
-        by_hash = np.lexsort((np.arange(column.size), column))
-        sorted_hash = column[by_hash]
-        starts = np.ones(by_hash.size, dtype=bool)
-        starts[1:] = sorted_hash[1:] != sorted_hash[:-1]
-        group_first = by_hash[np.maximum.accumulate(np.where(starts, np.arange(by_hash.size), 0))]
-        members = ~starts
-        left_parts.append(group_first[members])
-        right_parts.append(by_hash[members])
-    left = np.concatenate(left_parts) if left_parts else np.zeros(0, np.int64)
-    right = np.concatenate(right_parts) if right_parts else np.zeros(0, np.int64)
-    if not left.size:
-        return left, right
-    pairs = np.unique(np.stack([left, right], axis=1), axis=0)
-    return pairs[:, 0], pairs[:, 1]
-
-
-class FindDuplicates(PipelineStep):
-    """One task: read every task's signatures, decide what is a duplicate, write one removal list per filter task."""
-
-    name = "🫂 find duplicates"
-    type = "🫂 - DEDUP"
-
-    def __init__(self, signature_dir: Path | str, output: Path | str, ngram: int, bands: int, rows: int, seed: int,
-                 threshold: float, exact: bool, fuzzy: bool, verify_threshold: float | None = None):
-        super().__init__()
-        self.signature_dir, self.output = Path(signature_dir), Path(output)
-        self.hasher = MinHasher(ngram, bands, rows, seed) if fuzzy else None
-        self.threshold, self.exact, self.verify_threshold = threshold, exact, verify_threshold
-
-    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        if data:
-            yield from data
-        files = sorted(self.signature_dir.glob("*.npz"))
-        parts = [np.load(path) for path in files]
-        keys = np.concatenate([p["keys"] for p in parts]) if parts else np.zeros(0, np.int64)
-        task_of = np.concatenate([np.full(p["keys"].size, int(f.stem)) for f, p in zip(files, parts)]) if parts else keys
-        hashes = np.concatenate([p["hashes"] for p in parts]) if parts else np.zeros((0, 2), np.uint64)
-        signatures = np.concatenate([p["signatures"] for p in parts]) if parts and self.hasher else None
         with self.track_time():
-            removed, reasons, kept = find_duplicates(keys, hashes, signatures, self.hasher, self.threshold, self.exact,
-                                                     self.verify_threshold)
-        self.stat_update("documents", value=int(keys.size))
-        self.stat_update("removed", value=int(removed.size))
-        by_key = np.argsort(keys, kind="stable")
-        removed_task = task_of[by_key[np.searchsorted(keys[by_key], removed)]] if removed.size else removed
-        for path in files:  # one removal list per filter task: each tokenize task reads only its own
-            mine = removed_task == int(path.stem)
-            with atomic_output(duplicate_file(self.output, int(path.stem))) as handle:
-                np.savez(handle, keys=removed[mine], reasons=reasons[mine], duplicate_of=kept[mine])
+            self._write(rank, np.asarray(keys, dtype=np.int64), hashes, signatures)
 
+    def _write(self, rank: int, keys: np.ndarray, hashes: list, signatures: list) -> None:
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        save_array(self.files.keys(rank), keys)
+        save_array(self.files.intervals(rank), key_intervals(keys))
+        offsets = np.zeros((len(RECORD_KINDS), self.parts + 1), dtype=np.int64)
+        if self.exact:
+            pairs = np.asarray(hashes, dtype=np.uint64).reshape(-1, 2)[order]
+            records = np.empty(keys.size, dtype=EXACT)
+            records["hi"], records["lo"], records["key"] = pairs[:, 0], pairs[:, 1], keys
+            records = sorted_records(records)
+            offsets[0] = self._save_parts(rank, "exact", records, prefix_part(records["hi"], self.parts))
+        if self.fuzzy:
+            perms, bands = self.hasher.bands * self.hasher.rows, self.hasher.bands
+            sigs = np.stack(signatures)[order] if signatures else np.zeros((0, perms), np.uint32)
+            save_array(self.files.signatures(rank), sigs)
+            records = np.empty(keys.size * bands, dtype=BAND)
+            records["band"] = np.tile(np.arange(bands, dtype=np.uint32), keys.size)
+            records["hash"] = self.hasher.band_hashes(sigs).reshape(-1)
+            records["key"] = np.repeat(keys, bands)
+            records = sorted_records(records)
+            offsets[1] = self._save_parts(rank, "bands", records,
+                                          band_part(records["band"], records["hash"], bands, self.parts))
+        save_array(self.files.offsets(rank), offsets)
 
-def duplicate_file(directory: Path, rank: int) -> Path:
-    """The removal list of the documents filter task `rank` wrote."""
-    return Path(directory) / f"{rank:05d}.npz"
-
-
-def load_duplicates(path: Path) -> dict[int, tuple[str, int]]:
-    """{removed key: (reason, key of the document kept in its place)} of one task's removal list."""
-    if not path.exists():
-        return {}
-    data = np.load(path)
-    return {
-        int(i): (CODE_REASONS[int(r)], int(k)) for i, r, k in zip(data["keys"], data["reasons"], data["duplicate_of"])
-    }
-
-
-class DropDuplicates(CountedStage):
-    """A funnel stage that drops the documents `FindDuplicates` named for its reasons."""
-
-    def __init__(self, stage: str, reasons: tuple[str, ...], duplicates: Path | str, funnel_dir, removed_dir):
-        self.name = f"🫂 {stage}"
-        super().__init__(stage, funnel_dir, removed_dir, None)
-        self.reasons = reasons
-        self.duplicates_path = Path(duplicates)
-        self._duplicates: dict[int, tuple[str, int]] | None = None
-
-    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        self._duplicates = load_duplicates(duplicate_file(self.duplicates_path, rank))
-        yield from super().run(data, rank, world_size)
-
-    def decide(self, doc: Document) -> str | None:
-        found = self._duplicates.get(doc.metadata["key"])
-        if found is not None and found[0] in self.reasons:
-            doc.metadata["duplicate_of"] = found[1]
-            return found[0]
-        return None
+    def _save_parts(self, rank: int, kind: str, records: np.ndarray, part: np.ndarray) -> np.ndarray:
+        """Save sorted `records` (whose `part` never decreases) and return each part's start, then the end."""
+        save_array(self.files.records(rank, kind), records)
+        return np.searchsorted(part, np.arange(self.parts + 1), side="left")

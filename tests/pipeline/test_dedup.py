@@ -1,32 +1,76 @@
+import random
+
 import numpy as np
+import pytest
 from datatrove.data import Document
 
 from bench.near_duplicates import near_duplicate_corpus, removal_quality
-from pipeline.stages.dedup import DedupSignatures, FindDuplicates, MinHasher, duplicate_file, load_duplicates
+from pipeline.config import DedupConfig
+from pipeline.stages.dedup import DedupSignatures, MinHasher
+from pipeline.stages.duplicates import find_duplicates, load_duplicates
+from pipeline.stages.readers import document_key
+
+OPTIONS = dict(ngram=5, bands=40, rows=3, seed=1, threshold=0.5, verify_threshold=0.4)
+
+
+def in_process(name, pipeline, tasks):
+    """What an executor does with a one-step pipeline: every task, here one after the other."""
+    for rank in range(tasks):
+        for step in pipeline:
+            list(step.run(None, rank, tasks))
+
+
+def dedup(work, texts: dict[int, str], tasks: int, parts: int, **options) -> dict[int, tuple[str, int]]:
+    """Sign `texts` (key -> text) in `tasks` filter tasks (files dealt round-robin), find the duplicates in
+    `parts` parts; returns every removal, checking that each task's list holds only its own documents."""
+    config = DedupConfig(**{**OPTIONS, **options, "parts": parts})
+    ordinals = sorted({key >> 32 for key in texts})
+    rank_of = {key: ordinals.index(key >> 32) % tasks for key in texts}
+    for rank in range(tasks):
+        docs = [Document(text=texts[k], id=str(k), metadata={"key": k}) for k in sorted(texts) if rank_of[k] == rank]
+        step = DedupSignatures(work / "signatures", config.ngram, config.bands, config.rows, config.seed, parts,
+                               config.exact, config.fuzzy)
+        assert len(list(step.run(iter(docs[::-1]), rank, tasks))) == len(docs)  # any order in
+    find_duplicates(config, work / "signatures", work / "components", work / "duplicates", in_process)
+    removed = {}
+    for rank in range(tasks):
+        found = load_duplicates(work / "duplicates", rank)
+        assert all(rank_of[key] == rank for key in found)
+        removed.update(found)
+    return removed
+
+
+def _keyed(documents):
+    """Keys in id order (so the smallest id of a cluster has its smallest key), 40 documents per input file."""
+    ids = sorted(doc_id for doc_id, _ in documents)
+    key_of = {doc_id: document_key(i // 40, i % 40) for i, doc_id in enumerate(ids)}
+    return {key_of[doc_id]: text for doc_id, text in documents}, {key: doc_id for doc_id, key in key_of.items()}
 
 
 def test_fuzzy_dedup_finds_injected_near_duplicates(tmp_path):
     documents, cluster = near_duplicate_corpus()
-    params = dict(ngram=5, bands=40, rows=3, seed=1)
-    key_of = {doc_id: key for key, doc_id in enumerate(sorted(i for i, _ in documents))}  # key order = id order
-    id_of = {key: doc_id for doc_id, key in key_of.items()}
-    # two tasks, as an executor would run them
-    for rank in range(2):
-        step = DedupSignatures(tmp_path / "signatures", **params)
-        mine = [Document(text=t, id=i, metadata={"source": "s", "key": key_of[i]}) for i, t in documents[rank::2]]
-        assert len(list(step.run(iter(mine), rank, 2))) == len(mine)
-    finder = FindDuplicates(tmp_path / "signatures", tmp_path / "dups", threshold=0.5, verify_threshold=0.4, exact=True, fuzzy=True,
-                            **params)
-    list(finder.run(None, 0, 1))
-    lists = [load_duplicates(duplicate_file(tmp_path / "dups", rank)) for rank in range(2)]
-    mine = [{key_of[i] for i, _ in documents[rank::2]} for rank in range(2)]
-    assert all(set(found) <= mine[rank] for rank, found in enumerate(lists))  # each task's list holds its own
-    removed = {id_of[doc]: id_of[kept] for found in lists for doc, (reason, kept) in found.items()}
+    texts, id_of = _keyed(documents)
+    found = dedup(tmp_path, texts, tasks=2, parts=3)
+    removed = {id_of[doc]: id_of[kept] for doc, (reason, kept) in found.items()}
+    assert {reason for reason, _ in found.values()} == {"fuzzy"}
     recall, precision = removal_quality(set(removed), cluster)
     assert recall >= 0.95, recall
     assert precision >= 0.99, precision
-    # the smallest id of each cluster is the one kept
-    assert all(kept < doc for doc, kept in removed.items())
+    assert all(kept < doc for doc, kept in removed.items())  # the smallest id of each cluster is the one kept
+
+
+def test_removals_do_not_depend_on_the_task_or_part_count(tmp_path):
+    documents, _ = near_duplicate_corpus(originals=150, with_copies=90, seed=3)
+    rng = random.Random(3)
+    documents += [(f"{doc_id}-again{c}", text) for c, (doc_id, text) in enumerate(rng.sample(documents, 25))]
+    documents += [("zz-copy-of-a-copy", documents[-1][1])]
+    texts, _ = _keyed(documents)
+    results = [dedup(tmp_path / f"{tasks}-{parts}", texts, tasks, parts) for tasks, parts in ((1, 1), (3, 4), (5, 2))]
+    assert results[0] == results[1] == results[2]
+    reasons = [reason for reason, _ in results[0].values()]
+    assert reasons.count("exact") == 26 and reasons.count("fuzzy") > 50
+    assert dedup(tmp_path / "exact-only", texts, 2, 3, fuzzy=False) == {
+        key: found for key, found in results[0].items() if found[0] == "exact"}
 
 
 def test_signatures_are_a_pure_function_of_the_text():
@@ -37,11 +81,8 @@ def test_signatures_are_a_pure_function_of_the_text():
     assert np.array_equal(a.signature("One, two; THREE four five six"), a.signature("one two three four five six"))
 
 
-def test_a_chain_of_matches_never_removes_a_document_unlike_the_kept_one():
-    import random
-
-    from pipeline.stages.dedup import content_hash, find_duplicates
-
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_chain_of_matches_never_removes_a_document_unlike_the_kept_one(tmp_path, parts):
     rng = random.Random(4)
     words = [f"w{rng.randrange(5000)}" for _ in range(400)]
 
@@ -56,9 +97,80 @@ def test_a_chain_of_matches_never_removes_a_document_unlike_the_kept_one():
     sigs = np.stack([hasher.signature(t) for t in texts])
     agree = lambda i, j: float((sigs[i] == sigs[j]).mean())
     assert agree(0, 1) >= 0.5 and agree(1, 2) >= 0.5 and agree(0, 2) < 0.4, (agree(0, 1), agree(1, 2), agree(0, 2))
-    keys = np.array([10, 11, 12], dtype=np.int64)
-    hashes = np.array([content_hash(t) for t in texts], dtype=np.uint64)
-    removed, _, kept = find_duplicates(keys, hashes, sigs, hasher, 0.5, True, verify_threshold=0.4)
-    assert removed.tolist() == [11] and kept.tolist() == [10]  # c matches b, but not a, the one kept
-    removed, _, _ = find_duplicates(keys, hashes, sigs, hasher, 0.5, True, verify_threshold=0.0)
-    assert removed.tolist() == [11, 12]  # without the check the chain removes c too
+    keyed = {document_key(file, 0): text for file, text in enumerate(texts)}
+    a_key, b_key, c_key = sorted(keyed)
+    found = dedup(tmp_path / "checked", keyed, tasks=2, parts=parts)
+    assert found == {b_key: ("fuzzy", a_key)}  # c matches b, but not a, the one kept
+    found = dedup(tmp_path / "unchecked", keyed, tasks=2, parts=parts, verify_threshold=0.0)
+    assert found == {b_key: ("fuzzy", a_key), c_key: ("fuzzy", a_key)}  # without the check the chain removes c too
+
+
+def _components_by_rounds(work, left, right, parts):
+    """Each node's label from `ComponentsRound` rounds over `parts` parts (round 0 written by 2 tasks)."""
+    from pipeline.stages.components import ComponentFiles, ComponentsRound, edge_records
+    from pipeline.stages.dedup import save_array
+
+    files = ComponentFiles(work)
+    half = left.size // 2
+    for task, (a, b) in enumerate(((left[:half], right[:half]), (left[half:], right[half:]))):
+        save_array(files.edges(0, task), edge_records(a, b, parts))
+    for round_ in range(100):
+        in_process("round", [ComponentsRound(work, round_)], parts)
+        if not files.not_star_nodes(round_, parts):
+            break
+    labels = {}
+    for part in range(parts):
+        edges = files.part_edges(round_, part)
+        for node, other in zip(edges["node"].tolist(), edges["other"].tolist()):
+            labels[node] = min(labels.get(node, node), other)
+    return labels, round_
+
+
+def test_component_rounds_label_each_node_with_its_components_smallest_key(tmp_path):
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    rng = np.random.default_rng(2)
+    nodes = rng.permutation(np.arange(1000, 1400) * 7919)  # keys in no particular order along the edges
+    chain = np.stack([nodes[:120], nodes[1:121]], axis=1)  # one long path: many rounds
+    star = np.stack([np.full(40, nodes[130]), nodes[131:171]], axis=1)
+    loose = rng.choice(nodes[171:], size=(150, 2))  # random small components
+    loose = loose[loose[:, 0] != loose[:, 1]]
+    edges = np.concatenate([chain, star, loose])
+    edges = edges[rng.permutation(len(edges))]
+    index = {key: i for i, key in enumerate(np.unique(edges))}
+    keys = np.array(sorted(index))
+    graph = coo_matrix((np.ones(len(edges)), ([index[k] for k in edges[:, 0]], [index[k] for k in edges[:, 1]])),
+                       shape=(keys.size, keys.size))
+    component = connected_components(graph, directed=False)[1]
+    smallest = {c: keys[component == c].min() for c in np.unique(component)}
+    expected = {int(key): int(smallest[component[i]]) for i, key in enumerate(keys)}
+    results = [_components_by_rounds(tmp_path / str(parts), edges[:, 0], edges[:, 1], parts) for parts in (1, 4)]
+    for labels, rounds in results:
+        assert labels == expected
+        assert rounds > 4  # the path takes several rounds: a single-pass shortcut would fail here
+
+
+def test_a_merge_of_sorted_file_slices_is_sorted_and_groups_span_its_batches(tmp_path):
+    from pipeline.stages.dedup import BAND, save_array
+    from pipeline.stages.sorted_runs import group_firsts, merged, sorted_records
+
+    rng = np.random.default_rng(1)
+    slices, everything = [], []
+    for i, (size, start, stop) in enumerate(((0, 0, 0), (37, 0, 37), (200, 50, 160), (5, 0, 5), (120, 3, 500))):
+        records = np.empty(size, dtype=BAND)
+        records["band"], records["hash"] = rng.integers(0, 3, size), rng.integers(0, 6, size) * (2**61)
+        records["key"] = rng.permutation(10_000)[:size] * 5 + i  # unique across files
+        records = sorted_records(records)
+        save_array(tmp_path / f"{i}.npy", records)
+        slices.append((tmp_path / f"{i}.npy", start, stop))
+        everything.append(records[start:stop])
+    everything = np.concatenate(everything)
+    batches = list(merged(slices, chunk=7))
+    assert len(batches) > 10
+    assert np.array_equal(np.concatenate(batches), sorted_records(everything))
+    pairs = [(int(f), int(k)) for first, key in group_firsts(batches, ("band", "hash")) for f, k in zip(first, key)]
+    groups = {}
+    for record in everything.tolist():
+        groups.setdefault(record[:2], []).append(record[2])
+    assert sorted(pairs) == sorted((min(ks), k) for ks in groups.values() for k in ks if k != min(ks))
