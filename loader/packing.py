@@ -8,10 +8,15 @@ position 0 even mid-document: the model sees nothing before it).
 
 Segments are sparse (one per document), so both arrays are built by repeating one
 value per segment (`np.repeat`) over the flattened batch instead of scanning every
-token with cumulative sums.
+token with cumulative sums. The outputs (and the batch's per-token sources) are views of
+one allocation: measured on the bench VM, separate 0.5-1 MB arrays per batch made glibc
+hand memory back to the kernel and fault it in again every batch (hundreds of page
+faults, more time than the gather itself); one 3.5 MB block is reused from the heap.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -22,24 +27,62 @@ def repeat_pieces(starts: np.ndarray, values: np.ndarray, total: int, dtype: np.
     return np.repeat(values.astype(dtype, copy=False), lengths)
 
 
-def pack(windows: np.ndarray, eos_id: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(input_ids int64, labels int64, segment_ids int32, positions int32), each [b, seq_len]."""
-    input_ids = windows[:, :-1].astype(np.int64)
-    labels = windows[:, 1:].astype(np.int64)
-    rows, length = input_ids.shape
+@functools.lru_cache(maxsize=4)
+def _counting(total: int, dtype: type) -> np.ndarray:
+    """arange(total), kept read-only between batches of one shape."""
+    counting = np.arange(total, dtype=dtype)
+    counting.flags.writeable = False
+    return counting
+
+
+def segment_starts(windows: np.ndarray, eos_id: int | None) -> np.ndarray:
+    """Sorted flat indices into [rows, seq_len] where a segment starts: each row's first token, and each
+    token after an EOS."""
+    rows, width = windows.shape
+    length = width - 1
     row_starts = np.arange(rows, dtype=np.int64) * length
     if eos_id is None or length == 0:
-        starts = row_starts
-    else:
-        after_eos = np.flatnonzero(windows[:, : length - 1] == eos_id)  # flat index into [rows, length - 1]
-        after_eos = after_eos // (length - 1) * length + after_eos % (length - 1) + 1
-        starts = np.sort(np.concatenate([row_starts, after_eos]))
+        return row_starts
+    eos = np.flatnonzero(windows.reshape(-1) == eos_id)  # one scan of the contiguous windows
+    row, column = np.divmod(eos, width)
+    inside = column < length - 1  # an EOS at the last input token starts no segment inside the row
+    return np.sort(np.concatenate([row_starts, row[inside] * length + column[inside] + 1]))
+
+
+def output_block(rows: int, length: int, sources: bool) -> np.ndarray:
+    """The one allocation `pack` writes a batch into (bytes for ids, labels, segments, positions and, when
+    wanted, sources). Take it before the batch's temporaries: the block then reuses the one the previous
+    batch freed instead of finding that space cut up by temporaries and growing the heap."""
+    return np.empty((28 if sources else 24) * rows * length, dtype=np.uint8)
+
+
+def pack(windows: np.ndarray, eos_id: int | None, sources: np.ndarray | None = None,
+         block: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """(input_ids int64, labels int64, segment_ids int32, positions int32, sources int32 or None), each
+    [b, seq_len] and contiguous views of `block` (default: a new `output_block`); `sources` ([b, seq_len],
+    any integer dtype) is copied in beside the rest."""
+    rows, width = windows.shape
+    length = width - 1
     total = rows * length
+    if block is None:
+        block = output_block(rows, length, sources is not None)
+    input_ids = block[: 8 * total].view(np.int64).reshape(rows, length)
+    labels = block[8 * total : 16 * total].view(np.int64).reshape(rows, length)
+    segment_ids = block[16 * total : 20 * total].view(np.int32)
+    positions = block[20 * total : 24 * total].view(np.int32)
+    np.copyto(input_ids, windows[:, :-1])
+    np.copyto(labels, windows[:, 1:])
+    starts = segment_starts(windows, eos_id)
+    row_starts = np.arange(rows, dtype=np.int64) * length
     first_of_row = np.searchsorted(starts, row_starts)
     # segment number inside its row: global segment index minus that of the row's first segment
     row_of_segment = np.repeat(np.arange(rows), np.diff(np.append(first_of_row, starts.size)))
-    segment_ids = repeat_pieces(starts, np.arange(starts.size) - first_of_row[row_of_segment], total, np.int32)
-    positions = np.arange(total, dtype=np.int64 if total >= 2**31 else np.int32)
-    positions -= repeat_pieces(starts, starts, total, positions.dtype)
-    return input_ids, labels, segment_ids.reshape(rows, length), positions.astype(np.int32, copy=False).reshape(
-        rows, length)
+    segment_ids[:] = repeat_pieces(starts, np.arange(starts.size) - first_of_row[row_of_segment], total, np.int32)
+    wide = np.int64 if total >= 2**31 else np.int32
+    np.subtract(_counting(total, wide), repeat_pieces(starts, starts, total, wide), out=positions,
+                casting="unsafe")  # each value is below seq_len
+    copied = None
+    if sources is not None:
+        copied = block[24 * total : 28 * total].view(np.int32).reshape(rows, length)
+        np.copyto(copied, sources, casting="unsafe")
+    return input_ids, labels, segment_ids.reshape(rows, length), positions.reshape(rows, length), copied

@@ -23,6 +23,7 @@ import bisect
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -98,8 +99,16 @@ class OpenShard:
 
     def block_at(self, offset: int, block: int) -> int:
         """The block (of `block` documents) holding token `offset` of the shard."""
-        blocks = -(-self.documents // block)
-        return bisect.bisect_right(range(blocks), offset, key=lambda b: self.block_start(b, block)) - 1
+        low, high = 0, -(-self.documents // block)  # the last block starting at or before offset, in [low, high)
+        known = self._block_starts
+        while high - low > 1:  # a plain binary search: a key function per probe costs more than the rest of a row
+            middle = (low + high) // 2
+            start = known.get(middle)
+            if (self.block_start(middle, block) if start is None else start) <= offset:
+                low = middle
+            else:
+                high = middle
+        return low
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,49 @@ class Layout:
     lengths: np.ndarray  # int64
     sources: np.ndarray | None  # uint16 source index, or None
     documents: np.ndarray  # int64, each document's index in the shard
+    end: int  # shard-relative token offset where the block ends
+
+
+class Run(NamedTuple):
+    """Documents first .. last - 1 of one block's layout, clipped to the block's tokens [offset, end): the part
+    of one window that lies in one block."""
+
+    shard: int  # cell_id << 32 | shard index
+    first: int
+    last: int
+    offset: int
+    end: int
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """The document pieces of a batch, in batch order: the part of each document that a window holds."""
+
+    shards: np.ndarray  # int64, Run.shard of each piece
+    file_bytes: np.ndarray  # int64, where the piece starts in its shard's .bin
+    sizes: np.ndarray  # int64 bytes
+    tokens: np.ndarray  # int64 tokens (0 for an empty document)
+
+    @classmethod
+    def cut(cls, runs: list[Run], itemsize: int) -> "Pieces":
+        table = np.array([run[:5] for run in runs], dtype=np.int64).T
+        shard, offset, end = np.repeat(table[[0, 3, 4]], table[2] - table[1], axis=1)
+        streams = np.concatenate([run.layout.stream_starts[run.first : run.last] for run in runs])
+        ends = streams + np.concatenate([run.layout.lengths[run.first : run.last] for run in runs])
+        files = np.concatenate([run.layout.file_starts[run.first : run.last] for run in runs])
+        lo = np.maximum(streams, offset)
+        tokens = np.maximum(np.minimum(ends, end) - lo, 0)
+        return cls(shard, (files + (lo - streams)) * itemsize, tokens * itemsize, tokens)
+
+    def by_shard(self) -> list[tuple[tuple[int, int], np.ndarray]]:
+        """((cell_id, shard index), indices of its non-empty pieces) for each shard the batch reads."""
+        taken = np.flatnonzero(self.sizes)
+        taken = taken[np.argsort(self.shards[taken], kind="stable")]
+        keys = self.shards[taken]
+        bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), taken.size]
+        return [((int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF), taken[lo:hi])
+                for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
 class CellShards:
@@ -130,6 +182,7 @@ class CellShards:
         self.name = cell.name
         self.table = table
         self.shard_starts = np.concatenate([[0], np.cumsum(table.tokens, dtype=np.int64)]).astype(np.int64)
+        self.starts: list[int] = self.shard_starts.tolist()  # the same, for bisect on the hot path
         self.tokens = int(self.shard_starts[-1])
         self.has_sources = table.sources
         if self.tokens != cell.available_tokens or len(table.names) != cell.shards:
@@ -184,7 +237,8 @@ class TokenSpace:
         file_starts = shard.starts(lo, hi)[order]
         stream_starts = shard.block_start(block, self.block) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
         sources = shard.source_ids(lo, hi)[order] if shard.src is not None else None
-        found = Layout(stream_starts.astype(np.int64), file_starts, lengths, sources, lo + order)
+        found = Layout(stream_starts.astype(np.int64), file_starts, lengths, sources, lo + order,
+                       int(stream_starts[-1] + lengths[-1]))
         with self._lock:
             self._layouts[key] = found
             while len(self._layouts) > LAYOUT_CACHE:
@@ -193,48 +247,49 @@ class TokenSpace:
 
     def read(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray,
              with_sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """([n, seq_len + 1] tokens, [n, seq_len] int32 sources or None) of each sample."""
-        width = self.seq_len + 1
-        out = np.empty((cell_ids.size, width), dtype=self.dtype)
-        sources = np.empty((cell_ids.size, width), dtype=np.int32) if with_sources else None
-        for row, (cell_id, sequence, epoch) in enumerate(zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist())):
-            self._fill(row, cell_id, sequence * self.seq_len, epoch, out, sources)
-        return out, None if sources is None else sources[:, : self.seq_len]
+        """([n, seq_len + 1] tokens, [n, seq_len] int32 sources or None) of each sample.
 
-    def _fill(self, row: int, cell_id: int, start: int, epoch: int, out: np.ndarray,
-              sources: np.ndarray | None) -> None:
-        """Row `row` of `out`: the cell's tokens [start, start + width) in `epoch`'s order, one read of
-        each document's run of the window (a document is contiguous in the shard's `.bin`)."""
+        Three passes, none with Python bytecode per document: locate each window's runs (one per block it
+        crosses: a few binary searches), cut the whole batch into document pieces with numpy, then read each
+        shard's pieces (`ChunkedFile.read_pieces`: its chunks checked as one vector, one `pread` per piece)
+        and join them in batch order. Sources are one `np.repeat` of each piece's source."""
+        width = self.seq_len + 1
+        runs: list[Run] = []
+        for cell_id, sequence, epoch in zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist()):
+            self._locate(cell_id, sequence * self.seq_len, epoch, width, runs)
+        if not runs:
+            return (np.empty((0, width), dtype=self.dtype),
+                    np.empty((0, self.seq_len), dtype=np.int32) if with_sources else None)
+        pieces = Pieces.cut(runs, self.dtype.itemsize)
+        parts: list[bytes] = [b""] * pieces.sizes.size  # batch order; empty documents stay empty
+        for (cell_id, index), taken in pieces.by_shard():
+            got = self.shard(cell_id, index).bin.read_pieces(pieces.file_bytes[taken], pieces.sizes[taken])
+            for piece, data in zip(taken.tolist(), got):
+                parts[piece] = data
+        out = np.frombuffer(bytearray().join(parts), dtype=self.dtype).reshape(cell_ids.size, width)
+        if not with_sources:
+            return out, None
+        sources = np.concatenate([run.layout.sources[run.first : run.last] for run in runs]).astype(np.int32)
+        return out, np.repeat(sources, pieces.tokens).reshape(cell_ids.size, width)[:, : self.seq_len]
+
+    def _locate(self, cell_id: int, start: int, epoch: int, width: int, runs: list[Run]) -> None:
+        """Append the runs of the cell's tokens [start, start + width) in `epoch`'s order: one per block the
+        window crosses, in window order."""
         cell = self.cells[cell_id]
-        width = out.shape[1]
-        itemsize = self.dtype.itemsize
         filled = 0
         while filled < width:
             position = start + filled
             if position >= cell.tokens:
                 raise ArtifactError(f"cell {cell.name!r}: window at token {start} runs past its {cell.tokens} tokens")
-            index = int(np.searchsorted(cell.shard_starts, position, side="right")) - 1
+            index = bisect.bisect_right(cell.starts, position) - 1
             shard = self.shard(cell_id, index)
-            offset = position - int(cell.shard_starts[index])
-            block = shard.block_at(offset, self.block)
-            layout = self.layout(cell_id, index, shard, block, epoch)
-            block_end = int(layout.stream_starts[-1] + layout.lengths[-1])
-            take = min(width - filled, block_end - offset)
-            first = int(np.searchsorted(layout.stream_starts, offset, side="right")) - 1
-            last = int(np.searchsorted(layout.stream_starts, offset + take, side="left"))
-            runs = zip(layout.stream_starts[first:last].tolist(), layout.file_starts[first:last].tolist(),
-                       layout.lengths[first:last].tolist(), range(first, last))
-            here, end = offset, offset + take
-            for stream_start, file_start, length, document in runs:
-                n = min(stream_start + length, end) - here
-                if n <= 0:
-                    continue
-                at = filled + here - offset
-                shard.bin.read_into((file_start + here - stream_start) * itemsize, out[row, at : at + n].view(np.uint8))
-                if sources is not None:
-                    sources[row, at : at + n] = layout.sources[document]
-                here += n
-            filled += take
+            offset = position - cell.starts[index]
+            layout = self.layout(cell_id, index, shard, shard.block_at(offset, self.block), epoch)
+            end = min(offset + width - filled, layout.end)
+            first = int(layout.stream_starts.searchsorted(offset, "right")) - 1
+            last = int(layout.stream_starts.searchsorted(end, "left"))
+            runs.append(Run(cell_id << 32 | index, first, last, offset, end, layout))
+            filled += end - offset
 
     def window_documents(self, cell_id: int, sequence: int, epoch: int) -> list[tuple[int, int]]:
         """(shard, document index in the shard) of each document window `sequence` of `epoch` overlaps,
@@ -251,5 +306,5 @@ class TokenSpace:
             first = int(np.searchsorted(layout.stream_starts, offset, side="right")) - 1
             last = int(np.searchsorted(layout.stream_starts, stop, side="left"))
             found += [(index, int(d)) for d, n in zip(layout.documents[first:last], layout.lengths[first:last]) if n]
-            position += int(layout.stream_starts[-1] + layout.lengths[-1]) - offset
+            position += layout.end - offset
         return found

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from loader.packing import pack
+from loader.packing import output_block, pack
 from loader.schedule import SampleIndex, Schedule
 from loader.files import ReadOptions, StoreFiles
 from loader.shards import CellShards, TokenSpace
@@ -196,8 +196,9 @@ class MixtureStream:
         return self._assemble(step, self.index(step))
 
     def _assemble(self, step: int, index: SampleIndex) -> Batch:
+        block = output_block(index.positions.size, self.seq_len, self.has_sources)
         windows, sources = self._read(index, self.has_sources)
-        input_ids, labels, segment_ids, positions = pack(windows, self.manifest.eos_id)
+        input_ids, labels, segment_ids, positions, sources = pack(windows, self.manifest.eos_id, sources, block)
         return Batch(
             step=step,
             phase=self.manifest.phases[index.phase].name,

@@ -121,7 +121,7 @@ class ValidationSequences:
             lengths[i] = last - first
             if sources is not None:
                 sources[i, : last - first - 1] = span_sources(cell, first + 1, last)
-        input_ids, labels, segment_ids, positions = pack(windows, self.eos_id)
+        input_ids, labels, segment_ids, positions, _ = pack(windows, self.eos_id)
         labels[np.arange(self.seq_len)[None, :] >= (lengths - 1)[:, None]] = PAD_LABEL
         return ValidationRows(input_ids, labels, segment_ids, positions, entry_ids, sources)
 

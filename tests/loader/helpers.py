@@ -60,7 +60,7 @@ def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", vers
 
 def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], seq_len: int = 16,
                   global_batch: int = 8, seed: int = 1234, mixture: str = "mix", revision: str = "r1",
-                  phase_names: list[str] | None = None) -> Path:
+                  phase_names: list[str] | None = None, document_block: int = 1024) -> Path:
     """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
     from millrace.artifacts import read_artifact
 
@@ -91,7 +91,7 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
             name=store.name, version=store.version, manifest_hash=body["content_hash"], stats_only=store.stats_only),
         tokenizer_fingerprint=None if store.stats_only else "test", dtype=store.dtype,
         eos_id=None if store.stats_only else EOS, seed=seed, seq_len=seq_len, global_batch=global_batch,
-        epoch_cap=8.0, cells=cells, phases=built_phases, total_sequences=position,
+        epoch_cap=8.0, document_block=document_block, cells=cells, phases=built_phases, total_sequences=position,
         total_steps=position // global_batch)
     path = manifest_path(home, store.name, store.version, mixture, revision)
     write_manifest(path, manifest)

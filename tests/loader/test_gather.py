@@ -1,0 +1,66 @@
+"""The batch gather (pieces cut with numpy, one read per piece, sources by repeat) against the epoch's token
+stream rebuilt independently from the shards, where the cutting is hardest: many small blocks, windows that
+cross blocks and shards, empty documents, and `.bin` files of several digest chunks."""
+
+import numpy as np
+import pytest
+
+from loader import MixtureStream
+from millrace.errors import ArtifactError
+from tests.loader.helpers import EOS, VOCAB, epoch_stream, make_manifest
+from tests.store_builder import write_store
+
+BLOCK = 37  # documents per shuffled block: a window of SEQ_LEN tokens crosses several
+SEQ_LEN = 100
+
+
+def documents(rng, count: int) -> list[tuple[np.ndarray, int]]:
+    """Random documents ending in EOS, about one in twelve empty."""
+    docs = []
+    for _ in range(count):
+        length = 0 if rng.random() < 0.08 else int(rng.integers(1, 160))
+        doc = rng.integers(2, VOCAB, size=length).astype(np.uint16)
+        if length:
+            doc[-1] = EOS
+        docs.append((doc, int(rng.integers(0, 3))))
+    return docs
+
+
+@pytest.fixture
+def store(home):
+    rng = np.random.default_rng(3)
+    cells = {"x": [documents(rng, 1300) for _ in range(3)], "y": [documents(rng, 90)]}  # x: ~190 KB (3 chunks) per .bin
+    return write_store(home, "gather", "2026.01.01", cells, ["a", "b", "c"], vocab_size=VOCAB, eos_id=EOS)
+
+
+def all_windows(stream: MixtureStream, cell: str, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    sequences = np.arange(stream.manifest.cells[cell].sequences_available)
+    cell_id = stream.cell_names.index(cell)
+    return stream._space.read(np.full(sequences.size, cell_id), sequences, np.full(sequences.size, epoch), True)
+
+
+def test_every_window_of_several_epochs_equals_the_rebuilt_epoch_stream(home, store):
+    path = make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK)
+    stream = MixtureStream(path, prefetch=0)
+    assert stream._space.cells[stream.cell_names.index("x")].table.tokens[0] * 2 > 1 << 16  # several chunks
+    for cell in ("x", "y"):
+        for epoch in range(4):
+            tokens, sources = epoch_stream(store, cell, stream.manifest.seed, epoch, BLOCK)
+            windows, window_sources = all_windows(stream, cell, epoch)
+            starts = np.arange(windows.shape[0]) * SEQ_LEN
+            expected = tokens[starts[:, None] + np.arange(SEQ_LEN + 1)]
+            assert np.array_equal(windows, expected), (cell, epoch)
+            assert np.array_equal(window_sources, sources[starts[:, None] + np.arange(SEQ_LEN)]), (cell, epoch)
+            assert window_sources.dtype == np.int32
+
+
+def test_a_flipped_byte_in_a_later_chunk_is_named_with_that_chunks_range(home, store):
+    victim = store / "cells" / "x" / "shard_00001.bin"
+    raw = bytearray(victim.read_bytes())
+    assert len(raw) > 70_000
+    raw[70_000] ^= 0x01
+    victim.write_bytes(bytes(raw))
+    stream = MixtureStream(make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK),
+                           prefetch=0)
+    with pytest.raises(ArtifactError, match=f"{victim}: bytes \\[65536, {min(len(raw), 1 << 17)}\\) differ"):
+        all_windows(stream, "x", 1)
