@@ -34,10 +34,10 @@ def _documents(stream: MixtureStream, cell: str, sequence: int, epoch: int) -> l
     """The stored documents a sample's window overlaps, in window order (source, original id, origin,
     input position); None for a store without the pipeline's traceability sidecar."""
     from mixtures.manifest import store_dir_of
-    from pipeline.store.trace import TRACE_FILE, document_rows
+    from pipeline.store.trace import document_rows, has_trace
 
     cell_dir = store_dir_of(stream.path) / "cells" / cell
-    if not (cell_dir / TRACE_FILE).exists():
+    if not has_trace(cell_dir):
         return None
     rows = document_rows(cell_dir, stream.window_documents(cell, sequence, epoch))
     return [{k: r[k] for k in ("source", "id", "origin", "position")} for r in rows]

@@ -8,11 +8,15 @@
                                             trained on a sample of the deduplicated documents
        seam       (driver)                  `post_dedup_stages()`: see below
     3. tokenize   (tasks = executor.tasks)  filtered/<rank> → drop exact dups → drop fuzzy dups
-                  → [post-dedup steps] → TokenizeCells → RemovedTokens
-    4. assemble   (driver)                  merge cell runs by id into shards (held-out documents
-                                            into validation shards) under a staging
-                                            directory, write manifests and funnel, rename into
-                                            $MILLRACE_HOME/stores/<name>/<version>
+                  → [post-dedup steps] → TokenizeCells (tokens streamed to tokens/<rank>/<cell>.tokens,
+                  held-out candidates) → RemovedTokens
+       split      (driver)                  one held-out cutoff per cell from the tasks' candidates
+    4. shards     (tasks = executor.tasks)  WriteCellShards: task r's runs → the final shards
+                                            store/cells/<cell>/shard-<r>-<n> (held-out documents
+                                            into validation-<r>-<n>), trace parts, parts/<r>.json
+    5. assemble   (driver)                  rename store/ to a staging directory, write manifests
+                                            and funnel from parts/ (no token read or copied),
+                                            rename into $MILLRACE_HOME/stores/<name>/<version>
 
 Intermediates live under $MILLRACE_HOME/work/<name>/<version>/. Each executor run has its
 own logging directory, so datatrove's per-task completion markers make every stage
@@ -39,6 +43,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -57,7 +62,7 @@ from pipeline.stages.progress import StageLines
 from pipeline.work import WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
-STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "assemble")  # what `on_stage` is called with
+STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "shards", "assemble")  # what `on_stage` is called with
 
 
 class PipelineError(MillraceError):
@@ -277,9 +282,17 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
     steps += extra
     sources = [s.name for s in config.sources]
     steps.append(TokenizeCells(layout.tokenizer, config.tokenizer.eos, sources, layout.runs, funnel["tokenize"],
-                               config.tokenizer.batch_size))
+                               config.tokenizer.batch_size, config.validation))
     steps.append(RemovedTokens(layout.tokenizer, layout.removed, layout.removed_tokens, config.tokenizer.batch_size))
     return steps
+
+
+def shards_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
+    from pipeline.stages.cell_shards import WriteCellShards, held_out_cutoffs
+
+    return [WriteCellShards(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
+                            layout.staged / "cells", layout.parts, config.output.shard_tokens,
+                            held_out_cutoffs(layout.runs, config.validation), config.validation.sets)]
 
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
@@ -377,9 +390,6 @@ def run_pipeline(
     _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
                layout.logs / "3-tokenize", progress_lines)
 
-    notify("assemble")
-    from pipeline.stages.assemble import assemble_store
-
     names = stage_names(config)
     stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
     funnel = build_funnel(stages, removed_tokens_from(list(layout.removed_tokens.glob("*.json"))))
@@ -396,9 +406,21 @@ def run_pipeline(
         removed = {stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
                    for stage in funnel["stages"]}
         raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
+    notify("shards")
+    from pipeline.stages.assemble import assemble_store, staging_dir
+
+    if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
+        for path in layout.outputs("shards"):
+            shutil.rmtree(path, ignore_errors=True)
+    _run_stage("shards", kind, shards_pipeline(config, layout), tasks, workers, layout.logs / "4-shards",
+               progress_lines)
+
+    notify("assemble")
+
     store_stats, cell_stats = post.collect_stats()
     store = assemble_store(
-        final, name, version, layout.runs, tokenizer_path, config.tokenizer.eos, [s.name for s in config.sources],
+        final, name, version, layout.staged, layout.parts, tokenizer_path, config.tokenizer.eos,
+        [s.name for s in config.sources],
         config.output.shard_tokens, recorded, funnel, store_stats, cell_stats, layout.models, config.validation,
     )
     if config.output.url:

@@ -3,8 +3,8 @@
 `run.json` records, when a run starts, the task count, the input files (path, size and a
 cheap fingerprint: xxh64 of the first and last 64 KiB) and one fingerprint per stage. A stage's
 fingerprint hashes its own options and its upstream stage's fingerprint, so a config change
-reruns exactly the stage it touches and the ones after it (and says which); `[executor]` and
-`[output]` touch none (assembly always runs). Input files that differ from the recorded list
+reruns exactly the stage it touches and the ones after it (and says which); `[executor]` touches
+none, `[output] shard_tokens` and the evaluation sets only the shard tasks (assembly always runs). Input files that differ from the recorded list
 are an error naming the first changed file (a resumed run would read some twice, some never),
 unless the run is restarted (`restart=True`), which starts the work directory afresh, as does a
 changed task count (it fixes which task reads which file).
@@ -26,7 +26,7 @@ from pipeline.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
-STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize")  # in order; each depends on the one before
+STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize", "shards")  # in order; each depends on the one before
 
 
 class InputsChanged(MillraceError):
@@ -88,6 +88,15 @@ class WorkLayout:
         return self.root / "tokens"
 
     @property
+    def staged(self) -> Path:
+        """The store's cell shards as the shard tasks write them; assembly renames the directory into place."""
+        return self.root / "store"
+
+    @property
+    def parts(self) -> Path:
+        return self.root / "parts"
+
+    @property
     def removed_tokens(self) -> Path:
         return self.root / "removed-tokens"
 
@@ -107,6 +116,8 @@ class WorkLayout:
             return [self.tokenizer]
         if stage == "models":
             return [self.models]
+        if stage == "shards":
+            return [self.logs / "4-shards", self.staged, self.parts]
         return [self.logs / "3-tokenize", self.runs, self.removed_tokens,
                 *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
                 *(self.removed / name for name in after_dedup)]
@@ -151,13 +162,27 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
         "dedup": d.model_dump(mode="json"),
         "tokenizer": config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
         "models": {"quality": _dump(config.quality), "domains": _dump(config.domains)},
-        "tokenize": {"eos": config.tokenizer.eos},
+        "tokenize": {"eos": config.tokenizer.eos, "split": config.validation.model_dump(mode="json", exclude={"sets"})},
+        "shards": {"shard_tokens": config.output.shard_tokens, "sets": _set_listing(config)},
     }
     fingerprints: dict[str, str] = {}
     upstream = ""
     for stage in STAGES:
         upstream = fingerprints[stage] = content_hash({"upstream": upstream, "options": own[stage]})
     return fingerprints
+
+
+def _set_listing(config: PipelineConfig) -> list[dict]:
+    """The evaluation sets' options and files (the shard tasks look for their documents in the cells)."""
+    listing = []
+    for eval_set in config.validation.sets:
+        files = []
+        for raw in eval_set.paths:
+            path = Path(raw)
+            found = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            files += [_file_fingerprint(file) for file in found if file.exists()]
+        listing.append({**eval_set.model_dump(mode="json"), "files": files})
+    return listing
 
 
 def _dump(section) -> dict | None:

@@ -49,3 +49,19 @@ def test_chunk_digests_sidecar_matches_the_files_and_bulk_add_equals_one_by_one(
     assert [(f.chunk_bytes, f.digests.size) for f in parsed.files()] == [(64 << 10, 1)] * 3
     with pytest.raises(ArtifactError, match="one.xxh"):
         ShardDigests.parse(raw[:-1], "one.xxh")
+
+
+def test_digests_computed_while_writing_equal_those_of_the_written_files(tmp_path):
+    """Documents of odd sizes straddle the 64 KiB chunks: the digests the writer computed from the bytes as
+    they went by must be the ones a reader computes from the files."""
+    from pipeline.store.format import ShardDigests
+
+    rng = np.random.default_rng(1)
+    writer = ShardWriter(tmp_path / "s", np.uint16, durable=False)
+    for size in rng.integers(1, 40_000, size=20):
+        writer.add_document(rng.integers(0, 60_000, size=int(size)).astype(np.uint16), source_id=int(size) % 3)
+    info = writer.close()
+    written = ShardDigests.parse((tmp_path / "s.xxh").read_bytes(), "s.xxh")
+    assert written.bin.digests.size > 5 and (tmp_path / "s.bin").stat().st_size % (64 << 10)  # many chunks, a partial last
+    assert written.to_bytes() == ShardDigests.of_files(tmp_path / "s").to_bytes()
+    assert ShardReader(tmp_path / "s").tokens == info.tokens

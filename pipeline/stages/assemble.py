@@ -1,14 +1,14 @@
-"""Assemble the token store from the tokenize stage's per-task cell runs.
+"""Assemble the token store from what the shard tasks wrote: manifests and renames, no token copied.
 
-Runs of one cell from every task are merged and written in `store_order`: by a keyed hash of
-the internal document key (unique; ids may repeat), so that neighbours in a shard are no more
-alike than at random (key order follows the source, and the next document shared its source
-65-92% of the time), and the order is the same whatever the task count or executor;
-the cell's held-out documents (`pipeline.cells.validation`) go to its `validation-NNNNN` shards
-instead, and the funnel gets a last stage that counts them:
-the store is byte-identical across local and Ray runs and across a resumed run. The whole
-version is written under a staging directory next to the final one and renamed into place
-only when complete; an existing version is never touched.
+The shard tasks (`pipeline.stages.cell_shards`) wrote every cell's final shards, their chunk
+digests and trace parts under the work directory's `store/`, and each task's metadata (its shard
+table rows, counts, trace part, sample texts, evaluation-set findings) to `parts/<rank>.json`.
+Assembly renames `store/` to a staging directory next to the final one, reads only those small
+part files (no `.bin` byte: the final shard files are the very files the tasks wrote), writes
+each cell's manifest (its shard table: the tasks' rows in rank order), the evaluation sets (small,
+tokenized here) and the store manifest, and renames the staging directory into place; the funnel
+gets a last stage that counts the held-out documents. A kill at any point leaves either `store/`
+or the staging directory, from which the rerun goes on; an existing version is never touched.
 """
 
 from __future__ import annotations
@@ -19,109 +19,99 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from millrace.artifacts import content_hash
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, MillraceError
 from pipeline.store.format import (
     CellManifest,
     CellSummary,
     EvalSetSummary,
     HeldOut,
-    ShardSequence,
+    ShardInfo,
     ShardTable,
+    SourceCounts,
     StoreManifest,
     TokenizerInfo,
     dtype_for_vocab,
     write_cell_manifest,
     write_store_manifest,
 )
-from pipeline.store.trace import write_trace
-from pipeline.stages.eval_sets import NearDuplicateIndex, write_eval_set
+from pipeline.stages.eval_sets import better_hit, write_eval_set
 from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
-from pipeline.cells.validation import (HELD_OUT_REASON, VALIDATION_PREFIX, VALIDATION_STAGE, ValidationConfig,
-                                      document_hash, held_out)
+from pipeline.cells.validation import HELD_OUT_REASON, VALIDATION_STAGE, ValidationConfig
 
 log = logging.getLogger(__name__)
 
-STORE_ORDER_SEED = 0x6D696C6C72616365  # "millrace": fixed, so a store's order never depends on the run
+
+def _read_parts(parts_dir: Path) -> list[dict]:
+    """Every shard task's metadata, in rank order (the store's order of a cell's shards)."""
+    return [json.loads(path.read_text()) for path in sorted(Path(parts_dir).glob("*.json"), key=lambda p: int(p.stem))]
 
 
-def store_order(keys: np.ndarray) -> np.ndarray:
-    """Indices of the internal document `keys` in the order the store writes them: by a keyed splitmix64
-    hash of the key (a bijection of 64-bit keys, so no ties between distinct keys), then by key."""
-    z = (keys.astype(np.uint64) + np.uint64(STORE_ORDER_SEED)) * np.uint64(0x9E3779B97F4A7C15)
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return np.lexsort((keys, z))
+def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, SourceCounts]:
+    total: dict[str, SourceCounts] = {}
+    for entry in entries:
+        for name, counts in entry.items():
+            into = total.setdefault(name, SourceCounts())
+            into.documents += counts["documents"]
+            into.tokens += counts["tokens"]
+            into.bytes += counts["bytes"]
+    return {name: total[name] for name in sorted(total)}
 
 
-def _cells(runs_dir: Path) -> list[str]:
-    return sorted({path.stem for path in runs_dir.glob("*/*.npz")})
-
-
-def _write_cell(cell: str, runs_dir: Path, cell_dir: Path, dtype: np.dtype, fingerprint: str,
-                sources: list[str], shard_tokens: int, extra_stats: dict,
-                validation: ValidationConfig, overlap: NearDuplicateIndex | None) -> tuple[CellManifest, str]:
-    parts = [np.load(path) for path in sorted(runs_dir.glob(f"*/{cell}.npz"))]
-    keys = np.concatenate([p["keys"] for p in parts])
-    lengths = np.concatenate([p["lengths"] for p in parts])
-    source_ids = np.concatenate([p["sources"] for p in parts])
-    nbytes = np.concatenate([p["bytes"] for p in parts])
-    doc_ids = np.concatenate([p["ids"] for p in parts])
-    origins = np.concatenate([p["origins"] for p in parts])
-    positions = np.concatenate([p["positions"] for p in parts])
-    tokens = [p["tokens"] for p in parts]
-    part_of = np.concatenate([np.full(len(p["ids"]), i, dtype=np.int64) for i, p in enumerate(parts)])
-    offsets = np.concatenate([np.concatenate([[0], np.cumsum(p["lengths"])[:-1]]).astype(np.int64) for p in parts])
-    order = store_order(keys)
-
-    def document(index: int) -> np.ndarray:
-        start = int(offsets[index])
-        return tokens[part_of[index]][start : start + int(lengths[index])]
-
-    hashes = np.fromiter((document_hash(document(i), validation.seed) for i in order), dtype=np.uint64, count=order.size)
-    is_held_out = held_out(hashes, validation)
-    training = ShardSequence(cell_dir, "shard", dtype, shard_tokens)
-    held = ShardSequence(cell_dir, VALIDATION_PREFIX, dtype, shard_tokens)
-    for index, to_validation in zip(order.tolist(), is_held_out.tolist()):
-        source = int(source_ids[index])
-        (held if to_validation else training).add(document(index), source, sources[source], int(nbytes[index]))
-        if overlap is not None:
-            overlap.add(document(index), cell)
-    shards, held_shards = training.close(), held.close()
-
-    kept = order[~is_held_out]  # the trace covers the training shards, the ones the loader reads
-    placed = np.asarray(training.placed, dtype=np.int32).reshape(-1, 2)
-    token_start = np.concatenate([[0], np.cumsum(lengths[kept])[:-1]]).astype(np.int64)
-    trace = write_trace(cell_dir, {
-        "shard": placed[:, 0], "document": placed[:, 1], "token_start": token_start, "tokens": lengths[kept],
-        "source": [sources[int(i)] for i in source_ids[kept]], "id": doc_ids[kept].tolist(),
-        "origin": origins[kept].tolist(), "position": positions[kept],
-    })
-    samples = sorted((s for p in parts for s in json.loads(str(p["samples"]))), key=lambda s: (s["hash"], s["id"]))
+def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, extra_stats: dict) -> CellManifest:
+    """A cell's manifest from its pieces (one per task that had documents of it, in rank order)."""
+    sources = _sum_sources([p["sources"] for p in pieces])
+    held_sources = _sum_sources([p["validation_sources"] for p in pieces])
+    samples = sorted((s for p in pieces for s in p["samples"]), key=lambda s: (s["hash"], s["id"]))
     stats = {"samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]}
     stats.update(extra_stats)
-    stats["trace"] = trace
-    documents, token_count, byte_count = training.totals()
-    held_documents, held_tokens, held_bytes = held.totals()
-    manifest = CellManifest(
+    stats["trace"] = {"parts": [p["trace"] for p in pieces if p["trace"] is not None]}
+    return CellManifest(
         cell=cell,
-        dtype=str(dtype),
+        dtype=dtype,
         tokenizer_fingerprint=fingerprint,
-        documents=documents,
-        tokens=token_count,
-        bytes=byte_count,
-        shards=ShardTable.of(shards),
-        sources={name: training.sources[name] for name in sorted(training.sources)},
+        documents=sum(c.documents for c in sources.values()),
+        tokens=sum(c.tokens for c in sources.values()),
+        bytes=sum(c.bytes for c in sources.values()),
+        shards=ShardTable.of([ShardInfo(**s) for p in pieces for s in p["shards"]]),
+        sources=sources,
         stats=stats,
-        validation=HeldOut(documents=held_documents, tokens=held_tokens, bytes=held_bytes, shards=held_shards,
-                           sources={name: held.sources[name] for name in sorted(held.sources)}),
+        validation=HeldOut(documents=sum(c.documents for c in held_sources.values()),
+                           tokens=sum(c.tokens for c in held_sources.values()),
+                           bytes=sum(c.bytes for c in held_sources.values()),
+                           shards=[ShardInfo(**s) for p in pieces for s in p["validation"]], sources=held_sources),
     )
-    return manifest, write_cell_manifest(cell_dir, manifest)
+
+
+def _set_hits(parts: list[dict], name: str) -> dict[int, list]:
+    """One evaluation set's findings over every task: per set document, the reported [kind, cell]."""
+    hits: dict[int, list] = {}
+    for part in parts:
+        for number, hit in part["overlap"].get(name, {}).items():
+            hits[int(number)] = better_hit(hits.get(int(number)), hit)
+    return hits
+
+
+def staging_dir(final: Path) -> Path:
+    return final.with_name(f".{final.name}.staging")
+
+
+def _staging(final: Path, staged: Path) -> Path:
+    """The staging directory holding the shard tasks' files: `staged` renamed next to `final`, or
+    what an earlier, killed assembly left there (its manifests are rewritten)."""
+    staging = staging_dir(final)
+    if staged.exists():
+        if staging.exists():
+            shutil.rmtree(staging)  # an older staging: the shard tasks have run again since
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(staged, staging)
+    elif not staging.exists():
+        raise MillraceError(f"{staged}: the shard tasks' output is missing (and no staging at {staging}); "
+                            "rerun with --restart")
+    for leftover in ("tokenizer", "models", "sets"):
+        shutil.rmtree(staging / leftover, ignore_errors=True)
+    (staging / "cells").mkdir(exist_ok=True)
+    return staging
 
 
 def validation_stage(manifests: list[CellManifest]) -> dict:
@@ -147,7 +137,8 @@ def assemble_store(
     final: Path,
     name: str,
     version: str,
-    runs_dir: Path,
+    staged: Path,
+    parts_dir: Path,
     tokenizer_path: Path,
     eos: str,
     sources: list[str],
@@ -159,15 +150,12 @@ def assemble_store(
     models_dir: Path | None = None,
     validation: ValidationConfig = ValidationConfig(),
 ) -> Path:
-    """Write the store version to a staging directory, then rename it to `final`.
+    """Write the manifests next to the shard tasks' files in a staging directory, then rename it to `final`.
 
     The fitted quality and domain models travel with the store (under `models/`), so that
     the same document lands in the same cell wherever the store goes.
     """
-    staging = final.with_name(f".{final.name}.staging")
-    if staging.exists():
-        shutil.rmtree(staging)  # what a killed assembly left: rebuilt from the runs, which are complete
-    (staging / "cells").mkdir(parents=True)
+    staging = _staging(final, staged)
     tokenizer_copy = staging / "tokenizer" / "tokenizer.json"
     tokenizer_copy.parent.mkdir(parents=True)
     shutil.copyfile(tokenizer_path, tokenizer_copy)
@@ -177,15 +165,17 @@ def assemble_store(
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     dtype = dtype_for_vocab(vocab_size)
     fingerprint = tokenizer_fingerprint(tokenizer_copy)
-    cells: dict[str, CellSummary] = {}
-    manifests = []
-    clashing = sorted({s.name for s in validation.sets} & set(_cells(runs_dir)))
+    parts = _read_parts(parts_dir)
+    cell_names = sorted({cell for part in parts for cell in part["cells"]})
+    clashing = sorted({s.name for s in validation.sets} & set(cell_names))
     if clashing:
         raise ConfigError(f"field 'validation.sets': set name {clashing[0]!r} is also a cell's name")
-    overlap = NearDuplicateIndex() if validation.sets else None
-    for cell in _cells(runs_dir):
-        manifest, digest = _write_cell(cell, runs_dir, staging / "cells" / cell, dtype, fingerprint, sources, shard_tokens,
-                                       cell_stats.get(cell, {}), validation, overlap)
+    cells: dict[str, CellSummary] = {}
+    manifests = []
+    for cell in cell_names:
+        manifest = _cell_manifest(cell, [p["cells"][cell] for p in parts if cell in p["cells"]], str(dtype),
+                                  fingerprint, cell_stats.get(cell, {}))
+        digest = write_cell_manifest(staging / "cells" / cell, manifest)
         manifests.append(manifest)
         cells[cell] = CellSummary(
             documents=manifest.documents, tokens=manifest.tokens, bytes=manifest.bytes,
@@ -196,7 +186,7 @@ def assemble_store(
     eval_sets = {}
     for config in validation.sets:
         written = write_eval_set(config, staging / "sets" / config.name, tokenizer, eos_id(tokenizer, eos), dtype,
-                                 fingerprint, shard_tokens, overlap)
+                                 fingerprint, shard_tokens, _set_hits(parts, config.name))
         eval_sets[config.name] = EvalSetSummary(
             documents=written.held.documents, tokens=written.held.tokens, bytes=written.held.bytes,
             manifest_hash=written.manifest_hash, overlap_exact=written.overlap["exact"],
@@ -219,6 +209,5 @@ def assemble_store(
         sets=eval_sets,
     )
     write_store_manifest(staging, store)
-    final.parent.mkdir(parents=True, exist_ok=True)
     os.rename(staging, final)
     return final

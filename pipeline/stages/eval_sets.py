@@ -7,8 +7,9 @@ written to `sets/<name>/set-NNNNN` shards of the cells' format, with `sets/<name
 (kind "millrace.eval-set"). A set document that also occurs in the store (training or
 held-out shards) is reported: exactly (the same token ids) or as a near duplicate (MinHash over
 token 5-grams, 20 bands x 5 rows, confirmed at an estimated Jaccard >= 0.8), with the cell it
-was found in. Near-duplicate search signs every stored document once during assembly; it only
-runs when sets are configured.
+was found in (exact before near, then the first cell by name). The shard tasks index the sets'
+documents and sign each stored document as they write it; assembly merges their findings. It
+only runs when sets are configured.
 """
 
 from __future__ import annotations
@@ -60,8 +61,16 @@ def read_texts(config: EvalSetConfig) -> list[str]:
     return texts
 
 
+def set_documents(config: EvalSetConfig, tokenizer, eos_id: int) -> list[tuple[str, np.ndarray]]:
+    """(text, token ids with EOS) of every document of a set, in set order: what its shards hold."""
+    texts = read_texts(config)
+    encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
+    return [(text, np.asarray(encoding.ids + [eos_id], dtype=np.int64)) for text, encoding in zip(texts, encoded)]
+
+
 class NearDuplicateIndex:
-    """MinHash LSH over token 5-grams of the stored documents (`add`), queried by set documents."""
+    """MinHash LSH over token 5-grams of an evaluation set's documents (`add`), queried with each stored
+    document (`matches`) as the shard tasks write it: the index grows with the set, never with the corpus."""
 
     def __init__(self, seed: int = 0):
         rng = np.random.default_rng(seed)
@@ -69,10 +78,9 @@ class NearDuplicateIndex:
         self.weights = rng.integers(1, 2**63, size=SHINGLE, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
         self.a = (rng.integers(1, 2**63, size=perms, dtype=np.uint64) * np.uint64(2) + np.uint64(1))[:, None]
         self.b = rng.integers(0, 2**63, size=perms, dtype=np.uint64)[:, None]
-        self.bands: list[dict[bytes, int]] = [{} for _ in range(BANDS)]
+        self.bands: list[dict[bytes, list[int]]] = [{} for _ in range(BANDS)]
         self.signatures: list[np.ndarray] = []
-        self.cells: list[str] = []
-        self.exact: dict[bytes, str] = {}
+        self.exact: dict[bytes, list[int]] = {}
 
     def signature(self, tokens: np.ndarray) -> np.ndarray:
         # dedup's MinHash maths over token ids (imported here: `pipeline.config` reaches this module without datatrove)
@@ -80,26 +88,52 @@ class NearDuplicateIndex:
 
         return minhash(shingle_hashes(np.asarray(tokens, dtype=np.uint64), self.weights), self.a, self.b)
 
-    def add(self, tokens: np.ndarray, cell: str) -> None:
-        self.exact.setdefault(np.asarray(tokens, dtype="<u4").tobytes(), cell)
-        signature = self.signature(tokens)
+    def add(self, tokens: np.ndarray) -> None:
+        """Index the next set document (numbered from 0 in the order added)."""
         index = len(self.signatures)
-        self.signatures.append(signature)
-        self.cells.append(cell)
-        for band, key in enumerate(signature.reshape(BANDS, ROWS)):
-            self.bands[band].setdefault(key.tobytes(), index)
-
-    def find(self, tokens: np.ndarray) -> tuple[str, str] | None:
-        """("exact" | "near", cell) for a document the store holds, else None."""
-        cell = self.exact.get(np.asarray(tokens, dtype="<u4").tobytes())
-        if cell is not None:
-            return "exact", cell
+        self.exact.setdefault(np.asarray(tokens, dtype="<u4").tobytes(), []).append(index)
         signature = self.signature(tokens)
+        self.signatures.append(signature)
         for band, key in enumerate(signature.reshape(BANDS, ROWS)):
-            hit = self.bands[band].get(key.tobytes())
-            if hit is not None and (self.signatures[hit] == signature).mean() >= NEAR_JACCARD:
-                return "near", self.cells[hit]
-        return None
+            self.bands[band].setdefault(key.tobytes(), []).append(index)
+
+    def matches(self, tokens: np.ndarray) -> list[tuple[int, str]]:
+        """(set document, "exact" | "near") for each set document this stored document repeats: token for
+        token, or sharing a band with an estimated Jaccard >= NEAR_JACCARD."""
+        exact = self.exact.get(np.asarray(tokens, dtype="<u4").tobytes(), [])
+        found = [(index, "exact") for index in exact]
+        signature = self.signature(tokens)
+        near = {hit for band, key in enumerate(signature.reshape(BANDS, ROWS))
+                for hit in self.bands[band].get(key.tobytes(), ())}
+        found += [(hit, "near") for hit in sorted(near - set(exact))
+                  if (self.signatures[hit] == signature).mean() >= NEAR_JACCARD]
+        return found
+
+
+KIND_ORDER = {"exact": 0, "near": 1}
+
+
+def better_hit(old: list | None, new: list) -> list:
+    """Of two [kind, cell] findings for one set document, the one reported: exact before near, then the
+    first cell by name (so the report does not depend on which task found it)."""
+    return new if old is None or (KIND_ORDER[new[0]], new[1]) < (KIND_ORDER[old[0]], old[1]) else old
+
+
+class SetOverlap:
+    """Inside a shard task: which documents of each evaluation set the task's stored documents repeat."""
+
+    def __init__(self, sets: list[EvalSetConfig], tokenizer, eos_id: int):
+        self.indexes: dict[str, NearDuplicateIndex] = {}
+        for config in sets:
+            self.indexes[config.name] = index = NearDuplicateIndex()
+            for _, ids in set_documents(config, tokenizer, eos_id):
+                index.add(ids)
+        self.hits: dict[str, dict[str, list]] = {name: {} for name in self.indexes}
+
+    def add(self, tokens: np.ndarray, cell: str) -> None:
+        for name, index in self.indexes.items():
+            for number, kind in index.matches(tokens):
+                self.hits[name][str(number)] = better_hit(self.hits[name].get(str(number)), [kind, cell])
 
 
 @dataclass
@@ -111,24 +145,18 @@ class WrittenSet:
 
 
 def write_eval_set(config: EvalSetConfig, set_dir: Path, tokenizer, eos_id: int, dtype: np.dtype, fingerprint: str,
-                   shard_tokens: int, index: NearDuplicateIndex) -> WrittenSet:
-    texts = read_texts(config)
-    encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
-    found: list[dict] = []
-    counts = {"exact": 0, "near": 0}
+                   shard_tokens: int, hits: dict[int, list]) -> WrittenSet:
+    """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the shard
+    tasks' `SetOverlap`) as its overlap with the store."""
+    found = [{"index": number, "kind": hits[number][0], "cell": hits[number][1]} for number in sorted(hits)]
+    counts = {kind: sum(1 for f in found if f["kind"] == kind) for kind in KIND_ORDER}
     sequence = ShardSequence(set_dir, SET_PREFIX, dtype, shard_tokens)
-    for number, (text, encoding) in enumerate(zip(texts, encoded)):
-        ids = np.asarray(encoding.ids + [eos_id], dtype=np.int64)
-        hit = index.find(ids)
-        if hit is not None:
-            counts[hit[0]] += 1
-            if len(found) < SHOWN:
-                found.append({"index": number, "kind": hit[0], "cell": hit[1]})
+    for text, ids in set_documents(config, tokenizer, eos_id):
         sequence.add(ids, 0, config.name, len(text.encode("utf-8")))
     shards = sequence.close()
     documents, tokens, nbytes = sequence.totals()
     held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards, sources=sequence.sources)
-    overlap = {**counts, "documents": found}
+    overlap = {**counts, "documents": found[:SHOWN]}
     manifest = EvalSetManifest(name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held,
                                overlap=overlap)
     digest = write_eval_set_manifest(set_dir, manifest)

@@ -1,21 +1,25 @@
 """Tokenizing into cell runs with HF `tokenizers`; the byte-level BPE trained when none is given.
 
 `TokenizeCells` batch-encodes documents (`encode_batch`, Rust threads), appends EOS, groups
-them by cell (`metadata["cell"]` when a domains step set it, else the source name), sorts
-each cell's documents by internal key and writes one run per cell per task:
-`tokens/<rank>/<cell>.npz` (keys, ids, origins, input positions, lengths, concatenated tokens,
-source index, bytes, and a few sample texts). The assembler merges the runs of all tasks by key into the store's
-shards, so the store does not depend on the task count or the executor.
+them by cell (`metadata["cell"]` when a domains step set it, else the source name) and streams
+each cell's tokens, as they come, to one run per cell per task: `tokens/<rank>/<cell>.tokens`
+(the token ids, in the store's dtype) and `tokens/<rank>/<cell>.npz` (per document: key, id,
+origin, input position, length, source index, bytes, content hash for the held-out split; a
+few sample texts). Memory per task is that table, not its tokens. `tokens/<rank>/held-out.json`
+offers the task's few held-out candidates per cell. The shard tasks
+(`pipeline.stages.cell_shards`) turn the runs into the store's final shards.
 
 `RemovedTokens` counts, for the funnel, the tokens that removed documents would have had.
 """
 
 from __future__ import annotations
 
+import array
 import hashlib
 import itertools
 import json
-from collections import defaultdict
+import os
+import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,7 +28,8 @@ import numpy as np
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from millrace.artifacts import atomic_output, atomic_write_text
+from millrace.artifacts import atomic_output, atomic_write_text, temporary_sibling
+from pipeline.cells.validation import ValidationConfig, document_hash, split_candidates
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import read_jsonl_zst, task_file
 from pipeline.stages.sample import sample_rank
@@ -74,7 +79,22 @@ def cell_of(doc: Document) -> str:
 
 
 def run_file(directory: Path, rank: int, cell: str) -> Path:
+    """A task's run of one cell: its documents' table (`.npz`); the tokens beside it (`.tokens`)."""
     return Path(directory) / f"{rank:05d}" / f"{cell}.npz"
+
+
+def tokens_file(run: Path) -> Path:
+    return run.with_suffix(".tokens")
+
+
+def candidates_file(directory: Path, rank: int) -> Path:
+    """A task's held-out candidates per cell (`pipeline.cells.validation.split_candidates`)."""
+    return Path(directory) / f"{rank:05d}" / "held-out.json"
+
+
+def worker() -> dict:
+    """Which process ran a task (recorded in the work directory, never in the store)."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _batches(data: Iterable[Document], size: int) -> Iterator[list[Document]]:
@@ -89,58 +109,70 @@ def _batches(data: Iterable[Document], size: int) -> Iterator[list[Document]]:
 
 
 class _CellRun:
-    def __init__(self) -> None:
-        self.keys: list[int] = []
+    """One cell's documents in one task: tokens streamed to a temporary `.tokens` file as they come,
+    a few numbers and strings per document kept (the task's own, never the cell's or the corpus's)."""
+
+    def __init__(self, path: Path, dtype: np.dtype, seed: int) -> None:
+        self.path, self.dtype, self.seed = path, dtype, seed
+        fd, self._tmp = temporary_sibling(tokens_file(path))
+        self._tokens = os.fdopen(fd, "wb")
+        self.keys, self.positions, self.bytes = array.array("q"), array.array("q"), array.array("q")
+        self.lengths, self.sources, self.hashes = array.array("q"), array.array("H"), array.array("Q")
         self.ids: list[str] = []
         self.origins: list[str] = []
-        self.positions: list[int] = []
-        self.tokens: list[np.ndarray] = []
-        self.sources: list[int] = []
-        self.bytes: list[int] = []
         self.samples: list[tuple[int, str, str, str]] = []  # (id hash, id, source, trimmed text)
 
     def add(self, doc: Document, tokens: np.ndarray, source_id: int, nbytes: int) -> None:
         key = doc.metadata["key"]
+        stored = tokens.astype(self.dtype)
+        self._tokens.write(stored.tobytes())
         self.keys.append(key)
         self.ids.append(doc.id)
         self.origins.append(str(doc.metadata.get("origin") or ""))
         self.positions.append(int(doc.metadata.get("position", -1)))
-        self.tokens.append(tokens)
+        self.lengths.append(tokens.size)
         self.sources.append(source_id)
         self.bytes.append(nbytes)
+        self.hashes.append(document_hash(stored, self.seed))
         rank = sample_rank(key)
         if len(self.samples) < SAMPLES_PER_CELL or rank <= self.samples[-1][0]:  # else it sorts past the kept few
             self.samples.append((rank, doc.id, doc.metadata["source"], doc.text[:SAMPLE_CHARS]))
             self.samples = sorted(self.samples)[:SAMPLES_PER_CELL]
 
-    def save(self, path: Path, dtype: np.dtype) -> None:
-        order = sorted(range(len(self.keys)), key=self.keys.__getitem__)
-        lengths = np.asarray([self.tokens[i].size for i in order], dtype=np.int64)
-        tokens = np.concatenate([self.tokens[i] for i in order]).astype(dtype) if order else np.zeros(0, dtype)
+    def save(self) -> None:
+        """The tokens file, then the table (in arrival order: the shard tasks put them in store order)."""
+        self._tokens.flush()
+        os.fsync(self._tokens.fileno())
+        self._tokens.close()
+        os.replace(self._tmp, tokens_file(self.path))
         samples = [{"hash": h, "id": i, "source": s, "text": t} for h, i, s, t in self.samples]
-        with atomic_output(path) as handle:
+        with atomic_output(self.path) as handle:
             np.savez(
                 handle,
-                keys=np.asarray([self.keys[i] for i in order], dtype=np.int64),
-                ids=np.asarray([self.ids[i] for i in order], dtype=np.str_),
-                origins=np.asarray([self.origins[i] for i in order], dtype=np.str_),
-                positions=np.asarray([self.positions[i] for i in order], dtype=np.int64),
-                lengths=lengths,
-                tokens=tokens,
-                sources=np.asarray([self.sources[i] for i in order], dtype=np.uint16),
-                bytes=np.asarray([self.bytes[i] for i in order], dtype=np.int64),
+                keys=np.frombuffer(self.keys, dtype=np.int64),
+                ids=np.asarray(self.ids, dtype=np.str_),
+                origins=np.asarray(self.origins, dtype=np.str_),
+                positions=np.frombuffer(self.positions, dtype=np.int64),
+                lengths=np.frombuffer(self.lengths, dtype=np.int64),
+                sources=np.frombuffer(self.sources, dtype=np.uint16),
+                bytes=np.frombuffer(self.bytes, dtype=np.int64),
+                hashes=np.frombuffer(self.hashes, dtype=np.uint64),
                 samples=np.asarray(json.dumps(samples)),
             )
 
+    def abort(self) -> None:
+        self._tokens.close()
+        Path(self._tmp).unlink(missing_ok=True)
+
 
 class TokenizeCells(PipelineStep):
-    """Batch-encode, append EOS, write one id-sorted run per cell; counts the `tokenize` stage."""
+    """Batch-encode, append EOS, stream each cell's tokens to its run; counts the `tokenize` stage."""
 
     name = "🔢 tokenize cells"
     type = "🔢 - TOKENIZER"
 
     def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
-                 funnel_dir: Path | str, batch_size: int = 256):
+                 funnel_dir: Path | str, batch_size: int = 256, validation: ValidationConfig = ValidationConfig()):
         super().__init__()
         self.tokenizer_path = str(tokenizer_path)
         self.eos = eos
@@ -148,45 +180,61 @@ class TokenizeCells(PipelineStep):
         self.runs_dir = Path(runs_dir)
         self.funnel_dir = Path(funnel_dir)
         self.batch_size = batch_size
+        self.validation = validation
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         tokenizer = load_tokenizer(self.tokenizer_path)
         eos = eos_id(tokenizer, self.eos)
         dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
-        runs: dict[str, _CellRun] = defaultdict(_CellRun)
+        runs: dict[str, _CellRun] = {}
         counts = StageCounts()
         eos_array = np.asarray([eos], dtype=np.int64)
 
         def encode(batch: list[Document]) -> list:
             return tokenizer.encode_batch_fast([doc.text for doc in batch], add_special_tokens=False)
 
-        # The Rust encoder releases the GIL: batch i+1 encodes in the background while batch i is
-        # stored here and the steps upstream produce the next documents. Order is unchanged.
-        with ThreadPoolExecutor(max_workers=1) as encoder:
-            pending: tuple[list[Document], Future] | None = None
-            for batch in itertools.chain(_batches(data or (), self.batch_size), [None]):
-                submitted = (batch, encoder.submit(encode, batch)) if batch is not None else None
-                if pending is not None:
-                    done, future = pending
-                    with self.track_time("batch"):
-                        encoded = future.result()
-                    for doc, encoding in zip(done, encoded):
-                        tokens = np.concatenate([np.asarray(encoding.ids, dtype=np.int64), eos_array])
-                        source = doc.metadata["source"]
-                        nbytes = len(doc.text.encode("utf-8", errors="surrogatepass"))
-                        runs[cell_of(doc)].add(doc, tokens, self.sources[source], nbytes)
-                        counts.received(source, nbytes)
-                        counts.kept(source, nbytes, tokens=int(tokens.size))
-                        self.stat_update("tokens", value=int(tokens.size))
-                        yield doc
-                pending = submitted
+        def run_of(cell: str) -> _CellRun:
+            if cell not in runs:
+                runs[cell] = _CellRun(run_file(self.runs_dir, rank, cell), dtype, self.validation.seed)
+            return runs[cell]
+
+        try:
+            # The Rust encoder releases the GIL: batch i+1 encodes in the background while batch i is
+            # stored here and the steps upstream produce the next documents. Order is unchanged.
+            with ThreadPoolExecutor(max_workers=1) as encoder:
+                pending: tuple[list[Document], Future] | None = None
+                for batch in itertools.chain(_batches(data or (), self.batch_size), [None]):
+                    submitted = (batch, encoder.submit(encode, batch)) if batch is not None else None
+                    if pending is not None:
+                        done, future = pending
+                        with self.track_time("batch"):
+                            encoded = future.result()
+                        for doc, encoding in zip(done, encoded):
+                            tokens = np.concatenate([np.asarray(encoding.ids, dtype=np.int64), eos_array])
+                            source = doc.metadata["source"]
+                            nbytes = len(doc.text.encode("utf-8", errors="surrogatepass"))
+                            run_of(cell_of(doc)).add(doc, tokens, self.sources[source], nbytes)
+                            counts.received(source, nbytes)
+                            counts.kept(source, nbytes, tokens=int(tokens.size))
+                            self.stat_update("tokens", value=int(tokens.size))
+                            yield doc
+                    pending = submitted
+        except BaseException:
+            for run in runs.values():
+                run.abort()
+            raise
         rank_dir = self.runs_dir / f"{rank:05d}"
         rank_dir.mkdir(parents=True, exist_ok=True)
-        for stale in rank_dir.glob("*.npz"):
+        for stale in [*rank_dir.glob("*.npz"), *rank_dir.glob("*.tokens")]:
             if stale.stem not in runs:
                 stale.unlink()  # a rerun of this task with other cells must not leave the old runs behind
-        for cell, run in runs.items():
-            run.save(run_file(self.runs_dir, rank, cell), dtype)
+        candidates = {}
+        for cell, run in sorted(runs.items()):
+            run.save()
+            candidates[cell] = {"documents": len(run.keys), "pairs": split_candidates(
+                np.frombuffer(run.hashes, dtype=np.uint64), np.frombuffer(run.keys, dtype=np.int64),
+                self.validation).tolist()}
+        atomic_write_text(candidates_file(self.runs_dir, rank), json.dumps({"cells": candidates, "worker": worker()}))
         counts.save(self.funnel_dir / f"{rank:05d}.json")
 
 

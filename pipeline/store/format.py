@@ -29,6 +29,7 @@ No datatrove import here.
 
 from __future__ import annotations
 
+import array
 import os
 import struct
 from dataclasses import dataclass
@@ -404,11 +405,35 @@ def write_cell_manifest(cell_dir: Path | str, manifest: CellManifest) -> str:
                           manifest.model_dump(mode="json"))
 
 
+class ChunkDigester:
+    """xxh3-64 of each `chunk_bytes` piece of a stream, computed as it is written (nothing is read back)."""
+
+    def __init__(self, chunk_bytes: int = CHUNK_BYTES):
+        self.chunk_bytes = chunk_bytes
+        self._pending = bytearray()
+        self._digests: list[int] = []
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._pending += data
+        size = self.chunk_bytes
+        whole = len(self._pending) // size * size
+        if whole:
+            view = memoryview(self._pending)
+            self._digests += [xxhash.xxh3_64_intdigest(view[i : i + size]) for i in range(0, whole, size)]
+            view.release()
+            del self._pending[:whole]
+
+    def digests(self) -> np.ndarray:
+        tail = [xxhash.xxh3_64_intdigest(bytes(self._pending))] if self._pending else []
+        return np.asarray(self._digests + tail, dtype=np.uint64)
+
+
 class ShardWriter:
     """Writes one shard; its files appear (by rename, the `.bin` last) only when `close()` succeeds.
 
-    `durable=False` skips the fsyncs (about 8 ms each here), for synthetic stores that benches and
-    tests regenerate at will; the pipeline always writes durably."""
+    The `.bin`'s chunk digests are computed from the bytes as they are written, so closing a
+    shard reads nothing back. `durable=False` skips the fsyncs (about 8 ms each here), for
+    synthetic stores that benches and tests regenerate at will; the pipeline always writes durably."""
 
     def __init__(self, prefix: Path | str, dtype: np.dtype, durable: bool = True):
         self.prefix = Path(prefix)
@@ -419,27 +444,33 @@ class ShardWriter:
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
         self._bin_tmp = self.prefix.with_name(f".{self.prefix.name}.bin.tmp")
         self._bin = open(self._bin_tmp, "wb")
-        self._lengths: list[np.ndarray] = []
-        self._sources: list[np.ndarray] = []
+        self._bin_digests = ChunkDigester(CHUNK_BYTES)
+        self._lengths = array.array("i")
+        self._sources = array.array("H")
 
     def add_document(self, tokens: np.ndarray | Iterable[int], source_id: int = 0) -> None:
-        array = np.asarray(tokens, dtype=self.dtype)
-        self.add_documents(array, np.asarray([array.size]), np.asarray([source_id]))
+        raw = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
+        self._bin.write(raw)
+        self._bin_digests.update(raw)
+        self._lengths.append(len(raw) // self.dtype.itemsize)
+        self._sources.append(source_id)
 
     def add_documents(self, tokens: np.ndarray, lengths: np.ndarray, source_ids: np.ndarray) -> None:
         """Many documents at once: `tokens` concatenated, `lengths[i]` and `source_ids[i]` per document."""
         if int(np.sum(lengths, dtype=np.int64)) != len(tokens) or len(lengths) != len(source_ids):
             raise ValueError("lengths must sum to the tokens given, with one source id per document")
-        self._bin.write(np.ascontiguousarray(tokens, dtype=self.dtype).tobytes())
-        self._lengths.append(np.asarray(lengths, dtype=np.int32))
-        self._sources.append(np.asarray(source_ids, dtype=np.uint16))
+        raw = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
+        self._bin.write(raw)
+        self._bin_digests.update(raw)
+        self._lengths.frombytes(np.asarray(lengths, dtype=np.int32).tobytes())
+        self._sources.frombytes(np.asarray(source_ids, dtype=np.uint16).tobytes())
 
     def close(self) -> ShardInfo:
         self._bin.flush()
         if self.durable:
             os.fsync(self._bin.fileno())
         self._bin.close()
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int32)
+        lengths = np.frombuffer(self._lengths, dtype=np.int32) if self._lengths else np.zeros(0, np.int32)
         pointers = np.zeros(len(lengths), dtype=np.int64)
         if len(lengths) > 1:
             np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
@@ -447,8 +478,8 @@ class ShardWriter:
         header = (INDEX_HEADER + struct.pack("<Q", INDEX_VERSION) + struct.pack("<B", DTYPE_CODES[self.dtype])
                   + struct.pack("<QQ", len(lengths), len(doc_index)))
         index = b"".join([header, lengths.tobytes(), pointers.tobytes(), doc_index.tobytes()])
-        sources = (np.concatenate(self._sources) if self._sources else np.zeros(0, np.uint16)).tobytes()
-        digests = ShardDigests(FileDigests(CHUNK_BYTES, file_digests(self._bin_tmp, CHUNK_BYTES)),
+        sources = self._sources.tobytes()
+        digests = ShardDigests(FileDigests(CHUNK_BYTES, self._bin_digests.digests()),
                                FileDigests(INDEX_CHUNK_BYTES, chunk_digests(index, INDEX_CHUNK_BYTES)),
                                FileDigests(INDEX_CHUNK_BYTES, chunk_digests(sources, INDEX_CHUNK_BYTES)))
         for suffix, data in ((".idx", index), (".src", sources), (".xxh", digests.to_bytes())):

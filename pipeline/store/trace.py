@@ -1,12 +1,17 @@
-"""Where each stored document came from: one parquet sidecar per cell, `documents.parquet`.
+"""Where each stored document came from: parquet sidecars per cell, one per tokenize task.
 
-One row per document, in store order (shard by shard): `shard`, `document` (its index in the
-shard), `token_start` (its first token's offset in the cell's stream in store order; the loader
-reorders each block of documents per epoch, so it names a window's documents itself, as
-(shard, document), and `document_rows` finds their rows), `tokens`, `source`, `id` (the original id,
-source-prefixed; ids may repeat), `origin` (file path, or URL for web records) and `position`
-(line, row or record in that file). The cell manifest's `stats["trace"]` pins its sha256.
-Light (pyarrow only): the loader and reports read it.
+Each task that wrote training shards of a cell writes `documents-<task>.parquet` beside them,
+one row per document of those shards, in store order (shard by shard): `shard` (the shard's
+index in the cell's shard table), `document` (its index in the shard), `token_start` (its
+first token's offset in the cell's stream in store order; the loader reorders each block of
+documents per epoch, so it names a window's documents itself, as (shard, document), and
+`document_rows` finds their rows), `tokens`, `source`, `id` (the original id, source-prefixed;
+ids may repeat), `origin` (file path, or URL for web records) and `position` (line, row or record
+in that file). A part's file holds `shard` and `token_start` relative to its own first shard and
+token; the cell manifest's `stats["trace"]["parts"]` lists the parts in store order with their
+row, shard and token counts and sha256, and the readers here add the offsets back, so a reader
+sees one table whatever the task count. Stores built before the parts keep one `documents.parquet`
+(`stats["trace"]["file"]`), still read. Light (pyarrow only): the loader and reports read it.
 """
 
 from __future__ import annotations
@@ -15,15 +20,20 @@ from pathlib import Path
 
 import numpy as np
 
-from millrace.artifacts import atomic_output, sha256_file
+from millrace.artifacts import atomic_output, read_artifact, sha256_file
 from millrace.errors import ArtifactError
+from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION
 
-TRACE_FILE = "documents.parquet"
+TRACE_FILE = "documents.parquet"  # the one sidecar of stores built before the per-task parts
 COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin", "position")
 
 
-def write_trace(cell_dir: Path, columns: dict[str, np.ndarray | list]) -> dict:
-    """Write a cell's sidecar atomically; returns its `stats["trace"]` entry (file and sha256)."""
+def part_name(task: int) -> str:
+    return f"documents-{task:05d}.parquet"
+
+
+def write_trace_part(cell_dir: Path, task: int, columns: dict[str, np.ndarray | list], shards: int) -> dict:
+    """Write one task's sidecar of a cell atomically; returns its entry in `stats["trace"]["parts"]`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -31,20 +41,64 @@ def write_trace(cell_dir: Path, columns: dict[str, np.ndarray | list]) -> dict:
     if missing:
         raise ValueError(f"trace columns missing: {missing}")
     table = pa.table({name: columns[name] for name in COLUMNS})
-    path = Path(cell_dir) / TRACE_FILE
+    path = Path(cell_dir) / part_name(task)
     with atomic_output(path) as handle:
         pq.write_table(table, handle)
-    return {"file": TRACE_FILE, "sha256": sha256_file(path)}
+    return {"file": path.name, "sha256": sha256_file(path), "documents": table.num_rows, "shards": shards,
+            "tokens": int(np.sum(columns["tokens"], dtype=np.int64))}
+
+
+def _parts(cell_dir: Path) -> list[dict]:
+    """The cell's sidecar parts in store order, each with its row, shard and token offsets."""
+    manifest = Path(cell_dir) / "cell.json"
+    trace = read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)).get("stats", {}).get("trace") if manifest.exists() else None
+    if trace is None and (Path(cell_dir) / TRACE_FILE).exists():
+        trace = {"file": TRACE_FILE}
+    if not trace:
+        raise ArtifactError(f"{Path(cell_dir) / TRACE_FILE}: this store has no traceability sidecar "
+                            "(built before it existed)")
+    if "parts" not in trace:
+        return [{"file": trace["file"], "row": 0, "shard": 0, "token": 0, "documents": None}]
+    parts, row, shard, token = [], 0, 0, 0
+    for part in trace["parts"]:
+        parts.append({**part, "row": row, "shard": shard, "token": token})
+        row, shard, token = row + part["documents"], shard + part["shards"], token + part["tokens"]
+    return parts
+
+
+def has_trace(cell_dir: Path) -> bool:
+    try:
+        return bool(_parts(cell_dir))
+    except ArtifactError:
+        return False
+
+
+def _read_part(cell_dir: Path, part: dict, rows: list[int] | None = None):
+    """A part's rows (all, or those at `rows` within it) with shard and token_start made cell-wide."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(Path(cell_dir) / part["file"])
+    if rows is not None:
+        table = table.take(rows)
+    for column, offset in (("shard", part["shard"]), ("token_start", part["token"])):
+        if offset:
+            shifted = pc.add(table.column(column), pa.scalar(offset, table.schema.field(column).type))
+            table = table.set_column(table.schema.get_field_index(column), column, shifted)
+    return table
+
+
+def read_trace(cell_dir: Path):
+    """The whole sidecar of a cell as one pyarrow table (for tools and tests; `document_rows` reads less)."""
+    import pyarrow as pa
+
+    return pa.concat_tables([_read_part(cell_dir, part) for part in _parts(cell_dir)])
 
 
 def documents_in_window(cell_dir: Path, start: int, stop: int) -> list[dict]:
     """The sidecar rows of the documents that tokens [start, stop) of the cell's stream belong to."""
-    import pyarrow.parquet as pq
-
-    path = Path(cell_dir) / TRACE_FILE
-    if not path.exists():
-        raise ArtifactError(f"{path}: this store has no traceability sidecar (built before it existed)")
-    table = pq.read_table(path)
+    table = read_trace(cell_dir)
     starts = table.column("token_start").to_numpy()
     first = max(int(np.searchsorted(starts, start, side="right")) - 1, 0)
     last = int(np.searchsorted(starts, stop, side="left"))
@@ -52,10 +106,17 @@ def documents_in_window(cell_dir: Path, start: int, stop: int) -> list[dict]:
 
 
 def document_rows(cell_dir: Path, rows: list[int]) -> list[dict]:
-    """The sidecar rows at these store-order positions (row = documents in earlier shards + index in its shard)."""
-    import pyarrow.parquet as pq
-
-    path = Path(cell_dir) / TRACE_FILE
-    if not path.exists():
-        raise ArtifactError(f"{path}: this store has no traceability sidecar (built before it existed)")
-    return pq.read_table(path).take(rows).to_pylist()
+    """The sidecar rows at these store-order positions (row = documents in earlier shards + index in its
+    shard), reading only the parts that hold them."""
+    parts = _parts(cell_dir)
+    if parts[0]["documents"] is None:  # a store with one sidecar file
+        return _read_part(cell_dir, parts[0], rows).to_pylist()
+    starts = np.asarray([p["row"] for p in parts])
+    owner = np.searchsorted(starts, np.asarray(rows, dtype=np.int64), side="right") - 1
+    found: dict[int, dict] = {}
+    for index in sorted(set(owner.tolist())):
+        wanted = [i for i, o in enumerate(owner.tolist()) if o == index]
+        local = [rows[i] - parts[index]["row"] for i in wanted]
+        for i, row in zip(wanted, _read_part(cell_dir, parts[index], local).to_pylist()):
+            found[i] = row
+    return [found[i] for i in range(len(rows))]

@@ -89,8 +89,8 @@ def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
             for i in range(len(theirs)):
                 assert np.array_equal(theirs[i], ours.document(i))
                 assert theirs[i][-1] == eos and eos not in theirs[i][:-1]
-                texts[cell, i] = tokenizer.decode(theirs[i][:-1].tolist())
-    assert any("def function_" in text for (cell, _), text in texts.items() if cell == "snippets")
+                texts[cell, shard.name, i] = tokenizer.decode(theirs[i][:-1].tolist())
+    assert any("def function_" in text for (cell, _, _), text in texts.items() if cell == "snippets")
     assert all(text in inputs for text in texts.values())
     assert len(texts) == sum(c.documents for c in store.manifest.cells.values())
 
@@ -128,15 +128,25 @@ def test_sigkill_mid_stage_then_rerun_gives_the_identical_store(built, tmp_path,
     assert store_files(home / "stores" / "local" / "2026.01.02") == store_files(reference)
 
 
+def worker_pids(work) -> dict[str, set[int]]:
+    """The processes that ran each tokenize and shard task (recorded in the work directory)."""
+    return {"tokenize": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "tokens").glob("*/held-out.json")},
+            "shards": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "parts").glob("*.json")}}
+
+
 @pytest.mark.slow
-def test_ray_executor_builds_the_same_store_as_the_local_one(built, tmp_path):
+def test_ray_executor_with_several_worker_processes_builds_the_same_store_as_the_local_one(built, tmp_path):
     ray = pytest.importorskip("ray")
     _, _, config_path, reference = built
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        path = run_pipeline(load_pipeline_config(config_path), Home.resolve(tmp_path / "home"), executor="ray", workers=1)
+        home = Home.resolve(tmp_path / "home")
+        path = run_pipeline(load_pipeline_config(config_path), home, executor="ray", workers=2)
     finally:
         ray.shutdown()
+    pids = worker_pids(home.work("local", "2026.01.02"))
+    for stage, seen in pids.items():
+        assert len(seen) == 2 and os.getpid() not in seen, (stage, seen)  # one process per task, none the driver
     ours, theirs = Store(path), Store(reference)
     assert {c: (m.documents, m.tokens) for c, m in ours.manifest.cells.items()} == {
         c: (m.documents, m.tokens) for c, m in theirs.manifest.cells.items()
@@ -151,9 +161,98 @@ def test_rerun_of_a_finished_store_changes_nothing(built):
     assert store_files(path) == before
 
 
-def test_the_store_does_not_depend_on_the_task_count(built, tmp_path):
+def cell_contents(path):
+    """Per cell: its training and held-out documents (token bytes) and trace rows, each as a sorted list."""
+    from pipeline.store.trace import read_trace
+
+    store, contents = Store(path), {}
+    for name in store.manifest.cells:
+        cell = store.cell(name)
+        documents = {}
+        for part, shards in (("training", list(cell.shards.rows())), ("held", cell.validation.shards)):
+            readers = [ShardReader(store.shard_prefix(name, shard)) for shard in shards]
+            documents[part] = sorted(r.document(i).tobytes() for r in readers for i in range(r.documents))
+        rows = read_trace(store.cell_dir(name)).select(["tokens", "source", "id", "origin", "position"]).to_pylist()
+        contents[name] = (documents, sorted(tuple(r.values()) for r in rows))
+    return contents
+
+
+def test_another_task_count_deals_the_same_documents_into_other_shards(built, tmp_path):
     root, corpus, _, reference = built
     config_path = tmp_path / "three-tasks.toml"
     config_path.write_text(config_text(corpus, tasks=3))
     path = run_pipeline(load_pipeline_config(config_path), Home.resolve(tmp_path / "home"))
-    assert store_files(path) == store_files(reference)
+    ours, theirs = Store(path), Store(reference)
+    assert ours.verify() == []
+    assert cell_contents(path) == cell_contents(reference)
+    assert {n: s.model_dump(exclude={"manifest_hash"}) for n, s in ours.manifest.cells.items()} == {
+        n: s.model_dump(exclude={"manifest_hash"}) for n, s in theirs.manifest.cells.items()}
+    assert ours.manifest.funnel == theirs.manifest.funnel
+    names = {n: list(ours.cell(n).shards.names) for n in ours.manifest.cells}
+    assert any(name.startswith("shard-00002-") for shards in names.values() for name in shards)  # three tasks' shards
+    assert names != {n: list(theirs.cell(n).shards.names) for n in theirs.manifest.cells}
+
+
+def test_the_trace_parts_read_as_one_cell_wide_table(built):
+    from pipeline.store.trace import document_rows, read_trace
+
+    _, _, _, path = built
+    store = Store(path)
+    multi_part = 0
+    for name in store.manifest.cells:
+        cell, cell_dir = store.cell(name), store.cell_dir(name)
+        multi_part += len(cell.stats["trace"]["parts"]) > 1
+        rows = read_trace(cell_dir).to_pylist()
+        shards = list(cell.shards.rows())
+        assert len(rows) == cell.documents == sum(s.documents for s in shards)
+        assert [r["token_start"] for r in rows] == np.concatenate([[0], np.cumsum([r["tokens"] for r in rows])[:-1]]).tolist()
+        for row in rows:  # each row names its document: shard index in the cell's table, index in the shard
+            assert ShardReader(store.shard_prefix(name, shards[row["shard"]])).lengths[row["document"]] == row["tokens"]
+        assert [(r["shard"], r["document"]) for r in rows] == [(s, d) for s, shard in enumerate(shards)
+                                                              for d in range(shard.documents)]
+        picked = list(range(len(rows)))[::-3]
+        assert document_rows(cell_dir, picked) == [rows[i] for i in picked]
+    assert multi_part  # the offsets between parts are exercised
+
+
+def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built, tmp_path, monkeypatch):
+    """Assembly over real shard-task output (the reference's cells, staged again): no `.bin` is opened, each
+    final `.bin` is the very file staged (same inode), and the cell manifests come out as the reference's."""
+    import builtins
+    import io
+    import shutil
+
+    from pipeline.stages.assemble import assemble_store
+
+    root, _, config_path, reference = built
+    config = load_pipeline_config(config_path)
+    staged = tmp_path / "work" / "store"
+    shutil.copytree(reference / "cells", staged / "cells",
+                    ignore=lambda d, names: [n for n in names if n == "cell.json"])
+    inodes = {p.relative_to(staged).as_posix(): p.stat().st_ino for p in staged.rglob("*.bin")}
+    opened = []
+    real_open, real_os_open = builtins.open, os.open
+
+    def watching_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def watching_os_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_os_open(file, *args, **kwargs)
+
+    manifest = Store(reference).manifest
+    monkeypatch.setattr(builtins, "open", watching_open)
+    monkeypatch.setattr(io, "open", watching_open)
+    monkeypatch.setattr(os, "open", watching_os_open)
+    final = assemble_store(tmp_path / "stores" / "again", "local", "again", staged,
+                           Home.resolve(root / "home").work("local", "2026.01.02") / "parts",
+                           reference / "tokenizer" / "tokenizer.json", config.tokenizer.eos, manifest.sources,
+                           config.output.shard_tokens, manifest.pipeline_config, {}, {}, {})
+    monkeypatch.undo()
+    assert not [p for p in opened if p.endswith(".bin")]
+    assert len(inodes) >= 3 and {k: (final / k).stat().st_ino for k in inodes} == inodes
+    assert not staged.exists()
+    assert Store(final).verify() == []
+    for name in manifest.cells:
+        assert (final / "cells" / name / "cell.json").read_bytes() == (reference / "cells" / name / "cell.json").read_bytes()

@@ -11,7 +11,8 @@ from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
-from pipeline.cells.validation import ValidationConfig, document_hash, held_out
+from pipeline.cells.validation import (ValidationConfig, document_hash, held_out, held_out_mask, split_candidates,
+                                      split_cutoff)
 from tests.pipeline.corpus_fixture import config_text, edit, make_corpus, prose
 
 
@@ -29,6 +30,25 @@ def test_the_split_depends_on_content_and_key_only():
     assert held_out(hashes, ValidationConfig(fraction=0.0)).sum() == 0
     doc = rng.integers(0, 5000, size=50)
     assert document_hash(doc, 0) == document_hash(doc.astype(np.uint16), 0) != document_hash(doc, 1)  # keyed
+
+
+@pytest.mark.parametrize("fraction,cap", [(0.01, 200), (0.5, 30), (0.0001, 200), (0.3, 1)])
+def test_the_split_merged_from_each_tasks_candidates_is_the_split_of_the_whole_cell(fraction, cap):
+    """Each task offers a few (hash, key) candidates; the cutoff merged from them holds out exactly the
+    documents the split of the whole cell holds out, whatever the number of tasks."""
+    rng = np.random.default_rng(3)
+    hashes = rng.integers(0, 2**64 - 1, size=3000, dtype=np.uint64)
+    keys = rng.permutation(10**6)[:3000].astype(np.int64)
+    config = ValidationConfig(fraction=fraction, max_documents_per_cell=cap)
+    whole = held_out_mask(hashes, keys, split_cutoff(hashes.size, split_candidates(hashes, keys, config), config))
+    by_position = held_out(hashes, config)
+    assert np.array_equal(whole, by_position) and 1 <= whole.sum() <= cap  # no ties: keys decide nothing here
+    for tasks in (2, 7, 64):
+        parts = np.array_split(rng.permutation(hashes.size), tasks)
+        offered = [split_candidates(hashes[p], keys[p], config) for p in parts]
+        assert sum(len(o) for o in offered) <= tasks * cap
+        cutoff = split_cutoff(hashes.size, np.concatenate(offered), config)
+        assert np.array_equal(held_out_mask(hashes, keys, cutoff), whole)
 
 
 def write_eval_set(path):

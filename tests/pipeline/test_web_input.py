@@ -227,7 +227,8 @@ def test_inputs_changed_since_the_run_started_are_an_error_naming_the_first_one(
     from pipeline.work import InputsChanged, WorkLayout, prepare_work
 
     layout = WorkLayout(tmp_path / "work")
-    assert prepare_work(layout, _work_config(tmp_path)) == ["filter", "dedup", "tokenizer", "models", "tokenize"]
+    assert prepare_work(layout, _work_config(tmp_path)) == ["filter", "dedup", "tokenizer", "models", "tokenize",
+                                                           "shards"]
     (layout.filtered).mkdir()
     (tmp_path / "d" / "1.jsonl").write_text(json.dumps({"id": 1, "text": "rewritten after the kill"}) + "\n")
     with pytest.raises(InputsChanged, match=f"first changed file {tmp_path / 'd' / '1.jsonl'} \\(changed"):
@@ -239,17 +240,21 @@ def test_inputs_changed_since_the_run_started_are_an_error_naming_the_first_one(
 
 
 @pytest.mark.parametrize("change,rerun", [
-    ("[executor]\nworkers = 1\n[output]\nshard_tokens = 1000\n", []),
-    ("[tokenizer]\nvocab_size = 500\n", ["tokenizer", "models", "tokenize"]),
-    ("[dedup]\nthreshold = 0.7\n", ["dedup", "tokenizer", "models", "tokenize"]),
-    ('[filters.gopher_quality]\nmin_doc_words = 10\n', ["filter", "dedup", "tokenizer", "models", "tokenize"]),
+    ("[executor]\nworkers = 1\n", []),
+    ("[output]\nshard_tokens = 1000\n", ["shards"]),
+    ("[validation]\nfraction = 0.01\n", ["tokenize", "shards"]),
+    ("[tokenizer]\nvocab_size = 500\n", ["tokenizer", "models", "tokenize", "shards"]),
+    ("[dedup]\nthreshold = 0.7\n", ["dedup", "tokenizer", "models", "tokenize", "shards"]),
+    ('[filters.gopher_quality]\nmin_doc_words = 10\n', ["filter", "dedup", "tokenizer", "models", "tokenize",
+                                                         "shards"]),
 ])
 def test_a_config_change_reruns_only_its_stage_and_the_later_ones(tmp_path, change, rerun, caplog):
     from pipeline.work import WorkLayout, prepare_work
 
     layout = WorkLayout(tmp_path / "work")
     prepare_work(layout, _work_config(tmp_path))
-    for path in (layout.filtered, layout.runs, layout.models, layout.logs / "1-filter", layout.logs / "3-tokenize"):
+    for path in (layout.filtered, layout.runs, layout.models, layout.staged, layout.logs / "1-filter",
+                 layout.logs / "3-tokenize"):
         path.mkdir(parents=True)
     layout.tokenizer.write_text("{}")
     layout.duplicates.write_bytes(b"")
@@ -258,21 +263,21 @@ def test_a_config_change_reruns_only_its_stage_and_the_later_ones(tmp_path, chan
     assert layout.duplicates.exists() == ("dedup" not in rerun)
     assert layout.tokenizer.exists() == ("tokenizer" not in rerun)
     assert layout.runs.exists() == ("tokenize" not in rerun)
+    assert layout.staged.exists() == ("shards" not in rerun)
     if rerun:
         assert f"rerunning {', '.join(rerun)}" in caplog.text
 
 
 def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
-    import pyarrow.parquet as pq
-
     from millrace.artifacts import sha256_file
-    from pipeline.store.trace import TRACE_FILE, documents_in_window
+    from pipeline.store.trace import documents_in_window, read_trace
 
     root, _, path, texts = web_run
     store = Store(path)
     cell_dir = store.cell_dir("crawl")
-    trace = pq.read_table(cell_dir / TRACE_FILE).to_pylist()
-    assert store.cell("crawl").stats["trace"]["sha256"] == sha256_file(cell_dir / TRACE_FILE)
+    trace = read_trace(cell_dir).to_pylist()
+    parts = store.cell("crawl").stats["trace"]["parts"]
+    assert parts and all(part["sha256"] == sha256_file(cell_dir / part["file"]) for part in parts)
     # rows in store order (a keyed hash of the internal key, so sort them back by input position here)
     # the sidecar covers the training shards (what the loader reads), not the held-out documents
     stored = {(1, "crawl/https://a.example/page"), (2, "crawl/https://a.example/page"),
@@ -283,7 +288,7 @@ def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
     second = trace[1]
     window = documents_in_window(cell_dir, second["token_start"] + 1, second["token_start"] + second["tokens"] + 1)
     assert [r["position"] for r in window] == [trace[1]["position"], trace[2]["position"]]
-    web = pq.read_table(store.cell_dir("web") / TRACE_FILE).to_pylist()
+    web = read_trace(store.cell_dir("web")).to_pylist()
     origins = [r["origin"] for r in web]
     assert len(origins) == store.cell("web").documents and set(origins) <= {"https://mill.example/race",
                                                                             "https://mill.example/wheel"}
