@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -256,3 +257,33 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
     assert Store(final).verify() == []
     for name in manifest.cells:
         assert (final / "cells" / name / "cell.json").read_bytes() == (reference / "cells" / name / "cell.json").read_bytes()
+
+
+def test_peek_decode_names_each_samples_documents_from_the_trace_parts(built):
+    """`loader peek --decode` over a store of several trace parts per cell: each listed document is the
+    input record (origin, line) whose text the sample's window shows."""
+    from loader import MixtureStream
+    from loader.peek import peek
+    from mixtures.build import build
+    from mixtures.new import new_revision
+
+    root, _, _, path = built
+    home = Home.resolve(root / "home")
+    new_revision(home, "peeked", "all", Store(path).name, strategy="natural", seq_len=64, global_batch=8)
+    stream = MixtureStream(build(home, "peeked", "all"), prefetch=0)
+    lines: dict[str, list[str]] = {}
+    checked = 0
+    for step in range(3):
+        for sample in peek(stream, step, decode=True)["samples"]:
+            documents = sample["documents"]
+            assert documents and all(d["source"] == sample["cell"] for d in documents)
+            first = documents[0]
+            if first["origin"] not in lines:
+                raw = zstandard.ZstdDecompressor().decompress(Path(first["origin"]).read_bytes(), max_output_size=1 << 26)
+                lines[first["origin"]] = raw.decode().splitlines()
+            text = json.loads(lines[first["origin"]][first["position"] - 1])["text"]
+            piece = sample["text"].split("<|endoftext|>")[0][4:28]
+            if len(piece) >= 16:
+                assert piece in text, (piece, first)
+                checked += 1
+    assert checked >= 8
