@@ -110,6 +110,8 @@ def _staging(final: Path, staged: Path) -> Path:
                             "rerun with --restart")
     for leftover in ("tokenizer", "models", "sets"):
         shutil.rmtree(staging / leftover, ignore_errors=True)
+    for partial in staging.rglob(".*.tmp"):  # what a killed writer left half-written
+        partial.unlink()
     (staging / "cells").mkdir(exist_ok=True)
     return staging
 
