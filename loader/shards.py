@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -264,8 +264,7 @@ class TokenSpace:
         parts: list[bytes] = [b""] * pieces.sizes.size  # batch order; empty documents stay empty
         for (cell_id, index), taken in pieces.by_shard():
             got = self.shard(cell_id, index).bin.read_pieces(pieces.file_bytes[taken], pieces.sizes[taken])
-            for piece, data in zip(taken.tolist(), got):
-                parts[piece] = data
+            deque(map(parts.__setitem__, taken.tolist(), got), maxlen=0)  # scatter, no bytecode per piece
         out = np.frombuffer(bytearray().join(parts), dtype=self.dtype).reshape(cell_ids.size, width)
         if not with_sources:
             return out, None
