@@ -42,7 +42,7 @@ from pipeline.stages.sorted_runs import RecordFile, group_firsts, merged, sorted
 
 REASON_CODES = {"exact": 1, "fuzzy": 2}
 REMOVAL = np.dtype([("rank", "<i4"), ("key", "<i8"), ("reason", "i1"), ("duplicate_of", "<i8")])
-PAIRS_PER_BATCH = 1 << 13  # candidate pairs whose signatures are read at once (up to 7.5 MiB of signatures)
+PAIRS_PER_BATCH = 1 << 12  # candidate pairs whose signatures are read at once (up to 3.75 MiB of signatures)
 MAX_ROUNDS = 200  # component rounds converge in O(log² n); far more means a bug, not a big corpus
 
 Run = Callable[[str, list[PipelineStep], int], None]  # (name, pipeline, tasks): one executor run, to completion
@@ -186,7 +186,9 @@ class FindCandidates(PipelineStep):
             return np.zeros((0, 2), dtype=np.int64)
         pairs = np.unique(np.stack([left, right], axis=1), axis=0)
         self.stat_update("candidates", value=int(len(pairs)))
-        return pairs[lookup.agreement(pairs[:, 0], pairs[:, 1]) >= self.threshold]
+        alike = [lookup.agreement(pairs[i:i + PAIRS_PER_BATCH, 0], pairs[i:i + PAIRS_PER_BATCH, 1]) >= self.threshold
+                 for i in range(0, len(pairs), PAIRS_PER_BATCH)]
+        return pairs[np.concatenate(alike)]
 
 
 class VerifyDuplicates(PipelineStep):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-MERGE_BYTES = 8 << 20  # records a merge holds, over all its inputs ...
+MERGE_BYTES = 2 << 20  # records a merge holds, over all its inputs ...
 MIN_CHUNK = 256  # ... but at least this many of each (about 5 KiB of LSH records)
 
 

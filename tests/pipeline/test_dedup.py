@@ -59,14 +59,18 @@ def test_fuzzy_dedup_finds_injected_near_duplicates(tmp_path):
     assert all(kept < doc for doc, kept in removed.items())  # the smallest id of each cluster is the one kept
 
 
-def test_removals_do_not_depend_on_the_task_or_part_count(tmp_path):
+def test_removals_do_not_depend_on_the_task_or_part_count(tmp_path, monkeypatch):
     documents, _ = near_duplicate_corpus(originals=150, with_copies=90, seed=3)
     rng = random.Random(3)
     documents += [(f"{doc_id}-again{c}", text) for c, (doc_id, text) in enumerate(rng.sample(documents, 25))]
     documents += [("zz-copy-of-a-copy", documents[-1][1])]
     texts, _ = _keyed(documents)
     results = [dedup(tmp_path / f"{tasks}-{parts}", texts, tasks, parts) for tasks, parts in ((1, 1), (3, 4), (5, 2))]
-    assert results[0] == results[1] == results[2]
+    monkeypatch.setattr("pipeline.stages.duplicates.PAIRS_PER_BATCH", 5)  # many signature reads, merge batches
+    monkeypatch.setattr("pipeline.stages.sorted_runs.MERGE_BYTES", 200)
+    monkeypatch.setattr("pipeline.stages.sorted_runs.MIN_CHUNK", 3)
+    results.append(dedup(tmp_path / "small-batches", texts, 2, 2))
+    assert results[0] == results[1] == results[2] == results[3]
     reasons = [reason for reason, _ in results[0].values()]
     assert reasons.count("exact") == 26 and reasons.count("fuzzy") > 50
     assert dedup(tmp_path / "exact-only", texts, 2, 3, fuzzy=False) == {
