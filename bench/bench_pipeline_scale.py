@@ -15,6 +15,7 @@ throughput at 16x is at least 0.8 of throughput at 1x.
 
     python -m bench bench_pipeline_scale                  # base 16,000
     python -m bench.bench_pipeline_scale --base 2000      # smaller, on a loaded machine
+    python -m bench.bench_pipeline_scale --dedup-only     # the dedup stages alone, 16,000 -> 256,000 docs
 """
 
 from __future__ import annotations
@@ -115,6 +116,52 @@ def run_millrace(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[str,
     return _peak_rss_of_tree([sys.executable, "-c", script], work / "stages.log")
 
 
+def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[str, int]]:
+    """Read and sign in `tasks` filter tasks, then find the duplicates: millrace's dedup stages alone."""
+    work.mkdir(parents=True, exist_ok=True)
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from datatrove.executor import LocalPipelineExecutor
+        from pipeline.config import DedupConfig, SourceConfig
+        from pipeline.stages.dedup import DedupSignatures
+        from pipeline.stages.duplicates import find_duplicates
+        from pipeline.stages.readers import ReadStage
+        work, options = Path({str(work)!r}), DedupConfig()
+        def stage(label):
+            with open(work / "stages.log", "a") as log:
+                log.write(label + "\\n")
+        def run(name, pipeline, tasks):
+            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS}, logging_dir=str(work / "logs" / name)).run()
+        source = SourceConfig(name="web", paths=[{str(corpus)!r}], language_id=False)
+        stage("sign")
+        run("sign", [ReadStage(source, 0, work / "read", work / "malformed"),
+                     DedupSignatures(work / "sigs", options.ngram, options.bands, options.rows, options.seed,
+                                     options.parts)], {tasks})
+        stage("dedup")
+        find_duplicates(options, work / "sigs", work / "components", work / "dups", run)
+    """)
+    return _peak_rss_of_tree([sys.executable, "-c", script], work / "stages.log")
+
+
+def dedup_only(base: int) -> list[Result]:
+    """The dedup stages alone at 1x, 4x, 16x: the largest dedup-stage process's memory and the stage's time."""
+    rows = []
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        for scale in SCALES:
+            documents = base * scale
+            corpus = Path(tmp) / f"corpus-{scale}"
+            write_corpus(corpus, documents)
+            seconds, peaks = run_dedup_only(corpus, Path(tmp) / f"dd-{scale}", -(-documents // DOCS_PER_FILE))
+            rows.append((documents, seconds, max(rss for where, rss in peaks.items() if where.endswith("dedup"))))
+            print(f"  {scale:>2}x {documents:>8,} docs: sign + find {seconds:7.1f} s; peak by process and stage: "
+                  + ", ".join(f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())), flush=True)
+    (n1, _, m1), (n16, _, m16) = rows[0], rows[-1]
+    marginal = (m16 - m1) / (n16 - n1)
+    print(f"  marginal memory of the largest dedup-stage process, 1x to 16x: {marginal:,.1f} B/doc", flush=True)
+    return [Result("dedup stages alone: largest process marginal memory (floor 1)", max(marginal, 1.0), 256.0,
+                   "the 256 B/doc budget", "B/doc", higher_is_better=False, target=1.0)]
+
+
 def run_datatrove(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
     script = textwrap.dedent(f"""
         from datatrove.executor import LocalPipelineExecutor
@@ -179,5 +226,7 @@ def main(base: int = 16_000) -> list[Result]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=int, default=16_000, help="documents at 1x (default 16,000)")
-    for result in main(parser.parse_args().base):
+    parser.add_argument("--dedup-only", action="store_true", help="only millrace's dedup stages (sign, find)")
+    args = parser.parse_args()
+    for result in (dedup_only(args.base) if args.dedup_only else main(args.base)):
         print(result.line())
