@@ -106,9 +106,8 @@ class DeduplicatedSample:
         from pipeline.stages.duplicates import load_duplicates
         from pipeline.stages.sample import merged_sample
 
-        ranks = [int(p.name.split(".")[0]) for p in self.layout.samples.glob("*.jsonl.zst")]
-        removed = {rank: set(load_duplicates(self.layout.duplicates, rank)) for rank in ranks}
-        return merged_sample(self.layout.samples, removed, max_bytes)
+        return merged_sample(self.layout.samples, lambda rank: set(load_duplicates(self.layout.duplicates, rank)),
+                             max_bytes)
 
 
 @dataclass

@@ -12,6 +12,7 @@ removal list) before cutting it; the tasks keep `OVERSAMPLE` times the budget to
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from pathlib import Path
 
 import xxhash
@@ -66,19 +67,22 @@ def sample_budget(config: PipelineConfig) -> int:
     return OVERSAMPLE * max(tokenizer, CellStages(config.quality, config.domains, Path(".")).sample_bytes)
 
 
-def merged_sample(directory: Path, removed: dict[int, set[int]], max_bytes: int) -> list[Document]:
-    """The corpus sample: every task's sketch less its removed keys, smallest hashes up to `max_bytes`, in key order."""
-    candidates = []
+def merged_sample(directory: Path, removed_of: Callable[[int], set[int]], max_bytes: int) -> list[Document]:
+    """The corpus sample: every task's sketch less its removed keys (`removed_of(rank)`, read one task at a
+    time), smallest hashes up to `max_bytes`, in key order. Streamed through a heap that keeps only the
+    smallest hashes reaching `max_bytes`, so the merge holds about one sample, whatever the task count."""
+    kept: list[tuple[int, int, int, dict]] = []  # max-heap by (hash, key): (-hash, -key, bytes, record)
+    held = 0
     for path in sorted(Path(directory).glob("*.jsonl.zst")):
-        gone = removed.get(int(path.name.split(".")[0]), set())
+        gone = removed_of(int(path.name.split(".")[0]))
         for record in read_jsonl_zst(path):
             key = record["metadata"]["key"]
-            if key not in gone:
-                candidates.append((sample_rank(key), record))
-    sample, held = [], 0
-    for _, record in sorted(candidates, key=lambda item: (item[0], item[1]["metadata"]["key"])):
-        if held >= max_bytes:
-            break
-        sample.append(Document(text=record["text"], id=record["id"], metadata=record["metadata"]))
-        held += len(record["text"].encode("utf-8", errors="surrogatepass"))
+            if key in gone:
+                continue
+            size = len(record["text"].encode("utf-8", errors="surrogatepass"))
+            heapq.heappush(kept, (-sample_rank(key), -key, size, record))
+            held += size
+            while held - kept[0][2] >= max_bytes:  # the sample is complete without its largest hash
+                held -= heapq.heappop(kept)[2]
+    sample = [Document(text=r["text"], id=r["id"], metadata=r["metadata"]) for _, _, _, r in kept]
     return sorted(sample, key=lambda doc: doc.metadata["key"])

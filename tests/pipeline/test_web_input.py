@@ -307,7 +307,8 @@ def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(
         for rank in range(tasks):
             list(SampleSketch(tmp_path / str(tasks), 2 * budget).run(iter(docs[rank::tasks]), rank, tasks))
         removed = {0: {docs[0].metadata["key"]}}  # a document dedup removed never enters the sample
-        samples[tasks] = [d.metadata["key"] for d in merged_sample(tmp_path / str(tasks), removed, budget)]
+        samples[tasks] = [d.metadata["key"] for d in merged_sample(tmp_path / str(tasks),
+                                                                   lambda rank: removed.get(rank, set()), budget)]
     assert samples[1] == samples[3]
     by_rank = sorted((d for d in docs if d is not docs[0]), key=lambda d: sample_rank(d.metadata["key"]))
     expected, held = [], 0
