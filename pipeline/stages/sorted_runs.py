@@ -71,7 +71,8 @@ def merged(slices: Iterable[tuple[Path, int, int]], chunk: int | None = None) ->
     Holds at most `chunk` records of each slice (by default MERGE_BYTES over all of them, at
     least MIN_CHUNK each): each round emits every buffered record up to the smallest last
     buffered record of the slices not yet read to their end (no later record of any slice can
-    precede it) and refills the buffers it emptied.
+    precede it) and tops up every buffer it left half empty, so that a round emits about half of
+    what the buffers hold and the rounds number about twice the records over the budget.
     """
     slices = [(RecordFile(path), start, stop) for path, start, stop in slices if stop > start]
     files = [f for f, _, _ in slices]
@@ -79,11 +80,12 @@ def merged(slices: Iterable[tuple[Path, int, int]], chunk: int | None = None) ->
         chunk = max(MIN_CHUNK, MERGE_BYTES // (len(files) * files[0].dtype.itemsize))
     read = [start for _, start, _ in slices]
     ends = [min(stop, f.size) for f, _, stop in slices]
-    buffers = [np.zeros(0)] * len(files)
+    buffers = [np.zeros(0, dtype=f.dtype) for f in files]
 
-    def refill(i: int) -> None:
-        buffers[i] = files[i].read(read[i], min(read[i] + chunk, ends[i]))
-        read[i] += buffers[i].size
+    def refill(i: int) -> None:  # top the buffer up to `chunk` records
+        more = files[i].read(read[i], min(read[i] + chunk - buffers[i].size, ends[i]))
+        buffers[i] = np.concatenate([buffers[i], more]) if buffers[i].size else more
+        read[i] += more.size
 
     for i in range(len(files)):
         refill(i)
@@ -95,7 +97,7 @@ def merged(slices: Iterable[tuple[Path, int, int]], chunk: int | None = None) ->
             cut = buffer.size if bound is None else bisect.bisect_right(buffer, bound, key=_as_tuple)
             taken.append(buffer[:cut])
             buffers[i] = buffer[cut:]
-            if not buffers[i].size and read[i] < ends[i]:
+            if buffers[i].size <= chunk // 2 and read[i] < ends[i]:
                 refill(i)
         batch = np.concatenate(taken)
         if batch.size:
