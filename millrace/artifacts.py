@@ -7,9 +7,11 @@ reader never sees half a file and a crash never damages what was already there.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,6 +19,7 @@ from typing import Any, Iterator
 from millrace.errors import ArtifactError
 
 HASH_FIELD = "content_hash"
+DISK_FULL_BYTES = 1 << 20  # a short write with less free space than this is a full disk
 
 
 def canonical_json(payload: Any) -> bytes:
@@ -71,6 +74,13 @@ def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        full = exc.errno is None and shutil.disk_usage(path.parent).free < DISK_FULL_BYTES
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if full:  # numpy's `tofile` reports a short write without an errno: name what happened
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(path)) from exc
+        raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
