@@ -1,4 +1,11 @@
+import signal
+
 import pytest
+
+# A suite started in the background (`nohup make test &` from a script) inherits an ignored SIGINT,
+# and so would every command a test starts; the Ctrl-C drills need it delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
