@@ -121,7 +121,8 @@ def memory(config: TrainConfig, params: ParamCount, layout: ProposedLayout, seq_
     gib = float(1 << 30)
     tokens = global_batch // layout.gpus_used // config.data.micro_batches * seq_len
     n_moe = m.n_layers - m.n_dense_layers if config.moe.n_routed_experts else 0
-    per_layer = [activation_bytes_per_token(config, i >= m.n_layers - n_moe) for i in range(m.n_layers)]
+    kinds = {moe: (n_moe if moe else m.n_layers - n_moe) for moe in (True, False)}  # arithmetic, never a list per layer
+    per_kind = {moe: activation_bytes_per_token(config, moe) for moe, count in kinds.items() if count}
     compute_bytes = 2 if config.parallel.param_dtype == "bfloat16" else 4
     attention = params.attention / m.n_layers
     expert_block = (params.routers + params.shared_experts + params.routed_experts / layout.expert_parallel) / max(n_moe, 1)
@@ -130,8 +131,8 @@ def memory(config: TrainConfig, params: ParamCount, layout: ProposedLayout, seq_
     return Memory(
         state=params.total * (p.master_weight_bytes + p.grad_bytes + p.optimizer_bytes) / layout.gpus_used / gib,
         gathered=2 * block * compute_bytes / gib,
-        activations=tokens * sum(per_layer) / gib,
-        activations_checkpointed=tokens * (2 * m.d_model * m.n_layers + max(per_layer)) / gib,
+        activations=tokens * sum(per_kind[moe] * kinds[moe] for moe in per_kind) / gib,
+        activations_checkpointed=tokens * (2 * m.d_model * m.n_layers + max(per_kind.values())) / gib,
         logits=2 * tokens * m.vocab_size * 2 / gib,
         gpu_memory=p.gpu_memory_gib,
     )

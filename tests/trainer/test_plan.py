@@ -85,3 +85,10 @@ def test_plan_of_a_tiny_config_says_which_vocabulary_and_fits_its_units(capsys):
     assert millrace(["train", "plan", tiny, "--vocab-size", "512"]) == 0
     out = capsys.readouterr().out
     assert "vocabulary 512 (from --vocab-size)" in out and " K" in out and "0.00 B" not in out
+
+
+def test_a_plan_of_a_trillion_layers_is_arithmetic_not_a_list_per_layer(tiny_config, capsys):
+    """The config fuzz drill found `train plan` building a per-layer list: n_layers = 2^40 ran out of memory."""
+    path = tiny_config(model={"n_layers": 2**40, "vocab_size": 8192})
+    assert millrace(["train", "plan", str(path), "--gpus", "8", "--json"]) == 0
+    assert capsys.readouterr().out.strip().startswith("{")
