@@ -143,15 +143,21 @@ def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[st
     return _peak_rss_of_tree([sys.executable, "-c", script], work / "stages.log")
 
 
+def scaled_corpora(tmp: Path, base: int):
+    """(scale, documents, corpus directory, tasks: one per file) for each of SCALES, written under `tmp`."""
+    for scale in SCALES:
+        documents = base * scale
+        corpus = tmp / f"corpus-{scale}"
+        write_corpus(corpus, documents)
+        yield scale, documents, corpus, -(-documents // DOCS_PER_FILE)
+
+
 def dedup_only(base: int) -> list[Result]:
     """The dedup stages alone at 1x, 4x, 16x: the largest dedup-stage process's memory and the stage's time."""
     rows = []
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-        for scale in SCALES:
-            documents = base * scale
-            corpus = Path(tmp) / f"corpus-{scale}"
-            write_corpus(corpus, documents)
-            seconds, peaks = run_dedup_only(corpus, Path(tmp) / f"dd-{scale}", -(-documents // DOCS_PER_FILE))
+        for scale, documents, corpus, tasks in scaled_corpora(Path(tmp), base):
+            seconds, peaks = run_dedup_only(corpus, Path(tmp) / f"dd-{scale}", tasks)
             rows.append((documents, seconds, max(rss for where, rss in peaks.items() if where.endswith("dedup"))))
             print(f"  {scale:>2}x {documents:>8,} docs: sign + find {seconds:7.1f} s; peak by process and stage: "
                   + ", ".join(f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())), flush=True)
@@ -188,11 +194,7 @@ def run_datatrove(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
 def main(base: int = 16_000) -> list[Result]:
     rows = []
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-        for scale in SCALES:
-            documents = base * scale
-            corpus = Path(tmp) / f"corpus-{scale}"
-            write_corpus(corpus, documents)
-            tasks = -(-documents // DOCS_PER_FILE)
+        for scale, documents, corpus, tasks in scaled_corpora(Path(tmp), base):
             ours_s, peaks = run_millrace(corpus, Path(tmp) / f"mr-{scale}", tasks)
             ours_rss, where = max((rss, where) for where, rss in peaks.items())
             dedup_rss = max(rss for where, rss in peaks.items() if where.endswith("dedup"))
