@@ -22,6 +22,11 @@ from trainer.loss import chunked_cross_entropy, loss_chunk_tokens
 from trainer.moe import MoE, SwiGLU, replaying
 
 
+def rotary_inv_freq(config: ModelConfig) -> torch.Tensor:
+    head_dim = config.resolved_head_dim
+    return 1.0 / config.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+
+
 def row_seed(seed: int, name: str, row: int) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{name}:{row}".encode(), digest_size=8).digest(), "little") >> 1
 
@@ -120,10 +125,7 @@ class Transformer(nn.Module):
         self.output = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.output.weight = self.embed.weight
-        head_dim = config.resolved_head_dim
-        self.register_buffer(
-            "inv_freq", 1.0 / config.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim), persistent=False
-        )
+        self.register_buffer("inv_freq", rotary_inv_freq(config), persistent=False)
 
     def init_weights(self, seed: int) -> None:
         """Normal(0, std) matrices, output projections scaled by depth.
@@ -133,6 +135,7 @@ class Transformer(nn.Module):
         built on the meta device gets exactly the values a whole single-process model has."""
         std = self.config.init_std
         deep = std / math.sqrt(2 * self.config.n_layers)
+        generator = torch.Generator()
         with torch.no_grad():
             for name, param in self.named_parameters():
                 local, rows = local_rows(param)
@@ -141,14 +144,13 @@ class Transformer(nn.Module):
                     continue
                 scale = deep if name.endswith(("wo.weight", "w2.weight", "experts.w2")) else std
                 for index, row in enumerate(rows):
-                    generator = torch.Generator().manual_seed(row_seed(seed, name, row))
+                    generator.manual_seed(row_seed(seed, name, row))
                     local[index].copy_(torch.randn(param.shape[1:], generator=generator) * scale)
             self.reset_buffers()
 
     def reset_buffers(self) -> None:
         """Buffers are not checkpointed state (or are restored over this): fill them after `to_empty`."""
-        head_dim = self.config.resolved_head_dim
-        self.inv_freq.copy_(1.0 / self.config.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.inv_freq.copy_(rotary_inv_freq(self.config))
         for layer in self.moe_layers():
             layer.router.expert_bias.zero_()
             for buffer in layer.step_buffers():
