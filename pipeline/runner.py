@@ -1,4 +1,4 @@
-"""Run the pipeline: three datatrove executor runs, two driver steps, one assembly.
+"""Run the pipeline: four datatrove executor runs, three driver steps, one assembly.
 
     1. filter     (tasks = executor.tasks)  read → normalise → heuristic filters → language id
                   → dedup signatures → filtered/<rank>.jsonl.zst
@@ -9,11 +9,11 @@
        seam       (driver)                  `post_dedup_stages()`: see below
     3. tokenize   (tasks = executor.tasks)  filtered/<rank> → drop exact dups → drop fuzzy dups
                   → [post-dedup steps] → TokenizeCells (tokens streamed to tokens/<rank>/<cell>.tokens,
-                  held-out candidates) → RemovedTokens
-       split      (driver)                  one held-out cutoff per cell from the tasks' candidates
-    4. shards     (tasks = executor.tasks)  WriteCellShards: task r's runs → the final shards
-                                            store/cells/<cell>/shard-<r>-<n> (held-out documents
-                                            into validation-<r>-<n>), trace parts, parts/<r>.json
+                  then written to the final shards store/cells/<cell>/shard-<r>-<n>, but for the
+                  task's few held-out candidates) → RemovedTokens
+       cutoffs    (driver)                  one held-out cutoff per cell from the tasks' candidates
+    4. split      (tasks = executor.tasks)  WriteHeldOut: task r's candidates → validation-<r>-<n>
+                                            or its next shard-<r>-<n>; trace parts, parts/<r>.json
     5. assemble   (driver)                  rename store/ to a staging directory, write manifests
                                             and funnel from parts/ (no token read or copied),
                                             rename into $MILLRACE_HOME/stores/<name>/<version>
@@ -62,7 +62,7 @@ from pipeline.stages.progress import StageLines
 from pipeline.work import WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
-STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "shards", "assemble")  # what `on_stage` is called with
+STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "split", "assemble")  # what `on_stage` is called with
 
 
 class PipelineError(MillraceError):
@@ -280,18 +280,20 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
                 steps.append(DropDuplicates(stage, reasons[stage], layout.duplicates, funnel[stage], layout.removed))
     steps += extra
     sources = [s.name for s in config.sources]
-    steps.append(TokenizeCells(layout.tokenizer, config.tokenizer.eos, sources, layout.runs, funnel["tokenize"],
-                               config.tokenizer.batch_size, config.validation))
+    steps.append(TokenizeCells(layout.tokenizer, config.tokenizer.eos, sources, layout.runs, layout.staged / "cells",
+                               funnel["tokenize"], config.output.shard_tokens, config.tokenizer.batch_size,
+                               config.validation, config.validation.sets))
     steps.append(RemovedTokens(layout.tokenizer, layout.removed, layout.removed_tokens, config.tokenizer.batch_size))
     return steps
 
 
-def shards_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    from pipeline.stages.cell_shards import WriteCellShards, held_out_cutoffs
+def split_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
+    from pipeline.stages.cell_shards import held_out_cutoffs
+    from pipeline.stages.held_out import WriteHeldOut
 
-    return [WriteCellShards(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
-                            layout.staged / "cells", layout.parts, config.output.shard_tokens,
-                            held_out_cutoffs(layout.runs, config.validation), config.validation.sets)]
+    return [WriteHeldOut(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
+                         layout.staged / "cells", layout.parts, config.output.shard_tokens,
+                         held_out_cutoffs(layout.runs, config.validation), config.validation.sets)]
 
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
@@ -386,6 +388,12 @@ def run_pipeline(
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)
     notify("tokenize")
+    from pipeline.stages.assemble import assemble_store, staging_dir
+
+    if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
+        for stage in ("tokenize", "split"):
+            for path in layout.outputs(stage):
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
                layout.logs / "3-tokenize", progress_lines)
 
@@ -405,14 +413,8 @@ def run_pipeline(
         removed = {stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
                    for stage in funnel["stages"]}
         raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
-    notify("shards")
-    from pipeline.stages.assemble import assemble_store, staging_dir
-
-    if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
-        for path in layout.outputs("shards"):
-            shutil.rmtree(path, ignore_errors=True)
-    _run_stage("shards", kind, shards_pipeline(config, layout), tasks, workers, layout.logs / "4-shards",
-               progress_lines)
+    notify("split")
+    _run_stage("split", kind, split_pipeline(config, layout), tasks, workers, layout.logs / "4-split", progress_lines)
 
     notify("assemble")
 

@@ -4,7 +4,8 @@
 cheap fingerprint: xxh64 of the first and last 64 KiB) and one fingerprint per stage. A stage's
 fingerprint hashes its own options and its upstream stage's fingerprint, so a config change
 reruns exactly the stage it touches and the ones after it (and says which); `[executor]` touches
-none, `[output] shard_tokens` and the evaluation sets only the shard tasks (assembly always runs). Input files that differ from the recorded list
+none, `[output] shard_tokens` and the evaluation sets only tokenization and the split (assembly always
+runs). Input files that differ from the recorded list
 are an error naming the first changed file (a resumed run would read some twice, some never),
 unless the run is restarted (`restart=True`), which starts the work directory afresh, as does a
 changed task count (it fixes which task reads which file).
@@ -26,7 +27,7 @@ from pipeline.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
-STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize", "shards")  # in order; each depends on the one before
+STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize", "split")  # in order; each depends on the one before
 
 
 class InputsChanged(MillraceError):
@@ -89,7 +90,7 @@ class WorkLayout:
 
     @property
     def staged(self) -> Path:
-        """The store's cell shards as the shard tasks write them; assembly renames the directory into place."""
+        """The store's cell shards as the tokenize and split tasks write them; assembly renames it into place."""
         return self.root / "store"
 
     @property
@@ -116,9 +117,9 @@ class WorkLayout:
             return [self.tokenizer]
         if stage == "models":
             return [self.models]
-        if stage == "shards":
-            return [self.logs / "4-shards", self.staged, self.parts]
-        return [self.logs / "3-tokenize", self.runs, self.removed_tokens,
+        if stage == "split":
+            return [self.logs / "4-split", self.parts]
+        return [self.logs / "3-tokenize", self.runs, self.staged, self.removed_tokens,
                 *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
                 *(self.removed / name for name in after_dedup)]
 
@@ -162,8 +163,9 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
         "dedup": d.model_dump(mode="json"),
         "tokenizer": config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
         "models": {"quality": _dump(config.quality), "domains": _dump(config.domains)},
-        "tokenize": {"eos": config.tokenizer.eos, "split": config.validation.model_dump(mode="json", exclude={"sets"})},
-        "shards": {"shard_tokens": config.output.shard_tokens, "sets": _set_listing(config)},
+        "tokenize": {"eos": config.tokenizer.eos, "split": config.validation.model_dump(mode="json", exclude={"sets"}),
+                     "shard_tokens": config.output.shard_tokens, "sets": _set_listing(config)},
+        "split": {},
     }
     fingerprints: dict[str, str] = {}
     upstream = ""
@@ -173,7 +175,7 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
 
 
 def _set_listing(config: PipelineConfig) -> list[dict]:
-    """The evaluation sets' options and files (the shard tasks look for their documents in the cells)."""
+    """The evaluation sets' options and files (the tokenize and split tasks look for their documents in the cells)."""
     listing = []
     for eval_set in config.validation.sets:
         files = []

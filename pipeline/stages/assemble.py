@@ -1,8 +1,8 @@
-"""Assemble the token store from what the shard tasks wrote: manifests and renames, no token copied.
+"""Assemble the token store from what the tasks wrote: manifests and renames, no token copied.
 
-The shard tasks (`pipeline.stages.cell_shards`) wrote every cell's final shards, their chunk
-digests and trace parts under the work directory's `store/`, and each task's metadata (its shard
-table rows, counts, trace part, sample texts, evaluation-set findings) to `parts/<rank>.json`.
+The tokenize and split tasks (`pipeline.stages.cell_shards`) wrote every cell's final shards, their
+chunk digests and trace parts under the work directory's `store/`, and each task's metadata (its
+shard table rows, counts, trace part, sample texts, evaluation-set findings) to `parts/<rank>.json`.
 Assembly renames `store/` to a staging directory next to the final one, reads only those small
 part files (no `.bin` byte: the final shard files are the very files the tasks wrote), writes
 each cell's manifest (its shard table: the tasks' rows in rank order), the evaluation sets (small,
@@ -97,16 +97,16 @@ def staging_dir(final: Path) -> Path:
 
 
 def _staging(final: Path, staged: Path) -> Path:
-    """The staging directory holding the shard tasks' files: `staged` renamed next to `final`, or
+    """The staging directory holding the tasks' shard files: `staged` renamed next to `final`, or
     what an earlier, killed assembly left there (its manifests are rewritten)."""
     staging = staging_dir(final)
     if staged.exists():
         if staging.exists():
-            shutil.rmtree(staging)  # an older staging: the shard tasks have run again since
+            shutil.rmtree(staging)  # an older staging: the tasks have run again since
         staging.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staged, staging)
     elif not staging.exists():
-        raise MillraceError(f"{staged}: the shard tasks' output is missing (and no staging at {staging}); "
+        raise MillraceError(f"{staged}: the tokenize and split tasks' output is missing (and no staging at {staging}); "
                             "rerun with --restart")
     for leftover in ("tokenizer", "models", "sets"):
         shutil.rmtree(staging / leftover, ignore_errors=True)
@@ -152,7 +152,7 @@ def assemble_store(
     models_dir: Path | None = None,
     validation: ValidationConfig = ValidationConfig(),
 ) -> Path:
-    """Write the manifests next to the shard tasks' files in a staging directory, then rename it to `final`.
+    """Write the manifests next to the tasks' shard files in a staging directory, then rename it to `final`.
 
     The fitted quality and domain models travel with the store (under `models/`), so that
     the same document lands in the same cell wherever the store goes.

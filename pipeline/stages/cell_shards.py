@@ -1,22 +1,26 @@
-"""Shard tasks: each writes its own tokenize task's documents into the store's final cell shards.
+"""Cell shards: each tokenize task writes its documents into the store's final shards; a split task
+per tokenize task then places the few documents that wait for the held-out split.
 
-Runs after the tokenize stage, one task per tokenize task (the same rank), because the held-out
-split is decided per cell over every task (`held_out_cutoffs`, a few (hash, key) pairs per task
-merged by the driver). Task r reads its runs (`tokens/<r>/<cell>.npz` and `.tokens`, one
-document at a time with `pread`: memory is its table, never its tokens) and writes, under the
-work directory's `store/cells/<cell>/`, the shards `shard-<r>-<n>` and `validation-<r>-<n>` (each
-closed past `shard_tokens`, so every task ends its cell with its own partial shard) with their
-chunk digests computed as the bytes are written, and its trace part `documents-<r>.parquet`.
-What it wrote (shard table rows, counts, trace part, sample texts, evaluation-set findings) goes
-to `parts/<r>.json`, all that assembly reads: assembly renames `store/` into place and copies no
-tokens.
+At the end of tokenize task r, each cell's run (its table `tokens/<r>/<cell>.npz` and the tokens
+streamed beside it) is written in `store_order`, one document at a time with `pread` (memory is
+the table, never the tokens), straight into the final shards `store/cells/<cell>/shard-<r>-<n>`
+under the work directory, each closed past `shard_tokens`, with chunk digests computed as the
+bytes are written; the run's tokens are then deleted. Only the task's held-out candidates wait
+(`<cell>.candidates.tokens`): at most `max_documents_per_cell` per cell, a bound of the config,
+not of the corpus. The split needs every task's candidates (`held_out_cutoffs`, merged by the
+driver), so split task r then writes its candidates at or below the cell's cutoff to
+`validation-<r>-<n>` and the others, in store order, to its next training shards, and writes
+the trace part `documents-<r>.parquet` and `parts/<r>.json` (shard table rows, counts, trace
+part, samples, evaluation-set findings), all that assembly reads: assembly renames `store/` into
+place and copies no tokens.
 
-Within a task, documents are in `store_order`: by a keyed hash of the internal document key
-(unique; ids may repeat), so that neighbours in a shard are no more alike than at random (key
-order follows the source, and the next document shared its source 65-92% of the time). Tasks
-follow each other in rank order. The store is therefore the same, byte for byte, on a rerun,
-after a kill and resume, and under any executor or worker count; another task count deals the
-same documents into other shards (a cell holds the same documents, held-out split included).
+Documents are in `store_order`: by a keyed hash of the internal document key (unique; ids may
+repeat), so that neighbours in a shard are no more alike than at random (key order follows the
+source, and the next document shared its source 65-92% of the time); a task's returned
+candidates follow its other documents. Tasks follow each other in rank order. The store is
+therefore the same, byte for byte, on a rerun, after a kill and resume, and under any executor
+or worker count; another task count deals the same documents into other shards (a cell holds
+the same documents, held-out split included).
 """
 
 from __future__ import annotations
@@ -27,14 +31,11 @@ import os
 from pathlib import Path
 
 import numpy as np
-from datatrove.data import DocumentsPipeline
-from datatrove.pipeline.base import PipelineStep
 
-from millrace.artifacts import atomic_write_text
+from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.validation import VALIDATION_PREFIX, ValidationConfig, held_out_mask, split_cutoff
-from pipeline.stages.eval_sets import EvalSetConfig, SetOverlap
-from pipeline.stages.tokenization import candidates_file, eos_id, load_tokenizer, tokens_file, worker
-from pipeline.store.format import ShardSequence, dtype_for_vocab
+from pipeline.stages.eval_sets import SetOverlap
+from pipeline.store.format import ShardInfo, ShardSequence, SourceCounts
 from pipeline.store.trace import part_name, write_trace_part
 
 STORE_ORDER_SEED = 0x6D696C6C72616365  # "millrace": fixed, so a store's order never depends on the run
@@ -51,6 +52,35 @@ def store_order(keys: np.ndarray) -> np.ndarray:
     z *= np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)
     return np.lexsort((keys, z))
+
+
+def run_file(directory: Path, rank: int, cell: str) -> Path:
+    """A task's run of one cell: its documents' table (`.npz`); the tokens beside it (`.tokens`)."""
+    return Path(directory) / f"{rank:05d}" / f"{cell}.npz"
+
+
+def tokens_file(run: Path) -> Path:
+    return run.with_suffix(".tokens")
+
+
+def waiting_file(run: Path) -> Path:
+    """The tokens of the run's held-out candidates, in store order, once its other documents are in shards."""
+    return run.with_suffix(".candidates.tokens")
+
+
+def placed_file(run: Path) -> Path:
+    """Per document the tokenize task wrote to a shard: (row of the run's table, shard, document in shard)."""
+    return run.with_suffix(".placed.npy")
+
+
+def candidates_file(directory: Path, rank: int) -> Path:
+    """A task's held-out candidates per cell (`pipeline.cells.validation.split_candidates`)."""
+    return Path(directory) / f"{rank:05d}" / "held-out.json"
+
+
+def written_file(directory: Path, rank: int) -> Path:
+    """What a tokenize task wrote to the store: per cell its shard table rows and counts; set findings."""
+    return Path(directory) / f"{rank:05d}" / "written.json"
 
 
 def part_file(parts_dir: Path, rank: int) -> Path:
@@ -76,39 +106,96 @@ def held_out_cutoffs(runs_dir: Path, validation: ValidationConfig) -> dict[str, 
     return cutoffs
 
 
-def _remove_task_files(cells_dir: Path, rank: int) -> None:
-    """What an earlier run of this task wrote (a rerun may have other cells or fewer shards)."""
+def remove_task_files(cells_dir: Path, rank: int) -> None:
+    """What an earlier run of tokenize task `rank` wrote to the store (a rerun may have other cells or
+    fewer shards), its split task's files included."""
     prefixes = (f"{TRAINING_PREFIX}-{rank:05d}-", f"{VALIDATION_PREFIX}-{rank:05d}-", part_name(rank))
     for path in cells_dir.glob("*/*") if cells_dir.is_dir() else ():
         if path.name.lstrip(".").startswith(prefixes):
             path.unlink()
 
 
-def write_cell_part(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
-                    shard_tokens: int, cutoff: list[int] | None, overlap: SetOverlap | None) -> dict:
-    """One task's documents of one cell into its training and validation shards and trace part."""
+def _remove_split_files(cell_dir: Path, rank: int, first_shard: int) -> None:
+    """What an earlier run of split task `rank` wrote to one cell: its held-out shards, the training
+    shards from `first_shard` on, the trace part (the tokenize task's shards before it stay)."""
+    training = f"{TRAINING_PREFIX}-{rank:05d}-"
+    for path in cell_dir.glob("*"):
+        name = path.name.lstrip(".")
+        later = name.startswith(training) and int(name[len(training):].split(".")[0]) >= first_shard
+        if later or name.startswith((f"{VALIDATION_PREFIX}-{rank:05d}-", part_name(rank))):
+            path.unlink()
+
+
+def _offsets(lengths: np.ndarray, itemsize: int) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) * itemsize
+
+
+def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
+                          shard_tokens: int, candidates: np.ndarray, overlap: SetOverlap | None) -> dict:
+    """In the tokenize task: the run's documents into final training shards, but for its held-out
+    `candidates` ((hash, key) pairs, lowest first), whose tokens go to `waiting_file`. Returns the
+    shard table rows and per-source counts written; the run's own tokens file is deleted."""
     table = np.load(run)
     keys, lengths, source_ids, nbytes = table["keys"], table["lengths"], table["sources"], table["bytes"]
     order = store_order(keys)
-    held = held_out_mask(table["hashes"][order], keys[order], None if cutoff is None else tuple(cutoff))
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) * dtype.itemsize
+    last = tuple(int(v) for v in candidates[-1]) if len(candidates) else None
+    waits = held_out_mask(table["hashes"][order], keys[order], last)
+    offsets = _offsets(lengths, dtype.itemsize)
     training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens)
-    validation = ShardSequence(cell_dir, f"{VALIDATION_PREFIX}-{rank:05d}", dtype, shard_tokens)
-    with open(tokens_file(run), "rb") as handle:
-        for index, to_validation in zip(order.tolist(), held.tolist()):
+    with open(tokens_file(run), "rb") as handle, atomic_output(waiting_file(run)) as waiting:
+        for index, wait in zip(order.tolist(), waits.tolist()):
             raw = os.pread(handle.fileno(), int(lengths[index]) * dtype.itemsize, int(offsets[index]))
+            if wait:
+                waiting.write(raw)
+                continue
+            tokens = np.frombuffer(raw, dtype=dtype)
+            source = int(source_ids[index])
+            training.add(tokens, source, sources[source], int(nbytes[index]))
+            if overlap is not None:
+                overlap.add(tokens, cell)
+    shards = training.close()
+    placed = np.column_stack([order[~waits], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
+    with atomic_output(placed_file(run)) as handle:
+        np.save(handle, placed.astype(np.int64))
+    tokens_file(run).unlink()
+    return {"shards": [dataclasses.asdict(s) for s in shards],
+            "sources": {name: counts.model_dump() for name, counts in training.sources.items()}}
+
+
+def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
+                   shard_tokens: int, cutoff: list[int] | None, written: dict, overlap: SetOverlap | None) -> dict:
+    """In the split task: the run's waiting candidates into held-out shards (those at or below `cutoff`)
+    and the task's next training shards (the others); its trace part; its entry of `parts/<rank>.json`."""
+    table = np.load(run)
+    keys, lengths, source_ids, nbytes = table["keys"], table["lengths"], table["sources"], table["bytes"]
+    placed = np.load(placed_file(run))
+    first_shard = len(written["shards"])
+    _remove_split_files(cell_dir, rank, first_shard)
+    order = store_order(keys)
+    waits = np.ones(len(keys), dtype=bool)
+    waits[placed[:, 0]] = False
+    waiting = order[waits[order]]  # the order the tokenize task wrote them in
+    held = held_out_mask(table["hashes"][waiting], keys[waiting], None if cutoff is None else tuple(cutoff))
+    training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens,
+                             shards=[ShardInfo(**s) for s in written["shards"]],
+                             sources={name: SourceCounts(**c) for name, c in written["sources"].items()})
+    validation = ShardSequence(cell_dir, f"{VALIDATION_PREFIX}-{rank:05d}", dtype, shard_tokens)
+    offsets = _offsets(lengths[waiting], dtype.itemsize)
+    with open(waiting_file(run), "rb") as handle:
+        for index, offset, to_validation in zip(waiting.tolist(), offsets.tolist(), held.tolist()):
+            raw = os.pread(handle.fileno(), int(lengths[index]) * dtype.itemsize, offset)
             tokens = np.frombuffer(raw, dtype=dtype)
             source = int(source_ids[index])
             (validation if to_validation else training).add(tokens, source, sources[source], int(nbytes[index]))
             if overlap is not None:
                 overlap.add(tokens, cell)
     shards, held_shards = training.close(), validation.close()
-    kept = order[~held]  # the trace covers the training shards, the ones the loader reads
+    kept = np.concatenate([placed[:, 0], waiting[~held]])  # the trace covers the training shards, the ones the loader reads
+    rows = np.concatenate([placed[:, 1:], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
     trace = None
     if kept.size:
-        placed = np.asarray(training.placed, dtype=np.int32).reshape(-1, 2)
         trace = write_trace_part(cell_dir, rank, {
-            "shard": placed[:, 0], "document": placed[:, 1],
+            "shard": rows[:, 0].astype(np.int32), "document": rows[:, 1].astype(np.int32),
             "token_start": np.concatenate([[0], np.cumsum(lengths[kept])[:-1]]).astype(np.int64),
             "tokens": lengths[kept], "source": [sources[int(i)] for i in source_ids[kept]],
             "id": table["ids"][kept].tolist(), "origin": table["origins"][kept].tolist(),
@@ -124,32 +211,6 @@ def write_cell_part(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.d
     }
 
 
-class WriteCellShards(PipelineStep):
-    """Per task: its tokenize task's cell runs into final store shards, and `parts/<rank>.json`."""
-
-    name = "🧱 cell shards"
-    type = "🔢 - TOKENIZER"
-
-    def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
-                 cells_dir: Path | str, parts_dir: Path | str, shard_tokens: int,
-                 cutoffs: dict[str, list[int] | None], sets: list[EvalSetConfig] = ()):
-        super().__init__()
-        self.tokenizer_path, self.eos, self.sources = str(tokenizer_path), eos, list(sources)
-        self.runs_dir, self.cells_dir, self.parts_dir = Path(runs_dir), Path(cells_dir), Path(parts_dir)
-        self.shard_tokens, self.cutoffs, self.sets = shard_tokens, dict(cutoffs), list(sets)
-
-    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        if data:
-            yield from data
-        tokenizer = load_tokenizer(self.tokenizer_path)
-        dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
-        overlap = SetOverlap(self.sets, tokenizer, eos_id(tokenizer, self.eos)) if self.sets else None
-        _remove_task_files(self.cells_dir, rank)
-        cells = {}
-        for run in sorted(candidates_file(self.runs_dir, rank).parent.glob("*.npz")):
-            with self.track_time("cell"):
-                cells[run.stem] = write_cell_part(run, run.stem, self.cells_dir / run.stem, rank, dtype, self.sources,
-                                                  self.shard_tokens, self.cutoffs.get(run.stem), overlap)
-            self.stat_update("documents", value=sum(c["documents"] for c in cells[run.stem]["sources"].values()))
-        atomic_write_text(part_file(self.parts_dir, rank), json.dumps(
-            {"cells": cells, "overlap": overlap.hits if overlap else {}, "worker": worker()}, sort_keys=True))
+def write_part(parts_dir: Path, rank: int, cells: dict, overlap: dict, worker: dict) -> None:
+    atomic_write_text(part_file(parts_dir, rank), json.dumps({"cells": cells, "overlap": overlap, "worker": worker},
+                                                             sort_keys=True))

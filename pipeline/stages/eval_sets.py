@@ -7,8 +7,8 @@ written to `sets/<name>/set-NNNNN` shards of the cells' format, with `sets/<name
 (kind "millrace.eval-set"). A set document that also occurs in the store (training or
 held-out shards) is reported: exactly (the same token ids) or as a near duplicate (MinHash over
 token 5-grams, 20 bands x 5 rows, confirmed at an estimated Jaccard >= 0.8), with the cell it
-was found in (exact before near, then the first cell by name). The shard tasks index the sets'
-documents and sign each stored document as they write it; assembly merges their findings. It
+was found in (exact before near, then the first cell by name). The tokenize and split tasks index
+the sets' documents and sign each stored document as they write it; assembly merges their findings. It
 only runs when sets are configured.
 """
 
@@ -70,7 +70,7 @@ def set_documents(config: EvalSetConfig, tokenizer, eos_id: int) -> list[tuple[s
 
 class NearDuplicateIndex:
     """MinHash LSH over token 5-grams of an evaluation set's documents (`add`), queried with each stored
-    document (`matches`) as the shard tasks write it: the index grows with the set, never with the corpus."""
+    document (`matches`) as the tasks write it: the index grows with the set, never with the corpus."""
 
     def __init__(self, seed: int = 0):
         rng = np.random.default_rng(seed)
@@ -146,7 +146,7 @@ class WrittenSet:
 
 def write_eval_set(config: EvalSetConfig, set_dir: Path, tokenizer, eos_id: int, dtype: np.dtype, fingerprint: str,
                    shard_tokens: int, hits: dict[int, list]) -> WrittenSet:
-    """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the shard
+    """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the
     tasks' `SetOverlap`) as its overlap with the store."""
     found = [{"index": number, "kind": hits[number][0], "cell": hits[number][1]} for number in sorted(hits)]
     counts = {kind: sum(1 for f in found if f["kind"] == kind) for kind in KIND_ORDER}

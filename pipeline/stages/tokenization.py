@@ -5,9 +5,9 @@ them by cell (`metadata["cell"]` when a domains step set it, else the source nam
 each cell's tokens, as they come, to one run per cell per task: `tokens/<rank>/<cell>.tokens`
 (the token ids, in the store's dtype) and `tokens/<rank>/<cell>.npz` (per document: key, id,
 origin, input position, length, source index, bytes, content hash for the held-out split; a
-few sample texts). Memory per task is that table, not its tokens. `tokens/<rank>/held-out.json`
-offers the task's few held-out candidates per cell. The shard tasks
-(`pipeline.stages.cell_shards`) turn the runs into the store's final shards.
+few sample texts). Memory per task is that table, not its tokens. When its stream ends, the task
+writes each run into the store's final shards (`pipeline.stages.cell_shards`), but for its few
+held-out candidates per cell, offered in `tokens/<rank>/held-out.json` to the split.
 
 `RemovedTokens` counts, for the funnel, the tokens that removed documents would have had.
 """
@@ -19,6 +19,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator
@@ -30,6 +31,10 @@ from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text, temporary_sibling
 from pipeline.cells.validation import ValidationConfig, document_hash, split_candidates
+from pipeline.stages.cell_shards import (
+    candidates_file, remove_task_files, run_file, tokens_file, write_training_shards, written_file,
+)
+from pipeline.stages.eval_sets import EvalSetConfig, SetOverlap
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import read_jsonl_zst, task_file
 from pipeline.stages.sample import sample_rank
@@ -76,20 +81,6 @@ def eos_id(tokenizer, eos: str) -> int:
 
 def cell_of(doc: Document) -> str:
     return doc.metadata.get("cell") or doc.metadata["source"]
-
-
-def run_file(directory: Path, rank: int, cell: str) -> Path:
-    """A task's run of one cell: its documents' table (`.npz`); the tokens beside it (`.tokens`)."""
-    return Path(directory) / f"{rank:05d}" / f"{cell}.npz"
-
-
-def tokens_file(run: Path) -> Path:
-    return run.with_suffix(".tokens")
-
-
-def candidates_file(directory: Path, rank: int) -> Path:
-    """A task's held-out candidates per cell (`pipeline.cells.validation.split_candidates`)."""
-    return Path(directory) / f"{rank:05d}" / "held-out.json"
 
 
 def worker() -> dict:
@@ -140,7 +131,7 @@ class _CellRun:
             self.samples = sorted(self.samples)[:SAMPLES_PER_CELL]
 
     def save(self) -> None:
-        """The tokens file, then the table (in arrival order: the shard tasks put them in store order)."""
+        """The tokens file, then the table (in arrival order: `write_training_shards` puts them in store order)."""
         self._tokens.flush()
         os.fsync(self._tokens.fileno())
         self._tokens.close()
@@ -166,18 +157,21 @@ class _CellRun:
 
 
 class TokenizeCells(PipelineStep):
-    """Batch-encode, append EOS, stream each cell's tokens to its run; counts the `tokenize` stage."""
+    """Batch-encode, append EOS, stream each cell's tokens to its run, then write the runs into the final
+    cell shards under `cells_dir`; counts the `tokenize` stage."""
 
     name = "🔢 tokenize cells"
     type = "🔢 - TOKENIZER"
 
     def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
-                 funnel_dir: Path | str, batch_size: int = 256, validation: ValidationConfig = ValidationConfig()):
+                 cells_dir: Path | str, funnel_dir: Path | str, shard_tokens: int, batch_size: int = 256,
+                 validation: ValidationConfig = ValidationConfig(), sets: list[EvalSetConfig] = ()):
         super().__init__()
         self.tokenizer_path = str(tokenizer_path)
         self.eos = eos
         self.sources = {name: index for index, name in enumerate(sources)}
-        self.runs_dir = Path(runs_dir)
+        self.runs_dir, self.cells_dir = Path(runs_dir), Path(cells_dir)
+        self.shard_tokens, self.sets = shard_tokens, list(sets)
         self.funnel_dir = Path(funnel_dir)
         self.batch_size = batch_size
         self.validation = validation
@@ -186,6 +180,11 @@ class TokenizeCells(PipelineStep):
         tokenizer = load_tokenizer(self.tokenizer_path)
         eos = eos_id(tokenizer, self.eos)
         dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
+        rank_dir = self.runs_dir / f"{rank:05d}"
+        shutil.rmtree(rank_dir, ignore_errors=True)  # an earlier run of this task (it may have had other cells)
+        rank_dir.mkdir(parents=True)
+        remove_task_files(self.cells_dir, rank)
+        self.cells_dir.mkdir(parents=True, exist_ok=True)
         runs: dict[str, _CellRun] = {}
         counts = StageCounts()
         eos_array = np.asarray([eos], dtype=np.int64)
@@ -223,17 +222,19 @@ class TokenizeCells(PipelineStep):
             for run in runs.values():
                 run.abort()
             raise
-        rank_dir = self.runs_dir / f"{rank:05d}"
-        rank_dir.mkdir(parents=True, exist_ok=True)
-        for stale in [*rank_dir.glob("*.npz"), *rank_dir.glob("*.tokens")]:
-            if stale.stem not in runs:
-                stale.unlink()  # a rerun of this task with other cells must not leave the old runs behind
-        candidates = {}
+        overlap = SetOverlap(self.sets, tokenizer, eos) if self.sets else None
+        candidates, written = {}, {}
+        sources = list(self.sources)
         for cell, run in sorted(runs.items()):
             run.save()
-            candidates[cell] = {"documents": len(run.keys), "pairs": split_candidates(
-                np.frombuffer(run.hashes, dtype=np.uint64), np.frombuffer(run.keys, dtype=np.int64),
-                self.validation).tolist()}
+            pairs = split_candidates(np.frombuffer(run.hashes, dtype=np.uint64), np.frombuffer(run.keys, dtype=np.int64),
+                                     self.validation)
+            candidates[cell] = {"documents": len(run.keys), "pairs": pairs.tolist()}
+            with self.track_time("shards"):
+                written[cell] = write_training_shards(run.path, cell, self.cells_dir / cell, rank, dtype, sources,
+                                                      self.shard_tokens, pairs, overlap)
+        atomic_write_text(written_file(self.runs_dir, rank),
+                          json.dumps({"cells": written, "overlap": overlap.hits if overlap else {}}))
         atomic_write_text(candidates_file(self.runs_dir, rank), json.dumps({"cells": candidates, "worker": worker()}))
         counts.save(self.funnel_dir / f"{rank:05d}.json")
 

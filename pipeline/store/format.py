@@ -501,16 +501,18 @@ class ShardWriter:
 
 class ShardSequence:
     """Shards `<prefix>-00000`, `<prefix>-00001`, ... in one directory (a cell's, an evaluation set's), each
-    closed past `shard_tokens`, with per-source counts of what was added."""
+    closed past `shard_tokens`, with per-source counts of what was added. `shards` and `sources` continue
+    a sequence another process began (its closed shards and counts)."""
 
-    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int):
+    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int,
+                 shards: list[ShardInfo] = (), sources: dict[str, SourceCounts] | None = None):
         self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
-        self.shards: list = []
+        self.shards: list = list(shards)
         self.writer: ShardWriter | None = None
         self.in_shard = 0
         self.in_writer = 0  # documents in the open shard
         self.placed: list[tuple[int, int]] = []  # (shard, document in shard) of each document added
-        self.sources: dict[str, SourceCounts] = {}
+        self.sources: dict[str, SourceCounts] = dict(sources or {})
 
     def add(self, tokens: np.ndarray, source_id: int, source: str, nbytes: int) -> None:
         if self.writer is None:

@@ -259,6 +259,45 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
         assert (final / "cells" / name / "cell.json").read_bytes() == (reference / "cells" / name / "cell.json").read_bytes()
 
 
+def test_tokenize_tasks_write_the_final_shards_and_the_split_writes_only_the_candidates(tmp_path):
+    """When the split starts, every training shard the tokenize tasks wrote is already the store's final file
+    (same inode at the end) and the runs' tokens are gone; the split writes only the waiting candidates."""
+    from pipeline.work import WorkLayout
+
+    corpus = make_corpus(tmp_path / "corpus")
+    config_path = tmp_path / "pipeline.toml"
+    config_path.write_text(config_text(corpus, tasks=3).replace("[output]\n", "[output]\nshard_tokens = 300\n"))
+    config = load_pipeline_config(config_path)
+    home = Home.resolve(tmp_path / "home")
+    layout = WorkLayout(home.work("local", "2026.01.02"))
+    at_split = {}
+
+    def on_stage(label):
+        if label == "split":
+            staged = layout.staged / "cells"
+            at_split["bins"] = {p.relative_to(staged).as_posix(): p.stat().st_ino for p in staged.rglob("*.bin")}
+            at_split["runs"] = sorted(p.name for p in layout.runs.rglob("*.tokens"))
+            at_split["waiting"] = sum(len(entry["pairs"]) for path in layout.runs.glob("*/held-out.json")
+                                      for entry in json.loads(path.read_text())["cells"].values())
+
+    final = run_pipeline(config, home, on_stage=on_stage)
+    store = Store(final)
+    assert at_split["runs"] and all(name.endswith(".candidates.tokens") for name in at_split["runs"])
+    assert not [name for name in at_split["bins"] if "/validation-" in name]
+    assert len(at_split["bins"]) >= 6
+    assert {k: (final / "cells" / k).stat().st_ino for k in at_split["bins"]} == at_split["bins"]
+    written_by_split = 0
+    for name in store.manifest.cells:
+        cell = store.cell(name)
+        for shard in [*cell.shards.rows(), *cell.validation.shards]:
+            if f"{name}/{shard.name}.bin" not in at_split["bins"]:
+                written_by_split += shard.documents
+        assert cell.validation.documents >= 1
+    assert written_by_split == at_split["waiting"]
+    assert at_split["waiting"] < sum(store.cell(n).documents for n in store.manifest.cells) / 4
+    assert store.verify() == []
+
+
 def test_peek_decode_names_each_samples_documents_from_the_trace_parts(built):
     """`loader peek --decode` over a store of several trace parts per cell: each listed document is the
     input record (origin, line) whose text the sample's window shows."""

@@ -1,0 +1,54 @@
+"""Split tasks: each places its tokenize task's held-out candidates once the driver has merged every
+task's into one cutoff per cell (`pipeline.stages.cell_shards.held_out_cutoffs`).
+
+Task r reads, per cell, its tokenize task's table and waiting candidates (at most
+`max_documents_per_cell` per cell), writes those at or below the cutoff to the held-out shards and
+the others to its next training shards, then the trace part and `parts/<r>.json`, which is all
+assembly reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from datatrove.data import DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
+from pipeline.stages.cell_shards import run_file, write_held_out, write_part, written_file
+from pipeline.stages.eval_sets import EvalSetConfig, SetOverlap
+from pipeline.stages.tokenization import eos_id, load_tokenizer, worker
+from pipeline.store.format import dtype_for_vocab
+
+
+class WriteHeldOut(PipelineStep):
+    """Per task: its tokenize task's held-out candidates into held-out or training shards; `parts/<rank>.json`."""
+
+    name = "🧪 held-out split"
+    type = "🔢 - TOKENIZER"
+
+    def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
+                 cells_dir: Path | str, parts_dir: Path | str, shard_tokens: int,
+                 cutoffs: dict[str, list[int] | None], sets: list[EvalSetConfig] = ()):
+        super().__init__()
+        self.tokenizer_path, self.eos, self.sources = str(tokenizer_path), eos, list(sources)
+        self.runs_dir, self.cells_dir, self.parts_dir = Path(runs_dir), Path(cells_dir), Path(parts_dir)
+        self.shard_tokens, self.cutoffs, self.sets = shard_tokens, dict(cutoffs), list(sets)
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        tokenizer = load_tokenizer(self.tokenizer_path)
+        dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
+        written = json.loads(written_file(self.runs_dir, rank).read_text())
+        overlap = SetOverlap(self.sets, tokenizer, eos_id(tokenizer, self.eos)) if self.sets else None
+        if overlap is not None:
+            overlap.hits = {name: dict(written["overlap"].get(name, {})) for name in overlap.hits}
+        cells = {}
+        for cell in sorted(written["cells"]):
+            with self.track_time("cell"):
+                cells[cell] = write_held_out(run_file(self.runs_dir, rank, cell), cell, self.cells_dir / cell, rank, dtype, self.sources,
+                                             self.shard_tokens, self.cutoffs.get(cell), written["cells"][cell],
+                                             overlap)
+            self.stat_update("documents", value=sum(c["documents"] for c in cells[cell]["sources"].values()))
+        write_part(self.parts_dir, rank, cells, overlap.hits if overlap else {}, worker())
