@@ -80,3 +80,16 @@ def test_a_run_that_removes_everything_is_an_error_naming_the_stages(tmp_path):
     )
     with pytest.raises(PipelineError, match="'gopher_quality': 1"):
         run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
+
+
+def test_a_process_loads_each_tokenizer_file_once_and_again_when_it_changes(tmp_path):
+    """A worker runs many tasks: they share one loaded tokenizer, and a rewritten file is loaded anew."""
+    from pipeline.stages.tokenization import load_tokenizer, train_byte_level_bpe
+
+    path = train_byte_level_bpe(["alpha beta gamma"] * 20, 300, "<eos>", tmp_path / "tokenizer.json")
+    first = load_tokenizer(path)
+    assert load_tokenizer(tmp_path / "." / "tokenizer.json") is first
+    train_byte_level_bpe(["delta epsilon zeta eta theta"] * 20, 320, "<eos>", path)
+    second = load_tokenizer(path)
+    assert second is not first
+    assert second.encode("delta").ids != first.encode("delta").ids or second.get_vocab() != first.get_vocab()
