@@ -74,16 +74,13 @@ def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
-        full = exc.errno is None and shutil.disk_usage(path.parent).free < DISK_FULL_BYTES
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if full:  # numpy's `tofile` reports a short write without an errno: name what happened
+        short_write = isinstance(exc, OSError) and exc.errno is None
+        if short_write and shutil.disk_usage(path.parent).free < DISK_FULL_BYTES:
+            # numpy's `tofile` reports a short write without an errno: name what happened
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(path)) from exc
-        raise
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
         raise
 
 

@@ -121,12 +121,13 @@ def memory(config: TrainConfig, params: ParamCount, layout: ProposedLayout, seq_
     gib = float(1 << 30)
     tokens = global_batch // layout.gpus_used // config.data.micro_batches * seq_len
     n_moe = m.n_layers - m.n_dense_layers if config.moe.n_routed_experts else 0
-    kinds = {moe: (n_moe if moe else m.n_layers - n_moe) for moe in (True, False)}  # arithmetic, never a list per layer
+    n_dense = m.n_layers - n_moe
+    kinds = {True: n_moe, False: n_dense}  # layers per kind (MoE or dense): arithmetic, never a list per layer
     per_kind = {moe: activation_bytes_per_token(config, moe) for moe, count in kinds.items() if count}
     compute_bytes = 2 if config.parallel.param_dtype == "bfloat16" else 4
     attention = params.attention / m.n_layers
     expert_block = (params.routers + params.shared_experts + params.routed_experts / layout.expert_parallel) / max(n_moe, 1)
-    dense_block = params.dense_ffn / max(m.n_layers - n_moe, 1)
+    dense_block = params.dense_ffn / max(n_dense, 1)
     block = attention + max(expert_block if n_moe else 0, dense_block if n_moe < m.n_layers else 0)
     return Memory(
         state=params.total * (p.master_weight_bytes + p.grad_bytes + p.optimizer_bytes) / layout.gpus_used / gib,

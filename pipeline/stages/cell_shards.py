@@ -69,8 +69,9 @@ def waiting_file(run: Path) -> Path:
 
 
 def placed_file(run: Path) -> Path:
-    """Per document the tokenize task wrote to a shard: (row of the run's table, shard, document in shard)."""
-    return run.with_suffix(".placed.npy")
+    """Where the tokenize task put the run's documents: `placed`, per document it wrote to a shard, (row of
+    the run's table, shard, document in shard); `waiting`, the candidates' rows in `waiting_file`'s order."""
+    return run.with_suffix(".placed.npz")
 
 
 def candidates_file(directory: Path, rank: int) -> Path:
@@ -156,7 +157,7 @@ def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype
     shards = training.close()
     placed = np.column_stack([order[~waits], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
     with atomic_output(placed_file(run)) as handle:
-        np.save(handle, placed.astype(np.int64))
+        np.savez(handle, placed=placed.astype(np.int64), waiting=order[waits])
     tokens_file(run).unlink()
     return {"shards": [dataclasses.asdict(s) for s in shards],
             "sources": {name: counts.model_dump() for name, counts in training.sources.items()}}
@@ -168,13 +169,10 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
     and the task's next training shards (the others); its trace part; its entry of `parts/<rank>.json`."""
     table = np.load(run)
     keys, lengths, source_ids, nbytes = table["keys"], table["lengths"], table["sources"], table["bytes"]
-    placed = np.load(placed_file(run))
+    with np.load(placed_file(run)) as where:
+        placed, waiting = where["placed"], where["waiting"]
     first_shard = len(written["shards"])
     _remove_split_files(cell_dir, rank, first_shard)
-    order = store_order(keys)
-    waits = np.ones(len(keys), dtype=bool)
-    waits[placed[:, 0]] = False
-    waiting = order[waits[order]]  # the order the tokenize task wrote them in
     held = held_out_mask(table["hashes"][waiting], keys[waiting], None if cutoff is None else tuple(cutoff))
     training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens,
                              shards=[ShardInfo(**s) for s in written["shards"]],
@@ -196,7 +194,7 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
     if kept.size:
         trace = write_trace_part(cell_dir, rank, {
             "shard": rows[:, 0].astype(np.int32), "document": rows[:, 1].astype(np.int32),
-            "token_start": np.concatenate([[0], np.cumsum(lengths[kept])[:-1]]).astype(np.int64),
+            "token_start": _offsets(lengths[kept], 1),
             "tokens": lengths[kept], "source": [sources[int(i)] for i in source_ids[kept]],
             "id": table["ids"][kept].tolist(), "origin": table["origins"][kept].tolist(),
             "position": table["positions"][kept],

@@ -122,13 +122,15 @@ def better_hit(old: list | None, new: list) -> list:
 class SetOverlap:
     """Inside a shard task: which documents of each evaluation set the task's stored documents repeat."""
 
-    def __init__(self, sets: list[EvalSetConfig], tokenizer, eos_id: int):
+    def __init__(self, sets: list[EvalSetConfig], tokenizer, eos_id: int,
+                 found: dict[str, dict[str, list]] | None = None):
+        """`found`: findings to continue from (the tokenize task's, for the split task of the same rank)."""
         self.indexes: dict[str, NearDuplicateIndex] = {}
         for config in sets:
             self.indexes[config.name] = index = NearDuplicateIndex()
             for _, ids in set_documents(config, tokenizer, eos_id):
                 index.add(ids)
-        self.hits: dict[str, dict[str, list]] = {name: {} for name in self.indexes}
+        self.hits: dict[str, dict[str, list]] = {name: dict((found or {}).get(name, {})) for name in self.indexes}
 
     def add(self, tokens: np.ndarray, cell: str) -> None:
         for name, index in self.indexes.items():

@@ -41,9 +41,7 @@ class WriteHeldOut(PipelineStep):
         tokenizer = load_tokenizer(self.tokenizer_path)
         dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
         written = json.loads(written_file(self.runs_dir, rank).read_text())
-        overlap = SetOverlap(self.sets, tokenizer, eos_id(tokenizer, self.eos)) if self.sets else None
-        if overlap is not None:
-            overlap.hits = {name: dict(written["overlap"].get(name, {})) for name in overlap.hits}
+        overlap = SetOverlap(self.sets, tokenizer, eos_id(tokenizer, self.eos), written["overlap"]) if self.sets else None
         cells = {}
         for cell in sorted(written["cells"]):
             with self.track_time("cell"):
