@@ -156,7 +156,7 @@ def stream(manifest, proxy, cache, **options) -> MixtureStream:
 @pytest.mark.parametrize("fault", ["reset", "hang", "truncate"])
 def test_a_faulty_server_is_retried_in_one_layer_then_named(copied, proxy, tmp_path, caplog, fault):
     proxy.fault, proxy.ranged[:] = None, []
-    reader = stream(copied, proxy, tmp_path / "cache", retries=2, backoff_s=0.05, read_timeout=2.0)
+    reader = stream(copied, proxy, tmp_path / "cache", retries=1, backoff_s=0.05, read_timeout=1.5)
     proxy.fault = fault
     caplog.set_level(logging.WARNING, logger="loader.files")
     try:
@@ -166,16 +166,16 @@ def test_a_faulty_server_is_retried_in_one_layer_then_named(copied, proxy, tmp_p
         proxy.fault = None
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith(f"{URL}/cells/") and " bytes [" in message and "after 3 attempts" in message, message
+    assert message.startswith(f"{URL}/cells/") and " bytes [" in message and "after 2 attempts" in message, message
     if fault != "reset":
-        assert "stalled: no complete answer within read_timeout 2s" in message, message
+        assert "stalled: no complete answer within read_timeout 1.5s" in message, message
     first = proxy.ranged[0]
     # retries + 1 requests: no layer below retried on its own (it was s3fs's 5 x 5 over botocore's). A reset
     # keep-alive connection is reopened once by aiohttp, for an idempotent GET: at most 2 per attempt.
-    assert proxy.ranged.count(first) == 3 if fault != "reset" else 3 <= proxy.ranged.count(first) <= 6, proxy.ranged
+    assert proxy.ranged.count(first) == 2 if fault != "reset" else 2 <= proxy.ranged.count(first) <= 4, proxy.ranged
     name = first.rsplit("/", 1)[1]
     retries = [r for r in caplog.records if "retry" in r.getMessage() and name in r.getMessage()]
-    assert len(retries) == 2, [r.getMessage() for r in caplog.records]
+    assert len(retries) == 1, [r.getMessage() for r in caplog.records]
 
 
 def test_a_damaged_cache_entry_is_fetched_again_not_blamed_on_the_object(copied, proxy, tmp_path, caplog):
