@@ -18,8 +18,9 @@ The `.bin/.idx` pair is byte-compatible with megatron-core's `IndexedDataset`: a
 and document counts, int32 sequence lengths, int64 byte pointers and int64 document
 indices. Megatron has no uint32 code, so vocabularies over 65,536 ids use int32.
 
-The tokenizer and the trace parts are pinned too: store.json holds the tokenizer's sha256
-(`TokenizerInfo.fingerprint`), each cell.json its trace parts' sha256; `Store.verify` checks
+The tokenizer, the fitted models and the trace parts are pinned too: store.json holds the
+tokenizer's sha256 (`TokenizerInfo.fingerprint`) and the models' (`files`), each cell.json its
+trace parts' sha256; `Store.verify` checks
 them, and readers parse the tokenizer only through `Store.tokenizer` (`store_tokenizer`).
 
 Integrity without reading a whole shard: every file is cut into chunks of 64 KiB, each
@@ -281,6 +282,8 @@ class StoreManifest(Model):
     stats: dict = {}
     # External evaluation sets under sets/<name>/ (left out of the file when there are none).
     sets: dict[str, EvalSetSummary] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
+    # Other files the store carries (the fitted models under models/): relative path -> sha256.
+    files: dict[str, str] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
 
 
 class Store:
@@ -364,9 +367,10 @@ class Store:
         return problems
 
     def pinned_files(self) -> list[tuple[Path, str, str]]:
-        """The store's files other than shards, each with the digest pinned for it and where: the tokenizer
-        (store.json's fingerprint) and every cell's trace parts (cell.json's sha256 per part)."""
-        pinned = []
+        """The store's files other than shards, each with the digest pinned for it and where: the fitted models
+        (store.json's `files`), the tokenizer (its fingerprint) and every cell's trace parts (cell.json's sha256
+        per part)."""
+        pinned = [(self.path / relative, digest, "store.json") for relative, digest in sorted(self.manifest.files.items())]
         tokenizer = self.manifest.tokenizer
         if tokenizer is not None and tokenizer.path:
             pinned.append((self.path / tokenizer.path, tokenizer.fingerprint, "store.json"))
