@@ -124,3 +124,33 @@ def test_pristine_store_verifies_and_decodes_with_its_sources(pristine, capsys):
     samples = json.loads(out)["samples"]
     assert {d["source"] for s in samples for d in s["documents"]} <= set(SOURCES)
     assert all(s["text"] for s in samples)
+
+
+@pytest.mark.slow  # trains the tiny model for two steps
+def test_the_run_page_says_where_its_prompts_came_from(pristine, tmp_path, capsys):
+    import tomllib
+
+    import tomli_w
+
+    from tests.drills.test_config_fuzz import REPO
+    from trainer.samples import read_samples
+
+    home = Home.resolve(tmp_path / "home")
+    shutil.copytree(pristine.root, home.root)
+    config = tomllib.loads((REPO / "trainer" / "configs" / "tiny.toml").read_text())
+    config["metrics"]["tensorboard"] = False
+    config["eval"] = {"enabled": False}
+    config["samples"] = {"prompts": "prompts.txt", "max_new_tokens": 4, "temperatures": [0.0]}
+    (tmp_path / "prompts.txt").write_text("the river mill\nflour and bread\n")
+    path = tmp_path / "prompted.toml"
+    path.write_text(tomli_w.dumps(config))
+    code, out, err = run(capsys, "--home", str(home.root), "train", "run", str(path), "--steps", "2", "--run",
+                         "prompted", "--no-progress")
+    assert code == 0, err
+    records = read_samples(home.run("prompted"))
+    source = str((tmp_path / "prompts.txt").resolve())
+    assert records and {r["prompt_source"] for r in records} == {source}
+    code, out, err = run(capsys, "--home", str(home.root), "report", "build", "--run", "prompted")
+    assert code == 0, err
+    page = (home.site / "runs" / "prompted" / "index.html").read_text()
+    assert f'"sources":[{json.dumps(source)}]' in page  # shown as "Prompts from: ..." under the completions
