@@ -3,8 +3,12 @@
 A local store is read with `pread` (one file descriptor per open file, no mapping); a store at
 an fsspec URL (`s3://`, `gs://`, `file://`, ...) is read by byte ranges of whole chunks, kept in
 a bounded local cache (`cache_dir`, `cache_bytes`; content-addressed by chunk digest, so a stale
-entry can never be served), and a failed read is retried with exponential backoff before the
-object is named in a one-line error. Nothing here knows about tokens or documents.
+entry can never be served, and an entry damaged on the local disk is checked, dropped and fetched
+again rather than blamed on the object). Every remote read has a deadline (`read_timeout`) and is
+retried here alone, with a log line per retry: s3fs retries each call 5 times inside a loop of 5,
+over botocore's own retries, which made a server that never answers cost 900 s with no word, so
+those layers are set to one attempt each. After the last attempt a one-line error names the
+object and byte range. Nothing here knows about tokens or documents.
 """
 
 from __future__ import annotations
@@ -41,8 +45,9 @@ class ReadOptions:
     cache_bytes: int = 4 << 30  # bound on cache_dir's chunk files
     memory_chunks: int = 512  # remote chunks also kept in memory (64 KiB each: 32 MiB)
     fetch_bytes: int = 4 << 20  # bytes a remote read asks for at once (whole chunks around the one needed)
-    retries: int = 4  # attempts after the first failed read
+    retries: int = 4  # attempts after the first failed read (the only retries: see the module docstring)
     backoff_s: float = 0.2  # first wait; doubles each attempt
+    read_timeout: float = 60.0  # seconds one remote read (connect, request, whole body) may take
 
     def __post_init__(self) -> None:
         for field in ("max_open_files", "cache_bytes", "memory_chunks", "fetch_bytes"):
@@ -50,6 +55,8 @@ class ReadOptions:
                 raise ConfigError(f"{field} {getattr(self, field)}: must be at least 1")
         if self.retries < 0 or self.backoff_s < 0:
             raise ConfigError(f"retries {self.retries} / backoff_s {self.backoff_s}: must be non-negative")
+        if not 0 < self.read_timeout < float("inf"):
+            raise ConfigError(f"read_timeout {self.read_timeout}: must be a positive number of seconds")
 
 
 def open_file_limit() -> int:
@@ -230,12 +237,26 @@ class ChunkCache:
             if key not in self._disk:
                 return None
             self._disk.move_to_end(key)
+        path = self.directory / f"{key}.chunk"
         try:
-            data = np.fromfile(self.directory / f"{key}.chunk", dtype=np.uint8)
+            data = np.fromfile(path, dtype=np.uint8)
         except OSError:
+            return None
+        digest = int(key.rsplit("-", 1)[1], 16)
+        if digest and xxhash.xxh3_64_intdigest(data) != digest:  # damaged here, on the local disk
+            log.warning("%s: cached chunk differs from its digest (local disk damage); dropped, fetching it again",
+                        path)
+            self._drop(key)
             return None
         self._remember(key, data)
         return data
+
+    def _drop(self, key: str) -> None:
+        with self._lock:
+            size = self._disk.pop(key, None)
+            if size is not None:
+                self._disk_bytes -= size
+        (self.directory / f"{key}.chunk").unlink(missing_ok=True)
 
     def put(self, key: str, data: np.ndarray) -> None:
         tmp = self.directory / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -259,21 +280,55 @@ class ChunkCache:
                 self._memory.popitem(last=False)
 
 
+def describe_failure(exc: BaseException, options: ReadOptions) -> str:
+    """A read failure in words: a deadline passed says so (fsspec's FSTimeoutError has no message)."""
+    import asyncio
+
+    from fsspec.exceptions import FSTimeoutError
+
+    if isinstance(exc, (FSTimeoutError, asyncio.TimeoutError, TimeoutError)):
+        return f"stalled: no complete answer within read_timeout {options.read_timeout:g}s"
+    text = str(exc) or repr(exc.__cause__ or exc.__context__ or "")
+    return f"{type(exc).__name__}: {text}"
+
+
 def with_retries(what: str, action: Callable[[], Any], options: ReadOptions) -> Any:
-    """`action()`, retried on transient errors with exponential backoff; then one line naming `what`."""
+    """`action()`, retried on transient errors with exponential backoff (a log line per retry); then one
+    line naming `what` (the object's URL and byte range)."""
     for attempt in range(options.retries + 1):
         try:
             return action()
         except FileNotFoundError:
             raise ArtifactError(f"{what}: object not found") from None
         except Exception as exc:  # fsspec backends raise their own types (botocore, aiohttp, OSError)
+            cause = describe_failure(exc, options)
             if attempt == options.retries:
-                raise ArtifactError(f"{what}: read failed after {attempt + 1} attempts ({type(exc).__name__}: {exc})"
-                                    ) from None
+                raise ArtifactError(f"{what}: read failed after {attempt + 1} attempts ({cause})") from None
             wait = options.backoff_s * 2**attempt
-            log.warning("%s: read failed (%s); retrying in %.2fs", what, exc, wait)
+            log.warning("%s: read failed (%s); retry %d of %d in %.2fs", what, cause, attempt + 1, options.retries,
+                        wait)
             time.sleep(wait)
     raise AssertionError("unreachable")
+
+
+def read_range(fs: Any, path: str, start: int | None, end: int | None, options: ReadOptions) -> bytes:
+    """Bytes [start, end) of one object (None: the whole of it) within `read_timeout`: an async filesystem's
+    call is cancelled at the deadline (a server that accepts and never answers, a body that stops)."""
+    if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
+        from fsspec.asyn import sync
+
+        return sync(fs.loop, fs._cat_file, path, start=start, end=end, timeout=options.read_timeout)
+    return fs.cat_file(path, start=start, end=end)
+
+
+def single_retry_layer(protocol: str, storage_options: dict, options: ReadOptions) -> dict:
+    """Storage options that leave retrying to `with_retries`: for s3, botocore makes one attempt with
+    `read_timeout` for connecting and reading (s3fs's own retries are set on the instance, see StoreFiles)."""
+    if protocol not in ("s3", "s3a"):
+        return dict(storage_options)
+    config = {**storage_options.get("config_kwargs", {}), "connect_timeout": options.read_timeout,
+              "read_timeout": options.read_timeout, "retries": {"total_max_attempts": 1}}
+    return {**storage_options, "config_kwargs": config, "skip_instance_cache": True}
 
 
 class RemoteFile(ChunkedFile):
@@ -298,7 +353,7 @@ class RemoteFile(ChunkedFile):
         start = first * self.chunk_bytes
         end = min(self.size, start + group * self.chunk_bytes)
         raw = with_retries(f"{self.name} bytes [{start}, {end})",
-                           lambda: self.fs.cat_file(self.path, start=start, end=end), self.options)
+                           lambda: read_range(self.fs, self.path, start, end, self.options), self.options)
         fetched = np.frombuffer(raw, dtype=np.uint8)
         if fetched.size != end - start:
             raise ArtifactError(f"{self.name}: bytes [{start}, {end}) came back as {fetched.size} bytes")
@@ -372,7 +427,11 @@ class StoreFiles:
         if "://" in text and not text.startswith("file://"):
             import fsspec
 
-            self.fs, self.root = fsspec.core.url_to_fs(text, **(storage_options or {}))
+            protocol = text.split("://", 1)[0]
+            self.fs, self.root = fsspec.core.url_to_fs(
+                text, **single_retry_layer(protocol, storage_options or {}, options))
+            if hasattr(self.fs, "retries"):  # s3fs: one attempt per call (its own instance: skip_instance_cache)
+                self.fs.retries = 1
             self.root = self.root.rstrip("/")
             self.cache = ChunkCache(options)
         else:
@@ -395,7 +454,9 @@ class StoreFiles:
                 raise ArtifactError(f"{path}: missing") from None
             except OSError as exc:
                 raise _limit_error(path, exc, self.options.max_open_files) from None
-        return with_retries(self.describe(relative), lambda: self.fs.cat_file(f"{self.root}/{relative}"), self.options)
+        return with_retries(self.describe(relative),
+                            lambda: read_range(self.fs, f"{self.root}/{relative}", None, None, self.options),
+                            self.options)
 
     def open(self, relative: str, size: int, digests: FileDigests, key: str) -> ChunkedFile:
         """The file, which must hold exactly `size` bytes (checked now when local, at the read when remote)."""

@@ -14,6 +14,7 @@ import numpy as np
 
 from loader.stream import MixtureStream
 from millrace.errors import ArtifactError, ConfigError
+from pipeline.store.format import store_tokenizer
 
 DECODE_CHARS = 80
 
@@ -23,11 +24,10 @@ def token_digest(window: np.ndarray) -> str:
 
 
 def load_tokenizer(path: Path | None):
-    from tokenizers import Tokenizer
-
+    """The store's tokenizer, checked against the fingerprint its store.json pins."""
     if path is None or not path.exists():
         raise ArtifactError(f"{path}: the store's tokenizer is missing, cannot --decode")
-    return Tokenizer.from_file(str(path))
+    return store_tokenizer(path)
 
 
 def _documents(stream: MixtureStream, cell: str, sequence: int, epoch: int) -> list[dict] | None:

@@ -15,9 +15,10 @@ Model = TypeVar("Model", bound=pydantic.BaseModel)
 
 
 class StrictModel(pydantic.BaseModel):
-    """Unknown options are errors, not silently ignored typos."""
+    """Unknown options are errors, not silently ignored typos; so are NaN and infinite numbers (a config
+    that validates must not crash or hang later: `lr = inf` passed `lr > 0`)."""
 
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def describe_validation_error(source: str, exc: pydantic.ValidationError) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from millrace.errors import ConfigError
+from millrace.errors import ArtifactError, ConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 NAME_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit"
@@ -23,6 +23,15 @@ def check_name(value: str, what: str) -> str:
     """`value` if it is a plain name, else a one-line ConfigError naming `what` (e.g. '--run')."""
     if not isinstance(value, str) or not _NAME.match(value):
         raise ConfigError(f"{what} {value!r}: not a plain name ({NAME_RULE})")
+    return value
+
+
+def artifact_name(value: Any, field: str, artifact: object) -> str:
+    """A name read from an artifact (`run.json`'s `run`, `store.json`'s `name`): it becomes a path just as a
+    name on the command line does, so it is held to the same rule; else a one-line ArtifactError naming the
+    artifact and field (a crafted `run = "../../x"` must not write outside the site)."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ArtifactError(f"{artifact}: field {field!r} {value!r:.80}: not a plain name ({NAME_RULE})")
     return value
 
 

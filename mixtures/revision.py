@@ -38,7 +38,7 @@ A phase has either `weights` or `strategy`:
   several keys gets the sum. The expanded weights must sum to 1 within 1e-9
   unless `normalize = true`: a sum of 0.7 is a typo to report, not to fix.
 - `strategy`: `natural` (proportional to available tokens), `uniform` (equal),
-  `temperature` (tokens^(1/temperature), needs `temperature`), `quality-tilt`
+  `temperature` (tokens^(1/temperature), needs `temperature` from 0.01 to 100), `quality-tilt`
   (natural times a factor per quality bucket `qN` of cells named `cNNqQ`,
   needs `tilt`), optionally restricted to the cells matching `cells` (a list of
   names or patterns, e.g. `["c*q3", "c*q4"]` for a cooldown on the top
@@ -99,7 +99,7 @@ class PhaseSpec(Strict):
     tokens: int = pydantic.Field(gt=0)
     weights: dict[str, float] | None = None
     strategy: Literal["natural", "uniform", "temperature", "quality-tilt"] | None = None
-    temperature: float | None = pydantic.Field(default=None, gt=0)
+    temperature: float | None = pydantic.Field(default=None, ge=0.01, le=100)  # beyond: all on one cell, or uniform
     tilt: dict[str, float] | None = None
     cells: list[str] | None = None
 

@@ -9,6 +9,7 @@ rounding error.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Mapping
 
@@ -28,8 +29,11 @@ def uniform(tokens: Mapping[str, int]) -> dict[str, Fraction]:
 
 
 def temperature(tokens: Mapping[str, int], value: float) -> dict[str, Fraction]:
-    """tokens^(1/T): T=1 is natural, large T tends to uniform."""
-    return {cell: Fraction(float(count) ** (1.0 / value)) for cell, count in tokens.items()}
+    """tokens^(1/T): T=1 is natural, large T tends to uniform. Taken relative to the largest cell, in
+    logs (1e12 tokens to the power 1/0.01 overflows a float; the ratio (count/largest)^(1/T) never does)."""
+    largest = math.log(max(*tokens.values(), 1))
+    return {cell: Fraction(math.exp((math.log(count) - largest) / value)) if count > 0 else Fraction(0)
+            for cell, count in tokens.items()}
 
 
 def quality_tilt(tokens: Mapping[str, int], tilt: Mapping[str, float]) -> dict[str, Fraction]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from millrace.artifacts import read_artifact
 from millrace.home import Home
+from millrace.names import artifact_name
 from reports.render import embed_json, render_page, static_text
 
 LADDER_KIND = "millrace.ladder"  # written by trainer/ladder/results.py
@@ -22,7 +23,10 @@ def find_ladders(home: Home) -> list[Path]:
 
 
 def load_ladder(path: Path) -> dict[str, Any]:
-    return read_artifact(path, LADDER_KIND, (1,))
+    """ladder.json; its `ladder` name becomes the page's directory, so it is checked like `--ladder`."""
+    body = read_artifact(path, LADDER_KIND, (1,))
+    artifact_name(body.get("ladder"), "ladder", path)
+    return body
 
 
 def ladder_href(name: str, root: str) -> str:

@@ -62,16 +62,20 @@ def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Completions by step and prompt, the prompts in first-seen order."""
+    """Completions by step and prompt, the prompts in first-seen order, and where the prompts came from
+    (a file's path, or the held-out documents)."""
     prompts: dict[str, str] = {}
+    sources: dict[str, None] = {}
     by_step: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for record in records:
         pid = str(record.get("prompt_id"))
         prompts.setdefault(pid, str(record.get("prompt", "")))
+        sources.setdefault(str(record.get("prompt_source") or "not recorded (samples written before it was)"))
         by_step.setdefault(record["step"], {}).setdefault(pid, []).append({
             "temperature": finite(record.get("temperature")), "completion": str(record.get("completion", "")),
             "mean_logprob": finite(record.get("mean_logprob"))})
     return {"steps": sorted(by_step), "prompts": [{"id": k, "prompt": v} for k, v in prompts.items()],
+            "sources": list(sources),
             "by_step": {str(step): by_step[step] for step in sorted(by_step)}}
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from millrace.artifacts import read_artifact
 from millrace.errors import ArtifactError
+from millrace.names import artifact_name
 from mixtures.manifest import BuiltManifest
 from reports.numbers import finite
 from reports.plan_progress import expected_sequences, run_manifest
@@ -38,8 +39,16 @@ SCALARS = ("loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fracti
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
-    """run.json (kind millrace.run), without its envelope fields."""
-    body = read_artifact(run_dir / RUN_FILE, RUN_KIND)
+    """run.json (kind millrace.run), without its envelope fields; the names in it that pages become paths
+    (the run's, its store's) are checked like names on the command line."""
+    path = run_dir / RUN_FILE
+    body = read_artifact(path, RUN_KIND)
+    if body.get("run") is not None:
+        artifact_name(body["run"], "run", path)
+    store = body.get("store") or {}
+    for field in ("name", "version"):
+        if isinstance(store, dict) and store.get(field) is not None:
+            artifact_name(store[field], f"store.{field}", path)
     return {k: v for k, v in body.items() if k not in ("kind", "schema_version")}
 
 

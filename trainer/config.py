@@ -41,10 +41,10 @@ class ModelConfig(StrictModel):
     vocab_size: int = pydantic.Field(0, ge=0)
     dense_ffn_dim: int = pydantic.Field(256, gt=0, description="SwiGLU width of dense layers")
     n_dense_layers: int = pydantic.Field(0, ge=0, description="the first layers use a dense FFN instead of MoE")
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
+    rope_theta: float = pydantic.Field(10000.0, gt=0)
+    norm_eps: float = pydantic.Field(1e-5, gt=0)
     tie_embeddings: bool = False
-    init_std: float = 0.02
+    init_std: float = pydantic.Field(0.02, gt=0)
     attention: Literal["auto", "sdpa", "flex"] = pydantic.Field(
         "auto", description="document-masked attention kernel: flex (block mask) on CUDA, sdpa elsewhere, or forced"
     )
@@ -73,7 +73,7 @@ class MoEConfig(StrictModel):
     expert_ffn_dim: int = pydantic.Field(64, gt=0)
     score_func: Literal["sigmoid", "softmax"] = "sigmoid"
     normalize_gates: bool = True
-    route_scale: float = 1.0
+    route_scale: float = pydantic.Field(1.0, gt=0)
     bias_update_rate: float = pydantic.Field(1e-3, ge=0, description="0 freezes the selection bias at zero")
     seq_aux_loss_coef: float = pydantic.Field(0.0, ge=0)
     z_loss_coef: float = pydantic.Field(0.0, ge=0)
@@ -89,8 +89,8 @@ class MoEConfig(StrictModel):
 class OptimizerConfig(StrictModel):
     lr: float = pydantic.Field(3e-3, gt=0)
     min_lr_ratio: float = pydantic.Field(0.1, ge=0, le=1)
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
+    betas: tuple[pydantic.confloat(ge=0, lt=1), pydantic.confloat(ge=0, lt=1)] = (0.9, 0.95)
+    eps: float = pydantic.Field(1e-8, gt=0)
     weight_decay: float = pydantic.Field(0.1, ge=0)
     grad_clip: float = pydantic.Field(1.0, ge=0, description="0 disables clipping")
 
@@ -131,16 +131,31 @@ class EvalConfig(StrictModel):
     batch_sequences: int = pydantic.Field(32, gt=0, description="windows per forward pass, whatever the world size")
 
 
+MAX_NEW_TOKENS = 4096  # one full forward per new token: 1e9 of them was a hang, not a run
+
+
 class SamplesConfig(StrictModel):
     """Intermediate predictions (`trainer.samples`)."""
 
     enabled: bool = True
     every: int = pydantic.Field(0, ge=0, description="steps between samples; 0: at each checkpoint")
-    prompts: str = pydantic.Field("auto", description='"auto" or a prompts file (.jsonl with id/prompt, or text lines)')
-    max_new_tokens: int = pydantic.Field(64, gt=0)
+    prompts: str = pydantic.Field(
+        "auto", description='"auto" or a prompts file (.jsonl with id/prompt, or text lines) inside the config '
+        "file's directory or $MILLRACE_HOME")
+    max_new_tokens: int = pydantic.Field(64, gt=0, le=MAX_NEW_TOKENS,
+                                         description=f"at most {MAX_NEW_TOKENS:,} (each is a forward pass)")
     prompt_tokens: int = pydantic.Field(32, gt=0, description="auto prompts: opening tokens of a held-out document")
-    temperatures: list[float] = pydantic.Field([0.0, 0.2], min_length=1)
+    temperatures: list[float] = pydantic.Field([0.0, 0.2], min_length=1,
+                                               description="0 (greedy) or from 0.01 to 100")
     seed: int = 0
+
+    @pydantic.field_validator("temperatures")
+    @classmethod
+    def _temperatures(cls, values: list[float]) -> list[float]:
+        for value in values:  # logits / 1e-300 are infinite: the softmax is NaN and sampling fails
+            if value != 0 and not 0.01 <= value <= 100:
+                raise ValueError(f"temperature {value!r} is neither 0 (greedy) nor from 0.01 to 100")
+        return values
 
 
 class HealthConfig(StrictModel):

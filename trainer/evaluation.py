@@ -36,6 +36,7 @@ import torch
 
 from loader.validation import PAD_LABEL, ValidationSequences
 from mixtures.cells import CELL_NAME
+from pipeline.store.format import store_tokenizer
 from trainer.distributed import Runtime
 from trainer.eval_records import EVAL_FILE, EVAL_SCHEMA
 from trainer.metrics import finite, open_resumed
@@ -48,9 +49,9 @@ def token_byte_lengths(tokenizer_path: Path | None, vocab_size: int) -> np.ndarr
     """UTF-8 bytes of each token id as decoded text (0 for special tokens); None without a tokenizer."""
     if tokenizer_path is None or not Path(tokenizer_path).exists():
         return None
-    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import pre_tokenizers
 
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer = store_tokenizer(tokenizer_path)  # checked against store.json's fingerprint
     decoder = (json.loads(tokenizer.to_str()).get("decoder") or {}).get("type")
     alphabet = set(pre_tokenizers.ByteLevel.alphabet())
     special = {added.content for added in tokenizer.get_added_tokens_decoder().values() if added.special}

@@ -43,6 +43,7 @@ from trainer.moe import local_tensor
 from trainer.observers import RunObservers
 from trainer.peak import peak_flops
 from trainer.resume import recorded_settings
+from trainer.samples import prompts_path
 from trainer.schedule import learning_rate
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 
@@ -265,6 +266,8 @@ def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture
     config_path = Path(config_path)
     config = load_train_config(config_path)
     home = home if isinstance(home, Home) else Home.resolve(home)
+    if config.samples.enabled and config.samples.prompts != "auto":  # refused before anything is written
+        prompts_path(config.samples.prompts, config_path, home.root)
     mixture = mixture or config.data.mixture
     revision = revision or config.data.revision
     run = run or default_run_name(config_path, mixture, revision)

@@ -27,7 +27,7 @@ from trainer.evaluation import EvalWriter, Evaluator, eval_steps, token_byte_len
 from trainer.health import HealthMonitor
 from trainer.metrics import METRICS_FILE
 from trainer.model import Transformer
-from trainer.samples import SampleWriter, TokenText, auto_prompts, file_prompts
+from trainer.samples import SampleWriter, TokenText, auto_prompts, file_prompts, prompts_path
 from trainer.status import read_records
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,8 @@ class RunObservers:
             if config.samples.prompts == "auto":
                 prompts = auto_prompts(sequences, text, config.samples.prompt_tokens) if sequences else []
             else:
-                path = Path(config.samples.prompts)
-                prompts = file_prompts(path if path.is_absolute() else config_path.parent / path, text)
+                home = run_dir.parent.parent  # runs/<run> under $MILLRACE_HOME
+                prompts = file_prompts(prompts_path(config.samples.prompts, config_path, home), text)
             if prompts:
                 eos = sequences.eos_id if sequences is not None else None
                 self.sampler = SampleWriter(run_dir, start, config.samples, prompts, text, runtime.device, eos, writes)

@@ -23,6 +23,7 @@ import torch
 
 from loader.validation import ValidationSequences
 from millrace.errors import ConfigError
+from pipeline.store.format import store_tokenizer
 from trainer.config import SamplesConfig
 from trainer.evaluation import cell_groups, inference
 from trainer.metrics import open_resumed
@@ -38,6 +39,21 @@ class Prompt:
     id: str
     tokens: list[int]
     text: str
+    source: str = "auto: held-out documents"  # where the prompt came from, shown on the run page
+
+
+def prompts_path(value: str, config_path: Path, home: Path) -> Path:
+    """The file `samples.prompts` names (relative to the config file), which must lie, links resolved, inside
+    the config file's directory tree or $MILLRACE_HOME: its lines are published on the run page, so a config
+    that names `/etc/shadow` or `../../.ssh/id_rsa` is refused in one line."""
+    path = Path(value).expanduser()
+    path = (path if path.is_absolute() else Path(config_path).parent / path).resolve()
+    roots = (Path(config_path).resolve().parent, Path(home).resolve())
+    if not any(path.is_relative_to(root) for root in roots):
+        raise ConfigError(f"{config_path}: field 'samples.prompts' {value!r}: resolves to {path}, outside the "
+                          f"config file's directory {roots[0]} and $MILLRACE_HOME {roots[1]} (its lines are "
+                          "published on the run page); copy the prompts next to the config")
+    return path
 
 
 class TokenText:
@@ -46,9 +62,7 @@ class TokenText:
     def __init__(self, tokenizer_path: Path | None):
         self.tokenizer = None
         if tokenizer_path is not None and Path(tokenizer_path).exists():
-            from tokenizers import Tokenizer
-
-            self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+            self.tokenizer = store_tokenizer(tokenizer_path)  # checked against store.json's fingerprint
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:
@@ -95,7 +109,7 @@ def file_prompts(path: Path, text: TokenText) -> list[Prompt]:
         tokens = text.encode(prompt, f"{path}:{number}")
         if not tokens:
             raise ConfigError(f"{path}:{number}: the prompt encodes to no tokens")
-        prompts.append(Prompt(pid, tokens, prompt))
+        prompts.append(Prompt(pid, tokens, prompt, str(path)))
     if not prompts:
         raise ConfigError(f"{path}: no prompts")
     return prompts
@@ -170,6 +184,7 @@ class SampleWriter:
         for (p, t), (new, logprob) in zip(pairs, done):
             prompt = self.prompts[p]
             records.append({"schema": SAMPLES_SCHEMA, "step": step, "prompt_id": prompt.id, "prompt": prompt.text,
+                            "prompt_source": prompt.source,
                             "temperature": cfg.temperatures[t], "seed": cfg.seed, "completion": self.text.decode(new),
                             "completion_tokens": len(new), "mean_logprob": logprob})
         if self.handle is not None:

@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from millrace.artifacts import content_hash
+from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.store.format import (
     CellManifest,
@@ -209,6 +209,8 @@ def assemble_store(
         funnel=funnel,
         stats=store_stats,
         sets=eval_sets,
+        files={path.relative_to(staging).as_posix(): sha256_file(path)
+               for path in sorted((staging / "models").rglob("*")) if path.is_file()},
     )
     write_store_manifest(staging, store)
     os.rename(staging, final)

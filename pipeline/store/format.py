@@ -18,6 +18,11 @@ The `.bin/.idx` pair is byte-compatible with megatron-core's `IndexedDataset`: a
 and document counts, int32 sequence lengths, int64 byte pointers and int64 document
 indices. Megatron has no uint32 code, so vocabularies over 65,536 ids use int32.
 
+The tokenizer, the fitted models and the trace parts are pinned too: store.json holds the
+tokenizer's sha256 (`TokenizerInfo.fingerprint`) and the models' (`files`), each cell.json its
+trace parts' sha256; `Store.verify` checks
+them, and readers parse the tokenizer only through `Store.tokenizer` (`store_tokenizer`).
+
 Integrity without reading a whole shard: every file is cut into chunks of 64 KiB, each
 with an xxh3-64 digest in the shard's `.xxh` sidecar, whose own xxh3-128
 digest is in the cell's shard table. A reader checks a chunk the first time it reads from
@@ -30,6 +35,7 @@ No datatrove import here.
 from __future__ import annotations
 
 import array
+import hashlib
 import os
 import struct
 from dataclasses import dataclass
@@ -40,8 +46,9 @@ import numpy as np
 import pydantic
 import xxhash
 
-from millrace.artifacts import atomic_output, read_artifact, write_artifact
+from millrace.artifacts import atomic_output, read_artifact, sha256_file, write_artifact
 from millrace.errors import ArtifactError
+from millrace.names import artifact_name
 
 STORE_KIND = "millrace.store"
 CELL_KIND = "millrace.cell"
@@ -275,6 +282,8 @@ class StoreManifest(Model):
     stats: dict = {}
     # External evaluation sets under sets/<name>/ (left out of the file when there are none).
     sets: dict[str, EvalSetSummary] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
+    # Other files the store carries (the fitted models under models/): relative path -> sha256.
+    files: dict[str, str] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
 
 
 class Store:
@@ -287,6 +296,8 @@ class Store:
         self.manifest = StoreManifest.model_validate(
             {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
         )
+        artifact_name(self.manifest.name, "name", self.path / "store.json")  # pages and paths are made of them
+        artifact_name(self.manifest.version, "version", self.path / "store.json")
 
     @property
     def name(self) -> str:
@@ -352,7 +363,67 @@ class Store:
             for shard in eval_set.held.shards:
                 problems += verify_shard(self.path / "sets" / name / shard.name, shard, np.dtype(eval_set.dtype),
                                          f"sets/{name}/set.json")
+        problems += self.verify_pinned_files()
         return problems
+
+    def pinned_files(self) -> list[tuple[Path, str, str]]:
+        """The store's files other than shards, each with the digest pinned for it and where: the fitted models
+        (store.json's `files`), the tokenizer (its fingerprint) and every cell's trace parts (cell.json's sha256
+        per part)."""
+        pinned = [(self.path / relative, digest, "store.json") for relative, digest in sorted(self.manifest.files.items())]
+        tokenizer = self.manifest.tokenizer
+        if tokenizer is not None and tokenizer.path:
+            pinned.append((self.path / tokenizer.path, tokenizer.fingerprint, "store.json"))
+        for cell_name in self.manifest.cells:
+            trace = self.cell(cell_name).stats.get("trace") or {}
+            for part in trace.get("parts", []):
+                pinned.append((self.cell_dir(cell_name) / part["file"], part["sha256"], f"{cell_name}/cell.json"))
+        return pinned
+
+    def verify_pinned_files(self) -> list[str]:
+        """One message per pinned non-shard file that is missing or differs from its digest."""
+        if self.manifest.stats_only:
+            return []
+        problems = []
+        try:
+            pinned = self.pinned_files()
+        except ArtifactError:  # a damaged cell.json: already reported by the shard checks
+            return []
+        for path, expected, owner in pinned:
+            if not path.exists():
+                problems.append(f"{path}: missing")
+            elif sha256_file(path) != expected:
+                problems.append(f"{path}: sha256 differs from the one {owner} pins (altered or replaced)")
+        return problems
+
+    def tokenizer(self):
+        """The store's `tokenizers.Tokenizer`, parsed from bytes that match store.json's fingerprint (an
+        altered tokenizer.json changes every decoded text and every bits-per-byte figure, silently)."""
+        info = self.manifest.tokenizer
+        if info is None or not info.path:
+            raise ArtifactError(f"{self.path / 'store.json'}: the store names no tokenizer")
+        path = self.path / info.path
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise ArtifactError(f"{path}: the store's tokenizer is missing") from None
+        if "sha256:" + hashlib.sha256(raw).hexdigest() != info.fingerprint:
+            raise ArtifactError(f"{path}: differs from the fingerprint store.json pins (altered or replaced); "
+                                "run `millrace store verify`")
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_str(raw.decode("utf-8"))
+
+
+def store_tokenizer(path: Path | str):
+    """The tokenizer at a store's `tokenizer/tokenizer.json`, checked against the store.json beside it
+    (`Store.tokenizer`): what the loader, evaluation and samples read tokenizers through."""
+    path = Path(path)
+    store = Store(path.parent.parent)
+    info = store.manifest.tokenizer
+    if info is None or not info.path or (store.path / info.path).resolve() != path.resolve():
+        raise ArtifactError(f"{path}: not the tokenizer {store.path / 'store.json'} names")
+    return store.tokenizer()
 
 
 def verify_shard(prefix: Path, shard: ShardInfo, dtype: np.dtype, owner: str) -> list[str]:

@@ -11,11 +11,13 @@ in that file). A part's file holds `shard` and `token_start` relative to its own
 token; the cell manifest's `stats["trace"]["parts"]` lists the parts in store order with their
 row, shard and token counts and sha256, and the readers here add the offsets back, so a reader
 sees one table whatever the task count. Stores built before the parts keep one `documents.parquet`
-(`stats["trace"]["file"]`), still read. Light (pyarrow only): the loader and reports read it.
+(`stats["trace"]["file"]`), still read. A part is checked against its sha256 before it is read. Light (pyarrow only): the loader and reports read it.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -73,13 +75,33 @@ def has_trace(cell_dir: Path) -> bool:
         return False
 
 
+def _check_part(path: str, expected: str) -> None:
+    """A part's bytes against the sha256 its cell.json pins (a flipped byte in a parquet page can decode
+    as another source's name), once per file and version of it per process."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing (the cell's trace part)") from None
+    if not _part_matches(path, expected, stat.st_size, stat.st_mtime_ns):
+        raise ArtifactError(f"{path}: sha256 differs from the one its cell.json pins (altered or replaced); "
+                            "run `millrace store verify`")
+
+
+@functools.lru_cache(maxsize=256)
+def _part_matches(path: str, expected: str, size: int, mtime_ns: int) -> bool:
+    return sha256_file(Path(path)) == expected
+
+
 def _read_part(cell_dir: Path, part: dict, rows: list[int] | None = None):
     """A part's rows (all, or those at `rows` within it) with shard and token_start made cell-wide."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    table = pq.read_table(Path(cell_dir) / part["file"])
+    path = Path(cell_dir) / part["file"]
+    if part.get("sha256"):
+        _check_part(str(path), part["sha256"])
+    table = pq.read_table(path)
     if rows is not None:
         table = table.take(rows)
     for column, offset in (("shard", part["shard"]), ("token_start", part["token"])):

@@ -116,6 +116,7 @@ function smooth(values, alpha) {
   b.value = String(P.steps.length > 1 ? P.steps[P.steps.length - 2] : P.steps[0]);
   const draw = () => {
     box.textContent = "";
+    h("p", { class: "note", id: "prompt-sources" }, box, `Prompts from: ${(P.sources || ["not recorded"]).join("; ")}`);
     const t = h("table", { id: "samples-table" }, h("div", { class: "scroll" }, box));
     const hr = h("tr", {}, h("thead", {}, t));
     for (const x of ["Prompt", `step ${a.value}`, `step ${b.value}`]) h("th", { class: "l" }, hr, x);

@@ -143,3 +143,48 @@ def test_nan_learning_rate_is_named(tmp_path, capsys):
     path.write_text(tomli_w.dumps(doc))
     assert millrace(["train", "plan", str(path), "--gpus", "1"]) == 2
     assert "optimizer.lr" in capsys.readouterr().err
+
+
+BAD_TRAIN_VALUES = {  # each validated before and then crashed or hung a run
+    "optimizer.lr": math.inf, "optimizer.weight_decay": math.inf, "moe.bias_update_rate": math.inf,
+    "model.init_std": math.nan, "moe.route_scale": math.nan, "model.norm_eps": -1.0, "model.rope_theta": 0.0,
+    "samples.max_new_tokens": 10**9, "samples.temperatures": [0.0, 1e-300], "optimizer.eps": 0.0,
+    "optimizer.betas": [0.9, 1.0],
+}
+
+
+@pytest.mark.parametrize("field", list(BAD_TRAIN_VALUES))
+def test_each_bad_training_value_is_refused_naming_its_field(tmp_path, capsys, field):
+    doc = copy.deepcopy(TRAIN_BASE)
+    section, key = field.split(".")
+    doc.setdefault(section, {})[key] = BAD_TRAIN_VALUES[field]
+    path = tmp_path / "train.toml"
+    path.write_text(tomli_w.dumps(doc))
+    capsys.readouterr()
+    assert millrace(["--home", str(tmp_path / "home"), "train", "plan", str(path), "--gpus", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"'{field}" in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_a_tiny_revision_temperature_is_refused_naming_its_field(tmp_path):
+    from mixtures.revision import load_revision
+
+    text = (REPO / "mixtures" / "revisions" / "default" / "natural.toml").read_text()
+    doc = tomllib.loads(text)
+    doc["phases"][0].pop("weights", None)
+    doc["phases"][0].update({"strategy": "temperature", "temperature": 1e-300})
+    path = tmp_path / "natural.toml"
+    path.write_text(tomli_w.dumps(doc))
+    with pytest.raises(ConfigError, match=r"temperature") as caught:
+        load_revision(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_small_legal_temperature_gives_finite_weights():
+    """tokens^(1/T) overflowed a float for T = 0.01 and 1e12 tokens (OverflowError); now taken in logs."""
+    from mixtures.strategies import temperature
+
+    weights = temperature({"a": 10**12, "b": 10**11, "c": 5}, 0.01)
+    assert weights["a"] == 1 and 0 <= weights["b"] < 1e-90 and weights["c"] == 0
+    assert temperature({"a": 400, "b": 100}, 2.0)["b"] == pytest.approx(0.5)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from millrace.artifacts import sha256_file
 from millrace.home import Home
 from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
 from pipeline.store.format import CELL_SCHEMA_VERSION, SCHEMA_VERSION, StoreManifest, write_stats_only_store
@@ -32,10 +33,10 @@ def make_store(home: Home, cells: dict[str, int], shards: int = 2, seed: int = 0
                 docs.append((doc, int(rng.integers(0, len(SOURCES)))))
                 written += length
             documents[cell].append(docs)
-    root = write_store(home, name, version, documents, SOURCES, vocab_size=VOCAB, eos_id=EOS, fingerprint="test",
-                       tokenizer_path="tokenizer/tokenizer.json")
-    write_tokenizer(root / "tokenizer" / "tokenizer.json")
-    return root
+    tokenizer = home.store(name, version) / "tokenizer" / "tokenizer.json"
+    write_tokenizer(tokenizer)  # first: store.json pins its fingerprint, which readers check
+    return write_store(home, name, version, documents, SOURCES, vocab_size=VOCAB, eos_id=EOS,
+                       fingerprint=sha256_file(tokenizer), tokenizer_path="tokenizer/tokenizer.json")
 
 
 def write_tokenizer(path: Path) -> None:

@@ -80,19 +80,19 @@ def test_transient_read_errors_are_retried_and_a_missing_object_is_named(copied,
     expected = batch_digest(MixtureStream(manifest, prefetch=0).batch(4))
     stream = remote_stream(manifest, url, s3, tmp_path, backoff_s=0.01)
     fs = stream._space.files.fs
-    real, failures = fs.cat_file, []
+    real, failures = fs._cat_file, []
 
-    def flaky(path, *args, **kwargs):
+    async def flaky(path, *args, **kwargs):  # the loader reads through the async call, under its deadline
         if len(failures) < 3:
             failures.append(path)
             raise ConnectionResetError("connection reset by peer")
-        return real(path, *args, **kwargs)
+        return await real(path, *args, **kwargs)
 
-    fs.cat_file = flaky
+    fs._cat_file = flaky
     try:
         assert batch_digest(stream.batch(4)) == expected and len(failures) == 3
     finally:
-        fs.cat_file = real
+        fs._cat_file = real
 
     victim = "millrace/stores/t/2026.01.01/cells/b/shard_00001.bin"
     body = fs.cat_file(victim)

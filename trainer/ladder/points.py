@@ -8,7 +8,7 @@ from typing import Any
 
 from millrace.errors import ConfigError
 from trainer.ladder.fit import Point
-from trainer.ladder.results import EVAL_FILE, final_eval, metric_value
+from trainer.ladder.results import EVAL_FILE, metric_value, recorded_final_eval
 
 
 def ladder_points(body: dict[str, Any], metric: str, revision: str, runs_root: Path) -> list[Point]:
@@ -19,8 +19,8 @@ def ladder_points(body: dict[str, Any], metric: str, revision: str, runs_root: P
         if result.get("revision") != revision or result.get("rung") not in {r["name"] for r in body["plan"]["rungs"]}:
             continue
         where = str(runs_root / result["run"] / EVAL_FILE)
-        points.append(Point(flops=float(result["flops"]), loss=metric_value(final_eval(runs_root / result["run"]),
-                                                                             metric, where),
+        final = recorded_final_eval(result, runs_root, str(body.get("ladder")))
+        points.append(Point(flops=float(result["flops"]), loss=metric_value(final, metric, where),
                             rung=result["rung"], seed=result.get("seed")))
     if not points:
         raise ConfigError(f"ladder {body.get('ladder')!r}: no trained rung of revision {revision!r} yet "

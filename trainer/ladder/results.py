@@ -4,16 +4,19 @@
 
     {"ladder", "file", "metric", "plan": {"rungs": [...], "target": {...}},
      "results": [{"rung", "revision", "seed", "run", "status", "flops", "tokens", "steps", "seconds",
-                  "final": <the last eval.jsonl line>, "curve": [{"step", "tokens", "loss", "bpb"}]}],
+                  "final": <the last eval.jsonl line>, "final_digest": <its sha256>, "curve": [{"step", "tokens", "loss", "bpb"}]}],
      "fits": {<revision>: <fit report, as `ladder fit --json`>},
      "comparison": <as `ladder compare --json`, or null>}
 
 A rung's metric is always its held-out evaluation (`runs/<run>/eval.jsonl`, written by the
-trainer's evaluation), never its training loss: a rung without one is an error naming the file.
+trainer's evaluation), never its training loss: a rung without one is an error naming the file, and one
+whose last line no longer matches `final_digest` (edited after the rung finished) is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,26 @@ def final_eval(run_dir: Path) -> dict[str, Any]:
         raise ArtifactError(f"{run_dir / EVAL_FILE}: no held-out evaluation; a ladder fits held-out loss, never "
                             "training loss (train the rung with evaluation on)")
     return evals[-1]
+
+
+def record_digest(record: dict[str, Any]) -> str:
+    """sha256 of one evaluation line as canonical JSON (NaN allowed: a diverged rung's line is still a line)."""
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def recorded_final_eval(result: dict[str, Any], runs_root: Path, ladder: str) -> dict[str, Any]:
+    """The rung's last evaluation line, checked against the digest its ladder.json result recorded when the
+    rung finished (`final_digest`; older ladders: the recorded `final` line itself). An eval.jsonl edited
+    afterwards is refused in one line naming it: an edited loss moved a prediction from 5.36 to 1.59."""
+    run_dir = runs_root / result["run"]
+    final = final_eval(run_dir)
+    expected = result.get("final_digest") or (record_digest(result["final"]) if result.get("final") else None)
+    if expected is not None and record_digest(final) != expected:
+        raise ArtifactError(f"{run_dir / EVAL_FILE}: its last evaluation differs from the one ladder {ladder!r} "
+                            f"recorded for rung {result.get('rung')!r} seed {result.get('seed')} (edited after the "
+                            "rung finished?); refusing to fit it; rerun `millrace ladder run` to record it again")
+    return final
 
 
 def curve(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from millrace.home import Home
 from trainer.config import TrainConfig
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
 from trainer.eval_records import read_eval
-from trainer.ladder.results import curve, read_ladder_or_empty, write_ladder
+from trainer.ladder.results import curve, read_ladder_or_empty, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 from trainer.metrics import read_run
 
@@ -71,7 +71,8 @@ def rung_result(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, see
     evals = read_eval(run_dir)
     return {"rung": rung.name, "revision": revision, "seed": seed, "run": run, "status": info.get("status"),
             "flops": rung.flops, "tokens": rung.tokens, "steps": info.get("total_steps"), "batch": rung.batch,
-            "seconds": seconds, "final": evals[-1] if evals else None, "curve": curve(evals)}
+            "seconds": seconds, "final": evals[-1] if evals else None,
+            "final_digest": record_digest(evals[-1]) if evals else None, "curve": curve(evals)}
 
 
 def train_rung(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int,

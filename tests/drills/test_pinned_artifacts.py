@@ -1,0 +1,156 @@
+"""Drill: a flipped byte in a trace parquet and an altered tokenizer.json. Both are pinned (the trace parts'
+sha256 in cell.json, the tokenizer's in store.json): `store verify` names the file, and `loader peek --decode`
+(which reads both) refuses in one line instead of printing another source's name or other text."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from millrace.cli import main as millrace
+from millrace.errors import ArtifactError
+from millrace.home import Home
+from pipeline.stages.tokenization import tokenizer_fingerprint, train_byte_level_bpe
+from pipeline.store.format import store_tokenizer
+from pipeline.store.trace import part_name, write_trace_part
+from tests.store_builder import write_store
+from tests.trainer.stores import build_mixture
+
+SOURCES = ["web", "books"]
+EOS = "<|endoftext|>"
+WORDS = ("river mill wheel water channel stone grain flour weir sluice race gate current bank meadow "
+         "miller season harvest bread oven").split()
+
+
+def documents(rng, count):
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(12, 40)))) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """A store with a trained tokenizer and the pipeline's trace parts, written with the store's own writers."""
+    root = tmp_path_factory.mktemp("drill-pins")
+    home = Home.resolve(root / "home")
+    rng = np.random.default_rng(0)
+    texts = {"c00q0": documents(rng, 40), "c01q1": documents(rng, 30)}
+    tokenizer_file = train_byte_level_bpe([t for cell in texts.values() for t in cell], 300, EOS, root / "tok.json")
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    eos = tokenizer.token_to_id(EOS)
+    store_dir = home.store("t", "2026.01.01")
+    cells, stats = {}, {}
+    for cell, cell_texts in texts.items():
+        docs = [(np.asarray(tokenizer.encode(text).ids + [eos], dtype=np.uint16), i % 2) for i, text in enumerate(cell_texts)]
+        lengths = np.asarray([len(d) for d, _ in docs], dtype=np.int64)
+        columns = {"shard": np.zeros(len(docs), np.int64), "document": np.arange(len(docs)),
+                   "token_start": np.concatenate([[0], np.cumsum(lengths)[:-1]]), "tokens": lengths,
+                   "source": [SOURCES[s] for _, s in docs], "id": [f"{cell}-{i}" for i in range(len(docs))],
+                   "origin": [f"/corpus/{cell}.jsonl"] * len(docs), "position": np.arange(1, len(docs) + 1)}
+        part = write_trace_part(store_dir / "cells" / cell, 0, columns, shards=1)
+        cells[cell], stats[cell] = [docs], {"trace": {"parts": [part]}}
+    write_store(home, "t", "2026.01.01", cells, SOURCES, vocab_size=tokenizer.get_vocab_size(), eos_id=eos,
+                fingerprint=tokenizer_fingerprint(tokenizer_file), tokenizer_path="tokenizer/tokenizer.json",
+                cell_stats=stats)
+    (store_dir / "tokenizer").mkdir()
+    shutil.copyfile(tokenizer_file, store_dir / "tokenizer" / "tokenizer.json")
+    build_mixture(home, tokens=32 * 8 * 4, seq_len=32, global_batch=8)
+    return home
+
+
+def flip_middle_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def alter_tokenizer(path):
+    """A valid tokenizer.json whose vocabulary maps one id to other text: decoding changes, parsing does not."""
+    body = json.loads(path.read_text())
+    vocab = body["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[100:102]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    path.write_text(json.dumps(body))
+
+
+def run(capsys, *args):
+    capsys.readouterr()
+    code = millrace(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("fault", ["trace part", "tokenizer"])
+def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine, tmp_path, capsys, fault):
+    home = Home.resolve(tmp_path / "home")
+    shutil.copytree(pristine.root, home.root)
+    store_dir = home.store("t", "2026.01.01")
+    if fault == "trace part":
+        target = store_dir / "cells" / "c00q0" / part_name(0)
+        flip_middle_byte(target)
+    else:
+        target = store_dir / "tokenizer" / "tokenizer.json"
+        alter_tokenizer(target)
+    before = target.read_bytes()
+
+    code, out, err = run(capsys, "--home", str(home.root), "store", "verify", "t/2026.01.01")
+    assert code != 0
+    assert f"FAIL {target}: sha256 differs" in out, out
+    assert "Traceback" not in err
+
+    code, out, err = run(capsys, "--home", str(home.root), "loader", "peek", "default", "--revision",
+                         "uniform-sampling", "--step", "0", "--decode", "--json")
+    if fault == "trace part":  # the tokenizer is fine: a step whose samples touch c00q0 reads its part
+        for step in range(1, 4):
+            if code != 0:
+                break
+            code, out, err = run(capsys, "--home", str(home.root), "loader", "peek", "default", "--revision",
+                                 "uniform-sampling", "--step", str(step), "--decode", "--json")
+    assert code == 2, out
+    assert str(target) in err and len(err.strip().splitlines()) == 1, err
+    assert target.read_bytes() == before, "reading must change nothing"
+    if fault == "tokenizer":
+        with pytest.raises(ArtifactError, match="differs from the fingerprint store.json pins"):
+            store_tokenizer(target)  # what evaluation (bits per byte) and samples read the tokenizer through
+
+
+def test_pristine_store_verifies_and_decodes_with_its_sources(pristine, capsys):
+    code, out, err = run(capsys, "--home", str(pristine.root), "store", "verify", "t/2026.01.01", "--json")
+    assert code == 0, out + err
+    code, out, err = run(capsys, "--home", str(pristine.root), "loader", "peek", "default", "--revision",
+                         "uniform-sampling", "--step", "0", "--decode", "--json")
+    assert code == 0, err
+    samples = json.loads(out)["samples"]
+    assert {d["source"] for s in samples for d in s["documents"]} <= set(SOURCES)
+    assert all(s["text"] for s in samples)
+
+
+@pytest.mark.slow  # trains the tiny model for two steps
+def test_the_run_page_says_where_its_prompts_came_from(pristine, tmp_path, capsys):
+    import tomllib
+
+    import tomli_w
+
+    from tests.drills.test_config_fuzz import REPO
+    from trainer.samples import read_samples
+
+    home = Home.resolve(tmp_path / "home")
+    shutil.copytree(pristine.root, home.root)
+    config = tomllib.loads((REPO / "trainer" / "configs" / "tiny.toml").read_text())
+    config["metrics"]["tensorboard"] = False
+    config["eval"] = {"enabled": False}
+    config["samples"] = {"prompts": "prompts.txt", "max_new_tokens": 4, "temperatures": [0.0]}
+    (tmp_path / "prompts.txt").write_text("the river mill\nflour and bread\n")
+    path = tmp_path / "prompted.toml"
+    path.write_text(tomli_w.dumps(config))
+    code, out, err = run(capsys, "--home", str(home.root), "train", "run", str(path), "--steps", "2", "--run",
+                         "prompted", "--no-progress")
+    assert code == 0, err
+    records = read_samples(home.run("prompted"))
+    source = str((tmp_path / "prompts.txt").resolve())
+    assert records and {r["prompt_source"] for r in records} == {source}
+    code, out, err = run(capsys, "--home", str(home.root), "report", "build", "--run", "prompted")
+    assert code == 0, err
+    page = (home.site / "runs" / "prompted" / "index.html").read_text()
+    assert f'"sources":[{json.dumps(source)}]' in page  # shown as "Prompts from: ..." under the completions

@@ -1,0 +1,196 @@
+"""Drill: a store on S3 (moto's server on loopback, its own process, stopped by PID) read through a small
+loopback proxy that injects faults into ranged reads: a connection reset, a server that never answers, a
+body cut short. Each read gives up after `read_timeout`, is retried by the loader alone (the proxy counts
+retries + 1 requests, not a product of s3fs's and botocore's retries; aiohttp reopens a reset keep-alive
+connection once), logs each retry, and ends in one line
+naming the object's URL and byte range. A damaged local cache entry is dropped and fetched again."""
+
+import http.client
+import logging
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from loader import MixtureStream
+from loader.files import ReadOptions
+from millrace.cli import main as millrace
+from millrace.errors import ArtifactError
+from tests.loader.batch_digest import batch_digest
+from tests.loader.helpers import make_manifest, make_store
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+CELLS = {"a": 20_000, "b": 6_000}
+URL = "s3://millrace/stores/t/2026.01.01"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("moto server did not start")
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+class FaultProxy(BaseHTTPRequestHandler):
+    """Forwards every request to moto; ranged GETs get `server.fault` instead (and are counted)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self._forward()
+
+    def do_PUT(self):
+        self._forward()
+
+    def do_GET(self):
+        fault = self.server.fault
+        if "Range" in self.headers:
+            self.server.ranged.append(self.path)
+            if fault == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return
+            if fault == "hang":
+                self.server.stop.wait(30)
+                self.close_connection = True
+                return
+        self._forward(truncate=fault == "truncate" and "Range" in self.headers)
+
+    def _forward(self, truncate=False):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        upstream = http.client.HTTPConnection(*self.server.upstream, timeout=10)
+        upstream.request(self.command, self.path, body=body or None,
+                         headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+        response = upstream.getresponse()
+        data = response.read()
+        self.send_response(response.status)
+        for key, value in response.getheaders():
+            if key.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2] if truncate else data)
+        if truncate:  # the body stops half-way and the connection stays open: a stall, as on a bad link
+            self.wfile.flush()
+            self.server.stop.wait(30)
+            self.close_connection = True
+        upstream.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(moto_endpoint):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FaultProxy)
+    server.daemon_threads = True
+    server.upstream = ("127.0.0.1", int(moto_endpoint.rsplit(":", 1)[1]))
+    server.fault, server.ranged, server.stop = None, [], threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def copied(moto_endpoint, tmp_path_factory):
+    import boto3
+    from millrace.home import Home
+
+    for key, value in CREDENTIALS.items():
+        os.environ.setdefault(key, value)
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                 aws_secret_access_key="testing").create_bucket(Bucket="millrace")
+    home = Home.resolve(tmp_path_factory.mktemp("remote-faults"))
+    store = make_store(home, CELLS, shards=2)
+    manifest = make_manifest(home, store, [{"a": 24, "b": 8}], seq_len=64)
+    assert millrace(["--home", str(home.root), "store", "copy", "t/2026.01.01", URL, "--option=key=testing",
+                     "--option=secret=testing",
+                     f"--option=client_kwargs={{\"endpoint_url\": \"{moto_endpoint}\"}}"]) == 0
+    return manifest
+
+
+def through(proxy) -> dict:
+    port = proxy.server_address[1]
+    return {"key": "testing", "secret": "testing",
+            "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}}
+
+
+def stream(manifest, proxy, cache, **options) -> MixtureStream:
+    return MixtureStream(manifest, store_url=URL, storage_options=through(proxy), prefetch=0,
+                         read_options=ReadOptions(cache_dir=cache, **options))
+
+
+@pytest.mark.parametrize("fault", ["reset", "hang", "truncate"])
+def test_a_faulty_server_is_retried_in_one_layer_then_named(copied, proxy, tmp_path, caplog, fault):
+    proxy.fault, proxy.ranged[:] = None, []
+    reader = stream(copied, proxy, tmp_path / "cache", retries=1, backoff_s=0.05, read_timeout=1.5)
+    proxy.fault = fault
+    caplog.set_level(logging.WARNING, logger="loader.files")
+    try:
+        with pytest.raises(ArtifactError) as caught:
+            reader.batch(0)
+    finally:
+        proxy.fault = None
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{URL}/cells/") and " bytes [" in message and "after 2 attempts" in message, message
+    if fault != "reset":
+        assert "stalled: no complete answer within read_timeout 1.5s" in message, message
+    first = proxy.ranged[0]
+    # retries + 1 requests: no layer below retried on its own (it was s3fs's 5 x 5 over botocore's). A reset
+    # keep-alive connection is reopened once by aiohttp, for an idempotent GET: at most 2 per attempt.
+    assert proxy.ranged.count(first) == 2 if fault != "reset" else 2 <= proxy.ranged.count(first) <= 4, proxy.ranged
+    name = first.rsplit("/", 1)[1]
+    retries = [r for r in caplog.records if "retry" in r.getMessage() and name in r.getMessage()]
+    assert len(retries) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_a_damaged_cache_entry_is_fetched_again_not_blamed_on_the_object(copied, proxy, tmp_path, caplog):
+    proxy.fault, proxy.ranged[:] = None, []
+    expected = batch_digest(MixtureStream(copied, prefetch=0).batch(0))
+    cache = tmp_path / "cache"
+    assert batch_digest(stream(copied, proxy, cache).batch(0)) == expected
+    fetched = len(proxy.ranged)
+    entries = sorted(cache.glob("*.chunk"), key=lambda p: p.stat().st_size)
+    victim = entries[-1]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    caplog.set_level(logging.WARNING, logger="loader.files")
+    assert batch_digest(stream(copied, proxy, cache).batch(0)) == expected  # a new process: cold memory cache
+    assert len(proxy.ranged) > fetched, "the damaged chunk is fetched again"
+    assert any(str(victim) in r.getMessage() and "local disk" in r.getMessage() for r in caplog.records)
+    assert victim.exists() and victim.read_bytes() != bytes(data), "the entry is replaced by good bytes"
