@@ -1,0 +1,48 @@
+"""Counting device-to-host reads on a CPU, where none of them costs anything.
+
+On a GPU each read blocks the host until the device catches up: `.item()`, `float(t)`, `int(t)`, `bool(t)`
+(all `aten._local_scalar_dense`), `.tolist()` and `.cpu()`. On a CPU they are free and some never reach the
+dispatcher (`.tolist()`, `.cpu()` of a CPU tensor), so the count wraps those two methods and watches the
+dispatcher for the scalar reads. What is counted is each call the code makes, the number a GPU would pay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+WRAPPED = ("tolist", "cpu")
+
+
+class _ScalarReads(TorchDispatchMode):
+    def __init__(self, counts: Counter):
+        super().__init__()
+        self.counts = counts
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.counts["item"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def counting_host_reads(monkeypatch):
+    """Yields a Counter of host reads by kind ("item", "tolist", "cpu") made inside the block."""
+    counts: Counter = Counter()
+    originals = {name: getattr(torch.Tensor, name) for name in WRAPPED}
+
+    def wrap(name):
+        def read(self, *args, **kwargs):
+            counts[name] += 1
+            return originals[name](self, *args, **kwargs)
+
+        return read
+
+    with monkeypatch.context() as patch:
+        for name in WRAPPED:
+            patch.setattr(torch.Tensor, name, wrap(name))
+        with _ScalarReads(counts):
+            yield counts
