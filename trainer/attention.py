@@ -34,11 +34,14 @@ def resolve_backend(choice: str, device: torch.device) -> str:
     return backend
 
 
-def dense_document_mask(segment_ids: torch.Tensor) -> torch.Tensor:
-    """[b, 1, L, L] boolean: query i may attend key j iff j <= i and both are in the same document."""
+def dense_document_mask(segment_ids: torch.Tensor, queries: int | None = None) -> torch.Tensor:
+    """[b, 1, Q, L] boolean: query i may attend key j iff j <= i and both are in the same document. The
+    queries are the last Q of the L tokens (all of them by default; the new ones when keys are cached)."""
     length = segment_ids.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    queries = length if queries is None else queries
+    key = torch.arange(length, device=segment_ids.device)
+    causal = key[None, :] <= key[length - queries :, None]
+    same = segment_ids[:, length - queries :, None] == segment_ids[:, None, :]
     return (same & causal)[:, None]
 
 
