@@ -226,3 +226,37 @@ def test_the_automatic_loss_chunk_keeps_cpu_logits_under_the_mmap_threshold():
     chunk = loss_chunk_tokens(0, 8192, torch.device("cpu"))
     assert chunk == 512 and chunk * 8192 * 4 <= CPU_CHUNK_BYTES
     assert loss_chunk_tokens(0, 10**7, torch.device("cpu")) == 64
+
+
+def test_flex_attention_compiles_once_per_shape_bucket(monkeypatch):
+    """Evaluation batches, a last partial batch and other lengths reuse one compiled kernel per bucket (the
+    compile counter stands in for inductor, which CUDA uses: the shape guards are the same), and padding
+    to the bucket changes nothing against SDPA."""
+    from torch._dynamo.testing import CompileCounter
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from trainer import attention
+
+    kernel_compiles, mask_compiles = CompileCounter(), CompileCounter()
+    kernel = torch.compile(flex_attention, dynamic=False, backend=kernel_compiles)
+    masks = torch.compile(attention.create_block_mask, dynamic=False, backend=mask_compiles)
+    monkeypatch.setattr(attention, "flex_kernel", lambda device: kernel)
+    torch._dynamo.reset()
+    flex_model, sdpa_model = tiny_model(), tiny_model()
+    flex_model.config = flex_model.config.model_copy(update={"attention": "flex"})
+    for batch, length in [(4, 24), (3, 57), (4, 128), (4, 200)]:  # the last in bucket 256
+        generator = torch.Generator().manual_seed(batch * length)
+        ids = torch.randint(0, 96, (batch, length), generator=generator)
+        segments = torch.cumsum(torch.rand(batch, length, generator=generator) < 0.08, 1).to(torch.int32)
+        starts = torch.cat([torch.ones(batch, 1, dtype=torch.bool), segments[:, 1:] != segments[:, :-1]], 1)
+        index = torch.arange(length).expand(batch, length)
+        positions = index - torch.cummax(torch.where(starts, index, 0), 1).values  # 0 at each document start
+        with torch.no_grad():
+            flex_logits, _ = flex_model(ids, positions, segments)
+            sdpa_logits, _ = sdpa_model(ids, positions, segments)
+        torch.testing.assert_close(flex_logits, sdpa_logits, rtol=1e-5, atol=1e-5)
+    assert kernel_compiles.frame_count == 2  # buckets (4, 128) and (4, 256)
+    monkeypatch.setattr(attention, "create_block_mask", masks)
+    for batch, length in [(4, 100), (3, 30), (4, 128)]:
+        attention.block_document_mask(torch.zeros(batch, length, dtype=torch.int32))
+    assert mask_compiles.frame_count == 1
