@@ -260,3 +260,16 @@ def test_flex_attention_compiles_once_per_shape_bucket(monkeypatch):
     for batch, length in [(4, 100), (3, 30), (4, 128)]:
         attention.block_document_mask(torch.zeros(batch, length, dtype=torch.int32))
     assert mask_compiles.frame_count == 1
+
+
+def test_document_attention_pairs_are_the_pairs_the_mask_leaves():
+    from trainer.flops import attention_flops_per_token, document_attention_pairs, masked_attention_flops
+    from trainer.config import TrainConfig
+
+    generator = torch.Generator().manual_seed(5)
+    segments = torch.cumsum(torch.rand(3, 300, generator=generator) < 0.05, 1).to(torch.int32)
+    segments[1] = 7  # one document filling the row
+    assert document_attention_pairs(segments.numpy()) == int(dense_document_mask(segments).sum())
+    config = TrainConfig(model=ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96))
+    whole_row = masked_attention_flops(config, document_attention_pairs(segments[1:2].numpy())) / 300
+    assert whole_row == pytest.approx(attention_flops_per_token(config, 300), rel=1 / 300)
