@@ -273,3 +273,29 @@ def test_document_attention_pairs_are_the_pairs_the_mask_leaves():
     config = TrainConfig(model=ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96))
     whole_row = masked_attention_flops(config, document_attention_pairs(segments[1:2].numpy())) / 300
     assert whole_row == pytest.approx(attention_flops_per_token(config, 300), rel=1 / 300)
+
+
+def test_moe_combine_matches_a_per_token_reference_forward_and_backward():
+    """The k outputs of a token are put back by a permutation and summed (no atomic adds): the value and
+    the gradients are those of the per-token formula y = shared(x) + Σ_k gate_k · expert_k(x)."""
+    moe = tiny_model(seed=2).moe_layers()[0]
+    x = torch.randn(2, 12, 32, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    y = moe(x)
+    with torch.no_grad():
+        selected, _, _ = moe.router(x)
+    _, gates, _ = moe.router(x)
+    flat, experts = x.reshape(-1, 32), moe.experts
+    rows = []
+    for token in range(flat.shape[0]):
+        row = flat[token]
+        out = moe.shared(row[None])[0] if moe.shared is not None else torch.zeros_like(row)
+        for slot, expert in enumerate(selected[token].tolist()):
+            hidden = F.silu(row @ experts.w1[expert]) * (row @ experts.w3[expert])
+            out = out + gates[token, slot] * (hidden @ experts.w2[expert])
+        rows.append(out)
+    reference = torch.stack(rows).view_as(y)
+    torch.testing.assert_close(y, reference, rtol=1e-5, atol=1e-6)
+    params = [x, experts.w1, moe.router.weight]
+    for got, want in zip(torch.autograd.grad(y.square().sum(), params),
+                         torch.autograd.grad(reference.square().sum(), params)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
