@@ -131,14 +131,16 @@ def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> tor
 
 
 def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
-    stats, squared = [], 0.0
-    for index, block in enumerate(model.layers):
-        if block.is_moe:
-            bias = block.ffn.router.expert_bias.detach().double()
-            layer_squared, norm, max_abs = torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()]).tolist()
-            squared += layer_squared
-            stats.append({"layer": index, "norm": norm, "max_abs": max_abs})
-    return stats, squared
+    """Per MoE layer the bias's norm and largest entry, and Σ bias² over layers: one host read for all."""
+    biases = [(index, block.ffn.router.expert_bias.detach().double())
+              for index, block in enumerate(model.layers) if block.is_moe]
+    if not biases:
+        return [], 0.0
+    figures = torch.stack([torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()])
+                           for _, bias in biases]).tolist()
+    stats = [{"layer": index, "norm": norm, "max_abs": max_abs}
+             for (index, _), (_, norm, max_abs) in zip(biases, figures)]
+    return stats, sum(layer_squared for layer_squared, _, _ in figures)
 
 
 def planned_tokens_per_cell(stream: MixtureStream) -> dict[str, int]:
