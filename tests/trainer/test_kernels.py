@@ -257,7 +257,7 @@ def test_flex_attention_compiles_once_per_shape_bucket(monkeypatch):
         torch.testing.assert_close(flex_logits, sdpa_logits, rtol=1e-5, atol=1e-5)
     assert kernel_compiles.frame_count == 2  # buckets (4, 128) and (4, 256)
     monkeypatch.setattr(attention, "create_block_mask", masks)
-    for batch, length in [(4, 100), (3, 30), (4, 128)]:
+    for batch, length in [(3, 30), (4, 128)]:  # one padded, one exact: one compilation
         attention.block_document_mask(torch.zeros(batch, length, dtype=torch.int32))
     assert mask_compiles.frame_count == 1
 

@@ -44,11 +44,11 @@ def test_cached_generation_equals_full_recompute_greedy_and_seeded():
     output_rows = []
     model.output.register_forward_hook(lambda module, args, out: output_rows.append(args[0].shape[1]))
     with torch.no_grad():
-        cached = complete(model, prompts, temperatures, generators(1), 12, torch.device("cpu"), eos_id=None)
-        assert output_rows == [1] * 12  # the prompt forward and each new token: logits of one position only
-        reference = recomputed(model, prompts, temperatures, generators(1), 12, eos_id=None)
+        cached = complete(model, prompts, temperatures, generators(1), 8, torch.device("cpu"), eos_id=None)
+        assert output_rows == [1] * 8  # the prompt forward and each new token: logits of one position only
+        reference = recomputed(model, prompts, temperatures, generators(1), 8, eos_id=None)
     assert [tokens for tokens, _ in cached] == [tokens for tokens, _ in reference]
-    assert all(len(tokens) == 12 for tokens, _ in cached)
+    assert all(len(tokens) == 8 for tokens, _ in cached)
     assert any(cached[row][0] != cached[row + 3][0] for row in range(3))  # the seeded rows really sample
     for (_, got), (_, want) in zip(cached, reference):
         assert abs(got - want) < 1e-5
@@ -58,10 +58,10 @@ def test_cached_generation_stops_at_eos_like_the_recompute():
     model = tiny_model(seed=4).eval()
     temperatures = [1.0, 1.0, 1.0]
     with torch.no_grad():
-        first = complete(model, PROMPTS, temperatures, generators(2), 10, torch.device("cpu"), eos_id=None)
+        first = complete(model, PROMPTS, temperatures, generators(2), 6, torch.device("cpu"), eos_id=None)
         eos = first[0][0][2]  # a token row 0 draws third: it stops there
-        cached = complete(model, PROMPTS, temperatures, generators(2), 10, torch.device("cpu"), eos_id=eos)
-        reference = recomputed(model, PROMPTS, temperatures, generators(2), 10, eos_id=eos)
+        cached = complete(model, PROMPTS, temperatures, generators(2), 6, torch.device("cpu"), eos_id=eos)
+        reference = recomputed(model, PROMPTS, temperatures, generators(2), 6, eos_id=eos)
     assert cached[0][0][-1] == eos and len(cached[0][0]) <= 3
     assert [tokens for tokens, _ in cached] == [tokens for tokens, _ in reference]
     for (_, got), (_, want) in zip(cached, reference):
