@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test bench venv system-packages clean
+.PHONY: demo test bench venv system-packages clean gpu-wheels
 
 # What millrace needs to run (`make demo`); the tests and benches add the `dev` extras on top.
 $(RUN_STAMP): pyproject.toml
@@ -41,6 +41,17 @@ test: $(DEV_STAMP) system-packages
 
 bench: $(DEV_STAMP)
 	$(BIN)/python -m bench
+
+# The wheels bench/gpu_mfu_device.sh installs on a GPU machine without network (its own Python and torch):
+# for CPython $(GPU_PYTHON) on manylinux x86-64, into $(GPU_WHEELS)/ (ignored by git).
+GPU_PYTHON ?= 3.12
+GPU_WHEELS ?= .whl
+gpu-wheels:
+	rm -rf $(GPU_WHEELS)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d $(GPU_WHEELS) -r bench/gpu_wheels.txt
+	du -sh $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) millrace-data

@@ -1,10 +1,13 @@
 """MFU of the trainer on one GPU (prepared for a lent H200): a ~1B-total MoE in bf16, the real path.
 
-Not part of `make bench` (it needs a CUDA GPU). Run on the GPU machine from the repo root:
+Not part of `make bench` (it needs a CUDA GPU). On a GPU machine with its own Python and CUDA
+torch but none of millrace's other dependencies and no network, `make gpu-wheels` here first,
+then there from the repo root (`bench/gpu_mfu_device.sh` installs `.whl/` into a target
+directory and runs this script with the arguments given):
 
-    PYTHONUNBUFFERED=1 python bench/gpu_mfu.py --out "$OUT"      # about 3 minutes
-    python bench/gpu_mfu.py --out "$OUT" --compile --activation-checkpointing full
-    python bench/gpu_mfu.py --smoke                                # CPU check that the script runs
+    bash bench/gpu_mfu_device.sh --out "$OUT"                      # about 3 minutes
+    bash bench/gpu_mfu_device.sh --out "$OUT" --compile --activation-checkpointing full
+    bash bench/gpu_mfu_device.sh --smoke                           # CPU check that the script runs
 
 It writes a small synthetic store (Zipf tokens, documents of 8-96 tokens, the store's
 own ShardWriter), builds a mixture with the mixtures room's `mix new` + `mix build`,
@@ -12,7 +15,9 @@ and trains the SHAPE below with `trainer.train`: the loader feeds the GPU, bf16
 autocast, grouped expert matmuls on padded groups, FlexAttention document masks
 (`[model] attention = "auto"`), chunked fp32 loss, bias rule, metrics. It reports
 tokens/s and MFU (FLOPs/token x tokens/s / peak, median over the steps after
-warm-up) against the peak the trainer chose (`run.json`: the device table's bf16
+warm-up; attention counted over the pairs the document mask leaves, which for these
+short documents is a few percent of the full causal count the trainer's own `mfu`
+metric uses: that figure is kept as `mfu_full_causal`) against the peak the trainer chose (`run.json`: the device table's bf16
 dense figure, or a labelled measured fallback), MFU against a measured 8192^3 bf16
 matmul as a second reference, and the peak GPU memory. Results go to stdout and,
 with --out, gpu_mfu.json. Without CUDA (and without --smoke) it exits 2 with a message.
@@ -79,7 +84,8 @@ def main() -> int:
     from millrace.home import Home
     from tests.trainer.stores import build_mixture, make_store
     from trainer.config import load_train_config
-    from trainer.flops import count_params, flops_per_token
+    from loader import MixtureStream
+    from trainer.flops import count_params, document_attention_pairs, flops_per_token, masked_attention_flops
     from trainer.loop import train
     from trainer.metrics import read_metrics, read_run
 
@@ -101,8 +107,8 @@ def main() -> int:
         started = time.time()
         store_tokens = args.seq_len * args.batch * args.steps // 6 + 10 * args.seq_len  # read ~6 epochs (cap is 8)
         make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, vocab=vocab)
-        build_mixture(home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len,
-                      global_batch=args.batch)
+        manifest = build_mixture(home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len,
+                                 global_batch=args.batch)
         logging.info("store and mixture ready in %.1fs", time.time() - started)
         config_path = Path(tmp) / "gpu_mfu.toml"
         config_path.write_text(tomli_w.dumps(shape))
@@ -110,8 +116,11 @@ def main() -> int:
         result = train(config_path, home, steps=args.steps, run="gpu-mfu")
         records = read_metrics(result.run_dir)[args.warmup:]
         run_record = read_run(result.run_dir)
+        pairs = [document_attention_pairs(batch.segment_ids) for batch in MixtureStream(manifest).iterate(0, args.steps)]
     params = count_params(config)
-    per_token = flops_per_token(config, args.seq_len)
+    full_causal = flops_per_token(config, args.seq_len)
+    attention = masked_attention_flops(config, sum(pairs)) / (args.steps * args.batch * args.seq_len)
+    per_token = 6.0 * params.active_matmul + attention
     tokens_per_second = statistics.median(r["tokens_per_second"] for r in records)
     report = {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
@@ -122,9 +131,12 @@ def main() -> int:
         "seq_len": args.seq_len,
         "batch": args.batch,
         "flops_per_token": per_token,
+        "attention_flops_per_token": attention,
+        "flops_per_token_full_causal": full_causal,
         "tokens_per_second": tokens_per_second,
         "kernels": {"attention": args.attention, **shape["train"]},
-        "mfu": statistics.median(r["mfu"] for r in records),
+        "mfu": per_token * tokens_per_second / run_record["peak_flops_per_device"],
+        "mfu_full_causal": statistics.median(r["mfu"] for r in records),
         "peak_flops": run_record["peak_flops_per_device"],
         "peak_flops_source": run_record["peak_flops_source"],
         "data_wait_fraction": statistics.median(r["data_wait_fraction"] for r in records),

@@ -1,7 +1,8 @@
 """Aux-loss-free load balancing: the rule that moves each MoE layer's selection bias.
 
 Once per optimizer step, with the step's per-expert token counts summed over
-micro-batches and all-reduced over ranks (so every rank applies the same update):
+micro-batches and all-reduced over ranks (all layers in one all-reduce, so every rank
+applies the same update):
 
     bias += rate · sign(mean_load − load);  bias −= mean(bias)
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -41,28 +43,29 @@ class LayerLoad:
         }
 
 
-def global_counts(layer: MoE, group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """This step's token counts per expert, summed over the data-parallel ranks."""
-    counts = layer.step_counts.clone()
+def step_totals(layers: list[tuple[int, MoE]], group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """[layers, n_experts + 2] float64 on the device: each layer's token counts per expert, then its router
+    entropy sum and token count, since the last step, summed over the data-parallel ranks in one all-reduce."""
+    totals = torch.stack([torch.cat([layer.step_counts.double(), layer.router.step_entropy.double()])
+                          for _, layer in layers])
     if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(counts, group=group)
-    return counts
+        dist.all_reduce(totals, group=group)
+    return totals
 
 
-def load_stats(layer_index: int, counts: torch.Tensor, entropy_sum: float = 0.0, tokens: float = 0.0) -> LayerLoad:
-    counts = counts.double()
-    total = counts.sum().item()
-    n = counts.numel()
-    fractions = (counts / total) if total else torch.zeros_like(counts)
+def load_stats(layer_index: int, counts: np.ndarray, entropy_sum: float = 0.0, tokens: float = 0.0) -> LayerLoad:
+    """A layer's load figures from its host-side counts (no device reads)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    total = float(counts.sum())
+    n = counts.size
+    fractions = counts / total if total else np.zeros_like(counts)
     mean = total / n if n else 0.0
-    violation = (counts.max().item() - mean) / mean if mean else 0.0
     positive = fractions[fractions > 0]
-    entropy = float(-(positive * positive.log()).sum() / math.log(n)) if n > 1 else 1.0
     return LayerLoad(
         layer=layer_index,
         load=[round(float(f), 6) for f in fractions],
-        max_violation=float(violation),
-        entropy=entropy,
+        max_violation=float((counts.max() - mean) / mean) if mean else 0.0,
+        entropy=float(-(positive * np.log(positive)).sum() / math.log(n)) if n > 1 else 1.0,
         dead_experts=int((counts == 0).sum()),
         router_entropy=entropy_sum / tokens / math.log(n) if tokens and n > 1 else 0.0,
     )
@@ -79,15 +82,17 @@ def update_bias(layer: MoE, counts: torch.Tensor, rate: float) -> None:
 
 
 def balance_step(layers: list[tuple[int, MoE]], rate: float) -> list[LayerLoad]:
-    """After an optimizer step: measure each layer's load, move its bias, reset the counters."""
-    stats = []
-    for index, layer in layers:
-        counts = global_counts(layer)
-        entropy = layer.router.step_entropy.clone()
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(entropy)
-        stats.append(load_stats(index, counts, float(entropy[0]), float(entropy[1])))
-        update_bias(layer, counts, rate)
+    """After an optimizer step: measure each layer's load, move its bias, reset the counters.
+
+    One all-reduce and one device-to-host read for all layers together: the bias moves on the device,
+    the figures are computed from a single host copy (not a read per layer, let alone per expert)."""
+    if not layers:
+        return []
+    totals = step_totals(layers)
+    for row, (_, layer) in enumerate(layers):
+        update_bias(layer, totals[row, :-2], rate)
         layer.step_counts.zero_()
         layer.router.step_entropy.zero_()
-    return stats
+    host = totals.cpu().numpy()
+    return [load_stats(index, host[row, :-2], float(host[row, -2]), float(host[row, -1]))
+            for row, (index, _) in enumerate(layers)]

@@ -4,12 +4,15 @@ FLOPs per token follow the usual training estimate: 6 FLOPs per active matmul
 parameter (forward 2, backward 4; the input embedding is a lookup, not a matmul)
 plus attention's score and value products, 2·2·q_dim·L per layer forward, times 3
 for forward + backward, halved because a causal mask skips half the pairs:
-6 · n_layers · q_dim · seq_len.
+6 · n_layers · q_dim · seq_len. This is an upper bound for packed documents: the
+document mask leaves only each document's own causal pairs (`document_attention_pairs`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from trainer.config import TrainConfig
 from trainer.layout import ProposedLayout, propose_layout
@@ -70,6 +73,24 @@ def count_params(config: TrainConfig) -> ParamCount:
 def attention_flops_per_token(config: TrainConfig, seq_len: int) -> float:
     m = config.model
     return 6.0 * m.n_layers * m.n_heads * m.resolved_head_dim * seq_len
+
+
+def document_attention_pairs(segment_ids: np.ndarray) -> int:
+    """The (query, key) pairs a document-causal mask leaves of packed rows [b, L]: Σ n(n+1)/2 over the
+    documents (runs of one segment id), the work FlexAttention's block mask lets the kernel do."""
+    segment_ids = np.asarray(segment_ids)
+    starts = np.ones(segment_ids.shape, dtype=bool)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    lengths = np.diff(np.append(np.flatnonzero(starts.reshape(-1)), segment_ids.size))
+    return int((lengths * (lengths + 1) // 2).sum())
+
+
+def masked_attention_flops(config: TrainConfig, pairs: int) -> float:
+    """Training FLOPs (forward + backward) of attention over `pairs` unmasked pairs: the score and value
+    products, 2·2·q_dim per pair per layer forward, times 3. Over one whole causal row of L tokens this is
+    `attention_flops_per_token` (up to the diagonal)."""
+    m = config.model
+    return 12.0 * m.n_layers * m.n_heads * m.resolved_head_dim * pairs
 
 
 def flops_per_token(config: TrainConfig, seq_len: int) -> float:

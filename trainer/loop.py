@@ -108,34 +108,40 @@ def build_optimizer(model: Transformer, config: TrainConfig) -> torch.optim.Adam
     )
 
 
-def squared_norm(tensors, runtime: Runtime) -> float:
-    """Σ x² over tensors whose elements each live on exactly one rank (FSDP or expert shards)."""
+def squared_norm_on_device(tensors, runtime: Runtime) -> torch.Tensor:
+    """Σ x² (float64, on the device) over tensors whose elements each live on exactly one rank (FSDP or
+    expert shards)."""
     total = torch.zeros((), dtype=torch.float64, device=runtime.device)
     for tensor in tensors:
         total += local_tensor(tensor).detach().double().pow(2).sum()
-    return float(runtime.all_reduce(total))
+    return runtime.all_reduce(total)
 
 
-def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> float:
-    """Gradient norm over gradient-trained parameters only (the bias has no gradient), then clip."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    norm = math.sqrt(squared_norm(grads, runtime))
-    if max_norm > 0 and norm > max_norm:
-        scale = max_norm / (norm + 1e-6)
-        for grad in grads:
-            local_tensor(grad).mul_(scale)
+def squared_norm(tensors, runtime: Runtime) -> float:
+    return float(squared_norm_on_device(tensors, runtime))
+
+
+def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> torch.Tensor:
+    """Gradient norm over gradient-trained parameters only (the bias has no gradient), then clip, all on
+    the device (a scale of min(1, max_norm / norm)): the host reads the norm with the step's other figures."""
+    grads = [local_tensor(p.grad) for p in model.parameters() if p.grad is not None]
+    norm = squared_norm_on_device(grads, runtime).sqrt()
+    if max_norm > 0 and grads:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0).to(grads[0].dtype))
     return norm
 
 
 def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
-    stats, squared = [], 0.0
-    for index, block in enumerate(model.layers):
-        if block.is_moe:
-            bias = block.ffn.router.expert_bias.detach().double()
-            layer_squared, norm, max_abs = torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()]).tolist()
-            squared += layer_squared
-            stats.append({"layer": index, "norm": norm, "max_abs": max_abs})
-    return stats, squared
+    """Per MoE layer the bias's norm and largest entry, and Σ bias² over layers: one host read for all."""
+    biases = [(index, block.ffn.router.expert_bias.detach().double())
+              for index, block in enumerate(model.layers) if block.is_moe]
+    if not biases:
+        return [], 0.0
+    figures = torch.stack([torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()])
+                           for _, bias in biases]).tolist()
+    stats = [{"layer": index, "norm": norm, "max_abs": max_abs}
+             for (index, _), (_, norm, max_abs) in zip(biases, figures)]
+    return stats, sum(layer_squared for layer_squared, _, _ in figures)
 
 
 def planned_tokens_per_cell(stream: MixtureStream) -> dict[str, int]:
@@ -183,7 +189,11 @@ def to_device(batch: Batch, device: torch.device, rows: slice = slice(None)) -> 
     }
     if batch.sources is not None:
         tensors["sources"] = torch.from_numpy(batch.sources)
-    return {k: v[rows].to(device, non_blocking=True) for k, v in tensors.items()}
+    if device.type != "cuda":
+        return {k: v[rows] for k, v in tensors.items()}
+    # A non-blocking copy is asynchronous only from pinned memory (from the loader's pageable arrays it
+    # is a synchronous one): stage each array in pinned memory (torch's caching host allocator) first.
+    return {k: v[rows].pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}
 
 
 @dataclass
@@ -463,16 +473,18 @@ def train_step(training: Training, batches, step: int, observers: RunObservers) 
         group["lr"] = lr
     global_tokens = float(data["labels"].numel() * runtime.world)
     acc = forward_backward(training, data, global_tokens, observers)
-    grad_norm = clip_gradients(model, config.optimizer.grad_clip, runtime)
+    norm = clip_gradients(model, config.optimizer.grad_clip, runtime)
     acc.reduce(runtime)
-    loss = float(acc.loss[0] / acc.loss[1])
+    # The step's one device-to-host read (the balance figures are another): loss, gradient norm, cell tokens.
+    loss_sum, loss_tokens, grad_norm, *cell_tokens = torch.cat([acc.loss, norm[None], acc.cells[1]]).tolist()
+    loss = loss_sum / loss_tokens
     skipped = observers.skip(step + 1, loss, grad_norm)
     if not skipped:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     loads = balance_step(training.moe_layers, 0.0 if skipped else config.moe.bias_update_rate)
     # The reduced per-cell token counts (rows x seq_len per cell) are the step's realised tokens per cell.
-    training.state.advance(int(global_tokens), acc.cells[1].tolist())
+    training.state.advance(int(global_tokens), cell_tokens)
     return StepResult(step=step + 1, phase=batch.phase, loss=loss, lr=lr,
                       grad_norm=grad_norm, global_tokens=int(global_tokens), waited=waited,
                       elapsed=time.perf_counter() - t0, loads=loads, acc=acc, skipped=skipped)

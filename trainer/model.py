@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from trainer.attention import DocumentMask, attend, document_mask, resolve_backend
 from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
+from trainer.kv_cache import KVCache, LayerCache
 from trainer.loss import chunked_cross_entropy, loss_chunk_tokens
 from trainer.moe import MoE, SwiGLU, replaying
 
@@ -76,12 +77,15 @@ class Attention(nn.Module):
         self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: DocumentMask) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: DocumentMask,
+                cache: LayerCache | None = None) -> torch.Tensor:
         b, length, _ = x.shape
         q = self.wq(x).view(b, length, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v)
         out = attend(q, k, v, mask)
         return self.wo(out.transpose(1, 2).reshape(b, length, -1))
 
@@ -98,11 +102,13 @@ class Block(nn.Module):
         self.checkpointed = False  # activation checkpointing: keep the input, recompute the rest in backward
         self.run = self.residual  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
 
-    def residual(self, x, cos, sin, mask) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), cos, sin, mask)
+    def residual(self, x, cos, sin, mask, cache: LayerCache | None = None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin, mask, cache)
         return x + self.ffn(self.ffn_norm(x))
 
-    def forward(self, x, cos, sin, mask) -> torch.Tensor:
+    def forward(self, x, cos, sin, mask, cache: LayerCache | None = None) -> torch.Tensor:
+        if cache is not None:  # generation: eager (a compiled block would recompile for every cache length)
+            return self.residual(x, cos, sin, mask, cache)
         if self.checkpointed and torch.is_grad_enabled():
             return checkpoint(self.run, x, cos, sin, mask, use_reentrant=False, context_fn=self.recompute_contexts)
         return self.run(x, cos, sin, mask)
@@ -167,17 +173,25 @@ class Transformer(nn.Module):
     def moe_layers(self) -> list[MoE]:
         return [block.ffn for block in self.layers if block.is_moe]
 
-    def forward(self, input_ids, positions, segment_ids, labels=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids, positions, segment_ids, labels=None,
+                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [b, L, V], or with `labels` the fp32 per-token losses [b, L] (chunked: no full logits are
-        kept), and the summed router auxiliary losses.
+        kept), and the summed router auxiliary losses. With a `cache` (generation) the tokens are appended
+        to it, attend to everything cached, and only the last position's logits are made: [b, 1, V].
 
         The loss runs inside `forward` so that a sharded output weight is gathered for it like any other."""
         x = self.embed(input_ids)
         angles = positions.float()[:, None, :, None] * self.inv_freq
         cos, sin = angles.cos(), angles.sin()
-        mask = document_mask(segment_ids, resolve_backend(self.config.attention, input_ids.device))
-        for block in self.layers:
-            x = block(x, cos, sin, mask)
+        if cache is None:
+            mask = document_mask(segment_ids, resolve_backend(self.config.attention, input_ids.device))
+            for block in self.layers:
+                x = block(x, cos, sin, mask)
+        else:
+            mask = cache.extend(segment_ids)
+            for block, layer_cache in zip(self.layers, cache.layers, strict=True):
+                x = block(x, cos, sin, mask, layer_cache)
+            x = x[:, -1:]
         aux = sum((m.aux_loss for m in self.moe_layers() if m.aux_loss is not None), x.new_zeros((), dtype=torch.float32))
         if labels is not None:
             chunk = loss_chunk_tokens(self.kernels.loss_chunk_tokens, self.output.weight.shape[0], x.device)

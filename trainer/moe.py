@@ -11,7 +11,8 @@ Routed experts run as one grouped matrix multiply (`torch._grouped_mm`) over the
 tokens sorted by expert where the backend supports it, else as a loop over
 experts; both paths compute the same thing (tested). Under expert parallelism the
 sorted tokens travel to the rank that owns their expert with an all-to-all and
-come back the same way.
+come back the same way. The k expert outputs of a token are summed in a fixed order
+(no atomic `index_add`), so a step is bit-reproducible on a GPU as on a CPU.
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ class RoutedExperts(nn.Module):
         """`x` [T, d] sorted by (local) expert; `counts` [n_local] tokens per expert."""
         w1, w3, w2 = (local_tensor(w) for w in (self.w1, self.w3, self.w2))
         if torch.is_autocast_enabled(x.device.type):
+            # `_grouped_mm` is on no autocast list, so the cast autocast gives every Linear weight is made here,
+            # once per forward like theirs. Under FSDP with `param_dtype = "bfloat16"` the gathered weights
+            # are already bf16 (MixedPrecisionPolicy casts at the all-gather) and `.to` returns them as they are.
             dtype = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = (t.to(dtype) for t in (x, w1, w3, w2))
         if self.grouped and grouped_mm_supported(x, w1, w2):
@@ -229,17 +233,19 @@ class MoE(nn.Module):
         flat = x.reshape(batch * length, d)
         experts = selected.reshape(-1)
         order = torch.argsort(experts, stable=True)
-        token_of = order // self.config.top_k
         counts = tokens_per_expert(experts, self.config.n_routed_experts)
         if self.counting:
             self.step_counts += counts.detach().to(self.step_counts.dtype)
-        routed = flat[token_of]
+        # Each token's k copies, gathered in expert order and put back by a permutation (one write per row)
+        # then summed over k: no atomic adds forward or backward, so the result is bit-reproducible on a GPU.
+        top_k = self.config.top_k
+        routed = flat[:, None].expand(-1, top_k, -1).reshape(-1, d)[order]
         if self.parallel.world > 1:
             out = self.dispatch_and_compute(routed, counts)
         else:
             out = self.experts(routed, counts)
         out = out.to(flat.dtype) * gates.reshape(-1)[order, None].to(flat.dtype)
-        y = torch.zeros_like(flat).index_add_(0, token_of, out)
+        y = out.new_empty(out.shape).index_copy(0, order, out).view(-1, top_k, d).sum(1)
         if self.shared is not None:
             y = y + self.shared(flat)
         return y.reshape(batch, length, d)
@@ -252,8 +258,9 @@ class MoE(nn.Module):
         recv_counts = torch.empty(ep.world * local, dtype=counts.dtype, device=counts.device)
         dist.all_to_all_single(recv_counts, counts.contiguous(), group=ep.group)
         recv_counts = recv_counts.reshape(ep.world, local)
-        send_splits = counts.reshape(ep.world, local).sum(1).tolist()
-        recv_splits = recv_counts.sum(1).tolist()
+        # The splits must be host integers: one read for both directions.
+        splits = torch.stack([counts.reshape(ep.world, local).sum(1), recv_counts.sum(1)]).tolist()
+        send_splits, recv_splits = splits
         received = all_to_all_single(
             routed.new_empty(sum(recv_splits), routed.shape[1]), routed.contiguous(), recv_splits, send_splits, ep.group
         )

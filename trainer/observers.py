@@ -113,7 +113,8 @@ class RunObservers:
         aux = self.runtime.all_reduce(self.aux.clone()) / max(self.forwards * self.runtime.world, 1)
         self.aux.zero_()
         self.forwards = 0
-        extras = {"aux_loss": float(aux[0]), "z_loss": float(aux[1]), "skipped": skipped,
+        aux_loss, z_loss = aux.tolist()
+        extras = {"aux_loss": aux_loss, "z_loss": z_loss, "skipped": skipped,
                   "skipped_steps": self.health.skipped_total, **memory_stats(self.runtime.device)}
         extras["alerts"] = self.health.check({**record, **extras}, time.time())
         return extras

@@ -5,7 +5,8 @@ Prompts are a file (`.jsonl` with `id` and `prompt`, or plain text: one prompt p
 in name order, its first held-out document's opening tokens). Each prompt is completed at
 every temperature of `[samples] temperatures` (default 0 and 0.2): 0 is greedy, others sample
 with a generator seeded by (seed, prompt index, temperature index), so a rerun writes the
-same completions. All prompts and temperatures go through the model as one batch. Every
+same completions. All prompts and temperatures go through the model as one batch, with a KV
+cache (`trainer.kv_cache`): one forward per new token of one position per row. Every
 rank runs the same generation (the model's sharded layers need all ranks in step); rank 0
 writes. The completion's mean log-probability is taken under the
 untempered model.
@@ -26,6 +27,7 @@ from millrace.errors import ConfigError
 from pipeline.store.format import store_tokenizer
 from trainer.config import SamplesConfig
 from trainer.evaluation import cell_groups, inference
+from trainer.kv_cache import KVCache
 from trainer.metrics import open_resumed
 from trainer.model import Transformer
 
@@ -115,15 +117,10 @@ def file_prompts(path: Path, text: TokenText) -> list[Prompt]:
     return prompts
 
 
-@torch.no_grad()
-def complete(model: Transformer, prompts: list[list[int]], temperatures: list[float], generators: list[torch.Generator],
-             max_new_tokens: int, device: torch.device, eos_id: int | None) -> list[tuple[list[int], float]]:
-    """Complete every prompt at once (row i: prompts[i] at temperatures[i] with generators[i]).
-
-    Rows are left-padded; the padding is a segment of its own, so the document mask keeps every
-    prompt from seeing it and positions start at 0 at each prompt, as in training. A full forward
-    per new token (no cache: prompts and completions are short). Returns, per row, the new ids up
-    to and including EOS, and their mean log-probability under the untempered model."""
+def left_padded(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, positions, segment ids) [rows, width]: each prompt right-aligned, its padding a segment of its
+    own (0, the prompt 1) so the document mask keeps the prompt from seeing it, positions from 0 at the
+    prompt's first token as in training."""
     rows, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.zeros(rows, width, dtype=torch.int64)
     segments = torch.zeros(rows, width, dtype=torch.int32)
@@ -133,25 +130,48 @@ def complete(model: Transformer, prompts: list[list[int]], temperatures: list[fl
         ids[row, pad:] = torch.tensor(prompt)
         segments[row, pad:] = 1
         positions[row, pad:] = torch.arange(len(prompt), dtype=torch.int32)
+    return ids, positions, segments
+
+
+def choose(last: torch.Tensor, temperatures: list[float], generators: list[torch.Generator]) -> torch.Tensor:
+    """Each row's next token from its fp32 logits [rows, V] on the host: greedy at temperature 0, else a
+    draw from the tempered distribution with the row's own generator."""
+    chosen = torch.empty(len(temperatures), dtype=torch.int64)
+    for row, (temperature, generator) in enumerate(zip(temperatures, generators)):
+        if temperature == 0:
+            chosen[row] = torch.argmax(last[row])
+        else:
+            chosen[row] = torch.multinomial(torch.softmax(last[row] / temperature, dim=-1), 1, generator=generator)
+    return chosen
+
+
+@torch.no_grad()
+def complete(model: Transformer, prompts: list[list[int]], temperatures: list[float], generators: list[torch.Generator],
+             max_new_tokens: int, device: torch.device, eos_id: int | None) -> list[tuple[list[int], float]]:
+    """Complete every prompt at once (row i: prompts[i] at temperatures[i] with generators[i]).
+
+    One forward over the left-padded prompts fills a `KVCache`; then each new token is a forward of one
+    position that attends to the cache, and only the last position's logits are made (a full-vocabulary
+    row per prompt, not one per position). One host read per new token: the logits the generators draw
+    from. Returns, per row, the new ids up to and including EOS, and their mean log-probability under the
+    untempered model."""
+    ids, positions, segments = left_padded(prompts)
+    rows = len(prompts)
+    cache = KVCache(len(model.layers), ids.shape[1] + max_new_tokens)
+    logits, _ = model(ids.to(device), positions.to(device), segments.to(device), cache=cache)
+    next_positions = positions[:, -1:] + 1
+    new_segments = segments[:, -1:].to(device)
     new = torch.zeros(rows, 0, dtype=torch.int64)
     logprobs = torch.zeros(rows, 0, dtype=torch.float64)
-    for _ in range(max_new_tokens):
-        logits, _ = model(ids.to(device), positions.to(device), segments.to(device))
+    for index in range(max_new_tokens):
         last = logits[:, -1].float().cpu()
-        log_probs = torch.log_softmax(last, dim=-1)
-        chosen = torch.empty(rows, dtype=torch.int64)
-        for row, (temperature, generator) in enumerate(zip(temperatures, generators)):
-            if temperature == 0:
-                chosen[row] = torch.argmax(last[row])
-            else:
-                chosen[row] = torch.multinomial(torch.softmax(last[row] / temperature, dim=-1), 1, generator=generator)
+        chosen = choose(last, temperatures, generators)
         new = torch.cat([new, chosen[:, None]], 1)
-        logprobs = torch.cat([logprobs, log_probs.gather(1, chosen[:, None]).double()], 1)
-        ids = torch.cat([ids, chosen[:, None]], 1)
-        segments = torch.cat([segments, segments[:, -1:]], 1)
-        positions = torch.cat([positions, positions[:, -1:] + 1], 1)
-        if eos_id is not None and bool((new == eos_id).any(1).all()):
+        logprobs = torch.cat([logprobs, torch.log_softmax(last, dim=-1).gather(1, chosen[:, None]).double()], 1)
+        if index + 1 == max_new_tokens or (eos_id is not None and bool((new == eos_id).any(1).all())):
             break
+        logits, _ = model(chosen[:, None].to(device), next_positions.to(device), new_segments, cache=cache)
+        next_positions = next_positions + 1
     results = []
     for row in range(rows):
         tokens = new[row].tolist()

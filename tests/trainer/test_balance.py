@@ -1,5 +1,8 @@
 """Aux-loss-free balancing: the rule moves a buffer, never a trained parameter."""
 
+import math
+
+import pytest
 import torch
 
 from trainer.balance import balance_step
@@ -72,3 +75,34 @@ def test_bias_is_a_buffer_outside_the_optimizer_and_the_gradient_norm():
     before = [b.clone() for b in biases]
     optimizer.step()
     assert all(torch.equal(a, b) for a, b in zip(before, biases))  # only the rule moves the bias
+
+
+def test_balance_stats_of_every_layer_come_to_the_host_in_one_read(monkeypatch):
+    """At 535B a read per expert per layer was ~15,000 host syncs per step; all layers now share one."""
+    from tests.trainer.host_reads import counting_host_reads
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=16, n_layers=4, n_heads=2, n_kv_heads=1, vocab_size=32, n_dense_layers=1),
+                        MoEConfig(n_routed_experts=8, top_k=2, expert_ffn_dim=16))
+    model.init_weights(0)
+    with torch.no_grad():
+        model.moe_layers()[1].router.weight[3] += 1.0  # one skewed layer
+        ids = torch.randint(0, 32, (3, 16))
+        model(ids, torch.arange(16).expand(3, 16), torch.zeros_like(ids))
+    layers = [(i, block.ffn) for i, block in enumerate(model.layers) if block.is_moe]
+    counts = [layer.step_counts.clone() for _, layer in layers]
+    entropy = [layer.router.step_entropy.clone() for _, layer in layers]
+    with counting_host_reads(monkeypatch) as reads:
+        loads = balance_step(layers, 0.01)
+    assert sum(reads.values()) == 1, reads
+    assert [load.layer for load in loads] == [1, 2, 3]
+    for load, count, (entropy_sum, tokens) in zip(loads, counts, entropy):
+        fractions = count.double() / count.sum()
+        assert load.load == [round(f, 6) for f in fractions.tolist()]
+        assert load.max_violation == pytest.approx(float(count.max() / count.mean() - 1))
+        assert load.dead_experts == int((count == 0).sum())
+        assert load.router_entropy == pytest.approx(float(entropy_sum / tokens) / math.log(8))
+        assert 0 < load.entropy <= 1
+    assert loads[1].max_violation > loads[0].max_violation
+    for _, layer in layers:
+        assert not layer.step_counts.any() and layer.router.expert_bias.abs().sum() > 0

@@ -226,3 +226,76 @@ def test_the_automatic_loss_chunk_keeps_cpu_logits_under_the_mmap_threshold():
     chunk = loss_chunk_tokens(0, 8192, torch.device("cpu"))
     assert chunk == 512 and chunk * 8192 * 4 <= CPU_CHUNK_BYTES
     assert loss_chunk_tokens(0, 10**7, torch.device("cpu")) == 64
+
+
+def test_flex_attention_compiles_once_per_shape_bucket(monkeypatch):
+    """Evaluation batches, a last partial batch and other lengths reuse one compiled kernel per bucket (the
+    compile counter stands in for inductor, which CUDA uses: the shape guards are the same), and padding
+    to the bucket changes nothing against SDPA."""
+    from torch._dynamo.testing import CompileCounter
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from trainer import attention
+
+    kernel_compiles, mask_compiles = CompileCounter(), CompileCounter()
+    kernel = torch.compile(flex_attention, dynamic=False, backend=kernel_compiles)
+    masks = torch.compile(attention.create_block_mask, dynamic=False, backend=mask_compiles)
+    monkeypatch.setattr(attention, "flex_kernel", lambda device: kernel)
+    torch._dynamo.reset()
+    flex_model, sdpa_model = tiny_model(), tiny_model()
+    flex_model.config = flex_model.config.model_copy(update={"attention": "flex"})
+    for batch, length in [(4, 24), (3, 57), (4, 128), (4, 200)]:  # the last in bucket 256
+        generator = torch.Generator().manual_seed(batch * length)
+        ids = torch.randint(0, 96, (batch, length), generator=generator)
+        segments = torch.cumsum(torch.rand(batch, length, generator=generator) < 0.08, 1).to(torch.int32)
+        starts = torch.cat([torch.ones(batch, 1, dtype=torch.bool), segments[:, 1:] != segments[:, :-1]], 1)
+        index = torch.arange(length).expand(batch, length)
+        positions = index - torch.cummax(torch.where(starts, index, 0), 1).values  # 0 at each document start
+        with torch.no_grad():
+            flex_logits, _ = flex_model(ids, positions, segments)
+            sdpa_logits, _ = sdpa_model(ids, positions, segments)
+        torch.testing.assert_close(flex_logits, sdpa_logits, rtol=1e-5, atol=1e-5)
+    assert kernel_compiles.frame_count == 2  # buckets (4, 128) and (4, 256)
+    monkeypatch.setattr(attention, "create_block_mask", masks)
+    for batch, length in [(3, 30), (4, 128)]:  # one padded, one exact: one compilation
+        attention.block_document_mask(torch.zeros(batch, length, dtype=torch.int32))
+    assert mask_compiles.frame_count == 1
+
+
+def test_document_attention_pairs_are_the_pairs_the_mask_leaves():
+    from trainer.flops import attention_flops_per_token, document_attention_pairs, masked_attention_flops
+    from trainer.config import TrainConfig
+
+    generator = torch.Generator().manual_seed(5)
+    segments = torch.cumsum(torch.rand(3, 300, generator=generator) < 0.05, 1).to(torch.int32)
+    segments[1] = 7  # one document filling the row
+    assert document_attention_pairs(segments.numpy()) == int(dense_document_mask(segments).sum())
+    config = TrainConfig(model=ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96))
+    whole_row = masked_attention_flops(config, document_attention_pairs(segments[1:2].numpy())) / 300
+    assert whole_row == pytest.approx(attention_flops_per_token(config, 300), rel=1 / 300)
+
+
+def test_moe_combine_matches_a_per_token_reference_forward_and_backward():
+    """The k outputs of a token are put back by a permutation and summed (no atomic adds): the value and
+    the gradients are those of the per-token formula y = shared(x) + Σ_k gate_k · expert_k(x)."""
+    moe = tiny_model(seed=2).moe_layers()[0]
+    x = torch.randn(2, 12, 32, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    y = moe(x)
+    with torch.no_grad():
+        selected, _, _ = moe.router(x)
+    _, gates, _ = moe.router(x)
+    flat, experts = x.reshape(-1, 32), moe.experts
+    rows = []
+    for token in range(flat.shape[0]):
+        row = flat[token]
+        out = moe.shared(row[None])[0] if moe.shared is not None else torch.zeros_like(row)
+        for slot, expert in enumerate(selected[token].tolist()):
+            hidden = F.silu(row @ experts.w1[expert]) * (row @ experts.w3[expert])
+            out = out + gates[token, slot] * (hidden @ experts.w2[expert])
+        rows.append(out)
+    reference = torch.stack(rows).view_as(y)
+    torch.testing.assert_close(y, reference, rtol=1e-5, atol=1e-6)
+    params = [x, experts.w1, moe.router.weight]
+    for got, want in zip(torch.autograd.grad(y.square().sum(), params),
+                         torch.autograd.grad(reference.square().sum(), params)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

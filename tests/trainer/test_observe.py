@@ -102,8 +102,8 @@ def poison_forward(monkeypatch, at_calls):
     original = Transformer.forward
     calls = {"n": 0}
 
-    def forward(self, *args):
-        logits, aux = original(self, *args)
+    def forward(self, *args, **kwargs):
+        logits, aux = original(self, *args, **kwargs)
         if self.training:
             calls["n"] += 1
             if calls["n"] in at_calls:
