@@ -21,6 +21,7 @@ from mixtures.apportion import Infeasible, apportion
 from mixtures.catalog import load_named
 from mixtures.cells import CellTable, is_pattern
 from mixtures.manifest import (
+    DOCUMENT_RUN,
     MANIFEST_KIND,
     MANIFEST_SCHEMA_VERSION,
     Ancestor,
@@ -228,6 +229,7 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         seq_len=revision.seq_len,
         global_batch=revision.global_batch,
         epoch_cap=revision.epoch_cap,
+        document_run=parent.manifest.document_run if parent is not None else DOCUMENT_RUN,
         cells=cells,
         phases=phases,
         total_sequences=position,
