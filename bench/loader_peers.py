@@ -30,7 +30,8 @@ from bench.result import memory_mb
 SYSTEMS = ("millrace", "millrace-lean", "mosaicml", "litdata", "megatron")
 MODULES = {"millrace": ["loader", "loader.torch_dataset"], "millrace-lean": ["loader", "loader.torch_dataset"],
            "mosaicml": ["streaming"], "litdata": ["litdata"],
-           "megatron": ["megatron.core.datasets.blended_megatron_dataset_builder", "megatron.core.datasets.gpt_dataset"]}
+           "megatron": ["megatron.core.datasets.blended_megatron_dataset_builder",
+                        "megatron.core.datasets.gpt_dataset"]}
 
 
 def import_system(system: str) -> None:
@@ -150,8 +151,8 @@ class Loader:
     def _open_litdata(self) -> None:
         from litdata import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, TokensLoader
 
-        datasets = [StreamingDataset(str(self.root / "litdata" / cell), item_loader=TokensLoader(block_size=SEQ_LEN + 1),
-                                     shuffle=True, seed=SEED) for cell in CELLS]
+        datasets = [StreamingDataset(str(self.root / "litdata" / cell), shuffle=True, seed=SEED,
+                                     item_loader=TokensLoader(block_size=SEQ_LEN + 1)) for cell in CELLS]
         combined = CombinedStreamingDataset(datasets, seed=SEED, weights=[share for _, share in CELLS.values()],
                                             iterate_over_all=False)
         self.loader = StreamingDataLoader(combined, batch_size=GLOBAL_BATCH, num_workers=self.workers,

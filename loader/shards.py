@@ -185,7 +185,8 @@ class Pieces:
         tokens = self.tokens[taken]
         row, column = np.divmod(np.cumsum(tokens) - tokens, width)  # pieces fill each window exactly
         inside = column < seq_len
-        return row[inside] * seq_len + column[inside], (self.sources[taken[inside]].astype(np.int32) if self.sources is not None else None)
+        sources = None if self.sources is None else self.sources[taken[inside]].astype(np.int32)
+        return row[inside] * seq_len + column[inside], sources
 
 
 class CellShards:

@@ -245,7 +245,7 @@ class MixtureStream:
         return self._step
 
     def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1,
-                gathered: bool = False) -> Iterator[Batch]:
+                gathered: bool = False) -> Iterator[Batch | Gathered]:
         """Batches start_step, start_step + stride, ... below end_step (default: from the current state to
         the end; a stride above 1 is one data-loader worker's share of the steps); with `gathered`, each as
         its unpacked `Gathered` form (for `pack` in another process).

@@ -7,8 +7,8 @@ loader's state and the trainer's checkpoints pin.
 Semantics the loader relies on:
 - A sample is `seq_len + 1` tokens: a cell's documents are concatenated (EOS already
   after each; in shard order, each block of `document_block` documents of a shard
-  reordered by a keyed permutation of its runs of `document_run` documents per epoch) and cut into windows of `seq_len` tokens
-  that overlap by one, so `sequences_available = (available_tokens - 1) // seq_len`.
+  reordered by a keyed permutation of its runs of `document_run` documents per epoch) and cut
+  into windows of `seq_len` tokens that overlap by one, so `sequences_available = (available_tokens - 1) // seq_len`.
 - Phases are contiguous in global sample positions; phase p covers positions
   [start_position, start_position + sequences). `sequences` is a multiple of
   `global_batch`, so no batch straddles two phases; step s covers positions

@@ -91,8 +91,8 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
             name=store.name, version=store.version, manifest_hash=body["content_hash"], stats_only=store.stats_only),
         tokenizer_fingerprint=None if store.stats_only else "test", dtype=store.dtype,
         eos_id=None if store.stats_only else EOS, seed=seed, seq_len=seq_len, global_batch=global_batch,
-        epoch_cap=8.0, document_block=document_block, document_run=document_run, cells=cells, phases=built_phases, total_sequences=position,
-        total_steps=position // global_batch)
+        epoch_cap=8.0, document_block=document_block, document_run=document_run, cells=cells, phases=built_phases,
+        total_sequences=position, total_steps=position // global_batch)
     path = manifest_path(home, store.name, store.version, mixture, revision)
     write_manifest(path, manifest)
     return path
