@@ -4,8 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench venv system-packages clean gpu-wheels
+.PHONY: demo test bench bench-deps venv system-packages clean gpu-wheels
 
 # What millrace needs to run (`make demo`); the tests and benches add the `dev` extras on top.
 $(RUN_STAMP): pyproject.toml
@@ -39,7 +40,19 @@ system-packages:
 test: $(DEV_STAMP) system-packages
 	$(BIN)/python -m pytest -q
 
-bench: $(DEV_STAMP)
+# The loader bench's peers. Their dependency lists would replace the CPU torch with a CUDA build, pull a
+# torchvision that does not load against it (`operator torchvision::nms does not exist`), and pin numpy < 2.2 and
+# transformers < 5; so they go in without those lists, then with what they import for local text datasets,
+# torch pinned. MosaicML imports torchvision only for its vision datasets (bench/bench_loader.py skips them).
+$(BENCH_STAMP): $(DEV_STAMP)
+	echo "torch==2.13.0" > $(VENV)/torch-pin.txt
+	$(BIN)/pip install -q -c $(VENV)/torch-pin.txt --no-deps mosaicml-streaming==0.13.0 litdata==0.2.76
+	$(BIN)/pip install -q -c $(VENV)/torch-pin.txt lightning-utilities brotli python-snappy zstd pillow 'transformers>=5'
+	touch $(BENCH_STAMP)
+
+bench-deps: $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 # The wheels bench/gpu_mfu_device.sh installs on a GPU machine without network (its own Python and torch):

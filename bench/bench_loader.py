@@ -14,6 +14,10 @@
 4. The reference-scale stats-only manifest (18.75T tokens, 200 cells, built by the
    mixtures room's `build` from its shipped synthetic stats): open + first batch,
    resident memory, `peek` at step 390,000, against the issue's limits.
+5. The peers users would pick instead (`bench.loader_peers`): MosaicML streaming and litdata on copies of the
+   same cells' tokens in their formats, megatron-core, and millrace, at 0 and WORKERS DataLoader workers: open,
+   first batch, tokens/s, peak memory, resume at RESUME_STEP (exact or not), mixing error. Printed as a table
+   on stderr; millrace's full output against the faster of MosaicML and litdata are results.
 """
 
 from __future__ import annotations
@@ -32,20 +36,28 @@ from bench.result import ROOT
 from bench.result import run_child as child
 
 EOS = 0
-VOCAB = 50_000
+VOCAB = 48_001
 SEQ_LEN = 4096
 GLOBAL_BATCH = 32
 SEED = 7
-# cell -> (available tokens, share of the schedule); the small cells repeat for several epochs.
-CELLS = {"web": (40_000_000, 0.50), "code": (16_000_000, 0.20), "books": (10_000_000, 0.15),
-         "math": (4_000_000, 0.10), "wiki": (2_000_000, 0.04), "tiny": (500_000, 0.01)}
-# 640,000 samples (2.6B tokens, about 36 passes over the store): Megatron's indices grow with the
-# schedule, ours do not.
-SCHEDULE_STEPS = 20_000
-MEASURE_STEPS = 60
+# cell -> (available tokens, share of the schedule). Each cell's tokens come from its own slice of the vocabulary
+# (`cell_of`), so every system's batches say which cell each row came from. Sized so that no cell runs out in the
+# steps litdata's weighted mix reads (it stops when any of its datasets does).
+CELLS = {"web": (13_000_000, 0.50), "code": (5_500_000, 0.20), "books": (4_200_000, 0.15),
+         "math": (2_800_000, 0.10), "wiki": (1_200_000, 0.04), "tiny": (400_000, 0.01)}
+SLICE = (VOCAB - 1) // len(CELLS)
+SCHEDULE_STEPS = 5_000
+MEASURE_STEPS = 30
 ROUNDS = 2
+RESUME_STEP = 150  # the late step every system resumes at (MosaicML and litdata must read up to it once)
+WORKERS = 2
 REFERENCE_STEP = 390_000
 ONE_CORE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def cell_of(rows: np.ndarray) -> np.ndarray:
+    """The cell index of each row of token windows (any system's), from its slice of the vocabulary."""
+    return (np.asarray(rows).max(axis=1) - 1) // SLICE
 
 
 # ---- the bench store and manifest ------------------------------------------------------
@@ -53,17 +65,18 @@ ONE_CORE = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREAD
 
 def build_mixture(home) -> tuple[Path, list[str], list[int]]:
     """A real store (one shard per cell) and a manifest drawing CELLS' shares; returns shard prefixes too."""
-    from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
+    from mixtures.manifest import (DOCUMENT_RUN, BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path,
+                                   write_manifest)
     from pipeline.store.format import (CellManifest, CellSummary, ShardTable, ShardWriter, StoreManifest,
                                        TokenizerInfo, write_cell_manifest, write_store_manifest)
 
     rng = np.random.default_rng(0)
     root = home.store("bench", "2026.01.01")
     summaries, pinned, prefixes = {}, {}, []
-    for cell, (tokens, _) in CELLS.items():
+    for number, (cell, (tokens, _)) in enumerate(CELLS.items()):
         prefix = root / "cells" / cell / "shard_00000"
         writer = ShardWriter(prefix, np.uint16, durable=False)
-        stream = rng.integers(1, VOCAB, size=tokens, dtype=np.uint16)
+        stream = rng.integers(1 + number * SLICE, 1 + (number + 1) * SLICE, size=tokens, dtype=np.uint16)
         lengths = np.minimum(rng.geometric(1 / 600, size=tokens // 100 + 1), 20_000)
         ends = np.cumsum(lengths)
         ends = np.append(ends[ends < tokens], tokens)
@@ -90,7 +103,7 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
         mixture="bench", revision="r1", revision_hash="sha256:bench",
         store=StoreRef(name="bench", version="2026.01.01", manifest_hash=store_hash, stats_only=False),
         tokenizer_fingerprint="bench", dtype="uint16", eos_id=EOS, seed=SEED, seq_len=SEQ_LEN,
-        global_batch=GLOBAL_BATCH, epoch_cap=100.0, cells=cells,
+        global_batch=GLOBAL_BATCH, epoch_cap=100.0, document_run=DOCUMENT_RUN, cells=cells,
         phases=[ManifestPhase(name="main", token_budget=total * SEQ_LEN, start_position=0, sequences=total,
                               start_step=0, steps=SCHEDULE_STEPS, counts=counts,
                               declared_weights={c: s for c, (_, s) in CELLS.items()})],
@@ -195,11 +208,10 @@ def child_raw(manifest: str) -> dict:
     return {"tokens_per_s": tokens / elapsed, "copy_tokens_per_s": tokens / copy_elapsed}
 
 
-def child_megatron(prefixes_json: str, weights_json: str, cache: str) -> dict:
-    import torch
+def megatron_dataset(manifest: str, cache: str):
+    """megatron-core's GPTDataset blend over the bench store's shards at the cells' shares, built by
+    `BlendedMegatronDatasetBuilder` (its indices cached under `cache`; torch.distributed gloo, world 1)."""
     import torch.distributed as dist
-
-    torch.set_num_threads(1)
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.tokenizers import MegatronTokenizerBase
@@ -214,15 +226,30 @@ def child_megatron(prefixes_json: str, weights_json: str, cache: str) -> dict:
         eod = EOS
         pad = -1
 
-    dist.init_process_group("gloo", init_method=f"file://{cache}/pg-{os.getpid()}", rank=0, world_size=1)
-    base, anon = memory_mb("VmRSS"), memory_mb("RssAnon")
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"file://{cache}/pg-{os.getpid()}", rank=0, world_size=1)
+    store = Path(manifest).parents[3]
+    prefixes = [str(store / "cells" / cell / "shard_00000") for cell in CELLS]
     config = GPTDatasetConfig(
-        random_seed=SEED, sequence_length=SEQ_LEN, blend=(json.loads(prefixes_json), json.loads(weights_json)),
+        random_seed=SEED, sequence_length=SEQ_LEN, blend=(prefixes, [share for _, share in CELLS.values()]),
         split="1,0,0", path_to_cache=cache, tokenizer=Tokenizer(), reset_position_ids=True,
         reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
+    return BlendedMegatronDatasetBuilder(GPTDataset, [SCHEDULE_STEPS * GLOBAL_BATCH, 0, 0], lambda: True,
+                                         config).build()[0]
+
+
+def child_megatron(manifest: str, cache: str) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    base, anon = memory_mb("VmRSS"), memory_mb("RssAnon")
+    import megatron.core.datasets.gpt_dataset  # noqa: F401  (imported before the clock starts, as for the others)
+
+    base, anon = memory_mb("VmRSS"), memory_mb("RssAnon")
     start = time.perf_counter()
-    train = BlendedMegatronDatasetBuilder(GPTDataset, [SCHEDULE_STEPS * GLOBAL_BATCH, 0, 0], lambda: True,
-                                          config).build()[0]
+    train = megatron_dataset(manifest, cache)
     built = time.perf_counter()
 
     def batch(step: int) -> dict:
@@ -283,26 +310,72 @@ def run_child(*args: str) -> dict:
     return child("bench.bench_loader", args, {**os.environ, **ONE_CORE, "PYTHONWARNINGS": "ignore"})
 
 
+def peer_table(root: Path, manifest: Path) -> dict[tuple[str, int], dict]:
+    """Every system at 0 and WORKERS workers (`bench.loader_peers`): the best of ROUNDS runs, then a resume."""
+    from bench.loader_peers import SYSTEMS
+
+    cases = [(system, workers) for system in SYSTEMS for workers in (0, WORKERS)
+             if not (system == "millrace-lean" and workers)]
+    runs: dict[tuple[str, int], list[dict]] = {case: [] for case in cases}
+    for _ in range(ROUNDS):  # alternate the systems: the machine's load drifts
+        for system, workers in cases:
+            runs[system, workers].append(peer_child("run", system, str(workers), str(root), str(manifest)))
+    table = {}
+    for case, results in runs.items():
+        best = best_run([{k: v for k, v in r.items() if k != "digest"} for r in results])
+        resumed = peer_child("resume", case[0], str(case[1]), str(root), str(manifest))
+        straight = results[-1]["digest"]
+        exact = ("yes" if resumed["digest"] == straight else
+                 "rows reordered" if resumed["digest"][1] == straight[1] else "no")
+        table[case] = {**best, "resume_s": resumed["resume_s"], "exact": exact}
+    return table
+
+
+def print_table(table: dict[tuple[str, int], dict], converted: dict) -> None:
+    """Every system's row, on stderr (stdout carries the results, JSON lines with --json)."""
+    names = {"millrace": "millrace, full output (ids, labels, segments, positions, sources)",
+             "millrace-lean": "millrace, without sources", "mosaicml": "MosaicML streaming (MDS, py1e, proportions)",
+             "litdata": "litdata (CombinedStreamingDataset weights, TokensLoader)",
+             "megatron": "megatron-core GPTDataset blend (warm index cache)"}
+    print(f"  {'system':<66} {'workers':>7} {'open s':>7} {'first s':>8} {'tokens/s':>9} {'peak MB':>8} "
+          f"{'resume s':>9} {'exact resume':>14} {'mix err':>8}", file=sys.stderr)
+    for (system, workers), row in table.items():
+        print(f"  {names[system]:<66} {workers:>7} {row['open_s']:>7.3f} {row['first_batch_s']:>8.3f} "
+              f"{row['tokens_per_s']:>9.3g} {row['peak_mb']:>8.0f} {row['resume_s']:>9.3f} {row['exact']:>14} "
+              f"{row['mix_error']:>8.1f}", file=sys.stderr)
+    print(f"  (resume at step {RESUME_STEP}; mixing error: the largest |rows drawn - share x rows| over the cells in "
+          f"steps [0, {RESUME_STEP}); converting the store to MDS took {converted['mds_s']:.1f} s, to litdata "
+          f"{converted['litdata_s']:.1f} s)", file=sys.stderr)
+
+
+def peer_child(*args: str) -> dict:
+    return child("bench.loader_peers", args, {**os.environ, **ONE_CORE, "PYTHONWARNINGS": "ignore"})
+
+
 def main() -> list[Result]:
     from millrace.home import Home
 
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
         home = Home.resolve(Path(tmp) / "home")
-        manifest, prefixes, weights = build_mixture(home)
+        manifest, prefixes, _ = build_mixture(home)
         for prefix in prefixes:  # warm the page cache for every system alike
             with open(prefix + ".bin", "rb") as handle:
                 while handle.read(1 << 24):
                     pass
+        peers = Path(tmp) / "peers"
+        converted = peer_child("convert", str(home.store("bench", "2026.01.01")), str(peers))
         runs: dict[str, list[dict]] = {"raw": [], "ours": [], "megatron": [], "megatron-warm": []}
         for round_index in range(ROUNDS):  # alternate the systems: the machine's load drifts
             runs["raw"].append(run_child("raw", str(manifest)))
             runs["ours"].append(run_child("millrace", str(manifest)))
-            cache = Path(tmp) / f"megatron-cache-{round_index}"  # a fresh cache: Megatron builds its indices
-            cache.mkdir()
-            runs["megatron"].append(run_child("megatron", json.dumps(prefixes), json.dumps(weights), str(cache)))
+            # a fresh cache: Megatron builds its indices (round 0's stays, warm, for the peers' table)
+            cache = peers / "megatron" if round_index == 0 else Path(tmp) / f"megatron-cache-{round_index}"
+            runs["megatron"].append(run_child("megatron", str(manifest), str(cache)))
             # the same cache again: Megatron's usual start, loading the indices it saved
-            runs["megatron-warm"].append(run_child("megatron", json.dumps(prefixes), json.dumps(weights), str(cache)))
+            runs["megatron-warm"].append(run_child("megatron", str(manifest), str(cache)))
         raw, ours, megatron, warm = (best_run(runs[name]) for name in ("raw", "ours", "megatron", "megatron-warm"))
+        table = peer_table(peers, manifest)
+        print_table(table, converted)
         server, url, endpoint = start_s3(home.store("bench", "2026.01.01"))
         try:
             remote = run_child("remote", str(manifest), url, endpoint, str(Path(tmp) / "s3-cache"))
@@ -312,7 +385,14 @@ def main() -> list[Result]:
         reference = run_child("reference", str(home.root))
     mega = "megatron-core GPTDataset+BlendedDataset"
     limit = "the issue's limit"
-    return [
+    against_peers = []
+    for workers in (0, WORKERS):
+        faster = max(("mosaicml", "litdata"), key=lambda name: table[name, workers]["tokens_per_s"])
+        against_peers.append(Result(
+            f"full output, {workers} DataLoader workers: throughput", table["millrace", workers]["tokens_per_s"],
+            table[faster, workers]["tokens_per_s"], f"{faster} (the faster of MosaicML and litdata)", "tokens/s",
+            target=1.5))
+    return against_peers + [
         Result("throughput, 1 core", ours["tokens_per_s"], raw["tokens_per_s"], "raw numpy memmap gather (nanoGPT get_batch)",
                "tokens/s", target=0.5),
         Result("throughput, 1 core (for scale: ours writes 28 bytes per token, a copy 2)", ours["tokens_per_s"],

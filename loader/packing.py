@@ -1,10 +1,12 @@
-"""Token windows -> model inputs: ids, next-token labels, and document segments from EOS.
+"""Token windows -> model inputs: ids, next-token labels, and document segments.
 
 A window holds seq_len + 1 tokens of a cell's concatenated documents (EOS after each).
-`input_ids = window[:-1]`, `labels = window[1:]`. A new segment starts after every EOS
+`input_ids = window[:-1]`, `labels = window[1:]`. A new segment starts at each document
 in `input_ids`, so a document-masked attention keeps each token inside its document;
 `positions` restart at 0 at each segment start (the first token of a window is
-position 0 even mid-document: the model sees nothing before it).
+position 0 even mid-document: the model sees nothing before it). The training loader knows
+where its documents start (`loader.shards.Pieces.segments`) and hands the starts in with
+one source per segment; held-out windows find them after each EOS (`segment_starts`).
 
 Segments are sparse (one per document), so both arrays are built by repeating one
 value per segment (`np.repeat`) over the flattened batch instead of scanning every
@@ -19,12 +21,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-
-
-def repeat_pieces(starts: np.ndarray, values: np.ndarray, total: int, dtype: np.dtype) -> np.ndarray:
-    """A flat array of `total` elements: values[i] from starts[i] up to starts[i + 1] (starts sorted, starts[0] = 0)."""
-    lengths = np.diff(np.append(starts, total))
-    return np.repeat(values.astype(dtype, copy=False), lengths)
 
 
 @functools.lru_cache(maxsize=4)
@@ -56,33 +52,52 @@ def output_block(rows: int, length: int, sources: bool) -> np.ndarray:
     return np.empty((28 if sources else 24) * rows * length, dtype=np.uint8)
 
 
-def pack(windows: np.ndarray, eos_id: int | None, sources: np.ndarray | None = None,
-         block: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def pack_segments(windows: np.ndarray, starts: np.ndarray, segment_sources: np.ndarray | None = None,
+                  block: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """(input_ids int64, labels int64, segment_ids int32, positions int32, sources int32 or None), each
-    [b, seq_len] and contiguous views of `block` (default: a new `output_block`); `sources` ([b, seq_len],
-    any integer dtype) is copied in beside the rest."""
+    [b, seq_len] and contiguous views of `block` (default: a new `output_block`). `starts`: the sorted flat
+    indices into [b, seq_len] where segments start (each row's first token among them); `segment_sources`:
+    one source per segment, repeated over its tokens."""
     rows, width = windows.shape
     length = width - 1
     total = rows * length
     if block is None:
-        block = output_block(rows, length, sources is not None)
+        block = output_block(rows, length, segment_sources is not None)
     input_ids = block[: 8 * total].view(np.int64).reshape(rows, length)
     labels = block[8 * total : 16 * total].view(np.int64).reshape(rows, length)
     segment_ids = block[16 * total : 20 * total].view(np.int32)
     positions = block[20 * total : 24 * total].view(np.int32)
     np.copyto(input_ids, windows[:, :-1])
     np.copyto(labels, windows[:, 1:])
-    starts = segment_starts(windows, eos_id)
     row_starts = np.arange(rows, dtype=np.int64) * length
     first_of_row = np.searchsorted(starts, row_starts)
+    lengths = np.diff(np.append(starts, total))
     # segment number inside its row: global segment index minus that of the row's first segment
     row_of_segment = np.repeat(np.arange(rows), np.diff(np.append(first_of_row, starts.size)))
-    segment_ids[:] = repeat_pieces(starts, np.arange(starts.size) - first_of_row[row_of_segment], total, np.int32)
+    segment_ids[:] = np.repeat((np.arange(starts.size) - first_of_row[row_of_segment]).astype(np.int32), lengths)
     wide = np.int64 if total >= 2**31 else np.int32
-    np.subtract(_counting(total, wide), repeat_pieces(starts, starts, total, wide), out=positions,
+    np.subtract(_counting(total, wide), np.repeat(starts.astype(wide), lengths), out=positions,
                 casting="unsafe")  # each value is below seq_len
     copied = None
-    if sources is not None:
-        copied = block[24 * total : 28 * total].view(np.int32).reshape(rows, length)
-        np.copyto(copied, sources, casting="unsafe")
+    if segment_sources is not None:
+        copied = block[24 * total : 28 * total].view(np.int32)
+        copied[:] = np.repeat(segment_sources.astype(np.int32, copy=False), lengths)
+        copied = copied.reshape(rows, length)
     return input_ids, labels, segment_ids.reshape(rows, length), positions.reshape(rows, length), copied
+
+
+def pack(windows: np.ndarray, eos_id: int | None, sources: np.ndarray | None = None,
+         block: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """`pack_segments` with segments after each EOS; `sources` ([b, seq_len], any integer dtype) is copied in
+    per token beside the rest."""
+    rows, width = windows.shape
+    if block is None:
+        block = output_block(rows, width - 1, sources is not None)
+    input_ids, labels, segment_ids, positions, _ = pack_segments(windows, segment_starts(windows, eos_id), None, block)
+    copied = None
+    if sources is not None:
+        total = rows * (width - 1)
+        copied = block[24 * total : 28 * total].view(np.int32).reshape(rows, width - 1)
+        np.copyto(copied, sources, casting="unsafe")
+    return input_ids, labels, segment_ids, positions, copied

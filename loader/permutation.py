@@ -94,3 +94,16 @@ def block_shuffle(seed: int, name: str, epoch: int, size: int) -> np.ndarray:
     on every machine (integer hashing and a stable sort, no generator whose stream could change)."""
     key = np.uint64(round_keys(seed, name, epoch)[0])
     return np.argsort(_round_function(np.arange(size, dtype=np.uint64), key), kind="stable")
+
+
+def run_shuffle(seed: int, name: str, epoch: int, size: int, run: int) -> np.ndarray:
+    """A keyed random order of range(size) that keeps runs of `run` consecutive values together: the runs
+    [0, run), [run, 2 run), ... (the last may be short) in `block_shuffle` order. `run = 1` is
+    `block_shuffle` itself."""
+    if run == 1:
+        return block_shuffle(seed, name, epoch, size)
+    runs = -(-size // run)
+    firsts = block_shuffle(seed, name, epoch, runs) * run
+    lengths = np.minimum(firsts + run, size) - firsts
+    within = np.arange(size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(firsts, lengths) + within

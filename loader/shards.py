@@ -8,27 +8,29 @@ the table, the `.idx` header and every file size against the counts, and each ch
 `.idx` and `.src` against its digest the first time it is read. Document starts and sources are
 read from the index on demand (a few bytes at a time), never held per document.
 
-Document order: each shard's documents are cut into blocks of `block` consecutive documents, and
-in epoch e a block's documents come in the order of a keyed permutation of (seed, cell, shard,
-block, epoch). A block covers the same span of the cell's tokens in every epoch (a permutation
-keeps its total), so window s (tokens [s L, s L + L + 1) of the epoch's stream) is located by
-two binary searches, and its documents change from one epoch to the next. The store's own order
-is already a keyed shuffle (the pipeline writes documents by a hash of their id), so neighbours
-in a window are no more alike than at random.
+Document order: each shard's documents are cut into blocks of `block` consecutive documents, each
+block into runs of `run` consecutive documents, and in epoch e a block's runs come in the order of a
+keyed permutation of (seed, cell, shard, block, epoch), each run's documents in store order. A block
+covers the same span of the cell's tokens in every epoch (a permutation keeps its total), so window s
+(tokens [s L, s L + L + 1) of the epoch's stream) is located by two binary searches, and its cuts
+change from one epoch to the next. The store's own order is already a keyed shuffle (the pipeline
+writes documents by a hash of their id), so neighbours inside a run are no more alike than at random;
+runs make a window a few contiguous byte ranges (one `pread` each) instead of one per document.
+`run = 1` (manifests that name no run) is the per-document shuffle.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
 from loader.files import OpenFiles, StoreFiles
-from loader.permutation import block_shuffle
+from loader.permutation import run_shuffle
 from millrace.artifacts import parse_artifact
 from millrace.errors import ArtifactError
 from mixtures.manifest import ManifestCell
@@ -123,7 +125,7 @@ class Layout:
     end: int  # shard-relative token offset where the block ends
 
 
-class Run(NamedTuple):
+class Span(NamedTuple):
     """Documents first .. last - 1 of one block's layout, clipped to the block's tokens [offset, end): the part
     of one window that lies in one block."""
 
@@ -139,30 +141,52 @@ class Run(NamedTuple):
 class Pieces:
     """The document pieces of a batch, in batch order: the part of each document that a window holds."""
 
-    shards: np.ndarray  # int64, Run.shard of each piece
+    shards: np.ndarray  # int64, Span.shard of each piece
     file_bytes: np.ndarray  # int64, where the piece starts in its shard's .bin
-    sizes: np.ndarray  # int64 bytes
     tokens: np.ndarray  # int64 tokens (0 for an empty document)
+    sources: np.ndarray | None  # uint16 source of each piece's document
 
     @classmethod
-    def cut(cls, runs: list[Run], itemsize: int) -> "Pieces":
-        table = np.array([run[:5] for run in runs], dtype=np.int64).T
+    def cut(cls, spans: list[Span], itemsize: int, sources: bool) -> "Pieces":
+        table = np.array([span[:5] for span in spans], dtype=np.int64).T
         shard, offset, end = np.repeat(table[[0, 3, 4]], table[2] - table[1], axis=1)
-        streams = np.concatenate([run.layout.stream_starts[run.first : run.last] for run in runs])
-        ends = streams + np.concatenate([run.layout.lengths[run.first : run.last] for run in runs])
-        files = np.concatenate([run.layout.file_starts[run.first : run.last] for run in runs])
+        streams = np.concatenate([span.layout.stream_starts[span.first : span.last] for span in spans])
+        ends = streams + np.concatenate([span.layout.lengths[span.first : span.last] for span in spans])
+        files = np.concatenate([span.layout.file_starts[span.first : span.last] for span in spans])
         lo = np.maximum(streams, offset)
         tokens = np.maximum(np.minimum(ends, end) - lo, 0)
-        return cls(shard, (files + (lo - streams)) * itemsize, tokens * itemsize, tokens)
+        ids = np.concatenate([span.layout.sources[span.first : span.last] for span in spans]) if sources else None
+        return cls(shard, (files + (lo - streams)) * itemsize, tokens, ids)
 
-    def by_shard(self) -> list[tuple[tuple[int, int], np.ndarray]]:
-        """((cell_id, shard index), indices of its non-empty pieces) for each shard the batch reads."""
-        taken = np.flatnonzero(self.sizes)
-        taken = taken[np.argsort(self.shards[taken], kind="stable")]
-        keys = self.shards[taken]
-        bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), taken.size]
-        return [((int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF), taken[lo:hi])
-                for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+    def reads(self, itemsize: int) -> list[tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray]]:
+        """((cell_id, shard index), file offsets, sizes, output offsets) in bytes for each shard the batch reads:
+        the non-empty pieces, each merged with the next when that one continues it in the same file (a run's
+        documents, or a window cut inside one document). The output is the pieces' bytes in batch order."""
+        taken = np.flatnonzero(self.tokens)
+        sizes = self.tokens[taken] * itemsize
+        at = np.cumsum(sizes) - sizes
+        starts, shards = self.file_bytes[taken], self.shards[taken]
+        first = np.ones(taken.size, dtype=bool)
+        first[1:] = (shards[1:] != shards[:-1]) | (starts[1:] != starts[:-1] + sizes[:-1])
+        heads = np.flatnonzero(first)
+        merged = np.add.reduceat(sizes, heads) if heads.size else sizes[:0]
+        starts, shards, at = starts[heads], shards[heads], at[heads]
+        order = np.argsort(shards, kind="stable")
+        keys = shards[order]
+        bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), order.size]
+        return [((int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF), starts[order[lo:hi]], merged[order[lo:hi]],
+                 at[order[lo:hi]]) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+    def segments(self, width: int, seq_len: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(flat start in [rows, seq_len] of each segment, its source): a segment is a document's piece of a
+        window's input tokens (the first seq_len of its seq_len + 1), so a window's first segment may start
+        mid-document; no token is scanned."""
+        taken = np.flatnonzero(self.tokens)
+        tokens = self.tokens[taken]
+        row, column = np.divmod(np.cumsum(tokens) - tokens, width)  # pieces fill each window exactly
+        inside = column < seq_len
+        sources = None if self.sources is None else self.sources[taken[inside]].astype(np.int32)
+        return row[inside] * seq_len + column[inside], sources
 
 
 class CellShards:
@@ -191,12 +215,12 @@ class CellShards:
 
 
 class TokenSpace:
-    """Token windows and per-token sources of the drawn cells, by (cell, sequence, epoch)."""
+    """Token windows and per-segment sources of the drawn cells, by (cell, sequence, epoch)."""
 
     def __init__(self, files: StoreFiles, cells: list[CellShards | None], seq_len: int, dtype: np.dtype,
-                 seed: int, block: int, sources: bool):
+                 seed: int, block: int, sources: bool, run: int = 1):
         self.files, self.cells, self.seq_len, self.dtype = files, cells, seq_len, np.dtype(dtype)
-        self.seed, self.block, self.sources = seed, block, sources
+        self.seed, self.block, self.run, self.sources = seed, block, run, sources
         self.open_files = OpenFiles(files.options.max_open_files)
         self._layouts: OrderedDict[tuple, Layout] = OrderedDict()
         self._lock = threading.Lock()
@@ -232,7 +256,7 @@ class TokenSpace:
                 self._layouts.move_to_end(key)
                 return found
         lo, hi = block * self.block, min(shard.documents, (block + 1) * self.block)
-        order = block_shuffle(self.seed, f"{self.cells[cell_id].name}/{index}/{block}", epoch, hi - lo)
+        order = run_shuffle(self.seed, f"{self.cells[cell_id].name}/{index}/{block}", epoch, hi - lo, self.run)
         lengths = shard.lengths(lo, hi)[order]
         file_starts = shard.starts(lo, hi)[order]
         stream_starts = shard.block_start(block, self.block) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -245,34 +269,41 @@ class TokenSpace:
                 self._layouts.popitem(last=False)
         return found
 
+    def gather(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray,
+               with_sources: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """([n, seq_len + 1] tokens of each sample, flat segment starts in [n, seq_len], int32 source of each
+        segment or None).
+
+        No Python bytecode per document: locate each window's spans (one per block it crosses: a few binary
+        searches), cut the whole batch into document pieces with numpy, merge the pieces that continue each
+        other in a file, and read each shard's merged pieces straight into the output
+        (`ChunkedFile.read_pieces_into`: its chunks checked as one vector, one `pread` each). Segments and
+        their sources come from the pieces, not from the tokens."""
+        width = self.seq_len + 1
+        spans: list[Span] = []
+        for cell_id, sequence, epoch in zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist()):
+            self._locate(cell_id, sequence * self.seq_len, epoch, width, spans)
+        out = np.empty((cell_ids.size, width), dtype=self.dtype)
+        if not spans:
+            return out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32) if with_sources else None
+        pieces = Pieces.cut(spans, self.dtype.itemsize, with_sources)
+        raw = out.reshape(-1).view(np.uint8)
+        for (cell_id, index), offsets, sizes, at in pieces.reads(self.dtype.itemsize):
+            self.shard(cell_id, index).bin.read_pieces_into(offsets, sizes, raw, at)
+        starts, sources = pieces.segments(width, self.seq_len)
+        return out, starts, sources
+
     def read(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray,
              with_sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """([n, seq_len + 1] tokens, [n, seq_len] int32 sources or None) of each sample.
+        """([n, seq_len + 1] tokens, [n, seq_len] int32 per-token sources or None) of each sample."""
+        windows, starts, sources = self.gather(cell_ids, sequences, epochs, with_sources)
+        if sources is None:
+            return windows, None
+        total = cell_ids.size * self.seq_len
+        return windows, np.repeat(sources, np.diff(np.append(starts, total))).reshape(cell_ids.size, self.seq_len)
 
-        Three passes, none with Python bytecode per document: locate each window's runs (one per block it
-        crosses: a few binary searches), cut the whole batch into document pieces with numpy, then read each
-        shard's pieces (`ChunkedFile.read_pieces`: its chunks checked as one vector, one `pread` per piece)
-        and join them in batch order. Sources are one `np.repeat` of each piece's source."""
-        width = self.seq_len + 1
-        runs: list[Run] = []
-        for cell_id, sequence, epoch in zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist()):
-            self._locate(cell_id, sequence * self.seq_len, epoch, width, runs)
-        if not runs:
-            return (np.empty((0, width), dtype=self.dtype),
-                    np.empty((0, self.seq_len), dtype=np.int32) if with_sources else None)
-        pieces = Pieces.cut(runs, self.dtype.itemsize)
-        parts: list[bytes] = [b""] * pieces.sizes.size  # batch order; empty documents stay empty
-        for (cell_id, index), taken in pieces.by_shard():
-            got = self.shard(cell_id, index).bin.read_pieces(pieces.file_bytes[taken], pieces.sizes[taken])
-            deque(map(parts.__setitem__, taken.tolist(), got), maxlen=0)  # scatter, no bytecode per piece
-        out = np.frombuffer(bytearray().join(parts), dtype=self.dtype).reshape(cell_ids.size, width)
-        if not with_sources:
-            return out, None
-        sources = np.concatenate([run.layout.sources[run.first : run.last] for run in runs]).astype(np.int32)
-        return out, np.repeat(sources, pieces.tokens).reshape(cell_ids.size, width)[:, : self.seq_len]
-
-    def _locate(self, cell_id: int, start: int, epoch: int, width: int, runs: list[Run]) -> None:
-        """Append the runs of the cell's tokens [start, start + width) in `epoch`'s order: one per block the
+    def _locate(self, cell_id: int, start: int, epoch: int, width: int, spans: list[Span]) -> None:
+        """Append the spans of the cell's tokens [start, start + width) in `epoch`'s order: one per block the
         window crosses, in window order."""
         cell = self.cells[cell_id]
         filled = 0
@@ -287,7 +318,7 @@ class TokenSpace:
             end = min(offset + width - filled, layout.end)
             first = int(layout.stream_starts.searchsorted(offset, "right")) - 1
             last = int(layout.stream_starts.searchsorted(end, "left"))
-            runs.append(Run(cell_id << 32 | index, first, last, offset, end, layout))
+            spans.append(Span(cell_id << 32 | index, first, last, offset, end, layout))
             filled += end - offset
 
     def window_documents(self, cell_id: int, sequence: int, epoch: int) -> list[tuple[int, int]]:

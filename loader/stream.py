@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from loader.packing import output_block, pack
+from loader.packing import output_block, pack_segments
 from loader.schedule import SampleIndex, Schedule
 from loader.files import ReadOptions, StoreFiles
 from loader.shards import CellShards, TokenSpace
@@ -51,6 +51,19 @@ class Batch:
     sample_positions: np.ndarray  # int64 [b] global sample positions
     sequences: np.ndarray  # int64 [b] sequence index inside the cell
     epochs: np.ndarray  # int64 [b] epoch of the cell the sequence comes from
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A batch before packing: its windows in the store's dtype and where their segments start, about a
+    tenth of the packed bytes; what a data-loader worker hands to the main process (`loader.torch_dataset`),
+    which packs it (`MixtureStream.pack`)."""
+
+    step: int
+    index: SampleIndex
+    windows: np.ndarray  # [b, L + 1], the store's dtype
+    starts: np.ndarray  # int64 flat segment starts in [b, L]
+    segment_sources: np.ndarray | None  # int32, one per segment
 
 
 class _Failure:
@@ -111,7 +124,7 @@ class MixtureStream:
         self.has_sources = (sources and bool(opened) and bool(self.source_names)
                             and all(c.has_sources for c in opened))
         self._space = TokenSpace(files, cells, manifest.seq_len, np.dtype(manifest.dtype), manifest.seed,
-                                 manifest.document_block, self.has_sources)
+                                 manifest.document_block, self.has_sources, manifest.document_run)
         log.info("%s: %d cells, %d shards pinned (opened on demand); %d steps of %d x %d tokens",
                  self.path, len(opened), sum(len(c.table.names) for c in opened), self.steps,
                  manifest.global_batch, manifest.seq_len)
@@ -195,12 +208,19 @@ class MixtureStream:
         """This rank's batch at `step`: a pure function of (manifest, step, rank, world)."""
         return self._assemble(step, self.index(step))
 
-    def _assemble(self, step: int, index: SampleIndex) -> Batch:
-        block = output_block(index.positions.size, self.seq_len, self.has_sources)
-        windows, sources = self._read(index, self.has_sources)
-        input_ids, labels, segment_ids, positions, sources = pack(windows, self.manifest.eos_id, sources, block)
+    def gather(self, step: int, index: SampleIndex) -> Gathered:
+        if self.index_only:
+            raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no tokens")
+        windows, starts, sources = self._space.gather(index.cell_ids, index.sequences, index.epochs, self.has_sources)
+        return Gathered(step, index, windows, starts, sources)
+
+    def pack(self, gathered: Gathered) -> Batch:
+        index = gathered.index
+        block = output_block(index.positions.size, self.seq_len, gathered.segment_sources is not None)
+        input_ids, labels, segment_ids, positions, sources = pack_segments(
+            gathered.windows, gathered.starts, gathered.segment_sources, block)
         return Batch(
-            step=step,
+            step=gathered.step,
             phase=self.manifest.phases[index.phase].name,
             input_ids=input_ids,
             labels=labels,
@@ -214,6 +234,9 @@ class MixtureStream:
             epochs=index.epochs,
         )
 
+    def _assemble(self, step: int, index: SampleIndex) -> Batch:
+        return self.pack(self.gather(step, index))
+
     # ---- iteration and resume ------------------------------------------------------
 
     @property
@@ -221,9 +244,11 @@ class MixtureStream:
         """The next step `iterate()` yields when started without `start_step`."""
         return self._step
 
-    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1) -> Iterator[Batch]:
+    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1,
+                gathered: bool = False) -> Iterator[Batch | Gathered]:
         """Batches start_step, start_step + stride, ... below end_step (default: from the current state to
-        the end; a stride above 1 is one data-loader worker's share of the steps).
+        the end; a stride above 1 is one data-loader worker's share of the steps); with `gathered`, each as
+        its unpacked `Gathered` form (for `pack` in another process).
 
         A background thread computes up to `prefetch` batches ahead. The state
         (`state_dict()["step"]`) advances when a batch is handed out.
@@ -237,9 +262,10 @@ class MixtureStream:
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no batches; use index(step)")
         self._step = start
+        make = self.gather if gathered else self._assemble
         if self.prefetch <= 0:
             for step in range(start, end, stride):
-                batch = self._assemble(step, self._sequential_index(step))
+                batch = make(step, self._sequential_index(step))
                 self._step = step + 1
                 yield batch
             return
@@ -258,7 +284,7 @@ class MixtureStream:
         def produce() -> None:
             try:
                 for step in range(start, end, stride):
-                    if not offer(self._assemble(step, self._sequential_index(step))):
+                    if not offer(make(step, self._sequential_index(step))):
                         return
                 offer(_DONE)
             except BaseException as error:  # handed to the consumer, raised there

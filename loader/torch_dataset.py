@@ -8,6 +8,11 @@ records the step of each batch it hands out in the dataset; a plain `DataLoader`
 cannot, and the dataset refuses it with a one-line error. Put the dataset in the state dict
 given to `torch.distributed.checkpoint.save/load`: DCP calls its `state_dict()` /
 `load_state_dict()` (the `Stateful` protocol).
+
+Across the worker boundary a batch travels unpacked: one uint8 tensor holding its windows in the
+store's dtype, segment starts and sources and its index (`to_wire`), a tenth of the packed bytes and
+one shared-memory transfer instead of seven; the main process packs it (`MixtureStream.pack`), so
+what the consumer gets is the same with and without workers.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loader.stream import Batch, MixtureStream
+from loader.schedule import SampleIndex
+from loader.stream import Batch, Gathered, MixtureStream
 from millrace.errors import ConfigError
 
 
@@ -36,6 +43,33 @@ def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
     if batch.sources is not None:
         tensors["sources"] = torch.from_numpy(batch.sources)
     return tensors
+
+
+def to_wire(gathered: Gathered) -> dict[str, Any]:
+    """A gathered batch as one uint8 tensor (int64 arrays first, then int32, then the windows: each aligned)
+    and the few integers that say how to cut it (`from_wire`)."""
+    index = gathered.index
+    sources = gathered.segment_sources
+    parts = [index.positions, index.draws, index.epochs, index.sequences, gathered.starts, index.cell_ids,
+             sources if sources is not None else np.zeros(0, dtype=np.int32), gathered.windows]
+    wire = np.concatenate([np.ascontiguousarray(part).reshape(-1).view(np.uint8) for part in parts])
+    return {"wire": torch.from_numpy(wire), "step": gathered.step, "phase": index.phase,
+            "rows": int(index.positions.size), "segments": int(gathered.starts.size), "sources": sources is not None}
+
+
+def from_wire(item: dict[str, Any], seq_len: int, dtype: np.dtype) -> Gathered:
+    wire, rows, segments = item["wire"].numpy(), item["rows"], item["segments"]
+    sizes = [(np.int64, rows)] * 4 + [(np.int64, segments), (np.int32, rows),
+                                       (np.int32, segments if item["sources"] else 0), (dtype, rows * (seq_len + 1))]
+    arrays, at = [], 0
+    for kind, count in sizes:
+        size = np.dtype(kind).itemsize * count
+        arrays.append(wire[at : at + size].view(kind))
+        at += size
+    positions, draws, epochs, sequences, starts, cell_ids, sources, windows = arrays
+    index = SampleIndex(positions, cell_ids, draws, epochs, sequences, item["phase"])
+    return Gathered(item["step"], index, windows.reshape(rows, seq_len + 1), starts,
+                    sources if item["sources"] else None)
 
 
 class TorchMixtureDataset(IterableDataset):
@@ -69,8 +103,15 @@ class TorchMixtureDataset(IterableDataset):
                 "loader.MixtureDataLoader(dataset, num_workers=...) or num_workers=0"
             )
         first = min(self.stream.step + worker.id, self.stream.steps)
-        for batch in self.stream.iterate(first, stride=worker.num_workers):
-            yield batch_tensors(batch)
+        for gathered in self.stream.iterate(first, stride=worker.num_workers, gathered=True):
+            yield to_wire(gathered)
+
+    def unwire(self, item: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """A worker's item as the batch dict iterating in this process gives (packed here)."""
+        if "wire" not in item:
+            return item
+        stream = self.stream
+        return batch_tensors(stream.pack(from_wire(item, stream.seq_len, np.dtype(stream.manifest.dtype))))
 
     def taken(self, item: dict[str, torch.Tensor]) -> None:
         """The consumer took `item`: the state moves past its step."""
@@ -102,5 +143,6 @@ class MixtureDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for item in super().__iter__():
+            item = self.dataset.unwire(item)
             self.dataset.taken(item)
             yield item

@@ -7,8 +7,8 @@ loader's state and the trainer's checkpoints pin.
 Semantics the loader relies on:
 - A sample is `seq_len + 1` tokens: a cell's documents are concatenated (EOS already
   after each; in shard order, each block of `document_block` documents of a shard
-  reordered by a keyed permutation per epoch) and cut into windows of `seq_len` tokens
-  that overlap by one, so `sequences_available = (available_tokens - 1) // seq_len`.
+  reordered by a keyed permutation of its runs of `document_run` documents per epoch) and cut
+  into windows of `seq_len` tokens that overlap by one, so `sequences_available = (available_tokens - 1) // seq_len`.
 - Phases are contiguous in global sample positions; phase p covers positions
   [start_position, start_position + sequences). `sequences` is a multiple of
   `global_batch`, so no batch straddles two phases; step s covers positions
@@ -43,6 +43,8 @@ from millrace.names import known
 
 MANIFEST_KIND = "millrace.mixture-manifest"
 MANIFEST_SCHEMA_VERSION = 2
+# documents per run in manifests built now: a few contiguous reads per window (loader.shards)
+DOCUMENT_RUN = 16
 MANIFEST_FILE = "manifest.json"
 
 
@@ -130,6 +132,9 @@ class BuiltManifest(Model):
     global_batch: int
     epoch_cap: float
     document_block: int = 1024  # documents per block the loader reorders in each epoch (loader.shards)
+    # consecutive documents the loader keeps together when it reorders a block (loader.shards); 1, the
+    # per-document shuffle of manifests built before runs, is left out of the file so their hashes hold
+    document_run: int = pydantic.Field(default=1, ge=1, exclude_if=lambda v: v == 1)
     cells: dict[str, ManifestCell]
     phases: list[ManifestPhase]
     total_sequences: int

@@ -21,6 +21,7 @@ from mixtures.apportion import Infeasible, apportion
 from mixtures.catalog import load_named
 from mixtures.cells import CellTable, is_pattern
 from mixtures.manifest import (
+    DOCUMENT_RUN,
     MANIFEST_KIND,
     MANIFEST_SCHEMA_VERSION,
     Ancestor,
@@ -228,6 +229,7 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         seq_len=revision.seq_len,
         global_batch=revision.global_batch,
         epoch_cap=revision.epoch_cap,
+        document_run=document_run(store, parent),
         cells=cells,
         phases=phases,
         total_sequences=position,
@@ -235,6 +237,14 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         ancestors=ancestors,
         validation=pin_validation(store),
     )
+
+
+def document_run(store: Store, parent: Parent | None) -> int:
+    """A parent's run (the shared steps must read alike); else DOCUMENT_RUN, or 1 on a stats-only store, which
+    has no documents to order (so its manifests keep their hashes)."""
+    if parent is not None:
+        return parent.manifest.document_run
+    return 1 if store.manifest.stats_only else DOCUMENT_RUN
 
 
 def pin_cell(store: Store, cell: str, table: CellTable, revision: Revision, source: str) -> ManifestCell:

@@ -61,7 +61,7 @@ def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", vers
 
 def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], seq_len: int = 16,
                   global_batch: int = 8, seed: int = 1234, mixture: str = "mix", revision: str = "r1",
-                  phase_names: list[str] | None = None, document_block: int = 1024) -> Path:
+                  phase_names: list[str] | None = None, document_block: int = 1024, document_run: int = 1) -> Path:
     """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
     from millrace.artifacts import read_artifact
 
@@ -92,16 +92,18 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
             name=store.name, version=store.version, manifest_hash=body["content_hash"], stats_only=store.stats_only),
         tokenizer_fingerprint=None if store.stats_only else "test", dtype=store.dtype,
         eos_id=None if store.stats_only else EOS, seed=seed, seq_len=seq_len, global_batch=global_batch,
-        epoch_cap=8.0, document_block=document_block, cells=cells, phases=built_phases, total_sequences=position,
-        total_steps=position // global_batch)
+        epoch_cap=8.0, document_block=document_block, document_run=document_run, cells=cells, phases=built_phases,
+        total_sequences=position, total_steps=position // global_batch)
     path = manifest_path(home, store.name, store.version, mixture, revision)
     write_manifest(path, manifest)
     return path
 
 
-def epoch_stream(store_root: Path, cell: str, seed: int, epoch: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+def epoch_stream(store_root: Path, cell: str, seed: int, epoch: int, block: int = 1024,
+                 run: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """A cell's tokens in epoch `epoch`'s document order and each token's source, rebuilt independently of the
-    loader from the store's shards: each block of `block` documents of a shard in its keyed permuted order."""
+    loader from the store's shards: each block of `block` documents of a shard cut into runs of `run`
+    documents, the runs in their keyed permuted order, each run's documents in store order."""
     from loader.permutation import block_shuffle
     from pipeline.store.format import ShardReader, Store
 
@@ -111,8 +113,10 @@ def epoch_stream(store_root: Path, cell: str, seed: int, epoch: int, block: int 
         ids = reader.source_ids()
         for first in range(0, reader.documents, block):
             count = min(block, reader.documents - first)
-            for k in block_shuffle(seed, f"{cell}/{index}/{first // block}", epoch, count).tolist():
-                document = reader.document(first + k)
-                tokens.append(document)
-                sources.append(np.full(document.size, ids[first + k], dtype=np.int32))
+            runs = [list(range(r, min(r + run, count))) for r in range(0, count, run)]
+            for k in block_shuffle(seed, f"{cell}/{index}/{first // block}", epoch, len(runs)).tolist():
+                for d in runs[k]:
+                    document = reader.document(first + d)
+                    tokens.append(document)
+                    sources.append(np.full(document.size, ids[first + d], dtype=np.int32))
     return np.concatenate(tokens), np.concatenate(sources)

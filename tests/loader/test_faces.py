@@ -130,8 +130,12 @@ def test_data_loader_workers_yield_each_step_once_in_order_and_state_follows_the
     taken = [next(items) for _ in range(7)]
     assert [int(item["step"]) for item in taken] == list(range(3, 10))
     assert dataset.state_dict()["step"] == 10, "the state is the step after the last batch the consumer took"
-    for item in taken:
-        assert torch.equal(item["input_ids"], torch.from_numpy(reference.batch(int(item["step"])).input_ids))
+    from loader.torch_dataset import batch_tensors
+
+    for item in taken:  # every field, packed in this process from what the workers gathered
+        expected = batch_tensors(reference.batch(int(item["step"])))
+        assert sorted(item) == sorted(expected) and "sources" in item
+        assert all(torch.equal(item[key], expected[key]) and item[key].dtype == expected[key].dtype for key in expected)
     del items
     rest = [int(item["step"]) for item in MixtureDataLoader(dataset, num_workers=workers)]
     assert rest == list(range(10, reference.steps)) and dataset.state_dict()["step"] == reference.steps

@@ -39,13 +39,15 @@ def all_windows(stream: MixtureStream, cell: str, epoch: int) -> tuple[np.ndarra
     return stream._space.read(np.full(sequences.size, cell_id), sequences, np.full(sequences.size, epoch), True)
 
 
-def test_every_window_of_several_epochs_equals_the_rebuilt_epoch_stream(home, store):
-    path = make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK)
+@pytest.mark.parametrize("run", [1, 5])  # 5: runs of documents, the last of each block short (37 = 7 x 5 + 2)
+def test_every_window_of_several_epochs_equals_the_rebuilt_epoch_stream(home, store, run):
+    path = make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK, document_run=run,
+                         revision=f"run{run}")
     stream = MixtureStream(path, prefetch=0)
     assert stream._space.cells[stream.cell_names.index("x")].table.tokens[0] * 2 > 1 << 16  # several chunks
     for cell in ("x", "y"):
         for epoch in range(4):
-            tokens, sources = epoch_stream(store, cell, stream.manifest.seed, epoch, BLOCK)
+            tokens, sources = epoch_stream(store, cell, stream.manifest.seed, epoch, BLOCK, run)
             windows, window_sources = all_windows(stream, cell, epoch)
             starts = np.arange(windows.shape[0]) * SEQ_LEN
             expected = tokens[starts[:, None] + np.arange(SEQ_LEN + 1)]
@@ -64,3 +66,28 @@ def test_a_flipped_byte_in_a_later_chunk_is_named_with_that_chunks_range(home, s
                            prefetch=0)
     with pytest.raises(ArtifactError, match=f"{victim}: bytes \\[65536, {min(len(raw), 1 << 17)}\\) differ"):
         all_windows(stream, "x", 1)
+
+
+def test_segments_from_the_pieces_equal_segments_after_each_eos_over_four_epochs(home, store):
+    """A window of 4 epochs under the run shuffle, rebuilt from the shards: the loader's segments and positions,
+    which come from where its pieces start, are the ones a scan for EOS finds, and its per-token sources the
+    rebuilt stream's."""
+    from loader.packing import pack, pack_segments
+
+    run = 6
+    stream = MixtureStream(make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK,
+                                         document_run=run, revision="segments"), prefetch=0)
+    x = stream.cell_names.index("x")
+    sequences = np.arange(0, stream.manifest.cells["x"].sequences_available, 7)
+    for epoch in range(4):
+        tokens, sources = epoch_stream(store, "x", stream.manifest.seed, epoch, BLOCK, run)
+        windows, starts, segment_sources = stream._space.gather(np.full(sequences.size, x), sequences,
+                                                                np.full(sequences.size, epoch), True)
+        expected = tokens[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN + 1)]
+        assert np.array_equal(windows, expected)
+        ids, labels, got_segments, got_positions, got_sources = pack_segments(windows, starts, segment_sources)
+        _, _, segment_ids, positions, _ = pack(expected, EOS)
+        assert np.array_equal(ids, expected[:, :-1]) and np.array_equal(labels, expected[:, 1:])
+        assert np.array_equal(got_segments, segment_ids) and np.array_equal(got_positions, positions)
+        assert np.array_equal(got_sources, sources[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN)])
+        assert segment_ids.max() > 1  # windows hold several documents

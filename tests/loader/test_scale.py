@@ -141,19 +141,30 @@ def adjacent_pairs(windows: list[list[int]]) -> set[tuple[int, int]]:
     return {(a, b) for docs in windows for a, b in zip(docs, docs[1:])}
 
 
-def test_a_repeated_cells_windows_differ_between_epochs(home):
+@pytest.mark.parametrize("run", [1, 16])
+def test_a_repeated_cells_windows_differ_between_epochs(home, run):
+    """Per document (run 1) each epoch brings new neighbours; in runs, neighbours inside a run stay (the store's
+    keyed order, and attention is masked per document), but each epoch's windows are cut elsewhere."""
     store = tagged_store(home, documents=3000, sources=4)
-    stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64), prefetch=0)
-    epochs = [adjacent_pairs(window_documents(stream, e)) for e in range(3)]
-    for before, after in zip(epochs, epochs[1:]):
-        assert len(before & after) / len(after) <= 0.25
+    stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run,
+                                         revision=f"run{run}"), prefetch=0)
+    windows = [window_documents(stream, e) for e in range(3)]
+    for before, after in zip(windows, windows[1:]):
+        shared = adjacent_pairs(before) & adjacent_pairs(after)
+        assert len(shared) / len(adjacent_pairs(after)) <= 0.25 if run == 1 else 1 - 2 / run
+    sequences = np.arange(stream.manifest.cells["x"].sequences_available)
+    tokens = [{w.tobytes() for w in stream._space.read(np.zeros_like(sequences), sequences,
+                                                        np.full_like(sequences, e), False)[0]} for e in range(3)]
+    for before, after in zip(tokens, tokens[1:]):
+        assert len(before & after) / len(after) <= 0.05  # the same window of tokens seldom comes twice
     # every document appears in every epoch, exactly once across the windows (windows overlap by one token)
     for e in range(2):
         seen = sorted({d for docs in window_documents(stream, e) for d in docs})
         assert len(seen) >= 2990
 
 
-def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path):
+@pytest.mark.parametrize("run", [1, 16])
+def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path, run):
     """Documents arrive grouped by source; the pipeline's shard tasks write a cell in a keyed-hash order and the
     loader reorders blocks per epoch: the same-source rate of neighbours ends within 10% of the random rate."""
     from pipeline.stages.cell_shards import store_order
@@ -173,7 +184,8 @@ def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path)
             for j in range(ordered.size)]
     store = write_store(home, "hashed", "2026.01.01", {"x": [docs[:2000], docs[2000:]]}, ["a", "b", "c"],
                         vocab_size=ordered.size + 2, eos_id=EOS)
-    stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64), prefetch=0)
+    stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run,
+                                         revision=f"run{run}"), prefetch=0)
     pairs = [pair for e in range(2) for docs in window_documents(stream, e) for pair in zip(docs, docs[1:])]
     same = np.mean([ordered[a] == ordered[b] for a, b in pairs])
     assert abs(same - random_rate) <= 0.1 * random_rate, (same, random_rate)

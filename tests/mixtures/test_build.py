@@ -14,7 +14,7 @@ import mixtures
 from millrace.cli import main
 from millrace.errors import ConfigError
 from millrace.home import Home
-from mixtures.manifest import find_manifest, read_manifest
+from mixtures.manifest import DOCUMENT_RUN, find_manifest, read_manifest
 from mixtures.resolve import phase_sequences
 from pipeline.store.format import Store, write_stats_only_store
 from tests.mixtures.stores import VERSION, grid, make_store
@@ -46,6 +46,8 @@ def test_shipped_default_revisions_build_with_pinned_shards(store_home):
         manifest, digest = read_manifest(path)
         assert manifest.store.version == VERSION and manifest.store.manifest_hash == store.manifest_hash
         assert manifest.eos_id == 0 and manifest.dtype == "uint16"
+        assert manifest.document_run == DOCUMENT_RUN > 1  # documents are ordered in runs (one read each)
+        assert json.loads(path.read_text())["document_run"] == DOCUMENT_RUN
         assert [p.name for p in manifest.phases] == ["main", "cooldown"]
         for phase in manifest.phases:
             assert sum(phase.counts.values()) == phase.sequences and phase.sequences % manifest.global_batch == 0
@@ -157,7 +159,9 @@ def test_two_hundred_cells_with_tiny_weights_are_all_represented_or_named(home):
     path = home.revisions / "big" / "tiny.toml"
     path.parent.mkdir(parents=True)
     path.write_text(tomli_w.dumps(doc))
-    manifest, _ = read_manifest(mixtures.build(home, "big", "tiny"))
+    built = mixtures.build(home, "big", "tiny")
+    manifest, _ = read_manifest(built)
+    assert manifest.document_run == 1 and "document_run" not in json.loads(built.read_text())  # no documents
     counts = manifest.phases[0].counts
     nonzero = {name for name, weight in weights.items() if weight > 0}
     assert set(manifest.cells) == nonzero and all(counts[name] >= 1 for name in nonzero)
