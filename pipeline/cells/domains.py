@@ -8,7 +8,8 @@ Fitting (once per store, on a sample; see `fit_domains`):
 3. Ward agglomeration of the fine centres, its dendrogram cut into `k` domains that each hold
    at least `min_share` of the sample (a split that would leave a smaller side is not made);
 4. domains numbered by size (c00 the largest), each labelled by its most distinctive terms
-   (class-based TF-IDF over the domain's documents), never a stop word of a language of the sample
+   (class-based TF-IDF over the documents of the sources that make up the domain's majority), never a
+   stop word of a language of the sample
    (`pipeline.cells.labels`).
 
 Assignment (`DomainAssigner`, a datatrove step, so it scales out with the pipeline) embeds a
@@ -211,7 +212,8 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     merge = _renumber_by_size(merge, weights)
     k = int(merge.max()) + 1
     domains = merge[fine]
-    terms = distinctive_terms(texts, domains, k, config.label_terms, sample_languages(languages))
+    sources = [doc.metadata.get("source") for doc in sample]
+    terms = distinctive_terms(texts, domains, k, config.label_terms, sample_languages(languages), sources)
     labels = {domain_key(d): " ".join(terms[d]) or domain_key(d) for d in range(k)}
     shares = {domain_key(d): round(float(np.mean(domains == d)), 6) for d in range(k)}
 
