@@ -117,9 +117,7 @@ def pipeline_config(home: Home, corpus: Path):
 
 def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console,
              ladder: Path | None = MICRO_LADDER) -> DemoReport:
-    import mixtures
     from pipeline.runner import run_pipeline
-    from reports import build_site
 
     report = DemoReport(home=home.root)
 
@@ -132,6 +130,16 @@ def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console,
         with console.status("pipeline: starting") as status:
             report.store = run_pipeline(config, home, on_stage=lambda label: status.update(f"pipeline: {label}"),
                                         progress_lines=not on_terminal())
+    return from_store(home, report, steps, console, ladder)
+
+
+def from_store(home: Home, report: DemoReport, steps: int | None, console: Console, ladder: Path | None) -> DemoReport:
+    """The demo after the pipeline, on whatever store it built (any number of cells): the shipped mixture,
+    the tiny MoE, the micro-ladder (its rungs sized to the store's cells by `ladder plan`), the site."""
+    import mixtures
+    from reports import build_site
+
+    assert report.store is not None
     with step(console, report, "mixtures", f"build the shipped mixture {MIXTURE!r}: {', '.join(REVISIONS)}"):
         for revision in REVISIONS:
             result = mixtures.build_result(home, MIXTURE, revision)

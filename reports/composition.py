@@ -121,14 +121,45 @@ def revision_data(built: BuiltRevision, cells: list[dict[str, Any]]) -> dict[str
     }
 
 
+MIX_SHOWN = 3  # the largest sources and languages beside a domain's label
+
+
+def _mix(counts: dict[str, int]) -> list[dict[str, Any]]:
+    """The largest entries as shares of the whole, largest first, with the rest as "other"."""
+    total = sum(counts.values())
+    if not total:
+        return []
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = [{"name": name, "share": n / total} for name, n in ordered[:MIX_SHOWN]]
+    rest = sum(n for _, n in ordered[MIX_SHOWN:])
+    return shown + ([{"name": "other", "share": rest / total}] if rest else [])
+
+
+def _domain_mix(cells: list[dict[str, Any]], domain: int) -> dict[str, Any]:
+    """A domain's documents by source (cell manifests) and by language label (the pipeline's cell stats)."""
+    sources: dict[str, int] = {}
+    languages: dict[str, int] = {}
+    for cell in cells:
+        if cell["domain"] != domain:
+            continue
+        for source, counts in cell["sources"].items():
+            sources[source] = sources.get(source, 0) + int(counts.get("documents", 0))
+        for language, documents in cell["languages"].items():
+            languages[language] = languages.get(language, 0) + int(documents)
+    return {"documents": sum(c["documents"] for c in cells if c["domain"] == domain),
+            "sources": _mix(sources), "languages": _mix(languages)}
+
+
 def _grid(cells: list[dict[str, Any]], domain_labels: dict[str, str]) -> dict[str, Any] | None:
-    """Domains × buckets when every cell is named cNNqQ; otherwise None (cells are sources)."""
+    """Domains × buckets when every cell is named cNNqQ; otherwise None (cells are sources). Each domain
+    carries its label and what is in it: its source and language mix, so a label can be checked."""
     if not cells or any(c["domain"] is None for c in cells):
         return None
     domains = sorted({c["domain"] for c in cells})
     buckets = sorted({c["bucket"] for c in cells})
     return {
-        "domains": [{"index": d, "label": domain_labels.get(f"c{d:02d}", "")} for d in domains],
+        "domains": [{"index": d, "label": domain_labels.get(f"c{d:02d}", ""), **_domain_mix(cells, d)}
+                    for d in domains],
         "buckets": buckets,
     }
 
@@ -205,6 +236,7 @@ def load_composition(store_path: Path) -> Composition:
             "score_range": score_ranges.get(f"q{bucket}") if bucket is not None else None,
             "samples": [],
             "sources": {},
+            "languages": {},
         }
         if not manifest.stats_only:
             detail = store.cell(name)
@@ -217,6 +249,7 @@ def load_composition(store_path: Path) -> Composition:
                 if isinstance(s, dict)
             ]
             cell["sources"] = {src: counts.model_dump() for src, counts in sorted(detail.sources.items())}
+            cell["languages"] = {str(k): int(v) for k, v in (cell_stats.get("languages") or {}).items()}
         cells.append(cell)
 
     source_names = sorted({src for c in cells for src in c["sources"]} | set(manifest.sources))

@@ -8,7 +8,8 @@ Fitting (once per store, on a sample; see `fit_domains`):
 3. Ward agglomeration of the fine centres, its dendrogram cut into `k` domains that each hold
    at least `min_share` of the sample (a split that would leave a smaller side is not made);
 4. domains numbered by size (c00 the largest), each labelled by its most distinctive terms
-   (class-based TF-IDF over the domain's documents), never a stop word of a language of the sample
+   (class-based TF-IDF over the documents of the sources that make up the domain's majority), never a
+   stop word of a language of the sample
    (`pipeline.cells.labels`).
 
 Assignment (`DomainAssigner`, a datatrove step, so it scales out with the pipeline) embeds a
@@ -171,6 +172,21 @@ def _renumber_by_size(merge: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.asarray([renumber[d] for d in merge], dtype=np.int64)
 
 
+def domains_for(sample_documents: int, config: DomainsConfig) -> int:
+    """The domains a sample can give: `k`, or fewer (with a notice) when the sample has fewer than
+    `docs_per_fine_centroid` documents per domain; an empty sample is a one-line error that says what to do."""
+    if sample_documents == 0:
+        raise ConfigError("domains: no document reached the sample the domains are fitted on (every document was "
+                          "removed before it, see the funnel); give the pipeline documents that pass its filters, "
+                          "or set domains.enabled = false")
+    fits = max(1, min(config.k, sample_documents // config.docs_per_fine_centroid))
+    if fits < config.k:
+        log.warning("domains: %d documents in the sample give %d domains of at least %d documents, not domains.k = "
+                    "%d (a small corpus; set domains.k = %d to silence this)", sample_documents, fits,
+                    config.docs_per_fine_centroid, config.k, fits)
+    return fits
+
+
 def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: Path) -> None:
     """Fit the domains on a sample of documents and store the model under `out_dir` (reused when unchanged)."""
     out_dir = Path(out_dir)
@@ -182,22 +198,22 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     if len(sample) > config.sample_size:
         keep = np.sort(np.random.default_rng(config.seed).choice(len(sample), config.sample_size, replace=False))
         sample = [sample[i] for i in keep]
-    if len(sample) < config.k:
-        raise ConfigError(f"domains.k: {config.k} domains need as many documents; the sample has {len(sample)}")
+    k_wanted = domains_for(len(sample), config)
     texts = [doc.text for doc in sample]
     languages = [doc.metadata.get("language") for doc in sample]
     embedder, vectors = fit_embedder(config.embedder, texts, languages, config.embedding, config.seed)
-    fine_count = max(config.k, min(config.fine_centroids, len(sample) // config.docs_per_fine_centroid))
+    fine_count = max(k_wanted, min(config.fine_centroids, len(sample) // config.docs_per_fine_centroid))
     kmeans = KMeans(fine_count, n_init=1, max_iter=config.kmeans_iterations, random_state=config.seed).fit(vectors)
     centroids = normalize(kmeans.cluster_centers_).astype(np.float32)
     model = DomainModel(embedder, centroids, np.zeros(fine_count, dtype=np.int64), [])
     fine = model.fine(vectors)
     weights = np.bincount(fine, minlength=fine_count).astype(np.float64)
-    merge = _merge(centroids, weights, config.k, config.min_share * len(sample))
+    merge = _merge(centroids, weights, k_wanted, config.min_share * len(sample))
     merge = _renumber_by_size(merge, weights)
     k = int(merge.max()) + 1
     domains = merge[fine]
-    terms = distinctive_terms(texts, domains, k, config.label_terms, sample_languages(languages))
+    sources = [doc.metadata.get("source") for doc in sample]
+    terms = distinctive_terms(texts, domains, k, config.label_terms, sample_languages(languages), sources)
     labels = {domain_key(d): " ".join(terms[d]) or domain_key(d) for d in range(k)}
     shares = {domain_key(d): round(float(np.mean(domains == d)), 6) for d in range(k)}
 
@@ -211,6 +227,7 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
         "sample_fingerprint": fingerprint,
         "sample_documents": len(sample),
         "k": k,
+        "k_configured": config.k,
         "fine_centroids": fine_count,
         "merge_map": merge.tolist(),
         "labels": labels,
@@ -221,9 +238,13 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
 
 
 def domains_stats(model_dir: Path) -> dict:
-    """`StoreManifest.stats["domains"]`: the number of domains and each one's label."""
+    """`StoreManifest.stats["domains"]`: the number of domains (and the configured k, when a small sample gave
+    fewer) and each one's label."""
     body = read_model(model_dir, DOMAINS_KIND)
-    return {"k": body["k"], "labels": body["labels"]}
+    stats = {"k": body["k"], "labels": body["labels"]}
+    if body.get("k_configured", body["k"]) != body["k"]:
+        stats["k_configured"] = body["k_configured"]
+    return stats
 
 
 class DomainAssigner(FittedModelStep):

@@ -313,14 +313,22 @@ def _check_spread(buckets: np.ndarray, scores: np.ndarray, config: QualityConfig
 def score_meaning(config: QualityConfig, reference_files: int) -> dict:
     """What the score is, in words and numbers, for `store info` and the composition page."""
     good = list(config.reference_sources) + ([f"{reference_files} reference file(s)"] if reference_files else [])
-    edges = "within each language" if config.calibrate_by == "language" else "over all documents"
+    top = f"q{config.buckets - 1}"
+    if config.calibrate_by == "language":
+        edges = "within each language"
+        scale = (f"buckets compare a document with others of its language only, so a {top} document of one "
+                 "language may score below a q0 of another (quality.calibrate_by = \"none\": one global scale)")
+    else:
+        edges = "over all documents"
+        scale = ("one global scale: a bucket's documents score alike whatever their language, and its language mix "
+                 "may differ from the corpus's (quality.calibrate_by = \"language\": per-language buckets)")
     return {
         "good": good,
         "other": "documents drawn at random from the rest of the corpus",
         "calibrated_by": config.calibrate_by,
         "meaning": (f"P(good): how much a document resembles {', '.join(good)} rather than a random corpus "
                     f"document; buckets are quantiles of that score {edges} on a held-out calibration sample, "
-                    f"so q{config.buckets - 1} is the top {100 // config.buckets}% by this score {edges}"),
+                    f"so q0 is the bottom and {top} the top {100 // config.buckets}% by this score {edges}; {scale}"),
     }
 
 

@@ -88,18 +88,32 @@ def starter_sections(source_names: Sequence[str]) -> str:
     """
     q, d, e = QualityConfig(), DomainsConfig(), DomainsConfig().embedding
     has_reference = all(name in source_names for name in q.reference_sources)
-    reference = "" if has_reference else "   # none found: name a source, or add reference_files"
+    if has_reference:
+        choice = (f"# Reference: {', '.join(q.reference_sources)} (found in this corpus: edited prose, the default "
+                  "good class).")
+    else:
+        choice = (f"# Off: no reference source found ({', '.join(q.reference_sources)} is the default). To turn it "
+                  f"on, name\n# a source of this corpus whose documents are the quality you want more of (here: "
+                  f"{', '.join(source_names) or 'none'}),\n# or list files of such documents, then set enabled = true.")
     return f"""
+# [quality] scores each document by how much it resembles a REFERENCE of good documents (the sources
+# or files named below) rather than a document drawn at random from the rest of the corpus (DCLM's
+# recipe), and splits the scores into buckets q0 (least like the reference) … q{q.buckets - 1} (most like it).
+# The reference is the choice that defines "quality" here: pick text you would want the model to
+# read more of (edited documentation, curated articles), not the corpus's most common source.
+{choice}
 [quality]                          # quality buckets q0 (lowest) … q{q.buckets - 1} (highest); cells become cNNqQ
 enabled = {str(has_reference).lower()}
 buckets = {q.buckets}
 scorer = "{q.scorer}"                 # linear | fasttext | package.module:Class
-reference_sources = {json.dumps(q.reference_sources)}{reference}
+reference_sources = {json.dumps(q.reference_sources)}   # the good class: sources of the quality you want more of
 reference_files = []               # more good documents: .jsonl (a "text" per line) or plain text files
 sample_size = {q.sample_size}               # documents the classifier is trained and calibrated on
 sample_bytes = {q.sample_bytes}          # text sampled (after dedup, by id hash) to fit on
 calibration_share = {q.calibration_share}          # held out of training; bucket edges are its score quantiles
-calibrate_by = "{q.calibrate_by}"          # language: edges per language label (each bucket keeps the corpus's mix) | none
+calibrate_by = "{q.calibrate_by}"          # language: q0…q{q.buckets - 1} per language (each bucket keeps the corpus's language
+                                   # mix; a q{q.buckets - 1} of one language may score below a q0 of another) | none: one
+                                   # global scale (buckets comparable across languages; their language mix may differ)
 min_group_documents = {q.min_group_documents}          # calibration documents a language needs for its own edges
 seed = {q.seed}
 

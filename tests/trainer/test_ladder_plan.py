@@ -34,11 +34,13 @@ def test_reference_ladder_reproduces_the_table_and_the_hero_flops(home):
 def test_plan_json_has_the_contract_shape(home, capsys):
     assert millrace(["ladder", "plan", str(REFERENCE), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
-    keys = {"name", "d_model", "layers", "params", "tokens", "steps", "batch", "lr", "flops", "seconds_here"}
+    keys = {"name", "d_model", "layers", "params", "tokens", "steps", "batch", "lr", "flops", "seconds_here",
+            "raised_from"}
     for rung in body["rungs"] + [body["target"]]:
         assert set(rung) == keys and set(rung["params"]) == {"total", "active"}
         assert rung["steps"] == round(rung["tokens"] / (rung["batch"] * 4096))
-        assert rung["seconds_here"] > 0
+        assert rung["seconds_here"] > 0 and rung["raised_from"] is None
+    assert body["store"] is None  # no reference store here: a plan on paper, not checked
     flops = [r["flops"] for r in body["rungs"]]
     assert flops == sorted(flops)
     # a learning-rate rule in width and batch: wider and smaller-batch rungs step less far

@@ -68,7 +68,9 @@ def fmt_seconds(seconds: float) -> str:
 @home_option
 def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
     """Each rung's shape, total and active parameters (active: without embedding and output), tokens,
-    steps, batch, learning rate, FLOPs and an estimated time on this machine; and the target's."""
+    steps, batch, learning rate, FLOPs and an estimated time on this machine; and the target's. Each rung's
+    scaled revision is checked against the store as `ladder run` will build it: a rung too small to give
+    every phase one sequence per weighted cell is raised (and named) or refused, per rules.small_rungs."""
     from trainer.ladder.plan import plan_ladder
 
     plan = plan_ladder(ladder_toml, home)
@@ -84,6 +86,13 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
         click.echo(f"  {rung.name:<12} {rung.d_model:>7} {rung.layers:>6} {fmt_count(rung.total_params):>7} "
                    f"{fmt_count(rung.active_params):>7} {fmt_count(rung.tokens):>7} {rung.steps:>8,} {rung.batch:>6,} "
                    f"{rung.lr:>9.3g} {rung.flops:>9.3g} {fmt_seconds(rung.seconds_here):>10}")
+    if plan.store is None:
+        click.echo(f"  store of {spec.mixture.mixture}/{spec.mixture.revision} not built here: rungs not checked "
+                   "against its cells")
+    for rung in plan.rungs + ([plan.target] if plan.target else []):
+        if rung.raised_from is not None:
+            click.echo(f"  {rung.name}: tokens raised from {rung.raised_from:,} to {rung.tokens:,} "
+                       f"(rules.small_rungs = \"raise\"): at the rule's budget, {rung.raised_because}")
 
 
 @ladder.command("run")

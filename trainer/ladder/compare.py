@@ -73,7 +73,8 @@ def compare_ladder(path: Path | str, home: Home, revision_a: str, revision_b: st
                    rungs: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
     """Train (or reuse) the rungs for both revisions and seeds, fit each, compare; saved in ladder.json."""
     for revision in (revision_a, revision_b):
-        run_ladder(path, home, rungs=rungs, seeds=seeds, revision=revision, progress=progress)
+        run_ladder(path, home, rungs=rungs, seeds=seeds, revision=revision, progress=progress,
+                   sized_for=[revision_a, revision_b])
     body = read_ladder(home, load_ladder(path).ladder)
     body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     metric, asymptote = body.get("metric") or "loss.macro", body.get("asymptote")

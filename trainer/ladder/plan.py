@@ -1,18 +1,27 @@
-"""Size the rungs of a ladder on paper: shape, parameters, tokens, batch, steps, lr, FLOPs, time here.
+"""Size the rungs of a ladder: shape, parameters, tokens, batch, steps, lr, FLOPs, time here.
 
-Pure given the ladder file, its base config and the revision's sequence length (and the
-store's vocabulary when the base config leaves it at 0); nothing is trained or built.
+Pure given the ladder file, its base config, the revision and its store; nothing is trained
+or written. When the revision's store is built here, every rung's scaled revision is resolved
+against it exactly as `ladder run` will build it: a rung too small to give each phase one
+sequence per weighted cell is raised to the smallest budget that can (`rules.small_rungs =
+"raise"`, shown in the plan) or the plan is refused with the smallest tokens per parameter that
+builds every rung ("refuse"). Without the store (a plan on paper) the rungs are not checked.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.flops import count_params, flops_per_token
+from trainer.ladder.rung_revision import (BaseRevision, base_if_stored, built_steps, feasible_tokens,
+                                          rung_revision_name)
 from trainer.ladder.spec import LadderSpec, Rules, load_ladder, resolve_path
 
 
@@ -31,12 +40,14 @@ class RungPlan:
     flops: float
     seconds_here: float
     config: TrainConfig
+    raised_from: int | None = None  # the rule's tokens, when too few for the store's cells
+    raised_because: str | None = None
 
     def as_dict(self) -> dict:
         return {"name": self.name, "d_model": self.d_model, "layers": self.layers,
                 "params": {"total": self.total_params, "active": self.active_params}, "tokens": self.tokens,
                 "steps": self.steps, "batch": self.batch, "lr": self.lr, "flops": self.flops,
-                "seconds_here": self.seconds_here}
+                "seconds_here": self.seconds_here, "raised_from": self.raised_from}
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ class LadderPlan:
     rungs: list[RungPlan]
     target: RungPlan | None
     seconds_per_flop_here: float
+    store: str | None = None  # "name/version" the rungs were checked against; None: not built here
 
     def rung(self, name: str) -> RungPlan:
         for rung in self.rungs:
@@ -56,7 +68,7 @@ class LadderPlan:
 
     def as_dict(self) -> dict:
         return {"ladder": self.spec.ladder, "file": str(self.path), "mixture": self.spec.mixture.mixture,
-                "revision": self.spec.mixture.revision, "seq_len": self.seq_len,
+                "revision": self.spec.mixture.revision, "seq_len": self.seq_len, "store": self.store,
                 "rungs": [r.as_dict() for r in self.rungs],
                 "target": self.target.as_dict() if self.target else None}
 
@@ -106,12 +118,14 @@ def rung_lr(spec: LadderSpec, config: TrainConfig, batch: int, seq_len: int, ste
 
 
 def size_rung(spec: LadderSpec, name: str, config: TrainConfig, index: int | None, seq_len: int,
-              seconds_per_flop: float, tokens: float | None = None, batch: int | None = None) -> RungPlan:
+              seconds_per_flop: float, tokens: float | None = None, batch: int | None = None,
+              steps: int | None = None) -> RungPlan:
+    """`steps`: the built revision's (its phases round to whole batches each); default tokens / batch."""
     active = active_params(config)
     tokens = int(round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active))
     if batch is None:
         batch = rung_batch(spec.rules, index if index is not None else len(spec.rules.widths) - 1, tokens)
-    steps = max(1, round(tokens / (batch * seq_len)))
+    steps = steps or max(1, round(tokens / (batch * seq_len)))
     lr = rung_lr(spec, config, batch, seq_len, steps)
     flops = flops_per_token(config, seq_len) * tokens
     warmup = spec.rules.warmup_fraction
@@ -185,7 +199,64 @@ def seconds_per_flop(spec: LadderSpec) -> float:
     return 1.0 / (peak * spec.here.mfu)
 
 
-def plan_ladder(path: Path | str, home: Home | None = None, spec: LadderSpec | None = None) -> LadderPlan:
+def plan_rungs(spec: LadderSpec, path: Path, base: TrainConfig, seq_len: int, per_flop: float,
+               vocab: int) -> tuple[list[RungPlan], RungPlan | None]:
+    """The rungs and the target as the rules size them."""
+    rungs = []
+    for index, (name, width) in enumerate(zip(spec.rung_names(), spec.rules.widths)):
+        config = scaled_config(base, spec.rules, width, rung_layers(spec.rules, index, width))
+        rungs.append(size_rung(spec, name, config, index, seq_len, per_flop))
+    return rungs, plan_target(spec, path, base, seq_len, per_flop, vocab)
+
+
+def needed_tokens(spec: LadderSpec, rung: RungPlan, bases: list[BaseRevision]) -> tuple[int, str | None]:
+    """The fewest tokens at the rung's batch whose scaled revision builds, for every revision planned."""
+    needed, because = rung.tokens, None
+    for base in bases:
+        name = rung_revision_name(base.revision.revision, spec.ladder, rung.name)
+        tokens, problem = feasible_tokens(base, name, rung.tokens, rung.batch)
+        if tokens > needed:
+            needed, because = tokens, problem
+    return needed, because
+
+
+def fitted_to_store(spec: LadderSpec, rung: RungPlan, bases: list[BaseRevision], per_flop: float) -> RungPlan:
+    """The rung as `ladder run` builds it: its tokens raised (same batch) when too few for the store's
+    cells, its steps those of the built revision's phases."""
+    tokens, because = needed_tokens(spec, rung, bases)
+    steps = built_steps(bases[0], tokens, rung.batch)
+    fitted = size_rung(spec, rung.name, rung.config, None, rung.seq_len, per_flop, tokens, rung.batch, steps)
+    if tokens == rung.tokens:
+        return fitted
+    return dataclasses.replace(fitted, raised_from=rung.tokens, raised_because=because)
+
+
+def refuse_small_rungs(spec: LadderSpec, path: Path, rungs: list[RungPlan], bases: list[BaseRevision],
+                       rebuild: Callable[[float], list[RungPlan]]) -> None:
+    """Raise a one-line error naming the first rung too small and the smallest tokens_per_active_param
+    that builds every rung (found by re-planning, since the batch rule may follow the tokens)."""
+    first: tuple[str, str | None] | None = None
+    candidate = spec.rules.tokens_per_active_param
+    short: list[tuple[RungPlan, int]] = []
+    for _ in range(8):
+        found = [(rung, *needed_tokens(spec, rung, bases)) for rung in rungs]
+        short = [(rung, tokens) for rung, tokens, _ in found if tokens > rung.tokens]
+        if not short:
+            break
+        first = first or next((rung.name, why) for rung, tokens, why in found if tokens > rung.tokens)
+        candidate = max(candidate, *(math.ceil(1000 * tokens / rung.active_params) / 1000 for rung, tokens in short))
+        rungs = rebuild(candidate)
+    if first is None:
+        return
+    fix = (f"set rules.tokens_per_active_param = {candidate:g} (the smallest that builds every rung)" if not short
+           else f"rung {short[0][0].name} needs {short[0][1]:,} tokens whatever the rule: set its tokens")
+    raise ConfigError(f"{path}: rung {first[0]} is too small for the store (rules.small_rungs = \"refuse\"): "
+                      f"{first[1]}; {fix} or rules.small_rungs = \"raise\"")
+
+
+def plan_ladder(path: Path | str, home: Home | None = None, spec: LadderSpec | None = None,
+                revisions: list[str] | None = None) -> LadderPlan:
+    """The ladder's rungs, checked against the store for each of `revisions` (default: the ladder's own)."""
     path = Path(path)
     home = home or Home.resolve()
     spec = spec or load_ladder(path)
@@ -194,13 +265,22 @@ def plan_ladder(path: Path | str, home: Home | None = None, spec: LadderSpec | N
     base = with_vocab(base, vocab)
     seq_len = revision_seq_len(spec, home)
     per_flop = seconds_per_flop(spec)
-    rungs = []
-    for index, (name, width) in enumerate(zip(spec.rung_names(), spec.rules.widths)):
-        config = scaled_config(base, spec.rules, width, rung_layers(spec.rules, index, width))
-        rungs.append(size_rung(spec, name, config, index, seq_len, per_flop))
-    target = plan_target(spec, path, base, seq_len, per_flop, vocab)
+    rungs, target = plan_rungs(spec, path, base, seq_len, per_flop, vocab)
+    bases = [b for b in (base_if_stored(home, spec.mixture.mixture, r)
+                         for r in dict.fromkeys(revisions or [spec.mixture.revision])) if b is not None]
+    if bases:
+        if spec.rules.small_rungs == "refuse":
+            def rebuild(tpp: float) -> list[RungPlan]:
+                bigger = spec.model_copy(update={"rules": spec.rules.model_copy(update={"tokens_per_active_param": tpp})})
+                more, more_target = plan_rungs(bigger, path, base, seq_len, per_flop, vocab)
+                return more + ([more_target] if more_target else [])
+
+            refuse_small_rungs(spec, path, rungs + ([target] if target else []), bases, rebuild)
+        rungs = [fitted_to_store(spec, rung, bases, per_flop) for rung in rungs]
+        target = fitted_to_store(spec, target, bases, per_flop) if target else None
+    store = f"{bases[0].store.name}/{bases[0].store.version}" if bases else None
     return LadderPlan(spec=spec, path=path, seq_len=seq_len, rungs=rungs, target=target,
-                      seconds_per_flop_here=per_flop)
+                      seconds_per_flop_here=per_flop, store=store)
 
 
 __all__ = ["LadderPlan", "RungPlan", "plan_ladder", "scaled_config", "active_params"]

@@ -24,6 +24,7 @@ from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
 from trainer.eval_records import read_eval
 from trainer.ladder.results import curve, read_ladder_or_empty, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
+from trainer.ladder.spec import load_ladder
 from trainer.metrics import read_run
 
 log = logging.getLogger(__name__)
@@ -118,10 +119,15 @@ def merge_results(old: list[dict], new: list[dict]) -> list[dict]:
 
 def run_ladder(path: Path | str, home: Home, rungs: list[str] | None = None, seeds: int | None = None,
                revision: str | None = None, progress: bool = False,
-               on_result: Callable[[dict], None] | None = None) -> dict[str, Any]:
-    """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body."""
-    plan = plan_ladder(path, home)
-    revision = revision or plan.spec.mixture.revision
+               on_result: Callable[[dict], None] | None = None,
+               sized_for: list[str] | None = None) -> dict[str, Any]:
+    """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body.
+
+    The rungs are sized for `revision` (default the ladder's own) and every revision in `sized_for`, so
+    that revisions compared on one rung train on the same tokens."""
+    spec = load_ladder(path)
+    revision = revision or spec.mixture.revision
+    plan = plan_ladder(path, home, spec, revisions=[revision, *(sized_for or [])])
     seeds = seeds or plan.spec.seeds
     body = read_ladder_or_empty(home, plan.spec.ladder)
     body.update({"ladder": plan.spec.ladder, "file": str(Path(path).resolve()), "metric": plan.spec.fit.metric,

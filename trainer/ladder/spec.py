@@ -17,6 +17,7 @@ layers (the reference ladder's convention: 48B tokens / 791 = 61M active for d76
     widths = [768, 1024, 1536, 2048]
     layers = [8, 12, 16, 22]               # or layers_per_width = 0.01 (round(d_model * it))
     tokens_per_active_param = 791
+    small_rungs = "raise"                  # or "refuse": a rung too small for the store's cells (see plan.py)
     batch = [1024, 2048, 6144, 11264]      # or one number, or [rules.batch_rule]
     [rules.lr]                             # lr = base * (d/d0)^w * (batch tokens/b0)^b * (steps/s0)^s
     [target]
@@ -27,6 +28,7 @@ layers (the reference ladder's convention: 48B tokens / 791 = 61M active for d76
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pydantic
 
@@ -85,6 +87,9 @@ class Rules(StrictModel):
     heads_per_width: float | None = pydantic.Field(None, gt=0)
     expert_ffn_per_width: float | None = pydantic.Field(None, gt=0)
     dense_ffn_per_width: float | None = pydantic.Field(None, gt=0)
+    small_rungs: Literal["raise", "refuse"] = pydantic.Field(
+        "raise", description="a rung whose budget can't give each phase one sequence per weighted cell of the "
+        "store: 'raise' its tokens to the smallest budget that can (shown by `ladder plan`), or 'refuse' the plan")
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> "Rules":
