@@ -1,7 +1,7 @@
 """Run the pipeline: four datatrove executor runs, three driver steps, one assembly.
 
-    1. filter     (tasks = executor.tasks)  read → normalise → heuristic filters → language id
-                  → dedup signatures → filtered/<rank>.jsonl.zst
+    1. filter     (tasks = executor.tasks)  read → normalise → language id → heuristic filters
+                  (each with its language's rules) → dedup signatures → filtered/<rank>.jsonl.zst
     2. dedup      (tasks = dedup.parts)     `find_duplicates`: candidates, component rounds, verification
                                             → duplicates/{exact,fuzzy}-<part>.npy (rows by filter task)
        tokenizer  (driver)                  tokenizer.json: the configured one, or a byte-level BPE
@@ -72,9 +72,9 @@ class PipelineError(MillraceError):
 def stage_names(config: PipelineConfig) -> list[str]:
     """The funnel's stages, in order, for this config."""
     names = ["read"] + (["extract"] if extracted_sources(config) else []) + ["normalise"]
-    names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
     if any(s.language_id for s in config.sources):
-        names.append("language")
+        names.append("language")  # before the filters: each filter applies the document's language's rules
+    names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
     if config.dedup.exact:
         names.append("exact_dedup")
     if config.dedup.fuzzy:
@@ -234,18 +234,18 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
         steps.append(ReadStage(source, offset, funnel["read"], layout.malformed))
         files = file_count(source)
         if not files:
-            raise ConfigError(f"field 'sources.{index}.glob': no {source.file_glob!r} files under {source.paths}")
+            raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
         offset += files
     if "extract" in funnel:
         steps.append(ExtractStage(funnel["extract"], layout.removed, extracted_sources(config)))
     steps.append(NormaliseStage(funnel["normalise"], layout.removed, [s.name for s in config.sources if s.normalise]))
+    if "language" in funnel:
+        keep = {s.name: s.languages for s in config.sources if s.language_id}
+        steps.append(LanguageStage(funnel["language"], layout.removed, keep))
     for name in FILTER_NAMES:
         if name in funnel:
             users = [s.name for s in config.sources if name in s.filters]
             steps.append(HeuristicFilterStage(name, getattr(config.filters, name), funnel[name], layout.removed, users))
-    if "language" in funnel:
-        keep = {s.name: s.languages for s in config.sources if s.language_id}
-        steps.append(LanguageStage(funnel["language"], layout.removed, keep))
     d = config.dedup
     if d.exact or d.fuzzy:
         steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
@@ -378,6 +378,11 @@ def run_pipeline(
     prepare_work(layout, config, restart)
     notify = on_stage or (lambda label: None)
 
+    from pipeline.stages.discovery import describe_unread, unread_files
+
+    unread = unread_files(config)
+    for entry in unread:
+        log.warning("%s", describe_unread(entry))
     notify("filter")
     _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter",
                progress_lines)
@@ -400,7 +405,11 @@ def run_pipeline(
     names = stage_names(config)
     stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
     funnel = build_funnel(stages, removed_tokens_from(list(layout.removed_tokens.glob("*.json"))))
+    for index, stage in enumerate(funnel["stages"]):
+        if languages := merge_stage(stage_dir(layout.funnel, index, stage["name"]), "languages"):
+            stage["languages"] = languages
     funnel["bad_files"] = bad_files(stage_dir(layout.funnel, 0, "read"))
+    funnel["not_read"] = unread
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
     problems = malformed_report(layout)

@@ -171,31 +171,25 @@ class HFDatasetsDirReader(PipelineStep):
 
 
 def build_reader(source: SourceConfig, path: str):
-    """The datatrove reader for one configured path of a source."""
+    """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`)."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
     common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True)
-    folder, glob = (str(Path(path).parent), Path(path).name) if Path(path).is_file() else (path, source.file_glob)
+    folder = str(Path(path).parent) if Path(path).is_file() else path
     if source.format in ("jsonl", "jsonl.zst"):
-        compression = "zstd" if source.format == "jsonl.zst" else "infer"
-        return CountingJsonlReader(folder, glob_pattern=glob, compression=compression, **common)
+        return CountingJsonlReader(folder, compression="infer", **common)
     if source.format == "parquet":
-        return CountingParquetReader(folder, glob_pattern=glob, **common)
+        return CountingParquetReader(folder, **common)
     if source.format == "html":
-        return HtmlFileReader(folder, glob_pattern=glob, **common)
-    return CountingWarcReader(folder, glob_pattern=glob, **common)
+        return HtmlFileReader(folder, **common)
+    return CountingWarcReader(folder, **common)
 
 
 def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
     """Each configured path of a source with its files (relative to it, sorted); datasets dirs list none."""
-    listed = []
-    for path in source.paths:
-        if source.format == "hf-datasets":
-            listed.append((path, []))
-            continue
-        reader = build_reader(source, path)
-        listed.append((path, reader.data_folder.list_files(recursive=True, glob_pattern=reader.glob_pattern)))
-    return listed
+    from pipeline.stages.discovery import source_files
+
+    return [(path, [] if source.format == "hf-datasets" else source_files(source, path)) for path in source.paths]
 
 
 def file_count(source: SourceConfig) -> int:
