@@ -64,6 +64,13 @@ class StageCounts:
         counts["documents"] += 1
         counts["bytes"] += nbytes
 
+    def received_removed(self, source: str, reason: str, documents: int, nbytes: int) -> None:
+        """`documents` records received and removed for `reason`, `nbytes` bytes in all."""
+        entry = self._source(source)
+        for counts in (entry["received"], entry["removed"].setdefault(reason, _zero())):
+            counts["documents"] += documents
+            counts["bytes"] += nbytes
+
     def kept(self, source: str, nbytes: int, tokens: int = 0) -> None:
         counts = self._source(source)["kept"]
         counts["documents"] += 1
