@@ -20,6 +20,9 @@ language (`LanguageFilters`) with:
 - Stop words: FineWeb-2's list, when the words can be found: with datatrove's own tokenizer for
   the language, or one-character stop words with the character tokenizer (Chinese 的, Japanese
   の). Otherwise (e.g. Korean's stop words are Kiwi morphemes) the stop-word rule is off.
+- Repetition: FineWeb-2's n-gram rules count words; where words are characters they count
+  n-grams of twice as many characters (a Chinese or Japanese word is about two), since every
+  polite Japanese sentence ends in the same four characters (ました。).
 - C4: its rules (ASCII terminal punctuation, three space-separated words a line, English policy
   phrases) are English; FineWeb-2 does not apply C4 either, so only English documents go through it.
 
@@ -42,6 +45,7 @@ ENGLISH = "en"
 UNSPACED = frozenset({"zh", "ja", "wuu", "yue", "th", "lo", "km", "my", "bo", "dz"})
 # spaCy blank languages that need a package spaCy does not install (sudachipy, jieba, pyvi, ...)
 SPACY_NEEDS_EXTRA = frozenset({"ja", "zh", "ko", "vi", "th"})
+CHARACTERS_PER_WORD = 2  # about a word's length in characters where words are not spaced (Chinese, Japanese)
 UNSPACED_CHARACTER = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]"
 # FineWeb-2's recipe for every language besides the per-language values (its fineweb-2-pipeline.py)
 FINEWEB2_FIXED = {
@@ -109,6 +113,9 @@ def filter_options(name: str, language: str | None, configured: dict[str, Any]) 
     if rules is not None:
         options.update(FINEWEB2_FIXED.get(name, {}))
         options.update({key: rules[key] for key in PER_LANGUAGE.get(name, ())})
+        if name == "gopher_repetition" and word_tokenizer(language)[1] == "characters":
+            for key in ("top_n_grams", "dup_n_grams"):  # FineWeb-2's n counts words of ~2 characters
+                options[key] = [[CHARACTERS_PER_WORD * n, share] for n, share in options[key]]
     if name == "gopher_quality":
         stop_words = usable_stop_words(language, rules["stopwords"]) if rules else []
         options.update({"stop_words": stop_words} if len(stop_words) >= 2 else {"min_stop_words": None})
