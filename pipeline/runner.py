@@ -58,7 +58,7 @@ from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
 from pipeline.config import EXTRACTED_FORMATS, FILTER_NAMES, PipelineConfig
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
-from pipeline.stages.progress import StageLines
+from pipeline.stages.progress import StageLines, live_records
 from pipeline.work import WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
@@ -204,13 +204,13 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
 
 
 def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path,
-               lines: bool = False) -> None:
+               lines: bool = False, read: Callable[[], int] | None = None) -> None:
     executor = _executor(kind, pipeline, tasks, workers, logging_dir)
     if not executor.get_incomplete_ranks():
         log.info("%s: all %d tasks already complete", label, tasks)
         return
     try:
-        with StageLines(label, logging_dir, tasks) if lines else contextlib.nullcontext():
+        with StageLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
             executor.run()
     except Exception as exc:  # a task's exception, re-raised by the executor
         raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs") from exc
@@ -231,7 +231,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     steps: list[PipelineStep] = []
     offset = 0
     for index, source in enumerate(config.sources):
-        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed))
+        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed, layout.progress))
         files = file_count(source)
         if not files:
             raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
@@ -385,7 +385,7 @@ def run_pipeline(
         log.warning("%s", describe_unread(entry))
     notify("filter")
     _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter",
-               progress_lines)
+               progress_lines, read=lambda: live_records(layout.progress))
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
         run_dedup(config, layout, kind, workers, progress_lines)

@@ -61,6 +61,11 @@ class WorkLayout:
         return self.root / "filtered"
 
     @property
+    def progress(self) -> Path:
+        """Live counts the filter tasks' readers write as they go (`pipeline.stages.progress`)."""
+        return self.root / "progress"
+
+    @property
     def signatures(self) -> Path:
         return self.root / "signatures"
 
@@ -110,7 +115,7 @@ class WorkLayout:
         after_dedup = ("exact_dedup", "fuzzy_dedup", "tokenize")
         if stage == "filter":
             return [self.logs / "1-filter", self.filtered, self.signatures, self.samples, self.malformed, self.funnel,
-                    self.removed]
+                    self.removed, self.progress]
         if stage == "dedup":
             return [self.logs / "2-dedup", self.components, self.duplicates]
         if stage == "tokenizer":

@@ -31,6 +31,7 @@ from pipeline.config import SourceConfig
 from pipeline.stages.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
 from pipeline.stages.filtering import text_bytes
 from pipeline.stages.funnel import StageCounts
+from pipeline.stages.progress import LiveCount
 
 Problem = tuple[str, str, int, str, int]  # (file, "line" | "row" | "record", position, reason, size)
 KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
@@ -298,13 +299,15 @@ class ReadStage(PipelineStep):
 
     type = "📖 - READER"
 
-    def __init__(self, source: SourceConfig, offset: int, funnel_dir: Path | str, malformed_dir: Path | str):
+    def __init__(self, source: SourceConfig, offset: int, funnel_dir: Path | str, malformed_dir: Path | str,
+                 progress_dir: Path | str | None = None):
         self.name = f"📖 {source.name}"
         super().__init__()
         self.source = source
         self.offset = offset
         self.funnel_dir = Path(funnel_dir)
         self.malformed_dir = Path(malformed_dir)
+        self.progress_dir = None if progress_dir is None else Path(progress_dir)
 
     def _document(self, doc: Document, file_ordinal: int) -> Document:
         prefix = f"{self.source.name}/"
@@ -364,7 +367,9 @@ class ReadStage(PipelineStep):
         problems: list[Problem] = []
         skipped: dict[str, list[int]] = {}
         bad_files: list[dict] = []
-        for doc in self._documents(rank, world_size, problems, skipped, bad_files):
+        live = LiveCount(None if self.progress_dir is None else self.progress_dir / f"{self.source.name}-{rank:05d}.json")
+        for read, doc in enumerate(self._documents(rank, world_size, problems, skipped, bad_files), start=1):
+            live.update(read + len(problems) + sum(records for records, _ in skipped.values()))
             size = doc.metadata.pop("read_bytes", None) or text_bytes(doc)  # a reader that cut a record says from what
             counts.received(self.source.name, size)
             if (size := self._bounded(doc, size, counts)) is None:
@@ -382,3 +387,5 @@ class ReadStage(PipelineStep):
         atomic_write_text(self.malformed_dir / self.source.name / f"{rank:05d}.jsonl", "".join(x + "\n" for x in lines))
         counts.bad_files = [{"source": self.source.name, **b} for b in bad_files]
         counts.save(self.funnel_dir / f"{self.source.name}-{rank:05d}.json")
+        live.update(sum(entry["received"]["documents"] for entry in counts.sources.values()))
+        live.close()
