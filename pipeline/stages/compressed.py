@@ -6,9 +6,9 @@ empty) file with no error. Here every frame must end: input that stops inside on
 `TruncatedInput`. gzip, bz2 and xz raise `EOFError` on truncation themselves. Lines are bytes,
 so that a record with invalid UTF-8 is one malformed record, not an error that stops the file.
 
-Memory stays bounded whatever the input: decompressed chunks are about `CHUNK` bytes (zstd input
-is fed in slices sized by the ratio seen so far, since a few bytes of zstd can expand to
-megabytes), and a line longer than `max_line` is not held: it is skipped to its end and reported
+Memory stays bounded whatever the input: decompressed chunks are at most a few `CHUNK`s (zstd
+input is fed in slices sized by the expansion seen so far, since a few bytes of zstd can expand
+to megabytes), and a line longer than `max_line` is not held: it is skipped to its end and reported
 as an `OverlongLine` with its size.
 """
 
@@ -39,22 +39,26 @@ class OverlongLine:
 
 
 def _zstd_chunks(raw: BinaryIO) -> Iterator[bytes]:
+    """Decompressed zstd in chunks of about `CHUNK`: input goes in slices that start small and grow at most
+    twofold a step, sized by the last slice's expansion, so a few bytes that expand to megabytes never
+    produce more than a few megabytes at once."""
     context = zstandard.ZstdDecompressor()
-    frame, in_frame, ratio = context.decompressobj(), False, 1.0
+    frame, in_frame, size = context.decompressobj(), False, MIN_ZSTD_SLICE
     while data := raw.read(CHUNK):
         start = 0
         while start < len(data):
-            size = max(MIN_ZSTD_SLICE, min(CHUNK, int(CHUNK / ratio)))
             piece, start = data[start:start + size], start + size
+            expansion = 0.0
             while piece:
                 in_frame = True
                 out = frame.decompress(piece)
-                ratio = max(1.0, len(out) / len(piece))
+                expansion = max(expansion, len(out) / len(piece))
                 if out:
                     yield out
                 if not frame.eof:
                     break
                 piece, frame, in_frame = frame.unused_data, context.decompressobj(), False
+            size = max(MIN_ZSTD_SLICE, min(CHUNK, 2 * size, int(CHUNK / max(expansion, 1.0))))
     if in_frame:
         raise TruncatedInput("zstd stream ends inside a frame (truncated file)")
 

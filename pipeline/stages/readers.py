@@ -152,7 +152,7 @@ class CountingWarcReader(_ProblemLog, WarcReader):
         from pipeline.stages.warc import read_record
 
         with self.data_folder.open(filepath, "rb") as raw:
-            stream = gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw
+            stream = _ErrorKeeper(gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw)
             index = -1
             try:
                 for index, record in enumerate(ArchiveIterator(stream, no_record_parse=True)):
@@ -170,6 +170,30 @@ class CountingWarcReader(_ProblemLog, WarcReader):
                         yield document
             except ArchiveLoadFailed as exc:  # not a WARC record where one should start: a corrupt or cut file
                 raise EOFError(f"no WARC record where record {index + 1} should start ({exc})") from None
+            if stream.error is not None:
+                raise stream.error
+
+
+class _ErrorKeeper(io.RawIOBase):
+    """A stream that passes on what `inner` reads and keeps the error that ends it: warcio takes a failed
+    read (a truncated `.warc.gz`) for the end of the archive, so the reader raises it once warcio stops."""
+
+    def __init__(self, inner):
+        self.inner, self.error = inner, None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.error is not None:
+            return 0
+        try:
+            data = self.inner.read(len(buffer))
+        except UNREADABLE as exc:
+            self.error = exc
+            return 0
+        buffer[:len(data)] = data
+        return len(data)
 
 
 class HtmlFileReader(_ProblemLog, BaseDiskReader):
