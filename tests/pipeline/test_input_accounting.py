@@ -67,3 +67,22 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
     (unread,) = unread_files(config)
     assert (unread["source"], unread["files"]) == ("mixed", 4)
     assert unread["reasons"] == {DANGLING: 1, NO_READER: 2, OUTSIDE: 1}
+
+
+def test_progress_lines_count_the_records_of_every_source(tmp_path):
+    """The filter stage's line counts what all its readers read (malformed records too), not the first's."""
+    from pipeline.stages.progress import StageLines, live_records
+    from pipeline.stages.readers import ReadStage
+
+    sources = []
+    for name, lines in (("a", 3), ("b", 4)):
+        (tmp_path / name).mkdir()
+        records = [json.dumps({"id": str(i), "text": f"text {i}"}) for i in range(lines - 1)] + ["{not json"]
+        (tmp_path / name / "x.jsonl").write_text("\n".join(records) + "\n")
+        sources.append(SourceConfig(name=name, paths=[str(tmp_path / name)], format="jsonl"))
+    data = None
+    for source in sources:
+        data = ReadStage(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress").run(data, 0, 1)
+    assert len(list(data)) == 5
+    line = StageLines("filter", tmp_path / "logs", 1, read=lambda: live_records(tmp_path / "progress")).line()
+    assert line == "pipeline: filter, 0/1 tasks done, 7 documents read"
