@@ -231,7 +231,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     steps: list[PipelineStep] = []
     offset = 0
     for index, source in enumerate(config.sources):
-        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed, layout.progress))
+        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed, layout.progress / "filter"))
         files = file_count(source)
         if not files:
             raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
@@ -272,7 +272,7 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
-    steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered)]
+    steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered, layout.progress / "tokenize")]
     if config.dedup.exact or config.dedup.fuzzy:
         reasons = {"exact_dedup": ("exact",), "fuzzy_dedup": ("fuzzy",)}
         for stage in ("exact_dedup", "fuzzy_dedup"):
@@ -385,7 +385,7 @@ def run_pipeline(
         log.warning("%s", describe_unread(entry))
     notify("filter")
     _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter",
-               progress_lines, read=lambda: live_records(layout.progress))
+               progress_lines, read=lambda: live_records(layout.progress / "filter"))
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
         run_dedup(config, layout, kind, workers, progress_lines)
@@ -400,7 +400,7 @@ def run_pipeline(
             for path in layout.outputs(stage):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
-               layout.logs / "3-tokenize", progress_lines)
+               layout.logs / "3-tokenize", progress_lines, read=lambda: live_records(layout.progress / "tokenize"))
 
     names = stage_names(config)
     stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]

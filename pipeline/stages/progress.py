@@ -1,11 +1,11 @@
 """Steady progress lines while a datatrove stage runs: tasks done and documents read so far.
 
 Tasks done come from datatrove's `completions/`; documents read from what tasks write as they go:
-the filter stage's readers write their running count of records read (`LiveCount`, one small file
-per source and task, at most every `LIVE_SECONDS`), so the line moves while tasks run and, at the
-end, equals the records the funnel's read stage received. Stages after it count the documents their
-first step (the task's intermediate reader) read, from datatrove's `stats/<rank>.json` of finished
-tasks. Both live on the shared disk, so this works for any executor.
+the filter stage's readers (one per source) and the tokenize stage's reader write their running count
+of records read (`LiveCount`, one small file per reader and task, at most every `LIVE_SECONDS`), so
+the line moves while tasks run and, at the end of the filter stage, equals the records the funnel's
+read stage received. Other stages count the documents their first step read, from datatrove's
+`stats/<rank>.json` of finished tasks. All live on the shared disk, so this works for any executor.
 """
 
 from __future__ import annotations
