@@ -21,8 +21,9 @@ language (`LanguageFilters`) with:
   the language, or one-character stop words with the character tokenizer (Chinese 的, Japanese
   の). Otherwise (e.g. Korean's stop words are Kiwi morphemes) the stop-word rule is off.
 - Repetition: FineWeb-2's n-gram rules count words; where words are characters they count
-  n-grams of twice as many characters (a Chinese or Japanese word is about two), since every
-  polite Japanese sentence ends in the same four characters (ました。).
+  n-grams of twice as many characters (a Chinese or Japanese word is about two), and the top n-gram
+  share allows for the spaces datatrove counts between the characters (`character_n_grams`); else
+  every polite Japanese sentence ending in the same four characters (ました。) fails top_4_gram.
 - C4: its rules (ASCII terminal punctuation, three space-separated words a line, English policy
   phrases) are English; FineWeb-2 does not apply C4 either, so only English documents go through it.
 
@@ -101,6 +102,16 @@ def usable_stop_words(language: str, stop_words: list[str]) -> list[str]:
     return []
 
 
+def character_n_grams(top_n_grams: list, dup_n_grams: list) -> dict[str, list]:
+    """FineWeb-2's n-gram rules for words of about `CHARACTERS_PER_WORD` characters, restated for words that
+    are single characters: n words become 2n characters. datatrove measures a top n-gram by its length
+    joined with spaces (one per word boundary): 3n - 1 characters for n two-character words, 4n - 1 for 2n
+    one-character ones, so its share is scaled by (4n - 1) / (3n - 1) to mean the same text."""
+    w = CHARACTERS_PER_WORD
+    top = [[w * n, share * (2 * w * n - 1) / ((w + 1) * n - 1)] for n, share in top_n_grams]
+    return {"top_n_grams": top, "dup_n_grams": [[w * n, share] for n, share in dup_n_grams]}
+
+
 def filter_options(name: str, language: str | None, configured: dict[str, Any]) -> dict[str, Any] | None:
     """Keyword options for datatrove's filter `name` on documents of `language` (None: not identified,
     English rules), or None where the filter does not apply to that language (C4 outside English)."""
@@ -114,8 +125,7 @@ def filter_options(name: str, language: str | None, configured: dict[str, Any]) 
         options.update(FINEWEB2_FIXED.get(name, {}))
         options.update({key: rules[key] for key in PER_LANGUAGE.get(name, ())})
         if name == "gopher_repetition" and word_tokenizer(language)[1] == "characters":
-            for key in ("top_n_grams", "dup_n_grams"):  # FineWeb-2's n counts words of ~2 characters
-                options[key] = [[CHARACTERS_PER_WORD * n, share] for n, share in options[key]]
+            options.update(character_n_grams(options["top_n_grams"], options["dup_n_grams"]))
     if name == "gopher_quality":
         stop_words = usable_stop_words(language, rules["stopwords"]) if rules else []
         options.update({"stop_words": stop_words} if len(stop_words) >= 2 else {"min_stop_words": None})
