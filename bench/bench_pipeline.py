@@ -10,6 +10,7 @@ checksums, funnel). Reports documents/s of input; target ratio ≥ 1.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -72,8 +73,8 @@ def run_millrace(corpus: Path, tokenizer: Path, work: Path) -> float:
     from pipeline.starter import discover_sources
 
     sources = "".join(
-        f'[[sources]]\nname = "{name}"\npaths = ["{path}"]\nfilters = {FILTERS}\n\n'
-        for name, path, _, _ in discover_sources(corpus)
+        f'[[sources]]\nname = "{name}"\npaths = {json.dumps([str(p) for p in paths])}\nfilters = {FILTERS}\n\n'
+        for name, paths, _, _ in discover_sources(corpus)
     )
     text = (sources + "[filters.gopher_quality]\nmax_non_alpha_words_ratio = 0.5\n"
             f'[tokenizer]\npath = "{tokenizer}"\n[output]\nversion = "2026.01.01"\n'

@@ -1,7 +1,8 @@
 """The pipeline's configuration file (TOML), one pydantic model per component.
 
     [[sources]]            one table per source: name, paths (files or directories), glob, format
-                           (jsonl, jsonl.zst, parquet, warc, html, hf-datasets), kind (prose|code),
+                           (jsonl, jsonl.zst, parquet, warc, html, hf-datasets; absent glob: every file
+                           with one of the format's extensions, FORMAT_SUFFIXES), kind (prose|code),
                            normalise, filters, language_id, languages, on_bad_file (error|skip),
                            max_document_bytes (1 MB) and long_documents (drop|cut)
     [filters.<name>]       options passed to datatrove's filter of that name (checked at load time)
@@ -36,8 +37,13 @@ FilterName = Literal["gopher_quality", "gopher_repetition", "c4_quality", "finew
 FILTER_NAMES: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality")
 PROSE_FILTERS = frozenset(FILTER_NAMES)  # every datatrove heuristic filter assumes natural-language text
 Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "html", "hf-datasets"]
-DEFAULT_GLOBS = {"jsonl": "**/*.jsonl", "jsonl.zst": "**/*.jsonl.zst", "parquet": "**/*.parquet", "warc": "**/*.warc.gz",
-                 "html": "**/*.html"}
+_JSON_LINES = tuple(f"{stem}{codec}" for stem in (".jsonl", ".json", ".ndjson")
+                    for codec in ("", ".gz", ".zst", ".zstd", ".bz2", ".xz"))
+# the files a format reads inside a directory when no `glob` is set (compression is taken from the name)
+FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "jsonl": _JSON_LINES, "jsonl.zst": _JSON_LINES, "parquet": (".parquet",), "warc": (".warc", ".warc.gz"),
+    "html": (".html", ".htm", ".html.gz", ".htm.gz"),
+}
 EXTRACTED_FORMATS = frozenset({"warc", "html"})  # their text is HTML: trafilatura extracts it before normalising
 CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
 
@@ -73,6 +79,7 @@ class SourceConfig(StrictModel):
     on_bad_file: Literal["error", "skip"] = "error"
     max_document_bytes: int = pydantic.Field(1_000_000, ge=1)
     long_documents: Literal["drop", "cut"] = "drop"
+    symlinks_outside: Literal["skip", "read"] = "skip"  # links leading out of a source's folder: reported, or read
 
     @pydantic.model_validator(mode="after")
     def _code_skips_prose_filters(self) -> SourceConfig:
@@ -87,8 +94,11 @@ class SourceConfig(StrictModel):
         return self
 
     @property
-    def file_glob(self) -> str | None:
-        return self.glob if self.glob is not None else DEFAULT_GLOBS.get(self.format)
+    def files_read(self) -> str:
+        """Which files of a directory this source reads, in words (for messages)."""
+        if self.glob is not None:
+            return f"{self.glob!r} files"
+        return "files ending " + ", ".join(FORMAT_SUFFIXES.get(self.format, ()))
 
 
 class FilterOptions(StrictModel):

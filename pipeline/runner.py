@@ -1,7 +1,7 @@
 """Run the pipeline: four datatrove executor runs, three driver steps, one assembly.
 
-    1. filter     (tasks = executor.tasks)  read → normalise → heuristic filters → language id
-                  → dedup signatures → filtered/<rank>.jsonl.zst
+    1. filter     (tasks = executor.tasks)  read → normalise → language id → heuristic filters
+                  (each with its language's rules) → dedup signatures → filtered/<rank>.jsonl.zst
     2. dedup      (tasks = dedup.parts)     `find_duplicates`: candidates, component rounds, verification
                                             → duplicates/{exact,fuzzy}-<part>.npy (rows by filter task)
        tokenizer  (driver)                  tokenizer.json: the configured one, or a byte-level BPE
@@ -58,7 +58,7 @@ from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
 from pipeline.config import EXTRACTED_FORMATS, FILTER_NAMES, PipelineConfig
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
-from pipeline.stages.progress import StageLines
+from pipeline.stages.progress import StageLines, live_records
 from pipeline.work import WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
@@ -72,9 +72,9 @@ class PipelineError(MillraceError):
 def stage_names(config: PipelineConfig) -> list[str]:
     """The funnel's stages, in order, for this config."""
     names = ["read"] + (["extract"] if extracted_sources(config) else []) + ["normalise"]
-    names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
     if any(s.language_id for s in config.sources):
-        names.append("language")
+        names.append("language")  # before the filters: each filter applies the document's language's rules
+    names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
     if config.dedup.exact:
         names.append("exact_dedup")
     if config.dedup.fuzzy:
@@ -204,13 +204,13 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
 
 
 def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path,
-               lines: bool = False) -> None:
+               lines: bool = False, read: Callable[[], int] | None = None) -> None:
     executor = _executor(kind, pipeline, tasks, workers, logging_dir)
     if not executor.get_incomplete_ranks():
         log.info("%s: all %d tasks already complete", label, tasks)
         return
     try:
-        with StageLines(label, logging_dir, tasks) if lines else contextlib.nullcontext():
+        with StageLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
             executor.run()
     except Exception as exc:  # a task's exception, re-raised by the executor
         raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs") from exc
@@ -231,21 +231,21 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     steps: list[PipelineStep] = []
     offset = 0
     for index, source in enumerate(config.sources):
-        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed))
+        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed, layout.progress / "filter"))
         files = file_count(source)
         if not files:
-            raise ConfigError(f"field 'sources.{index}.glob': no {source.file_glob!r} files under {source.paths}")
+            raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
         offset += files
     if "extract" in funnel:
         steps.append(ExtractStage(funnel["extract"], layout.removed, extracted_sources(config)))
     steps.append(NormaliseStage(funnel["normalise"], layout.removed, [s.name for s in config.sources if s.normalise]))
+    if "language" in funnel:
+        keep = {s.name: s.languages for s in config.sources if s.language_id}
+        steps.append(LanguageStage(funnel["language"], layout.removed, keep))
     for name in FILTER_NAMES:
         if name in funnel:
             users = [s.name for s in config.sources if name in s.filters]
             steps.append(HeuristicFilterStage(name, getattr(config.filters, name), funnel[name], layout.removed, users))
-    if "language" in funnel:
-        keep = {s.name: s.languages for s in config.sources if s.language_id}
-        steps.append(LanguageStage(funnel["language"], layout.removed, keep))
     d = config.dedup
     if d.exact or d.fuzzy:
         steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
@@ -272,7 +272,7 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
-    steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered)]
+    steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered, layout.progress / "tokenize")]
     if config.dedup.exact or config.dedup.fuzzy:
         reasons = {"exact_dedup": ("exact",), "fuzzy_dedup": ("fuzzy",)}
         for stage in ("exact_dedup", "fuzzy_dedup"):
@@ -378,9 +378,14 @@ def run_pipeline(
     prepare_work(layout, config, restart)
     notify = on_stage or (lambda label: None)
 
+    from pipeline.stages.discovery import describe_unread, unread_files
+
+    unread = unread_files(config)
+    for entry in unread:
+        log.warning("%s", describe_unread(entry))
     notify("filter")
     _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter",
-               progress_lines)
+               progress_lines, read=lambda: live_records(layout.progress / "filter"))
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
         run_dedup(config, layout, kind, workers, progress_lines)
@@ -395,12 +400,16 @@ def run_pipeline(
             for path in layout.outputs(stage):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
-               layout.logs / "3-tokenize", progress_lines)
+               layout.logs / "3-tokenize", progress_lines, read=lambda: live_records(layout.progress / "tokenize"))
 
     names = stage_names(config)
     stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
     funnel = build_funnel(stages, removed_tokens_from(list(layout.removed_tokens.glob("*.json"))))
+    for index, stage in enumerate(funnel["stages"]):
+        if languages := merge_stage(stage_dir(layout.funnel, index, stage["name"]), "languages"):
+            stage["languages"] = languages
     funnel["bad_files"] = bad_files(stage_dir(layout.funnel, 0, "read"))
+    funnel["not_read"] = unread
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
     problems = malformed_report(layout)

@@ -1,10 +1,13 @@
 """`pipeline init`: a commented starter config for a corpus directory, every option present.
 
-One `[[sources]]` table per source found: each sub-directory of the corpus directory that
-holds data files (or the directory itself). The format is taken from the files' extension,
-the kind from the first record's `metadata.language` (`python` → code, skipping prose
-filters and language id), and English prose gets datatrove's Gopher filters while other
-languages get only the language-independent repetition filter.
+One `[[sources]]` table per source found: each sub-directory of the corpus directory that holds
+data files, and the data files lying directly in it. A folder holding several formats (say
+`.jsonl.zst` and `.parquet`) gives one source per format. Formats are found by extension, every
+one a reader takes (`FORMAT_SUFFIXES`: `.jsonl`, `.json`, compressed `.gz` `.zst` `.bz2` `.xz`
+variants, `.parquet`, `.warc`, `.warc.gz`, `.html`), and a `datasets` `save_to_disk` directory
+by its `dataset_info.json` or `dataset_dict.json`. The kind comes from the first record's
+`metadata.language` (`python` → code, skipping prose filters and language id); prose sources get
+datatrove's Gopher filters, applied with each document's language's rules after language id.
 """
 
 from __future__ import annotations
@@ -13,55 +16,75 @@ import io
 import json
 from pathlib import Path
 
-import zstandard
-
 from millrace.errors import ConfigError
-from pipeline.config import DEFAULT_GLOBS, DedupConfig, ExecutorConfig, OutputConfig, TokenizerConfig, ValidationConfig
+from pipeline.config import FORMAT_SUFFIXES, DedupConfig, ExecutorConfig, OutputConfig, TokenizerConfig, ValidationConfig
+from pipeline.stages.compressed import compression_of, decompressed_chunks
 
-FORMATS = (("jsonl.zst", "*.jsonl.zst"), ("jsonl", "*.jsonl"), ("parquet", "*.parquet"), ("warc", "*.warc.gz"),
-           ("html", "*.html"))
+FORMATS = ("jsonl", "parquet", "warc", "html")  # in the order a folder's sources are named
 CODE_LANGUAGES = {"python", "c", "cpp", "java", "javascript", "rust", "go", "shell", "code"}
 
 
-def _format_of(directory: Path) -> str | None:
-    if (directory / "dataset_info.json").exists() or (directory / "dataset_dict.json").exists():
-        return "hf-datasets"
-    for name, pattern in FORMATS:
-        if any(directory.rglob(pattern)):
-            return name
-    return None
+def _is_datasets_dir(directory: Path) -> bool:
+    return (directory / "dataset_info.json").exists() or (directory / "dataset_dict.json").exists()
 
 
-def _first_metadata(directory: Path, fmt: str) -> dict:
-    files = sorted(directory.rglob("*.jsonl.zst" if fmt == "jsonl.zst" else "*.jsonl"))
-    if not files or fmt not in ("jsonl", "jsonl.zst"):
+def _data_files(paths: list[Path]) -> dict[str, list[Path]]:
+    """The given files by format (sorted), hidden files, dangling links and other files left out."""
+    by_format: dict[str, list[Path]] = {}
+    for path in sorted(paths):
+        fmt = next((f for f in FORMATS if path.name.lower().endswith(FORMAT_SUFFIXES[f])), None)
+        if fmt and path.is_file() and not path.name.startswith("."):
+            by_format.setdefault(fmt, []).append(path)
+    return by_format
+
+
+def _first_metadata(files: list[Path], fmt: str) -> dict:
+    if fmt != "jsonl" or not files:
         return {}
-    with open(files[0], "rb") as raw:
-        stream = zstandard.ZstdDecompressor().stream_reader(raw) if fmt == "jsonl.zst" else raw
-        line = io.TextIOWrapper(stream, encoding="utf-8").readline()
+    try:
+        with open(files[0], "rb") as raw:
+            head = next(decompressed_chunks(raw, compression_of(files[0].name)), b"")
+    except (OSError, EOFError, ValueError):
+        return {}
+    line = io.BytesIO(head).readline().decode("utf-8-sig", errors="replace")
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
         return {}
-    return record.get("metadata", {}) if isinstance(record, dict) else {}
+    metadata = record.get("metadata", {}) if isinstance(record, dict) else {}
+    return metadata if isinstance(metadata, dict) else {}
 
 
-def discover_sources(corpus_dir: Path) -> list[tuple[str, Path, str, dict]]:
-    """(name, path, format, first record's metadata) for each source under `corpus_dir`."""
+def _folder_sources(name: str, directory: Path) -> list[tuple[str, list[Path], str, dict]]:
+    """A folder's sources: one per format found anywhere under it (named `name`, then `name-<format>`)."""
+    if _is_datasets_dir(directory):
+        return [(name, [directory], "hf-datasets", {})]
+    visible = [p for p in directory.rglob("*") if not any(part.startswith(".") for part in p.relative_to(directory).parts)]
+    found = sorted(_data_files(visible).items(), key=lambda item: FORMATS.index(item[0]))
+    return [(name if index == 0 else f"{name}-{fmt}", [directory], fmt, _first_metadata(files, fmt))
+            for index, (fmt, files) in enumerate(found)]
+
+
+def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str, dict]]:
+    """(name, paths, format, first record's metadata) for each source under `corpus_dir`: its folders,
+    then the data files lying directly in it (listed by name, so that no folder is read twice)."""
     corpus_dir = Path(corpus_dir)
     if not corpus_dir.is_dir():
         raise ConfigError(f"{corpus_dir}: corpus directory not found")
-    found = []
-    for child in sorted(p for p in corpus_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        fmt = _format_of(child)
-        if fmt:
-            found.append((child.name.lower(), child, fmt, _first_metadata(child, fmt)))
+    root = corpus_dir.name.lower()
+    if _is_datasets_dir(corpus_dir):
+        return [(root, [corpus_dir], "hf-datasets", {})]
+    children = sorted(p for p in corpus_dir.iterdir() if not p.name.startswith("."))
+    found = [source for child in children if child.is_dir() for source in _folder_sources(child.name.lower(), child)]
+    taken = {source[0] for source in found}
+    loose = _data_files([p for p in children if not p.is_dir()])
+    for fmt, files in sorted(loose.items(), key=lambda item: FORMATS.index(item[0])):
+        name = root if root not in taken else f"{root}-{fmt}"
+        taken.add(name)
+        found.append((name, files, fmt, _first_metadata(files, fmt)))
     if not found:
-        fmt = _format_of(corpus_dir)
-        if fmt:
-            found.append((corpus_dir.name.lower(), corpus_dir, fmt, _first_metadata(corpus_dir, fmt)))
-    if not found:
-        raise ConfigError(f"{corpus_dir}: no jsonl, jsonl.zst, parquet, warc, html or datasets directory found")
+        raise ConfigError(f"{corpus_dir}: no jsonl, json, parquet, warc, html (or compressed) files"
+                          " or datasets directory found")
     return found
 
 
@@ -69,31 +92,28 @@ def _toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
-def _source_table(name: str, path: Path, fmt: str, metadata: dict) -> str:
+def _source_table(name: str, paths: list[Path], fmt: str, metadata: dict) -> str:
     language = str(metadata.get("language") or "")
     code = language in CODE_LANGUAGES or name.endswith("-code")
-    if code:
-        filters, language_id = [], False
-    elif language in ("", "en"):
-        filters, language_id = ["gopher_repetition", "gopher_quality"], True
-    else:
-        filters, language_id = ["gopher_repetition"], True
+    filters, language_id = ([], False) if code else (["gopher_repetition", "gopher_quality"], True)
     return f"""
 [[sources]]
 name = {json.dumps(name)}              # becomes the cell name when no domains stage runs
-paths = [{json.dumps(str(path))}]  # files or directories (relative to this file or absolute)
-format = "{fmt}"                 # jsonl | jsonl.zst | parquet | warc | html | hf-datasets (warc, html: trafilatura)
-glob = {json.dumps(DEFAULT_GLOBS.get(fmt, ""))}   # files to read inside directories
+paths = {_toml_list([str(p) for p in paths])}  # files or directories (relative to this file or absolute)
+format = "{fmt}"                 # jsonl | parquet | warc | html | hf-datasets (warc, html: trafilatura)
+# glob = "**/*.jsonl"            # only these files inside directories; absent: every file with one of the
+                                 #   format's extensions ({", ".join(FORMAT_SUFFIXES.get(fmt, ())[:4])}...)
 kind = "{"code" if code else "prose"}"                  # prose | code (code never goes through prose filters)
 normalise = true                 # unicode repair (ftfy) before anything else
 filters = {_toml_list(filters)}  # any of gopher_quality, gopher_repetition, c4_quality, fineweb_quality
-language_id = {"true" if language_id else "false"}              # py3langid: record metadata.language (+ score)
+language_id = {"true" if language_id else "false"}              # py3langid, before the filters: each applies its language's rules
 # languages = ["en"]             # keep only these languages (needs language_id); absent keeps all
 text_key = "text"
 id_key = "id"
 on_bad_file = "error"            # error | skip: a truncated or corrupt file stops the run, or is skipped and listed
 max_document_bytes = 1000000     # longer documents are dropped (too_long) or cut, as long_documents says
 long_documents = "drop"          # drop | cut
+symlinks_outside = "skip"        # skip | read: links leading out of the source's folders are reported, or read
 """
 
 
@@ -107,7 +127,8 @@ def init_config(corpus_dir: Path | str) -> str:
 # Every option is present; delete a line to take its default. Unknown options are errors.
 """
     tail = f"""
-# Options for datatrove's filters, passed as keyword arguments (see datatrove's docs).
+# Options for datatrove's filters, passed as keyword arguments (see datatrove's docs). They apply to every
+# language, over each language's own rules (pipeline/stages/language_rules.py: FineWeb-2's thresholds and stop words).
 [filters.gopher_quality]
 max_non_alpha_words_ratio = 0.5  # share of words with a letter; datatrove's web default 0.8 drops most technical text
 # min_doc_words = 50

@@ -61,6 +61,11 @@ class WorkLayout:
         return self.root / "filtered"
 
     @property
+    def progress(self) -> Path:
+        """Live counts the filter and tokenize tasks' readers write as they go, per stage (`pipeline.stages.progress`)."""
+        return self.root / "progress"
+
+    @property
     def signatures(self) -> Path:
         return self.root / "signatures"
 
@@ -110,7 +115,7 @@ class WorkLayout:
         after_dedup = ("exact_dedup", "fuzzy_dedup", "tokenize")
         if stage == "filter":
             return [self.logs / "1-filter", self.filtered, self.signatures, self.samples, self.malformed, self.funnel,
-                    self.removed]
+                    self.removed, self.progress / "filter"]
         if stage == "dedup":
             return [self.logs / "2-dedup", self.components, self.duplicates]
         if stage == "tokenizer":
@@ -119,7 +124,7 @@ class WorkLayout:
             return [self.models]
         if stage == "split":
             return [self.logs / "4-split", self.parts]
-        return [self.logs / "3-tokenize", self.runs, self.staged, self.removed_tokens,
+        return [self.logs / "3-tokenize", self.runs, self.staged, self.removed_tokens, self.progress / "tokenize",
                 *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
                 *(self.removed / name for name in after_dedup)]
 

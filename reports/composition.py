@@ -51,6 +51,7 @@ class Composition:
     funnel: list[dict[str, Any]]
     grid: dict[str, Any] | None
     quality: dict[str, Any] | None = None
+    not_read: list[dict[str, Any]] = field(default_factory=list)
     revisions: dict[str, BuiltRevision] = field(default_factory=dict)
     stale: list[str] = field(default_factory=list)
 
@@ -194,8 +195,22 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
                 for key in COUNT_KEYS:
                     acc[key] += c[key]
         removed_all = {k: sum(c[k] for c in total["removed"].values()) for k in COUNT_KEYS}
-        out.append({"name": str(stage.get("name", "?")), "sources": rows, "total": total, "removed_all": removed_all})
+        languages = {str(lang): {"received": _counts(c.get("received"))["documents"],
+                                 "kept": _counts(c.get("kept"))["documents"],
+                                 "removed": {str(r): _counts(n)["documents"] for r, n in (c.get("removed") or {}).items()}}
+                     for lang, c in sorted((stage.get("languages") or {}).items()) if isinstance(c, dict)}
+        out.append({"name": str(stage.get("name", "?")), "sources": rows, "total": total, "removed_all": removed_all,
+                    "languages": languages})
     return out
+
+
+def _not_read(funnel: dict[str, Any]) -> list[dict[str, Any]]:
+    """Files under a source's folders that no source read: {source, path, files, reasons, examples}."""
+    entries = funnel.get("not_read", []) if isinstance(funnel, dict) else []
+    return [{"source": str(e.get("source", "")), "path": str(e.get("path", "")), "files": int(e.get("files", 0) or 0),
+             "reasons": {str(k): int(v) for k, v in (e.get("reasons") or {}).items()},
+             "examples": [str(x) for x in e.get("examples", [])]}
+            for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
 def _quality(store: Store, languages: int = 8) -> dict[str, Any] | None:
@@ -268,6 +283,7 @@ def load_composition(store_path: Path) -> Composition:
         funnel=_funnel(manifest.funnel, store.path),
         grid=_grid(cells, domain_labels),
         quality=_quality(store),
+        not_read=_not_read(manifest.funnel),
     )
     _attach_revisions(composition)
     return composition

@@ -80,6 +80,27 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _funnel_languages(funnel: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stages that count languages, and per language each one's kept and removed documents (reasons on hover)."""
+    stages = [stage for stage in funnel if stage.get("languages")]
+    names = sorted({lang for stage in stages for lang in stage["languages"]},
+                   key=lambda lang: -max(stage["languages"].get(lang, {}).get("received", 0) for stage in stages))
+    rows = []
+    for lang in names:
+        entries = []
+        for stage in stages:
+            counts = stage["languages"].get(lang)
+            if counts is None:
+                entries.append({"text": "—", "title": "", "removed": ""})
+                continue
+            gone = counts["received"] - counts["kept"]
+            why = "; ".join(f"{reason} {human_count(n)}" for reason, n in counts["removed"].items())
+            entries.append({"text": human_count(counts["kept"]), "removed": human_count(gone) if gone else "",
+                            "title": f"received {human_count(counts['received'])}; removed: {why or 'nothing'}"})
+        rows.append({"name": lang, "stages": entries})
+    return {"stages": [stage["name"] for stage in stages], "rows": rows}
+
+
 def write_composition_page(composition: Composition, site: Path, ladders: list[dict[str, str]] = ()) -> Path:
     """`ladders`: links to the ladders trained on this page's revisions (reports.ladder_page.ladder_links)."""
     store = composition.store
@@ -97,6 +118,8 @@ def write_composition_page(composition: Composition, site: Path, ladders: list[d
         spread=_spread(composition),
         funnel=funnel,
         funnel_sources=_funnel_sources(funnel),
+        funnel_languages=_funnel_languages(funnel),
+        not_read=composition.not_read,
         first_documents=funnel[0]["total"]["received"]["documents"] if funnel else 0,
         total_tokens=sum(c["tokens"] for c in composition.cells),
         total_documents=sum(c["documents"] for c in composition.cells),

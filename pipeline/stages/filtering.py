@@ -66,7 +66,7 @@ class CountedStage(PipelineStep):
         with AtomicJsonlZstWriter(task_file(self.removed_dir / self.stage, rank)) as removed:
             for doc in data or ():
                 source, text = doc.metadata["source"], doc.text
-                size = text_bytes(doc)
+                size = received = text_bytes(doc)
                 counts.received(source, size)
                 reason = None
                 if self.sources is None or source in self.sources:
@@ -74,6 +74,7 @@ class CountedStage(PipelineStep):
                         reason = self.decide(doc)
                 if doc.text is not text:  # rewritten by decide(): measure again (an unchanged text is the same object)
                     size = text_bytes(doc)
+                counts.language(doc.metadata.get("language"), received, reason, size)
                 if reason is None:
                     counts.kept(source, size)
                     self.stat_update("kept")
@@ -148,15 +149,29 @@ class ExtractStage(CountedStage):
 
 
 class HeuristicFilterStage(CountedStage):
-    """One of datatrove's heuristic quality filters, applied to the sources that list it."""
+    """One of datatrove's heuristic quality filters, applied to the sources that list it, with the rules
+    of each document's language (`pipeline.stages.language_rules`; English where none was identified)."""
 
     def __init__(self, filter_name: str, options: dict, funnel_dir, removed_dir, sources: list[str]):
         self.name = f"🔻 {filter_name}"
         super().__init__(filter_name, funnel_dir, removed_dir, sources)
-        self.filter = build_filter(filter_name, options)
+        self.filter_name, self.options = filter_name, options
+        self._filters: dict[str | None, Any] = {}
+
+    def filter_for(self, language: str | None):
+        """datatrove's filter with `language`'s rules (built once per language), or None where it does not apply."""
+        if language not in self._filters:
+            from pipeline.stages.language_rules import filter_options
+
+            options = filter_options(self.filter_name, language, self.options)
+            self._filters[language] = None if options is None else build_filter(self.filter_name, options)
+        return self._filters[language]
 
     def decide(self, doc: Document) -> str | None:
-        result = self.filter.filter(doc)
+        datatrove_filter = self.filter_for(doc.metadata.get("language"))
+        if datatrove_filter is None:
+            return None
+        result = datatrove_filter.filter(doc)
         keep, reason = result if isinstance(result, tuple) else (result, None)
         return None if keep else (reason or "filtered")
 

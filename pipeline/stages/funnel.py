@@ -6,8 +6,11 @@ the tasks into the store's funnel:
 
     {"stages": [{"name": str, "sources": {source: {"received": {"documents", "tokens", "bytes"},
                                                    "kept": {...}, "removed": {reason: {...}},
-                                                   "cut": {"documents", "bytes"} (read stage, when any)}}}],
-     "bad_files": [{"source", "file", "error"}]}   (files skipped with on_bad_file = "skip")
+                                                   "cut": {"documents", "bytes"} (read stage, when any)}},
+                 "languages": {language: {"received", "kept", "removed"}}}],  (documents and bytes; stages
+                                                   from language id on, all sources together)
+     "bad_files": [{"source", "file", "error"}],   (files skipped with on_bad_file = "skip")
+     "not_read": [{"source", "path", "files", "examples"}]}  (files under a source's paths no source reads)
 
 Tokens are counted once, with the store's tokenizer, after tokenization: a kept document
 by the tokens it was written with, a removed one by the tokens of the text it had when it
@@ -37,7 +40,19 @@ class StageCounts:
 
     def __init__(self) -> None:
         self.sources: dict[str, dict] = {}
+        self.languages: dict[str, dict] = {}  # documents and bytes per identified language, all sources together
         self.bad_files: list[dict] = []  # the read stage's skipped files: {source, file, error}
+
+    def language(self, language: str | None, received_bytes: int, reason: str | None, kept_bytes: int) -> None:
+        """One document of `language` (None: not identified yet, not counted) received, then kept or removed."""
+        if language is None:
+            return
+        counts = self.languages.setdefault(language, {"received": _zero(), "kept": _zero(), "removed": {}})
+        counts["received"]["documents"] += 1
+        counts["received"]["bytes"] += received_bytes
+        into = counts["kept"] if reason is None else counts["removed"].setdefault(reason, _zero())
+        into["documents"] += 1
+        into["bytes"] += kept_bytes
 
     def _source(self, source: str) -> dict:
         if source not in self.sources:
@@ -48,6 +63,13 @@ class StageCounts:
         counts = self._source(source)["received"]
         counts["documents"] += 1
         counts["bytes"] += nbytes
+
+    def received_removed(self, source: str, reason: str, documents: int, nbytes: int) -> None:
+        """`documents` records received and removed for `reason`, `nbytes` bytes in all."""
+        entry = self._source(source)
+        for counts in (entry["received"], entry["removed"].setdefault(reason, _zero())):
+            counts["documents"] += documents
+            counts["bytes"] += nbytes
 
     def kept(self, source: str, nbytes: int, tokens: int = 0) -> None:
         counts = self._source(source)["kept"]
@@ -67,7 +89,8 @@ class StageCounts:
         counts["bytes"] += nbytes_cut
 
     def save(self, path: Path) -> None:
-        body = {"sources": self.sources, **({"bad_files": self.bad_files} if self.bad_files else {})}
+        body = {"sources": self.sources, **({"languages": self.languages} if self.languages else {}),
+                **({"bad_files": self.bad_files} if self.bad_files else {})}
         atomic_write_text(path, json.dumps(body, sort_keys=True))
 
 
@@ -80,21 +103,25 @@ def _add(into: dict[str, int], other: dict[str, int]) -> None:
         into[key] += int(other.get(key, 0))
 
 
-def merge_stage(directory: Path) -> dict[str, dict]:
-    """Sum one stage's per-task files."""
+def _merge_table(merged: dict[str, dict], table: dict[str, dict]) -> None:
+    for key, counts in table.items():
+        into = merged.setdefault(key, {"received": _zero(), "kept": _zero(), "removed": {}})
+        _add(into["received"], counts["received"])
+        _add(into["kept"], counts["kept"])
+        for reason, removed in counts["removed"].items():
+            _add(into["removed"].setdefault(reason, _zero()), removed)
+        if "cut" in counts:
+            cut = into.setdefault("cut", {"documents": 0, "bytes": 0})
+            cut["documents"] += counts["cut"]["documents"]
+            cut["bytes"] += counts["cut"]["bytes"]
+
+
+def merge_stage(directory: Path, table: str = "sources") -> dict[str, dict]:
+    """Sum one stage's per-task files: per source, or per language with `table="languages"`."""
     merged: dict[str, dict] = {}
     for path in sorted(directory.glob("*.json")):
-        for source, counts in json.loads(path.read_text())["sources"].items():
-            into = merged.setdefault(source, {"received": _zero(), "kept": _zero(), "removed": {}})
-            _add(into["received"], counts["received"])
-            _add(into["kept"], counts["kept"])
-            for reason, removed in counts["removed"].items():
-                _add(into["removed"].setdefault(reason, _zero()), removed)
-            if "cut" in counts:
-                cut = into.setdefault("cut", {"documents": 0, "bytes": 0})
-                cut["documents"] += counts["cut"]["documents"]
-                cut["bytes"] += counts["cut"]["bytes"]
-    return merged
+        _merge_table(merged, json.loads(path.read_text()).get(table, {}))
+    return {key: merged[key] for key in sorted(merged)}
 
 
 def bad_files(directory: Path) -> list[dict]:

@@ -101,16 +101,22 @@ class TaskDocumentReader(PipelineStep):
     name = "📂 task documents"
     type = "📖 - READER"
 
-    def __init__(self, directory: Path | str):
+    def __init__(self, directory: Path | str, progress_dir: Path | str | None = None):
         super().__init__()
         self.directory = Path(directory)
+        self.progress_dir = None if progress_dir is None else Path(progress_dir)
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        from pipeline.stages.progress import LiveCount
+
         if data:
             yield from data
         path = task_file(self.directory, rank)
         if not path.exists():
             raise FileNotFoundError(f"{path}: the previous stage's output for task {rank} is missing")
-        for record in read_jsonl_zst(path):
+        live = LiveCount(None if self.progress_dir is None else self.progress_dir / f"{rank:05d}.json")
+        for read, record in enumerate(read_jsonl_zst(path), start=1):
             self.stat_update("read")
+            live.update(read)
             yield Document(text=record["text"], id=record["id"], metadata=record["metadata"])
+        live.close()

@@ -1,16 +1,53 @@
 """Steady progress lines while a datatrove stage runs: tasks done and documents read so far.
 
-Read from what datatrove writes as tasks finish (`completions/` and `stats/<rank>.json`
-under the stage's logging directory), so it works for any executor that shares the disk.
+Tasks done come from datatrove's `completions/`; documents read from what tasks write as they go:
+the filter stage's readers (one per source) and the tokenize stage's reader write their running count
+of records read (`LiveCount`, one small file per reader and task, at most every `LIVE_SECONDS`), so
+the line moves while tasks run and, at the end of the filter stage, equals the records the funnel's
+read stage received. Other stages count the documents their first step read, from datatrove's
+`stats/<rank>.json` of finished tasks. All live on the shared disk, so this works for any executor.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+from millrace.artifacts import atomic_write_text
 from millrace.progress import SteadyLines
+
+LIVE_SECONDS = 1.0
+
+
+class LiveCount:
+    """A task's running count of records read, written to `path` at most every `LIVE_SECONDS` and at `close`."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.count, self._written = path, 0, time.monotonic()
+
+    def update(self, records: int) -> None:
+        self.count = records
+        if self.path is not None and time.monotonic() - self._written >= LIVE_SECONDS:
+            self.close()
+
+    def close(self) -> None:
+        if self.path is not None:
+            atomic_write_text(self.path, json.dumps({"records": self.count}))
+            self._written = time.monotonic()
+
+
+def live_records(directory: Path) -> int:
+    """The records read so far by all the tasks' readers writing `LiveCount`s into `directory`."""
+    total = 0
+    for path in directory.glob("*.json"):
+        try:
+            total += int(json.loads(path.read_text())["records"])
+        except (OSError, ValueError, LookupError, TypeError):
+            continue  # replaced while read: the next line counts it
+    return total
 
 
 def documents_read(logging_dir: Path) -> int:
@@ -35,15 +72,17 @@ def tasks_done(logging_dir: Path) -> int:
 class StageLines:
     """While a stage runs, a thread logs 'pipeline: filter, 3/8 tasks done, 12,345 documents read'."""
 
-    def __init__(self, label: str, logging_dir: Path, tasks: int, lines: SteadyLines | None = None):
+    def __init__(self, label: str, logging_dir: Path, tasks: int, lines: SteadyLines | None = None,
+                 read: Callable[[], int] | None = None):
         self.label, self.logging_dir, self.tasks = label, Path(logging_dir), tasks
+        self.read = read or (lambda: documents_read(self.logging_dir))
         self.lines = lines or SteadyLines()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"progress-{label}", daemon=True)
 
     def line(self) -> str:
         return (f"pipeline: {self.label}, {tasks_done(self.logging_dir)}/{self.tasks} tasks done, "
-                f"{documents_read(self.logging_dir):,} documents read")
+                f"{self.read():,} documents read")
 
     def _loop(self) -> None:
         while not self._stop.wait(max(self.lines.interval, 0.05)):

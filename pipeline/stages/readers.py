@@ -14,6 +14,7 @@ they already are) and kept as given, repeats included: dedup and ordering use
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -27,9 +28,10 @@ from datatrove.pipeline.readers.base import BaseDiskReader
 from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
 from pipeline.config import SourceConfig
-from pipeline.stages.compressed import byte_lines, compression_of, decompressed_chunks
+from pipeline.stages.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
 from pipeline.stages.filtering import text_bytes
 from pipeline.stages.funnel import StageCounts
+from pipeline.stages.progress import LiveCount
 
 Problem = tuple[str, str, int, str, int]  # (file, "line" | "row" | "record", position, reason, size)
 KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
@@ -42,14 +44,32 @@ class BadInputFile(MillraceError):
 UNREADABLE = (OSError, EOFError, ValueError, zstandard.ZstdError)  # pyarrow's ArrowInvalid is a ValueError
 
 
+RECORD_ALLOWANCE = 8  # a JSON line may hold this many times max_document_bytes (escapes, metadata) before
+                      # it is dropped unread: a text within the limit takes at most 6 bytes a character escaped
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 class _ProblemLog:
-    """Mixin for datatrove readers: remember records that yield no document, and why; note each one's position."""
+    """Mixin for datatrove readers: remember records that yield no document, and why; note each one's position.
+
+    `problems` are listed by file and position in the malformed listing; `skipped` only counts records
+    that are no document by design (a WARC request record, a non-HTML response) per reason.
+    """
 
     problems: list[Problem]
+    skipped: dict[str, list[int]]  # reason -> [records, bytes]
     position_label = "line"  # how a position in this reader's files is named in the malformed listing
+    max_document_bytes = 1_000_000  # set from the source by `build_reader`
+    long_documents = "drop"
+    on_bad_record = "error"
 
     def problem(self, source_file: str, where: int | str, reason: str, size: int) -> None:
         self.problems.append((self.data_folder.resolve_paths(source_file), self.position_label, where, reason, size))
+
+    def count_skipped(self, reason: str, size: int) -> None:
+        counts = self.skipped.setdefault(reason, [0, 0])
+        counts[0] += 1
+        counts[1] += size
 
     def get_document_from_dict(self, data, source_file, id_in_file):
         if not isinstance(data, dict):
@@ -69,13 +89,24 @@ class _ProblemLog:
 
 
 class CountingJsonlReader(_ProblemLog, JsonlReader):
-    """JSON lines read as bytes: invalid UTF-8 or JSON is one malformed record (named by file and line)."""
+    """JSON lines read as bytes: invalid UTF-8 or JSON is one malformed record (named by file and line).
+
+    A UTF-8 byte order mark opening the file is dropped. A line over `RECORD_ALLOWANCE` times
+    `max_document_bytes` is never held: it is removed as `too_long` (even with `long_documents = "cut"`,
+    since its text cannot be found without reading it whole).
+    """
 
     name = "🐿 Jsonl (counted)"
 
     def read_file(self, filepath: str):
+        max_line = RECORD_ALLOWANCE * self.max_document_bytes + (1 << 16)
         with self.data_folder.open(filepath, "rb") as raw:
-            for line_number, line in enumerate(byte_lines(raw, compression_of(filepath, None if self.compression == "infer" else self.compression)), start=1):
+            for line_number, line in enumerate(byte_lines(raw, compression_of(filepath), max_line), start=1):
+                if isinstance(line, OverlongLine):
+                    self.problem(filepath, line_number, "too_long", line.size)
+                    continue
+                if line_number == 1 and line.startswith(UTF8_BOM):
+                    line = line[len(UTF8_BOM):]
                 if not line.strip():
                     continue
                 try:
@@ -108,36 +139,99 @@ class CountingParquetReader(_ProblemLog, ParquetReader):
 
 
 class CountingWarcReader(_ProblemLog, WarcReader):
-    """WARC records (HTML responses), decompressed here so that a truncated `.warc.gz` is an error."""
+    """WARC records, each a document named by its URL or a counted reason (`pipeline.stages.warc`),
+    decompressed here so that a truncated `.warc.gz` is an error (or, skipped, a bad file)."""
 
     name = "🕷 Warc (counted)"
     position_label = "record"
 
     def read_file(self, filepath: str):
-        from datatrove.pipeline.readers.warc import process_record
         from warcio.archiveiterator import ArchiveIterator
+        from warcio.exceptions import ArchiveLoadFailed
+
+        from pipeline.stages.warc import read_record
 
         with self.data_folder.open(filepath, "rb") as raw:
-            stream = gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw
-            for index, record in enumerate(ArchiveIterator(stream)):
-                extracted = process_record(record)
-                if extracted:
-                    document = self.get_document_from_dict(extracted, filepath, index)
-                    if document is not None:
+            stream = _ErrorKeeper(gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw)
+            index = -1
+            try:
+                for index, record in enumerate(ArchiveIterator(stream, no_record_parse=True)):
+                    outcome = read_record(record, self.max_document_bytes, self.long_documents)
+                    if outcome.reason == "no_target_uri" and self.on_bad_record != "skip":
+                        record_id = record.rec_headers.get_header("WARC-Record-ID")
+                        raise BadInputFile(
+                            f"{self.data_folder.resolve_paths(filepath)}: record {index} ({record_id}): a response"
+                            ' without WARC-Target-URI; fix the file, or set on_bad_file = "skip" to count it and go on')
+                    if outcome.reason in ("no_target_uri", "undecodable", "too_long"):
+                        self.problem(filepath, index, outcome.reason, outcome.size)
+                    elif outcome.reason is not None:
+                        self.count_skipped(outcome.reason, outcome.size)
+                    elif (document := self.get_document_from_dict(outcome.document, filepath, index)) is not None:
                         yield document
+            except ArchiveLoadFailed as exc:  # not a WARC record where one should start: a corrupt or cut file
+                raise EOFError(f"no WARC record where record {index + 1} should start ({exc})") from None
+            if stream.error is not None:
+                raise stream.error
+
+
+class _ErrorKeeper(io.RawIOBase):
+    """A stream that passes on what `inner` reads and keeps the error that ends it: warcio takes a failed
+    read (a truncated `.warc.gz`) for the end of the archive, so the reader raises it once warcio stops."""
+
+    def __init__(self, inner):
+        self.inner, self.error = inner, None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.error is not None:
+            return 0
+        try:
+            data = self.inner.read(len(buffer))
+        except UNREADABLE as exc:
+            self.error = exc
+            return 0
+        buffer[:len(data)] = data
+        return len(data)
 
 
 class HtmlFileReader(_ProblemLog, BaseDiskReader):
-    """One document per HTML file: its text is the file's HTML (extracted later), its id the file's path."""
+    """One document per HTML file: its text is the file's HTML (extracted later), its id the file's path.
+    A file over `max_document_bytes` is not held whole: dropped (`too_long`) or cut to it."""
 
     name = "🌍 HTML files"
 
     def read_file(self, filepath: str):
         with self.data_folder.open(filepath, "rb") as raw:
-            html = b"".join(decompressed_chunks(raw, compression_of(filepath))).decode("utf-8", errors="replace")
-        document = self.get_document_from_dict({"text": html, "id": filepath}, filepath, 0)
+            stream = io.BufferedReader(_ChunkStream(decompressed_chunks(raw, compression_of(filepath))))
+            html, size = read_bounded(stream, self.max_document_bytes, keep_prefix=self.long_documents == "cut")
+        if html is None:
+            self.problem(filepath, 0, "too_long", size)
+            return
+        fields = {"text": html.decode("utf-8", errors="replace"), "id": filepath, "read_bytes": size}
+        document = self.get_document_from_dict(fields, filepath, 0)
         if document is not None:
             yield document
+
+
+class _ChunkStream(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks."""
+
+    def __init__(self, chunks):
+        self.chunks, self.pending = chunks, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            self.pending = next(self.chunks, b"")
+            if not self.pending:
+                return 0
+        size = min(len(buffer), len(self.pending))
+        buffer[:size], self.pending = self.pending[:size], self.pending[size:]
+        return size
 
 
 class HFDatasetsDirReader(PipelineStep):
@@ -171,31 +265,29 @@ class HFDatasetsDirReader(PipelineStep):
 
 
 def build_reader(source: SourceConfig, path: str):
-    """The datatrove reader for one configured path of a source."""
+    """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`)."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
     common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True)
-    folder, glob = (str(Path(path).parent), Path(path).name) if Path(path).is_file() else (path, source.file_glob)
+    folder = str(Path(path).parent) if Path(path).is_file() else path
     if source.format in ("jsonl", "jsonl.zst"):
-        compression = "zstd" if source.format == "jsonl.zst" else "infer"
-        return CountingJsonlReader(folder, glob_pattern=glob, compression=compression, **common)
-    if source.format == "parquet":
-        return CountingParquetReader(folder, glob_pattern=glob, **common)
-    if source.format == "html":
-        return HtmlFileReader(folder, glob_pattern=glob, **common)
-    return CountingWarcReader(folder, glob_pattern=glob, **common)
+        reader = CountingJsonlReader(folder, compression="infer", **common)
+    elif source.format == "parquet":
+        reader = CountingParquetReader(folder, **common)
+    elif source.format == "html":
+        reader = HtmlFileReader(folder, **common)
+    else:
+        reader = CountingWarcReader(folder, **common)
+    reader.max_document_bytes, reader.long_documents = source.max_document_bytes, source.long_documents
+    reader.on_bad_record = source.on_bad_file
+    return reader
 
 
 def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
     """Each configured path of a source with its files (relative to it, sorted); datasets dirs list none."""
-    listed = []
-    for path in source.paths:
-        if source.format == "hf-datasets":
-            listed.append((path, []))
-            continue
-        reader = build_reader(source, path)
-        listed.append((path, reader.data_folder.list_files(recursive=True, glob_pattern=reader.glob_pattern)))
-    return listed
+    from pipeline.stages.discovery import source_files
+
+    return [(path, [] if source.format == "hf-datasets" else source_files(source, path)) for path in source.paths]
 
 
 def file_count(source: SourceConfig) -> int:
@@ -231,13 +323,15 @@ class ReadStage(PipelineStep):
 
     type = "📖 - READER"
 
-    def __init__(self, source: SourceConfig, offset: int, funnel_dir: Path | str, malformed_dir: Path | str):
+    def __init__(self, source: SourceConfig, offset: int, funnel_dir: Path | str, malformed_dir: Path | str,
+                 progress_dir: Path | str | None = None):
         self.name = f"📖 {source.name}"
         super().__init__()
         self.source = source
         self.offset = offset
         self.funnel_dir = Path(funnel_dir)
         self.malformed_dir = Path(malformed_dir)
+        self.progress_dir = None if progress_dir is None else Path(progress_dir)
 
     def _document(self, doc: Document, file_ordinal: int) -> Document:
         prefix = f"{self.source.name}/"
@@ -262,11 +356,11 @@ class ReadStage(PipelineStep):
                 ) from None
             bad_files.append({"file": where, "error": f"{type(exc).__name__}: {exc}"})
 
-    def _documents(self, rank: int, world_size: int, problems: list, bad_files: list) -> DocumentsPipeline:
+    def _documents(self, rank: int, world_size: int, problems: list, skipped: dict, bad_files: list) -> DocumentsPipeline:
         position = self.offset
         for path, files in input_files(self.source):
             reader = build_reader(self.source, path)
-            reader.problems = problems
+            reader.problems, reader.skipped = problems, skipped
             if self.source.format == "hf-datasets":
                 yield from (self._document(doc, position) for doc in reader.run(None, rank, world_size))
                 position += 1
@@ -284,7 +378,8 @@ class ReadStage(PipelineStep):
         if self.source.long_documents == "drop":
             counts.removed(self.source.name, "too_long", size)
             return None
-        doc.text = utf8_prefix(doc.text, limit)
+        if text_bytes(doc) > limit:
+            doc.text = utf8_prefix(doc.text, limit)
         kept = text_bytes(doc)
         counts.cut(self.source.name, size - kept)
         return kept
@@ -294,9 +389,12 @@ class ReadStage(PipelineStep):
             yield from data
         counts = StageCounts()
         problems: list[Problem] = []
+        skipped: dict[str, list[int]] = {}
         bad_files: list[dict] = []
-        for doc in self._documents(rank, world_size, problems, bad_files):
-            size = text_bytes(doc)
+        live = LiveCount(None if self.progress_dir is None else self.progress_dir / f"{self.source.name}-{rank:05d}.json")
+        for read, doc in enumerate(self._documents(rank, world_size, problems, skipped, bad_files), start=1):
+            live.update(read + len(problems) + sum(records for records, _ in skipped.values()))
+            size = doc.metadata.pop("read_bytes", None) or text_bytes(doc)  # a reader that cut a record says from what
             counts.received(self.source.name, size)
             if (size := self._bounded(doc, size, counts)) is None:
                 continue
@@ -306,8 +404,12 @@ class ReadStage(PipelineStep):
         for _file, _label, _where, reason, size in problems:
             counts.received(self.source.name, size)
             counts.removed(self.source.name, reason, size)
+        for reason, (records, size) in sorted(skipped.items()):
+            counts.received_removed(self.source.name, reason, records, size)
         lines = [json.dumps({"file": str(f), label: where, "reason": r}) for f, label, where, r, _ in problems]
         lines += [json.dumps({"file": b["file"], "reason": "bad_file", "error": b["error"]}) for b in bad_files]
         atomic_write_text(self.malformed_dir / self.source.name / f"{rank:05d}.jsonl", "".join(x + "\n" for x in lines))
         counts.bad_files = [{"source": self.source.name, **b} for b in bad_files]
         counts.save(self.funnel_dir / f"{self.source.name}-{rank:05d}.json")
+        live.update(sum(entry["received"]["documents"] for entry in counts.sources.values()))
+        live.close()

@@ -57,9 +57,12 @@ def store_summary(path: Path) -> dict:
                 "stage": stage["name"],
                 "received": sum(s["received"]["documents"] for s in stage["sources"].values()),
                 "kept": sum(s["kept"]["documents"] for s in stage["sources"].values()),
+                **({"languages": {lang: {"received": c["received"]["documents"], "kept": c["kept"]["documents"]}
+                                  for lang, c in stage["languages"].items()}} if stage.get("languages") else {}),
             }
             for stage in m.funnel["stages"]
         ]
+        summary["not_read"] = m.funnel.get("not_read", [])
     if m.stats.get("domains") or m.stats.get("quality"):
         summary["grid"] = domain_grid(m)
     if m.stats.get("quality"):
@@ -103,6 +106,14 @@ def print_summary(summary: dict) -> None:
                    f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate")
     for stage in summary.get("funnel", []):
         click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}")
+        removed = {lang: c["received"] - c["kept"] for lang, c in stage.get("languages", {}).items()}
+        if any(removed.values()):
+            click.echo("    removed per language: " + ", ".join(
+                f"{lang} {n:,}/{stage['languages'][lang]['received']:,}" for lang, n in removed.items() if n))
+    for entry in summary.get("not_read", []):
+        from pipeline.stages.discovery import describe_unread
+
+        click.echo(f"  {describe_unread(entry)}")
     grid = summary.get("grid")
     if grid and grid["tokens"]:
         buckets = sorted({b for row in grid["tokens"].values() for b in row})

@@ -12,7 +12,8 @@ from pipeline.store.format import Store
 from tests.pipeline.corpus_fixture import prose
 
 
-def test_parquet_jsonl_and_datasets_sources(tmp_path):
+def test_parquet_jsonl_and_datasets_sources(tmp_path, caplog):
+    import logging
     import random
 
     import datasets
@@ -21,6 +22,7 @@ def test_parquet_jsonl_and_datasets_sources(tmp_path):
     rows = [{"id": f"p{i}", "text": prose(rng)} for i in range(6)]
     (tmp_path / "pq").mkdir()
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "pq" / "part.parquet")
+    (tmp_path / "pq" / "part.csv").write_text("id,text\n")  # a file no source reads: named in the log and the funnel
     (tmp_path / "js").mkdir()
     lines = [json.dumps({"id": f"j{i}", "text": prose(rng)}) for i in range(5)] + ["not json", json.dumps(["a list"])]
     (tmp_path / "js" / "a.jsonl").write_text("\n".join(lines) + "\n")
@@ -31,9 +33,15 @@ def test_parquet_jsonl_and_datasets_sources(tmp_path):
         '[[sources]]\nname = "hf"\npaths = ["hf"]\nformat = "hf-datasets"\n'
         '[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.02.03"\n[executor]\ntasks = 2\nworkers = 1\n'
     )
-    path = run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
+    with caplog.at_level(logging.WARNING, logger="pipeline.runner"):
+        path = run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
     store = Store(path)
     assert {c: m.documents + m.validation_documents for c, m in store.manifest.cells.items()} == {"pq": 6, "js": 5, "hf": 4}
+    (unread,) = store.manifest.funnel["not_read"]
+    assert (unread["source"], unread["files"], unread["examples"]) == ("pq", 1, ["part.csv"])
+    assert f"not read: 1 file under {tmp_path / 'pq'} (source pq), e.g. part.csv" in caplog.text
+    language = next(stage for stage in store.manifest.funnel["stages"] if stage["name"] == "language")
+    assert sum(c["received"]["documents"] for c in language["languages"].values()) == 6 + 5 + 4
     assert all(m.validation_documents == 1 for m in store.manifest.cells.values())  # the minimum held out per cell
     read = store.manifest.funnel["stages"][0]["sources"]["js"]
     assert read["removed"]["malformed"]["documents"] == 2

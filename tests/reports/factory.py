@@ -83,6 +83,14 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
                                "licenses": (87, 200, {"duplicate": 40})}),
         _stage("tokenize", {"python-docs": (75, 300, {}), "man-pages": (61, 250, {}), "licenses": (47, 200, {})}),
     ]}
+    funnel["stages"][1]["languages"] = {  # from language id on, stages count per language too
+        "en": {"received": {"documents": 200, "bytes": 0}, "kept": {"documents": 191, "bytes": 0},
+               "removed": {"gopher_repetition": {"documents": 3, "bytes": 0}, "c4": {"documents": 5, "bytes": 0},
+                           "fineweb": {"documents": 1, "bytes": 0}}},
+        "ko": {"received": {"documents": 40, "bytes": 0}, "kept": {"documents": 38, "bytes": 0},
+               "removed": {"gopher_quality": {"documents": 2, "bytes": 0}}}}
+    funnel["not_read"] = [{"source": "man-pages", "path": "/corpus/man", "files": 3,
+                           "reasons": {"no source reads its extension": 3}, "examples": ["a.txt", "b.csv", "c.log"]}]
     return write_store(
         home, STORE, VERSION, documents, SOURCES, vocab_size=VOCAB, eos_id=EOS, fingerprint="sha256:test-tokenizer",
         cell_stats=cell_stats, funnel=funnel,

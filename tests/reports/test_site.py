@@ -88,6 +88,9 @@ def test_funnel_sources_grid_and_cells_are_shown(small_home, tmp_path):
     for label in factory.DOMAIN_LABELS.values():
         assert label in body
     assert 'id="cell-c02q1"' in body and "score 0.41 – 1" in body
+    languages = body[body.index('id="funnel-languages"'):]
+    assert '<td>ko</td><td title="received 40; removed: gopher_quality 2">38 <span class="down">−2</span>' in languages
+    assert "3 files under <code>/corpus/man</code> (source man-pages), e.g. a.txt, b.csv, c.log" in body
     data = page_data(tmp_path / factory.STORE / factory.VERSION / "index.html")
     assert data["grid"]["buckets"] == [0, 1] and len(data["grid"]["domains"]) == 3
     store_tokens = sum(c["tokens"] for c in data["cells"])

@@ -1,0 +1,88 @@
+"""No file and no record goes unaccounted: every format found (mixed in one folder), every WARC record
+counted and each page named by its URL, the files no source reads named (odd extensions, dangling links,
+links leaving the corpus). The reader's bad-input drills are in tests/drills/test_reader_drills.py."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from pipeline.config import SourceConfig, load_pipeline_config
+from pipeline.stages.discovery import DANGLING, NO_READER, OUTSIDE, unread_files
+from pipeline.stages.readers import input_files
+from pipeline.starter import discover_sources, init_config
+from tests.pipeline.warc_fixture import read_source, write_warc
+
+
+def test_every_warc_record_is_counted_and_pages_are_named_by_url(tmp_path):
+    (tmp_path / "web").mkdir()
+    records = write_warc(tmp_path / "web" / "a.warc.gz", gz=True) + write_warc(tmp_path / "web" / "b.warc", gz=False)
+    source = SourceConfig(name="web", paths=[str(tmp_path / "web")], format="warc", on_bad_file="skip")
+    documents, counts, listing = read_source(tmp_path, source)
+    web = counts["sources"]["web"]
+    assert web["received"]["documents"] == records  # every record in the files
+    removed = {reason: c["documents"] for reason, c in web["removed"].items()}
+    assert web["kept"]["documents"] + sum(removed.values()) == records
+    assert removed == {"warc_warcinfo": 2, "warc_request": 2, "not_html": 2, "no_target_uri": 2}
+    assert sorted(d.id for d in documents) == sorted(["web/https://example.org/csv-sniffed",
+                                                      "web/https://example.org/no-header"] * 2)
+    assert all(d.metadata["warc_record_id"].startswith("<urn:uuid:") for d in documents)
+    assert sorted((r["file"].rsplit("/", 1)[1], r["record"], r["reason"]) for r in listing) == [
+        ("a.warc.gz", 5, "no_target_uri"), ("b.warc", 5, "no_target_uri")]
+    assert json.loads((tmp_path / "progress" / "web-00000.json").read_text()) == {"records": records}
+
+
+def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_path):
+    corpus = tmp_path / "corpus"
+    mixed = corpus / "mixed"
+    (mixed / "deeper").mkdir(parents=True)
+    record = json.dumps({"id": "1", "text": "a line of prose"}) + "\n"
+    (mixed / "a.jsonl").write_text(record)
+    (mixed / "b.jsonl.gz").write_bytes(gzip.compress(record.encode()))
+    (mixed / "deeper" / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(record.encode()))
+    (mixed / "d.json").write_text(record)
+    pq.write_table(pa.Table.from_pylist([{"id": "p", "text": "parquet prose"}]), mixed / "e.parquet")
+    write_warc(mixed / "f.warc", gz=False, without_uri=False)
+    write_warc(mixed / "g.warc.gz", gz=True, without_uri=False)
+    (mixed / "notes.txt").write_text("not data")
+    (mixed / "table.csv").write_text("a,b\n")
+    (tmp_path / "elsewhere.jsonl").write_text(record)
+    os.symlink(tmp_path / "elsewhere.jsonl", mixed / "outside.jsonl")
+    os.symlink(tmp_path / "missing.jsonl", mixed / "dangling.jsonl")
+    (corpus / "loose.jsonl").write_text(record)
+
+    found = {name: (fmt, [p.name for p in paths]) for name, paths, fmt, _ in discover_sources(corpus)}
+    assert found == {"mixed": ("jsonl", ["mixed"]), "mixed-parquet": ("parquet", ["mixed"]),
+                     "mixed-warc": ("warc", ["mixed"]), "corpus": ("jsonl", ["loose.jsonl"])}
+    (tmp_path / "p.toml").write_text(init_config(corpus))
+    config = load_pipeline_config(tmp_path / "p.toml")
+    read = {s.name: sorted(f for _, files in input_files(s) for f in files) for s in config.sources}
+    assert read == {"mixed": ["a.jsonl", "b.jsonl.gz", "d.json", "deeper/c.jsonl.zst"], "mixed-parquet": ["e.parquet"],
+                    "mixed-warc": ["f.warc", "g.warc.gz"], "corpus": ["loose.jsonl"]}
+    (unread,) = unread_files(config)
+    assert (unread["source"], unread["files"]) == ("mixed", 4)
+    assert unread["reasons"] == {DANGLING: 1, NO_READER: 2, OUTSIDE: 1}
+
+
+def test_progress_lines_count_the_records_of_every_source(tmp_path):
+    """The filter stage's line counts what all its readers read (malformed records too), not the first's."""
+    from pipeline.stages.progress import StageLines, live_records
+    from pipeline.stages.readers import ReadStage
+
+    sources = []
+    for name, lines in (("a", 3), ("b", 4)):
+        (tmp_path / name).mkdir()
+        records = [json.dumps({"id": str(i), "text": f"text {i}"}) for i in range(lines - 1)] + ["{not json"]
+        (tmp_path / name / "x.jsonl").write_text("\n".join(records) + "\n")
+        sources.append(SourceConfig(name=name, paths=[str(tmp_path / name)], format="jsonl"))
+    data = None
+    for source in sources:
+        data = ReadStage(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress").run(data, 0, 1)
+    assert len(list(data)) == 5
+    line = StageLines("filter", tmp_path / "logs", 1, read=lambda: live_records(tmp_path / "progress")).line()
+    assert line == "pipeline: filter, 0/1 tasks done, 7 documents read"
