@@ -83,10 +83,10 @@ def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues
         time.sleep(0.005)
     os.killpg(killed.pid, signal.SIGKILL)  # no word, no status written: the heartbeat's holder is gone
     killed.wait()
-    if json.loads((run_dir / "run.json").read_text())["status"] == "running":
-        assert _json(home.root, "train", "status", run)["state"] == "stale"
-        rows = {row["run"]: row for row in _json(home.root, "runs", "list")["runs"]}
-        assert rows[run]["status"] == "stale"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # as the killed run left it
+    assert _json(home.root, "train", "status", run)["state"] == "stale"
+    rows = {row["run"]: row for row in _json(home.root, "runs", "list")["runs"]}
+    assert rows[run]["status"] == "stale"
 
     resumed = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume",
                         "--no-progress")
