@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +21,7 @@ from millrace.errors import ArtifactError
 
 HASH_FIELD = "content_hash"
 DISK_FULL_BYTES = 1 << 20  # a short write with less free space than this is a full disk
+STALE_TEMPORARY_SECONDS = 600  # a live writer's temporary lasts one write; one this old was left by a killed one
 
 
 def canonical_json(payload: Any) -> bytes:
@@ -61,6 +63,19 @@ def temporary_sibling(path: Path) -> tuple[int, str]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o666 & ~current_umask())
     return fd, tmp
+
+
+def remove_stale_temporaries(directory: Path, older_than: float = STALE_TEMPORARY_SECONDS) -> list[Path]:
+    """Remove the `temporary_sibling` files under `directory` that a killed writer left (SIGKILL, a lost node:
+    nothing ran to remove them); a live writer's, younger than `older_than` seconds, are left alone."""
+    removed = []
+    now = time.time()
+    for path in directory.rglob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            if path.is_file() and now - path.stat().st_mtime > older_than:
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager

@@ -18,18 +18,24 @@ ALERT_EXIT_CODE = 3
 
 
 def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The alerts active after the last record, each with the step and details of its start."""
+    """The alerts active after the last record, each with the step and details of its start (an alert
+    entry that is not an object with a name, hand-edited or foreign, is passed over)."""
     if not records:
         return []
-    active = (records[-1].get("alerts") or {}).get("active", [])
+    active = [name for name in _alerts(records[-1]).get("active", []) if isinstance(name, str)]
     found: dict[str, dict[str, Any]] = {}
     for record in reversed(records):
-        for alert in (record.get("alerts") or {}).get("started", []):
-            if alert["name"] in active and alert["name"] not in found:
+        for alert in _alerts(record).get("started", []):
+            if isinstance(alert, dict) and alert.get("name") in active and alert["name"] not in found:
                 found[alert["name"]] = {**alert, "since_step": record["step"]}
         if len(found) == len(active):
             break
     return [found.get(name, {"name": name, "since_step": None}) for name in active]
+
+
+def _alerts(record: dict[str, Any]) -> dict[str, list]:
+    alerts = record.get("alerts")
+    return {k: v for k, v in alerts.items() if isinstance(v, list)} if isinstance(alerts, dict) else {}
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:
