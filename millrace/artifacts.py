@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from millrace.errors import ArtifactError
+from millrace.errors import NO_SPACE, ArtifactError
 
 HASH_FIELD = "content_hash"
 DISK_FULL_BYTES = 1 << 20  # a short write with less free space than this is a full disk
@@ -92,6 +92,8 @@ def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE and not exc.filename:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc  # a write names no file: name it
         short_write = isinstance(exc, OSError) and exc.errno is None
         if short_write and shutil.disk_usage(path.parent).free < DISK_FULL_BYTES:
             # numpy's `tofile` reports a short write without an errno: name what happened
