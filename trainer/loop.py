@@ -629,10 +629,8 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     except KeyboardInterrupt:
         if runtime.rank == 0:
             _set_status(plan.run_dir, "interrupted")
-        latest = ckpt.latest_checkpoint(plan.checkpoints)
-        kept = f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
-        raise Interrupted(f"run {plan.run} stopped after step {training.state.step} ({kept}); continue it with: "
-                          f"{resume_command(plan)}") from None
+        raise Interrupted(f"run {plan.run} stopped after step {training.state.step} ({_kept(plan)}); continue it "
+                          f"with: {resume_command(plan)}") from None
     except Terminated:
         raise
     except BaseException as exc:
@@ -640,10 +638,8 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
             _set_status(plan.run_dir, "failed")
         full = disk_full_cause(exc)
         if full is not None:
-            latest = ckpt.latest_checkpoint(plan.checkpoints)
-            kept = f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
             raise DiskFull(f"no space left on device writing {full.filename or plan.run_dir}: run {plan.run} failed "
-                           f"after step {training.state.step} ({kept}); free space, then continue it with: "
+                           f"after step {training.state.step} ({_kept(plan)}); free space, then continue it with: "
                            f"{resume_command(plan)}") from None
         raise
     finally:
@@ -654,6 +650,11 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     finish(plan)
     return RunResult(run=plan.run, run_dir=plan.run_dir, start_step=start, end_step=plan.stop, losses=losses,
                      seconds=time.perf_counter() - began)
+
+
+def _kept(plan: RunPlan) -> str:
+    latest = ckpt.latest_checkpoint(plan.checkpoints)
+    return f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
 
 
 def stop_agreed(stop: StopRequest, runtime: Runtime) -> bool:
