@@ -16,6 +16,8 @@ import pytest
 from millrace.writer_lock import Locked, WriterLock, holder_state, observed_status
 from pipeline.store.format import Store
 from tests.pipeline.corpus_fixture import config_text, make_corpus
+from tests.trainer.test_ladder_run import micro_ladder, store_home  # noqa: F401  (a store with a built revision)
+from trainer.ladder.run import run_ladder
 
 VERSION = "2026.04.01"
 HOLD = "import sys, time; from millrace.writer_lock import WriterLock; WriterLock(sys.argv[1], 'x').acquire(); " \
@@ -73,6 +75,21 @@ def test_a_heartbeat_that_stopped_reads_stale_from_another_host(tmp_path):
     assert holder_state(lock) == "alive"  # a pid on another host cannot be probed: the heartbeat decides
     os.utime(lock, (time.time() - 3600, time.time() - 3600))
     assert holder_state(lock) == "gone" and observed_status("running", lock) == "stale"
+
+
+def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(store_home, tmp_path):  # noqa: F811
+    ladder = micro_ladder(tmp_path)
+    lock = store_home.ladder("micro") / "writer.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
+            run_ladder(ladder, store_home)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not store_home.runs.exists() and not (store_home.ladder("micro") / "ladder.json").exists()
 
 
 @pytest.mark.slow
