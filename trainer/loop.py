@@ -602,14 +602,15 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     start = restore(training, resume)
     runtime = plan.runtime
     peak, peak_source = peak_flops(plan.config.metrics.peak_flops_per_device, runtime.device)
-    if runtime.rank == 0:
-        write_run_record(training, peak, peak_source)
-    _log_start(training, peak, peak_source)
+    # the streams first: a damaged one is refused before run.json says `running`
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
     observers = RunObservers(plan.config, plan.config_path, plan.manifest_path, runtime, plan.run_dir, start, plan.stop,
                              plan.horizon, plan.checkpoint_every, plan.stream.source_names, plan.stream.tokenizer_path,
                              compute_in_bf16(plan.config, runtime),
                              published_peak=runtime.device.type == "cuda" and not peak_source.startswith("measured"))
+    if runtime.rank == 0:
+        write_run_record(training, peak, peak_source)
+    _log_start(training, peak, peak_source)
     reporter = StepReporter(training, progress)
     losses: list[float] = []
     began = time.perf_counter()

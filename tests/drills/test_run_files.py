@@ -82,6 +82,7 @@ def test_a_damaged_line_before_the_last_is_one_line_naming_file_and_line(built, 
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(_errors(err)) == 1, err
     assert _errors(err)[0].startswith(f"error: {path}:2: not a JSON line"), err
+    assert json.loads((path.parent / "run.json").read_text())["status"] == "stopped"  # not left `running`
     assert millrace(["train", "status", "damaged-line", "--home", str(home.root)]) == 2
 
 
