@@ -13,13 +13,15 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from millrace.errors import ArtifactError
+from millrace.errors import NO_SPACE, ArtifactError
 
 HASH_FIELD = "content_hash"
 DISK_FULL_BYTES = 1 << 20  # a short write with less free space than this is a full disk
+STALE_TEMPORARY_SECONDS = 600  # a live writer's temporary lasts one write; one this old was left by a killed one
 
 
 def canonical_json(payload: Any) -> bytes:
@@ -63,6 +65,19 @@ def temporary_sibling(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
+def remove_stale_temporaries(directory: Path, older_than: float = STALE_TEMPORARY_SECONDS) -> list[Path]:
+    """Remove the `temporary_sibling` files under `directory` that a killed writer left (SIGKILL, a lost node:
+    nothing ran to remove them); a live writer's, younger than `older_than` seconds, are left alone."""
+    removed = []
+    now = time.time()
+    for path in directory.rglob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            if path.is_file() and now - path.stat().st_mtime > older_than:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
     """Open a temporary sibling of `path`; on success fsync and rename it into place."""
@@ -77,6 +92,8 @@ def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
     except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE and not exc.filename:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc  # a write names no file: name it
         short_write = isinstance(exc, OSError) and exc.errno is None
         if short_write and shutil.disk_usage(path.parent).free < DISK_FULL_BYTES:
             # numpy's `tofile` reports a short write without an errno: name what happened

@@ -9,7 +9,8 @@ import sys
 import click
 
 from millrace import __version__
-from millrace.errors import Interrupted, MillraceError
+from millrace.errors import Interrupted, MillraceError, Terminated, disk_full_cause
+from millrace.signals import TERMINATED_EXIT_CODE, TerminateSignal, sigterm_as_interrupt
 
 # subcommand -> "module:attribute"; imported lazily so `millrace report` never imports torch.
 SUBCOMMANDS = {
@@ -70,15 +71,20 @@ def cli(home_dir: str | None, verbose: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every error a user can act on is one line and an exit status; SIGTERM takes Ctrl-C's path (143)."""
     try:
-        code = cli.main(args=argv, prog_name="millrace", standalone_mode=False)
+        with sigterm_as_interrupt():
+            code = cli.main(args=argv, prog_name="millrace", standalone_mode=False)
     except Interrupted as exc:
-        click.echo(f"interrupted: {exc}", err=True)
+        click.echo(f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: {exc}", err=True)
         return exc.exit_code
     except MillraceError as exc:
         click.echo(f"error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:  # click turns a KeyboardInterrupt (and so a SIGTERM) into Abort
+        if isinstance(exc.__cause__, TerminateSignal):
+            click.echo("terminated (SIGTERM): run the same command again to continue", err=True)
+            return TERMINATED_EXIT_CODE
         click.echo("aborted", err=True)
         return 130
     except click.ClickException as exc:
@@ -87,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted: run the same command again to continue", err=True)
         return 130
+    except OSError as exc:
+        full = disk_full_cause(exc)
+        if full is None:
+            raise
+        click.echo(f"error: no space left on device writing {full.filename or 'a file'} ({full.strerror})", err=True)
+        return 2
     # a command that ends with `ctx.exit(code)` (e.g. `train status` while an alert is active)
     return code if isinstance(code, int) else 0
 

@@ -15,14 +15,18 @@ import click
 from millrace.errors import ArtifactError, ConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-NAME_RULE = "letters, digits, '.', '_' and '-', starting with a letter or digit"
+MAX_NAME_LENGTH = 128  # a directory name (255 bytes at most), and room for the names composed from it
+NAME_RULE = f"letters, digits, '.', '_' and '-', starting with a letter or digit, at most {MAX_NAME_LENGTH} characters"
 _NAME = re.compile(NAME_PATTERN)
 
 
 def check_name(value: str, what: str) -> str:
-    """`value` if it is a plain name, else a one-line ConfigError naming `what` (e.g. '--run')."""
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise ConfigError(f"{what} {value!r}: not a plain name ({NAME_RULE})")
+    """`value` if it is a plain name, else a one-line ConfigError naming `what` (e.g. '--run').
+
+    `fullmatch`: `$` alone also matches before a trailing newline, and `--run $'x\\n'` would pass."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > MAX_NAME_LENGTH:
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
+        raise ConfigError(f"{what} {shown}: not a plain name ({NAME_RULE})")
     return value
 
 

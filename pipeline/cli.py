@@ -9,9 +9,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from millrace.artifacts import atomic_write_text
-from millrace.errors import ConfigError, Interrupted
+from millrace.errors import ConfigError, Interrupted, Terminated
 from millrace.options import home_option, json_option, print_json
 from millrace.progress import on_terminal
+from millrace.signals import TerminateSignal
 
 
 @click.group()
@@ -50,9 +51,10 @@ def run(config_path: Path, executor: str | None, workers: int | None, restart: b
         try:
             path = run_pipeline(config, home, executor=executor, workers=workers, on_stage=on_stage,
                                 progress_lines=not bar, restart=restart)
-        except KeyboardInterrupt:
-            raise Interrupted(f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
-                              f"with: millrace pipeline run {config_path}") from None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`millrace.signals`): the same clean stop
+            stopped = Terminated if isinstance(exc, TerminateSignal) else Interrupted
+            raise stopped(f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
+                          f"with: millrace pipeline run {config_path}") from None
         progress.update(task, description="done", completed=len(labels))
     summary = store_summary(path)
     if as_json:

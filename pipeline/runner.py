@@ -56,6 +56,7 @@ from datatrove.pipeline.base import PipelineStep
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
+from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, FILTER_NAMES, PipelineConfig
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
 from pipeline.stages.progress import StageLines, live_records
@@ -374,6 +375,23 @@ def run_pipeline(
     if (final / "store.json").exists():
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
+    with WriterLock(store_lock(final), f"store {name}/{version}"):  # one writer per store version
+        if (final / "store.json").exists():  # the writer before us finished it
+            log.info("store %s/%s already built from this config: %s", name, version, final)
+            return final
+        return _build_store(config, home, final, kind, workers, tasks, on_stage, progress_lines, restart)
+
+
+def store_lock(final: Path) -> Path:
+    """The lock a store version's writer holds: beside the version's directory, which appears only at the end."""
+    return final.with_name(f".{final.name}.lock")
+
+
+def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, workers: int, tasks: int,
+                 on_stage: Callable[[str], None] | None, progress_lines: bool, restart: bool) -> Path:
+    """Every stage and the assembly into `final`, under the version's writer lock."""
+    name, version = final.parent.name, final.name
+    recorded = stored_config(config)
     layout = WorkLayout(home.work(name, version))
     prepare_work(layout, config, restart)
     notify = on_stage or (lambda label: None)

@@ -1,17 +1,16 @@
 """What the training page shows beyond the metrics stream: held-out evaluations, completions, alerts.
 
 Reads the trainer's `eval.jsonl` (schema "millrace.eval/1") and `samples.jsonl`
-("millrace.samples/1") as plain JSON lines (a torn last line is left for the next read),
+("millrace.samples/1") as JSON lines (`millrace.jsonl`: a torn last line is left for the next read),
 and the alert events that `metrics.jsonl` records carry under `alerts`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from millrace.errors import ArtifactError
+from millrace.jsonl import has_step, read_records
 from reports.numbers import finite
 
 EVAL_FILE = "eval.jsonl"
@@ -22,24 +21,30 @@ EVAL_GROUPS = ("cell", "domain", "bucket", "source", "set")
 
 def read_jsonl(path: Path, schema: str) -> list[dict[str, Any]]:
     """Complete records of one schema; a later record for an earlier step supersedes (a resumed run)."""
-    if not path.exists():
-        return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if not text.endswith("\n"):
-        lines = lines[:-1]  # half written: the next read gets it
-    records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ArtifactError(f"{path}:{number}: not a JSON record ({exc})") from None
-        if not isinstance(record, dict) or record.get("schema") != schema or not isinstance(record.get("step"), int):
-            raise ArtifactError(f"{path}:{number}: expected a {schema} record with an integer 'step'")
-        records.append(record)
-    return records
+
+    def problem(record: Any) -> str | None:
+        if not isinstance(record, dict) or record.get("schema") != schema:
+            return f"expected a {schema} record"
+        return has_step(record)
+
+    return read_records(path, problem)
+
+
+def alerts_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with a metrics record's `alerts` (a hand-edited or foreign record), or None."""
+    alerts = record.get("alerts")
+    if alerts is None:
+        return None
+    if not isinstance(alerts, dict):
+        return "'alerts' is not an object"
+    for key in ("started", "ended", "active"):
+        if not isinstance(alerts.get(key, []), list):
+            return f"'alerts.{key}' is not a list"
+    if not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in alerts.get("started", [])):
+        return "an 'alerts.started' entry is not an object with a 'name'"
+    if not all(isinstance(n, str) for key in ("ended", "active") for n in alerts.get(key, [])):
+        return "'alerts.ended' or 'alerts.active' holds something other than a name"
+    return None
 
 
 def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from millrace.artifacts import remove_stale_temporaries
 from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.names import known
@@ -92,6 +93,8 @@ def build_pages(
     home = _as_home(home)
     site = Path(out) if out is not None else home.site
     site.mkdir(parents=True, exist_ok=True)
+    for leftover in remove_stale_temporaries(site):
+        log.info("removed %s, a page a killed build left half written", leftover)
     store_dirs = find_store_versions(home, stores)
     run_dirs = find_runs(home, runs)
     pages = SitePages(index=site / "index.html")

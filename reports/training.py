@@ -12,6 +12,7 @@ hidden (one loss of 12.0 among 6,000 steps still reaches 12.0 on the chart).
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,17 +22,22 @@ from typing import Any
 from millrace.artifacts import read_artifact
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
+from millrace.writer_lock import observed_status
 from mixtures.manifest import BuiltManifest
 from reports.numbers import finite
 from reports.plan_progress import expected_sequences, run_manifest
-from reports.run_observations import observations
+from reports.run_observations import alerts_problem, observations
+
+log = logging.getLogger(__name__)
 
 RUN_KIND = "millrace.run"
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 MAX_POINTS = 600
 MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised tokens); all are in the table
-FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "stopped", "aborted"})
+FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "stopped", "aborted", "interrupted",
+                      "stale"})
+LOCK_FILE = "writer.lock"  # the run writer's lock; its mtime is the heartbeat (`millrace.writer_lock`)
 
 SCALARS = ("loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fraction", "grad_norm", "param_norm",
            "param_norm_with_router_bias", "aux_loss", "z_loss", "step_seconds", "memory_rss_bytes",
@@ -94,6 +100,9 @@ class MetricsTail:
                 raise ArtifactError(f"{self.path}:{self._lines}: not a JSON metrics record ({exc})") from None
             if not isinstance(record, dict) or not isinstance(record.get("step"), int):
                 raise ArtifactError(f"{self.path}:{self._lines}: a metrics record needs an integer 'step'")
+            if problem := alerts_problem(record):
+                log.warning("%s:%d: skipped a malformed alert record (%s)", self.path, self._lines, problem)
+                record.pop("alerts")
             while self.records and self.records[-1]["step"] >= record["step"]:
                 self.records.pop()
             self.records.append(record)
@@ -163,7 +172,11 @@ class RunView:
 
     @property
     def status(self) -> str:
-        return str(self.run.get("status") or "unknown")
+        """run.json's status; `stale` for a `running` whose writer is gone (killed without a word)."""
+        recorded = self.run.get("status")
+        if self.run_dir is not None:
+            recorded = observed_status(recorded, self.run_dir / LOCK_FILE)
+        return str(recorded or "unknown")
 
     @property
     def live(self) -> bool:
@@ -260,7 +273,8 @@ def load_run_summary(run_dir: Path) -> RunView:
     run_dir = Path(run_dir)
     run = read_run(run_dir)
     last = last_record(run_dir / METRICS_FILE)
-    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=[last] if last else [])
+    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=[last] if last else [],
+                   run_dir=run_dir)
 
 
 def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:

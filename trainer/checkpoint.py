@@ -2,12 +2,14 @@
 
 Layout under the run directory:
 
-    checkpoints/step-00000120/      one DCP checkpoint (every rank writes its shards)
+    checkpoints/step-00000120/      one DCP checkpoint (every rank writes its shards), and
+                                    digests.json: a digest of each file (`trainer.checkpoint_digest`)
     checkpoints/.tmp-step-00000130/ a checkpoint being written; renamed when complete
 
 A checkpoint appears under its final name only after every rank has finished
-writing (write to a temporary directory, barrier, rename), so a crash mid-write
-leaves the previous checkpoints intact. Only the newest `keep` are kept.
+writing (write to a temporary directory, digest, barrier, rename), so a crash mid-write
+leaves the previous checkpoints intact; a write that fails (a full disk) removes its
+temporary directory. Only the newest `keep` are kept; a resume checks the digests first.
 
 What a checkpoint holds is a mapping of name -> torch `Stateful` part (`trainer.state`):
 the model (whose router biases are buffers, so they travel with it), the optimiser,
@@ -31,6 +33,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
 from millrace.errors import ArtifactError, ConfigError
+from trainer.checkpoint_digest import write_digests
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +90,15 @@ def save(directory: Path, step: int, parts: Mapping[str, Stateful], keep: int) -
         directory.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     _barrier()
-    with single_process_is_intended():
-        dcp.save({name: part.state_dict() for name, part in parts.items()}, checkpoint_id=str(tmp))
+    try:
+        with single_process_is_intended():
+            dcp.save({name: part.state_dict() for name, part in parts.items()}, checkpoint_id=str(tmp))
+        _barrier()
+        write_digests(tmp)
+    except BaseException:  # DCP's CheckpointException is a BaseException; a full disk must not leave the files
+        if _rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     _barrier()
     if _rank() == 0:
         if final.exists():

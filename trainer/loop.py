@@ -12,6 +12,7 @@ invocation stops. So `--steps 20` then `--resume --steps 40` reproduces one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -26,18 +27,21 @@ import torch
 
 from loader import Batch, MixtureStream
 from millrace.artifacts import atomic_write_text
-from millrace.errors import ArtifactError, ConfigError, Interrupted
+from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
+from millrace.signals import StopRequest
+from millrace.writer_lock import WriterLock
 from mixtures.lineage import lineage_of
 from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
 from trainer.balance import balance_step
+from trainer.checkpoint_digest import verify_digests
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
-from trainer.metrics import METRICS_FILE, MetricsWriter, read_metrics, read_run, write_run
+from trainer.metrics import LOCK_FILE, METRICS_FILE, MetricsWriter, read_metrics, read_run, write_run
 from trainer.model import Transformer
 from trainer.moe import local_tensor
 from trainer.observers import RunObservers
@@ -335,6 +339,7 @@ def restore(training: Training, resume: bool) -> int:
     plan = training.plan
     source, latest = resume_source(plan) if resume else (plan.run, None)
     if resume and latest:
+        verify_digests(latest[1])
         training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
         log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
@@ -595,41 +600,63 @@ def train(
     differ from the checkpoint's (the changes are recorded in `run.json`); a shape change is
     always refused."""
     plan = prepare_run(config_path, home, mixture, revision, steps, run, checkpoint_every, resume, allow_config_change)
+    with run_writer_lock(plan):
+        return _train(plan, resume, progress)
+
+
+def run_writer_lock(plan: RunPlan) -> contextlib.AbstractContextManager:
+    """One writer per run (rank 0 holds it; torchrun ends the other ranks if it is refused); its heartbeat
+    tells `train status` and `runs list` a live run from a killed one (`stale`)."""
+    if plan.runtime.rank != 0:
+        return contextlib.nullcontext()
+    return WriterLock(plan.run_dir / LOCK_FILE, f"run {plan.run!r}")
+
+
+def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     training = build_training(plan)
     start = restore(training, resume)
     runtime = plan.runtime
     peak, peak_source = peak_flops(plan.config.metrics.peak_flops_per_device, runtime.device)
-    if runtime.rank == 0:
-        write_run_record(training, peak, peak_source)
-    _log_start(training, peak, peak_source)
+    # the streams first: a damaged one is refused before run.json says `running`
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
     observers = RunObservers(plan.config, plan.config_path, plan.manifest_path, runtime, plan.run_dir, start, plan.stop,
                              plan.horizon, plan.checkpoint_every, plan.stream.source_names, plan.stream.tokenizer_path,
                              compute_in_bf16(plan.config, runtime),
                              published_peak=runtime.device.type == "cuda" and not peak_source.startswith("measured"))
+    if runtime.rank == 0:
+        write_run_record(training, peak, peak_source)
+    _log_start(training, peak, peak_source)
     reporter = StepReporter(training, progress)
     losses: list[float] = []
     began = time.perf_counter()
     training.model.train()
     try:
-        batches = plan.stream.iterate(start_step=start, end_step=plan.stop)
-        for step in range(start, plan.stop):
-            result = train_step(training, batches, step, observers)
-            losses.append(result.loss)
-            observers.after_step(training.model, result.step, training.state.tokens)
-            log_metrics(training, result, writer, peak, observers)
-            reporter.step(result)
-            maybe_checkpoint(training, result.step)
+        with StopRequest() as stop:
+            batches = plan.stream.iterate(start_step=start, end_step=plan.stop)
+            for step in range(start, plan.stop):
+                result = train_step(training, batches, step, observers)
+                losses.append(result.loss)
+                observers.after_step(training.model, result.step, training.state.tokens)
+                log_metrics(training, result, writer, peak, observers)
+                reporter.step(result)
+                written = maybe_checkpoint(training, result.step)
+                if stop_agreed(stop, runtime) and result.step < plan.stop:
+                    raise preempted(training, written)
     except KeyboardInterrupt:
         if runtime.rank == 0:
             _set_status(plan.run_dir, "interrupted")
-        latest = ckpt.latest_checkpoint(plan.checkpoints)
-        kept = f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
-        raise Interrupted(f"run {plan.run} stopped after step {training.state.step} ({kept}); continue it with: "
-                          f"{resume_command(plan)}") from None
-    except BaseException:
+        raise Interrupted(f"run {plan.run} stopped after step {training.state.step} ({_kept(plan)}); continue it "
+                          f"with: {resume_command(plan)}") from None
+    except Terminated:
+        raise
+    except BaseException as exc:
         if runtime.rank == 0:
             _set_status(plan.run_dir, "failed")
+        full = disk_full_cause(exc)
+        if full is not None:
+            raise DiskFull(f"no space left on device writing {full.filename or plan.run_dir}: run {plan.run} failed "
+                           f"after step {training.state.step} ({_kept(plan)}); free space, then continue it with: "
+                           f"{resume_command(plan)}") from None
         raise
     finally:
         reporter.close()
@@ -639,6 +666,31 @@ def train(
     finish(plan)
     return RunResult(run=plan.run, run_dir=plan.run_dir, start_step=start, end_step=plan.stop, losses=losses,
                      seconds=time.perf_counter() - began)
+
+
+def _kept(plan: RunPlan) -> str:
+    latest = ckpt.latest_checkpoint(plan.checkpoints)
+    return f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
+
+
+def stop_agreed(stop: StopRequest, runtime: Runtime) -> bool:
+    """Whether any rank got SIGTERM: every rank stops after the same step, so they checkpoint together."""
+    if not runtime.distributed:
+        return stop.requested
+    flag = torch.tensor(float(stop.requested), device=runtime.device)
+    return bool(runtime.all_reduce(flag).item())
+
+
+def preempted(training: Training, written: Path | None) -> Terminated:
+    """SIGTERM (a Slurm time limit or preemption): a checkpoint at this step, status `interrupted`, and
+    the command that continues the run; the process then exits 143."""
+    plan, step = training.plan, training.state.step
+    if written is None:
+        ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
+    if plan.runtime.rank == 0:
+        _set_status(plan.run_dir, "interrupted")
+    return Terminated(f"run {plan.run} stopped by SIGTERM after step {step}, checkpoint step {step} written; "
+                      f"continue it with: {resume_command(plan)}")
 
 
 def resume_command(plan: RunPlan) -> str:
@@ -661,13 +713,17 @@ def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:
 
 
 def _set_status(run_dir: Path, status: str) -> None:
+    """Record `status` in run.json; on a full disk say so and go on (the error that brought us here counts)."""
     try:
         body = read_run(run_dir)
     except ArtifactError:
         return
     payload = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     payload["status"] = status
-    write_run(run_dir, payload)
+    try:
+        write_run(run_dir, payload)
+    except OSError as exc:
+        log.error("could not record status %r in %s: %s", status, run_dir / "run.json", exc.strerror or exc)
 
 
 def _progress(enabled: bool, start: int, stop: int, run: str):

@@ -2,7 +2,8 @@
 
 `metrics.jsonl` is flushed line by line so that a reader (the report's live curves)
 can follow it while the run goes on. On resume the lines of steps after the
-checkpoint are dropped (atomically), so the file never holds a step twice.
+checkpoint, and a torn last line a crash left, are dropped (atomically; `millrace.jsonl`),
+so the file never holds a step twice.
 TensorBoard scalars are written too when the `tensorboard` package is installed.
 """
 
@@ -14,7 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from millrace.artifacts import atomic_write_text, read_artifact, write_artifact
+from millrace.artifacts import read_artifact, write_artifact
+from millrace.jsonl import cut_back, read_records
+from millrace.writer_lock import observed_status
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +25,7 @@ RUN_KIND = "millrace.run"
 RUN_SCHEMA_VERSION = 1
 METRICS_FILE = "metrics.jsonl"
 RUN_FILE = "run.json"
+LOCK_FILE = "writer.lock"  # held by the run's writer (`millrace.writer_lock`); its mtime is the heartbeat
 
 
 def write_run(run_dir: Path, payload: dict[str, Any]) -> str:
@@ -32,11 +36,13 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     return read_artifact(run_dir / RUN_FILE, RUN_KIND, (RUN_SCHEMA_VERSION,))
 
 
+def observed_run_status(run_dir: Path, run: dict[str, Any]) -> str | None:
+    """run.json's status, `stale` where it says `running` and its writer is gone."""
+    return observed_status(run.get("status"), run_dir / LOCK_FILE)
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / METRICS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_records(run_dir / METRICS_FILE)
 
 
 def last_record(run_dir: Path, tail_bytes: int = 1 << 16) -> dict[str, Any] | None:
@@ -68,10 +74,8 @@ def finite(value: Any) -> Any:
 
 def open_resumed(path: Path, start_step: int):
     """`path` (JSON lines with a `step`) opened for appending, after dropping, atomically, the lines of
-    steps past `start_step`: a resumed run never holds a step twice."""
-    if path.exists():
-        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start_step]
-        atomic_write_text(path, "".join(line + "\n" for line in kept))
+    steps past `start_step` and a torn last line: a resumed run never holds a step twice."""
+    cut_back(path, start_step)
     return open(path, "a", encoding="utf-8")
 
 

@@ -21,6 +21,7 @@ import psutil
 import torch
 
 from loader.validation import ValidationSequences
+from millrace.jsonl import read_records
 from trainer.config import TrainConfig
 from trainer.distributed import Runtime
 from trainer.evaluation import EvalWriter, Evaluator, eval_steps, token_byte_lengths
@@ -28,7 +29,6 @@ from trainer.health import HealthMonitor
 from trainer.metrics import METRICS_FILE
 from trainer.model import Transformer
 from trainer.samples import SampleWriter, TokenText, auto_prompts, file_prompts, prompts_path
-from trainer.status import read_records
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import click
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
-from trainer.metrics import RUN_FILE, last_record, read_run
+from trainer.metrics import RUN_FILE, last_record, observed_run_status, read_run
 
 
 def list_runs(home: Home) -> list[dict[str, Any]]:
@@ -24,7 +24,7 @@ def list_runs(home: Home) -> list[dict[str, Any]]:
             continue
         last = last_record(run_dir) or {}
         rows.append({
-            "run": run_dir.name, "status": run.get("status"), "mixture": run.get("mixture"),
+            "run": run_dir.name, "status": observed_run_status(run_dir, run), "mixture": run.get("mixture"),
             "revision": run.get("revision"), "step": last.get("step"), "total_steps": run.get("total_steps"),
             "loss": last.get("loss"), "path": str(run_dir),
         })

@@ -24,6 +24,7 @@ import torch
 
 from loader.validation import ValidationSequences
 from millrace.errors import ConfigError
+from millrace.jsonl import read_records
 from pipeline.store.format import store_tokenizer
 from trainer.config import SamplesConfig
 from trainer.evaluation import cell_groups, inference
@@ -219,7 +220,4 @@ class SampleWriter:
 
 
 def read_samples(run_dir: Path | str) -> list[dict[str, Any]]:
-    path = Path(run_dir) / SAMPLES_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_records(Path(run_dir) / SAMPLES_FILE)

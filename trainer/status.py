@@ -7,45 +7,35 @@ goes on and after it ended. The last metrics record says which alerts are active
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from millrace.errors import ArtifactError
+from millrace.jsonl import read_records
 from trainer.eval_records import read_eval
-from trainer.metrics import METRICS_FILE, read_run
+from trainer.metrics import METRICS_FILE, observed_run_status, read_run
 
 ALERT_EXIT_CODE = 3
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl lines; a torn last line (the run is writing it) is left out."""
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    records = []
-    for number, line in enumerate(lines, 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise ArtifactError(f"{path}:{number}: not a JSON line") from None
-    return records
-
-
 def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The alerts active after the last record, each with the step and details of its start."""
+    """The alerts active after the last record, each with the step and details of its start (an alert
+    entry that is not an object with a name, hand-edited or foreign, is passed over)."""
     if not records:
         return []
-    active = (records[-1].get("alerts") or {}).get("active", [])
+    active = [name for name in _alerts(records[-1]).get("active", []) if isinstance(name, str)]
     found: dict[str, dict[str, Any]] = {}
     for record in reversed(records):
-        for alert in (record.get("alerts") or {}).get("started", []):
-            if alert["name"] in active and alert["name"] not in found:
+        for alert in _alerts(record).get("started", []):
+            if isinstance(alert, dict) and alert.get("name") in active and alert["name"] not in found:
                 found[alert["name"]] = {**alert, "since_step": record["step"]}
         if len(found) == len(active):
             break
     return [found.get(name, {"name": name, "since_step": None}) for name in active]
+
+
+def _alerts(record: dict[str, Any]) -> dict[str, list]:
+    alerts = record.get("alerts")
+    return {k: v for k, v in alerts.items() if isinstance(v, list)} if isinstance(alerts, dict) else {}
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:
@@ -57,7 +47,7 @@ def run_status(run_dir: Path) -> dict[str, Any]:
     return {
         "run": run["run"],
         "run_dir": str(run_dir),
-        "state": run.get("status"),
+        "state": observed_run_status(run_dir, run),
         "last_step": last.get("step"),
         "total_steps": run.get("total_steps"),
         "tokens": last.get("tokens"),

@@ -1,6 +1,8 @@
-"""Drill: the disk fills while the pipeline writes. A clear error, the previous store
-untouched, and a rerun once there is space completes with the same cells."""
+"""Drill: the disk fills while the pipeline, a training run or a report build writes. One line naming
+the path, the previous store untouched, no temporary left behind, the run's status set, and a rerun once
+there is space completes (the pipeline with the same cells, the run from its checkpoint)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -73,3 +75,52 @@ def test_disk_full_fails_clearly_keeps_the_previous_store_and_a_rerun_completes(
     theirs = Store(previous)
     assert {c: s.tokens for c, s in ours.manifest.cells.items()} == {c: s.tokens for c, s in theirs.manifest.cells.items()}
     assert store_files(previous) == before
+
+
+def _shrink_to(point: Path, free_bytes: int) -> None:
+    stat = os.statvfs(point)
+    used = (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+    assert _mount(point, f"{used + free_bytes}", remount=True)
+
+
+def _millrace(home: Path, *args: str):
+    return subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), *args], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+def _one_error_line(result) -> str:
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_disk_full_in_train_and_report_build_one_line_no_temporaries_status_set(small_disk, built, tiny_config):
+    source, _ = built
+    home = small_disk / "home"
+    shutil.copytree(source.stores, home / "stores")
+    config = tiny_config()
+    run = "full"
+    _shrink_to(small_disk, 96 * 1024)  # room for run.json and the metrics lines, not for a checkpoint
+    failed = _millrace(home, "train", str(config), "--run", run, "--steps", "6", "--checkpoint-every", "3",
+                       "--no-progress")
+    line = _one_error_line(failed)
+    run_dir = home / "runs" / run
+    assert line.startswith(f"error: no space left on device writing {run_dir}"), line
+    assert line.endswith(f"--run {run} --resume"), line
+    assert not list(run_dir.rglob(".tmp-step-*")) and not list(run_dir.rglob(".*.tmp"))
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+
+    _shrink_to(small_disk, 8 * 1024 * 1024)
+    resumed = _millrace(home, "train", str(config), "--run", run, "--steps", "6", "--checkpoint-every", "3",
+                        "--resume", "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [json.loads(r)["step"] for r in (run_dir / "metrics.jsonl").read_text().splitlines()] == list(range(1, 7))
+
+    _shrink_to(small_disk, 0)
+    report = _millrace(home, "report", "build", "--json")
+    line = _one_error_line(report)
+    assert line.startswith(f"error: no space left on device writing {home / 'site'}"), line
+    assert not list((home / "site").rglob(".*.tmp"))

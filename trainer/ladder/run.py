@@ -4,7 +4,7 @@ Resumable at two levels: a rung whose run completed is not trained again (its re
 read back from its files), and a rung killed mid-way resumes from its latest checkpoint
 (the rung configs checkpoint a few times per rung). `ladder.json` is rewritten after
 every rung, so a kill loses at most the rung in flight, and that one only since its last
-checkpoint.
+checkpoint. One `ladder run` at a time writes a ladder (`millrace.writer_lock`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ import tomli_w
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
+from millrace.writer_lock import WriterLock
 from trainer.config import TrainConfig
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
 from trainer.eval_records import read_eval
 from trainer.ladder.results import curve, read_ladder_or_empty, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 from trainer.ladder.spec import load_ladder
-from trainer.metrics import read_run
+from trainer.metrics import LOCK_FILE, read_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS_PER_RUNG = 4
@@ -128,9 +129,16 @@ def run_ladder(path: Path | str, home: Home, rungs: list[str] | None = None, see
     spec = load_ladder(path)
     revision = revision or spec.mixture.revision
     plan = plan_ladder(path, home, spec, revisions=[revision, *(sized_for or [])])
+    with WriterLock(home.ladder(plan.spec.ladder) / LOCK_FILE, f"ladder {plan.spec.ladder!r}"):
+        return _run_rungs(plan, home, rungs, seeds, revision, progress, on_result)
+
+
+def _run_rungs(plan: LadderPlan, home: Home, rungs: list[str] | None, seeds: int | None, revision: str,
+               progress: bool, on_result: Callable[[dict], None] | None) -> dict[str, Any]:
+    """The rungs' runs in order, ladder.json rewritten after each (under the ladder's writer lock)."""
     seeds = seeds or plan.spec.seeds
     body = read_ladder_or_empty(home, plan.spec.ladder)
-    body.update({"ladder": plan.spec.ladder, "file": str(Path(path).resolve()), "metric": plan.spec.fit.metric,
+    body.update({"ladder": plan.spec.ladder, "file": str(plan.path.resolve()), "metric": plan.spec.fit.metric,
                  "asymptote": plan.spec.fit.asymptote, "plan": plan.as_dict()})
     body.setdefault("results", [])
     body.setdefault("fits", {})

@@ -1,0 +1,69 @@
+"""SIGTERM, the way a batch system says stop: a Slurm time limit or a preemption, and `scancel`.
+
+Slurm sends SIGTERM and, KillWait seconds later (30 by default), SIGKILL. Python's default
+for SIGTERM is to die on the spot, running no `finally` and no `except KeyboardInterrupt`:
+no temporary file removed, no status written, no word on how to continue. Two answers:
+- `sigterm_as_interrupt()` (every command, from `millrace.cli`): SIGTERM raises
+  `TerminateSignal`, a KeyboardInterrupt, so it takes the path Ctrl-C takes (the pipeline
+  stops its pool and says how to continue; atomic writers remove their temporaries);
+- `StopRequest` (the training loop): SIGTERM only sets a flag, the loop finishes its step,
+  writes a checkpoint, marks the run interrupted and exits 143. A second SIGTERM is obeyed at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+TERMINATED_EXIT_CODE = 128 + signal.SIGTERM  # 143: what a shell reports for a process ended by SIGTERM
+
+
+class TerminateSignal(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread; every `except KeyboardInterrupt` handles it like Ctrl-C."""
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM raises `TerminateSignal` (in the main thread; elsewhere nothing changes)."""
+    if not _in_main_thread():
+        yield
+        return
+
+    def raise_interrupt(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        raise TerminateSignal()
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class StopRequest:
+    """`with StopRequest() as stop:` SIGTERM sets `stop.requested`; the holder stops at a safe point."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+
+    def __enter__(self) -> "StopRequest":
+        if _in_main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._note)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None

@@ -1,0 +1,36 @@
+"""Runs `millrace pipeline run CONFIG` and, DELAY seconds into STAGE, sends SIGTERM to its whole process
+group, as Slurm does at a time limit or a preemption.
+
+    python -m tests.drills.term_harness HOME CONFIG STAGE DELAY_SECONDS
+
+The exit status is the command's own (143 after a SIGTERM; 0 if it finished first).
+"""
+
+import os
+import signal
+import sys
+import threading
+
+import pipeline.runner as runner
+from millrace.cli import main
+
+
+def with_timer(stage: str, delay: float):
+    original = runner.run_pipeline
+
+    def run_pipeline(*args, on_stage=None, **kwargs):
+        def staged(label: str) -> None:
+            if on_stage is not None:
+                on_stage(label)
+            if label == stage:
+                threading.Timer(delay, lambda: os.killpg(os.getpgid(0), signal.SIGTERM)).start()
+
+        return original(*args, on_stage=staged, **kwargs)
+
+    return run_pipeline
+
+
+if __name__ == "__main__":
+    home, config, stage, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    runner.run_pipeline = with_timer(stage, delay)
+    sys.exit(main(["--home", home, "pipeline", "run", config, "--json"]))

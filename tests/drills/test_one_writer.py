@@ -1,0 +1,148 @@
+"""Drill: two writers, one name. A store version, a training run and a ladder have one writer at a time;
+the second is refused in one line naming the holder (pid, host, since), and a killed holder frees the
+name at once (the lock is the kernel's, dropped with the process)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from millrace.writer_lock import Locked, WriterLock, holder_state, observed_status
+from pipeline.store.format import Store
+from tests.pipeline.corpus_fixture import config_text, make_corpus
+from tests.trainer.test_ladder_run import micro_ladder, store_home  # noqa: F401  (a store with a built revision)
+from trainer.ladder.run import run_ladder
+
+VERSION = "2026.04.01"
+HOLD = "import sys, time; from millrace.writer_lock import WriterLock; WriterLock(sys.argv[1], 'x').acquire(); " \
+       "print('held', flush=True); time.sleep(600)"
+
+
+def _millrace(home: Path, *args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "millrace", "--home", str(home), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()}, **kwargs)
+
+
+def _wait_for_holder(lock: Path, pid: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if json.loads(lock.read_text() or "{}").get("pid") == pid:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"{lock} never named pid {pid} (exit {proc.poll()}): {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+
+
+def _refusal(stderr: str, what: str, pid: int) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert lines and lines[-1].startswith(f"error: {what} is being written by pid {pid} on host "
+                                          f"{socket.gethostname()} since "), stderr[-2000:]
+    return lines[-1]
+
+
+def test_a_killed_holder_frees_the_name_and_its_running_status_reads_stale(tmp_path):
+    lock = tmp_path / "runs" / "r" / "writer.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(Locked, match=f"run 'r' is being written by pid {holder.pid} on host "):
+            WriterLock(lock, "run 'r'").acquire()
+        assert holder_state(lock) == "alive" and observed_status("running", lock) == "running"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert holder_state(lock) == "gone" and observed_status("running", lock) == "stale"
+    assert observed_status("completed", lock) == "completed"
+    with WriterLock(lock, "run 'r'"):  # the kernel dropped the dead holder's lock: no manual cleanup
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
+        assert holder_state(lock) == "alive"
+
+
+def test_a_heartbeat_that_stopped_reads_stale_from_another_host(tmp_path):
+    lock = tmp_path / "writer.lock"
+    lock.write_text(json.dumps({"pid": 1, "host": "another-node", "since": "2026-12-01 00:00:00 UTC"}))
+    assert holder_state(lock) == "alive"  # a pid on another host cannot be probed: the heartbeat decides
+    os.utime(lock, (time.time() - 3600, time.time() - 3600))
+    assert holder_state(lock) == "gone" and observed_status("running", lock) == "stale"
+
+
+def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(store_home, tmp_path):  # noqa: F811
+    ladder = micro_ladder(tmp_path)
+    lock = store_home.ladder("micro") / "writer.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
+            run_ladder(ladder, store_home)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not store_home.runs.exists() and not (store_home.ladder("micro") / "ladder.json").exists()
+
+
+@pytest.mark.slow
+def test_two_pipeline_runs_of_one_version_one_builds_the_other_is_refused(tmp_path):
+    corpus = make_corpus(tmp_path / "corpus", documents=90)
+    config = tmp_path / "pipeline.toml"
+    config.write_text(config_text(corpus, version=VERSION))
+    home = tmp_path / "home"
+    first = _millrace(home, "pipeline", "run", str(config), "--json")
+    lock = home / "stores" / "local" / f".{VERSION}.lock"
+    _wait_for_holder(lock, first.pid, first)
+    os.killpg(first.pid, signal.SIGSTOP)  # the first is mid-build, whatever the machine's speed
+    try:
+        second = _millrace(home, "pipeline", "run", str(config), "--json")
+        _, err = second.communicate(timeout=300)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    assert second.returncode == 75
+    _refusal(err, f"store local/{VERSION}", first.pid)
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    store = home / "stores" / "local" / VERSION
+    assert Store(store).verify() == []
+    assert sorted(p.name for p in store.parent.iterdir()) == [f".{VERSION}.lock", VERSION]  # no orphan staging
+    again = _millrace(home, "pipeline", "run", str(config), "--json")
+    assert again.wait(timeout=300) == 0  # "already built": the lock is free once the writer ended
+
+
+@pytest.mark.slow
+def test_two_trains_of_one_run_the_second_is_refused_and_the_first_is_intact(built, tiny_config):
+    home, _ = built
+    steps = 12
+    first = _millrace(home.root, "train", str(tiny_config()), "--run", "shared", "--steps", str(steps),
+                      "--checkpoint-every", "4", "--no-progress")
+    _wait_for_holder(home.run("shared") / "writer.lock", first.pid, first)
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        other = tiny_config("other", optimizer={"lr": 1e-2})
+        second = _millrace(home.root, "train", str(other), "--run", "shared", "--steps", "6", "--no-progress")
+        _, err = second.communicate(timeout=300)
+        resumed = _millrace(home.root, "train", str(other), "--run", "shared", "--resume", "--no-progress")
+        _, resumed_err = resumed.communicate(timeout=300)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    assert second.returncode == 75 and resumed.returncode == 75
+    _refusal(err, "run 'shared'", first.pid)
+    _refusal(resumed_err, "run 'shared'", first.pid)
+    _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    run_dir = home.run("shared")
+    steps_logged = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps_logged == list(range(1, steps + 1))
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "stopped" and record["stop_step"] == steps  # 12 of the 60-step horizon
+    assert record["config"]["optimizer"]["lr"] == 3e-3  # the first's config, not the refused one's
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-00000008", "step-00000012"]

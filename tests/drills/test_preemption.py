@@ -1,0 +1,128 @@
+"""Drill: SIGTERM, the way Slurm ends a job at its time limit or preempts it.
+
+`train` finishes its step, writes a checkpoint there, marks the run `interrupted`, prints the
+command that continues it and exits 143; the resumed run continues the uninterrupted losses. A
+run killed without a word (SIGKILL) reads `stale`, never `running` forever. `pipeline run` takes
+Ctrl-C's path (tasks abandoned, finished ones kept, 143) and the rerun gives the same store."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from millrace.home import Home
+from pipeline.config import load_pipeline_config
+from pipeline.runner import run_pipeline
+from tests.pipeline.corpus_fixture import config_text, make_corpus
+from tests.pipeline.test_runner import store_files
+from trainer.loop import train
+
+STEPS = 16
+ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
+
+
+def _millrace(home, *args):
+    return subprocess.Popen([sys.executable, "-m", "millrace", "--home", str(home), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=ENV)
+
+
+def _logged_steps(run_dir) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    complete = path.read_text().split("\n")[:-1] if path.exists() else []  # a line being written waits
+    return [json.loads(line)["step"] for line in complete]
+
+
+def _losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())}
+
+
+def _json(home, *args):
+    done = subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), *args, "--json"],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues_the_losses(built, tiny_config):
+    home, _ = built
+    config = tiny_config(checkpoint={"every": 8, "keep": 3})
+    train(config, home, run="term-straight", steps=STEPS)
+    for attempt in range(3):  # a quiet machine can finish before the signal lands: again, under a new name
+        run = f"term-{attempt}"
+        victim = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--no-progress")
+        deadline = time.monotonic() + 300
+        while victim.poll() is None and time.monotonic() < deadline and len(_logged_steps(home.run(run))) < 2:
+            time.sleep(0.005)
+        victim.send_signal(signal.SIGTERM)
+        _, err = victim.communicate(timeout=300)
+        if victim.returncode == 143:
+            break
+        assert victim.returncode == 0, err[-3000:]
+    else:
+        pytest.fail("every run finished before SIGTERM landed")
+    assert "Traceback" not in err, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    stopped = int(last.split("after step ")[1].split(",")[0])
+    assert 2 <= stopped < STEPS
+    assert last == (f"terminated: run {run} stopped by SIGTERM after step {stopped}, checkpoint step {stopped} "
+                    f"written; continue it with: millrace train {config} --mixture default --revision "
+                    f"uniform-sampling --run {run} --resume")
+    run_dir = home.run(run)
+    assert (run_dir / "checkpoints" / f"step-{stopped:08d}").is_dir()
+    assert not list((run_dir / "checkpoints").glob(".tmp-step-*"))
+    assert _json(home.root, "train", "status", run)["state"] == "interrupted"
+
+    killed = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume",
+                       "--no-progress")
+    while killed.poll() is None and len(_logged_steps(run_dir)) <= stopped:
+        time.sleep(0.005)
+    os.killpg(killed.pid, signal.SIGKILL)  # no word, no status written: the heartbeat's holder is gone
+    killed.wait()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running"  # as the killed run left it
+    assert _json(home.root, "train", "status", run)["state"] == "stale"
+    rows = {row["run"]: row for row in _json(home.root, "runs", "list")["runs"]}
+    assert rows[run]["status"] == "stale"
+
+    resumed = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume",
+                        "--no-progress")
+    _, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    expected, got = _losses(home.run("term-straight")), _losses(run_dir)
+    assert [got[s] for s in range(1, STEPS + 1)] == [expected[s] for s in range(1, STEPS + 1)]  # bit-identical
+    assert _json(home.root, "train", "status", run)["state"] == "stopped"
+
+
+@pytest.mark.slow
+def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(tmp_path):
+    corpus = make_corpus(tmp_path / "corpus")
+    config = tmp_path / "pipeline.toml"
+    config.write_text(config_text(corpus, version="2026.05.01", workers=2))
+    expected = run_pipeline(load_pipeline_config(config), Home.resolve(tmp_path / "reference"))
+    home = tmp_path / "home"
+    final = home / "stores" / "local" / "2026.05.01"
+    delay = 0.2
+    for _ in range(4):
+        stopped = subprocess.run([sys.executable, "-m", "tests.drills.term_harness", str(home), str(config),
+                                  "tokenize", f"{delay:.3f}"], capture_output=True, text=True, env=ENV,
+                                 start_new_session=True, timeout=300)
+        if stopped.returncode == 143:
+            break
+        assert stopped.returncode == 0, stopped.stderr[-3000:]
+        delay /= 4
+        shutil.rmtree(home, ignore_errors=True)
+    else:
+        pytest.fail("the pipeline finished before every SIGTERM")
+    assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"terminated: pipeline stopped in stage tokenize; finished tasks are kept, continue with: "
+        f"millrace pipeline run {config}")
+    assert not (final / "store.json").exists()
+    rerun = subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config),
+                            "--json"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert store_files(final) == store_files(expected)

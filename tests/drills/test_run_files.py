@@ -1,0 +1,124 @@
+"""Drill: what a crash or a bad disk leaves in a run's files, and names a shell can hand over.
+
+- A torn last line in metrics.jsonl, eval.jsonl and samples.jsonl (a crash mid-write) is cut back to
+  the checkpoint's step on --resume, with a word; a damaged line before the last is one line naming
+  the file and the line.
+- A flipped exponent bit in a checkpoint's model.embed.weight is caught on resume, in one line naming
+  the file (today's DCP reads it back and the losses diverge).
+- `--run $'x\\n'` and a 300-character run name are one-line errors."""
+
+import json
+import logging
+import shutil
+
+import pytest
+import torch.distributed.checkpoint as dcp
+
+from millrace.cli import main as millrace
+from millrace.home import Home
+from tests.trainer.stores import build_mixture, make_store
+
+STREAMS = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory):
+    """A store with validation shards: the runs write eval.jsonl and samples.jsonl too."""
+    home = Home.resolve(tmp_path_factory.mktemp("run-files-home"))
+    make_store(home, {"c00q0": 14000, "c01q0": 8000}, held_out=6)
+    build_mixture(home, tokens=32 * 8 * 30, seq_len=32, global_batch=8)
+    return home
+
+
+def _args(config, home, run, *extra):
+    return ["train", str(config), "--home", str(home.root), "--run", run, "--no-progress", "--checkpoint-every", "2",
+            *extra]
+
+
+def _errors(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("error:")]
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_torn_last_lines_are_cut_back_to_the_checkpoint_on_resume(held, tiny_config, caplog, capsys):
+    home = held
+    config = tiny_config(eval={"every": 2, "max_sequences": 2, "batch_sequences": 4},
+                         samples={"every": 2, "max_new_tokens": 4})
+    assert millrace(_args(config, home, "torn", "--steps", "4")) == 0
+    run_dir = home.run("torn")
+    before = {name: _records(run_dir / name) for name in STREAMS}
+    assert {r["step"] for r in before["eval.jsonl"]} == {2, 4} and {r["step"] for r in before["samples.jsonl"]} == {2, 4}
+    shutil.rmtree(run_dir / "checkpoints" / "step-00000004")  # the crash came before step 4's checkpoint ...
+    for name in STREAMS:  # ... in the middle of writing each stream's last line
+        data = (run_dir / name).read_bytes()
+        last = data[:-1].rfind(b"\n") + 1
+        (run_dir / name).write_bytes(data[: last + (len(data) - last) // 2])
+    with caplog.at_level(logging.WARNING, logger="millrace.jsonl"):
+        assert millrace(_args(config, home, "torn", "--steps", "4", "--resume")) == 0, capsys.readouterr().err
+    said = [r.getMessage() for r in caplog.records if "torn last line" in r.getMessage()]
+    assert sorted(message.split(": cut")[0].rsplit("/", 1)[1] for message in said) == sorted(STREAMS), said
+    assert all("back to step 2, the checkpoint's" in message for message in said)
+    after = {name: _records(run_dir / name) for name in STREAMS}
+    assert [r["step"] for r in after["metrics.jsonl"]] == [1, 2, 3, 4]
+    assert [r["loss"] for r in after["metrics.jsonl"]] == [r["loss"] for r in before["metrics.jsonl"]]
+    assert [r["step"] for r in after["eval.jsonl"]] == [2, 4]
+    assert [(r["step"], r["prompt_id"], r["temperature"]) for r in after["samples.jsonl"]] == \
+        [(r["step"], r["prompt_id"], r["temperature"]) for r in before["samples.jsonl"]]
+
+
+def test_a_damaged_line_before_the_last_is_one_line_naming_file_and_line(built, tiny_config, capsys):
+    home, _ = built
+    config = tiny_config()
+    assert millrace(_args(config, home, "damaged-line", "--steps", "4")) == 0
+    path = home.run("damaged-line") / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1][: len(lines[1]) // 2]
+    path.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert millrace(_args(config, home, "damaged-line", "--steps", "6", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(_errors(err)) == 1, err
+    assert _errors(err)[0].startswith(f"error: {path}:2: not a JSON line"), err
+    assert json.loads((path.parent / "run.json").read_text())["status"] == "stopped"  # not left `running`
+    assert millrace(["train", "status", "damaged-line", "--home", str(home.root)]) == 2
+
+
+def _flip_exponent_bit(checkpoint, key="model.embed.weight"):
+    """Flip the top exponent bit of the first float32 of `key` where DCP stored it; returns the file."""
+    metadata = dcp.FileSystemReader(str(checkpoint)).read_metadata()
+    where = next(info for index, info in metadata.storage_data.items() if index.fqn == key)
+    path = checkpoint / where.relative_path
+    data = bytearray(path.read_bytes())
+    data[where.offset + 3] ^= 0x40  # little-endian float32: byte 3 holds the sign and the top exponent bits
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_flipped_checkpoint_bit_is_refused_on_resume_naming_the_file(built, tiny_config, capsys):
+    home, _ = built
+    config = tiny_config()
+    assert millrace(_args(config, home, "flipped", "--steps", "2")) == 0
+    checkpoint = home.run("flipped") / "checkpoints" / "step-00000002"
+    assert json.loads((checkpoint / "digests.json").read_text())["files"].keys() == {".metadata", "__0_0.distcp"}
+    damaged = _flip_exponent_bit(checkpoint)
+    capsys.readouterr()
+    assert millrace(_args(config, home, "flipped", "--steps", "3", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(_errors(err)) == 1, err
+    assert _errors(err)[0].startswith(f"error: {damaged}: digest mismatch (recorded xxh3_128:"), err
+    assert [r["step"] for r in _records(home.run("flipped") / "metrics.jsonl")] == [1, 2]  # nothing trained on it
+
+
+def test_run_names_with_a_newline_or_300_characters_are_one_line_errors(built, tiny_config, capsys):
+    home, _ = built
+    config = tiny_config()
+    for name, shown in (("x\n", "'x\\n'"), ("r" * 300, "(300 characters)")):
+        capsys.readouterr()
+        assert millrace(["train", str(config), "--home", str(home.root), "--run", name, "--steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(_errors(err)) == 1 and shown in _errors(err)[0], err
+        assert "not a plain name" in _errors(err)[0]
+    assert not (home.runs / "x\n").exists()
