@@ -192,8 +192,9 @@ def test_the_mfu_floor_fires_only_against_a_published_peak():
     from trainer.config import HealthConfig
     from trainer.health import HealthMonitor
 
-    record = {"loss": 3.0, "grad_norm": 0.5, "mfu": 0.05, "tokens_per_second": 1e3}
-    published = HealthMonitor(HealthConfig(), published_peak=True).check(record, now=0.0)
+    record = {"step": 11, "loss": 3.0, "grad_norm": 0.5, "mfu": 0.05, "tokens_per_second": 1e3}
+    at_once = {"mfu": {"start_after": 1}}
+    published = HealthMonitor(HealthConfig(timing=at_once), published_peak=True).check(record, now=0.0)
     assert [a["name"] for a in published["started"]] == ["mfu"]
-    assert HealthMonitor(HealthConfig()).check(record, now=0.0)["active"] == []
-    assert HealthMonitor(HealthConfig(mfu_min=0.0), published_peak=True).check(record, now=0.0)["active"] == []
+    assert HealthMonitor(HealthConfig(timing=at_once)).check(record, now=0.0)["active"] == []
+    assert HealthMonitor(HealthConfig(mfu_min=0.0, timing=at_once), published_peak=True).check(record, now=0.0)["active"] == []
