@@ -158,8 +158,8 @@ class AlertTiming(StrictModel):
     end_after: int = pydantic.Field(1, gt=0, description="steps it must stay clear before an active alert ends")
 
 
-# Routing settles while the router bias catches up with the first updates (the tiny MoE: within about
-# 30 steps), throughput while the first steps warm caches; a loss jump or a skip streak matters at once.
+# Routing needs its first steps to settle (the router bias starts at zero), throughput its first steps to warm
+# caches; a loss jump or a streak of skipped steps matters at once.
 DEFAULT_TIMING: dict[str, dict[str, int]] = {
     "loss_jump": {"warmup_steps": 0, "start_after": 1, "end_after": 20},
     "grad_norm": {"warmup_steps": 20, "start_after": 3, "end_after": 20},
