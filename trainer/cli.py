@@ -146,8 +146,8 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
          f"{result.flops_per_token:.4g} (attention {result.attention_flops_per_token:.3g}, seq {result.seq_len})"),
         ("token budget", f"{result.tokens:.4g}"),
         ("steps", f"{result.steps:,} of {result.global_batch:,} x {result.seq_len} = {result.trained_tokens:.4g} tokens"),
-        ("weights: compute / master", f"{result.param_dtype} (what FSDP gathers) / {result.master_dtype} "
-                                      "(sharded, updated by AdamW)"),
+        ("weights: compute / master",
+         f"{result.param_dtype} (what FSDP gathers) / {result.master_dtype} (sharded, updated by AdamW)"),
         ("total training FLOPs", f"{result.total_flops:.4g}"),
         ("layout (data x expert parallel)",
          f"{lay.data_parallel} x {lay.expert_parallel} = {lay.gpus_used:,} of {lay.gpus:,} GPUs, {lay.gpus_idle:,} idle; "

@@ -1,5 +1,5 @@
 """Health alerts: the right quantities (expert load entropy, skipped steps in their window) and timing
-(warm-up, hysteresis), so a healthy run shows none and a problem shows one alert with its start."""
+(warm-up, hysteresis), so a flicker is no alert and a problem is one alert with its start."""
 
 import json
 
@@ -9,12 +9,12 @@ import torch
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from millrace.home import Home
+from tests.trainer.stores import build_mixture, make_store
 from trainer.balance import load_stats
 from trainer.config import HealthConfig, load_train_config
 from trainer.health import HealthMonitor
 from trainer.loop import train
 from trainer.metrics import read_metrics
-from tests.trainer.stores import build_mixture, make_store
 
 
 def layer_record(step: int, counts: list[float], router_entropy: float) -> dict:

@@ -13,11 +13,11 @@ import sys
 import pytest
 
 from millrace.home import Home
+from tests.trainer.stores import build_mixture, make_store
 from trainer.eval_records import read_eval
 from trainer.loop import train
 from trainer.metrics import read_metrics
 from trainer.samples import read_samples
-from tests.trainer.stores import build_mixture, make_store
 
 STEPS = 4
 
