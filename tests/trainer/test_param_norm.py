@@ -30,7 +30,7 @@ def held(tmp_path_factory):
     return home
 
 
-@pytest.mark.slow  # one process and four under torchrun: about 100 s on the shared machine
+@pytest.mark.slow  # one process and four under torchrun: 50-100 s on the shared machine
 def test_four_ranks_log_one_process_param_norm_at_evaluation_and_sampling_steps(held, tiny_config):
     config = tiny_config("norms", parallel={"data_parallel": 2, "expert_parallel": 2},
                          eval={"every": 2, "max_sequences": 2, "batch_sequences": 8},
