@@ -144,7 +144,10 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
         ("  attention / embedding+output", f"{fmt_params(p.attention)} / {fmt_params(p.embedding + p.output)}"),
         ("FLOPs per token (6N + attention)",
          f"{result.flops_per_token:.4g} (attention {result.attention_flops_per_token:.3g}, seq {result.seq_len})"),
-        ("token budget", f"{result.tokens:.4g} ({result.steps:,} steps of {result.global_batch:,} x {result.seq_len})"),
+        ("token budget", f"{result.tokens:.4g}"),
+        ("steps", f"{result.steps:,} of {result.global_batch:,} x {result.seq_len} = {result.trained_tokens:.4g} tokens"),
+        ("weights: compute / master",
+         f"{result.param_dtype} (what FSDP gathers) / {result.master_dtype} (sharded, updated by AdamW)"),
         ("total training FLOPs", f"{result.total_flops:.4g}"),
         ("layout (data x expert parallel)",
          f"{lay.data_parallel} x {lay.expert_parallel} = {lay.gpus_used:,} of {lay.gpus:,} GPUs, {lay.gpus_idle:,} idle; "

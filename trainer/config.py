@@ -158,13 +158,44 @@ class SamplesConfig(StrictModel):
         return values
 
 
+AlertRule = Literal["loss_jump", "grad_norm", "load_entropy", "dead_experts", "router_bias", "tokens_per_second",
+                    "mfu", "skipped_steps", "eval_regression"]
+
+
+class AlertTiming(StrictModel):
+    """When a rule's condition becomes an alert (`[health.timing.<rule>]`): one band per problem, not a flicker.
+
+    Steps are optimizer steps; the condition is read at each logged step (every step with `log_every = 1`)."""
+
+    warmup_steps: int = pydantic.Field(0, ge=0, description="the rule cannot fire at or before this step")
+    start_after: int = pydantic.Field(
+        1, gt=0, description="steps the condition must hold, at every logged step, before the alert starts")
+    end_after: int = pydantic.Field(1, gt=0, description="steps it must stay clear before an active alert ends")
+
+
+# Routing needs its first steps to settle (the router bias starts at zero), throughput its first steps to warm
+# caches; a loss jump or a streak of skipped steps matters at once.
+DEFAULT_TIMING: dict[str, dict[str, int]] = {
+    "loss_jump": {"warmup_steps": 0, "start_after": 1, "end_after": 20},
+    "grad_norm": {"warmup_steps": 20, "start_after": 3, "end_after": 20},
+    "load_entropy": {"warmup_steps": 50, "start_after": 5, "end_after": 20},
+    "dead_experts": {"warmup_steps": 50, "start_after": 5, "end_after": 20},
+    "router_bias": {"warmup_steps": 0, "start_after": 1, "end_after": 20},
+    "tokens_per_second": {"warmup_steps": 10, "start_after": 10, "end_after": 20},
+    "mfu": {"warmup_steps": 10, "start_after": 10, "end_after": 20},
+    "skipped_steps": {"warmup_steps": 0, "start_after": 1, "end_after": 1},  # its own 15-minute window
+    "eval_regression": {"warmup_steps": 0, "start_after": 1, "end_after": 1},  # held until the next evaluation
+}
+
+
 class HealthConfig(StrictModel):
-    """Alert thresholds (`trainer.health`); defaults from the reference run's rules."""
+    """Alert thresholds and timing (`trainer.health`); thresholds from the reference run's rules."""
 
     grad_norm_max: float = pydantic.Field(2.0, ge=0, description="gradient norm ceiling (0: off)")
     loss_jump_max: float = pydantic.Field(1.0, ge=0, description="loss above its recent floor by more than this (0: off)")
     loss_floor_steps: int = pydantic.Field(100, gt=0, description="steps the loss floor is taken over")
-    router_entropy_min: float = pydantic.Field(0.995, ge=0, le=1, description="routing entropy floor, fraction of log E")
+    load_entropy_min: float = pydantic.Field(
+        0.995, ge=0, le=1, description="floor on the entropy of each layer's expert load, fraction of log E (0: off)")
     router_bias_max: float = pydantic.Field(400.0, ge=0, description="max |router bias| ceiling (0: off)")
     dead_experts_max: int = pydantic.Field(0, ge=0, description="experts allowed to receive no token in a step")
     tokens_per_second_min: float = pydantic.Field(0.0, ge=0, description="throughput floor (0: off)")
@@ -175,6 +206,21 @@ class HealthConfig(StrictModel):
     skipped_steps_max: int = pydantic.Field(3, gt=0, description="skipped steps within skipped_window_seconds that alert")
     skipped_window_seconds: float = pydantic.Field(900.0, gt=0)
     max_consecutive_skips: int = pydantic.Field(5, gt=0, description="stop the run after this many skips in a row")
+    timing: dict[AlertRule, AlertTiming] = pydantic.Field(
+        default_factory=lambda: {rule: AlertTiming(**fields) for rule, fields in DEFAULT_TIMING.items()},
+        description="per rule: warmup_steps, start_after, end_after; a rule's fields not given keep their defaults")
+
+    @pydantic.field_validator("timing", mode="before")
+    @classmethod
+    def _over_defaults(cls, given: object) -> object:
+        if not isinstance(given, dict):
+            return given
+        merged: dict[str, object] = {rule: dict(fields) for rule, fields in DEFAULT_TIMING.items()}
+        for rule, fields in given.items():
+            if isinstance(fields, AlertTiming):
+                fields = fields.model_dump()
+            merged[rule] = {**merged.get(rule, {}), **fields} if isinstance(fields, dict) else fields
+        return merged
 
 
 class ParallelConfig(StrictModel):

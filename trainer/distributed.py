@@ -123,6 +123,19 @@ def shard_experts(model: Transformer, runtime: Runtime, config: ParallelConfig) 
         fully_shard(layer.experts, mesh=runtime.mesh["dp"], mp_policy=mixed_precision(config))
 
 
+def reshard(model: nn.Module) -> None:
+    """Free the gathered weights a forward without backward leaves behind (evaluation, sampling).
+
+    FSDP2 does not reshard the root module after its forward (a backward is expected to follow), so after
+    a no-gradient forward its parameters stay unsharded: every rank holds the full embedding, head and
+    final norm until the next backward, and a norm summed over ranks counts them once per rank."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) -> Transformer:
     if not runtime.distributed:
         return model

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from millrace.errors import ConfigError
 from trainer.config import TrainConfig
 from trainer.layout import ProposedLayout, propose_layout
 
@@ -179,7 +180,10 @@ class Plan:
     mfu: float
     days: float
     global_batch: int
-    steps: int
+    steps: int  # the config's `steps` (its learning-rate horizon), else as many as the token budget holds
+    trained_tokens: float  # steps x global batch x seq_len: what the FLOPs and days count
+    param_dtype: str  # the weights FSDP gathers and computes with
+    master_dtype: str  # the sharded master weights AdamW updates
 
     @property
     def state_gib_per_gpu(self) -> float:
@@ -195,12 +199,26 @@ class Plan:
         return body
 
 
+MASTER_DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
+
+
+def planned_steps(config: TrainConfig, tokens: float) -> int:
+    """The config's `steps` when set (refused beyond the token budget, as training refuses it), else the
+    whole steps the budget holds."""
+    p = config.plan
+    budget = int(tokens // (p.seq_len * p.global_batch))
+    if config.steps and tokens and config.steps > budget:
+        raise ConfigError(f"steps = {config.steps:,} exceeds the {budget:,} steps of {p.global_batch:,} x {p.seq_len:,} "
+                          f"tokens that the budget of {tokens:.4g} tokens holds")
+    return config.steps or budget
+
+
 def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = None, mfu: float | None = None,
          gpus_per_node: int | None = None) -> Plan:
     """Sizing on paper, on the layout `trainer.layout.propose_layout` finds for these GPUs (the trainer
     accepts it: the same rules). Sharding: FSDP shards every dense parameter over all used GPUs; routed
     experts are split over `expert_parallel` ranks and FSDP-sharded over `data_parallel`, so every
-    parameter's state is spread over all used GPUs."""
+    parameter's state is spread over all used GPUs. FLOPs and days count the tokens of the planned steps."""
     p = config.plan
     gpus = gpus or p.gpus
     tokens = tokens if tokens is not None else p.tokens
@@ -211,7 +229,9 @@ def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = No
     used = layout.gpus_used
     params = count_params(config)
     per_token = flops_per_token(config, p.seq_len)
-    total = per_token * tokens
+    steps = planned_steps(config, tokens)
+    trained = float(steps * p.global_batch * p.seq_len)
+    total = per_token * trained
     gib = float(1 << 30)
     per_gpu = params.total / used
     days = total / (used * p.peak_flops_per_gpu * mfu) / 86400.0
@@ -233,5 +253,8 @@ def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = No
         mfu=mfu,
         days=days,
         global_batch=p.global_batch,
-        steps=int(tokens // (p.seq_len * p.global_batch)),
+        steps=steps,
+        trained_tokens=trained,
+        param_dtype=config.parallel.param_dtype,
+        master_dtype=MASTER_DTYPES.get(p.master_weight_bytes, f"{p.master_weight_bytes} bytes"),
     )

@@ -1,19 +1,23 @@
 """Run health: threshold rules over the logged metrics that become alerts, and the non-finite step guard.
 
-Each rule looks at one step's record (or an evaluation) and says whether it fires. An alert
-starts on the first step a rule fires and ends on the first step it no longer does; both
-events go into that step's `metrics.jsonl` record under `alerts` (`started`, `ended`, and
-the `active` names after the step), so a reader replays nothing: the last record says
-what is active. `millrace train status` exits 3 while any alert is active.
+Each rule looks at one step's record (or an evaluation) and says whether its condition holds.
+A condition becomes an alert by the rule's timing (`[health.timing.<rule>]`): never at or
+before `warmup_steps`; it starts once the condition has held for `start_after` steps (at every
+logged step) and ends once it has stayed clear for `end_after` steps, so one problem is one
+alert, not a flicker of starts and ends. Both events go into that step's `metrics.jsonl`
+record under `alerts` (`started`, each with `held_since`, the first step of the streak;
+`ended`; and the `active` names after the step), so a reader replays nothing: the last record
+says what is active. `millrace train status` exits 3 while any alert is active.
 
-Defaults are the reference run's alert rules where they do not depend on its scale:
+Thresholds are the reference run's alert rules where they do not depend on its scale:
 gradient norm above 2.0; the loss more than 1.0 above its floor over the last 100 steps;
-routing entropy below 0.995 of log E (5.92 nats of 5.951 with 384 experts); |router bias|
-above 400; any dead expert; three or more skipped steps within 15 minutes; any evaluation
-worse than the previous one; MFU below 15%, but only on a GPU against a published peak (a
-configured one or the device table): on a CPU, or against a timed matmul, it means nothing.
-Its 2M tokens/s floor belongs to its scale: here it is off (0) until a config sets one. Its
-dropped-token rule has nothing to watch: this MoE routes every token.
+the entropy of a layer's expert load (the share of routed tokens each expert received in the
+step) below 0.995 of log E (5.92 nats of 5.951 with 384 experts); |router bias| above 400; any
+dead expert; three or more skipped steps within 15 minutes; any evaluation worse than the
+previous one; MFU below 15%, but only on a GPU against a published peak (a configured one or
+the device table): on a CPU, or against a timed matmul, it means nothing. Its 2M tokens/s floor
+belongs to its scale: here it is off (0) until a config sets one. Its dropped-token rule has
+nothing to watch: this MoE routes every token.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from millrace.errors import MillraceError
-from trainer.config import HealthConfig
+from trainer.config import AlertTiming, HealthConfig
 
 
 class TooManySkippedSteps(MillraceError):
@@ -50,12 +54,19 @@ class HealthMonitor:
         self.published_peak = published_peak
         self.active: dict[str, Alert] = {name: Alert(name, math.nan, math.nan, "active before resume")
                                          for name in active or []}
+        self.firing_since: dict[str, int] = {}  # first step of each condition's current streak
+        self.clear_since: dict[str, int] = {}  # first step an active alert's condition has been clear
         self.losses: collections.deque[float] = collections.deque(maxlen=config.loss_floor_steps)
         self.skip_times: collections.deque[float] = collections.deque()
         self.consecutive_skips = 0
         self.skipped_total = 0
         self.eval_alert: Alert | None = None
         self.last_eval: float | None = None
+
+    def timing(self, name: str) -> AlertTiming:
+        """The timing of the rule an alert name belongs to (`dead_experts/layer3` -> `dead_experts`); an alert
+        restored from an older run's record under a retired name ends on its first clear step."""
+        return self.config.timing.get(name.split("/")[0], AlertTiming())
 
     def skipped(self, step: int, now: float, reason: str) -> None:
         """A step whose loss or gradient was not finite; raises after too many in a row."""
@@ -85,11 +96,27 @@ class HealthMonitor:
 
     def check(self, record: dict[str, Any], now: float) -> dict[str, list]:
         """The alerts that start and end with this step's record, and those active after it."""
-        firing = {alert.name: alert for alert in self.rules(record, now)}
-        started = [firing[name].as_dict() for name in sorted(firing) if name not in self.active]
-        ended = sorted(name for name in self.active if name not in firing)
-        self.active = firing
-        return {"started": started, "ended": ended, "active": sorted(firing)}
+        step = record["step"]
+        firing = {alert.name: alert for alert in self.rules(record, now)
+                  if step > self.timing(alert.name).warmup_steps}
+        started: list[dict[str, Any]] = []
+        for name in sorted(firing):
+            self.clear_since.pop(name, None)
+            since = self.firing_since.setdefault(name, step)
+            if name in self.active:
+                self.active[name] = firing[name]
+            elif step - since + 1 >= self.timing(name).start_after:
+                self.active[name] = firing[name]
+                started.append({**firing[name].as_dict(), "held_since": since})
+        for name in [name for name in self.firing_since if name not in firing]:
+            del self.firing_since[name]
+        ended = []
+        for name in sorted(name for name in self.active if name not in firing):
+            clear = self.clear_since.setdefault(name, step)
+            if step - clear + 1 >= self.timing(name).end_after:
+                ended.append(name)
+                del self.active[name], self.clear_since[name]
+        return {"started": started, "ended": ended, "active": sorted(self.active)}
 
     def rules(self, record: dict[str, Any], now: float) -> list[Alert]:
         cfg, alerts = self.config, []
@@ -104,10 +131,10 @@ class HealthMonitor:
         if cfg.grad_norm_max and isinstance(grad, float) and math.isfinite(grad) and grad > cfg.grad_norm_max:
             alerts.append(Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}"))
         for layer in record.get("expert_load", []):
-            entropy = layer.get("router_entropy")
-            if entropy and entropy < cfg.router_entropy_min:
-                alerts.append(Alert(f"router_entropy/layer{layer['layer']}", entropy, cfg.router_entropy_min,
-                                    f"layer {layer['layer']} routing entropy {entropy:.4f} of log E"))
+            entropy = layer.get("entropy")
+            if cfg.load_entropy_min and isinstance(entropy, float) and entropy < cfg.load_entropy_min:
+                alerts.append(Alert(f"load_entropy/layer{layer['layer']}", entropy, cfg.load_entropy_min,
+                                    f"layer {layer['layer']} expert load entropy {entropy:.4f} of log E"))
             if layer.get("dead_experts", 0) > cfg.dead_experts_max:
                 alerts.append(Alert(f"dead_experts/layer{layer['layer']}", layer["dead_experts"],
                                     cfg.dead_experts_max, f"layer {layer['layer']}: {layer['dead_experts']} dead experts"))
@@ -122,7 +149,7 @@ class HealthMonitor:
                 alerts.append(Alert(name, value, floor, f"{name} {value:.4g} below {floor:.4g}"))
         while self.skip_times and now - self.skip_times[0] > cfg.skipped_window_seconds:
             self.skip_times.popleft()
-        if len(self.skip_times) >= cfg.skipped_steps_max or record.get("skipped"):
+        if len(self.skip_times) >= cfg.skipped_steps_max:
             alerts.append(Alert("skipped_steps", len(self.skip_times), cfg.skipped_steps_max,
                                 f"{len(self.skip_times)} steps skipped (non-finite loss or gradient) within "
                                 f"{cfg.skipped_window_seconds:g} s"))

@@ -23,7 +23,7 @@ import torch
 from loader.validation import ValidationSequences
 from millrace.jsonl import read_records
 from trainer.config import TrainConfig
-from trainer.distributed import Runtime
+from trainer.distributed import Runtime, reshard
 from trainer.evaluation import EvalWriter, Evaluator, eval_steps, token_byte_lengths
 from trainer.health import HealthMonitor
 from trainer.metrics import METRICS_FILE
@@ -120,7 +120,7 @@ class RunObservers:
         return extras
 
     def after_step(self, model: Transformer, step: int, tokens: int) -> None:
-        """Evaluate and sample if due after `step` steps."""
+        """Evaluate and sample if due after `step` steps; then every weight is back to its shard."""
         if self.evaluator is not None and step in self.eval_at:
             result = self.evaluator.evaluate(model, step, tokens)
             self.health.evaluated(result)
@@ -130,6 +130,8 @@ class RunObservers:
                      result["loss"]["macro"], result["loss"]["micro"], result["bpb"]["macro"], result["seconds"])
         if self.sampler is not None and step in self.sample_at:
             self.sampler.sample(model, step)
+        if self.runtime.distributed:
+            reshard(model)
 
     def close(self) -> None:
         if self.eval_writer is not None:

@@ -15,8 +15,13 @@ def test_reference_shape_lands_within_five_percent(capsys):
     plan = json.loads(capsys.readouterr().out)
     assert abs(plan["params"]["total"] / 535e9 - 1) < 0.05
     assert abs(plan["params"]["active"] / 23e9 - 1) < 0.05
-    assert abs(plan["total_flops"] / 2.7e24 - 1) < 0.05
+    assert abs(plan["flops_per_token"] * plan["tokens"] / 2.7e24 - 1) < 0.05  # the reference's 2.7e24 at 18.75T
     assert plan["gpus"] == 792 and plan["tokens"] == 18.75e12
+    # the reference's 390,251 steps of 11,264 x 4096 (18.0T of the 18.75T prepared), bf16 over fp32 masters
+    assert plan["steps"] == 390_251 and plan["trained_tokens"] == 390_251 * 11_264 * 4096
+    assert plan["total_flops"] == pytest.approx(plan["flops_per_token"] * plan["trained_tokens"], rel=1e-12)
+    assert (plan["param_dtype"], plan["master_dtype"]) == ("bfloat16", "float32")
+    assert plan["memory_gib_per_gpu"]["gathered"] == pytest.approx(1.64, abs=0.01)  # bf16: half of fp32's
     state = plan["weights_gib_per_gpu"] + plan["grads_gib_per_gpu"] + plan["optimizer_gib_per_gpu"]
     assert abs(state - plan["params"]["total"] * 16 / plan["layout"]["gpus_used"] / 2**30) < 1e-6
     assert 20 < plan["days"] < 100
@@ -51,6 +56,8 @@ def test_plan_text_and_help(capsys):
     assert millrace(["train", "plan", CONFIG, "--gpus", "792"]) == 0
     out = capsys.readouterr().out
     assert "total parameters" in out and "days" in out
+    assert "390,251 of 11,264 x 4096 = 1.801e+13 tokens" in out
+    assert "bfloat16 (what FSDP gathers) / float32 (sharded, updated by AdamW)" in out
     assert millrace(["train", "--help"]) == 0
     out = capsys.readouterr().out
     assert "millrace train CONFIG" in out and "millrace train plan CONFIG --gpus N" in out
@@ -92,3 +99,16 @@ def test_a_plan_of_a_trillion_layers_is_arithmetic_not_a_list_per_layer(tiny_con
     path = tiny_config(model={"n_layers": 2**40, "vocab_size": 8192})
     assert millrace(["train", "plan", str(path), "--gpus", "8", "--json"]) == 0
     assert capsys.readouterr().out.strip().startswith("{")
+
+
+def test_plan_takes_the_configs_steps_and_refuses_more_than_the_budget_holds(tiny_config, capsys):
+    shaped = {"vocab_size": 512}
+    budget = {"tokens": 16 * 256 * 100, "seq_len": 256, "global_batch": 16}
+    assert millrace(["train", "plan", str(tiny_config("all", model=shaped, plan=budget)), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 100  # no `steps`: what the budget holds
+    assert millrace(["train", "plan", str(tiny_config("some", model=shaped, plan=budget, steps=60)), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["steps"], plan["trained_tokens"]) == (60, 60 * 16 * 256)
+    assert plan["total_flops"] == pytest.approx(plan["flops_per_token"] * 60 * 16 * 256)
+    assert millrace(["train", "plan", str(tiny_config("over", model=shaped, plan=budget, steps=101))]) == 2
+    assert "steps = 101 exceeds the 100 steps" in capsys.readouterr().err
