@@ -140,7 +140,7 @@ def slurm_chain(config: PipelineConfig, jobs: list[StageJob]) -> list:
             workers=slurm.max_running or -1, job_name=f"millrace-{config.output.name}-{job.name}",
             qos=slurm.qos, env_command=slurm.env_command or None, sbatch_args=dict(slurm.sbatch_args),
             depends=executors[-1] if executors else None, logging_dir=str(job.logging_dir),
-            slurm_logs_folder=slurm.logs and str(Path(slurm.logs) / job.name) or str(job.logging_dir / "slurm"),
+            slurm_logs_folder=str(Path(slurm.logs) / job.name if slurm.logs else job.logging_dir / "slurm"),
         ))
     return executors
 
