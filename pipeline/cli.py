@@ -22,21 +22,29 @@ def pipeline() -> None:
 
 @pipeline.command("run")
 @click.argument("config_path", metavar="CONFIG.toml", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--executor", type=click.Choice(["local", "ray"]), default=None,
-              help="datatrove executor (default: the config's [executor] kind, else local).")
+@click.option("--executor", type=click.Choice(["local", "ray", "slurm"]), default=None,
+              help="datatrove executor (default: the config's [executor] kind, else local). slurm submits one "
+                   "job per stage, each depending on the one before, and returns.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Tasks run at once (default: the config's [executor] workers).")
 @click.option("--restart", is_flag=True,
               help="Start the run's work directory afresh (needed when its input files changed since it started).")
+@click.option("--dry-run", is_flag=True,
+              help="Slurm executor: write each stage's sbatch script and chain.json for review; submit nothing.")
 @home_option
 @json_option
-def run(config_path: Path, executor: str | None, workers: int | None, restart: bool, home, as_json: bool) -> None:
+def run(config_path: Path, executor: str | None, workers: int | None, restart: bool, dry_run: bool, home,
+        as_json: bool) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
     from pipeline.config import load_pipeline_config
     from pipeline.runner import STAGE_LABELS, run_pipeline
     from pipeline.store.cli import print_summary, store_summary
 
     config = load_pipeline_config(config_path)
+    if (executor or config.executor.kind) == "slurm":
+        return _run_on_slurm(config, home, restart, dry_run, as_json)
+    if dry_run:
+        raise ConfigError("--dry-run writes Slurm scripts: use it with --executor slurm or [executor] kind = \"slurm\"")
     labels = list(STAGE_LABELS)
     bar = on_terminal() and not as_json
     current = {"stage": "starting"}
@@ -61,6 +69,25 @@ def run(config_path: Path, executor: str | None, workers: int | None, restart: b
         print_json(summary)
     else:
         print_summary(summary)
+
+
+def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> None:
+    from pipeline import slurm
+
+    if dry_run:
+        chain = slurm.dry_run(config, home, restart=restart)
+        if as_json:
+            return print_json({"submitted": False, "jobs": chain})
+        for job in chain:
+            after = f", after {job['after']}" if job["after"] else ""
+            click.echo(f"{job['stage']}: {job['script']} (array of {job['array']}{after})")
+        return None
+    jobs = slurm.submit(config, home, restart=restart)
+    if as_json:
+        return print_json({"submitted": True, "jobs": jobs})
+    for job in jobs:
+        click.echo(f"{job['stage']}: " + ("already complete" if job["job_id"] == -1 else f"job {job['job_id']}"))
+    return None
 
 
 @pipeline.command("init")

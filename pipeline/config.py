@@ -9,7 +9,8 @@
     [dedup]                exact and MinHash fuzzy dedup: ngram, bands x rows, threshold, seed
     [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
     [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
-    [executor]             local or ray, tasks (fixes the file assignment), workers
+    [executor]             local, ray or slurm, tasks (fixes the file assignment), workers
+    [executor.slurm]       partition, time, cpus and memory per task, extra sbatch args (pipeline.slurm)
     [validation]           the held-out split per cell: fraction, max_documents_per_cell, seed
     [quality], [domains]   optional; their models live in pipeline.cells.quality / pipeline.cells.domains
 
@@ -172,13 +173,45 @@ class OutputConfig(StrictModel):
         return self.version or dt.date.today().strftime("%Y.%m.%d")
 
 
+SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){1,2}$|^\d+$")
+
+
+class SlurmConfig(StrictModel):
+    """What each stage's sbatch script asks for (datatrove's `SlurmPipelineExecutor`, see `pipeline.slurm`)."""
+
+    partition: str = ""
+    time: str = "04:00:00"                  # per task: D-HH:MM:SS, HH:MM:SS or minutes
+    cpus_per_task: int = pydantic.Field(1, ge=1)
+    mem_per_cpu_gb: int = pydantic.Field(2, ge=1)
+    driver_cpus: int = pydantic.Field(4, ge=1)  # the one-task jobs (dedup rounds, tokenizer, assembly)
+    max_running: int = pydantic.Field(0, ge=0)  # array tasks at once (sbatch --array=0-N%max); 0: no limit
+    qos: str = ""
+    env_command: str = ""                   # e.g. "source /path/to/.venv/bin/activate"
+    sbatch_args: dict[str, str | int] = {}  # any other #SBATCH option, e.g. {account = "lab", constraint = "cpu"}
+    logs: str = ""                          # raw Slurm output files; default: the run's work logs/slurm
+
+    @pydantic.field_validator("time")
+    @classmethod
+    def _time(cls, value: str) -> str:
+        if not SLURM_TIME.match(value):
+            raise ValueError("expected a Slurm time limit: D-HH:MM:SS, HH:MM:SS, MM:SS or minutes")
+        return value
+
+
 class ExecutorConfig(StrictModel):
     """`tasks` fixes how input files are split (datatrove assigns sorted(files)[rank::tasks]); the
-    store does not depend on it, but a resumed run must keep it. `workers` run at once."""
+    store does not depend on it, but a resumed run must keep it. `workers` run at once (local, ray)."""
 
-    kind: Literal["local", "ray"] = "local"
+    kind: Literal["local", "ray", "slurm"] = "local"
     tasks: int = pydantic.Field(4, ge=1)
     workers: int = pydantic.Field(2, ge=1)
+    slurm: SlurmConfig = SlurmConfig()
+
+    @pydantic.model_validator(mode="after")
+    def _partition(self) -> ExecutorConfig:
+        if self.kind == "slurm" and not self.slurm.partition:
+            raise ValueError("kind = \"slurm\" needs executor.slurm.partition")
+        return self
 
 
 class PipelineConfig(StrictModel):

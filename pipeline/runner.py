@@ -133,6 +133,8 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
 
 
 def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path):
+    if kind == "slurm":  # a chain of jobs submitted at once, not a stage run from here
+        raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
         import ray
         from datatrove.executor import RayPipelineExecutor

@@ -123,7 +123,7 @@ def init_config(corpus_dir: Path | str) -> str:
     sources = discover_sources(corpus_dir)
     d, t, o, e, v = DedupConfig(), TokenizerConfig(), OutputConfig(), ExecutorConfig(), ValidationConfig()
     head = f"""# millrace pipeline config for {corpus_dir}
-# Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray] [--workers N]
+# Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray|slurm] [--workers N]
 # Every option is present; delete a line to take its default. Unknown options are errors.
 """
     tail = f"""
@@ -175,9 +175,20 @@ seed = {v.seed}                         # the hash key: another seed holds out o
 # text_key = "text"
 
 [executor]
-kind = "{e.kind}"                 # local | ray (RAY_ADDRESS=... for a running cluster)
+kind = "{e.kind}"                 # local | ray (RAY_ADDRESS=... for a running cluster) | slurm
 tasks = {e.tasks}                        # input split; keep it when resuming a run
-workers = {e.workers}                      # tasks run at once
+workers = {e.workers}                      # tasks run at once (local, ray)
+# [executor.slurm]                # kind = "slurm": one sbatch job per stage, each after the one before;
+# partition = "cpu"               # required           `--dry-run` writes the scripts without submitting
+# time = "04:00:00"               # per task: D-HH:MM:SS, HH:MM:SS or minutes
+# cpus_per_task = 1
+# mem_per_cpu_gb = 2
+# driver_cpus = 4                 # the one-task jobs: dedup rounds, tokenizer, assembly
+# max_running = 0                 # array tasks at once; 0: no limit
+# qos = ""
+# env_command = "source /shared/.venv/bin/activate"
+# sbatch_args = {{account = "lab"}}  # any other #SBATCH option
+# logs = ""                       # raw Slurm output; default: the run's work logs
 
 # [quality] and [domains]: quality buckets and topic domains (pipeline.cells.quality, pipeline.cells.domains);
 # cells become cNNqQ. Delete both tables (or set enabled = false) to keep one cell per source.
