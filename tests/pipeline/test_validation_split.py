@@ -157,6 +157,27 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     assert sequences.entries[-1].tokens == summary.tokens
 
 
+def test_an_external_set_is_scored_whole_while_cells_give_their_first_windows(store_path):
+    from loader.validation import PAD_LABEL, ValidationSequences
+    from mixtures.build import build
+    from mixtures.new import new_revision
+
+    home, path = store_path
+    store = Store(path)
+    new_revision(home, "m", "whole", store.name, strategy="natural", seq_len=16, global_batch=4)
+    sequences = ValidationSequences(build(home, "m", "whole"), max_sequences=1)
+    *cells, fresh = sequences.entries
+    assert all(e.kind == "cell" and e.sequences == 1 for e in cells) and fresh.kind == "set"
+    assert fresh.sequences == -(-(fresh.tokens - 1) // 16) > 1
+    rows = sequences.rows(sequences.total - fresh.sequences, sequences.total)
+    labels = rows.labels[rows.labels != PAD_LABEL]
+    eval_set = store.eval_set("fresh")
+    tokens = np.concatenate([np.frombuffer(d, dtype=store.manifest.dtype) for d in
+                             documents_of(path / "sets" / "fresh" / eval_set.held.shards[0].name,
+                                          np.dtype(store.manifest.dtype))])
+    assert np.array_equal(labels, tokens[1:])  # every token of the set is scored, once
+
+
 def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
