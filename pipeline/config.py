@@ -9,7 +9,8 @@
     [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
     [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
     [executor]             local or ray, tasks (fixes the file assignment), workers
-    [validation]           the held-out split per cell: fraction, max_documents_per_cell, seed
+    [validation]           the held-out split per cell: tokens_per_cell, fraction, max_documents_per_cell,
+                           max_token_share, seed; external sets
     [quality], [domains]   optional; their models live in pipeline.cells.quality / pipeline.cells.domains
 
 `load_pipeline_config` is the edge: every problem is a one-line ConfigError naming the file

@@ -237,9 +237,10 @@ class TokenizeCells(PipelineStep):
         sources = list(self.sources)
         for cell, run in sorted(runs.items()):
             run.save()
+            lengths = np.frombuffer(run.lengths, dtype=np.int64)
             pairs = split_candidates(np.frombuffer(run.hashes, dtype=np.uint64), np.frombuffer(run.keys, dtype=np.int64),
-                                     self.validation)
-            candidates[cell] = {"documents": len(run.keys), "pairs": pairs.tolist()}
+                                     lengths, self.validation)
+            candidates[cell] = {"documents": len(run.keys), "tokens": int(lengths.sum()), "pairs": pairs.tolist()}
             with self.track_time("shards"):
                 written[cell] = write_training_shards(run.path, cell, self.cells_dir / cell, rank, dtype, sources,
                                                       self.shard_tokens, pairs, overlap)

@@ -50,6 +50,7 @@ def store_summary(path: Path) -> dict:
         "sets": {name: summary.model_dump() for name, summary in sorted(m.sets.items())},
         "sources": m.sources,
         "manifest_hash": store.manifest_hash,
+        "decontamination": m.stats.get("decontamination"),
     }
     if m.funnel.get("stages"):
         summary["funnel"] = [
@@ -103,6 +104,10 @@ def print_summary(summary: dict) -> None:
                    f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate")
     for stage in summary.get("funnel", []):
         click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}")
+    if found := summary.get("decontamination"):
+        click.echo(f"  held-out decontamination ({found['ngram']}-grams, threshold {found['threshold']:g}): "
+                   f"{found['documents']:,} of {found['checked']:,} held-out documents ({found['tokens']:,} tokens) "
+                   "found in training, given back to training")
     grid = summary.get("grid")
     if grid and grid["tokens"]:
         buckets = sorted({b for row in grid["tokens"].values() for b in row})
