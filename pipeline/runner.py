@@ -320,7 +320,7 @@ def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, gi
 
     return [WriteHeldOut(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
                          layout.staged / "cells", layout.parts, config.output.shard_tokens, cutoffs,
-                         config.validation.sets, given_back)]
+                         config.validation.sets, given_back, config.validation.contamination_ngram)]
 
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:

@@ -193,7 +193,7 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
             source = int(source_ids[index])
             (validation if to_validation else training).add(tokens, source, sources[source], int(nbytes[index]))
             if overlap is not None:
-                overlap.add(tokens, cell)
+                overlap.add(tokens, cell, training=not to_validation)
     shards, held_shards = training.close(), validation.close()
     kept = np.concatenate([placed[:, 0], waiting[~held]])  # the trace covers the training shards, the ones the loader reads
     rows = np.concatenate([placed[:, 1:], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
@@ -216,6 +216,7 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
     }
 
 
-def write_part(parts_dir: Path, rank: int, cells: dict, overlap: dict, worker: dict) -> None:
-    atomic_write_text(part_file(parts_dir, rank), json.dumps({"cells": cells, "overlap": overlap, "worker": worker},
-                                                             sort_keys=True))
+def write_part(parts_dir: Path, rank: int, cells: dict, overlap: dict, worker: dict,
+               set_ngrams: dict[str, list[int]] | None = None) -> None:
+    atomic_write_text(part_file(parts_dir, rank), json.dumps({"cells": cells, "overlap": overlap, "worker": worker,
+                                                              "set_ngrams": set_ngrams or {}}, sort_keys=True))

@@ -31,26 +31,10 @@ from datatrove.pipeline.base import PipelineStep
 from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.validation import held_out_mask
 from pipeline.stages.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
-from pipeline.stages.dedup import shingle_hashes
+from pipeline.stages.ngrams import found_in, ngram_hashes
 from pipeline.store.format import ShardReader
 
-NGRAM_WEIGHTS_SEED = 0x6E6772616D  # "ngram": fixed, so a store's decision never depends on the run
 INDEX_FILE = "held-out.npz"
-
-
-def ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
-    """Sorted unique uint64 hashes of a document's token n-grams (a shorter document is one n-gram)."""
-    weights = np.random.default_rng(NGRAM_WEIGHTS_SEED).integers(1, 2**63, size=n, dtype=np.uint64) * np.uint64(2) + 1
-    with np.errstate(over="ignore"):
-        return np.unique(shingle_hashes(np.asarray(tokens, dtype=np.uint64), weights))
-
-
-def found_in(values: np.ndarray, sorted_index: np.ndarray) -> np.ndarray:
-    """A mask of `values` present in the sorted array `sorted_index`."""
-    if sorted_index.size == 0:
-        return np.zeros(values.size, dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_index, values), sorted_index.size - 1)
-    return sorted_index[at] == values
 
 
 def waiting_documents(run: Path, dtype: np.dtype, cutoff: list[int] | None,

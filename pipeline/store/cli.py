@@ -101,7 +101,8 @@ def print_summary(summary: dict) -> None:
     click.echo("(documents, tokens and bytes are training's; held-out documents are in each cell's validation shards)")
     for name, eval_set in summary["sets"].items():
         click.echo(f"evaluation set {name}: {eval_set['documents']:,} documents, {eval_set['tokens']:,} tokens; "
-                   f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate")
+                   f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate; "
+                   f"{eval_set.get('contained', 0):,} mostly found in training, left out")
     for stage in summary.get("funnel", []):
         click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}")
     if found := summary.get("decontamination"):
