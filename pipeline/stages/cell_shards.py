@@ -70,7 +70,8 @@ def waiting_file(run: Path) -> Path:
 
 def placed_file(run: Path) -> Path:
     """Where the tokenize task put the run's documents: `placed`, per document it wrote to a shard, (row of
-    the run's table, shard, document in shard); `waiting`, the candidates' rows in `waiting_file`'s order."""
+    the run's table, shard, document in shard); `waiting`, the candidates' rows in `waiting_file`'s order,
+    and their `waiting_hashes`, `waiting_keys`, `waiting_lengths` (so that the driver reads no table)."""
     return run.with_suffix(".placed.npz")
 
 
@@ -159,7 +160,8 @@ def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype
     shards = training.close()
     placed = np.column_stack([order[~waits], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
     with atomic_output(placed_file(run)) as handle:
-        np.savez(handle, placed=placed.astype(np.int64), waiting=order[waits])
+        np.savez(handle, placed=placed.astype(np.int64), waiting=order[waits], waiting_hashes=table["hashes"][order[waits]],
+                 waiting_keys=keys[order[waits]], waiting_lengths=lengths[order[waits]])
     tokens_file(run).unlink()
     return {"shards": [dataclasses.asdict(s) for s in shards],
             "sources": {name: counts.model_dump() for name, counts in training.sources.items()}}

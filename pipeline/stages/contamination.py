@@ -40,19 +40,16 @@ INDEX_FILE = "held-out.npz"
 def waiting_documents(run: Path, dtype: np.dtype, cutoff: list[int] | None,
                       held: bool) -> Iterator[tuple[int, int, np.ndarray]]:
     """(hash, key, tokens) of a tokenize task's waiting candidates of one cell: those at or below the
-    cell's `cutoff` (`held`) or the others, which the split puts in training."""
-    table = np.load(run)
-    lengths = table["lengths"]
+    cell's `cutoff` (`held`) or the others, which the split puts in training. Reads the run's small
+    `placed_file` and its waiting tokens, never its table (the driver reads every task's)."""
     with np.load(placed_file(run)) as where:
-        waiting = where["waiting"]
-    hashes, keys = table["hashes"][waiting], table["keys"][waiting]
+        hashes, keys, lengths = where["waiting_hashes"], where["waiting_keys"], where["waiting_lengths"]
     mask = held_out_mask(hashes, keys, None if cutoff is None else tuple(cutoff))
-    offsets = np.concatenate([[0], np.cumsum(lengths[waiting])[:-1]]).astype(np.int64) * dtype.itemsize
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) * dtype.itemsize
     with open(waiting_file(run), "rb") as handle:
-        for i, index in enumerate(waiting.tolist()):
-            if bool(mask[i]) == held:
-                raw = os.pread(handle.fileno(), int(lengths[index]) * dtype.itemsize, int(offsets[i]))
-                yield int(hashes[i]), int(keys[i]), np.frombuffer(raw, dtype=dtype)
+        for i in np.flatnonzero(mask == held).tolist():
+            raw = os.pread(handle.fileno(), int(lengths[i]) * dtype.itemsize, int(offsets[i]))
+            yield int(hashes[i]), int(keys[i]), np.frombuffer(raw, dtype=dtype)
 
 
 def cell_runs(runs_dir: Path, rank: int | None = None) -> Iterator[tuple[int, str, Path]]:
