@@ -35,6 +35,7 @@ from pipeline.stages.ngrams import found_in, ngram_hashes
 from pipeline.store.format import ShardReader
 
 INDEX_FILE = "held-out.npz"
+COMPACT_EVERY = 4096  # documents' findings kept apart before they are merged
 
 
 def waiting_documents(run: Path, dtype: np.dtype, cutoff: list[int] | None,
@@ -113,10 +114,12 @@ class FindContainedNgrams(PipelineStep):
         with np.load(self.out_dir / INDEX_FILE) as stored:
             index = stored["index"]
         found = [np.zeros(0, np.uint64)]
-        for tokens in self.training_documents(rank):
+        for tokens in self.training_documents(rank) if index.size else ():
             with self.track_time("document"):
                 grams = ngram_hashes(tokens, self.n)
                 found.append(grams[found_in(grams, index)])
+                if len(found) >= COMPACT_EVERY:  # a subset of the held-out n-grams, whatever the documents
+                    found = [np.unique(np.concatenate(found))]
             self.stat_update("documents")
         with atomic_output(found_file(self.out_dir, rank)) as handle:
             np.save(handle, np.unique(np.concatenate(found)))

@@ -34,6 +34,7 @@ from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
 SHOWN = 20  # overlapping documents listed by index in set.json
+COMPACT_EVERY = 4096  # stored documents' n-gram findings kept apart before they are merged
 
 
 class EvalSetConfig(StrictModel):
@@ -154,7 +155,10 @@ class SetOverlap:
             for number, kind in index.matches(tokens):
                 self.hits[name][str(number)] = better_hit(self.hits[name].get(str(number)), [kind, cell])
             if grams is not None:
-                self.found_ngrams[name].append(grams[found_in(grams, self.ngram_index[name])])
+                found = self.found_ngrams[name]
+                found.append(grams[found_in(grams, self.ngram_index[name])])
+                if len(found) >= COMPACT_EVERY:  # a subset of the set's n-grams, whatever the documents
+                    self.found_ngrams[name] = [np.unique(np.concatenate(found))]
 
     def ngrams_found(self) -> dict[str, list[int]]:
         """Per set, the n-gram hashes of its documents that training documents hold (a subset of the set's)."""
