@@ -4,9 +4,10 @@ The manifest pins each cell's validation shards and each external evaluation set
 (`BuiltManifest.validation`); none of them is ever drawn for training. An entry's
 documents are concatenated in shard order (EOS after each) and cut like training samples,
 into windows of seq_len + 1 tokens that overlap by one; the last window may be short and
-is padded (its padded labels are -1). An entry gives at most `max_sequences` windows, from
-its start: the same tokens at every evaluation, whatever the step, the rank or the world
-size. Entries come in name order, cells first, then sets; row i of `rows(a, b)` is global
+is padded (its padded labels are -1). A cell gives at most `max_sequences` windows, from
+its start; an external set is scored whole, every window (a set is chosen to be evaluated,
+and its first windows alone would weigh its first documents only): the same tokens at every
+evaluation, whatever the step, the rank or the world size. Entries come in name order, cells first, then sets; row i of `rows(a, b)` is global
 row a + i of that order, so any split of the rows over ranks reads the same sequences.
 """
 
@@ -55,7 +56,7 @@ class CellTokens:
 class ValidationEntry:
     name: str
     kind: str  # "cell" or "set"
-    sequences: int  # windows evaluated (at most max_sequences)
+    sequences: int  # windows evaluated (a cell's at most max_sequences, a set's all)
     tokens: int  # held-out tokens in the entry
 
 
@@ -97,7 +98,8 @@ class ValidationSequences:
             windows = -(-(opened.tokens - 1) // self.seq_len) if opened.tokens > 1 else 0
             if not windows:
                 continue
-            self.entries.append(ValidationEntry(pinned.name, pinned.kind, min(windows, max_sequences), opened.tokens))
+            evaluated = windows if pinned.kind == "set" else min(windows, max_sequences)
+            self.entries.append(ValidationEntry(pinned.name, pinned.kind, evaluated, opened.tokens))
             self._tokens.append(opened)
         self.has_sources = sources and bool(self._tokens) and all(t.has_sources for t in self._tokens)
         counts = np.asarray([entry.sequences for entry in self.entries], dtype=np.int64)

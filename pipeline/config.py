@@ -11,7 +11,8 @@
     [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
     [executor]             local, ray or slurm, tasks (fixes the file assignment), workers
     [executor.slurm]       partition, time, cpus and memory per task, extra sbatch args (pipeline.slurm)
-    [validation]           the held-out split per cell: fraction, max_documents_per_cell, seed
+    [validation]           the held-out split per cell: tokens_per_cell, fraction, max_documents_per_cell,
+                           max_token_share, seed; external sets
     [quality], [domains]   optional; their models live in pipeline.cells.quality / pipeline.cells.domains
 
 `load_pipeline_config` is the edge: every problem is a one-line ConfigError naming the file

@@ -1,4 +1,4 @@
-"""Run the pipeline: four datatrove executor runs, three driver steps, one assembly.
+"""Run the pipeline: five datatrove executor runs, four driver steps, one assembly.
 
     1. filter     (tasks = executor.tasks)  read → normalise → language id → heuristic filters
                   (each with its language's rules) → dedup signatures → filtered/<rank>.jsonl.zst
@@ -11,10 +11,14 @@
                   → [post-dedup steps] → TokenizeCells (tokens streamed to tokens/<rank>/<cell>.tokens,
                   then written to the final shards store/cells/<cell>/shard-<r>-<n>, but for the
                   task's few held-out candidates) → RemovedTokens
-       cutoffs    (driver)                  one held-out cutoff per cell from the tasks' candidates
-    4. split      (tasks = executor.tasks)  WriteHeldOut: task r's candidates → validation-<r>-<n>
+       cutoffs    (driver)                  one held-out cutoff per cell from the tasks' candidates;
+                                            the held-out documents' n-gram index
+    4. decontaminate (tasks = executor.tasks) FindContainedNgrams: task r's training documents
+                                            against the index; the driver then gives back to
+                                            training the held-out documents mostly found there
+    5. split      (tasks = executor.tasks)  WriteHeldOut: task r's candidates → validation-<r>-<n>
                                             or its next shard-<r>-<n>; trace parts, parts/<r>.json
-    5. assemble   (driver)                  rename store/ to a staging directory, write manifests
+    6. assemble   (driver)                  rename store/ to a staging directory, write manifests
                                             and funnel from parts/ (no token read or copied),
                                             rename into $MILLRACE_HOME/stores/<name>/<version>
 
@@ -63,7 +67,7 @@ from pipeline.stages.progress import StageLines, live_records
 from pipeline.work import WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
-STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "split", "assemble")  # what `on_stage` is called with
+STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "decontaminate", "split", "assemble")  # what `on_stage` is called with
 
 
 class PipelineError(MillraceError):
@@ -290,13 +294,36 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
     return steps
 
 
-def split_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    from pipeline.stages.cell_shards import held_out_cutoffs
+def decontaminate(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kind: str, workers: int,
+                  lines: bool) -> dict:
+    """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.contamination`):
+    {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
+    from pipeline.stages.contamination import (FindContainedNgrams, contaminated, save_decision,
+                                               write_held_out_index)
+    from pipeline.stages.tokenization import load_tokenizer
+    from pipeline.store.format import dtype_for_vocab
+
+    v = config.validation
+    if not v.decontaminate:
+        return {"cells": {}, "documents": 0, "tokens": 0, "checked": 0, "per_cell": {}}
+    dtype = dtype_for_vocab(load_tokenizer(layout.tokenizer).get_vocab_size(with_added_tokens=True))
+    if not (layout.contamination / "held-out.npz").exists():
+        write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
+    step = FindContainedNgrams(layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype),
+                               v.contamination_ngram)
+    _run_stage("decontaminate", kind, [step], config.executor.tasks, workers, layout.logs / "4-decontaminate", lines)
+    decision = {**contaminated(layout.contamination, v.contamination_threshold),
+                "ngram": v.contamination_ngram, "threshold": v.contamination_threshold}
+    save_decision(layout.contamination, decision)
+    return decision
+
+
+def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, given_back: dict) -> list[PipelineStep]:
     from pipeline.stages.held_out import WriteHeldOut
 
     return [WriteHeldOut(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
-                         layout.staged / "cells", layout.parts, config.output.shard_tokens,
-                         held_out_cutoffs(layout.runs, config.validation), config.validation.sets)]
+                         layout.staged / "cells", layout.parts, config.output.shard_tokens, cutoffs,
+                         config.validation.sets, given_back, config.validation.contamination_ngram)]
 
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
@@ -416,7 +443,7 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     from pipeline.stages.assemble import assemble_store, staging_dir
 
     if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
-        for stage in ("tokenize", "split"):
+        for stage in ("tokenize", "decontaminate", "split"):
             for path in layout.outputs(stage):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
@@ -442,12 +469,21 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
         removed = {stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
                    for stage in funnel["stages"]}
         raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
+    from pipeline.stages.cell_shards import held_out_cutoffs
+
+    cutoffs = held_out_cutoffs(layout.runs, config.validation)
+    notify("decontaminate")
+    decision = decontaminate(config, layout, cutoffs, kind, workers, progress_lines)
     notify("split")
-    _run_stage("split", kind, split_pipeline(config, layout), tasks, workers, layout.logs / "4-split", progress_lines)
+    _run_stage("split", kind, split_pipeline(config, layout, cutoffs, decision["cells"]), tasks, workers,
+               layout.logs / "5-split", progress_lines)
 
     notify("assemble")
 
     store_stats, cell_stats = post.collect_stats()
+    if config.validation.decontaminate:
+        store_stats = {**store_stats, "decontamination": {k: decision[k] for k in (
+            "ngram", "threshold", "checked", "documents", "tokens", "per_cell")}}
     store = assemble_store(
         final, name, version, layout.staged, layout.parts, tokenizer_path, config.tokenizer.eos,
         [s.name for s in config.sources],

@@ -5,7 +5,10 @@
                                         executor inside the job), the tokenizer, the post-dedup models
     tokenize  array of executor.tasks   the tokenize pipeline, built in the task (it needs the tokenizer
                                         and the models the dedup job made)
-    split     array of executor.tasks   held-out split, built in the task (cutoffs from tokenize's runs)
+    decontaminate  one task             the held-out cutoffs from tokenize's runs, then the n-gram
+                                        containment stage (local executor inside the job) and its decision
+    split     array of executor.tasks   held-out split, built in the task (the cutoffs recomputed from the
+                                        runs, the documents given back read from the saved decision)
     assemble  one task                  `run_pipeline` on the local executor: every stage is complete
                                         (same logging directories, same completion markers), so it only
                                         runs the driver steps and assembles the store
@@ -36,7 +39,7 @@ from millrace.home import Home
 from pipeline.config import PipelineConfig
 from pipeline.work import WorkLayout, prepare_work
 
-DRIVER_STAGES = ("dedup", "assemble")
+DRIVER_STAGES = ("dedup", "decontaminate", "assemble")
 
 
 @dataclass(frozen=True)
@@ -61,11 +64,14 @@ class StageInTask(PipelineStep):
 
     def steps(self) -> list[PipelineStep]:
         from pipeline.runner import split_pipeline, tokenize_pipeline
+        from pipeline.stages.cell_shards import held_out_cutoffs
         from pipeline.stages.cell_stages import CellStages
+        from pipeline.stages.contamination import load_decision
 
         layout = _layout(self.config, Home.resolve(self.home_root), self.version)
         if self.stage == "split":
-            return split_pipeline(self.config, layout)
+            cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
+            return split_pipeline(self.config, layout, cutoffs, load_decision(layout.contamination)["cells"])
         cells = CellStages(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
         return tokenize_pipeline(self.config, layout, cells.steps() if cells.enabled else [])
 
@@ -77,8 +83,9 @@ class StageInTask(PipelineStep):
 
 
 class DriverJob(PipelineStep):
-    """The driver's work as a one-task job: `dedup` (duplicate finding, tokenizer, post-dedup models)
-    or `assemble` (the rest of `run_pipeline`, whose executor stages are all complete by then)."""
+    """The driver's work as a one-task job: `dedup` (duplicate finding, tokenizer, post-dedup models),
+    `decontaminate` (held-out cutoffs, the containment stage, its decision) or `assemble` (the rest of
+    `run_pipeline`, whose executor stages are all complete by then)."""
 
     name = "⛓️ driver"
 
@@ -88,11 +95,16 @@ class DriverJob(PipelineStep):
         self.workers = workers
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from pipeline.runner import ensure_tokenizer, post_dedup_stages, run_dedup, run_pipeline
+        from pipeline.runner import decontaminate, ensure_tokenizer, post_dedup_stages, run_dedup, run_pipeline
+        from pipeline.stages.cell_shards import held_out_cutoffs
 
         home = Home.resolve(self.home_root)
         if self.stage == "assemble":
             run_pipeline(self.config, home, executor="local", workers=self.workers)
+        elif self.stage == "decontaminate":
+            layout = _layout(self.config, home, self.version)
+            cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
+            decontaminate(self.config, layout, cutoffs, "local", self.workers, True)  # saves its decision
         else:
             layout = _layout(self.config, home, self.version)
             if self.config.dedup.exact or self.config.dedup.fuzzy:
@@ -118,9 +130,11 @@ def stage_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> lis
         StageJob("filter", filter_pipeline(config, layout), tasks, layout.logs / "1-filter"),
         StageJob("dedup", [DriverJob("dedup", config, home.root, version, cpus)], 1, layout.logs / "2-dedup" / "driver"),
         StageJob("tokenize", [StageInTask("tokenize", config, home.root, version)], tasks, layout.logs / "3-tokenize"),
-        StageJob("split", [StageInTask("split", config, home.root, version)], tasks, layout.logs / "4-split"),
+        StageJob("decontaminate", [DriverJob("decontaminate", config, home.root, version, cpus)], 1,
+                 layout.logs / "4-decontaminate" / "driver"),
+        StageJob("split", [StageInTask("split", config, home.root, version)], tasks, layout.logs / "5-split"),
         StageJob("assemble", [DriverJob("assemble", config, home.root, version, cpus)], 1,
-                 layout.logs / "5-assemble"),
+                 layout.logs / "6-assemble"),
     ]
 
 

@@ -165,8 +165,10 @@ shard_tokens = {o.shard_tokens}         # a cell's shard rolls over after this m
 # url = "s3://bucket/stores"     # also copy the finished store there (any fsspec URL; store.json last)
 
 [validation]
-fraction = {v.fraction}                # of each cell's documents held out (by a keyed hash) into validation shards
+tokens_per_cell = {v.tokens_per_cell}          # held out per cell (lowest keyed hash first) into validation shards
+fraction = {v.fraction}                # and every document whose hash falls below this share of the range
 max_documents_per_cell = {v.max_documents_per_cell}       # at most this many per cell; at least one when a cell has two or more
+max_token_share = {v.max_token_share}           # past the first, at most this share of a cell's tokens
 seed = {v.seed}                         # the hash key: another seed holds out other documents
 # [[validation.sets]]             # an external evaluation set, tokenized into the store, never trained on
 # name = "wiki-2026"

@@ -27,7 +27,7 @@ from pipeline.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
-STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize", "split")  # in order; each depends on the one before
+STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize", "decontaminate", "split")  # in order; each depends on the one before
 
 
 class InputsChanged(MillraceError):
@@ -99,6 +99,11 @@ class WorkLayout:
         return self.root / "store"
 
     @property
+    def contamination(self) -> Path:
+        """The held-out n-gram index, each task's findings and the decision (`pipeline.stages.contamination`)."""
+        return self.root / "contamination"
+
+    @property
     def parts(self) -> Path:
         return self.root / "parts"
 
@@ -122,8 +127,10 @@ class WorkLayout:
             return [self.tokenizer]
         if stage == "models":
             return [self.models]
+        if stage == "decontaminate":
+            return [self.logs / "4-decontaminate", self.contamination]
         if stage == "split":
-            return [self.logs / "4-split", self.parts]
+            return [self.logs / "5-split", self.parts]
         return [self.logs / "3-tokenize", self.runs, self.staged, self.removed_tokens, self.progress / "tokenize",
                 *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
                 *(self.removed / name for name in after_dedup)]
@@ -170,6 +177,7 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
         "models": {"quality": _dump(config.quality), "domains": _dump(config.domains)},
         "tokenize": {"eos": config.tokenizer.eos, "split": config.validation.model_dump(mode="json", exclude={"sets"}),
                      "shard_tokens": config.output.shard_tokens, "sets": _set_listing(config)},
+        "decontaminate": {},
         "split": {},
     }
     fingerprints: dict[str, str] = {}

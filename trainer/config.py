@@ -127,7 +127,7 @@ class EvalConfig(StrictModel):
 
     enabled: bool = True
     every: int = pydantic.Field(0, ge=0, description="steps between evaluations; 0: about ten per run, plus the last")
-    max_sequences: int = pydantic.Field(16, gt=0, description="held-out windows per cell and per external set")
+    max_sequences: int = pydantic.Field(16, gt=0, description="held-out windows per cell (external sets are scored whole)")
     batch_sequences: int = pydantic.Field(32, gt=0, description="windows per forward pass, whatever the world size")
 
 

@@ -19,6 +19,8 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.store.format import (
@@ -90,6 +92,12 @@ def _set_hits(parts: list[dict], name: str) -> dict[int, list]:
         for number, hit in part["overlap"].get(name, {}).items():
             hits[int(number)] = better_hit(hits.get(int(number)), hit)
     return hits
+
+
+def _set_trained_ngrams(parts: list[dict], name: str) -> np.ndarray:
+    """One evaluation set's n-gram hashes that training documents hold, over every task."""
+    found = [np.asarray(part.get("set_ngrams", {}).get(name, []), dtype=np.uint64) for part in parts]
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
 
 
 def staging_dir(final: Path) -> Path:
@@ -187,12 +195,18 @@ def assemble_store(
     funnel = {**funnel, "stages": [*funnel.get("stages", []), validation_stage(manifests)]}
     eval_sets = {}
     for config in validation.sets:
+        trained = _set_trained_ngrams(parts, config.name) if validation.decontaminate else None
         written = write_eval_set(config, staging / "sets" / config.name, tokenizer, eos_id(tokenizer, eos), dtype,
-                                 fingerprint, shard_tokens, _set_hits(parts, config.name))
+                                 fingerprint, shard_tokens, _set_hits(parts, config.name), trained,
+                                 validation.contamination_ngram, validation.contamination_threshold)
         eval_sets[config.name] = EvalSetSummary(
             documents=written.held.documents, tokens=written.held.tokens, bytes=written.held.bytes,
             manifest_hash=written.manifest_hash, overlap_exact=written.overlap["exact"],
-            overlap_near=written.overlap["near"])
+            overlap_near=written.overlap["near"], contained=written.overlap["contained"])
+        if written.overlap["contained"]:
+            log.warning("evaluation set %s: %d documents are mostly found in training (%d-grams) and are left out of "
+                        "it (listed in sets/%s/set.json)", config.name, written.overlap["contained"],
+                        validation.contamination_ngram, config.name)
         if written.overlap["exact"] or written.overlap["near"]:
             log.warning("evaluation set %s: %d documents occur in the store's cells, %d more as near duplicates "
                         "(listed in sets/%s/set.json)", config.name, written.overlap["exact"], written.overlap["near"],

@@ -70,7 +70,8 @@ def waiting_file(run: Path) -> Path:
 
 def placed_file(run: Path) -> Path:
     """Where the tokenize task put the run's documents: `placed`, per document it wrote to a shard, (row of
-    the run's table, shard, document in shard); `waiting`, the candidates' rows in `waiting_file`'s order."""
+    the run's table, shard, document in shard); `waiting`, the candidates' rows in `waiting_file`'s order,
+    and their `waiting_hashes`, `waiting_keys`, `waiting_lengths` (so that the driver reads no table)."""
     return run.with_suffix(".placed.npz")
 
 
@@ -89,20 +90,22 @@ def part_file(parts_dir: Path, rank: int) -> Path:
 
 
 def held_out_cutoffs(runs_dir: Path, validation: ValidationConfig) -> dict[str, list[int] | None]:
-    """Per cell, the last (hash, key) of the held-out split, from the tokenize tasks' candidates: the
-    driver keeps at most `max_documents_per_cell` pairs per cell while it merges them."""
+    """Per cell, the last (hash, key) of the held-out split, from the tokenize tasks' candidates (hash, key,
+    length): the driver keeps at most `max_documents_per_cell` per cell while it merges them."""
     documents: dict[str, int] = {}
+    tokens: dict[str, int] = {}
     pairs: dict[str, np.ndarray] = {}
     keep = max(validation.max_documents_per_cell, 1)
     for path in sorted(Path(runs_dir).glob("*/held-out.json")):
         for cell, entry in json.loads(path.read_text())["cells"].items():
             documents[cell] = documents.get(cell, 0) + entry["documents"]
-            merged = np.concatenate([pairs.get(cell, np.zeros((0, 2), np.uint64)),
-                                     np.asarray(entry["pairs"], dtype=np.uint64).reshape(-1, 2)])
+            tokens[cell] = tokens.get(cell, 0) + entry["tokens"]
+            merged = np.concatenate([pairs.get(cell, np.zeros((0, 3), np.uint64)),
+                                     np.asarray(entry["pairs"], dtype=np.uint64).reshape(-1, 3)])
             pairs[cell] = merged[np.lexsort((merged[:, 1], merged[:, 0]))][:keep]
     cutoffs = {}
     for cell in sorted(documents):
-        cutoff = split_cutoff(documents[cell], pairs[cell], validation)
+        cutoff = split_cutoff(documents[cell], tokens[cell], pairs[cell], validation)
         cutoffs[cell] = None if cutoff is None else list(cutoff)
     return cutoffs
 
@@ -134,12 +137,12 @@ def _offsets(lengths: np.ndarray, itemsize: int) -> np.ndarray:
 def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
                           shard_tokens: int, candidates: np.ndarray, overlap: SetOverlap | None) -> dict:
     """In the tokenize task: the run's documents into final training shards, but for its held-out
-    `candidates` ((hash, key) pairs, lowest first), whose tokens go to `waiting_file`. Returns the
+    `candidates` ((hash, key, length) rows, lowest first), whose tokens go to `waiting_file`. Returns the
     shard table rows and per-source counts written; the run's own tokens file is deleted."""
     table = np.load(run)
     keys, lengths, source_ids, nbytes = table["keys"], table["lengths"], table["sources"], table["bytes"]
     order = store_order(keys)
-    last = tuple(int(v) for v in candidates[-1]) if len(candidates) else None
+    last = (int(candidates[-1][0]), int(candidates[-1][1])) if len(candidates) else None
     waits = held_out_mask(table["hashes"][order], keys[order], last)
     offsets = _offsets(lengths, dtype.itemsize)
     training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens)
@@ -157,16 +160,19 @@ def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype
     shards = training.close()
     placed = np.column_stack([order[~waits], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
     with atomic_output(placed_file(run)) as handle:
-        np.savez(handle, placed=placed.astype(np.int64), waiting=order[waits])
+        np.savez(handle, placed=placed.astype(np.int64), waiting=order[waits], waiting_hashes=table["hashes"][order[waits]],
+                 waiting_keys=keys[order[waits]], waiting_lengths=lengths[order[waits]])
     tokens_file(run).unlink()
     return {"shards": [dataclasses.asdict(s) for s in shards],
             "sources": {name: counts.model_dump() for name, counts in training.sources.items()}}
 
 
 def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
-                   shard_tokens: int, cutoff: list[int] | None, written: dict, overlap: SetOverlap | None) -> dict:
-    """In the split task: the run's waiting candidates into held-out shards (those at or below `cutoff`)
-    and the task's next training shards (the others); its trace part; its entry of `parts/<rank>.json`."""
+                   shard_tokens: int, cutoff: list[int] | None, written: dict, overlap: SetOverlap | None,
+                   contaminated: list[list[int]] = ()) -> dict:
+    """In the split task: the run's waiting candidates into held-out shards (those at or below `cutoff`, but
+    for the `contaminated` (hash, key) pairs) and the task's next training shards (the others); its trace
+    part; its entry of `parts/<rank>.json`."""
     table = np.load(run)
     keys, lengths, source_ids, nbytes = table["keys"], table["lengths"], table["sources"], table["bytes"]
     with np.load(placed_file(run)) as where:
@@ -174,6 +180,9 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
     first_shard = len(written["shards"])
     _remove_split_files(cell_dir, rank, first_shard)
     held = held_out_mask(table["hashes"][waiting], keys[waiting], None if cutoff is None else tuple(cutoff))
+    given_back = {(int(h), int(k)) for h, k in contaminated}
+    held &= np.asarray([(int(h), int(k)) not in given_back for h, k in zip(table["hashes"][waiting], keys[waiting])],
+                       dtype=bool)
     training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens,
                              shards=[ShardInfo(**s) for s in written["shards"]],
                              sources={name: SourceCounts(**c) for name, c in written["sources"].items()})
@@ -186,7 +195,7 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
             source = int(source_ids[index])
             (validation if to_validation else training).add(tokens, source, sources[source], int(nbytes[index]))
             if overlap is not None:
-                overlap.add(tokens, cell)
+                overlap.add(tokens, cell, training=not to_validation)
     shards, held_shards = training.close(), validation.close()
     kept = np.concatenate([placed[:, 0], waiting[~held]])  # the trace covers the training shards, the ones the loader reads
     rows = np.concatenate([placed[:, 1:], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
@@ -209,6 +218,7 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
     }
 
 
-def write_part(parts_dir: Path, rank: int, cells: dict, overlap: dict, worker: dict) -> None:
-    atomic_write_text(part_file(parts_dir, rank), json.dumps({"cells": cells, "overlap": overlap, "worker": worker},
-                                                             sort_keys=True))
+def write_part(parts_dir: Path, rank: int, cells: dict, overlap: dict, worker: dict,
+               set_ngrams: dict[str, list[int]] | None = None) -> None:
+    atomic_write_text(part_file(parts_dir, rank), json.dumps({"cells": cells, "overlap": overlap, "worker": worker,
+                                                              "set_ngrams": set_ngrams or {}}, sort_keys=True))

@@ -7,9 +7,13 @@ written to `sets/<name>/set-NNNNN` shards of the cells' format, with `sets/<name
 (kind "millrace.eval-set"). A set document that also occurs in the store (training or
 held-out shards) is reported: exactly (the same token ids) or as a near duplicate (MinHash over
 token 5-grams, 20 bands x 5 rows, confirmed at an estimated Jaccard >= 0.8), with the cell it
-was found in (exact before near, then the first cell by name). The tokenize and split tasks index
-the sets' documents and sign each stored document as they write it; assembly merges their findings. It
-only runs when sets are configured.
+was found in (exact before near, then the first cell by name). A set document whose token n-grams
+are mostly found in training (`[validation] contamination_ngram`, `contamination_threshold`, as for
+held-out documents) is contaminated even when no single stored document resembles it: it is listed
+(kind "contained") and left out of the set's shards, so it is never scored. The tokenize and split
+tasks index the sets' documents (their signatures and n-gram hashes: the index grows with the sets,
+never with the corpus), sign each stored document and look up its n-grams as they write it; assembly
+merges their findings. It only runs when sets are configured.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import pydantic
 from millrace.config import StrictModel
 from millrace.errors import ConfigError
 from millrace.names import NAME_PATTERN
+from pipeline.stages.ngrams import found_in, ngram_hashes
 from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
 
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
 SHOWN = 20  # overlapping documents listed by index in set.json
+COMPACT_EVERY = 4096  # stored documents' n-gram findings kept apart before they are merged
 
 
 class EvalSetConfig(StrictModel):
@@ -111,6 +117,7 @@ class NearDuplicateIndex:
 
 
 KIND_ORDER = {"exact": 0, "near": 1}
+CONTAINED = "contained"
 
 
 def better_hit(old: list | None, new: list) -> list:
@@ -123,19 +130,39 @@ class SetOverlap:
     """Inside a shard task: which documents of each evaluation set the task's stored documents repeat."""
 
     def __init__(self, sets: list[EvalSetConfig], tokenizer, eos_id: int,
-                 found: dict[str, dict[str, list]] | None = None):
-        """`found`: findings to continue from (the tokenize task's, for the split task of the same rank)."""
+                 found: dict[str, dict[str, list]] | None = None, ngram: int = 13,
+                 found_ngrams: dict[str, list[int]] | None = None):
+        """`found`, `found_ngrams`: findings to continue from (the tokenize task's, for the split task of the
+        same rank)."""
         self.indexes: dict[str, NearDuplicateIndex] = {}
+        self.ngram_index: dict[str, np.ndarray] = {}
+        self.ngram = ngram
         for config in sets:
             self.indexes[config.name] = index = NearDuplicateIndex()
+            grams = []
             for _, ids in set_documents(config, tokenizer, eos_id):
                 index.add(ids)
+                grams.append(ngram_hashes(ids, ngram))
+            self.ngram_index[config.name] = np.unique(np.concatenate(grams))
         self.hits: dict[str, dict[str, list]] = {name: dict((found or {}).get(name, {})) for name in self.indexes}
+        self.found_ngrams: dict[str, list[np.ndarray]] = {
+            name: [np.asarray((found_ngrams or {}).get(name, []), dtype=np.uint64)] for name in self.indexes}
 
-    def add(self, tokens: np.ndarray, cell: str) -> None:
+    def add(self, tokens: np.ndarray, cell: str, training: bool = True) -> None:
+        """A stored document: its resemblance to each set's documents and, when it trains, its n-grams."""
+        grams = ngram_hashes(tokens, self.ngram) if training else None
         for name, index in self.indexes.items():
             for number, kind in index.matches(tokens):
                 self.hits[name][str(number)] = better_hit(self.hits[name].get(str(number)), [kind, cell])
+            if grams is not None:
+                found = self.found_ngrams[name]
+                found.append(grams[found_in(grams, self.ngram_index[name])])
+                if len(found) >= COMPACT_EVERY:  # a subset of the set's n-grams, whatever the documents
+                    self.found_ngrams[name] = [np.unique(np.concatenate(found))]
+
+    def ngrams_found(self) -> dict[str, list[int]]:
+        """Per set, the n-gram hashes of its documents that training documents hold (a subset of the set's)."""
+        return {name: np.unique(np.concatenate(found)).tolist() for name, found in self.found_ngrams.items()}
 
 
 @dataclass
@@ -147,18 +174,26 @@ class WrittenSet:
 
 
 def write_eval_set(config: EvalSetConfig, set_dir: Path, tokenizer, eos_id: int, dtype: np.dtype, fingerprint: str,
-                   shard_tokens: int, hits: dict[int, list]) -> WrittenSet:
+                   shard_tokens: int, hits: dict[int, list], trained_ngrams: np.ndarray | None = None,
+                   ngram: int = 13, threshold: float = 0.5) -> WrittenSet:
     """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the
-    tasks' `SetOverlap`) as its overlap with the store."""
+    tasks' `SetOverlap`) as its overlap with the store; a document whose share of n-grams in
+    `trained_ngrams` (sorted; None: not checked) reaches `threshold` is listed and left out."""
     found = [{"index": number, "kind": hits[number][0], "cell": hits[number][1]} for number in sorted(hits)]
     counts = {kind: sum(1 for f in found if f["kind"] == kind) for kind in KIND_ORDER}
+    contained = []
     sequence = ShardSequence(set_dir, SET_PREFIX, dtype, shard_tokens)
-    for text, ids in set_documents(config, tokenizer, eos_id):
+    for number, (text, ids) in enumerate(set_documents(config, tokenizer, eos_id)):
+        if trained_ngrams is not None:
+            share = float(found_in(ngram_hashes(ids, ngram), trained_ngrams).mean())
+            if share >= threshold:
+                contained.append({"index": number, "kind": CONTAINED, "share": round(share, 4)})
+                continue
         sequence.add(ids, 0, config.name, len(text.encode("utf-8")))
     shards = sequence.close()
     documents, tokens, nbytes = sequence.totals()
     held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards, sources=sequence.sources)
-    overlap = {**counts, "documents": found[:SHOWN]}
+    overlap = {**counts, CONTAINED: len(contained), "documents": found[:SHOWN], "contained_documents": contained[:SHOWN]}
     manifest = EvalSetManifest(name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held,
                                overlap=overlap)
     digest = write_eval_set_manifest(set_dir, manifest)

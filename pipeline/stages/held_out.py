@@ -2,8 +2,9 @@
 task's into one cutoff per cell (`pipeline.stages.cell_shards.held_out_cutoffs`).
 
 Task r reads, per cell, its tokenize task's table and waiting candidates (at most
-`max_documents_per_cell` per cell), writes those at or below the cutoff to the held-out shards and
-the others to its next training shards, then the trace part and `parts/<r>.json`, which is all
+`max_documents_per_cell` per cell), writes those at or below the cutoff to the held-out shards, but
+for those the decontamination gave back to training (`pipeline.stages.contamination`), and the
+others to its next training shards, then the trace part and `parts/<r>.json`, which is all
 assembly reads.
 """
 
@@ -29,11 +30,13 @@ class WriteHeldOut(PipelineStep):
 
     def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
                  cells_dir: Path | str, parts_dir: Path | str, shard_tokens: int,
-                 cutoffs: dict[str, list[int] | None], sets: list[EvalSetConfig] = ()):
+                 cutoffs: dict[str, list[int] | None], sets: list[EvalSetConfig] = (),
+                 contaminated: dict[str, list[list[int]]] | None = None, ngram: int = 13):
         super().__init__()
         self.tokenizer_path, self.eos, self.sources = str(tokenizer_path), eos, list(sources)
         self.runs_dir, self.cells_dir, self.parts_dir = Path(runs_dir), Path(cells_dir), Path(parts_dir)
         self.shard_tokens, self.cutoffs, self.sets = shard_tokens, dict(cutoffs), list(sets)
+        self.contaminated, self.ngram = dict(contaminated or {}), ngram
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
@@ -41,12 +44,14 @@ class WriteHeldOut(PipelineStep):
         tokenizer = load_tokenizer(self.tokenizer_path)
         dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
         written = json.loads(written_file(self.runs_dir, rank).read_text())
-        overlap = SetOverlap(self.sets, tokenizer, eos_id(tokenizer, self.eos), written["overlap"]) if self.sets else None
+        overlap = SetOverlap(self.sets, tokenizer, eos_id(tokenizer, self.eos), written["overlap"], self.ngram,
+                             written.get("set_ngrams")) if self.sets else None
         cells = {}
         for cell in sorted(written["cells"]):
             with self.track_time("cell"):
                 cells[cell] = write_held_out(run_file(self.runs_dir, rank, cell), cell, self.cells_dir / cell, rank, dtype, self.sources,
                                              self.shard_tokens, self.cutoffs.get(cell), written["cells"][cell],
-                                             overlap)
+                                             overlap, self.contaminated.get(cell, []))
             self.stat_update("documents", value=sum(c["documents"] for c in cells[cell]["sources"].values()))
-        write_part(self.parts_dir, rank, cells, overlap.hits if overlap else {}, worker())
+        write_part(self.parts_dir, rank, cells, overlap.hits if overlap else {}, worker(),
+                   overlap.ngrams_found() if overlap else {})

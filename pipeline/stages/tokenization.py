@@ -232,19 +232,21 @@ class TokenizeCells(PipelineStep):
             for run in runs.values():
                 run.abort()
             raise
-        overlap = SetOverlap(self.sets, tokenizer, eos) if self.sets else None
+        overlap = SetOverlap(self.sets, tokenizer, eos, ngram=self.validation.contamination_ngram) if self.sets else None
         candidates, written = {}, {}
         sources = list(self.sources)
         for cell, run in sorted(runs.items()):
             run.save()
+            lengths = np.frombuffer(run.lengths, dtype=np.int64)
             pairs = split_candidates(np.frombuffer(run.hashes, dtype=np.uint64), np.frombuffer(run.keys, dtype=np.int64),
-                                     self.validation)
-            candidates[cell] = {"documents": len(run.keys), "pairs": pairs.tolist()}
+                                     lengths, self.validation)
+            candidates[cell] = {"documents": len(run.keys), "tokens": int(lengths.sum()), "pairs": pairs.tolist()}
             with self.track_time("shards"):
                 written[cell] = write_training_shards(run.path, cell, self.cells_dir / cell, rank, dtype, sources,
                                                       self.shard_tokens, pairs, overlap)
         atomic_write_text(written_file(self.runs_dir, rank),
-                          json.dumps({"cells": written, "overlap": overlap.hits if overlap else {}}))
+                          json.dumps({"cells": written, "overlap": overlap.hits if overlap else {},
+                                      "set_ngrams": overlap.ngrams_found() if overlap else {}}))
         atomic_write_text(candidates_file(self.runs_dir, rank), json.dumps({"cells": candidates, "worker": worker()}))
         counts.save(self.funnel_dir / f"{rank:05d}.json")
 

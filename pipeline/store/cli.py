@@ -50,6 +50,7 @@ def store_summary(path: Path) -> dict:
         "sets": {name: summary.model_dump() for name, summary in sorted(m.sets.items())},
         "sources": m.sources,
         "manifest_hash": store.manifest_hash,
+        "decontamination": m.stats.get("decontamination"),
     }
     if m.funnel.get("stages"):
         summary["funnel"] = [
@@ -103,7 +104,8 @@ def print_summary(summary: dict) -> None:
     click.echo("(documents, tokens and bytes are training's; held-out documents are in each cell's validation shards)")
     for name, eval_set in summary["sets"].items():
         click.echo(f"evaluation set {name}: {eval_set['documents']:,} documents, {eval_set['tokens']:,} tokens; "
-                   f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate")
+                   f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate; "
+                   f"{eval_set.get('contained', 0):,} mostly found in training, left out")
     for stage in summary.get("funnel", []):
         click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}")
         removed = {lang: c["received"] - c["kept"] for lang, c in stage.get("languages", {}).items()}
@@ -114,6 +116,10 @@ def print_summary(summary: dict) -> None:
         from pipeline.stages.discovery import describe_unread
 
         click.echo(f"  {describe_unread(entry)}")
+    if found := summary.get("decontamination"):
+        click.echo(f"  held-out decontamination ({found['ngram']}-grams, threshold {found['threshold']:g}): "
+                   f"{found['documents']:,} of {found['checked']:,} held-out documents ({found['tokens']:,} tokens) "
+                   "found in training, given back to training")
     grid = summary.get("grid")
     if grid and grid["tokens"]:
         buckets = sorted({b for row in grid["tokens"].values() for b in row})

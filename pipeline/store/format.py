@@ -246,6 +246,7 @@ class EvalSetSummary(Model):
     manifest_hash: str
     overlap_exact: int = 0  # its documents that the store's cells also hold, token for token
     overlap_near: int = 0  # ... as near duplicates
+    contained: int = 0  # its documents whose n-grams are mostly in training: left out of its shards
 
 
 class EvalSetManifest(Model):
@@ -255,7 +256,8 @@ class EvalSetManifest(Model):
     dtype: str
     tokenizer_fingerprint: str
     held: HeldOut
-    overlap: dict  # {"exact": n, "near": n, "documents": [{"index", "kind", "cell"}, ...]}
+    overlap: dict  # {"exact": n, "near": n, "contained": n, "documents": [{"index", "kind", "cell"}, ...],
+    #                "contained_documents": [{"index", "kind", "share"}, ...]}
 
 
 class TokenizerInfo(Model):

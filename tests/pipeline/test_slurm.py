@@ -79,8 +79,8 @@ def test_dry_run_writes_one_script_per_stage_and_submits_nothing(corpus, tmp_pat
     chain = json.loads(capsys.readouterr().out)
     assert chain["submitted"] is False
     jobs = chain["jobs"]
-    assert [job["stage"] for job in jobs] == ["filter", "dedup", "tokenize", "split", "assemble"]
-    assert [job["after"] for job in jobs] == [None, "filter", "dedup", "tokenize", "split"]
+    assert [job["stage"] for job in jobs] == ["filter", "dedup", "tokenize", "decontaminate", "split", "assemble"]
+    assert [job["after"] for job in jobs] == [None, "filter", "dedup", "tokenize", "decontaminate", "split"]
     assert [job["array"] for job in jobs] == [3, 1, 3, 3, 1]  # array = tasks; the driver's work is one task
     for job in jobs:
         script = Path(job["script"]).read_text()

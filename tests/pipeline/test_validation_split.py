@@ -13,42 +13,71 @@ from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
 from pipeline.cells.validation import (ValidationConfig, document_hash, held_out, held_out_mask, split_candidates,
                                       split_cutoff)
-from tests.pipeline.corpus_fixture import config_text, edit, make_corpus, prose
+from tests.pipeline.corpus_fixture import config_text, edit, make_corpus, prose, write_jsonl_zst
+
+
+def by_fraction(**options):
+    return ValidationConfig(tokens_per_cell=0, max_token_share=1.0, **options)
 
 
 def test_the_split_depends_on_content_and_key_only():
     rng = np.random.default_rng(0)
     hashes = np.asarray([document_hash(rng.integers(0, 5000, size=50), seed=0) for _ in range(5000)], dtype=np.uint64)
-    config = ValidationConfig(fraction=0.01, max_documents_per_cell=200)
-    mask = held_out(hashes, config)
+    lengths = np.full(hashes.size, 50)
+    config = by_fraction(fraction=0.01, max_documents_per_cell=200)
+    mask = held_out(hashes, lengths, config)
     assert 25 <= mask.sum() <= 75  # about 1% of 5,000
     order = rng.permutation(hashes.size)
-    assert np.array_equal(held_out(hashes[order], config), mask[order])  # position plays no part
-    assert held_out(hashes, ValidationConfig(fraction=0.5, max_documents_per_cell=200)).sum() == 200
-    assert held_out(hashes[:2], config).sum() == 1 and held_out(hashes[:1], config).sum() == 0
-    assert held_out(hashes[:2], ValidationConfig(fraction=0.9)).sum() == 1  # a cell keeps a training document
-    assert held_out(hashes, ValidationConfig(fraction=0.0)).sum() == 0
+    assert np.array_equal(held_out(hashes[order], lengths, config), mask[order])  # position plays no part
+    assert held_out(hashes, lengths, by_fraction(fraction=0.5, max_documents_per_cell=200)).sum() == 200
+    assert held_out(hashes[:2], lengths[:2], config).sum() == 1 and held_out(hashes[:1], lengths[:1], config).sum() == 0
+    assert held_out(hashes[:2], lengths[:2], by_fraction(fraction=0.9)).sum() == 1  # a cell keeps a training document
+    assert held_out(hashes, lengths, by_fraction(fraction=0.0)).sum() == 0
     doc = rng.integers(0, 5000, size=50)
     assert document_hash(doc, 0) == document_hash(doc.astype(np.uint16), 0) != document_hash(doc, 1)  # keyed
 
 
-@pytest.mark.parametrize("fraction,cap", [(0.01, 200), (0.5, 30), (0.0001, 200), (0.3, 1)])
-def test_the_split_merged_from_each_tasks_candidates_is_the_split_of_the_whole_cell(fraction, cap):
-    """Each task offers a few (hash, key) candidates; the cutoff merged from them holds out exactly the
-    documents the split of the whole cell holds out, whatever the number of tasks."""
+@pytest.mark.parametrize("fraction,cap,tokens,share", [(0.01, 200, 0, 1.0), (0.5, 30, 0, 1.0), (0.0001, 200, 0, 1.0),
+                                                      (0.3, 1, 0, 1.0), (0.0, 200, 4096, 0.2), (0.005, 200, 20_000, 0.2),
+                                                      (0.0, 200, 10**6, 0.05), (0.01, 5, 4096, 1.0)])
+def test_the_split_merged_from_each_tasks_candidates_is_the_split_of_the_whole_cell(fraction, cap, tokens, share):
+    """Each task offers a few (hash, key, length) candidates; the cutoff merged from them holds out exactly
+    the documents the split of the whole cell holds out, whatever the number of tasks."""
     rng = np.random.default_rng(3)
     hashes = rng.integers(0, 2**64 - 1, size=3000, dtype=np.uint64)
     keys = rng.permutation(10**6)[:3000].astype(np.int64)
-    config = ValidationConfig(fraction=fraction, max_documents_per_cell=cap)
-    whole = held_out_mask(hashes, keys, split_cutoff(hashes.size, split_candidates(hashes, keys, config), config))
-    by_position = held_out(hashes, config)
+    lengths = rng.integers(202, 1025, size=3000)
+    config = ValidationConfig(fraction=fraction, max_documents_per_cell=cap, tokens_per_cell=tokens,
+                              max_token_share=share)
+    total = int(lengths.sum())
+    whole = held_out_mask(hashes, keys, split_cutoff(hashes.size, total, split_candidates(hashes, keys, lengths, config),
+                                                     config))
+    by_position = held_out(hashes, lengths, config)
     assert np.array_equal(whole, by_position) and 1 <= whole.sum() <= cap  # no ties: keys decide nothing here
     for tasks in (2, 7, 64):
         parts = np.array_split(rng.permutation(hashes.size), tasks)
-        offered = [split_candidates(hashes[p], keys[p], config) for p in parts]
+        offered = [split_candidates(hashes[p], keys[p], lengths[p], config) for p in parts]
         assert sum(len(o) for o in offered) <= tasks * cap
-        cutoff = split_cutoff(hashes.size, np.concatenate(offered), config)
+        cutoff = split_cutoff(hashes.size, total, np.concatenate(offered), config)
         assert np.array_equal(held_out_mask(hashes, keys, cutoff), whole)
+
+
+def test_the_held_out_size_is_set_in_tokens():
+    """The default holds out the lowest-hash documents until they reach 4,096 tokens (the demo's cells held
+    one 202-1,024-token document each), within the share of a small cell's tokens it may take."""
+    rng = np.random.default_rng(4)
+    hashes = rng.integers(0, 2**64 - 1, size=300, dtype=np.uint64)
+    lengths = rng.integers(202, 1025, size=300)
+    for cell in (slice(0, 300), slice(0, 60)):
+        mask = held_out(hashes[cell], lengths[cell], ValidationConfig())
+        held = np.sort(hashes[cell][mask])
+        assert np.array_equal(held, np.sort(hashes[cell])[: mask.sum()])  # the lowest hashes
+        assert mask.sum() > 1
+        assert lengths[cell][mask].sum() >= 4096 and lengths[cell][mask].sum() - lengths[cell][mask].max() < 4096
+    tiny = held_out(hashes[:12], lengths[:12], ValidationConfig())  # about 7,500 tokens: a fifth of them at most
+    assert 1 <= tiny.sum() and (tiny.sum() == 1 or lengths[:12][tiny].sum() <= 0.2 * lengths[:12].sum())
+    assert held_out(hashes, lengths, ValidationConfig(tokens_per_cell=10_000)).sum() > held_out(
+        hashes, lengths, ValidationConfig()).sum()
 
 
 def write_eval_set(path):
@@ -66,6 +95,10 @@ def write_eval_set(path):
 def store_path(tmp_path_factory):
     root = tmp_path_factory.mktemp("split")
     corpus = make_corpus(root / "corpus")
+    corpus_rng = random.Random(0)  # make_corpus's own sequence of texts
+    articles = [prose(corpus_rng) for _ in range(60)]
+    long_note = {"id": "n-all", "text": "\n\n".join(articles)}  # every article inside one long training document
+    write_jsonl_zst(corpus / "notes" / "z.jsonl.zst", [long_note])
     write_eval_set(root / "sets" / "fresh.jsonl")
     config_path = root / "pipeline.toml"
     config_path.write_text(config_text(corpus) + "\n[validation]\nfraction = 0.1\nmax_documents_per_cell = 3\n"
@@ -90,12 +123,14 @@ def test_held_out_documents_are_in_validation_shards_only(store_path):
         held = [d for shard in cell.validation.shards for d in documents_of(store.shard_prefix(name, shard), dtype)]
         assert all(shard.name.startswith("validation-") for shard in cell.validation.shards)
         total = len(training) + len(held)
-        assert (1 <= len(held) <= min(3, total - 1)) if total >= 2 else not held
+        assert len(held) <= min(3, total - 1) if total >= 2 else not held
         assert not training & set(held)
         everything = sorted(training) + held
         hashes = np.asarray([document_hash(np.frombuffer(d, dtype=dtype), 0) for d in everything], dtype=np.uint64)
-        chosen = held_out(hashes, ValidationConfig(fraction=0.1, max_documents_per_cell=3))
-        assert {d for d, c in zip(everything, chosen) if c} == set(held)  # exactly the keyed-hash choice
+        lengths = np.asarray([len(d) // dtype.itemsize for d in everything])
+        chosen = held_out(hashes, lengths, ValidationConfig(fraction=0.1, max_documents_per_cell=3))
+        assert set(held) <= {d for d, c in zip(everything, chosen) if c}  # the keyed-hash choice, but for those
+        # found in training (next test)
         assert summary.validation_documents == cell.validation.documents == len(held)
         assert summary.documents == cell.documents == len(training)
 
@@ -132,7 +167,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     store = Store(path)
     summary = store.manifest.sets["fresh"]
     eval_set = store.eval_set("fresh")
-    assert summary.documents == eval_set.held.documents == 6
+    assert summary.documents == eval_set.held.documents == 3  # the three new texts: the others are in training
     tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
     documents = write_eval_set(tmp_path / "again.jsonl")
     eos = store.manifest.tokenizer.eos_id
@@ -148,13 +183,34 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     assert all(d["cell"] == "articles" for d in overlap["documents"])
     assert store.verify() == []
     set_docs = documents_of(path / "sets" / "fresh" / eval_set.held.shards[0].name, np.dtype(store.manifest.dtype))
-    assert set_docs == as_stored
+    assert set_docs == as_stored[3:]
     # every built manifest pins it beside the cells' held-out shards, and the loader reads it last
     new_revision(home, "m", "sets", store.name, strategy="natural", seq_len=64, global_batch=4)
     manifest = build(home, "m", "sets")
     sequences = ValidationSequences(manifest, max_sequences=100)
     assert sequences.entries[-1].name == "fresh" and sequences.entries[-1].kind == "set"
     assert sequences.entries[-1].tokens == summary.tokens
+
+
+def test_an_external_set_is_scored_whole_while_cells_give_their_first_windows(store_path):
+    from loader.validation import PAD_LABEL, ValidationSequences
+    from mixtures.build import build
+    from mixtures.new import new_revision
+
+    home, path = store_path
+    store = Store(path)
+    new_revision(home, "m", "whole", store.name, strategy="natural", seq_len=16, global_batch=4)
+    sequences = ValidationSequences(build(home, "m", "whole"), max_sequences=1)
+    *cells, fresh = sequences.entries
+    assert all(e.kind == "cell" and e.sequences == 1 for e in cells) and fresh.kind == "set"
+    assert fresh.sequences == -(-(fresh.tokens - 1) // 16) > 1
+    rows = sequences.rows(sequences.total - fresh.sequences, sequences.total)
+    labels = rows.labels[rows.labels != PAD_LABEL]
+    eval_set = store.eval_set("fresh")
+    tokens = np.concatenate([np.frombuffer(d, dtype=store.manifest.dtype) for d in
+                             documents_of(path / "sets" / "fresh" / eval_set.held.shards[0].name,
+                                          np.dtype(store.manifest.dtype))])
+    assert np.array_equal(labels, tokens[1:])  # every token of the set is scored, once
 
 
 def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
@@ -176,3 +232,70 @@ def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
     (tmp_path / "empty.jsonl").write_text('{"text": ""}\n')
     with pytest.raises(ConfigError, match="set 'e': no document with text"):
         read_texts(EvalSetConfig(name="e", paths=[str(tmp_path / "empty.jsonl")]))
+
+
+def ngrams(tokens, n=13):
+    return {tuple(tokens[i:i + n]) for i in range(max(len(tokens) - n + 1, 1))}
+
+
+def test_held_out_documents_found_in_training_go_back_to_training(store_path, capsys):
+    """Every article also sits inside one long note: fuzzy dedup cannot see it, n-gram containment does.
+    Checked against 13-gram tuples of every training document outside the keyed-hash choice."""
+    from millrace.cli import main as millrace
+
+    _, path = store_path
+    store = Store(path)
+    dtype = np.dtype(store.manifest.dtype)
+    training, chosen = {}, {}
+    for name in store.manifest.cells:
+        cell = store.cell(name)
+        docs = [d for shard in cell.shards.rows() for d in documents_of(store.shard_prefix(name, shard), dtype)]
+        held = [d for shard in cell.validation.shards for d in documents_of(store.shard_prefix(name, shard), dtype)]
+        everything = docs + held
+        hashes = np.asarray([document_hash(np.frombuffer(d, dtype=dtype), 0) for d in everything], dtype=np.uint64)
+        lengths = np.asarray([len(d) // dtype.itemsize for d in everything])
+        mask = held_out(hashes, lengths, ValidationConfig(fraction=0.1, max_documents_per_cell=3))
+        chosen[name] = {d: d in held for d, c in zip(everything, mask) if c}
+        training[name] = [d for d, c in zip(everything, mask) if not c]
+    seen = set().union(*(ngrams(np.frombuffer(d, dtype=dtype).tolist()) for docs in training.values() for d in docs))
+    given_back = 0
+    for name, docs in chosen.items():
+        for doc, in_validation in docs.items():
+            grams = ngrams(np.frombuffer(doc, dtype=dtype).tolist())
+            contained = len(grams & seen) / len(grams) >= 0.5
+            assert in_validation != contained, (name, len(grams & seen) / len(grams))
+            given_back += contained
+    assert chosen["articles"] and not any(chosen["articles"].values())  # every held-out article went back
+    found = store.manifest.stats["decontamination"]
+    assert found["documents"] == given_back >= 1 and found["per_cell"]["articles"]["documents"] == len(chosen["articles"])
+    assert found["checked"] == sum(len(d) for d in chosen.values()) and (found["ngram"], found["threshold"]) == (13, 0.5)
+    assert millrace(["store", "info", str(path)]) == 0
+    assert f"held-out decontamination (13-grams, threshold 0.5): {given_back} of {found['checked']}" in capsys.readouterr().out
+
+
+def test_evaluation_set_documents_found_in_training_are_left_out_of_the_set(store_path, capsys):
+    """The two copied texts and the edited one are mostly found in training (13-gram tuples of every
+    training document, counted here without the pipeline's hashes); the three new texts are scored."""
+    from millrace.cli import main as millrace
+    from pipeline.stages.tokenization import load_tokenizer
+
+    _, path = store_path
+    store = Store(path)
+    dtype = np.dtype(store.manifest.dtype)
+    seen = set().union(*(ngrams(np.frombuffer(d, dtype=dtype).tolist()) for name in store.manifest.cells
+                         for shard in store.cell(name).shards.rows()
+                         for d in documents_of(store.shard_prefix(name, shard), dtype)))
+    tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
+    eos = store.manifest.tokenizer.eos_id
+    texts = [json.loads(line)["text"] for line in (path.parent.parent.parent.parent / "sets" / "fresh.jsonl")
+             .read_text().splitlines()]
+    shares = []
+    for text in texts:
+        grams = ngrams(tokenizer.encode(text, add_special_tokens=False).ids + [eos])
+        shares.append(len(grams & seen) / len(grams))
+    overlap = store.eval_set("fresh").overlap
+    assert [d["index"] for d in overlap["contained_documents"]] == [i for i, s in enumerate(shares) if s >= 0.5] == [0, 1, 2]
+    assert [d["share"] for d in overlap["contained_documents"]] == pytest.approx(shares[:3], abs=1e-3)
+    assert overlap["contained"] == store.manifest.sets["fresh"].contained == 3 and max(shares[3:]) < 0.5
+    assert millrace(["store", "info", str(path)]) == 0
+    assert "3 mostly found in training, left out" in capsys.readouterr().out

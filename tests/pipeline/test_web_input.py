@@ -228,7 +228,7 @@ def test_inputs_changed_since_the_run_started_are_an_error_naming_the_first_one(
 
     layout = WorkLayout(tmp_path / "work")
     assert prepare_work(layout, _work_config(tmp_path)) == ["filter", "dedup", "tokenizer", "models", "tokenize",
-                                                           "split"]
+                                                           "decontaminate", "split"]
     (layout.filtered).mkdir()
     (tmp_path / "d" / "1.jsonl").write_text(json.dumps({"id": 1, "text": "rewritten after the kill"}) + "\n")
     with pytest.raises(InputsChanged, match=f"first changed file {tmp_path / 'd' / '1.jsonl'} \\(changed"):
@@ -241,12 +241,12 @@ def test_inputs_changed_since_the_run_started_are_an_error_naming_the_first_one(
 
 @pytest.mark.parametrize("change,rerun", [
     ("[executor]\nworkers = 1\n", []),
-    ("[output]\nshard_tokens = 1000\n", ["tokenize", "split"]),
-    ("[validation]\nfraction = 0.01\n", ["tokenize", "split"]),
-    ("[tokenizer]\nvocab_size = 500\n", ["tokenizer", "models", "tokenize", "split"]),
-    ("[dedup]\nthreshold = 0.7\n", ["dedup", "tokenizer", "models", "tokenize", "split"]),
+    ("[output]\nshard_tokens = 1000\n", ["tokenize", "decontaminate", "split"]),
+    ("[validation]\nfraction = 0.01\n", ["tokenize", "decontaminate", "split"]),
+    ("[tokenizer]\nvocab_size = 500\n", ["tokenizer", "models", "tokenize", "decontaminate", "split"]),
+    ("[dedup]\nthreshold = 0.7\n", ["dedup", "tokenizer", "models", "tokenize", "decontaminate", "split"]),
     ('[filters.gopher_quality]\nmin_doc_words = 10\n', ["filter", "dedup", "tokenizer", "models", "tokenize",
-                                                         "split"]),
+                                                         "decontaminate", "split"]),
 ])
 def test_a_config_change_reruns_only_its_stage_and_the_later_ones(tmp_path, change, rerun, caplog):
     from pipeline.work import WorkLayout, prepare_work

@@ -9,7 +9,7 @@ import pytest
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from trainer.ladder.compare import compare_points
-from trainer.ladder.fit import Law, Point, fit_law, fit_report
+from trainer.ladder.fit import Law, Point, fit_law, fit_report, predict, solve_law
 from trainer.ladder.results import write_ladder
 from trainer.metrics import write_run
 
@@ -53,16 +53,58 @@ def test_the_reference_fit_predicts_what_the_issue_says():
     assert all(abs(r["error"]) < 1e-9 for r in report["leave_one_out"])
 
 
-def test_intervals_come_from_refits_and_widen_with_seed_noise():
+def coverage(law, flops, sigma, asymptote, target, level, seeds=1, redraws=300):
+    """The share of redraws of noisy points from `law` whose interval at `target` holds a new measurement
+    there (the law's value plus the same noise): what a prediction interval at `level` promises."""
+    rng = np.random.default_rng(7)
+    held = 0
+    for _ in range(redraws):
+        points = [Point(f, law.loss(f) + rng.normal(0, sigma), f"r{i}", s) for i, f in enumerate(flops)
+                  for s in range(seeds)]
+        fitted, spread = solve_law(points, asymptote)
+        p = predict(fitted, spread, [], target, level=level)
+        held += p["low"] <= law.loss(target) + rng.normal(0, sigma) <= p["high"]
+    return held / redraws
+
+
+@pytest.mark.parametrize("seeds,level", [(1, 0.8), (3, 0.9)])
+def test_the_interval_holds_a_new_measurement_at_its_nominal_level(seeds, level):
+    """300 redraws of the reference's four rungs (plus noise) predicting 1e23, ten times past the widest:
+    the refits' range held the true value 43-72% of the time; a prediction interval holds its level."""
+    held = coverage(REFERENCE_LAW, RUNG_FLOPS, 0.003, 1.6, 1e23, level, seeds)
+    assert abs(held - level) <= 0.1, held
+
+
+def test_the_interval_widens_with_the_noise_and_reports_its_level_and_method():
     quiet = fit_report(noisy_points(REFERENCE_LAW, RUNG_FLOPS, 1e-4, seeds=3), 1.6, [(None, 2.7e24)])
-    loud = fit_report(noisy_points(REFERENCE_LAW, RUNG_FLOPS, 5e-3, seeds=3), 1.6, [(None, 2.7e24)])
+    loud = fit_report(noisy_points(REFERENCE_LAW, RUNG_FLOPS, 5e-3, seeds=3), 1.6, [(None, 2.7e24)], level=0.95)
     for report in (quiet, loud):
         p = report["predictions"][0]
-        assert p["low"] <= p["loss"] <= p["high"]
+        assert p["low"] < p["loss"] < p["high"] and p["refit_low"] <= p["loss"] <= p["refit_high"]
         assert {r["name"] for r in report["refits"]} == {"without r0", "without r1", "without r2", "without r3",
                                                         "seed 0", "seed 1", "seed 2"}
+        assert report["dof"] == 10 and report["warnings"] == [] and "Student t" in report["method"]
+    assert (quiet["level"], loud["level"]) == (0.9, 0.95)
     width = lambda r: r["predictions"][0]["high"] - r["predictions"][0]["low"]
-    assert width(loud) > 5 * width(quiet)
+    assert width(loud) > 20 * width(quiet)
+
+
+def test_zero_degrees_of_freedom_and_a_rising_curve_are_flagged(tmp_path, capsys):
+    exact = fit_report([Point(1e20, 3.0), Point(1e21, 2.9)], 1.6, [(None, 1e23)])
+    assert exact["dof"] == 0 and exact["predictions"][0]["low"] is None
+    assert len(exact["warnings"]) == 1 and "zero degrees of freedom" in exact["warnings"][0]
+    points = tmp_path / "rising.json"
+    points.write_text(json.dumps([{"flops": f, "loss": loss} for f, loss in
+                                  [(1e20, 3.0), (1e21, 3.1), (1e22, 3.3), (1e23, 3.35)]]))
+    assert millrace(["ladder", "fit", "--points", str(points), "--asymptote", "1", "--predict-flops", "1e24"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "rises with compute (alpha = -" in err and str(points) in err
+    assert "90% prediction interval" in out
+    points.write_text(json.dumps([{"flops": f, "loss": loss} for f, loss in [(1e20, 3.0), (1e21, 2.9)]]))
+    assert millrace(["ladder", "fit", "--points", str(points), "--asymptote", "1.6", "--predict-flops", "1e24",
+                     "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "zero degrees of freedom" in err and json.loads(out)["predictions"][0]["high"] is None
 
 
 def test_too_few_points_or_a_loss_under_the_asymptote_is_an_error():

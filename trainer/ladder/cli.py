@@ -17,7 +17,7 @@ LADDER_HELP = """Plan, train, fit and compare scaling ladders: rungs of one mode
   millrace ladder plan LADDER.toml [--json]
   millrace ladder run LADDER.toml [--rungs NAMES] [--seeds N]
   millrace ladder fit [LADDER] [--metric NAME] [--asymptote X | --free-asymptote]
-                      [--predict-flops F ...] [--points FILE] [--json]
+                      [--predict-flops F ...] [--level 0.9] [--points FILE] [--json]
   millrace ladder compare LADDER --revision A --revision B [--seeds 3]
 
 Results go to $MILLRACE_HOME/ladders/<ladder>/ladder.json; `millrace report build` publishes them.
@@ -135,32 +135,39 @@ def run_command(home: Home, ladder_toml: str, rungs: str | None, seeds: int | No
 @click.option("--free-asymptote", is_flag=True, help="Fit L_inf too (needs at least 3 rungs).")
 @click.option("--predict-flops", type=float, multiple=True, help="Predict the metric at F FLOPs (repeatable); "
                                                                   "the ladder's target is always predicted.")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="Nominal coverage of each prediction's interval, a prediction interval for one new run "
+                   "(default 0.9).")
 @click.option("--points", "points_file", type=click.Path(dir_okay=False), default=None,
               help='Fit a JSON list of {"flops": ..., "loss": ...} instead of a ladder\'s rungs.')
 @click.option("--revision", default=None, help="Fit this revision's rungs (default: the ladder's own).")
 @json_option
 @home_option
 def fit_command(home: Home, ladder_ref: str | None, metric: str | None, asymptote: float | None,
-                free_asymptote: bool, predict_flops: tuple[float, ...], points_file: str | None,
+                free_asymptote: bool, predict_flops: tuple[float, ...], level: float | None, points_file: str | None,
                 revision: str | None, as_json: bool) -> None:
     """Fit L(C) = L_inf + A * C^-alpha to each rung's final held-out metric (or to --points): parameters,
-    residuals, leave-one-out errors, and predictions with intervals from refits (rungs left out, seeds)."""
-    from trainer.ladder.fit import fit_report
+    residuals, leave-one-out errors, and predictions with a prediction interval at --level (delta method
+    with the residual variance and Student's t); zero degrees of freedom or a rising curve are warned of."""
+    from trainer.ladder.fit import LEVEL, fit_report
     from trainer.ladder.ladder_fit import fit_ladder
     from trainer.ladder.points import file_points
 
     if free_asymptote and asymptote is not None:
         raise ConfigError("give --asymptote or --free-asymptote, not both")
+    level = LEVEL if level is None else level
     if points_file:
         if ladder_ref:
             raise ConfigError("give a LADDER or --points FILE, not both")
         report = fit_report(file_points(points_file), asymptote, [(None, f) for f in predict_flops],
-                            where=points_file, metric=metric)
+                            where=points_file, metric=metric, level=level)
     elif ladder_ref:
         report = fit_ladder(home, ladder_name(ladder_ref, home), metric, asymptote, free_asymptote,
-                            list(predict_flops), revision)
+                            list(predict_flops), revision, level=level)
     else:
         raise ConfigError("give a LADDER (name or file) or --points FILE")
+    for warning in report["warnings"]:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         print_json(report)
         return
@@ -179,8 +186,9 @@ def echo_fit(report: dict) -> None:
         click.echo(f"  leave out {r['rung'] or r['flops']}: predicted {r['predicted']:.4f}, measured "
                    f"{r['loss']:.4f} (error {r['error']:+.4f})")
     for r in report["predictions"]:
-        click.echo(f"  predict {r['name'] or ''} at C {r['flops']:.3g}: {r['loss']:.4f} "
-                   f"[{r['low']:.4f}, {r['high']:.4f}]")
+        interval = (f"{report['level']:.0%} prediction interval [{r['low']:.4f}, {r['high']:.4f}]"
+                    if r["low"] is not None else "no interval (zero degrees of freedom)")
+        click.echo(f"  predict {r['name'] or ''} at C {r['flops']:.3g}: {r['loss']:.4f}, {interval}")
 
 
 @ladder.command("compare")

@@ -6,7 +6,7 @@ from typing import Any
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from trainer.ladder.fit import fit_report
+from trainer.ladder.fit import LEVEL, fit_report
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import read_ladder, write_ladder
 
@@ -19,8 +19,9 @@ def targets_of(body: dict[str, Any], predict_flops: list[float]) -> list[tuple[s
 
 def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: float | None = None,
                free_asymptote: bool = False, predict_flops: list[float] = (), revision: str | None = None,
-               save: bool = True) -> dict[str, Any]:
-    """Fit the ladder's rungs of `revision` (default its own); the report is stored under fits/<revision>."""
+               save: bool = True, level: float = LEVEL) -> dict[str, Any]:
+    """Fit the ladder's rungs of `revision` (default its own), with prediction intervals at `level`; the
+    report is stored under fits/<revision>."""
     body = read_ladder(home, ladder)
     body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     metric = metric or body.get("metric") or "loss.macro"
@@ -31,7 +32,7 @@ def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: fl
         asymptote = body.get("asymptote")
     points = ladder_points(body, metric, revision, home.root / "runs")
     report = fit_report(points, asymptote, targets_of(body, list(predict_flops)), where=f"ladder {ladder}",
-                        metric=metric)
+                        metric=metric, level=level)
     report["revision"] = revision
     if save:
         body.setdefault("fits", {})[revision] = report

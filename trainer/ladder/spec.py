@@ -128,7 +128,7 @@ class TargetSpec(StrictModel):
 
 class EvalSpec(StrictModel):
     evaluations: int = pydantic.Field(8, gt=0, description="held-out evaluations per rung (the curves)")
-    max_sequences: int = pydantic.Field(8, gt=0, description="held-out windows per cell and external set")
+    max_sequences: int = pydantic.Field(8, gt=0, description="held-out windows per cell (external sets are scored whole)")
 
 
 class FitSpec(StrictModel):
