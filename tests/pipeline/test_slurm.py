@@ -81,7 +81,7 @@ def test_dry_run_writes_one_script_per_stage_and_submits_nothing(corpus, tmp_pat
     jobs = chain["jobs"]
     assert [job["stage"] for job in jobs] == ["filter", "dedup", "tokenize", "decontaminate", "split", "assemble"]
     assert [job["after"] for job in jobs] == [None, "filter", "dedup", "tokenize", "decontaminate", "split"]
-    assert [job["array"] for job in jobs] == [3, 1, 3, 3, 1]  # array = tasks; the driver's work is one task
+    assert [job["array"] for job in jobs] == [3, 1, 3, 1, 3, 1]  # array = tasks; the driver's work is one task
     for job in jobs:
         script = Path(job["script"]).read_text()
         assert script.startswith("#!/bin/bash\n")
