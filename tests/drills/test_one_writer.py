@@ -17,6 +17,7 @@ from millrace.writer_lock import Locked, WriterLock, holder_state, observed_stat
 from pipeline.store.format import Store
 from tests.pipeline.corpus_fixture import config_text, make_corpus
 from tests.trainer.test_ladder_run import micro_ladder, store_home  # noqa: F401  (a store with a built revision)
+from trainer.ladder.ladder_fit import fit_ladder
 from trainer.ladder.run import run_ladder
 
 VERSION = "2026.04.01"
@@ -90,6 +91,20 @@ def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(store_home, tmp_
         holder.kill()
         holder.wait()
     assert not store_home.runs.exists() and not (store_home.ladder("micro") / "ladder.json").exists()
+
+
+def test_a_ladder_fit_while_the_ladder_is_written_is_refused(home, tmp_path):
+    """`ladder fit` rewrites ladder.json: during a run it would drop a rung result written meanwhile."""
+    lock = home.ladder("micro") / "writer.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
+            fit_ladder(home, "micro")
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.ladder.fit import Law, Point, fit_report, law_of
 from trainer.ladder.points import ladder_points
-from trainer.ladder.results import read_ladder, write_ladder
+from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
 from trainer.ladder.run import run_ladder
 from trainer.ladder.spec import load_ladder
 
@@ -75,7 +75,14 @@ def compare_ladder(path: Path | str, home: Home, revision_a: str, revision_b: st
     for revision in (revision_a, revision_b):
         run_ladder(path, home, rungs=rungs, seeds=seeds, revision=revision, progress=progress,
                    sized_for=[revision_a, revision_b])
-    body = read_ladder(home, load_ladder(path).ladder)
+    ladder = load_ladder(path).ladder
+    with ladder_writer(home, ladder):
+        return _compare_and_save(home, ladder, revision_a, revision_b, seeds, rungs)
+
+
+def _compare_and_save(home: Home, ladder: str, revision_a: str, revision_b: str, seeds: int,
+                      rungs: list[str] | None) -> dict[str, Any]:
+    body = read_ladder(home, ladder)
     body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     metric, asymptote = body.get("metric") or "loss.macro", body.get("asymptote")
     fits, points = {}, {}

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.ladder.fit import LEVEL, fit_report
 from trainer.ladder.points import ladder_points
-from trainer.ladder.results import read_ladder, write_ladder
+from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
 
 
 def targets_of(body: dict[str, Any], predict_flops: list[float]) -> list[tuple[str | None, float]]:
@@ -21,7 +22,13 @@ def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: fl
                free_asymptote: bool = False, predict_flops: list[float] = (), revision: str | None = None,
                save: bool = True, level: float = LEVEL) -> dict[str, Any]:
     """Fit the ladder's rungs of `revision` (default its own), with prediction intervals at `level`; the
-    report is stored under fits/<revision>."""
+    report is stored under fits/<revision> (under the ladder's writer lock)."""
+    with ladder_writer(home, ladder) if save else nullcontext():
+        return _fit_ladder(home, ladder, metric, asymptote, free_asymptote, predict_flops, revision, save, level)
+
+
+def _fit_ladder(home: Home, ladder: str, metric: str | None, asymptote: float | None, free_asymptote: bool,
+                predict_flops: list[float], revision: str | None, save: bool, level: float) -> dict[str, Any]:
     body = read_ladder(home, ladder)
     body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     metric = metric or body.get("metric") or "loss.macro"

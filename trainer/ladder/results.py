@@ -24,7 +24,9 @@ from typing import Any
 from millrace.artifacts import read_artifact, write_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
+from millrace.writer_lock import WriterLock
 from trainer.eval_records import EVAL_FILE, read_eval
+from trainer.metrics import LOCK_FILE
 
 LADDER_KIND = "millrace.ladder"
 LADDER_SCHEMA_VERSION = 1
@@ -45,6 +47,12 @@ def read_ladder_or_empty(home: Home, ladder: str) -> dict[str, Any]:
         return {}
     body = read_artifact(path, LADDER_KIND, (LADDER_SCHEMA_VERSION,))
     return {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+
+
+def ladder_writer(home: Home, ladder: str) -> WriterLock:
+    """The ladder's one-writer lock: `ladder run`, `fit` and `compare` read, change and rewrite ladder.json
+    under it, so a fit during a long run is refused instead of dropping a rung result written meanwhile."""
+    return WriterLock(home.ladder(ladder) / LOCK_FILE, f"ladder {ladder!r}")
 
 
 def write_ladder(home: Home, ladder: str, payload: dict[str, Any]) -> Path:

@@ -19,14 +19,13 @@ import tomli_w
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
-from millrace.writer_lock import WriterLock
 from trainer.config import TrainConfig
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
 from trainer.eval_records import read_eval
-from trainer.ladder.results import curve, read_ladder_or_empty, record_digest, write_ladder
+from trainer.ladder.results import curve, ladder_writer, read_ladder_or_empty, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 from trainer.ladder.spec import load_ladder
-from trainer.metrics import LOCK_FILE, read_run
+from trainer.metrics import read_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS_PER_RUNG = 4
@@ -129,7 +128,7 @@ def run_ladder(path: Path | str, home: Home, rungs: list[str] | None = None, see
     spec = load_ladder(path)
     revision = revision or spec.mixture.revision
     plan = plan_ladder(path, home, spec, revisions=[revision, *(sized_for or [])])
-    with WriterLock(home.ladder(plan.spec.ladder) / LOCK_FILE, f"ladder {plan.spec.ladder!r}"):
+    with ladder_writer(home, plan.spec.ladder):
         return _run_rungs(plan, home, rungs, seeds, revision, progress, on_result)
 
 
