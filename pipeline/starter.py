@@ -38,6 +38,20 @@ def _data_files(paths: list[Path]) -> dict[str, list[Path]]:
     return by_format
 
 
+def is_json_document(path: Path) -> bool:
+    """A plain `.json` file whose first line is not a whole JSON object is one JSON document (a pretty-printed
+    object or array, such as the corpus builder's own `corpus.json`), not JSON Lines: read as JSON Lines, every
+    line of it would be a malformed record."""
+    if not path.name.lower().endswith(".json"):
+        return False
+    try:
+        with open(path, "rb") as file:
+            first = file.readline(1 << 20).decode("utf-8-sig", errors="replace")
+        return not isinstance(json.loads(first), dict)
+    except (OSError, json.JSONDecodeError):
+        return True
+
+
 def _first_metadata(files: list[Path], fmt: str) -> dict:
     if fmt != "jsonl" or not files:
         return {}
@@ -77,7 +91,7 @@ def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str, dict]
     children = sorted(p for p in corpus_dir.iterdir() if not p.name.startswith("."))
     found = [source for child in children if child.is_dir() for source in _folder_sources(child.name.lower(), child)]
     taken = {source[0] for source in found}
-    loose = _data_files([p for p in children if not p.is_dir()])
+    loose = _data_files([p for p in children if not p.is_dir() and not is_json_document(p)])
     for fmt, files in sorted(loose.items(), key=lambda item: FORMATS.index(item[0])):
         name = root if root not in taken else f"{root}-{fmt}"
         taken.add(name)
@@ -126,6 +140,8 @@ def init_config(corpus_dir: Path | str) -> str:
 # Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray|slurm] [--workers N]
 # Every option is present; delete a line to take its default. Unknown options are errors.
 """
+    for path in sorted(p for p in corpus_dir.iterdir() if p.is_file() and is_json_document(p)):
+        head += f"# Not a source: {path.name} is one JSON document, not JSON Lines (one record per line).\n"
     tail = f"""
 # Options for datatrove's filters, passed as keyword arguments (see datatrove's docs). They apply to every
 # language, over each language's own rules (pipeline/stages/language_rules.py: FineWeb-2's thresholds and stop words).

@@ -55,11 +55,13 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
     os.symlink(tmp_path / "elsewhere.jsonl", mixed / "outside.jsonl")
     os.symlink(tmp_path / "missing.jsonl", mixed / "dangling.jsonl")
     (corpus / "loose.jsonl").write_text(record)
+    (corpus / "corpus.json").write_text(json.dumps({"kind": "millrace.corpus", "documents": 1}, indent=1))
 
     found = {name: (fmt, [p.name for p in paths]) for name, paths, fmt, _ in discover_sources(corpus)}
     assert found == {"mixed": ("jsonl", ["mixed"]), "mixed-parquet": ("parquet", ["mixed"]),
                      "mixed-warc": ("warc", ["mixed"]), "corpus": ("jsonl", ["loose.jsonl"])}
     (tmp_path / "p.toml").write_text(init_config(corpus))
+    assert "# Not a source: corpus.json is one JSON document" in (tmp_path / "p.toml").read_text()
     config = load_pipeline_config(tmp_path / "p.toml")
     read = {s.name: sorted(f for _, files in input_files(s) for f in files) for s in config.sources}
     assert read == {"mixed": ["a.jsonl", "b.jsonl.gz", "d.json", "deeper/c.jsonl.zst"], "mixed-parquet": ["e.parquet"],
