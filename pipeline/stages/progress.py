@@ -75,14 +75,20 @@ class StageLines:
     def __init__(self, label: str, logging_dir: Path, tasks: int, lines: SteadyLines | None = None,
                  read: Callable[[], int] | None = None):
         self.label, self.logging_dir, self.tasks = label, Path(logging_dir), tasks
+        self.live = read is not None  # counts records as they are read; else only what finished tasks read
         self.read = read or (lambda: documents_read(self.logging_dir))
         self.lines = lines or SteadyLines()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"progress-{label}", daemon=True)
 
     def line(self) -> str:
-        return (f"pipeline: {self.label}, {tasks_done(self.logging_dir)}/{self.tasks} tasks done, "
-                f"{self.read():,} documents read")
+        """A live count says what was read so far; a count of finished tasks says so, and is left out while it
+        is zero (dedup rounds read signatures, not documents: '0 documents read' for minutes was untrue)."""
+        text = f"pipeline: {self.label}, {tasks_done(self.logging_dir)}/{self.tasks} tasks done"
+        if self.live:
+            return f"{text}, {self.read():,} documents read"
+        finished = self.read()
+        return f"{text}, {finished:,} documents read by the finished tasks" if finished else text
 
     def _loop(self) -> None:
         while not self._stop.wait(max(self.lines.interval, 0.05)):

@@ -88,3 +88,17 @@ def test_progress_lines_count_the_records_of_every_source(tmp_path):
     assert len(list(data)) == 5
     line = StageLines("filter", tmp_path / "logs", 1, read=lambda: live_records(tmp_path / "progress")).line()
     assert line == "pipeline: filter, 0/1 tasks done, 7 documents read"
+
+
+def test_a_stage_without_a_live_count_says_what_its_count_covers(tmp_path):
+    """Dedup's rounds read signatures, not documents: no '0 documents read' while they run."""
+    from pipeline.stages.progress import StageLines
+
+    stats = tmp_path / "logs" / "stats"
+    assert StageLines("dedup", tmp_path / "logs", 4).line() == "pipeline: dedup, 0/4 tasks done"
+    stats.mkdir(parents=True)
+    (stats / "00000.json").write_text(json.dumps([{"stats": {"documents": {"total": 12}}}]))
+    (tmp_path / "logs" / "completions").mkdir()
+    (tmp_path / "logs" / "completions" / "00000").touch()
+    assert StageLines("dedup", tmp_path / "logs", 4).line() == (
+        "pipeline: dedup, 1/4 tasks done, 12 documents read by the finished tasks")
