@@ -25,6 +25,16 @@ class TerminateSignal(KeyboardInterrupt):
     """SIGTERM, raised in the main thread; every `except KeyboardInterrupt` handles it like Ctrl-C."""
 
 
+_received = threading.Event()
+
+
+def sigterm_received() -> bool:
+    """Whether SIGTERM reached this process under `sigterm_as_interrupt`. A batch system signals the whole
+    process group: a worker pool (its forkserver included) can die of it and fail the stage before the
+    main thread's `TerminateSignal` is raised, and that failure must read as the stop it is."""
+    return _received.is_set()
+
+
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -38,6 +48,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
     def raise_interrupt(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        _received.set()
         raise TerminateSignal()
 
     previous = signal.signal(signal.SIGTERM, raise_interrupt)

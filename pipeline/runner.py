@@ -60,6 +60,7 @@ from datatrove.pipeline.base import PipelineStep
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
+from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, FILTER_NAMES, PipelineConfig
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
@@ -220,6 +221,8 @@ def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, 
         with StageLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
             executor.run()
     except Exception as exc:  # a task's exception, re-raised by the executor
+        if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
+            raise TerminateSignal() from exc
         raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs") from exc
     incomplete = executor.get_incomplete_ranks()
     if incomplete:

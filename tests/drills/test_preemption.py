@@ -7,6 +7,7 @@ Ctrl-C's path (tasks abandoned, finished ones kept, 143) and the rerun gives the
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -118,9 +119,12 @@ def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(t
     else:
         pytest.fail("the pipeline finished before every SIGTERM")
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
-    assert stopped.stderr.strip().splitlines()[-1] == (
-        f"terminated: pipeline stopped in stage tokenize; finished tasks are kept, continue with: "
-        f"millrace pipeline run {config}")
+    # the timer starts with tokenize; on a loaded machine the signal can land in a later stage. The pool's
+    # resource tracker, signalled with the group, may warn of leaked semaphores after millrace's last line.
+    said = [line for line in stopped.stderr.strip().splitlines() if "resource_tracker" not in line]
+    assert re.fullmatch(rf"terminated: pipeline stopped in stage (tokenize|decontaminate|split|assemble); finished "
+                        rf"tasks are kept, continue with: millrace pipeline run {re.escape(str(config))}",
+                        said[-1]), stopped.stderr[-3000:]
     assert not (final / "store.json").exists()
     rerun = subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config),
                             "--json"], capture_output=True, text=True, env=ENV, timeout=300)
