@@ -2,6 +2,7 @@
 the second is refused in one line naming the holder (pid, host, since), and a killed holder frees the
 name at once (the lock is the kernel's, dropped with the process)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,19 @@ from trainer.ladder.run import run_ladder
 VERSION = "2026.04.01"
 HOLD = "import sys, time; from millrace.writer_lock import WriterLock; WriterLock(sys.argv[1], 'x').acquire(); " \
        "print('held', flush=True); time.sleep(600)"
+
+
+@contextlib.contextmanager
+def holding(lock: Path) -> Iterator[subprocess.Popen]:
+    """Another live process holding `lock` for the block."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def _millrace(home: Path, *args: str, **kwargs) -> subprocess.Popen:
@@ -80,31 +95,17 @@ def test_a_heartbeat_that_stopped_reads_stale_from_another_host(tmp_path):
 
 def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(store_home, tmp_path):  # noqa: F811
     ladder = micro_ladder(tmp_path)
-    lock = store_home.ladder("micro") / "writer.lock"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with holding(store_home.ladder("micro") / "writer.lock") as holder:
         with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
             run_ladder(ladder, store_home)
-    finally:
-        holder.kill()
-        holder.wait()
     assert not store_home.runs.exists() and not (store_home.ladder("micro") / "ladder.json").exists()
 
 
 def test_a_ladder_fit_while_the_ladder_is_written_is_refused(home, tmp_path):
     """`ladder fit` rewrites ladder.json: during a run it would drop a rung result written meanwhile."""
-    lock = home.ladder("micro") / "writer.lock"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with holding(home.ladder("micro") / "writer.lock") as holder:
         with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
             fit_ladder(home, "micro")
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.slow
