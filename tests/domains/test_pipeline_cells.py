@@ -29,7 +29,7 @@ def _write_corpus(root):
     return sorted(by_source), len(documents)
 
 
-def _config(root, sources, tasks):
+def _config(root, sources, tasks, workers=1):
     tables = "".join(
         f'[[sources]]\nname = "{s}"\npaths = ["{root / "corpus" / s}"]\nlanguage_id = false\n\n' for s in sources
     )
@@ -45,7 +45,7 @@ version = "2026.01.03"
 
 [executor]
 tasks = {tasks}
-workers = 1
+workers = {workers}
 
 [quality]
 reference_sources = ["prose"]
@@ -55,11 +55,11 @@ k = 4
 """
 
 
-def _build(root, sources, tasks, executor=None):
+def _build(root, sources, tasks, executor=None, workers=1):
     config_path = root / f"pipeline-{tasks}.toml"
-    config_path.write_text(_config(root, sources, tasks))
+    config_path.write_text(_config(root, sources, tasks, workers))
     return run_pipeline(load_pipeline_config(config_path), Home.resolve(root / f"home-{tasks}-{executor}"),
-                        executor=executor)
+                        executor=executor, workers=workers)
 
 
 @pytest.fixture(scope="module")
@@ -159,15 +159,26 @@ def test_another_task_split_gives_the_same_cells(built):
 
 
 @pytest.mark.slow
-def test_the_ray_executor_gives_the_same_cells(built):
+def test_the_ray_executor_with_several_worker_processes_gives_the_identical_store(built):
+    """The one Ray test (its start-up is the cost): tasks run in worker processes, none in the driver, and the
+    store, cells with quality and domains included, equals the local executor's byte for byte."""
+    import os
+
     ray = pytest.importorskip("ray")
     root, sources, _, path = built
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        other = _build(root, sources, tasks=2, executor="ray")
+        other = _build(root, sources, tasks=2, executor="ray", workers=2)
     finally:
         ray.shutdown()
+    work = Home.resolve(root / "home-2-ray").work("local", "2026.01.03")
+    pids = {"tokenize": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "tokens").glob("*/held-out.json")},
+            "shards": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "parts").glob("*.json")}}
+    for stage, seen in pids.items():
+        assert len(seen) == 2 and os.getpid() not in seen, (stage, seen)
     assert _cells(other) == _cells(path)
+    files = {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    assert {p.relative_to(other).as_posix(): p.read_bytes() for p in sorted(other.rglob("*")) if p.is_file()} == files
 
 
 @pytest.mark.slow

@@ -129,32 +129,6 @@ def test_sigkill_mid_stage_then_rerun_gives_the_identical_store(built, tmp_path,
     assert store_files(home / "stores" / "local" / "2026.01.02") == store_files(reference)
 
 
-def worker_pids(work) -> dict[str, set[int]]:
-    """The processes that ran each tokenize and shard task (recorded in the work directory)."""
-    return {"tokenize": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "tokens").glob("*/held-out.json")},
-            "shards": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "parts").glob("*.json")}}
-
-
-@pytest.mark.slow
-def test_ray_executor_with_several_worker_processes_builds_the_same_store_as_the_local_one(built, tmp_path):
-    ray = pytest.importorskip("ray")
-    _, _, config_path, reference = built
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        home = Home.resolve(tmp_path / "home")
-        path = run_pipeline(load_pipeline_config(config_path), home, executor="ray", workers=2)
-    finally:
-        ray.shutdown()
-    pids = worker_pids(home.work("local", "2026.01.02"))
-    for stage, seen in pids.items():
-        assert len(seen) == 2 and os.getpid() not in seen, (stage, seen)  # one process per task, none the driver
-    ours, theirs = Store(path), Store(reference)
-    assert {c: (m.documents, m.tokens) for c, m in ours.manifest.cells.items()} == {
-        c: (m.documents, m.tokens) for c, m in theirs.manifest.cells.items()
-    }
-    assert store_files(path) == store_files(reference)
-
-
 def test_rerun_of_a_finished_store_changes_nothing(built):
     root, _, config_path, path = built
     before = store_files(path)

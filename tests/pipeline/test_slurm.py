@@ -111,7 +111,7 @@ def test_a_partition_is_required_and_time_is_checked(corpus, tmp_path, capsys):
 def test_submitted_chain_depends_stage_on_stage_and_builds_the_local_store(corpus, tmp_path, capsys, monkeypatch):
     from tests.pipeline.test_runner import store_files
 
-    _, _, config_path = corpus
+    _, _, two_tasks = corpus
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in {"sbatch": SBATCH, "srun": SRUN, "scontrol": SCONTROL}.items():
@@ -123,7 +123,7 @@ def test_submitted_chain_depends_stage_on_stage_and_builds_the_local_store(corpu
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[2]))
 
     home = tmp_path / "home"
-    assert millrace(["pipeline", "run", str(config_path), "--home", str(home), "--json"]) == 0
+    assert millrace(["pipeline", "run", str(two_tasks), "--home", str(home), "--json"]) == 0
     jobs = json.loads(capsys.readouterr().out)["jobs"]
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     stages = [call for call in calls if "launch_pickled_pipeline" in call["script"]]  # the rest merge stats
@@ -134,7 +134,7 @@ def test_submitted_chain_depends_stage_on_stage_and_builds_the_local_store(corpu
         dependency = next((a for a in call["args"] if a.startswith("--dependency=")), None)
         assert dependency == (f"--dependency=afterok:{before['job']}" if before else None)
 
-    local = run_pipeline(load_pipeline_config(config_path), Home.resolve(tmp_path / "local"), executor="local")
+    local = run_pipeline(load_pipeline_config(two_tasks), Home.resolve(tmp_path / "local"), executor="local")
     built = Home.resolve(home).store("local", "2026.01.02")
     assert store_files(built) == store_files(local)
 
