@@ -1,0 +1,200 @@
+"""What happened at one training step: `millrace train explain RUN --step N [--json]`.
+
+Three answers, from the run's own files (torch-free, so it runs beside a live run or long after it):
+- the batch: the loader rebuilds step N's global batch from the manifest the run trained on (a pure function
+  of manifest and step), so its cells, sources and, with the store's trace, its documents are known exactly;
+- the loss per cell at N against its running mean over the logged steps before (a bad batch shows as one cell
+  whose loss jumps; the median cell's move, the trend every cell shares early in training, is taken out);
+- which parameter groups moved: each group's norm change at N against its typical change per logged step, the
+  router bias (updated by a rule, not by gradients) apart from the gradient-trained groups. The reference run's
+  step-500 norm spike was the router bias while the gradient norm stayed flat.
+
+Metrics steps count optimizer steps from 1 (the record of step N follows the N-th update); the loader's batch
+for that update is its step N - 1.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from millrace.errors import ArtifactError, ConfigError
+from millrace.home import Home
+from trainer.metrics import read_metrics, read_run
+from trainer.param_groups import ROUTER_BIAS
+
+WINDOW = 20  # logged steps before N that make the running mean
+MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its typical change
+JUMP_SIGMAS = 4.0  # a cell's loss jumped when it rose this many standard deviations more than the median cell
+MIN_JUMP = 0.1  # ... and at least this many nats
+
+
+def running(values: list[float], value: float | None) -> dict[str, Any]:
+    """`value` against the mean and spread of the `values` before it."""
+    if value is None or not values:
+        return {"value": value, "mean": None, "std": None, "jump": None, "sigmas": None}
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    jump = value - mean
+    return {"value": value, "mean": mean, "std": std, "jump": jump, "sigmas": jump / max(std, 1e-3 * abs(mean), 1e-12)}
+
+
+def group_norms(record: dict[str, Any]) -> dict[str, float]:
+    """Norms per group in one record: gradient-trained groups, then the router bias per MoE layer."""
+    norms = {group: float(v) for group, v in (record.get("param_norm_per_group") or {}).items()}
+    if not norms and isinstance(record.get("param_norm"), (int, float)):
+        norms["gradient-trained (all)"] = float(record["param_norm"])  # a record from before the per-group norms
+    for entry in record.get("router_bias") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("norm"), (int, float)):
+            norms[f"{ROUTER_BIAS}/layer {entry.get('layer')}"] = float(entry["norm"])
+    return norms
+
+
+def moved_groups(before: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per group: its norm, the change since the previous logged step, and that change over the typical one."""
+    history = [group_norms(r) for r in before] + [group_norms(record)]
+    rows = []
+    for group, norm in history[-1].items():
+        series = [h.get(group) for h in history]
+        steps = [b - a for a, b in zip(series, series[1:]) if a is not None and b is not None]
+        if not steps:
+            continue
+        change, typical = steps[-1], [abs(d) for d in steps[:-1]]
+        scale = sum(typical) / len(typical) if typical else None
+        ratio = abs(change) / max(scale, 1e-12) if scale is not None else None
+        rows.append({"group": group, "rule_updated": group.startswith(ROUTER_BIAS), "norm": norm,
+                     "change": change, "typical_change": scale, "ratio": ratio,
+                     "moved": ratio is not None and ratio >= MOVED_RATIO and abs(change) > 1e-9})
+    return sorted(rows, key=lambda r: -(r["ratio"] or 0.0))
+
+
+def cell_losses(before: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each cell in the step's batch: its loss at the step against its running mean (largest jump first)."""
+    rows = []
+    for cell, value in (record.get("loss_per_cell") or {}).items():
+        history = [float(r["loss_per_cell"][cell]) for r in before
+                   if isinstance((r.get("loss_per_cell") or {}).get(cell), (int, float))]
+        rows.append({"cell": cell, **running(history, float(value) if isinstance(value, (int, float)) else None)})
+    jumps = sorted(r["jump"] for r in rows if r["jump"] is not None)
+    common = jumps[len(jumps) // 2] if len(jumps) > 2 else 0.0  # the median cell's move: the trend all share
+    for row in rows:
+        row["excess"] = None if row["jump"] is None else row["jump"] - common
+        row["jumped"] = bool(row["excess"] is not None and row["excess"] >= MIN_JUMP
+                             and row["excess"] >= JUMP_SIGMAS * max(row["std"], 1e-12))
+    return sorted(rows, key=lambda r: -(r["excess"] if r["excess"] is not None else -math.inf))
+
+
+def step_figures(before: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any]:
+    keys = ("loss", "grad_norm", "param_norm", "param_norm_with_router_bias")
+    return {key: running([float(r[key]) for r in before if isinstance(r.get(key), (int, float))],
+                         float(record[key]) if isinstance(record.get(key), (int, float)) else None) for key in keys}
+
+
+def manifest_for_step(home: Home, run: dict[str, Any], step: int) -> tuple[Path, str | None]:
+    """The built manifest the run trained on at loader step `step`, and the hash the run pinned for it."""
+    from mixtures.manifest import find_manifest
+
+    ranges = run.get("revisions") or []
+    covering = next((r for r in ranges if r.get("start_step", 0) <= step < r.get("stop_step", math.inf)), None)
+    revision = (covering or {}).get("revision") or run.get("revision")
+    pinned = (covering or {}).get("manifest_hash") or run.get("manifest_hash")
+    recorded = Path(run["manifest_path"]) if run.get("manifest_path") else None
+    if recorded is not None and recorded.exists() and revision == run.get("revision"):
+        return recorded, pinned
+    return find_manifest(home, str(run.get("mixture")), str(revision)), pinned
+
+
+def batch_contents(manifest_path: Path, pinned: str | None, loader_step: int, decode: bool) -> dict[str, Any]:
+    """Step `loader_step`'s global batch as the loader gives it: per cell its sequences, tokens per source."""
+    from loader.peek import peek
+    from loader.stream import MixtureStream
+
+    stream = MixtureStream(manifest_path, prefetch=0)
+    if pinned is not None and stream.manifest_hash != pinned:
+        raise ArtifactError(f"{manifest_path}: hash {stream.manifest_hash[:12]} is not the {pinned[:12]} the run "
+                            "trained on (the revision was rebuilt); the batch cannot be rebuilt")
+    seen = peek(stream, loader_step, decode=decode)
+    cells: dict[str, dict[str, Any]] = {}
+    for sample in seen["samples"]:
+        cells.setdefault(sample["cell"], {"cell": sample["cell"], "sequences": 0, "sources": {}})["sequences"] += 1
+    if not stream.index_only and stream.has_sources:
+        batch = stream.batch(loader_step)
+        for row, cell in enumerate(batch.cells):
+            ids, counts = np.unique(batch.sources[row], return_counts=True)
+            sources = cells[cell]["sources"]
+            for source, count in zip(ids.tolist(), counts.tolist()):
+                name = stream.source_names[source]
+                sources[name] = sources.get(name, 0) + int(count)
+    return {"manifest": str(manifest_path), "mixture": seen["mixture"], "revision": seen["revision"],
+            "phase": seen["phase"], "loader_step": loader_step, "sequences": len(seen["samples"]),
+            "cells": sorted(cells.values(), key=lambda c: (-c["sequences"], c["cell"])), "samples": seen["samples"]}
+
+
+def explain(home: Home, run_name: str, step: int, decode: bool = False, window: int = WINDOW) -> dict[str, Any]:
+    """Everything `train explain` says about metrics step `step` of `run_name`, JSON-ready."""
+    run_dir = home.run(run_name)
+    if not (run_dir / "run.json").exists():
+        raise ConfigError(f"run {run_name!r}: no run.json in {run_dir}")
+    run = read_run(run_dir)
+    records = read_metrics(run_dir)
+    at = next((i for i, r in enumerate(records) if r["step"] == step), None)
+    if at is None:
+        logged = f"logged steps {records[0]['step']}..{records[-1]['step']}" if records else "no steps logged yet"
+        raise ConfigError(f"--step {step}: no metrics record for that step in {run_dir / 'metrics.jsonl'} ({logged}; "
+                          f"every {run.get('config', {}).get('metrics', {}).get('log_every', 1)} steps)")
+    record, before = records[at], records[max(0, at - window):at]
+    path, pinned = manifest_for_step(home, run, step - 1)
+    cells = cell_losses(before, record)
+    groups = moved_groups(before, record)
+    alerts = record.get("alerts") or {}
+    return {
+        "run": run.get("run") or run_name, "step": step, "previous_step": before[-1]["step"] if before else None,
+        "window": len(before), "figures": step_figures(before, record),
+        "batch": batch_contents(path, pinned, step - 1, decode),
+        "cells": cells, "jumped_cells": [c["cell"] for c in cells if c["jumped"]],
+        "groups": groups, "moved_groups": [g["group"] for g in groups if g["moved"]],
+        "alerts": {"started": [a.get("name") for a in alerts.get("started") or [] if isinstance(a, dict)],
+                   "active": list(alerts.get("active") or [])},
+    }
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def format_explain(found: dict[str, Any]) -> str:
+    """The explanation for a person: the verdict first, then the batch, the cells and the groups."""
+    batch, figures = found["batch"], found["figures"]
+    loss = figures["loss"]
+    lines = [f"run {found['run']}, step {found['step']} (loader step {batch['loader_step']}, phase {batch['phase']} "
+             f"of {batch['mixture']}/{batch['revision']}), against the mean of {found['window']} logged steps before",
+             f"  loss {_num(loss['value'])} (mean {_num(loss['mean'])}, {_num(loss['jump'], 3)} from it); "
+             f"grad norm {_num(figures['grad_norm']['value'])} (mean {_num(figures['grad_norm']['mean'])})"]
+    moved = ", ".join(found["moved_groups"]) or "none beyond their usual change"
+    jumped = ", ".join(found["jumped_cells"]) or "none"
+    lines += [f"  groups that moved: {moved}", f"  cells whose loss jumped: {jumped}"]
+    if found["alerts"]["started"]:
+        lines.append(f"  alerts that started here: {', '.join(found['alerts']['started'])}")
+    lines.append(f"batch: {batch['sequences']} sequences from {len(batch['cells'])} cells")
+    for cell in batch["cells"]:
+        sources = ", ".join(f"{s} {n:,}" for s, n in sorted(cell["sources"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"  {cell['cell']:<12} {cell['sequences']:>4} seq  {('tokens by source: ' + sources) if sources else ''}")
+    lines.append("loss per cell (largest jump first): value, running mean, jump, jump beyond the median cell's")
+    for row in found["cells"]:
+        mark = "  <- jumped" if row["jumped"] else ""
+        lines.append(f"  {row['cell']:<12} {_num(row['value']):>8} {_num(row['mean']):>8} {_num(row['jump'], 3):>8} "
+                     f"{_num(row['excess'], 3):>8}{mark}")
+    lines.append("parameter groups (largest change over typical first): norm, change, typical change, ratio")
+    for row in found["groups"]:
+        kind = "rule" if row["rule_updated"] else "grad"
+        mark = "  <- moved" if row["moved"] else ""
+        lines.append(f"  {row['group']:<24} {kind} {_num(row['norm']):>9} {_num(row['change'], 3):>10} "
+                     f"{_num(row['typical_change'], 3):>10} {_num(row['ratio'], 3):>8}{mark}")
+    for sample in batch["samples"]:
+        if "text" in sample:
+            documents = ", ".join(f"{d['source']}:{d['id']}" for d in sample.get("documents") or [])
+            lines.append(f"  [{sample['position']}] {sample['cell']} {sample['text']!r} {documents}")
+    return "\n".join(lines)
