@@ -107,15 +107,21 @@ def manifest_for_step(home: Home, run: dict[str, Any], step: int) -> tuple[Path,
     return find_manifest(home, str(run.get("mixture")), str(revision)), pinned
 
 
-def batch_contents(manifest_path: Path, pinned: str | None, loader_step: int, decode: bool) -> dict[str, Any]:
-    """Step `loader_step`'s global batch as the loader gives it: per cell its sequences, tokens per source."""
-    from loader.peek import peek
+def open_stream(manifest_path: Path, pinned: str | None) -> Any:
+    """The loader's stream over the manifest the run trained on; a rebuilt revision (another hash) is refused."""
     from loader.stream import MixtureStream
 
     stream = MixtureStream(manifest_path, prefetch=0)
     if pinned is not None and stream.manifest_hash != pinned:
         raise ArtifactError(f"{manifest_path}: hash {stream.manifest_hash[:12]} is not the {pinned[:12]} the run "
                             "trained on (the revision was rebuilt); the batch cannot be rebuilt")
+    return stream
+
+
+def batch_contents(stream: Any, loader_step: int, decode: bool) -> dict[str, Any]:
+    """Step `loader_step`'s global batch as the loader gives it: per cell its sequences, tokens per source."""
+    from loader.peek import peek
+
     seen = peek(stream, loader_step, decode=decode)
     cells: dict[str, dict[str, Any]] = {}
     for sample in seen["samples"]:
@@ -128,37 +134,89 @@ def batch_contents(manifest_path: Path, pinned: str | None, loader_step: int, de
             for source, count in zip(ids.tolist(), counts.tolist()):
                 name = stream.source_names[source]
                 sources[name] = sources.get(name, 0) + int(count)
-    return {"manifest": str(manifest_path), "mixture": seen["mixture"], "revision": seen["revision"],
+    return {"manifest": str(stream.path), "mixture": seen["mixture"], "revision": seen["revision"],
             "phase": seen["phase"], "loader_step": loader_step, "sequences": len(seen["samples"]),
             "cells": sorted(cells.values(), key=lambda c: (-c["sequences"], c["cell"])), "samples": seen["samples"]}
 
 
-def explain(home: Home, run_name: str, step: int, decode: bool = False, window: int = WINDOW) -> dict[str, Any]:
-    """Everything `train explain` says about metrics step `step` of `run_name`, JSON-ready."""
-    run_dir = home.run(run_name)
-    if not (run_dir / "run.json").exists():
-        raise ConfigError(f"run {run_name!r}: no run.json in {run_dir}")
-    run = read_run(run_dir)
-    records = read_metrics(run_dir)
-    at = next((i for i, r in enumerate(records) if r["step"] == step), None)
-    if at is None:
-        logged = f"logged steps {records[0]['step']}..{records[-1]['step']}" if records else "no steps logged yet"
-        raise ConfigError(f"--step {step}: no metrics record for that step in {run_dir / 'metrics.jsonl'} ({logged}; "
-                          f"every {run.get('config', {}).get('metrics', {}).get('log_every', 1)} steps)")
+def explain_record(records: list[dict[str, Any]], at: int, window: int = WINDOW) -> dict[str, Any]:
+    """What the metrics say about `records[at]` against the `window` records before it."""
     record, before = records[at], records[max(0, at - window):at]
-    path, pinned = manifest_for_step(home, run, step - 1)
     cells = cell_losses(before, record)
     groups = moved_groups(before, record)
     alerts = record.get("alerts") or {}
     return {
-        "run": run.get("run") or run_name, "step": step, "previous_step": before[-1]["step"] if before else None,
-        "window": len(before), "figures": step_figures(before, record),
-        "batch": batch_contents(path, pinned, step - 1, decode),
+        "step": record["step"], "previous_step": before[-1]["step"] if before else None, "window": len(before),
+        "figures": step_figures(before, record),
         "cells": cells, "jumped_cells": [c["cell"] for c in cells if c["jumped"]],
         "groups": groups, "moved_groups": [g["group"] for g in groups if g["moved"]],
         "alerts": {"started": [a.get("name") for a in alerts.get("started") or [] if isinstance(a, dict)],
                    "active": list(alerts.get("active") or [])},
     }
+
+
+def read_run_files(home: Home, run_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    run_dir = home.run(run_name)
+    if not (run_dir / "run.json").exists():
+        raise ConfigError(f"run {run_name!r}: no run.json in {run_dir}")
+    return read_run(run_dir), read_metrics(run_dir)
+
+
+def explain(home: Home, run_name: str, step: int, decode: bool = False, window: int = WINDOW) -> dict[str, Any]:
+    """Everything `train explain` says about metrics step `step` of `run_name`, JSON-ready."""
+    run, records = read_run_files(home, run_name)
+    at = next((i for i, r in enumerate(records) if r["step"] == step), None)
+    if at is None:
+        logged = f"logged steps {records[0]['step']}..{records[-1]['step']}" if records else "no steps logged yet"
+        every = (run.get("config") or {}).get("metrics", {}).get("log_every", 1)
+        raise ConfigError(f"--step {step}: no metrics record for that step in {home.run(run_name) / 'metrics.jsonl'} "
+                          f"({logged}, every {every} steps)")
+    path, pinned = manifest_for_step(home, run, step - 1)
+    found = explain_record(records, at, window)
+    return {"run": run.get("run") or run_name, **found, "batch": batch_contents(open_stream(path, pinned), step - 1,
+                                                                                decode)}
+
+
+def explain_steps(home: Home, run: dict[str, Any], records: list[dict[str, Any]], steps: list[int],
+                  window: int = WINDOW) -> dict[int, dict[str, Any]]:
+    """`explain` for several steps of one run (its run.json and metrics records, already read; each manifest
+    opened once), without the per-sample rows; a batch the loader cannot rebuild (manifest gone or rebuilt)
+    says why under `batch.error`."""
+    where = {r["step"]: i for i, r in enumerate(records)}
+    streams: dict[Path, Any] = {}
+    found = {}
+    for step in steps:
+        if step not in where:
+            continue
+        entry = explain_record(records, where[step], window)
+        try:
+            path, pinned = manifest_for_step(home, run, step - 1)
+            if path not in streams:
+                streams[path] = open_stream(path, pinned)
+            batch = batch_contents(streams[path], step - 1, decode=False)
+            batch.pop("samples")
+        except (ArtifactError, ConfigError) as exc:
+            batch = {"error": str(exc), "loader_step": step - 1, "cells": []}
+        found[step] = {**entry, "batch": batch}
+    return found
+
+
+def notable_steps(records: list[dict[str, Any]], limit: int = 12, window: int = WINDOW) -> list[int]:
+    """The steps worth explaining on a run page: where an alert started, then the largest loss, gradient-norm
+    and parameter-norm (router bias included) jumps against their running means."""
+    chosen = [r["step"] for r in records if (r.get("alerts") or {}).get("started")]
+    for key in ("loss", "grad_norm", "param_norm_with_router_bias"):
+        values = np.array([float(r[key]) if isinstance(r.get(key), (int, float)) else np.nan for r in records])
+        if key == "param_norm_with_router_bias":
+            values = np.abs(np.diff(values, prepend=np.nan))  # the norm drifts: its steps are what jump
+        scores = []
+        for i in range(3, len(values)):
+            prior = values[max(0, i - window):i]
+            prior = prior[np.isfinite(prior)]
+            if len(prior) >= 3 and np.isfinite(values[i]):
+                scores.append(((values[i] - prior.mean()) / max(prior.std(), 1e-12), records[i]["step"]))
+        chosen += [step for score, step in sorted(scores, reverse=True)[:3] if score >= JUMP_SIGMAS]
+    return sorted(list(dict.fromkeys(chosen))[:limit])
 
 
 def _num(value: float | None, digits: int = 4) -> str:
