@@ -46,7 +46,11 @@ function drawChart(container, spec, range) {
     legend: true, connectGaps: true, log: $("compare-log").checked });
 }
 
-function panel(parent, id) { return h("div", { id }, parent); }
+// Panels are laid out first and drawn after, so each is measured at its final width in the grid.
+let pending = [];
+function panel(parent, id) { const node = h("div", { id }, parent); return node; }
+function queue(container, spec, range) { pending.push([container, spec, range]); }
+function drawQueued() { for (const [container, spec, range] of pending) drawChart(container, spec, range); pending = []; }
 
 function sharedRange(runs, axis) {
   const xs = runs.flatMap((r) => X_AXES[axis].train(r).concat(evalX(r, axis))).filter((v) => v !== null && isFinite(v));
@@ -62,20 +66,20 @@ function drawCurves(runs) {
   const axis = $("x-axis").value, range = sharedRange(runs, axis);
   const train = $("c-train"), evals = $("c-eval"), cells = $("c-cells");
   for (const node of [train, evals, cells]) node.textContent = "";
-  drawChart(panel(train, "p-loss"), { title: "Training loss", yLabel: LOSS, series: trainSeries(runs, axis, "loss") }, range);
-  drawChart(panel(train, "p-grad"), { title: "Gradient norm (trained parameters)", yLabel: "L2 norm",
+  queue(panel(train, "p-loss"), { title: "Training loss", yLabel: LOSS, series: trainSeries(runs, axis, "loss") }, range);
+  queue(panel(train, "p-grad"), { title: "Gradient norm (trained parameters)", yLabel: "L2 norm",
     series: trainSeries(runs, axis, "grad_norm") }, range);
-  drawChart(panel(train, "p-param"), { title: "Parameter norm with the router bias", yLabel: "L2 norm",
+  queue(panel(train, "p-param"), { title: "Parameter norm with the router bias", yLabel: "L2 norm",
     series: trainSeries(runs, axis, "param_norm_with_router_bias") }, range);
-  drawChart(panel(train, "p-lr"), { title: "Learning rate", yLabel: "learning rate", series: trainSeries(runs, axis, "lr") }, range);
+  queue(panel(train, "p-lr"), { title: "Learning rate", yLabel: "learning rate", series: trainSeries(runs, axis, "lr") }, range);
   const evalSeries = (pick) => runs.map((r) => ({ name: r.name, x: evalX(r, axis), y: pick(r) || [] }));
-  drawChart(panel(evals, "p-eval-macro"), { title: "Held-out loss, macro over cells", yLabel: LOSS,
+  queue(panel(evals, "p-eval-macro"), { title: "Held-out loss, macro over cells", yLabel: LOSS,
     series: evalSeries((r) => r.eval.loss.average.macro) }, range);
-  drawChart(panel(evals, "p-eval-bpb"), { title: "Held-out bits per byte, macro over cells", yLabel: "bits per byte",
+  queue(panel(evals, "p-eval-bpb"), { title: "Held-out bits per byte, macro over cells", yLabel: "bits per byte",
     series: evalSeries((r) => r.eval.bpb.average.macro) }, range);
   const sets = [...new Set(runs.flatMap((r) => Object.keys(r.eval.loss.set)))].sort();
   for (const set of sets)
-    drawChart(panel(evals, `p-set-${set}`), { title: `Held-out loss on set ${set}`, yLabel: LOSS,
+    queue(panel(evals, `p-set-${set}`), { title: `Held-out loss on set ${set}`, yLabel: LOSS,
       series: evalSeries((r) => r.eval.loss.set[set]) }, range);
   const names = [...new Set(runs.flatMap((r) => Object.keys(r.loss_per_cell)))].sort();
   const shown = names.slice(0, cellLimit);
@@ -83,8 +87,9 @@ function drawCurves(runs) {
   for (const cell of shown) {
     const series = runs.map((r) => ({ name: `${r.name} train`, x: X_AXES[axis].train(r), y: r.loss_per_cell[cell] || [] }))
       .concat(runs.filter((r) => r.eval.loss.cell[cell]).map((r) => ({ name: `${r.name} held-out`, x: evalX(r, axis), y: r.eval.loss.cell[cell] })));
-    drawChart(panel(cells, `p-cell-${cell}`), { title: `Cell ${cell}`, yLabel: LOSS, series }, range);
+    queue(panel(cells, `p-cell-${cell}`), { title: `Cell ${cell}`, yLabel: LOSS, series }, range);
   }
+  drawQueued();
   if (names.length > shown.length) {
     const more = h("button", { type: "button", id: "more-cells" }, cells, `show all ${names.length} cells`);
     more.addEventListener("click", () => { cellLimit = Infinity; drawCurves(runs); });

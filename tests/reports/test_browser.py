@@ -503,3 +503,66 @@ def test_comparison_page_overlays_runs(browser, tmp_path):
     tab.shot("compare")
     tab.check_clean()
     tab.close()
+
+
+@pytest.fixture(scope="module")
+def compared_site(tmp_path_factory) -> Path:
+    """Three runs on two revisions of the small store, one with a loss spike (an alert) at step 150."""
+    home = Home.resolve(tmp_path_factory.mktemp("compare") / "home")
+    factory.make_small_store(home)
+    revisions = factory.make_small_revisions(home)
+    factory.write_contract_metrics(home, "first", revisions["natural"], steps=300)
+    factory.write_contract_metrics(home, "second", revisions["uniform-sampling"], steps=200, spikes={150: 9.0})
+    factory.write_contract_metrics(home, "third", revisions["natural"], steps=100, status="running")
+    out = home.root / "site"
+    build_site(home, out)
+    return out
+
+
+def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
+    tab = Tab(browser)
+    tab.open(compared_site / "index.html")
+    rows = lambda: tab.page.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => r.dataset.run)")
+    assert sorted(rows()) == ["first", "second", "third"]
+    tab.page.click("#runs thead th:nth-child(7) button")  # sort by loss, lowest first after a second click
+    tab.page.click("#runs thead th:nth-child(7) button")
+    assert rows() == ["first", "second", "third"]  # 300 steps trained lower than 200 and 100
+    tab.page.select_option("#f-revision", "uniform-sampling")
+    assert rows() == ["second"]
+    tab.page.select_option("#f-revision", "")
+    assert tab.page.is_disabled("#compare-ticked")
+    tab.page.check('tr[data-run="first"] input[type=checkbox]')
+    tab.page.check('tr[data-run="second"] input[type=checkbox]')
+    tab.page.click("#compare-ticked")
+    tab.page.wait_for_url("**/compare.html?runs=*")
+    tab.page.wait_for_selector("#p-loss svg")
+    assert tab.page.url.endswith("compare.html?runs=first,second")
+    assert tab.page.eval_on_selector_all("#compare-table tbody tr", "rs => rs.map(r => r.dataset.run)") == ["first", "second"]
+    diff = tab.page.inner_text("#revision-diff")
+    assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
+    # every panel spans the same x range: the same first and last x tick labels, and the axes are named
+    ticks = tab.page.evaluate("""() => [...document.querySelectorAll('#c-train svg, #c-eval svg, #c-cells svg')].map(svg => {
+        const xs = [...svg.querySelectorAll('text[y="242"]')].map(t => t.textContent);
+        return [xs[0], xs[xs.length - 1]]; })""")
+    drawn = [t for t in ticks if t[0] is not None]  # a panel without data says so instead
+    assert len(drawn) >= 6 and all(t == drawn[0] for t in drawn), ticks
+    labels = tab.page.eval_on_selector_all("#c-train svg", "ss => ss.map(s => s.getAttribute('aria-label'))")
+    assert any("loss (nats per token) against step" in label for label in labels)
+    tab.page.select_option("#x-axis", "tokens")
+    assert "against tokens trained" in tab.page.get_attribute("#p-loss svg", "aria-label")
+    tab.shot("compare")
+    tab.check_clean()
+    tab.close()
+
+
+def test_the_explain_view_shows_the_alerted_step(browser, compared_site):
+    tab = Tab(browser)
+    tab.open(compared_site / "runs" / "second" / "explain.html")
+    assert tab.page.is_visible('#step-buttons button[data-step="150"]')
+    tab.page.click('#step-buttons button[data-step="150"]')
+    assert "Step 150" in tab.page.inner_text("#explain-panel")
+    assert "loss 9" in tab.page.inner_text("#explain-verdict")
+    assert "?step=150" in tab.page.url
+    tab.shot("explain")
+    tab.check_clean()
+    tab.close()
