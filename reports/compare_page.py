@@ -1,6 +1,6 @@
 """The compare page, `SITE/compare.html?runs=A,B,...`: any runs of the site on one page.
 
-The page is static and the same for every choice of runs: it loads each named run's `runs/<run>/data.js`
+The page is static and the same for every choice of runs: it loads each named run's `runs/<run>/summary.js`
 (written with the run's page) and draws them on shared axes: the same x range on every panel (step, tokens
 or time), the config and mixture-revision differences, and per-cell and per-eval-set curves side by side.
 The runs index ticks runs into its URL; each run page links to it with its own run.

@@ -19,7 +19,7 @@ from reports.compare_page import compare_query, write_compare_page, write_explai
 from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import embed_json, render_page, static_text
-from reports.run_data import write_explain_data, write_run_data
+from reports.compare_data import write_explain_data, write_run_summary
 from reports.run_page import REFRESH_SECONDS, write_run_page
 from reports.training import RUN_FILE, MetricsTail, RunView, load_run, load_run_summary
 
@@ -126,14 +126,14 @@ def build_pages(
         view = load_run(run_dir)
         views.append(view)
         path = write_run_page(view, site)
-        write_run_data(view, site, rungs.get(view.name))
+        write_run_summary(view, site, rungs.get(view.name))
         write_explain_data(view, site, home)
         write_explain_page(site, view.name)
         log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
         pages.runs.append(path)
         if progress:
             progress()
-    compare = write_compare_page(site, [p.name for p in find_runs(home) if (site / "runs" / p.name / "data.js").exists()])
+    compare = write_compare_page(site, [p.name for p in find_runs(home) if (site / "runs" / p.name / "summary.js").exists()])
     if runs and len(views) > 1:  # runs named on the command line: the compare page opened on them
         pages.compare = compare.as_uri() + compare_query([v.name for v in views])
         log.info("compare them at %s", pages.compare)
@@ -204,7 +204,7 @@ def build_run_page(
     site = Path(out) if out is not None else home.site
     view = load_run(home.run(run), tail)
     path = write_run_page(view, site, refresh_seconds)
-    write_run_data(view, site, rung_runs(load_ladders(home)).get(view.name))
+    write_run_summary(view, site, rung_runs(load_ladders(home)).get(view.name))
     refresh_index(home, site)
     return path
 

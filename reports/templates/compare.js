@@ -1,4 +1,4 @@
-// The compare page: the runs named in ?runs=a,b are loaded from runs/<run>/data.js (scripts may load from
+// The compare page: the runs named in ?runs=a,b are loaded from runs/<run>/summary.js (scripts may load from
 // file://, JSON may not be fetched) and drawn on one x range, with their config and mixture differences.
 "use strict";
 const PAGE = pageData();
@@ -16,7 +16,7 @@ function loadRuns(names, done) {
   if (!left) done();
   for (const name of names) {
     const script = document.createElement("script");
-    script.src = `runs/${encodeURIComponent(name)}/data.js`;
+    script.src = `runs/${encodeURIComponent(name)}/summary.js`;
     script.onload = script.onerror = () => { if (--left === 0) done(); };
     document.head.appendChild(script);
   }
@@ -32,34 +32,51 @@ function evalX(r, axis) {
   });
 }
 
-// The one call that draws a panel (24a's uPlot charts replace its body): series [{name, x, y, lo, hi}] over
-// the shared range [lo, hi], merged on the union of their x values.
+// The one call that draws a panel: a TimeChart (timeseries.js, on the vendored uPlot) of series
+// [{name, x, y, faint}] shown over the shared range; zooming one panel zooms them all, double-click resets.
+let charts = [];
 function drawChart(container, spec, range) {
-  const xs = [...new Set([range.lo, range.hi, ...spec.series.flatMap((s) => s.x)])]
-    .filter((v) => v !== null && v !== undefined && isFinite(v) && v >= range.lo && v <= range.hi).sort((a, b) => a - b);
-  const series = spec.series.map((s, k) => {
-    const at = new Map(s.x.map((v, i) => [v, i]));
-    const pick = (arr) => (arr ? xs.map((v) => (at.has(v) ? arr[at.get(v)] : null)) : undefined);
-    return { name: s.name, values: pick(s.y), lo: pick(s.lo), hi: pick(s.hi), colour: colour(k) };
+  if (!spec.series.some((s) => (s.y || []).some((v) => v !== null && v !== undefined))) {
+    h("p", { class: "note empty" }, container, `${spec.title}: no data in these runs`);
+    return;
+  }
+  const chart = new TimeChart(container, {
+    title: spec.title, xLabel: range.label, yLabel: spec.yLabel, xFormat: range.format, log: $("compare-log").checked,
+    sync: "compare", series: spec.series.map((s) => ({ name: s.name, faint: s.faint, colour: s.colour })),
+    onZoom: (lo, hi) => { for (const c of charts) c.setRange(lo === null ? range.lo : lo, hi === null ? range.hi : hi); },
   });
-  lineChart(container, xs, series, { title: spec.title, yLabel: spec.yLabel, xLabel: range.label, xFormat: range.format,
-    legend: true, connectGaps: true, log: $("compare-log").checked });
+  chart.setData(spec.series.map((s) => {
+    const keep = s.x.map((_, i) => i).filter((i) => s.x[i] !== null && s.x[i] !== undefined && isFinite(s.x[i]));
+    return [keep.map((i) => s.x[i]), keep.map((i) => (s.y[i] === undefined ? null : s.y[i]))];
+  }));
+  chart.setRange(range.lo, range.hi);
+  charts.push(chart);
 }
 
 // Panels are laid out first and drawn after, so each is measured at its final width in the grid.
 let pending = [];
 function panel(parent, id) { const node = h("div", { id }, parent); return node; }
 function queue(container, spec, range) { pending.push([container, spec, range]); }
-function drawQueued() { for (const [container, spec, range] of pending) drawChart(container, spec, range); pending = []; }
+function drawQueued() {
+  for (const c of charts) c.destroy();
+  charts = [];
+  for (const [container, spec, range] of pending) drawChart(container, spec, range);
+  pending = [];
+}
 
 function sharedRange(runs, axis) {
   const xs = runs.flatMap((r) => X_AXES[axis].train(r).concat(evalX(r, axis))).filter((v) => v !== null && isFinite(v));
   return { lo: Math.min(...xs), hi: Math.max(...xs), label: X_AXES[axis].label, format: X_AXES[axis].format };
 }
 
+// Each run's curve (the last value per bucket when thinned) and, when thinned, its bucket maxima drawn faintly
+// (a one-step spike stays visible at any run length); colours follow the run.
 function trainSeries(runs, axis, key) {
-  return runs.map((r) => ({ name: r.name, x: X_AXES[axis].train(r), y: r.curves[key] || [],
-    lo: (r.bands[key] || {}).lo, hi: (r.bands[key] || {}).hi }));
+  return runs.flatMap((r, k) => {
+    const x = X_AXES[axis].train(r), hi = (r.bands[key] || {}).hi;
+    const line = { name: r.name, x, y: r.curves[key] || [], colour: colour(k) };
+    return hi ? [line, { name: `${r.name} (max per point)`, x, y: hi, colour: colour(k), faint: true }] : [line];
+  });
 }
 
 function drawCurves(runs) {
@@ -72,7 +89,7 @@ function drawCurves(runs) {
   queue(panel(train, "p-param"), { title: "Parameter norm with the router bias", yLabel: "L2 norm",
     series: trainSeries(runs, axis, "param_norm_with_router_bias") }, range);
   queue(panel(train, "p-lr"), { title: "Learning rate", yLabel: "learning rate", series: trainSeries(runs, axis, "lr") }, range);
-  const evalSeries = (pick) => runs.map((r) => ({ name: r.name, x: evalX(r, axis), y: pick(r) || [] }));
+  const evalSeries = (pick) => runs.map((r, k) => ({ name: r.name, x: evalX(r, axis), y: pick(r) || [], colour: colour(k) }));
   queue(panel(evals, "p-eval-macro"), { title: "Held-out loss, macro over cells", yLabel: LOSS,
     series: evalSeries((r) => r.eval.loss.average.macro) }, range);
   queue(panel(evals, "p-eval-bpb"), { title: "Held-out bits per byte, macro over cells", yLabel: "bits per byte",
@@ -85,8 +102,9 @@ function drawCurves(runs) {
   const shown = names.slice(0, cellLimit);
   $("cells-note").textContent = `${shown.length} of ${names.length} cells: training loss (batches that held the cell) and, where evaluated, held-out loss.`;
   for (const cell of shown) {
-    const series = runs.map((r) => ({ name: `${r.name} train`, x: X_AXES[axis].train(r), y: r.loss_per_cell[cell] || [] }))
-      .concat(runs.filter((r) => r.eval.loss.cell[cell]).map((r) => ({ name: `${r.name} held-out`, x: evalX(r, axis), y: r.eval.loss.cell[cell] })));
+    const series = runs.map((r, k) => ({ name: `${r.name} train`, x: X_AXES[axis].train(r), y: r.loss_per_cell[cell] || [], colour: colour(k) }))
+      .concat(runs.map((r, k) => ({ name: `${r.name} held-out`, x: evalX(r, axis), y: r.eval.loss.cell[cell], colour: colour(k), faint: true }))
+        .filter((s) => s.y));
     queue(panel(cells, `p-cell-${cell}`), { title: `Cell ${cell}`, yLabel: LOSS, series }, range);
   }
   drawQueued();

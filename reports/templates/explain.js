@@ -1,37 +1,45 @@
-// The explain view of one run: loss and norm curves from ./data.js; picking a step shows `train explain` for it
-// from ./explain.js (computed at report build for the run's notable steps).
+// The explain view of one run: loss and norm curves from ./summary.js; picking a step shows `train explain` for it
+// from ./explain-data.js (computed at report build for the run's notable steps).
 "use strict";
 const RUN = pageData().run;
 const D = (window.MILLRACE_RUNS || {})[RUN];
 const E = (window.MILLRACE_EXPLAIN || {})[RUN] || { steps: [], explained: {} };
 const LOSS_Y = "loss (nats per token)";
 
-// Clicking a chart picks the explained step nearest the clicked x (the chart's plot spans x[0]..x[last]).
-function pickOnClick(container, xs, onPick) {
-  container.style.cursor = "crosshair";
-  container.addEventListener("click", (evt) => {
-    const svg = container.querySelector("svg");
-    if (!svg || !xs.length) return;
-    const box = svg.getBoundingClientRect(), W = svg.viewBox.baseVal.width, L = 70, R = 12;
-    const at = ((evt.clientX - box.left) * W / box.width - L) / (W - L - R);
-    const step = xs[0] + Math.max(0, Math.min(1, at)) * (xs[xs.length - 1] - xs[0]);
-    onPick(Math.round(step));
+// A click (not a drag, which zooms) on a chart picks the explained step nearest the x under the cursor.
+function pickOnClick(container, onPick) {
+  let down = null;
+  container.addEventListener("mousedown", (e) => { down = e.clientX; });
+  container.addEventListener("click", (e) => {
+    const u = container.uplot;
+    if (!u || down === null || Math.abs(e.clientX - down) > 3 || u.cursor.left === undefined || u.cursor.left < 0) return;
+    onPick(Math.round(u.posToVal(u.cursor.left, "x")));
   });
 }
 
-function marks() { return E.steps.map((s) => ({ x: s, label: `explained step ${s}`, quiet: true, colour: "#7a3db8" })); }
+function marks() { return E.steps.map((s) => ({ x: s, label: String(s) })); }
+
+function chart(id, title, yLabel, series) {
+  const c = new TimeChart($(id), { title, yLabel, xLabel: "step", sync: "explain", marks: marks(),
+    series: series.map((s) => ({ name: s.name, faint: s.faint, dash: s.dash })),
+    onZoom: (lo, hi) => { for (const other of CHARTS) if (other !== c) other.setRange(lo, hi); } });
+  c.setData(series.map((s) => [D.steps, s.values]));
+  CHARTS.push(c);
+  pickOnClick($(id), (step) => show(nearest(step)));
+}
+const CHARTS = [];
 
 function drawCharts() {
   if (!D) return;
-  const band = (key) => D.bands[key] || {};
-  lineChart($("e-loss"), D.steps, [{ name: "loss", values: D.curves.loss, ...band("loss") }],
-    { title: "Training loss (click to pick a step)", yLabel: LOSS_Y, marks: marks() });
-  lineChart($("e-norm"), D.steps, [
-    { name: "grad norm (trained params)", values: D.curves.grad_norm, ...band("grad_norm") },
-    { name: "param norm (trained)", values: D.curves.param_norm, ...band("param_norm") },
-    { name: "param norm with router bias", values: D.curves.param_norm_with_router_bias, dash: "5 3", ...band("param_norm_with_router_bias") },
-  ], { title: "Norms (click to pick a step)", yLabel: "L2 norm", legend: true, marks: marks() });
-  for (const id of ["e-loss", "e-norm"]) pickOnClick($(id), D.steps, (s) => show(nearest(s)));
+  const hi = (key) => (D.bands[key] || {}).hi;
+  const loss = [{ name: "loss", values: D.curves.loss }];
+  if (hi("loss")) loss.push({ name: "loss (max per point)", values: hi("loss"), faint: true });
+  chart("e-loss", "Training loss (click to pick a step, drag to zoom)", LOSS_Y, loss);
+  chart("e-norm", "Norms (click to pick a step, drag to zoom)", "L2 norm", [
+    { name: "grad norm (trained params)", values: D.curves.grad_norm },
+    { name: "param norm (trained)", values: D.curves.param_norm },
+    { name: "param norm with router bias", values: D.curves.param_norm_with_router_bias, dash: [5, 3] },
+  ]);
 }
 
 function nearest(step) {

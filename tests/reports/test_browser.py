@@ -535,21 +535,31 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab.page.check('tr[data-run="second"] input[type=checkbox]')
     tab.page.click("#compare-ticked")
     tab.page.wait_for_url("**/compare.html?runs=*")
-    tab.page.wait_for_selector("#p-loss svg")
+    tab.page.wait_for_selector("#p-loss .u-over")
     assert tab.page.url.endswith("compare.html?runs=first,second")
     assert tab.page.eval_on_selector_all("#compare-table tbody tr", "rs => rs.map(r => r.dataset.run)") == ["first", "second"]
     diff = tab.page.inner_text("#revision-diff")
     assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
-    # every panel spans the same x range: the same first and last x tick labels, and the axes are named
-    ticks = tab.page.evaluate("""() => [...document.querySelectorAll('#c-train svg, #c-eval svg, #c-cells svg')].map(svg => {
-        const xs = [...svg.querySelectorAll('text[y="242"]')].map(t => t.textContent);
-        return [xs[0], xs[xs.length - 1]]; })""")
-    drawn = [t for t in ticks if t[0] is not None]  # a panel without data says so instead
-    assert len(drawn) >= 6 and all(t == drawn[0] for t in drawn), ticks
-    labels = tab.page.eval_on_selector_all("#c-train svg", "ss => ss.map(s => s.getAttribute('aria-label'))")
-    assert any("loss (nats per token) against step" in label for label in labels)
+    # every panel spans the same x range, its axes named with units; zooming one zooms them all
+    ranges = lambda: tab.page.evaluate("""() => [...document.querySelectorAll('#c-train .tchart, #c-eval .tchart, '
+        + '#c-cells .tchart')].map(c => [c.uplot.scales.x.min, c.uplot.scales.x.max])""")
+    shown = ranges()
+    assert len(shown) >= 6 and all(r == [0, 299] for r in shown), shown
+    axes = tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes.map(a => a.label)")
+    assert axes == ["step", "loss (nats per token)"]
+    tab.page.locator("#p-loss .u-over").scroll_into_view_if_needed()
+    box = tab.page.locator("#p-loss .u-over").bounding_box()
+    tab.page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+    tab.page.mouse.down()
+    tab.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2, steps=5)
+    tab.page.mouse.up()
+    zoomed = ranges()
+    assert zoomed[0] != [0, 299] and all(r == zoomed[0] for r in zoomed), zoomed
+    assert 50 < zoomed[0][0] < zoomed[0][1] < 160
+    tab.page.dblclick("#p-grad .u-over")
+    assert all(r == [0, 299] for r in ranges())
     tab.page.select_option("#x-axis", "tokens")
-    assert "against tokens trained" in tab.page.get_attribute("#p-loss svg", "aria-label")
+    assert tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes[0].label") == "tokens trained"
     tab.shot("compare")
     tab.check_clean()
     tab.close()

@@ -246,17 +246,17 @@ def test_report_build_with_two_runs_names_the_compare_page_for_them(tmp_path, ca
                  "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["compare"] == (out / "compare.html").as_uri() + "?runs=first,second"
-    data = run_data_file(out, "first")
-    assert data["eval"]["steps"] == [300, 600, 900, 1200] and run_data_file(out, "second")["eval"]["steps"] == [300, 600]
+    data = run_summary_file(out, "first")
+    assert data["eval"]["steps"] == [300, 600, 900, 1200] and run_summary_file(out, "second")["eval"]["steps"] == [300, 600]
     assert data["steps"][-1] == 1199 and len(data["curves"]["loss"]) == len(data["steps"]) == len(data["tokens"])
     assert data["config"] and data["phases"][0]["weights"]
     assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["compare"] is None
 
 
-def run_data_file(site: Path, run: str) -> dict:
-    """The object `runs/<run>/data.js` adds to `window.MILLRACE_RUNS`."""
-    text = (site / "runs" / run / "data.js").read_text()
+def run_summary_file(site: Path, run: str) -> dict:
+    """The object `runs/<run>/summary.js` adds to `window.MILLRACE_RUNS`."""
+    text = (site / "runs" / run / "summary.js").read_text()
     return json.loads(text[text.index("] = ") + 4:].rstrip().rstrip(";"))
 
 

@@ -1,7 +1,7 @@
-"""Per-run data files that the runs index, the compare page and the explain view load from file://.
+"""Per-run summary files that the runs index, the compare page and the explain view load from file://.
 
-`SITE/runs/<run>/data.js` holds what comparing runs needs (config, mixture weights per phase, thinned curves
-by step, tokens and time, per-cell training loss, held-out loss per set and per cell); `explain.js` holds
+`SITE/runs/<run>/summary.js` holds what comparing runs needs (config, mixture weights per phase, thinned curves
+by step, tokens and time, per-cell training loss, held-out loss per set and per cell); `explain-data.js` holds
 `train explain` for the run's notable steps (alert starts, loss and norm jumps). Each is a script that adds
 itself to a global (`MILLRACE_RUNS[run]`, `MILLRACE_EXPLAIN[run]`): a page opened from file:// may load scripts
 from beside it but not fetch JSON, so any set of runs can be put on one page without rebuilding it.
@@ -23,8 +23,8 @@ from reports.training import Buckets, RunView
 
 log = logging.getLogger(__name__)
 
-DATA_FILE = "data.js"
-EXPLAIN_FILE = "explain.js"
+SUMMARY_FILE = "summary.js"
+EXPLAIN_FILE = "explain-data.js"
 CURVES = ("loss", "grad_norm", "param_norm", "param_norm_with_router_bias", "lr")
 
 
@@ -58,7 +58,7 @@ def _eval_series(view: RunView) -> dict[str, Any]:
     return out
 
 
-def run_data(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_summary(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the compare page draws for one run."""
     buckets = Buckets(view.records)
     points = buckets.points
@@ -85,9 +85,9 @@ def _script(variable: str, name: str, payload: Any) -> str:
     return f"(window.{variable} = window.{variable} || {{}})[{json.dumps(name)}] = {embed_json(payload)};\n"
 
 
-def write_run_data(view: RunView, site: Path, ladder: dict[str, Any] | None = None) -> Path:
-    out = site / "runs" / view.name / DATA_FILE
-    atomic_write_text(out, _script("MILLRACE_RUNS", view.name, run_data(view, ladder)))
+def write_run_summary(view: RunView, site: Path, ladder: dict[str, Any] | None = None) -> Path:
+    out = site / "runs" / view.name / SUMMARY_FILE
+    atomic_write_text(out, _script("MILLRACE_RUNS", view.name, run_summary(view, ladder)))
     return out
 
 
