@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,14 @@ def _eval_series(view: RunView) -> dict[str, Any]:
     return out
 
 
+def _field(key: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda record: record.get(key)
+
+
+def _cell_loss(cell: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda record: (record.get("loss_per_cell") or {}).get(cell)
+
+
 def run_summary(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the compare page draws for one run."""
     buckets = Buckets(view.records)
@@ -73,10 +82,8 @@ def run_summary(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str
         "steps": [r["step"] for r in points], "tokens": [r.get("tokens") for r in points],
         "seconds": [r["time"] - start if start is not None and isinstance(r.get("time"), (int, float)) else None
                     for r in points],
-        "curves": {key: buckets.series(key, lambda r, key=key: r.get(key)) for key in CURVES},
-        "loss_per_cell": {cell: buckets.series(f"loss_per_cell/{cell}",
-                                               lambda r, cell=cell: (r.get("loss_per_cell") or {}).get(cell))
-                          for cell in cells},
+        "curves": {key: buckets.series(key, _field(key)) for key in CURVES},
+        "loss_per_cell": {cell: buckets.series(f"loss_per_cell/{cell}", _cell_loss(cell)) for cell in cells},
         "bands": buckets.bands, "eval": _eval_series(view),
     }
 

@@ -15,6 +15,7 @@ for that update is its step N - 1.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,7 @@ def moved_groups(before: list[dict[str, Any]], record: dict[str, Any]) -> list[d
     rows = []
     for group, norm in history[-1].items():
         series = [h.get(group) for h in history]
-        steps = [b - a for a, b in zip(series, series[1:]) if a is not None and b is not None]
+        steps = [b - a for a, b in itertools.pairwise(series) if a is not None and b is not None]
         if not steps:
             continue
         change, typical = steps[-1], [abs(d) for d in steps[:-1]]
@@ -227,10 +228,10 @@ def format_explain(found: dict[str, Any]) -> str:
     """The explanation for a person: the verdict first, then the batch, the cells and the groups."""
     batch, figures = found["batch"], found["figures"]
     loss = figures["loss"]
-    lines = [f"run {found['run']}, step {found['step']} (loader step {batch['loader_step']}, phase {batch['phase']} "
-             f"of {batch['mixture']}/{batch['revision']}), against the mean of {found['window']} logged steps before",
-             f"  loss {_num(loss['value'])} (mean {_num(loss['mean'])}, {_num(loss['jump'], 3)} from it); "
-             f"grad norm {_num(figures['grad_norm']['value'])} (mean {_num(figures['grad_norm']['mean'])})"]
+    lines = [(f"run {found['run']}, step {found['step']} (loader step {batch['loader_step']}, phase {batch['phase']} "
+              f"of {batch['mixture']}/{batch['revision']}), against the mean of {found['window']} logged steps before"),
+             (f"  loss {_num(loss['value'])} (mean {_num(loss['mean'])}, {_num(loss['jump'], 3)} from it); "
+              f"grad norm {_num(figures['grad_norm']['value'])} (mean {_num(figures['grad_norm']['mean'])})")]
     moved = ", ".join(found["moved_groups"]) or "none beyond their usual change"
     jumped = ", ".join(found["jumped_cells"]) or "none"
     lines += [f"  groups that moved: {moved}", f"  cells whose loss jumped: {jumped}"]

@@ -12,8 +12,10 @@ function pickOnClick(container, onPick) {
   container.addEventListener("mousedown", (e) => { down = e.clientX; });
   container.addEventListener("click", (e) => {
     const u = container.uplot;
-    if (!u || down === null || Math.abs(e.clientX - down) > 3 || u.cursor.left === undefined || u.cursor.left < 0) return;
-    onPick(Math.round(u.posToVal(u.cursor.left, "x")));
+    if (!u || down === null || Math.abs(e.clientX - down) > 3) return;
+    const box = u.over.getBoundingClientRect();
+    if (e.clientX < box.left || e.clientX > box.right) return;
+    onPick(Math.round(u.posToVal(e.clientX - box.left, "x")));
   });
 }
 

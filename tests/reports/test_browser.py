@@ -21,6 +21,7 @@ from mixtures.manifest import read_manifest
 from reports import build_run_page, build_site
 from reports.numbers import human_count, human_epochs, human_percent
 from tests.reports import factory
+from trainer.ladder.results import write_ladder
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -514,16 +515,28 @@ def compared_site(tmp_path_factory) -> Path:
     factory.write_contract_metrics(home, "first", revisions["natural"], steps=300)
     factory.write_contract_metrics(home, "second", revisions["uniform-sampling"], steps=200, spikes={150: 9.0})
     factory.write_contract_metrics(home, "third", revisions["natural"], steps=100, status="running")
+    factory.write_contract_metrics(home, "rung-s0", revisions["natural"], steps=50)
+    write_ladder(home, "small", {"ladder": "small", "file": "small.toml", "metric": "loss.macro", "asymptote": 2.0,
+                                 "plan": {"ladder": "small", "mixture": "default", "revision": "natural", "rungs": []},
+                                 "results": [{"rung": "d8", "revision": "natural", "seed": 0, "run": "rung-s0",
+                                              "status": "completed", "curve": []}], "fits": {}})
     out = home.root / "site"
     build_site(home, out)
     return out
 
 
+@pytest.mark.slow  # about 10 s on a shared machine: two pages driven as a user, every panel checked
 def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab = Tab(browser)
     tab.open(compared_site / "index.html")
     rows = lambda: tab.page.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => r.dataset.run)")
+    assert sorted(rows()) == ["first", "second", "third"]  # the ladder's rung run is folded under its ladder
+    tab.page.click('tr[data-ladder="small"] button')
+    assert "rung-s0" in rows()
+    tab.page.select_option("#f-ladder", "-")
     assert sorted(rows()) == ["first", "second", "third"]
+    tab.page.select_option("#f-ladder", "")
+    tab.page.click('tr[data-ladder="small"] button')
     tab.page.click("#runs thead th:nth-child(7) button")  # sort by loss, lowest first after a second click
     tab.page.click("#runs thead th:nth-child(7) button")
     assert rows() == ["first", "second", "third"]  # 300 steps trained lower than 200 and 100
@@ -565,6 +578,7 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab.close()
 
 
+@pytest.mark.slow  # with its share of the three-run site's build
 def test_the_explain_view_shows_the_alerted_step(browser, compared_site):
     tab = Tab(browser)
     tab.open(compared_site / "runs" / "second" / "explain.html")
@@ -573,6 +587,14 @@ def test_the_explain_view_shows_the_alerted_step(browser, compared_site):
     assert "Step 150" in tab.page.inner_text("#explain-panel")
     assert "loss 9" in tab.page.inner_text("#explain-verdict")
     assert "?step=150" in tab.page.url
+    tab.page.fill("#step-input", "40")
+    tab.page.dispatch_event("#step-input", "change")
+    assert "millrace train explain second --step 40" in tab.page.inner_text("#explain-panel")
+    tab.page.locator("#e-loss .u-over").scroll_into_view_if_needed()
+    x = tab.page.evaluate("() => document.querySelector('#e-loss').uplot.valToPos(150, 'x')")
+    box = tab.page.locator("#e-loss .u-over").bounding_box()
+    tab.page.mouse.click(box["x"] + x, box["y"] + box["height"] / 2)  # a click on the chart picks the step
+    assert "Step 150" in tab.page.inner_text("#explain-panel")
     tab.shot("explain")
     tab.check_clean()
     tab.close()

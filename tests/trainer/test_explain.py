@@ -23,6 +23,7 @@ def quiet(tiny_config):
                        checkpoint={"every": 0, "at_end": False})
 
 
+@pytest.mark.slow  # a 12-step tiny training run
 def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monkeypatch, capsys):
     home, _ = built
     real, calls = loop.balance_step, []
@@ -53,6 +54,7 @@ def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monke
     assert f"--step {FAULT + 1}: no metrics record" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a 12-step tiny training run
 def test_a_bad_batch_names_the_cell_whose_loss_jumped(built, quiet, monkeypatch):
     home, _ = built
     real, calls, poisoned = loop.to_device, [], []
