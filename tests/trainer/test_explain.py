@@ -7,11 +7,12 @@ cell whose loss jumped. The batch's cells come from the loader's rebuild and mus
 
 import json
 
+import numpy as np
 import pytest
 
 from millrace.cli import main
 from trainer import loop
-from trainer.explain import explain
+from trainer.explain import explain, notable_steps
 from trainer.loop import train
 
 FAULT = 12  # the metrics step (1-based) that the fault lands in: after the 10 warm-up steps
@@ -76,3 +77,17 @@ def test_a_bad_batch_names_the_cell_whose_loss_jumped(built, quiet, monkeypatch)
     assert poisoned[0] in {c["cell"] for c in found["batch"]["cells"]}
     assert explain(home, "bad-batch", FAULT - 1)["jumped_cells"] == []
 
+
+
+def test_notable_steps_are_the_alert_start_and_the_jumps_of_a_long_run():
+    """20,000 logged steps of noisy loss with one loss spike, one grad-norm spike, one router-bias jump in the
+    norm, and an alert elsewhere: those four steps and nothing else."""
+    rng = np.random.default_rng(0)
+    records = [{"step": s + 1, "loss": 3.0 + 0.01 * rng.standard_normal(), "grad_norm": 1.0 + 0.01 * rng.standard_normal(),
+                "param_norm_with_router_bias": 100.0 + 0.001 * s} for s in range(20_000)]
+    records[12_344]["loss"] = 12.0
+    records[7_000]["grad_norm"] = 5.0
+    for record in records[15_000:]:
+        record["param_norm_with_router_bias"] += 3.0
+    records[500]["alerts"] = {"started": [{"name": "dead_experts"}], "ended": [], "active": ["dead_experts"]}
+    assert notable_steps(records) == [501, 7_001, 12_345, 15_001]
