@@ -31,7 +31,7 @@ WINDOW = 20  # logged steps before N that make the running mean
 MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its typical change
 JUMP_SIGMAS = 4.0  # a cell's loss jumped when it rose this many standard deviations more than the median cell
 MIN_JUMP = 0.1  # ... and at least this many nats
-OUTLIER_FACTOR = 5.0  # a notable step's jump is this many times the run's 99th-percentile jump
+OUTLIER_FACTOR = 5.0  # a notable step's jump is this many times the 99th percentile of the run's other jumps
 
 
 def running(values: list[float], value: float | None) -> dict[str, Any]:
@@ -227,12 +227,11 @@ def notable_steps(records: list[dict[str, Any]], limit: int = 12, window: int = 
         if key == "param_norm_with_router_bias":
             values = np.abs(np.diff(values, prepend=np.nan))  # the norm drifts: its steps are what jump
         scores = np.nan_to_num(jump_scores(values, window), nan=-np.inf)
-        finite = scores[np.isfinite(scores)]
-        if not finite.size:
-            continue
-        # an outlier among this run's own jumps: with a 20-step window, noise alone reaches 4 to 8 sigmas
-        bar = max(JUMP_SIGMAS, OUTLIER_FACTOR * float(np.percentile(finite, 99)))
         top = np.argsort(-scores, kind="stable")[:3]
+        rest = np.delete(scores, top)
+        rest = rest[np.isfinite(rest)]
+        # an outlier among the run's other jumps: with a 20-step window, noise alone reaches 4 to 8 sigmas
+        bar = max(JUMP_SIGMAS, OUTLIER_FACTOR * float(np.percentile(rest, 99)) if rest.size else JUMP_SIGMAS)
         chosen += [int(steps[i]) for i in top if scores[i] >= bar]
     return sorted(list(dict.fromkeys(chosen))[:limit])
 
