@@ -15,16 +15,16 @@ from trainer import loop
 from trainer.explain import explain, notable_steps
 from trainer.loop import train
 
-FAULT = 12  # the metrics step (1-based) that the fault lands in: after the 10 warm-up steps
+FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
 
 
 @pytest.fixture
 def quiet(tiny_config):
-    return tiny_config("explain", eval={"enabled": False}, samples={"enabled": False},
+    return tiny_config("explain", eval={"enabled": False}, samples={"enabled": False}, schedule={"warmup_steps": 2},
                        checkpoint={"every": 0, "at_end": False})
 
 
-@pytest.mark.slow  # a 12-step tiny training run
+@pytest.mark.slow  # an 8-step tiny training run
 def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monkeypatch, capsys):
     home, _ = built
     real, calls = loop.balance_step, []
@@ -55,7 +55,7 @@ def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monke
     assert f"--step {FAULT + 1}: no metrics record" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # a 12-step tiny training run
+@pytest.mark.slow  # an 8-step tiny training run
 def test_a_bad_batch_names_the_cell_whose_loss_jumped(built, quiet, monkeypatch):
     home, _ = built
     real, calls, poisoned = loop.to_device, [], []
