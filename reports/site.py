@@ -15,10 +15,11 @@ from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
 from pipeline.store.format import Store
 from reports.composition import load_composition
-from reports.compare_page import write_compare_page
+from reports.compare_page import compare_query, write_compare_page, write_explain_page
 from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
-from reports.render import render_page
+from reports.render import embed_json, render_page, static_text
+from reports.compare_data import write_explain_data, write_run_summary
 from reports.run_page import REFRESH_SECONDS, write_run_page
 from reports.training import RUN_FILE, MetricsTail, RunView, load_run, load_run_summary
 
@@ -33,7 +34,7 @@ class SitePages:
     stores: list[Path] = field(default_factory=list)
     runs: list[Path] = field(default_factory=list)
     ladders: list[Path] = field(default_factory=list)
-    compare: Path | None = None  # the comparison page, when several runs were named
+    compare: str | None = None  # the compare page's URL for the runs named, when several were
 
     def as_json(self) -> dict:
         return {
@@ -41,7 +42,7 @@ class SitePages:
             "stores": [str(p) for p in self.stores],
             "runs": [str(p) for p in self.runs],
             "ladders": [str(p) for p in self.ladders],
-            "compare": str(self.compare) if self.compare else None,
+            "compare": self.compare,
             "bytes": {str(p): p.stat().st_size for p in [self.index, *self.stores, *self.runs, *self.ladders]},
         }
 
@@ -120,17 +121,22 @@ def build_pages(
         log.debug("wrote %s (%d rung results)", path, len(body.get("results", [])))
         pages.ladders.append(path)
     views = []
+    rungs = rung_runs(ladders)
     for run_dir in run_dirs:
         view = load_run(run_dir)
         views.append(view)
         path = write_run_page(view, site)
+        write_run_summary(view, site, rungs.get(view.name))
+        write_explain_data(view, site, home)
+        write_explain_page(site, view.name)
         log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
         pages.runs.append(path)
         if progress:
             progress()
-    if runs and len(views) > 1:  # runs named on the command line: a page that compares them
-        pages.compare = write_compare_page(views, site)
-        log.info("wrote %s (%d runs compared)", pages.compare, len(views))
+    compare = write_compare_page(site, [p.name for p in find_runs(home) if (site / "runs" / p.name / "summary.js").exists()])
+    if runs and len(views) > 1:  # runs named on the command line: the compare page opened on them
+        pages.compare = compare.as_uri() + compare_query([v.name for v in views])
+        log.info("compare them at %s", pages.compare)
     refresh_index(home, site)
     return pages
 
@@ -151,19 +157,26 @@ def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
                         composition.store.name, composition.store.version, ", ".join(left_out), " ".join(mixtures))
 
 
-def _run_row(view: RunView) -> dict:
+def rung_runs(ladders: list[dict]) -> dict[str, dict]:
+    """Run name -> the ladder, rung and seed it trained for (from each ladder.json's results)."""
+    return {r["run"]: {"ladder": body["ladder"], "rung": r.get("rung"), "seed": r.get("seed")}
+            for body in ladders for r in body.get("results", []) if isinstance(r, dict) and r.get("run")}
+
+
+def _run_row(view: RunView, rung: dict | None = None) -> dict:
     last = view.last
     return {
         "name": view.name, "href": f"runs/{quote(view.name)}/index.html", "status": view.status, "live": view.live,
         "mixture": view.run.get("mixture") or "?", "revision": view.run.get("revision") or "?",
         "step": last.get("step"), "total_steps": view.run.get("total_steps"),
-        "tokens": last.get("tokens"), "loss": last.get("loss"),
+        "tokens": last.get("tokens"), "loss": last.get("loss"), "time": last.get("time"),
+        "ladder": (rung or {}).get("ladder"), "rung": (rung or {}).get("rung"), "seed": (rung or {}).get("seed"),
     }
 
 
 def write_index(site: Path, store_rows: list[dict], run_rows: list[dict], ladder_rows: list[dict] = ()) -> Path:
     return render_page("index.html.j2", site / "index.html", root="", stores=store_rows, runs=run_rows,
-                       ladders=list(ladder_rows))
+                       ladders=list(ladder_rows), runs_json=embed_json(run_rows), page_js=static_text("index.js"))
 
 
 def build_site(
@@ -191,6 +204,7 @@ def build_run_page(
     site = Path(out) if out is not None else home.site
     view = load_run(home.run(run), tail)
     path = write_run_page(view, site, refresh_seconds)
+    write_run_summary(view, site, rung_runs(load_ladders(home)).get(view.name))
     refresh_index(home, site)
     return path
 
@@ -203,9 +217,10 @@ def refresh_index(home: Home, site: Path) -> Path:
         name, version = store_dir.parent.name, store_dir.name
         if (site / name / version / "index.html").exists():
             store_rows.append(_store_row(store_dir))
+    rungs = rung_runs(load_ladders(home))
     run_rows = [
-        _run_row(load_run_summary(run_dir)) for run_dir in find_runs(home)
-        if (site / "runs" / run_dir.name / "index.html").exists()
+        _run_row(view, rungs.get(view.name)) for run_dir in find_runs(home)
+        if (site / "runs" / run_dir.name / "index.html").exists() and (view := load_run_summary(run_dir))
     ]
     ladder_rows = [
         {"name": body["ladder"], "href": f"ladders/{quote(body['ladder'])}/index.html",

@@ -28,6 +28,9 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
   millrace train status RUN [--json]
       the run's state, last step, latest evaluation and active alerts; exits 3
       while an alert is active.
+  millrace train explain RUN --step N [--decode] [--json]
+      what happened at step N: the batch's cells and sources, the loss per cell
+      against its running mean, and which parameter groups moved.
 
 See `millrace train run --help`, `train plan --help` and `train status --help` for every option.
 """
@@ -198,3 +201,26 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
         click.echo(format_status(status))
     if status["alerts"]:
         click.get_current_context().exit(ALERT_EXIT_CODE)
+
+
+@train.command("explain")
+@click.argument("run")
+@click.option("--step", type=click.IntRange(min=1), required=True,
+              help="The metrics step to explain (as `train status` and the run page count them, from 1).")
+@click.option("--window", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Logged steps before N that make each running mean.")
+@click.option("--decode", is_flag=True,
+              help="Also each sequence's first text and, where the store kept its trace, its documents.")
+@json_option
+@home_option
+def explain_command(home: Home, run: str, step: int, window: int, decode: bool, as_json: bool) -> None:
+    """What happened at step N of RUN: the batch's cells and sources (rebuilt by the loader from the run's
+    manifest), each cell's loss against its running mean, and which parameter groups moved (the router bias,
+    updated by a rule, apart from the gradient-trained groups)."""
+    from trainer.explain import explain, format_explain
+
+    found = explain(home, run, step, decode=decode, window=window)
+    if as_json:
+        print_json(found)
+    else:
+        click.echo(format_explain(found))

@@ -45,6 +45,7 @@ from trainer.metrics import LOCK_FILE, METRICS_FILE, MetricsWriter, read_metrics
 from trainer.model import Transformer
 from trainer.moe import local_tensor
 from trainer.observers import RunObservers
+from trainer.param_groups import group_of
 from trainer.peak import peak_flops
 from trainer.resume import recorded_settings
 from trainer.samples import prompts_path
@@ -121,8 +122,13 @@ def squared_norm_on_device(tensors, runtime: Runtime) -> torch.Tensor:
     return runtime.all_reduce(total)
 
 
-def squared_norm(tensors, runtime: Runtime) -> float:
-    return float(squared_norm_on_device(tensors, runtime))
+def group_squared_norms(model: Transformer, runtime: Runtime) -> dict[str, float]:
+    """Σ θ² per parameter group (`trainer.param_groups`), reduced over ranks in one call and read in one."""
+    names = sorted({group_of(name) for name, _ in model.named_parameters()})
+    sums = torch.zeros(len(names), dtype=torch.float64, device=runtime.device)
+    for name, param in model.named_parameters():
+        sums[names.index(group_of(name))] += local_tensor(param).detach().double().pow(2).sum()
+    return dict(zip(names, runtime.all_reduce(sums).tolist()))
 
 
 def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> torch.Tensor:
@@ -502,7 +508,8 @@ def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | 
     plan = training.plan
     if result.step % plan.config.metrics.log_every and result.step != plan.stop and not result.skipped:
         return
-    param_squared = squared_norm(list(training.model.parameters()), plan.runtime)
+    group_squared = group_squared_norms(training.model, plan.runtime)
+    param_squared = sum(group_squared.values())
     bias_stats, bias_squared = router_bias_stats(training.model)
     tokens_per_second = result.global_tokens / result.elapsed
     per_token = flops_per_token(plan.config, plan.stream.seq_len)
@@ -519,6 +526,7 @@ def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | 
         "grad_norm": result.grad_norm,
         "param_norm": math.sqrt(param_squared),
         "param_norm_with_router_bias": math.sqrt(param_squared + bias_squared),
+        "param_norm_per_group": {group: math.sqrt(value) for group, value in group_squared.items()},
         "router_bias": bias_stats,
         "expert_load": [load.as_dict() for load in result.loads],
         "loss_per_cell": _means(plan.stream.cell_names, result.acc.cells),

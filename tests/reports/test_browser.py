@@ -21,6 +21,7 @@ from mixtures.manifest import read_manifest
 from reports import build_run_page, build_site
 from reports.numbers import human_count, human_epochs, human_percent
 from tests.reports import factory
+from trainer.ladder.results import write_ladder
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -501,5 +502,99 @@ def test_comparison_page_overlays_runs(browser, tmp_path):
     tab.page.check("#compare-log")
     assert tab.page.locator("#c-eval-loss svg path").count() >= 2
     tab.shot("compare")
+    tab.check_clean()
+    tab.close()
+
+
+@pytest.fixture(scope="module")
+def compared_site(tmp_path_factory) -> Path:
+    """Three runs on two revisions of the small store, one with a loss spike (an alert) at step 150."""
+    home = Home.resolve(tmp_path_factory.mktemp("compare") / "home")
+    factory.make_small_store(home)
+    revisions = factory.make_small_revisions(home)
+    factory.write_contract_metrics(home, "first", revisions["natural"], steps=300)
+    factory.write_contract_metrics(home, "second", revisions["uniform-sampling"], steps=200, spikes={150: 9.0})
+    factory.write_contract_metrics(home, "third", revisions["natural"], steps=100, status="running")
+    factory.write_contract_metrics(home, "rung-s0", revisions["natural"], steps=50)
+    write_ladder(home, "small", {"ladder": "small", "file": "small.toml", "metric": "loss.macro", "asymptote": 2.0,
+                                 "plan": {"ladder": "small", "mixture": "default", "revision": "natural", "rungs": []},
+                                 "results": [{"rung": "d8", "revision": "natural", "seed": 0, "run": "rung-s0",
+                                              "status": "completed", "curve": []}], "fits": {}})
+    out = home.root / "site"
+    build_site(home, out)
+    return out
+
+
+@pytest.mark.slow  # about 10 s on a shared machine: two pages driven as a user, every panel checked
+def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
+    tab = Tab(browser)
+    tab.open(compared_site / "index.html")
+    rows = lambda: tab.page.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => r.dataset.run)")
+    assert sorted(rows()) == ["first", "second", "third"]  # the ladder's rung run is folded under its ladder
+    tab.page.click('tr[data-ladder="small"] button')
+    assert "rung-s0" in rows()
+    tab.page.select_option("#f-ladder", "-")
+    assert sorted(rows()) == ["first", "second", "third"]
+    tab.page.select_option("#f-ladder", "")
+    tab.page.click('tr[data-ladder="small"] button')
+    tab.page.click("#runs thead th:nth-child(7) button")  # sort by loss, lowest first after a second click
+    tab.page.click("#runs thead th:nth-child(7) button")
+    assert rows() == ["first", "second", "third"]  # 300 steps trained lower than 200 and 100
+    tab.page.select_option("#f-revision", "uniform-sampling")
+    assert rows() == ["second"]
+    tab.page.select_option("#f-revision", "")
+    assert tab.page.is_disabled("#compare-ticked")
+    tab.page.check('tr[data-run="first"] input[type=checkbox]')
+    tab.page.check('tr[data-run="second"] input[type=checkbox]')
+    tab.page.click("#compare-ticked")
+    tab.page.wait_for_url("**/compare.html?runs=*")
+    tab.page.wait_for_selector("#p-loss .u-over")
+    assert tab.page.url.endswith("compare.html?runs=first,second")
+    assert tab.page.eval_on_selector_all("#compare-table tbody tr", "rs => rs.map(r => r.dataset.run)") == ["first", "second"]
+    diff = tab.page.inner_text("#revision-diff")
+    assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
+    # every panel spans the same x range, its axes named with units; zooming one zooms them all
+    ranges = lambda: tab.page.evaluate("""() => [...document.querySelectorAll('#c-train .tchart, #c-eval .tchart, '
+        + '#c-cells .tchart')].map(c => [c.uplot.scales.x.min, c.uplot.scales.x.max])""")
+    shown = ranges()
+    assert len(shown) >= 6 and all(r == [0, 299] for r in shown), shown
+    axes = tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes.map(a => a.label)")
+    assert axes == ["step", "loss (nats per token)"]
+    tab.page.locator("#p-loss .u-over").scroll_into_view_if_needed()
+    box = tab.page.locator("#p-loss .u-over").bounding_box()
+    tab.page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+    tab.page.mouse.down()
+    tab.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2, steps=5)
+    tab.page.mouse.up()
+    zoomed = ranges()
+    assert zoomed[0] != [0, 299] and all(r == zoomed[0] for r in zoomed), zoomed
+    assert 50 < zoomed[0][0] < zoomed[0][1] < 160
+    tab.page.dblclick("#p-grad .u-over")
+    assert all(r == [0, 299] for r in ranges())
+    tab.page.select_option("#x-axis", "tokens")
+    assert tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes[0].label") == "tokens trained"
+    tab.shot("compare")
+    tab.check_clean()
+    tab.close()
+
+
+@pytest.mark.slow  # with its share of the three-run site's build
+def test_the_explain_view_shows_the_alerted_step(browser, compared_site):
+    tab = Tab(browser)
+    tab.open(compared_site / "runs" / "second" / "explain.html")
+    assert tab.page.is_visible('#step-buttons button[data-step="150"]')
+    tab.page.click('#step-buttons button[data-step="150"]')
+    assert "Step 150" in tab.page.inner_text("#explain-panel")
+    assert "loss 9" in tab.page.inner_text("#explain-verdict")
+    assert "?step=150" in tab.page.url
+    tab.page.fill("#step-input", "40")
+    tab.page.dispatch_event("#step-input", "change")
+    assert "millrace train explain second --step 40" in tab.page.inner_text("#explain-panel")
+    tab.page.locator("#e-loss .u-over").scroll_into_view_if_needed()
+    x = tab.page.evaluate("() => document.querySelector('#e-loss').uplot.valToPos(150, 'x')")
+    box = tab.page.locator("#e-loss .u-over").bounding_box()
+    tab.page.mouse.click(box["x"] + x, box["y"] + box["height"] / 2)  # a click on the chart picks the step
+    assert "Step 150" in tab.page.inner_text("#explain-panel")
+    tab.shot("explain")
     tab.check_clean()
     tab.close()

@@ -238,22 +238,26 @@ def test_metrics_tail_reads_only_new_lines_and_follows_resumes(tmp_path):
     assert last_record(tmp_path / "absent.jsonl") is None
 
 
-def test_report_build_with_two_runs_writes_a_comparison_page(tmp_path, capsys):
+def test_report_build_with_two_runs_names_the_compare_page_for_them(tmp_path, capsys):
     home = Home.resolve(tmp_path / "home")
     factory.make_compared_runs(home, {"first": 1200, "second": 600})
     out = tmp_path / "site"
     assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--run", "second",
                  "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["compare"] == str(out / "compare" / "first--second" / "index.html")
-    data = page_data(Path(payload["compare"]))
-    assert [r["name"] for r in data["runs"]] == ["first", "second"]
-    first, second = data["runs"]
-    assert first["eval"]["steps"] == [300, 600, 900, 1200] and second["eval"]["steps"] == [300, 600]
-    best = min(first["eval"]["loss"])
-    assert first["summary"]["loss_macro"] == {"latest": first["eval"]["loss"][-1], "value": best, "step": 1200}
+    assert payload["compare"] == (out / "compare.html").as_uri() + "?runs=first,second"
+    data = run_summary_file(out, "first")
+    assert data["eval"]["steps"] == [300, 600, 900, 1200] and run_summary_file(out, "second")["eval"]["steps"] == [300, 600]
+    assert data["steps"][-1] == 1199 and len(data["curves"]["loss"]) == len(data["steps"]) == len(data["tokens"])
+    assert data["config"] and data["phases"][0]["weights"]
     assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["compare"] is None
+
+
+def run_summary_file(site: Path, run: str) -> dict:
+    """The object `runs/<run>/summary.js` adds to `window.MILLRACE_RUNS`."""
+    text = (site / "runs" / run / "summary.js").read_text()
+    return json.loads(text[text.index("] = ") + 4:].rstrip().rstrip(";"))
 
 
 def test_the_page_says_what_the_quality_score_means_and_each_buckets_language_mix(small_home, tmp_path):

@@ -1,0 +1,93 @@
+"""`millrace train explain`: tiny real runs with one injected fault each, explained at the faulty step.
+
+A router-bias jump (a rule-updated buffer, no gradient) must be named as the group that moved while the
+gradient-trained groups did not; a bad batch (one cell's labels replaced by one token) must be named as the
+cell whose loss jumped. The batch's cells come from the loader's rebuild and must be those the trainer logged.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from millrace.cli import main
+from trainer import loop
+from trainer.explain import explain, notable_steps
+from trainer.loop import train
+
+FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
+
+
+@pytest.fixture
+def quiet(tiny_config):
+    return tiny_config("explain", eval={"enabled": False}, samples={"enabled": False}, schedule={"warmup_steps": 2},
+                       checkpoint={"every": 0, "at_end": False})
+
+
+@pytest.mark.slow  # an 8-step tiny training run
+def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monkeypatch, capsys):
+    home, _ = built
+    real, calls = loop.balance_step, []
+
+    def jumping(layers, rate):
+        loads = real(layers, rate)
+        calls.append(1)
+        if len(calls) == FAULT:
+            layers[0][1].router.expert_bias[0] += 5.0  # what a wrong bias-rule rate does in one step
+        return loads
+
+    monkeypatch.setattr(loop, "balance_step", jumping)
+    train(quiet, home, steps=FAULT, run="bias-jump")
+    found = explain(home, "bias-jump", FAULT)
+    assert found["moved_groups"] == ["router_bias/layer 0"]
+    trained = [g for g in found["groups"] if not g["rule_updated"]]
+    assert trained and not any(g["moved"] for g in trained)
+    logged = json.loads((home.run("bias-jump") / "metrics.jsonl").read_text().splitlines()[FAULT - 1])
+    assert {c["cell"] for c in found["batch"]["cells"]} == set(logged["loss_per_cell"])
+    assert sum(c["sequences"] for c in found["batch"]["cells"]) == found["batch"]["sequences"] == 8
+    assert all(sum(c["sources"].values()) == c["sequences"] * 32 for c in found["batch"]["cells"])
+    assert main(["train", "explain", "bias-jump", "--step", str(FAULT), "--home", str(home.root)]) == 0
+    text = capsys.readouterr().out
+    assert "groups that moved: router_bias/layer 0" in text and "batch: 8 sequences" in text
+    assert main(["train", "explain", "bias-jump", "--step", str(FAULT - 1), "--home", str(home.root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["moved_groups"] == []
+    assert main(["train", "explain", "bias-jump", "--step", str(FAULT + 1), "--home", str(home.root)]) != 0
+    assert f"--step {FAULT + 1}: no metrics record" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # an 8-step tiny training run
+def test_a_bad_batch_names_the_cell_whose_loss_jumped(built, quiet, monkeypatch):
+    home, _ = built
+    real, calls, poisoned = loop.to_device, [], []
+
+    def bad(batch, device, rows=slice(None)):
+        data = real(batch, device, rows)
+        calls.append(1)
+        if len(calls) == FAULT:
+            cell = int(data["cell_ids"][0])
+            data["labels"][data["cell_ids"] == cell] = 0  # a token the store never holds, for every label of the rows
+            poisoned.append(batch.cells[0])
+        return data
+
+    monkeypatch.setattr(loop, "to_device", bad)
+    train(quiet, home, steps=FAULT, run="bad-batch")
+    found = explain(home, "bad-batch", FAULT)
+    assert found["jumped_cells"] == poisoned
+    assert found["cells"][0]["cell"] == poisoned[0] and found["cells"][0]["excess"] > 0.5
+    assert poisoned[0] in {c["cell"] for c in found["batch"]["cells"]}
+    assert explain(home, "bad-batch", FAULT - 1)["jumped_cells"] == []
+
+
+
+def test_notable_steps_are_the_alert_start_and_the_jumps_of_a_long_run():
+    """20,000 logged steps of noisy loss with one loss spike, one grad-norm spike, one router-bias jump in the
+    norm, and an alert elsewhere: those four steps and nothing else."""
+    rng = np.random.default_rng(0)
+    records = [{"step": s + 1, "loss": 3.0 + 0.01 * rng.standard_normal(), "grad_norm": 1.0 + 0.01 * rng.standard_normal(),
+                "param_norm_with_router_bias": 100.0 + 0.001 * s} for s in range(20_000)]
+    records[12_344]["loss"] = 12.0
+    records[7_000]["grad_norm"] = 5.0
+    for record in records[15_000:]:
+        record["param_norm_with_router_bias"] += 3.0
+    records[500]["alerts"] = {"started": [{"name": "dead_experts"}], "ended": [], "active": ["dead_experts"]}
+    assert notable_steps(records) == [501, 7_001, 12_345, 15_001]
