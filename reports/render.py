@@ -26,6 +26,14 @@ def static_text(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
+@functools.cache
+def uplot_js() -> str:
+    """The vendored uPlot (MIT) with its licence as a comment: it travels inside every page that charts with it."""
+    licence = static_text("vendor/uplot/LICENSE").replace("*/", "* /")
+    return f"/*\n{licence}*/\n" + static_text("vendor/uplot/uPlot.iife.min.js")
+
+
+@functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("reports", "templates"),
@@ -60,6 +68,9 @@ def render_page(template: str, out: Path, root: str, **context: Any) -> Path:
     html = environment().get_template(template).render(
         css=static_text("style.css"),
         charts_js=static_text("charts.js"),
+        uplot_js=uplot_js(),
+        uplot_css=static_text("vendor/uplot/uPlot.min.css"),
+        timeseries_js=static_text("timeseries.js"),
         root=root,
         version=__version__,
         built_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
