@@ -25,7 +25,6 @@ def static_text(name: str) -> str:
     return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
-@functools.lru_cache(maxsize=1)
 @functools.cache
 def uplot_js() -> str:
     """The vendored uPlot (MIT) with its licence as a comment: it travels inside every page that charts with it."""
