@@ -17,7 +17,7 @@ from pathlib import Path
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from reports.run_page import REFRESH_SECONDS
+from reports.run_page import REFRESH_SECONDS, run_series
 from reports.site import build_run_page
 from reports.training import FINISHED, METRICS_FILE, RUN_FILE, MetricsTail, read_run
 
@@ -107,6 +107,7 @@ def watch(
     status = "unknown"
     reason = "interrupted"
     tail = MetricsTail(run_dir / METRICS_FILE)
+    series = run_series()  # the page's data chunks: a new line rewrites the last one only
     try:
         while True:
             signature = _signature(run_dir)
@@ -114,7 +115,7 @@ def watch(
                 seen = signature
                 run_info = read_run(run_dir)
                 status = str(run_info.get("status") or "unknown")
-                page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail)
+                page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail, series=series)
                 rebuilds += 1
                 log.debug("rebuilt %s: %d records, status %s", page, len(tail.records), status)
                 if on_build:
