@@ -40,25 +40,35 @@ LAYER_FIELDS = {"router_bias": ("norm", "max_abs"), "expert_load": ("max_violati
 KEYED = ("loss_per_cell", "loss_per_source")
 
 
+def _number(value: Any) -> float | None:
+    """`reports.numbers.finite`, inlined for the hot loop over every record."""
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else None
+    return float(value) if kind is int else None
+
+
 def flatten(record: dict[str, Any], scalars: Iterable[str]) -> dict[str, float]:
     """One record's numbers under their series keys: `loss`, `router_bias.norm/layer 0`, `loss_per_cell/c00q0`."""
     row: dict[str, float] = {}
+    get = record.get
     for key in scalars:
-        if (value := finite(record.get(key))) is not None:
+        if (value := _number(get(key))) is not None:
             row[key] = value
     for key, fields in LAYER_FIELDS.items():
-        for entry in record.get(key) or []:
-            if not isinstance(entry, dict) or "layer" not in entry:
+        for entry in get(key) or ():
+            if type(entry) is not dict or "layer" not in entry:
                 continue
             for name in fields:
-                if (value := finite(entry.get(name))) is not None:
+                if (value := _number(entry.get(name))) is not None:
                     row[f"{key}.{name}/layer {entry['layer']}"] = value
     for key in KEYED:
-        values = record.get(key)
-        if isinstance(values, dict):
+        values = get(key)
+        if type(values) is dict:
+            prefix = key + "/"
             for name, raw in values.items():
-                if (value := finite(raw)) is not None:
-                    row[f"{key}/{name}"] = value
+                if (value := _number(raw)) is not None:
+                    row[prefix + name] = value
     return row
 
 

@@ -66,6 +66,7 @@ const clockColumn = (x) => ({ step: D.clock.s, tokens: D.clock.t, time: D.clock.
 const stepToX = (step) => (STATE.x === "step" ? step : interpolate(D.clock.s, clockColumn(STATE.x), step));
 const xToStep = (v) => (STATE.x === "step" ? v : interpolate(clockColumn(STATE.x), D.clock.s, v));
 const recordAt = (step) => interpolate(D.clock.s, D.clock.i, step);
+const exact = (step) => Math.round(step).toLocaleString("en-US");  // a step is named in full: 14,006, not 14K
 const xFormat = () => (STATE.x === "tokens" ? fmt.count : STATE.x === "time" ? duration : (v) => fmt.count(Math.round(v)));
 
 // ---- the charts ----
@@ -164,7 +165,7 @@ function drawCharts() {
       const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
         yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
       chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
-        STATE.x === "step" ? fmt.count(Math.round(v)) : `${xFormat()(v)} (step ${Math.round(xToStep(v))})`);
+        STATE.x === "step" ? `step ${exact(v)}` : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
       built = { chart, signature };
       BUILT.set(def.id, built);
     }
