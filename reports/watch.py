@@ -1,9 +1,10 @@
-"""Follow a live run: rebuild its page whenever metrics.jsonl or run.json changes.
+"""Follow a live run: rewrite its page's data files whenever metrics.jsonl or run.json changes.
 
-Polls file sizes and modification times (portable, no inotify dependency); stops
-when asked (Ctrl-C), after `timeout` seconds, or, with `until_finished`, once
-run.json says the run is over (after one last rebuild, so the final page no
-longer reloads itself).
+Polls file sizes and modification times (portable, no inotify dependency); only the new
+lines are parsed and only the data chunks they touch are rewritten (`reports.run_data`),
+and the open page polls `data/live.js` and updates in place. Stops when asked (Ctrl-C),
+after `timeout` seconds, or, with `until_finished`, once run.json says the run is over
+(after one last write, whose live.js tells the page to stop polling).
 """
 
 from __future__ import annotations
