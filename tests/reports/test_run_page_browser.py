@@ -1,5 +1,6 @@
 """The training page driven as a user drives it, in headless Chromium from file:// (the harness of test_browser):
-zoom and reset, smoothing kept across live updates, a one-step spike found by hover and in the CSV."""
+zoom and reset, smoothing kept across live updates, a one-step spike found by hover and in the CSV, and the
+same page served by a static web server."""
 
 from __future__ import annotations
 
@@ -133,6 +134,7 @@ def test_zoom_draws_every_record_of_the_range_and_double_click_resets(browser, s
         t.close()
 
 
+@pytest.mark.slow  # three live writes, each waited for through the page's own 1 s poll
 def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, small_home, tmp_path):  # noqa: F811
     home, lines = factory.copy_as_live(small_home, tmp_path / "home", lines=6)
     site = tmp_path / "site"
@@ -167,3 +169,27 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
     tab.shot("run-live-smoothed")
     tab.check_clean()
     tab.close()
+
+
+def test_the_run_page_also_loads_its_data_from_a_static_web_server(browser, small_home, tmp_path):  # noqa: F811
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    build_site(small_home, tmp_path / "site", runs=["tiny-1"])
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path / "site"))
+    handler.log_message = lambda *args: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        tab = Tab(browser)
+        tab.page.goto(f"http://127.0.0.1:{server.server_port}/runs/tiny-1/index.html?smooth=0.5")
+        tab.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+        assert tab.page.evaluate("() => document.getElementById('c-loss').uplot.data[0].length") == 24
+        assert tab.page.evaluate("() => document.getElementById('c-loss').uplot.series.length") == 3  # raw, smoothed
+        assert tab.errors == []
+        tab.close()
+    finally:
+        server.shutdown()
+        server.server_close()
