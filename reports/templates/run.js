@@ -165,7 +165,7 @@ function drawCharts() {
       const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
         yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
       chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
-        STATE.x === "step" ? `step ${exact(v)}` : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
+        STATE.x === "step" ? exact(v) : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
       built = { chart, signature };
       BUILT.set(def.id, built);
     }
