@@ -290,3 +290,16 @@ def test_the_page_says_what_the_quality_score_means_and_each_buckets_language_mi
     q0 = sum(sum(store.cell(c).stats["languages"].values()) for c in store.manifest.cells if c.endswith("q0"))
     shares = re.findall(r"<td>([^<]*)</td>", rows[1][1])
     assert shares[2].startswith(f"{100 * german / q0:.0f}") or shares[2].startswith(f"{100 * german / q0:.1f}"), shares
+
+
+def test_each_alert_is_one_band_from_when_its_condition_held_to_its_end():
+    from reports.run_observations import alerts_view
+
+    records = [{"step": s, "alerts": {"started": [], "ended": [], "active": []}} for s in range(10)]
+    records[3]["alerts"] = {"started": [{"name": "dead_experts", "held_since": 1, "message": "2 dead"}], "ended": [],
+                            "active": ["dead_experts"]}
+    records[6]["alerts"] = {"started": [], "ended": ["dead_experts"], "active": []}
+    records[8]["alerts"] = {"started": [{"name": "loss_jump", "message": "12.0"}], "ended": [], "active": ["loss_jump"]}
+    bands = alerts_view(records)["bands"]
+    assert [(b["name"], b["from"], b["started"], b["to"]) for b in bands] == [("dead_experts", 1, 3, 6),
+                                                                             ("loss_jump", 8, 8, 9)]
