@@ -95,10 +95,14 @@ class Chunk:
                    times=[finite(r.get("time")) for r in records], phases=[r.get("phase") for r in records],
                    columns=columns, arrays=arrays)
 
+    def seconds(self, start_time: float | None) -> list[float | None]:
+        """Wall time of each record since the run's first one."""
+        return [None if t is None or start_time is None else round(t - start_time, 3) for t in self.times]
+
     def payload(self, version: int, start_time: float | None) -> dict[str, Any]:
-        seconds = [None if t is None or start_time is None else round(t - start_time, 3) for t in self.times]
         return {"index": self.index, "version": version, "first": self.index * CHUNK, "steps": self.steps,
-                "tokens": self.tokens, "seconds": seconds, "phase": self.phases, "columns": self.columns}
+                "tokens": self.tokens, "seconds": self.seconds(start_time), "phase": self.phases,
+                "columns": self.columns}
 
 
 def script(function: str, payload: Any) -> str:
@@ -191,14 +195,13 @@ class RunSeries:
                 smooth[key] = _means(values, steps, stride)
         clock_at = sorted(set(range(0, n, stride)) | ({n - 1} if n else set()))
         tokens = [t for c in self.chunks for t in c.tokens]
-        times = [t for c in self.chunks for t in c.times]
-        start = self.start_time
+        seconds = [s for c in self.chunks for s in c.seconds(self.start_time)]
         return {
             "records": n, "stride": stride, "chunk": CHUNK, "chunks": len(self.chunks), "seq": self.seq,
             "versions": self.versions, "series": series, "smooth": smooth,
             "clock": {"i": clock_at, "s": steps[clock_at].tolist() if n else [],
                       "t": [tokens[i] for i in clock_at],
-                      "w": [None if times[i] is None or start is None else round(times[i] - start, 3) for i in clock_at]},
+                      "w": [seconds[i] for i in clock_at]},
         }
 
     def write(self, directory: Path, rebuilt: Iterable[int], page: dict[str, Any],
