@@ -19,7 +19,8 @@ def main() -> int:
     names = args.names or sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_"))
     failed = False
     for name in names:
-        module = importlib.import_module(f"bench.{name}")
+        known = (here / f"{name}.py").exists()
+        module = importlib.import_module(f"bench.{name}" if known else f"bench.bench_{name}")  # `report_page` too
         print(f"== {name}", flush=True)
         for result in module.main():
             if args.json:

@@ -54,7 +54,7 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
         click.echo(f"  {path}  ({path.stat().st_size / 1024:,.0f} KiB)")
 
 
-@report.command(short_help="Follow a run live: rebuild its page as its metrics stream grows.")
+@report.command(short_help="Follow a run live: rewrite its page data as its metrics stream grows.")
 @click.argument("run_argument", metavar="[RUN]", required=False, type=PLAIN_NAME)
 @run_option("The run to follow (RUN as the first argument is the old spelling, still accepted).", default=None)
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -64,13 +64,13 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
               help="Stop once run.json's status says the run is over (or keep watching until Ctrl-C / --timeout).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Stop after this many seconds.")
 @click.option("--refresh", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Seconds between the live page's own reloads in the browser.")
+              help="Seconds between the open page's polls for new data (it updates in place, keeping its view).")
 @click.option("--wait", is_flag=True, help="Wait for the run to start (its run.json to appear) instead of failing.")
 @json_option
 @home_option
 def watch(home: Home, run_argument: str | None, run_name: str | None, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
           refresh: int, wait: bool, as_json: bool) -> None:
-    """Rebuild SITE/runs/RUN/index.html as RUN's metrics stream grows; the page reloads itself while live."""
+    """Rewrite RUN's page data as its metrics stream grows; an open page polls it and updates in place."""
     if bool(run_argument) == bool(run_name):
         raise ConfigError("--run: name the run to follow once (`millrace report watch --run NAME`)")
     run = run_name or run_argument

@@ -85,20 +85,33 @@ def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every alert start and end (step, name, message), and the alerts active after the last record."""
+    """Every alert start and end (step, name, message), the alerts active after the last record, and one band
+    per alert: from the first step its condition held (`held_since`, the trainer's hysteresis) to its end."""
     events: list[dict[str, Any]] = []
     started: dict[str, dict[str, Any]] = {}
+    bands: list[dict[str, Any]] = []
+    open_bands: dict[str, dict[str, Any]] = {}
     for record in records:
         alerts = record.get("alerts") or {}
         for alert in alerts.get("started") or []:
             started[alert["name"]] = {**alert, "since_step": record["step"]}
             events.append({"step": record["step"], "event": "start", "name": alert["name"],
                            "message": alert.get("message", "")})
+            held = alert.get("held_since")
+            band = {"name": alert["name"], "from": held if isinstance(held, int) else record["step"],
+                    "started": record["step"], "to": None, "message": alert.get("message", "")}
+            bands.append(band)
+            open_bands[alert["name"]] = band
         for name in alerts.get("ended") or []:
             events.append({"step": record["step"], "event": "end", "name": name, "message": ""})
+            if name in open_bands:
+                open_bands.pop(name)["to"] = record["step"]
+    last_step = records[-1]["step"] if records else None
+    for band in open_bands.values():
+        band["to"] = last_step  # still active: the band reaches the last logged step
     active = (records[-1].get("alerts") or {}).get("active", []) if records else []
     return {"events": events, "active": [started.get(name, {"name": name, "since_step": None}) for name in active],
-            "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0}
+            "bands": bands, "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0}
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from typing import Any
 
 from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
-from reports.training import MAX_CELL_LINES, RunView
+from reports.run_data import DATA_DIR, RunSeries
+from reports.training import MAX_CELL_LINES, SCALARS, RunView
 
 REFRESH_SECONDS = 5
 
@@ -41,8 +42,18 @@ def _facts(run: dict[str, Any]) -> list[tuple[str, str]]:
     return facts
 
 
-def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SECONDS) -> Path:
+def run_series() -> RunSeries:
+    """The chunked series of a run page (tokens is the x axis, not a curve)."""
+    return RunSeries(k for k in SCALARS if k != "tokens")
+
+
+def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SECONDS, series: RunSeries | None = None,
+                   changed_from: int = 0) -> Path:
+    """The page and its data files; `series` (kept by `report watch`) rewrites only the chunks from record
+    `changed_from` on."""
     out = site / "runs" / view.name / "index.html"
+    series = series if series is not None else run_series()
+    rebuilt = series.update(view.records, changed_from)
     store = view.run.get("store") or {}
     store_link = None
     if store.get("name") and store.get("version"):
@@ -50,6 +61,9 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
         if target.exists():
             store_link = f"../../{store['name']}/{store['version']}/index.html?revision={view.run.get('revision', '')}"
     data = view.page_data()
+    drawn = {f"loss_per_cell/{cell}" for cell in data["drawn_cells"]}
+    series.write(out.parent / DATA_DIR, rebuilt, data,
+                 keep=lambda key: not key.startswith("loss_per_cell/") or key in drawn)
     last = {"step": None, "phase": None, "tokens": None, "loss": None, "tokens_per_second": None, "mfu": None,
             "data_wait_fraction": None} | data["last"]
     return render_page(
@@ -62,9 +76,9 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
         store_link=store_link,
         last=last,
         records=view.records,
+        page_json=embed_json({"run": view.name, "live": view.live, "refresh": refresh_seconds, "data": DATA_DIR}),
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
         config_rows=_flatten(view.run.get("config") or {}),
-        page_json=embed_json(data),
         page_js=static_text("run.js"),
     )

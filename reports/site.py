@@ -18,8 +18,9 @@ from reports.composition import load_composition
 from reports.compare_page import compare_query, write_compare_page, write_explain_page
 from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
-from reports.render import embed_json, render_page, static_text
 from reports.compare_data import write_explain_data, write_run_summary
+from reports.render import embed_json, render_page, static_text
+from reports.run_data import RunSeries
 from reports.run_page import REFRESH_SECONDS, write_run_page
 from reports.training import RUN_FILE, MetricsTail, RunView, load_run, load_run_summary
 
@@ -198,12 +199,15 @@ def build_run_page(
     *,
     refresh_seconds: int = REFRESH_SECONDS,
     tail: MetricsTail | None = None,
+    series: RunSeries | None = None,
 ) -> Path:
-    """Rebuild one run's page and the index; `tail` (a followed stream) saves re-reading it from the start."""
+    """Rebuild one run's page and the index; `tail` (a followed stream) saves re-reading it from the start,
+    and `series` (the chunks written last time) rewriting the chunks that did not change."""
     home = _as_home(home)
     site = Path(out) if out is not None else home.site
     view = load_run(home.run(run), tail)
-    path = write_run_page(view, site, refresh_seconds)
+    changed_from = tail.take_changed_from() if tail is not None and series is not None else 0
+    path = write_run_page(view, site, refresh_seconds, series, changed_from)
     write_run_summary(view, site, rung_runs(load_ladders(home)).get(view.name))
     refresh_index(home, site)
     return path

@@ -35,6 +35,7 @@ RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 MAX_POINTS = 600
 MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised tokens); all are in the table
+CELL_WINDOW = 2000  # recent records whose batches name cells (a run without realised counts)
 FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "stopped", "aborted", "interrupted",
                       "stale"})
 LOCK_FILE = "writer.lock"  # the run writer's lock; its mtime is the heartbeat (`millrace.writer_lock`)
@@ -69,8 +70,14 @@ class MetricsTail:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.records: list[dict[str, Any]] = []
+        self.changed_from = 0  # the first record index changed since `take_changed_from()` (a resume pops some)
         self._offset = 0
         self._lines = 0
+
+    def take_changed_from(self) -> int:
+        """The first record index that changed since the last call (len(records) when none did)."""
+        changed, self.changed_from = self.changed_from, len(self.records)
+        return changed
 
     def poll(self) -> int:
         """Read complete new lines; returns how many records arrived."""
@@ -79,7 +86,7 @@ class MetricsTail:
         except FileNotFoundError:
             return 0
         if size < self._offset:
-            self.records, self._offset, self._lines = [], 0, 0
+            self.records, self._offset, self._lines, self.changed_from = [], 0, 0, 0
         if size == self._offset:
             return 0
         with open(self.path, "rb") as handle:
@@ -105,6 +112,7 @@ class MetricsTail:
                 record.pop("alerts")
             while self.records and self.records[-1]["step"] >= record["step"]:
                 self.records.pop()
+            self.changed_from = min(self.changed_from, len(self.records))
             self.records.append(record)
             arrived += 1
         return arrived
@@ -146,22 +154,6 @@ class Buckets:
         return line
 
 
-def _layer_entry(record: dict[str, Any], key: str, layer: int) -> dict[str, Any]:
-    return next((e for e in record.get(key) or [] if isinstance(e, dict) and e.get("layer") == layer), {})
-
-
-def _per_layer(buckets: Buckets, key: str, field: str) -> dict[str, list[float | None]]:
-    records = buckets.records
-    layers = sorted({int(e["layer"]) for r in records for e in r.get(key) or [] if isinstance(e, dict) and "layer" in e})
-    return {f"layer {layer}": buckets.series(f"{key}.{field}/layer {layer}",
-                                             lambda r, layer=layer: _layer_entry(r, key, layer).get(field))
-            for layer in layers}
-
-
-def _keyed(buckets: Buckets, key: str, names: list[str]) -> dict[str, list[float | None]]:
-    return {name: buckets.series(f"{key}/{name}", lambda r, name=name: (r.get(key) or {}).get(name)) for name in names}
-
-
 @dataclass
 class RunView:
     name: str
@@ -186,20 +178,24 @@ class RunView:
     def last(self) -> dict[str, Any]:
         return self.records[-1] if self.records else {}
 
+    def drawn_cells(self) -> list[str]:
+        """The cells whose loss gets a line: those with the most realised (then planned) tokens."""
+        realised = self.last.get("realised_tokens_per_cell") or {}
+        planned = self.run.get("planned_tokens_per_cell") or {}
+        cells = set(realised) | set(planned) | {c for r in self.records[-CELL_WINDOW:] for c in r.get("loss_per_cell") or {}}
+        return sorted(cells, key=lambda c: (-int(realised.get(c, 0)), -int(planned.get(c, 0)), c))[:MAX_CELL_LINES]
+
     def page_data(self) -> dict[str, Any]:
-        buckets = Buckets(self.records)
-        points = buckets.points
+        """Everything on the page but the curves (those are in the run's data files, `reports.run_data`)."""
         last = self.last
         realised = {k: int(v) for k, v in (last.get("realised_tokens_per_cell") or {}).items()}
         planned = {k: int(v) for k, v in (self.run.get("planned_tokens_per_cell") or {}).items()}
-        cells = sorted(set(realised) | set(planned) | {c for r in points for c in r.get("loss_per_cell") or {}})
-        sources = sorted({s for r in points for s in r.get("loss_per_source") or {}})
-        drawn = sorted(cells, key=lambda c: (-realised.get(c, 0), -planned.get(c, 0), c))[:MAX_CELL_LINES]
-        latest_loss_cell = {}
+        latest_loss_cell: dict[str, float] = {}
         for record in self.records:
             for cell, value in (record.get("loss_per_cell") or {}).items():
                 if finite(value) is not None:
                     latest_loss_cell[cell] = value
+        cells = sorted(set(realised) | set(planned) | set(latest_loss_cell))
         last_load = [
             {"layer": e.get("layer"), "load": [finite(x) for x in e.get("load") or []],
              "max_violation": finite(e.get("max_violation")), "entropy": finite(e.get("entropy")),
@@ -217,27 +213,17 @@ class RunView:
             "revision": self.run.get("revision"),
             "store": self.run.get("store") or {},
             "total_steps": self.run.get("total_steps"),
-            "records": len(self.records),
-            "steps": [r["step"] for r in points],
-            "phase": [r.get("phase") for r in points],
             "switches": [{"step": r["start_step"], "revision": r["revision"]} for r in (self.run.get("lineage") or [])[1:]],
-            "scalars": {k: buckets.series(k, lambda r, k=k: r.get(k)) for k in SCALARS},
-            "loss_per_cell": _keyed(buckets, "loss_per_cell", drawn),
-            "loss_per_source": _keyed(buckets, "loss_per_source", sources),
-            "router_bias_norm": _per_layer(buckets, "router_bias", "norm"),
-            "router_bias_max_abs": _per_layer(buckets, "router_bias", "max_abs"),
-            "max_violation": _per_layer(buckets, "expert_load", "max_violation"),
-            "router_entropy": _per_layer(buckets, "expert_load", "router_entropy"),
+            "drawn_cells": self.drawn_cells(),
             "last_expert_load": last_load,
             "seq_len": seq_len,
             "cells": [
                 {"name": c, "realised": realised.get(c, 0), "planned": planned.get(c, 0),
-                 "expected": expected[c] * seq_len if c in expected else None,
-                 "off_by": realised.get(c, 0) / seq_len - expected[c] if c in expected else None,
+                 "expected": expected[c] * seq_len if c in expected and seq_len else None,
+                 "off_by": realised.get(c, 0) / seq_len - expected[c] if c in expected and seq_len else None,
                  "loss": finite(latest_loss_cell.get(c))}
                 for c in cells
             ],
-            "bands": buckets.bands,
             **(observations(self.run_dir, self.records) if self.run_dir is not None else {}),
             "last": {k: finite(last.get(k)) for k in SCALARS} | {"step": last.get("step"), "phase": last.get("phase")},
         }

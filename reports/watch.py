@@ -1,9 +1,10 @@
-"""Follow a live run: rebuild its page whenever metrics.jsonl or run.json changes.
+"""Follow a live run: rewrite its page's data files whenever metrics.jsonl or run.json changes.
 
-Polls file sizes and modification times (portable, no inotify dependency); stops
-when asked (Ctrl-C), after `timeout` seconds, or, with `until_finished`, once
-run.json says the run is over (after one last rebuild, so the final page no
-longer reloads itself).
+Polls file sizes and modification times (portable, no inotify dependency); only the new
+lines are parsed and only the data chunks they touch are rewritten (`reports.run_data`),
+and the open page polls `data/live.js` and updates in place. Stops when asked (Ctrl-C),
+after `timeout` seconds, or, with `until_finished`, once run.json says the run is over
+(after one last write, whose live.js tells the page to stop polling).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from reports.run_page import REFRESH_SECONDS
+from reports.run_page import REFRESH_SECONDS, run_series
 from reports.site import build_run_page
 from reports.training import FINISHED, METRICS_FILE, RUN_FILE, MetricsTail, read_run
 
@@ -107,6 +108,7 @@ def watch(
     status = "unknown"
     reason = "interrupted"
     tail = MetricsTail(run_dir / METRICS_FILE)
+    series = run_series()  # the page's data chunks: a new line rewrites the last one only
     try:
         while True:
             signature = _signature(run_dir)
@@ -114,7 +116,7 @@ def watch(
                 seen = signature
                 run_info = read_run(run_dir)
                 status = str(run_info.get("status") or "unknown")
-                page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail)
+                page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail, series=series)
                 rebuilds += 1
                 log.debug("rebuilt %s: %d records, status %s", page, len(tail.records), status)
                 if on_build:

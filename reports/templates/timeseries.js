@@ -44,7 +44,6 @@ class TimeChart {
     this.opts = { height: 260, series: [], bands: [], marks: [], ...opts };
     this.tables = this.opts.series.map(() => [[], []]);
     this.range = [null, null];
-    this.quiet = false;
     container.textContent = "";
     container.classList.add("tchart");
     this.box = h("div", { class: "tchart-plot" }, container);
@@ -79,7 +78,8 @@ class TimeChart {
       ],
       cursor: {
         sync: o.sync ? { key: o.sync, setSeries: false } : undefined,
-        drag: { x: true, y: false, setScale: true },
+        drag: { x: true, y: false, setScale: false },  // a drag becomes a zoom in `selected`
+        dataIdx: (u, si, idx) => chart.hovered(si, idx),
         bind: {
           dblclick: () => (e) => { if (e.button === 0) chart.userZoom(null, null); return null; },
           mousedown: (u, targ, handler) => (e) => { if (e.button === 0) (e.shiftKey ? chart.pan(e) : handler(e)); },
@@ -87,7 +87,7 @@ class TimeChart {
       },
       legend: { live: true },
       hooks: {
-        setScale: [(u, key) => { if (key === "x" && !chart.quiet) chart.scaled(); }],
+        setSelect: [(u) => chart.selected()],
         draw: [() => chart.overlays()],
       },
     }, data, this.box);
@@ -112,9 +112,7 @@ class TimeChart {
 
   setData(tables) {
     this.tables = tables;
-    this.quiet = true;
     this.u.setData(this.data(), true);
-    this.quiet = false;
     this.apply();
   }
   setRange(lo, hi) {
@@ -122,11 +120,9 @@ class TimeChart {
     this.apply();
   }
   apply() {
-    this.quiet = true;
     const xs = this.u.data[0];
     const lo = this.range[0] !== null ? this.range[0] : xs[0], hi = this.range[1] !== null ? this.range[1] : xs[xs.length - 1];
     if (lo !== undefined && hi !== undefined) this.u.setScale("x", { min: lo, max: hi });
-    this.quiet = false;
   }
   setBands(bands) { this.opts.bands = bands; this.overlays(); }
   setMarks(marks) { this.opts.marks = marks; this.overlays(); }
@@ -145,9 +141,44 @@ class TimeChart {
     this.u.destroy();
   }
 
-  scaled() {  // the user dragged a range: it becomes the chosen one
-    const { min, max } = this.u.scales.x;
-    this.userZoom(min, max);
+  // The point under the pointer: of the records drawn within a few pixels of it, the one nearest in 2D (a
+  // thinned run packs several records into a pixel; the spike the user points at is the one named).
+  hovered(si, idx) {
+    const u = this.u, xs = u.data[0];
+    if (si === 0) this.pick = this.nearest(idx);
+    const best = this.pick ?? idx;
+    if (si === 0) return best;
+    const ys = u.data[si], has = (j) => j >= 0 && j < ys.length && ys[j] !== undefined && ys[j] !== null;
+    if (has(best)) return best;
+    for (let d = 1; d < xs.length; d++) { if (has(best - d)) return best - d; if (has(best + d)) return best + d; }
+    return null;
+  }
+  nearest(idx) {
+    const u = this.u, xs = u.data[0], left = u.cursor.left, top = u.cursor.top;
+    if (idx === null || idx === undefined || left === undefined || left < 0) return idx;
+    let best = idx, bestD = Infinity;
+    const consider = (j) => {
+      const dx = Math.abs(u.valToPos(xs[j], "x") - left);
+      for (let si = 1; si < u.series.length; si++) {
+        const y = u.data[si][j];
+        if (!u.series[si].show || y === undefined || y === null) continue;
+        const d = Math.abs(u.valToPos(y, "y") - top) + dx;
+        if (d < bestD) { bestD = d; best = j; }
+      }
+    };
+    const near = (j) => Math.abs(u.valToPos(xs[j], "x") - left) <= 4;
+    consider(idx);
+    for (let j = idx - 1; j >= 0 && near(j); j--) consider(j);
+    for (let j = idx + 1; j < xs.length && near(j); j++) consider(j);
+    return best;
+  }
+
+  selected() {  // the user dragged across the plot: that range becomes the chosen one
+    const u = this.u, { left, width } = u.select;
+    if (width < 2) return;
+    const lo = u.posToVal(left, "x"), hi = u.posToVal(left + width, "x");
+    u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+    this.userZoom(lo, hi);
   }
   userZoom(lo, hi) {
     this.range = [lo, hi];

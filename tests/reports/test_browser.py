@@ -8,7 +8,6 @@ Screenshots go to tests/reports/artifacts/ (ignored by git).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -18,8 +17,9 @@ import pytest
 import reports
 from millrace.home import Home
 from mixtures.manifest import read_manifest
-from reports import build_run_page, build_site
+from reports import build_site
 from reports.numbers import human_count, human_epochs, human_percent
+from reports.run_data import read_script
 from tests.reports import factory
 from trainer.ladder.results import write_ladder
 
@@ -65,6 +65,11 @@ class Tab:
     def open(self, path: Path, query: str = "") -> None:
         self.page.goto(path.as_uri() + query)
         self.page.wait_for_load_state("load")
+
+    def open_run(self, path: Path, query: str = "") -> None:
+        """A run page, once its data files have loaded and its charts are drawn."""
+        self.open(path, query)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
 
     def open_with_charts(self, site: Path) -> None:
         """The site's index with the pages' chart and format script (charts.js) loaded, to call it directly."""
@@ -177,7 +182,7 @@ def test_pages_fit_a_phone(browser, site):
                                "?revision=uniform-sampling"), ("run", site / "runs" / "tiny-1" / "index.html", ""),
                               ("index", site / "index.html", "")):
         tab = Tab(browser, width=390, height=844)
-        tab.open(path, query)
+        tab.open_run(path, query) if name == "run" else tab.open(path, query)
         overflow = tab.page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{name} page is {overflow}px wider than a phone"
         tab.shot(f"phone-{name}")
@@ -187,10 +192,12 @@ def test_pages_fit_a_phone(browser, site):
 
 def test_run_page_draws_every_chart(browser, site):
     tab = Tab(browser)
-    tab.open(site / "runs" / "tiny-1" / "index.html")
+    tab.open_run(site / "runs" / "tiny-1" / "index.html")
     for chart in ("c-loss", "c-lr", "c-grad", "c-param", "c-tps", "c-mfu", "c-bias", "c-viol", "c-cell", "c-source"):
-        assert tab.page.locator(f"#{chart} svg path").count() >= 1, chart
-    assert tab.page.locator("#c-param .legend button[aria-pressed]").count() == 2
+        drawn = tab.page.evaluate("(id) => { const u = document.getElementById(id).uplot;"
+                                  " return u ? [u.data[0].length, u.axes[1].label] : null; }", chart)
+        assert drawn and drawn[0] >= 1 and drawn[1], chart  # points, and a y axis that says what it measures
+    assert tab.page.locator("#c-param .u-legend .u-series").count() == 3  # the x value and two lines
     assert tab.page.locator("#c-load g.hm").count() == 16  # 2 layers × 8 experts
     assert tab.page.locator("#plan-table tbody tr").count() == 6
     assert "Largest difference between realised and expected-by-now" in tab.page.inner_text("#mixing-error")
@@ -210,30 +217,6 @@ def test_reference_shape_page(browser, reference_home, tmp_path):
     options = tab.page.eval_on_selector_all("#revision option", "(os) => os.map((o) => o.value)")
     assert sorted(options) == sorted(factory.REFERENCE_REVISIONS)
     tab.shot("reference-uniform-vs-natural")
-    tab.check_clean()
-    tab.close()
-
-
-def test_live_run_page_reloads_itself_until_the_run_ends(browser, small_home, tmp_path):
-    home, lines = factory.copy_as_live(small_home, tmp_path / "home", lines=5)
-    site = tmp_path / "site"
-    page_path = build_run_page(home, "live", site, refresh_seconds=1)
-    tab = Tab(browser)
-    tab.open(page_path)
-    first_step = tab.page.inner_text("#run-cards .card >> nth=0")
-    assert "live" in tab.page.inner_text("#status")
-    with open(home.run("live") / "metrics.jsonl", "a") as stream:
-        stream.writelines(lines[5:])
-    build_run_page(home, "live", site, refresh_seconds=1)
-    tab.page.wait_for_function("(first) => document.querySelector('#run-cards .card').innerText !== first",
-                               arg=first_step, timeout=10_000)
-    assert tab.page.inner_text("#run-cards .card >> nth=0").startswith(str(json.loads(lines[-1])["step"]))
-    factory.set_status(home, "live", "completed")
-    build_run_page(home, "live", site, refresh_seconds=1)
-    tab.page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('completed')",
-                               timeout=10_000)
-    assert tab.page.locator("meta[http-equiv=refresh]").count() == 0  # a finished run's page stays put
-    tab.shot("run-live-finished")
     tab.check_clean()
     tab.close()
 
@@ -295,21 +278,25 @@ def test_wide_tables_fit_a_wide_window_problem_columns_first_first_column_fixed(
 
 
 def test_phone_text_is_readable_and_numbers_are_a_tap_away(browser, site):
-    for path, query, chart in ((site.joinpath(*COMPOSITION), "?revision=uniform-sampling", "#grid"),
-                               (site / "runs" / "tiny-1" / "index.html", "", "#c-loss")):
-        tab = Tab(browser, width=390, height=844, touch=True)
-        tab.open(path, query)
-        smallest = tab.page.evaluate("""(sel) => Math.min(...[...document.querySelectorAll(sel + ' svg text')]
-            .filter((t) => t.textContent.trim()).map((t) => parseFloat(getComputedStyle(t).fontSize)
-              * t.ownerSVGElement.getBoundingClientRect().width / t.ownerSVGElement.viewBox.baseVal.width))""", chart)
-        assert smallest >= 11, (chart, smallest)
-        target = tab.page.locator(f"{chart} g.hm").first if chart == "#grid" else tab.page.locator(f"{chart} rect.hit")
-        target.scroll_into_view_if_needed()
-        target.tap()
-        assert tab.page.is_visible(".tip")
-        assert ("available" if chart == "#grid" else "loss") in tab.page.inner_text(".tip")
-        tab.check_clean()
-        tab.close()
+    tab = Tab(browser, width=390, height=844, touch=True)
+    tab.open(site.joinpath(*COMPOSITION), "?revision=uniform-sampling")
+    smallest = tab.page.evaluate("""() => Math.min(...[...document.querySelectorAll('#grid svg text')]
+        .filter((t) => t.textContent.trim()).map((t) => parseFloat(getComputedStyle(t).fontSize)
+          * t.ownerSVGElement.getBoundingClientRect().width / t.ownerSVGElement.viewBox.baseVal.width))""")
+    assert smallest >= 11, smallest
+    target = tab.page.locator("#grid g.hm").first
+    target.scroll_into_view_if_needed()
+    target.tap()
+    assert tab.page.is_visible(".tip") and "available" in tab.page.inner_text(".tip")
+    tab.check_clean()
+    tab.close()
+    run = Tab(browser, width=390, height=844, touch=True)
+    run.open_run(site / "runs" / "tiny-1" / "index.html")
+    assert run.page.evaluate("() => document.getElementById('c-loss').uplot.width") <= 390
+    legend = run.page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#c-loss .u-legend')).fontSize)")
+    assert legend >= 11
+    run.check_clean()
+    run.close()
 
 
 def test_compare_colours_mean_one_thing_in_the_grid_and_the_diff_table(browser, site):
@@ -343,15 +330,13 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
     factory.write_observations(home, "spiky", manifest, steps=6000, every=600)
     build_site(home, tmp_path / "site")
     tab = Tab(browser)
-    tab.open(tmp_path / "site" / "runs" / "spiky" / "index.html")
-    data = json.loads(tab.page.text_content("#page-data"))
-    assert len(data["steps"]) <= 600 and max(data["bands"]["loss"]["hi"]) == 12.0
-    # the chart's y axis reaches the spike, and a red mark sits where the alert started
-    ticks = [float(t) for t in tab.page.eval_on_selector_all("#c-loss svg text", "ts => ts.map(t => t.textContent)")
-             if t.replace(".", "", 1).isdigit()]
-    assert max(ticks) >= 12
-    assert tab.page.locator("#c-loss svg polygon.band").count() == 1
-    assert tab.page.locator("#c-loss svg line.mark").count() == 1
+    tab.open_run(tmp_path / "site" / "runs" / "spiky" / "index.html")
+    data = read_script(tmp_path / "site" / "runs" / "spiky" / "data" / "overview.js")
+    loss = data["series"]["loss"]
+    assert len(loss["s"]) <= 2002 and dict(zip(loss["s"], loss["v"]))[4006] == 12.0
+    # the chart's y axis reaches the spike, and one band sits where the alert started
+    assert tab.page.evaluate("() => document.getElementById('c-loss').uplot.scales.y.max") >= 12
+    assert tab.page.locator("#c-loss .band").count() == 1 and "step 4006" in tab.page.inner_text("#c-loss .band")
     assert "loss_jump" in tab.page.inner_text("#alert-events")
     # evaluation curves: macro and micro, then one line per cell, on a log scale, downloadable
     assert tab.page.locator("#c-eval .legend button[aria-pressed]").count() == 2
@@ -377,7 +362,11 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
 
 def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser, site):
     tab = Tab(browser, width=1280, height=700)
-    tab.open(site / "runs" / "tiny-1" / "index.html")
+    tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    titles = tab.page.evaluate("() => [...document.querySelectorAll('.tchart')].map((c) => [c.id, c.uplot.axes[0].label,"
+                               " c.uplot.axes[1].label])")
+    assert len(titles) >= 10 and all(x and y for _, x, y in titles), titles
+    assert ("c-loss", "step", "loss (nats per token)") in [tuple(t) for t in titles]
     charts = tab.page.evaluate("""() => [...document.querySelectorAll('.chart svg[role=img]')].map((svg) => {
         const x = svg.querySelector('.axis-title.x'), y = svg.querySelector('.axis-title.y');
         const xb = x.getBoundingClientRect();
@@ -386,12 +375,11 @@ def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser,
             return b.width && b.left < xb.right && b.right > xb.left && b.top < xb.bottom && b.bottom > xb.top; }).length;
         return [svg.getAttribute('aria-label'), y.textContent, x.textContent, overlaps];
     })""")
-    assert len(charts) >= 10
+    assert len(charts) >= 1  # the evaluation chart (SVG)
     for label, y_title, x_title, overlaps in charts:
         assert y_title and x_title and overlaps == 0, (label, y_title, x_title, overlaps)
         assert "line chart of" in label or ":" in label
-    assert any(y == "loss (nats per token)" for _, y, _, _ in charts)
-    box = tab.page.evaluate("""() => { const r = document.querySelector('#c-source rect.hit');
+    box = tab.page.evaluate("""() => { const r = [...document.querySelectorAll('#c-load g.hm')].pop();
         r.scrollIntoView({block: 'end'}); const b = r.getBoundingClientRect(); return [b.left + b.width / 2, b.bottom - 2]; }""")
     tab.page.mouse.move(box[0], box[1])
     tip = tab.page.evaluate("() => { const b = document.querySelector('.tip').getBoundingClientRect(); return [b.top, b.bottom]; }")
@@ -402,16 +390,14 @@ def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser,
 
 def test_legend_picks_the_lines_of_a_busy_chart(browser, site):
     tab = Tab(browser)
-    tab.open(site / "runs" / "tiny-1" / "index.html")
-    buttons = tab.page.locator("#c-source .legend button[aria-pressed]")
-    assert buttons.count() >= 2
-    name = buttons.first.inner_text()
-    buttons.first.click()
-    assert buttons.first.get_attribute("aria-pressed") == "false"
-    hidden = tab.page.evaluate("(n) => getComputedStyle(document.querySelector(`#c-source path[data-series='${n}']`)).display", name)
-    assert hidden == "none"
-    buttons.first.press("Enter")
-    assert buttons.first.get_attribute("aria-pressed") == "true"
+    tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    entries = tab.page.locator("#c-source .u-legend .u-series")
+    assert entries.count() >= 3  # the x value and one line per source
+    entries.nth(1).click()
+    assert "u-off" in entries.nth(1).get_attribute("class")
+    assert tab.page.evaluate("() => document.getElementById('c-source').uplot.series[1].show") is False
+    entries.nth(1).click()
+    assert tab.page.evaluate("() => document.getElementById('c-source').uplot.series[1].show") is True
     tab.check_clean()
     tab.close()
 

@@ -12,6 +12,7 @@ from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from reports import build_site
 from reports.numbers import human_count
+from reports.run_data import read_script
 from tests.reports import factory
 from tests.reports.test_browser import Tab, browser  # noqa: F401  (the browser fixture)
 from tests.reports.test_site import page_data
@@ -49,7 +50,7 @@ def test_the_composition_page_embeds_the_lineage_and_the_run_page_the_switch(lin
         ("natural", 0, AT_STEP), ("swap", AT_STEP, data["total_steps"])]
     assert [p["revision"] for p in data["phases"]] == ["natural", "swap", "swap"]
     assert sum(data["phases"][0]["counts"]) == AT_STEP * factory.GLOBAL_BATCH
-    run = page_data(site / "runs" / "switched" / "index.html")
+    run = read_script(site / "runs" / "switched" / "data" / "overview.js")
     assert run["switches"] == [{"step": AT_STEP, "revision": "swap"}]
 
 
@@ -73,8 +74,10 @@ def test_the_pages_show_the_lineage_and_mark_the_switch_on_every_chart(lineage_s
     tab.check_clean()
     run = Tab(browser)
     run.open(site / "runs" / "switched" / "index.html")
-    charts = run.page.locator("svg:has(path)").count()
+    run.page.wait_for_selector("body[data-ready='1']")
+    charts = run.page.locator(".tchart").count()
     assert charts >= 10
-    assert run.page.locator("svg line.mark").count() == charts  # every chart that has a curve
+    assert run.page.locator(".tchart .mark").count() == charts  # every chart that has a curve
+    assert "→ swap" in run.page.inner_text("#c-loss .mark")
     run.shot("run-lineage-switch")
     run.check_clean()

@@ -21,6 +21,7 @@ from reports import build_pages, build_site
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.render import embed_json
+from reports.run_data import BUCKETS, CHUNK, RunSeries, read_script
 from reports.training import MetricsTail, last_record, load_run, read_metrics
 from tests.reports import factory
 
@@ -154,15 +155,20 @@ def test_metrics_stream_partial_and_malformed_lines(tmp_path):
     assert read_metrics(tmp_path / "absent.jsonl") == []
 
 
-def test_run_page_has_every_series_and_reloads_only_while_live(small_home, tmp_path):
+def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_path):
     view = load_run(small_home.run("tiny-1"))
     data = view.page_data()
-    assert len(data["steps"]) == data["records"] == 24 and data["steps"] == sorted(data["steps"])
+    build_site(small_home, tmp_path)
+    curves = read_script(tmp_path / "runs" / "tiny-1" / "data" / "overview.js")
+    steps = [r["step"] for r in view.records]
+    assert curves["records"] == 24 and curves["stride"] == 1 and curves["clock"]["s"] == steps
     for key in ("loss", "lr", "tokens_per_second", "mfu", "grad_norm", "param_norm", "param_norm_with_router_bias"):
-        assert len(data["scalars"][key]) == 24 and data["scalars"][key][-1] is not None, key
-    assert set(data["router_bias_norm"]) == {"layer 0", "layer 1"}
-    assert set(data["max_violation"]) == {"layer 0", "layer 1"}
-    assert set(data["loss_per_source"]) == set(factory.SOURCES)
+        assert curves["series"][key]["s"] == steps and None not in curves["series"][key]["v"], key
+    assert {k for k in curves["series"] if k.startswith("router_bias.norm/")} == {"router_bias.norm/layer 0",
+                                                                                   "router_bias.norm/layer 1"}
+    assert {k for k in curves["series"] if k.startswith("expert_load.max_violation/")} == {
+        "expert_load.max_violation/layer 0", "expert_load.max_violation/layer 1"}
+    assert {k.split("/")[1] for k in curves["series"] if k.startswith("loss_per_source/")} == set(factory.SOURCES)
     assert len(data["last_expert_load"]) == 2 and len(data["last_expert_load"][0]["load"]) == 8
     planned = view.run["planned_tokens_per_cell"]
     assert {c["name"]: c["planned"] for c in data["cells"]} == planned
@@ -170,26 +176,42 @@ def test_run_page_has_every_series_and_reloads_only_while_live(small_home, tmp_p
     assert view.manifest is not None and all(abs(c["off_by"]) < 1 for c in data["cells"])
     assert sum(c["realised"] for c in data["cells"]) == 24 * 8 * 32
     assert abs(sum(c["expected"] for c in data["cells"]) - 24 * 8 * 32) < 1e-6
-    build_site(small_home, tmp_path)
     page = (tmp_path / "runs" / "tiny-1" / "index.html").read_text()
     assert view.status == "stopped" and 'http-equiv="refresh"' not in page  # ran its --steps
+    assert read_script(tmp_path / "runs" / "tiny-1" / "data" / "live.js")["live"] is False
     assert f"{factory.STORE}/{factory.VERSION}/index.html?revision=uniform-sampling" in page
+    chunk = read_script(tmp_path / "runs" / "tiny-1" / "data" / "chunk-00000.js")
+    records = read_metrics(small_home.run("tiny-1") / "metrics.jsonl")
+    assert chunk["columns"]["loss"] == [r["loss"] for r in records]  # full precision, every record
 
     home = Home.resolve(tmp_path / "live")
     factory.make_small_store(home)
     manifest = factory.make_small_revisions(home)["natural"]
     factory.write_contract_metrics(home, "live-1", manifest, steps=3, status="running")
     build_site(home, tmp_path / "live-site")
-    assert 'http-equiv="refresh"' in (tmp_path / "live-site" / "runs" / "live-1" / "index.html").read_text()
+    assert read_script(tmp_path / "live-site" / "runs" / "live-1" / "data" / "live.js")["live"] is True
 
 
-def test_long_runs_are_thinned_but_keep_the_last_step(tmp_path):
-    home = Home.resolve(tmp_path / "home")
-    factory.make_small_store(home)
-    manifest = factory.make_small_revisions(home)["natural"]
-    factory.write_contract_metrics(home, "long", manifest, steps=1500)
-    data = load_run(home.run("long")).page_data()
-    assert len(data["steps"]) <= 601 and data["steps"][-1] == 1499 and data["records"] == 1500
+def test_long_runs_keep_every_extreme_at_its_step_and_every_record_in_chunks():
+    records = [{"step": s, "loss": 2.0 + (s % 7) * 0.01, "tokens": 256 * (s + 1), "time": 1.7e9 + s}
+               for s in range(5001)]
+    records[4006]["loss"], records[123]["loss"] = 12.0, -1.0
+    series = RunSeries(["loss"])
+    series.update(records)
+    overview = series.overview()
+    loss = overview["series"]["loss"]
+    assert overview["stride"] == 6 and len(loss["s"]) <= 2 * BUCKETS + 2
+    assert dict(zip(loss["s"], loss["v"]))[4006] == 12.0 and dict(zip(loss["s"], loss["v"]))[123] == -1.0
+    assert loss["s"][0] == 0 and loss["s"][-1] == 5000 and loss["s"] == sorted(loss["s"])
+    means = overview["smooth"]["loss"]
+    assert sum(means["k"]) == 5001 and means["s"][-1] == 5000
+    assert [len(c.steps) for c in series.chunks] == [CHUNK, CHUNK, 1001]
+    # a growing stream recuts only its last chunk; a resume from an earlier step recuts from there
+    versions = list(series.versions)
+    assert series.update(records + [{"step": 5001, "loss": 2.0}], changed_from=5001) == [2]
+    assert series.versions[:2] == versions[:2] and series.versions[2] > versions[2]
+    assert series.update(records[:1500], changed_from=1500) == [0]
+    assert series.records == 1500 and len(series.versions) == 1
 
 
 def test_cli_build_json_and_errors(small_home, tmp_path, capsys):
@@ -272,3 +294,16 @@ def test_the_page_says_what_the_quality_score_means_and_each_buckets_language_mi
     q0 = sum(sum(store.cell(c).stats["languages"].values()) for c in store.manifest.cells if c.endswith("q0"))
     shares = re.findall(r"<td>([^<]*)</td>", rows[1][1])
     assert shares[2].startswith(f"{100 * german / q0:.0f}") or shares[2].startswith(f"{100 * german / q0:.1f}"), shares
+
+
+def test_each_alert_is_one_band_from_when_its_condition_held_to_its_end():
+    from reports.run_observations import alerts_view
+
+    records = [{"step": s, "alerts": {"started": [], "ended": [], "active": []}} for s in range(10)]
+    records[3]["alerts"] = {"started": [{"name": "dead_experts", "held_since": 1, "message": "2 dead"}], "ended": [],
+                            "active": ["dead_experts"]}
+    records[6]["alerts"] = {"started": [], "ended": ["dead_experts"], "active": []}
+    records[8]["alerts"] = {"started": [{"name": "loss_jump", "message": "12.0"}], "ended": [], "active": ["loss_jump"]}
+    bands = alerts_view(records)["bands"]
+    assert [(b["name"], b["from"], b["started"], b["to"]) for b in bands] == [("dead_experts", 1, 3, 6),
+                                                                             ("loss_jump", 8, 8, 9)]

@@ -8,6 +8,7 @@ import time
 
 from millrace.cli import main
 from reports import watch
+from reports.run_data import read_script
 from tests.reports import factory
 
 
@@ -19,8 +20,7 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
 
     def on_build(event):
         first_build.set()
-        text = event.page.read_text()
-        data = json.loads(text.split('id="page-data">', 1)[1].split("</script>", 1)[0])
+        data = read_script(event.page.parent / "data" / "overview.js")
         assert data["records"] == event.records and event.total_steps == 48
         seen_steps.append(data["records"])
 
@@ -41,8 +41,7 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
     assert result.reason == "finished" and result.status == "completed"
     assert result.rebuilds >= 3 and seen_steps[0] == 5 and seen_steps[-1] == len(lines) == 24
     assert seen_steps == sorted(seen_steps)
-    page = (tmp_path / "site" / "runs" / "live" / "index.html").read_text()
-    assert 'http-equiv="refresh"' not in page  # the finished page stops reloading
+    assert read_script(tmp_path / "site" / "runs" / "live" / "data" / "live.js")["live"] is False  # polling stops
     assert "runs/live/index.html" in (tmp_path / "site" / "index.html").read_text()
 
 
@@ -54,7 +53,7 @@ def test_watch_forever_stops_at_the_timeout(small_home, tmp_path, capsys):
     assert code == 0 and time.monotonic() - started < 10
     payload = json.loads(capsys.readouterr().out)
     assert payload["stopped"] == "timeout" and payload["rebuilds"] == 1 and payload["status"] == "running"
-    assert 'http-equiv="refresh"' in (tmp_path / "site" / "runs" / "live" / "index.html").read_text()
+    assert read_script(tmp_path / "site" / "runs" / "live" / "data" / "live.js")["live"] is True
 
 
 def test_watch_waits_for_a_run_to_start_only_when_asked(small_home, tmp_path):
