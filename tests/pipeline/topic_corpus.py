@@ -47,27 +47,27 @@ TOPICS: dict[str, tuple[list[str], list[str], list[str]]] = {
                   "towers rises erodes crumbles shelters looms slopes drops freezes thaws".split(),
                   "steep rocky snowy alpine jagged remote barren misty".split()),
 }
-STYLES = {
+DETERMINERS = "the a this that every each our their one another".split()
+PREPOSITIONS = "near beside under over through along behind across past around".split()
+CLAUSES = "because while although when since until whereas unless".split()
+STYLES = {  # a sentence's frame per source; {d} a determiner, {p} a preposition, {c} a conjunction
     "python-docs": [
-        "The {adj} {n1} {v1} beside the {n2}, and for that reason the {n3} of the {n4} is described here in full.",
-        "In most cases a {n1} {v1} when the {n2} is {adj}; this section explains why the {n3} matters to the {n4}.",
-        "Each {n1} that {v1} near a {n2} also changes the {n3}, which is why the {adj} {n4} is considered first.",
-        "It is worth noting that the {n1} of a {adj} {n2} {v1} more slowly than the {n3} would suggest.",
+        "{D} {adj} {n1} {v1} {p} {d} {n2}, {c} {d} {n3} {v2} {p} {d} {n4}.",
+        "{C} {d} {n1} {v1}, {d} {adj} {n2} {v2} {p} {d} {n3}; {d} {n4} follows.",
+        "{D} {n1} of {d} {n2} {v1} {p} {d} {adj} {n3}, {c} {d} {n4} {v2}.",
     ],
     "notes": [
-        "Saw a {adj} {n1} by the {n2} today.",
-        "The {n1} {v1} again, so the {n2} was {adj}.",
-        "Need more {n1} and a {n2} for the {n3}.",
-        "Our {n1} {v1} and then the {n2} {v2}.",
+        "{D} {n1} {v1} {p} {d} {n2}.",
+        "{D} {adj} {n1} {v1}.",
+        "Saw {d} {n1} and {d} {n2} today.",
     ],
     "forum": [
-        "Anyone know why my {n1} {v1} after the {n2}? It was {adj} yesterday.",
-        "I think the {n1} is fine but the {n2} {v1} way too much.",
-        "Try a {adj} {n1} instead of the {n2}, it worked for me with the {n3}.",
-        "Same here, the {n1} {v1} whenever the {n2} gets {adj}.",
+        "Why does {d} {n1} {v1} {p} {d} {n2}?",
+        "I think {d} {adj} {n1} {v1} {p} {d} {n2} lol.",
+        "Same here, {d} {n1} {v1} {c} {d} {n2} {v2}!",
     ],
 }
-SENTENCES = {"python-docs": (10, 16), "notes": (10, 18), "forum": (10, 18)}
+SENTENCES = {"python-docs": (9, 14), "notes": (14, 22), "forum": (12, 20)}
 
 
 def document(topic: str, style: str, rng: random.Random) -> str:
@@ -77,8 +77,13 @@ def document(topic: str, style: str, rng: random.Random) -> str:
     for _ in range(count):
         n1, n2, n3, n4 = rng.sample(nouns, 4)
         v1, v2 = rng.sample(verbs, 2)
-        sentences.append(rng.choice(STYLES[style]).format(n1=n1, n2=n2, n3=n3, n4=n4, v1=v1, v2=v2,
-                                                          adj=rng.choice(adjectives)))
+        d, clause = rng.choice(DETERMINERS), rng.choice(CLAUSES)
+        slots = {"n1": n1, "n2": n2, "n3": n3, "n4": n4, "v1": v1, "v2": v2, "adj": rng.choice(adjectives),
+                 "D": d.capitalize(), "C": clause.capitalize(), "c": clause}
+        frame = rng.choice(STYLES[style])
+        while "{d}" in frame or "{p}" in frame:  # each slot its own draw
+            frame = frame.replace("{d}", rng.choice(DETERMINERS), 1).replace("{p}", rng.choice(PREPOSITIONS), 1)
+        sentences.append(frame.format(**slots))
     lines = [" ".join(sentences[i:i + 3]) for i in range(0, count, 3)]
     return "\n".join(lines)
 
