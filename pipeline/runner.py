@@ -415,6 +415,31 @@ def run_pipeline(
         return _build_store(config, home, final, kind, workers, tasks, on_stage, progress_lines, restart)
 
 
+def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
+    """When the stages run so far kept no document: one line that says what removed them and what to change
+    (before the tokenizer and the cell models are fitted on an empty sample); None while documents are left."""
+    counted = [(name, merge_stage(stage_dir(layout.funnel, index, name)))
+               for index, name in enumerate(stage_names(config))]
+    counted = [(name, sources) for name, sources in counted if sources]
+    # each source as the last stage that counted it left it (a filter counts only the sources that list it)
+    last = {source: counts["kept"]["documents"] for _, sources in counted for source, counts in sources.items()}
+    if not counted or any(last.values()):
+        return None
+    read = sum(c["received"]["documents"] for c in counted[0][1].values())
+    removals = []
+    for name, sources in counted:
+        reasons: dict[str, int] = {}
+        for counts in sources.values():
+            for reason, removed in counts["removed"].items():
+                reasons[reason] = reasons.get(reason, 0) + removed["documents"]
+        if reasons:
+            detail = ", ".join(f"{reason} {n:,}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+            removals.append(f"{name} {sum(reasons.values()):,} ({detail})")
+    return (f"no document is left after {counted[-1][0]}: {read:,} read, removed by {'; '.join(removals) or 'none'} "
+            f"(details in {layout.funnel}); give the pipeline documents that pass its filters, or loosen them "
+            "([filters.<name>] options, or a source's `filters` list)")
+
+
 def store_lock(final: Path) -> Path:
     """The lock a store version's writer holds: beside the version's directory, which appears only at the end."""
     return final.with_name(f".{final.name}.lock")
@@ -440,6 +465,8 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
         run_dedup(config, layout, kind, workers, progress_lines)
+    if problem := nothing_left(config, layout):
+        raise PipelineError(problem)
     notify("tokenizer")
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)

@@ -139,8 +139,10 @@ class LexicalEmbedder:
         tfidf = TfidfTransformer(sublinear_tf=True).fit(counts)
         weighted = tfidf.transform(counts)
         dimensions = min(config.dimensions, max(1, min(weighted.shape) - 1))
-        # ARPACK is deterministic given the seed and, on a few thousand rows, faster than randomized SVD.
-        svd = TruncatedSVD(dimensions, algorithm="arpack", random_state=seed).fit(weighted)
+        # ARPACK is deterministic given the seed and, on a few thousand rows, faster than randomized SVD; it needs
+        # fewer components than rows, so a one-document sample (the whole corpus in one document) takes the other.
+        algorithm = "arpack" if dimensions < min(weighted.shape) else "randomized"
+        svd = TruncatedSVD(dimensions, algorithm=algorithm, random_state=seed).fit(weighted)
         components = svd.components_.astype(np.float32)
         # ARPACK's sign is arbitrary: fix it so the largest weight of each component is positive.
         signs = np.sign(components[np.arange(dimensions), np.abs(components).argmax(axis=1)])

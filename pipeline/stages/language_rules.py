@@ -5,25 +5,26 @@ Gopher's eight English stop words), which removes most non-English prose as "no 
 "average word length". Language id runs before the filters; each filter is then built once per
 language (`LanguageFilters`) with:
 
-- Word splitting: datatrove's tokenizer for the language (`tokenizer_assignment.csv`) when it is
-  a spaCy blank language that ships inside spaCy (German, French, Spanish, Russian, Arabic, ...;
-  FineWeb-2 used the same assignment). Scripts written without spaces (Chinese, Japanese, Thai,
-  Lao, Khmer, Burmese, Tibetan) count characters as words (`CharacterWordTokenizer`); every other
-  language (those that need stanza, kiwipiepy, indic-nlp and the like, Korean among them) splits
-  on spaces with datatrove's `WhitespaceTokenizer`. The choice never depends on what else is
-  installed, so a store does not change with the machine.
+- Word splitting: datatrove's tokenizer for the language as FineWeb-2 chose it (`tokenizer_assignment.csv`,
+  looked up by FineWeb-2's `<code>_<script>` name: datatrove's two-letter keys take the csv's last row, e.g.
+  spaCy "xx" for Chinese and Arabic), when its model ships inside a package this project depends on: spaCy's
+  blank languages (German, French, Arabic, ...), Chinese (spaCy with jieba), Japanese (spaCy with SudachiPy
+  and its core dictionary), Korean (Kiwi, `kiwipiepy` < 0.22 as datatrove pins it) and Thai (PyThaiNLP).
+  Lao, Khmer, Burmese and Tibetan (their segmenters are not dependencies) count characters as words
+  (`CharacterWordTokenizer`); every other language (those that need stanza, indic-nlp or pyvi, Hindi and
+  Vietnamese among them) splits on spaces with datatrove's `WhitespaceTokenizer`. The choice never depends
+  on what else is installed, so a store does not change with the machine.
 - Thresholds: English keeps datatrove's defaults (FineWeb's English recipe). Every other language
   py3langid names takes FineWeb-2's published thresholds for it (`fineweb2_language_rules.json`,
   from FineWeb-2's `configs/<language>_<script>.yml`) and FineWeb-2's recipe around them (no
   paragraph or character repetition rules, no short-line rule, character duplicates 0.1). A
   language without an entry keeps datatrove's defaults less the stop-word rule.
-- Stop words: FineWeb-2's list, when the words can be found: with datatrove's own tokenizer for
-  the language, or one-character stop words with the character tokenizer (Chinese 的, Japanese
-  の). Otherwise (e.g. Korean's stop words are Kiwi morphemes) the stop-word rule is off.
-- Repetition: FineWeb-2's n-gram rules count words; where words are characters they count
-  n-grams of twice as many characters (a Chinese or Japanese word is about two), and the top n-gram
-  share allows for the spaces datatrove counts between the characters (`character_n_grams`); else
-  every polite Japanese sentence ending in the same four characters (ました。) fails top_4_gram.
+- Stop words: FineWeb-2's list when the words can be found: with datatrove's own tokenizer for the
+  language (Korean's stop words are Kiwi morphemes, 의/는/를, so Kiwi finds them), or one-character stop
+  words with the character tokenizer. Otherwise the stop-word rule is off.
+- Repetition: FineWeb-2's n-gram rules count words; where words are characters they count n-grams of
+  twice as many characters, and the top n-gram share allows for the spaces datatrove counts between the
+  characters (`character_n_grams`).
 - C4: its rules (ASCII terminal punctuation, three space-separated words a line, English policy
   phrases) are English; FineWeb-2 does not apply C4 either, so only English documents go through it.
 
@@ -33,6 +34,7 @@ Options a config sets under `[filters.<name>]` apply to every language, over the
 from __future__ import annotations
 
 import json
+import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -42,11 +44,13 @@ from datatrove.utils.word_tokenizers import WhitespaceTokenizer, WordTokenizer, 
 
 RULES_FILE = Path(__file__).with_name("fineweb2_language_rules.json")
 ENGLISH = "en"
-# languages written without spaces between words (py3langid codes)
-UNSPACED = frozenset({"zh", "ja", "wuu", "yue", "th", "lo", "km", "my", "bo", "dz"})
-# spaCy blank languages that need a package spaCy does not install (sudachipy, jieba, pyvi, ...)
-SPACY_NEEDS_EXTRA = frozenset({"ja", "zh", "ko", "vi", "th"})
-CHARACTERS_PER_WORD = 2  # about a word's length in characters where words are not spaced (Chinese, Japanese)
+# languages written without spaces whose segmenters are not dependencies (py3langid codes)
+UNSPACED = frozenset({"lo", "km", "my", "bo", "dz"})
+# datatrove tokenizers whose models ship inside this project's dependencies (pyproject.toml)
+SHIPPED_TOKENIZERS = frozenset({"SpaCyTokenizer", "KiwiTokenizer", "ThaiTokenizer"})
+# spaCy blank languages that need a package this project does not depend on (pyvi, natto-py)
+SPACY_NEEDS_EXTRA = frozenset({"vi", "ko"})
+CHARACTERS_PER_WORD = 2  # about a word's length in characters where words are not spaced
 UNSPACED_CHARACTER = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]"
 # FineWeb-2's recipe for every language besides the per-language values (its fineweb-2-pipeline.py)
 FINEWEB2_FIXED = {
@@ -79,17 +83,27 @@ def fineweb2_rules() -> dict[str, dict]:
 
 @lru_cache(maxsize=None)
 def word_tokenizer(language: str) -> tuple[WordTokenizer, str]:
-    """The tokenizer for `language` and its kind: "datatrove" (its own assignment), "characters" or "spaces"."""
+    """The tokenizer for `language` and its kind: "datatrove" (FineWeb-2's assignment), "characters" or "spaces"."""
+    from datatrove.utils.word_tokenizers import load_tokenizer_assignments
+
+    rules = fineweb2_rules().get(language)
+    factory = load_tokenizer_assignments().get(rules["config"] if rules else language)
+    if factory is not None:
+        kind, argument = factory.args
+        if kind in SHIPPED_TOKENIZERS and not (kind == "SpaCyTokenizer" and argument in SPACY_NEEDS_EXTRA):
+            if argument == "zh":
+                quiet_jieba()
+            return factory(), "datatrove"
     if language in UNSPACED:
         return CharacterWordTokenizer(), "characters"
-    from datatrove.utils.word_tokenizers import SpaCyTokenizer, load_tokenizer_assignments
-
-    factory = load_tokenizer_assignments().get(language)
-    if factory is not None and factory.args and factory.args[0] == "SpaCyTokenizer":
-        tokenizer = factory()
-        if isinstance(tokenizer, SpaCyTokenizer) and tokenizer.language not in SPACY_NEEDS_EXTRA:
-            return tokenizer, "datatrove"
     return WhitespaceTokenizer(), "spaces"
+
+
+def quiet_jieba() -> None:
+    """jieba logs its dictionary loading at DEBUG to stderr in every worker; keep its warnings only."""
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
 
 
 def usable_stop_words(language: str, stop_words: list[str]) -> list[str]:

@@ -33,3 +33,11 @@ def test_an_empty_sample_says_what_to_set(tmp_path):
         fit_domains([], DomainsConfig(k=8), tmp_path)
     message = str(raised.value)
     assert "\n" not in message and "domains.enabled = false" in message and "no document reached" in message
+
+
+def test_a_corpus_of_one_document_gets_one_domain(tmp_path):
+    """The whole corpus in one long document: one domain, not an SVD error (`k` must be ... < min(A.shape))."""
+    long = [Document(text="\n".join(d.text for d in documents(60)), id="book", metadata={"key": 0, "language": "en"})]
+    fit_domains(long, DomainsConfig(k=8), tmp_path)
+    model = DomainModel.load(tmp_path)
+    assert model.k == 1 and list(model.assign([long[0].text, documents(1)[0].text])) == [0, 0]

@@ -76,18 +76,25 @@ def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
 
 
 def test_a_run_that_removes_everything_is_an_error_naming_the_stages(tmp_path):
+    """60 distinct documents, every one too short: the run stops after the filters with what removed them, not
+    with "8 domains need as many documents; the sample has 0" after fitting a tokenizer on nothing."""
     import pytest
 
     from pipeline.runner import PipelineError
 
     (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "a.jsonl").write_text(json.dumps({"id": "1", "text": "too short"}) + "\n")
+    lines = [json.dumps({"id": str(i), "text": f"too short, number {i}"}) + "\n" for i in range(60)]
+    (tmp_path / "d" / "a.jsonl").write_text("".join(lines))
     (tmp_path / "p.toml").write_text(
         '[[sources]]\nname = "d"\npaths = ["d"]\nformat = "jsonl"\nfilters = ["gopher_quality"]\n'
-        '[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.02.06"\n'
+        '[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.02.06"\n[domains]\nk = 8\n'
     )
-    with pytest.raises(PipelineError, match="'gopher_quality': 1"):
+    with pytest.raises(PipelineError) as raised:
         run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
+    message = str(raised.value)
+    assert "60 read, removed by gopher_quality 60 (gopher_short_doc 60)" in message and "[filters.<name>]" in message
+    assert "\n" not in message and "domains" not in message
+    assert not any((tmp_path / "home").rglob("tokenizer.json"))  # stopped before fitting anything on nothing
 
 
 def test_a_process_loads_each_tokenizer_file_once_and_again_when_it_changes(tmp_path):

@@ -9,11 +9,14 @@ every other's, and the funnel counts each filter's removals per language.
 import json
 
 import pytest
+from datatrove.data import Document
 
 from pipeline.config import load_pipeline_config
 from pipeline.runner import _run_stage, filter_pipeline, stage_names
+from pipeline.stages.filtering import build_filter
 from pipeline.stages.funnel import merge_stage, stage_dir
 from pipeline.stages.intermediate import read_jsonl_zst
+from pipeline.stages.language_rules import filter_options, fineweb2_rules, word_tokenizer
 from pipeline.work import WorkLayout
 from tests.pipeline.multilingual_prose import LANGUAGES, multilingual_records
 
@@ -64,3 +67,44 @@ def test_the_funnel_counts_each_filters_removals_per_language(filtered):
         for counts in languages.values():
             removed = sum(r["documents"] for r in counts["removed"].values())
             assert counts["received"]["documents"] == counts["kept"]["documents"] + removed
+
+
+def test_chinese_japanese_korean_and_thai_words_come_from_their_segmenters():
+    """FineWeb-2's segmenters (jieba, SudachiPy, Kiwi, PyThaiNLP through datatrove), not one word per character."""
+    import jieba
+
+    chinese = "我们今天在北京的大学里学习中文，这是一个很好的机会。"
+    zh, kind = word_tokenizer("zh")
+    assert kind == "datatrove"
+    assert zh.word_tokenize(chinese) == [w for w in jieba.lcut(chinese) if w.strip()]
+    assert len(zh.word_tokenize(chinese)) == 17  # 26 characters
+    words = {language: word_tokenizer(language)[0].word_tokenize(text) for language, text in {
+        "ja": "私は昨日東京の大学で日本語を勉強しました。",
+        "ko": "저는 어제 서울에 있는 대학교에서 한국어를 공부했습니다.",
+        "th": "ผมไปเรียนภาษาไทยที่มหาวิทยาลัยในกรุงเทพ",
+    }.items()}
+    assert {"東京", "大学", "勉強"} <= set(words["ja"]) and "東" not in words["ja"]
+    assert {"대학교", "에서", "한국어", "를"} <= set(words["ko"])  # spaces alone give 대학교에서, 한국어를
+    assert {"มหาวิทยาลัย", "กรุงเทพ"} <= set(words["th"])
+
+
+def test_korean_documents_without_stop_words_are_removed_and_prose_is_kept():
+    """FineWeb-2's Korean stop words are Kiwi morphemes (의, 는, 를): with Kiwi's words the rule can run."""
+    places = "서울 부산 대구 인천 광주 대전 울산 수원 창원 고양 용인 성남 청주 전주 천안 안산 김해 포항 제주 원주"
+    foods = "김치 불고기 비빔밥 냉면 떡볶이 갈비 잡채 김밥 만두 라면 국수 순대 호떡 붕어빵 삼겹살 된장 고추장 두부"
+    nouns = places.split() + foods.split() + "시금치 미역 멸치 오징어 새우 굴비 전복 홍합 조개 낙지 문어 춘천".split()
+    listing = "\n".join(" ".join(nouns[i:i + 10]) for i in range(0, len(nouns), 10))  # 50 nouns, no particle
+    prose = next(r["text"] for r in multilingual_records(1) if r["language"] == "ko")
+    options = filter_options("gopher_quality", "ko", {})
+    assert len(options["stop_words"]) >= 20
+    gopher = build_filter("gopher_quality", options)
+    assert gopher.filter(Document(text=listing, id="listing")) == (False, "gopher_enough_stop_words")
+    assert gopher.filter(Document(text=prose, id="prose")) is True
+
+
+def test_segmented_languages_take_fineweb2_thresholds_as_published():
+    """With FineWeb-2's own segmenters its n-gram thresholds apply unchanged (no restating for characters)."""
+    for language in ("zh", "ja", "ko", "th"):
+        options = filter_options("gopher_repetition", language, {})
+        published = fineweb2_rules()[language]
+        assert (options["top_n_grams"], options["dup_n_grams"]) == (published["top_n_grams"], published["dup_n_grams"])
