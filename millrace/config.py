@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, first_validation_error
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 
@@ -22,15 +22,7 @@ class StrictModel(pydantic.BaseModel):
 
 
 def describe_validation_error(source: str, exc: pydantic.ValidationError) -> str:
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "<root>"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown option"
-    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    value = first.get("input")
-    shown = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) else f" (got {value!r:.60})"
-    return f"{source}: field '{field}': {message}{shown}{extra}"
+    return f"{source}: {first_validation_error(exc)}"
 
 
 def parse_document(path: Path) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Literal
 
 import pydantic
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import HASH_FIELD, payload_model, read_artifact, write_artifact
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.names import known
@@ -180,12 +180,7 @@ def write_manifest(path: Path, manifest: BuiltManifest) -> str:
 def read_manifest(path: Path | str) -> tuple[BuiltManifest, str]:
     """Returns the manifest and its content hash; refuses unknown schemas and altered files."""
     body = read_artifact(path, MANIFEST_KIND, (MANIFEST_SCHEMA_VERSION,))
-    digest = body["content_hash"]
-    payload = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-    try:
-        return BuiltManifest.model_validate(payload), digest
-    except pydantic.ValidationError as exc:
-        raise ArtifactError(f"{path}: not a valid mixture manifest ({exc.errors()[0]['msg']})") from None
+    return payload_model(body, BuiltManifest, str(path)), body[HASH_FIELD]
 
 
 def find_manifest(home: Home, mixture: str, revision: str, store: str | None = None) -> Path:

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,7 +76,7 @@ import pydantic
 
 from millrace.artifacts import content_hash
 from millrace.config import parse_document
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, field_name, first_validation_error
 from millrace.names import NAME_PATTERN
 
 STRATEGY_NAMES = ("natural", "uniform", "temperature", "quality-tilt")
@@ -135,25 +136,26 @@ class Revision(Strict):
 
 def describe(source: str, data: Any, exc: pydantic.ValidationError) -> str:
     """One line naming file, revision, phase (by name), field and, for weights, the cell."""
-    first = exc.errors()[0]
-    loc = list(first["loc"])
     where = [source]
     if isinstance(data, dict) and isinstance(data.get("mixture"), str) and isinstance(data.get("revision"), str):
         where.append(f"revision {data['mixture']}/{data['revision']}")
-    if len(loc) >= 2 and loc[0] == "phases" and isinstance(loc[1], int):
-        phases = data.get("phases") if isinstance(data, dict) else None
-        name = phases[loc[1]].get("name") if isinstance(phases, list) and isinstance(phases[loc[1]], dict) else None
-        where.append(f"phase {name!r}" if isinstance(name, str) else f"phase #{loc[1] + 1}")
-        loc = loc[2:]
-    if len(loc) >= 2 and loc[0] in ("weights", "tilt"):
-        field = f"field '{loc[0]}' {'cell' if loc[0] == 'weights' else 'bucket'} {loc[1]!r}"
-    else:
-        field = "field '" + (".".join(str(part) for part in loc) or "<root>") + "'"
-    message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
-    value = first.get("input")
-    shown = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(value, (dict, list)) else f" (got {value!r:.60})"
-    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{': '.join(where)}: {field}: {message}{shown}{extra}"
+
+    def name(loc: Sequence[int | str]) -> str:
+        loc = list(loc)
+        phase = []
+        if len(loc) >= 2 and loc[0] == "phases" and isinstance(loc[1], int):
+            phases = data.get("phases") if isinstance(data, dict) else None
+            index = loc[1]
+            named = phases[index].get("name") if isinstance(phases, list) and isinstance(phases[index], dict) else None
+            phase = [f"phase {named!r}" if isinstance(named, str) else f"phase #{index + 1}"]
+            loc = loc[2:]
+        if len(loc) >= 2 and loc[0] in ("weights", "tilt"):
+            field = f"field '{loc[0]}' {'cell' if loc[0] == 'weights' else 'bucket'} {loc[1]!r}"
+        else:
+            field = field_name(loc)
+        return ": ".join([*where, *phase, field])
+
+    return first_validation_error(exc, name)
 
 
 def check_phases(revision: Revision, source: str) -> None:

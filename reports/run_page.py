@@ -50,8 +50,7 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
         if target.exists():
             store_link = f"../../{store['name']}/{store['version']}/index.html?revision={view.run.get('revision', '')}"
     data = view.page_data()
-    last = {"step": None, "phase": None, "tokens": None, "loss": None, "tokens_per_second": None, "mfu": None,
-            "data_wait_fraction": None} | data["last"]
+    last = data["last"]  # every charted scalar, step and phase (None where not recorded)
     return render_page(
         "run.html.j2",
         out,

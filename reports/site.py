@@ -20,7 +20,8 @@ from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import render_page
 from reports.run_page import REFRESH_SECONDS, write_run_page
-from reports.training import RUN_FILE, MetricsTail, RunView, load_run, load_run_summary
+from reports.training import MetricsTail, RunView, load_run, load_run_summary
+from trainer.records import RUN_FILE
 
 log = logging.getLogger(__name__)
 

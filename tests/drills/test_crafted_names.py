@@ -12,8 +12,7 @@ from millrace.artifacts import read_artifact, write_artifact
 from millrace.cli import main as millrace
 from millrace.home import Home
 from pipeline.store.format import StoreManifest, write_store_manifest
-from reports.ladder_page import LADDER_KIND
-from trainer.metrics import RUN_KIND
+from trainer.records import LADDER_KIND, RUN_KIND
 
 BASE_RUN = {"status": "completed", "mixture": "default", "revision": "uniform-sampling", "total_steps": 4}
 
