@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pydantic
 
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError, first_validation_error
 
 
-class LoaderState(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+class LoaderState(StrictModel):
 
     manifest_hash: str
     step: int  # the next step to hand out

@@ -75,7 +75,7 @@ from typing import Any, Literal
 import pydantic
 
 from millrace.artifacts import content_hash
-from millrace.config import parse_document
+from millrace.config import StrictModel, parse_document
 from millrace.errors import ConfigError, field_name, first_validation_error
 from millrace.names import NAME_PATTERN
 
@@ -83,19 +83,13 @@ STRATEGY_NAMES = ("natural", "uniform", "temperature", "quality-tilt")
 BUCKET_KEY = re.compile(r"^q\d+$")
 
 
-class Strict(pydantic.BaseModel):
-    """Unknown keys, wrong types (no "256" for 256) and NaN are all errors."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class StoreSpec(Strict):
+class StoreSpec(StrictModel):
     name: str = pydantic.Field(pattern=NAME_PATTERN)
     version: str | None = pydantic.Field(default=None, pattern=NAME_PATTERN)
     manifest_hash: str | None = pydantic.Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
 
 
-class PhaseSpec(Strict):
+class PhaseSpec(StrictModel):
     name: str = pydantic.Field(pattern=NAME_PATTERN)
     tokens: int = pydantic.Field(gt=0)
     weights: dict[str, float] | None = None
@@ -105,13 +99,13 @@ class PhaseSpec(Strict):
     cells: list[str] | None = None
 
 
-class ContinuesSpec(Strict):
+class ContinuesSpec(StrictModel):
     revision: str = pydantic.Field(pattern=NAME_PATTERN)
     at_step: int = pydantic.Field(ge=1)
     manifest_hash: str | None = pydantic.Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
 
 
-class Revision(Strict):
+class Revision(StrictModel):
     mixture: str = pydantic.Field(pattern=NAME_PATTERN)
     revision: str = pydantic.Field(pattern=NAME_PATTERN)
     description: str = ""

@@ -57,9 +57,7 @@ Scalar = Annotated[float | None, pydantic.BeforeValidator(_finite_or_none), Char
 
 
 class Record(StrictModel):
-    """A trainer record: strict like every artifact (no "256" for a number); dumped as written."""
-
-    model_config = pydantic.ConfigDict(strict=True)
+    """A trainer record: strict like every model (`millrace.config.StrictModel`); dumped as written."""
 
     def dump(self) -> dict[str, Any]:
         """The record as it goes on disk: the fields its writer set (a field left unset is not written)."""

@@ -48,6 +48,7 @@ import xxhash
 
 from millrace.artifacts import (HASH_FIELD, atomic_output, check_pinned, payload_model, read_artifact, sha256_file,
                                 write_artifact)
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
 
@@ -158,8 +159,10 @@ def sidecar(prefix: Path, suffix: str) -> Path:
     return prefix.with_name(prefix.name + suffix)
 
 
-class Model(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+class Model(StrictModel):
+    """The store's records: strict like every artifact; not frozen (a store is assembled in place)."""
+
+    model_config = pydantic.ConfigDict(frozen=False)
 
 
 class SourceCounts(Model):
