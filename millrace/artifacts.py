@@ -173,10 +173,14 @@ def check_pinned(body: dict[str, Any], where: str, expected: str | None, pinned_
                             + (f"; {remedy}" if remedy else ""))
 
 
+def validated(model: type[Payload], data: Any, where: str) -> Payload:
+    """`data` as a `model`; a mismatch is an ArtifactError naming `where` and the field (the first error)."""
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ArtifactError(f"{where}: {first_validation_error(exc)}") from None
+
+
 def payload_model(body: dict[str, Any], model: type[Payload], where: str) -> Payload:
     """The artifact's payload validated by its schema `model`; a mismatch is an ArtifactError naming `where`."""
-    try:
-        return model.model_validate(payload_of(body))
-    except pydantic.ValidationError as exc:
-        raise ArtifactError(f"{where}: not a valid {body.get('kind')} artifact "
-                            f"({first_validation_error(exc)})") from None
+    return validated(model, payload_of(body), f"{where}: not a valid {body.get('kind')} artifact")

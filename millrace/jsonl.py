@@ -137,7 +137,8 @@ def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             if offset == 0:
                 continue  # torn: the record before it is the last one
-            raise ArtifactError(f"{path}: not a JSON line before the torn last one ({exc}); the file is damaged") from None
+            raise ArtifactError(f"{path}: not a JSON line before the torn last one ({exc}); the file is "
+                                "damaged") from None
         if problem := check(record):
             raise ArtifactError(f"{path}: last record: {problem}")
         return record

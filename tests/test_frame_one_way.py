@@ -29,7 +29,7 @@ def test_the_envelope_is_stripped_and_checked_in_one_place(tmp_path):
     with pytest.raises(ArtifactError, match=r"a\.json: hash sha256:\w+ differs from the pin \(sha256:0+\); rebuild"):
         check_pinned(body, str(path), "sha256:" + "0" * 64, "the pin", "rebuild")
     write_artifact(path, "millrace.test", 1, {"size": "3"})
-    with pytest.raises(ArtifactError, match=r"a\.json: not a valid millrace.test artifact \(field 'size': .*'3'"):
+    with pytest.raises(ArtifactError, match=r"a\.json: not a valid millrace.test artifact: field 'size': .*'3'"):
         payload_model(read_artifact(path, "millrace.test"), Payload, str(path))
 
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal
 
 import pydantic
 
-from millrace.artifacts import read_payload, write_artifact
+from millrace.artifacts import read_payload, validated, write_artifact
 from millrace.config import StrictModel
-from millrace.errors import ArtifactError, first_validation_error
-from millrace.jsonl import Check, last_record, read_stream
+from millrace.errors import first_validation_error
+from millrace.jsonl import Check, has_step, last_record, read_stream
 from millrace.writer_lock import observed_status
 
 RUN_FILE = "run.json"
@@ -33,14 +33,11 @@ EVAL_FILE = "eval.jsonl"
 EVAL_SCHEMA: Final = "millrace.eval/1"
 SAMPLES_FILE = "samples.jsonl"
 SAMPLES_SCHEMA: Final = "millrace.samples/1"
-LOCK_FILE = "writer.lock"  # held by a run's (or a ladder's) writer (`millrace.writer_lock`); its mtime is the heartbeat
+LOCK_FILE = "writer.lock"  # held by a run's (or a ladder's) writer (`millrace.writer_lock`); its mtime: the heartbeat
 LADDER_FILE = "ladder.json"
 LADDER_KIND = "millrace.ladder"
 LADDER_SCHEMA_VERSION = 1
 EVAL_GROUPS = ("cell", "domain", "bucket", "source", "set")  # the groups an evaluation reports loss and bpb over
-
-Model = TypeVar("Model", bound=pydantic.BaseModel)
-
 
 def _finite_or_none(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
@@ -277,20 +274,12 @@ class LadderRecord(Record):
 # ---- reading
 
 
-def validated(model: type[Model], data: Any, where: str) -> Model:
-    """`data` as a `model`; a mismatch is an ArtifactError naming `where` and the field."""
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as exc:
-        raise ArtifactError(f"{where}: {first_validation_error(exc)}") from None
-
-
 def check_of(model: type[pydantic.BaseModel]) -> Check:
     """The `millrace.jsonl` check of a stream whose lines are `model` records."""
 
     def problem(record: Any) -> str | None:
-        if not isinstance(record, dict) or not isinstance(record.get("step"), int) or isinstance(record["step"], bool):
-            return "expected a JSON object with an integer 'step'"
+        if found := has_step(record):
+            return found
         try:
             model.model_validate(record)
         except pydantic.ValidationError as exc:

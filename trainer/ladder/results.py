@@ -21,12 +21,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from millrace.artifacts import write_artifact
+from millrace.artifacts import validated, write_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.writer_lock import WriterLock
 from trainer.records import (EVAL_FILE, LADDER_FILE, LADDER_KIND, LADDER_SCHEMA_VERSION, LOCK_FILE, LadderRecord,
-                             read_eval, read_ladder_file, validated)
+                             read_eval, read_ladder_file)
 
 
 def ladder_path(home: Home, ladder: str) -> Path:
