@@ -174,9 +174,11 @@ def check_pinned(body: dict[str, Any], where: str, expected: str | None, pinned_
 
 
 def validated(model: type[Payload], data: Any, where: str) -> Payload:
-    """`data` as a `model`; a mismatch is an ArtifactError naming `where` and the field (the first error)."""
+    """`data`, an artifact's JSON, as a `model`, strictly (`millrace.config.StrictModel`'s rule: checked as the
+    JSON it is, so an object is a fine dataclass but "256" is no number); a mismatch is an ArtifactError naming
+    `where` and the field (the first error)."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(json.dumps(data), strict=True)
     except pydantic.ValidationError as exc:
         raise ArtifactError(f"{where}: {first_validation_error(exc)}") from None
 

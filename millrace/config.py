@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -17,26 +17,17 @@ Model = TypeVar("Model", bound=pydantic.BaseModel)
 class StrictModel(pydantic.BaseModel):
     """The one base of every model: configs, revisions, manifests, loader state and trainer records alike.
 
-    The rule: unknown options are errors, not silently ignored typos; so are NaN and infinite numbers (a config
-    that validates must not crash or hang later: `lr = inf` passed `lr > 0`); and types are strict, in a file a
-    person writes as in one a program writes: no "256" for 256, no 1.5 or `true` for an int. An int is a
-    number, so TOML's `lr = 3` (or `tokens = 18.75e12` for a float field) reads as users expect. What TOML and
-    JSON cannot spell natively comes as they spell it: a path as a string (`PathValue`), a tuple as a list
-    (`TupleValue`)."""
+    Unknown options are errors, not silently ignored typos; so are NaN and infinite numbers (a config that
+    validates must not crash or hang later: `lr = inf` passed `lr > 0`). Types, by one rule:
+    - an artifact (what a program wrote for another to read: store, cell and set json, mixture manifests,
+      loader state, run/metrics/eval/samples/ladder records) is read strictly: `millrace.artifacts.validated`
+      checks it as the JSON it is, so no "256" for 256, no 1.5 or `true` for an int (an int is a fine float);
+      a revision, hashed and built from, is parsed as strictly (`mixtures.revision.parse_revision`);
+    - a config a person writes (train, pipeline, ladder TOML) is read as TOML users expect: `steps = 1e3`
+      for an int, a list for a tuple, a string for a path.
+    """
 
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-def _path(value: Any) -> Any:
-    return Path(value) if isinstance(value, str) else value
-
-
-def _tuple(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-PathValue = Annotated[Path, pydantic.BeforeValidator(_path)]  # a path a config file gives as a string
-TupleValue = pydantic.BeforeValidator(_tuple)  # on a tuple field: a config file gives it as a list
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def describe_validation_error(source: str, exc: pydantic.ValidationError) -> str:

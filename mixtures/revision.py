@@ -198,7 +198,7 @@ def check_phases(revision: Revision, source: str) -> None:
 
 def parse_revision(data: Any, source: str) -> Revision:
     try:
-        revision = Revision.model_validate(data)
+        revision = Revision.model_validate(data, strict=True)  # an artifact: strict (`StrictModel`)
     except pydantic.ValidationError as exc:
         raise ConfigError(describe(source, data, exc)) from None
     check_phases(revision, source)

@@ -3,14 +3,13 @@ validation error, the strict base model."""
 
 import json
 from pathlib import Path
-from typing import Annotated
 
 import pydantic
 import pytest
 
 from millrace.artifacts import check_pinned, payload_model, read_artifact, read_payload, write_artifact
-from millrace.config import PathValue, StrictModel, TupleValue, load_config
-from millrace.errors import ArtifactError, ConfigError, first_validation_error
+from millrace.config import StrictModel, load_config
+from millrace.errors import ArtifactError, first_validation_error
 from millrace.jsonl import Follower, last_record, read_records
 
 
@@ -35,7 +34,7 @@ def test_the_envelope_is_stripped_and_checked_in_one_place(tmp_path):
 
 def test_the_first_validation_error_names_field_value_and_how_many_more():
     with pytest.raises(pydantic.ValidationError) as info:
-        Payload.model_validate({"size": "256", "names": "x", "colour": 1})
+        Payload.model_validate({"size": "256", "names": "x", "colour": 1}, strict=True)
     message = first_validation_error(info.value)
     assert message.startswith("field 'size': ") and "(got '256')" in message and message.endswith("(and 2 more)")
     with pytest.raises(pydantic.ValidationError) as info:
@@ -43,24 +42,27 @@ def test_the_first_validation_error_names_field_value_and_how_many_more():
     assert first_validation_error(info.value) == "field 'colour': unknown option"
 
 
-class TomlShapes(StrictModel):
+class Shapes(StrictModel):
     lr: float
     steps: int
-    betas: Annotated[tuple[float, float], TupleValue] = (0.9, 0.95)
-    files: list[PathValue] = []
+    betas: tuple[float, float] = (0.9, 0.95)
+    files: list[Path] = []
 
 
-def test_the_strict_base_refuses_strings_for_numbers_but_reads_what_toml_spells(tmp_path):
+def test_one_base_strict_for_artifacts_and_as_toml_spells_for_configs(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('lr = 3\nsteps = 10\nbetas = [0.8, 0.9]\nfiles = ["a.txt"]\n')
-    config = load_config(path, TomlShapes)
-    assert config.lr == 3.0 and isinstance(config.lr, float) and config.betas == (0.8, 0.9)
-    assert config.files == [Path("a.txt")]
-    for bad, field in (('lr = "3"\nsteps = 10\n', "lr"), ('lr = 3\nsteps = "256"\n', "steps"),
-                       ("lr = 3\nsteps = 1.5\n", "steps"), ("lr = 3\nsteps = true\n", "steps")):
-        path.write_text(bad)
-        with pytest.raises(ConfigError, match=f"c.toml: field '{field}'"):
-            load_config(path, TomlShapes)
+    path.write_text('lr = 3\nsteps = 1e3\nbetas = [0.8, 0.9]\nfiles = ["a.txt"]\n')
+    config = load_config(path, Shapes)
+    assert (config.lr, config.steps, config.betas, config.files) == (3.0, 1000, (0.8, 0.9), [Path("a.txt")])
+    artifact = tmp_path / "a.json"
+    write_artifact(artifact, "millrace.test", 1, {"lr": 3, "steps": 10, "betas": [0.8, 0.9], "files": ["a.txt"]})
+    assert payload_model(read_artifact(artifact, "millrace.test"), Shapes, str(artifact)) == config.model_copy(
+        update={"steps": 10})
+    for bad, field in (({"steps": "256"}, "steps"), ({"steps": 1.5}, "steps"), ({"steps": True}, "steps"),
+                       ({"lr": "3"}, "lr")):
+        write_artifact(artifact, "millrace.test", 1, {"lr": 3, "steps": 10, **bad})
+        with pytest.raises(ArtifactError, match=f"a.json: not a valid millrace.test artifact: field '{field}'"):
+            payload_model(read_artifact(artifact, "millrace.test"), Shapes, str(artifact))
 
 
 def test_the_last_record_leaves_a_torn_line_out_and_reads_only_the_end(tmp_path):

@@ -22,11 +22,11 @@ Every field has a default, so a file names only what differs; unknown fields are
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import pydantic
 
-from millrace.config import StrictModel, TupleValue, load_config
+from millrace.config import StrictModel, load_config
 from millrace.errors import ConfigError
 
 
@@ -89,7 +89,7 @@ class MoEConfig(StrictModel):
 class OptimizerConfig(StrictModel):
     lr: float = pydantic.Field(3e-3, gt=0)
     min_lr_ratio: float = pydantic.Field(0.1, ge=0, le=1)
-    betas: Annotated[tuple[pydantic.confloat(ge=0, lt=1), pydantic.confloat(ge=0, lt=1)], TupleValue] = (0.9, 0.95)
+    betas: tuple[pydantic.confloat(ge=0, lt=1), pydantic.confloat(ge=0, lt=1)] = (0.9, 0.95)
     eps: float = pydantic.Field(1e-8, gt=0)
     weight_decay: float = pydantic.Field(0.1, ge=0)
     grad_clip: float = pydantic.Field(1.0, ge=0, description="0 disables clipping")

@@ -54,7 +54,10 @@ Scalar = Annotated[float | None, pydantic.BeforeValidator(_finite_or_none), Char
 
 
 class Record(StrictModel):
-    """A trainer record: strict like every model (`millrace.config.StrictModel`); dumped as written."""
+    """A trainer record: an artifact, so strict (`millrace.config.StrictModel`'s rule) where a writer constructs
+    it too; dumped as written."""
+
+    model_config = pydantic.ConfigDict(strict=True)
 
     def dump(self) -> dict[str, Any]:
         """The record as it goes on disk: the fields its writer set (a field left unset is not written)."""

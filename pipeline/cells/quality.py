@@ -39,7 +39,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
-from millrace.config import PathValue, StrictModel
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.cells.calibration import POOLED, BucketEdges, calibration_group, split_for_calibration
 from pipeline.cells.stats import cell_name
@@ -83,7 +83,7 @@ class QualityConfig(StrictModel):
     reference_sources: list[str] = pydantic.Field(
         ["python-docs"], description="sources whose documents are the good class"
     )
-    reference_files: list[PathValue] = pydantic.Field(
+    reference_files: list[Path] = pydantic.Field(
         [], description="more good documents: .jsonl (a `text` per line) or plain text (one document per file)"
     )
     sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is trained and calibrated on")
