@@ -19,7 +19,8 @@ from bench.result import Result
 from millrace.home import Home
 from reports import build_pages, build_run_page
 from reports.composition import load_composition
-from reports.training import METRICS_FILE, MetricsTail
+from reports.training import MetricsTail
+from trainer.records import METRICS_FILE
 
 BUDGET_SECONDS = 10.0
 BUDGET_BYTES = 3 * 1024 * 1024

@@ -41,7 +41,7 @@ def _tokens_per_second(config: Path, home, run: str) -> tuple[float, int]:
     from trainer.config import load_train_config, with_vocab
     from trainer.flops import count_params
     from trainer.loop import train
-    from trainer.metrics import read_metrics
+    from trainer.records import read_metrics
 
     result = train(config, home, steps=STEPS, run=run)
     rates = [r["tokens_per_second"] for r in read_metrics(result.run_dir)[WARMUP:]]

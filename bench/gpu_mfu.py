@@ -87,7 +87,7 @@ def main() -> int:
     from loader import MixtureStream
     from trainer.flops import count_params, document_attention_pairs, flops_per_token, masked_attention_flops
     from trainer.loop import train
-    from trainer.metrics import read_metrics, read_run
+    from trainer.records import read_metrics, read_run
 
     shape = json.loads(json.dumps(SHAPE))
     if args.smoke:

@@ -31,7 +31,7 @@ import numpy as np
 
 from loader.files import OpenFiles, StoreFiles
 from loader.permutation import run_shuffle
-from millrace.artifacts import parse_artifact
+from millrace.artifacts import check_pinned, parse_artifact, payload_model
 from millrace.errors import ArtifactError
 from mixtures.manifest import ManifestCell
 from pipeline.store.format import (CELL_KIND, CELL_SCHEMA_VERSION, INDEX_PREFIX_BYTES, CellManifest, ShardDigests,
@@ -195,11 +195,8 @@ class CellShards:
     def __init__(self, files: StoreFiles, cell: ManifestCell, dtype: np.dtype):
         where = files.describe(f"cells/{cell.name}/cell.json")
         body = parse_artifact(files.read_bytes(f"cells/{cell.name}/cell.json"), where, CELL_KIND, (CELL_SCHEMA_VERSION,))
-        if cell.cell_manifest_hash is not None and body["content_hash"] != cell.cell_manifest_hash:
-            raise ArtifactError(f"{where}: hash {body['content_hash']} differs from the one the manifest pins "
-                                f"({cell.cell_manifest_hash}); rebuild the mixture")
-        manifest = CellManifest.model_validate({k: v for k, v in body.items()
-                                                if k not in ("kind", "schema_version", "content_hash")})
+        check_pinned(body, where, cell.cell_manifest_hash, "the one the manifest pins", "rebuild the mixture")
+        manifest = payload_model(body, CellManifest, where)
         if manifest.dtype != str(np.dtype(dtype)):
             raise ArtifactError(f"{where}: dtype {manifest.dtype} differs from the manifest's {np.dtype(dtype)}")
         table = manifest.shards

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pydantic
 
-from millrace.errors import ArtifactError
+from millrace.config import StrictModel
+from millrace.errors import ArtifactError, first_validation_error
 
 
-class LoaderState(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+class LoaderState(StrictModel):
 
     manifest_hash: str
     step: int  # the next step to hand out
@@ -22,5 +22,7 @@ class LoaderState(pydantic.BaseModel):
     def parse(cls, state: dict, manifest_path: Path) -> "LoaderState":
         try:
             return cls.model_validate(dict(state))
-        except (pydantic.ValidationError, TypeError, ValueError) as exc:
+        except pydantic.ValidationError as exc:
+            raise ArtifactError(f"not a loader state for {manifest_path}: {first_validation_error(exc)}") from None
+        except (TypeError, ValueError) as exc:
             raise ArtifactError(f"not a loader state for {manifest_path}: {exc}") from None

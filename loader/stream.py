@@ -24,7 +24,7 @@ from loader.schedule import SampleIndex, Schedule
 from loader.files import ReadOptions, StoreFiles
 from loader.shards import CellShards, TokenSpace
 from loader.state import LoaderState
-from millrace.artifacts import parse_artifact
+from millrace.artifacts import check_pinned, parse_artifact, payload_model
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.lineage import check_lineage_resume
 from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
@@ -132,11 +132,9 @@ class MixtureStream:
     def _check_store(self, files: StoreFiles) -> StoreManifest:
         where = files.describe("store.json")
         body = parse_artifact(files.read_bytes("store.json"), where, STORE_KIND, (SCHEMA_VERSION,))
-        if body["content_hash"] != self.manifest.store.manifest_hash:
-            raise ArtifactError(f"{where}: hash {body['content_hash']} differs from the one pinned by "
-                                f"{self.path} ({self.manifest.store.manifest_hash}); rebuild the mixture")
-        return StoreManifest.model_validate({k: v for k, v in body.items()
-                                             if k not in ("kind", "schema_version", "content_hash")})
+        check_pinned(body, where, self.manifest.store.manifest_hash, f"the one pinned by {self.path}",
+                     "rebuild the mixture")
+        return payload_model(body, StoreManifest, where)
 
     @property
     def open_files(self) -> int:

@@ -15,11 +15,15 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
 
-from millrace.errors import NO_SPACE, ArtifactError
+import pydantic
+
+from millrace.errors import NO_SPACE, ArtifactError, first_validation_error
 
 HASH_FIELD = "content_hash"
+ENVELOPE_FIELDS = ("kind", "schema_version", HASH_FIELD)  # what every artifact carries around its payload
+Payload = TypeVar("Payload", bound=pydantic.BaseModel)
 DISK_FULL_BYTES = 1 << 20  # a short write with less free space than this is a full disk
 STALE_TEMPORARY_SECONDS = 600  # a live writer's temporary lasts one write; one this old was left by a killed one
 
@@ -150,3 +154,35 @@ def parse_artifact(raw: bytes, where: str, kind: str, schema_versions: tuple[int
         raise ArtifactError(f"{where}: content hash mismatch (recorded {recorded}); the file was altered or damaged")
     body[HASH_FIELD] = recorded
     return body
+
+
+def payload_of(body: dict[str, Any]) -> dict[str, Any]:
+    """An artifact's body (as `read_artifact` returns it) without its envelope: the fields its writer gave."""
+    return {k: v for k, v in body.items() if k not in ENVELOPE_FIELDS}
+
+
+def read_payload(path: Path | str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> dict[str, Any]:
+    """`read_artifact`, envelope stripped: the payload a reader that rewrites or shows the artifact wants."""
+    return payload_of(read_artifact(path, kind, schema_versions))
+
+
+def check_pinned(body: dict[str, Any], where: str, expected: str | None, pinned_by: str, remedy: str = "") -> None:
+    """Refuse an artifact whose content hash is not the one `pinned_by` (a store.json, a manifest) recorded."""
+    if expected is not None and body[HASH_FIELD] != expected:
+        raise ArtifactError(f"{where}: hash {body[HASH_FIELD]} differs from {pinned_by} ({expected})"
+                            + (f"; {remedy}" if remedy else ""))
+
+
+def validated(model: type[Payload], data: Any, where: str) -> Payload:
+    """`data`, an artifact's JSON, as a `model`, strictly (`millrace.config.StrictModel`'s rule: checked as the
+    JSON it is, so an object is a fine dataclass but "256" is no number); a mismatch is an ArtifactError naming
+    `where` and the field (the first error)."""
+    try:
+        return model.model_validate_json(json.dumps(data), strict=True)
+    except pydantic.ValidationError as exc:
+        raise ArtifactError(f"{where}: {first_validation_error(exc)}") from None
+
+
+def payload_model(body: dict[str, Any], model: type[Payload], where: str) -> Payload:
+    """The artifact's payload validated by its schema `model`; a mismatch is an ArtifactError naming `where`."""
+    return validated(model, payload_of(body), f"{where}: not a valid {body.get('kind')} artifact")

@@ -9,28 +9,29 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, first_validation_error
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 
 
 class StrictModel(pydantic.BaseModel):
-    """Unknown options are errors, not silently ignored typos; so are NaN and infinite numbers (a config
-    that validates must not crash or hang later: `lr = inf` passed `lr > 0`)."""
+    """The one base of every model: configs, revisions, manifests, loader state and trainer records alike.
+
+    Unknown options are errors, not silently ignored typos; so are NaN and infinite numbers (a config that
+    validates must not crash or hang later: `lr = inf` passed `lr > 0`). Types, by one rule:
+    - an artifact (what a program wrote for another to read: store, cell and set json, mixture manifests,
+      loader state, run/metrics/eval/samples/ladder records) is read strictly: `millrace.artifacts.validated`
+      checks it as the JSON it is, so no "256" for 256, no 1.5 or `true` for an int (an int is a fine float);
+      a revision, hashed and built from, is parsed as strictly (`mixtures.revision.parse_revision`);
+    - a config a person writes (train, pipeline, ladder TOML) is read as TOML users expect: `steps = 1e3`
+      for an int, a list for a tuple, a string for a path.
+    """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def describe_validation_error(source: str, exc: pydantic.ValidationError) -> str:
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "<root>"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown option"
-    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    value = first.get("input")
-    shown = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(value, dict) else f" (got {value!r:.60})"
-    return f"{source}: field '{field}': {message}{shown}{extra}"
+    return f"{source}: {first_validation_error(exc)}"
 
 
 def parse_document(path: Path) -> dict[str, Any]:

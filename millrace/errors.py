@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable, Sequence
+
+import pydantic
 
 
 class MillraceError(Exception):
@@ -54,3 +57,21 @@ def disk_full_cause(exc: BaseException | None) -> OSError | None:
                     return found
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def field_name(loc: Sequence[int | str]) -> str:
+    """How an error names the field at `loc`: `field 'phases.0.weights'`."""
+    return "field '" + (".".join(str(part) for part in loc) or "<root>") + "'"
+
+
+def first_validation_error(exc: pydantic.ValidationError,
+                           name: Callable[[Sequence[int | str]], str] = field_name) -> str:
+    """The first error of a validation, as every config, revision and artifact error says it:
+    `field 'a.b': message (got value) (and N more)`; `name` lets a caller name the field its own way."""
+    first = exc.errors()[0]
+    message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
+    value = first.get("input")
+    hidden = first["type"] in ("missing", "extra_forbidden") or isinstance(value, (dict, list))
+    shown = "" if hidden else f" (got {value!r:.60})"
+    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{name(first['loc'])}: {message}{shown}{extra}"

@@ -8,6 +8,8 @@ can leave only the LAST line half written. The rule, everywhere:
   naming the file and the line number;
 - a record that parses but breaks its schema is an error naming the file and the line,
   unless the caller asks to skip it (`on_bad="skip"`: one warning naming file and line).
+A reader that follows a stream while it is written (`Follower`) reads a line once its newline is there;
+one that wants only the last record (`last_record`) reads the file's end.
 """
 
 from __future__ import annotations
@@ -71,16 +73,23 @@ def read_stream(path: Path | str, check: Check = has_step, on_bad: Literal["rais
                 break
             raise ArtifactError(f"{path}:{number}: not a JSON line ({exc}); the file is damaged before its "
                                 "last line") from None
-        problem = check(record)
-        if problem:
-            if on_bad == "skip":
-                log.warning("%s:%d: skipped a malformed record (%s)", path, number, problem)
-                continue
-            raise ArtifactError(f"{path}:{number}: {problem}")
+        if not checked(record, check, on_bad, path, number):
+            continue
         stream.records.append(record)
         stream.numbers.append(number)
         stream.lines.append(line)
     return stream
+
+
+def checked(record: Any, check: Check, on_bad: Literal["raise", "skip"], path: Path, number: int) -> bool:
+    """Whether `record` (line `number` of `path`) passes `check`; a failure raises, or is skipped with a warning."""
+    problem = check(record)
+    if problem:
+        if on_bad == "skip":
+            log.warning("%s:%d: skipped a malformed record (%s)", path, number, problem)
+            return False
+        raise ArtifactError(f"{path}:{number}: {problem}")
+    return True
 
 
 def read_records(path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"
@@ -103,3 +112,78 @@ def cut_back(path: Path | str, step: int, check: Check = has_step) -> None:
         log.info("%s: dropped %d record(s) past step %d, the checkpoint's", path, dropped, step)
     if stream.torn is not None or dropped or not stream.ends_with_newline:
         atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
+
+
+def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16) -> dict[str, Any] | None:
+    """The stream's last complete record, by the rule above, reading only the file's end (a long run's stream
+    is never read whole); None for an absent or empty file."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            while True:
+                start = max(0, size - window)
+                handle.seek(start)
+                lines = handle.read(size - start).split(b"\n")[0 if start == 0 else 1:]  # the first may be cut
+                lines = [line for line in lines if line.strip()]
+                if len(lines) > 1 or start == 0:
+                    break
+                window *= 4
+    except FileNotFoundError:
+        return None
+    for offset, line in enumerate(reversed(lines[-2:])):
+        try:
+            record = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if offset == 0:
+                continue  # torn: the record before it is the last one
+            raise ArtifactError(f"{path}: not a JSON line before the torn last one ({exc}); the file is "
+                                "damaged") from None
+        if problem := check(record):
+            raise ArtifactError(f"{path}: last record: {problem}")
+        return record
+    return None
+
+
+class Follower:
+    """Follows a stream while it is written: each `poll()` parses only the complete lines added since the last
+    one (a line without its newline yet waits for the next poll); a file that shrank (rewritten) is read again
+    from the start, and `poll` says so."""
+
+    def __init__(self, path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"):
+        self.path = Path(path)
+        self.check, self.on_bad = check, on_bad
+        self._offset = 0
+        self._lines = 0
+
+    def poll(self) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+        """The records that arrived with their line numbers, and whether the file was rewritten (the records
+        read before are void)."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return [], False
+        restarted = size < self._offset
+        if restarted:
+            self._offset, self._lines = 0, 0
+        if size == self._offset:
+            return [], restarted
+        with open(self.path, "rb") as handle:
+            handle.seek(self._offset)
+            chunk = handle.read(size - self._offset)
+        complete, newline, _partial = chunk.rpartition(b"\n")
+        if not newline:
+            return [], restarted
+        self._offset += len(complete) + 1
+        arrived = []
+        for line in complete.split(b"\n"):
+            self._lines += 1
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise ArtifactError(f"{self.path}:{self._lines}: not a JSON line ({exc})") from None
+            if checked(record, self.check, self.on_bad, self.path, self._lines):
+                arrived.append((self._lines, record))
+        return arrived, restarted

@@ -36,7 +36,8 @@ from typing import Literal
 
 import pydantic
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import HASH_FIELD, payload_model, read_artifact, write_artifact
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.names import known
@@ -48,11 +49,7 @@ DOCUMENT_RUN = 16
 MANIFEST_FILE = "manifest.json"
 
 
-class Model(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-
-
-class PinnedShard(Model):
+class PinnedShard(StrictModel):
     """One held-out shard (validation and evaluation sets are few shards, pinned one by one)."""
 
     name: str  # path prefix relative to its directory
@@ -61,7 +58,7 @@ class PinnedShard(Model):
     digest: str  # of the shard's `.xxh` chunk-digest sidecar
 
 
-class ManifestCell(Model):
+class ManifestCell(StrictModel):
     name: str
     available_tokens: int
     documents: int
@@ -72,7 +69,7 @@ class ManifestCell(Model):
     shards: int  # how many shards that table lists; 0 for a stats-only store
 
 
-class ManifestValidation(Model):
+class ManifestValidation(StrictModel):
     """Held-out tokens of one cell (kind "cell") or one external evaluation set (kind "set")."""
 
     name: str
@@ -84,7 +81,7 @@ class ManifestValidation(Model):
     shards: list[PinnedShard]
 
 
-class ManifestPhase(Model):
+class ManifestPhase(StrictModel):
     name: str
     token_budget: int  # as declared in the revision
     start_position: int
@@ -102,14 +99,14 @@ class ManifestPhase(Model):
         return self.prefix_of if self.prefix_of is not None else self.counts
 
 
-class StoreRef(Model):
+class StoreRef(StrictModel):
     name: str
     version: str
     manifest_hash: str
     stats_only: bool
 
 
-class Ancestor(Model):
+class Ancestor(StrictModel):
     """A revision this one continues (directly or through others) and the steps they share."""
 
     revision: str
@@ -119,7 +116,7 @@ class Ancestor(Model):
     at_step: int  # where the ancestor's direct child took over from it
 
 
-class BuiltManifest(Model):
+class BuiltManifest(StrictModel):
     mixture: str
     revision: str
     revision_hash: str
@@ -180,12 +177,7 @@ def write_manifest(path: Path, manifest: BuiltManifest) -> str:
 def read_manifest(path: Path | str) -> tuple[BuiltManifest, str]:
     """Returns the manifest and its content hash; refuses unknown schemas and altered files."""
     body = read_artifact(path, MANIFEST_KIND, (MANIFEST_SCHEMA_VERSION,))
-    digest = body["content_hash"]
-    payload = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-    try:
-        return BuiltManifest.model_validate(payload), digest
-    except pydantic.ValidationError as exc:
-        raise ArtifactError(f"{path}: not a valid mixture manifest ({exc.errors()[0]['msg']})") from None
+    return payload_model(body, BuiltManifest, str(path)), body[HASH_FIELD]
 
 
 def find_manifest(home: Home, mixture: str, revision: str, store: str | None = None) -> Path:

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 import pydantic
 
 from millrace.artifacts import atomic_write_text
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, first_validation_error
 from millrace.home import Home
 from mixtures.catalog import load_named
 from mixtures.resolve import open_store, resolve_revision
@@ -104,7 +104,7 @@ def frame_of(home: Home, mixture: str, store: str | None, continues: str | None,
     try:
         spec = StoreSpec.model_validate({"name": name, **({"version": version} if version else {})})
     except pydantic.ValidationError as exc:
-        raise ConfigError(f"--store {store!r}: expected NAME[/VERSION] ({exc.errors()[0]['msg']})") from None
+        raise ConfigError(f"--store {store!r}: expected NAME[/VERSION] ({first_validation_error(exc)})") from None
     opened = open_store(home, spec, f"--store {store}")
     inherited = {k: getattr(parent, k) for k in DEFAULT_FRAME} if parent is not None else DEFAULT_FRAME
     numbers = {k: given[k] if given.get(k) is not None else inherited[k] for k in DEFAULT_FRAME}

@@ -68,33 +68,28 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
 
 from millrace.artifacts import content_hash
-from millrace.config import parse_document
-from millrace.errors import ConfigError
+from millrace.config import StrictModel, parse_document
+from millrace.errors import ConfigError, field_name, first_validation_error
 from millrace.names import NAME_PATTERN
 
 STRATEGY_NAMES = ("natural", "uniform", "temperature", "quality-tilt")
 BUCKET_KEY = re.compile(r"^q\d+$")
 
 
-class Strict(pydantic.BaseModel):
-    """Unknown keys, wrong types (no "256" for 256) and NaN are all errors."""
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class StoreSpec(Strict):
+class StoreSpec(StrictModel):
     name: str = pydantic.Field(pattern=NAME_PATTERN)
     version: str | None = pydantic.Field(default=None, pattern=NAME_PATTERN)
     manifest_hash: str | None = pydantic.Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
 
 
-class PhaseSpec(Strict):
+class PhaseSpec(StrictModel):
     name: str = pydantic.Field(pattern=NAME_PATTERN)
     tokens: int = pydantic.Field(gt=0)
     weights: dict[str, float] | None = None
@@ -104,13 +99,13 @@ class PhaseSpec(Strict):
     cells: list[str] | None = None
 
 
-class ContinuesSpec(Strict):
+class ContinuesSpec(StrictModel):
     revision: str = pydantic.Field(pattern=NAME_PATTERN)
     at_step: int = pydantic.Field(ge=1)
     manifest_hash: str | None = pydantic.Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
 
 
-class Revision(Strict):
+class Revision(StrictModel):
     mixture: str = pydantic.Field(pattern=NAME_PATTERN)
     revision: str = pydantic.Field(pattern=NAME_PATTERN)
     description: str = ""
@@ -135,25 +130,26 @@ class Revision(Strict):
 
 def describe(source: str, data: Any, exc: pydantic.ValidationError) -> str:
     """One line naming file, revision, phase (by name), field and, for weights, the cell."""
-    first = exc.errors()[0]
-    loc = list(first["loc"])
     where = [source]
     if isinstance(data, dict) and isinstance(data.get("mixture"), str) and isinstance(data.get("revision"), str):
         where.append(f"revision {data['mixture']}/{data['revision']}")
-    if len(loc) >= 2 and loc[0] == "phases" and isinstance(loc[1], int):
-        phases = data.get("phases") if isinstance(data, dict) else None
-        name = phases[loc[1]].get("name") if isinstance(phases, list) and isinstance(phases[loc[1]], dict) else None
-        where.append(f"phase {name!r}" if isinstance(name, str) else f"phase #{loc[1] + 1}")
-        loc = loc[2:]
-    if len(loc) >= 2 and loc[0] in ("weights", "tilt"):
-        field = f"field '{loc[0]}' {'cell' if loc[0] == 'weights' else 'bucket'} {loc[1]!r}"
-    else:
-        field = "field '" + (".".join(str(part) for part in loc) or "<root>") + "'"
-    message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
-    value = first.get("input")
-    shown = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(value, (dict, list)) else f" (got {value!r:.60})"
-    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{': '.join(where)}: {field}: {message}{shown}{extra}"
+
+    def name(loc: Sequence[int | str]) -> str:
+        loc = list(loc)
+        phase = []
+        if len(loc) >= 2 and loc[0] == "phases" and isinstance(loc[1], int):
+            phases = data.get("phases") if isinstance(data, dict) else None
+            index = loc[1]
+            named = phases[index].get("name") if isinstance(phases, list) and isinstance(phases[index], dict) else None
+            phase = [f"phase {named!r}" if isinstance(named, str) else f"phase #{index + 1}"]
+            loc = loc[2:]
+        if len(loc) >= 2 and loc[0] in ("weights", "tilt"):
+            field = f"field '{loc[0]}' {'cell' if loc[0] == 'weights' else 'bucket'} {loc[1]!r}"
+        else:
+            field = field_name(loc)
+        return ": ".join([*where, *phase, field])
+
+    return first_validation_error(exc, name)
 
 
 def check_phases(revision: Revision, source: str) -> None:
@@ -202,7 +198,7 @@ def check_phases(revision: Revision, source: str) -> None:
 
 def parse_revision(data: Any, source: str) -> Revision:
     try:
-        revision = Revision.model_validate(data)
+        revision = Revision.model_validate(data, strict=True)  # an artifact: strict (`StrictModel`)
     except pydantic.ValidationError as exc:
         raise ConfigError(describe(source, data, exc)) from None
     check_phases(revision, source)

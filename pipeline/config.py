@@ -31,7 +31,7 @@ from typing import Any, Literal
 import pydantic
 
 from millrace.config import StrictModel, parse_document, validate
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, first_validation_error
 from millrace.names import NAME_PATTERN
 from pipeline.cells.validation import ValidationConfig
 
@@ -58,10 +58,7 @@ def _section(module: str, name: str, value: Any) -> Any:
     try:
         return model.model_validate(value)
     except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "<root>"
-        message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
-        raise ValueError(f"{where}: {message}") from None
+        raise ValueError(first_validation_error(exc, lambda loc: ".".join(map(str, loc)) or "<root>")) from None
 
 
 class SourceConfig(StrictModel):

@@ -9,13 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from millrace.artifacts import read_artifact
 from millrace.home import Home
 from millrace.names import artifact_name
 from reports.render import embed_json, render_page, static_text
-
-LADDER_KIND = "millrace.ladder"  # written by trainer/ladder/results.py
-LADDER_FILE = "ladder.json"
+from trainer.records import LADDER_FILE, read_ladder_file
 
 
 def find_ladders(home: Home) -> list[Path]:
@@ -24,7 +21,7 @@ def find_ladders(home: Home) -> list[Path]:
 
 def load_ladder(path: Path) -> dict[str, Any]:
     """ladder.json; its `ladder` name becomes the page's directory, so it is checked like `--ladder`."""
-    body = read_artifact(path, LADDER_KIND, (1,))
+    body = read_ladder_file(path)
     artifact_name(body.get("ladder"), "ladder", path)
     return body
 

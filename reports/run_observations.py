@@ -1,8 +1,7 @@
 """What the training page shows beyond the metrics stream: held-out evaluations, completions, alerts.
 
-Reads the trainer's `eval.jsonl` (schema "millrace.eval/1") and `samples.jsonl`
-("millrace.samples/1") as JSON lines (`millrace.jsonl`: a torn last line is left for the next read),
-and the alert events that `metrics.jsonl` records carry under `alerts`.
+Reads the trainer's `eval.jsonl` and `samples.jsonl` (`trainer.records`: a torn last line is left for the next
+read), and the alert events that `metrics.jsonl` records carry under `alerts`.
 """
 
 from __future__ import annotations
@@ -10,24 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from millrace.jsonl import has_step, read_records
 from reports.numbers import finite
-
-EVAL_FILE = "eval.jsonl"
-SAMPLES_FILE = "samples.jsonl"
-EVAL_SCHEMA = "millrace.eval/1"
-EVAL_GROUPS = ("cell", "domain", "bucket", "source", "set")
-
-
-def read_jsonl(path: Path, schema: str) -> list[dict[str, Any]]:
-    """Complete records of one schema; a later record for an earlier step supersedes (a resumed run)."""
-
-    def problem(record: Any) -> str | None:
-        if not isinstance(record, dict) or record.get("schema") != schema:
-            return f"expected a {schema} record"
-        return has_step(record)
-
-    return read_records(path, problem)
+from trainer.records import EVAL_GROUPS, read_samples
+from trainer.records import read_eval as read_eval_records
 
 
 def alerts_problem(record: dict[str, Any]) -> str | None:
@@ -116,12 +100,12 @@ def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def read_eval(run_dir: Path) -> dict[str, Any]:
     """The held-out evaluations of a run, as `eval_view` lays them out."""
-    return eval_view(read_jsonl(run_dir / EVAL_FILE, EVAL_SCHEMA))
+    return eval_view(read_eval_records(run_dir))
 
 
 def observations(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "eval": read_eval(run_dir),
-        "samples": samples_view(read_jsonl(run_dir / SAMPLES_FILE, "millrace.samples/1")),
+        "samples": samples_view(read_samples(run_dir)),
         "alerts": alerts_view(records),
     }

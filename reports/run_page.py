@@ -64,8 +64,7 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
     drawn = {f"loss_per_cell/{cell}" for cell in data["drawn_cells"]}
     series.write(out.parent / DATA_DIR, rebuilt, data,
                  keep=lambda key: not key.startswith("loss_per_cell/") or key in drawn)
-    last = {"step": None, "phase": None, "tokens": None, "loss": None, "tokens_per_second": None, "mfu": None,
-            "data_wait_fraction": None} | data["last"]
+    last = data["last"]  # every charted scalar, step and phase (None where not recorded)
     return render_page(
         "run.html.j2",
         out,

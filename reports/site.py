@@ -22,7 +22,8 @@ from reports.compare_data import write_explain_data, write_run_summary
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import RunSeries
 from reports.run_page import REFRESH_SECONDS, write_run_page
-from reports.training import RUN_FILE, MetricsTail, RunView, load_run, load_run_summary
+from reports.training import MetricsTail, RunView, load_run, load_run_summary
+from trainer.records import RUN_FILE
 
 log = logging.getLogger(__name__)
 

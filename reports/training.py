@@ -11,7 +11,6 @@ hidden (one loss of 12.0 among 6,000 steps still reaches 12.0 on the chart).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -19,44 +18,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from millrace.artifacts import read_artifact
-from millrace.errors import ArtifactError
+from millrace.jsonl import Follower
 from millrace.names import artifact_name
-from millrace.writer_lock import observed_status
 from mixtures.manifest import BuiltManifest
 from reports.numbers import finite
 from reports.plan_progress import expected_sequences, run_manifest
 from reports.run_observations import alerts_problem, observations
+from trainer.records import METRICS_FILE, RUN_FILE, SCALARS, last_metrics, observed_run_status
+from trainer.records import read_run as read_run_record
 
 log = logging.getLogger(__name__)
 
-RUN_KIND = "millrace.run"
-RUN_FILE = "run.json"
-METRICS_FILE = "metrics.jsonl"
 MAX_POINTS = 600
 MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised tokens); all are in the table
 CELL_WINDOW = 2000  # recent records whose batches name cells (a run without realised counts)
 FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "stopped", "aborted", "interrupted",
                       "stale"})
-LOCK_FILE = "writer.lock"  # the run writer's lock; its mtime is the heartbeat (`millrace.writer_lock`)
-
-SCALARS = ("loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fraction", "grad_norm", "param_norm",
-           "param_norm_with_router_bias", "aux_loss", "z_loss", "step_seconds", "memory_rss_bytes",
-           "cuda_allocated_bytes", "cuda_reserved_bytes")
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
     """run.json (kind millrace.run), without its envelope fields; the names in it that pages become paths
     (the run's, its store's) are checked like names on the command line."""
     path = run_dir / RUN_FILE
-    body = read_artifact(path, RUN_KIND)
+    body = read_run_record(run_dir)
     if body.get("run") is not None:
         artifact_name(body["run"], "run", path)
     store = body.get("store") or {}
     for field in ("name", "version"):
         if isinstance(store, dict) and store.get(field) is not None:
             artifact_name(store[field], f"store.{field}", path)
-    return {k: v for k, v in body.items() if k not in ("kind", "schema_version")}
+    return body
 
 
 class MetricsTail:
@@ -70,9 +61,8 @@ class MetricsTail:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.records: list[dict[str, Any]] = []
+        self.follower = Follower(self.path)
         self.changed_from = 0  # the first record index changed since `take_changed_from()` (a resume pops some)
-        self._offset = 0
-        self._lines = 0
 
     def take_changed_from(self) -> int:
         """The first record index that changed since the last call (len(records) when none did)."""
@@ -81,41 +71,18 @@ class MetricsTail:
 
     def poll(self) -> int:
         """Read complete new lines; returns how many records arrived."""
-        try:
-            size = self.path.stat().st_size
-        except FileNotFoundError:
-            return 0
-        if size < self._offset:
-            self.records, self._offset, self._lines, self.changed_from = [], 0, 0, 0
-        if size == self._offset:
-            return 0
-        with open(self.path, "rb") as handle:
-            handle.seek(self._offset)
-            chunk = handle.read(size - self._offset)
-        complete, newline, _partial = chunk.rpartition(b"\n")
-        if not newline:
-            return 0  # half a line so far: wait for the rest
-        self._offset += len(complete) + 1
-        arrived = 0
-        for line in complete.split(b"\n"):
-            self._lines += 1
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ArtifactError(f"{self.path}:{self._lines}: not a JSON metrics record ({exc})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-                raise ArtifactError(f"{self.path}:{self._lines}: a metrics record needs an integer 'step'")
+        arrived, rewritten = self.follower.poll()
+        if rewritten:
+            self.records, self.changed_from = [], 0
+        for number, record in arrived:
             if problem := alerts_problem(record):
-                log.warning("%s:%d: skipped a malformed alert record (%s)", self.path, self._lines, problem)
+                log.warning("%s:%d: skipped a malformed alert record (%s)", self.path, number, problem)
                 record.pop("alerts")
             while self.records and self.records[-1]["step"] >= record["step"]:
                 self.records.pop()
             self.changed_from = min(self.changed_from, len(self.records))
             self.records.append(record)
-            arrived += 1
-        return arrived
+        return len(arrived)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -167,7 +134,7 @@ class RunView:
         """run.json's status; `stale` for a `running` whose writer is gone (killed without a word)."""
         recorded = self.run.get("status")
         if self.run_dir is not None:
-            recorded = observed_status(recorded, self.run_dir / LOCK_FILE)
+            recorded = observed_run_status(self.run_dir, self.run)
         return str(recorded or "unknown")
 
     @property
@@ -229,36 +196,11 @@ class RunView:
         }
 
 
-def last_record(path: Path, window: int = 1 << 16) -> dict[str, Any] | None:
-    """The stream's last complete record, reading only its end (for the site index)."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, 2)
-            while True:
-                start = max(0, size - window)
-                handle.seek(start)
-                chunk = handle.read(size - start)
-                complete = chunk[: chunk.rfind(b"\n") + 1]
-                lines = [line for line in complete.split(b"\n") if line.strip()]
-                if len(lines) > 1 or start == 0:
-                    break
-                window *= 4
-    except FileNotFoundError:
-        return None
-    if not lines:
-        return None
-    try:
-        record = json.loads(lines[-1])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: last line is not a JSON metrics record ({exc})") from None
-    return record if isinstance(record, dict) else None
-
-
 def load_run_summary(run_dir: Path) -> RunView:
     """run.json and only the last metrics record: enough for a line in the index."""
     run_dir = Path(run_dir)
     run = read_run(run_dir)
-    last = last_record(run_dir / METRICS_FILE)
+    last = last_metrics(run_dir)
     return RunView(name=str(run.get("run") or run_dir.name), run=run, records=[last] if last else [],
                    run_dir=run_dir)
 

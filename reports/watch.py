@@ -20,7 +20,8 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from reports.run_page import REFRESH_SECONDS, run_series
 from reports.site import build_run_page
-from reports.training import FINISHED, METRICS_FILE, RUN_FILE, MetricsTail, read_run
+from reports.training import FINISHED, MetricsTail, read_run
+from trainer.records import METRICS_FILE, RUN_FILE
 
 log = logging.getLogger(__name__)
 

@@ -75,7 +75,7 @@ def test_store_list_and_from_stats_and_pipeline_init_speak_json(capsys, home, tm
 
 
 def test_runs_list_and_train_list(capsys, home):
-    from trainer.metrics import METRICS_FILE, write_run
+    from trainer.records import METRICS_FILE, write_run
 
     code, out, _ = run(capsys, home, "train", "list", "--json")
     assert code == 0 and json.loads(out) == {"runs": []}

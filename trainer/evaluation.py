@@ -38,11 +38,9 @@ from loader.validation import PAD_LABEL, ValidationSequences
 from mixtures.cells import CELL_NAME
 from pipeline.store.format import store_tokenizer
 from trainer.distributed import Runtime
-from trainer.eval_records import EVAL_FILE, EVAL_SCHEMA
-from trainer.metrics import finite, open_resumed
+from trainer.metrics import open_resumed
 from trainer.model import Transformer
-
-GROUPS = ("cell", "domain", "bucket", "source", "set")
+from trainer.records import EVAL_FILE, EVAL_GROUPS, EVAL_SCHEMA, EvalRecord
 
 
 def token_byte_lengths(tokenizer_path: Path | None, vocab_size: int) -> np.ndarray | None:
@@ -146,7 +144,7 @@ class Evaluator:
         return sums
 
     def evaluate(self, model: Transformer, step: int, tokens: int) -> dict[str, Any]:
-        """One evaluation record (the same on every rank)."""
+        """One evaluation record (the same on every rank), as `EvalRecord` fields."""
         began = time.perf_counter()
         with inference(model):
             sums = self._run(model)
@@ -157,7 +155,7 @@ class Evaluator:
     def aggregate(self, sums: RowSums) -> dict[str, Any]:
         entries = self.sequences.entries
         first = 0
-        groups: dict[str, dict[str, list[float]]] = {group: {} for group in GROUPS}  # name -> [loss, tokens, bytes]
+        groups: dict[str, dict[str, list[float]]] = {group: {} for group in EVAL_GROUPS}  # name -> [loss, tokens, bytes]
         row_loss, row_tokens, row_bytes = (t.cpu().numpy() for t in (sums.loss, sums.tokens, sums.bytes))
         cells_of_source = np.zeros(self.sequences.total, dtype=bool)
         for entry in entries:
@@ -230,7 +228,8 @@ class EvalWriter:
         self.handle = open_resumed(self.path, start_step)
 
     def write(self, record: dict[str, Any]) -> None:
-        self.handle.write(json.dumps(finite(record), separators=(",", ":")) + "\n")
+        """Append `record` as a checked `EvalRecord` (a non-finite figure is written as null)."""
+        self.handle.write(json.dumps(EvalRecord.model_validate(record).dump(), separators=(",", ":")) + "\n")
         self.handle.flush()
 
     def close(self) -> None:

@@ -41,7 +41,9 @@ from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
-from trainer.metrics import LOCK_FILE, METRICS_FILE, MetricsWriter, read_metrics, read_run, write_run
+from trainer.metrics import MetricsWriter
+from trainer.records import (LOCK_FILE, METRICS_FILE, MetricsRecord, RevisionRange, RunRecord, read_metrics, read_run,
+                             write_run)
 from trainer.model import Transformer
 from trainer.moe import local_tensor
 from trainer.observers import RunObservers
@@ -403,9 +405,7 @@ def adopt_history(plan: RunPlan, source: str, step: int) -> None:
     if plan.runtime.rank != 0:
         return
     before = plan.home.run(source)
-    record = read_run(before)
-    payload = {k: v for k, v in record.items() if k not in ("kind", "schema_version", "content_hash")}
-    write_run(plan.run_dir, payload | {"run": plan.run})
+    write_run(plan.run_dir, read_run(before) | {"run": plan.run})
     lines = [line for line in read_metrics(before) if line["step"] <= step]
     atomic_write_text(plan.run_dir / METRICS_FILE, "".join(json.dumps(line, separators=(",", ":")) + "\n"
                                                           for line in lines))
@@ -416,30 +416,30 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     plan, config = training.plan, training.plan.config
     changes = _recorded_changes(plan.run_dir) + [{"step": training.start, **change}
                                                   for change in training.state.config_changes]
-    write_run(plan.run_dir, {
-        "run": plan.run,
-        "config": {"path": str(plan.config_path), **config.model_dump(mode="json")},
-        "mixture": plan.mixture,
-        "revision": plan.revision,
-        "manifest_hash": plan.stream.manifest_hash,
-        "manifest_path": str(plan.manifest_path),
-        "revisions": revision_history(plan, training.start),
-        "lineage": lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
-        "store": {"name": plan.store.name, "version": plan.store.version},
-        "planned_tokens_per_cell": planned_tokens_per_cell(plan.stream),
-        "total_steps": plan.horizon,
-        "stop_step": plan.stop,
-        "start_step": training.start,
-        "status": "running",
-        "world_size": plan.runtime.world,
-        "layout": {"data_parallel": plan.runtime.layout.data_parallel,
-                   "expert_parallel": plan.runtime.layout.expert_parallel},
-        "params": count_params(config).as_dict(),
-        "flops_per_token": flops_per_token(config, plan.stream.seq_len),
-        "peak_flops_per_device": peak,
-        "peak_flops_source": peak_source,
-        "config_changes": changes,  # settings changed on resume with --allow-config-change
-    })
+    write_run(plan.run_dir, RunRecord(
+        run=plan.run,
+        config={"path": str(plan.config_path), **config.model_dump(mode="json")},
+        mixture=plan.mixture,
+        revision=plan.revision,
+        manifest_hash=plan.stream.manifest_hash,
+        manifest_path=str(plan.manifest_path),
+        revisions=[RevisionRange.model_validate(r) for r in revision_history(plan, training.start)],
+        lineage=lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
+        store={"name": plan.store.name, "version": plan.store.version},
+        planned_tokens_per_cell=planned_tokens_per_cell(plan.stream),
+        total_steps=plan.horizon,
+        stop_step=plan.stop,
+        start_step=training.start,
+        status="running",
+        world_size=plan.runtime.world,
+        layout={"data_parallel": plan.runtime.layout.data_parallel,
+                "expert_parallel": plan.runtime.layout.expert_parallel},
+        params=count_params(config).as_dict(),
+        flops_per_token=flops_per_token(config, plan.stream.seq_len),
+        peak_flops_per_device=peak,
+        peak_flops_source=peak_source,
+        config_changes=changes,  # settings changed on resume with --allow-config-change
+    ))
 
 
 def _recorded_changes(run_dir: Path) -> list[dict]:
@@ -536,7 +536,7 @@ def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | 
     }
     record.update(observers.record_extras(record, result.skipped))
     if writer is not None:
-        writer.write(record)
+        writer.write(MetricsRecord.model_validate(record))
 
 
 def maybe_checkpoint(training: Training, step: int) -> Path | None:
@@ -723,13 +723,11 @@ def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:
 def _set_status(run_dir: Path, status: str) -> None:
     """Record `status` in run.json; on a full disk say so and go on (the error that brought us here counts)."""
     try:
-        body = read_run(run_dir)
+        payload = read_run(run_dir)
     except ArtifactError:
         return
-    payload = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-    payload["status"] = status
     try:
-        write_run(run_dir, payload)
+        write_run(run_dir, payload | {"status": status})
     except OSError as exc:
         log.error("could not record status %r in %s: %s", status, run_dir / "run.json", exc.strerror or exc)
 

@@ -21,13 +21,12 @@ import psutil
 import torch
 
 from loader.validation import ValidationSequences
-from millrace.jsonl import read_records
 from trainer.config import TrainConfig
 from trainer.distributed import Runtime, reshard
 from trainer.evaluation import EvalWriter, Evaluator, eval_steps, token_byte_lengths
 from trainer.health import HealthMonitor
-from trainer.metrics import METRICS_FILE
 from trainer.model import Transformer
+from trainer.records import read_metrics
 from trainer.samples import SampleWriter, TokenText, auto_prompts, file_prompts, prompts_path
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ def aux_terms(model: Transformer) -> torch.Tensor | None:
 
 def active_before(run_dir: Path, start: int) -> list[str]:
     """Alerts active at the checkpoint a resumed run starts from (so that their end is recorded)."""
-    kept = [r for r in read_records(run_dir / METRICS_FILE) if r.get("step", 0) <= start]
+    kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= start]
     return list((kept[-1].get("alerts") or {}).get("active", [])) if kept else []
 
 

@@ -9,7 +9,7 @@ import click
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
-from trainer.metrics import RUN_FILE, last_record, observed_run_status, read_run
+from trainer.records import RUN_FILE, last_metrics, observed_run_status, read_run
 
 
 def list_runs(home: Home) -> list[dict[str, Any]]:
@@ -22,7 +22,7 @@ def list_runs(home: Home) -> list[dict[str, Any]]:
         except ArtifactError as exc:
             rows.append({"run": run_dir.name, "status": "damaged", "error": str(exc), "path": str(run_dir)})
             continue
-        last = last_record(run_dir) or {}
+        last = last_metrics(run_dir) or {}
         rows.append({
             "run": run_dir.name, "status": observed_run_status(run_dir, run), "mixture": run.get("mixture"),
             "revision": run.get("revision"), "step": last.get("step"), "total_steps": run.get("total_steps"),

@@ -24,16 +24,14 @@ import torch
 
 from loader.validation import ValidationSequences
 from millrace.errors import ConfigError
-from millrace.jsonl import read_records
 from pipeline.store.format import store_tokenizer
 from trainer.config import SamplesConfig
 from trainer.evaluation import cell_groups, inference
 from trainer.kv_cache import KVCache
 from trainer.metrics import open_resumed
 from trainer.model import Transformer
+from trainer.records import SAMPLES_FILE, SAMPLES_SCHEMA, SampleRecord
 
-SAMPLES_FILE = "samples.jsonl"
-SAMPLES_SCHEMA = "millrace.samples/1"
 AUTO_PROMPTS = 16
 
 
@@ -204,10 +202,10 @@ class SampleWriter:
         records = []
         for (p, t), (new, logprob) in zip(pairs, done):
             prompt = self.prompts[p]
-            records.append({"schema": SAMPLES_SCHEMA, "step": step, "prompt_id": prompt.id, "prompt": prompt.text,
-                            "prompt_source": prompt.source,
-                            "temperature": cfg.temperatures[t], "seed": cfg.seed, "completion": self.text.decode(new),
-                            "completion_tokens": len(new), "mean_logprob": logprob})
+            records.append(SampleRecord(schema=SAMPLES_SCHEMA, step=step, prompt_id=prompt.id, prompt=prompt.text,
+                                        prompt_source=prompt.source, temperature=cfg.temperatures[t], seed=cfg.seed,
+                                        completion=self.text.decode(new), completion_tokens=len(new),
+                                        mean_logprob=logprob).dump())
         if self.handle is not None:
             for record in records:
                 self.handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -218,6 +216,3 @@ class SampleWriter:
         if self.handle is not None:
             self.handle.close()
 
-
-def read_samples(run_dir: Path | str) -> list[dict[str, Any]]:
-    return read_records(Path(run_dir) / SAMPLES_FILE)

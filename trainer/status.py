@@ -10,9 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from millrace.jsonl import read_records
-from trainer.eval_records import read_eval
-from trainer.metrics import METRICS_FILE, observed_run_status, read_run
+from trainer.records import observed_run_status, read_eval, read_metrics, read_run
 
 ALERT_EXIT_CODE = 3
 
@@ -40,7 +38,7 @@ def _alerts(record: dict[str, Any]) -> dict[str, list]:
 
 def run_status(run_dir: Path) -> dict[str, Any]:
     run = read_run(run_dir)
-    records = read_records(run_dir / METRICS_FILE)
+    records = read_metrics(run_dir)
     last = records[-1] if records else {}
     evals = read_eval(run_dir)
     latest = evals[-1] if evals else None

@@ -46,7 +46,9 @@ import numpy as np
 import pydantic
 import xxhash
 
-from millrace.artifacts import atomic_output, read_artifact, sha256_file, write_artifact
+from millrace.artifacts import (HASH_FIELD, atomic_output, check_pinned, payload_model, read_artifact, sha256_file,
+                                write_artifact)
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
 
@@ -157,8 +159,10 @@ def sidecar(prefix: Path, suffix: str) -> Path:
     return prefix.with_name(prefix.name + suffix)
 
 
-class Model(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+class Model(StrictModel):
+    """The store's records: strict like every artifact; not frozen (a store is assembled in place)."""
+
+    model_config = pydantic.ConfigDict(frozen=False)
 
 
 class SourceCounts(Model):
@@ -294,10 +298,8 @@ class Store:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         body = read_artifact(self.path / "store.json", STORE_KIND, (SCHEMA_VERSION,))
-        self.manifest_hash: str = body["content_hash"]
-        self.manifest = StoreManifest.model_validate(
-            {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-        )
+        self.manifest_hash: str = body[HASH_FIELD]
+        self.manifest = payload_model(body, StoreManifest, str(self.path / "store.json"))
         artifact_name(self.manifest.name, "name", self.path / "store.json")  # pages and paths are made of them
         artifact_name(self.manifest.version, "version", self.path / "store.json")
 
@@ -319,23 +321,16 @@ class Store:
             raise ArtifactError(f"{self.path}: stats-only store has no shards for cell {cell!r}")
         path = self.cell_dir(cell) / "cell.json"
         body = read_artifact(path, CELL_KIND, (CELL_SCHEMA_VERSION,))
-        expected = self.manifest.cells[cell].manifest_hash
-        if expected is not None and body["content_hash"] != expected:
-            raise ArtifactError(f"{path}: hash {body['content_hash']} differs from store.json's {expected}")
-        return CellManifest.model_validate(
-            {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
-        )
+        check_pinned(body, str(path), self.manifest.cells[cell].manifest_hash, "store.json's")
+        return payload_model(body, CellManifest, str(path))
 
     def eval_set(self, name: str) -> EvalSetManifest:
         if name not in self.manifest.sets:
             raise ArtifactError(f"{self.path}: store has no evaluation set {name!r}")
         path = self.path / "sets" / name / "set.json"
         body = read_artifact(path, SET_KIND, (CELL_SCHEMA_VERSION,))
-        if body["content_hash"] != self.manifest.sets[name].manifest_hash:
-            raise ArtifactError(f"{path}: hash {body['content_hash']} differs from store.json's "
-                                f"{self.manifest.sets[name].manifest_hash}")
-        return EvalSetManifest.model_validate(
-            {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")})
+        check_pinned(body, str(path), self.manifest.sets[name].manifest_hash, "store.json's")
+        return payload_model(body, EvalSetManifest, str(path))
 
     def shard_prefix(self, cell: str, shard: ShardInfo) -> Path:
         return self.cell_dir(cell) / shard.name

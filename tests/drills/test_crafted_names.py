@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import read_payload, write_artifact
 from millrace.cli import main as millrace
 from millrace.home import Home
 from pipeline.store.format import StoreManifest, write_store_manifest
-from reports.ladder_page import LADDER_KIND
-from trainer.metrics import RUN_KIND
+from trainer.records import LADDER_KIND, RUN_KIND
 
 BASE_RUN = {"status": "completed", "mixture": "default", "revision": "uniform-sampling", "total_steps": 4}
 
@@ -29,8 +28,7 @@ def crafted_ladder(home, field_value):
 
 def crafted_store(home, field_value):
     path = home.store("t", "2026.01.01")
-    body = read_artifact(path / "store.json", "millrace.store", (1,))
-    manifest = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+    manifest = read_payload(path / "store.json", "millrace.store", (1,))
     write_store_manifest(path, StoreManifest.model_validate({**manifest, **field_value}))
 
 

@@ -133,7 +133,7 @@ def test_the_run_page_says_where_its_prompts_came_from(pristine, tmp_path, capsy
     import tomli_w
 
     from tests.drills.test_config_fuzz import REPO
-    from trainer.samples import read_samples
+    from trainer.records import read_samples
 
     home = Home.resolve(tmp_path / "home")
     shutil.copytree(pristine.root, home.root)

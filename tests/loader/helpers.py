@@ -63,11 +63,10 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
                   global_batch: int = 8, seed: int = 1234, mixture: str = "mix", revision: str = "r1",
                   phase_names: list[str] | None = None, document_block: int = 1024, document_run: int = 1) -> Path:
     """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
-    from millrace.artifacts import read_artifact
+    from millrace.artifacts import HASH_FIELD, payload_of, read_artifact
 
     body = read_artifact(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
-    store = StoreManifest.model_validate({k: v for k, v in body.items()
-                                          if k not in ("kind", "schema_version", "content_hash")})
+    store = StoreManifest.model_validate(payload_of(body))
     cells = {}
     for name, summary in store.cells.items():
         shards = 0
@@ -89,7 +88,7 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
         position += sequences
     manifest = BuiltManifest(
         mixture=mixture, revision=revision, revision_hash="sha256:test", store=StoreRef(
-            name=store.name, version=store.version, manifest_hash=body["content_hash"], stats_only=store.stats_only),
+            name=store.name, version=store.version, manifest_hash=body[HASH_FIELD], stats_only=store.stats_only),
         tokenizer_fingerprint=None if store.stats_only else "test", dtype=store.dtype,
         eos_id=None if store.stats_only else EOS, seed=seed, seq_len=seq_len, global_batch=global_batch,
         epoch_cap=8.0, document_block=document_block, document_run=document_run, cells=cells, phases=built_phases,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import read_payload, write_artifact
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
@@ -148,8 +148,7 @@ def copy_as_live(source: Home, root: Path, run: str = "tiny-1", lines: int | Non
 
 def set_status(home: Home, run: str, status: str, base: Path | None = None) -> None:
     """Rewrite run.json with another status, as the trainer does when a run ends."""
-    body = read_artifact(base or home.run(run) / "run.json", "millrace.run")
-    body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+    body = read_payload(base or home.run(run) / "run.json", "millrace.run")
     write_artifact(home.run(run) / "run.json", "millrace.run", 1, {**body, "run": run, "status": status})
 
 

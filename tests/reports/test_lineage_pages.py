@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import read_payload, write_artifact
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.lineage import lineage_of
@@ -33,9 +33,8 @@ def lineage_site(tmp_path_factory):
                  phases=["main:4096:uniform", "cooldown:2048:uniform@c*q1"])
     manifest_path = build(home, "default", "swap")
     run_dir = factory.write_contract_metrics(home, "switched", manifest_path, steps=40)
-    body = read_artifact(run_dir / "run.json", "millrace.run")
+    payload = read_payload(run_dir / "run.json", "millrace.run")
     manifest, digest = read_manifest(manifest_path)
-    payload = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     write_artifact(run_dir / "run.json", "millrace.run", 1, payload | {"lineage": lineage_of(manifest, digest)})
     site = root / "site"
     build_site(home, site)

@@ -21,8 +21,9 @@ from reports import build_pages, build_site
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.render import embed_json
+from millrace.jsonl import last_record
 from reports.run_data import BUCKETS, CHUNK, RunSeries, read_script
-from reports.training import MetricsTail, last_record, load_run, read_metrics
+from reports.training import MetricsTail, load_run, read_metrics
 from tests.reports import factory
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from trainer.metrics import read_run
+from trainer.records import read_run
 
 LINE = re.compile(r"train (\S+): step (\d+)/(\d+), [\d,]+ tokens/s, loss \d+\.\d{4}, ETA \d+(m\d\ds|s)$")
 

@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from trainer.loop import train
-from trainer.metrics import read_metrics, read_run
+from trainer.records import read_metrics, read_run
 
 STEPS = 5
 

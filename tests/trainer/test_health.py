@@ -14,7 +14,7 @@ from trainer.balance import load_stats
 from trainer.config import HealthConfig, load_train_config
 from trainer.health import HealthMonitor
 from trainer.loop import train
-from trainer.metrics import read_metrics
+from trainer.records import read_metrics
 
 
 def layer_record(step: int, counts: list[float], router_entropy: float) -> dict:

@@ -11,7 +11,7 @@ from millrace.errors import ConfigError
 from trainer.ladder.compare import compare_points
 from trainer.ladder.fit import Law, Point, fit_law, fit_report, predict, solve_law
 from trainer.ladder.results import write_ladder
-from trainer.metrics import write_run
+from trainer.records import write_run
 
 REFERENCE_LAW = Law(L_inf=1.6, A=95.18, alpha=0.0941)  # the reference team's earlier fit
 RUNG_FLOPS = [5.5e19, 2.7e20, 1.8e21, 9.2e21]

@@ -23,7 +23,7 @@ import pytest
 from millrace.home import Home
 from tests.trainer.stores import build_mixture, make_store
 from trainer.loop import train
-from trainer.metrics import read_metrics, read_run
+from trainer.records import read_metrics, read_run
 
 SEQ_LEN, GLOBAL_BATCH, FIRST, STEPS = 32, 12, 8, 10
 TIMEOUT = 300

@@ -11,13 +11,11 @@ from loader.validation import ValidationSequences
 from millrace.cli import main as millrace
 from millrace.home import Home
 from trainer.distributed import Runtime
-from trainer.eval_records import EVAL_SCHEMA, read_eval
 from trainer.evaluation import Evaluator
 from trainer.health import TooManySkippedSteps
 from trainer.loop import train
-from trainer.metrics import read_metrics, read_run
+from trainer.records import EVAL_SCHEMA, read_eval, read_metrics, read_run, read_samples
 from trainer.model import Transformer
-from trainer.samples import read_samples
 from tests.trainer.stores import build_mixture, make_store
 
 CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000}

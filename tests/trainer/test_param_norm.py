@@ -14,10 +14,8 @@ import pytest
 
 from millrace.home import Home
 from tests.trainer.stores import build_mixture, make_store
-from trainer.eval_records import read_eval
 from trainer.loop import train
-from trainer.metrics import read_metrics
-from trainer.samples import read_samples
+from trainer.records import read_eval, read_metrics, read_samples
 
 STEPS = 4
 

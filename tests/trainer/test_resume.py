@@ -1,7 +1,7 @@
 """Resume refusals: one line naming the field or the file, never a traceback, and nothing overwritten."""
 
 from millrace.cli import main as millrace
-from trainer.metrics import read_metrics, read_run
+from trainer.records import read_metrics, read_run
 
 
 def _errors(err: str) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 
 from millrace.cli import main as millrace
 from trainer.loop import train
-from trainer.metrics import read_metrics, read_run
+from trainer.records import read_metrics, read_run
 
 CONTRACT = {"step", "time", "phase", "loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fraction",
             "grad_norm", "param_norm", "param_norm_with_router_bias", "router_bias", "expert_load", "loss_per_cell",

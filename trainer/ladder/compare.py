@@ -83,7 +83,6 @@ def compare_ladder(path: Path | str, home: Home, revision_a: str, revision_b: st
 def _compare_and_save(home: Home, ladder: str, revision_a: str, revision_b: str, seeds: int,
                       rungs: list[str] | None) -> dict[str, Any]:
     body = read_ladder(home, ladder)
-    body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     metric, asymptote = body.get("metric") or "loss.macro", body.get("asymptote")
     fits, points = {}, {}
     for revision in (revision_a, revision_b):

@@ -30,7 +30,6 @@ def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: fl
 def _fit_ladder(home: Home, ladder: str, metric: str | None, asymptote: float | None, free_asymptote: bool,
                 predict_flops: list[float], revision: str | None, save: bool, level: float) -> dict[str, Any]:
     body = read_ladder(home, ladder)
-    body = {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
     metric = metric or body.get("metric") or "loss.macro"
     revision = revision or body["plan"]["revision"]
     if free_asymptote and asymptote is not None:

@@ -21,16 +21,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import validated, write_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.writer_lock import WriterLock
-from trainer.eval_records import EVAL_FILE, read_eval
-from trainer.metrics import LOCK_FILE
-
-LADDER_KIND = "millrace.ladder"
-LADDER_SCHEMA_VERSION = 1
-LADDER_FILE = "ladder.json"
+from trainer.records import (EVAL_FILE, LADDER_FILE, LADDER_KIND, LADDER_SCHEMA_VERSION, LOCK_FILE, LadderRecord,
+                             read_eval, read_ladder_file)
 
 
 def ladder_path(home: Home, ladder: str) -> Path:
@@ -38,15 +34,13 @@ def ladder_path(home: Home, ladder: str) -> Path:
 
 
 def read_ladder(home: Home, ladder: str) -> dict[str, Any]:
-    return read_artifact(ladder_path(home, ladder), LADDER_KIND, (LADDER_SCHEMA_VERSION,))
+    """ladder.json's payload (envelope checked and stripped), checked against `LadderRecord`."""
+    return read_ladder_file(ladder_path(home, ladder))
 
 
 def read_ladder_or_empty(home: Home, ladder: str) -> dict[str, Any]:
     path = ladder_path(home, ladder)
-    if not path.exists():
-        return {}
-    body = read_artifact(path, LADDER_KIND, (LADDER_SCHEMA_VERSION,))
-    return {k: v for k, v in body.items() if k not in ("kind", "schema_version", "content_hash")}
+    return read_ladder_file(path) if path.exists() else {}
 
 
 def ladder_writer(home: Home, ladder: str) -> WriterLock:
@@ -57,7 +51,8 @@ def ladder_writer(home: Home, ladder: str) -> WriterLock:
 
 def write_ladder(home: Home, ladder: str, payload: dict[str, Any]) -> Path:
     path = ladder_path(home, ladder)
-    write_artifact(path, LADDER_KIND, LADDER_SCHEMA_VERSION, payload)
+    record = validated(LadderRecord, payload, str(path))
+    write_artifact(path, LADDER_KIND, LADDER_SCHEMA_VERSION, record.dump())
     return path
 
 

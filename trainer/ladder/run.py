@@ -21,11 +21,10 @@ from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from trainer.config import TrainConfig
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
-from trainer.eval_records import read_eval
 from trainer.ladder.results import curve, ladder_writer, read_ladder_or_empty, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 from trainer.ladder.spec import load_ladder
-from trainer.metrics import read_run
+from trainer.records import read_eval, read_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS_PER_RUNG = 4

@@ -1,0 +1,63 @@
+"""The trainer's records: what its writers construct is what `train status`, the ladder and the reports read
+(that reports import them without torch: tests/reports/test_ladder_page.py)."""
+
+import json
+import math
+
+import pytest
+
+from millrace.errors import ArtifactError
+from trainer.records import (EVAL_SCHEMA, SCALARS, EvalRecord, LadderRecord, MetricsRecord, RunRecord, SampleRecord,
+                             read_eval, read_run, read_samples, write_run)
+
+
+def test_a_metrics_record_writes_non_finite_as_null_and_refuses_an_unknown_or_mistyped_field():
+    alerts = {"started": [{"name": "grad_norm", "value": 9.0}], "active": []}
+    record = MetricsRecord.model_validate({"step": 3, "loss": math.nan, "mfu": math.inf,
+                                           "loss_per_cell": {"c": math.nan}, "alerts": alerts})
+    assert record.dump() == {"step": 3, "loss": None, "mfu": None, "loss_per_cell": {"c": None}, "alerts": alerts}
+    json.dumps(record.dump(), allow_nan=False)  # strict JSON: what a browser's JSON.parse reads
+    with pytest.raises(ValueError, match="data_wait_fractoin"):
+        MetricsRecord.model_validate({"step": 3, "data_wait_fractoin": 0.1})
+    with pytest.raises(ValueError, match="tokens"):
+        MetricsRecord.model_validate({"step": 3, "tokens": "256"})
+
+
+def test_the_charted_scalars_come_from_the_record():
+    assert {"loss", "data_wait_fraction", "mfu", "tokens", "memory_rss_bytes"} <= set(SCALARS)
+    assert not {"step", "phase", "time", "alerts", "loss_per_cell"} & set(SCALARS)
+    assert set(SCALARS) <= set(MetricsRecord.model_fields)
+
+
+def test_a_run_json_written_before_a_field_existed_still_reads(tmp_path):
+    write_run(tmp_path, {"run": "old", "status": "completed", "total_steps": 4})
+    assert read_run(tmp_path) == {"run": "old", "status": "completed", "total_steps": 4}
+    with pytest.raises(ArtifactError, match=r"run.json: field 'total_steps'"):
+        write_run(tmp_path, {"run": "old", "total_steps": "4"})
+    write_run(tmp_path, RunRecord(run="new", status="running", flops_per_token=math.nan))
+    assert read_run(tmp_path) == {"run": "new", "status": "running", "flops_per_token": None}
+
+
+def test_streams_of_another_schema_or_a_broken_field_are_errors_naming_file_and_line(tmp_path):
+    good = {"schema": EVAL_SCHEMA, "step": 5, "tokens": 640, "loss": {"macro": 3.1, "cell": {"c00q0": 3.1}}}
+    EvalRecord.model_validate(good)
+    (tmp_path / "eval.jsonl").write_text(json.dumps(good) + "\n" + '{"schema": "millrace.eval/1", "st')
+    assert [r["step"] for r in read_eval(tmp_path)] == [5]  # the torn last line waits
+    broken = {**good, "step": 6, "loss": {"macro": "low"}}
+    (tmp_path / "eval.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(broken) + "\n")
+    with pytest.raises(ArtifactError, match=r"eval.jsonl:2: field 'loss.macro'"):
+        read_eval(tmp_path)
+    sample = SampleRecord(schema="millrace.samples/1", step=2, prompt_id="p00", completion="…", mean_logprob=-1.5)
+    (tmp_path / "samples.jsonl").write_text(json.dumps(sample.dump(), ensure_ascii=False) + "\n"
+                                             + json.dumps({**good, "step": 3}) + "\n")
+    with pytest.raises(ArtifactError, match=r"samples.jsonl:2: schema 'millrace.eval/1', expected 'millrace.samples"):
+        read_samples(tmp_path)
+
+
+def test_a_ladder_record_keeps_its_fields_and_refuses_a_mistyped_result():
+    result = {"rung": "d8", "revision": "r", "run": "x", "seed": 0, "batch": 4, "curve": []}
+    body = {"ladder": "l", "plan": {"rungs": []}, "results": [result], "fits": {}, "comparison": None}
+    assert LadderRecord.model_validate(body).dump() == body
+    with pytest.raises(ValueError, match="results.0.seed"):
+        LadderRecord.model_validate({**body, "results": [{**body["results"][0], "seed": "0"}]})
+
