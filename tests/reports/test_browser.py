@@ -476,22 +476,6 @@ def test_missing_revision_is_said_at_the_top_cells_link_and_descriptions_show(br
     linked.close()
 
 
-def test_comparison_page_overlays_runs(browser, tmp_path):
-    home = Home.resolve(tmp_path / "home")
-    factory.make_compared_runs(home, {"a": 900, "b": 600})
-    build_site(home, tmp_path / "site", runs=["a", "b"])
-    tab = Tab(browser)
-    tab.open(tmp_path / "site" / "compare" / "a--b" / "index.html")
-    for chart in ("c-train", "c-eval-loss", "c-eval-bpb"):
-        assert tab.page.locator(f"#{chart} .legend button[aria-pressed]").count() == 2, chart
-    assert tab.page.locator("#compare-table tbody tr").count() == 2
-    tab.page.check("#compare-log")
-    assert tab.page.locator("#c-eval-loss svg path").count() >= 2
-    tab.shot("compare")
-    tab.check_clean()
-    tab.close()
-
-
 @pytest.fixture(scope="module")
 def compared_site(tmp_path_factory) -> Path:
     """Three runs on two revisions of the small store, one with a loss spike (an alert) at step 150."""
