@@ -77,6 +77,9 @@ class MoEConfig(StrictModel):
     bias_update_rate: float = pydantic.Field(1e-3, ge=0, description="0 freezes the selection bias at zero")
     seq_aux_loss_coef: float = pydantic.Field(0.0, ge=0)
     z_loss_coef: float = pydantic.Field(0.0, ge=0)
+    centre_router_input: bool = pydantic.Field(
+        True, description="route on the input minus the mean input of the last step (trainer.moe.Router)"
+    )
     grouped_mm: bool = pydantic.Field(True, description="torch._grouped_mm where it runs, else a per-expert loop")
 
     @pydantic.model_validator(mode="after")
