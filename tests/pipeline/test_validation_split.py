@@ -276,7 +276,8 @@ def test_held_out_documents_found_in_training_go_back_to_training(store_path, ca
     stage = store.manifest.funnel["stages"][-1]
     back = [c["given_back"][GIVEN_BACK_REASON] for c in stage["sources"].values() if "given_back" in c]
     assert (sum(b["documents"] for b in back), sum(b["tokens"] for b in back)) == (given_back, found["tokens"])
-    assert _funnel(store.manifest.funnel, path)[-1]["total"]["given_back"][GIVEN_BACK_REASON]["documents"] == given_back
+    page = _funnel(store.manifest.funnel, path)[-1]["total"]
+    assert page["given_back"][GIVEN_BACK_REASON]["documents"] == given_back
     assert millrace(["store", "info", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"held-out decontamination (13-grams, threshold 0.5): {given_back} of {found['checked']}" in out

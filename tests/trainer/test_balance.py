@@ -15,8 +15,8 @@ def imbalanced_layer(rate_experts=8, centre: bool = False) -> MoE:
     """Off-centre inputs (|N(0, 1)|: a mean of 0.8 on every feature) through two skewed router rows. The bias
     rule's tests leave the router's input centring off, so that only the rule can balance them."""
     torch.manual_seed(0)
-    layer = MoE(ModelConfig(d_model=16, vocab_size=8), MoEConfig(n_routed_experts=rate_experts, top_k=2, expert_ffn_dim=16,
-                                                                 centre_router_input=centre))
+    moe = MoEConfig(n_routed_experts=rate_experts, top_k=2, expert_ffn_dim=16, centre_router_input=centre)
+    layer = MoE(ModelConfig(d_model=16, vocab_size=8), moe)
     for p in layer.parameters():
         torch.nn.init.normal_(p, std=0.1)
     with torch.no_grad():  # experts 0 and 1 see every token as their own: a badly imbalanced router

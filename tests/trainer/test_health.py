@@ -48,8 +48,9 @@ def test_the_load_is_taken_over_a_window_of_tokens_so_a_few_sequences_do_not_ale
         monitor, out = HealthMonitor(config), []
         for step in range(1, 61):
             load = collapse if step >= 40 else swing[step % 2]
+            entropy = load_stats(0, torch.tensor(load)).entropy
             record = {"step": step, "tokens": 4096 * step, "loss": 3.0, "grad_norm": 0.5,
-                      "expert_load": [{"layer": 0, "load": load, "entropy": load_stats(0, torch.tensor(load)).entropy}]}
+                      "expert_load": [{"layer": 0, "load": load, "entropy": entropy}]}
             out += [(step, a["name"], a["held_since"]) for a in monitor.check(record, 0.0)["started"]]
         return out
 
