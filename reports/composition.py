@@ -178,7 +178,7 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
     out = []
     for stage in stages:
         rows = []
-        total = {"received": _counts({}), "kept": _counts({}), "removed": {}}
+        total = {"received": _counts({}), "kept": _counts({}), "removed": {}, "given_back": {}}
         for source, counts in sorted((stage.get("sources") or {}).items()):
             row = {
                 "source": source,
@@ -190,10 +190,11 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
             for key in COUNT_KEYS:
                 total["received"][key] += row["received"][key]
                 total["kept"][key] += row["kept"][key]
-            for reason, c in row["removed"].items():
-                acc = total["removed"].setdefault(reason, _counts({}))
-                for key in COUNT_KEYS:
-                    acc[key] += c[key]
+            for group in ("removed", "given_back"):  # given back: kept, for a reason of their own (decontamination)
+                for reason, c in sorted((counts.get(group) or {}).items()):
+                    acc = total[group].setdefault(reason, _counts({}))
+                    for key in COUNT_KEYS:
+                        acc[key] += _counts(c)[key]
         removed_all = {k: sum(c[k] for c in total["removed"].values()) for k in COUNT_KEYS}
         languages = {str(lang): {"received": _counts(c.get("received"))["documents"],
                                  "kept": _counts(c.get("kept"))["documents"],

@@ -9,6 +9,9 @@ applies the same update):
 Over-loaded experts become less likely to be chosen, under-loaded ones more. The
 bias is a buffer: the optimizer never sees it and the gradient norm cannot include
 it. A rate of 0 leaves it exactly at zero.
+
+The same all-reduce carries each router's input sum, and the router's `input_centre` becomes the
+step's mean input (kept as it was after a step with no tokens or a non-finite input).
 """
 
 from __future__ import annotations
@@ -44,10 +47,10 @@ class LayerLoad:
 
 
 def step_totals(layers: list[tuple[int, MoE]], group: dist.ProcessGroup | None = None) -> torch.Tensor:
-    """[layers, n_experts + 2] float64 on the device: each layer's token counts per expert, then its router
-    entropy sum and token count, since the last step, summed over the data-parallel ranks in one all-reduce."""
-    totals = torch.stack([torch.cat([layer.step_counts.double(), layer.router.step_entropy.double()])
-                          for _, layer in layers])
+    """[layers, n_experts + 2 + d_model + 1] float64 on the device: each layer's token counts per expert, its
+    router entropy sum and token count, then its router input sum and token count, since the last step, summed
+    over the data-parallel ranks in one all-reduce."""
+    totals = torch.stack([torch.cat([buffer.double() for buffer in layer.step_buffers()]) for _, layer in layers])
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(totals, group=group)
     return totals
@@ -81,18 +84,32 @@ def update_bias(layer: MoE, counts: torch.Tensor, rate: float) -> None:
     bias -= bias.mean()
 
 
-def balance_step(layers: list[tuple[int, MoE]], rate: float) -> list[LayerLoad]:
-    """After an optimizer step: measure each layer's load, move its bias, reset the counters.
+@torch.no_grad()
+def update_centre(layer: MoE, input_totals: torch.Tensor) -> None:
+    """`input_totals` [d_model + 1]: Σ input, tokens. On the device, with no read: a mean that is not finite
+    (no token, or an overflowed step) leaves the centre as it was."""
+    centre = layer.router.input_centre
+    mean = (input_totals[:-1] / input_totals[-1]).to(centre.dtype)
+    centre.copy_(torch.where(torch.isfinite(mean).all(), mean, centre))
 
-    One all-reduce and one device-to-host read for all layers together: the bias moves on the device,
-    the figures are computed from a single host copy (not a read per layer, let alone per expert)."""
+
+def balance_step(layers: list[tuple[int, MoE]], rate: float) -> list[LayerLoad]:
+    """After an optimizer step: measure each layer's load, move its bias and its router's input centre,
+    reset the counters.
+
+    One all-reduce and one device-to-host read for all layers together: the bias and the centre move on
+    the device, the figures are computed from a single host copy of the load columns (not a read per layer,
+    let alone per expert)."""
     if not layers:
         return []
     totals = step_totals(layers)
+    n_experts = layers[0][1].step_counts.numel()
     for row, (_, layer) in enumerate(layers):
-        update_bias(layer, totals[row, :-2], rate)
-        layer.step_counts.zero_()
-        layer.router.step_entropy.zero_()
-    host = totals.cpu().numpy()
-    return [load_stats(index, host[row, :-2], float(host[row, -2]), float(host[row, -1]))
+        update_bias(layer, totals[row, :n_experts], rate)
+        if layer.config.centre_router_input:
+            update_centre(layer, totals[row, n_experts + 2:])
+        for buffer in layer.step_buffers():
+            buffer.zero_()
+    host = totals[:, :n_experts + 2].cpu().numpy()
+    return [load_stats(index, host[row, :n_experts], float(host[row, n_experts]), float(host[row, n_experts + 1]))
             for row, (index, _) in enumerate(layers)]

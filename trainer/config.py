@@ -77,6 +77,9 @@ class MoEConfig(StrictModel):
     bias_update_rate: float = pydantic.Field(1e-3, ge=0, description="0 freezes the selection bias at zero")
     seq_aux_loss_coef: float = pydantic.Field(0.0, ge=0)
     z_loss_coef: float = pydantic.Field(0.0, ge=0)
+    centre_router_input: bool = pydantic.Field(
+        True, description="route on the input minus the mean input of the last step (trainer.moe.Router)"
+    )
     grouped_mm: bool = pydantic.Field(True, description="torch._grouped_mm where it runs, else a per-expert loop")
 
     @pydantic.model_validator(mode="after")
@@ -196,6 +199,9 @@ class HealthConfig(StrictModel):
     loss_floor_steps: int = pydantic.Field(100, gt=0, description="steps the loss floor is taken over")
     load_entropy_min: float = pydantic.Field(
         0.995, ge=0, le=1, description="floor on the entropy of each layer's expert load, fraction of log E (0: off)")
+    load_window_tokens: int = pydantic.Field(
+        65_536, ge=0,
+        description="the load entropy is taken over the last steps holding at least this many tokens (0: per step)")
     router_bias_max: float = pydantic.Field(400.0, ge=0, description="max |router bias| ceiling (0: off)")
     dead_experts_max: int = pydantic.Field(0, ge=0, description="experts allowed to receive no token in a step")
     tokens_per_second_min: float = pydantic.Field(0.0, ge=0, description="throughput floor (0: off)")

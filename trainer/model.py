@@ -159,6 +159,7 @@ class Transformer(nn.Module):
         self.inv_freq.copy_(rotary_inv_freq(self.config))
         for layer in self.moe_layers():
             layer.router.expert_bias.zero_()
+            layer.router.input_centre.zero_()
             for buffer in layer.step_buffers():
                 buffer.zero_()
 

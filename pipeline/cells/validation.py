@@ -23,6 +23,8 @@ from millrace.config import StrictModel
 from pipeline.stages.eval_sets import EvalSetConfig
 
 HELD_OUT_REASON = "held out for validation"
+# A held-out document the decontamination gave back to training (its n-grams are mostly in training already).
+GIVEN_BACK_REASON = "found in training (decontaminated)"
 VALIDATION_STAGE = "validation"
 VALIDATION_PREFIX = "validation"
 

@@ -39,7 +39,7 @@ from pipeline.store.format import (
 )
 from pipeline.stages.eval_sets import better_hit, write_eval_set
 from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
-from pipeline.cells.validation import HELD_OUT_REASON, VALIDATION_STAGE, ValidationConfig
+from pipeline.cells.validation import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_STAGE, ValidationConfig
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,11 @@ def _staging(final: Path, staged: Path) -> Path:
     return staging
 
 
-def validation_stage(manifests: list[CellManifest]) -> dict:
-    """The funnel's last stage: per source, documents that reached the store and those held out of training."""
+def validation_stage(manifests: list[CellManifest], given_back: dict[str, dict[str, int]] | None = None) -> dict:
+    """The funnel's last stage: per source, documents that reached the store and those held out of training.
+
+    `given_back` (per source): chosen for the held-out split, then given back to training by the decontamination.
+    They are among the kept documents, and counted again under `given_back` with their own reason."""
     per_source: dict[str, dict] = {}
     for manifest in manifests:
         for part, counts in (("kept", manifest.sources), ("held", manifest.validation.sources)):
@@ -136,7 +139,21 @@ def validation_stage(manifests: list[CellManifest]) -> dict:
                     target["documents"] += numbers.documents
                     target["tokens"] += numbers.tokens
                     target["bytes"] += numbers.bytes
+    for source, numbers in (given_back or {}).items():
+        per_source[source]["given_back"] = {GIVEN_BACK_REASON: {k: numbers[k] for k in _zero()}}
     return {"name": VALIDATION_STAGE, "sources": {source: per_source[source] for source in sorted(per_source)}}
+
+
+def given_back_sources(parts: list[dict]) -> dict[str, dict[str, int]]:
+    """Per source, the held-out documents the split tasks gave back to training (summed over tasks and cells)."""
+    total: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for cell in part["cells"].values():
+            for source, numbers in cell.get("given_back_sources", {}).items():
+                entry = total.setdefault(source, _zero())
+                for key in entry:
+                    entry[key] += numbers[key]
+    return dict(sorted(total.items()))
 
 
 def _zero() -> dict[str, int]:
@@ -192,7 +209,7 @@ def assemble_store(
             validation_documents=manifest.validation.documents, validation_tokens=manifest.validation.tokens,
             manifest_hash=digest,
         )
-    funnel = {**funnel, "stages": [*funnel.get("stages", []), validation_stage(manifests)]}
+    funnel = {**funnel, "stages": [*funnel.get("stages", []), validation_stage(manifests, given_back_sources(parts))]}
     eval_sets = {}
     for config in validation.sets:
         trained = _set_trained_ngrams(parts, config.name) if validation.decontaminate else None

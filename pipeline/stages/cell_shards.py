@@ -179,10 +179,16 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
         placed, waiting = where["placed"], where["waiting"]
     first_shard = len(written["shards"])
     _remove_split_files(cell_dir, rank, first_shard)
-    held = held_out_mask(table["hashes"][waiting], keys[waiting], None if cutoff is None else tuple(cutoff))
+    chosen = held_out_mask(table["hashes"][waiting], keys[waiting], None if cutoff is None else tuple(cutoff))
     given_back = {(int(h), int(k)) for h, k in contaminated}
-    held &= np.asarray([(int(h), int(k)) not in given_back for h, k in zip(table["hashes"][waiting], keys[waiting])],
-                       dtype=bool)
+    held = chosen & np.asarray([(int(h), int(k)) not in given_back
+                                for h, k in zip(table["hashes"][waiting], keys[waiting])], dtype=bool)
+    returned: dict[str, SourceCounts] = {}  # per source, the chosen documents given back to training
+    for index in waiting[chosen & ~held].tolist():
+        counts = returned.setdefault(sources[int(source_ids[index])], SourceCounts())
+        counts.documents += 1
+        counts.tokens += int(lengths[index])
+        counts.bytes += int(nbytes[index])
     training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens,
                              shards=[ShardInfo(**s) for s in written["shards"]],
                              sources={name: SourceCounts(**c) for name, c in written["sources"].items()})
@@ -213,6 +219,7 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
         "validation": [dataclasses.asdict(s) for s in held_shards],
         "sources": {name: counts.model_dump() for name, counts in training.sources.items()},
         "validation_sources": {name: counts.model_dump() for name, counts in validation.sources.items()},
+        "given_back_sources": {name: counts.model_dump() for name, counts in sorted(returned.items())},
         "trace": trace,
         "samples": json.loads(str(table["samples"])),
     }

@@ -29,6 +29,15 @@ def resolve_store(spec: str, home) -> Path:
     raise ArtifactError(f"{spec}: no store.json there, nor under {home.stores}" + known("stores", stores))
 
 
+def _given_back(stage: dict) -> dict[str, int]:
+    """Documents a stage gave back to training, per reason (the validation stage's decontaminated ones)."""
+    total: dict[str, int] = {}
+    for counts in stage["sources"].values():
+        for reason, numbers in counts.get("given_back", {}).items():
+            total[reason] = total.get(reason, 0) + numbers["documents"]
+    return total
+
+
 def store_summary(path: Path) -> dict:
     store = Store(path)
     m = store.manifest
@@ -60,6 +69,7 @@ def store_summary(path: Path) -> dict:
                 "kept": sum(s["kept"]["documents"] for s in stage["sources"].values()),
                 **({"languages": {lang: {"received": c["received"]["documents"], "kept": c["kept"]["documents"]}
                                   for lang, c in stage["languages"].items()}} if stage.get("languages") else {}),
+                **({"given_back": given_back} if (given_back := _given_back(stage)) else {}),
             }
             for stage in m.funnel["stages"]
         ]
@@ -107,7 +117,9 @@ def print_summary(summary: dict) -> None:
                    f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate; "
                    f"{eval_set.get('contained', 0):,} mostly found in training, left out")
     for stage in summary.get("funnel", []):
-        click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}")
+        click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}"
+                   + "".join(f"  (of which given back to training, {reason}: {n:,})"
+                             for reason, n in stage.get("given_back", {}).items()))
         removed = {lang: c["received"] - c["kept"] for lang, c in stage.get("languages", {}).items()}
         if any(removed.values()):
             click.echo("    removed per language: " + ", ".join(

@@ -269,8 +269,19 @@ def test_held_out_documents_found_in_training_go_back_to_training(store_path, ca
     found = store.manifest.stats["decontamination"]
     assert found["documents"] == given_back >= 1 and found["per_cell"]["articles"]["documents"] == len(chosen["articles"])
     assert found["checked"] == sum(len(d) for d in chosen.values()) and (found["ngram"], found["threshold"]) == (13, 0.5)
+    # the funnel counts them under their own reason, per source, as kept (they train): store.json, store info, page
+    from pipeline.cells.validation import GIVEN_BACK_REASON
+    from reports.composition import _funnel
+
+    stage = store.manifest.funnel["stages"][-1]
+    back = [c["given_back"][GIVEN_BACK_REASON] for c in stage["sources"].values() if "given_back" in c]
+    assert (sum(b["documents"] for b in back), sum(b["tokens"] for b in back)) == (given_back, found["tokens"])
+    page = _funnel(store.manifest.funnel, path)[-1]["total"]
+    assert page["given_back"][GIVEN_BACK_REASON]["documents"] == given_back
     assert millrace(["store", "info", str(path)]) == 0
-    assert f"held-out decontamination (13-grams, threshold 0.5): {given_back} of {found['checked']}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"held-out decontamination (13-grams, threshold 0.5): {given_back} of {found['checked']}" in out
+    assert f"(of which given back to training, {GIVEN_BACK_REASON}: {given_back})" in out
 
 
 def test_evaluation_set_documents_found_in_training_are_left_out_of_the_set(store_path, capsys):

@@ -35,6 +35,31 @@ def test_routing_balance_alerts_on_the_expert_load_entropy_not_the_router_score_
     assert HealthConfig().load_entropy_min == pytest.approx(5.92 / torch.log(torch.tensor(384.0)).item(), abs=6e-4)
 
 
+def test_the_load_is_taken_over_a_window_of_tokens_so_a_few_sequences_do_not_alert_but_a_collapse_does():
+    """Steps of 4,096 tokens whose loads swing by 20% of the mean from step to step but are even over two
+    (the tiny demo's steps look like this once balanced): an alert per step, none over the default
+    65,536-token window (16 steps); two dead experts held from step 40 alert over the window too."""
+    swing = [[0.15, 0.10] * 4, [0.10, 0.15] * 4]
+    collapse = [0.0, 0.0] + [1 / 6] * 6
+
+    def events(window: int) -> list[tuple[int, str, int]]:
+        config = HealthConfig(load_window_tokens=window, dead_experts_max=8,
+                              timing={"load_entropy": {"warmup_steps": 0, "start_after": 5}})
+        monitor, out = HealthMonitor(config), []
+        for step in range(1, 61):
+            load = collapse if step >= 40 else swing[step % 2]
+            entropy = load_stats(0, torch.tensor(load)).entropy
+            record = {"step": step, "tokens": 4096 * step, "loss": 3.0, "grad_norm": 0.5,
+                      "expert_load": [{"layer": 0, "load": load, "entropy": entropy}]}
+            out += [(step, a["name"], a["held_since"]) for a in monitor.check(record, 0.0)["started"]]
+        return out
+
+    assert load_stats(0, torch.tensor(swing[0])).entropy < 0.995  # each step alone is below the floor (0.990)
+    assert events(0) == [(5, "load_entropy/layer0", 1)]
+    # the collapse (0.952 of log E in each step) brings the 16-step mean under the floor from its fourth step
+    assert events(65_536) == [(47, "load_entropy/layer0", 43)]
+
+
 def test_skipped_steps_alert_only_at_three_within_fifteen_minutes():
     monitor = HealthMonitor(HealthConfig())
     active = []
@@ -111,7 +136,8 @@ def test_an_injected_routing_collapse_is_one_alert_per_rule_with_its_start(home,
     monkeypatch.setattr(trainer.loop, "balance_step", collapse_after)
     warmup = {"warmup_steps": 4}
     config = tiny_config(eval={"enabled": False}, samples={"enabled": False},
-                         health={"load_entropy_min": 0.9, "timing": {"dead_experts": warmup, "load_entropy": warmup}})
+                         health={"load_entropy_min": 0.9, "load_window_tokens": 0,  # per step
+                                 "timing": {"dead_experts": warmup, "load_entropy": warmup}})
     records = read_metrics(train(config, home, steps=STEPS, run="collapse").run_dir)
     assert [r["expert_load"][0]["dead_experts"] for r in records[BROKEN_AT - 1:]] == [4] * (STEPS - BROKEN_AT + 1)
     starts = [(r["step"], a["name"], a["held_since"]) for r in records for a in r["alerts"]["started"]]
