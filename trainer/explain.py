@@ -24,7 +24,7 @@ import numpy as np
 
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
-from trainer.metrics import read_metrics, read_run
+from trainer.records import read_metrics, read_run
 from trainer.param_groups import ROUTER_BIAS
 
 WINDOW = 20  # logged steps before N that make the running mean
