@@ -37,8 +37,11 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# One pytest worker per core (at most 4), a test file's tests in one worker so its module fixtures are built once.
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile
+
 test: $(DEV_STAMP) system-packages
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
 
 # The loader bench's peers. Their dependency lists would replace the CPU torch with a CUDA build, pull a
 # torchvision that does not load against it (`operator torchvision::nms does not exist`), and pin numpy < 2.2 and
