@@ -56,7 +56,8 @@ def _stored_texts(path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def web_run(tmp_path_factory):
-    """One run over web-like sources; each test below checks one defect of the issue against it."""
+    """One run over web-like sources; each test below checks one defect of real web input against it
+    (repeated ids, truncated archives, invalid UTF-8, HTML sniffed as another type)."""
     root = tmp_path_factory.mktemp("web")
     rng = random.Random(11)
     texts = [prose(rng) for _ in range(6)]
