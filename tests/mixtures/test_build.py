@@ -192,15 +192,15 @@ def test_reference_scale_example_validates_builds_and_plans_fast(home, capsys):
     stats = json.loads(REFERENCE_STATS.read_text())["available_tokens"]
     assert len(stats) == 200 and abs(sum(stats.values()) - 23.1e12) < 1e9
     write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: what the commands cost, not how busy the machine is
     shipped = REPO / "mixtures" / "revisions" / "reference" / "two-phase.toml"
     assert main(["--home", str(home.root), "mix", "validate", str(shipped)]) == 0
     assert main(["--home", str(home.root), "mix", "build", "reference", "--revision", "two-phase"]) == 0
     assert main(["--home", str(home.root), "mix", "plan", "reference", "--revision", "two-phase", "--json"]) == 0
-    elapsed = time.perf_counter() - start
+    cpu_seconds = time.process_time() - start
     out = capsys.readouterr().out
     assert json.loads(out[out.index("\n{") + 1:])["max_epochs"] <= 8
-    assert elapsed < 2.0
+    assert cpu_seconds < 2.0
     result = mixtures.plan(home, "reference", "two-phase")
     assert [p["name"] for p in result["phases"]] == ["pretrain", "cooldown"]
     assert result["phases"][0]["sequences"] == phase_sequences(15 * 10**12, 4096, 2048)
