@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.near_duplicates import edit_words, zipf_words
+from testkit.near_duplicates import edit_words, zipf_words
 from bench.result import Result
 
 DOCS_PER_FILE = 1000

@@ -28,7 +28,7 @@ LONG_RUN_STEPS = 20_000
 
 
 def main() -> list[Result]:
-    from tests.reports.factory import make_reference_store  # stats-only store + 5 revisions built by mixtures
+    from testkit.factory import make_reference_store  # stats-only store + 5 revisions built by mixtures
 
     with tempfile.TemporaryDirectory(prefix="bench-reports-") as tmp:
         home = Home.resolve(Path(tmp) / "home")
@@ -58,7 +58,7 @@ def main() -> list[Result]:
 
 
 def _watch_rebuilds() -> tuple[float, float]:
-    from tests.reports.factory import make_small_revisions, make_small_store, write_contract_metrics
+    from testkit.factory import make_small_revisions, make_small_store, write_contract_metrics
 
     with tempfile.TemporaryDirectory(prefix="bench-reports-run-") as tmp:
         home = Home.resolve(Path(tmp) / "home")

@@ -20,7 +20,7 @@ from pipeline.cells.fitted_model import read_model
 from pipeline.cells.languages import all_stop_words, sample_languages
 from pipeline.cells.quality import QualityConfig, QualityModel, fit_quality
 from pipeline.cells.calibration import calibration_group
-from tests.domains.multilingual_man import multilingual_man_pages
+from testkit.multilingual_man import multilingual_man_pages
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
 from pipeline.store.cli import store_summary
-from tests.domains.local_corpus import plainly_different_sources
+from testkit.local_corpus import plainly_different_sources
 
 PER_SOURCE = 40
 

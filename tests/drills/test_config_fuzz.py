@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from pipeline.config import load_pipeline_config
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -14,7 +14,7 @@ import zstandard
 
 from pipeline.config import SourceConfig
 from pipeline.stages.readers import BadInputFile
-from tests.pipeline.warc_fixture import read_source, write_warc
+from testkit.warc import read_source, write_warc
 
 
 def test_a_response_without_a_target_uri_is_an_error_naming_file_and_record(tmp_path):

@@ -16,7 +16,7 @@ import torch.distributed.checkpoint as dcp
 
 from millrace.cli import main as millrace
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 
 STREAMS = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
 

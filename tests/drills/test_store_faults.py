@@ -12,7 +12,7 @@ import pytest
 from loader import MixtureStream
 from millrace.errors import ArtifactError
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 
 CELLS = {"c00q0": 4000, "c01q1": 3000}
 

@@ -8,7 +8,7 @@ import pytest
 from loader import MixtureStream, TorchMixtureDataset
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
-from tests.loader.helpers import make_manifest, make_stats_store
+from testkit.manifests import make_manifest, make_stats_store
 
 PLAN_CELLS = {f"c{d:02d}q{q}": 10**9 * (d + 1) + q for d in range(8) for q in range(5)}
 

@@ -7,8 +7,11 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
-from tests.loader.helpers import EOS, VOCAB, epoch_stream, make_manifest
-from tests.store_builder import write_store
+from testkit.batches import epoch_stream
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, write_store
+
+EOS, VOCAB = RANDOM.eos, RANDOM.vocab
 
 BLOCK = 37  # documents per shuffled block: a window of SEQ_LEN tokens crosses several
 SEQ_LEN = 100

@@ -9,7 +9,7 @@ from loader import MixtureStream
 from loader.peek import peek
 from millrace.errors import ArtifactError, ConfigError
 from mixtures import api
-from tests.mixtures.lineage_fixture import AT_STEP, CHILD, GRAND_AT, lineage_home, write_revision
+from testkit.lineage import AT_STEP, CHILD, GRAND_AT, lineage_home, write_revision
 
 
 @pytest.fixture(scope="module")

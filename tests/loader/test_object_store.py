@@ -8,8 +8,9 @@ from loader import MixtureStream
 from loader.files import ReadOptions
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
-from tests.loader.batch_digest import batch_digest
-from tests.loader.helpers import make_manifest, make_store
+from testkit.batches import batch_digest
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, make_store
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -42,7 +43,7 @@ def copied(s3, tmp_path_factory):
     from millrace.home import Home
 
     home = Home.resolve(tmp_path_factory.mktemp("object-store"))
-    store = make_store(home, CELLS, shards=3)
+    store = make_store(home, CELLS, RANDOM, shards=3)
     manifest = make_manifest(home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], seq_len=64)
     url = "s3://millrace/stores/t/2026.01.01"
     options = [f"--option=key={s3['key']}", f"--option=secret={s3['secret']}",

@@ -11,8 +11,10 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
-from tests.loader.helpers import EOS, make_manifest, write_tokenizer
-from tests.store_builder import write_store
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, write_store, write_tokenizer
+
+EOS = RANDOM.eos
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,16 +17,10 @@ from millrace.home import Home
 from mixtures.manifest import DOCUMENT_RUN, find_manifest, read_manifest
 from mixtures.resolve import phase_sequences
 from pipeline.store.format import Store, write_stats_only_store
-from tests.mixtures.stores import VERSION, grid, make_store
+from testkit.stores import EVEN, REFERENCE_STATS, grid, make_store
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_tokens.json"
-
-
-@pytest.fixture
-def store_home(home):
-    make_store(home, grid())
-    return home
+VERSION = EVEN.version
 
 
 def write_revision(home: Home, mixture: str, revision: str, phases: list[dict], **extra) -> Path:
@@ -90,7 +84,7 @@ def test_same_inputs_give_the_same_manifest_hash_across_homes(tmp_path):
     digests = set()
     for name in ("a", "b"):
         home = Home.resolve(tmp_path / name)
-        make_store(home, grid())
+        make_store(home, grid(), EVEN)
         digests.add(mixtures.build_result(home, "default", "quality-tilt").manifest_hash)
     assert len(digests) == 1
 
@@ -297,7 +291,7 @@ def test_new_symbolic_keeps_the_strategy(store_home):
 
 
 def test_newest_store_version_is_used_unless_pinned(store_home):
-    make_store(store_home, {k: v * 2 for k, v in grid().items()}, version="2026.12.01")
+    make_store(store_home, {k: v * 2 for k, v in grid().items()}, EVEN, version="2026.12.01")
     manifest, _ = read_manifest(mixtures.build(store_home, "default", "natural"))
     assert manifest.store.version == "2026.12.01"
     pinned = write_revision(store_home, "mine", "old", [{"name": "main", "tokens": 40960, "strategy": "natural"}],

@@ -5,7 +5,7 @@ from millrace.cli import main
 from millrace.errors import ConfigError
 from pipeline.config import load_pipeline_config
 from pipeline.starter import init_config
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 LINE = re.compile(r"pipeline: (filter|dedup|tokenize), (\d+)/(\d+) tasks done, ([\d,]+) documents read$")
 

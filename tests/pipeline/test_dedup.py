@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from datatrove.data import Document
 
-from bench.near_duplicates import near_duplicate_corpus, removal_quality
+from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 from pipeline.config import DedupConfig
 from pipeline.stages.dedup import DedupSignatures, MinHasher
 from pipeline.stages.duplicates import find_duplicates, load_duplicates

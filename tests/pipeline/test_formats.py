@@ -9,7 +9,7 @@ from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
-from tests.pipeline.corpus_fixture import prose
+from testkit.corpus import prose
 
 
 def test_parquet_jsonl_and_datasets_sources(tmp_path, caplog):

@@ -15,7 +15,7 @@ from pipeline.runner import _run_stage, filter_pipeline, stage_names
 from pipeline.stages.funnel import merge_stage, stage_dir
 from pipeline.stages.intermediate import read_jsonl_zst
 from pipeline.work import WorkLayout
-from tests.pipeline.multilingual_prose import LANGUAGES, multilingual_records
+from testkit.multilingual_prose import LANGUAGES, multilingual_records
 
 PER_LANGUAGE = 6
 FILTERS = ["gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality"]

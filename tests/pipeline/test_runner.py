@@ -15,7 +15,7 @@ from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
 from pipeline.stages.tokenization import load_tokenizer
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus, store_files
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +94,6 @@ def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
     assert any("def function_" in text for (cell, _, _), text in texts.items() if cell == "snippets")
     assert all(text in inputs for text in texts.values())
     assert len(texts) == sum(c.documents for c in store.manifest.cells.values())
-
-
-def store_files(path):
-    """Every file of a store version with its bytes: identical stores compare equal."""
-    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 def _run_cli(config_path, home, *extra):

@@ -6,7 +6,7 @@ from millrace.cli import main
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
 from pipeline.cells.validation import (ValidationConfig, document_hash, held_out, held_out_mask, split_candidates,
                                       split_cutoff)
-from tests.pipeline.corpus_fixture import config_text, edit, make_corpus, prose, write_jsonl_zst
+from testkit.corpus import config_text, edit, make_corpus, prose, write_jsonl_zst
 
 
 def by_fraction(**options):

@@ -20,7 +20,7 @@ from pipeline.stages.funnel import bad_files
 from pipeline.stages.readers import BadInputFile, ReadStage
 from pipeline.store.format import ShardReader, Store
 from pipeline.stages.tokenization import load_tokenizer
-from tests.pipeline.corpus_fixture import prose
+from testkit.corpus import prose
 
 HTML = """<html><head><title>Mill notes</title></head><body><nav>Home | About | Contact</nav>
 <article><h1>The mill race</h1><p>{body}</p></article><footer>Copyright 2026</footer></body></html>"""

@@ -12,9 +12,9 @@ from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from reports import build_site
 from reports.numbers import human_count
-from tests.reports import factory
-from tests.reports.test_browser import Tab, browser  # noqa: F401  (the browser fixture)
-from tests.reports.test_site import page_data
+from testkit import factory
+from testkit.browser import Tab
+from testkit.factory import page_data
 
 AT_STEP = 16  # of natural's 48 steps
 

@@ -22,13 +22,8 @@ from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.render import embed_json
 from reports.training import MetricsTail, last_record, load_run, read_metrics
-from tests.reports import factory
-
-
-def page_data(page: Path) -> dict:
-    match = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.DOTALL)
-    assert match, f"{page} embeds no page data"
-    return json.loads(match.group(1))
+from testkit import factory
+from testkit.factory import page_data
 
 
 def test_build_site_writes_store_run_and_index_pages(small_home, tmp_path):

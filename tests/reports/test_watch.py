@@ -8,7 +8,7 @@ import time
 
 from millrace.cli import main
 from reports import watch
-from tests.reports import factory
+from testkit import factory
 
 
 def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, tmp_path):

@@ -79,7 +79,7 @@ def test_bias_is_a_buffer_outside_the_optimizer_and_the_gradient_norm():
 
 def test_balance_stats_of_every_layer_come_to_the_host_in_one_read(monkeypatch):
     """At 535B a read per expert per layer was ~15,000 host syncs per step; all layers now share one."""
-    from tests.trainer.host_reads import counting_host_reads
+    from testkit.host_reads import counting_host_reads
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(d_model=16, n_layers=4, n_heads=2, n_kv_heads=1, vocab_size=32, n_dense_layers=1),

@@ -9,7 +9,7 @@ import torch
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 from trainer.balance import load_stats
 from trainer.config import HealthConfig, load_train_config
 from trainer.health import HealthMonitor

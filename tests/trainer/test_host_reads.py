@@ -1,6 +1,6 @@
 """Device-to-host reads per training step, counted (on a GPU each one stalls the host until the queue drains)."""
 
-from tests.trainer.host_reads import counting_host_reads
+from testkit.host_reads import counting_host_reads
 from trainer import loop
 from trainer.loop import train
 

@@ -9,24 +9,13 @@ from millrace.errors import ConfigError
 from torch.nn.attention.flex_attention import create_mask
 
 from trainer.attention import block_document_mask, dense_document_mask, resolve_backend
-from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
+from trainer.config import ModelConfig, TrainKernelConfig
 from trainer.loss import chunked_cross_entropy
-from trainer.model import Transformer
 from trainer.moe import RoutedExperts, padded_groups
 from trainer.peak import device_peak, peak_flops
+from testkit.models import tiny_model
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def tiny_model(seed=0, **kernels) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(
-        ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96, dense_ffn_dim=48, n_dense_layers=1),
-        MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16),
-    )
-    model.init_weights(seed)
-    model.use_kernels(TrainKernelConfig(**kernels))
-    return model
 
 
 def packed_batch(seed=1, batch=2, length=24):
@@ -205,7 +194,7 @@ def test_the_timed_matmul_is_a_labelled_fallback():
 
 def test_activation_checkpointing_under_fsdp_and_expert_parallel_matches_one_process(built, tiny_config):
     """The recomputation replays the all-to-all inside FSDP's hooks: 2 ranks (expert 2) checkpointed = 1 process."""
-    from tests.trainer.test_distributed import curve, torchrun
+    from testkit.torchrun import curve, torchrun
     from trainer.loop import train
 
     home, _ = built

@@ -11,7 +11,7 @@ from mixtures.build import build
 from mixtures.new import new_revision
 from trainer.loop import train
 from trainer.metrics import read_metrics, read_run
-from tests.trainer.stores import make_store
+from testkit.stores import make_store
 
 CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q1": 6000}
 K = 4  # the switch; the runs go to 2K

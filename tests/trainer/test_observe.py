@@ -18,7 +18,7 @@ from trainer.loop import train
 from trainer.metrics import read_metrics, read_run
 from trainer.model import Transformer
 from trainer.samples import read_samples
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 
 CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000}
 SEQ_LEN, BATCH, STEPS = 32, 8, 30

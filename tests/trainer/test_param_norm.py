@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 from trainer.eval_records import read_eval
 from trainer.loop import train
 from trainer.metrics import read_metrics

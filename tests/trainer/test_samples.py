@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.trainer.test_kernels import tiny_model
+from testkit.models import tiny_model
 from trainer.samples import choose, complete, left_padded
 
 PROMPTS = [[5, 17, 3, 88, 41], [9, 2, 60, 33, 12, 71, 8, 19, 50], [44, 7, 1]]
