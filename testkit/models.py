@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
 from trainer.model import Transformer
 
 
-def tiny_model(seed: int = 0, **kernels: object) -> Transformer:
+def tiny_model(seed: int = 0, **kernels: Any) -> Transformer:
     """Initialised from `seed`, with the kernel options given (`TrainKernelConfig` fields)."""
     torch.manual_seed(seed)
     model = Transformer(

@@ -17,8 +17,19 @@ import numpy as np
 
 from millrace.artifacts import sha256_file
 from millrace.home import Home
-from pipeline.store.format import (CellManifest, CellSummary, HeldOut, ShardTable, ShardWriter, SourceCounts,
-                                   StoreManifest, TokenizerInfo, write_cell_manifest, write_store_manifest)
+from pipeline.store.format import (
+    CellManifest,
+    CellSummary,
+    HeldOut,
+    ShardInfo,
+    ShardTable,
+    ShardWriter,
+    SourceCounts,
+    StoreManifest,
+    TokenizerInfo,
+    write_cell_manifest,
+    write_store_manifest,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_tokens.json"
@@ -35,33 +46,20 @@ def write_store(home: Home, name: str, version: str, cells: Mapping[str, Sequenc
     root = home.store(name, version)
     summaries = {}
     for cell, shards in sorted(cells.items()):
-        infos, counts = [], {}
-        for index, documents in enumerate(shards):
-            writer = ShardWriter(root / "cells" / cell / f"shard_{index:05d}", np.uint16, durable=False)
-            for tokens, source in documents:
-                writer.add_document(tokens, source_id=source)
-                count = counts.setdefault(sources[source], SourceCounts())
-                count.documents += 1
-                count.tokens += len(tokens)
-                count.bytes += len(tokens) * bytes_per_token
-            infos.append(writer.close())
+        counts: dict[str, SourceCounts] = {}
+        infos = [_write_shard(root / "cells" / cell / f"shard_{index:05d}", shard, sources, bytes_per_token, counts)
+                 for index, shard in enumerate(shards)]
         documents, tokens = sum(i.documents for i in infos), sum(i.tokens for i in infos)
         held = HeldOut()
         if validation.get(cell):
-            writer = ShardWriter(root / "cells" / cell / "validation-00000", np.uint16)
             held_sources: dict[str, SourceCounts] = {}
-            for doc, source in validation[cell]:
-                writer.add_document(doc, source_id=source)
-                count = held_sources.setdefault(sources[source], SourceCounts())
-                count.documents += 1
-                count.tokens += len(doc)
-                count.bytes += len(doc) * bytes_per_token
-            info = writer.close()
+            info = _write_shard(root / "cells" / cell / "validation-00000", validation[cell], sources, bytes_per_token,
+                                held_sources, durable=True)
             held = HeldOut(documents=info.documents, tokens=info.tokens, bytes=info.tokens * bytes_per_token,
                            shards=[info], sources=held_sources)
         manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint=fingerprint, documents=documents,
-                                tokens=tokens, bytes=tokens * bytes_per_token, shards=ShardTable.of(infos), sources=counts,
-                                stats=dict(cell_stats.get(cell, {})), validation=held)
+                                tokens=tokens, bytes=tokens * bytes_per_token, shards=ShardTable.of(infos),
+                                sources=counts, stats=dict(cell_stats.get(cell, {})), validation=held)
         summaries[cell] = CellSummary(documents=documents, tokens=tokens, bytes=tokens * bytes_per_token,
                                       validation_documents=held.documents, validation_tokens=held.tokens,
                                       manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
@@ -70,6 +68,19 @@ def write_store(home: Home, name: str, version: str, cells: Mapping[str, Sequenc
         tokenizer=TokenizerInfo(fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path),
         funnel=funnel or {}, stats=store_stats or {}))
     return root
+
+
+def _write_shard(path: Path, documents: Sequence[Document], sources: list[str], bytes_per_token: int,
+                 counts: dict[str, SourceCounts], durable: bool = False) -> ShardInfo:
+    """One uint16 shard of `documents`, counted into `counts` per source name."""
+    writer = ShardWriter(path, np.dtype(np.uint16), durable=durable)
+    for doc, source in documents:
+        writer.add_document(doc, source_id=source)
+        count = counts.setdefault(sources[source], SourceCounts())
+        count.documents += 1
+        count.tokens += len(doc)
+        count.bytes += len(doc) * bytes_per_token
+    return writer.close()
 
 
 def zipf_probabilities(vocab: int) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +103,8 @@ def learnable_document(rng: np.random.Generator, length: int, pattern: int, voca
 Draw = Callable[[np.random.Generator, int, int, int, "StoreShape"], list[list[Document]]]
 
 
-def _learnable(rng: np.random.Generator, index: int, tokens: int, shards: int, shape: StoreShape) -> list[list[Document]]:
+def _learnable(rng: np.random.Generator, index: int, tokens: int, shards: int,
+               shape: StoreShape) -> list[list[Document]]:
     docs, written = [], 0
     while written < tokens:
         length = int(min(rng.integers(8, 96), tokens - written))
@@ -102,7 +114,8 @@ def _learnable(rng: np.random.Generator, index: int, tokens: int, shards: int, s
     return [docs]
 
 
-def _random(rng: np.random.Generator, index: int, tokens: int, shards: int, shape: StoreShape) -> list[list[Document]]:
+def _random(rng: np.random.Generator, index: int, tokens: int, shards: int,
+            shape: StoreShape) -> list[list[Document]]:
     result, written = [], 0
     for shard in range(shards):
         target, docs = tokens * (shard + 1) // shards, []
@@ -116,7 +129,8 @@ def _random(rng: np.random.Generator, index: int, tokens: int, shards: int, shap
     return result
 
 
-def _even(rng: np.random.Generator, index: int, tokens: int, shards: int, shape: StoreShape) -> list[list[Document]]:
+def _even(rng: np.random.Generator, index: int, tokens: int, shards: int,
+          shape: StoreShape) -> list[list[Document]]:
     size = shape.doc_tokens
     lengths = [size] * (tokens // size) + ([tokens % size] if tokens % size else [])
     result = []
