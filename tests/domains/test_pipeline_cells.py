@@ -13,6 +13,8 @@ from pipeline.store.format import Store
 from pipeline.store.cli import store_summary
 from testkit.local_corpus import plainly_different_sources
 
+pytestmark = pytest.mark.slow  # every test reads one pipeline run with fitted cells (a module fixture of ~50 s)
+
 PER_SOURCE = 40
 
 

@@ -39,6 +39,7 @@ def read_every_window(path):
         stream._space.read(np.full(sequences.size, cell_id), sequences, np.zeros_like(sequences), True)
 
 
+@pytest.mark.slow
 def test_missing_bin_is_named(store_and_manifest):
     store, path = store_and_manifest
     victim = shard_file(store, "b", 1, ".bin")

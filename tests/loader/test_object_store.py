@@ -57,6 +57,7 @@ def remote_stream(manifest, url, s3, tmp_path, **options) -> MixtureStream:
                          read_options=ReadOptions(cache_dir=tmp_path / "cache", **options))
 
 
+@pytest.mark.slow
 def test_the_copy_on_s3_gives_the_local_stores_batches(copied, s3, tmp_path):
     _, manifest, url = copied
     local = [batch_digest(b) for b in MixtureStream(manifest, prefetch=0).iterate()]
@@ -67,6 +68,7 @@ def test_the_copy_on_s3_gives_the_local_stores_batches(copied, s3, tmp_path):
     assert [batch_digest(again.batch(s)) for s in range(3)] == local[:3]
 
 
+@pytest.mark.slow
 def test_the_local_cache_stays_within_cache_bytes(copied, s3, tmp_path):
     _, manifest, url = copied
     stream = remote_stream(manifest, url, s3, tmp_path, cache_bytes=40_000, memory_chunks=1)
@@ -76,6 +78,7 @@ def test_the_local_cache_stays_within_cache_bytes(copied, s3, tmp_path):
     assert 0 < cached <= 40_000
 
 
+@pytest.mark.slow
 def test_transient_read_errors_are_retried_and_a_missing_object_is_named(copied, s3, tmp_path):
     _, manifest, url = copied
     expected = batch_digest(MixtureStream(manifest, prefetch=0).batch(4))

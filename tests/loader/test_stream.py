@@ -32,6 +32,7 @@ def cell_epoch(manifest_path: Path, cell: str, epoch: int) -> tuple[np.ndarray, 
     return epoch_stream(manifest_path.parents[3], cell, stream.manifest.seed, epoch, stream.manifest.document_block)
 
 
+@pytest.mark.slow
 def test_separate_processes_give_identical_batches_and_seed_changes_them(built):
     home, path = built
     steps = [0, 1, BOUNDARY_STEP, 38]
@@ -42,6 +43,7 @@ def test_separate_processes_give_identical_batches_and_seed_changes_them(built):
     assert [batch_digest(MixtureStream(other).batch(s)) for s in steps] != first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_resume_in_a_new_process_continues_the_uninterrupted_run(long_schedule, prefetch):
     m = 3

@@ -343,6 +343,7 @@ def test_build_json_reports_the_manifest(store_home, capsys):
     assert "no revision 'absent'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_concurrent_mix_build_commands_leave_one_complete_manifest(store_home):
     command = [sys.executable, "-m", "millrace", "--home", str(store_home.root), "mix", "build", "default",
                "--revision", "natural", "--json"]

@@ -74,6 +74,7 @@ def test_the_ladder_page_shows_rungs_fit_predictions_residuals_and_comparison(la
     assert 'href="ladders/page/index.html"' in (site / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_reports_do_not_import_the_trainer():
     import subprocess
     import sys

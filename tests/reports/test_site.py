@@ -204,6 +204,7 @@ def test_cli_build_json_and_errors(small_home, tmp_path, capsys):
     assert "run 'absent': no run.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_no_heavy_imports():
     import subprocess
     import sys
@@ -233,6 +234,7 @@ def test_metrics_tail_reads_only_new_lines_and_follows_resumes(tmp_path):
     assert last_record(tmp_path / "absent.jsonl") is None
 
 
+@pytest.mark.slow
 def test_report_build_with_two_runs_writes_a_comparison_page(tmp_path, capsys):
     home = Home.resolve(tmp_path / "home")
     factory.make_compared_runs(home, {"first": 1200, "second": 600})
