@@ -98,6 +98,7 @@ def pipeline_base(tmp_path_factory):
 PIPELINE_BASE_KEYS = ["bogus", "paths", "kind", "filters", "tasks", "vocab_size", "k", "buckets"]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzzed_pipeline_configs_are_accepted_or_refused_in_one_line(pipeline_base, tmp_path, data):
@@ -117,6 +118,7 @@ TRAIN_BASE = tomllib.loads((REPO / "trainer" / "configs" / "tiny.toml").read_tex
 TRAIN_KEYS = ["bogus", "top_k", "n_layers", "lr", "gpus", "seq_len"]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzzed_training_configs_are_accepted_or_refused_in_one_line(tmp_path, capsys, data):

@@ -154,6 +154,7 @@ def stream(manifest, proxy, cache, **options) -> MixtureStream:
                          read_options=ReadOptions(cache_dir=cache, **options))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["reset", "hang", "truncate"])
 def test_a_faulty_server_is_retried_in_one_layer_then_named(copied, proxy, tmp_path, caplog, fault):
     proxy.fault, proxy.ranged[:] = None, []
@@ -179,6 +180,7 @@ def test_a_faulty_server_is_retried_in_one_layer_then_named(copied, proxy, tmp_p
     assert len(retries) == 1, [r.getMessage() for r in caplog.records]
 
 
+@pytest.mark.slow
 def test_a_damaged_cache_entry_is_fetched_again_not_blamed_on_the_object(copied, proxy, tmp_path, caplog):
     proxy.fault, proxy.ranged[:] = None, []
     expected = batch_digest(MixtureStream(copied, prefetch=0).batch(0))
