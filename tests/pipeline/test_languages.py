@@ -43,6 +43,7 @@ def filtered(tmp_path_factory):
     return records, *run_filter_stage(tmp_path_factory.mktemp("languages"), records, FILTERS)
 
 
+@pytest.mark.slow
 def test_the_share_of_good_prose_kept_is_alike_across_languages(filtered):
     records, kept, _, _ = filtered
     kept_ids = set(kept)
@@ -53,6 +54,7 @@ def test_the_share_of_good_prose_kept_is_alike_across_languages(filtered):
     assert min(share.values()) >= 0.8, share  # good prose is kept, not only kept alike
 
 
+@pytest.mark.slow
 def test_the_funnel_counts_each_filters_removals_per_language(filtered):
     _, _, layout, names = filtered
     assert names.index("language") < min(names.index(f) for f in FILTERS)  # language id first
