@@ -33,6 +33,7 @@ def run(layer: MoE, rate: float, steps: int) -> list[float]:
     return violations
 
 
+@pytest.mark.slow
 def test_bias_rule_lowers_the_max_violation():
     violations = run(imbalanced_layer(), rate=0.01, steps=60)
     assert violations[0] > 2.0

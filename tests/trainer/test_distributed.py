@@ -23,6 +23,7 @@ from trainer.metrics import read_run
 STEPS = 5
 
 
+@pytest.mark.slow
 def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_config):
     home, _ = built
     single = tiny_config("single")

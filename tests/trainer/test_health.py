@@ -92,6 +92,7 @@ def home(tmp_path_factory):
     return home
 
 
+@pytest.mark.slow
 def test_an_injected_routing_collapse_is_one_alert_per_rule_with_its_start(home, tiny_config, monkeypatch, capsys):
     """Four of layer 0's experts switched off by their bias from step 8 (a routing collapse): one alert per
     rule, started once held for 5 steps, none before. Warm-ups shortened to 4 steps to keep the run short;

@@ -67,6 +67,7 @@ def coverage(law, flops, sigma, asymptote, target, level, seeds=1, redraws=300):
     return held / redraws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds,level", [(1, 0.8), (3, 0.9)])
 def test_the_interval_holds_a_new_measurement_at_its_nominal_level(seeds, level):
     """300 redraws of the reference's four rungs (plus noise) predicting 1e23, ten times past the widest:
