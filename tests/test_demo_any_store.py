@@ -25,6 +25,7 @@ def test_the_shapes_of_the_failing_store():
     assert len(CELLS) == 35 and sum(cell[-1] in "34" for cell in CELLS) == 13
 
 
+@pytest.mark.slow
 def test_the_shipped_micro_ladder_is_sized_to_a_35_cell_store(home):
     make_store(home, CELLS, name="local")
     import mixtures

@@ -41,6 +41,7 @@ def test_bias_rule_lowers_the_max_violation():
     assert sum(violations[-10:]) < sum(violations[:10]) / 3
 
 
+@pytest.mark.slow
 def test_rate_zero_keeps_the_bias_exactly_zero():
     layer = imbalanced_layer()
     violations = run(layer, rate=0.0, steps=20)

@@ -159,6 +159,7 @@ def test_expert_groups_padded_for_grouped_mm_match_unpadded_and_the_loop():
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_gives_the_same_loss_gradients_and_routing_counts():
     ids, positions, segments, labels = packed_batch()
     plain, checkpointed = tiny_model(), tiny_model(activation_checkpointing="full")
