@@ -1,4 +1,4 @@
-# The two commands a user needs: `make demo` and `make test`.
+# The two commands a user needs: `make demo` and `make test`. `make test-fast` is the tier to run while changing code.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test bench bench-deps venv system-packages clean gpu-wheels
+.PHONY: demo test test-fast bench bench-deps venv system-packages clean gpu-wheels
 
 # What millrace needs to run (`make demo`); the tests and benches add the `dev` extras on top.
 $(RUN_STAMP): pyproject.toml
@@ -42,6 +42,10 @@ PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile
 
 test: $(DEV_STAMP) system-packages
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
+
+# Every test not marked `slow` (CONTRIBUTING.md: what makes a test slow): a few minutes on two cores.
+test-fast: $(DEV_STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The loader bench's peers. Their dependency lists would replace the CPU torch with a CUDA build, pull a
 # torchvision that does not load against it (`operator torchvision::nms does not exist`), and pin numpy < 2.2 and

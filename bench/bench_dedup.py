@@ -17,7 +17,7 @@ from pathlib import Path
 
 from datatrove.utils.word_tokenizers import WordTokenizer
 
-from bench.near_duplicates import near_duplicate_corpus, removal_quality
+from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 from bench.result import Result
 from pipeline.stages.dedup import WORD
 

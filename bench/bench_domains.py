@@ -95,8 +95,8 @@ def main() -> list[Result]:
     from pipeline.cells.embedding import EmbeddingConfig
     from pipeline.cells.quality import QualityConfig, QualityScorer
     from pipeline.stages.cell_stages import CellStages
-    from tests.domains.local_corpus import plainly_different_sources
-    from tests.domains.multilingual_man import multilingual_man_pages
+    from testkit.local_corpus import plainly_different_sources
+    from testkit.multilingual_man import multilingual_man_pages
 
     plain = plainly_different_sources()
     pages = multilingual_man_pages()

@@ -9,7 +9,7 @@ memory of the largest single process of the run (driver or worker, polled with p
 its single-task cluster, filter; word splitting with the same `\\w+` regex as ours, so that
 spaCy's cost does not dominate): time and peak memory of its largest process.
 
-Targets (the issue's): the largest process's marginal memory from 1x to 16x is at most 256
+Targets (no process may hold state that grows with the corpus): the largest process's marginal memory from 1x to 16x is at most 256
 bytes per added document (reported for the whole run and for the dedup stage alone), and
 throughput at 16x is at least 0.8 of throughput at 1x.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.near_duplicates import edit_words, zipf_words
+from testkit.near_duplicates import edit_words, zipf_words
 from bench.result import Result
 
 DOCS_PER_FILE = 1000

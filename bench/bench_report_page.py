@@ -55,7 +55,7 @@ def main() -> list[Result]:
     from playwright.sync_api import sync_playwright
 
     from reports import build_run_page
-    from tests.reports.factory import make_small_revisions, make_small_store, write_contract_metrics
+    from testkit.factory import make_small_revisions, make_small_store, write_contract_metrics
 
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-report-page-") as tmp_name, sync_playwright() as p:

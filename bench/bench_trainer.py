@@ -51,7 +51,7 @@ def _tokens_per_second(config: Path, home, run: str) -> tuple[float, int]:
 
 def main() -> list[Result]:
     from millrace.home import Home
-    from tests.trainer.stores import build_mixture, make_store
+    from testkit.stores import build_mixture, make_store
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Home.resolve(Path(tmp) / "home")

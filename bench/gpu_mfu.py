@@ -82,7 +82,7 @@ def main() -> int:
     import torch
 
     from millrace.home import Home
-    from tests.trainer.stores import build_mixture, make_store
+    from testkit.stores import build_mixture, make_store
     from trainer.config import load_train_config
     from loader import MixtureStream
     from trainer.flops import count_params, document_attention_pairs, flops_per_token, masked_attention_flops

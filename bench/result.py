@@ -50,7 +50,7 @@ class Result:
     baseline_name: str
     unit: str
     higher_is_better: bool = True
-    target: float | None = None  # the ratio the issue asks for, if any
+    target: float | None = None  # the ratio the requirement asks for, if any
 
     @property
     def ratio(self) -> float:

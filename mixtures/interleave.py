@@ -36,8 +36,9 @@ weighs `x + y + q >= 2x + y > 2x`. Hence `s_c / s_{A_k} < 2^-floor(k/2)`, and
 
     |e_c| < 1/2 * (1 + 1 + 1/2 + 1/2 + 1/4 + 1/4 + ...) = 1/2 * 4 = 2,
 
-for every prefix `n`, whatever `N` and however many cells: the bound the issue asks
-for (any window of positions, a difference of two prefixes, is within 4). In practice
+for every prefix `n`, whatever `N` and however many cells. Exact mixing requires that over any window of
+positions each cell's realised count stays within a few samples of its declared share; a window is a
+difference of two prefixes, so it is within 4. In practice
 the worst case seen in the tests is about 1.3. A cell with a tiny
 count lands around the middle of its share of positions (the `+1/2`), never at the
 front, so small weights are spread evenly and never rounded away.

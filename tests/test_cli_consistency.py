@@ -53,6 +53,7 @@ def test_mix_new_reads_the_only_store_by_default_and_names_them_when_several(cap
     assert code != 0 and err.rstrip().endswith("several stores under " + str(home.stores) + "; name one; stores: other, small")
 
 
+@pytest.mark.slow
 def test_store_list_and_from_stats_and_pipeline_init_speak_json(capsys, home, tmp_path):
     code, out, _ = run(capsys, home, "store", "list", "--json")
     assert code == 0 and json.loads(out) == {"stores": []}

@@ -18,7 +18,7 @@ from millrace.demo import (MICRO_LADDER, MIXTURE, REVISIONS, STORE, TRAINED_REVI
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
 from tests.pipeline.topic_corpus import write_topic_corpus
-from tests.trainer.stores import make_store
+from testkit.stores import make_store
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.rung_revision import build_rung_revision, resolve_base, rung_problem
 
@@ -31,6 +31,7 @@ def test_the_shapes_of_the_failing_store():
     assert len(CELLS) == 35 and sum(cell[-1] in "34" for cell in CELLS) == 13
 
 
+@pytest.mark.slow
 def test_the_shipped_micro_ladder_is_sized_to_a_35_cell_store(home):
     make_store(home, CELLS, name="local")
     import mixtures

@@ -65,6 +65,7 @@ def test_unparsable_config_is_one_line(tmp_path):
         load_config(path, Outer)
 
 
+@pytest.mark.slow
 def test_cli_reports_errors_without_traceback(tmp_path):
     missing = tmp_path / "nope.json"
     result = subprocess.run(

@@ -5,6 +5,7 @@ from millrace.errors import ArtifactError
 from pipeline.store.format import ShardReader, ShardWriter
 
 
+@pytest.mark.slow
 def test_shard_roundtrip_and_megatron_reads_it(tmp_path):
     docs = [np.arange(n, dtype=np.uint16) + n for n in (3, 0, 7, 1)]
     writer = ShardWriter(tmp_path / "shard_00000", np.uint16)

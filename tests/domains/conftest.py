@@ -1,6 +1,6 @@
 import pytest
 
-from tests.domains.local_corpus import plainly_different_sources
+from testkit.local_corpus import plainly_different_sources
 
 
 @pytest.fixture(scope="session")

@@ -67,6 +67,7 @@ def test_assignment_is_a_pure_function_of_the_text(corpus, fitted):
     assert step.stats["assigned"].total == len(corpus)
 
 
+@pytest.mark.slow
 def test_a_fit_is_reused_and_refitted_when_settings_change(corpus, tmp_path):
     small = corpus[::4]
     fit_domains(small, DomainsConfig(k=4), tmp_path)
@@ -77,6 +78,7 @@ def test_a_fit_is_reused_and_refitted_when_settings_change(corpus, tmp_path):
     assert DomainModel.load(tmp_path).k == 5
 
 
+@pytest.mark.slow
 def test_a_damaged_model_file_is_refused_by_name(corpus, tmp_path):
     fit_domains(corpus[::4], DomainsConfig(k=4), tmp_path)
     centroids = tmp_path / "domains-centroids.npy"

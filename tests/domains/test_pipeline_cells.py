@@ -11,7 +11,9 @@ from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
 from pipeline.store.cli import store_summary
-from tests.domains.local_corpus import plainly_different_sources
+from testkit.local_corpus import plainly_different_sources
+
+pytestmark = pytest.mark.slow  # every test reads one pipeline run with fitted cells (a module fixture of ~50 s)
 
 PER_SOURCE = 40
 

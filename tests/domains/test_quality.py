@@ -53,6 +53,7 @@ def test_same_input_and_seed_give_the_same_scores(corpus, fitted, tmp_path):
     np.testing.assert_array_equal(first.score(texts)[1], second.score(texts)[1])
 
 
+@pytest.mark.slow
 def test_reference_files_and_missing_reference(corpus, tmp_path):
     with pytest.raises(ConfigError, match="quality.reference_sources"):
         fit_quality(corpus[::5], QualityConfig(reference_sources=["no-such-source"]), tmp_path / "a")
@@ -68,6 +69,7 @@ def test_unknown_scorer_is_a_config_error(corpus, tmp_path):
         fit_quality(corpus[::5], QualityConfig(reference_sources=["prose"], scorer="nope"), tmp_path)
 
 
+@pytest.mark.slow
 def test_fasttext_scorer_trains_or_says_why_not(corpus, tmp_path):
     """DCLM's own tool: where the installed fastText trains, it buckets like the default; where the
     wheel fails with NaN or trains a degenerate model (fasttext-numpy2 here, depending on the heap),

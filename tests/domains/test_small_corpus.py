@@ -9,7 +9,7 @@ import pytest
 from datatrove.data import Document
 from millrace.errors import ConfigError
 from pipeline.cells.domains import DomainModel, DomainsConfig, domains_stats, fit_domains
-from tests.pipeline.corpus_fixture import prose
+from testkit.corpus import prose
 
 
 def documents(count: int, seed: int = 0) -> list[Document]:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from pipeline.config import load_pipeline_config
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -98,6 +98,7 @@ def pipeline_base(tmp_path_factory):
 PIPELINE_BASE_KEYS = ["bogus", "paths", "kind", "filters", "tasks", "vocab_size", "k", "buckets"]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzzed_pipeline_configs_are_accepted_or_refused_in_one_line(pipeline_base, tmp_path, data):
@@ -117,6 +118,7 @@ TRAIN_BASE = tomllib.loads((REPO / "trainer" / "configs" / "tiny.toml").read_tex
 TRAIN_KEYS = ["bogus", "top_k", "n_layers", "lr", "gpus", "seq_len"]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzzed_training_configs_are_accepted_or_refused_in_one_line(tmp_path, capsys, data):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.store.format import Store
-from tests.pipeline.corpus_fixture import config_text, make_corpus
-from tests.pipeline.test_runner import store_files
+from testkit.corpus import config_text, make_corpus
+from testkit.corpus import store_files
 
 
 def _mount(point: Path, size: str, remount: bool = False) -> bool:

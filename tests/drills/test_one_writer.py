@@ -17,8 +17,8 @@ import pytest
 
 from millrace.writer_lock import Locked, WriterLock, holder_state, observed_status
 from pipeline.store.format import Store
-from tests.pipeline.corpus_fixture import config_text, make_corpus
-from tests.trainer.test_ladder_run import micro_ladder, store_home  # noqa: F401  (a store with a built revision)
+from testkit.corpus import config_text, make_corpus
+from testkit.ladders import micro_ladder
 from trainer.ladder.ladder_fit import fit_ladder
 from trainer.ladder.run import run_ladder
 
@@ -93,12 +93,12 @@ def test_a_heartbeat_that_stopped_reads_stale_from_another_host(tmp_path):
     assert holder_state(lock) == "gone" and observed_status("running", lock) == "stale"
 
 
-def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(store_home, tmp_path):  # noqa: F811
+def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(ladder_home, tmp_path):
     ladder = micro_ladder(tmp_path)
-    with holding(store_home.ladder("micro") / "writer.lock") as holder:
+    with holding(ladder_home.ladder("micro") / "writer.lock") as holder:
         with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
-            run_ladder(ladder, store_home)
-    assert not store_home.runs.exists() and not (store_home.ladder("micro") / "ladder.json").exists()
+            run_ladder(ladder, ladder_home)
+    assert not ladder_home.runs.exists() and not (ladder_home.ladder("micro") / "ladder.json").exists()
 
 
 def test_a_ladder_fit_while_the_ladder_is_written_is_refused(home, tmp_path):

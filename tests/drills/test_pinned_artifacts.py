@@ -14,8 +14,8 @@ from millrace.home import Home
 from pipeline.stages.tokenization import tokenizer_fingerprint, train_byte_level_bpe
 from pipeline.store.format import store_tokenizer
 from pipeline.store.trace import part_name, write_trace_part
-from tests.store_builder import write_store
-from tests.trainer.stores import build_mixture
+from testkit.stores import write_store
+from testkit.stores import build_mixture
 
 SOURCES = ["web", "books"]
 EOS = "<|endoftext|>"
@@ -132,7 +132,7 @@ def test_the_run_page_says_where_its_prompts_came_from(pristine, tmp_path, capsy
 
     import tomli_w
 
-    from tests.drills.test_config_fuzz import REPO
+    from testkit.stores import REPO
     from trainer.records import read_samples
 
     home = Home.resolve(tmp_path / "home")

@@ -11,8 +11,8 @@ import pytest
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import STAGE_LABELS, run_pipeline
-from tests.pipeline.corpus_fixture import config_text, make_corpus
-from tests.pipeline.test_runner import store_files
+from testkit.corpus import config_text, make_corpus
+from testkit.corpus import store_files
 
 VERSION = "2026.02.01"
 CELL_STAGES = """

@@ -19,8 +19,8 @@ import pytest
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from tests.pipeline.corpus_fixture import config_text, make_corpus
-from tests.pipeline.test_runner import store_files
+from testkit.corpus import config_text, make_corpus
+from testkit.corpus import store_files
 from trainer.loop import train
 
 STEPS = 16

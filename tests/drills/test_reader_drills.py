@@ -14,9 +14,10 @@ import zstandard
 
 from pipeline.config import SourceConfig
 from pipeline.stages.readers import BadInputFile
-from tests.pipeline.warc_fixture import read_source, write_warc
+from testkit.warc import read_source, write_warc
 
 
+@pytest.mark.slow
 def test_a_response_without_a_target_uri_is_an_error_naming_file_and_record(tmp_path):
     (tmp_path / "web").mkdir()
     write_warc(tmp_path / "web" / "a.warc.gz", gz=True)

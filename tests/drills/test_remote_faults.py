@@ -23,8 +23,9 @@ from loader import MixtureStream
 from loader.files import ReadOptions
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
-from tests.loader.batch_digest import batch_digest
-from tests.loader.helpers import make_manifest, make_store
+from testkit.batches import batch_digest
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, make_store
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -134,7 +135,7 @@ def copied(moto_endpoint, tmp_path_factory):
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1", aws_access_key_id="testing",
                  aws_secret_access_key="testing").create_bucket(Bucket="millrace")
     home = Home.resolve(tmp_path_factory.mktemp("remote-faults"))
-    store = make_store(home, CELLS, shards=2)
+    store = make_store(home, CELLS, RANDOM, shards=2)
     manifest = make_manifest(home, store, [{"a": 24, "b": 8}], seq_len=64)
     assert millrace(["--home", str(home.root), "store", "copy", "t/2026.01.01", URL, "--option=key=testing",
                      "--option=secret=testing",
@@ -153,6 +154,7 @@ def stream(manifest, proxy, cache, **options) -> MixtureStream:
                          read_options=ReadOptions(cache_dir=cache, **options))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["reset", "hang", "truncate"])
 def test_a_faulty_server_is_retried_in_one_layer_then_named(copied, proxy, tmp_path, caplog, fault):
     proxy.fault, proxy.ranged[:] = None, []
@@ -178,6 +180,7 @@ def test_a_faulty_server_is_retried_in_one_layer_then_named(copied, proxy, tmp_p
     assert len(retries) == 1, [r.getMessage() for r in caplog.records]
 
 
+@pytest.mark.slow
 def test_a_damaged_cache_entry_is_fetched_again_not_blamed_on_the_object(copied, proxy, tmp_path, caplog):
     proxy.fault, proxy.ranged[:] = None, []
     expected = batch_digest(MixtureStream(copied, prefetch=0).batch(0))

@@ -13,8 +13,7 @@ import time
 from millrace.artifacts import STALE_TEMPORARY_SECONDS
 from millrace.cli import main as millrace
 from millrace.home import Home
-from tests.reports import factory
-from tests.reports.conftest import small_home  # noqa: F401  (a real store, revisions and a trained run)
+from testkit import factory
 
 
 def test_a_killed_builds_temporary_page_is_removed_by_the_next_build(tmp_path, capsys):

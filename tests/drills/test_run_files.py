@@ -16,7 +16,7 @@ import torch.distributed.checkpoint as dcp
 
 from millrace.cli import main as millrace
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 
 STREAMS = ("metrics.jsonl", "eval.jsonl", "samples.jsonl")
 
@@ -43,6 +43,7 @@ def _records(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_torn_last_lines_are_cut_back_to_the_checkpoint_on_resume(held, tiny_config, caplog, capsys):
     home = held
     config = tiny_config(eval={"every": 2, "max_sequences": 2, "batch_sequences": 4},
@@ -69,6 +70,7 @@ def test_torn_last_lines_are_cut_back_to_the_checkpoint_on_resume(held, tiny_con
         [(r["step"], r["prompt_id"], r["temperature"]) for r in before["samples.jsonl"]]
 
 
+@pytest.mark.slow
 def test_a_damaged_line_before_the_last_is_one_line_naming_file_and_line(built, tiny_config, capsys):
     home, _ = built
     config = tiny_config()
@@ -97,6 +99,7 @@ def _flip_exponent_bit(checkpoint, key="model.embed.weight"):
     return path
 
 
+@pytest.mark.slow
 def test_a_flipped_checkpoint_bit_is_refused_on_resume_naming_the_file(built, tiny_config, capsys):
     home, _ = built
     config = tiny_config()

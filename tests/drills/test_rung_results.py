@@ -10,8 +10,8 @@ from millrace.cli import main as millrace
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.new import new_revision
-from tests.trainer.ladders import write_ladder
-from tests.trainer.stores import make_store
+from testkit.ladders import write_ladder
+from testkit.stores import make_store
 from trainer.ladder.results import read_ladder
 from trainer.ladder.run import run_ladder
 

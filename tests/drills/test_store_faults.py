@@ -12,7 +12,7 @@ import pytest
 from loader import MixtureStream
 from millrace.errors import ArtifactError
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 
 CELLS = {"c00q0": 4000, "c01q1": 3000}
 
@@ -49,6 +49,7 @@ def snapshot(root):
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_damaged_shard_is_named_by_verify_and_by_the_loader(pristine, tmp_path, fault):
     home = Home.resolve(tmp_path / "home")
@@ -78,6 +79,7 @@ def test_damaged_shard_is_named_by_verify_and_by_the_loader(pristine, tmp_path, 
     assert snapshot(home.root) == before, "checking a damaged store must change nothing on disk"
 
 
+@pytest.mark.slow
 def test_pristine_store_verifies(pristine):
     verify = subprocess.run(
         [sys.executable, "-m", "millrace", "--home", str(pristine.root), "store", "verify", "t/2026.01.01", "--json"],

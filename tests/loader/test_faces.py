@@ -8,7 +8,7 @@ import pytest
 from loader import MixtureStream, TorchMixtureDataset
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
-from tests.loader.helpers import make_manifest, make_stats_store
+from testkit.manifests import make_manifest, make_stats_store
 
 PLAN_CELLS = {f"c{d:02d}q{q}": 10**9 * (d + 1) + q for d in range(8) for q in range(5)}
 
@@ -23,6 +23,7 @@ def plan(home):
     return make_manifest(home, store, [counts], seq_len=4096, global_batch=64, mixture="plan", revision="p1")
 
 
+@pytest.mark.slow
 def test_index_only_mode_on_a_stats_only_manifest(plan):
     stream = MixtureStream(plan)
     assert stream.index_only
@@ -67,6 +68,7 @@ def test_peek_with_tokens_and_errors(built, capsys):
     assert "no built manifest" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_torch_dataset_resumes_through_distributed_checkpoint(built, tmp_path):
     torch = pytest.importorskip("torch")
     import torch.distributed.checkpoint as dcp

@@ -5,7 +5,8 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
-from tests.loader.helpers import make_manifest, make_store
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, make_store
 
 CELLS = {"a": 900, "b": 400}
 PHASES = [{"a": 24, "b": 8}]
@@ -13,7 +14,7 @@ PHASES = [{"a": 24, "b": 8}]
 
 @pytest.fixture
 def store_and_manifest(home):
-    store = make_store(home, CELLS)
+    store = make_store(home, CELLS, RANDOM)
     return store, make_manifest(home, store, PHASES)
 
 
@@ -38,6 +39,7 @@ def read_every_window(path):
         stream._space.read(np.full(sequences.size, cell_id), sequences, np.zeros_like(sequences), True)
 
 
+@pytest.mark.slow
 def test_missing_bin_is_named(store_and_manifest):
     store, path = store_and_manifest
     victim = shard_file(store, "b", 1, ".bin")
@@ -100,7 +102,7 @@ def test_altered_source_sidecar_is_named(store_and_manifest):
 
 def test_rebuilt_store_is_refused(store_and_manifest, home):
     store, path = store_and_manifest
-    make_store(home, {"a": 900, "b": 401}, seed=5)  # same name and version, different content
+    make_store(home, {"a": 900, "b": 401}, RANDOM, seed=5)  # same name and version, different content
     with pytest.raises(ArtifactError, match="store.json"):
         MixtureStream(path)
 

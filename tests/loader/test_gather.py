@@ -7,8 +7,11 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
-from tests.loader.helpers import EOS, VOCAB, epoch_stream, make_manifest
-from tests.store_builder import write_store
+from testkit.batches import epoch_stream
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, write_store
+
+EOS, VOCAB = RANDOM.eos, RANDOM.vocab
 
 BLOCK = 37  # documents per shuffled block: a window of SEQ_LEN tokens crosses several
 SEQ_LEN = 100
@@ -39,6 +42,7 @@ def all_windows(stream: MixtureStream, cell: str, epoch: int) -> tuple[np.ndarra
     return stream._space.read(np.full(sequences.size, cell_id), sequences, np.full(sequences.size, epoch), True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", [1, 5])  # 5: runs of documents, the last of each block short (37 = 7 x 5 + 2)
 def test_every_window_of_several_epochs_equals_the_rebuilt_epoch_stream(home, store, run):
     path = make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK, document_run=run,

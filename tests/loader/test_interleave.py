@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from mixtures.interleave import Interleaver
@@ -31,12 +32,14 @@ counts_strategy = st.lists(
 ).filter(lambda c: sum(c) > 0)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(counts_strategy)
 def test_every_prefix_within_bound(counts):
     check_every_prefix(counts)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.lists(st.integers(1, 2), min_size=100, max_size=200), st.integers(1000, 5000))
 def test_many_tiny_cells_beside_a_giant(tiny, giant):

@@ -9,7 +9,7 @@ from loader import MixtureStream
 from loader.peek import peek
 from millrace.errors import ArtifactError, ConfigError
 from mixtures import api
-from tests.mixtures.lineage_fixture import AT_STEP, CHILD, GRAND_AT, lineage_home, write_revision
+from testkit.lineage import AT_STEP, CHILD, GRAND_AT, lineage_home, write_revision
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,7 @@ def sample_keys(stream: MixtureStream, step: int) -> list[tuple[str, int, int]]:
     return [(stream.cell_names[c], int(e), int(q)) for c, e, q in zip(index.cell_ids, index.epochs, index.sequences)]
 
 
+@pytest.mark.slow
 def test_steps_before_the_switch_are_the_parents(streams):
     parent, child = streams["natural"], streams["swap"]
     for step in range(AT_STEP):
@@ -102,6 +103,7 @@ def test_resume_state_from_the_parent(streams):
     assert grandchild.step == AT_STEP
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at_step", [330, 100])
 def test_a_grandchild_at_a_phase_boundary_or_before_its_parents_switch(tmp_path, at_step):
     """At 330 the child's own phase ends (nothing is cut); at 100 the child's already-cut parent phase is cut again."""

@@ -8,8 +8,9 @@ from loader import MixtureStream
 from loader.files import ReadOptions
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
-from tests.loader.batch_digest import batch_digest
-from tests.loader.helpers import make_manifest, make_store
+from testkit.batches import batch_digest
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, make_store
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -42,7 +43,7 @@ def copied(s3, tmp_path_factory):
     from millrace.home import Home
 
     home = Home.resolve(tmp_path_factory.mktemp("object-store"))
-    store = make_store(home, CELLS, shards=3)
+    store = make_store(home, CELLS, RANDOM, shards=3)
     manifest = make_manifest(home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], seq_len=64)
     url = "s3://millrace/stores/t/2026.01.01"
     options = [f"--option=key={s3['key']}", f"--option=secret={s3['secret']}",
@@ -56,6 +57,7 @@ def remote_stream(manifest, url, s3, tmp_path, **options) -> MixtureStream:
                          read_options=ReadOptions(cache_dir=tmp_path / "cache", **options))
 
 
+@pytest.mark.slow
 def test_the_copy_on_s3_gives_the_local_stores_batches(copied, s3, tmp_path):
     _, manifest, url = copied
     local = [batch_digest(b) for b in MixtureStream(manifest, prefetch=0).iterate()]
@@ -66,6 +68,7 @@ def test_the_copy_on_s3_gives_the_local_stores_batches(copied, s3, tmp_path):
     assert [batch_digest(again.batch(s)) for s in range(3)] == local[:3]
 
 
+@pytest.mark.slow
 def test_the_local_cache_stays_within_cache_bytes(copied, s3, tmp_path):
     _, manifest, url = copied
     stream = remote_stream(manifest, url, s3, tmp_path, cache_bytes=40_000, memory_chunks=1)
@@ -75,6 +78,7 @@ def test_the_local_cache_stays_within_cache_bytes(copied, s3, tmp_path):
     assert 0 < cached <= 40_000
 
 
+@pytest.mark.slow
 def test_transient_read_errors_are_retried_and_a_missing_object_is_named(copied, s3, tmp_path):
     _, manifest, url = copied
     expected = batch_digest(MixtureStream(manifest, prefetch=0).batch(4))

@@ -11,8 +11,10 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
-from tests.loader.helpers import EOS, make_manifest, write_tokenizer
-from tests.store_builder import write_store
+from testkit.manifests import make_manifest
+from testkit.stores import RANDOM, write_store, write_tokenizer
+
+EOS = RANDOM.eos
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,6 +62,7 @@ def stream_all(manifest: Path, limit: int, max_open: int) -> subprocess.Complete
                           capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"})
 
 
+@pytest.mark.slow
 def test_a_store_of_many_shards_streams_under_ulimit_256_and_running_out_is_one_line(home):
     store = many_shard_store(home, cells=2, shards=100)  # 200 shards, 600 mapped files: more than either limit
     manifest = drawing_every_window(home, store)
@@ -84,6 +87,7 @@ def test_opening_reads_no_shard_file(home):
         stream.batch(0)
 
 
+@pytest.mark.slow
 def test_built_manifest_stays_small_at_200_cells_of_2000_shards(home):
     """The mixtures room's own build over a store whose cells list 2,000 shards each (tables only)."""
     from mixtures.build import build

@@ -1,6 +1,7 @@
 """The schedule over random multi-phase manifests (index only, no tokens)."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from loader.permutation import permutation
@@ -41,6 +42,7 @@ def manifests(draw):
     return manifest_of(available, phases)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(manifests())
 def test_every_phase_prefix_exact_and_draws_are_full_permutations(manifest):

@@ -9,15 +9,19 @@ import pytest
 from loader import MixtureStream
 from loader.permutation import permutation
 from millrace.errors import ArtifactError, ConfigError
-from tests.loader.batch_digest import batch_digest
-from tests.loader.conftest import BOUNDARY_STEP, CELLS, LONG_BOUNDARY_STEP, PHASES
-from tests.loader.helpers import EOS, epoch_stream, make_manifest
+from testkit.batches import batch_digest, epoch_stream
+from testkit.manifests import BOUNDARY_STEP, LONG_BOUNDARY_STEP, make_manifest
+from testkit.manifests import LOADER_CELLS as CELLS
+from testkit.manifests import LOADER_PHASES as PHASES
+from testkit.stores import RANDOM
+
+EOS = RANDOM.eos
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_digests(*args: str) -> list:
-    result = subprocess.run([sys.executable, "-m", "tests.loader.batch_digest", *args], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "testkit.batches", *args], cwd=ROOT,
                             capture_output=True, text=True, check=True)
     return json.loads(result.stdout)
 
@@ -28,6 +32,7 @@ def cell_epoch(manifest_path: Path, cell: str, epoch: int) -> tuple[np.ndarray, 
     return epoch_stream(manifest_path.parents[3], cell, stream.manifest.seed, epoch, stream.manifest.document_block)
 
 
+@pytest.mark.slow
 def test_separate_processes_give_identical_batches_and_seed_changes_them(built):
     home, path = built
     steps = [0, 1, BOUNDARY_STEP, 38]
@@ -38,6 +43,7 @@ def test_separate_processes_give_identical_batches_and_seed_changes_them(built):
     assert [batch_digest(MixtureStream(other).batch(s)) for s in steps] != first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_resume_in_a_new_process_continues_the_uninterrupted_run(long_schedule, prefetch):
     m = 3

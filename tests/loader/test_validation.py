@@ -8,7 +8,7 @@ from loader.validation import PAD_LABEL, ValidationSequences
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from mixtures.manifest import read_manifest
-from tests.store_builder import write_store
+from testkit.stores import write_store
 
 EOS, VOCAB, SENTINEL = 1, 300, 299
 SOURCES = ["alpha", "beta"]

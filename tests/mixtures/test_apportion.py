@@ -16,6 +16,7 @@ weights_st = st.dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(weights=weights_st, total=st.integers(min_value=1, max_value=10**12))
 def test_counts_sum_exactly_within_one_and_never_round_a_weight_away(weights, total):
@@ -33,6 +34,7 @@ def test_counts_sum_exactly_within_one_and_never_round_a_weight_away(weights, to
         assert count >= 1
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(weights=weights_st, total=st.integers(min_value=1, max_value=10**6))
 def test_unbounded_apportionment_is_largest_remainder(weights, total):
@@ -73,6 +75,7 @@ capacities_st = st.dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(cells=capacities_st, total=st.integers(min_value=1, max_value=10**9))
 def test_water_filling_never_exceeds_the_cap_and_keeps_the_simplex(cells, total):

@@ -17,16 +17,10 @@ from millrace.home import Home
 from mixtures.manifest import DOCUMENT_RUN, find_manifest, read_manifest
 from mixtures.resolve import phase_sequences
 from pipeline.store.format import Store, write_stats_only_store
-from tests.mixtures.stores import VERSION, grid, make_store
+from testkit.stores import EVEN, REFERENCE_STATS, grid, make_store
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_tokens.json"
-
-
-@pytest.fixture
-def store_home(home):
-    make_store(home, grid())
-    return home
+VERSION = EVEN.version
 
 
 def write_revision(home: Home, mixture: str, revision: str, phases: list[dict], **extra) -> Path:
@@ -90,7 +84,7 @@ def test_same_inputs_give_the_same_manifest_hash_across_homes(tmp_path):
     digests = set()
     for name in ("a", "b"):
         home = Home.resolve(tmp_path / name)
-        make_store(home, grid())
+        make_store(home, grid(), EVEN)
         digests.add(mixtures.build_result(home, "default", "quality-tilt").manifest_hash)
     assert len(digests) == 1
 
@@ -192,15 +186,15 @@ def test_reference_scale_example_validates_builds_and_plans_fast(home, capsys):
     stats = json.loads(REFERENCE_STATS.read_text())["available_tokens"]
     assert len(stats) == 200 and abs(sum(stats.values()) - 23.1e12) < 1e9
     write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: what the commands cost, not how busy the machine is
     shipped = REPO / "mixtures" / "revisions" / "reference" / "two-phase.toml"
     assert main(["--home", str(home.root), "mix", "validate", str(shipped)]) == 0
     assert main(["--home", str(home.root), "mix", "build", "reference", "--revision", "two-phase"]) == 0
     assert main(["--home", str(home.root), "mix", "plan", "reference", "--revision", "two-phase", "--json"]) == 0
-    elapsed = time.perf_counter() - start
+    cpu_seconds = time.process_time() - start
     out = capsys.readouterr().out
     assert json.loads(out[out.index("\n{") + 1:])["max_epochs"] <= 8
-    assert elapsed < 2.0
+    assert cpu_seconds < 2.0
     result = mixtures.plan(home, "reference", "two-phase")
     assert [p["name"] for p in result["phases"]] == ["pretrain", "cooldown"]
     assert result["phases"][0]["sequences"] == phase_sequences(15 * 10**12, 4096, 2048)
@@ -297,7 +291,7 @@ def test_new_symbolic_keeps_the_strategy(store_home):
 
 
 def test_newest_store_version_is_used_unless_pinned(store_home):
-    make_store(store_home, {k: v * 2 for k, v in grid().items()}, version="2026.12.01")
+    make_store(store_home, {k: v * 2 for k, v in grid().items()}, EVEN, version="2026.12.01")
     manifest, _ = read_manifest(mixtures.build(store_home, "default", "natural"))
     assert manifest.store.version == "2026.12.01"
     pinned = write_revision(store_home, "mine", "old", [{"name": "main", "tokens": 40960, "strategy": "natural"}],
@@ -349,6 +343,7 @@ def test_build_json_reports_the_manifest(store_home, capsys):
     assert "no revision 'absent'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_concurrent_mix_build_commands_leave_one_complete_manifest(store_home):
     command = [sys.executable, "-m", "millrace", "--home", str(store_home.root), "mix", "build", "default",
                "--revision", "natural", "--json"]

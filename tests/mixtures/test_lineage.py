@@ -11,7 +11,7 @@ from millrace.cli import main
 from millrace.errors import ConfigError
 from mixtures.manifest import read_manifest
 from mixtures.revision import load_revision
-from tests.mixtures.lineage_fixture import AT_STEP, CHILD, lineage_home, write_revision
+from testkit.lineage import AT_STEP, CHILD, lineage_home, write_revision
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_reference_shaped_swap_builds_plans_and_peeks_within_a_second(home):
     from loader import MixtureStream
     from loader.peek import peek
     from pipeline.store.format import write_stats_only_store
-    from tests.mixtures.test_build import REFERENCE_STATS
+    from testkit.stores import REFERENCE_STATS
 
     stats = json.loads(REFERENCE_STATS.read_text())["available_tokens"]
     write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)

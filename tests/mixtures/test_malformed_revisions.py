@@ -9,22 +9,10 @@ import pytest
 import tomli_w
 
 from millrace.cli import main
-from millrace.home import Home
-from tests.mixtures.stores import VERSION, grid, make_store
+from testkit.revisions import base
+from testkit.stores import EVEN
 
-CELLS = {**grid(), "c09q0": 0, "c09q1": 100}
-
-
-def base() -> dict:
-    return {
-        "mixture": "default", "revision": "r1", "seed": 1, "seq_len": 256, "global_batch": 4, "epoch_cap": 8.0,
-        "store": {"name": "local"},
-        "phases": [
-            {"name": "main", "tokens": 65536, "weights": {"c00q0": 0.25, "c01q*": 0.5, "c*q4": 0.25}},
-            {"name": "cooldown", "tokens": 8192, "strategy": "uniform", "cells": ["c*q4"]},
-        ],
-    }
-
+VERSION = EVEN.version
 
 def mutate(path, value):
     def apply(doc):
@@ -97,12 +85,6 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def store_home(tmp_path_factory):
-    home = Home.resolve(tmp_path_factory.mktemp("home"))
-    make_store(home, CELLS)
-    return home
-
 
 def run_cli(capsys, *args):
     code = main(list(args))
@@ -110,20 +92,20 @@ def run_cli(capsys, *args):
     return code, captured.out, captured.err
 
 
-def test_the_base_revision_is_valid(store_home, tmp_path, capsys):
+def test_the_base_revision_is_valid(revision_home, tmp_path, capsys):
     path = tmp_path / "r1.toml"
     path.write_text(tomli_w.dumps(base()))
-    code, out, err = run_cli(capsys, "--home", str(store_home.root), "mix", "validate", str(path))
+    code, out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(path))
     assert code == 0, err
     assert out.startswith("ok: default/r1")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_malformed_revision_is_one_line_naming_it(store_home, tmp_path, capsys, case):
+def test_malformed_revision_is_one_line_naming_it(revision_home, tmp_path, capsys, case):
     change, expected = CASES[case]
     path = tmp_path / "r1.toml"
     path.write_text(tomli_w.dumps(change(copy.deepcopy(base()))))
-    code, out, err = run_cli(capsys, "--home", str(store_home.root), "mix", "validate", str(path))
+    code, out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(path))
     assert code != 0
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -137,49 +119,49 @@ def test_malformed_revision_is_one_line_naming_it(store_home, tmp_path, capsys, 
     ("mixture = 'default'\nmixture = 'x'\n", "not valid TOML"),
     ("\xff\xfe garbage", "not valid TOML"),
 ])
-def test_unparsable_files_are_one_line(store_home, tmp_path, capsys, text, fragment):
+def test_unparsable_files_are_one_line(revision_home, tmp_path, capsys, text, fragment):
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    code, _, err = run_cli(capsys, "--home", str(store_home.root), "mix", "validate", str(path))
+    code, _, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(path))
     assert code != 0 and fragment in err and len(err.strip().splitlines()) == 1
 
 
-def test_binary_and_json_files(store_home, tmp_path, capsys):
+def test_binary_and_json_files(revision_home, tmp_path, capsys):
     binary = tmp_path / "bin.toml"
     binary.write_bytes(b"\x80\x81\x82")
-    code, _, err = run_cli(capsys, "--home", str(store_home.root), "mix", "validate", str(binary))
+    code, _, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(binary))
     assert code != 0 and "bin.toml" in err and len(err.strip().splitlines()) == 1
     listing = tmp_path / "list.json"
     listing.write_text(json.dumps([1, 2]))
-    code, _, err = run_cli(capsys, "--home", str(store_home.root), "mix", "validate", str(listing))
+    code, _, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(listing))
     assert code != 0 and "list.json" in err and "table" in err
     as_json = tmp_path / "r1.json"
     as_json.write_text(json.dumps(base()))
-    code, out, err = run_cli(capsys, "--home", str(store_home.root), "mix", "validate", str(as_json))
+    code, out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(as_json))
     assert code == 0, err
-    code, _, err = run_cli(capsys, "--home", str(store_home.root), "mix", "validate", str(tmp_path / "absent.toml"))
+    code, _, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(tmp_path / "absent.toml"))
     assert code != 0 and "absent.toml" in err and "not found" in err
 
 
-def test_normalize_rescales_an_intended_partial_sum(store_home, tmp_path, capsys):
+def test_normalize_rescales_an_intended_partial_sum(revision_home, tmp_path, capsys):
     doc = base()
     doc["normalize"] = True
     doc["phases"][0]["weights"] = {"c00q0": 0.2, "c01q*": 0.5}
     path = tmp_path / "r1.toml"
     path.write_text(tomli_w.dumps(doc))
-    code, out, err = run_cli(capsys, "--home", str(store_home.root), "mix", "plan", "default", "--revision", "r1",
+    code, out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "plan", "default", "--revision", "r1",
                              "--file", str(path), "--json")
     assert code == 0, err
     plan = json.loads(out)
     assert plan["cells"]["c00q0"]["phases"]["main"]["declared_weight"] == pytest.approx(0.2 / 0.7)
 
 
-def test_the_real_command_exits_non_zero_without_traceback(store_home, tmp_path):
+def test_the_real_command_exits_non_zero_without_traceback(revision_home, tmp_path):
     doc = base()
     doc["phases"][0]["weights"] = {"c00q0": 0.2, "c01q*": 0.5}
     path = tmp_path / "r1.toml"
     path.write_text(tomli_w.dumps(doc))
-    result = subprocess.run([sys.executable, "-m", "millrace", "--home", str(store_home.root), "mix", "validate",
+    result = subprocess.run([sys.executable, "-m", "millrace", "--home", str(revision_home.root), "mix", "validate",
                              str(path)], capture_output=True, text=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

@@ -2,16 +2,13 @@
 
 import copy
 
-import pytest
 import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mixtures
 from millrace.errors import ConfigError
-from millrace.home import Home
-from tests.mixtures.stores import make_store
-from tests.mixtures.test_malformed_revisions import CELLS, base
+from testkit.revisions import base
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
@@ -36,18 +33,12 @@ ALL_PATHS = [p for p in paths(base()) if p]
 EXTRA_KEYS = ["normalize", "description", "temperature", "tilt", "cells", "strategy", "weights", "bogus"]
 
 
-@pytest.fixture(scope="module")
-def store_home(tmp_path_factory):
-    home = Home.resolve(tmp_path_factory.mktemp("home"))
-    make_store(home, CELLS)
-    return home
-
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(st.sampled_from(ALL_PATHS + [("phases", i, k) for i in (0, 1) for k in EXTRA_KEYS]
                                                 + [(k,) for k in EXTRA_KEYS]),
                                 st.one_of(values, st.just("DELETE"))), min_size=1, max_size=3))
-def test_fuzzed_revisions_are_accepted_or_refused_in_one_line(store_home, tmp_path_factory, edits):
+def test_fuzzed_revisions_are_accepted_or_refused_in_one_line(revision_home, tmp_path_factory, edits):
     doc = copy.deepcopy(base())
     for path, value in edits:
         target = doc
@@ -67,7 +58,7 @@ def test_fuzzed_revisions_are_accepted_or_refused_in_one_line(store_home, tmp_pa
     file = tmp_path_factory.mktemp("fuzz") / "r1.toml"
     file.write_text(text)
     try:
-        mixtures.validate_file(store_home, file)
+        mixtures.validate_file(revision_home, file)
     except ConfigError as exc:
         message = str(exc)
         assert "\n" not in message and str(file) in message

@@ -5,7 +5,7 @@ from millrace.cli import main
 from millrace.errors import ConfigError
 from pipeline.config import load_pipeline_config
 from pipeline.starter import init_config
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,7 @@ def test_cli_config_error_is_one_line_and_exit_2(tmp_path, corpus, capsys):
     assert len(err) == 1 and "field 'tokenizer.vocab_size'" in err[0]
 
 
+@pytest.mark.slow
 def test_init_writes_a_config_that_loads(tmp_path, corpus):
     text = init_config(corpus)
     assert "[[sources]]" in text and 'name = "snippets"' in text and "[dedup]" in text

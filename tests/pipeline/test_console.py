@@ -9,11 +9,14 @@ import subprocess
 import sys
 import time
 
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+import pytest
+
+from testkit.corpus import config_text, make_corpus
 
 LINE = re.compile(r"pipeline: (filter|dedup|tokenize), (\d+)/(\d+) tasks done, ([\d,]+) documents read$")
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_then_the_rerun_logs_steady_stage_lines(tmp_path):
     corpus = make_corpus(tmp_path / "corpus")
     config = tmp_path / "pipeline.toml"

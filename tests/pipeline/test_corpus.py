@@ -1,10 +1,12 @@
 import json
 
+import pytest
 import zstandard
 
 from pipeline.corpus.builder import build_local_corpus
 
 
+@pytest.mark.slow
 def test_local_corpus_is_deterministic_and_capped(tmp_path):
     first = build_local_corpus(tmp_path / "a", max_bytes=150_000)
     second = build_local_corpus(tmp_path / "b", max_bytes=150_000)
@@ -30,6 +32,7 @@ def test_roff_strip_stands_in_without_groff():
     assert "\\" not in text and "a comment" not in text
 
 
+@pytest.mark.slow
 def test_corpus_cli_json(tmp_path, capsys):
     from millrace.cli import main
 

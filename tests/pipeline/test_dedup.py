@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from datatrove.data import Document
 
-from bench.near_duplicates import near_duplicate_corpus, removal_quality
+from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 from pipeline.config import DedupConfig
 from pipeline.stages.dedup import DedupSignatures, MinHasher
 from pipeline.stages.duplicates import find_duplicates, load_duplicates
@@ -47,6 +47,7 @@ def _keyed(documents):
     return {key_of[doc_id]: text for doc_id, text in documents}, {key: doc_id for doc_id, key in key_of.items()}
 
 
+@pytest.mark.slow
 def test_fuzzy_dedup_finds_injected_near_duplicates(tmp_path):
     documents, cluster = near_duplicate_corpus()
     texts, id_of = _keyed(documents)
@@ -59,6 +60,7 @@ def test_fuzzy_dedup_finds_injected_near_duplicates(tmp_path):
     assert all(kept < doc for doc, kept in removed.items())  # the smallest id of each cluster is the one kept
 
 
+@pytest.mark.slow
 def test_removals_do_not_depend_on_the_task_or_part_count(tmp_path, monkeypatch):
     documents, _ = near_duplicate_corpus(originals=150, with_copies=90, seed=3)
     rng = random.Random(3)

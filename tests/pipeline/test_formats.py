@@ -4,14 +4,16 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
-from tests.pipeline.corpus_fixture import prose
+from testkit.corpus import prose
 
 
+@pytest.mark.slow
 def test_parquet_jsonl_and_datasets_sources(tmp_path, caplog):
     import logging
     import random
@@ -51,6 +53,7 @@ def test_parquet_jsonl_and_datasets_sources(tmp_path, caplog):
     assert sorted(r["line"] for r in report) == [6, 7] and all(r["file"].endswith("js/a.jsonl") for r in report)
 
 
+@pytest.mark.slow
 def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
     import random
 
@@ -75,6 +78,7 @@ def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
         load_pipeline_config(tmp_path / "q.toml")
 
 
+@pytest.mark.slow
 def test_a_run_that_removes_everything_is_an_error_naming_the_stages(tmp_path):
     """60 distinct documents, every one too short: the run stops after the filters with what removed them, not
     with "8 domains need as many documents; the sample has 0" after fitting a tokenizer on nothing."""

@@ -16,7 +16,7 @@ from pipeline.config import SourceConfig, load_pipeline_config
 from pipeline.stages.discovery import DANGLING, NO_READER, OUTSIDE, unread_files
 from pipeline.stages.readers import input_files
 from pipeline.starter import discover_sources, init_config
-from tests.pipeline.warc_fixture import read_source, write_warc
+from testkit.warc import read_source, write_warc
 
 
 def test_every_warc_record_is_counted_and_pages_are_named_by_url(tmp_path):

@@ -18,7 +18,7 @@ from pipeline.stages.funnel import merge_stage, stage_dir
 from pipeline.stages.intermediate import read_jsonl_zst
 from pipeline.stages.language_rules import filter_options, fineweb2_rules, word_tokenizer
 from pipeline.work import WorkLayout
-from tests.pipeline.multilingual_prose import LANGUAGES, multilingual_records
+from testkit.multilingual_prose import LANGUAGES, multilingual_records
 
 PER_LANGUAGE = 6
 FILTERS = ["gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality"]
@@ -46,6 +46,7 @@ def filtered(tmp_path_factory):
     return records, *run_filter_stage(tmp_path_factory.mktemp("languages"), records, FILTERS)
 
 
+@pytest.mark.slow
 def test_the_share_of_good_prose_kept_is_alike_across_languages(filtered):
     records, kept, _, _ = filtered
     kept_ids = set(kept)
@@ -56,6 +57,7 @@ def test_the_share_of_good_prose_kept_is_alike_across_languages(filtered):
     assert min(share.values()) >= 0.8, share  # good prose is kept, not only kept alike
 
 
+@pytest.mark.slow
 def test_the_funnel_counts_each_filters_removals_per_language(filtered):
     _, _, layout, names = filtered
     assert names.index("language") < min(names.index(f) for f in FILTERS)  # language id first

@@ -15,7 +15,7 @@ from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
 from pipeline.stages.tokenization import load_tokenizer
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus, store_files
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +29,7 @@ def built(tmp_path_factory):
     return root, corpus, config_path, path
 
 
+@pytest.mark.slow
 def test_store_has_source_cells_and_verifies(built):
     _, _, _, path = built
     store = Store(path)
@@ -38,6 +39,7 @@ def test_store_has_source_cells_and_verifies(built):
     assert store.manifest.sources == ["articles", "notes", "snippets"]
 
 
+@pytest.mark.slow
 def test_funnel_counts_every_removal_with_its_reason(built):
     _, _, _, path = built
     funnel = Store(path).manifest.funnel["stages"]
@@ -65,6 +67,7 @@ def test_funnel_counts_every_removal_with_its_reason(built):
         assert held["removed"]["held out for validation"]["documents"] == cell.validation.documents
 
 
+@pytest.mark.slow
 def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
     indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
     _, _, _, path = built
@@ -96,11 +99,6 @@ def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
     assert len(texts) == sum(c.documents for c in store.manifest.cells.values())
 
 
-def store_files(path):
-    """Every file of a store version with its bytes: identical stores compare equal."""
-    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
-
-
 def _run_cli(config_path, home, *extra):
     env = {**os.environ, "MILLRACE_HOME": str(home)}
     return subprocess.Popen(
@@ -129,6 +127,7 @@ def test_sigkill_mid_stage_then_rerun_gives_the_identical_store(built, tmp_path,
     assert store_files(home / "stores" / "local" / "2026.01.02") == store_files(reference)
 
 
+@pytest.mark.slow
 def test_rerun_of_a_finished_store_changes_nothing(built):
     root, _, config_path, path = built
     before = store_files(path)
@@ -152,6 +151,7 @@ def cell_contents(path):
     return contents
 
 
+@pytest.mark.slow
 def test_another_task_count_deals_the_same_documents_into_other_shards(built, tmp_path):
     root, corpus, _, reference = built
     config_path = tmp_path / "three-tasks.toml"
@@ -168,6 +168,7 @@ def test_another_task_count_deals_the_same_documents_into_other_shards(built, tm
     assert names != {n: list(theirs.cell(n).shards.names) for n in theirs.manifest.cells}
 
 
+@pytest.mark.slow
 def test_the_trace_parts_read_as_one_cell_wide_table(built):
     from pipeline.store.trace import document_rows, read_trace
 
@@ -190,6 +191,7 @@ def test_the_trace_parts_read_as_one_cell_wide_table(built):
     assert multi_part  # the offsets between parts are exercised
 
 
+@pytest.mark.slow
 def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built, tmp_path, monkeypatch):
     """Assembly over real shard-task output (the reference's cells, staged again): no `.bin` is opened, each
     final `.bin` is the very file staged (same inode), and the cell manifests come out as the reference's."""
@@ -233,6 +235,7 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
         assert (final / "cells" / name / "cell.json").read_bytes() == (reference / "cells" / name / "cell.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_tokenize_tasks_write_the_final_shards_and_the_split_writes_only_the_candidates(tmp_path):
     """When the split starts, every training shard the tokenize tasks wrote is already the store's final file
     (same inode at the end) and the runs' tokens are gone; the split writes only the waiting candidates."""
@@ -274,6 +277,7 @@ def test_tokenize_tasks_write_the_final_shards_and_the_split_writes_only_the_can
     assert store.verify() == []
 
 
+@pytest.mark.slow
 def test_peek_decode_names_each_samples_documents_from_the_trace_parts(built):
     """`loader peek --decode` over a store of several trace parts per cell: each listed document is the
     input record (origin, line) whose text the sample's window shows."""

@@ -21,7 +21,7 @@ from millrace.cli import main as millrace
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 SLURM = """
 [executor.slurm]
@@ -109,7 +109,7 @@ def test_a_partition_is_required_and_time_is_checked(corpus, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_submitted_chain_depends_stage_on_stage_and_builds_the_local_store(corpus, tmp_path, capsys, monkeypatch):
-    from tests.pipeline.test_runner import store_files
+    from testkit.corpus import store_files
 
     _, _, two_tasks = corpus
     bin_dir = tmp_path / "bin"

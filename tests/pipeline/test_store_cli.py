@@ -6,7 +6,7 @@ from millrace.cli import main
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from tests.pipeline.corpus_fixture import config_text, make_corpus
+from testkit.corpus import config_text, make_corpus
 
 
 @pytest.fixture(scope="module")
@@ -17,6 +17,7 @@ def store_path(tmp_path_factory):
     return run_pipeline(load_pipeline_config(root / "p.toml"), Home.resolve(root / "home"))
 
 
+@pytest.mark.slow
 def test_info_json_lists_cells_documents_tokens_bytes(store_path, capsys):
     assert main(["store", "info", str(store_path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -28,6 +29,7 @@ def test_info_json_lists_cells_documents_tokens_bytes(store_path, capsys):
     assert "articles" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_verify_names_the_damaged_shard(store_path, tmp_path, capsys):
     import shutil
 

@@ -13,7 +13,7 @@ from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
 from pipeline.cells.validation import (ValidationConfig, document_hash, held_out, held_out_mask, split_candidates,
                                       split_cutoff)
-from tests.pipeline.corpus_fixture import config_text, edit, make_corpus, prose, write_jsonl_zst
+from testkit.corpus import config_text, edit, make_corpus, prose, write_jsonl_zst
 
 
 def by_fraction(**options):
@@ -112,6 +112,7 @@ def documents_of(prefix, dtype):
     return [reader.document(i).tobytes() for i in range(reader.documents)]
 
 
+@pytest.mark.slow
 def test_held_out_documents_are_in_validation_shards_only(store_path):
     _, path = store_path
     store = Store(path)
@@ -135,6 +136,7 @@ def test_held_out_documents_are_in_validation_shards_only(store_path):
         assert summary.documents == cell.documents == len(training)
 
 
+@pytest.mark.slow
 def test_no_held_out_document_reaches_a_training_batch(store_path):
     from mixtures.build import build
     from mixtures.new import new_revision
@@ -157,6 +159,7 @@ def test_no_held_out_document_reaches_a_training_batch(store_path):
     assert any(rows.find(doc[:48]) != -1 for doc in first)  # the check can see a document when it is there
 
 
+@pytest.mark.slow
 def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(store_path, tmp_path):
     from loader.validation import ValidationSequences
     from mixtures.build import build
@@ -192,6 +195,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     assert sequences.entries[-1].tokens == summary.tokens
 
 
+@pytest.mark.slow
 def test_an_external_set_is_scored_whole_while_cells_give_their_first_windows(store_path):
     from loader.validation import PAD_LABEL, ValidationSequences
     from mixtures.build import build
@@ -238,6 +242,7 @@ def ngrams(tokens, n=13):
     return {tuple(tokens[i:i + n]) for i in range(max(len(tokens) - n + 1, 1))}
 
 
+@pytest.mark.slow
 def test_held_out_documents_found_in_training_go_back_to_training(store_path, capsys):
     """Every article also sits inside one long note: fuzzy dedup cannot see it, n-gram containment does.
     Checked against 13-gram tuples of every training document outside the keyed-hash choice."""
@@ -284,6 +289,7 @@ def test_held_out_documents_found_in_training_go_back_to_training(store_path, ca
     assert f"(of which given back to training, {GIVEN_BACK_REASON}: {given_back})" in out
 
 
+@pytest.mark.slow
 def test_evaluation_set_documents_found_in_training_are_left_out_of_the_set(store_path, capsys):
     """The two copied texts and the edited one are mostly found in training (13-gram tuples of every
     training document, counted here without the pipeline's hashes); the three new texts are scored."""

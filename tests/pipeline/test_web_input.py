@@ -20,7 +20,7 @@ from pipeline.stages.funnel import bad_files
 from pipeline.stages.readers import BadInputFile, ReadStage
 from pipeline.store.format import ShardReader, Store
 from pipeline.stages.tokenization import load_tokenizer
-from tests.pipeline.corpus_fixture import prose
+from testkit.corpus import prose
 
 HTML = """<html><head><title>Mill notes</title></head><body><nav>Home | About | Contact</nav>
 <article><h1>The mill race</h1><p>{body}</p></article><footer>Copyright 2026</footer></body></html>"""
@@ -56,7 +56,8 @@ def _stored_texts(path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def web_run(tmp_path_factory):
-    """One run over web-like sources; each test below checks one defect of the issue against it."""
+    """One run over web-like sources; each test below checks one defect of real web input against it
+    (repeated ids, truncated archives, invalid UTF-8, HTML sniffed as another type)."""
     root = tmp_path_factory.mktemp("web")
     rng = random.Random(11)
     texts = [prose(rng) for _ in range(6)]
@@ -91,6 +92,7 @@ def web_run(tmp_path_factory):
     return root, home, path, texts
 
 
+@pytest.mark.slow
 def test_a_repeated_id_keeps_every_distinct_text_and_one_of_identical_ones(web_run):
     _, _, path, texts = web_run
     stored = _stored_texts(path)
@@ -101,6 +103,7 @@ def test_a_repeated_id_keeps_every_distinct_text_and_one_of_identical_ones(web_r
     assert crawl.documents + crawl.validation.documents == 4
 
 
+@pytest.mark.slow
 def test_invalid_utf8_is_one_malformed_record_with_its_file_and_line(web_run):
     from pipeline.runner import WorkLayout, malformed_report
 
@@ -112,6 +115,7 @@ def test_invalid_utf8_is_one_malformed_record_with_its_file_and_line(web_run):
     assert {"file": str(root / "crawl" / "part-0.jsonl"), "line": 4, "reason": "malformed"} in report
 
 
+@pytest.mark.slow
 def test_a_truncated_zst_file_is_skipped_and_listed_when_the_source_says_skip(web_run):
     root, _, path, _ = web_run
     funnel = Store(path).manifest.funnel
@@ -119,6 +123,7 @@ def test_a_truncated_zst_file_is_skipped_and_listed_when_the_source_says_skip(we
     assert "truncated" in funnel["bad_files"][0]["error"]
 
 
+@pytest.mark.slow
 def test_zero_width_only_and_over_long_documents_are_counted_not_stored(web_run):
     _, _, path, _ = web_run
     stages = {s["name"]: s["sources"] for s in Store(path).manifest.funnel["stages"]}
@@ -127,6 +132,7 @@ def test_zero_width_only_and_over_long_documents_are_counted_not_stored(web_run)
     assert not any(t.strip("\u200b\u200c\u200d\ufeff\u2060 ") == "" for t in _stored_texts(path))
 
 
+@pytest.mark.slow
 def test_warc_pages_are_extracted_by_trafilatura_and_keep_their_url(web_run):
     from pipeline.runner import WorkLayout
     from pipeline.stages.intermediate import read_jsonl_zst
@@ -268,6 +274,7 @@ def test_a_config_change_reruns_only_its_stage_and_the_later_ones(tmp_path, chan
         assert f"rerunning {', '.join(rerun)}" in caplog.text
 
 
+@pytest.mark.slow
 def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
     from millrace.artifacts import sha256_file
     from pipeline.store.trace import documents_in_window, read_trace

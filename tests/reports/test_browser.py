@@ -8,101 +8,19 @@ Screenshots go to tests/reports/artifacts/ (ignored by git).
 
 from __future__ import annotations
 
-import os
-import shutil
+import json
 from pathlib import Path
 
 import pytest
 
-import reports
 from millrace.home import Home
 from mixtures.manifest import read_manifest
 from reports import build_site
 from reports.numbers import human_count, human_epochs, human_percent
 from reports.run_data import read_script
-from tests.reports import factory
+from testkit import factory
+from testkit.browser import Tab
 from trainer.ladder.results import write_ladder
-
-ARTIFACTS = Path(__file__).parent / "artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def _unavailable(reason: str):
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; in CI the browser tests must run")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    if executable is None:
-        _unavailable("Debian's chromium is not installed (`make test` installs it when run as root on Debian)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (it is in the dev extra)")
-    with sync_playwright() as p:
-        instance = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
-
-
-class Tab:
-    """A page that records console errors, page errors and every request it makes."""
-
-    def __init__(self, browser, width: int = 1280, height: int = 900, touch: bool = False):
-        self.context = browser.new_context(viewport={"width": width, "height": height}, has_touch=touch,
-                                           is_mobile=touch)
-        self.page = self.context.new_page()
-        self.errors: list[str] = []
-        self.requests: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("request", lambda r: self.requests.append(r.url))
-
-    def open(self, path: Path, query: str = "") -> None:
-        self.page.goto(path.as_uri() + query)
-        self.page.wait_for_load_state("load")
-
-    def open_run(self, path: Path, query: str = "") -> None:
-        """A run page, once its data files have loaded and its charts are drawn."""
-        self.open(path, query)
-        self.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
-
-    def open_with_charts(self, site: Path) -> None:
-        """The site's index with the pages' chart and format script (charts.js) loaded, to call it directly."""
-        self.open(site / "index.html")
-        self.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
-
-    def shot(self, name: str) -> Path:
-        ARTIFACTS.mkdir(exist_ok=True)
-        out = ARTIFACTS / f"{name}.png"
-        self.page.screenshot(path=str(out), full_page=True)
-        assert out.stat().st_size > 10_000
-        return out
-
-    def check_clean(self) -> None:
-        assert self.errors == []
-        outside = [u for u in self.requests if not u.startswith("file://")]
-        assert outside == [], f"network requests: {outside}"
-
-    def weights_table(self) -> dict[str, dict[str, str]]:
-        return self.page.evaluate("""() => {
-            const t = document.querySelector('#weights table');
-            const head = [...t.querySelectorAll('thead th')].map((th) => th.textContent);
-            const out = {};
-            for (const tr of t.querySelectorAll('tbody tr')) {
-                const cells = [...tr.querySelectorAll('td')].map((td) => td.textContent);
-                out[cells[0]] = Object.fromEntries(head.map((h, i) => [h, cells[i]]));
-            }
-            return out;
-        }""")
-
-    def close(self) -> None:
-        self.context.close()
-
 
 @pytest.fixture(scope="module")
 def site(small_home, tmp_path_factory) -> Path:

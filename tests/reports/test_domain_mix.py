@@ -6,7 +6,7 @@ import re
 from pipeline.store.format import Store
 from reports import build_site
 from reports.composition import load_composition
-from tests.reports import factory
+from testkit import factory
 
 
 def test_each_domain_shows_its_source_and_language_mix(small_home, tmp_path):

@@ -8,8 +8,8 @@ import pytest
 
 from millrace.home import Home
 from reports import build_site
-from tests.reports import factory
-from tests.reports.test_browser import Tab, browser  # noqa: F401  (the browser fixture)
+from testkit import factory
+from testkit.browser import Tab
 from trainer.ladder.compare import compare_points
 from trainer.ladder.fit import Law, Point, fit_law, fit_report
 from trainer.ladder.results import write_ladder

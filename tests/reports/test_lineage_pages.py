@@ -13,9 +13,9 @@ from mixtures.new import new_revision
 from reports import build_site
 from reports.numbers import human_count
 from reports.run_data import read_script
-from tests.reports import factory
-from tests.reports.test_browser import Tab, browser  # noqa: F401  (the browser fixture)
-from tests.reports.test_site import page_data
+from testkit import factory
+from testkit.browser import Tab
+from testkit.factory import page_data
 
 AT_STEP = 16  # of natural's 48 steps
 

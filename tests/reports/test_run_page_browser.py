@@ -14,8 +14,8 @@ import pytest
 from millrace.home import Home
 from reports import build_run_page, build_site
 from reports.run_data import read_script
-from tests.reports import factory
-from tests.reports.test_browser import Tab, browser  # noqa: F401  (the shared Chromium fixture)
+from testkit import factory
+from testkit.browser import Tab
 
 SPIKE_STEP, SPIKE_LOSS = 14_006, 12.0
 

@@ -24,13 +24,8 @@ from reports.render import embed_json
 from millrace.jsonl import last_record
 from reports.run_data import BUCKETS, CHUNK, RunSeries, read_script
 from reports.training import MetricsTail, load_run, read_metrics
-from tests.reports import factory
-
-
-def page_data(page: Path) -> dict:
-    match = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.DOTALL)
-    assert match, f"{page} embeds no page data"
-    return json.loads(match.group(1))
+from testkit import factory
+from testkit.factory import page_data
 
 
 def test_build_site_writes_store_run_and_index_pages(small_home, tmp_path):
@@ -232,6 +227,7 @@ def test_cli_build_json_and_errors(small_home, tmp_path, capsys):
     assert "run 'absent': no run.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_no_heavy_imports():
     import subprocess
     import sys
@@ -261,6 +257,7 @@ def test_metrics_tail_reads_only_new_lines_and_follows_resumes(tmp_path):
     assert last_record(tmp_path / "absent.jsonl") is None
 
 
+@pytest.mark.slow
 def test_report_build_with_two_runs_names_the_compare_page_for_them(tmp_path, capsys):
     home = Home.resolve(tmp_path / "home")
     factory.make_compared_runs(home, {"first": 1200, "second": 600})

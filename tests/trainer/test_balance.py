@@ -36,6 +36,7 @@ def run(layer: MoE, rate: float, steps: int) -> list[float]:
     return violations
 
 
+@pytest.mark.slow
 def test_bias_rule_lowers_the_max_violation():
     violations = run(imbalanced_layer(), rate=0.01, steps=60)
     assert violations[0] > 2.0
@@ -43,6 +44,7 @@ def test_bias_rule_lowers_the_max_violation():
     assert sum(violations[-10:]) < sum(violations[:10]) / 3
 
 
+@pytest.mark.slow
 def test_rate_zero_keeps_the_bias_exactly_zero():
     layer = imbalanced_layer()
     violations = run(layer, rate=0.0, steps=20)
@@ -95,7 +97,7 @@ def test_bias_is_a_buffer_outside_the_optimizer_and_the_gradient_norm():
 
 def test_balance_stats_of_every_layer_come_to_the_host_in_one_read(monkeypatch):
     """At 535B a read per expert per layer was ~15,000 host syncs per step; all layers now share one."""
-    from tests.trainer.host_reads import counting_host_reads
+    from testkit.host_reads import counting_host_reads
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(d_model=16, n_layers=4, n_heads=2, n_kv_heads=1, vocab_size=32, n_dense_layers=1),

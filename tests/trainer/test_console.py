@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from trainer.records import read_run
 
 LINE = re.compile(r"train (\S+): step (\d+)/(\d+), [\d,]+ tokens/s, loss \d+\.\d{4}, ETA \d+(m\d\ds|s)$")
@@ -23,6 +25,7 @@ def env(seconds: str) -> dict:
     return {**os.environ, "MILLRACE_PROGRESS_SECONDS": seconds, "PYTHONPATH": os.getcwd()}
 
 
+@pytest.mark.slow
 def test_without_a_terminal_progress_lines_and_ctrl_c_says_how_to_resume(built, tiny_config):
     """Ctrl-C: one line naming the resume command, exit 130, run.json `interrupted`; the resumed run
     (stdout and stderr are pipes, not a terminal) logs a steady line per step and ends with --json."""

@@ -14,31 +14,16 @@ measured finer), while a wrong expert, a dropped token or a mis-scaled gradient 
 or more from step 2 on and the gradient norm by far more.
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from trainer.loop import train
+from testkit.torchrun import curve, torchrun
 from trainer.records import read_metrics, read_run
 
 STEPS = 5
 
 
-def torchrun(ranks: int, config, home, run: str, steps: int) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
-               "-m", "millrace", "train", str(config), "--home", str(home.root), "--run-name", run,
-               "--steps", str(steps), "--resume", "--no-progress"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-
-
-def curve(home, run: str) -> list[tuple[float, float]]:
-    return [(record["loss"], record["grad_norm"]) for record in read_metrics(home.run(run))]
-
-
+@pytest.mark.slow
 def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_config):
     home, _ = built
     single = tiny_config("single")

@@ -9,7 +9,7 @@ import torch
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 from trainer.balance import load_stats
 from trainer.config import HealthConfig, load_train_config
 from trainer.health import HealthMonitor
@@ -117,6 +117,7 @@ def home(tmp_path_factory):
     return home
 
 
+@pytest.mark.slow
 def test_an_injected_routing_collapse_is_one_alert_per_rule_with_its_start(home, tiny_config, monkeypatch, capsys):
     """Four of layer 0's experts switched off by their bias from step 8 (a routing collapse): one alert per
     rule, started once held for 5 steps, none before. Warm-ups shortened to 4 steps to keep the run short;

@@ -1,10 +1,13 @@
 """Device-to-host reads per training step, counted (on a GPU each one stalls the host until the queue drains)."""
 
-from tests.trainer.host_reads import counting_host_reads
+import pytest
+
+from testkit.host_reads import counting_host_reads
 from trainer import loop
 from trainer.loop import train
 
 
+@pytest.mark.slow
 def test_a_training_step_reads_the_device_twice(built, tiny_config, monkeypatch):
     """The step's figures (loss, gradient norm, tokens per cell) in one read, the balance figures of every
     MoE layer in another, whatever the number of layers and experts; clipping stays on the device."""

@@ -9,24 +9,13 @@ from millrace.errors import ConfigError
 from torch.nn.attention.flex_attention import create_mask
 
 from trainer.attention import block_document_mask, dense_document_mask, resolve_backend
-from trainer.config import ModelConfig, MoEConfig, TrainKernelConfig
+from trainer.config import ModelConfig, TrainKernelConfig
 from trainer.loss import chunked_cross_entropy
-from trainer.model import Transformer
 from trainer.moe import RoutedExperts, padded_groups
 from trainer.peak import device_peak, peak_flops
+from testkit.models import tiny_model
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def tiny_model(seed=0, **kernels) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(
-        ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96, dense_ffn_dim=48, n_dense_layers=1),
-        MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16),
-    )
-    model.init_weights(seed)
-    model.use_kernels(TrainKernelConfig(**kernels))
-    return model
 
 
 def packed_batch(seed=1, batch=2, length=24):
@@ -37,6 +26,7 @@ def packed_batch(seed=1, batch=2, length=24):
     return ids[:, :-1], positions, segments, ids[:, 1:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunked_cross_entropy_matches_the_fp32_reference(device, dtype):
@@ -58,6 +48,7 @@ def test_chunked_cross_entropy_matches_the_fp32_reference(device, dtype):
         torch.testing.assert_close(got.float(), want.float(), **tol)
 
 
+@pytest.mark.slow
 def test_the_models_chunked_loss_matches_logits_and_cross_entropy():
     ids, positions, segments, labels = packed_batch()
     chunked_model, plain_model = tiny_model(loss_chunk_tokens=5), tiny_model()
@@ -71,6 +62,7 @@ def test_the_models_chunked_loss_matches_logits_and_cross_entropy():
         torch.testing.assert_close(got.grad.norm(), want.grad.norm(), rtol=1e-5, atol=1e-7, msg=name)
 
 
+@pytest.mark.slow
 def test_flex_attention_forward_matches_sdpa_with_the_block_diagonal_mask():
     ids, positions, segments, _ = packed_batch()
     flex_model, sdpa_model = tiny_model(), tiny_model()
@@ -110,6 +102,7 @@ def inductor_or_skip(fn):
         pytest.skip(f"inductor cannot compile on this machine: {str(error).splitlines()[0]}")
 
 
+@pytest.mark.slow
 def test_the_moe_layer_compiles_as_one_graph_and_matches_eager():
     """In bf16, the dtype of the grouped expert matmul on a GPU (autocast) and the one its compiled form takes."""
     moe = tiny_model().moe_layers()[0].to(torch.bfloat16)
@@ -126,6 +119,7 @@ def test_the_moe_layer_compiles_as_one_graph_and_matches_eager():
         torch.testing.assert_close(got.float().norm(), want.float().norm(), rtol=2e-2, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_compiled_blocks_train_like_eager(monkeypatch):
     """`[train] compile` through dynamo and AOT autograd (inductor's code generation is the MoE test's: time)."""
     compile_ = torch.compile
@@ -165,6 +159,7 @@ def test_expert_groups_padded_for_grouped_mm_match_unpadded_and_the_loop():
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_gives_the_same_loss_gradients_and_routing_counts():
     ids, positions, segments, labels = packed_batch()
     plain, checkpointed = tiny_model(), tiny_model(activation_checkpointing="full")
@@ -203,9 +198,10 @@ def test_the_timed_matmul_is_a_labelled_fallback():
     assert peak_flops(5e14, torch.device("cpu")) == (5e14, "config")
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_under_fsdp_and_expert_parallel_matches_one_process(built, tiny_config):
     """The recomputation replays the all-to-all inside FSDP's hooks: 2 ranks (expert 2) checkpointed = 1 process."""
-    from tests.trainer.test_distributed import curve, torchrun
+    from testkit.torchrun import curve, torchrun
     from trainer.loop import train
 
     home, _ = built
@@ -228,6 +224,7 @@ def test_the_automatic_loss_chunk_keeps_cpu_logits_under_the_mmap_threshold():
     assert loss_chunk_tokens(0, 10**7, torch.device("cpu")) == 64
 
 
+@pytest.mark.slow
 def test_flex_attention_compiles_once_per_shape_bucket(monkeypatch):
     """Evaluation batches, a last partial batch and other lengths reuse one compiled kernel per bucket (the
     compile counter stands in for inductor, which CUDA uses: the shape guards are the same), and padding
@@ -275,6 +272,7 @@ def test_document_attention_pairs_are_the_pairs_the_mask_leaves():
     assert whole_row == pytest.approx(attention_flops_per_token(config, 300), rel=1 / 300)
 
 
+@pytest.mark.slow
 def test_moe_combine_matches_a_per_token_reference_forward_and_backward():
     """The k outputs of a token are put back by a permutation and summed (no atomic adds): the value and
     the gradients are those of the per-token formula y = shared(x) + Σ_k gate_k · expert_k(x)."""

@@ -9,8 +9,8 @@ import pytest
 from millrace.cli import main as millrace
 from mixtures.build import build
 from mixtures.new import new_revision
-from tests.trainer.ladders import write_ladder
-from tests.trainer.stores import make_store
+from testkit.ladders import write_ladder
+from testkit.stores import make_store
 from trainer.ladder.check import predict_then_measure
 from trainer.ladder.results import read_ladder
 

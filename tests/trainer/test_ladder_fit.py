@@ -39,7 +39,7 @@ def test_free_asymptote_fit_recovers_all_three_parameters():
     assert fitted.alpha == pytest.approx(0.2, rel=0.1)
 
 
-def test_the_reference_fit_predicts_what_the_issue_says():
+def test_the_reference_fit_predicts_the_reference_runs_losses():
     assert REFERENCE_LAW.loss(1e21) == pytest.approx(2.606, abs=0.001)
     assert REFERENCE_LAW.loss(1e23) == pytest.approx(2.252, abs=0.001)
     points = [Point(f, REFERENCE_LAW.loss(f), f"r{i}") for i, f in enumerate(RUNG_FLOPS)]
@@ -67,6 +67,7 @@ def coverage(law, flops, sigma, asymptote, target, level, seeds=1, redraws=300):
     return held / redraws
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds,level", [(1, 0.8), (3, 0.9)])
 def test_the_interval_holds_a_new_measurement_at_its_nominal_level(seeds, level):
     """300 redraws of the reference's four rungs (plus noise) predicting 1e23, ten times past the widest:

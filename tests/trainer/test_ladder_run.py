@@ -14,41 +14,15 @@ import pytest
 from millrace.home import Home
 from mixtures.manifest import read_manifest
 from mixtures.build import build
-from mixtures.new import new_revision
-from tests.trainer.ladders import write_ladder
-from tests.trainer.stores import make_store
+from testkit.ladders import micro_ladder
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 
 ROOT = Path(__file__).parents[2]
-CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q4": 9000}
 
 
-def micro_ladder(tmp_path: Path, widths=(8, 16), layers=(1, 1), tpa=4.0, batch=4) -> Path:
-    return write_ladder(tmp_path / "micro.toml", "micro", "two-phase", f"""[rules]
-widths = {list(widths)}
-layers = {list(layers)}
-tokens_per_active_param = {tpa}
-batch = {batch}
-[eval]
-evaluations = 2
-max_sequences = 8
-[here]
-peak_flops = 1e10
-""")
-
-
-@pytest.fixture
-def store_home(home):
-    make_store(home, CELLS)
-    new_revision(home, "default", "two-phase", "t", strategy="natural", seq_len=32, global_batch=8,
-                 phases=["main:40000", "cool:8000:uniform@c*q4,c*q1"])
-    build(home, "default", "two-phase")
-    return home
-
-
-def test_rung_manifests_keep_the_revisions_phases_and_weights(store_home, tmp_path):
-    home = store_home
+def test_rung_manifests_keep_the_revisions_phases_and_weights(ladder_home, tmp_path):
+    home = ladder_home
     base, _ = read_manifest(build(home, "default", "two-phase"))
     plan = plan_ladder(micro_ladder(tmp_path, widths=(8, 16, 32), layers=(1, 1, 2), tpa=2.0), home)
     for rung in plan.rungs:
@@ -76,8 +50,8 @@ def ladder_run(path: Path, home: Home) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_a_killed_ladder_run_resumes_without_retraining_finished_rungs(store_home, tmp_path):
-    home = store_home
+def test_a_killed_ladder_run_resumes_without_retraining_finished_rungs(ladder_home, tmp_path):
+    home = ladder_home
     path = micro_ladder(tmp_path, widths=(8, 16), layers=(1, 1), tpa=3.0)
     plan = plan_ladder(path, home)
     first, second = (home.run(f"ladder-micro-two-phase-{r.name}-s0") for r in plan.rungs)

@@ -98,6 +98,7 @@ def assert_every_rung_builds_as_planned(home: Home, ladder: Path, mixture: str, 
     return plan.rungs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cells", [1, 13, 35, 39, 200])
 def test_every_shipped_default_revision_scales_to_every_rung_on_1_to_200_cells(home, tmp_path, cells):
     stats_store(home, tmp_path, "local", generated_cells(cells))
@@ -114,6 +115,7 @@ def test_every_shipped_default_revision_scales_to_every_rung_on_1_to_200_cells(h
         assert raised > 0
 
 
+@pytest.mark.slow
 def test_every_shipped_reference_revision_scales_to_a_micro_ladder(home, tmp_path):
     cells = json.loads(REFERENCE_STATS.read_text())["available_tokens"]
     stats_store(home, tmp_path, "reference", cells, "2025.06.01")

@@ -10,8 +10,8 @@ from millrace.home import Home
 from mixtures.build import build
 from mixtures.new import new_revision
 from trainer.loop import train
+from testkit.stores import make_store
 from trainer.records import read_metrics, read_run
-from tests.trainer.stores import make_store
 
 CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q1": 6000}
 K = 4  # the switch; the runs go to 2K
@@ -37,6 +37,7 @@ def grad_norms(run_dir) -> list[float]:
     return [r["grad_norm"] for r in read_metrics(run_dir)]
 
 
+@pytest.mark.slow
 def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
     """The parent's run to K, then the child from its checkpoint: in the same run, and under the child's
     own run name (the reference run's new run id); both equal a fresh child run to 2K."""
@@ -61,6 +62,7 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
     assert [r["step"] for r in read_metrics(switched.run_dir)] == list(range(1, 2 * K + 1))  # the parent's lines too
 
 
+@pytest.mark.slow
 def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, tiny_config, capsys):
     config = tiny_config(steps=2 * K)
     train(config, lineage, "mix", "natural", steps=K, run="late", checkpoint_every=K)

@@ -9,6 +9,7 @@ whole model before sharding would show up as a rank allocating four times its sh
 import os
 import socket
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -46,6 +47,7 @@ def materialise_on_rank(rank: int, port: int, config_path: str, results: dict) -
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_the_sharded_meta_build_matches_the_whole_model_and_allocates_a_share(tiny_config):
     config_path = tiny_config("mesh", parallel={"data_parallel": 2, "expert_parallel": 2})
     config = with_vocab(load_train_config(config_path), VOCAB)

@@ -41,6 +41,7 @@ def tiny(vocab=64, **moe):
                        n_dense_layers=1), MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16, **moe)
 
 
+@pytest.mark.slow
 def test_attention_stays_inside_documents():
     model_cfg, moe_cfg = tiny()
     model = Transformer(model_cfg, moe_cfg)
@@ -68,6 +69,7 @@ def test_parameter_count_on_paper_matches_the_model(tie):
     assert counted.active == counted.total - routed + routed * moe_cfg.top_k // moe_cfg.n_routed_experts
 
 
+@pytest.mark.slow
 def test_router_aux_losses_are_added_when_asked():
     model_cfg, moe_cfg = tiny(seq_aux_loss_coef=0.01, z_loss_coef=0.001)
     model = Transformer(model_cfg, moe_cfg)

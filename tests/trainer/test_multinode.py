@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from millrace.home import Home
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
 

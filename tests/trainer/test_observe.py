@@ -16,7 +16,8 @@ from trainer.health import TooManySkippedSteps
 from trainer.loop import train
 from trainer.records import EVAL_SCHEMA, read_eval, read_metrics, read_run, read_samples
 from trainer.model import Transformer
-from tests.trainer.stores import build_mixture, make_store
+from testkit.stores import build_mixture, make_store
+from trainer.records import read_samples
 
 CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000}
 SEQ_LEN, BATCH, STEPS = 32, 8, 30
@@ -38,6 +39,7 @@ def observe_config(tiny_config, name="observe", **sections):
     return tiny_config(name, **base)
 
 
+@pytest.mark.slow
 def test_evaluations_follow_the_contract_and_always_read_the_same_sequences(held, tiny_config):
     home, path = held
     result = train(observe_config(tiny_config), home, steps=10, run="evals")
@@ -61,6 +63,7 @@ def test_evaluations_follow_the_contract_and_always_read_the_same_sequences(held
     assert records[0]["loss"]["macro"] < math.log(256)
 
 
+@pytest.mark.slow
 def test_evaluation_is_the_same_whatever_the_pass_split_and_leaves_the_router_alone(held, tiny_config):
     _, path = held
     from trainer.config import load_train_config, with_vocab
@@ -82,6 +85,7 @@ def test_evaluation_is_the_same_whatever_the_pass_split_and_leaves_the_router_al
     assert all(torch.equal(a, b) for a, b in zip(before, after))  # evaluation never feeds the bias rule
 
 
+@pytest.mark.slow
 def test_samples_are_identical_on_rerun(held, tiny_config):
     home, _ = held
     config = observe_config(tiny_config, "samples")
@@ -111,6 +115,7 @@ def poison_forward(monkeypatch, at_calls):
     monkeypatch.setattr(Transformer, "forward", forward)
 
 
+@pytest.mark.slow
 def test_a_nan_step_is_skipped_and_counted(held, tiny_config, monkeypatch):
     home, _ = held
     poison_forward(monkeypatch, {4})
@@ -131,6 +136,7 @@ def test_a_nan_step_is_skipped_and_counted(held, tiny_config, monkeypatch):
     assert result.losses[3] != result.losses[3]  # NaN, reported as it was
 
 
+@pytest.mark.slow
 def test_too_many_consecutive_skips_stop_the_run(held, tiny_config, monkeypatch):
     home, _ = held
     poison_forward(monkeypatch, {2, 3, 4})
@@ -139,6 +145,7 @@ def test_too_many_consecutive_skips_stop_the_run(held, tiny_config, monkeypatch)
     assert read_run(home.run("stop"))["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_train_status_exits_3_while_an_alert_is_active(held, tiny_config, capsys):
     home, _ = held
     alerting = {"grad_norm_max": 1e-6, "timing": {"grad_norm": {"warmup_steps": 0, "start_after": 1}}}
@@ -159,6 +166,7 @@ def test_train_status_exits_3_while_an_alert_is_active(held, tiny_config, capsys
     assert "run.json" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_evaluation_is_the_same_on_one_and_two_gloo_ranks(held, tiny_config):
     """Experts split over two ranks (all-to-all) and FSDP: the same held-out numbers as one process.
 

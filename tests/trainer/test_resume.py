@@ -1,5 +1,7 @@
 """Resume refusals: one line naming the field or the file, never a traceback, and nothing overwritten."""
 
+import pytest
+
 from millrace.cli import main as millrace
 from trainer.records import read_metrics, read_run
 
@@ -12,6 +14,7 @@ def _args(config, home, *extra):
     return ["train", str(config), "--home", str(home.root), "--run", "changed", "--no-progress", *extra]
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_shape_change_and_guards_training_settings(built, tiny_config, capsys):
     home, _ = built
     assert millrace(_args(tiny_config(), home, "--steps", "2")) == 0
@@ -33,6 +36,7 @@ def test_resume_refuses_a_shape_change_and_guards_training_settings(built, tiny_
     assert [change["field"] for change in changes] == ["optimizer.lr", "schedule.warmup_steps"]
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_one_line(built, tiny_config, capsys):
     home, _ = built
     args = ["train", str(tiny_config()), "--home", str(home.root), "--run", "damaged", "--no-progress"]

@@ -1,8 +1,9 @@
 """Generation with a KV cache against the full recompute it replaces: the same tokens, the same log-probs."""
 
+import pytest
 import torch
 
-from tests.trainer.test_kernels import tiny_model
+from testkit.models import tiny_model
 from trainer.samples import choose, complete, left_padded
 
 PROMPTS = [[5, 17, 3, 88, 41], [9, 2, 60, 33, 12, 71, 8, 19, 50], [44, 7, 1]]
@@ -37,6 +38,7 @@ def generators(seed):
     return [torch.Generator().manual_seed(seed * 1000 + row) for row in range(6)]
 
 
+@pytest.mark.slow
 def test_cached_generation_equals_full_recompute_greedy_and_seeded():
     model = tiny_model(seed=3).eval()
     prompts = PROMPTS + PROMPTS
@@ -54,6 +56,7 @@ def test_cached_generation_equals_full_recompute_greedy_and_seeded():
         assert abs(got - want) < 1e-5
 
 
+@pytest.mark.slow
 def test_cached_generation_stops_at_eos_like_the_recompute():
     model = tiny_model(seed=4).eval()
     temperatures = [1.0, 1.0, 1.0]

@@ -15,6 +15,7 @@ CONTRACT = {"step", "time", "phase", "loss", "lr", "tokens", "tokens_per_second"
             "loss_per_source", "realised_tokens_per_cell"}
 
 
+@pytest.mark.slow
 def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_config):
     home, manifest_path = built
     result = train(tiny_config(), home, steps=40, run="learn")
@@ -47,6 +48,7 @@ def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_conf
     assert run["store"] == {"name": "t", "version": "2026.01.01"}
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_loss_curve_exactly(built, tiny_config):
     home, _ = built
     config = tiny_config(checkpoint={"every": 3, "keep": 2})
@@ -61,6 +63,7 @@ def test_resume_continues_the_same_loss_curve_exactly(built, tiny_config):
     assert steps == list(range(1, 13))
 
 
+@pytest.mark.slow
 def test_rate_zero_keeps_every_router_bias_at_zero(built, tiny_config):
     home, _ = built
     result = train(tiny_config(moe={"bias_update_rate": 0.0}), home, steps=8, run="frozen")
@@ -69,6 +72,7 @@ def test_rate_zero_keeps_every_router_bias_at_zero(built, tiny_config):
         assert record["param_norm_with_router_bias"] == record["param_norm"]
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_matches_one_big_batch(built, tiny_config):
     home, _ = built
     one = train(tiny_config(), home, steps=3, run="micro1").losses
@@ -95,6 +99,7 @@ def test_train_cli_refuses_bad_input_with_one_line(built, tiny_config, capsys):
     assert "millrace train plan" in capsys.readouterr().err  # refused before allocating 2 TB
 
 
+@pytest.mark.slow
 def test_train_cli_runs_and_resumes(built, tiny_config, capsys):
     home, _ = built
     args = ["train", str(tiny_config()), "--home", str(home.root), "--run", "cli", "--no-progress"]
@@ -105,6 +110,7 @@ def test_train_cli_runs_and_resumes(built, tiny_config, capsys):
     assert "steps 2..3" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_bf16_compute_keeps_fp32_master_weights_and_adam_state(built, tiny_config):
     import torch
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -25,13 +26,11 @@ from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
-from tests.store_builder import write_store
+from testkit.stores import learnable_document, write_store
 
-TINY_CONFIG = Path(__file__).parents[2] / "trainer" / "configs" / "tiny.toml"
+TINY_CONFIG = Path(__file__).parents[1] / "trainer" / "configs" / "tiny.toml"
 VOCAB, EOS = 512, 1
 SEQ_LEN, GLOBAL_BATCH = 32, 8
-RANKS = np.arange(2, VOCAB)
-ZIPF = 1.0 / (RANKS - 1.0) ** 1.1 / (1.0 / (RANKS - 1.0) ** 1.1).sum()
 STORE = "local"
 VERSION = "2026.11.30"
 SOURCES = ["python-docs", "man-pages", "licenses"]
@@ -64,9 +63,8 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
             docs, samples = [], []
             for doc in range(20 + 10 * domain + 5 * bucket):
                 source_id = (doc + domain) % len(SOURCES) if doc % 4 else domain
-                tokens = rng.choice(RANKS, size=int(rng.integers(50, 400)), p=ZIPF)
-                tokens[1::2] = (tokens[0::2][: tokens[1::2].size] + 7 * (2 * domain + bucket + 1)) % (VOCAB - 2) + 2
-                tokens[-1] = EOS  # Zipf unigrams with a per-cell bigram rule: a tiny model's loss can fall
+                # Zipf unigrams with a per-cell bigram rule: a tiny model's loss can fall
+                tokens = learnable_document(rng, int(rng.integers(50, 400)), 2 * domain + bucket + 1, VOCAB, EOS)
                 docs.append((tokens, source_id))
                 if len(samples) < 2:
                     text = HOSTILE if (domain, bucket, doc) == (0, 0, 0) else f"document {doc} of {name}: " + "lorem " * 90
@@ -257,3 +255,10 @@ def make_reference_store(home: Home, revisions: int = 5, seed: int = 3) -> Path:
         new_revision(home, "reference", name, "reference/2026.11.30", seq_len=4096, global_batch=2048, **options)
         build(home, "reference", name)
     return root
+
+
+def page_data(page: Path) -> dict:
+    """The JSON a built page embeds for its scripts."""
+    match = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.DOTALL)
+    assert match, f"{page} embeds no page data"
+    return json.loads(match.group(1))

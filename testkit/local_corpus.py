@@ -41,7 +41,7 @@ def _prose(limit: int, piece: int = 2_000) -> list[tuple[str, str]]:
     return documents[:limit]
 
 
-def _strip_roff(raw: str) -> str:
+def strip_roff(raw: str) -> str:
     lines = []
     for line in raw.splitlines():
         if line.startswith(('.\\"', "'\\\"")):
@@ -57,7 +57,7 @@ def _strip_roff(raw: str) -> str:
 
 def _man(limit: int) -> list[tuple[str, str]]:
     pages = sorted(Path("/usr/share/man/man1").glob("*.gz"))[:limit]
-    return [(f"man/{p.name}", _strip_roff(gzip.decompress(p.read_bytes()).decode(errors="replace"))) for p in pages]
+    return [(f"man/{p.name}", strip_roff(gzip.decompress(p.read_bytes()).decode(errors="replace"))) for p in pages]
 
 
 def _licenses(limit: int) -> list[tuple[str, str]]:

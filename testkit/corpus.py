@@ -93,3 +93,8 @@ tasks = {tasks}
 workers = {workers}
 {extra}
 """
+
+
+def store_files(path: Path) -> dict[str, bytes]:
+    """Every file of a store version with its bytes: identical stores compare equal."""
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}

@@ -2,7 +2,7 @@
 
 Each page (`man1/dpkg.1`, …) present under /usr/share/man/<lang>/ in at least `min_languages`
 languages (English, /usr/share/man/manN, counts as one) becomes one document per language, roff
-requests and escapes stripped (`local_corpus._strip_roff`, fast enough for a test). Documents carry
+requests and escapes stripped (`local_corpus.strip_roff`, fast enough for a test). Documents carry
 `metadata["page"]`, `metadata["source"]` (`man-<lang>`) and `metadata["language"]` (ISO 639-1:
 `pt_BR` → `pt`). An empty list where the machine has no translated man pages.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from datatrove.data import Document
 
-from tests.domains.local_corpus import _strip_roff
+from testkit.local_corpus import strip_roff
 
 MAN_ROOT = Path("/usr/share/man")
 MAX_CHARS = 3_000
@@ -37,7 +37,7 @@ def _translated_pages() -> dict[str, dict[str, Path]]:
 
 def _read(path: Path) -> str:
     raw = gzip.decompress(path.read_bytes()).decode(errors="replace")
-    return "" if raw.lstrip().startswith(".so ") else _strip_roff(raw)[:MAX_CHARS]
+    return "" if raw.lstrip().startswith(".so ") else strip_roff(raw)[:MAX_CHARS]
 
 
 def multilingual_man_pages(min_languages: int = 3) -> list[Document]:

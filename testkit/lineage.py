@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from millrace.home import Home
-from tests.mixtures.stores import make_store
+from testkit.stores import EVEN, make_store
 
 # Cell c02q0 is small: it runs through several epochs, across the switch.
 CELLS = {"c00q0": 30000, "c00q1": 22000, "c01q0": 9000, "c01q1": 4100, "c02q0": 1700}
@@ -58,7 +58,7 @@ def write_revision(home: Home, text: str, name: str) -> Path:
 
 def lineage_home(root: Path) -> Home:
     home = Home.resolve(root)
-    make_store(home, CELLS, doc_tokens=53)
+    make_store(home, CELLS, EVEN, doc_tokens=53)
     for name, text in (("natural", PARENT), ("swap", CHILD), ("late", GRANDCHILD)):
         write_revision(home, text, name)
     return home

@@ -1,0 +1,65 @@
+"""Built manifests with counts set by the test (not by the mixtures room), and stats-only stores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from millrace.home import Home
+from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
+from pipeline.store.format import CELL_SCHEMA_VERSION, SCHEMA_VERSION, StoreManifest, write_stats_only_store
+from testkit.stores import RANDOM
+
+EOS = RANDOM.eos
+
+# The loader tests' store (`RANDOM` documents) and two-phase schedules over it.
+LOADER_CELLS = {"a": 6000, "b": 2500, "c": 800, "d": 170}  # d is small: repeated for several epochs
+LOADER_PHASES = [{"a": 120, "b": 60, "c": 2, "d": 26}, {"a": 40, "b": 20, "c": 10, "d": 34}]
+BOUNDARY_STEP = 26  # phase 1 starts at position 208 = step 26 with global batch 8
+# A long schedule over the same store (cells repeat for many epochs): 2,000 + 3,000 steps.
+LONG_PHASES = [{"a": 9000, "b": 5000, "c": 1500, "d": 500}, {"a": 6000, "b": 6000, "c": 6000, "d": 6000}]
+LONG_BOUNDARY_STEP = 2000
+
+
+def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", version: str = "2026.01.01") -> Path:
+    root = home.store(name, version)
+    write_stats_only_store(root, name, version, cells)
+    return root
+
+
+def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], seq_len: int = 16,
+                  global_batch: int = 8, seed: int = 1234, mixture: str = "mix", revision: str = "r1",
+                  phase_names: list[str] | None = None, document_block: int = 1024, document_run: int = 1) -> Path:
+    """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
+    from millrace.artifacts import HASH_FIELD, payload_of, read_artifact
+
+    body = read_artifact(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
+    store = StoreManifest.model_validate(payload_of(body))
+    cells = {}
+    for name, summary in store.cells.items():
+        shards = 0
+        if not store.stats_only:
+            cell_body = read_artifact(store_root / "cells" / name / "cell.json", "millrace.cell", (CELL_SCHEMA_VERSION,))
+            shards = len(cell_body["shards"]["names"])
+        cells[name] = ManifestCell(name=name, available_tokens=summary.tokens, documents=summary.documents,
+                                   sequences_available=max(0, (summary.tokens - 1) // seq_len),
+                                   cell_manifest_hash=summary.manifest_hash, shards=shards)
+    built_phases, position = [], 0
+    for p, counts in enumerate(phases):
+        sequences = sum(counts.values())
+        assert sequences % global_batch == 0, "test counts must fill whole batches"
+        built_phases.append(ManifestPhase(
+            name=(phase_names or [f"phase{i}" for i in range(len(phases))])[p], token_budget=sequences * seq_len,
+            start_position=position, sequences=sequences, start_step=position // global_batch,
+            steps=sequences // global_batch, counts=counts,
+            declared_weights={c: n / sequences for c, n in counts.items()}))
+        position += sequences
+    manifest = BuiltManifest(
+        mixture=mixture, revision=revision, revision_hash="sha256:test", store=StoreRef(
+            name=store.name, version=store.version, manifest_hash=body[HASH_FIELD], stats_only=store.stats_only),
+        tokenizer_fingerprint=None if store.stats_only else "test", dtype=store.dtype,
+        eos_id=None if store.stats_only else EOS, seed=seed, seq_len=seq_len, global_batch=global_batch,
+        epoch_cap=8.0, document_block=document_block, document_run=document_run, cells=cells, phases=built_phases,
+        total_sequences=position, total_steps=position // global_batch)
+    path = manifest_path(home, store.name, store.version, mixture, revision)
+    write_manifest(path, manifest)
+    return path

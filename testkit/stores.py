@@ -1,0 +1,225 @@
+"""One way to write a small real token store for a test or a bench: documents in, shards and manifests out.
+
+`write_store` writes documents with the store's own `ShardWriter` and manifests, as the pipeline's assembly does.
+`make_store` draws the documents by one of three shapes, each what one room's tests need:
+`LEARNABLE` (Zipf unigrams with a per-cell bigram rule, so a tiny model's loss falls: trainer, ladder, drills),
+`RANDOM` (uniform ids, lengths 1-120, a real word-level tokenizer beside it: loader) and `EVEN` (documents of one
+length dealt round-robin over shards: mixtures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from millrace.artifacts import sha256_file
+from millrace.home import Home
+from pipeline.store.format import (
+    CellManifest,
+    CellSummary,
+    HeldOut,
+    ShardInfo,
+    ShardTable,
+    ShardWriter,
+    SourceCounts,
+    StoreManifest,
+    TokenizerInfo,
+    write_cell_manifest,
+    write_store_manifest,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_tokens.json"
+Document = tuple[np.ndarray, int]  # token ids (EOS included), source index
+
+
+def write_store(home: Home, name: str, version: str, cells: Mapping[str, Sequence[Sequence[Document]]],
+                sources: list[str], *, vocab_size: int, eos_id: int, fingerprint: str = "sha256:test",
+                tokenizer_path: str | None = None, bytes_per_token: int = 4, cell_stats: Mapping[str, dict] = {},
+                store_stats: dict | None = None, funnel: dict | None = None,
+                validation: Mapping[str, Sequence[Document]] = {}) -> Path:
+    """`cells[cell]` is a list of shards, each a list of documents; `validation[cell]` the cell's held-out
+    documents (one validation shard); returns the store directory."""
+    root = home.store(name, version)
+    summaries = {}
+    for cell, shards in sorted(cells.items()):
+        counts: dict[str, SourceCounts] = {}
+        infos = [_write_shard(root / "cells" / cell / f"shard_{index:05d}", shard, sources, bytes_per_token, counts)
+                 for index, shard in enumerate(shards)]
+        documents, tokens = sum(i.documents for i in infos), sum(i.tokens for i in infos)
+        held = HeldOut()
+        if validation.get(cell):
+            held_sources: dict[str, SourceCounts] = {}
+            info = _write_shard(root / "cells" / cell / "validation-00000", validation[cell], sources, bytes_per_token,
+                                held_sources, durable=True)
+            held = HeldOut(documents=info.documents, tokens=info.tokens, bytes=info.tokens * bytes_per_token,
+                           shards=[info], sources=held_sources)
+        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint=fingerprint, documents=documents,
+                                tokens=tokens, bytes=tokens * bytes_per_token, shards=ShardTable.of(infos),
+                                sources=counts, stats=dict(cell_stats.get(cell, {})), validation=held)
+        summaries[cell] = CellSummary(documents=documents, tokens=tokens, bytes=tokens * bytes_per_token,
+                                      validation_documents=held.documents, validation_tokens=held.tokens,
+                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
+    write_store_manifest(root, StoreManifest(
+        name=name, version=version, dtype="uint16", cells=summaries, sources=sources,
+        tokenizer=TokenizerInfo(fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path),
+        funnel=funnel or {}, stats=store_stats or {}))
+    return root
+
+
+def _write_shard(path: Path, documents: Sequence[Document], sources: list[str], bytes_per_token: int,
+                 counts: dict[str, SourceCounts], durable: bool = False) -> ShardInfo:
+    """One uint16 shard of `documents`, counted into `counts` per source name."""
+    writer = ShardWriter(path, np.dtype(np.uint16), durable=durable)
+    for doc, source in documents:
+        writer.add_document(doc, source_id=source)
+        count = counts.setdefault(sources[source], SourceCounts())
+        count.documents += 1
+        count.tokens += len(doc)
+        count.bytes += len(doc) * bytes_per_token
+    return writer.close()
+
+
+def zipf_probabilities(vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids 2..vocab-1 (0 and 1 are left to EOS/padding) and a Zipf law over them, exponent 1.1."""
+    ranks = np.arange(2, vocab)
+    weights = 1.0 / (ranks - 1.0) ** 1.1
+    return ranks, weights / weights.sum()
+
+
+def learnable_document(rng: np.random.Generator, length: int, pattern: int, vocab: int, eos: int) -> np.ndarray:
+    """Zipf unigrams where every odd token follows from the one before by a rule set by `pattern` (one per cell):
+    a tiny model can learn it, so its loss must fall from ln(vocab)."""
+    ranks, probabilities = zipf_probabilities(vocab)
+    tokens = rng.choice(ranks, size=length, p=probabilities).astype(np.uint16)
+    tokens[1::2] = (tokens[0::2][: tokens[1::2].size] + 7 * pattern) % (vocab - 2) + 2
+    tokens[-1] = eos
+    return tokens
+
+
+Draw = Callable[[np.random.Generator, int, int, int, "StoreShape"], list[list[Document]]]
+
+
+def _learnable(rng: np.random.Generator, index: int, tokens: int, shards: int,
+               shape: StoreShape) -> list[list[Document]]:
+    docs, written = [], 0
+    while written < tokens:
+        length = int(min(rng.integers(8, 96), tokens - written))
+        docs.append((learnable_document(rng, length, index + 1, shape.vocab, shape.eos),
+                     int(rng.integers(0, len(shape.sources)))))
+        written += length
+    return [docs]
+
+
+def _random(rng: np.random.Generator, index: int, tokens: int, shards: int,
+            shape: StoreShape) -> list[list[Document]]:
+    result, written = [], 0
+    for shard in range(shards):
+        target, docs = tokens * (shard + 1) // shards, []
+        while written < target:
+            length = int(min(rng.integers(1, 120), target - written))
+            doc = rng.integers(2, shape.vocab, size=length).astype(np.uint16)
+            doc[-1] = shape.eos
+            docs.append((doc, int(rng.integers(0, len(shape.sources)))))
+            written += length
+        result.append(docs)
+    return result
+
+
+def _even(rng: np.random.Generator, index: int, tokens: int, shards: int,
+          shape: StoreShape) -> list[list[Document]]:
+    size = shape.doc_tokens
+    lengths = [size] * (tokens // size) + ([tokens % size] if tokens % size else [])
+    result = []
+    for shard in range(shards):
+        documents = []
+        for length in lengths[shard::shards]:
+            doc = rng.integers(0, shape.vocab, size=length, dtype=np.uint16)
+            doc[-1] = shape.eos
+            documents.append((doc, 0))
+        result.append(documents)
+    return result
+
+
+@dataclass(frozen=True)
+class StoreShape:
+    """How `make_store` draws a store: its documents, default name and version, vocabulary and sources."""
+
+    draw: Draw
+    name: str
+    version: str
+    vocab: int
+    eos: int
+    sources: tuple[str, ...]
+    shards: int
+    bytes_per_token: int = 4
+    doc_tokens: int = 97
+    fingerprint: str = "test"
+    tokenizer_path: str | None = None
+    tokenizer: bool = False  # write a real word-level tokenizer.json into the store and pin its fingerprint
+
+
+LEARNABLE = StoreShape(_learnable, "t", "2026.01.01", vocab=256, eos=1, sources=("docs", "code", "man"), shards=1,
+                       bytes_per_token=2)
+RANDOM = StoreShape(_random, "t", "2026.01.01", vocab=500, eos=1, sources=("alpha", "beta", "gamma"), shards=2,
+                    tokenizer=True)
+EVEN = StoreShape(_even, "local", "2026.11.30", vocab=1000, eos=0, sources=("test",), shards=2,
+                  fingerprint="sha256:test", tokenizer_path="tokenizer/tokenizer.json")
+
+
+def make_store(home: Home, cells: Mapping[str, int], shape: StoreShape = LEARNABLE, *, name: str | None = None,
+               version: str | None = None, seed: int = 0, shards: int | None = None, vocab: int | None = None,
+               doc_tokens: int | None = None, held_out: int = 0) -> Path:
+    """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.
+
+    `held_out`: the first documents of each cell's first shard go to its validation shard instead."""
+    shape = replace(shape, vocab=vocab or shape.vocab, doc_tokens=doc_tokens or shape.doc_tokens)
+    name, version = name or shape.name, version or shape.version
+    rng = np.random.default_rng(seed)
+    documents, validation = {}, {}
+    for index, (cell, tokens) in enumerate(sorted(cells.items())):
+        drawn = shape.draw(rng, index, tokens, shards or shape.shards, shape)
+        validation[cell], drawn[0] = drawn[0][:held_out], drawn[0][held_out:]
+        documents[cell] = drawn
+    fingerprint, tokenizer_path = shape.fingerprint, shape.tokenizer_path
+    if shape.tokenizer:
+        tokenizer = home.store(name, version) / "tokenizer" / "tokenizer.json"
+        write_tokenizer(tokenizer, shape.vocab, shape.eos)  # first: store.json pins its fingerprint
+        fingerprint, tokenizer_path = sha256_file(tokenizer), "tokenizer/tokenizer.json"
+    return write_store(home, name, version, documents, list(shape.sources), vocab_size=shape.vocab, eos_id=shape.eos,
+                       fingerprint=fingerprint, tokenizer_path=tokenizer_path, bytes_per_token=shape.bytes_per_token,
+                       validation=validation)
+
+
+def write_tokenizer(path: Path, vocab: int = RANDOM.vocab, eos: int = RANDOM.eos) -> None:
+    """A word-level tokenizer whose id i decodes to `w<i>` (EOS is `<eos>`)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    words = {f"w{i}": i for i in range(vocab)}
+    words["<eos>"] = eos
+    del words[f"w{eos}"]
+    tokenizer = Tokenizer(models.WordLevel(vocab=words, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+
+
+def grid(domains: int = 3, buckets: int = 5, base: int = 20000) -> dict[str, int]:
+    """Cells cNNqQ with varied sizes."""
+    return {f"c{d:02d}q{q}": base * (1 + d) + 701 * q for d in range(domains) for q in range(buckets)}
+
+
+def build_mixture(home: Home, store: str = "t", mixture: str = "default", revision: str = "uniform-sampling",
+                  tokens: int = 0, seq_len: int = 32, global_batch: int = 8) -> Path:
+    """The mixtures room's own `mix new` + `mix build` on the store: a real built manifest."""
+    from mixtures.build import build
+    from mixtures.new import new_revision
+
+    phases = [f"main:{tokens}:uniform"] if tokens else None
+    new_revision(home, mixture, revision, store, strategy="uniform", phases=phases, seq_len=seq_len,
+                 global_batch=global_batch)
+    return build(home, mixture, revision)
