@@ -45,7 +45,7 @@ test: $(DEV_STAMP) system-packages
 
 # Every test not marked `slow` (CONTRIBUTING.md: what makes a test slow): a few minutes on two cores.
 test-fast: $(DEV_STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_WORKERS)
 
 # The loader bench's peers. Their dependency lists would replace the CPU torch with a CUDA build, pull a
 # torchvision that does not load against it (`operator torchvision::nms does not exist`), and pin numpy < 2.2 and
