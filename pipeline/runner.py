@@ -62,7 +62,8 @@ from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
 from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
-from pipeline.config import EXTRACTED_FORMATS, FILTER_NAMES, PipelineConfig
+from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
+from pipeline.filters import FILTER_NAMES
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
 from pipeline.stages.progress import StageLines, live_records
 from pipeline.work import WorkLayout, prepare_work
@@ -256,7 +257,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     for name in FILTER_NAMES:
         if name in funnel:
             users = [s.name for s in config.sources if name in s.filters]
-            steps.append(HeuristicFilterStage(name, getattr(config.filters, name), funnel[name], layout.removed, users))
+            steps.append(HeuristicFilterStage(name, config.filters[name], funnel[name], layout.removed, users))
     d = config.dedup
     if d.exact or d.fuzzy:
         steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))

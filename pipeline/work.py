@@ -170,7 +170,7 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
                "parts": d.parts}
     own = {
         "filter": {"sources": [s.model_dump(mode="json") for s in config.sources],
-                   "filters": config.filters.model_dump(mode="json"), "signing": signing, "inputs": inputs,
+                   "filters": config.filters, "signing": signing, "inputs": inputs,
                    "sample_budget": sample_budget(config)},
         "dedup": d.model_dump(mode="json"),
         "tokenizer": config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
