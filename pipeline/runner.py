@@ -66,10 +66,11 @@ from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
 from pipeline.stages.progress import StageLines, live_records
-from pipeline.work import WorkLayout, prepare_work
+from pipeline.work import PHASES, WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
-STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "decontaminate", "split", "assemble")  # what `on_stage` is called with
+# what `on_stage` is called with: the phases, "models" announced within "tokenizer"
+STAGE_LABELS = tuple(phase for phase in PHASES if phase != "models")
 
 
 class PipelineError(MillraceError):
@@ -175,6 +176,8 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path)
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
 
     class TaskFileLoggingExecutor(LocalPipelineExecutor):
+        # datatrove has no setting for a task's logger: `_run_for_rank` calls the module global
+        # `add_task_logger`. Replaced here, in the worker process that runs the task (never the driver's).
         def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
             executor_base.add_task_logger = _file_task_logger
             return super()._run_for_rank(rank, local_rank, node_rank)

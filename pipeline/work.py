@@ -27,7 +27,11 @@ from pipeline.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
-STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize", "decontaminate", "split")  # in order; each depends on the one before
+# A run's phases, in order, each depending on the one before (the one list: the runner announces them, the
+# work state fingerprints all but assembly, which always runs). Words: a "phase" is one of these; a funnel
+# "stage" (`pipeline.runner.stage_names`) counts what one step removed; a "step" is a datatrove PipelineStep.
+PHASES = ("filter", "dedup", "tokenizer", "models", "tokenize", "decontaminate", "split", "assemble")
+STAGES = PHASES[:-1]  # the fingerprinted ones (the work state's "stages", kept by that name on disk)
 
 
 class InputsChanged(MillraceError):
