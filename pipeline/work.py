@@ -1,6 +1,6 @@
 """The work directory of a run: where each intermediate lives, and what may be resumed from it.
 
-`run.json` records, when a run starts, the task count, the input files (path, size and a
+`work.json` (the work state; `run.json` in work directories written before 2026.12, still read) records, when a run starts, the task count, the input files (path, size and a
 cheap fingerprint: xxh64 of the first and last 64 KiB) and one fingerprint per stage. A stage's
 fingerprint hashes its own options and its upstream stage's fingerprint, so a config change
 reruns exactly the stage it touches and the ones after it (and says which); `[executor]` touches
@@ -117,7 +117,19 @@ class WorkLayout:
 
     @property
     def state(self) -> Path:
+        return self.root / "work.json"
+
+    @property
+    def legacy_state(self) -> Path:
+        """The work state's earlier name (one word for two files: a training run's record is `run.json` too)."""
         return self.root / "run.json"
+
+    def read_state(self) -> dict | None:
+        """The recorded work state, under its name or its earlier one; None before the first run."""
+        for path in (self.state, self.legacy_state):
+            if path.exists():
+                return json.loads(path.read_text())
+        return None
 
     def outputs(self, stage: str) -> list[Path]:
         """What `stage` writes (what is deleted when it reruns)."""
@@ -225,7 +237,7 @@ def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = Fal
     tasks = config.executor.tasks
     inputs = input_listing(config)
     fingerprints = stage_fingerprints(config, inputs)
-    state = json.loads(layout.state.read_text()) if layout.state.exists() else None
+    state = layout.read_state()
     if state is not None and not restart and state.get("tasks") == tasks and "inputs" in state:
         changed = _first_change(state["inputs"], inputs)
         if changed:
@@ -250,4 +262,5 @@ def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = Fal
         rerun = list(STAGES)
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(layout.state, json.dumps({"tasks": tasks, "inputs": inputs, "stages": fingerprints}))
+    layout.legacy_state.unlink(missing_ok=True)
     return rerun
