@@ -64,8 +64,21 @@ from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
+from pipeline.stages.assemble import assemble_store, staging_dir
+from pipeline.stages.cell_shards import held_out_cutoffs
+from pipeline.stages.contamination import FindContainedNgrams, contaminated, save_decision, write_held_out_index
+from pipeline.stages.dedup import DedupSignatures
+from pipeline.stages.discovery import describe_unread, unread_files
+from pipeline.stages.duplicates import DropDuplicates, find_duplicates, load_duplicates
+from pipeline.stages.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
+from pipeline.stages.held_out import WriteHeldOut
+from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import StageLines, live_records
+from pipeline.stages.readers import ReadStage, file_count
+from pipeline.stages.sample import SampleSketch, merged_sample, sample_budget
+from pipeline.stages.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
+from pipeline.store.format import dtype_for_vocab
 from pipeline.work import PHASES, WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
@@ -111,9 +124,6 @@ class DeduplicatedSample:
         self.layout = layout
 
     def documents(self, max_bytes: int) -> list[Document]:
-        from pipeline.stages.duplicates import load_duplicates
-        from pipeline.stages.sample import merged_sample
-
         return merged_sample(self.layout.samples, lambda rank: set(load_duplicates(self.layout.duplicates, rank)),
                              max_bytes)
 
@@ -130,7 +140,7 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
-    from pipeline.stages.cell_stages import CellStages
+    from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
 
     stages = CellStages(config.quality, config.domains, layout.models)
     if not stages.enabled:
@@ -235,12 +245,6 @@ def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, 
 
 
 def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    from pipeline.stages.dedup import DedupSignatures
-    from pipeline.stages.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
-    from pipeline.stages.intermediate import TaskDocumentWriter
-    from pipeline.stages.readers import ReadStage, file_count
-    from pipeline.stages.sample import SampleSketch, sample_budget
-
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = []
@@ -272,7 +276,6 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
 
 def run_dedup(config: PipelineConfig, layout: WorkLayout, kind: str, workers: int, lines: bool) -> None:
     """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>."""
-    from pipeline.stages.duplicates import find_duplicates
 
     def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
         _run_stage("dedup", kind, pipeline, tasks, workers, layout.logs / "2-dedup" / name, lines)
@@ -281,10 +284,6 @@ def run_dedup(config: PipelineConfig, layout: WorkLayout, kind: str, workers: in
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
-    from pipeline.stages.duplicates import DropDuplicates
-    from pipeline.stages.intermediate import TaskDocumentReader
-    from pipeline.stages.tokenization import RemovedTokens, TokenizeCells
-
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered, layout.progress / "tokenize")]
@@ -306,10 +305,6 @@ def decontaminate(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kin
                   lines: bool) -> dict:
     """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.contamination`):
     {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
-    from pipeline.stages.contamination import (FindContainedNgrams, contaminated, save_decision,
-                                               write_held_out_index)
-    from pipeline.stages.tokenization import load_tokenizer
-    from pipeline.store.format import dtype_for_vocab
 
     v = config.validation
     if not v.decontaminate:
@@ -327,8 +322,6 @@ def decontaminate(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kin
 
 
 def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, given_back: dict) -> list[PipelineStep]:
-    from pipeline.stages.held_out import WriteHeldOut
-
     return [WriteHeldOut(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
                          layout.staged / "cells", layout.parts, config.output.shard_tokens, cutoffs,
                          config.validation.sets, given_back, config.validation.contamination_ngram)]
@@ -336,7 +329,6 @@ def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, gi
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     """The configured tokenizer.json, copied; or a byte-level BPE trained on the deduplicated sample."""
-    from pipeline.stages.tokenization import train_byte_level_bpe
 
     if layout.tokenizer.exists():
         return layout.tokenizer
@@ -433,8 +425,6 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     prepare_work(layout, config, restart)
     notify = on_stage or (lambda label: None)
 
-    from pipeline.stages.discovery import describe_unread, unread_files
-
     unread = unread_files(config)
     for entry in unread:
         log.warning("%s", describe_unread(entry))
@@ -448,7 +438,6 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)
     notify("tokenize")
-    from pipeline.stages.assemble import assemble_store, staging_dir
 
     if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
         for stage in ("tokenize", "decontaminate", "split"):
@@ -477,7 +466,6 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
         removed = {stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
                    for stage in funnel["stages"]}
         raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
-    from pipeline.stages.cell_shards import held_out_cutoffs
 
     cutoffs = held_out_cutoffs(layout.runs, config.validation)
     notify("decontaminate")

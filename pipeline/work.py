@@ -24,6 +24,8 @@ import xxhash
 from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import MillraceError
 from pipeline.config import PipelineConfig
+from pipeline.stages.readers import input_files
+from pipeline.stages.sample import sample_budget
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
@@ -165,7 +167,6 @@ def _file_fingerprint(path: Path) -> dict:
 
 def input_listing(config: PipelineConfig) -> list[dict]:
     """Every input file of every source, in read order, with its size and fingerprint."""
-    from pipeline.stages.readers import input_files
 
     listing = []
     for source in config.sources:
@@ -179,7 +180,6 @@ def input_listing(config: PipelineConfig) -> list[dict]:
 
 def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, str]:
     """One fingerprint per stage: its own options and the fingerprint of the stage before it."""
-    from pipeline.stages.sample import sample_budget
 
     d = config.dedup
     signing = {"exact": d.exact, "fuzzy": d.fuzzy, "ngram": d.ngram, "bands": d.bands, "rows": d.rows, "seed": d.seed,
