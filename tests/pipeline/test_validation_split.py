@@ -158,7 +158,7 @@ def test_no_held_out_document_reaches_a_training_batch(store_path):
 
 
 def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(store_path, tmp_path):
-    from loader.validation import ValidationSequences
+    from loader.held_out import ValidationSequences
     from mixtures.build import build
     from mixtures.new import new_revision
     from pipeline.stages.tokenization import load_tokenizer
@@ -193,7 +193,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
 
 
 def test_an_external_set_is_scored_whole_while_cells_give_their_first_windows(store_path):
-    from loader.validation import PAD_LABEL, ValidationSequences
+    from loader.held_out import PAD_LABEL, ValidationSequences
     from mixtures.build import build
     from mixtures.new import new_revision
 
