@@ -367,9 +367,13 @@ class DomainsConfig(StrictModel):
         return name
 
 
+def _every_filter_empty() -> dict[str, dict[str, Any]]:
+    return {name: {} for name in FILTER_NAMES}
+
+
 class PipelineConfig(StrictModel):
     sources: list[SourceConfig] = pydantic.Field(min_length=1)
-    filters: dict[str, dict[str, Any]] = pydantic.Field(default_factory=lambda: {name: {} for name in FILTER_NAMES})
+    filters: dict[str, dict[str, Any]] = pydantic.Field(default_factory=_every_filter_empty)
     dedup: DedupConfig = DedupConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     output: OutputConfig = OutputConfig()
