@@ -90,12 +90,42 @@ class PipelineError(MillraceError):
     """A stage failed; the message names the stage and where its task logs are."""
 
 
+@dataclass(frozen=True)
+class CountedStep:
+    """A funnel stage of the filter run, after reading: whether a config uses it, and its datatrove step
+    (given the config, the work layout and the stage's funnel directory)."""
+
+    name: str
+    used: Callable[[PipelineConfig], bool]
+    step: Callable[[PipelineConfig, WorkLayout, Path], PipelineStep]
+
+
+def _filter_step(name: str) -> CountedStep:
+    """A registered filter (`pipeline.filters`) as a funnel stage, for the sources that list it."""
+    def users(config: PipelineConfig) -> list[str]:
+        return [s.name for s in config.sources if name in s.filters]
+
+    return CountedStep(name, lambda config: bool(users(config)), lambda config, layout, funnel: HeuristicFilterStage(
+        name, config.filters[name], funnel, layout.removed, users(config)))
+
+
+# The filter run's counted stages in order (the one list: `stage_names` and `filter_pipeline` read it). Language
+# id comes before the filters: each filter applies the document's language's rules.
+FILTER_RUN_STAGES: tuple[CountedStep, ...] = (
+    CountedStep("extract", lambda config: bool(extracted_sources(config)),
+                lambda config, layout, funnel: ExtractStage(funnel, layout.removed, extracted_sources(config))),
+    CountedStep("normalise", lambda config: True, lambda config, layout, funnel: NormaliseStage(
+        funnel, layout.removed, [s.name for s in config.sources if s.normalise])),
+    CountedStep("language", lambda config: any(s.language_id for s in config.sources),
+                lambda config, layout, funnel: LanguageStage(
+                    funnel, layout.removed, {s.name: s.languages for s in config.sources if s.language_id})),
+    *(_filter_step(name) for name in FILTER_NAMES),
+)
+
+
 def stage_names(config: PipelineConfig) -> list[str]:
     """The funnel's stages, in order, for this config."""
-    names = ["read"] + (["extract"] if extracted_sources(config) else []) + ["normalise"]
-    if any(s.language_id for s in config.sources):
-        names.append("language")  # before the filters: each filter applies the document's language's rules
-    names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
+    names = ["read"] + [stage.name for stage in FILTER_RUN_STAGES if stage.used(config)]
     if config.dedup.exact:
         names.append("exact_dedup")
     if config.dedup.fuzzy:
@@ -255,16 +285,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
         if not files:
             raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
         offset += files
-    if "extract" in funnel:
-        steps.append(ExtractStage(funnel["extract"], layout.removed, extracted_sources(config)))
-    steps.append(NormaliseStage(funnel["normalise"], layout.removed, [s.name for s in config.sources if s.normalise]))
-    if "language" in funnel:
-        keep = {s.name: s.languages for s in config.sources if s.language_id}
-        steps.append(LanguageStage(funnel["language"], layout.removed, keep))
-    for name in FILTER_NAMES:
-        if name in funnel:
-            users = [s.name for s in config.sources if name in s.filters]
-            steps.append(HeuristicFilterStage(name, config.filters[name], funnel[name], layout.removed, users))
+    steps += [stage.step(config, layout, funnel[stage.name]) for stage in FILTER_RUN_STAGES if stage.name in funnel]
     d = config.dedup
     if d.exact or d.fuzzy:
         steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
