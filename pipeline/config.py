@@ -5,7 +5,8 @@
                            with one of the format's extensions, FORMAT_SUFFIXES), kind (prose|code),
                            normalise, filters, language_id, languages, on_bad_file (error|skip),
                            max_document_bytes (1 MB) and long_documents (drop|cut)
-    [filters.<name>]       options passed to datatrove's filter of that name (checked at load time)
+    [filters.<name>]       options passed to the registered filter of that name (pipeline.filters; checked at
+                           load time)
     [dedup]                exact and MinHash fuzzy dedup: ngram, bands x rows, threshold, seed
     [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
     [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
