@@ -1,7 +1,8 @@
 """The work directory of a run: where each intermediate lives, and what may be resumed from it.
 
-`work.json` (the work state; `run.json` in work directories written before 2026.12, still read) records, when a run starts, the task count, the input files (path, size and a
-cheap fingerprint: xxh64 of the first and last 64 KiB) and one fingerprint per stage. A stage's
+`work.json` (the work state; named `run.json` in work directories written before 2026.12, still read)
+records, when a run starts, the task count, the input files (path, size and a cheap fingerprint: xxh64
+of the first and last 64 KiB) and one fingerprint per stage. A stage's
 fingerprint hashes its own options and its upstream stage's fingerprint, so a config change
 reruns exactly the stage it touches and the ones after it (and says which); `[executor]` touches
 none, `[output] shard_tokens` and the evaluation sets only tokenization and the split (assembly always
