@@ -56,9 +56,10 @@ class SourceConfig(StrictModel):
     """One input source; its name becomes the cell name when no domains stage runs."""
 
     name: str = pydantic.Field(pattern=NAME_PATTERN, description="becomes the cell name when no domains stage runs")
-    paths: list[str] = pydantic.Field(min_length=1, description="files or directories (relative to this file or absolute)")
-    glob: str | None = pydantic.Field(None, examples=["**/*.jsonl"], description="only these files inside directories; "
-                                      "absent: every file with one of the format's extensions")
+    paths: list[str] = pydantic.Field(min_length=1,
+                                      description="files or directories (relative to this file or absolute)")
+    glob: str | None = pydantic.Field(None, examples=["**/*.jsonl"], description="only these files inside "
+                                      "directories; absent: every file with one of the format's extensions")
     format: Format = pydantic.Field("jsonl.zst", description="jsonl | jsonl.zst | parquet | warc | html | hf-datasets "
                                     "(warc, html: trafilatura extracts the text)")
     kind: Literal["prose", "code"] = pydantic.Field("prose", description="prose | code (code never goes through "
