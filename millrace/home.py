@@ -28,6 +28,23 @@ class Home:
     def resolve(cls, override: str | Path | None = None) -> "Home":
         return cls(Path(override or os.environ.get("MILLRACE_HOME") or DEFAULT_HOME).resolve())
 
+    # Which home, store or run a path is: the inverse of the layout above, kept beside it.
+    @classmethod
+    def of_store(cls, store_dir: str | Path) -> "Home":
+        """The home of a store version directory, `<home>/stores/<name>/<version>`."""
+        return cls(Path(store_dir).resolve().parents[2])
+
+    @classmethod
+    def of_run(cls, run_dir: str | Path) -> "Home":
+        """The home of a run directory, `<home>/runs/<run>`."""
+        return cls(Path(run_dir).resolve().parents[1])
+
+    @staticmethod
+    def store_of_built_mixture(path: str | Path) -> Path:
+        """The store version directory holding a file of a built mixture,
+        `<store>/mixtures/<mixture>/<revision>/<file>`."""
+        return Path(path).resolve().parents[3]
+
     @property
     def stores(self) -> Path:
         return self.root / "stores"

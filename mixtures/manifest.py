@@ -167,7 +167,7 @@ def manifest_path(home: Home, store_name: str, store_version: str, mixture: str,
 
 def store_dir_of(path: Path) -> Path:
     """The store version directory that a manifest at `path` belongs to."""
-    return Path(path).resolve().parents[3]
+    return Home.store_of_built_mixture(path)
 
 
 def write_manifest(path: Path, manifest: BuiltManifest) -> str:

@@ -9,7 +9,9 @@ The Python API (what `millrace demo` and the CLI call):
 
 Layout, in flow order:
 
-    config.py, starter.py   the run's TOML config; `pipeline init`'s starter config
+    config.py, starter.py   the run's TOML config (every section's model); `pipeline init`'s starter config
+    filters.py              the filter registry: config checks, funnel stages and starter tables come from it
+    work.py                 the run's phases in order, the work directory and what may be resumed from it
     runner.py, cli.py       the run's orchestration (executor runs, driver steps); `millrace pipeline`
     stages/                 read → filter → dedup → cells → tokenize → assemble (datatrove steps)
     cells/                  the quality and domain models that give a document its cell

@@ -5,7 +5,8 @@
                            with one of the format's extensions, FORMAT_SUFFIXES), kind (prose|code),
                            normalise, filters, language_id, languages, on_bad_file (error|skip),
                            max_document_bytes (1 MB) and long_documents (drop|cut)
-    [filters.<name>]       options passed to datatrove's filter of that name (checked at load time)
+    [filters.<name>]       options passed to the registered filter of that name (pipeline.filters; checked at
+                           load time)
     [dedup]                exact and MinHash fuzzy dedup: ngram, bands x rows, threshold, seed
     [tokenizer]            a tokenizer.json path, or a byte-level BPE trained on a sample
     [output]               store name, version (CalVer YYYY.MM.DD, default today), shard size
@@ -13,7 +14,12 @@
     [executor.slurm]       partition, time, cpus and memory per task, extra sbatch args (pipeline.slurm)
     [validation]           the held-out split per cell: tokens_per_cell, fraction, max_documents_per_cell,
                            max_token_share, seed; external sets
-    [quality], [domains]   optional; their models live in pipeline.cells.quality / pipeline.cells.domains
+    [quality], [domains]   optional: quality buckets (pipeline.cells.quality) and topic domains
+                           (pipeline.cells.domains); cells become cNNqQ
+
+Every section's model lives here, so that reading a config imports no stage (no datatrove, no scikit-learn);
+the stages import their section's model from here. `pipeline init` writes the starter file from these models
+(field descriptions become its comments) and from the filter registry, `pipeline.filters`.
 
 `load_pipeline_config` is the edge: every problem is a one-line ConfigError naming the file
 and the field (unknown options, wrong types, a missing source path, a code source sent
@@ -23,7 +29,6 @@ through prose filters).
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -33,11 +38,8 @@ import pydantic
 from millrace.config import StrictModel, parse_document, validate
 from millrace.errors import ConfigError, first_validation_error
 from millrace.names import NAME_PATTERN
-from pipeline.cells.validation import ValidationConfig
+from pipeline.filters import FILTER_NAMES, PROSE_FILTERS, filter_spec
 
-FilterName = Literal["gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality"]
-FILTER_NAMES: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4_quality", "fineweb_quality")
-PROSE_FILTERS = frozenset(FILTER_NAMES)  # every datatrove heuristic filter assumes natural-language text
 Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "html", "hf-datasets"]
 _JSON_LINES = tuple(f"{stem}{codec}" for stem in (".jsonl", ".json", ".ndjson")
                     for codec in ("", ".gz", ".zst", ".zstd", ".bz2", ".xz"))
@@ -50,35 +52,40 @@ EXTRACTED_FORMATS = frozenset({"warc", "html"})  # their text is HTML: trafilatu
 CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
 
 
-def _section(module: str, name: str, value: Any) -> Any:
-    """Validate an optional section with its owner's model, imported only when the section is used."""
-    if value is None or isinstance(value, pydantic.BaseModel):
-        return value
-    model = getattr(importlib.import_module(module), name)
-    try:
-        return model.model_validate(value)
-    except pydantic.ValidationError as exc:
-        raise ValueError(first_validation_error(exc, lambda loc: ".".join(map(str, loc)) or "<root>")) from None
-
-
 class SourceConfig(StrictModel):
     """One input source; its name becomes the cell name when no domains stage runs."""
 
-    name: str = pydantic.Field(pattern=NAME_PATTERN)
-    paths: list[str] = pydantic.Field(min_length=1)
-    glob: str | None = None
-    format: Format = "jsonl.zst"
-    kind: Literal["prose", "code"] = "prose"
-    normalise: bool = True
-    filters: list[FilterName] = []
-    language_id: bool = True
-    languages: list[str] | None = None
-    text_key: str = "text"
-    id_key: str = "id"
-    on_bad_file: Literal["error", "skip"] = "error"
-    max_document_bytes: int = pydantic.Field(1_000_000, ge=1)
-    long_documents: Literal["drop", "cut"] = "drop"
-    symlinks_outside: Literal["skip", "read"] = "skip"  # links leading out of a source's folder: reported, or read
+    name: str = pydantic.Field(pattern=NAME_PATTERN, description="becomes the cell name when no domains stage runs")
+    paths: list[str] = pydantic.Field(min_length=1,
+                                      description="files or directories (relative to this file or absolute)")
+    glob: str | None = pydantic.Field(None, examples=["**/*.jsonl"], description="only these files inside "
+                                      "directories; absent: every file with one of the format's extensions")
+    format: Format = pydantic.Field("jsonl.zst", description="jsonl | jsonl.zst | parquet | warc | html | hf-datasets "
+                                    "(warc, html: trafilatura extracts the text)")
+    kind: Literal["prose", "code"] = pydantic.Field("prose", description="prose | code (code never goes through "
+                                                    "prose filters)")
+    normalise: bool = pydantic.Field(True, description="unicode repair (ftfy) before anything else")
+    filters: list[str] = pydantic.Field([], description="any of " + ", ".join(FILTER_NAMES) + " (pipeline.filters)")
+    language_id: bool = pydantic.Field(True, description="py3langid, before the filters: each applies its "
+                                       "language's rules")
+    languages: list[str] | None = pydantic.Field(None, examples=[["en"]], description="keep only these languages "
+                                                 "(needs language_id); absent keeps all")
+    text_key: str = pydantic.Field("text", description="the record field holding the text")
+    id_key: str = pydantic.Field("id", description="the record field holding the document id")
+    on_bad_file: Literal["error", "skip"] = pydantic.Field("error", description="error | skip: a truncated or "
+                                                           "corrupt file stops the run, or is skipped and listed")
+    max_document_bytes: int = pydantic.Field(1_000_000, ge=1, description="longer documents are dropped (too_long) "
+                                             "or cut, as long_documents says")
+    long_documents: Literal["drop", "cut"] = pydantic.Field("drop", description="drop | cut")
+    symlinks_outside: Literal["skip", "read"] = pydantic.Field("skip", description="skip | read: links leading out "
+                                                               "of the source's folders are reported, or read")
+
+    @pydantic.field_validator("filters")
+    @classmethod
+    def _registered_filters(cls, names: list[str]) -> list[str]:
+        for name in names:
+            filter_spec(name)
+        return names
 
     @pydantic.model_validator(mode="after")
     def _code_skips_prose_filters(self) -> SourceConfig:
@@ -100,15 +107,6 @@ class SourceConfig(StrictModel):
         return "files ending " + ", ".join(FORMAT_SUFFIXES.get(self.format, ()))
 
 
-class FilterOptions(StrictModel):
-    """Keyword options for each datatrove filter, e.g. `[filters.gopher_quality] min_doc_words = 20`."""
-
-    gopher_quality: dict[str, Any] = {}
-    gopher_repetition: dict[str, Any] = {}
-    c4_quality: dict[str, Any] = {}
-    fineweb_quality: dict[str, Any] = {}
-
-
 class DedupConfig(StrictModel):
     """Exact (content hash) then fuzzy (MinHash + LSH over word n-gram shingles) dedup.
 
@@ -124,40 +122,47 @@ class DedupConfig(StrictModel):
     of recall on the near-duplicate corpora, 0.4 none, precision 1.0 both).
     """
 
-    exact: bool = True
-    fuzzy: bool = True
-    ngram: int = pydantic.Field(5, ge=1)
-    bands: int = pydantic.Field(40, ge=1)
-    rows: int = pydantic.Field(3, ge=1)
-    threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0)
-    verify_threshold: float = pydantic.Field(0.4, ge=0.0, le=1.0)
-    seed: int = 1
-    # parts of the hash space that duplicate finding runs in parallel (each an executor task, holding about
-    # 1/parts of the signing records at a time); the removals do not depend on it
-    parts: int = pydantic.Field(4, ge=1, le=1 << 16)
+    exact: bool = pydantic.Field(True, description="drop documents with identical text (keeps the smallest key)")
+    fuzzy: bool = pydantic.Field(True, description="MinHash + LSH near-duplicate removal")
+    ngram: int = pydantic.Field(5, ge=1, description="word n-gram shingles")
+    bands: int = pydantic.Field(40, ge=1, description="LSH bands x rows = signature length; 40 x 3 makes pairs "
+                                "from Jaccard ~0.5 up candidates with probability > 0.995")
+    rows: int = pydantic.Field(3, ge=1, description="hashes per LSH band")
+    threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0, description="estimated Jaccard a candidate pair must reach")
+    verify_threshold: float = pydantic.Field(0.4, ge=0.0, le=1.0, description="... and a removed document with its "
+                                             "cluster's kept one (no chains)")
+    seed: int = pydantic.Field(1, description="the MinHash permutations' seed")
+    # each part an executor task, holding about 1/parts of the signing records at a time
+    parts: int = pydantic.Field(4, ge=1, le=1 << 16, description="duplicate finding runs as this many parallel "
+                                "tasks over parts of the hash space (the removals do not depend on it)")
 
 
 class TokenizerConfig(StrictModel):
     """`path` to any tokenizer.json, or (when absent) a byte-level BPE trained on a corpus sample."""
 
-    path: str | None = None
-    vocab_size: int = pydantic.Field(8192, ge=260, le=1 << 20)
-    sample_bytes: int = pydantic.Field(4_000_000, ge=1)
-    eos: str = "<|endoftext|>"
-    batch_size: int = pydantic.Field(256, ge=1)
+    path: str | None = pydantic.Field(None, examples=["tokenizer.json"], description="any HF tokenizer.json; "
+                                      "absent: train a byte-level BPE on a sample")
+    vocab_size: int = pydantic.Field(8192, ge=260, le=1 << 20, description="for the trained BPE (<= 65536 gives "
+                                     "uint16 shards)")
+    sample_bytes: int = pydantic.Field(4_000_000, ge=1, description="text sampled from the deduplicated corpus to "
+                                       "train it")
+    eos: str = pydantic.Field("<|endoftext|>", description="appended after every document")
+    batch_size: int = pydantic.Field(256, ge=1, description="documents encoded per tokenizer call")
 
 
 class OutputConfig(StrictModel):
-    name: str = pydantic.Field("local", pattern=NAME_PATTERN)
-    version: str | None = None
+    """Where the store goes: $MILLRACE_HOME/stores/<name>/<version>, and optionally a copy at `url`."""
+
+    name: str = pydantic.Field("local", pattern=NAME_PATTERN, description="$MILLRACE_HOME/stores/<name>/<version>")
+    version: str | None = pydantic.Field(None, examples=["2026.01.31"], description="CalVer; absent: today's date")
     # 256M tokens (512 MiB of uint16, 1 GiB of int32): about 90,000 shards for the reference 23T tokens
     # (450 a cell), large objects for object storage (well past where a request's latency matters, under
     # S3's 5 GiB single-PUT limit), a few MB of `.idx` each; the loader keeps at most 128 open at once.
-    shard_tokens: int = pydantic.Field(1 << 28, ge=1)
-    # Also copy the finished version to <url>/<name>/<version> (any fsspec URL, e.g. s3://bucket/stores),
-    # store.json last; `storage_options` are that filesystem's (endpoint, credentials profile, ...).
-    url: str | None = None
-    storage_options: dict = {}
+    shard_tokens: int = pydantic.Field(1 << 28, ge=1, description="a cell's shard rolls over after this many tokens")
+    url: str | None = pydantic.Field(None, examples=["s3://bucket/stores"], description="also copy the finished "
+                                     "store to <url>/<name>/<version> (any fsspec URL; store.json last)")
+    storage_options: dict[str, Any] = pydantic.Field({}, description="the url's filesystem options (endpoint, "
+                                                     "credentials profile, ...)")
 
     @pydantic.field_validator("version")
     @classmethod
@@ -177,16 +182,18 @@ SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){1,2}$|^\d+$")
 class SlurmConfig(StrictModel):
     """What each stage's sbatch script asks for (datatrove's `SlurmPipelineExecutor`, see `pipeline.slurm`)."""
 
-    partition: str = ""
-    time: str = "04:00:00"                  # per task: D-HH:MM:SS, HH:MM:SS or minutes
-    cpus_per_task: int = pydantic.Field(1, ge=1)
-    mem_per_cpu_gb: int = pydantic.Field(2, ge=1)
-    driver_cpus: int = pydantic.Field(4, ge=1)  # the one-task jobs (dedup rounds, tokenizer, assembly)
-    max_running: int = pydantic.Field(0, ge=0)  # array tasks at once (sbatch --array=0-N%max); 0: no limit
-    qos: str = ""
-    env_command: str = ""                   # e.g. "source /path/to/.venv/bin/activate"
-    sbatch_args: dict[str, str | int] = {}  # any other #SBATCH option, e.g. {account = "lab", constraint = "cpu"}
-    logs: str = ""                          # raw Slurm output files; default: the run's work logs/slurm
+    partition: str = pydantic.Field("", examples=["cpu"], description="required with kind = \"slurm\"")
+    time: str = pydantic.Field("04:00:00", description="per task: D-HH:MM:SS, HH:MM:SS or minutes")
+    cpus_per_task: int = pydantic.Field(1, ge=1, description="CPUs of each array task")
+    mem_per_cpu_gb: int = pydantic.Field(2, ge=1, description="memory per CPU")
+    driver_cpus: int = pydantic.Field(4, ge=1, description="the one-task jobs: dedup rounds, tokenizer, assembly")
+    max_running: int = pydantic.Field(0, ge=0, description="array tasks at once (sbatch --array=0-N%max); 0: no limit")
+    qos: str = pydantic.Field("", description="the jobs' quality of service")
+    env_command: str = pydantic.Field("", examples=["source /shared/.venv/bin/activate"],
+                                      description="run before each task, e.g. to activate an environment")
+    sbatch_args: dict[str, str | int] = pydantic.Field({}, examples=[{"account": "lab"}],
+                                                       description="any other #SBATCH option")
+    logs: str = pydantic.Field("", description="raw Slurm output files; default: the run's work logs/slurm")
 
     @pydantic.field_validator("time")
     @classmethod
@@ -200,10 +207,13 @@ class ExecutorConfig(StrictModel):
     """`tasks` fixes how input files are split (datatrove assigns sorted(files)[rank::tasks]); the
     store does not depend on it, but a resumed run must keep it. `workers` run at once (local, ray)."""
 
-    kind: Literal["local", "ray", "slurm"] = "local"
-    tasks: int = pydantic.Field(4, ge=1)
-    workers: int = pydantic.Field(2, ge=1)
-    slurm: SlurmConfig = SlurmConfig()
+    kind: Literal["local", "ray", "slurm"] = pydantic.Field("local", description="local | ray (RAY_ADDRESS=... for "
+                                                           "a running cluster) | slurm")
+    tasks: int = pydantic.Field(4, ge=1, description="input split; keep it when resuming a run")
+    workers: int = pydantic.Field(2, ge=1, description="tasks run at once (local, ray)")
+    slurm: SlurmConfig = pydantic.Field(SlurmConfig(), description='kind = "slurm": one sbatch job per stage, each '
+                                        "after the one before; `--dry-run` writes the scripts without submitting",
+                                        json_schema_extra={"starter": "commented"})  # pipeline.starter.COMMENTED
 
     @pydantic.model_validator(mode="after")
     def _partition(self) -> ExecutorConfig:
@@ -212,27 +222,178 @@ class ExecutorConfig(StrictModel):
         return self
 
 
+class EvalSetConfig(StrictModel):
+    """One `[[validation.sets]]` table."""
+
+    name: str = pydantic.Field(pattern=NAME_PATTERN, description="the set's name in the store and on the pages")
+    paths: list[str] = pydantic.Field(min_length=1, description="files or directories")
+    format: Literal["jsonl", "parquet", "text"] = pydantic.Field("jsonl", description="jsonl | parquet | text "
+                                                                 "(one document per file)")
+    text_key: str = pydantic.Field("text", description="the record field holding the text")
+
+
+class HeldOutConfig(StrictModel):
+    """`[validation]`: the held-out split of every cell (`pipeline.cells.held_out_split`) and the external
+    evaluation sets (`pipeline.stages.eval_sets`)."""
+
+    tokens_per_cell: int = pydantic.Field(4096, ge=0, description="held-out tokens per cell: the lowest-hash "
+                                          "documents until they reach this (the one that reaches it included)")
+    fraction: float = pydantic.Field(0.005, ge=0.0, lt=1.0,
+                                     description="also every document whose hash is below this share of the range")
+    max_documents_per_cell: int = pydantic.Field(200, ge=0, description="at most this many held out per cell")
+    max_token_share: float = pydantic.Field(0.2, gt=0.0, le=1.0, description="past its first held-out document, "
+                                            "a cell holds out at most this share of its tokens")
+    seed: int = pydantic.Field(0, ge=0, description="the hash key: another seed holds out other documents")
+    decontaminate: bool = pydantic.Field(True, description="give back to training the held-out documents whose "
+                                         "token n-grams are found in training (`pipeline.stages.contamination`)")
+    contamination_ngram: int = pydantic.Field(13, ge=1, description="n of the token n-grams looked up")
+    contamination_threshold: float = pydantic.Field(0.5, gt=0.0, le=1.0, description="share of a document's "
+                                                    "n-grams found in training from which it counts as contaminated")
+    sets: list[EvalSetConfig] = pydantic.Field(
+        [], examples=[[{"name": "wiki-2026", "paths": ["eval/wiki.jsonl"]}]],
+        description="external evaluation sets, tokenized into the store, never trained on")
+
+    @pydantic.model_validator(mode="after")
+    def _unique_sets(self) -> HeldOutConfig:
+        names = [s.name for s in self.sets]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"evaluation set names must be unique; repeated: {repeated}")
+        return self
+
+
+class FastTextConfig(StrictModel):
+    """fastText supervised training settings (single-threaded, so a fit is reproducible)."""
+
+    dim: int = pydantic.Field(32, ge=2, le=512, description="word vector size")
+    epoch: int = pydantic.Field(5, ge=1, le=100, description="passes over the training sample")
+    lr: float = pydantic.Field(0.1, gt=0.0, le=2.0, description="learning rate")
+    word_ngrams: int = pydantic.Field(2, ge=1, le=5, description="word n-grams up to this length")
+    min_count: int = pydantic.Field(2, ge=1, description="words seen fewer times are left out")
+    bucket: int = pydantic.Field(100_000, ge=0, description="hash buckets for word n-grams (model size)")
+    max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are scored")
+
+
+class LinearConfig(StrictModel):
+    """The `linear` scorer: hashed word n-grams and an L2-regularised logistic regression."""
+
+    features: int = pydantic.Field(1 << 20, ge=1 << 10, le=1 << 24, description="hash columns")
+    ngrams: int = pydantic.Field(2, ge=1, le=3, description="word n-grams up to this length")
+    c: float = pydantic.Field(4.0, gt=0.0, description="inverse regularisation strength")
+    max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are scored")
+
+
+class QualityConfig(StrictModel):
+    """Quality scoring into buckets (default: a linear classifier, python-docs prose as the reference of good)."""
+
+    enabled: bool = pydantic.Field(True, description="false keeps one quality bucket")
+    buckets: int = pydantic.Field(5, ge=1, le=100, description="q0 (least like the reference) ... q{B-1} (most)")
+    scorer: str = pydantic.Field("linear", description="linear | fasttext | package.module:Class")
+    reference_sources: list[str] = pydantic.Field(
+        ["python-docs"], description="sources whose documents are the good class"
+    )
+    reference_files: list[Path] = pydantic.Field(
+        [], description="more good documents: .jsonl (a `text` per line) or plain text (one document per file)"
+    )
+    sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is trained and calibrated on")
+    sample_bytes: int = pydantic.Field(
+        16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
+    )
+    calibration_share: float = pydantic.Field(
+        0.5, gt=0.0, lt=1.0, description="share of the sample held out to fix bucket edges (not trained on)"
+    )
+    calibrate_by: Literal["language", "none"] = pydantic.Field(
+        "language", description="language: q0...q{B-1} per language (each bucket keeps the corpus's language mix; a "
+        "top bucket of one language may score below a q0 of another) | none: one global scale (buckets comparable "
+        "across languages; their language mix may differ)"
+    )
+    min_group_documents: int = pydantic.Field(
+        10, ge=1, description="calibration documents a language needs for its own edges (fewer: pooled edges)"
+    )
+    linear: LinearConfig = pydantic.Field(LinearConfig(), description="the linear scorer's settings")
+    fasttext: FastTextConfig = pydantic.Field(FastTextConfig(), description="the fasttext scorer's settings")
+    seed: int = pydantic.Field(0, description="the fit's seed (sample split, solver)")
+
+
+class EmbeddingConfig(StrictModel):
+    """How documents become vectors; stored with the model so assignment embeds exactly as fitting did."""
+
+    features: int = pydantic.Field(1 << 18, ge=1 << 10, le=1 << 24, description="hash columns (hashing-tfidf-svd)")
+    dimensions: int = pydantic.Field(64, ge=2, le=1024, description="SVD components (hashing-tfidf-svd)")
+    max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are embedded")
+    lowercase: bool = pydantic.Field(True, description="lower-case the text before hashing")
+    erase_languages: bool = pydantic.Field(True, description="project out the directions that separate languages")
+    erase_min_documents: int = pydantic.Field(
+        20, ge=2, description="a language's documents in the sample before its direction is erased"
+    )
+
+
+class DomainsConfig(StrictModel):
+    """Topic domains (the embedded corpus: k = 8; the reference run: k = 40 from 5,000 fine centres)."""
+
+    enabled: bool = pydantic.Field(True, description="false keeps one domain")
+    k: int = pydantic.Field(8, ge=1, le=1000, description="domains (cells c00 … c{k-1})")
+    fine_centroids: int = pydantic.Field(256, ge=1, description="k-means centres before merging")
+    docs_per_fine_centroid: int = pydantic.Field(
+        8, ge=1, description="at least this many sample documents per fine centre (caps fine_centroids)"
+    )
+    sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is fitted on")
+    sample_bytes: int = pydantic.Field(
+        16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
+    )
+    min_share: float = pydantic.Field(0.01, ge=0.0, lt=1.0, description="smallest share of documents per domain")
+    label_terms: int = pydantic.Field(3, ge=1, le=10, description="distinctive terms in a domain's label")
+    kmeans_iterations: int = pydantic.Field(100, ge=1, description="k-means iterations at most")
+    embedder: str = pydantic.Field(
+        "hashing-tfidf-svd", description="hashing-tfidf-svd | use-multilingual-v3 | package.module:Class"
+    )
+    embedding: EmbeddingConfig = pydantic.Field(EmbeddingConfig(), description="hashed TF-IDF + truncated SVD, "
+                                                "offline on CPU")
+    seed: int = pydantic.Field(0, description="the fit's seed (k-means, SVD)")
+
+    @pydantic.model_validator(mode="after")
+    def _shares_fit(self) -> DomainsConfig:
+        if self.k * self.min_share > 1.0:
+            raise ValueError(f"k={self.k} domains of at least min_share={self.min_share} cannot fit in 100%")
+        return self
+
+    @pydantic.field_validator("embedder")
+    @classmethod
+    def _known_embedder(cls, name: str) -> str:
+        from pipeline.cells.embedding import embedder_class  # imports scikit-learn: only when a config is checked
+
+        try:
+            embedder_class(name)
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("domains.embedder: ")) from None
+        return name
+
+
+def _every_filter_empty() -> dict[str, dict[str, Any]]:
+    return {name: {} for name in FILTER_NAMES}
+
+
 class PipelineConfig(StrictModel):
     sources: list[SourceConfig] = pydantic.Field(min_length=1)
-    filters: FilterOptions = FilterOptions()
+    filters: dict[str, dict[str, Any]] = pydantic.Field(default_factory=_every_filter_empty)
     dedup: DedupConfig = DedupConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     output: OutputConfig = OutputConfig()
     executor: ExecutorConfig = ExecutorConfig()
-    validation: ValidationConfig = ValidationConfig()
-    # validated by pipeline.cells.quality.QualityConfig / pipeline.cells.domains.DomainsConfig (their owners' models)
-    quality: Any = None
-    domains: Any = None
+    validation: HeldOutConfig = HeldOutConfig()
+    quality: QualityConfig | None = None
+    domains: DomainsConfig | None = None
 
-    @pydantic.field_validator("quality", mode="before")
+    @pydantic.field_validator("filters", mode="before")
     @classmethod
-    def _quality(cls, value: Any) -> Any:
-        return _section("pipeline.cells.quality", "QualityConfig", value)
-
-    @pydantic.field_validator("domains", mode="before")
-    @classmethod
-    def _domains(cls, value: Any) -> Any:
-        return _section("pipeline.cells.domains", "DomainsConfig", value)
+    def _every_filter(cls, value: Any) -> Any:
+        """`[filters.<name>]` tables of registered filters; each one present (empty when not given), in registry
+        order, so that the recorded config (and its hash) does not depend on which tables a file spells out."""
+        if not isinstance(value, dict):
+            return value
+        for name in value:
+            filter_spec(name)
+        return {name: value.get(name, {}) for name in FILTER_NAMES}
 
     @pydantic.model_validator(mode="after")
     def _unique_sources(self) -> PipelineConfig:
@@ -247,10 +408,10 @@ class PipelineConfig(StrictModel):
 
 
 def _check_filter_options(config: PipelineConfig, origin: str) -> None:
-    from pipeline.stages.filtering import build_filter
+    """Build each filter with its options once, so that a misspelt option fails here and not in a task."""
+    from pipeline.stages.filtering import build_filter  # imports datatrove: only when a config file is loaded
 
-    for name in FILTER_NAMES:
-        options = getattr(config.filters, name)
+    for name, options in config.filters.items():
         try:
             build_filter(name, options)
         except TypeError as exc:
@@ -278,7 +439,7 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
         path = (base / Path(tokenizer.path).expanduser()).resolve()
         if not path.is_file():
             raise ConfigError(f"{origin}: field 'tokenizer.path': file not found: {path}")
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # the Rust extension: only when a tokenizer is configured
 
         try:
             given = Tokenizer.from_file(str(path))

@@ -62,25 +62,70 @@ from millrace.errors import ConfigError, MillraceError
 from millrace.home import Home
 from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
-from pipeline.config import EXTRACTED_FORMATS, FILTER_NAMES, PipelineConfig
+from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
+from pipeline.filters import FILTER_NAMES
+from pipeline.stages.assemble import assemble_store, staging_dir
+from pipeline.stages.cell_shards import held_out_cutoffs
+from pipeline.stages.contamination import FindContainedNgrams, contaminated, save_decision, write_held_out_index
+from pipeline.stages.dedup import DedupSignatures
+from pipeline.stages.discovery import describe_unread, unread_files
+from pipeline.stages.duplicates import DropDuplicates, find_duplicates, load_duplicates
+from pipeline.stages.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
+from pipeline.stages.held_out import WriteHeldOut
+from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import StageLines, live_records
-from pipeline.work import WorkLayout, prepare_work
+from pipeline.stages.readers import ReadStage, file_count
+from pipeline.stages.sample import SampleSketch, merged_sample, sample_budget
+from pipeline.stages.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
+from pipeline.store.format import dtype_for_vocab
+from pipeline.work import PHASES, WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
-STAGE_LABELS = ("filter", "dedup", "tokenizer", "tokenize", "decontaminate", "split", "assemble")  # what `on_stage` is called with
+# what `on_stage` is called with: the phases, "models" announced within "tokenizer"
+STAGE_LABELS = tuple(phase for phase in PHASES if phase != "models")
 
 
 class PipelineError(MillraceError):
     """A stage failed; the message names the stage and where its task logs are."""
 
 
+@dataclass(frozen=True)
+class CountedStep:
+    """A funnel stage of the filter run, after reading: whether a config uses it, and its datatrove step
+    (given the config, the work layout and the stage's funnel directory)."""
+
+    name: str
+    used: Callable[[PipelineConfig], bool]
+    step: Callable[[PipelineConfig, WorkLayout, Path], PipelineStep]
+
+
+def _filter_step(name: str) -> CountedStep:
+    """A registered filter (`pipeline.filters`) as a funnel stage, for the sources that list it."""
+    def users(config: PipelineConfig) -> list[str]:
+        return [s.name for s in config.sources if name in s.filters]
+
+    return CountedStep(name, lambda config: bool(users(config)), lambda config, layout, funnel: HeuristicFilterStage(
+        name, config.filters[name], funnel, layout.removed, users(config)))
+
+
+# The filter run's counted stages in order (the one list: `stage_names` and `filter_pipeline` read it). Language
+# id comes before the filters: each filter applies the document's language's rules.
+FILTER_RUN_STAGES: tuple[CountedStep, ...] = (
+    CountedStep("extract", lambda config: bool(extracted_sources(config)),
+                lambda config, layout, funnel: ExtractStage(funnel, layout.removed, extracted_sources(config))),
+    CountedStep("normalise", lambda config: True, lambda config, layout, funnel: NormaliseStage(
+        funnel, layout.removed, [s.name for s in config.sources if s.normalise])),
+    CountedStep("language", lambda config: any(s.language_id for s in config.sources),
+                lambda config, layout, funnel: LanguageStage(
+                    funnel, layout.removed, {s.name: s.languages for s in config.sources if s.language_id})),
+    *(_filter_step(name) for name in FILTER_NAMES),
+)
+
+
 def stage_names(config: PipelineConfig) -> list[str]:
     """The funnel's stages, in order, for this config."""
-    names = ["read"] + (["extract"] if extracted_sources(config) else []) + ["normalise"]
-    if any(s.language_id for s in config.sources):
-        names.append("language")  # before the filters: each filter applies the document's language's rules
-    names += [f for f in FILTER_NAMES if any(f in s.filters for s in config.sources)]
+    names = ["read"] + [stage.name for stage in FILTER_RUN_STAGES if stage.used(config)]
     if config.dedup.exact:
         names.append("exact_dedup")
     if config.dedup.fuzzy:
@@ -109,9 +154,6 @@ class DeduplicatedSample:
         self.layout = layout
 
     def documents(self, max_bytes: int) -> list[Document]:
-        from pipeline.stages.duplicates import load_duplicates
-        from pipeline.stages.sample import merged_sample
-
         return merged_sample(self.layout.samples, lambda rank: set(load_duplicates(self.layout.duplicates, rank)),
                              max_bytes)
 
@@ -128,7 +170,7 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
-    from pipeline.stages.cell_stages import CellStages
+    from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
 
     stages = CellStages(config.quality, config.domains, layout.models)
     if not stages.enabled:
@@ -174,6 +216,8 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path)
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
 
     class TaskFileLoggingExecutor(LocalPipelineExecutor):
+        # datatrove has no setting for a task's logger: `_run_for_rank` calls the module global
+        # `add_task_logger`. Replaced here, in the worker process that runs the task (never the driver's).
         def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
             executor_base.add_task_logger = _file_task_logger
             return super()._run_for_rank(rank, local_rank, node_rank)
@@ -231,12 +275,6 @@ def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, 
 
 
 def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    from pipeline.stages.dedup import DedupSignatures
-    from pipeline.stages.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
-    from pipeline.stages.intermediate import TaskDocumentWriter
-    from pipeline.stages.readers import ReadStage, file_count
-    from pipeline.stages.sample import SampleSketch, sample_budget
-
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = []
@@ -247,16 +285,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
         if not files:
             raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
         offset += files
-    if "extract" in funnel:
-        steps.append(ExtractStage(funnel["extract"], layout.removed, extracted_sources(config)))
-    steps.append(NormaliseStage(funnel["normalise"], layout.removed, [s.name for s in config.sources if s.normalise]))
-    if "language" in funnel:
-        keep = {s.name: s.languages for s in config.sources if s.language_id}
-        steps.append(LanguageStage(funnel["language"], layout.removed, keep))
-    for name in FILTER_NAMES:
-        if name in funnel:
-            users = [s.name for s in config.sources if name in s.filters]
-            steps.append(HeuristicFilterStage(name, getattr(config.filters, name), funnel[name], layout.removed, users))
+    steps += [stage.step(config, layout, funnel[stage.name]) for stage in FILTER_RUN_STAGES if stage.name in funnel]
     d = config.dedup
     if d.exact or d.fuzzy:
         steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
@@ -268,7 +297,6 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
 
 def run_dedup(config: PipelineConfig, layout: WorkLayout, kind: str, workers: int, lines: bool) -> None:
     """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>."""
-    from pipeline.stages.duplicates import find_duplicates
 
     def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
         _run_stage("dedup", kind, pipeline, tasks, workers, layout.logs / "2-dedup" / name, lines)
@@ -277,10 +305,6 @@ def run_dedup(config: PipelineConfig, layout: WorkLayout, kind: str, workers: in
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
-    from pipeline.stages.duplicates import DropDuplicates
-    from pipeline.stages.intermediate import TaskDocumentReader
-    from pipeline.stages.tokenization import RemovedTokens, TokenizeCells
-
     names = stage_names(config)
     funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered, layout.progress / "tokenize")]
@@ -302,10 +326,6 @@ def decontaminate(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kin
                   lines: bool) -> dict:
     """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.contamination`):
     {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
-    from pipeline.stages.contamination import (FindContainedNgrams, contaminated, save_decision,
-                                               write_held_out_index)
-    from pipeline.stages.tokenization import load_tokenizer
-    from pipeline.store.format import dtype_for_vocab
 
     v = config.validation
     if not v.decontaminate:
@@ -323,8 +343,6 @@ def decontaminate(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kin
 
 
 def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, given_back: dict) -> list[PipelineStep]:
-    from pipeline.stages.held_out import WriteHeldOut
-
     return [WriteHeldOut(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
                          layout.staged / "cells", layout.parts, config.output.shard_tokens, cutoffs,
                          config.validation.sets, given_back, config.validation.contamination_ngram)]
@@ -332,7 +350,6 @@ def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, gi
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     """The configured tokenizer.json, copied; or a byte-level BPE trained on the deduplicated sample."""
-    from pipeline.stages.tokenization import train_byte_level_bpe
 
     if layout.tokenizer.exists():
         return layout.tokenizer
@@ -454,8 +471,6 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     prepare_work(layout, config, restart)
     notify = on_stage or (lambda label: None)
 
-    from pipeline.stages.discovery import describe_unread, unread_files
-
     unread = unread_files(config)
     for entry in unread:
         log.warning("%s", describe_unread(entry))
@@ -471,7 +486,6 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)
     notify("tokenize")
-    from pipeline.stages.assemble import assemble_store, staging_dir
 
     if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
         for stage in ("tokenize", "decontaminate", "split"):
@@ -500,7 +514,6 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
         removed = {stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
                    for stage in funnel["stages"]}
         raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
-    from pipeline.stages.cell_shards import held_out_cutoffs
 
     cutoffs = held_out_cutoffs(layout.runs, config.validation)
     notify("decontaminate")

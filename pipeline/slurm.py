@@ -37,6 +37,10 @@ from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.config import PipelineConfig
+from pipeline.runner import (decontaminate, ensure_tokenizer, filter_pipeline, post_dedup_stages, run_dedup,
+                             run_pipeline, split_pipeline, store_version, stored_config, tokenize_pipeline)
+from pipeline.stages.cell_shards import held_out_cutoffs
+from pipeline.stages.contamination import load_decision
 from pipeline.work import WorkLayout, prepare_work
 
 DRIVER_STAGES = ("dedup", "decontaminate", "assemble")
@@ -63,10 +67,7 @@ class StageInTask(PipelineStep):
         self.stage, self.config, self.home_root, self.version = stage, config, Path(home_root), version
 
     def steps(self) -> list[PipelineStep]:
-        from pipeline.runner import split_pipeline, tokenize_pipeline
-        from pipeline.stages.cell_shards import held_out_cutoffs
-        from pipeline.stages.cell_stages import CellStages
-        from pipeline.stages.contamination import load_decision
+        from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
 
         layout = _layout(self.config, Home.resolve(self.home_root), self.version)
         if self.stage == "split":
@@ -95,9 +96,6 @@ class DriverJob(PipelineStep):
         self.workers = workers
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from pipeline.runner import decontaminate, ensure_tokenizer, post_dedup_stages, run_dedup, run_pipeline
-        from pipeline.stages.cell_shards import held_out_cutoffs
-
         home = Home.resolve(self.home_root)
         if self.stage == "assemble":
             run_pipeline(self.config, home, executor="local", workers=self.workers)
@@ -120,7 +118,6 @@ def _layout(config: PipelineConfig, home: Home, version: str) -> WorkLayout:
 
 def stage_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> list[StageJob]:
     """The chain's jobs in order, after readying the work directory as a local run would."""
-    from pipeline.runner import filter_pipeline, store_version, stored_config
 
     version = store_version(config, home, content_hash(stored_config(config)))
     layout = _layout(config, home, version)

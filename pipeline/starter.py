@@ -1,5 +1,9 @@
 """`pipeline init`: a commented starter config for a corpus directory, every option present.
 
+The file is written from the config's models (`pipeline.config`: each field's default, its description as the
+comment, its example where it has no default) and the filter registry (`pipeline.filters`), so an option added
+there appears here with no edit; `tests/pipeline/test_starter.py` compares the two.
+
 One `[[sources]]` table per source found: each sub-directory of the corpus directory that holds
 data files, and the data files lying directly in it. A folder holding several formats (say
 `.jsonl.zst` and `.parquet`) gives one source per format. Formats are found by extension, every
@@ -14,10 +18,16 @@ from __future__ import annotations
 
 import io
 import json
+import textwrap
+import typing
 from pathlib import Path
+from typing import Any
+
+import pydantic
 
 from millrace.errors import ConfigError
-from pipeline.config import FORMAT_SUFFIXES, DedupConfig, ExecutorConfig, OutputConfig, TokenizerConfig, ValidationConfig
+from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, QualityConfig, SourceConfig
+from pipeline.filters import FILTERS
 from pipeline.stages.compressed import compression_of, decompressed_chunks
 
 FORMATS = ("jsonl", "parquet", "warc", "html")  # in the order a folder's sources are named
@@ -102,116 +112,144 @@ def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str, dict]
     return found
 
 
-def _toml_list(items: list[str]) -> str:
-    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+COMMENT_COLUMN = 34  # where a line's comment starts
+WIDTH = 118
+COMMENTED = "commented"  # `json_schema_extra={"starter": COMMENTED}`: a table the starter writes commented out
 
 
-def _source_table(name: str, paths: list[Path], fmt: str, metadata: dict) -> str:
+def toml_value(value: Any) -> str:
+    """`value` as a TOML value (inline tables for dicts)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (str, Path)):
+        return json.dumps(str(value), ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items()) + "}"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def commented_line(text: str, comment: str | None, commented: bool = False) -> list[str]:
+    """`text`, commented out when asked, with `comment` after it (wrapped onto aligned lines)."""
+    text = f"# {text}" if commented else text
+    if not comment:
+        return [text]
+    pad = max(COMMENT_COLUMN, len(text) + 2)
+    parts = textwrap.wrap(comment, width=max(40, WIDTH - pad - 2))
+    return [f"{text:<{pad - 1}} # {parts[0]}"] + [f"{'':<{pad - 1}} #   {part}" for part in parts[1:]]
+
+
+def _model_list(annotation: Any) -> type[pydantic.BaseModel] | None:
+    """The model of a `list[Model]` field, else None."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is list and args and isinstance(args[0], type):
+        return args[0] if issubclass(args[0], pydantic.BaseModel) else None
+    return None
+
+
+def model_table(header: str, model: pydantic.BaseModel, comment: str | None = None, commented: bool = False,
+                array: bool = False) -> list[str]:
+    """The TOML table `header` of `model`: every field with its value (its example where it has none, commented
+    out), its description as the comment; nested models as sub-tables, lists of models as commented examples."""
+    brackets = ("[[", "]]") if array else ("[", "]")
+    lines = commented_line(f"{brackets[0]}{header}{brackets[1]}", comment, commented)
+    nested: list[str] = []
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if isinstance(value, pydantic.BaseModel):
+            nested += [""] + model_table(f"{header}.{name}", value, info.description,
+                                         commented or extra.get("starter") == COMMENTED)
+        elif (item_model := _model_list(info.annotation)) is not None:
+            for example in (info.examples or [[]])[0] if not value else value:
+                item = item_model.model_validate(example) if isinstance(example, dict) else example
+                nested += [""] + model_table(f"{header}.{name}", item, info.description, not value, array=True)
+        elif commented and info.examples:
+            lines += commented_line(f"{name} = {toml_value(info.examples[0])}", info.description, True)
+        elif value is None:
+            example = info.examples[0] if info.examples else ""
+            lines += commented_line(f"{name} = {toml_value(example)}", info.description, True)
+        else:
+            lines += commented_line(f"{name} = {toml_value(value)}", info.description, commented)
+    return lines + nested
+
+
+def _title(model: pydantic.BaseModel) -> list[str]:
+    """A model's docstring's first paragraph, as comment lines above its table."""
+    first = " ".join((type(model).__doc__ or "").strip().split("\n\n")[0].split())
+    return ["# " + line for line in textwrap.wrap(first.replace("`", ""), width=WIDTH - 2)]
+
+
+def _filters_tables() -> list[str]:
+    lines = ["# Options for each filter (pipeline.filters), passed to it as keyword arguments. Those of datatrove's",
+             "# filters apply to every language, over each language's own rules (pipeline/stages/language_rules.py:",
+             "# FineWeb-2's thresholds and stop words)."]
+    for spec in FILTERS:
+        lines += commented_line(f"[filters.{spec.name}]", spec.summary)
+        lines += [f"{key} = {toml_value(value)}" for key, value in spec.starter.items()]
+        lines += [f"# {key} = {toml_value(value)}" for key, value in spec.examples.items()]
+    return lines
+
+
+def _quality_intro(source_names: list[str], quality: QualityConfig) -> list[str]:
+    """Quality needs a reference of good documents: `python-docs` (the standard library's prose) when the
+    corpus has it; otherwise the section is written disabled, to be pointed at one."""
+    lines = ["# [quality] scores each document by how much it resembles a REFERENCE of good documents (the sources",
+             "# or files named below) rather than a document drawn at random from the rest of the corpus (DCLM's",
+             "# recipe), and splits the scores into buckets. The reference is the choice that defines \"quality\" here:",
+             "# pick text you would want the model to read more of (edited documentation, curated articles), not",
+             "# the corpus's most common source. [quality] and [domains] make cells cNNqQ; delete both tables (or turn",
+             "# both off with their `enabled` option) to keep one cell per source."]
+    if quality.enabled:
+        return lines + [f"# Reference: {', '.join(quality.reference_sources)} (found in this corpus: edited prose, "
+                        "the default good class)."]
+    return lines + [f"# Off: no reference source found ({', '.join(QualityConfig().reference_sources)} is the default)."
+                    " To turn it on, name", "# a source of this corpus whose documents are the quality you want more "
+                    f"of (here: {', '.join(source_names) or 'none'}),", "# or list files of such documents, then set "
+                    "enabled = true."]
+
+
+def _source(name: str, paths: list[Path], fmt: str, metadata: dict) -> SourceConfig:
     language = str(metadata.get("language") or "")
     code = language in CODE_LANGUAGES or name.endswith("-code")
-    filters, language_id = ([], False) if code else (["gopher_repetition", "gopher_quality"], True)
-    return f"""
-[[sources]]
-name = {json.dumps(name)}              # becomes the cell name when no domains stage runs
-paths = {_toml_list([str(p) for p in paths])}  # files or directories (relative to this file or absolute)
-format = "{fmt}"                 # jsonl | parquet | warc | html | hf-datasets (warc, html: trafilatura)
-# glob = "**/*.jsonl"            # only these files inside directories; absent: every file with one of the
-                                 #   format's extensions ({", ".join(FORMAT_SUFFIXES.get(fmt, ())[:4])}...)
-kind = "{"code" if code else "prose"}"                  # prose | code (code never goes through prose filters)
-normalise = true                 # unicode repair (ftfy) before anything else
-filters = {_toml_list(filters)}  # any of gopher_quality, gopher_repetition, c4_quality, fineweb_quality
-language_id = {"true" if language_id else "false"}              # py3langid, before the filters: each applies its language's rules
-# languages = ["en"]             # keep only these languages (needs language_id); absent keeps all
-text_key = "text"
-id_key = "id"
-on_bad_file = "error"            # error | skip: a truncated or corrupt file stops the run, or is skipped and listed
-max_document_bytes = 1000000     # longer documents are dropped (too_long) or cut, as long_documents says
-long_documents = "drop"          # drop | cut
-symlinks_outside = "skip"        # skip | read: links leading out of the source's folders are reported, or read
-"""
+    return SourceConfig(name=name, paths=[str(p) for p in paths], format=fmt,  # type: ignore[arg-type]
+                        kind="code" if code else "prose", language_id=not code,
+                        filters=[] if code else ["gopher_repetition", "gopher_quality"])
+
+
+def starter_config(corpus_dir: Path, found: list[tuple[str, list[Path], str, dict]]) -> PipelineConfig:
+    """The config the starter file spells out: the found sources, quality on where the corpus has its reference."""
+    sources = [_source(*entry) for entry in found]
+    names = [source.name for source in sources]
+    quality = QualityConfig()
+    quality = quality.model_copy(update={"enabled": all(name in names for name in quality.reference_sources)})
+    return PipelineConfig.model_validate({"sources": [s.model_dump() for s in sources],
+                                          "filters": {spec.name: dict(spec.starter) for spec in FILTERS},
+                                          "quality": quality.model_dump(), "domains": {}})
 
 
 def init_config(corpus_dir: Path | str) -> str:
     """The text of a starter config for `corpus_dir`."""
     corpus_dir = Path(corpus_dir).resolve()
-    sources = discover_sources(corpus_dir)
-    d, t, o, e, v = DedupConfig(), TokenizerConfig(), OutputConfig(), ExecutorConfig(), ValidationConfig()
-    head = f"""# millrace pipeline config for {corpus_dir}
-# Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray|slurm] [--workers N]
-# Every option is present; delete a line to take its default. Unknown options are errors.
-"""
-    for path in sorted(p for p in corpus_dir.iterdir() if p.is_file() and is_json_document(p)):
-        head += f"# Not a source: {path.name} is one JSON document, not JSON Lines (one record per line).\n"
-    tail = f"""
-# Options for datatrove's filters, passed as keyword arguments (see datatrove's docs). They apply to every
-# language, over each language's own rules (pipeline/stages/language_rules.py: FineWeb-2's thresholds and stop words).
-[filters.gopher_quality]
-max_non_alpha_words_ratio = 0.5  # share of words with a letter; datatrove's web default 0.8 drops most technical text
-# min_doc_words = 50
-# max_symbol_word_ratio = 0.1
-[filters.gopher_repetition]
-# dup_line_frac = 0.3
-[filters.c4_quality]
-# filter_no_terminal_punct = true
-[filters.fineweb_quality]
-# line_punct_thr = 0.12
-
-[dedup]
-exact = {str(d.exact).lower()}                     # drop documents with identical text (keeps the smallest key)
-fuzzy = {str(d.fuzzy).lower()}                     # MinHash + LSH near-duplicate removal
-ngram = {d.ngram}                        # word n-gram shingles
-bands = {d.bands}                       # LSH bands x rows = signature length; 40 x 3 makes pairs from
-rows = {d.rows}                         #   Jaccard ~0.5 up candidates with probability > 0.995
-threshold = {d.threshold}                  # estimated Jaccard a candidate pair must reach
-verify_threshold = {d.verify_threshold}           # ... and a removed document with its cluster's kept one (no chains)
-seed = {d.seed}
-parts = {d.parts}                        # duplicate finding runs as this many parallel tasks (results unchanged)
-
-[tokenizer]
-# path = "tokenizer.json"        # any HF tokenizer.json; absent: train a byte-level BPE on a sample
-vocab_size = {t.vocab_size}              # for the trained BPE (<= 65536 gives uint16 shards)
-sample_bytes = {t.sample_bytes}        # text sampled from the deduplicated corpus to train it
-eos = "{t.eos}"            # appended after every document
-batch_size = {t.batch_size}
-
-[output]
-name = "{o.name}"                 # $MILLRACE_HOME/stores/<name>/<version>
-# version = "2026.01.31"         # CalVer; absent: today's date
-shard_tokens = {o.shard_tokens}         # a cell's shard rolls over after this many tokens
-# url = "s3://bucket/stores"     # also copy the finished store there (any fsspec URL; store.json last)
-
-[validation]
-tokens_per_cell = {v.tokens_per_cell}          # held out per cell (lowest keyed hash first) into validation shards
-fraction = {v.fraction}                # and every document whose hash falls below this share of the range
-max_documents_per_cell = {v.max_documents_per_cell}       # at most this many per cell; at least one when a cell has two or more
-max_token_share = {v.max_token_share}           # past the first, at most this share of a cell's tokens
-seed = {v.seed}                         # the hash key: another seed holds out other documents
-# [[validation.sets]]             # an external evaluation set, tokenized into the store, never trained on
-# name = "wiki-2026"
-# paths = ["eval/wiki.jsonl"]     # files or directories
-# format = "jsonl"                # jsonl | parquet | text (one document per file)
-# text_key = "text"
-
-[executor]
-kind = "{e.kind}"                 # local | ray (RAY_ADDRESS=... for a running cluster) | slurm
-tasks = {e.tasks}                        # input split; keep it when resuming a run
-workers = {e.workers}                      # tasks run at once (local, ray)
-# [executor.slurm]                # kind = "slurm": one sbatch job per stage, each after the one before;
-# partition = "cpu"               # required           `--dry-run` writes the scripts without submitting
-# time = "04:00:00"               # per task: D-HH:MM:SS, HH:MM:SS or minutes
-# cpus_per_task = 1
-# mem_per_cpu_gb = 2
-# driver_cpus = 4                 # the one-task jobs: dedup rounds, tokenizer, assembly
-# max_running = 0                 # array tasks at once; 0: no limit
-# qos = ""
-# env_command = "source /shared/.venv/bin/activate"
-# sbatch_args = {{account = "lab"}}  # any other #SBATCH option
-# logs = ""                       # raw Slurm output; default: the run's work logs
-
-# [quality] and [domains]: quality buckets and topic domains (pipeline.cells.quality, pipeline.cells.domains);
-# cells become cNNqQ. Delete both tables (or set enabled = false) to keep one cell per source.
-"""
-    from pipeline.stages.cell_stages import starter_sections
-
-    cells = starter_sections([source[0] for source in sources])
-    return head + "".join(_source_table(*source) for source in sources) + tail + cells
+    config = starter_config(corpus_dir, discover_sources(corpus_dir))
+    lines = [f"# millrace pipeline config for {corpus_dir}",
+             "# Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray|slurm] [--workers N]",
+             "# Every option is present; delete a line to take its default. Unknown options are errors."]
+    lines += [f"# Not a source: {path.name} is one JSON document, not JSON Lines (one record per line)."
+              for path in sorted(p for p in corpus_dir.iterdir() if p.is_file() and is_json_document(p))]
+    for name in PipelineConfig.model_fields:
+        section = getattr(config, name)
+        lines.append("")
+        if name == "sources":
+            for source in section:
+                lines += model_table("sources", source, array=True) + [""]
+        elif name == "filters":
+            lines += _filters_tables()
+        else:
+            if name == "quality":
+                lines += _quality_intro([s.name for s in config.sources], section)
+            lines += _title(section) + model_table(name, section)
+    return "\n".join(lines) + "\n"

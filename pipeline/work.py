@@ -1,7 +1,8 @@
 """The work directory of a run: where each intermediate lives, and what may be resumed from it.
 
-`run.json` records, when a run starts, the task count, the input files (path, size and a
-cheap fingerprint: xxh64 of the first and last 64 KiB) and one fingerprint per stage. A stage's
+`work.json` (the work state; named `run.json` in work directories written before 2026.12, still read)
+records, when a run starts, the task count, the input files (path, size and a cheap fingerprint: xxh64
+of the first and last 64 KiB) and one fingerprint per stage. A stage's
 fingerprint hashes its own options and its upstream stage's fingerprint, so a config change
 reruns exactly the stage it touches and the ones after it (and says which); `[executor]` touches
 none, `[output] shard_tokens` and the evaluation sets only tokenization and the split (assembly always
@@ -24,10 +25,16 @@ import xxhash
 from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import MillraceError
 from pipeline.config import PipelineConfig
+from pipeline.stages.readers import input_files
+from pipeline.stages.sample import sample_budget
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
-STAGES = ("filter", "dedup", "tokenizer", "models", "tokenize", "decontaminate", "split")  # in order; each depends on the one before
+# A run's phases, in order, each depending on the one before (the one list: the runner announces them, the
+# work state fingerprints all but assembly, which always runs). Words: a "phase" is one of these; a funnel
+# "stage" (`pipeline.runner.stage_names`) counts what one step removed; a "step" is a datatrove PipelineStep.
+PHASES = ("filter", "dedup", "tokenizer", "models", "tokenize", "decontaminate", "split", "assemble")
+STAGES = PHASES[:-1]  # the fingerprinted ones (the work state's "stages", kept by that name on disk)
 
 
 class InputsChanged(MillraceError):
@@ -113,7 +120,19 @@ class WorkLayout:
 
     @property
     def state(self) -> Path:
+        return self.root / "work.json"
+
+    @property
+    def legacy_state(self) -> Path:
+        """The work state's earlier name (one word for two files: a training run's record is `run.json` too)."""
         return self.root / "run.json"
+
+    def read_state(self) -> dict | None:
+        """The recorded work state, under its name or its earlier one; None before the first run."""
+        for path in (self.state, self.legacy_state):
+            if path.exists():
+                return json.loads(path.read_text())
+        return None
 
     def outputs(self, stage: str) -> list[Path]:
         """What `stage` writes (what is deleted when it reruns)."""
@@ -149,7 +168,6 @@ def _file_fingerprint(path: Path) -> dict:
 
 def input_listing(config: PipelineConfig) -> list[dict]:
     """Every input file of every source, in read order, with its size and fingerprint."""
-    from pipeline.stages.readers import input_files
 
     listing = []
     for source in config.sources:
@@ -163,14 +181,13 @@ def input_listing(config: PipelineConfig) -> list[dict]:
 
 def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, str]:
     """One fingerprint per stage: its own options and the fingerprint of the stage before it."""
-    from pipeline.stages.sample import sample_budget
 
     d = config.dedup
     signing = {"exact": d.exact, "fuzzy": d.fuzzy, "ngram": d.ngram, "bands": d.bands, "rows": d.rows, "seed": d.seed,
                "parts": d.parts}
     own = {
         "filter": {"sources": [s.model_dump(mode="json") for s in config.sources],
-                   "filters": config.filters.model_dump(mode="json"), "signing": signing, "inputs": inputs,
+                   "filters": config.filters, "signing": signing, "inputs": inputs,
                    "sample_budget": sample_budget(config)},
         "dedup": d.model_dump(mode="json"),
         "tokenizer": config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
@@ -221,7 +238,7 @@ def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = Fal
     tasks = config.executor.tasks
     inputs = input_listing(config)
     fingerprints = stage_fingerprints(config, inputs)
-    state = json.loads(layout.state.read_text()) if layout.state.exists() else None
+    state = layout.read_state()
     if state is not None and not restart and state.get("tasks") == tasks and "inputs" in state:
         changed = _first_change(state["inputs"], inputs)
         if changed:
@@ -246,4 +263,5 @@ def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = Fal
         rerun = list(STAGES)
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(layout.state, json.dumps({"tasks": tasks, "inputs": inputs, "stages": fingerprints}))
+    layout.legacy_state.unlink(missing_ok=True)
     return rerun

@@ -294,7 +294,7 @@ def revision_description(store_path: Path, manifest: BuiltManifest) -> str:
     """The `description` of the revision file this manifest was built from, when that file is still there
     (under the store's $MILLRACE_HOME, or shipped) and still means the same revision; else ""."""
     try:
-        revision = load_revision(find_revision_file(Home(store_path.parents[2]), manifest.mixture, manifest.revision))
+        revision = load_revision(find_revision_file(Home.of_store(store_path), manifest.mixture, manifest.revision))
     except MillraceError:
         return ""
     return revision.description if revision.hash() == manifest.revision_hash else ""

@@ -14,7 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from millrace.errors import ArtifactError
+from millrace.errors import ArtifactError, ConfigError
+from millrace.home import Home
 from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,11 @@ def run_manifest(run_dir: Path, run: dict[str, Any]) -> BuiltManifest | None:
         candidates.append(Path(run["manifest_path"]))
     store = run.get("store") or {}
     if store.get("name") and store.get("version") and run.get("mixture") and run.get("revision"):
-        home_root = Path(run_dir).resolve().parents[1]
-        candidates.append(home_root / "stores" / store["name"] / store["version"] / "mixtures" / run["mixture"]
-                          / run["revision"] / MANIFEST_FILE)
+        try:
+            built = Home.of_run(run_dir).built_mixture(store["name"], store["version"], run["mixture"], run["revision"])
+            candidates.append(built / MANIFEST_FILE)
+        except ConfigError:  # a name no store could have: there is no such manifest
+            pass
     for path in candidates:
         if not path.exists():
             continue

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from loader.validation import PAD_LABEL, ValidationSequences
+from loader.held_out import PAD_LABEL, ValidationSequences
 from mixtures.cells import CELL_NAME
 from pipeline.store.format import store_tokenizer
 from trainer.distributed import Runtime

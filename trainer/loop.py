@@ -51,7 +51,7 @@ from trainer.param_groups import group_of
 from trainer.peak import peak_flops
 from trainer.resume import recorded_settings
 from trainer.samples import prompts_path
-from trainer.schedule import learning_rate
+from trainer.lr_schedule import learning_rate
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 
 log = logging.getLogger(__name__)

@@ -123,7 +123,7 @@ class Transformer(nn.Module):
         super().__init__()
         if not config.vocab_size:
             raise ValueError("model.vocab_size is 0: fill it from the store's tokenizer first")
-        self.config, self.moe_config = config, moe
+        self.config = config
         self.kernels = TrainKernelConfig()
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
         self.layers = nn.ModuleList(Block(config, moe, i) for i in range(config.n_layers))

@@ -20,7 +20,8 @@ from typing import Any
 import psutil
 import torch
 
-from loader.validation import ValidationSequences
+from loader.held_out import ValidationSequences
+from millrace.jsonl import read_records
 from trainer.config import TrainConfig
 from trainer.distributed import Runtime, reshard
 from trainer.evaluation import EvalWriter, Evaluator, eval_steps, token_byte_lengths

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from loader.validation import ValidationSequences
+from loader.held_out import ValidationSequences
 from millrace.errors import ConfigError
 from pipeline.store.format import store_tokenizer
 from trainer.config import SamplesConfig

@@ -24,16 +24,15 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import pydantic
 from datatrove.data import Document
 from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
-from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
+from pipeline.config import DomainsConfig
 from pipeline.cells.stats import cell_name
-from pipeline.cells.embedding import EmbeddingConfig, embedder_class, fit_embedder, load_embedder
+from pipeline.cells.embedding import fit_embedder, load_embedder
 from pipeline.cells.labels import distinctive_terms
 from pipeline.cells.languages import sample_languages
 from pipeline.cells.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
@@ -42,44 +41,6 @@ log = logging.getLogger(__name__)
 
 DOMAINS_KIND = "millrace.domains"
 CENTROIDS_FILE = "domains-centroids.npy"
-
-
-class DomainsConfig(StrictModel):
-    """Topic domains (the embedded corpus: k = 8; the reference run: k = 40 from 5,000 fine centres)."""
-
-    enabled: bool = True
-    k: int = pydantic.Field(8, ge=1, le=1000, description="domains (cells c00 … c{k-1})")
-    fine_centroids: int = pydantic.Field(256, ge=1, description="k-means centres before merging")
-    docs_per_fine_centroid: int = pydantic.Field(
-        8, ge=1, description="at least this many sample documents per fine centre (caps fine_centroids)"
-    )
-    sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is fitted on")
-    sample_bytes: int = pydantic.Field(
-        16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
-    )
-    min_share: float = pydantic.Field(0.01, ge=0.0, lt=1.0, description="smallest share of documents per domain")
-    label_terms: int = pydantic.Field(3, ge=1, le=10, description="distinctive terms in a domain's label")
-    kmeans_iterations: int = pydantic.Field(100, ge=1)
-    embedder: str = pydantic.Field(
-        "hashing-tfidf-svd", description='"hashing-tfidf-svd", "use-multilingual-v3" or "package.module:Class"'
-    )
-    embedding: EmbeddingConfig = EmbeddingConfig()
-    seed: int = 0
-
-    @pydantic.model_validator(mode="after")
-    def _shares_fit(self) -> "DomainsConfig":
-        if self.k * self.min_share > 1.0:
-            raise ValueError(f"k={self.k} domains of at least min_share={self.min_share} cannot fit in 100%")
-        return self
-
-    @pydantic.field_validator("embedder")
-    @classmethod
-    def _known_embedder(cls, name: str) -> str:
-        try:
-            embedder_class(name)
-        except ConfigError as exc:
-            raise ValueError(str(exc).removeprefix("domains.embedder: ")) from None
-        return name
 
 
 class DomainModel:

@@ -35,15 +35,14 @@ from pathlib import Path
 from typing import ClassVar, Protocol, Sequence
 
 import numpy as np
-import pydantic
 import scipy.sparse as sp
 from sklearn.decomposition import TruncatedSVD
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
-from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
+from pipeline.config import EmbeddingConfig
 from pipeline.cells.fitted_model import registered_class
 from pipeline.cells.languages import natural_language
 
@@ -51,19 +50,6 @@ log = logging.getLogger(__name__)
 
 TOKEN_PATTERN = r"(?u)\b\w\w+\b|[^\w\s]+"
 ERASED_FILE = "embedder-erased.npy"
-
-
-class EmbeddingConfig(StrictModel):
-    """How documents become vectors; stored with the model so assignment embeds exactly as fitting did."""
-
-    features: int = pydantic.Field(1 << 18, ge=1 << 10, le=1 << 24, description="hash columns (hashing-tfidf-svd)")
-    dimensions: int = pydantic.Field(64, ge=2, le=1024, description="SVD components (hashing-tfidf-svd)")
-    max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are embedded")
-    lowercase: bool = True
-    erase_languages: bool = pydantic.Field(True, description="project out the directions that separate languages")
-    erase_min_documents: int = pydantic.Field(
-        20, ge=2, description="a language's documents in the sample before its direction is erased"
-    )
 
 
 class Embedder(Protocol):

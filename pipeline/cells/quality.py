@@ -28,10 +28,9 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol, Sequence
+from typing import ClassVar, Protocol, Sequence
 
 import numpy as np
-import pydantic
 from datatrove.data import Document
 from scipy.special import expit
 from sklearn.feature_extraction.text import HashingVectorizer
@@ -39,8 +38,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
-from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
+from pipeline.config import QualityConfig
 from pipeline.cells.calibration import POOLED, BucketEdges, calibration_group, split_for_calibration
 from pipeline.cells.stats import cell_name
 from pipeline.cells.fitted_model import (FittedModelStep, read_model, registered_class, reusable_fit, sample_fingerprint,
@@ -51,57 +50,6 @@ log = logging.getLogger(__name__)
 QUALITY_KIND = "millrace.quality"
 GOOD_LABEL = "__label__good"
 OTHER_LABEL = "__label__other"
-
-
-class FastTextConfig(StrictModel):
-    """fastText supervised training settings (single-threaded, so a fit is reproducible)."""
-
-    dim: int = pydantic.Field(32, ge=2, le=512)
-    epoch: int = pydantic.Field(5, ge=1, le=100)
-    lr: float = pydantic.Field(0.1, gt=0.0, le=2.0)
-    word_ngrams: int = pydantic.Field(2, ge=1, le=5)
-    min_count: int = pydantic.Field(2, ge=1)
-    bucket: int = pydantic.Field(100_000, ge=0, description="hash buckets for word n-grams (model size)")
-    max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are scored")
-
-
-class LinearConfig(StrictModel):
-    """The `linear` scorer: hashed word n-grams and an L2-regularised logistic regression."""
-
-    features: int = pydantic.Field(1 << 20, ge=1 << 10, le=1 << 24, description="hash columns")
-    ngrams: int = pydantic.Field(2, ge=1, le=3, description="word n-grams up to this length")
-    c: float = pydantic.Field(4.0, gt=0.0, description="inverse regularisation strength")
-    max_chars: int = pydantic.Field(20_000, ge=100, description="characters of a document that are scored")
-
-
-class QualityConfig(StrictModel):
-    """Quality scoring into buckets (default: a linear classifier, python-docs prose as the reference of good)."""
-
-    enabled: bool = True
-    buckets: int = pydantic.Field(5, ge=1, le=100)
-    scorer: str = pydantic.Field("linear", description='"linear", "fasttext" or "package.module:Class"')
-    reference_sources: list[str] = pydantic.Field(
-        ["python-docs"], description="sources whose documents are the good class"
-    )
-    reference_files: list[Path] = pydantic.Field(
-        [], description="more good documents: .jsonl (a `text` per line) or plain text (one document per file)"
-    )
-    sample_size: int = pydantic.Field(20_000, ge=10, description="documents the model is trained and calibrated on")
-    sample_bytes: int = pydantic.Field(
-        16_000_000, ge=1, description="text the pipeline samples (after dedup, by id hash) to fit on"
-    )
-    calibration_share: float = pydantic.Field(
-        0.5, gt=0.0, lt=1.0, description="share of the sample held out to fix bucket edges (not trained on)"
-    )
-    calibrate_by: Literal["language", "none"] = pydantic.Field(
-        "language", description="bucket edges per language label, or one set for all documents"
-    )
-    min_group_documents: int = pydantic.Field(
-        10, ge=1, description="calibration documents a language needs for its own edges (fewer: pooled edges)"
-    )
-    linear: LinearConfig = LinearConfig()
-    fasttext: FastTextConfig = FastTextConfig()
-    seed: int = 0
 
 
 class QualityBackend(Protocol):

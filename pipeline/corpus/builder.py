@@ -214,10 +214,6 @@ def _render_man(path: Path) -> str | None:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n" if text.strip() else None
 
 
-def _man_language(directory: Path) -> str:
-    return "en" if directory == MAN_ROOT else directory.name
-
-
 def _man_sources() -> list[SourceSpec]:
     if not MAN_ROOT.is_dir():
         return []

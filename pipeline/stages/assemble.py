@@ -39,7 +39,8 @@ from pipeline.store.format import (
 )
 from pipeline.stages.eval_sets import better_hit, write_eval_set
 from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
-from pipeline.cells.validation import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_STAGE, ValidationConfig
+from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_STAGE
+from pipeline.config import HeldOutConfig
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def assemble_store(
     store_stats: dict,
     cell_stats: dict[str, dict],
     models_dir: Path | None = None,
-    validation: ValidationConfig = ValidationConfig(),
+    validation: HeldOutConfig = HeldOutConfig(),
 ) -> Path:
     """Write the manifests next to the tasks' shard files in a staging directory, then rename it to `final`.
 

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from millrace.artifacts import atomic_output, atomic_write_text
-from pipeline.cells.validation import VALIDATION_PREFIX, ValidationConfig, held_out_mask, split_cutoff
+from pipeline.cells.held_out_split import VALIDATION_PREFIX, held_out_mask, split_cutoff
+from pipeline.config import HeldOutConfig
 from pipeline.stages.eval_sets import SetOverlap
 from pipeline.store.format import ShardInfo, ShardSequence, SourceCounts
 from pipeline.store.trace import part_name, write_trace_part
@@ -76,7 +77,7 @@ def placed_file(run: Path) -> Path:
 
 
 def candidates_file(directory: Path, rank: int) -> Path:
-    """A task's held-out candidates per cell (`pipeline.cells.validation.split_candidates`)."""
+    """A task's held-out candidates per cell (`pipeline.cells.held_out_split.split_candidates`)."""
     return Path(directory) / f"{rank:05d}" / "held-out.json"
 
 
@@ -89,7 +90,7 @@ def part_file(parts_dir: Path, rank: int) -> Path:
     return Path(parts_dir) / f"{rank:05d}.json"
 
 
-def held_out_cutoffs(runs_dir: Path, validation: ValidationConfig) -> dict[str, list[int] | None]:
+def held_out_cutoffs(runs_dir: Path, validation: HeldOutConfig) -> dict[str, list[int] | None]:
     """Per cell, the last (hash, key) of the held-out split, from the tokenize tasks' candidates (hash, key,
     length): the driver keeps at most `max_documents_per_cell` per cell while it merges them."""
     documents: dict[str, int] = {}

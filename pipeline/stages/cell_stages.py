@@ -12,7 +12,6 @@ Each document then carries `metadata["cell"]` (`cNNqQ`), and the tokenizer write
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Sequence
 
@@ -78,69 +77,3 @@ def store_stats(model_dir: Path | str) -> dict:
     if model_path(model_dir, QUALITY_KIND).exists():
         stats["quality"] = quality_stats(model_dir)
     return stats
-
-
-def starter_sections(source_names: Sequence[str]) -> str:
-    """The `[quality]` and `[domains]` tables for `millrace pipeline init`, every option present.
-
-    Quality needs a reference of good documents: `python-docs` (the standard library's prose)
-    when the corpus has it; otherwise the section is written disabled, to be pointed at one.
-    """
-    q, d, e = QualityConfig(), DomainsConfig(), DomainsConfig().embedding
-    has_reference = all(name in source_names for name in q.reference_sources)
-    if has_reference:
-        choice = (f"# Reference: {', '.join(q.reference_sources)} (found in this corpus: edited prose, the default "
-                  "good class).")
-    else:
-        choice = (f"# Off: no reference source found ({', '.join(q.reference_sources)} is the default). To turn it "
-                  f"on, name\n# a source of this corpus whose documents are the quality you want more of (here: "
-                  f"{', '.join(source_names) or 'none'}),\n# or list files of such documents, then set enabled = true.")
-    return f"""
-# [quality] scores each document by how much it resembles a REFERENCE of good documents (the sources
-# or files named below) rather than a document drawn at random from the rest of the corpus (DCLM's
-# recipe), and splits the scores into buckets q0 (least like the reference) … q{q.buckets - 1} (most like it).
-# The reference is the choice that defines "quality" here: pick text you would want the model to
-# read more of (edited documentation, curated articles), not the corpus's most common source.
-{choice}
-[quality]                          # quality buckets q0 (lowest) … q{q.buckets - 1} (highest); cells become cNNqQ
-enabled = {str(has_reference).lower()}
-buckets = {q.buckets}
-scorer = "{q.scorer}"                 # linear | fasttext | package.module:Class
-reference_sources = {json.dumps(q.reference_sources)}   # the good class: sources of the quality you want more of
-reference_files = []               # more good documents: .jsonl (a "text" per line) or plain text files
-sample_size = {q.sample_size}               # documents the classifier is trained and calibrated on
-sample_bytes = {q.sample_bytes}          # text sampled (after dedup, by id hash) to fit on
-calibration_share = {q.calibration_share}          # held out of training; bucket edges are its score quantiles
-calibrate_by = "{q.calibrate_by}"          # language: q0…q{q.buckets - 1} per language (each bucket keeps the corpus's language
-                                   # mix; a q{q.buckets - 1} of one language may score below a q0 of another) | none: one
-                                   # global scale (buckets comparable across languages; their language mix may differ)
-min_group_documents = {q.min_group_documents}          # calibration documents a language needs for its own edges
-seed = {q.seed}
-
-[quality.linear]
-features = {q.linear.features}               # hashed word n-gram columns
-ngrams = {q.linear.ngrams}
-c = {q.linear.c}                          # inverse regularisation strength
-max_chars = {q.linear.max_chars}
-
-[domains]                          # topic domains c00 … c(k-1), by embedding and clustering
-enabled = true
-k = {d.k}                              # domains (the reference run: 40)
-fine_centroids = {d.fine_centroids}               # spherical k-means centres merged into k (reference: 5,000)
-docs_per_fine_centroid = {d.docs_per_fine_centroid}         # caps fine_centroids on a small sample
-min_share = {d.min_share}                   # every domain holds at least this share of documents
-label_terms = {d.label_terms}                  # distinctive terms in each domain's label
-kmeans_iterations = {d.kmeans_iterations}
-embedder = "{d.embedder}"     # hashing-tfidf-svd | use-multilingual-v3 | package.module:Class
-sample_size = {d.sample_size}
-sample_bytes = {d.sample_bytes}
-seed = {d.seed}
-
-[domains.embedding]                # hashed TF-IDF + truncated SVD, offline on CPU
-features = {e.features}
-dimensions = {e.dimensions}
-max_chars = {e.max_chars}
-lowercase = {str(e.lowercase).lower()}
-erase_languages = {str(e.erase_languages).lower()}             # project out the directions that separate languages
-erase_min_documents = {e.erase_min_documents}           # a language's sample documents before its direction is erased
-"""

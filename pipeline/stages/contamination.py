@@ -29,7 +29,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text
-from pipeline.cells.validation import held_out_mask
+from pipeline.cells.held_out_split import held_out_mask
 from pipeline.stages.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
 from pipeline.stages.ngrams import found_in, ngram_hashes
 from pipeline.store.format import ShardReader

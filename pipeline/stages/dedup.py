@@ -40,35 +40,11 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output
+from pipeline.stages.ngrams import minhash, shingle_hashes
 from pipeline.stages.readers import KEY_POSITION_BITS
 from pipeline.stages.sorted_runs import sorted_records
 
 WORD = re.compile(r"\w+")
-CHUNK = 4096  # shingles per numpy block: bounds memory on very long documents
-
-
-def shingle_hashes(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """uint64 hashes of the n-grams (n = `weights.size`) of uint64 `values`: each a linear combination with
-    `weights` modulo 2^64; fewer than n values make one shingle (empty: 0)."""
-    n = weights.size
-    if values.size < n:
-        return np.array([values.dot(weights[: values.size]) if values.size else 0], dtype=np.uint64)
-    count = values.size - n + 1
-    shingles = np.zeros(count, dtype=np.uint64)
-    for k in range(n):
-        shingles += values[k : k + count] * weights[k]
-    return shingles
-
-
-def minhash(shingles: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """uint32 MinHash signature: per permutation i, min over shingles of `(a_i·s + b_i) mod 2^64 >> 32`
-    (`a`, `b`: [permutations, 1] uint64), in blocks of CHUNK shingles."""
-    signature = np.full(a.shape[0], np.iinfo(np.uint64).max, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for start in range(0, shingles.size, CHUNK):
-            block = shingles[start : start + CHUNK][None, :]
-            np.minimum(signature, ((a * block + b) >> np.uint64(32)).min(axis=1), out=signature)
-    return signature.astype(np.uint32)
 
 
 class MinHasher:

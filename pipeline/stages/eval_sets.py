@@ -20,30 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-import pydantic
 
-from millrace.config import StrictModel
 from millrace.errors import ConfigError
-from millrace.names import NAME_PATTERN
-from pipeline.stages.ngrams import found_in, ngram_hashes
+from pipeline.config import EvalSetConfig
+from pipeline.stages.ngrams import found_in, minhash, ngram_hashes, shingle_hashes
 from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
 
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
 SHOWN = 20  # overlapping documents listed by index in set.json
 COMPACT_EVERY = 4096  # stored documents' n-gram findings kept apart before they are merged
-
-
-class EvalSetConfig(StrictModel):
-    """One `[[validation.sets]]` table."""
-
-    name: str = pydantic.Field(pattern=NAME_PATTERN)
-    paths: list[str] = pydantic.Field(min_length=1)
-    format: Literal["jsonl", "parquet", "text"] = "jsonl"
-    text_key: str = "text"
 
 
 def read_texts(config: EvalSetConfig) -> list[str]:
@@ -89,9 +77,6 @@ class NearDuplicateIndex:
         self.exact: dict[bytes, list[int]] = {}
 
     def signature(self, tokens: np.ndarray) -> np.ndarray:
-        # dedup's MinHash maths over token ids (imported here: `pipeline.config` reaches this module without datatrove)
-        from pipeline.stages.dedup import minhash, shingle_hashes
-
         return minhash(shingle_hashes(np.asarray(tokens, dtype=np.uint64), self.weights), self.a, self.b)
 
     def add(self, tokens: np.ndarray) -> None:

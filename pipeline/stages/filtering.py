@@ -18,28 +18,20 @@ from typing import Any
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
+from pipeline.filters import filter_spec
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
+from pipeline.stages.language_rules import filter_options
 
 EXTRACT_TIMEOUT = 5.0  # seconds per document (datatrove's default of 1 s times out on a loaded machine)
 LANGID_CHARS = 2000  # py3langid reads this much of a document; enough to be sure, cheap on long ones
 
 
-def build_filter(name: str, options: dict[str, Any]):
-    """datatrove's filter called `name`, built with the config's keyword options."""
-    if name == "gopher_quality":
-        from datatrove.pipeline.filters import GopherQualityFilter as cls
-    elif name == "gopher_repetition":
-        from datatrove.pipeline.filters import GopherRepetitionFilter as cls
-    elif name == "c4_quality":
-        from datatrove.pipeline.filters import C4QualityFilter as cls
-    elif name == "fineweb_quality":
-        from datatrove.pipeline.filters import FineWebQualityFilter as cls
-    else:
-        raise ValueError(f"unknown filter {name!r}")
+def build_filter(name: str, options: dict[str, Any]) -> Any:
+    """The registered filter `name` (`pipeline.filters`), built with the config's keyword options."""
     if "exclusion_writer" in options:
         raise TypeError("'exclusion_writer' is set by millrace (removed documents are kept for the funnel)")
-    return cls(**options)
+    return filter_spec(name).filter_class()(**options)
 
 
 def text_bytes(doc: Document) -> int:
@@ -149,8 +141,9 @@ class ExtractStage(CountedStage):
 
 
 class HeuristicFilterStage(CountedStage):
-    """One of datatrove's heuristic quality filters, applied to the sources that list it, with the rules
-    of each document's language (`pipeline.stages.language_rules`; English where none was identified)."""
+    """A registered filter (`pipeline.filters`: datatrove's heuristic quality filters and others), applied to the
+    sources that list it, with the rules of each document's language where it takes them
+    (`pipeline.stages.language_rules`; English where none was identified)."""
 
     def __init__(self, filter_name: str, options: dict, funnel_dir, removed_dir, sources: list[str]):
         self.name = f"🔻 {filter_name}"
@@ -161,9 +154,8 @@ class HeuristicFilterStage(CountedStage):
     def filter_for(self, language: str | None):
         """datatrove's filter with `language`'s rules (built once per language), or None where it does not apply."""
         if language not in self._filters:
-            from pipeline.stages.language_rules import filter_options
-
-            options = filter_options(self.filter_name, language, self.options)
+            options = (filter_options(self.filter_name, language, self.options)
+                       if filter_spec(self.filter_name).language_rules else self.options)
             self._filters[language] = None if options is None else build_filter(self.filter_name, options)
         return self._filters[language]
 

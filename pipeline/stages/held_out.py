@@ -17,7 +17,8 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from pipeline.stages.cell_shards import run_file, write_held_out, write_part, written_file
-from pipeline.stages.eval_sets import EvalSetConfig, SetOverlap
+from pipeline.config import EvalSetConfig
+from pipeline.stages.eval_sets import SetOverlap
 from pipeline.stages.tokenization import eos_id, load_tokenizer, worker
 from pipeline.store.format import dtype_for_vocab
 

@@ -54,6 +54,10 @@ class _ProblemLog:
 
     `problems` are listed by file and position in the malformed listing; `skipped` only counts records
     that are no document by design (a WARC request record, a non-HTML response) per reason.
+
+    datatrove's extension points, not its internals: `read_file` is the method every `BaseDiskReader` subclass
+    implements; `get_document_from_dict` is overridden rather than given as an `adapter` because an adapter
+    cannot say that a record made no document, nor why (datatrove drops such records silently).
     """
 
     problems: list[Problem]

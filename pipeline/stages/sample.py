@@ -61,7 +61,7 @@ class SampleSketch(PipelineStep):
 
 def sample_budget(config: PipelineConfig) -> int:
     """Bytes each filter task keeps: what the tokenizer and the cell models ask, with room for dedup's removals."""
-    from pipeline.stages.cell_stages import CellStages
+    from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
 
     tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
     return OVERSAMPLE * max(tokenizer, CellStages(config.quality, config.domains, Path(".")).sample_bytes)

@@ -31,11 +31,12 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text, temporary_sibling
-from pipeline.cells.validation import ValidationConfig, document_hash, split_candidates
+from pipeline.cells.held_out_split import document_hash, split_candidates
+from pipeline.config import EvalSetConfig, HeldOutConfig
 from pipeline.stages.cell_shards import (
     candidates_file, remove_task_files, run_file, tokens_file, write_training_shards, written_file,
 )
-from pipeline.stages.eval_sets import EvalSetConfig, SetOverlap
+from pipeline.stages.eval_sets import SetOverlap
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import read_jsonl_zst, task_file
 from pipeline.stages.sample import sample_rank
@@ -175,7 +176,7 @@ class TokenizeCells(PipelineStep):
 
     def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
                  cells_dir: Path | str, funnel_dir: Path | str, shard_tokens: int, batch_size: int = 256,
-                 validation: ValidationConfig = ValidationConfig(), sets: list[EvalSetConfig] = ()):
+                 validation: HeldOutConfig = HeldOutConfig(), sets: list[EvalSetConfig] = ()):
         super().__init__()
         self.tokenizer_path = str(tokenizer_path)
         self.eos = eos

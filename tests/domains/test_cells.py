@@ -62,15 +62,21 @@ def test_store_stats_carry_the_contract_keys(fitted):
     json.dumps(stats)
 
 
-def test_starter_sections_load_into_the_models_with_their_defaults():
+def test_starter_sections_load_into_the_models_with_their_defaults(tmp_path):
     import tomllib
 
-    from pipeline.stages.cell_stages import starter_sections
     from pipeline.cells.domains import DomainsConfig
     from pipeline.cells.quality import QualityConfig
+    from pipeline.starter import init_config
 
-    tables = tomllib.loads(starter_sections(["python-code", "python-docs"]))
+    def starter(names: list[str]) -> str:
+        for name in names:
+            (tmp_path / "/".join(names) / name).mkdir(parents=True)
+            (tmp_path / "/".join(names) / name / "a.jsonl").write_text('{"text": "a line"}\n')
+        return init_config(tmp_path / "/".join(names))
+
+    tables = tomllib.loads(starter(["python-code", "python-docs"]))
     assert QualityConfig(**tables["quality"]) == QualityConfig()
     assert DomainsConfig(**tables["domains"]) == DomainsConfig()
     # without the reference source, quality is written disabled rather than failing at fit time
-    assert tomllib.loads(starter_sections(["articles"]))["quality"]["enabled"] is False
+    assert tomllib.loads(starter(["articles"]))["quality"]["enabled"] is False

@@ -5,12 +5,13 @@ language the reference does not resemble can score below a q0 of another; `calib
 global calibrated score, and the store's stated meaning says which one it used."""
 
 import tomllib
+from pathlib import Path
 
 import numpy as np
 
 from pipeline.cells.calibration import BucketEdges
 from pipeline.cells.quality import QualityConfig, score_meaning
-from pipeline.stages.cell_stages import starter_sections
+from pipeline.starter import init_config
 
 
 def two_languages() -> tuple[np.ndarray, list[str]]:
@@ -37,10 +38,18 @@ def test_the_stated_meaning_names_the_scale_the_store_used():
     assert overall["calibrated_by"] == "none" and "one global scale" in overall["meaning"]
 
 
-def test_pipeline_init_says_what_a_reference_is_and_why_quality_is_off():
-    with_docs = starter_sections(["python-docs", "man-pages"])
+def starter_sections(corpus: Path, names: list[str]) -> str:
+    """`pipeline init` on a corpus whose sources are `names`."""
+    for name in names:
+        (corpus / name).mkdir(parents=True)
+        (corpus / name / "a.jsonl").write_text('{"text": "a line"}\n')
+    return init_config(corpus)
+
+
+def test_pipeline_init_says_what_a_reference_is_and_why_quality_is_off(tmp_path):
+    with_docs = starter_sections(tmp_path / "with", ["python-docs", "man-pages"])
     assert "REFERENCE of good documents" in with_docs and "# Reference: python-docs (found" in with_docs
-    without = starter_sections(["fortunes", "npm-docs"])
+    without = starter_sections(tmp_path / "without", ["fortunes", "npm-docs"])
     assert "no reference source found" in without and "(here: fortunes, npm-docs)" in without
     assert tomllib.loads(without)["quality"]["enabled"] is False
     assert QualityConfig(**tomllib.loads(with_docs)["quality"]) == QualityConfig()

@@ -11,13 +11,13 @@ from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
-from pipeline.cells.validation import (ValidationConfig, document_hash, held_out, held_out_mask, split_candidates,
+from pipeline.cells.held_out_split import (HeldOutConfig, document_hash, held_out, held_out_mask, split_candidates,
                                       split_cutoff)
 from testkit.corpus import config_text, edit, make_corpus, prose, write_jsonl_zst
 
 
 def by_fraction(**options):
-    return ValidationConfig(tokens_per_cell=0, max_token_share=1.0, **options)
+    return HeldOutConfig(tokens_per_cell=0, max_token_share=1.0, **options)
 
 
 def test_the_split_depends_on_content_and_key_only():
@@ -47,7 +47,7 @@ def test_the_split_merged_from_each_tasks_candidates_is_the_split_of_the_whole_c
     hashes = rng.integers(0, 2**64 - 1, size=3000, dtype=np.uint64)
     keys = rng.permutation(10**6)[:3000].astype(np.int64)
     lengths = rng.integers(202, 1025, size=3000)
-    config = ValidationConfig(fraction=fraction, max_documents_per_cell=cap, tokens_per_cell=tokens,
+    config = HeldOutConfig(fraction=fraction, max_documents_per_cell=cap, tokens_per_cell=tokens,
                               max_token_share=share)
     total = int(lengths.sum())
     whole = held_out_mask(hashes, keys, split_cutoff(hashes.size, total, split_candidates(hashes, keys, lengths, config),
@@ -69,15 +69,15 @@ def test_the_held_out_size_is_set_in_tokens():
     hashes = rng.integers(0, 2**64 - 1, size=300, dtype=np.uint64)
     lengths = rng.integers(202, 1025, size=300)
     for cell in (slice(0, 300), slice(0, 60)):
-        mask = held_out(hashes[cell], lengths[cell], ValidationConfig())
+        mask = held_out(hashes[cell], lengths[cell], HeldOutConfig())
         held = np.sort(hashes[cell][mask])
         assert np.array_equal(held, np.sort(hashes[cell])[: mask.sum()])  # the lowest hashes
         assert mask.sum() > 1
         assert lengths[cell][mask].sum() >= 4096 and lengths[cell][mask].sum() - lengths[cell][mask].max() < 4096
-    tiny = held_out(hashes[:12], lengths[:12], ValidationConfig())  # about 7,500 tokens: a fifth of them at most
+    tiny = held_out(hashes[:12], lengths[:12], HeldOutConfig())  # about 7,500 tokens: a fifth of them at most
     assert 1 <= tiny.sum() and (tiny.sum() == 1 or lengths[:12][tiny].sum() <= 0.2 * lengths[:12].sum())
-    assert held_out(hashes, lengths, ValidationConfig(tokens_per_cell=10_000)).sum() > held_out(
-        hashes, lengths, ValidationConfig()).sum()
+    assert held_out(hashes, lengths, HeldOutConfig(tokens_per_cell=10_000)).sum() > held_out(
+        hashes, lengths, HeldOutConfig()).sum()
 
 
 def write_eval_set(path):
@@ -129,7 +129,7 @@ def test_held_out_documents_are_in_validation_shards_only(store_path):
         everything = sorted(training) + held
         hashes = np.asarray([document_hash(np.frombuffer(d, dtype=dtype), 0) for d in everything], dtype=np.uint64)
         lengths = np.asarray([len(d) // dtype.itemsize for d in everything])
-        chosen = held_out(hashes, lengths, ValidationConfig(fraction=0.1, max_documents_per_cell=3))
+        chosen = held_out(hashes, lengths, HeldOutConfig(fraction=0.1, max_documents_per_cell=3))
         assert set(held) <= {d for d, c in zip(everything, chosen) if c}  # the keyed-hash choice, but for those
         # found in training (next test)
         assert summary.validation_documents == cell.validation.documents == len(held)
@@ -161,7 +161,7 @@ def test_no_held_out_document_reaches_a_training_batch(store_path):
 
 @pytest.mark.slow
 def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(store_path, tmp_path):
-    from loader.validation import ValidationSequences
+    from loader.held_out import ValidationSequences
     from mixtures.build import build
     from mixtures.new import new_revision
     from pipeline.stages.tokenization import load_tokenizer
@@ -197,7 +197,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
 
 @pytest.mark.slow
 def test_an_external_set_is_scored_whole_while_cells_give_their_first_windows(store_path):
-    from loader.validation import PAD_LABEL, ValidationSequences
+    from loader.held_out import PAD_LABEL, ValidationSequences
     from mixtures.build import build
     from mixtures.new import new_revision
 
@@ -222,7 +222,8 @@ def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
     import pyarrow.parquet as pq
 
     from millrace.errors import ConfigError
-    from pipeline.stages.eval_sets import EvalSetConfig, read_texts
+    from pipeline.config import EvalSetConfig
+    from pipeline.stages.eval_sets import read_texts
 
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "b.txt").write_text("second file")
@@ -259,7 +260,7 @@ def test_held_out_documents_found_in_training_go_back_to_training(store_path, ca
         everything = docs + held
         hashes = np.asarray([document_hash(np.frombuffer(d, dtype=dtype), 0) for d in everything], dtype=np.uint64)
         lengths = np.asarray([len(d) // dtype.itemsize for d in everything])
-        mask = held_out(hashes, lengths, ValidationConfig(fraction=0.1, max_documents_per_cell=3))
+        mask = held_out(hashes, lengths, HeldOutConfig(fraction=0.1, max_documents_per_cell=3))
         chosen[name] = {d: d in held for d, c in zip(everything, mask) if c}
         training[name] = [d for d, c in zip(everything, mask) if not c]
     seen = set().union(*(ngrams(np.frombuffer(d, dtype=dtype).tolist()) for docs in training.values() for d in docs))

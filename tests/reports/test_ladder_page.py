@@ -11,7 +11,7 @@ from reports import build_site
 from testkit import factory
 from testkit.browser import Tab
 from trainer.ladder.compare import compare_points
-from trainer.ladder.fit import Law, Point, fit_law, fit_report
+from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report
 from trainer.ladder.results import write_ladder
 
 FLOPS = [1e12, 4e12, 1.6e13, 6.4e13]

@@ -9,7 +9,7 @@ import pytest
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from trainer.ladder.compare import compare_points
-from trainer.ladder.fit import Law, Point, fit_law, fit_report, predict, solve_law
+from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report, predict, solve_law
 from trainer.ladder.results import write_ladder
 from trainer.records import write_run
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from loader.validation import ValidationSequences
+from loader.held_out import ValidationSequences
 from millrace.cli import main as millrace
 from millrace.home import Home
 from trainer.distributed import Runtime

@@ -149,7 +149,7 @@ def fit_command(home: Home, ladder_ref: str | None, metric: str | None, asymptot
     """Fit L(C) = L_inf + A * C^-alpha to each rung's final held-out metric (or to --points): parameters,
     residuals, leave-one-out errors, and predictions with a prediction interval at --level (delta method
     with the residual variance and Student's t); zero degrees of freedom or a rising curve are warned of."""
-    from trainer.ladder.fit import LEVEL, fit_report
+    from trainer.ladder.scaling_law import LEVEL, fit_report
     from trainer.ladder.ladder_fit import fit_ladder
     from trainer.ladder.points import file_points
 

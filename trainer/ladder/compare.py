@@ -18,7 +18,7 @@ import numpy as np
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from trainer.ladder.fit import Law, Point, fit_report, law_of
+from trainer.ladder.scaling_law import Law, Point, fit_report, law_of
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
 from trainer.ladder.run import run_ladder

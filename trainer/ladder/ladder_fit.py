@@ -7,7 +7,7 @@ from typing import Any
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from trainer.ladder.fit import LEVEL, fit_report
+from trainer.ladder.scaling_law import LEVEL, fit_report
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
 

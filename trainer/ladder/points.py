@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from millrace.errors import ConfigError
-from trainer.ladder.fit import Point
+from trainer.ladder.scaling_law import Point
 from trainer.ladder.results import EVAL_FILE, metric_value, recorded_final_eval
 
 

@@ -16,11 +16,9 @@ a prefix of the hash order, so each tokenize task offers its own few candidates
 from __future__ import annotations
 
 import numpy as np
-import pydantic
 import xxhash
 
-from millrace.config import StrictModel
-from pipeline.stages.eval_sets import EvalSetConfig
+from pipeline.config import HeldOutConfig
 
 HELD_OUT_REASON = "held out for validation"
 # A held-out document the decontamination gave back to training (its n-grams are mostly in training already).
@@ -29,54 +27,27 @@ VALIDATION_STAGE = "validation"
 VALIDATION_PREFIX = "validation"
 
 
-class ValidationConfig(StrictModel):
-    """`[validation]`: the held-out split of every cell."""
-
-    tokens_per_cell: int = pydantic.Field(4096, ge=0, description="held-out tokens per cell: the lowest-hash "
-                                          "documents until they reach this (the one that reaches it included)")
-    fraction: float = pydantic.Field(0.005, ge=0.0, lt=1.0,
-                                     description="also every document whose hash is below this share of the range")
-    max_documents_per_cell: int = pydantic.Field(200, ge=0, description="at most this many held out per cell")
-    max_token_share: float = pydantic.Field(0.2, gt=0.0, le=1.0, description="past its first held-out document, "
-                                            "a cell holds out at most this share of its tokens")
-    seed: int = pydantic.Field(0, ge=0, description="the hash key: another seed holds out other documents")
-    decontaminate: bool = pydantic.Field(True, description="give back to training the held-out documents whose "
-                                         "token n-grams are found in training (`pipeline.stages.contamination`)")
-    contamination_ngram: int = pydantic.Field(13, ge=1, description="n of the token n-grams looked up")
-    contamination_threshold: float = pydantic.Field(0.5, gt=0.0, le=1.0, description="share of a document's "
-                                                    "n-grams found in training from which it counts as contaminated")
-    sets: list[EvalSetConfig] = []
-
-    @pydantic.model_validator(mode="after")
-    def _unique_sets(self) -> "ValidationConfig":
-        names = [s.name for s in self.sets]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"evaluation set names must be unique; repeated: {repeated}")
-        return self
-
-
 def document_hash(tokens: np.ndarray, seed: int) -> int:
     """The keyed hash of a document's content (its token ids, whatever the store's dtype)."""
     return xxhash.xxh3_64_intdigest(np.ascontiguousarray(tokens, dtype="<u4").tobytes(), seed=seed)
 
 
-def _threshold(config: ValidationConfig) -> np.uint64:
+def _threshold(config: HeldOutConfig) -> np.uint64:
     return np.uint64(min(int(config.fraction * 2.0**64), 2**64 - 1))
 
 
-def _enabled(config: ValidationConfig) -> bool:
+def _enabled(config: HeldOutConfig) -> bool:
     return config.max_documents_per_cell > 0 and (config.fraction > 0 or config.tokens_per_cell > 0)
 
 
-def _wanted(hashes: np.ndarray, lengths: np.ndarray, config: ValidationConfig) -> int:
+def _wanted(hashes: np.ndarray, lengths: np.ndarray, config: HeldOutConfig) -> int:
     """How many of these documents, in hash order, the token target or the fraction asks for."""
     before = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)[:-1]])
     return int(((before < config.tokens_per_cell) | (hashes < _threshold(config))).sum())
 
 
 def split_candidates(hashes: np.ndarray, keys: np.ndarray, lengths: np.ndarray,
-                     config: ValidationConfig) -> np.ndarray:
+                     config: HeldOutConfig) -> np.ndarray:
     """(hash, key, length) rows, lowest first, of the documents of one task's part of a cell that the split
     can choose whatever the other parts hold: its lowest that the token target or the fraction asks for
     (the token target counted over this part alone, so never fewer than over the whole cell), at most
@@ -91,7 +62,7 @@ def split_candidates(hashes: np.ndarray, keys: np.ndarray, lengths: np.ndarray,
 
 
 def split_cutoff(documents: int, tokens: int, candidates: np.ndarray,
-                 config: ValidationConfig) -> tuple[int, int] | None:
+                 config: HeldOutConfig) -> tuple[int, int] | None:
     """The last (hash, key) held out of a cell of `documents` documents and `tokens` tokens, given every
     part's `split_candidates`: a document is held out iff its (hash, key) is at most this. None: nothing."""
     if documents < 2 or not _enabled(config) or not len(candidates):
@@ -114,7 +85,7 @@ def held_out_mask(hashes: np.ndarray, keys: np.ndarray, cutoff: tuple[int, int] 
     return (hashes < last_hash) | ((hashes == last_hash) & (keys <= last_key))
 
 
-def held_out(hashes: np.ndarray, lengths: np.ndarray, config: ValidationConfig) -> np.ndarray:
+def held_out(hashes: np.ndarray, lengths: np.ndarray, config: HeldOutConfig) -> np.ndarray:
     """A boolean mask over one cell's documents (given their keyed hashes and token counts): True =
     validation. Ties between equal hashes (never hit in practice) go by position."""
     keys = np.arange(len(hashes), dtype=np.int64)

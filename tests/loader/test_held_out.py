@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from loader import MixtureStream
-from loader.validation import PAD_LABEL, ValidationSequences
+from loader.held_out import PAD_LABEL, ValidationSequences
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from mixtures.manifest import read_manifest
