@@ -13,7 +13,7 @@ import pytest
 from pipeline.config import DedupConfig, DomainsConfig, PipelineConfig, QualityConfig
 from pipeline.filters import FILTERS
 from pipeline.starter import init_config
-from tests.pipeline.corpus_fixture import make_corpus
+from testkit.corpus import make_corpus
 
 TABLE = re.compile(r"^(?:# )?\[\[?([\w.]+)\]\]?\s*(?:#|$)")  # a table header, not prose naming one
 OPTION = re.compile(r"^(?:# )?(\w+) = ")
