@@ -23,7 +23,7 @@ SUBCOMMANDS = {
     "ladder": ("trainer.ladder.cli:ladder", "Plan, train, fit and compare scaling ladders."),
     "runs": ("trainer.runs_cli:runs", "List training runs: status, revision, last step and loss."),
     "report": ("reports.cli:report", "Build and watch the static report site."),
-    "demo": ("millrace.demo:demo", "The main job end to end on the embedded default corpus."),
+    "demo": ("demo.run:demo", "The main job end to end on the embedded default corpus."),
 }
 
 

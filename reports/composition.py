@@ -17,8 +17,7 @@ from typing import Any
 from millrace.errors import ArtifactError, MillraceError
 from millrace.home import Home
 from mixtures.catalog import find_revision_file
-from mixtures.lineage import lineage_of
-from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
+from mixtures.manifest import MANIFEST_FILE, BuiltManifest, lineage_of, read_manifest
 from mixtures.revision import load_revision
 from pipeline.store.format import Store
 from pipeline.store.language_mix import bucket_language_mix

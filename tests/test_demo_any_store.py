@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from millrace.demo import MICRO_LADDER, TRAINED_REVISION, DemoReport, from_store
+from demo.run import MICRO_LADDER, TRAINED_REVISION, DemoReport, from_store
 from tests.trainer.stores import make_store
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.rung_revision import resolve_base, rung_problem

@@ -31,7 +31,7 @@ from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, T
 from millrace.home import Home
 from millrace.signals import StopRequest
 from millrace.writer_lock import WriterLock
-from mixtures.lineage import lineage_of
+from mixtures.manifest import lineage_of
 from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt

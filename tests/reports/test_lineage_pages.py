@@ -7,8 +7,7 @@ import pytest
 from millrace.artifacts import read_artifact, write_artifact
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.lineage import lineage_of
-from mixtures.manifest import read_manifest
+from mixtures.manifest import lineage_of, read_manifest
 from mixtures.new import new_revision
 from reports import build_site
 from reports.numbers import human_count
