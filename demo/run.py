@@ -91,8 +91,8 @@ def build_corpus(home: Home, max_bytes: int) -> Path:
             f"--max-bytes {max_bytes:,}: the corpus would change under the stores already built from it "
             f"({', '.join(str(p.parent) for p in stale)}); use another --home or remove them"
         )
-    summary = build_local_corpus(out, max_bytes)
-    log.info("corpus: %d documents, %d bytes in %s", summary.documents, summary.bytes, out)
+    built = build_local_corpus(out, max_bytes)
+    log.info("corpus: %d documents, %d bytes in %s", built.documents, built.bytes, out)
     return out
 
 

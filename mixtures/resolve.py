@@ -176,8 +176,8 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         check_same_frame(revision, parent, store.name, store.version, store.manifest_hash,
                          tokenizer.fingerprint if tokenizer else None, f"{source}: revision {revision.key}")
         phases = inherited_phases(parent.manifest, revision.continues.at_step)
-        for phase in phases:
-            for cell, count in phase.counts.items():
+        for inherited in phases:
+            for cell, count in inherited.counts.items():
                 used[cell] += count
         position = revision.continues.at_step * revision.global_batch
         ancestors = ancestors_of(parent, revision.continues.at_step)

@@ -224,7 +224,7 @@ def revision_to_toml(revision: Revision, header: str = "") -> str:
         data.pop("description", None)
     if not data.get("normalize"):
         data.pop("normalize", None)
-    ordered = {k: data[k] for k in ("mixture", "revision", "description", "seed", "seq_len", "global_batch",
+    ordered: dict[str, Any] = {k: data[k] for k in ("mixture", "revision", "description", "seed", "seq_len", "global_batch",
                                     "epoch_cap", "normalize", "store", "continues", "phases") if k in data}
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     return comment + tomli_w.dumps(ordered)

@@ -42,10 +42,11 @@ def quality_tilt(tokens: Mapping[str, int], tilt: Mapping[str, float]) -> dict[s
     unbucketed = sorted(cell for cell, bucket in buckets.items() if bucket is None)
     if unbucketed:
         raise StrategyError(f"quality-tilt needs cells named cNNqQ; {unbucketed[0]!r} has no quality bucket")
+    named = {cell: bucket for cell, bucket in buckets.items() if bucket is not None}
     unknown = sorted(set(tilt) - set(buckets.values()))
     if unknown:
         raise StrategyError(f"tilt names bucket {unknown[0]!r}, which no cell has")
-    return {cell: Fraction(count) * Fraction(tilt.get(buckets[cell], 1.0)) for cell, count in tokens.items()}
+    return {cell: Fraction(count) * Fraction(tilt.get(named[cell], 1.0)) for cell, count in tokens.items()}
 
 
 def desired_weights(

@@ -92,7 +92,7 @@ class SignatureLookup:
         out = np.empty((keys.size, self.perms), dtype=np.uint32)
         ranks = self.index.rank_of(keys)
         order = np.argsort(ranks, kind="stable")
-        bounds = np.flatnonzero(np.r_[True, ranks[order][1:] != ranks[order][:-1], True]) if keys.size else []
+        bounds = np.flatnonzero(np.r_[True, ranks[order][1:] != ranks[order][:-1], True]) if keys.size else np.zeros(0, np.int64)
         for start, stop in zip(bounds[:-1], bounds[1:]):
             mine = order[start:stop]
             rank = int(ranks[mine[0]])
@@ -255,6 +255,8 @@ class DropDuplicates(CountedStage):
         yield from super().run(data, rank, world_size)
 
     def decide(self, doc: Document) -> str | None:
+        if self._duplicates is None:
+            raise RuntimeError("decide() before run() loaded the duplicates")
         found = self._duplicates.get(doc.metadata["key"])
         if found is not None and found[0] in self.reasons:
             doc.metadata["duplicate_of"] = found[1]
