@@ -65,7 +65,8 @@ def _agreement(domains, pages) -> tuple[float, float]:
     """(same page in another language shares its domain, another page in the same language does)."""
     from itertools import combinations
 
-    by_page, by_language = {}, {}
+    by_page: dict[str, list[int]] = {}
+    by_language: dict[str, list[int]] = {}
     for domain, doc in zip(domains, pages):
         by_page.setdefault(doc.metadata["page"], []).append(domain)
         by_language.setdefault(doc.metadata["language"], []).append(domain)

@@ -76,7 +76,8 @@ def _peak_rss_of_tree(command: list[str], stage_log: Path | None = None) -> tupl
 
     start = time.perf_counter()
     process = subprocess.Popen(command)
-    root, peaks = psutil.Process(process.pid), {}
+    root = psutil.Process(process.pid)
+    peaks: dict[str, int] = {}
     while process.poll() is None:
         try:
             tree = [root] + root.children(recursive=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from typing import TextIO
 
 import click
 
@@ -35,11 +36,11 @@ class CurrentStderrHandler(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:
+    def stream(self, value: TextIO) -> None:
         pass
 
 

@@ -209,10 +209,10 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         position += sequences
     interleaved = {cell for phase in phases for cell, count in phase.interleaved_counts().items() if count > 0}
     drawn = sorted(cell for cell, count in used.items() if count > 0 or cell in interleaved)
-    for phase_index, phase in enumerate(phases):
-        phases[phase_index] = phase.model_copy(update={
-            "counts": {cell: phase.counts.get(cell, 0) for cell in drawn},
-            "declared_weights": {cell: phase.declared_weights.get(cell, 0.0) for cell in drawn},
+    for phase_index, built in enumerate(phases):
+        phases[phase_index] = built.model_copy(update={
+            "counts": {cell: built.counts.get(cell, 0) for cell in drawn},
+            "declared_weights": {cell: built.declared_weights.get(cell, 0.0) for cell in drawn},
         })
     cells = {cell: pin_cell(store, cell, table, revision, source) for cell in drawn}
     tokenizer = store.manifest.tokenizer

@@ -71,9 +71,9 @@ def build(home: Home, out: Path | None, stores: tuple[str, ...], mixtures: tuple
 def watch(home: Home, run_argument: str | None, run_name: str | None, out: Path | None, interval: float, until_finished: bool, timeout: float | None,
           refresh: int, wait: bool, as_json: bool) -> None:
     """Rebuild SITE/runs/RUN/index.html as RUN's metrics stream grows; the page reloads itself while live."""
-    if bool(run_argument) == bool(run_name):
-        raise ConfigError("--run: name the run to follow once (`millrace report watch --run NAME`)")
     run = run_name or run_argument
+    if not run or (run_name and run_argument):
+        raise ConfigError("--run: name the run to follow once (`millrace report watch --run NAME`)")
     from reports.watch import WatchEvent
     from reports.watch import watch as follow
 

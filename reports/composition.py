@@ -177,7 +177,7 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
     out = []
     for stage in stages:
         rows = []
-        total = {"received": _counts({}), "kept": _counts({}), "removed": {}}
+        total: dict[str, Any] = {"received": _counts({}), "kept": _counts({}), "removed": {}}
         for source, counts in sorted((stage.get("sources") or {}).items()):
             row = {
                 "source": source,
@@ -239,7 +239,7 @@ def load_composition(store_path: Path) -> Composition:
     for name, summary in manifest.cells.items():
         match = GRID_CELL.match(name)
         domain, bucket = (int(match.group(1)), int(match.group(2))) if match else (None, None)
-        cell = {
+        cell: dict[str, Any] = {
             "name": name,
             "domain": domain,
             "bucket": bucket,

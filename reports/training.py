@@ -15,6 +15,7 @@ import json
 import logging
 import math
 from collections.abc import Callable
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,13 +154,24 @@ def _layer_entry(record: dict[str, Any], key: str, layer: int) -> dict[str, Any]
 def _per_layer(buckets: Buckets, key: str, field: str) -> dict[str, list[float | None]]:
     records = buckets.records
     layers = sorted({int(e["layer"]) for r in records for e in r.get(key) or [] if isinstance(e, dict) and "layer" in e})
-    return {f"layer {layer}": buckets.series(f"{key}.{field}/layer {layer}",
-                                             lambda r, layer=layer: _layer_entry(r, key, layer).get(field))
+    return {f"layer {layer}": buckets.series(f"{key}.{field}/layer {layer}", partial(_layer_value, key, layer, field))
             for layer in layers}
 
 
+def _layer_value(key: str, layer: int, field: str, record: dict[str, Any]) -> Any:
+    return _layer_entry(record, key, layer).get(field)
+
+
 def _keyed(buckets: Buckets, key: str, names: list[str]) -> dict[str, list[float | None]]:
-    return {name: buckets.series(f"{key}/{name}", lambda r, name=name: (r.get(key) or {}).get(name)) for name in names}
+    return {name: buckets.series(f"{key}/{name}", partial(_keyed_value, key, name)) for name in names}
+
+
+def _keyed_value(key: str, name: str, record: dict[str, Any]) -> Any:
+    return (record.get(key) or {}).get(name)
+
+
+def _value(key: str, record: dict[str, Any]) -> Any:
+    return record.get(key)
 
 
 @dataclass
@@ -206,7 +218,8 @@ class RunView:
              "dead_experts": e.get("dead_experts")}
             for e in last.get("expert_load") or [] if isinstance(e, dict)
         ]
-        steps_done = last.get("step") if isinstance(last.get("step"), int) else 0
+        last_step = last.get("step")
+        steps_done = last_step if isinstance(last_step, int) else 0
         expected = expected_sequences(self.manifest, steps_done) if self.manifest is not None else {}
         seq_len = self.manifest.seq_len if self.manifest is not None else None
         return {
@@ -221,7 +234,7 @@ class RunView:
             "steps": [r["step"] for r in points],
             "phase": [r.get("phase") for r in points],
             "switches": [{"step": r["start_step"], "revision": r["revision"]} for r in (self.run.get("lineage") or [])[1:]],
-            "scalars": {k: buckets.series(k, lambda r, k=k: r.get(k)) for k in SCALARS},
+            "scalars": {k: buckets.series(k, partial(_value, k)) for k in SCALARS},
             "loss_per_cell": _keyed(buckets, "loss_per_cell", drawn),
             "loss_per_source": _keyed(buckets, "loss_per_source", sources),
             "router_bias_norm": _per_layer(buckets, "router_bias", "norm"),
@@ -232,8 +245,8 @@ class RunView:
             "seq_len": seq_len,
             "cells": [
                 {"name": c, "realised": realised.get(c, 0), "planned": planned.get(c, 0),
-                 "expected": expected[c] * seq_len if c in expected else None,
-                 "off_by": realised.get(c, 0) / seq_len - expected[c] if c in expected else None,
+                 "expected": expected[c] * seq_len if seq_len is not None and c in expected else None,
+                 "off_by": realised.get(c, 0) / seq_len - expected[c] if seq_len is not None and c in expected else None,
                  "loss": finite(latest_loss_cell.get(c))}
                 for c in cells
             ],

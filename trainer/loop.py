@@ -43,6 +43,7 @@ from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
 from trainer.metrics import LOCK_FILE, METRICS_FILE, MetricsWriter, read_metrics, read_run, write_run
 from trainer.model import Transformer
+from trainer.moe import MoE
 from trainer.moe import local_tensor
 from trainer.observers import RunObservers
 from trainer.peak import peak_flops
@@ -137,8 +138,7 @@ def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> tor
 
 def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
     """Per MoE layer the bias's norm and largest entry, and Σ bias² over layers: one host read for all."""
-    biases = [(index, block.ffn.router.expert_bias.detach().double())
-              for index, block in enumerate(model.layers) if block.is_moe]
+    biases = [(index, layer.router.expert_bias.detach().double()) for index, layer in model.indexed_moe_layers()]
     if not biases:
         return [], 0.0
     figures = torch.stack([torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()])
@@ -250,8 +250,8 @@ class Training:
         }
 
     @property
-    def moe_layers(self) -> list[tuple[int, Any]]:
-        return [(i, block.ffn) for i, block in enumerate(self.model.layers) if block.is_moe]
+    def moe_layers(self) -> list[tuple[int, MoE]]:
+        return self.model.indexed_moe_layers()
 
 
 @dataclass

@@ -37,7 +37,7 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
 def replaying(module: nn.Module):
     """Routing statistics off inside `module` while activation checkpointing recomputes its forward in the
     backward pass: the balancing rule must see each token once."""
-    counters = [m for m in module.modules() if hasattr(m, "counting")]
+    counters = [m for m in module.modules() if isinstance(m, (Router, MoE))]
     for counter in counters:
         counter.counting = False
     try:
@@ -149,6 +149,9 @@ class RoutedExperts(nn.Module):
 class Router(nn.Module):
     """Scores in fp32; selection by score + bias; gates from the unbiased scores."""
 
+    expert_bias: torch.Tensor  # buffers, registered in __init__
+    step_entropy: torch.Tensor
+
     def __init__(self, d_model: int, config: MoEConfig):
         super().__init__()
         self.config = config
@@ -209,6 +212,8 @@ class ExpertParallel:
 
 
 class MoE(nn.Module):
+    step_counts: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self, model: ModelConfig, config: MoEConfig):
         super().__init__()
         self.config = config

@@ -234,7 +234,7 @@ class LanguageErasingEmbedder:
 
 
 def fit_embedder(name: str, texts: Sequence[str], languages: Sequence[str | None], config: EmbeddingConfig,
-                 seed: int) -> tuple[Embedder, np.ndarray]:
+                 seed: int) -> tuple[Embedder | LanguageErasingEmbedder, np.ndarray]:
     """The configured embedder fitted on `texts` (with language erasure when configured), and their vectors."""
     inner = embedder_class(name).fit(texts, config, seed)
     vectors = inner.transform(texts)

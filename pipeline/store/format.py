@@ -59,7 +59,7 @@ CELL_SCHEMA_VERSION = 2  # cell.json: columnar shard table, chunk digests in `.x
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
 INDEX_PREFIX_BYTES = len(INDEX_HEADER) + 8 + 1 + 8 + 8  # header, version, dtype code, two counts
-DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+DTYPE_CODES: dict[np.dtype, int] = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
 CODE_DTYPES: dict[int, np.dtype] = {code: dtype for dtype, code in DTYPE_CODES.items()}
 # A reader verifies whole chunks, so the chunk bounds what one read costs: a window of 4,096 int32 tokens
 # is 16 KiB, a binary search over an `.idx` reads 8 bytes at a time. 64 KiB chunks keep that overhead
