@@ -117,7 +117,7 @@ def main() -> list[Result]:
         rates = {}
         for name, directory in (("ours", ours_dir), ("before", before_dir)):
             assigner = DomainAssigner(directory)
-            rates[name] = _rate(lambda: list(assigner.run(iter(_copies(corpus)))), len(texts))
+            rates[name] = _rate(lambda: list(assigner.run(iter(_copies(corpus)))), len(texts))  # noqa: B023  (called at once)
         scorer = QualityScorer(ours_dir)
         score_rate = _rate(lambda: list(scorer.run(iter(_copies(corpus)))), len(texts))
         results += [

@@ -206,7 +206,7 @@ def main(base: int = 16_000) -> list[Result]:
                   f"{documents / theirs_s:8,.0f} docs/s peak {theirs_rss / 2**20:7.1f} MiB", flush=True)
             print("      peak by process and stage: " + ", ".join(
                 f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())), flush=True)
-    (_, n1, s1, m1, d1, dm1, dd1), (_, n16, s16, m16, d16, dm16, dd16) = rows[0], rows[-1]
+    (_, n1, s1, m1, _, dm1, dd1), (_, n16, s16, m16, d16, dm16, dd16) = rows[0], rows[-1]
     marginal = (m16 - m1) / (n16 - n1)
     marginal_dt = (dm16 - dm1) / (n16 - n1)
     marginal_dedup = (dd16 - dd1) / (n16 - n1)

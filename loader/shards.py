@@ -36,6 +36,7 @@ from millrace.errors import ArtifactError
 from mixtures.manifest import ManifestCell
 from pipeline.store.format import (CELL_KIND, CELL_SCHEMA_VERSION, INDEX_PREFIX_BYTES, CellManifest, ShardDigests,
                                    digest_hex, index_size, parse_index_header)
+import itertools
 
 LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
 
@@ -182,7 +183,7 @@ class Pieces:
         keys = shards[order]
         bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), order.size]
         return [((int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF), starts[order[lo:hi]], merged[order[lo:hi]],
-                 at[order[lo:hi]]) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+                 at[order[lo:hi]]) for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
     def segments(self, width: int, seq_len: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(flat start in [rows, seq_len] of each segment, its source): a segment is a document's piece of a

@@ -160,7 +160,7 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
     logger.add(logfile, level="DEBUG",
                format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}")
-    logger.add(sys.stderr, level="ERROR", format=lambda record: "task %d: {message}\n" % rank)
+    logger.add(sys.stderr, level="ERROR", format=lambda record: f"task {rank}: {{message}}\n")
     logger.info(f"Launching pipeline for {rank=}")
     return logfile
 

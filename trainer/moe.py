@@ -245,10 +245,7 @@ class MoE(nn.Module):
         # then summed over k: no atomic adds forward or backward, so the result is bit-reproducible on a GPU.
         top_k = self.config.top_k
         routed = flat[:, None].expand(-1, top_k, -1).reshape(-1, d)[order]
-        if self.parallel.world > 1:
-            out = self.dispatch_and_compute(routed, counts)
-        else:
-            out = self.experts(routed, counts)
+        out = self.dispatch_and_compute(routed, counts) if self.parallel.world > 1 else self.experts(routed, counts)
         out = out.to(flat.dtype) * gates.reshape(-1)[order, None].to(flat.dtype)
         y = out.new_empty(out.shape).index_copy(0, order, out).view(-1, top_k, d).sum(1)
         if self.shared is not None:

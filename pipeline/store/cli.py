@@ -138,7 +138,6 @@ def print_quality(quality: dict, languages: int = 6) -> None:
     mix = quality["language_mix"]
     if not mix["buckets"]:
         return
-    total = sum(mix["corpus"].values()) or 1
     top = list(mix["corpus"])[:languages]
     click.echo("language mix per bucket (share of the bucket's documents):")
     click.echo(f"{'':<8}" + "".join(f"{lang:>8}" for lang in top) + f"{'other':>8}")

@@ -516,7 +516,7 @@ class ShardWriter:
             raise ValueError(f"unsupported token dtype {self.dtype}")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
         self._bin_tmp = self.prefix.with_name(f".{self.prefix.name}.bin.tmp")
-        self._bin = open(self._bin_tmp, "wb")
+        self._bin = open(self._bin_tmp, "wb")  # noqa: SIM115  (held open until close() or abort())
         self._bin_digests = ChunkDigester(CHUNK_BYTES)
         self._lengths = array.array("i")
         self._sources = array.array("H")

@@ -124,7 +124,7 @@ def size_rung(spec: LadderSpec, name: str, config: TrainConfig, index: int | Non
               steps: int | None = None) -> RungPlan:
     """`steps`: the built revision's (its phases round to whole batches each); default tokens / batch."""
     active = active_params(config)
-    tokens = int(round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active))
+    tokens = round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active)
     if batch is None:
         batch = rung_batch(spec.rules, index if index is not None else len(spec.rules.widths) - 1, tokens)
     steps = steps or max(1, round(tokens / (batch * seq_len)))
