@@ -5,7 +5,8 @@ per `jsonl.zst` file and one task per file: zipf-distributed words, 80-400 per d
 injected near-duplicates (1-5% of words edited), exact copies under other URLs and re-crawled
 URLs with new text. For each size it reports wall time, documents/s and the peak resident
 memory of the largest single process of the run (driver or worker, polled with psutil every
-50 ms), with which process and stage that was, and the largest of the dedup stage's. The same inputs then go through datatrove's four MinHash stages (signature, buckets,
+50 ms), with which process and stage that was, and the largest of the dedup stage's. The same
+inputs then go through datatrove's four MinHash stages (signature, buckets,
 its single-task cluster, filter; word splitting with the same `\\w+` regex as ours, so that
 spaCy's cost does not dominate): time and peak memory of its largest process.
 
@@ -132,7 +133,8 @@ def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[st
             with open(work / "stages.log", "a") as log:
                 log.write(label + "\\n")
         def run(name, pipeline, tasks):
-            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS}, logging_dir=str(work / "logs" / name)).run()
+            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS},
+                                  logging_dir=str(work / "logs" / name)).run()
         source = SourceConfig(name="web", paths=[{str(corpus)!r}], language_id=False)
         stage("sign")
         run("sign", [ReadStage(source, 0, work / "read", work / "malformed"),
@@ -186,7 +188,8 @@ def run_datatrove(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
                   ([MinhashDedupCluster(work + "/buckets", work + "/remove", config=config)], 1),
                   ([JsonlReader(corpus), MinhashDedupFilter(work + "/remove"), JsonlWriter(work + "/out")], {tasks})]
         for index, (pipeline, tasks) in enumerate(stages):
-            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS}, logging_dir=work + f"/logs/{{index}}").run()
+            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS},
+                                  logging_dir=work + f"/logs/{{index}}").run()
     """)
     seconds, peaks = _peak_rss_of_tree([sys.executable, "-c", script])
     return seconds, max(peaks.values(), default=0)

@@ -4,7 +4,8 @@ Batch `s` is global positions [s * B, (s + 1) * B); rank r of W gets the contigu
 slice [s * B + r * B / W, s * B + (r + 1) * B / W), so changing W between runs keeps
 the global stream identical. Opening reads the manifest, checks it, and reads each
 drawn cell's hash-checked shard table (`loader.shards`): O(cells + shards) work, nothing
-proportional to documents, tokens or samples; shard files open when first read. A stats-only manifest opens in index-only mode (positions ->
+proportional to documents, tokens or samples; shard files open when first read. A stats-only
+manifest opens in index-only mode (positions ->
 cell, sequence, epoch; no tokens).
 """
 

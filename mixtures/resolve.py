@@ -108,7 +108,8 @@ def explicit_weights(ctx: PhaseContext, table: CellTable) -> dict[str, Fraction]
         raise ConfigError(f"{ctx.where}: field 'weights' cell {key!r}: {what}")
     for cell, weight in sorted(expanded.items()):
         if weight > 0 and table.tokens[cell] <= 0:
-            raise ConfigError(f"{ctx.where}: field 'weights' cell {cell!r}: cell is empty (0 tokens) but has weight {float(weight):.6g}")
+            raise ConfigError(f"{ctx.where}: field 'weights' cell {cell!r}: cell is empty (0 tokens) "
+                              f"but has weight {float(weight):.6g}")
         if weight > 0 and table.sequences(cell) == 0:
             raise ConfigError(
                 f"{ctx.where}: field 'weights' cell {cell!r}: holds {table.tokens[cell]} tokens, fewer than one "

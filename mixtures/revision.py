@@ -188,7 +188,8 @@ def check_phases(revision: Revision, source: str) -> None:
                 )
             continue
         if (phase.strategy == "temperature") != (phase.temperature is not None):
-            raise ConfigError(f"{where}: field 'temperature': {'required' if phase.temperature is None else 'only'} for strategy 'temperature'")
+            need = "required" if phase.temperature is None else "only"
+            raise ConfigError(f"{where}: field 'temperature': {need} for strategy 'temperature'")
         if (phase.strategy == "quality-tilt") != (phase.tilt is not None):
             raise ConfigError(f"{where}: field 'tilt': {'required' if phase.tilt is None else 'only'} for strategy 'quality-tilt'")
         for bucket, factor in (phase.tilt or {}).items():

@@ -80,7 +80,8 @@ def water_fill(desired: Mapping[str, Fraction], capacity: Mapping[str, int], tot
     room = sum(capacity[cell] for cell in active)
     if room < total:
         raise StrategyError(
-            f"{total} sequences exceed the {room} that the epoch cap leaves these cells; lower the budget or raise the cap"
+            f"{total} sequences exceed the {room} that the epoch cap leaves these cells; "
+            "lower the budget or raise the cap"
         )
     sequences: dict[str, Fraction] = {cell: Fraction(0) for cell in desired}
     remaining = Fraction(total)

@@ -120,7 +120,7 @@ format = "{fmt}"                 # jsonl | parquet | warc | html | hf-datasets (
 kind = "{"code" if code else "prose"}"                  # prose | code (code never goes through prose filters)
 normalise = true                 # unicode repair (ftfy) before anything else
 filters = {_toml_list(filters)}  # any of gopher_quality, gopher_repetition, c4_quality, fineweb_quality
-language_id = {"true" if language_id else "false"}              # py3langid, before the filters: each applies its language's rules
+language_id = {"true" if language_id else "false"}  # py3langid, before the filters: each applies its language's rules
 # languages = ["en"]             # keep only these languages (needs language_id); absent keeps all
 text_key = "text"
 id_key = "id"
@@ -183,7 +183,7 @@ shard_tokens = {o.shard_tokens}         # a cell's shard rolls over after this m
 [validation]
 tokens_per_cell = {v.tokens_per_cell}          # held out per cell (lowest keyed hash first) into validation shards
 fraction = {v.fraction}                # and every document whose hash falls below this share of the range
-max_documents_per_cell = {v.max_documents_per_cell}       # at most this many per cell; at least one when a cell has two or more
+max_documents_per_cell = {v.max_documents_per_cell}  # at most this many per cell; at least one if it has two or more
 max_token_share = {v.max_token_share}           # past the first, at most this share of a cell's tokens
 seed = {v.seed}                         # the hash key: another seed holds out other documents
 # [[validation.sets]]             # an external evaluation set, tokenized into the store, never trained on

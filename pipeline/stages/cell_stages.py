@@ -111,9 +111,10 @@ reference_files = []               # more good documents: .jsonl (a "text" per l
 sample_size = {q.sample_size}               # documents the classifier is trained and calibrated on
 sample_bytes = {q.sample_bytes}          # text sampled (after dedup, by id hash) to fit on
 calibration_share = {q.calibration_share}          # held out of training; bucket edges are its score quantiles
-calibrate_by = "{q.calibrate_by}"          # language: q0…q{q.buckets - 1} per language (each bucket keeps the corpus's language
-                                   # mix; a q{q.buckets - 1} of one language may score below a q0 of another) | none: one
-                                   # global scale (buckets comparable across languages; their language mix may differ)
+calibrate_by = "{q.calibrate_by}"          # language: q0…q{q.buckets - 1} per language (each bucket keeps the
+                                   # corpus's language mix; a q{q.buckets - 1} of one language may score below a q0
+                                   # of another) | none: one global scale (buckets comparable across languages; their
+                                   # language mix may differ)
 min_group_documents = {q.min_group_documents}          # calibration documents a language needs for its own edges
 seed = {q.seed}
 

@@ -303,12 +303,12 @@ def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(
     docs = [Document(text=prose(rng), id=f"d{i}", metadata={"key": i * 7 + 3}) for i in range(120)]
     budget = sum(len(d.text) for d in docs) // 4
     samples = {}
+    removed = {0: {docs[0].metadata["key"]}}  # a document dedup removed never enters the sample
     for tasks in (1, 3):
         for rank in range(tasks):
             list(SampleSketch(tmp_path / str(tasks), 2 * budget).run(iter(docs[rank::tasks]), rank, tasks))
-        removed = {0: {docs[0].metadata["key"]}}  # a document dedup removed never enters the sample
         samples[tasks] = [d.metadata["key"] for d in merged_sample(tmp_path / str(tasks),
-                                                                   lambda rank: removed.get(rank, set()), budget)]  # noqa: B023
+                                                                   lambda rank: removed.get(rank, set()), budget)]
     assert samples[1] == samples[3]
     by_rank = sorted((d for d in docs if d is not docs[0]), key=lambda d: sample_rank(d.metadata["key"]))
     expected, held = [], 0
