@@ -1,4 +1,5 @@
-# The two commands a user needs: `make demo` and `make test`. `make test-fast` is the tier to run while changing code.
+# The two commands a user needs: `make demo` and `make test`; `make check` before a commit, `make test-fast`
+# while changing code.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +7,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test test-fast bench bench-deps venv system-packages clean gpu-wheels
+.PHONY: demo test test-fast check bench bench-deps venv system-packages clean gpu-wheels
 
 # What millrace needs to run (`make demo`); the tests and benches add the `dev` extras on top.
 $(RUN_STAMP): pyproject.toml
@@ -46,6 +47,16 @@ test: $(DEV_STAMP) system-packages
 # Every test not marked `slow` (CONTRIBUTING.md: what makes a test slow): a few minutes on two cores.
 test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_WORKERS)
+
+# Format, lint, types and the rooms' import layers (config in pyproject.toml). Runs all four, fails if any fails.
+# The same checks run from .pre-commit-config.yaml.
+check: $(DEV_STAMP)
+	@status=0; \
+	$(BIN)/ruff format --check . || status=1; \
+	$(BIN)/ruff check . || status=1; \
+	PYTHONPATH=. $(BIN)/lint-imports || status=1; \
+	$(BIN)/mypy || status=1; \
+	exit $$status
 
 # The loader bench's peers. Their dependency lists would replace the CPU torch with a CUDA build, pull a
 # torchvision that does not load against it (`operator torchvision::nms does not exist`), and pin numpy < 2.2 and

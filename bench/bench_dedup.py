@@ -74,7 +74,10 @@ def run_datatrove(work: Path, regex_words: bool = False) -> tuple[float, set[str
     from datatrove.pipeline.writers import JsonlWriter
 
     config = MinhashConfig(n_grams=NGRAM, num_buckets=BANDS, hashes_per_bucket=ROWS)
-    reader = lambda: JsonlReader(str(work / "input"))
+
+    def reader() -> JsonlReader:
+        return JsonlReader(str(work / "input"))
+
     out = work / ("dt-regex" if regex_words else "dt")
     signature = MinhashDedupSignature(str(out / "sigs"), config=config)
     if regex_words:
@@ -101,7 +104,10 @@ def run_millrace(work: Path) -> tuple[float, set[str]]:
     from pipeline.stages.readers import ReadStage
 
     source = SourceConfig(name="bench", paths=[str(work / "input")], format="jsonl")
-    reader = lambda: ReadStage(source, 0, work / "mr/read", work / "mr/malformed")  # keys documents for dedup
+
+    def reader() -> ReadStage:  # keys documents for dedup
+        return ReadStage(source, 0, work / "mr/read", work / "mr/malformed")
+
     options = DedupConfig(ngram=NGRAM, bands=BANDS, rows=ROWS, seed=1, threshold=0.5, verify_threshold=0.4)
     signing = DedupSignatures(str(work / "mr/sigs"), NGRAM, BANDS, ROWS, 1, options.parts)
 

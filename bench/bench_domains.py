@@ -65,7 +65,8 @@ def _agreement(domains, pages) -> tuple[float, float]:
     """(same page in another language shares its domain, another page in the same language does)."""
     from itertools import combinations
 
-    by_page, by_language = {}, {}
+    by_page: dict[str, list[int]] = {}
+    by_language: dict[str, list[int]] = {}
     for domain, doc in zip(domains, pages):
         by_page.setdefault(doc.metadata["page"], []).append(domain)
         by_language.setdefault(doc.metadata["language"], []).append(domain)
@@ -116,7 +117,7 @@ def main() -> list[Result]:
         rates = {}
         for name, directory in (("ours", ours_dir), ("before", before_dir)):
             assigner = DomainAssigner(directory)
-            rates[name] = _rate(lambda: list(assigner.run(iter(_copies(corpus)))), len(texts))
+            rates[name] = _rate(lambda: list(assigner.run(iter(_copies(corpus)))), len(texts))  # noqa: B023  (called at once)
         scorer = QualityScorer(ours_dir)
         score_rate = _rate(lambda: list(scorer.run(iter(_copies(corpus)))), len(texts))
         results += [

@@ -28,7 +28,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +78,7 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
     summaries, pinned, prefixes = {}, {}, []
     for number, (cell, (tokens, _)) in enumerate(CELLS.items()):
         prefix = root / "cells" / cell / "shard_00000"
-        writer = ShardWriter(prefix, np.uint16, durable=False)
+        writer = ShardWriter(prefix, np.dtype(np.uint16), durable=False)
         stream = rng.integers(1 + number * SLICE, 1 + (number + 1) * SLICE, size=tokens, dtype=np.uint16)
         lengths = np.minimum(rng.geometric(1 / 600, size=tokens // 100 + 1), 20_000)
         ends = np.cumsum(lengths)
@@ -84,10 +86,11 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
         stream[ends - 1] = EOS
         writer.add_documents(stream, np.diff(np.concatenate([[0], ends])), np.zeros(ends.size, dtype=np.uint16))
         info = writer.close()
-        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench", documents=info.documents,
-                                tokens=info.tokens, bytes=0, shards=ShardTable.of([info]))
+        cell_manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench",
+                                     documents=info.documents, tokens=info.tokens, bytes=0,
+                                     shards=ShardTable.of([info]))
         summaries[cell] = CellSummary(documents=info.documents, tokens=info.tokens,
-                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
+                                      manifest_hash=write_cell_manifest(root / "cells" / cell, cell_manifest))
         pinned[cell] = info
         prefixes.append(str(prefix))
     store_hash = write_store_manifest(root, StoreManifest(
@@ -159,7 +162,7 @@ def child_remote(manifest: str, url: str, endpoint: str, cache: str) -> dict:
     return {"cold_tokens_per_s": tokens / cold, "tokens_per_s": tokens / best_of(stream_batches)}
 
 
-def start_s3(store: Path) -> tuple[object, str, str]:
+def start_s3(store: Path) -> tuple[Any, str, str]:  # moto's ThreadedMotoServer
     """moto's S3 server on 127.0.0.1 with the bench store copied to it; (server, store URL, endpoint)."""
     from moto.server import ThreadedMotoServer
 
@@ -425,6 +428,6 @@ def main() -> list[Result]:
 
 if __name__ == "__main__":
     kind, rest = sys.argv[1], sys.argv[2:]
-    children = {"millrace": child_millrace, "raw": child_raw, "megatron": child_megatron,
+    children: dict[str, Callable[..., dict]] = {"millrace": child_millrace, "raw": child_raw, "megatron": child_megatron,
                 "reference": child_reference, "remote": child_remote}
     print(json.dumps(children[kind](*rest)))

@@ -48,7 +48,7 @@ def write_store(home, name: str, documents: int, cells: int, shards: int) -> Pat
             lengths = rng.integers(2, 5, size=per_shard, dtype=np.int32)
             tokens = rng.integers(1, VOCAB, size=int(lengths.sum()), dtype=np.uint16)
             tokens[np.cumsum(lengths) - 1] = EOS
-            writer = ShardWriter(root / "cells" / cell / f"shard-{s:05d}", np.uint16, durable=False)
+            writer = ShardWriter(root / "cells" / cell / f"shard-{s:05d}", np.dtype(np.uint16), durable=False)
             writer.add_documents(tokens, lengths, rng.integers(0, 4, size=per_shard, dtype=np.uint16))
             infos.append(writer.close())
         manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench",
@@ -76,7 +76,7 @@ def write_linked_store(home, name: str, cells: int, shards: int, documents: int 
         lengths = rng.integers(2, 5, size=documents, dtype=np.int32)
         tokens = rng.integers(1, VOCAB, size=int(lengths.sum()), dtype=np.uint16)
         tokens[np.cumsum(lengths) - 1] = EOS
-        writer = ShardWriter(directory / "shard-00000", np.uint16, durable=False)
+        writer = ShardWriter(directory / "shard-00000", np.dtype(np.uint16), durable=False)
         writer.add_documents(tokens, lengths, np.zeros(documents, dtype=np.uint16))
         first = writer.close()
         infos = [first]

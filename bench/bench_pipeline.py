@@ -14,6 +14,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.result import Result
 
@@ -23,11 +24,13 @@ FILTERS = '["gopher_repetition", "gopher_quality"]'
 GOPHER_OPTIONS = {"max_non_alpha_words_ratio": 0.5}
 
 
+_IDENTIFIER: Any = None  # py3langid's identifier, loaded once per process
+
 def _tag_language(doc) -> bool:
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
     global _IDENTIFIER
-    if "_IDENTIFIER" not in globals():
+    if _IDENTIFIER is None:
         _IDENTIFIER = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
     doc.metadata["language"], doc.metadata["language_score"] = _IDENTIFIER.classify(doc.text[:2000])
     return True
@@ -91,8 +94,8 @@ def main() -> list[Result]:
     from pipeline.stages.intermediate import read_jsonl_zst
     from pipeline.stages.tokenization import train_byte_level_bpe
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         summary = build_local_corpus(tmp / "corpus", CORPUS_BYTES)
         texts = (r["text"] for p in sorted((tmp / "corpus").rglob("*.jsonl.zst")) for r in read_jsonl_zst(p))
         tokenizer = train_byte_level_bpe(texts, 8192, "<|endoftext|>", tmp / "tokenizer.json")

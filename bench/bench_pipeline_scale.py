@@ -5,7 +5,8 @@ per `jsonl.zst` file and one task per file: zipf-distributed words, 80-400 per d
 injected near-duplicates (1-5% of words edited), exact copies under other URLs and re-crawled
 URLs with new text. For each size it reports wall time, documents/s and the peak resident
 memory of the largest single process of the run (driver or worker, polled with psutil every
-50 ms), with which process and stage that was, and the largest of the dedup stage's. The same inputs then go through datatrove's four MinHash stages (signature, buckets,
+50 ms), with which process and stage that was, and the largest of the dedup stage's. The same
+inputs then go through datatrove's four MinHash stages (signature, buckets,
 its single-task cluster, filter; word splitting with the same `\\w+` regex as ours, so that
 spaCy's cost does not dominate): time and peak memory of its largest process.
 
@@ -76,7 +77,8 @@ def _peak_rss_of_tree(command: list[str], stage_log: Path | None = None) -> tupl
 
     start = time.perf_counter()
     process = subprocess.Popen(command)
-    root, peaks = psutil.Process(process.pid), {}
+    root = psutil.Process(process.pid)
+    peaks: dict[str, int] = {}
     while process.poll() is None:
         try:
             tree = [root] + root.children(recursive=True)
@@ -131,7 +133,8 @@ def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[st
             with open(work / "stages.log", "a") as log:
                 log.write(label + "\\n")
         def run(name, pipeline, tasks):
-            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS}, logging_dir=str(work / "logs" / name)).run()
+            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS},
+                                  logging_dir=str(work / "logs" / name)).run()
         source = SourceConfig(name="web", paths=[{str(corpus)!r}], language_id=False)
         stage("sign")
         run("sign", [ReadStage(source, 0, work / "read", work / "malformed"),
@@ -185,7 +188,8 @@ def run_datatrove(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
                   ([MinhashDedupCluster(work + "/buckets", work + "/remove", config=config)], 1),
                   ([JsonlReader(corpus), MinhashDedupFilter(work + "/remove"), JsonlWriter(work + "/out")], {tasks})]
         for index, (pipeline, tasks) in enumerate(stages):
-            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS}, logging_dir=work + f"/logs/{{index}}").run()
+            LocalPipelineExecutor(pipeline, tasks=tasks, workers={WORKERS},
+                                  logging_dir=work + f"/logs/{{index}}").run()
     """)
     seconds, peaks = _peak_rss_of_tree([sys.executable, "-c", script])
     return seconds, max(peaks.values(), default=0)
@@ -205,7 +209,7 @@ def main(base: int = 16_000) -> list[Result]:
                   f"{documents / theirs_s:8,.0f} docs/s peak {theirs_rss / 2**20:7.1f} MiB", flush=True)
             print("      peak by process and stage: " + ", ".join(
                 f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())), flush=True)
-    (_, n1, s1, m1, d1, dm1, dd1), (_, n16, s16, m16, d16, dm16, dd16) = rows[0], rows[-1]
+    (_, n1, s1, m1, _, dm1, dd1), (_, n16, s16, m16, d16, dm16, dd16) = rows[0], rows[-1]
     marginal = (m16 - m1) / (n16 - n1)
     marginal_dt = (dm16 - dm1) / (n16 - n1)
     marginal_dedup = (dd16 - dd1) / (n16 - n1)

@@ -50,8 +50,8 @@ def main() -> list[Result]:
     from pipeline.stages.tokenization import TokenizeCells, load_tokenizer, train_byte_level_bpe
 
     docs = bench_documents()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         path = train_byte_level_bpe((d.text for d in docs[::4]), 8192, "<|endoftext|>", tmp / "tokenizer.json")
         texts = [d.text for d in docs]
 

@@ -17,7 +17,8 @@ autocast, grouped expert matmuls on padded groups, FlexAttention document masks
 tokens/s and MFU (FLOPs/token x tokens/s / peak, median over the steps after
 warm-up; attention counted over the pairs the document mask leaves, which for these
 short documents is a few percent of the full causal count the trainer's own `mfu`
-metric uses: that figure is kept as `mfu_full_causal`) against the peak the trainer chose (`run.json`: the device table's bf16
+metric uses: that figure is kept as `mfu_full_causal`) against the peak the trainer chose
+(`run.json`: the device table's bf16
 dense figure, or a labelled measured fallback), MFU against a measured 8192^3 bf16
 matmul as a second reference, and the peak GPU memory. Results go to stdout and,
 with --out, gpu_mfu.json. Without CUDA (and without --smoke) it exits 2 with a message.

@@ -19,6 +19,7 @@ import pickle
 import sys
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -233,4 +234,5 @@ def resume(system: str, workers: str, root: str, manifest: str) -> dict:
 
 if __name__ == "__main__":
     kind, rest = sys.argv[1], sys.argv[2:]
-    print(json.dumps({"convert": convert, "run": run, "resume": resume}[kind](*rest)))
+    commands: dict[str, Callable[..., dict]] = {"convert": convert, "run": run, "resume": resume}
+    print(json.dumps(commands[kind](*rest)))

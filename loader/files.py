@@ -95,7 +95,7 @@ class ChunkedFile:
         return self._chunk(index)[lo:hi]
 
     def _check(self, index: int, data: np.ndarray) -> None:
-        if self.digests is not None and xxhash.xxh3_64_intdigest(data) != int(self.digests[index]):
+        if self.digests is not None and xxhash.xxh3_64_intdigest(data.data) != int(self.digests[index]):
             start = index * self.chunk_bytes
             raise ArtifactError(
                 f"{self.name}: bytes [{start}, {start + data.size}) differ from the manifest's digest "
@@ -197,7 +197,7 @@ class LocalFile(ChunkedFile):
         if self._fd < 0:
             raise ArtifactError(f"{self.name}: read after close")
         fd, sizes_list = self._fd, sizes.tolist()
-        got = [os.preadv(fd, (out[where : where + size],), offset)
+        got = [os.preadv(fd, (out[where : where + size].data,), offset)
                for offset, size, where in zip(offsets.tolist(), sizes_list, at.tolist())]
         if got != sizes_list:
             bad = next(i for i, (n, size) in enumerate(zip(got, sizes_list)) if n != size)
@@ -243,7 +243,7 @@ class ChunkCache:
         except OSError:
             return None
         digest = int(key.rsplit("-", 1)[1], 16)
-        if digest and xxhash.xxh3_64_intdigest(data) != digest:  # damaged here, on the local disk
+        if digest and xxhash.xxh3_64_intdigest(data.data) != digest:  # damaged here, on the local disk
             log.warning("%s: cached chunk differs from its digest (local disk damage); dropped, fetching it again",
                         path)
             self._drop(key)
@@ -364,6 +364,8 @@ class RemoteFile(ChunkedFile):
             self._verified[chunk] = True
             self.cache.put(self._key(chunk), data)
             wanted = data if chunk == index else wanted
+        if wanted is None:
+            raise ArtifactError(f"{self.name}: bytes [{start}, {end}) do not hold chunk {index}")
         return wanted
 
 
@@ -460,13 +462,13 @@ class StoreFiles:
 
     def open(self, relative: str, size: int, digests: FileDigests, key: str) -> ChunkedFile:
         """The file, which must hold exactly `size` bytes (checked now when local, at the read when remote)."""
-        chunk_bytes, digests = digests.chunk_bytes, digests.digests
+        chunk_bytes, chunk_digests = digests.chunk_bytes, digests.digests
         if self.local is not None:
-            opened = LocalFile(f"{self.root}/{relative}", digests, chunk_bytes, self.options.max_open_files)
+            opened = LocalFile(f"{self.root}/{relative}", chunk_digests, chunk_bytes, self.options.max_open_files)
             if opened.size != size:
                 opened.close()
                 raise ArtifactError(f"{opened.name}: {opened.size} bytes, the manifest says {size} "
                                     "(truncated or altered)")
             return opened
-        return RemoteFile(self.fs, f"{self.root}/{relative}", size, digests, chunk_bytes, key, self.cache,
+        return RemoteFile(self.fs, f"{self.root}/{relative}", size, chunk_digests, chunk_bytes, key, self.cache,
                           self.options)

@@ -7,7 +7,8 @@ into windows of seq_len + 1 tokens that overlap by one; the last window may be s
 is padded (its padded labels are -1). A cell gives at most `max_sequences` windows, from
 its start; an external set is scored whole, every window (a set is chosen to be evaluated,
 and its first windows alone would weigh its first documents only): the same tokens at every
-evaluation, whatever the step, the rank or the world size. Entries come in name order, cells first, then sets; row i of `rows(a, b)` is global
+evaluation, whatever the step, the rank or the world size. Entries come in name order, cells
+first, then sets; row i of `rows(a, b)` is global
 row a + i of that order, so any split of the rows over ranks reads the same sequences.
 """
 

@@ -26,7 +26,7 @@ import numpy as np
 @functools.lru_cache(maxsize=4)
 def _counting(total: int, dtype: type) -> np.ndarray:
     """arange(total), kept read-only between batches of one shape."""
-    counting = np.arange(total, dtype=dtype)
+    counting: np.ndarray = np.arange(total, dtype=dtype)
     counting.flags.writeable = False
     return counting
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,14 +53,14 @@ def peek(stream: MixtureStream, step: int, decode: bool = False) -> dict:
     tokenizer = load_tokenizer(stream.tokenizer_path) if decode else None
     samples = []
     for row in range(index.positions.size):
-        sample = {
+        sample: dict[str, Any] = {
             "position": int(index.positions[row]),
             "cell": stream.cell_names[int(index.cell_ids[row])],
             "sequence": int(index.sequences[row]),
             "epoch": int(index.epochs[row]),
             "digest": None if windows is None else token_digest(windows[row]),
         }
-        if tokenizer is not None:
+        if tokenizer is not None and windows is not None:
             ids = windows[row, : DECODE_CHARS * 2].tolist()
             sample["text"] = tokenizer.decode(ids, skip_special_tokens=False)[:DECODE_CHARS]
             sample["documents"] = _documents(stream, sample["cell"], sample["sequence"], sample["epoch"])

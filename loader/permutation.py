@@ -42,7 +42,7 @@ def widths(domain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return low, bits - low
 
 
-def _round_function(part: np.ndarray, key: np.ndarray) -> np.ndarray:
+def _round_function(part: np.ndarray, key: np.ndarray | np.uint64) -> np.ndarray:
     z = (part + key) * _GOLDEN  # splitmix64's finaliser: uint64 arithmetic wraps, as intended
     z ^= z >> np.uint64(30)
     z *= _MIX_1

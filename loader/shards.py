@@ -36,6 +36,7 @@ from millrace.errors import ArtifactError
 from mixtures.manifest import ManifestCell
 from pipeline.store.format import (CELL_KIND, CELL_SCHEMA_VERSION, INDEX_PREFIX_BYTES, CellManifest, ShardDigests,
                                    digest_hex, index_size, parse_index_header)
+import itertools
 
 LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
 
@@ -90,6 +91,8 @@ class OpenShard:
         return self.idx.read(self.pointers_at + 8 * lo, 8 * (hi - lo)).view("<i8") // self.itemsize
 
     def source_ids(self, lo: int, hi: int) -> np.ndarray:
+        if self.src is None:
+            raise ValueError(f"{self.name}: opened without its .src sidecar")
         return self.src.read(2 * lo, 2 * (hi - lo)).view("<u2")
 
     def block_start(self, b: int, block: int) -> int:
@@ -124,6 +127,11 @@ class Layout:
     documents: np.ndarray  # int64, each document's index in the shard
     end: int  # shard-relative token offset where the block ends
 
+    def source_ids(self) -> np.ndarray:
+        if self.sources is None:
+            raise ValueError("block layout read without its documents' sources")
+        return self.sources
+
 
 class Span(NamedTuple):
     """Documents first .. last - 1 of one block's layout, clipped to the block's tokens [offset, end): the part
@@ -155,7 +163,7 @@ class Pieces:
         files = np.concatenate([span.layout.file_starts[span.first : span.last] for span in spans])
         lo = np.maximum(streams, offset)
         tokens = np.maximum(np.minimum(ends, end) - lo, 0)
-        ids = np.concatenate([span.layout.sources[span.first : span.last] for span in spans]) if sources else None
+        ids = np.concatenate([span.layout.source_ids()[span.first : span.last] for span in spans]) if sources else None
         return cls(shard, (files + (lo - streams)) * itemsize, tokens, ids)
 
     def reads(self, itemsize: int) -> list[tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray]]:
@@ -175,7 +183,7 @@ class Pieces:
         keys = shards[order]
         bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), order.size]
         return [((int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF), starts[order[lo:hi]], merged[order[lo:hi]],
-                 at[order[lo:hi]]) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+                 at[order[lo:hi]]) for lo, hi in itertools.pairwise(bounds) if hi > lo]
 
     def segments(self, width: int, seq_len: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(flat start in [rows, seq_len] of each segment, its source): a segment is a document's piece of a
@@ -233,8 +241,15 @@ class TokenSpace:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def shard(self, cell_id: int, index: int) -> OpenShard:
+    def cell(self, cell_id: int) -> CellShards:
+        """A drawn cell's shards; a cell without shards is never drawn (the schedule gives it no samples)."""
         cell = self.cells[cell_id]
+        if cell is None:
+            raise ArtifactError(f"cell {cell_id} has no shards, yet a sample was drawn from it")
+        return cell
+
+    def shard(self, cell_id: int, index: int) -> OpenShard:
+        cell = self.cell(cell_id)
         table = cell.table
 
         def opener() -> tuple[OpenShard, int]:
@@ -253,7 +268,7 @@ class TokenSpace:
                 self._layouts.move_to_end(key)
                 return found
         lo, hi = block * self.block, min(shard.documents, (block + 1) * self.block)
-        order = run_shuffle(self.seed, f"{self.cells[cell_id].name}/{index}/{block}", epoch, hi - lo, self.run)
+        order = run_shuffle(self.seed, f"{self.cell(cell_id).name}/{index}/{block}", epoch, hi - lo, self.run)
         lengths = shard.lengths(lo, hi)[order]
         file_starts = shard.starts(lo, hi)[order]
         stream_starts = shard.block_start(block, self.block) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -302,7 +317,7 @@ class TokenSpace:
     def _locate(self, cell_id: int, start: int, epoch: int, width: int, spans: list[Span]) -> None:
         """Append the spans of the cell's tokens [start, start + width) in `epoch`'s order: one per block the
         window crosses, in window order."""
-        cell = self.cells[cell_id]
+        cell = self.cell(cell_id)
         filled = 0
         while filled < width:
             position = start + filled
@@ -321,7 +336,7 @@ class TokenSpace:
     def window_documents(self, cell_id: int, sequence: int, epoch: int) -> list[tuple[int, int]]:
         """(shard, document index in the shard) of each document window `sequence` of `epoch` overlaps,
         in window order."""
-        cell = self.cells[cell_id]
+        cell = self.cell(cell_id)
         position, end = sequence * self.seq_len, sequence * self.seq_len + self.seq_len + 1
         found: list[tuple[int, int]] = []
         while position < min(end, cell.tokens):

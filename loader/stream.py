@@ -4,7 +4,8 @@ Batch `s` is global positions [s * B, (s + 1) * B); rank r of W gets the contigu
 slice [s * B + r * B / W, s * B + (r + 1) * B / W), so changing W between runs keeps
 the global stream identical. Opening reads the manifest, checks it, and reads each
 drawn cell's hash-checked shard table (`loader.shards`): O(cells + shards) work, nothing
-proportional to documents, tokens or samples; shard files open when first read. A stats-only manifest opens in index-only mode (positions ->
+proportional to documents, tokens or samples; shard files open when first read. A stats-only
+manifest opens in index-only mode (positions ->
 cell, sequence, epoch; no tokens).
 """
 
@@ -15,7 +16,7 @@ import queue
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal, overload
 
 import numpy as np
 
@@ -194,7 +195,7 @@ class MixtureStream:
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no documents")
         cell_id = self.schedule.cell_index[cell]
-        before = np.concatenate([[0], np.cumsum(self._space.cells[cell_id].table.documents)])
+        before = np.concatenate([[0], np.cumsum(self._space.cell(cell_id).table.documents)])
         return [int(before[shard]) + document for shard, document in self._space.window_documents(cell_id, sequence, epoch)]
 
     def _read(self, index: SampleIndex, sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -242,8 +243,16 @@ class MixtureStream:
         """The next step `iterate()` yields when started without `start_step`."""
         return self._step
 
+    @overload
     def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1,
-                gathered: bool = False) -> Iterator[Batch | Gathered]:
+                gathered: Literal[False] = False) -> Iterator[Batch]: ...
+
+    @overload
+    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, *,
+                gathered: Literal[True]) -> Iterator[Gathered]: ...
+
+    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1,
+                gathered: bool = False) -> Iterator[Batch] | Iterator[Gathered]:
         """Batches start_step, start_step + stride, ... below end_step (default: from the current state to
         the end; a stride above 1 is one data-loader worker's share of the steps); with `gathered`, each as
         its unpacked `Gathered` form (for `pack` in another process).

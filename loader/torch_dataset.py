@@ -59,11 +59,12 @@ def to_wire(gathered: Gathered) -> dict[str, Any]:
 
 def from_wire(item: dict[str, Any], seq_len: int, dtype: np.dtype) -> Gathered:
     wire, rows, segments = item["wire"].numpy(), item["rows"], item["segments"]
-    sizes = [(np.int64, rows)] * 4 + [(np.int64, segments), (np.int32, rows),
-                                       (np.int32, segments if item["sources"] else 0), (dtype, rows * (seq_len + 1))]
+    sizes: list[tuple[np.dtype, int]] = [(np.dtype(np.int64), rows)] * 4 + [
+        (np.dtype(np.int64), segments), (np.dtype(np.int32), rows),
+        (np.dtype(np.int32), segments if item["sources"] else 0), (dtype, rows * (seq_len + 1))]
     arrays, at = [], 0
     for kind, count in sizes:
-        size = np.dtype(kind).itemsize * count
+        size = kind.itemsize * count
         arrays.append(wire[at : at + size].view(kind))
         at += size
     positions, draws, epochs, sequences, starts, cell_ids, sources, windows = arrays
@@ -141,8 +142,10 @@ class MixtureDataLoader(DataLoader):
         dataset._tracked_by_loader = True
         super().__init__(dataset, num_workers=num_workers, **kwargs)
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:  # type: ignore[override]  # yields batches, not an iterator object
+        dataset = self.dataset
+        assert isinstance(dataset, TorchMixtureDataset)  # checked in __init__
         for item in super().__iter__():
-            item = self.dataset.unwire(item)
-            self.dataset.taken(item)
-            yield item
+            batch = dataset.unwire(item)
+            dataset.taken(batch)
+            yield batch

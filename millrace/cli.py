@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from typing import TextIO
 
 import click
 
@@ -23,7 +24,7 @@ SUBCOMMANDS = {
     "ladder": ("trainer.ladder.cli:ladder", "Plan, train, fit and compare scaling ladders."),
     "runs": ("trainer.runs_cli:runs", "List training runs: status, revision, last step and loss."),
     "report": ("reports.cli:report", "Build and watch the static report site."),
-    "demo": ("millrace.demo:demo", "The main job end to end on the embedded default corpus."),
+    "demo": ("demo.run:demo", "The main job end to end on the embedded default corpus."),
 }
 
 
@@ -35,11 +36,11 @@ class CurrentStderrHandler(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:
+    def stream(self, value: TextIO) -> None:
         pass
 
 

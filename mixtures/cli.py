@@ -105,8 +105,8 @@ def new_command(home: Home, mixture: str, revision: str, store: str | None, cont
         print_json(summary)
     else:
         lineage = f", continues {continues} at step {at_step}" if continues else ""
-        phases = len(summary["phases"])
-        click.echo(f"wrote {path} ({phases} phase{'' if phases == 1 else 's'}, {summary['cells']} cells, "
+        count = len(summary["phases"])
+        click.echo(f"wrote {path} ({count} phase{'' if count == 1 else 's'}, {summary['cells']} cells, "
                    f"{summary['total_steps']} steps{lineage})")
 
 

@@ -11,7 +11,6 @@ parent's manifest already holds its own parent's steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.interleave import Interleaver
@@ -107,9 +106,3 @@ def check_lineage_resume(manifest: BuiltManifest, digest: str, resumed_hash: str
             f"{manifest.revision} stops sharing its steps (steps {shared}..{step - 1} drew {ancestor.revision}'s "
             f"weights, not {manifest.revision}'s); resume from a checkpoint at step {shared} or earlier"
         )
-
-
-def lineage_of(manifest: BuiltManifest, digest: str) -> list[dict[str, Any]]:
-    """The step ranges of each revision of the lineage, with the manifest hash each was drawn from."""
-    hashes = {a.revision: a.manifest_hash for a in manifest.ancestors} | {manifest.revision: digest}
-    return [{**r, "manifest_hash": hashes[r["revision"]]} for r in manifest.revision_ranges()]

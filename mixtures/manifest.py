@@ -32,7 +32,7 @@ Semantics the loader relies on:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pydantic
 
@@ -159,6 +159,12 @@ class BuiltManifest(StrictModel):
                 ranges.append({"revision": name, "start_step": phase.start_step,
                                "stop_step": phase.start_step + phase.steps})
         return ranges
+
+
+def lineage_of(manifest: BuiltManifest, digest: str) -> list[dict[str, Any]]:
+    """The step ranges of each revision of the lineage, with the manifest hash each was drawn from."""
+    hashes = {a.revision: a.manifest_hash for a in manifest.ancestors} | {manifest.revision: digest}
+    return [{**r, "manifest_hash": hashes[r["revision"]]} for r in manifest.revision_ranges()]
 
 
 def manifest_path(home: Home, store_name: str, store_version: str, mixture: str, revision: str) -> Path:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from mixtures.cells import CellTable
-from mixtures.lineage import lineage_of
-from mixtures.manifest import BuiltManifest
+from mixtures.manifest import BuiltManifest, lineage_of
 
 
 def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int] | None = None) -> dict[str, Any]:

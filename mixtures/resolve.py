@@ -108,7 +108,8 @@ def explicit_weights(ctx: PhaseContext, table: CellTable) -> dict[str, Fraction]
         raise ConfigError(f"{ctx.where}: field 'weights' cell {key!r}: {what}")
     for cell, weight in sorted(expanded.items()):
         if weight > 0 and table.tokens[cell] <= 0:
-            raise ConfigError(f"{ctx.where}: field 'weights' cell {cell!r}: cell is empty (0 tokens) but has weight {float(weight):.6g}")
+            raise ConfigError(f"{ctx.where}: field 'weights' cell {cell!r}: cell is empty (0 tokens) "
+                              f"but has weight {float(weight):.6g}")
         if weight > 0 and table.sequences(cell) == 0:
             raise ConfigError(
                 f"{ctx.where}: field 'weights' cell {cell!r}: holds {table.tokens[cell]} tokens, fewer than one "
@@ -176,8 +177,8 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         check_same_frame(revision, parent, store.name, store.version, store.manifest_hash,
                          tokenizer.fingerprint if tokenizer else None, f"{source}: revision {revision.key}")
         phases = inherited_phases(parent.manifest, revision.continues.at_step)
-        for phase in phases:
-            for cell, count in phase.counts.items():
+        for inherited in phases:
+            for cell, count in inherited.counts.items():
                 used[cell] += count
         position = revision.continues.at_step * revision.global_batch
         ancestors = ancestors_of(parent, revision.continues.at_step)
@@ -209,10 +210,10 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         position += sequences
     interleaved = {cell for phase in phases for cell, count in phase.interleaved_counts().items() if count > 0}
     drawn = sorted(cell for cell, count in used.items() if count > 0 or cell in interleaved)
-    for phase_index, phase in enumerate(phases):
-        phases[phase_index] = phase.model_copy(update={
-            "counts": {cell: phase.counts.get(cell, 0) for cell in drawn},
-            "declared_weights": {cell: phase.declared_weights.get(cell, 0.0) for cell in drawn},
+    for phase_index, built in enumerate(phases):
+        phases[phase_index] = built.model_copy(update={
+            "counts": {cell: built.counts.get(cell, 0) for cell in drawn},
+            "declared_weights": {cell: built.declared_weights.get(cell, 0.0) for cell in drawn},
         })
     cells = {cell: pin_cell(store, cell, table, revision, source) for cell in drawn}
     tokenizer = store.manifest.tokenizer

@@ -42,10 +42,11 @@ def quality_tilt(tokens: Mapping[str, int], tilt: Mapping[str, float]) -> dict[s
     unbucketed = sorted(cell for cell, bucket in buckets.items() if bucket is None)
     if unbucketed:
         raise StrategyError(f"quality-tilt needs cells named cNNqQ; {unbucketed[0]!r} has no quality bucket")
+    named = {cell: bucket for cell, bucket in buckets.items() if bucket is not None}
     unknown = sorted(set(tilt) - set(buckets.values()))
     if unknown:
         raise StrategyError(f"tilt names bucket {unknown[0]!r}, which no cell has")
-    return {cell: Fraction(count) * Fraction(tilt.get(buckets[cell], 1.0)) for cell, count in tokens.items()}
+    return {cell: Fraction(count) * Fraction(tilt.get(named[cell], 1.0)) for cell, count in tokens.items()}
 
 
 def desired_weights(
@@ -79,7 +80,8 @@ def water_fill(desired: Mapping[str, Fraction], capacity: Mapping[str, int], tot
     room = sum(capacity[cell] for cell in active)
     if room < total:
         raise StrategyError(
-            f"{total} sequences exceed the {room} that the epoch cap leaves these cells; lower the budget or raise the cap"
+            f"{total} sequences exceed the {room} that the epoch cap leaves these cells; "
+            "lower the budget or raise the cap"
         )
     sequences: dict[str, Fraction] = {cell: Fraction(0) for cell in desired}
     remaining = Fraction(total)

@@ -27,7 +27,8 @@ own logging directory, so datatrove's per-task completion markers make every sta
 resumable: a run killed at any point and started again with the same command skips the
 finished tasks, redoes the unfinished ones (every task output is written atomically and
 overwritten whole) and yields the same store, byte for byte. A changed config reruns the
-stages it touches and those after them; changed input files are an error (see `pipeline.work`). Executors are datatrove's own:
+stages it touches and those after them; changed input files are an error (see `pipeline.work`).
+Executors are datatrove's own:
 `LocalPipelineExecutor` (forkserver processes) or `RayPipelineExecutor` (set RAY_ADDRESS to
 use a running cluster, e.g. one started inside a Slurm allocation, otherwise a local Ray
 runtime starts); the driver runs the stages in order, only the tasks go to the workers.
@@ -202,7 +203,7 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
     logger.add(logfile, level="DEBUG",
                format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}")
-    logger.add(sys.stderr, level="ERROR", format=lambda record: "task %d: {message}\n" % rank)
+    logger.add(sys.stderr, level="ERROR", format=lambda record: f"task {rank}: {{message}}\n")
     logger.info(f"Launching pipeline for {rank=}")
     return logfile
 

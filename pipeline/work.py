@@ -69,7 +69,8 @@ class WorkLayout:
 
     @property
     def progress(self) -> Path:
-        """Live counts the filter and tokenize tasks' readers write as they go, per stage (`pipeline.stages.progress`)."""
+        """Live counts the filter and tokenize tasks' readers write as they go, per stage
+        (`pipeline.stages.progress`)."""
         return self.root / "progress"
 
     @property

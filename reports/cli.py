@@ -74,6 +74,8 @@ def watch(home: Home, run_argument: str | None, run_name: str | None, out: Path 
     if bool(run_argument) == bool(run_name):
         raise ConfigError("--run: name the run to follow once (`millrace report watch --run NAME`)")
     run = run_name or run_argument
+    if not run or (run_name and run_argument):
+        raise ConfigError("--run: name the run to follow once (`millrace report watch --run NAME`)")
     from reports.watch import WatchEvent
     from reports.watch import watch as follow
 

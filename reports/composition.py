@@ -17,8 +17,7 @@ from typing import Any
 from millrace.errors import ArtifactError, MillraceError
 from millrace.home import Home
 from mixtures.catalog import find_revision_file
-from mixtures.lineage import lineage_of
-from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
+from mixtures.manifest import MANIFEST_FILE, BuiltManifest, lineage_of, read_manifest
 from mixtures.revision import load_revision
 from pipeline.store.format import Store
 from pipeline.store.language_mix import bucket_language_mix
@@ -178,7 +177,7 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
     out = []
     for stage in stages:
         rows = []
-        total = {"received": _counts({}), "kept": _counts({}), "removed": {}, "given_back": {}}
+        total: dict[str, Any] = {"received": _counts({}), "kept": _counts({}), "removed": {}, "given_back": {}}
         for source, counts in sorted((stage.get("sources") or {}).items()):
             row = {
                 "source": source,
@@ -241,7 +240,7 @@ def load_composition(store_path: Path) -> Composition:
     for name, summary in manifest.cells.items():
         match = GRID_CELL.match(name)
         domain, bucket = (int(match.group(1)), int(match.group(2))) if match else (None, None)
-        cell = {
+        cell: dict[str, Any] = {
             "name": name,
             "domain": domain,
             "bucket": bucket,

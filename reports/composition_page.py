@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ def _luminance(rgb: tuple[float, float, float]) -> float:
 def share_style(share: float) -> str:
     """A table cell shaded by `share` with text of at least 4.5:1 contrast (white or black, whichever is higher)."""
     share = min(1.0, max(0.0, share))
-    rgb = tuple(round(255 + (c - 255) * share) for c in SHARE_BLUE)
+    red, green, blue = (round(255 + (c - 255) * share) for c in SHARE_BLUE)
+    rgb = (red, green, blue)
     level = _luminance(rgb)
     white, black = 1.05 / (level + 0.05), (level + 0.05) / 0.05
     return f"background: rgb{rgb}; color: {'#fff' if white >= black else '#000'}"
@@ -101,7 +103,7 @@ def _funnel_languages(funnel: list[dict[str, Any]]) -> dict[str, Any]:
     return {"stages": [stage["name"] for stage in stages], "rows": rows}
 
 
-def write_composition_page(composition: Composition, site: Path, ladders: list[dict[str, str]] = ()) -> Path:
+def write_composition_page(composition: Composition, site: Path, ladders: Sequence[dict[str, str]] = ()) -> Path:
     """`ladders`: links to the ladders trained on this page's revisions (reports.ladder_page.ladder_links)."""
     store = composition.store
     out = site / store.name / store.version / "index.html"

@@ -33,8 +33,8 @@ def ladder_href(name: str, root: str) -> str:
 def revisions_of(body: dict[str, Any]) -> set[str]:
     """The revisions a ladder trained (its own, compared ones) and the rung revisions built from them."""
     plan = body.get("plan") or {}
-    trained = {r.get("revision") for r in body.get("results", [])} | {plan.get("revision")}
-    trained.discard(None)
+    named = [r.get("revision") for r in body.get("results", [])] + [plan.get("revision")]
+    trained = {str(name) for name in named if name is not None}
     rungs = [r["name"] for r in plan.get("rungs", [])] + ([plan["target"]["name"]] if plan.get("target") else [])
     return trained | {f"{rev}.{body.get('ladder')}.{rung}" for rev in trained for rung in rungs}
 

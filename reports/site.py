@@ -176,7 +176,7 @@ def _run_row(view: RunView, rung: dict | None = None) -> dict:
     }
 
 
-def write_index(site: Path, store_rows: list[dict], run_rows: list[dict], ladder_rows: list[dict] = ()) -> Path:
+def write_index(site: Path, store_rows: list[dict], run_rows: list[dict], ladder_rows: Sequence[dict] = ()) -> Path:
     return render_page("index.html.j2", site / "index.html", root="", stores=store_rows, runs=run_rows,
                        ladders=list(ladder_rows), runs_json=embed_json(run_rows), page_js=static_text("index.js"))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,8 @@ class RunView:
              "dead_experts": e.get("dead_experts")}
             for e in last.get("expert_load") or [] if isinstance(e, dict)
         ]
-        steps_done = last.get("step") if isinstance(last.get("step"), int) else 0
+        last_step = last.get("step")
+        steps_done = last_step if isinstance(last_step, int) else 0
         expected = expected_sequences(self.manifest, steps_done) if self.manifest is not None else {}
         seq_len = self.manifest.seq_len if self.manifest is not None else None
         return {
@@ -186,8 +188,8 @@ class RunView:
             "seq_len": seq_len,
             "cells": [
                 {"name": c, "realised": realised.get(c, 0), "planned": planned.get(c, 0),
-                 "expected": expected[c] * seq_len if c in expected and seq_len else None,
-                 "off_by": realised.get(c, 0) / seq_len - expected[c] if c in expected and seq_len else None,
+                 "expected": expected[c] * seq_len if seq_len is not None and c in expected else None,
+                 "off_by": realised.get(c, 0) / seq_len - expected[c] if seq_len is not None and c in expected else None,
                  "loss": finite(latest_loss_cell.get(c))}
                 for c in cells
             ],

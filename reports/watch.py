@@ -59,7 +59,7 @@ def _page_path(home: Home, run: str, out: Path | str | None) -> Path:
 
 
 def _signature(run_dir: Path) -> tuple:
-    out = []
+    out: list[tuple[int, int] | None] = []
     for name in (RUN_FILE, METRICS_FILE):
         try:
             st = (run_dir / name).stat()

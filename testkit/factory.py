@@ -182,19 +182,29 @@ def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, sta
                           "active": ["loss_jump"]}
             elif spikes and step - 1 in spikes:
                 alerts = {"started": [], "ended": ["loss_jump"], "active": []}
-            load = [{"layer": l, "load": [1 / experts] * experts, "max_violation": 0.0, "entropy": math.log(experts),
-                     "dead_experts": 0} for l in range(layers)]
+            load = [{"layer": layer, "load": [1 / experts] * experts, "max_violation": 0.0,
+                     "entropy": math.log(experts), "dead_experts": 0} for layer in range(layers)]
             stream.write(json.dumps({
                 "step": step, "time": 1.7e9 + step, "phase": "main", "loss": loss, "lr": 3e-4,
                 "tokens": (step + 1) * built.global_batch * built.seq_len, "tokens_per_second": 5e4, "mfu": 0.03,
                 "data_wait_fraction": 0.02, "grad_norm": 1.0, "param_norm": 120.0,
                 "param_norm_with_router_bias": 120.5,
-                "router_bias": [{"layer": l, "norm": 0.01 * step, "max_abs": 0.001 * step} for l in range(layers)],
+                "router_bias": [{"layer": layer, "norm": 0.01 * step, "max_abs": 0.001 * step}
+                                for layer in range(layers)],
                 "expert_load": load, "loss_per_cell": {str(c): loss for c in sorted(set(drawn))},
                 "loss_per_source": {s: loss for s in SOURCES}, "realised_tokens_per_cell": dict(realised),
                 "alerts": alerts, "skipped_steps": 0,
             }) + "\n")
     return run_dir
+
+
+def _eval_block(cell: dict[str, float], base: float, scale: float) -> dict:
+    """One evaluation group block (loss or bits per byte) of an eval.jsonl record, scaled."""
+    return {"macro": scale * sum(cell.values()) / len(cell), "micro": scale * base,
+            "cell": {c: scale * v for c, v in cell.items()},
+            "domain": {c[:3]: scale * v for c, v in cell.items()},
+            "bucket": {c[3:]: scale * v for c, v in cell.items()},
+            "source": {s: scale * base for s in SOURCES}, "set": {"wiki": scale * (base + 0.5)}}
 
 
 def write_observations(home: Home, run: str, manifest: Path, steps: int, every: int) -> None:
@@ -206,13 +216,9 @@ def write_observations(home: Home, run: str, manifest: Path, steps: int, every: 
         for step in range(every, steps + 1, every):
             base = 2.0 + 4.0 * math.exp(-step / (steps / 4))
             cell = {c: base + 0.1 * i for i, c in enumerate(cells)}
-            block = lambda scale: {"macro": scale * sum(cell.values()) / len(cell), "micro": scale * base,
-                                   "cell": {c: scale * v for c, v in cell.items()},
-                                   "domain": {c[:3]: scale * v for c, v in cell.items()},
-                                   "bucket": {c[3:]: scale * v for c, v in cell.items()},
-                                   "source": {s: scale * base for s in SOURCES}, "set": {"wiki": scale * (base + 0.5)}}
             evals.write(json.dumps({"schema": "millrace.eval/1", "step": step, "tokens": step * 1000, "seconds": 0.5,
-                                    "loss": block(1.0), "bpb": block(1 / math.log(2) / 4),
+                                    "loss": _eval_block(cell, base, 1.0),
+                                    "bpb": _eval_block(cell, base, 1 / math.log(2) / 4),
                                     "sequences": {"cell": {c: 4 for c in cells}, "set": {"wiki": 4}}}) + "\n")
             for prompt in ("c00:c00q0", "c01:c01q0"):
                 for temperature in (0.0, 0.2):

@@ -1,4 +1,5 @@
-"""Good prose in nine languages (CJK among them; no French: spaCy takes ~20 s to build its French tokenizer), generated deterministically for filter tests.
+"""Good prose in nine languages (CJK among them; no French: spaCy takes ~20 s to build its French
+tokenizer), generated deterministically for filter tests.
 
 Each language has sixteen ordinary sentences written for this file; a document is twelve of them in
 a seeded order, three to a paragraph line, so that no document repeats a sentence and every one is

@@ -15,7 +15,7 @@ REFERENCE_STATS = Path(__file__).parents[1] / "mixtures" / "examples" / "referen
 
 
 def test_demo_prints_urls_and_paths_whole_at_80_columns(tmp_path):
-    from millrace.demo import DemoReport, print_done
+    from demo.run import DemoReport, print_done
 
     root = tmp_path / ("a-rather-long-directory-name-that-a-user-might-really-have" * 2) / "home"
     home = Home(root)

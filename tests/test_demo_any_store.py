@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from millrace.demo import (MICRO_LADDER, MIXTURE, REVISIONS, STORE, TRAINED_REVISION, DemoReport, from_store,
-                          pipeline_config)
+from demo.run import (MICRO_LADDER, MIXTURE, REVISIONS, STORE, TRAINED_REVISION, DemoReport, from_store,
+                      pipeline_config)
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
 from tests.pipeline.topic_corpus import write_topic_corpus

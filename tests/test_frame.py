@@ -19,7 +19,7 @@ def test_artifact_roundtrip_and_tamper_detection(tmp_path):
     tampered = json.loads(path.read_text())
     tampered["x"] = [1, 3]
     path.write_text(json.dumps(tampered))
-    with pytest.raises(ArtifactError, match="a.json.*hash"):
+    with pytest.raises(ArtifactError, match=r"a\.json.*hash"):
         read_artifact(path, "millrace.test")
 
 
@@ -28,7 +28,7 @@ def test_artifact_of_unknown_schema_is_refused_by_name(tmp_path):
     write_artifact(path, "millrace.test", 7, {})
     with pytest.raises(ArtifactError, match=r"b.json.*schema version 7"):
         read_artifact(path, "millrace.test", (1,))
-    with pytest.raises(ArtifactError, match="expected a millrace.other"):
+    with pytest.raises(ArtifactError, match=r"expected a millrace\.other"):
         read_artifact(path, "millrace.other", (7,))
 
 
@@ -61,7 +61,7 @@ def test_config_errors_name_the_field(tmp_path, text, field):
 def test_unparsable_config_is_one_line(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("name = \n")
-    with pytest.raises(ConfigError, match="bad.toml: not valid TOML"):
+    with pytest.raises(ConfigError, match=r"bad\.toml: not valid TOML"):
         load_config(path, Outer)
 
 
@@ -124,7 +124,7 @@ def test_home_refuses_a_path_for_a_name(tmp_path):
     from millrace.home import Home
 
     home = Home(tmp_path)
-    with pytest.raises(ConfigError, match="run '../escape': not a plain name"):
+    with pytest.raises(ConfigError, match=r"run '\.\./escape': not a plain name"):
         home.run("../escape")
     with pytest.raises(ConfigError, match="store version"):
         home.store("local", "../../x")

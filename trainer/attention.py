@@ -105,7 +105,7 @@ def flex_kernel(device: torch.device):
 def padded_like(t: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
     """[b, h, L, hd] zero-padded to [rows, h, columns, hd] in `t`'s own memory layout: the compiled kernel
     guards on strides, so a padded batch must look like an unpadded one (v arrives as a transposed view)."""
-    order = sorted(range(t.ndim), key=lambda dim: -t.stride(dim))  # outermost dimension first
+    order = sorted(range(t.ndim), key=lambda dim: -t.stride()[dim])  # outermost dimension first
     shape = (rows, t.shape[1], columns, t.shape[3])
     padded = t.new_zeros([shape[dim] for dim in order]).permute([order.index(dim) for dim in range(t.ndim)])
     padded[: t.shape[0], :, : t.shape[2]] = t

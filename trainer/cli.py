@@ -153,12 +153,15 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
          f"{result.param_dtype} (what FSDP gathers) / {result.master_dtype} (sharded, updated by AdamW)"),
         ("total training FLOPs", f"{result.total_flops:.4g}"),
         ("layout (data x expert parallel)",
-         f"{lay.data_parallel} x {lay.expert_parallel} = {lay.gpus_used:,} of {lay.gpus:,} GPUs, {lay.gpus_idle:,} idle; "
+         f"{lay.data_parallel} x {lay.expert_parallel} = {lay.gpus_used:,} of {lay.gpus:,} GPUs, "
+         f"{lay.gpus_idle:,} idle; "
          f"{lay.ranks_per_node} ranks on each of {lay.nodes} nodes of {lay.gpus_per_node}"),
         ("loader world / sequences per GPU",
-         f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} (micro-batches {loaded.data.micro_batches})"),
+         f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} "
+         f"(micro-batches {loaded.data.micro_batches})"),
         ("per GPU: weights / grads / optimiser",
-         f"{result.weights_gib_per_gpu:.2f} / {result.grads_gib_per_gpu:.2f} / {result.optimizer_gib_per_gpu:.2f} GiB "
+         f"{result.weights_gib_per_gpu:.2f} / {result.grads_gib_per_gpu:.2f} / "
+         f"{result.optimizer_gib_per_gpu:.2f} GiB "
          f"(= {result.state_gib_per_gpu:.2f} GiB)"),
         ("per GPU: gathered weights / logits", f"{mem.gathered:.2f} / {mem.logits:.2f} GiB"),
         ("per GPU: activations", f"{mem.activations:,.1f} GiB, {mem.activations_checkpointed:,.1f} GiB with "

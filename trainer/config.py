@@ -22,7 +22,7 @@ Every field has a default, so a file names only what differs; unknown fields are
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -92,7 +92,7 @@ class MoEConfig(StrictModel):
 class OptimizerConfig(StrictModel):
     lr: float = pydantic.Field(3e-3, gt=0)
     min_lr_ratio: float = pydantic.Field(0.1, ge=0, le=1)
-    betas: tuple[pydantic.confloat(ge=0, lt=1), pydantic.confloat(ge=0, lt=1)] = (0.9, 0.95)
+    betas: tuple[Annotated[float, pydantic.Field(ge=0, lt=1)], Annotated[float, pydantic.Field(ge=0, lt=1)]] = (0.9, 0.95)
     eps: float = pydantic.Field(1e-8, gt=0)
     weight_decay: float = pydantic.Field(0.1, ge=0)
     grad_clip: float = pydantic.Field(1.0, ge=0, description="0 disables clipping")
@@ -178,7 +178,7 @@ class AlertTiming(StrictModel):
 
 # Routing needs its first steps to settle (the router bias starts at zero), throughput its first steps to warm
 # caches; a loss jump or a streak of skipped steps matters at once.
-DEFAULT_TIMING: dict[str, dict[str, int]] = {
+DEFAULT_TIMING: dict[AlertRule, dict[str, int]] = {
     "loss_jump": {"warmup_steps": 0, "start_after": 1, "end_after": 20},
     "grad_norm": {"warmup_steps": 20, "start_after": 3, "end_after": 20},
     "load_entropy": {"warmup_steps": 50, "start_after": 5, "end_after": 20},
@@ -221,7 +221,7 @@ class HealthConfig(StrictModel):
     def _over_defaults(cls, given: object) -> object:
         if not isinstance(given, dict):
             return given
-        merged: dict[str, object] = {rule: dict(fields) for rule, fields in DEFAULT_TIMING.items()}
+        merged: dict[str, Any] = {rule: dict(fields) for rule, fields in DEFAULT_TIMING.items()}
         for rule, fields in given.items():
             if isinstance(fields, AlertTiming):
                 fields = fields.model_dump()

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,9 @@ from trainer.layout import Layout, resolve_layout
 from trainer.model import Transformer
 from trainer.moe import ExpertParallel
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
 log = logging.getLogger(__name__)
 
 
@@ -52,7 +56,7 @@ class Runtime:
     rank: int
     world: int
     device: torch.device
-    mesh: object | None  # DeviceMesh ("dp", "ep") when world > 1
+    mesh: DeviceMesh | None  # ("dp", "ep") when world > 1
     layout: Layout = field(default_factory=Layout)
 
     @property
@@ -114,6 +118,8 @@ def shard_experts(model: Transformer, runtime: Runtime, config: ParallelConfig) 
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import Shard, distribute_tensor
 
+    if runtime.mesh is None:
+        raise ValueError("expert parallelism needs the device mesh of a distributed run")
     ep_mesh = runtime.mesh["ep"]
     for layer in model.moe_layers():
         layer.parallel = ExpertParallel(ep_mesh.get_group(), layer.config.n_routed_experts)
@@ -143,6 +149,8 @@ def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) ->
 
     if runtime.layout.expert_parallel > 1 and model.moe_layers():
         shard_experts(model, runtime, config)
+    if runtime.mesh is None:
+        raise ValueError(f"a distributed run of {runtime.world} ranks without its device mesh")
     everyone = runtime.mesh._flatten("dp_ep")  # dense parameters: every rank is a data-parallel replica
     policy = mixed_precision(config)
     for block in model.layers:

@@ -168,7 +168,7 @@ class Evaluator:
             cells_of_source[rows] = True
             _add(groups["cell"], entry.name, totals)
             domain, bucket = cell_groups(entry.name)
-            if domain is not None:
+            if domain is not None and bucket is not None:
                 _add(groups["domain"], domain, totals)
                 _add(groups["bucket"], bucket, totals)
         if self.sequences.has_sources:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from millrace.errors import MillraceError
-from trainer.config import AlertTiming, HealthConfig
+from trainer.config import AlertRule, AlertTiming, HealthConfig
 
 
 class TooManySkippedSteps(MillraceError):
@@ -74,7 +74,7 @@ class HealthMonitor:
     def timing(self, name: str) -> AlertTiming:
         """The timing of the rule an alert name belongs to (`dead_experts/layer3` -> `dead_experts`); an alert
         restored from an older run's record under a retired name ends on its first clear step."""
-        return self.config.timing.get(name.split("/")[0], AlertTiming())
+        return self.config.timing.get(cast(AlertRule, name.split("/")[0]), AlertTiming())  # retired: absent
 
     def skipped(self, step: int, now: float, reason: str) -> None:
         """A step whose loss or gradient was not finite; raises after too many in a row."""

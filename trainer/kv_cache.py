@@ -25,13 +25,14 @@ class LayerCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store the new tokens' k/v [b, kv_heads, new, hd]; return all cached ones, these included."""
-        if self.keys is None:
+        if self.keys is None or self.values is None:
             shape = (k.shape[0], k.shape[1], self.owner.capacity, k.shape[3])
             self.keys, self.values = k.new_empty(shape), v.new_empty(shape)
+        keys, values = self.keys, self.values
         start, end = self.owner.start, self.owner.length
-        self.keys[:, :, start:end] = k
-        self.values[:, :, start:end] = v
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        return keys[:, :, :end], values[:, :, :end]
 
 
 class KVCache:

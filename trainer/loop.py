@@ -31,7 +31,7 @@ from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, T
 from millrace.home import Home
 from millrace.signals import StopRequest
 from millrace.writer_lock import WriterLock
-from mixtures.lineage import lineage_of
+from mixtures.manifest import lineage_of
 from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
@@ -45,6 +45,7 @@ from trainer.metrics import MetricsWriter
 from trainer.records import (LOCK_FILE, METRICS_FILE, MetricsRecord, RevisionRange, RunRecord, read_metrics, read_run,
                              write_run)
 from trainer.model import Transformer
+from trainer.moe import MoE
 from trainer.moe import local_tensor
 from trainer.observers import RunObservers
 from trainer.param_groups import group_of
@@ -145,8 +146,7 @@ def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> tor
 
 def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
     """Per MoE layer the bias's norm and largest entry, and Σ bias² over layers: one host read for all."""
-    biases = [(index, block.ffn.router.expert_bias.detach().double())
-              for index, block in enumerate(model.layers) if block.is_moe]
+    biases = [(index, layer.router.expert_bias.detach().double()) for index, layer in model.indexed_moe_layers()]
     if not biases:
         return [], 0.0
     figures = torch.stack([torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()])
@@ -258,8 +258,8 @@ class Training:
         }
 
     @property
-    def moe_layers(self) -> list[tuple[int, Any]]:
-        return [(i, block.ffn) for i, block in enumerate(self.model.layers) if block.is_moe]
+    def moe_layers(self) -> list[tuple[int, MoE]]:
+        return self.model.indexed_moe_layers()
 
 
 @dataclass

@@ -21,7 +21,7 @@ def learning_rate(step: int, total_steps: int, optimizer: OptimizerConfig, sched
         span = max(total_steps - warmup, 1)
         progress = min((step - warmup) / span, 1.0)
         return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    decay_steps = max(int(round(total_steps * schedule.decay_fraction)), 1)
+    decay_steps = max(round(total_steps * schedule.decay_fraction), 1)
     decay_start = max(total_steps - decay_steps, warmup)
     if step < decay_start:
         return peak

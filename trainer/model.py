@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -37,11 +38,11 @@ def local_rows(param: torch.Tensor) -> tuple[torch.Tensor, range]:
 
     FSDP2 and expert parallelism shard on dimension 0 only (`Shard(0)`, or `_StridedShard(0)`
     where FSDP shards an expert-sharded weight again), so a shard is a contiguous run of rows."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor, Shard
 
     if not isinstance(param, DTensor):
         return param, range(param.shape[0])
-    if any(placement.is_shard() and placement.dim != 0 for placement in param.placements):
+    if any(isinstance(placement, Shard) and placement.dim != 0 for placement in param.placements):
         raise ValueError(f"parameter sharded on {param.placements}: row-keyed initialisation needs dimension 0")
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
@@ -100,7 +101,7 @@ class Block(nn.Module):
         self.ffn = MoE(config, moe) if self.is_moe else SwiGLU(config.d_model, config.dense_ffn_dim)
 
         self.checkpointed = False  # activation checkpointing: keep the input, recompute the rest in backward
-        self.run = self.residual  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
+        self.run: Callable[..., torch.Tensor] = self.residual  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
 
     def residual(self, x, cos, sin, mask, cache: LayerCache | None = None) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin, mask, cache)
@@ -119,6 +120,8 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    inv_freq: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self, config: ModelConfig, moe: MoEConfig):
         super().__init__()
         if not config.vocab_size:
@@ -167,12 +170,20 @@ class Transformer(nn.Module):
         """Switch the `[train]` kernel options on (before the model is sharded, so FSDP's hooks stay outside
         the compiled code: each block's body is compiled, not the module call)."""
         self.kernels = kernels
-        for block in self.layers:
+        for block in self.blocks():
             block.run = torch.compile(block.residual) if kernels.compile else block.residual
             block.checkpointed = kernels.activation_checkpointing == "full"
 
+    def blocks(self) -> list[Block]:
+        """The layers, typed (iterating an nn.ModuleList gives plain Modules)."""
+        return [block for block in self.layers if isinstance(block, Block)]
+
+    def indexed_moe_layers(self) -> list[tuple[int, MoE]]:
+        """(layer index, its MoE) of each MoE layer."""
+        return [(i, block.ffn) for i, block in enumerate(self.blocks()) if isinstance(block.ffn, MoE)]
+
     def moe_layers(self) -> list[MoE]:
-        return [block.ffn for block in self.layers if block.is_moe]
+        return [layer for _, layer in self.indexed_moe_layers()]
 
     def forward(self, input_ids, positions, segment_ids, labels=None,
                 cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:

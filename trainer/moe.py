@@ -44,7 +44,7 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
 def replaying(module: nn.Module):
     """Routing statistics off inside `module` while activation checkpointing recomputes its forward in the
     backward pass: the balancing rule must see each token once."""
-    counters = [m for m in module.modules() if hasattr(m, "counting")]
+    counters = [m for m in module.modules() if isinstance(m, (Router, MoE))]
     for counter in counters:
         counter.counting = False
     try:
@@ -156,6 +156,9 @@ class RoutedExperts(nn.Module):
 class Router(nn.Module):
     """Scores in fp32 of the centred input; selection by score + bias; gates from the unbiased scores."""
 
+    expert_bias: torch.Tensor  # buffers, registered in __init__
+    step_entropy: torch.Tensor
+
     def __init__(self, d_model: int, config: MoEConfig):
         super().__init__()
         self.config = config
@@ -227,6 +230,8 @@ class ExpertParallel:
 
 
 class MoE(nn.Module):
+    step_counts: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self, model: ModelConfig, config: MoEConfig):
         super().__init__()
         self.config = config
@@ -258,10 +263,7 @@ class MoE(nn.Module):
         # then summed over k: no atomic adds forward or backward, so the result is bit-reproducible on a GPU.
         top_k = self.config.top_k
         routed = flat[:, None].expand(-1, top_k, -1).reshape(-1, d)[order]
-        if self.parallel.world > 1:
-            out = self.dispatch_and_compute(routed, counts)
-        else:
-            out = self.experts(routed, counts)
+        out = self.dispatch_and_compute(routed, counts) if self.parallel.world > 1 else self.experts(routed, counts)
         out = out.to(flat.dtype) * gates.reshape(-1)[order, None].to(flat.dtype)
         y = out.new_empty(out.shape).index_copy(0, order, out).view(-1, top_k, d).sum(1)
         if self.shared is not None:

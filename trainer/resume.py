@@ -4,7 +4,8 @@ The checkpoint records the settings that define the model and its training
 (`recorded_settings`). On resume:
 - a field that shapes a parameter (widths, layers, heads, vocabulary, experts) cannot
   change: the weights would not fit; the error names the field;
-- a training setting (optimiser, schedule, routing and other model numerics) is refused unless the user allows it (`--allow-config-change`);
+- a training setting (optimiser, schedule, routing and other model numerics) is refused unless the user
+  allows it (`--allow-config-change`);
   then each change is returned, and `run.json` records it (the learning-rate horizon
   is checked on its own by `trainer.state.TrainerState`, and never changes);
 - the layout (`[parallel]`), data cadence, checkpoint and metrics settings may change
@@ -45,7 +46,8 @@ def _flat(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_settings(recorded: str, current: str, allow_change: bool) -> list[dict[str, Any]]:
-    """Changes from the checkpoint's settings to this run's; raises for a shape change, or any change unless allowed."""
+    """Changes from the checkpoint's settings to this run's; raises for a shape change, or any change unless
+    allowed."""
     before, now = _flat(json.loads(recorded)), _flat(json.loads(current))
     changes = [{"field": key, "checkpoint": before.get(key), "now": now.get(key)}
                for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key) and key not in KERNEL_FIELDS]

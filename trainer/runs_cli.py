@@ -14,7 +14,7 @@ from trainer.records import RUN_FILE, last_metrics, observed_run_status, read_ru
 
 def list_runs(home: Home) -> list[dict[str, Any]]:
     """One row per run directory with a run.json; an unreadable run.json is listed as damaged."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for path in sorted(home.runs.glob(f"*/{RUN_FILE}")):
         run_dir = path.parent
         try:

@@ -95,7 +95,7 @@ def auto_prompts(sequences: ValidationSequences, text: TokenText, prompt_tokens:
 def file_prompts(path: Path, text: TokenText) -> list[Prompt]:
     if not path.exists():
         raise ConfigError(f"{path}: samples.prompts file not found")
-    prompts = []
+    prompts: list[Prompt] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue

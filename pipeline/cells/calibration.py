@@ -40,7 +40,8 @@ def _identity(doc: Document) -> bytes:
 def split_for_calibration(sample: Sequence[Document], share: float, seed: int) -> tuple[list[Document], list[Document]]:
     """(training, calibration): a document is held out when the seeded hash of its key falls under `share`."""
     cutoff = int(share * (1 << 64))
-    training, calibration = [], []
+    training: list[Document] = []
+    calibration: list[Document] = []
     for doc in sample:
         held_out = xxhash.xxh64_intdigest(_identity(doc), seed=seed) < cutoff
         (calibration if held_out else training).append(doc)
@@ -68,9 +69,9 @@ class BucketEdges:
     def bucket(self, scores: np.ndarray, groups: Sequence[str]) -> np.ndarray:
         scores = np.asarray(scores, dtype=np.float64)
         out = np.empty(len(scores), dtype=np.int64)
-        groups = np.asarray(list(groups), dtype=object)
-        for group in set(groups.tolist()):
-            rows = np.flatnonzero(groups == group)
+        labels = np.asarray(list(groups), dtype=object)
+        for group in set(labels.tolist()):
+            rows = np.flatnonzero(labels == group)
             out[rows] = bucket_of(scores[rows], self.group_edges(group))
         return out
 
@@ -87,7 +88,7 @@ class BucketEdges:
             by_group: bool = True) -> "BucketEdges":
         """Quantile edges per group with enough documents, and pooled ones for the rest (or all, if too few)."""
         scores = np.asarray(scores, dtype=np.float64)
-        groups = np.asarray(list(groups), dtype=object)
+        labels = np.asarray(list(groups), dtype=object)
         quantiles = [b / buckets for b in range(1, buckets)]
 
         def edges(values: np.ndarray) -> list[float]:
@@ -95,9 +96,9 @@ class BucketEdges:
 
         thresholds: dict[str, list[float]] = {}
         if by_group:
-            names, counts = np.unique(groups.astype(str), return_counts=True)
-            thresholds = {str(n): edges(scores[groups == n]) for n, c in zip(names, counts) if c >= min_group_documents}
-        rest = ~np.isin(groups.astype(str), list(thresholds))
+            names, counts = np.unique(labels.astype(str), return_counts=True)
+            thresholds = {str(n): edges(scores[labels == n]) for n, c in zip(names, counts) if c >= min_group_documents}
+        rest = ~np.isin(labels.astype(str), list(thresholds))
         pooled = scores[rest] if rest.sum() >= min_group_documents else scores
         thresholds[POOLED] = edges(pooled)
         return cls(thresholds)

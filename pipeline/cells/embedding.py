@@ -184,7 +184,7 @@ class MultilingualUseEmbedder:
 EMBEDDERS: dict[str, type] = {"hashing-tfidf-svd": LexicalEmbedder, "use-multilingual-v3": MultilingualUseEmbedder}
 
 
-def embedder_class(name: str) -> type:
+def embedder_class(name: str) -> type[Embedder]:
     """A registered embedder by name, or a class named `package.module:Class`."""
     return registered_class(name, EMBEDDERS, "domains.embedder")
 
@@ -222,7 +222,7 @@ class LanguageErasingEmbedder:
 
 
 def fit_embedder(name: str, texts: Sequence[str], languages: Sequence[str | None], config: EmbeddingConfig,
-                 seed: int) -> tuple[object, np.ndarray]:
+                 seed: int) -> tuple[Embedder | LanguageErasingEmbedder, np.ndarray]:
     """The configured embedder fitted on `texts` (with language erasure when configured), and their vectors."""
     inner = embedder_class(name).fit(texts, config, seed)
     vectors = inner.transform(texts)

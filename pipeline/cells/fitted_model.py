@@ -14,7 +14,7 @@ import hashlib
 import importlib
 import logging
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -90,10 +90,17 @@ def reusable_fit(directory: Path, kind: str, settings: dict[str, Any], fingerpri
     return False
 
 
+class FittedModel(Protocol):
+    """A model fitted by a pipeline stage and stored in its directory (`QualityModel`, `DomainModel`)."""
+
+    @classmethod
+    def load(cls, directory: Path) -> Any: ...
+
+
 class FittedModelStep(PipelineStep):
     """Applies a fitted model to batches of documents; the model loads once per task, on first use."""
 
-    model_class: ClassVar[type]
+    model_class: ClassVar[type[FittedModel]]
 
     def __init__(self, model_dir: Path | str, batch_size: int = 512):
         super().__init__()

@@ -15,6 +15,8 @@ a prefix of the hash order, so each tokenize task offers its own few candidates
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import xxhash
 
@@ -76,7 +78,7 @@ def split_cutoff(documents: int, tokens: int, candidates: np.ndarray,
     return int(rows[chosen - 1, 0]), int(rows[chosen - 1, 1])
 
 
-def held_out_mask(hashes: np.ndarray, keys: np.ndarray, cutoff: tuple[int, int] | None) -> np.ndarray:
+def held_out_mask(hashes: np.ndarray, keys: np.ndarray, cutoff: Sequence[int] | None) -> np.ndarray:
     """True for the documents at or below `cutoff` (see `split_cutoff`)."""
     if cutoff is None:
         return np.zeros(len(hashes), dtype=bool)

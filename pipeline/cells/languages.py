@@ -36,10 +36,14 @@ def stop_words(language: str) -> frozenset[str]:
     loaded alone: importing the language package would build its tokenizer rules, seconds each.
     """
     spacy_spec = importlib.util.find_spec("spacy")
+    if spacy_spec is None or not spacy_spec.submodule_search_locations:
+        raise ImportError("spaCy is not installed (a dependency of millrace)")
     path = Path(next(iter(spacy_spec.submodule_search_locations))) / "lang" / language / "stop_words.py"
     if not path.is_file():
         return frozenset()
     spec = importlib.util.spec_from_file_location(f"millrace_stop_words_{language}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not loadable as a module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return frozenset(word.lower() for word in module.STOP_WORDS)

@@ -190,7 +190,7 @@ class LinearQuality:
 SCORERS: dict[str, type] = {"linear": LinearQuality, "fasttext": FastTextQuality}
 
 
-def backend_class(name: str) -> type:
+def backend_class(name: str) -> type[QualityBackend]:
     """A registered scorer by name, or a class named `package.module:Class`."""
     return registered_class(name, SCORERS, "quality.scorer")
 

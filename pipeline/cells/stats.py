@@ -99,7 +99,8 @@ class CellStats:
         return merged
 
     def to_json(self, labels: dict[str, str] | None = None) -> dict:
-        """The `CellManifest.stats` keys: domain, bucket, label, score_range, languages, samples (absent when unknown)."""
+        """The `CellManifest.stats` keys: domain, bucket, label, score_range, languages, samples (absent when
+        unknown)."""
         stats: dict = {}
         if self.domain is not None:
             stats["domain"] = self.domain

@@ -141,8 +141,9 @@ def _python_docs(path: Path) -> list[Record]:
     if doc := ast.get_docstring(tree):
         parts.append(f"{module}\n\n{doc}")
     for node in ast.walk(tree):
-        public = isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name[0] != "_"
-        if public and (doc := ast.get_docstring(node)):
+        if not isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or node.name[0] == "_":
+            continue
+        if doc := ast.get_docstring(node):
             parts.append(f"{module}.{node.name}\n\n{doc}")
     if not parts:
         return []

@@ -38,5 +38,6 @@ def local(out_dir: Path, max_bytes: int | None, home, as_json: bool) -> None:
     for notice in summary.notices:
         click.echo(f"notice: {notice}")
     for source in summary.sources:
-        click.echo(f"{source.name:<16} {source.documents:>7,} documents {source.bytes:>13,} bytes {len(source.files):>4} files")
+        click.echo(f"{source.name:<16} {source.documents:>7,} documents {source.bytes:>13,} bytes "
+                   f"{len(source.files):>4} files")
     click.echo(f"{'total':<16} {summary.documents:>7,} documents {summary.bytes:>13,} bytes -> {out_dir}")

@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, 
     sources = _sum_sources([p["sources"] for p in pieces])
     held_sources = _sum_sources([p["validation_sources"] for p in pieces])
     samples = sorted((s for p in pieces for s in p["samples"]), key=lambda s: (s["hash"], s["id"]))
-    stats = {"samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]}
+    stats: dict[str, Any] = {"samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]}
     stats.update(extra_stats)
     stats["trace"] = {"parts": [p["trace"] for p in pieces if p["trace"] is not None]}
     return CellManifest(

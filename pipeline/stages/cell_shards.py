@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +171,7 @@ def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype
 
 def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
                    shard_tokens: int, cutoff: list[int] | None, written: dict, overlap: SetOverlap | None,
-                   contaminated: list[list[int]] = ()) -> dict:
+                   contaminated: Sequence[Sequence[int]] = ()) -> dict:
     """In the split task: the run's waiting candidates into held-out shards (those at or below `cutoff`, but
     for the `contaminated` (hash, key) pairs) and the task's next training shards (the others); its trace
     part; its entry of `parts/<rank>.json`."""

@@ -61,7 +61,8 @@ def unique_edges(records: np.ndarray) -> np.ndarray:
 
 
 def _smallest_neighbour(node: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For edges sorted by (node, other): per edge its node's smallest neighbour; per node its first edge and degree."""
+    """For edges sorted by (node, other): per edge its node's smallest neighbour; per node its first edge and
+    degree."""
     starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]]) if node.size else np.zeros(0, np.int64)
     degree = np.diff(np.r_[starts, node.size])
     smallest = np.repeat(other[starts], degree)

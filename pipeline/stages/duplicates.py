@@ -39,6 +39,7 @@ from pipeline.stages.dedup import SignatureFiles, save_array
 from pipeline.stages.filtering import CountedStage
 from pipeline.stages.readers import KEY_POSITION_BITS
 from pipeline.stages.sorted_runs import RecordFile, group_firsts, merged, sorted_records
+import itertools
 
 REASON_CODES = {"exact": 1, "fuzzy": 2}
 REMOVAL = np.dtype([("rank", "<i4"), ("key", "<i8"), ("reason", "i1"), ("duplicate_of", "<i8")])
@@ -92,8 +93,8 @@ class SignatureLookup:
         out = np.empty((keys.size, self.perms), dtype=np.uint32)
         ranks = self.index.rank_of(keys)
         order = np.argsort(ranks, kind="stable")
-        bounds = np.flatnonzero(np.r_[True, ranks[order][1:] != ranks[order][:-1], True]) if keys.size else []
-        for start, stop in zip(bounds[:-1], bounds[1:]):
+        bounds = np.flatnonzero(np.r_[True, ranks[order][1:] != ranks[order][:-1], True]) if keys.size else np.zeros(0, np.int64)
+        for start, stop in itertools.pairwise(bounds):
             mine = order[start:stop]
             rank = int(ranks[mine[0]])
             stored = np.load(self.files.keys(rank), mmap_mode="r")  # mapped for this batch only
@@ -185,7 +186,7 @@ class FindCandidates(PipelineStep):
         if not left.size:
             return np.zeros((0, 2), dtype=np.int64)
         pairs = np.unique(np.stack([left, right], axis=1), axis=0)
-        self.stat_update("candidates", value=int(len(pairs)))
+        self.stat_update("candidates", value=len(pairs))
         alike = [lookup.agreement(pairs[i:i + PAIRS_PER_BATCH, 0], pairs[i:i + PAIRS_PER_BATCH, 1]) >= self.threshold
                  for i in range(0, len(pairs), PAIRS_PER_BATCH)]
         return pairs[np.concatenate(alike)]
@@ -255,6 +256,8 @@ class DropDuplicates(CountedStage):
         yield from super().run(data, rank, world_size)
 
     def decide(self, doc: Document) -> str | None:
+        if self._duplicates is None:
+            raise RuntimeError("decide() before run() loaded the duplicates")
         found = self._duplicates.get(doc.metadata["key"])
         if found is not None and found[0] in self.reasons:
             doc.metadata["duplicate_of"] = found[1]

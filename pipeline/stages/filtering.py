@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -22,6 +22,10 @@ from pipeline.filters import filter_spec
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
 from pipeline.stages.language_rules import filter_options
+
+if TYPE_CHECKING:
+    from datatrove.pipeline.extractors.base import ExtractorSandbox
+    from py3langid.langid import LanguageIdentifier
 
 EXTRACT_TIMEOUT = 5.0  # seconds per document (datatrove's default of 1 s times out on a loaded machine)
 LANGID_CHARS = 2000  # py3langid reads this much of a document; enough to be sure, cheap on long ones
@@ -115,7 +119,7 @@ class ExtractStage(CountedStage):
         from datatrove.pipeline.extractors import Trafilatura
 
         self.extractor = Trafilatura(timeout=timeout)
-        self._sandbox = None
+        self._sandbox: ExtractorSandbox | None = None
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         import trafilatura  # noqa: F401  imported here, so a forked sandbox starts warm (its start-up shares the timeout)
@@ -126,6 +130,8 @@ class ExtractStage(CountedStage):
             yield from super().run(data, rank, world_size)
 
     def decide(self, doc: Document) -> str | None:
+        if self._sandbox is None:
+            raise RuntimeError("decide() outside run(): no extraction sandbox")
         try:
             text = self._sandbox.process_document(doc.text, self.extractor.extract)
         except TimeoutError:
@@ -176,7 +182,7 @@ class LanguageStage(CountedStage):
     def __init__(self, funnel_dir, removed_dir, keep: dict[str, list[str] | None]):
         super().__init__("language", funnel_dir, removed_dir, list(keep))
         self.keep = {source: None if langs is None else frozenset(langs) for source, langs in keep.items()}
-        self._identifier = None
+        self._identifier: LanguageIdentifier | None = None
 
     def _classify(self, text: str) -> tuple[str, float]:
         if self._identifier is None:

@@ -11,6 +11,7 @@ assembly reads.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from datatrove.data import DocumentsPipeline
@@ -31,7 +32,7 @@ class WriteHeldOut(PipelineStep):
 
     def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
                  cells_dir: Path | str, parts_dir: Path | str, shard_tokens: int,
-                 cutoffs: dict[str, list[int] | None], sets: list[EvalSetConfig] = (),
+                 cutoffs: dict[str, list[int] | None], sets: Sequence[EvalSetConfig] = (),
                  contaminated: dict[str, list[list[int]]] | None = None, ngram: int = 13):
         super().__init__()
         self.tokenizer_path, self.eos, self.sources = str(tokenizer_path), eos, list(sources)

@@ -53,7 +53,7 @@ SPACY_NEEDS_EXTRA = frozenset({"vi", "ko"})
 CHARACTERS_PER_WORD = 2  # about a word's length in characters where words are not spaced
 UNSPACED_CHARACTER = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]"
 # FineWeb-2's recipe for every language besides the per-language values (its fineweb-2-pipeline.py)
-FINEWEB2_FIXED = {
+FINEWEB2_FIXED: dict[str, dict[str, Any]] = {
     "gopher_repetition": {"dup_para_frac": 0, "dup_line_char_frac": 0, "dup_para_char_frac": 0},
     "fineweb_quality": {"short_line_thr": 999, "char_duplicates_ratio": 0.1},
     "gopher_quality": {"min_stop_words": 2},

@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 import zstandard
 from datatrove.data import Document, DocumentsPipeline
+from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 from datatrove.pipeline.readers import JsonlReader, ParquetReader, WarcReader
 from datatrove.pipeline.readers.base import BaseDiskReader
@@ -33,7 +34,7 @@ from pipeline.stages.filtering import text_bytes
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.progress import LiveCount
 
-Problem = tuple[str, str, int, str, int]  # (file, "line" | "row" | "record", position, reason, size)
+Problem = tuple[str, str, int | str, str, int]  # (file, "line" | "row" | "record", position, reason, size)
 KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
 
 
@@ -62,6 +63,8 @@ class _ProblemLog:
 
     problems: list[Problem]
     skipped: dict[str, list[int]]  # reason -> [records, bytes]
+    data_folder: DataFolder  # these two are the datatrove reader's this is mixed into
+    text_key: str
     position_label = "line"  # how a position in this reader's files is named in the malformed listing
     max_document_bytes = 1_000_000  # set from the source by `build_reader`
     long_documents = "drop"
@@ -83,7 +86,7 @@ class _ProblemLog:
         if text is not None and not isinstance(text, str):
             self.problem(source_file, id_in_file, "malformed", len(str(data)))
             return None
-        document = super().get_document_from_dict(dict(data), source_file, id_in_file)
+        document = super().get_document_from_dict(dict(data), source_file, id_in_file)  # type: ignore[misc]  # the reader mixed into has it
         if document is None:
             reason = "empty" if self.text_key in data else "malformed"
             self.problem(source_file, id_in_file, reason, len(str(data)))

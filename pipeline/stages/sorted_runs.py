@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -57,12 +58,12 @@ class RecordFile:
 
 def sorted_records(records: np.ndarray) -> np.ndarray:
     """Structured records sorted by all their fields, in field order (the order every dedup file keeps)."""
-    names = records.dtype.names
+    names = records.dtype.names or ()
     return records[np.lexsort([records[name] for name in reversed(names)])]
 
 
 def _as_tuple(record: np.void) -> tuple:
-    return record.item()
+    return cast(tuple, record.item())  # a structured record's item is a tuple (numpy types it bytes | tuple)
 
 
 def merged(slices: Iterable[tuple[Path, int, int]], chunk: int | None = None) -> Iterator[np.ndarray]:
@@ -74,12 +75,12 @@ def merged(slices: Iterable[tuple[Path, int, int]], chunk: int | None = None) ->
     precede it) and tops up every buffer it left half empty, so that a round emits about half of
     what the buffers hold and the rounds number about twice the records over the budget.
     """
-    slices = [(RecordFile(path), start, stop) for path, start, stop in slices if stop > start]
-    files = [f for f, _, _ in slices]
-    if chunk is None and files:
-        chunk = max(MIN_CHUNK, MERGE_BYTES // (len(files) * files[0].dtype.itemsize))
-    read = [start for _, start, _ in slices]
-    ends = [min(stop, f.size) for f, _, stop in slices]
+    opened = [(RecordFile(path), start, stop) for path, start, stop in slices if stop > start]
+    files = [f for f, _, _ in opened]
+    if chunk is None:
+        chunk = max(MIN_CHUNK, MERGE_BYTES // (len(files) * files[0].dtype.itemsize)) if files else MIN_CHUNK
+    read = [start for _, start, _ in opened]
+    ends = [min(stop, f.size) for f, _, stop in opened]
     buffers = [np.zeros(0, dtype=f.dtype) for f in files]
 
     def refill(i: int) -> None:  # top the buffer up to `chunk` records

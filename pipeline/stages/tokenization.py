@@ -23,7 +23,7 @@ import os
 import shutil
 import socket
 from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +176,7 @@ class TokenizeCells(PipelineStep):
 
     def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
                  cells_dir: Path | str, funnel_dir: Path | str, shard_tokens: int, batch_size: int = 256,
-                 validation: HeldOutConfig = HeldOutConfig(), sets: list[EvalSetConfig] = ()):
+                 validation: HeldOutConfig = HeldOutConfig(), sets: Sequence[EvalSetConfig] = ()):
         super().__init__()
         self.tokenizer_path = str(tokenizer_path)
         self.eos = eos

@@ -68,8 +68,8 @@ def target_uri(record) -> str | None:
 
 
 def read_record(record, max_payload: int, long_documents: str) -> WarcOutcome:
-    """The outcome of one record read by `ArchiveIterator(..., no_record_parse=True)`; a payload over `max_payload` bytes is never held whole (dropped, or cut
-    to it when `long_documents = "cut"`)."""
+    """The outcome of one record read by `ArchiveIterator(..., no_record_parse=True)`; a payload over
+    `max_payload` bytes is never held whole (dropped, or cut to it when `long_documents = "cut"`)."""
     if record.rec_type not in PAGE_RECORDS:
         return WarcOutcome(None, f"warc_{record.rec_type}", int(record.length or 0))
     url = target_uri(record)

@@ -40,7 +40,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pydantic
@@ -61,8 +61,8 @@ CELL_SCHEMA_VERSION = 2  # cell.json: columnar shard table, chunk digests in `.x
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
 INDEX_PREFIX_BYTES = len(INDEX_HEADER) + 8 + 1 + 8 + 8  # header, version, dtype code, two counts
-DTYPE_CODES = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
-CODE_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
+DTYPE_CODES: dict[np.dtype, int] = {np.dtype(np.uint16): 8, np.dtype(np.int32): 4}
+CODE_DTYPES: dict[int, np.dtype] = {code: dtype for dtype, code in DTYPE_CODES.items()}
 # A reader verifies whole chunks, so the chunk bounds what one read costs: a window of 4,096 int32 tokens
 # is 16 KiB, a binary search over an `.idx` reads 8 bytes at a time. 64 KiB chunks keep that overhead
 # small (4 MiB chunks made a first batch read and hash 256 MB on a 100M-document store) for 8 bytes of
@@ -99,7 +99,7 @@ def parse_index_header(raw: bytes, where: str) -> tuple[np.dtype, int, int]:
 
 def chunk_digests(data: np.ndarray | bytes, chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
     """xxh3-64 of each `chunk_bytes` piece of `data` (uint64, one per chunk; none for empty data)."""
-    view = memoryview(data).cast("B")
+    view = (data.data if isinstance(data, np.ndarray) else memoryview(data)).cast("B")
     return np.asarray([xxhash.xxh3_64_intdigest(view[i : i + chunk_bytes]) for i in range(0, len(view), chunk_bytes)],
                       dtype=np.uint64)
 
@@ -511,7 +511,7 @@ class ShardWriter:
             raise ValueError(f"unsupported token dtype {self.dtype}")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
         self._bin_tmp = self.prefix.with_name(f".{self.prefix.name}.bin.tmp")
-        self._bin = open(self._bin_tmp, "wb")
+        self._bin = open(self._bin_tmp, "wb")  # noqa: SIM115  (held open until close() or abort())
         self._bin_digests = ChunkDigester(CHUNK_BYTES)
         self._lengths = array.array("i")
         self._sources = array.array("H")
@@ -573,7 +573,7 @@ class ShardSequence:
     a sequence another process began (its closed shards and counts)."""
 
     def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int,
-                 shards: list[ShardInfo] = (), sources: dict[str, SourceCounts] | None = None):
+                 shards: Sequence[ShardInfo] = (), sources: dict[str, SourceCounts] | None = None):
         self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
         self.shards: list = list(shards)
         self.writer: ShardWriter | None = None

@@ -11,7 +11,8 @@ in that file). A part's file holds `shard` and `token_start` relative to its own
 token; the cell manifest's `stats["trace"]["parts"]` lists the parts in store order with their
 row, shard and token counts and sha256, and the readers here add the offsets back, so a reader
 sees one table whatever the task count. Stores built before the parts keep one `documents.parquet`
-(`stats["trace"]["file"]`), still read. A part is checked against its sha256 before it is read. Light (pyarrow only): the loader and reports read it.
+(`stats["trace"]["file"]`), still read. A part is checked against its sha256 before it is read.
+Light (pyarrow only): the loader and reports read it.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_a_damaged_model_file_is_refused_by_name(corpus, tmp_path):
     fit_domains(corpus[::4], DomainsConfig(k=4), tmp_path)
     centroids = tmp_path / "domains-centroids.npy"
     centroids.write_bytes(centroids.read_bytes()[:-8] + b"\0" * 8)
-    with pytest.raises(ArtifactError, match="domains-centroids.npy"):
+    with pytest.raises(ArtifactError, match=r"domains-centroids\.npy"):
         DomainModel.load(tmp_path)
 
 
@@ -94,7 +94,7 @@ def test_bad_settings_are_config_errors(corpus, tmp_path):
         validate(DomainsConfig, {"k": 200, "min_share": 0.01}, "domains")
     with pytest.raises(ConfigError, match="unknown option"):
         validate(DomainsConfig, {"centroids": 3}, "domains")
-    with pytest.raises(ConfigError, match="domains.enabled = false"):  # fewer documents than k: fewer domains
+    with pytest.raises(ConfigError, match=r"domains\.enabled = false"):  # fewer documents than k: fewer domains
         fit_domains([], DomainsConfig(k=8), tmp_path)                   # (tests/domains/test_small_corpus.py)
 
 

@@ -212,5 +212,8 @@ def test_a_run_killed_after_fitting_then_rerun_gives_the_identical_store(built):
     assert (work / "models" / "domains.json").exists()
     assert start().wait(timeout=300) == 0
     rerun = home / "stores" / "local" / "2026.01.03"
-    files = lambda p: {f.relative_to(p).as_posix(): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+    def files(p):
+        return {f.relative_to(p).as_posix(): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
     assert files(rerun) == files(path)

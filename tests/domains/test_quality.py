@@ -55,7 +55,7 @@ def test_same_input_and_seed_give_the_same_scores(corpus, fitted, tmp_path):
 
 @pytest.mark.slow
 def test_reference_files_and_missing_reference(corpus, tmp_path):
-    with pytest.raises(ConfigError, match="quality.reference_sources"):
+    with pytest.raises(ConfigError, match=r"quality\.reference_sources"):
         fit_quality(corpus[::5], QualityConfig(reference_sources=["no-such-source"]), tmp_path / "a")
     reference = tmp_path / "good.jsonl"
     reference.write_text("".join(json.dumps({"text": d.text[:300]}) + "\n"
@@ -65,7 +65,7 @@ def test_reference_files_and_missing_reference(corpus, tmp_path):
 
 
 def test_unknown_scorer_is_a_config_error(corpus, tmp_path):
-    with pytest.raises(ConfigError, match="quality.scorer"):
+    with pytest.raises(ConfigError, match=r"quality\.scorer"):
         fit_quality(corpus[::5], QualityConfig(reference_sources=["prose"], scorer="nope"), tmp_path)
 
 

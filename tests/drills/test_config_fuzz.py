@@ -55,9 +55,9 @@ def mutate(doc, edits):
                     parent.pop(path[-1], None)
                 else:
                     parent[path[-1]] = value
-            elif isinstance(parent, list) and isinstance(path[-1], int) and path[-1] < len(parent):
-                if value != "DELETE":
-                    parent[path[-1]] = value
+            elif (isinstance(parent, list) and isinstance(path[-1], int) and path[-1] < len(parent)
+                  and value != "DELETE"):
+                parent[path[-1]] = value
     return doc
 
 

@@ -103,9 +103,9 @@ def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(ladder_home, tmp
 
 def test_a_ladder_fit_while_the_ladder_is_written_is_refused(home, tmp_path):
     """`ladder fit` rewrites ladder.json: during a run it would drop a rung result written meanwhile."""
-    with holding(home.ladder("micro") / "writer.lock") as holder:
-        with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
-            fit_ladder(home, "micro")
+    with (holding(home.ladder("micro") / "writer.lock") as holder,
+          pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host ")):
+        fit_ladder(home, "micro")
 
 
 @pytest.mark.slow
@@ -125,7 +125,7 @@ def test_two_pipeline_runs_of_one_version_one_builds_the_other_is_refused(tmp_pa
         os.killpg(first.pid, signal.SIGCONT)
     assert second.returncode == 75
     _refusal(err, f"store local/{VERSION}", first.pid)
-    out, err = first.communicate(timeout=600)
+    _out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
     store = home / "stores" / "local" / VERSION
     assert Store(store).verify() == []

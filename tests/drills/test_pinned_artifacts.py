@@ -111,7 +111,7 @@ def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine
     assert str(target) in err and len(err.strip().splitlines()) == 1, err
     assert target.read_bytes() == before, "reading must change nothing"
     if fault == "tokenizer":
-        with pytest.raises(ArtifactError, match="differs from the fingerprint store.json pins"):
+        with pytest.raises(ArtifactError, match=r"differs from the fingerprint store\.json pins"):
             store_tokenizer(target)  # what evaluation (bits per byte) and samples read the tokenizer through
 
 
@@ -144,13 +144,13 @@ def test_the_run_page_says_where_its_prompts_came_from(pristine, tmp_path, capsy
     (tmp_path / "prompts.txt").write_text("the river mill\nflour and bread\n")
     path = tmp_path / "prompted.toml"
     path.write_text(tomli_w.dumps(config))
-    code, out, err = run(capsys, "--home", str(home.root), "train", "run", str(path), "--steps", "2", "--run",
-                         "prompted", "--no-progress")
+    code, _out, err = run(capsys, "--home", str(home.root), "train", "run", str(path), "--steps", "2", "--run",
+                          "prompted", "--no-progress")
     assert code == 0, err
     records = read_samples(home.run("prompted"))
     source = str((tmp_path / "prompts.txt").resolve())
     assert records and {r["prompt_source"] for r in records} == {source}
-    code, out, err = run(capsys, "--home", str(home.root), "report", "build", "--run", "prompted")
+    code, _out, err = run(capsys, "--home", str(home.root), "report", "build", "--run", "prompted")
     assert code == 0, err
     page = (home.site / "runs" / "prompted" / "index.html").read_text()
     assert f'"sources":[{json.dumps(source)}]' in page  # shown as "Prompts from: ..." under the completions

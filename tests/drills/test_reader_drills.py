@@ -31,7 +31,7 @@ def test_a_truncated_warc_gz_is_a_bad_file(tmp_path):
     whole = tmp_path / "web" / "a.warc.gz"
     write_warc(whole, gz=True, without_uri=False)
     whole.write_bytes(whole.read_bytes()[: whole.stat().st_size * 3 // 4])
-    with pytest.raises(BadInputFile, match="a.warc.gz: cannot read source 'web' file to its end"):
+    with pytest.raises(BadInputFile, match=r"a\.warc\.gz: cannot read source 'web' file to its end"):
         read_source(tmp_path, SourceConfig(name="web", paths=[str(tmp_path / "web")], format="warc"))
     _, counts, listing = read_source(tmp_path, SourceConfig(name="web", paths=[str(tmp_path / "web")], format="warc",
                                                             on_bad_file="skip"))
@@ -43,7 +43,7 @@ def test_a_utf8_bom_does_not_make_the_first_record_malformed(tmp_path):
     (tmp_path / "d").mkdir()
     lines = [json.dumps({"id": str(i), "text": f"record {i}"}) for i in range(3)]
     (tmp_path / "d" / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
-    documents, counts, listing = read_source(tmp_path, SourceConfig(name="d", paths=[str(tmp_path / "d")], format="jsonl"))
+    documents, _counts, listing = read_source(tmp_path, SourceConfig(name="d", paths=[str(tmp_path / "d")], format="jsonl"))
     assert [d.id for d in documents] == ["d/0", "d/1", "d/2"] and listing == []
 
 

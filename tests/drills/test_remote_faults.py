@@ -54,7 +54,7 @@ def moto_endpoint():
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("moto server did not start")
+                    raise RuntimeError("moto server did not start") from None
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:

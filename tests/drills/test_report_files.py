@@ -31,8 +31,8 @@ def test_a_killed_builds_temporary_page_is_removed_by_the_next_build(tmp_path, c
     assert (home.site / "index.html").exists()
 
 
-def test_a_malformed_alert_record_is_skipped_with_a_warning_naming_file_and_line(small_home, tmp_path, capsys,  # noqa: F811
-                                                                                 caplog):
+def test_a_malformed_alert_record_is_skipped_with_a_warning_naming_file_and_line(
+        small_home, tmp_path, capsys, caplog):  # noqa: F811
     home, _ = factory.copy_as_live(small_home, tmp_path / "home")
     metrics = home.run("live") / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()]

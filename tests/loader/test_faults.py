@@ -101,9 +101,9 @@ def test_altered_source_sidecar_is_named(store_and_manifest):
 
 
 def test_rebuilt_store_is_refused(store_and_manifest, home):
-    store, path = store_and_manifest
+    _store, path = store_and_manifest
     make_store(home, {"a": 900, "b": 401}, RANDOM, seed=5)  # same name and version, different content
-    with pytest.raises(ArtifactError, match="store.json"):
+    with pytest.raises(ArtifactError, match=r"store\.json"):
         MixtureStream(path)
 
 

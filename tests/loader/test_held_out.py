@@ -90,12 +90,12 @@ def test_the_same_rows_whatever_the_split(held_out):
 def test_an_altered_validation_shard_is_refused(held_out, tmp_path):
     import shutil
 
-    home, path, _ = held_out
+    home, _path, _ = held_out
     copy = tmp_path / "home"
     shutil.copytree(home.root, copy)
     moved = Home.resolve(copy)
     manifest = sorted(moved.stores.glob("v/*/mixtures/mix/two/manifest.json"))[0]
     idx = moved.store("v", "2026.01.01") / "cells" / "c02q0" / "validation-00000.idx"
     idx.write_bytes(idx.read_bytes()[:-8] + b"\x00" * 8)
-    with pytest.raises(ArtifactError, match="validation-00000.idx"):
+    with pytest.raises(ArtifactError, match=r"validation-00000\.idx"):
         ValidationSequences(manifest, max_sequences=4)

@@ -1,6 +1,7 @@
 """The loader at the reference scale, in small: opening reads no shard file, open files stay bounded under a
 low `ulimit -n`, the built manifest stays small at 200 cells x 2,000 shards, and documents are shuffled."""
 
+import itertools
 import json
 import subprocess
 import sys
@@ -142,7 +143,7 @@ def window_documents(stream: MixtureStream, epoch: int) -> list[list[int]]:
 
 
 def adjacent_pairs(windows: list[list[int]]) -> set[tuple[int, int]]:
-    return {(a, b) for docs in windows for a, b in zip(docs, docs[1:])}
+    return {(a, b) for docs in windows for a, b in itertools.pairwise(docs)}
 
 
 @pytest.mark.parametrize("run", [1, 16])
@@ -153,13 +154,13 @@ def test_a_repeated_cells_windows_differ_between_epochs(home, run):
     stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run,
                                          revision=f"run{run}"), prefetch=0)
     windows = [window_documents(stream, e) for e in range(3)]
-    for before, after in zip(windows, windows[1:]):
+    for before, after in itertools.pairwise(windows):
         shared = adjacent_pairs(before) & adjacent_pairs(after)
         assert len(shared) / len(adjacent_pairs(after)) <= 0.25 if run == 1 else 1 - 2 / run
     sequences = np.arange(stream.manifest.cells["x"].sequences_available)
     tokens = [{w.tobytes() for w in stream._space.read(np.zeros_like(sequences), sequences,
                                                         np.full_like(sequences, e), False)[0]} for e in range(3)]
-    for before, after in zip(tokens, tokens[1:]):
+    for before, after in itertools.pairwise(tokens):
         assert len(before & after) / len(after) <= 0.05  # the same window of tokens seldom comes twice
     # every document appears in every epoch, exactly once across the windows (windows overlap by one token)
     for e in range(2):
@@ -190,6 +191,6 @@ def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path,
                         vocab_size=ordered.size + 2, eos_id=EOS)
     stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run,
                                          revision=f"run{run}"), prefetch=0)
-    pairs = [pair for e in range(2) for docs in window_documents(stream, e) for pair in zip(docs, docs[1:])]
+    pairs = [pair for e in range(2) for docs in window_documents(stream, e) for pair in itertools.pairwise(docs)]
     same = np.mean([ordered[a] == ordered[b] for a, b in pairs])
     assert abs(same - random_rate) <= 0.1 * random_rate, (same, random_rate)

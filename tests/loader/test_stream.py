@@ -66,7 +66,7 @@ def test_state_is_small_and_refuses_another_manifest(built):
     state = stream.state_dict()
     assert len(json.dumps(state)) < 300
     other = MixtureStream(make_manifest(home, path.parents[3], PHASES, seed=7, revision="other"))
-    with pytest.raises(ArtifactError, match="another|different mixture"):
+    with pytest.raises(ArtifactError, match=r"another|different mixture"):
         other.load_state_dict(state)
     with pytest.raises(ConfigError, match="past the end"):
         stream.load_state_dict({**state, "step": stream.steps + 1})
@@ -93,7 +93,7 @@ def test_rank_slices_union_to_the_global_batch(built):
             for field in ("input_ids", "labels", "segment_ids", "positions", "cell_ids", "sample_positions",
                           "sources"):
                 assert (np.concatenate([getattr(p, field) for p in parts]) == getattr(full, field)).all()
-            assert sum((p.cells for p in parts), []) == full.cells
+            assert [cell for p in parts for cell in p.cells] == full.cells
     with pytest.raises(ConfigError, match="divide"):
         MixtureStream(path, world=3)
 
@@ -192,7 +192,7 @@ def test_prefetch_iteration_equals_direct_batches_and_stops_cleanly(built):
     batches.close()
     assert [b.step for b in got] == [5, 6, 7, 8] and stream.step == 9
     assert [batch_digest(b) for b in got] == [batch_digest(stream.batch(s)) for s in range(5, 9)]
-    assert list(b.step for b in stream.iterate()) == list(range(9, stream.steps))
+    assert [b.step for b in stream.iterate()] == list(range(9, stream.steps))
 
 
 def test_a_failure_in_the_prefetch_thread_reaches_the_consumer(built, monkeypatch):

@@ -37,7 +37,7 @@ def test_shipped_default_revisions_build_with_pinned_shards(store_home):
     for revision in ("natural", "uniform-sampling", "quality-tilt"):
         path = mixtures.build(store_home, "default", revision)
         assert path == find_manifest(store_home, "default", revision)
-        manifest, digest = read_manifest(path)
+        manifest, _digest = read_manifest(path)
         assert manifest.store.version == VERSION and manifest.store.manifest_hash == store.manifest_hash
         assert manifest.eos_id == 0 and manifest.dtype == "uint16"
         assert manifest.document_run == DOCUMENT_RUN > 1  # documents are ordered in runs (one read each)
@@ -125,7 +125,7 @@ def test_concurrent_builds_of_different_files_under_one_name_let_one_win(store_h
         results = pool.starmap(build_file_in_process, [(str(store_home.root), str(f), start) for f in files])
     errors = [r for r in results if r.startswith("error:")]
     assert len(errors) == 1 and "immutable" in errors[0]
-    manifest, digest = read_manifest(find_manifest(store_home, "mine", "race"))
+    _manifest, digest = read_manifest(find_manifest(store_home, "mine", "race"))
     assert digest in results
 
 
@@ -199,7 +199,7 @@ def test_reference_scale_example_validates_builds_and_plans_fast(home, capsys):
     assert [p["name"] for p in result["phases"]] == ["pretrain", "cooldown"]
     assert result["phases"][0]["sequences"] == phase_sequences(15 * 10**12, 4096, 2048)
     assert len(result["cells"]) == 200
-    for cell, info in result["cells"].items():
+    for info in result["cells"].values():
         assert set(info) >= {"available_tokens", "epochs"}
         assert 0 < info["epochs"] <= 8
         for phase in ("pretrain", "cooldown"):

@@ -58,7 +58,7 @@ def test_mix_new_continues_writes_a_pinned_child(lineage, capsys):
     plan = json.loads(out)
     assert plan["at_step"] == 100 and [r["revision"] for r in plan["lineage"]] == ["natural", "tilt"]
     assert plan["lineage"][0]["manifest_hash"] == parent.manifest_hash
-    for cell, info in plan["cells"].items():
+    for info in plan["cells"].values():
         assert info["before_switch"] + info["after_switch"] == info["sequences"]
         assert info["by_revision"] == {"natural": info["before_switch"], "tilt": info["after_switch"]}
     assert sum(info["before_switch"] for info in plan["cells"].values()) == 100 * 8

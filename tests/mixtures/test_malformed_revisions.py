@@ -105,7 +105,7 @@ def test_malformed_revision_is_one_line_naming_it(revision_home, tmp_path, capsy
     change, expected = CASES[case]
     path = tmp_path / "r1.toml"
     path.write_text(tomli_w.dumps(change(copy.deepcopy(base()))))
-    code, out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(path))
+    code, _out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(path))
     assert code != 0
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -137,7 +137,7 @@ def test_binary_and_json_files(revision_home, tmp_path, capsys):
     assert code != 0 and "list.json" in err and "table" in err
     as_json = tmp_path / "r1.json"
     as_json.write_text(json.dumps(base()))
-    code, out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(as_json))
+    code, _out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(as_json))
     assert code == 0, err
     code, _, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "validate", str(tmp_path / "absent.toml"))
     assert code != 0 and "absent.toml" in err and "not found" in err

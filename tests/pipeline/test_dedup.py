@@ -101,7 +101,10 @@ def test_a_chain_of_matches_never_removes_a_document_unlike_the_kept_one(tmp_pat
     texts = [" ".join(t) for t in (a, b, c)]
     hasher = MinHasher(seed=1)
     sigs = np.stack([hasher.signature(t) for t in texts])
-    agree = lambda i, j: float((sigs[i] == sigs[j]).mean())
+
+    def agree(i, j):
+        return float((sigs[i] == sigs[j]).mean())
+
     assert agree(0, 1) >= 0.5 and agree(1, 2) >= 0.5 and agree(0, 2) < 0.4, (agree(0, 1), agree(1, 2), agree(0, 2))
     keyed = {document_key(file, 0): text for file, text in enumerate(texts)}
     a_key, b_key, c_key = sorted(keyed)

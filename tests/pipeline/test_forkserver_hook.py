@@ -21,7 +21,7 @@ def test_a_worker_whose_pool_semaphore_is_gone_is_quiet(capsys):
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize("call", [lambda: open("/nonexistent/millrace"), lambda: 1 / 0])
+@pytest.mark.parametrize("call", [lambda: open("/nonexistent/millrace"), lambda: 1 / 0])  # noqa: SIM115  (it fails)
 def test_any_other_worker_failure_still_prints_its_traceback(capsys, call):
     exc = _raised(call)
     forkserver_hook._quiet_orphaned_worker(type(exc), exc, exc.__traceback__)

@@ -74,7 +74,7 @@ def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
     assert store.manifest.tokenizer.fingerprint == tokenizer_fingerprint(tmp_path / "tok.json")
     assert store.manifest.tokenizer.vocab_size == 320
     (tmp_path / "q.toml").write_text(base.replace("2026.02.04", "2026.02.05") + '[tokenizer]\npath = "tok.json"\n')
-    with pytest.raises(ConfigError, match="q.toml: field 'tokenizer.eos'"):
+    with pytest.raises(ConfigError, match=r"q\.toml: field 'tokenizer\.eos'"):
         load_pipeline_config(tmp_path / "q.toml")
 
 

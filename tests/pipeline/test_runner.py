@@ -1,4 +1,5 @@
 import json
+import contextlib
 import os
 import signal
 import subprocess
@@ -79,10 +80,8 @@ def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
     for file in sorted((built[0] / "corpus").rglob("*.jsonl.zst")):
         raw = zstandard.ZstdDecompressor().decompress(file.read_bytes(), max_output_size=1 << 26)
         for line in raw.decode().splitlines():
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 inputs.add(json.loads(line)["text"])
-            except json.JSONDecodeError:
-                pass
     for cell in store.manifest.cells:
         manifest = store.cell(cell)
         for shard in manifest.shards.rows():
@@ -153,7 +152,7 @@ def cell_contents(path):
 
 @pytest.mark.slow
 def test_another_task_count_deals_the_same_documents_into_other_shards(built, tmp_path):
-    root, corpus, _, reference = built
+    _root, corpus, _, reference = built
     config_path = tmp_path / "three-tasks.toml"
     config_path.write_text(config_text(corpus, tasks=3))
     path = run_pipeline(load_pipeline_config(config_path), Home.resolve(tmp_path / "home"))

@@ -4,7 +4,8 @@ There is no Slurm here. The dry run is checked as written (partition, time, arra
 extra sbatch args, the chain). The submission path is datatrove's own `SlurmPipelineExecutor`
 code, run against three small stand-ins on PATH for Slurm's commands: `sbatch` records its
 arguments and runs the script it was given once per array index, at once (datatrove submits a
-job's dependencies first, so in order; its stats-merging jobs are only recorded), `srun` runs its command, `scontrol show hostnames`
+job's dependencies first, so in order; its stats-merging jobs are only recorded), `srun` runs its
+command, `scontrol show hostnames`
 prints this host. So every task runs its pickled executor in a fresh process, as on a cluster,
 and the store must equal the local executor's byte for byte.
 """

@@ -184,7 +184,7 @@ def test_a_corrupt_run_writes_nothing_to_the_store(tmp_path):
     (tmp_path / "p.toml").write_text('[[sources]]\nname = "d"\npaths = ["d"]\n[output]\nversion = "2026.03.02"\n'
                                      '[executor]\ntasks = 1\nworkers = 1\n')
     home = Home.resolve(tmp_path / "home")
-    with pytest.raises(PipelineError, match="a.jsonl.zst: cannot read source 'd' file to its end"):
+    with pytest.raises(PipelineError, match=r"a\.jsonl\.zst: cannot read source 'd' file to its end"):
         run_pipeline(load_pipeline_config(tmp_path / "p.toml"), home)
     assert not home.store("local", "2026.03.02").exists()
 
@@ -279,7 +279,7 @@ def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
     from millrace.artifacts import sha256_file
     from pipeline.store.trace import documents_in_window, read_trace
 
-    root, _, path, texts = web_run
+    root, _, path, _texts = web_run
     store = Store(path)
     cell_dir = store.cell_dir("crawl")
     trace = read_trace(cell_dir).to_pylist()
@@ -310,10 +310,10 @@ def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(
     docs = [Document(text=prose(rng), id=f"d{i}", metadata={"key": i * 7 + 3}) for i in range(120)]
     budget = sum(len(d.text) for d in docs) // 4
     samples = {}
+    removed = {0: {docs[0].metadata["key"]}}  # a document dedup removed never enters the sample
     for tasks in (1, 3):
         for rank in range(tasks):
             list(SampleSketch(tmp_path / str(tasks), 2 * budget).run(iter(docs[rank::tasks]), rank, tasks))
-        removed = {0: {docs[0].metadata["key"]}}  # a document dedup removed never enters the sample
         samples[tasks] = [d.metadata["key"] for d in merged_sample(tmp_path / str(tasks),
                                                                    lambda rank: removed.get(rank, set()), budget)]
     assert samples[1] == samples[3]

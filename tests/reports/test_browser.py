@@ -288,9 +288,11 @@ def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser,
     charts = tab.page.evaluate("""() => [...document.querySelectorAll('.chart svg[role=img]')].map((svg) => {
         const x = svg.querySelector('.axis-title.x'), y = svg.querySelector('.axis-title.y');
         const xb = x.getBoundingClientRect();
-        const ticks = [...svg.querySelectorAll('text')].filter((t) => t !== x && t !== y && !t.classList.contains('axis-title'));
+        const ticks = [...svg.querySelectorAll('text')]
+            .filter((t) => t !== x && t !== y && !t.classList.contains('axis-title'));
         const overlaps = ticks.filter((t) => { const b = t.getBoundingClientRect();
-            return b.width && b.left < xb.right && b.right > xb.left && b.top < xb.bottom && b.bottom > xb.top; }).length;
+            return b.width && b.left < xb.right && b.right > xb.left
+                && b.top < xb.bottom && b.bottom > xb.top; }).length;
         return [svg.getAttribute('aria-label'), y.textContent, x.textContent, overlaps];
     })""")
     assert len(charts) >= 1  # the evaluation chart (SVG)
@@ -363,7 +365,8 @@ def test_empty_grid_cells_are_in_the_legend_and_stand_out(browser, site):
         heatMap(box, ['c00', 'c01'], ['q0', 'q1'], (r, c) => (r === 1 && c === 1 ? null : r + c + 1),
           { format: String, tooltip: (r, c) => `c0${r}q${c}`, emptyLabel: 'no such cell' });
         const empty = box.querySelector('g.hm.empty rect');
-        return [box.querySelector('.empty-key').textContent, empty.getAttribute('stroke'), contrast(empty.getAttribute('stroke'), '#ffffff')];
+        return [box.querySelector('.empty-key').textContent, empty.getAttribute('stroke'),
+                contrast(empty.getAttribute('stroke'), '#ffffff')];
     }""")
     assert drawn[0] == "no such cell" and drawn[2] >= 3  # a dashed outline a person can see (non-text 3:1)
     tab.close()

@@ -57,7 +57,7 @@ def ladder_site(tmp_path_factory):
 
 
 def test_the_ladder_page_shows_rungs_fit_predictions_residuals_and_comparison(ladder_site):
-    home, site, body = ladder_site
+    _home, site, body = ladder_site
     html = (site / "ladders" / "page" / "index.html").read_text()
     for rung in body["plan"]["rungs"]:
         assert f"<td>{rung['name']}</td>" in html

@@ -7,8 +7,7 @@ import pytest
 from millrace.artifacts import read_payload, write_artifact
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.lineage import lineage_of
-from mixtures.manifest import read_manifest
+from mixtures.manifest import lineage_of, read_manifest
 from mixtures.new import new_revision
 from reports import build_site
 from reports.numbers import human_count
@@ -42,7 +41,7 @@ def lineage_site(tmp_path_factory):
 
 
 def test_the_composition_page_embeds_the_lineage_and_the_run_page_the_switch(lineage_site):
-    home, site = lineage_site
+    _home, site = lineage_site
     data = page_data(site / factory.STORE / factory.VERSION / "index.html")["revisions"]["swap"]
     assert data["at_step"] == AT_STEP
     assert [(r["revision"], r["start_step"], r["stop_step"]) for r in data["lineage"]] == [
@@ -54,7 +53,7 @@ def test_the_composition_page_embeds_the_lineage_and_the_run_page_the_switch(lin
 
 
 def test_the_pages_show_the_lineage_and_mark_the_switch_on_every_chart(lineage_site, browser):  # noqa: F811
-    home, site = lineage_site
+    _home, site = lineage_site
     tab = Tab(browser)
     tab.open(site / factory.STORE / factory.VERSION / "index.html", "?revision=swap")
     text = tab.page.inner_text("#lineage")

@@ -2,7 +2,8 @@
 
 One run is carried across world sizes: 4 ranks as data 2 x expert 2, built on the meta
 device and initialised shard by shard (steps 1-2) -> 1 process (step 3) -> 2 ranks as
-expert 2 (step 4) -> 1 process (step 5), each leg resuming the previous leg's checkpoint, and every step's loss and gradient norm must
+expert 2 (step 4) -> 1 process (step 5), each leg resuming the previous leg's checkpoint, and every
+step's loss and gradient norm must
 equal an uninterrupted single-process run's. Gradient norms matter: AdamW ignores the
 gradient's scale, so a 2x error in a reduction would pass on losses alone.
 

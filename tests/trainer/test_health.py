@@ -100,7 +100,7 @@ def test_timing_is_set_per_rule_in_the_health_table(tiny_config):
     timing = config.health.timing
     assert (timing["dead_experts"].start_after, timing["dead_experts"].warmup_steps) == (2, 50)  # the rest kept
     assert timing["grad_norm"] == HealthConfig().timing["grad_norm"]
-    with pytest.raises(ConfigError, match="health.timing.dead_expert"):
+    with pytest.raises(ConfigError, match=r"health\.timing\.dead_expert"):
         load_train_config(tiny_config("typo", health={"timing": {"dead_expert": {"start_after": 2}}}))
     with pytest.raises(ConfigError, match="start_after"):
         load_train_config(tiny_config("zero", health={"timing": {"grad_norm": {"start_after": 0}}}))

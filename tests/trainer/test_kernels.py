@@ -89,7 +89,7 @@ def test_attention_backend_is_validated_at_the_edge():
         ModelConfig(attention="flash")
     assert resolve_backend("auto", torch.device("cpu")) == "sdpa"
     assert resolve_backend("auto", torch.device("cuda")) == "flex"
-    with pytest.raises(ConfigError, match="model.attention = 'flex' trains only on CUDA"):
+    with pytest.raises(ConfigError, match=r"model\.attention = 'flex' trains only on CUDA"):
         resolve_backend("flex", torch.device("cpu"))
     with torch.no_grad():
         assert resolve_backend("flex", torch.device("cpu")) == "flex"

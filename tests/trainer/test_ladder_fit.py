@@ -86,7 +86,10 @@ def test_the_interval_widens_with_the_noise_and_reports_its_level_and_method():
                                                         "seed 0", "seed 1", "seed 2"}
         assert report["dof"] == 10 and report["warnings"] == [] and "Student t" in report["method"]
     assert (quiet["level"], loud["level"]) == (0.9, 0.95)
-    width = lambda r: r["predictions"][0]["high"] - r["predictions"][0]["low"]
+
+    def width(r):
+        return r["predictions"][0]["high"] - r["predictions"][0]["low"]
+
     assert width(loud) > 20 * width(quiet)
 
 

@@ -56,7 +56,7 @@ def test_a_killed_ladder_run_resumes_without_retraining_finished_rungs(ladder_ho
     plan = plan_ladder(path, home)
     first, second = (home.run(f"ladder-micro-two-phase-{r.name}-s0") for r in plan.rungs)
     every = max(1, plan.rungs[1].steps // 4)
-    for attempt in range(3):  # a quiet machine can outrun the poll
+    for _attempt in range(3):  # a quiet machine can outrun the poll
         victim = ladder_run(path, home)
         deadline = time.monotonic() + 300
         while victim.poll() is None and time.monotonic() < deadline:

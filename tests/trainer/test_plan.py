@@ -48,7 +48,7 @@ def test_reference_layout_on_792_gpus_in_racks_of_72_is_one_the_trainer_accepts(
                               config.moe.n_routed_experts)
     assert accepted == Layout(data_parallel=11, expert_parallel=64)
     assert check_batch(accepted, config.plan.global_batch, config.data.micro_batches) == 16
-    with pytest.raises(Exception, match="parallel.expert_parallel = 64 does not divide the world size 792"):
+    with pytest.raises(Exception, match=r"parallel\.expert_parallel = 64 does not divide the world size 792"):
         resolve_layout(config.parallel.expert_parallel, 0, 792, config.moe.n_routed_experts)
 
 

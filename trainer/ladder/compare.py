@@ -28,6 +28,8 @@ from trainer.ladder.spec import load_ladder
 def by_rung(points: list[Point]) -> dict[str, list[Point]]:
     found: dict[str, list[Point]] = {}
     for p in points:
+        if p.rung is None:
+            raise ValueError(f"a ladder point without its rung ({p.flops:.3g} FLOPs)")
         found.setdefault(p.rung, []).append(p)
     return found
 
@@ -44,7 +46,7 @@ def compare_points(a_points: list[Point], b_points: list[Point], law_a: Law, law
     common = [r for r in a_rungs if r in b_rungs]
     if not common:
         raise ConfigError(f"revisions {names[0]!r} and {names[1]!r} share no trained rung")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rung in common:
         a_losses, b_losses = [p.loss for p in a_rungs[rung]], [p.loss for p in b_rungs[rung]]
         spread = max(max(a_losses) - min(a_losses), max(b_losses) - min(b_losses))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import nullcontext
+from collections.abc import Sequence
 from typing import Any
 
 from millrace.errors import ConfigError
@@ -19,7 +20,7 @@ def targets_of(body: dict[str, Any], predict_flops: list[float]) -> list[tuple[s
 
 
 def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: float | None = None,
-               free_asymptote: bool = False, predict_flops: list[float] = (), revision: str | None = None,
+               free_asymptote: bool = False, predict_flops: Sequence[float] = (), revision: str | None = None,
                save: bool = True, level: float = LEVEL) -> dict[str, Any]:
     """Fit the ladder's rungs of `revision` (default its own), with prediction intervals at `level`; the
     report is stored under fits/<revision> (under the ladder's writer lock)."""
@@ -28,7 +29,7 @@ def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: fl
 
 
 def _fit_ladder(home: Home, ladder: str, metric: str | None, asymptote: float | None, free_asymptote: bool,
-                predict_flops: list[float], revision: str | None, save: bool, level: float) -> dict[str, Any]:
+                predict_flops: Sequence[float], revision: str | None, save: bool, level: float) -> dict[str, Any]:
     body = read_ladder(home, ladder)
     metric = metric or body.get("metric") or "loss.macro"
     revision = revision or body["plan"]["revision"]

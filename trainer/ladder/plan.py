@@ -104,6 +104,8 @@ def rung_batch(rules: Rules, index: int, tokens: float) -> int:
     if isinstance(rules.batch, int):
         return rules.batch
     rule = rules.batch_rule
+    if rule is None:
+        raise ConfigError("rules.batch: neither a number, a list per rung nor a rule")
     raw = rule.coefficient * tokens ** rule.exponent
     return int(min(rule.maximum, max(rule.minimum, round(raw / rule.multiple) * rule.multiple)))
 
@@ -122,7 +124,7 @@ def size_rung(spec: LadderSpec, name: str, config: TrainConfig, index: int | Non
               steps: int | None = None) -> RungPlan:
     """`steps`: the built revision's (its phases round to whole batches each); default tokens / batch."""
     active = active_params(config)
-    tokens = int(round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active))
+    tokens = round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active)
     if batch is None:
         batch = rung_batch(spec.rules, index if index is not None else len(spec.rules.widths) - 1, tokens)
     steps = steps or max(1, round(tokens / (batch * seq_len)))
@@ -143,6 +145,8 @@ def size_rung(spec: LadderSpec, name: str, config: TrainConfig, index: int | Non
 def rung_layers(rules: Rules, index: int, d_model: int) -> int:
     if rules.layers is not None:
         return rules.layers[index]
+    if rules.layers_per_width is None:
+        raise ConfigError("rules: neither layers nor layers_per_width")
     return max(1, round(d_model * rules.layers_per_width))
 
 
@@ -150,6 +154,8 @@ def family_layers(rules: Rules, d_model: int) -> int:
     """Depth for a width outside the list: the rule, else the depth/width ratio of the widest rung."""
     if rules.layers_per_width is not None:
         return max(1, round(d_model * rules.layers_per_width))
+    if rules.layers is None:
+        raise ConfigError("rules: neither layers nor layers_per_width")
     return max(1, round(rules.layers[-1] * d_model / rules.widths[-1]))
 
 
@@ -161,8 +167,10 @@ def plan_target(spec: LadderSpec, path: Path, base: TrainConfig, seq_len: int, s
     if target.config is not None:
         config = with_vocab(load_train_config(resolve_path(target.config, path)), vocab)
         tokens = target.tokens or config.plan.tokens or None
-        batch = target.batch or config.plan.global_batch
+        batch: int | None = target.batch or config.plan.global_batch
     else:
+        if target.d_model is None:
+            raise ConfigError(f"target {target.name}: needs d_model (or a config)")
         layers = target.layers or family_layers(spec.rules, target.d_model)
         config = scaled_config(base, spec.rules, target.d_model, layers)
         tokens, batch = target.tokens, target.batch

@@ -4,7 +4,8 @@
 
     {"ladder", "file", "metric", "plan": {"rungs": [...], "target": {...}},
      "results": [{"rung", "revision", "seed", "run", "status", "flops", "tokens", "steps", "seconds",
-                  "final": <the last eval.jsonl line>, "final_digest": <its sha256>, "curve": [{"step", "tokens", "loss", "bpb"}]}],
+                  "final": <the last eval.jsonl line>, "final_digest": <its sha256>,
+                  "curve": [{"step", "tokens", "loss", "bpb"}]}],
      "fits": {<revision>: <fit report, as `ladder fit --json`>},
      "comparison": <as `ladder compare --json`, or null>}
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -206,7 +207,7 @@ def fit_report(points: list[Point], asymptote: float | None, targets: list[tuple
         raise ConfigError(f"{where}: interval level must be between 0 and 1 (got {level!r})")
     law, spread = solve_law(points, asymptote, where)
     alternatives = refits(points, asymptote)
-    residuals = [{"rung": p.rung, "seed": p.seed, "flops": p.flops, "loss": p.loss, "fit": law.loss(p.flops),
+    residuals: list[dict[str, Any]] = [{"rung": p.rung, "seed": p.seed, "flops": p.flops, "loss": p.loss, "fit": law.loss(p.flops),
                   "residual": p.loss - law.loss(p.flops)} for p in points]
     return {
         "form": FORM,

@@ -23,8 +23,9 @@ from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from millrace.progress import on_terminal
+from trainer.ladder.spec import SHIPPED_CONFIGS
 
-log = logging.getLogger("millrace.demo")
+log = logging.getLogger("millrace.demo")  # the logger name users know
 
 STORE = "local"
 MIXTURE = "default"
@@ -32,8 +33,8 @@ REVISIONS = ("natural", "uniform-sampling", "quality-tilt")
 TRAINED_REVISION = "uniform-sampling"
 RUN = "demo"
 DEFAULT_MAX_BYTES = 10_000_000
-TINY_CONFIG = Path(__file__).resolve().parent.parent / "trainer" / "configs" / "tiny.toml"
-MICRO_LADDER = TINY_CONFIG.parent / "micro-ladder.toml"
+TINY_CONFIG = SHIPPED_CONFIGS / "tiny.toml"
+MICRO_LADDER = SHIPPED_CONFIGS / "micro-ladder.toml"
 
 
 @dataclass
@@ -90,8 +91,8 @@ def build_corpus(home: Home, max_bytes: int) -> Path:
             f"--max-bytes {max_bytes:,}: the corpus would change under the stores already built from it "
             f"({', '.join(str(p.parent) for p in stale)}); use another --home or remove them"
         )
-    summary = build_local_corpus(out, max_bytes)
-    log.info("corpus: %d documents, %d bytes in %s", summary.documents, summary.bytes, out)
+    built = build_local_corpus(out, max_bytes)
+    log.info("corpus: %d documents, %d bytes in %s", built.documents, built.bytes, out)
     return out
 
 
