@@ -1,4 +1,4 @@
-"""Fuzzy dedup: millrace's MinHash steps against datatrove's four MinHash stages.
+r"""Fuzzy dedup: millrace's MinHash steps against datatrove's four MinHash stages.
 
 Same input (a generated corpus with injected near-duplicates, 1–5% of words edited), same
 LSH parameters (5-gram shingles, 40 bands × 3 rows), one core each, both reading the input
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from datatrove.utils.word_tokenizers import WordTokenizer
 
-from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 from bench.result import Result
 from pipeline.stages.dedup import WORD
+from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 
 BANDS, ROWS, NGRAM = 40, 3, 5  # millrace's defaults, given to both
 
@@ -27,7 +27,10 @@ BANDS, ROWS, NGRAM = 40, 3, 5  # millrace's defaults, given to both
 def _write_input(path: Path, documents: list[tuple[str, str]]) -> None:
     path.mkdir(parents=True, exist_ok=True)
     with open(path / "input.jsonl", "w") as handle:
-        handle.writelines(json.dumps({"id": doc_id, "text": text, "metadata": {"source": "bench"}}) + "\n" for doc_id, text in documents)
+        handle.writelines(
+            json.dumps({"id": doc_id, "text": text, "metadata": {"source": "bench"}}) + "\n"
+            for doc_id, text in documents
+        )
 
 
 def _kept_ids(folder: Path) -> set[str]:
@@ -117,8 +120,21 @@ def run_millrace(work: Path) -> tuple[float, set[str]]:
     start = time.perf_counter()
     _run([([reader(), signing], 1)], work / "mr/logs/sign")
     find_duplicates(options, work / "mr/sigs", work / "mr/components", work / "mr/dups", run)
-    _run([([reader(), DropDuplicates("fuzzy_dedup", ("exact", "fuzzy"), work / "mr/dups", work / "mr/funnel",
-                                     work / "mr/removed"), JsonlWriter(str(work / "mr/out"))], 1)], work / "mr/logs/drop")
+    _run(
+        [
+            (
+                [
+                    reader(),
+                    DropDuplicates(
+                        "fuzzy_dedup", ("exact", "fuzzy"), work / "mr/dups", work / "mr/funnel", work / "mr/removed"
+                    ),
+                    JsonlWriter(str(work / "mr/out")),
+                ],
+                1,
+            )
+        ],
+        work / "mr/logs/drop",
+    )
     seconds = time.perf_counter() - start
     return seconds, {doc_id.removeprefix("bench/") for doc_id in _kept_ids(work / "mr/out")}
 
@@ -138,11 +154,23 @@ def main() -> list[Result]:
     n = len(documents)
     return [
         Result("fuzzy dedup throughput", n / ours_s, n / theirs_s, "datatrove 4 MinHash stages", "docs/s", target=3.0),
-        Result("fuzzy dedup throughput, same word splitter", n / ours_s, n / regex_s,
-               "datatrove 4 MinHash stages, regex words", "docs/s"),
-        Result("fuzzy dedup recall, same word splitter", ours_recall, regex_recall, "datatrove, regex words", "recall"),
-        Result("fuzzy dedup precision, same word splitter", ours_precision, regex_precision, "datatrove, regex words",
-               "precision"),
+        Result(
+            "fuzzy dedup throughput, same word splitter",
+            n / ours_s,
+            n / regex_s,
+            "datatrove 4 MinHash stages, regex words",
+            "docs/s",
+        ),
+        Result(
+            "fuzzy dedup recall, same word splitter", ours_recall, regex_recall, "datatrove, regex words", "recall"
+        ),
+        Result(
+            "fuzzy dedup precision, same word splitter",
+            ours_precision,
+            regex_precision,
+            "datatrove, regex words",
+            "precision",
+        ),
         Result("fuzzy dedup recall", ours_recall, theirs_recall, "datatrove", "recall", target=1.0),
         Result("fuzzy dedup precision", ours_precision, theirs_precision, "datatrove", "precision", target=1.0),
     ]

@@ -56,7 +56,7 @@ def _alternative_purity(vectors, truth, k: int, fine: int, seed: int) -> float:
     vectors = normalize(vectors)
     kmeans = KMeans(fine, n_init=1, random_state=seed).fit(vectors)
     centroids = normalize(kmeans.cluster_centers_)
-    nearest = np.asarray((vectors @ centroids.T)).argmax(axis=1)
+    nearest = np.asarray(vectors @ centroids.T).argmax(axis=1)
     merge = AgglomerativeClustering(n_clusters=k, linkage="ward").fit(centroids).labels_
     return _purity(merge[nearest], truth)
 
@@ -87,8 +87,15 @@ def _use_rate(texts, plain_rate: float) -> list[Result]:
     subset = texts[:: max(1, len(texts) // 40)]
     embedder.transform(subset[:1])  # loads the weights
     rate = _rate(lambda: embedder.transform(subset), len(subset), repeats=1)
-    return [Result("embed use-multilingual-v3, first 2,000 characters (1 core)", rate, plain_rate,
-                   "plain TfidfVectorizer.transform (whole documents)", "docs/s")]
+    return [
+        Result(
+            "embed use-multilingual-v3, first 2,000 characters (1 core)",
+            rate,
+            plain_rate,
+            "plain TfidfVectorizer.transform (whole documents)",
+            "docs/s",
+        )
+    ]
 
 
 def main() -> list[Result]:
@@ -121,39 +128,77 @@ def main() -> list[Result]:
         scorer = QualityScorer(ours_dir)
         score_rate = _rate(lambda: list(scorer.run(iter(_copies(corpus)))), len(texts))
         results += [
-            Result("embed + assign domain, languages erased (1 core)", rates["ours"], rates["before"],
-                   "hashed TF-IDF + SVD without erasure", "docs/s"),
-            Result("embed + assign domain, languages erased (1 core)", rates["ours"], tfidf_rate,
-                   "plain TfidfVectorizer.transform", "docs/s"),
+            Result(
+                "embed + assign domain, languages erased (1 core)",
+                rates["ours"],
+                rates["before"],
+                "hashed TF-IDF + SVD without erasure",
+                "docs/s",
+            ),
+            Result(
+                "embed + assign domain, languages erased (1 core)",
+                rates["ours"],
+                tfidf_rate,
+                "plain TfidfVectorizer.transform",
+                "docs/s",
+            ),
             *_use_rate(texts, tfidf_rate),
-            Result("quality score + bucket (1 core)", score_rate, tfidf_rate, "plain TfidfVectorizer.transform",
-                   "docs/s"),
-            Result(f"fit quality + domains on {len(texts)} docs", fit_seconds, 60.0, "one-minute budget", "s",
-                   higher_is_better=False, target=1.0),
+            Result(
+                "quality score + bucket (1 core)", score_rate, tfidf_rate, "plain TfidfVectorizer.transform", "docs/s"
+            ),
+            Result(
+                f"fit quality + domains on {len(texts)} docs",
+                fit_seconds,
+                60.0,
+                "one-minute budget",
+                "s",
+                higher_is_better=False,
+                target=1.0,
+            ),
         ]
         if pages:
             page_texts = [d.text for d in pages]
             for name, directory in (("languages erased", ours_dir), ("without erasure", before_dir)):
                 same_page, same_language = _agreement(DomainModel.load(directory).assign(page_texts), pages)
-                results.append(Result(f"man pages, {name}: same page other language shares its domain",
-                                      same_page, same_language, "another page, same language", "share"))
+                results.append(
+                    Result(
+                        f"man pages, {name}: same page other language shares its domain",
+                        same_page,
+                        same_language,
+                        "another page, same language",
+                        "share",
+                    )
+                )
 
         model = DomainModel.load(ours_dir)
         texts = [d.text for d in plain]
         truth = [d.metadata["source"] for d in plain]
         domains_config = DomainsConfig()
         ours = _purity(model.assign(texts), truth)
-        fine = max(domains_config.k, min(domains_config.fine_centroids,
-                                         len(texts) // domains_config.docs_per_fine_centroid))
+        fine = max(
+            domains_config.k, min(domains_config.fine_centroids, len(texts) // domains_config.docs_per_fine_centroid)
+        )
         dims = domains_config.embedding.dimensions
         vocabulary = TfidfVectorizer(sublinear_tf=True, min_df=2).fit_transform(texts)
         vocabulary_svd = TruncatedSVD(dims, algorithm="arpack", random_state=0).fit_transform(vocabulary)
-        results.append(Result("domain purity vs sources (ours: languages erased, fitted with the man pages)", ours,
-                              _alternative_purity(vocabulary_svd, truth, domains_config.k, fine, 0),
-                              "vocabulary TF-IDF + SVD", "purity"))
-        results.append(Result("domain purity vs sources (ours: languages erased, fitted with the man pages)", ours,
-                              _alternative_purity(vocabulary, truth, domains_config.k, fine, 0),
-                              "TF-IDF without SVD", "purity"))
+        results.append(
+            Result(
+                "domain purity vs sources (ours: languages erased, fitted with the man pages)",
+                ours,
+                _alternative_purity(vocabulary_svd, truth, domains_config.k, fine, 0),
+                "vocabulary TF-IDF + SVD",
+                "purity",
+            )
+        )
+        results.append(
+            Result(
+                "domain purity vs sources (ours: languages erased, fitted with the man pages)",
+                ours,
+                _alternative_purity(vocabulary, truth, domains_config.k, fine, 0),
+                "TF-IDF without SVD",
+                "purity",
+            )
+        )
     return results
 
 

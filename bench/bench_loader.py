@@ -34,8 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.result import Result, best_of, memory_mb
-from bench.result import ROOT
+from bench.result import ROOT, Result, best_of, memory_mb
 from bench.result import run_child as child
 
 EOS = 0
@@ -46,8 +45,14 @@ SEED = 7
 # cell -> (available tokens, share of the schedule). Each cell's tokens come from its own slice of the vocabulary
 # (`cell_of`), so every system's batches say which cell each row came from. Sized so that no cell runs out in the
 # steps litdata's weighted mix reads (it stops when any of its datasets does).
-CELLS = {"web": (13_000_000, 0.50), "code": (5_500_000, 0.20), "books": (4_200_000, 0.15),
-         "math": (2_800_000, 0.10), "wiki": (1_200_000, 0.04), "tiny": (400_000, 0.01)}
+CELLS = {
+    "web": (13_000_000, 0.50),
+    "code": (5_500_000, 0.20),
+    "books": (4_200_000, 0.15),
+    "math": (2_800_000, 0.10),
+    "wiki": (1_200_000, 0.04),
+    "tiny": (400_000, 0.01),
+}
 SLICE = (VOCAB - 1) // len(CELLS)
 SCHEDULE_STEPS = 5_000
 MEASURE_STEPS = 30
@@ -68,10 +73,25 @@ def cell_of(rows: np.ndarray) -> np.ndarray:
 
 def build_mixture(home) -> tuple[Path, list[str], list[int]]:
     """A real store (one shard per cell) and a manifest drawing CELLS' shares; returns shard prefixes too."""
-    from mixtures.manifest import (DOCUMENT_RUN, BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path,
-                                   write_manifest)
-    from pipeline.store.format import (CellManifest, CellSummary, ShardTable, ShardWriter, StoreManifest,
-                                       TokenizerInfo, write_cell_manifest, write_store_manifest)
+    from mixtures.manifest import (
+        DOCUMENT_RUN,
+        BuiltManifest,
+        ManifestCell,
+        ManifestPhase,
+        StoreRef,
+        manifest_path,
+        write_manifest,
+    )
+    from pipeline.store.format import (
+        CellManifest,
+        CellSummary,
+        ShardTable,
+        ShardWriter,
+        StoreManifest,
+        TokenizerInfo,
+        write_cell_manifest,
+        write_store_manifest,
+    )
 
     rng = np.random.default_rng(0)
     root = home.store("bench", "2026.01.01")
@@ -86,32 +106,76 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
         stream[ends - 1] = EOS
         writer.add_documents(stream, np.diff(np.concatenate([[0], ends])), np.zeros(ends.size, dtype=np.uint16))
         info = writer.close()
-        cell_manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench",
-                                     documents=info.documents, tokens=info.tokens, bytes=0,
-                                     shards=ShardTable.of([info]))
-        summaries[cell] = CellSummary(documents=info.documents, tokens=info.tokens,
-                                      manifest_hash=write_cell_manifest(root / "cells" / cell, cell_manifest))
+        cell_manifest = CellManifest(
+            cell=cell,
+            dtype="uint16",
+            tokenizer_fingerprint="bench",
+            documents=info.documents,
+            tokens=info.tokens,
+            bytes=0,
+            shards=ShardTable.of([info]),
+        )
+        summaries[cell] = CellSummary(
+            documents=info.documents,
+            tokens=info.tokens,
+            manifest_hash=write_cell_manifest(root / "cells" / cell, cell_manifest),
+        )
         pinned[cell] = info
         prefixes.append(str(prefix))
-    store_hash = write_store_manifest(root, StoreManifest(
-        name="bench", version="2026.01.01", dtype="uint16", cells=summaries, sources=["bench"],
-        tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None)))
+    store_hash = write_store_manifest(
+        root,
+        StoreManifest(
+            name="bench",
+            version="2026.01.01",
+            dtype="uint16",
+            cells=summaries,
+            sources=["bench"],
+            tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None),
+        ),
+    )
     total = SCHEDULE_STEPS * GLOBAL_BATCH
     counts = {cell: int(share * total) for cell, (_, share) in CELLS.items()}
     counts["web"] += total - sum(counts.values())
-    cells = {cell: ManifestCell(
-        name=cell, available_tokens=info.tokens, documents=info.documents,
-        sequences_available=(info.tokens - 1) // SEQ_LEN, cell_manifest_hash=summaries[cell].manifest_hash,
-        shards=1) for cell, info in pinned.items()}
+    cells = {
+        cell: ManifestCell(
+            name=cell,
+            available_tokens=info.tokens,
+            documents=info.documents,
+            sequences_available=(info.tokens - 1) // SEQ_LEN,
+            cell_manifest_hash=summaries[cell].manifest_hash,
+            shards=1,
+        )
+        for cell, info in pinned.items()
+    }
     manifest = BuiltManifest(
-        mixture="bench", revision="r1", revision_hash="sha256:bench",
+        mixture="bench",
+        revision="r1",
+        revision_hash="sha256:bench",
         store=StoreRef(name="bench", version="2026.01.01", manifest_hash=store_hash, stats_only=False),
-        tokenizer_fingerprint="bench", dtype="uint16", eos_id=EOS, seed=SEED, seq_len=SEQ_LEN,
-        global_batch=GLOBAL_BATCH, epoch_cap=100.0, document_run=DOCUMENT_RUN, cells=cells,
-        phases=[ManifestPhase(name="main", token_budget=total * SEQ_LEN, start_position=0, sequences=total,
-                              start_step=0, steps=SCHEDULE_STEPS, counts=counts,
-                              declared_weights={c: s for c, (_, s) in CELLS.items()})],
-        total_sequences=total, total_steps=SCHEDULE_STEPS)
+        tokenizer_fingerprint="bench",
+        dtype="uint16",
+        eos_id=EOS,
+        seed=SEED,
+        seq_len=SEQ_LEN,
+        global_batch=GLOBAL_BATCH,
+        epoch_cap=100.0,
+        document_run=DOCUMENT_RUN,
+        cells=cells,
+        phases=[
+            ManifestPhase(
+                name="main",
+                token_budget=total * SEQ_LEN,
+                start_position=0,
+                sequences=total,
+                start_step=0,
+                steps=SCHEDULE_STEPS,
+                counts=counts,
+                declared_weights={c: s for c, (_, s) in CELLS.items()},
+            )
+        ],
+        total_sequences=total,
+        total_steps=SCHEDULE_STEPS,
+    )
     path = manifest_path(home, "bench", "2026.01.01", "bench", "r1")
     write_manifest(path, manifest)
     return path, prefixes, [counts[c] for c in CELLS]
@@ -136,9 +200,13 @@ def child_millrace(manifest: str) -> dict:
             pass
 
     elapsed = best_of(stream_batches)
-    return {"build_s": opened - start, "first_batch_s": first - start,
-            "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
-            "peak_mb": memory_mb("VmHWM") - base, "anon_mb": index_mb}
+    return {
+        "build_s": opened - start,
+        "first_batch_s": first - start,
+        "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
+        "peak_mb": memory_mb("VmHWM") - base,
+        "anon_mb": index_mb,
+    }
 
 
 def child_remote(manifest: str, url: str, endpoint: str, cache: str) -> dict:
@@ -148,8 +216,13 @@ def child_remote(manifest: str, url: str, endpoint: str, cache: str) -> dict:
     from loader.files import ReadOptions
 
     options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": endpoint}}
-    stream = MixtureStream(manifest, prefetch=0, store_url=url, storage_options=options,
-                           read_options=ReadOptions(cache_dir=Path(cache), cache_bytes=1 << 30))
+    stream = MixtureStream(
+        manifest,
+        prefetch=0,
+        store_url=url,
+        storage_options=options,
+        read_options=ReadOptions(cache_dir=Path(cache), cache_bytes=1 << 30),
+    )
 
     def stream_batches() -> None:
         for _ in stream.iterate(1, MEASURE_STEPS + 1):
@@ -175,8 +248,9 @@ def start_s3(store: Path) -> tuple[Any, str, str]:  # moto's ThreadedMotoServer
     options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": endpoint}}
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
-                 aws_secret_access_key="bench").create_bucket(Bucket="bench")
+    boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench", aws_secret_access_key="bench"
+    ).create_bucket(Bucket="bench")
     url = "s3://bench/stores/bench/2026.01.01"
     copy_store(store, url, options)
     return server, url, endpoint
@@ -187,12 +261,15 @@ def child_raw(manifest: str) -> dict:
     from loader import MixtureStream
 
     stream = MixtureStream(manifest, prefetch=0)
-    maps = {name: np.memmap(str(Path(manifest).parents[3] / "cells" / name / "shard_00000.bin"),
-                            dtype=np.uint16, mode="r") for name in stream.cell_names}
+    maps = {
+        name: np.memmap(str(Path(manifest).parents[3] / "cells" / name / "shard_00000.bin"), dtype=np.uint16, mode="r")
+        for name in stream.cell_names
+    }
     plan = []
     for step in range(1, MEASURE_STEPS + 1):
         index = stream.index(step)
         plan.append([(maps[stream.cell_names[c]], s * SEQ_LEN) for c, s in zip(index.cell_ids, index.sequences)])
+
     def get_batches() -> None:
         for rows in plan:
             np.stack([data[offset : offset + SEQ_LEN].astype(np.int64) for data, offset in rows])
@@ -201,6 +278,7 @@ def child_raw(manifest: str) -> dict:
     elapsed = best_of(get_batches)
     # For scale, not a target: the bare copy of the uint16 windows, nothing converted or derived.
     views = {id(data): np.asarray(data) for data in maps.values()}
+
     def copy_windows() -> None:
         for rows in plan:
             out = np.empty((len(rows), SEQ_LEN + 1), dtype=np.uint16)
@@ -236,11 +314,20 @@ def megatron_dataset(manifest: str, cache: str):
     store = Path(manifest).parents[3]
     prefixes = [str(store / "cells" / cell / "shard_00000") for cell in CELLS]
     config = GPTDatasetConfig(
-        random_seed=SEED, sequence_length=SEQ_LEN, blend=(prefixes, [share for _, share in CELLS.values()]),
-        split="1,0,0", path_to_cache=cache, tokenizer=Tokenizer(), reset_position_ids=True,
-        reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
-    return BlendedMegatronDatasetBuilder(GPTDataset, [SCHEDULE_STEPS * GLOBAL_BATCH, 0, 0], lambda: True,
-                                         config).build()[0]
+        random_seed=SEED,
+        sequence_length=SEQ_LEN,
+        blend=(prefixes, [share for _, share in CELLS.values()]),
+        split="1,0,0",
+        path_to_cache=cache,
+        tokenizer=Tokenizer(),
+        reset_position_ids=True,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
+    return BlendedMegatronDatasetBuilder(
+        GPTDataset, [SCHEDULE_STEPS * GLOBAL_BATCH, 0, 0], lambda: True, config
+    ).build()[0]
 
 
 def child_megatron(manifest: str, cache: str) -> dict:
@@ -258,8 +345,12 @@ def child_megatron(manifest: str, cache: str) -> dict:
 
     def batch(step: int) -> dict:
         samples = [train[i] for i in range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)]
-        return {key: torch.stack([s[key] for s in samples]) if torch.is_tensor(samples[0][key])
-                else torch.tensor(np.asarray([s[key] for s in samples])) for key in samples[0]}
+        return {
+            key: torch.stack([s[key] for s in samples])
+            if torch.is_tensor(samples[0][key])
+            else torch.tensor(np.asarray([s[key] for s in samples]))
+            for key in samples[0]
+        }
 
     batch(0)
     first = time.perf_counter()
@@ -270,9 +361,13 @@ def child_megatron(manifest: str, cache: str) -> dict:
             batch(step)
 
     elapsed = best_of(megatron_batches)
-    result = {"build_s": built - start, "first_batch_s": first - start,
-              "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
-              "peak_mb": memory_mb("VmHWM") - base, "anon_mb": index_mb}
+    result = {
+        "build_s": built - start,
+        "first_batch_s": first - start,
+        "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / elapsed,
+        "peak_mb": memory_mb("VmHWM") - base,
+        "anon_mb": index_mb,
+    }
     dist.destroy_process_group()
     return result
 
@@ -291,8 +386,15 @@ def child_reference(home: str) -> dict:
     report = peek(stream, REFERENCE_STEP)
     peeked = time.perf_counter() - start
     tokens = stream.manifest.total_sequences * stream.manifest.seq_len
-    return {"open_first_s": opened, "peek_s": peeked, "rss_mb": memory_mb("VmHWM"), "tokens": tokens,
-            "cells": len(stream.cell_names), "steps": stream.steps, "samples": len(report["samples"])}
+    return {
+        "open_first_s": opened,
+        "peek_s": peeked,
+        "rss_mb": memory_mb("VmHWM"),
+        "tokens": tokens,
+        "cells": len(stream.cell_names),
+        "steps": stream.steps,
+        "samples": len(report["samples"]),
+    }
 
 
 def build_reference(home) -> None:
@@ -318,8 +420,12 @@ def peer_table(root: Path, manifest: Path) -> dict[tuple[str, int], dict]:
     """Every system at 0 and WORKERS workers (`bench.loader_peers`): the best of ROUNDS runs, then a resume."""
     from bench.loader_peers import SYSTEMS
 
-    cases = [(system, workers) for system in SYSTEMS for workers in (0, WORKERS)
-             if not (system == "millrace-lean" and workers)]
+    cases = [
+        (system, workers)
+        for system in SYSTEMS
+        for workers in (0, WORKERS)
+        if not (system == "millrace-lean" and workers)
+    ]
     runs: dict[tuple[str, int], list[dict]] = {case: [] for case in cases}
     for _ in range(ROUNDS):  # alternate the systems: the machine's load drifts
         for system, workers in cases:
@@ -329,27 +435,44 @@ def peer_table(root: Path, manifest: Path) -> dict[tuple[str, int], dict]:
         best = best_run([{k: v for k, v in r.items() if k != "digest"} for r in results])
         resumed = peer_child("resume", case[0], str(case[1]), str(root), str(manifest))
         straight = results[-1]["digest"]
-        exact = ("yes" if resumed["digest"] == straight else
-                 "rows reordered" if resumed["digest"][1] == straight[1] else "no")
+        exact = (
+            "yes"
+            if resumed["digest"] == straight
+            else "rows reordered"
+            if resumed["digest"][1] == straight[1]
+            else "no"
+        )
         table[case] = {**best, "resume_s": resumed["resume_s"], "exact": exact}
     return table
 
 
 def print_table(table: dict[tuple[str, int], dict], converted: dict) -> None:
     """Every system's row, on stderr (stdout carries the results, JSON lines with --json)."""
-    names = {"millrace": "millrace, full output (ids, labels, segments, positions, sources)",
-             "millrace-lean": "millrace, without sources", "mosaicml": "MosaicML streaming (MDS, py1e, proportions)",
-             "litdata": "litdata (CombinedStreamingDataset weights, TokensLoader)",
-             "megatron": "megatron-core GPTDataset blend (warm index cache)"}
-    print(f"  {'system':<66} {'workers':>7} {'open s':>7} {'first s':>8} {'tokens/s':>9} {'peak MB':>8} "
-          f"{'resume s':>9} {'exact resume':>14} {'mix err':>8}", file=sys.stderr)
+    names = {
+        "millrace": "millrace, full output (ids, labels, segments, positions, sources)",
+        "millrace-lean": "millrace, without sources",
+        "mosaicml": "MosaicML streaming (MDS, py1e, proportions)",
+        "litdata": "litdata (CombinedStreamingDataset weights, TokensLoader)",
+        "megatron": "megatron-core GPTDataset blend (warm index cache)",
+    }
+    print(
+        f"  {'system':<66} {'workers':>7} {'open s':>7} {'first s':>8} {'tokens/s':>9} {'peak MB':>8} "
+        f"{'resume s':>9} {'exact resume':>14} {'mix err':>8}",
+        file=sys.stderr,
+    )
     for (system, workers), row in table.items():
-        print(f"  {names[system]:<66} {workers:>7} {row['open_s']:>7.3f} {row['first_batch_s']:>8.3f} "
-              f"{row['tokens_per_s']:>9.3g} {row['peak_mb']:>8.0f} {row['resume_s']:>9.3f} {row['exact']:>14} "
-              f"{row['mix_error']:>8.1f}", file=sys.stderr)
-    print(f"  (resume at step {RESUME_STEP}; mixing error: the largest |rows drawn - share x rows| over the cells in "
-          f"steps [0, {RESUME_STEP}); converting the store to MDS took {converted['mds_s']:.1f} s, to litdata "
-          f"{converted['litdata_s']:.1f} s)", file=sys.stderr)
+        print(
+            f"  {names[system]:<66} {workers:>7} {row['open_s']:>7.3f} {row['first_batch_s']:>8.3f} "
+            f"{row['tokens_per_s']:>9.3g} {row['peak_mb']:>8.0f} {row['resume_s']:>9.3f} {row['exact']:>14} "
+            f"{row['mix_error']:>8.1f}",
+            file=sys.stderr,
+        )
+    print(
+        f"  (resume at step {RESUME_STEP}; mixing error: the largest |rows drawn - share x rows| over the cells in "
+        f"steps [0, {RESUME_STEP}); converting the store to MDS took {converted['mds_s']:.1f} s, to litdata "
+        f"{converted['litdata_s']:.1f} s)",
+        file=sys.stderr,
+    )
 
 
 def peer_child(*args: str) -> dict:
@@ -392,42 +515,122 @@ def main() -> list[Result]:
     against_peers = []
     for workers in (0, WORKERS):
         faster = max(("mosaicml", "litdata"), key=lambda name: table[name, workers]["tokens_per_s"])
-        against_peers.append(Result(
-            f"full output, {workers} DataLoader workers: throughput", table["millrace", workers]["tokens_per_s"],
-            table[faster, workers]["tokens_per_s"], f"{faster} (the faster of MosaicML and litdata)", "tokens/s",
-            target=1.5))
+        against_peers.append(
+            Result(
+                f"full output, {workers} DataLoader workers: throughput",
+                table["millrace", workers]["tokens_per_s"],
+                table[faster, workers]["tokens_per_s"],
+                f"{faster} (the faster of MosaicML and litdata)",
+                "tokens/s",
+                target=1.5,
+            )
+        )
     return against_peers + [
-        Result("throughput, 1 core", ours["tokens_per_s"], raw["tokens_per_s"], "raw numpy memmap gather (nanoGPT get_batch)",
-               "tokens/s", target=0.5),
-        Result("throughput, 1 core (for scale: ours writes 28 bytes per token, a copy 2)", ours["tokens_per_s"],
-               raw["copy_tokens_per_s"], "bare uint16 window copy", "tokens/s"),
+        Result(
+            "throughput, 1 core",
+            ours["tokens_per_s"],
+            raw["tokens_per_s"],
+            "raw numpy memmap gather (nanoGPT get_batch)",
+            "tokens/s",
+            target=0.5,
+        ),
+        Result(
+            "throughput, 1 core (for scale: ours writes 28 bytes per token, a copy 2)",
+            ours["tokens_per_s"],
+            raw["copy_tokens_per_s"],
+            "bare uint16 window copy",
+            "tokens/s",
+        ),
         Result("index build", ours["build_s"], megatron["build_s"], mega, "s", higher_is_better=False, target=1.0),
-        Result("time to first batch", ours["first_batch_s"], megatron["first_batch_s"], mega, "s",
-               higher_is_better=False, target=1.0),
-        Result("index build, Megatron's cache warm", ours["build_s"], warm["build_s"], mega + " (warm index cache)",
-               "s", higher_is_better=False),
-        Result("time to first batch, Megatron's cache warm", ours["first_batch_s"], warm["first_batch_s"],
-               mega + " (warm index cache)", "s", higher_is_better=False),
+        Result(
+            "time to first batch",
+            ours["first_batch_s"],
+            megatron["first_batch_s"],
+            mega,
+            "s",
+            higher_is_better=False,
+            target=1.0,
+        ),
+        Result(
+            "index build, Megatron's cache warm",
+            ours["build_s"],
+            warm["build_s"],
+            mega + " (warm index cache)",
+            "s",
+            higher_is_better=False,
+        ),
+        Result(
+            "time to first batch, Megatron's cache warm",
+            ours["first_batch_s"],
+            warm["first_batch_s"],
+            mega + " (warm index cache)",
+            "s",
+            higher_is_better=False,
+        ),
         Result("throughput, 1 core", ours["tokens_per_s"], megatron["tokens_per_s"], mega, "tokens/s", target=1.0),
-        Result("peak resident memory growth (incl. mapped shard pages)", ours["peak_mb"], megatron["peak_mb"], mega,
-               "MB", higher_is_better=False, target=1.0),
-        Result("anonymous memory after open + first batch (indices)", ours["anon_mb"], megatron["anon_mb"], mega, "MB",
-               higher_is_better=False, target=1.0),
-        Result("object store (moto S3 on loopback, cache cold): throughput", remote["cold_tokens_per_s"],
-               ours["tokens_per_s"], "the same store on local disk", "tokens/s"),
-        Result("object store, local chunk cache warm: throughput", remote["tokens_per_s"], ours["tokens_per_s"],
-               "the same store on local disk", "tokens/s"),
-        Result(f"reference {reference['tokens'] / 1e12:.2f}T tokens / {reference['cells']} cells: open + first batch",
-               reference["open_first_s"], 1.0, limit, "s", higher_is_better=False, target=1.0),
-        Result("reference: resident memory", reference["rss_mb"], 256.0, limit, "MB", higher_is_better=False,
-               target=1.0),
-        Result(f"reference: peek at step {REFERENCE_STEP:,} ({reference['samples']} samples)",
-               reference["peek_s"] * 1000, 100.0, limit, "ms", higher_is_better=False, target=1.0),
+        Result(
+            "peak resident memory growth (incl. mapped shard pages)",
+            ours["peak_mb"],
+            megatron["peak_mb"],
+            mega,
+            "MB",
+            higher_is_better=False,
+            target=1.0,
+        ),
+        Result(
+            "anonymous memory after open + first batch (indices)",
+            ours["anon_mb"],
+            megatron["anon_mb"],
+            mega,
+            "MB",
+            higher_is_better=False,
+            target=1.0,
+        ),
+        Result(
+            "object store (moto S3 on loopback, cache cold): throughput",
+            remote["cold_tokens_per_s"],
+            ours["tokens_per_s"],
+            "the same store on local disk",
+            "tokens/s",
+        ),
+        Result(
+            "object store, local chunk cache warm: throughput",
+            remote["tokens_per_s"],
+            ours["tokens_per_s"],
+            "the same store on local disk",
+            "tokens/s",
+        ),
+        Result(
+            f"reference {reference['tokens'] / 1e12:.2f}T tokens / {reference['cells']} cells: open + first batch",
+            reference["open_first_s"],
+            1.0,
+            limit,
+            "s",
+            higher_is_better=False,
+            target=1.0,
+        ),
+        Result(
+            "reference: resident memory", reference["rss_mb"], 256.0, limit, "MB", higher_is_better=False, target=1.0
+        ),
+        Result(
+            f"reference: peek at step {REFERENCE_STEP:,} ({reference['samples']} samples)",
+            reference["peek_s"] * 1000,
+            100.0,
+            limit,
+            "ms",
+            higher_is_better=False,
+            target=1.0,
+        ),
     ]
 
 
 if __name__ == "__main__":
     kind, rest = sys.argv[1], sys.argv[2:]
-    children: dict[str, Callable[..., dict]] = {"millrace": child_millrace, "raw": child_raw, "megatron": child_megatron,
-                "reference": child_reference, "remote": child_remote}
+    children: dict[str, Callable[..., dict]] = {
+        "millrace": child_millrace,
+        "raw": child_raw,
+        "megatron": child_megatron,
+        "reference": child_reference,
+        "remote": child_remote,
+    }
     print(json.dumps(children[kind](*rest)))

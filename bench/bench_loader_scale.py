@@ -34,8 +34,16 @@ STREAM_STEPS = 60  # of the 10,000-shard store: 3,840 windows, most from a shard
 
 def write_store(home, name: str, documents: int, cells: int, shards: int) -> Path:
     """`documents` documents of 2-4 tokens (EOS last), spread evenly over cells x shards."""
-    from pipeline.store.format import (CellManifest, CellSummary, ShardTable, ShardWriter, StoreManifest,
-                                       TokenizerInfo, write_cell_manifest, write_store_manifest)
+    from pipeline.store.format import (
+        CellManifest,
+        CellSummary,
+        ShardTable,
+        ShardWriter,
+        StoreManifest,
+        TokenizerInfo,
+        write_cell_manifest,
+        write_store_manifest,
+    )
 
     rng = np.random.default_rng(0)
     root = home.store(name, "2026.01.01")
@@ -51,22 +59,48 @@ def write_store(home, name: str, documents: int, cells: int, shards: int) -> Pat
             writer = ShardWriter(root / "cells" / cell / f"shard-{s:05d}", np.dtype(np.uint16), durable=False)
             writer.add_documents(tokens, lengths, rng.integers(0, 4, size=per_shard, dtype=np.uint16))
             infos.append(writer.close())
-        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench",
-                                documents=sum(i.documents for i in infos), tokens=sum(i.tokens for i in infos),
-                                bytes=0, shards=ShardTable.of(infos))
-        summaries[cell] = CellSummary(documents=manifest.documents, tokens=manifest.tokens,
-                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
-    write_store_manifest(root, StoreManifest(
-        name=name, version="2026.01.01", dtype="uint16", cells=summaries, sources=["a", "b", "c", "d"],
-        tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None)))
+        manifest = CellManifest(
+            cell=cell,
+            dtype="uint16",
+            tokenizer_fingerprint="bench",
+            documents=sum(i.documents for i in infos),
+            tokens=sum(i.tokens for i in infos),
+            bytes=0,
+            shards=ShardTable.of(infos),
+        )
+        summaries[cell] = CellSummary(
+            documents=manifest.documents,
+            tokens=manifest.tokens,
+            manifest_hash=write_cell_manifest(root / "cells" / cell, manifest),
+        )
+    write_store_manifest(
+        root,
+        StoreManifest(
+            name=name,
+            version="2026.01.01",
+            dtype="uint16",
+            cells=summaries,
+            sources=["a", "b", "c", "d"],
+            tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None),
+        ),
+    )
     return root
 
 
 def write_linked_store(home, name: str, cells: int, shards: int, documents: int = 8) -> Path:
     """`cells` x `shards` shards of `documents` tiny documents; within a cell every shard is a hard link of the
     first one's files (identical contents, separate paths: each still needs its own descriptors and maps)."""
-    from pipeline.store.format import (CellManifest, CellSummary, ShardInfo, ShardTable, ShardWriter,
-                                       StoreManifest, TokenizerInfo, write_cell_manifest, write_store_manifest)
+    from pipeline.store.format import (
+        CellManifest,
+        CellSummary,
+        ShardInfo,
+        ShardTable,
+        ShardWriter,
+        StoreManifest,
+        TokenizerInfo,
+        write_cell_manifest,
+        write_store_manifest,
+    )
 
     rng = np.random.default_rng(1)
     root = home.store(name, "2026.01.01")
@@ -84,14 +118,31 @@ def write_linked_store(home, name: str, cells: int, shards: int, documents: int 
             for suffix in (".bin", ".idx", ".src", ".xxh"):
                 os.link(directory / f"shard-00000{suffix}", directory / f"shard-{s:05d}{suffix}")
             infos.append(ShardInfo(f"shard-{s:05d}", first.documents, first.tokens, first.digest))
-        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint="bench",
-                                documents=first.documents * shards, tokens=first.tokens * shards, bytes=0,
-                                shards=ShardTable.of(infos))
-        summaries[cell] = CellSummary(documents=manifest.documents, tokens=manifest.tokens,
-                                      manifest_hash=write_cell_manifest(directory, manifest))
-    write_store_manifest(root, StoreManifest(
-        name=name, version="2026.01.01", dtype="uint16", cells=summaries, sources=["a"],
-        tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None)))
+        manifest = CellManifest(
+            cell=cell,
+            dtype="uint16",
+            tokenizer_fingerprint="bench",
+            documents=first.documents * shards,
+            tokens=first.tokens * shards,
+            bytes=0,
+            shards=ShardTable.of(infos),
+        )
+        summaries[cell] = CellSummary(
+            documents=manifest.documents,
+            tokens=manifest.tokens,
+            manifest_hash=write_cell_manifest(directory, manifest),
+        )
+    write_store_manifest(
+        root,
+        StoreManifest(
+            name=name,
+            version="2026.01.01",
+            dtype="uint16",
+            cells=summaries,
+            sources=["a"],
+            tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None),
+        ),
+    )
     return root
 
 
@@ -105,8 +156,16 @@ def build(home, name: str, seq_len: int, batch: int, every_window: bool = False)
     tokens = sum(c.tokens for c in store.manifest.cells.values())
     budget = tokens - len(store.manifest.cells) * seq_len if every_window else batch * seq_len * 16
     phases = [f"main:{budget}:natural" if every_window else f"main:{budget}:uniform"]
-    new_revision(home, name, "r1", name, strategy="natural" if every_window else "uniform", phases=phases,
-                 seq_len=seq_len, global_batch=batch)
+    new_revision(
+        home,
+        name,
+        "r1",
+        name,
+        strategy="natural" if every_window else "uniform",
+        phases=phases,
+        seq_len=seq_len,
+        global_batch=batch,
+    )
     return build_revision(home, name, "r1")
 
 
@@ -120,8 +179,12 @@ def child_open(manifest: str) -> dict:
     batch = stream.batch(0)
     first = time.perf_counter()
     assert batch.sources is not None
-    return {"open_s": opened - start, "open_first_s": first - start, "peak_mb": memory_mb("VmHWM") - base,
-            "documents": sum(c.documents for c in stream.manifest.cells.values())}
+    return {
+        "open_s": opened - start,
+        "open_first_s": first - start,
+        "peak_mb": memory_mb("VmHWM") - base,
+        "documents": sum(c.documents for c in stream.manifest.cells.values()),
+    }
 
 
 def child_stream(manifest: str) -> dict:
@@ -163,19 +226,53 @@ def main() -> list[Result]:
     finally:
         shutil.rmtree(home.root, ignore_errors=True)
     small, large = opened[SIZES[0]], opened[SIZES[-1]]
-    results = [Result(f"open + first batch, {size // 1_000_000}M documents", opened[size]["open_first_s"] * 1000,
-                      small["open_first_s"] * 1000, "1M documents", "ms", higher_is_better=False)
-               for size in SIZES[1:]]
-    results[-1] = Result("open + first batch, 100M documents", large["open_first_s"] * 1000,
-                         small["open_first_s"] * 1000, "1M documents", "ms", higher_is_better=False,
-                         target=1 / 1.5)
+    results = [
+        Result(
+            f"open + first batch, {size // 1_000_000}M documents",
+            opened[size]["open_first_s"] * 1000,
+            small["open_first_s"] * 1000,
+            "1M documents",
+            "ms",
+            higher_is_better=False,
+        )
+        for size in SIZES[1:]
+    ]
+    results[-1] = Result(
+        "open + first batch, 100M documents",
+        large["open_first_s"] * 1000,
+        small["open_first_s"] * 1000,
+        "1M documents",
+        "ms",
+        higher_is_better=False,
+        target=1 / 1.5,
+    )
     results += [
-        Result("peak memory growth, 100M documents", large["peak_mb"], small["peak_mb"], "1M documents", "MB",
-               higher_is_better=False),
-        Result("peak memory, 100M minus 1M documents", max(large["peak_mb"] - small["peak_mb"], 1e-3), 64.0,
-               "the 64 MB limit", "MB", higher_is_better=False, target=1.0),
-        Result(f"{streamed['shards']:,} shards streamed under ulimit -n 256: most shard files open",
-               streamed["most_open"], 128, "max_open_files", "files", higher_is_better=False, target=1.0),
+        Result(
+            "peak memory growth, 100M documents",
+            large["peak_mb"],
+            small["peak_mb"],
+            "1M documents",
+            "MB",
+            higher_is_better=False,
+        ),
+        Result(
+            "peak memory, 100M minus 1M documents",
+            max(large["peak_mb"] - small["peak_mb"], 1e-3),
+            64.0,
+            "the 64 MB limit",
+            "MB",
+            higher_is_better=False,
+            target=1.0,
+        ),
+        Result(
+            f"{streamed['shards']:,} shards streamed under ulimit -n 256: most shard files open",
+            streamed["most_open"],
+            128,
+            "max_open_files",
+            "files",
+            higher_is_better=False,
+            target=1.0,
+        ),
     ]
     print(f"  10,000 shards: {STREAM_STEPS} steps in {streamed['stream_s']:.1f}s", flush=True)
     return results

@@ -51,8 +51,13 @@ def best_cpu_of(repeats: int, func) -> float:
 
 
 def cli(home: Path, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), *args], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "MILLRACE_HOME": str(home)})
+    subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), *args],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "MILLRACE_HOME": str(home)},
+    )
 
 
 def float_largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
@@ -84,10 +89,27 @@ def lineage_results(home: Home, manifests: Path) -> list[Result]:
     parent, child = timings("pre-swap"), timings("swap-108000")
     results = []
     for what, seconds in child.items():
-        results.append(Result(f"lineage: swap-108000 {what} (in process)", seconds, parent[what],
-                              "pre-swap, the same without lineage", "s", higher_is_better=False))
-        results.append(Result(f"lineage: swap-108000 {what} against the budget", seconds, 1.0, "the 1 s budget",
-                              "s", higher_is_better=False, target=1.0))
+        results.append(
+            Result(
+                f"lineage: swap-108000 {what} (in process)",
+                seconds,
+                parent[what],
+                "pre-swap, the same without lineage",
+                "s",
+                higher_is_better=False,
+            )
+        )
+        results.append(
+            Result(
+                f"lineage: swap-108000 {what} against the budget",
+                seconds,
+                1.0,
+                "the 1 s budget",
+                "s",
+                higher_is_better=False,
+                target=1.0,
+            )
+        )
     return results
 
 
@@ -114,18 +136,44 @@ def main() -> list[Result]:
             commands()
 
         cpu = best_cpu_of(3, fresh_commands)
-        results.append(Result("reference-scale validate+build+plan, 3 CLI runs, CPU time", cpu, 2.0,
-                              "the 2 s budget", "s", higher_is_better=False, target=1.0))
+        results.append(
+            Result(
+                "reference-scale validate+build+plan, 3 CLI runs, CPU time",
+                cpu,
+                2.0,
+                "the 2 s budget",
+                "s",
+                higher_is_better=False,
+                target=1.0,
+            )
+        )
         wall = best_of(fresh_commands, 3)
-        results.append(Result("same, wall time (shared machine: includes waiting for a core)", wall, 2.0,
-                              "the 2 s budget", "s", higher_is_better=False))
+        results.append(
+            Result(
+                "same, wall time (shared machine: includes waiting for a core)",
+                wall,
+                2.0,
+                "the 2 s budget",
+                "s",
+                higher_is_better=False,
+            )
+        )
+
         def bare_starts() -> None:
             for _ in range(3):
                 cli(root, "--help")
 
         startup = best_cpu_of(3, bare_starts)
-        results.append(Result("same, CPU time against bare CLI starts", cpu, startup, "3 x `millrace --help`", "s",
-                              higher_is_better=False))
+        results.append(
+            Result(
+                "same, CPU time against bare CLI starts",
+                cpu,
+                startup,
+                "3 x `millrace --help`",
+                "s",
+                higher_is_better=False,
+            )
+        )
 
         def in_process() -> None:
             subprocess.run(["rm", "-rf", str(manifests)], check=True)
@@ -135,16 +183,27 @@ def main() -> list[Result]:
 
         inside = best_of(in_process, 5)
         store_only = best_of(lambda: Store(home.store("reference", "2025.06.01")), 5)
-        results.append(Result("validate+build+plan in process", inside, store_only,
-                              "opening store.json", "s", higher_is_better=False))
+        results.append(
+            Result(
+                "validate+build+plan in process", inside, store_only, "opening store.json", "s", higher_is_better=False
+            )
+        )
 
         results += lineage_results(home, manifests)
 
     weights = {cell: float(tokens) for cell, tokens in stats.items()}
     total = 3_662_108_672
-    exact = best_of(lambda: apportion(weights, total, lower={c: 1 for c in weights}), 20)
+    exact = best_of(lambda: apportion(weights, total, lower=dict.fromkeys(weights, 1)), 20)
     array = np.array(list(weights.values()))
     floating = best_of(lambda: float_largest_remainder(array, total), 20)
-    results.append(Result("apportion 200 cells, 3.66e9 sequences (exact rationals)", exact * 1e3, floating * 1e3,
-                          "numpy float largest remainder", "ms", higher_is_better=False))
+    results.append(
+        Result(
+            "apportion 200 cells, 3.66e9 sequences (exact rationals)",
+            exact * 1e3,
+            floating * 1e3,
+            "numpy float largest remainder",
+            "ms",
+            higher_is_better=False,
+        )
+    )
     return results

@@ -26,6 +26,7 @@ GOPHER_OPTIONS = {"max_non_alpha_words_ratio": 0.5}
 
 _IDENTIFIER: Any = None  # py3langid's identifier, loaded once per process
 
+
 def _tag_language(doc) -> bool:
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
@@ -53,15 +54,30 @@ def run_datatrove(corpus: Path, tokenizer: Path, work: Path) -> float:
 
     config = MinhashConfig(n_grams=5, num_buckets=40, hashes_per_bucket=3)
     stages = [
-        ([JsonlReader(str(corpus), glob_pattern="**/*.jsonl.zst"), FTFYFormatter(), GopherRepetitionFilter(),
-          GopherQualityFilter(**GOPHER_OPTIONS), LambdaFilter(_tag_language), JsonlWriter(str(work / "filtered"))],
-         TASKS),
+        (
+            [
+                JsonlReader(str(corpus), glob_pattern="**/*.jsonl.zst"),
+                FTFYFormatter(),
+                GopherRepetitionFilter(),
+                GopherQualityFilter(**GOPHER_OPTIONS),
+                LambdaFilter(_tag_language),
+                JsonlWriter(str(work / "filtered")),
+            ],
+            TASKS,
+        ),
         ([JsonlReader(str(work / "filtered")), MinhashDedupSignature(str(work / "sigs"), config=config)], TASKS),
         ([MinhashDedupBuckets(str(work / "sigs"), str(work / "buckets"), config=config)], 40),
         ([MinhashDedupCluster(str(work / "buckets"), str(work / "remove"), config=config)], 1),
-        ([JsonlReader(str(work / "filtered")), MinhashDedupFilter(str(work / "remove")),
-          DocumentTokenizer(str(work / "tokens"), tokenizer_name_or_path=str(tokenizer), eos_token="<|endoftext|>",
-                            seed=0)], TASKS),
+        (
+            [
+                JsonlReader(str(work / "filtered")),
+                MinhashDedupFilter(str(work / "remove")),
+                DocumentTokenizer(
+                    str(work / "tokens"), tokenizer_name_or_path=str(tokenizer), eos_token="<|endoftext|>", seed=0
+                ),
+            ],
+            TASKS,
+        ),
     ]
     start = time.perf_counter()
     for index, (pipeline, tasks) in enumerate(stages):
@@ -79,9 +95,11 @@ def run_millrace(corpus: Path, tokenizer: Path, work: Path) -> float:
         f'[[sources]]\nname = "{name}"\npaths = {json.dumps([str(p) for p in paths])}\nfilters = {FILTERS}\n\n'
         for name, paths, _, _ in discover_sources(corpus)
     )
-    text = (sources + "[filters.gopher_quality]\nmax_non_alpha_words_ratio = 0.5\n"
-            f'[tokenizer]\npath = "{tokenizer}"\n[output]\nversion = "2026.01.01"\n'
-            f"[executor]\ntasks = {TASKS}\nworkers = {WORKERS}\n")
+    text = (
+        sources + "[filters.gopher_quality]\nmax_non_alpha_words_ratio = 0.5\n"
+        f'[tokenizer]\npath = "{tokenizer}"\n[output]\nversion = "2026.01.01"\n'
+        f"[executor]\ntasks = {TASKS}\nworkers = {WORKERS}\n"
+    )
     (work / "bench.toml").write_text(text)
     config = load_pipeline_config(work / "bench.toml")
     start = time.perf_counter()

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testkit.near_duplicates import edit_words, zipf_words
 from bench.result import Result
+from testkit.near_duplicates import edit_words, zipf_words
 
 DOCS_PER_FILE = 1000
 SCALES = (1, 4, 16)
@@ -47,7 +47,9 @@ def write_corpus(directory: Path, documents: int, seed: int = 3) -> None:
     import zstandard
 
     rng, np_rng = random.Random(seed), np.random.default_rng(seed)
-    vocabulary = sorted({"".join(rng.choice("etaoinshrdlucmfwyp") for _ in range(rng.randint(2, 9))) for _ in range(20000)})
+    vocabulary = sorted(
+        {"".join(rng.choice("etaoinshrdlucmfwyp") for _ in range(rng.randint(2, 9))) for _ in range(20000)}
+    )
     directory.mkdir(parents=True, exist_ok=True)
     recent: list[list[str]] = []
     for file_index in range(0, documents, DOCS_PER_FILE):
@@ -104,16 +106,16 @@ def run_millrace(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[str,
     config.write_text(
         f'[[sources]]\nname = "web"\npaths = ["{corpus}"]\nlanguage_id = false\n'
         f'[tokenizer]\nvocab_size = 1000\nsample_bytes = 1000000\n[output]\nversion = "2026.01.01"\n'
-        f'[executor]\ntasks = {tasks}\nworkers = {WORKERS}\n'
+        f"[executor]\ntasks = {tasks}\nworkers = {WORKERS}\n"
     )
     script = textwrap.dedent(f"""
         from millrace.home import Home
         from pipeline.config import load_pipeline_config
         from pipeline.runner import run_pipeline
         def on_stage(label):
-            with open({str(work / 'stages.log')!r}, "a") as log:
+            with open({str(work / "stages.log")!r}, "a") as log:
                 log.write(label + "\\n")
-        run_pipeline(load_pipeline_config({str(config)!r}), Home.resolve({str(work / 'home')!r}), on_stage=on_stage)
+        run_pipeline(load_pipeline_config({str(config)!r}), Home.resolve({str(work / "home")!r}), on_stage=on_stage)
     """)
     return _peak_rss_of_tree([sys.executable, "-c", script], work / "stages.log")
 
@@ -162,13 +164,25 @@ def dedup_only(base: int) -> list[Result]:
         for scale, documents, corpus, tasks in scaled_corpora(Path(tmp), base):
             seconds, peaks = run_dedup_only(corpus, Path(tmp) / f"dd-{scale}", tasks)
             rows.append((documents, seconds, max(rss for where, rss in peaks.items() if where.endswith("dedup"))))
-            print(f"  {scale:>2}x {documents:>8,} docs: sign + find {seconds:7.1f} s; peak by process and stage: "
-                  + ", ".join(f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())), flush=True)
+            print(
+                f"  {scale:>2}x {documents:>8,} docs: sign + find {seconds:7.1f} s; peak by process and stage: "
+                + ", ".join(f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())),
+                flush=True,
+            )
     (n1, _, m1), (n16, _, m16) = rows[0], rows[-1]
     marginal = (m16 - m1) / (n16 - n1)
     print(f"  marginal memory of the largest dedup-stage process, 1x to 16x: {marginal:,.1f} B/doc", flush=True)
-    return [Result("dedup stages alone: largest process marginal memory (floor 1)", max(marginal, 1.0), 256.0,
-                   "the 256 B/doc budget", "B/doc", higher_is_better=False, target=1.0)]
+    return [
+        Result(
+            "dedup stages alone: largest process marginal memory (floor 1)",
+            max(marginal, 1.0),
+            256.0,
+            "the 256 B/doc budget",
+            "B/doc",
+            higher_is_better=False,
+            target=1.0,
+        )
+    ]
 
 
 def run_datatrove(corpus: Path, work: Path, tasks: int) -> tuple[float, int]:
@@ -204,28 +218,63 @@ def main(base: int = 16_000) -> list[Result]:
             dedup_rss = max(rss for where, rss in peaks.items() if where.endswith("dedup"))
             theirs_s, theirs_rss = run_datatrove(corpus, Path(tmp) / f"dt-{scale}", tasks)
             rows.append((scale, documents, ours_s, ours_rss, theirs_s, theirs_rss, dedup_rss))
-            print(f"  {scale:>2}x {documents:>8,} docs: millrace {ours_s:7.1f} s {documents / ours_s:8,.0f} docs/s "
-                  f"peak {ours_rss / 2**20:7.1f} MiB ({where}) | datatrove MinHash {theirs_s:7.1f} s "
-                  f"{documents / theirs_s:8,.0f} docs/s peak {theirs_rss / 2**20:7.1f} MiB", flush=True)
-            print("      peak by process and stage: " + ", ".join(
-                f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())), flush=True)
+            print(
+                f"  {scale:>2}x {documents:>8,} docs: millrace {ours_s:7.1f} s {documents / ours_s:8,.0f} docs/s "
+                f"peak {ours_rss / 2**20:7.1f} MiB ({where}) | datatrove MinHash {theirs_s:7.1f} s "
+                f"{documents / theirs_s:8,.0f} docs/s peak {theirs_rss / 2**20:7.1f} MiB",
+                flush=True,
+            )
+            print(
+                "      peak by process and stage: "
+                + ", ".join(f"{where} {rss / 2**20:.1f} MiB" for where, rss in sorted(peaks.items())),
+                flush=True,
+            )
     (_, n1, s1, m1, _, dm1, dd1), (_, n16, s16, m16, d16, dm16, dd16) = rows[0], rows[-1]
     marginal = (m16 - m1) / (n16 - n1)
     marginal_dt = (dm16 - dm1) / (n16 - n1)
     marginal_dedup = (dd16 - dd1) / (n16 - n1)
-    print(f"  marginal memory from 1x to 16x: largest process {marginal:,.0f} B/doc, largest dedup-stage process "
-          f"{marginal_dedup:,.0f} B/doc, datatrove's largest {marginal_dt:,.0f} B/doc", flush=True)
+    print(
+        f"  marginal memory from 1x to 16x: largest process {marginal:,.0f} B/doc, largest dedup-stage process "
+        f"{marginal_dedup:,.0f} B/doc, datatrove's largest {marginal_dt:,.0f} B/doc",
+        flush=True,
+    )
     return [
-        Result("pipeline scale: throughput 16x vs 1x", n16 / s16, n1 / s1, "the same pipeline at 1x", "docs/s",
-               target=0.8),
-        Result("pipeline scale: largest process marginal memory", max(marginal, 1e-9), 256.0,
-               "the 256 B/doc budget", "B/doc", higher_is_better=False, target=1.0),
-        Result("pipeline scale: largest dedup-stage process marginal memory (floor 1)", max(marginal_dedup, 1.0), 256.0,
-               "the 256 B/doc budget", "B/doc", higher_is_better=False, target=1.0),
-        Result("pipeline scale: largest process marginal memory vs datatrove MinHash", max(marginal, 1e-9),
-               max(marginal_dt, 1e-9), "datatrove 4 MinHash stages", "B/doc", higher_is_better=False),
-        Result("pipeline scale: 16x docs/s vs datatrove MinHash (dedup only)", n16 / s16, n16 / d16,
-               "datatrove 4 MinHash stages", "docs/s"),
+        Result(
+            "pipeline scale: throughput 16x vs 1x", n16 / s16, n1 / s1, "the same pipeline at 1x", "docs/s", target=0.8
+        ),
+        Result(
+            "pipeline scale: largest process marginal memory",
+            max(marginal, 1e-9),
+            256.0,
+            "the 256 B/doc budget",
+            "B/doc",
+            higher_is_better=False,
+            target=1.0,
+        ),
+        Result(
+            "pipeline scale: largest dedup-stage process marginal memory (floor 1)",
+            max(marginal_dedup, 1.0),
+            256.0,
+            "the 256 B/doc budget",
+            "B/doc",
+            higher_is_better=False,
+            target=1.0,
+        ),
+        Result(
+            "pipeline scale: largest process marginal memory vs datatrove MinHash",
+            max(marginal, 1e-9),
+            max(marginal_dt, 1e-9),
+            "datatrove 4 MinHash stages",
+            "B/doc",
+            higher_is_better=False,
+        ),
+        Result(
+            "pipeline scale: 16x docs/s vs datatrove MinHash (dedup only)",
+            n16 / s16,
+            n16 / d16,
+            "datatrove 4 MinHash stages",
+            "docs/s",
+        ),
     ]
 
 
@@ -234,5 +283,5 @@ if __name__ == "__main__":
     parser.add_argument("--base", type=int, default=16_000, help="documents at 1x (default 16,000)")
     parser.add_argument("--dedup-only", action="store_true", help="only millrace's dedup stages (sign, find)")
     args = parser.parse_args()
-    for result in (dedup_only(args.base) if args.dedup_only else main(args.base)):
+    for result in dedup_only(args.base) if args.dedup_only else main(args.base):
         print(result.line())

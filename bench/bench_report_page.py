@@ -61,8 +61,9 @@ def main() -> list[Result]:
     with tempfile.TemporaryDirectory(prefix="bench-report-page-") as tmp_name, sync_playwright() as p:
         tmp = Path(tmp_name)
         old_reports = _old_reports(tmp)
-        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--headless", "--no-sandbox",
-                                                                                  "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=shutil.which("chromium"), args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
         for steps in SIZES:
             home = Home.resolve(tmp / f"home-{steps}")
             make_small_store(home)
@@ -71,26 +72,58 @@ def main() -> list[Result]:
             new_site, old_site = tmp / f"site-{steps}", tmp / f"old-site-{steps}"
             page = build_run_page(home, "long", new_site)
             env = {**os.environ, "PYTHONPATH": f"{old_reports}{os.pathsep}{ROOT}"}
-            subprocess.run([sys.executable, "-c", OLD_BUILD.format(home=str(home.root), site=str(old_site))], env=env,
-                           cwd=tmp, check=True)
+            subprocess.run(
+                [sys.executable, "-c", OLD_BUILD.format(home=str(home.root), site=str(old_site))],
+                env=env,
+                cwd=tmp,
+                check=True,
+            )
             old_page = old_site / "runs" / "long" / "index.html"
-            weight = sum(f.stat().st_size for f in (page, page.parent / "data" / "overview.js",
-                                                    page.parent / "data" / "live.js"))
+            weight = sum(
+                f.stat().st_size
+                for f in (page, page.parent / "data" / "overview.js", page.parent / "data" / "live.js")
+            )
             old_weight = old_page.stat().st_size
             opened = _open_seconds(browser, page, "body[data-ready='1']")
             old_opened = _open_seconds(browser, old_page, None)
             results += [
-                Result(f"run page weight, {steps:,} steps", weight / 1e6, old_weight / 1e6, "main's run page", "MB",
-                       higher_is_better=False),
-                Result(f"run page open time, {steps:,} steps", opened, old_opened, "main's run page", "s",
-                       higher_is_better=False),
+                Result(
+                    f"run page weight, {steps:,} steps",
+                    weight / 1e6,
+                    old_weight / 1e6,
+                    "main's run page",
+                    "MB",
+                    higher_is_better=False,
+                ),
+                Result(
+                    f"run page open time, {steps:,} steps",
+                    opened,
+                    old_opened,
+                    "main's run page",
+                    "s",
+                    higher_is_better=False,
+                ),
             ]
             if steps == max(SIZES):
                 results += [
-                    Result(f"run page weight vs budget, {steps:,} steps", weight / 1e6, BUDGET_BYTES / 1e6,
-                           "the issue's budget", "MB", higher_is_better=False, target=1.0),
-                    Result(f"run page open time vs budget, {steps:,} steps", opened, BUDGET_SECONDS,
-                           "the issue's budget", "s", higher_is_better=False, target=1.0),
+                    Result(
+                        f"run page weight vs budget, {steps:,} steps",
+                        weight / 1e6,
+                        BUDGET_BYTES / 1e6,
+                        "the issue's budget",
+                        "MB",
+                        higher_is_better=False,
+                        target=1.0,
+                    ),
+                    Result(
+                        f"run page open time vs budget, {steps:,} steps",
+                        opened,
+                        BUDGET_SECONDS,
+                        "the issue's budget",
+                        "s",
+                        higher_is_better=False,
+                        target=1.0,
+                    ),
                 ]
         browser.close()
     return results

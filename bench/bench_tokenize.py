@@ -61,8 +61,16 @@ def main() -> list[Result]:
                 [e.ids for e in tokenizer.encode_batch_fast(texts[start : start + BATCH], add_special_tokens=False)]
 
         def ours() -> None:
-            step = TokenizeCells(path, "<|endoftext|>", ["python-code", "python-docs"], tmp / "runs",
-                                 tmp / "store" / "cells", tmp / "funnel", SHARD_TOKENS, batch_size=BATCH)
+            step = TokenizeCells(
+                path,
+                "<|endoftext|>",
+                ["python-code", "python-docs"],
+                tmp / "runs",
+                tmp / "store" / "cells",
+                tmp / "funnel",
+                SHARD_TOKENS,
+                batch_size=BATCH,
+            )
             for _ in step.run(iter(docs), 0, 1):
                 pass
 
@@ -75,8 +83,14 @@ def main() -> list[Result]:
     (raw_wall, raw_cpu), (our_wall, our_cpu) = (tuple(map(min, zip(*runs))) for runs in (raw_runs, our_runs))
     return [
         Result("tokenize stage", n / our_wall, n / raw_wall, "raw tokenizers encode_batch", "docs/s", target=0.9),
-        Result("tokenize stage, per CPU second", n / our_cpu, n / raw_cpu, "raw tokenizers encode_batch",
-               "docs/CPU-s", target=0.9),
+        Result(
+            "tokenize stage, per CPU second",
+            n / our_cpu,
+            n / raw_cpu,
+            "raw tokenizers encode_batch",
+            "docs/CPU-s",
+            target=0.9,
+        ),
     ]
 
 

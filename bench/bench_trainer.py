@@ -66,7 +66,12 @@ def main() -> list[Result]:
                 rates[name].append(rate)
         moe, dense = max(rates["moe"]), max(rates["dense"])
         moe_active, dense_active = active["moe"], active["dense"]
-    return [Result(
-        name=f"tiny MoE training tokens/s (CPU; active params {moe_active:,} vs dense {dense_active:,})",
-        ours=moe, baseline=dense, baseline_name="dense model, same active parameters", unit="tokens/s",
-    )]
+    return [
+        Result(
+            name=f"tiny MoE training tokens/s (CPU; active params {moe_active:,} vs dense {dense_active:,})",
+            ours=moe,
+            baseline=dense,
+            baseline_name="dense model, same active parameters",
+            unit="tokens/s",
+        )
+    ]

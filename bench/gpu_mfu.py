@@ -33,7 +33,6 @@ import statistics
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 import tomli_w
@@ -44,10 +43,23 @@ sys.path.insert(0, str(ROOT))
 # ~1B total, ~0.25B active: d 1024, 12 layers (1 dense), 64 routed experts top-6 + 2 shared, width 384.
 SHAPE = {
     "steps": 0,
-    "model": {"d_model": 1024, "n_layers": 12, "n_heads": 16, "n_kv_heads": 4, "vocab_size": 32768,
-              "dense_ffn_dim": 4096, "n_dense_layers": 1},
-    "moe": {"n_routed_experts": 64, "n_shared_experts": 2, "top_k": 6, "expert_ffn_dim": 384,
-            "score_func": "sigmoid", "bias_update_rate": 0.001},
+    "model": {
+        "d_model": 1024,
+        "n_layers": 12,
+        "n_heads": 16,
+        "n_kv_heads": 4,
+        "vocab_size": 32768,
+        "dense_ffn_dim": 4096,
+        "n_dense_layers": 1,
+    },
+    "moe": {
+        "n_routed_experts": 64,
+        "n_shared_experts": 2,
+        "top_k": 6,
+        "expert_ffn_dim": 384,
+        "score_func": "sigmoid",
+        "bias_update_rate": 0.001,
+    },
     "optimizer": {"lr": 3e-4},
     "schedule": {"kind": "cosine", "warmup_steps": 5},
     "data": {"micro_batches": 1, "prefetch": 4},
@@ -72,33 +84,40 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch", type=int, default=32, help="sequences per step")
     parser.add_argument("--out", type=Path, default=None, help="directory for gpu_mfu.json")
-    parser.add_argument("--smoke", action="store_true", help="a tiny shape on CPU: checks the script, measures nothing")
+    parser.add_argument(
+        "--smoke", action="store_true", help="a tiny shape on CPU: checks the script, measures nothing"
+    )
     parser.add_argument("--attention", choices=["auto", "sdpa", "flex"], default="auto", help="[model] attention")
     parser.add_argument("--compile", action="store_true", help="[train] compile: torch.compile the blocks")
-    parser.add_argument("--activation-checkpointing", choices=["none", "full"], default="none",
-                        help="[train] activation_checkpointing")
+    parser.add_argument(
+        "--activation-checkpointing", choices=["none", "full"], default="none", help="[train] activation_checkpointing"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     import torch
 
+    from loader import MixtureStream
     from millrace.home import Home
     from testkit.stores import build_mixture, make_store
     from trainer.config import load_train_config
-    from loader import MixtureStream
     from trainer.flops import count_params, document_attention_pairs, flops_per_token, masked_attention_flops
     from trainer.loop import train
     from trainer.records import read_metrics, read_run
 
     shape = json.loads(json.dumps(SHAPE))
     if args.smoke:
-        shape["model"].update({"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 512,
-                               "dense_ffn_dim": 128})
+        shape["model"].update(
+            {"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 512, "dense_ffn_dim": 128}
+        )
         shape["moe"].update({"n_routed_experts": 8, "top_k": 2, "expert_ffn_dim": 32})
         args.steps, args.warmup, args.seq_len, args.batch = 6, 2, 64, 4
     elif not torch.cuda.is_available():
-        print("gpu_mfu: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine, "
-              "or pass --smoke to check the script on a CPU", file=sys.stderr)
+        print(
+            "gpu_mfu: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine, "
+            "or pass --smoke to check the script on a CPU",
+            file=sys.stderr,
+        )
         return 2
     shape["model"]["attention"] = args.attention
     shape["train"] = {"compile": args.compile, "activation_checkpointing": args.activation_checkpointing}
@@ -108,16 +127,19 @@ def main() -> int:
         started = time.time()
         store_tokens = args.seq_len * args.batch * args.steps // 6 + 10 * args.seq_len  # read ~6 epochs (cap is 8)
         make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, vocab=vocab)
-        manifest = build_mixture(home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len,
-                                 global_batch=args.batch)
+        manifest = build_mixture(
+            home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len, global_batch=args.batch
+        )
         logging.info("store and mixture ready in %.1fs", time.time() - started)
         config_path = Path(tmp) / "gpu_mfu.toml"
         config_path.write_text(tomli_w.dumps(shape))
         config = load_train_config(config_path)
         result = train(config_path, home, steps=args.steps, run="gpu-mfu")
-        records = read_metrics(result.run_dir)[args.warmup:]
+        records = read_metrics(result.run_dir)[args.warmup :]
         run_record = read_run(result.run_dir)
-        pairs = [document_attention_pairs(batch.segment_ids) for batch in MixtureStream(manifest).iterate(0, args.steps)]
+        pairs = [
+            document_attention_pairs(batch.segment_ids) for batch in MixtureStream(manifest).iterate(0, args.steps)
+        ]
     params = count_params(config)
     full_causal = flops_per_token(config, args.seq_len)
     attention = masked_attention_flops(config, sum(pairs)) / (args.steps * args.batch * args.seq_len)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
 import sys
 import time
@@ -24,15 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.bench_loader import (CELLS, GLOBAL_BATCH, MEASURE_STEPS, RESUME_STEP, SCHEDULE_STEPS, SEED, SEQ_LEN,
-                                cell_of)
+from bench.bench_loader import CELLS, GLOBAL_BATCH, MEASURE_STEPS, RESUME_STEP, SCHEDULE_STEPS, SEED, SEQ_LEN, cell_of
 from bench.result import memory_mb
 
 SYSTEMS = ("millrace", "millrace-lean", "mosaicml", "litdata", "megatron")
-MODULES = {"millrace": ["loader", "loader.torch_dataset"], "millrace-lean": ["loader", "loader.torch_dataset"],
-           "mosaicml": ["streaming"], "litdata": ["litdata"],
-           "megatron": ["megatron.core.datasets.blended_megatron_dataset_builder",
-                        "megatron.core.datasets.gpt_dataset"]}
+MODULES = {
+    "millrace": ["loader", "loader.torch_dataset"],
+    "millrace-lean": ["loader", "loader.torch_dataset"],
+    "mosaicml": ["streaming"],
+    "litdata": ["litdata"],
+    "megatron": ["megatron.core.datasets.blended_megatron_dataset_builder", "megatron.core.datasets.gpt_dataset"],
+}
 
 
 def import_system(system: str) -> None:
@@ -61,15 +62,22 @@ def convert(store: str, out: str) -> dict:
     width = SEQ_LEN + 1
     for cell in CELLS:
         tokens = np.asarray(ShardReader(Path(store) / "cells" / cell / "shard_00000").tokens_view)
-        with MDSWriter(out=str(Path(out) / "mds" / cell), columns={"tokens": f"ndarray:uint16:{width}"},
-                       size_limit=1 << 26) as writer:
+        with MDSWriter(
+            out=str(Path(out) / "mds" / cell), columns={"tokens": f"ndarray:uint16:{width}"}, size_limit=1 << 26
+        ) as writer:
             for window in tokens[: tokens.size // width * width].reshape(-1, width):
                 writer.write({"tokens": window})
     mds = time.perf_counter()
     for cell in CELLS:
-        optimize(fn=documents, inputs=[str(Path(store) / "cells" / cell / "shard_00000")],
-                 output_dir=str(Path(out) / "litdata" / cell), chunk_bytes="64MB", item_loader=TokensLoader(),
-                 num_workers=1, verbose=False)
+        optimize(
+            fn=documents,
+            inputs=[str(Path(store) / "cells" / cell / "shard_00000")],
+            output_dir=str(Path(out) / "litdata" / cell),
+            chunk_bytes="64MB",
+            item_loader=TokensLoader(),
+            num_workers=1,
+            verbose=False,
+        )
     del torch
     return {"mds_s": mds - start, "litdata_s": time.perf_counter() - mds}
 
@@ -124,8 +132,10 @@ class Loader:
 
         if self.workers:
             self.dataset = TorchMixtureDataset(self.manifest, prefetch=0, sources=sources)
-            self.batches = lambda: ((item["input_ids"], item["labels"]) for item in
-                                    MixtureDataLoader(self.dataset, num_workers=self.workers))
+            self.batches = lambda: (
+                (item["input_ids"], item["labels"])
+                for item in MixtureDataLoader(self.dataset, num_workers=self.workers)
+            )
             self.state, self.load = self.dataset.state_dict, self.dataset.load_state_dict
         else:
             self.stream = MixtureStream(self.manifest, prefetch=0, sources=sources)
@@ -142,22 +152,38 @@ class Loader:
 
         clean_stale_shared_memory()
         streams = [Stream(local=str(self.root / "mds" / cell), proportion=share) for cell, (_, share) in CELLS.items()]
-        dataset = StreamingDataset(streams=streams, shuffle=True, shuffle_algo="py1e", shuffle_seed=SEED,
-                                   batch_size=GLOBAL_BATCH, num_canonical_nodes=1)
-        self.loader = StreamingDataLoader(dataset, batch_size=GLOBAL_BATCH, num_workers=self.workers,
-                                          collate_fn=collate_mds)
+        dataset = StreamingDataset(
+            streams=streams,
+            shuffle=True,
+            shuffle_algo="py1e",
+            shuffle_seed=SEED,
+            batch_size=GLOBAL_BATCH,
+            num_canonical_nodes=1,
+        )
+        self.loader = StreamingDataLoader(
+            dataset, batch_size=GLOBAL_BATCH, num_workers=self.workers, collate_fn=collate_mds
+        )
         self.batches = lambda: iter(self.loader)
         self.state, self.load = self.loader.state_dict, self.loader.load_state_dict
 
     def _open_litdata(self) -> None:
         from litdata import CombinedStreamingDataset, StreamingDataLoader, StreamingDataset, TokensLoader
 
-        datasets = [StreamingDataset(str(self.root / "litdata" / cell), shuffle=True, seed=SEED,
-                                     item_loader=TokensLoader(block_size=SEQ_LEN + 1)) for cell in CELLS]
-        combined = CombinedStreamingDataset(datasets, seed=SEED, weights=[share for _, share in CELLS.values()],
-                                            iterate_over_all=False)
-        self.loader = StreamingDataLoader(combined, batch_size=GLOBAL_BATCH, num_workers=self.workers,
-                                          collate_fn=collate_litdata)
+        datasets = [
+            StreamingDataset(
+                str(self.root / "litdata" / cell),
+                shuffle=True,
+                seed=SEED,
+                item_loader=TokensLoader(block_size=SEQ_LEN + 1),
+            )
+            for cell in CELLS
+        ]
+        combined = CombinedStreamingDataset(
+            datasets, seed=SEED, weights=[share for _, share in CELLS.values()], iterate_over_all=False
+        )
+        self.loader = StreamingDataLoader(
+            combined, batch_size=GLOBAL_BATCH, num_workers=self.workers, collate_fn=collate_litdata
+        )
         self.batches = lambda: iter(self.loader)
         self.state, self.load = self.loader.state_dict, self.loader.load_state_dict
 
@@ -171,8 +197,15 @@ class Loader:
 
         def batches():
             sampler = range(self.step * GLOBAL_BATCH, SCHEDULE_STEPS * GLOBAL_BATCH)
-            return iter(torch.utils.data.DataLoader(self.dataset, batch_size=GLOBAL_BATCH, sampler=sampler,
-                                                    num_workers=self.workers, collate_fn=collate_megatron))
+            return iter(
+                torch.utils.data.DataLoader(
+                    self.dataset,
+                    batch_size=GLOBAL_BATCH,
+                    sampler=sampler,
+                    num_workers=self.workers,
+                    collate_fn=collate_megatron,
+                )
+            )
 
         self.batches = batches
         self.state = lambda: {"step": self.step}
@@ -183,8 +216,9 @@ def digest(ids) -> tuple[str, str]:
     """(digest of the batch's input ids, digest of its rows in sorted order)."""
     rows = np.asarray(ids, dtype=np.int64)
     whole = hashlib.sha256(rows.tobytes()).hexdigest()
-    return whole, hashlib.sha256("".join(sorted(hashlib.sha256(r.tobytes()).hexdigest() for r in rows)).encode()
-                                 ).hexdigest()
+    return whole, hashlib.sha256(
+        "".join(sorted(hashlib.sha256(r.tobytes()).hexdigest() for r in rows)).encode()
+    ).hexdigest()
 
 
 def run(system: str, workers: str, root: str, manifest: str) -> dict:
@@ -215,9 +249,14 @@ def run(system: str, workers: str, root: str, manifest: str) -> dict:
         pickle.dump(state, handle)
     shares = np.asarray([share for _, share in CELLS.values()])
     drawn = RESUME_STEP * GLOBAL_BATCH
-    return {"open_s": opened - start, "first_batch_s": first_s,
-            "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / best, "peak_mb": memory_mb("VmHWM") - base,
-            "mix_error": float(np.abs(counts - shares * drawn).max()), "digest": digest(later)}
+    return {
+        "open_s": opened - start,
+        "first_batch_s": first_s,
+        "tokens_per_s": MEASURE_STEPS * GLOBAL_BATCH * SEQ_LEN / best,
+        "peak_mb": memory_mb("VmHWM") - base,
+        "mix_error": float(np.abs(counts - shares * drawn).max()),
+        "digest": digest(later),
+    }
 
 
 def resume(system: str, workers: str, root: str, manifest: str) -> dict:

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_child(module: str, args: tuple[str, ...], env: Mapping[str, str]) -> dict:
     """`python -m module *args` in a fresh process from the repository root; its last stdout line is JSON."""
-    done = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=dict(env), capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=dict(env), capture_output=True, text=True
+    )
     if done.returncode:
         raise RuntimeError(f"bench child {args[0]} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -59,7 +60,11 @@ class Result:
         return self.baseline / self.ours if self.ours else float("inf")
 
     def line(self) -> str:
-        target = "" if self.target is None else f"  (target ≥ {self.target:g}: {'met' if self.ratio >= self.target else 'NOT met'})"
+        target = (
+            ""
+            if self.target is None
+            else f"  (target ≥ {self.target:g}: {'met' if self.ratio >= self.target else 'NOT met'})"
+        )
         return (
             f"{self.name}: {self.ours:,.4g} {self.unit} vs {self.baseline_name} {self.baseline:,.4g} {self.unit}"
             f" -> ratio {self.ratio:.2f}{target}"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import click
 from rich.console import Console
@@ -116,8 +116,9 @@ def pipeline_config(home: Home, corpus: Path):
     return config
 
 
-def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console,
-             ladder: Path | None = MICRO_LADDER) -> DemoReport:
+def run_demo(
+    home: Home, max_bytes: int, steps: int | None, console: Console, ladder: Path | None = MICRO_LADDER
+) -> DemoReport:
     from pipeline.runner import run_pipeline
 
     report = DemoReport(home=home.root)
@@ -129,8 +130,12 @@ def run_demo(home: Home, max_bytes: int, steps: int | None, console: Console,
     with step(console, report, "pipeline", pipeline_what):
         config = pipeline_config(home, corpus)
         with console.status("pipeline: starting") as status:
-            report.store = run_pipeline(config, home, on_stage=lambda label: status.update(f"pipeline: {label}"),
-                                        progress_lines=not on_terminal())
+            report.store = run_pipeline(
+                config,
+                home,
+                on_stage=lambda label: status.update(f"pipeline: {label}"),
+                progress_lines=not on_terminal(),
+            )
     return from_store(home, report, steps, console, ladder)
 
 
@@ -149,8 +154,13 @@ def from_store(home: Home, report: DemoReport, steps: int | None, console: Conso
     with step(console, report, "train", f"the tiny MoE on {MIXTURE}/{TRAINED_REVISION}"):
         report.run = train_demo(home, steps, console)
     if ladder is not None:
-        with step(console, report, "ladder", f"a micro-ladder on {MIXTURE}/{TRAINED_REVISION}: train the rungs, fit, "
-                                             "predict the next rung up, train it"):
+        with step(
+            console,
+            report,
+            "ladder",
+            f"a micro-ladder on {MIXTURE}/{TRAINED_REVISION}: train the rungs, fit, "
+            "predict the next rung up, train it",
+        ):
             report.ladder = ladder_demo(home, ladder, console)
     with step(console, report, "report", "the static site"):
         report.site = build_site(home)
@@ -185,25 +195,45 @@ def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
 
     def show(result: dict) -> None:
         final = ((result.get("final") or {}).get("loss") or {}).get("macro")
-        console.print(f"  rung {result['rung']}: held-out macro loss {final:.4f} at {result['flops']:.3g} FLOPs"
-                      if final is not None else f"  rung {result['rung']}: no held-out evaluation")
+        console.print(
+            f"  rung {result['rung']}: held-out macro loss {final:.4f} at {result['flops']:.3g} FLOPs"
+            if final is not None
+            else f"  rung {result['rung']}: no held-out evaluation"
+        )
 
     check = predict_then_measure(ladder, home, progress=True, on_result=show)
     p = check.fit["params"]
     console.print(f"  fit: L(C) = {p['L_inf']:.3f} + {p['A']:.4g}·C^-{p['alpha']:.4f}")
-    console.print(f"  [bold]{check.target}[/] at {check.flops:.3g} FLOPs: predicted {check.predicted:.4f} "
-                  f"[{check.low:.4f}, {check.high:.4f}], measured [bold]{check.measured:.4f}[/] "
-                  f"(error {check.error:+.4f})")
+    console.print(
+        f"  [bold]{check.target}[/] at {check.flops:.3g} FLOPs: predicted {check.predicted:.4f} "
+        f"[{check.low:.4f}, {check.high:.4f}], measured [bold]{check.measured:.4f}[/] "
+        f"(error {check.error:+.4f})"
+    )
     return check.as_dict()
 
 
 @click.command()
-@click.option("--max-bytes", type=click.IntRange(min=100_000), default=DEFAULT_MAX_BYTES, show_default=True,
-              help="Size cap of the embedded corpus, spread across its sources.")
-@click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="Training steps (default: the whole uniform-sampling schedule).")
-@click.option("--ladder", "ladder_file", type=click.Path(dir_okay=False, path_type=Path), default=MICRO_LADDER,
-              show_default=True, help="The micro-ladder to train, fit and check against its next rung up.")
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=100_000),
+    default=DEFAULT_MAX_BYTES,
+    show_default=True,
+    help="Size cap of the embedded corpus, spread across its sources.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Training steps (default: the whole uniform-sampling schedule).",
+)
+@click.option(
+    "--ladder",
+    "ladder_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=MICRO_LADDER,
+    show_default=True,
+    help="The micro-ladder to train, fit and check against its next rung up.",
+)
 @click.option("--no-ladder", is_flag=True, help="Skip the ladder step.")
 @home_option
 @json_option

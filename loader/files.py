@@ -20,9 +20,10 @@ import resource
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -66,11 +67,13 @@ def _limit_error(path: str, exc: OSError, max_open: int) -> ArtifactError:
     if exc.errno in (errno.EMFILE, errno.ENFILE):
         return ArtifactError(
             f"{path}: out of file descriptors (ulimit -n is {open_file_limit()}; the loader keeps at most "
-            f"max_open_files={max_open} shard files open): raise `ulimit -n` or lower max_open_files")
+            f"max_open_files={max_open} shard files open): raise `ulimit -n` or lower max_open_files"
+        )
     if exc.errno == errno.ENOMEM:
         return ArtifactError(
             f"{path}: cannot map the file (vm.max_map_count or memory exhausted; the loader keeps at most "
-            f"max_open_files={max_open} maps): lower max_open_files")
+            f"max_open_files={max_open} maps): lower max_open_files"
+        )
     return ArtifactError(f"{path}: cannot open ({exc.strerror or exc})")
 
 
@@ -99,7 +102,8 @@ class ChunkedFile:
             start = index * self.chunk_bytes
             raise ArtifactError(
                 f"{self.name}: bytes [{start}, {start + data.size}) differ from the manifest's digest "
-                f"(chunk {index}); the shard is damaged, run `millrace store verify`")
+                f"(chunk {index}); the shard is damaged, run `millrace store verify`"
+            )
 
     def _bytes(self, index: int, lo: int, hi: int) -> np.ndarray:
         if self._verified[index]:
@@ -197,12 +201,15 @@ class LocalFile(ChunkedFile):
         if self._fd < 0:
             raise ArtifactError(f"{self.name}: read after close")
         fd, sizes_list = self._fd, sizes.tolist()
-        got = [os.preadv(fd, (out[where : where + size].data,), offset)
-               for offset, size, where in zip(offsets.tolist(), sizes_list, at.tolist())]
+        got = [
+            os.preadv(fd, (out[where : where + size].data,), offset)
+            for offset, size, where in zip(offsets.tolist(), sizes_list, at.tolist())
+        ]
         if got != sizes_list:
             bad = next(i for i, (n, size) in enumerate(zip(got, sizes_list)) if n != size)
-            raise ArtifactError(f"{self.name}: bytes [{offsets[bad]}, {ends[bad]}) came back as {got[bad]} "
-                                "bytes (truncated)")
+            raise ArtifactError(
+                f"{self.name}: bytes [{offsets[bad]}, {ends[bad]}) came back as {got[bad]} bytes (truncated)"
+            )
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -244,8 +251,9 @@ class ChunkCache:
             return None
         digest = int(key.rsplit("-", 1)[1], 16)
         if digest and xxhash.xxh3_64_intdigest(data.data) != digest:  # damaged here, on the local disk
-            log.warning("%s: cached chunk differs from its digest (local disk damage); dropped, fetching it again",
-                        path)
+            log.warning(
+                "%s: cached chunk differs from its digest (local disk damage); dropped, fetching it again", path
+            )
             self._drop(key)
             return None
         self._remember(key, data)
@@ -305,8 +313,9 @@ def with_retries(what: str, action: Callable[[], Any], options: ReadOptions) -> 
             if attempt == options.retries:
                 raise ArtifactError(f"{what}: read failed after {attempt + 1} attempts ({cause})") from None
             wait = options.backoff_s * 2**attempt
-            log.warning("%s: read failed (%s); retry %d of %d in %.2fs", what, cause, attempt + 1, options.retries,
-                        wait)
+            log.warning(
+                "%s: read failed (%s); retry %d of %d in %.2fs", what, cause, attempt + 1, options.retries, wait
+            )
             time.sleep(wait)
     raise AssertionError("unreachable")
 
@@ -326,16 +335,29 @@ def single_retry_layer(protocol: str, storage_options: dict, options: ReadOption
     `read_timeout` for connecting and reading (s3fs's own retries are set on the instance, see StoreFiles)."""
     if protocol not in ("s3", "s3a"):
         return dict(storage_options)
-    config = {**storage_options.get("config_kwargs", {}), "connect_timeout": options.read_timeout,
-              "read_timeout": options.read_timeout, "retries": {"total_max_attempts": 1}}
+    config = {
+        **storage_options.get("config_kwargs", {}),
+        "connect_timeout": options.read_timeout,
+        "read_timeout": options.read_timeout,
+        "retries": {"total_max_attempts": 1},
+    }
     return {**storage_options, "config_kwargs": config, "skip_instance_cache": True}
 
 
 class RemoteFile(ChunkedFile):
     """One object at an fsspec URL, read by whole chunks through the shared `ChunkCache`."""
 
-    def __init__(self, fs: Any, path: str, size: int, digests: np.ndarray | None, chunk_bytes: int, key: str,
-                 cache: ChunkCache, options: ReadOptions):
+    def __init__(
+        self,
+        fs: Any,
+        path: str,
+        size: int,
+        digests: np.ndarray | None,
+        chunk_bytes: int,
+        key: str,
+        cache: ChunkCache,
+        options: ReadOptions,
+    ):
         super().__init__(f"{fs.unstrip_protocol(path)}", size, digests, chunk_bytes)
         self.fs, self.path, self.key, self.cache, self.options = fs, path, key, cache, options
 
@@ -352,8 +374,11 @@ class RemoteFile(ChunkedFile):
         first = index // group * group
         start = first * self.chunk_bytes
         end = min(self.size, start + group * self.chunk_bytes)
-        raw = with_retries(f"{self.name} bytes [{start}, {end})",
-                           lambda: read_range(self.fs, self.path, start, end, self.options), self.options)
+        raw = with_retries(
+            f"{self.name} bytes [{start}, {end})",
+            lambda: read_range(self.fs, self.path, start, end, self.options),
+            self.options,
+        )
         fetched = np.frombuffer(raw, dtype=np.uint8)
         if fetched.size != end - start:
             raise ArtifactError(f"{self.name}: bytes [{start}, {end}) came back as {fetched.size} bytes")
@@ -431,7 +456,8 @@ class StoreFiles:
 
             protocol = text.split("://", 1)[0]
             self.fs, self.root = fsspec.core.url_to_fs(
-                text, **single_retry_layer(protocol, storage_options or {}, options))
+                text, **single_retry_layer(protocol, storage_options or {}, options)
+            )
             if hasattr(self.fs, "retries"):  # s3fs: one attempt per call (its own instance: skip_instance_cache)
                 self.fs.retries = 1
             self.root = self.root.rstrip("/")
@@ -456,9 +482,11 @@ class StoreFiles:
                 raise ArtifactError(f"{path}: missing") from None
             except OSError as exc:
                 raise _limit_error(path, exc, self.options.max_open_files) from None
-        return with_retries(self.describe(relative),
-                            lambda: read_range(self.fs, f"{self.root}/{relative}", None, None, self.options),
-                            self.options)
+        return with_retries(
+            self.describe(relative),
+            lambda: read_range(self.fs, f"{self.root}/{relative}", None, None, self.options),
+            self.options,
+        )
 
     def open(self, relative: str, size: int, digests: FileDigests, key: str) -> ChunkedFile:
         """The file, which must hold exactly `size` bytes (checked now when local, at the read when remote)."""
@@ -467,8 +495,10 @@ class StoreFiles:
             opened = LocalFile(f"{self.root}/{relative}", chunk_digests, chunk_bytes, self.options.max_open_files)
             if opened.size != size:
                 opened.close()
-                raise ArtifactError(f"{opened.name}: {opened.size} bytes, the manifest says {size} "
-                                    "(truncated or altered)")
+                raise ArtifactError(
+                    f"{opened.name}: {opened.size} bytes, the manifest says {size} (truncated or altered)"
+                )
             return opened
-        return RemoteFile(self.fs, f"{self.root}/{relative}", size, chunk_digests, chunk_bytes, key, self.cache,
-                          self.options)
+        return RemoteFile(
+            self.fs, f"{self.root}/{relative}", size, chunk_digests, chunk_bytes, key, self.cache, self.options
+        )

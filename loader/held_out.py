@@ -37,8 +37,12 @@ class CellTokens:
         starts, ids, sizes = [], [], [0]
         for shard in pinned.shards:
             prefix = directory / shard.name
-            problems = verify_shard(prefix, ShardInfo(shard.name, shard.documents, shard.tokens, shard.digest),
-                                    self.dtype, f"{pinned.directory} in the manifest")
+            problems = verify_shard(
+                prefix,
+                ShardInfo(shard.name, shard.documents, shard.tokens, shard.digest),
+                self.dtype,
+                f"{pinned.directory} in the manifest",
+            )
             if problems:
                 raise ArtifactError(problems[0])
             reader = ShardReader(prefix, self.dtype)

@@ -52,9 +52,9 @@ def output_block(rows: int, length: int, sources: bool) -> np.ndarray:
     return np.empty((28 if sources else 24) * rows * length, dtype=np.uint8)
 
 
-def pack_segments(windows: np.ndarray, starts: np.ndarray, segment_sources: np.ndarray | None = None,
-                  block: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def pack_segments(
+    windows: np.ndarray, starts: np.ndarray, segment_sources: np.ndarray | None = None, block: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """(input_ids int64, labels int64, segment_ids int32, positions int32, sources int32 or None), each
     [b, seq_len] and contiguous views of `block` (default: a new `output_block`). `starts`: the sorted flat
     indices into [b, seq_len] where segments start (each row's first token among them); `segment_sources`:
@@ -77,8 +77,9 @@ def pack_segments(windows: np.ndarray, starts: np.ndarray, segment_sources: np.n
     row_of_segment = np.repeat(np.arange(rows), np.diff(np.append(first_of_row, starts.size)))
     segment_ids[:] = np.repeat((np.arange(starts.size) - first_of_row[row_of_segment]).astype(np.int32), lengths)
     wide = np.int64 if total >= 2**31 else np.int32
-    np.subtract(_counting(total, wide), np.repeat(starts.astype(wide), lengths), out=positions,
-                casting="unsafe")  # each value is below seq_len
+    np.subtract(
+        _counting(total, wide), np.repeat(starts.astype(wide), lengths), out=positions, casting="unsafe"
+    )  # each value is below seq_len
     copied = None
     if segment_sources is not None:
         copied = block[24 * total : 28 * total].view(np.int32)
@@ -87,8 +88,9 @@ def pack_segments(windows: np.ndarray, starts: np.ndarray, segment_sources: np.n
     return input_ids, labels, segment_ids.reshape(rows, length), positions.reshape(rows, length), copied
 
 
-def pack(windows: np.ndarray, eos_id: int | None, sources: np.ndarray | None = None,
-         block: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+def pack(
+    windows: np.ndarray, eos_id: int | None, sources: np.ndarray | None = None, block: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """`pack_segments` with segments after each EOS; `sources` ([b, seq_len], any integer dtype) is copied in
     per token beside the rest."""
     rows, width = windows.shape

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mixtures.interleave import Interleaver
 from loader.permutation import ROUNDS, permute, round_keys
 from millrace.errors import ArtifactError
+from mixtures.interleave import Interleaver
 from mixtures.manifest import BuiltManifest
 
 _EPOCH_MASK = (1 << 40) - 1
@@ -35,9 +35,15 @@ class SampleIndex:
     sequences: np.ndarray  # int64 [n] sequence index inside the cell
     phase: int
 
-    def rows(self, start: int, stop: int) -> "SampleIndex":
-        return SampleIndex(self.positions[start:stop], self.cell_ids[start:stop], self.draws[start:stop],
-                           self.epochs[start:stop], self.sequences[start:stop], self.phase)
+    def rows(self, start: int, stop: int) -> SampleIndex:
+        return SampleIndex(
+            self.positions[start:stop],
+            self.cell_ids[start:stop],
+            self.draws[start:stop],
+            self.epochs[start:stop],
+            self.sequences[start:stop],
+            self.phase,
+        )
 
 
 class Schedule:
@@ -88,24 +94,32 @@ class Schedule:
             if any(count < 0 for count in phase.counts.values()):
                 raise self._fail(f"phases[{p}] ({phase.name}) has a negative count")
             if sum(phase.counts.values()) != phase.sequences:
-                raise self._fail(f"phases[{p}] ({phase.name}) counts sum to {sum(phase.counts.values())}, "
-                                 f"not its {phase.sequences} sequences")
+                raise self._fail(
+                    f"phases[{p}] ({phase.name}) counts sum to {sum(phase.counts.values())}, "
+                    f"not its {phase.sequences} sequences"
+                )
             if phase.start_position != position:
                 raise self._fail(f"phases[{p}] ({phase.name}) starts at {phase.start_position}, expected {position}")
             if phase.sequences <= 0 or phase.sequences % m.global_batch:
-                raise self._fail(f"phases[{p}] ({phase.name}) has {phase.sequences} sequences, "
-                                 f"not a positive multiple of global_batch {m.global_batch}")
+                raise self._fail(
+                    f"phases[{p}] ({phase.name}) has {phase.sequences} sequences, "
+                    f"not a positive multiple of global_batch {m.global_batch}"
+                )
             if phase.start_step * m.global_batch != position or phase.steps * m.global_batch != phase.sequences:
                 raise self._fail(f"phases[{p}] ({phase.name}) start_step/steps disagree with its positions")
             position += phase.sequences
         if position != m.total_sequences or m.total_steps * m.global_batch != m.total_sequences:
-            raise self._fail(f"total_sequences {m.total_sequences} / total_steps {m.total_steps} "
-                             f"disagree with the phases ({position} sequences)")
+            raise self._fail(
+                f"total_sequences {m.total_sequences} / total_steps {m.total_steps} "
+                f"disagree with the phases ({position} sequences)"
+            )
         for name in self.cell_names:
             cell = m.cells[name]
             if cell.sequences_available != max(0, (cell.available_tokens - 1) // m.seq_len):
-                raise self._fail(f"cell {name!r}: sequences_available {cell.sequences_available} is not "
-                                 f"(available_tokens - 1) // seq_len for {cell.available_tokens} tokens")
+                raise self._fail(
+                    f"cell {name!r}: sequences_available {cell.sequences_available} is not "
+                    f"(available_tokens - 1) // seq_len for {cell.available_tokens} tokens"
+                )
             drawn = sum(phase.counts.get(name, 0) for phase in m.phases)
             if drawn and m.cells[name].sequences_available <= 0:
                 raise self._fail(f"cell {name!r} is drawn {drawn} times but has no sequences")
@@ -119,12 +133,16 @@ class Schedule:
             if unknown:
                 raise self._fail(f"phases[{p}] ({phase.name}) prefix_of names cells not in the manifest: {unknown}")
             if self._interleavers[p].size < phase.sequences:
-                raise self._fail(f"phases[{p}] ({phase.name}) is cut at {phase.sequences} sequences, past the "
-                                 f"{self._interleavers[p].size} of the phase it is a prefix of")
+                raise self._fail(
+                    f"phases[{p}] ({phase.name}) is cut at {phase.sequences} sequences, past the "
+                    f"{self._interleavers[p].size} of the phase it is a prefix of"
+                )
             prefix = self._interleavers[p].prefix_counts(phase.sequences)
             if any(int(prefix[i]) != phase.counts.get(name, 0) for i, name in enumerate(self.cell_names)):
-                raise self._fail(f"phases[{p}] ({phase.name}) counts are not the first {phase.sequences} "
-                                 "positions of the phase it is a prefix of")
+                raise self._fail(
+                    f"phases[{p}] ({phase.name}) counts are not the first {phase.sequences} "
+                    "positions of the phase it is a prefix of"
+                )
 
     def phase_of_position(self, position: int) -> int:
         if not 0 <= position < self.total_sequences:
@@ -139,7 +157,7 @@ class Schedule:
         if not 0 <= position <= self.total_sequences:
             raise IndexError(f"position {position} outside [0, {self.total_sequences}]")
         if position == 0:
-            return {name: 0 for name in self.cell_names}
+            return dict.fromkeys(self.cell_names, 0)
         p = self.phase_of_position(position - 1)
         counts = self._draw_offsets[p] + self._interleavers[p].prefix_counts(position - self.phase_starts[p])
         return {name: int(c) for name, c in zip(self.cell_names, counts)}

@@ -22,6 +22,7 @@ runs make a window a few contiguous byte ranges (one `pread` each) instead of on
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -34,9 +35,16 @@ from loader.permutation import run_shuffle
 from millrace.artifacts import check_pinned, parse_artifact, payload_model
 from millrace.errors import ArtifactError
 from mixtures.manifest import ManifestCell
-from pipeline.store.format import (CELL_KIND, CELL_SCHEMA_VERSION, INDEX_PREFIX_BYTES, CellManifest, ShardDigests,
-                                   digest_hex, index_size, parse_index_header)
-import itertools
+from pipeline.store.format import (
+    CELL_KIND,
+    CELL_SCHEMA_VERSION,
+    INDEX_PREFIX_BYTES,
+    CellManifest,
+    ShardDigests,
+    digest_hex,
+    index_size,
+    parse_index_header,
+)
 
 LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
 
@@ -44,10 +52,24 @@ LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one b
 class OpenShard:
     """One shard's `.bin`, `.idx` (and `.src`): sizes and header checked when opened."""
 
-    def __init__(self, files: StoreFiles, cell: str, name: str, documents: int, tokens: int, digest: str,
-                 dtype: np.dtype, sources: bool):
+    def __init__(
+        self,
+        files: StoreFiles,
+        cell: str,
+        name: str,
+        documents: int,
+        tokens: int,
+        digest: str,
+        dtype: np.dtype,
+        sources: bool,
+    ):
         prefix = f"cells/{cell}/{name}"
-        self.name, self.documents, self.tokens, self.itemsize = files.describe(prefix), documents, tokens, dtype.itemsize
+        self.name, self.documents, self.tokens, self.itemsize = (
+            files.describe(prefix),
+            documents,
+            tokens,
+            dtype.itemsize,
+        )
         sidecar = files.describe(prefix + ".xxh")
         raw = files.read_bytes(prefix + ".xxh")
         if digest_hex(raw) != digest:
@@ -58,8 +80,10 @@ class OpenShard:
             self.idx = self._keep(files.open(prefix + ".idx", index_size(documents), digests.idx, f"{digest}-idx"))
             found, sequences, entries = parse_index_header(bytes(self.idx.read(0, INDEX_PREFIX_BYTES)), self.idx.name)
             if found != dtype or sequences != documents or entries != documents + 1:
-                raise ArtifactError(f"{self.idx.name}: {sequences} documents of {found}, cells/{cell}/cell.json "
-                                    f"pins {documents} of {dtype}")
+                raise ArtifactError(
+                    f"{self.idx.name}: {sequences} documents of {found}, cells/{cell}/cell.json "
+                    f"pins {documents} of {dtype}"
+                )
             self.bin = self._keep(files.open(prefix + ".bin", tokens * dtype.itemsize, digests.bin, f"{digest}-bin"))
             self.src = None
             if sources:
@@ -155,7 +179,7 @@ class Pieces:
     sources: np.ndarray | None  # uint16 source of each piece's document
 
     @classmethod
-    def cut(cls, spans: list[Span], itemsize: int, sources: bool) -> "Pieces":
+    def cut(cls, spans: list[Span], itemsize: int, sources: bool) -> Pieces:
         table = np.array([span[:5] for span in spans], dtype=np.int64).T
         shard, offset, end = np.repeat(table[[0, 3, 4]], table[2] - table[1], axis=1)
         streams = np.concatenate([span.layout.stream_starts[span.first : span.last] for span in spans])
@@ -182,8 +206,16 @@ class Pieces:
         order = np.argsort(shards, kind="stable")
         keys = shards[order]
         bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), order.size]
-        return [((int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF), starts[order[lo:hi]], merged[order[lo:hi]],
-                 at[order[lo:hi]]) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+        return [
+            (
+                (int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF),
+                starts[order[lo:hi]],
+                merged[order[lo:hi]],
+                at[order[lo:hi]],
+            )
+            for lo, hi in itertools.pairwise(bounds)
+            if hi > lo
+        ]
 
     def segments(self, width: int, seq_len: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(flat start in [rows, seq_len] of each segment, its source): a segment is a document's piece of a
@@ -202,7 +234,9 @@ class CellShards:
 
     def __init__(self, files: StoreFiles, cell: ManifestCell, dtype: np.dtype):
         where = files.describe(f"cells/{cell.name}/cell.json")
-        body = parse_artifact(files.read_bytes(f"cells/{cell.name}/cell.json"), where, CELL_KIND, (CELL_SCHEMA_VERSION,))
+        body = parse_artifact(
+            files.read_bytes(f"cells/{cell.name}/cell.json"), where, CELL_KIND, (CELL_SCHEMA_VERSION,)
+        )
         check_pinned(body, where, cell.cell_manifest_hash, "the one the manifest pins", "rebuild the mixture")
         manifest = payload_model(body, CellManifest, where)
         if manifest.dtype != str(np.dtype(dtype)):
@@ -215,15 +249,26 @@ class CellShards:
         self.tokens = int(self.shard_starts[-1])
         self.has_sources = table.sources
         if self.tokens != cell.available_tokens or len(table.names) != cell.shards:
-            raise ArtifactError(f"{where}: {len(table.names)} shards of {self.tokens} tokens, the manifest pins "
-                                f"{cell.shards} of {cell.available_tokens}")
+            raise ArtifactError(
+                f"{where}: {len(table.names)} shards of {self.tokens} tokens, the manifest pins "
+                f"{cell.shards} of {cell.available_tokens}"
+            )
 
 
 class TokenSpace:
     """Token windows and per-segment sources of the drawn cells, by (cell, sequence, epoch)."""
 
-    def __init__(self, files: StoreFiles, cells: list[CellShards | None], seq_len: int, dtype: np.dtype,
-                 seed: int, block: int, sources: bool, run: int = 1):
+    def __init__(
+        self,
+        files: StoreFiles,
+        cells: list[CellShards | None],
+        seq_len: int,
+        dtype: np.dtype,
+        seed: int,
+        block: int,
+        sources: bool,
+        run: int = 1,
+    ):
         self.files, self.cells, self.seq_len, self.dtype = files, cells, seq_len, np.dtype(dtype)
         self.seed, self.block, self.run, self.sources = seed, block, run, sources
         self.open_files = OpenFiles(files.options.max_open_files)
@@ -253,9 +298,16 @@ class TokenSpace:
         table = cell.table
 
         def opener() -> tuple[OpenShard, int]:
-            opened = OpenShard(self.files, cell.name, table.names[index], table.documents[index],
-                               table.tokens[index], table.digests[index], self.dtype,
-                               self.sources and cell.has_sources)
+            opened = OpenShard(
+                self.files,
+                cell.name,
+                table.names[index],
+                table.documents[index],
+                table.tokens[index],
+                table.digests[index],
+                self.dtype,
+                self.sources and cell.has_sources,
+            )
             return opened, opened.files
 
         return self.open_files.get((cell_id, index), opener, 3 if self.sources and cell.has_sources else 2)
@@ -273,16 +325,23 @@ class TokenSpace:
         file_starts = shard.starts(lo, hi)[order]
         stream_starts = shard.block_start(block, self.block) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
         sources = shard.source_ids(lo, hi)[order] if shard.src is not None else None
-        found = Layout(stream_starts.astype(np.int64), file_starts, lengths, sources, lo + order,
-                       int(stream_starts[-1] + lengths[-1]))
+        found = Layout(
+            stream_starts.astype(np.int64),
+            file_starts,
+            lengths,
+            sources,
+            lo + order,
+            int(stream_starts[-1] + lengths[-1]),
+        )
         with self._lock:
             self._layouts[key] = found
             while len(self._layouts) > LAYOUT_CACHE:
                 self._layouts.popitem(last=False)
         return found
 
-    def gather(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray,
-               with_sources: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def gather(
+        self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray, with_sources: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """([n, seq_len + 1] tokens of each sample, flat segment starts in [n, seq_len], int32 source of each
         segment or None).
 
@@ -305,8 +364,9 @@ class TokenSpace:
         starts, sources = pieces.segments(width, self.seq_len)
         return out, starts, sources
 
-    def read(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray,
-             with_sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def read(
+        self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray, with_sources: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """([n, seq_len + 1] tokens, [n, seq_len] int32 per-token sources or None) of each sample."""
         windows, starts, sources = self.gather(cell_ids, sequences, epochs, with_sources)
         if sources is None:

@@ -11,7 +11,6 @@ from millrace.errors import ArtifactError, first_validation_error
 
 
 class LoaderState(StrictModel):
-
     manifest_hash: str
     step: int  # the next step to hand out
     global_batch: int
@@ -19,7 +18,7 @@ class LoaderState(StrictModel):
     phase_start_steps: list[int]
 
     @classmethod
-    def parse(cls, state: dict, manifest_path: Path) -> "LoaderState":
+    def parse(cls, state: dict, manifest_path: Path) -> LoaderState:
         try:
             return cls.model_validate(dict(state))
         except pydantic.ValidationError as exc:

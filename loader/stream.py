@@ -14,15 +14,16 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal, overload
+from typing import Literal, overload
 
 import numpy as np
 
+from loader.files import ReadOptions, StoreFiles
 from loader.packing import output_block, pack_segments
 from loader.schedule import SampleIndex, Schedule
-from loader.files import ReadOptions, StoreFiles
 from loader.shards import CellShards, TokenSpace
 from loader.state import LoaderState
 from millrace.artifacts import check_pinned, parse_artifact, payload_model
@@ -78,9 +79,17 @@ _DONE = object()
 class MixtureStream:
     """Deterministic, resumable, elastic batches of one built mixture manifest."""
 
-    def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2,
-                 sources: bool = True, store_url: str | None = None, storage_options: dict | None = None,
-                 read_options: ReadOptions | None = None):
+    def __init__(
+        self,
+        manifest_path: Path | str,
+        rank: int = 0,
+        world: int = 1,
+        prefetch: int = 2,
+        sources: bool = True,
+        store_url: str | None = None,
+        storage_options: dict | None = None,
+        read_options: ReadOptions | None = None,
+    ):
         """`sources=False` skips per-token sources (Batch.sources is None); everything else is the same.
         `store_url` reads the pinned store from elsewhere (any fsspec URL, e.g. a copy on `s3://`)
         instead of the directory the manifest sits in; `read_options` bounds open files and the
@@ -122,19 +131,33 @@ class MixtureStream:
                 raise ArtifactError(f"{self.path}: cell {name!r} is drawn but pins no shards")
             cells[self.schedule.cell_index[name]] = CellShards(files, manifest.cells[name], np.dtype(manifest.dtype))
         opened = [c for c in cells if c is not None]
-        self.has_sources = (sources and bool(opened) and bool(self.source_names)
-                            and all(c.has_sources for c in opened))
-        self._space = TokenSpace(files, cells, manifest.seq_len, np.dtype(manifest.dtype), manifest.seed,
-                                 manifest.document_block, self.has_sources, manifest.document_run)
-        log.info("%s: %d cells, %d shards pinned (opened on demand); %d steps of %d x %d tokens",
-                 self.path, len(opened), sum(len(c.table.names) for c in opened), self.steps,
-                 manifest.global_batch, manifest.seq_len)
+        self.has_sources = sources and bool(opened) and bool(self.source_names) and all(c.has_sources for c in opened)
+        self._space = TokenSpace(
+            files,
+            cells,
+            manifest.seq_len,
+            np.dtype(manifest.dtype),
+            manifest.seed,
+            manifest.document_block,
+            self.has_sources,
+            manifest.document_run,
+        )
+        log.info(
+            "%s: %d cells, %d shards pinned (opened on demand); %d steps of %d x %d tokens",
+            self.path,
+            len(opened),
+            sum(len(c.table.names) for c in opened),
+            self.steps,
+            manifest.global_batch,
+            manifest.seq_len,
+        )
 
     def _check_store(self, files: StoreFiles) -> StoreManifest:
         where = files.describe("store.json")
         body = parse_artifact(files.read_bytes("store.json"), where, STORE_KIND, (SCHEMA_VERSION,))
-        check_pinned(body, where, self.manifest.store.manifest_hash, f"the one pinned by {self.path}",
-                     "rebuild the mixture")
+        check_pinned(
+            body, where, self.manifest.store.manifest_hash, f"the one pinned by {self.path}", "rebuild the mixture"
+        )
         return payload_model(body, StoreManifest, where)
 
     @property
@@ -196,7 +219,9 @@ class MixtureStream:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no documents")
         cell_id = self.schedule.cell_index[cell]
         before = np.concatenate([[0], np.cumsum(self._space.cell(cell_id).table.documents)])
-        return [int(before[shard]) + document for shard, document in self._space.window_documents(cell_id, sequence, epoch)]
+        return [
+            int(before[shard]) + document for shard, document in self._space.window_documents(cell_id, sequence, epoch)
+        ]
 
     def _read(self, index: SampleIndex, sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
         if self.index_only:
@@ -217,7 +242,8 @@ class MixtureStream:
         index = gathered.index
         block = output_block(index.positions.size, self.seq_len, gathered.segment_sources is not None)
         input_ids, labels, segment_ids, positions, sources = pack_segments(
-            gathered.windows, gathered.starts, gathered.segment_sources, block)
+            gathered.windows, gathered.starts, gathered.segment_sources, block
+        )
         return Batch(
             step=gathered.step,
             phase=self.manifest.phases[index.phase].name,
@@ -244,15 +270,22 @@ class MixtureStream:
         return self._step
 
     @overload
-    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1,
-                gathered: Literal[False] = False) -> Iterator[Batch]: ...
+    def iterate(
+        self,
+        start_step: int | None = None,
+        end_step: int | None = None,
+        stride: int = 1,
+        gathered: Literal[False] = False,
+    ) -> Iterator[Batch]: ...
 
     @overload
-    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, *,
-                gathered: Literal[True]) -> Iterator[Gathered]: ...
+    def iterate(
+        self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, *, gathered: Literal[True]
+    ) -> Iterator[Gathered]: ...
 
-    def iterate(self, start_step: int | None = None, end_step: int | None = None, stride: int = 1,
-                gathered: bool = False) -> Iterator[Batch] | Iterator[Gathered]:
+    def iterate(
+        self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, gathered: bool = False
+    ) -> Iterator[Batch] | Iterator[Gathered]:
         """Batches start_step, start_step + stride, ... below end_step (default: from the current state to
         the end; a stride above 1 is one data-loader worker's share of the steps); with `gathered`, each as
         its unpacked `Gathered` form (for `pack` in another process).

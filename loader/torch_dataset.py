@@ -17,8 +17,9 @@ what the consumer gets is the same with and without workers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -50,18 +51,35 @@ def to_wire(gathered: Gathered) -> dict[str, Any]:
     and the few integers that say how to cut it (`from_wire`)."""
     index = gathered.index
     sources = gathered.segment_sources
-    parts = [index.positions, index.draws, index.epochs, index.sequences, gathered.starts, index.cell_ids,
-             sources if sources is not None else np.zeros(0, dtype=np.int32), gathered.windows]
+    parts = [
+        index.positions,
+        index.draws,
+        index.epochs,
+        index.sequences,
+        gathered.starts,
+        index.cell_ids,
+        sources if sources is not None else np.zeros(0, dtype=np.int32),
+        gathered.windows,
+    ]
     wire = np.concatenate([np.ascontiguousarray(part).reshape(-1).view(np.uint8) for part in parts])
-    return {"wire": torch.from_numpy(wire), "step": gathered.step, "phase": index.phase,
-            "rows": int(index.positions.size), "segments": int(gathered.starts.size), "sources": sources is not None}
+    return {
+        "wire": torch.from_numpy(wire),
+        "step": gathered.step,
+        "phase": index.phase,
+        "rows": int(index.positions.size),
+        "segments": int(gathered.starts.size),
+        "sources": sources is not None,
+    }
 
 
 def from_wire(item: dict[str, Any], seq_len: int, dtype: np.dtype) -> Gathered:
     wire, rows, segments = item["wire"].numpy(), item["rows"], item["segments"]
     sizes: list[tuple[np.dtype, int]] = [(np.dtype(np.int64), rows)] * 4 + [
-        (np.dtype(np.int64), segments), (np.dtype(np.int32), rows),
-        (np.dtype(np.int32), segments if item["sources"] else 0), (dtype, rows * (seq_len + 1))]
+        (np.dtype(np.int64), segments),
+        (np.dtype(np.int32), rows),
+        (np.dtype(np.int32), segments if item["sources"] else 0),
+        (dtype, rows * (seq_len + 1)),
+    ]
     arrays, at = [], 0
     for kind, count in sizes:
         size = kind.itemsize * count
@@ -69,18 +87,27 @@ def from_wire(item: dict[str, Any], seq_len: int, dtype: np.dtype) -> Gathered:
         at += size
     positions, draws, epochs, sequences, starts, cell_ids, sources, windows = arrays
     index = SampleIndex(positions, cell_ids, draws, epochs, sequences, item["phase"])
-    return Gathered(item["step"], index, windows.reshape(rows, seq_len + 1), starts,
-                    sources if item["sources"] else None)
+    return Gathered(
+        item["step"], index, windows.reshape(rows, seq_len + 1), starts, sources if item["sources"] else None
+    )
 
 
 class TorchMixtureDataset(IterableDataset):
     """Yields one dict of tensors per step for this rank, from the saved step onwards."""
 
-    def __init__(self, manifest_path: Path | str, rank: int = 0, world: int = 1, prefetch: int = 2,
-                 sources: bool = True, **stream_options: Any):
+    def __init__(
+        self,
+        manifest_path: Path | str,
+        rank: int = 0,
+        world: int = 1,
+        prefetch: int = 2,
+        sources: bool = True,
+        **stream_options: Any,
+    ):
         super().__init__()
-        self.stream = MixtureStream(manifest_path, rank=rank, world=world, prefetch=prefetch, sources=sources,
-                                    **stream_options)
+        self.stream = MixtureStream(
+            manifest_path, rank=rank, world=world, prefetch=prefetch, sources=sources, **stream_options
+        )
         self._tracked_by_loader = False  # set by MixtureDataLoader; travels to the workers with the dataset
 
     @property

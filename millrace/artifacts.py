@@ -14,8 +14,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 
@@ -169,8 +170,10 @@ def read_payload(path: Path | str, kind: str, schema_versions: tuple[int, ...] =
 def check_pinned(body: dict[str, Any], where: str, expected: str | None, pinned_by: str, remedy: str = "") -> None:
     """Refuse an artifact whose content hash is not the one `pinned_by` (a store.json, a manifest) recorded."""
     if expected is not None and body[HASH_FIELD] != expected:
-        raise ArtifactError(f"{where}: hash {body[HASH_FIELD]} differs from {pinned_by} ({expected})"
-                            + (f"; {remedy}" if remedy else ""))
+        raise ArtifactError(
+            f"{where}: hash {body[HASH_FIELD]} differs from {pinned_by} ({expected})"
+            + (f"; {remedy}" if remedy else "")
+        )
 
 
 def validated(model: type[Payload], data: Any, where: str) -> Payload:

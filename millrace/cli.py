@@ -60,8 +60,13 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--home", "home_dir", type=click.Path(file_okay=False), default=None,
-              help="Artifact root for every subcommand (default: $MILLRACE_HOME, else ./millrace-data).")
+@click.option(
+    "--home",
+    "home_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Artifact root for every subcommand (default: $MILLRACE_HOME, else ./millrace-data).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
 @click.version_option(__version__, prog_name="millrace")
 def cli(home_dir: str | None, verbose: bool) -> None:

@@ -64,8 +64,9 @@ def field_name(loc: Sequence[int | str]) -> str:
     return "field '" + (".".join(str(part) for part in loc) or "<root>") + "'"
 
 
-def first_validation_error(exc: pydantic.ValidationError,
-                           name: Callable[[Sequence[int | str]], str] = field_name) -> str:
+def first_validation_error(
+    exc: pydantic.ValidationError, name: Callable[[Sequence[int | str]], str] = field_name
+) -> str:
     """The first error of a validation, as every config, revision and artifact error says it:
     `field 'a.b': message (got value) (and N more)`; `name` lets a caller name the field its own way."""
     first = exc.errors()[0]

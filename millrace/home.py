@@ -1,12 +1,12 @@
 """The artifact root ($MILLRACE_HOME) and where each kind of artifact lives under it.
 
-    stores/<name>/<version>/                 a token store version (see pipeline.store.format)
-    stores/<name>/<version>/mixtures/<mixture>/<revision>/manifest.json   built mixtures
-    mixtures/<mixture>/<revision>.toml       revision files written by `mix new`
-    work/<name>/<version>/                   pipeline intermediates (resumable)
-    runs/<run>/                              training runs (metrics.jsonl, checkpoints)
-    ladders/<ladder>/                        scaling ladders (ladder.json, rung configs)
-    site/                                    the static report site
+stores/<name>/<version>/                 a token store version (see pipeline.store.format)
+stores/<name>/<version>/mixtures/<mixture>/<revision>/manifest.json   built mixtures
+mixtures/<mixture>/<revision>.toml       revision files written by `mix new`
+work/<name>/<version>/                   pipeline intermediates (resumable)
+runs/<run>/                              training runs (metrics.jsonl, checkpoints)
+ladders/<ladder>/                        scaling ladders (ladder.json, rung configs)
+site/                                    the static report site
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ class Home:
     root: Path
 
     @classmethod
-    def resolve(cls, override: str | Path | None = None) -> "Home":
+    def resolve(cls, override: str | Path | None = None) -> Home:
         return cls(Path(override or os.environ.get("MILLRACE_HOME") or DEFAULT_HOME).resolve())
 
     # Which home, store or run a path is: the inverse of the layout above, kept beside it.
     @classmethod
-    def of_store(cls, store_dir: str | Path) -> "Home":
+    def of_store(cls, store_dir: str | Path) -> Home:
         """The home of a store version directory, `<home>/stores/<name>/<version>`."""
         return cls(Path(store_dir).resolve().parents[2])
 
     @classmethod
-    def of_run(cls, run_dir: str | Path) -> "Home":
+    def of_run(cls, run_dir: str | Path) -> Home:
         """The home of a run directory, `<home>/runs/<run>`."""
         return cls(Path(run_dir).resolve().parents[1])
 
@@ -56,8 +56,12 @@ class Home:
         return self.root / "work" / check_name(name, "store") / check_name(version, "store version")
 
     def built_mixture(self, store_name: str, store_version: str, mixture: str, revision: str) -> Path:
-        return self.store(store_name, store_version) / "mixtures" / check_name(mixture, "mixture") / check_name(
-            revision, "revision")
+        return (
+            self.store(store_name, store_version)
+            / "mixtures"
+            / check_name(mixture, "mixture")
+            / check_name(revision, "revision")
+        )
 
     @property
     def revisions(self) -> Path:

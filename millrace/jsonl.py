@@ -71,8 +71,9 @@ def read_stream(path: Path | str, check: Check = has_step, on_bad: Literal["rais
             if index == last:
                 stream.torn = line
                 break
-            raise ArtifactError(f"{path}:{number}: not a JSON line ({exc}); the file is damaged before its "
-                                "last line") from None
+            raise ArtifactError(
+                f"{path}:{number}: not a JSON line ({exc}); the file is damaged before its last line"
+            ) from None
         if not checked(record, check, on_bad, path, number):
             continue
         stream.records.append(record)
@@ -92,8 +93,9 @@ def checked(record: Any, check: Check, on_bad: Literal["raise", "skip"], path: P
     return True
 
 
-def read_records(path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"
-                 ) -> list[dict[str, Any]]:
+def read_records(
+    path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"
+) -> list[dict[str, Any]]:
     return read_stream(path, check, on_bad).records
 
 
@@ -106,8 +108,12 @@ def cut_back(path: Path | str, step: int, check: Check = has_step) -> None:
     kept = [line for record, line in zip(stream.records, stream.lines) if record["step"] <= step]
     dropped = len(stream.records) - len(kept)
     if stream.torn is not None:
-        log.warning("%s: cut a torn last line (%d bytes, what a crash leaves) back to step %d, the checkpoint's",
-                    path, len(stream.torn), step)
+        log.warning(
+            "%s: cut a torn last line (%d bytes, what a crash leaves) back to step %d, the checkpoint's",
+            path,
+            len(stream.torn),
+            step,
+        )
     if dropped:
         log.info("%s: dropped %d record(s) past step %d, the checkpoint's", path, dropped, step)
     if stream.torn is not None or dropped or not stream.ends_with_newline:
@@ -124,7 +130,7 @@ def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16
             while True:
                 start = max(0, size - window)
                 handle.seek(start)
-                lines = handle.read(size - start).split(b"\n")[0 if start == 0 else 1:]  # the first may be cut
+                lines = handle.read(size - start).split(b"\n")[0 if start == 0 else 1 :]  # the first may be cut
                 lines = [line for line in lines if line.strip()]
                 if len(lines) > 1 or start == 0:
                     break
@@ -137,8 +143,9 @@ def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             if offset == 0:
                 continue  # torn: the record before it is the last one
-            raise ArtifactError(f"{path}: not a JSON line before the torn last one ({exc}); the file is "
-                                "damaged") from None
+            raise ArtifactError(
+                f"{path}: not a JSON line before the torn last one ({exc}); the file is damaged"
+            ) from None
         if problem := check(record):
             raise ArtifactError(f"{path}: last record: {problem}")
         return record

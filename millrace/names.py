@@ -25,7 +25,11 @@ def check_name(value: str, what: str) -> str:
 
     `fullmatch`: `$` alone also matches before a trailing newline, and `--run $'x\\n'` would pass."""
     if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > MAX_NAME_LENGTH:
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
+        shown = (
+            repr(value)
+            if not isinstance(value, str) or len(value) <= 60
+            else f"{value[:40]!r}... ({len(value)} characters)"
+        )
         raise ConfigError(f"{what} {shown}: not a plain name ({NAME_RULE})")
     return value
 

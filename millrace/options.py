@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -35,7 +36,6 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON
 
 def print_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
-
 
 
 def run_option(help: str, **kwargs: Any) -> Callable[..., Any]:

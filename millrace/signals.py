@@ -70,7 +70,7 @@ class StopRequest:
         self.requested = True
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if _in_main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._note)
         return self

@@ -65,8 +65,12 @@ def read_holder(path: Path) -> Holder | None:
         body, stat = {}, None
     body = body if isinstance(body, dict) else {}
     pid = body.get("pid")
-    return Holder(pid=pid if isinstance(pid, int) else None, host=body.get("host"), since=body.get("since"),
-                  heartbeat=stat.st_mtime if stat else None)
+    return Holder(
+        pid=pid if isinstance(pid, int) else None,
+        host=body.get("host"),
+        since=body.get("since"),
+        heartbeat=stat.st_mtime if stat else None,
+    )
 
 
 def _pid_alive(pid: int) -> bool:
@@ -103,7 +107,7 @@ class WriterLock:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
-    def acquire(self) -> "WriterLock":
+    def acquire(self) -> WriterLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
@@ -111,14 +115,20 @@ class WriterLock:
         except BlockingIOError:
             os.close(fd)
             holder = read_holder(self.path)
-            raise Locked(f"{self.what} is being written by {holder.describe() if holder else 'another process'} "
-                         f"(lock {self.path}); wait for it to finish or stop it, then run this again") from None
+            raise Locked(
+                f"{self.what} is being written by {holder.describe() if holder else 'another process'} "
+                f"(lock {self.path}); wait for it to finish or stop it, then run this again"
+            ) from None
         except OSError as exc:
             if exc.errno not in _UNSUPPORTED:
                 os.close(fd)
                 raise
-            log.warning("%s: this filesystem cannot lock files (%s); one writer at a time is not enforced for %s",
-                        self.path, os.strerror(exc.errno or 0), self.what)
+            log.warning(
+                "%s: this filesystem cannot lock files (%s); one writer at a time is not enforced for %s",
+                self.path,
+                os.strerror(exc.errno or 0),
+                self.what,
+            )
         self._fd = fd
         self._write_holder()
         self._stop.clear()
@@ -149,7 +159,7 @@ class WriterLock:
         os.close(self._fd)  # closing the only descriptor drops the flock
         self._fd = None
 
-    def __enter__(self) -> "WriterLock":
+    def __enter__(self) -> WriterLock:
         return self.acquire()
 
     def __exit__(self, *exc_info: object) -> None:

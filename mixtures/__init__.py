@@ -6,4 +6,4 @@ Public API (see `mixtures.api`): `new_revision`, `build`, `plan`, `diff`,
 
 from mixtures.api import build, build_result, diff, list_revisions, new_revision, plan, validate_file
 
-__all__ = ["new_revision", "build", "build_result", "plan", "diff", "validate_file", "list_revisions"]
+__all__ = ["build", "build_result", "diff", "list_revisions", "new_revision", "plan", "validate_file"]

@@ -1,11 +1,11 @@
 """The mixtures room's Python face: what `millrace mix` does, callable from the demo and tests.
 
-    new_revision(home, mixture, revision, store, *, strategy=..., phases=[...], ...) -> Path
-    build(home, mixture, revision, *, file=None) -> Path          # the manifest's path
-    plan(home, mixture, revision, *, file=None) -> dict           # `mix plan --json`
-    diff(home, mixture, a, b) -> dict                             # `mix diff --json`
-    validate_file(home, path) -> dict                             # `mix validate --json`
-    list_revisions(home) -> dict                                  # `mix list --json`
+new_revision(home, mixture, revision, store, *, strategy=..., phases=[...], ...) -> Path
+build(home, mixture, revision, *, file=None) -> Path          # the manifest's path
+plan(home, mixture, revision, *, file=None) -> dict           # `mix plan --json`
+diff(home, mixture, a, b) -> dict                             # `mix diff --json`
+validate_file(home, path) -> dict                             # `mix validate --json`
+list_revisions(home) -> dict                                  # `mix list --json`
 """
 
 from __future__ import annotations
@@ -47,13 +47,24 @@ def validate_file(home: Home, path: Path | str) -> dict[str, Any]:
         "revision_hash": loaded.hash(),
         "store": manifest.store.model_dump(mode="json"),
         "manifest_hash": manifest_hash(manifest),
-        "phases": [{"name": p.name, "sequences": p.sequences, "steps": p.steps,
-                    "cells": sum(1 for c in p.counts.values() if c)} for p in manifest.phases],
+        "phases": [
+            {
+                "name": p.name,
+                "sequences": p.sequences,
+                "steps": p.steps,
+                "cells": sum(1 for c in p.counts.values() if c),
+            }
+            for p in manifest.phases
+        ],
         "total_steps": manifest.total_steps,
         "cells": len(manifest.cells),
-        "continues": None if not manifest.ancestors else {
-            "revision": manifest.ancestors[0].revision, "at_step": manifest.at_step,
-            "manifest_hash": manifest.ancestors[0].manifest_hash},
+        "continues": None
+        if not manifest.ancestors
+        else {
+            "revision": manifest.ancestors[0].revision,
+            "at_step": manifest.at_step,
+            "manifest_hash": manifest.ancestors[0].manifest_hash,
+        },
         "valid": True,
     }
 
@@ -66,14 +77,23 @@ def list_revisions(home: Home) -> dict[str, Any]:
         for path in built_manifests(home, entry.mixture, entry.revision):
             try:
                 manifest, digest = read_manifest(path)
-                builds.append({"store": manifest.store.name, "version": manifest.store.version,
-                               "manifest_hash": digest, "total_steps": manifest.total_steps, "path": str(path)})
+                builds.append(
+                    {
+                        "store": manifest.store.name,
+                        "version": manifest.store.version,
+                        "manifest_hash": digest,
+                        "total_steps": manifest.total_steps,
+                        "path": str(path),
+                    }
+                )
             except ArtifactError as exc:
                 builds.append({"path": str(path), "error": str(exc)})
         mixtures.setdefault(entry.mixture, {"revisions": {}})["revisions"][entry.revision] = {
-            "file": str(entry.path), "origin": entry.origin, "built": builds,
+            "file": str(entry.path),
+            "origin": entry.origin,
+            "built": builds,
         }
     return {"home": str(home.root), "mixtures": mixtures}
 
 
-__all__ = ["new_revision", "build", "build_result", "plan", "diff", "validate_file", "list_revisions"]
+__all__ = ["build", "build_result", "diff", "list_revisions", "new_revision", "plan", "validate_file"]

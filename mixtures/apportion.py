@@ -12,9 +12,9 @@ bounded apportionment in exact rationals; ties break by cell name.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping
 
 
 @dataclass

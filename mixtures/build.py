@@ -13,9 +13,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from millrace.errors import ConfigError
 from millrace.home import Home
@@ -50,8 +50,9 @@ def revision_lock(home: Home, mixture: str, revision: str) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def resolve_named(home: Home, mixture: str, revision: str,
-                  file: Path | str | None = None) -> tuple[BuiltManifest, Revision, Path, Store]:
+def resolve_named(
+    home: Home, mixture: str, revision: str, file: Path | str | None = None
+) -> tuple[BuiltManifest, Revision, Path, Store]:
     """Find, load and resolve a revision by name; returns the store it resolved against too."""
     loaded, path = load_named(home, mixture, revision, file)
     manifest, store = resolve_revision(home, loaded, str(path))
@@ -80,8 +81,16 @@ def build_result(home: Home, mixture: str, revision: str, file: Path | str | Non
             log.debug("mixture %s revision %s already built: %s", mixture, revision, target)
             return BuildResult(target, manifest, digest, False, source)
         written = write_manifest(target, manifest)
-    log.debug("built mixture %s revision %s on store %s/%s: %s steps, %s (%s)", mixture, revision,
-             manifest.store.name, manifest.store.version, manifest.total_steps, target, written)
+    log.debug(
+        "built mixture %s revision %s on store %s/%s: %s steps, %s (%s)",
+        mixture,
+        revision,
+        manifest.store.name,
+        manifest.store.version,
+        manifest.total_steps,
+        target,
+        written,
+    )
     return BuildResult(target, manifest, written, True, source)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping
 
 CELL_NAME = re.compile(r"^c(\d+)q(\d+)$")
 PATTERN_CHARS = set("*?[")

@@ -14,7 +14,6 @@ from mixtures import api
 from mixtures.new import STRATEGY_CHOICES, parse_factors
 
 
-
 def show(table: Any) -> None:
     """Rich is imported only when a table is printed: `--json` runs start faster."""
     import sys
@@ -49,56 +48,140 @@ def only_store(home: Home) -> str:
 
     names = store_names(home)
     if len(names) != 1:
-        raise ConfigError(f"--store: {'several stores' if names else 'no store'} under {home.stores}; name one"
-                          + known("stores", names))
+        raise ConfigError(
+            f"--store: {'several stores' if names else 'no store'} under {home.stores}; name one"
+            + known("stores", names)
+        )
     return names[0]
 
 
 @mix.command("new")
 @click.argument("mixture", type=PLAIN_NAME)
 @revision_option("Name of the new revision (immutable once built).", required=True)
-@click.option("--store", "store", type=STORE_NAME, default=None,
-              help="Store to read stats from: NAME/VERSION, or NAME for its newest version "
-                   "(default: with --continues the parent's, else the only store under --home; an error naming "
-                   "them when there are several).")
-@click.option("--continues", "continues", type=PLAIN_NAME, default=None, metavar="PARENT",
-              help="Continue revision PARENT of the same mixture: steps before --at-step are the parent's.")
-@click.option("--at-step", "at_step", type=click.IntRange(min=1), default=None,
-              help="With --continues: the first step drawn from this revision's weights (a step of the parent's schedule).")
-@click.option("--strategy", type=click.Choice(STRATEGY_CHOICES), default="natural", show_default=True,
-              help="Strategy for phases that name none.")
-@click.option("--phase", "phases", multiple=True, metavar="NAME:TOKENS[:STRATEGY[@PATTERNS]]",
-              help="A phase (repeatable, in order), e.g. main:15T and cooldown:3.75T:uniform@c*q3,c*q4. "
-                   "Default: one phase 'main' of the store's total tokens (with --continues: of the parent's "
-                   "tokens after --at-step). With --continues, phases count from --at-step.")
-@click.option("--epoch-cap", type=float, default=None, help="Most epochs of any cell, across phases "
-              "(and the parent's draws). Default: the parent's, else 8.")
-@click.option("--seq-len", type=int, default=None, help="Tokens per training sequence. Default: the parent's, else 256.")
-@click.option("--global-batch", type=int, default=None,
-              help="Sequences per step, all ranks together. Default: the parent's, else 16.")
-@click.option("--seed", type=int, default=None, help="Seed of the loader's permutations. Default: the parent's, else 1234.")
-@click.option("--temperature", type=float, default=None, help="T for the temperature strategy (weights ∝ tokens^(1/T)).")
-@click.option("--tilt", default=None, metavar="qN=F,...", help="Factors per quality bucket for quality-tilt, e.g. q0=0.5,q4=2.")
-@click.option("--weight", "weights", multiple=True, metavar="CELL_OR_PATTERN=W",
-              help="A weight for the explicit strategy (repeatable), e.g. 'c*q4=0.5'.")
-@click.option("--symbolic", is_flag=True, help="Keep strategies in the file (resolved at build) instead of pinned weights.")
+@click.option(
+    "--store",
+    "store",
+    type=STORE_NAME,
+    default=None,
+    help="Store to read stats from: NAME/VERSION, or NAME for its newest version "
+    "(default: with --continues the parent's, else the only store under --home; an error naming "
+    "them when there are several).",
+)
+@click.option(
+    "--continues",
+    "continues",
+    type=PLAIN_NAME,
+    default=None,
+    metavar="PARENT",
+    help="Continue revision PARENT of the same mixture: steps before --at-step are the parent's.",
+)
+@click.option(
+    "--at-step",
+    "at_step",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --continues: the first step drawn from this revision's weights (a step of the parent's schedule).",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(STRATEGY_CHOICES),
+    default="natural",
+    show_default=True,
+    help="Strategy for phases that name none.",
+)
+@click.option(
+    "--phase",
+    "phases",
+    multiple=True,
+    metavar="NAME:TOKENS[:STRATEGY[@PATTERNS]]",
+    help="A phase (repeatable, in order), e.g. main:15T and cooldown:3.75T:uniform@c*q3,c*q4. "
+    "Default: one phase 'main' of the store's total tokens (with --continues: of the parent's "
+    "tokens after --at-step). With --continues, phases count from --at-step.",
+)
+@click.option(
+    "--epoch-cap",
+    type=float,
+    default=None,
+    help="Most epochs of any cell, across phases (and the parent's draws). Default: the parent's, else 8.",
+)
+@click.option(
+    "--seq-len", type=int, default=None, help="Tokens per training sequence. Default: the parent's, else 256."
+)
+@click.option(
+    "--global-batch",
+    type=int,
+    default=None,
+    help="Sequences per step, all ranks together. Default: the parent's, else 16.",
+)
+@click.option(
+    "--seed", type=int, default=None, help="Seed of the loader's permutations. Default: the parent's, else 1234."
+)
+@click.option(
+    "--temperature", type=float, default=None, help="T for the temperature strategy (weights ∝ tokens^(1/T))."
+)
+@click.option(
+    "--tilt", default=None, metavar="qN=F,...", help="Factors per quality bucket for quality-tilt, e.g. q0=0.5,q4=2."
+)
+@click.option(
+    "--weight",
+    "weights",
+    multiple=True,
+    metavar="CELL_OR_PATTERN=W",
+    help="A weight for the explicit strategy (repeatable), e.g. 'c*q4=0.5'.",
+)
+@click.option(
+    "--symbolic", is_flag=True, help="Keep strategies in the file (resolved at build) instead of pinned weights."
+)
 @click.option("--description", default="", help="A line saying what the revision is for.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Where to write (default: $MILLRACE_HOME/mixtures/MIXTURE/NAME.toml).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Where to write (default: $MILLRACE_HOME/mixtures/MIXTURE/NAME.toml).",
+)
 @json_option
 @home_option
-def new_command(home: Home, mixture: str, revision: str, store: str | None, continues: str | None,
-                at_step: int | None, strategy: str, phases: tuple[str, ...], epoch_cap: float | None,
-                seq_len: int | None, global_batch: int | None, seed: int | None, temperature: float | None,
-                tilt: str | None, weights: tuple[str, ...], symbolic: bool, description: str, out: str | None,
-                as_json: bool) -> None:
+def new_command(
+    home: Home,
+    mixture: str,
+    revision: str,
+    store: str | None,
+    continues: str | None,
+    at_step: int | None,
+    strategy: str,
+    phases: tuple[str, ...],
+    epoch_cap: float | None,
+    seq_len: int | None,
+    global_batch: int | None,
+    seed: int | None,
+    temperature: float | None,
+    tilt: str | None,
+    weights: tuple[str, ...],
+    symbolic: bool,
+    description: str,
+    out: str | None,
+    as_json: bool,
+) -> None:
     """Write a revision file for MIXTURE from a store's stats with a strategy, or continuing a parent revision."""
     path = api.new_revision(
-        home, mixture, revision, store or (None if continues else only_store(home)), strategy=strategy,
-        phases=list(phases) or None, epoch_cap=epoch_cap,
-        seq_len=seq_len, global_batch=global_batch, seed=seed, temperature=temperature,
-        tilt=parse_factors(tilt, "--tilt") or None, weights=parse_factors(",".join(weights), "--weight") or None,
-        out=out, symbolic=symbolic, description=description, continues=continues, at_step=at_step,
+        home,
+        mixture,
+        revision,
+        store or (None if continues else only_store(home)),
+        strategy=strategy,
+        phases=list(phases) or None,
+        epoch_cap=epoch_cap,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        seed=seed,
+        temperature=temperature,
+        tilt=parse_factors(tilt, "--tilt") or None,
+        weights=parse_factors(",".join(weights), "--weight") or None,
+        out=out,
+        symbolic=symbolic,
+        description=description,
+        continues=continues,
+        at_step=at_step,
     )
     summary = api.validate_file(home, path)
     if as_json:
@@ -106,8 +189,10 @@ def new_command(home: Home, mixture: str, revision: str, store: str | None, cont
     else:
         lineage = f", continues {continues} at step {at_step}" if continues else ""
         count = len(summary["phases"])
-        click.echo(f"wrote {path} ({count} phase{'' if count == 1 else 's'}, {summary['cells']} cells, "
-                   f"{summary['total_steps']} steps{lineage})")
+        click.echo(
+            f"wrote {path} ({count} phase{'' if count == 1 else 's'}, {summary['cells']} cells, "
+            f"{summary['total_steps']} steps{lineage})"
+        )
 
 
 @mix.command("validate")
@@ -124,14 +209,21 @@ def validate_command(home: Home, file: str, as_json: bool) -> None:
     phases = ", ".join(f"{p['name']} {p['steps']} steps over {p['cells']} cells" for p in summary["phases"])
     parent = summary["continues"]
     lineage = f" (continues {parent['revision']} at step {parent['at_step']})" if parent else ""
-    click.echo(f"ok: {summary['mixture']}/{summary['revision']} on {store['name']}/{store['version']}{lineage}: {phases}")
+    click.echo(
+        f"ok: {summary['mixture']}/{summary['revision']} on {store['name']}/{store['version']}{lineage}: {phases}"
+    )
 
 
 @mix.command("build")
 @click.argument("mixture", type=PLAIN_NAME)
 @revision_option("Revision name (found under $MILLRACE_HOME/mixtures or shipped).", required=True)
-@click.option("--file", "file", type=click.Path(dir_okay=False), default=None,
-              help="Build this revision file instead of looking the name up.")
+@click.option(
+    "--file",
+    "file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Build this revision file instead of looking the name up.",
+)
 @json_option
 @home_option
 def build_command(home: Home, mixture: str, revision: str, file: str | None, as_json: bool) -> None:
@@ -139,17 +231,24 @@ def build_command(home: Home, mixture: str, revision: str, file: str | None, as_
     result = api.build_result(home, mixture, revision, file)
     manifest = result.manifest
     payload = {
-        "manifest": str(result.path), "manifest_hash": result.manifest_hash, "written": result.written,
-        "revision_file": str(result.revision_file), "store": manifest.store.model_dump(mode="json"),
-        "total_steps": manifest.total_steps, "total_sequences": manifest.total_sequences,
-        "cells": len(manifest.cells), "phases": [p.name for p in manifest.phases],
+        "manifest": str(result.path),
+        "manifest_hash": result.manifest_hash,
+        "written": result.written,
+        "revision_file": str(result.revision_file),
+        "store": manifest.store.model_dump(mode="json"),
+        "total_steps": manifest.total_steps,
+        "total_sequences": manifest.total_sequences,
+        "cells": len(manifest.cells),
+        "phases": [p.name for p in manifest.phases],
     }
     if as_json:
         print_json(payload)
         return
     state = "built" if result.written else "already built"
-    click.echo(f"{state}: {mixture}/{revision} on {manifest.store.name}/{manifest.store.version}, "
-               f"{manifest.total_steps} steps, {len(manifest.cells)} cells")
+    click.echo(
+        f"{state}: {mixture}/{revision} on {manifest.store.name}/{manifest.store.version}, "
+        f"{manifest.total_steps} steps, {len(manifest.cells)} cells"
+    )
     click.echo(f"  {result.path}")
     click.echo(f"  {result.manifest_hash}")
 
@@ -191,9 +290,11 @@ def plan_command(home: Home, mixture: str, revision: str, file: str | None, as_j
 
 def print_plan(result: dict[str, Any]) -> None:
     store = result["store"]
-    table = new_table(f"{result['mixture']}/{result['revision']} on {store['name']}/{store['version']}: "
-                        f"{result['total_steps']} steps, {fmt_tokens(result['total_tokens'])} tokens, "
-                        f"max {result['max_epochs']:.3g} epochs (cap {result['epoch_cap']:g})")
+    table = new_table(
+        f"{result['mixture']}/{result['revision']} on {store['name']}/{store['version']}: "
+        f"{result['total_steps']} steps, {fmt_tokens(result['total_tokens'])} tokens, "
+        f"max {result['max_epochs']:.3g} epochs (cap {result['epoch_cap']:g})"
+    )
     table.add_column("cell")
     table.add_column("available", justify="right")
     for phase in result["phases"]:
@@ -215,8 +316,12 @@ def print_plan(result: dict[str, Any]) -> None:
         row.append(f"{info['epochs']:.3f}")
         table.add_row(*row)
     if switch is not None:
-        click.echo("lineage: " + ", then ".join(f"{r['revision']} steps {r['start_step']:,}..{r['stop_step'] - 1:,}"
-                                                for r in result["lineage"]))
+        click.echo(
+            "lineage: "
+            + ", then ".join(
+                f"{r['revision']} steps {r['start_step']:,}..{r['stop_step'] - 1:,}" for r in result["lineage"]
+            )
+        )
     show(table)
 
 

@@ -50,12 +50,23 @@ def cut_phase(phase: ManifestPhase, sequences: int, global_batch: int) -> dict:
     names = sorted(full)  # the interleaving depends only on the order of the cells with a count
     prefix = Interleaver([full[name] for name in names]).prefix_counts(sequences)
     counts = {name: int(count) for name, count in zip(names, prefix)}
-    return {"prefix_of": dict(full), "sequences": sequences, "steps": sequences // global_batch,
-            "counts": {cell: counts.get(cell, 0) for cell in phase.counts}}
+    return {
+        "prefix_of": dict(full),
+        "sequences": sequences,
+        "steps": sequences // global_batch,
+        "counts": {cell: counts.get(cell, 0) for cell in phase.counts},
+    }
 
 
-def check_same_frame(revision: Revision, parent: Parent, store_name: str, store_version: str,
-                     store_hash: str, tokenizer: str | None, where: str) -> None:
+def check_same_frame(
+    revision: Revision,
+    parent: Parent,
+    store_name: str,
+    store_version: str,
+    store_hash: str,
+    tokenizer: str | None,
+    where: str,
+) -> None:
     """Store, tokenizer, seed, seq_len and global batch must be the parent's: one line naming the difference."""
     built = parent.manifest
     other = f"parent {built.mixture}/{built.revision} ({parent.source})"
@@ -69,24 +80,35 @@ def check_same_frame(revision: Revision, parent: Parent, store_name: str, store_
     ]
     for field, mine, theirs in pairs:
         if mine != theirs:
-            raise ConfigError(f"{where}: field {field!r}: {mine} differs from {other}'s {theirs}; "
-                              "a revision that continues another keeps its store, tokenizer, seed, seq_len and "
-                              "global batch")
+            raise ConfigError(
+                f"{where}: field {field!r}: {mine} differs from {other}'s {theirs}; "
+                "a revision that continues another keeps its store, tokenizer, seed, seq_len and "
+                "global batch"
+            )
     at_step = revision.continues.at_step if revision.continues else 0
     if not 0 < at_step < built.total_steps:
-        raise ConfigError(f"{where}: field 'continues.at_step': {at_step} is not a step of {other}'s schedule "
-                          f"(steps 1..{built.total_steps - 1} can start the switch)")
+        raise ConfigError(
+            f"{where}: field 'continues.at_step': {at_step} is not a step of {other}'s schedule "
+            f"(steps 1..{built.total_steps - 1} can start the switch)"
+        )
     pinned = revision.continues.manifest_hash if revision.continues else None
     if pinned is not None and pinned != parent.manifest_hash:
-        raise ConfigError(f"{where}: field 'continues.manifest_hash': {pinned} differs from {other}'s manifest "
-                          f"hash {parent.manifest_hash} (the parent changed since this revision was written)")
+        raise ConfigError(
+            f"{where}: field 'continues.manifest_hash': {pinned} differs from {other}'s manifest "
+            f"hash {parent.manifest_hash} (the parent changed since this revision was written)"
+        )
 
 
 def ancestors_of(parent: Parent, at_step: int) -> list[Ancestor]:
     """The child's ancestors, parent first: each with the leading steps the child shares with it."""
     built = parent.manifest
-    first = Ancestor(revision=built.revision, revision_hash=built.revision_hash,
-                     manifest_hash=parent.manifest_hash, shared_steps=at_step, at_step=at_step)
+    first = Ancestor(
+        revision=built.revision,
+        revision_hash=built.revision_hash,
+        manifest_hash=parent.manifest_hash,
+        shared_steps=at_step,
+        at_step=at_step,
+    )
     return [first] + [a.model_copy(update={"shared_steps": min(a.shared_steps, at_step)}) for a in built.ancestors]
 
 

@@ -156,8 +156,9 @@ class BuiltManifest(StrictModel):
             if ranges and ranges[-1]["revision"] == name:
                 ranges[-1]["stop_step"] = phase.start_step + phase.steps
             else:
-                ranges.append({"revision": name, "start_step": phase.start_step,
-                               "stop_step": phase.start_step + phase.steps})
+                ranges.append(
+                    {"revision": name, "start_step": phase.start_step, "stop_step": phase.start_step + phase.steps}
+                )
         return ranges
 
 
@@ -191,10 +192,13 @@ def find_manifest(home: Home, mixture: str, revision: str, store: str | None = N
     pattern = f"{store or '*'}/*/mixtures/{mixture}/{revision}/{MANIFEST_FILE}"
     found = sorted(home.stores.glob(pattern))
     if not found:
-        built = sorted({p.parent.name for p in home.stores.glob(f"{store or '*'}/*/mixtures/{mixture}/*/{MANIFEST_FILE}")})
+        built = sorted(
+            {p.parent.name for p in home.stores.glob(f"{store or '*'}/*/mixtures/{mixture}/*/{MANIFEST_FILE}")}
+        )
         raise ArtifactError(
             f"no built manifest for mixture {mixture!r} revision {revision!r} under {home.stores} "
-            f"(run `millrace mix build {mixture} --revision {revision}`)" + known("built revisions", built, f"of {mixture}")
+            f"(run `millrace mix build {mixture} --revision {revision}`)"
+            + known("built revisions", built, f"of {mixture}")
         )
     names = sorted({store_dir_of(p).parent.name for p in found})
     if len(names) > 1:

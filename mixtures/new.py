@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import pydantic
 
@@ -88,11 +88,14 @@ class Frame:
     continues: dict | None  # the [continues] table
 
 
-def frame_of(home: Home, mixture: str, store: str | None, continues: str | None, at_step: int | None,
-             given: dict) -> Frame:
+def frame_of(
+    home: Home, mixture: str, store: str | None, continues: str | None, at_step: int | None, given: dict
+) -> Frame:
     """The store and numbers from the options; a child takes its parent's store and numbers where not given."""
     if (continues is None) != (at_step is None):
-        raise ConfigError("--continues and --at-step go together: the parent revision and the first step of the new one")
+        raise ConfigError(
+            "--continues and --at-step go together: the parent revision and the first step of the new one"
+        )
     parent = None
     if continues is not None:
         loaded, path = load_named(home, mixture, continues)
@@ -116,8 +119,9 @@ def frame_of(home: Home, mixture: str, store: str | None, continues: str | None,
     return Frame(opened, spec, numbers, left, {"revision": continues, "at_step": at_step})
 
 
-def phase_spec(phase: dict, weights: Mapping[str, float] | None, temperature: float | None,
-               tilt: Mapping[str, float] | None) -> dict:
+def phase_spec(
+    phase: dict, weights: Mapping[str, float] | None, temperature: float | None, tilt: Mapping[str, float] | None
+) -> dict:
     """A parsed --phase with its strategy's options filled in from the command's."""
     chosen = phase.pop("strategy")
     if chosen == "explicit":
@@ -168,14 +172,26 @@ def new_revision(
     global batch and seed default to the parent's, else 8, 256, 16, 1234. Refuses
     to overwrite a different file.
     """
-    frame = frame_of(home, mixture, store, continues, at_step,
-                     {"epoch_cap": epoch_cap, "seq_len": seq_len, "global_batch": global_batch, "seed": seed})
+    frame = frame_of(
+        home,
+        mixture,
+        store,
+        continues,
+        at_step,
+        {"epoch_cap": epoch_cap, "seq_len": seq_len, "global_batch": global_batch, "seed": seed},
+    )
     opened = frame.store
     requested = [parse_phase(text, strategy) for text in (phases or [f"main:{frame.default_tokens}"])]
     phase_specs = [phase_spec(phase, weights, temperature, tilt) for phase in requested]
     source = f"mix new {mixture} --revision {revision}"
-    data = {"mixture": mixture, "revision": revision, "description": description, **frame.numbers,
-            "store": frame.spec.model_dump(exclude_none=True), "phases": phase_specs}
+    data = {
+        "mixture": mixture,
+        "revision": revision,
+        "description": description,
+        **frame.numbers,
+        "store": frame.spec.model_dump(exclude_none=True),
+        "phases": phase_specs,
+    }
     if frame.continues is not None:
         data["continues"] = dict(frame.continues)
     symbolic_revision = parse_revision(data, source)
@@ -187,15 +203,22 @@ def new_revision(
         if manifest.ancestors:
             data["continues"]["manifest_hash"] = manifest.ancestors[0].manifest_hash
         data["phases"] = [
-            {"name": built.name, "tokens": built.token_budget,
-             "weights": {cell: w for cell, w in built.declared_weights.items() if w > 0}}
-            for built in manifest.phases if built.revision is None
+            {
+                "name": built.name,
+                "tokens": built.token_budget,
+                "weights": {cell: w for cell, w in built.declared_weights.items() if w > 0},
+            }
+            for built in manifest.phases
+            if built.revision is None
         ]
         written = parse_revision(data, source)
         resolve_revision(home, written, source)
     strategies = ", ".join(f"{p['name']}: {p.get('strategy', 'explicit')}" for p in phase_specs)
-    lineage = (f"Continues {mixture}/{continues} from step {at_step}: the steps before are the parent's.\n"
-               if continues else "")
+    lineage = (
+        f"Continues {mixture}/{continues} from step {at_step}: the steps before are the parent's.\n"
+        if continues
+        else ""
+    )
     header = (
         f"Mixture revision written by `millrace mix new` on {datetime.date.today().isoformat()}\n"
         f"from store {opened.name}/{opened.version} ({strategies}).\n{lineage}"

@@ -8,7 +8,8 @@ steps) and, per cell, the sequences drawn before and after the switch.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from mixtures.cells import CellTable
 from mixtures.manifest import BuiltManifest, lineage_of
@@ -89,8 +90,9 @@ def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     continues `a`, its inherited phase `<a>/<name>` is matched with `a`'s phase `<name>`)."""
     inherited = {f"{a['revision']}/{p['name']}": p["name"] for p in a["phases"]}
     names_a = {p["name"] for p in a["phases"]}
-    phase_names = [p["name"] for p in a["phases"]] + [p["name"] for p in b["phases"]
-                                                      if inherited.get(p["name"], p["name"]) not in names_a]
+    phase_names = [p["name"] for p in a["phases"]] + [
+        p["name"] for p in b["phases"] if inherited.get(p["name"], p["name"]) not in names_a
+    ]
     empty = {"declared_weight": 0.0, "realised_weight": 0.0, "sequences": 0, "tokens": 0}
     cells: dict[str, Any] = {}
     for cell in sorted(set(a["cells"]) | set(b["cells"])):
@@ -110,15 +112,23 @@ def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                 "realised_weight_b": pb["realised_weight"],
             }
         changed = epochs_a != epochs_b or any(p["weight_a"] != p["weight_b"] for p in phases.values())
-        cells[cell] = {"epochs_a": epochs_a, "epochs_b": epochs_b, "epochs_change": epochs_b - epochs_a,
-                       "changed": changed, "phases": phases}
+        cells[cell] = {
+            "epochs_a": epochs_a,
+            "epochs_b": epochs_b,
+            "epochs_change": epochs_b - epochs_a,
+            "changed": changed,
+            "phases": phases,
+        }
     return {
         "mixture": a["mixture"],
         "a": {k: a[k] for k in ("revision", "revision_hash", "manifest_hash", "store", "total_steps")},
         "b": {k: b[k] for k in ("revision", "revision_hash", "manifest_hash", "store", "total_steps")},
         "phases": phase_names,
-        "lineage": {"b_continues_a": any(r["revision"] == a["revision"] for r in b.get("lineage", [])[:-1]),
-                    "a": a.get("lineage", []), "b": b.get("lineage", [])},
+        "lineage": {
+            "b_continues_a": any(r["revision"] == a["revision"] for r in b.get("lineage", [])[:-1]),
+            "a": a.get("lineage", []),
+            "b": b.get("lineage", []),
+        },
         "changed_cells": sum(1 for c in cells.values() if c["changed"]),
         "cells": cells,
     }

@@ -20,6 +20,7 @@ from millrace.names import known
 from mixtures.apportion import Infeasible, apportion
 from mixtures.catalog import load_named
 from mixtures.cells import CellTable, is_pattern
+from mixtures.lineage import Parent, ancestors_of, check_same_frame, inherited_phases
 from mixtures.manifest import (
     DOCUMENT_RUN,
     MANIFEST_KIND,
@@ -34,7 +35,6 @@ from mixtures.manifest import (
     manifest_path,
     read_manifest,
 )
-from mixtures.lineage import Parent, ancestors_of, check_same_frame, inherited_phases
 from mixtures.revision import PhaseSpec, Revision, StoreSpec
 from mixtures.strategies import StrategyError, desired_weights, water_fill
 from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION, ShardInfo, Store
@@ -74,7 +74,9 @@ def open_store(home: Home, spec: StoreSpec, where: str) -> Store:
         version = spec.version
     store = Store(home.store(spec.name, version))
     if store.name != spec.name or store.version != version:
-        raise ArtifactError(f"{store.path}/store.json: names store {store.name}/{store.version}, expected {spec.name}/{version}")
+        raise ArtifactError(
+            f"{store.path}/store.json: names store {store.name}/{store.version}, expected {spec.name}/{version}"
+        )
     if spec.manifest_hash is not None and spec.manifest_hash != store.manifest_hash:
         raise ConfigError(
             f"{where}: field 'store.manifest_hash': {spec.manifest_hash} differs from {store.path}/store.json's "
@@ -108,8 +110,10 @@ def explicit_weights(ctx: PhaseContext, table: CellTable) -> dict[str, Fraction]
         raise ConfigError(f"{ctx.where}: field 'weights' cell {key!r}: {what}")
     for cell, weight in sorted(expanded.items()):
         if weight > 0 and table.tokens[cell] <= 0:
-            raise ConfigError(f"{ctx.where}: field 'weights' cell {cell!r}: cell is empty (0 tokens) "
-                              f"but has weight {float(weight):.6g}")
+            raise ConfigError(
+                f"{ctx.where}: field 'weights' cell {cell!r}: cell is empty (0 tokens) "
+                f"but has weight {float(weight):.6g}"
+            )
         if weight > 0 and table.sequences(cell) == 0:
             raise ConfigError(
                 f"{ctx.where}: field 'weights' cell {cell!r}: holds {table.tokens[cell]} tokens, fewer than one "
@@ -118,7 +122,9 @@ def explicit_weights(ctx: PhaseContext, table: CellTable) -> dict[str, Fraction]
     return {cell: weight for cell, weight in expanded.items() if weight > 0}
 
 
-def strategy_weights(ctx: PhaseContext, table: CellTable, capacity: dict[str, int], sequences: int) -> dict[str, Fraction]:
+def strategy_weights(
+    ctx: PhaseContext, table: CellTable, capacity: dict[str, int], sequences: int
+) -> dict[str, Fraction]:
     phase = ctx.phase
     cells = table.sampleable
     if phase.cells is not None:
@@ -131,8 +137,10 @@ def strategy_weights(ctx: PhaseContext, table: CellTable, capacity: dict[str, in
         cells = sorted(chosen)
     try:
         desired = desired_weights(
-            phase.strategy or "", {cell: table.tokens[cell] for cell in cells},
-            temperature_value=phase.temperature, tilt=phase.tilt,
+            phase.strategy or "",
+            {cell: table.tokens[cell] for cell in cells},
+            temperature_value=phase.temperature,
+            tilt=phase.tilt,
         )
         weights = water_fill(desired, capacity, sequences)
     except StrategyError as exc:
@@ -140,8 +148,14 @@ def strategy_weights(ctx: PhaseContext, table: CellTable, capacity: dict[str, in
     return {cell: weight for cell, weight in weights.items() if weight > 0}
 
 
-def infeasible_message(ctx: PhaseContext, exc: Infeasible, table: CellTable, used: dict[str, int],
-                       capacity: dict[str, int], sequences: int) -> str:
+def infeasible_message(
+    ctx: PhaseContext,
+    exc: Infeasible,
+    table: CellTable,
+    used: dict[str, int],
+    capacity: dict[str, int],
+    sequences: int,
+) -> str:
     shown = exc.cells[:8]
     more = f" and {len(exc.cells) - len(shown)} more" if len(exc.cells) > len(shown) else ""
     if exc.reason == "tiny":
@@ -168,14 +182,21 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
     table = CellTable({cell: summary.tokens for cell, summary in store.manifest.cells.items()}, revision.seq_len)
     cap = Fraction(revision.epoch_cap)
     limit = {cell: math.floor(cap * table.sequences(cell)) for cell in table.tokens}
-    used = {cell: 0 for cell in table.tokens}
+    used = dict.fromkeys(table.tokens, 0)
     phases: list[ManifestPhase] = []
     position = 0
     ancestors: list[Ancestor] = []
     if parent is not None and revision.continues is not None:
         tokenizer = store.manifest.tokenizer
-        check_same_frame(revision, parent, store.name, store.version, store.manifest_hash,
-                         tokenizer.fingerprint if tokenizer else None, f"{source}: revision {revision.key}")
+        check_same_frame(
+            revision,
+            parent,
+            store.name,
+            store.version,
+            store.manifest_hash,
+            tokenizer.fingerprint if tokenizer else None,
+            f"{source}: revision {revision.key}",
+        )
         phases = inherited_phases(parent.manifest, revision.continues.at_step)
         for inherited in phases:
             for cell, count in inherited.counts.items():
@@ -191,38 +212,46 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         else:
             weights = strategy_weights(ctx, table, capacity, sequences)
         try:
-            counts = apportion(weights, sequences, lower={c: 1 for c in weights}, upper=capacity)
+            counts = apportion(weights, sequences, lower=dict.fromkeys(weights, 1), upper=capacity)
         except Infeasible as exc:
             raise ConfigError(infeasible_message(ctx, exc, table, used, capacity, sequences)) from None
         mass = sum(weights.values(), Fraction(0))
         for cell, count in counts.items():
             used[cell] += count
-        phases.append(ManifestPhase(
-            name=phase.name,
-            token_budget=phase.tokens,
-            start_position=position,
-            sequences=sequences,
-            start_step=position // revision.global_batch,
-            steps=sequences // revision.global_batch,
-            counts=dict(sorted(counts.items())),
-            declared_weights={cell: float(weight / mass) for cell, weight in sorted(weights.items())},
-        ))
+        phases.append(
+            ManifestPhase(
+                name=phase.name,
+                token_budget=phase.tokens,
+                start_position=position,
+                sequences=sequences,
+                start_step=position // revision.global_batch,
+                steps=sequences // revision.global_batch,
+                counts=dict(sorted(counts.items())),
+                declared_weights={cell: float(weight / mass) for cell, weight in sorted(weights.items())},
+            )
+        )
         position += sequences
     interleaved = {cell for phase in phases for cell, count in phase.interleaved_counts().items() if count > 0}
     drawn = sorted(cell for cell, count in used.items() if count > 0 or cell in interleaved)
     for phase_index, built in enumerate(phases):
-        phases[phase_index] = built.model_copy(update={
-            "counts": {cell: built.counts.get(cell, 0) for cell in drawn},
-            "declared_weights": {cell: built.declared_weights.get(cell, 0.0) for cell in drawn},
-        })
+        phases[phase_index] = built.model_copy(
+            update={
+                "counts": {cell: built.counts.get(cell, 0) for cell in drawn},
+                "declared_weights": {cell: built.declared_weights.get(cell, 0.0) for cell in drawn},
+            }
+        )
     cells = {cell: pin_cell(store, cell, table, revision, source) for cell in drawn}
     tokenizer = store.manifest.tokenizer
     return BuiltManifest(
         mixture=revision.mixture,
         revision=revision.revision,
         revision_hash=revision.hash(),
-        store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash,
-                       stats_only=store.manifest.stats_only),
+        store=StoreRef(
+            name=store.name,
+            version=store.version,
+            manifest_hash=store.manifest_hash,
+            stats_only=store.manifest.stats_only,
+        ),
         tokenizer_fingerprint=tokenizer.fingerprint if tokenizer else None,
         dtype=store.manifest.dtype,
         eos_id=tokenizer.eos_id if tokenizer else None,
@@ -254,8 +283,14 @@ def pin_cell(store: Store, cell: str, table: CellTable, revision: Revision, sour
     The shard files themselves are checked by the loader as it reads them, and by `store verify`."""
     summary = store.manifest.cells[cell]
     if store.manifest.stats_only:
-        return ManifestCell(name=cell, available_tokens=summary.tokens, documents=summary.documents,
-                            sequences_available=table.sequences(cell), cell_manifest_hash=None, shards=0)
+        return ManifestCell(
+            name=cell,
+            available_tokens=summary.tokens,
+            documents=summary.documents,
+            sequences_available=table.sequences(cell),
+            cell_manifest_hash=None,
+            shards=0,
+        )
     manifest = store.cell(cell)
     cell_json = store.cell_dir(cell) / "cell.json"
     if manifest.tokens != summary.tokens:
@@ -263,19 +298,19 @@ def pin_cell(store: Store, cell: str, table: CellTable, revision: Revision, sour
     if store.manifest.dtype is not None and manifest.dtype != store.manifest.dtype:
         raise ArtifactError(f"{cell_json}: dtype {manifest.dtype} differs from store.json's {store.manifest.dtype}")
     return ManifestCell(
-        name=cell, available_tokens=manifest.tokens, documents=manifest.documents,
+        name=cell,
+        available_tokens=manifest.tokens,
+        documents=manifest.documents,
         sequences_available=table.sequences(cell),
-        cell_manifest_hash=(summary.manifest_hash
-                            or read_artifact(cell_json, CELL_KIND, (CELL_SCHEMA_VERSION,))["content_hash"]),
+        cell_manifest_hash=(
+            summary.manifest_hash or read_artifact(cell_json, CELL_KIND, (CELL_SCHEMA_VERSION,))["content_hash"]
+        ),
         shards=len(manifest.shards.names),
     )
 
 
 def pin_shards(shards: list[ShardInfo]) -> list[PinnedShard]:
-    return [
-        PinnedShard(name=s.name, documents=s.documents, tokens=s.tokens, digest=s.digest)
-        for s in shards
-    ]
+    return [PinnedShard(name=s.name, documents=s.documents, tokens=s.tokens, digest=s.digest) for s in shards]
 
 
 def pin_validation(store: Store) -> dict[str, ManifestValidation]:
@@ -289,28 +324,45 @@ def pin_validation(store: Store) -> dict[str, ManifestValidation]:
             continue
         held = store.cell(cell).validation
         if held.documents != summary.validation_documents:
-            raise ArtifactError(f"{store.cell_dir(cell) / 'cell.json'}: {held.documents} held-out documents, "
-                                f"store.json says {summary.validation_documents}")
-        pinned[cell] = ManifestValidation(name=cell, kind="cell", directory=f"cells/{cell}", documents=held.documents,
-                                          available_tokens=held.tokens, bytes=held.bytes,
-                                          shards=pin_shards(held.shards))
+            raise ArtifactError(
+                f"{store.cell_dir(cell) / 'cell.json'}: {held.documents} held-out documents, "
+                f"store.json says {summary.validation_documents}"
+            )
+        pinned[cell] = ManifestValidation(
+            name=cell,
+            kind="cell",
+            directory=f"cells/{cell}",
+            documents=held.documents,
+            available_tokens=held.tokens,
+            bytes=held.bytes,
+            shards=pin_shards(held.shards),
+        )
     for name in sorted(store.manifest.sets):
         if name in pinned:
             raise ArtifactError(f"{store.path / 'store.json'}: evaluation set {name!r} has a cell's name")
         held = store.eval_set(name).held
-        pinned[name] = ManifestValidation(name=name, kind="set", directory=f"sets/{name}", documents=held.documents,
-                                          available_tokens=held.tokens, bytes=held.bytes, shards=pin_shards(held.shards))
+        pinned[name] = ManifestValidation(
+            name=name,
+            kind="set",
+            directory=f"sets/{name}",
+            documents=held.documents,
+            available_tokens=held.tokens,
+            bytes=held.bytes,
+            shards=pin_shards(held.shards),
+        )
     return pinned
 
 
 def manifest_hash(manifest: BuiltManifest) -> str:
     """The content hash `write_manifest` will record for this manifest."""
-    return content_hash({"kind": MANIFEST_KIND, "schema_version": MANIFEST_SCHEMA_VERSION,
-                         **manifest.model_dump(mode="json")})
+    return content_hash(
+        {"kind": MANIFEST_KIND, "schema_version": MANIFEST_SCHEMA_VERSION, **manifest.model_dump(mode="json")}
+    )
 
 
-def resolve_revision(home: Home, revision: Revision, source: str, seen: tuple[str, ...] = (),
-                     version: str | None = None) -> tuple[BuiltManifest, Store]:
+def resolve_revision(
+    home: Home, revision: Revision, source: str, seen: tuple[str, ...] = (), version: str | None = None
+) -> tuple[BuiltManifest, Store]:
     """Open a revision's store and resolve it, its parents first when it continues one. A revision
     that names no store version takes `version` (its child's), else its parent's, else the newest."""
     spec = revision.store
@@ -327,8 +379,7 @@ def resolve_revision(home: Home, revision: Revision, source: str, seen: tuple[st
     return resolve(revision, store, source, parent), store
 
 
-def resolve_parent(home: Home, revision: Revision, source: str, seen: tuple[str, ...],
-                   version: str | None) -> Parent:
+def resolve_parent(home: Home, revision: Revision, source: str, seen: tuple[str, ...], version: str | None) -> Parent:
     """The parent in memory (on the child's store version when it names none); its built manifest,
     if there is one, must be what its file resolves to now."""
     assert revision.continues is not None
@@ -347,6 +398,8 @@ def resolve_parent(home: Home, revision: Revision, source: str, seen: tuple[str,
     if built.exists():
         _, built_hash = read_manifest(built)
         if built_hash != digest:
-            raise ConfigError(f"{where}: parent {loaded.key}'s built manifest {built} has hash {built_hash}, but "
-                              f"{path} resolves to {digest} now (the parent or its store changed)")
+            raise ConfigError(
+                f"{where}: parent {loaded.key}'s built manifest {built} has hash {built_hash}, but "
+                f"{path} resolves to {digest} now (the parent or its store changed)"
+            )
     return Parent(manifest, digest, str(path))

@@ -187,7 +187,9 @@ def check_phases(revision: Revision, source: str) -> None:
             need = "required" if phase.temperature is None else "only"
             raise ConfigError(f"{where}: field 'temperature': {need} for strategy 'temperature'")
         if (phase.strategy == "quality-tilt") != (phase.tilt is not None):
-            raise ConfigError(f"{where}: field 'tilt': {'required' if phase.tilt is None else 'only'} for strategy 'quality-tilt'")
+            raise ConfigError(
+                f"{where}: field 'tilt': {'required' if phase.tilt is None else 'only'} for strategy 'quality-tilt'"
+            )
         for bucket, factor in (phase.tilt or {}).items():
             if not BUCKET_KEY.match(bucket):
                 raise ConfigError(f"{where}: field 'tilt' bucket {bucket!r}: expected a bucket name like 'q4'")
@@ -221,7 +223,22 @@ def revision_to_toml(revision: Revision, header: str = "") -> str:
         data.pop("description", None)
     if not data.get("normalize"):
         data.pop("normalize", None)
-    ordered: dict[str, Any] = {k: data[k] for k in ("mixture", "revision", "description", "seed", "seq_len", "global_batch",
-                                    "epoch_cap", "normalize", "store", "continues", "phases") if k in data}
+    ordered: dict[str, Any] = {
+        k: data[k]
+        for k in (
+            "mixture",
+            "revision",
+            "description",
+            "seed",
+            "seq_len",
+            "global_batch",
+            "epoch_cap",
+            "normalize",
+            "store",
+            "continues",
+            "phases",
+        )
+        if k in data
+    }
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     return comment + tomli_w.dumps(ordered)

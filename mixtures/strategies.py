@@ -10,8 +10,8 @@ rounding error.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Mapping
 
 from mixtures.cells import bucket_of
 
@@ -32,8 +32,10 @@ def temperature(tokens: Mapping[str, int], value: float) -> dict[str, Fraction]:
     """tokens^(1/T): T=1 is natural, large T tends to uniform. Taken relative to the largest cell, in
     logs (1e12 tokens to the power 1/0.01 overflows a float; the ratio (count/largest)^(1/T) never does)."""
     largest = math.log(max(*tokens.values(), 1))
-    return {cell: Fraction(math.exp((math.log(count) - largest) / value)) if count > 0 else Fraction(0)
-            for cell, count in tokens.items()}
+    return {
+        cell: Fraction(math.exp((math.log(count) - largest) / value)) if count > 0 else Fraction(0)
+        for cell, count in tokens.items()
+    }
 
 
 def quality_tilt(tokens: Mapping[str, int], tilt: Mapping[str, float]) -> dict[str, Fraction]:
@@ -50,7 +52,10 @@ def quality_tilt(tokens: Mapping[str, int], tilt: Mapping[str, float]) -> dict[s
 
 
 def desired_weights(
-    strategy: str, tokens: Mapping[str, int], *, temperature_value: float | None = None,
+    strategy: str,
+    tokens: Mapping[str, int],
+    *,
+    temperature_value: float | None = None,
     tilt: Mapping[str, float] | None = None,
 ) -> dict[str, Fraction]:
     if not tokens:

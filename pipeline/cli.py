@@ -22,19 +22,34 @@ def pipeline() -> None:
 
 @pipeline.command("run")
 @click.argument("config_path", metavar="CONFIG.toml", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--executor", type=click.Choice(["local", "ray", "slurm"]), default=None,
-              help="datatrove executor (default: the config's [executor] kind, else local). slurm submits one "
-                   "job per stage, each depending on the one before, and returns.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Tasks run at once (default: the config's [executor] workers).")
-@click.option("--restart", is_flag=True,
-              help="Start the run's work directory afresh (needed when its input files changed since it started).")
-@click.option("--dry-run", is_flag=True,
-              help="Slurm executor: write each stage's sbatch script and chain.json for review; submit nothing.")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray", "slurm"]),
+    default=None,
+    help="datatrove executor (default: the config's [executor] kind, else local). slurm submits one "
+    "job per stage, each depending on the one before, and returns.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tasks run at once (default: the config's [executor] workers).",
+)
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Start the run's work directory afresh (needed when its input files changed since it started).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Slurm executor: write each stage's sbatch script and chain.json for review; submit nothing.",
+)
 @home_option
 @json_option
-def run(config_path: Path, executor: str | None, workers: int | None, restart: bool, dry_run: bool, home,
-        as_json: bool) -> None:
+def run(
+    config_path: Path, executor: str | None, workers: int | None, restart: bool, dry_run: bool, home, as_json: bool
+) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
     from pipeline.config import load_pipeline_config
     from pipeline.runner import STAGE_LABELS, run_pipeline
@@ -44,12 +59,18 @@ def run(config_path: Path, executor: str | None, workers: int | None, restart: b
     if (executor or config.executor.kind) == "slurm":
         return _run_on_slurm(config, home, restart, dry_run, as_json)
     if dry_run:
-        raise ConfigError("--dry-run writes Slurm scripts: use it with --executor slurm or [executor] kind = \"slurm\"")
+        raise ConfigError('--dry-run writes Slurm scripts: use it with --executor slurm or [executor] kind = "slurm"')
     labels = list(STAGE_LABELS)
     bar = on_terminal() and not as_json
     current = {"stage": "starting"}
-    with Progress(SpinnerColumn(), TextColumn("pipeline: {task.description}"), BarColumn(), TimeElapsedColumn(),
-                  disable=not bar, console=Console(stderr=True)) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("pipeline: {task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        disable=not bar,
+        console=Console(stderr=True),
+    ) as progress:
         task = progress.add_task("starting", total=len(labels))
 
         def on_stage(label: str) -> None:
@@ -57,12 +78,21 @@ def run(config_path: Path, executor: str | None, workers: int | None, restart: b
             progress.update(task, description=label, completed=labels.index(label))
 
         try:
-            path = run_pipeline(config, home, executor=executor, workers=workers, on_stage=on_stage,
-                                progress_lines=not bar, restart=restart)
+            path = run_pipeline(
+                config,
+                home,
+                executor=executor,
+                workers=workers,
+                on_stage=on_stage,
+                progress_lines=not bar,
+                restart=restart,
+            )
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`millrace.signals`): the same clean stop
             stopped = Terminated if isinstance(exc, TerminateSignal) else Interrupted
-            raise stopped(f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
-                          f"with: millrace pipeline run {config_path}") from None
+            raise stopped(
+                f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
+                f"with: millrace pipeline run {config_path}"
+            ) from None
         progress.update(task, description="done", completed=len(labels))
     summary = store_summary(path)
     if as_json:
@@ -92,8 +122,13 @@ def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> 
 
 @pipeline.command("init")
 @click.argument("corpus_dir", metavar="CORPUS_DIR", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the starter config (TOML).")
+@click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the starter config (TOML).",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @home_option
 @json_option

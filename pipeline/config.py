@@ -36,16 +36,22 @@ from typing import Any, Literal
 import pydantic
 
 from millrace.config import StrictModel, parse_document, validate
-from millrace.errors import ConfigError, first_validation_error
+from millrace.errors import ConfigError
 from millrace.names import NAME_PATTERN
 from pipeline.filters import FILTER_NAMES, PROSE_FILTERS, filter_spec
 
 Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "html", "hf-datasets"]
-_JSON_LINES = tuple(f"{stem}{codec}" for stem in (".jsonl", ".json", ".ndjson")
-                    for codec in ("", ".gz", ".zst", ".zstd", ".bz2", ".xz"))
+_JSON_LINES = tuple(
+    f"{stem}{codec}"
+    for stem in (".jsonl", ".json", ".ndjson")
+    for codec in ("", ".gz", ".zst", ".zstd", ".bz2", ".xz")
+)
 # the files a format reads inside a directory when no `glob` is set (compression is taken from the name)
 FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
-    "jsonl": _JSON_LINES, "jsonl.zst": _JSON_LINES, "parquet": (".parquet",), "warc": (".warc", ".warc.gz"),
+    "jsonl": _JSON_LINES,
+    "jsonl.zst": _JSON_LINES,
+    "parquet": (".parquet",),
+    "warc": (".warc", ".warc.gz"),
     "html": (".html", ".htm", ".html.gz", ".htm.gz"),
 }
 EXTRACTED_FORMATS = frozenset({"warc", "html"})  # their text is HTML: trafilatura extracts it before normalising
@@ -56,29 +62,42 @@ class SourceConfig(StrictModel):
     """One input source; its name becomes the cell name when no domains stage runs."""
 
     name: str = pydantic.Field(pattern=NAME_PATTERN, description="becomes the cell name when no domains stage runs")
-    paths: list[str] = pydantic.Field(min_length=1,
-                                      description="files or directories (relative to this file or absolute)")
-    glob: str | None = pydantic.Field(None, examples=["**/*.jsonl"], description="only these files inside "
-                                      "directories; absent: every file with one of the format's extensions")
-    format: Format = pydantic.Field("jsonl.zst", description="jsonl | jsonl.zst | parquet | warc | html | hf-datasets "
-                                    "(warc, html: trafilatura extracts the text)")
-    kind: Literal["prose", "code"] = pydantic.Field("prose", description="prose | code (code never goes through "
-                                                    "prose filters)")
+    paths: list[str] = pydantic.Field(
+        min_length=1, description="files or directories (relative to this file or absolute)"
+    )
+    glob: str | None = pydantic.Field(
+        None,
+        examples=["**/*.jsonl"],
+        description="only these files inside directories; absent: every file with one of the format's extensions",
+    )
+    format: Format = pydantic.Field(
+        "jsonl.zst",
+        description="jsonl | jsonl.zst | parquet | warc | html | hf-datasets "
+        "(warc, html: trafilatura extracts the text)",
+    )
+    kind: Literal["prose", "code"] = pydantic.Field(
+        "prose", description="prose | code (code never goes through prose filters)"
+    )
     normalise: bool = pydantic.Field(True, description="unicode repair (ftfy) before anything else")
     filters: list[str] = pydantic.Field([], description="any of " + ", ".join(FILTER_NAMES) + " (pipeline.filters)")
-    language_id: bool = pydantic.Field(True, description="py3langid, before the filters: each applies its "
-                                       "language's rules")
-    languages: list[str] | None = pydantic.Field(None, examples=[["en"]], description="keep only these languages "
-                                                 "(needs language_id); absent keeps all")
+    language_id: bool = pydantic.Field(
+        True, description="py3langid, before the filters: each applies its language's rules"
+    )
+    languages: list[str] | None = pydantic.Field(
+        None, examples=[["en"]], description="keep only these languages (needs language_id); absent keeps all"
+    )
     text_key: str = pydantic.Field("text", description="the record field holding the text")
     id_key: str = pydantic.Field("id", description="the record field holding the document id")
-    on_bad_file: Literal["error", "skip"] = pydantic.Field("error", description="error | skip: a truncated or "
-                                                           "corrupt file stops the run, or is skipped and listed")
-    max_document_bytes: int = pydantic.Field(1_000_000, ge=1, description="longer documents are dropped (too_long) "
-                                             "or cut, as long_documents says")
+    on_bad_file: Literal["error", "skip"] = pydantic.Field(
+        "error", description="error | skip: a truncated or corrupt file stops the run, or is skipped and listed"
+    )
+    max_document_bytes: int = pydantic.Field(
+        1_000_000, ge=1, description="longer documents are dropped (too_long) or cut, as long_documents says"
+    )
     long_documents: Literal["drop", "cut"] = pydantic.Field("drop", description="drop | cut")
-    symlinks_outside: Literal["skip", "read"] = pydantic.Field("skip", description="skip | read: links leading out "
-                                                               "of the source's folders are reported, or read")
+    symlinks_outside: Literal["skip", "read"] = pydantic.Field(
+        "skip", description="skip | read: links leading out of the source's folders are reported, or read"
+    )
 
     @pydantic.field_validator("filters")
     @classmethod
@@ -125,27 +144,42 @@ class DedupConfig(StrictModel):
     exact: bool = pydantic.Field(True, description="drop documents with identical text (keeps the smallest key)")
     fuzzy: bool = pydantic.Field(True, description="MinHash + LSH near-duplicate removal")
     ngram: int = pydantic.Field(5, ge=1, description="word n-gram shingles")
-    bands: int = pydantic.Field(40, ge=1, description="LSH bands x rows = signature length; 40 x 3 makes pairs "
-                                "from Jaccard ~0.5 up candidates with probability > 0.995")
+    bands: int = pydantic.Field(
+        40,
+        ge=1,
+        description="LSH bands x rows = signature length; 40 x 3 makes pairs "
+        "from Jaccard ~0.5 up candidates with probability > 0.995",
+    )
     rows: int = pydantic.Field(3, ge=1, description="hashes per LSH band")
     threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0, description="estimated Jaccard a candidate pair must reach")
-    verify_threshold: float = pydantic.Field(0.4, ge=0.0, le=1.0, description="... and a removed document with its "
-                                             "cluster's kept one (no chains)")
+    verify_threshold: float = pydantic.Field(
+        0.4, ge=0.0, le=1.0, description="... and a removed document with its cluster's kept one (no chains)"
+    )
     seed: int = pydantic.Field(1, description="the MinHash permutations' seed")
     # each part an executor task, holding about 1/parts of the signing records at a time
-    parts: int = pydantic.Field(4, ge=1, le=1 << 16, description="duplicate finding runs as this many parallel "
-                                "tasks over parts of the hash space (the removals do not depend on it)")
+    parts: int = pydantic.Field(
+        4,
+        ge=1,
+        le=1 << 16,
+        description="duplicate finding runs as this many parallel "
+        "tasks over parts of the hash space (the removals do not depend on it)",
+    )
 
 
 class TokenizerConfig(StrictModel):
     """`path` to any tokenizer.json, or (when absent) a byte-level BPE trained on a corpus sample."""
 
-    path: str | None = pydantic.Field(None, examples=["tokenizer.json"], description="any HF tokenizer.json; "
-                                      "absent: train a byte-level BPE on a sample")
-    vocab_size: int = pydantic.Field(8192, ge=260, le=1 << 20, description="for the trained BPE (<= 65536 gives "
-                                     "uint16 shards)")
-    sample_bytes: int = pydantic.Field(4_000_000, ge=1, description="text sampled from the deduplicated corpus to "
-                                       "train it")
+    path: str | None = pydantic.Field(
+        None,
+        examples=["tokenizer.json"],
+        description="any HF tokenizer.json; absent: train a byte-level BPE on a sample",
+    )
+    vocab_size: int = pydantic.Field(
+        8192, ge=260, le=1 << 20, description="for the trained BPE (<= 65536 gives uint16 shards)"
+    )
+    sample_bytes: int = pydantic.Field(
+        4_000_000, ge=1, description="text sampled from the deduplicated corpus to train it"
+    )
     eos: str = pydantic.Field("<|endoftext|>", description="appended after every document")
     batch_size: int = pydantic.Field(256, ge=1, description="documents encoded per tokenizer call")
 
@@ -159,10 +193,14 @@ class OutputConfig(StrictModel):
     # (450 a cell), large objects for object storage (well past where a request's latency matters, under
     # S3's 5 GiB single-PUT limit), a few MB of `.idx` each; the loader keeps at most 128 open at once.
     shard_tokens: int = pydantic.Field(1 << 28, ge=1, description="a cell's shard rolls over after this many tokens")
-    url: str | None = pydantic.Field(None, examples=["s3://bucket/stores"], description="also copy the finished "
-                                     "store to <url>/<name>/<version> (any fsspec URL; store.json last)")
-    storage_options: dict[str, Any] = pydantic.Field({}, description="the url's filesystem options (endpoint, "
-                                                     "credentials profile, ...)")
+    url: str | None = pydantic.Field(
+        None,
+        examples=["s3://bucket/stores"],
+        description="also copy the finished store to <url>/<name>/<version> (any fsspec URL; store.json last)",
+    )
+    storage_options: dict[str, Any] = pydantic.Field(
+        {}, description="the url's filesystem options (endpoint, credentials profile, ...)"
+    )
 
     @pydantic.field_validator("version")
     @classmethod
@@ -182,17 +220,21 @@ SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){1,2}$|^\d+$")
 class SlurmConfig(StrictModel):
     """What each stage's sbatch script asks for (datatrove's `SlurmPipelineExecutor`, see `pipeline.slurm`)."""
 
-    partition: str = pydantic.Field("", examples=["cpu"], description="required with kind = \"slurm\"")
+    partition: str = pydantic.Field("", examples=["cpu"], description='required with kind = "slurm"')
     time: str = pydantic.Field("04:00:00", description="per task: D-HH:MM:SS, HH:MM:SS or minutes")
     cpus_per_task: int = pydantic.Field(1, ge=1, description="CPUs of each array task")
     mem_per_cpu_gb: int = pydantic.Field(2, ge=1, description="memory per CPU")
     driver_cpus: int = pydantic.Field(4, ge=1, description="the one-task jobs: dedup rounds, tokenizer, assembly")
     max_running: int = pydantic.Field(0, ge=0, description="array tasks at once (sbatch --array=0-N%max); 0: no limit")
     qos: str = pydantic.Field("", description="the jobs' quality of service")
-    env_command: str = pydantic.Field("", examples=["source /shared/.venv/bin/activate"],
-                                      description="run before each task, e.g. to activate an environment")
-    sbatch_args: dict[str, str | int] = pydantic.Field({}, examples=[{"account": "lab"}],
-                                                       description="any other #SBATCH option")
+    env_command: str = pydantic.Field(
+        "",
+        examples=["source /shared/.venv/bin/activate"],
+        description="run before each task, e.g. to activate an environment",
+    )
+    sbatch_args: dict[str, str | int] = pydantic.Field(
+        {}, examples=[{"account": "lab"}], description="any other #SBATCH option"
+    )
     logs: str = pydantic.Field("", description="raw Slurm output files; default: the run's work logs/slurm")
 
     @pydantic.field_validator("time")
@@ -207,18 +249,22 @@ class ExecutorConfig(StrictModel):
     """`tasks` fixes how input files are split (datatrove assigns sorted(files)[rank::tasks]); the
     store does not depend on it, but a resumed run must keep it. `workers` run at once (local, ray)."""
 
-    kind: Literal["local", "ray", "slurm"] = pydantic.Field("local", description="local | ray (RAY_ADDRESS=... for "
-                                                           "a running cluster) | slurm")
+    kind: Literal["local", "ray", "slurm"] = pydantic.Field(
+        "local", description="local | ray (RAY_ADDRESS=... for a running cluster) | slurm"
+    )
     tasks: int = pydantic.Field(4, ge=1, description="input split; keep it when resuming a run")
     workers: int = pydantic.Field(2, ge=1, description="tasks run at once (local, ray)")
-    slurm: SlurmConfig = pydantic.Field(SlurmConfig(), description='kind = "slurm": one sbatch job per stage, each '
-                                        "after the one before; `--dry-run` writes the scripts without submitting",
-                                        json_schema_extra={"starter": "commented"})  # pipeline.starter.COMMENTED
+    slurm: SlurmConfig = pydantic.Field(
+        SlurmConfig(),
+        description='kind = "slurm": one sbatch job per stage, each '
+        "after the one before; `--dry-run` writes the scripts without submitting",
+        json_schema_extra={"starter": "commented"},
+    )  # pipeline.starter.COMMENTED
 
     @pydantic.model_validator(mode="after")
     def _partition(self) -> ExecutorConfig:
         if self.kind == "slurm" and not self.slurm.partition:
-            raise ValueError("kind = \"slurm\" needs executor.slurm.partition")
+            raise ValueError('kind = "slurm" needs executor.slurm.partition')
         return self
 
 
@@ -227,8 +273,9 @@ class EvalSetConfig(StrictModel):
 
     name: str = pydantic.Field(pattern=NAME_PATTERN, description="the set's name in the store and on the pages")
     paths: list[str] = pydantic.Field(min_length=1, description="files or directories")
-    format: Literal["jsonl", "parquet", "text"] = pydantic.Field("jsonl", description="jsonl | parquet | text "
-                                                                 "(one document per file)")
+    format: Literal["jsonl", "parquet", "text"] = pydantic.Field(
+        "jsonl", description="jsonl | parquet | text (one document per file)"
+    )
     text_key: str = pydantic.Field("text", description="the record field holding the text")
 
 
@@ -236,22 +283,40 @@ class HeldOutConfig(StrictModel):
     """`[validation]`: the held-out split of every cell (`pipeline.cells.held_out_split`) and the external
     evaluation sets (`pipeline.stages.eval_sets`)."""
 
-    tokens_per_cell: int = pydantic.Field(4096, ge=0, description="held-out tokens per cell: the lowest-hash "
-                                          "documents until they reach this (the one that reaches it included)")
-    fraction: float = pydantic.Field(0.005, ge=0.0, lt=1.0,
-                                     description="also every document whose hash is below this share of the range")
+    tokens_per_cell: int = pydantic.Field(
+        4096,
+        ge=0,
+        description="held-out tokens per cell: the lowest-hash "
+        "documents until they reach this (the one that reaches it included)",
+    )
+    fraction: float = pydantic.Field(
+        0.005, ge=0.0, lt=1.0, description="also every document whose hash is below this share of the range"
+    )
     max_documents_per_cell: int = pydantic.Field(200, ge=0, description="at most this many held out per cell")
-    max_token_share: float = pydantic.Field(0.2, gt=0.0, le=1.0, description="past its first held-out document, "
-                                            "a cell holds out at most this share of its tokens")
+    max_token_share: float = pydantic.Field(
+        0.2,
+        gt=0.0,
+        le=1.0,
+        description="past its first held-out document, a cell holds out at most this share of its tokens",
+    )
     seed: int = pydantic.Field(0, ge=0, description="the hash key: another seed holds out other documents")
-    decontaminate: bool = pydantic.Field(True, description="give back to training the held-out documents whose "
-                                         "token n-grams are found in training (`pipeline.stages.contamination`)")
+    decontaminate: bool = pydantic.Field(
+        True,
+        description="give back to training the held-out documents whose "
+        "token n-grams are found in training (`pipeline.stages.contamination`)",
+    )
     contamination_ngram: int = pydantic.Field(13, ge=1, description="n of the token n-grams looked up")
-    contamination_threshold: float = pydantic.Field(0.5, gt=0.0, le=1.0, description="share of a document's "
-                                                    "n-grams found in training from which it counts as contaminated")
+    contamination_threshold: float = pydantic.Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="share of a document's n-grams found in training from which it counts as contaminated",
+    )
     sets: list[EvalSetConfig] = pydantic.Field(
-        [], examples=[[{"name": "wiki-2026", "paths": ["eval/wiki.jsonl"]}]],
-        description="external evaluation sets, tokenized into the store, never trained on")
+        [],
+        examples=[[{"name": "wiki-2026", "paths": ["eval/wiki.jsonl"]}]],
+        description="external evaluation sets, tokenized into the store, never trained on",
+    )
 
     @pydantic.model_validator(mode="after")
     def _unique_sets(self) -> HeldOutConfig:
@@ -303,9 +368,10 @@ class QualityConfig(StrictModel):
         0.5, gt=0.0, lt=1.0, description="share of the sample held out to fix bucket edges (not trained on)"
     )
     calibrate_by: Literal["language", "none"] = pydantic.Field(
-        "language", description="language: q0...q{B-1} per language (each bucket keeps the corpus's language mix; a "
+        "language",
+        description="language: q0...q{B-1} per language (each bucket keeps the corpus's language mix; a "
         "top bucket of one language may score below a q0 of another) | none: one global scale (buckets comparable "
-        "across languages; their language mix may differ)"
+        "across languages; their language mix may differ)",
     )
     min_group_documents: int = pydantic.Field(
         10, ge=1, description="calibration documents a language needs for its own edges (fewer: pooled edges)"
@@ -347,8 +413,9 @@ class DomainsConfig(StrictModel):
     embedder: str = pydantic.Field(
         "hashing-tfidf-svd", description="hashing-tfidf-svd | use-multilingual-v3 | package.module:Class"
     )
-    embedding: EmbeddingConfig = pydantic.Field(EmbeddingConfig(), description="hashed TF-IDF + truncated SVD, "
-                                                "offline on CPU")
+    embedding: EmbeddingConfig = pydantic.Field(
+        EmbeddingConfig(), description="hashed TF-IDF + truncated SVD, offline on CPU"
+    )
     seed: int = pydantic.Field(0, description="the fit's seed (k-means, SVD)")
 
     @pydantic.model_validator(mode="after")
@@ -420,6 +487,7 @@ def _check_filter_options(config: PipelineConfig, origin: str) -> None:
 
 def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineConfig:
     """Make source and tokenizer paths absolute (relative to the config file) and check they exist."""
+
     def resolved(raws: list[str], field: str) -> list[str]:
         paths = []
         for j, raw in enumerate(raws):
@@ -429,10 +497,14 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
             paths.append(str(path))
         return paths
 
-    sources = [source.model_copy(update={"paths": resolved(source.paths, f"sources.{i}.paths")})
-               for i, source in enumerate(config.sources)]
-    sets = [eval_set.model_copy(update={"paths": resolved(eval_set.paths, f"validation.sets.{i}.paths")})
-            for i, eval_set in enumerate(config.validation.sets)]
+    sources = [
+        source.model_copy(update={"paths": resolved(source.paths, f"sources.{i}.paths")})
+        for i, source in enumerate(config.sources)
+    ]
+    sets = [
+        eval_set.model_copy(update={"paths": resolved(eval_set.paths, f"validation.sets.{i}.paths")})
+        for i, eval_set in enumerate(config.validation.sets)
+    ]
     config = config.model_copy(update={"validation": config.validation.model_copy(update={"sets": sets})})
     tokenizer = config.tokenizer
     if tokenizer.path is not None:

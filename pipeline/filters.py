@@ -40,20 +40,32 @@ class FilterSpec:
 
 
 FILTERS: tuple[FilterSpec, ...] = (
-    FilterSpec("gopher_quality", "datatrove.pipeline.filters:GopherQualityFilter",
-               "Gopher's quality rules: word counts and lengths, symbols, bullets, stop words",
-               # share of words with a letter; datatrove's web default 0.8 drops most technical text
-               starter={"max_non_alpha_words_ratio": 0.5},
-               examples={"min_doc_words": 50, "max_symbol_word_ratio": 0.1}),
-    FilterSpec("gopher_repetition", "datatrove.pipeline.filters:GopherRepetitionFilter",
-               "Gopher's repetition rules: duplicated lines, paragraphs and n-grams",
-               examples={"dup_line_frac": 0.3}),
-    FilterSpec("c4_quality", "datatrove.pipeline.filters:C4QualityFilter",
-               "C4's line rules: terminal punctuation, javascript, policy lines (English only)",
-               examples={"filter_no_terminal_punct": True}),
-    FilterSpec("fineweb_quality", "datatrove.pipeline.filters:FineWebQualityFilter",
-               "FineWeb's line rules: punctuation, short lines, repeated characters",
-               examples={"line_punct_thr": 0.12}),
+    FilterSpec(
+        "gopher_quality",
+        "datatrove.pipeline.filters:GopherQualityFilter",
+        "Gopher's quality rules: word counts and lengths, symbols, bullets, stop words",
+        # share of words with a letter; datatrove's web default 0.8 drops most technical text
+        starter={"max_non_alpha_words_ratio": 0.5},
+        examples={"min_doc_words": 50, "max_symbol_word_ratio": 0.1},
+    ),
+    FilterSpec(
+        "gopher_repetition",
+        "datatrove.pipeline.filters:GopherRepetitionFilter",
+        "Gopher's repetition rules: duplicated lines, paragraphs and n-grams",
+        examples={"dup_line_frac": 0.3},
+    ),
+    FilterSpec(
+        "c4_quality",
+        "datatrove.pipeline.filters:C4QualityFilter",
+        "C4's line rules: terminal punctuation, javascript, policy lines (English only)",
+        examples={"filter_no_terminal_punct": True},
+    ),
+    FilterSpec(
+        "fineweb_quality",
+        "datatrove.pipeline.filters:FineWebQualityFilter",
+        "FineWeb's line rules: punctuation, short lines, repeated characters",
+        examples={"line_punct_thr": 0.12},
+    ),
 )
 FILTER_NAMES: tuple[str, ...] = tuple(spec.name for spec in FILTERS)
 PROSE_FILTERS = frozenset(spec.name for spec in FILTERS if spec.prose)

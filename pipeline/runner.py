@@ -103,23 +103,41 @@ class CountedStep:
 
 def _filter_step(name: str) -> CountedStep:
     """A registered filter (`pipeline.filters`) as a funnel stage, for the sources that list it."""
+
     def users(config: PipelineConfig) -> list[str]:
         return [s.name for s in config.sources if name in s.filters]
 
-    return CountedStep(name, lambda config: bool(users(config)), lambda config, layout, funnel: HeuristicFilterStage(
-        name, config.filters[name], funnel, layout.removed, users(config)))
+    return CountedStep(
+        name,
+        lambda config: bool(users(config)),
+        lambda config, layout, funnel: HeuristicFilterStage(
+            name, config.filters[name], funnel, layout.removed, users(config)
+        ),
+    )
 
 
 # The filter run's counted stages in order (the one list: `stage_names` and `filter_pipeline` read it). Language
 # id comes before the filters: each filter applies the document's language's rules.
 FILTER_RUN_STAGES: tuple[CountedStep, ...] = (
-    CountedStep("extract", lambda config: bool(extracted_sources(config)),
-                lambda config, layout, funnel: ExtractStage(funnel, layout.removed, extracted_sources(config))),
-    CountedStep("normalise", lambda config: True, lambda config, layout, funnel: NormaliseStage(
-        funnel, layout.removed, [s.name for s in config.sources if s.normalise])),
-    CountedStep("language", lambda config: any(s.language_id for s in config.sources),
-                lambda config, layout, funnel: LanguageStage(
-                    funnel, layout.removed, {s.name: s.languages for s in config.sources if s.language_id})),
+    CountedStep(
+        "extract",
+        lambda config: bool(extracted_sources(config)),
+        lambda config, layout, funnel: ExtractStage(funnel, layout.removed, extracted_sources(config)),
+    ),
+    CountedStep(
+        "normalise",
+        lambda config: True,
+        lambda config, layout, funnel: NormaliseStage(
+            funnel, layout.removed, [s.name for s in config.sources if s.normalise]
+        ),
+    ),
+    CountedStep(
+        "language",
+        lambda config: any(s.language_id for s in config.sources),
+        lambda config, layout, funnel: LanguageStage(
+            funnel, layout.removed, {s.name: s.languages for s in config.sources if s.language_id}
+        ),
+    ),
     *(_filter_step(name) for name in FILTER_NAMES),
 )
 
@@ -155,8 +173,9 @@ class DeduplicatedSample:
         self.layout = layout
 
     def documents(self, max_bytes: int) -> list[Document]:
-        return merged_sample(self.layout.samples, lambda rank: set(load_duplicates(self.layout.duplicates, rank)),
-                             max_bytes)
+        return merged_sample(
+            self.layout.samples, lambda rank: set(load_duplicates(self.layout.duplicates, rank)), max_bytes
+        )
 
 
 @dataclass
@@ -188,10 +207,15 @@ def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: 
         from datatrove.executor import RayPipelineExecutor
 
         if not ray.is_initialized():
-            ray.init(address=os.environ.get("RAY_ADDRESS"), num_cpus=None if os.environ.get("RAY_ADDRESS") else workers,
-                     include_dashboard=False, log_to_driver=False)
-        return RayPipelineExecutor(pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir),
-                                   cpus_per_task=1, mem_per_cpu_gb=1)
+            ray.init(
+                address=os.environ.get("RAY_ADDRESS"),
+                num_cpus=None if os.environ.get("RAY_ADDRESS") else workers,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
+        return RayPipelineExecutor(
+            pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir), cpus_per_task=1, mem_per_cpu_gb=1
+        )
     return _local_executor(pipeline, tasks, min(workers, tasks), logging_dir)
 
 
@@ -201,8 +225,11 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
 
     logger.remove()
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
-    logger.add(logfile, level="DEBUG",
-               format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}")
+    logger.add(
+        logfile,
+        level="DEBUG",
+        format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}",
+    )
     logger.add(sys.stderr, level="ERROR", format=lambda record: f"task {rank}: {{message}}\n")
     logger.info(f"Launching pipeline for {rank=}")
     return logfile
@@ -210,9 +237,8 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
 
 def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path):
     """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
-    from datatrove.executor import LocalPipelineExecutor
-
     import datatrove.executor.base as executor_base
+    from datatrove.executor import LocalPipelineExecutor
 
     verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
 
@@ -257,8 +283,16 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path,
-               lines: bool = False, read: Callable[[], int] | None = None) -> None:
+def _run_stage(
+    label: str,
+    kind: str,
+    pipeline: list,
+    tasks: int,
+    workers: int,
+    logging_dir: Path,
+    lines: bool = False,
+    read: Callable[[], int] | None = None,
+) -> None:
     executor = _executor(kind, pipeline, tasks, workers, logging_dir)
     if not executor.get_incomplete_ranks():
         log.info("%s: all %d tasks already complete", label, tasks)
@@ -269,7 +303,9 @@ def _run_stage(label: str, kind: str, pipeline: list, tasks: int, workers: int, 
     except Exception as exc:  # a task's exception, re-raised by the executor
         if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
             raise TerminateSignal() from exc
-        raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs") from exc
+        raise PipelineError(
+            f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs"
+        ) from exc
     incomplete = executor.get_incomplete_ranks()
     if incomplete:
         raise PipelineError(f"stage {label!r}: tasks {incomplete} did not complete; task logs in {logging_dir}/logs")
@@ -316,15 +352,27 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
                 steps.append(DropDuplicates(stage, reasons[stage], layout.duplicates, funnel[stage], layout.removed))
     steps += extra
     sources = [s.name for s in config.sources]
-    steps.append(TokenizeCells(layout.tokenizer, config.tokenizer.eos, sources, layout.runs, layout.staged / "cells",
-                               funnel["tokenize"], config.output.shard_tokens, config.tokenizer.batch_size,
-                               config.validation, config.validation.sets))
+    steps.append(
+        TokenizeCells(
+            layout.tokenizer,
+            config.tokenizer.eos,
+            sources,
+            layout.runs,
+            layout.staged / "cells",
+            funnel["tokenize"],
+            config.output.shard_tokens,
+            config.tokenizer.batch_size,
+            config.validation,
+            config.validation.sets,
+        )
+    )
     steps.append(RemovedTokens(layout.tokenizer, layout.removed, layout.removed_tokens, config.tokenizer.batch_size))
     return steps
 
 
-def decontaminate(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kind: str, workers: int,
-                  lines: bool) -> dict:
+def decontaminate(
+    config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kind: str, workers: int, lines: bool
+) -> dict:
     """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.contamination`):
     {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
 
@@ -334,19 +382,35 @@ def decontaminate(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kin
     dtype = dtype_for_vocab(load_tokenizer(layout.tokenizer).get_vocab_size(with_added_tokens=True))
     if not (layout.contamination / "held-out.npz").exists():
         write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
-    step = FindContainedNgrams(layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype),
-                               v.contamination_ngram)
+    step = FindContainedNgrams(
+        layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
+    )
     _run_stage("decontaminate", kind, [step], config.executor.tasks, workers, layout.logs / "4-decontaminate", lines)
-    decision = {**contaminated(layout.contamination, v.contamination_threshold),
-                "ngram": v.contamination_ngram, "threshold": v.contamination_threshold}
+    decision = {
+        **contaminated(layout.contamination, v.contamination_threshold),
+        "ngram": v.contamination_ngram,
+        "threshold": v.contamination_threshold,
+    }
     save_decision(layout.contamination, decision)
     return decision
 
 
 def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, given_back: dict) -> list[PipelineStep]:
-    return [WriteHeldOut(layout.tokenizer, config.tokenizer.eos, [s.name for s in config.sources], layout.runs,
-                         layout.staged / "cells", layout.parts, config.output.shard_tokens, cutoffs,
-                         config.validation.sets, given_back, config.validation.contamination_ngram)]
+    return [
+        WriteHeldOut(
+            layout.tokenizer,
+            config.tokenizer.eos,
+            [s.name for s in config.sources],
+            layout.runs,
+            layout.staged / "cells",
+            layout.parts,
+            config.output.shard_tokens,
+            cutoffs,
+            config.validation.sets,
+            given_back,
+            config.validation.contamination_ngram,
+        )
+    ]
 
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
@@ -359,8 +423,9 @@ def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
         return layout.tokenizer
     sample = DeduplicatedSample(layout).documents(config.tokenizer.sample_bytes)
     log.info("training a byte-level BPE (vocab %d) on %d sampled documents", config.tokenizer.vocab_size, len(sample))
-    return train_byte_level_bpe((d.text for d in sample), config.tokenizer.vocab_size, config.tokenizer.eos,
-                                layout.tokenizer)
+    return train_byte_level_bpe(
+        (d.text for d in sample), config.tokenizer.vocab_size, config.tokenizer.eos, layout.tokenizer
+    )
 
 
 def malformed_report(layout: WorkLayout) -> list[dict]:
@@ -387,15 +452,20 @@ def store_version(config: PipelineConfig, home: Home, config_hash: str) -> str:
     if config.output.version is not None:
         raise ConfigError(
             f"field 'output.version': store {name}/{version} already exists at {home.store(name, version)}, built "
-            f"from another config; name this one, e.g. version = \"{version}.1\" in [output]"
+            f'from another config; name this one, e.g. version = "{version}.1" in [output]'
         )
     for n in itertools.count(1):
         candidate = f"{version}.{n}"
         found = _built_from(home, name, candidate)
         if found in (None, config_hash):
             if found is None:
-                log.warning("store %s/%s was built today from another config; this one is %s/%s",
-                            name, version, name, candidate)
+                log.warning(
+                    "store %s/%s was built today from another config; this one is %s/%s",
+                    name,
+                    version,
+                    name,
+                    candidate,
+                )
             return candidate
     return version  # unreachable: the count is endless
 
@@ -436,8 +506,9 @@ def run_pipeline(
 def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
     """When the stages run so far kept no document: one line that says what removed them and what to change
     (before the tokenizer and the cell models are fitted on an empty sample); None while documents are left."""
-    counted = [(name, merge_stage(stage_dir(layout.funnel, index, name)))
-               for index, name in enumerate(stage_names(config))]
+    counted = [
+        (name, merge_stage(stage_dir(layout.funnel, index, name))) for index, name in enumerate(stage_names(config))
+    ]
     counted = [(name, sources) for name, sources in counted if sources]
     # each source as the last stage that counted it left it (a filter counts only the sources that list it)
     last = {source: counts["kept"]["documents"] for _, sources in counted for source, counts in sources.items()}
@@ -453,9 +524,11 @@ def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
         if reasons:
             detail = ", ".join(f"{reason} {n:,}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
             removals.append(f"{name} {sum(reasons.values()):,} ({detail})")
-    return (f"no document is left after {counted[-1][0]}: {read:,} read, removed by {'; '.join(removals) or 'none'} "
-            f"(details in {layout.funnel}); give the pipeline documents that pass its filters, or loosen them "
-            "([filters.<name>] options, or a source's `filters` list)")
+    return (
+        f"no document is left after {counted[-1][0]}: {read:,} read, removed by {'; '.join(removals) or 'none'} "
+        f"(details in {layout.funnel}); give the pipeline documents that pass its filters, or loosen them "
+        "([filters.<name>] options, or a source's `filters` list)"
+    )
 
 
 def store_lock(final: Path) -> Path:
@@ -463,8 +536,17 @@ def store_lock(final: Path) -> Path:
     return final.with_name(f".{final.name}.lock")
 
 
-def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, workers: int, tasks: int,
-                 on_stage: Callable[[str], None] | None, progress_lines: bool, restart: bool) -> Path:
+def _build_store(
+    config: PipelineConfig,
+    home: Home,
+    final: Path,
+    kind: str,
+    workers: int,
+    tasks: int,
+    on_stage: Callable[[str], None] | None,
+    progress_lines: bool,
+    restart: bool,
+) -> Path:
     """Every stage and the assembly into `final`, under the version's writer lock."""
     name, version = final.parent.name, final.name
     recorded = stored_config(config)
@@ -476,8 +558,16 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     for entry in unread:
         log.warning("%s", describe_unread(entry))
     notify("filter")
-    _run_stage("filter", kind, filter_pipeline(config, layout), tasks, workers, layout.logs / "1-filter",
-               progress_lines, read=lambda: live_records(layout.progress / "filter"))
+    _run_stage(
+        "filter",
+        kind,
+        filter_pipeline(config, layout),
+        tasks,
+        workers,
+        layout.logs / "1-filter",
+        progress_lines,
+        read=lambda: live_records(layout.progress / "filter"),
+    )
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
         run_dedup(config, layout, kind, workers, progress_lines)
@@ -492,8 +582,16 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
         for stage in ("tokenize", "decontaminate", "split"):
             for path in layout.outputs(stage):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    _run_stage("tokenize", kind, tokenize_pipeline(config, layout, post.steps), tasks, workers,
-               layout.logs / "3-tokenize", progress_lines, read=lambda: live_records(layout.progress / "tokenize"))
+    _run_stage(
+        "tokenize",
+        kind,
+        tokenize_pipeline(config, layout, post.steps),
+        tasks,
+        workers,
+        layout.logs / "3-tokenize",
+        progress_lines,
+        read=lambda: live_records(layout.progress / "tokenize"),
+    )
 
     names = stage_names(config)
     stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
@@ -512,32 +610,57 @@ def _build_store(config: PipelineConfig, home: Home, final: Path, kind: str, wor
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
     if not any(layout.runs.glob("*/*.npz")):
-        removed = {stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
-                   for stage in funnel["stages"]}
-        raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
+        removed = {
+            stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
+            for stage in funnel["stages"]
+        }
+        raise PipelineError(
+            f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})"
+        )
 
     cutoffs = held_out_cutoffs(layout.runs, config.validation)
     notify("decontaminate")
     decision = decontaminate(config, layout, cutoffs, kind, workers, progress_lines)
     notify("split")
-    _run_stage("split", kind, split_pipeline(config, layout, cutoffs, decision["cells"]), tasks, workers,
-               layout.logs / "5-split", progress_lines)
+    _run_stage(
+        "split",
+        kind,
+        split_pipeline(config, layout, cutoffs, decision["cells"]),
+        tasks,
+        workers,
+        layout.logs / "5-split",
+        progress_lines,
+    )
 
     notify("assemble")
 
     store_stats, cell_stats = post.collect_stats()
     if config.validation.decontaminate:
-        store_stats = {**store_stats, "decontamination": {k: decision[k] for k in (
-            "ngram", "threshold", "checked", "documents", "tokens", "per_cell")}}
+        store_stats = {
+            **store_stats,
+            "decontamination": {
+                k: decision[k] for k in ("ngram", "threshold", "checked", "documents", "tokens", "per_cell")
+            },
+        }
     store = assemble_store(
-        final, name, version, layout.staged, layout.parts, tokenizer_path, config.tokenizer.eos,
+        final,
+        name,
+        version,
+        layout.staged,
+        layout.parts,
+        tokenizer_path,
+        config.tokenizer.eos,
         [s.name for s in config.sources],
-        config.output.shard_tokens, recorded, funnel, store_stats, cell_stats, layout.models, config.validation,
+        config.output.shard_tokens,
+        recorded,
+        funnel,
+        store_stats,
+        cell_stats,
+        layout.models,
+        config.validation,
     )
     if config.output.url:
         from pipeline.store.remote import copy_store
 
         copy_store(store, f"{config.output.url.rstrip('/')}/{name}/{version}", config.output.storage_options)
     return store
-
-

@@ -37,8 +37,18 @@ from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.config import PipelineConfig
-from pipeline.runner import (decontaminate, ensure_tokenizer, filter_pipeline, post_dedup_stages, run_dedup,
-                             run_pipeline, split_pipeline, store_version, stored_config, tokenize_pipeline)
+from pipeline.runner import (
+    decontaminate,
+    ensure_tokenizer,
+    filter_pipeline,
+    post_dedup_stages,
+    run_dedup,
+    run_pipeline,
+    split_pipeline,
+    store_version,
+    stored_config,
+    tokenize_pipeline,
+)
 from pipeline.stages.cell_shards import held_out_cutoffs
 from pipeline.stages.contamination import load_decision
 from pipeline.work import WorkLayout, prepare_work
@@ -125,13 +135,18 @@ def stage_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> lis
     tasks, cpus = config.executor.tasks, config.executor.slurm.driver_cpus
     return [
         StageJob("filter", filter_pipeline(config, layout), tasks, layout.logs / "1-filter"),
-        StageJob("dedup", [DriverJob("dedup", config, home.root, version, cpus)], 1, layout.logs / "2-dedup" / "driver"),
+        StageJob(
+            "dedup", [DriverJob("dedup", config, home.root, version, cpus)], 1, layout.logs / "2-dedup" / "driver"
+        ),
         StageJob("tokenize", [StageInTask("tokenize", config, home.root, version)], tasks, layout.logs / "3-tokenize"),
-        StageJob("decontaminate", [DriverJob("decontaminate", config, home.root, version, cpus)], 1,
-                 layout.logs / "4-decontaminate" / "driver"),
+        StageJob(
+            "decontaminate",
+            [DriverJob("decontaminate", config, home.root, version, cpus)],
+            1,
+            layout.logs / "4-decontaminate" / "driver",
+        ),
         StageJob("split", [StageInTask("split", config, home.root, version)], tasks, layout.logs / "5-split"),
-        StageJob("assemble", [DriverJob("assemble", config, home.root, version, cpus)], 1,
-                 layout.logs / "6-assemble"),
+        StageJob("assemble", [DriverJob("assemble", config, home.root, version, cpus)], 1, layout.logs / "6-assemble"),
     ]
 
 
@@ -145,14 +160,24 @@ def slurm_chain(config: PipelineConfig, jobs: list[StageJob]) -> list:
     executors: list[SlurmPipelineExecutor] = []
     for job in jobs:
         driver = job.name in DRIVER_STAGES
-        executors.append(SlurmPipelineExecutor(
-            job.pipeline, tasks=job.tasks, time=slurm.time, partition=slurm.partition,
-            cpus_per_task=slurm.driver_cpus if driver else slurm.cpus_per_task, mem_per_cpu_gb=slurm.mem_per_cpu_gb,
-            workers=slurm.max_running or -1, job_name=f"millrace-{config.output.name}-{job.name}",
-            qos=slurm.qos, env_command=slurm.env_command or None, sbatch_args=dict(slurm.sbatch_args),
-            depends=executors[-1] if executors else None, logging_dir=str(job.logging_dir),
-            slurm_logs_folder=str(Path(slurm.logs) / job.name if slurm.logs else job.logging_dir / "slurm"),
-        ))
+        executors.append(
+            SlurmPipelineExecutor(
+                job.pipeline,
+                tasks=job.tasks,
+                time=slurm.time,
+                partition=slurm.partition,
+                cpus_per_task=slurm.driver_cpus if driver else slurm.cpus_per_task,
+                mem_per_cpu_gb=slurm.mem_per_cpu_gb,
+                workers=slurm.max_running or -1,
+                job_name=f"millrace-{config.output.name}-{job.name}",
+                qos=slurm.qos,
+                env_command=slurm.env_command or None,
+                sbatch_args=dict(slurm.sbatch_args),
+                depends=executors[-1] if executors else None,
+                logging_dir=str(job.logging_dir),
+                slurm_logs_folder=str(Path(slurm.logs) / job.name if slurm.logs else job.logging_dir / "slurm"),
+            )
+        )
     return executors
 
 
@@ -179,8 +204,16 @@ def dry_run(config: PipelineConfig, home: Home, out: Path | None = None, restart
         script = out / f"{index:02d}-{job.name}.slurm"
         command = f"srun -l -n 1 launch_pickled_pipeline {executor.logging_dir.resolve_paths('executor.pik')}"
         atomic_write_text(script, executor.get_launch_file_contents(executor.get_sbatch_args(max(array, 1)), command))
-        chain.append({"stage": job.name, "script": str(script), "tasks": job.tasks, "incomplete": len(ranks),
-                      "array": array, "after": jobs[index - 2].name if index > 1 else None,
-                      "logging_dir": str(job.logging_dir)})
+        chain.append(
+            {
+                "stage": job.name,
+                "script": str(script),
+                "tasks": job.tasks,
+                "incomplete": len(ranks),
+                "array": array,
+                "after": jobs[index - 2].name if index > 1 else None,
+                "logging_dir": str(job.logging_dir),
+            }
+        )
     atomic_write_text(out / "chain.json", json.dumps(chain, indent=2) + "\n")
     return chain

@@ -83,10 +83,14 @@ def _folder_sources(name: str, directory: Path) -> list[tuple[str, list[Path], s
     """A folder's sources: one per format found anywhere under it (named `name`, then `name-<format>`)."""
     if _is_datasets_dir(directory):
         return [(name, [directory], "hf-datasets", {})]
-    visible = [p for p in directory.rglob("*") if not any(part.startswith(".") for part in p.relative_to(directory).parts)]
+    visible = [
+        p for p in directory.rglob("*") if not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    ]
     found = sorted(_data_files(visible).items(), key=lambda item: FORMATS.index(item[0]))
-    return [(name if index == 0 else f"{name}-{fmt}", [directory], fmt, _first_metadata(files, fmt))
-            for index, (fmt, files) in enumerate(found)]
+    return [
+        (name if index == 0 else f"{name}-{fmt}", [directory], fmt, _first_metadata(files, fmt))
+        for index, (fmt, files) in enumerate(found)
+    ]
 
 
 def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str, dict]]:
@@ -107,8 +111,9 @@ def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str, dict]
         taken.add(name)
         found.append((name, files, fmt, _first_metadata(files, fmt)))
     if not found:
-        raise ConfigError(f"{corpus_dir}: no jsonl, json, parquet, warc, html (or compressed) files"
-                          " or datasets directory found")
+        raise ConfigError(
+            f"{corpus_dir}: no jsonl, json, parquet, warc, html (or compressed) files or datasets directory found"
+        )
     return found
 
 
@@ -150,8 +155,9 @@ def _model_list(annotation: Any) -> type[pydantic.BaseModel] | None:
     return None
 
 
-def model_table(header: str, model: pydantic.BaseModel, comment: str | None = None, commented: bool = False,
-                array: bool = False) -> list[str]:
+def model_table(
+    header: str, model: pydantic.BaseModel, comment: str | None = None, commented: bool = False, array: bool = False
+) -> list[str]:
     """The TOML table `header` of `model`: every field with its value (its example where it has none, commented
     out), its description as the comment; nested models as sub-tables, lists of models as commented examples."""
     brackets = ("[[", "]]") if array else ("[", "]")
@@ -161,8 +167,9 @@ def model_table(header: str, model: pydantic.BaseModel, comment: str | None = No
         value = getattr(model, name)
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         if isinstance(value, pydantic.BaseModel):
-            nested += [""] + model_table(f"{header}.{name}", value, info.description,
-                                         commented or extra.get("starter") == COMMENTED)
+            nested += [""] + model_table(
+                f"{header}.{name}", value, info.description, commented or extra.get("starter") == COMMENTED
+            )
         elif (item_model := _model_list(info.annotation)) is not None:
             for example in (info.examples or [[]])[0] if not value else value:
                 item = item_model.model_validate(example) if isinstance(example, dict) else example
@@ -184,9 +191,11 @@ def _title(model: pydantic.BaseModel) -> list[str]:
 
 
 def _filters_tables() -> list[str]:
-    lines = ["# Options for each filter (pipeline.filters), passed to it as keyword arguments. Those of datatrove's",
-             "# filters apply to every language, over each language's own rules (pipeline/stages/language_rules.py:",
-             "# FineWeb-2's thresholds and stop words)."]
+    lines = [
+        "# Options for each filter (pipeline.filters), passed to it as keyword arguments. Those of datatrove's",
+        "# filters apply to every language, over each language's own rules (pipeline/stages/language_rules.py:",
+        "# FineWeb-2's thresholds and stop words).",
+    ]
     for spec in FILTERS:
         lines += commented_line(f"[filters.{spec.name}]", spec.summary)
         lines += [f"{key} = {toml_value(value)}" for key, value in spec.starter.items()]
@@ -197,27 +206,39 @@ def _filters_tables() -> list[str]:
 def _quality_intro(source_names: list[str], quality: QualityConfig) -> list[str]:
     """Quality needs a reference of good documents: `python-docs` (the standard library's prose) when the
     corpus has it; otherwise the section is written disabled, to be pointed at one."""
-    lines = ["# [quality] scores each document by how much it resembles a REFERENCE of good documents (the sources",
-             "# or files named below) rather than a document drawn at random from the rest of the corpus (DCLM's",
-             "# recipe), and splits the scores into buckets. The reference is the choice that defines \"quality\" here:",
-             "# pick text you would want the model to read more of (edited documentation, curated articles), not",
-             "# the corpus's most common source. [quality] and [domains] make cells cNNqQ; delete both tables (or turn",
-             "# both off with their `enabled` option) to keep one cell per source."]
+    lines = [
+        "# [quality] scores each document by how much it resembles a REFERENCE of good documents (the sources",
+        "# or files named below) rather than a document drawn at random from the rest of the corpus (DCLM's",
+        '# recipe), and splits the scores into buckets. The reference is the choice that defines "quality" here:',
+        "# pick text you would want the model to read more of (edited documentation, curated articles), not",
+        "# the corpus's most common source. [quality] and [domains] make cells cNNqQ; delete both tables (or turn",
+        "# both off with their `enabled` option) to keep one cell per source.",
+    ]
     if quality.enabled:
-        return lines + [f"# Reference: {', '.join(quality.reference_sources)} (found in this corpus: edited prose, "
-                        "the default good class)."]
-    return lines + [f"# Off: no reference source found ({', '.join(QualityConfig().reference_sources)} is the default)."
-                    " To turn it on, name", "# a source of this corpus whose documents are the quality you want more "
-                    f"of (here: {', '.join(source_names) or 'none'}),", "# or list files of such documents, then set "
-                    "enabled = true."]
+        return lines + [
+            f"# Reference: {', '.join(quality.reference_sources)} (found in this corpus: edited prose, "
+            "the default good class)."
+        ]
+    return lines + [
+        f"# Off: no reference source found ({', '.join(QualityConfig().reference_sources)} is the default)."
+        " To turn it on, name",
+        "# a source of this corpus whose documents are the quality you want more "
+        f"of (here: {', '.join(source_names) or 'none'}),",
+        "# or list files of such documents, then set enabled = true.",
+    ]
 
 
 def _source(name: str, paths: list[Path], fmt: str, metadata: dict) -> SourceConfig:
     language = str(metadata.get("language") or "")
     code = language in CODE_LANGUAGES or name.endswith("-code")
-    return SourceConfig(name=name, paths=[str(p) for p in paths], format=fmt,  # type: ignore[arg-type]
-                        kind="code" if code else "prose", language_id=not code,
-                        filters=[] if code else ["gopher_repetition", "gopher_quality"])
+    return SourceConfig(
+        name=name,
+        paths=[str(p) for p in paths],
+        format=fmt,  # type: ignore[arg-type]
+        kind="code" if code else "prose",
+        language_id=not code,
+        filters=[] if code else ["gopher_repetition", "gopher_quality"],
+    )
 
 
 def starter_config(corpus_dir: Path, found: list[tuple[str, list[Path], str, dict]]) -> PipelineConfig:
@@ -226,20 +247,29 @@ def starter_config(corpus_dir: Path, found: list[tuple[str, list[Path], str, dic
     names = [source.name for source in sources]
     quality = QualityConfig()
     quality = quality.model_copy(update={"enabled": all(name in names for name in quality.reference_sources)})
-    return PipelineConfig.model_validate({"sources": [s.model_dump() for s in sources],
-                                          "filters": {spec.name: dict(spec.starter) for spec in FILTERS},
-                                          "quality": quality.model_dump(), "domains": {}})
+    return PipelineConfig.model_validate(
+        {
+            "sources": [s.model_dump() for s in sources],
+            "filters": {spec.name: dict(spec.starter) for spec in FILTERS},
+            "quality": quality.model_dump(),
+            "domains": {},
+        }
+    )
 
 
 def init_config(corpus_dir: Path | str) -> str:
     """The text of a starter config for `corpus_dir`."""
     corpus_dir = Path(corpus_dir).resolve()
     config = starter_config(corpus_dir, discover_sources(corpus_dir))
-    lines = [f"# millrace pipeline config for {corpus_dir}",
-             "# Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray|slurm] [--workers N]",
-             "# Every option is present; delete a line to take its default. Unknown options are errors."]
-    lines += [f"# Not a source: {path.name} is one JSON document, not JSON Lines (one record per line)."
-              for path in sorted(p for p in corpus_dir.iterdir() if p.is_file() and is_json_document(p))]
+    lines = [
+        f"# millrace pipeline config for {corpus_dir}",
+        "# Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray|slurm] [--workers N]",
+        "# Every option is present; delete a line to take its default. Unknown options are errors.",
+    ]
+    lines += [
+        f"# Not a source: {path.name} is one JSON document, not JSON Lines (one record per line)."
+        for path in sorted(p for p in corpus_dir.iterdir() if p.is_file() and is_json_document(p))
+    ]
     for name in PipelineConfig.model_fields:
         section = getattr(config, name)
         lines.append("")

@@ -139,8 +139,16 @@ class WorkLayout:
         """What `stage` writes (what is deleted when it reruns)."""
         after_dedup = ("exact_dedup", "fuzzy_dedup", "tokenize")
         if stage == "filter":
-            return [self.logs / "1-filter", self.filtered, self.signatures, self.samples, self.malformed, self.funnel,
-                    self.removed, self.progress / "filter"]
+            return [
+                self.logs / "1-filter",
+                self.filtered,
+                self.signatures,
+                self.samples,
+                self.malformed,
+                self.funnel,
+                self.removed,
+                self.progress / "filter",
+            ]
         if stage == "dedup":
             return [self.logs / "2-dedup", self.components, self.duplicates]
         if stage == "tokenizer":
@@ -151,9 +159,15 @@ class WorkLayout:
             return [self.logs / "4-decontaminate", self.contamination]
         if stage == "split":
             return [self.logs / "5-split", self.parts]
-        return [self.logs / "3-tokenize", self.runs, self.staged, self.removed_tokens, self.progress / "tokenize",
-                *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
-                *(self.removed / name for name in after_dedup)]
+        return [
+            self.logs / "3-tokenize",
+            self.runs,
+            self.staged,
+            self.removed_tokens,
+            self.progress / "tokenize",
+            *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
+            *(self.removed / name for name in after_dedup),
+        ]
 
 
 def _file_fingerprint(path: Path) -> dict:
@@ -184,17 +198,32 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
     """One fingerprint per stage: its own options and the fingerprint of the stage before it."""
 
     d = config.dedup
-    signing = {"exact": d.exact, "fuzzy": d.fuzzy, "ngram": d.ngram, "bands": d.bands, "rows": d.rows, "seed": d.seed,
-               "parts": d.parts}
+    signing = {
+        "exact": d.exact,
+        "fuzzy": d.fuzzy,
+        "ngram": d.ngram,
+        "bands": d.bands,
+        "rows": d.rows,
+        "seed": d.seed,
+        "parts": d.parts,
+    }
     own = {
-        "filter": {"sources": [s.model_dump(mode="json") for s in config.sources],
-                   "filters": config.filters, "signing": signing, "inputs": inputs,
-                   "sample_budget": sample_budget(config)},
+        "filter": {
+            "sources": [s.model_dump(mode="json") for s in config.sources],
+            "filters": config.filters,
+            "signing": signing,
+            "inputs": inputs,
+            "sample_budget": sample_budget(config),
+        },
         "dedup": d.model_dump(mode="json"),
         "tokenizer": config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
         "models": {"quality": _dump(config.quality), "domains": _dump(config.domains)},
-        "tokenize": {"eos": config.tokenizer.eos, "split": config.validation.model_dump(mode="json", exclude={"sets"}),
-                     "shard_tokens": config.output.shard_tokens, "sets": _set_listing(config)},
+        "tokenize": {
+            "eos": config.tokenizer.eos,
+            "split": config.validation.model_dump(mode="json", exclude={"sets"}),
+            "shard_tokens": config.output.shard_tokens,
+            "sets": _set_listing(config),
+        },
         "decontaminate": {},
         "split": {},
     }
@@ -248,7 +277,7 @@ def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = Fal
                 " restore the inputs, or start over with --restart"
             )
         rerun = [s for s in STAGES if state.get("stages", {}).get(s) != fingerprints[s]]
-        rerun = list(STAGES[STAGES.index(rerun[0]):]) if rerun else []
+        rerun = list(STAGES[STAGES.index(rerun[0]) :]) if rerun else []
         if rerun:
             kept = [s for s in STAGES if s not in rerun]
             log.warning("config changed: rerunning %s (kept: %s)", ", ".join(rerun), ", ".join(kept) or "nothing")

@@ -44,9 +44,14 @@ def mixture_weights(view: RunView) -> list[dict[str, Any]]:
     if view.manifest is None:
         return []
     manifest = view.manifest
-    return [{"name": phase.name, "tokens": phase.sequences * manifest.seq_len,
-             "weights": {cell: count / phase.sequences for cell, count in sorted(phase.counts.items()) if count}}
-            for phase in manifest.phases]
+    return [
+        {
+            "name": phase.name,
+            "tokens": phase.sequences * manifest.seq_len,
+            "weights": {cell: count / phase.sequences for cell, count in sorted(phase.counts.items()) if count},
+        }
+        for phase in manifest.phases
+    ]
 
 
 def _eval_series(view: RunView) -> dict[str, Any]:
@@ -54,8 +59,11 @@ def _eval_series(view: RunView) -> dict[str, Any]:
     out: dict[str, Any] = {"steps": evals["steps"], "tokens": evals["tokens"]}
     for metric in ("loss", "bpb"):
         groups = evals.get(metric) or {}
-        out[metric] = {"average": groups.get("average") or {}, "set": groups.get("set") or {},
-                       "cell": groups.get("cell") or {}}
+        out[metric] = {
+            "average": groups.get("average") or {},
+            "set": groups.get("set") or {},
+            "cell": groups.get("cell") or {},
+        }
     return out
 
 
@@ -74,17 +82,27 @@ def run_summary(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str
     start = next((r["time"] for r in view.records if isinstance(r.get("time"), (int, float))), None)
     cells = sorted({c for r in view.records for c in r.get("loss_per_cell") or {}})
     return {
-        "name": view.name, "status": view.status, "live": view.live, "mixture": view.run.get("mixture"),
-        "revision": view.run.get("revision"), "manifest_hash": view.run.get("manifest_hash"),
-        "store": view.run.get("store") or {}, "total_steps": view.run.get("total_steps"), "ladder": ladder,
+        "name": view.name,
+        "status": view.status,
+        "live": view.live,
+        "mixture": view.run.get("mixture"),
+        "revision": view.run.get("revision"),
+        "manifest_hash": view.run.get("manifest_hash"),
+        "store": view.run.get("store") or {},
+        "total_steps": view.run.get("total_steps"),
+        "ladder": ladder,
         "config": flatten_config({k: v for k, v in (view.run.get("config") or {}).items() if k != "path"}),
         "phases": mixture_weights(view),
-        "steps": [r["step"] for r in points], "tokens": [r.get("tokens") for r in points],
-        "seconds": [r["time"] - start if start is not None and isinstance(r.get("time"), (int, float)) else None
-                    for r in points],
+        "steps": [r["step"] for r in points],
+        "tokens": [r.get("tokens") for r in points],
+        "seconds": [
+            r["time"] - start if start is not None and isinstance(r.get("time"), (int, float)) else None
+            for r in points
+        ],
         "curves": {key: buckets.series(key, _field(key)) for key in CURVES},
         "loss_per_cell": {cell: buckets.series(f"loss_per_cell/{cell}", _cell_loss(cell)) for cell in cells},
-        "bands": buckets.bands, "eval": _eval_series(view),
+        "bands": buckets.bands,
+        "eval": _eval_series(view),
     }
 
 

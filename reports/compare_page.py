@@ -22,11 +22,21 @@ def compare_query(names: list[str]) -> str:
 
 def write_compare_page(site: Path, runs: list[str]) -> Path:
     """`runs`: the runs with data in the site, offered for adding."""
-    return render_page("compare.html.j2", site / COMPARE_FILE, root="", page_json=embed_json({"runs": runs}),
-                       page_js=static_text("compare.js"))
+    return render_page(
+        "compare.html.j2",
+        site / COMPARE_FILE,
+        root="",
+        page_json=embed_json({"runs": runs}),
+        page_js=static_text("compare.js"),
+    )
 
 
 def write_explain_page(site: Path, run: str) -> Path:
     """`SITE/runs/<run>/explain.html`: the run's loss and norm curves; a step picked on them is explained."""
-    return render_page("explain.html.j2", site / "runs" / run / "explain.html", root="../../", run=run,
-                       page_js=static_text("explain.js"))
+    return render_page(
+        "explain.html.j2",
+        site / "runs" / run / "explain.html",
+        root="../../",
+        run=run,
+        page_js=static_text("explain.js"),
+    )

@@ -146,8 +146,11 @@ def _domain_mix(cells: list[dict[str, Any]], domain: int) -> dict[str, Any]:
             sources[source] = sources.get(source, 0) + int(counts.get("documents", 0))
         for language, documents in cell["languages"].items():
             languages[language] = languages.get(language, 0) + int(documents)
-    return {"documents": sum(c["documents"] for c in cells if c["domain"] == domain),
-            "sources": _mix(sources), "languages": _mix(languages)}
+    return {
+        "documents": sum(c["documents"] for c in cells if c["domain"] == domain),
+        "sources": _mix(sources),
+        "languages": _mix(languages),
+    }
 
 
 def _grid(cells: list[dict[str, Any]], domain_labels: dict[str, str]) -> dict[str, Any] | None:
@@ -158,8 +161,9 @@ def _grid(cells: list[dict[str, Any]], domain_labels: dict[str, str]) -> dict[st
     domains = sorted({c["domain"] for c in cells})
     buckets = sorted({c["bucket"] for c in cells})
     return {
-        "domains": [{"index": d, "label": domain_labels.get(f"c{d:02d}", ""), **_domain_mix(cells, d)}
-                    for d in domains],
+        "domains": [
+            {"index": d, "label": domain_labels.get(f"c{d:02d}", ""), **_domain_mix(cells, d)} for d in domains
+        ],
         "buckets": buckets,
     }
 
@@ -195,22 +199,45 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
                     for key in COUNT_KEYS:
                         acc[key] += _counts(c)[key]
         removed_all = {k: sum(c[k] for c in total["removed"].values()) for k in COUNT_KEYS}
-        languages = {str(lang): {"received": _counts(c.get("received"))["documents"],
-                                 "kept": _counts(c.get("kept"))["documents"],
-                                 "removed": {str(r): _counts(n)["documents"] for r, n in (c.get("removed") or {}).items()}}
-                     for lang, c in sorted((stage.get("languages") or {}).items()) if isinstance(c, dict)}
-        out.append({"name": str(stage.get("name", "?")), "sources": rows, "total": total, "removed_all": removed_all,
-                    "languages": languages})
+        languages = {
+            str(lang): {
+                "received": _counts(c.get("received"))["documents"],
+                "kept": _counts(c.get("kept"))["documents"],
+                "removed": {str(r): _counts(n)["documents"] for r, n in (c.get("removed") or {}).items()},
+            }
+            for lang, c in sorted((stage.get("languages") or {}).items())
+            if isinstance(c, dict)
+        }
+        out.append(
+            {
+                "name": str(stage.get("name", "?")),
+                "sources": rows,
+                "total": total,
+                "removed_all": removed_all,
+                "languages": languages,
+            }
+        )
     return out
 
 
 def _not_read(funnel: dict[str, Any]) -> list[dict[str, Any]]:
     """Files under a source's folders that no source read: {source, path, files, reasons, examples}."""
     entries = funnel.get("not_read", []) if isinstance(funnel, dict) else []
-    return [{"source": str(e.get("source", "")), "path": str(e.get("path", "")), "files": int(e.get("files", 0) or 0),
-             "reasons": {str(k): int(v) for k, v in (e.get("reasons") or {}).items()},
-             "examples": [str(x) for x in e.get("examples", [])]}
-            for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    return (
+        [
+            {
+                "source": str(e.get("source", "")),
+                "path": str(e.get("path", "")),
+                "files": int(e.get("files", 0) or 0),
+                "reasons": {str(k): int(v) for k, v in (e.get("reasons") or {}).items()},
+                "examples": [str(x) for x in e.get("examples", [])],
+            }
+            for e in entries
+            if isinstance(e, dict)
+        ]
+        if isinstance(entries, list)
+        else []
+    )
 
 
 def _quality(store: Store, languages: int = 8) -> dict[str, Any] | None:
@@ -225,8 +252,13 @@ def _quality(store: Store, languages: int = 8) -> dict[str, Any] | None:
         size = sum(row.values())
         shares = [row.get(lang, 0) / size if size else 0.0 for lang in top]
         rows.append({"name": name, "documents": size, "shares": shares, "other": max(0.0, 1 - sum(shares))})
-    return {"meaning": str(quality.get("meaning") or ""), "good": list(quality.get("good") or []),
-            "other": str(quality.get("other") or ""), "languages": top, "rows": rows if mix["buckets"] else []}
+    return {
+        "meaning": str(quality.get("meaning") or ""),
+        "good": list(quality.get("good") or []),
+        "other": str(quality.get("other") or ""),
+        "languages": top,
+        "rows": rows if mix["buckets"] else [],
+    }
 
 
 def load_composition(store_path: Path) -> Composition:
@@ -310,8 +342,9 @@ def _attach_revisions(composition: Composition) -> None:
                 f"but it lies under {store.name}/{store.version}"
             )
         if manifest.store.manifest_hash != store.manifest_hash:
-            log.warning("%s: built against another store.json (%s); shown, marked stale", path,
-                        manifest.store.manifest_hash)
+            log.warning(
+                "%s: built against another store.json (%s); shown, marked stale", path, manifest.store.manifest_hash
+            )
         found.append(BuiltRevision(path, manifest, digest, revision_description(store.path, manifest)))
     names = [b.manifest.revision for b in found]
     for built in found:

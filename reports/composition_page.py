@@ -37,17 +37,19 @@ def _spread(composition: Composition) -> list[dict[str, Any]]:
         total = source["tokens"] or 1
         row: dict[str, Any] = {"name": source["name"], "tokens": source["tokens"], "documents": source["documents"]}
         if grid:
-            buckets = {b: 0 for b in grid["buckets"]}
+            buckets = dict.fromkeys(grid["buckets"], 0)
             domains = {d["index"]: 0 for d in grid["domains"]}
             for cell, tokens in zip(cells, source["tokens_by_cell"]):
                 buckets[cell["bucket"]] += tokens
                 domains[cell["domain"]] += tokens
             top = max(domains.values()) or 1
             labels = {d["index"]: d["label"] for d in grid["domains"]}
-            row["buckets"] = [{"share": buckets[b] / total, "style": share_style(buckets[b] / total)}
-                              for b in grid["buckets"]]
+            row["buckets"] = [
+                {"share": buckets[b] / total, "style": share_style(buckets[b] / total)} for b in grid["buckets"]
+            ]
             row["domains"] = [
-                {"name": f"c{d:02d}", "label": labels[d], "share": t / total, "rel": t / top} for d, t in domains.items()
+                {"name": f"c{d:02d}", "label": labels[d], "share": t / total, "rel": t / top}
+                for d, t in domains.items()
             ]
             ranked = sorted(domains.items(), key=lambda item: -item[1])[:TOP_DOMAINS]
             row["top_domains"] = ", ".join(
@@ -73,9 +75,11 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
             kept = row["kept"]
             text = human_count(kept["documents"]) + (f" · {human_count(kept['tokens'])} tok" if kept["tokens"] else "")
             removed = "; ".join(f"{reason} {human_count(c['documents'])}" for reason, c in row["removed"].items())
-            title = (f"received {human_count(row['received']['documents'])} documents"
-                     f"{', ' + human_count(row['received']['tokens']) + ' tokens' if row['received']['tokens'] else ''}"
-                     f"; removed: {removed or 'nothing'}")
+            title = (
+                f"received {human_count(row['received']['documents'])} documents"
+                f"{', ' + human_count(row['received']['tokens']) + ' tokens' if row['received']['tokens'] else ''}"
+                f"; removed: {removed or 'nothing'}"
+            )
             gone = sum(c["documents"] for c in row["removed"].values())
             entries.append({"text": text, "title": title, "removed": human_count(gone) if gone else ""})
         out.append({"name": name, "stages": entries})
@@ -85,8 +89,10 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _funnel_languages(funnel: list[dict[str, Any]]) -> dict[str, Any]:
     """Stages that count languages, and per language each one's kept and removed documents (reasons on hover)."""
     stages = [stage for stage in funnel if stage.get("languages")]
-    names = sorted({lang for stage in stages for lang in stage["languages"]},
-                   key=lambda lang: -max(stage["languages"].get(lang, {}).get("received", 0) for stage in stages))
+    names = sorted(
+        {lang for stage in stages for lang in stage["languages"]},
+        key=lambda lang: -max(stage["languages"].get(lang, {}).get("received", 0) for stage in stages),
+    )
     rows = []
     for lang in names:
         entries = []
@@ -97,8 +103,13 @@ def _funnel_languages(funnel: list[dict[str, Any]]) -> dict[str, Any]:
                 continue
             gone = counts["received"] - counts["kept"]
             why = "; ".join(f"{reason} {human_count(n)}" for reason, n in counts["removed"].items())
-            entries.append({"text": human_count(counts["kept"]), "removed": human_count(gone) if gone else "",
-                            "title": f"received {human_count(counts['received'])}; removed: {why or 'nothing'}"})
+            entries.append(
+                {
+                    "text": human_count(counts["kept"]),
+                    "removed": human_count(gone) if gone else "",
+                    "title": f"received {human_count(counts['received'])}; removed: {why or 'nothing'}",
+                }
+            )
         rows.append({"name": lang, "stages": entries})
     return {"stages": [stage["name"] for stage in stages], "rows": rows}
 

@@ -51,20 +51,27 @@ def ladder_links(bodies: list[dict[str, Any]], pairs: set[tuple[str, str]], root
         hits = sorted(rev for rev in revisions_of(body) if (mixture, rev) in pairs)
         if hits:
             own = [rev for rev in hits if rev.count(".") < 2] or hits[:1]
-            found.append({"name": body["ladder"], "href": ladder_href(body["ladder"], root),
-                          "revisions": ", ".join(own)})
+            found.append(
+                {"name": body["ladder"], "href": ladder_href(body["ladder"], root), "revisions": ", ".join(own)}
+            )
     return found
 
 
 def page_data(body: dict[str, Any]) -> dict[str, Any]:
     plan = body.get("plan") or {}
     return {
-        "ladder": body.get("ladder"), "metric": body.get("metric"),
-        "rungs": plan.get("rungs", []), "target": plan.get("target"),
-        "results": [{k: r.get(k) for k in ("rung", "revision", "seed", "run", "flops", "curve")}
-                    for r in body.get("results", [])],
-        "fits": {rev: {k: fit.get(k) for k in ("params", "residuals", "predictions", "asymptote")}
-                 for rev, fit in (body.get("fits") or {}).items()},
+        "ladder": body.get("ladder"),
+        "metric": body.get("metric"),
+        "rungs": plan.get("rungs", []),
+        "target": plan.get("target"),
+        "results": [
+            {k: r.get(k) for k in ("rung", "revision", "seed", "run", "flops", "curve")}
+            for r in body.get("results", [])
+        ],
+        "fits": {
+            rev: {k: fit.get(k) for k in ("params", "residuals", "predictions", "asymptote")}
+            for rev, fit in (body.get("fits") or {}).items()
+        },
         "comparison": body.get("comparison"),
     }
 
@@ -78,8 +85,18 @@ def write_ladder_page(body: dict[str, Any], site: Path, store_links: list[dict[s
     out = site / "ladders" / body["ladder"] / "index.html"
     plan = body.get("plan") or {}
     return render_page(
-        "ladder.html.j2", out, root="../../", ladder=body, plan=plan, rungs=plan.get("rungs", []),
-        target=plan.get("target"), results=body.get("results", []), finals=final_metrics(body),
-        fits=body.get("fits") or {}, comparison=body.get("comparison"), store_links=store_links,
-        page_json=embed_json(page_data(body)), page_js=static_text("ladder.js"),
+        "ladder.html.j2",
+        out,
+        root="../../",
+        ladder=body,
+        plan=plan,
+        rungs=plan.get("rungs", []),
+        target=plan.get("target"),
+        results=body.get("results", []),
+        finals=final_metrics(body),
+        fits=body.get("fits") or {},
+        comparison=body.get("comparison"),
+        store_links=store_links,
+        page_json=embed_json(page_data(body)),
+        page_js=static_text("ladder.js"),
     )

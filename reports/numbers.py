@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+
 def finite(value: object) -> float | None:
     """A number as a float, or None for a bool, a non-number, NaN or an infinity."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -71,7 +72,7 @@ def human_bytes(size: float | None) -> str:
         return "—"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(size) < 1024 or unit == "TiB":
-            return (f"{size:.0f} {unit}" if unit == "B" else f"{_significant(size)} {unit}")
+            return f"{size:.0f} {unit}" if unit == "B" else f"{_significant(size)} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
 

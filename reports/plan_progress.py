@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def expected_sequences(manifest: BuiltManifest, steps: int) -> dict[str, float]:
     consumed = steps * manifest.global_batch
-    expected = {cell: 0.0 for cell in manifest.cells}
+    expected = dict.fromkeys(manifest.cells, 0.0)
     for phase in manifest.phases:
         part = min(max(consumed - phase.start_position, 0), phase.sequences)
         if not part:
@@ -45,7 +45,9 @@ def run_manifest(run_dir: Path, run: dict[str, Any]) -> BuiltManifest | None:
     store = run.get("store") or {}
     if store.get("name") and store.get("version") and run.get("mixture") and run.get("revision"):
         try:
-            built = Home.of_run(run_dir).built_mixture(store["name"], store["version"], run["mixture"], run["revision"])
+            built = Home.of_run(run_dir).built_mixture(
+                store["name"], store["version"], run["mixture"], run["revision"]
+            )
             candidates.append(built / MANIFEST_FILE)
         except ConfigError:  # a name no store could have: there is no such manifest
             pass
@@ -58,8 +60,9 @@ def run_manifest(run_dir: Path, run: dict[str, Any]) -> BuiltManifest | None:
             log.warning("%s", exc)
             continue
         if run.get("manifest_hash") and digest != run["manifest_hash"]:
-            log.warning("%s: hash %s is not the run's %s; expected counts not shown", path, digest,
-                        run["manifest_hash"])
+            log.warning(
+                "%s: hash %s is not the run's %s; expected counts not shown", path, digest, run["manifest_hash"]
+            )
             continue
         return manifest
     return None

@@ -64,16 +64,20 @@ def embed_json(payload: Any) -> str:
 
 def render_page(template: str, out: Path, root: str, **context: Any) -> Path:
     """Render `template` to `out`; `root` is the relative path from the page back to the site root."""
-    html = environment().get_template(template).render(
-        css=static_text("style.css"),
-        charts_js=static_text("charts.js"),
-        uplot_js=uplot_js(),
-        uplot_css=static_text("vendor/uplot/uPlot.min.css"),
-        timeseries_js=static_text("timeseries.js"),
-        root=root,
-        version=__version__,
-        built_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        **context,
+    html = (
+        environment()
+        .get_template(template)
+        .render(
+            css=static_text("style.css"),
+            charts_js=static_text("charts.js"),
+            uplot_js=uplot_js(),
+            uplot_css=static_text("vendor/uplot/uPlot.min.css"),
+            timeseries_js=static_text("timeseries.js"),
+            root=root,
+            version=__version__,
+            built_at=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            **context,
+        )
     )
     atomic_write_text(out, html)
     return out

@@ -89,20 +89,35 @@ class Chunk:
         rows = [flatten(r, scalars) for r in records]
         keys = sorted({k for row in rows for k in row})
         columns = {k: [row.get(k) for row in rows] for k in keys}
-        arrays = {k: np.array([math.nan if v is None else v for v in values], dtype=np.float64)
-                  for k, values in columns.items()}
-        return cls(index=index, steps=[int(r["step"]) for r in records], tokens=[finite(r.get("tokens")) for r in records],
-                   times=[finite(r.get("time")) for r in records], phases=[r.get("phase") for r in records],
-                   columns=columns, arrays=arrays)
+        arrays = {
+            k: np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+            for k, values in columns.items()
+        }
+        return cls(
+            index=index,
+            steps=[int(r["step"]) for r in records],
+            tokens=[finite(r.get("tokens")) for r in records],
+            times=[finite(r.get("time")) for r in records],
+            phases=[r.get("phase") for r in records],
+            columns=columns,
+            arrays=arrays,
+        )
 
     def seconds(self, start_time: float | None) -> list[float | None]:
         """Wall time of each record since the run's first one."""
         return [None if t is None or start_time is None else round(t - start_time, 3) for t in self.times]
 
     def payload(self, version: int, start_time: float | None) -> dict[str, Any]:
-        return {"index": self.index, "version": version, "first": self.index * CHUNK, "steps": self.steps,
-                "tokens": self.tokens, "seconds": self.seconds(start_time), "phase": self.phases,
-                "columns": self.columns}
+        return {
+            "index": self.index,
+            "version": version,
+            "first": self.index * CHUNK,
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "seconds": self.seconds(start_time),
+            "phase": self.phases,
+            "columns": self.columns,
+        }
 
 
 def script(function: str, payload: Any) -> str:
@@ -145,8 +160,11 @@ def _means(values: np.ndarray, steps: np.ndarray, stride: int) -> dict[str, list
     filled = counts > 0
     ends = np.minimum((np.arange(blocks.shape[0]) + 1) * stride, values.size) - 1
     sums = np.nansum(blocks, axis=1)
-    return {"s": steps[ends[filled]].tolist(), "v": _rounded(sums[filled] / counts[filled]),
-            "k": counts[filled].tolist()}
+    return {
+        "s": steps[ends[filled]].tolist(),
+        "v": _rounded(sums[filled] / counts[filled]),
+        "k": counts[filled].tolist(),
+    }
 
 
 class RunSeries:
@@ -197,27 +215,48 @@ class RunSeries:
         tokens = [t for c in self.chunks for t in c.tokens]
         seconds = [s for c in self.chunks for s in c.seconds(self.start_time)]
         return {
-            "records": n, "stride": stride, "chunk": CHUNK, "chunks": len(self.chunks), "seq": self.seq,
-            "versions": self.versions, "series": series, "smooth": smooth,
-            "clock": {"i": clock_at, "s": steps[clock_at].tolist() if n else [],
-                      "t": [tokens[i] for i in clock_at],
-                      "w": [seconds[i] for i in clock_at]},
+            "records": n,
+            "stride": stride,
+            "chunk": CHUNK,
+            "chunks": len(self.chunks),
+            "seq": self.seq,
+            "versions": self.versions,
+            "series": series,
+            "smooth": smooth,
+            "clock": {
+                "i": clock_at,
+                "s": steps[clock_at].tolist() if n else [],
+                "t": [tokens[i] for i in clock_at],
+                "w": [seconds[i] for i in clock_at],
+            },
         }
 
-    def write(self, directory: Path, rebuilt: Iterable[int], page: dict[str, Any],
-              keep: Callable[[str], bool] = lambda key: True) -> None:
+    def write(
+        self,
+        directory: Path,
+        rebuilt: Iterable[int],
+        page: dict[str, Any],
+        keep: Callable[[str], bool] = lambda key: True,
+    ) -> None:
         """Write the rebuilt chunks, then the overview (with `page`'s other sections), then live.js last:
         a page that sees the new sequence number finds every file it names already in place."""
         directory.mkdir(parents=True, exist_ok=True)
         for index in rebuilt:
             chunk = self.chunks[index]
-            atomic_write_text(directory / f"chunk-{index:05d}.js",
-                              script("millraceChunk", chunk.payload(self.versions[index], self.start_time)))
+            atomic_write_text(
+                directory / f"chunk-{index:05d}.js",
+                script("millraceChunk", chunk.payload(self.versions[index], self.start_time)),
+            )
         for stale in directory.glob("chunk-*.js"):
             if int(stale.stem.split("-")[1]) >= len(self.chunks):
                 stale.unlink()
         overview = {**page, **self.overview(keep)}
         atomic_write_text(directory / "overview.js", script("millraceData", overview))
-        live = {"seq": self.seq, "status": page.get("status"), "live": page.get("live"), "records": self.records,
-                "versions": self.versions}
+        live = {
+            "seq": self.seq,
+            "status": page.get("status"),
+            "live": page.get("live"),
+            "records": self.records,
+            "versions": self.versions,
+        }
         atomic_write_text(directory / "live.js", script("millraceLive", live))

@@ -37,15 +37,22 @@ def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:
     for record in records:
         kept[record["step"]] = record
     ordered = [kept[step] for step in sorted(kept)]
-    view: dict[str, Any] = {"steps": [r["step"] for r in ordered], "tokens": [r.get("tokens") for r in ordered],
-                            "seconds": [finite(r.get("seconds")) for r in ordered]}
+    view: dict[str, Any] = {
+        "steps": [r["step"] for r in ordered],
+        "tokens": [r.get("tokens") for r in ordered],
+        "seconds": [finite(r.get("seconds")) for r in ordered],
+    }
     for metric in ("loss", "bpb"):
         groups: dict[str, dict[str, list[float | None]]] = {
-            "average": {name: [finite((r.get(metric) or {}).get(name)) for r in ordered] for name in ("macro", "micro")}}
+            "average": {
+                name: [finite((r.get(metric) or {}).get(name)) for r in ordered] for name in ("macro", "micro")
+            }
+        }
         for group in EVAL_GROUPS:
             names = sorted({name for r in ordered for name in ((r.get(metric) or {}).get(group) or {})})
-            groups[group] = {name: [finite(((r.get(metric) or {}).get(group) or {}).get(name)) for r in ordered]
-                             for name in names}
+            groups[group] = {
+                name: [finite(((r.get(metric) or {}).get(group) or {}).get(name)) for r in ordered] for name in names
+            }
         view[metric] = groups
     return view
 
@@ -60,12 +67,19 @@ def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
         pid = str(record.get("prompt_id"))
         prompts.setdefault(pid, str(record.get("prompt", "")))
         sources.setdefault(str(record.get("prompt_source") or "not recorded (samples written before it was)"))
-        by_step.setdefault(record["step"], {}).setdefault(pid, []).append({
-            "temperature": finite(record.get("temperature")), "completion": str(record.get("completion", "")),
-            "mean_logprob": finite(record.get("mean_logprob"))})
-    return {"steps": sorted(by_step), "prompts": [{"id": k, "prompt": v} for k, v in prompts.items()],
-            "sources": list(sources),
-            "by_step": {str(step): by_step[step] for step in sorted(by_step)}}
+        by_step.setdefault(record["step"], {}).setdefault(pid, []).append(
+            {
+                "temperature": finite(record.get("temperature")),
+                "completion": str(record.get("completion", "")),
+                "mean_logprob": finite(record.get("mean_logprob")),
+            }
+        )
+    return {
+        "steps": sorted(by_step),
+        "prompts": [{"id": k, "prompt": v} for k, v in prompts.items()],
+        "sources": list(sources),
+        "by_step": {str(step): by_step[step] for step in sorted(by_step)},
+    }
 
 
 def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -79,11 +93,17 @@ def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
         alerts = record.get("alerts") or {}
         for alert in alerts.get("started") or []:
             started[alert["name"]] = {**alert, "since_step": record["step"]}
-            events.append({"step": record["step"], "event": "start", "name": alert["name"],
-                           "message": alert.get("message", "")})
+            events.append(
+                {"step": record["step"], "event": "start", "name": alert["name"], "message": alert.get("message", "")}
+            )
             held = alert.get("held_since")
-            band = {"name": alert["name"], "from": held if isinstance(held, int) else record["step"],
-                    "started": record["step"], "to": None, "message": alert.get("message", "")}
+            band = {
+                "name": alert["name"],
+                "from": held if isinstance(held, int) else record["step"],
+                "started": record["step"],
+                "to": None,
+                "message": alert.get("message", ""),
+            }
             bands.append(band)
             open_bands[alert["name"]] = band
         for name in alerts.get("ended") or []:
@@ -94,8 +114,12 @@ def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
     for band in open_bands.values():
         band["to"] = last_step  # still active: the band reaches the last logged step
     active = (records[-1].get("alerts") or {}).get("active", []) if records else []
-    return {"events": events, "active": [started.get(name, {"name": name, "since_step": None}) for name in active],
-            "bands": bands, "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0}
+    return {
+        "events": events,
+        "active": [started.get(name, {"name": name, "since_step": None}) for name in active],
+        "bands": bands,
+        "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0,
+    }
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:

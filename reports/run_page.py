@@ -29,7 +29,9 @@ def _facts(run: dict[str, Any]) -> list[tuple[str, str]]:
     facts = []
     params = run.get("params") or {}
     if isinstance(params, dict) and params.get("total"):
-        facts.append(("parameters", f"{human_count(params['total'])} total, {human_count(params.get('active'))} active"))
+        facts.append(
+            ("parameters", f"{human_count(params['total'])} total, {human_count(params.get('active'))} active")
+        )
     if run.get("flops_per_token"):
         facts.append(("FLOPs per token", human_count(run["flops_per_token"])))
     if run.get("peak_flops_per_device"):
@@ -47,8 +49,13 @@ def run_series() -> RunSeries:
     return RunSeries(k for k in SCALARS if k != "tokens")
 
 
-def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SECONDS, series: RunSeries | None = None,
-                   changed_from: int = 0) -> Path:
+def write_run_page(
+    view: RunView,
+    site: Path,
+    refresh_seconds: int = REFRESH_SECONDS,
+    series: RunSeries | None = None,
+    changed_from: int = 0,
+) -> Path:
     """The page and its data files; `series` (kept by `report watch`) rewrites only the chunks from record
     `changed_from` on."""
     out = site / "runs" / view.name / "index.html"
@@ -62,8 +69,9 @@ def write_run_page(view: RunView, site: Path, refresh_seconds: int = REFRESH_SEC
             store_link = f"../../{store['name']}/{store['version']}/index.html?revision={view.run.get('revision', '')}"
     data = view.page_data()
     drawn = {f"loss_per_cell/{cell}" for cell in data["drawn_cells"]}
-    series.write(out.parent / DATA_DIR, rebuilt, data,
-                 keep=lambda key: not key.startswith("loss_per_cell/") or key in drawn)
+    series.write(
+        out.parent / DATA_DIR, rebuilt, data, keep=lambda key: not key.startswith("loss_per_cell/") or key in drawn
+    )
     last = data["last"]  # every charted scalar, step and phase (None where not recorded)
     return render_page(
         "run.html.j2",

@@ -14,11 +14,11 @@ from millrace.home import Home
 from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
 from pipeline.store.format import Store
-from reports.composition import load_composition
+from reports.compare_data import write_explain_data, write_run_summary
 from reports.compare_page import compare_query, write_compare_page, write_explain_page
+from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
-from reports.compare_data import write_explain_data, write_run_summary
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import RunSeries
 from reports.run_page import REFRESH_SECONDS, write_run_page
@@ -63,8 +63,10 @@ def find_store_versions(home: Home, selection: Sequence[str] = ()) -> list[Path]
         name, _, version = item.partition("/")
         matches = [p for p in found if p.parent.name == name and (not version or p.name == version)]
         if not matches:
-            raise ConfigError(f"--store {item}: no such store version under {home.stores}"
-                              + known("stores", (f"{p.parent.name}/{p.name}" for p in found)))
+            raise ConfigError(
+                f"--store {item}: no such store version under {home.stores}"
+                + known("stores", (f"{p.parent.name}/{p.name}" for p in found))
+            )
         chosen.extend(m for m in matches if m not in chosen)
     return chosen
 
@@ -114,8 +116,9 @@ def build_pages(
         pages.stores.append(path)
         store = composition.store
         for link in links:
-            store_links[link["name"]].append({"label": f"{store.name}/{store.version}",
-                                              "href": f"../../{store.name}/{store.version}/index.html"})
+            store_links[link["name"]].append(
+                {"label": f"{store.name}/{store.version}", "href": f"../../{store.name}/{store.version}/index.html"}
+            )
         if progress:
             progress()
     for body in ladders:
@@ -135,7 +138,9 @@ def build_pages(
         pages.runs.append(path)
         if progress:
             progress()
-    compare = write_compare_page(site, [p.name for p in find_runs(home) if (site / "runs" / p.name / "summary.js").exists()])
+    compare = write_compare_page(
+        site, [p.name for p in find_runs(home) if (site / "runs" / p.name / "summary.js").exists()]
+    )
     if runs and len(views) > 1:  # runs named on the command line: the compare page opened on them
         pages.compare = compare.as_uri() + compare_query([v.name for v in views])
         log.info("compare them at %s", pages.compare)
@@ -149,36 +154,64 @@ def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
     built = {rev.manifest.mixture for c in compositions for rev in c.revisions.values()}
     for mixture in mixtures:
         if mixture not in built:
-            raise ConfigError(f"--mixture {mixture}: no built revisions of mixture {mixture!r} in the selected "
-                              "stores" + known("built mixtures", built))
+            raise ConfigError(
+                f"--mixture {mixture}: no built revisions of mixture {mixture!r} in the selected "
+                "stores" + known("built mixtures", built)
+            )
     for composition in compositions:
         left_out = sorted(k for k, v in composition.revisions.items() if v.manifest.mixture not in set(mixtures))
         composition.revisions = {k: v for k, v in composition.revisions.items() if k not in left_out}
         if left_out:
-            log.warning("%s/%s: the page leaves out built revisions %s (not in --mixture %s)",
-                        composition.store.name, composition.store.version, ", ".join(left_out), " ".join(mixtures))
+            log.warning(
+                "%s/%s: the page leaves out built revisions %s (not in --mixture %s)",
+                composition.store.name,
+                composition.store.version,
+                ", ".join(left_out),
+                " ".join(mixtures),
+            )
 
 
 def rung_runs(ladders: list[dict]) -> dict[str, dict]:
     """Run name -> the ladder, rung and seed it trained for (from each ladder.json's results)."""
-    return {r["run"]: {"ladder": body["ladder"], "rung": r.get("rung"), "seed": r.get("seed")}
-            for body in ladders for r in body.get("results", []) if isinstance(r, dict) and r.get("run")}
+    return {
+        r["run"]: {"ladder": body["ladder"], "rung": r.get("rung"), "seed": r.get("seed")}
+        for body in ladders
+        for r in body.get("results", [])
+        if isinstance(r, dict) and r.get("run")
+    }
 
 
 def _run_row(view: RunView, rung: dict | None = None) -> dict:
     last = view.last
     return {
-        "name": view.name, "href": f"runs/{quote(view.name)}/index.html", "status": view.status, "live": view.live,
-        "mixture": view.run.get("mixture") or "?", "revision": view.run.get("revision") or "?",
-        "step": last.get("step"), "total_steps": view.run.get("total_steps"),
-        "tokens": last.get("tokens"), "loss": last.get("loss"), "time": last.get("time"),
-        "ladder": (rung or {}).get("ladder"), "rung": (rung or {}).get("rung"), "seed": (rung or {}).get("seed"),
+        "name": view.name,
+        "href": f"runs/{quote(view.name)}/index.html",
+        "status": view.status,
+        "live": view.live,
+        "mixture": view.run.get("mixture") or "?",
+        "revision": view.run.get("revision") or "?",
+        "step": last.get("step"),
+        "total_steps": view.run.get("total_steps"),
+        "tokens": last.get("tokens"),
+        "loss": last.get("loss"),
+        "time": last.get("time"),
+        "ladder": (rung or {}).get("ladder"),
+        "rung": (rung or {}).get("rung"),
+        "seed": (rung or {}).get("seed"),
     }
 
 
 def write_index(site: Path, store_rows: list[dict], run_rows: list[dict], ladder_rows: Sequence[dict] = ()) -> Path:
-    return render_page("index.html.j2", site / "index.html", root="", stores=store_rows, runs=run_rows,
-                       ladders=list(ladder_rows), runs_json=embed_json(run_rows), page_js=static_text("index.js"))
+    return render_page(
+        "index.html.j2",
+        site / "index.html",
+        root="",
+        stores=store_rows,
+        runs=run_rows,
+        ladders=list(ladder_rows),
+        runs_json=embed_json(run_rows),
+        page_js=static_text("index.js"),
+    )
 
 
 def build_site(
@@ -224,15 +257,22 @@ def refresh_index(home: Home, site: Path) -> Path:
             store_rows.append(_store_row(store_dir))
     rungs = rung_runs(load_ladders(home))
     run_rows = [
-        _run_row(view, rungs.get(view.name)) for run_dir in find_runs(home)
+        _run_row(view, rungs.get(view.name))
+        for run_dir in find_runs(home)
         if (site / "runs" / run_dir.name / "index.html").exists() and (view := load_run_summary(run_dir))
     ]
     ladder_rows = [
-        {"name": body["ladder"], "href": f"ladders/{quote(body['ladder'])}/index.html",
-         "mixture": (body.get("plan") or {}).get("mixture"), "revision": (body.get("plan") or {}).get("revision"),
-         "rungs": len((body.get("plan") or {}).get("rungs", [])), "results": len(body.get("results", [])),
-         "fitted": ", ".join(body.get("fits") or {}) or None}
-        for body in load_ladders(home) if (site / "ladders" / body["ladder"] / "index.html").exists()
+        {
+            "name": body["ladder"],
+            "href": f"ladders/{quote(body['ladder'])}/index.html",
+            "mixture": (body.get("plan") or {}).get("mixture"),
+            "revision": (body.get("plan") or {}).get("revision"),
+            "rungs": len((body.get("plan") or {}).get("rungs", [])),
+            "results": len(body.get("results", [])),
+            "fitted": ", ".join(body.get("fits") or {}) or None,
+        }
+        for body in load_ladders(home)
+        if (site / "ladders" / body["ladder"] / "index.html").exists()
     ]
     return write_index(site, store_rows, run_rows, ladder_rows)
 
@@ -243,13 +283,18 @@ def _store_row(store_dir: Path) -> dict:
     built = [(p.parent.parent.name, p.parent.name) for p in sorted(store_dir.glob(f"mixtures/*/*/{MANIFEST_FILE}"))]
     names = [revision for _, revision in built]
     return {
-        "name": manifest.name, "version": manifest.version, "stats_only": manifest.stats_only,
-        "href": f"{quote(manifest.name)}/{quote(manifest.version)}/index.html", "cells": len(manifest.cells),
+        "name": manifest.name,
+        "version": manifest.version,
+        "stats_only": manifest.stats_only,
+        "href": f"{quote(manifest.name)}/{quote(manifest.version)}/index.html",
+        "cells": len(manifest.cells),
         "tokens": sum(c.tokens for c in manifest.cells.values()),
         "documents": sum(c.documents for c in manifest.cells.values()),
         "revisions": [
-            {"key": revision if names.count(revision) == 1 else f"{mixture}/{revision}",
-             "label": f"{mixture} / {revision}"}
+            {
+                "key": revision if names.count(revision) == 1 else f"{mixture}/{revision}",
+                "label": f"{mixture} / {revision}",
+            }
             for mixture, revision in built
         ],
     }

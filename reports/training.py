@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from functools import partial
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +32,9 @@ log = logging.getLogger(__name__)
 MAX_POINTS = 600
 MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised tokens); all are in the table
 CELL_WINDOW = 2000  # recent records whose batches name cells (a run without realised counts)
-FINISHED = frozenset({"finished", "completed", "done", "failed", "crashed", "stopped", "aborted", "interrupted",
-                      "stale"})
+FINISHED = frozenset(
+    {"finished", "completed", "done", "failed", "crashed", "stopped", "aborted", "interrupted", "stale"}
+)
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
@@ -150,7 +150,11 @@ class RunView:
         """The cells whose loss gets a line: those with the most realised (then planned) tokens."""
         realised = self.last.get("realised_tokens_per_cell") or {}
         planned = self.run.get("planned_tokens_per_cell") or {}
-        cells = set(realised) | set(planned) | {c for r in self.records[-CELL_WINDOW:] for c in r.get("loss_per_cell") or {}}
+        cells = (
+            set(realised)
+            | set(planned)
+            | {c for r in self.records[-CELL_WINDOW:] for c in r.get("loss_per_cell") or {}}
+        )
         return sorted(cells, key=lambda c: (-int(realised.get(c, 0)), -int(planned.get(c, 0)), c))[:MAX_CELL_LINES]
 
     def page_data(self) -> dict[str, Any]:
@@ -165,10 +169,15 @@ class RunView:
                     latest_loss_cell[cell] = value
         cells = sorted(set(realised) | set(planned) | set(latest_loss_cell))
         last_load = [
-            {"layer": e.get("layer"), "load": [finite(x) for x in e.get("load") or []],
-             "max_violation": finite(e.get("max_violation")), "entropy": finite(e.get("entropy")),
-             "dead_experts": e.get("dead_experts")}
-            for e in last.get("expert_load") or [] if isinstance(e, dict)
+            {
+                "layer": e.get("layer"),
+                "load": [finite(x) for x in e.get("load") or []],
+                "max_violation": finite(e.get("max_violation")),
+                "entropy": finite(e.get("entropy")),
+                "dead_experts": e.get("dead_experts"),
+            }
+            for e in last.get("expert_load") or []
+            if isinstance(e, dict)
         ]
         last_step = last.get("step")
         steps_done = last_step if isinstance(last_step, int) else 0
@@ -182,15 +191,23 @@ class RunView:
             "revision": self.run.get("revision"),
             "store": self.run.get("store") or {},
             "total_steps": self.run.get("total_steps"),
-            "switches": [{"step": r["start_step"], "revision": r["revision"]} for r in (self.run.get("lineage") or [])[1:]],
+            "switches": [
+                {"step": r["start_step"], "revision": r["revision"]} for r in (self.run.get("lineage") or [])[1:]
+            ],
             "drawn_cells": self.drawn_cells(),
             "last_expert_load": last_load,
             "seq_len": seq_len,
             "cells": [
-                {"name": c, "realised": realised.get(c, 0), "planned": planned.get(c, 0),
-                 "expected": expected[c] * seq_len if seq_len is not None and c in expected else None,
-                 "off_by": realised.get(c, 0) / seq_len - expected[c] if seq_len is not None and c in expected else None,
-                 "loss": finite(latest_loss_cell.get(c))}
+                {
+                    "name": c,
+                    "realised": realised.get(c, 0),
+                    "planned": planned.get(c, 0),
+                    "expected": expected[c] * seq_len if seq_len is not None and c in expected else None,
+                    "off_by": realised.get(c, 0) / seq_len - expected[c]
+                    if seq_len is not None and c in expected
+                    else None,
+                    "loss": finite(latest_loss_cell.get(c)),
+                }
                 for c in cells
             ],
             **(observations(self.run_dir, self.records) if self.run_dir is not None else {}),
@@ -203,8 +220,7 @@ def load_run_summary(run_dir: Path) -> RunView:
     run_dir = Path(run_dir)
     run = read_run(run_dir)
     last = last_metrics(run_dir)
-    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=[last] if last else [],
-                   run_dir=run_dir)
+    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=[last] if last else [], run_dir=run_dir)
 
 
 def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:
@@ -216,5 +232,10 @@ def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:
     else:
         tail.poll()
         records = tail.records
-    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=records,
-                   manifest=run_manifest(run_dir, run), run_dir=run_dir)
+    return RunView(
+        name=str(run.get("run") or run_dir.name),
+        run=run,
+        records=records,
+        manifest=run_manifest(run_dir, run),
+        run_dir=run_dir,
+    )

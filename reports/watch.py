@@ -95,14 +95,15 @@ def watch(
         try:
             while not (run_dir / RUN_FILE).exists():
                 if deadline is not None and time.monotonic() >= deadline:
-                    return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
-                                       reason="timeout")
+                    return WatchResult(
+                        page=_page_path(home, run, out), rebuilds=0, status="not started", reason="timeout"
+                    )
                 if _pause(interval, stop):
-                    return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
-                                       reason="stopped")
+                    return WatchResult(
+                        page=_page_path(home, run, out), rebuilds=0, status="not started", reason="stopped"
+                    )
         except KeyboardInterrupt:
-            return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started",
-                               reason="interrupted")
+            return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started", reason="interrupted")
     seen = None
     rebuilds = 0
     page = _page_path(home, run, out)
@@ -121,9 +122,16 @@ def watch(
                 rebuilds += 1
                 log.debug("rebuilt %s: %d records, status %s", page, len(tail.records), status)
                 if on_build:
-                    on_build(WatchEvent(page, rebuilds, len(tail.records),
-                                        tail.records[-1]["step"] if tail.records else None,
-                                        run_info.get("total_steps"), status))
+                    on_build(
+                        WatchEvent(
+                            page,
+                            rebuilds,
+                            len(tail.records),
+                            tail.records[-1]["step"] if tail.records else None,
+                            run_info.get("total_steps"),
+                            status,
+                        )
+                    )
                 if until_finished and status.lower() in FINISHED:
                     reason = "finished"
                     break

@@ -18,15 +18,23 @@ from loader import Batch, MixtureStream
 
 def batch_digest(batch: Batch) -> str:
     digest = hashlib.sha256()
-    for array in (batch.input_ids, batch.labels, batch.segment_ids, batch.positions, batch.cell_ids,
-                  batch.sample_positions, batch.sources):
+    for array in (
+        batch.input_ids,
+        batch.labels,
+        batch.segment_ids,
+        batch.positions,
+        batch.cell_ids,
+        batch.sample_positions,
+        batch.sources,
+    ):
         digest.update(b"none" if array is None else array.tobytes())
     digest.update(json.dumps([batch.step, batch.phase, batch.cells]).encode())
     return digest.hexdigest()
 
 
-def epoch_stream(store_root: Path, cell: str, seed: int, epoch: int, block: int = 1024,
-                 run: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def epoch_stream(
+    store_root: Path, cell: str, seed: int, epoch: int, block: int = 1024, run: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """A cell's tokens in epoch `epoch`'s document order and each token's source, rebuilt independently of the
     loader from the store's shards: each block of `block` documents of a shard cut into runs of `run`
     documents, the runs in their keyed permuted order, each run's documents in store order."""

@@ -16,8 +16,16 @@ import pytest
 import reports
 
 ARTIFACTS = Path(__file__).parents[1] / "tests" / "reports" / "artifacts"  # ignored by git
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def unavailable(reason: str) -> None:
@@ -46,8 +54,9 @@ class Tab:
     """A page that records console errors, page errors and every request it makes."""
 
     def __init__(self, browser, width: int = 1280, height: int = 900, touch: bool = False):
-        self.context = browser.new_context(viewport={"width": width, "height": height}, has_touch=touch,
-                                           is_mobile=touch)
+        self.context = browser.new_context(
+            viewport={"width": width, "height": height}, has_touch=touch, is_mobile=touch
+        )
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.requests: list[str] = []

@@ -8,12 +8,7 @@ from pathlib import Path
 
 import zstandard
 
-WORDS = (
-    "the of and to in is that for it as with was on be by this are from at or an which have not had they "
-    "river mill water wheel channel stone grain flour miller valley bridge village morning evening season "
-    "harvest stream current power engine gear shaft wooden iron old new small large quiet busy long short "
-    "people work farm field road town market winter summer spring autumn light dark cold warm clear deep"
-).split()
+WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this", "are", "from", "at", "or", "an", "which", "have", "not", "had", "they", "river", "mill", "water", "wheel", "channel", "stone", "grain", "flour", "miller", "valley", "bridge", "village", "morning", "evening", "season", "harvest", "stream", "current", "power", "engine", "gear", "shaft", "wooden", "iron", "old", "new", "small", "large", "quiet", "busy", "long", "short", "people", "work", "farm", "field", "road", "town", "market", "winter", "summer", "spring", "autumn", "light", "dark", "cold", "warm", "clear", "deep"]
 
 
 def sentence(rng: random.Random) -> str:
@@ -26,7 +21,9 @@ def prose(rng: random.Random) -> str:
 
 
 def code(rng: random.Random, index: int) -> str:
-    body = "\n".join(f"    total += {rng.choice(['x', 'y', 'z'])} * {rng.randint(1, 99)}" for _ in range(rng.randint(5, 30)))
+    body = "\n".join(
+        f"    total += {rng.choice(['x', 'y', 'z'])} * {rng.randint(1, 99)}" for _ in range(rng.randint(5, 30))
+    )
     return f"def function_{index}(x, y, z):\n    total = 0\n{body}\n    return total\n"
 
 
@@ -58,7 +55,9 @@ def make_corpus(root: Path, documents: int = 60, seed: int = 0) -> Path:
     notes = [{"id": f"n{i:04d}", "text": prose(rng)} for i in range(documents // 3)]
     notes.append({"id": "n-copy", "text": texts[2]})  # an exact duplicate of another source's document
     write_jsonl_zst(root / "notes" / "notes.jsonl.zst", notes)
-    snippets = [{"id": f"c{i:04d}", "text": code(rng, i), "metadata": {"language": "python"}} for i in range(documents // 2)]
+    snippets = [
+        {"id": f"c{i:04d}", "text": code(rng, i), "metadata": {"language": "python"}} for i in range(documents // 2)
+    ]
     write_jsonl_zst(root / "snippets" / "code.jsonl.zst", snippets)
     return root
 
@@ -67,18 +66,18 @@ def config_text(corpus: Path, version: str = "2026.01.02", tasks: int = 2, worke
     return f"""
 [[sources]]
 name = "articles"
-paths = ["{corpus / 'articles'}"]
+paths = ["{corpus / "articles"}"]
 filters = ["gopher_repetition", "gopher_quality"]
 
 [[sources]]
 name = "notes"
-paths = ["{corpus / 'notes'}"]
+paths = ["{corpus / "notes"}"]
 filters = ["gopher_quality"]
 languages = ["en"]
 
 [[sources]]
 name = "snippets"
-paths = ["{corpus / 'snippets'}"]
+paths = ["{corpus / "snippets"}"]
 kind = "code"
 language_id = false
 

@@ -67,49 +67,118 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
                 tokens = learnable_document(rng, int(rng.integers(50, 400)), 2 * domain + bucket + 1, VOCAB, EOS)
                 docs.append((tokens, source_id))
                 if len(samples) < 2:
-                    text = HOSTILE if (domain, bucket, doc) == (0, 0, 0) else f"document {doc} of {name}: " + "lorem " * 90
+                    text = (
+                        HOSTILE
+                        if (domain, bucket, doc) == (0, 0, 0)
+                        else f"document {doc} of {name}: " + "lorem " * 90
+                    )
                     samples.append({"id": f"{name}/{doc}", "source": SOURCES[source_id], "text": text[:400]})
             documents[name] = [docs]
-            cell_stats[name] = {"domain": domain, "bucket": bucket, "label": DOMAIN_LABELS[f"c{domain:02d}"],
-                                "score_range": SCORE_RANGES[f"q{bucket}"], "samples": samples,
-                                "languages": {"en": len(docs) - len(docs) // 3, "de": len(docs) // 3}}
-    funnel = {"stages": [
-        _stage("read", {"python-docs": (80, 300, {}), "man-pages": (70, 250, {}), "licenses": (90, 200, {})}),
-        _stage("quality", {"python-docs": (80, 300, {"gopher_repetition": 3}), "man-pages": (70, 250, {"c4": 5}),
-                           "licenses": (90, 200, {"gopher_quality": 2, "fineweb": 1})}),
-        _stage("exact-dedup", {"python-docs": (77, 300, {"duplicate": 2}), "man-pages": (65, 250, {"duplicate": 4}),
-                               "licenses": (87, 200, {"duplicate": 40})}),
-        _stage("tokenize", {"python-docs": (75, 300, {}), "man-pages": (61, 250, {}), "licenses": (47, 200, {})}),
-    ]}
+            cell_stats[name] = {
+                "domain": domain,
+                "bucket": bucket,
+                "label": DOMAIN_LABELS[f"c{domain:02d}"],
+                "score_range": SCORE_RANGES[f"q{bucket}"],
+                "samples": samples,
+                "languages": {"en": len(docs) - len(docs) // 3, "de": len(docs) // 3},
+            }
+    funnel = {
+        "stages": [
+            _stage("read", {"python-docs": (80, 300, {}), "man-pages": (70, 250, {}), "licenses": (90, 200, {})}),
+            _stage(
+                "quality",
+                {
+                    "python-docs": (80, 300, {"gopher_repetition": 3}),
+                    "man-pages": (70, 250, {"c4": 5}),
+                    "licenses": (90, 200, {"gopher_quality": 2, "fineweb": 1}),
+                },
+            ),
+            _stage(
+                "exact-dedup",
+                {
+                    "python-docs": (77, 300, {"duplicate": 2}),
+                    "man-pages": (65, 250, {"duplicate": 4}),
+                    "licenses": (87, 200, {"duplicate": 40}),
+                },
+            ),
+            _stage("tokenize", {"python-docs": (75, 300, {}), "man-pages": (61, 250, {}), "licenses": (47, 200, {})}),
+        ]
+    }
     funnel["stages"][1]["languages"] = {  # from language id on, stages count per language too
-        "en": {"received": {"documents": 200, "bytes": 0}, "kept": {"documents": 191, "bytes": 0},
-               "removed": {"gopher_repetition": {"documents": 3, "bytes": 0}, "c4": {"documents": 5, "bytes": 0},
-                           "fineweb": {"documents": 1, "bytes": 0}}},
-        "ko": {"received": {"documents": 40, "bytes": 0}, "kept": {"documents": 38, "bytes": 0},
-               "removed": {"gopher_quality": {"documents": 2, "bytes": 0}}}}
-    funnel["not_read"] = [{"source": "man-pages", "path": "/corpus/man", "files": 3,
-                           "reasons": {"no source reads its extension": 3}, "examples": ["a.txt", "b.csv", "c.log"]}]
+        "en": {
+            "received": {"documents": 200, "bytes": 0},
+            "kept": {"documents": 191, "bytes": 0},
+            "removed": {
+                "gopher_repetition": {"documents": 3, "bytes": 0},
+                "c4": {"documents": 5, "bytes": 0},
+                "fineweb": {"documents": 1, "bytes": 0},
+            },
+        },
+        "ko": {
+            "received": {"documents": 40, "bytes": 0},
+            "kept": {"documents": 38, "bytes": 0},
+            "removed": {"gopher_quality": {"documents": 2, "bytes": 0}},
+        },
+    }
+    funnel["not_read"] = [
+        {
+            "source": "man-pages",
+            "path": "/corpus/man",
+            "files": 3,
+            "reasons": {"no source reads its extension": 3},
+            "examples": ["a.txt", "b.csv", "c.log"],
+        }
+    ]
     return write_store(
-        home, STORE, VERSION, documents, SOURCES, vocab_size=VOCAB, eos_id=EOS, fingerprint="sha256:test-tokenizer",
-        cell_stats=cell_stats, funnel=funnel,
-        store_stats={"domains": {"k": 3, "labels": DOMAIN_LABELS},
-                     "quality": {"buckets": 2, "score_ranges": {"*": SCORE_RANGES}, **QUALITY_MEANING}},
+        home,
+        STORE,
+        VERSION,
+        documents,
+        SOURCES,
+        vocab_size=VOCAB,
+        eos_id=EOS,
+        fingerprint="sha256:test-tokenizer",
+        cell_stats=cell_stats,
+        funnel=funnel,
+        store_stats={
+            "domains": {"k": 3, "labels": DOMAIN_LABELS},
+            "quality": {"buckets": 2, "score_ranges": {"*": SCORE_RANGES}, **QUALITY_MEANING},
+        },
     )
 
 
-QUALITY_MEANING = {"good": ["python-docs"], "other": "documents drawn at random from the rest of the corpus",
-                   "calibrated_by": "language",
-                   "meaning": "P(good): how much a document resembles python-docs rather than a random corpus document"}
+QUALITY_MEANING = {
+    "good": ["python-docs"],
+    "other": "documents drawn at random from the rest of the corpus",
+    "calibrated_by": "language",
+    "meaning": "P(good): how much a document resembles python-docs rather than a random corpus document",
+}
 
 
 def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str, Path]:
     """Two revisions of mixture `default` on the small store, written and built by the mixtures room."""
     store = f"{STORE}/{VERSION}"
-    new_revision(home, "default", "natural", store, strategy="natural", phases=["main:12288"],
-                 seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
-    new_revision(home, "default", "uniform-sampling", store, strategy="uniform",
-                 phases=["main:10240", "cooldown:2048:uniform@c*q1"], seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH,
-                 description=UNIFORM_DESCRIPTION)
+    new_revision(
+        home,
+        "default",
+        "natural",
+        store,
+        strategy="natural",
+        phases=["main:12288"],
+        seq_len=SEQ_LEN,
+        global_batch=GLOBAL_BATCH,
+    )
+    new_revision(
+        home,
+        "default",
+        "uniform-sampling",
+        store,
+        strategy="uniform",
+        phases=["main:10240", "cooldown:2048:uniform@c*q1"],
+        seq_len=SEQ_LEN,
+        global_batch=GLOBAL_BATCH,
+        description=UNIFORM_DESCRIPTION,
+    )
     return {name: build(home, "default", name) for name in ("natural", "uniform-sampling")}
 
 
@@ -150,8 +219,16 @@ def set_status(home: Home, run: str, status: str, base: Path | None = None) -> N
     write_artifact(home.run(run) / "run.json", "millrace.run", 1, {**body, "run": run, "status": status})
 
 
-def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, status: str = "finished",
-                           layers: int = 2, experts: int = 8, spikes: dict[int, float] | None = None) -> Path:
+def write_contract_metrics(
+    home: Home,
+    run: str,
+    manifest: Path,
+    steps: int,
+    status: str = "finished",
+    layers: int = 2,
+    experts: int = 8,
+    spikes: dict[int, float] | None = None,
+) -> Path:
     """run.json + metrics.jsonl written per the trainer's metrics contract (for streams longer than a test can train).
 
     `spikes[step]` replaces that step's loss, and the record says a loss_jump alert starts there (ending
@@ -160,13 +237,24 @@ def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, sta
     run_dir = home.run(run)
     run_dir.mkdir(parents=True, exist_ok=True)
     planned = {c: sum(p.counts.get(c, 0) for p in built.phases) * built.seq_len for c in built.cells}
-    write_artifact(run_dir / "run.json", "millrace.run", 1, {
-        "run": run, "config": {"model": "tiny"}, "mixture": built.mixture, "revision": built.revision,
-        "manifest_hash": digest, "store": {"name": built.store.name, "version": built.store.version},
-        "planned_tokens_per_cell": planned, "total_steps": steps, "status": status,
-    })
+    write_artifact(
+        run_dir / "run.json",
+        "millrace.run",
+        1,
+        {
+            "run": run,
+            "config": {"model": "tiny"},
+            "mixture": built.mixture,
+            "revision": built.revision,
+            "manifest_hash": digest,
+            "store": {"name": built.store.name, "version": built.store.version},
+            "planned_tokens_per_cell": planned,
+            "total_steps": steps,
+            "status": status,
+        },
+    )
     rng = np.random.default_rng(1)
-    realised = {c: 0 for c in built.cells}
+    realised = dict.fromkeys(built.cells, 0)
     cells = sorted(built.cells)
     with open(run_dir / "metrics.jsonl", "w") as stream:
         for step in range(steps):
@@ -177,34 +265,72 @@ def write_contract_metrics(home: Home, run: str, manifest: Path, steps: int, sta
             alerts = {"started": [], "ended": [], "active": []}
             if spikes and step in spikes:
                 loss = spikes[step]
-                alerts = {"started": [{"name": "loss_jump", "value": loss, "threshold": 3.0,
-                                       "message": f"loss {loss} above its recent floor"}], "ended": [],
-                          "active": ["loss_jump"]}
+                alerts = {
+                    "started": [
+                        {
+                            "name": "loss_jump",
+                            "value": loss,
+                            "threshold": 3.0,
+                            "message": f"loss {loss} above its recent floor",
+                        }
+                    ],
+                    "ended": [],
+                    "active": ["loss_jump"],
+                }
             elif spikes and step - 1 in spikes:
                 alerts = {"started": [], "ended": ["loss_jump"], "active": []}
-            load = [{"layer": layer, "load": [1 / experts] * experts, "max_violation": 0.0,
-                     "entropy": math.log(experts), "dead_experts": 0} for layer in range(layers)]
-            stream.write(json.dumps({
-                "step": step, "time": 1.7e9 + step, "phase": "main", "loss": loss, "lr": 3e-4,
-                "tokens": (step + 1) * built.global_batch * built.seq_len, "tokens_per_second": 5e4, "mfu": 0.03,
-                "data_wait_fraction": 0.02, "grad_norm": 1.0, "param_norm": 120.0,
-                "param_norm_with_router_bias": 120.5,
-                "router_bias": [{"layer": layer, "norm": 0.01 * step, "max_abs": 0.001 * step}
-                                for layer in range(layers)],
-                "expert_load": load, "loss_per_cell": {str(c): loss for c in sorted(set(drawn))},
-                "loss_per_source": {s: loss for s in SOURCES}, "realised_tokens_per_cell": dict(realised),
-                "alerts": alerts, "skipped_steps": 0,
-            }) + "\n")
+            load = [
+                {
+                    "layer": layer,
+                    "load": [1 / experts] * experts,
+                    "max_violation": 0.0,
+                    "entropy": math.log(experts),
+                    "dead_experts": 0,
+                }
+                for layer in range(layers)
+            ]
+            stream.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "time": 1.7e9 + step,
+                        "phase": "main",
+                        "loss": loss,
+                        "lr": 3e-4,
+                        "tokens": (step + 1) * built.global_batch * built.seq_len,
+                        "tokens_per_second": 5e4,
+                        "mfu": 0.03,
+                        "data_wait_fraction": 0.02,
+                        "grad_norm": 1.0,
+                        "param_norm": 120.0,
+                        "param_norm_with_router_bias": 120.5,
+                        "router_bias": [
+                            {"layer": layer, "norm": 0.01 * step, "max_abs": 0.001 * step} for layer in range(layers)
+                        ],
+                        "expert_load": load,
+                        "loss_per_cell": {str(c): loss for c in sorted(set(drawn))},
+                        "loss_per_source": dict.fromkeys(SOURCES, loss),
+                        "realised_tokens_per_cell": dict(realised),
+                        "alerts": alerts,
+                        "skipped_steps": 0,
+                    }
+                )
+                + "\n"
+            )
     return run_dir
 
 
 def _eval_block(cell: dict[str, float], base: float, scale: float) -> dict:
     """One evaluation group block (loss or bits per byte) of an eval.jsonl record, scaled."""
-    return {"macro": scale * sum(cell.values()) / len(cell), "micro": scale * base,
-            "cell": {c: scale * v for c, v in cell.items()},
-            "domain": {c[:3]: scale * v for c, v in cell.items()},
-            "bucket": {c[3:]: scale * v for c, v in cell.items()},
-            "source": {s: scale * base for s in SOURCES}, "set": {"wiki": scale * (base + 0.5)}}
+    return {
+        "macro": scale * sum(cell.values()) / len(cell),
+        "micro": scale * base,
+        "cell": {c: scale * v for c, v in cell.items()},
+        "domain": {c[:3]: scale * v for c, v in cell.items()},
+        "bucket": {c[3:]: scale * v for c, v in cell.items()},
+        "source": dict.fromkeys(SOURCES, scale * base),
+        "set": {"wiki": scale * (base + 0.5)},
+    }
 
 
 def write_observations(home: Home, run: str, manifest: Path, steps: int, every: int) -> None:
@@ -216,16 +342,38 @@ def write_observations(home: Home, run: str, manifest: Path, steps: int, every: 
         for step in range(every, steps + 1, every):
             base = 2.0 + 4.0 * math.exp(-step / (steps / 4))
             cell = {c: base + 0.1 * i for i, c in enumerate(cells)}
-            evals.write(json.dumps({"schema": "millrace.eval/1", "step": step, "tokens": step * 1000, "seconds": 0.5,
-                                    "loss": _eval_block(cell, base, 1.0),
-                                    "bpb": _eval_block(cell, base, 1 / math.log(2) / 4),
-                                    "sequences": {"cell": {c: 4 for c in cells}, "set": {"wiki": 4}}}) + "\n")
+            evals.write(
+                json.dumps(
+                    {
+                        "schema": "millrace.eval/1",
+                        "step": step,
+                        "tokens": step * 1000,
+                        "seconds": 0.5,
+                        "loss": _eval_block(cell, base, 1.0),
+                        "bpb": _eval_block(cell, base, 1 / math.log(2) / 4),
+                        "sequences": {"cell": dict.fromkeys(cells, 4), "set": {"wiki": 4}},
+                    }
+                )
+                + "\n"
+            )
             for prompt in ("c00:c00q0", "c01:c01q0"):
                 for temperature in (0.0, 0.2):
-                    samples.write(json.dumps({
-                        "schema": "millrace.samples/1", "step": step, "prompt_id": prompt, "prompt": f"about {prompt}",
-                        "temperature": temperature, "seed": 0, "completion": f"step {step} says {prompt} at {temperature}",
-                        "completion_tokens": 5, "mean_logprob": -1.5}) + "\n")
+                    samples.write(
+                        json.dumps(
+                            {
+                                "schema": "millrace.samples/1",
+                                "step": step,
+                                "prompt_id": prompt,
+                                "prompt": f"about {prompt}",
+                                "temperature": temperature,
+                                "seed": 0,
+                                "completion": f"step {step} says {prompt} at {temperature}",
+                                "completion_tokens": 5,
+                                "mean_logprob": -1.5,
+                            }
+                        )
+                        + "\n"
+                    )
 
 
 def make_compared_runs(home: Home, runs: dict[str, int]) -> None:

@@ -10,22 +10,29 @@ from testkit.stores import EVEN, make_store
 # Cell c02q0 is small: it runs through several epochs, across the switch.
 CELLS = {"c00q0": 30000, "c00q1": 22000, "c01q0": 9000, "c01q1": 4100, "c02q0": 1700}
 FRAME = 'seed = 7\nseq_len = 16\nglobal_batch = 8\nepoch_cap = 12\n[store]\nname = "local"\n'
-PARENT = 'mixture = "mix"\nrevision = "natural"\n' + FRAME + '''
+PARENT = (
+    'mixture = "mix"\nrevision = "natural"\n'
+    + FRAME
+    + """
 [[phases]]
 name = "main"
 tokens = 51200
 strategy = "natural"
-'''
+"""
+)
 AT_STEP = 170  # inside the parent's only phase (400 steps)
 
 
 def continuing(revision: str, parent: str, at_step: int) -> str:
     """The head of a revision of "mix" that continues `parent` from `at_step`."""
-    return (f'mixture = "mix"\nrevision = "{revision}"\n{FRAME}\n'
-            f'[continues]\nrevision = "{parent}"\nat_step = {at_step}\n')
+    return (
+        f'mixture = "mix"\nrevision = "{revision}"\n{FRAME}\n[continues]\nrevision = "{parent}"\nat_step = {at_step}\n'
+    )
 
 
-CHILD = continuing("swap", "natural", AT_STEP) + '''
+CHILD = (
+    continuing("swap", "natural", AT_STEP)
+    + """
 [[phases]]
 name = "main"
 tokens = 20480
@@ -39,14 +46,18 @@ name = "cooldown"
 tokens = 6144
 strategy = "uniform"
 cells = ["c01*", "c02*"]
-'''
+"""
+)
 GRAND_AT = 300  # inside the child's main phase
-GRANDCHILD = continuing("late", "swap", GRAND_AT) + '''
+GRANDCHILD = (
+    continuing("late", "swap", GRAND_AT)
+    + """
 [[phases]]
 name = "main"
 tokens = 4096
 strategy = "uniform"
-'''
+"""
+)
 
 
 def write_revision(home: Home, text: str, name: str) -> Path:

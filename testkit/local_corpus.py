@@ -62,13 +62,19 @@ def _man(limit: int) -> list[tuple[str, str]]:
 
 def _licenses(limit: int) -> list[tuple[str, str]]:
     files = sorted(Path("/usr/share/common-licenses").glob("*")) + sorted(Path("/usr/share/doc").glob("*/copyright"))
-    return [(f"licenses/{p.parent.name}/{p.name}", p.read_text(errors="replace")) for p in files if p.is_file()][:limit]
+    return [(f"licenses/{p.parent.name}/{p.name}", p.read_text(errors="replace")) for p in files if p.is_file()][
+        :limit
+    ]
 
 
 def plainly_different_sources(per_source: int = 300) -> list[Document]:
     documents = []
-    for source, items in (("code", _code(per_source)), ("prose", _prose(per_source)),
-                          ("man", _man(per_source)), ("licenses", _licenses(per_source))):
+    for source, items in (
+        ("code", _code(per_source)),
+        ("prose", _prose(per_source)),
+        ("man", _man(per_source)),
+        ("licenses", _licenses(per_source)),
+    ):
         for doc_id, text in items:
             text = text[:MAX_CHARS]
             if len(text.strip()) >= MIN_CHARS:

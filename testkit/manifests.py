@@ -26,9 +26,19 @@ def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", vers
     return root
 
 
-def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], seq_len: int = 16,
-                  global_batch: int = 8, seed: int = 1234, mixture: str = "mix", revision: str = "r1",
-                  phase_names: list[str] | None = None, document_block: int = 1024, document_run: int = 1) -> Path:
+def make_manifest(
+    home: Home,
+    store_root: Path,
+    phases: list[dict[str, int]],
+    seq_len: int = 16,
+    global_batch: int = 8,
+    seed: int = 1234,
+    mixture: str = "mix",
+    revision: str = "r1",
+    phase_names: list[str] | None = None,
+    document_block: int = 1024,
+    document_run: int = 1,
+) -> Path:
     """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
     from millrace.artifacts import HASH_FIELD, payload_of, read_artifact
 
@@ -38,28 +48,56 @@ def make_manifest(home: Home, store_root: Path, phases: list[dict[str, int]], se
     for name, summary in store.cells.items():
         shards = 0
         if not store.stats_only:
-            cell_body = read_artifact(store_root / "cells" / name / "cell.json", "millrace.cell", (CELL_SCHEMA_VERSION,))
+            cell_body = read_artifact(
+                store_root / "cells" / name / "cell.json", "millrace.cell", (CELL_SCHEMA_VERSION,)
+            )
             shards = len(cell_body["shards"]["names"])
-        cells[name] = ManifestCell(name=name, available_tokens=summary.tokens, documents=summary.documents,
-                                   sequences_available=max(0, (summary.tokens - 1) // seq_len),
-                                   cell_manifest_hash=summary.manifest_hash, shards=shards)
+        cells[name] = ManifestCell(
+            name=name,
+            available_tokens=summary.tokens,
+            documents=summary.documents,
+            sequences_available=max(0, (summary.tokens - 1) // seq_len),
+            cell_manifest_hash=summary.manifest_hash,
+            shards=shards,
+        )
     built_phases, position = [], 0
     for p, counts in enumerate(phases):
         sequences = sum(counts.values())
         assert sequences % global_batch == 0, "test counts must fill whole batches"
-        built_phases.append(ManifestPhase(
-            name=(phase_names or [f"phase{i}" for i in range(len(phases))])[p], token_budget=sequences * seq_len,
-            start_position=position, sequences=sequences, start_step=position // global_batch,
-            steps=sequences // global_batch, counts=counts,
-            declared_weights={c: n / sequences for c, n in counts.items()}))
+        built_phases.append(
+            ManifestPhase(
+                name=(phase_names or [f"phase{i}" for i in range(len(phases))])[p],
+                token_budget=sequences * seq_len,
+                start_position=position,
+                sequences=sequences,
+                start_step=position // global_batch,
+                steps=sequences // global_batch,
+                counts=counts,
+                declared_weights={c: n / sequences for c, n in counts.items()},
+            )
+        )
         position += sequences
     manifest = BuiltManifest(
-        mixture=mixture, revision=revision, revision_hash="sha256:test", store=StoreRef(
-            name=store.name, version=store.version, manifest_hash=body[HASH_FIELD], stats_only=store.stats_only),
-        tokenizer_fingerprint=None if store.stats_only else "test", dtype=store.dtype,
-        eos_id=None if store.stats_only else EOS, seed=seed, seq_len=seq_len, global_batch=global_batch,
-        epoch_cap=8.0, document_block=document_block, document_run=document_run, cells=cells, phases=built_phases,
-        total_sequences=position, total_steps=position // global_batch)
+        mixture=mixture,
+        revision=revision,
+        revision_hash="sha256:test",
+        store=StoreRef(
+            name=store.name, version=store.version, manifest_hash=body[HASH_FIELD], stats_only=store.stats_only
+        ),
+        tokenizer_fingerprint=None if store.stats_only else "test",
+        dtype=store.dtype,
+        eos_id=None if store.stats_only else EOS,
+        seed=seed,
+        seq_len=seq_len,
+        global_batch=global_batch,
+        epoch_cap=8.0,
+        document_block=document_block,
+        document_run=document_run,
+        cells=cells,
+        phases=built_phases,
+        total_sequences=position,
+        total_steps=position // global_batch,
+    )
     path = manifest_path(home, store.name, store.version, mixture, revision)
     write_manifest(path, manifest)
     return path

@@ -14,7 +14,9 @@ def tiny_model(seed: int = 0, **kernels: Any) -> Transformer:
     """Initialised from `seed`, with the kernel options given (`TrainKernelConfig` fields)."""
     torch.manual_seed(seed)
     model = Transformer(
-        ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96, dense_ffn_dim=48, n_dense_layers=1),
+        ModelConfig(
+            d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=96, dense_ffn_dim=48, n_dense_layers=1
+        ),
         MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16),
     )
     model.init_weights(seed)

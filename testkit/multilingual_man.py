@@ -48,6 +48,15 @@ def multilingual_man_pages(min_languages: int = 3) -> list[Document]:
         for lang, path in sorted(languages.items()):
             text = _read(path)
             if len(text.strip()) >= 200:
-                documents.append(Document(text=text, id=f"man-{lang}/{page}", metadata={
-                    "source": f"man-{lang.lower().replace('_', '-')}", "language": lang.split("_")[0], "page": page}))
+                documents.append(
+                    Document(
+                        text=text,
+                        id=f"man-{lang}/{page}",
+                        metadata={
+                            "source": f"man-{lang.lower().replace('_', '-')}",
+                            "language": lang.split("_")[0],
+                            "page": page,
+                        },
+                    )
+                )
     return documents

@@ -186,12 +186,15 @@ def joiner(language: str) -> str:
 def document(language: str, rng: random.Random) -> str:
     """Twelve of the language's sentences in a seeded order, three to a line."""
     chosen = rng.sample(SENTENCES[language], SENTENCES_PER_DOCUMENT)
-    lines = [joiner(language).join(chosen[i:i + PER_LINE]) for i in range(0, len(chosen), PER_LINE)]
+    lines = [joiner(language).join(chosen[i : i + PER_LINE]) for i in range(0, len(chosen), PER_LINE)]
     return "\n".join(lines)
 
 
 def multilingual_records(per_language: int, seed: int = 0) -> list[dict]:
     """`per_language` documents of each language, interleaved: {"id", "text", "language"} records."""
     rng = random.Random(seed)
-    return [{"id": f"{language}-{i}", "text": document(language, rng), "language": language}
-            for i in range(per_language) for language in LANGUAGES]
+    return [
+        {"id": f"{language}-{i}", "text": document(language, rng), "language": language}
+        for i in range(per_language)
+        for language in LANGUAGES
+    ]

@@ -36,42 +36,98 @@ REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_toke
 Document = tuple[np.ndarray, int]  # token ids (EOS included), source index
 
 
-def write_store(home: Home, name: str, version: str, cells: Mapping[str, Sequence[Sequence[Document]]],
-                sources: list[str], *, vocab_size: int, eos_id: int, fingerprint: str = "sha256:test",
-                tokenizer_path: str | None = None, bytes_per_token: int = 4, cell_stats: Mapping[str, dict] = {},
-                store_stats: dict | None = None, funnel: dict | None = None,
-                validation: Mapping[str, Sequence[Document]] = {}) -> Path:
+def write_store(
+    home: Home,
+    name: str,
+    version: str,
+    cells: Mapping[str, Sequence[Sequence[Document]]],
+    sources: list[str],
+    *,
+    vocab_size: int,
+    eos_id: int,
+    fingerprint: str = "sha256:test",
+    tokenizer_path: str | None = None,
+    bytes_per_token: int = 4,
+    cell_stats: Mapping[str, dict] = {},
+    store_stats: dict | None = None,
+    funnel: dict | None = None,
+    validation: Mapping[str, Sequence[Document]] = {},
+) -> Path:
     """`cells[cell]` is a list of shards, each a list of documents; `validation[cell]` the cell's held-out
     documents (one validation shard); returns the store directory."""
     root = home.store(name, version)
     summaries = {}
     for cell, shards in sorted(cells.items()):
         counts: dict[str, SourceCounts] = {}
-        infos = [_write_shard(root / "cells" / cell / f"shard_{index:05d}", shard, sources, bytes_per_token, counts)
-                 for index, shard in enumerate(shards)]
+        infos = [
+            _write_shard(root / "cells" / cell / f"shard_{index:05d}", shard, sources, bytes_per_token, counts)
+            for index, shard in enumerate(shards)
+        ]
         documents, tokens = sum(i.documents for i in infos), sum(i.tokens for i in infos)
         held = HeldOut()
         if validation.get(cell):
             held_sources: dict[str, SourceCounts] = {}
-            info = _write_shard(root / "cells" / cell / "validation-00000", validation[cell], sources, bytes_per_token,
-                                held_sources, durable=True)
-            held = HeldOut(documents=info.documents, tokens=info.tokens, bytes=info.tokens * bytes_per_token,
-                           shards=[info], sources=held_sources)
-        manifest = CellManifest(cell=cell, dtype="uint16", tokenizer_fingerprint=fingerprint, documents=documents,
-                                tokens=tokens, bytes=tokens * bytes_per_token, shards=ShardTable.of(infos),
-                                sources=counts, stats=dict(cell_stats.get(cell, {})), validation=held)
-        summaries[cell] = CellSummary(documents=documents, tokens=tokens, bytes=tokens * bytes_per_token,
-                                      validation_documents=held.documents, validation_tokens=held.tokens,
-                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
-    write_store_manifest(root, StoreManifest(
-        name=name, version=version, dtype="uint16", cells=summaries, sources=sources,
-        tokenizer=TokenizerInfo(fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path),
-        funnel=funnel or {}, stats=store_stats or {}))
+            info = _write_shard(
+                root / "cells" / cell / "validation-00000",
+                validation[cell],
+                sources,
+                bytes_per_token,
+                held_sources,
+                durable=True,
+            )
+            held = HeldOut(
+                documents=info.documents,
+                tokens=info.tokens,
+                bytes=info.tokens * bytes_per_token,
+                shards=[info],
+                sources=held_sources,
+            )
+        manifest = CellManifest(
+            cell=cell,
+            dtype="uint16",
+            tokenizer_fingerprint=fingerprint,
+            documents=documents,
+            tokens=tokens,
+            bytes=tokens * bytes_per_token,
+            shards=ShardTable.of(infos),
+            sources=counts,
+            stats=dict(cell_stats.get(cell, {})),
+            validation=held,
+        )
+        summaries[cell] = CellSummary(
+            documents=documents,
+            tokens=tokens,
+            bytes=tokens * bytes_per_token,
+            validation_documents=held.documents,
+            validation_tokens=held.tokens,
+            manifest_hash=write_cell_manifest(root / "cells" / cell, manifest),
+        )
+    write_store_manifest(
+        root,
+        StoreManifest(
+            name=name,
+            version=version,
+            dtype="uint16",
+            cells=summaries,
+            sources=sources,
+            tokenizer=TokenizerInfo(
+                fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path
+            ),
+            funnel=funnel or {},
+            stats=store_stats or {},
+        ),
+    )
     return root
 
 
-def _write_shard(path: Path, documents: Sequence[Document], sources: list[str], bytes_per_token: int,
-                 counts: dict[str, SourceCounts], durable: bool = False) -> ShardInfo:
+def _write_shard(
+    path: Path,
+    documents: Sequence[Document],
+    sources: list[str],
+    bytes_per_token: int,
+    counts: dict[str, SourceCounts],
+    durable: bool = False,
+) -> ShardInfo:
     """One uint16 shard of `documents`, counted into `counts` per source name."""
     writer = ShardWriter(path, np.dtype(np.uint16), durable=durable)
     for doc, source in documents:
@@ -103,19 +159,23 @@ def learnable_document(rng: np.random.Generator, length: int, pattern: int, voca
 Draw = Callable[[np.random.Generator, int, int, int, "StoreShape"], list[list[Document]]]
 
 
-def _learnable(rng: np.random.Generator, index: int, tokens: int, shards: int,
-               shape: StoreShape) -> list[list[Document]]:
+def _learnable(
+    rng: np.random.Generator, index: int, tokens: int, shards: int, shape: StoreShape
+) -> list[list[Document]]:
     docs, written = [], 0
     while written < tokens:
         length = int(min(rng.integers(8, 96), tokens - written))
-        docs.append((learnable_document(rng, length, index + 1, shape.vocab, shape.eos),
-                     int(rng.integers(0, len(shape.sources)))))
+        docs.append(
+            (
+                learnable_document(rng, length, index + 1, shape.vocab, shape.eos),
+                int(rng.integers(0, len(shape.sources))),
+            )
+        )
         written += length
     return [docs]
 
 
-def _random(rng: np.random.Generator, index: int, tokens: int, shards: int,
-            shape: StoreShape) -> list[list[Document]]:
+def _random(rng: np.random.Generator, index: int, tokens: int, shards: int, shape: StoreShape) -> list[list[Document]]:
     result, written = [], 0
     for shard in range(shards):
         target, docs = tokens * (shard + 1) // shards, []
@@ -129,8 +189,7 @@ def _random(rng: np.random.Generator, index: int, tokens: int, shards: int,
     return result
 
 
-def _even(rng: np.random.Generator, index: int, tokens: int, shards: int,
-          shape: StoreShape) -> list[list[Document]]:
+def _even(rng: np.random.Generator, index: int, tokens: int, shards: int, shape: StoreShape) -> list[list[Document]]:
     size = shape.doc_tokens
     lengths = [size] * (tokens // size) + ([tokens % size] if tokens % size else [])
     result = []
@@ -162,17 +221,38 @@ class StoreShape:
     tokenizer: bool = False  # write a real word-level tokenizer.json into the store and pin its fingerprint
 
 
-LEARNABLE = StoreShape(_learnable, "t", "2026.01.01", vocab=256, eos=1, sources=("docs", "code", "man"), shards=1,
-                       bytes_per_token=2)
-RANDOM = StoreShape(_random, "t", "2026.01.01", vocab=500, eos=1, sources=("alpha", "beta", "gamma"), shards=2,
-                    tokenizer=True)
-EVEN = StoreShape(_even, "local", "2026.11.30", vocab=1000, eos=0, sources=("test",), shards=2,
-                  fingerprint="sha256:test", tokenizer_path="tokenizer/tokenizer.json")
+LEARNABLE = StoreShape(
+    _learnable, "t", "2026.01.01", vocab=256, eos=1, sources=("docs", "code", "man"), shards=1, bytes_per_token=2
+)
+RANDOM = StoreShape(
+    _random, "t", "2026.01.01", vocab=500, eos=1, sources=("alpha", "beta", "gamma"), shards=2, tokenizer=True
+)
+EVEN = StoreShape(
+    _even,
+    "local",
+    "2026.11.30",
+    vocab=1000,
+    eos=0,
+    sources=("test",),
+    shards=2,
+    fingerprint="sha256:test",
+    tokenizer_path="tokenizer/tokenizer.json",
+)
 
 
-def make_store(home: Home, cells: Mapping[str, int], shape: StoreShape = LEARNABLE, *, name: str | None = None,
-               version: str | None = None, seed: int = 0, shards: int | None = None, vocab: int | None = None,
-               doc_tokens: int | None = None, held_out: int = 0) -> Path:
+def make_store(
+    home: Home,
+    cells: Mapping[str, int],
+    shape: StoreShape = LEARNABLE,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    seed: int = 0,
+    shards: int | None = None,
+    vocab: int | None = None,
+    doc_tokens: int | None = None,
+    held_out: int = 0,
+) -> Path:
     """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.
 
     `held_out`: the first documents of each cell's first shard go to its validation shard instead."""
@@ -189,9 +269,19 @@ def make_store(home: Home, cells: Mapping[str, int], shape: StoreShape = LEARNAB
         tokenizer = home.store(name, version) / "tokenizer" / "tokenizer.json"
         write_tokenizer(tokenizer, shape.vocab, shape.eos)  # first: store.json pins its fingerprint
         fingerprint, tokenizer_path = sha256_file(tokenizer), "tokenizer/tokenizer.json"
-    return write_store(home, name, version, documents, list(shape.sources), vocab_size=shape.vocab, eos_id=shape.eos,
-                       fingerprint=fingerprint, tokenizer_path=tokenizer_path, bytes_per_token=shape.bytes_per_token,
-                       validation=validation)
+    return write_store(
+        home,
+        name,
+        version,
+        documents,
+        list(shape.sources),
+        vocab_size=shape.vocab,
+        eos_id=shape.eos,
+        fingerprint=fingerprint,
+        tokenizer_path=tokenizer_path,
+        bytes_per_token=shape.bytes_per_token,
+        validation=validation,
+    )
 
 
 def write_tokenizer(path: Path, vocab: int = RANDOM.vocab, eos: int = RANDOM.eos) -> None:
@@ -213,13 +303,21 @@ def grid(domains: int = 3, buckets: int = 5, base: int = 20000) -> dict[str, int
     return {f"c{d:02d}q{q}": base * (1 + d) + 701 * q for d in range(domains) for q in range(buckets)}
 
 
-def build_mixture(home: Home, store: str = "t", mixture: str = "default", revision: str = "uniform-sampling",
-                  tokens: int = 0, seq_len: int = 32, global_batch: int = 8) -> Path:
+def build_mixture(
+    home: Home,
+    store: str = "t",
+    mixture: str = "default",
+    revision: str = "uniform-sampling",
+    tokens: int = 0,
+    seq_len: int = 32,
+    global_batch: int = 8,
+) -> Path:
     """The mixtures room's own `mix new` + `mix build` on the store: a real built manifest."""
     from mixtures.build import build
     from mixtures.new import new_revision
 
     phases = [f"main:{tokens}:uniform"] if tokens else None
-    new_revision(home, mixture, revision, store, strategy="uniform", phases=phases, seq_len=seq_len,
-                 global_batch=global_batch)
+    new_revision(
+        home, mixture, revision, store, strategy="uniform", phases=phases, seq_len=seq_len, global_batch=global_batch
+    )
     return build(home, mixture, revision)

@@ -13,9 +13,26 @@ from trainer.records import read_metrics
 def torchrun(ranks: int, config: object, home: Home, run: str, steps: int) -> None:
     """`millrace train` on `ranks` CPU processes, resuming the run's checkpoint if any; fails the test on error."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
-               "-m", "millrace", "train", str(config), "--home", str(home.root), "--run-name", run,
-               "--steps", str(steps), "--resume", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(ranks),
+        "-m",
+        "millrace",
+        "train",
+        str(config),
+        "--home",
+        str(home.root),
+        "--run-name",
+        run,
+        "--steps",
+        str(steps),
+        "--resume",
+        "--no-progress",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 

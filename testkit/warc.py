@@ -8,7 +8,9 @@ import json
 from pipeline.config import SourceConfig
 from pipeline.stages.readers import ReadStage
 
-PAGE = ("<p>" + "The mill by the river ground flour, oats, barley and rye for the whole valley. " * 12 + "</p>").encode()
+PAGE = (
+    "<p>" + "The mill by the river ground flour, oats, barley and rye for the whole valley. " * 12 + "</p>"
+).encode()
 # libmagic calls this text/csv (a doctype glued to its html, lines full of commas): its HTTP header says html
 CSV_SNIFFED = b"<!DOCTYPE html><html><head><title>a, b</title></head><body>" + PAGE + b"</body></html>"
 
@@ -22,12 +24,16 @@ def write_warc(path, gz: bool, without_uri: bool = True) -> int:
         writer = WARCWriter(out, gzip=gz)
 
         def response(uri, body, content_type):
-            http = StatusAndHeaders("200 OK", [("Content-Type", content_type)] if content_type else [], protocol="HTTP/1.1")
+            http = StatusAndHeaders(
+                "200 OK", [("Content-Type", content_type)] if content_type else [], protocol="HTTP/1.1"
+            )
             return writer.create_warc_record(uri, "response", payload=io.BytesIO(body), http_headers=http)
 
         records = [
             writer.create_warcinfo_record(path.name, {"software": "test"}),
-            writer.create_warc_record("https://example.org/", "request", payload=io.BytesIO(b"GET / HTTP/1.1\r\n\r\n")),
+            writer.create_warc_record(
+                "https://example.org/", "request", payload=io.BytesIO(b"GET / HTTP/1.1\r\n\r\n")
+            ),
             response("https://example.org/csv-sniffed", CSV_SNIFFED, "text/html; charset=utf-8"),
             response("https://example.org/logo.png", b"\x89PNG\r\n\x1a\n", "image/png"),
             response("https://example.org/no-header", b"<html><body>" + PAGE + b"</body></html>", None),

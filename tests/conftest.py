@@ -52,8 +52,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, Path]:
     The loader's tests replace it with their own (tests/loader/conftest.py)."""
     home = Home.resolve(tmp_path_factory.mktemp("trainer-home"))
     make_store(home, TRAINER_CELLS)
-    path = build_mixture(home, tokens=TRAINER_SEQ_LEN * TRAINER_GLOBAL_BATCH * TRAINER_STEPS,
-                         seq_len=TRAINER_SEQ_LEN, global_batch=TRAINER_GLOBAL_BATCH)
+    path = build_mixture(
+        home,
+        tokens=TRAINER_SEQ_LEN * TRAINER_GLOBAL_BATCH * TRAINER_STEPS,
+        seq_len=TRAINER_SEQ_LEN,
+        global_batch=TRAINER_GLOBAL_BATCH,
+    )
     return home, path
 
 
@@ -85,8 +89,16 @@ def ladder_home(home: Home) -> Home:
     from mixtures.new import new_revision
 
     make_store(home, {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q4": 9000})
-    new_revision(home, "default", "two-phase", "t", strategy="natural", seq_len=32, global_batch=8,
-                 phases=["main:40000", "cool:8000:uniform@c*q4,c*q1"])
+    new_revision(
+        home,
+        "default",
+        "two-phase",
+        "t",
+        strategy="natural",
+        seq_len=32,
+        global_batch=8,
+        phases=["main:40000", "cool:8000:uniform@c*q4,c*q1"],
+    )
     build(home, "default", "two-phase")
     return home
 

@@ -20,8 +20,9 @@ def test_demo_prints_urls_and_paths_whole_at_80_columns(tmp_path):
     root = tmp_path / ("a-rather-long-directory-name-that-a-user-might-really-have" * 2) / "home"
     home = Home(root)
     page = (home.site / "local" / "2026.12.01" / "index.html").as_uri() + "?revision=uniform-sampling"
-    report = DemoReport(home=root, store=home.store("local", "2026.12.01"), run=home.run("demo"), page=page,
-                        seconds={"total": 1.0})
+    report = DemoReport(
+        home=root, store=home.store("local", "2026.12.01"), run=home.run("demo"), page=page, seconds={"total": 1.0}
+    )
     out = io.StringIO()
     print_done(Console(file=out, width=80), home, report)
     lines = out.getvalue().splitlines()
@@ -32,11 +33,15 @@ def test_demo_prints_urls_and_paths_whole_at_80_columns(tmp_path):
 
 def test_each_action_is_one_line_not_a_log_line_and_a_human_line(tmp_path, capsys):
     base = ["--home", str(tmp_path)]
-    assert main([*base, "store", "from-stats", str(REFERENCE_STATS), "--name", "reference",
-                 "--version", "2025.06.01"]) == 0
-    for argv in (["mix", "build", "reference", "--revision", "two-phase"],
-                 ["mix", "new", "reference", "--revision", "again", "--phase", "main:1T"],
-                 ["report", "build"]):
+    assert (
+        main([*base, "store", "from-stats", str(REFERENCE_STATS), "--name", "reference", "--version", "2025.06.01"])
+        == 0
+    )
+    for argv in (
+        ["mix", "build", "reference", "--revision", "two-phase"],
+        ["mix", "new", "reference", "--revision", "again", "--phase", "main:1T"],
+        ["report", "build"],
+    ):
         assert main([*base, *argv]) == 0
         out, err = capsys.readouterr()
         assert out.strip() and err == "", (argv, err)

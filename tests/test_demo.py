@@ -9,9 +9,22 @@ import pytest
 
 def _demo(home, *extra):
     result = subprocess.run(
-        [sys.executable, "-m", "millrace", "--home", str(home), "demo", "--max-bytes", "3000000", "--json",
-         "--no-ladder", *extra],  # the ladder step: tests/trainer/test_ladder_e2e.py (predict_then_measure)
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "millrace",
+            "--home",
+            str(home),
+            "demo",
+            "--max-bytes",
+            "3000000",
+            "--json",
+            "--no-ladder",
+            *extra,
+        ],  # the ladder step: tests/trainer/test_ladder_e2e.py (predict_then_measure)
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return {**json.loads(result.stdout), "stderr": result.stderr}

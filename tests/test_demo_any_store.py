@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from demo.run import (MICRO_LADDER, MIXTURE, REVISIONS, STORE, TRAINED_REVISION, DemoReport, from_store,
-                      pipeline_config)
+from demo.run import MICRO_LADDER, MIXTURE, REVISIONS, STORE, TRAINED_REVISION, DemoReport, from_store, pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
-from tests.pipeline.topic_corpus import write_topic_corpus
 from testkit.stores import make_store
+from tests.pipeline.topic_corpus import write_topic_corpus
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.rung_revision import build_rung_revision, resolve_base, rung_problem
 
@@ -73,9 +72,12 @@ def test_the_demo_path_from_a_generated_corpus_of_40_cells(home):
     corpus = home.root / "corpus" / STORE
     write_topic_corpus(corpus, 32)  # 768 documents: 8 topics x 3 sources (python-docs is the quality reference)
     config = pipeline_config(home, corpus)
-    config = config.model_copy(update={  # byte-level tokens (enough for the shipped revisions' budgets), one task
-        "tokenizer": config.tokenizer.model_copy(update={"vocab_size": 260}),
-        "executor": config.executor.model_copy(update={"tasks": 1, "workers": 1})})
+    config = config.model_copy(
+        update={  # byte-level tokens (enough for the shipped revisions' budgets), one task
+            "tokenizer": config.tokenizer.model_copy(update={"vocab_size": 260}),
+            "executor": config.executor.model_copy(update={"tasks": 1, "workers": 1}),
+        }
+    )
     cells = list(Store(run_pipeline(config, home)).manifest.cells)
     assert len(cells) >= 30 and sum(cell[-1] in "34" for cell in cells) >= 13  # the fresh clone's failing shape
     import mixtures

@@ -46,7 +46,7 @@ class Outer(StrictModel):
     [
         ('name = "a"\n[inner]\nsize = "big"\n', "inner.size"),
         ('name = "a"\n[inner]\nsize = 1\ncolour = 2\n', "inner.colour"),
-        ('[inner]\nsize = 1\n', "name"),
+        ("[inner]\nsize = 1\n", "name"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, text, field):
@@ -69,9 +69,22 @@ def test_unparsable_config_is_one_line(tmp_path):
 def test_cli_reports_errors_without_traceback(tmp_path):
     missing = tmp_path / "nope.json"
     result = subprocess.run(
-        [sys.executable, "-m", "millrace", "--home", str(tmp_path), "store", "from-stats", str(missing),
-         "--name", "x", "--version", "2026.01.01"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "millrace",
+            "--home",
+            str(tmp_path),
+            "store",
+            "from-stats",
+            str(missing),
+            "--name",
+            "x",
+            "--version",
+            "2026.01.01",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
@@ -97,19 +110,22 @@ def test_atomic_writes_honour_the_umask(tmp_path, umask, expected):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == expected, name
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "trainer/configs/tiny.toml", "--run", "../escape"],
-    ["train", "trainer/configs/tiny.toml", "--run-name", "a/b"],
-    ["train", "trainer/configs/tiny.toml", "--revision", "../up"],
-    ["mix", "new", "../m", "--revision", "r", "--store", "local"],
-    ["mix", "build", "default", "--revision", ".hidden"],
-    ["mix", "new", "default", "--revision", "r", "--store", "local/../../x"],
-    ["loader", "peek", "default", "--revision", "a/b", "--step", "0"],
-    ["report", "build", "--run", "../escape"],
-    ["report", "watch", "../escape"],
-    ["report", "watch", "--run", "../escape"],
-    ["store", "from-stats", "x.json", "--name", "../escape", "--version", "2026.01.01"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "trainer/configs/tiny.toml", "--run", "../escape"],
+        ["train", "trainer/configs/tiny.toml", "--run-name", "a/b"],
+        ["train", "trainer/configs/tiny.toml", "--revision", "../up"],
+        ["mix", "new", "../m", "--revision", "r", "--store", "local"],
+        ["mix", "build", "default", "--revision", ".hidden"],
+        ["mix", "new", "default", "--revision", "r", "--store", "local/../../x"],
+        ["loader", "peek", "default", "--revision", "a/b", "--step", "0"],
+        ["report", "build", "--run", "../escape"],
+        ["report", "watch", "../escape"],
+        ["report", "watch", "--run", "../escape"],
+        ["store", "from-stats", "x.json", "--name", "../escape", "--version", "2026.01.01"],
+    ],
+)
 def test_names_that_are_not_plain_are_one_line_errors(tmp_path, capsys, argv):
     from millrace.cli import main
 

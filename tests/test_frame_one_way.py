@@ -57,9 +57,14 @@ def test_one_base_strict_for_artifacts_and_as_toml_spells_for_configs(tmp_path):
     artifact = tmp_path / "a.json"
     write_artifact(artifact, "millrace.test", 1, {"lr": 3, "steps": 10, "betas": [0.8, 0.9], "files": ["a.txt"]})
     assert payload_model(read_artifact(artifact, "millrace.test"), Shapes, str(artifact)) == config.model_copy(
-        update={"steps": 10})
-    for bad, field in (({"steps": "256"}, "steps"), ({"steps": 1.5}, "steps"), ({"steps": True}, "steps"),
-                       ({"lr": "3"}, "lr")):
+        update={"steps": 10}
+    )
+    for bad, field in (
+        ({"steps": "256"}, "steps"),
+        ({"steps": 1.5}, "steps"),
+        ({"steps": True}, "steps"),
+        ({"lr": "3"}, "lr"),
+    ):
         write_artifact(artifact, "millrace.test", 1, {"lr": 3, "steps": 10, **bad})
         with pytest.raises(ArtifactError, match=f"a.json: not a valid millrace.test artifact: field '{field}'"):
             payload_model(read_artifact(artifact, "millrace.test"), Shapes, str(artifact))

@@ -63,6 +63,8 @@ def test_digests_computed_while_writing_equal_those_of_the_written_files(tmp_pat
         writer.add_document(rng.integers(0, 60_000, size=int(size)).astype(np.uint16), source_id=int(size) % 3)
     info = writer.close()
     written = ShardDigests.parse((tmp_path / "s.xxh").read_bytes(), "s.xxh")
-    assert written.bin.digests.size > 5 and (tmp_path / "s.bin").stat().st_size % (64 << 10)  # many chunks, a partial last
+    assert written.bin.digests.size > 5 and (tmp_path / "s.bin").stat().st_size % (
+        64 << 10
+    )  # many chunks, a partial last
     assert written.to_bytes() == ShardDigests.of_files(tmp_path / "s").to_bytes()
     assert ShardReader(tmp_path / "s").tokens == info.tokens

@@ -32,8 +32,10 @@ def resolve_backend(choice: str, device: torch.device) -> str:
     """The kernel `[model] attention` means on `device`; flex on CPU only where no backward is needed."""
     backend = ("flex" if device.type == "cuda" else "sdpa") if choice == "auto" else choice
     if backend == "flex" and device.type != "cuda" and torch.is_grad_enabled():
-        raise ConfigError("model.attention = 'flex' trains only on CUDA (torch has no FlexAttention backward on "
-                          f"{device.type}); use 'auto' or 'sdpa'")
+        raise ConfigError(
+            "model.attention = 'flex' trains only on CUDA (torch has no FlexAttention backward on "
+            f"{device.type}); use 'auto' or 'sdpa'"
+        )
     return backend
 
 

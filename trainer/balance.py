@@ -107,9 +107,11 @@ def balance_step(layers: list[tuple[int, MoE]], rate: float) -> list[LayerLoad]:
     for row, (_, layer) in enumerate(layers):
         update_bias(layer, totals[row, :n_experts], rate)
         if layer.config.centre_router_input:
-            update_centre(layer, totals[row, n_experts + 2:])
+            update_centre(layer, totals[row, n_experts + 2 :])
         for buffer in layer.step_buffers():
             buffer.zero_()
-    host = totals[:, :n_experts + 2].cpu().numpy()
-    return [load_stats(index, host[row, :n_experts], float(host[row, n_experts]), float(host[row, n_experts + 1]))
-            for row, (index, _) in enumerate(layers)]
+    host = totals[:, : n_experts + 2].cpu().numpy()
+    return [
+        load_stats(index, host[row, :n_experts], float(host[row, n_experts]), float(host[row, n_experts + 1]))
+        for row, (index, _) in enumerate(layers)
+    ]

@@ -23,9 +23,8 @@ import contextlib
 import logging
 import shutil
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -63,8 +62,8 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for path in directory.iterdir():
-        if path.is_dir() and path.name.startswith(PREFIX) and path.name[len(PREFIX):].isdigit():
-            found.append((int(path.name[len(PREFIX):]), path))
+        if path.is_dir() and path.name.startswith(PREFIX) and path.name[len(PREFIX) :].isdigit():
+            found.append((int(path.name[len(PREFIX) :]), path))
     return sorted(found)
 
 
@@ -117,7 +116,7 @@ def saved_keys(path: Path, prefix: str) -> list[str]:
         keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     except Exception as exc:  # a missing or damaged .metadata file; the user needs the path
         raise ArtifactError(f"{path}: cannot read checkpoint metadata ({type(exc).__name__}: {exc})") from None
-    return sorted(key[len(prefix):] for key in keys if key.startswith(prefix))
+    return sorted(key[len(prefix) :] for key in keys if key.startswith(prefix))
 
 
 def load(path: Path, parts: Mapping[str, Stateful]) -> None:

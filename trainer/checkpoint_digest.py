@@ -42,7 +42,7 @@ def _share(directory: Path) -> list[Path]:
     files = sorted(p for p in directory.iterdir() if p.is_file() and p.name != DIGEST_FILE)
     if not _distributed():
         return files
-    return files[dist.get_rank()::dist.get_world_size()]
+    return files[dist.get_rank() :: dist.get_world_size()]
 
 
 def _gathered(local: dict[str, str] | list[str]) -> list:
@@ -66,8 +66,9 @@ def verify_digests(directory: Path) -> None:
     """Raise an ArtifactError naming the first file of the checkpoint whose bytes differ from its digest,
     or that is missing; a checkpoint written before digests existed is loaded with a warning."""
     if not (directory / DIGEST_FILE).exists():
-        log.warning("%s: no %s (written before checkpoints were digested); loading it unverified", directory,
-                    DIGEST_FILE)
+        log.warning(
+            "%s: no %s (written before checkpoints were digested); loading it unverified", directory, DIGEST_FILE
+        )
         return
     recorded = read_artifact(directory / DIGEST_FILE, DIGEST_KIND)["files"]
     problems: list[str] = []
@@ -77,8 +78,10 @@ def verify_digests(directory: Path) -> None:
         problems += [f"{directory / name}: not in {DIGEST_FILE}" for name in sorted(present - set(recorded))]
     for path in _share(directory):
         if path.name in recorded and file_digest(path) != recorded[path.name]:
-            problems.append(f"{path}: digest mismatch (recorded {recorded[path.name]}): the checkpoint was "
-                            f"altered or damaged; remove {directory} to resume from an earlier one")
+            problems.append(
+                f"{path}: digest mismatch (recorded {recorded[path.name]}): the checkpoint was "
+                f"altered or damaged; remove {directory} to resume from an earlier one"
+            )
     problems = [problem for part in _gathered(problems) for problem in part]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

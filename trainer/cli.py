@@ -56,38 +56,85 @@ def train() -> None:
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--mixture", type=PLAIN_NAME, default=None, help="Mixture name (default: the config's data.mixture).")
 @revision_option("Mixture revision (default: the config's data.revision).", default=None)
-@click.option("--steps", type=click.IntRange(min=1), default=None,
-              help="Stop after this many steps in all (default: the learning-rate horizon, which is the config's "
-                   "`steps`, else the manifest's total steps).")
-@run_option("Run name: files under runs/<run>/ (default: CONFIG-MIXTURE-REVISION). Under torchrun spell it "
-            "--run-name: torchrun's own parser takes --run for an abbreviation of its --run-path.", default=None)
-@click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
-              help="Write a checkpoint every K steps (default: the config's checkpoint.every; 0: only at the end).")
-@click.option("--resume", is_flag=True, help="Continue from the run's latest checkpoint (from step 0 if it has none). With a --revision that "
-                   "continues the run's revision, the run switches mixture, from a checkpoint at or before its at_step.")
-@click.option("--allow-config-change", is_flag=True,
-              help="With --resume: accept optimiser, schedule or other training settings that differ from the "
-                   "checkpoint's (each change is recorded in run.json). A model shape change is always refused.")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after this many steps in all (default: the learning-rate horizon, which is the config's "
+    "`steps`, else the manifest's total steps).",
+)
+@run_option(
+    "Run name: files under runs/<run>/ (default: CONFIG-MIXTURE-REVISION). Under torchrun spell it "
+    "--run-name: torchrun's own parser takes --run for an abbreviation of its --run-path.",
+    default=None,
+)
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Write a checkpoint every K steps (default: the config's checkpoint.every; 0: only at the end).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue from the run's latest checkpoint (from step 0 if it has none). With a --revision that "
+    "continues the run's revision, the run switches mixture, from a checkpoint at or before its at_step.",
+)
+@click.option(
+    "--allow-config-change",
+    is_flag=True,
+    help="With --resume: accept optimiser, schedule or other training settings that differ from the "
+    "checkpoint's (each change is recorded in run.json). A model shape change is always refused.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
 @home_option
-def run_command(home: Home, config: str, mixture: str | None, revision: str | None, steps: int | None,
-                run_name: str | None, checkpoint_every: int | None, resume: bool, allow_config_change: bool,
-                no_progress: bool, as_json: bool) -> None:
+def run_command(
+    home: Home,
+    config: str,
+    mixture: str | None,
+    revision: str | None,
+    steps: int | None,
+    run_name: str | None,
+    checkpoint_every: int | None,
+    resume: bool,
+    allow_config_change: bool,
+    no_progress: bool,
+    as_json: bool,
+) -> None:
     """Train CONFIG's model on a built mixture, fed by the loader."""
     from trainer.loop import train as train_fn
 
-    result = train_fn(config, home, mixture=mixture, revision=revision, steps=steps, run=run_name,
-                      checkpoint_every=checkpoint_every, resume=resume, progress=not no_progress,
-                      allow_config_change=allow_config_change)
+    result = train_fn(
+        config,
+        home,
+        mixture=mixture,
+        revision=revision,
+        steps=steps,
+        run=run_name,
+        checkpoint_every=checkpoint_every,
+        resume=resume,
+        progress=not no_progress,
+        allow_config_change=allow_config_change,
+    )
     if as_json:
-        print_json({"run": result.run, "run_dir": str(result.run_dir), "start_step": result.start_step,
-                    "end_step": result.end_step, "steps_run": len(result.losses),
-                    "first_loss": result.losses[0] if result.losses else None,
-                    "last_loss": result.losses[-1] if result.losses else None, "seconds": round(result.seconds, 3)})
+        print_json(
+            {
+                "run": result.run,
+                "run_dir": str(result.run_dir),
+                "start_step": result.start_step,
+                "end_step": result.end_step,
+                "steps_run": len(result.losses),
+                "first_loss": result.losses[0] if result.losses else None,
+                "last_loss": result.losses[-1] if result.losses else None,
+                "seconds": round(result.seconds, 3),
+            }
+        )
     elif result.losses:
-        click.echo(f"run {result.run}: steps {result.start_step}..{result.end_step}, loss {result.losses[0]:.4f} -> "
-                   f"{result.losses[-1]:.4f} in {result.seconds:.1f}s; files in {result.run_dir}")
+        click.echo(
+            f"run {result.run}: steps {result.start_step}..{result.end_step}, loss {result.losses[0]:.4f} -> "
+            f"{result.losses[-1]:.4f} in {result.seconds:.1f}s; files in {result.run_dir}"
+        )
     else:
         click.echo(f"run {result.run}: already at step {result.end_step}; nothing to do ({result.run_dir})")
 
@@ -107,18 +154,38 @@ def fmt_params(count: float) -> str:
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs (default: the config's plan.gpus).")
 @click.option("--tokens", type=float, default=None, help="Token budget (default: the config's plan.tokens).")
-@click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=None,
-              help="Model FLOPs utilisation assumed for the duration (default: the config's plan.mfu).")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
-              help="GPUs per node or NVLink domain; an expert group never straddles one unevenly "
-                   "(default: the config's plan.gpus_per_node, 0 there meaning all GPUs in one node).")
-@click.option("--vocab-size", type=click.IntRange(min=1), default=None,
-              help="Vocabulary for a config whose model.vocab_size is 0 (taken from the store when training; "
-                   "default here: the pipeline's default tokenizer size).")
+@click.option(
+    "--mfu",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=None,
+    help="Model FLOPs utilisation assumed for the duration (default: the config's plan.mfu).",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="GPUs per node or NVLink domain; an expert group never straddles one unevenly "
+    "(default: the config's plan.gpus_per_node, 0 there meaning all GPUs in one node).",
+)
+@click.option(
+    "--vocab-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Vocabulary for a config whose model.vocab_size is 0 (taken from the store when training; "
+    "default here: the pipeline's default tokenizer size).",
+)
 @json_option
 @home_option
-def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None, mfu: float | None,
-                 gpus_per_node: int | None, vocab_size: int | None, as_json: bool) -> None:
+def plan_command(
+    home: Home,
+    config: str,
+    gpus: int | None,
+    tokens: float | None,
+    mfu: float | None,
+    gpus_per_node: int | None,
+    vocab_size: int | None,
+    as_json: bool,
+) -> None:
     """A runnable data x expert layout for the GPUs (those it leaves idle, the loader's world), parameters,
     FLOPs, memory per GPU with and without activation checkpointing, and days, for CONFIG on paper."""
     from millrace.config import parse_document
@@ -126,8 +193,9 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
     from trainer.flops import plan
 
     if "ladder" in parse_document(Path(config)):
-        raise ConfigError(f"{config}: a ladder config, not a training config; plan it with: "
-                          f"millrace ladder plan {config}")
+        raise ConfigError(
+            f"{config}: a ladder config, not a training config; plan it with: millrace ladder plan {config}"
+        )
     loaded = load_train_config(config)
     assumed = None
     if vocab_size or not loaded.model.vocab_size:
@@ -145,36 +213,60 @@ def plan_command(home: Home, config: str, gpus: int | None, tokens: float | None
         ("active parameters per token", fmt_params(p.active)),
         ("  of which routed experts (top-k)", f"{fmt_params(p.routed_active)} of {fmt_params(p.routed_experts)}"),
         ("  attention / embedding+output", f"{fmt_params(p.attention)} / {fmt_params(p.embedding + p.output)}"),
-        ("FLOPs per token (6N + attention)",
-         f"{result.flops_per_token:.4g} (attention {result.attention_flops_per_token:.3g}, seq {result.seq_len})"),
+        (
+            "FLOPs per token (6N + attention)",
+            f"{result.flops_per_token:.4g} (attention {result.attention_flops_per_token:.3g}, seq {result.seq_len})",
+        ),
         ("token budget", f"{result.tokens:.4g}"),
-        ("steps", f"{result.steps:,} of {result.global_batch:,} x {result.seq_len} = {result.trained_tokens:.4g} tokens"),
-        ("weights: compute / master",
-         f"{result.param_dtype} (what FSDP gathers) / {result.master_dtype} (sharded, updated by AdamW)"),
+        (
+            "steps",
+            f"{result.steps:,} of {result.global_batch:,} x {result.seq_len} = {result.trained_tokens:.4g} tokens",
+        ),
+        (
+            "weights: compute / master",
+            f"{result.param_dtype} (what FSDP gathers) / {result.master_dtype} (sharded, updated by AdamW)",
+        ),
         ("total training FLOPs", f"{result.total_flops:.4g}"),
-        ("layout (data x expert parallel)",
-         f"{lay.data_parallel} x {lay.expert_parallel} = {lay.gpus_used:,} of {lay.gpus:,} GPUs, "
-         f"{lay.gpus_idle:,} idle; "
-         f"{lay.ranks_per_node} ranks on each of {lay.nodes} nodes of {lay.gpus_per_node}"),
-        ("loader world / sequences per GPU",
-         f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} "
-         f"(micro-batches {loaded.data.micro_batches})"),
-        ("per GPU: weights / grads / optimiser",
-         f"{result.weights_gib_per_gpu:.2f} / {result.grads_gib_per_gpu:.2f} / "
-         f"{result.optimizer_gib_per_gpu:.2f} GiB "
-         f"(= {result.state_gib_per_gpu:.2f} GiB)"),
+        (
+            "layout (data x expert parallel)",
+            f"{lay.data_parallel} x {lay.expert_parallel} = {lay.gpus_used:,} of {lay.gpus:,} GPUs, "
+            f"{lay.gpus_idle:,} idle; "
+            f"{lay.ranks_per_node} ranks on each of {lay.nodes} nodes of {lay.gpus_per_node}",
+        ),
+        (
+            "loader world / sequences per GPU",
+            f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} "
+            f"(micro-batches {loaded.data.micro_batches})",
+        ),
+        (
+            "per GPU: weights / grads / optimiser",
+            f"{result.weights_gib_per_gpu:.2f} / {result.grads_gib_per_gpu:.2f} / "
+            f"{result.optimizer_gib_per_gpu:.2f} GiB "
+            f"(= {result.state_gib_per_gpu:.2f} GiB)",
+        ),
         ("per GPU: gathered weights / logits", f"{mem.gathered:.2f} / {mem.logits:.2f} GiB"),
-        ("per GPU: activations", f"{mem.activations:,.1f} GiB, {mem.activations_checkpointed:,.1f} GiB with "
-                                 "activation checkpointing"),
-        ("per GPU: total", f"{mem.total:,.1f} GiB ({_fits(mem.total, mem.gpu_memory)}), "
-                           f"{mem.total_checkpointed:,.1f} GiB checkpointed ({_fits(mem.total_checkpointed, mem.gpu_memory)})"),
+        (
+            "per GPU: activations",
+            f"{mem.activations:,.1f} GiB, {mem.activations_checkpointed:,.1f} GiB with activation checkpointing",
+        ),
+        (
+            "per GPU: total",
+            f"{mem.total:,.1f} GiB ({_fits(mem.total, mem.gpu_memory)}), "
+            f"{mem.total_checkpointed:,.1f} GiB checkpointed ({_fits(mem.total_checkpointed, mem.gpu_memory)})",
+        ),
         ("days", f"{result.days:.1f} at {result.mfu:.0%} MFU of {result.peak_flops_per_gpu:.3g} FLOP/s per GPU"),
     ]
     width = max(len(name) for name, _ in rows)
     click.echo(f"plan for {config}")
     if assumed is not None:
-        why = "from --vocab-size" if vocab_size else ("the pipeline's default tokenizer; the config's 0 means the "
-                                                     "store's, set when training; --vocab-size to change")
+        why = (
+            "from --vocab-size"
+            if vocab_size
+            else (
+                "the pipeline's default tokenizer; the config's 0 means the "
+                "store's, set when training; --vocab-size to change"
+            )
+        )
         click.echo(f"  vocabulary {assumed:,} ({why})")
     for name, value in rows:
         click.echo(f"  {name:<{width}}  {value}")
@@ -208,12 +300,24 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
 
 @train.command("explain")
 @click.argument("run")
-@click.option("--step", type=click.IntRange(min=1), required=True,
-              help="The metrics step to explain (as `train status` and the run page count them, from 1).")
-@click.option("--window", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Logged steps before N that make each running mean.")
-@click.option("--decode", is_flag=True,
-              help="Also each sequence's first text and, where the store kept its trace, its documents.")
+@click.option(
+    "--step",
+    type=click.IntRange(min=1),
+    required=True,
+    help="The metrics step to explain (as `train status` and the run page count them, from 1).",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Logged steps before N that make each running mean.",
+)
+@click.option(
+    "--decode",
+    is_flag=True,
+    help="Also each sequence's first text and, where the store kept its trace, its documents.",
+)
 @json_option
 @home_option
 def explain_command(home: Home, run: str, step: int, window: int, decode: bool, as_json: bool) -> None:

@@ -50,7 +50,7 @@ class ModelConfig(StrictModel):
     )
 
     @pydantic.model_validator(mode="after")
-    def _heads(self) -> "ModelConfig":
+    def _heads(self) -> ModelConfig:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if not self.head_dim and self.d_model % self.n_heads:
@@ -83,7 +83,7 @@ class MoEConfig(StrictModel):
     grouped_mm: bool = pydantic.Field(True, description="torch._grouped_mm where it runs, else a per-expert loop")
 
     @pydantic.model_validator(mode="after")
-    def _k(self) -> "MoEConfig":
+    def _k(self) -> MoEConfig:
         if self.n_routed_experts and self.top_k > self.n_routed_experts:
             raise ValueError(f"top_k {self.top_k} exceeds n_routed_experts {self.n_routed_experts}")
         return self
@@ -92,7 +92,10 @@ class MoEConfig(StrictModel):
 class OptimizerConfig(StrictModel):
     lr: float = pydantic.Field(3e-3, gt=0)
     min_lr_ratio: float = pydantic.Field(0.1, ge=0, le=1)
-    betas: tuple[Annotated[float, pydantic.Field(ge=0, lt=1)], Annotated[float, pydantic.Field(ge=0, lt=1)]] = (0.9, 0.95)
+    betas: tuple[Annotated[float, pydantic.Field(ge=0, lt=1)], Annotated[float, pydantic.Field(ge=0, lt=1)]] = (
+        0.9,
+        0.95,
+    )
     eps: float = pydantic.Field(1e-8, gt=0)
     weight_decay: float = pydantic.Field(0.1, ge=0)
     grad_clip: float = pydantic.Field(1.0, ge=0, description="0 disables clipping")
@@ -130,7 +133,9 @@ class EvalConfig(StrictModel):
 
     enabled: bool = True
     every: int = pydantic.Field(0, ge=0, description="steps between evaluations; 0: about ten per run, plus the last")
-    max_sequences: int = pydantic.Field(16, gt=0, description="held-out windows per cell (external sets are scored whole)")
+    max_sequences: int = pydantic.Field(
+        16, gt=0, description="held-out windows per cell (external sets are scored whole)"
+    )
     batch_sequences: int = pydantic.Field(32, gt=0, description="windows per forward pass, whatever the world size")
 
 
@@ -143,13 +148,15 @@ class SamplesConfig(StrictModel):
     enabled: bool = True
     every: int = pydantic.Field(0, ge=0, description="steps between samples; 0: at each checkpoint")
     prompts: str = pydantic.Field(
-        "auto", description='"auto" or a prompts file (.jsonl with id/prompt, or text lines) inside the config '
-        "file's directory or $MILLRACE_HOME")
-    max_new_tokens: int = pydantic.Field(64, gt=0, le=MAX_NEW_TOKENS,
-                                         description=f"at most {MAX_NEW_TOKENS:,} (each is a forward pass)")
+        "auto",
+        description='"auto" or a prompts file (.jsonl with id/prompt, or text lines) inside the config '
+        "file's directory or $MILLRACE_HOME",
+    )
+    max_new_tokens: int = pydantic.Field(
+        64, gt=0, le=MAX_NEW_TOKENS, description=f"at most {MAX_NEW_TOKENS:,} (each is a forward pass)"
+    )
     prompt_tokens: int = pydantic.Field(32, gt=0, description="auto prompts: opening tokens of a held-out document")
-    temperatures: list[float] = pydantic.Field([0.0, 0.2], min_length=1,
-                                               description="0 (greedy) or from 0.01 to 100")
+    temperatures: list[float] = pydantic.Field([0.0, 0.2], min_length=1, description="0 (greedy) or from 0.01 to 100")
     seed: int = 0
 
     @pydantic.field_validator("temperatures")
@@ -161,8 +168,17 @@ class SamplesConfig(StrictModel):
         return values
 
 
-AlertRule = Literal["loss_jump", "grad_norm", "load_entropy", "dead_experts", "router_bias", "tokens_per_second",
-                    "mfu", "skipped_steps", "eval_regression"]
+AlertRule = Literal[
+    "loss_jump",
+    "grad_norm",
+    "load_entropy",
+    "dead_experts",
+    "router_bias",
+    "tokens_per_second",
+    "mfu",
+    "skipped_steps",
+    "eval_regression",
+]
 
 
 class AlertTiming(StrictModel):
@@ -172,7 +188,8 @@ class AlertTiming(StrictModel):
 
     warmup_steps: int = pydantic.Field(0, ge=0, description="the rule cannot fire at or before this step")
     start_after: int = pydantic.Field(
-        1, gt=0, description="steps the condition must hold, at every logged step, before the alert starts")
+        1, gt=0, description="steps the condition must hold, at every logged step, before the alert starts"
+    )
     end_after: int = pydantic.Field(1, gt=0, description="steps it must stay clear before an active alert ends")
 
 
@@ -195,26 +212,37 @@ class HealthConfig(StrictModel):
     """Alert thresholds and timing (`trainer.health`); thresholds from the reference run's rules."""
 
     grad_norm_max: float = pydantic.Field(2.0, ge=0, description="gradient norm ceiling (0: off)")
-    loss_jump_max: float = pydantic.Field(1.0, ge=0, description="loss above its recent floor by more than this (0: off)")
+    loss_jump_max: float = pydantic.Field(
+        1.0, ge=0, description="loss above its recent floor by more than this (0: off)"
+    )
     loss_floor_steps: int = pydantic.Field(100, gt=0, description="steps the loss floor is taken over")
     load_entropy_min: float = pydantic.Field(
-        0.995, ge=0, le=1, description="floor on the entropy of each layer's expert load, fraction of log E (0: off)")
+        0.995, ge=0, le=1, description="floor on the entropy of each layer's expert load, fraction of log E (0: off)"
+    )
     load_window_tokens: int = pydantic.Field(
-        65_536, ge=0,
-        description="the load entropy is taken over the last steps holding at least this many tokens (0: per step)")
+        65_536,
+        ge=0,
+        description="the load entropy is taken over the last steps holding at least this many tokens (0: per step)",
+    )
     router_bias_max: float = pydantic.Field(400.0, ge=0, description="max |router bias| ceiling (0: off)")
     dead_experts_max: int = pydantic.Field(0, ge=0, description="experts allowed to receive no token in a step")
     tokens_per_second_min: float = pydantic.Field(0.0, ge=0, description="throughput floor (0: off)")
     mfu_min: float = pydantic.Field(
-        0.15, ge=0, le=1,
-        description="MFU floor, applied on a GPU against a published peak (configured or the device table); 0: off")
+        0.15,
+        ge=0,
+        le=1,
+        description="MFU floor, applied on a GPU against a published peak (configured or the device table); 0: off",
+    )
     eval_regression: bool = pydantic.Field(True, description="alert when an evaluation is worse than the previous one")
-    skipped_steps_max: int = pydantic.Field(3, gt=0, description="skipped steps within skipped_window_seconds that alert")
+    skipped_steps_max: int = pydantic.Field(
+        3, gt=0, description="skipped steps within skipped_window_seconds that alert"
+    )
     skipped_window_seconds: float = pydantic.Field(900.0, gt=0)
     max_consecutive_skips: int = pydantic.Field(5, gt=0, description="stop the run after this many skips in a row")
     timing: dict[AlertRule, AlertTiming] = pydantic.Field(
         default_factory=lambda: {rule: AlertTiming(**fields) for rule, fields in DEFAULT_TIMING.items()},
-        description="per rule: warmup_steps, start_after, end_after; a rule's fields not given keep their defaults")
+        description="per rule: warmup_steps, start_after, end_after; a rule's fields not given keep their defaults",
+    )
 
     @pydantic.field_validator("timing", mode="before")
     @classmethod
@@ -247,8 +275,10 @@ class TrainKernelConfig(StrictModel):
     """How a step runs on the hardware; no option here changes the maths (each is tested against its plain form)."""
 
     loss_chunk_tokens: int = pydantic.Field(
-        0, ge=0, description="tokens per chunk of the output projection + fp32 cross-entropy; 0: auto (8192 on a "
-        "GPU; on a CPU as many as keep a chunk's fp32 logits under 16 MB, which the allocator reuses)"
+        0,
+        ge=0,
+        description="tokens per chunk of the output projection + fp32 cross-entropy; 0: auto (8192 on a "
+        "GPU; on a CPU as many as keep a chunk's fp32 logits under 16 MB, which the allocator reuses)",
     )
     compile: bool = pydantic.Field(False, description="torch.compile each transformer block's body")
     activation_checkpointing: Literal["none", "full"] = pydantic.Field(
@@ -289,7 +319,7 @@ class TrainConfig(StrictModel):
     steps: int = pydantic.Field(0, ge=0, description="0: the manifest's total steps")
 
     @pydantic.model_validator(mode="after")
-    def _moe_layers(self) -> "TrainConfig":
+    def _moe_layers(self) -> TrainConfig:
         if self.moe.n_routed_experts == 0 and self.model.n_dense_layers < self.model.n_layers:
             object.__setattr__(self, "model", self.model.model_copy(update={"n_dense_layers": self.model.n_layers}))
         return self

@@ -98,9 +98,17 @@ def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Ru
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device.type, (layout.data_parallel, layout.expert_parallel), mesh_dim_names=("dp", "ep"))
-    log.info("rank %d of %d on %s (%s): data %d of %d, expert %d of %d", dist.get_rank(), world, device,
-             dist.get_backend(), dist.get_rank() // layout.expert_parallel, layout.data_parallel,
-             dist.get_rank() % layout.expert_parallel, layout.expert_parallel)
+    log.info(
+        "rank %d of %d on %s (%s): data %d of %d, expert %d of %d",
+        dist.get_rank(),
+        world,
+        device,
+        dist.get_backend(),
+        dist.get_rank() // layout.expert_parallel,
+        layout.data_parallel,
+        dist.get_rank() % layout.expert_parallel,
+        layout.expert_parallel,
+    )
     return Runtime(rank=dist.get_rank(), world=world, device=device, mesh=mesh, layout=layout)
 
 

@@ -27,9 +27,10 @@ import contextlib
 import json
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,8 +88,15 @@ class RowSums:
 class Evaluator:
     """Evaluates a model on the manifest's held-out sequences; rank 0 appends to eval.jsonl."""
 
-    def __init__(self, sequences: ValidationSequences, runtime: Runtime, batch_sequences: int,
-                 source_names: list[str], byte_lengths: np.ndarray | None, autocast: bool = False):
+    def __init__(
+        self,
+        sequences: ValidationSequences,
+        runtime: Runtime,
+        batch_sequences: int,
+        source_names: list[str],
+        byte_lengths: np.ndarray | None,
+        autocast: bool = False,
+    ):
         self.sequences = sequences
         self.runtime = runtime
         self.batch_sequences = batch_sequences
@@ -98,7 +106,8 @@ class Evaluator:
         self.n_sources = max(len(source_names), 1) if sequences.has_sources else 1
         pinned = sequences.manifest.validation
         self.bytes_per_token = np.asarray(
-            [pinned[e.name].bytes / max(pinned[e.name].available_tokens, 1) for e in sequences.entries])
+            [pinned[e.name].bytes / max(pinned[e.name].available_tokens, 1) for e in sequences.entries]
+        )
 
     @property
     def passes(self) -> list[tuple[int, int]]:
@@ -115,8 +124,14 @@ class Evaluator:
     def _run(self, model: Transformer) -> RowSums:
         total, device = self.sequences.total, self.runtime.device
         zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=device)  # noqa: E731
-        sums = RowSums(zeros(total), zeros(total), zeros(total), zeros(total, self.n_sources),
-                       zeros(total, self.n_sources), zeros(total, self.n_sources))
+        sums = RowSums(
+            zeros(total),
+            zeros(total),
+            zeros(total),
+            zeros(total, self.n_sources),
+            zeros(total, self.n_sources),
+            zeros(total, self.n_sources),
+        )
         passes = self.passes
         world, rank = self.runtime.world, self.runtime.rank
         for round_start in range(0, len(passes), world):
@@ -125,8 +140,12 @@ class Evaluator:
             rows = self.sequences.rows(start, stop)
             labels = torch.from_numpy(rows.labels).to(device)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.autocast):
-                losses, _ = model(torch.from_numpy(rows.input_ids).to(device), torch.from_numpy(rows.positions).to(device),
-                                  torch.from_numpy(rows.segment_ids).to(device), labels.clamp_min(0))
+                losses, _ = model(
+                    torch.from_numpy(rows.input_ids).to(device),
+                    torch.from_numpy(rows.positions).to(device),
+                    torch.from_numpy(rows.segment_ids).to(device),
+                    labels.clamp_min(0),
+                )
             if mine >= len(passes):
                 continue  # a repeated pass, run only to keep the ranks in step
             valid = (labels != PAD_LABEL).double()
@@ -135,9 +154,16 @@ class Evaluator:
             sums.loss[start:stop] = losses.sum(1)
             sums.tokens[start:stop] = valid.sum(1)
             sums.bytes[start:stop] = nbytes.sum(1)
-            src = (torch.from_numpy(rows.label_sources).long().to(device) if rows.label_sources is not None
-                   else torch.zeros_like(labels))
-            for values, target in ((losses, sums.source_loss), (valid, sums.source_tokens), (nbytes, sums.source_bytes)):
+            src = (
+                torch.from_numpy(rows.label_sources).long().to(device)
+                if rows.label_sources is not None
+                else torch.zeros_like(labels)
+            )
+            for values, target in (
+                (losses, sums.source_loss),
+                (valid, sums.source_tokens),
+                (nbytes, sums.source_bytes),
+            ):
                 target[start:stop].scatter_add_(1, src, values)
         for tensor in (sums.loss, sums.tokens, sums.bytes, sums.source_loss, sums.source_tokens, sums.source_bytes):
             self.runtime.all_reduce(tensor)
@@ -149,13 +175,20 @@ class Evaluator:
         with inference(model):
             sums = self._run(model)
         record = self.aggregate(sums)
-        return {"schema": EVAL_SCHEMA, "step": step, "tokens": tokens,
-                "seconds": time.perf_counter() - began, **record}
+        return {
+            "schema": EVAL_SCHEMA,
+            "step": step,
+            "tokens": tokens,
+            "seconds": time.perf_counter() - began,
+            **record,
+        }
 
     def aggregate(self, sums: RowSums) -> dict[str, Any]:
         entries = self.sequences.entries
         first = 0
-        groups: dict[str, dict[str, list[float]]] = {group: {} for group in EVAL_GROUPS}  # name -> [loss, tokens, bytes]
+        groups: dict[str, dict[str, list[float]]] = {
+            group: {} for group in EVAL_GROUPS
+        }  # name -> [loss, tokens, bytes]
         row_loss, row_tokens, row_bytes = (t.cpu().numpy() for t in (sums.loss, sums.tokens, sums.bytes))
         cells_of_source = np.zeros(self.sequences.total, dtype=bool)
         for entry in entries:
@@ -172,14 +205,20 @@ class Evaluator:
                 _add(groups["domain"], domain, totals)
                 _add(groups["bucket"], bucket, totals)
         if self.sequences.has_sources:
-            per_source = [t.cpu().numpy()[cells_of_source].sum(0)
-                          for t in (sums.source_loss, sums.source_tokens, sums.source_bytes)]
+            per_source = [
+                t.cpu().numpy()[cells_of_source].sum(0)
+                for t in (sums.source_loss, sums.source_tokens, sums.source_bytes)
+            ]
             for index, name in enumerate(self.source_names):
                 if per_source[1][index] > 0:
                     _add(groups["source"], name, [float(per_source[k][index]) for k in range(3)])
-        loss = {group: {k: v[0] / v[1] for k, v in sorted(values.items()) if v[1] > 0} for group, values in groups.items()}
-        bpb = {group: {k: v[0] / math.log(2) / v[2] for k, v in sorted(values.items()) if v[2] > 0}
-               for group, values in groups.items()}
+        loss = {
+            group: {k: v[0] / v[1] for k, v in sorted(values.items()) if v[1] > 0} for group, values in groups.items()
+        }
+        bpb = {
+            group: {k: v[0] / math.log(2) / v[2] for k, v in sorted(values.items()) if v[2] > 0}
+            for group, values in groups.items()
+        }
         cells = groups["cell"].values()
         nats, count, nbytes = (sum(v[i] for v in cells) for i in range(3))
         loss_macro = float(np.mean(list(loss["cell"].values()))) if loss["cell"] else None

@@ -24,8 +24,8 @@ import numpy as np
 
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
-from trainer.records import read_metrics, read_run
 from trainer.param_groups import ROUTER_BIAS
+from trainer.records import read_metrics, read_run
 
 WINDOW = 20  # logged steps before N that make the running mean
 MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its typical change
@@ -67,9 +67,17 @@ def moved_groups(before: list[dict[str, Any]], record: dict[str, Any]) -> list[d
         change, typical = steps[-1], [abs(d) for d in steps[:-1]]
         scale = sum(typical) / len(typical) if typical else None
         ratio = abs(change) / max(scale, 1e-12) if scale is not None else None
-        rows.append({"group": group, "rule_updated": group.startswith(ROUTER_BIAS), "norm": norm,
-                     "change": change, "typical_change": scale, "ratio": ratio,
-                     "moved": ratio is not None and ratio >= MOVED_RATIO and abs(change) > 1e-9})
+        rows.append(
+            {
+                "group": group,
+                "rule_updated": group.startswith(ROUTER_BIAS),
+                "norm": norm,
+                "change": change,
+                "typical_change": scale,
+                "ratio": ratio,
+                "moved": ratio is not None and ratio >= MOVED_RATIO and abs(change) > 1e-9,
+            }
+        )
     return sorted(rows, key=lambda r: -(r["ratio"] or 0.0))
 
 
@@ -77,22 +85,33 @@ def cell_losses(before: list[dict[str, Any]], record: dict[str, Any]) -> list[di
     """Each cell in the step's batch: its loss at the step against its running mean (largest jump first)."""
     rows = []
     for cell, value in (record.get("loss_per_cell") or {}).items():
-        history = [float(r["loss_per_cell"][cell]) for r in before
-                   if isinstance((r.get("loss_per_cell") or {}).get(cell), (int, float))]
+        history = [
+            float(r["loss_per_cell"][cell])
+            for r in before
+            if isinstance((r.get("loss_per_cell") or {}).get(cell), (int, float))
+        ]
         rows.append({"cell": cell, **running(history, float(value) if isinstance(value, (int, float)) else None)})
     jumps = sorted(r["jump"] for r in rows if r["jump"] is not None)
     common = jumps[len(jumps) // 2] if len(jumps) > 2 else 0.0  # the median cell's move: the trend all share
     for row in rows:
         row["excess"] = None if row["jump"] is None else row["jump"] - common
-        row["jumped"] = bool(row["excess"] is not None and row["excess"] >= MIN_JUMP
-                             and row["excess"] >= JUMP_SIGMAS * max(row["std"], 1e-12))
+        row["jumped"] = bool(
+            row["excess"] is not None
+            and row["excess"] >= MIN_JUMP
+            and row["excess"] >= JUMP_SIGMAS * max(row["std"], 1e-12)
+        )
     return sorted(rows, key=lambda r: -(r["excess"] if r["excess"] is not None else -math.inf))
 
 
 def step_figures(before: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any]:
     keys = ("loss", "grad_norm", "param_norm", "param_norm_with_router_bias")
-    return {key: running([float(r[key]) for r in before if isinstance(r.get(key), (int, float))],
-                         float(record[key]) if isinstance(record.get(key), (int, float)) else None) for key in keys}
+    return {
+        key: running(
+            [float(r[key]) for r in before if isinstance(r.get(key), (int, float))],
+            float(record[key]) if isinstance(record.get(key), (int, float)) else None,
+        )
+        for key in keys
+    }
 
 
 def manifest_for_step(home: Home, run: dict[str, Any], step: int) -> tuple[Path, str | None]:
@@ -115,8 +134,10 @@ def open_stream(manifest_path: Path, pinned: str | None) -> Any:
 
     stream = MixtureStream(manifest_path, prefetch=0)
     if pinned is not None and stream.manifest_hash != pinned:
-        raise ArtifactError(f"{manifest_path}: hash {stream.manifest_hash[:12]} is not the {pinned[:12]} the run "
-                            "trained on (the revision was rebuilt); the batch cannot be rebuilt")
+        raise ArtifactError(
+            f"{manifest_path}: hash {stream.manifest_hash[:12]} is not the {pinned[:12]} the run "
+            "trained on (the revision was rebuilt); the batch cannot be rebuilt"
+        )
     return stream
 
 
@@ -136,24 +157,37 @@ def batch_contents(stream: Any, loader_step: int, decode: bool) -> dict[str, Any
             for source, count in zip(ids.tolist(), counts.tolist()):
                 name = stream.source_names[source]
                 sources[name] = sources.get(name, 0) + int(count)
-    return {"manifest": str(stream.path), "mixture": seen["mixture"], "revision": seen["revision"],
-            "phase": seen["phase"], "loader_step": loader_step, "sequences": len(seen["samples"]),
-            "cells": sorted(cells.values(), key=lambda c: (-c["sequences"], c["cell"])), "samples": seen["samples"]}
+    return {
+        "manifest": str(stream.path),
+        "mixture": seen["mixture"],
+        "revision": seen["revision"],
+        "phase": seen["phase"],
+        "loader_step": loader_step,
+        "sequences": len(seen["samples"]),
+        "cells": sorted(cells.values(), key=lambda c: (-c["sequences"], c["cell"])),
+        "samples": seen["samples"],
+    }
 
 
 def explain_record(records: list[dict[str, Any]], at: int, window: int = WINDOW) -> dict[str, Any]:
     """What the metrics say about `records[at]` against the `window` records before it."""
-    record, before = records[at], records[max(0, at - window):at]
+    record, before = records[at], records[max(0, at - window) : at]
     cells = cell_losses(before, record)
     groups = moved_groups(before, record)
     alerts = record.get("alerts") or {}
     return {
-        "step": record["step"], "previous_step": before[-1]["step"] if before else None, "window": len(before),
+        "step": record["step"],
+        "previous_step": before[-1]["step"] if before else None,
+        "window": len(before),
         "figures": step_figures(before, record),
-        "cells": cells, "jumped_cells": [c["cell"] for c in cells if c["jumped"]],
-        "groups": groups, "moved_groups": [g["group"] for g in groups if g["moved"]],
-        "alerts": {"started": [a.get("name") for a in alerts.get("started") or [] if isinstance(a, dict)],
-                   "active": list(alerts.get("active") or [])},
+        "cells": cells,
+        "jumped_cells": [c["cell"] for c in cells if c["jumped"]],
+        "groups": groups,
+        "moved_groups": [g["group"] for g in groups if g["moved"]],
+        "alerts": {
+            "started": [a.get("name") for a in alerts.get("started") or [] if isinstance(a, dict)],
+            "active": list(alerts.get("active") or []),
+        },
     }
 
 
@@ -171,16 +205,22 @@ def explain(home: Home, run_name: str, step: int, decode: bool = False, window: 
     if at is None:
         logged = f"logged steps {records[0]['step']}..{records[-1]['step']}" if records else "no steps logged yet"
         every = (run.get("config") or {}).get("metrics", {}).get("log_every", 1)
-        raise ConfigError(f"--step {step}: no metrics record for that step in {home.run(run_name) / 'metrics.jsonl'} "
-                          f"({logged}, every {every} steps)")
+        raise ConfigError(
+            f"--step {step}: no metrics record for that step in {home.run(run_name) / 'metrics.jsonl'} "
+            f"({logged}, every {every} steps)"
+        )
     path, pinned = manifest_for_step(home, run, step - 1)
     found = explain_record(records, at, window)
-    return {"run": run.get("run") or run_name, **found, "batch": batch_contents(open_stream(path, pinned), step - 1,
-                                                                                decode)}
+    return {
+        "run": run.get("run") or run_name,
+        **found,
+        "batch": batch_contents(open_stream(path, pinned), step - 1, decode),
+    }
 
 
-def explain_steps(home: Home, run: dict[str, Any], records: list[dict[str, Any]], steps: list[int],
-                  window: int = WINDOW) -> dict[int, dict[str, Any]]:
+def explain_steps(
+    home: Home, run: dict[str, Any], records: list[dict[str, Any]], steps: list[int], window: int = WINDOW
+) -> dict[int, dict[str, Any]]:
     """`explain` for several steps of one run (its run.json and metrics records, already read; each manifest
     opened once), without the per-sample rows; a batch the loader cannot rebuild (manifest gone or rebuilt)
     says why under `batch.error`."""
@@ -235,6 +275,7 @@ def notable_steps(records: list[dict[str, Any]], limit: int = 12, window: int = 
         chosen += [int(steps[i]) for i in top if scores[i] >= bar]
     return sorted(list(dict.fromkeys(chosen))[:limit])
 
+
 def _num(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
@@ -243,10 +284,16 @@ def format_explain(found: dict[str, Any]) -> str:
     """The explanation for a person: the verdict first, then the batch, the cells and the groups."""
     batch, figures = found["batch"], found["figures"]
     loss = figures["loss"]
-    lines = [(f"run {found['run']}, step {found['step']} (loader step {batch['loader_step']}, phase {batch['phase']} "
-              f"of {batch['mixture']}/{batch['revision']}), against the mean of {found['window']} logged steps before"),
-             (f"  loss {_num(loss['value'])} (mean {_num(loss['mean'])}, {_num(loss['jump'], 3)} from it); "
-              f"grad norm {_num(figures['grad_norm']['value'])} (mean {_num(figures['grad_norm']['mean'])})")]
+    lines = [
+        (
+            f"run {found['run']}, step {found['step']} (loader step {batch['loader_step']}, phase {batch['phase']} "
+            f"of {batch['mixture']}/{batch['revision']}), against the mean of {found['window']} logged steps before"
+        ),
+        (
+            f"  loss {_num(loss['value'])} (mean {_num(loss['mean'])}, {_num(loss['jump'], 3)} from it); "
+            f"grad norm {_num(figures['grad_norm']['value'])} (mean {_num(figures['grad_norm']['mean'])})"
+        ),
+    ]
     moved = ", ".join(found["moved_groups"]) or "none beyond their usual change"
     jumped = ", ".join(found["jumped_cells"]) or "none"
     lines += [f"  groups that moved: {moved}", f"  cells whose loss jumped: {jumped}"]
@@ -255,18 +302,24 @@ def format_explain(found: dict[str, Any]) -> str:
     lines.append(f"batch: {batch['sequences']} sequences from {len(batch['cells'])} cells")
     for cell in batch["cells"]:
         sources = ", ".join(f"{s} {n:,}" for s, n in sorted(cell["sources"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"  {cell['cell']:<12} {cell['sequences']:>4} seq  {('tokens by source: ' + sources) if sources else ''}")
+        lines.append(
+            f"  {cell['cell']:<12} {cell['sequences']:>4} seq  {('tokens by source: ' + sources) if sources else ''}"
+        )
     lines.append("loss per cell (largest jump first): value, running mean, jump, jump beyond the median cell's")
     for row in found["cells"]:
         mark = "  <- jumped" if row["jumped"] else ""
-        lines.append(f"  {row['cell']:<12} {_num(row['value']):>8} {_num(row['mean']):>8} {_num(row['jump'], 3):>8} "
-                     f"{_num(row['excess'], 3):>8}{mark}")
+        lines.append(
+            f"  {row['cell']:<12} {_num(row['value']):>8} {_num(row['mean']):>8} {_num(row['jump'], 3):>8} "
+            f"{_num(row['excess'], 3):>8}{mark}"
+        )
     lines.append("parameter groups (largest change over typical first): norm, change, typical change, ratio")
     for row in found["groups"]:
         kind = "rule" if row["rule_updated"] else "grad"
         mark = "  <- moved" if row["moved"] else ""
-        lines.append(f"  {row['group']:<24} {kind} {_num(row['norm']):>9} {_num(row['change'], 3):>10} "
-                     f"{_num(row['typical_change'], 3):>10} {_num(row['ratio'], 3):>8}{mark}")
+        lines.append(
+            f"  {row['group']:<24} {kind} {_num(row['norm']):>9} {_num(row['change'], 3):>10} "
+            f"{_num(row['typical_change'], 3):>10} {_num(row['ratio'], 3):>8}{mark}"
+        )
     for sample in batch["samples"]:
         if "text" in sample:
             documents = ", ".join(f"{d['source']}:{d['id']}" for d in sample.get("documents") or [])

@@ -34,8 +34,14 @@ class ParamCount:
     @property
     def total(self) -> int:
         return (
-            self.embedding + self.output + self.attention + self.dense_ffn + self.routers
-            + self.shared_experts + self.routed_experts + self.norms
+            self.embedding
+            + self.output
+            + self.attention
+            + self.dense_ffn
+            + self.routers
+            + self.shared_experts
+            + self.routed_experts
+            + self.norms
         )
 
     @property
@@ -120,8 +126,13 @@ class Memory:
         return self.state + self.gathered + self.activations_checkpointed + self.logits
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "total": self.total, "total_checkpointed": self.total_checkpointed,
-                "fits": self.total <= self.gpu_memory, "fits_checkpointed": self.total_checkpointed <= self.gpu_memory}
+        return {
+            **asdict(self),
+            "total": self.total,
+            "total_checkpointed": self.total_checkpointed,
+            "fits": self.total <= self.gpu_memory,
+            "fits_checkpointed": self.total_checkpointed <= self.gpu_memory,
+        }
 
 
 def activation_bytes_per_token(config: TrainConfig, moe_layer: bool, dtype_bytes: int = 2) -> float:
@@ -148,7 +159,9 @@ def memory(config: TrainConfig, params: ParamCount, layout: ProposedLayout, seq_
     per_kind = {moe: activation_bytes_per_token(config, moe) for moe, count in kinds.items() if count}
     compute_bytes = 2 if config.parallel.param_dtype == "bfloat16" else 4
     attention = params.attention / m.n_layers
-    expert_block = (params.routers + params.shared_experts + params.routed_experts / layout.expert_parallel) / max(n_moe, 1)
+    expert_block = (params.routers + params.shared_experts + params.routed_experts / layout.expert_parallel) / max(
+        n_moe, 1
+    )
     dense_block = params.dense_ffn / max(n_dense, 1)
     block = attention + max(expert_block if n_moe else 0, dense_block if n_moe < m.n_layers else 0)
     return Memory(
@@ -192,7 +205,9 @@ class Plan:
     def as_dict(self) -> dict:
         body = asdict(self)
         body["params"] = self.params.as_dict()
-        body["layout"] = self.layout.as_dict()  # data_parallel, expert_parallel, gpus_used, gpus_idle, loader_world, ...
+        body["layout"] = (
+            self.layout.as_dict()
+        )  # data_parallel, expert_parallel, gpus_used, gpus_idle, loader_world, ...
         body["memory_gib_per_gpu"] = self.memory.as_dict()
         del body["memory"]
         body["state_gib_per_gpu"] = self.state_gib_per_gpu
@@ -208,13 +223,20 @@ def planned_steps(config: TrainConfig, tokens: float) -> int:
     p = config.plan
     budget = int(tokens // (p.seq_len * p.global_batch))
     if config.steps and tokens and config.steps > budget:
-        raise ConfigError(f"steps = {config.steps:,} exceeds the {budget:,} steps of {p.global_batch:,} x {p.seq_len:,} "
-                          f"tokens that the budget of {tokens:.4g} tokens holds")
+        raise ConfigError(
+            f"steps = {config.steps:,} exceeds the {budget:,} steps of {p.global_batch:,} x {p.seq_len:,} "
+            f"tokens that the budget of {tokens:.4g} tokens holds"
+        )
     return config.steps or budget
 
 
-def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = None, mfu: float | None = None,
-         gpus_per_node: int | None = None) -> Plan:
+def plan(
+    config: TrainConfig,
+    gpus: int | None = None,
+    tokens: float | None = None,
+    mfu: float | None = None,
+    gpus_per_node: int | None = None,
+) -> Plan:
     """Sizing on paper, on the layout `trainer.layout.propose_layout` finds for these GPUs (the trainer
     accepts it: the same rules). Sharding: FSDP shards every dense parameter over all used GPUs; routed
     experts are split over `expert_parallel` ranks and FSDP-sharded over `data_parallel`, so every
@@ -223,9 +245,15 @@ def plan(config: TrainConfig, gpus: int | None = None, tokens: float | None = No
     gpus = gpus or p.gpus
     tokens = tokens if tokens is not None else p.tokens
     mfu = mfu or p.mfu
-    layout = propose_layout(gpus, p.gpus_per_node if gpus_per_node is None else gpus_per_node,
-                            config.moe.n_routed_experts, p.global_batch, config.data.micro_batches,
-                            config.parallel.expert_parallel, config.parallel.data_parallel)
+    layout = propose_layout(
+        gpus,
+        p.gpus_per_node if gpus_per_node is None else gpus_per_node,
+        config.moe.n_routed_experts,
+        p.global_batch,
+        config.data.micro_batches,
+        config.parallel.expert_parallel,
+        config.parallel.data_parallel,
+    )
     used = layout.gpus_used
     params = count_params(config)
     per_token = flops_per_token(config, p.seq_len)

@@ -58,8 +58,9 @@ class HealthMonitor:
     def __init__(self, config: HealthConfig, active: list[str] | None = None, published_peak: bool = False):
         self.config = config
         self.published_peak = published_peak
-        self.active: dict[str, Alert] = {name: Alert(name, math.nan, math.nan, "active before resume")
-                                         for name in active or []}
+        self.active: dict[str, Alert] = {
+            name: Alert(name, math.nan, math.nan, "active before resume") for name in active or []
+        }
         self.firing_since: dict[str, int] = {}  # first step of each condition's current streak
         self.clear_since: dict[str, int] = {}  # first step an active alert's condition has been clear
         self.losses: collections.deque[float] = collections.deque(maxlen=config.loss_floor_steps)
@@ -99,14 +100,19 @@ class HealthMonitor:
         previous, self.last_eval = self.last_eval, loss
         self.eval_alert = None
         if self.config.eval_regression and previous is not None and loss > previous:
-            self.eval_alert = Alert("eval_regression", loss, previous,
-                                    f"held-out macro loss {loss:.4f} is worse than the previous {previous:.4f}")
+            self.eval_alert = Alert(
+                "eval_regression",
+                loss,
+                previous,
+                f"held-out macro loss {loss:.4f} is worse than the previous {previous:.4f}",
+            )
 
     def check(self, record: dict[str, Any], now: float) -> dict[str, list]:
         """The alerts that start and end with this step's record, and those active after it."""
         step = record["step"]
-        firing = {alert.name: alert for alert in self.rules(record, now)
-                  if step > self.timing(alert.name).warmup_steps}
+        firing = {
+            alert.name: alert for alert in self.rules(record, now) if step > self.timing(alert.name).warmup_steps
+        }
         started: list[dict[str, Any]] = []
         for name in sorted(firing):
             self.clear_since.pop(name, None)
@@ -142,8 +148,9 @@ class HealthMonitor:
         for layer, load in loads.items():
             window = [step[layer] for _, step in self.loads if len(step.get(layer, ())) == len(load)]
             mean = [sum(column) / len(window) for column in zip(*window)]
-            entropies[layer] = (-sum(p * math.log(p) for p in mean if p > 0) / math.log(len(mean))
-                                if len(mean) > 1 else 1.0)
+            entropies[layer] = (
+                -sum(p * math.log(p) for p in mean if p > 0) / math.log(len(mean)) if len(mean) > 1 else 1.0
+            )
         return entropies, len(self.loads)
 
     def rules(self, record: dict[str, Any], now: float) -> list[Alert]:
@@ -153,25 +160,51 @@ class HealthMonitor:
             floor = min(self.losses) if self.losses else None
             self.losses.append(loss)
             if cfg.loss_jump_max and floor is not None and loss - floor > cfg.loss_jump_max:
-                alerts.append(Alert("loss_jump", loss, floor + cfg.loss_jump_max,
-                                    f"loss {loss:.4f} is {loss - floor:.3f} above its recent floor {floor:.4f}"))
+                alerts.append(
+                    Alert(
+                        "loss_jump",
+                        loss,
+                        floor + cfg.loss_jump_max,
+                        f"loss {loss:.4f} is {loss - floor:.3f} above its recent floor {floor:.4f}",
+                    )
+                )
         grad = record.get("grad_norm")
         if cfg.grad_norm_max and isinstance(grad, float) and math.isfinite(grad) and grad > cfg.grad_norm_max:
-            alerts.append(Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}"))
+            alerts.append(
+                Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}")
+            )
         windowed, steps = self.windowed_entropy(record)
         for layer in record.get("expert_load", []):
             entropy = windowed.get(layer["layer"], layer.get("entropy"))
             if cfg.load_entropy_min and isinstance(entropy, float) and entropy < cfg.load_entropy_min:
-                alerts.append(Alert(f"load_entropy/layer{layer['layer']}", entropy, cfg.load_entropy_min,
-                                    f"layer {layer['layer']} expert load entropy {entropy:.4f} of log E "
-                                    f"over {steps} step{'s' if steps != 1 else ''}"))
+                alerts.append(
+                    Alert(
+                        f"load_entropy/layer{layer['layer']}",
+                        entropy,
+                        cfg.load_entropy_min,
+                        f"layer {layer['layer']} expert load entropy {entropy:.4f} of log E "
+                        f"over {steps} step{'s' if steps != 1 else ''}",
+                    )
+                )
             if layer.get("dead_experts", 0) > cfg.dead_experts_max:
-                alerts.append(Alert(f"dead_experts/layer{layer['layer']}", layer["dead_experts"],
-                                    cfg.dead_experts_max, f"layer {layer['layer']}: {layer['dead_experts']} dead experts"))
+                alerts.append(
+                    Alert(
+                        f"dead_experts/layer{layer['layer']}",
+                        layer["dead_experts"],
+                        cfg.dead_experts_max,
+                        f"layer {layer['layer']}: {layer['dead_experts']} dead experts",
+                    )
+                )
         for layer in record.get("router_bias", []):
             if cfg.router_bias_max and layer["max_abs"] > cfg.router_bias_max:
-                alerts.append(Alert(f"router_bias/layer{layer['layer']}", layer["max_abs"], cfg.router_bias_max,
-                                    f"layer {layer['layer']} max |router bias| {layer['max_abs']:.1f}"))
+                alerts.append(
+                    Alert(
+                        f"router_bias/layer{layer['layer']}",
+                        layer["max_abs"],
+                        cfg.router_bias_max,
+                        f"layer {layer['layer']} max |router bias| {layer['max_abs']:.1f}",
+                    )
+                )
         mfu_floor = cfg.mfu_min if self.published_peak else 0.0
         for name, floor in (("tokens_per_second", cfg.tokens_per_second_min), ("mfu", mfu_floor)):
             value = record.get(name)
@@ -180,9 +213,15 @@ class HealthMonitor:
         while self.skip_times and now - self.skip_times[0] > cfg.skipped_window_seconds:
             self.skip_times.popleft()
         if len(self.skip_times) >= cfg.skipped_steps_max:
-            alerts.append(Alert("skipped_steps", len(self.skip_times), cfg.skipped_steps_max,
-                                f"{len(self.skip_times)} steps skipped (non-finite loss or gradient) within "
-                                f"{cfg.skipped_window_seconds:g} s"))
+            alerts.append(
+                Alert(
+                    "skipped_steps",
+                    len(self.skip_times),
+                    cfg.skipped_steps_max,
+                    f"{len(self.skip_times)} steps skipped (non-finite loss or gradient) within "
+                    f"{cfg.skipped_window_seconds:g} s",
+                )
+            )
         if self.eval_alert is not None:
             alerts.append(self.eval_alert)
         return alerts

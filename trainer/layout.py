@@ -54,12 +54,16 @@ def resolve_layout(expert_parallel: int, data_parallel: int, world: int, n_exper
 def check_batch(layout: Layout, global_batch: int, micro_batches: int) -> int:
     """Sequences each rank computes per step; a one-line error when the layout does not split the batch."""
     if global_batch % layout.data_parallel:
-        raise ConfigError(f"parallel.data_parallel = {layout.data_parallel} does not divide the global batch "
-                          f"of {global_batch} sequences")
+        raise ConfigError(
+            f"parallel.data_parallel = {layout.data_parallel} does not divide the global batch "
+            f"of {global_batch} sequences"
+        )
     per_data_rank = global_batch // layout.data_parallel
     if per_data_rank % layout.expert_parallel:
-        raise ConfigError(f"parallel.expert_parallel = {layout.expert_parallel} does not divide the data-parallel "
-                          f"batch of {per_data_rank} sequences")
+        raise ConfigError(
+            f"parallel.expert_parallel = {layout.expert_parallel} does not divide the data-parallel "
+            f"batch of {per_data_rank} sequences"
+        )
     per_rank = per_data_rank // layout.expert_parallel
     if per_rank % micro_batches:
         raise ConfigError(f"data.micro_batches = {micro_batches} does not divide the per-rank batch {per_rank}")
@@ -95,8 +99,15 @@ def _expert_groups(gpus: int, per_node: int, expert: int) -> int:
     return 0
 
 
-def propose_layout(gpus: int, gpus_per_node: int, n_experts: int, global_batch: int, micro_batches: int = 1,
-                   expert_parallel: int = 0, data_parallel: int = 0) -> ProposedLayout:
+def propose_layout(
+    gpus: int,
+    gpus_per_node: int,
+    n_experts: int,
+    global_batch: int,
+    micro_batches: int = 1,
+    expert_parallel: int = 0,
+    data_parallel: int = 0,
+) -> ProposedLayout:
     """The runnable layout that uses the most GPUs (ties: the larger expert degree, so fewer expert
     weights are gathered per rank); `expert_parallel` / `data_parallel` other than 0 are kept fixed."""
     per_node = gpus_per_node or gpus
@@ -111,17 +122,30 @@ def propose_layout(gpus: int, gpus_per_node: int, n_experts: int, global_batch: 
         groups = _expert_groups(gpus, per_node, expert)
         candidates = [data_parallel] if data_parallel else range(groups, 0, -1)
         for data in candidates:
-            if 0 < data <= groups and global_batch % (data * expert) == 0 \
-                    and (global_batch // (data * expert)) % micro_batches == 0:
+            if (
+                0 < data <= groups
+                and global_batch % (data * expert) == 0
+                and (global_batch // (data * expert)) % micro_batches == 0
+            ):
                 best = max(best or (0, 0, 0), (data * expert, expert, data))
                 break
     if best is None:
         fixed = f" with parallel.expert_parallel = {expert_parallel}" if expert_parallel else ""
-        raise ConfigError(f"field 'parallel': no data x expert layout of {gpus} GPUs ({per_node} per node){fixed} "
-                          f"splits {n_experts} experts and a global batch of {global_batch} sequences")
+        raise ConfigError(
+            f"field 'parallel': no data x expert layout of {gpus} GPUs ({per_node} per node){fixed} "
+            f"splits {n_experts} experts and a global batch of {global_batch} sequences"
+        )
     used, expert, data = best
     groups_per_node = per_node // expert if expert <= per_node else 0
     ranks_per_node = groups_per_node * expert if groups_per_node else per_node
-    return ProposedLayout(data_parallel=data, expert_parallel=expert, gpus=gpus, gpus_per_node=per_node,
-                          gpus_used=used, gpus_idle=gpus - used, loader_world=data, ranks_per_node=ranks_per_node,
-                          nodes=-(-used // ranks_per_node))
+    return ProposedLayout(
+        data_parallel=data,
+        expert_parallel=expert,
+        gpus=gpus,
+        gpus_per_node=per_node,
+        gpus_used=used,
+        gpus_idle=gpus - used,
+        loader_world=data,
+        ranks_per_node=ranks_per_node,
+        nodes=-(-used // ranks_per_node),
+    )

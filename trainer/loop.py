@@ -31,8 +31,7 @@ from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, T
 from millrace.home import Home
 from millrace.signals import StopRequest
 from millrace.writer_lock import WriterLock
-from mixtures.manifest import lineage_of
-from mixtures.manifest import find_manifest, store_dir_of
+from mixtures.manifest import find_manifest, lineage_of, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
 from trainer.balance import balance_step
@@ -41,18 +40,25 @@ from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
+from trainer.lr_schedule import learning_rate
 from trainer.metrics import MetricsWriter
-from trainer.records import (LOCK_FILE, METRICS_FILE, MetricsRecord, RevisionRange, RunRecord, read_metrics, read_run,
-                             write_run)
 from trainer.model import Transformer
-from trainer.moe import MoE
-from trainer.moe import local_tensor
+from trainer.moe import MoE, local_tensor
 from trainer.observers import RunObservers
 from trainer.param_groups import group_of
 from trainer.peak import peak_flops
+from trainer.records import (
+    LOCK_FILE,
+    METRICS_FILE,
+    MetricsRecord,
+    RevisionRange,
+    RunRecord,
+    read_metrics,
+    read_run,
+    write_run,
+)
 from trainer.resume import recorded_settings
 from trainer.samples import prompts_path
-from trainer.lr_schedule import learning_rate
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 
 log = logging.getLogger(__name__)
@@ -112,7 +118,10 @@ def build_optimizer(model: Transformer, config: TrainConfig) -> torch.optim.Adam
     opt = config.optimizer
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=opt.lr, betas=opt.betas, eps=opt.eps, foreach=True,
+        lr=opt.lr,
+        betas=opt.betas,
+        eps=opt.eps,
+        foreach=True,
     )
 
 
@@ -149,16 +158,18 @@ def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
     biases = [(index, layer.router.expert_bias.detach().double()) for index, layer in model.indexed_moe_layers()]
     if not biases:
         return [], 0.0
-    figures = torch.stack([torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()])
-                           for _, bias in biases]).tolist()
-    stats = [{"layer": index, "norm": norm, "max_abs": max_abs}
-             for (index, _), (_, norm, max_abs) in zip(biases, figures)]
+    figures = torch.stack(
+        [torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()]) for _, bias in biases]
+    ).tolist()
+    stats = [
+        {"layer": index, "norm": norm, "max_abs": max_abs} for (index, _), (_, norm, max_abs) in zip(biases, figures)
+    ]
     return stats, sum(layer_squared for layer_squared, _, _ in figures)
 
 
 def planned_tokens_per_cell(stream: MixtureStream) -> dict[str, int]:
     manifest = stream.manifest
-    planned = {name: 0 for name in sorted(manifest.cells)}
+    planned = dict.fromkeys(sorted(manifest.cells), 0)
     for phase in manifest.phases:
         for cell, count in phase.counts.items():
             planned[cell] += count * manifest.seq_len
@@ -281,9 +292,17 @@ def default_run_name(config_path: Path, mixture: str, revision: str) -> str:
     return f"{config_path.stem}-{mixture}-{revision}"
 
 
-def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture: str | None, revision: str | None,
-                steps: int | None, run: str | None, checkpoint_every: int | None, resume: bool,
-                allow_config_change: bool = False) -> RunPlan:
+def prepare_run(
+    config_path: Path | str,
+    home: Home | Path | str | None,
+    mixture: str | None,
+    revision: str | None,
+    steps: int | None,
+    run: str | None,
+    checkpoint_every: int | None,
+    resume: bool,
+    allow_config_change: bool = False,
+) -> RunPlan:
     """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
     config_path = Path(config_path)
     config = load_train_config(config_path)
@@ -295,27 +314,44 @@ def prepare_run(config_path: Path | str, home: Home | Path | str | None, mixture
     run = run or default_run_name(config_path, mixture, revision)
     manifest_path = find_manifest(home, mixture, revision)
     runtime = init_runtime(config.parallel, config.moe.n_routed_experts)
-    stream = MixtureStream(manifest_path, rank=runtime.data_rank, world=runtime.layout.data_parallel,
-                           prefetch=config.data.prefetch)
+    stream = MixtureStream(
+        manifest_path, rank=runtime.data_rank, world=runtime.layout.data_parallel, prefetch=config.data.prefetch
+    )
     store = Store(store_dir_of(manifest_path))
     config = _with_store_vocab(config, store, config_path)
     horizon = config.steps or stream.steps
     stop = steps or horizon
     for name, value in (("steps", horizon), ("--steps", stop)):
         if value > stream.steps:
-            raise ConfigError(f"{name} = {value} exceeds the {stream.steps} steps of {mixture}/{revision} ({manifest_path})")
+            raise ConfigError(
+                f"{name} = {value} exceeds the {stream.steps} steps of {mixture}/{revision} ({manifest_path})"
+            )
     if stop > horizon:
         raise ConfigError(f"--steps {stop} is past the learning-rate horizon of {horizon} steps set in {config_path}")
     try:
         check_batch(runtime.layout, stream.manifest.global_batch, config.data.micro_batches)
     except ConfigError as exc:
         raise ConfigError(f"{config_path}: {exc}") from None
-    plan = RunPlan(config_path=config_path, config=config, home=home, mixture=mixture, revision=revision, run=run,
-                   manifest_path=manifest_path, runtime=runtime, stream=stream, store=store, horizon=horizon,
-                   stop=stop, checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,
-                   allow_config_change=allow_config_change)
+    plan = RunPlan(
+        config_path=config_path,
+        config=config,
+        home=home,
+        mixture=mixture,
+        revision=revision,
+        run=run,
+        manifest_path=manifest_path,
+        runtime=runtime,
+        stream=stream,
+        store=store,
+        horizon=horizon,
+        stop=stop,
+        checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,
+        allow_config_change=allow_config_change,
+    )
     if ckpt.latest_checkpoint(plan.checkpoints) and not resume:
-        raise ConfigError(f"run {run!r} already has checkpoints in {plan.checkpoints}; pass --resume or choose another --run")
+        raise ConfigError(
+            f"run {run!r} already has checkpoints in {plan.checkpoints}; pass --resume or choose another --run"
+        )
     return plan
 
 
@@ -336,9 +372,14 @@ def build_training(plan: RunPlan) -> Training:
     check_fits(plan.config, plan.runtime, plan.config_path)
     model = build_model(plan.config, plan.runtime)
     optimizer = build_optimizer(model, plan.config)
-    state = TrainerState(horizon=plan.horizon, manifest_hash=plan.stream.manifest_hash, cell_names=plan.stream.cell_names,
-                         settings=recorded_settings(plan.config), manifest=plan.stream.manifest,
-                         allow_config_change=plan.allow_config_change)
+    state = TrainerState(
+        horizon=plan.horizon,
+        manifest_hash=plan.stream.manifest_hash,
+        cell_names=plan.stream.cell_names,
+        settings=recorded_settings(plan.config),
+        manifest=plan.stream.manifest,
+        allow_config_change=plan.allow_config_change,
+    )
     return Training(plan=plan, model=model, optimizer=optimizer, state=state)
 
 
@@ -371,14 +412,31 @@ def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
             record = read_run(plan.run_dir)
         except ArtifactError:
             record = {}
-        previous = record.get("revisions") or ([{"revision": record["revision"], "manifest_hash": record["manifest_hash"],
-                                                 "start_step": 0, "stop_step": start}] if "revision" in record else [])
+        previous = record.get("revisions") or (
+            [
+                {
+                    "revision": record["revision"],
+                    "manifest_hash": record["manifest_hash"],
+                    "start_step": 0,
+                    "stop_step": start,
+                }
+            ]
+            if "revision" in record
+            else []
+        )
     ranges = [r | {"stop_step": min(r["stop_step"], start)} for r in previous if r["start_step"] < start]
     if ranges and ranges[-1]["manifest_hash"] == plan.stream.manifest_hash:
         ranges[-1]["stop_step"] = plan.stop
     else:
-        ranges.append({"revision": plan.revision, "manifest_hash": plan.stream.manifest_hash, "run": plan.run,
-                       "start_step": start, "stop_step": plan.stop})
+        ranges.append(
+            {
+                "revision": plan.revision,
+                "manifest_hash": plan.stream.manifest_hash,
+                "run": plan.run,
+                "start_step": start,
+                "stop_step": plan.stop,
+            }
+        )
     return ranges
 
 
@@ -393,8 +451,14 @@ def resume_source(plan: RunPlan) -> tuple[str, tuple[int, Path] | None]:
         run = default_run_name(plan.config_path, plan.mixture, ancestor.revision)
         found = ckpt.latest_checkpoint(plan.home.run(run) / "checkpoints")
         if found:
-            log.info("run %s starts from run %s's checkpoint at step %d (revision %s continues %s)",
-                     plan.run, run, found[0], plan.revision, ancestor.revision)
+            log.info(
+                "run %s starts from run %s's checkpoint at step %d (revision %s continues %s)",
+                plan.run,
+                run,
+                found[0],
+                plan.revision,
+                ancestor.revision,
+            )
             return run, found
     return plan.run, None
 
@@ -407,39 +471,46 @@ def adopt_history(plan: RunPlan, source: str, step: int) -> None:
     before = plan.home.run(source)
     write_run(plan.run_dir, read_run(before) | {"run": plan.run})
     lines = [line for line in read_metrics(before) if line["step"] <= step]
-    atomic_write_text(plan.run_dir / METRICS_FILE, "".join(json.dumps(line, separators=(",", ":")) + "\n"
-                                                          for line in lines))
+    atomic_write_text(
+        plan.run_dir / METRICS_FILE, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+    )
 
 
 def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     """`run.json` at start (rank 0): what runs, on what data, at what size."""
     plan, config = training.plan, training.plan.config
-    changes = _recorded_changes(plan.run_dir) + [{"step": training.start, **change}
-                                                  for change in training.state.config_changes]
-    write_run(plan.run_dir, RunRecord(
-        run=plan.run,
-        config={"path": str(plan.config_path), **config.model_dump(mode="json")},
-        mixture=plan.mixture,
-        revision=plan.revision,
-        manifest_hash=plan.stream.manifest_hash,
-        manifest_path=str(plan.manifest_path),
-        revisions=[RevisionRange.model_validate(r) for r in revision_history(plan, training.start)],
-        lineage=lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
-        store={"name": plan.store.name, "version": plan.store.version},
-        planned_tokens_per_cell=planned_tokens_per_cell(plan.stream),
-        total_steps=plan.horizon,
-        stop_step=plan.stop,
-        start_step=training.start,
-        status="running",
-        world_size=plan.runtime.world,
-        layout={"data_parallel": plan.runtime.layout.data_parallel,
-                "expert_parallel": plan.runtime.layout.expert_parallel},
-        params=count_params(config).as_dict(),
-        flops_per_token=flops_per_token(config, plan.stream.seq_len),
-        peak_flops_per_device=peak,
-        peak_flops_source=peak_source,
-        config_changes=changes,  # settings changed on resume with --allow-config-change
-    ))
+    changes = _recorded_changes(plan.run_dir) + [
+        {"step": training.start, **change} for change in training.state.config_changes
+    ]
+    write_run(
+        plan.run_dir,
+        RunRecord(
+            run=plan.run,
+            config={"path": str(plan.config_path), **config.model_dump(mode="json")},
+            mixture=plan.mixture,
+            revision=plan.revision,
+            manifest_hash=plan.stream.manifest_hash,
+            manifest_path=str(plan.manifest_path),
+            revisions=[RevisionRange.model_validate(r) for r in revision_history(plan, training.start)],
+            lineage=lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
+            store={"name": plan.store.name, "version": plan.store.version},
+            planned_tokens_per_cell=planned_tokens_per_cell(plan.stream),
+            total_steps=plan.horizon,
+            stop_step=plan.stop,
+            start_step=training.start,
+            status="running",
+            world_size=plan.runtime.world,
+            layout={
+                "data_parallel": plan.runtime.layout.data_parallel,
+                "expert_parallel": plan.runtime.layout.expert_parallel,
+            },
+            params=count_params(config).as_dict(),
+            flops_per_token=flops_per_token(config, plan.stream.seq_len),
+            peak_flops_per_device=peak,
+            peak_flops_source=peak_source,
+            config_changes=changes,  # settings changed on resume with --allow-config-change
+        ),
+    )
 
 
 def _recorded_changes(run_dir: Path) -> list[dict]:
@@ -449,8 +520,9 @@ def _recorded_changes(run_dir: Path) -> list[dict]:
         return []
 
 
-def forward_backward(training: Training, data: dict[str, torch.Tensor], global_tokens: float,
-                     observers: RunObservers) -> StepAccumulator:
+def forward_backward(
+    training: Training, data: dict[str, torch.Tensor], global_tokens: float, observers: RunObservers
+) -> StepAccumulator:
     """Every micro-batch's share of the global mean loss, back-propagated; returns the step's loss sums."""
     plan = training.plan
     runtime, micro, local_batch = plan.runtime, plan.config.data.micro_batches, len(data["labels"])
@@ -459,8 +531,9 @@ def forward_backward(training: Training, data: dict[str, torch.Tensor], global_t
     for chunk in range(micro):
         rows = slice(chunk * local_batch // micro, (chunk + 1) * local_batch // micro)
         with torch.autocast(runtime.device.type, dtype=torch.bfloat16, enabled=autocast):
-            token_losses, aux = training.model(data["input_ids"][rows], data["positions"][rows],
-                                               data["segment_ids"][rows], data["labels"][rows])
+            token_losses, aux = training.model(
+                data["input_ids"][rows], data["positions"][rows], data["segment_ids"][rows], data["labels"][rows]
+            )
         objective = token_losses.sum() / global_tokens + aux / (runtime.world * micro)
         objective.backward()
         observers.forwarded(training.model)
@@ -496,13 +569,24 @@ def train_step(training: Training, batches, step: int, observers: RunObservers) 
     loads = balance_step(training.moe_layers, 0.0 if skipped else config.moe.bias_update_rate)
     # The reduced per-cell token counts (rows x seq_len per cell) are the step's realised tokens per cell.
     training.state.advance(int(global_tokens), cell_tokens)
-    return StepResult(step=step + 1, phase=batch.phase, loss=loss, lr=lr,
-                      grad_norm=grad_norm, global_tokens=int(global_tokens), waited=waited,
-                      elapsed=time.perf_counter() - t0, loads=loads, acc=acc, skipped=skipped)
+    return StepResult(
+        step=step + 1,
+        phase=batch.phase,
+        loss=loss,
+        lr=lr,
+        grad_norm=grad_norm,
+        global_tokens=int(global_tokens),
+        waited=waited,
+        elapsed=time.perf_counter() - t0,
+        loads=loads,
+        acc=acc,
+        skipped=skipped,
+    )
 
 
-def log_metrics(training: Training, result: StepResult, writer: MetricsWriter | None, peak: float,
-                observers: RunObservers) -> None:
+def log_metrics(
+    training: Training, result: StepResult, writer: MetricsWriter | None, peak: float, observers: RunObservers
+) -> None:
     """Every `log_every` steps, at a skipped step and at the stop: one metrics line with the health alerts
     that start and end there (norms and aux terms are reduced on every rank)."""
     plan = training.plan
@@ -576,8 +660,10 @@ class StepReporter:
         elapsed = time.perf_counter() - self.began
         done = result.step - self.start
         eta = elapsed / done * (self.plan.stop - result.step) if done else 0.0
-        return (f"train {self.plan.run}: step {result.step}/{self.plan.stop}, {self.tokens / elapsed:,.0f} tokens/s, "
-                f"loss {result.loss:.4f}, ETA {format_duration(eta)}")
+        return (
+            f"train {self.plan.run}: step {result.step}/{self.plan.stop}, {self.tokens / elapsed:,.0f} tokens/s, "
+            f"loss {result.loss:.4f}, ETA {format_duration(eta)}"
+        )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -627,10 +713,21 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     peak, peak_source = peak_flops(plan.config.metrics.peak_flops_per_device, runtime.device)
     # the streams first: a damaged one is refused before run.json says `running`
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
-    observers = RunObservers(plan.config, plan.config_path, plan.manifest_path, runtime, plan.run_dir, start, plan.stop,
-                             plan.horizon, plan.checkpoint_every, plan.stream.source_names, plan.stream.tokenizer_path,
-                             compute_in_bf16(plan.config, runtime),
-                             published_peak=runtime.device.type == "cuda" and not peak_source.startswith("measured"))
+    observers = RunObservers(
+        plan.config,
+        plan.config_path,
+        plan.manifest_path,
+        runtime,
+        plan.run_dir,
+        start,
+        plan.stop,
+        plan.horizon,
+        plan.checkpoint_every,
+        plan.stream.source_names,
+        plan.stream.tokenizer_path,
+        compute_in_bf16(plan.config, runtime),
+        published_peak=runtime.device.type == "cuda" and not peak_source.startswith("measured"),
+    )
     if runtime.rank == 0:
         write_run_record(training, peak, peak_source)
     _log_start(training, peak, peak_source)
@@ -653,8 +750,10 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     except KeyboardInterrupt:
         if runtime.rank == 0:
             _set_status(plan.run_dir, "interrupted")
-        raise Interrupted(f"run {plan.run} stopped after step {training.state.step} ({_kept(plan)}); continue it "
-                          f"with: {resume_command(plan)}") from None
+        raise Interrupted(
+            f"run {plan.run} stopped after step {training.state.step} ({_kept(plan)}); continue it "
+            f"with: {resume_command(plan)}"
+        ) from None
     except Terminated:
         raise
     except BaseException as exc:
@@ -662,9 +761,11 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
             _set_status(plan.run_dir, "failed")
         full = disk_full_cause(exc)
         if full is not None:
-            raise DiskFull(f"no space left on device writing {full.filename or plan.run_dir}: run {plan.run} failed "
-                           f"after step {training.state.step} ({_kept(plan)}); free space, then continue it with: "
-                           f"{resume_command(plan)}") from None
+            raise DiskFull(
+                f"no space left on device writing {full.filename or plan.run_dir}: run {plan.run} failed "
+                f"after step {training.state.step} ({_kept(plan)}); free space, then continue it with: "
+                f"{resume_command(plan)}"
+            ) from None
         raise
     finally:
         reporter.close()
@@ -672,8 +773,14 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
             writer.close()
         observers.close()
     finish(plan)
-    return RunResult(run=plan.run, run_dir=plan.run_dir, start_step=start, end_step=plan.stop, losses=losses,
-                     seconds=time.perf_counter() - began)
+    return RunResult(
+        run=plan.run,
+        run_dir=plan.run_dir,
+        start_step=start,
+        end_step=plan.stop,
+        losses=losses,
+        seconds=time.perf_counter() - began,
+    )
 
 
 def _kept(plan: RunPlan) -> str:
@@ -697,22 +804,36 @@ def preempted(training: Training, written: Path | None) -> Terminated:
         ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
     if plan.runtime.rank == 0:
         _set_status(plan.run_dir, "interrupted")
-    return Terminated(f"run {plan.run} stopped by SIGTERM after step {step}, checkpoint step {step} written; "
-                      f"continue it with: {resume_command(plan)}")
+    return Terminated(
+        f"run {plan.run} stopped by SIGTERM after step {step}, checkpoint step {step} written; "
+        f"continue it with: {resume_command(plan)}"
+    )
 
 
 def resume_command(plan: RunPlan) -> str:
     """The command that continues this run from its latest checkpoint."""
-    return (f"millrace train {plan.config_path} --mixture {plan.mixture} --revision {plan.revision} "
-            f"--run {plan.run} --resume")
+    return (
+        f"millrace train {plan.config_path} --mixture {plan.mixture} --revision {plan.revision} "
+        f"--run {plan.run} --resume"
+    )
 
 
 def _log_start(training: Training, peak: float, peak_source: str) -> None:
     plan = training.plan
     params = count_params(plan.config)
-    log.info("run %s: %s total / %s active parameters, %.3g FLOPs/token, steps %d..%d of %d, world %d, peak %.3g (%s)",
-             plan.run, f"{params.total:,}", f"{params.active:,}", flops_per_token(plan.config, plan.stream.seq_len),
-             training.start, plan.stop, plan.horizon, plan.runtime.world, peak, peak_source)
+    log.info(
+        "run %s: %s total / %s active parameters, %.3g FLOPs/token, steps %d..%d of %d, world %d, peak %.3g (%s)",
+        plan.run,
+        f"{params.total:,}",
+        f"{params.active:,}",
+        flops_per_token(plan.config, plan.stream.seq_len),
+        training.start,
+        plan.stop,
+        plan.horizon,
+        plan.runtime.world,
+        peak,
+        peak_source,
+    )
 
 
 def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:
@@ -738,8 +859,13 @@ def _progress(enabled: bool, start: int, stop: int, run: str):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(stderr=True))
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+    )
     task = bar.add_task(run, total=stop, completed=start)
     bar.start()
     return bar, task

@@ -36,8 +36,9 @@ def loss_chunk_tokens(configured: int, vocab: int, device: torch.device) -> int:
     return max(64, CPU_CHUNK_BYTES // (4 * vocab))
 
 
-def chunked_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                          chunk_tokens: int) -> torch.Tensor:
+def chunked_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_tokens: int
+) -> torch.Tensor:
     """Per-token fp32 losses [b, L] of `hidden` [b, L, d] projected by `weight` [V, d] against `labels` [b, L]."""
     flat, targets = hidden.flatten(0, 1), labels.flatten()
     if flat.shape[0] <= chunk_tokens:  # one chunk: checkpointing would only recompute it, saving nothing

@@ -78,8 +78,14 @@ class Attention(nn.Module):
         self.wv = nn.Linear(config.d_model, self.n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(self.n_heads * self.head_dim, config.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: DocumentMask,
-                cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: DocumentMask,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
         b, length, _ = x.shape
         q = self.wq(x).view(b, length, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(b, length, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -101,7 +107,9 @@ class Block(nn.Module):
         self.ffn = MoE(config, moe) if self.is_moe else SwiGLU(config.d_model, config.dense_ffn_dim)
 
         self.checkpointed = False  # activation checkpointing: keep the input, recompute the rest in backward
-        self.run: Callable[..., torch.Tensor] = self.residual  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
+        self.run: Callable[..., torch.Tensor] = (
+            self.residual
+        )  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
 
     def residual(self, x, cos, sin, mask, cache: LayerCache | None = None) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin, mask, cache)
@@ -185,8 +193,9 @@ class Transformer(nn.Module):
     def moe_layers(self) -> list[MoE]:
         return [layer for _, layer in self.indexed_moe_layers()]
 
-    def forward(self, input_ids, positions, segment_ids, labels=None,
-                cache: KVCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_ids, positions, segment_ids, labels=None, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [b, L, V], or with `labels` the fp32 per-token losses [b, L] (chunked: no full logits are
         kept), and the summed router auxiliary losses. With a `cache` (generation) the tokens are appended
         to it, attend to everything cached, and only the last position's logits are made: [b, 1, V].
@@ -204,7 +213,9 @@ class Transformer(nn.Module):
             for block, layer_cache in zip(self.layers, cache.layers, strict=True):
                 x = block(x, cos, sin, mask, layer_cache)
             x = x[:, -1:]
-        aux = sum((m.aux_loss for m in self.moe_layers() if m.aux_loss is not None), x.new_zeros((), dtype=torch.float32))
+        aux = sum(
+            (m.aux_loss for m in self.moe_layers() if m.aux_loss is not None), x.new_zeros((), dtype=torch.float32)
+        )
         if labels is not None:
             chunk = loss_chunk_tokens(self.kernels.loss_chunk_tokens, self.output.weight.shape[0], x.device)
             return chunked_cross_entropy(self.norm(x), self.output.weight, labels, chunk), aux

@@ -95,8 +95,9 @@ def padded_groups(counts: torch.Tensor, align: int, n_rows: int) -> tuple[torch.
     padded = (counts + align - 1) // align * align
     padded_ends = torch.cumsum(padded, 0)
     shift = (padded_ends - padded) - (torch.cumsum(counts, 0) - counts)  # padded start - unpadded start
-    expert_of_row = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts,
-                                            output_size=n_rows)
+    expert_of_row = torch.repeat_interleave(
+        torch.arange(len(counts), device=counts.device), counts, output_size=n_rows
+    )
     rows = torch.arange(n_rows, device=counts.device) + shift[expert_of_row]
     return rows, padded_ends.to(torch.int32), n_rows + len(counts) * (align - 1)
 
@@ -282,7 +283,11 @@ class MoE(nn.Module):
         splits = torch.stack([counts.reshape(ep.world, local).sum(1), recv_counts.sum(1)]).tolist()
         send_splits, recv_splits = splits
         received = all_to_all_single(
-            routed.new_empty(sum(recv_splits), routed.shape[1]), routed.contiguous(), recv_splits, send_splits, ep.group
+            routed.new_empty(sum(recv_splits), routed.shape[1]),
+            routed.contiguous(),
+            recv_splits,
+            send_splits,
+            ep.group,
         )
         # Received rows are grouped (source rank, local expert); the experts want (local expert, source rank):
         # a stable sort on the key e * world + s regroups them and keeps each chunk's order.
@@ -294,6 +299,9 @@ class MoE(nn.Module):
         computed = self.experts(received[regroup], recv_counts.sum(0))
         restored = torch.empty_like(computed).index_copy(0, regroup, computed)
         return all_to_all_single(
-            restored.new_empty(sum(send_splits), restored.shape[1]), restored.contiguous(), send_splits, recv_splits,
+            restored.new_empty(sum(send_splits), restored.shape[1]),
+            restored.contiguous(),
+            send_splits,
+            recv_splits,
             ep.group,
         )

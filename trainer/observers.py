@@ -21,10 +21,9 @@ import psutil
 import torch
 
 from loader.held_out import ValidationSequences
-from millrace.jsonl import read_records
 from trainer.config import TrainConfig
 from trainer.distributed import Runtime, reshard
-from trainer.evaluation import EvalWriter, Evaluator, eval_steps, token_byte_lengths
+from trainer.evaluation import Evaluator, EvalWriter, eval_steps, token_byte_lengths
 from trainer.health import HealthMonitor
 from trainer.model import Transformer
 from trainer.records import read_metrics
@@ -55,9 +54,22 @@ def active_before(run_dir: Path, start: int) -> list[str]:
 
 
 class RunObservers:
-    def __init__(self, config: TrainConfig, config_path: Path, manifest_path: Path, runtime: Runtime, run_dir: Path,
-                 start: int, stop: int, horizon: int, checkpoint_every: int, source_names: list[str],
-                 tokenizer_path: Path | None, autocast: bool, published_peak: bool = False):
+    def __init__(
+        self,
+        config: TrainConfig,
+        config_path: Path,
+        manifest_path: Path,
+        runtime: Runtime,
+        run_dir: Path,
+        start: int,
+        stop: int,
+        horizon: int,
+        checkpoint_every: int,
+        source_names: list[str],
+        tokenizer_path: Path | None,
+        autocast: bool,
+        published_peak: bool = False,
+    ):
         self.config, self.runtime = config, runtime
         writes = runtime.rank == 0
         self.health = HealthMonitor(config.health, active_before(run_dir, start) if writes else [], published_peak)
@@ -73,7 +85,9 @@ class RunObservers:
                 log.warning("%s pins no held-out data: no evaluation, no automatic prompts", manifest_path)
         if config.eval.enabled and sequences is not None and sequences.entries:
             lengths = token_byte_lengths(tokenizer_path, config.model.vocab_size)
-            self.evaluator = Evaluator(sequences, runtime, config.eval.batch_sequences, source_names, lengths, autocast)
+            self.evaluator = Evaluator(
+                sequences, runtime, config.eval.batch_sequences, source_names, lengths, autocast
+            )
             self.eval_at = eval_steps(config.eval.every, start, stop, horizon)
             self.eval_writer = EvalWriter(run_dir, start) if writes else None
         if config.samples.enabled:
@@ -114,8 +128,13 @@ class RunObservers:
         self.aux.zero_()
         self.forwards = 0
         aux_loss, z_loss = aux.tolist()
-        extras = {"aux_loss": aux_loss, "z_loss": z_loss, "skipped": skipped,
-                  "skipped_steps": self.health.skipped_total, **memory_stats(self.runtime.device)}
+        extras = {
+            "aux_loss": aux_loss,
+            "z_loss": z_loss,
+            "skipped": skipped,
+            "skipped_steps": self.health.skipped_total,
+            **memory_stats(self.runtime.device),
+        }
         extras["alerts"] = self.health.check({**record, **extras}, time.time())
         return extras
 
@@ -126,8 +145,14 @@ class RunObservers:
             self.health.evaluated(result)
             if self.eval_writer is not None:
                 self.eval_writer.write(result)
-            log.info("step %d: held-out loss macro %.4f micro %.4f, bits/byte macro %.4f (%.1fs)", step,
-                     result["loss"]["macro"], result["loss"]["micro"], result["bpb"]["macro"], result["seconds"])
+            log.info(
+                "step %d: held-out loss macro %.4f micro %.4f, bits/byte macro %.4f (%.1fs)",
+                step,
+                result["loss"]["macro"],
+                result["loss"]["micro"],
+                result["bpb"]["macro"],
+                result["seconds"],
+            )
         if self.sampler is not None and step in self.sample_at:
             self.sampler.sample(model, step)
         if self.runtime.distributed:

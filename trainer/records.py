@@ -39,6 +39,7 @@ LADDER_KIND = "millrace.ladder"
 LADDER_SCHEMA_VERSION = 1
 EVAL_GROUPS = ("cell", "domain", "bucket", "source", "set")  # the groups an evaluation reports loss and bpb over
 
+
 def _finite_or_none(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
@@ -192,8 +193,11 @@ class MetricsRecord(Record):
     alerts: Alerts | None = None
 
 
-SCALARS = tuple(name for name, info in MetricsRecord.model_fields.items()
-                if any(isinstance(mark, Charted) for mark in info.metadata))
+SCALARS = tuple(
+    name
+    for name, info in MetricsRecord.model_fields.items()
+    if any(isinstance(mark, Charted) for mark in info.metadata)
+)
 
 
 # ---- eval.jsonl

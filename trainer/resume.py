@@ -21,8 +21,17 @@ from millrace.errors import ConfigError
 from trainer.config import TrainConfig
 
 SHAPE_FIELDS = {
-    "model": ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "dense_ffn_dim",
-              "n_dense_layers", "tie_embeddings"),
+    "model": (
+        "d_model",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "head_dim",
+        "vocab_size",
+        "dense_ffn_dim",
+        "n_dense_layers",
+        "tie_embeddings",
+    ),
     "moe": ("n_routed_experts", "n_shared_experts", "expert_ffn_dim"),
 }
 SETTING_SECTIONS = ("model", "moe", "optimizer", "schedule")
@@ -49,16 +58,23 @@ def check_settings(recorded: str, current: str, allow_change: bool) -> list[dict
     """Changes from the checkpoint's settings to this run's; raises for a shape change, or any change unless
     allowed."""
     before, now = _flat(json.loads(recorded)), _flat(json.loads(current))
-    changes = [{"field": key, "checkpoint": before.get(key), "now": now.get(key)}
-               for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key) and key not in KERNEL_FIELDS]
+    changes = [
+        {"field": key, "checkpoint": before.get(key), "now": now.get(key)}
+        for key in sorted(set(before) | set(now))
+        if before.get(key) != now.get(key) and key not in KERNEL_FIELDS
+    ]
     shapes = {f"{section}.{name}" for section, names in SHAPE_FIELDS.items() for name in names}
     for change in changes:
         if change["field"] in shapes:
-            raise ConfigError(f"field '{change['field']}' is {change['now']} here but {change['checkpoint']} in the "
-                              "checkpoint: the model's shape cannot change on resume")
+            raise ConfigError(
+                f"field '{change['field']}' is {change['now']} here but {change['checkpoint']} in the "
+                "checkpoint: the model's shape cannot change on resume"
+            )
     if changes and not allow_change:
         first = changes[0]
         names = ", ".join(f"'{change['field']}'" for change in changes)
-        raise ConfigError(f"field {names} changed since the checkpoint ({first['field']}: {first['checkpoint']} -> "
-                          f"{first['now']}); pass --allow-config-change to resume with the new settings")
+        raise ConfigError(
+            f"field {names} changed since the checkpoint ({first['field']}: {first['checkpoint']} -> "
+            f"{first['now']}); pass --allow-config-change to resume with the new settings"
+        )
     return changes

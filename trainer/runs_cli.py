@@ -23,11 +23,18 @@ def list_runs(home: Home) -> list[dict[str, Any]]:
             rows.append({"run": run_dir.name, "status": "damaged", "error": str(exc), "path": str(run_dir)})
             continue
         last = last_metrics(run_dir) or {}
-        rows.append({
-            "run": run_dir.name, "status": observed_run_status(run_dir, run), "mixture": run.get("mixture"),
-            "revision": run.get("revision"), "step": last.get("step"), "total_steps": run.get("total_steps"),
-            "loss": last.get("loss"), "path": str(run_dir),
-        })
+        rows.append(
+            {
+                "run": run_dir.name,
+                "status": observed_run_status(run_dir, run),
+                "mixture": run.get("mixture"),
+                "revision": run.get("revision"),
+                "step": last.get("step"),
+                "total_steps": run.get("total_steps"),
+                "loss": last.get("loss"),
+                "path": str(run_dir),
+            }
+        )
     return rows
 
 

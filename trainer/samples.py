@@ -51,9 +51,11 @@ def prompts_path(value: str, config_path: Path, home: Path) -> Path:
     path = (path if path.is_absolute() else Path(config_path).parent / path).resolve()
     roots = (Path(config_path).resolve().parent, Path(home).resolve())
     if not any(path.is_relative_to(root) for root in roots):
-        raise ConfigError(f"{config_path}: field 'samples.prompts' {value!r}: resolves to {path}, outside the "
-                          f"config file's directory {roots[0]} and $MILLRACE_HOME {roots[1]} (its lines are "
-                          "published on the run page); copy the prompts next to the config")
+        raise ConfigError(
+            f"{config_path}: field 'samples.prompts' {value!r}: resolves to {path}, outside the "
+            f"config file's directory {roots[0]} and $MILLRACE_HOME {roots[1]} (its lines are "
+            "published on the run page); copy the prompts next to the config"
+        )
     return path
 
 
@@ -72,7 +74,7 @@ class TokenText:
 
     def encode(self, text: str, where: str) -> list[int]:
         if self.tokenizer is None:
-            raise ConfigError(f"{where}: the store has no tokenizer to encode text prompts; use prompts = \"auto\"")
+            raise ConfigError(f'{where}: the store has no tokenizer to encode text prompts; use prompts = "auto"')
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
 
@@ -145,8 +147,15 @@ def choose(last: torch.Tensor, temperatures: list[float], generators: list[torch
 
 
 @torch.no_grad()
-def complete(model: Transformer, prompts: list[list[int]], temperatures: list[float], generators: list[torch.Generator],
-             max_new_tokens: int, device: torch.device, eos_id: int | None) -> list[tuple[list[int], float]]:
+def complete(
+    model: Transformer,
+    prompts: list[list[int]],
+    temperatures: list[float],
+    generators: list[torch.Generator],
+    max_new_tokens: int,
+    device: torch.device,
+    eos_id: int | None,
+) -> list[tuple[list[int], float]]:
     """Complete every prompt at once (row i: prompts[i] at temperatures[i] with generators[i]).
 
     One forward over the left-padded prompts fills a `KVCache`; then each new token is a forward of one
@@ -183,8 +192,17 @@ def complete(model: Transformer, prompts: list[list[int]], temperatures: list[fl
 class SampleWriter:
     """Completes the prompts and appends to runs/<run>/samples.jsonl (rank 0); resume drops later steps."""
 
-    def __init__(self, run_dir: Path, start_step: int, config: SamplesConfig, prompts: list[Prompt], text: TokenText,
-                 device: torch.device, eos_id: int | None, write: bool):
+    def __init__(
+        self,
+        run_dir: Path,
+        start_step: int,
+        config: SamplesConfig,
+        prompts: list[Prompt],
+        text: TokenText,
+        device: torch.device,
+        eos_id: int | None,
+        write: bool,
+    ):
         self.config, self.prompts, self.text = config, prompts, text
         self.device, self.eos_id = device, eos_id
         self.path = Path(run_dir) / SAMPLES_FILE
@@ -194,18 +212,37 @@ class SampleWriter:
 
     def sample(self, model: Transformer, step: int) -> list[dict[str, Any]]:
         cfg = self.config
-        pairs = [(p_index, t_index) for p_index in range(len(self.prompts)) for t_index in range(len(cfg.temperatures))]
+        pairs = [
+            (p_index, t_index) for p_index in range(len(self.prompts)) for t_index in range(len(cfg.temperatures))
+        ]
         generators = [torch.Generator().manual_seed(cfg.seed * 1_000_003 + p * 101 + t) for p, t in pairs]
         with inference(model):
-            done = complete(model, [self.prompts[p].tokens for p, _ in pairs], [cfg.temperatures[t] for _, t in pairs],
-                            generators, cfg.max_new_tokens, self.device, self.eos_id)
+            done = complete(
+                model,
+                [self.prompts[p].tokens for p, _ in pairs],
+                [cfg.temperatures[t] for _, t in pairs],
+                generators,
+                cfg.max_new_tokens,
+                self.device,
+                self.eos_id,
+            )
         records = []
         for (p, t), (new, logprob) in zip(pairs, done):
             prompt = self.prompts[p]
-            records.append(SampleRecord(schema=SAMPLES_SCHEMA, step=step, prompt_id=prompt.id, prompt=prompt.text,
-                                        prompt_source=prompt.source, temperature=cfg.temperatures[t], seed=cfg.seed,
-                                        completion=self.text.decode(new), completion_tokens=len(new),
-                                        mean_logprob=logprob).dump())
+            records.append(
+                SampleRecord(
+                    schema=SAMPLES_SCHEMA,
+                    step=step,
+                    prompt_id=prompt.id,
+                    prompt=prompt.text,
+                    prompt_source=prompt.source,
+                    temperature=cfg.temperatures[t],
+                    seed=cfg.seed,
+                    completion=self.text.decode(new),
+                    completion_tokens=len(new),
+                    mean_logprob=logprob,
+                ).dump()
+            )
         if self.handle is not None:
             for record in records:
                 self.handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -215,4 +252,3 @@ class SampleWriter:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
-

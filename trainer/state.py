@@ -74,7 +74,7 @@ class TrainerState:
     config_changes: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.realised_tokens_per_cell = {name: 0 for name in self.cell_names} | self.realised_tokens_per_cell
+        self.realised_tokens_per_cell = dict.fromkeys(self.cell_names, 0) | self.realised_tokens_per_cell
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -89,21 +89,24 @@ class TrainerState:
     def expect_cells(self, names: list[str]) -> None:
         """Shape the load template like a checkpoint whose counters name these cells (an ancestor's may
         name fewer than this manifest); `load_state_dict` adds the rest back at zero."""
-        self.realised_tokens_per_cell = {name: 0 for name in names}
+        self.realised_tokens_per_cell = dict.fromkeys(names, 0)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["manifest_hash"] != self.manifest_hash:
             if self.manifest is None:
                 raise ArtifactError(f"checkpoint is from manifest {state['manifest_hash']}, not {self.manifest_hash}")
-            check_lineage_resume(self.manifest, self.manifest_hash, state["manifest_hash"], int(state["step"]),
-                                 "checkpoint")
+            check_lineage_resume(
+                self.manifest, self.manifest_hash, state["manifest_hash"], int(state["step"]), "checkpoint"
+            )
         if state["horizon"] != self.horizon:
-            raise ConfigError(f"checkpoint's learning-rate horizon is {state['horizon']} steps, this run's is "
-                              f"{self.horizon} (set `steps` in the config to keep one horizon across a mixture switch)")
+            raise ConfigError(
+                f"checkpoint's learning-rate horizon is {state['horizon']} steps, this run's is "
+                f"{self.horizon} (set `steps` in the config to keep one horizon across a mixture switch)"
+            )
         self.config_changes = check_settings(state["settings"], self.settings, self.allow_config_change)
         self.step = int(state["step"])
         self.tokens = int(state["tokens"])
-        self.realised_tokens_per_cell = {name: 0 for name in self.cell_names} | dict(state["realised_tokens_per_cell"])
+        self.realised_tokens_per_cell = dict.fromkeys(self.cell_names, 0) | dict(state["realised_tokens_per_cell"])
 
     def advance(self, global_tokens: int, cell_tokens: list[float]) -> None:
         """Count one finished optimizer step."""

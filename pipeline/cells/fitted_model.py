@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, Sequence
+from typing import Any, ClassVar, Protocol
 
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep

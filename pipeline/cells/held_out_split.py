@@ -48,8 +48,7 @@ def _wanted(hashes: np.ndarray, lengths: np.ndarray, config: HeldOutConfig) -> i
     return int(((before < config.tokens_per_cell) | (hashes < _threshold(config))).sum())
 
 
-def split_candidates(hashes: np.ndarray, keys: np.ndarray, lengths: np.ndarray,
-                     config: HeldOutConfig) -> np.ndarray:
+def split_candidates(hashes: np.ndarray, keys: np.ndarray, lengths: np.ndarray, config: HeldOutConfig) -> np.ndarray:
     """(hash, key, length) rows, lowest first, of the documents of one task's part of a cell that the split
     can choose whatever the other parts hold: its lowest that the token target or the fraction asks for
     (the token target counted over this part alone, so never fewer than over the whole cell), at most
@@ -59,12 +58,17 @@ def split_candidates(hashes: np.ndarray, keys: np.ndarray, lengths: np.ndarray,
     hashes = np.asarray(hashes, dtype=np.uint64)
     order = np.lexsort((keys, hashes))
     take = max(min(_wanted(hashes[order], np.asarray(lengths)[order], config), config.max_documents_per_cell), 1)
-    return np.stack([hashes[order[:take]], np.asarray(keys, dtype=np.uint64)[order[:take]],
-                     np.asarray(lengths, dtype=np.uint64)[order[:take]]], axis=1)
+    return np.stack(
+        [
+            hashes[order[:take]],
+            np.asarray(keys, dtype=np.uint64)[order[:take]],
+            np.asarray(lengths, dtype=np.uint64)[order[:take]],
+        ],
+        axis=1,
+    )
 
 
-def split_cutoff(documents: int, tokens: int, candidates: np.ndarray,
-                 config: HeldOutConfig) -> tuple[int, int] | None:
+def split_cutoff(documents: int, tokens: int, candidates: np.ndarray, config: HeldOutConfig) -> tuple[int, int] | None:
     """The last (hash, key) held out of a cell of `documents` documents and `tokens` tokens, given every
     part's `split_candidates`: a document is held out iff its (hash, key) is at most this. None: nothing."""
     if documents < 2 or not _enabled(config) or not len(candidates):
@@ -73,8 +77,9 @@ def split_cutoff(documents: int, tokens: int, candidates: np.ndarray,
     rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
     lengths = rows[:, 2].astype(np.int64)
     within_share = int((np.cumsum(lengths) <= config.max_token_share * tokens).sum())
-    chosen = min(max(min(_wanted(rows[:, 0], lengths, config), within_share), 1),
-                 config.max_documents_per_cell, documents - 1)
+    chosen = min(
+        max(min(_wanted(rows[:, 0], lengths, config), within_share), 1), config.max_documents_per_cell, documents - 1
+    )
     return int(rows[chosen - 1, 0]), int(rows[chosen - 1, 1])
 
 

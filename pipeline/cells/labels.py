@@ -12,7 +12,7 @@ long, repetitive documents (an npm manual inside a domain of fortunes) cannot na
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.feature_extraction.text import CountVectorizer
@@ -39,9 +39,14 @@ def majority_rows(rows: np.ndarray, groups: Sequence[str | None] | None) -> np.n
     return rows[np.isin(labels, chosen)]
 
 
-def distinctive_terms(texts: Sequence[str], domains: np.ndarray, k: int, top: int,
-                      languages: Sequence[str] = ALWAYS,
-                      groups: Sequence[str | None] | None = None) -> list[list[str]]:
+def distinctive_terms(
+    texts: Sequence[str],
+    domains: np.ndarray,
+    k: int,
+    top: int,
+    languages: Sequence[str] = ALWAYS,
+    groups: Sequence[str | None] | None = None,
+) -> list[list[str]]:
     """Per domain, up to `top` terms by c-TF-IDF: a term's frequency in the domain's majority (by `groups`,
     e.g. the documents' sources) × log(1 + A / its total)."""
     vectorizer = CountVectorizer(token_pattern=LABEL_TOKEN_PATTERN, max_features=50_000)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from functools import lru_cache
+from collections.abc import Iterable, Sequence
+from functools import cache
 from pathlib import Path
-from typing import Iterable, Sequence
 
 LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}$")
 ALWAYS = ("en",)
@@ -28,7 +28,7 @@ def sample_languages(languages: Iterable[object]) -> list[str]:
     return sorted({lang for lang in map(natural_language, languages) if lang} | set(ALWAYS))
 
 
-@lru_cache(maxsize=None)
+@cache
 def stop_words(language: str) -> frozenset[str]:
     """spaCy's stop words for `language`, lower-cased; empty where spaCy has no list for it.
 

@@ -27,8 +27,9 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Protocol, Sequence
+from typing import ClassVar, Protocol
 
 import numpy as np
 from datatrove.data import Document
@@ -39,11 +40,18 @@ from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.config import QualityConfig
 from pipeline.cells.calibration import POOLED, BucketEdges, calibration_group, split_for_calibration
+from pipeline.cells.fitted_model import (
+    FittedModelStep,
+    read_model,
+    registered_class,
+    reusable_fit,
+    sample_fingerprint,
+    sorted_sample,
+    write_model,
+)
 from pipeline.cells.stats import cell_name
-from pipeline.cells.fitted_model import (FittedModelStep, read_model, registered_class, reusable_fit, sample_fingerprint,
-                                         sorted_sample, write_model)
+from pipeline.config import QualityConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +66,12 @@ class QualityBackend(Protocol):
     files: ClassVar[list[str]]  # the files `save` writes, pinned by hash in quality.json
 
     @classmethod
-    def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> "QualityBackend": ...
+    def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> QualityBackend: ...
 
     def save(self, directory: Path) -> None: ...
 
     @classmethod
-    def load(cls, directory: Path, config: QualityConfig) -> "QualityBackend": ...
+    def load(cls, directory: Path, config: QualityConfig) -> QualityBackend: ...
 
     def score(self, texts: Sequence[str]) -> np.ndarray:
         """Scores in [0, 1], higher is better."""
@@ -83,7 +91,7 @@ class FastTextQuality:
         self.config = config
 
     @classmethod
-    def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> "FastTextQuality":
+    def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> FastTextQuality:
         import fasttext
 
         settings = config.fasttext
@@ -95,9 +103,16 @@ class FastTextQuality:
             train_file.write_text("".join(rows[i] + "\n" for i in order))
             try:
                 model = fasttext.train_supervised(
-                    str(train_file), dim=settings.dim, epoch=settings.epoch, lr=settings.lr,
-                    wordNgrams=settings.word_ngrams, minCount=settings.min_count, bucket=settings.bucket,
-                    thread=1, seed=config.seed, verbose=0,
+                    str(train_file),
+                    dim=settings.dim,
+                    epoch=settings.epoch,
+                    lr=settings.lr,
+                    wordNgrams=settings.word_ngrams,
+                    minCount=settings.min_count,
+                    bucket=settings.bucket,
+                    thread=1,
+                    seed=config.seed,
+                    verbose=0,
                 )
             except RuntimeError as exc:
                 raise ConfigError(
@@ -113,7 +128,7 @@ class FastTextQuality:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, directory: Path, config: QualityConfig) -> "FastTextQuality":
+    def load(cls, directory: Path, config: QualityConfig) -> FastTextQuality:
         import fasttext
 
         path = Path(directory) / cls.files[0]
@@ -130,9 +145,9 @@ class FastTextQuality:
         output = self.model.get_output_matrix().astype(np.float64)
         labels = list(self.model.labels)
         direction = output[labels.index(GOOD_LABEL)] - output[labels.index(OTHER_LABEL)]
-        hidden = np.stack([
-            self.model.get_sentence_vector(_one_line(t, self.config.fasttext.max_chars)) for t in texts
-        ]).astype(np.float64)
+        hidden = np.stack(
+            [self.model.get_sentence_vector(_one_line(t, self.config.fasttext.max_chars)) for t in texts]
+        ).astype(np.float64)
         return expit(hidden @ direction)
 
 
@@ -146,8 +161,12 @@ class LinearQuality:
         self.config = config
         settings = config.linear
         self._hasher = HashingVectorizer(
-            n_features=settings.features, ngram_range=(1, settings.ngrams), alternate_sign=False,
-            norm=None, token_pattern=r"(?u)\b\w+\b", dtype=np.float64,
+            n_features=settings.features,
+            ngram_range=(1, settings.ngrams),
+            alternate_sign=False,
+            norm=None,
+            token_pattern=r"(?u)\b\w+\b",
+            dtype=np.float64,
         )
 
     def _features(self, texts: Sequence[str]):
@@ -156,12 +175,13 @@ class LinearQuality:
         return normalize(counts, copy=False)
 
     @classmethod
-    def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> "LinearQuality":
+    def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> LinearQuality:
         scorer = cls(np.zeros(config.linear.features + 1), config)
         features = scorer._features(list(good) + list(other))
         labels = np.r_[np.ones(len(good)), np.zeros(len(other))]
-        model = LogisticRegression(C=config.linear.c, class_weight="balanced", max_iter=1000, solver="liblinear",
-                                   random_state=config.seed).fit(features, labels)
+        model = LogisticRegression(
+            C=config.linear.c, class_weight="balanced", max_iter=1000, solver="liblinear", random_state=config.seed
+        ).fit(features, labels)
         scorer.weights = np.r_[model.coef_.ravel(), model.intercept_].astype(np.float32).astype(np.float64)
         return scorer
 
@@ -170,7 +190,7 @@ class LinearQuality:
             np.save(handle, self.weights.astype(np.float32), allow_pickle=False)
 
     @classmethod
-    def load(cls, directory: Path, config: QualityConfig) -> "LinearQuality":
+    def load(cls, directory: Path, config: QualityConfig) -> LinearQuality:
         path = Path(directory) / cls.files[0]
         try:
             weights = np.load(path, allow_pickle=False)
@@ -223,14 +243,15 @@ class QualityModel:
         return scores, self.edges.bucket(scores, groups if groups is not None else [POOLED] * len(texts))
 
     @classmethod
-    def load(cls, directory: Path) -> "QualityModel":
+    def load(cls, directory: Path) -> QualityModel:
         body = read_model(directory, QUALITY_KIND)
         config = QualityConfig.model_validate(body["settings"])
         return cls(backend_class(config.scorer).load(Path(directory), config), BucketEdges(body["thresholds"]))
 
 
-def _training_classes(training: Sequence[Document], reference: list[str], config: QualityConfig,
-                      rng: np.random.Generator) -> tuple[list[str], list[str]]:
+def _training_classes(
+    training: Sequence[Document], reference: list[str], config: QualityConfig, rng: np.random.Generator
+) -> tuple[list[str], list[str]]:
     """Good: the reference sources' documents and files; other: the rest, at most half the sample size."""
     wanted = set(config.reference_sources)
     good = [d.text for d in training if d.metadata.get("source") in wanted] + reference
@@ -264,19 +285,25 @@ def score_meaning(config: QualityConfig, reference_files: int) -> dict:
     top = f"q{config.buckets - 1}"
     if config.calibrate_by == "language":
         edges = "within each language"
-        scale = (f"buckets compare a document with others of its language only, so a {top} document of one "
-                 "language may score below a q0 of another (quality.calibrate_by = \"none\": one global scale)")
+        scale = (
+            f"buckets compare a document with others of its language only, so a {top} document of one "
+            'language may score below a q0 of another (quality.calibrate_by = "none": one global scale)'
+        )
     else:
         edges = "over all documents"
-        scale = ("one global scale: a bucket's documents score alike whatever their language, and its language mix "
-                 "may differ from the corpus's (quality.calibrate_by = \"language\": per-language buckets)")
+        scale = (
+            "one global scale: a bucket's documents score alike whatever their language, and its language mix "
+            'may differ from the corpus\'s (quality.calibrate_by = "language": per-language buckets)'
+        )
     return {
         "good": good,
         "other": "documents drawn at random from the rest of the corpus",
         "calibrated_by": config.calibrate_by,
-        "meaning": (f"P(good): how much a document resembles {', '.join(good)} rather than a random corpus "
-                    f"document; buckets are quantiles of that score {edges} on a held-out calibration sample, "
-                    f"so q0 is the bottom and {top} the top {100 // config.buckets}% by this score {edges}; {scale}"),
+        "meaning": (
+            f"P(good): how much a document resembles {', '.join(good)} rather than a random corpus "
+            f"document; buckets are quantiles of that score {edges} on a held-out calibration sample, "
+            f"so q0 is the bottom and {top} the top {100 // config.buckets}% by this score {edges}; {scale}"
+        ),
     }
 
 
@@ -298,8 +325,10 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
         sample = [sample[i] for i in np.sort(rng.choice(len(sample), config.sample_size, replace=False))]
     training, calibration = split_for_calibration(sample, config.calibration_share, config.seed)
     if len(calibration) < config.buckets:
-        raise ConfigError(f"quality.calibration_share: {len(calibration)} of {len(sample)} sampled documents held "
-                          f"out, fewer than the {config.buckets} buckets")
+        raise ConfigError(
+            f"quality.calibration_share: {len(calibration)} of {len(sample)} sampled documents held "
+            f"out, fewer than the {config.buckets} buckets"
+        )
     good, other = _training_classes(training, reference, config, rng)
     out_dir.mkdir(parents=True, exist_ok=True)
     backend.fit(good, other, config).save(out_dir)
@@ -308,8 +337,9 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     if not np.all(np.isfinite(scores)):
         raise ConfigError(f"quality.scorer: the {config.scorer!r} model gives non-finite scores (a failed training)")
     groups = [calibration_group(d.metadata) for d in calibration]
-    edges = BucketEdges.fit(scores, groups, config.buckets, config.min_group_documents,
-                            by_group=config.calibrate_by == "language")
+    edges = BucketEdges.fit(
+        scores, groups, config.buckets, config.min_group_documents, by_group=config.calibrate_by == "language"
+    )
     buckets = edges.bucket(scores, groups)
     _check_spread(buckets, scores, config)
     group_sizes = {g: int(n) for g, n in zip(*np.unique(np.asarray(groups, dtype=str), return_counts=True))}
@@ -326,8 +356,13 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
         "calibration_bucket_counts": {f"q{b}": int(np.sum(buckets == b)) for b in range(config.buckets)},
     }
     write_model(out_dir, QUALITY_KIND, body, backend.files)
-    log.info("quality: trained on %d good / %d other; edges from %d held-out documents in %d groups",
-             len(good), len(other), len(calibration), len(edges.thresholds))
+    log.info(
+        "quality: trained on %d good / %d other; edges from %d held-out documents in %d groups",
+        len(good),
+        len(other),
+        len(calibration),
+        len(edges.thresholds),
+    )
 
 
 def quality_stats(model_dir: Path) -> dict:
@@ -346,8 +381,9 @@ class QualityScorer(FittedModelStep):
 
     def apply(self, batch: list[Document]) -> None:
         with self.track_time(unit="batch"):
-            scores, buckets = self.model.score([doc.text for doc in batch],
-                                               [calibration_group(doc.metadata) for doc in batch])
+            scores, buckets = self.model.score(
+                [doc.text for doc in batch], [calibration_group(doc.metadata) for doc in batch]
+            )
         for doc, score, bucket in zip(batch, scores, buckets):
             doc.metadata["quality_score"] = float(score)
             doc.metadata["quality_bucket"] = int(bucket)

@@ -84,14 +84,16 @@ class CellStats:
             sample = {"id": doc.id, "source": source or meta.get("source", ""), "text": trim(doc.text)}
             self.samples = sorted(self.samples + [(rank, sample)], key=_sample_order)[: self.keep]
 
-    def merge(self, other: "CellStats") -> "CellStats":
+    def merge(self, other: CellStats) -> CellStats:
         merged = CellStats(
             domain=self.domain if self.domain is not None else other.domain,
             bucket=self.bucket if self.bucket is not None else other.bucket,
             score_min=min((s for s in (self.score_min, other.score_min) if s is not None), default=None),
             score_max=max((s for s in (self.score_max, other.score_max) if s is not None), default=None),
-            languages={lang: self.languages.get(lang, 0) + other.languages.get(lang, 0)
-                       for lang in sorted(set(self.languages) | set(other.languages))},
+            languages={
+                lang: self.languages.get(lang, 0) + other.languages.get(lang, 0)
+                for lang in sorted(set(self.languages) | set(other.languages))
+            },
             keep=self.keep,
         )
         unique = {sample["id"]: (rank, sample) for rank, sample in self.samples + other.samples}
@@ -115,7 +117,7 @@ class CellStats:
         return stats
 
     @classmethod
-    def from_json(cls, stats: dict) -> "CellStats":
+    def from_json(cls, stats: dict) -> CellStats:
         """Rebuild from `to_json` output (e.g. a task's partial stats), to merge with others."""
         score_range = stats.get("score_range") or [None, None]
         samples = [(xxhash.xxh64_intdigest(s["id"].encode()), s) for s in stats.get("samples", [])]
@@ -127,7 +129,6 @@ class CellStats:
             samples=sorted(samples, key=_sample_order),
             languages=dict(stats.get("languages") or {}),
         )
-
 
 
 class CellStatsWriter(PipelineStep):

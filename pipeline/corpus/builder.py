@@ -175,7 +175,7 @@ def _strip_roff(source: str) -> str:
         match = _ROFF_REQUEST.match(line)
         if match:
             request, rest = match.groups()
-            if request.startswith('\\"') or request in ("\\\"", "ig", "de", "ds", "nr", "so"):
+            if request.startswith('\\"') or request in ('\\"', "ig", "de", "ds", "nr", "so"):
                 continue
             if request in ("SH", "SS"):
                 lines += ["", rest.strip('"').upper() if request == "SH" else rest.strip('"')]
@@ -259,7 +259,9 @@ def _plain_file_records(source: str, language: str | None, root: Path) -> Callab
 def _debian_docs() -> list[Path]:
     if not DOC_ROOT.is_dir():
         return []
-    return [p for p in DOC_ROOT.glob("*/*") if p.is_file() and _DOC_NAME.match(p.name) and not p.name.endswith(".html")]
+    return [
+        p for p in DOC_ROOT.glob("*/*") if p.is_file() and _DOC_NAME.match(p.name) and not p.name.endswith(".html")
+    ]
 
 
 def _licence_files() -> list[Path]:

@@ -24,6 +24,10 @@ import numpy as np
 
 from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
+from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_STAGE
+from pipeline.config import HeldOutConfig
+from pipeline.stages.eval_sets import better_hit, write_eval_set
+from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 from pipeline.store.format import (
     CellManifest,
     CellSummary,
@@ -38,10 +42,6 @@ from pipeline.store.format import (
     write_cell_manifest,
     write_store_manifest,
 )
-from pipeline.stages.eval_sets import better_hit, write_eval_set
-from pipeline.stages.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
-from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_STAGE
-from pipeline.config import HeldOutConfig
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,9 @@ def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, 
     sources = _sum_sources([p["sources"] for p in pieces])
     held_sources = _sum_sources([p["validation_sources"] for p in pieces])
     samples = sorted((s for p in pieces for s in p["samples"]), key=lambda s: (s["hash"], s["id"]))
-    stats: dict[str, Any] = {"samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]}
+    stats: dict[str, Any] = {
+        "samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]
+    }
     stats.update(extra_stats)
     stats["trace"] = {"parts": [p["trace"] for p in pieces if p["trace"] is not None]}
     return CellManifest(
@@ -80,10 +82,13 @@ def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, 
         shards=ShardTable.of([ShardInfo(**s) for p in pieces for s in p["shards"]]),
         sources=sources,
         stats=stats,
-        validation=HeldOut(documents=sum(c.documents for c in held_sources.values()),
-                           tokens=sum(c.tokens for c in held_sources.values()),
-                           bytes=sum(c.bytes for c in held_sources.values()),
-                           shards=[ShardInfo(**s) for p in pieces for s in p["validation"]], sources=held_sources),
+        validation=HeldOut(
+            documents=sum(c.documents for c in held_sources.values()),
+            tokens=sum(c.tokens for c in held_sources.values()),
+            bytes=sum(c.bytes for c in held_sources.values()),
+            shards=[ShardInfo(**s) for p in pieces for s in p["validation"]],
+            sources=held_sources,
+        ),
     )
 
 
@@ -116,8 +121,10 @@ def _staging(final: Path, staged: Path) -> Path:
         staging.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staged, staging)
     elif not staging.exists():
-        raise MillraceError(f"{staged}: the tokenize and split tasks' output is missing (and no staging at {staging}); "
-                            "rerun with --restart")
+        raise MillraceError(
+            f"{staged}: the tokenize and split tasks' output is missing (and no staging at {staging}); "
+            "rerun with --restart"
+        )
     for leftover in ("tokenizer", "models", "sets"):
         shutil.rmtree(staging / leftover, ignore_errors=True)
     for partial in staging.rglob(".*.tmp"):  # what a killed writer left half-written
@@ -135,9 +142,13 @@ def validation_stage(manifests: list[CellManifest], given_back: dict[str, dict[s
     for manifest in manifests:
         for part, counts in (("kept", manifest.sources), ("held", manifest.validation.sources)):
             for source, numbers in counts.items():
-                entry = per_source.setdefault(source, {"received": _zero(), "kept": _zero(),
-                                                       "removed": {HELD_OUT_REASON: _zero()}})
-                for target in (entry["received"], entry["kept"] if part == "kept" else entry["removed"][HELD_OUT_REASON]):
+                entry = per_source.setdefault(
+                    source, {"received": _zero(), "kept": _zero(), "removed": {HELD_OUT_REASON: _zero()}}
+                )
+                for target in (
+                    entry["received"],
+                    entry["kept"] if part == "kept" else entry["removed"][HELD_OUT_REASON],
+                ):
                     target["documents"] += numbers.documents
                     target["tokens"] += numbers.tokens
                     target["bytes"] += numbers.bytes
@@ -202,34 +213,67 @@ def assemble_store(
     cells: dict[str, CellSummary] = {}
     manifests = []
     for cell in cell_names:
-        manifest = _cell_manifest(cell, [p["cells"][cell] for p in parts if cell in p["cells"]], str(dtype),
-                                  fingerprint, cell_stats.get(cell, {}))
+        manifest = _cell_manifest(
+            cell,
+            [p["cells"][cell] for p in parts if cell in p["cells"]],
+            str(dtype),
+            fingerprint,
+            cell_stats.get(cell, {}),
+        )
         digest = write_cell_manifest(staging / "cells" / cell, manifest)
         manifests.append(manifest)
         cells[cell] = CellSummary(
-            documents=manifest.documents, tokens=manifest.tokens, bytes=manifest.bytes,
-            validation_documents=manifest.validation.documents, validation_tokens=manifest.validation.tokens,
+            documents=manifest.documents,
+            tokens=manifest.tokens,
+            bytes=manifest.bytes,
+            validation_documents=manifest.validation.documents,
+            validation_tokens=manifest.validation.tokens,
             manifest_hash=digest,
         )
     funnel = {**funnel, "stages": [*funnel.get("stages", []), validation_stage(manifests, given_back_sources(parts))]}
     eval_sets = {}
     for config in validation.sets:
         trained = _set_trained_ngrams(parts, config.name) if validation.decontaminate else None
-        written = write_eval_set(config, staging / "sets" / config.name, tokenizer, eos_id(tokenizer, eos), dtype,
-                                 fingerprint, shard_tokens, _set_hits(parts, config.name), trained,
-                                 validation.contamination_ngram, validation.contamination_threshold)
+        written = write_eval_set(
+            config,
+            staging / "sets" / config.name,
+            tokenizer,
+            eos_id(tokenizer, eos),
+            dtype,
+            fingerprint,
+            shard_tokens,
+            _set_hits(parts, config.name),
+            trained,
+            validation.contamination_ngram,
+            validation.contamination_threshold,
+        )
         eval_sets[config.name] = EvalSetSummary(
-            documents=written.held.documents, tokens=written.held.tokens, bytes=written.held.bytes,
-            manifest_hash=written.manifest_hash, overlap_exact=written.overlap["exact"],
-            overlap_near=written.overlap["near"], contained=written.overlap["contained"])
+            documents=written.held.documents,
+            tokens=written.held.tokens,
+            bytes=written.held.bytes,
+            manifest_hash=written.manifest_hash,
+            overlap_exact=written.overlap["exact"],
+            overlap_near=written.overlap["near"],
+            contained=written.overlap["contained"],
+        )
         if written.overlap["contained"]:
-            log.warning("evaluation set %s: %d documents are mostly found in training (%d-grams) and are left out of "
-                        "it (listed in sets/%s/set.json)", config.name, written.overlap["contained"],
-                        validation.contamination_ngram, config.name)
+            log.warning(
+                "evaluation set %s: %d documents are mostly found in training (%d-grams) and are left out of "
+                "it (listed in sets/%s/set.json)",
+                config.name,
+                written.overlap["contained"],
+                validation.contamination_ngram,
+                config.name,
+            )
         if written.overlap["exact"] or written.overlap["near"]:
-            log.warning("evaluation set %s: %d documents occur in the store's cells, %d more as near duplicates "
-                        "(listed in sets/%s/set.json)", config.name, written.overlap["exact"], written.overlap["near"],
-                        config.name)
+            log.warning(
+                "evaluation set %s: %d documents occur in the store's cells, %d more as near duplicates "
+                "(listed in sets/%s/set.json)",
+                config.name,
+                written.overlap["exact"],
+                written.overlap["near"],
+                config.name,
+            )
     store = StoreManifest(
         name=name,
         version=version,
@@ -242,8 +286,11 @@ def assemble_store(
         funnel=funnel,
         stats=store_stats,
         sets=eval_sets,
-        files={path.relative_to(staging).as_posix(): sha256_file(path)
-               for path in sorted((staging / "models").rglob("*")) if path.is_file()},
+        files={
+            path.relative_to(staging).as_posix(): sha256_file(path)
+            for path in sorted((staging / "models").rglob("*"))
+            if path.is_file()
+        },
     )
     write_store_manifest(staging, store)
     os.rename(staging, final)

@@ -102,8 +102,12 @@ def held_out_cutoffs(runs_dir: Path, validation: HeldOutConfig) -> dict[str, lis
         for cell, entry in json.loads(path.read_text())["cells"].items():
             documents[cell] = documents.get(cell, 0) + entry["documents"]
             tokens[cell] = tokens.get(cell, 0) + entry["tokens"]
-            merged = np.concatenate([pairs.get(cell, np.zeros((0, 3), np.uint64)),
-                                     np.asarray(entry["pairs"], dtype=np.uint64).reshape(-1, 3)])
+            merged = np.concatenate(
+                [
+                    pairs.get(cell, np.zeros((0, 3), np.uint64)),
+                    np.asarray(entry["pairs"], dtype=np.uint64).reshape(-1, 3),
+                ]
+            )
             pairs[cell] = merged[np.lexsort((merged[:, 1], merged[:, 0]))][:keep]
     cutoffs = {}
     for cell in sorted(documents):
@@ -127,7 +131,7 @@ def _remove_split_files(cell_dir: Path, rank: int, first_shard: int) -> None:
     training = f"{TRAINING_PREFIX}-{rank:05d}-"
     for path in cell_dir.glob("*"):
         name = path.name.lstrip(".")
-        later = name.startswith(training) and int(name[len(training):].split(".")[0]) >= first_shard
+        later = name.startswith(training) and int(name[len(training) :].split(".")[0]) >= first_shard
         if later or name.startswith((f"{VALIDATION_PREFIX}-{rank:05d}-", part_name(rank))):
             path.unlink()
 
@@ -136,8 +140,17 @@ def _offsets(lengths: np.ndarray, itemsize: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) * itemsize
 
 
-def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
-                          shard_tokens: int, candidates: np.ndarray, overlap: SetOverlap | None) -> dict:
+def write_training_shards(
+    run: Path,
+    cell: str,
+    cell_dir: Path,
+    rank: int,
+    dtype: np.dtype,
+    sources: list[str],
+    shard_tokens: int,
+    candidates: np.ndarray,
+    overlap: SetOverlap | None,
+) -> dict:
     """In the tokenize task: the run's documents into final training shards, but for its held-out
     `candidates` ((hash, key, length) rows, lowest first), whose tokens go to `waiting_file`. Returns the
     shard table rows and per-source counts written; the run's own tokens file is deleted."""
@@ -162,16 +175,34 @@ def write_training_shards(run: Path, cell: str, cell_dir: Path, rank: int, dtype
     shards = training.close()
     placed = np.column_stack([order[~waits], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
     with atomic_output(placed_file(run)) as handle:
-        np.savez(handle, placed=placed.astype(np.int64), waiting=order[waits], waiting_hashes=table["hashes"][order[waits]],
-                 waiting_keys=keys[order[waits]], waiting_lengths=lengths[order[waits]])
+        np.savez(
+            handle,
+            placed=placed.astype(np.int64),
+            waiting=order[waits],
+            waiting_hashes=table["hashes"][order[waits]],
+            waiting_keys=keys[order[waits]],
+            waiting_lengths=lengths[order[waits]],
+        )
     tokens_file(run).unlink()
-    return {"shards": [dataclasses.asdict(s) for s in shards],
-            "sources": {name: counts.model_dump() for name, counts in training.sources.items()}}
+    return {
+        "shards": [dataclasses.asdict(s) for s in shards],
+        "sources": {name: counts.model_dump() for name, counts in training.sources.items()},
+    }
 
 
-def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dtype, sources: list[str],
-                   shard_tokens: int, cutoff: list[int] | None, written: dict, overlap: SetOverlap | None,
-                   contaminated: Sequence[Sequence[int]] = ()) -> dict:
+def write_held_out(
+    run: Path,
+    cell: str,
+    cell_dir: Path,
+    rank: int,
+    dtype: np.dtype,
+    sources: list[str],
+    shard_tokens: int,
+    cutoff: list[int] | None,
+    written: dict,
+    overlap: SetOverlap | None,
+    contaminated: Sequence[Sequence[int]] = (),
+) -> dict:
     """In the split task: the run's waiting candidates into held-out shards (those at or below `cutoff`, but
     for the `contaminated` (hash, key) pairs) and the task's next training shards (the others); its trace
     part; its entry of `parts/<rank>.json`."""
@@ -183,17 +214,23 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
     _remove_split_files(cell_dir, rank, first_shard)
     chosen = held_out_mask(table["hashes"][waiting], keys[waiting], None if cutoff is None else tuple(cutoff))
     given_back = {(int(h), int(k)) for h, k in contaminated}
-    held = chosen & np.asarray([(int(h), int(k)) not in given_back
-                                for h, k in zip(table["hashes"][waiting], keys[waiting])], dtype=bool)
+    held = chosen & np.asarray(
+        [(int(h), int(k)) not in given_back for h, k in zip(table["hashes"][waiting], keys[waiting])], dtype=bool
+    )
     returned: dict[str, SourceCounts] = {}  # per source, the chosen documents given back to training
     for index in waiting[chosen & ~held].tolist():
         counts = returned.setdefault(sources[int(source_ids[index])], SourceCounts())
         counts.documents += 1
         counts.tokens += int(lengths[index])
         counts.bytes += int(nbytes[index])
-    training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens,
-                             shards=[ShardInfo(**s) for s in written["shards"]],
-                             sources={name: SourceCounts(**c) for name, c in written["sources"].items()})
+    training = ShardSequence(
+        cell_dir,
+        f"{TRAINING_PREFIX}-{rank:05d}",
+        dtype,
+        shard_tokens,
+        shards=[ShardInfo(**s) for s in written["shards"]],
+        sources={name: SourceCounts(**c) for name, c in written["sources"].items()},
+    )
     validation = ShardSequence(cell_dir, f"{VALIDATION_PREFIX}-{rank:05d}", dtype, shard_tokens)
     offsets = _offsets(lengths[waiting], dtype.itemsize)
     with open(waiting_file(run), "rb") as handle:
@@ -205,17 +242,27 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
             if overlap is not None:
                 overlap.add(tokens, cell, training=not to_validation)
     shards, held_shards = training.close(), validation.close()
-    kept = np.concatenate([placed[:, 0], waiting[~held]])  # the trace covers the training shards, the ones the loader reads
+    kept = np.concatenate(
+        [placed[:, 0], waiting[~held]]
+    )  # the trace covers the training shards, the ones the loader reads
     rows = np.concatenate([placed[:, 1:], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
     trace = None
     if kept.size:
-        trace = write_trace_part(cell_dir, rank, {
-            "shard": rows[:, 0].astype(np.int32), "document": rows[:, 1].astype(np.int32),
-            "token_start": _offsets(lengths[kept], 1),
-            "tokens": lengths[kept], "source": [sources[int(i)] for i in source_ids[kept]],
-            "id": table["ids"][kept].tolist(), "origin": table["origins"][kept].tolist(),
-            "position": table["positions"][kept],
-        }, shards=len(shards))
+        trace = write_trace_part(
+            cell_dir,
+            rank,
+            {
+                "shard": rows[:, 0].astype(np.int32),
+                "document": rows[:, 1].astype(np.int32),
+                "token_start": _offsets(lengths[kept], 1),
+                "tokens": lengths[kept],
+                "source": [sources[int(i)] for i in source_ids[kept]],
+                "id": table["ids"][kept].tolist(),
+                "origin": table["origins"][kept].tolist(),
+                "position": table["positions"][kept],
+            },
+            shards=len(shards),
+        )
     return {
         "shards": [dataclasses.asdict(s) for s in shards],
         "validation": [dataclasses.asdict(s) for s in held_shards],
@@ -227,7 +274,17 @@ def write_held_out(run: Path, cell: str, cell_dir: Path, rank: int, dtype: np.dt
     }
 
 
-def write_part(parts_dir: Path, rank: int, cells: dict, overlap: dict, worker: dict,
-               set_ngrams: dict[str, list[int]] | None = None) -> None:
-    atomic_write_text(part_file(parts_dir, rank), json.dumps({"cells": cells, "overlap": overlap, "worker": worker,
-                                                              "set_ngrams": set_ngrams or {}}, sort_keys=True))
+def write_part(
+    parts_dir: Path,
+    rank: int,
+    cells: dict,
+    overlap: dict,
+    worker: dict,
+    set_ngrams: dict[str, list[int]] | None = None,
+) -> None:
+    atomic_write_text(
+        part_file(parts_dir, rank),
+        json.dumps(
+            {"cells": cells, "overlap": overlap, "worker": worker, "set_ngrams": set_ngrams or {}}, sort_keys=True
+        ),
+    )

@@ -12,16 +12,16 @@ Each document then carries `metadata["cell"]` (`cNNqQ`), and the tokenizer write
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.cells.stats import CellStatsWriter, read_cell_stats
 from pipeline.cells.domains import DOMAINS_KIND, DomainAssigner, DomainsConfig, domains_stats, fit_domains
 from pipeline.cells.fitted_model import model_path
 from pipeline.cells.quality import QUALITY_KIND, QualityConfig, QualityScorer, fit_quality, quality_stats
+from pipeline.cells.stats import CellStatsWriter, read_cell_stats
 
 CELL_STATS_DIR = "cell-stats"
 

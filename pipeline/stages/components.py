@@ -143,7 +143,9 @@ class ComponentsRound(PipelineStep):
             step = large_star if self.round % 2 == 0 else small_star
             save_array(self.files.edges(self.round + 1, rank), edge_records(*step(node, other), world_size))
             unsettled = not_star_nodes(node, other)
-            atomic_write_text(self.files.counts(self.round, rank),
-                              json.dumps({"edges": int(node.size), "not_star_nodes": unsettled}) + "\n")
+            atomic_write_text(
+                self.files.counts(self.round, rank),
+                json.dumps({"edges": int(node.size), "not_star_nodes": unsettled}) + "\n",
+            )
         self.stat_update("edges", value=int(node.size))
         self.stat_update("not_star_nodes", value=unsettled)

@@ -47,7 +47,7 @@ def _zstd_chunks(raw: BinaryIO) -> Iterator[bytes]:
     while data := raw.read(CHUNK):
         start = 0
         while start < len(data):
-            piece, start = data[start:start + size], start + size
+            piece, start = data[start : start + size], start + size
             expansion = 0.0
             while piece:
                 in_frame = True

@@ -38,8 +38,9 @@ INDEX_FILE = "held-out.npz"
 COMPACT_EVERY = 4096  # documents' findings kept apart before they are merged
 
 
-def waiting_documents(run: Path, dtype: np.dtype, cutoff: list[int] | None,
-                      held: bool) -> Iterator[tuple[int, int, np.ndarray]]:
+def waiting_documents(
+    run: Path, dtype: np.dtype, cutoff: list[int] | None, held: bool
+) -> Iterator[tuple[int, int, np.ndarray]]:
     """(hash, key, tokens) of a tokenize task's waiting candidates of one cell: those at or below the
     cell's `cutoff` (`held`) or the others, which the split puts in training. Reads the run's small
     `placed_file` and its waiting tokens, never its table (the driver reads every task's)."""
@@ -61,8 +62,9 @@ def cell_runs(runs_dir: Path, rank: int | None = None) -> Iterator[tuple[int, st
             yield int(run.parent.name), run.stem, run
 
 
-def write_held_out_index(runs_dir: Path, out_dir: Path, cutoffs: dict[str, list[int] | None], dtype: np.dtype,
-                         n: int) -> int:
+def write_held_out_index(
+    runs_dir: Path, out_dir: Path, cutoffs: dict[str, list[int] | None], dtype: np.dtype, n: int
+) -> int:
     """In the driver: every held-out document's (cell, hash, key, tokens) and n-gram hashes, and the sorted
     union of those hashes, to `out_dir/held-out.npz`. Returns the number of held-out documents."""
     cells, pairs, lengths, grams = [], [], [], []
@@ -78,8 +80,15 @@ def write_held_out_index(runs_dir: Path, out_dir: Path, cutoffs: dict[str, list[
     flat = np.concatenate(grams) if grams else np.zeros(0, np.uint64)
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_output(out_dir / INDEX_FILE) as handle:
-        np.savez(handle, cells=np.asarray(cells, dtype=np.str_), pairs=np.asarray(pairs, dtype=np.uint64).reshape(-1, 2),
-                 lengths=np.asarray(lengths, dtype=np.int64), counts=counts, ngrams=flat, index=np.unique(flat))
+        np.savez(
+            handle,
+            cells=np.asarray(cells, dtype=np.str_),
+            pairs=np.asarray(pairs, dtype=np.uint64).reshape(-1, 2),
+            lengths=np.asarray(lengths, dtype=np.int64),
+            counts=counts,
+            ngrams=flat,
+            index=np.unique(flat),
+        )
     return len(cells)
 
 
@@ -93,8 +102,15 @@ class FindContainedNgrams(PipelineStep):
     name = "🧼 held-out decontamination"
     type = "🔢 - TOKENIZER"
 
-    def __init__(self, runs_dir: Path | str, cells_dir: Path | str, out_dir: Path | str,
-                 cutoffs: dict[str, list[int] | None], dtype: str, n: int):
+    def __init__(
+        self,
+        runs_dir: Path | str,
+        cells_dir: Path | str,
+        out_dir: Path | str,
+        cutoffs: dict[str, list[int] | None],
+        dtype: str,
+        n: int,
+    ):
         super().__init__()
         self.runs_dir, self.cells_dir, self.out_dir = Path(runs_dir), Path(cells_dir), Path(out_dir)
         self.cutoffs, self.dtype, self.n = dict(cutoffs), np.dtype(dtype), n
@@ -104,7 +120,7 @@ class FindContainedNgrams(PipelineStep):
             for idx in sorted((self.cells_dir / cell).glob(f"{TRAINING_PREFIX}-{rank:05d}-*.idx")):
                 reader = ShardReader(idx.with_suffix(""), self.dtype)
                 for start, length in zip(reader.pointers // self.dtype.itemsize, reader.lengths):
-                    yield np.asarray(reader.tokens_view[start:start + length])
+                    yield np.asarray(reader.tokens_view[start : start + length])
             for _, _, tokens in waiting_documents(run, self.dtype, self.cutoffs.get(cell), held=False):
                 yield tokens
 
@@ -128,8 +144,11 @@ class FindContainedNgrams(PipelineStep):
 def contaminated(out_dir: Path, threshold: float) -> dict:
     """In the driver: the held-out documents whose share of n-grams found in training reaches `threshold`:
     {"cells": {cell: [[hash, key], ...]}, "documents", "tokens", "per_cell": {cell: {"documents", "tokens"}}}."""
-    found = np.unique(np.concatenate([np.load(path) for path in sorted(Path(out_dir).glob("found-*.npy"))]
-                                     or [np.zeros(0, np.uint64)]))
+    found = np.unique(
+        np.concatenate(
+            [np.load(path) for path in sorted(Path(out_dir).glob("found-*.npy"))] or [np.zeros(0, np.uint64)]
+        )
+    )
     with np.load(Path(out_dir) / INDEX_FILE) as stored:
         cells, pairs, lengths, counts, grams = (stored[k] for k in ("cells", "pairs", "lengths", "counts", "ngrams"))
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
@@ -143,9 +162,13 @@ def contaminated(out_dir: Path, threshold: float) -> dict:
         entry = per_cell.setdefault(cell, {"documents": 0, "tokens": 0})
         entry["documents"] += 1
         entry["tokens"] += int(lengths[i])
-    return {"cells": removed, "documents": sum(e["documents"] for e in per_cell.values()),
-            "tokens": sum(e["tokens"] for e in per_cell.values()), "checked": int(counts.size),
-            "per_cell": dict(sorted(per_cell.items()))}
+    return {
+        "cells": removed,
+        "documents": sum(e["documents"] for e in per_cell.values()),
+        "tokens": sum(e["tokens"] for e in per_cell.values()),
+        "checked": int(counts.size),
+        "per_cell": dict(sorted(per_cell.items())),
+    }
 
 
 def save_decision(out_dir: Path, decision: dict) -> None:

@@ -162,8 +162,17 @@ class DedupSignatures(PipelineStep):
     name = "🔏 dedup signatures"
     type = "🫂 - DEDUP"
 
-    def __init__(self, directory: Path | str, ngram: int, bands: int, rows: int, seed: int, parts: int,
-                 exact: bool = True, fuzzy: bool = True):
+    def __init__(
+        self,
+        directory: Path | str,
+        ngram: int,
+        bands: int,
+        rows: int,
+        seed: int,
+        parts: int,
+        exact: bool = True,
+        fuzzy: bool = True,
+    ):
         super().__init__()
         self.files = SignatureFiles(Path(directory))
         self.hasher = MinHasher(ngram, bands, rows, seed)
@@ -206,8 +215,9 @@ class DedupSignatures(PipelineStep):
             records["hash"] = self.hasher.band_hashes(sigs).reshape(-1)
             records["key"] = np.repeat(keys, bands)
             records = sorted_records(records)
-            offsets[1] = self._save_parts(rank, "bands", records,
-                                          band_part(records["band"], records["hash"], bands, self.parts))
+            offsets[1] = self._save_parts(
+                rank, "bands", records, band_part(records["band"], records["hash"], bands, self.parts)
+            )
         save_array(self.files.offsets(rank), offsets)
 
     def _save_parts(self, rank: int, kind: str, records: np.ndarray, part: np.ndarray) -> np.ndarray:

@@ -64,8 +64,11 @@ def unread_files(config: PipelineConfig) -> list[dict]:
         if source.format == "hf-datasets":
             read.update(Path(path) / f for path in source.paths for f in listed_files(path))
             continue
-        read.update(Path(path) / f if Path(path).is_dir() else Path(path)
-                    for path in source.paths for f in source_files(source, path))
+        read.update(
+            Path(path) / f if Path(path).is_dir() else Path(path)
+            for path in source.paths
+            for f in source_files(source, path)
+        )
     found, seen = [], set()
     for source in config.sources:
         for path in source.paths:
@@ -76,14 +79,22 @@ def unread_files(config: PipelineConfig) -> list[dict]:
             missed = [f for f in listed_files(path) if folder / f not in read]
             if missed:
                 reasons = Counter(link_problem(folder, f) or NO_READER for f in missed)
-                found.append({"source": source.name, "path": path, "files": len(missed),
-                              "reasons": dict(sorted(reasons.items())), "examples": missed[:EXAMPLES]})
+                found.append(
+                    {
+                        "source": source.name,
+                        "path": path,
+                        "files": len(missed),
+                        "reasons": dict(sorted(reasons.items())),
+                        "examples": missed[:EXAMPLES],
+                    }
+                )
     return found
 
 
 def describe_unread(entry: dict) -> str:
     """One log line: 'not read: 3 files under /corpus/web (source web), e.g. a.txt, b.csv (no source reads ...)'."""
     why = "; ".join(f"{n} {reason}" for reason, n in entry["reasons"].items())
-    return (f"not read: {entry['files']:,} file{'s' if entry['files'] != 1 else ''} under {entry['path']} "
-            f"(source {entry['source']}), e.g. {', '.join(entry['examples'])} ({why})")
-
+    return (
+        f"not read: {entry['files']:,} file{'s' if entry['files'] != 1 else ''} under {entry['path']} "
+        f"(source {entry['source']}), e.g. {', '.join(entry['examples'])} ({why})"
+    )

@@ -25,6 +25,7 @@ with the same signature, so the components of the others are unchanged).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,7 +40,6 @@ from pipeline.stages.dedup import SignatureFiles, save_array
 from pipeline.stages.filtering import CountedStage
 from pipeline.stages.readers import KEY_POSITION_BITS
 from pipeline.stages.sorted_runs import RecordFile, group_firsts, merged, sorted_records
-import itertools
 
 REASON_CODES = {"exact": 1, "fuzzy": 2}
 REMOVAL = np.dtype([("rank", "<i4"), ("key", "<i8"), ("reason", "i1"), ("duplicate_of", "<i8")])
@@ -72,8 +72,10 @@ class TaskIndex:
         overlap = np.flatnonzero(self.starts[1:] <= self.ends[:-1])
         if overlap.size:
             i = overlap[0]
-            raise DedupError(f"{self.root}: filter tasks {self.ranks[i]} and {self.ranks[i + 1]} both hold documents"
-                             f" of input file ordinal {self.starts[i + 1] >> KEY_POSITION_BITS}")
+            raise DedupError(
+                f"{self.root}: filter tasks {self.ranks[i]} and {self.ranks[i + 1]} both hold documents"
+                f" of input file ordinal {self.starts[i + 1] >> KEY_POSITION_BITS}"
+            )
 
     def rank_of(self, keys: np.ndarray) -> np.ndarray:
         i = np.searchsorted(self.starts, keys, side="right") - 1
@@ -93,7 +95,11 @@ class SignatureLookup:
         out = np.empty((keys.size, self.perms), dtype=np.uint32)
         ranks = self.index.rank_of(keys)
         order = np.argsort(ranks, kind="stable")
-        bounds = np.flatnonzero(np.r_[True, ranks[order][1:] != ranks[order][:-1], True]) if keys.size else np.zeros(0, np.int64)
+        bounds = (
+            np.flatnonzero(np.r_[True, ranks[order][1:] != ranks[order][:-1], True])
+            if keys.size
+            else np.zeros(0, np.int64)
+        )
         for start, stop in itertools.pairwise(bounds):
             mine = order[start:stop]
             rank = int(ranks[mine[0]])
@@ -144,8 +150,16 @@ class FindCandidates(PipelineStep):
     name = "🫂 find duplicates"
     type = "🫂 - DEDUP"
 
-    def __init__(self, signatures: Path | str, components: Path | str, duplicates: Path | str, perms: int,
-                 threshold: float, exact: bool, fuzzy: bool):
+    def __init__(
+        self,
+        signatures: Path | str,
+        components: Path | str,
+        duplicates: Path | str,
+        perms: int,
+        threshold: float,
+        exact: bool,
+        fuzzy: bool,
+    ):
         super().__init__()
         self.files = SignatureFiles(Path(signatures))
         self.components, self.duplicates = ComponentFiles(Path(components)), Path(duplicates)
@@ -187,8 +201,10 @@ class FindCandidates(PipelineStep):
             return np.zeros((0, 2), dtype=np.int64)
         pairs = np.unique(np.stack([left, right], axis=1), axis=0)
         self.stat_update("candidates", value=len(pairs))
-        alike = [lookup.agreement(pairs[i:i + PAIRS_PER_BATCH, 0], pairs[i:i + PAIRS_PER_BATCH, 1]) >= self.threshold
-                 for i in range(0, len(pairs), PAIRS_PER_BATCH)]
+        alike = [
+            lookup.agreement(pairs[i : i + PAIRS_PER_BATCH, 0], pairs[i : i + PAIRS_PER_BATCH, 1]) >= self.threshold
+            for i in range(0, len(pairs), PAIRS_PER_BATCH)
+        ]
         return pairs[np.concatenate(alike)]
 
 
@@ -198,8 +214,15 @@ class VerifyDuplicates(PipelineStep):
     name = "🫂 verify duplicates"
     type = "🫂 - DEDUP"
 
-    def __init__(self, signatures: Path | str, components: Path | str, duplicates: Path | str, perms: int,
-                 round_: int, verify_threshold: float):
+    def __init__(
+        self,
+        signatures: Path | str,
+        components: Path | str,
+        duplicates: Path | str,
+        perms: int,
+        round_: int,
+        verify_threshold: float,
+    ):
         super().__init__()
         self.files = SignatureFiles(Path(signatures))
         self.components, self.duplicates = ComponentFiles(Path(components)), Path(duplicates)
@@ -214,9 +237,14 @@ class VerifyDuplicates(PipelineStep):
             edges = self.components.part_edges(self.round, rank)
             leaf = edges["other"] < edges["node"]  # at the fixed point: a member and its component's smallest key
             members, kept = edges["node"][leaf], edges["other"][leaf]
-            alike = np.concatenate([np.zeros(0, bool)] + [
-                lookup.agreement(members[i:i + PAIRS_PER_BATCH], kept[i:i + PAIRS_PER_BATCH]) >= self.verify_threshold
-                for i in range(0, members.size, PAIRS_PER_BATCH)])
+            alike = np.concatenate(
+                [np.zeros(0, bool)]
+                + [
+                    lookup.agreement(members[i : i + PAIRS_PER_BATCH], kept[i : i + PAIRS_PER_BATCH])
+                    >= self.verify_threshold
+                    for i in range(0, members.size, PAIRS_PER_BATCH)
+                ]
+            )
             write_removals(removal_file(self.duplicates, "fuzzy", rank), members[alike], kept[alike], "fuzzy", index)
         self.stat_update("fuzzy_removed", value=int(alike.sum()))
 
@@ -225,8 +253,11 @@ def find_duplicates(options: DedupConfig, signatures: Path, components: Path, du
     """Run the duplicate-finding stages over the signing tasks' files, each through `run` with `options.parts`
     tasks; returns the number of component rounds. Rerun after a kill, it skips what `run` finished."""
     parts, perms = options.parts, options.bands * options.rows
-    run("candidates", [FindCandidates(signatures, components, duplicates, perms, options.threshold, options.exact,
-                                      options.fuzzy)], parts)
+    run(
+        "candidates",
+        [FindCandidates(signatures, components, duplicates, perms, options.threshold, options.exact, options.fuzzy)],
+        parts,
+    )
     files = ComponentFiles(Path(components))
     if not options.fuzzy or not files.edge_count(0):
         return 0
@@ -236,8 +267,11 @@ def find_duplicates(options: DedupConfig, signatures: Path, components: Path, du
             break
     else:
         raise DedupError(f"{components}: duplicate components did not settle in {MAX_ROUNDS} rounds")
-    run("verify", [VerifyDuplicates(signatures, components, duplicates, perms, round_, options.verify_threshold)],
-        parts)
+    run(
+        "verify",
+        [VerifyDuplicates(signatures, components, duplicates, perms, round_, options.verify_threshold)],
+        parts,
+    )
     return round_ + 1
 
 

@@ -94,10 +94,16 @@ class NearDuplicateIndex:
         exact = self.exact.get(np.asarray(tokens, dtype="<u4").tobytes(), [])
         found = [(index, "exact") for index in exact]
         signature = self.signature(tokens)
-        near = {hit for band, key in enumerate(signature.reshape(BANDS, ROWS))
-                for hit in self.bands[band].get(key.tobytes(), ())}
-        found += [(hit, "near") for hit in sorted(near - set(exact))
-                  if (self.signatures[hit] == signature).mean() >= NEAR_JACCARD]
+        near = {
+            hit
+            for band, key in enumerate(signature.reshape(BANDS, ROWS))
+            for hit in self.bands[band].get(key.tobytes(), ())
+        }
+        found += [
+            (hit, "near")
+            for hit in sorted(near - set(exact))
+            if (self.signatures[hit] == signature).mean() >= NEAR_JACCARD
+        ]
         return found
 
 
@@ -114,9 +120,15 @@ def better_hit(old: list | None, new: list) -> list:
 class SetOverlap:
     """Inside a shard task: which documents of each evaluation set the task's stored documents repeat."""
 
-    def __init__(self, sets: list[EvalSetConfig], tokenizer, eos_id: int,
-                 found: dict[str, dict[str, list]] | None = None, ngram: int = 13,
-                 found_ngrams: dict[str, list[int]] | None = None):
+    def __init__(
+        self,
+        sets: list[EvalSetConfig],
+        tokenizer,
+        eos_id: int,
+        found: dict[str, dict[str, list]] | None = None,
+        ngram: int = 13,
+        found_ngrams: dict[str, list[int]] | None = None,
+    ):
         """`found`, `found_ngrams`: findings to continue from (the tokenize task's, for the split task of the
         same rank)."""
         self.indexes: dict[str, NearDuplicateIndex] = {}
@@ -131,7 +143,8 @@ class SetOverlap:
             self.ngram_index[config.name] = np.unique(np.concatenate(grams))
         self.hits: dict[str, dict[str, list]] = {name: dict((found or {}).get(name, {})) for name in self.indexes}
         self.found_ngrams: dict[str, list[np.ndarray]] = {
-            name: [np.asarray((found_ngrams or {}).get(name, []), dtype=np.uint64)] for name in self.indexes}
+            name: [np.asarray((found_ngrams or {}).get(name, []), dtype=np.uint64)] for name in self.indexes
+        }
 
     def add(self, tokens: np.ndarray, cell: str, training: bool = True) -> None:
         """A stored document: its resemblance to each set's documents and, when it trains, its n-grams."""
@@ -158,9 +171,19 @@ class WrittenSet:
     overlap: dict = field(default_factory=dict)
 
 
-def write_eval_set(config: EvalSetConfig, set_dir: Path, tokenizer, eos_id: int, dtype: np.dtype, fingerprint: str,
-                   shard_tokens: int, hits: dict[int, list], trained_ngrams: np.ndarray | None = None,
-                   ngram: int = 13, threshold: float = 0.5) -> WrittenSet:
+def write_eval_set(
+    config: EvalSetConfig,
+    set_dir: Path,
+    tokenizer,
+    eos_id: int,
+    dtype: np.dtype,
+    fingerprint: str,
+    shard_tokens: int,
+    hits: dict[int, list],
+    trained_ngrams: np.ndarray | None = None,
+    ngram: int = 13,
+    threshold: float = 0.5,
+) -> WrittenSet:
     """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the
     tasks' `SetOverlap`) as its overlap with the store; a document whose share of n-grams in
     `trained_ngrams` (sorted; None: not checked) reaches `threshold` is listed and left out."""
@@ -178,8 +201,14 @@ def write_eval_set(config: EvalSetConfig, set_dir: Path, tokenizer, eos_id: int,
     shards = sequence.close()
     documents, tokens, nbytes = sequence.totals()
     held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards, sources=sequence.sources)
-    overlap = {**counts, CONTAINED: len(contained), "documents": found[:SHOWN], "contained_documents": contained[:SHOWN]}
-    manifest = EvalSetManifest(name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held,
-                               overlap=overlap)
+    overlap = {
+        **counts,
+        CONTAINED: len(contained),
+        "documents": found[:SHOWN],
+        "contained_documents": contained[:SHOWN],
+    }
+    manifest = EvalSetManifest(
+        name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held, overlap=overlap
+    )
     digest = write_eval_set_manifest(set_dir, manifest)
     return WrittenSet(config.name, held, digest, overlap)

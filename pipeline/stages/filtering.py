@@ -160,8 +160,11 @@ class HeuristicFilterStage(CountedStage):
     def filter_for(self, language: str | None):
         """datatrove's filter with `language`'s rules (built once per language), or None where it does not apply."""
         if language not in self._filters:
-            options = (filter_options(self.filter_name, language, self.options)
-                       if filter_spec(self.filter_name).language_rules else self.options)
+            options = (
+                filter_options(self.filter_name, language, self.options)
+                if filter_spec(self.filter_name).language_rules
+                else self.options
+            )
             self._filters[language] = None if options is None else build_filter(self.filter_name, options)
         return self._filters[language]
 

@@ -89,8 +89,11 @@ class StageCounts:
         counts["bytes"] += nbytes_cut
 
     def save(self, path: Path) -> None:
-        body = {"sources": self.sources, **({"languages": self.languages} if self.languages else {}),
-                **({"bad_files": self.bad_files} if self.bad_files else {})}
+        body = {
+            "sources": self.sources,
+            **({"languages": self.languages} if self.languages else {}),
+            **({"bad_files": self.bad_files} if self.bad_files else {}),
+        }
         atomic_write_text(path, json.dumps(body, sort_keys=True))
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.stages.cell_shards import run_file, write_held_out, write_part, written_file
 from pipeline.config import EvalSetConfig
+from pipeline.stages.cell_shards import run_file, write_held_out, write_part, written_file
 from pipeline.stages.eval_sets import SetOverlap
 from pipeline.stages.tokenization import eos_id, load_tokenizer, worker
 from pipeline.store.format import dtype_for_vocab
@@ -30,10 +30,20 @@ class WriteHeldOut(PipelineStep):
     name = "🧪 held-out split"
     type = "🔢 - TOKENIZER"
 
-    def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
-                 cells_dir: Path | str, parts_dir: Path | str, shard_tokens: int,
-                 cutoffs: dict[str, list[int] | None], sets: Sequence[EvalSetConfig] = (),
-                 contaminated: dict[str, list[list[int]]] | None = None, ngram: int = 13):
+    def __init__(
+        self,
+        tokenizer_path: Path | str,
+        eos: str,
+        sources: list[str],
+        runs_dir: Path | str,
+        cells_dir: Path | str,
+        parts_dir: Path | str,
+        shard_tokens: int,
+        cutoffs: dict[str, list[int] | None],
+        sets: Sequence[EvalSetConfig] = (),
+        contaminated: dict[str, list[list[int]]] | None = None,
+        ngram: int = 13,
+    ):
         super().__init__()
         self.tokenizer_path, self.eos, self.sources = str(tokenizer_path), eos, list(sources)
         self.runs_dir, self.cells_dir, self.parts_dir = Path(runs_dir), Path(cells_dir), Path(parts_dir)
@@ -46,14 +56,40 @@ class WriteHeldOut(PipelineStep):
         tokenizer = load_tokenizer(self.tokenizer_path)
         dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
         written = json.loads(written_file(self.runs_dir, rank).read_text())
-        overlap = SetOverlap(self.sets, tokenizer, eos_id(tokenizer, self.eos), written["overlap"], self.ngram,
-                             written.get("set_ngrams")) if self.sets else None
+        overlap = (
+            SetOverlap(
+                self.sets,
+                tokenizer,
+                eos_id(tokenizer, self.eos),
+                written["overlap"],
+                self.ngram,
+                written.get("set_ngrams"),
+            )
+            if self.sets
+            else None
+        )
         cells = {}
         for cell in sorted(written["cells"]):
             with self.track_time("cell"):
-                cells[cell] = write_held_out(run_file(self.runs_dir, rank, cell), cell, self.cells_dir / cell, rank, dtype, self.sources,
-                                             self.shard_tokens, self.cutoffs.get(cell), written["cells"][cell],
-                                             overlap, self.contaminated.get(cell, []))
+                cells[cell] = write_held_out(
+                    run_file(self.runs_dir, rank, cell),
+                    cell,
+                    self.cells_dir / cell,
+                    rank,
+                    dtype,
+                    self.sources,
+                    self.shard_tokens,
+                    self.cutoffs.get(cell),
+                    written["cells"][cell],
+                    overlap,
+                    self.contaminated.get(cell, []),
+                )
             self.stat_update("documents", value=sum(c["documents"] for c in cells[cell]["sources"].values()))
-        write_part(self.parts_dir, rank, cells, overlap.hits if overlap else {}, worker(),
-                   overlap.ngrams_found() if overlap else {})
+        write_part(
+            self.parts_dir,
+            rank,
+            cells,
+            overlap.hits if overlap else {},
+            worker(),
+            overlap.ngrams_found() if overlap else {},
+        )

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def fineweb2_rules() -> dict[str, dict]:
     return json.loads(RULES_FILE.read_text(encoding="utf-8"))["languages"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def word_tokenizer(language: str) -> tuple[WordTokenizer, str]:
     """The tokenizer for `language` and its kind: "datatrove" (FineWeb-2's assignment), "characters" or "spaces"."""
     from datatrove.utils.word_tokenizers import load_tokenizer_assignments

@@ -72,8 +72,14 @@ def tasks_done(logging_dir: Path) -> int:
 class StageLines:
     """While a stage runs, a thread logs 'pipeline: filter, 3/8 tasks done, 12,345 documents read'."""
 
-    def __init__(self, label: str, logging_dir: Path, tasks: int, lines: SteadyLines | None = None,
-                 read: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        label: str,
+        logging_dir: Path,
+        tasks: int,
+        lines: SteadyLines | None = None,
+        read: Callable[[], int] | None = None,
+    ):
         self.label, self.logging_dir, self.tasks = label, Path(logging_dir), tasks
         self.live = read is not None  # counts records as they are read; else only what finished tasks read
         self.read = read or (lambda: documents_read(self.logging_dir))
@@ -94,7 +100,7 @@ class StageLines:
         while not self._stop.wait(max(self.lines.interval, 0.05)):
             self.lines.emit(self.line(), force=True)
 
-    def __enter__(self) -> "StageLines":
+    def __enter__(self) -> StageLines:
         self.lines.emit(self.line(), force=True)
         self._thread.start()
         return self

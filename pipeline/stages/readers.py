@@ -46,7 +46,7 @@ UNREADABLE = (OSError, EOFError, ValueError, zstandard.ZstdError)  # pyarrow's A
 
 
 RECORD_ALLOWANCE = 8  # a JSON line may hold this many times max_document_bytes (escapes, metadata) before
-                      # it is dropped unread: a text within the limit takes at most 6 bytes a character escaped
+# it is dropped unread: a text within the limit takes at most 6 bytes a character escaped
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -113,7 +113,7 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
                     self.problem(filepath, line_number, "too_long", line.size)
                     continue
                 if line_number == 1 and line.startswith(UTF8_BOM):
-                    line = line[len(UTF8_BOM):]
+                    line = line[len(UTF8_BOM) :]
                 if not line.strip():
                     continue
                 try:
@@ -168,7 +168,8 @@ class CountingWarcReader(_ProblemLog, WarcReader):
                         record_id = record.rec_headers.get_header("WARC-Record-ID")
                         raise BadInputFile(
                             f"{self.data_folder.resolve_paths(filepath)}: record {index} ({record_id}): a response"
-                            ' without WARC-Target-URI; fix the file, or set on_bad_file = "skip" to count it and go on')
+                            ' without WARC-Target-URI; fix the file, or set on_bad_file = "skip" to count it and go on'
+                        )
                     if outcome.reason in ("no_target_uri", "undecodable", "too_long"):
                         self.problem(filepath, index, outcome.reason, outcome.size)
                     elif outcome.reason is not None:
@@ -199,7 +200,7 @@ class _ErrorKeeper(io.RawIOBase):
         except UNREADABLE as exc:
             self.error = exc
             return 0
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
 
 
@@ -330,8 +331,14 @@ class ReadStage(PipelineStep):
 
     type = "📖 - READER"
 
-    def __init__(self, source: SourceConfig, offset: int, funnel_dir: Path | str, malformed_dir: Path | str,
-                 progress_dir: Path | str | None = None):
+    def __init__(
+        self,
+        source: SourceConfig,
+        offset: int,
+        funnel_dir: Path | str,
+        malformed_dir: Path | str,
+        progress_dir: Path | str | None = None,
+    ):
         self.name = f"📖 {source.name}"
         super().__init__()
         self.source = source
@@ -346,8 +353,13 @@ class ReadStage(PipelineStep):
         position = int(doc.metadata.pop("position"))
         origin = doc.metadata.get("url") or doc.metadata.pop("file_path", None)
         doc.metadata.pop("file_path", None)
-        doc.metadata = {**doc.metadata, "source": self.source.name, "key": document_key(file_ordinal, position),
-                        "origin": origin, "position": position}
+        doc.metadata = {
+            **doc.metadata,
+            "source": self.source.name,
+            "key": document_key(file_ordinal, position),
+            "origin": origin,
+            "position": position,
+        }
         return doc
 
     def _file_documents(self, reader, path: str, relative: str, ordinal: int, bad_files: list) -> DocumentsPipeline:
@@ -363,7 +375,9 @@ class ReadStage(PipelineStep):
                 ) from None
             bad_files.append({"file": where, "error": f"{type(exc).__name__}: {exc}"})
 
-    def _documents(self, rank: int, world_size: int, problems: list, skipped: dict, bad_files: list) -> DocumentsPipeline:
+    def _documents(
+        self, rank: int, world_size: int, problems: list, skipped: dict, bad_files: list
+    ) -> DocumentsPipeline:
         position = self.offset
         for path, files in input_files(self.source):
             reader = build_reader(self.source, path)
@@ -398,7 +412,9 @@ class ReadStage(PipelineStep):
         problems: list[Problem] = []
         skipped: dict[str, list[int]] = {}
         bad_files: list[dict] = []
-        live = LiveCount(None if self.progress_dir is None else self.progress_dir / f"{self.source.name}-{rank:05d}.json")
+        live = LiveCount(
+            None if self.progress_dir is None else self.progress_dir / f"{self.source.name}-{rank:05d}.json"
+        )
         for read, doc in enumerate(self._documents(rank, world_size, problems, skipped, bad_files), start=1):
             live.update(read + len(problems) + sum(records for records, _ in skipped.values()))
             size = doc.metadata.pop("read_bytes", None) or text_bytes(doc)  # a reader that cut a record says from what
@@ -415,7 +431,9 @@ class ReadStage(PipelineStep):
             counts.received_removed(self.source.name, reason, records, size)
         lines = [json.dumps({"file": str(f), label: where, "reason": r}) for f, label, where, r, _ in problems]
         lines += [json.dumps({"file": b["file"], "reason": "bad_file", "error": b["error"]}) for b in bad_files]
-        atomic_write_text(self.malformed_dir / self.source.name / f"{rank:05d}.jsonl", "".join(x + "\n" for x in lines))
+        atomic_write_text(
+            self.malformed_dir / self.source.name / f"{rank:05d}.jsonl", "".join(x + "\n" for x in lines)
+        )
         counts.bad_files = [{"source": self.source.name, **b} for b in bad_files]
         counts.save(self.funnel_dir / f"{self.source.name}-{rank:05d}.json")
         live.update(sum(entry["received"]["documents"] for entry in counts.sources.values()))

@@ -26,8 +26,9 @@ class RecordFile:
         self.path = Path(path)
         with open(self.path, "rb") as handle:
             version = np.lib.format.read_magic(handle)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
             shape, _, self.dtype = read_header(handle)
             self.offset = handle.tell()
         self.shape = shape

@@ -22,8 +22,8 @@ import json
 import os
 import shutil
 import socket
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,12 @@ from millrace.artifacts import atomic_output, atomic_write_text, temporary_sibli
 from pipeline.cells.held_out_split import document_hash, split_candidates
 from pipeline.config import EvalSetConfig, HeldOutConfig
 from pipeline.stages.cell_shards import (
-    candidates_file, remove_task_files, run_file, tokens_file, write_training_shards, written_file,
+    candidates_file,
+    remove_task_files,
+    run_file,
+    tokens_file,
+    write_training_shards,
+    written_file,
 )
 from pipeline.stages.eval_sets import SetOverlap
 from pipeline.stages.funnel import StageCounts
@@ -174,9 +179,19 @@ class TokenizeCells(PipelineStep):
     name = "🔢 tokenize cells"
     type = "🔢 - TOKENIZER"
 
-    def __init__(self, tokenizer_path: Path | str, eos: str, sources: list[str], runs_dir: Path | str,
-                 cells_dir: Path | str, funnel_dir: Path | str, shard_tokens: int, batch_size: int = 256,
-                 validation: HeldOutConfig = HeldOutConfig(), sets: Sequence[EvalSetConfig] = ()):
+    def __init__(
+        self,
+        tokenizer_path: Path | str,
+        eos: str,
+        sources: list[str],
+        runs_dir: Path | str,
+        cells_dir: Path | str,
+        funnel_dir: Path | str,
+        shard_tokens: int,
+        batch_size: int = 256,
+        validation: HeldOutConfig = HeldOutConfig(),
+        sets: Sequence[EvalSetConfig] = (),
+    ):
         super().__init__()
         self.tokenizer_path = str(tokenizer_path)
         self.eos = eos
@@ -233,21 +248,35 @@ class TokenizeCells(PipelineStep):
             for run in runs.values():
                 run.abort()
             raise
-        overlap = SetOverlap(self.sets, tokenizer, eos, ngram=self.validation.contamination_ngram) if self.sets else None
+        overlap = (
+            SetOverlap(self.sets, tokenizer, eos, ngram=self.validation.contamination_ngram) if self.sets else None
+        )
         candidates, written = {}, {}
         sources = list(self.sources)
         for cell, run in sorted(runs.items()):
             run.save()
             lengths = np.frombuffer(run.lengths, dtype=np.int64)
-            pairs = split_candidates(np.frombuffer(run.hashes, dtype=np.uint64), np.frombuffer(run.keys, dtype=np.int64),
-                                     lengths, self.validation)
+            pairs = split_candidates(
+                np.frombuffer(run.hashes, dtype=np.uint64),
+                np.frombuffer(run.keys, dtype=np.int64),
+                lengths,
+                self.validation,
+            )
             candidates[cell] = {"documents": len(run.keys), "tokens": int(lengths.sum()), "pairs": pairs.tolist()}
             with self.track_time("shards"):
-                written[cell] = write_training_shards(run.path, cell, self.cells_dir / cell, rank, dtype, sources,
-                                                      self.shard_tokens, pairs, overlap)
-        atomic_write_text(written_file(self.runs_dir, rank),
-                          json.dumps({"cells": written, "overlap": overlap.hits if overlap else {},
-                                      "set_ngrams": overlap.ngrams_found() if overlap else {}}))
+                written[cell] = write_training_shards(
+                    run.path, cell, self.cells_dir / cell, rank, dtype, sources, self.shard_tokens, pairs, overlap
+                )
+        atomic_write_text(
+            written_file(self.runs_dir, rank),
+            json.dumps(
+                {
+                    "cells": written,
+                    "overlap": overlap.hits if overlap else {},
+                    "set_ngrams": overlap.ngrams_found() if overlap else {},
+                }
+            ),
+        )
         atomic_write_text(candidates_file(self.runs_dir, rank), json.dumps({"cells": candidates, "worker": worker()}))
         counts.save(self.funnel_dir / f"{rank:05d}.json")
 
@@ -258,8 +287,9 @@ class RemovedTokens(PipelineStep):
     name = "🧮 removed tokens"
     type = "🔢 - TOKENIZER"
 
-    def __init__(self, tokenizer_path: Path | str, removed_dir: Path | str, output_dir: Path | str,
-                 batch_size: int = 256):
+    def __init__(
+        self, tokenizer_path: Path | str, removed_dir: Path | str, output_dir: Path | str, batch_size: int = 256
+    ):
         super().__init__()
         self.tokenizer_path = str(tokenizer_path)
         self.removed_dir = Path(removed_dir)

@@ -39,8 +39,14 @@ def _mime_and_charset(record) -> tuple[str | None, str | None]:
     header = record.http_headers.get_header("Content-Type") if record.http_headers else None
     if header:
         mime, _, params = header.partition(";")
-        charset = next((p.split("=", 1)[1].strip().strip("\"'") for p in params.split(";")
-                        if p.strip().lower().startswith("charset=")), None)
+        charset = next(
+            (
+                p.split("=", 1)[1].strip().strip("\"'")
+                for p in params.split(";")
+                if p.strip().lower().startswith("charset=")
+            ),
+            None,
+        )
         return mime.strip().lower(), charset
     identified = record.rec_headers.get_header("WARC-Identified-Payload-Type")
     return (identified.strip().lower() if identified else None), None

@@ -41,8 +41,14 @@ def _given_back(stage: dict) -> dict[str, int]:
 def store_summary(path: Path) -> dict:
     store = Store(path)
     m = store.manifest
-    cells = {name: {**c.model_dump(), "validation_documents": c.validation_documents,
-                    "validation_tokens": c.validation_tokens} for name, c in sorted(m.cells.items())}
+    cells = {
+        name: {
+            **c.model_dump(),
+            "validation_documents": c.validation_documents,
+            "validation_tokens": c.validation_tokens,
+        }
+        for name, c in sorted(m.cells.items())
+    }
     summary = {
         "path": str(store.path),
         "name": m.name,
@@ -67,8 +73,16 @@ def store_summary(path: Path) -> dict:
                 "stage": stage["name"],
                 "received": sum(s["received"]["documents"] for s in stage["sources"].values()),
                 "kept": sum(s["kept"]["documents"] for s in stage["sources"].values()),
-                **({"languages": {lang: {"received": c["received"]["documents"], "kept": c["kept"]["documents"]}
-                                  for lang, c in stage["languages"].items()}} if stage.get("languages") else {}),
+                **(
+                    {
+                        "languages": {
+                            lang: {"received": c["received"]["documents"], "kept": c["kept"]["documents"]}
+                            for lang, c in stage["languages"].items()
+                        }
+                    }
+                    if stage.get("languages")
+                    else {}
+                ),
                 **({"given_back": given_back} if (given_back := _given_back(stage)) else {}),
             }
             for stage in m.funnel["stages"]
@@ -103,35 +117,55 @@ def domain_grid(manifest) -> dict:
 
 
 def print_summary(summary: dict) -> None:
-    click.echo(f"store {summary['name']}/{summary['version']} at {summary['path']}"
-               + (" (stats only)" if summary["stats_only"] else f" ({summary['dtype']})"))
-    click.echo(f"{'cell':<20} {'documents':>10} {'tokens':>14} {'bytes':>14} {'held-out docs':>14} {'held-out tokens':>16}")
+    click.echo(
+        f"store {summary['name']}/{summary['version']} at {summary['path']}"
+        + (" (stats only)" if summary["stats_only"] else f" ({summary['dtype']})")
+    )
+    click.echo(
+        f"{'cell':<20} {'documents':>10} {'tokens':>14} {'bytes':>14} {'held-out docs':>14} {'held-out tokens':>16}"
+    )
     for name, cell in summary["cells"].items():
-        click.echo(f"{name:<20} {cell['documents']:>10,} {cell['tokens']:>14,} {cell['bytes']:>14,} "
-                   f"{cell['validation_documents']:>14,} {cell['validation_tokens']:>16,}")
-    click.echo(f"{'total':<20} {summary['documents']:>10,} {summary['tokens']:>14,} {summary['bytes']:>14,} "
-               f"{summary['validation_documents']:>14,} {summary['validation_tokens']:>16,}")
+        click.echo(
+            f"{name:<20} {cell['documents']:>10,} {cell['tokens']:>14,} {cell['bytes']:>14,} "
+            f"{cell['validation_documents']:>14,} {cell['validation_tokens']:>16,}"
+        )
+    click.echo(
+        f"{'total':<20} {summary['documents']:>10,} {summary['tokens']:>14,} {summary['bytes']:>14,} "
+        f"{summary['validation_documents']:>14,} {summary['validation_tokens']:>16,}"
+    )
     click.echo("(documents, tokens and bytes are training's; held-out documents are in each cell's validation shards)")
     for name, eval_set in summary["sets"].items():
-        click.echo(f"evaluation set {name}: {eval_set['documents']:,} documents, {eval_set['tokens']:,} tokens; "
-                   f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate; "
-                   f"{eval_set.get('contained', 0):,} mostly found in training, left out")
+        click.echo(
+            f"evaluation set {name}: {eval_set['documents']:,} documents, {eval_set['tokens']:,} tokens; "
+            f"in the corpus: {eval_set['overlap_exact']:,} exactly, {eval_set['overlap_near']:,} near-duplicate; "
+            f"{eval_set.get('contained', 0):,} mostly found in training, left out"
+        )
     for stage in summary.get("funnel", []):
-        click.echo(f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}"
-                   + "".join(f"  (of which given back to training, {reason}: {n:,})"
-                             for reason, n in stage.get("given_back", {}).items()))
+        click.echo(
+            f"  funnel {stage['stage']:<18} received {stage['received']:>8,}  kept {stage['kept']:>8,}"
+            + "".join(
+                f"  (of which given back to training, {reason}: {n:,})"
+                for reason, n in stage.get("given_back", {}).items()
+            )
+        )
         removed = {lang: c["received"] - c["kept"] for lang, c in stage.get("languages", {}).items()}
         if any(removed.values()):
-            click.echo("    removed per language: " + ", ".join(
-                f"{lang} {n:,}/{stage['languages'][lang]['received']:,}" for lang, n in removed.items() if n))
+            click.echo(
+                "    removed per language: "
+                + ", ".join(
+                    f"{lang} {n:,}/{stage['languages'][lang]['received']:,}" for lang, n in removed.items() if n
+                )
+            )
     for entry in summary.get("not_read", []):
         from pipeline.stages.discovery import describe_unread
 
         click.echo(f"  {describe_unread(entry)}")
     if found := summary.get("decontamination"):
-        click.echo(f"  held-out decontamination ({found['ngram']}-grams, threshold {found['threshold']:g}): "
-                   f"{found['documents']:,} of {found['checked']:,} held-out documents ({found['tokens']:,} tokens) "
-                   "found in training, given back to training")
+        click.echo(
+            f"  held-out decontamination ({found['ngram']}-grams, threshold {found['threshold']:g}): "
+            f"{found['documents']:,} of {found['checked']:,} held-out documents ({found['tokens']:,} tokens) "
+            "found in training, given back to training"
+        )
     grid = summary.get("grid")
     if grid and grid["tokens"]:
         buckets = sorted({b for row in grid["tokens"].values() for b in row})
@@ -179,9 +213,15 @@ def list_stores(home) -> list[dict]:
         except ArtifactError as exc:
             rows.append({**row, "damaged": str(exc)})
             continue
-        rows.append({**row, "stats_only": manifest.stats_only, "cells": len(manifest.cells),
-                     "documents": sum(c.documents for c in manifest.cells.values()),
-                     "tokens": sum(c.tokens for c in manifest.cells.values())})
+        rows.append(
+            {
+                **row,
+                "stats_only": manifest.stats_only,
+                "cells": len(manifest.cells),
+                "documents": sum(c.documents for c in manifest.cells.values()),
+                "tokens": sum(c.tokens for c in manifest.cells.values()),
+            }
+        )
     return rows
 
 
@@ -277,8 +317,9 @@ def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -
         raise ConfigError(f"--version: store {name}/{version} already exists at {path}")
     write_stats_only_store(path, name, version, counts)
     if as_json:
-        print_json({"path": str(path), "name": name, "version": version, "cells": len(counts),
-                    "tokens": sum(counts.values())})
+        print_json(
+            {"path": str(path), "name": name, "version": version, "cells": len(counts), "tokens": sum(counts.values())}
+        )
         return
     click.echo(f"wrote stats-only store {name}/{version} ({len(counts)} cells) at {path}")
 
@@ -302,9 +343,14 @@ def parse_storage_options(pairs: tuple[str, ...]) -> dict:
 @store.command("copy")
 @click.argument("store_spec", metavar="STORE")
 @click.argument("url")
-@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
-              help="An fsspec storage option for URL's filesystem (repeatable; JSON values allowed), e.g. "
-                   "client_kwargs='{\"endpoint_url\": \"http://127.0.0.1:9000\"}'.")
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An fsspec storage option for URL's filesystem (repeatable; JSON values allowed), e.g. "
+    'client_kwargs=\'{"endpoint_url": "http://127.0.0.1:9000"}\'.',
+)
 @home_option
 @json_option
 def copy(store_spec: str, url: str, options: tuple[str, ...], home, as_json: bool) -> None:

@@ -38,16 +38,23 @@ import array
 import hashlib
 import os
 import struct
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pydantic
 import xxhash
 
-from millrace.artifacts import (HASH_FIELD, atomic_output, check_pinned, payload_model, read_artifact, sha256_file,
-                                write_artifact)
+from millrace.artifacts import (
+    HASH_FIELD,
+    atomic_output,
+    check_pinned,
+    payload_model,
+    read_artifact,
+    sha256_file,
+    write_artifact,
+)
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
@@ -100,14 +107,17 @@ def parse_index_header(raw: bytes, where: str) -> tuple[np.dtype, int, int]:
 def chunk_digests(data: np.ndarray | bytes, chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
     """xxh3-64 of each `chunk_bytes` piece of `data` (uint64, one per chunk; none for empty data)."""
     view = (data.data if isinstance(data, np.ndarray) else memoryview(data)).cast("B")
-    return np.asarray([xxhash.xxh3_64_intdigest(view[i : i + chunk_bytes]) for i in range(0, len(view), chunk_bytes)],
-                      dtype=np.uint64)
+    return np.asarray(
+        [xxhash.xxh3_64_intdigest(view[i : i + chunk_bytes]) for i in range(0, len(view), chunk_bytes)],
+        dtype=np.uint64,
+    )
 
 
 def file_digests(path: Path, chunk_bytes: int = CHUNK_BYTES) -> np.ndarray:
     with open(path, "rb") as handle:
-        return np.asarray([xxhash.xxh3_64_intdigest(block) for block in iter(lambda: handle.read(chunk_bytes), b"")],
-                          dtype=np.uint64)
+        return np.asarray(
+            [xxhash.xxh3_64_intdigest(block) for block in iter(lambda: handle.read(chunk_bytes), b"")], dtype=np.uint64
+        )
 
 
 def digest_hex(raw: bytes) -> str:
@@ -137,7 +147,7 @@ class ShardDigests:
         return DIGESTS_MAGIC + head + np.concatenate([f.digests for f in self.files()]).astype("<u8").tobytes()
 
     @classmethod
-    def parse(cls, raw: bytes, where: str) -> "ShardDigests":
+    def parse(cls, raw: bytes, where: str) -> ShardDigests:
         head = len(DIGESTS_MAGIC) + 48
         if len(raw) < head or raw[: len(DIGESTS_MAGIC)] != DIGESTS_MAGIC:
             raise ArtifactError(f"{where}: not a millrace chunk-digest file")
@@ -150,9 +160,13 @@ class ShardDigests:
         return cls(*(FileDigests(int(sizes[i]), values[bounds[i] : bounds[i + 1]]) for i in range(3)))
 
     @classmethod
-    def of_files(cls, prefix: Path) -> "ShardDigests":
-        return cls(*(FileDigests(CHUNKS[suffix], file_digests(sidecar(prefix, suffix), CHUNKS[suffix]))
-                     for suffix in SHARD_FILES))
+    def of_files(cls, prefix: Path) -> ShardDigests:
+        return cls(
+            *(
+                FileDigests(CHUNKS[suffix], file_digests(sidecar(prefix, suffix), CHUNKS[suffix]))
+                for suffix in SHARD_FILES
+            )
+        )
 
 
 def sidecar(prefix: Path, suffix: str) -> Path:
@@ -191,15 +205,19 @@ class ShardTable(Model):
     sources: bool = True  # every shard has a `.src` sidecar
 
     @pydantic.model_validator(mode="after")
-    def _same_length(self) -> "ShardTable":
+    def _same_length(self) -> ShardTable:
         if not len(self.names) == len(self.documents) == len(self.tokens) == len(self.digests):
             raise ValueError("shard table columns differ in length")
         return self
 
     @classmethod
-    def of(cls, shards: list[ShardInfo]) -> "ShardTable":
-        return cls(names=[s.name for s in shards], documents=[s.documents for s in shards],
-                   tokens=[s.tokens for s in shards], digests=[s.digest for s in shards])
+    def of(cls, shards: list[ShardInfo]) -> ShardTable:
+        return cls(
+            names=[s.name for s in shards],
+            documents=[s.documents for s in shards],
+            tokens=[s.tokens for s in shards],
+            digests=[s.digest for s in shards],
+        )
 
     def rows(self) -> Iterator[ShardInfo]:
         for row in zip(self.names, self.documents, self.tokens, self.digests):
@@ -349,8 +367,9 @@ class Store:
                 problems.append(str(exc))
                 continue
             for shard in [*cell.shards.rows(), *cell.validation.shards]:
-                problems += verify_shard(self.shard_prefix(cell_name, shard), shard, np.dtype(cell.dtype),
-                                         f"{cell_name}/cell.json")
+                problems += verify_shard(
+                    self.shard_prefix(cell_name, shard), shard, np.dtype(cell.dtype), f"{cell_name}/cell.json"
+                )
         for name in self.manifest.sets:
             try:
                 eval_set = self.eval_set(name)
@@ -358,8 +377,9 @@ class Store:
                 problems.append(str(exc))
                 continue
             for shard in eval_set.held.shards:
-                problems += verify_shard(self.path / "sets" / name / shard.name, shard, np.dtype(eval_set.dtype),
-                                         f"sets/{name}/set.json")
+                problems += verify_shard(
+                    self.path / "sets" / name / shard.name, shard, np.dtype(eval_set.dtype), f"sets/{name}/set.json"
+                )
         problems += self.verify_pinned_files()
         return problems
 
@@ -367,7 +387,9 @@ class Store:
         """The store's files other than shards, each with the digest pinned for it and where: the fitted models
         (store.json's `files`), the tokenizer (its fingerprint) and every cell's trace parts (cell.json's sha256
         per part)."""
-        pinned = [(self.path / relative, digest, "store.json") for relative, digest in sorted(self.manifest.files.items())]
+        pinned = [
+            (self.path / relative, digest, "store.json") for relative, digest in sorted(self.manifest.files.items())
+        ]
         tokenizer = self.manifest.tokenizer
         if tokenizer is not None and tokenizer.path:
             pinned.append((self.path / tokenizer.path, tokenizer.fingerprint, "store.json"))
@@ -405,8 +427,10 @@ class Store:
         except FileNotFoundError:
             raise ArtifactError(f"{path}: the store's tokenizer is missing") from None
         if "sha256:" + hashlib.sha256(raw).hexdigest() != info.fingerprint:
-            raise ArtifactError(f"{path}: differs from the fingerprint store.json pins (altered or replaced); "
-                                "run `millrace store verify`")
+            raise ArtifactError(
+                f"{path}: differs from the fingerprint store.json pins (altered or replaced); "
+                "run `millrace store verify`"
+            )
         from tokenizers import Tokenizer
 
         return Tokenizer.from_str(raw.decode("utf-8"))
@@ -469,8 +493,9 @@ def write_eval_set_manifest(set_dir: Path | str, manifest: EvalSetManifest) -> s
 
 
 def write_cell_manifest(cell_dir: Path | str, manifest: CellManifest) -> str:
-    return write_artifact(Path(cell_dir) / "cell.json", CELL_KIND, CELL_SCHEMA_VERSION,
-                          manifest.model_dump(mode="json"))
+    return write_artifact(
+        Path(cell_dir) / "cell.json", CELL_KIND, CELL_SCHEMA_VERSION, manifest.model_dump(mode="json")
+    )
 
 
 class ChunkDigester:
@@ -543,13 +568,19 @@ class ShardWriter:
         if len(lengths) > 1:
             np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
         doc_index = np.arange(len(lengths) + 1, dtype=np.int64)
-        header = (INDEX_HEADER + struct.pack("<Q", INDEX_VERSION) + struct.pack("<B", DTYPE_CODES[self.dtype])
-                  + struct.pack("<QQ", len(lengths), len(doc_index)))
+        header = (
+            INDEX_HEADER
+            + struct.pack("<Q", INDEX_VERSION)
+            + struct.pack("<B", DTYPE_CODES[self.dtype])
+            + struct.pack("<QQ", len(lengths), len(doc_index))
+        )
         index = b"".join([header, lengths.tobytes(), pointers.tobytes(), doc_index.tobytes()])
         sources = self._sources.tobytes()
-        digests = ShardDigests(FileDigests(CHUNK_BYTES, self._bin_digests.digests()),
-                               FileDigests(INDEX_CHUNK_BYTES, chunk_digests(index, INDEX_CHUNK_BYTES)),
-                               FileDigests(INDEX_CHUNK_BYTES, chunk_digests(sources, INDEX_CHUNK_BYTES)))
+        digests = ShardDigests(
+            FileDigests(CHUNK_BYTES, self._bin_digests.digests()),
+            FileDigests(INDEX_CHUNK_BYTES, chunk_digests(index, INDEX_CHUNK_BYTES)),
+            FileDigests(INDEX_CHUNK_BYTES, chunk_digests(sources, INDEX_CHUNK_BYTES)),
+        )
         for suffix, data in ((".idx", index), (".src", sources), (".xxh", digests.to_bytes())):
             if self.durable:
                 with atomic_output(sidecar(self.prefix, suffix)) as handle:
@@ -559,8 +590,12 @@ class ShardWriter:
                 tmp.write_bytes(data)
                 os.replace(tmp, sidecar(self.prefix, suffix))
         os.replace(self._bin_tmp, sidecar(self.prefix, ".bin"))
-        return ShardInfo(name=self.prefix.name, documents=len(lengths), tokens=int(lengths.sum(dtype=np.int64)),
-                         digest=digest_hex(digests.to_bytes()))
+        return ShardInfo(
+            name=self.prefix.name,
+            documents=len(lengths),
+            tokens=int(lengths.sum(dtype=np.int64)),
+            digest=digest_hex(digests.to_bytes()),
+        )
 
     def abort(self) -> None:
         self._bin.close()
@@ -572,8 +607,15 @@ class ShardSequence:
     closed past `shard_tokens`, with per-source counts of what was added. `shards` and `sources` continue
     a sequence another process began (its closed shards and counts)."""
 
-    def __init__(self, directory: Path, prefix: str, dtype: np.dtype, shard_tokens: int,
-                 shards: Sequence[ShardInfo] = (), sources: dict[str, SourceCounts] | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        prefix: str,
+        dtype: np.dtype,
+        shard_tokens: int,
+        shards: Sequence[ShardInfo] = (),
+        sources: dict[str, SourceCounts] | None = None,
+    ):
         self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
         self.shards: list = list(shards)
         self.writer: ShardWriter | None = None
@@ -636,9 +678,7 @@ class ShardReader:
             raise ArtifactError(
                 f"{bin_path}: {size} bytes, index says {self.tokens * self.dtype.itemsize} (truncated or altered)"
             )
-        self.tokens_view = (
-            np.memmap(bin_path, dtype=self.dtype, mode="r") if size else np.zeros(0, dtype=self.dtype)
-        )
+        self.tokens_view = np.memmap(bin_path, dtype=self.dtype, mode="r") if size else np.zeros(0, dtype=self.dtype)
 
     def source_ids(self) -> np.ndarray:
         """Per-document source index (zeros when the shard has no `.src` sidecar)."""

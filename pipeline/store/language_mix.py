@@ -30,8 +30,10 @@ def bucket_language_mix(store: Store) -> dict:
             row[language] = row.get(language, 0) + int(documents)
             corpus[language] = corpus.get(language, 0) + int(documents)
     ordered = sorted(buckets, key=lambda b: int(b[1:]))
-    return {"corpus": dict(sorted(corpus.items(), key=lambda kv: (-kv[1], kv[0]))),
-            "buckets": {b: dict(sorted(buckets[b].items(), key=lambda kv: (-kv[1], kv[0]))) for b in ordered}}
+    return {
+        "corpus": dict(sorted(corpus.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "buckets": {b: dict(sorted(buckets[b].items(), key=lambda kv: (-kv[1], kv[0]))) for b in ordered},
+    }
 
 
 def share_ratios(mix: dict, min_documents: int = 50) -> dict[str, dict[str, float]]:
@@ -43,6 +45,7 @@ def share_ratios(mix: dict, min_documents: int = 50) -> dict[str, dict[str, floa
         size = sum(row.values())
         ratios[bucket] = {
             lang: round((row.get(lang, 0) / size) / (docs / total), 3)
-            for lang, docs in corpus.items() if docs >= min_documents and size and total
+            for lang, docs in corpus.items()
+            if docs >= min_documents and size and total
         }
     return ratios

@@ -26,13 +26,16 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None) -> in
     if not (local / "store.json").exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
     fs, root = remote_fs(url, storage_options)
-    files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != "store.json"
-                   and not p.name.startswith("."))
+    files = sorted(
+        p for p in local.rglob("*") if p.is_file() and p.name != "store.json" and not p.name.startswith(".")
+    )
     for path in files:
         target = f"{root}/{path.relative_to(local).as_posix()}"
         fs.put_file(str(path), target)
         if fs.size(target) != path.stat().st_size:
-            raise ArtifactError(f"{fs.unstrip_protocol(target)}: {fs.size(target)} bytes after upload, "
-                                f"{path} has {path.stat().st_size}")
+            raise ArtifactError(
+                f"{fs.unstrip_protocol(target)}: {fs.size(target)} bytes after upload, "
+                f"{path} has {path.stat().st_size}"
+            )
     fs.put_file(str(local / "store.json"), f"{root}/store.json")
     return len(files) + 1

@@ -47,19 +47,29 @@ def write_trace_part(cell_dir: Path, task: int, columns: dict[str, np.ndarray | 
     path = Path(cell_dir) / part_name(task)
     with atomic_output(path) as handle:
         pq.write_table(table, handle)
-    return {"file": path.name, "sha256": sha256_file(path), "documents": table.num_rows, "shards": shards,
-            "tokens": int(np.sum(columns["tokens"], dtype=np.int64))}
+    return {
+        "file": path.name,
+        "sha256": sha256_file(path),
+        "documents": table.num_rows,
+        "shards": shards,
+        "tokens": int(np.sum(columns["tokens"], dtype=np.int64)),
+    }
 
 
 def _parts(cell_dir: Path) -> list[dict]:
     """The cell's sidecar parts in store order, each with its row, shard and token offsets."""
     manifest = Path(cell_dir) / "cell.json"
-    trace = read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)).get("stats", {}).get("trace") if manifest.exists() else None
+    trace = (
+        read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)).get("stats", {}).get("trace")
+        if manifest.exists()
+        else None
+    )
     if trace is None and (Path(cell_dir) / TRACE_FILE).exists():
         trace = {"file": TRACE_FILE}
     if not trace:
-        raise ArtifactError(f"{Path(cell_dir) / TRACE_FILE}: this store has no traceability sidecar "
-                            "(built before it existed)")
+        raise ArtifactError(
+            f"{Path(cell_dir) / TRACE_FILE}: this store has no traceability sidecar (built before it existed)"
+        )
     if "parts" not in trace:
         return [{"file": trace["file"], "row": 0, "shard": 0, "token": 0, "documents": None}]
     parts, row, shard, token = [], 0, 0, 0
@@ -84,8 +94,10 @@ def _check_part(path: str, expected: str) -> None:
     except FileNotFoundError:
         raise ArtifactError(f"{path}: missing (the cell's trace part)") from None
     if not _part_matches(path, expected, stat.st_size, stat.st_mtime_ns):
-        raise ArtifactError(f"{path}: sha256 differs from the one its cell.json pins (altered or replaced); "
-                            "run `millrace store verify`")
+        raise ArtifactError(
+            f"{path}: sha256 differs from the one its cell.json pins (altered or replaced); "
+            "run `millrace store verify`"
+        )
 
 
 @functools.lru_cache(maxsize=256)

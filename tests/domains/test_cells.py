@@ -4,8 +4,8 @@ import json
 
 from datatrove.data import Document
 
-from pipeline.stages.cell_stages import store_stats
 from pipeline.cells.stats import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
+from pipeline.stages.cell_stages import store_stats
 
 
 def test_cell_names():
@@ -21,9 +21,20 @@ def test_trim_keeps_short_text_and_cuts_long_text():
 
 
 def _docs(n=60):
-    return [Document(text=f"document {i} " * 50, id=f"doc-{i:03d}",
-                     metadata={"source": "s", "cell": f"c0{i % 2}q{i % 3}", "domain": i % 2, "quality_bucket": i % 3,
-                               "quality_score": i / 100}) for i in range(n)]
+    return [
+        Document(
+            text=f"document {i} " * 50,
+            id=f"doc-{i:03d}",
+            metadata={
+                "source": "s",
+                "cell": f"c0{i % 2}q{i % 3}",
+                "domain": i % 2,
+                "quality_bucket": i % 3,
+                "quality_score": i / 100,
+            },
+        )
+        for i in range(n)
+    ]
 
 
 def test_cell_stats_are_the_same_however_tasks_split_the_documents(tmp_path):

@@ -95,7 +95,7 @@ def test_bad_settings_are_config_errors(corpus, tmp_path):
     with pytest.raises(ConfigError, match="unknown option"):
         validate(DomainsConfig, {"centroids": 3}, "domains")
     with pytest.raises(ConfigError, match=r"domains\.enabled = false"):  # fewer documents than k: fewer domains
-        fit_domains([], DomainsConfig(k=8), tmp_path)                   # (tests/domains/test_small_corpus.py)
+        fit_domains([], DomainsConfig(k=8), tmp_path)  # (tests/domains/test_small_corpus.py)
 
 
 def test_no_domain_falls_below_the_minimum_share():

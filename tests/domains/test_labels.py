@@ -7,9 +7,8 @@ import numpy as np
 
 from pipeline.cells.labels import distinctive_terms
 
-FORTUNE_WORDS = ("wisdom fortune patience friend heart journey river laughter kindness courage dream morning "
-                 "lantern harvest garden silence").split()
-NPM_WORDS = "npm type value package module install dependency version registry script".split()
+FORTUNE_WORDS = ["wisdom", "fortune", "patience", "friend", "heart", "journey", "river", "laughter", "kindness", "courage", "dream", "morning", "lantern", "harvest", "garden", "silence"]
+NPM_WORDS = ["npm", "type", "value", "package", "module", "install", "dependency", "version", "registry", "script"]
 
 
 def fortune(rng: random.Random) -> str:  # short, varied, but drawn from one vocabulary
@@ -23,8 +22,9 @@ def npm_page(rng: random.Random) -> str:  # long and repetitive: most of the dom
 def corpus(rng: random.Random) -> tuple[list[str], np.ndarray, list[str]]:
     texts = [fortune(rng) for _ in range(50)] + [npm_page(rng) for _ in range(10)]  # domain 0: 83% fortunes
     sources = ["fortunes"] * 50 + ["npm-docs"] * 10
-    other = [" ".join(rng.choice("kernel driver memory interrupt device".split()) for _ in range(30))
-             for _ in range(40)]  # domain 1: something else, so the terms are distinctive against it
+    other = [
+        " ".join(rng.choice(["kernel", "driver", "memory", "interrupt", "device"]) for _ in range(30)) for _ in range(40)
+    ]  # domain 1: something else, so the terms are distinctive against it
     return texts + other, np.array([0] * 60 + [1] * 40), sources + ["kernel-docs"] * 40
 
 

@@ -14,12 +14,12 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
+from pipeline.cells.calibration import calibration_group
 from pipeline.cells.domains import DomainModel, DomainsConfig, fit_domains
 from pipeline.cells.embedding import EmbeddingConfig
 from pipeline.cells.fitted_model import read_model
 from pipeline.cells.languages import all_stop_words, sample_languages
 from pipeline.cells.quality import QualityConfig, QualityModel, fit_quality
-from pipeline.cells.calibration import calibration_group
 from testkit.multilingual_man import multilingual_man_pages
 
 

@@ -9,8 +9,8 @@ import zstandard
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from pipeline.store.format import Store
 from pipeline.store.cli import store_summary
+from pipeline.store.format import Store
 from testkit.local_corpus import plainly_different_sources
 
 pytestmark = pytest.mark.slow  # every test reads one pipeline run with fitted cells (a module fixture of ~50 s)
@@ -35,7 +35,9 @@ def _config(root, sources, tasks, workers=1):
     tables = "".join(
         f'[[sources]]\nname = "{s}"\npaths = ["{root / "corpus" / s}"]\nlanguage_id = false\n\n' for s in sources
     )
-    return tables + f"""
+    return (
+        tables
+        + f"""
 [dedup]
 fuzzy = false
 
@@ -55,13 +57,18 @@ reference_sources = ["prose"]
 [domains]
 k = 4
 """
+    )
 
 
 def _build(root, sources, tasks, executor=None, workers=1):
     config_path = root / f"pipeline-{tasks}.toml"
     config_path.write_text(_config(root, sources, tasks, workers))
-    return run_pipeline(load_pipeline_config(config_path), Home.resolve(root / f"home-{tasks}-{executor}"),
-                        executor=executor, workers=workers)
+    return run_pipeline(
+        load_pipeline_config(config_path),
+        Home.resolve(root / f"home-{tasks}-{executor}"),
+        executor=executor,
+        workers=workers,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +80,10 @@ def built(tmp_path_factory):
 
 def _cells(path):
     store = Store(path)
-    return {name: (cell.documents, cell.tokens, store.cell(name).shards.digests, store.cell(name).stats)
-            for name, cell in store.manifest.cells.items()}
+    return {
+        name: (cell.documents, cell.tokens, store.cell(name).shards.digests, store.cell(name).stats)
+        for name, cell in store.manifest.cells.items()
+    }
 
 
 def test_cells_are_domain_by_bucket_with_their_stats(built):
@@ -96,7 +105,8 @@ def test_cells_are_domain_by_bucket_with_their_stats(built):
     assert sum(c.documents + c.validation_documents for c in store.manifest.cells.values()) == kept
     assert 0.8 * documents <= kept <= documents  # exact dedup drops the repeated licence texts
     assert sum(c.tokens + c.validation_tokens for c in store.manifest.cells.values()) == sum(
-        s["kept"]["tokens"] for s in funnel["tokenize"].values())
+        s["kept"]["tokens"] for s in funnel["tokenize"].values()
+    )
     buckets = Counter()
     for name in names:
         cell = store.cell(name)
@@ -174,8 +184,10 @@ def test_the_ray_executor_with_several_worker_processes_gives_the_identical_stor
     finally:
         ray.shutdown()
     work = Home.resolve(root / "home-2-ray").work("local", "2026.01.03")
-    pids = {"tokenize": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "tokens").glob("*/held-out.json")},
-            "shards": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "parts").glob("*.json")}}
+    pids = {
+        "tokenize": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "tokens").glob("*/held-out.json")},
+        "shards": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "parts").glob("*.json")},
+    }
     for stage, seen in pids.items():
         assert len(seen) == 2 and os.getpid() not in seen, (stage, seen)
     assert _cells(other) == _cells(path)
@@ -198,8 +210,9 @@ def test_a_run_killed_after_fitting_then_rerun_gives_the_identical_store(built):
     env = {**os.environ, "MILLRACE_HOME": str(home)}
 
     def start():
-        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
 
     process = start()
     deadline = time.monotonic() + 120

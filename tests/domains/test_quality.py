@@ -1,6 +1,7 @@
 """Quality buckets: edges are quantiles of held-out scores, so the calibration documents split into fifths."""
 
 import json
+
 import numpy as np
 import pytest
 
@@ -21,8 +22,10 @@ def test_buckets_hold_a_fifth_each_of_the_held_out_documents(corpus, fitted):
     assert np.all(np.abs(everything / len(docs) - 0.2) <= 0.06), everything
     assert sum(scorer.stats[f"q{b}"].total for b in range(5)) == len(docs)
     # the reference source scores higher than the rest
-    scores = {s: np.mean([d.metadata["quality_score"] for d in docs if d.metadata["source"] == s])
-              for s in ("prose", "code", "man", "licenses")}
+    scores = {
+        s: np.mean([d.metadata["quality_score"] for d in docs if d.metadata["source"] == s])
+        for s in ("prose", "code", "man", "licenses")
+    }
     assert scores["prose"] == max(scores.values())
 
 
@@ -58,8 +61,9 @@ def test_reference_files_and_missing_reference(corpus, tmp_path):
     with pytest.raises(ConfigError, match=r"quality\.reference_sources"):
         fit_quality(corpus[::5], QualityConfig(reference_sources=["no-such-source"]), tmp_path / "a")
     reference = tmp_path / "good.jsonl"
-    reference.write_text("".join(json.dumps({"text": d.text[:300]}) + "\n"
-                                 for d in corpus if d.metadata["source"] == "prose"))
+    reference.write_text(
+        "".join(json.dumps({"text": d.text[:300]}) + "\n" for d in corpus if d.metadata["source"] == "prose")
+    )
     fit_quality(corpus[::5], QualityConfig(reference_sources=[], reference_files=[reference]), tmp_path / "b")
     assert quality_stats(tmp_path / "b")["buckets"] == 5
 

@@ -5,8 +5,8 @@ import logging
 import random
 
 import pytest
-
 from datatrove.data import Document
+
 from millrace.errors import ConfigError
 from pipeline.cells.domains import DomainModel, DomainsConfig, domains_stats, fit_domains
 from testkit.corpus import prose

@@ -21,8 +21,10 @@ REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 values = st.one_of(
-    st.booleans(), st.integers(min_value=-(2**40), max_value=2**40),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=10),
+    st.booleans(),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=10),
     st.lists(st.one_of(st.integers(-3, 3), st.text(max_size=4)), max_size=3),
     st.dictionaries(st.text(min_size=1, max_size=6), st.integers(-2, 2), max_size=2),
     st.just("DELETE"),
@@ -55,8 +57,9 @@ def mutate(doc, edits):
                     parent.pop(path[-1], None)
                 else:
                     parent[path[-1]] = value
-            elif (isinstance(parent, list) and isinstance(path[-1], int) and path[-1] < len(parent)
-                  and value != "DELETE"):
+            elif (
+                isinstance(parent, list) and isinstance(path[-1], int) and path[-1] < len(parent) and value != "DELETE"
+            ):
                 parent[path[-1]] = value
     return doc
 
@@ -148,9 +151,16 @@ def test_nan_learning_rate_is_named(tmp_path, capsys):
 
 
 BAD_TRAIN_VALUES = {  # each validated before and then crashed or hung a run
-    "optimizer.lr": math.inf, "optimizer.weight_decay": math.inf, "moe.bias_update_rate": math.inf,
-    "model.init_std": math.nan, "moe.route_scale": math.nan, "model.norm_eps": -1.0, "model.rope_theta": 0.0,
-    "samples.max_new_tokens": 10**9, "samples.temperatures": [0.0, 1e-300], "optimizer.eps": 0.0,
+    "optimizer.lr": math.inf,
+    "optimizer.weight_decay": math.inf,
+    "moe.bias_update_rate": math.inf,
+    "model.init_std": math.nan,
+    "moe.route_scale": math.nan,
+    "model.norm_eps": -1.0,
+    "model.rope_theta": 0.0,
+    "samples.max_new_tokens": 10**9,
+    "samples.temperatures": [0.0, 1e-300],
+    "optimizer.eps": 0.0,
     "optimizer.betas": [0.9, 1.0],
 }
 

@@ -22,8 +22,12 @@ def crafted_run(home, field_value):
 
 
 def crafted_ladder(home, field_value):
-    write_artifact(home.ladder("crafted") / "ladder.json", LADDER_KIND, 1,
-                   {"plan": {"rungs": []}, "results": [], "fits": {}, **field_value})
+    write_artifact(
+        home.ladder("crafted") / "ladder.json",
+        LADDER_KIND,
+        1,
+        {"plan": {"rungs": []}, "results": [], "fits": {}, **field_value},
+    )
 
 
 def crafted_store(home, field_value):
@@ -34,8 +38,12 @@ def crafted_store(home, field_value):
 
 CRAFTED = {
     "run.json run": (crafted_run, {"run": "../../evil"}, "runs/crafted/run.json", "'run'"),
-    "run.json store": (crafted_run, {"run": "crafted", "store": {"name": "../../../evil", "version": "x"}},
-                       "runs/crafted/run.json", "'store.name'"),
+    "run.json store": (
+        crafted_run,
+        {"run": "crafted", "store": {"name": "../../../evil", "version": "x"}},
+        "runs/crafted/run.json",
+        "'store.name'",
+    ),
     "ladder.json ladder": (crafted_ladder, {"ladder": "../../evil"}, "ladders/crafted/ladder.json", "'ladder'"),
     "store.json name": (crafted_store, {"name": "../../evil"}, "stores/t/2026.01.01/store.json", "'name'"),
     "store.json version": (crafted_store, {"version": "../evil"}, "stores/t/2026.01.01/store.json", "'version'"),
@@ -60,7 +68,9 @@ def test_a_crafted_artifact_name_writes_nothing_outside_the_site(built, tmp_path
     assert code == 2, err
     assert str(home.root / artifact) in err and field in err and "not a plain name" in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    outside = [p for p in files_under(tmp_path) if p not in before and p != "home/site" and not p.startswith("home/site/")]
+    outside = [
+        p for p in files_under(tmp_path) if p not in before and p != "home/site" and not p.startswith("home/site/")
+    ]
     assert outside == [] and not any("evil" in p for p in files_under(tmp_path))
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.store.format import Store
-from testkit.corpus import config_text, make_corpus
-from testkit.corpus import store_files
+from testkit.corpus import config_text, make_corpus, store_files
 
 
 def _mount(point: Path, size: str, remount: bool = False) -> bool:
@@ -40,7 +39,9 @@ def small_disk():
 def _run(config: Path, home: Path):
     return subprocess.run(
         [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -73,7 +74,9 @@ def test_disk_full_fails_clearly_keeps_the_previous_store_and_a_rerun_completes(
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     ours = Store(home / "stores" / "local" / "2026.03.02")
     theirs = Store(previous)
-    assert {c: s.tokens for c, s in ours.manifest.cells.items()} == {c: s.tokens for c, s in theirs.manifest.cells.items()}
+    assert {c: s.tokens for c, s in ours.manifest.cells.items()} == {
+        c: s.tokens for c, s in theirs.manifest.cells.items()
+    }
     assert store_files(previous) == before
 
 
@@ -84,8 +87,13 @@ def _shrink_to(point: Path, free_bytes: int) -> None:
 
 
 def _millrace(home: Path, *args: str):
-    return subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    return subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
 
 
 def _one_error_line(result) -> str:
@@ -104,8 +112,9 @@ def test_disk_full_in_train_and_report_build_one_line_no_temporaries_status_set(
     config = tiny_config()
     run = "full"
     _shrink_to(small_disk, 96 * 1024)  # room for run.json and the metrics lines, not for a checkpoint
-    failed = _millrace(home, "train", str(config), "--run", run, "--steps", "6", "--checkpoint-every", "3",
-                       "--no-progress")
+    failed = _millrace(
+        home, "train", str(config), "--run", run, "--steps", "6", "--checkpoint-every", "3", "--no-progress"
+    )
     line = _one_error_line(failed)
     run_dir = home / "runs" / run
     assert line.startswith(f"error: no space left on device writing {run_dir}"), line
@@ -114,8 +123,19 @@ def test_disk_full_in_train_and_report_build_one_line_no_temporaries_status_set(
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
 
     _shrink_to(small_disk, 8 * 1024 * 1024)
-    resumed = _millrace(home, "train", str(config), "--run", run, "--steps", "6", "--checkpoint-every", "3",
-                        "--resume", "--no-progress")
+    resumed = _millrace(
+        home,
+        "train",
+        str(config),
+        "--run",
+        run,
+        "--steps",
+        "6",
+        "--checkpoint-every",
+        "3",
+        "--resume",
+        "--no-progress",
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [json.loads(r)["step"] for r in (run_dir / "metrics.jsonl").read_text().splitlines()] == list(range(1, 7))
 

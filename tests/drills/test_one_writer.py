@@ -23,15 +23,21 @@ from trainer.ladder.ladder_fit import fit_ladder
 from trainer.ladder.run import run_ladder
 
 VERSION = "2026.04.01"
-HOLD = "import sys, time; from millrace.writer_lock import WriterLock; WriterLock(sys.argv[1], 'x').acquire(); " \
-       "print('held', flush=True); time.sleep(600)"
+HOLD = (
+    "import sys, time; from millrace.writer_lock import WriterLock; WriterLock(sys.argv[1], 'x').acquire(); "
+    "print('held', flush=True); time.sleep(600)"
+)
 
 
 @contextlib.contextmanager
 def holding(lock: Path) -> Iterator[subprocess.Popen]:
     """Another live process holding `lock` for the block."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(lock)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         yield holder
@@ -41,9 +47,15 @@ def holding(lock: Path) -> Iterator[subprocess.Popen]:
 
 
 def _millrace(home: Path, *args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "millrace", "--home", str(home), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()}, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "millrace", "--home", str(home), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        **kwargs,
+    )
 
 
 def _wait_for_holder(lock: Path, pid: int, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -55,21 +67,28 @@ def _wait_for_holder(lock: Path, pid: int, proc: subprocess.Popen, timeout: floa
         except (OSError, ValueError):
             pass
         time.sleep(0.05)
-    pytest.fail(f"{lock} never named pid {pid} (exit {proc.poll()}): {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+    pytest.fail(
+        f"{lock} never named pid {pid} (exit {proc.poll()}): {proc.stderr.read()[-2000:] if proc.stderr else ''}"
+    )
 
 
 def _refusal(stderr: str, what: str, pid: int) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert "Traceback" not in stderr, stderr[-3000:]
-    assert lines and lines[-1].startswith(f"error: {what} is being written by pid {pid} on host "
-                                          f"{socket.gethostname()} since "), stderr[-2000:]
+    assert lines and lines[-1].startswith(
+        f"error: {what} is being written by pid {pid} on host {socket.gethostname()} since "
+    ), stderr[-2000:]
     return lines[-1]
 
 
 def test_a_killed_holder_frees_the_name_and_its_running_status_reads_stale(tmp_path):
     lock = tmp_path / "runs" / "r" / "writer.lock"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(lock)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(Locked, match=f"run 'r' is being written by pid {holder.pid} on host "):
@@ -103,8 +122,10 @@ def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(ladder_home, tmp
 
 def test_a_ladder_fit_while_the_ladder_is_written_is_refused(home, tmp_path):
     """`ladder fit` rewrites ladder.json: during a run it would drop a rung result written meanwhile."""
-    with (holding(home.ladder("micro") / "writer.lock") as holder,
-          pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host ")):
+    with (
+        holding(home.ladder("micro") / "writer.lock") as holder,
+        pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "),
+    ):
         fit_ladder(home, "micro")
 
 
@@ -138,8 +159,18 @@ def test_two_pipeline_runs_of_one_version_one_builds_the_other_is_refused(tmp_pa
 def test_two_trains_of_one_run_the_second_is_refused_and_the_first_is_intact(built, tiny_config):
     home, _ = built
     steps = 12
-    first = _millrace(home.root, "train", str(tiny_config()), "--run", "shared", "--steps", str(steps),
-                      "--checkpoint-every", "4", "--no-progress")
+    first = _millrace(
+        home.root,
+        "train",
+        str(tiny_config()),
+        "--run",
+        "shared",
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        "4",
+        "--no-progress",
+    )
     _wait_for_holder(home.run("shared") / "writer.lock", first.pid, first)
     os.killpg(first.pid, signal.SIGSTOP)
     try:

@@ -14,13 +14,11 @@ from millrace.home import Home
 from pipeline.stages.tokenization import tokenizer_fingerprint, train_byte_level_bpe
 from pipeline.store.format import store_tokenizer
 from pipeline.store.trace import part_name, write_trace_part
-from testkit.stores import write_store
-from testkit.stores import build_mixture
+from testkit.stores import build_mixture, write_store
 
 SOURCES = ["web", "books"]
 EOS = "<|endoftext|>"
-WORDS = ("river mill wheel water channel stone grain flour weir sluice race gate current bank meadow "
-         "miller season harvest bread oven").split()
+WORDS = ["river", "mill", "wheel", "water", "channel", "stone", "grain", "flour", "weir", "sluice", "race", "gate", "current", "bank", "meadow", "miller", "season", "harvest", "bread", "oven"]
 
 
 def documents(rng, count):
@@ -42,17 +40,35 @@ def pristine(tmp_path_factory):
     store_dir = home.store("t", "2026.01.01")
     cells, stats = {}, {}
     for cell, cell_texts in texts.items():
-        docs = [(np.asarray(tokenizer.encode(text).ids + [eos], dtype=np.uint16), i % 2) for i, text in enumerate(cell_texts)]
+        docs = [
+            (np.asarray(tokenizer.encode(text).ids + [eos], dtype=np.uint16), i % 2)
+            for i, text in enumerate(cell_texts)
+        ]
         lengths = np.asarray([len(d) for d, _ in docs], dtype=np.int64)
-        columns = {"shard": np.zeros(len(docs), np.int64), "document": np.arange(len(docs)),
-                   "token_start": np.concatenate([[0], np.cumsum(lengths)[:-1]]), "tokens": lengths,
-                   "source": [SOURCES[s] for _, s in docs], "id": [f"{cell}-{i}" for i in range(len(docs))],
-                   "origin": [f"/corpus/{cell}.jsonl"] * len(docs), "position": np.arange(1, len(docs) + 1)}
+        columns = {
+            "shard": np.zeros(len(docs), np.int64),
+            "document": np.arange(len(docs)),
+            "token_start": np.concatenate([[0], np.cumsum(lengths)[:-1]]),
+            "tokens": lengths,
+            "source": [SOURCES[s] for _, s in docs],
+            "id": [f"{cell}-{i}" for i in range(len(docs))],
+            "origin": [f"/corpus/{cell}.jsonl"] * len(docs),
+            "position": np.arange(1, len(docs) + 1),
+        }
         part = write_trace_part(store_dir / "cells" / cell, 0, columns, shards=1)
         cells[cell], stats[cell] = [docs], {"trace": {"parts": [part]}}
-    write_store(home, "t", "2026.01.01", cells, SOURCES, vocab_size=tokenizer.get_vocab_size(), eos_id=eos,
-                fingerprint=tokenizer_fingerprint(tokenizer_file), tokenizer_path="tokenizer/tokenizer.json",
-                cell_stats=stats)
+    write_store(
+        home,
+        "t",
+        "2026.01.01",
+        cells,
+        SOURCES,
+        vocab_size=tokenizer.get_vocab_size(),
+        eos_id=eos,
+        fingerprint=tokenizer_fingerprint(tokenizer_file),
+        tokenizer_path="tokenizer/tokenizer.json",
+        cell_stats=stats,
+    )
     (store_dir / "tokenizer").mkdir()
     shutil.copyfile(tokenizer_file, store_dir / "tokenizer" / "tokenizer.json")
     build_mixture(home, tokens=32 * 8 * 4, seq_len=32, global_batch=8)
@@ -99,14 +115,38 @@ def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine
     assert f"FAIL {target}: sha256 differs" in out, out
     assert "Traceback" not in err
 
-    code, out, err = run(capsys, "--home", str(home.root), "loader", "peek", "default", "--revision",
-                         "uniform-sampling", "--step", "0", "--decode", "--json")
+    code, out, err = run(
+        capsys,
+        "--home",
+        str(home.root),
+        "loader",
+        "peek",
+        "default",
+        "--revision",
+        "uniform-sampling",
+        "--step",
+        "0",
+        "--decode",
+        "--json",
+    )
     if fault == "trace part":  # the tokenizer is fine: a step whose samples touch c00q0 reads its part
         for step in range(1, 4):
             if code != 0:
                 break
-            code, out, err = run(capsys, "--home", str(home.root), "loader", "peek", "default", "--revision",
-                                 "uniform-sampling", "--step", str(step), "--decode", "--json")
+            code, out, err = run(
+                capsys,
+                "--home",
+                str(home.root),
+                "loader",
+                "peek",
+                "default",
+                "--revision",
+                "uniform-sampling",
+                "--step",
+                str(step),
+                "--decode",
+                "--json",
+            )
     assert code == 2, out
     assert str(target) in err and len(err.strip().splitlines()) == 1, err
     assert target.read_bytes() == before, "reading must change nothing"
@@ -118,8 +158,20 @@ def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine
 def test_pristine_store_verifies_and_decodes_with_its_sources(pristine, capsys):
     code, out, err = run(capsys, "--home", str(pristine.root), "store", "verify", "t/2026.01.01", "--json")
     assert code == 0, out + err
-    code, out, err = run(capsys, "--home", str(pristine.root), "loader", "peek", "default", "--revision",
-                         "uniform-sampling", "--step", "0", "--decode", "--json")
+    code, out, err = run(
+        capsys,
+        "--home",
+        str(pristine.root),
+        "loader",
+        "peek",
+        "default",
+        "--revision",
+        "uniform-sampling",
+        "--step",
+        "0",
+        "--decode",
+        "--json",
+    )
     assert code == 0, err
     samples = json.loads(out)["samples"]
     assert {d["source"] for s in samples for d in s["documents"]} <= set(SOURCES)
@@ -144,8 +196,19 @@ def test_the_run_page_says_where_its_prompts_came_from(pristine, tmp_path, capsy
     (tmp_path / "prompts.txt").write_text("the river mill\nflour and bread\n")
     path = tmp_path / "prompted.toml"
     path.write_text(tomli_w.dumps(config))
-    code, _out, err = run(capsys, "--home", str(home.root), "train", "run", str(path), "--steps", "2", "--run",
-                          "prompted", "--no-progress")
+    code, _out, err = run(
+        capsys,
+        "--home",
+        str(home.root),
+        "train",
+        "run",
+        str(path),
+        "--steps",
+        "2",
+        "--run",
+        "prompted",
+        "--no-progress",
+    )
     assert code == 0, err
     records = read_samples(home.run("prompted"))
     source = str((tmp_path / "prompts.txt").resolve())

@@ -11,8 +11,7 @@ import pytest
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import STAGE_LABELS, run_pipeline
-from testkit.corpus import config_text, make_corpus
-from testkit.corpus import store_files
+from testkit.corpus import config_text, make_corpus, store_files
 
 VERSION = "2026.02.01"
 CELL_STAGES = """
@@ -37,7 +36,10 @@ def reference(tmp_path_factory):
 def _killed_run(config_path, home, stage, delay):
     return subprocess.run(
         [sys.executable, "-m", "tests.drills.kill_harness", str(config_path), str(home), stage, f"{delay:.3f}"],
-        env={**os.environ, "PYTHONPATH": os.getcwd()}, capture_output=True, start_new_session=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        capture_output=True,
+        start_new_session=True,
+        timeout=300,
     )
 
 
@@ -60,7 +62,8 @@ def test_sigkill_in_each_stage_then_rerun_gives_the_identical_store(reference, t
         pytest.fail(f"the run outran every kill point in stage {stage}")
     rerun = subprocess.run(
         [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config_path), "--json"],
-        capture_output=True, timeout=300,
+        capture_output=True,
+        timeout=300,
     )
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
     assert store_files(final) == store_files(expected)

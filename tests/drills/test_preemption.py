@@ -19,8 +19,7 @@ import pytest
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from testkit.corpus import config_text, make_corpus
-from testkit.corpus import store_files
+from testkit.corpus import config_text, make_corpus, store_files
 from trainer.loop import train
 
 STEPS = 16
@@ -28,8 +27,14 @@ ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
 
 
 def _millrace(home, *args):
-    return subprocess.Popen([sys.executable, "-m", "millrace", "--home", str(home), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=ENV)
+    return subprocess.Popen(
+        [sys.executable, "-m", "millrace", "--home", str(home), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=ENV,
+    )
 
 
 def _logged_steps(run_dir) -> list[int]:
@@ -43,8 +48,13 @@ def _losses(run_dir) -> dict[int, float]:
 
 
 def _json(home, *args):
-    done = subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), *args, "--json"],
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), *args, "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     return json.loads(done.stdout)
 
 
@@ -70,16 +80,19 @@ def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues
     last = err.strip().splitlines()[-1]
     stopped = int(last.split("after step ")[1].split(",")[0])
     assert 2 <= stopped < STEPS
-    assert last == (f"terminated: run {run} stopped by SIGTERM after step {stopped}, checkpoint step {stopped} "
-                    f"written; continue it with: millrace train {config} --mixture default --revision "
-                    f"uniform-sampling --run {run} --resume")
+    assert last == (
+        f"terminated: run {run} stopped by SIGTERM after step {stopped}, checkpoint step {stopped} "
+        f"written; continue it with: millrace train {config} --mixture default --revision "
+        f"uniform-sampling --run {run} --resume"
+    )
     run_dir = home.run(run)
     assert (run_dir / "checkpoints" / f"step-{stopped:08d}").is_dir()
     assert not list((run_dir / "checkpoints").glob(".tmp-step-*"))
     assert _json(home.root, "train", "status", run)["state"] == "interrupted"
 
-    killed = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume",
-                       "--no-progress")
+    killed = _millrace(
+        home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume", "--no-progress"
+    )
     while killed.poll() is None and len(_logged_steps(run_dir)) <= stopped:
         time.sleep(0.005)
     os.killpg(killed.pid, signal.SIGKILL)  # no word, no status written: the heartbeat's holder is gone
@@ -89,8 +102,9 @@ def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues
     rows = {row["run"]: row for row in _json(home.root, "runs", "list")["runs"]}
     assert rows[run]["status"] == "stale"
 
-    resumed = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume",
-                        "--no-progress")
+    resumed = _millrace(
+        home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume", "--no-progress"
+    )
     _, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err[-3000:]
     expected, got = _losses(home.run("term-straight")), _losses(run_dir)
@@ -108,9 +122,14 @@ def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(t
     final = home / "stores" / "local" / "2026.05.01"
     delay = 0.2
     for _ in range(4):
-        stopped = subprocess.run([sys.executable, "-m", "tests.drills.term_harness", str(home), str(config),
-                                  "tokenize", f"{delay:.3f}"], capture_output=True, text=True, env=ENV,
-                                 start_new_session=True, timeout=300)
+        stopped = subprocess.run(
+            [sys.executable, "-m", "tests.drills.term_harness", str(home), str(config), "tokenize", f"{delay:.3f}"],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            start_new_session=True,
+            timeout=300,
+        )
         if stopped.returncode == 143:
             break
         assert stopped.returncode == 0, stopped.stderr[-3000:]
@@ -122,11 +141,18 @@ def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(t
     # the timer starts with tokenize; on a loaded machine the signal can land in a later stage. The pool's
     # resource tracker, signalled with the group, may warn of leaked semaphores after millrace's last line.
     said = [line for line in stopped.stderr.strip().splitlines() if "resource_tracker" not in line]
-    assert re.fullmatch(rf"terminated: pipeline stopped in stage (tokenize|decontaminate|split|assemble); finished "
-                        rf"tasks are kept, continue with: millrace pipeline run {re.escape(str(config))}",
-                        said[-1]), stopped.stderr[-3000:]
+    assert re.fullmatch(
+        rf"terminated: pipeline stopped in stage (tokenize|decontaminate|split|assemble); finished "
+        rf"tasks are kept, continue with: millrace pipeline run {re.escape(str(config))}",
+        said[-1],
+    ), stopped.stderr[-3000:]
     assert not (final / "store.json").exists()
-    rerun = subprocess.run([sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config),
-                            "--json"], capture_output=True, text=True, env=ENV, timeout=300)
+    rerun = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert store_files(final) == store_files(expected)

@@ -22,7 +22,9 @@ def test_a_response_without_a_target_uri_is_an_error_naming_file_and_record(tmp_
     (tmp_path / "web").mkdir()
     write_warc(tmp_path / "web" / "a.warc.gz", gz=True)
     source = SourceConfig(name="web", paths=[str(tmp_path / "web")], format="warc")
-    with pytest.raises(BadInputFile, match=r"a\.warc\.gz: record 5 \(<urn:uuid:.*\): a response without WARC-Target-URI"):
+    with pytest.raises(
+        BadInputFile, match=r"a\.warc\.gz: record 5 \(<urn:uuid:.*\): a response without WARC-Target-URI"
+    ):
         read_source(tmp_path, source)
 
 
@@ -33,8 +35,9 @@ def test_a_truncated_warc_gz_is_a_bad_file(tmp_path):
     whole.write_bytes(whole.read_bytes()[: whole.stat().st_size * 3 // 4])
     with pytest.raises(BadInputFile, match=r"a\.warc\.gz: cannot read source 'web' file to its end"):
         read_source(tmp_path, SourceConfig(name="web", paths=[str(tmp_path / "web")], format="warc"))
-    _, counts, listing = read_source(tmp_path, SourceConfig(name="web", paths=[str(tmp_path / "web")], format="warc",
-                                                            on_bad_file="skip"))
+    _, counts, listing = read_source(
+        tmp_path, SourceConfig(name="web", paths=[str(tmp_path / "web")], format="warc", on_bad_file="skip")
+    )
     assert [b["file"] for b in counts["bad_files"]] == [str(whole)]
     assert listing[-1]["reason"] == "bad_file"
 
@@ -43,7 +46,9 @@ def test_a_utf8_bom_does_not_make_the_first_record_malformed(tmp_path):
     (tmp_path / "d").mkdir()
     lines = [json.dumps({"id": str(i), "text": f"record {i}"}) for i in range(3)]
     (tmp_path / "d" / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
-    documents, _counts, listing = read_source(tmp_path, SourceConfig(name="d", paths=[str(tmp_path / "d")], format="jsonl"))
+    documents, _counts, listing = read_source(
+        tmp_path, SourceConfig(name="d", paths=[str(tmp_path / "d")], format="jsonl")
+    )
     assert [d.id for d in documents] == ["d/0", "d/1", "d/2"] and listing == []
 
 
@@ -77,8 +82,13 @@ def test_a_huge_line_is_dropped_while_reading_in_bounded_memory(tmp_path, compre
         if compression == "zstd":
             out.flush(zstandard.FLUSH_FRAME)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    done = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(tmp_path / "d"), str(tmp_path)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(tmp_path / "d"), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert result["kept"] == ["d/small", "d/after"]

@@ -44,8 +44,12 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def moto_endpoint():
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -93,8 +97,12 @@ class FaultProxy(BaseHTTPRequestHandler):
     def _forward(self, truncate=False):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         upstream = http.client.HTTPConnection(*self.server.upstream, timeout=10)
-        upstream.request(self.command, self.path, body=body or None,
-                         headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+        upstream.request(
+            self.command,
+            self.path,
+            body=body or None,
+            headers={k: v for k, v in self.headers.items() if k.lower() != "host"},
+        )
         response = upstream.getresponse()
         data = response.read()
         self.send_response(response.status)
@@ -128,30 +136,57 @@ def proxy(moto_endpoint):
 @pytest.fixture(scope="module")
 def copied(moto_endpoint, tmp_path_factory):
     import boto3
+
     from millrace.home import Home
 
     for key, value in CREDENTIALS.items():
         os.environ.setdefault(key, value)
-    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="millrace")
+    boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket="millrace")
     home = Home.resolve(tmp_path_factory.mktemp("remote-faults"))
     store = make_store(home, CELLS, RANDOM, shards=2)
     manifest = make_manifest(home, store, [{"a": 24, "b": 8}], seq_len=64)
-    assert millrace(["--home", str(home.root), "store", "copy", "t/2026.01.01", URL, "--option=key=testing",
-                     "--option=secret=testing",
-                     f"--option=client_kwargs={{\"endpoint_url\": \"{moto_endpoint}\"}}"]) == 0
+    assert (
+        millrace(
+            [
+                "--home",
+                str(home.root),
+                "store",
+                "copy",
+                "t/2026.01.01",
+                URL,
+                "--option=key=testing",
+                "--option=secret=testing",
+                f'--option=client_kwargs={{"endpoint_url": "{moto_endpoint}"}}',
+            ]
+        )
+        == 0
+    )
     return manifest
 
 
 def through(proxy) -> dict:
     port = proxy.server_address[1]
-    return {"key": "testing", "secret": "testing",
-            "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}}
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+    }
 
 
 def stream(manifest, proxy, cache, **options) -> MixtureStream:
-    return MixtureStream(manifest, store_url=URL, storage_options=through(proxy), prefetch=0,
-                         read_options=ReadOptions(cache_dir=cache, **options))
+    return MixtureStream(
+        manifest,
+        store_url=URL,
+        storage_options=through(proxy),
+        prefetch=0,
+        read_options=ReadOptions(cache_dir=cache, **options),
+    )
 
 
 @pytest.mark.slow

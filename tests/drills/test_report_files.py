@@ -31,13 +31,15 @@ def test_a_killed_builds_temporary_page_is_removed_by_the_next_build(tmp_path, c
     assert (home.site / "index.html").exists()
 
 
-def test_a_malformed_alert_record_is_skipped_with_a_warning_naming_file_and_line(
-        small_home, tmp_path, capsys, caplog):  # noqa: F811
+def test_a_malformed_alert_record_is_skipped_with_a_warning_naming_file_and_line(small_home, tmp_path, capsys, caplog):
     home, _ = factory.copy_as_live(small_home, tmp_path / "home")
     metrics = home.run("live") / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    bad = {**records[-1], "step": records[-1]["step"] + 1,
-           "alerts": {"started": [{"message": "grad norm 9.1 > 2.0"}], "active": ["grad_norm"], "ended": []}}
+    bad = {
+        **records[-1],
+        "step": records[-1]["step"] + 1,
+        "alerts": {"started": [{"message": "grad norm 9.1 > 2.0"}], "active": ["grad_norm"], "ended": []},
+    }
     metrics.write_text(metrics.read_text() + json.dumps(bad) + "\n")
     line = len(records) + 1
     with caplog.at_level(logging.WARNING, logger="reports"):
@@ -45,8 +47,10 @@ def test_a_malformed_alert_record_is_skipped_with_a_warning_naming_file_and_line
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
     said = [r.getMessage() for r in caplog.records if "malformed alert" in r.getMessage()]
-    assert said and set(said) == {f"{metrics}:{line}: skipped a malformed alert record (an 'alerts.started' entry "
-                                  "is not an object with a 'name')"}, said
+    assert said and set(said) == {
+        f"{metrics}:{line}: skipped a malformed alert record (an 'alerts.started' entry "
+        "is not an object with a 'name')"
+    }, said
     page = (home.site / "runs" / "live" / "index.html").read_text()
     assert "grad norm 9.1" not in page
     assert millrace(["train", "status", "live", "--home", str(home.root), "--json"]) == 3  # grad_norm is active

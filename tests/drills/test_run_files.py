@@ -31,8 +31,18 @@ def held(tmp_path_factory):
 
 
 def _args(config, home, run, *extra):
-    return ["train", str(config), "--home", str(home.root), "--run", run, "--no-progress", "--checkpoint-every", "2",
-            *extra]
+    return [
+        "train",
+        str(config),
+        "--home",
+        str(home.root),
+        "--run",
+        run,
+        "--no-progress",
+        "--checkpoint-every",
+        "2",
+        *extra,
+    ]
 
 
 def _errors(err: str) -> list[str]:
@@ -46,12 +56,16 @@ def _records(path):
 @pytest.mark.slow
 def test_torn_last_lines_are_cut_back_to_the_checkpoint_on_resume(held, tiny_config, caplog, capsys):
     home = held
-    config = tiny_config(eval={"every": 2, "max_sequences": 2, "batch_sequences": 4},
-                         samples={"every": 2, "max_new_tokens": 4})
+    config = tiny_config(
+        eval={"every": 2, "max_sequences": 2, "batch_sequences": 4}, samples={"every": 2, "max_new_tokens": 4}
+    )
     assert millrace(_args(config, home, "torn", "--steps", "4")) == 0
     run_dir = home.run("torn")
     before = {name: _records(run_dir / name) for name in STREAMS}
-    assert {r["step"] for r in before["eval.jsonl"]} == {2, 4} and {r["step"] for r in before["samples.jsonl"]} == {2, 4}
+    assert {r["step"] for r in before["eval.jsonl"]} == {2, 4} and {r["step"] for r in before["samples.jsonl"]} == {
+        2,
+        4,
+    }
     shutil.rmtree(run_dir / "checkpoints" / "step-00000004")  # the crash came before step 4's checkpoint ...
     for name in STREAMS:  # ... in the middle of writing each stream's last line
         data = (run_dir / name).read_bytes()
@@ -66,8 +80,9 @@ def test_torn_last_lines_are_cut_back_to_the_checkpoint_on_resume(held, tiny_con
     assert [r["step"] for r in after["metrics.jsonl"]] == [1, 2, 3, 4]
     assert [r["loss"] for r in after["metrics.jsonl"]] == [r["loss"] for r in before["metrics.jsonl"]]
     assert [r["step"] for r in after["eval.jsonl"]] == [2, 4]
-    assert [(r["step"], r["prompt_id"], r["temperature"]) for r in after["samples.jsonl"]] == \
-        [(r["step"], r["prompt_id"], r["temperature"]) for r in before["samples.jsonl"]]
+    assert [(r["step"], r["prompt_id"], r["temperature"]) for r in after["samples.jsonl"]] == [
+        (r["step"], r["prompt_id"], r["temperature"]) for r in before["samples.jsonl"]
+    ]
 
 
 @pytest.mark.slow

@@ -23,10 +23,15 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("drill-ladder")
     home = Home.resolve(root / "home")
     make_store(home, CELLS, held_out=6)
-    new_revision(home, "default", "natural", "t", strategy="natural", seq_len=32, global_batch=8,
-                 phases=["main:60000"])
+    new_revision(
+        home, "default", "natural", "t", strategy="natural", seq_len=32, global_batch=8, phases=["main:60000"]
+    )
     build(home, "default", "natural")
-    path = write_ladder(root / "pins.toml", "pins", "natural", """[rules]
+    path = write_ladder(
+        root / "pins.toml",
+        "pins",
+        "natural",
+        """[rules]
 widths = [8, 12]
 layers = [1, 1]
 tokens_per_active_param = 2
@@ -38,7 +43,8 @@ max_sequences = 4
 asymptote = 1.0
 [here]
 peak_flops = 1e10
-""")
+""",
+    )
     run_ladder(path, home)
     return home
 

@@ -61,7 +61,9 @@ def test_damaged_shard_is_named_by_verify_and_by_the_loader(pristine, tmp_path, 
 
     verify = subprocess.run(
         [sys.executable, "-m", "millrace", "--home", str(home.root), "store", "verify", "t/2026.01.01"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert verify.returncode != 0
     assert target.name in verify.stdout + verify.stderr
@@ -72,7 +74,9 @@ def test_damaged_shard_is_named_by_verify_and_by_the_loader(pristine, tmp_path, 
 
     manifest = next(home.stores.glob("t/*/mixtures/default/uniform-sampling/manifest.json"))
     stream = MixtureStream(manifest, prefetch=0)  # reads no shard file
-    pattern = re.escape(f"{target}: bytes [0, {target.stat().st_size}) differ") if fault in FLIPS else re.escape(str(target))
+    pattern = (
+        re.escape(f"{target}: bytes [0, {target.stat().st_size}) differ") if fault in FLIPS else re.escape(str(target))
+    )
     with pytest.raises(ArtifactError, match=pattern):
         for step in range(stream.steps):  # the damage is named when a sample first touches it
             stream.batch(step)
@@ -83,6 +87,8 @@ def test_damaged_shard_is_named_by_verify_and_by_the_loader(pristine, tmp_path, 
 def test_pristine_store_verifies(pristine):
     verify = subprocess.run(
         [sys.executable, "-m", "millrace", "--home", str(pristine.root), "store", "verify", "t/2026.01.01", "--json"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert verify.returncode == 0, verify.stderr

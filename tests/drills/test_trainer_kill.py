@@ -15,9 +15,26 @@ STEPS, EVERY = 16, 4
 
 def _train(config, home, run, *extra):
     return subprocess.Popen(
-        [sys.executable, "-m", "millrace", "--home", str(home.root), "train", str(config), "--run", run,
-         "--steps", str(STEPS), "--checkpoint-every", str(EVERY), "--no-progress", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "millrace",
+            "--home",
+            str(home.root),
+            "train",
+            str(config),
+            "--run",
+            run,
+            "--steps",
+            str(STEPS),
+            "--checkpoint-every",
+            str(EVERY),
+            "--no-progress",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
 

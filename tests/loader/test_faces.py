@@ -36,19 +36,42 @@ def test_index_only_mode_on_a_stats_only_manifest(plan):
 
 
 def test_peek_json_index_only(plan, home, capsys):
-    assert millrace(["loader", "peek", "plan", "--revision", "p1", "--step", "3", "--rank", "1", "--world", "2",
-                     "--json", "--home", str(home.root)]) == 0
+    assert (
+        millrace(
+            [
+                "loader",
+                "peek",
+                "plan",
+                "--revision",
+                "p1",
+                "--step",
+                "3",
+                "--rank",
+                "1",
+                "--world",
+                "2",
+                "--json",
+                "--home",
+                str(home.root),
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert len(report["samples"]) == 32 and report["index_only"]
     assert [s["position"] for s in report["samples"]] == list(range(3 * 64 + 32, 4 * 64))
-    assert all(set(s) == {"position", "cell", "sequence", "epoch", "digest"} and s["digest"] is None
-               for s in report["samples"])
+    assert all(
+        set(s) == {"position", "cell", "sequence", "epoch", "digest"} and s["digest"] is None
+        for s in report["samples"]
+    )
 
 
 def test_peek_with_tokens_and_errors(built, capsys):
     home, path = built
-    assert millrace(["loader", "peek", "mix", "--revision", "r1", "--step", "26", "--json",
-                     "--home", str(home.root)]) == 0
+    assert (
+        millrace(["loader", "peek", "mix", "--revision", "r1", "--step", "26", "--json", "--home", str(home.root)])
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     stream = MixtureStream(path)
     batch = stream.batch(26)
@@ -57,8 +80,24 @@ def test_peek_with_tokens_and_errors(built, capsys):
     assert all(len(s["digest"]) == 16 for s in report["samples"]) and report["phase"] == "phase1"
     assert millrace(["loader", "peek", "mix", "--revision", "r1", "--step", "0", "--home", str(home.root)]) == 0
     assert "phase0" in capsys.readouterr().out
-    assert millrace(["loader", "peek", "mix", "--revision", "r1", "--step", "1", "--decode", "--json",
-                     "--home", str(home.root)]) == 0
+    assert (
+        millrace(
+            [
+                "loader",
+                "peek",
+                "mix",
+                "--revision",
+                "r1",
+                "--step",
+                "1",
+                "--decode",
+                "--json",
+                "--home",
+                str(home.root),
+            ]
+        )
+        == 0
+    )
     decoded = json.loads(capsys.readouterr().out)["samples"]
     first = stream.batch(1).input_ids[0][:3]
     assert decoded[0]["text"].startswith(" ".join("<eos>" if t == 1 else f"w{t}" for t in first))
@@ -101,14 +140,20 @@ def test_reference_plan_built_by_mixtures_runs_index_only(home):
     from mixtures.build import build
     from pipeline.store.format import write_stats_only_store
 
-    stats = json.loads((Path(__file__).resolve().parents[2] / "mixtures/examples/reference/available_tokens.json")
-                       .read_text())["available_tokens"]
+    stats = json.loads(
+        (Path(__file__).resolve().parents[2] / "mixtures/examples/reference/available_tokens.json").read_text()
+    )["available_tokens"]
     write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)
     stream = MixtureStream(build(home, "reference", "two-phase"))
     assert stream.index_only and len(stream.cell_names) == 200
     assert stream.manifest.total_sequences * stream.manifest.seq_len >= 18_750_000_000_000 - 4096 * 2048
-    for step in (0, 390_000, stream.manifest.phases[1].start_step - 1, stream.manifest.phases[1].start_step,
-                 stream.steps - 1):
+    for step in (
+        0,
+        390_000,
+        stream.manifest.phases[1].start_step - 1,
+        stream.manifest.phases[1].start_step,
+        stream.steps - 1,
+    ):
         index = stream.index(step)
         assert (index.sequences < stream.schedule.sequences_available[index.cell_ids]).all()
     phase = stream.manifest.phases[0]
@@ -116,7 +161,8 @@ def test_reference_plan_built_by_mixtures_runs_index_only(home):
     n = 390_000 * stream.manifest.global_batch
     assert max(abs(realised[c] - n * phase.counts.get(c, 0) / phase.sequences) for c in stream.cell_names) < 2
     assert stream.realised_counts(stream.steps) == {
-        c: sum(p.counts.get(c, 0) for p in stream.manifest.phases) for c in stream.cell_names}
+        c: sum(p.counts.get(c, 0) for p in stream.manifest.phases) for c in stream.cell_names
+    }
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -137,7 +183,9 @@ def test_data_loader_workers_yield_each_step_once_in_order_and_state_follows_the
     for item in taken:  # every field, packed in this process from what the workers gathered
         expected = batch_tensors(reference.batch(int(item["step"])))
         assert sorted(item) == sorted(expected) and "sources" in item
-        assert all(torch.equal(item[key], expected[key]) and item[key].dtype == expected[key].dtype for key in expected)
+        assert all(
+            torch.equal(item[key], expected[key]) and item[key].dtype == expected[key].dtype for key in expected
+        )
     del items
     rest = [int(item["step"]) for item in MixtureDataLoader(dataset, num_workers=workers)]
     assert rest == list(range(10, reference.steps)) and dataset.state_dict()["step"] == reference.steps

@@ -32,7 +32,10 @@ def documents(rng, count: int) -> list[tuple[np.ndarray, int]]:
 @pytest.fixture
 def store(home):
     rng = np.random.default_rng(3)
-    cells = {"x": [documents(rng, 1300) for _ in range(3)], "y": [documents(rng, 90)]}  # x: ~190 KB (3 chunks) per .bin
+    cells = {
+        "x": [documents(rng, 1300) for _ in range(3)],
+        "y": [documents(rng, 90)],
+    }  # x: ~190 KB (3 chunks) per .bin
     return write_store(home, "gather", "2026.01.01", cells, ["a", "b", "c"], vocab_size=VOCAB, eos_id=EOS)
 
 
@@ -45,8 +48,9 @@ def all_windows(stream: MixtureStream, cell: str, epoch: int) -> tuple[np.ndarra
 @pytest.mark.slow
 @pytest.mark.parametrize("run", [1, 5])  # 5: runs of documents, the last of each block short (37 = 7 x 5 + 2)
 def test_every_window_of_several_epochs_equals_the_rebuilt_epoch_stream(home, store, run):
-    path = make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK, document_run=run,
-                         revision=f"run{run}")
+    path = make_manifest(
+        home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK, document_run=run, revision=f"run{run}"
+    )
     stream = MixtureStream(path, prefetch=0)
     assert stream._space.cells[stream.cell_names.index("x")].table.tokens[0] * 2 > 1 << 16  # several chunks
     for cell in ("x", "y"):
@@ -66,8 +70,9 @@ def test_a_flipped_byte_in_a_later_chunk_is_named_with_that_chunks_range(home, s
     assert len(raw) > 70_000
     raw[70_000] ^= 0x01
     victim.write_bytes(bytes(raw))
-    stream = MixtureStream(make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK),
-                           prefetch=0)
+    stream = MixtureStream(
+        make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK), prefetch=0
+    )
     with pytest.raises(ArtifactError, match=f"{victim}: bytes \\[65536, {min(len(raw), 1 << 17)}\\) differ"):
         all_windows(stream, "x", 1)
 
@@ -79,14 +84,25 @@ def test_segments_from_the_pieces_equal_segments_after_each_eos_over_four_epochs
     from loader.packing import pack, pack_segments
 
     run = 6
-    stream = MixtureStream(make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK,
-                                         document_run=run, revision="segments"), prefetch=0)
+    stream = MixtureStream(
+        make_manifest(
+            home,
+            store,
+            [{"x": 40, "y": 8}],
+            seq_len=SEQ_LEN,
+            document_block=BLOCK,
+            document_run=run,
+            revision="segments",
+        ),
+        prefetch=0,
+    )
     x = stream.cell_names.index("x")
     sequences = np.arange(0, stream.manifest.cells["x"].sequences_available, 7)
     for epoch in range(4):
         tokens, sources = epoch_stream(store, "x", stream.manifest.seed, epoch, BLOCK, run)
-        windows, starts, segment_sources = stream._space.gather(np.full(sequences.size, x), sequences,
-                                                                np.full(sequences.size, epoch), True)
+        windows, starts, segment_sources = stream._space.gather(
+            np.full(sequences.size, x), sequences, np.full(sequences.size, epoch), True
+        )
         expected = tokens[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN + 1)]
         assert np.array_equal(windows, expected)
         ids, labels, got_segments, got_positions, got_sources = pack_segments(windows, starts, segment_sources)

@@ -29,16 +29,27 @@ def documents(rng, count, sentinel=False):
 def held_out(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("validation-home"))
     rng = np.random.default_rng(5)
-    cells = {"c00q0": [documents(rng, 80), documents(rng, 40)], "c01q1": [documents(rng, 90)],
-             "c02q0": [documents(rng, 60)]}
+    cells = {
+        "c00q0": [documents(rng, 80), documents(rng, 40)],
+        "c01q1": [documents(rng, 90)],
+        "c02q0": [documents(rng, 60)],
+    }
     validation = {"c00q0": documents(rng, 6, True), "c01q1": documents(rng, 3, True), "c02q0": documents(rng, 4, True)}
     write_store(home, "v", "2026.01.01", cells, SOURCES, vocab_size=VOCAB, eos_id=EOS, validation=validation)
     # c02q0 has weight 0 in this revision: its held-out shard must be pinned all the same
     from mixtures.build import build
     from mixtures.new import new_revision
 
-    new_revision(home, "mix", "two", "v", phases=["main:2560:explicit"], seq_len=16, global_batch=4,
-                 weights={"c00q0": 0.5, "c01q1": 0.5, "c02q0": 0.0})
+    new_revision(
+        home,
+        "mix",
+        "two",
+        "v",
+        phases=["main:2560:explicit"],
+        seq_len=16,
+        global_batch=4,
+        weights={"c00q0": 0.5, "c01q1": 0.5, "c02q0": 0.0},
+    )
     return home, build(home, "mix", "two"), validation
 
 
@@ -47,7 +58,9 @@ def test_every_cell_held_out_shard_is_pinned_and_read_back_exactly(held_out):
     manifest, _ = read_manifest(path)
     assert sorted(manifest.cells) == ["c00q0", "c01q1"]  # what trains
     assert sorted(manifest.validation) == ["c00q0", "c01q1", "c02q0"]  # what is evaluated
-    assert all(entry.kind == "cell" and entry.directory == f"cells/{name}" for name, entry in manifest.validation.items())
+    assert all(
+        entry.kind == "cell" and entry.directory == f"cells/{name}" for name, entry in manifest.validation.items()
+    )
     sequences = ValidationSequences(path, max_sequences=10_000)
     for index, entry in enumerate(sequences.entries):
         expected = np.concatenate([doc for doc, _ in validation[entry.name]])

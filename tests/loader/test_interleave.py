@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mixtures.interleave import Interleaver
 
@@ -27,9 +28,9 @@ def check_every_prefix(counts: list[int]) -> float:
     return worst
 
 
-counts_strategy = st.lists(
-    st.one_of(st.integers(0, 3), st.integers(0, 400)), min_size=1, max_size=60
-).filter(lambda c: sum(c) > 0)
+counts_strategy = st.lists(st.one_of(st.integers(0, 3), st.integers(0, 400)), min_size=1, max_size=60).filter(
+    lambda c: sum(c) > 0
+)
 
 
 @pytest.mark.slow

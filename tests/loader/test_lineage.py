@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from loader import MixtureStream
@@ -27,7 +26,9 @@ def sample_keys(stream: MixtureStream, step: int) -> list[tuple[str, int, int]]:
 def test_steps_before_the_switch_are_the_parents(streams):
     parent, child = streams["natural"], streams["swap"]
     for step in range(AT_STEP):
-        assert [s["digest"] for s in peek(parent, step)["samples"]] == [s["digest"] for s in peek(child, step)["samples"]]
+        assert [s["digest"] for s in peek(parent, step)["samples"]] == [
+            s["digest"] for s in peek(child, step)["samples"]
+        ]
         assert sample_keys(parent, step) == sample_keys(child, step)
     assert sample_keys(parent, AT_STEP) != sample_keys(child, AT_STEP)
 
@@ -72,7 +73,9 @@ def test_no_cell_sequence_epoch_repeats_across_the_switch(streams):
     for epoch in epochs[:-1]:
         assert {q for cell, e, q in seen if cell == "c02q0" and e == epoch} == set(range(small))
     before = {(e, q) for step in range(AT_STEP) for cell, e, q in sample_keys(child, step) if cell == "c02q0"}
-    after = {(e, q) for step in range(AT_STEP, child.steps) for cell, e, q in sample_keys(child, step) if cell == "c02q0"}
+    after = {
+        (e, q) for step in range(AT_STEP, child.steps) for cell, e, q in sample_keys(child, step) if cell == "c02q0"
+    }
     assert before and after and not before & after
 
 
@@ -109,16 +112,21 @@ def test_a_grandchild_at_a_phase_boundary_or_before_its_parents_switch(tmp_path,
     """At 330 the child's own phase ends (nothing is cut); at 100 the child's already-cut parent phase is cut again."""
     home = lineage_home(tmp_path / "home")
     child = MixtureStream(api.build(home, "mix", "swap"), prefetch=0)
-    text = (CHILD.replace('revision = "swap"', 'revision = "g"')
-            .replace(f'revision = "natural"\nat_step = {AT_STEP}', f'revision = "swap"\nat_step = {at_step}')
-            .replace("c00q0 = 0.2", "c00q0 = 0.7").replace("c01q1 = 0.3", "c01q1 = 0.2").replace("c02q0 = 0.5", "c02q0 = 0.1"))
+    text = (
+        CHILD.replace('revision = "swap"', 'revision = "g"')
+        .replace(f'revision = "natural"\nat_step = {AT_STEP}', f'revision = "swap"\nat_step = {at_step}')
+        .replace("c00q0 = 0.2", "c00q0 = 0.7")
+        .replace("c01q1 = 0.3", "c01q1 = 0.2")
+        .replace("c02q0 = 0.5", "c02q0 = 0.1")
+    )
     write_revision(home, text, "g")
     grandchild = MixtureStream(api.build(home, "mix", "g"), prefetch=0)
     for step in range(at_step):
         assert sample_keys(grandchild, step) == sample_keys(child, step)
     ranges = [(r["revision"], r["start_step"]) for r in grandchild.manifest.revision_ranges()]
-    assert ranges == ([("natural", 0), ("swap", AT_STEP), ("g", at_step)] if at_step > AT_STEP
-                      else [("natural", 0), ("g", at_step)])
+    assert ranges == (
+        [("natural", 0), ("swap", AT_STEP), ("g", at_step)] if at_step > AT_STEP else [("natural", 0), ("g", at_step)]
+    )
     cut = [p for p in grandchild.manifest.phases if p.prefix_of is not None]
     assert len(cut) == 1 and cut[0].prefix_of == child.manifest.phases[0].prefix_of  # the original interleaving
     seen = set()

@@ -28,12 +28,21 @@ def s3(tmp_path_factory):
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    options = {"key": "testing", "secret": "testing", "skip_instance_cache": True,
-               "client_kwargs": {"endpoint_url": f"http://{host}:{port}", "region_name": "us-east-1"}}
+    options = {
+        "key": "testing",
+        "secret": "testing",
+        "skip_instance_cache": True,
+        "client_kwargs": {"endpoint_url": f"http://{host}:{port}", "region_name": "us-east-1"},
+    }
     import boto3
 
-    boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1", aws_access_key_id="testing",
-                 aws_secret_access_key="testing").create_bucket(Bucket="millrace")
+    boto3.client(
+        "s3",
+        endpoint_url=f"http://{host}:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ).create_bucket(Bucket="millrace")
     yield options
     server.stop()
 
@@ -46,15 +55,23 @@ def copied(s3, tmp_path_factory):
     store = make_store(home, CELLS, RANDOM, shards=3)
     manifest = make_manifest(home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], seq_len=64)
     url = "s3://millrace/stores/t/2026.01.01"
-    options = [f"--option=key={s3['key']}", f"--option=secret={s3['secret']}",
-               f"--option=client_kwargs={{\"endpoint_url\": \"{s3['client_kwargs']['endpoint_url']}\"}}"]
+    options = [
+        f"--option=key={s3['key']}",
+        f"--option=secret={s3['secret']}",
+        f'--option=client_kwargs={{"endpoint_url": "{s3["client_kwargs"]["endpoint_url"]}"}}',
+    ]
     assert millrace(["--home", str(home.root), "store", "copy", "t/2026.01.01", url, *options]) == 0
     return home, manifest, url
 
 
 def remote_stream(manifest, url, s3, tmp_path, **options) -> MixtureStream:
-    return MixtureStream(manifest, store_url=url, storage_options=s3, prefetch=2,
-                         read_options=ReadOptions(cache_dir=tmp_path / "cache", **options))
+    return MixtureStream(
+        manifest,
+        store_url=url,
+        storage_options=s3,
+        prefetch=2,
+        read_options=ReadOptions(cache_dir=tmp_path / "cache", **options),
+    )
 
 
 @pytest.mark.slow

@@ -25,10 +25,23 @@ def many_shard_store(home, cells: int, shards: int, documents: int = 40) -> Path
     rng = np.random.default_rng(3)
     layout = {}
     for c in range(cells):
-        layout[f"c{c:02d}"] = [[(np.append(rng.integers(2, 400, size=int(n)), EOS).astype(np.uint16), 0)
-                                for n in rng.integers(1, 12, size=documents)] for _ in range(shards)]
-    root = write_store(home, "many", "2026.01.01", layout, ["only"], vocab_size=500, eos_id=EOS,
-                       tokenizer_path="tokenizer/tokenizer.json")
+        layout[f"c{c:02d}"] = [
+            [
+                (np.append(rng.integers(2, 400, size=int(n)), EOS).astype(np.uint16), 0)
+                for n in rng.integers(1, 12, size=documents)
+            ]
+            for _ in range(shards)
+        ]
+    root = write_store(
+        home,
+        "many",
+        "2026.01.01",
+        layout,
+        ["only"],
+        vocab_size=500,
+        eos_id=EOS,
+        tokenizer_path="tokenizer/tokenizer.json",
+    )
     write_tokenizer(root / "tokenizer" / "tokenizer.json")
     return root
 
@@ -59,8 +72,14 @@ print(json.dumps({"opened_at_start": opened, "most_open": most, "steps": stream.
 
 
 def stream_all(manifest: Path, limit: int, max_open: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", STREAM_ALL, str(limit), str(max_open), str(manifest)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", STREAM_ALL, str(limit), str(max_open), str(manifest)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"},
+    )
 
 
 @pytest.mark.slow
@@ -93,22 +112,52 @@ def test_built_manifest_stays_small_at_200_cells_of_2000_shards(home):
     """The mixtures room's own build over a store whose cells list 2,000 shards each (tables only)."""
     from mixtures.build import build
     from mixtures.new import new_revision
-    from pipeline.store.format import (CellManifest, CellSummary, ShardTable, StoreManifest, TokenizerInfo,
-                                       write_cell_manifest, write_store_manifest)
+    from pipeline.store.format import (
+        CellManifest,
+        CellSummary,
+        ShardTable,
+        StoreManifest,
+        TokenizerInfo,
+        write_cell_manifest,
+        write_store_manifest,
+    )
 
     root = home.store("ref", "2026.01.01")
     shards = 2000
-    table = ShardTable(names=[f"shard-{i:05d}" for i in range(shards)], documents=[200_000] * shards,
-                       tokens=[1 << 28] * shards, digests=[f"{i:032x}" for i in range(shards)], sources=True)
+    table = ShardTable(
+        names=[f"shard-{i:05d}" for i in range(shards)],
+        documents=[200_000] * shards,
+        tokens=[1 << 28] * shards,
+        digests=[f"{i:032x}" for i in range(shards)],
+        sources=True,
+    )
     summaries = {}
     for c in range(200):
         cell = f"c{c // 5:02d}q{c % 5}"
-        manifest = CellManifest(cell=cell, dtype="int32", tokenizer_fingerprint="t", documents=200_000 * shards,
-                                tokens=shards << 28, bytes=0, shards=table)
-        summaries[cell] = CellSummary(documents=manifest.documents, tokens=manifest.tokens,
-                                      manifest_hash=write_cell_manifest(root / "cells" / cell, manifest))
-    write_store_manifest(root, StoreManifest(name="ref", version="2026.01.01", dtype="int32", cells=summaries,
-                                             tokenizer=TokenizerInfo(fingerprint="t", vocab_size=1 << 17, eos_id=0)))
+        manifest = CellManifest(
+            cell=cell,
+            dtype="int32",
+            tokenizer_fingerprint="t",
+            documents=200_000 * shards,
+            tokens=shards << 28,
+            bytes=0,
+            shards=table,
+        )
+        summaries[cell] = CellSummary(
+            documents=manifest.documents,
+            tokens=manifest.tokens,
+            manifest_hash=write_cell_manifest(root / "cells" / cell, manifest),
+        )
+    write_store_manifest(
+        root,
+        StoreManifest(
+            name="ref",
+            version="2026.01.01",
+            dtype="int32",
+            cells=summaries,
+            tokenizer=TokenizerInfo(fingerprint="t", vocab_size=1 << 17, eos_id=0),
+        ),
+    )
     new_revision(home, "ref", "uniform", "ref", strategy="uniform", seq_len=4096, global_batch=11264)
     path = build(home, "ref", "uniform")
     assert path.stat().st_size <= 1 << 20, f"{path.stat().st_size} bytes"
@@ -124,11 +173,20 @@ def tagged_store(home, documents: int, sources: int, shards: int = 2) -> Path:
     tokens are all j + 2 (then EOS), so a window names the documents it holds."""
     rng = np.random.default_rng(11)
     source_of = np.sort(rng.integers(0, sources, size=documents))
-    docs = [(np.append(np.full(int(rng.integers(3, 30)), j + 2), EOS).astype(np.uint16), int(source_of[j]))
-            for j in range(documents)]
+    docs = [
+        (np.append(np.full(int(rng.integers(3, 30)), j + 2), EOS).astype(np.uint16), int(source_of[j]))
+        for j in range(documents)
+    ]
     per = -(-documents // shards)
-    return write_store(home, "tagged", "2026.01.01", {"x": [docs[i : i + per] for i in range(0, documents, per)]},
-                       [f"s{i}" for i in range(sources)], vocab_size=documents + 2, eos_id=EOS)
+    return write_store(
+        home,
+        "tagged",
+        "2026.01.01",
+        {"x": [docs[i : i + per] for i in range(0, documents, per)]},
+        [f"s{i}" for i in range(sources)],
+        vocab_size=documents + 2,
+        eos_id=EOS,
+    )
 
 
 def window_documents(stream: MixtureStream, epoch: int) -> list[list[int]]:
@@ -151,15 +209,22 @@ def test_a_repeated_cells_windows_differ_between_epochs(home, run):
     """Per document (run 1) each epoch brings new neighbours; in runs, neighbours inside a run stay (the store's
     keyed order, and attention is masked per document), but each epoch's windows are cut elsewhere."""
     store = tagged_store(home, documents=3000, sources=4)
-    stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run,
-                                         revision=f"run{run}"), prefetch=0)
+    stream = MixtureStream(
+        make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run, revision=f"run{run}"),
+        prefetch=0,
+    )
     windows = [window_documents(stream, e) for e in range(3)]
     for before, after in itertools.pairwise(windows):
         shared = adjacent_pairs(before) & adjacent_pairs(after)
         assert len(shared) / len(adjacent_pairs(after)) <= 0.25 if run == 1 else 1 - 2 / run
     sequences = np.arange(stream.manifest.cells["x"].sequences_available)
-    tokens = [{w.tobytes() for w in stream._space.read(np.zeros_like(sequences), sequences,
-                                                        np.full_like(sequences, e), False)[0]} for e in range(3)]
+    tokens = [
+        {
+            w.tobytes()
+            for w in stream._space.read(np.zeros_like(sequences), sequences, np.full_like(sequences, e), False)[0]
+        }
+        for e in range(3)
+    ]
     for before, after in itertools.pairwise(tokens):
         assert len(before & after) / len(after) <= 0.05  # the same window of tokens seldom comes twice
     # every document appears in every epoch, exactly once across the windows (windows overlap by one token)
@@ -185,12 +250,23 @@ def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path,
     sorted_rate = float(np.mean(np.sort(sources)[1:] == np.sort(sources)[:-1]))
     assert sorted_rate > 0.9  # what key order gave
 
-    docs = [(np.append(np.full(int(rng.integers(3, 30)), j + 2), EOS).astype(np.uint16), int(ordered[j]))
-            for j in range(ordered.size)]
-    store = write_store(home, "hashed", "2026.01.01", {"x": [docs[:2000], docs[2000:]]}, ["a", "b", "c"],
-                        vocab_size=ordered.size + 2, eos_id=EOS)
-    stream = MixtureStream(make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run,
-                                         revision=f"run{run}"), prefetch=0)
+    docs = [
+        (np.append(np.full(int(rng.integers(3, 30)), j + 2), EOS).astype(np.uint16), int(ordered[j]))
+        for j in range(ordered.size)
+    ]
+    store = write_store(
+        home,
+        "hashed",
+        "2026.01.01",
+        {"x": [docs[:2000], docs[2000:]]},
+        ["a", "b", "c"],
+        vocab_size=ordered.size + 2,
+        eos_id=EOS,
+    )
+    stream = MixtureStream(
+        make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run, revision=f"run{run}"),
+        prefetch=0,
+    )
     pairs = [pair for e in range(2) for docs in window_documents(stream, e) for pair in itertools.pairwise(docs)]
     same = np.mean([ordered[a] == ordered[b] for a, b in pairs])
     assert abs(same - random_rate) <= 0.1 * random_rate, (same, random_rate)

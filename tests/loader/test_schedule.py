@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loader.permutation import permutation
 from loader.schedule import Schedule
@@ -16,18 +17,42 @@ def manifest_of(available: list[int], phases: list[list[int]], seed: int = 5) ->
     built, position = [], 0
     for p, counts in enumerate(phases):
         sequences = sum(counts)
-        built.append(ManifestPhase(name=f"p{p}", token_budget=sequences, start_position=position,
-                                   sequences=sequences, start_step=position // BATCH, steps=sequences // BATCH,
-                                   counts={n: c for n, c in zip(names, counts) if c},
-                                   declared_weights={n: c / sequences for n, c in zip(names, counts)}))
+        built.append(
+            ManifestPhase(
+                name=f"p{p}",
+                token_budget=sequences,
+                start_position=position,
+                sequences=sequences,
+                start_step=position // BATCH,
+                steps=sequences // BATCH,
+                counts={n: c for n, c in zip(names, counts) if c},
+                declared_weights={n: c / sequences for n, c in zip(names, counts)},
+            )
+        )
         position += sequences
-    cells = {n: ManifestCell(name=n, available_tokens=a * 8 + 1, documents=1, sequences_available=a,
-                             cell_manifest_hash=None, shards=0) for n, a in zip(names, available)}
-    return BuiltManifest(mixture="m", revision="r", revision_hash="x",
-                         store=StoreRef(name="s", version="v", manifest_hash="h", stats_only=True),
-                         tokenizer_fingerprint=None, dtype=None, eos_id=None, seed=seed, seq_len=8,
-                         global_batch=BATCH, epoch_cap=8.0, cells=cells, phases=built,
-                         total_sequences=position, total_steps=position // BATCH)
+    cells = {
+        n: ManifestCell(
+            name=n, available_tokens=a * 8 + 1, documents=1, sequences_available=a, cell_manifest_hash=None, shards=0
+        )
+        for n, a in zip(names, available)
+    }
+    return BuiltManifest(
+        mixture="m",
+        revision="r",
+        revision_hash="x",
+        store=StoreRef(name="s", version="v", manifest_hash="h", stats_only=True),
+        tokenizer_fingerprint=None,
+        dtype=None,
+        eos_id=None,
+        seed=seed,
+        seq_len=8,
+        global_batch=BATCH,
+        epoch_cap=8.0,
+        cells=cells,
+        phases=built,
+        total_sequences=position,
+        total_steps=position // BATCH,
+    )
 
 
 @st.composite

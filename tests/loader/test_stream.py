@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_digests(*args: str) -> list:
-    result = subprocess.run([sys.executable, "-m", "testkit.batches", *args], cwd=ROOT,
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "testkit.batches", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     return json.loads(result.stdout)
 
 
@@ -90,8 +91,15 @@ def test_rank_slices_union_to_the_global_batch(built):
         ranks = [MixtureStream(path, rank=r, world=world) for r in range(world)]
         for step in (0, BOUNDARY_STEP - 1, BOUNDARY_STEP, whole.steps - 1):
             full, parts = whole.batch(step), [r.batch(step) for r in ranks]
-            for field in ("input_ids", "labels", "segment_ids", "positions", "cell_ids", "sample_positions",
-                          "sources"):
+            for field in (
+                "input_ids",
+                "labels",
+                "segment_ids",
+                "positions",
+                "cell_ids",
+                "sample_positions",
+                "sources",
+            ):
                 assert (np.concatenate([getattr(p, field) for p in parts]) == getattr(full, field)).all()
             assert [cell for p in parts for cell in p.cells] == full.cells
     with pytest.raises(ConfigError, match="divide"):
@@ -124,8 +132,12 @@ def test_repeated_cell_epochs_are_distinct_full_permutations(built):
     d = stream.cell_names.index("d")
     available = stream.manifest.cells["d"].sequences_available
     index = [stream.index(s) for s in range(stream.steps)]
-    rows = [(int(i.draws[j]), int(i.epochs[j]), int(i.sequences[j]))
-            for i in index for j in range(i.cell_ids.size) if i.cell_ids[j] == d]
+    rows = [
+        (int(i.draws[j]), int(i.epochs[j]), int(i.sequences[j]))
+        for i in index
+        for j in range(i.cell_ids.size)
+        if i.cell_ids[j] == d
+    ]
     rows.sort()
     assert [r[0] for r in rows] == list(range(60))  # draws numbered across both phases
     epochs = {}
@@ -177,8 +189,9 @@ def test_window_spanning_two_shards(built):
     sequence = boundary // stream.seq_len
     assert sequence * stream.seq_len < boundary < (sequence + 1) * stream.seq_len + 1
     for epoch in (0, 3):
-        out, _ = stream._space.read(np.asarray([a, a]), np.asarray([sequence, sequence - 1]), np.asarray([epoch] * 2),
-                                    False)
+        out, _ = stream._space.read(
+            np.asarray([a, a]), np.asarray([sequence, sequence - 1]), np.asarray([epoch] * 2), False
+        )
         tokens, _ = cell_epoch(path, "a", epoch)
         for row, seq in enumerate((sequence, sequence - 1)):
             assert (out[row] == tokens[seq * stream.seq_len : seq * stream.seq_len + stream.seq_len + 1]).all()

@@ -12,7 +12,8 @@ from mixtures.strategies import StrategyError, water_fill
 weights_st = st.dictionaries(
     st.from_regex(r"c[0-9]{2}q[0-4]", fullmatch=True),
     st.one_of(st.floats(min_value=1e-9, max_value=1.0), st.floats(min_value=1e-7, max_value=1e-5)),
-    min_size=1, max_size=60,
+    min_size=1,
+    max_size=60,
 )
 
 
@@ -22,7 +23,7 @@ weights_st = st.dictionaries(
 def test_counts_sum_exactly_within_one_and_never_round_a_weight_away(weights, total):
     shares = exact_shares({c: Fraction(w) for c, w in weights.items()}, total)
     try:
-        counts = apportion(weights, total, lower={c: 1 for c in weights})
+        counts = apportion(weights, total, lower=dict.fromkeys(weights, 1))
     except Infeasible as exc:
         assert exc.reason == "tiny"
         assert exc.cells and all(shares[c] < 1 for c in exc.cells)
@@ -51,12 +52,14 @@ def test_unbounded_apportionment_is_largest_remainder(weights, total):
 def test_tiny_weights_that_cannot_all_get_a_sequence_are_named():
     weights = {"big": 1.0, **{f"c{i:02d}q0": 1e-6 for i in range(5)}}
     with pytest.raises(Infeasible) as info:
-        apportion(weights, 3, lower={c: 1 for c in weights})
+        apportion(weights, 3, lower=dict.fromkeys(weights, 1))
     assert info.value.reason == "tiny" and set(info.value.cells) == {f"c{i:02d}q0" for i in range(5)}
     with pytest.raises(Infeasible):  # one would need "big" a whole 5 sequences under its share
-        apportion(weights, 100, lower={c: 1 for c in weights})
-    assert apportion(weights, 10**7, lower={c: 1 for c in weights}) == {
-        "big": 10**7 - 50, **{f"c{i:02d}q0": 10 for i in range(5)}}
+        apportion(weights, 100, lower=dict.fromkeys(weights, 1))
+    assert apportion(weights, 10**7, lower=dict.fromkeys(weights, 1)) == {
+        "big": 10**7 - 50,
+        **{f"c{i:02d}q0": 10 for i in range(5)},
+    }
     # A share under one sequence is raised to one when the others' remainders allow it.
     assert apportion({"a": 0.5, "b": 0.5, "t": 1e-6}, 3, lower={"a": 1, "b": 1, "t": 1}) == {"a": 1, "b": 1, "t": 1}
 
@@ -71,7 +74,8 @@ def test_upper_bounds_are_honoured_or_named():
 capacities_st = st.dictionaries(
     st.from_regex(r"c[0-9]{2}q[0-4]", fullmatch=True),
     st.tuples(st.integers(min_value=0, max_value=10**9), st.floats(min_value=0.0, max_value=1e6)),
-    min_size=1, max_size=60,
+    min_size=1,
+    max_size=60,
 )
 
 

@@ -24,8 +24,17 @@ VERSION = EVEN.version
 
 
 def write_revision(home: Home, mixture: str, revision: str, phases: list[dict], **extra) -> Path:
-    doc = {"mixture": mixture, "revision": revision, "seed": 7, "seq_len": 128, "global_batch": 8,
-           "epoch_cap": 4.0, "store": {"name": "local"}, "phases": phases, **extra}
+    doc = {
+        "mixture": mixture,
+        "revision": revision,
+        "seed": 7,
+        "seq_len": 128,
+        "global_batch": 8,
+        "epoch_cap": 4.0,
+        "store": {"name": "local"},
+        "phases": phases,
+        **extra,
+    }
     path = home.revisions / mixture / f"{revision}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(tomli_w.dumps(doc))
@@ -73,9 +82,12 @@ def test_build_is_idempotent_and_refuses_a_changed_revision(store_home):
     path.write_text("# a comment\n" + path.read_text())
     assert mixtures.build_result(store_home, "mine", "r1").manifest_hash == first.manifest_hash
     # Same inputs in another home give the same manifest hash.
-    write_revision(store_home, "mine", "r1", [{"name": "main", "tokens": 40960,
-                                               "weights": {"c00q0": 0.6, "c*q4": 0.4}}])
-    with pytest.raises(ConfigError, match=r"r1.toml: revision mine/r1 was already built from a different file.*new revision"):
+    write_revision(
+        store_home, "mine", "r1", [{"name": "main", "tokens": 40960, "weights": {"c00q0": 0.6, "c*q4": 0.4}}]
+    )
+    with pytest.raises(
+        ConfigError, match=r"r1.toml: revision mine/r1 was already built from a different file.*new revision"
+    ):
         mixtures.build(store_home, "mine", "r1")
     assert first.path.read_bytes() == before
 
@@ -113,9 +125,16 @@ def test_concurrent_builds_give_one_complete_manifest(store_home):
 def test_concurrent_builds_of_different_files_under_one_name_let_one_win(store_home, tmp_path):
     files = []
     for index, weight in enumerate((0.3, 0.7)):
-        doc = {"mixture": "mine", "revision": "race", "seed": 1, "seq_len": 128, "global_batch": 8,
-               "epoch_cap": 4.0, "store": {"name": "local"},
-               "phases": [{"name": "main", "tokens": 40960, "weights": {"c00q0": weight, "c01q0": 1 - weight}}]}
+        doc = {
+            "mixture": "mine",
+            "revision": "race",
+            "seed": 1,
+            "seq_len": 128,
+            "global_batch": 8,
+            "epoch_cap": 4.0,
+            "store": {"name": "local"},
+            "phases": [{"name": "main", "tokens": 40960, "weights": {"c00q0": weight, "c01q0": 1 - weight}}],
+        }
         path = tmp_path / f"race{index}.toml"
         path.write_text(tomli_w.dumps(doc))
         files.append(path)
@@ -145,11 +164,18 @@ def test_two_hundred_cells_with_tiny_weights_are_all_represented_or_named(home):
     tiny = names[::17]
     zero = names[1:3]
     rest = [name for name in names if name not in tiny and name not in zero]
-    weights = {name: 1e-6 for name in tiny} | {name: 0.0 for name in zero}
+    weights = dict.fromkeys(tiny, 1e-06) | dict.fromkeys(zero, 0.0)
     weights |= {name: (1 - 1e-6 * len(tiny)) / len(rest) for name in rest}
-    doc = {"mixture": "big", "revision": "tiny", "seed": 1, "seq_len": 4096, "global_batch": 1024,
-           "epoch_cap": 8.0, "store": {"name": "big"},
-           "phases": [{"name": "main", "tokens": 10**13, "weights": weights}]}
+    doc = {
+        "mixture": "big",
+        "revision": "tiny",
+        "seed": 1,
+        "seq_len": 4096,
+        "global_batch": 1024,
+        "epoch_cap": 8.0,
+        "store": {"name": "big"},
+        "phases": [{"name": "main", "tokens": 10**13, "weights": weights}],
+    }
     path = home.revisions / "big" / "tiny.toml"
     path.parent.mkdir(parents=True)
     path.write_text(tomli_w.dumps(doc))
@@ -193,7 +219,7 @@ def test_reference_scale_example_validates_builds_and_plans_fast(home, capsys):
     assert main(["--home", str(home.root), "mix", "plan", "reference", "--revision", "two-phase", "--json"]) == 0
     cpu_seconds = time.process_time() - start
     out = capsys.readouterr().out
-    assert json.loads(out[out.index("\n{") + 1:])["max_epochs"] <= 8
+    assert json.loads(out[out.index("\n{") + 1 :])["max_epochs"] <= 8
     assert cpu_seconds < 2.0
     result = mixtures.plan(home, "reference", "two-phase")
     assert [p["name"] for p in result["phases"]] == ["pretrain", "cooldown"]
@@ -243,18 +269,43 @@ def test_plan_diff_and_list_through_the_cli(store_home, capsys):
     assert "uniform-sampling" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("strategy, extra", [
-    ("natural", []),
-    ("uniform", []),
-    ("temperature", ["--temperature", "3"]),
-    ("quality-tilt", ["--tilt", "q0=0.5,q4=2"]),
-    ("explicit", ["--weight", "c*q4=0.5", "--weight", "c00q0=0.5"]),
-])
+@pytest.mark.parametrize(
+    "strategy, extra",
+    [
+        ("natural", []),
+        ("uniform", []),
+        ("temperature", ["--temperature", "3"]),
+        ("quality-tilt", ["--tilt", "q0=0.5,q4=2"]),
+        ("explicit", ["--weight", "c*q4=0.5", "--weight", "c00q0=0.5"]),
+    ],
+)
 def test_new_writes_a_valid_pinned_revision_for_each_strategy(store_home, capsys, strategy, extra):
     root = str(store_home.root)
-    args = ["--home", root, "mix", "new", "mine", "--revision", f"r-{strategy}", "--store", "local",
-            "--strategy", strategy, "--phase", "main:64K", "--phase", "cooldown:16K:uniform@c*q3,c*q4",
-            "--seq-len", "128", "--global-batch", "8", "--epoch-cap", "4", *extra, "--json"]
+    args = [
+        "--home",
+        root,
+        "mix",
+        "new",
+        "mine",
+        "--revision",
+        f"r-{strategy}",
+        "--store",
+        "local",
+        "--strategy",
+        strategy,
+        "--phase",
+        "main:64K",
+        "--phase",
+        "cooldown:16K:uniform@c*q3,c*q4",
+        "--seq-len",
+        "128",
+        "--global-batch",
+        "8",
+        "--epoch-cap",
+        "4",
+        *extra,
+        "--json",
+    ]
     assert main(args) == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out)
     path = store_home.revisions / "mine" / f"r-{strategy}.toml"
@@ -283,8 +334,17 @@ def test_new_writes_a_valid_pinned_revision_for_each_strategy(store_home, capsys
 
 
 def test_new_symbolic_keeps_the_strategy(store_home):
-    path = mixtures.new_revision(store_home, "mine", "sym", "local", strategy="uniform", phases=["main:64K"],
-                                 seq_len=128, global_batch=8, symbolic=True)
+    path = mixtures.new_revision(
+        store_home,
+        "mine",
+        "sym",
+        "local",
+        strategy="uniform",
+        phases=["main:64K"],
+        seq_len=128,
+        global_batch=8,
+        symbolic=True,
+    )
     text = path.read_text()
     assert 'strategy = "uniform"' in text and "version" not in text.split("[store]")[1].split("[[")[0]
     assert mixtures.build(store_home, "mine", "sym").exists()
@@ -294,8 +354,13 @@ def test_newest_store_version_is_used_unless_pinned(store_home):
     make_store(store_home, {k: v * 2 for k, v in grid().items()}, EVEN, version="2026.12.01")
     manifest, _ = read_manifest(mixtures.build(store_home, "default", "natural"))
     assert manifest.store.version == "2026.12.01"
-    pinned = write_revision(store_home, "mine", "old", [{"name": "main", "tokens": 40960, "strategy": "natural"}],
-                            store={"name": "local", "version": VERSION})
+    pinned = write_revision(
+        store_home,
+        "mine",
+        "old",
+        [{"name": "main", "tokens": 40960, "strategy": "natural"}],
+        store={"name": "local", "version": VERSION},
+    )
     manifest, _ = read_manifest(mixtures.build(store_home, "mine", "old"))
     assert manifest.store.version == VERSION and pinned.exists()
 
@@ -311,20 +376,23 @@ def test_an_altered_cell_manifest_is_named_and_nothing_is_written(store_home):
     assert not list(store_home.stores.glob("local/*/mixtures/default/natural/*"))
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--store", "nosuch"], "no store 'nosuch'"),
-    (["--store", "local/1999.01.01"], "1999.01.01"),
-    (["--store", "local", "--phase", "main"], "NAME:TOKENS"),
-    (["--store", "local", "--phase", "main:lots"], "token budget 'lots'"),
-    (["--store", "local", "--phase", "main:1.5"], "whole number"),
-    (["--store", "local", "--phase", "main:64K:random"], "unknown strategy 'random'"),
-    (["--store", "local", "--strategy", "temperature"], "--temperature"),
-    (["--store", "local", "--strategy", "quality-tilt", "--tilt", "q0"], "--tilt 'q0'"),
-    (["--store", "local", "--strategy", "explicit"], "--weight"),
-    (["--store", "local", "--strategy", "explicit", "--weight", "c00q0=0.5"], "sum to 0.5"),
-    (["--store", "local", "--phase", "main:100G"], "epoch cap"),
-    (["--store", "local", "--seq-len", "0"], "'seq_len'"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--store", "nosuch"], "no store 'nosuch'"),
+        (["--store", "local/1999.01.01"], "1999.01.01"),
+        (["--store", "local", "--phase", "main"], "NAME:TOKENS"),
+        (["--store", "local", "--phase", "main:lots"], "token budget 'lots'"),
+        (["--store", "local", "--phase", "main:1.5"], "whole number"),
+        (["--store", "local", "--phase", "main:64K:random"], "unknown strategy 'random'"),
+        (["--store", "local", "--strategy", "temperature"], "--temperature"),
+        (["--store", "local", "--strategy", "quality-tilt", "--tilt", "q0"], "--tilt 'q0'"),
+        (["--store", "local", "--strategy", "explicit"], "--weight"),
+        (["--store", "local", "--strategy", "explicit", "--weight", "c00q0=0.5"], "sum to 0.5"),
+        (["--store", "local", "--phase", "main:100G"], "epoch cap"),
+        (["--store", "local", "--seq-len", "0"], "'seq_len'"),
+    ],
+)
 def test_new_refuses_bad_requests_in_one_line(store_home, capsys, args, fragment):
     code = main(["--home", str(store_home.root), "mix", "new", "mine", "--revision", "bad", *args])
     err = capsys.readouterr().err
@@ -345,9 +413,22 @@ def test_build_json_reports_the_manifest(store_home, capsys):
 
 @pytest.mark.slow
 def test_concurrent_mix_build_commands_leave_one_complete_manifest(store_home):
-    command = [sys.executable, "-m", "millrace", "--home", str(store_home.root), "mix", "build", "default",
-               "--revision", "natural", "--json"]
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    command = [
+        sys.executable,
+        "-m",
+        "millrace",
+        "--home",
+        str(store_home.root),
+        "mix",
+        "build",
+        "default",
+        "--revision",
+        "natural",
+        "--json",
+    ]
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)
+    ]
     outputs = [process.communicate(timeout=60) for process in processes]
     assert all(process.returncode == 0 for process in processes), outputs
     reports = [json.loads(out) for out, _ in outputs]

@@ -30,13 +30,16 @@ def test_build_pins_the_parent_and_at_step(lineage):
     child, digest = read_manifest(mixtures.build(lineage, "mix", "swap"))
     assert child.at_step == AT_STEP
     assert [(a.revision, a.manifest_hash, a.shared_steps) for a in child.ancestors] == [
-        ("natural", parent.manifest_hash, AT_STEP)]
+        ("natural", parent.manifest_hash, AT_STEP)
+    ]
     first, *own = child.phases
     assert (first.name, first.revision, first.start_step, first.steps) == ("natural/main", "natural", 0, AT_STEP)
     assert first.prefix_of == parent.manifest.phases[0].counts
     assert [p.start_step for p in own] == [AT_STEP, AT_STEP + own[0].steps]
-    assert child.revision_ranges() == [{"revision": "natural", "start_step": 0, "stop_step": AT_STEP},
-                                       {"revision": "swap", "start_step": AT_STEP, "stop_step": child.total_steps}]
+    assert child.revision_ranges() == [
+        {"revision": "natural", "start_step": 0, "stop_step": AT_STEP},
+        {"revision": "swap", "start_step": AT_STEP, "stop_step": child.total_steps},
+    ]
     # A manifest without lineage carries none of the lineage fields (its hash is what it was before lineage).
     text = parent.path.read_text()
     assert '"ancestors"' not in text and '"prefix_of"' not in text and '"revision": null' not in text
@@ -44,8 +47,23 @@ def test_build_pins_the_parent_and_at_step(lineage):
 
 
 def test_mix_new_continues_writes_a_pinned_child(lineage, capsys):
-    code, out, err = run_cli(capsys, lineage, "mix", "new", "mix", "--revision", "tilt", "--continues", "natural",
-                             "--at-step", "100", "--phase", "main:8K:uniform", "--phase", "cooldown:2K:uniform@c01*")
+    code, out, err = run_cli(
+        capsys,
+        lineage,
+        "mix",
+        "new",
+        "mix",
+        "--revision",
+        "tilt",
+        "--continues",
+        "natural",
+        "--at-step",
+        "100",
+        "--phase",
+        "main:8K:uniform",
+        "--phase",
+        "cooldown:2K:uniform@c01*",
+    )
     assert code == 0, err
     assert "continues natural at step 100" in out
     written = load_revision(lineage.revisions / "mix" / "tilt.toml")
@@ -71,26 +89,47 @@ def test_mix_new_continues_writes_a_pinned_child(lineage, capsys):
 
 def test_a_cycle_and_a_missing_parent_are_errors(lineage):
     write_revision(lineage, CHILD.replace('revision = "natural"', 'revision = "ghost"'), "swap")
-    with pytest.raises(ConfigError, match=r"swap.toml: revision mix/swap: field 'continues.revision': no revision 'ghost'"):
+    with pytest.raises(
+        ConfigError, match=r"swap.toml: revision mix/swap: field 'continues.revision': no revision 'ghost'"
+    ):
         mixtures.build(lineage, "mix", "swap")
     write_revision(lineage, CHILD.replace('revision = "natural"', 'revision = "late"'), "swap")
     with pytest.raises(ConfigError, match=r"field 'continues.revision': swap -> late -> swap is a cycle"):
         mixtures.build(lineage, "mix", "swap")
 
 
-@pytest.mark.parametrize("change, message", [
-    (("seq_len = 16", "seq_len = 32"), r"field 'seq_len': 32 differs from parent mix/natural \(.*natural.toml\)'s 16"),
-    (("global_batch = 8", "global_batch = 16"), r"field 'global_batch': 16 differs from parent"),
-    (("seed = 7", "seed = 8"), r"field 'seed': 8 differs from parent"),
-    ((f"at_step = {AT_STEP}", "at_step = 400"), r"field 'continues.at_step': 400 is not a step of parent .*steps 1\.\.399"),
-    ((f"at_step = {AT_STEP}", "at_step = 0"), r"field 'continues.at_step': Input should be greater than or equal to 1"),
-    ((f"at_step = {AT_STEP}", f"at_step = {AT_STEP}\nmanifest_hash = 'sha256:{'0' * 64}'"),
-     r"field 'continues.manifest_hash': sha256:0+ differs from parent"),
-    ((f"at_step = {AT_STEP}", f"at_step = {AT_STEP}\nstep = 3"), r"field 'continues.step': unknown option"),
-    (('name = "local"', 'name = "local"\nversion = "2027.01.01"'), r"field 'store.version': store local/2027.01.01 not found"),
-    (("c02q0 = 0.5", "c02q0 = 0.5\n[[phases]]\nname = 'more'\ntokens = 12800\nweights = { c02q0 = 1.0 }"),
-     r"phase 'more': field 'epoch_cap' cell 'c02q0': passes the epoch cap of 12: .* after \d+ drawn earlier"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            ("seq_len = 16", "seq_len = 32"),
+            r"field 'seq_len': 32 differs from parent mix/natural \(.*natural.toml\)'s 16",
+        ),
+        (("global_batch = 8", "global_batch = 16"), r"field 'global_batch': 16 differs from parent"),
+        (("seed = 7", "seed = 8"), r"field 'seed': 8 differs from parent"),
+        (
+            (f"at_step = {AT_STEP}", "at_step = 400"),
+            r"field 'continues.at_step': 400 is not a step of parent .*steps 1\.\.399",
+        ),
+        (
+            (f"at_step = {AT_STEP}", "at_step = 0"),
+            r"field 'continues.at_step': Input should be greater than or equal to 1",
+        ),
+        (
+            (f"at_step = {AT_STEP}", f"at_step = {AT_STEP}\nmanifest_hash = 'sha256:{'0' * 64}'"),
+            r"field 'continues.manifest_hash': sha256:0+ differs from parent",
+        ),
+        ((f"at_step = {AT_STEP}", f"at_step = {AT_STEP}\nstep = 3"), r"field 'continues.step': unknown option"),
+        (
+            ('name = "local"', 'name = "local"\nversion = "2027.01.01"'),
+            r"field 'store.version': store local/2027.01.01 not found",
+        ),
+        (
+            ("c02q0 = 0.5", "c02q0 = 0.5\n[[phases]]\nname = 'more'\ntokens = 12800\nweights = { c02q0 = 1.0 }"),
+            r"phase 'more': field 'epoch_cap' cell 'c02q0': passes the epoch cap of 12: .* after \d+ drawn earlier",
+        ),
+    ],
+)
 def test_a_child_that_breaks_the_lineage_is_one_line(lineage, change, message):
     path = write_revision(lineage, CHILD.replace(*change, 1), "swap")
     with pytest.raises(ConfigError, match=message) as caught:
@@ -112,10 +151,11 @@ def test_reference_shaped_swap_builds_plans_and_peeks_within_a_second(home):
     write_stats_only_store(home.store("reference", "2025.06.01"), "reference", "2025.06.01", stats)
     mixtures.build(home, "reference", "pre-swap")
     timings = {}
-    for name, action in (("build", lambda: mixtures.build(home, "reference", "swap-108000")),
-                         ("plan", lambda: mixtures.plan(home, "reference", "swap-108000")),
-                         ("peek", lambda: peek(MixtureStream(mixtures.build(home, "reference", "swap-108000"),
-                                                             prefetch=0), 390_250))):
+    for name, action in (
+        ("build", lambda: mixtures.build(home, "reference", "swap-108000")),
+        ("plan", lambda: mixtures.plan(home, "reference", "swap-108000")),
+        ("peek", lambda: peek(MixtureStream(mixtures.build(home, "reference", "swap-108000"), prefetch=0), 390_250)),
+    ):
         start = time.process_time()  # CPU time: fair on a machine shared with other work
         timings[name] = (action(), time.process_time() - start)
     assert all(seconds < 1.0 for _, seconds in timings.values()), timings

@@ -14,6 +14,7 @@ from testkit.stores import EVEN
 
 VERSION = EVEN.version
 
+
 def mutate(path, value):
     def apply(doc):
         target = doc
@@ -24,6 +25,7 @@ def mutate(path, value):
         else:
             target[path[-1]] = value
         return doc
+
     return apply
 
 
@@ -37,23 +39,29 @@ CASES = {
     "bool for int": (mutate(["seed"], True), ["field 'seed'"]),
     "float for int": (mutate(["global_batch"], 4.5), ["field 'global_batch'"]),
     "string weight": (mutate(["phases", 0, "weights", "c00q0"], "0.25"), ["phase 'main'", "'c00q0'"]),
-    "weights sum to 0.7": (mutate(["phases", 0, "weights"], {"c00q0": 0.2, "c01q*": 0.5}),
-                           ["phase 'main'", "'weights'", "0.7", "normalize"]),
+    "weights sum to 0.7": (
+        mutate(["phases", 0, "weights"], {"c00q0": 0.2, "c01q*": 0.5}),
+        ["phase 'main'", "'weights'", "0.7", "normalize"],
+    ),
     "weights sum over 1": (mutate(["phases", 0, "weights", "c00q0"], 0.2500001), ["sum to 1.0000001"]),
-    "unknown cell": (mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c99q9": 0.5}),
-                     ["phase 'main'", "'c99q9'", "no such cell"]),
-    "pattern matching nothing": (mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c7*": 0.5}),
-                                 ["'c7*'", "matches no non-empty cell"]),
+    "unknown cell": (
+        mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c99q9": 0.5}),
+        ["phase 'main'", "'c99q9'", "no such cell"],
+    ),
+    "pattern matching nothing": (
+        mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c7*": 0.5}),
+        ["'c7*'", "matches no non-empty cell"],
+    ),
     "NaN weight": (mutate(["phases", 0, "weights", "c00q0"], float("nan")), ["'c00q0'", "finite"]),
     "infinite weight": (mutate(["phases", 0, "weights", "c00q0"], float("inf")), ["'c00q0'", "finite"]),
-    "negative weight": (mutate(["phases", 0, "weights"], {"c00q0": -0.5, "c01q0": 1.5}),
-                        ["'c00q0'", "negative"]),
+    "negative weight": (mutate(["phases", 0, "weights"], {"c00q0": -0.5, "c01q0": 1.5}), ["'c00q0'", "negative"]),
     "all weights zero": (mutate(["phases", 0, "weights"], {"c00q0": 0.0}), ["every weight is zero"]),
     "empty weights": (mutate(["phases", 0, "weights"], {}), ["'weights'", "empty"]),
-    "empty cell with weight": (mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c09q0": 0.5}),
-                               ["'c09q0'", "empty"]),
-    "cell shorter than a sequence": (mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c09q1": 0.5}),
-                                     ["'c09q1'", "fewer than one sequence"]),
+    "empty cell with weight": (mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c09q0": 0.5}), ["'c09q0'", "empty"]),
+    "cell shorter than a sequence": (
+        mutate(["phases", 0, "weights"], {"c00q0": 0.5, "c09q1": 0.5}),
+        ["'c09q1'", "fewer than one sequence"],
+    ),
     "unknown option": (mutate(["epoc_cap"], 8), ["'epoc_cap'", "unknown option"]),
     "unknown phase option": (mutate(["phases", 1, "tempreature"], 2.0), ["phase 'cooldown'", "'tempreature'"]),
     "no phases": (mutate(["phases"], []), ["'phases'"]),
@@ -62,28 +70,39 @@ CASES = {
     "duplicate phase": (mutate(["phases", 1, "name"], "main"), ["'name'", "used twice"]),
     "unknown strategy": (mutate(["phases", 1, "strategy"], "random"), ["phase 'cooldown'", "'strategy'"]),
     "temperature missing": (mutate(["phases", 1, "strategy"], "temperature"), ["'temperature'", "required"]),
-    "bad tilt bucket": (lambda d: mutate(["phases", 1], {"name": "cooldown", "tokens": 8192, "strategy": "quality-tilt",
-                                                        "tilt": {"top": 2.0}})(d), ["'tilt'", "'top'"]),
-    "tilt bucket absent": (lambda d: mutate(["phases", 1], {"name": "cooldown", "tokens": 8192,
-                                                           "strategy": "quality-tilt", "tilt": {"q7": 2.0}})(d),
-                           ["phase 'cooldown'", "'q7'"]),
+    "bad tilt bucket": (
+        lambda d: mutate(
+            ["phases", 1], {"name": "cooldown", "tokens": 8192, "strategy": "quality-tilt", "tilt": {"top": 2.0}}
+        )(d),
+        ["'tilt'", "'top'"],
+    ),
+    "tilt bucket absent": (
+        lambda d: mutate(
+            ["phases", 1], {"name": "cooldown", "tokens": 8192, "strategy": "quality-tilt", "tilt": {"q7": 2.0}}
+        )(d),
+        ["phase 'cooldown'", "'q7'"],
+    ),
     "zero seq_len": (mutate(["seq_len"], 0), ["'seq_len'", "greater than 0"]),
     "negative tokens": (mutate(["phases", 0, "tokens"], -5), ["phase 'main'", "'tokens'"]),
     "negative epoch cap": (mutate(["epoch_cap"], -1.0), ["'epoch_cap'"]),
     "bad revision name": (mutate(["revision"], "a/b"), ["'revision'"]),
     "missing store": (mutate(["store", "name"], "nosuch"), ["'store.name'", "no store 'nosuch'"]),
     "missing store version": (mutate(["store", "version"], "1999.01.01"), ["'store.version'", "1999.01.01", VERSION]),
-    "store hash mismatch": (mutate(["store", "manifest_hash"], "sha256:" + "0" * 64),
-                            ["'store.manifest_hash'", "differs"]),
-    "epoch cap passed": (mutate(["phases", 0], {"name": "main", "tokens": 10**8, "weights": {"c00q0": 1.0}}),
-                         ["phase 'main'", "'epoch_cap'", "'c00q0'"]),
-    "weight too small for a sample": (mutate(["phases", 0, "weights"], {"c00q0": 1 - 3e-9, "c01q0": 1e-9,
-                                                                        "c02q0": 1e-9, "c00q1": 1e-9}),
-                                      ["phase 'main'", "no sample"]),
+    "store hash mismatch": (
+        mutate(["store", "manifest_hash"], "sha256:" + "0" * 64),
+        ["'store.manifest_hash'", "differs"],
+    ),
+    "epoch cap passed": (
+        mutate(["phases", 0], {"name": "main", "tokens": 10**8, "weights": {"c00q0": 1.0}}),
+        ["phase 'main'", "'epoch_cap'", "'c00q0'"],
+    ),
+    "weight too small for a sample": (
+        mutate(["phases", 0, "weights"], {"c00q0": 1 - 3e-9, "c01q0": 1e-9, "c02q0": 1e-9, "c00q1": 1e-9}),
+        ["phase 'main'", "no sample"],
+    ),
     "empty cells list": (mutate(["phases", 1, "cells"], []), ["'cells'", "empty"]),
     "cells list matching nothing": (mutate(["phases", 1, "cells"], ["x*"]), ["'cells'", "'x*'"]),
 }
-
 
 
 def run_cli(capsys, *args):
@@ -114,11 +133,14 @@ def test_malformed_revision_is_one_line_naming_it(revision_home, tmp_path, capsy
         assert fragment in lines[0], (fragment, lines[0])
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("mixture = \n", "not valid TOML"),
-    ("mixture = 'default'\nmixture = 'x'\n", "not valid TOML"),
-    ("\xff\xfe garbage", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("mixture = \n", "not valid TOML"),
+        ("mixture = 'default'\nmixture = 'x'\n", "not valid TOML"),
+        ("\xff\xfe garbage", "not valid TOML"),
+    ],
+)
 def test_unparsable_files_are_one_line(revision_home, tmp_path, capsys, text, fragment):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -149,8 +171,19 @@ def test_normalize_rescales_an_intended_partial_sum(revision_home, tmp_path, cap
     doc["phases"][0]["weights"] = {"c00q0": 0.2, "c01q*": 0.5}
     path = tmp_path / "r1.toml"
     path.write_text(tomli_w.dumps(doc))
-    code, out, err = run_cli(capsys, "--home", str(revision_home.root), "mix", "plan", "default", "--revision", "r1",
-                             "--file", str(path), "--json")
+    code, out, err = run_cli(
+        capsys,
+        "--home",
+        str(revision_home.root),
+        "mix",
+        "plan",
+        "default",
+        "--revision",
+        "r1",
+        "--file",
+        str(path),
+        "--json",
+    )
     assert code == 0, err
     plan = json.loads(out)
     assert plan["cells"]["c00q0"]["phases"]["main"]["declared_weight"] == pytest.approx(0.2 / 0.7)
@@ -161,8 +194,11 @@ def test_the_real_command_exits_non_zero_without_traceback(revision_home, tmp_pa
     doc["phases"][0]["weights"] = {"c00q0": 0.2, "c01q*": 0.5}
     path = tmp_path / "r1.toml"
     path.write_text(tomli_w.dumps(doc))
-    result = subprocess.run([sys.executable, "-m", "millrace", "--home", str(revision_home.root), "mix", "validate",
-                             str(path)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(revision_home.root), "mix", "validate", str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "sum to 0.7" in result.stderr and "phase 'main'" in result.stderr

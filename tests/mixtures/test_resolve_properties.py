@@ -13,7 +13,9 @@ from pipeline.store.format import Store, write_stats_only_store
 
 cells_st = st.dictionaries(
     st.builds(lambda d, q: f"c{d:02d}q{q}", st.integers(0, 39), st.integers(0, 4)),
-    st.integers(min_value=1, max_value=10**10), min_size=1, max_size=40,
+    st.integers(min_value=1, max_value=10**10),
+    min_size=1,
+    max_size=40,
 )
 
 
@@ -29,9 +31,15 @@ def scenarios(draw):
             raw[chosen[0]] = 1.0
         phases.append({"name": f"p{index}", "tokens": draw(st.integers(1, 10**11)), "weights": raw})
     return cells, {
-        "mixture": "m", "revision": "r", "seed": 0, "normalize": True,
-        "seq_len": draw(st.sampled_from([1, 7, 128, 4096])), "global_batch": draw(st.sampled_from([1, 8, 1024])),
-        "epoch_cap": draw(st.sampled_from([0.5, 1.0, 8.0])), "store": {"name": "s"}, "phases": phases,
+        "mixture": "m",
+        "revision": "r",
+        "seed": 0,
+        "normalize": True,
+        "seq_len": draw(st.sampled_from([1, 7, 128, 4096])),
+        "global_batch": draw(st.sampled_from([1, 8, 1024])),
+        "epoch_cap": draw(st.sampled_from([0.5, 1.0, 8.0])),
+        "store": {"name": "s"},
+        "phases": phases,
     }
 
 
@@ -48,13 +56,23 @@ def test_builds_are_exact_or_fail_naming_a_cell(tmp_path_factory, scenario):
         manifest = resolve(revision, store, "r.toml")
     except ConfigError as exc:
         message = str(exc)
-        event("refused: " + ("epoch cap" if "epoch_cap" in message else "no sample" if "no sample" in message
-                             else "short cell" if "fewer than one sequence" in message else "other"))
+        event(
+            "refused: "
+            + (
+                "epoch cap"
+                if "epoch_cap" in message
+                else "no sample"
+                if "no sample" in message
+                else "short cell"
+                if "fewer than one sequence" in message
+                else "other"
+            )
+        )
         assert "\n" not in message and "r.toml: revision m/r: phase 'p" in message
         assert any(f"'{name}'" in message for name in cells)
         return
     event("built")
-    drawn = {name: 0 for name in manifest.cells}
+    drawn = dict.fromkeys(manifest.cells, 0)
     for phase, spec in zip(manifest.phases, doc["phases"]):
         assert sum(phase.counts.values()) == phase.sequences and phase.sequences % doc["global_batch"] == 0
         mass = sum(Fraction(w) for w in spec["weights"].values())

@@ -11,11 +11,17 @@ from millrace.errors import ConfigError
 from testkit.revisions import base
 
 values = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
     st.lists(st.sampled_from(["c*q4", "c00q0", "x", "*"]), max_size=3),
-    st.dictionaries(st.sampled_from(["c00q0", "c*q4", "q4", "q0", "c09q0", "nope", ""]),
-                    st.one_of(st.floats(min_value=-2, max_value=2), st.just(float("nan"))), max_size=4),
+    st.dictionaries(
+        st.sampled_from(["c00q0", "c*q4", "q4", "q0", "c09q0", "nope", ""]),
+        st.one_of(st.floats(min_value=-2, max_value=2), st.just(float("nan"))),
+        max_size=4,
+    ),
 )
 
 
@@ -33,11 +39,19 @@ ALL_PATHS = [p for p in paths(base()) if p]
 EXTRA_KEYS = ["normalize", "description", "temperature", "tilt", "cells", "strategy", "weights", "bogus"]
 
 
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(st.tuples(st.sampled_from(ALL_PATHS + [("phases", i, k) for i in (0, 1) for k in EXTRA_KEYS]
-                                                + [(k,) for k in EXTRA_KEYS]),
-                                st.one_of(values, st.just("DELETE"))), min_size=1, max_size=3))
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.sampled_from(
+                ALL_PATHS + [("phases", i, k) for i in (0, 1) for k in EXTRA_KEYS] + [(k,) for k in EXTRA_KEYS]
+            ),
+            st.one_of(values, st.just("DELETE")),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_fuzzed_revisions_are_accepted_or_refused_in_one_line(revision_home, tmp_path_factory, edits):
     doc = copy.deepcopy(base())
     for path, value in edits:

@@ -54,8 +54,10 @@ def test_init_writes_a_config_that_loads(tmp_path, corpus):
     config = _load(tmp_path, text)
     assert [s.name for s in config.sources] == ["articles", "notes", "snippets"]
     assert config.source("snippets").kind == "code" and config.source("snippets").filters == []
-    result = CliRunner().invoke(__import__("pipeline.cli", fromlist=["pipeline"]).pipeline,
-                                ["init", str(corpus), "--out", str(tmp_path / "starter.toml")])
+    result = CliRunner().invoke(
+        __import__("pipeline.cli", fromlist=["pipeline"]).pipeline,
+        ["init", str(corpus), "--out", str(tmp_path / "starter.toml")],
+    )
     assert result.exit_code == 0 and (tmp_path / "starter.toml").read_text() == text
 
 

@@ -24,8 +24,9 @@ def test_ctrl_c_is_one_line_then_the_rerun_logs_steady_stage_lines(tmp_path):
     argv = [sys.executable, "-m", "millrace", "--home", str(tmp_path / "home"), "pipeline", "run", str(config)]
     env = {**os.environ, "MILLRACE_PROGRESS_SECONDS": "0.1", "PYTHONPATH": os.getcwd()}
     # a terminal's Ctrl-C goes to the whole process group: the command and datatrove's workers
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     task_logs = tmp_path / "home" / "work" / "local" / "2026.01.02" / "logs" / "1-filter" / "logs"
     deadline = time.monotonic() + 120
     while len(list(task_logs.glob("task_*.log"))) < 2 and time.monotonic() < deadline:
@@ -37,9 +38,10 @@ def test_ctrl_c_is_one_line_then_the_rerun_logs_steady_stage_lines(tmp_path):
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
     assert rest.strip().splitlines()[-1] == (
         f"interrupted: pipeline stopped in stage filter; finished tasks are kept, continue with: "
-        f"millrace pipeline run {config}"), rest
+        f"millrace pipeline run {config}"
+    ), rest
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [m.groups() for line in done.stderr.splitlines() if (m := LINE.search(line))]
-    assert ("tokenize", "2", "2") == lines[-1][:3] and int(lines[-1][3].replace(",", "")) > 0, done.stderr
+    assert lines[-1][:3] == ("tokenize", "2", "2") and int(lines[-1][3].replace(",", "")) > 0, done.stderr
     assert {stage for stage, *_ in lines} >= {"tokenize"}

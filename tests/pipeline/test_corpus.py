@@ -26,8 +26,10 @@ def test_local_corpus_is_deterministic_and_capped(tmp_path):
 def test_roff_strip_stands_in_without_groff():
     from pipeline.corpus.builder import _strip_roff
 
-    page = ('.\\" a comment\n.TH LS 1\n.SH NAME\nls \\- list directory contents\n'
-            '.SH DESCRIPTION\n.B ls\nlists \\fBfiles\\fR.\n')
+    page = (
+        '.\\" a comment\n.TH LS 1\n.SH NAME\nls \\- list directory contents\n'
+        ".SH DESCRIPTION\n.B ls\nlists \\fBfiles\\fR.\n"
+    )
     text = _strip_roff(page)
     assert "NAME" in text and "ls - list directory contents" in text and "lists files." in text
     assert "\\" not in text and "a comment" not in text

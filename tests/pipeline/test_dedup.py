@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from datatrove.data import Document
 
-from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 from pipeline.config import DedupConfig
 from pipeline.stages.dedup import DedupSignatures, MinHasher
 from pipeline.stages.duplicates import find_duplicates, load_duplicates
 from pipeline.stages.readers import document_key
+from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 
 OPTIONS = dict(ngram=5, bands=40, rows=3, seed=1, threshold=0.5, verify_threshold=0.4)
 
@@ -28,8 +28,16 @@ def dedup(work, texts: dict[int, str], tasks: int, parts: int, **options) -> dic
     rank_of = {key: ordinals.index(key >> 32) % tasks for key in texts}
     for rank in range(tasks):
         docs = [Document(text=texts[k], id=str(k), metadata={"key": k}) for k in sorted(texts) if rank_of[k] == rank]
-        step = DedupSignatures(work / "signatures", config.ngram, config.bands, config.rows, config.seed, parts,
-                               config.exact, config.fuzzy)
+        step = DedupSignatures(
+            work / "signatures",
+            config.ngram,
+            config.bands,
+            config.rows,
+            config.seed,
+            parts,
+            config.exact,
+            config.fuzzy,
+        )
         assert len(list(step.run(iter(docs[::-1]), rank, tasks))) == len(docs)  # any order in
     find_duplicates(config, work / "signatures", work / "components", work / "duplicates", in_process)
     removed = {}
@@ -76,7 +84,8 @@ def test_removals_do_not_depend_on_the_task_or_part_count(tmp_path, monkeypatch)
     reasons = [reason for reason, _ in results[0].values()]
     assert reasons.count("exact") == 26 and reasons.count("fuzzy") > 50
     assert dedup(tmp_path / "exact-only", texts, 2, 3, fuzzy=False) == {
-        key: found for key, found in results[0].items() if found[0] == "exact"}
+        key: found for key, found in results[0].items() if found[0] == "exact"
+    }
 
 
 def test_signatures_are_a_pure_function_of_the_text():
@@ -149,8 +158,10 @@ def test_component_rounds_label_each_node_with_its_components_smallest_key(tmp_p
     edges = edges[rng.permutation(len(edges))]
     index = {key: i for i, key in enumerate(np.unique(edges))}
     keys = np.array(sorted(index))
-    graph = coo_matrix((np.ones(len(edges)), ([index[k] for k in edges[:, 0]], [index[k] for k in edges[:, 1]])),
-                       shape=(keys.size, keys.size))
+    graph = coo_matrix(
+        (np.ones(len(edges)), ([index[k] for k in edges[:, 0]], [index[k] for k in edges[:, 1]])),
+        shape=(keys.size, keys.size),
+    )
     component = connected_components(graph, directed=False)[1]
     smallest = {c: keys[component == c].min() for c in np.unique(component)}
     expected = {int(key): int(smallest[component[i]]) for i, key in enumerate(keys)}

@@ -38,7 +38,11 @@ def test_parquet_jsonl_and_datasets_sources(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="pipeline.runner"):
         path = run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))
     store = Store(path)
-    assert {c: m.documents + m.validation_documents for c, m in store.manifest.cells.items()} == {"pq": 6, "js": 5, "hf": 4}
+    assert {c: m.documents + m.validation_documents for c, m in store.manifest.cells.items()} == {
+        "pq": 6,
+        "js": 5,
+        "hf": 4,
+    }
     (unread,) = store.manifest.funnel["not_read"]
     assert (unread["source"], unread["files"], unread["examples"]) == ("pq", 1, ["part.csv"])
     assert f"not read: 1 file under {tmp_path / 'pq'} (source pq), e.g. part.csv" in caplog.text
@@ -66,7 +70,9 @@ def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
     texts = [prose(rng) for _ in range(8)]
     train_byte_level_bpe(texts, 320, "</s>", tmp_path / "tok.json")
     (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "a.jsonl").write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts)))
+    (tmp_path / "d" / "a.jsonl").write_text(
+        "".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts))
+    )
     base = '[[sources]]\nname = "d"\npaths = ["d"]\nformat = "jsonl"\n[output]\nversion = "2026.02.04"\n'
     (tmp_path / "p.toml").write_text(base + '[tokenizer]\npath = "tok.json"\neos = "</s>"\n')
     path = run_pipeline(load_pipeline_config(tmp_path / "p.toml"), Home.resolve(tmp_path / "home"))

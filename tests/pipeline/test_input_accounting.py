@@ -29,11 +29,14 @@ def test_every_warc_record_is_counted_and_pages_are_named_by_url(tmp_path):
     removed = {reason: c["documents"] for reason, c in web["removed"].items()}
     assert web["kept"]["documents"] + sum(removed.values()) == records
     assert removed == {"warc_warcinfo": 2, "warc_request": 2, "not_html": 2, "no_target_uri": 2}
-    assert sorted(d.id for d in documents) == sorted(["web/https://example.org/csv-sniffed",
-                                                      "web/https://example.org/no-header"] * 2)
+    assert sorted(d.id for d in documents) == sorted(
+        ["web/https://example.org/csv-sniffed", "web/https://example.org/no-header"] * 2
+    )
     assert all(d.metadata["warc_record_id"].startswith("<urn:uuid:") for d in documents)
     assert sorted((r["file"].rsplit("/", 1)[1], r["record"], r["reason"]) for r in listing) == [
-        ("a.warc.gz", 5, "no_target_uri"), ("b.warc", 5, "no_target_uri")]
+        ("a.warc.gz", 5, "no_target_uri"),
+        ("b.warc", 5, "no_target_uri"),
+    ]
     assert json.loads((tmp_path / "progress" / "web-00000.json").read_text()) == {"records": records}
 
 
@@ -58,14 +61,22 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
     (corpus / "corpus.json").write_text(json.dumps({"kind": "millrace.corpus", "documents": 1}, indent=1))
 
     found = {name: (fmt, [p.name for p in paths]) for name, paths, fmt, _ in discover_sources(corpus)}
-    assert found == {"mixed": ("jsonl", ["mixed"]), "mixed-parquet": ("parquet", ["mixed"]),
-                     "mixed-warc": ("warc", ["mixed"]), "corpus": ("jsonl", ["loose.jsonl"])}
+    assert found == {
+        "mixed": ("jsonl", ["mixed"]),
+        "mixed-parquet": ("parquet", ["mixed"]),
+        "mixed-warc": ("warc", ["mixed"]),
+        "corpus": ("jsonl", ["loose.jsonl"]),
+    }
     (tmp_path / "p.toml").write_text(init_config(corpus))
     assert "# Not a source: corpus.json is one JSON document" in (tmp_path / "p.toml").read_text()
     config = load_pipeline_config(tmp_path / "p.toml")
     read = {s.name: sorted(f for _, files in input_files(s) for f in files) for s in config.sources}
-    assert read == {"mixed": ["a.jsonl", "b.jsonl.gz", "d.json", "deeper/c.jsonl.zst"], "mixed-parquet": ["e.parquet"],
-                    "mixed-warc": ["f.warc", "g.warc.gz"], "corpus": ["loose.jsonl"]}
+    assert read == {
+        "mixed": ["a.jsonl", "b.jsonl.gz", "d.json", "deeper/c.jsonl.zst"],
+        "mixed-parquet": ["e.parquet"],
+        "mixed-warc": ["f.warc", "g.warc.gz"],
+        "corpus": ["loose.jsonl"],
+    }
     (unread,) = unread_files(config)
     assert (unread["source"], unread["files"]) == ("mixed", 4)
     assert unread["reasons"] == {DANGLING: 1, NO_READER: 2, OUTSIDE: 1}
@@ -101,4 +112,5 @@ def test_a_stage_without_a_live_count_says_what_its_count_covers(tmp_path):
     (tmp_path / "logs" / "completions").mkdir()
     (tmp_path / "logs" / "completions" / "00000").touch()
     assert StageLines("dedup", tmp_path / "logs", 4).line() == (
-        "pipeline: dedup, 1/4 tasks done, 12 documents read by the finished tasks")
+        "pipeline: dedup, 1/4 tasks done, 12 documents read by the finished tasks"
+    )

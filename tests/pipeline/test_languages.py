@@ -30,7 +30,7 @@ def run_filter_stage(tmp_path, records: list[dict], filters: list[str]) -> tuple
     (tmp_path / "prose" / "all.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     (tmp_path / "p.toml").write_text(
         f'[[sources]]\nname = "prose"\npaths = ["prose"]\nformat = "jsonl"\nfilters = {json.dumps(filters)}\n'
-        '[dedup]\nexact = false\nfuzzy = false\n[executor]\ntasks = 1\nworkers = 1\n'
+        "[dedup]\nexact = false\nfuzzy = false\n[executor]\ntasks = 1\nworkers = 1\n"
     )
     config = load_pipeline_config(tmp_path / "p.toml")
     layout = WorkLayout(tmp_path / "work")
@@ -41,8 +41,9 @@ def run_filter_stage(tmp_path, records: list[dict], filters: list[str]) -> tuple
 
 @pytest.fixture(scope="module")
 def filtered(tmp_path_factory):
-    records = [{"id": r["id"], "text": r["text"], "written_in": r["language"]}
-               for r in multilingual_records(PER_LANGUAGE)]
+    records = [
+        {"id": r["id"], "text": r["text"], "written_in": r["language"]} for r in multilingual_records(PER_LANGUAGE)
+    ]
     return records, *run_filter_stage(tmp_path_factory.mktemp("languages"), records, FILTERS)
 
 
@@ -50,8 +51,10 @@ def filtered(tmp_path_factory):
 def test_the_share_of_good_prose_kept_is_alike_across_languages(filtered):
     records, kept, _, _ = filtered
     kept_ids = set(kept)
-    share = {language: sum(f"prose/{r['id']}" in kept_ids for r in records if r["written_in"] == language) / PER_LANGUAGE
-             for language in LANGUAGES}
+    share = {
+        language: sum(f"prose/{r['id']}" in kept_ids for r in records if r["written_in"] == language) / PER_LANGUAGE
+        for language in LANGUAGES
+    }
     assert min(share.values()) > 0, share
     assert max(share.values()) / min(share.values()) <= 1.5, share
     assert min(share.values()) >= 0.8, share  # good prose is kept, not only kept alike
@@ -62,7 +65,9 @@ def test_the_funnel_counts_each_filters_removals_per_language(filtered):
     _, _, layout, names = filtered
     assert names.index("language") < min(names.index(f) for f in FILTERS)  # language id first
     identified = merge_stage(stage_dir(layout.funnel, names.index("language"), "language"), "languages")
-    assert {lang: c["received"]["documents"] for lang, c in identified.items()} == dict.fromkeys(LANGUAGES, PER_LANGUAGE)
+    assert {lang: c["received"]["documents"] for lang, c in identified.items()} == dict.fromkeys(
+        LANGUAGES, PER_LANGUAGE
+    )
     for name in FILTERS:
         languages = merge_stage(stage_dir(layout.funnel, names.index(name), name), "languages")
         assert set(languages) == set(LANGUAGES)
@@ -80,11 +85,14 @@ def test_chinese_japanese_korean_and_thai_words_come_from_their_segmenters():
     assert kind == "datatrove"
     assert zh.word_tokenize(chinese) == [w for w in jieba.lcut(chinese) if w.strip()]
     assert len(zh.word_tokenize(chinese)) == 17  # 26 characters
-    words = {language: word_tokenizer(language)[0].word_tokenize(text) for language, text in {
-        "ja": "私は昨日東京の大学で日本語を勉強しました。",
-        "ko": "저는 어제 서울에 있는 대학교에서 한국어를 공부했습니다.",
-        "th": "ผมไปเรียนภาษาไทยที่มหาวิทยาลัยในกรุงเทพ",
-    }.items()}
+    words = {
+        language: word_tokenizer(language)[0].word_tokenize(text)
+        for language, text in {
+            "ja": "私は昨日東京の大学で日本語を勉強しました。",
+            "ko": "저는 어제 서울에 있는 대학교에서 한국어를 공부했습니다.",
+            "th": "ผมไปเรียนภาษาไทยที่มหาวิทยาลัยในกรุงเทพ",
+        }.items()
+    }
     assert {"東京", "大学", "勉強"} <= set(words["ja"]) and "東" not in words["ja"]
     assert {"대학교", "에서", "한국어", "를"} <= set(words["ko"])  # spaces alone give 대학교에서, 한국어를
     assert {"มหาวิทยาลัย", "กรุงเทพ"} <= set(words["th"])
@@ -94,8 +102,8 @@ def test_korean_documents_without_stop_words_are_removed_and_prose_is_kept():
     """FineWeb-2's Korean stop words are Kiwi morphemes (의, 는, 를): with Kiwi's words the rule can run."""
     places = "서울 부산 대구 인천 광주 대전 울산 수원 창원 고양 용인 성남 청주 전주 천안 안산 김해 포항 제주 원주"
     foods = "김치 불고기 비빔밥 냉면 떡볶이 갈비 잡채 김밥 만두 라면 국수 순대 호떡 붕어빵 삼겹살 된장 고추장 두부"
-    nouns = places.split() + foods.split() + "시금치 미역 멸치 오징어 새우 굴비 전복 홍합 조개 낙지 문어 춘천".split()
-    listing = "\n".join(" ".join(nouns[i:i + 10]) for i in range(0, len(nouns), 10))  # 50 nouns, no particle
+    nouns = places.split() + foods.split() + ["시금치", "미역", "멸치", "오징어", "새우", "굴비", "전복", "홍합", "조개", "낙지", "문어", "춘천"]
+    listing = "\n".join(" ".join(nouns[i : i + 10]) for i in range(0, len(nouns), 10))  # 50 nouns, no particle
     prose = next(r["text"] for r in multilingual_records(1) if r["language"] == "ko")
     options = filter_options("gopher_quality", "ko", {})
     assert len(options["stop_words"]) >= 20

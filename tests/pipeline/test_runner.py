@@ -1,5 +1,5 @@
-import json
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -14,8 +14,8 @@ import zstandard
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from pipeline.store.format import ShardReader, Store
 from pipeline.stages.tokenization import load_tokenizer
+from pipeline.store.format import ShardReader, Store
 from testkit.corpus import config_text, make_corpus, store_files
 
 
@@ -102,7 +102,10 @@ def _run_cli(config_path, home, *extra):
     env = {**os.environ, "MILLRACE_HOME": str(home)}
     return subprocess.Popen(
         [sys.executable, "-m", "millrace", "pipeline", "run", str(config_path), "--json", *extra],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 
@@ -160,7 +163,8 @@ def test_another_task_count_deals_the_same_documents_into_other_shards(built, tm
     assert ours.verify() == []
     assert cell_contents(path) == cell_contents(reference)
     assert {n: s.model_dump(exclude={"manifest_hash"}) for n, s in ours.manifest.cells.items()} == {
-        n: s.model_dump(exclude={"manifest_hash"}) for n, s in theirs.manifest.cells.items()}
+        n: s.model_dump(exclude={"manifest_hash"}) for n, s in theirs.manifest.cells.items()
+    }
     assert ours.manifest.funnel == theirs.manifest.funnel
     names = {n: list(ours.cell(n).shards.names) for n in ours.manifest.cells}
     assert any(name.startswith("shard-00002-") for shards in names.values() for name in shards)  # three tasks' shards
@@ -180,11 +184,16 @@ def test_the_trace_parts_read_as_one_cell_wide_table(built):
         rows = read_trace(cell_dir).to_pylist()
         shards = list(cell.shards.rows())
         assert len(rows) == cell.documents == sum(s.documents for s in shards)
-        assert [r["token_start"] for r in rows] == np.concatenate([[0], np.cumsum([r["tokens"] for r in rows])[:-1]]).tolist()
+        assert [r["token_start"] for r in rows] == np.concatenate(
+            [[0], np.cumsum([r["tokens"] for r in rows])[:-1]]
+        ).tolist()
         for row in rows:  # each row names its document: shard index in the cell's table, index in the shard
-            assert ShardReader(store.shard_prefix(name, shards[row["shard"]])).lengths[row["document"]] == row["tokens"]
-        assert [(r["shard"], r["document"]) for r in rows] == [(s, d) for s, shard in enumerate(shards)
-                                                              for d in range(shard.documents)]
+            assert (
+                ShardReader(store.shard_prefix(name, shards[row["shard"]])).lengths[row["document"]] == row["tokens"]
+            )
+        assert [(r["shard"], r["document"]) for r in rows] == [
+            (s, d) for s, shard in enumerate(shards) for d in range(shard.documents)
+        ]
         picked = list(range(len(rows)))[::-3]
         assert document_rows(cell_dir, picked) == [rows[i] for i in picked]
     assert multi_part  # the offsets between parts are exercised
@@ -203,8 +212,9 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
     root, _, config_path, reference = built
     config = load_pipeline_config(config_path)
     staged = tmp_path / "work" / "store"
-    shutil.copytree(reference / "cells", staged / "cells",
-                    ignore=lambda d, names: [n for n in names if n == "cell.json"])
+    shutil.copytree(
+        reference / "cells", staged / "cells", ignore=lambda d, names: [n for n in names if n == "cell.json"]
+    )
     inodes = {p.relative_to(staged).as_posix(): p.stat().st_ino for p in staged.rglob("*.bin")}
     opened = []
     real_open, real_os_open = builtins.open, os.open
@@ -221,17 +231,30 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
     monkeypatch.setattr(builtins, "open", watching_open)
     monkeypatch.setattr(io, "open", watching_open)
     monkeypatch.setattr(os, "open", watching_os_open)
-    final = assemble_store(tmp_path / "stores" / "again", "local", "again", staged,
-                           Home.resolve(root / "home").work("local", "2026.01.02") / "parts",
-                           reference / "tokenizer" / "tokenizer.json", config.tokenizer.eos, manifest.sources,
-                           config.output.shard_tokens, manifest.pipeline_config, {}, {}, {})
+    final = assemble_store(
+        tmp_path / "stores" / "again",
+        "local",
+        "again",
+        staged,
+        Home.resolve(root / "home").work("local", "2026.01.02") / "parts",
+        reference / "tokenizer" / "tokenizer.json",
+        config.tokenizer.eos,
+        manifest.sources,
+        config.output.shard_tokens,
+        manifest.pipeline_config,
+        {},
+        {},
+        {},
+    )
     monkeypatch.undo()
     assert not [p for p in opened if p.endswith(".bin")]
     assert len(inodes) >= 3 and {k: (final / k).stat().st_ino for k in inodes} == inodes
     assert not staged.exists()
     assert Store(final).verify() == []
     for name in manifest.cells:
-        assert (final / "cells" / name / "cell.json").read_bytes() == (reference / "cells" / name / "cell.json").read_bytes()
+        assert (final / "cells" / name / "cell.json").read_bytes() == (
+            reference / "cells" / name / "cell.json"
+        ).read_bytes()
 
 
 @pytest.mark.slow
@@ -253,8 +276,11 @@ def test_tokenize_tasks_write_the_final_shards_and_the_split_writes_only_the_can
             staged = layout.staged / "cells"
             at_split["bins"] = {p.relative_to(staged).as_posix(): p.stat().st_ino for p in staged.rglob("*.bin")}
             at_split["runs"] = sorted(p.name for p in layout.runs.rglob("*.tokens"))
-            offered = [entry["pairs"] for path in layout.runs.glob("*/held-out.json")
-                       for entry in json.loads(path.read_text())["cells"].values()]
+            offered = [
+                entry["pairs"]
+                for path in layout.runs.glob("*/held-out.json")
+                for entry in json.loads(path.read_text())["cells"].values()
+            ]
             at_split["waiting"] = sum(len(rows) for rows in offered)
             at_split["before_last"] = [sum(row[2] for row in rows[:-1]) for rows in offered]
 
@@ -297,7 +323,9 @@ def test_peek_decode_names_each_samples_documents_from_the_trace_parts(built):
             assert documents and all(d["source"] == sample["cell"] for d in documents)
             first = documents[0]
             if first["origin"] not in lines:
-                raw = zstandard.ZstdDecompressor().decompress(Path(first["origin"]).read_bytes(), max_output_size=1 << 26)
+                raw = zstandard.ZstdDecompressor().decompress(
+                    Path(first["origin"]).read_bytes(), max_output_size=1 << 26
+                )
                 lines[first["origin"]] = raw.decode().splitlines()
             text = json.loads(lines[first["origin"]][first["position"] - 1])["text"]
             piece = sample["text"].split("<|endoftext|>")[0][4:28]

@@ -147,7 +147,7 @@ def test_the_starter_configs_slurm_block_loads_once_uncommented(corpus, tmp_path
     lines = init_config(root / "corpus").splitlines()
     start = lines.index(next(line for line in lines if line.startswith("# [executor.slurm]")))
     end = lines.index(next(line for line in lines if line.startswith("# logs = ")))
-    lines[start:end + 1] = [line.removeprefix("# ") for line in lines[start:end + 1]]
+    lines[start : end + 1] = [line.removeprefix("# ") for line in lines[start : end + 1]]
     text = "\n".join(lines).replace('kind = "local"', 'kind = "slurm"', 1)
     (tmp_path / "starter.toml").write_text(text)
     slurm = load_pipeline_config(tmp_path / "starter.toml").executor

@@ -97,8 +97,10 @@ def test_the_starter_loads_as_the_defaults_but_for_its_own_choices(starter):
 def test_every_commented_example_is_a_valid_value(starter):
     _, text = starter
     text = "\n\n".join(block for block in text.split("\n\n") if 'kind = "code"' not in block)  # keeps no language
-    uncommented = "\n".join(line[2:] if line.startswith("# ") and (TABLE.match(line) or OPTION.match(line)) else line
-                            for line in text.splitlines())
+    uncommented = "\n".join(
+        line[2:] if line.startswith("# ") and (TABLE.match(line) or OPTION.match(line)) else line
+        for line in text.splitlines()
+    )
     data = tomllib.loads(uncommented)
     config = PipelineConfig.model_validate(data)  # paths are not resolved: the examples name files not here
     assert config.executor.slurm.partition == "cpu" and config.validation.sets[0].name == "wiki-2026"

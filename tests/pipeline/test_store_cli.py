@@ -50,13 +50,17 @@ def test_from_stats_writes_a_stats_only_store(tmp_path, capsys):
     stats = tmp_path / "stats.json"
     stats.write_text(json.dumps({"c00q0": 10**12, "c00q1": 5 * 10**11}))
     home = tmp_path / "home"
-    assert main(["store", "from-stats", str(stats), "--name", "big", "--version", "2026.01.01", "--home", str(home)]) == 0
+    assert (
+        main(["store", "from-stats", str(stats), "--name", "big", "--version", "2026.01.01", "--home", str(home)]) == 0
+    )
     capsys.readouterr()
     assert main(["store", "info", "big/2026.01.01", "--home", str(home), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["stats_only"] and info["tokens"] == 1_500_000_000_000
     stats.write_text(json.dumps({"c00q0": "many"}))
-    assert main(["store", "from-stats", str(stats), "--name", "big", "--version", "2026.01.02", "--home", str(home)]) == 2
+    assert (
+        main(["store", "from-stats", str(stats), "--name", "big", "--version", "2026.01.02", "--home", str(home)]) == 2
+    )
     assert "field 'c00q0'" in capsys.readouterr().err
 
 
@@ -65,8 +69,12 @@ def test_from_stats_reads_the_shipped_reference_file(tmp_path, capsys):
 
     stats = Path(__file__).parents[2] / "mixtures" / "examples" / "reference" / "available_tokens.json"
     home = tmp_path / "home"
-    assert main(["store", "from-stats", str(stats), "--name", "reference", "--version", "2025.06.01",
-                 "--home", str(home)]) == 0
+    assert (
+        main(
+            ["store", "from-stats", str(stats), "--name", "reference", "--version", "2025.06.01", "--home", str(home)]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["store", "info", "reference/2025.06.01", "--home", str(home), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -8,11 +8,17 @@ import pytest
 
 from loader import MixtureStream
 from millrace.home import Home
+from pipeline.cells.held_out_split import (
+    HeldOutConfig,
+    document_hash,
+    held_out,
+    held_out_mask,
+    split_candidates,
+    split_cutoff,
+)
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
-from pipeline.cells.held_out_split import (HeldOutConfig, document_hash, held_out, held_out_mask, split_candidates,
-                                      split_cutoff)
 from testkit.corpus import config_text, edit, make_corpus, prose, write_jsonl_zst
 
 
@@ -30,16 +36,28 @@ def test_the_split_depends_on_content_and_key_only():
     order = rng.permutation(hashes.size)
     assert np.array_equal(held_out(hashes[order], lengths, config), mask[order])  # position plays no part
     assert held_out(hashes, lengths, by_fraction(fraction=0.5, max_documents_per_cell=200)).sum() == 200
-    assert held_out(hashes[:2], lengths[:2], config).sum() == 1 and held_out(hashes[:1], lengths[:1], config).sum() == 0
+    assert (
+        held_out(hashes[:2], lengths[:2], config).sum() == 1 and held_out(hashes[:1], lengths[:1], config).sum() == 0
+    )
     assert held_out(hashes[:2], lengths[:2], by_fraction(fraction=0.9)).sum() == 1  # a cell keeps a training document
     assert held_out(hashes, lengths, by_fraction(fraction=0.0)).sum() == 0
     doc = rng.integers(0, 5000, size=50)
     assert document_hash(doc, 0) == document_hash(doc.astype(np.uint16), 0) != document_hash(doc, 1)  # keyed
 
 
-@pytest.mark.parametrize("fraction,cap,tokens,share", [(0.01, 200, 0, 1.0), (0.5, 30, 0, 1.0), (0.0001, 200, 0, 1.0),
-                                                      (0.3, 1, 0, 1.0), (0.0, 200, 4096, 0.2), (0.005, 200, 20_000, 0.2),
-                                                      (0.0, 200, 10**6, 0.05), (0.01, 5, 4096, 1.0)])
+@pytest.mark.parametrize(
+    "fraction,cap,tokens,share",
+    [
+        (0.01, 200, 0, 1.0),
+        (0.5, 30, 0, 1.0),
+        (0.0001, 200, 0, 1.0),
+        (0.3, 1, 0, 1.0),
+        (0.0, 200, 4096, 0.2),
+        (0.005, 200, 20_000, 0.2),
+        (0.0, 200, 10**6, 0.05),
+        (0.01, 5, 4096, 1.0),
+    ],
+)
 def test_the_split_merged_from_each_tasks_candidates_is_the_split_of_the_whole_cell(fraction, cap, tokens, share):
     """Each task offers a few (hash, key, length) candidates; the cutoff merged from them holds out exactly
     the documents the split of the whole cell holds out, whatever the number of tasks."""
@@ -47,11 +65,13 @@ def test_the_split_merged_from_each_tasks_candidates_is_the_split_of_the_whole_c
     hashes = rng.integers(0, 2**64 - 1, size=3000, dtype=np.uint64)
     keys = rng.permutation(10**6)[:3000].astype(np.int64)
     lengths = rng.integers(202, 1025, size=3000)
-    config = HeldOutConfig(fraction=fraction, max_documents_per_cell=cap, tokens_per_cell=tokens,
-                              max_token_share=share)
+    config = HeldOutConfig(
+        fraction=fraction, max_documents_per_cell=cap, tokens_per_cell=tokens, max_token_share=share
+    )
     total = int(lengths.sum())
-    whole = held_out_mask(hashes, keys, split_cutoff(hashes.size, total, split_candidates(hashes, keys, lengths, config),
-                                                     config))
+    whole = held_out_mask(
+        hashes, keys, split_cutoff(hashes.size, total, split_candidates(hashes, keys, lengths, config), config)
+    )
     by_position = held_out(hashes, lengths, config)
     assert np.array_equal(whole, by_position) and 1 <= whole.sum() <= cap  # no ties: keys decide nothing here
     for tasks in (2, 7, 64):
@@ -75,9 +95,11 @@ def test_the_held_out_size_is_set_in_tokens():
         assert mask.sum() > 1
         assert lengths[cell][mask].sum() >= 4096 and lengths[cell][mask].sum() - lengths[cell][mask].max() < 4096
     tiny = held_out(hashes[:12], lengths[:12], HeldOutConfig())  # about 7,500 tokens: a fifth of them at most
-    assert 1 <= tiny.sum() and (tiny.sum() == 1 or lengths[:12][tiny].sum() <= 0.2 * lengths[:12].sum())
-    assert held_out(hashes, lengths, HeldOutConfig(tokens_per_cell=10_000)).sum() > held_out(
-        hashes, lengths, HeldOutConfig()).sum()
+    assert tiny.sum() >= 1 and (tiny.sum() == 1 or lengths[:12][tiny].sum() <= 0.2 * lengths[:12].sum())
+    assert (
+        held_out(hashes, lengths, HeldOutConfig(tokens_per_cell=10_000)).sum()
+        > held_out(hashes, lengths, HeldOutConfig()).sum()
+    )
 
 
 def write_eval_set(path):
@@ -101,8 +123,10 @@ def store_path(tmp_path_factory):
     write_jsonl_zst(corpus / "notes" / "z.jsonl.zst", [long_note])
     write_eval_set(root / "sets" / "fresh.jsonl")
     config_path = root / "pipeline.toml"
-    config_path.write_text(config_text(corpus) + "\n[validation]\nfraction = 0.1\nmax_documents_per_cell = 3\n"
-                           '\n[[validation.sets]]\nname = "fresh"\npaths = ["sets/fresh.jsonl"]\nformat = "jsonl"\n')
+    config_path.write_text(
+        config_text(corpus) + "\n[validation]\nfraction = 0.1\nmax_documents_per_cell = 3\n"
+        '\n[[validation.sets]]\nname = "fresh"\npaths = ["sets/fresh.jsonl"]\nformat = "jsonl"\n'
+    )
     home = Home.resolve(root / "home")
     return home, run_pipeline(load_pipeline_config(config_path), home)
 
@@ -146,9 +170,15 @@ def test_no_held_out_document_reaches_a_training_batch(store_path):
     new_revision(home, "m", "all", store.name, strategy="natural", seq_len=64, global_batch=4)
     manifest = build(home, "m", "all")
     stream = MixtureStream(manifest, prefetch=0)
-    rows = b"".join(np.ascontiguousarray(b.input_ids.astype(store.manifest.dtype)).tobytes() + b"|" for b in stream.iterate())
-    held = [d for name in store.manifest.cells for shard in store.cell(name).validation.shards
-            for d in documents_of(store.shard_prefix(name, shard), np.dtype(store.manifest.dtype))]
+    rows = b"".join(
+        np.ascontiguousarray(b.input_ids.astype(store.manifest.dtype)).tobytes() + b"|" for b in stream.iterate()
+    )
+    held = [
+        d
+        for name in store.manifest.cells
+        for shard in store.cell(name).validation.shards
+        for d in documents_of(store.shard_prefix(name, shard), np.dtype(store.manifest.dtype))
+    ]
     assert held
     for doc in held:
         piece = doc[: 2 * 24]  # 24 tokens (the documents are longer): no two documents of this corpus share them
@@ -174,10 +204,16 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
     documents = write_eval_set(tmp_path / "again.jsonl")
     eos = store.manifest.tokenizer.eos_id
-    stored = {d for name in store.manifest.cells for shard in [*store.cell(name).shards.rows(), *store.cell(name).validation.shards]
-              for d in documents_of(store.shard_prefix(name, shard), np.dtype(store.manifest.dtype))}
-    as_stored = [np.asarray(tokenizer.encode(t, add_special_tokens=False).ids + [eos], dtype=store.manifest.dtype).tobytes()
-                 for t in documents]
+    stored = {
+        d
+        for name in store.manifest.cells
+        for shard in [*store.cell(name).shards.rows(), *store.cell(name).validation.shards]
+        for d in documents_of(store.shard_prefix(name, shard), np.dtype(store.manifest.dtype))
+    }
+    as_stored = [
+        np.asarray(tokenizer.encode(t, add_special_tokens=False).ids + [eos], dtype=store.manifest.dtype).tobytes()
+        for t in documents
+    ]
     expected_exact = [i for i in range(6) if as_stored[i] in stored]
     assert expected_exact == [0, 1]  # both copies reached the store (the test corpus keeps them)
     overlap = eval_set.overlap
@@ -211,9 +247,14 @@ def test_an_external_set_is_scored_whole_while_cells_give_their_first_windows(st
     rows = sequences.rows(sequences.total - fresh.sequences, sequences.total)
     labels = rows.labels[rows.labels != PAD_LABEL]
     eval_set = store.eval_set("fresh")
-    tokens = np.concatenate([np.frombuffer(d, dtype=store.manifest.dtype) for d in
-                             documents_of(path / "sets" / "fresh" / eval_set.held.shards[0].name,
-                                          np.dtype(store.manifest.dtype))])
+    tokens = np.concatenate(
+        [
+            np.frombuffer(d, dtype=store.manifest.dtype)
+            for d in documents_of(
+                path / "sets" / "fresh" / eval_set.held.shards[0].name, np.dtype(store.manifest.dtype)
+            )
+        ]
+    )
     assert np.array_equal(labels, tokens[1:])  # every token of the set is scored, once
 
 
@@ -228,10 +269,14 @@ def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "b.txt").write_text("second file")
     (tmp_path / "t" / "a.txt").write_text("first file")
-    assert read_texts(EvalSetConfig(name="t", paths=[str(tmp_path / "t")], format="text")) == ["first file", "second file"]
+    assert read_texts(EvalSetConfig(name="t", paths=[str(tmp_path / "t")], format="text")) == [
+        "first file",
+        "second file",
+    ]
     pq.write_table(pa.table({"body": ["one", "", "two"]}), tmp_path / "p.parquet")
-    assert read_texts(EvalSetConfig(name="p", paths=[str(tmp_path / "p.parquet")], format="parquet",
-                                    text_key="body")) == ["one", "two"]
+    assert read_texts(
+        EvalSetConfig(name="p", paths=[str(tmp_path / "p.parquet")], format="parquet", text_key="body")
+    ) == ["one", "two"]
     (tmp_path / "j.jsonl").write_text('{"text": "x y"}\n{"text": "z"}\n')
     assert read_texts(EvalSetConfig(name="j", paths=[str(tmp_path / "j.jsonl")])) == ["x y", "z"]
     (tmp_path / "empty.jsonl").write_text('{"text": ""}\n')
@@ -240,7 +285,7 @@ def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
 
 
 def ngrams(tokens, n=13):
-    return {tuple(tokens[i:i + n]) for i in range(max(len(tokens) - n + 1, 1))}
+    return {tuple(tokens[i : i + n]) for i in range(max(len(tokens) - n + 1, 1))}
 
 
 @pytest.mark.slow
@@ -273,8 +318,13 @@ def test_held_out_documents_found_in_training_go_back_to_training(store_path, ca
             given_back += contained
     assert chosen["articles"] and not any(chosen["articles"].values())  # every held-out article went back
     found = store.manifest.stats["decontamination"]
-    assert found["documents"] == given_back >= 1 and found["per_cell"]["articles"]["documents"] == len(chosen["articles"])
-    assert found["checked"] == sum(len(d) for d in chosen.values()) and (found["ngram"], found["threshold"]) == (13, 0.5)
+    assert found["documents"] == given_back >= 1 and found["per_cell"]["articles"]["documents"] == len(
+        chosen["articles"]
+    )
+    assert found["checked"] == sum(len(d) for d in chosen.values()) and (found["ngram"], found["threshold"]) == (
+        13,
+        0.5,
+    )
     # the funnel counts them under their own reason, per source, as kept (they train): store.json, store info, page
     from pipeline.cells.held_out_split import GIVEN_BACK_REASON
     from reports.composition import _funnel
@@ -300,19 +350,30 @@ def test_evaluation_set_documents_found_in_training_are_left_out_of_the_set(stor
     _, path = store_path
     store = Store(path)
     dtype = np.dtype(store.manifest.dtype)
-    seen = set().union(*(ngrams(np.frombuffer(d, dtype=dtype).tolist()) for name in store.manifest.cells
-                         for shard in store.cell(name).shards.rows()
-                         for d in documents_of(store.shard_prefix(name, shard), dtype)))
+    seen = set().union(
+        *(
+            ngrams(np.frombuffer(d, dtype=dtype).tolist())
+            for name in store.manifest.cells
+            for shard in store.cell(name).shards.rows()
+            for d in documents_of(store.shard_prefix(name, shard), dtype)
+        )
+    )
     tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
     eos = store.manifest.tokenizer.eos_id
-    texts = [json.loads(line)["text"] for line in (path.parent.parent.parent.parent / "sets" / "fresh.jsonl")
-             .read_text().splitlines()]
+    texts = [
+        json.loads(line)["text"]
+        for line in (path.parent.parent.parent.parent / "sets" / "fresh.jsonl").read_text().splitlines()
+    ]
     shares = []
     for text in texts:
         grams = ngrams(tokenizer.encode(text, add_special_tokens=False).ids + [eos])
         shares.append(len(grams & seen) / len(grams))
     overlap = store.eval_set("fresh").overlap
-    assert [d["index"] for d in overlap["contained_documents"]] == [i for i, s in enumerate(shares) if s >= 0.5] == [0, 1, 2]
+    assert (
+        [d["index"] for d in overlap["contained_documents"]]
+        == [i for i, s in enumerate(shares) if s >= 0.5]
+        == [0, 1, 2]
+    )
     assert [d["share"] for d in overlap["contained_documents"]] == pytest.approx(shares[:3], abs=1e-3)
     assert overlap["contained"] == store.manifest.sets["fresh"].contained == 3 and max(shares[3:]) < 0.5
     assert millrace(["store", "info", str(path)]) == 0

@@ -18,8 +18,8 @@ from pipeline.config import load_pipeline_config, parse_pipeline_config
 from pipeline.runner import PipelineError, run_pipeline
 from pipeline.stages.funnel import bad_files
 from pipeline.stages.readers import BadInputFile, ReadStage
-from pipeline.store.format import ShardReader, Store
 from pipeline.stages.tokenization import load_tokenizer
+from pipeline.store.format import ShardReader, Store
 from testkit.corpus import prose
 
 HTML = """<html><head><title>Mill notes</title></head><body><nav>Home | About | Contact</nav>
@@ -38,7 +38,9 @@ def _warc(path, pages: list[tuple[str, str]]) -> None:
         writer = WARCWriter(out, gzip=True)
         for url, html in pages:
             headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
-            record = writer.create_warc_record(url, "response", payload=io.BytesIO(html.encode()), http_headers=headers)
+            record = writer.create_warc_record(
+                url, "response", payload=io.BytesIO(html.encode()), http_headers=headers
+            )
             writer.write_record(record)
 
 
@@ -62,14 +64,16 @@ def web_run(tmp_path_factory):
     rng = random.Random(11)
     texts = [prose(rng) for _ in range(6)]
     (root / "crawl").mkdir()
-    records = [{"id": "https://a.example/page", "text": texts[0]},   # the same URL, re-crawled with new text
-               {"id": "https://a.example/page", "text": texts[1]},
-               {"id": "https://b.example/x", "text": texts[2]},     # the same text under two ids
-               {"id": "https://b.example/y", "text": texts[2]},
-               {"id": "https://c.example/z", "text": texts[3]},     # the same id and the same text twice
-               {"id": "https://c.example/z", "text": texts[3]},
-               {"id": "zw", "text": "\u200b\u200c\u200d\ufeff \u2060"},
-               {"id": "huge", "text": prose(rng) * 200}]            # over max_document_bytes below
+    records = [
+        {"id": "https://a.example/page", "text": texts[0]},  # the same URL, re-crawled with new text
+        {"id": "https://a.example/page", "text": texts[1]},
+        {"id": "https://b.example/x", "text": texts[2]},  # the same text under two ids
+        {"id": "https://b.example/y", "text": texts[2]},
+        {"id": "https://c.example/z", "text": texts[3]},  # the same id and the same text twice
+        {"id": "https://c.example/z", "text": texts[3]},
+        {"id": "zw", "text": "\u200b\u200c\u200d\ufeff \u2060"},
+        {"id": "huge", "text": prose(rng) * 200},
+    ]  # over max_document_bytes below
     raw = _lines(records[:3]) + b'{"id": "bad-utf8", "text": "caf\xe9 au lait"}\n' + _lines(records[3:])
     (root / "crawl" / "part-0.jsonl").write_bytes(raw)
     (root / "zst").mkdir()
@@ -78,14 +82,19 @@ def web_run(tmp_path_factory):
     whole = zstandard.ZstdCompressor().compress(_lines([{"id": f"t{i}", "text": prose(rng)} for i in range(40)]))
     (root / "zst" / "b.jsonl.zst").write_bytes(whole[: len(whole) // 2])  # truncated mid-frame
     (root / "web").mkdir()
-    _warc(root / "web" / "crawl.warc.gz", [("https://mill.example/race", HTML.format(body=texts[4])),
-                                           ("https://mill.example/wheel", HTML.format(body=texts[5]))])
+    _warc(
+        root / "web" / "crawl.warc.gz",
+        [
+            ("https://mill.example/race", HTML.format(body=texts[4])),
+            ("https://mill.example/wheel", HTML.format(body=texts[5])),
+        ],
+    )
     (root / "p.toml").write_text(
         '[[sources]]\nname = "crawl"\npaths = ["crawl"]\nformat = "jsonl"\nmax_document_bytes = 20000\n'
         '[[sources]]\nname = "zst"\npaths = ["zst"]\nformat = "jsonl.zst"\non_bad_file = "skip"\n'
         '[[sources]]\nname = "web"\npaths = ["web"]\nformat = "warc"\n'
         '[dedup]\nfuzzy = false\n[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.03.01"\n'
-        '[executor]\ntasks = 2\nworkers = 1\n'
+        "[executor]\ntasks = 2\nworkers = 1\n"
     )
     home = Home.resolve(root / "home")
     path = run_pipeline(load_pipeline_config(root / "p.toml"), home)
@@ -142,8 +151,12 @@ def test_warc_pages_are_extracted_by_trafilatura_and_keep_their_url(web_run):
     web = [t for t in stored if "mill race" in t.lower() or texts[4][:30] in t or texts[5][:30] in t]
     assert len(web) == 2 and not any("<" in t or "Home | About" in t for t in web)
     layout = WorkLayout(home.work("local", "2026.03.01"))
-    origins = {r["metadata"]["origin"] for p in sorted(layout.filtered.glob("*.jsonl.zst")) for r in read_jsonl_zst(p)
-               if r["metadata"]["source"] == "web"}
+    origins = {
+        r["metadata"]["origin"]
+        for p in sorted(layout.filtered.glob("*.jsonl.zst"))
+        for r in read_jsonl_zst(p)
+        if r["metadata"]["source"] == "web"
+    }
     assert origins == {"https://mill.example/race", "https://mill.example/wheel"}
 
 
@@ -159,12 +172,15 @@ ZST = zstandard.ZstdCompressor().compress(_lines([{"id": i, "text": "x " * 50} f
 GZ = gzip.compress(_lines([{"id": i, "text": "y " * 50} for i in range(2000)]))
 
 
-@pytest.mark.parametrize("fmt,name,data,options", [
-    ("jsonl.zst", "a.jsonl.zst", ZST[:-40], {}),
-    ("jsonl.zst", "a.jsonl.zst", b"this is not zstd at all", {}),
-    ("jsonl", "a.jsonl.gz", GZ[:-500], {"glob": "*.jsonl.gz"}),
-    ("parquet", "a.parquet", b"PAR1 not really a parquet file PAR1", {}),
-])
+@pytest.mark.parametrize(
+    "fmt,name,data,options",
+    [
+        ("jsonl.zst", "a.jsonl.zst", ZST[:-40], {}),
+        ("jsonl.zst", "a.jsonl.zst", b"this is not zstd at all", {}),
+        ("jsonl", "a.jsonl.gz", GZ[:-500], {"glob": "*.jsonl.gz"}),
+        ("parquet", "a.parquet", b"PAR1 not really a parquet file PAR1", {}),
+    ],
+)
 def test_a_truncated_or_corrupt_file_is_an_error_naming_it(tmp_path, fmt, name, data, options):
     stage = _read_stage(tmp_path, fmt, name, data, **options)
     with pytest.raises(BadInputFile, match=f"{tmp_path / 'in' / name}: cannot read source 's'"):
@@ -181,8 +197,10 @@ def test_a_corrupt_run_writes_nothing_to_the_store(tmp_path):
     (tmp_path / "d").mkdir()
     data = zstandard.ZstdCompressor().compress(_lines([{"id": i, "text": prose(random.Random(i))} for i in range(30)]))
     (tmp_path / "d" / "a.jsonl.zst").write_bytes(data[: len(data) // 2])
-    (tmp_path / "p.toml").write_text('[[sources]]\nname = "d"\npaths = ["d"]\n[output]\nversion = "2026.03.02"\n'
-                                     '[executor]\ntasks = 1\nworkers = 1\n')
+    (tmp_path / "p.toml").write_text(
+        '[[sources]]\nname = "d"\npaths = ["d"]\n[output]\nversion = "2026.03.02"\n'
+        "[executor]\ntasks = 1\nworkers = 1\n"
+    )
     home = Home.resolve(tmp_path / "home")
     with pytest.raises(PipelineError, match=r"a\.jsonl\.zst: cannot read source 'd' file to its end"):
         run_pipeline(load_pipeline_config(tmp_path / "p.toml"), home)
@@ -190,8 +208,12 @@ def test_a_corrupt_run_writes_nothing_to_the_store(tmp_path):
 
 
 def test_parquet_problems_name_their_row(tmp_path):
-    rows = [{"id": "a", "text": "fine text"}, {"id": "b", "text": ""}, {"id": "c", "text": "more text"},
-            {"id": "d", "text": None}]
+    rows = [
+        {"id": "a", "text": "fine text"},
+        {"id": "b", "text": ""},
+        {"id": "c", "text": "more text"},
+        {"id": "d", "text": None},
+    ]
     buffer = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(rows), buffer)
     stage = _read_stage(tmp_path, "parquet", "a.parquet", buffer.getvalue())
@@ -202,8 +224,14 @@ def test_parquet_problems_name_their_row(tmp_path):
 
 
 def test_long_documents_can_be_cut_at_a_character_boundary(tmp_path):
-    stage = _read_stage(tmp_path, "jsonl", "a.jsonl", _lines([{"id": "x", "text": "é" * 100}]),
-                        max_document_bytes=51, long_documents="cut")
+    stage = _read_stage(
+        tmp_path,
+        "jsonl",
+        "a.jsonl",
+        _lines([{"id": "x", "text": "é" * 100}]),
+        max_document_bytes=51,
+        long_documents="cut",
+    )
     (doc,) = list(stage.run(None, 0, 1))
     assert doc.text == "é" * 25
     counts = json.loads(next((tmp_path / "funnel").glob("*.json")).read_text())["sources"]["s"]
@@ -213,7 +241,9 @@ def test_long_documents_can_be_cut_at_a_character_boundary(tmp_path):
 def test_keys_are_file_ordinal_and_position_whatever_the_ids(tmp_path):
     from pipeline.stages.readers import document_key
 
-    stage = _read_stage(tmp_path, "jsonl", "a.jsonl", _lines([{"id": "same", "text": "one"}, {"id": "same", "text": "two"}]))
+    stage = _read_stage(
+        tmp_path, "jsonl", "a.jsonl", _lines([{"id": "same", "text": "one"}, {"id": "same", "text": "two"}])
+    )
     docs = list(stage.run(None, 0, 1))
     assert [d.metadata["key"] for d in docs] == [document_key(0, 1), document_key(0, 2)]
     assert np.unique([d.metadata["key"] for d in docs]).size == 2
@@ -233,8 +263,15 @@ def test_inputs_changed_since_the_run_started_are_an_error_naming_the_first_one(
     from pipeline.work import InputsChanged, WorkLayout, prepare_work
 
     layout = WorkLayout(tmp_path / "work")
-    assert prepare_work(layout, _work_config(tmp_path)) == ["filter", "dedup", "tokenizer", "models", "tokenize",
-                                                           "decontaminate", "split"]
+    assert prepare_work(layout, _work_config(tmp_path)) == [
+        "filter",
+        "dedup",
+        "tokenizer",
+        "models",
+        "tokenize",
+        "decontaminate",
+        "split",
+    ]
     (layout.filtered).mkdir()
     (tmp_path / "d" / "1.jsonl").write_text(json.dumps({"id": 1, "text": "rewritten after the kill"}) + "\n")
     with pytest.raises(InputsChanged, match=f"first changed file {tmp_path / 'd' / '1.jsonl'} \\(changed"):
@@ -245,22 +282,33 @@ def test_inputs_changed_since_the_run_started_are_an_error_naming_the_first_one(
     assert prepare_work(layout, _work_config(tmp_path)) == []
 
 
-@pytest.mark.parametrize("change,rerun", [
-    ("[executor]\nworkers = 1\n", []),
-    ("[output]\nshard_tokens = 1000\n", ["tokenize", "decontaminate", "split"]),
-    ("[validation]\nfraction = 0.01\n", ["tokenize", "decontaminate", "split"]),
-    ("[tokenizer]\nvocab_size = 500\n", ["tokenizer", "models", "tokenize", "decontaminate", "split"]),
-    ("[dedup]\nthreshold = 0.7\n", ["dedup", "tokenizer", "models", "tokenize", "decontaminate", "split"]),
-    ('[filters.gopher_quality]\nmin_doc_words = 10\n', ["filter", "dedup", "tokenizer", "models", "tokenize",
-                                                         "decontaminate", "split"]),
-])
+@pytest.mark.parametrize(
+    "change,rerun",
+    [
+        ("[executor]\nworkers = 1\n", []),
+        ("[output]\nshard_tokens = 1000\n", ["tokenize", "decontaminate", "split"]),
+        ("[validation]\nfraction = 0.01\n", ["tokenize", "decontaminate", "split"]),
+        ("[tokenizer]\nvocab_size = 500\n", ["tokenizer", "models", "tokenize", "decontaminate", "split"]),
+        ("[dedup]\nthreshold = 0.7\n", ["dedup", "tokenizer", "models", "tokenize", "decontaminate", "split"]),
+        (
+            "[filters.gopher_quality]\nmin_doc_words = 10\n",
+            ["filter", "dedup", "tokenizer", "models", "tokenize", "decontaminate", "split"],
+        ),
+    ],
+)
 def test_a_config_change_reruns_only_its_stage_and_the_later_ones(tmp_path, change, rerun, caplog):
     from pipeline.work import WorkLayout, prepare_work
 
     layout = WorkLayout(tmp_path / "work")
     prepare_work(layout, _work_config(tmp_path))
-    for path in (layout.filtered, layout.runs, layout.models, layout.staged, layout.logs / "1-filter",
-                 layout.logs / "3-tokenize"):
+    for path in (
+        layout.filtered,
+        layout.runs,
+        layout.models,
+        layout.staged,
+        layout.logs / "1-filter",
+        layout.logs / "3-tokenize",
+    ):
         path.mkdir(parents=True)
     layout.tokenizer.write_text("{}")
     layout.duplicates.write_bytes(b"")
@@ -287,8 +335,12 @@ def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
     assert parts and all(part["sha256"] == sha256_file(cell_dir / part["file"]) for part in parts)
     # rows in store order (a keyed hash of the internal key, so sort them back by input position here)
     # the sidecar covers the training shards (what the loader reads), not the held-out documents
-    stored = {(1, "crawl/https://a.example/page"), (2, "crawl/https://a.example/page"),
-              (3, "crawl/https://b.example/x"), (6, "crawl/https://c.example/z")}  # line 4 is the invalid UTF-8 record
+    stored = {
+        (1, "crawl/https://a.example/page"),
+        (2, "crawl/https://a.example/page"),
+        (3, "crawl/https://b.example/x"),
+        (6, "crawl/https://c.example/z"),
+    }  # line 4 is the invalid UTF-8 record
     rows = [(r["position"], r["id"]) for r in trace]
     assert len(rows) == len(set(rows)) == store.cell("crawl").documents and set(rows) <= stored
     assert {r["origin"] for r in trace} == {str(root / "crawl" / "part-0.jsonl")}
@@ -297,8 +349,10 @@ def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
     assert [r["position"] for r in window] == [trace[1]["position"], trace[2]["position"]]
     web = read_trace(store.cell_dir("web")).to_pylist()
     origins = [r["origin"] for r in web]
-    assert len(origins) == store.cell("web").documents and set(origins) <= {"https://mill.example/race",
-                                                                            "https://mill.example/wheel"}
+    assert len(origins) == store.cell("web").documents and set(origins) <= {
+        "https://mill.example/race",
+        "https://mill.example/wheel",
+    }
 
 
 def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(tmp_path):
@@ -314,8 +368,10 @@ def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(
     for tasks in (1, 3):
         for rank in range(tasks):
             list(SampleSketch(tmp_path / str(tasks), 2 * budget).run(iter(docs[rank::tasks]), rank, tasks))
-        samples[tasks] = [d.metadata["key"] for d in merged_sample(tmp_path / str(tasks),
-                                                                   lambda rank: removed.get(rank, set()), budget)]
+        samples[tasks] = [
+            d.metadata["key"]
+            for d in merged_sample(tmp_path / str(tasks), lambda rank: removed.get(rank, set()), budget)
+        ]
     assert samples[1] == samples[3]
     by_rank = sorted((d for d in docs if d is not docs[0]), key=lambda d: sample_rank(d.metadata["key"]))
     expected, held = [], 0

@@ -8,8 +8,9 @@ from pipeline.work import WorkLayout, prepare_work
 def test_a_work_directory_with_the_earlier_state_name_resumes(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.jsonl").write_text('{"text": "one document"}\n')
-    config = PipelineConfig.model_validate({"sources": [{"name": "docs", "paths": [str(tmp_path / "docs")],
-                                                         "format": "jsonl"}]})
+    config = PipelineConfig.model_validate(
+        {"sources": [{"name": "docs", "paths": [str(tmp_path / "docs")], "format": "jsonl"}]}
+    )
     layout = WorkLayout(tmp_path / "work")
     assert prepare_work(layout, config)[0] == "filter"  # a new directory: everything runs
     assert layout.state.name == "work.json" and layout.state.exists()

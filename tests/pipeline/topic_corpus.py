@@ -14,42 +14,50 @@ import random
 from pathlib import Path
 
 TOPICS: dict[str, tuple[list[str], list[str], list[str]]] = {
-    "rivers": ("river bank bridge boat ferry harbour canal mill current delta flood stream dam lock "
-               "shore estuary meadow barge pier quay".split(),
-               "flows carries floods crosses drains feeds turns bends widens narrows".split(),
-               "muddy wide shallow deep swift calm northern tidal".split()),
-    "kitchens": ("bread oven flour butter soup recipe kettle pan onion garlic dough pastry sauce spoon "
-                 "bakery stew pepper salt honey cheese".split(),
-                 "bakes boils simmers stirs roasts slices kneads seasons tastes serves".split(),
-                 "warm crusty savoury sweet fresh spicy golden tender".split()),
-    "railways": ("train station track engine carriage platform signal timetable tunnel viaduct freight "
-                 "locomotive junction ticket guard sleeper siding depot coach rail".split(),
-                 "departs arrives stops climbs shunts whistles brakes connects runs waits".split(),
-                 "express local electric narrow steam crowded punctual late".split()),
-    "gardens": ("rose hedge lawn seed soil compost tulip orchard greenhouse shovel blossom vine bee "
-                "fence pond path bulb weed root leaf".split(),
-                "grows blooms wilts sprouts climbs spreads ripens withers flowers shades".split(),
-                "green fragrant thorny leafy wild tidy sunny damp".split()),
-    "stars": ("star planet telescope orbit comet galaxy moon nebula eclipse meteor observatory "
-              "astronomer constellation satellite spectrum cluster horizon crater asteroid light".split(),
-              "shines orbits rises sets dims flares drifts rotates glows wanders".split(),
-              "distant bright faint red giant dwarf icy luminous".split()),
-    "music": ("violin piano choir melody rhythm concert orchestra drum chord song tune composer "
-              "harmony organ flute score rehearsal singer note cello".split(),
-              "plays sings tunes rehearses composes performs echoes swells fades conducts".split(),
-              "loud quiet joyful solemn lively gentle minor major".split()),
-    "markets": ("price trader coin stall ledger merchant wage bargain cargo auction shop customer "
-                "profit loan invoice tax supply demand broker share".split(),
-                "sells buys trades lends rises falls pays borrows earns counts".split(),
-                "cheap costly busy weekly foreign local steady volatile".split()),
-    "mountains": ("peak ridge valley glacier summit slope cliff pass rock snow hut climber trail "
-                  "avalanche crag boulder cairn scree gorge plateau".split(),
-                  "towers rises erodes crumbles shelters looms slopes drops freezes thaws".split(),
-                  "steep rocky snowy alpine jagged remote barren misty".split()),
+    "rivers": (
+        ["river", "bank", "bridge", "boat", "ferry", "harbour", "canal", "mill", "current", "delta", "flood", "stream", "dam", "lock", "shore", "estuary", "meadow", "barge", "pier", "quay"],
+        ["flows", "carries", "floods", "crosses", "drains", "feeds", "turns", "bends", "widens", "narrows"],
+        ["muddy", "wide", "shallow", "deep", "swift", "calm", "northern", "tidal"],
+    ),
+    "kitchens": (
+        ["bread", "oven", "flour", "butter", "soup", "recipe", "kettle", "pan", "onion", "garlic", "dough", "pastry", "sauce", "spoon", "bakery", "stew", "pepper", "salt", "honey", "cheese"],
+        ["bakes", "boils", "simmers", "stirs", "roasts", "slices", "kneads", "seasons", "tastes", "serves"],
+        ["warm", "crusty", "savoury", "sweet", "fresh", "spicy", "golden", "tender"],
+    ),
+    "railways": (
+        ["train", "station", "track", "engine", "carriage", "platform", "signal", "timetable", "tunnel", "viaduct", "freight", "locomotive", "junction", "ticket", "guard", "sleeper", "siding", "depot", "coach", "rail"],
+        ["departs", "arrives", "stops", "climbs", "shunts", "whistles", "brakes", "connects", "runs", "waits"],
+        ["express", "local", "electric", "narrow", "steam", "crowded", "punctual", "late"],
+    ),
+    "gardens": (
+        ["rose", "hedge", "lawn", "seed", "soil", "compost", "tulip", "orchard", "greenhouse", "shovel", "blossom", "vine", "bee", "fence", "pond", "path", "bulb", "weed", "root", "leaf"],
+        ["grows", "blooms", "wilts", "sprouts", "climbs", "spreads", "ripens", "withers", "flowers", "shades"],
+        ["green", "fragrant", "thorny", "leafy", "wild", "tidy", "sunny", "damp"],
+    ),
+    "stars": (
+        ["star", "planet", "telescope", "orbit", "comet", "galaxy", "moon", "nebula", "eclipse", "meteor", "observatory", "astronomer", "constellation", "satellite", "spectrum", "cluster", "horizon", "crater", "asteroid", "light"],
+        ["shines", "orbits", "rises", "sets", "dims", "flares", "drifts", "rotates", "glows", "wanders"],
+        ["distant", "bright", "faint", "red", "giant", "dwarf", "icy", "luminous"],
+    ),
+    "music": (
+        ["violin", "piano", "choir", "melody", "rhythm", "concert", "orchestra", "drum", "chord", "song", "tune", "composer", "harmony", "organ", "flute", "score", "rehearsal", "singer", "note", "cello"],
+        ["plays", "sings", "tunes", "rehearses", "composes", "performs", "echoes", "swells", "fades", "conducts"],
+        ["loud", "quiet", "joyful", "solemn", "lively", "gentle", "minor", "major"],
+    ),
+    "markets": (
+        ["price", "trader", "coin", "stall", "ledger", "merchant", "wage", "bargain", "cargo", "auction", "shop", "customer", "profit", "loan", "invoice", "tax", "supply", "demand", "broker", "share"],
+        ["sells", "buys", "trades", "lends", "rises", "falls", "pays", "borrows", "earns", "counts"],
+        ["cheap", "costly", "busy", "weekly", "foreign", "local", "steady", "volatile"],
+    ),
+    "mountains": (
+        ["peak", "ridge", "valley", "glacier", "summit", "slope", "cliff", "pass", "rock", "snow", "hut", "climber", "trail", "avalanche", "crag", "boulder", "cairn", "scree", "gorge", "plateau"],
+        ["towers", "rises", "erodes", "crumbles", "shelters", "looms", "slopes", "drops", "freezes", "thaws"],
+        ["steep", "rocky", "snowy", "alpine", "jagged", "remote", "barren", "misty"],
+    ),
 }
-DETERMINERS = "the a this that every each our their one another".split()
-PREPOSITIONS = "near beside under over through along behind across past around".split()
-CLAUSES = "because while although when since until whereas unless".split()
+DETERMINERS = ["the", "a", "this", "that", "every", "each", "our", "their", "one", "another"]
+PREPOSITIONS = ["near", "beside", "under", "over", "through", "along", "behind", "across", "past", "around"]
+CLAUSES = ["because", "while", "although", "when", "since", "until", "whereas", "unless"]
 STYLES = {  # a sentence's frame per source; {d} a determiner, {p} a preposition, {c} a conjunction
     "python-docs": [
         "{D} {adj} {n1} {v1} {p} {d} {n2}, {c} {d} {n3} {v2} {p} {d} {n4}.",
@@ -78,13 +86,23 @@ def document(topic: str, style: str, rng: random.Random) -> str:
         n1, n2, n3, n4 = rng.sample(nouns, 4)
         v1, v2 = rng.sample(verbs, 2)
         d, clause = rng.choice(DETERMINERS), rng.choice(CLAUSES)
-        slots = {"n1": n1, "n2": n2, "n3": n3, "n4": n4, "v1": v1, "v2": v2, "adj": rng.choice(adjectives),
-                 "D": d.capitalize(), "C": clause.capitalize(), "c": clause}
+        slots = {
+            "n1": n1,
+            "n2": n2,
+            "n3": n3,
+            "n4": n4,
+            "v1": v1,
+            "v2": v2,
+            "adj": rng.choice(adjectives),
+            "D": d.capitalize(),
+            "C": clause.capitalize(),
+            "c": clause,
+        }
         frame = rng.choice(STYLES[style])
         while "{d}" in frame or "{p}" in frame:  # each slot its own draw
             frame = frame.replace("{d}", rng.choice(DETERMINERS), 1).replace("{p}", rng.choice(PREPOSITIONS), 1)
         sentences.append(frame.format(**slots))
-    lines = [" ".join(sentences[i:i + 3]) for i in range(0, count, 3)]
+    lines = [" ".join(sentences[i : i + 3]) for i in range(0, count, 3)]
     return "\n".join(lines)
 
 
@@ -93,8 +111,11 @@ def write_topic_corpus(root: Path, per_topic_and_style: int, seed: int = 0) -> i
     rng = random.Random(seed)
     written = 0
     for style in STYLES:
-        records = [{"id": f"{topic}-{i}", "text": document(topic, style, rng)}
-                   for i in range(per_topic_and_style) for topic in TOPICS]
+        records = [
+            {"id": f"{topic}-{i}", "text": document(topic, style, rng)}
+            for i in range(per_topic_and_style)
+            for topic in TOPICS
+        ]
         (root / style).mkdir(parents=True, exist_ok=True)
         (root / style / "part-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         written += len(records)

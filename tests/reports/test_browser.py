@@ -8,7 +8,6 @@ Screenshots go to tests/reports/artifacts/ (ignored by git).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from testkit import factory
 from testkit.browser import Tab
 from trainer.ladder.results import write_ladder
 
+
 @pytest.fixture(scope="module")
 def site(small_home, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
@@ -30,8 +30,9 @@ def site(small_home, tmp_path_factory) -> Path:
 
 
 def expected_realised(home: Home, revision: str) -> dict[str, dict[str, str]]:
-    manifest, _ = read_manifest(home.store(factory.STORE, factory.VERSION) / "mixtures" / "default" / revision
-                                / "manifest.json")
+    manifest, _ = read_manifest(
+        home.store(factory.STORE, factory.VERSION) / "mixtures" / "default" / revision / "manifest.json"
+    )
     return {
         cell: {f"{p.name} realised": human_percent(p.counts.get(cell, 0) / p.sequences) for p in manifest.phases}
         for cell in manifest.cells
@@ -96,9 +97,11 @@ def test_reloading_keeps_the_chosen_revision(browser, site):
 
 
 def test_pages_fit_a_phone(browser, site):
-    for name, path, query in (("composition", site / factory.STORE / factory.VERSION / "index.html",
-                               "?revision=uniform-sampling"), ("run", site / "runs" / "tiny-1" / "index.html", ""),
-                              ("index", site / "index.html", "")):
+    for name, path, query in (
+        ("composition", site / factory.STORE / factory.VERSION / "index.html", "?revision=uniform-sampling"),
+        ("run", site / "runs" / "tiny-1" / "index.html", ""),
+        ("index", site / "index.html", ""),
+    ):
         tab = Tab(browser, width=390, height=844)
         tab.open_run(path, query) if name == "run" else tab.open(path, query)
         overflow = tab.page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
@@ -112,8 +115,11 @@ def test_run_page_draws_every_chart(browser, site):
     tab = Tab(browser)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
     for chart in ("c-loss", "c-lr", "c-grad", "c-param", "c-tps", "c-mfu", "c-bias", "c-viol", "c-cell", "c-source"):
-        drawn = tab.page.evaluate("(id) => { const u = document.getElementById(id).uplot;"
-                                  " return u ? [u.data[0].length, u.axes[1].label] : null; }", chart)
+        drawn = tab.page.evaluate(
+            "(id) => { const u = document.getElementById(id).uplot;"
+            " return u ? [u.data[0].length, u.axes[1].label] : null; }",
+            chart,
+        )
         assert drawn and drawn[0] >= 1 and drawn[1], chart  # points, and a y axis that says what it measures
     assert tab.page.locator("#c-param .u-legend .u-series").count() == 3  # the x value and two lines
     assert tab.page.locator("#c-load g.hm").count() == 16  # 2 layers × 8 experts
@@ -129,7 +135,9 @@ def test_run_page_draws_every_chart(browser, site):
 def test_reference_shape_page(browser, reference_home, tmp_path):
     build_site(reference_home, tmp_path / "site")
     tab = Tab(browser)
-    tab.open(tmp_path / "site" / "reference" / "2026.11.30" / "index.html", "?revision=uniform-sampling&compare=natural")
+    tab.open(
+        tmp_path / "site" / "reference" / "2026.11.30" / "index.html", "?revision=uniform-sampling&compare=natural"
+    )
     assert tab.page.locator("#grid g.hm").count() == 200
     assert tab.page.locator("#weights tbody tr").count() == 200
     options = tab.page.eval_on_selector_all("#revision option", "(os) => os.map((o) => o.value)")
@@ -146,9 +154,13 @@ def test_page_script_formats_numbers_like_python(browser, site):
     shares = [0, 0.031, 0.5, 1, 0.0000012, 0.125, 0.00999]
     epochs = [0, 0.42, 8, 7.96, 0.001234]
     shown = tab.page.evaluate(
-        "([v, s, e]) => [v.map(fmt.count), s.map(fmt.pct), e.map(fmt.epochs)]", [values, shares, epochs])
-    assert shown == [[human_count(v) for v in values], [human_percent(x) for x in shares],
-                     [human_epochs(x) for x in epochs]]
+        "([v, s, e]) => [v.map(fmt.count), s.map(fmt.pct), e.map(fmt.epochs)]", [values, shares, epochs]
+    )
+    assert shown == [
+        [human_count(v) for v in values],
+        [human_percent(x) for x in shares],
+        [human_epochs(x) for x in epochs],
+    ]
     tab.close()
 
 
@@ -175,7 +187,9 @@ def test_wide_tables_fit_a_wide_window_problem_columns_first_first_column_fixed(
     assert tab.page.evaluate("() => document.querySelector('main').clientWidth") > 1800
     heads = tab.page.eval_on_selector_all("#weights thead th", "(ths) => ths.map((th) => th.textContent)")
     assert heads[:3] == ["Cell", "Cap", "Epochs"]
-    right = tab.page.evaluate("() => document.querySelector('#weights thead th:nth-child(3)').getBoundingClientRect().right")
+    right = tab.page.evaluate(
+        "() => document.querySelector('#weights thead th:nth-child(3)').getBoundingClientRect().right"
+    )
     assert right < 1920
     diff_heads = tab.page.eval_on_selector_all("#diff thead th", "(ths) => ths.map((th) => th.textContent)")
     assert diff_heads[:4] == ["Cell", "main change", "cooldown change", "Epochs uniform-sampling"]
@@ -211,7 +225,9 @@ def test_phone_text_is_readable_and_numbers_are_a_tap_away(browser, site):
     run = Tab(browser, width=390, height=844, touch=True)
     run.open_run(site / "runs" / "tiny-1" / "index.html")
     assert run.page.evaluate("() => document.getElementById('c-loss').uplot.width") <= 390
-    legend = run.page.evaluate("() => parseFloat(getComputedStyle(document.querySelector('#c-loss .u-legend')).fontSize)")
+    legend = run.page.evaluate(
+        "() => parseFloat(getComputedStyle(document.querySelector('#c-loss .u-legend')).fontSize)"
+    )
     assert legend >= 11
     run.check_clean()
     run.close()
@@ -281,8 +297,10 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
 def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser, site):
     tab = Tab(browser, width=1280, height=700)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
-    titles = tab.page.evaluate("() => [...document.querySelectorAll('.tchart')].map((c) => [c.id, c.uplot.axes[0].label,"
-                               " c.uplot.axes[1].label])")
+    titles = tab.page.evaluate(
+        "() => [...document.querySelectorAll('.tchart')].map((c) => [c.id, c.uplot.axes[0].label,"
+        " c.uplot.axes[1].label])"
+    )
     assert len(titles) >= 10 and all(x and y for _, x, y in titles), titles
     assert ("c-loss", "step", "loss (nats per token)") in [tuple(t) for t in titles]
     charts = tab.page.evaluate("""() => [...document.querySelectorAll('.chart svg[role=img]')].map((svg) => {
@@ -302,7 +320,9 @@ def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser,
     box = tab.page.evaluate("""() => { const r = [...document.querySelectorAll('#c-load g.hm')].pop();
         r.scrollIntoView({block: 'end'}); const b = r.getBoundingClientRect(); return [b.left + b.width / 2, b.bottom - 2]; }""")
     tab.page.mouse.move(box[0], box[1])
-    tip = tab.page.evaluate("() => { const b = document.querySelector('.tip').getBoundingClientRect(); return [b.top, b.bottom]; }")
+    tip = tab.page.evaluate(
+        "() => { const b = document.querySelector('.tip').getBoundingClientRect(); return [b.top, b.bottom]; }"
+    )
     assert tip[0] >= 0 and tip[1] <= 700, tip
     tab.check_clean()
     tab.close()
@@ -325,13 +345,17 @@ def test_legend_picks_the_lines_of_a_busy_chart(browser, site):
 def test_keyboard_screen_readers_and_contrast(browser, site):
     tab = Tab(browser)
     tab.open(site.joinpath(*COMPOSITION), "?revision=uniform-sampling&metric=epochs")
-    assert tab.page.eval_on_selector_all("#weights thead th", "(ths) => ths.map((th) => th.getAttribute('aria-sort'))")[0] \
+    assert (
+        tab.page.eval_on_selector_all("#weights thead th", "(ths) => ths.map((th) => th.getAttribute('aria-sort'))")[0]
         == "ascending"
+    )
     epochs = tab.page.locator("#weights thead th:nth-child(3) button")
     epochs.focus()
     tab.page.keyboard.press("Enter")
     assert tab.page.get_attribute("#weights thead th:nth-child(3)", "aria-sort") == "descending"
-    shown = tab.page.eval_on_selector_all("#weights tbody tr td:nth-child(3)", "(tds) => tds.map((td) => td.textContent)")
+    shown = tab.page.eval_on_selector_all(
+        "#weights tbody tr td:nth-child(3)", "(tds) => tds.map((td) => td.textContent)"
+    )
     values = [float(v.rstrip("×")) for v in shown]
     assert values == sorted(values, reverse=True)
     label = tab.page.get_attribute("#grid svg", "aria-label")
@@ -380,8 +404,10 @@ def test_missing_revision_is_said_at_the_top_cells_link_and_descriptions_show(br
     assert notice.get_attribute("class") == "alert" and tab.page.is_visible("#notice")
     text = notice.inner_text()
     assert "No revision “uniform” is built on this store" in text and "natural, uniform-sampling" in text
-    above = tab.page.evaluate("() => document.querySelector('#notice').getBoundingClientRect().top"
-                              " < document.querySelector('.cards').getBoundingClientRect().top")
+    above = tab.page.evaluate(
+        "() => document.querySelector('#notice').getBoundingClientRect().top"
+        " < document.querySelector('.cards').getBoundingClientRect().top"
+    )
     assert above
     tab.page.select_option("#revision", "uniform-sampling")
     assert tab.page.inner_text("#revision-description") == factory.UNIFORM_DESCRIPTION
@@ -407,10 +433,21 @@ def compared_site(tmp_path_factory) -> Path:
     factory.write_contract_metrics(home, "second", revisions["uniform-sampling"], steps=200, spikes={150: 9.0})
     factory.write_contract_metrics(home, "third", revisions["natural"], steps=100, status="running")
     factory.write_contract_metrics(home, "rung-s0", revisions["natural"], steps=50)
-    write_ladder(home, "small", {"ladder": "small", "file": "small.toml", "metric": "loss.macro", "asymptote": 2.0,
-                                 "plan": {"ladder": "small", "mixture": "default", "revision": "natural", "rungs": []},
-                                 "results": [{"rung": "d8", "revision": "natural", "seed": 0, "run": "rung-s0",
-                                              "status": "completed", "curve": []}], "fits": {}})
+    write_ladder(
+        home,
+        "small",
+        {
+            "ladder": "small",
+            "file": "small.toml",
+            "metric": "loss.macro",
+            "asymptote": 2.0,
+            "plan": {"ladder": "small", "mixture": "default", "revision": "natural", "rungs": []},
+            "results": [
+                {"rung": "d8", "revision": "natural", "seed": 0, "run": "rung-s0", "status": "completed", "curve": []}
+            ],
+            "fits": {},
+        },
+    )
     out = home.root / "site"
     build_site(home, out)
     return out
@@ -441,7 +478,10 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab.page.wait_for_url("**/compare.html?runs=*")
     tab.page.wait_for_selector("#p-loss .u-over")
     assert tab.page.url.endswith("compare.html?runs=first,second")
-    assert tab.page.eval_on_selector_all("#compare-table tbody tr", "rs => rs.map(r => r.dataset.run)") == ["first", "second"]
+    assert tab.page.eval_on_selector_all("#compare-table tbody tr", "rs => rs.map(r => r.dataset.run)") == [
+        "first",
+        "second",
+    ]
     diff = tab.page.inner_text("#revision-diff")
     assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
     # every panel spans the same x range, its axes named with units; zooming one zooms them all

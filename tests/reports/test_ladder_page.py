@@ -11,8 +11,8 @@ from reports import build_site
 from testkit import factory
 from testkit.browser import Tab
 from trainer.ladder.compare import compare_points
-from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report
 from trainer.ladder.results import write_ladder
+from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report
 
 FLOPS = [1e12, 4e12, 1.6e13, 6.4e13]
 LAW = Law(2.0, 300.0, 0.2)
@@ -20,9 +20,21 @@ LAW = Law(2.0, 300.0, 0.2)
 
 def ladder_body() -> dict:
     rng = np.random.default_rng(0)
-    rungs = [{"name": f"d{8 * 2 ** i}", "d_model": 8 * 2 ** i, "layers": 1 + i, "params": {"total": 10 ** (4 + i),
-              "active": 10 ** (3 + i)}, "tokens": 4 * 10 ** (3 + i), "steps": 10 * (i + 1), "batch": 4, "lr": 3e-3,
-              "flops": f, "seconds_here": 2.0 * (i + 1)} for i, f in enumerate(FLOPS)]
+    rungs = [
+        {
+            "name": f"d{8 * 2**i}",
+            "d_model": 8 * 2**i,
+            "layers": 1 + i,
+            "params": {"total": 10 ** (4 + i), "active": 10 ** (3 + i)},
+            "tokens": 4 * 10 ** (3 + i),
+            "steps": 10 * (i + 1),
+            "batch": 4,
+            "lr": 3e-3,
+            "flops": f,
+            "seconds_here": 2.0 * (i + 1),
+        }
+        for i, f in enumerate(FLOPS)
+    ]
     target = dict(rungs[-1], name="next-d128", d_model=128, flops=2.56e14)
     results, points = [], {"uniform-sampling": [], "natural": []}
     for revision, shift in (("uniform-sampling", 0.0), ("natural", 0.003)):
@@ -31,17 +43,47 @@ def ladder_body() -> dict:
                 loss = LAW.loss(rung["flops"]) + shift + rng.normal(0, 0.002)
                 points[revision].append(Point(rung["flops"], loss, rung["name"], seed))
                 curve = [{"step": s, "tokens": s * 128, "loss": loss + 2.0 / s, "bpb": None} for s in (1, 2, 4, 8)]
-                results.append({"rung": rung["name"], "revision": revision, "seed": seed,
-                                "run": f"ladder-page-{revision}-{rung['name']}-s{seed}", "status": "completed",
-                                "flops": rung["flops"], "tokens": rung["tokens"], "steps": rung["steps"],
-                                "batch": 4, "seconds": 1.0, "final": {"loss": {"macro": loss}}, "curve": curve})
+                results.append(
+                    {
+                        "rung": rung["name"],
+                        "revision": revision,
+                        "seed": seed,
+                        "run": f"ladder-page-{revision}-{rung['name']}-s{seed}",
+                        "status": "completed",
+                        "flops": rung["flops"],
+                        "tokens": rung["tokens"],
+                        "steps": rung["steps"],
+                        "batch": 4,
+                        "seconds": 1.0,
+                        "final": {"loss": {"macro": loss}},
+                        "curve": curve,
+                    }
+                )
     fits = {rev: fit_report(pts, 2.0, [("next-d128", 2.56e14)], metric="loss.macro") for rev, pts in points.items()}
-    comparison = compare_points(points["uniform-sampling"], points["natural"], fit_law(points["uniform-sampling"], 2.0),
-                                fit_law(points["natural"], 2.0), ("uniform-sampling", "natural"))
-    return {"ladder": "page", "file": "page.toml", "metric": "loss.macro", "asymptote": 2.0,
-            "plan": {"ladder": "page", "mixture": "default", "revision": "uniform-sampling", "seq_len": 32,
-                     "rungs": rungs, "target": target},
-            "results": results, "fits": fits, "comparison": comparison}
+    comparison = compare_points(
+        points["uniform-sampling"],
+        points["natural"],
+        fit_law(points["uniform-sampling"], 2.0),
+        fit_law(points["natural"], 2.0),
+        ("uniform-sampling", "natural"),
+    )
+    return {
+        "ladder": "page",
+        "file": "page.toml",
+        "metric": "loss.macro",
+        "asymptote": 2.0,
+        "plan": {
+            "ladder": "page",
+            "mixture": "default",
+            "revision": "uniform-sampling",
+            "seq_len": 32,
+            "rungs": rungs,
+            "target": target,
+        },
+        "results": results,
+        "fits": fits,
+        "comparison": comparison,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +107,7 @@ def test_the_ladder_page_shows_rungs_fit_predictions_residuals_and_comparison(la
     fit = body["fits"]["uniform-sampling"]
     prediction = fit["predictions"][0]
     assert f"{prediction['low']:.4f}"[:5] in html and f"{prediction['high']:.4f}"[:5] in html
-    assert html.count("<tr><td class=\"l\">d8</td><td>0</td>") == 2  # a residual row per revision
+    assert html.count('<tr><td class="l">d8</td><td>0</td>') == 2  # a residual row per revision
     assert f"{fit['residuals'][0]['residual']:+.4f}" in html
     assert body["comparison"]["verdict"] in html
     assert 'href="../../local/' in html or "composition of" in html
@@ -78,14 +120,16 @@ def test_reports_import_only_the_trainers_records():
     import subprocess
     import sys
 
-    code = ("import sys, reports.ladder_page, reports.site; "
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainer') "
-            "and m not in ('trainer', 'trainer.records')]; "
-            "print(bad); sys.exit(bool(bad))")
+    code = (
+        "import sys, reports.ladder_page, reports.site; "
+        "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainer') "
+        "and m not in ('trainer', 'trainer.records')]; "
+        "print(bad); sys.exit(bool(bad))"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_the_ladder_page_draws_its_charts_in_a_browser(browser, ladder_site):  # noqa: F811
+def test_the_ladder_page_draws_its_charts_in_a_browser(browser, ladder_site):
     _, site, body = ladder_site
     tab = Tab(browser)
     tab.open(site / "ladders" / "page" / "index.html")

@@ -25,11 +25,26 @@ def lineage_site(tmp_path_factory):
     root = tmp_path_factory.mktemp("lineage-pages")
     home = Home.resolve(root / "home")
     factory.make_small_store(home)
-    new_revision(home, "default", "natural", f"{factory.STORE}/{factory.VERSION}", strategy="natural",
-                 phases=["main:12288"], seq_len=factory.SEQ_LEN, global_batch=factory.GLOBAL_BATCH)
+    new_revision(
+        home,
+        "default",
+        "natural",
+        f"{factory.STORE}/{factory.VERSION}",
+        strategy="natural",
+        phases=["main:12288"],
+        seq_len=factory.SEQ_LEN,
+        global_batch=factory.GLOBAL_BATCH,
+    )
     build(home, "default", "natural")
-    new_revision(home, "default", "swap", None, continues="natural", at_step=AT_STEP,
-                 phases=["main:4096:uniform", "cooldown:2048:uniform@c*q1"])
+    new_revision(
+        home,
+        "default",
+        "swap",
+        None,
+        continues="natural",
+        at_step=AT_STEP,
+        phases=["main:4096:uniform", "cooldown:2048:uniform@c*q1"],
+    )
     manifest_path = build(home, "default", "swap")
     run_dir = factory.write_contract_metrics(home, "switched", manifest_path, steps=40)
     payload = read_payload(run_dir / "run.json", "millrace.run")
@@ -45,14 +60,16 @@ def test_the_composition_page_embeds_the_lineage_and_the_run_page_the_switch(lin
     data = page_data(site / factory.STORE / factory.VERSION / "index.html")["revisions"]["swap"]
     assert data["at_step"] == AT_STEP
     assert [(r["revision"], r["start_step"], r["stop_step"]) for r in data["lineage"]] == [
-        ("natural", 0, AT_STEP), ("swap", AT_STEP, data["total_steps"])]
+        ("natural", 0, AT_STEP),
+        ("swap", AT_STEP, data["total_steps"]),
+    ]
     assert [p["revision"] for p in data["phases"]] == ["natural", "swap", "swap"]
     assert sum(data["phases"][0]["counts"]) == AT_STEP * factory.GLOBAL_BATCH
     run = read_script(site / "runs" / "switched" / "data" / "overview.js")
     assert run["switches"] == [{"step": AT_STEP, "revision": "swap"}]
 
 
-def test_the_pages_show_the_lineage_and_mark_the_switch_on_every_chart(lineage_site, browser):  # noqa: F811
+def test_the_pages_show_the_lineage_and_mark_the_switch_on_every_chart(lineage_site, browser):
     _home, site = lineage_site
     tab = Tab(browser)
     tab.open(site / factory.STORE / factory.VERSION / "index.html", "?revision=swap")
@@ -63,7 +80,9 @@ def test_the_pages_show_the_lineage_and_mark_the_switch_on_every_chart(lineage_s
     names = [c["name"] for c in data["cells"]]
     phases = data["revisions"]["swap"]["phases"]
     for i, cell in enumerate(names):
-        by = {r: sum(p["counts"][i] for p in phases if p["revision"] == r) * factory.SEQ_LEN for r in ("natural", "swap")}
+        by = {
+            r: sum(p["counts"][i] for p in phases if p["revision"] == r) * factory.SEQ_LEN for r in ("natural", "swap")
+        }
         assert rows[cell]["tokens by natural"] == human_count(by["natural"]), cell
         assert rows[cell]["tokens by swap"] == human_count(by["swap"]), cell
         assert rows[cell]["Tokens, whole lineage"] == human_count(by["natural"] + by["swap"]), cell

@@ -32,7 +32,7 @@ def spiky_site(tmp_path_factory) -> Path:
     return root / "site" / "runs" / "spiky" / "index.html"
 
 
-def open_run(browser, path: Path, query: str = "") -> Tab:  # noqa: F811
+def open_run(browser, path: Path, query: str = "") -> Tab:
     tab = Tab(browser)
     tab.open(path, query)
     tab.page.wait_for_selector("body[data-ready='1']", timeout=30_000)
@@ -44,17 +44,20 @@ def into_view(tab: Tab, chart: str) -> None:
 
 
 def x_range(tab: Tab, chart: str = "c-loss") -> list[float]:
-    return tab.page.evaluate("(id) => { const u = document.getElementById(id).uplot; return [u.scales.x.min, u.scales.x.max]; }",
-                             chart)
+    return tab.page.evaluate(
+        "(id) => { const u = document.getElementById(id).uplot; return [u.scales.x.min, u.scales.x.max]; }", chart
+    )
 
 
 def drag(tab: Tab, chart: str, start: float, stop: float) -> None:
     """Press, move and release the mouse across `chart` from step `start` to step `stop`."""
     into_view(tab, chart)
-    points = tab.page.evaluate("""([id, a, b]) => { const u = document.getElementById(id).uplot;
+    points = tab.page.evaluate(
+        """([id, a, b]) => { const u = document.getElementById(id).uplot;
         const box = u.over.getBoundingClientRect();
         return [box.left + u.valToPos(a, 'x'), box.left + u.valToPos(b, 'x'), box.top + box.height / 2]; }""",
-                               [chart, start, stop])
+        [chart, start, stop],
+    )
     tab.page.mouse.move(points[0], points[2])
     tab.page.mouse.down()
     tab.page.mouse.move((points[0] + points[1]) / 2, points[2], steps=4)
@@ -63,7 +66,7 @@ def drag(tab: Tab, chart: str, start: float, stop: float) -> None:
 
 
 @pytest.mark.slow  # a 20,000-step stream (the issue's size) is read and cut into chunks
-def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(browser, spiky_site):  # noqa: F811
+def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(browser, spiky_site):
     tab = open_run(browser, spiky_site)
     assert tab.page.evaluate("() => document.body.dataset.resolution") == "thinned"
     data = read_script(spiky_site.parent / "data" / "overview.js")
@@ -95,7 +98,7 @@ def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(
 
 
 @pytest.mark.slow  # the same 20,000-step run: zooming must load every record of the range
-def test_zoom_draws_every_record_of_the_range_and_double_click_resets(browser, spiky_site):  # noqa: F811
+def test_zoom_draws_every_record_of_the_range_and_double_click_resets(browser, spiky_site):
     tab = open_run(browser, spiky_site)
     whole = x_range(tab)
     drag(tab, "c-loss", 13_000, 15_000)
@@ -104,12 +107,16 @@ def test_zoom_draws_every_record_of_the_range_and_double_click_resets(browser, s
     assert 12_800 < lo < 13_200 and 14_800 < hi < 15_200
     assert x_range(tab, "c-grad") == [lo, hi]  # every chart follows
     assert f"from={round(lo)}" in tab.page.url and f"to={round(hi)}" in tab.page.url
-    steps = tab.page.evaluate("() => document.getElementById('c-loss').uplot.data[0].filter((x) => x >= 14000 && x <= 14010)")
+    steps = tab.page.evaluate(
+        "() => document.getElementById('c-loss').uplot.data[0].filter((x) => x >= 14000 && x <= 14010)"
+    )
     assert steps == list(range(14_000, 14_011))  # every record, not a bucket's extremes
     # shift+drag pans: the range moves, its width stays
     into_view(tab, "c-loss")
-    box = tab.page.evaluate("() => { const b = document.getElementById('c-loss').uplot.over.getBoundingClientRect();"
-                            " return [b.left + b.width / 2, b.top + b.height / 2]; }")
+    box = tab.page.evaluate(
+        "() => { const b = document.getElementById('c-loss').uplot.over.getBoundingClientRect();"
+        " return [b.left + b.width / 2, b.top + b.height / 2]; }"
+    )
     tab.page.keyboard.down("Shift")
     tab.page.mouse.move(box[0], box[1])
     tab.page.mouse.down()
@@ -135,7 +142,7 @@ def test_zoom_draws_every_record_of_the_range_and_double_click_resets(browser, s
 
 
 @pytest.mark.slow  # three live writes, each waited for through the page's own 1 s poll
-def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, small_home, tmp_path):  # noqa: F811
+def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, small_home, tmp_path):
     home, lines = factory.copy_as_live(small_home, tmp_path / "home", lines=6)
     site = tmp_path / "site"
     page = build_run_page(home, "live", site, refresh_seconds=1)
@@ -154,8 +161,9 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
         tab.page.wait_for_function("(n) => document.body.dataset.records === String(n)", arg=shown, timeout=30_000)
         assert tab.page.input_value("#smooth") == "0.9" and tab.page.is_checked("#log-y")
         assert x_range(tab) == zoom and "smooth=0.9" in tab.page.url
-        raw, smooth = tab.page.evaluate("() => { const u = document.getElementById('c-loss').uplot;"
-                                        " return [u.data[1], u.data[2]]; }")
+        raw, smooth = tab.page.evaluate(
+            "() => { const u = document.getElementById('c-loss').uplot; return [u.data[1], u.data[2]]; }"
+        )
         assert len(raw) == shown
         expected = []
         for value in raw:
@@ -164,14 +172,15 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
         assert tab.page.inner_text("#card-step").startswith(str(json.loads(lines[shown - 1])["step"]))
     factory.set_status(home, "live", "completed")
     build_run_page(home, "live", site, refresh_seconds=1)
-    tab.page.wait_for_function("() => document.querySelector('#status').innerText.startsWith('completed')",
-                               timeout=30_000)
+    tab.page.wait_for_function(
+        "() => document.querySelector('#status').innerText.startsWith('completed')", timeout=30_000
+    )
     tab.shot("run-live-smoothed")
     tab.check_clean()
     tab.close()
 
 
-def test_the_run_page_also_loads_its_data_from_a_static_web_server(browser, small_home, tmp_path):  # noqa: F811
+def test_the_run_page_also_loads_its_data_from_a_static_web_server(browser, small_home, tmp_path):
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer

@@ -13,6 +13,7 @@ import pytest
 from millrace.cli import main
 from millrace.errors import ArtifactError
 from millrace.home import Home
+from millrace.jsonl import last_record
 from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
@@ -21,7 +22,6 @@ from reports import build_pages, build_site
 from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.render import embed_json
-from millrace.jsonl import last_record
 from reports.run_data import BUCKETS, CHUNK, RunSeries, read_script
 from reports.training import MetricsTail, load_run, read_metrics
 from testkit import factory
@@ -49,8 +49,9 @@ def test_every_built_revision_is_embedded_with_its_manifest_numbers(small_home, 
     assert set(data["revisions"]) == {"natural", "uniform-sampling"}
     names = [c["name"] for c in data["cells"]]
     for key in data["revisions"]:
-        manifest, digest = read_manifest(small_home.store(factory.STORE, factory.VERSION)
-                                         / "mixtures" / "default" / key / "manifest.json")
+        manifest, digest = read_manifest(
+            small_home.store(factory.STORE, factory.VERSION) / "mixtures" / "default" / key / "manifest.json"
+        )
         embedded = data["revisions"][key]
         assert embedded["manifest_hash"] == digest
         for phase, built in zip(embedded["phases"], manifest.phases, strict=True):
@@ -85,7 +86,7 @@ def test_funnel_sources_grid_and_cells_are_shown(small_home, tmp_path):
     for label in factory.DOMAIN_LABELS.values():
         assert label in body
     assert 'id="cell-c02q1"' in body and "score 0.41 – 1" in body
-    languages = body[body.index('id="funnel-languages"'):]
+    languages = body[body.index('id="funnel-languages"') :]
     assert '<td>ko</td><td title="received 40; removed: gopher_quality 2">38 <span class="down">−2</span>' in languages
     assert "3 files under <code>/corpus/man</code> (source man-pages), e.g. a.txt, b.csv, c.log" in body
     data = page_data(tmp_path / factory.STORE / factory.VERSION / "index.html")
@@ -110,8 +111,16 @@ def test_same_revision_name_in_two_mixtures_is_qualified(small_home, tmp_path):
     home = Home.resolve(tmp_path / "home")
     store = factory.make_small_store(home)
     factory.make_small_revisions(home)
-    new_revision(home, "other", "natural", f"{factory.STORE}/{factory.VERSION}", strategy="natural",
-                 phases=["main:2048"], seq_len=32, global_batch=8)
+    new_revision(
+        home,
+        "other",
+        "natural",
+        f"{factory.STORE}/{factory.VERSION}",
+        strategy="natural",
+        phases=["main:2048"],
+        seq_len=32,
+        global_batch=8,
+    )
     build(home, "other", "natural")
     keys = set(load_composition(store).revisions)
     assert keys == {"default/natural", "other/natural", "uniform-sampling"}
@@ -160,10 +169,14 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     assert curves["records"] == 24 and curves["stride"] == 1 and curves["clock"]["s"] == steps
     for key in ("loss", "lr", "tokens_per_second", "mfu", "grad_norm", "param_norm", "param_norm_with_router_bias"):
         assert curves["series"][key]["s"] == steps and None not in curves["series"][key]["v"], key
-    assert {k for k in curves["series"] if k.startswith("router_bias.norm/")} == {"router_bias.norm/layer 0",
-                                                                                   "router_bias.norm/layer 1"}
+    assert {k for k in curves["series"] if k.startswith("router_bias.norm/")} == {
+        "router_bias.norm/layer 0",
+        "router_bias.norm/layer 1",
+    }
     assert {k for k in curves["series"] if k.startswith("expert_load.max_violation/")} == {
-        "expert_load.max_violation/layer 0", "expert_load.max_violation/layer 1"}
+        "expert_load.max_violation/layer 0",
+        "expert_load.max_violation/layer 1",
+    }
     assert {k.split("/")[1] for k in curves["series"] if k.startswith("loss_per_source/")} == set(factory.SOURCES)
     assert len(data["last_expert_load"]) == 2 and len(data["last_expert_load"][0]["load"]) == 8
     planned = view.run["planned_tokens_per_cell"]
@@ -189,8 +202,9 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
 
 
 def test_long_runs_keep_every_extreme_at_its_step_and_every_record_in_chunks():
-    records = [{"step": s, "loss": 2.0 + (s % 7) * 0.01, "tokens": 256 * (s + 1), "time": 1.7e9 + s}
-               for s in range(5001)]
+    records = [
+        {"step": s, "loss": 2.0 + (s % 7) * 0.01, "tokens": 256 * (s + 1), "time": 1.7e9 + s} for s in range(5001)
+    ]
     records[4006]["loss"], records[123]["loss"] = 12.0, -1.0
     series = RunSeries(["loss"])
     series.update(records)
@@ -217,8 +231,22 @@ def test_cli_build_json_and_errors(small_home, tmp_path, capsys):
     assert payload["index"] == str(out / "index.html") and len(payload["stores"]) == 1 and len(payload["runs"]) == 1
     assert main(["report", "build", "--home", str(small_home.root), "--out", str(out), "--store", "nope"]) == 2
     assert "--store nope: no such store version" in capsys.readouterr().err
-    assert main(["report", "build", "--home", str(small_home.root), "--out", str(out), "--no-runs",
-                 "--store", f"{factory.STORE}/{factory.VERSION}"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "build",
+                "--home",
+                str(small_home.root),
+                "--out",
+                str(out),
+                "--no-runs",
+                "--store",
+                f"{factory.STORE}/{factory.VERSION}",
+            ]
+        )
+        == 0
+    )
     assert "runs/tiny-1/index.html" in (out / "index.html").read_text()  # pages built earlier stay listed
     fresh = tmp_path / "fresh"
     assert main(["report", "build", "--home", str(small_home.root), "--out", str(fresh), "--no-runs"]) == 0
@@ -232,8 +260,10 @@ def test_no_heavy_imports():
     import subprocess
     import sys
 
-    code = ("import sys, reports, reports.cli, reports.watch; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'datatrove')))")
+    code = (
+        "import sys, reports, reports.cli, reports.watch; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'datatrove')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -262,12 +292,31 @@ def test_report_build_with_two_runs_names_the_compare_page_for_them(tmp_path, ca
     home = Home.resolve(tmp_path / "home")
     factory.make_compared_runs(home, {"first": 1200, "second": 600})
     out = tmp_path / "site"
-    assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--run", "second",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "build",
+                "--home",
+                str(home.root),
+                "--out",
+                str(out),
+                "--run",
+                "first",
+                "--run",
+                "second",
+                "--json",
+            ]
+        )
+        == 0
+    )
     payload = json.loads(capsys.readouterr().out)
     assert payload["compare"] == (out / "compare.html").as_uri() + "?runs=first,second"
     data = run_summary_file(out, "first")
-    assert data["eval"]["steps"] == [300, 600, 900, 1200] and run_summary_file(out, "second")["eval"]["steps"] == [300, 600]
+    assert data["eval"]["steps"] == [300, 600, 900, 1200] and run_summary_file(out, "second")["eval"]["steps"] == [
+        300,
+        600,
+    ]
     assert data["steps"][-1] == 1199 and len(data["curves"]["loss"]) == len(data["steps"]) == len(data["tokens"])
     assert data["config"] and data["phases"][0]["weights"]
     assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--json"]) == 0
@@ -277,7 +326,7 @@ def test_report_build_with_two_runs_names_the_compare_page_for_them(tmp_path, ca
 def run_summary_file(site: Path, run: str) -> dict:
     """The object `runs/<run>/summary.js` adds to `window.MILLRACE_RUNS`."""
     text = (site / "runs" / run / "summary.js").read_text()
-    return json.loads(text[text.index("] = ") + 4:].rstrip().rstrip(";"))
+    return json.loads(text[text.index("] = ") + 4 :].rstrip().rstrip(";"))
 
 
 def test_the_page_says_what_the_quality_score_means_and_each_buckets_language_mix(small_home, tmp_path):
@@ -298,10 +347,19 @@ def test_each_alert_is_one_band_from_when_its_condition_held_to_its_end():
     from reports.run_observations import alerts_view
 
     records = [{"step": s, "alerts": {"started": [], "ended": [], "active": []}} for s in range(10)]
-    records[3]["alerts"] = {"started": [{"name": "dead_experts", "held_since": 1, "message": "2 dead"}], "ended": [],
-                            "active": ["dead_experts"]}
+    records[3]["alerts"] = {
+        "started": [{"name": "dead_experts", "held_since": 1, "message": "2 dead"}],
+        "ended": [],
+        "active": ["dead_experts"],
+    }
     records[6]["alerts"] = {"started": [], "ended": ["dead_experts"], "active": []}
-    records[8]["alerts"] = {"started": [{"name": "loss_jump", "message": "12.0"}], "ended": [], "active": ["loss_jump"]}
+    records[8]["alerts"] = {
+        "started": [{"name": "loss_jump", "message": "12.0"}],
+        "ended": [],
+        "active": ["loss_jump"],
+    }
     bands = alerts_view(records)["bands"]
-    assert [(b["name"], b["from"], b["started"], b["to"]) for b in bands] == [("dead_experts", 1, 3, 6),
-                                                                             ("loss_jump", 8, 8, 9)]
+    assert [(b["name"], b["from"], b["started"], b["to"]) for b in bands] == [
+        ("dead_experts", 1, 3, 6),
+        ("loss_jump", 8, 8, 9),
+    ]

@@ -19,7 +19,6 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
     built = threading.Condition()
 
     def on_build(event):
-        first_build.set()
         data = read_script(event.page.parent / "data" / "overview.js")
         assert data["records"] == event.records and event.total_steps == 48
         with built:
@@ -33,7 +32,7 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
         with open(run_dir / "metrics.jsonl", "a") as stream:
             for end in (12, 18, len(lines)):
                 with built:
-                    built.wait_for(lambda: bool(seen_steps) and seen_steps[-1] == written, timeout=20)
+                    built.wait_for(lambda w=written: bool(seen_steps) and seen_steps[-1] == w, timeout=20)
                 stream.writelines(lines[written:end])
                 stream.flush()
                 written = end
@@ -54,8 +53,23 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
 
 def test_watch_forever_stops_at_the_timeout(small_home, tmp_path, capsys):
     home, _ = factory.copy_as_live(small_home, tmp_path / "home")
-    code = main(["report", "watch", "live", "--home", str(home.root), "--out", str(tmp_path / "site"),
-                 "--forever", "--timeout", "0.5", "--interval", "0.1", "--json"])
+    code = main(
+        [
+            "report",
+            "watch",
+            "live",
+            "--home",
+            str(home.root),
+            "--out",
+            str(tmp_path / "site"),
+            "--forever",
+            "--timeout",
+            "0.5",
+            "--interval",
+            "0.1",
+            "--json",
+        ]
+    )
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["stopped"] == "timeout" and payload["rebuilds"] == 1 and payload["status"] == "running"
@@ -82,8 +96,9 @@ def test_watch_in_a_thread_ends_when_its_stop_event_is_set(small_home, tmp_path)
     home, _ = factory.copy_as_live(small_home, tmp_path / "home", lines=3)
     stop = threading.Event()
     results = []
-    follower = threading.Thread(target=lambda: results.append(
-        watch(home, "live", tmp_path / "site", interval=0.05, stop=stop)))
+    follower = threading.Thread(
+        target=lambda: results.append(watch(home, "live", tmp_path / "site", interval=0.05, stop=stop))
+    )
     follower.start()
     time.sleep(0.5)
     assert follower.is_alive()  # the run is live: it keeps watching

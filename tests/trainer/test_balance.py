@@ -66,12 +66,14 @@ def test_centring_the_router_input_balances_what_a_shared_component_skewed():
 
 
 def test_bias_is_a_buffer_outside_the_optimizer_and_the_gradient_norm():
+    from trainer.config import TrainConfig
     from trainer.distributed import Runtime
     from trainer.loop import build_optimizer, clip_gradients
-    from trainer.config import TrainConfig
 
-    config = TrainConfig(model=ModelConfig(d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32),
-                         moe=MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16))
+    config = TrainConfig(
+        model=ModelConfig(d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32),
+        moe=MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16),
+    )
     model = Transformer(config.model, config.moe)
     model.init_weights(0)
     biases = [m.router.expert_bias for m in model.moe_layers()]
@@ -100,8 +102,10 @@ def test_balance_stats_of_every_layer_come_to_the_host_in_one_read(monkeypatch):
     from testkit.host_reads import counting_host_reads
 
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=16, n_layers=4, n_heads=2, n_kv_heads=1, vocab_size=32, n_dense_layers=1),
-                        MoEConfig(n_routed_experts=8, top_k=2, expert_ffn_dim=16))
+    model = Transformer(
+        ModelConfig(d_model=16, n_layers=4, n_heads=2, n_kv_heads=1, vocab_size=32, n_dense_layers=1),
+        MoEConfig(n_routed_experts=8, top_k=2, expert_ffn_dim=16),
+    )
     model.init_weights(0)
     with torch.no_grad():
         model.moe_layers()[1].router.weight[3] += 1.0  # one skewed layer

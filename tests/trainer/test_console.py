@@ -31,14 +31,19 @@ def test_without_a_terminal_progress_lines_and_ctrl_c_says_how_to_resume(built, 
     (stdout and stderr are pipes, not a terminal) logs a steady line per step and ends with --json."""
     home, _ = built
     config = tiny_config(checkpoint={"every": 2, "keep": 2})
-    process = subprocess.Popen(millrace(home, "train", str(config), "--run", "ctrl-c"), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env("0"))
+    process = subprocess.Popen(
+        millrace(home, "train", str(config), "--run", "ctrl-c"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env("0"),
+    )
     seen = []
     deadline = time.monotonic() + 240
     for line in process.stderr:
         seen.append(line)
         match = LINE.search(line.rstrip())
-        if match and int(match.group(2)) >= 3 or time.monotonic() > deadline:
+        if (match and int(match.group(2)) >= 3) or time.monotonic() > deadline:
             break
     process.send_signal(signal.SIGINT)
     rest = process.stderr.read()
@@ -50,8 +55,13 @@ def test_without_a_terminal_progress_lines_and_ctrl_c_says_how_to_resume(built, 
     assert read_run(home.run("ctrl-c"))["status"] == "interrupted"
     command = last.split("continue it with: ")[1].split()
     assert command[:2] == ["millrace", "train"] and command[-1] == "--resume"
-    resumed = subprocess.run(millrace(home, *command[1:], "--steps", "12", "--json"), capture_output=True,
-                             text=True, env=env("0"), timeout=300)
+    resumed = subprocess.run(
+        millrace(home, *command[1:], "--steps", "12", "--json"),
+        capture_output=True,
+        text=True,
+        env=env("0"),
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert read_run(home.run("ctrl-c"))["status"] == "stopped"
     result = json.loads(resumed.stdout)

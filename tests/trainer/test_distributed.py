@@ -17,9 +17,9 @@ or more from step 2 on and the gradient norm by far more.
 
 import pytest
 
-from trainer.loop import train
 from testkit.torchrun import curve, torchrun
-from trainer.records import read_metrics, read_run
+from trainer.loop import train
+from trainer.records import read_run
 
 STEPS = 5
 

@@ -20,8 +20,13 @@ FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 war
 
 @pytest.fixture
 def quiet(tiny_config):
-    return tiny_config("explain", eval={"enabled": False}, samples={"enabled": False}, schedule={"warmup_steps": 2},
-                       checkpoint={"every": 0, "at_end": False})
+    return tiny_config(
+        "explain",
+        eval={"enabled": False},
+        samples={"enabled": False},
+        schedule={"warmup_steps": 2},
+        checkpoint={"every": 0, "at_end": False},
+    )
 
 
 @pytest.mark.slow  # an 8-step tiny training run
@@ -78,13 +83,19 @@ def test_a_bad_batch_names_the_cell_whose_loss_jumped(built, quiet, monkeypatch)
     assert explain(home, "bad-batch", FAULT - 1)["jumped_cells"] == []
 
 
-
 def test_notable_steps_are_the_alert_start_and_the_jumps_of_a_long_run():
     """20,000 logged steps of noisy loss with one loss spike, one grad-norm spike, one router-bias jump in the
     norm, and an alert elsewhere: those four steps and nothing else."""
     rng = np.random.default_rng(0)
-    records = [{"step": s + 1, "loss": 3.0 + 0.01 * rng.standard_normal(), "grad_norm": 1.0 + 0.01 * rng.standard_normal(),
-                "param_norm_with_router_bias": 100.0 + 0.001 * s} for s in range(20_000)]
+    records = [
+        {
+            "step": s + 1,
+            "loss": 3.0 + 0.01 * rng.standard_normal(),
+            "grad_norm": 1.0 + 0.01 * rng.standard_normal(),
+            "param_norm_with_router_bias": 100.0 + 0.001 * s,
+        }
+        for s in range(20_000)
+    ]
     records[12_344]["loss"] = 12.0
     records[7_000]["grad_norm"] = 5.0
     for record in records[15_000:]:

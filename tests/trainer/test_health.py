@@ -43,14 +43,22 @@ def test_the_load_is_taken_over_a_window_of_tokens_so_a_few_sequences_do_not_ale
     collapse = [0.0, 0.0] + [1 / 6] * 6
 
     def events(window: int) -> list[tuple[int, str, int]]:
-        config = HealthConfig(load_window_tokens=window, dead_experts_max=8,
-                              timing={"load_entropy": {"warmup_steps": 0, "start_after": 5}})
+        config = HealthConfig(
+            load_window_tokens=window,
+            dead_experts_max=8,
+            timing={"load_entropy": {"warmup_steps": 0, "start_after": 5}},
+        )
         monitor, out = HealthMonitor(config), []
         for step in range(1, 61):
             load = collapse if step >= 40 else swing[step % 2]
             entropy = load_stats(0, torch.tensor(load)).entropy
-            record = {"step": step, "tokens": 4096 * step, "loss": 3.0, "grad_norm": 0.5,
-                      "expert_load": [{"layer": 0, "load": load, "entropy": entropy}]}
+            record = {
+                "step": step,
+                "tokens": 4096 * step,
+                "loss": 3.0,
+                "grad_norm": 0.5,
+                "expert_load": [{"layer": 0, "load": load, "entropy": entropy}],
+            }
             out += [(step, a["name"], a["held_since"]) for a in monitor.check(record, 0.0)["started"]]
         return out
 
@@ -71,8 +79,12 @@ def test_skipped_steps_alert_only_at_three_within_fifteen_minutes():
 
 
 def dead_record(step: int, dead: bool) -> dict:
-    return {"step": step, "loss": 3.0, "grad_norm": 0.5,
-            "expert_load": [{"layer": 0, "entropy": 0.999, "dead_experts": int(dead)}]}
+    return {
+        "step": step,
+        "loss": 3.0,
+        "grad_norm": 0.5,
+        "expert_load": [{"layer": 0, "entropy": 0.999, "dead_experts": int(dead)}],
+    }
 
 
 def replay(monitor: HealthMonitor, conditions: dict[int, bool], steps: int) -> list[tuple[int, str, str]]:
@@ -86,7 +98,7 @@ def replay(monitor: HealthMonitor, conditions: dict[int, bool], steps: int) -> l
 
 def test_one_problem_is_one_alert_after_the_warmup_and_a_flicker_is_none():
     """Defaults for dead experts: warm-up 50 steps, held 5 steps to start, clear 20 steps to end."""
-    conditions = {step: True for step in range(1, 41)}  # the warm-up: the bias rule still settling
+    conditions = dict.fromkeys(range(1, 41), True)  # the warm-up: the bias rule still settling
     conditions |= {step: step % 2 == 0 for step in range(60, 100)}  # a flicker: never held for 5 steps
     conditions |= {step: step not in (130, 131, 140) for step in range(120, 160)}  # a problem with gaps
     events = replay(HealthMonitor(HealthConfig()), conditions, 200)
@@ -136,14 +148,22 @@ def test_an_injected_routing_collapse_is_one_alert_per_rule_with_its_start(home,
 
     monkeypatch.setattr(trainer.loop, "balance_step", collapse_after)
     warmup = {"warmup_steps": 4}
-    config = tiny_config(eval={"enabled": False}, samples={"enabled": False},
-                         health={"load_entropy_min": 0.9, "load_window_tokens": 0,  # per step
-                                 "timing": {"dead_experts": warmup, "load_entropy": warmup}})
+    config = tiny_config(
+        eval={"enabled": False},
+        samples={"enabled": False},
+        health={
+            "load_entropy_min": 0.9,
+            "load_window_tokens": 0,  # per step
+            "timing": {"dead_experts": warmup, "load_entropy": warmup},
+        },
+    )
     records = read_metrics(train(config, home, steps=STEPS, run="collapse").run_dir)
-    assert [r["expert_load"][0]["dead_experts"] for r in records[BROKEN_AT - 1:]] == [4] * (STEPS - BROKEN_AT + 1)
+    assert [r["expert_load"][0]["dead_experts"] for r in records[BROKEN_AT - 1 :]] == [4] * (STEPS - BROKEN_AT + 1)
     starts = [(r["step"], a["name"], a["held_since"]) for r in records for a in r["alerts"]["started"]]
-    assert [s for s in starts if s[1].endswith("layer0")] == [(12, "dead_experts/layer0", 8),
-                                                              (12, "load_entropy/layer0", 8)]
+    assert [s for s in starts if s[1].endswith("layer0")] == [
+        (12, "dead_experts/layer0", 8),
+        (12, "load_entropy/layer0", 8),
+    ]
     # nothing before the collapse; layer 1, fed by the broken layer, may follow, but once per rule
     assert all(since >= BROKEN_AT for _, _, since in starts) and len({s[1] for s in starts}) == len(starts)
     assert all(r["alerts"]["ended"] == [] for r in records)

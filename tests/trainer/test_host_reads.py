@@ -12,8 +12,14 @@ def test_a_training_step_reads_the_device_twice(built, tiny_config, monkeypatch)
     """The step's figures (loss, gradient norm, tokens per cell) in one read, the balance figures of every
     MoE layer in another, whatever the number of layers and experts; clipping stays on the device."""
     home, _ = built
-    config = tiny_config("reads", model={"n_layers": 3}, moe={"n_routed_experts": 16},
-                         metrics={"log_every": 1000}, eval={"enabled": False}, samples={"enabled": False})
+    config = tiny_config(
+        "reads",
+        model={"n_layers": 3},
+        moe={"n_routed_experts": 16},
+        metrics={"log_every": 1000},
+        eval={"enabled": False},
+        samples={"enabled": False},
+    )
     per_step = []
     step = loop.train_step
 

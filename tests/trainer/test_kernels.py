@@ -4,16 +4,15 @@ import pydantic
 import pytest
 import torch
 import torch.nn.functional as F
-
-from millrace.errors import ConfigError
 from torch.nn.attention.flex_attention import create_mask
 
+from millrace.errors import ConfigError
+from testkit.models import tiny_model
 from trainer.attention import block_document_mask, dense_document_mask, resolve_backend
 from trainer.config import ModelConfig, TrainKernelConfig
 from trainer.loss import chunked_cross_entropy
 from trainer.moe import RoutedExperts, padded_groups
 from trainer.peak import device_peak, peak_flops
-from testkit.models import tiny_model
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -22,7 +21,9 @@ def packed_batch(seed=1, batch=2, length=24):
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 96, (batch, length + 1), generator=generator)
     segments = torch.tensor([[0] * 7 + [1] * 11 + [2] * 6, [0] * 15 + [1] * 9])[:batch, :length]
-    positions = torch.stack([torch.cat([torch.arange(int((row == s).sum())) for s in row.unique()]) for row in segments])
+    positions = torch.stack(
+        [torch.cat([torch.arange(int((row == s).sum())) for s in row.unique()]) for row in segments]
+    )
     return ids[:, :-1], positions, segments, ids[:, 1:]
 
 
@@ -149,9 +150,11 @@ def test_expert_groups_padded_for_grouped_mm_match_unpadded_and_the_loop():
     assert rows.tolist()[:4] == [0, 1, 2, 16] and len(set(rows.tolist())) == len(x)
     upstream = torch.randn(len(x), 16)
     results = {}
-    for name, run in {"padded": lambda: RoutedExperts.forward_grouped(x, counts, *weights, align=16),
-                      "unpadded": lambda: RoutedExperts.forward_grouped(x, counts, *weights),
-                      "loop": lambda: RoutedExperts.forward_loop(x, counts, *weights)}.items():
+    for name, run in {
+        "padded": lambda: RoutedExperts.forward_grouped(x, counts, *weights, align=16),
+        "unpadded": lambda: RoutedExperts.forward_grouped(x, counts, *weights),
+        "loop": lambda: RoutedExperts.forward_loop(x, counts, *weights),
+    }.items():
         out = run()
         results[name] = (out, *torch.autograd.grad((out * upstream).sum(), [x, *weights]))
     for name in ("padded", "unpadded"):
@@ -180,10 +183,16 @@ def test_activation_checkpointing_gives_the_same_loss_gradients_and_routing_coun
         TrainKernelConfig(activation_checkpointing="selective")
 
 
-@pytest.mark.parametrize("name, entry, flops", [
-    ("NVIDIA H100 80GB HBM3", "H100", 989.4e12), ("NVIDIA H100 PCIe", "H100 PCIe", 756.5e12),
-    ("NVIDIA H200", "H200", 989.4e12), ("NVIDIA B200", "B200", 2.25e15), ("NVIDIA GB200", "GB200", 2.5e15),
-])
+@pytest.mark.parametrize(
+    "name, entry, flops",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100", 989.4e12),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756.5e12),
+        ("NVIDIA H200", "H200", 989.4e12),
+        ("NVIDIA B200", "B200", 2.25e15),
+        ("NVIDIA GB200", "GB200", 2.5e15),
+    ],
+)
 def test_the_peak_comes_from_the_device_table(monkeypatch, name, entry, flops):
     assert device_peak(name) == (entry, flops)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
@@ -206,8 +215,13 @@ def test_activation_checkpointing_under_fsdp_and_expert_parallel_matches_one_pro
 
     home, _ = built
     train(tiny_config("plain"), home, steps=2, run="plain")
-    torchrun(2, tiny_config("ac", parallel={"expert_parallel": 2}, train={"activation_checkpointing": "full"}),
-             home, "ac", steps=2)
+    torchrun(
+        2,
+        tiny_config("ac", parallel={"expert_parallel": 2}, train={"activation_checkpointing": "full"}),
+        home,
+        "ac",
+        steps=2,
+    )
     plain, checkpointed = curve(home, "plain"), curve(home, "ac")
     assert len(checkpointed) == 2
     assert [loss for loss, _ in checkpointed] == pytest.approx([loss for loss, _ in plain], rel=1e-6)
@@ -260,8 +274,8 @@ def test_flex_attention_compiles_once_per_shape_bucket(monkeypatch):
 
 
 def test_document_attention_pairs_are_the_pairs_the_mask_leaves():
-    from trainer.flops import attention_flops_per_token, document_attention_pairs, masked_attention_flops
     from trainer.config import TrainConfig
+    from trainer.flops import attention_flops_per_token, document_attention_pairs, masked_attention_flops
 
     generator = torch.Generator().manual_seed(5)
     segments = torch.cumsum(torch.rand(3, 300, generator=generator) < 0.05, 1).to(torch.int32)
@@ -294,6 +308,7 @@ def test_moe_combine_matches_a_per_token_reference_forward_and_backward():
     reference = torch.stack(rows).view_as(y)
     torch.testing.assert_close(y, reference, rtol=1e-5, atol=1e-6)
     params = [x, experts.w1, moe.router.weight]
-    for got, want in zip(torch.autograd.grad(y.square().sum(), params),
-                         torch.autograd.grad(reference.square().sum(), params)):
+    for got, want in zip(
+        torch.autograd.grad(y.square().sum(), params), torch.autograd.grad(reference.square().sum(), params)
+    ):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

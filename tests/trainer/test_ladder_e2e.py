@@ -18,7 +18,11 @@ CELLS = {"c00q0": 40000, "c01q0": 30000, "c02q1": 20000}
 
 
 def ladder_file(tmp_path: Path) -> Path:
-    return write_ladder(tmp_path / "e2e.toml", "e2e", "natural", """[rules]
+    return write_ladder(
+        tmp_path / "e2e.toml",
+        "e2e",
+        "natural",
+        """[rules]
 widths = [8, 12, 16]
 layers = [1, 1, 1]
 tokens_per_active_param = 3
@@ -39,7 +43,8 @@ max_sequences = 4
 asymptote = 1.0
 [here]
 peak_flops = 1e10
-""")
+""",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +55,7 @@ def e2e(tmp_path_factory):
     home = Home.resolve(root / "home")
     make_store(home, CELLS, held_out=6)
     for name, strategy in (("natural", "natural"), ("uniform", "uniform")):
-        new_revision(home, "default", name, "t", strategy=strategy, seq_len=32, global_batch=8,
-                     phases=["main:60000"])
+        new_revision(home, "default", name, "t", strategy=strategy, seq_len=32, global_batch=8, phases=["main:60000"])
         build(home, "default", name)
     return home, ladder_file(root)
 
@@ -78,8 +82,25 @@ def test_the_ladder_predicts_its_next_rung_from_held_out_loss(e2e):
 @pytest.mark.slow
 def test_compare_reports_differences_spread_and_a_verdict(e2e, capsys):
     home, path = e2e
-    code = millrace(["ladder", "compare", str(path), "--revision", "natural", "--revision", "uniform",
-                     "--seeds", "2", "--rungs", "d8,d12", "--json", "--no-progress", "--home", str(home.root)])
+    code = millrace(
+        [
+            "ladder",
+            "compare",
+            str(path),
+            "--revision",
+            "natural",
+            "--revision",
+            "uniform",
+            "--seeds",
+            "2",
+            "--rungs",
+            "d8,d12",
+            "--json",
+            "--no-progress",
+            "--home",
+            str(home.root),
+        ]
+    )
     assert code == 0, capsys.readouterr().err[-2000:]
     result = json.loads(capsys.readouterr().out)
     assert [r["rung"] for r in result["rungs"]] == ["d8", "d12"]

@@ -9,8 +9,8 @@ import pytest
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from trainer.ladder.compare import compare_points
-from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report, predict, solve_law
 from trainer.ladder.results import write_ladder
+from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report, predict, solve_law
 from trainer.records import write_run
 
 REFERENCE_LAW = Law(L_inf=1.6, A=95.18, alpha=0.0941)  # the reference team's earlier fit
@@ -19,14 +19,16 @@ RUNG_FLOPS = [5.5e19, 2.7e20, 1.8e21, 9.2e21]
 
 def noisy_points(law, flops, sigma, seeds=1, seed=0):
     rng = np.random.default_rng(seed)
-    return [Point(f, law.loss(f) + rng.normal(0, sigma), f"r{i}", s) for i, f in enumerate(flops) for s in range(seeds)]
+    return [
+        Point(f, law.loss(f) + rng.normal(0, sigma), f"r{i}", s) for i, f in enumerate(flops) for s in range(seeds)
+    ]
 
 
 def test_fixed_asymptote_fit_recovers_a_known_law_from_noisy_points():
     law = Law(1.6, 95.18, 0.0941)
     fitted = fit_law(noisy_points(law, np.logspace(19, 22, 8), 0.002), asymptote=1.6)
     assert fitted.alpha == pytest.approx(0.0941, rel=0.05)
-    assert fitted.A == pytest.approx(95.18, rel=0.25)
+    assert pytest.approx(95.18, rel=0.25) == fitted.A
     assert fitted.loss(1e23) == pytest.approx(law.loss(1e23), abs=0.01)
     wrong = fit_law(noisy_points(law, np.logspace(19, 22, 8), 0.002), asymptote=1.0)
     assert abs(wrong.alpha - 0.0941) > 0.01  # the asymptote matters: the test can fail
@@ -59,8 +61,9 @@ def coverage(law, flops, sigma, asymptote, target, level, seeds=1, redraws=300):
     rng = np.random.default_rng(7)
     held = 0
     for _ in range(redraws):
-        points = [Point(f, law.loss(f) + rng.normal(0, sigma), f"r{i}", s) for i, f in enumerate(flops)
-                  for s in range(seeds)]
+        points = [
+            Point(f, law.loss(f) + rng.normal(0, sigma), f"r{i}", s) for i, f in enumerate(flops) for s in range(seeds)
+        ]
         fitted, spread = solve_law(points, asymptote)
         p = predict(fitted, spread, [], target, level=level)
         held += p["low"] <= law.loss(target) + rng.normal(0, sigma) <= p["high"]
@@ -82,8 +85,15 @@ def test_the_interval_widens_with_the_noise_and_reports_its_level_and_method():
     for report in (quiet, loud):
         p = report["predictions"][0]
         assert p["low"] < p["loss"] < p["high"] and p["refit_low"] <= p["loss"] <= p["refit_high"]
-        assert {r["name"] for r in report["refits"]} == {"without r0", "without r1", "without r2", "without r3",
-                                                        "seed 0", "seed 1", "seed 2"}
+        assert {r["name"] for r in report["refits"]} == {
+            "without r0",
+            "without r1",
+            "without r2",
+            "without r3",
+            "seed 0",
+            "seed 1",
+            "seed 2",
+        }
         assert report["dof"] == 10 and report["warnings"] == [] and "Student t" in report["method"]
     assert (quiet["level"], loud["level"]) == (0.9, 0.95)
 
@@ -98,15 +108,18 @@ def test_zero_degrees_of_freedom_and_a_rising_curve_are_flagged(tmp_path, capsys
     assert exact["dof"] == 0 and exact["predictions"][0]["low"] is None
     assert len(exact["warnings"]) == 1 and "zero degrees of freedom" in exact["warnings"][0]
     points = tmp_path / "rising.json"
-    points.write_text(json.dumps([{"flops": f, "loss": loss} for f, loss in
-                                  [(1e20, 3.0), (1e21, 3.1), (1e22, 3.3), (1e23, 3.35)]]))
+    points.write_text(
+        json.dumps([{"flops": f, "loss": loss} for f, loss in [(1e20, 3.0), (1e21, 3.1), (1e22, 3.3), (1e23, 3.35)]])
+    )
     assert millrace(["ladder", "fit", "--points", str(points), "--asymptote", "1", "--predict-flops", "1e24"]) == 0
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and "rises with compute (alpha = -" in err and str(points) in err
     assert "90% prediction interval" in out
     points.write_text(json.dumps([{"flops": f, "loss": loss} for f, loss in [(1e20, 3.0), (1e21, 2.9)]]))
-    assert millrace(["ladder", "fit", "--points", str(points), "--asymptote", "1.6", "--predict-flops", "1e24",
-                     "--json"]) == 0
+    assert (
+        millrace(["ladder", "fit", "--points", str(points), "--asymptote", "1.6", "--predict-flops", "1e24", "--json"])
+        == 0
+    )
     out, err = capsys.readouterr()
     assert "zero degrees of freedom" in err and json.loads(out)["predictions"][0]["high"] is None
 
@@ -119,10 +132,23 @@ def test_too_few_points_or_a_loss_under_the_asymptote_is_an_error():
 
 
 def eval_line(step, macro, other):
-    return {"schema": "millrace.eval/1", "step": step, "tokens": step * 100, "seconds": 1.0,
-            "loss": {"macro": macro, "micro": macro + 0.01, "cell": {}, "domain": {}, "bucket": {}, "source": {},
-                     "set": {"other": other}},
-            "bpb": {"macro": macro / 2, "micro": macro / 2}, "sequences": {}}
+    return {
+        "schema": "millrace.eval/1",
+        "step": step,
+        "tokens": step * 100,
+        "seconds": 1.0,
+        "loss": {
+            "macro": macro,
+            "micro": macro + 0.01,
+            "cell": {},
+            "domain": {},
+            "bucket": {},
+            "source": {},
+            "set": {"other": other},
+        },
+        "bpb": {"macro": macro / 2, "micro": macro / 2},
+        "sequences": {},
+    }
 
 
 def fake_ladder(home, losses, other):
@@ -137,9 +163,19 @@ def fake_ladder(home, losses, other):
         (run_dir / "eval.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
         rungs.append({"name": f"r{i}", "flops": flops})
         results.append({"rung": f"r{i}", "revision": "rev", "seed": 0, "run": run, "flops": flops})
-    write_ladder(home, "fake", {"ladder": "fake", "metric": "loss.macro", "asymptote": 1.6, "results": results,
-                                "plan": {"revision": "rev", "rungs": rungs, "target": {"name": "big", "flops": 1e23}},
-                                "fits": {}, "comparison": None})
+    write_ladder(
+        home,
+        "fake",
+        {
+            "ladder": "fake",
+            "metric": "loss.macro",
+            "asymptote": 1.6,
+            "results": results,
+            "plan": {"revision": "rev", "rungs": rungs, "target": {"name": "big", "flops": 1e23}},
+            "fits": {},
+            "comparison": None,
+        },
+    )
 
 
 def test_points_file_and_rung_path_give_the_same_fit(home, tmp_path, capsys):
@@ -147,19 +183,39 @@ def test_points_file_and_rung_path_give_the_same_fit(home, tmp_path, capsys):
     other = [loss + 0.5 for loss in losses]
     fake_ladder(home, losses, other)
     points = tmp_path / "points.json"
-    points.write_text(json.dumps([{"flops": f, "loss": loss, "rung": f"r{i}"}
-                                  for i, (f, loss) in enumerate(zip(RUNG_FLOPS, losses))]))
+    points.write_text(
+        json.dumps(
+            [{"flops": f, "loss": loss, "rung": f"r{i}"} for i, (f, loss) in enumerate(zip(RUNG_FLOPS, losses))]
+        )
+    )
     assert millrace(["ladder", "fit", "fake", "--json", "--predict-flops", "1e21"]) == 0
     from_rungs = json.loads(capsys.readouterr().out)
-    assert millrace(["ladder", "fit", "--points", str(points), "--asymptote", "1.6", "--json",
-                     "--predict-flops", "1e23", "--predict-flops", "1e21"]) == 0
+    assert (
+        millrace(
+            [
+                "ladder",
+                "fit",
+                "--points",
+                str(points),
+                "--asymptote",
+                "1.6",
+                "--json",
+                "--predict-flops",
+                "1e23",
+                "--predict-flops",
+                "1e21",
+            ]
+        )
+        == 0
+    )
     from_points = json.loads(capsys.readouterr().out)
     assert from_rungs["params"] == pytest.approx(from_points["params"], rel=1e-12)
     assert {"form", "params", "residuals", "predictions"} <= set(from_rungs)
     assert [p["flops"] for p in from_rungs["predictions"]] == [1e23, 1e21]  # the target first
     assert from_rungs["predictions"][0]["name"] == "big"
-    assert from_rungs["predictions"] == [dict(p, name=q["name"]) for p, q in
-                                         zip(from_points["predictions"], from_rungs["predictions"])]
+    assert from_rungs["predictions"] == [
+        dict(p, name=q["name"]) for p, q in zip(from_points["predictions"], from_rungs["predictions"])
+    ]
     assert millrace(["ladder", "fit", "fake", "--json", "--metric", "loss.set.other", "--free-asymptote"]) == 0
     other_fit = json.loads(capsys.readouterr().out)
     assert [r["loss"] for r in other_fit["residuals"]] == pytest.approx(other)

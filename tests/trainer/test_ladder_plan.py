@@ -10,8 +10,12 @@ from trainer.ladder.plan import plan_ladder
 
 REFERENCE = Path(__file__).parents[2] / "trainer" / "configs" / "reference-ladder.toml"
 # The reference team's ladder: total params, active params, tokens per rung; the hero's FLOPs.
-TABLE = {"d768": (1.6e9, 61e6, 48e9), "d1024": (4.0e9, 162e6, 128e9), "d1536": (11.5e9, 481e6, 381e9),
-         "d2048": (27.7e9, 1.2e9, 926e9)}
+TABLE = {
+    "d768": (1.6e9, 61e6, 48e9),
+    "d1024": (4.0e9, 162e6, 128e9),
+    "d1536": (11.5e9, 481e6, 381e9),
+    "d2048": (27.7e9, 1.2e9, 926e9),
+}
 HERO_FLOPS = 2.7e24
 
 
@@ -34,8 +38,19 @@ def test_reference_ladder_reproduces_the_table_and_the_hero_flops(home):
 def test_plan_json_has_the_contract_shape(home, capsys):
     assert millrace(["ladder", "plan", str(REFERENCE), "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
-    keys = {"name", "d_model", "layers", "params", "tokens", "steps", "batch", "lr", "flops", "seconds_here",
-            "raised_from"}
+    keys = {
+        "name",
+        "d_model",
+        "layers",
+        "params",
+        "tokens",
+        "steps",
+        "batch",
+        "lr",
+        "flops",
+        "seconds_here",
+        "raised_from",
+    }
     for rung in body["rungs"] + [body["target"]]:
         assert set(rung) == keys and set(rung["params"]) == {"total", "active"}
         assert rung["steps"] == round(rung["tokens"] / (rung["batch"] * 4096))
@@ -47,12 +62,15 @@ def test_plan_json_has_the_contract_shape(home, capsys):
     assert body["target"]["lr"] == pytest.approx(2.2e-4)
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("widths = [768, 1024, 1536, 2048]", "widths = [1024, 768, 1536, 2048]"), "strictly increasing"),
-    (("layers = [8, 12, 16, 22]", "layers = [8, 12, 16]"), "'layers' has 3 entries for 4 widths"),
-    (("tokens_per_active_param = 791", "tokens_per_active_parm = 791"), "rules.tokens_per_active_param"),
-    (('config = "535b-a23b.toml"\n\n[mixture]', 'config = "missing.toml"\n\n[mixture]'), "missing.toml"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("widths = [768, 1024, 1536, 2048]", "widths = [1024, 768, 1536, 2048]"), "strictly increasing"),
+        (("layers = [8, 12, 16, 22]", "layers = [8, 12, 16]"), "'layers' has 3 entries for 4 widths"),
+        (("tokens_per_active_param = 791", "tokens_per_active_parm = 791"), "rules.tokens_per_active_param"),
+        (('config = "535b-a23b.toml"\n\n[mixture]', 'config = "missing.toml"\n\n[mixture]'), "missing.toml"),
+    ],
+)
 def test_a_bad_ladder_file_is_one_line_naming_the_field(home, tmp_path, capsys, edit, message):
     text = REFERENCE.read_text().replace(*edit)
     assert text != REFERENCE.read_text()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from millrace.home import Home
-from mixtures.manifest import read_manifest
 from mixtures.build import build
+from mixtures.manifest import read_manifest
 from testkit.ladders import micro_ladder
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.rung_revision import build_rung_revision
@@ -40,13 +40,20 @@ def test_rung_manifests_keep_the_revisions_phases_and_weights(ladder_home, tmp_p
                 assert abs(ours.counts[cell] - weight * ours.sequences) <= 1.0, (rung.name, ours.name, cell)
             assert sum(ours.counts.values()) == ours.sequences
         # built again: the same file, the same manifest, nothing rewritten
-        assert build_rung_revision(home, "default", "two-phase", "micro", rung.name, rung.tokens, rung.batch)[1] == path
+        assert (
+            build_rung_revision(home, "default", "two-phase", "micro", rung.name, rung.tokens, rung.batch)[1] == path
+        )
 
 
 def ladder_run(path: Path, home: Home) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "millrace", "--home", str(home.root), "ladder", "run", str(path),
-                             "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "millrace", "--home", str(home.root), "ladder", "run", str(path), "--no-progress"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 @pytest.mark.slow

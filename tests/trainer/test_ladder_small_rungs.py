@@ -35,8 +35,10 @@ def generated_cells(count: int) -> dict[str, int]:
 def stats_store(home: Home, tmp_path: Path, name: str, cells: dict[str, int], version: str = "2026.01.01") -> None:
     stats = tmp_path / f"{name}-{version}.json"
     stats.write_text(json.dumps({"available_tokens": cells}))
-    assert millrace(["--home", str(home.root), "store", "from-stats", str(stats), "--name", name,
-                     "--version", version]) == 0
+    assert (
+        millrace(["--home", str(home.root), "store", "from-stats", str(stats), "--name", name, "--version", version])
+        == 0
+    )
 
 
 def micro_ladder(tmp_path: Path, mixture: str, revision: str, small_rungs: str = "raise", tpa: float = 12) -> Path:
@@ -108,8 +110,9 @@ def test_every_shipped_default_revision_scales_to_every_rung_on_1_to_200_cells(h
     assert built and ("natural" in built or cells > 39)
     raised = 0
     for revision in built:
-        rungs = assert_every_rung_builds_as_planned(home, micro_ladder(tmp_path, "default", revision),
-                                                    "default", revision)
+        rungs = assert_every_rung_builds_as_planned(
+            home, micro_ladder(tmp_path, "default", revision), "default", revision
+        )
         raised += sum(r.raised_from is not None for r in rungs)
     if cells >= 35:  # 35 cells: the cooldown of 12 sequences at d8 can't hold them (the failing fresh clone)
         assert raised > 0
@@ -120,8 +123,9 @@ def test_every_shipped_reference_revision_scales_to_a_micro_ladder(home, tmp_pat
     cells = json.loads(REFERENCE_STATS.read_text())["available_tokens"]
     stats_store(home, tmp_path, "reference", cells, "2025.06.01")
     for revision in REFERENCE_REVISIONS:  # swap-108000 continues pre-swap: a rung trains its phases whole
-        rungs = assert_every_rung_builds_as_planned(home, micro_ladder(tmp_path, "reference", revision),
-                                                    "reference", revision)
+        rungs = assert_every_rung_builds_as_planned(
+            home, micro_ladder(tmp_path, "reference", revision), "reference", revision
+        )
         assert rungs[0].raised_from is not None  # seq 4096 and 200 cells: every micro rung is raised
 
 

@@ -9,8 +9,8 @@ from millrace.errors import ArtifactError
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.new import new_revision
-from trainer.loop import train
 from testkit.stores import make_store
+from trainer.loop import train
 from trainer.records import read_metrics, read_run
 
 CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q1": 6000}
@@ -22,11 +22,26 @@ def lineage(tmp_path_factory):
     """A parent mixture over three cells and children continuing it at step K (and K - 2), with a fourth cell."""
     home = Home.resolve(tmp_path_factory.mktemp("lineage-home"))
     make_store(home, CELLS)
-    new_revision(home, "mix", "natural", "t", strategy="natural", phases=["main:8192:natural@c00*,c01*,c02*"],
-                 seq_len=32, global_batch=8)
+    new_revision(
+        home,
+        "mix",
+        "natural",
+        "t",
+        strategy="natural",
+        phases=["main:8192:natural@c00*,c01*,c02*"],
+        seq_len=32,
+        global_batch=8,
+    )
     for name, at_step in (("swap", K), ("early", K - 2)):
-        new_revision(home, "mix", name, None, continues="natural", at_step=at_step,
-                     phases=["main:2048:uniform", "cooldown:1024:uniform@c02*,c03*"])
+        new_revision(
+            home,
+            "mix",
+            name,
+            None,
+            continues="natural",
+            at_step=at_step,
+            phases=["main:2048:uniform", "cooldown:1024:uniform@c02*,c03*"],
+        )
     new_revision(home, "mix", "other", "t", strategy="uniform", phases=["main:8192"], seq_len=32, global_batch=8)
     for name in ("natural", "swap", "early", "other"):
         build(home, "mix", name)
@@ -52,10 +67,14 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
     assert grad_norms(switched.run_dir) == grad_norms(same_run.run_dir) == grad_norms(fresh.run_dir)
     run = read_run(switched.run_dir)
     assert [(r["revision"], r["run"], r["start_step"], r["stop_step"]) for r in run["revisions"]] == [
-        ("natural", "tiny-mix-natural", 0, K), ("swap", "tiny-mix-swap", K, 2 * K)]
+        ("natural", "tiny-mix-natural", 0, K),
+        ("swap", "tiny-mix-swap", K, 2 * K),
+    ]
     assert [(r["revision"], r["start_step"]) for r in run["lineage"]] == [("natural", 0), ("swap", K)]
     assert [(r["revision"], r["start_step"]) for r in read_run(same_run.run_dir)["revisions"]] == [
-        ("natural", 0), ("swap", K)]
+        ("natural", 0),
+        ("swap", K),
+    ]
     last = read_metrics(switched.run_dir)[-1]
     assert last["realised_tokens_per_cell"] == read_metrics(fresh.run_dir)[-1]["realised_tokens_per_cell"]
     assert last["realised_tokens_per_cell"]["c03q1"] > 0  # a cell the parent never drew
@@ -66,8 +85,22 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
 def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, tiny_config, capsys):
     config = tiny_config(steps=2 * K)
     train(config, lineage, "mix", "natural", steps=K, run="late", checkpoint_every=K)
-    code = millrace(["train", str(config), "--home", str(lineage.root), "--mixture", "mix", "--revision", "early",
-                     "--run", "late", "--resume", "--no-progress"])
+    code = millrace(
+        [
+            "train",
+            str(config),
+            "--home",
+            str(lineage.root),
+            "--mixture",
+            "mix",
+            "--revision",
+            "early",
+            "--run",
+            "late",
+            "--resume",
+            "--no-progress",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1, errors
     err = errors[0]

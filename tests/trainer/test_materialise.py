@@ -28,8 +28,14 @@ def free_port() -> int:
 
 
 def materialise_on_rank(rank: int, port: int, config_path: str, results: dict) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(WORLD),
+        OMP_NUM_THREADS="1",
+    )
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
@@ -38,8 +44,10 @@ def materialise_on_rank(rank: int, port: int, config_path: str, results: dict) -
     model = build_model(config, runtime)
     local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in model.parameters())
     with torch.no_grad():
-        full = {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
-                for name, p in model.named_parameters()}
+        full = {
+            name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+            for name, p in model.named_parameters()
+        }
     if rank == 0:
         results["full"] = full
     results[f"local-{rank}"] = local
@@ -84,5 +92,3 @@ def test_the_reference_model_builds_on_the_meta_device_without_memory():
     assert built == count_params(config).total
     assert 5.2e11 < built < 5.5e11
     assert all(p.is_meta for p in model.parameters())
-
-

@@ -37,8 +37,9 @@ def test_unaligned_widths_fall_back_to_the_loop():
 
 
 def tiny(vocab=64, **moe):
-    return ModelConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=vocab, dense_ffn_dim=48,
-                       n_dense_layers=1), MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16, **moe)
+    return ModelConfig(
+        d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=vocab, dense_ffn_dim=48, n_dense_layers=1
+    ), MoEConfig(n_routed_experts=4, top_k=2, expert_ffn_dim=16, **moe)
 
 
 @pytest.mark.slow

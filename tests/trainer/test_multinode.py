@@ -44,14 +44,41 @@ def free_port() -> int:
 
 
 def launch(nodes: int, ranks: int, port: int, config, home, steps: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc-per-node", str(ranks),
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "multinode",
-               "--local-addr", "127.0.0.1", "--max-restarts", "0",
-               "-m", "millrace", "train", str(config), "--home", str(home.root), "--run-name", "nodes",
-               "--steps", str(steps), "--resume", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--nproc-per-node",
+        str(ranks),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "multinode",
+        "--local-addr",
+        "127.0.0.1",
+        "--max-restarts",
+        "0",
+        "-m",
+        "millrace",
+        "train",
+        str(config),
+        "--home",
+        str(home.root),
+        "--run-name",
+        "nodes",
+        "--steps",
+        str(steps),
+        "--resume",
+        "--no-progress",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def run_nodes(nodes: int, ranks: int, config, home, steps: int) -> None:

@@ -10,14 +10,13 @@ import torch
 from loader.held_out import ValidationSequences
 from millrace.cli import main as millrace
 from millrace.home import Home
+from testkit.stores import build_mixture, make_store
 from trainer.distributed import Runtime
 from trainer.evaluation import Evaluator
 from trainer.health import TooManySkippedSteps
 from trainer.loop import train
-from trainer.records import EVAL_SCHEMA, read_eval, read_metrics, read_run, read_samples
 from trainer.model import Transformer
-from testkit.stores import build_mixture, make_store
-from trainer.records import read_samples
+from trainer.records import EVAL_SCHEMA, read_eval, read_metrics, read_run, read_samples
 
 CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000}
 SEQ_LEN, BATCH, STEPS = 32, 8, 30
@@ -32,8 +31,10 @@ def held(tmp_path_factory):
 
 
 def observe_config(tiny_config, name="observe", **sections):
-    base = {"eval": {"every": 4, "max_sequences": 3, "batch_sequences": 9},
-            "samples": {"max_new_tokens": 6, "every": 5}}
+    base = {
+        "eval": {"every": 4, "max_sequences": 3, "batch_sequences": 9},
+        "samples": {"max_new_tokens": 6, "every": 5},
+    }
     for key, value in sections.items():
         base[key] = {**base.get(key, {}), **value}
     return tiny_config(name, **base)
@@ -74,8 +75,9 @@ def test_evaluation_is_the_same_whatever_the_pass_split_and_leaves_the_router_al
     runtime = Runtime(rank=0, world=1, device=torch.device("cpu"), mesh=None)
     sequences = ValidationSequences(path, max_sequences=3)
     before = [b.clone() for layer in model.moe_layers() for b in layer.step_buffers()]
-    results = [Evaluator(sequences, runtime, size, ["docs", "code", "man"], None).evaluate(model, 1, 0)
-               for size in (1, 4, 9)]
+    results = [
+        Evaluator(sequences, runtime, size, ["docs", "code", "man"], None).evaluate(model, 1, 0) for size in (1, 4, 9)
+    ]
     for other in results[1:]:
         for metric in ("loss", "bpb"):
             assert other[metric]["macro"] == pytest.approx(results[0][metric]["macro"], rel=1e-6)
@@ -121,7 +123,9 @@ def test_a_nan_step_is_skipped_and_counted(held, tiny_config, monkeypatch):
     poison_forward(monkeypatch, {4})
     steps = []
     original_step = torch.optim.AdamW.step
-    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: (steps.append(1), original_step(self, *a, **k))[1])
+    monkeypatch.setattr(
+        torch.optim.AdamW, "step", lambda self, *a, **k: (steps.append(1), original_step(self, *a, **k))[1]
+    )
     result = train(observe_config(tiny_config, "nan"), home, steps=7, run="nan")
     records = {r["step"]: r for r in read_metrics(result.run_dir)}
     assert len(steps) == 6  # seven steps, one update skipped
@@ -150,8 +154,14 @@ def test_train_status_exits_3_while_an_alert_is_active(held, tiny_config, capsys
     home, _ = held
     alerting = {"grad_norm_max": 1e-6, "timing": {"grad_norm": {"warmup_steps": 0, "start_after": 1}}}
     train(observe_config(tiny_config, "alerting", health=alerting), home, steps=5, run="alerting")
-    calm = {"grad_norm_max": 0.0, "loss_jump_max": 0.0, "load_entropy_min": 0.0, "router_bias_max": 0.0,
-            "dead_experts_max": 8, "eval_regression": False}
+    calm = {
+        "grad_norm_max": 0.0,
+        "loss_jump_max": 0.0,
+        "load_entropy_min": 0.0,
+        "router_bias_max": 0.0,
+        "dead_experts_max": 8,
+        "eval_regression": False,
+    }
     train(observe_config(tiny_config, "calm", health=calm), home, steps=5, run="calm")
     capsys.readouterr()
     assert millrace(["train", "status", "alerting", "--home", str(home.root)]) == 3
@@ -176,13 +186,30 @@ def test_evaluation_is_the_same_on_one_and_two_gloo_ranks(held, tiny_config):
     import sys
 
     home, _ = held
-    config = observe_config(tiny_config, "eval-dist", parallel={"expert_parallel": 2}, eval={"every": 3},
-                            samples={"enabled": False})
+    config = observe_config(
+        tiny_config, "eval-dist", parallel={"expert_parallel": 2}, eval={"every": 3}, samples={"enabled": False}
+    )
     single = read_eval(train(config, home, steps=3, run="eval-one").run_dir)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "millrace", "train", str(config), "--home", str(home.root), "--run-name", "eval-two",
-               "--steps", "3", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "millrace",
+        "train",
+        str(config),
+        "--home",
+        str(home.root),
+        "--run-name",
+        "eval-two",
+        "--steps",
+        "3",
+        "--no-progress",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     two = read_eval(home.run("eval-two"))
@@ -203,4 +230,7 @@ def test_the_mfu_floor_fires_only_against_a_published_peak():
     published = HealthMonitor(HealthConfig(timing=at_once), published_peak=True).check(record, now=0.0)
     assert [a["name"] for a in published["started"]] == ["mfu"]
     assert HealthMonitor(HealthConfig(timing=at_once)).check(record, now=0.0)["active"] == []
-    assert HealthMonitor(HealthConfig(mfu_min=0.0, timing=at_once), published_peak=True).check(record, now=0.0)["active"] == []
+    assert (
+        HealthMonitor(HealthConfig(mfu_min=0.0, timing=at_once), published_peak=True).check(record, now=0.0)["active"]
+        == []
+    )

@@ -14,7 +14,6 @@ import pytest
 
 from millrace.home import Home
 from testkit.stores import build_mixture, make_store
-from trainer.records import read_eval
 from trainer.loop import train
 from trainer.records import read_eval, read_metrics, read_samples
 
@@ -31,14 +30,33 @@ def held(tmp_path_factory):
 
 @pytest.mark.slow  # one process and four under torchrun: 50-100 s on the shared machine
 def test_four_ranks_log_one_process_param_norm_at_evaluation_and_sampling_steps(held, tiny_config):
-    config = tiny_config("norms", parallel={"data_parallel": 2, "expert_parallel": 2},
-                         eval={"every": 2, "max_sequences": 2, "batch_sequences": 8},
-                         samples={"every": 3, "max_new_tokens": 2, "temperatures": [0.0]})
+    config = tiny_config(
+        "norms",
+        parallel={"data_parallel": 2, "expert_parallel": 2},
+        eval={"every": 2, "max_sequences": 2, "batch_sequences": 8},
+        samples={"every": 3, "max_new_tokens": 2, "temperatures": [0.0]},
+    )
     single = train(config, held, steps=STEPS, run="one").run_dir
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4",
-               "-m", "millrace", "train", str(config), "--home", str(held.root), "--run-name", "four",
-               "--steps", str(STEPS), "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "4",
+        "-m",
+        "millrace",
+        "train",
+        str(config),
+        "--home",
+        str(held.root),
+        "--run-name",
+        "four",
+        "--steps",
+        str(STEPS),
+        "--no-progress",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     four = held.run("four")

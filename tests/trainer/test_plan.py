@@ -34,9 +34,9 @@ def test_reference_layout_on_792_gpus_in_racks_of_72_is_one_the_trainer_accepts(
     assert millrace(["train", "plan", CONFIG, "--gpus", "792", "--gpus-per-node", "72", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     layout = plan["layout"]
-    assert {key: layout[key] for key in ("data_parallel", "expert_parallel", "gpus_used", "gpus_idle",
-                                         "loader_world")} == {"data_parallel": 11, "expert_parallel": 64,
-                                                              "gpus_used": 704, "gpus_idle": 88, "loader_world": 11}
+    assert {
+        key: layout[key] for key in ("data_parallel", "expert_parallel", "gpus_used", "gpus_idle", "loader_world")
+    } == {"data_parallel": 11, "expert_parallel": 64, "gpus_used": 704, "gpus_idle": 88, "loader_world": 11}
     assert 11264 % layout["data_parallel"] == 0 and 384 % layout["expert_parallel"] == 0
     assert layout["ranks_per_node"] == 64 and layout["nodes"] == 11  # one expert group per rack, 8 GPUs idle each
     memory = plan["memory_gib_per_gpu"]
@@ -44,8 +44,12 @@ def test_reference_layout_on_792_gpus_in_racks_of_72_is_one_the_trainer_accepts(
     assert memory["fits_checkpointed"] and not memory["fits"]  # 16 sequences of 4096 need checkpointing on 186 GiB
     # the trainer's own start-up checks, on the world torchrun would give it (not a 704-rank run)
     config = load_train_config(CONFIG)
-    accepted = resolve_layout(config.parallel.expert_parallel, config.parallel.data_parallel, layout["gpus_used"],
-                              config.moe.n_routed_experts)
+    accepted = resolve_layout(
+        config.parallel.expert_parallel,
+        config.parallel.data_parallel,
+        layout["gpus_used"],
+        config.moe.n_routed_experts,
+    )
     assert accepted == Layout(data_parallel=11, expert_parallel=64)
     assert check_batch(accepted, config.plan.global_batch, config.data.micro_batches) == 16
     with pytest.raises(Exception, match=r"parallel\.expert_parallel = 64 does not divide the world size 792"):

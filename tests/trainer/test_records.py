@@ -7,14 +7,26 @@ import math
 import pytest
 
 from millrace.errors import ArtifactError
-from trainer.records import (EVAL_SCHEMA, SCALARS, EvalRecord, LadderRecord, MetricsRecord, RunRecord, SampleRecord,
-                             read_eval, read_run, read_samples, write_run)
+from trainer.records import (
+    EVAL_SCHEMA,
+    SCALARS,
+    EvalRecord,
+    LadderRecord,
+    MetricsRecord,
+    RunRecord,
+    SampleRecord,
+    read_eval,
+    read_run,
+    read_samples,
+    write_run,
+)
 
 
 def test_a_metrics_record_writes_non_finite_as_null_and_refuses_an_unknown_or_mistyped_field():
     alerts = {"started": [{"name": "grad_norm", "value": 9.0}], "active": []}
-    record = MetricsRecord.model_validate({"step": 3, "loss": math.nan, "mfu": math.inf,
-                                           "loss_per_cell": {"c": math.nan}, "alerts": alerts})
+    record = MetricsRecord.model_validate(
+        {"step": 3, "loss": math.nan, "mfu": math.inf, "loss_per_cell": {"c": math.nan}, "alerts": alerts}
+    )
     assert record.dump() == {"step": 3, "loss": None, "mfu": None, "loss_per_cell": {"c": None}, "alerts": alerts}
     json.dumps(record.dump(), allow_nan=False)  # strict JSON: what a browser's JSON.parse reads
     with pytest.raises(ValueError, match="data_wait_fractoin"):
@@ -48,8 +60,9 @@ def test_streams_of_another_schema_or_a_broken_field_are_errors_naming_file_and_
     with pytest.raises(ArtifactError, match=r"eval.jsonl:2: field 'loss.macro'"):
         read_eval(tmp_path)
     sample = SampleRecord(schema="millrace.samples/1", step=2, prompt_id="p00", completion="…", mean_logprob=-1.5)
-    (tmp_path / "samples.jsonl").write_text(json.dumps(sample.dump(), ensure_ascii=False) + "\n"
-                                             + json.dumps({**good, "step": 3}) + "\n")
+    (tmp_path / "samples.jsonl").write_text(
+        json.dumps(sample.dump(), ensure_ascii=False) + "\n" + json.dumps({**good, "step": 3}) + "\n"
+    )
     with pytest.raises(ArtifactError, match=r"samples.jsonl:2: schema 'millrace.eval/1', expected 'millrace.samples"):
         read_samples(tmp_path)
 
@@ -60,4 +73,3 @@ def test_a_ladder_record_keeps_its_fields_and_refuses_a_mistyped_result():
     assert LadderRecord.model_validate(body).dump() == body
     with pytest.raises(ValueError, match="results.0.seed"):
         LadderRecord.model_validate({**body, "results": [{**body["results"][0], "seed": "0"}]})
-

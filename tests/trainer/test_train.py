@@ -10,9 +10,25 @@ from millrace.cli import main as millrace
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
 
-CONTRACT = {"step", "time", "phase", "loss", "lr", "tokens", "tokens_per_second", "mfu", "data_wait_fraction",
-            "grad_norm", "param_norm", "param_norm_with_router_bias", "router_bias", "expert_load", "loss_per_cell",
-            "loss_per_source", "realised_tokens_per_cell"}
+CONTRACT = {
+    "step",
+    "time",
+    "phase",
+    "loss",
+    "lr",
+    "tokens",
+    "tokens_per_second",
+    "mfu",
+    "data_wait_fraction",
+    "grad_norm",
+    "param_norm",
+    "param_norm_with_router_bias",
+    "router_bias",
+    "expert_load",
+    "loss_per_cell",
+    "loss_per_source",
+    "realised_tokens_per_cell",
+}
 
 
 @pytest.mark.slow
@@ -25,7 +41,7 @@ def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_conf
     records = read_metrics(result.run_dir)
     assert [r["step"] for r in records] == list(range(1, 41))
     for record in records:
-        assert CONTRACT <= set(record)
+        assert set(record) >= CONTRACT
     last = records[-1]
     assert last["tokens"] == 40 * 8 * 32
     assert sum(last["realised_tokens_per_cell"].values()) == last["tokens"]
@@ -39,7 +55,7 @@ def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_conf
         assert 0 < layer["router_entropy"] <= 1 and 0 < layer["entropy"] <= 1
     run = read_run(result.run_dir)
     manifest = json.loads(manifest_path.read_text())
-    planned = {c: 0 for c in manifest["cells"]}
+    planned = dict.fromkeys(manifest["cells"], 0)
     for phase in manifest["phases"]:
         for cell, count in phase["counts"].items():
             planned[cell] += count * manifest["seq_len"]
@@ -119,8 +135,11 @@ def test_bf16_compute_keeps_fp32_master_weights_and_adam_state(built, tiny_confi
     from trainer.loop import build_model, build_optimizer, compute_in_bf16
 
     home, _ = built
-    config = tiny_config("bf16", parallel={"param_dtype": "bfloat16"},
-                         moe={"score_func": "softmax", "seq_aux_loss_coef": 0.001, "z_loss_coef": 1e-4})
+    config = tiny_config(
+        "bf16",
+        parallel={"param_dtype": "bfloat16"},
+        moe={"score_func": "softmax", "seq_aux_loss_coef": 0.001, "z_loss_coef": 1e-4},
+    )
     loaded = with_vocab(load_train_config(config), 256)
     runtime = Runtime(rank=0, world=1, device=torch.device("cpu"), mesh=None)
     model = build_model(loaded, runtime)
@@ -144,6 +163,10 @@ def test_bf16_compute_keeps_fp32_master_weights_and_adam_state(built, tiny_confi
     for layer in model.moe_layers():  # balancing state in full precision (bf16 cannot count past 256 tokens)
         assert layer.step_counts.dtype == torch.float32 and layer.router.expert_bias.dtype == torch.float32
     bf16 = train(config, home, steps=3, run="bf16").losses
-    fp32 = train(tiny_config("fp32", moe={"score_func": "softmax", "seq_aux_loss_coef": 0.001, "z_loss_coef": 1e-4}),
-                 home, steps=3, run="fp32").losses
+    fp32 = train(
+        tiny_config("fp32", moe={"score_func": "softmax", "seq_aux_loss_coef": 0.001, "z_loss_coef": 1e-4}),
+        home,
+        steps=3,
+        run="fp32",
+    ).losses
     assert bf16 == pytest.approx(fp32, rel=2e-2) and bf16 != fp32  # bf16 rounding, nothing worse

@@ -6,9 +6,9 @@ of the hero run (with the target being the next rung up, not the hero).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from millrace.errors import ConfigError
 from millrace.home import Home
@@ -33,13 +33,22 @@ class Check:
         return self.predicted - self.measured
 
     def as_dict(self) -> dict:
-        return {"ladder": self.ladder, "target": self.target, "flops": self.flops, "predicted": self.predicted,
-                "low": self.low, "high": self.high, "measured": self.measured, "error": self.error,
-                "params": self.fit["params"]}
+        return {
+            "ladder": self.ladder,
+            "target": self.target,
+            "flops": self.flops,
+            "predicted": self.predicted,
+            "low": self.low,
+            "high": self.high,
+            "measured": self.measured,
+            "error": self.error,
+            "params": self.fit["params"],
+        }
 
 
-def predict_then_measure(path: Path | str, home: Home, progress: bool = False,
-                         on_result: Callable[[dict], None] | None = None) -> Check:
+def predict_then_measure(
+    path: Path | str, home: Home, progress: bool = False, on_result: Callable[[dict], None] | None = None
+) -> Check:
     """Train every rung, fit them, predict the target; then train the target and read its held-out metric."""
     body = run_ladder(path, home, progress=progress, on_result=on_result)
     target = body["plan"].get("target")
@@ -48,10 +57,21 @@ def predict_then_measure(path: Path | str, home: Home, progress: bool = False,
     report = fit_ladder(home, body["ladder"])
     prediction = next(p for p in report["predictions"] if p["name"] == target["name"])
     body = run_ladder(path, home, rungs=[target["name"]], seeds=1, progress=progress, on_result=on_result)
-    result = next(r for r in body["results"] if r["rung"] == target["name"] and r["seed"] == 0
-                  and r["revision"] == body["plan"]["revision"])
+    result = next(
+        r
+        for r in body["results"]
+        if r["rung"] == target["name"] and r["seed"] == 0 and r["revision"] == body["plan"]["revision"]
+    )
     if not result.get("final"):
         raise ConfigError(f"run {result['run']}: no held-out evaluation to compare the prediction with")
     measured = metric_value(result["final"], report["metric"], f"run {result['run']}")
-    return Check(ladder=body["ladder"], target=target["name"], flops=prediction["flops"], predicted=prediction["loss"],
-                 low=prediction["low"], high=prediction["high"], measured=measured, fit=report)
+    return Check(
+        ladder=body["ladder"],
+        target=target["name"],
+        flops=prediction["flops"],
+        predicted=prediction["loss"],
+        low=prediction["low"],
+        high=prediction["high"],
+        measured=measured,
+        fit=report,
+    )

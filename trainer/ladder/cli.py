@@ -79,34 +79,56 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
         return
     spec = plan.spec
     click.echo(f"ladder {spec.ladder}: {spec.mixture.mixture}/{spec.mixture.revision}, seq {plan.seq_len}")
-    header = f"  {'rung':<12} {'d_model':>7} {'layers':>6} {'total':>7} {'active':>7} {'tokens':>7} {'steps':>8} " \
-             f"{'batch':>6} {'lr':>9} {'FLOPs':>9} {'time here':>10}"
+    header = (
+        f"  {'rung':<12} {'d_model':>7} {'layers':>6} {'total':>7} {'active':>7} {'tokens':>7} {'steps':>8} "
+        f"{'batch':>6} {'lr':>9} {'FLOPs':>9} {'time here':>10}"
+    )
     click.echo(header)
     for rung in plan.rungs + ([plan.target] if plan.target else []):
-        click.echo(f"  {rung.name:<12} {rung.d_model:>7} {rung.layers:>6} {fmt_count(rung.total_params):>7} "
-                   f"{fmt_count(rung.active_params):>7} {fmt_count(rung.tokens):>7} {rung.steps:>8,} {rung.batch:>6,} "
-                   f"{rung.lr:>9.3g} {rung.flops:>9.3g} {fmt_seconds(rung.seconds_here):>10}")
+        click.echo(
+            f"  {rung.name:<12} {rung.d_model:>7} {rung.layers:>6} {fmt_count(rung.total_params):>7} "
+            f"{fmt_count(rung.active_params):>7} {fmt_count(rung.tokens):>7} {rung.steps:>8,} {rung.batch:>6,} "
+            f"{rung.lr:>9.3g} {rung.flops:>9.3g} {fmt_seconds(rung.seconds_here):>10}"
+        )
     if plan.store is None:
-        click.echo(f"  store of {spec.mixture.mixture}/{spec.mixture.revision} not built here: rungs not checked "
-                   "against its cells")
+        click.echo(
+            f"  store of {spec.mixture.mixture}/{spec.mixture.revision} not built here: rungs not checked "
+            "against its cells"
+        )
     for rung in plan.rungs + ([plan.target] if plan.target else []):
         if rung.raised_from is not None:
-            click.echo(f"  {rung.name}: tokens raised from {rung.raised_from:,} to {rung.tokens:,} "
-                       f"(rules.small_rungs = \"raise\"): at the rule's budget, {rung.raised_because}")
+            click.echo(
+                f"  {rung.name}: tokens raised from {rung.raised_from:,} to {rung.tokens:,} "
+                f'(rules.small_rungs = "raise"): at the rule\'s budget, {rung.raised_because}'
+            )
 
 
 @ladder.command("run")
 @click.argument("ladder_toml", metavar="LADDER.toml", type=click.Path(dir_okay=False))
-@click.option("--rungs", default=None, help="Comma-separated rung names to train (default: every rung; the "
-                                             "target's name trains the target too).")
-@click.option("--seeds", type=click.IntRange(min=1), default=None,
-              help="Seeds per rung: model initialisations 0..N-1 (default: the ladder's `seeds`).")
+@click.option(
+    "--rungs",
+    default=None,
+    help="Comma-separated rung names to train (default: every rung; the target's name trains the target too).",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Seeds per rung: model initialisations 0..N-1 (default: the ladder's `seeds`).",
+)
 @click.option("--revision", default=None, help="Train on this revision of the ladder's mixture instead of its own.")
 @click.option("--no-progress", is_flag=True, help="Log lines instead of a progress bar.")
 @json_option
 @home_option
-def run_command(home: Home, ladder_toml: str, rungs: str | None, seeds: int | None, revision: str | None,
-                no_progress: bool, as_json: bool) -> None:
+def run_command(
+    home: Home,
+    ladder_toml: str,
+    rungs: str | None,
+    seeds: int | None,
+    revision: str | None,
+    no_progress: bool,
+    as_json: bool,
+) -> None:
     """Train each rung (with held-out evaluation) on the revision scaled to its budget; resumable: a
     finished rung is not retrained, a killed one resumes from its last checkpoint."""
     from trainer.ladder.run import run_ladder
@@ -119,39 +141,73 @@ def run_command(home: Home, ladder_toml: str, rungs: str | None, seeds: int | No
             shown = f"held-out macro loss {final:.4f}" if final is not None else "no held-out evaluation"
             click.echo(f"rung {result['rung']} seed {result['seed']}: {result['status']}, {shown} ({result['run']})")
 
-    body = run_ladder(ladder_toml, home, names, seeds, revision, progress=not no_progress and sys.stderr.isatty(),
-                      on_result=report)
+    body = run_ladder(
+        ladder_toml, home, names, seeds, revision, progress=not no_progress and sys.stderr.isatty(), on_result=report
+    )
     if as_json:
-        print_json({"ladder": body["ladder"], "results": [{k: v for k, v in r.items() if k != "curve"}
-                                                           for r in body["results"]]})
+        print_json(
+            {
+                "ladder": body["ladder"],
+                "results": [{k: v for k, v in r.items() if k != "curve"} for r in body["results"]],
+            }
+        )
 
 
 @ladder.command("fit")
 @click.argument("ladder_ref", metavar="[LADDER]", required=False)
-@click.option("--metric", default=None, help="Held-out metric of each rung's final evaluation, a path into "
-                                              "eval.jsonl: loss.macro (default), bpb.macro, loss.set.NAME ...")
-@click.option("--asymptote", type=click.FloatRange(min=0), default=None,
-              help="Fix L_inf at X (default: the ladder's fit.asymptote; none there: fitted).")
+@click.option(
+    "--metric",
+    default=None,
+    help="Held-out metric of each rung's final evaluation, a path into "
+    "eval.jsonl: loss.macro (default), bpb.macro, loss.set.NAME ...",
+)
+@click.option(
+    "--asymptote",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Fix L_inf at X (default: the ladder's fit.asymptote; none there: fitted).",
+)
 @click.option("--free-asymptote", is_flag=True, help="Fit L_inf too (needs at least 3 rungs).")
-@click.option("--predict-flops", type=float, multiple=True, help="Predict the metric at F FLOPs (repeatable); "
-                                                                  "the ladder's target is always predicted.")
-@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
-              help="Nominal coverage of each prediction's interval, a prediction interval for one new run "
-                   "(default 0.9).")
-@click.option("--points", "points_file", type=click.Path(dir_okay=False), default=None,
-              help='Fit a JSON list of {"flops": ..., "loss": ...} instead of a ladder\'s rungs.')
+@click.option(
+    "--predict-flops",
+    type=float,
+    multiple=True,
+    help="Predict the metric at F FLOPs (repeatable); the ladder's target is always predicted.",
+)
+@click.option(
+    "--level",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="Nominal coverage of each prediction's interval, a prediction interval for one new run (default 0.9).",
+)
+@click.option(
+    "--points",
+    "points_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help='Fit a JSON list of {"flops": ..., "loss": ...} instead of a ladder\'s rungs.',
+)
 @click.option("--revision", default=None, help="Fit this revision's rungs (default: the ladder's own).")
 @json_option
 @home_option
-def fit_command(home: Home, ladder_ref: str | None, metric: str | None, asymptote: float | None,
-                free_asymptote: bool, predict_flops: tuple[float, ...], level: float | None, points_file: str | None,
-                revision: str | None, as_json: bool) -> None:
+def fit_command(
+    home: Home,
+    ladder_ref: str | None,
+    metric: str | None,
+    asymptote: float | None,
+    free_asymptote: bool,
+    predict_flops: tuple[float, ...],
+    level: float | None,
+    points_file: str | None,
+    revision: str | None,
+    as_json: bool,
+) -> None:
     """Fit L(C) = L_inf + A * C^-alpha to each rung's final held-out metric (or to --points): parameters,
     residuals, leave-one-out errors, and predictions with a prediction interval at --level (delta method
     with the residual variance and Student's t); zero degrees of freedom or a rising curve are warned of."""
-    from trainer.ladder.scaling_law import LEVEL, fit_report
     from trainer.ladder.ladder_fit import fit_ladder
     from trainer.ladder.points import file_points
+    from trainer.ladder.scaling_law import LEVEL, fit_report
 
     if free_asymptote and asymptote is not None:
         raise ConfigError("give --asymptote or --free-asymptote, not both")
@@ -159,11 +215,25 @@ def fit_command(home: Home, ladder_ref: str | None, metric: str | None, asymptot
     if points_file:
         if ladder_ref:
             raise ConfigError("give a LADDER or --points FILE, not both")
-        report = fit_report(file_points(points_file), asymptote, [(None, f) for f in predict_flops],
-                            where=points_file, metric=metric, level=level)
+        report = fit_report(
+            file_points(points_file),
+            asymptote,
+            [(None, f) for f in predict_flops],
+            where=points_file,
+            metric=metric,
+            level=level,
+        )
     elif ladder_ref:
-        report = fit_ladder(home, ladder_name(ladder_ref, home), metric, asymptote, free_asymptote,
-                            list(predict_flops), revision, level=level)
+        report = fit_ladder(
+            home,
+            ladder_name(ladder_ref, home),
+            metric,
+            asymptote,
+            free_asymptote,
+            list(predict_flops),
+            revision,
+            level=level,
+        )
     else:
         raise ConfigError("give a LADDER (name or file) or --points FILE")
     for warning in report["warnings"]:
@@ -177,31 +247,52 @@ def fit_command(home: Home, ladder_ref: str | None, metric: str | None, asymptot
 def echo_fit(report: dict) -> None:
     p = report["params"]
     click.echo(f"{report['form']}  ({report['asymptote']} L_inf, metric {report.get('metric') or 'loss'})")
-    click.echo(f"  L_inf = {p['L_inf']:.4g}   A = {p['A']:.4g}   alpha = {p['alpha']:.4g}   "
-               f"rms residual {report['rms_residual']:.2g}")
+    click.echo(
+        f"  L_inf = {p['L_inf']:.4g}   A = {p['A']:.4g}   alpha = {p['alpha']:.4g}   "
+        f"rms residual {report['rms_residual']:.2g}"
+    )
     for r in report["residuals"]:
-        click.echo(f"  {r['rung'] or '':<12} C {r['flops']:.3g}  loss {r['loss']:.4f}  fit {r['fit']:.4f}  "
-                   f"residual {r['residual']:+.4f}" + (f"  seed {r['seed']}" if r["seed"] is not None else ""))
+        click.echo(
+            f"  {r['rung'] or '':<12} C {r['flops']:.3g}  loss {r['loss']:.4f}  fit {r['fit']:.4f}  "
+            f"residual {r['residual']:+.4f}" + (f"  seed {r['seed']}" if r["seed"] is not None else "")
+        )
     for r in report["leave_one_out"]:
-        click.echo(f"  leave out {r['rung'] or r['flops']}: predicted {r['predicted']:.4f}, measured "
-                   f"{r['loss']:.4f} (error {r['error']:+.4f})")
+        click.echo(
+            f"  leave out {r['rung'] or r['flops']}: predicted {r['predicted']:.4f}, measured "
+            f"{r['loss']:.4f} (error {r['error']:+.4f})"
+        )
     for r in report["predictions"]:
-        interval = (f"{report['level']:.0%} prediction interval [{r['low']:.4f}, {r['high']:.4f}]"
-                    if r["low"] is not None else "no interval (zero degrees of freedom)")
+        interval = (
+            f"{report['level']:.0%} prediction interval [{r['low']:.4f}, {r['high']:.4f}]"
+            if r["low"] is not None
+            else "no interval (zero degrees of freedom)"
+        )
         click.echo(f"  predict {r['name'] or ''} at C {r['flops']:.3g}: {r['loss']:.4f}, {interval}")
 
 
 @ladder.command("compare")
 @click.argument("ladder_ref", metavar="LADDER")
-@click.option("--revision", "revisions", multiple=True, required=True,
-              help="Revision of the ladder's mixture: give it twice, A then B.")
+@click.option(
+    "--revision",
+    "revisions",
+    multiple=True,
+    required=True,
+    help="Revision of the ladder's mixture: give it twice, A then B.",
+)
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="Seeds per rung and revision.")
 @click.option("--rungs", default=None, help="Comma-separated rung names (default: every rung).")
 @click.option("--no-progress", is_flag=True, help="Log lines instead of a progress bar.")
 @json_option
 @home_option
-def compare_command(home: Home, ladder_ref: str, revisions: tuple[str, ...], seeds: int, rungs: str | None,
-                    no_progress: bool, as_json: bool) -> None:
+def compare_command(
+    home: Home,
+    ladder_ref: str,
+    revisions: tuple[str, ...],
+    seeds: int,
+    rungs: str | None,
+    no_progress: bool,
+    as_json: bool,
+) -> None:
     """Train the same rungs for revisions A and B with several seeds; per rung the loss difference and the
     seed spread, and the compute-equivalent speed-up of B over A from the fits, called noise when the
     difference is within the seed spread."""
@@ -210,15 +301,26 @@ def compare_command(home: Home, ladder_ref: str, revisions: tuple[str, ...], see
     if len(revisions) != 2:
         raise ConfigError(f"--revision: give exactly two (A and B), got {len(revisions)}")
     names = [n.strip() for n in rungs.split(",") if n.strip()] if rungs else None
-    result = compare_ladder(ladder_file(ladder_ref, home), home, revisions[0], revisions[1], seeds, names,
-                            progress=not no_progress and sys.stderr.isatty())
+    result = compare_ladder(
+        ladder_file(ladder_ref, home),
+        home,
+        revisions[0],
+        revisions[1],
+        seeds,
+        names,
+        progress=not no_progress and sys.stderr.isatty(),
+    )
     if as_json:
         print_json(result)
         return
     a, b = result["revisions"]["a"], result["revisions"]["b"]
     click.echo(f"{b} vs {a} ({result['metric']}):")
     for r in result["rungs"]:
-        click.echo(f"  {r['rung']:<12} {a} {r['loss_a']:.4f}  {b} {r['loss_b']:.4f}  difference "
-                   f"{r['difference']:+.4f}  seed spread {r['seed_spread']:.4f}")
-    click.echo(f"  speed-up of {b} over {a} at C {result['at_flops']:.3g}: {result['speedup_b_over_a']:.3f}x "
-               f"(the seed spread alone reads as {result['noise_speedup']:.3f}x): {result['verdict']}")
+        click.echo(
+            f"  {r['rung']:<12} {a} {r['loss_a']:.4f}  {b} {r['loss_b']:.4f}  difference "
+            f"{r['difference']:+.4f}  seed spread {r['seed_spread']:.4f}"
+        )
+    click.echo(
+        f"  speed-up of {b} over {a} at C {result['at_flops']:.3g}: {result['speedup_b_over_a']:.3f}x "
+        f"(the seed spread alone reads as {result['noise_speedup']:.3f}x): {result['verdict']}"
+    )

@@ -18,10 +18,10 @@ import numpy as np
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from trainer.ladder.scaling_law import Law, Point, fit_report, law_of
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
 from trainer.ladder.run import run_ladder
+from trainer.ladder.scaling_law import Law, Point, fit_report, law_of
 from trainer.ladder.spec import load_ladder
 
 
@@ -39,8 +39,9 @@ def speedup(a: Law, b: Law, flops: float) -> float:
     return flops / b.flops_for(a.loss(flops))
 
 
-def compare_points(a_points: list[Point], b_points: list[Point], law_a: Law, law_b: Law,
-                   names: tuple[str, str]) -> dict[str, Any]:
+def compare_points(
+    a_points: list[Point], b_points: list[Point], law_a: Law, law_b: Law, names: tuple[str, str]
+) -> dict[str, Any]:
     """Pure: per-rung differences and spreads, the speed-up at the widest common rung, and the verdict."""
     a_rungs, b_rungs = by_rung(a_points), by_rung(b_points)
     common = [r for r in a_rungs if r in b_rungs]
@@ -51,9 +52,18 @@ def compare_points(a_points: list[Point], b_points: list[Point], law_a: Law, law
         a_losses, b_losses = [p.loss for p in a_rungs[rung]], [p.loss for p in b_rungs[rung]]
         spread = max(max(a_losses) - min(a_losses), max(b_losses) - min(b_losses))
         diff = float(np.mean(b_losses) - np.mean(a_losses))
-        rows.append({"rung": rung, "flops": a_rungs[rung][0].flops, "loss_a": float(np.mean(a_losses)),
-                     "loss_b": float(np.mean(b_losses)), "difference": diff, "seed_spread": spread,
-                     "seeds": min(len(a_losses), len(b_losses)), "beyond_noise": abs(diff) > spread > 0})
+        rows.append(
+            {
+                "rung": rung,
+                "flops": a_rungs[rung][0].flops,
+                "loss_a": float(np.mean(a_losses)),
+                "loss_b": float(np.mean(b_losses)),
+                "difference": diff,
+                "seed_spread": spread,
+                "seeds": min(len(a_losses), len(b_losses)),
+                "beyond_noise": abs(diff) > spread > 0,
+            }
+        )
     widest = max(rows, key=lambda r: r["flops"])
     flops = widest["flops"]
     spread = max(r["seed_spread"] for r in rows)
@@ -66,37 +76,64 @@ def compare_points(a_points: list[Point], b_points: list[Point], law_a: Law, law
         verdict = "beyond the seed spread at every rung"
     else:
         verdict = "noise: the difference is within the seed spread"
-    return {"revisions": {"a": names[0], "b": names[1]}, "rungs": rows, "at_flops": flops,
-            "speedup_b_over_a": speedup(law_a, law_b, flops), "noise_speedup": noise_speedup,
-            "seed_spread": spread, "noise": not significant, "verdict": verdict}
+    return {
+        "revisions": {"a": names[0], "b": names[1]},
+        "rungs": rows,
+        "at_flops": flops,
+        "speedup_b_over_a": speedup(law_a, law_b, flops),
+        "noise_speedup": noise_speedup,
+        "seed_spread": spread,
+        "noise": not significant,
+        "verdict": verdict,
+    }
 
 
-def compare_ladder(path: Path | str, home: Home, revision_a: str, revision_b: str, seeds: int = 3,
-                   rungs: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
+def compare_ladder(
+    path: Path | str,
+    home: Home,
+    revision_a: str,
+    revision_b: str,
+    seeds: int = 3,
+    rungs: list[str] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Train (or reuse) the rungs for both revisions and seeds, fit each, compare; saved in ladder.json."""
     for revision in (revision_a, revision_b):
-        run_ladder(path, home, rungs=rungs, seeds=seeds, revision=revision, progress=progress,
-                   sized_for=[revision_a, revision_b])
+        run_ladder(
+            path,
+            home,
+            rungs=rungs,
+            seeds=seeds,
+            revision=revision,
+            progress=progress,
+            sized_for=[revision_a, revision_b],
+        )
     ladder = load_ladder(path).ladder
     with ladder_writer(home, ladder):
         return _compare_and_save(home, ladder, revision_a, revision_b, seeds, rungs)
 
 
-def _compare_and_save(home: Home, ladder: str, revision_a: str, revision_b: str, seeds: int,
-                      rungs: list[str] | None) -> dict[str, Any]:
+def _compare_and_save(
+    home: Home, ladder: str, revision_a: str, revision_b: str, seeds: int, rungs: list[str] | None
+) -> dict[str, Any]:
     body = read_ladder(home, ladder)
     metric, asymptote = body.get("metric") or "loss.macro", body.get("asymptote")
     fits, points = {}, {}
     for revision in (revision_a, revision_b):
-        chosen = [p for p in ladder_points(body, metric, revision, home.root / "runs")
-                  if rungs is None or p.rung in rungs]
+        chosen = [
+            p for p in ladder_points(body, metric, revision, home.root / "runs") if rungs is None or p.rung in rungs
+        ]
         points[revision] = [p for p in chosen if p.seed is None or p.seed < seeds]
         fits[revision] = fit_report(points[revision], asymptote, [], where=f"revision {revision}", metric=metric)
         body.setdefault("fits", {})[revision] = fits[revision]
-    comparison = compare_points(points[revision_a], points[revision_b], law_of(fits[revision_a]),
-                                law_of(fits[revision_b]), (revision_a, revision_b))
+    comparison = compare_points(
+        points[revision_a],
+        points[revision_b],
+        law_of(fits[revision_a]),
+        law_of(fits[revision_b]),
+        (revision_a, revision_b),
+    )
     comparison["metric"] = metric
     body["comparison"] = comparison
     write_ladder(home, body["ladder"], body)
     return comparison
-

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from trainer.ladder.scaling_law import LEVEL, fit_report
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
+from trainer.ladder.scaling_law import LEVEL, fit_report
 
 
 def targets_of(body: dict[str, Any], predict_flops: list[float]) -> list[tuple[str | None, float]]:
@@ -19,17 +19,34 @@ def targets_of(body: dict[str, Any], predict_flops: list[float]) -> list[tuple[s
     return found + [(None, float(f)) for f in predict_flops]
 
 
-def fit_ladder(home: Home, ladder: str, metric: str | None = None, asymptote: float | None = None,
-               free_asymptote: bool = False, predict_flops: Sequence[float] = (), revision: str | None = None,
-               save: bool = True, level: float = LEVEL) -> dict[str, Any]:
+def fit_ladder(
+    home: Home,
+    ladder: str,
+    metric: str | None = None,
+    asymptote: float | None = None,
+    free_asymptote: bool = False,
+    predict_flops: Sequence[float] = (),
+    revision: str | None = None,
+    save: bool = True,
+    level: float = LEVEL,
+) -> dict[str, Any]:
     """Fit the ladder's rungs of `revision` (default its own), with prediction intervals at `level`; the
     report is stored under fits/<revision> (under the ladder's writer lock)."""
     with ladder_writer(home, ladder) if save else nullcontext():
         return _fit_ladder(home, ladder, metric, asymptote, free_asymptote, predict_flops, revision, save, level)
 
 
-def _fit_ladder(home: Home, ladder: str, metric: str | None, asymptote: float | None, free_asymptote: bool,
-                predict_flops: Sequence[float], revision: str | None, save: bool, level: float) -> dict[str, Any]:
+def _fit_ladder(
+    home: Home,
+    ladder: str,
+    metric: str | None,
+    asymptote: float | None,
+    free_asymptote: bool,
+    predict_flops: Sequence[float],
+    revision: str | None,
+    save: bool,
+    level: float,
+) -> dict[str, Any]:
     body = read_ladder(home, ladder)
     metric = metric or body.get("metric") or "loss.macro"
     revision = revision or body["plan"]["revision"]
@@ -38,8 +55,9 @@ def _fit_ladder(home: Home, ladder: str, metric: str | None, asymptote: float | 
     if not free_asymptote and asymptote is None:
         asymptote = body.get("asymptote")
     points = ladder_points(body, metric, revision, home.root / "runs")
-    report = fit_report(points, asymptote, targets_of(body, list(predict_flops)), where=f"ladder {ladder}",
-                        metric=metric, level=level)
+    report = fit_report(
+        points, asymptote, targets_of(body, list(predict_flops)), where=f"ladder {ladder}", metric=metric, level=level
+    )
     report["revision"] = revision
     if save:
         body.setdefault("fits", {})[revision] = report

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.flops import count_params, flops_per_token
-from trainer.ladder.rung_revision import (BaseRevision, base_if_stored, built_steps, feasible_tokens,
-                                          rung_revision_name)
+from trainer.ladder.rung_revision import BaseRevision, base_if_stored, built_steps, feasible_tokens, rung_revision_name
 from trainer.ladder.spec import LadderSpec, Rules, load_ladder, resolve_path
 
 
@@ -44,10 +43,19 @@ class RungPlan:
     raised_because: str | None = None
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "d_model": self.d_model, "layers": self.layers,
-                "params": {"total": self.total_params, "active": self.active_params}, "tokens": self.tokens,
-                "steps": self.steps, "batch": self.batch, "lr": self.lr, "flops": self.flops,
-                "seconds_here": self.seconds_here, "raised_from": self.raised_from}
+        return {
+            "name": self.name,
+            "d_model": self.d_model,
+            "layers": self.layers,
+            "params": {"total": self.total_params, "active": self.active_params},
+            "tokens": self.tokens,
+            "steps": self.steps,
+            "batch": self.batch,
+            "lr": self.lr,
+            "flops": self.flops,
+            "seconds_here": self.seconds_here,
+            "raised_from": self.raised_from,
+        }
 
 
 @dataclass(frozen=True)
@@ -67,10 +75,16 @@ class LadderPlan:
         raise ConfigError(f"{self.path}: no rung {name!r} (rungs: {', '.join(r.name for r in self.rungs)})")
 
     def as_dict(self) -> dict:
-        return {"ladder": self.spec.ladder, "file": str(self.path), "mixture": self.spec.mixture.mixture,
-                "revision": self.spec.mixture.revision, "seq_len": self.seq_len, "store": self.store,
-                "rungs": [r.as_dict() for r in self.rungs],
-                "target": self.target.as_dict() if self.target else None}
+        return {
+            "ladder": self.spec.ladder,
+            "file": str(self.path),
+            "mixture": self.spec.mixture.mixture,
+            "revision": self.spec.mixture.revision,
+            "seq_len": self.seq_len,
+            "store": self.store,
+            "rungs": [r.as_dict() for r in self.rungs],
+            "target": self.target.as_dict() if self.target else None,
+        }
 
 
 def active_params(config: TrainConfig) -> int:
@@ -88,10 +102,17 @@ def scaled_config(base: TrainConfig, rules: Rules, d_model: int, layers: int) ->
     heads = max(kv, round(d_model * heads_ratio / kv) * kv)
     expert_ratio = rules.expert_ffn_per_width or moe.expert_ffn_dim / m.d_model
     dense_ratio = rules.dense_ffn_per_width or m.dense_ffn_dim / m.d_model
-    model = m.model_copy(update={
-        "d_model": d_model, "n_layers": layers, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
-        "dense_ffn_dim": max(1, round(d_model * dense_ratio)), "n_dense_layers": min(m.n_dense_layers, layers),
-    })
+    model = m.model_copy(
+        update={
+            "d_model": d_model,
+            "n_layers": layers,
+            "n_heads": heads,
+            "n_kv_heads": kv,
+            "head_dim": head_dim,
+            "dense_ffn_dim": max(1, round(d_model * dense_ratio)),
+            "n_dense_layers": min(m.n_dense_layers, layers),
+        }
+    )
     moe = moe.model_copy(update={"expert_ffn_dim": max(1, round(d_model * expert_ratio))})
     data = base.model_dump()
     data["model"], data["moe"] = model.model_dump(), moe.model_dump()
@@ -106,7 +127,7 @@ def rung_batch(rules: Rules, index: int, tokens: float) -> int:
     rule = rules.batch_rule
     if rule is None:
         raise ConfigError("rules.batch: neither a number, a list per rung nor a rule")
-    raw = rule.coefficient * tokens ** rule.exponent
+    raw = rule.coefficient * tokens**rule.exponent
     return int(min(rule.maximum, max(rule.minimum, round(raw / rule.multiple) * rule.multiple)))
 
 
@@ -114,14 +135,25 @@ def rung_lr(spec: LadderSpec, config: TrainConfig, batch: int, seq_len: int, ste
     rule = spec.rules.lr
     if rule is None:
         return config.optimizer.lr
-    return (rule.base * (config.model.d_model / rule.d_model_ref) ** rule.width_exponent
-            * (batch * seq_len / rule.batch_tokens_ref) ** rule.batch_exponent
-            * (steps / rule.steps_ref) ** rule.steps_exponent)
+    return (
+        rule.base
+        * (config.model.d_model / rule.d_model_ref) ** rule.width_exponent
+        * (batch * seq_len / rule.batch_tokens_ref) ** rule.batch_exponent
+        * (steps / rule.steps_ref) ** rule.steps_exponent
+    )
 
 
-def size_rung(spec: LadderSpec, name: str, config: TrainConfig, index: int | None, seq_len: int,
-              seconds_per_flop: float, tokens: float | None = None, batch: int | None = None,
-              steps: int | None = None) -> RungPlan:
+def size_rung(
+    spec: LadderSpec,
+    name: str,
+    config: TrainConfig,
+    index: int | None,
+    seq_len: int,
+    seconds_per_flop: float,
+    tokens: float | None = None,
+    batch: int | None = None,
+    steps: int | None = None,
+) -> RungPlan:
     """`steps`: the built revision's (its phases round to whole batches each); default tokens / batch."""
     active = active_params(config)
     tokens = round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active)
@@ -131,15 +163,31 @@ def size_rung(spec: LadderSpec, name: str, config: TrainConfig, index: int | Non
     lr = rung_lr(spec, config, batch, seq_len, steps)
     flops = flops_per_token(config, seq_len) * tokens
     warmup = spec.rules.warmup_fraction
-    schedule = config.schedule.model_copy(update={"warmup_steps": max(1, round(warmup * steps))}) if warmup \
+    schedule = (
+        config.schedule.model_copy(update={"warmup_steps": max(1, round(warmup * steps))})
+        if warmup
         else config.schedule
-    update = {"optimizer": config.optimizer.model_copy(update={"lr": lr}), "schedule": schedule,
-              "plan": config.plan.model_copy(update={"tokens": float(tokens), "seq_len": seq_len,
-                                                    "global_batch": batch})}
-    return RungPlan(name=name, d_model=config.model.d_model, layers=config.model.n_layers,
-                    total_params=count_params(config).total, active_params=active, tokens=tokens, steps=steps,
-                    batch=batch, seq_len=seq_len, lr=lr, flops=flops, seconds_here=flops * seconds_per_flop,
-                    config=config.model_copy(update=update))
+    )
+    update = {
+        "optimizer": config.optimizer.model_copy(update={"lr": lr}),
+        "schedule": schedule,
+        "plan": config.plan.model_copy(update={"tokens": float(tokens), "seq_len": seq_len, "global_batch": batch}),
+    }
+    return RungPlan(
+        name=name,
+        d_model=config.model.d_model,
+        layers=config.model.n_layers,
+        total_params=count_params(config).total,
+        active_params=active,
+        tokens=tokens,
+        steps=steps,
+        batch=batch,
+        seq_len=seq_len,
+        lr=lr,
+        flops=flops,
+        seconds_here=flops * seconds_per_flop,
+        config=config.model_copy(update=update),
+    )
 
 
 def rung_layers(rules: Rules, index: int, d_model: int) -> int:
@@ -159,8 +207,9 @@ def family_layers(rules: Rules, d_model: int) -> int:
     return max(1, round(rules.layers[-1] * d_model / rules.widths[-1]))
 
 
-def plan_target(spec: LadderSpec, path: Path, base: TrainConfig, seq_len: int, seconds_per_flop: float,
-                vocab: int) -> RungPlan | None:
+def plan_target(
+    spec: LadderSpec, path: Path, base: TrainConfig, seq_len: int, seconds_per_flop: float, vocab: int
+) -> RungPlan | None:
     target = spec.target
     if target is None:
         return None
@@ -207,8 +256,9 @@ def seconds_per_flop(spec: LadderSpec) -> float:
     return 1.0 / (peak * spec.here.mfu)
 
 
-def plan_rungs(spec: LadderSpec, path: Path, base: TrainConfig, seq_len: int, per_flop: float,
-               vocab: int) -> tuple[list[RungPlan], RungPlan | None]:
+def plan_rungs(
+    spec: LadderSpec, path: Path, base: TrainConfig, seq_len: int, per_flop: float, vocab: int
+) -> tuple[list[RungPlan], RungPlan | None]:
     """The rungs and the target as the rules size them."""
     rungs = []
     for index, (name, width) in enumerate(zip(spec.rung_names(), spec.rules.widths)):
@@ -239,8 +289,13 @@ def fitted_to_store(spec: LadderSpec, rung: RungPlan, bases: list[BaseRevision],
     return dataclasses.replace(fitted, raised_from=rung.tokens, raised_because=because)
 
 
-def refuse_small_rungs(spec: LadderSpec, path: Path, rungs: list[RungPlan], bases: list[BaseRevision],
-                       rebuild: Callable[[float], list[RungPlan]]) -> None:
+def refuse_small_rungs(
+    spec: LadderSpec,
+    path: Path,
+    rungs: list[RungPlan],
+    bases: list[BaseRevision],
+    rebuild: Callable[[float], list[RungPlan]],
+) -> None:
     """Raise a one-line error naming the first rung too small and the smallest tokens_per_active_param
     that builds every rung (found by re-planning, since the batch rule may follow the tokens)."""
     first: tuple[str, str | None] | None = None
@@ -256,14 +311,20 @@ def refuse_small_rungs(spec: LadderSpec, path: Path, rungs: list[RungPlan], base
         rungs = rebuild(candidate)
     if first is None:
         return
-    fix = (f"set rules.tokens_per_active_param = {candidate:g} (the smallest that builds every rung)" if not short
-           else f"rung {short[0][0].name} needs {short[0][1]:,} tokens whatever the rule: set its tokens")
-    raise ConfigError(f"{path}: rung {first[0]} is too small for the store (rules.small_rungs = \"refuse\"): "
-                      f"{first[1]}; {fix} or rules.small_rungs = \"raise\"")
+    fix = (
+        f"set rules.tokens_per_active_param = {candidate:g} (the smallest that builds every rung)"
+        if not short
+        else f"rung {short[0][0].name} needs {short[0][1]:,} tokens whatever the rule: set its tokens"
+    )
+    raise ConfigError(
+        f'{path}: rung {first[0]} is too small for the store (rules.small_rungs = "refuse"): '
+        f'{first[1]}; {fix} or rules.small_rungs = "raise"'
+    )
 
 
-def plan_ladder(path: Path | str, home: Home | None = None, spec: LadderSpec | None = None,
-                revisions: list[str] | None = None) -> LadderPlan:
+def plan_ladder(
+    path: Path | str, home: Home | None = None, spec: LadderSpec | None = None, revisions: list[str] | None = None
+) -> LadderPlan:
     """The ladder's rungs, checked against the store for each of `revisions` (default: the ladder's own)."""
     path = Path(path)
     home = home or Home.resolve()
@@ -274,12 +335,20 @@ def plan_ladder(path: Path | str, home: Home | None = None, spec: LadderSpec | N
     seq_len = revision_seq_len(spec, home)
     per_flop = seconds_per_flop(spec)
     rungs, target = plan_rungs(spec, path, base, seq_len, per_flop, vocab)
-    bases = [b for b in (base_if_stored(home, spec.mixture.mixture, r)
-                         for r in dict.fromkeys(revisions or [spec.mixture.revision])) if b is not None]
+    bases = [
+        b
+        for b in (
+            base_if_stored(home, spec.mixture.mixture, r) for r in dict.fromkeys(revisions or [spec.mixture.revision])
+        )
+        if b is not None
+    ]
     if bases:
         if spec.rules.small_rungs == "refuse":
+
             def rebuild(tpp: float) -> list[RungPlan]:
-                bigger = spec.model_copy(update={"rules": spec.rules.model_copy(update={"tokens_per_active_param": tpp})})
+                bigger = spec.model_copy(
+                    update={"rules": spec.rules.model_copy(update={"tokens_per_active_param": tpp})}
+                )
                 more, more_target = plan_rungs(bigger, path, base, seq_len, per_flop, vocab)
                 return more + ([more_target] if more_target else [])
 
@@ -287,8 +356,9 @@ def plan_ladder(path: Path | str, home: Home | None = None, spec: LadderSpec | N
         rungs = [fitted_to_store(spec, rung, bases, per_flop) for rung in rungs]
         target = fitted_to_store(spec, target, bases, per_flop) if target else None
     store = f"{bases[0].store.name}/{bases[0].store.version}" if bases else None
-    return LadderPlan(spec=spec, path=path, seq_len=seq_len, rungs=rungs, target=target,
-                      seconds_per_flop_here=per_flop, store=store)
+    return LadderPlan(
+        spec=spec, path=path, seq_len=seq_len, rungs=rungs, target=target, seconds_per_flop_here=per_flop, store=store
+    )
 
 
-__all__ = ["LadderPlan", "RungPlan", "plan_ladder", "scaled_config", "active_params"]
+__all__ = ["LadderPlan", "RungPlan", "active_params", "plan_ladder", "scaled_config"]

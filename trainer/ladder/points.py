@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from millrace.errors import ConfigError
-from trainer.ladder.scaling_law import Point
 from trainer.ladder.results import EVAL_FILE, metric_value, recorded_final_eval
+from trainer.ladder.scaling_law import Point
 
 
 def ladder_points(body: dict[str, Any], metric: str, revision: str, runs_root: Path) -> list[Point]:
@@ -20,11 +20,19 @@ def ladder_points(body: dict[str, Any], metric: str, revision: str, runs_root: P
             continue
         where = str(runs_root / result["run"] / EVAL_FILE)
         final = recorded_final_eval(result, runs_root, str(body.get("ladder")))
-        points.append(Point(flops=float(result["flops"]), loss=metric_value(final, metric, where),
-                            rung=result["rung"], seed=result.get("seed")))
+        points.append(
+            Point(
+                flops=float(result["flops"]),
+                loss=metric_value(final, metric, where),
+                rung=result["rung"],
+                seed=result.get("seed"),
+            )
+        )
     if not points:
-        raise ConfigError(f"ladder {body.get('ladder')!r}: no trained rung of revision {revision!r} yet "
-                          "(run `millrace ladder run` first)")
+        raise ConfigError(
+            f"ladder {body.get('ladder')!r}: no trained rung of revision {revision!r} yet "
+            "(run `millrace ladder run` first)"
+        )
     return points
 
 
@@ -38,7 +46,7 @@ def file_points(path: Path | str) -> list[Point]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not a JSON list of points ({exc})") from None
     if not isinstance(data, list) or not data:
-        raise ConfigError(f"{path}: expected a non-empty JSON list of {{\"flops\": ..., \"loss\": ...}}")
+        raise ConfigError(f'{path}: expected a non-empty JSON list of {{"flops": ..., "loss": ...}}')
     points = []
     for index, item in enumerate(data):
         if not isinstance(item, dict) or not {"flops", "loss"} <= set(item):
@@ -48,6 +56,7 @@ def file_points(path: Path | str) -> list[Point]:
         except (TypeError, ValueError):
             raise ConfigError(f"{path}: point #{index + 1}: 'flops' and 'loss' must be numbers") from None
         seed = item.get("seed")
-        points.append(Point(flops=flops, loss=loss, rung=item.get("rung"),
-                            seed=seed if isinstance(seed, int) else None))
+        points.append(
+            Point(flops=flops, loss=loss, rung=item.get("rung"), seed=seed if isinstance(seed, int) else None)
+        )
     return points

@@ -26,8 +26,16 @@ from millrace.artifacts import validated, write_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.writer_lock import WriterLock
-from trainer.records import (EVAL_FILE, LADDER_FILE, LADDER_KIND, LADDER_SCHEMA_VERSION, LOCK_FILE, LadderRecord,
-                             read_eval, read_ladder_file)
+from trainer.records import (
+    EVAL_FILE,
+    LADDER_FILE,
+    LADDER_KIND,
+    LADDER_SCHEMA_VERSION,
+    LOCK_FILE,
+    LadderRecord,
+    read_eval,
+    read_ladder_file,
+)
 
 
 def ladder_path(home: Home, ladder: str) -> Path:
@@ -62,8 +70,10 @@ def metric_value(record: dict[str, Any], metric: str, where: str) -> float:
     value: Any = record
     for part in metric.split("."):
         if not isinstance(value, dict) or part not in value:
-            raise ConfigError(f"{where}: metric {metric!r}: no {part!r} in the evaluation "
-                              f"(has {', '.join(sorted(value)) if isinstance(value, dict) else type(value).__name__})")
+            raise ConfigError(
+                f"{where}: metric {metric!r}: no {part!r} in the evaluation "
+                f"(has {', '.join(sorted(value)) if isinstance(value, dict) else type(value).__name__})"
+            )
         value = value[part]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise ConfigError(f"{where}: metric {metric!r} is {value!r}, not a finite number")
@@ -73,8 +83,10 @@ def metric_value(record: dict[str, Any], metric: str, where: str) -> float:
 def final_eval(run_dir: Path) -> dict[str, Any]:
     evals = read_eval(run_dir)
     if not evals:
-        raise ArtifactError(f"{run_dir / EVAL_FILE}: no held-out evaluation; a ladder fits held-out loss, never "
-                            "training loss (train the rung with evaluation on)")
+        raise ArtifactError(
+            f"{run_dir / EVAL_FILE}: no held-out evaluation; a ladder fits held-out loss, never "
+            "training loss (train the rung with evaluation on)"
+        )
     return evals[-1]
 
 
@@ -92,14 +104,22 @@ def recorded_final_eval(result: dict[str, Any], runs_root: Path, ladder: str) ->
     final = final_eval(run_dir)
     expected = result.get("final_digest") or (record_digest(result["final"]) if result.get("final") else None)
     if expected is not None and record_digest(final) != expected:
-        raise ArtifactError(f"{run_dir / EVAL_FILE}: its last evaluation differs from the one ladder {ladder!r} "
-                            f"recorded for rung {result.get('rung')!r} seed {result.get('seed')} (edited after the "
-                            "rung finished?); refusing to fit it; rerun `millrace ladder run` to record it again")
+        raise ArtifactError(
+            f"{run_dir / EVAL_FILE}: its last evaluation differs from the one ladder {ladder!r} "
+            f"recorded for rung {result.get('rung')!r} seed {result.get('seed')} (edited after the "
+            "rung finished?); refusing to fit it; rerun `millrace ladder run` to record it again"
+        )
     return final
 
 
 def curve(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The held-out curve for the page: macro loss and bits per byte at each evaluation (of `read_eval`)."""
-    return [{"step": r.get("step"), "tokens": r.get("tokens"),
-             "loss": (r.get("loss") or {}).get("macro"), "bpb": (r.get("bpb") or {}).get("macro")}
-            for r in evals]
+    return [
+        {
+            "step": r.get("step"),
+            "tokens": r.get("tokens"),
+            "loss": (r.get("loss") or {}).get("macro"),
+            "bpb": (r.get("bpb") or {}).get("macro"),
+        }
+        for r in evals
+    ]

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import tomli_w
 
@@ -44,8 +45,12 @@ def rung_config(plan: LadderPlan, rung: RungPlan, revision: str, seed: int, step
     data["checkpoint"].update({"every": max(1, steps // CHECKPOINTS_PER_RUNG), "at_end": True})
     data["metrics"]["tensorboard"] = False
     if "eval" in TrainConfig.model_fields:  # the trainer's held-out evaluation (the fitted metric)
-        data["eval"] = {**data.get("eval", {}), "enabled": True, "every": max(1, steps // plan.spec.eval.evaluations),
-                        "max_sequences": plan.spec.eval.max_sequences}
+        data["eval"] = {
+            **data.get("eval", {}),
+            "enabled": True,
+            "every": max(1, steps // plan.spec.eval.evaluations),
+            "max_sequences": plan.spec.eval.max_sequences,
+        }
     if "samples" in TrainConfig.model_fields:  # completions at checkpoints: not what a rung is for
         data["samples"] = {**data.get("samples", {}), "enabled": False}
     TrainConfig.model_validate(data)
@@ -64,24 +69,38 @@ def finished(home: Home, run: str) -> bool:
         return False
 
 
-def rung_result(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, run: str,
-                seconds: float | None) -> dict[str, Any]:
+def rung_result(
+    home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, run: str, seconds: float | None
+) -> dict[str, Any]:
     run_dir = home.run(run)
     info = read_run(run_dir)
     evals = read_eval(run_dir)
-    return {"rung": rung.name, "revision": revision, "seed": seed, "run": run, "status": info.get("status"),
-            "flops": rung.flops, "tokens": rung.tokens, "steps": info.get("total_steps"), "batch": rung.batch,
-            "seconds": seconds, "final": evals[-1] if evals else None,
-            "final_digest": record_digest(evals[-1]) if evals else None, "curve": curve(evals)}
+    return {
+        "rung": rung.name,
+        "revision": revision,
+        "seed": seed,
+        "run": run,
+        "status": info.get("status"),
+        "flops": rung.flops,
+        "tokens": rung.tokens,
+        "steps": info.get("total_steps"),
+        "batch": rung.batch,
+        "seconds": seconds,
+        "final": evals[-1] if evals else None,
+        "final_digest": record_digest(evals[-1]) if evals else None,
+        "curve": curve(evals),
+    }
 
 
-def train_rung(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int,
-               progress: bool) -> dict[str, Any]:
+def train_rung(
+    home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, progress: bool
+) -> dict[str, Any]:
     from trainer.loop import train
 
     ladder = plan.spec.ladder
-    name, manifest = build_rung_revision(home, plan.spec.mixture.mixture, revision, ladder, rung.name,
-                                         rung.tokens, rung.batch)
+    name, manifest = build_rung_revision(
+        home, plan.spec.mixture.mixture, revision, ladder, rung.name, rung.tokens, rung.batch
+    )
     from mixtures.manifest import read_manifest
 
     steps = read_manifest(manifest)[0].total_steps
@@ -90,11 +109,22 @@ def train_rung(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed
         log.info("ladder %s: rung %s seed %d (%s) already trained; not retrained", ladder, rung.name, seed, run)
         previous = [r for r in read_ladder_or_empty(home, ladder).get("results", []) if r.get("run") == run]
         return rung_result(home, plan, rung, revision, seed, run, previous[0]["seconds"] if previous else None)
-    config = write_rung_config(home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml",
-                               rung_config(plan, rung, name, seed, steps),
-                               f"ladder {ladder}: rung {rung.name}, seed {seed}, revision {name} (do not edit)")
-    log.info("ladder %s: training rung %s seed %d: d_model %d, %d layers, %s tokens, %d steps (%s)", ladder,
-             rung.name, seed, rung.d_model, rung.layers, f"{rung.tokens:,}", steps, run)
+    config = write_rung_config(
+        home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml",
+        rung_config(plan, rung, name, seed, steps),
+        f"ladder {ladder}: rung {rung.name}, seed {seed}, revision {name} (do not edit)",
+    )
+    log.info(
+        "ladder %s: training rung %s seed %d: d_model %d, %d layers, %s tokens, %d steps (%s)",
+        ladder,
+        rung.name,
+        seed,
+        rung.d_model,
+        rung.layers,
+        f"{rung.tokens:,}",
+        steps,
+        run,
+    )
     began = time.perf_counter()
     train(config, home, run=run, resume=True, progress=progress)
     return rung_result(home, plan, rung, revision, seed, run, time.perf_counter() - began)
@@ -116,10 +146,16 @@ def merge_results(old: list[dict], new: list[dict]) -> list[dict]:
     return [r for r in old if r.get("run") not in runs] + new
 
 
-def run_ladder(path: Path | str, home: Home, rungs: list[str] | None = None, seeds: int | None = None,
-               revision: str | None = None, progress: bool = False,
-               on_result: Callable[[dict], None] | None = None,
-               sized_for: list[str] | None = None) -> dict[str, Any]:
+def run_ladder(
+    path: Path | str,
+    home: Home,
+    rungs: list[str] | None = None,
+    seeds: int | None = None,
+    revision: str | None = None,
+    progress: bool = False,
+    on_result: Callable[[dict], None] | None = None,
+    sized_for: list[str] | None = None,
+) -> dict[str, Any]:
     """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body.
 
     The rungs are sized for `revision` (default the ladder's own) and every revision in `sized_for`, so
@@ -131,13 +167,27 @@ def run_ladder(path: Path | str, home: Home, rungs: list[str] | None = None, see
         return _run_rungs(plan, home, rungs, seeds, revision, progress, on_result)
 
 
-def _run_rungs(plan: LadderPlan, home: Home, rungs: list[str] | None, seeds: int | None, revision: str,
-               progress: bool, on_result: Callable[[dict], None] | None) -> dict[str, Any]:
+def _run_rungs(
+    plan: LadderPlan,
+    home: Home,
+    rungs: list[str] | None,
+    seeds: int | None,
+    revision: str,
+    progress: bool,
+    on_result: Callable[[dict], None] | None,
+) -> dict[str, Any]:
     """The rungs' runs in order, ladder.json rewritten after each (under the ladder's writer lock)."""
     seeds = seeds or plan.spec.seeds
     body = read_ladder_or_empty(home, plan.spec.ladder)
-    body.update({"ladder": plan.spec.ladder, "file": str(plan.path.resolve()), "metric": plan.spec.fit.metric,
-                 "asymptote": plan.spec.fit.asymptote, "plan": plan.as_dict()})
+    body.update(
+        {
+            "ladder": plan.spec.ladder,
+            "file": str(plan.path.resolve()),
+            "metric": plan.spec.fit.metric,
+            "asymptote": plan.spec.fit.asymptote,
+            "plan": plan.as_dict(),
+        }
+    )
     body.setdefault("results", [])
     body.setdefault("fits", {})
     body.setdefault("comparison", None)

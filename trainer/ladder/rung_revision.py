@@ -76,14 +76,22 @@ def scaled_revision(base: BaseRevision, name: str, tokens: int, batch: int) -> R
     store = base.store
     data = base.revision.model_dump(mode="json", exclude_none=True)
     data.pop("continues", None)
-    data.update({
-        "revision": name, "global_batch": batch,
-        "description": f"{base.revision.key} scaled to {tokens:,} tokens in batches of {batch} (ladder rung)",
-        "store": {"name": store.name, "version": store.version, "manifest_hash": store.manifest_hash},
-        "phases": [{"name": phase.name.replace("/", "."), "tokens": max(1, round(tokens * phase.token_budget / total)),
-                    "weights": {cell: w for cell, w in phase.declared_weights.items() if w > 0}}
-                   for phase in base.manifest.phases],
-    })
+    data.update(
+        {
+            "revision": name,
+            "global_batch": batch,
+            "description": f"{base.revision.key} scaled to {tokens:,} tokens in batches of {batch} (ladder rung)",
+            "store": {"name": store.name, "version": store.version, "manifest_hash": store.manifest_hash},
+            "phases": [
+                {
+                    "name": phase.name.replace("/", "."),
+                    "tokens": max(1, round(tokens * phase.token_budget / total)),
+                    "weights": {cell: w for cell, w in phase.declared_weights.items() if w > 0},
+                }
+                for phase in base.manifest.phases
+            ],
+        }
+    )
     return parse_revision(data, f"{base.source} scaled for rung {name}")
 
 
@@ -99,8 +107,10 @@ def rung_problem(base: BaseRevision, name: str, tokens: int, batch: int) -> str 
 
 def phase_sequences_at(base: BaseRevision, tokens: int, batch: int) -> list[int]:
     """Each phase's sequences in the rung revision of `tokens` (as `scaled_revision` splits them)."""
-    return [phase_sequences(max(1, round(tokens * phase.token_budget / base.total_tokens)), base.revision.seq_len,
-                            batch) for phase in base.manifest.phases]
+    return [
+        phase_sequences(max(1, round(tokens * phase.token_budget / base.total_tokens)), base.revision.seq_len, batch)
+        for phase in base.manifest.phases
+    ]
 
 
 def built_steps(base: BaseRevision, tokens: int, batch: int) -> int:
@@ -156,18 +166,25 @@ def write_rung_revision(home: Home, revision: Revision, header: str) -> Path:
     if path.exists():
         existing = load_revision(path)
         if existing.hash() != revision.hash():
-            raise ConfigError(f"{path}: rung revision {revision.key} exists with different weights or budget "
-                              "(the ladder's rules, revision or store changed); rename the ladder to re-plan it")
+            raise ConfigError(
+                f"{path}: rung revision {revision.key} exists with different weights or budget "
+                "(the ladder's rules, revision or store changed); rename the ladder to re-plan it"
+            )
         return path
     atomic_write_text(path, revision_to_toml(revision, header))
     return path
 
 
-def build_rung_revision(home: Home, mixture: str, revision: str, ladder: str, rung: str, tokens: int,
-                        batch: int) -> tuple[str, Path]:
+def build_rung_revision(
+    home: Home, mixture: str, revision: str, ladder: str, rung: str, tokens: int, batch: int
+) -> tuple[str, Path]:
     """Write and build the rung's revision; returns its name and built manifest."""
     name = rung_revision_name(revision, ladder, rung)
     scaled = scaled_revision(resolve_base(home, mixture, revision), name, tokens, batch)
-    write_rung_revision(home, scaled, f"Ladder {ladder}, rung {rung}: {mixture}/{revision} scaled to {tokens:,} "
-                                      "tokens (written by `millrace ladder run`; do not edit).")
+    write_rung_revision(
+        home,
+        scaled,
+        f"Ladder {ladder}, rung {rung}: {mixture}/{revision} scaled to {tokens:,} "
+        "tokens (written by `millrace ladder run`; do not edit).",
+    )
     return name, build(home, mixture, name)

@@ -46,7 +46,7 @@ class Law:
     alpha: float
 
     def loss(self, flops: float) -> float:
-        return self.L_inf + self.A * flops ** -self.alpha
+        return self.L_inf + self.A * flops**-self.alpha
 
     def flops_for(self, loss: float) -> float:
         """The compute at which the law reaches `loss` (inf when `loss` is at or below L_inf)."""
@@ -62,15 +62,21 @@ def check_points(points: list[Point], asymptote: float | None, where: str) -> No
     needed = 2 if asymptote is not None else 3
     distinct = {p.flops for p in points}
     if len(distinct) < needed:
-        raise ConfigError(f"{where}: {len(distinct)} distinct compute values; the fit needs at least {needed} "
-                          f"({'L_inf fixed' if asymptote is not None else 'L_inf free'})")
+        raise ConfigError(
+            f"{where}: {len(distinct)} distinct compute values; the fit needs at least {needed} "
+            f"({'L_inf fixed' if asymptote is not None else 'L_inf free'})"
+        )
     for p in points:
         if not (math.isfinite(p.flops) and p.flops > 0 and math.isfinite(p.loss)):
-            raise ConfigError(f"{where}: point {p.rung or p.flops!r}: flops must be positive and loss finite "
-                              f"(got flops {p.flops!r}, loss {p.loss!r})")
+            raise ConfigError(
+                f"{where}: point {p.rung or p.flops!r}: flops must be positive and loss finite "
+                f"(got flops {p.flops!r}, loss {p.loss!r})"
+            )
         if asymptote is not None and p.loss <= asymptote:
-            raise ConfigError(f"{where}: point {p.rung or p.flops!r}: loss {p.loss:.4g} is not above the fixed "
-                              f"asymptote {asymptote:g}")
+            raise ConfigError(
+                f"{where}: point {p.rung or p.flops!r}: loss {p.loss:.4g} is not above the fixed "
+                f"asymptote {asymptote:g}"
+            )
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class Spread:
 
     def gradient(self, law: Law, flops: float) -> np.ndarray:
         """d loss / d (free parameters) at `flops`."""
-        power = law.A * flops ** -law.alpha
+        power = law.A * flops**-law.alpha
         parts = {"L_inf": 1.0, "a": power, "alpha": -math.log(flops) * power}
         return np.array([parts[name] for name in self.free])
 
@@ -110,8 +116,11 @@ def solve_law(points: list[Point], asymptote: float | None = None, where: str = 
         free: tuple[str, ...] = ("a", "alpha")
     else:
         top = float(y.min()) * (1 - 1e-9)
-        result = least_squares(lambda t: t[0] + np.exp(t[1] - t[2] * x) - y, [min(floor, top * 0.999), a0, alpha0],
-                               bounds=([0.0, -np.inf, -np.inf], [top, np.inf, np.inf]))
+        result = least_squares(
+            lambda t: t[0] + np.exp(t[1] - t[2] * x) - y,
+            [min(floor, top * 0.999), a0, alpha0],
+            bounds=([0.0, -np.inf, -np.inf], [top, np.inf, np.inf]),
+        )
         l_inf, a, alpha = result.x
         free = ("a", "alpha") if result.active_mask[0] else ("L_inf", "a", "alpha")
     law = Law(L_inf=float(l_inf), A=float(math.exp(a)), alpha=float(alpha))
@@ -167,13 +176,26 @@ def leave_one_out(points: list[Point], asymptote: float | None) -> list[dict]:
         flops = members[0].flops
         measured = float(np.mean([p.loss for p in members]))
         predicted = law.loss(flops)
-        rows.append({"rung": rung if isinstance(rung, str) else None, "flops": flops, "loss": measured,
-                     "predicted": predicted, "error": predicted - measured})
+        rows.append(
+            {
+                "rung": rung if isinstance(rung, str) else None,
+                "flops": flops,
+                "loss": measured,
+                "predicted": predicted,
+                "error": predicted - measured,
+            }
+        )
     return rows
 
 
-def predict(law: Law, spread: Spread, alternatives: list[tuple[str, Law]], flops: float, name: str | None = None,
-            level: float = LEVEL) -> dict:
+def predict(
+    law: Law,
+    spread: Spread,
+    alternatives: list[tuple[str, Law]],
+    flops: float,
+    name: str | None = None,
+    level: float = LEVEL,
+) -> dict:
     """The law's prediction at `flops`, its prediction interval at `level` (None without degrees of
     freedom), and the range of the refits' predictions there."""
     loss = law.loss(flops)
@@ -183,32 +205,59 @@ def predict(law: Law, spread: Spread, alternatives: list[tuple[str, Law]], flops
         sd = spread.prediction_sd(law, flops)
         half = float(student_t.ppf(0.5 + level / 2, spread.dof)) * sd
         low, high = loss - half, loss + half
-    return {"name": name, "flops": flops, "loss": loss, "low": low, "high": high, "sd": sd,
-            "refit_low": min(refit), "refit_high": max(refit)}
+    return {
+        "name": name,
+        "flops": flops,
+        "loss": loss,
+        "low": low,
+        "high": high,
+        "sd": sd,
+        "refit_low": min(refit),
+        "refit_high": max(refit),
+    }
 
 
 def fit_warnings(law: Law, spread: Spread, points: list[Point], where: str) -> list[str]:
     """One line per reason not to trust the fit's predictions as they stand."""
     found = []
     if spread.dof <= 0:
-        found.append(f"{where}: zero degrees of freedom ({len(points)} points for {len(spread.free)} free "
-                     "parameters): no prediction interval; add a rung or a seed, or fix the asymptote")
+        found.append(
+            f"{where}: zero degrees of freedom ({len(points)} points for {len(spread.free)} free "
+            "parameters): no prediction interval; add a rung or a seed, or fix the asymptote"
+        )
     if law.alpha <= 0:
-        found.append(f"{where}: the fitted curve rises with compute (alpha = {law.alpha:.4g} <= 0): the rungs' "
-                     "loss does not fall with compute, and predictions beyond the rungs rise above them")
+        found.append(
+            f"{where}: the fitted curve rises with compute (alpha = {law.alpha:.4g} <= 0): the rungs' "
+            "loss does not fall with compute, and predictions beyond the rungs rise above them"
+        )
     return found
 
 
-def fit_report(points: list[Point], asymptote: float | None, targets: list[tuple[str | None, float]],
-               where: str = "fit", metric: str | None = None, level: float = LEVEL) -> dict:
+def fit_report(
+    points: list[Point],
+    asymptote: float | None,
+    targets: list[tuple[str | None, float]],
+    where: str = "fit",
+    metric: str | None = None,
+    level: float = LEVEL,
+) -> dict:
     """Everything `ladder fit --json` prints: the form, parameters, residuals, leave-one-out, predictions
     with their intervals at `level`, and warnings."""
     if not 0 < level < 1:
         raise ConfigError(f"{where}: interval level must be between 0 and 1 (got {level!r})")
     law, spread = solve_law(points, asymptote, where)
     alternatives = refits(points, asymptote)
-    residuals: list[dict[str, Any]] = [{"rung": p.rung, "seed": p.seed, "flops": p.flops, "loss": p.loss, "fit": law.loss(p.flops),
-                  "residual": p.loss - law.loss(p.flops)} for p in points]
+    residuals: list[dict[str, Any]] = [
+        {
+            "rung": p.rung,
+            "seed": p.seed,
+            "flops": p.flops,
+            "loss": p.loss,
+            "fit": law.loss(p.flops),
+            "residual": p.loss - law.loss(p.flops),
+        }
+        for p in points
+    ]
     return {
         "form": FORM,
         "metric": metric,

@@ -80,19 +80,25 @@ class Rules(StrictModel):
     batch: int | list[int] | None = None
     batch_rule: BatchRule | None = None
     lr: LRRule | None = None
-    warmup_fraction: float | None = pydantic.Field(None, gt=0, lt=1, description="warmup steps as a share of "
-                                                   "each rung's steps (default: the base config's warmup_steps)")
+    warmup_fraction: float | None = pydantic.Field(
+        None,
+        gt=0,
+        lt=1,
+        description="warmup steps as a share of each rung's steps (default: the base config's warmup_steps)",
+    )
     head_dim: int | None = pydantic.Field(None, gt=0)
     n_kv_heads: int | None = pydantic.Field(None, gt=0)
     heads_per_width: float | None = pydantic.Field(None, gt=0)
     expert_ffn_per_width: float | None = pydantic.Field(None, gt=0)
     dense_ffn_per_width: float | None = pydantic.Field(None, gt=0)
     small_rungs: Literal["raise", "refuse"] = pydantic.Field(
-        "raise", description="a rung whose budget can't give each phase one sequence per weighted cell of the "
-        "store: 'raise' its tokens to the smallest budget that can (shown by `ladder plan`), or 'refuse' the plan")
+        "raise",
+        description="a rung whose budget can't give each phase one sequence per weighted cell of the "
+        "store: 'raise' its tokens to the smallest budget that can (shown by `ladder plan`), or 'refuse' the plan",
+    )
 
     @pydantic.model_validator(mode="after")
-    def _consistent(self) -> "Rules":
+    def _consistent(self) -> Rules:
         count = len(self.widths)
         if any(w <= 0 for w in self.widths) or self.widths != sorted(set(self.widths)):
             raise ValueError(f"widths must be positive and strictly increasing (got {self.widths})")
@@ -120,7 +126,7 @@ class TargetSpec(StrictModel):
     batch: int | None = pydantic.Field(None, gt=0)
 
     @pydantic.model_validator(mode="after")
-    def _one_shape(self) -> "TargetSpec":
+    def _one_shape(self) -> TargetSpec:
         if (self.config is None) == (self.d_model is None):
             raise ValueError("give exactly one of 'config' and 'd_model'")
         return self
@@ -128,7 +134,9 @@ class TargetSpec(StrictModel):
 
 class EvalSpec(StrictModel):
     evaluations: int = pydantic.Field(8, gt=0, description="held-out evaluations per rung (the curves)")
-    max_sequences: int = pydantic.Field(8, gt=0, description="held-out windows per cell (external sets are scored whole)")
+    max_sequences: int = pydantic.Field(
+        8, gt=0, description="held-out windows per cell (external sets are scored whole)"
+    )
 
 
 class FitSpec(StrictModel):
