@@ -89,7 +89,7 @@ def build(
         print_json(pages.as_json())
         return
     click.echo(f"site: {pages.index}")
-    for path in [*pages.stores, *pages.runs, *([pages.compare] if pages.compare else [])]:
+    for path in [*pages.stores, *pages.runs]:  # the compare page's address is logged by `build_pages`
         click.echo(f"  {path}  ({path.stat().st_size / 1024:,.0f} KiB)")
 
 
