@@ -1,7 +1,8 @@
 """Loader start-up and memory against the number of documents, and open files against the number of shards.
 
 1. Synthetic stores of 1M, 10M and 100M tiny documents (1-3 tokens and EOS; 8 cells x 2 shards each, so that
-   only the documents grow), written with numpy through the store's own `ShardWriter` under /tmp/millrace-loader-scale and
+   only the documents grow), written with numpy through the store's own `ShardWriter` under
+   /tmp/millrace-loader-scale and
    deleted after. Each store is opened in a fresh process: time to open + first batch (global batch 64,
    seq_len 2048, per-token sources on: the trainer's path) and the process's peak resident memory growth
    (VmHWM after minus VmRSS before open). Targets: open(100M) / open(1M) <= 1.5 and

@@ -10,7 +10,8 @@ inputs then go through datatrove's four MinHash stages (signature, buckets,
 its single-task cluster, filter; word splitting with the same `\\w+` regex as ours, so that
 spaCy's cost does not dominate): time and peak memory of its largest process.
 
-Targets (no process may hold state that grows with the corpus): the largest process's marginal memory from 1x to 16x is at most 256
+Targets (no process may hold state that grows with the corpus): the largest process's marginal memory from 1x to 16x
+is at most 256
 bytes per added document (reported for the whole run and for the dedup stage alone), and
 throughput at 16x is at least 0.8 of throughput at 1x.
 

@@ -36,7 +36,7 @@ class FilterSpec:
         if not isinstance(self.factory, str):
             return self.factory
         module, _, attribute = self.factory.partition(":")
-        return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attribute)
 
 
 FILTERS: tuple[FilterSpec, ...] = (

@@ -604,9 +604,9 @@ def _build_store(
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
     problems = malformed_report(layout)
-    for problem in problems[:20]:
-        where = next((f"{label} {problem[label]}" for label in ("line", "row", "record") if label in problem), "")
-        log.warning("malformed input: %s %s (%s)", problem["file"], where, problem["reason"])
+    for malformed in problems[:20]:
+        where = next((f"{label} {malformed[label]}" for label in ("line", "row", "record") if label in malformed), "")
+        log.warning("malformed input: %s %s (%s)", malformed["file"], where, malformed["reason"])
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
     if not any(layout.runs.glob("*/*.npz")):

@@ -171,7 +171,7 @@ def model_table(
                 f"{header}.{name}", value, info.description, commented or extra.get("starter") == COMMENTED
             )
         elif (item_model := _model_list(info.annotation)) is not None:
-            for example in (info.examples or [[]])[0] if not value else value:
+            for example in value or (info.examples or [[]])[0]:
                 item = item_model.model_validate(example) if isinstance(example, dict) else example
                 nested += [""] + model_table(f"{header}.{name}", item, info.description, not value, array=True)
         elif commented and info.examples:

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from millrace.artifacts import atomic_write_text
-from millrace.errors import ArtifactError, ConfigError
+from millrace.errors import ArtifactError
 from millrace.home import Home
 from reports.render import embed_json
 from reports.run_observations import read_eval
 from reports.training import Buckets, RunView
+from trainer.records import read_explanations
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +118,13 @@ def write_run_summary(view: RunView, site: Path, ladder: dict[str, Any] | None =
 
 
 def write_explain_data(view: RunView, site: Path, home: Home) -> Path:
-    """`train explain` for the run's notable steps (the loader rebuilds each batch from the run's manifest)."""
-    from trainer.explain import explain_steps, notable_steps
-
-    steps = notable_steps(view.records)
+    """The run's notable steps as `train explain` found them when its training call ended (`explain.json`)."""
     try:
-        found = explain_steps(home, view.run, view.records, steps)
-    except (ArtifactError, ConfigError) as exc:
+        found = read_explanations(home.run(view.name))
+    except ArtifactError as exc:
         log.warning("run %s: no step explanations (%s)", view.name, exc)
-        found = {}
-    payload = {"run": view.name, "steps": sorted(found), "explained": {str(k): v for k, v in found.items()}}
+        found = {"steps": [], "explained": {}}
+    payload = {"run": view.name, "steps": found.get("steps", []), "explained": found["explained"]}
     out = site / "runs" / view.name / EXPLAIN_FILE
     atomic_write_text(out, _script("MILLRACE_EXPLAIN", view.name, payload))
     return out

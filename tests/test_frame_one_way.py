@@ -80,10 +80,10 @@ def test_the_last_record_leaves_a_torn_line_out_and_reads_only_the_end(tmp_path)
     assert last_record(path, window=1024)["step"] == 399  # a window shorter than two lines grows
     assert [r["step"] for r in read_records(path)][-1] == 399  # the same rule as the whole-file reader
     path.write_text(lines[0] + "\nnot json\n" + '{"step": 3, "te')
-    with pytest.raises(ArtifactError, match="metrics.jsonl: not a JSON line before the torn last one"):
+    with pytest.raises(ArtifactError, match=r"metrics\.jsonl: not a JSON line before the torn last one"):
         last_record(path)
     path.write_text('{"step": "one"}\n')
-    with pytest.raises(ArtifactError, match="metrics.jsonl: last record: expected a JSON object with an integer"):
+    with pytest.raises(ArtifactError, match=r"metrics\.jsonl: last record: expected a JSON object with an integer"):
         last_record(path)
 
 

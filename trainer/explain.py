@@ -16,16 +16,18 @@ for that update is its step N - 1.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from trainer.param_groups import ROUTER_BIAS
-from trainer.records import read_metrics, read_run
+from trainer.records import EXPLANATIONS_FILE, read_metrics, read_run
 
 WINDOW = 20  # logged steps before N that make the running mean
 MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its typical change
@@ -325,3 +327,14 @@ def format_explain(found: dict[str, Any]) -> str:
             documents = ", ".join(f"{d['source']}:{d['id']}" for d in sample.get("documents") or [])
             lines.append(f"  [{sample['position']}] {sample['cell']} {sample['text']!r} {documents}")
     return "\n".join(lines)
+
+
+def write_explanations(home: Home, run_name: str) -> Path | None:
+    """`explain` for the run's notable steps, written beside its metrics when a training call ends, so that the
+    run's pages show them without the reports importing the loader (`trainer.records.read_explanations`)."""
+    run, records = read_run_files(home, run_name)
+    found = explain_steps(home, run, records, notable_steps(records))
+    payload = {"run": run_name, "steps": sorted(found), "explained": {str(k): v for k, v in found.items()}}
+    out = home.run(run_name) / EXPLANATIONS_FILE
+    atomic_write_text(out, json.dumps(payload) + "\n")
+    return out

@@ -773,6 +773,8 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
             writer.close()
         observers.close()
     finish(plan)
+    if runtime.rank == 0:
+        write_step_explanations(plan)
     return RunResult(
         run=plan.run,
         run_dir=plan.run_dir,
@@ -869,3 +871,14 @@ def _progress(enabled: bool, start: int, stop: int, run: str):
     task = bar.add_task(run, total=stop, completed=start)
     bar.start()
     return bar, task
+
+
+def write_step_explanations(plan: RunPlan) -> None:
+    """`train explain` for the notable steps, for the run's pages; a batch the loader cannot rebuild is said
+    inside the file, and any other failure costs only the explanations, never the finished run."""
+    from trainer.explain import write_explanations
+
+    try:
+        write_explanations(plan.home, plan.run)
+    except (ArtifactError, ConfigError, OSError, ValueError) as exc:
+        log.warning("run %s: no step explanations written (%s)", plan.run, exc)

@@ -159,6 +159,8 @@ class Router(nn.Module):
 
     expert_bias: torch.Tensor  # buffers, registered in __init__
     step_entropy: torch.Tensor
+    input_centre: torch.Tensor
+    step_input: torch.Tensor
 
     def __init__(self, d_model: int, config: MoEConfig):
         super().__init__()

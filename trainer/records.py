@@ -13,6 +13,7 @@ Adding a metric: a field on `MetricsRecord` (marked `Charted` to draw it on the 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -21,7 +22,7 @@ import pydantic
 
 from millrace.artifacts import read_payload, validated, write_artifact
 from millrace.config import StrictModel
-from millrace.errors import first_validation_error
+from millrace.errors import ArtifactError, first_validation_error
 from millrace.jsonl import Check, has_step, last_record, read_stream
 from millrace.writer_lock import observed_status
 
@@ -342,4 +343,24 @@ def read_ladder_file(path: Path) -> dict[str, Any]:
     """ladder.json's payload (envelope checked and stripped), checked against `LadderRecord`."""
     payload = read_payload(path, LADDER_KIND, (LADDER_SCHEMA_VERSION,))
     validated(LadderRecord, payload, str(path))
+    return payload
+
+
+# ---- explain.json
+
+
+EXPLANATIONS_FILE = "explain.json"  # `train explain` for a run's notable steps, written when a training call ends
+
+
+def read_explanations(run_dir: Path | str) -> dict[str, Any]:
+    """The run's explained steps (`trainer.explain.write_explanations`); none when they were never written."""
+    path = Path(run_dir) / EXPLANATIONS_FILE
+    if not path.exists():
+        return {"steps": [], "explained": {}}
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: not a JSON explanation file ({exc})") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("explained"), dict):
+        raise ArtifactError(f"{path}: an explanation file needs an 'explained' object")
     return payload

@@ -152,8 +152,8 @@ def validation_stage(manifests: list[CellManifest], given_back: dict[str, dict[s
                     target["documents"] += numbers.documents
                     target["tokens"] += numbers.tokens
                     target["bytes"] += numbers.bytes
-    for source, numbers in (given_back or {}).items():
-        per_source[source]["given_back"] = {GIVEN_BACK_REASON: {k: numbers[k] for k in _zero()}}
+    for source, returned in (given_back or {}).items():
+        per_source[source]["given_back"] = {GIVEN_BACK_REASON: {k: returned[k] for k in _zero()}}
     return {"name": VALIDATION_STAGE, "sources": {source: per_source[source] for source in sorted(per_source)}}
 
 

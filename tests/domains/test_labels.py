@@ -7,7 +7,24 @@ import numpy as np
 
 from pipeline.cells.labels import distinctive_terms
 
-FORTUNE_WORDS = ["wisdom", "fortune", "patience", "friend", "heart", "journey", "river", "laughter", "kindness", "courage", "dream", "morning", "lantern", "harvest", "garden", "silence"]
+FORTUNE_WORDS = [
+    "wisdom",
+    "fortune",
+    "patience",
+    "friend",
+    "heart",
+    "journey",
+    "river",
+    "laughter",
+    "kindness",
+    "courage",
+    "dream",
+    "morning",
+    "lantern",
+    "harvest",
+    "garden",
+    "silence",
+]
 NPM_WORDS = ["npm", "type", "value", "package", "module", "install", "dependency", "version", "registry", "script"]
 
 
@@ -23,7 +40,8 @@ def corpus(rng: random.Random) -> tuple[list[str], np.ndarray, list[str]]:
     texts = [fortune(rng) for _ in range(50)] + [npm_page(rng) for _ in range(10)]  # domain 0: 83% fortunes
     sources = ["fortunes"] * 50 + ["npm-docs"] * 10
     other = [
-        " ".join(rng.choice(["kernel", "driver", "memory", "interrupt", "device"]) for _ in range(30)) for _ in range(40)
+        " ".join(rng.choice(["kernel", "driver", "memory", "interrupt", "device"]) for _ in range(30))
+        for _ in range(40)
     ]  # domain 1: something else, so the terms are distinctive against it
     return texts + other, np.array([0] * 60 + [1] * 40), sources + ["kernel-docs"] * 40
 

@@ -114,9 +114,11 @@ def test_a_heartbeat_that_stopped_reads_stale_from_another_host(tmp_path):
 
 def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(ladder_home, tmp_path):
     ladder = micro_ladder(tmp_path)
-    with holding(ladder_home.ladder("micro") / "writer.lock") as holder:
-        with pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "):
-            run_ladder(ladder, ladder_home)
+    with (
+        holding(ladder_home.ladder("micro") / "writer.lock") as holder,
+        pytest.raises(Locked, match=f"ladder 'micro' is being written by pid {holder.pid} on host "),
+    ):
+        run_ladder(ladder, ladder_home)
     assert not ladder_home.runs.exists() and not (ladder_home.ladder("micro") / "ladder.json").exists()
 
 

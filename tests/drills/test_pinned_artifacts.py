@@ -18,7 +18,28 @@ from testkit.stores import build_mixture, write_store
 
 SOURCES = ["web", "books"]
 EOS = "<|endoftext|>"
-WORDS = ["river", "mill", "wheel", "water", "channel", "stone", "grain", "flour", "weir", "sluice", "race", "gate", "current", "bank", "meadow", "miller", "season", "harvest", "bread", "oven"]
+WORDS = [
+    "river",
+    "mill",
+    "wheel",
+    "water",
+    "channel",
+    "stone",
+    "grain",
+    "flour",
+    "weir",
+    "sluice",
+    "race",
+    "gate",
+    "current",
+    "bank",
+    "meadow",
+    "miller",
+    "season",
+    "harvest",
+    "bread",
+    "oven",
+]
 
 
 def documents(rng, count):

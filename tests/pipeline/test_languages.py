@@ -102,7 +102,11 @@ def test_korean_documents_without_stop_words_are_removed_and_prose_is_kept():
     """FineWeb-2's Korean stop words are Kiwi morphemes (의, 는, 를): with Kiwi's words the rule can run."""
     places = "서울 부산 대구 인천 광주 대전 울산 수원 창원 고양 용인 성남 청주 전주 천안 안산 김해 포항 제주 원주"
     foods = "김치 불고기 비빔밥 냉면 떡볶이 갈비 잡채 김밥 만두 라면 국수 순대 호떡 붕어빵 삼겹살 된장 고추장 두부"
-    nouns = places.split() + foods.split() + ["시금치", "미역", "멸치", "오징어", "새우", "굴비", "전복", "홍합", "조개", "낙지", "문어", "춘천"]
+    nouns = (
+        places.split()
+        + foods.split()
+        + ["시금치", "미역", "멸치", "오징어", "새우", "굴비", "전복", "홍합", "조개", "낙지", "문어", "춘천"]
+    )
     listing = "\n".join(" ".join(nouns[i : i + 10]) for i in range(0, len(nouns), 10))  # 50 nouns, no particle
     prose = next(r["text"] for r in multilingual_records(1) if r["language"] == "ko")
     options = filter_options("gopher_quality", "ko", {})

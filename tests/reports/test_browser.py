@@ -19,6 +19,7 @@ from reports.numbers import human_count, human_epochs, human_percent
 from reports.run_data import read_script
 from testkit import factory
 from testkit.browser import Tab
+from trainer.explain import write_explanations
 from trainer.ladder.results import write_ladder
 
 
@@ -318,7 +319,8 @@ def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser,
         assert y_title and x_title and overlaps == 0, (label, y_title, x_title, overlaps)
         assert "line chart of" in label or ":" in label
     box = tab.page.evaluate("""() => { const r = [...document.querySelectorAll('#c-load g.hm')].pop();
-        r.scrollIntoView({block: 'end'}); const b = r.getBoundingClientRect(); return [b.left + b.width / 2, b.bottom - 2]; }""")
+        r.scrollIntoView({block: 'end'}); const b = r.getBoundingClientRect();
+        return [b.left + b.width / 2, b.bottom - 2]; }""")
     tab.page.mouse.move(box[0], box[1])
     tip = tab.page.evaluate(
         "() => { const b = document.querySelector('.tip').getBoundingClientRect(); return [b.top, b.bottom]; }"
@@ -448,6 +450,8 @@ def compared_site(tmp_path_factory) -> Path:
             "fits": {},
         },
     )
+    for run in ("first", "second", "third"):  # what a training call writes when it ends
+        write_explanations(home, run)
     out = home.root / "site"
     build_site(home, out)
     return out
@@ -457,7 +461,10 @@ def compared_site(tmp_path_factory) -> Path:
 def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab = Tab(browser)
     tab.open(compared_site / "index.html")
-    rows = lambda: tab.page.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => r.dataset.run)")
+
+    def rows() -> list[str]:
+        return tab.page.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => r.dataset.run)")
+
     assert sorted(rows()) == ["first", "second", "third"]  # the ladder's rung run is folded under its ladder
     tab.page.click('tr[data-ladder="small"] button')
     assert "rung-s0" in rows()
@@ -484,9 +491,12 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     ]
     diff = tab.page.inner_text("#revision-diff")
     assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
+
     # every panel spans the same x range, its axes named with units; zooming one zooms them all
-    ranges = lambda: tab.page.evaluate("""() => [...document.querySelectorAll('#c-train .tchart, #c-eval .tchart, '
-        + '#c-cells .tchart')].map(c => [c.uplot.scales.x.min, c.uplot.scales.x.max])""")
+    def ranges() -> list[list[float]]:
+        return tab.page.evaluate("""() => [...document.querySelectorAll('#c-train .tchart, #c-eval .tchart, '
+            + '#c-cells .tchart')].map(c => [c.uplot.scales.x.min, c.uplot.scales.x.max])""")
+
     shown = ranges()
     assert len(shown) >= 6 and all(r == [0, 299] for r in shown), shown
     axes = tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes.map(a => a.label)")

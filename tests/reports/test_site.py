@@ -321,7 +321,10 @@ def test_report_build_with_two_runs_names_the_compare_page_for_them(tmp_path, ca
     assert data["config"] and data["phases"][0]["weights"]
     assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["compare"] is None
-    assert main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--run", "second"]) == 0
+    assert (
+        main(["report", "build", "--home", str(home.root), "--out", str(out), "--run", "first", "--run", "second"])
+        == 0
+    )
     assert "runs/first/index.html" in capsys.readouterr().out  # the text listing, not only --json
 
 

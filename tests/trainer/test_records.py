@@ -71,5 +71,5 @@ def test_a_ladder_record_keeps_its_fields_and_refuses_a_mistyped_result():
     result = {"rung": "d8", "revision": "r", "run": "x", "seed": 0, "batch": 4, "curve": []}
     body = {"ladder": "l", "plan": {"rungs": []}, "results": [result], "fits": {}, "comparison": None}
     assert LadderRecord.model_validate(body).dump() == body
-    with pytest.raises(ValueError, match="results.0.seed"):
+    with pytest.raises(ValueError, match=r"results\.0\.seed"):
         LadderRecord.model_validate({**body, "results": [{**body["results"][0], "seed": "0"}]})
