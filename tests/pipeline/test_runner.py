@@ -1,10 +1,6 @@
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -96,37 +92,6 @@ def test_megatron_reads_the_shards_and_documents_decode_to_the_input(built):
     assert any("def function_" in text for (cell, _, _), text in texts.items() if cell == "snippets")
     assert all(text in inputs for text in texts.values())
     assert len(texts) == sum(c.documents for c in store.manifest.cells.values())
-
-
-def _run_cli(config_path, home, *extra):
-    env = {**os.environ, "MILLRACE_HOME": str(home)}
-    return subprocess.Popen(
-        [sys.executable, "-m", "millrace", "pipeline", "run", str(config_path), "--json", *extra],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kill_when", ["logs/1-filter/completions/00000", "tokens/00000"])
-def test_sigkill_mid_stage_then_rerun_gives_the_identical_store(built, tmp_path, kill_when):
-    _, _, config_path, reference = built
-    home = tmp_path / "home"
-    work = home / "work" / "local" / "2026.01.02"
-    process = _run_cli(config_path, home)
-    deadline = time.monotonic() + 120
-    while not (work / kill_when).exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    killed = process.poll() is None
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    assert killed, "the run finished before the kill point; the test must kill it mid-stage"
-    assert not (home / "stores" / "local" / "2026.01.02" / "store.json").exists()
-    rerun = _run_cli(config_path, home)
-    assert rerun.wait(timeout=300) == 0
-    assert store_files(home / "stores" / "local" / "2026.01.02") == store_files(reference)
 
 
 @pytest.mark.slow
