@@ -181,37 +181,14 @@ def test_evaluation_is_the_same_on_one_and_two_gloo_ranks(held, tiny_config):
     """Experts split over two ranks (all-to-all) and FSDP: the same held-out numbers as one process.
 
     Tolerance as in test_distributed: the two runs' parameters differ by float reordering (about 1e-8)."""
-    import os
-    import subprocess
-    import sys
+    from testkit.torchrun import torchrun
 
     home, _ = held
     config = observe_config(
         tiny_config, "eval-dist", parallel={"expert_parallel": 2}, eval={"every": 3}, samples={"enabled": False}
     )
     single = read_eval(train(config, home, steps=3, run="eval-one").run_dir)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "millrace",
-        "train",
-        str(config),
-        "--home",
-        str(home.root),
-        "--run-name",
-        "eval-two",
-        "--steps",
-        "3",
-        "--no-progress",
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    torchrun(2, config, home, "eval-two", 3)  # a fresh run: --resume finds no checkpoint and starts
     two = read_eval(home.run("eval-two"))
     assert [r["step"] for r in single] == [r["step"] for r in two] == [3]
     assert single[0]["sequences"] == two[0]["sequences"] and single[0]["tokens"] == two[0]["tokens"]
