@@ -190,11 +190,11 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
-    from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
+    if not config.fits_cells:
+        return PostDedupStages()
+    from pipeline.stages.cell_stages import CellStages
 
     stages = CellStages(config.quality, config.domains, layout.models)
-    if not stages.enabled:
-        return PostDedupStages()
     stages.fit(DeduplicatedSample(layout).documents(stages.sample_bytes))
     return PostDedupStages(steps=stages.steps(), collect_stats=stages.collect_stats)
 
