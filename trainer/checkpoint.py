@@ -79,7 +79,7 @@ def list_checkpoints(directory: Place) -> list[tuple[int, Place]]:
 
 def _committed(directory: RemoteDir) -> list[tuple[int, Place]]:
     """The checkpoints at a URL whose digests.json (their commit) is there: one listing call."""
-    directory.fs.invalidate_cache(directory.path)
+    directory.fs.invalidate_cache()  # another process (another node) may have written since
     found: list[tuple[int, Place]] = []
     for marker in directory.fs.glob(f"{directory.path}/{PREFIX}*/{DIGEST_FILE}"):
         name = marker.rstrip("/").split("/")[-2]
@@ -127,7 +127,7 @@ def save(directory: Place, step: int, parts: Mapping[str, Stateful], keep: int) 
             shutil.rmtree(final)
         tmp.rename(final)
         for _, old in list_checkpoints(directory)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(str(old), ignore_errors=True)
         log.info("checkpoint %s written", final)
     _barrier()
     return final

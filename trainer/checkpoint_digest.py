@@ -32,7 +32,7 @@ CHUNK = 1 << 22
 def file_digest(path: Path | RemoteDir) -> str:
     digest = xxhash.xxh3_128()
     handle: Any
-    with (path.fs.open(path.path, "rb") if isinstance(path, RemoteDir) else open(path, "rb")) as handle:
+    with path.fs.open(path.path, "rb") if isinstance(path, RemoteDir) else open(path, "rb") as handle:
         while block := handle.read(CHUNK):
             digest.update(block)
     return "xxh3_128:" + digest.hexdigest()
@@ -42,7 +42,7 @@ def _files(directory: Path | RemoteDir) -> list[Path | RemoteDir]:
     """The checkpoint's files, by name, but the digest file itself."""
     if isinstance(directory, RemoteDir):
         return [directory / name for name in directory.files() if name != DIGEST_FILE]
-    return sorted(p for p in directory.iterdir() if p.is_file() and p.name != DIGEST_FILE)
+    return [p for p in sorted(directory.iterdir()) if p.is_file() and p.name != DIGEST_FILE]
 
 
 def _distributed() -> bool:

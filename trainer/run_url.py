@@ -15,6 +15,7 @@ back as usual).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -85,11 +86,9 @@ class RemoteDir:
         self.fs.pipe_file(f"{self.path}/{child}", data)
 
     def remove(self) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.fs.rm(self.path, recursive=True)
-        except FileNotFoundError:
-            pass
-        self.fs.invalidate_cache(self.path)
+        self.fs.invalidate_cache()
 
 
 def run_location(url: str, storage_options: dict[str, Any], run: str) -> RemoteDir | None:
@@ -119,4 +118,3 @@ def pull_records(remote: RemoteDir, run_dir: Path) -> int:
             handle.write(remote.read_bytes(name))
     log.info("run records %s copied from %s to %s", ", ".join(names), remote, run_dir)
     return len(names)
-
