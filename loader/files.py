@@ -423,8 +423,8 @@ class RemoteFile(ChunkedFile):
         if fetched.size != end - start:
             raise ArtifactError(f"{self.name}: bytes [{start}, {end}) came back as {fetched.size} bytes")
         chunks = []
-        for chunk in range(first, last):
-            data = fetched[(chunk - first) * self.chunk_bytes : (chunk - first + 1) * self.chunk_bytes]
+        for chunk in range(first, last):  # copies: a view would keep the whole range alive while any chunk is kept
+            data = fetched[(chunk - first) * self.chunk_bytes : (chunk - first + 1) * self.chunk_bytes].copy()
             self._check(chunk, data)
             self._verified[chunk] = True
             self.cache.put(self._key(chunk), data)
