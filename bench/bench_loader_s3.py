@@ -2,7 +2,7 @@
 
 `bench_loader`'s mixture and steps (its store: 6 cells, 27M uint16 tokens, 32 x 4096 per step), the store
 copied to moto's S3 server on 127.0.0.1 (its own process: `testkit.s3_server`) and read with s3fs:
-- local disk: `MixtureStream(prefetch=0).iterate` over MEASURE_STEPS steps, best of 3 passes, alternated
+- local disk: `MixtureStream(prefetch=0).iterate` over MEASURE_STEPS steps, best of ROUNDS passes, alternated
   with the S3 reader's warm passes in the same process (a shared machine's load drifts);
 - S3, cold: the first pass with an empty local chunk cache; warm: the best of the next passes (the chunk
   cache on local disk and in memory holds what the first pass fetched), both with the read-ahead
@@ -33,6 +33,7 @@ from bench.result import run_child as child
 
 BUDGETS = (16 << 20, 128 << 20)  # read-ahead byte budgets: the small one shows the bound, the large one the speed
 BUCKET = "bench"
+ROUNDS = 5  # alternated local / warm S3 passes, best of each
 
 
 def run_child(kind: str, *args: str) -> dict:
@@ -40,7 +41,7 @@ def run_child(kind: str, *args: str) -> dict:
 
 
 def child_remote(manifest: str, url: str, endpoint: str, cache: str, readahead: str) -> dict:
-    """The S3 reader's cold pass (digested), then 3 rounds of a local pass and a warm S3 pass, alternated in this
+    """The S3 reader's cold pass (digested), then ROUNDS rounds of a local pass and a warm S3 pass, alternated in this
     one process so that both see the same machine (the load of a shared machine drifts); best of each. Peak
     memory growth is the S3 reader's, over the process's resident memory with both streams open."""
     from loader import MixtureStream
@@ -64,7 +65,7 @@ def child_remote(manifest: str, url: str, endpoint: str, cache: str, readahead: 
     cold = time.perf_counter() - start
     digests["local"] = _digest(local.iterate(1, MEASURE_STEPS + 1))
     best = {"local": float("inf"), "remote": float("inf")}
-    for _ in range(3):
+    for _ in range(ROUNDS):
         for name, stream in (("local", local), ("remote", remote)):
             begin = time.perf_counter()
             for _ in stream.iterate(1, MEASURE_STEPS + 1):

@@ -488,7 +488,7 @@ class ChunkFetcher:
             key = file._key(chunk)
             if key in self._flying or (chunk not in chunks and file.cache.holds(key)):
                 continue
-            if runs and chunk == runs[-1][-1] + 1:
+            if runs and chunk == runs[-1][-1] + 1 and len(runs[-1]) < group:  # ranges of fetch_bytes at most
                 runs[-1].append(chunk)
             else:
                 runs.append([chunk])
