@@ -436,12 +436,13 @@ class ChunkFetcher:
     """Remote chunks staged in memory before the reader asks for them (the read-ahead's store).
 
     `stage(file, chunks)` pins each chunk for one more batch: one in the cache's memory is held as it is,
-    one in the cache's files is loaded, one in neither is fetched with the rest of its aligned group of
+    one in neither the memory nor the files of the cache is fetched with the rest of its aligned group of
     `fetch_bytes` (runs of chunks neither cached nor in flight, concurrently on `fetch_threads` threads;
     every chunk checked and cached, those asked for kept here). `release(keys)` unpins them after the batch
-    is read; a chunk with no pins left is dropped. The reader takes a staged chunk with `staged(key)`,
-    waiting if it is still in flight. A fetch that fails here is dropped: the reader then reads the chunk
-    itself and reports the failure as usual. Memory: the staged chunks (`staged_bytes`, which the
+    is read; a chunk with no pins left is dropped. A chunk in the cache's files only is left to the reader
+    (loaded by a thread here it measured no faster, only more contended). The reader takes a staged chunk
+    with `staged(key)`, waiting if it is still in flight. A fetch that fails here is dropped: the reader then
+    reads the chunk itself and reports the failure as usual. Memory: the staged chunks (`staged_bytes`, which the
     read-ahead keeps under its budget) and at most `fetch_threads` ranges in flight."""
 
     def __init__(self, options: ReadOptions):
@@ -453,28 +454,28 @@ class ChunkFetcher:
         self.staged_bytes = 0
 
     def stage(self, file: RemoteFile, chunks: np.ndarray) -> list[str]:
-        """Pin `chunks` (sorted, unique chunk indices of `file`) for one more batch; returns their keys."""
+        """Pin `chunks` (sorted, unique chunk indices of `file`) for one more batch; returns the keys pinned."""
         keys = [file._key(chunk) for chunk in chunks.tolist()]
         missing: list[int] = []
         with self._lock:
+            pinned = []
             for chunk, key in zip(chunks.tolist(), keys):
                 entry = self._staged.get(key)
-                if entry is not None:
-                    entry[1] += 1
-                    continue
-                size = min(file.chunk_bytes, file.size - chunk * file.chunk_bytes)
-                entry = self._staged[key] = [file.cache.peek(key), 1, size]
-                self.staged_bytes += size
-                if entry[0] is not None:
-                    continue
-                if key in self._flying:
-                    entry[0] = self._flying[key]
-                elif file.cache.holds(key):
-                    entry[0] = self._pool.submit(self._load, file, key)
-                else:
-                    missing.append(chunk)
+                if entry is None:
+                    held = file.cache.peek(key)
+                    if held is None and key not in self._flying and file.cache.holds(key):
+                        continue  # in the cache's files: the reader loads it itself, as fast as a thread here would
+                    size = min(file.chunk_bytes, file.size - chunk * file.chunk_bytes)
+                    entry = self._staged[key] = [held, 0, size]
+                    self.staged_bytes += size
+                    if held is None and key in self._flying:
+                        entry[0] = self._flying[key]
+                    elif held is None:
+                        missing.append(chunk)
+                entry[1] += 1
+                pinned.append(key)
             self._fetch_groups(file, missing)
-        return keys
+        return pinned
 
     def _fetch_groups(self, file: RemoteFile, chunks: list[int]) -> None:
         """Start the runs that fetch the aligned groups of `chunks` (the lock held)."""
@@ -512,13 +513,6 @@ class ChunkFetcher:
                     entry = self._staged.get(key)
                     if entry is not None and data is not None:
                         entry[0] = data
-
-    def _load(self, file: RemoteFile, key: str) -> None:
-        data = file.cache.get(key)  # checked against its digest on the way in
-        with self._lock:
-            entry = self._staged.get(key)
-            if entry is not None and data is not None:
-                entry[0] = data
 
     def staged(self, key: str) -> np.ndarray | None:
         """The staged chunk `key` (waiting for its fetch or load), or None when it is not staged or failed."""
