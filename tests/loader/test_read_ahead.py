@@ -69,8 +69,8 @@ def test_read_ahead_off_reads_on_demand_and_a_negative_budget_is_refused(on_s3, 
         read_options=ReadOptions(cache_dir=tmp_path, readahead_bytes=0),
     )
     assert stream._space.files.fetcher is None
-    assert [batch_digest(b) for b in stream.iterate(0, 4)] == [
-        batch_digest(b) for b in MixtureStream(manifest, prefetch=0).iterate(0, 4)
+    assert [batch_digest(b) for b in stream.iterate(0, 2)] == [
+        batch_digest(b) for b in MixtureStream(manifest, prefetch=0).iterate(0, 2)
     ]
     with pytest.raises(ConfigError, match="readahead_bytes -1"):
         ReadOptions(readahead_bytes=-1)
