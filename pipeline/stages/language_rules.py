@@ -83,7 +83,7 @@ class TorchFreeSpaCyTokenizer(SpaCyTokenizer):
     for a rule-based tokenizer that never uses it."""
 
     @property
-    def tokenizer(self):  # type: ignore[override]
+    def tokenizer(self):
         if self._tokenizer is None:
             import_spacy_without_torch()
         return super().tokenizer
