@@ -78,7 +78,27 @@ class Tab:
         self.open(site / "index.html")
         self.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
 
+    def chart(self, chart_id: str) -> None:
+        """Scroll a run page's chart into view, as a person does, and wait until it is drawn: the page builds
+        only the charts in or near the viewport (the others when scrolled to)."""
+        self.page.evaluate("(id) => document.getElementById(id).scrollIntoView({block: 'center'})", chart_id)
+        self.page.wait_for_function(
+            "(id) => document.getElementById(id).uplot || document.querySelector(`#${id} .empty-chart`)",
+            arg=chart_id,
+            timeout=30_000,
+        )
+
+    def every_chart(self) -> None:
+        """Scroll to each chart of a run page that waits to be drawn, then back to the top."""
+        for chart_id in self.page.eval_on_selector_all(".run-chart", "cs => cs.map((c) => c.id)"):
+            self.chart(chart_id)
+        self.page.evaluate("() => window.scrollTo(0, 0)")
+        self.page.wait_for_function("() => document.body.dataset.pending === '0'", timeout=30_000)
+
     def shot(self, name: str) -> Path:
+        """A full-page screenshot (a run page's charts all drawn first)."""
+        if self.page.evaluate("() => document.body.dataset.pending !== undefined"):
+            self.every_chart()
         ARTIFACTS.mkdir(exist_ok=True)
         out = ARTIFACTS / f"{name}.png"
         self.page.screenshot(path=str(out), full_page=True)

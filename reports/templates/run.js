@@ -144,43 +144,75 @@ function bands() {
 }
 const marks = () => (D.switches || []).map((m) => ({ x: stepToX(m.step), label: `→ ${m.revision}` }));
 
-function drawCharts() {
+// ---- lazy charts: at open only the charts in or near the viewport are built; the others when scrolled to ----
+const NEAR_PX = 400;  // this far beyond the viewport counts as near
+const PENDING = new Set();  // ids of charts whose drawing waits until they come near the viewport
+const PLACEHOLDER_PX = 310;  // a chart not yet drawn keeps about its height, so the page does not jump
+const watcher = window.IntersectionObserver ? new IntersectionObserver((entries) => {
+  const due = new Set(entries.filter((e) => e.isIntersecting && PENDING.has(e.target.id)).map((e) => e.target.id));
+  if (due.size) drawCharts(due);
+}, { rootMargin: `${NEAR_PX}px 0px` }) : null;
+function nearViewport() {  // one layout read for every chart, before any is built
+  const near = new Set();
+  for (const def of CHARTS) {
+    const r = $(def.id).getBoundingClientRect();
+    if (!watcher || (r.bottom > -NEAR_PX && r.top < innerHeight + NEAR_PX)) near.add(def.id);
+  }
+  return near;
+}
+
+function drawCharts(only) {  // every chart near the viewport (or the ids in `only`); the others wait
   const chunks = fullResolution();
+  const near = only || nearViewport();
   for (const def of CHARTS) {
     const box = $(def.id);
-    const keys = def.keys();
-    const smoothing = def.smooth && STATE.smooth > 0;
-    const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log]);
-    let built = BUILT.get(def.id);
-    if (!keys.length) {
-      if (built) { built.chart.destroy(); BUILT.delete(def.id); }
-      box.textContent = "";
-      h("p", { class: "note empty-chart" }, box, `${def.title}: nothing logged yet.`);
+    if (only && !only.has(def.id)) continue;
+    if (!near.has(def.id)) {
+      if (!PENDING.has(def.id) && watcher) watcher.observe(box);
+      PENDING.add(def.id);
+      if (!BUILT.has(def.id)) box.style.minHeight = PLACEHOLDER_PX + "px";
       continue;
     }
-    if (!built || built.signature !== signature) {
-      if (built) built.chart.destroy();
-      const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
-      if (smoothing) series.push({ name: `${keys[0][1]}, smoothed (EMA ${STATE.smooth})`, colour: colour(0), width: 2 });
-      const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
-        yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
-      chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
-        STATE.x === "step" ? exact(v) : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
-      built = { chart, signature };
-      BUILT.set(def.id, built);
-    }
-    const tables = keys.map(([key]) => table(key, chunks));
-    if (smoothing) tables.push(smoothed(keys[0][0], chunks));
-    built.chart.setData(tables);
-    built.chart.setBands(bands());
-    built.chart.setMarks(marks());
-    built.chart.setRange(STATE.from === null ? null : stepToX(STATE.from), STATE.to === null ? null : stepToX(STATE.to));
+    PENDING.delete(def.id);
+    drawChart(def, box, chunks);
   }
   const note = $("view-note");
   note.textContent = D.stride === 1 ? `every record drawn (${fmt.count(D.records)})`
     : chunks ? `steps ${fmt.count(Math.round(STATE.from))}–${fmt.count(Math.round(STATE.to))}: every record drawn`
     : `${fmt.count(D.records)} records: each point is the lowest or highest record of ${D.stride} consecutive ones; zoom in for every record`;
   document.body.dataset.resolution = D.stride === 1 || chunks ? "full" : "thinned";
+  document.body.dataset.pending = String(PENDING.size);
+}
+
+function drawChart(def, box, chunks) {
+  const keys = def.keys();
+  const smoothing = def.smooth && STATE.smooth > 0;
+  const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log]);
+  let built = BUILT.get(def.id);
+  box.style.minHeight = "";
+  if (!keys.length) {
+    if (built) { built.chart.destroy(); BUILT.delete(def.id); }
+    box.textContent = "";
+    h("p", { class: "note empty-chart" }, box, `${def.title}: nothing logged yet.`);
+    return;
+  }
+  if (!built || built.signature !== signature) {
+    if (built) built.chart.destroy();
+    const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
+    if (smoothing) series.push({ name: `${keys[0][1]}, smoothed (EMA ${STATE.smooth})`, colour: colour(0), width: 2 });
+    const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
+      yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
+    chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
+      STATE.x === "step" ? exact(v) : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
+    built = { chart, signature };
+    BUILT.set(def.id, built);
+  }
+  const tables = keys.map(([key]) => table(key, chunks));
+  if (smoothing) tables.push(smoothed(keys[0][0], chunks));
+  built.chart.setData(tables);
+  built.chart.setBands(bands());
+  built.chart.setMarks(marks());
+  built.chart.setRange(STATE.from === null ? null : stepToX(STATE.from), STATE.to === null ? null : stepToX(STATE.to));
 }
 
 async function refreshCharts() {

@@ -115,7 +115,11 @@ def test_pages_fit_a_phone(browser, site):
 def test_run_page_draws_every_chart(browser, site):
     tab = Tab(browser)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    # at open only the charts near the viewport are built; the per-source losses, far down, wait for a scroll
+    assert int(tab.page.evaluate("() => document.body.dataset.pending")) > 0
+    assert tab.page.evaluate("() => document.getElementById('c-source').uplot === undefined")
     for chart in ("c-loss", "c-lr", "c-grad", "c-param", "c-tps", "c-mfu", "c-bias", "c-viol", "c-cell", "c-source"):
+        tab.chart(chart)  # drawn when scrolled to
         drawn = tab.page.evaluate(
             "(id) => { const u = document.getElementById(id).uplot;"
             " return u ? [u.data[0].length, u.axes[1].label] : null; }",
@@ -225,6 +229,7 @@ def test_phone_text_is_readable_and_numbers_are_a_tap_away(browser, site):
     tab.close()
     run = Tab(browser, width=390, height=844, touch=True)
     run.open_run(site / "runs" / "tiny-1" / "index.html")
+    run.chart("c-loss")
     assert run.page.evaluate("() => document.getElementById('c-loss').uplot.width") <= 390
     legend = run.page.evaluate(
         "() => parseFloat(getComputedStyle(document.querySelector('#c-loss .u-legend')).fontSize)"
@@ -298,6 +303,7 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
 def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser, site):
     tab = Tab(browser, width=1280, height=700)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    tab.every_chart()
     titles = tab.page.evaluate(
         "() => [...document.querySelectorAll('.tchart')].map((c) => [c.id, c.uplot.axes[0].label,"
         " c.uplot.axes[1].label])"
@@ -333,6 +339,7 @@ def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser,
 def test_legend_picks_the_lines_of_a_busy_chart(browser, site):
     tab = Tab(browser)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    tab.chart("c-source")
     entries = tab.page.locator("#c-source .u-legend .u-series")
     assert entries.count() >= 3  # the x value and one line per source
     entries.nth(1).click()

@@ -40,10 +40,11 @@ def open_run(browser, path: Path, query: str = "") -> Tab:
 
 
 def into_view(tab: Tab, chart: str) -> None:
-    tab.page.evaluate("(id) => document.getElementById(id).scrollIntoView({block: 'center'})", chart)
+    tab.chart(chart)
 
 
 def x_range(tab: Tab, chart: str = "c-loss") -> list[float]:
+    into_view(tab, chart)
     return tab.page.evaluate(
         "(id) => { const u = document.getElementById(id).uplot; return [u.scales.x.min, u.scales.x.max]; }", chart
     )
