@@ -2,7 +2,7 @@
 // page works from file:// and from a static server; while the run is live it polls data/live.js and updates
 // in place, keeping what the user set (axis, smoothing, log scale, zoom), which the URL also holds.
 "use strict";
-const P = pageData();  // {run, live, refresh, data}
+const P = pageData();  // {run, live, refresh, data, explain}
 const DIR = P.data + "/";
 const CHUNKS = new Map();  // chunk index -> its payload (full-resolution records)
 const FULL_RECORDS = 6000;  // zoomed to at most this many records: draw every record from the chunks
@@ -31,14 +31,14 @@ const STATE = (() => {
   const num = (k) => (q.get(k) === null || q.get(k) === "" || isNaN(+q.get(k)) ? null : +q.get(k));
   return { x: ["step", "tokens", "time"].includes(q.get("x")) ? q.get("x") : "step",
     smooth: Math.max(0, Math.min(0.99, num("smooth") || 0)), log: q.get("log") === "1",
-    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group") };
+    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group"), step: num("step") };
 })();
 function saveState() {
   const q = new URLSearchParams(location.search);
   const put = (k, v, dflt) => (v === null || v === undefined || v === dflt ? q.delete(k) : q.set(k, String(v)));
   put("x", STATE.x, "step"); put("smooth", STATE.smooth, 0); put("log", STATE.log ? 1 : 0, 0);
   put("from", STATE.from === null ? null : Math.round(STATE.from)); put("to", STATE.to === null ? null : Math.round(STATE.to));
-  put("metric", STATE.metric, null); put("group", STATE.group, null);
+  put("metric", STATE.metric, null); put("group", STATE.group, null); put("step", STATE.step, null);
   const query = q.toString();
   history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
 }
@@ -241,6 +241,37 @@ function controls() {
   $("train-csv").addEventListener("click", downloadTraining);
 }
 
+// ---- spike forensics: a click on the loss or a norm chart opens what happened at that step ----
+const EXPLAINABLE = ["c-loss", "c-grad", "c-param"];
+const SNAP_PX = 8;  // a click this close to an explained step shows it
+let EXPLAIN = null;  // explain-data.js, loaded at the first click (it is not part of what the page opens with)
+async function explainData() {
+  if (EXPLAIN === null) {
+    try { await loadScript(`${P.explain}?v=${D.seq}`); } catch (e) { /* not written: no step explained */ }
+    EXPLAIN = (window.MILLRACE_EXPLAIN || {})[P.run] || { steps: [], explained: {} };
+  }
+  return EXPLAIN;
+}
+async function explainAt(step, within) {  // the explained step nearest `step` (within that many steps), or `step`
+  const E = await explainData();
+  const shown = nearestExplained(E, step, within) ?? Math.round(step);
+  STATE.step = shown;
+  saveState();
+  const section = $("step-panel");
+  section.hidden = false;
+  explainStep($("explain-panel"), P.run, E, shown);
+  section.dataset.step = String(shown);
+  return section;
+}
+function stepPanel() {
+  for (const id of EXPLAINABLE) pickOnClick($(id), (x, perPixel) => {
+    const step = xToStep(x);
+    explainAt(step, Math.abs(xToStep(x + SNAP_PX * perPixel) - step)).then((section) => section.scrollIntoView({ block: "nearest" }));
+  }, 250);  // a double-click resets the zoom and opens nothing
+  $("step-close").addEventListener("click", () => { $("step-panel").hidden = true; STATE.step = null; saveState(); });
+  if (STATE.step !== null) explainAt(STATE.step, 0);
+}
+
 // ---- the CSV: every logged record, from every chunk ----
 async function downloadTraining() {
   const stale = [];
@@ -439,7 +470,7 @@ async function poll() {
   if (live && live.seq !== D.seq) {
     try {
       const next = await loadScript(`${DIR}overview.js?v=${live.seq}`);
-      if (next) { D = next; await render(); }
+      if (next) { D = next; EXPLAIN = null; await render(); }
     } catch (e) { /* a write in progress: the next poll reads it */ }
   }
   schedule();
@@ -449,5 +480,6 @@ function schedule() { if (D.live) setTimeout(poll, P.refresh * 1000); }
 loadScript(`${DIR}overview.js?t=${Date.now()}`).then((data) => {
   D = data;
   controls();
+  stepPanel();
   return render();
 }).then(() => { document.body.dataset.ready = "1"; schedule(); });
