@@ -100,6 +100,20 @@ const CHARTS = [
 ];
 const BUILT = new Map();  // chart id -> {chart, signature}
 
+// Every charted scalar of the metrics record that no chart above shows gets a chart of its own under "Other
+// metrics", titled by its field name: a new metric reaches the page without touching the page.
+function otherMetrics() {
+  const named = new Set(CHARTS.filter((def) => !def.other).flatMap((def) => def.keys().map(([k]) => k)));
+  const section = $("other-metrics"), grid = $("other-charts");
+  for (const key of Object.keys(D.series).sort()) {
+    if (key.includes("/") || named.has(key) || CHARTS.some((def) => def.other === key)) continue;
+    const id = `c-other-${key.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+    h("div", { id, class: "run-chart" }, grid);
+    CHARTS.push({ id, other: key, title: key, y: key, keys: () => present([[key, key]]) });
+  }
+  section.hidden = !CHARTS.some((def) => def.other);
+}
+
 // Which chunks the zoomed range needs, or null when the overview is already every record (or too wide).
 function neededChunks() {
   if (D.stride === 1 || STATE.from === null) return null;
@@ -459,7 +473,7 @@ function plan() {
 }
 
 function render() {
-  cards(); alerts(); evaluation(); samples(); expertLoad(); plan();
+  cards(); alerts(); evaluation(); samples(); expertLoad(); plan(); otherMetrics();
   return refreshCharts();
 }
 

@@ -119,6 +119,7 @@ def test_run_page_draws_every_chart(browser, site):
     # at open only the charts near the viewport are built; the per-source losses, far down, wait for a scroll
     assert int(tab.page.evaluate("() => document.body.dataset.pending")) > 0
     assert tab.page.evaluate("() => document.getElementById('c-source').uplot === undefined")
+    assert tab.page.is_hidden("#other-metrics")  # every charted scalar of the record has a named chart
     for chart in ("c-loss", "c-lr", "c-grad", "c-param", "c-tps", "c-mfu", "c-bias", "c-viol", "c-cell", "c-source"):
         tab.chart(chart)  # drawn when scrolled to
         drawn = tab.page.evaluate(
