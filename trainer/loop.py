@@ -617,7 +617,6 @@ def log_metrics(
         "loss_per_source": _means(plan.stream.source_names, result.acc.sources),
         "realised_tokens_per_cell": dict(training.state.realised_tokens_per_cell),
         "step_seconds": result.elapsed,
-        "seconds_per_million_tokens": result.elapsed / result.global_tokens * 1e6,
     }
     record.update(observers.record_extras(record, result.skipped))
     if writer is not None:

@@ -184,7 +184,6 @@ class MetricsRecord(Record):
     loss_per_source: dict[str, Number] = {}
     realised_tokens_per_cell: dict[str, int] = {}
     step_seconds: Scalar = None
-    seconds_per_million_tokens: Scalar = None  # the toy metric of the newcomer's task
     aux_loss: Scalar = None
     z_loss: Scalar = None
     skipped: bool | None = None
