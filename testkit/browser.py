@@ -83,16 +83,23 @@ class Tab:
         only the charts in or near the viewport (the others when scrolled to)."""
         self.page.evaluate("(id) => document.getElementById(id).scrollIntoView({block: 'center'})", chart_id)
         self.page.wait_for_function(
-            "(id) => document.getElementById(id).uplot || document.querySelector(`#${id} .empty-chart`)",
+            "(id) => { const c = document.getElementById(id);"
+            " return !c.dataset.pending && (c.uplot || c.querySelector('.empty-chart')); }",
             arg=chart_id,
             timeout=30_000,
         )
 
     def every_chart(self) -> None:
-        """Scroll to each chart of a run page that waits to be drawn, then back to the top."""
-        for chart_id in self.page.eval_on_selector_all(".run-chart", "cs => cs.map((c) => c.id)"):
-            self.chart(chart_id)
-        self.page.evaluate("() => window.scrollTo(0, 0)")
+        """Scroll to each chart of a run page that waits to be drawn (one call), then back to the top."""
+        self.page.evaluate("""async () => {
+            const wait = () => new Promise((done) => setTimeout(done, 10));
+            for (const c of document.querySelectorAll('.run-chart')) {
+                if (!c.dataset.pending) continue;
+                c.scrollIntoView({block: 'center'});
+                for (let i = 0; i < 3000 && c.dataset.pending; i++) await wait();
+            }
+            window.scrollTo(0, 0);
+        }""")
         self.page.wait_for_function("() => document.body.dataset.pending === '0'", timeout=30_000)
 
     def shot(self, name: str) -> Path:

@@ -184,10 +184,12 @@ function drawCharts(only) {  // every chart near the viewport (or the ids in `on
     if (!near.has(def.id)) {
       if (!PENDING.has(def.id) && watcher) watcher.observe(box);
       PENDING.add(def.id);
+      box.dataset.pending = "1";
       if (!BUILT.has(def.id)) box.style.minHeight = PLACEHOLDER_PX + "px";
       continue;
     }
     PENDING.delete(def.id);
+    delete box.dataset.pending;
     drawChart(def, box, chunks);
   }
   const note = $("view-note");
