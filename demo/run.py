@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ArtifactError, ConfigError
@@ -204,10 +205,13 @@ def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
     check = predict_then_measure(ladder, home, progress=True, on_result=show)
     p = check.fit["params"]
     console.print(f"  fit: L(C) = {p['L_inf']:.3f} + {p['A']:.4g}·C^-{p['alpha']:.4f}")
+    for warning in check.fit["warnings"]:  # a store too small for the rungs to learn: a rising or diverged fit
+        console.print(f"  [yellow]warning:[/] {escape(warning)}", highlight=False)
+    interval = f"[{check.low:.4f}, {check.high:.4f}]" if check.low is not None else "(no interval)"
     console.print(
         f"  [bold]{check.target}[/] at {check.flops:.3g} FLOPs: predicted {check.predicted:.4f} "
-        f"[{check.low:.4f}, {check.high:.4f}], measured [bold]{check.measured:.4f}[/] "
-        f"(error {check.error:+.4f})"
+        f"{interval}, measured [bold]{check.measured:.4f}[/] (error {check.error:+.4f})",
+        highlight=False,
     )
     return check.as_dict()
 

@@ -2,10 +2,12 @@
 `--points` give the same fit; the reference team's earlier fit is reproduced."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
+from millrace.artifacts import canonical_json
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from trainer.ladder.compare import compare_points
@@ -129,6 +131,51 @@ def test_too_few_points_or_a_loss_under_the_asymptote_is_an_error():
         fit_law([Point(1e20, 3.0), Point(1e21, 2.9)], asymptote=None)
     with pytest.raises(ConfigError, match="not above the fixed asymptote"):
         fit_law([Point(1e20, 3.0), Point(1e21, 1.5)], asymptote=1.6)
+
+
+# A light micro-ladder's four rungs on a small store, as its fit got them: flat to rising, the first two close in
+# compute. Fitted without d3, the other three (down then up) send ln A and alpha off together (ln A 4e3: no float A).
+SMALL_STORE_RUNGS = [(7.087e11, 7.364), (7.599e11, 6.736), (9.995e11, 6.868), (8.113e12, 7.187)]
+
+
+def small_store_points(rungs=SMALL_STORE_RUNGS):
+    return [Point(flops, loss, f"d{i}") for i, (flops, loss) in enumerate(rungs)]
+
+
+def test_a_steep_law_is_evaluated_in_logs_not_overflowed():
+    law = Law(6.7, 1e-300, -26.0)  # C^26 overflows at 1e12 FLOPs, A * C^26 is 1e12
+    assert law.loss(1e12) - 6.7 == pytest.approx(1e12, rel=1e-9)
+    assert law.flops_for(6.7 + 1e12) == pytest.approx(1e12, rel=1e-9)
+    assert law.loss(1e30) == float("inf")  # far beyond: without bound, not an error
+
+
+def test_refits_that_run_off_are_left_out_and_named_beside_the_rising_flag():
+    """The small store's light micro-ladder: its leave-one-out refits overflowed in `ladder fit` (and the demo)."""
+    report = fit_report(small_store_points(), None, [("d32", 3.2e13)], where="ladder micro")
+    canonical_json(report)  # the ladder record is hashed whole: finite numbers only
+    rising, diverged = report["warnings"]
+    assert rising.startswith("ladder micro: the fitted curve rises with compute (alpha = -0.2")
+    assert diverged.startswith("ladder micro: ") and "refit(s) diverged" in diverged and "without d3" in diverged
+    kept = {r["name"] for r in report["refits"]}
+    assert "without d3" not in kept and "without d0" in kept
+    assert all(name not in diverged for name in kept)
+    assert {f"without {r['rung']}" for r in report["leave_one_out"]} == kept
+    d32 = report["predictions"][0]
+    assert d32["low"] < d32["loss"] < d32["high"] and d32["refit_low"] <= d32["loss"] <= d32["refit_high"]
+
+
+def test_a_fit_past_any_float_A_is_held_at_the_limit_and_flagged_in_one_line(tmp_path, capsys):
+    points = small_store_points(SMALL_STORE_RUNGS[:3])
+    law, spread = solve_law(points, None)
+    assert spread.diverged and spread.free == ("alpha",)  # ln A held at its limit, L_inf at the lowest loss
+    assert math.log(law.A) == pytest.approx(700.0)
+    assert [law.loss(p.flops) for p in points] == pytest.approx([p.loss for p in points], abs=0.2)
+    path = tmp_path / "small-store.json"
+    path.write_text(json.dumps([{"flops": p.flops, "loss": p.loss, "rung": p.rung} for p in points]))
+    assert millrace(["ladder", "fit", "--points", str(path), "--predict-flops", "3e12", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "the fit diverged (ln A ran to 700, alpha to " in err and str(path) in err
+    assert math.isfinite(json.loads(out)["predictions"][0]["loss"])
 
 
 def eval_line(step, macro, other):

@@ -23,8 +23,8 @@ class Check:
     target: str
     flops: float
     predicted: float
-    low: float
-    high: float
+    low: float | None  # no interval without degrees of freedom
+    high: float | None
     measured: float
     fit: dict
 
@@ -43,6 +43,7 @@ class Check:
             "measured": self.measured,
             "error": self.error,
             "params": self.fit["params"],
+            "warnings": self.fit["warnings"],
         }
 
 
@@ -56,6 +57,11 @@ def predict_then_measure(
         raise ConfigError(f"{path}: the ladder has no [target] to predict and train")
     report = fit_ladder(home, body["ladder"])
     prediction = next(p for p in report["predictions"] if p["name"] == target["name"])
+    if prediction["loss"] is None:
+        raise ConfigError(
+            f"ladder {body['ladder']}: the fit predicts no finite loss at {target['name']}: "
+            + "; ".join(report["warnings"])
+        )
     body = run_ladder(path, home, rungs=[target["name"]], seeds=1, progress=progress, on_result=on_result)
     result = next(
         r

@@ -267,7 +267,8 @@ def echo_fit(report: dict) -> None:
             if r["low"] is not None
             else "no interval (zero degrees of freedom)"
         )
-        click.echo(f"  predict {r['name'] or ''} at C {r['flops']:.3g}: {r['loss']:.4f}, {interval}")
+        loss = f"{r['loss']:.4f}" if r["loss"] is not None else "no finite loss"
+        click.echo(f"  predict {r['name'] or ''} at C {r['flops']:.3g}: {loss}, {interval}")
 
 
 @ladder.command("compare")
