@@ -43,6 +43,7 @@ class DemoReport:
     home: Path
     store: Path | None = None
     manifests: dict[str, str] = field(default_factory=dict)
+    not_built: dict[str, str] = field(default_factory=dict)  # revision: why this store cannot hold it
     run: Path | None = None
     ladder: dict | None = None
     site: Path | None = None
@@ -54,6 +55,7 @@ class DemoReport:
             "home": str(self.home),
             "store": str(self.store),
             "manifests": self.manifests,
+            "not_built": self.not_built,
             "run": str(self.run),
             "ladder": self.ladder,
             "site": str(self.site),
@@ -143,15 +145,11 @@ def run_demo(
 def from_store(home: Home, report: DemoReport, steps: int | None, console: Console, ladder: Path | None) -> DemoReport:
     """The demo after the pipeline, on whatever store it built (any number of cells): the shipped mixture,
     the tiny MoE, the micro-ladder (its rungs sized to the store's cells by `ladder plan`), the site."""
-    import mixtures
     from reports import build_site
 
     assert report.store is not None
     with step(console, report, "mixtures", f"build the shipped mixture {MIXTURE!r}: {', '.join(REVISIONS)}"):
-        for revision in REVISIONS:
-            result = mixtures.build_result(home, MIXTURE, revision)
-            report.manifests[revision] = result.manifest_hash
-            console.print(f"  {revision}: {result.path} ({'built' if result.written else 'already built'})")
+        build_revisions(home, report, console)
     with step(console, report, "train", f"the tiny MoE on {MIXTURE}/{TRAINED_REVISION}"):
         report.run = train_demo(home, steps, console)
     if ladder is not None:
@@ -169,6 +167,26 @@ def from_store(home: Home, report: DemoReport, steps: int | None, console: Conso
         page = home.site / STORE / version / "index.html"
         report.page = f"{page.as_uri()}?revision={TRAINED_REVISION}"
     return report
+
+
+def build_revisions(home: Home, report: DemoReport, console: Console) -> None:
+    """The shipped revisions on this store. One the store is too small for (a small corpus: a cooldown's
+    cells under their epoch cap) is left out with its reason, unless it is the one the demo trains."""
+    import mixtures
+
+    for revision in REVISIONS:
+        try:
+            result = mixtures.build_result(home, MIXTURE, revision)
+        except ConfigError as error:
+            if revision == TRAINED_REVISION:
+                raise ConfigError(
+                    f"{error} (the demo trains this revision: a larger --max-bytes gives it room)"
+                ) from None
+            report.not_built[revision] = str(error)
+            console.print(f"  {revision}: [yellow]not built on this store[/]: {error}")
+            continue
+        report.manifests[revision] = result.manifest_hash
+        console.print(f"  {revision}: {result.path} ({'built' if result.written else 'already built'})")
 
 
 def train_demo(home: Home, steps: int | None, console: Console) -> Path:
