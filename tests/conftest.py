@@ -34,6 +34,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # Files with slow tests first: pytest-xdist hands out whole files (`--dist loadfile`) in this order, so the
+    # long drills start at once and the short tests fill the end, rather than one long file running alone last.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 @pytest.fixture
