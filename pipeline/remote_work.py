@@ -34,6 +34,7 @@ from datatrove.pipeline.base import PipelineStep
 from millrace.errors import MillraceError
 
 log = logging.getLogger(__name__)
+SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-pid<pid>-<random>
 LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, never mirrored
 
 # What each executor run's tasks download before they start, relative to the work root (glob patterns,
@@ -166,8 +167,17 @@ class RemoteWork:
 def _download(fs: Any, root: str, local: Path, relatives: list[str]) -> None:
     for rel in relatives:
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
-    if relatives:
+    if not relatives:
+        return
+    try:
         fs.get([f"{root}/{rel}" for rel in relatives], [str(local / rel) for rel in relatives])
+    except FileNotFoundError:
+        fs.invalidate_cache()
+        gone = [rel for rel in relatives if not fs.exists(f"{root}/{rel}")]
+        raise RemoteWorkError(
+            f"{fs.unstrip_protocol(root)}: {len(gone)} of the {len(relatives)} objects listed were gone when read,"
+            f" e.g. {gone[:3]}"
+        ) from None
 
 
 def _upload(fs: Any, root: str, files: dict[str, Path]) -> None:
@@ -219,9 +229,9 @@ class StagedTask(PipelineStep):
     name = "🪣 staged task"
     type = "🔀 - STAGING"
 
-    def __init__(self, steps: list[PipelineStep], work: RemoteWork, inputs: tuple[str, ...]):
+    def __init__(self, label: str, steps: list[PipelineStep], work: RemoteWork):
         super().__init__()
-        self.steps, self.work, self.inputs = steps, work, inputs
+        self.label, self.steps, self.work, self.inputs = label, steps, work, TASK_INPUTS[label]
 
     def _stage_inputs(self, local: Path, rank: int) -> set[str]:
         fs, root = self.work.fs, self.work.root
@@ -241,7 +251,9 @@ class StagedTask(PipelineStep):
             yield from data
         base = self.work.scratch or tempfile.gettempdir()
         Path(base).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f"millrace-task-{rank:05d}-pid{os.getpid()}-", dir=base) as tmp:
+        with tempfile.TemporaryDirectory(
+            prefix=f"{SCRATCH_PREFIX}{self.label}-{rank:05d}-pid{os.getpid()}-", dir=base
+        ) as tmp:
             local = Path(tmp) / "work"
             local.mkdir()
             self._stage_inputs(local, rank)

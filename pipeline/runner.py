@@ -66,7 +66,7 @@ from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
-from pipeline.remote_work import TASK_INPUTS, RemoteWork, StagedTask
+from pipeline.remote_work import RemoteWork, StagedTask
 from pipeline.stages.assemble import assemble_store, staging_dir
 from pipeline.stages.cell_shards import held_out_cutoffs
 from pipeline.stages.contamination import FindContainedNgrams, contaminated, save_decision, write_held_out_index
@@ -309,7 +309,7 @@ def _run_stage(
     where: Path | DataFolder = logging_dir
     if remote is not None:
         remote.publish()
-        pipeline = [StagedTask(pipeline, remote, TASK_INPUTS[label])]
+        pipeline = [StagedTask(label, pipeline, remote)]
         where, lines = remote.folder(logging_dir), False  # the progress lines read a local logging folder
     executor = _executor(kind, pipeline, tasks, workers, where)
     logs = remote.url_of(logging_dir / "logs") if remote is not None else f"{logging_dir}/logs"
