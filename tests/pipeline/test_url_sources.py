@@ -21,6 +21,7 @@ from testkit.s3 import make_bucket, moto_server, s3_options, upload_tree
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
+pytestmark = pytest.mark.slow  # 10-13 s measured on this shared machine (load 11-15): a moto server and s3fs reads
 
 
 def mixed_folder(root: Path) -> Path:
