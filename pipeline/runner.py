@@ -22,7 +22,9 @@
                                             and funnel from parts/ (no token read or copied),
                                             rename into $MILLRACE_HOME/stores/<name>/<version>
 
-Intermediates live under $MILLRACE_HOME/work/<name>/<version>/. Each executor run has its
+Intermediates live under $MILLRACE_HOME/work/<name>/<version>/, or with `[executor] work_url` under
+<work_url>/<name>/<version>/ on a bucket, each task staged in its own scratch directory and the local
+directory only the driver's mirror (`pipeline.remote_work`). Each executor run has its
 own logging directory, so datatrove's per-task completion markers make every stage
 resumable: a run killed at any point and started again with the same command skips the
 finished tasks, redoes the unfinished ones (every task output is written atomically and
