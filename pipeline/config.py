@@ -55,7 +55,13 @@ FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
     "html": (".html", ".htm", ".html.gz", ".htm.gz"),
 }
 EXTRACTED_FORMATS = frozenset({"warc", "html"})  # their text is HTML: trafilatura extracts it before normalising
+URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
 CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
+
+
+def is_url(path: str) -> bool:
+    """Whether a configured path is an fsspec URL (`s3://...`) rather than a local path."""
+    return bool(URL.match(path))
 
 
 class SourceConfig(StrictModel):
@@ -63,7 +69,15 @@ class SourceConfig(StrictModel):
 
     name: str = pydantic.Field(pattern=NAME_PATTERN, description="becomes the cell name when no domains stage runs")
     paths: list[str] = pydantic.Field(
-        min_length=1, description="files or directories (relative to this file or absolute)"
+        min_length=1,
+        examples=[["web/", "s3://bucket/corpus/web/"]],
+        description="files or directories (relative to this file or absolute), or fsspec URLs (s3://, gs://, hf://)",
+    )
+    storage_options: dict[str, Any] = pydantic.Field(
+        {},
+        exclude=True,  # credentials and endpoints: never recorded in work state or store
+        examples=[{"anon": True}],
+        description="the URL paths' filesystem options (endpoint, credentials profile, ...); never recorded",
     )
     glob: str | None = pydantic.Field(
         None,
@@ -116,6 +130,8 @@ class SourceConfig(StrictModel):
                 raise ValueError(f"code source {self.name!r} cannot keep by natural language {self.languages}")
         if self.languages is not None and not self.language_id:
             raise ValueError(f"source {self.name!r}: 'languages' needs language_id = true")
+        if self.format == "hf-datasets" and any(is_url(p) for p in self.paths):
+            raise ValueError(f"source {self.name!r}: an hf-datasets directory must be local (save_to_disk)")
         return self
 
     @property
@@ -254,6 +270,24 @@ class ExecutorConfig(StrictModel):
     )
     tasks: int = pydantic.Field(4, ge=1, description="input split; keep it when resuming a run")
     workers: int = pydantic.Field(2, ge=1, description="tasks run at once (local, ray)")
+    work_url: str | None = pydantic.Field(
+        None,
+        examples=["s3://bucket/millrace-work"],
+        description="keep the work directory at <work_url>/<name>/<version> (any fsspec URL): tasks stage their "
+        "inputs in a local scratch directory and upload what they write; absent: $MILLRACE_HOME/work",
+    )
+    work_storage_options: dict[str, Any] = pydantic.Field(
+        {},
+        exclude=True,  # credentials and endpoints: never recorded
+        examples=[{"profile": "cluster"}],
+        description="the work_url's filesystem options (endpoint, credentials profile, ...); never recorded",
+    )
+    scratch: str | None = pydantic.Field(
+        None,
+        examples=["/local/nvme/tmp"],
+        description="with work_url: where each task makes its scratch directory (a local disk of its node); "
+        "absent: the system's temporary directory",
+    )
     slurm: SlurmConfig = pydantic.Field(
         SlurmConfig(),
         description='kind = "slurm": one sbatch job per stage, each '
@@ -265,6 +299,8 @@ class ExecutorConfig(StrictModel):
     def _partition(self) -> ExecutorConfig:
         if self.kind == "slurm" and not self.slurm.partition:
             raise ValueError('kind = "slurm" needs executor.slurm.partition')
+        if self.kind == "slurm" and self.work_url:
+            raise ValueError('work_url runs with kind = "local" or "ray"; Slurm jobs share a work directory on disk')
         return self
 
 
@@ -496,6 +532,9 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
     def resolved(raws: list[str], field: str) -> list[str]:
         paths = []
         for j, raw in enumerate(raws):
+            if is_url(raw):  # listed (and found missing) by the run, through its filesystem
+                paths.append(raw)
+                continue
             path = (base / Path(raw).expanduser()).resolve()
             if not path.exists():
                 raise ConfigError(f"{origin}: field '{field}.{j}': path not found: {path}")

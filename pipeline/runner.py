@@ -22,7 +22,9 @@
                                             and funnel from parts/ (no token read or copied),
                                             rename into $MILLRACE_HOME/stores/<name>/<version>
 
-Intermediates live under $MILLRACE_HOME/work/<name>/<version>/. Each executor run has its
+Intermediates live under $MILLRACE_HOME/work/<name>/<version>/, or with `[executor] work_url` under
+<work_url>/<name>/<version>/ on a bucket, each task staged in its own scratch directory and the local
+directory only the driver's mirror (`pipeline.remote_work`). Each executor run has its
 own logging directory, so datatrove's per-task completion markers make every stage
 resumable: a run killed at any point and started again with the same command skips the
 finished tasks, redoes the unfinished ones (every task output is written atomically and
@@ -56,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datatrove.data import Document
+from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
@@ -65,6 +68,7 @@ from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
+from pipeline.remote_work import RemoteWork, StagedTask
 from pipeline.stages.assemble import assemble_store, staging_dir
 from pipeline.stages.cell_shards import held_out_cutoffs
 from pipeline.stages.contamination import FindContainedNgrams, contaminated, save_decision, write_held_out_index
@@ -158,8 +162,11 @@ def extracted_sources(config: PipelineConfig) -> list[str]:
 
 
 def stored_config(config: PipelineConfig) -> dict:
-    """The config as the store records it: `executor` left out, since how it ran does not change what it made."""
-    return config.model_dump(mode="json", exclude={"executor"})
+    """The config as the store records it: `executor` left out, since how it ran does not change what it made,
+    and the output's copy URL and its options recorded as unset (where a copy goes changes nothing in it, and
+    storage options may hold credentials): a store built on a bucket is byte for byte the one built locally."""
+    local = config.model_copy(update={"output": config.output.model_copy(update={"url": None, "storage_options": {}})})
+    return local.model_dump(mode="json", exclude={"executor"})
 
 
 class DeduplicatedSample:
@@ -199,7 +206,7 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     return PostDedupStages(steps=stages.steps(), collect_stats=stages.collect_stats)
 
 
-def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path):
+def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
     if kind == "slurm":  # a chain of jobs submitted at once, not a stage run from here
         raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
@@ -214,9 +221,14 @@ def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: 
                 log_to_driver=False,
             )
         return RayPipelineExecutor(
-            pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir), cpus_per_task=1, mem_per_cpu_gb=1
+            pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir), cpus_per_task=1, mem_per_cpu_gb=1
         )
     return _local_executor(pipeline, tasks, min(workers, tasks), logging_dir)
+
+
+def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
+    """What datatrove's executors take as their logging folder: a local path, or a folder on a URL."""
+    return str(logging_dir) if isinstance(logging_dir, Path) else logging_dir
 
 
 def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
@@ -235,7 +247,7 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
     return logfile
 
 
-def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path):
+def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
     """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
     import datatrove.executor.base as executor_base
     from datatrove.executor import LocalPipelineExecutor
@@ -254,7 +266,7 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path)
     if not verbose:
         _quiet_parent_logger()
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
-    return cls(pipeline, tasks=tasks, workers=workers, logging_dir=str(logging_dir))
+    return cls(pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir))
 
 
 def _quiet_parent_logger() -> None:
@@ -293,23 +305,41 @@ def _run_stage(
     logging_dir: Path,
     lines: bool = False,
     read: Callable[[], int] | None = None,
+    remote: RemoteWork | None = None,
 ) -> None:
-    executor = _executor(kind, pipeline, tasks, workers, logging_dir)
+    """One executor run to completion. With `remote`, each task runs staged (`pipeline.remote_work`): the
+    driver uploads what it wrote first, markers and logs go on the URL, and what the tasks wrote comes back."""
+    where: Path | DataFolder = logging_dir
+    if remote is not None:
+        remote.publish()
+        pipeline = [StagedTask(label, pipeline, remote)]
+        where, lines = remote.folder(logging_dir), False  # the progress lines read a local logging folder
+    executor = _executor(kind, pipeline, tasks, workers, where)
+    logs = remote.url_of(logging_dir / "logs") if remote is not None else f"{logging_dir}/logs"
     if not executor.get_incomplete_ranks():
         log.info("%s: all %d tasks already complete", label, tasks)
-        return
-    try:
-        with StageLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
-            executor.run()
-    except Exception as exc:  # a task's exception, re-raised by the executor
-        if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
-            raise TerminateSignal() from exc
-        raise PipelineError(
-            f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logging_dir}/logs"
-        ) from exc
-    incomplete = executor.get_incomplete_ranks()
-    if incomplete:
-        raise PipelineError(f"stage {label!r}: tasks {incomplete} did not complete; task logs in {logging_dir}/logs")
+    else:
+        try:
+            with StageLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
+                executor.run()
+        except Exception as exc:  # a task's exception, re-raised by the executor
+            if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
+                raise TerminateSignal() from exc
+            raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
+        incomplete = executor.get_incomplete_ranks()
+        if incomplete:
+            raise PipelineError(f"stage {label!r}: tasks {incomplete} did not complete; task logs in {logs}")
+    if remote is not None:
+        remote.refresh()
+
+
+def remote_work(config: PipelineConfig, layout: WorkLayout) -> RemoteWork | None:
+    """The run's work directory on `[executor] work_url`, with `layout` as the driver's mirror; None without one."""
+    e = config.executor
+    if e.work_url is None:
+        return None
+    url = f"{e.work_url.rstrip('/')}/{layout.root.parent.name}/{layout.root.name}"
+    return RemoteWork(url, e.work_storage_options, layout.root, e.scratch)
 
 
 def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
@@ -333,11 +363,18 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     return steps
 
 
-def run_dedup(config: PipelineConfig, layout: WorkLayout, kind: str, workers: int, lines: bool) -> None:
+def run_dedup(
+    config: PipelineConfig,
+    layout: WorkLayout,
+    kind: str,
+    workers: int,
+    lines: bool,
+    remote: RemoteWork | None = None,
+) -> None:
     """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>."""
 
     def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
-        _run_stage("dedup", kind, pipeline, tasks, workers, layout.logs / "2-dedup" / name, lines)
+        _run_stage("dedup", kind, pipeline, tasks, workers, layout.logs / "2-dedup" / name, lines, remote=remote)
 
     find_duplicates(config.dedup, layout.signatures, layout.components, layout.duplicates, run)
 
@@ -372,7 +409,13 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 
 
 def decontaminate(
-    config: PipelineConfig, layout: WorkLayout, cutoffs: dict, kind: str, workers: int, lines: bool
+    config: PipelineConfig,
+    layout: WorkLayout,
+    cutoffs: dict,
+    kind: str,
+    workers: int,
+    lines: bool,
+    remote: RemoteWork | None = None,
 ) -> dict:
     """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.contamination`):
     {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
@@ -386,7 +429,17 @@ def decontaminate(
     step = FindContainedNgrams(
         layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
     )
-    _run_stage("decontaminate", kind, [step], config.executor.tasks, workers, layout.logs / "4-decontaminate", lines)
+    _run_stage(
+        "decontaminate",
+        kind,
+        [step],
+        config.executor.tasks,
+        workers,
+        layout.logs / "4-decontaminate",
+        lines,
+        None,
+        remote,
+    )
     decision = {
         **contaminated(layout.contamination, v.contamination_threshold),
         "ngram": v.contamination_ngram,
@@ -552,7 +605,11 @@ def _build_store(
     name, version = final.parent.name, final.name
     recorded = stored_config(config)
     layout = WorkLayout(home.work(name, version))
-    prepare_work(layout, config, restart)
+    remote = remote_work(config, layout)
+    if remote is not None:
+        remote.reset_mirror()
+        remote.refresh()
+    prepare_work(layout, config, restart, remote)
     notify = on_stage or (lambda label: None)
 
     unread = unread_files(config)
@@ -568,10 +625,11 @@ def _build_store(
         layout.logs / "1-filter",
         progress_lines,
         read=lambda: live_records(layout.progress / "filter"),
+        remote=remote,
     )
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
-        run_dedup(config, layout, kind, workers, progress_lines)
+        run_dedup(config, layout, kind, workers, progress_lines, remote)
     if problem := nothing_left(config, layout):
         raise PipelineError(problem)
     notify("tokenizer")
@@ -583,6 +641,8 @@ def _build_store(
         for stage in ("tokenize", "decontaminate", "split"):
             for path in layout.outputs(stage):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                if remote is not None:
+                    remote.remove(path)
     _run_stage(
         "tokenize",
         kind,
@@ -592,6 +652,7 @@ def _build_store(
         layout.logs / "3-tokenize",
         progress_lines,
         read=lambda: live_records(layout.progress / "tokenize"),
+        remote=remote,
     )
 
     names = stage_names(config)
@@ -621,7 +682,7 @@ def _build_store(
 
     cutoffs = held_out_cutoffs(layout.runs, config.validation)
     notify("decontaminate")
-    decision = decontaminate(config, layout, cutoffs, kind, workers, progress_lines)
+    decision = decontaminate(config, layout, cutoffs, kind, workers, progress_lines, remote)
     notify("split")
     _run_stage(
         "split",
@@ -631,6 +692,7 @@ def _build_store(
         workers,
         layout.logs / "5-split",
         progress_lines,
+        remote=remote,
     )
 
     notify("assemble")

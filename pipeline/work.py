@@ -24,7 +24,9 @@ import xxhash
 
 from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import MillraceError
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, is_url
+from pipeline.remote_work import RemoteWork
+from pipeline.stages.discovery import folder_of
 from pipeline.stages.readers import input_files
 from pipeline.stages.sample import sample_budget
 
@@ -170,15 +172,25 @@ class WorkLayout:
         ]
 
 
-def _file_fingerprint(path: Path) -> dict:
-    size = path.stat().st_size
-    digest = xxhash.xxh64()
+def _file_fingerprint(path: Path | str, storage_options: dict | None = None) -> dict:
+    """Size and xxh64 of the first and last 64 KiB: of a local file, or an object at a URL (read by range)."""
+    if isinstance(path, str) and is_url(path):
+        from fsspec.core import url_to_fs
+
+        fs, stripped = url_to_fs(path, **(storage_options or {}))
+        with fs.open(stripped, "rb") as handle:
+            return _fingerprint(handle, fs.size(stripped), path)
     with open(path, "rb") as handle:
+        return _fingerprint(handle, Path(path).stat().st_size, str(path))
+
+
+def _fingerprint(handle, size: int, name: str) -> dict:
+    digest = xxhash.xxh64()
+    digest.update(handle.read(FINGERPRINT_BYTES))
+    if size > FINGERPRINT_BYTES:
+        handle.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
         digest.update(handle.read(FINGERPRINT_BYTES))
-        if size > FINGERPRINT_BYTES:
-            handle.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
-            digest.update(handle.read(FINGERPRINT_BYTES))
-    return {"path": str(path), "size": size, "xxh64": digest.hexdigest()}
+    return {"path": name, "size": size, "xxh64": digest.hexdigest()}
 
 
 def input_listing(config: PipelineConfig) -> list[dict]:
@@ -189,6 +201,10 @@ def input_listing(config: PipelineConfig) -> list[dict]:
         for path, files in input_files(source):
             if source.format == "hf-datasets":
                 files = sorted(str(p.relative_to(path)) for p in Path(path).rglob("*") if p.is_file())
+            if is_url(path):
+                folder = folder_of(path, source.storage_options)[0].rstrip("/")
+                listing += [_file_fingerprint(f"{folder}/{relative}", source.storage_options) for relative in files]
+                continue
             base = Path(path) if Path(path).is_dir() else Path(path).parent
             listing += [_file_fingerprint(base / relative) for relative in files]
     return listing
@@ -263,8 +279,18 @@ def _first_change(recorded: list[dict], current: list[dict]) -> str | None:
     return None
 
 
-def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = False) -> list[str]:
-    """Make `layout` ready for `config`; returns the stages that must (re)run from scratch."""
+def prepare_work(
+    layout: WorkLayout, config: PipelineConfig, restart: bool = False, remote: RemoteWork | None = None
+) -> list[str]:
+    """Make `layout` ready for `config`; returns the stages that must (re)run from scratch.
+
+    With `remote` (a work directory on a URL, `layout` its driver's mirror) what is deleted goes on the URL too."""
+
+    def discard(path: Path) -> None:
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        if remote is not None:
+            remote.remove(path)
+
     tasks = config.executor.tasks
     inputs = input_listing(config)
     fingerprints = stage_fingerprints(config, inputs)
@@ -283,13 +309,13 @@ def prepare_work(layout: WorkLayout, config: PipelineConfig, restart: bool = Fal
             log.warning("config changed: rerunning %s (kept: %s)", ", ".join(rerun), ", ".join(kept) or "nothing")
             for stage in rerun:
                 for path in layout.outputs(stage):
-                    shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                    discard(path)
         else:
             log.info("resuming the work in %s", layout.root)
     else:
         if state is not None:
             log.warning("%s: starting %s afresh", "--restart" if restart else "task count changed", layout.root)
-            shutil.rmtree(layout.root)
+            discard(layout.root)
         rerun = list(STAGES)
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(layout.state, json.dumps({"tasks": tasks, "inputs": inputs, "stages": fingerprints}))

@@ -5,7 +5,9 @@ A source's directory is listed with datatrove's `DataFolder.list_files` (recursi
 files and folders left out. Two kinds of entry are never read and are reported instead: a dangling
 symbolic link, and (unless the source sets `symlinks_outside = "read"`) a link that leads outside
 the source's folder, since a corpus folder that quietly pulls in files from elsewhere is rarely
-what its owner meant. `unread_files` lists, per folder, the files no source reads and why, for the
+what its owner meant. A path that is an fsspec URL (`s3://bucket/corpus/`) is listed and read through
+datatrove's `DataFolder` with its source's `storage_options` (object stores have no links).
+`unread_files` lists, per folder, the files no source reads and why, for the
 run's log and the funnel's `not_read`.
 """
 
@@ -13,8 +15,12 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
+from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig, is_url
+
+if TYPE_CHECKING:
+    from datatrove.io import DataFolder
 
 EXAMPLES = 3  # file names shown per folder in `not_read`
 NO_READER = "no source reads its extension"
@@ -34,51 +40,79 @@ def link_problem(folder: Path, relative: str) -> str | None:
     return None if path.resolve().is_relative_to(folder.resolve()) else OUTSIDE
 
 
-def listed_files(path: str) -> list[str]:
-    """Every file under directory `path` (relative to it, sorted), hidden ones left out."""
-    from datatrove.io import get_datafolder
+def data_folder(path: str, storage_options: dict | None = None) -> DataFolder:
+    """The datatrove folder of a local directory or a URL prefix."""
+    from datatrove.io import DataFolder
 
-    return [f for f in get_datafolder(path).list_files(recursive=True) if not _hidden(f)]
+    return DataFolder(path, **(storage_options or {}))
+
+
+def is_file(path: str, storage_options: dict | None = None) -> bool:
+    """Whether a configured path names one file (a local file, or an object at a URL)."""
+    if not is_url(path):
+        return Path(path).is_file()
+    from fsspec.core import url_to_fs
+
+    fs, stripped = url_to_fs(path, **(storage_options or {}))
+    return fs.isfile(stripped)
+
+
+def folder_of(path: str, storage_options: dict | None = None) -> tuple[str, bool]:
+    """(the directory a configured path's files are relative to, whether the path is one file)."""
+    if not is_file(path, storage_options):
+        return path, False
+    return (path.rsplit("/", 1)[0] if is_url(path) else str(Path(path).parent)), True
+
+
+def listed_files(path: str, storage_options: dict | None = None) -> list[str]:
+    """Every file under directory `path` (relative to it, sorted), hidden ones left out."""
+    return [f for f in data_folder(path, storage_options).list_files(recursive=True) if not _hidden(f)]
 
 
 def source_files(source: SourceConfig, path: str) -> list[str]:
     """The files of one configured path that `source` reads, relative to it (for a file path: its name)."""
-    if Path(path).is_file():
-        return [Path(path).name]
+    if is_file(path, source.storage_options):
+        return [path.rsplit("/", 1)[-1] if is_url(path) else Path(path).name]
     if source.glob is not None:
-        from datatrove.io import get_datafolder
-
-        files = get_datafolder(path).list_files(recursive=True, glob_pattern=source.glob)
+        folder_files = data_folder(path, source.storage_options)
+        files = folder_files.list_files(recursive=True, glob_pattern=source.glob)
     else:
         suffixes = FORMAT_SUFFIXES.get(source.format, ())
-        files = [f for f in listed_files(path) if f.lower().endswith(suffixes)]
+        files = [f for f in listed_files(path, source.storage_options) if f.lower().endswith(suffixes)]
+    if is_url(path):
+        return files
     folder = Path(path)
     allowed = (None,) if source.symlinks_outside == "skip" else (None, OUTSIDE)
     return [f for f in files if link_problem(folder, f) in allowed]
 
 
+def _location(folder: str, relative: str) -> str:
+    """One file's full name, the same however its folder was spelled (a URL's trailing slash, a local `..`)."""
+    return f"{folder.rstrip('/')}/{relative}" if is_url(folder) else str(Path(folder) / relative)
+
+
 def unread_files(config: PipelineConfig) -> list[dict]:
     """Per source folder, the files no source reads: {source, path, files, reasons: {why: n}, examples}."""
-    read: set[Path] = set()
+    read: set[str] = set()
     for source in config.sources:
         if source.format == "hf-datasets":
-            read.update(Path(path) / f for path in source.paths for f in listed_files(path))
+            read.update(_location(path, f) for path in source.paths for f in listed_files(path))
             continue
-        read.update(
-            Path(path) / f if Path(path).is_dir() else Path(path)
-            for path in source.paths
-            for f in source_files(source, path)
-        )
+        for path in source.paths:
+            folder = folder_of(path, source.storage_options)[0]
+            read.update(_location(folder, f) for f in source_files(source, path))
     found, seen = [], set()
     for source in config.sources:
         for path in source.paths:
-            if not Path(path).is_dir() or path in seen:
+            if path in seen or folder_of(path, source.storage_options)[1]:
+                continue
+            if not is_url(path) and not Path(path).is_dir():
                 continue
             seen.add(path)
-            folder = Path(path)
-            missed = [f for f in listed_files(path) if folder / f not in read]
+            missed = [f for f in listed_files(path, source.storage_options) if _location(path, f) not in read]
             if missed:
-                reasons = Counter(link_problem(folder, f) or NO_READER for f in missed)
+                local = None if is_url(path) else Path(path)
+                reasons = Counter((local and link_problem(local, f)) or NO_READER for f in missed)
                 found.append(
                     {
                         "source": source.name,

@@ -45,7 +45,7 @@ class WriteHeldOut(PipelineStep):
         ngram: int = 13,
     ):
         super().__init__()
-        self.tokenizer_path, self.eos, self.sources = str(tokenizer_path), eos, list(sources)
+        self.tokenizer_path, self.eos, self.sources = Path(tokenizer_path), eos, list(sources)
         self.runs_dir, self.cells_dir, self.parts_dir = Path(runs_dir), Path(cells_dir), Path(parts_dir)
         self.shard_tokens, self.cutoffs, self.sets = shard_tokens, dict(cutoffs), list(sets)
         self.contaminated, self.ngram = dict(contaminated or {}), ngram

@@ -276,8 +276,10 @@ def build_reader(source: SourceConfig, path: str):
     """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`)."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
+    from pipeline.stages.discovery import data_folder, folder_of
+
     common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True)
-    folder = str(Path(path).parent) if Path(path).is_file() else path
+    folder = data_folder(folder_of(path, source.storage_options)[0], source.storage_options)
     if source.format in ("jsonl", "jsonl.zst"):
         reader = CountingJsonlReader(folder, compression="infer", **common)
     elif source.format == "parquet":
@@ -367,7 +369,7 @@ class ReadStage(PipelineStep):
             for doc in reader.read_file(relative):
                 yield self._document(doc, ordinal)
         except UNREADABLE as exc:
-            where = str(Path(path) / relative) if Path(path).is_dir() else path
+            where = reader.data_folder.resolve_paths(relative)
             if self.source.on_bad_file != "skip":
                 raise BadInputFile(
                     f"{where}: cannot read source {self.source.name!r} file to its end ({type(exc).__name__}: {exc});"

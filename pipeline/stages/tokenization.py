@@ -193,7 +193,7 @@ class TokenizeCells(PipelineStep):
         sets: Sequence[EvalSetConfig] = (),
     ):
         super().__init__()
-        self.tokenizer_path = str(tokenizer_path)
+        self.tokenizer_path = Path(tokenizer_path)
         self.eos = eos
         self.sources = {name: index for index, name in enumerate(sources)}
         self.runs_dir, self.cells_dir = Path(runs_dir), Path(cells_dir)
@@ -291,7 +291,7 @@ class RemovedTokens(PipelineStep):
         self, tokenizer_path: Path | str, removed_dir: Path | str, output_dir: Path | str, batch_size: int = 256
     ):
         super().__init__()
-        self.tokenizer_path = str(tokenizer_path)
+        self.tokenizer_path = Path(tokenizer_path)
         self.removed_dir = Path(removed_dir)
         self.output_dir = Path(output_dir)
         self.batch_size = batch_size
