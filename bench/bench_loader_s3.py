@@ -1,7 +1,7 @@
 """The loader over object storage against local disk, measured in the same run, each reader in its own process.
 
 `bench_loader`'s mixture and steps (its store: 6 cells, 27M uint16 tokens, 32 x 4096 per step), the store
-copied to moto's S3 server on 127.0.0.1 (its own process: `testkit.s3_server`) and read with s3fs:
+copied to moto's S3 server on 127.0.0.1 (its own process: `testkit.s3`) and read with s3fs:
 - local disk: `MixtureStream(prefetch=0).iterate` over MEASURE_STEPS steps, best of ROUNDS passes, alternated
   with the S3 reader's warm passes in the same process (a shared machine's load drifts);
 - S3, cold: the first pass with an empty local chunk cache; warm: the best of the next passes (the chunk
@@ -114,7 +114,7 @@ def main() -> list[Result]:
     from millrace.home import Home
     from pipeline.store.format import CHUNK_BYTES
     from pipeline.store.remote import copy_store
-    from testkit.s3_server import s3_server
+    from testkit.s3 import s3_server
 
     with tempfile.TemporaryDirectory(prefix="bench-loader-s3-") as tmp:
         home = Home.resolve(Path(tmp) / "home")

@@ -1,9 +1,9 @@
-"""An S3 server for tests: moto's, in its own process on a free loopback port, stopped by its PID.
+"""moto's S3 server in its own process on 127.0.0.1 (a free port), for tests and benches that need a real
+S3 endpoint: started by the caller, stopped by its PID. Its own process, so that the server's request
+handling does not share the reader's interpreter lock (a threaded server would slow the reader it serves).
 
-`moto_server()` yields its endpoint; `s3_options(endpoint)` are the fsspec `storage_options` that reach
-it (the fake credentials moto accepts, its endpoint); `make_bucket` creates a bucket; `upload_tree`
-puts a local directory under a URL, file by file.
-"""
+`with s3_server("bucket") as server:` yields an `S3Server` (`endpoint`, `storage_options` for s3fs,
+`create_bucket`); `upload_tree` and `download_tree` copy a local directory to and from a URL, file by file."""
 
 from __future__ import annotations
 
@@ -14,57 +14,91 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+KEY = "testing"
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    """A running moto S3 server: its endpoint, PID, and fsspec storage options for s3fs."""
+
+    endpoint: str
+    pid: int
+    process: subprocess.Popen = field(repr=False)
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {
+            "key": KEY,
+            "secret": KEY,
+            "skip_instance_cache": True,
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
+        }
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id=KEY, aws_secret_access_key=KEY
+        ).create_bucket(Bucket=name)
+
+    def stop(self) -> None:
+        """SIGTERM to the server's PID, then SIGKILL if it has not gone within 5 s."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def start_s3_server(timeout: float = 30.0) -> S3Server:
+    """Start moto's server on a free loopback port and wait until it answers."""
+    port = free_port()
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": KEY}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = S3Server(f"http://127.0.0.1:{port}", process.pid, process)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto's S3 server exited with {process.returncode} before answering on port {port}")
+        try:
+            urllib.request.urlopen(f"{server.endpoint}/moto-api/", timeout=1).close()
+            return server
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"moto's S3 server did not answer on port {port} within {timeout:g}s")
 
 
 @contextlib.contextmanager
-def moto_server(start_timeout: float = 60) -> Iterator[str]:
-    """moto's S3 server on 127.0.0.1 (its own process and session); yields `http://127.0.0.1:<port>`."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def s3_server(*buckets: str) -> Iterator[S3Server]:
+    """A moto S3 server with `buckets` created, stopped by PID on exit."""
+    server = start_s3_server()
     try:
-        deadline = time.monotonic() + start_timeout
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        for bucket in buckets:
+            server.create_bucket(bucket)
+        yield server
     finally:
-        os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=10)
-
-
-def s3_options(endpoint: str) -> dict:
-    """fsspec storage_options for s3fs against the server at `endpoint` (moto accepts any credentials)."""
-    return {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
-
-
-def make_bucket(endpoint: str, bucket: str) -> None:
-    import boto3
-
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket=bucket)
+        server.stop()
 
 
 def upload_tree(local: Path, url: str, options: dict) -> None:

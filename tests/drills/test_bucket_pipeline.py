@@ -21,7 +21,7 @@ from pipeline.config import parse_pipeline_config
 from pipeline.remote_work import SCRATCH_PREFIX
 from pipeline.runner import PipelineError, run_pipeline
 from testkit.corpus import make_corpus, store_files
-from testkit.s3 import download_tree, make_bucket, moto_server, s3_options, upload_tree
+from testkit.s3 import download_tree, s3_server, upload_tree
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -72,9 +72,8 @@ class TaskKiller(threading.Thread):
 def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fresh_driver(tmp_path):
     ray = pytest.importorskip("ray")
     corpus = make_corpus(tmp_path / "corpus")
-    with moto_server() as endpoint:
-        opts = s3_options(endpoint)
-        make_bucket(endpoint, "data")
+    with s3_server("data") as server:
+        opts = server.storage_options
         upload_tree(corpus, "s3://data/corpus", opts)
         local = run_pipeline(config(opts), Home.resolve(tmp_path / "home-local"))
 

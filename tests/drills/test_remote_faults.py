@@ -8,13 +8,9 @@ naming the object's URL and byte range. A damaged local cache entry is dropped a
 import http.client
 import logging
 import os
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -25,6 +21,7 @@ from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
 from testkit.manifests import make_manifest
+from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
 pytest.importorskip("s3fs")
@@ -35,35 +32,10 @@ URL = "s3://millrace/stores/t/2026.01.01"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto_endpoint():
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        os.kill(server.pid, signal.SIGTERM)
-        server.wait(timeout=10)
+    with s3_server("millrace") as server:
+        yield server.endpoint
 
 
 class FaultProxy(BaseHTTPRequestHandler):
@@ -135,19 +107,11 @@ def proxy(moto_endpoint):
 
 @pytest.fixture(scope="module")
 def copied(moto_endpoint, tmp_path_factory):
-    import boto3
 
     from millrace.home import Home
 
     for key, value in CREDENTIALS.items():
         os.environ.setdefault(key, value)
-    boto3.client(
-        "s3",
-        endpoint_url=moto_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket="millrace")
     home = Home.resolve(tmp_path_factory.mktemp("remote-faults"))
     store = make_store(home, CELLS, RANDOM, shards=2)
     manifest = make_manifest(home, store, [{"a": 24, "b": 8}], seq_len=64)

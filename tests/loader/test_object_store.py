@@ -10,10 +10,11 @@ from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
 from testkit.manifests import make_manifest
+from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
 pytest.importorskip("s3fs")
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 
 CELLS = {"a": 30_000, "b": 9_000, "c": 2_000}
 
@@ -25,26 +26,8 @@ def s3(tmp_path_factory):
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = {
-        "key": "testing",
-        "secret": "testing",
-        "skip_instance_cache": True,
-        "client_kwargs": {"endpoint_url": f"http://{host}:{port}", "region_name": "us-east-1"},
-    }
-    import boto3
-
-    boto3.client(
-        "s3",
-        endpoint_url=f"http://{host}:{port}",
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    ).create_bucket(Bucket="millrace")
-    yield options
-    server.stop()
+    with s3_server("millrace") as server:
+        yield server.storage_options
 
 
 @pytest.fixture(scope="module")

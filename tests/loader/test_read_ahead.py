@@ -11,7 +11,7 @@ from millrace.home import Home
 from pipeline.store.remote import copy_store
 from testkit.batches import batch_digest
 from testkit.manifests import make_manifest
-from testkit.s3_server import s3_server
+from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
 pytest.importorskip("s3fs")

@@ -17,7 +17,7 @@ from pipeline.stages.discovery import unread_files
 from pipeline.stages.readers import ReadStage, file_count
 from pipeline.work import input_listing
 from testkit.corpus import prose
-from testkit.s3 import make_bucket, moto_server, s3_options, upload_tree
+from testkit.s3 import s3_server, upload_tree
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -55,9 +55,8 @@ def documents(config, tmp: Path) -> list[tuple]:
 
 def test_sources_at_s3_urls_read_like_the_same_files_on_disk(tmp_path):
     folder = mixed_folder(tmp_path / "mixed")
-    with moto_server() as endpoint:
-        options = s3_options(endpoint)
-        make_bucket(endpoint, "corpus")
+    with s3_server("corpus") as server:
+        options = server.storage_options
         upload_tree(folder, "s3://corpus/mixed", options)
         on_disk, on_s3 = config(str(folder), {}), config("s3://corpus/mixed", options)
         local, remote = documents(on_disk, tmp_path / "local"), documents(on_s3, tmp_path / "remote")

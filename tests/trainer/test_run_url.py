@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from millrace.home import Home
-from testkit.s3_server import s3_server
+from testkit.s3 import s3_server
 from trainer.checkpoint import list_checkpoints
 from trainer.loop import train
 from trainer.records import read_metrics
