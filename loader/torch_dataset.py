@@ -31,7 +31,8 @@ from millrace.errors import ConfigError
 
 
 def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
-    """A batch as tensors (zero-copy from numpy); `sources` only when the store has them."""
+    """A batch as tensors (zero-copy from numpy); `segment_sources` ([b, S], see `Batch`) only when the store has
+    sources."""
     tensors = {
         "input_ids": torch.from_numpy(batch.input_ids),
         "labels": torch.from_numpy(batch.labels),
@@ -41,8 +42,8 @@ def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
         "sample_positions": torch.from_numpy(batch.sample_positions),
         "step": torch.tensor(batch.step, dtype=torch.int64),
     }
-    if batch.sources is not None:
-        tensors["sources"] = torch.from_numpy(batch.sources)
+    if batch.segment_sources is not None:
+        tensors["segment_sources"] = torch.from_numpy(batch.segment_sources)
     return tensors
 
 
