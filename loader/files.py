@@ -205,7 +205,7 @@ class LocalFile(ChunkedFile):
         then one `preadv` straight into `out` (no intermediate bytes, no join)."""
         if self._fd < 0:
             raise ArtifactError(f"{self.name}: read after close")
-        fd, step, checked, size_of_file = self._fd, self.chunk_bytes, self._checked, self.size
+        fd, step, checked, size_of_file, view = self._fd, self.chunk_bytes, self._checked, self.size, memoryview(out)
         for offset, size, where in zip(offsets.tolist(), sizes.tolist(), at.tolist()):
             end = offset + size
             if offset < 0 or end > size_of_file:
@@ -213,7 +213,7 @@ class LocalFile(ChunkedFile):
             first, last = offset // step, (end - 1) // step
             if not (checked[first] and checked[last]) or last - first > 1:
                 self._verify_chunks(first, last)
-            got = os.preadv(fd, (out[where : where + size].data,), offset)
+            got = os.preadv(fd, (view[where : where + size],), offset)
             if got != size:
                 raise ArtifactError(f"{self.name}: bytes [{offset}, {end}) came back as {got} bytes (truncated)")
 
