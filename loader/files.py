@@ -205,7 +205,7 @@ class LocalFile(ChunkedFile):
         then one `preadv` straight into `out` (no intermediate bytes, no join)."""
         if self._fd < 0:
             raise ArtifactError(f"{self.name}: read after close")
-        fd, step, checked, size_of_file, view = self._fd, self.chunk_bytes, self._checked, self.size, memoryview(out)
+        fd, step, checked, size_of_file, view = self._fd, self.chunk_bytes, self._checked, self.size, out.data
         for offset, size, where in zip(offsets.tolist(), sizes.tolist(), at.tolist()):
             end = offset + size
             if offset < 0 or end > size_of_file:
