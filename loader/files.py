@@ -8,12 +8,15 @@ again rather than blamed on the object). Every remote read has a deadline (`read
 retried here alone, with a log line per retry: s3fs retries each call 5 times inside a loop of 5,
 over botocore's own retries, which made a server that never answers cost 900 s with no word, so
 those layers are set to one attempt each. After the last attempt a one-line error names the
-object and byte range. Nothing here knows about tokens or documents.
+object and byte range. Remote chunks can also be fetched ahead of need (`ChunkFetcher`: concurrent range
+reads on a thread pool, straight into the cache), which is how the loader reads the next batches' chunks
+while it packs the current one (`loader.shards.ReadAhead`). Nothing here knows about tokens or documents.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import resource
@@ -21,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,11 +52,15 @@ class ReadOptions:
     retries: int = 4  # attempts after the first failed read (the only retries: see the module docstring)
     backoff_s: float = 0.2  # first wait; doubles each attempt
     read_timeout: float = 60.0  # seconds one remote read (connect, request, whole body) may take
+    readahead_bytes: int = 128 << 20  # remote: bytes of the next batches' chunks fetched ahead of need; 0: none
+    fetch_threads: int = 16  # remote: range reads in flight at once (the read-ahead's)
 
     def __post_init__(self) -> None:
-        for field in ("max_open_files", "cache_bytes", "memory_chunks", "fetch_bytes"):
+        for field in ("max_open_files", "cache_bytes", "memory_chunks", "fetch_bytes", "fetch_threads"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"{field} {getattr(self, field)}: must be at least 1")
+        if self.readahead_bytes < 0:
+            raise ConfigError(f"readahead_bytes {self.readahead_bytes}: must be non-negative (0: no read-ahead)")
         if self.retries < 0 or self.backoff_s < 0:
             raise ConfigError(f"retries {self.retries} / backoff_s {self.backoff_s}: must be non-negative")
         if not 0 < self.read_timeout < float("inf"):
@@ -242,6 +250,15 @@ class ChunkCache:
         self._disk: OrderedDict[str, int] = OrderedDict((p.stem, p.stat().st_size) for p in entries)
         self._disk_bytes = sum(self._disk.values())
 
+    def peek(self, key: str) -> np.ndarray | None:
+        """The chunk if it is in memory (no file read, no reordering)."""
+        with self._lock:
+            return self._memory.get(key)
+
+    def holds(self, key: str) -> bool:
+        with self._lock:
+            return key in self._memory or key in self._disk
+
     def get(self, key: str) -> np.ndarray | None:
         with self._lock:
             if key in self._memory:
@@ -351,7 +368,8 @@ def single_retry_layer(protocol: str, storage_options: dict, options: ReadOption
 
 
 class RemoteFile(ChunkedFile):
-    """One object at an fsspec URL, read by whole chunks through the shared `ChunkCache`."""
+    """One object at an fsspec URL, read by whole chunks through the shared `ChunkCache`; a chunk the
+    `ChunkFetcher` is already fetching is waited for, not asked for twice."""
 
     def __init__(
         self,
@@ -363,23 +381,45 @@ class RemoteFile(ChunkedFile):
         key: str,
         cache: ChunkCache,
         options: ReadOptions,
+        fetcher: ChunkFetcher | None = None,
     ):
         super().__init__(f"{fs.unstrip_protocol(path)}", size, digests, chunk_bytes)
         self.fs, self.path, self.key, self.cache, self.options = fs, path, key, cache, options
+        self.fetcher = fetcher
 
     def _key(self, index: int) -> str:
         digest = int(self.digests[index]) if self.digests is not None else 0
         return f"{self.key}-{index}-{digest:016x}"
 
+    def cached(self, index: int) -> bool:
+        """Whether chunk `index` is in the cache (memory or disk), without reading it."""
+        return self.cache.holds(self._key(index))
+
     def _chunk(self, index: int) -> np.ndarray:
-        data = self.cache.get(self._key(index))
+        key = self._key(index)
+        data = None if self.fetcher is None else self.fetcher.staged(key)
+        if data is not None:
+            return data
+        data = self.cache.get(key)
+        if data is None and self.fetcher is not None and self.fetcher.wait(key):
+            data = self.cache.get(key)
         if data is not None:
             return data
         # One request fetches the aligned group of chunks around `index` (object stores want large ranges).
         group = max(1, self.options.fetch_bytes // self.chunk_bytes)
         first = index // group * group
-        start = first * self.chunk_bytes
-        end = min(self.size, start + group * self.chunk_bytes)
+        fetched = self.fetch(first, min(first + group, self.chunks))
+        if not first <= index < first + len(fetched):
+            raise ArtifactError(f"{self.name}: chunks [{first}, {first + len(fetched)}) do not hold chunk {index}")
+        return fetched[index - first]
+
+    @property
+    def chunks(self) -> int:
+        return self._verified.size
+
+    def fetch(self, first: int, last: int) -> list[np.ndarray]:
+        """Chunks [first, last) in one range read (retried), each checked against its digest and cached."""
+        start, end = first * self.chunk_bytes, min(self.size, last * self.chunk_bytes)
         raw = with_retries(
             f"{self.name} bytes [{start}, {end})",
             lambda: read_range(self.fs, self.path, start, end, self.options),
@@ -388,16 +428,146 @@ class RemoteFile(ChunkedFile):
         fetched = np.frombuffer(raw, dtype=np.uint8)
         if fetched.size != end - start:
             raise ArtifactError(f"{self.name}: bytes [{start}, {end}) came back as {fetched.size} bytes")
-        wanted = None
-        for chunk in range(first, first + -(-fetched.size // self.chunk_bytes)):
-            data = fetched[(chunk - first) * self.chunk_bytes : (chunk - first + 1) * self.chunk_bytes]
+        chunks = []
+        for chunk in range(first, last):  # copies: a view would keep the whole range alive while any chunk is kept
+            data = fetched[(chunk - first) * self.chunk_bytes : (chunk - first + 1) * self.chunk_bytes].copy()
             self._check(chunk, data)
             self._verified[chunk] = True
             self.cache.put(self._key(chunk), data)
-            wanted = data if chunk == index else wanted
-        if wanted is None:
-            raise ArtifactError(f"{self.name}: bytes [{start}, {end}) do not hold chunk {index}")
-        return wanted
+            chunks.append(data)
+        return chunks
+
+
+class ChunkFetcher:
+    """Remote chunks staged in memory before the reader asks for them (the read-ahead's store).
+
+    `stage(file, chunks)` pins each chunk for one more batch: one in the cache's memory is held as it is,
+    one in neither the memory nor the files of the cache is fetched with the rest of its aligned group of
+    `fetch_bytes` (runs of chunks neither cached nor in flight, concurrently on `fetch_threads` threads;
+    every chunk checked and cached, those asked for kept here). `release(keys)` unpins them after the batch
+    is read; a chunk with no pins left is dropped. A chunk in the cache's files only is left to the reader
+    (loaded by a thread here it measured no faster, only more contended). The reader takes a staged chunk
+    with `staged(key)`, waiting if it is still in flight. A fetch that fails here is dropped: the reader then
+    reads the chunk itself and reports the failure as usual. Memory: the staged chunks (`staged_bytes`, which the
+    read-ahead keeps under its budget) and at most `fetch_threads` ranges in flight."""
+
+    def __init__(self, options: ReadOptions):
+        self.options = options
+        self._pool = ThreadPoolExecutor(options.fetch_threads, thread_name_prefix="millrace-fetch")
+        self._staged: dict[str, list] = {}  # key -> [ndarray | Future | None, pins, bytes]
+        self._flying: dict[str, Future] = {}  # key -> the fetch of its run
+        self._lock = threading.Lock()
+        self.staged_bytes = 0
+
+    def stage(self, file: RemoteFile, chunks: np.ndarray) -> list[str]:
+        """Pin `chunks` (sorted, unique chunk indices of `file`) for one more batch; returns the keys pinned."""
+        keys = [file._key(chunk) for chunk in chunks.tolist()]
+        missing: list[int] = []
+        with self._lock:
+            pinned = []
+            for chunk, key in zip(chunks.tolist(), keys):
+                entry = self._staged.get(key)
+                if entry is None:
+                    held = file.cache.peek(key)
+                    if held is None and key not in self._flying and file.cache.holds(key):
+                        continue  # in the cache's files: the reader loads it itself, as fast as a thread here would
+                    size = min(file.chunk_bytes, file.size - chunk * file.chunk_bytes)
+                    entry = self._staged[key] = [held, 0, size]
+                    self.staged_bytes += size
+                    if held is None and key in self._flying:
+                        entry[0] = self._flying[key]
+                    elif held is None:
+                        missing.append(chunk)
+                entry[1] += 1
+                pinned.append(key)
+            self._fetch_groups(file, missing)
+        return pinned
+
+    def _fetch_groups(self, file: RemoteFile, chunks: list[int]) -> None:
+        """Start the runs that fetch the aligned groups of `chunks` (the lock held)."""
+        if not chunks:
+            return
+        group = max(1, self.options.fetch_bytes // file.chunk_bytes)
+        groups = np.unique(np.array(chunks) // group)
+        around = (groups[:, None] * group + np.arange(group)).ravel()
+        runs: list[list[int]] = []
+        for chunk in around[around < file.chunks].tolist():
+            key = file._key(chunk)
+            if key in self._flying or (chunk not in chunks and file.cache.holds(key)):
+                continue
+            if runs and chunk == runs[-1][-1] + 1 and len(runs[-1]) < group:  # ranges of fetch_bytes at most
+                runs[-1].append(chunk)
+            else:
+                runs.append([chunk])
+        for run in runs:
+            future = self._pool.submit(self._fetch, file, run[0], run[-1] + 1)
+            for chunk in run:
+                key = file._key(chunk)
+                self._flying[key] = future
+                if key in self._staged:
+                    self._staged[key][0] = future
+
+    def _fetch(self, file: RemoteFile, first: int, last: int) -> None:
+        fetched: list[np.ndarray] = []
+        try:
+            fetched = file.fetch(first, last)
+        finally:
+            with self._lock:
+                for chunk, data in itertools.zip_longest(range(first, last), fetched):
+                    key = file._key(chunk)
+                    self._flying.pop(key, None)
+                    entry = self._staged.get(key)
+                    if entry is not None and data is not None:
+                        entry[0] = data
+
+    def staged(self, key: str) -> np.ndarray | None:
+        """The staged chunk `key` (waiting for its fetch or load), or None when it is not staged or failed."""
+        with self._lock:
+            entry = self._staged.get(key)
+            value = None if entry is None else entry[0]
+        if isinstance(value, Future):
+            try:
+                value.result()
+            except BaseException as exc:  # the reader reads it itself and reports the failure
+                log.debug("read-ahead of %s failed (%s); read on demand", key, exc)
+                return None
+            with self._lock:
+                value = entry[0] if entry is not None else None
+        return value if isinstance(value, np.ndarray) else None
+
+    def wait(self, key: str) -> bool:
+        """Wait for chunk `key` if a fetch of it is in flight; whether one was (and succeeded)."""
+        with self._lock:
+            future = self._flying.get(key)
+        if future is None:
+            return False
+        try:
+            future.result()
+        except BaseException:
+            return False
+        return True
+
+    def release(self, keys: list[str]) -> None:
+        """One batch's pins off `keys`; chunks without pins are dropped."""
+        with self._lock:
+            for key in keys:
+                entry = self._staged.get(key)
+                if entry is None:
+                    continue
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._staged[key]
+                    self.staged_bytes -= entry[2]
+
+    def __getstate__(self) -> dict:
+        """A data-loader worker gets its own threads and nothing staged."""
+        return {"options": self.options}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class OpenFiles:
@@ -455,6 +625,7 @@ class StoreFiles:
     def __init__(self, root: str | Path, options: ReadOptions, storage_options: dict | None = None):
         self.options = options
         self.fs: Any = None
+        self.fetcher: ChunkFetcher | None = None
         self.local: Path | None = None
         text = str(root)
         if "://" in text and not text.startswith("file://"):
@@ -468,6 +639,7 @@ class StoreFiles:
                 self.fs.retries = 1
             self.root = self.root.rstrip("/")
             self.cache = ChunkCache(options)
+            self.fetcher = ChunkFetcher(options) if options.readahead_bytes else None
         else:
             self.local = Path(text.removeprefix("file://"))
             self.root = str(self.local)
@@ -506,5 +678,13 @@ class StoreFiles:
                 )
             return opened
         return RemoteFile(
-            self.fs, f"{self.root}/{relative}", size, chunk_digests, chunk_bytes, key, self.cache, self.options
+            self.fs,
+            f"{self.root}/{relative}",
+            size,
+            chunk_digests,
+            chunk_bytes,
+            key,
+            self.cache,
+            self.options,
+            self.fetcher,
         )

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from loader.files import OpenFiles, StoreFiles
+from loader.files import ChunkedFile, OpenFiles, RemoteFile, StoreFiles
 from loader.permutation import run_shuffle
 from millrace.artifacts import check_pinned, parse_artifact, payload_model
 from millrace.errors import ArtifactError
@@ -45,7 +47,14 @@ from pipeline.store.format import (
     parse_index_header,
 )
 
+log = logging.getLogger(__name__)
+
+# A batch's windows located (`TokenSpace._locate`): per span (shard key, first and end token, documents), and
+# the slice of its block's layout table holding those documents.
+Located = tuple[list[tuple[int, int, int, int]], list[np.ndarray]]
+
 LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
+MAX_BATCHES_AHEAD = 64  # the read-ahead plans at most this many batches past the one being read
 
 
 class OpenShard:
@@ -273,13 +282,14 @@ class TokenSpace:
         self.seed, self.block, self.run, self.sources = seed, block, run, sources
         self.open_files = OpenFiles(files.options.max_open_files)
         self._layouts: OrderedDict[tuple, Layout] = OrderedDict()
+        self._planned: OrderedDict[tuple, Located] = OrderedDict()  # the read-ahead's, for `gather`
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
         """What a data-loader worker process gets: no open files, no cached layouts."""
         state = dict(self.__dict__)
         state["open_files"] = OpenFiles(self.files.options.max_open_files)
-        state["_layouts"], state["_lock"] = OrderedDict(), None
+        state["_layouts"], state["_planned"], state["_lock"] = OrderedDict(), OrderedDict(), None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -348,16 +358,49 @@ class TokenSpace:
         (`ChunkedFile.read_pieces_into`: its chunks checked as one vector, one `pread` each). Segments and
         their sources come from the pieces, not from the tokens."""
         width = self.seq_len + 1
+        located = None
+        if self._planned:
+            with self._lock:
+                located = self._planned.pop(self._plan_key(cell_ids, sequences, epochs), None)
+        if located is None:
+            located = self._locate(cell_ids, sequences, epochs, width)
         out = np.empty((cell_ids.size, width), dtype=self.dtype)
-        spans, columns = self._locate(cell_ids, sequences, epochs, width)
-        if not spans:
+        pieces = self._pieces(located)
+        if pieces is None:
             return out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32) if with_sources else None
-        pieces = Pieces.cut(np.array(spans, dtype=np.int64).T, np.concatenate(columns, axis=1), self.dtype.itemsize)
         raw = out.reshape(-1).view(np.uint8)
         for (cell_id, index), offsets, sizes, at in pieces.reads(self.dtype.itemsize):
             self.shard(cell_id, index).bin.read_pieces_into(offsets, sizes, raw, at)
         starts, sources = pieces.segments(width, self.seq_len, with_sources)
         return out, starts, sources
+
+    def chunks_to_read(
+        self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray
+    ) -> list[tuple[ChunkedFile, np.ndarray]]:
+        """(`.bin` file, sorted chunk indices) of each shard that `gather` of these samples reads: the
+        read-ahead's plan, found as `gather` finds its pieces (shards opened and index chunks read on the way)."""
+        located = self._locate(cell_ids, sequences, epochs, self.seq_len + 1)
+        with self._lock:  # `gather` of the same samples takes them instead of locating them again
+            self._planned[self._plan_key(cell_ids, sequences, epochs)] = located
+            while len(self._planned) > MAX_BATCHES_AHEAD + 2:
+                self._planned.popitem(last=False)
+        pieces = self._pieces(located)
+        if pieces is None:
+            return []
+        plan = []
+        for (cell_id, index), offsets, sizes, _ in pieces.reads(self.dtype.itemsize):
+            file = self.shard(cell_id, index).bin
+            first, last = offsets // file.chunk_bytes, (offsets + sizes - 1) // file.chunk_bytes
+            chunks = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
+            plan.append((file, chunks))
+        return plan
+
+    def read_ahead(self, upcoming: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> ReadAhead | None:
+        """A `ReadAhead` over the coming batches' (cell_ids, sequences, epochs), or None where there is nothing
+        to fetch ahead (a local store, or `readahead_bytes = 0`)."""
+        if self.files.fetcher is None:
+            return None
+        return ReadAhead(self, upcoming, self.files.options.readahead_bytes)
 
     def read(
         self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray, with_sources: bool
@@ -369,9 +412,18 @@ class TokenSpace:
         total = cell_ids.size * self.seq_len
         return windows, np.repeat(sources, np.diff(np.append(starts, total))).reshape(cell_ids.size, self.seq_len)
 
-    def _locate(
-        self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray, width: int
-    ) -> tuple[list[tuple[int, int, int, int]], list[np.ndarray]]:
+    @staticmethod
+    def _plan_key(cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray) -> tuple[bytes, bytes, bytes]:
+        return cell_ids.tobytes(), sequences.tobytes(), epochs.tobytes()
+
+    def _pieces(self, located: Located) -> Pieces | None:
+        """The located spans cut into pieces (None when there are none)."""
+        spans, columns = located
+        if not spans:
+            return None
+        return Pieces.cut(np.array(spans, dtype=np.int64).T, np.concatenate(columns, axis=1), self.dtype.itemsize)
+
+    def _locate(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray, width: int) -> Located:
         """The spans of the windows' tokens [sequence seq_len, + width) of their cells in their epochs' order,
         one per block a window crosses, in batch order: (shard key cell_id << 32 | index, first and end token
         of the span in the shard, documents it overlaps), and the slice of the block's layout table holding
@@ -421,3 +473,66 @@ class TokenSpace:
             found += [(index, int(d)) for d, n in zip(layout.documents[first:last], layout.lengths[first:last]) if n]
             position += layout.end - offset
         return found
+
+
+class ReadAhead:
+    """The chunks of the batches to come, staged in memory while the current one is read (a remote store).
+
+    A batch's pieces are a pure function of its samples, so a thread walks the coming batches in order, works
+    out the chunks each will read (`TokenSpace.chunks_to_read`) and stages them with the store's
+    `ChunkFetcher` (from the cache, or fetched by concurrent range reads). It stays at most `budget` bytes of
+    staged chunks (and MAX_BATCHES_AHEAD batches) ahead of the reader, and each batch's chunks are released
+    once it is read, so the memory it holds is bounded by the budget, whatever the store or the run's length.
+    An error here only stops the read-ahead: the reader reads what it needs itself and reports failures."""
+
+    def __init__(self, space: TokenSpace, upcoming: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], budget: int):
+        if space.files.fetcher is None:
+            raise ValueError("read-ahead needs a remote store's ChunkFetcher")
+        self.space, self.budget, self.fetcher = space, budget, space.files.fetcher
+        self._pinned: deque[tuple[int, list[str]]] = deque()  # (batch, its chunk keys) of unfinished batches
+        self._finished = 0  # batches the reader has finished
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, args=(upcoming,), name="millrace-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self, upcoming: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        try:
+            for batch, (cell_ids, sequences, epochs) in enumerate(upcoming):
+                with self._changed:
+                    while not self._stopped and batch > self._finished and self._too_far(batch):
+                        self._changed.wait()
+                    if self._stopped:
+                        return
+                    if batch < self._finished:  # the reader got there first
+                        continue
+                keys: list[str] = []
+                for file, chunks in self.space.chunks_to_read(cell_ids, sequences, epochs):
+                    if isinstance(file, RemoteFile):
+                        keys += self.fetcher.stage(file, chunks)
+                with self._changed:
+                    if self._stopped or batch < self._finished:
+                        self.fetcher.release(keys)
+                    else:
+                        self._pinned.append((batch, keys))
+        except Exception as exc:  # the reader meets the same problem on demand, and names it
+            log.debug("read-ahead stopped: %s", exc)
+
+    def _too_far(self, batch: int) -> bool:
+        return self.fetcher.staged_bytes >= self.budget or batch - self._finished > MAX_BATCHES_AHEAD
+
+    def finished(self) -> None:
+        """The reader finished its next batch: its chunks are released."""
+        with self._changed:
+            self._finished += 1
+            while self._pinned and self._pinned[0][0] < self._finished:
+                self.fetcher.release(self._pinned.popleft()[1])
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        """Stop, and release every batch still pinned."""
+        with self._changed:
+            self._stopped = True
+            while self._pinned:
+                self.fetcher.release(self._pinned.popleft()[1])
+            self._changed.notify_all()

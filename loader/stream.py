@@ -14,17 +14,17 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from loader.files import ReadOptions, StoreFiles
 from loader.packing import output_block, pack_segments, token_values
 from loader.schedule import SampleIndex, Schedule
-from loader.shards import CellShards, TokenSpace
+from loader.shards import CellShards, ReadAhead, TokenSpace
 from loader.state import LoaderState
 from millrace.artifacts import check_pinned, parse_artifact, payload_model
 from millrace.errors import ArtifactError, ConfigError
@@ -116,6 +116,7 @@ class MixtureStream:
         self.seq_len = manifest.seq_len
         self._step = 0
         self._block: tuple[int, SampleIndex] | None = None
+        self._ahead: ReadAhead | None = None
         drawn = [name for name in self.cell_names if any(p.counts.get(name, 0) for p in manifest.phases)]
         self.index_only = manifest.store.stats_only
         self.source_names: list[str] = []
@@ -308,7 +309,7 @@ class MixtureStream:
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no batches; use index(step)")
         self._step = start
-        make = self.gather if gathered else self._assemble
+        make = self._reading_ahead(self.gather if gathered else self._assemble, range(start, end, stride))
         if self.prefetch <= 0:
             for step in range(start, end, stride):
                 batch = make(step, self._sequential_index(step))
@@ -350,6 +351,27 @@ class MixtureStream:
         finally:
             stop.set()
             worker.join(timeout=10)
+
+    def _reading_ahead(
+        self, make: Callable[[int, SampleIndex], Any], steps: range
+    ) -> Callable[[int, SampleIndex], Any]:
+        """`make`, with the chunks of the batches after each fetched meanwhile from a remote store
+        (`loader.shards.ReadAhead`); `make` itself where there is no read-ahead. One iteration's at a time."""
+        if self._ahead is not None:
+            self._ahead.close()
+        indices = (self.index(step) for step in steps)
+        self._ahead = self._space.read_ahead((i.cell_ids, i.sequences, i.epochs) for i in indices)
+        ahead = self._ahead
+        if ahead is None:
+            return make
+
+        def made(step: int, index: SampleIndex) -> Any:
+            try:
+                return make(step, index)
+            finally:
+                ahead.finished()
+
+        return made
 
     def iterate_index(self, start_step: int = 0, end_step: int | None = None) -> Iterator[SampleIndex]:
         """Index-only iteration (works on stats-only manifests): one SampleIndex per step."""

@@ -115,13 +115,20 @@ def atomic_write_text(path: Path | str, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def write_artifact(path: Path | str, kind: str, schema_version: int, payload: dict[str, Any]) -> str:
-    """Write `payload` as an artifact of `kind`; returns its content hash."""
+def artifact_bytes(kind: str, schema_version: int, payload: dict[str, Any]) -> tuple[bytes, str]:
+    """`payload` as the bytes of an artifact of `kind`, and its content hash (for a writer that is not a local
+    file, such as an object store)."""
     body = {"kind": kind, "schema_version": schema_version, **payload}
     body.pop(HASH_FIELD, None)
     digest = content_hash(body)
     body[HASH_FIELD] = digest
-    atomic_write_bytes(path, json.dumps(body, indent=1, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+    return json.dumps(body, indent=1, sort_keys=True, ensure_ascii=False).encode() + b"\n", digest
+
+
+def write_artifact(path: Path | str, kind: str, schema_version: int, payload: dict[str, Any]) -> str:
+    """Write `payload` as an artifact of `kind`; returns its content hash."""
+    data, digest = artifact_bytes(kind, schema_version, payload)
+    atomic_write_bytes(path, data)
     return digest
 
 

@@ -473,6 +473,11 @@ class PipelineConfig(StrictModel):
     def source(self, name: str) -> SourceConfig:
         return next(s for s in self.sources if s.name == name)
 
+    @property
+    def fits_cells(self) -> bool:
+        """Whether quality buckets or topic domains are fitted; callers import scikit-learn (3-4 s) only then."""
+        return any(section is not None and section.enabled for section in (self.quality, self.domains))
+
 
 def _check_filter_options(config: PipelineConfig, origin: str) -> None:
     """Build each filter with its options once, so that a misspelt option fails here and not in a task."""

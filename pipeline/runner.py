@@ -190,11 +190,11 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
-    from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
+    if not config.fits_cells:
+        return PostDedupStages()
+    from pipeline.stages.cell_stages import CellStages
 
     stages = CellStages(config.quality, config.domains, layout.models)
-    if not stages.enabled:
-        return PostDedupStages()
     stages.fit(DeduplicatedSample(layout).documents(stages.sample_bytes))
     return PostDedupStages(steps=stages.steps(), collect_stats=stages.collect_stats)
 
@@ -271,11 +271,12 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
 
     A terminal's Ctrl-C reaches every process in its group; only this process should act on it
     (stop the pool, say how to resume). Workers that raised KeyboardInterrupt too would each
-    print a traceback. `pipeline.forkserver_hook` quiets the one a worker forked during the shutdown prints.
+    print a traceback. `pipeline.forkserver_hook` quiets the one a worker forked during the shutdown prints;
+    `pipeline.worker_preload` loads what every task needs, once.
     """
     import multiprocess.forkserver
 
-    multiprocess.forkserver.set_forkserver_preload(["__main__", "pipeline.forkserver_hook"])
+    multiprocess.forkserver.set_forkserver_preload(["__main__", "pipeline.forkserver_hook", "pipeline.worker_preload"])
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         multiprocess.forkserver.ensure_running()

@@ -77,14 +77,16 @@ class StageInTask(PipelineStep):
         self.stage, self.config, self.home_root, self.version = stage, config, Path(home_root), version
 
     def steps(self) -> list[PipelineStep]:
-        from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
-
         layout = _layout(self.config, Home.resolve(self.home_root), self.version)
         if self.stage == "split":
             cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
             return split_pipeline(self.config, layout, cutoffs, load_decision(layout.contamination)["cells"])
+        if not self.config.fits_cells:
+            return tokenize_pipeline(self.config, layout, [])
+        from pipeline.stages.cell_stages import CellStages
+
         cells = CellStages(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
-        return tokenize_pipeline(self.config, layout, cells.steps() if cells.enabled else [])
+        return tokenize_pipeline(self.config, layout, cells.steps())
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         for step in self.steps():

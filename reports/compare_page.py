@@ -38,5 +38,5 @@ def write_explain_page(site: Path, run: str) -> Path:
         site / "runs" / run / "explain.html",
         root="../../",
         run=run,
-        page_js=static_text("explain.js"),
+        page_js=static_text("explain_panel.js") + static_text("explain.js"),
     )

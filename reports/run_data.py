@@ -121,15 +121,17 @@ class Chunk:
 
 
 def script(function: str, payload: Any) -> str:
-    """`function({...});` with the JSON safe inside a script (no `</script>`, no NaN)."""
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).replace("</", "<\\/")
-    return f"{function}({text});\n"
+    """`function(JSON.parse("..."));`: V8 parses a JSON string faster than the same object literal (the
+    overview of a 100,000-step run is half a megabyte); the text is safe inside a script (no `</script>`, no NaN)."""
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    literal = json.dumps(text, ensure_ascii=False).replace("</", "<\\/")
+    return f"{function}(JSON.parse({literal}));\n"
 
 
 def read_script(path: Path) -> Any:
-    """The payload of a data file (`millraceData({...});`), for tests and tools."""
+    """The payload of a data file (`millraceData(JSON.parse("..."));`), for tests and tools."""
     text = Path(path).read_text(encoding="utf-8")
-    return json.loads(text[text.index("(") + 1 : text.rindex(")")])
+    return json.loads(json.loads(text[text.index("JSON.parse(") + 11 : text.rindex("))")]))
 
 
 def _rounded(values: np.ndarray) -> list[float]:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from reports.compare_data import EXPLAIN_FILE
 from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import DATA_DIR, RunSeries
@@ -72,6 +73,13 @@ def write_run_page(
     series.write(
         out.parent / DATA_DIR, rebuilt, data, keep=lambda key: not key.startswith("loss_per_cell/") or key in drawn
     )
+    files = {
+        "run": view.name,
+        "live": view.live,
+        "refresh": refresh_seconds,
+        "data": DATA_DIR,
+        "explain": EXPLAIN_FILE,
+    }
     last = data["last"]  # every charted scalar, step and phase (None where not recorded)
     return render_page(
         "run.html.j2",
@@ -83,9 +91,9 @@ def write_run_page(
         store_link=store_link,
         last=last,
         records=view.records,
-        page_json=embed_json({"run": view.name, "live": view.live, "refresh": refresh_seconds, "data": DATA_DIR}),
+        page_json=embed_json(files),
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
         config_rows=_flatten(view.run.get("config") or {}),
-        page_js=static_text("run.js"),
+        page_js=static_text("explain_panel.js") + static_text("run.js"),
     )

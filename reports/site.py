@@ -243,6 +243,7 @@ def build_run_page(
     changed_from = tail.take_changed_from() if tail is not None and series is not None else 0
     path = write_run_page(view, site, refresh_seconds, series, changed_from)
     write_run_summary(view, site, rung_runs(load_ladders(home)).get(view.name))
+    write_explain_data(view, site, home)  # the step panel's data (explain.json appears when training ends)
     refresh_index(home, site)
     return path
 

@@ -78,7 +78,34 @@ class Tab:
         self.open(site / "index.html")
         self.page.add_script_tag(content=(Path(reports.__file__).parent / "templates" / "charts.js").read_text())
 
+    def chart(self, chart_id: str) -> None:
+        """Scroll a run page's chart into view, as a person does, and wait until it is drawn: the page builds
+        only the charts in or near the viewport (the others when scrolled to)."""
+        self.page.evaluate("(id) => document.getElementById(id).scrollIntoView({block: 'center'})", chart_id)
+        self.page.wait_for_function(
+            "(id) => { const c = document.getElementById(id);"
+            " return !c.dataset.pending && (c.uplot || c.querySelector('.empty-chart')); }",
+            arg=chart_id,
+            timeout=30_000,
+        )
+
+    def every_chart(self) -> None:
+        """Scroll to each chart of a run page that waits to be drawn (one call), then back to the top."""
+        self.page.evaluate("""async () => {
+            const wait = () => new Promise((done) => setTimeout(done, 10));
+            for (const c of document.querySelectorAll('.run-chart')) {
+                if (!c.dataset.pending) continue;
+                c.scrollIntoView({block: 'center'});
+                for (let i = 0; i < 3000 && c.dataset.pending; i++) await wait();
+            }
+            window.scrollTo(0, 0);
+        }""")
+        self.page.wait_for_function("() => document.body.dataset.pending === '0'", timeout=30_000)
+
     def shot(self, name: str) -> Path:
+        """A full-page screenshot (a run page's charts all drawn first)."""
+        if self.page.evaluate("() => document.body.dataset.pending !== undefined"):
+            self.every_chart()
         ARTIFACTS.mkdir(exist_ok=True)
         out = ARTIFACTS / f"{name}.png"
         self.page.screenshot(path=str(out), full_page=True)

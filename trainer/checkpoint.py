@@ -15,6 +15,10 @@ What a checkpoint holds is a mapping of name -> torch `Stateful` part (`trainer.
 the model (whose router biases are buffers, so they travel with it), the optimiser,
 the trainer's counters, the loader's position and the RNG. Nothing is keyed by rank:
 DCP reshards the model and optimiser, so a checkpoint loads at any world size.
+
+A run kept at an fsspec URL (`trainer.run_url`) has its checkpoints there, written and read with DCP's
+fsspec writer and reader; an object store has no rename, so there a checkpoint is written under its final
+name and committed by `digests.json`, the last object written: a directory without one is never listed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import shutil
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -32,7 +37,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
 from millrace.errors import ArtifactError, ConfigError
-from trainer.checkpoint_digest import write_digests
+from trainer.checkpoint_digest import DIGEST_FILE, write_digests
+from trainer.run_url import RemoteDir
+
+Place = Path | RemoteDir  # a checkpoint directory: local, or at an fsspec URL
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +65,30 @@ def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:08d}"
 
 
-def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+def list_checkpoints(directory: Place) -> list[tuple[int, Place]]:
+    if isinstance(directory, RemoteDir):
+        return _committed(directory)
     if not directory.exists():
         return []
-    found = []
+    found: list[tuple[int, Place]] = []
     for path in directory.iterdir():
         if path.is_dir() and path.name.startswith(PREFIX) and path.name[len(PREFIX) :].isdigit():
             found.append((int(path.name[len(PREFIX) :]), path))
     return sorted(found)
 
 
-def latest_checkpoint(directory: Path) -> tuple[int, Path] | None:
+def _committed(directory: RemoteDir) -> list[tuple[int, Place]]:
+    """The checkpoints at a URL whose digests.json (their commit) is there: one listing call."""
+    directory.fs.invalidate_cache()  # another process (another node) may have written since
+    found: list[tuple[int, Place]] = []
+    for marker in directory.fs.glob(f"{directory.path}/{PREFIX}*/{DIGEST_FILE}"):
+        name = marker.rstrip("/").split("/")[-2]
+        if name[len(PREFIX) :].isdigit():
+            found.append((int(name[len(PREFIX) :]), directory / name))
+    return sorted(found, key=lambda item: item[0])
+
+
+def latest_checkpoint(directory: Place) -> tuple[int, Place] | None:
     found = list_checkpoints(directory)
     return found[-1] if found else None
 
@@ -81,8 +102,10 @@ def single_process_is_intended() -> Iterator[None]:
         yield
 
 
-def save(directory: Path, step: int, parts: Mapping[str, Stateful], keep: int) -> Path:
+def save(directory: Place, step: int, parts: Mapping[str, Stateful], keep: int) -> Place:
     """Write checkpoint `step` of every part atomically and prune all but the newest `keep`."""
+    if isinstance(directory, RemoteDir):
+        return _save_remote(directory, step, parts, keep)
     final = directory / checkpoint_name(step)
     tmp = directory / f"{TMP_PREFIX}{step:08d}"
     if _rank() == 0:
@@ -104,29 +127,67 @@ def save(directory: Path, step: int, parts: Mapping[str, Stateful], keep: int) -
             shutil.rmtree(final)
         tmp.rename(final)
         for _, old in list_checkpoints(directory)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(str(old), ignore_errors=True)
         log.info("checkpoint %s written", final)
     _barrier()
     return final
 
 
-def saved_keys(path: Path, prefix: str) -> list[str]:
+def _save_remote(directory: RemoteDir, step: int, parts: Mapping[str, Stateful], keep: int) -> Place:
+    """`save` at a URL: DCP's fsspec writer under the final name, then the digests, written last, commit it."""
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    final = directory / checkpoint_name(step)
+    if _rank() == 0:
+        final.remove()  # an unfinished write of this step (never committed), or the step written again
+    _barrier()
+    try:
+        writer = FsspecWriter(final.url, **final.storage_options)
+        with single_process_is_intended():
+            dcp.save({name: part.state_dict() for name, part in parts.items()}, storage_writer=writer)
+        _barrier()
+        write_digests(final)
+    except BaseException:  # as above: nothing half-written is left to list
+        if _rank() == 0:
+            final.remove()
+        raise
+    _barrier()
+    if _rank() == 0:
+        for _, old in list_checkpoints(directory)[:-keep]:
+            if isinstance(old, RemoteDir):
+                old.remove()
+        log.info("checkpoint %s written", final)
+    _barrier()
+    return final
+
+
+def _reader(path: Place) -> dict[str, Any]:
+    """DCP's `checkpoint_id` for a local checkpoint, its fsspec `storage_reader` for one at a URL."""
+    if isinstance(path, RemoteDir):
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        return {"storage_reader": FsspecReader(path.url, **path.storage_options)}
+    return {"checkpoint_id": str(path)}
+
+
+def saved_keys(path: Place, prefix: str) -> list[str]:
     """The keys under `prefix` (dotted) that checkpoint `path` holds, from its metadata alone."""
     try:
-        keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        reader = _reader(path).get("storage_reader") or dcp.FileSystemReader(str(path))
+        keys = reader.read_metadata().state_dict_metadata
     except Exception as exc:  # a missing or damaged .metadata file; the user needs the path
         raise ArtifactError(f"{path}: cannot read checkpoint metadata ({type(exc).__name__}: {exc})") from None
     return sorted(key[len(prefix) :] for key in keys if key.startswith(prefix))
 
 
-def load(path: Path, parts: Mapping[str, Stateful]) -> None:
+def load(path: Place, parts: Mapping[str, Stateful]) -> None:
     """Load `path` into every part in place, one part after another in the mapping's order, so that a
     cheap part (the trainer's recorded settings) refuses a mismatched checkpoint before any tensor is read."""
     for name, part in parts.items():
         state = {name: part.state_dict()}
         try:
             with single_process_is_intended():
-                dcp.load(state, checkpoint_id=str(path))
+                dcp.load(state, **_reader(path))
         except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
             raise ArtifactError(f"{path}: cannot load checkpoint part '{name}' ({describe(exc)})") from None
         try:

@@ -5,18 +5,22 @@ diverges steps later, with exit 0. So `digests.json` (an artifact with its own c
 records an xxh3-128 of every file of the checkpoint, and a resume compares them first; a
 difference is one line naming the file. The files are shared out over the ranks for both
 jobs (DCP's checkpoint directory is on a filesystem every rank sees), so no rank reads it all.
+A checkpoint at an fsspec URL (`trainer.run_url.RemoteDir`) is digested and checked the same way, through
+its filesystem; there `digests.json` is also the commit: the last object written.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 import xxhash
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import artifact_bytes, parse_artifact, read_artifact, write_artifact
 from millrace.errors import ArtifactError
+from trainer.run_url import RemoteDir
 
 log = logging.getLogger(__name__)
 
@@ -25,21 +29,29 @@ DIGEST_KIND = "millrace.checkpoint-digests"
 CHUNK = 1 << 22
 
 
-def file_digest(path: Path) -> str:
+def file_digest(path: Path | RemoteDir) -> str:
     digest = xxhash.xxh3_128()
-    with open(path, "rb") as handle:
+    handle: Any
+    with path.fs.open(path.path, "rb") if isinstance(path, RemoteDir) else open(path, "rb") as handle:
         while block := handle.read(CHUNK):
             digest.update(block)
     return "xxh3_128:" + digest.hexdigest()
+
+
+def _files(directory: Path | RemoteDir) -> list[Path | RemoteDir]:
+    """The checkpoint's files, by name, but the digest file itself."""
+    if isinstance(directory, RemoteDir):
+        return [directory / name for name in directory.files() if name != DIGEST_FILE]
+    return [p for p in sorted(directory.iterdir()) if p.is_file() and p.name != DIGEST_FILE]
 
 
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def _share(directory: Path) -> list[Path]:
+def _share(directory: Path | RemoteDir) -> list[Path | RemoteDir]:
     """This rank's share of the checkpoint's files (every file but the digest file itself)."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name != DIGEST_FILE)
+    files = _files(directory)
     if not _distributed():
         return files
     return files[dist.get_rank() :: dist.get_world_size()]
@@ -53,26 +65,43 @@ def _gathered(local: dict[str, str] | list[str]) -> list:
     return found
 
 
-def write_digests(directory: Path) -> None:
+def write_digests(directory: Path | RemoteDir) -> None:
     """Digest every file of the checkpoint in `directory` (all ranks, after its files are written)."""
     digests: dict[str, str] = {}
     for part in _gathered({p.name: file_digest(p) for p in _share(directory)}):
         digests.update(part)
-    if not _distributed() or dist.get_rank() == 0:
-        write_artifact(directory / DIGEST_FILE, DIGEST_KIND, 1, {"files": dict(sorted(digests.items()))})
+    if _distributed() and dist.get_rank() != 0:
+        return
+    payload = {"files": dict(sorted(digests.items()))}
+    if isinstance(directory, RemoteDir):
+        directory.write_bytes(DIGEST_FILE, artifact_bytes(DIGEST_KIND, 1, payload)[0])
+    else:
+        write_artifact(directory / DIGEST_FILE, DIGEST_KIND, 1, payload)
 
 
-def verify_digests(directory: Path) -> None:
+def _recorded(directory: Path | RemoteDir) -> dict[str, str] | None:
+    """The digests the checkpoint records, or None for one written before checkpoints were digested."""
+    if isinstance(directory, RemoteDir):
+        if not directory.exists(DIGEST_FILE):
+            return None
+        raw = directory.read_bytes(DIGEST_FILE)
+        return parse_artifact(raw, str(directory / DIGEST_FILE), DIGEST_KIND)["files"]
+    if not (directory / DIGEST_FILE).exists():
+        return None
+    return read_artifact(directory / DIGEST_FILE, DIGEST_KIND)["files"]
+
+
+def verify_digests(directory: Path | RemoteDir) -> None:
     """Raise an ArtifactError naming the first file of the checkpoint whose bytes differ from its digest,
     or that is missing; a checkpoint written before digests existed is loaded with a warning."""
-    if not (directory / DIGEST_FILE).exists():
+    recorded = _recorded(directory)
+    if recorded is None:
         log.warning(
             "%s: no %s (written before checkpoints were digested); loading it unverified", directory, DIGEST_FILE
         )
         return
-    recorded = read_artifact(directory / DIGEST_FILE, DIGEST_KIND)["files"]
     problems: list[str] = []
-    present = {p.name for p in directory.iterdir() if p.is_file() and p.name != DIGEST_FILE}
+    present = {p.name for p in _files(directory)}
     if not _distributed() or dist.get_rank() == 0:
         problems += [f"{directory / name}: missing from the checkpoint" for name in sorted(set(recorded) - present)]
         problems += [f"{directory / name}: not in {DIGEST_FILE}" for name in sorted(present - set(recorded))]

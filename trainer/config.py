@@ -8,6 +8,7 @@ A config file is TOML with one table per component:
     [schedule]    warmup + cosine or warmup-stable-decay
     [data]        mixture + revision, micro-batching
     [checkpoint]  how often and how many to keep
+    [run]         where the run is kept besides $MILLRACE_HOME/runs/<run>: an fsspec URL shared by every node
     [metrics]     logging cadence, TensorBoard, the peak FLOP/s behind MFU
     [eval]        held-out evaluation cadence and size
     [samples]     intermediate predictions: prompts, temperatures, cadence
@@ -118,6 +119,28 @@ class CheckpointConfig(StrictModel):
     every: int = pydantic.Field(0, ge=0, description="steps between checkpoints; 0 only at the end")
     keep: int = pydantic.Field(2, gt=0)
     at_end: bool = True
+
+
+class RunConfig(StrictModel):
+    """A run kept at an fsspec URL (`trainer.run_url`): checkpoints and records a restart on other nodes finds."""
+
+    url: str = pydantic.Field(
+        "",
+        description="fsspec URL of a runs root (s3://bucket/runs): the run lives at <url>/<run>; checkpoints are "
+        "written there, records copied there at each checkpoint and at the end; '': the home directory only",
+    )
+    storage_options: dict[str, Any] = pydantic.Field(
+        default_factory=dict,
+        exclude=True,  # may hold credentials: never copied into run.json
+        description="fsspec storage options for url (endpoint, profile); credentials best come from the environment",
+    )
+
+    @pydantic.field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if value and "://" not in value:
+            raise ValueError(f"{value!r} is not a URL (protocol://...); leave url empty to keep the run local")
+        return value
 
 
 class MetricsConfig(StrictModel):
@@ -309,6 +332,7 @@ class TrainConfig(StrictModel):
     schedule: ScheduleConfig = ScheduleConfig()
     data: DataConfig = DataConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    run: RunConfig = RunConfig()
     metrics: MetricsConfig = MetricsConfig()
     eval: EvalConfig = EvalConfig()
     samples: SamplesConfig = SamplesConfig()

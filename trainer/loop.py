@@ -58,6 +58,7 @@ from trainer.records import (
     write_run,
 )
 from trainer.resume import recorded_settings
+from trainer.run_url import RemoteDir, pull_records, push_records, run_location
 from trainer.samples import prompts_path
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 
@@ -247,8 +248,26 @@ class RunPlan:
         return self.home.run(self.run)
 
     @property
-    def checkpoints(self) -> Path:
-        return self.run_dir / "checkpoints"
+    def remote(self) -> RemoteDir | None:
+        """The run at `[run] url` (`trainer.run_url`), or None when it lives in its home directory only."""
+        return self.remote_of(self.run)
+
+    def remote_of(self, run: str) -> RemoteDir | None:
+        return run_location(self.config.run.url, self.config.run.storage_options, run)
+
+    @property
+    def checkpoints(self) -> ckpt.Place:
+        return self.checkpoints_of(self.run)
+
+    def checkpoints_of(self, run: str) -> ckpt.Place:
+        """Where run `run`'s checkpoints are: at the URL when the config names one, else in its home directory."""
+        remote = self.remote_of(run)
+        return remote / "checkpoints" if remote is not None else self.home.run(run) / "checkpoints"
+
+    def push_records(self) -> None:
+        """Rank 0 copies the run's records to the URL (after a checkpoint, at the end); nothing without one."""
+        if self.remote is not None and self.runtime.rank == 0:
+            push_records(self.run_dir, self.remote)
 
 
 @dataclass
@@ -392,6 +411,9 @@ def restore(training: Training, resume: bool) -> int:
     plan = training.plan
     source, latest = resume_source(plan) if resume else (plan.run, None)
     if resume and latest:
+        remote = plan.remote_of(source)
+        if remote is not None and plan.runtime.rank == 0:  # a node that never saw the run: its records first
+            pull_records(remote, plan.home.run(source))
         verify_digests(latest[1])
         training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
@@ -444,7 +466,7 @@ def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
     return ranges
 
 
-def resume_source(plan: RunPlan) -> tuple[str, tuple[int, Path] | None]:
+def resume_source(plan: RunPlan) -> tuple[str, tuple[int, ckpt.Place] | None]:
     """The run whose latest checkpoint a resume loads: this run's own; for a run not started yet on a
     revision that continues another, the ancestor's run of the same config (`<config>-<mixture>-<parent>`):
     the mixture switch under a new run id, as the reference run did."""
@@ -453,7 +475,7 @@ def resume_source(plan: RunPlan) -> tuple[str, tuple[int, Path] | None]:
         return plan.run, latest
     for ancestor in plan.stream.manifest.ancestors:
         run = default_run_name(plan.config_path, plan.mixture, ancestor.revision)
-        found = ckpt.latest_checkpoint(plan.home.run(run) / "checkpoints")
+        found = ckpt.latest_checkpoint(plan.checkpoints_of(run))
         if found:
             log.info(
                 "run %s starts from run %s's checkpoint at step %d (revision %s continues %s)",
@@ -632,12 +654,15 @@ def log_metrics(
         writer.write(MetricsRecord.model_validate(record))
 
 
-def maybe_checkpoint(training: Training, step: int) -> Path | None:
-    """Checkpoint after `step` on the cadence, and at the stop when the config asks for it."""
+def maybe_checkpoint(training: Training, step: int) -> ckpt.Place | None:
+    """Checkpoint after `step` on the cadence, and at the stop when the config asks for it (with the run's
+    records copied to its URL, when it has one)."""
     plan = training.plan
     every, at_end = plan.checkpoint_every, plan.config.checkpoint.at_end
     if (every and step % every == 0) or (step == plan.stop and at_end):
-        return ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
+        written = ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
+        plan.push_records()
+        return written
     return None
 
 
@@ -784,6 +809,7 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     finish(plan)
     if runtime.rank == 0:
         write_step_explanations(plan)
+        plan.push_records()
     return RunResult(
         run=plan.run,
         run_dir=plan.run_dir,
@@ -807,7 +833,7 @@ def stop_agreed(stop: StopRequest, runtime: Runtime) -> bool:
     return bool(runtime.all_reduce(flag).item())
 
 
-def preempted(training: Training, written: Path | None) -> Terminated:
+def preempted(training: Training, written: ckpt.Place | None) -> Terminated:
     """SIGTERM (a Slurm time limit or preemption): a checkpoint at this step, status `interrupted`, and
     the command that continues the run; the process then exits 143."""
     plan, step = training.plan, training.state.step
@@ -815,6 +841,7 @@ def preempted(training: Training, written: Path | None) -> Terminated:
         ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
     if plan.runtime.rank == 0:
         _set_status(plan.run_dir, "interrupted")
+    plan.push_records()
     return Terminated(
         f"run {plan.run} stopped by SIGTERM after step {step}, checkpoint step {step} written; "
         f"continue it with: {resume_command(plan)}"

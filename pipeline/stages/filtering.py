@@ -12,6 +12,7 @@ exists. The filters themselves are datatrove's own (`GopherQualityFilter`,
 from __future__ import annotations
 
 import unicodedata
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,6 +178,15 @@ class HeuristicFilterStage(CountedStage):
         return None if keep else (reason or "filtered")
 
 
+@cache
+def language_identifier() -> LanguageIdentifier:
+    """py3langid's model, loaded once per process (about 1 s of CPU to decompress): every task that a
+    process runs shares it."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
 class LanguageStage(CountedStage):
     """py3langid language id; records `language` and `language_score`, drops by a per-source keep list."""
 
@@ -185,14 +195,9 @@ class LanguageStage(CountedStage):
     def __init__(self, funnel_dir, removed_dir, keep: dict[str, list[str] | None]):
         super().__init__("language", funnel_dir, removed_dir, list(keep))
         self.keep = {source: None if langs is None else frozenset(langs) for source, langs in keep.items()}
-        self._identifier: LanguageIdentifier | None = None
 
     def _classify(self, text: str) -> tuple[str, float]:
-        if self._identifier is None:
-            from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-            self._identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-        language, score = self._identifier.classify(text[:LANGID_CHARS])
+        language, score = language_identifier().classify(text[:LANGID_CHARS])
         return str(language), float(score)
 
     def decide(self, doc: Document) -> str | None:

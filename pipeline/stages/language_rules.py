@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import regex
-from datatrove.utils.word_tokenizers import WhitespaceTokenizer, WordTokenizer, strip_strings
+from datatrove.utils.word_tokenizers import SpaCyTokenizer, WhitespaceTokenizer, WordTokenizer, strip_strings
 
 RULES_FILE = Path(__file__).with_name("fineweb2_language_rules.json")
 ENGLISH = "en"
@@ -76,6 +77,30 @@ class CharacterWordTokenizer(WhitespaceTokenizer):
         return strip_strings(self.WORD.findall(text))
 
 
+class TorchFreeSpaCyTokenizer(SpaCyTokenizer):
+    """datatrove's spaCy tokenizer, loaded without torch. spaCy imports thinc, and thinc imports torch when it
+    is installed (as it is here, for the trainer): 3-4 s of CPU in every pipeline process that splits words,
+    for a rule-based tokenizer that never uses it."""
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            import_spacy_without_torch()
+        return super().tokenizer
+
+
+def import_spacy_without_torch() -> None:
+    """Import spaCy with torch hidden; thinc then runs without it, and a later `import torch` works as usual.
+    A process that has torch already (a trainer, a test session) imports spaCy as it is."""
+    if "spacy" in sys.modules or "torch" in sys.modules:
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        import spacy  # noqa: F401
+    finally:
+        del sys.modules["torch"]
+
+
 @lru_cache(maxsize=1)
 def fineweb2_rules() -> dict[str, dict]:
     return json.loads(RULES_FILE.read_text(encoding="utf-8"))["languages"]
@@ -93,6 +118,8 @@ def word_tokenizer(language: str) -> tuple[WordTokenizer, str]:
         if kind in SHIPPED_TOKENIZERS and not (kind == "SpaCyTokenizer" and argument in SPACY_NEEDS_EXTRA):
             if argument == "zh":
                 quiet_jieba()
+            if kind == "SpaCyTokenizer":
+                return TorchFreeSpaCyTokenizer(argument), "datatrove"
             return factory(), "datatrove"
     if language in UNSPACED:
         return CharacterWordTokenizer(), "characters"

@@ -61,10 +61,13 @@ class SampleSketch(PipelineStep):
 
 def sample_budget(config: PipelineConfig) -> int:
     """Bytes each filter task keeps: what the tokenizer and the cell models ask, with room for dedup's removals."""
-    from pipeline.stages.cell_stages import CellStages  # scikit-learn: only when cells are fitted
-
     tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
-    return OVERSAMPLE * max(tokenizer, CellStages(config.quality, config.domains, Path(".")).sample_bytes)
+    cells = 0
+    if config.fits_cells:
+        from pipeline.stages.cell_stages import CellStages
+
+        cells = CellStages(config.quality, config.domains, Path(".")).sample_bytes
+    return OVERSAMPLE * max(tokenizer, cells)
 
 
 def merged_sample(directory: Path, removed_of: Callable[[int], set[int]], max_bytes: int) -> list[Document]:

@@ -2,7 +2,7 @@
 // page works from file:// and from a static server; while the run is live it polls data/live.js and updates
 // in place, keeping what the user set (axis, smoothing, log scale, zoom), which the URL also holds.
 "use strict";
-const P = pageData();  // {run, live, refresh, data}
+const P = pageData();  // {run, live, refresh, data, explain}
 const DIR = P.data + "/";
 const CHUNKS = new Map();  // chunk index -> its payload (full-resolution records)
 const FULL_RECORDS = 6000;  // zoomed to at most this many records: draw every record from the chunks
@@ -31,14 +31,14 @@ const STATE = (() => {
   const num = (k) => (q.get(k) === null || q.get(k) === "" || isNaN(+q.get(k)) ? null : +q.get(k));
   return { x: ["step", "tokens", "time"].includes(q.get("x")) ? q.get("x") : "step",
     smooth: Math.max(0, Math.min(0.99, num("smooth") || 0)), log: q.get("log") === "1",
-    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group") };
+    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group"), step: num("step") };
 })();
 function saveState() {
   const q = new URLSearchParams(location.search);
   const put = (k, v, dflt) => (v === null || v === undefined || v === dflt ? q.delete(k) : q.set(k, String(v)));
   put("x", STATE.x, "step"); put("smooth", STATE.smooth, 0); put("log", STATE.log ? 1 : 0, 0);
   put("from", STATE.from === null ? null : Math.round(STATE.from)); put("to", STATE.to === null ? null : Math.round(STATE.to));
-  put("metric", STATE.metric, null); put("group", STATE.group, null);
+  put("metric", STATE.metric, null); put("group", STATE.group, null); put("step", STATE.step, null);
   const query = q.toString();
   history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
 }
@@ -100,6 +100,20 @@ const CHARTS = [
 ];
 const BUILT = new Map();  // chart id -> {chart, signature}
 
+// Every charted scalar of the metrics record that no chart above shows gets a chart of its own under "Other
+// metrics", titled by its field name: a new metric reaches the page without touching the page.
+function otherMetrics() {
+  const named = new Set(CHARTS.filter((def) => !def.other).flatMap((def) => def.keys().map(([k]) => k)));
+  const section = $("other-metrics"), grid = $("other-charts");
+  for (const key of Object.keys(D.series).sort()) {
+    if (key.includes("/") || named.has(key) || CHARTS.some((def) => def.other === key)) continue;
+    const id = `c-other-${key.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+    h("div", { id, class: "run-chart" }, grid);
+    CHARTS.push({ id, other: key, title: key, y: key, keys: () => present([[key, key]]) });
+  }
+  section.hidden = !CHARTS.some((def) => def.other);
+}
+
 // Which chunks the zoomed range needs, or null when the overview is already every record (or too wide).
 function neededChunks() {
   if (D.stride === 1 || STATE.from === null) return null;
@@ -144,43 +158,77 @@ function bands() {
 }
 const marks = () => (D.switches || []).map((m) => ({ x: stepToX(m.step), label: `→ ${m.revision}` }));
 
-function drawCharts() {
+// ---- lazy charts: at open only the charts in or near the viewport are built; the others when scrolled to ----
+const NEAR_PX = 400;  // this far beyond the viewport counts as near
+const PENDING = new Set();  // ids of charts whose drawing waits until they come near the viewport
+const PLACEHOLDER_PX = 310;  // a chart not yet drawn keeps about its height, so the page does not jump
+const watcher = window.IntersectionObserver ? new IntersectionObserver((entries) => {
+  const due = new Set(entries.filter((e) => e.isIntersecting && PENDING.has(e.target.id)).map((e) => e.target.id));
+  if (due.size) drawCharts(due);
+}, { rootMargin: `${NEAR_PX}px 0px` }) : null;
+function nearViewport() {  // one layout read for every chart, before any is built
+  const near = new Set();
+  for (const def of CHARTS) {
+    const r = $(def.id).getBoundingClientRect();
+    if (!watcher || (r.bottom > -NEAR_PX && r.top < innerHeight + NEAR_PX)) near.add(def.id);
+  }
+  return near;
+}
+
+function drawCharts(only) {  // every chart near the viewport (or the ids in `only`); the others wait
   const chunks = fullResolution();
+  const near = only || nearViewport();
   for (const def of CHARTS) {
     const box = $(def.id);
-    const keys = def.keys();
-    const smoothing = def.smooth && STATE.smooth > 0;
-    const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log]);
-    let built = BUILT.get(def.id);
-    if (!keys.length) {
-      if (built) { built.chart.destroy(); BUILT.delete(def.id); }
-      box.textContent = "";
-      h("p", { class: "note empty-chart" }, box, `${def.title}: nothing logged yet.`);
+    if (only && !only.has(def.id)) continue;
+    if (!near.has(def.id)) {
+      if (!PENDING.has(def.id) && watcher) watcher.observe(box);
+      PENDING.add(def.id);
+      box.dataset.pending = "1";
+      if (!BUILT.has(def.id)) box.style.minHeight = PLACEHOLDER_PX + "px";
       continue;
     }
-    if (!built || built.signature !== signature) {
-      if (built) built.chart.destroy();
-      const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
-      if (smoothing) series.push({ name: `${keys[0][1]}, smoothed (EMA ${STATE.smooth})`, colour: colour(0), width: 2 });
-      const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
-        yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
-      chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
-        STATE.x === "step" ? exact(v) : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
-      built = { chart, signature };
-      BUILT.set(def.id, built);
-    }
-    const tables = keys.map(([key]) => table(key, chunks));
-    if (smoothing) tables.push(smoothed(keys[0][0], chunks));
-    built.chart.setData(tables);
-    built.chart.setBands(bands());
-    built.chart.setMarks(marks());
-    built.chart.setRange(STATE.from === null ? null : stepToX(STATE.from), STATE.to === null ? null : stepToX(STATE.to));
+    PENDING.delete(def.id);
+    delete box.dataset.pending;
+    drawChart(def, box, chunks);
   }
   const note = $("view-note");
   note.textContent = D.stride === 1 ? `every record drawn (${fmt.count(D.records)})`
     : chunks ? `steps ${fmt.count(Math.round(STATE.from))}–${fmt.count(Math.round(STATE.to))}: every record drawn`
     : `${fmt.count(D.records)} records: each point is the lowest or highest record of ${D.stride} consecutive ones; zoom in for every record`;
   document.body.dataset.resolution = D.stride === 1 || chunks ? "full" : "thinned";
+  document.body.dataset.pending = String(PENDING.size);
+}
+
+function drawChart(def, box, chunks) {
+  const keys = def.keys();
+  const smoothing = def.smooth && STATE.smooth > 0;
+  const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log]);
+  let built = BUILT.get(def.id);
+  box.style.minHeight = "";
+  if (!keys.length) {
+    if (built) { built.chart.destroy(); BUILT.delete(def.id); }
+    box.textContent = "";
+    h("p", { class: "note empty-chart" }, box, `${def.title}: nothing logged yet.`);
+    return;
+  }
+  if (!built || built.signature !== signature) {
+    if (built) built.chart.destroy();
+    const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
+    if (smoothing) series.push({ name: `${keys[0][1]}, smoothed (EMA ${STATE.smooth})`, colour: colour(0), width: 2 });
+    const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
+      yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
+    chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
+      STATE.x === "step" ? exact(v) : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
+    built = { chart, signature };
+    BUILT.set(def.id, built);
+  }
+  const tables = keys.map(([key]) => table(key, chunks));
+  if (smoothing) tables.push(smoothed(keys[0][0], chunks));
+  built.chart.setData(tables);
+  built.chart.setBands(bands());
+  built.chart.setMarks(marks());
+  built.chart.setRange(STATE.from === null ? null : stepToX(STATE.from), STATE.to === null ? null : stepToX(STATE.to));
 }
 
 async function refreshCharts() {
@@ -207,6 +255,37 @@ function controls() {
   log.addEventListener("input", () => { STATE.log = log.checked; saveState(); drawCharts(); });
   $("reset-zoom").addEventListener("click", () => zoomed(null, null));
   $("train-csv").addEventListener("click", downloadTraining);
+}
+
+// ---- spike forensics: a click on the loss or a norm chart opens what happened at that step ----
+const EXPLAINABLE = ["c-loss", "c-grad", "c-param"];
+const SNAP_PX = 8;  // a click this close to an explained step shows it
+let EXPLAIN = null;  // explain-data.js, loaded at the first click (it is not part of what the page opens with)
+async function explainData() {
+  if (EXPLAIN === null) {
+    try { await loadScript(`${P.explain}?v=${D.seq}`); } catch (e) { /* not written: no step explained */ }
+    EXPLAIN = (window.MILLRACE_EXPLAIN || {})[P.run] || { steps: [], explained: {} };
+  }
+  return EXPLAIN;
+}
+async function explainAt(step, within) {  // the explained step nearest `step` (within that many steps), or `step`
+  const E = await explainData();
+  const shown = nearestExplained(E, step, within) ?? Math.round(step);
+  STATE.step = shown;
+  saveState();
+  const section = $("step-panel");
+  section.hidden = false;
+  explainStep($("explain-panel"), P.run, E, shown);
+  section.dataset.step = String(shown);
+  return section;
+}
+function stepPanel() {
+  for (const id of EXPLAINABLE) pickOnClick($(id), (x, perPixel) => {
+    const step = xToStep(x);
+    explainAt(step, Math.abs(xToStep(x + SNAP_PX * perPixel) - step)).then((section) => section.scrollIntoView({ block: "nearest" }));
+  }, 250);  // a double-click resets the zoom and opens nothing
+  $("step-close").addEventListener("click", () => { $("step-panel").hidden = true; STATE.step = null; saveState(); });
+  if (STATE.step !== null) explainAt(STATE.step, 0);
 }
 
 // ---- the CSV: every logged record, from every chunk ----
@@ -396,7 +475,7 @@ function plan() {
 }
 
 function render() {
-  cards(); alerts(); evaluation(); samples(); expertLoad(); plan();
+  cards(); alerts(); evaluation(); samples(); expertLoad(); plan(); otherMetrics();
   return refreshCharts();
 }
 
@@ -407,7 +486,7 @@ async function poll() {
   if (live && live.seq !== D.seq) {
     try {
       const next = await loadScript(`${DIR}overview.js?v=${live.seq}`);
-      if (next) { D = next; await render(); }
+      if (next) { D = next; EXPLAIN = null; await render(); }
     } catch (e) { /* a write in progress: the next poll reads it */ }
   }
   schedule();
@@ -417,5 +496,6 @@ function schedule() { if (D.live) setTimeout(poll, P.refresh * 1000); }
 loadScript(`${DIR}overview.js?t=${Date.now()}`).then((data) => {
   D = data;
   controls();
+  stepPanel();
   return render();
 }).then(() => { document.body.dataset.ready = "1"; schedule(); });

@@ -210,9 +210,10 @@ class TimeChart {
     const { min, max } = u.scales.x;
     if (min === undefined || min === null) return;
     const px = (v) => u.valToPos(v, "x");
+    const plotWidth = u.bbox.width / devicePixelRatio;  // not over.clientWidth: reading it forces a layout per chart
     for (const b of this.opts.bands || []) {
       if (b.to < min || b.from > max) continue;
-      const left = Math.max(0, px(b.from)), right = Math.min(over.clientWidth, px(Math.max(b.to, b.from)));
+      const left = Math.max(0, px(b.from)), right = Math.min(plotWidth, px(Math.max(b.to, b.from)));
       const band = h("div", { class: "band", title: b.label || "" }, over);
       band.style.left = left + "px";
       band.style.width = Math.max(2, right - left) + "px";

@@ -122,3 +122,31 @@ def test_segmented_languages_take_fineweb2_thresholds_as_published():
         options = filter_options("gopher_repetition", language, {})
         published = fineweb2_rules()[language]
         assert (options["top_n_grams"], options["dup_n_grams"]) == (published["top_n_grams"], published["dup_n_grams"])
+
+
+def test_a_filter_process_splits_english_and_chinese_words_without_importing_torch_or_scikit_learn(tmp_path):
+    """spaCy's thinc imports torch when installed, and the cell models need scikit-learn: seconds of CPU in every
+    pipeline process. A process that sizes its sample and splits words imports neither, and splits as
+    datatrove's own spaCy tokenizer does."""
+    import subprocess
+    import sys
+
+    from datatrove.utils.word_tokenizers import SpaCyTokenizer
+
+    (tmp_path / "prose").mkdir()
+    config = tmp_path / "p.toml"
+    config.write_text('[[sources]]\nname = "prose"\npaths = ["prose"]\n')
+    text = {"en": "Mr. Smith's dog didn't bark at 3:00 p.m., did it?", "zh": "我们今天在北京的大学里学习中文。"}
+    script = (
+        "import json, sys\n"
+        "from pipeline.config import load_pipeline_config\n"
+        "from pipeline.stages.language_rules import word_tokenizer\n"
+        "from pipeline.stages.sample import sample_budget\n"
+        f"sample_budget(load_pipeline_config({str(config)!r}))\n"
+        f"words = {{lang: word_tokenizer(lang)[0].word_tokenize(t) for lang, t in {text!r}.items()}}\n"
+        "print(json.dumps({'words': words, 'imported': sorted({'torch', 'sklearn', 'spacy'} & set(sys.modules))}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    seen = json.loads(result.stdout.splitlines()[-1])
+    assert seen["imported"] == ["spacy"]
+    assert seen["words"] == {language: SpaCyTokenizer(language).word_tokenize(t) for language, t in text.items()}

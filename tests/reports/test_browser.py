@@ -14,13 +14,14 @@ import pytest
 
 from millrace.home import Home
 from mixtures.manifest import read_manifest
-from reports import build_site
+from reports import build_run_page, build_site
 from reports.numbers import human_count, human_epochs, human_percent
 from reports.run_data import read_script
 from testkit import factory
 from testkit.browser import Tab
 from trainer.explain import write_explanations
 from trainer.ladder.results import write_ladder
+from trainer.records import read_explanations
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,12 @@ def test_pages_fit_a_phone(browser, site):
 def test_run_page_draws_every_chart(browser, site):
     tab = Tab(browser)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    # at open only the charts near the viewport are built; the per-source losses, far down, wait for a scroll
+    assert int(tab.page.evaluate("() => document.body.dataset.pending")) > 0
+    assert tab.page.evaluate("() => document.getElementById('c-source').uplot === undefined")
+    assert tab.page.is_hidden("#other-metrics")  # every charted scalar of the record has a named chart
     for chart in ("c-loss", "c-lr", "c-grad", "c-param", "c-tps", "c-mfu", "c-bias", "c-viol", "c-cell", "c-source"):
+        tab.chart(chart)  # drawn when scrolled to
         drawn = tab.page.evaluate(
             "(id) => { const u = document.getElementById(id).uplot;"
             " return u ? [u.data[0].length, u.axes[1].label] : null; }",
@@ -225,6 +231,7 @@ def test_phone_text_is_readable_and_numbers_are_a_tap_away(browser, site):
     tab.close()
     run = Tab(browser, width=390, height=844, touch=True)
     run.open_run(site / "runs" / "tiny-1" / "index.html")
+    run.chart("c-loss")
     assert run.page.evaluate("() => document.getElementById('c-loss').uplot.width") <= 390
     legend = run.page.evaluate(
         "() => parseFloat(getComputedStyle(document.querySelector('#c-loss .u-legend')).fontSize)"
@@ -298,6 +305,7 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
 def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser, site):
     tab = Tab(browser, width=1280, height=700)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    tab.every_chart()
     titles = tab.page.evaluate(
         "() => [...document.querySelectorAll('.tchart')].map((c) => [c.id, c.uplot.axes[0].label,"
         " c.uplot.axes[1].label])"
@@ -333,6 +341,7 @@ def test_axes_have_titles_x_titles_clear_the_ticks_and_tips_stay_inside(browser,
 def test_legend_picks_the_lines_of_a_busy_chart(browser, site):
     tab = Tab(browser)
     tab.open_run(site / "runs" / "tiny-1" / "index.html")
+    tab.chart("c-source")
     entries = tab.page.locator("#c-source .u-legend .u-series")
     assert entries.count() >= 3  # the x value and one line per source
     entries.nth(1).click()
@@ -539,3 +548,48 @@ def test_the_explain_view_shows_the_alerted_step(browser, compared_site):
     tab.shot("explain")
     tab.check_clean()
     tab.close()
+
+
+@pytest.mark.slow  # a store, a 40-step run and its explanations written, then the page driven (about 6 s)
+def test_a_click_on_the_loss_chart_opens_the_step_panel_in_the_run_page(browser, tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    factory.write_contract_metrics(home, "spiky", manifest, steps=40, spikes={30: 9.0})
+    write_explanations(home, "spiky")  # what a training call writes when it ends
+    page = build_run_page(home, "spiky", tmp_path / "site")
+    explained = read_explanations(home.run("spiky"))
+    assert explained["steps"] == [30]
+    batch = explained["explained"]["30"]["batch"]
+    tab = Tab(browser)
+    tab.open_run(page)
+    assert tab.page.is_hidden("#step-panel")
+
+    def click_at(chart: str, step: float) -> None:
+        tab.chart(chart)
+        box = tab.page.locator(f"#{chart} .u-over").bounding_box()
+        x = tab.page.evaluate("([id, s]) => document.getElementById(id).uplot.valToPos(s, 'x')", [chart, step])
+        tab.page.mouse.click(box["x"] + x, box["y"] + box["height"] / 2)
+
+    click_at("c-loss", 30.2)  # on the spike, a pixel beside its record
+    tab.page.wait_for_selector("#step-panel[data-step='30']")
+    assert "Step 30" in tab.page.inner_text("#step-panel")
+    assert "loss 9" in tab.page.inner_text("#explain-verdict")
+    rows = tab.page.eval_on_selector_all("#explain-batch tbody tr", "rs => rs.map((r) => r.innerText)")
+    assert len(rows) == len(batch["cells"]) and rows[0].startswith(batch["cells"][0]["cell"])
+    assert all(source in rows[0] for source in batch["cells"][0]["sources"])
+    assert tab.page.locator("#explain-cells tbody tr").count() == len(explained["explained"]["30"]["cells"])
+    groups = tab.page.inner_text("#explain-groups")
+    assert "router_bias/layer 0 (rule-updated)" in groups and "gradient-trained" in groups
+    assert "step=30" in tab.page.url
+    click_at("c-grad", 5)  # a step no explanation covers, on the gradient-norm chart: the command to run
+    tab.page.wait_for_selector("#step-panel[data-step='5']")
+    assert tab.page.inner_text("#explain-command") == "millrace train explain spiky --step 5"
+    tab.page.click("#step-close")
+    assert tab.page.is_hidden("#step-panel") and "step=" not in tab.page.url
+    shared = Tab(browser)  # the URL opens the panel on the step it names
+    shared.open_run(page, "?step=30")
+    shared.page.wait_for_selector("#step-panel[data-step='30']")
+    for t in (tab, shared):
+        t.check_clean()
+        t.close()

@@ -92,6 +92,7 @@ def test_the_pages_show_the_lineage_and_mark_the_switch_on_every_chart(lineage_s
     run = Tab(browser)
     run.open(site / "runs" / "switched" / "index.html")
     run.page.wait_for_selector("body[data-ready='1']")
+    run.every_chart()  # charts away from the viewport are drawn when scrolled to
     charts = run.page.locator(".tchart").count()
     assert charts >= 10
     assert run.page.locator(".tchart .mark").count() == charts  # every chart that has a curve

@@ -13,7 +13,9 @@ import pytest
 
 from millrace.home import Home
 from reports import build_run_page, build_site
-from reports.run_data import read_script
+from reports.run_data import RunSeries, read_script
+from reports.run_page import run_series, write_run_page
+from reports.training import load_run
 from testkit import factory
 from testkit.browser import Tab
 
@@ -40,10 +42,11 @@ def open_run(browser, path: Path, query: str = "") -> Tab:
 
 
 def into_view(tab: Tab, chart: str) -> None:
-    tab.page.evaluate("(id) => document.getElementById(id).scrollIntoView({block: 'center'})", chart)
+    tab.chart(chart)
 
 
 def x_range(tab: Tab, chart: str = "c-loss") -> list[float]:
+    into_view(tab, chart)
     return tab.page.evaluate(
         "(id) => { const u = document.getElementById(id).uplot; return [u.scales.x.min, u.scales.x.max]; }", chart
     )
@@ -202,3 +205,27 @@ def test_the_run_page_also_loads_its_data_from_a_static_web_server(browser, smal
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_charted_scalar_no_chart_names_is_drawn_under_other_metrics(browser, small_home, tmp_path):
+    """A new `Charted` field of the metrics record (here `toy_score`, carried as the trainer's `SCALARS` would
+    carry it) reaches the page with no change to the page: its own chart under "Other metrics"."""
+    home, lines = factory.copy_as_live(small_home, tmp_path / "home")
+    factory.set_status(home, "live", "completed")
+    records = [json.loads(line) for line in lines]
+    with open(home.run("live") / "metrics.jsonl", "w") as stream:
+        stream.writelines(json.dumps({**r, "toy_score": r["step"] / 2}) + "\n" for r in records)
+    page = write_run_page(
+        load_run(home.run("live")), tmp_path / "site", series=RunSeries([*run_series().scalars, "toy_score"])
+    )
+    tab = open_run(browser, page)
+    assert tab.page.is_visible("#other-metrics")
+    assert tab.page.eval_on_selector_all("#other-charts > div", "cs => cs.map((c) => c.id)") == ["c-other-toy_score"]
+    tab.chart("c-other-toy_score")
+    drawn = tab.page.evaluate(
+        "() => { const u = document.getElementById('c-other-toy_score').uplot;"
+        " return [u.data[0], u.data[1], u.series[1].label]; }"
+    )
+    assert drawn == [[r["step"] for r in records], [r["step"] / 2 for r in records], "toy_score"]
+    tab.check_clean()
+    tab.close()

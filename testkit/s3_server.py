@@ -1,0 +1,97 @@
+"""moto's S3 server in its own process on 127.0.0.1 (a free port), for tests and benches that need a real
+S3 endpoint: started by the caller, stopped by its PID. Its own process, so that the server's request
+handling does not share the reader's interpreter lock (a threaded server would slow the reader it serves)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+KEY = "testing"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    """A running moto S3 server: its endpoint, PID, and fsspec storage options for s3fs."""
+
+    endpoint: str
+    pid: int
+    process: subprocess.Popen = field(repr=False)
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {
+            "key": KEY,
+            "secret": KEY,
+            "skip_instance_cache": True,
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
+        }
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1", aws_access_key_id=KEY, aws_secret_access_key=KEY
+        ).create_bucket(Bucket=name)
+
+    def stop(self) -> None:
+        """SIGTERM to the server's PID, then SIGKILL if it has not gone within 5 s."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def start_s3_server(timeout: float = 30.0) -> S3Server:
+    """Start moto's server on a free loopback port and wait until it answers."""
+    port = free_port()
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": KEY}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = S3Server(f"http://127.0.0.1:{port}", process.pid, process)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"moto's S3 server exited with {process.returncode} before answering on port {port}")
+        try:
+            urllib.request.urlopen(f"{server.endpoint}/moto-api/", timeout=1).close()
+            return server
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"moto's S3 server did not answer on port {port} within {timeout:g}s")
+
+
+@contextlib.contextmanager
+def s3_server(*buckets: str) -> Iterator[S3Server]:
+    """A moto S3 server with `buckets` created, stopped by PID on exit."""
+    server = start_s3_server()
+    try:
+        for bucket in buckets:
+            server.create_bucket(bucket)
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,65 @@
+"""A run kept on S3 (moto's server on 127.0.0.1, its own process, stopped by PID): a job restarted on another
+node (a home that never saw the run) finds the checkpoint and the records there and continues the same
+curve as a straight local run."""
+
+import shutil
+
+import pytest
+
+from millrace.home import Home
+from testkit.s3_server import s3_server
+from trainer.checkpoint import list_checkpoints
+from trainer.loop import train
+from trainer.records import read_metrics
+from trainer.run_url import RemoteDir
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with s3_server("runs") as server:
+        yield server
+
+
+def other_node(home: Home, tmp_path) -> Home:
+    """The same stores and mixtures on a node that has never seen a run."""
+    root = tmp_path / "other-node"
+    shutil.copytree(home.root, root, ignore=shutil.ignore_patterns("runs"))
+    return Home.resolve(root)
+
+
+def tear(checkpoints: RemoteDir, step: int) -> None:
+    """What a crash between DCP's objects and the digests that commit them leaves: every object but digests.json."""
+    committed, torn = checkpoints / f"step-{step - 2:08d}", checkpoints / f"step-{step:08d}"
+    for name in committed.files():
+        if name != "digests.json":
+            torn.write_bytes(name, committed.read_bytes(name))
+
+
+@pytest.mark.slow
+def test_a_run_on_s3_resumes_on_another_node_like_a_straight_local_run(built, tiny_config, s3, tmp_path):
+    home, _ = built
+    straight = train(tiny_config("local", checkpoint={"every": 2}), home, steps=4, run="straight")
+    remote = {"url": "s3://runs/team", "storage_options": s3.storage_options}
+    config = tiny_config("remote", checkpoint={"every": 2, "keep": 1}, run=remote)
+    first = train(config, home, steps=2, run="moved")
+    assert not (first.run_dir / "checkpoints").exists()  # checkpoints go to the bucket only
+    checkpoints = RemoteDir("s3://runs/team/moved/checkpoints", s3.storage_options)
+    tear(checkpoints, 4)
+    assert [step for step, _ in list_checkpoints(checkpoints)] == [2]  # the torn one is never listed
+
+    node = other_node(home, tmp_path)
+    second = train(config, node, steps=4, run="moved", resume=True)
+    assert second.start_step == 2
+    assert first.losses + second.losses == pytest.approx(straight.losses, abs=1e-6)
+    local, resumed = read_metrics(straight.run_dir), read_metrics(node.run("moved"))  # steps 1-2 came from S3
+    assert [r["step"] for r in resumed] == list(range(1, 5))
+    for key in ("loss", "grad_norm"):
+        assert [r[key] for r in resumed] == pytest.approx([r[key] for r in local], abs=1e-6), key
+
+    assert [step for step, _ in list_checkpoints(checkpoints)] == [4]  # rewritten whole; keep = 1 pruned step 2
+    run = RemoteDir("s3://runs/team/moved", s3.storage_options)
+    assert {"run.json", "metrics.jsonl"} <= set(run.files()) and "writer.lock" not in run.files()
+    assert len(run.read_bytes("metrics.jsonl").splitlines()) == 4
