@@ -1,7 +1,7 @@
 """The loader against its baselines, measured in the same run, each system in its own process.
 
 1. Throughput on one core: `MixtureStream.iterate` without the prefetch thread (index + gather + int64 ids and
-   labels + segments + positions + per-token sources) vs a raw numpy memmap gather of
+   labels + segments + positions + sources per segment) vs a raw numpy memmap gather of
    the same windows into int64 inputs and labels, written as nanoGPT's `get_batch`
    does it (`np.stack([data[i:i+L].astype(np.int64) ...])`), and nothing else.
 2. megatron-core's `GPTDataset` blended by `BlendedDataset` (built by
@@ -535,7 +535,7 @@ def main() -> list[Result]:
             target=0.5,
         ),
         Result(
-            "throughput, 1 core (for scale: ours writes 28 bytes per token, a copy 2)",
+            "throughput, 1 core (for scale: ours writes 24 bytes per token, a copy 2)",
             ours["tokens_per_s"],
             raw["copy_tokens_per_s"],
             "bare uint16 window copy",

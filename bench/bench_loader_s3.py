@@ -103,7 +103,7 @@ def _digest(batches) -> str:
     """A digest of every batch's ids, labels, segments, positions and sources."""
     digest = xxhash.xxh3_128()
     for batch in batches:
-        for array in (batch.input_ids, batch.labels, batch.segment_ids, batch.positions, batch.sources):
+        for array in (batch.input_ids, batch.labels, batch.segment_ids, batch.positions, batch.segment_sources):
             if array is not None:
                 digest.update(array.tobytes())
     return digest.hexdigest()

@@ -179,7 +179,7 @@ def child_open(manifest: str) -> dict:
     opened = time.perf_counter()
     batch = stream.batch(0)
     first = time.perf_counter()
-    assert batch.sources is not None
+    assert batch.segment_sources is not None
     return {
         "open_s": opened - start,
         "open_first_s": first - start,

@@ -7,7 +7,7 @@ the store's `.bin/.idx` as they are. Each system, and millrace itself, runs in i
 first batch, tokens/s, peak resident memory, the rows it drew per cell over the steps before RESUME_STEP (its
 mixing error), and the digest of batch RESUME_STEP; then `resume` opens it afresh from the state it saved
 there and times the first batch (exact when that batch's digest is the straight run's). Every system hands out
-int64 input ids and labels of SEQ_LEN tokens; millrace also its segments, positions and per-token sources.
+int64 input ids and labels of SEQ_LEN tokens; millrace also its segments, positions and sources (per segment).
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -49,6 +48,10 @@ from pipeline.store.format import (
 )
 
 log = logging.getLogger(__name__)
+
+# A batch's windows located (`TokenSpace._locate`): per span (shard key, first and end token, documents), and
+# the slice of its block's layout table holding those documents.
+Located = tuple[list[tuple[int, int, int, int]], list[np.ndarray]]
 
 LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
 MAX_BATCHES_AHEAD = 64  # the read-ahead plans at most this many batches past the one being read
@@ -98,6 +101,7 @@ class OpenShard:
             raise
         self.pointers_at = INDEX_PREFIX_BYTES + 4 * documents
         self._block_starts: dict[int, int] = {}
+        self._block_bounds: list[int] | None = None  # every block's start, once all are known
 
     def _keep(self, opened):
         self._open.append(opened)
@@ -132,8 +136,12 @@ class OpenShard:
         return found
 
     def block_at(self, offset: int, block: int) -> int:
-        """The block (of `block` documents) holding token `offset` of the shard."""
-        low, high = 0, -(-self.documents // block)  # the last block starting at or before offset, in [low, high)
+        """The block (of `block` documents) holding token `offset` of the shard: a binary search over the block
+        starts found so far (each read once), and a `bisect` over all of them once every one is known."""
+        if self._block_bounds is not None:
+            return bisect.bisect_right(self._block_bounds, offset) - 1
+        blocks = -(-self.documents // block)
+        low, high = 0, blocks  # the last block starting at or before offset, in [low, high)
         known = self._block_starts
         while high - low > 1:  # a plain binary search: a key function per probe costs more than the rest of a row
             middle = (low + high) // 2
@@ -142,72 +150,70 @@ class OpenShard:
                 low = middle
             else:
                 high = middle
+        if len(known) - (0 in known) == blocks - 1:  # every start is known (block 0's is 0)
+            self._block_bounds = [0, *(known[b] for b in range(1, blocks))]
         return low
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One block in one epoch: its documents in order, where each starts in the stream and in the file."""
+    """One block in one epoch: its documents in this epoch's order as the columns of one table, so that the
+    documents a window holds are one slice of it."""
 
-    stream_starts: np.ndarray  # int64, shard-relative token offset of each document in this epoch's order
-    file_starts: np.ndarray  # int64, token offset of the document in the shard's .bin
-    lengths: np.ndarray  # int64
-    sources: np.ndarray | None  # uint16 source index, or None
+    table: np.ndarray  # int64 [4, documents]: stream start and end (shard-relative tokens), .bin token offset, source
+    starts: list[int]  # table[0] as Python ints: a `bisect` costs less than a numpy search per window
     documents: np.ndarray  # int64, each document's index in the shard
     end: int  # shard-relative token offset where the block ends
 
-    def source_ids(self) -> np.ndarray:
-        if self.sources is None:
-            raise ValueError("block layout read without its documents' sources")
-        return self.sources
+    @property
+    def stream_starts(self) -> np.ndarray:
+        return self.table[0]
 
-
-class Span(NamedTuple):
-    """Documents first .. last - 1 of one block's layout, clipped to the block's tokens [offset, end): the part
-    of one window that lies in one block."""
-
-    shard: int  # cell_id << 32 | shard index
-    first: int
-    last: int
-    offset: int
-    end: int
-    layout: Layout
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.table[1] - self.table[0]
 
 
 @dataclass(frozen=True)
 class Pieces:
-    """The document pieces of a batch, in batch order: the part of each document that a window holds."""
+    """The non-empty document pieces of a batch, in batch order: the part of each document that a window holds.
+    Pieces fill the windows exactly, so a piece's place in the batch is the tokens before it."""
 
-    shards: np.ndarray  # int64, Span.shard of each piece
+    shards: np.ndarray  # int64, cell_id << 32 | shard index of each piece
     file_bytes: np.ndarray  # int64, where the piece starts in its shard's .bin
-    tokens: np.ndarray  # int64 tokens (0 for an empty document)
-    sources: np.ndarray | None  # uint16 source of each piece's document
+    tokens: np.ndarray  # int64 tokens, positive
+    before: np.ndarray  # int64 tokens of the batch before the piece
+    sources: np.ndarray  # int64 source of each piece's document (0 for a store without sources)
 
     @classmethod
-    def cut(cls, spans: list[Span], itemsize: int, sources: bool) -> Pieces:
-        table = np.array([span[:5] for span in spans], dtype=np.int64).T
-        shard, offset, end = np.repeat(table[[0, 3, 4]], table[2] - table[1], axis=1)
-        streams = np.concatenate([span.layout.stream_starts[span.first : span.last] for span in spans])
-        ends = streams + np.concatenate([span.layout.lengths[span.first : span.last] for span in spans])
-        files = np.concatenate([span.layout.file_starts[span.first : span.last] for span in spans])
-        lo = np.maximum(streams, offset)
-        tokens = np.maximum(np.minimum(ends, end) - lo, 0)
-        ids = np.concatenate([span.layout.source_ids()[span.first : span.last] for span in spans]) if sources else None
-        return cls(shard, (files + (lo - streams)) * itemsize, tokens, ids)
+    def cut(cls, spans: np.ndarray, columns: np.ndarray, itemsize: int) -> Pieces:
+        """`spans`: int64 [4, spans] (shard key, first and end token of the span in its shard, documents);
+        `columns`: the spans' layout table slices side by side (int64 [4, documents])."""
+        shard, offset, end = np.repeat(spans[:3], spans[3], axis=1)
+        stream, ends, files, sources = columns
+        lo = np.maximum(stream, offset)
+        tokens = np.minimum(ends, end) - lo
+        taken = np.flatnonzero(tokens > 0)
+        tokens = tokens[taken]
+        return cls(
+            shard[taken],
+            (files[taken] + lo[taken] - stream[taken]) * itemsize,
+            tokens,
+            np.cumsum(tokens) - tokens,
+            sources[taken],
+        )
 
     def reads(self, itemsize: int) -> list[tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray]]:
         """((cell_id, shard index), file offsets, sizes, output offsets) in bytes for each shard the batch reads:
-        the non-empty pieces, each merged with the next when that one continues it in the same file (a run's
-        documents, or a window cut inside one document). The output is the pieces' bytes in batch order."""
-        taken = np.flatnonzero(self.tokens)
-        sizes = self.tokens[taken] * itemsize
-        at = np.cumsum(sizes) - sizes
-        starts, shards = self.file_bytes[taken], self.shards[taken]
-        first = np.ones(taken.size, dtype=bool)
+        the pieces, each merged with the next when that one continues it in the same file (a run's documents, or
+        a window cut inside one document). The output is the pieces' bytes in batch order."""
+        sizes = self.tokens * itemsize
+        starts, shards = self.file_bytes, self.shards
+        first = np.ones(sizes.size, dtype=bool)
         first[1:] = (shards[1:] != shards[:-1]) | (starts[1:] != starts[:-1] + sizes[:-1])
         heads = np.flatnonzero(first)
         merged = np.add.reduceat(sizes, heads) if heads.size else sizes[:0]
-        starts, shards, at = starts[heads], shards[heads], at[heads]
+        starts, shards, at = starts[heads], shards[heads], self.before[heads] * itemsize
         order = np.argsort(shards, kind="stable")
         keys = shards[order]
         bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), order.size]
@@ -222,16 +228,14 @@ class Pieces:
             if hi > lo
         ]
 
-    def segments(self, width: int, seq_len: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """(flat start in [rows, seq_len] of each segment, its source): a segment is a document's piece of a
-        window's input tokens (the first seq_len of its seq_len + 1), so a window's first segment may start
-        mid-document; no token is scanned."""
-        taken = np.flatnonzero(self.tokens)
-        tokens = self.tokens[taken]
-        row, column = np.divmod(np.cumsum(tokens) - tokens, width)  # pieces fill each window exactly
-        inside = column < seq_len
-        sources = None if self.sources is None else self.sources[taken[inside]].astype(np.int32)
-        return row[inside] * seq_len + column[inside], sources
+    def segments(self, width: int, seq_len: int, sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(flat start in [rows, seq_len] of each segment, its int32 source or None): a segment is a document's
+        piece of a window's input tokens (the first seq_len of its seq_len + 1), so a window's first segment may
+        start mid-document; no token is scanned."""
+        row, column = np.divmod(self.before, width)
+        inside = np.flatnonzero(column < seq_len)
+        starts = row[inside] * seq_len + column[inside]
+        return starts, self.sources[inside].astype(np.int32) if sources else None
 
 
 class CellShards:
@@ -278,7 +282,7 @@ class TokenSpace:
         self.seed, self.block, self.run, self.sources = seed, block, run, sources
         self.open_files = OpenFiles(files.options.max_open_files)
         self._layouts: OrderedDict[tuple, Layout] = OrderedDict()
-        self._planned: OrderedDict[tuple, list[Span]] = OrderedDict()  # the read-ahead's, for `gather`
+        self._planned: OrderedDict[tuple, Located] = OrderedDict()  # the read-ahead's, for `gather`
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -328,17 +332,14 @@ class TokenSpace:
         lo, hi = block * self.block, min(shard.documents, (block + 1) * self.block)
         order = run_shuffle(self.seed, f"{self.cell(cell_id).name}/{index}/{block}", epoch, hi - lo, self.run)
         lengths = shard.lengths(lo, hi)[order]
-        file_starts = shard.starts(lo, hi)[order]
-        stream_starts = shard.block_start(block, self.block) + np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        sources = shard.source_ids(lo, hi)[order] if shard.src is not None else None
-        found = Layout(
-            stream_starts.astype(np.int64),
-            file_starts,
-            lengths,
-            sources,
-            lo + order,
-            int(stream_starts[-1] + lengths[-1]),
-        )
+        table = np.empty((4, hi - lo), dtype=np.int64)
+        table[0, 0] = shard.block_start(block, self.block)
+        np.cumsum(lengths[:-1], out=table[0, 1:])
+        table[0, 1:] += table[0, 0]
+        np.add(table[0], lengths, out=table[1])
+        table[2] = shard.starts(lo, hi)[order]
+        table[3] = shard.source_ids(lo, hi)[order] if shard.src is not None else 0
+        found = Layout(table, table[0].tolist(), lo + order, int(table[1, -1]))
         with self._lock:
             self._layouts[key] = found
             while len(self._layouts) > LAYOUT_CACHE:
@@ -351,26 +352,26 @@ class TokenSpace:
         """([n, seq_len + 1] tokens of each sample, flat segment starts in [n, seq_len], int32 source of each
         segment or None).
 
-        No Python bytecode per document: locate each window's spans (one per block it crosses: a few binary
-        searches), cut the whole batch into document pieces with numpy, merge the pieces that continue each
+        No Python bytecode per document: locate each window's spans (one per block it crosses: a few
+        `bisect`s), cut the whole batch into document pieces with numpy, merge the pieces that continue each
         other in a file, and read each shard's merged pieces straight into the output
         (`ChunkedFile.read_pieces_into`: its chunks checked as one vector, one `pread` each). Segments and
         their sources come from the pieces, not from the tokens."""
         width = self.seq_len + 1
-        spans = None
+        located = None
         if self._planned:
             with self._lock:
-                spans = self._planned.pop(self._plan_key(cell_ids, sequences, epochs), None)
-        if spans is None:
-            spans = self._spans(cell_ids, sequences, epochs)
+                located = self._planned.pop(self._plan_key(cell_ids, sequences, epochs), None)
+        if located is None:
+            located = self._locate(cell_ids, sequences, epochs, width)
         out = np.empty((cell_ids.size, width), dtype=self.dtype)
-        if not spans:
+        pieces = self._pieces(located)
+        if pieces is None:
             return out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32) if with_sources else None
-        pieces = Pieces.cut(spans, self.dtype.itemsize, with_sources)
         raw = out.reshape(-1).view(np.uint8)
         for (cell_id, index), offsets, sizes, at in pieces.reads(self.dtype.itemsize):
             self.shard(cell_id, index).bin.read_pieces_into(offsets, sizes, raw, at)
-        starts, sources = pieces.segments(width, self.seq_len)
+        starts, sources = pieces.segments(width, self.seq_len, with_sources)
         return out, starts, sources
 
     def chunks_to_read(
@@ -378,17 +379,16 @@ class TokenSpace:
     ) -> list[tuple[ChunkedFile, np.ndarray]]:
         """(`.bin` file, sorted chunk indices) of each shard that `gather` of these samples reads: the
         read-ahead's plan, found as `gather` finds its pieces (shards opened and index chunks read on the way)."""
-        spans = self._spans(cell_ids, sequences, epochs)
+        located = self._locate(cell_ids, sequences, epochs, self.seq_len + 1)
         with self._lock:  # `gather` of the same samples takes them instead of locating them again
-            self._planned[self._plan_key(cell_ids, sequences, epochs)] = spans
+            self._planned[self._plan_key(cell_ids, sequences, epochs)] = located
             while len(self._planned) > MAX_BATCHES_AHEAD + 2:
                 self._planned.popitem(last=False)
-        if not spans:
+        pieces = self._pieces(located)
+        if pieces is None:
             return []
         plan = []
-        for (cell_id, index), offsets, sizes, _ in Pieces.cut(spans, self.dtype.itemsize, False).reads(
-            self.dtype.itemsize
-        ):
+        for (cell_id, index), offsets, sizes, _ in pieces.reads(self.dtype.itemsize):
             file = self.shard(cell_id, index).bin
             first, last = offsets // file.chunk_bytes, (offsets + sizes - 1) // file.chunk_bytes
             chunks = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
@@ -416,30 +416,45 @@ class TokenSpace:
     def _plan_key(cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray) -> tuple[bytes, bytes, bytes]:
         return cell_ids.tobytes(), sequences.tobytes(), epochs.tobytes()
 
-    def _spans(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray) -> list[Span]:
-        spans: list[Span] = []
-        for cell_id, sequence, epoch in zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist()):
-            self._locate(cell_id, sequence * self.seq_len, epoch, self.seq_len + 1, spans)
-        return spans
+    def _pieces(self, located: Located) -> Pieces | None:
+        """The located spans cut into pieces (None when there are none)."""
+        spans, columns = located
+        if not spans:
+            return None
+        return Pieces.cut(np.array(spans, dtype=np.int64).T, np.concatenate(columns, axis=1), self.dtype.itemsize)
 
-    def _locate(self, cell_id: int, start: int, epoch: int, width: int, spans: list[Span]) -> None:
-        """Append the spans of the cell's tokens [start, start + width) in `epoch`'s order: one per block the
-        window crosses, in window order."""
-        cell = self.cell(cell_id)
-        filled = 0
-        while filled < width:
-            position = start + filled
-            if position >= cell.tokens:
-                raise ArtifactError(f"cell {cell.name!r}: window at token {start} runs past its {cell.tokens} tokens")
-            index = bisect.bisect_right(cell.starts, position) - 1
-            shard = self.shard(cell_id, index)
-            offset = position - cell.starts[index]
-            layout = self.layout(cell_id, index, shard, shard.block_at(offset, self.block), epoch)
-            end = min(offset + width - filled, layout.end)
-            first = int(layout.stream_starts.searchsorted(offset, "right")) - 1
-            last = int(layout.stream_starts.searchsorted(end, "left"))
-            spans.append(Span(cell_id << 32 | index, first, last, offset, end, layout))
-            filled += end - offset
+    def _locate(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray, width: int) -> Located:
+        """The spans of the windows' tokens [sequence seq_len, + width) of their cells in their epochs' order,
+        one per block a window crosses, in batch order: (shard key cell_id << 32 | index, first and end token
+        of the span in the shard, documents it overlaps), and the slice of the block's layout table holding
+        those documents. Plain Python ints and `bisect` (a numpy call per window costs more than all of this)."""
+        spans: list[tuple[int, int, int, int]] = []
+        columns: list[np.ndarray] = []
+        opened: dict[int, OpenShard] = {}  # this batch's shards (looked up again if evicted meanwhile)
+        block = self.block
+        for cell_id, sequence, epoch in zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist()):
+            cell = self.cell(cell_id)
+            position = sequence * self.seq_len
+            stop = position + width
+            if stop > cell.tokens:
+                raise ArtifactError(
+                    f"cell {cell.name!r}: window at token {position} runs past its {cell.tokens} tokens"
+                )
+            while position < stop:
+                index = bisect.bisect_right(cell.starts, position) - 1
+                key = cell_id << 32 | index
+                shard = opened.get(key)
+                if shard is None or not shard.files:
+                    shard = opened[key] = self.shard(cell_id, index)
+                offset = position - cell.starts[index]
+                layout = self.layout(cell_id, index, shard, shard.block_at(offset, block), epoch)
+                end = min(offset + stop - position, layout.end)
+                first = bisect.bisect_right(layout.starts, offset) - 1
+                last = bisect.bisect_left(layout.starts, end)
+                spans.append((key, offset, end, last - first))
+                columns.append(layout.table[:, first:last])
+                position += end - offset
+        return spans, columns
 
     def window_documents(self, cell_id: int, sequence: int, epoch: int) -> list[tuple[int, int]]:
         """(shard, document index in the shard) of each document window `sequence` of `epoch` overlaps,

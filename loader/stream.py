@@ -22,7 +22,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from loader.files import ReadOptions, StoreFiles
-from loader.packing import output_block, pack_segments
+from loader.packing import output_block, pack_segments, token_values
 from loader.schedule import SampleIndex, Schedule
 from loader.shards import CellShards, ReadAhead, TokenSpace
 from loader.state import LoaderState
@@ -49,10 +49,16 @@ class Batch:
     positions: np.ndarray  # int32 [b, L]; restart at 0 in each segment
     cells: list[str]  # per row
     cell_ids: np.ndarray  # int32 [b], index into MixtureStream.cell_names
-    sources: np.ndarray | None  # int32 [b, L], index into MixtureStream.source_names; None without `.src`
+    # int32 [b, S]: the source (index into MixtureStream.source_names) of segment k of each row at [row, k], -1
+    # past the row's last segment; None without `.src`. Per token: `token_sources()`.
+    segment_sources: np.ndarray | None
     sample_positions: np.ndarray  # int64 [b] global sample positions
     sequences: np.ndarray  # int64 [b] sequence index inside the cell
     epochs: np.ndarray  # int64 [b] epoch of the cell the sequence comes from
+
+    def token_sources(self) -> np.ndarray | None:
+        """int32 [b, L]: the source of each input token's document (None without sources)."""
+        return None if self.segment_sources is None else token_values(self.segment_sources, self.segment_ids)
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class MixtureStream:
         storage_options: dict | None = None,
         read_options: ReadOptions | None = None,
     ):
-        """`sources=False` skips per-token sources (Batch.sources is None); everything else is the same.
+        """`sources=False` skips sources (Batch.segment_sources is None); everything else is the same.
         `store_url` reads the pinned store from elsewhere (any fsspec URL, e.g. a copy on `s3://`)
         instead of the directory the manifest sits in; `read_options` bounds open files and the
         remote chunk cache (`loader.files.ReadOptions`)."""
@@ -241,7 +247,7 @@ class MixtureStream:
 
     def pack(self, gathered: Gathered) -> Batch:
         index = gathered.index
-        block = output_block(index.positions.size, self.seq_len, gathered.segment_sources is not None)
+        block = output_block(index.positions.size, self.seq_len)
         input_ids, labels, segment_ids, positions, sources = pack_segments(
             gathered.windows, gathered.starts, gathered.segment_sources, block
         )
@@ -254,7 +260,7 @@ class MixtureStream:
             positions=positions,
             cells=[self.cell_names[c] for c in index.cell_ids.tolist()],
             cell_ids=index.cell_ids,
-            sources=sources,
+            segment_sources=sources,
             sample_positions=index.positions,
             sequences=index.sequences,
             epochs=index.epochs,

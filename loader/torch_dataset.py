@@ -29,9 +29,12 @@ from loader.schedule import SampleIndex
 from loader.stream import Batch, Gathered, MixtureStream
 from millrace.errors import ConfigError
 
+PREFETCH_FACTOR = 4  # gathered batches each DataLoader worker keeps ready (about 0.3 MB each at 32 x 4096)
+
 
 def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
-    """A batch as tensors (zero-copy from numpy); `sources` only when the store has them."""
+    """A batch as tensors (zero-copy from numpy); `segment_sources` ([b, S], see `Batch`) only when the store has
+    sources."""
     tensors = {
         "input_ids": torch.from_numpy(batch.input_ids),
         "labels": torch.from_numpy(batch.labels),
@@ -41,8 +44,8 @@ def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
         "sample_positions": torch.from_numpy(batch.sample_positions),
         "step": torch.tensor(batch.step, dtype=torch.int64),
     }
-    if batch.sources is not None:
-        tensors["sources"] = torch.from_numpy(batch.sources)
+    if batch.segment_sources is not None:
+        tensors["segment_sources"] = torch.from_numpy(batch.segment_sources)
     return tensors
 
 
@@ -156,7 +159,9 @@ class MixtureDataLoader(DataLoader):
     """A `DataLoader` over a `TorchMixtureDataset` whose state follows the batches handed out.
 
     Batches are already whole steps, so `batch_size` is None; persistent workers would keep a
-    stale copy of the state between iterations, so they are refused.
+    stale copy of the state between iterations, so they are refused. With workers, each keeps
+    `prefetch_factor` (default PREFETCH_FACTOR) gathered batches ready: they are small (the windows
+    in the store's dtype), and a deeper queue rides out a worker's stall on a shared machine.
     """
 
     def __init__(self, dataset: TorchMixtureDataset, num_workers: int = 0, **kwargs: Any):
@@ -166,6 +171,8 @@ class MixtureDataLoader(DataLoader):
             raise ConfigError("MixtureDataLoader: persistent_workers=True would resume workers from a stale state")
         if kwargs.setdefault("batch_size", None) is not None:
             raise ConfigError("MixtureDataLoader: batch_size must be None (each item is already a whole step)")
+        if num_workers:
+            kwargs.setdefault("prefetch_factor", PREFETCH_FACTOR)
         dataset._tracked_by_loader = True
         super().__init__(dataset, num_workers=num_workers, **kwargs)
 

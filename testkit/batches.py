@@ -25,7 +25,7 @@ def batch_digest(batch: Batch) -> str:
         batch.positions,
         batch.cell_ids,
         batch.sample_positions,
-        batch.sources,
+        batch.segment_sources,
     ):
         digest.update(b"none" if array is None else array.tobytes())
     digest.update(json.dumps([batch.step, batch.phase, batch.cells]).encode())

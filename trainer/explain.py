@@ -153,8 +153,10 @@ def batch_contents(stream: Any, loader_step: int, decode: bool) -> dict[str, Any
         cells.setdefault(sample["cell"], {"cell": sample["cell"], "sequences": 0, "sources": {}})["sequences"] += 1
     if not stream.index_only and stream.has_sources:
         batch = stream.batch(loader_step)
+        token_sources = batch.token_sources()
+        assert token_sources is not None  # the stream has sources
         for row, cell in enumerate(batch.cells):
-            ids, counts = np.unique(batch.sources[row], return_counts=True)
+            ids, counts = np.unique(token_sources[row], return_counts=True)
             sources = cells[cell]["sources"]
             for source, count in zip(ids.tolist(), counts.tolist()):
                 name = stream.source_names[source]

@@ -185,7 +185,10 @@ class StepAccumulator:
         self.cells = torch.zeros(2, n_cells, dtype=torch.float64, device=device)
         self.sources = torch.zeros(2, max(n_sources, 1), dtype=torch.float64, device=device)
 
-    def add(self, token_losses: torch.Tensor, cell_ids: torch.Tensor, sources: torch.Tensor | None) -> None:
+    def add(
+        self, token_losses: torch.Tensor, cell_ids: torch.Tensor, sources: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> None:
+        """`sources`: (the batch's [b, S] source of each row's segments, its [b, L] segment ids), or None."""
         losses = token_losses.detach().double()
         self.loss[0] += losses.sum()
         self.loss[1] += losses.numel()
@@ -193,7 +196,8 @@ class StepAccumulator:
         self.cells[0].index_add_(0, cell_ids, per_row)
         self.cells[1].index_add_(0, cell_ids, torch.full_like(per_row, losses.shape[1]))
         if sources is not None:
-            flat = sources.reshape(-1).long()
+            segment_sources, segment_ids = sources
+            flat = torch.gather(segment_sources.long(), 1, segment_ids.long()).reshape(-1)
             self.sources[0].index_add_(0, flat, losses.reshape(-1))
             self.sources[1].index_add_(0, flat, torch.ones_like(losses.reshape(-1)))
 
@@ -211,8 +215,8 @@ def to_device(batch: Batch, device: torch.device, rows: slice = slice(None)) -> 
         "positions": torch.from_numpy(batch.positions),
         "cell_ids": torch.from_numpy(batch.cell_ids.astype(np.int64)),
     }
-    if batch.sources is not None:
-        tensors["sources"] = torch.from_numpy(batch.sources)
+    if batch.segment_sources is not None:
+        tensors["segment_sources"] = torch.from_numpy(batch.segment_sources)
     if device.type != "cuda":
         return {k: v[rows] for k, v in tensors.items()}
     # A non-blocking copy is asynchronous only from pinned memory (from the loader's pageable arrays it
@@ -559,7 +563,12 @@ def forward_backward(
         objective = token_losses.sum() / global_tokens + aux / (runtime.world * micro)
         objective.backward()
         observers.forwarded(training.model)
-        acc.add(token_losses, data["cell_ids"][rows], data["sources"][rows] if "sources" in data else None)
+        sources = data.get("segment_sources")
+        acc.add(
+            token_losses,
+            data["cell_ids"][rows],
+            None if sources is None else (sources[rows], data["segment_ids"][rows]),
+        )
     return acc
 
 

@@ -121,7 +121,7 @@ def test_torch_dataset_resumes_through_distributed_checkpoint(built, tmp_path):
     for _ in range(5):
         item = next(items)
     assert item["input_ids"].dtype == torch.int64 and item["input_ids"].shape == (8, 16)
-    assert int(item["step"]) == 4 and item["sources"].shape == (8, 16)
+    assert int(item["step"]) == 4 and item["segment_sources"].shape[0] == 8
     dcp.save({"loader": dataset}, checkpoint_id=str(tmp_path / "ckpt"))
     expected = next(items)
 
@@ -182,7 +182,7 @@ def test_data_loader_workers_yield_each_step_once_in_order_and_state_follows_the
 
     for item in taken:  # every field, packed in this process from what the workers gathered
         expected = batch_tensors(reference.batch(int(item["step"])))
-        assert sorted(item) == sorted(expected) and "sources" in item
+        assert sorted(item) == sorted(expected) and "segment_sources" in item
         assert all(
             torch.equal(item[key], expected[key]) and item[key].dtype == expected[key].dtype for key in expected
         )

@@ -81,7 +81,7 @@ def test_segments_from_the_pieces_equal_segments_after_each_eos_over_four_epochs
     """A window of 4 epochs under the run shuffle, rebuilt from the shards: the loader's segments and positions,
     which come from where its pieces start, are the ones a scan for EOS finds, and its per-token sources the
     rebuilt stream's."""
-    from loader.packing import pack, pack_segments
+    from loader.packing import pack, pack_segments, token_values
 
     run = 6
     stream = MixtureStream(
@@ -106,8 +106,11 @@ def test_segments_from_the_pieces_equal_segments_after_each_eos_over_four_epochs
         expected = tokens[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN + 1)]
         assert np.array_equal(windows, expected)
         ids, labels, got_segments, got_positions, got_sources = pack_segments(windows, starts, segment_sources)
+        assert got_sources is not None
         _, _, segment_ids, positions, _ = pack(expected, EOS)
         assert np.array_equal(ids, expected[:, :-1]) and np.array_equal(labels, expected[:, 1:])
         assert np.array_equal(got_segments, segment_ids) and np.array_equal(got_positions, positions)
-        assert np.array_equal(got_sources, sources[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN)])
+        assert np.array_equal(
+            token_values(got_sources, got_segments), sources[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN)]
+        )
         assert segment_ids.max() > 1  # windows hold several documents

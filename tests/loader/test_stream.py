@@ -98,9 +98,9 @@ def test_rank_slices_union_to_the_global_batch(built):
                 "positions",
                 "cell_ids",
                 "sample_positions",
-                "sources",
             ):
                 assert (np.concatenate([getattr(p, field) for p in parts]) == getattr(full, field)).all()
+            assert (np.concatenate([p.token_sources() for p in parts]) == full.token_sources()).all()
             assert [cell for p in parts for cell in p.cells] == full.cells
     with pytest.raises(ConfigError, match="divide"):
         MixtureStream(path, world=3)
@@ -168,7 +168,7 @@ def test_tokens_packing_and_sources_match_the_shards(built):
                 assert (batch.segment_ids[row, j], batch.positions[row, j]) == (segment, position)
                 position += 1
         assert batch.input_ids.dtype == np.int64 and batch.segment_ids.dtype == np.int32
-        assert batch.sources.shape == batch.input_ids.shape
+        assert batch.token_sources().shape == batch.input_ids.shape
 
 
 def test_sources_follow_document_boundaries(built):
@@ -178,7 +178,10 @@ def test_sources_follow_document_boundaries(built):
     for row, cell in enumerate(batch.cells):
         _, per_token = cell_epoch(path, cell, int(batch.epochs[row]))
         start = int(batch.sequences[row]) * stream.seq_len
-        assert (batch.sources[row] == per_token[start : start + stream.seq_len]).all()
+        assert (batch.token_sources()[row] == per_token[start : start + stream.seq_len]).all()
+    segments = batch.segment_ids.max(axis=1) + 1  # each row's table holds its segments' sources, then -1
+    assert all((batch.segment_sources[row, segments[row] :] == -1).all() for row in range(len(batch.cells)))
+    assert (batch.segment_sources[np.arange(len(batch.cells)), segments - 1] >= 0).all()
 
 
 def test_window_spanning_two_shards(built):
@@ -229,7 +232,7 @@ def test_a_failure_in_the_prefetch_thread_reaches_the_consumer(built, monkeypatc
 def test_without_sources_the_batches_are_otherwise_identical(built):
     _, path = built
     lean, full = MixtureStream(path, sources=False).batch(5), MixtureStream(path).batch(5)
-    assert lean.sources is None and full.sources is not None
+    assert lean.segment_sources is None and full.segment_sources is not None
     assert batch_digest(lean) != batch_digest(full)
     for field in ("input_ids", "labels", "segment_ids", "positions", "cell_ids", "sample_positions"):
         assert np.array_equal(getattr(lean, field), getattr(full, field))
