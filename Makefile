@@ -49,8 +49,9 @@ system-packages:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# One pytest worker per core (at most 4), a test file's tests in one worker so its module fixtures are built once.
-PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile
+# One pytest worker per core (at most 4), a test file's tests in one worker so its module fixtures are built once;
+# files handed out in the suite's order (slow files first, tests/conftest.py), not by their number of tests.
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 test: $(DEV_STAMP) system-packages
 	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
