@@ -33,6 +33,7 @@ import numpy as np
 import xxhash
 
 from millrace.errors import ArtifactError, ConfigError
+from millrace.urls import local_path
 from pipeline.store.format import FileDigests
 
 log = logging.getLogger(__name__)
@@ -626,9 +627,9 @@ class StoreFiles:
         self.options = options
         self.fs: Any = None
         self.fetcher: ChunkFetcher | None = None
-        self.local: Path | None = None
         text = str(root)
-        if "://" in text and not text.startswith("file://"):
+        self.local: Path | None = local_path(text)
+        if self.local is None:
             import fsspec
 
             protocol = text.split("://", 1)[0]
@@ -641,7 +642,6 @@ class StoreFiles:
             self.cache = ChunkCache(options)
             self.fetcher = ChunkFetcher(options) if options.readahead_bytes else None
         else:
-            self.local = Path(text.removeprefix("file://"))
             self.root = str(self.local)
 
     def describe(self, relative: str) -> str:

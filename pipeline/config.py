@@ -38,6 +38,7 @@ import pydantic
 from millrace.config import StrictModel, parse_document, validate
 from millrace.errors import ConfigError
 from millrace.names import NAME_PATTERN
+from millrace.urls import is_url
 from pipeline.filters import FILTER_NAMES, PROSE_FILTERS, filter_spec
 
 Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "html", "hf-datasets"]
@@ -55,13 +56,7 @@ FORMAT_SUFFIXES: dict[str, tuple[str, ...]] = {
     "html": (".html", ".htm", ".html.gz", ".htm.gz"),
 }
 EXTRACTED_FORMATS = frozenset({"warc", "html"})  # their text is HTML: trafilatura extracts it before normalising
-URL = re.compile(r"^[a-z][a-z0-9+.-]*://")
 CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
-
-
-def is_url(path: str) -> bool:
-    """Whether a configured path is an fsspec URL (`s3://...`) rather than a local path."""
-    return bool(URL.match(path))
 
 
 class SourceConfig(StrictModel):

@@ -24,7 +24,8 @@ import xxhash
 
 from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import MillraceError
-from pipeline.config import PipelineConfig, is_url
+from millrace.urls import is_url
+from pipeline.config import PipelineConfig
 from pipeline.remote_work import RemoteWork
 from pipeline.stages.filter.sample import sample_budget
 from pipeline.stages.read.discovery import folder_of

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,22 @@ def test_home_refuses_a_path_for_a_name(tmp_path):
     with pytest.raises(ConfigError, match="store version"):
         home.store("local", "../../x")
     assert home.run("tiny-default-uniform-sampling.2") == tmp_path / "runs" / "tiny-default-uniform-sampling.2"
+
+
+@pytest.mark.parametrize(
+    ("location", "url", "local"),
+    [
+        ("s3://bucket/stores", True, None),
+        ("file:///data/stores", True, "/data/stores"),
+        ("/data/stores", False, "/data/stores"),
+        ("stores/odd://name", False, "stores/odd://name"),  # a protocol only at the start
+    ],
+)
+def test_one_rule_tells_a_url_from_a_local_path_in_every_room(tmp_path, location, url, local):
+    from loader.files import ReadOptions, StoreFiles
+    from millrace.urls import is_url, local_path
+
+    assert is_url(location) is url
+    assert local_path(location) == (None if local is None else Path(local))
+    if local is not None:  # the loader reads what the pipeline calls a local file (file:// too) with pread
+        assert StoreFiles(location, ReadOptions(cache_dir=tmp_path)).local == Path(local)

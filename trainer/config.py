@@ -29,6 +29,7 @@ import pydantic
 
 from millrace.config import StrictModel, load_config
 from millrace.errors import ConfigError
+from millrace.urls import is_url
 
 
 class ModelConfig(StrictModel):
@@ -138,7 +139,7 @@ class RunConfig(StrictModel):
     @pydantic.field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if value and "://" not in value:
+        if value and not is_url(value):
             raise ValueError(f"{value!r} is not a URL (protocol://...); leave url empty to keep the run local")
         return value
 

@@ -17,7 +17,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig, is_url
+from millrace.urls import is_url
+from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
 
 if TYPE_CHECKING:
     from datatrove.io import DataFolder
