@@ -104,12 +104,12 @@ def run_millrace(work: Path) -> tuple[float, set[str]]:
     from pipeline.config import DedupConfig, SourceConfig
     from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates
     from pipeline.stages.dedup.signing import DedupSignatures
-    from pipeline.stages.read.readers import ReadStage
+    from pipeline.stages.read.readers import ReadStep
 
     source = SourceConfig(name="bench", paths=[str(work / "input")], format="jsonl")
 
-    def reader() -> ReadStage:  # keys documents for dedup
-        return ReadStage(source, 0, work / "mr/read", work / "mr/malformed")
+    def reader() -> ReadStep:  # keys documents for dedup
+        return ReadStep(source, 0, work / "mr/read", work / "mr/malformed")
 
     options = DedupConfig(ngram=NGRAM, bands=BANDS, rows=ROWS, seed=1, threshold=0.5, verify_threshold=0.4)
     signing = DedupSignatures(str(work / "mr/sigs"), NGRAM, BANDS, ROWS, 1, options.parts)

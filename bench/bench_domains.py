@@ -102,7 +102,7 @@ def main() -> list[Result]:
     from pipeline.cells.domains import DomainAssigner, DomainModel, DomainsConfig, fit_domains
     from pipeline.cells.embedding import EmbeddingConfig
     from pipeline.cells.quality import QualityConfig, QualityScorer
-    from pipeline.stages.tokenize.cell_stages import CellStages
+    from pipeline.stages.tokenize.cell_steps import CellSteps
     from testkit.local_corpus import plainly_different_sources
     from testkit.multilingual_man import multilingual_man_pages
 
@@ -113,7 +113,7 @@ def main() -> list[Result]:
     results = []
     with threadpool_limits(1), tempfile.TemporaryDirectory() as tmp:
         ours_dir, before_dir = Path(tmp) / "erased", Path(tmp) / "not-erased"
-        stages = CellStages(QualityConfig(reference_sources=["prose"]), DomainsConfig(), ours_dir)
+        stages = CellSteps(QualityConfig(reference_sources=["prose"]), DomainsConfig(), ours_dir)
         start = time.perf_counter()
         stages.fit(corpus)
         fit_seconds = time.perf_counter() - start

@@ -70,11 +70,11 @@ def write_corpus(directory: Path, documents: int, seed: int = 3) -> None:
         (directory / f"part-{file_index // DOCS_PER_FILE:05d}.jsonl.zst").write_bytes(data)
 
 
-def _peak_rss_of_tree(command: list[str], stage_log: Path | None = None) -> tuple[float, dict[str, int]]:
+def _peak_rss_of_tree(command: list[str], phase_log: Path | None = None) -> tuple[float, dict[str, int]]:
     """(seconds, {where: largest resident set of any single process there}) for a subprocess's tree.
 
     Where: "driver" (the root process) or "worker", and the stage the run was in, from the last
-    line of `stage_log` (which the run appends a line to as each stage starts) if given.
+    line of `phase_log` (which the run appends a line to as each stage starts) if given.
     """
     import psutil
 
@@ -92,7 +92,7 @@ def _peak_rss_of_tree(command: list[str], stage_log: Path | None = None) -> tupl
                 rss = member.memory_info().rss
             except psutil.Error:
                 continue
-            stage = stage_log.read_text().split()[-1:] if stage_log and stage_log.exists() else []
+            stage = phase_log.read_text().split()[-1:] if phase_log and phase_log.exists() else []
             where = " ".join(["driver" if member is root else "worker", *stage])
             peaks[where] = max(peaks.get(where, 0), rss)
         time.sleep(POLL_SECONDS)
@@ -113,10 +113,10 @@ def run_millrace(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[str,
         from millrace.home import Home
         from pipeline.config import load_pipeline_config
         from pipeline.runner import run_pipeline
-        def on_stage(label):
+        def on_phase(label):
             with open({str(work / "stages.log")!r}, "a") as log:
                 log.write(label + "\\n")
-        run_pipeline(load_pipeline_config({str(config)!r}), Home.resolve({str(work / "home")!r}), on_stage=on_stage)
+        run_pipeline(load_pipeline_config({str(config)!r}), Home.resolve({str(work / "home")!r}), on_phase=on_phase)
     """)
     return _peak_rss_of_tree([sys.executable, "-c", script], work / "stages.log")
 
@@ -130,7 +130,7 @@ def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[st
         from pipeline.config import DedupConfig, SourceConfig
         from pipeline.stages.dedup.signing import DedupSignatures
         from pipeline.stages.dedup.duplicates import find_duplicates
-        from pipeline.stages.read.readers import ReadStage
+        from pipeline.stages.read.readers import ReadStep
         work, options = Path({str(work)!r}), DedupConfig()
         def stage(label):
             with open(work / "stages.log", "a") as log:
@@ -140,7 +140,7 @@ def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[st
                                   logging_dir=str(work / "logs" / name)).run()
         source = SourceConfig(name="web", paths=[{str(corpus)!r}], language_id=False)
         stage("sign")
-        run("sign", [ReadStage(source, 0, work / "read", work / "malformed"),
+        run("sign", [ReadStep(source, 0, work / "read", work / "malformed"),
                      DedupSignatures(work / "sigs", options.ngram, options.bands, options.rows, options.seed,
                                      options.parts)], {tasks})
         stage("dedup")

@@ -136,7 +136,7 @@ def run_demo(
             report.store = run_pipeline(
                 config,
                 home,
-                on_stage=lambda label: status.update(f"pipeline: {label}"),
+                on_phase=lambda label: status.update(f"pipeline: {label}"),
                 progress_lines=not on_terminal(),
             )
     return from_store(home, report, steps, console, ladder)

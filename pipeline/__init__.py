@@ -10,7 +10,7 @@ The Python API (what `millrace demo` and the CLI call):
 Layout, in flow order:
 
     config.py, starter.py   the run's TOML config (every section's model); `pipeline init`'s starter config
-    filters.py              the filter registry: config checks, funnel stages and starter tables come from it
+    filters.py              the filter registry: config checks, funnel steps and starter tables come from it
     work.py                 the run's phases in order, the work directory and what may be resumed from it
     runner.py, cli.py       the run's orchestration (executor runs, driver steps); `millrace pipeline`
     stages/                 read/ → filter/ → dedup/ → tokenize/ → held_out/ → assemble (datatrove steps)

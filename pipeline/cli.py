@@ -52,7 +52,7 @@ def run(
 ) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
     from pipeline.config import load_pipeline_config
-    from pipeline.runner import STAGE_LABELS, run_pipeline
+    from pipeline.runner import PHASE_LABELS, run_pipeline
     from pipeline.store.cli import print_summary, store_summary
 
     config = load_pipeline_config(config_path)
@@ -60,7 +60,7 @@ def run(
         return _run_on_slurm(config, home, restart, dry_run, as_json)
     if dry_run:
         raise ConfigError('--dry-run writes Slurm scripts: use it with --executor slurm or [executor] kind = "slurm"')
-    labels = list(STAGE_LABELS)
+    labels = list(PHASE_LABELS)
     bar = on_terminal() and not as_json
     current = {"stage": "starting"}
     with Progress(
@@ -73,7 +73,7 @@ def run(
     ) as progress:
         task = progress.add_task("starting", total=len(labels))
 
-        def on_stage(label: str) -> None:
+        def on_phase(label: str) -> None:
             current["stage"] = label
             progress.update(task, description=label, completed=labels.index(label))
 
@@ -83,7 +83,7 @@ def run(
                 home,
                 executor=executor,
                 workers=workers,
-                on_stage=on_stage,
+                on_phase=on_phase,
                 progress_lines=not bar,
                 restart=restart,
             )

@@ -2,7 +2,7 @@
 
 A filter is anything with datatrove's filter interface, `filter(doc) -> bool | (bool, reason)`, built with
 the keyword options of its `[filters.<name>]` table. From `FILTERS` come the config's checks (`sources.filters`
-names, `[filters.<name>]` tables, prose filters kept off code sources), the run's funnel stages (one per
+names, `[filters.<name>]` tables, prose filters kept off code sources), the run's funnel steps (one per
 filter in use, in this order), and the starter file's `[filters.<name>]` tables. Adding a filter is one entry
 here (and its class, here or in any importable module), plus a test.
 

@@ -1,4 +1,4 @@
-"""Run the pipeline: five datatrove executor runs, four driver steps, one assembly.
+"""Run the pipeline's phases (`pipeline.work.PHASES`): five datatrove executor runs, four driver steps, one assembly.
 
     1. filter     (tasks = executor.tasks)  read → normalise → language id → heuristic filters
                   (each with its language's rules) → dedup signatures → filtered/<rank>.jsonl.zst
@@ -6,7 +6,7 @@
                                             → duplicates/{exact,fuzzy}-<part>.npy (rows by filter task)
        tokenizer  (driver)                  tokenizer.json: the configured one, or a byte-level BPE
                                             trained on a sample of the deduplicated documents
-       seam       (driver)                  `post_dedup_stages()`: see below
+       seam       (driver)                  `post_dedup_steps()`: see below
     3. tokenize   (tasks = executor.tasks)  filtered/<rank> → drop exact dups → drop fuzzy dups
                   → [post-dedup steps] → TokenizeCells (tokens streamed to tokens/<rank>/<cell>.tokens,
                   then written to the final shards store/cells/<cell>/shard-<r>-<n>, but for the
@@ -25,17 +25,17 @@
 Intermediates live under $MILLRACE_HOME/work/<name>/<version>/, or with `[executor] work_url` under
 <work_url>/<name>/<version>/ on a bucket, each task staged in its own scratch directory and the local
 directory only the driver's mirror (`pipeline.remote_work`). Each executor run has its
-own logging directory, so datatrove's per-task completion markers make every stage
+own logging directory, so datatrove's per-task completion markers make every phase
 resumable: a run killed at any point and started again with the same command skips the
 finished tasks, redoes the unfinished ones (every task output is written atomically and
 overwritten whole) and yields the same store, byte for byte. A changed config reruns the
-stages it touches and those after them; changed input files are an error (see `pipeline.work`).
+phases it touches and those after them; changed input files are an error (see `pipeline.work`).
 Executors are datatrove's own:
 `LocalPipelineExecutor` (forkserver processes) or `RayPipelineExecutor` (set RAY_ADDRESS to
 use a running cluster, e.g. one started inside a Slurm allocation, otherwise a local Ray
-runtime starts); the driver runs the stages in order, only the tasks go to the workers.
+runtime starts); the driver runs the phases in order, only the tasks go to the workers.
 
-THE POST-DEDUP SEAM (quality scoring, domain clustering): `post_dedup_stages()` is the one
+THE POST-DEDUP SEAM (quality scoring, domain clustering): `post_dedup_steps()` is the one
 place where, after dedup, a deterministic sample of the deduplicated documents is drawn
 (`DeduplicatedSample`), models are fitted once into `work/.../models/` (reused on a rerun)
 and steps are returned that the tokenize run inserts between fuzzy dedup and tokenization.
@@ -72,9 +72,9 @@ from pipeline.remote_work import RemoteWork, StagedTask
 from pipeline.stages.assemble import assemble_store, staging_dir
 from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates, load_duplicates
 from pipeline.stages.dedup.signing import DedupSignatures
-from pipeline.stages.filter.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
+from pipeline.stages.filter.filtering import ExtractStep, FilterStep, LanguageStep, NormaliseStep
 from pipeline.stages.filter.sample import SampleSketch, merged_sample, sample_budget
-from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
+from pipeline.stages.funnel import bad_files, build_funnel, merge_step, removed_tokens_from, step_dir
 from pipeline.stages.held_out.contamination import (
     FindContainedNgrams,
     contaminated,
@@ -83,67 +83,65 @@ from pipeline.stages.held_out.contamination import (
 )
 from pipeline.stages.held_out.split import WriteHeldOut
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
-from pipeline.stages.progress import StageLines, live_records
+from pipeline.stages.progress import PhaseLines, live_records
 from pipeline.stages.read.discovery import describe_unread, unread_files
-from pipeline.stages.read.readers import ReadStage, file_count
+from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
-from pipeline.work import PHASES, WorkLayout, prepare_work
+from pipeline.work import FINGERPRINTED, PHASES, WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
-# what `on_stage` is called with: the phases, "models" announced within "tokenizer"
-STAGE_LABELS = tuple(phase for phase in PHASES if phase != "models")
+# what `on_phase` is called with, in order: the announced phases ("models" is fitted within "tokenizer")
+PHASE_LABELS = tuple(phase.name for phase in PHASES if phase.announced)
 
 
 class PipelineError(MillraceError):
-    """A stage failed; the message names the stage and where its task logs are."""
+    """A phase failed; the message names the phase and where its task logs are."""
 
 
 @dataclass(frozen=True)
-class CountedStep:
-    """A funnel stage of the filter run, after reading: whether a config uses it, and its datatrove step
-    (given the config, the work layout and the stage's funnel directory)."""
+class FilterRunStep:
+    """A funnel step of the filter run, after reading: whether a config uses it, and its datatrove step
+    (given the config, the work layout and the step's funnel directory)."""
 
     name: str
     used: Callable[[PipelineConfig], bool]
     step: Callable[[PipelineConfig, WorkLayout, Path], PipelineStep]
 
 
-def _filter_step(name: str) -> CountedStep:
-    """A registered filter (`pipeline.filters`) as a funnel stage, for the sources that list it."""
+def _filter_step(name: str) -> FilterRunStep:
+    """A registered filter (`pipeline.filters`) as a funnel step, for the sources that list it."""
 
     def users(config: PipelineConfig) -> list[str]:
         return [s.name for s in config.sources if name in s.filters]
 
-    return CountedStep(
+    return FilterRunStep(
         name,
         lambda config: bool(users(config)),
-        lambda config, layout, funnel: HeuristicFilterStage(
-            name, config.filters[name], funnel, layout.removed, users(config)
-        ),
+        lambda config, layout, funnel: FilterStep(name, config.filters[name], funnel, layout.removed, users(config)),
     )
 
 
-# The filter run's counted stages in order (the one list: `stage_names` and `filter_pipeline` read it). Language
+# The filter run's funnel steps in order (the one list: `funnel_steps` and `filter_pipeline` read it). Language
 # id comes before the filters: each filter applies the document's language's rules.
-FILTER_RUN_STAGES: tuple[CountedStep, ...] = (
-    CountedStep(
+FILTER_RUN_STEPS: tuple[FilterRunStep, ...] = (
+    FilterRunStep(
         "extract",
         lambda config: bool(extracted_sources(config)),
-        lambda config, layout, funnel: ExtractStage(funnel, layout.removed, extracted_sources(config)),
+        lambda config, layout, funnel: ExtractStep(funnel, layout.removed, extracted_sources(config)),
     ),
-    CountedStep(
+    FilterRunStep(
         "normalise",
         lambda config: True,
-        lambda config, layout, funnel: NormaliseStage(
+        lambda config, layout, funnel: NormaliseStep(
             funnel, layout.removed, [s.name for s in config.sources if s.normalise]
         ),
     ),
-    CountedStep(
+    FilterRunStep(
         "language",
         lambda config: any(s.language_id for s in config.sources),
-        lambda config, layout, funnel: LanguageStage(
+        lambda config, layout, funnel: LanguageStep(
             funnel, layout.removed, {s.name: s.languages for s in config.sources if s.language_id}
         ),
     ),
@@ -151,9 +149,9 @@ FILTER_RUN_STAGES: tuple[CountedStep, ...] = (
 )
 
 
-def stage_names(config: PipelineConfig) -> list[str]:
-    """The funnel's stages, in order, for this config."""
-    names = ["read"] + [stage.name for stage in FILTER_RUN_STAGES if stage.used(config)]
+def funnel_steps(config: PipelineConfig) -> list[str]:
+    """The funnel's steps, in order, for this config (each counts what it received, kept and removed)."""
+    names = ["read"] + [step.name for step in FILTER_RUN_STEPS if step.used(config)]
     if config.dedup.exact:
         names.append("exact_dedup")
     if config.dedup.fuzzy:
@@ -191,24 +189,24 @@ class DeduplicatedSample:
 
 
 @dataclass
-class PostDedupStages:
+class PostDedupSteps:
     """What the seam contributes: steps before tokenization, and the stats they leave behind."""
 
     steps: list[PipelineStep] = field(default_factory=list)
     collect_stats: Callable[[], tuple[dict, dict[str, dict]]] = lambda: ({}, {})
 
 
-def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupStages:
+def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSteps:
     """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
     if not config.fits_cells:
-        return PostDedupStages()
-    from pipeline.stages.tokenize.cell_stages import CellStages
+        return PostDedupSteps()
+    from pipeline.stages.tokenize.cell_steps import CellSteps
 
-    stages = CellStages(config.quality, config.domains, layout.models)
-    stages.fit(DeduplicatedSample(layout).documents(stages.sample_bytes))
-    return PostDedupStages(steps=stages.steps(), collect_stats=stages.collect_stats)
+    cells = CellSteps(config.quality, config.domains, layout.models)
+    cells.fit(DeduplicatedSample(layout).documents(cells.sample_bytes))
+    return PostDedupSteps(steps=cells.steps(), collect_stats=cells.collect_stats)
 
 
 def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
@@ -301,7 +299,7 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def _run_stage(
+def _run_executor(
     label: str,
     kind: str,
     pipeline: list,
@@ -325,7 +323,7 @@ def _run_stage(
         log.info("%s: all %d tasks already complete", label, tasks)
     else:
         try:
-            with StageLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
+            with PhaseLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
                 executor.run()
         except Exception as exc:  # a task's exception, re-raised by the executor
             if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
@@ -348,17 +346,17 @@ def remote_work(config: PipelineConfig, layout: WorkLayout) -> RemoteWork | None
 
 
 def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
-    names = stage_names(config)
-    funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
+    names = funnel_steps(config)
+    funnel = {name: step_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = []
     offset = 0
     for index, source in enumerate(config.sources):
-        steps.append(ReadStage(source, offset, funnel["read"], layout.malformed, layout.progress / "filter"))
+        steps.append(ReadStep(source, offset, funnel["read"], layout.malformed, layout.progress / "filter"))
         files = file_count(source)
         if not files:
             raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
         offset += files
-    steps += [stage.step(config, layout, funnel[stage.name]) for stage in FILTER_RUN_STAGES if stage.name in funnel]
+    steps += [step.step(config, layout, funnel[step.name]) for step in FILTER_RUN_STEPS if step.name in funnel]
     d = config.dedup
     if d.exact or d.fuzzy:
         steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
@@ -379,20 +377,20 @@ def run_dedup(
     """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>."""
 
     def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
-        _run_stage("dedup", kind, pipeline, tasks, workers, layout.logs / "2-dedup" / name, lines, remote=remote)
+        _run_executor("dedup", kind, pipeline, tasks, workers, layout.phase_logs("dedup") / name, lines, remote=remote)
 
     find_duplicates(config.dedup, layout.signatures, layout.components, layout.duplicates, run)
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
-    names = stage_names(config)
-    funnel = {name: stage_dir(layout.funnel, index, name) for index, name in enumerate(names)}
+    names = funnel_steps(config)
+    funnel = {name: step_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = [TaskDocumentReader(layout.filtered, layout.progress / "tokenize")]
     if config.dedup.exact or config.dedup.fuzzy:
         reasons = {"exact_dedup": ("exact",), "fuzzy_dedup": ("fuzzy",)}
-        for stage in ("exact_dedup", "fuzzy_dedup"):
-            if stage in funnel:
-                steps.append(DropDuplicates(stage, reasons[stage], layout.duplicates, funnel[stage], layout.removed))
+        for step in ("exact_dedup", "fuzzy_dedup"):
+            if step in funnel:
+                steps.append(DropDuplicates(step, reasons[step], layout.duplicates, funnel[step], layout.removed))
     steps += extra
     sources = [s.name for s in config.sources]
     steps.append(
@@ -434,13 +432,13 @@ def decontaminate(
     step = FindContainedNgrams(
         layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
     )
-    _run_stage(
+    _run_executor(
         "decontaminate",
         kind,
         [step],
         config.executor.tasks,
         workers,
-        layout.logs / "4-decontaminate",
+        layout.phase_logs("decontaminate"),
         lines,
         None,
         remote,
@@ -534,14 +532,14 @@ def run_pipeline(
     home: Home,
     executor: str | None = None,
     workers: int | None = None,
-    on_stage: Callable[[str], None] | None = None,
+    on_phase: Callable[[str], None] | None = None,
     progress_lines: bool = False,
     restart: bool = False,
 ) -> Path:
     """Run `config` into `home.store(name, version)` and return that directory.
 
     `executor` and `workers` override the config's `[executor]`; the store does not depend on them.
-    `progress_lines`: log a steady line per stage (tasks done, documents read), for runs without a terminal.
+    `progress_lines`: log a steady line per phase (tasks done, documents read), for runs without a terminal.
     `restart` starts the work directory afresh (needed when the input files changed).
     """
     kind = executor or config.executor.kind
@@ -559,17 +557,17 @@ def run_pipeline(
         if (final / "store.json").exists():  # the writer before us finished it
             log.info("store %s/%s already built from this config: %s", name, version, final)
             return final
-        return _build_store(config, home, final, kind, workers, tasks, on_stage, progress_lines, restart)
+        return _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
 
 
 def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
-    """When the stages run so far kept no document: one line that says what removed them and what to change
+    """When the funnel steps run so far kept no document: one line that says what removed them and what to change
     (before the tokenizer and the cell models are fitted on an empty sample); None while documents are left."""
     counted = [
-        (name, merge_stage(stage_dir(layout.funnel, index, name))) for index, name in enumerate(stage_names(config))
+        (name, merge_step(step_dir(layout.funnel, index, name))) for index, name in enumerate(funnel_steps(config))
     ]
     counted = [(name, sources) for name, sources in counted if sources]
-    # each source as the last stage that counted it left it (a filter counts only the sources that list it)
+    # each source as the last funnel step that counted it left it (a filter counts only the sources that list it)
     last = {source: counts["kept"]["documents"] for _, sources in counted for source, counts in sources.items()}
     if not counted or any(last.values()):
         return None
@@ -602,7 +600,7 @@ def _build_store(
     kind: str,
     workers: int,
     tasks: int,
-    on_stage: Callable[[str], None] | None,
+    on_phase: Callable[[str], None] | None,
     progress_lines: bool,
     restart: bool,
 ) -> Path:
@@ -615,19 +613,19 @@ def _build_store(
         remote.reset_mirror()
         remote.refresh()
     prepare_work(layout, config, restart, remote)
-    notify = on_stage or (lambda label: None)
+    notify = on_phase or (lambda label: None)
 
     unread = unread_files(config)
     for entry in unread:
         log.warning("%s", describe_unread(entry))
     notify("filter")
-    _run_stage(
+    _run_executor(
         "filter",
         kind,
         filter_pipeline(config, layout),
         tasks,
         workers,
-        layout.logs / "1-filter",
+        layout.phase_logs("filter"),
         progress_lines,
         read=lambda: live_records(layout.progress / "filter"),
         remote=remote,
@@ -639,34 +637,34 @@ def _build_store(
         raise PipelineError(problem)
     notify("tokenizer")
     tokenizer_path = ensure_tokenizer(config, layout)
-    post = post_dedup_stages(config, layout)
+    post = post_dedup_steps(config, layout)
     notify("tokenize")
 
     if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
-        for stage in ("tokenize", "decontaminate", "split"):
-            for path in layout.outputs(stage):
+        for phase in FINGERPRINTED[FINGERPRINTED.index("tokenize") :]:
+            for path in layout.outputs(phase):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
                 if remote is not None:
                     remote.remove(path)
-    _run_stage(
+    _run_executor(
         "tokenize",
         kind,
         tokenize_pipeline(config, layout, post.steps),
         tasks,
         workers,
-        layout.logs / "3-tokenize",
+        layout.phase_logs("tokenize"),
         progress_lines,
         read=lambda: live_records(layout.progress / "tokenize"),
         remote=remote,
     )
 
-    names = stage_names(config)
-    stages = [(n, merge_stage(stage_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
+    names = funnel_steps(config)
+    stages = [(n, merge_step(step_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
     funnel = build_funnel(stages, removed_tokens_from(list(layout.removed_tokens.glob("*.json"))))
     for index, stage in enumerate(funnel["stages"]):
-        if languages := merge_stage(stage_dir(layout.funnel, index, stage["name"]), "languages"):
+        if languages := merge_step(step_dir(layout.funnel, index, stage["name"]), "languages"):
             stage["languages"] = languages
-    funnel["bad_files"] = bad_files(stage_dir(layout.funnel, 0, "read"))
+    funnel["bad_files"] = bad_files(step_dir(layout.funnel, 0, "read"))
     funnel["not_read"] = unread
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
@@ -689,13 +687,13 @@ def _build_store(
     notify("decontaminate")
     decision = decontaminate(config, layout, cutoffs, kind, workers, progress_lines, remote)
     notify("split")
-    _run_stage(
+    _run_executor(
         "split",
         kind,
         split_pipeline(config, layout, cutoffs, decision["cells"]),
         tasks,
         workers,
-        layout.logs / "5-split",
+        layout.phase_logs("split"),
         progress_lines,
         remote=remote,
     )

@@ -1,4 +1,5 @@
-"""The pipeline as a chain of Slurm jobs: datatrove's `SlurmPipelineExecutor`, one job per stage.
+"""The pipeline as a chain of Slurm jobs: datatrove's `SlurmPipelineExecutor`, one job per phase (two
+driver phases, tokenizer and models, run inside the dedup job).
 
     filter    array of executor.tasks   the filter pipeline, built at submission
     dedup     one task (driver_cpus)    duplicate finding (its component rounds on the local
@@ -9,17 +10,17 @@
                                         containment stage (local executor inside the job) and its decision
     split     array of executor.tasks   held-out split, built in the task (the cutoffs recomputed from the
                                         runs, the documents given back read from the saved decision)
-    assemble  one task                  `run_pipeline` on the local executor: every stage is complete
+    assemble  one task                  `run_pipeline` on the local executor: every phase is complete
                                         (same logging directories, same completion markers), so it only
                                         runs the driver steps and assembles the store
 
 Each job depends on the one before (`depends=`: `sbatch --dependency=afterok:<id>`); the
 whole chain is submitted at once from a login node and needs a filesystem that the login and
-compute nodes share (the work directory and $MILLRACE_HOME). Stages use the local run's
+compute nodes share (the work directory and $MILLRACE_HOME). Phases use the local run's
 logging directories, so a failed chain is resumed by submitting it again, or finished with
 `--executor local`, and yields the same store.
 
-`dry_run` writes each job's sbatch script and `chain.json` (stages, array sizes, dependencies)
+`dry_run` writes each job's sbatch script and `chain.json` (phases under "stage", array sizes, dependencies)
 for review and submits nothing.
 """
 
@@ -41,7 +42,7 @@ from pipeline.runner import (
     decontaminate,
     ensure_tokenizer,
     filter_pipeline,
-    post_dedup_stages,
+    post_dedup_steps,
     run_dedup,
     run_pipeline,
     split_pipeline,
@@ -53,12 +54,12 @@ from pipeline.stages.held_out.contamination import load_decision
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.work import WorkLayout, prepare_work
 
-DRIVER_STAGES = ("dedup", "decontaminate", "assemble")
+DRIVER_PHASES = ("dedup", "decontaminate", "assemble")
 
 
 @dataclass(frozen=True)
-class StageJob:
-    """One stage of the chain: its name, its pipeline, how many tasks, and where it logs."""
+class PhaseJob:
+    """One phase of the chain: its name, its pipeline, how many tasks, and where it logs."""
 
     name: str
     pipeline: list
@@ -66,26 +67,26 @@ class StageJob:
     logging_dir: Path
 
 
-class StageInTask(PipelineStep):
-    """Builds a stage's pipeline inside the task and runs it: `tokenize` and `split` need files
+class PhaseInTask(PipelineStep):
+    """Builds a phase's pipeline inside the task and runs it: `tokenize` and `split` need files
     that earlier jobs write (the tokenizer, the fitted models, the held-out cutoffs)."""
 
     name = "⛓️ stage"
 
-    def __init__(self, stage: str, config: PipelineConfig, home_root: Path, version: str):
+    def __init__(self, phase: str, config: PipelineConfig, home_root: Path, version: str):
         super().__init__()
-        self.stage, self.config, self.home_root, self.version = stage, config, Path(home_root), version
+        self.phase, self.config, self.home_root, self.version = phase, config, Path(home_root), version
 
     def steps(self) -> list[PipelineStep]:
         layout = _layout(self.config, Home.resolve(self.home_root), self.version)
-        if self.stage == "split":
+        if self.phase == "split":
             cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
             return split_pipeline(self.config, layout, cutoffs, load_decision(layout.contamination)["cells"])
         if not self.config.fits_cells:
             return tokenize_pipeline(self.config, layout, [])
-        from pipeline.stages.tokenize.cell_stages import CellStages
+        from pipeline.stages.tokenize.cell_steps import CellSteps
 
-        cells = CellStages(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
+        cells = CellSteps(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
         return tokenize_pipeline(self.config, layout, cells.steps())
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
@@ -98,20 +99,20 @@ class StageInTask(PipelineStep):
 class DriverJob(PipelineStep):
     """The driver's work as a one-task job: `dedup` (duplicate finding, tokenizer, post-dedup models),
     `decontaminate` (held-out cutoffs, the containment stage, its decision) or `assemble` (the rest of
-    `run_pipeline`, whose executor stages are all complete by then)."""
+    `run_pipeline`, whose executor runs are all complete by then)."""
 
     name = "⛓️ driver"
 
-    def __init__(self, stage: str, config: PipelineConfig, home_root: Path, version: str, workers: int):
+    def __init__(self, phase: str, config: PipelineConfig, home_root: Path, version: str, workers: int):
         super().__init__()
-        self.stage, self.config, self.home_root, self.version = stage, config, Path(home_root), version
+        self.phase, self.config, self.home_root, self.version = phase, config, Path(home_root), version
         self.workers = workers
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         home = Home.resolve(self.home_root)
-        if self.stage == "assemble":
+        if self.phase == "assemble":
             run_pipeline(self.config, home, executor="local", workers=self.workers)
-        elif self.stage == "decontaminate":
+        elif self.phase == "decontaminate":
             layout = _layout(self.config, home, self.version)
             cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
             decontaminate(self.config, layout, cutoffs, "local", self.workers, True)  # saves its decision
@@ -120,7 +121,7 @@ class DriverJob(PipelineStep):
             if self.config.dedup.exact or self.config.dedup.fuzzy:
                 run_dedup(self.config, layout, "local", self.workers, lines=True)
             ensure_tokenizer(self.config, layout)
-            post_dedup_stages(self.config, layout)
+            post_dedup_steps(self.config, layout)
         yield from data or ()
 
 
@@ -128,7 +129,7 @@ def _layout(config: PipelineConfig, home: Home, version: str) -> WorkLayout:
     return WorkLayout(home.work(config.output.name, version))
 
 
-def stage_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> list[StageJob]:
+def phase_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> list[PhaseJob]:
     """The chain's jobs in order, after readying the work directory as a local run would."""
 
     version = store_version(config, home, content_hash(stored_config(config)))
@@ -136,23 +137,27 @@ def stage_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> lis
     prepare_work(layout, config, restart)
     tasks, cpus = config.executor.tasks, config.executor.slurm.driver_cpus
     return [
-        StageJob("filter", filter_pipeline(config, layout), tasks, layout.logs / "1-filter"),
-        StageJob(
-            "dedup", [DriverJob("dedup", config, home.root, version, cpus)], 1, layout.logs / "2-dedup" / "driver"
+        PhaseJob("filter", filter_pipeline(config, layout), tasks, layout.phase_logs("filter")),
+        PhaseJob(
+            "dedup", [DriverJob("dedup", config, home.root, version, cpus)], 1, layout.phase_logs("dedup") / "driver"
         ),
-        StageJob("tokenize", [StageInTask("tokenize", config, home.root, version)], tasks, layout.logs / "3-tokenize"),
-        StageJob(
+        PhaseJob(
+            "tokenize", [PhaseInTask("tokenize", config, home.root, version)], tasks, layout.phase_logs("tokenize")
+        ),
+        PhaseJob(
             "decontaminate",
             [DriverJob("decontaminate", config, home.root, version, cpus)],
             1,
-            layout.logs / "4-decontaminate" / "driver",
+            layout.phase_logs("decontaminate") / "driver",
         ),
-        StageJob("split", [StageInTask("split", config, home.root, version)], tasks, layout.logs / "5-split"),
-        StageJob("assemble", [DriverJob("assemble", config, home.root, version, cpus)], 1, layout.logs / "6-assemble"),
+        PhaseJob("split", [PhaseInTask("split", config, home.root, version)], tasks, layout.phase_logs("split")),
+        PhaseJob(
+            "assemble", [DriverJob("assemble", config, home.root, version, cpus)], 1, layout.phase_logs("assemble")
+        ),
     ]
 
 
-def slurm_chain(config: PipelineConfig, jobs: list[StageJob]) -> list:
+def slurm_chain(config: PipelineConfig, jobs: list[PhaseJob]) -> list:
     """One `SlurmPipelineExecutor` per job, each `depends=` on the one before."""
     from datatrove.executor import SlurmPipelineExecutor
 
@@ -161,7 +166,7 @@ def slurm_chain(config: PipelineConfig, jobs: list[StageJob]) -> list:
         raise ConfigError("field 'executor.slurm.partition': the Slurm executor needs a partition")
     executors: list[SlurmPipelineExecutor] = []
     for job in jobs:
-        driver = job.name in DRIVER_STAGES
+        driver = job.name in DRIVER_PHASES
         executors.append(
             SlurmPipelineExecutor(
                 job.pipeline,
@@ -185,18 +190,18 @@ def slurm_chain(config: PipelineConfig, jobs: list[StageJob]) -> list:
 
 def submit(config: PipelineConfig, home: Home, restart: bool = False) -> list[dict]:
     """Submit the whole chain (the last job launches its dependencies first); returns each job's id
-    (-1 for a stage whose tasks are all complete already)."""
-    jobs = stage_jobs(config, home, restart)
+    (-1 for a phase whose tasks are all complete already)."""
+    jobs = phase_jobs(config, home, restart)
     executors = slurm_chain(config, jobs)
     executors[-1].run()
     return [{"stage": job.name, "job_id": executor.job_id} for job, executor in zip(jobs, executors)]
 
 
 def dry_run(config: PipelineConfig, home: Home, out: Path | None = None, restart: bool = False) -> list[dict]:
-    """Write each job's sbatch script (NN-<stage>.slurm) and chain.json into `out` (default: the run's
+    """Write each job's sbatch script (NN-<phase>.slurm) and chain.json into `out` (default: the run's
     work directory, slurm-scripts/); submit nothing. The scripts are the ones submission writes to each
-    stage's logging directory, beside the pickled executor (written only at submission) they run."""
-    jobs = stage_jobs(config, home, restart)
+    phase's logging directory, beside the pickled executor (written only at submission) they run."""
+    jobs = phase_jobs(config, home, restart)
     out = out or jobs[0].logging_dir.parent.parent / "slurm-scripts"
     out.mkdir(parents=True, exist_ok=True)
     chain = []

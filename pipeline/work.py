@@ -2,14 +2,20 @@
 
 `work.json` (the work state; named `run.json` in work directories written before 2026.12, still read)
 records, when a run starts, the task count, the input files (path, size and a cheap fingerprint: xxh64
-of the first and last 64 KiB) and one fingerprint per stage. A stage's
-fingerprint hashes its own options and its upstream stage's fingerprint, so a config change
-reruns exactly the stage it touches and the ones after it (and says which); `[executor]` touches
+of the first and last 64 KiB) and one fingerprint per phase (under the key "stages", the name it had when
+the first work directories were written). A phase's
+fingerprint hashes its own options and its upstream phase's fingerprint, so a config change
+reruns exactly the phase it touches and the ones after it (and says which); `[executor]` touches
 none, `[output] shard_tokens` and the evaluation sets only tokenization and the split (assembly always
 runs). Input files that differ from the recorded list
 are an error naming the first changed file (a resumed run would read some twice, some never),
 unless the run is restarted (`restart=True`), which starts the work directory afresh, as does a
 changed task count (it fixes which task reads which file).
+
+`PHASES` is the one list of the run's phases, in order: the fingerprints, what a rerun deletes, each phase's
+logging folder and the runner's progress labels (`pipeline.runner.PHASE_LABELS`) all come from it. Words: a
+*phase* is one entry of it; a *step* is a datatrove `PipelineStep` (a phase runs many); a *funnel step* is a
+step that counts what it received, kept and removed (`pipeline.runner.funnel_steps`).
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
@@ -33,11 +41,6 @@ from pipeline.stages.read.readers import input_files
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
-# A run's phases, in order, each depending on the one before (the one list: the runner announces them, the
-# work state fingerprints all but assembly, which always runs). Words: a "phase" is one of these; a funnel
-# "stage" (`pipeline.runner.stage_names`) counts what one step removed; a "step" is a datatrove PipelineStep.
-PHASES = ("filter", "dedup", "tokenizer", "models", "tokenize", "decontaminate", "split", "assemble")
-STAGES = PHASES[:-1]  # the fingerprinted ones (the work state's "stages", kept by that name on disk)
 
 
 class InputsChanged(MillraceError):
@@ -139,39 +142,17 @@ class WorkLayout:
                 return json.loads(path.read_text())
         return None
 
-    def outputs(self, stage: str) -> list[Path]:
-        """What `stage` writes (what is deleted when it reruns)."""
-        after_dedup = ("exact_dedup", "fuzzy_dedup", "tokenize")
-        if stage == "filter":
-            return [
-                self.logs / "1-filter",
-                self.filtered,
-                self.signatures,
-                self.samples,
-                self.malformed,
-                self.funnel,
-                self.removed,
-                self.progress / "filter",
-            ]
-        if stage == "dedup":
-            return [self.logs / "2-dedup", self.components, self.duplicates]
-        if stage == "tokenizer":
-            return [self.tokenizer]
-        if stage == "models":
-            return [self.models]
-        if stage == "decontaminate":
-            return [self.logs / "4-decontaminate", self.contamination]
-        if stage == "split":
-            return [self.logs / "5-split", self.parts]
-        return [
-            self.logs / "3-tokenize",
-            self.runs,
-            self.staged,
-            self.removed_tokens,
-            self.progress / "tokenize",
-            *(p for name in after_dedup for p in self.funnel.glob(f"*-{name}")),
-            *(self.removed / name for name in after_dedup),
-        ]
+    def phase_logs(self, phase: str) -> Path:
+        """Where `phase`'s executor runs log (datatrove's completion markers: what a resumed run skips)."""
+        logs = PHASE[phase].logs
+        if logs is None:
+            raise ValueError(f"phase {phase!r} runs no executor")
+        return self.logs / logs
+
+    def outputs(self, phase: str) -> list[Path]:
+        """What `phase` writes (what is deleted when it reruns): its logging folder and its own outputs."""
+        own = PHASE[phase].outputs(self)
+        return own if PHASE[phase].logs is None else [self.phase_logs(phase), *own]
 
 
 def _file_fingerprint(path: Path | str, storage_options: dict | None = None) -> dict:
@@ -212,9 +193,18 @@ def input_listing(config: PipelineConfig) -> list[dict]:
     return listing
 
 
-def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, str]:
-    """One fingerprint per stage: its own options and the fingerprint of the stage before it."""
+def phase_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, str]:
+    """One fingerprint per fingerprinted phase: its own options and the fingerprint of the phase before it."""
+    fingerprints: dict[str, str] = {}
+    upstream = ""
+    for phase in PHASES:
+        if phase.options is not None:
+            own = phase.options(config, inputs)
+            upstream = fingerprints[phase.name] = content_hash({"upstream": upstream, "options": own})
+    return fingerprints
 
+
+def _filter_options(config: PipelineConfig, inputs: list[dict]) -> dict:
     d = config.dedup
     signing = {
         "exact": d.exact,
@@ -225,31 +215,89 @@ def stage_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
         "seed": d.seed,
         "parts": d.parts,
     }
-    own = {
-        "filter": {
-            "sources": [s.model_dump(mode="json") for s in config.sources],
-            "filters": config.filters,
-            "signing": signing,
-            "inputs": inputs,
-            "sample_budget": sample_budget(config),
-        },
-        "dedup": d.model_dump(mode="json"),
-        "tokenizer": config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
-        "models": {"quality": _dump(config.quality), "domains": _dump(config.domains)},
-        "tokenize": {
-            "eos": config.tokenizer.eos,
-            "split": config.validation.model_dump(mode="json", exclude={"sets"}),
-            "shard_tokens": config.output.shard_tokens,
-            "sets": _set_listing(config),
-        },
-        "decontaminate": {},
-        "split": {},
+    return {
+        "sources": [s.model_dump(mode="json") for s in config.sources],
+        "filters": config.filters,
+        "signing": signing,
+        "inputs": inputs,
+        "sample_budget": sample_budget(config),
     }
-    fingerprints: dict[str, str] = {}
-    upstream = ""
-    for stage in STAGES:
-        upstream = fingerprints[stage] = content_hash({"upstream": upstream, "options": own[stage]})
-    return fingerprints
+
+
+def _tokenize_options(config: PipelineConfig, inputs: list[dict]) -> dict:
+    return {
+        "eos": config.tokenizer.eos,
+        "split": config.validation.model_dump(mode="json", exclude={"sets"}),
+        "shard_tokens": config.output.shard_tokens,
+        "sets": _set_listing(config),
+    }
+
+
+def _tokenize_outputs(layout: WorkLayout) -> list[Path]:
+    after_dedup = ("exact_dedup", "fuzzy_dedup", "tokenize")  # the funnel steps of the tokenize run
+    return [
+        layout.runs,
+        layout.staged,
+        layout.removed_tokens,
+        layout.progress / "tokenize",
+        *(p for name in after_dedup for p in layout.funnel.glob(f"*-{name}")),
+        *(layout.removed / name for name in after_dedup),
+    ]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of the run. Its fingerprint hashes `options(config, inputs)` and the previous phase's
+    fingerprint (no `options`: not fingerprinted, it always runs); `outputs` is what a rerun deletes besides
+    its logging folder `logs/<logs>` (None: it runs no executor); an `announced` phase is a progress label."""
+
+    name: str
+    options: Callable[[PipelineConfig, list[dict]], Any] | None
+    outputs: Callable[[WorkLayout], list[Path]] = field(default=lambda layout: [])
+    logs: str | None = None
+    announced: bool = True
+
+
+# The run's phases in the order the runner runs them, each depending on the one before.
+PHASES: tuple[Phase, ...] = (
+    Phase(
+        "filter",
+        _filter_options,
+        lambda layout: [
+            layout.filtered,
+            layout.signatures,
+            layout.samples,
+            layout.malformed,
+            layout.funnel,
+            layout.removed,
+            layout.progress / "filter",
+        ],
+        logs="1-filter",
+    ),
+    Phase(
+        "dedup",
+        lambda config, inputs: config.dedup.model_dump(mode="json"),
+        lambda layout: [layout.components, layout.duplicates],
+        logs="2-dedup",
+    ),
+    Phase(
+        "tokenizer",
+        lambda config, inputs: config.tokenizer.model_dump(mode="json", exclude={"batch_size"}),
+        lambda layout: [layout.tokenizer],
+    ),
+    Phase(
+        "models",
+        lambda config, inputs: {"quality": _dump(config.quality), "domains": _dump(config.domains)},
+        lambda layout: [layout.models],
+        announced=False,  # fitted within the tokenizer's label, before tokenize
+    ),
+    Phase("tokenize", _tokenize_options, _tokenize_outputs, logs="3-tokenize"),
+    Phase("decontaminate", lambda config, inputs: {}, lambda layout: [layout.contamination], logs="4-decontaminate"),
+    Phase("split", lambda config, inputs: {}, lambda layout: [layout.parts], logs="5-split"),
+    Phase("assemble", None, logs="6-assemble"),  # a Slurm chain's last job logs there; a local run, nowhere
+)
+PHASE = {phase.name: phase for phase in PHASES}
+FINGERPRINTED = tuple(phase.name for phase in PHASES if phase.options is not None)
 
 
 def _set_listing(config: PipelineConfig) -> list[dict]:
@@ -284,7 +332,7 @@ def _first_change(recorded: list[dict], current: list[dict]) -> str | None:
 def prepare_work(
     layout: WorkLayout, config: PipelineConfig, restart: bool = False, remote: RemoteWork | None = None
 ) -> list[str]:
-    """Make `layout` ready for `config`; returns the stages that must (re)run from scratch.
+    """Make `layout` ready for `config`; returns the phases that must (re)run from scratch.
 
     With `remote` (a work directory on a URL, `layout` its driver's mirror) what is deleted goes on the URL too."""
 
@@ -295,7 +343,7 @@ def prepare_work(
 
     tasks = config.executor.tasks
     inputs = input_listing(config)
-    fingerprints = stage_fingerprints(config, inputs)
+    fingerprints = phase_fingerprints(config, inputs)
     state = layout.read_state()
     if state is not None and not restart and state.get("tasks") == tasks and "inputs" in state:
         changed = _first_change(state["inputs"], inputs)
@@ -304,13 +352,13 @@ def prepare_work(
                 f"input files changed since this run started in {layout.root}: first changed file {changed};"
                 " restore the inputs, or start over with --restart"
             )
-        rerun = [s for s in STAGES if state.get("stages", {}).get(s) != fingerprints[s]]
-        rerun = list(STAGES[STAGES.index(rerun[0]) :]) if rerun else []
+        rerun = [p for p in FINGERPRINTED if state.get("stages", {}).get(p) != fingerprints[p]]
+        rerun = list(FINGERPRINTED[FINGERPRINTED.index(rerun[0]) :]) if rerun else []
         if rerun:
-            kept = [s for s in STAGES if s not in rerun]
+            kept = [p for p in FINGERPRINTED if p not in rerun]
             log.warning("config changed: rerunning %s (kept: %s)", ", ".join(rerun), ", ".join(kept) or "nothing")
-            for stage in rerun:
-                for path in layout.outputs(stage):
+            for phase in rerun:
+                for path in layout.outputs(phase):
                     discard(path)
         else:
             log.info("resuming the work in %s", layout.root)
@@ -318,8 +366,9 @@ def prepare_work(
         if state is not None:
             log.warning("%s: starting %s afresh", "--restart" if restart else "task count changed", layout.root)
             discard(layout.root)
-        rerun = list(STAGES)
+        rerun = list(FINGERPRINTED)
     layout.root.mkdir(parents=True, exist_ok=True)
+    # "stages": the phases' fingerprints, under the key older work directories have
     atomic_write_text(layout.state, json.dumps({"tasks": tasks, "inputs": inputs, "stages": fingerprints}))
     layout.legacy_state.unlink(missing_ok=True)
     return rerun

@@ -6,7 +6,7 @@ import io
 import json
 
 from pipeline.config import SourceConfig
-from pipeline.stages.read.readers import ReadStage
+from pipeline.stages.read.readers import ReadStep
 
 PAGE = (
     "<p>" + "The mill by the river ground flour, oats, barley and rye for the whole valley. " * 12 + "</p>"
@@ -49,7 +49,7 @@ def write_warc(path, gz: bool, without_uri: bool = True) -> int:
 
 def read_source(tmp_path, source: SourceConfig):
     """Run the read stage alone: its documents, its funnel counts and its malformed listing."""
-    stage = ReadStage(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress")
+    stage = ReadStep(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress")
     documents = list(stage.run(None, 0, 1))
     counts = json.loads((tmp_path / "funnel" / f"{source.name}-00000.json").read_text())
     listing = (tmp_path / "malformed" / source.name / "00000.jsonl").read_text().splitlines()

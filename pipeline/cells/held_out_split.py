@@ -25,7 +25,7 @@ from pipeline.config import HeldOutConfig
 HELD_OUT_REASON = "held out for validation"
 # A held-out document the decontamination gave back to training (its n-grams are mostly in training already).
 GIVEN_BACK_REASON = "found in training (decontaminated)"
-VALIDATION_STAGE = "validation"
+VALIDATION_FUNNEL_STEP = "validation"
 VALIDATION_PREFIX = "validation"
 
 

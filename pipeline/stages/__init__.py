@@ -6,7 +6,7 @@
                 rules (`language_rules`), the corpus sample drawn in the filter tasks (`sample`)
     dedup/      exact and MinHash signatures in the filter tasks (`signing`), duplicate finding over sorted
                 record files (`duplicates`, `sorted_runs`, `components`), n-gram arithmetic (`ngrams`)
-    tokenize/   the quality and domain models' steps (`cell_stages`), tokenization (`tokenization`) straight
+    tokenize/   the quality and domain models' steps (`cell_steps`), tokenization (`tokenization`) straight
                 into the store's shards (`cell_shards`)
     held_out/   held-out decontamination (`contamination`), the split tasks (`split`), evaluation sets
                 (`eval_sets`)

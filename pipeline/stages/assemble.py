@@ -24,7 +24,7 @@ import numpy as np
 
 from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
-from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_STAGE
+from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
 from pipeline.stages.held_out.eval_sets import better_hit, write_eval_set
 from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
@@ -133,7 +133,7 @@ def _staging(final: Path, staged: Path) -> Path:
     return staging
 
 
-def validation_stage(manifests: list[CellManifest], given_back: dict[str, dict[str, int]] | None = None) -> dict:
+def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, dict[str, int]] | None = None) -> dict:
     """The funnel's last stage: per source, documents that reached the store and those held out of training.
 
     `given_back` (per source): chosen for the held-out split, then given back to training by the decontamination.
@@ -154,7 +154,7 @@ def validation_stage(manifests: list[CellManifest], given_back: dict[str, dict[s
                     target["bytes"] += numbers.bytes
     for source, returned in (given_back or {}).items():
         per_source[source]["given_back"] = {GIVEN_BACK_REASON: {k: returned[k] for k in _zero()}}
-    return {"name": VALIDATION_STAGE, "sources": {source: per_source[source] for source in sorted(per_source)}}
+    return {"name": VALIDATION_FUNNEL_STEP, "sources": {source: per_source[source] for source in sorted(per_source)}}
 
 
 def given_back_sources(parts: list[dict]) -> dict[str, dict[str, int]]:
@@ -230,7 +230,10 @@ def assemble_store(
             validation_tokens=manifest.validation.tokens,
             manifest_hash=digest,
         )
-    funnel = {**funnel, "stages": [*funnel.get("stages", []), validation_stage(manifests, given_back_sources(parts))]}
+    funnel = {
+        **funnel,
+        "stages": [*funnel.get("stages", []), validation_funnel_step(manifests, given_back_sources(parts))],
+    }
     eval_sets = {}
     for config in validation.sets:
         trained = _set_trained_ngrams(parts, config.name) if validation.decontaminate else None

@@ -1,22 +1,22 @@
-"""What each stage received, kept and removed (and why), per source, in documents, tokens, bytes.
+"""What each funnel step received, kept and removed (and why), per source, in documents, tokens, bytes.
 
-Every counted stage writes one small JSON file per task, `funnel/<NN>-<stage>/<rank>.json`
+Every funnel step writes one small JSON file per task, `funnel/<NN>-<step>/<rank>.json`
 (atomically, at the end of the task; a rerun of the task overwrites it). The runner sums
-the tasks into the store's funnel:
+the tasks into the store's funnel (its steps under the key "stages", the store format's name for them):
 
     {"stages": [{"name": str, "sources": {source: {"received": {"documents", "tokens", "bytes"},
                                                    "kept": {...}, "removed": {reason: {...}},
-                                                   "cut": {"documents", "bytes"} (read stage, when any)}},
-                 "languages": {language: {"received", "kept", "removed"}}}],  (documents and bytes; stages
+                                                   "cut": {"documents", "bytes"} (read step, when any)}},
+                 "languages": {language: {"received", "kept", "removed"}}}],  (documents and bytes; steps
                                                    from language id on, all sources together)
      "bad_files": [{"source", "file", "error"}],   (files skipped with on_bad_file = "skip")
      "not_read": [{"source", "path", "files", "examples"}]}  (files under a source's paths no source reads)
 
 Tokens are counted once, with the store's tokenizer, after tokenization: a kept document
 by the tokens it was written with, a removed one by the tokens of the text it had when it
-was removed (its EOS included). A stage's received and kept tokens are then derived
-backwards from the last stage: kept(s) = received(s+1), received(s) = kept(s) + removed(s).
-Bytes are UTF-8 bytes of the text as the stage saw it (a stage that rewrites text, such
+was removed (its EOS included). A step's received and kept tokens are then derived
+backwards from the last step: kept(s) = received(s+1), received(s) = kept(s) + removed(s).
+Bytes are UTF-8 bytes of the text as the step saw it (a step that rewrites text, such
 as C4's line filter, keeps fewer bytes than it received without removing a document).
 """
 
@@ -35,13 +35,13 @@ def _zero() -> dict[str, int]:
     return {"documents": 0, "tokens": 0, "bytes": 0}
 
 
-class StageCounts:
-    """One stage's counts inside one task."""
+class StepCounts:
+    """One funnel step's counts inside one task."""
 
     def __init__(self) -> None:
         self.sources: dict[str, dict] = {}
         self.languages: dict[str, dict] = {}  # documents and bytes per identified language, all sources together
-        self.bad_files: list[dict] = []  # the read stage's skipped files: {source, file, error}
+        self.bad_files: list[dict] = []  # the read step's skipped files: {source, file, error}
 
     def language(self, language: str | None, received_bytes: int, reason: str | None, kept_bytes: int) -> None:
         """One document of `language` (None: not identified yet, not counted) received, then kept or removed."""
@@ -97,8 +97,8 @@ class StageCounts:
         atomic_write_text(path, json.dumps(body, sort_keys=True))
 
 
-def stage_dir(funnel_root: Path, index: int, stage: str) -> Path:
-    return funnel_root / f"{index:02d}-{stage}"
+def step_dir(funnel_root: Path, index: int, step: str) -> Path:
+    return funnel_root / f"{index:02d}-{step}"
 
 
 def _add(into: dict[str, int], other: dict[str, int]) -> None:
@@ -119,8 +119,8 @@ def _merge_table(merged: dict[str, dict], table: dict[str, dict]) -> None:
             cut["bytes"] += counts["cut"]["bytes"]
 
 
-def merge_stage(directory: Path, table: str = "sources") -> dict[str, dict]:
-    """Sum one stage's per-task files: per source, or per language with `table="languages"`."""
+def merge_step(directory: Path, table: str = "sources") -> dict[str, dict]:
+    """Sum one funnel step's per-task files: per source, or per language with `table="languages"`."""
     merged: dict[str, dict] = {}
     for path in sorted(directory.glob("*.json")):
         _merge_table(merged, json.loads(path.read_text()).get(table, {}))
@@ -128,7 +128,7 @@ def merge_stage(directory: Path, table: str = "sources") -> dict[str, dict]:
 
 
 def bad_files(directory: Path) -> list[dict]:
-    """The files one stage's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file."""
+    """The files one funnel step's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file."""
     found = [entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get("bad_files", [])]
     return sorted(found, key=lambda entry: (entry["source"], entry["file"]))
 
@@ -144,12 +144,13 @@ def removed_tokens_from(paths: list[Path]) -> dict[str, dict[str, dict[str, int]
     return total
 
 
-def build_funnel(stages: list[tuple[str, dict[str, dict]]], removed_tokens: dict) -> dict:
-    """The store's funnel: stages in order, tokens filled backwards from the last stage's kept tokens."""
-    sources = sorted({source for _, counts in stages for source in counts})
+def build_funnel(steps: list[tuple[str, dict[str, dict]]], removed_tokens: dict) -> dict:
+    """The store's funnel: its steps in order (under the key "stages"), tokens filled backwards from the last
+    step's kept tokens."""
+    sources = sorted({source for _, counts in steps for source in counts})
     for source in sources:
         downstream_received: int | None = None
-        for name, counts in reversed(stages):
+        for name, counts in reversed(steps):
             entry = counts.setdefault(source, {"received": _zero(), "kept": _zero(), "removed": {}})
             removed_total = 0
             for reason, removed in entry["removed"].items():
@@ -161,6 +162,6 @@ def build_funnel(stages: list[tuple[str, dict[str, dict]]], removed_tokens: dict
             downstream_received = entry["received"]["tokens"]
     return {
         "stages": [
-            {"name": name, "sources": {source: counts[source] for source in sorted(counts)}} for name, counts in stages
+            {"name": name, "sources": {source: counts[source] for source in sorted(counts)}} for name, counts in steps
         ]
     }

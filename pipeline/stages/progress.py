@@ -1,10 +1,10 @@
-"""Steady progress lines while a datatrove stage runs: tasks done and documents read so far.
+"""Steady progress lines while a phase's executor runs: tasks done and documents read so far.
 
 Tasks done come from datatrove's `completions/`; documents read from what tasks write as they go:
-the filter stage's readers (one per source) and the tokenize stage's reader write their running count
+the filter phase's readers (one per source) and the tokenize phase's reader write their running count
 of records read (`LiveCount`, one small file per reader and task, at most every `LIVE_SECONDS`), so
-the line moves while tasks run and, at the end of the filter stage, equals the records the funnel's
-read stage received. Other stages count the documents their first step read, from datatrove's
+the line moves while tasks run and, at the end of the filter phase, equals the records the funnel's
+read step received. Other phases count the documents their first step read, from datatrove's
 `stats/<rank>.json` of finished tasks. All live on the shared disk, so this works for any executor.
 """
 
@@ -69,8 +69,8 @@ def tasks_done(logging_dir: Path) -> int:
     return sum(1 for _ in completions.iterdir()) if completions.is_dir() else 0
 
 
-class StageLines:
-    """While a stage runs, a thread logs 'pipeline: filter, 3/8 tasks done, 12,345 documents read'."""
+class PhaseLines:
+    """While a phase runs, a thread logs 'pipeline: filter, 3/8 tasks done, 12,345 documents read'."""
 
     def __init__(
         self,
@@ -100,7 +100,7 @@ class StageLines:
         while not self._stop.wait(max(self.lines.interval, 0.05)):
             self.lines.emit(self.line(), force=True)
 
-    def __enter__(self) -> StageLines:
+    def __enter__(self) -> PhaseLines:
         self.lines.emit(self.line(), force=True)
         self._thread.start()
         return self

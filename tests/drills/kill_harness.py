@@ -20,11 +20,11 @@ from pipeline.runner import run_pipeline
 def main() -> int:
     config_path, home, stage, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 
-    def on_stage(label: str) -> None:
+    def on_phase(label: str) -> None:
         if label == stage:
             threading.Timer(delay, lambda: os.killpg(os.getpgid(0), signal.SIGKILL)).start()
 
-    run_pipeline(load_pipeline_config(config_path), Home.resolve(home), on_stage=on_stage)
+    run_pipeline(load_pipeline_config(config_path), Home.resolve(home), on_phase=on_phase)
     return 0
 
 

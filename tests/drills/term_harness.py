@@ -18,14 +18,14 @@ from millrace.cli import main
 def with_timer(stage: str, delay: float):
     original = runner.run_pipeline
 
-    def run_pipeline(*args, on_stage=None, **kwargs):
+    def run_pipeline(*args, on_phase=None, **kwargs):
         def staged(label: str) -> None:
-            if on_stage is not None:
-                on_stage(label)
+            if on_phase is not None:
+                on_phase(label)
             if label == stage:
                 threading.Timer(delay, lambda: os.killpg(os.getpgid(0), signal.SIGTERM)).start()
 
-        return original(*args, on_stage=staged, **kwargs)
+        return original(*args, on_phase=staged, **kwargs)
 
     return run_pipeline
 

@@ -10,7 +10,7 @@ import pytest
 
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
-from pipeline.runner import STAGE_LABELS, run_pipeline
+from pipeline.runner import PHASE_LABELS, run_pipeline
 from testkit.corpus import config_text, make_corpus, store_files
 
 VERSION = "2026.02.01"
@@ -44,7 +44,7 @@ def _killed_run(config_path, home, stage, delay):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", STAGE_LABELS)
+@pytest.mark.parametrize("stage", PHASE_LABELS)
 def test_sigkill_in_each_stage_then_rerun_gives_the_identical_store(reference, tmp_path, stage):
     config_path, expected = reference
     home = tmp_path / "home"

@@ -55,9 +55,9 @@ def test_a_utf8_bom_does_not_make_the_first_record_malformed(tmp_path):
 MEMORY_PROBE = textwrap.dedent("""
     import json, resource, sys
     from pipeline.config import SourceConfig
-    from pipeline.stages.read.readers import ReadStage
+    from pipeline.stages.read.readers import ReadStep
     source = SourceConfig(name="d", paths=[sys.argv[1]], format="jsonl", max_document_bytes=100_000)
-    stage = ReadStage(source, 0, sys.argv[2] + "/funnel", sys.argv[2] + "/malformed")
+    stage = ReadStep(source, 0, sys.argv[2] + "/funnel", sys.argv[2] + "/malformed")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kept = [d.id for d in stage.run(None, 0, 1)]
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

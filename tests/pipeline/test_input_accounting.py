@@ -84,8 +84,8 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
 
 def test_progress_lines_count_the_records_of_every_source(tmp_path):
     """The filter stage's line counts what all its readers read (malformed records too), not the first's."""
-    from pipeline.stages.progress import StageLines, live_records
-    from pipeline.stages.read.readers import ReadStage
+    from pipeline.stages.progress import PhaseLines, live_records
+    from pipeline.stages.read.readers import ReadStep
 
     sources = []
     for name, lines in (("a", 3), ("b", 4)):
@@ -95,22 +95,22 @@ def test_progress_lines_count_the_records_of_every_source(tmp_path):
         sources.append(SourceConfig(name=name, paths=[str(tmp_path / name)], format="jsonl"))
     data = None
     for source in sources:
-        data = ReadStage(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress").run(data, 0, 1)
+        data = ReadStep(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress").run(data, 0, 1)
     assert len(list(data)) == 5
-    line = StageLines("filter", tmp_path / "logs", 1, read=lambda: live_records(tmp_path / "progress")).line()
+    line = PhaseLines("filter", tmp_path / "logs", 1, read=lambda: live_records(tmp_path / "progress")).line()
     assert line == "pipeline: filter, 0/1 tasks done, 7 documents read"
 
 
 def test_a_stage_without_a_live_count_says_what_its_count_covers(tmp_path):
     """Dedup's rounds read signatures, not documents: no '0 documents read' while they run."""
-    from pipeline.stages.progress import StageLines
+    from pipeline.stages.progress import PhaseLines
 
     stats = tmp_path / "logs" / "stats"
-    assert StageLines("dedup", tmp_path / "logs", 4).line() == "pipeline: dedup, 0/4 tasks done"
+    assert PhaseLines("dedup", tmp_path / "logs", 4).line() == "pipeline: dedup, 0/4 tasks done"
     stats.mkdir(parents=True)
     (stats / "00000.json").write_text(json.dumps([{"stats": {"documents": {"total": 12}}}]))
     (tmp_path / "logs" / "completions").mkdir()
     (tmp_path / "logs" / "completions" / "00000").touch()
-    assert StageLines("dedup", tmp_path / "logs", 4).line() == (
+    assert PhaseLines("dedup", tmp_path / "logs", 4).line() == (
         "pipeline: dedup, 1/4 tasks done, 12 documents read by the finished tasks"
     )

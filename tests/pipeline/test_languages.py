@@ -12,10 +12,10 @@ import pytest
 from datatrove.data import Document
 
 from pipeline.config import load_pipeline_config
-from pipeline.runner import _run_stage, filter_pipeline, stage_names
+from pipeline.runner import _run_executor, filter_pipeline, funnel_steps
 from pipeline.stages.filter.filtering import build_filter
 from pipeline.stages.filter.language_rules import filter_options, fineweb2_rules, word_tokenizer
-from pipeline.stages.funnel import merge_stage, stage_dir
+from pipeline.stages.funnel import merge_step, step_dir
 from pipeline.stages.intermediate import read_jsonl_zst
 from pipeline.work import WorkLayout
 from testkit.multilingual_prose import LANGUAGES, multilingual_records
@@ -24,7 +24,7 @@ PER_LANGUAGE = 6
 FILTERS = ["gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality"]
 
 
-def run_filter_stage(tmp_path, records: list[dict], filters: list[str]) -> tuple[list[str], WorkLayout, list[str]]:
+def run_filter_phase(tmp_path, records: list[dict], filters: list[str]) -> tuple[list[str], WorkLayout, list[str]]:
     """The filter stage alone (one task, in this process): the ids it kept, its work layout, its stage names."""
     (tmp_path / "prose").mkdir()
     (tmp_path / "prose" / "all.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
@@ -34,9 +34,9 @@ def run_filter_stage(tmp_path, records: list[dict], filters: list[str]) -> tuple
     )
     config = load_pipeline_config(tmp_path / "p.toml")
     layout = WorkLayout(tmp_path / "work")
-    _run_stage("filter", "local", filter_pipeline(config, layout), 1, 1, layout.logs / "1-filter")
+    _run_executor("filter", "local", filter_pipeline(config, layout), 1, 1, layout.logs / "1-filter")
     kept = [record["id"] for path in sorted(layout.filtered.glob("*.jsonl.zst")) for record in read_jsonl_zst(path)]
-    return kept, layout, stage_names(config)
+    return kept, layout, funnel_steps(config)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def filtered(tmp_path_factory):
     records = [
         {"id": r["id"], "text": r["text"], "written_in": r["language"]} for r in multilingual_records(PER_LANGUAGE)
     ]
-    return records, *run_filter_stage(tmp_path_factory.mktemp("languages"), records, FILTERS)
+    return records, *run_filter_phase(tmp_path_factory.mktemp("languages"), records, FILTERS)
 
 
 @pytest.mark.slow
@@ -64,12 +64,12 @@ def test_the_share_of_good_prose_kept_is_alike_across_languages(filtered):
 def test_the_funnel_counts_each_filters_removals_per_language(filtered):
     _, _, layout, names = filtered
     assert names.index("language") < min(names.index(f) for f in FILTERS)  # language id first
-    identified = merge_stage(stage_dir(layout.funnel, names.index("language"), "language"), "languages")
+    identified = merge_step(step_dir(layout.funnel, names.index("language"), "language"), "languages")
     assert {lang: c["received"]["documents"] for lang, c in identified.items()} == dict.fromkeys(
         LANGUAGES, PER_LANGUAGE
     )
     for name in FILTERS:
-        languages = merge_stage(stage_dir(layout.funnel, names.index(name), name), "languages")
+        languages = merge_step(step_dir(layout.funnel, names.index(name), name), "languages")
         assert set(languages) == set(LANGUAGES)
         for counts in languages.values():
             removed = sum(r["documents"] for r in counts["removed"].values())

@@ -9,7 +9,7 @@ import zstandard
 
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
-from pipeline.runner import run_pipeline
+from pipeline.runner import PHASE_LABELS, run_pipeline
 from pipeline.stages.tokenize.tokenization import load_tokenizer
 from pipeline.store.format import ShardReader, Store
 from testkit.corpus import config_text, make_corpus, store_files
@@ -235,8 +235,10 @@ def test_tokenize_tasks_write_the_final_shards_and_the_split_writes_only_the_can
     home = Home.resolve(tmp_path / "home")
     layout = WorkLayout(home.work("local", "2026.01.02"))
     at_split = {}
+    announced = []
 
-    def on_stage(label):
+    def on_phase(label):
+        announced.append(label)
         if label == "split":
             staged = layout.staged / "cells"
             at_split["bins"] = {p.relative_to(staged).as_posix(): p.stat().st_ino for p in staged.rglob("*.bin")}
@@ -249,8 +251,9 @@ def test_tokenize_tasks_write_the_final_shards_and_the_split_writes_only_the_can
             at_split["waiting"] = sum(len(rows) for rows in offered)
             at_split["before_last"] = [sum(row[2] for row in rows[:-1]) for rows in offered]
 
-    final = run_pipeline(config, home, on_stage=on_stage)
+    final = run_pipeline(config, home, on_phase=on_phase)
     store = Store(final)
+    assert announced == list(PHASE_LABELS)  # the runner runs the registry's phases in its order
     assert at_split["runs"] and all(name.endswith(".candidates.tokens") for name in at_split["runs"])
     assert not [name for name in at_split["bins"] if "/validation-" in name]
     assert len(at_split["bins"]) >= 6

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.config import parse_pipeline_config
 from pipeline.stages.read.discovery import unread_files
-from pipeline.stages.read.readers import ReadStage, file_count
+from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.work import input_listing
 from testkit.corpus import prose
 from testkit.s3 import s3_server, upload_tree
@@ -47,7 +47,7 @@ def config(base: str, options: dict):
 def documents(config, tmp: Path) -> list[tuple]:
     read, offset = [], 0
     for source in config.sources:
-        step = ReadStage(source, offset, tmp / "funnel", tmp / "malformed")
+        step = ReadStep(source, offset, tmp / "funnel", tmp / "malformed")
         read += [(d.id, d.text, d.metadata["key"], d.metadata["origin"]) for d in step.run(None, 0, 1)]
         offset += file_count(source)
     return read

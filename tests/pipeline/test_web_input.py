@@ -17,7 +17,7 @@ from millrace.home import Home
 from pipeline.config import load_pipeline_config, parse_pipeline_config
 from pipeline.runner import PipelineError, run_pipeline
 from pipeline.stages.funnel import bad_files
-from pipeline.stages.read.readers import BadInputFile, ReadStage
+from pipeline.stages.read.readers import BadInputFile, ReadStep
 from pipeline.stages.tokenize.tokenization import load_tokenizer
 from pipeline.store.format import ShardReader, Store
 from testkit.corpus import prose
@@ -160,12 +160,12 @@ def test_warc_pages_are_extracted_by_trafilatura_and_keep_their_url(web_run):
     assert origins == {"https://mill.example/race", "https://mill.example/wheel"}
 
 
-def _read_stage(tmp_path, fmt: str, name: str, data: bytes, **options):
+def _read_step(tmp_path, fmt: str, name: str, data: bytes, **options):
     (tmp_path / "in").mkdir(exist_ok=True)
     (tmp_path / "in" / name).write_bytes(data)
     source = {"name": "s", "paths": [str(tmp_path / "in")], "format": fmt, **options}
     config = parse_pipeline_config({"sources": [source]}, "test", tmp_path)
-    return ReadStage(config.sources[0], 0, tmp_path / "funnel", tmp_path / "malformed")
+    return ReadStep(config.sources[0], 0, tmp_path / "funnel", tmp_path / "malformed")
 
 
 ZST = zstandard.ZstdCompressor().compress(_lines([{"id": i, "text": "x " * 50} for i in range(200)]))
@@ -182,13 +182,13 @@ GZ = gzip.compress(_lines([{"id": i, "text": "y " * 50} for i in range(2000)]))
     ],
 )
 def test_a_truncated_or_corrupt_file_is_an_error_naming_it(tmp_path, fmt, name, data, options):
-    stage = _read_stage(tmp_path, fmt, name, data, **options)
+    stage = _read_step(tmp_path, fmt, name, data, **options)
     with pytest.raises(BadInputFile, match=f"{tmp_path / 'in' / name}: cannot read source 's'"):
         list(stage.run(None, 0, 1))
 
 
 def test_a_skipped_bad_file_is_listed_in_the_funnel_files(tmp_path):
-    stage = _read_stage(tmp_path, "jsonl.zst", "a.jsonl.zst", b"garbage", on_bad_file="skip")
+    stage = _read_step(tmp_path, "jsonl.zst", "a.jsonl.zst", b"garbage", on_bad_file="skip")
     assert list(stage.run(None, 0, 1)) == []
     assert [b["file"] for b in bad_files(tmp_path / "funnel")] == [str(tmp_path / "in" / "a.jsonl.zst")]
 
@@ -216,7 +216,7 @@ def test_parquet_problems_name_their_row(tmp_path):
     ]
     buffer = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(rows), buffer)
-    stage = _read_stage(tmp_path, "parquet", "a.parquet", buffer.getvalue())
+    stage = _read_step(tmp_path, "parquet", "a.parquet", buffer.getvalue())
     docs = list(stage.run(None, 0, 1))
     assert [d.metadata["position"] for d in docs] == [0, 2]
     listing = [json.loads(line) for line in (tmp_path / "malformed" / "s" / "00000.jsonl").read_text().splitlines()]
@@ -224,7 +224,7 @@ def test_parquet_problems_name_their_row(tmp_path):
 
 
 def test_long_documents_can_be_cut_at_a_character_boundary(tmp_path):
-    stage = _read_stage(
+    stage = _read_step(
         tmp_path,
         "jsonl",
         "a.jsonl",
@@ -241,7 +241,7 @@ def test_long_documents_can_be_cut_at_a_character_boundary(tmp_path):
 def test_keys_are_file_ordinal_and_position_whatever_the_ids(tmp_path):
     from pipeline.stages.read.readers import document_key
 
-    stage = _read_stage(
+    stage = _read_step(
         tmp_path, "jsonl", "a.jsonl", _lines([{"id": "same", "text": "one"}, {"id": "same", "text": "two"}])
     )
     docs = list(stage.run(None, 0, 1))

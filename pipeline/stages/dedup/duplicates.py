@@ -38,7 +38,7 @@ from pipeline.config import DedupConfig
 from pipeline.stages.dedup.components import ComponentFiles, ComponentsRound, edge_records
 from pipeline.stages.dedup.signing import SignatureFiles, save_array
 from pipeline.stages.dedup.sorted_runs import RecordFile, group_firsts, merged, sorted_records
-from pipeline.stages.filter.filtering import CountedStage
+from pipeline.stages.filter.filtering import CountedStep
 from pipeline.stages.read.readers import KEY_POSITION_BITS
 
 REASON_CODES = {"exact": 1, "fuzzy": 2}
@@ -275,12 +275,12 @@ def find_duplicates(options: DedupConfig, signatures: Path, components: Path, du
     return round_ + 1
 
 
-class DropDuplicates(CountedStage):
-    """A funnel stage that drops the documents `find_duplicates` named for its reasons."""
+class DropDuplicates(CountedStep):
+    """A funnel step that drops the documents `find_duplicates` named for its reasons."""
 
-    def __init__(self, stage: str, reasons: tuple[str, ...], duplicates: Path | str, funnel_dir, removed_dir):
-        self.name = f"🫂 {stage}"
-        super().__init__(stage, funnel_dir, removed_dir, None)
+    def __init__(self, funnel_step: str, reasons: tuple[str, ...], duplicates: Path | str, funnel_dir, removed_dir):
+        self.name = f"🫂 {funnel_step}"
+        super().__init__(funnel_step, funnel_dir, removed_dir, None)
         self.reasons = reasons
         self.duplicates_path = Path(duplicates)
         self._duplicates: dict[int, tuple[str, int]] | None = None

@@ -1,6 +1,6 @@
-"""Counted stages: HTML extraction, normalise, datatrove's heuristic filters (per source), language id.
+"""Funnel steps: HTML extraction, normalise, datatrove's heuristic filters (per source), language id.
 
-Each stage is a datatrove `PipelineStep` that applies to the sources configured for it,
+Each is a datatrove `PipelineStep` that applies to the sources configured for it,
 passes the others through untouched, counts what it received, kept and removed (with the
 reason) per source into the funnel, and writes removed documents to
 `removed/<stage>/<rank>.jsonl.zst` so that their tokens can be counted once the tokenizer
@@ -21,7 +21,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from pipeline.filters import filter_spec
 from pipeline.stages.filter.language_rules import filter_options
-from pipeline.stages.funnel import StageCounts
+from pipeline.stages.funnel import StepCounts
 from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
 
 if TYPE_CHECKING:
@@ -43,14 +43,14 @@ def text_bytes(doc: Document) -> int:
     return len(doc.text.encode("utf-8", errors="surrogatepass"))
 
 
-class CountedStage(PipelineStep):
-    """A funnel stage: `decide()` returns a removal reason, or None to keep (it may rewrite the text)."""
+class CountedStep(PipelineStep):
+    """A funnel step: `decide()` returns a removal reason, or None to keep (it may rewrite the text)."""
 
     type = "🔻 - STAGE"
 
-    def __init__(self, stage: str, funnel_dir: Path | str, removed_dir: Path | str, sources: list[str] | None):
+    def __init__(self, funnel_step: str, funnel_dir: Path | str, removed_dir: Path | str, sources: list[str] | None):
         super().__init__()
-        self.stage = stage
+        self.funnel_step = funnel_step
         self.funnel_dir = Path(funnel_dir)
         self.removed_dir = Path(removed_dir)
         self.sources = None if sources is None else frozenset(sources)
@@ -59,8 +59,8 @@ class CountedStage(PipelineStep):
         raise NotImplementedError
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        counts = StageCounts()
-        with AtomicJsonlZstWriter(task_file(self.removed_dir / self.stage, rank)) as removed:
+        counts = StepCounts()
+        with AtomicJsonlZstWriter(task_file(self.removed_dir / self.funnel_step, rank)) as removed:
             for doc in data or ():
                 source, text = doc.metadata["source"], doc.text
                 size = received = text_bytes(doc)
@@ -83,7 +83,7 @@ class CountedStage(PipelineStep):
         counts.save(self.funnel_dir / f"{rank:05d}.json")
 
 
-class NormaliseStage(CountedStage):
+class NormaliseStep(CountedStep):
     """Unicode repair with datatrove's FTFY formatter, then drop documents left empty."""
 
     name = "😎 normalise"
@@ -106,7 +106,7 @@ def is_blank(text: str) -> bool:
     return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
 
 
-class ExtractStage(CountedStage):
+class ExtractStep(CountedStep):
     """HTML to text with datatrove's `Trafilatura` extractor, in its sandbox (a per-document timeout).
 
     Applies to the sources whose format is HTML (warc, html); a document with no main text, or
@@ -147,7 +147,7 @@ class ExtractStage(CountedStage):
         return None
 
 
-class HeuristicFilterStage(CountedStage):
+class FilterStep(CountedStep):
     """A registered filter (`pipeline.filters`: datatrove's heuristic quality filters and others), applied to the
     sources that list it, with the rules of each document's language where it takes them
     (`pipeline.stages.filter.language_rules`; English where none was identified)."""
@@ -187,7 +187,7 @@ def language_identifier() -> LanguageIdentifier:
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
-class LanguageStage(CountedStage):
+class LanguageStep(CountedStep):
     """py3langid language id; records `language` and `language_score`, drops by a per-source keep list."""
 
     name = "🌐 language"

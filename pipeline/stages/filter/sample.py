@@ -64,9 +64,9 @@ def sample_budget(config: PipelineConfig) -> int:
     tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
     cells = 0
     if config.fits_cells:
-        from pipeline.stages.tokenize.cell_stages import CellStages
+        from pipeline.stages.tokenize.cell_steps import CellSteps
 
-        cells = CellStages(config.quality, config.domains, Path(".")).sample_bytes
+        cells = CellSteps(config.quality, config.domains, Path(".")).sample_bytes
     return OVERSAMPLE * max(tokenizer, cells)
 
 

@@ -1,8 +1,8 @@
-"""The read stage: datatrove's readers, with every malformed record counted and named.
+"""The read step: datatrove's readers, with every malformed record counted and named.
 
 datatrove's `JsonlReader` logs a decode error and moves on, and every reader drops a record
 without text silently. Here each such record (invalid JSON or UTF-8, no text) is counted in
-the funnel's `read` stage (reason `malformed` or `empty`) and listed with its file and line
+the funnel's `read` step (reason `malformed` or `empty`) and listed with its file and line
 (parquet: row; WARC: record) in `malformed/<source>/<rank>.jsonl`, which the runner reports.
 A file that ends early (truncated or corrupt compression, a broken parquet footer) is an
 error naming it, never a shorter file. Document ids are prefixed with the source name (unless
@@ -30,7 +30,7 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
 from pipeline.config import SourceConfig
 from pipeline.stages.filter.filtering import text_bytes
-from pipeline.stages.funnel import StageCounts
+from pipeline.stages.funnel import StepCounts
 from pipeline.stages.progress import LiveCount
 from pipeline.stages.read.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
 
@@ -317,8 +317,8 @@ def utf8_prefix(text: str, max_bytes: int) -> str:
     return text.encode("utf-8", errors="surrogatepass")[:max_bytes].decode("utf-8", errors="ignore")
 
 
-class ReadStage(PipelineStep):
-    """Reads one source on this task's share of its files and counts the funnel's `read` stage.
+class ReadStep(PipelineStep):
+    """Reads one source on this task's share of its files and counts the funnel's `read` step.
 
     Files are dealt to tasks round-robin continuing from `offset` (the number of file ordinals of
     the sources before this one), so that many one-file sources spread over the tasks instead of
@@ -393,7 +393,7 @@ class ReadStage(PipelineStep):
                     yield from self._file_documents(reader, path, relative, position + index, bad_files)
             position += len(files)
 
-    def _bounded(self, doc: Document, size: int, counts: StageCounts) -> int | None:
+    def _bounded(self, doc: Document, size: int, counts: StepCounts) -> int | None:
         """The size of the document kept (its text `size` bytes, cut here if over the limit), None if dropped."""
         limit = self.source.max_document_bytes
         if size <= limit:
@@ -410,7 +410,7 @@ class ReadStage(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
             yield from data
-        counts = StageCounts()
+        counts = StepCounts()
         problems: list[Problem] = []
         skipped: dict[str, list[int]] = {}
         bad_files: list[dict] = []

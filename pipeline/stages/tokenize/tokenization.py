@@ -34,7 +34,7 @@ from millrace.artifacts import atomic_output, atomic_write_text, temporary_sibli
 from pipeline.cells.held_out_split import document_hash, split_candidates
 from pipeline.config import EvalSetConfig, HeldOutConfig
 from pipeline.stages.filter.sample import sample_rank
-from pipeline.stages.funnel import StageCounts
+from pipeline.stages.funnel import StepCounts
 from pipeline.stages.held_out.eval_sets import SetOverlap
 from pipeline.stages.intermediate import read_jsonl_zst, task_file
 from pipeline.stages.tokenize.cell_shards import (
@@ -212,7 +212,7 @@ class TokenizeCells(PipelineStep):
         remove_task_files(self.cells_dir, rank)
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         runs: dict[str, _CellRun] = {}
-        counts = StageCounts()
+        counts = StepCounts()
         eos_array = np.asarray([eos], dtype=np.int64)
 
         def encode(batch: list[Document]) -> list:
@@ -301,14 +301,14 @@ class RemovedTokens(PipelineStep):
             yield from data
         tokenizer = load_tokenizer(self.tokenizer_path)
         totals: dict[str, dict[str, dict[str, int]]] = {}
-        for stage_dir in sorted(p for p in self.removed_dir.iterdir() if p.is_dir()):
-            path = task_file(stage_dir, rank)
+        for step_dir in sorted(p for p in self.removed_dir.iterdir() if p.is_dir()):
+            path = task_file(step_dir, rank)
             if not path.exists():
                 continue
             records = read_jsonl_zst(path)
             while batch := [r for _, r in zip(range(self.batch_size), records)]:
                 encoded = tokenizer.encode_batch_fast([r["text"] for r in batch], add_special_tokens=False)
                 for record, encoding in zip(batch, encoded):
-                    per_source = totals.setdefault(stage_dir.name, {}).setdefault(record["source"], {})
+                    per_source = totals.setdefault(step_dir.name, {}).setdefault(record["source"], {})
                     per_source[record["reason"]] = per_source.get(record["reason"], 0) + len(encoding.ids) + 1
         atomic_write_text(self.output_dir / f"{rank:05d}.json", json.dumps(totals, sort_keys=True))

@@ -1,11 +1,11 @@
 """The pipeline's seam for cells: fit the quality and domain models once, then score and assign.
 
-The runner's `post_dedup_stages()` does, after dedup and before tokenization:
+The runner's `post_dedup_steps()` does, after dedup and before tokenization:
 
-    stages = CellStages(config.quality, config.domains, layout.models)
-    stages.fit(DeduplicatedSample(layout).documents(stages.sample_bytes))  # once; a rerun reuses it
-    steps = stages.steps()               # QualityScorer → DomainAssigner → CellStatsWriter
-    stages.collect_stats()               # (StoreManifest.stats, {cell: CellManifest.stats})
+    cells = CellSteps(config.quality, config.domains, layout.models)
+    cells.fit(DeduplicatedSample(layout).documents(cells.sample_bytes))  # once; a rerun reuses it
+    steps = cells.steps()                # QualityScorer → DomainAssigner → CellStatsWriter
+    cells.collect_stats()                # (StoreManifest.stats, {cell: CellManifest.stats})
 
 Each document then carries `metadata["cell"]` (`cNNqQ`), and the tokenizer writes it there.
 """
@@ -26,7 +26,7 @@ from pipeline.cells.stats import CellStatsWriter, read_cell_stats
 CELL_STATS_DIR = "cell-stats"
 
 
-class CellStages:
+class CellSteps:
     """Quality buckets and topic domains for one pipeline run; a section that is None or disabled is off."""
 
     def __init__(self, quality: QualityConfig | None, domains: DomainsConfig | None, model_dir: Path | str):
