@@ -39,16 +39,6 @@ class FilterSpec:
         return getattr(importlib.import_module(module), attribute)
 
 
-class MarkerFilter:
-    """Removes a document that contains `marker` (a toy filter: the newcomer's test of ARCHITECTURE.md)."""
-
-    def __init__(self, marker: str = "XYZZY", **_: Any):
-        self.marker = marker
-
-    def filter(self, doc: Any) -> bool | tuple[bool, str]:
-        return (False, "marker") if self.marker in doc.text else True
-
-
 FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec(
         "gopher_quality",
@@ -75,14 +65,6 @@ FILTERS: tuple[FilterSpec, ...] = (
         "datatrove.pipeline.filters:FineWebQualityFilter",
         "FineWeb's line rules: punctuation, short lines, repeated characters",
         examples={"line_punct_thr": 0.12},
-    ),
-    FilterSpec(
-        "marker",
-        MarkerFilter,
-        "drops documents that contain a marker word",
-        prose=False,
-        language_rules=False,
-        examples={"marker": "XYZZY"},
     ),
 )
 FILTER_NAMES: tuple[str, ...] = tuple(spec.name for spec in FILTERS)
