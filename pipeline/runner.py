@@ -24,7 +24,7 @@
 
 Intermediates live under $MILLRACE_HOME/work/<name>/<version>/, or with `[executor] work_url` under
 <work_url>/<name>/<version>/ on a bucket, each task staged in its own scratch directory and the local
-directory only the driver's mirror (`pipeline.remote_work`). Each executor run has its
+directory holds only the few small files the driver reads (`pipeline.remote_work`). Each executor run has its
 own logging directory, so datatrove's per-task completion markers make every stage
 resumable: a run killed at any point and started again with the same command skips the
 finished tasks, redoes the unfinished ones (every task output is written atomically and
@@ -68,7 +68,7 @@ from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
-from pipeline.remote_work import RemoteWork, StagedTask
+from pipeline.remote_work import DRIVER_READS, RemoteWork, StagedTask
 from pipeline.stages.assemble import assemble_store, staging_dir
 from pipeline.stages.cell_shards import held_out_cutoffs
 from pipeline.stages.contamination import FindContainedNgrams, contaminated, save_decision, write_held_out_index
@@ -308,7 +308,8 @@ def _run_stage(
     remote: RemoteWork | None = None,
 ) -> None:
     """One executor run to completion. With `remote`, each task runs staged (`pipeline.remote_work`): the
-    driver uploads what it wrote first, markers and logs go on the URL, and what the tasks wrote comes back."""
+    driver uploads what it wrote first, markers and logs go on the URL, and what the driver reads of the tasks'
+    outputs comes back (`DRIVER_READS[label]`)."""
     where: Path | DataFolder = logging_dir
     if remote is not None:
         remote.publish()
@@ -330,7 +331,7 @@ def _run_stage(
         if incomplete:
             raise PipelineError(f"stage {label!r}: tasks {incomplete} did not complete; task logs in {logs}")
     if remote is not None:
-        remote.refresh()
+        remote.pull(DRIVER_READS[label])
 
 
 def remote_work(config: PipelineConfig, layout: WorkLayout) -> RemoteWork | None:
@@ -608,7 +609,7 @@ def _build_store(
     remote = remote_work(config, layout)
     if remote is not None:
         remote.reset_mirror()
-        remote.refresh()
+        remote.pull(DRIVER_READS["start"])
     prepare_work(layout, config, restart, remote)
     notify = on_stage or (lambda label: None)
 
@@ -633,11 +634,14 @@ def _build_store(
     if problem := nothing_left(config, layout):
         raise PipelineError(problem)
     notify("tokenizer")
+    if remote is not None and (not layout.tokenizer.exists() or config.fits_cells):
+        remote.pull(DRIVER_READS["sample"])
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)
     notify("tokenize")
 
-    if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
+    staged = layout.staged.exists() if remote is None else remote.exists(layout.staged)
+    if not staged and not staging_dir(final).exists():  # e.g. a finished store deleted since
         for stage in ("tokenize", "decontaminate", "split"):
             for path in layout.outputs(stage):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -671,7 +675,7 @@ def _build_store(
         log.warning("malformed input: %s %s (%s)", malformed["file"], where, malformed["reason"])
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
-    if not any(layout.runs.glob("*/*.npz")):
+    if not any(layout.runs.glob("*/*.placed.npz")):
         removed = {
             stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
             for stage in funnel["stages"]
@@ -705,6 +709,12 @@ def _build_store(
                 k: decision[k] for k in ("ngram", "threshold", "checked", "documents", "tokens", "per_cell")
             },
         }
+    if remote is not None:
+        if config.output.url:  # the shards go from the work URL to the store URL, never through this disk
+            layout.staged.mkdir(exist_ok=True)
+        else:  # the store is built here: its files come down
+            remote.pull(DRIVER_READS["assemble"])
+        log.info("the driver read %d bytes from the work URL", remote.pulled_bytes)
     store = assemble_store(
         final,
         name,
@@ -723,7 +733,11 @@ def _build_store(
         config.validation,
     )
     if config.output.url:
-        from pipeline.store.remote import copy_store
+        from pipeline.store.remote import copy_store, publish_store
 
-        copy_store(store, f"{config.output.url.rstrip('/')}/{name}/{version}", config.output.storage_options)
+        url = f"{config.output.url.rstrip('/')}/{name}/{version}"
+        if remote is not None:
+            publish_store(store, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
+        else:
+            copy_store(store, url, config.output.storage_options)
     return store

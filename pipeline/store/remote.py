@@ -4,6 +4,10 @@ Every file goes up under its own relative path, `store.json` last: a reader that
 store's manifest finds every file it names, and a copy interrupted part-way is never taken for a
 store. The copy is checked object by object (sizes) before `store.json` goes up. The loader then
 reads the copy by byte ranges (`MixtureStream(..., store_url=URL)`).
+
+A pipeline whose work directory is on a URL too publishes its store without the shards touching the
+driver's disk (`publish_store`): they are copied from the work URL object to object (a server-side copy on
+one filesystem), and only the manifests, written on the driver, go up from its disk.
 """
 
 from __future__ import annotations
@@ -39,3 +43,41 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None) -> in
             )
     fs.put_file(str(local / "store.json"), f"{root}/store.json")
     return len(files) + 1
+
+
+def publish_store(local: Path, shards: tuple[Any, str], url: str, storage_options: dict | None = None) -> int:
+    """The store version at `url` from its manifests at `local` (no shard there) and the files the tasks wrote
+    under `shards` (a filesystem and a root: the work URL's `store/`); returns the number of files copied."""
+    if not (local / "store.json").exists():
+        raise ArtifactError(f"{local}: no store.json, not a store version")
+    source_fs, source_root = shards
+    fs, root = remote_fs(url, storage_options)
+    source_fs.invalidate_cache()
+    listing = source_fs.find(source_root, detail=True)
+    sizes = {
+        path[len(source_root) + 1 :]: int(info["size"])
+        for path, info in listing.items()
+        if not path.rsplit("/", 1)[-1].startswith(".")
+    }
+    relatives = sorted(sizes)
+    sources, targets = [f"{source_root}/{r}" for r in relatives], [f"{root}/{r}" for r in relatives]
+    if type(source_fs) is type(fs) and source_fs.storage_options == fs.storage_options:
+        fs.copy(sources, targets)  # object to object on the server
+    else:
+        for source, target in zip(sources, targets):  # another filesystem: through memory, one file at a time
+            fs.pipe_file(target, source_fs.cat_file(source))
+    fs.invalidate_cache()
+    copied = fs.find(root, detail=True)
+    for source, target, relative in zip(sources, targets, relatives):
+        if int(copied.get(target, {}).get("size", -1)) != sizes[relative]:
+            raise ArtifactError(
+                f"{fs.unstrip_protocol(target)}: not a copy of {source_fs.unstrip_protocol(source)} "
+                f"({sizes[relative]} bytes)"
+            )
+    manifests = sorted(
+        p for p in local.rglob("*") if p.is_file() and p.name != "store.json" and not p.name.startswith(".")
+    )
+    for path in manifests:
+        fs.put_file(str(path), f"{root}/{path.relative_to(local).as_posix()}")
+    fs.put_file(str(local / "store.json"), f"{root}/store.json")
+    return len(relatives) + len(manifests) + 1
