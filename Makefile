@@ -51,10 +51,11 @@ system-packages:
 
 # One pytest worker per core (at most 4), a test file's tests in one worker so its module fixtures are built once;
 # files handed out in the suite's order (slow files first, tests/conftest.py), not by their number of tests.
+# The 25 slowest tests close the log: where the 20-minute budget goes.
 PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 test: $(DEV_STAMP) system-packages
-	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_WORKERS)
 
 # Every test not marked `slow` (CONTRIBUTING.md: what makes a test slow): a few minutes on two cores.
 test-fast: $(DEV_STAMP)

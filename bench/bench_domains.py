@@ -102,7 +102,7 @@ def main() -> list[Result]:
     from pipeline.cells.domains import DomainAssigner, DomainModel, DomainsConfig, fit_domains
     from pipeline.cells.embedding import EmbeddingConfig
     from pipeline.cells.quality import QualityConfig, QualityScorer
-    from pipeline.stages.cell_stages import CellStages
+    from pipeline.stages.tokenize.cell_stages import CellStages
     from testkit.local_corpus import plainly_different_sources
     from testkit.multilingual_man import multilingual_man_pages
 

@@ -110,7 +110,7 @@ def run_millrace(corpus: Path, tokenizer: Path, work: Path) -> float:
 def main() -> list[Result]:
     from pipeline.corpus.builder import build_local_corpus
     from pipeline.stages.intermediate import read_jsonl_zst
-    from pipeline.stages.tokenization import train_byte_level_bpe
+    from pipeline.stages.tokenize.tokenization import train_byte_level_bpe
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

@@ -13,7 +13,7 @@ Layout, in flow order:
     filters.py              the filter registry: config checks, funnel stages and starter tables come from it
     work.py                 the run's phases in order, the work directory and what may be resumed from it
     runner.py, cli.py       the run's orchestration (executor runs, driver steps); `millrace pipeline`
-    stages/                 read → filter → dedup → cells → tokenize → assemble (datatrove steps)
+    stages/                 read/ → filter/ → dedup/ → tokenize/ → held_out/ → assemble (datatrove steps)
     cells/                  the quality and domain models that give a document its cell
     store/                  the token store's format (light) and `millrace store`
     corpus/                 the embedded default corpus and `millrace corpus`

@@ -317,7 +317,7 @@ class EvalSetConfig(StrictModel):
 
 class HeldOutConfig(StrictModel):
     """`[validation]`: the held-out split of every cell (`pipeline.cells.held_out_split`) and the external
-    evaluation sets (`pipeline.stages.eval_sets`)."""
+    evaluation sets (`pipeline.stages.held_out.eval_sets`)."""
 
     tokens_per_cell: int = pydantic.Field(
         4096,
@@ -339,7 +339,7 @@ class HeldOutConfig(StrictModel):
     decontaminate: bool = pydantic.Field(
         True,
         description="give back to training the held-out documents whose "
-        "token n-grams are found in training (`pipeline.stages.contamination`)",
+        "token n-grams are found in training (`pipeline.stages.held_out.contamination`)",
     )
     contamination_ngram: int = pydantic.Field(13, ge=1, description="n of the token n-grams looked up")
     contamination_threshold: float = pydantic.Field(
@@ -517,7 +517,7 @@ class PipelineConfig(StrictModel):
 
 def _check_filter_options(config: PipelineConfig, origin: str) -> None:
     """Build each filter with its options once, so that a misspelt option fails here and not in a task."""
-    from pipeline.stages.filtering import build_filter  # imports datatrove: only when a config file is loaded
+    from pipeline.stages.filter.filtering import build_filter  # imports datatrove: only when a config file is loaded
 
     for name, options in config.filters.items():
         try:

@@ -7,7 +7,7 @@ filter in use, in this order), and the starter file's `[filters.<name>]` tables.
 here (and its class, here or in any importable module), plus a test.
 
 This module stays light (no datatrove import): `pipeline.config` reads it; a run imports each filter's class
-when it builds it (`pipeline.stages.filtering.build_filter`).
+when it builds it (`pipeline.stages.filter.filtering.build_filter`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class FilterSpec:
     factory: str | FilterFactory  # "package.module:Class" (imported when a run builds it) or the class itself
     summary: str  # one line, shown in the starter file
     prose: bool = True  # assumes natural-language text: a code source may not list it
-    language_rules: bool = True  # built per document language with its rules (`pipeline.stages.language_rules`)
+    language_rules: bool = True  # built per document language with its rules (`pipeline.stages.filter.language_rules`)
     starter: Mapping[str, Any] = field(default_factory=dict)  # options `pipeline init` sets
     examples: Mapping[str, Any] = field(default_factory=dict)  # options `pipeline init` shows, commented out
 

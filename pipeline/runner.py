@@ -70,19 +70,24 @@ from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
 from pipeline.remote_work import DRIVER_READS, RemoteWork, StagedTask
 from pipeline.stages.assemble import assemble_store, staging_dir
-from pipeline.stages.cell_shards import held_out_cutoffs
-from pipeline.stages.contamination import FindContainedNgrams, contaminated, save_decision, write_held_out_index
-from pipeline.stages.dedup import DedupSignatures
-from pipeline.stages.discovery import describe_unread, unread_files
-from pipeline.stages.duplicates import DropDuplicates, find_duplicates, load_duplicates
-from pipeline.stages.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
+from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates, load_duplicates
+from pipeline.stages.dedup.signing import DedupSignatures
+from pipeline.stages.filter.filtering import ExtractStage, HeuristicFilterStage, LanguageStage, NormaliseStage
+from pipeline.stages.filter.sample import SampleSketch, merged_sample, sample_budget
 from pipeline.stages.funnel import bad_files, build_funnel, merge_stage, removed_tokens_from, stage_dir
-from pipeline.stages.held_out import WriteHeldOut
+from pipeline.stages.held_out.contamination import (
+    FindContainedNgrams,
+    contaminated,
+    save_decision,
+    write_held_out_index,
+)
+from pipeline.stages.held_out.split import WriteHeldOut
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import StageLines, live_records
-from pipeline.stages.readers import ReadStage, file_count
-from pipeline.stages.sample import SampleSketch, merged_sample, sample_budget
-from pipeline.stages.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
+from pipeline.stages.read.discovery import describe_unread, unread_files
+from pipeline.stages.read.readers import ReadStage, file_count
+from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
+from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
 from pipeline.work import PHASES, WorkLayout, prepare_work
 
@@ -172,7 +177,7 @@ def stored_config(config: PipelineConfig) -> dict:
 class DeduplicatedSample:
     """A deterministic sample of the documents that survive dedup: a pure function of their keys.
 
-    Drawn inside the filter tasks (`pipeline.stages.sample`: a bottom-k sketch by key hash per
+    Drawn inside the filter tasks (`pipeline.stages.filter.sample`: a bottom-k sketch by key hash per
     task), less what dedup removed; no pass over the corpus. Returned in key order.
     """
 
@@ -199,7 +204,7 @@ def post_dedup_stages(config: PipelineConfig, layout: WorkLayout) -> PostDedupSt
     `domains` section nothing runs and cells are sources."""
     if not config.fits_cells:
         return PostDedupStages()
-    from pipeline.stages.cell_stages import CellStages
+    from pipeline.stages.tokenize.cell_stages import CellStages
 
     stages = CellStages(config.quality, config.domains, layout.models)
     stages.fit(DeduplicatedSample(layout).documents(stages.sample_bytes))
@@ -418,7 +423,7 @@ def decontaminate(
     lines: bool,
     remote: RemoteWork | None = None,
 ) -> dict:
-    """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.contamination`):
+    """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.held_out.contamination`):
     {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
 
     v = config.validation

@@ -49,8 +49,8 @@ from pipeline.runner import (
     stored_config,
     tokenize_pipeline,
 )
-from pipeline.stages.cell_shards import held_out_cutoffs
-from pipeline.stages.contamination import load_decision
+from pipeline.stages.held_out.contamination import load_decision
+from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.work import WorkLayout, prepare_work
 
 DRIVER_STAGES = ("dedup", "decontaminate", "assemble")
@@ -83,7 +83,7 @@ class StageInTask(PipelineStep):
             return split_pipeline(self.config, layout, cutoffs, load_decision(layout.contamination)["cells"])
         if not self.config.fits_cells:
             return tokenize_pipeline(self.config, layout, [])
-        from pipeline.stages.cell_stages import CellStages
+        from pipeline.stages.tokenize.cell_stages import CellStages
 
         cells = CellStages(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
         return tokenize_pipeline(self.config, layout, cells.steps())

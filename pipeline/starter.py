@@ -28,7 +28,7 @@ import pydantic
 from millrace.errors import ConfigError
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, QualityConfig, SourceConfig
 from pipeline.filters import FILTERS
-from pipeline.stages.compressed import compression_of, decompressed_chunks
+from pipeline.stages.read.compressed import compression_of, decompressed_chunks
 
 FORMATS = ("jsonl", "parquet", "warc", "html")  # in the order a folder's sources are named
 CODE_LANGUAGES = {"python", "c", "cpp", "java", "javascript", "rust", "go", "shell", "code"}
@@ -193,7 +193,7 @@ def _title(model: pydantic.BaseModel) -> list[str]:
 def _filters_tables() -> list[str]:
     lines = [
         "# Options for each filter (pipeline.filters), passed to it as keyword arguments. Those of datatrove's",
-        "# filters apply to every language, over each language's own rules (pipeline/stages/language_rules.py:",
+        "# filters apply to every language, over each language's own rules (pipeline/stages/filter/language_rules.py:",
         "# FineWeb-2's thresholds and stop words).",
     ]
     for spec in FILTERS:

@@ -26,9 +26,9 @@ from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import MillraceError
 from pipeline.config import PipelineConfig, is_url
 from pipeline.remote_work import RemoteWork
-from pipeline.stages.discovery import folder_of
-from pipeline.stages.readers import input_files
-from pipeline.stages.sample import sample_budget
+from pipeline.stages.filter.sample import sample_budget
+from pipeline.stages.read.discovery import folder_of
+from pipeline.stages.read.readers import input_files
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
@@ -110,7 +110,8 @@ class WorkLayout:
 
     @property
     def contamination(self) -> Path:
-        """The held-out n-gram index, each task's findings and the decision (`pipeline.stages.contamination`)."""
+        """The held-out n-gram index, each task's findings and the decision
+        (`pipeline.stages.held_out.contamination`)."""
         return self.root / "contamination"
 
     @property

@@ -6,7 +6,7 @@ import io
 import json
 
 from pipeline.config import SourceConfig
-from pipeline.stages.readers import ReadStage
+from pipeline.stages.read.readers import ReadStage
 
 PAGE = (
     "<p>" + "The mill by the river ground flour, oats, barley and rye for the whole valley. " * 12 + "</p>"

@@ -1,6 +1,17 @@
-"""The pipeline's stages in flow order: read, filter, dedup, cells, tokenize, assemble.
+"""The pipeline's datatrove steps, one subpackage per part of the flow, in the order the runner runs them.
 
-`readers` → `filtering` → `dedup` (signing, in the filter tasks) → `duplicates` (finding, over
-`sorted_runs` merges and `components` rounds) → `cell_stages` → `tokenization` → `assemble`; `intermediate`
-is the document files between executor runs, `funnel` the per-stage counts. All of them import datatrove.
+    read/       which files each source reads (`discovery`), the readers with every malformed record counted
+                (`readers`; `compressed` input, `warc` records)
+    filter/     extraction, normalising, language id and the registered filters (`filtering`), each language's
+                rules (`language_rules`), the corpus sample drawn in the filter tasks (`sample`)
+    dedup/      exact and MinHash signatures in the filter tasks (`signing`), duplicate finding over sorted
+                record files (`duplicates`, `sorted_runs`, `components`), n-gram arithmetic (`ngrams`)
+    tokenize/   the quality and domain models' steps (`cell_stages`), tokenization (`tokenization`) straight
+                into the store's shards (`cell_shards`)
+    held_out/   held-out decontamination (`contamination`), the split tasks (`split`), evaluation sets
+                (`eval_sets`)
+    assemble    the store from what the tasks wrote
+
+Shared by every run: `intermediate` (the document files between executor runs), `funnel` (what each counted
+step received, kept and removed) and `progress` (the steady lines while a run goes). All of them import datatrove.
 """

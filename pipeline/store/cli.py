@@ -157,7 +157,7 @@ def print_summary(summary: dict) -> None:
                 )
             )
     for entry in summary.get("not_read", []):
-        from pipeline.stages.discovery import describe_unread
+        from pipeline.stages.read.discovery import describe_unread
 
         click.echo(f"  {describe_unread(entry)}")
     if found := summary.get("decontamination"):

@@ -14,7 +14,7 @@ def fitted(corpus, tmp_path_factory):
     """Quality and domain models fitted once on the corpus (prose is the quality reference)."""
     from pipeline.cells.domains import DomainsConfig
     from pipeline.cells.quality import QualityConfig
-    from pipeline.stages.cell_stages import CellStages
+    from pipeline.stages.tokenize.cell_stages import CellStages
 
     model_dir = tmp_path_factory.mktemp("models")
     stages = CellStages(QualityConfig(reference_sources=["prose"]), DomainsConfig(), model_dir)

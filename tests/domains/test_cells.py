@@ -5,7 +5,7 @@ import json
 from datatrove.data import Document
 
 from pipeline.cells.stats import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
-from pipeline.stages.cell_stages import store_stats
+from pipeline.stages.tokenize.cell_stages import store_stats
 
 
 def test_cell_names():

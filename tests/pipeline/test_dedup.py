@@ -5,9 +5,9 @@ import pytest
 from datatrove.data import Document
 
 from pipeline.config import DedupConfig
-from pipeline.stages.dedup import DedupSignatures, MinHasher
-from pipeline.stages.duplicates import find_duplicates, load_duplicates
-from pipeline.stages.readers import document_key
+from pipeline.stages.dedup.duplicates import find_duplicates, load_duplicates
+from pipeline.stages.dedup.signing import DedupSignatures, MinHasher
+from pipeline.stages.read.readers import document_key
 from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 
 OPTIONS = dict(ngram=5, bands=40, rows=3, seed=1, threshold=0.5, verify_threshold=0.4)
@@ -76,9 +76,9 @@ def test_removals_do_not_depend_on_the_task_or_part_count(tmp_path, monkeypatch)
     documents += [("zz-copy-of-a-copy", documents[-1][1])]
     texts, _ = _keyed(documents)
     results = [dedup(tmp_path / f"{tasks}-{parts}", texts, tasks, parts) for tasks, parts in ((1, 1), (3, 4), (5, 2))]
-    monkeypatch.setattr("pipeline.stages.duplicates.PAIRS_PER_BATCH", 5)  # many signature reads, merge batches
-    monkeypatch.setattr("pipeline.stages.sorted_runs.MERGE_BYTES", 200)
-    monkeypatch.setattr("pipeline.stages.sorted_runs.MIN_CHUNK", 3)
+    monkeypatch.setattr("pipeline.stages.dedup.duplicates.PAIRS_PER_BATCH", 5)  # many signature reads, merge batches
+    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.MERGE_BYTES", 200)
+    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.MIN_CHUNK", 3)
     results.append(dedup(tmp_path / "small-batches", texts, 2, 2))
     assert results[0] == results[1] == results[2] == results[3]
     reasons = [reason for reason, _ in results[0].values()]
@@ -125,8 +125,8 @@ def test_a_chain_of_matches_never_removes_a_document_unlike_the_kept_one(tmp_pat
 
 def _components_by_rounds(work, left, right, parts):
     """Each node's label from `ComponentsRound` rounds over `parts` parts (round 0 written by 2 tasks)."""
-    from pipeline.stages.components import ComponentFiles, ComponentsRound, edge_records
-    from pipeline.stages.dedup import save_array
+    from pipeline.stages.dedup.components import ComponentFiles, ComponentsRound, edge_records
+    from pipeline.stages.dedup.signing import save_array
 
     files = ComponentFiles(work)
     half = left.size // 2
@@ -172,8 +172,8 @@ def test_component_rounds_label_each_node_with_its_components_smallest_key(tmp_p
 
 
 def test_a_merge_of_sorted_file_slices_is_sorted_and_groups_span_its_batches(tmp_path):
-    from pipeline.stages.dedup import BAND, save_array
-    from pipeline.stages.sorted_runs import group_firsts, merged, sorted_records
+    from pipeline.stages.dedup.signing import BAND, save_array
+    from pipeline.stages.dedup.sorted_runs import group_firsts, merged, sorted_records
 
     rng = np.random.default_rng(1)
     slices, everything = [], []

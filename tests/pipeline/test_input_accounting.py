@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import zstandard
 
 from pipeline.config import SourceConfig, load_pipeline_config
-from pipeline.stages.discovery import DANGLING, NO_READER, OUTSIDE, unread_files
-from pipeline.stages.readers import input_files
+from pipeline.stages.read.discovery import DANGLING, NO_READER, OUTSIDE, unread_files
+from pipeline.stages.read.readers import input_files
 from pipeline.starter import discover_sources, init_config
 from testkit.warc import read_source, write_warc
 
@@ -85,7 +85,7 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
 def test_progress_lines_count_the_records_of_every_source(tmp_path):
     """The filter stage's line counts what all its readers read (malformed records too), not the first's."""
     from pipeline.stages.progress import StageLines, live_records
-    from pipeline.stages.readers import ReadStage
+    from pipeline.stages.read.readers import ReadStage
 
     sources = []
     for name, lines in (("a", 3), ("b", 4)):

@@ -10,7 +10,7 @@ import zstandard
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from pipeline.stages.tokenization import load_tokenizer
+from pipeline.stages.tokenize.tokenization import load_tokenizer
 from pipeline.store.format import ShardReader, Store
 from testkit.corpus import config_text, make_corpus, store_files
 

@@ -194,7 +194,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     from loader.held_out import ValidationSequences
     from mixtures.build import build
     from mixtures.new import new_revision
-    from pipeline.stages.tokenization import load_tokenizer
+    from pipeline.stages.tokenize.tokenization import load_tokenizer
 
     home, path = store_path
     store = Store(path)
@@ -264,7 +264,7 @@ def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
 
     from millrace.errors import ConfigError
     from pipeline.config import EvalSetConfig
-    from pipeline.stages.eval_sets import read_texts
+    from pipeline.stages.held_out.eval_sets import read_texts
 
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "b.txt").write_text("second file")
@@ -345,7 +345,7 @@ def test_evaluation_set_documents_found_in_training_are_left_out_of_the_set(stor
     """The two copied texts and the edited one are mostly found in training (13-gram tuples of every
     training document, counted here without the pipeline's hashes); the three new texts are scored."""
     from millrace.cli import main as millrace
-    from pipeline.stages.tokenization import load_tokenizer
+    from pipeline.stages.tokenize.tokenization import load_tokenizer
 
     _, path = store_path
     store = Store(path)

@@ -17,8 +17,8 @@ from millrace.home import Home
 from pipeline.config import load_pipeline_config, parse_pipeline_config
 from pipeline.runner import PipelineError, run_pipeline
 from pipeline.stages.funnel import bad_files
-from pipeline.stages.readers import BadInputFile, ReadStage
-from pipeline.stages.tokenization import load_tokenizer
+from pipeline.stages.read.readers import BadInputFile, ReadStage
+from pipeline.stages.tokenize.tokenization import load_tokenizer
 from pipeline.store.format import ShardReader, Store
 from testkit.corpus import prose
 
@@ -239,7 +239,7 @@ def test_long_documents_can_be_cut_at_a_character_boundary(tmp_path):
 
 
 def test_keys_are_file_ordinal_and_position_whatever_the_ids(tmp_path):
-    from pipeline.stages.readers import document_key
+    from pipeline.stages.read.readers import document_key
 
     stage = _read_stage(
         tmp_path, "jsonl", "a.jsonl", _lines([{"id": "same", "text": "one"}, {"id": "same", "text": "two"}])
@@ -358,7 +358,7 @@ def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
 def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(tmp_path):
     from datatrove.data import Document
 
-    from pipeline.stages.sample import SampleSketch, merged_sample, sample_rank
+    from pipeline.stages.filter.sample import SampleSketch, merged_sample, sample_rank
 
     rng = random.Random(5)
     docs = [Document(text=prose(rng), id=f"d{i}", metadata={"key": i * 7 + 3}) for i in range(120)]

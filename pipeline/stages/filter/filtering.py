@@ -20,9 +20,9 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from pipeline.filters import filter_spec
+from pipeline.stages.filter.language_rules import filter_options
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
-from pipeline.stages.language_rules import filter_options
 
 if TYPE_CHECKING:
     from datatrove.pipeline.extractors.base import ExtractorSandbox
@@ -150,7 +150,7 @@ class ExtractStage(CountedStage):
 class HeuristicFilterStage(CountedStage):
     """A registered filter (`pipeline.filters`: datatrove's heuristic quality filters and others), applied to the
     sources that list it, with the rules of each document's language where it takes them
-    (`pipeline.stages.language_rules`; English where none was identified)."""
+    (`pipeline.stages.filter.language_rules`; English where none was identified)."""
 
     def __init__(self, filter_name: str, options: dict, funnel_dir, removed_dir, sources: list[str]):
         self.name = f"🔻 {filter_name}"

@@ -29,10 +29,10 @@ from datatrove.pipeline.readers.base import BaseDiskReader
 from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
 from pipeline.config import SourceConfig
-from pipeline.stages.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
-from pipeline.stages.filtering import text_bytes
+from pipeline.stages.filter.filtering import text_bytes
 from pipeline.stages.funnel import StageCounts
 from pipeline.stages.progress import LiveCount
+from pipeline.stages.read.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
 
 Problem = tuple[str, str, int | str, str, int]  # (file, "line" | "row" | "record", position, reason, size)
 KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
@@ -146,7 +146,7 @@ class CountingParquetReader(_ProblemLog, ParquetReader):
 
 
 class CountingWarcReader(_ProblemLog, WarcReader):
-    """WARC records, each a document named by its URL or a counted reason (`pipeline.stages.warc`),
+    """WARC records, each a document named by its URL or a counted reason (`pipeline.stages.read.warc`),
     decompressed here so that a truncated `.warc.gz` is an error (or, skipped, a bad file)."""
 
     name = "🕷 Warc (counted)"
@@ -156,7 +156,7 @@ class CountingWarcReader(_ProblemLog, WarcReader):
         from warcio.archiveiterator import ArchiveIterator
         from warcio.exceptions import ArchiveLoadFailed
 
-        from pipeline.stages.warc import read_record
+        from pipeline.stages.read.warc import read_record
 
         with self.data_folder.open(filepath, "rb") as raw:
             stream = _ErrorKeeper(gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw)
@@ -276,7 +276,7 @@ def build_reader(source: SourceConfig, path: str):
     """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`)."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
-    from pipeline.stages.discovery import data_folder, folder_of
+    from pipeline.stages.read.discovery import data_folder, folder_of
 
     common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True)
     folder = data_folder(folder_of(path, source.storage_options)[0], source.storage_options)
@@ -295,7 +295,7 @@ def build_reader(source: SourceConfig, path: str):
 
 def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
     """Each configured path of a source with its files (relative to it, sorted); datasets dirs list none."""
-    from pipeline.stages.discovery import source_files
+    from pipeline.stages.read.discovery import source_files
 
     return [(path, [] if source.format == "hf-datasets" else source_files(source, path)) for path in source.paths]
 

@@ -64,7 +64,7 @@ def sample_budget(config: PipelineConfig) -> int:
     tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
     cells = 0
     if config.fits_cells:
-        from pipeline.stages.cell_stages import CellStages
+        from pipeline.stages.tokenize.cell_stages import CellStages
 
         cells = CellStages(config.quality, config.domains, Path(".")).sample_bytes
     return OVERSAMPLE * max(tokenizer, cells)

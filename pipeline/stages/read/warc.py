@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from warcio.statusandheaders import StatusAndHeadersParser
 
-from pipeline.stages.compressed import read_bounded
+from pipeline.stages.read.compressed import read_bounded
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 PAGE_RECORDS = frozenset({"response", "conversion", "resource"})  # WET files hold "conversion" records

@@ -1,7 +1,7 @@
 """n-gram arithmetic in numpy alone: shingle hashes and MinHash signatures (word shingles in
-`pipeline.stages.dedup`, token shingles in `pipeline.stages.eval_sets`), and token n-gram hashes with sorted
-look-ups for the containment checks (held-out documents and evaluation sets against training,
-`pipeline.stages.contamination`)."""
+`pipeline.stages.dedup.signing`, token shingles in `pipeline.stages.held_out.eval_sets`), and token n-gram
+hashes with sorted look-ups for the containment checks (held-out documents and evaluation sets against
+training, `pipeline.stages.held_out.contamination`)."""
 
 from __future__ import annotations
 

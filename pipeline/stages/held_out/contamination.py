@@ -30,8 +30,8 @@ from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.held_out_split import held_out_mask
-from pipeline.stages.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
-from pipeline.stages.ngrams import found_in, ngram_hashes
+from pipeline.stages.dedup.ngrams import found_in, ngram_hashes
+from pipeline.stages.tokenize.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
 from pipeline.store.format import ShardReader
 
 INDEX_FILE = "held-out.npz"

@@ -24,8 +24,8 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text
-from pipeline.stages.dedup import prefix_part, save_array
-from pipeline.stages.sorted_runs import RecordFile, sorted_records
+from pipeline.stages.dedup.signing import prefix_part, save_array
+from pipeline.stages.dedup.sorted_runs import RecordFile, sorted_records
 
 EDGE = np.dtype([("part", "<u4"), ("node", "<i8"), ("other", "<i8")])
 

@@ -36,7 +36,7 @@ import numpy as np
 from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.held_out_split import VALIDATION_PREFIX, held_out_mask, split_cutoff
 from pipeline.config import HeldOutConfig
-from pipeline.stages.eval_sets import SetOverlap
+from pipeline.stages.held_out.eval_sets import SetOverlap
 from pipeline.store.format import ShardInfo, ShardSequence, SourceCounts
 from pipeline.store.trace import part_name, write_trace_part
 
