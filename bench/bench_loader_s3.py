@@ -10,7 +10,8 @@ read-ahead budget (none, 16 MiB, 128 MiB), REPEATS fresh processes, each with an
 - cold: the first pass (every chunk fetched), against a local-disk pass of the same steps;
 - warm: ROUNDS passes alternated with local-disk passes in the same process (a shared machine's load drifts);
   the chunk cache on local disk now holds what the cold pass fetched;
-- peak resident memory growth over the process's resident memory once both streams are open;
+- peak resident memory growth of each reader alone in a process of its own (two passes: for S3 cold, then
+  warm), against the local-disk reader's over the same steps: what reading from S3 adds is the difference;
 - every S3 pass's batches checked against local disk's (a digest of every batch's ids, labels, segments,
   positions and sources): the same batches, or the bench fails.
 Figures are medians: of the rounds within a process, then of the processes. At the small size the server's floor
@@ -62,7 +63,7 @@ def _timed(batches: Iterator) -> tuple[float, str]:
 
 def child_remote(manifest: str, url: str, endpoint: str, cache: str, readahead: str, steps: str, floor: str) -> dict:
     """A cold S3 pass, then ROUNDS rounds of a local pass and a warm S3 pass, alternated in this one process;
-    medians. Peak memory growth is the S3 reader's, over the process's resident memory with both streams open."""
+    medians."""
     from loader import MixtureStream
     from loader.files import ReadOptions
 
@@ -78,7 +79,6 @@ def child_remote(manifest: str, url: str, endpoint: str, cache: str, readahead: 
     end = int(steps) + 1
     next(local.iterate(0, 1))
     server_floor = _serve_every_shard(remote, ReadOptions().fetch_bytes) if floor == "1" else None
-    base = memory_mb("VmRSS")
     cold, remote_digest = _timed(remote.iterate(1, end))
     local_cold, local_digest = _timed(local.iterate(1, end))
     same = remote_digest == local_digest
@@ -95,9 +95,30 @@ def child_remote(manifest: str, url: str, endpoint: str, cache: str, readahead: 
         "cold_s": cold,
         "local_s": statistics.median(disk),
         "floor_s": server_floor,
-        "peak_mb": memory_mb("VmHWM") - base,
         "same_batches": same,
     }
+
+
+def child_memory(manifest: str, url: str, endpoint: str, cache: str, readahead: str, steps: str) -> dict:
+    """One reader alone in this process (local disk when `url` is "-"): its peak resident memory growth over
+    two passes (for S3: cold, then warm), over the process's resident memory once the stream is open."""
+    from loader import MixtureStream
+    from loader.files import ReadOptions
+
+    if url == "-":
+        stream = MixtureStream(manifest, prefetch=0)
+    else:
+        stream = MixtureStream(
+            manifest,
+            prefetch=0,
+            store_url=url,
+            storage_options={"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}},
+            read_options=ReadOptions(cache_dir=Path(cache), cache_bytes=4 << 30, readahead_bytes=int(readahead)),
+        )
+    base = memory_mb("VmRSS")
+    for _ in range(2):
+        _timed(stream.iterate(1, int(steps) + 1))
+    return {"peak_mb": memory_mb("VmHWM") - base}
 
 
 def _serve_every_shard(stream, fetch_bytes: int) -> float:
@@ -147,28 +168,36 @@ def _home(scale: int, tmp: Path):
     return home, Path(json.loads(done.read_text())["manifest"])
 
 
-def measure() -> dict[int, dict[int, list[dict]]]:
-    """{scale: {budget: [each process's figures]}}."""
+def measure() -> tuple[dict[int, dict[int, list[dict]]], dict[int, dict]]:
+    """{scale: {budget: [each process's figures]}} and {scale: {budget or "local": peak memory growth, MB}}."""
     from pipeline.store.remote import copy_store
     from testkit.s3 import s3_server
 
     figures: dict[int, dict[int, list[dict]]] = {}
+    memory: dict[int, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-loader-s3-") as tmp:
         for scale in (1, SCALE):
             home, manifest = _home(scale, Path(tmp))
             with s3_server(BUCKET) as server:
                 url = f"s3://{BUCKET}/stores/bench/{VERSION}"
                 copy_store(home.store("bench", VERSION), url, server.storage_options)
+                steps = str(MEASURE_STEPS * scale)
+                for budget in ("local", 0, *BUDGETS):  # memory: each reader alone in its process
+                    cache = Path(tmp) / f"s3-cache-memory-{scale}-{budget}"
+                    where = "-" if budget == "local" else url
+                    found = run_child("memory", str(manifest), where, server.endpoint, str(cache), str(budget), steps)
+                    memory.setdefault(scale, {})[budget] = found["peak_mb"]
+                    shutil.rmtree(cache, ignore_errors=True)
                 for budget in (0, *BUDGETS):
                     for repeat in range(REPEATS):
                         cache = Path(tmp) / f"s3-cache-{scale}-{budget}-{repeat}"
                         args = (str(manifest), url, server.endpoint, str(cache), str(budget))
-                        steps, floor = str(MEASURE_STEPS * scale), "1" if scale == 1 and repeat == 0 else "0"
+                        floor = "1" if scale == 1 and repeat == 0 else "0"
                         figures.setdefault(scale, {}).setdefault(budget, []).append(
                             run_child("remote", *args, steps, floor)
                         )
                         shutil.rmtree(cache, ignore_errors=True)
-    return figures
+    return figures, memory
 
 
 def _label(budget: int) -> str:
@@ -178,7 +207,7 @@ def _label(budget: int) -> str:
 def main() -> list[Result]:
     from loader.files import ReadOptions
 
-    figures = measure()
+    figures, memory = measure()
     for scale, budgets in figures.items():
         for budget, runs in budgets.items():
             if not all(run["same_batches"] for run in runs):
@@ -221,34 +250,36 @@ def main() -> list[Result]:
             higher_is_better=False,
         )
     )
-    defaults = ReadOptions()
+    flying = ReadOptions().fetch_threads * ReadOptions().fetch_bytes / 2**20
+    for scale in figures:
+        for budget in (0, *BUDGETS):
+            results.append(
+                Result(
+                    f"peak resident memory growth, S3 reader alone, {_label(budget)}, store x{scale} "
+                    f"({MEASURE_STEPS * scale} steps, cold then warm)",
+                    memory[scale][budget],
+                    memory[scale]["local"],
+                    "the local-disk reader alone, same steps",
+                    "MB",
+                    higher_is_better=False,
+                )
+            )
     for budget in (0, *BUDGETS):
         results.append(
             Result(
-                f"S3 reader peak resident memory growth, {_label(budget)}, store x{SCALE} ({SCALE}x the steps)",
-                median(SCALE, budget, "peak_mb"),
-                median(1, budget, "peak_mb"),
+                f"what reading from S3 adds to memory ({_label(budget)}), store x{SCALE} against x1 "
+                f"(bound: {flying:g} MB of ranges in flight; the read-ahead's chunks are on disk)",
+                memory[SCALE][budget] - memory[SCALE]["local"],
+                memory[1][budget] - memory[1]["local"],
                 "the same at store x1",
                 "MB",
                 higher_is_better=False,
             )
         )
-    flying = defaults.fetch_threads * defaults.fetch_bytes / 2**20
-    results.append(
-        Result(
-            f"S3 reader peak resident memory growth, largest of every size and budget (bound: {flying:g} MB of "
-            "ranges in flight; the read-ahead's chunks are on disk)",
-            max(run["peak_mb"] for budgets in figures.values() for runs in budgets.values() for run in runs),
-            flying,
-            "fetch_threads x fetch_bytes",
-            "MB",
-            higher_is_better=False,
-        )
-    )
     return results
 
 
 if __name__ == "__main__":
     kind, rest = sys.argv[1], sys.argv[2:]
-    children: dict[str, Callable[..., dict]] = {"remote": child_remote}
+    children: dict[str, Callable[..., dict]] = {"remote": child_remote, "memory": child_memory}
     print(json.dumps(children[kind](*rest)))
