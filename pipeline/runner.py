@@ -639,7 +639,8 @@ def _build_store(
     if problem := nothing_left(config, layout):
         raise PipelineError(problem)
     notify("tokenizer")
-    if remote is not None and (not layout.tokenizer.exists() or config.fits_cells):
+    trains_tokenizer = not layout.tokenizer.exists() and not config.tokenizer.path
+    if remote is not None and (trains_tokenizer or config.fits_cells):  # only fitting reads the sample
         remote.pull(DRIVER_READS["sample"])
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_stages(config, layout)
