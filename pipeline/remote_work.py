@@ -67,9 +67,11 @@ DRIVER_READS: dict[str, tuple[str, ...]] = {
         "malformed/",
         "models/cell-stats/",  # per-cell stats for the manifests
         "tokens/*/held-out.json",  # each task's held-out candidates (hash, key, length): the cutoffs
-        "tokens/*/*.placed.npz",  # each cell run's waiting rows: the held-out index
-        "tokens/*/*.candidates.tokens",  # the waiting candidates' tokens (at most max_documents_per_cell a cell)
+        "tokens/*/*.placed.npz",  # each cell run's waiting rows (hash, key, length)
     ),
+    # the waiting candidates' tokens (at most max_documents_per_cell a cell a task): the held-out n-gram index,
+    # read only while it is not made yet
+    "held-out index": ("tokens/*/*.candidates.tokens",),
     "decontaminate": ("contamination/",),  # each task's found n-grams
     "split": ("parts/",),  # each task's shard table rows, counts, samples, set findings: the manifests
     "assemble": ("store/",),

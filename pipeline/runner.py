@@ -431,6 +431,8 @@ def decontaminate(
         return {"cells": {}, "documents": 0, "tokens": 0, "checked": 0, "per_cell": {}}
     dtype = dtype_for_vocab(load_tokenizer(layout.tokenizer).get_vocab_size(with_added_tokens=True))
     if not (layout.contamination / "held-out.npz").exists():
+        if remote is not None:
+            remote.pull(DRIVER_READS["held-out index"])
         write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
     step = FindContainedNgrams(
         layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
