@@ -2,11 +2,12 @@
 
 A local store is read with `pread` (one file descriptor per open file, no mapping); a store at
 an fsspec URL (`s3://`, `gs://`, `file://`, ...) is read by byte ranges of whole chunks, kept in
-a bounded local cache (`cache_dir`, `cache_bytes`; content-addressed by chunk digest, so a stale
-entry can never be served, and an entry damaged on the local disk is checked, dropped and fetched
-again rather than blamed on the object). Every remote read has a deadline (`read_timeout`) and is
-retried here alone, with a log line per retry: s3fs retries each call 5 times inside a loop of 5,
-over botocore's own retries, which made a server that never answers cost 900 s with no word, so
+a bounded local cache (`cache_dir`, `cache_bytes`: one sparse file per remote file, holding the chunks
+fetched so far at their own offsets, so that a second pass reads local disk as a local store does; keyed by
+the file's chunk digests, so a stale entry can never be served, and a chunk damaged on the local disk is
+checked, dropped and fetched again rather than blamed on the object). Every remote read has a deadline
+(`read_timeout`) and is retried here alone, with a log line per retry: s3fs retries each call 5 times inside
+a loop of 5, over botocore's own retries, which made a server that never answers cost 900 s with no word, so
 those layers are set to one attempt each. After the last attempt a one-line error names the
 object and byte range. Remote chunks can also be fetched ahead of need (`ChunkFetcher`: concurrent range
 reads on a thread pool, straight into the cache), which is how the loader reads the next batches' chunks
@@ -15,8 +16,8 @@ while it packs the current one (`loader.shards.ReadAhead`). Nothing here knows a
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import itertools
 import logging
 import os
 import resource
@@ -48,16 +49,15 @@ class ReadOptions:
     max_open_files: int = DEFAULT_MAX_OPEN_FILES  # open shard files (descriptors when local) per process
     cache_dir: Path | None = None  # remote chunks; default: a directory under the system temp dir
     cache_bytes: int = 4 << 30  # bound on cache_dir's chunk files
-    memory_chunks: int = 512  # remote chunks also kept in memory (64 KiB each: 32 MiB)
     fetch_bytes: int = 4 << 20  # bytes a remote read asks for at once (whole chunks around the one needed)
     retries: int = 4  # attempts after the first failed read (the only retries: see the module docstring)
     backoff_s: float = 0.2  # first wait; doubles each attempt
     read_timeout: float = 60.0  # seconds one remote read (connect, request, whole body) may take
-    readahead_bytes: int = 128 << 20  # remote: bytes of the next batches' chunks fetched ahead of need; 0: none
+    readahead_bytes: int = 128 << 20  # remote: bytes of the next batches' chunks fetched (to disk) ahead; 0: none
     fetch_threads: int = 16  # remote: range reads in flight at once (the read-ahead's)
 
     def __post_init__(self) -> None:
-        for field in ("max_open_files", "cache_bytes", "memory_chunks", "fetch_bytes", "fetch_threads"):
+        for field in ("max_open_files", "cache_bytes", "fetch_bytes", "fetch_threads"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"{field} {getattr(self, field)}: must be at least 1")
         if self.readahead_bytes < 0:
@@ -232,11 +232,61 @@ class LocalFile(ChunkedFile):
             self._fd = -1
 
 
-class ChunkCache:
-    """Verified remote chunks: a few in memory, the rest as files under `cache_dir` up to `cache_bytes`.
+class CachedFile:
+    """One remote file's verified chunks on local disk: a sparse file `<key>.data` holding each fetched chunk at
+    its own offset, and `<key>.have` (a byte per chunk) naming those written. A chunk found there by another
+    process is checked against its digest when first read (`verified` holds what this one has checked). The
+    descriptor closes when the last holder lets go (a fetch in flight may outlive the eviction of its file)."""
 
-    Keys are (file digest key, chunk index, chunk digest), so two stores sharing a directory, or a
-    store replaced in place, never see each other's bytes."""
+    def __init__(self, directory: Path, key: str, size: int, chunks: int, generation: int):
+        self.key, self.size, self.generation = key, size, generation
+        self.data_path, self.have_path = directory / f"{key}.data", directory / f"{key}.have"
+        self.fd = os.open(self.data_path, os.O_RDWR | os.O_CREAT, 0o644)
+        have = bytearray(chunks)
+        if os.fstat(self.fd).st_size == size:
+            with contextlib.suppress(OSError):
+                stored = self.have_path.read_bytes()
+                if len(stored) == chunks:
+                    have = bytearray(stored)
+        else:
+            os.ftruncate(self.fd, size)
+        self.have = have
+        self.verified = bytearray(chunks)
+        self._lock = threading.Lock()
+
+    def write(self, start: int, raw: bytes, first: int, last: int) -> None:
+        """Bytes of chunks [first, last), checked, at `start`; then marked as held, here and in `have`."""
+        written = os.pwrite(self.fd, raw, start)
+        if written != len(raw):
+            raise OSError(errno.ENOSPC, f"{self.data_path}: {written} of {len(raw)} bytes written")
+        with self._lock:
+            self.have[first:last] = b"\x01" * (last - first)
+            self.verified[first:last] = b"\x01" * (last - first)
+            tmp = self.have_path.with_name(f".{self.key}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(self.have)
+            os.replace(tmp, self.have_path)
+
+    def pread(self, start: int, end: int) -> np.ndarray:
+        raw = os.pread(self.fd, end - start, start)
+        if len(raw) != end - start:
+            raise ArtifactError(f"{self.data_path}: bytes [{start}, {end}) came back as {len(raw)} bytes (truncated)")
+        return np.frombuffer(raw, dtype=np.uint8)
+
+    def disk_bytes(self) -> int:
+        return os.fstat(self.fd).st_blocks * 512
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            os.close(self.fd)
+
+
+class ChunkCache:
+    """Verified remote chunks on local disk, one sparse file per remote file (`CachedFile`), up to `cache_bytes`
+    of disk: when over, the least recently written files are deleted whole. A second pass over the same chunks
+    reads local disk (`pread` straight into the batch, as from a local store); the page cache is the memory tier.
+
+    Keys name a file's content (its shard's digest table's hash and its kind), so two stores sharing a directory,
+    or a store replaced in place, never see each other's bytes."""
 
     def __init__(self, options: ReadOptions):
         import tempfile
@@ -244,72 +294,35 @@ class ChunkCache:
         self.directory = Path(options.cache_dir or Path(tempfile.gettempdir()) / "millrace-chunks")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.limit = options.cache_bytes
-        self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._memory_chunks = options.memory_chunks
         self._lock = threading.Lock()
-        entries = sorted(self.directory.glob("*.chunk"), key=lambda p: p.stat().st_mtime)
-        self._disk: OrderedDict[str, int] = OrderedDict((p.stem, p.stat().st_size) for p in entries)
-        self._disk_bytes = sum(self._disk.values())
+        entries = sorted(self.directory.glob("*.data"), key=lambda p: p.stat().st_mtime)
+        self._sizes: OrderedDict[str, int] = OrderedDict((p.stem, p.stat().st_blocks * 512) for p in entries)
+        self._bytes = sum(self._sizes.values())
+        self._generation: dict[str, int] = {}  # bumped when a key's files are evicted
 
-    def peek(self, key: str) -> np.ndarray | None:
-        """The chunk if it is in memory (no file read, no reordering)."""
+    def open(self, key: str, size: int, chunks: int) -> CachedFile:
         with self._lock:
-            return self._memory.get(key)
+            generation = self._generation.get(key, 0)
+        cached = CachedFile(self.directory, key, size, chunks, generation)
+        self.wrote(cached)
+        return cached
 
-    def holds(self, key: str) -> bool:
+    def evicted(self, cached: CachedFile) -> bool:
         with self._lock:
-            return key in self._memory or key in self._disk
+            return self._generation.get(cached.key, 0) != cached.generation
 
-    def get(self, key: str) -> np.ndarray | None:
+    def wrote(self, cached: CachedFile) -> None:
+        """Count `cached`'s disk use, most recent; delete the least recent other files while over the limit."""
+        size = cached.disk_bytes()
         with self._lock:
-            if key in self._memory:
-                self._memory.move_to_end(key)
-                return self._memory[key]
-            if key not in self._disk:
-                return None
-            self._disk.move_to_end(key)
-        path = self.directory / f"{key}.chunk"
-        try:
-            data = np.fromfile(path, dtype=np.uint8)
-        except OSError:
-            return None
-        digest = int(key.rsplit("-", 1)[1], 16)
-        if digest and xxhash.xxh3_64_intdigest(data.data) != digest:  # damaged here, on the local disk
-            log.warning(
-                "%s: cached chunk differs from its digest (local disk damage); dropped, fetching it again", path
-            )
-            self._drop(key)
-            return None
-        self._remember(key, data)
-        return data
-
-    def _drop(self, key: str) -> None:
-        with self._lock:
-            size = self._disk.pop(key, None)
-            if size is not None:
-                self._disk_bytes -= size
-        (self.directory / f"{key}.chunk").unlink(missing_ok=True)
-
-    def put(self, key: str, data: np.ndarray) -> None:
-        tmp = self.directory / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-        data.tofile(tmp)
-        os.replace(tmp, self.directory / f"{key}.chunk")
-        with self._lock:
-            if key not in self._disk:
-                self._disk[key] = data.size
-                self._disk_bytes += data.size
-            while self._disk_bytes > self.limit and len(self._disk) > 1:
-                old, size = self._disk.popitem(last=False)
-                self._disk_bytes -= size
-                (self.directory / f"{old}.chunk").unlink(missing_ok=True)
-        self._remember(key, data)
-
-    def _remember(self, key: str, data: np.ndarray) -> None:
-        with self._lock:
-            self._memory[key] = data
-            self._memory.move_to_end(key)
-            while len(self._memory) > self._memory_chunks:
-                self._memory.popitem(last=False)
+            self._bytes += size - self._sizes.pop(cached.key, 0)
+            self._sizes[cached.key] = size
+            while self._bytes > self.limit and len(self._sizes) > 1:
+                old, held = self._sizes.popitem(last=False)
+                self._bytes -= held
+                self._generation[old] = self._generation.get(old, 0) + 1
+                for suffix in (".data", ".have"):
+                    (self.directory / f"{old}{suffix}").unlink(missing_ok=True)
 
 
 def describe_failure(exc: BaseException, options: ReadOptions) -> str:
@@ -369,8 +382,9 @@ def single_retry_layer(protocol: str, storage_options: dict, options: ReadOption
 
 
 class RemoteFile(ChunkedFile):
-    """One object at an fsspec URL, read by whole chunks through the shared `ChunkCache`; a chunk the
-    `ChunkFetcher` is already fetching is waited for, not asked for twice."""
+    """One object at an fsspec URL, its chunks fetched in aligned groups of `fetch_bytes` into the shared
+    `ChunkCache` on local disk and read from there; a chunk the `ChunkFetcher` is already fetching is waited
+    for, not asked for twice."""
 
     def __init__(
         self,
@@ -385,41 +399,71 @@ class RemoteFile(ChunkedFile):
         fetcher: ChunkFetcher | None = None,
     ):
         super().__init__(f"{fs.unstrip_protocol(path)}", size, digests, chunk_bytes)
-        self.fs, self.path, self.key, self.cache, self.options = fs, path, key, cache, options
+        self.fs, self.path, self.cache, self.options = fs, path, cache, options
+        self.key = key  # the shard's digest table's hash and the file's kind: its content's name
         self.fetcher = fetcher
+        self._local: CachedFile | None = None
+        self._opening = threading.Lock()
 
     def _key(self, index: int) -> str:
-        digest = int(self.digests[index]) if self.digests is not None else 0
-        return f"{self.key}-{index}-{digest:016x}"
-
-    def cached(self, index: int) -> bool:
-        """Whether chunk `index` is in the cache (memory or disk), without reading it."""
-        return self.cache.holds(self._key(index))
-
-    def _chunk(self, index: int) -> np.ndarray:
-        key = self._key(index)
-        data = None if self.fetcher is None else self.fetcher.staged(key)
-        if data is not None:
-            return data
-        data = self.cache.get(key)
-        if data is None and self.fetcher is not None and self.fetcher.wait(key):
-            data = self.cache.get(key)
-        if data is not None:
-            return data
-        # One request fetches the aligned group of chunks around `index` (object stores want large ranges).
-        group = max(1, self.options.fetch_bytes // self.chunk_bytes)
-        first = index // group * group
-        fetched = self.fetch(first, min(first + group, self.chunks))
-        if not first <= index < first + len(fetched):
-            raise ArtifactError(f"{self.name}: chunks [{first}, {first + len(fetched)}) do not hold chunk {index}")
-        return fetched[index - first]
+        return f"{self.key}-{index}"
 
     @property
     def chunks(self) -> int:
         return self._verified.size
 
-    def fetch(self, first: int, last: int) -> list[np.ndarray]:
-        """Chunks [first, last) in one range read (retried), each checked against its digest and cached."""
+    def local(self) -> CachedFile:
+        """This file's chunks on local disk (opened again, empty, when the cache has evicted them)."""
+        with self._opening:
+            local = self._local
+            if local is None or self.cache.evicted(local):
+                local = self._local = self.cache.open(self.key, self.size, self.chunks)
+                self._checked, self._verified = local.verified, np.frombuffer(local.verified, dtype=bool)
+            return local
+
+    def ensure(self, first: int, last: int) -> CachedFile:
+        """The local file holding chunks first..last, checked: those held already are checked once, the others
+        fetched (waiting for the read-ahead's fetch where one is in flight). The file returned holds them even
+        if the cache evicts it meanwhile (its descriptor stays open while held)."""
+        for _ in range(3):
+            local = self.local()
+            done = np.frombuffer(local.verified, dtype=bool)[first : last + 1]
+            if done.all():
+                return local
+            missing = [c for c in range(first, last + 1) if not local.verified[c] and not self._check_held(local, c)]
+            if self.fetcher is not None:
+                missing = [c for c in missing if not (self.fetcher.wait(self._key(c)) and local.verified[c])]
+                self.fetcher.on_demand += bool(missing)
+            group = max(1, self.options.fetch_bytes // self.chunk_bytes)
+            for start in sorted({c // group * group for c in missing}):
+                self.fetch(start, min(start + group, self.chunks), local)
+            if np.frombuffer(local.verified, dtype=bool)[first : last + 1].all():
+                return local
+        raise ArtifactError(
+            f"{self.name}: chunks [{first}, {last}] evicted from the local cache as fast as they were fetched; "
+            f"raise cache_bytes ({self.cache.limit})"
+        )
+
+    def _check_held(self, local: CachedFile, index: int) -> bool:
+        """Whether chunk `index`, held on local disk by an earlier process, is good (then marked verified)."""
+        if not local.have[index]:
+            return False
+        start = index * self.chunk_bytes
+        data = local.pread(start, min(self.size, start + self.chunk_bytes))
+        if self.digests is not None and xxhash.xxh3_64_intdigest(data.data) != int(self.digests[index]):
+            log.warning(
+                "%s: cached chunk %d differs from its digest (local disk damage); fetching it again",
+                local.data_path,
+                index,
+            )
+            local.have[index] = 0
+            return False
+        local.verified[index] = 1
+        return True
+
+    def fetch(self, first: int, last: int, local: CachedFile | None = None) -> None:
+        """Chunks [first, last) in one range read (retried), each checked against its digest, written in one
+        write to `local` (by default the current local file)."""
         start, end = first * self.chunk_bytes, min(self.size, last * self.chunk_bytes)
         raw = with_retries(
             f"{self.name} bytes [{start}, {end})",
@@ -429,62 +473,96 @@ class RemoteFile(ChunkedFile):
         fetched = np.frombuffer(raw, dtype=np.uint8)
         if fetched.size != end - start:
             raise ArtifactError(f"{self.name}: bytes [{start}, {end}) came back as {fetched.size} bytes")
-        chunks = []
-        for chunk in range(first, last):  # copies: a view would keep the whole range alive while any chunk is kept
-            data = fetched[(chunk - first) * self.chunk_bytes : (chunk - first + 1) * self.chunk_bytes].copy()
-            self._check(chunk, data)
-            self._verified[chunk] = True
-            self.cache.put(self._key(chunk), data)
-            chunks.append(data)
-        return chunks
+        for chunk in range(first, last):
+            self._check(chunk, fetched[(chunk - first) * self.chunk_bytes : (chunk - first + 1) * self.chunk_bytes])
+        local = local or self.local()
+        local.write(start, raw, first, last)
+        self.cache.wrote(local)
+
+    def _chunk(self, index: int) -> np.ndarray:
+        start = index * self.chunk_bytes
+        return self.ensure(index, index).pread(start, min(self.size, start + self.chunk_bytes))
+
+    def _verify_chunks(self, first: int, last: int) -> None:
+        self.ensure(first, last)
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        size = out.size
+        if offset < 0 or offset + size > self.size:
+            raise ArtifactError(f"{self.name}: read of bytes [{offset}, {offset + size}) past its {self.size} bytes")
+        if size:
+            self._read_local(offset, size, out, 0)
+
+    def read_pieces_into(self, offsets: np.ndarray, sizes: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
+        """As a local file's: each piece's chunks made local and checked first where they are not yet (a byte
+        per chunk read from Python, as `LocalFile` does), then one `preadv` from the local cache into `out`."""
+        local = self.local()
+        step, view = self.chunk_bytes, out.data
+        for offset, size, where in zip(offsets.tolist(), sizes.tolist(), at.tolist()):
+            end = offset + size
+            if offset < 0 or end > self.size:
+                raise ArtifactError(f"{self.name}: read of bytes [{offset}, {end}) past its {self.size} bytes")
+            first, last = offset // step, (end - 1) // step
+            holder = local
+            if not (local.verified[first] and local.verified[last]) or last - first > 1:
+                holder = self.ensure(first, last)
+            got = os.preadv(holder.fd, (view[where : where + size],), offset)
+            if got != size:
+                raise ArtifactError(f"{holder.data_path}: bytes [{offset}, {end}) came back as {got} bytes")
+
+    def _read_local(self, offset: int, size: int, out: np.ndarray, where: int) -> None:
+        local = self.ensure(offset // self.chunk_bytes, (offset + size - 1) // self.chunk_bytes)
+        got = os.preadv(local.fd, (out.data[where : where + size],), offset)
+        if got != size:
+            raise ArtifactError(f"{local.data_path}: bytes [{offset}, {offset + size}) came back as {got} bytes")
+
+    def close(self) -> None:
+        """Let go of the local file (its descriptor closes once no fetch in flight holds it either)."""
+        with self._opening:
+            self._local = None
 
 
 class ChunkFetcher:
-    """Remote chunks staged in memory before the reader asks for them (the read-ahead's store).
+    """Remote chunks fetched into the local cache before the reader asks for them (the read-ahead's).
 
-    `stage(file, chunks)` pins each chunk for one more batch: one in the cache's memory is held as it is,
-    one in neither the memory nor the files of the cache is fetched with the rest of its aligned group of
-    `fetch_bytes` (runs of chunks neither cached nor in flight, concurrently on `fetch_threads` threads;
-    every chunk checked and cached, those asked for kept here). `release(keys)` unpins them after the batch
-    is read; a chunk with no pins left is dropped. A chunk in the cache's files only is left to the reader
-    (loaded by a thread here it measured no faster, only more contended). The reader takes a staged chunk
-    with `staged(key)`, waiting if it is still in flight. A fetch that fails here is dropped: the reader then
-    reads the chunk itself and reports the failure as usual. Memory: the staged chunks (`staged_bytes`, which the
-    read-ahead keeps under its budget) and at most `fetch_threads` ranges in flight."""
+    `stage(file, chunks)` pins each chunk for one more batch, and starts fetching those the cache does not
+    hold, with the rest of their aligned group of `fetch_bytes` (runs of chunks neither held nor in flight,
+    concurrently on `fetch_threads` threads; every chunk checked and written to the cache's file).
+    `release(keys)` unpins them once the batch is read. `staged_bytes` (the pinned chunks' bytes, which the
+    read-ahead keeps under its budget) says how far ahead it is; the chunks are on local disk, not in memory:
+    what it holds in memory is at most `fetch_threads` ranges in flight. The reader waits for a chunk in flight
+    (`wait`). A fetch that fails here is dropped: the reader then fetches the chunk itself and reports the
+    failure as usual."""
 
     def __init__(self, options: ReadOptions):
         self.options = options
         self._pool = ThreadPoolExecutor(options.fetch_threads, thread_name_prefix="millrace-fetch")
-        self._staged: dict[str, list] = {}  # key -> [ndarray | Future | None, pins, bytes]
+        self._pins: dict[str, list[int]] = {}  # key -> [pins, bytes]
         self._flying: dict[str, Future] = {}  # key -> the fetch of its run
         self._lock = threading.Lock()
         self.staged_bytes = 0
+        self.started = 0  # chunks it has started fetching, in all
+        self.on_demand = 0  # fetches the reader made itself (a chunk neither held nor in flight), in all
 
     def stage(self, file: RemoteFile, chunks: np.ndarray) -> list[str]:
         """Pin `chunks` (sorted, unique chunk indices of `file`) for one more batch; returns the keys pinned."""
+        local = file.local()
         keys = [file._key(chunk) for chunk in chunks.tolist()]
         missing: list[int] = []
         with self._lock:
-            pinned = []
             for chunk, key in zip(chunks.tolist(), keys):
-                entry = self._staged.get(key)
+                entry = self._pins.get(key)
                 if entry is None:
-                    held = file.cache.peek(key)
-                    if held is None and key not in self._flying and file.cache.holds(key):
-                        continue  # in the cache's files: the reader loads it itself, as fast as a thread here would
                     size = min(file.chunk_bytes, file.size - chunk * file.chunk_bytes)
-                    entry = self._staged[key] = [held, 0, size]
+                    entry = self._pins[key] = [0, size]
                     self.staged_bytes += size
-                    if held is None and key in self._flying:
-                        entry[0] = self._flying[key]
-                    elif held is None:
-                        missing.append(chunk)
-                entry[1] += 1
-                pinned.append(key)
-            self._fetch_groups(file, missing)
-        return pinned
+                entry[0] += 1
+                if not local.have[chunk] and key not in self._flying:
+                    missing.append(chunk)
+            self._fetch_groups(file, local, missing)
+        return keys
 
-    def _fetch_groups(self, file: RemoteFile, chunks: list[int]) -> None:
+    def _fetch_groups(self, file: RemoteFile, local: CachedFile, chunks: list[int]) -> None:
         """Start the runs that fetch the aligned groups of `chunks` (the lock held)."""
         if not chunks:
             return
@@ -493,8 +571,7 @@ class ChunkFetcher:
         around = (groups[:, None] * group + np.arange(group)).ravel()
         runs: list[list[int]] = []
         for chunk in around[around < file.chunks].tolist():
-            key = file._key(chunk)
-            if key in self._flying or (chunk not in chunks and file.cache.holds(key)):
+            if file._key(chunk) in self._flying or local.have[chunk]:
                 continue
             if runs and chunk == runs[-1][-1] + 1 and len(runs[-1]) < group:  # ranges of fetch_bytes at most
                 runs[-1].append(chunk)
@@ -502,39 +579,17 @@ class ChunkFetcher:
                 runs.append([chunk])
         for run in runs:
             future = self._pool.submit(self._fetch, file, run[0], run[-1] + 1)
+            self.started += len(run)
             for chunk in run:
-                key = file._key(chunk)
-                self._flying[key] = future
-                if key in self._staged:
-                    self._staged[key][0] = future
+                self._flying[file._key(chunk)] = future
 
     def _fetch(self, file: RemoteFile, first: int, last: int) -> None:
-        fetched: list[np.ndarray] = []
         try:
-            fetched = file.fetch(first, last)
+            file.fetch(first, last)
         finally:
             with self._lock:
-                for chunk, data in itertools.zip_longest(range(first, last), fetched):
-                    key = file._key(chunk)
-                    self._flying.pop(key, None)
-                    entry = self._staged.get(key)
-                    if entry is not None and data is not None:
-                        entry[0] = data
-
-    def staged(self, key: str) -> np.ndarray | None:
-        """The staged chunk `key` (waiting for its fetch or load), or None when it is not staged or failed."""
-        with self._lock:
-            entry = self._staged.get(key)
-            value = None if entry is None else entry[0]
-        if isinstance(value, Future):
-            try:
-                value.result()
-            except BaseException as exc:  # the reader reads it itself and reports the failure
-                log.debug("read-ahead of %s failed (%s); read on demand", key, exc)
-                return None
-            with self._lock:
-                value = entry[0] if entry is not None else None
-        return value if isinstance(value, np.ndarray) else None
+                for chunk in range(first, last):
+                    self._flying.pop(file._key(chunk), None)
 
     def wait(self, key: str) -> bool:
         """Wait for chunk `key` if a fetch of it is in flight; whether one was (and succeeded)."""
@@ -544,21 +599,22 @@ class ChunkFetcher:
             return False
         try:
             future.result()
-        except BaseException:
+        except BaseException as exc:  # the reader fetches it itself and reports the failure
+            log.debug("read-ahead of %s failed (%s); read on demand", key, exc)
             return False
         return True
 
     def release(self, keys: list[str]) -> None:
-        """One batch's pins off `keys`; chunks without pins are dropped."""
+        """One batch's pins off `keys`."""
         with self._lock:
             for key in keys:
-                entry = self._staged.get(key)
+                entry = self._pins.get(key)
                 if entry is None:
                     continue
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    del self._staged[key]
-                    self.staged_bytes -= entry[2]
+                entry[0] -= 1
+                if entry[0] <= 0:
+                    del self._pins[key]
+                    self.staged_bytes -= entry[1]
 
     def __getstate__(self) -> dict:
         """A data-loader worker gets its own threads and nothing staged."""

@@ -55,6 +55,7 @@ Located = tuple[list[tuple[int, int, int, int]], list[np.ndarray]]
 
 LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
 MAX_BATCHES_AHEAD = 64  # the read-ahead plans at most this many batches past the one being read
+QUIET_BATCHES = 2  # batches in a row with every chunk held locally after which the read-ahead pauses
 
 
 class OpenShard:
@@ -482,8 +483,10 @@ class ReadAhead:
     out the chunks each will read (`TokenSpace.chunks_to_read`) and stages them with the store's
     `ChunkFetcher` (from the cache, or fetched by concurrent range reads). It stays at most `budget` bytes of
     staged chunks (and MAX_BATCHES_AHEAD batches) ahead of the reader, and each batch's chunks are released
-    once it is read, so the memory it holds is bounded by the budget, whatever the store or the run's length.
-    An error here only stops the read-ahead: the reader reads what it needs itself and reports failures."""
+    once it is read, so what it holds is bounded by the budget, whatever the store or the run's length. After
+    QUIET_BATCHES batches whose chunks the local cache held already it pauses (its planning would only take
+    the reader's time) until the reader has to fetch a chunk itself. An error here only stops the read-ahead:
+    the reader reads what it needs itself and reports failures."""
 
     def __init__(self, space: TokenSpace, upcoming: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], budget: int):
         if space.files.fetcher is None:
@@ -497,19 +500,27 @@ class ReadAhead:
         self._thread.start()
 
     def _run(self, upcoming: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        quiet = 0  # batches in a row whose chunks were all held already
         try:
             for batch, (cell_ids, sequences, epochs) in enumerate(upcoming):
                 with self._changed:
                     while not self._stopped and batch > self._finished and self._too_far(batch):
                         self._changed.wait()
+                    if quiet >= QUIET_BATCHES:  # a warm cache: planning ahead would only take the reader's time
+                        demand = self.fetcher.on_demand
+                        while not self._stopped and self.fetcher.on_demand == demand:  # until the reader fetches
+                            self._changed.wait()
+                        quiet = 0
                     if self._stopped:
                         return
                     if batch < self._finished:  # the reader got there first
                         continue
+                started = self.fetcher.started
                 keys: list[str] = []
                 for file, chunks in self.space.chunks_to_read(cell_ids, sequences, epochs):
                     if isinstance(file, RemoteFile):
                         keys += self.fetcher.stage(file, chunks)
+                quiet = 0 if self.fetcher.started > started else quiet + 1
                 with self._changed:
                     if self._stopped or batch < self._finished:
                         self.fetcher.release(keys)

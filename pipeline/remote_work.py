@@ -9,10 +9,13 @@ uploads every file it wrote (one object each: an object appears whole or not at 
 then does datatrove write its completion marker. A task killed part-way leaves no marker; its
 rerun overwrites whatever it had uploaded. The scratch directory is deleted when the task ends.
 
-The driver keeps a mirror of the work directory on its own disk (`$MILLRACE_HOME/work/...`, emptied
-when a run starts): before each executor run it uploads what its own steps wrote (work state,
-tokenizer, models, the held-out index), and after each run it downloads what the tasks wrote.
-It never reads a task's local disk.
+The driver never mirrors the work directory: it reads from the URL only the small files its own steps
+read (`DRIVER_READS`: counts, funnel parts, the held-out candidates, cutoffs' inputs, the tasks' store
+metadata), into a local copy (`$MILLRACE_HOME/work/...`, emptied when a run starts), and uploads what
+its own steps wrote (work state, tokenizer, models, the held-out index) before each executor run. The
+tasks' big outputs (filtered documents, signatures, token runs, shards) never come to its disk: with
+`[output] url` the shards go from the work URL to the store URL object to object
+(`pipeline.store.remote.publish_store`). It never reads a task's local disk.
 """
 
 from __future__ import annotations
@@ -37,14 +40,41 @@ log = logging.getLogger(__name__)
 SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-pid<pid>-<random>
 LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, never mirrored
 
-# What each executor run's tasks download before they start, relative to the work root (glob patterns,
-# `{rank}` is the task's rank as five digits); see `pipeline.runner` for which step reads what.
+# What each executor run's tasks download before they start, relative to the work root (a folder, a file or a
+# glob; `{rank}` is the task's rank as five digits); see `pipeline.runner` for which step reads what.
 TASK_INPUTS: dict[str, tuple[str, ...]] = {
     "filter": (),
     "dedup": ("signatures", "components"),
     "tokenize": ("filtered/{rank}.jsonl.zst", "duplicates", "removed", "tokenizer.json", "models"),
-    "decontaminate": ("tokens", "store", "contamination"),
-    "split": ("tokenizer.json", "tokens", "store", "contamination"),
+    # its own token runs and training shards, against the held-out index
+    "decontaminate": ("tokens/{rank}", "store/cells/*/shard-{rank}-*", "contamination/held-out.npz"),
+    # its own token runs (tables, placed rows, waiting candidates) and written.json
+    "split": ("tokenizer.json", "tokens/{rank}"),
+}
+
+# What the driver reads from the work URL after each executor run (and at its start): small files only, none
+# that grows with the corpus's tokens. `assemble` is read only when the store is built on the driver's disk
+# (no `[output] url`): the store's files themselves.
+DRIVER_READS: dict[str, tuple[str, ...]] = {
+    # the work state; the driver's own outputs of an earlier run (tokenizer, fitted models, held-out index)
+    "start": ("work.json", "run.json", "tokenizer.json", "models/", "contamination/held-out.npz"),
+    "filter": ("funnel/",),  # per-task funnel counts: is anything left?
+    "dedup": ("components/round-*/*.json",),  # per-task edge and not-star counts: another component round?
+    "sample": ("samples/", "duplicates/"),  # the sample the tokenizer and cell models fit on (only to fit them)
+    "tokenize": (
+        "funnel/",
+        "removed-tokens/",
+        "malformed/",
+        "models/cell-stats/",  # per-cell stats for the manifests
+        "tokens/*/held-out.json",  # each task's held-out candidates (hash, key, length): the cutoffs
+        "tokens/*/*.placed.npz",  # each cell run's waiting rows (hash, key, length)
+    ),
+    # the waiting candidates' tokens (at most max_documents_per_cell a cell a task): the held-out n-gram index,
+    # read only while it is not made yet
+    "held-out index": ("tokens/*/*.candidates.tokens",),
+    "decontaminate": ("contamination/",),  # each task's found n-grams
+    "split": ("parts/",),  # each task's shard table rows, counts, samples, set findings: the manifests
+    "assemble": ("store/",),
 }
 
 
@@ -72,7 +102,8 @@ def _files(root: Path) -> dict[str, Path]:
 
 @dataclass
 class RemoteWork:
-    """The work directory of one store version at `url`, mirrored at `mirror` on the driver's disk."""
+    """The work directory of one store version at `url`; `mirror` is its place on the driver's disk, which holds
+    only what the driver pulled (`DRIVER_READS`) or wrote itself."""
 
     url: str
     storage_options: dict = field(default_factory=dict)
@@ -82,6 +113,7 @@ class RemoteWork:
     _root: str = field(default="", repr=False, compare=False)
     _remote: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _local: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
+    pulled_bytes: int = field(default=0, repr=False, compare=False)  # what the driver downloaded, in all
 
     def __getstate__(self) -> dict:  # the filesystem and the driver's bookkeeping stay with the driver
         return {
@@ -131,37 +163,59 @@ class RemoteWork:
             self._remote.pop(rel)
             self._local.pop(rel, None)
 
-    # the driver's mirror
+    # the driver's local copy
 
     def reset_mirror(self) -> None:
-        """Start the driver's mirror empty: what the URL holds is the work directory, nothing else is."""
+        """Start the driver's local copy empty: what the URL holds is the work directory, nothing else is."""
         shutil.rmtree(self.mirror, ignore_errors=True)
         self.mirror.mkdir(parents=True)
         self._remote.clear()
         self._local.clear()
 
-    def refresh(self) -> None:
-        """Download every object of the work directory that is new or changed since the mirror last saw it."""
+    def exists(self, local: Path) -> bool:
+        """Whether a mirror path's file or folder exists on the URL."""
+        self.fs.invalidate_cache()
+        return bool(self.fs.exists(self.remote_path(local)))
+
+    def pull(self, patterns: tuple[str, ...]) -> None:
+        """Download the objects matching `patterns` (see `DRIVER_READS`) that are new or changed since last seen."""
         self.fs.invalidate_cache()  # listings cached before the tasks wrote are stale
-        listing = self.fs.find(self.root, detail=True) if self.fs.exists(self.root) else {}
         wanted = []
-        for path, info in listing.items():
-            rel = path[len(self.root) + 1 :]
-            if rel.startswith(f"{LOGS}/") or self._remote.get(rel) == _version(info):
-                continue
-            wanted.append(rel)
-            self._remote[rel] = _version(info)
+        for pattern in patterns:
+            for rel, info in _matching(self.fs, self.root, pattern).items():
+                if self._remote.get(rel) != _version(info):
+                    wanted.append(rel)
+                    self._remote[rel] = _version(info)
+                    self.pulled_bytes += int(info.get("size") or 0)
         _download(self.fs, self.root, self.mirror, wanted)
         for rel in wanted:
             self._local[rel] = _stat(self.mirror / rel)
 
     def publish(self) -> None:
-        """Upload every file of the mirror that the driver wrote since the last refresh or publish."""
+        """Upload every file of the local copy that the driver wrote since it was last pulled or published."""
         changed = {rel: p for rel, p in _files(self.mirror).items() if self._local.get(rel) != _stat(p)}
         _upload(self.fs, self.root, changed)
         for rel, path in changed.items():
             self._local[rel] = _stat(path)
             self._remote[rel] = _version(self.fs.info(f"{self.root}/{rel}"))
+
+
+def _matching(fs: Any, root: str, pattern: str) -> dict[str, dict]:
+    """Objects under `root` matching `pattern` (a folder, a file or a glob), by relative path, with their info."""
+    target = f"{root}/{pattern.rstrip('/')}"
+    if any(c in pattern for c in "*?["):
+        found = fs.glob(target, detail=True)
+    elif fs.isdir(target):
+        found = fs.find(target, detail=True)
+    else:
+        found = {target: fs.info(target)} if fs.exists(target) else {}
+    expanded: dict[str, dict] = {}
+    for path, info in found.items():
+        if info.get("type") == "directory":
+            expanded.update(fs.find(path, detail=True))
+        else:
+            expanded[path] = info
+    return {path[len(root) + 1 :]: info for path, info in expanded.items()}
 
 
 def _download(fs: Any, root: str, local: Path, relatives: list[str]) -> None:
@@ -238,11 +292,8 @@ class StagedTask(PipelineStep):
         fs.invalidate_cache()  # a filesystem instance inherited from the driver may hold its stale listings
         found: set[str] = set()
         for pattern in self.inputs:
-            target = f"{root}/{pattern.format(rank=f'{rank:05d}')}"
-            matches = fs.glob(target) if any(c in target for c in "*?[") else [target]
-            for match in matches:
-                found.update(fs.find(match) if fs.isdir(match) else [match] if fs.exists(match) else [])
-        relatives = sorted(path[len(root) + 1 :] for path in found)
+            found.update(_matching(fs, root, pattern.format(rank=f"{rank:05d}")))
+        relatives = sorted(found)
         _download(fs, root, local, relatives)
         return set(relatives)
 

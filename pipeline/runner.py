@@ -24,7 +24,7 @@
 
 Intermediates live under $MILLRACE_HOME/work/<name>/<version>/, or with `[executor] work_url` under
 <work_url>/<name>/<version>/ on a bucket, each task staged in its own scratch directory and the local
-directory only the driver's mirror (`pipeline.remote_work`). Each executor run has its
+directory holds only the few small files the driver reads (`pipeline.remote_work`). Each executor run has its
 own logging directory, so datatrove's per-task completion markers make every phase
 resumable: a run killed at any point and started again with the same command skips the
 finished tasks, redoes the unfinished ones (every task output is written atomically and
@@ -68,7 +68,7 @@ from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
-from pipeline.remote_work import RemoteWork, StagedTask
+from pipeline.remote_work import DRIVER_READS, RemoteWork, StagedTask
 from pipeline.stages.assemble import assemble_store, staging_dir
 from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates, load_duplicates
 from pipeline.stages.dedup.signing import DedupSignatures
@@ -311,7 +311,8 @@ def _run_executor(
     remote: RemoteWork | None = None,
 ) -> None:
     """One executor run to completion. With `remote`, each task runs staged (`pipeline.remote_work`): the
-    driver uploads what it wrote first, markers and logs go on the URL, and what the tasks wrote comes back."""
+    driver uploads what it wrote first, markers and logs go on the URL, and what the driver reads of the tasks'
+    outputs comes back (`DRIVER_READS[label]`)."""
     where: Path | DataFolder = logging_dir
     if remote is not None:
         remote.publish()
@@ -333,7 +334,7 @@ def _run_executor(
         if incomplete:
             raise PipelineError(f"stage {label!r}: tasks {incomplete} did not complete; task logs in {logs}")
     if remote is not None:
-        remote.refresh()
+        remote.pull(DRIVER_READS[label])
 
 
 def remote_work(config: PipelineConfig, layout: WorkLayout) -> RemoteWork | None:
@@ -428,6 +429,8 @@ def decontaminate(
         return {"cells": {}, "documents": 0, "tokens": 0, "checked": 0, "per_cell": {}}
     dtype = dtype_for_vocab(load_tokenizer(layout.tokenizer).get_vocab_size(with_added_tokens=True))
     if not (layout.contamination / "held-out.npz").exists():
+        if remote is not None:
+            remote.pull(DRIVER_READS["held-out index"])
         write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
     step = FindContainedNgrams(
         layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
@@ -611,7 +614,7 @@ def _build_store(
     remote = remote_work(config, layout)
     if remote is not None:
         remote.reset_mirror()
-        remote.refresh()
+        remote.pull(DRIVER_READS["start"])
     prepare_work(layout, config, restart, remote)
     notify = on_phase or (lambda label: None)
 
@@ -636,11 +639,15 @@ def _build_store(
     if problem := nothing_left(config, layout):
         raise PipelineError(problem)
     notify("tokenizer")
+    trains_tokenizer = not layout.tokenizer.exists() and not config.tokenizer.path
+    if remote is not None and (trains_tokenizer or config.fits_cells):  # only fitting reads the sample
+        remote.pull(DRIVER_READS["sample"])
     tokenizer_path = ensure_tokenizer(config, layout)
     post = post_dedup_steps(config, layout)
     notify("tokenize")
 
-    if not layout.staged.exists() and not staging_dir(final).exists():  # e.g. a finished store deleted since
+    staged = layout.staged.exists() if remote is None else remote.exists(layout.staged)
+    if not staged and not staging_dir(final).exists():  # e.g. a finished store deleted since
         for phase in FINGERPRINTED[FINGERPRINTED.index("tokenize") :]:
             for path in layout.outputs(phase):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -674,7 +681,7 @@ def _build_store(
         log.warning("malformed input: %s %s (%s)", malformed["file"], where, malformed["reason"])
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
-    if not any(layout.runs.glob("*/*.npz")):
+    if not any(layout.runs.glob("*/*.placed.npz")):
         removed = {
             stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
             for stage in funnel["stages"]
@@ -708,6 +715,12 @@ def _build_store(
                 k: decision[k] for k in ("ngram", "threshold", "checked", "documents", "tokens", "per_cell")
             },
         }
+    if remote is not None:
+        if config.output.url:  # the shards go from the work URL to the store URL, never through this disk
+            layout.staged.mkdir(exist_ok=True)
+        else:  # the store is built here: its files come down
+            remote.pull(DRIVER_READS["assemble"])
+        log.info("the driver read %d bytes from the work URL", remote.pulled_bytes)
     store = assemble_store(
         final,
         name,
@@ -726,7 +739,11 @@ def _build_store(
         config.validation,
     )
     if config.output.url:
-        from pipeline.store.remote import copy_store
+        from pipeline.store.remote import copy_store, publish_store
 
-        copy_store(store, f"{config.output.url.rstrip('/')}/{name}/{version}", config.output.storage_options)
+        url = f"{config.output.url.rstrip('/')}/{name}/{version}"
+        if remote is not None:
+            publish_store(store, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
+        else:
+            copy_store(store, url, config.output.storage_options)
     return store

@@ -2,11 +2,14 @@
 process, stopped by its PID), on Ray with two worker processes, each task in its own local scratch directory;
 one worker SIGKILLed in the middle of the tokenize stage. The store equals, byte for byte, the one a local run
 (local executor, work and store on this disk) builds from the same sources; so does a rerun by a driver with
-a fresh, empty home, which finds every stage complete on the bucket and needs no task's disk."""
+a fresh, empty home, which finds every stage complete on the bucket and needs no task's disk. Neither driver
+holds a token of the corpus: its disk has only the small files `DRIVER_READS` names, and the shards go from the
+work bucket to the store's URL object to object."""
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import signal
@@ -18,7 +21,7 @@ import pytest
 
 from millrace.home import Home
 from pipeline.config import parse_pipeline_config
-from pipeline.remote_work import SCRATCH_PREFIX
+from pipeline.remote_work import DRIVER_READS, SCRATCH_PREFIX
 from pipeline.runner import PipelineError, run_pipeline
 from testkit.corpus import make_corpus, store_files
 from testkit.s3 import download_tree, s3_server, upload_tree
@@ -44,6 +47,19 @@ def config(opts: dict, **sections: dict):
         "executor": {"tasks": 2, "workers": 2, **sections.get("executor", {})},
     }
     return parse_pipeline_config(data, "bucket drill", Path.cwd())
+
+
+def driver_read(relative: str) -> bool:
+    """Whether a file of the driver's work directory is one that `DRIVER_READS` names (all but the store's files)."""
+    patterns = [p for phase, names in DRIVER_READS.items() if phase != "assemble" for p in names]
+    return any(relative.startswith(p) if p.endswith("/") else fnmatch.fnmatch(relative, p) for p in patterns)
+
+
+def tokens_held(home: Path) -> list[str]:
+    """Files of the driver's home that hold the corpus's documents or tokens (none should)."""
+    found = [p.relative_to(home).as_posix() for p in home.rglob("*") if p.is_file()]
+    work = [f.split("/", 3)[3] for f in found if f.startswith("work/")]
+    return [f for f in work if not driver_read(f)] + [f for f in found if f.endswith((".bin", ".parquet"))]
 
 
 class TaskKiller(threading.Thread):
@@ -102,6 +118,9 @@ def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fre
             ray.shutdown()
         store = download_tree(f"s3://data/stores/local/{VERSION}", opts)
         assert store == store_files(local)
+        for driver in ("home-driver", "home-fresh-driver"):
+            assert tokens_held(tmp_path / driver) == [], driver
+        assert tokens_held(tmp_path / "home-local") != []  # the check sees what a local run keeps
 
         work = download_tree(f"s3://data/work/local/{VERSION}", opts)
         workers = {json.loads(body)["worker"]["pid"] for name, body in work.items() if name.endswith("held-out.json")}

@@ -186,13 +186,15 @@ def test_a_damaged_cache_entry_is_fetched_again_not_blamed_on_the_object(copied,
     cache = tmp_path / "cache"
     assert batch_digest(stream(copied, proxy, cache).batch(0)) == expected
     fetched = len(proxy.ranged)
-    entries = sorted(cache.glob("*.chunk"), key=lambda p: p.stat().st_size)
-    victim = entries[-1]
+    victim = max(cache.glob("*.data"), key=lambda p: p.stat().st_blocks)  # a shard file's fetched chunks
+    held = victim.with_suffix(".have").read_bytes()
+    chunk = 64 << 10
+    at = held.index(1) * chunk + min(chunk, victim.stat().st_size - held.index(1) * chunk) // 2  # inside a held chunk
     data = bytearray(victim.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[at] ^= 0xFF
     victim.write_bytes(bytes(data))
     caplog.set_level(logging.WARNING, logger="loader.files")
-    assert batch_digest(stream(copied, proxy, cache).batch(0)) == expected  # a new process: cold memory cache
+    assert batch_digest(stream(copied, proxy, cache).batch(0)) == expected  # a new process: nothing checked yet
     assert len(proxy.ranged) > fetched, "the damaged chunk is fetched again"
     assert any(str(victim) in r.getMessage() and "local disk" in r.getMessage() for r in caplog.records)
     assert victim.exists() and victim.read_bytes() != bytes(data), "the entry is replaced by good bytes"

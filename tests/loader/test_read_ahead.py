@@ -1,6 +1,7 @@
 """The read-ahead over a store on S3 (moto's server on 127.0.0.1, its own process, stopped by PID): the next
 batches' chunks are staged concurrently, the batches are the local store's, and what is staged stays within
-the byte budget (one batch over at most: a batch is staged whole) and is released when iteration ends."""
+the byte budget (one batch over at most: a batch is staged whole) and is released when iteration ends; a second
+pass is read from the local cache, with no request."""
 
 import pytest
 
@@ -57,6 +58,11 @@ def test_read_ahead_gives_the_local_batches_within_its_budget(on_s3, tmp_path):
     one_batch = 8 * 2 * CHUNK  # 8 windows of 257 tokens, each in at most two chunks
     assert staged and 0 < max(staged) <= budget + one_batch
     assert fetcher.staged_bytes == 0  # every batch read, every pin released
+    fetched = fetcher.started, fetcher.on_demand
+    assert [
+        batch_digest(b) for b in stream.iterate(0, len(local))
+    ] == local  # a second pass reads the local cache's files
+    assert (fetcher.started, fetcher.on_demand) == fetched and fetched[0] > 0
 
 
 def test_read_ahead_off_reads_on_demand_and_a_negative_budget_is_refused(on_s3, tmp_path):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.remote_work import RemoteWork, RemoteWorkError, StagedTask, relocate
+from pipeline.remote_work import DRIVER_READS, RemoteWork, RemoteWorkError, StagedTask, relocate
+from pipeline.store.remote import publish_store, remote_fs
 
 
 class CopyUpper(PipelineStep):
@@ -53,3 +54,45 @@ def test_a_staged_task_reads_its_inputs_from_the_url_and_uploads_what_it_wrote(t
         "tokens/00001/out.txt",
     ]
     assert list(scratch.iterdir()) == [] and not mirror.exists()  # the scratch directory went; the driver's untouched
+
+
+def test_the_driver_pulls_only_the_small_files_it_reads_and_each_once(tmp_path):
+    bucket, mirror = tmp_path / "bucket", tmp_path / "mirror"
+    files = {
+        "tokens/00000/a.npz": "the run's table, a row per document",
+        "tokens/00000/a.placed.npz": "placed",
+        "tokens/00000/a.candidates.tokens": "candidates",
+        "tokens/00000/held-out.json": "{}",
+        "store/cells/a/shard-00000-00000.bin": "tokens",
+        "filtered/00000.jsonl.zst": "documents",
+        "funnel/03-tokenize/00000.json": "{}",
+    }
+    for relative, text in files.items():
+        (bucket / relative).parent.mkdir(parents=True, exist_ok=True)
+        (bucket / relative).write_text(text)
+    work = RemoteWork(f"file://{bucket}", {}, mirror)
+    work.reset_mirror()
+    work.pull(DRIVER_READS["tokenize"])
+    pulled = sorted(p.relative_to(mirror).as_posix() for p in mirror.rglob("*") if p.is_file())
+    assert pulled == ["funnel/03-tokenize/00000.json", "tokens/00000/a.placed.npz", "tokens/00000/held-out.json"]
+    read = work.pulled_bytes
+    assert read == sum(len(files[name]) for name in pulled)
+    work.pull(DRIVER_READS["tokenize"])  # nothing changed on the bucket: nothing read again
+    assert work.pulled_bytes == read
+
+
+@pytest.mark.parametrize("target", ["file", "memory"])
+def test_a_store_is_published_from_the_work_url_and_its_manifests(tmp_path, target):
+    staged, manifests = tmp_path / "work" / "store", tmp_path / "home-store"
+    shards = {"cells/a/shard-00000-00000.bin": b"\x01\x02" * 1000, "cells/a/documents-00000.parquet": b"trace"}
+    written = {"cells/a/cell.json": b"{}", "tokenizer/tokenizer.json": b"{}", "store.json": b"{}"}
+    for root, tree in ((staged, shards), (manifests, written)):
+        for relative, body in tree.items():
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
+            (root / relative).write_bytes(body)
+    url = f"file://{tmp_path}/out" if target == "file" else f"memory://{tmp_path.name}/out"
+    source_fs, source_root = remote_fs(f"file://{staged}")
+    assert publish_store(manifests, (source_fs, source_root), url) == 5
+    fs, root = remote_fs(url)
+    published = {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
+    assert published == {**shards, **written}

@@ -107,11 +107,20 @@ class ComponentFiles:
     def counts(self, round_: int, task: int) -> Path:
         return self.round_dir(round_) / f"{task:05d}.json"
 
+    def found(self, task: int) -> Path:
+        """How many edges candidate task `task` confirmed (round 0's input), so that counting needs no edge file."""
+        return self.round_dir(0) / f"{task:05d}.found.json"
+
+    def confirmed_edges(self, tasks: int) -> int:
+        """Round 0's edges, summed over the candidate tasks (all must have finished)."""
+        total = 0
+        for task in range(tasks):
+            found = self.found(task)
+            total += json.loads(found.read_text())["edges"] if found.exists() else RecordFile(self.edges(0, task)).size
+        return total
+
     def edge_files(self, round_: int) -> list[Path]:
         return sorted(self.round_dir(round_).glob("*.npy"))
-
-    def edge_count(self, round_: int) -> int:
-        return sum(RecordFile(path).size for path in self.edge_files(round_))
 
     def part_edges(self, round_: int, part: int) -> np.ndarray:
         """Every edge of round `round_` whose node lies in `part`, sorted by (node, other), unique."""

@@ -26,6 +26,7 @@ with the same signature, so the components of the others are unchanged).
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,7 @@ import numpy as np
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
+from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
 from pipeline.config import DedupConfig
 from pipeline.stages.dedup.components import ComponentFiles, ComponentsRound, edge_records
@@ -178,6 +180,7 @@ class FindCandidates(PipelineStep):
             if self.fuzzy:
                 left, right = self._edges(rank, SignatureLookup(self.files, index, self.perms))
                 save_array(self.components.edges(0, rank), edge_records(left, right, world_size))
+                atomic_write_text(self.components.found(rank), json.dumps({"edges": int(left.size)}) + "\n")
                 self.stat_update("edges", value=int(left.size))
 
     def _edges(self, part: int, lookup: SignatureLookup) -> tuple[np.ndarray, np.ndarray]:
@@ -259,7 +262,7 @@ def find_duplicates(options: DedupConfig, signatures: Path, components: Path, du
         parts,
     )
     files = ComponentFiles(Path(components))
-    if not options.fuzzy or not files.edge_count(0):
+    if not options.fuzzy or not files.confirmed_edges(parts):
         return 0
     for round_ in range(MAX_ROUNDS):
         run(f"components-{round_:03d}", [ComponentsRound(components, round_)], parts)

@@ -55,11 +55,12 @@ def waiting_documents(
 
 
 def cell_runs(runs_dir: Path, rank: int | None = None) -> Iterator[tuple[int, str, Path]]:
-    """(rank, cell, run table) of every tokenize task's run (or of task `rank`'s)."""
-    pattern = f"{rank:05d}/*.npz" if rank is not None else "*/*.npz"
-    for run in sorted(Path(runs_dir).glob(pattern)):
-        if not run.name.endswith(".placed.npz"):
-            yield int(run.parent.name), run.stem, run
+    """(rank, cell, run table) of every tokenize task's run (or of task `rank`'s), found by their small
+    `placed_file`s (the driver has those, never the tables)."""
+    pattern = f"{rank:05d}/*.placed.npz" if rank is not None else "*/*.placed.npz"
+    for placed in sorted(Path(runs_dir).glob(pattern)):
+        cell = placed.name.removesuffix(".placed.npz")
+        yield int(placed.parent.name), cell, placed.with_name(f"{cell}.npz")
 
 
 def write_held_out_index(
