@@ -43,8 +43,7 @@ class Batch:
 
     step: int
     phase: str
-    input_ids: np.ndarray  # int64 [b, L]
-    labels: np.ndarray  # int64 [b, L]
+    tokens: np.ndarray  # int64 [b, L + 1]: `input_ids` and `labels` are its views
     segment_ids: np.ndarray  # int32 [b, L]; a new segment after each EOS
     positions: np.ndarray  # int32 [b, L]; restart at 0 in each segment
     cells: list[str]  # per row
@@ -55,6 +54,17 @@ class Batch:
     sample_positions: np.ndarray  # int64 [b] global sample positions
     sequences: np.ndarray  # int64 [b] sequence index inside the cell
     epochs: np.ndarray  # int64 [b] epoch of the cell the sequence comes from
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        """int64 [b, L], a view of `tokens` (not contiguous: rows are L + 1 apart)."""
+        return self.tokens[:, :-1]
+
+    @property
+    def labels(self) -> np.ndarray:
+        """int64 [b, L], the next token of each input: a view of `tokens` that shares its memory with
+        `input_ids` (write into a copy)."""
+        return self.tokens[:, 1:]
 
     def token_sources(self) -> np.ndarray | None:
         """int32 [b, L]: the source of each input token's document (None without sources)."""
@@ -248,14 +258,13 @@ class MixtureStream:
     def pack(self, gathered: Gathered) -> Batch:
         index = gathered.index
         block = output_block(index.positions.size, self.seq_len)
-        input_ids, labels, segment_ids, positions, sources = pack_segments(
+        tokens, segment_ids, positions, sources = pack_segments(
             gathered.windows, gathered.starts, gathered.segment_sources, block
         )
         return Batch(
             step=gathered.step,
             phase=self.manifest.phases[index.phase].name,
-            input_ids=input_ids,
-            labels=labels,
+            tokens=tokens,
             segment_ids=segment_ids,
             positions=positions,
             cells=[self.cell_names[c] for c in index.cell_ids.tolist()],

@@ -33,8 +33,8 @@ PREFETCH_FACTOR = 4  # gathered batches each DataLoader worker keeps ready (abou
 
 
 def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
-    """A batch as tensors (zero-copy from numpy); `segment_sources` ([b, S], see `Batch`) only when the store has
-    sources."""
+    """A batch as tensors (zero-copy from numpy: `input_ids` and `labels` are views of the batch's one int64
+    buffer and share its memory); `segment_sources` ([b, S], see `Batch`) only when the store has sources."""
     tensors = {
         "input_ids": torch.from_numpy(batch.input_ids),
         "labels": torch.from_numpy(batch.labels),
