@@ -8,20 +8,22 @@ to the device, not two. The views share memory: write into a copy (`labels.copy(
 A new segment starts at each document in `input_ids`, so a document-masked attention keeps each token inside its
 document; `positions` restart at 0 at each segment start (the first token of a window is position 0 even
 mid-document: the model sees nothing before it). The training loader knows where its documents start
-(`loader.shards.Pieces.segments`) and hands the starts in with one source per segment, which the batch keeps per
+(`loader.shards.Located.segments`) and hands the starts in with one source per segment, which the batch keeps per
 segment (a [b, S] table: `token_values` spreads it over the tokens where a per-token view is wanted); held-out
 windows find segments after each EOS (`segment_starts`).
 
 Segments are sparse (one per document), so segment ids and positions are written by repeating one value per
 segment (`np.repeat`) over the flattened batch, never by scanning tokens. The outputs are views of one
 allocation: measured on the bench VM, separate 0.5-1 MB arrays per batch made glibc hand memory back to the
-kernel and fault it in again every batch (hundreds of page faults, more time than the gather itself); one
-3 MB block is reused from the heap.
+kernel and fault it in again every batch (hundreds of page faults, more time than the gather itself). The
+training stream takes that block from a `BlockPool`, which hands a block out again once no batch refers to it.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -67,25 +69,61 @@ def segment_starts(windows: np.ndarray, eos_id: int | None) -> np.ndarray:
     return np.sort(np.concatenate([row_starts, row[inside] * length + column[inside] + 1]))
 
 
-def output_block(rows: int, length: int) -> np.ndarray:
-    """The one allocation `pack_segments` writes a batch into (int64 tokens, int32 segment ids and positions).
-    Take it before the batch's temporaries: the block then reuses the one the previous batch freed instead of
-    finding that space cut up by temporaries and growing the heap."""
-    return np.empty(8 * rows * (length + 1) + 8 * rows * length, dtype=np.uint8)
+def output_block_bytes(rows: int, length: int) -> int:
+    """The size of the one allocation `pack_segments` writes a batch into (int64 tokens, int32 segment ids and
+    positions)."""
+    return 8 * rows * (length + 1) + 8 * rows * length
+
+
+class BlockPool:
+    """Output blocks handed out again once nothing refers to them (no batch, view or tensor of one is alive).
+
+    A fresh 2 MB block per batch comes from the heap's top, which glibc trims back and faults in again from one
+    batch to the next, depending on what else was freed meanwhile (measured: 0 to 40 page faults a batch for
+    the same code, more time than the segment ids). Each block handed out is a new array over a kept buffer
+    (through a memoryview, so that every numpy view of it, and every `torch.from_numpy` tensor of those, keeps
+    that array alive); when the last of them dies, a finalizer gives the buffer back. At most `size` buffers
+    wait to be reused; past that they are freed."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._free: list[np.ndarray] = []
+        self._lock = threading.RLock()  # a finalizer may run in any thread, inside `take` too
+
+    def take(self, nbytes: int) -> np.ndarray:
+        with self._lock:
+            buffer = self._free.pop() if self._free and self._free[-1].size == nbytes else None
+        if buffer is None:
+            buffer = np.empty(nbytes, dtype=np.uint8)
+        block = np.frombuffer(buffer.data, dtype=np.uint8)  # a memoryview: views of it stop at `block`
+        weakref.finalize(block, self._give_back, buffer)
+        return block
+
+    def _give_back(self, buffer: np.ndarray) -> None:
+        with self._lock:
+            if len(self._free) < self.size:
+                self._free.append(buffer)
+
+    def __getstate__(self) -> dict:
+        """What a data-loader worker process gets: the size, no buffers."""
+        return {"size": self.size}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["size"])  # type: ignore[misc]
 
 
 def pack_segments(
     windows: np.ndarray, starts: np.ndarray, segment_sources: np.ndarray | None = None, block: np.ndarray | None = None
 ) -> Packed:
-    """`windows` [b, seq_len + 1] packed into views of `block` (default: a new `output_block`). `starts`: the
-    sorted flat indices into [b, seq_len] where segments start (each row's first token among them, at column 0,
-    and no other); `segment_sources`: one source per segment, handed back as an int32 [b, S] table
-    (`row_segment_table`)."""
+    """`windows` [b, seq_len + 1] packed into views of `block` (uint8, `output_block_bytes` long; default: a new
+    one). `starts`: the sorted flat indices into [b, seq_len] where segments start (each row's first token among
+    them, at column 0, and no other); `segment_sources`: one source per segment, handed back as an int32 [b, S]
+    table (`row_segment_table`)."""
     rows, width = windows.shape
     length = width - 1
     total = rows * length
     if block is None:
-        block = output_block(rows, length)
+        block = np.empty(output_block_bytes(rows, length), dtype=np.uint8)
     tokens = block[: 8 * rows * width].view(np.int64).reshape(rows, width)
     segment_ids = block[8 * rows * width : 8 * rows * width + 4 * total].view(np.int32)
     positions = block[8 * rows * width + 4 * total : 8 * rows * width + 8 * total].view(np.int32)

@@ -22,7 +22,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from loader.files import ReadOptions, StoreFiles
-from loader.packing import output_block, pack_segments, token_values
+from loader.packing import BlockPool, output_block_bytes, pack_segments, token_values
 from loader.schedule import SampleIndex, Schedule
 from loader.shards import CellShards, ReadAhead, TokenSpace
 from loader.state import LoaderState
@@ -34,6 +34,7 @@ from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest
 
 log = logging.getLogger(__name__)
 
+SPARE_BLOCKS = 4  # output blocks kept beyond the prefetched batches: the one being packed, those the consumer holds
 INDEX_BLOCK = 8192  # positions indexed together while iterating, for global batches up to 1/8 of it
 
 
@@ -125,6 +126,7 @@ class MixtureStream:
         self.local_batch = manifest.global_batch // world
         self.seq_len = manifest.seq_len
         self._step = 0
+        self._blocks = BlockPool(prefetch + SPARE_BLOCKS)
         self._block: tuple[int, SampleIndex] | None = None
         self._ahead: ReadAhead | None = None
         drawn = [name for name in self.cell_names if any(p.counts.get(name, 0) for p in manifest.phases)]
@@ -257,7 +259,7 @@ class MixtureStream:
 
     def pack(self, gathered: Gathered) -> Batch:
         index = gathered.index
-        block = output_block(index.positions.size, self.seq_len)
+        block = self._blocks.take(output_block_bytes(index.positions.size, self.seq_len))
         tokens, segment_ids, positions, sources = pack_segments(
             gathered.windows, gathered.starts, gathered.segment_sources, block
         )
