@@ -535,7 +535,7 @@ def main() -> list[Result]:
             target=0.5,
         ),
         Result(
-            "throughput, 1 core (for scale: ours writes 24 bytes per token, a copy 2)",
+            "throughput, 1 core (for scale: ours writes 16 bytes per token, a copy 2)",
             ours["tokens_per_s"],
             raw["copy_tokens_per_s"],
             "bare uint16 window copy",

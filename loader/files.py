@@ -141,10 +141,10 @@ class ChunkedFile:
             out[filled : filled + take] = self._bytes(index, inside, inside + take)
             filled += take
 
-    def read_pieces_into(self, offsets: np.ndarray, sizes: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
-        """Bytes [offsets[i], offsets[i] + sizes[i]) into out[at[i]:] for each i (int64 arrays, sizes positive;
-        `out` contiguous uint8): the pieces of one batch in one file, written where the batch wants them."""
-        for offset, size, where in zip(offsets.tolist(), sizes.tolist(), at.tolist()):
+    def read_pieces_into(self, offsets: list[int], sizes: list[int], out: np.ndarray, at: list[int]) -> None:
+        """Bytes [offsets[i], offsets[i] + sizes[i]) into out[at[i]:] for each i (sizes positive; `out`
+        contiguous uint8): the pieces of one batch in one file, written where the batch wants them."""
+        for offset, size, where in zip(offsets, sizes, at):
             self.read_into(offset, out[where : where + size])
 
     def verify_pieces(self, offsets: np.ndarray, ends: np.ndarray) -> None:
@@ -208,14 +208,14 @@ class LocalFile(ChunkedFile):
         start = index * self.chunk_bytes
         return self._pread(start + lo, start + hi)
 
-    def read_pieces_into(self, offsets: np.ndarray, sizes: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
+    def read_pieces_into(self, offsets: list[int], sizes: list[int], out: np.ndarray, at: list[int]) -> None:
         """As `ChunkedFile.read_pieces_into`: for each piece, its chunks checked first when not yet (a byte per
         chunk read from Python: for the few dozen pieces of a batch, cheaper than a dozen vector operations),
         then one `preadv` straight into `out` (no intermediate bytes, no join)."""
         if self._fd < 0:
             raise ArtifactError(f"{self.name}: read after close")
         fd, step, checked, size_of_file, view = self._fd, self.chunk_bytes, self._checked, self.size, out.data
-        for offset, size, where in zip(offsets.tolist(), sizes.tolist(), at.tolist()):
+        for offset, size, where in zip(offsets, sizes, at):
             end = offset + size
             if offset < 0 or end > size_of_file:
                 raise ArtifactError(f"{self.name}: read of bytes [{offset}, {end}) past its {size_of_file} bytes")

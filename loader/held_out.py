@@ -128,9 +128,10 @@ class ValidationSequences:
             lengths[i] = last - first
             if sources is not None:
                 sources[i, : last - first - 1] = span_sources(cell, first + 1, last)
-        input_ids, labels, segment_ids, positions, _ = pack(windows, self.eos_id)
+        packed = pack(windows, self.eos_id)
+        labels = packed.labels.copy()  # padded below: a view would write into the ids too
         labels[np.arange(self.seq_len)[None, :] >= (lengths - 1)[:, None]] = PAD_LABEL
-        return ValidationRows(input_ids, labels, segment_ids, positions, entry_ids, sources)
+        return ValidationRows(packed.input_ids, labels, packed.segment_ids, packed.positions, entry_ids, sources)
 
     def head(self, entry: int, max_tokens: int) -> np.ndarray:
         """The start of an entry's first held-out document (up to its EOS or `max_tokens`), for prompts."""

@@ -17,12 +17,16 @@ change from one epoch to the next. The store's own order is already a keyed shuf
 writes documents by a hash of their id), so neighbours inside a run are no more alike than at random;
 runs make a window a few contiguous byte ranges (one `pread` each) instead of one per document.
 `run = 1` (manifests that name no run) is the per-document shuffle.
+
+Each block's layout in an epoch (cached, `LAYOUT_CACHE`) keeps its documents' stream starts and sources, and its
+ranges: the documents that follow each other in the `.bin` (a run's), merged. Locating a batch is then a few
+`bisect`s per window over Python lists, which give its reads (the ranges it overlaps, one `pread` each) and its
+segments (a slice of the layout per window) without a numpy call per window or per document.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 import threading
 from collections import OrderedDict, deque
@@ -49,9 +53,8 @@ from pipeline.store.format import (
 
 log = logging.getLogger(__name__)
 
-# A batch's windows located (`TokenSpace._locate`): per span (shard key, first and end token, documents), and
-# the slice of its block's layout table holding those documents.
-Located = tuple[list[tuple[int, int, int, int]], list[np.ndarray]]
+# One shard's reads of a batch, in bytes: (offsets in its .bin, sizes, offsets in the batch's windows).
+Reads = tuple[list[int], list[int], list[int]]
 
 LAYOUT_CACHE = 512  # block layouts kept (each a few int64 per document of one block)
 MAX_BATCHES_AHEAD = 64  # the read-ahead plans at most this many batches past the one being read
@@ -158,85 +161,46 @@ class OpenShard:
 
 @dataclass(frozen=True)
 class Layout:
-    """One block in one epoch: its documents in this epoch's order as the columns of one table, so that the
-    documents a window holds are one slice of it."""
+    """One block in one epoch: its non-empty documents in this epoch's order (an empty one holds no token and
+    starts no segment), and its ranges: the documents that follow each other in the `.bin`, merged."""
 
-    table: np.ndarray  # int64 [4, documents]: stream start and end (shard-relative tokens), .bin token offset, source
+    table: np.ndarray  # int64 [2, documents]: stream start (shard-relative tokens) and source of each document
     starts: list[int]  # table[0] as Python ints: a `bisect` costs less than a numpy search per window
     documents: np.ndarray  # int64, each document's index in the shard
-    end: int  # shard-relative token offset where the block ends
+    lengths: np.ndarray  # int64 tokens of each document
+    bounds: list[int]  # stream start of each range, then the block's end
+    files: list[int]  # .bin token offset of each range's first token
 
     @property
     def stream_starts(self) -> np.ndarray:
         return self.table[0]
 
     @property
-    def lengths(self) -> np.ndarray:
-        return self.table[1] - self.table[0]
+    def end(self) -> int:
+        """Shard-relative token offset where the block ends."""
+        return self.bounds[-1]
 
 
-@dataclass(frozen=True)
-class Pieces:
-    """The non-empty document pieces of a batch, in batch order: the part of each document that a window holds.
-    Pieces fill the windows exactly, so a piece's place in the batch is the tokens before it."""
+@dataclass
+class Located:
+    """A batch's windows located (`TokenSpace._locate`): what to read from each shard, and the segments."""
 
-    shards: np.ndarray  # int64, cell_id << 32 | shard index of each piece
-    file_bytes: np.ndarray  # int64, where the piece starts in its shard's .bin
-    tokens: np.ndarray  # int64 tokens, positive
-    before: np.ndarray  # int64 tokens of the batch before the piece
-    sources: np.ndarray  # int64 source of each piece's document (0 for a store without sources)
+    reads: dict[int, Reads]  # shard key (cell_id << 32 | index) -> its reads
+    parts: list[np.ndarray]  # per window span: the layout's [2, k] (stream start, source) of its segments
+    clamps: list[int]  # per span: its first token (its first segment starts there, maybe mid-document)
+    shifts: list[int]  # per span: flat index in [b, seq_len] minus shard-relative token
+    counts: list[int]  # per span: its segments
 
-    @classmethod
-    def cut(cls, spans: np.ndarray, columns: np.ndarray, itemsize: int) -> Pieces:
-        """`spans`: int64 [4, spans] (shard key, first and end token of the span in its shard, documents);
-        `columns`: the spans' layout table slices side by side (int64 [4, documents])."""
-        shard, offset, end = np.repeat(spans[:3], spans[3], axis=1)
-        stream, ends, files, sources = columns
-        lo = np.maximum(stream, offset)
-        tokens = np.minimum(ends, end) - lo
-        taken = np.flatnonzero(tokens > 0)
-        tokens = tokens[taken]
-        return cls(
-            shard[taken],
-            (files[taken] + lo[taken] - stream[taken]) * itemsize,
-            tokens,
-            np.cumsum(tokens) - tokens,
-            sources[taken],
-        )
-
-    def reads(self, itemsize: int) -> list[tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray]]:
-        """((cell_id, shard index), file offsets, sizes, output offsets) in bytes for each shard the batch reads:
-        the pieces, each merged with the next when that one continues it in the same file (a run's documents, or
-        a window cut inside one document). The output is the pieces' bytes in batch order."""
-        sizes = self.tokens * itemsize
-        starts, shards = self.file_bytes, self.shards
-        first = np.ones(sizes.size, dtype=bool)
-        first[1:] = (shards[1:] != shards[:-1]) | (starts[1:] != starts[:-1] + sizes[:-1])
-        heads = np.flatnonzero(first)
-        merged = np.add.reduceat(sizes, heads) if heads.size else sizes[:0]
-        starts, shards, at = starts[heads], shards[heads], self.before[heads] * itemsize
-        order = np.argsort(shards, kind="stable")
-        keys = shards[order]
-        bounds = [0, *(np.flatnonzero(keys[1:] != keys[:-1]) + 1).tolist(), order.size]
-        return [
-            (
-                (int(keys[lo]) >> 32, int(keys[lo]) & 0xFFFFFFFF),
-                starts[order[lo:hi]],
-                merged[order[lo:hi]],
-                at[order[lo:hi]],
-            )
-            for lo, hi in itertools.pairwise(bounds)
-            if hi > lo
-        ]
-
-    def segments(self, width: int, seq_len: int, sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def segments(self, sources: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """(flat start in [rows, seq_len] of each segment, its int32 source or None): a segment is a document's
         piece of a window's input tokens (the first seq_len of its seq_len + 1), so a window's first segment may
         start mid-document; no token is scanned."""
-        row, column = np.divmod(self.before, width)
-        inside = np.flatnonzero(column < seq_len)
-        starts = row[inside] * seq_len + column[inside]
-        return starts, self.sources[inside].astype(np.int32) if sources else None
+        if not self.parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32) if sources else None
+        table = np.concatenate(self.parts, axis=1)
+        starts = np.maximum(table[0], np.repeat(self.clamps, self.counts))
+        starts += np.repeat(self.shifts, self.counts)
+        return starts, table[1].astype(np.int32) if sources else None
 
 
 class CellShards:
@@ -333,14 +297,18 @@ class TokenSpace:
         lo, hi = block * self.block, min(shard.documents, (block + 1) * self.block)
         order = run_shuffle(self.seed, f"{self.cell(cell_id).name}/{index}/{block}", epoch, hi - lo, self.run)
         lengths = shard.lengths(lo, hi)[order]
-        table = np.empty((4, hi - lo), dtype=np.int64)
-        table[0, 0] = shard.block_start(block, self.block)
-        np.cumsum(lengths[:-1], out=table[0, 1:])
-        table[0, 1:] += table[0, 0]
-        np.add(table[0], lengths, out=table[1])
-        table[2] = shard.starts(lo, hi)[order]
-        table[3] = shard.source_ids(lo, hi)[order] if shard.src is not None else 0
-        found = Layout(table, table[0].tolist(), lo + order, int(table[1, -1]))
+        order = order[lengths > 0]
+        lengths = lengths[lengths > 0]
+        files = shard.starts(lo, hi)[order]
+        begin = shard.block_start(block, self.block)
+        table = np.empty((2, order.size), dtype=np.int64)
+        np.cumsum(lengths, out=table[0])
+        table[0] += begin - lengths
+        table[1] = shard.source_ids(lo, hi)[order] if shard.src is not None else 0
+        # a range starts at each document that does not continue the one before it in the .bin
+        heads = np.flatnonzero(np.append(True, files[1:] != files[:-1] + lengths[:-1])) if order.size else order
+        bounds = [*table[0, heads].tolist(), begin + int(lengths.sum())]
+        found = Layout(table, table[0].tolist(), lo + order, lengths, bounds, files[heads].tolist())
         with self._lock:
             self._layouts[key] = found
             while len(self._layouts) > LAYOUT_CACHE:
@@ -353,45 +321,38 @@ class TokenSpace:
         """([n, seq_len + 1] tokens of each sample, flat segment starts in [n, seq_len], int32 source of each
         segment or None).
 
-        No Python bytecode per document: locate each window's spans (one per block it crosses: a few
-        `bisect`s), cut the whole batch into document pieces with numpy, merge the pieces that continue each
-        other in a file, and read each shard's merged pieces straight into the output
-        (`ChunkedFile.read_pieces_into`: its chunks checked as one vector, one `pread` each). Segments and
-        their sources come from the pieces, not from the tokens."""
-        width = self.seq_len + 1
+        No Python bytecode per document: locate each window's spans (one per block it crosses: a few `bisect`s
+        over its layout's starts and ranges), read each shard's ranges straight into the output
+        (`ChunkedFile.read_pieces_into`: chunks checked when first read, one `pread` each), and take the
+        segments and their sources from the layouts, not from the tokens."""
         located = None
         if self._planned:
             with self._lock:
                 located = self._planned.pop(self._plan_key(cell_ids, sequences, epochs), None)
         if located is None:
-            located = self._locate(cell_ids, sequences, epochs, width)
-        out = np.empty((cell_ids.size, width), dtype=self.dtype)
-        pieces = self._pieces(located)
-        if pieces is None:
-            return out, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32) if with_sources else None
+            located = self._locate(cell_ids, sequences, epochs)
+        out = np.empty((cell_ids.size, self.seq_len + 1), dtype=self.dtype)
         raw = out.reshape(-1).view(np.uint8)
-        for (cell_id, index), offsets, sizes, at in pieces.reads(self.dtype.itemsize):
-            self.shard(cell_id, index).bin.read_pieces_into(offsets, sizes, raw, at)
-        starts, sources = pieces.segments(width, self.seq_len, with_sources)
+        for key, (offsets, sizes, at) in located.reads.items():
+            self.shard(key >> 32, key & 0xFFFFFFFF).bin.read_pieces_into(offsets, sizes, raw, at)
+        starts, sources = located.segments(with_sources)
         return out, starts, sources
 
     def chunks_to_read(
         self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray
     ) -> list[tuple[ChunkedFile, np.ndarray]]:
         """(`.bin` file, sorted chunk indices) of each shard that `gather` of these samples reads: the
-        read-ahead's plan, found as `gather` finds its pieces (shards opened and index chunks read on the way)."""
-        located = self._locate(cell_ids, sequences, epochs, self.seq_len + 1)
+        read-ahead's plan, found as `gather` finds its reads (shards opened and index chunks read on the way)."""
+        located = self._locate(cell_ids, sequences, epochs)
         with self._lock:  # `gather` of the same samples takes them instead of locating them again
             self._planned[self._plan_key(cell_ids, sequences, epochs)] = located
             while len(self._planned) > MAX_BATCHES_AHEAD + 2:
                 self._planned.popitem(last=False)
-        pieces = self._pieces(located)
-        if pieces is None:
-            return []
         plan = []
-        for (cell_id, index), offsets, sizes, _ in pieces.reads(self.dtype.itemsize):
-            file = self.shard(cell_id, index).bin
-            first, last = offsets // file.chunk_bytes, (offsets + sizes - 1) // file.chunk_bytes
+        for key, (offsets, sizes, _) in located.reads.items():
+            file = self.shard(key >> 32, key & 0xFFFFFFFF).bin
+            first = np.asarray(offsets, dtype=np.int64) // file.chunk_bytes
+            last = (np.asarray(offsets, dtype=np.int64) + sizes - 1) // file.chunk_bytes
             chunks = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(first.tolist(), last.tolist())]))
             plan.append((file, chunks))
         return plan
@@ -417,45 +378,59 @@ class TokenSpace:
     def _plan_key(cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray) -> tuple[bytes, bytes, bytes]:
         return cell_ids.tobytes(), sequences.tobytes(), epochs.tobytes()
 
-    def _pieces(self, located: Located) -> Pieces | None:
-        """The located spans cut into pieces (None when there are none)."""
-        spans, columns = located
-        if not spans:
-            return None
-        return Pieces.cut(np.array(spans, dtype=np.int64).T, np.concatenate(columns, axis=1), self.dtype.itemsize)
-
-    def _locate(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray, width: int) -> Located:
-        """The spans of the windows' tokens [sequence seq_len, + width) of their cells in their epochs' order,
-        one per block a window crosses, in batch order: (shard key cell_id << 32 | index, first and end token
-        of the span in the shard, documents it overlaps), and the slice of the block's layout table holding
-        those documents. Plain Python ints and `bisect` (a numpy call per window costs more than all of this)."""
-        spans: list[tuple[int, int, int, int]] = []
-        columns: list[np.ndarray] = []
+    def _locate(self, cell_ids: np.ndarray, sequences: np.ndarray, epochs: np.ndarray) -> Located:
+        """Where the windows' tokens [sequence seq_len, + seq_len + 1) of their cells in their epochs' order lie:
+        each window cut into spans, one per block it crosses; each span's reads (the block's ranges it overlaps)
+        and its segments (the documents that start inside it before the window's last input token). Plain Python
+        ints and `bisect` (a numpy call per window costs more than all of this)."""
+        reads: dict[int, Reads] = {}
+        located = Located(reads, [], [], [], [])
+        parts, clamps, shifts, counts = located.parts, located.clamps, located.shifts, located.counts
         opened: dict[int, OpenShard] = {}  # this batch's shards (looked up again if evicted meanwhile)
-        block = self.block
-        for cell_id, sequence, epoch in zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist()):
+        block, length, itemsize = self.block, self.seq_len, self.dtype.itemsize
+        width = length + 1
+        bisect_left, bisect_right = bisect.bisect_left, bisect.bisect_right
+        for row, (cell_id, sequence, epoch) in enumerate(zip(cell_ids.tolist(), sequences.tolist(), epochs.tolist())):
             cell = self.cell(cell_id)
-            position = sequence * self.seq_len
-            stop = position + width
-            if stop > cell.tokens:
+            position = sequence * length
+            if position + width > cell.tokens:
                 raise ArtifactError(
                     f"cell {cell.name!r}: window at token {position} runs past its {cell.tokens} tokens"
                 )
-            while position < stop:
-                index = bisect.bisect_right(cell.starts, position) - 1
+            column = 0
+            while column < width:
+                index = bisect_right(cell.starts, position) - 1
                 key = cell_id << 32 | index
                 shard = opened.get(key)
                 if shard is None or not shard.files:
                     shard = opened[key] = self.shard(cell_id, index)
                 offset = position - cell.starts[index]
                 layout = self.layout(cell_id, index, shard, shard.block_at(offset, block), epoch)
-                end = min(offset + stop - position, layout.end)
-                first = bisect.bisect_right(layout.starts, offset) - 1
-                last = bisect.bisect_left(layout.starts, end)
-                spans.append((key, offset, end, last - first))
-                columns.append(layout.table[:, first:last])
+                bounds, files = layout.bounds, layout.files
+                end = min(offset + width - column, bounds[-1])
+                shard_reads = reads.get(key)
+                if shard_reads is None:
+                    shard_reads = reads[key] = ([], [], [])
+                at = (row * width + column - offset) * itemsize  # where shard token 0 would land in the output
+                lo = offset
+                k = bisect_right(bounds, offset) - 1
+                while lo < end:
+                    hi = min(end, bounds[k + 1])
+                    shard_reads[0].append((files[k] + lo - bounds[k]) * itemsize)
+                    shard_reads[1].append((hi - lo) * itemsize)
+                    shard_reads[2].append(at + lo * itemsize)
+                    lo = hi
+                    k += 1
+                if column < length:
+                    first = bisect_right(layout.starts, offset) - 1
+                    inside = bisect_left(layout.starts, offset + length - column, first)
+                    parts.append(layout.table[:, first:inside])
+                    clamps.append(offset)
+                    shifts.append(row * length + column - offset)
+                    counts.append(inside - first)
+                column += end - offset
                 position += end - offset
-        return spans, columns
+        return located
 
     def window_documents(self, cell_id: int, sequence: int, epoch: int) -> list[tuple[int, int]]:
         """(shard, document index in the shard) of each document window `sequence` of `epoch` overlaps,

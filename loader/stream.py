@@ -22,7 +22,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from loader.files import ReadOptions, StoreFiles
-from loader.packing import output_block, pack_segments, token_values
+from loader.packing import BlockPool, output_block_bytes, pack_segments, token_values
 from loader.schedule import SampleIndex, Schedule
 from loader.shards import CellShards, ReadAhead, TokenSpace
 from loader.state import LoaderState
@@ -34,6 +34,7 @@ from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest
 
 log = logging.getLogger(__name__)
 
+SPARE_BLOCKS = 4  # output blocks kept beyond the prefetched batches: the one being packed, those the consumer holds
 INDEX_BLOCK = 8192  # positions indexed together while iterating, for global batches up to 1/8 of it
 
 
@@ -43,8 +44,7 @@ class Batch:
 
     step: int
     phase: str
-    input_ids: np.ndarray  # int64 [b, L]
-    labels: np.ndarray  # int64 [b, L]
+    tokens: np.ndarray  # int64 [b, L + 1]: `input_ids` and `labels` are its views
     segment_ids: np.ndarray  # int32 [b, L]; a new segment after each EOS
     positions: np.ndarray  # int32 [b, L]; restart at 0 in each segment
     cells: list[str]  # per row
@@ -55,6 +55,17 @@ class Batch:
     sample_positions: np.ndarray  # int64 [b] global sample positions
     sequences: np.ndarray  # int64 [b] sequence index inside the cell
     epochs: np.ndarray  # int64 [b] epoch of the cell the sequence comes from
+
+    @property
+    def input_ids(self) -> np.ndarray:
+        """int64 [b, L], a view of `tokens` (not contiguous: rows are L + 1 apart)."""
+        return self.tokens[:, :-1]
+
+    @property
+    def labels(self) -> np.ndarray:
+        """int64 [b, L], the next token of each input: a view of `tokens` that shares its memory with
+        `input_ids` (write into a copy)."""
+        return self.tokens[:, 1:]
 
     def token_sources(self) -> np.ndarray | None:
         """int32 [b, L]: the source of each input token's document (None without sources)."""
@@ -115,6 +126,7 @@ class MixtureStream:
         self.local_batch = manifest.global_batch // world
         self.seq_len = manifest.seq_len
         self._step = 0
+        self._blocks = BlockPool(prefetch + SPARE_BLOCKS)
         self._block: tuple[int, SampleIndex] | None = None
         self._ahead: ReadAhead | None = None
         drawn = [name for name in self.cell_names if any(p.counts.get(name, 0) for p in manifest.phases)]
@@ -247,15 +259,14 @@ class MixtureStream:
 
     def pack(self, gathered: Gathered) -> Batch:
         index = gathered.index
-        block = output_block(index.positions.size, self.seq_len)
-        input_ids, labels, segment_ids, positions, sources = pack_segments(
+        block = self._blocks.take(output_block_bytes(index.positions.size, self.seq_len))
+        tokens, segment_ids, positions, sources = pack_segments(
             gathered.windows, gathered.starts, gathered.segment_sources, block
         )
         return Batch(
             step=gathered.step,
             phase=self.manifest.phases[index.phase].name,
-            input_ids=input_ids,
-            labels=labels,
+            tokens=tokens,
             segment_ids=segment_ids,
             positions=positions,
             cells=[self.cell_names[c] for c in index.cell_ids.tolist()],

@@ -207,10 +207,10 @@ class StepAccumulator:
 
 
 def to_device(batch: Batch, device: torch.device, rows: slice = slice(None)) -> dict[str, torch.Tensor]:
-    """This rank's `rows` of the data-parallel batch (its share inside the expert group) as tensors."""
+    """This rank's `rows` of the data-parallel batch (its share inside the expert group) as tensors. The ids and
+    labels travel as the batch's one `tokens` buffer and are its views on the device (they share memory)."""
     tensors = {
-        "input_ids": torch.from_numpy(batch.input_ids),
-        "labels": torch.from_numpy(batch.labels),
+        "tokens": torch.from_numpy(batch.tokens),
         "segment_ids": torch.from_numpy(batch.segment_ids),
         "positions": torch.from_numpy(batch.positions),
         "cell_ids": torch.from_numpy(batch.cell_ids.astype(np.int64)),
@@ -218,10 +218,13 @@ def to_device(batch: Batch, device: torch.device, rows: slice = slice(None)) -> 
     if batch.segment_sources is not None:
         tensors["segment_sources"] = torch.from_numpy(batch.segment_sources)
     if device.type != "cuda":
-        return {k: v[rows] for k, v in tensors.items()}
-    # A non-blocking copy is asynchronous only from pinned memory (from the loader's pageable arrays it
-    # is a synchronous one): stage each array in pinned memory (torch's caching host allocator) first.
-    return {k: v[rows].pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}
+        moved = {k: v[rows] for k, v in tensors.items()}
+    else:
+        # A non-blocking copy is asynchronous only from pinned memory (from the loader's pageable arrays it
+        # is a synchronous one): stage each array in pinned memory (torch's caching host allocator) first.
+        moved = {k: v[rows].pin_memory().to(device, non_blocking=True) for k, v in tensors.items()}
+    tokens = moved.pop("tokens")
+    return {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:], **moved}
 
 
 @dataclass

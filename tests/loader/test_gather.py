@@ -105,10 +105,11 @@ def test_segments_from_the_pieces_equal_segments_after_each_eos_over_four_epochs
         )
         expected = tokens[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN + 1)]
         assert np.array_equal(windows, expected)
-        ids, labels, got_segments, got_positions, got_sources = pack_segments(windows, starts, segment_sources)
+        packed = pack_segments(windows, starts, segment_sources)
+        got_segments, got_positions, got_sources = packed.segment_ids, packed.positions, packed.segment_sources
         assert got_sources is not None
-        _, _, segment_ids, positions, _ = pack(expected, EOS)
-        assert np.array_equal(ids, expected[:, :-1]) and np.array_equal(labels, expected[:, 1:])
+        _, segment_ids, positions, _ = pack(expected, EOS)
+        assert np.array_equal(packed.input_ids, expected[:, :-1]) and np.array_equal(packed.labels, expected[:, 1:])
         assert np.array_equal(got_segments, segment_ids) and np.array_equal(got_positions, positions)
         assert np.array_equal(
             token_values(got_sources, got_segments), sources[sequences[:, None] * SEQ_LEN + np.arange(SEQ_LEN)]

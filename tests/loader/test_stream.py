@@ -211,6 +211,24 @@ def test_prefetch_iteration_equals_direct_batches_and_stops_cleanly(built):
     assert [b.step for b in stream.iterate()] == list(range(9, stream.steps))
 
 
+def test_a_batch_still_held_keeps_its_output_block_and_a_dropped_one_gives_it_back(built):
+    """The output blocks are reused (`loader.packing.BlockPool`): never while any batch, view or tensor of one is
+    alive, and always once none is (the pool stays at its size however long the run)."""
+    import torch
+
+    _, path = built
+    stream = MixtureStream(path, prefetch=2)
+    held = [(batch, torch.from_numpy(batch.labels)) for batch in stream.iterate(0, 12)]
+    kept_view = held[3][0].positions
+    expected = [batch_digest(stream.batch(step)) for step in range(12)]
+    assert [batch_digest(batch) for batch, _ in held] == expected
+    assert all(torch.equal(tensor, torch.from_numpy(batch.labels)) for batch, tensor in held)
+    del held
+    assert np.array_equal(kept_view, stream.batch(3).positions)
+    buffers = [batch.tokens.base.base.obj for batch in stream.iterate(0, min(stream.steps, 40))]  # block's buffer
+    assert len({id(buffer) for buffer in buffers}) <= stream._blocks.size + 1  # those waiting, the one being filled
+
+
 def test_a_failure_in_the_prefetch_thread_reaches_the_consumer(built, monkeypatch):
     _, path = built
     stream = MixtureStream(path, prefetch=2)

@@ -15,7 +15,7 @@ def test_loss_per_source_from_segment_sources_equals_the_per_token_sums():
     starts = np.unique(np.concatenate([np.arange(rows) * length, inside])).astype(np.int64)
     sources = rng.integers(0, n_sources, size=starts.size).astype(np.int32)
     windows = rng.integers(1, 100, size=(rows, length + 1)).astype(np.uint16)
-    _, _, segment_ids, _, table = pack_segments(windows, starts, sources)
+    _, segment_ids, _, table = pack_segments(windows, starts, sources)
     per_token = np.repeat(sources, np.diff(starts, append=rows * length)).reshape(rows, length)
     losses = torch.rand(rows, length, dtype=torch.float64)
     for part in (slice(None), slice(2, 5)):
