@@ -493,12 +493,12 @@ class RemoteFile(ChunkedFile):
         if size:
             self._read_local(offset, size, out, 0)
 
-    def read_pieces_into(self, offsets: np.ndarray, sizes: np.ndarray, out: np.ndarray, at: np.ndarray) -> None:
+    def read_pieces_into(self, offsets: list[int], sizes: list[int], out: np.ndarray, at: list[int]) -> None:
         """As a local file's: each piece's chunks made local and checked first where they are not yet (a byte
         per chunk read from Python, as `LocalFile` does), then one `preadv` from the local cache into `out`."""
         local = self.local()
         step, view = self.chunk_bytes, out.data
-        for offset, size, where in zip(offsets.tolist(), sizes.tolist(), at.tolist()):
+        for offset, size, where in zip(offsets, sizes, at):
             end = offset + size
             if offset < 0 or end > self.size:
                 raise ArtifactError(f"{self.name}: read of bytes [{offset}, {end}) past its {self.size} bytes")
