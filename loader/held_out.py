@@ -14,6 +14,7 @@ row a + i of that order, so any split of the rows over ranks reads the same sequ
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,8 @@ import numpy as np
 from loader.packing import pack
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.manifest import BuiltManifest, ManifestValidation, read_manifest, store_dir_of
-from pipeline.store.format import ShardInfo, ShardReader, verify_shard
+from pipeline.store.format import SHARD_FILES, ShardInfo, ShardReader, sidecar, verify_shard
+from pipeline.store.remote import remote_fs
 
 PAD_LABEL = -1
 
@@ -80,6 +82,35 @@ class ValidationRows:
 def entry_order(manifest: BuiltManifest) -> list[ManifestValidation]:
     """Cells first, then external sets, each in name order."""
     return sorted(manifest.validation.values(), key=lambda entry: (entry.kind != "cell", entry.name))
+
+
+def fetch_held_out(manifest_path: Path | str, store_url: str, storage_options: dict | None = None) -> int:
+    """Download the held-out shards `manifest_path` pins from the store at `store_url` into the store directory
+    beside the manifest, where `ValidationSequences` reads them (and checks them whole against the manifest's
+    digests). A trainer node whose home holds only the store's manifests (a store published at an `[output]
+    url`) then evaluates on the same tokens; held-out data is a few shards a cell. Files already there are kept
+    (a bad one is named by the check); each download is renamed into place whole. Returns the bytes fetched."""
+    path = Path(manifest_path)
+    manifest, _ = read_manifest(path)
+    store_dir = store_dir_of(path)
+    fs, root = remote_fs(store_url, storage_options)
+    fetched = 0
+    for pinned in entry_order(manifest):
+        for shard in pinned.shards:
+            for suffix in (*SHARD_FILES, ".xxh"):
+                local = sidecar(store_dir / pinned.directory / shard.name, suffix)
+                if local.exists():
+                    continue
+                remote = f"{root}/{local.relative_to(store_dir).as_posix()}"
+                local.parent.mkdir(parents=True, exist_ok=True)
+                partial = local.with_name(f"{local.name}.{os.getpid()}.partial")  # ranks on one node fetch at once
+                try:
+                    fs.get_file(remote, str(partial))
+                except FileNotFoundError:
+                    raise ArtifactError(f"{fs.unstrip_protocol(remote)}: missing (pinned by {path})") from None
+                os.replace(partial, local)
+                fetched += local.stat().st_size
+    return fetched
 
 
 class ValidationSequences:

@@ -114,6 +114,25 @@ class DataConfig(StrictModel):
     revision: str = "uniform-sampling"
     micro_batches: int = pydantic.Field(1, gt=0, description="gradient accumulation: splits each rank's batch")
     prefetch: int = pydantic.Field(2, ge=0)
+    store_url: str = pydantic.Field(
+        "",
+        description="fsspec URL of the store version the mixture pins (s3://bucket/stores/<name>/<version>): "
+        "training batches are read from there, held-out shards fetched from there into the home; '': the "
+        "home's own store directory",
+    )
+    storage_options: dict[str, Any] = pydantic.Field(
+        default_factory=dict,
+        exclude=True,  # may hold credentials: never copied into run.json
+        description="fsspec storage options for store_url (endpoint, profile); credentials best come from the "
+        "environment",
+    )
+
+    @pydantic.field_validator("store_url")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if value and not is_url(value):
+            raise ValueError(f"{value!r} is not a URL (protocol://...); leave it empty to read the home's store")
+        return value
 
 
 class CheckpointConfig(StrictModel):

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from loader import Batch, MixtureStream
+from loader.held_out import fetch_held_out
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
@@ -340,8 +341,16 @@ def prepare_run(
     run = run or default_run_name(config_path, mixture, revision)
     manifest_path = find_manifest(home, mixture, revision)
     runtime = init_runtime(config.parallel, config.moe.n_routed_experts)
+    data = config.data
+    if data.store_url and (config.eval.enabled or config.samples.enabled):
+        fetch_held_out(manifest_path, data.store_url, data.storage_options)
     stream = MixtureStream(
-        manifest_path, rank=runtime.data_rank, world=runtime.layout.data_parallel, prefetch=config.data.prefetch
+        manifest_path,
+        rank=runtime.data_rank,
+        world=runtime.layout.data_parallel,
+        prefetch=data.prefetch,
+        store_url=data.store_url or None,
+        storage_options=data.storage_options,
     )
     store = Store(store_dir_of(manifest_path))
     config = _with_store_vocab(config, store, config_path)
