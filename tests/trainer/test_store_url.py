@@ -49,7 +49,9 @@ def test_a_node_with_only_the_manifests_trains_and_evaluates_from_the_store_on_s
         node = manifests_only(home, tmp_path / "node")
         assert not list(node.stores.rglob("*.bin"))
         data = {"store_url": url, "storage_options": s3.storage_options}
-        remote = train(tiny_config("remote", eval={"every": 2}, data=data), node, steps=4, run="remote", progress=False)
+        remote = train(
+            tiny_config("remote", eval={"every": 2}, data=data), node, steps=4, run="remote", progress=False
+        )
 
     fetched = sorted(p.name for p in node.stores.rglob("*.bin"))
     assert fetched and all(name.startswith("validation-") for name in fetched)  # held-out only, no training shard
