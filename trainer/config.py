@@ -109,30 +109,37 @@ class ScheduleConfig(StrictModel):
     decay_fraction: float = pydantic.Field(0.2, gt=0, le=1, description="wsd: share of steps spent decaying")
 
 
+def _url_or_empty(value: str) -> str:
+    if value and not is_url(value):
+        raise ValueError(f"{value!r} is not a URL (protocol://...); leave it empty to use the home directory")
+    return value
+
+
+UrlOrEmpty = Annotated[str, pydantic.AfterValidator(_url_or_empty)]
+
+
+def storage_options_field(url_field: str) -> Any:
+    """fsspec options for `url_field`'s URL: they may hold credentials, so they are never copied into run.json."""
+    return pydantic.Field(
+        default_factory=dict,
+        exclude=True,
+        description=f"fsspec storage options for {url_field} (endpoint, profile); credentials best come from the "
+        "environment",
+    )
+
+
 class DataConfig(StrictModel):
     mixture: str = "default"
     revision: str = "uniform-sampling"
     micro_batches: int = pydantic.Field(1, gt=0, description="gradient accumulation: splits each rank's batch")
     prefetch: int = pydantic.Field(2, ge=0)
-    store_url: str = pydantic.Field(
+    store_url: UrlOrEmpty = pydantic.Field(
         "",
         description="fsspec URL of the store version the mixture pins (s3://bucket/stores/<name>/<version>): "
         "training batches are read from there, held-out shards fetched from there into the home; '': the "
         "home's own store directory",
     )
-    storage_options: dict[str, Any] = pydantic.Field(
-        default_factory=dict,
-        exclude=True,  # may hold credentials: never copied into run.json
-        description="fsspec storage options for store_url (endpoint, profile); credentials best come from the "
-        "environment",
-    )
-
-    @pydantic.field_validator("store_url")
-    @classmethod
-    def _store_url(cls, value: str) -> str:
-        if value and not is_url(value):
-            raise ValueError(f"{value!r} is not a URL (protocol://...); leave it empty to read the home's store")
-        return value
+    storage_options: dict[str, Any] = storage_options_field("store_url")
 
 
 class CheckpointConfig(StrictModel):
@@ -144,23 +151,12 @@ class CheckpointConfig(StrictModel):
 class RunConfig(StrictModel):
     """A run kept at an fsspec URL (`trainer.run_url`): checkpoints and records a restart on other nodes finds."""
 
-    url: str = pydantic.Field(
+    url: UrlOrEmpty = pydantic.Field(
         "",
         description="fsspec URL of a runs root (s3://bucket/runs): the run lives at <url>/<run>; checkpoints are "
         "written there, records copied there at each checkpoint and at the end; '': the home directory only",
     )
-    storage_options: dict[str, Any] = pydantic.Field(
-        default_factory=dict,
-        exclude=True,  # may hold credentials: never copied into run.json
-        description="fsspec storage options for url (endpoint, profile); credentials best come from the environment",
-    )
-
-    @pydantic.field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if value and not is_url(value):
-            raise ValueError(f"{value!r} is not a URL (protocol://...); leave url empty to keep the run local")
-        return value
+    storage_options: dict[str, Any] = storage_options_field("url")
 
 
 class MetricsConfig(StrictModel):
