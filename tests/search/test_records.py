@@ -86,11 +86,11 @@ def test_tampered_rows_are_refused(home: Home) -> None:
     write_search_record(directory, PROXIES_FILE, ProxyTable(search="demo", rows=[_row()]))
     path = directory / PROXIES_FILE
     path.write_text(path.read_text().replace("2.5", "1.5"))
-    with pytest.raises(ArtifactError, match="proxies.json: content hash mismatch"):
+    with pytest.raises(ArtifactError, match=r"proxies\.json: content hash mismatch"):
         read_proxies(directory)
 
 
 def test_search_names_are_plain(home: Home) -> None:
     assert home.search("demo") == home.searches / "demo"
-    with pytest.raises(ConfigError, match="search '../x'"):
+    with pytest.raises(ConfigError, match=r"search '\.\./x'"):
         home.search("../x")
