@@ -158,6 +158,9 @@ class SearchSpec(StrictModel):
     constraints: ConstraintsSpec = ConstraintsSpec()
     validation: ValidationSpec = ValidationSpec()
     eval: SearchEvalSpec = SearchEvalSpec()
+    reuse: list[str] = pydantic.Field(
+        [], description="earlier searches whose rows count where their cells' content is unchanged (Olmix reuse)"
+    )
     fleet: dict[str, Any] = pydantic.Field({}, description="how proxies run: trainer.fleet.FleetConfig's fields")
 
     @pydantic.model_validator(mode="after")
@@ -328,12 +331,12 @@ class SetFit(Record):
     regret_at_1: Number = None
     measured: list[float] = []
     oof_predictions: list[float] = []
-    proxies: list[str] = []
+    proxies: list[str] = []  # the rows' runs, in the order of `measured`
 
 
 class FitReport(Record):
     search: str
-    kind: str
+    surrogate: str  # log-linear or lightgbm (not `kind`: that is the artifact envelope's)
     target: dict[str, float]
     components: list[Component]
     rows_used: list[str]
