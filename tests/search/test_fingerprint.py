@@ -100,6 +100,7 @@ def reused(tmp_path: Path) -> tuple[Home, Path]:
     return home, spec
 
 
+@pytest.mark.slow  # the surrogate imports lightgbm (seconds)
 def test_reuse_names_stranded_rows_and_reoptimises_only_what_changed(reused: tuple[Home, Path]) -> None:
     home, spec = reused
     fit = fit_step(spec, home, patterns=["bpb.set.*"])
