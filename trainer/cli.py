@@ -16,10 +16,12 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
 \b
   millrace train CONFIG [--mixture M --revision R] [--steps N] [--run NAME]
-                        [--checkpoint-every K] [--resume]
+                        [--checkpoint-every K] [--resume] [--from-run SOURCE]
       train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`);
       the run's files go to $MILLRACE_HOME/runs/<run>/ (run.json, metrics.jsonl,
       checkpoints/). Under torchrun it runs data + expert parallel.
+      --from-run SOURCE branches: a new run from SOURCE's checkpoint on SOURCE's revision or
+      one continuing it (many proxies from one shared checkpoint).
   millrace train plan CONFIG --gpus N [--gpus-per-node G] [--json]
       a runnable data x expert layout, parameters, FLOPs, memory per GPU and days for CONFIG,
       without training.
@@ -81,6 +83,15 @@ def train() -> None:
     "continues the run's revision, the run switches mixture, from a checkpoint at or before its at_step.",
 )
 @click.option(
+    "--from-run",
+    type=PLAIN_NAME,
+    default=None,
+    help="Branch: start from run NAME's newest checkpoint usable here (weights, optimiser, router biases, "
+    "counters, loader position), under this --run's own name. NAME must have trained this --revision or one "
+    "it continues (the checkpoint at or before the step where they part); the new run takes NAME's records "
+    "up to that step. Once this run has its own checkpoint, --resume continues from that.",
+)
+@click.option(
     "--allow-config-change",
     is_flag=True,
     help="With --resume: accept optimiser, schedule or other training settings that differ from the "
@@ -98,6 +109,7 @@ def run_command(
     run_name: str | None,
     checkpoint_every: int | None,
     resume: bool,
+    from_run: str | None,
     allow_config_change: bool,
     no_progress: bool,
     as_json: bool,
@@ -116,6 +128,7 @@ def run_command(
         resume=resume,
         progress=not no_progress,
         allow_config_change=allow_config_change,
+        from_run=from_run,
     )
     if as_json:
         print_json(
