@@ -333,7 +333,10 @@ class SetFit(Record):
 
 class FitReport(Record):
     search: str
-    kind: str
+    # on disk as "surrogate": a top-level "kind" would overwrite the artifact envelope's kind
+    kind: str = pydantic.Field(
+        "log-linear", serialization_alias="surrogate", validation_alias=pydantic.AliasChoices("surrogate", "kind")
+    )
     target: dict[str, float]
     components: list[Component]
     rows_used: list[str]
