@@ -5,6 +5,8 @@ Records are written by the search's own writers from what the search's maths com
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,7 @@ from trainer.search.records import (
     SwarmPlan,
     ValidationRecord,
     ValidationRun,
+    read_fit,
     write_search_record,
 )
 from trainer.search.sampling import sample_mixtures
@@ -220,6 +223,13 @@ def search_site(tmp_path_factory):
     site = home.root / "site"
     assert main(["report", "build", "--home", str(home.root), "--out", str(site)]) == 0
     return home, site, written
+
+
+def test_fit_json_keeps_the_artifact_kind_and_the_surrogate_kind_apart(search_site):
+    home, _, _ = search_site
+    raw = json.loads((home.search(SEARCH) / FIT_FILE).read_text())
+    assert (raw["kind"], raw["surrogate"]) == ("millrace.search.fit", "log-linear")
+    assert read_fit(home.search(SEARCH)).kind == "log-linear"
 
 
 def test_the_page_shows_every_proxy_predicted_against_measured_and_the_fit_quality(search_site):

@@ -333,10 +333,7 @@ class SetFit(Record):
 
 class FitReport(Record):
     search: str
-    # on disk as "surrogate": a top-level "kind" would overwrite the artifact envelope's kind
-    kind: str = pydantic.Field(
-        "log-linear", serialization_alias="surrogate", validation_alias=pydantic.AliasChoices("surrogate", "kind")
-    )
+    kind: str  # on disk as "surrogate": a top-level "kind" would overwrite the artifact envelope's kind
     target: dict[str, float]
     components: list[Component]
     rows_used: list[str]
@@ -345,6 +342,19 @@ class FitReport(Record):
     changed_components: list[str] = []  # components whose content no row has seen (reuse re-optimises them)
     target_fit: SetFit
     sets: list[SetFit] = []
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _surrogate_on_disk(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "surrogate" in data and "kind" not in data:
+            data = {("kind" if key == "surrogate" else key): value for key, value in data.items()}
+        return data
+
+    def dump(self) -> dict[str, Any]:
+        body = super().dump()
+        if "kind" in body:
+            body["surrogate"] = body.pop("kind")
+        return body
 
 
 # ---- proposal.json
