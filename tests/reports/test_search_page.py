@@ -133,7 +133,7 @@ def write_search(home: Home, manifest_hash: str) -> dict:
     code_obs = Observations(tuple(names), weights, code)
     fit = FitReport(
         search=SEARCH,
-        kind="log-linear",
+        surrogate="log-linear",
         target={"bpb.macro": 1.0},
         components=plan.components,
         rows_used=proxies,
@@ -229,7 +229,7 @@ def test_fit_json_keeps_the_artifact_kind_and_the_surrogate_kind_apart(search_si
     home, _, _ = search_site
     raw = json.loads((home.search(SEARCH) / FIT_FILE).read_text())
     assert (raw["kind"], raw["surrogate"]) == ("millrace.search.fit", "log-linear")
-    assert read_fit(home.search(SEARCH)).kind == "log-linear"
+    assert read_fit(home.search(SEARCH)).surrogate == "log-linear"
 
 
 def test_the_page_shows_every_proxy_predicted_against_measured_and_the_fit_quality(search_site):
