@@ -274,7 +274,7 @@ def test_the_page_shows_the_proposal_by_domain_and_bucket_against_the_prior(sear
 def test_the_page_shows_the_validation_with_seeds(search_site):
     _, site, written = search_site
     html = (site / "searches" / SEARCH / "index.html").read_text()
-    macro, code, target = written["comparisons"]
+    macro, code, _target = written["comparisons"]
     assert macro.distinguishable and not code.distinguishable
     assert f"{macro.low:+.4f} – {macro.high:+.4f}" in html and "better beyond noise" in html
     assert f"{code.low:+.4f} – {code.high:+.4f}" in html and "not distinguishable from noise" in html
