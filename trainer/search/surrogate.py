@@ -20,6 +20,7 @@ from typing import Literal, Protocol
 import lightgbm
 import numpy as np
 from scipy.stats import spearmanr
+from threadpoolctl import threadpool_limits
 
 from millrace.errors import ConfigError
 
@@ -174,7 +175,8 @@ def _fit_lightgbm(obs: Observations, seed: int) -> LightGBM:
 def fit_surrogate(obs: Observations, kind: Kind = "log-linear", seed: int = 0) -> Surrogate:
     """The surrogate of `kind` fitted on every row."""
     _check_fittable(obs, kind)
-    return _fit_log_linear(obs) if kind == "log-linear" else _fit_lightgbm(obs, seed)
+    with threadpool_limits(limits=1, user_api="blas"):  # swarm-sized algebra: BLAS threads cost 20x in spinning
+        return _fit_log_linear(obs) if kind == "log-linear" else _fit_lightgbm(obs, seed)
 
 
 def cross_validate(obs: Observations, kind: Kind = "log-linear", folds: int = 5, seed: int = 0) -> FitQuality:
