@@ -19,7 +19,7 @@ so evidence survives a new store version or a re-bucketing wherever a cell's con
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
 
@@ -158,7 +158,7 @@ class SearchSpec(StrictModel):
     constraints: ConstraintsSpec = ConstraintsSpec()
     validation: ValidationSpec = ValidationSpec()
     eval: SearchEvalSpec = SearchEvalSpec()
-    reuse: list[str] = pydantic.Field(
+    reuse: list[Annotated[str, pydantic.Field(pattern=NAME_PATTERN)]] = pydantic.Field(
         [], description="earlier searches whose rows count where their cells' content is unchanged (Olmix reuse)"
     )
     fleet: dict[str, Any] = pydantic.Field({}, description="how proxies run: trainer.fleet.FleetConfig's fields")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import tomli_w
 
@@ -27,6 +26,7 @@ from trainer.search.records import (
     PROXIES_FILE,
     SEARCH_LOCK_FILE,
     Component,
+    PlannedProxy,
     ProxyResults,
     ProxyRow,
     ProxyTable,
@@ -139,9 +139,7 @@ def phase_tokens(search: Search) -> list[int]:
     return [steps * search.step_tokens for steps in search.phase_steps]
 
 
-def proxy_row(
-    home: Home, search: Search, plan: SwarmPlan, proxy: Any, manifest: Path, seconds: float | None
-) -> ProxyRow:
+def proxy_row(home: Home, search: Search, plan: SwarmPlan, proxy: PlannedProxy, manifest: Path) -> ProxyRow:
     """The finished proxy's row: realised weights, every per-set result, time in and out of training steps."""
     store = plan.store
     return ProxyRow(
@@ -153,13 +151,12 @@ def proxy_row(
         store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash),
         status="done",
         results=final_results(home, proxy.run),
-        seconds=seconds,
         train_seconds=train_seconds(home, proxy.run, search.branch_step),
         flops=plan.budget.flops,
     )
 
 
-def build_proxy(home: Home, search: Search, components: list[Component], proxy: Any) -> Path:
+def build_proxy(home: Home, search: Search, components: list[Component], proxy: PlannedProxy) -> Path:
     weights = weights_array(proxy.phases, components)
     revision = continuing(search, proxy.revision, weights, phase_tokens(search), components, f"proxy {proxy.proxy}")
     return write_and_build(home, search, revision)
@@ -186,7 +183,7 @@ def run_swarm(
 
         def finished(run: str) -> None:
             nonlocal rows
-            row = proxy_row(home, search, plan, by_run[run], manifests[run], None)
+            row = proxy_row(home, search, plan, by_run[run], manifests[run])
             rows = merge_row(rows, row)
             write_rows(search, rows)
             if on_row:
@@ -201,7 +198,7 @@ def run_swarm(
 
 
 def record_outcomes(
-    search: Search, rows: list[ProxyRow], by_run: dict[str, Any], outcomes: list[JobOutcome]
+    search: Search, rows: list[ProxyRow], by_run: dict[str, PlannedProxy], outcomes: list[JobOutcome]
 ) -> list[ProxyRow]:
     """Each trained proxy's wall time (start-up to its last evaluation) and each failed one's error, written."""
     by_proxy = {r.run: r for r in rows}
