@@ -46,15 +46,19 @@ def search_writer(search: Search) -> WriterLock:
     return WriterLock(search.directory / SEARCH_LOCK_FILE, f"search {search.name!r}")
 
 
-def job_config(search: Search, revision: str, seed: int, run: str) -> Path:
-    """A run's train config: the search's model, the one horizon, evaluation only at the end, no samples."""
+def job_config(search: Search, revision: str, seed: int, run: str, shared: bool = False) -> Path:
+    """A run's train config: the search's model, the one horizon, no samples. The shared checkpoint's run
+    checkpoints at its end and is not evaluated; a proxy (or validation run) is evaluated once, at its end,
+    and writes no checkpoint (killed, it starts again from the branch: a proxy is small)."""
     data = search.config.model_dump(mode="json")
     data["steps"] = search.horizon
     data["data"].update({"mixture": search.spec.mixture.mixture, "revision": revision})
     data["parallel"]["seed"] = seed
-    data["checkpoint"].update({"every": 0, "at_end": True, "keep": 1})
+    data["checkpoint"].update({"every": 0, "at_end": shared, "keep": 1})
     data["metrics"]["tensorboard"] = False
-    data["eval"].update({"enabled": True, "every": search.horizon, "max_sequences": search.spec.eval.max_sequences})
+    data["eval"].update(
+        {"enabled": not shared, "every": search.horizon, "max_sequences": search.spec.eval.max_sequences}
+    )
     data["samples"]["enabled"] = False
     path = search.directory / "configs" / f"{run}.toml"
     atomic_write_text(
@@ -91,7 +95,7 @@ def shared_checkpoints(home: Home, search: Search, seeds: Sequence[int], progres
     for seed, run in runs.items():
         found = ckpt.list_checkpoints(home.run(run) / "checkpoints")
         if not any(step == search.branch_step for step, _ in found):
-            config = job_config(search, search.spec.mixture.revision, seed, run)
+            config = job_config(search, search.spec.mixture.revision, seed, run, shared=True)
             jobs.append(TrainingJob(run, config, None, search.branch_step))
             log.info("search %s: shared checkpoint %s: the baseline to step %d", search.name, run, search.branch_step)
     if jobs:
