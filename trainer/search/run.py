@@ -76,13 +76,17 @@ def completed(home: Home, run: str) -> bool:
 
 
 def train_jobs(
-    home: Home, jobs: Sequence[TrainingJob], search: Search, progress: bool, on_done: Callable[[str], None] | None
+    home: Home,
+    jobs: Sequence[TrainingJob],
+    search: Search,
+    progress: bool,
+    on_outcome: Callable[[JobOutcome], None] | None,
 ) -> list[JobOutcome]:
     """Train `jobs` on the search's fleet (`[fleet]`: in-process, local processes, torchrun, Ray or Slurm);
     finished runs are skipped, killed ones resume; Ctrl-C / SIGTERM stop them all."""
     from trainer.fleet import run_jobs
 
-    return run_jobs(home, jobs, search.fleet, progress=progress, on_done=on_done)
+    return run_jobs(home, jobs, search.fleet, progress=progress, on_outcome=on_outcome)
 
 
 def shared_checkpoints(home: Home, search: Search, seeds: Sequence[int], progress: bool) -> dict[int, str]:
@@ -174,7 +178,8 @@ def run_swarm(
     on_row: Callable[[ProxyRow], None] | None = None,
 ) -> list[ProxyRow]:
     """Train the proxies not yet done (under the search's writer lock); returns every row, in plan order.
-    A proxy that fails is recorded as failed (its error kept) and the command then fails naming the first."""
+    Each proxy's row is written as it ends; a proxy that fails is recorded as failed (its error kept) and the
+    command then fails naming the first."""
     with search_writer(search):
         base = shared_checkpoints(home, search, [0], progress)[0]
         rows = read_rows(search)
@@ -185,42 +190,32 @@ def run_swarm(
         if pending:
             log.info("search %s: %d proxies to train, %d done", search.name, len(pending), len(done))
 
-        def finished(run: str) -> None:
+        def ended(outcome: JobOutcome) -> None:
             nonlocal rows
-            row = proxy_row(home, search, plan, by_run[run], manifests[run])
+            row = outcome_row(home, search, plan, by_run[outcome.run], manifests[outcome.run], outcome)
             rows = merge_row(rows, row)
             write_rows(search, rows)
             if on_row:
                 on_row(row)
 
         jobs = [TrainingJob(p.run, job_config(search, p.revision, 0, p.run), base) for p in pending]
-        outcomes = train_jobs(home, jobs, search, progress, finished)
-        rows = record_outcomes(search, rows, by_run, outcomes)
+        outcomes = train_jobs(home, jobs, search, progress, ended)
         order = {p.proxy: i for i, p in enumerate(plan.proxies)}
         check_outcomes(outcomes)
         return sorted(rows, key=lambda r: order.get(r.proxy, len(order)))
 
 
-def record_outcomes(
-    search: Search, rows: list[ProxyRow], by_run: dict[str, PlannedProxy], outcomes: list[JobOutcome]
-) -> list[ProxyRow]:
-    """Each trained proxy's wall time (start-up to its last evaluation) and each failed one's error, written."""
-    by_proxy = {r.run: r for r in rows}
-    for outcome in outcomes:
-        proxy = by_run.get(outcome.run)
-        if proxy is None:
-            continue
-        if outcome.status == "failed":
-            row = ProxyRow(
-                proxy=proxy.proxy,
-                run=proxy.run,
-                revision=proxy.revision,
-                phases=proxy.phases,
-                status="failed",
-                error=outcome.message,
-            )
-            rows = merge_row(rows, row)
-        elif outcome.status == "completed" and outcome.run in by_proxy:
-            rows = merge_row(rows, by_proxy[outcome.run].model_copy(update={"seconds": outcome.seconds}))
-    write_rows(search, rows)
-    return rows
+def outcome_row(
+    home: Home, search: Search, plan: SwarmPlan, proxy: PlannedProxy, manifest: Path, outcome: JobOutcome
+) -> ProxyRow:
+    """A proxy's row as its job ends: its results and wall time (start-up to its last evaluation), or its error."""
+    if outcome.status == "failed":
+        return ProxyRow(
+            proxy=proxy.proxy,
+            run=proxy.run,
+            revision=proxy.revision,
+            phases=proxy.phases,
+            status="failed",
+            error=outcome.message,
+        )
+    return proxy_row(home, search, plan, proxy, manifest).model_copy(update={"seconds": outcome.seconds or None})

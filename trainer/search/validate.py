@@ -126,7 +126,7 @@ def validate_search(
             TrainingJob(run, job_config(search, arm_revision(search, arm), seed, run), bases[seed])
             for arm, seed, run in planned
         ]
-        check_outcomes(train_jobs(home, jobs, search, progress, on_run))
+        check_outcomes(train_jobs(home, jobs, search, progress, lambda o: on_run(o.run) if on_run else None))
         runs = [
             ValidationRun(
                 arm=arm,
