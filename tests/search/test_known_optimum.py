@@ -111,3 +111,16 @@ def test_plan_prints_the_swarm(searched) -> None:
         "epoch caps     allow it",
     ):
         assert words in result.output, result.output
+
+
+def test_the_demo_step_prints_the_proposal_beside_its_baseline(searched) -> None:
+    from rich.console import Console
+
+    from demo.run import search_demo
+
+    home, spec, _, _, proposal, _ = searched
+    console = Console(record=True, width=200)
+    summary = search_demo(home, spec, console)  # everything is there: nothing is trained again
+    text = console.export_text()
+    assert summary["proposal"] == proposal.revision and "16 proxies of 16 steps over 4 components" in text
+    assert "proposal" in text and "baseline" in text and "c01q0" in text
