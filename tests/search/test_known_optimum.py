@@ -92,7 +92,7 @@ def test_rows_keep_every_result_so_a_new_target_refits_without_training(searched
         cli, ["--home", str(home.root), "mix", "search", "fit", str(spec), "--target", "bpb.cell.c00q0", "--json"]
     )
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["target"] == {"bpb.cell.c00q0": 1.0} and report["target_fit"]["rows"] == 16
     assert read_proxies(home.search("known")).rows[0].results.metric("bpb.cell.c00q0") is not None
     fit_step(spec, home, patterns=["bpb.set.*"])  # the module's own target back for the other tests
@@ -124,3 +124,15 @@ def test_the_demo_step_prints_the_proposal_beside_its_baseline(searched) -> None
     text = console.export_text()
     assert summary["proposal"] == proposal.revision and "16 proxies of 16 steps over 4 components" in text
     assert "proposal" in text and "baseline" in text and "c01q0" in text
+
+
+def test_run_and_validate_again_from_the_command_line_train_nothing_and_report_json(searched) -> None:
+    home, spec, rows, _, _, validation = searched
+    for step, key in (("run", "rows"), ("validate", "comparisons")):
+        result = CliRunner().invoke(cli, ["--home", str(home.root), "mix", "search", step, "known", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)[key]  # progress lines go to stderr
+    again = json.loads(
+        CliRunner().invoke(cli, ["--home", str(home.root), "mix", "search", "validate", "known", "--json"]).stdout
+    )
+    assert again["comparisons"] == [c.model_dump(mode="json") for c in validation.comparisons]
