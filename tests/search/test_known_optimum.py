@@ -127,7 +127,9 @@ def test_the_demo_step_prints_the_proposal_beside_its_baseline(searched) -> None
 
 
 def test_run_and_validate_again_from_the_command_line_train_nothing_and_report_json(searched) -> None:
-    home, spec, rows, _, _, validation = searched
+    home, _, rows, _, _, validation = searched
+    runs = [r.run for r in rows] + [r.run for r in validation.runs]
+    before = {run: (home.run(run) / "metrics.jsonl").read_text() for run in runs}
     for step, key in (("run", "rows"), ("validate", "comparisons")):
         result = CliRunner().invoke(cli, ["--home", str(home.root), "mix", "search", step, "known", "--json"])
         assert result.exit_code == 0, result.output
@@ -136,3 +138,4 @@ def test_run_and_validate_again_from_the_command_line_train_nothing_and_report_j
         CliRunner().invoke(cli, ["--home", str(home.root), "mix", "search", "validate", "known", "--json"]).stdout
     )
     assert again["comparisons"] == [c.model_dump(mode="json") for c in validation.comparisons]
+    assert {run: (home.run(run) / "metrics.jsonl").read_text() for run in runs} == before
