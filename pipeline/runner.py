@@ -85,6 +85,7 @@ from pipeline.stages.held_out.split import WriteHeldOut
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import PhaseLines, live_records
 from pipeline.stages.read.discovery import describe_unread, unread_files
+from pipeline.stages.read.fields import check_text_fields
 from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
@@ -556,6 +557,7 @@ def run_pipeline(
     if (final / "store.json").exists():
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
+    check_text_fields(config)  # a source whose text field is not in its files: refused before any task starts
     with WriterLock(store_lock(final), f"store {name}/{version}"):  # one writer per store version
         if (final / "store.json").exists():  # the writer before us finished it
             log.info("store %s/%s already built from this config: %s", name, version, final)
@@ -673,8 +675,11 @@ def _build_store(
             stage["languages"] = languages
     funnel["bad_files"] = bad_files(step_dir(layout.funnel, 0, "read"))
     funnel["not_read"] = unread
+    funnel["encodings"] = bad_files(step_dir(layout.funnel, 0, "read"), "encodings")
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
+    for read_as in funnel["encodings"]:
+        log.warning("%s: not UTF-8, read as %s (detected)", read_as["file"], read_as["encoding"])
     problems = malformed_report(layout)
     for malformed in problems[:20]:
         where = next((f"{label} {malformed[label]}" for label in ("line", "row", "record") if label in malformed), "")

@@ -74,7 +74,13 @@ def web_run(tmp_path_factory):
         {"id": "zw", "text": "\u200b\u200c\u200d\ufeff \u2060"},
         {"id": "huge", "text": prose(rng) * 200},
     ]  # over max_document_bytes below
-    raw = _lines(records[:3]) + b'{"id": "bad-utf8", "text": "caf\xe9 au lait"}\n' + _lines(records[3:])
+    raw = (
+        _lines(records[:3])
+        + b'{"id": "bad-bytes", "text": "caf'
+        + b"\xed\xa0\x80\x00\xff" * 40
+        + b'"}\n'
+        + _lines(records[3:])
+    )
     (root / "crawl" / "part-0.jsonl").write_bytes(raw)
     (root / "zst").mkdir()
     good = zstandard.ZstdCompressor().compress(_lines([{"id": f"g{i}", "text": prose(rng)} for i in range(3)]))
@@ -113,15 +119,15 @@ def test_a_repeated_id_keeps_every_distinct_text_and_one_of_identical_ones(web_r
 
 
 @pytest.mark.slow
-def test_invalid_utf8_is_one_malformed_record_with_its_file_and_line(web_run):
+def test_bytes_no_encoding_decodes_are_one_undecodable_record_with_its_file_and_line(web_run):
     from pipeline.runner import WorkLayout, malformed_report
 
     root, home, path, _ = web_run
     funnel = Store(path).manifest.funnel
     read = funnel["stages"][0]["sources"]["crawl"]
-    assert read["removed"]["malformed"]["documents"] == 1
+    assert read["removed"]["undecodable"]["documents"] == 1
     report = malformed_report(WorkLayout(home.work("local", "2026.03.01")))
-    assert {"file": str(root / "crawl" / "part-0.jsonl"), "line": 4, "reason": "malformed"} in report
+    assert {"file": str(root / "crawl" / "part-0.jsonl"), "line": 4, "reason": "undecodable"} in report
 
 
 @pytest.mark.slow
