@@ -12,6 +12,9 @@ from millrace.names import PLAIN_NAME, STORE_NAME, known
 from millrace.options import home_option, json_option, print_json, revision_option
 from mixtures import api
 from mixtures.new import STRATEGY_CHOICES, parse_factors
+from pipeline.store.labels import labelled
+
+CELL_WIDTH = 40  # a cell with its domain label, cut to this in tables
 
 
 def show(table: Any) -> None:
@@ -307,7 +310,7 @@ def print_plan(result: dict[str, Any]) -> None:
         table.add_column("sequences\nfrom it on", justify="right")
     table.add_column("epochs", justify="right")
     for cell, info in result["cells"].items():
-        row = [cell, fmt_tokens(info["available_tokens"])]
+        row = [labelled(cell, result.get("labels", {}), CELL_WIDTH), fmt_tokens(info["available_tokens"])]
         for phase in result["phases"]:
             cp = info["phases"][phase["name"]]
             row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.3%}", f"{cp['realised_weight']:.3%}"]

@@ -169,3 +169,35 @@ def build_funnel(steps: list[tuple[str, dict[str, dict]]], removed_tokens: dict)
             {"name": name, "sources": {source: counts[source] for source in sorted(counts)}} for name, counts in steps
         ]
     }
+
+
+LOW_KEEP = 0.10  # a source that keeps less than this share of what it received is warned about
+
+
+def per_source(funnel: dict, skipped_reasons: frozenset[str] = frozenset()) -> list[dict]:
+    """One entry per source: documents received (read), kept (reaching the last step, the store's), and the
+    reason that removed the most (reasons in `skipped_reasons`, such as being held out, not counted)."""
+    stages = funnel.get("stages", [])
+    if not stages:
+        return []
+    entries = []
+    for source, first in stages[0]["sources"].items():
+        reasons: dict[str, int] = {}
+        for stage in stages:
+            for reason, removed in stage["sources"].get(source, {}).get("removed", {}).items():
+                if reason not in skipped_reasons:
+                    reasons[reason] = reasons.get(reason, 0) + removed["documents"]
+        last = stages[-1]["sources"].get(source, {})
+        received, kept = first["received"]["documents"], last.get("received", {}).get("documents", 0)
+        top = max(sorted(reasons.items()), key=lambda item: item[1], default=(None, 0))
+        entries.append(
+            {
+                "source": source,
+                "received": received,
+                "kept": kept,
+                "top_reason": top[0] if top[1] else None,
+                "top_removed": top[1],
+                "low": received > 0 and kept < LOW_KEEP * received,
+            }
+        )
+    return entries

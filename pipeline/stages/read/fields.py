@@ -83,11 +83,12 @@ def pick_text_key(record: dict, configured: str = "text") -> str | None:
 
 
 def pick_id_key(record: dict, text_key: str, configured: str = "id") -> str:
-    """`configured` when the record has it, else the first usual id name it has, else `configured` (the reader
-    then names documents by file and position)."""
+    """`configured` when the record has it, else the first usual id name it has, else its first field named
+    `..._id`, else `configured` (the reader then names documents by file and position)."""
     if configured in record:
         return configured
-    return next((name for name in ID_NAMES if name in record and name != text_key), configured)
+    named = [name for name in ID_NAMES if name in record] + [k for k in record if str(k).lower().endswith("_id")]
+    return next((name for name in named if name != text_key), configured)
 
 
 def check_text_fields(config: PipelineConfig) -> None:
