@@ -106,3 +106,13 @@ def test_warc_pages_are_read_by_http_charset_then_meta_then_detection(tmp_path, 
     assert [d.metadata["url"] for d in documents] == [url for url, _, _ in pages]
     assert all(text in d.text and "\ufffd" not in d.text for d in documents)
     assert listing == []
+
+
+def test_dataset_rows_have_the_dataset_as_origin(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_list([{"id": f"h{i}", "text": f"row {i}"} for i in range(3)]).save_to_disk(tmp_path / "in")
+    documents, _, _ = read_source(tmp_path, _source(tmp_path, "hf-datasets"))
+    assert [(d.metadata["origin"], d.metadata["position"]) for d in documents] == [
+        (str(tmp_path / "in"), i) for i in range(3)
+    ]

@@ -43,7 +43,17 @@ def _first_jsonl_record(handle, name: str) -> dict | None:
 
 
 def first_record(source: SourceConfig) -> tuple[str, dict] | None:
-    """(where, first record) of the source's first file or dataset; None for HTML formats and empty sources."""
+    """(where, first record) of the source's first file or dataset; None for HTML formats, empty sources and a
+    first file that cannot be read (the read step names it, or skips it as the source says)."""
+    from pipeline.stages.read.readers import UNREADABLE
+
+    try:
+        return _first_record(source)
+    except UNREADABLE:
+        return None
+
+
+def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
     if source.format in EXTRACTED_FORMATS:
         return None
     if source.format == "hf-datasets":

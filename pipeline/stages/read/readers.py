@@ -301,6 +301,7 @@ class HFDatasetsDirReader(PipelineStep):
                 continue
             metadata = {k: v for k, v in row.items() if k not in (self.text_key, self.id_key)}
             metadata["position"] = index
+            metadata["file_path"] = self.path  # the document's origin: the dataset's folder (its row: position)
             yield Document(text=text, id=str(row.get(self.id_key, index)), metadata=metadata)
 
 
