@@ -10,6 +10,7 @@ import click
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME, known
 from millrace.options import home_option, json_option, print_json, revision_option
+from millrace.tables import print_table
 from mixtures import api
 from mixtures.new import STRATEGY_CHOICES, parse_factors
 from pipeline.store.labels import labelled
@@ -19,11 +20,7 @@ CELL_WIDTH = 40  # a cell with its domain label, cut to this in tables
 
 def show(table: Any) -> None:
     """Rich is imported only when a table is printed: `--json` runs start faster."""
-    import sys
-
-    from rich.console import Console
-
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    print_table(table)
 
 
 def new_table(title: str) -> Any:
