@@ -9,7 +9,9 @@ data files, and the data files lying directly in it. A folder holding several fo
 `.jsonl.zst` and `.parquet`) gives one source per format. Formats are found by extension, every
 one a reader takes (`FORMAT_SUFFIXES`: `.jsonl`, `.json`, compressed `.gz` `.zst` `.bz2` `.xz`
 variants, `.parquet`, `.warc`, `.warc.gz`, `.html`), and a `datasets` `save_to_disk` directory
-by its `dataset_info.json` or `dataset_dict.json`. The kind comes from the first record's
+by its `dataset_info.json` or `dataset_dict.json`. Each source's text and id fields are picked from its
+first record (`pipeline.stages.read.fields`: the configured name, else the one long string field; a source
+where that leaves a choice is an `UnknownTextField` listing the columns). The kind comes from the first record's
 `metadata.language` (`python` → code, skipping prose filters and language id); prose sources get
 datatrove's Gopher filters, applied with each document's language's rules after language id.
 """

@@ -1,4 +1,5 @@
-"""Legacy-encoded input in every reader: read by its declared or detected encoding, never stored with U+FFFD."""
+"""Legacy-encoded input in every reader: read by its declared or detected encoding, never stored with U+FFFD;
+and every reader's documents have an origin (a dataset's rows too)."""
 
 from __future__ import annotations
 
