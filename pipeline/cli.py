@@ -103,6 +103,9 @@ def run(
 
 def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> None:
     from pipeline import slurm
+    from pipeline.stages.read.fields import check_text_fields
+
+    check_text_fields(config)  # before any job is written or submitted, as `run_pipeline` does
 
     if dry_run:
         chain = slurm.dry_run(config, home, restart=restart)
