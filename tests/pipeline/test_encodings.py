@@ -117,3 +117,20 @@ def test_dataset_rows_have_the_dataset_as_origin(tmp_path):
     assert [(d.metadata["origin"], d.metadata["position"]) for d in documents] == [
         (str(tmp_path / "in"), i) for i in range(3)
     ]
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "shift_jis", "gb18030"])
+def test_a_page_cut_inside_a_character_keeps_the_characters_before_it(tmp_path, encoding):
+    (tmp_path / "in").mkdir()
+    text = TEXTS.get(encoding, TEXTS["shift_jis"]) * 3
+    page = _page(text, encoding, True)
+    limit = next(
+        n
+        for n in range(len(page) - 200, len(page))
+        if page[:n].decode(encoding, "ignore").encode(encoding) != page[:n]
+    )
+    (tmp_path / "in" / "page.html").write_bytes(page)
+    source = _source(tmp_path, "html").model_copy(update={"max_document_bytes": limit, "long_documents": "cut"})
+    (doc,), _, listing = read_source(tmp_path, source)
+    whole = page[:limit].decode(encoding, "ignore")  # the limit counts UTF-8 bytes: the read step may cut again
+    assert whole.startswith(doc.text) and len(doc.text) > 100 and "\ufffd" not in doc.text and listing == []

@@ -39,13 +39,14 @@ def declared_charset(page: bytes) -> str | None:
     return "utf-8" if label.startswith(("utf-16", "utf-32")) else label  # a page that reads its meta is not UTF-16
 
 
-def decode_as(data: bytes, encoding: str | None) -> Decoded | None:
-    """`data` decoded whole in `encoding` (a declared ISO-8859-1 or ASCII as windows-1252 first), else None."""
+def decode_as(data: bytes, encoding: str | None, cut: bool = False) -> Decoded | None:
+    """`data` decoded whole in `encoding` (a declared ISO-8859-1 or ASCII as windows-1252 first), else None.
+    `cut`: `data` is a prefix (`long_documents = "cut"`), and a character it ends inside of is left out."""
     if not encoding:
         return None
     for candidate in ("cp1252", encoding) if encoding.lower() in WINDOWS_1252_LABELS else (encoding,):
         try:
-            return Decoded(data.decode(candidate), candidate)
+            return Decoded(codecs.getincrementaldecoder(candidate)().decode(data, final=not cut), candidate)
         except (UnicodeDecodeError, LookupError):
             continue
     return None
@@ -59,16 +60,16 @@ def detected_encoding(data: bytes) -> str | None:
     return found["encoding"] if (found["confidence"] or 0) >= MIN_CONFIDENCE else None
 
 
-def decode_text(data: bytes) -> Decoded | None:
+def decode_text(data: bytes, cut: bool = False) -> Decoded | None:
     """`data` as UTF-8 (a BOM dropped), else in its detected encoding; None when neither decodes it whole."""
-    return decode_as(data, "utf-8-sig") or decode_as(data, detected_encoding(data))
+    return decode_as(data, "utf-8-sig", cut) or decode_as(data, detected_encoding(data), cut)
 
 
-def decode_page(page: bytes, transport_charset: str | None = None) -> Decoded | None:
+def decode_page(page: bytes, transport_charset: str | None = None, cut: bool = False) -> Decoded | None:
     """An HTML page by its BOM, `transport_charset`, its meta charset, then UTF-8, then detection; None when
-    none of them decodes it whole."""
+    none of them decodes it whole (`cut`: see `decode_as`)."""
     bom = next((name for mark, name in BOMS if page.startswith(mark)), None)
     for encoding in (bom, transport_charset, declared_charset(page)):
-        if (decoded := decode_as(page, encoding)) is not None:
+        if (decoded := decode_as(page, encoding, cut)) is not None:
             return decoded
-    return decode_text(page)
+    return decode_text(page, cut)

@@ -245,7 +245,7 @@ class HtmlFileReader(_ProblemLog, BaseDiskReader):
         if html is None:
             self.problem(filepath, 0, "too_long", size)
             return
-        decoded = decode_page(html)
+        decoded = decode_page(html, cut=size > len(html))
         if decoded is None:
             self.problem(filepath, 0, "undecodable", size)
             return

@@ -79,7 +79,7 @@ def read_record(record, max_payload: int, long_documents: str) -> WarcOutcome:
     plain_ok = record.rec_type == "conversion" and mime == "text/plain"
     if mime not in HTML_TYPES and not plain_ok:
         return WarcOutcome(None, "not_html", size)
-    decoded = decode_page(payload, charset)
+    decoded = decode_page(payload, charset, cut=size > len(payload))
     if decoded is None:
         return WarcOutcome(None, "undecodable", size)
     text = decoded.text
