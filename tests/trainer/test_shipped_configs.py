@@ -34,6 +34,7 @@ def test_status_of_a_missing_run_lists_the_runs(tmp_path, capsys):
     for name in ("alpha", "beta"):
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "run.json").write_text("{}")
-    assert main(["train", "status", "nope", "--home", str(tmp_path)]) != 0
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "run 'nope'" in line and "runs: alpha, beta" in line
+    for command in (["train", "status", "nope"], ["train", "explain", "nope", "--step", "1"]):
+        assert main([*command, "--home", str(tmp_path)]) != 0
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert "run 'nope'" in line and "runs: alpha, beta" in line
