@@ -38,7 +38,7 @@ from trainer import checkpoint as ckpt
 from trainer.balance import balance_step
 from trainer.branch import branch_checkpoint
 from trainer.checkpoint_digest import verify_digests
-from trainer.config import TrainConfig, load_train_config, with_vocab
+from trainer.config import TrainConfig, load_train_config, resolve_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
@@ -334,7 +334,7 @@ def prepare_run(
     from_run: str | None = None,
 ) -> RunPlan:
     """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
-    config_path = Path(config_path)
+    config_path = resolve_train_config(config_path)  # a file, or a shipped config by name
     config = load_train_config(config_path)
     home = home if isinstance(home, Home) else Home.resolve(home)
     if config.samples.enabled and config.samples.prompts != "auto":  # refused before anything is written

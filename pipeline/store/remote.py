@@ -36,8 +36,9 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None) -> in
     files = sorted(
         p for p in local.rglob("*") if p.is_file() and p.name != "store.json" and not p.name.startswith(".")
     )
-    for path in files:
-        target = f"{root}/{path.relative_to(local).as_posix()}"
+    targets = [f"{root}/{path.relative_to(local).as_posix()}" for path in files]
+    _make_parents(fs, [*targets, f"{root}/store.json"])
+    for path, target in zip(files, targets):
         fs.put_file(str(path), target)
         if fs.size(target) != path.stat().st_size:
             raise ArtifactError(
@@ -48,12 +49,20 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None) -> in
     return len(files) + 1
 
 
+def _make_parents(fs: Any, targets: list[str]) -> None:
+    """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
+            fs.makedirs(parent, exist_ok=True)
+
+
 def publish_store(local: Path, shards: tuple[Any, str], url: str, storage_options: dict | None = None) -> int:
     """The store version at `url` from its manifests at `local` (no shard there) and the files the tasks wrote
     under `shards` (a filesystem and a root: the work URL's `store/`); returns the number of files copied."""
     if not (local / "store.json").exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
-    from fsspec.implementations.local import LocalFileSystem
 
     source_fs, source_root = shards
     fs, root = remote_fs(url, storage_options)
@@ -70,9 +79,7 @@ def publish_store(local: Path, shards: tuple[Any, str], url: str, storage_option
         p for p in local.rglob("*") if p.is_file() and p.name != "store.json" and not p.name.startswith(".")
     )
     uploads = [f"{root}/{path.relative_to(local).as_posix()}" for path in manifests]
-    if isinstance(fs, LocalFileSystem):  # folders to make first (an object store has none)
-        for parent in sorted({target.rsplit("/", 1)[0] for target in [*targets, *uploads]}):
-            fs.makedirs(parent, exist_ok=True)
+    _make_parents(fs, [*targets, *uploads])
     if type(source_fs) is type(fs) and source_fs.storage_options == fs.storage_options:
         fs.copy(sources, targets)  # object to object on the server
     else:  # another filesystem (or other credentials): streamed through memory, a block at a time
