@@ -6,12 +6,11 @@ modules are imported inside the commands, so `millrace mix --help` stays quick.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
+from trainer.search.records import ProposalRecord
 
 SEARCH_HELP = """Choose a mixture, not only build it: a swarm of small proxy runs branched from one shared
 checkpoint, a surrogate fitted on their held-out results, a proposed revision under the epoch cap, and its
@@ -192,22 +191,29 @@ def propose_command(home: Home, reference: str, name: str | None, as_json: bool)
     show_proposal(record)
 
 
-def show_proposal(record: Any) -> None:
-    """The proposal beside its prior, per phase: the largest shares first."""
+def show_proposal(record: ProposalRecord) -> None:
+    for line in proposal_lines(record):
+        click.echo(line)
+
+
+def proposal_lines(record: ProposalRecord, rows: int = 12) -> list[str]:
+    """The proposal beside its prior (the baseline's weights from the branch on), per phase, largest first."""
     p = record.provenance
-    click.echo(
+    lines = [
         f"proposal {record.mixture}/{record.revision} ({record.revision_file}), continuing "
-        f"{record.continues} at step {record.at_step}"
-    )
-    click.echo(
+        f"{record.continues} at step {record.at_step}",
         f"  predicted target {p.predicted:.4f} [{p.interval[0]:.4f}, {p.interval[1]:.4f}]"
-        + (f", prior {p.prior_predicted:.4f}" if p.prior_predicted is not None else "")
-    )
+        + (f", baseline's weights predicted {p.prior_predicted:.4f}" if p.prior_predicted is not None else ""),
+    ]
     for mine, prior in zip(record.phases, record.prior):
         before = {w.component: w.weight for w in prior.weights}
-        click.echo(f"  phase {mine.phase}: {'component':<12} {'proposal':>9} {'prior':>9}")
-        for w in sorted(mine.weights, key=lambda w: -w.weight)[:12]:
-            click.echo(f"    {w.component:<20} {w.weight:>9.3f} {before.get(w.component, 0.0):>9.3f}")
+        lines.append(f"  phase {mine.phase}: {'component':<16} {'proposal':>9} {'baseline':>9}")
+        for w in sorted(mine.weights, key=lambda w: -w.weight)[:rows]:
+            lines.append(f"    {w.component:<24} {w.weight:>9.3f} {before.get(w.component, 0.0):>9.3f}")
+        rest = len(mine.weights) - rows
+        if rest > 0:
+            lines.append(f"    ... and {rest} more (searches/{record.search}/proposal.json)")
+    return lines
 
 
 @search.command("validate")

@@ -29,7 +29,6 @@ from trainer.search.records import (
     read_proxies,
 )
 from trainer.search.revisions import weights_array
-from trainer.search.surrogate import Observations, cross_validate
 
 DEFAULT_METRICS = ("bpb.macro", "bpb.set.*", "bpb.domain.*", "bpb.bucket.*")
 FOLDS = 5
@@ -63,6 +62,8 @@ def fit_metric(
     kept = [(row, value) for row, value in pairs if value is not None]
     if len(kept) < 3:
         return None
+    from trainer.search.surrogate import Observations, cross_validate  # waits: it imports lightgbm (seconds)
+
     weights = np.stack([weights_array(row.phases, components) for row, _ in kept])
     targets = np.array([value for _, value in kept])
     obs = Observations(components=tuple(c.fingerprint for c in components), weights=weights, targets=targets)

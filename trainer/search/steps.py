@@ -6,10 +6,11 @@ A search is named by its TOML file or, once planned, by its name (plan.json reco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, Interrupted, Terminated
 from millrace.home import Home
 from trainer.search.records import (
     FIT_FILE,
@@ -38,6 +39,18 @@ def search_file(reference: str | Path, home: Home) -> Path:
     return Path(read_plan(directory).spec_file)
 
 
+@contextlib.contextmanager
+def resumable(command: str, reference: str | Path) -> Iterator[None]:
+    """Ctrl-C or SIGTERM during a step: one line saying how to continue (exit 130 / 143)."""
+    try:
+        yield
+    except (Interrupted, Terminated) as exc:
+        raise type(exc)(
+            f"millrace mix search {command} {reference}: stopped; run it again to continue (finished runs are "
+            f"kept, the others resume from their checkpoints) [{exc}]"
+        ) from None
+
+
 def plan_step(reference: str | Path, home: Home) -> tuple[Search, SwarmPlan]:
     """Plan the swarm and write plan.json (planning again with the same file gives the same swarm)."""
     from trainer.search.plan import plan_search
@@ -56,7 +69,8 @@ def run_step(
     from trainer.search.run import run_swarm
 
     search, plan = plan_step(reference, home)
-    return search, plan, run_swarm(home, search, plan, progress, on_row)
+    with resumable("run", reference):
+        return search, plan, run_swarm(home, search, plan, progress, on_row)
 
 
 def fit_step(
@@ -99,4 +113,5 @@ def validate_step(
     from trainer.search.validate import validate_search
 
     search = load_search(search_file(reference, home), home)
-    return validate_search(home, search, read_plan(search.directory), progress, on_run)
+    with resumable("validate", reference):
+        return validate_search(home, search, read_plan(search.directory), progress, on_run)
