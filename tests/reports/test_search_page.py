@@ -226,6 +226,13 @@ def search_site(tmp_path_factory):
     return home, site, written
 
 
+def test_report_build_names_the_search_page(search_site, capsys):
+    home, site, _ = search_site
+    assert main(["report", "build", "--home", str(home.root), "--out", str(site), "--json"]) == 0
+    built = json.loads(capsys.readouterr().out)
+    assert built["searches"] == [str(site / "searches" / SEARCH / "index.html")]
+
+
 def test_fit_json_keeps_the_artifact_kind_and_the_surrogate_kind_apart(search_site):
     home, _, _ = search_site
     raw = json.loads((home.search(SEARCH) / FIT_FILE).read_text())
