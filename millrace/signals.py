@@ -8,18 +8,24 @@ no temporary file removed, no status written, no word on how to continue. Two an
   stops its pool and says how to continue; atomic writers remove their temporaries);
 - `StopRequest` (the training loop): SIGTERM only sets a flag, the loop finishes its step,
   writes a checkpoint, marks the run interrupted and exits 143. A second SIGTERM is obeyed at once.
+A clean stop must also be a prompt one (Slurm's SIGKILL follows within 30 s): after a `TerminateSignal`, a
+watchdog ends the process with 143 and the same one line if the unwinding has not finished within
+`SHUTDOWN_GRACE_SECONDS` (a worker pool that cannot be shut down; the locks are the kernel's, dropped on exit).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
 TERMINATED_EXIT_CODE = 128 + signal.SIGTERM  # 143: what a shell reports for a process ended by SIGTERM
+SHUTDOWN_GRACE_SECONDS = 20.0  # the unwinding after SIGTERM may take this long; then the watchdog exits
 
 
 class TerminateSignal(KeyboardInterrupt):
@@ -50,13 +56,31 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def raise_interrupt(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
         _received.set()
+        watchdogs.append(threading.Timer(SHUTDOWN_GRACE_SECONDS, _exit_now))
+        watchdogs[-1].daemon = True
+        watchdogs[-1].start()
         raise TerminateSignal()
 
+    watchdogs: list[threading.Timer] = []
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        for watchdog in watchdogs:  # the stop has unwound: what is left is the one line that says so
+            watchdog.cancel()
+
+
+def _exit_now() -> None:
+    """The watchdog: the stop did not finish unwinding in time; say how to continue and exit 143 at once."""
+    command = " ".join(["millrace", *sys.argv[1:]])
+    with contextlib.suppress(OSError):
+        os.write(
+            2,
+            f"error: stopped by SIGTERM; shutting down took over {SHUTDOWN_GRACE_SECONDS:g}s, so the process ends "
+            f"now; finished work is kept, continue with: {command}\n".encode(),
+        )
+    os._exit(TERMINATED_EXIT_CODE)
 
 
 class StopRequest:

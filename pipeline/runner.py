@@ -553,14 +553,68 @@ def run_pipeline(
     config_hash = content_hash(recorded)
     version = store_version(config, home, config_hash)
     final = home.store(name, version)
-    if (final / "store.json").exists():
+    if _finished(config, final):
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
     with WriterLock(store_lock(final), f"store {name}/{version}"):  # one writer per store version
-        if (final / "store.json").exists():  # the writer before us finished it
+        if _finished(config, final):  # the writer before us finished it
             log.info("store %s/%s already built from this config: %s", name, version, final)
             return final
-        return _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
+        if not (final / "store.json").exists():
+            refuse_published(config, final, config_hash)
+            _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
+        if config.output.url:
+            publish(config, home, final)
+        return final
+
+
+def output_url(config: PipelineConfig, final: Path) -> str:
+    """Where `[output] url` publishes store version `final`: <url>/<name>/<version>."""
+    return f"{(config.output.url or '').rstrip('/')}/{final.parent.name}/{final.name}"
+
+
+def _finished(config: PipelineConfig, final: Path) -> bool:
+    """Built here, and with `[output] url` published there: the URL holds its `store.json` (the publishing
+    phase's completion marker, written last), byte for byte; another store version there is refused."""
+    if not (final / "store.json").exists():
+        return False
+    if not config.output.url:
+        return True
+    from pipeline.store.remote import check_target, remote_fs
+
+    return check_target(final, *remote_fs(output_url(config, final), config.output.storage_options))
+
+
+def refuse_published(config: PipelineConfig, final: Path, config_hash: str) -> None:
+    """Before building: a store version published at the URL from another config is refused in one line (the
+    build would end in a publication that must not overwrite it)."""
+    if not config.output.url:
+        return
+    from pipeline.store.remote import published, remote_fs
+
+    url = output_url(config, final)
+    there = published(*remote_fs(url, config.output.storage_options))
+    if there is not None and json.loads(there).get("config_hash") != config_hash:
+        raise ConfigError(
+            f"field 'output.url': {url} already holds store version {final.parent.name}/{final.name} built from "
+            "another config; refusing to overwrite it (name this one: version in [output])"
+        )
+
+
+def publish(config: PipelineConfig, home: Home, final: Path) -> None:
+    """The publishing phase: store version `final` copied to `[output] url`, `store.json` last. A rerun after a
+    failed publication resumes it (the objects already there are kept). With `[executor] work_url` the shards
+    go from the work URL to the store URL, never through this disk."""
+    from pipeline.store.remote import copy_store, publish_store
+
+    url = output_url(config, final)
+    log.info("publishing %s to %s", final, url)
+    layout = WorkLayout(home.work(final.parent.name, final.name))
+    remote = remote_work(config, layout)
+    if remote is not None:
+        publish_store(final, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
+    else:
+        copy_store(final, url, config.output.storage_options)
 
 
 def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
@@ -738,12 +792,4 @@ def _build_store(
         layout.models,
         config.validation,
     )
-    if config.output.url:
-        from pipeline.store.remote import copy_store, publish_store
-
-        url = f"{config.output.url.rstrip('/')}/{name}/{version}"
-        if remote is not None:
-            publish_store(store, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
-        else:
-            copy_store(store, url, config.output.storage_options)
     return store
