@@ -19,11 +19,12 @@ import contextlib
 import errno
 import logging
 import os
+import queue
 import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -477,6 +478,43 @@ class RemoteFile(ChunkedFile):
             self._local = None
 
 
+class DaemonPool:
+    """Threads that run submitted calls, as a ThreadPoolExecutor does, but daemonic: a process ending on an
+    error does not wait for them. A read-ahead fetch in flight when the trainer fails on a stalled read keeps
+    retrying for minutes (retries x read_timeout), and the executor's threads are joined at interpreter exit:
+    the trainer printed its one-line error and ended 10 minutes later. What a fetch writes is checked against
+    the chunk digests before anyone reads it, so abandoning one half-way damages nothing."""
+
+    def __init__(self, threads: int, name: str):
+        self._calls: queue.SimpleQueue[tuple[Future, Callable[..., Any], tuple] | None] = queue.SimpleQueue()
+        self._threads = threads
+        for index in range(threads):
+            threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True).start()
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        self._calls.put((future, call, args))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._calls.get()) is not None:
+            future, call, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call(*args))
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Calls not started are cancelled; the threads end after the one they run."""
+        with contextlib.suppress(queue.Empty):
+            while (item := self._calls.get_nowait()) is not None:
+                item[0].cancel()
+        for _ in range(self._threads):
+            self._calls.put(None)
+
+
 class ChunkFetcher:
     """Remote chunks fetched into the local cache before the reader asks for them (the read-ahead's).
 
@@ -491,7 +529,7 @@ class ChunkFetcher:
 
     def __init__(self, options: ReadOptions):
         self.options = options
-        self._pool = ThreadPoolExecutor(options.fetch_threads, thread_name_prefix="millrace-fetch")
+        self._pool = DaemonPool(options.fetch_threads, "millrace-fetch")
         self._pins: dict[str, list[int]] = {}  # key -> [pins, bytes]
         self._flying: dict[str, Future] = {}  # key -> the fetch of its run
         self._lock = threading.Lock()
@@ -579,7 +617,7 @@ class ChunkFetcher:
         self.__init__(state["options"])  # type: ignore[misc]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
 
 class OpenFiles:

@@ -38,7 +38,7 @@ class CallLimits:
             raise ConfigError(f"{self.setting} {self.timeout}: must be a positive number of seconds")
 
 
-WRITE_LIMITS = CallLimits(timeout=120.0, setting="write_timeout")
+WRITE_LIMITS = CallLimits(timeout=60.0, setting="write_timeout")
 
 
 def describe_failure(exc: BaseException, limits: CallLimits) -> str:

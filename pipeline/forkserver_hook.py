@@ -4,15 +4,8 @@ A batch system stops a job by signalling its whole process group. The pool may b
 worker at that moment; the parent then shuts the pool down and unlinks its semaphores, and the new worker,
 unpickling its process object, fails with `FileNotFoundError` in `SemLock._rebuild`. That worker has nothing
 to do and nothing to report: its traceback would bury the one line that says how to resume.
-
-The same signal reaches every worker. Left at its default, SIGTERM ends a worker on the spot, and an idle
-worker waits for its next task holding the pool's task-queue lock: dead, it never releases it, and the
-parent's pool shutdown (`_help_stuff_finish`, which takes that lock) waits forever, holding the store's
-writer lock. So a worker (and the forkserver) takes SIGTERM as `SystemExit(143)`: the `with` blocks it is in
-unwind, the lock is released, and the parent's shutdown finishes.
 """
 
-import signal
 import sys
 import traceback
 
@@ -33,11 +26,3 @@ def _quiet_orphaned_worker(exc_type, exc, tb) -> None:
 
 
 sys.excepthook = _quiet_orphaned_worker
-
-
-def _exit_unwinding(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise SystemExit(128 + signal.SIGTERM)
-
-
-signal.signal(signal.SIGTERM, _exit_unwinding)

@@ -56,13 +56,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from datatrove.data import Document
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
-from millrace.errors import ConfigError, MillraceError
+from millrace.errors import ConfigError, MillraceError, disk_full_cause
 from millrace.home import Home
 from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
@@ -266,10 +267,38 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path 
 
     if workers > 1:
         _start_forkserver_deaf_to_ctrl_c()
+        shutdown_past_dead_workers()
     if not verbose:
         _quiet_parent_logger()
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
     return cls(pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir))
+
+
+POOL_LOCK_SECONDS = 2.0  # how long a pool's shutdown waits for its task queue's lock
+
+
+def shutdown_past_dead_workers() -> None:
+    """A pool's shutdown that does not wait forever for a lock a dead worker held.
+
+    An idle worker waits for its next task holding the task queue's read lock. A batch system's SIGTERM to the
+    process group ends the workers on the spot, that one included, and the lock is never released: the pool's
+    shutdown (`_help_stuff_finish`, which takes the lock to drain the queue) then waits forever in the main
+    thread, under `LocalPipelineExecutor.run`, holding the store's writer lock. Here it waits `POOL_LOCK_SECONDS`
+    and goes on without draining (the workers it would hand the queue to are gone)."""
+    from multiprocess import pool
+
+    if getattr(pool.Pool._help_stuff_finish, "bounded", False):
+        return
+
+    def help_stuff_finish(inqueue: Any, task_handler: Any, size: int) -> None:
+        if not inqueue._rlock.acquire(timeout=POOL_LOCK_SECONDS):
+            log.debug("a pool worker died holding its task queue's lock; shutting the pool down without it")
+            return
+        while task_handler.is_alive() and inqueue._reader.poll():
+            inqueue._reader.recv()
+
+    help_stuff_finish.bounded = True  # type: ignore[attr-defined]
+    pool.Pool._help_stuff_finish = staticmethod(help_stuff_finish)
 
 
 def _quiet_parent_logger() -> None:
@@ -329,6 +358,9 @@ def _run_executor(
         except Exception as exc:  # a task's exception, re-raised by the executor
             if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
                 raise TerminateSignal() from exc
+            if (full := disk_full_cause(exc)) is not None:  # one line naming the path (the work dir if none)
+                work = next((p.parent for p in logging_dir.parents if p.name == "logs"), logging_dir)
+                raise OSError(full.errno, full.strerror, full.filename or str(work)) from exc
             raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
         incomplete = executor.get_incomplete_ranks()
         if incomplete:

@@ -30,6 +30,7 @@ from loader.held_out import fetch_held_out
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
+from millrace.jsonl import read_stream
 from millrace.signals import StopRequest
 from millrace.writer_lock import WriterLock
 from mixtures.manifest import find_manifest, lineage_of, store_dir_of
@@ -49,8 +50,11 @@ from trainer.observers import RunObservers
 from trainer.param_groups import group_of
 from trainer.peak import peak_flops
 from trainer.records import (
+    EVAL_FILE,
     LOCK_FILE,
     METRICS_FILE,
+    RUN_FILE,
+    SAMPLES_FILE,
     MetricsRecord,
     RevisionRange,
     RunRecord,
@@ -440,6 +444,24 @@ def restore(training: Training, resume: bool) -> int:
     return training.start
 
 
+def check_resumable(run_dir: Path, start: int) -> None:
+    """Every record a resume continues, read whole before any stream is cut back to the checkpoint: a damaged
+    one is refused in one line with nothing changed. A damaged `run.json` is refused too: rewritten, it would
+    lose which revision trained which steps."""
+    if start == 0:
+        return
+    for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
+        read_stream(run_dir / name)
+    if (run_dir / RUN_FILE).exists():
+        try:
+            read_run(run_dir)
+        except ArtifactError as exc:
+            raise ArtifactError(
+                f"{exc}; a resume would lose which revision trained which steps: restore it (from a backup or "
+                "the run's [run] url), or train under a new --run"
+            ) from None
+
+
 def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
     """Which revision (and manifest, and run directory) this run trained on over which steps: the earlier
     record's ranges before `start`, then this invocation's [start, stop). A resume onto a mixture switch
@@ -757,7 +779,9 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     start = restore(training, resume)
     runtime = plan.runtime
     peak, peak_source = peak_flops(plan.config.metrics.peak_flops_per_device, runtime.device)
-    # the streams first: a damaged one is refused before run.json says `running`
+    # the streams first: a damaged one is refused before run.json says `running`, and before any is cut
+    if runtime.rank == 0:
+        check_resumable(plan.run_dir, start)
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
     observers = RunObservers(
         plan.config,

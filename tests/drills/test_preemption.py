@@ -156,3 +156,44 @@ def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(t
     )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert store_files(final) == store_files(expected)
+
+
+@pytest.mark.slow
+def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_give_the_same_store(tmp_path):
+    """The group's SIGTERM (or one to the main process alone) at the start of each phase in turn, each rerun
+    going one phase further: every stop exits 143 promptly with the resume line (a worker killed holding the
+    pool's queue lock hung the pool's shutdown, and the store's lock with it), and the last rerun's store is the
+    uninterrupted one, byte for byte."""
+    from pipeline.runner import PHASE_LABELS
+
+    corpus = make_corpus(tmp_path / "corpus", documents=24)
+    config = tmp_path / "pipeline.toml"
+    config.write_text(config_text(corpus, version="2026.05.02", workers=2))
+    expected = run_pipeline(load_pipeline_config(config), Home.resolve(tmp_path / "reference"))
+    home, stamp = tmp_path / "home", tmp_path / "signalled"
+    for index, stage in enumerate(PHASE_LABELS):
+        target = ("group", "main")[index % 2]
+        harness = [sys.executable, "-m", "tests.drills.term_harness", str(home), str(config), stage, "0"]
+        stopped = subprocess.run(
+            [*harness, target, str(stamp)],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            start_new_session=True,
+            timeout=120,
+        )
+        took = time.time() - float(stamp.read_text())
+        assert stopped.returncode == 143, (stage, target, stopped.stderr[-3000:])
+        assert took < 30, (stage, target, took)
+        assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+        said = [line for line in stopped.stderr.strip().splitlines() if "resource_tracker" not in line]
+        assert said[-1].endswith(f"continue with: millrace pipeline run {config}"), (stage, said[-3:])
+    rerun = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert store_files(home / "stores" / "local" / "2026.05.02") == store_files(expected)
