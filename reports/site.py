@@ -136,7 +136,6 @@ def build_pages(
             write_explain_data(view, site, home)
             write_explain_page(site, view.name)
         except ArtifactError as exc:  # one damaged run never stops the others' pages
-            log.error("run %s not built: %s", run_dir.name, exc)
             damaged.append(f"{run_dir.name} ({exc})")
             continue
         views.append(view)
@@ -152,12 +151,8 @@ def build_pages(
         log.info("compare them at %s", pages.compare)
     refresh_index(home, site)
     if damaged:
-        raise ArtifactError(f"every other page was built; run {damaged[0]} was not" + _more(damaged))
+        raise ArtifactError(f"every other page was built, not those of run {'; run '.join(damaged)}")
     return pages
-
-
-def _more(damaged: list[str]) -> str:
-    return f", nor {len(damaged) - 1} more (named above)" if len(damaged) > 1 else ""
 
 
 def _summary(run_dir: Path) -> RunView | None:
