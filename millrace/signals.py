@@ -55,6 +55,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
     def raise_interrupt(signum: int, frame: FrameType | None) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        if os.getpid() != installer:  # a forked child (the HTML extractor's sandbox): ended as by default,
+            os.kill(os.getpid(), signal.SIGTERM)  # no TerminateSignal traceback from a process told to stop
+            return
         _received.set()
         watchdogs.append(threading.Timer(SHUTDOWN_GRACE_SECONDS, _exit_now))
         watchdogs[-1].daemon = True
@@ -62,6 +65,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
         raise TerminateSignal()
 
     watchdogs: list[threading.Timer] = []
+    installer = os.getpid()
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         yield

@@ -250,6 +250,7 @@ class RunPlan:
     stop: int  # where this invocation stops
     checkpoint_every: int
     allow_config_change: bool = False
+    trust_unverified: bool = False  # load a checkpoint without digests.json (`--trust-unverified`)
 
     @property
     def run_dir(self) -> Path:
@@ -333,6 +334,7 @@ def prepare_run(
     checkpoint_every: int | None,
     resume: bool,
     allow_config_change: bool = False,
+    trust_unverified: bool = False,
 ) -> RunPlan:
     """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
     config_path = Path(config_path)
@@ -386,6 +388,7 @@ def prepare_run(
         stop=stop,
         checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,
         allow_config_change=allow_config_change,
+        trust_unverified=trust_unverified,
     )
     if ckpt.latest_checkpoint(plan.checkpoints) and not resume:
         raise ConfigError(
@@ -430,7 +433,7 @@ def restore(training: Training, resume: bool) -> int:
         remote = plan.remote_of(source)
         if remote is not None and plan.runtime.rank == 0:  # a node that never saw the run: its records first
             pull_records(remote, plan.home.run(source))
-        verify_digests(latest[1])
+        verify_digests(latest[1], plan.trust_unverified)
         training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
         log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
@@ -755,13 +758,25 @@ def train(
     resume: bool = False,
     progress: bool = False,
     allow_config_change: bool = False,
+    trust_unverified: bool = False,
 ) -> RunResult:
     """Train the config's model on a built mixture; returns the losses of the steps run here.
 
     `allow_config_change`: resume even though optimiser, schedule or other training settings
     differ from the checkpoint's (the changes are recorded in `run.json`); a shape change is
-    always refused."""
-    plan = prepare_run(config_path, home, mixture, revision, steps, run, checkpoint_every, resume, allow_config_change)
+    always refused. `trust_unverified`: load a checkpoint that has no digests.json."""
+    plan = prepare_run(
+        config_path,
+        home,
+        mixture,
+        revision,
+        steps,
+        run,
+        checkpoint_every,
+        resume,
+        allow_config_change,
+        trust_unverified,
+    )
     with run_writer_lock(plan):
         return _train(plan, resume, progress)
 

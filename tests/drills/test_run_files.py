@@ -167,8 +167,26 @@ def test_run_names_with_a_newline_or_300_characters_are_one_line_errors(built, t
     config = tiny_config()
     for name, shown in (("x\n", "'x\\n'"), ("r" * 300, "(300 characters)")):
         capsys.readouterr()
-        assert millrace(["train", str(config), "--home", str(home.root), "--run", name, "--steps", "1"]) == 2
-        err = capsys.readouterr().err
-        assert "Traceback" not in err and len(_errors(err)) == 1 and shown in _errors(err)[0], err
-        assert "not a plain name" in _errors(err)[0]
+        for command in (["train", str(config), "--run", name, "--steps", "1"], ["train", "status", name]):
+            assert millrace([*command, "--home", str(home.root)]) == 2
+            err = capsys.readouterr().err
+            assert "Traceback" not in err and len(_errors(err)) == 1 and shown in _errors(err)[0], err
+            assert "not a plain name" in _errors(err)[0]
     assert not (home.runs / "x\n").exists()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_digests_is_refused_unless_trusted(built, tiny_config, capsys):
+    home, _ = built
+    config = tiny_config()
+    assert millrace(_args(config, home, "undigested", "--steps", "2")) == 0
+    digests = home.run("undigested") / "checkpoints" / "step-00000002" / "digests.json"
+    digests.unlink()
+    capsys.readouterr()
+    assert millrace(_args(config, home, "undigested", "--steps", "3", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(_errors(err)) == 1, err
+    assert _errors(err)[0].startswith(f"error: {digests.parent}: no digests.json") and "--trust-unverified" in err
+    assert [r["step"] for r in _records(home.run("undigested") / "metrics.jsonl")] == [1, 2]
+    assert millrace(_args(config, home, "undigested", "--steps", "3", "--resume", "--trust-unverified")) == 0
+    assert [r["step"] for r in _records(home.run("undigested") / "metrics.jsonl")] == [1, 2, 3]
