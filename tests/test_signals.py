@@ -1,7 +1,6 @@
 """SIGTERM under `sigterm_as_interrupt`: the process that installed it stops as Ctrl-C stops it; a child it
 forked (the HTML extractor's sandbox, ended with SIGTERM after every WARC run) ends quietly as by default."""
 
-import os
 import signal
 import subprocess
 import sys
