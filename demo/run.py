@@ -64,10 +64,18 @@ class DemoReport:
         }
 
 
+def heading(console: Console, text: str) -> None:
+    """A rule with `text` on a terminal; elsewhere (a log, CI) the whole line, never cut at the console's width."""
+    if console.is_terminal:
+        console.rule(text)
+    else:
+        console.print(f"== {text}", soft_wrap=True, highlight=False)
+
+
 @contextlib.contextmanager
 def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator[None]:
     """Says what a step does, and records how long it took."""
-    console.rule(f"[bold]{name}[/]: {what}")
+    heading(console, f"[bold]{name}[/]: {what}")
     started = time.perf_counter()
     yield
     report.seconds[name] = time.perf_counter() - started
@@ -277,7 +285,7 @@ def print_done(console: Console, home: Home, report: DemoReport) -> None:
     def whole(text: str, **style) -> None:  # never wrapped, whatever the console; no markup inside a path
         console.print(text, soft_wrap=True, markup=False, highlight=False, **style)
 
-    console.rule("[bold green]done[/]")
+    heading(console, "[bold green]done[/]")
     whole(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)")
     whole(f"store:    {report.store}")
     whole(f"run:      {report.run}")

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
-from typing import TextIO
 
 import click
 
 from millrace import __version__
 from millrace.errors import Interrupted, MillraceError, Terminated, disk_full_cause
+from millrace.logs import CurrentStderrHandler  # noqa: F401  (re-exported: tests and older imports name it here)
+from millrace.logs import configure as configure_logging
 from millrace.signals import TERMINATED_EXIT_CODE, TerminateSignal, sigterm_as_interrupt
 
 # subcommand -> "module:attribute"; imported lazily so `millrace report` never imports torch.
@@ -26,22 +26,6 @@ SUBCOMMANDS = {
     "report": ("reports.cli:report", "Build and watch the static report site."),
     "demo": ("demo.run:demo", "The main job end to end on the embedded default corpus."),
 }
-
-
-class CurrentStderrHandler(logging.StreamHandler):
-    """Writes to whatever `sys.stderr` is at the time: while a rich bar is live it is rich's proxy,
-    which prints the log line above the bar instead of on top of it."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property
-    def stream(self) -> TextIO:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: TextIO) -> None:
-        pass
 
 
 class LazyGroup(click.Group):
@@ -71,9 +55,7 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="millrace")
 def cli(home_dir: str | None, verbose: bool) -> None:
     """millrace: corpora to exact training mixtures, streamed into an MoE trainer."""
-    handler = CurrentStderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    configure_logging(verbose)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,8 +37,9 @@ from mixtures.manifest import find_manifest, lineage_of, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
 from trainer.balance import balance_step
+from trainer.branch import branch_checkpoint
 from trainer.checkpoint_digest import verify_digests
-from trainer.config import TrainConfig, load_train_config, with_vocab
+from trainer.config import TrainConfig, load_train_config, resolve_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
@@ -250,6 +251,7 @@ class RunPlan:
     stop: int  # where this invocation stops
     checkpoint_every: int
     allow_config_change: bool = False
+    from_run: str | None = None  # branch: start from this run's checkpoint (`trainer.branch`)
     trust_unverified: bool = False  # load a checkpoint without digests.json (`--trust-unverified`)
 
     @property
@@ -334,10 +336,11 @@ def prepare_run(
     checkpoint_every: int | None,
     resume: bool,
     allow_config_change: bool = False,
+    from_run: str | None = None,
     trust_unverified: bool = False,
 ) -> RunPlan:
     """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
-    config_path = Path(config_path)
+    config_path = resolve_train_config(config_path)  # a file, or a shipped config by name
     config = load_train_config(config_path)
     home = home if isinstance(home, Home) else Home.resolve(home)
     if config.samples.enabled and config.samples.prompts != "auto":  # refused before anything is written
@@ -388,12 +391,16 @@ def prepare_run(
         stop=stop,
         checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,
         allow_config_change=allow_config_change,
+        from_run=from_run,
         trust_unverified=trust_unverified,
     )
-    if ckpt.latest_checkpoint(plan.checkpoints) and not resume:
+    own = ckpt.latest_checkpoint(plan.checkpoints)
+    if own and not resume:
         raise ConfigError(
             f"run {run!r} already has checkpoints in {plan.checkpoints}; pass --resume or choose another --run"
         )
+    if from_run and not own:
+        branch_source(plan)  # refused here, before anything is written
     return plan
 
 
@@ -428,6 +435,7 @@ def build_training(plan: RunPlan) -> Training:
 def restore(training: Training, resume: bool) -> int:
     """Load the run's latest checkpoint into every part when resuming; returns the step to start at."""
     plan = training.plan
+    resume = resume or plan.from_run is not None
     source, latest = resume_source(plan) if resume else (plan.run, None)
     if resume and latest:
         remote = plan.remote_of(source)
@@ -510,6 +518,8 @@ def resume_source(plan: RunPlan) -> tuple[str, tuple[int, ckpt.Place] | None]:
     latest = ckpt.latest_checkpoint(plan.checkpoints)
     if latest:
         return plan.run, latest
+    if plan.from_run:
+        return plan.from_run, branch_source(plan)
     for ancestor in plan.stream.manifest.ancestors:
         run = default_run_name(plan.config_path, plan.mixture, ancestor.revision)
         found = ckpt.latest_checkpoint(plan.checkpoints_of(run))
@@ -524,6 +534,17 @@ def resume_source(plan: RunPlan) -> tuple[str, tuple[int, ckpt.Place] | None]:
             )
             return run, found
     return plan.run, None
+
+
+def branch_source(plan: RunPlan) -> tuple[int, ckpt.Place]:
+    """`--from-run`: the source run's newest checkpoint this run may start from (`trainer.branch`)."""
+    assert plan.from_run is not None
+    remote = plan.remote_of(plan.from_run)
+    if remote is not None and plan.runtime.rank == 0:  # its run.json names the revision it trained
+        pull_records(remote, plan.home.run(plan.from_run))
+    manifest, digest = plan.stream.manifest, plan.stream.manifest_hash
+    places = plan.checkpoints_of(plan.from_run)
+    return branch_checkpoint(plan.home, plan.from_run, plan.run, places, manifest, digest, plan.stop)
 
 
 def adopt_history(plan: RunPlan, source: str, step: int) -> None:
@@ -758,13 +779,16 @@ def train(
     resume: bool = False,
     progress: bool = False,
     allow_config_change: bool = False,
+    from_run: str | None = None,
     trust_unverified: bool = False,
 ) -> RunResult:
     """Train the config's model on a built mixture; returns the losses of the steps run here.
 
     `allow_config_change`: resume even though optimiser, schedule or other training settings
     differ from the checkpoint's (the changes are recorded in `run.json`); a shape change is
-    always refused. `trust_unverified`: load a checkpoint that has no digests.json."""
+    always refused. `from_run`: start from that run's checkpoint under this run's name, on its revision or one
+    continuing it (`trainer.branch`); a run that already has its own checkpoint continues from that.
+    `trust_unverified`: load a checkpoint that has no digests.json."""
     plan = prepare_run(
         config_path,
         home,
@@ -775,6 +799,7 @@ def train(
         checkpoint_every,
         resume,
         allow_config_change,
+        from_run,
         trust_unverified,
     )
     with run_writer_lock(plan):
@@ -901,9 +926,10 @@ def preempted(training: Training, written: ckpt.Place | None) -> Terminated:
 
 def resume_command(plan: RunPlan) -> str:
     """The command that continues this run from its latest checkpoint."""
+    branch = f" --from-run {plan.from_run}" if plan.from_run else ""
     return (
         f"millrace train {plan.config_path} --mixture {plan.mixture} --revision {plan.revision} "
-        f"--run {plan.run} --resume"
+        f"--run {plan.run} --resume{branch}"
     )
 
 

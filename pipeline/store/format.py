@@ -398,8 +398,11 @@ class Store:
         if tokenizer is not None and tokenizer.path:
             pinned.append((self.path / tokenizer.path, tokenizer.fingerprint, "store.json"))
         for cell_name in self.manifest.cells:
-            trace = self.cell(cell_name).stats.get("trace") or {}
-            for part in trace.get("parts", []):
+            stats = self.cell(cell_name).stats
+            for part in [
+                *(stats.get("trace") or {}).get("parts", []),
+                *(stats.get("held_out_trace") or {}).get("parts", []),
+            ]:
                 pinned.append((self.cell_dir(cell_name) / part["file"], part["sha256"], f"{cell_name}/cell.json"))
         return pinned
 

@@ -89,6 +89,7 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None, limit
         return 0
     done = present(fs, root, limits)
     files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MARKER and not p.name.startswith("."))
+    _make_parents(fs, [*(f"{root}/{p.relative_to(local).as_posix()}" for p in files), f"{root}/{MARKER}"])
     copied = 0
     for path in files:
         target, size = f"{root}/{path.relative_to(local).as_posix()}", path.stat().st_size
@@ -99,6 +100,15 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None, limit
     _check_sizes(fs, root, {f"{root}/{p.relative_to(local).as_posix()}": (p.stat().st_size, str(p)) for p in files})
     remote_calls.put_file(fs, str(local / MARKER), f"{root}/{MARKER}", (local / MARKER).stat().st_size, limits)
     return copied + 1
+
+
+def _make_parents(fs: Any, targets: list[str]) -> None:
+    """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
+            fs.makedirs(parent, exist_ok=True)
 
 
 def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS) -> None:
@@ -123,8 +133,6 @@ def publish_store(
     returns the number of files copied (0: the URL already held this store version)."""
     if not (local / MARKER).exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
-    from fsspec.implementations.local import LocalFileSystem
-
     source_fs, source_root = shards
     fs, root = remote_fs(url, storage_options, limits)
     if check_target(local, fs, root, limits):
@@ -141,9 +149,7 @@ def publish_store(
     sources, targets = [f"{source_root}/{r}" for r in relatives], [f"{root}/{r}" for r in relatives]
     manifests = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MARKER and not p.name.startswith("."))
     uploads = [f"{root}/{path.relative_to(local).as_posix()}" for path in manifests]
-    if isinstance(fs, LocalFileSystem):  # folders to make first (an object store has none)
-        for parent in sorted({target.rsplit("/", 1)[0] for target in [*targets, *uploads]}):
-            fs.makedirs(parent, exist_ok=True)
+    _make_parents(fs, [*targets, *uploads])
     same_store = type(source_fs) is type(fs) and source_fs.storage_options == fs.storage_options
     for source, target, relative in zip(sources, targets, relatives):
         deadline = limits.timeout + sizes[relative] / remote_calls.MIN_WRITE_RATE
