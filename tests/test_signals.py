@@ -49,3 +49,22 @@ def test_a_stop_that_does_not_unwind_in_time_ends_with_143_and_one_line():
         "error: stopped by SIGTERM; shutting down took over 0.5s, so the process ends now; finished work is kept, "
         "continue with: millrace pipeline run p.toml"
     ]
+
+
+BLOCKED = """
+import signal, threading, time
+import millrace.signals as signals
+signals.SHUTDOWN_GRACE_SECONDS = 0.5
+with signals.sigterm_as_interrupt(["millrace", "pipeline", "run", "p.toml"]):
+    def deliver():
+        time.sleep(0.2)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # the kernel may pick any thread: this one
+    threading.Thread(target=deliver, daemon=True).start()
+    threading.Event().wait()  # the main thread waits in C: no Python handler runs until the wait ends
+"""
+
+
+def test_a_sigterm_taken_by_another_thread_while_the_main_one_waits_still_ends_the_process():
+    done = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
+    assert done.stderr.strip().endswith("continue with: millrace pipeline run p.toml"), done.stderr[-2000:]
