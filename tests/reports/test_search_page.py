@@ -133,7 +133,7 @@ def write_search(home: Home, manifest_hash: str) -> dict:
     code_obs = Observations(tuple(names), weights, code)
     fit = FitReport(
         search=SEARCH,
-        kind="log-linear",
+        surrogate="log-linear",
         target={"bpb.macro": 1.0},
         components=plan.components,
         rows_used=proxies,
@@ -175,7 +175,7 @@ def write_search(home: Home, manifest_hash: str) -> dict:
         for s, m, c in zip((1, 2, 3), ms, cs)
     ]
     comparisons = []
-    for metric, index in (("bpb.macro", 0), ("bpb.set.code", 1)):
+    for metric, index in (("bpb.macro", 0), ("bpb.set.code", 1), ("target", 0)):  # the target: 1 x bpb.macro
         seen = compare_seeds(arms["proposal"][index], arms["natural"][index])
         comparisons.append(
             Comparison(
@@ -229,7 +229,7 @@ def test_fit_json_keeps_the_artifact_kind_and_the_surrogate_kind_apart(search_si
     home, _, _ = search_site
     raw = json.loads((home.search(SEARCH) / FIT_FILE).read_text())
     assert (raw["kind"], raw["surrogate"]) == ("millrace.search.fit", "log-linear")
-    assert read_fit(home.search(SEARCH)).kind == "log-linear"
+    assert read_fit(home.search(SEARCH)).surrogate == "log-linear"
 
 
 def test_the_page_shows_every_proxy_predicted_against_measured_and_the_fit_quality(search_site):
@@ -274,11 +274,13 @@ def test_the_page_shows_the_proposal_by_domain_and_bucket_against_the_prior(sear
 def test_the_page_shows_the_validation_with_seeds(search_site):
     _, site, written = search_site
     html = (site / "searches" / SEARCH / "index.html").read_text()
-    macro, code = written["comparisons"]
+    macro, code, _target = written["comparisons"]
     assert macro.distinguishable and not code.distinguishable
     assert f"{macro.low:+.4f} – {macro.high:+.4f}" in html and "better beyond noise" in html
     assert f"{code.low:+.4f} – {code.high:+.4f}" in html and "not distinguishable from noise" in html
     assert f"{macro.difference / np.mean([0.981, 0.979, 0.984]) * 100:+.2f}%" in html
+    means = f"<td>{np.mean([0.951, 0.953, 0.950]):.4g}</td><td>{np.mean([0.981, 0.979, 0.984]):.4g}</td>"
+    assert f'<td class="l">target</td><td class="l">natural</td>{means}' in html  # the target's terms, measured
 
 
 def test_composition_page_and_index_link_the_search_and_carry_the_provenance(search_site):
