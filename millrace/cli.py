@@ -73,7 +73,7 @@ def cli(home_dir: str | None, verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Every error a user can act on is one line and an exit status; SIGTERM takes Ctrl-C's path (143)."""
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(["millrace", *(sys.argv[1:] if argv is None else argv)]):
             code = cli.main(args=argv, prog_name="millrace", standalone_mode=False)
     except Interrupted as exc:
         click.echo(f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: {exc}", err=True)

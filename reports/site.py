@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from millrace.artifacts import remove_stale_temporaries
-from millrace.errors import ConfigError
+from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
@@ -136,13 +136,18 @@ def build_pages(
         log.debug("wrote %s", pages.searches[-1])
     views = []
     rungs = rung_runs(ladders)
+    damaged: list[str] = []
     for run_dir in run_dirs:
-        view = load_run(run_dir)
+        try:
+            view = load_run(run_dir)
+            path = write_run_page(view, site)
+            write_run_summary(view, site, rungs.get(view.name))
+            write_explain_data(view, site, home)
+            write_explain_page(site, view.name)
+        except ArtifactError as exc:  # one damaged run never stops the others' pages
+            damaged.append(f"{run_dir.name} ({exc})")
+            continue
         views.append(view)
-        path = write_run_page(view, site)
-        write_run_summary(view, site, rungs.get(view.name))
-        write_explain_data(view, site, home)
-        write_explain_page(site, view.name)
         log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
         pages.runs.append(path)
         if progress:
@@ -154,7 +159,17 @@ def build_pages(
         pages.compare = compare.as_uri() + compare_query([v.name for v in views])
         log.info("compare them at %s", pages.compare)
     refresh_index(home, site)
+    if damaged:
+        raise ArtifactError(f"every other page was built, not those of run {'; run '.join(damaged)}")
     return pages
+
+
+def _summary(run_dir: Path) -> RunView | None:
+    """The index line's view of a run, or None for a damaged one (named by the build that skipped its page)."""
+    try:
+        return load_run_summary(run_dir)
+    except ArtifactError:
+        return None
 
 
 def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
@@ -276,7 +291,7 @@ def refresh_index(home: Home, site: Path) -> Path:
     run_rows = [
         _run_row(view, rungs.get(view.name))
         for run_dir in find_runs(home)
-        if (site / "runs" / run_dir.name / "index.html").exists() and (view := load_run_summary(run_dir))
+        if (site / "runs" / run_dir.name / "index.html").exists() and (view := _summary(run_dir))
     ]
     ladder_rows = [
         {

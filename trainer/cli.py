@@ -8,7 +8,7 @@ import click
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from millrace.names import PLAIN_NAME
+from millrace.names import PLAIN_NAME, check_name
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
 from trainer.runs_cli import list_command as runs_list_command
 
@@ -100,6 +100,12 @@ def train() -> None:
     help="With --resume: accept optimiser, schedule or other training settings that differ from the "
     "checkpoint's (each change is recorded in run.json). A model shape change is always refused.",
 )
+@click.option(
+    "--trust-unverified",
+    is_flag=True,
+    help="With --resume: load a checkpoint that has no digests.json (one written before checkpoints were "
+    "digested), whose files cannot be checked. Without it such a checkpoint is refused.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
 @home_option
@@ -114,6 +120,7 @@ def run_command(
     resume: bool,
     from_run: str | None,
     allow_config_change: bool,
+    trust_unverified: bool,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -134,6 +141,7 @@ def run_command(
         resume=resume,
         progress=not no_progress,
         allow_config_change=allow_config_change,
+        trust_unverified=trust_unverified,
         from_run=from_run,
     )
     if as_json:
@@ -322,7 +330,11 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
 
     from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
 
-    run_dir = Path(run) if Path(run).is_dir() and (Path(run) / "run.json").exists() else existing_run(home, run)
+    try:
+        a_directory = Path(run).is_dir() and (Path(run) / "run.json").exists()
+    except OSError:  # a name too long for a path: held to the name rule below
+        a_directory = False
+    run_dir = Path(run) if a_directory else existing_run(home, check_name(run, "RUN"))
     status = run_status(run_dir)
     if as_json:
         print_json(status)

@@ -75,9 +75,14 @@ def plan_command(home: Home, reference: str, as_json: bool) -> None:
     click.echo(f"  total compute  {fmt_flops(plan.total_flops)} FLOPs")
     caps = plan.epochs
     state = "allow it" if caps.feasible else "do NOT allow it"
+    planned = "allow" if caps.planned_feasible else "do NOT allow"
     click.echo(
         f"  epoch caps     {state}: the worst component, {caps.worst_cell}, reaches "
         f"{caps.worst_epochs or 0:.2f} epochs of {caps.epoch_cap:g} {caps.note}".rstrip()
+    )
+    click.echo(
+        f"  planned run    the caps ({search_.spec.constraints.epoch_cap:g} epochs over the whole run) {planned} "
+        "a mixture for the planned run from the branch on"
     )
 
 

@@ -23,7 +23,14 @@ from trainer.search.records import (
     StoreRef,
     SwarmPlan,
 )
-from trainer.search.revisions import drawn_before, max_weights, phase_weights, prior_weights
+from trainer.search.revisions import (
+    cap_tokens,
+    drawn_before,
+    max_weights,
+    phase_weights,
+    planned_phase_tokens,
+    prior_weights,
+)
 from trainer.search.sampling import sample_mixtures
 from trainer.search.spec import Search
 
@@ -58,12 +65,29 @@ def epoch_check(search: Search, components: list[Component], samples: np.ndarray
     worst = np.unravel_index(int(np.argmax(epochs)), epochs.shape)
     cap = search.base.revision.epoch_cap
     value = float(epochs[worst])
+    planned = float(planned_phase_tokens(search).sum())
+    room = float(np.minimum(cap_tokens(search, components) * search.spec.constraints.epoch_cap, planned).sum())
     return EpochCheck(
         feasible=value <= cap + 1e-9,
+        planned_feasible=room >= planned,
         worst_cell=components[worst[1]].name,
         worst_epochs=value,
         epoch_cap=cap,
         note="" if value <= cap + 1e-9 else f"proxy p{worst[0]:03d} draws {components[worst[1]].name} past the cap",
+    )
+
+
+def sample_proxies(search: Search, components: list[Component], prior: np.ndarray) -> np.ndarray:
+    """(proxies, phases, components) mixtures around `prior`, inside the epoch cap and `max_share`."""
+    spec = search.spec
+    sequences = search.proxy_steps * search.base.manifest.global_batch
+    bound = np.minimum(max_weights(search, components, sequences), spec.constraints.max_share)
+    return sample_mixtures(
+        prior,
+        proxy_count(search, len(components)),
+        spec.sampling.seed,
+        concentrations=tuple(spec.sampling.concentrations),
+        max_weight=bound,
     )
 
 
@@ -72,25 +96,13 @@ def plan_search(search: Search, home: Home) -> SwarmPlan:
     components = search_components(search)
     spec = search.spec
     prior = prior_weights(search, components, spec.sampling.prior)
-    sequences = search.proxy_steps * search.base.manifest.global_batch
-    bound = np.minimum(max_weights(search, components, sequences), spec.constraints.max_share)
-    count = proxy_count(search, len(components))
-    samples = sample_mixtures(
-        prior,
-        count,
-        spec.sampling.seed,
-        concentrations=tuple(spec.sampling.concentrations),
-        max_weight=bound,
-    )
-    names = search.phase_names
+    samples = sample_proxies(search, components, prior)
+    count, names = len(samples), search.phase_names
     proxies = []
     for index, sample in enumerate(samples):
         run, revision = proxy_names(search, index)
-        proxies.append(
-            PlannedProxy(
-                proxy=f"p{index:03d}", run=run, revision=revision, phases=phase_weights(components, names, sample)
-            )
-        )
+        phases = phase_weights(components, names, sample)
+        proxies.append(PlannedProxy(proxy=f"p{index:03d}", run=run, revision=revision, phases=phases))
     per_token = flops_per_token(search.config, search.base.manifest.seq_len)
     branch_flops = per_token * search.branch_step * search.step_tokens
     proxy_flops = per_token * search.proxy_steps * search.step_tokens

@@ -27,28 +27,16 @@ from trainer.search.records import (
     SwarmPlan,
     record_hash,
 )
-from trainer.search.revisions import continuing, drawn_before, phase_weights, weights_array, write_and_build
-from trainer.search.spec import Search, split_steps
+from trainer.search.revisions import (
+    cap_tokens,
+    continuing,
+    phase_weights,
+    planned_phase_tokens,
+    weights_array,
+    write_and_build,
+)
+from trainer.search.spec import Search
 from trainer.search.surrogate import FitQuality, Observations, fit_surrogate
-
-
-def planned_phase_tokens(search: Search) -> np.ndarray:
-    """Tokens each phase of the planned run trains after the branch."""
-    step_tokens = search.step_tokens
-    if search.spec.constraints.planned_tokens:
-        steps = max(1, round(search.spec.constraints.planned_tokens / step_tokens) - search.branch_step)
-    else:
-        steps = search.base.manifest.total_steps - search.branch_step
-    return np.array(split_steps(steps, len(search.phase_names), search.spec.phases.switch)) * step_tokens
-
-
-def available_tokens(search: Search, plan: SwarmPlan) -> np.ndarray:
-    """Each component's tokens for the cap: what it holds, less what the baseline drew before the branch / cap."""
-    held = search.base.manifest.cells
-    seq = search.base.manifest.seq_len
-    available = np.array([sum(held[c].sequences_available for c in comp.cells) for comp in plan.components]) * seq
-    drawn = drawn_before(search, plan.components) * seq
-    return np.maximum(available - drawn / search.spec.constraints.epoch_cap, 0.0)
 
 
 def dated_name(search: Search) -> str:
@@ -86,7 +74,7 @@ def propose_search(
         fixed = np.tile(np.array([c.name not in changed for c in plan.components]), (prior.shape[0], 1))
     constraints = Constraints(
         phase_tokens=planned_phase_tokens(search).astype(float),
-        available_tokens=available_tokens(search, plan).astype(float),
+        available_tokens=cap_tokens(search, plan.components).astype(float),
         epoch_cap=limits.epoch_cap,
         min_share=limits.min_share,
         max_share=limits.max_share,

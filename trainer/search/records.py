@@ -232,7 +232,11 @@ class ProxyBudget(Record):
 
 
 class EpochCheck(Record):
+    """Whether the epoch caps allow the swarm (every proxy within the baseline's cap over its lineage) and the
+    planned run (some mixture within `constraints.epoch_cap` over the whole run from the branch on)."""
+
     feasible: bool
+    planned_feasible: bool = True
     worst_cell: str | None = None
     worst_epochs: Number = None
     epoch_cap: float

@@ -19,7 +19,7 @@ from mixtures.manifest import BuiltManifest, read_manifest
 from mixtures.revision import Revision, parse_revision
 from trainer.ladder.rung_revision import write_rung_revision
 from trainer.search.records import Component, ComponentWeight, PhaseWeights
-from trainer.search.spec import Search
+from trainer.search.spec import Search, split_steps
 
 HALF_SEQUENCE = 0.5  # a cell whose weight would draw less than this many sequences is left out of the phase
 
@@ -150,3 +150,24 @@ def max_weights(search: Search, components: list[Component], sequences: int) -> 
     room = search.base.revision.epoch_cap * available - drawn_before(search, components)
     bound = np.clip(room / max(1, sequences), 0.0, 1.0)
     return np.tile(bound, (len(search.phase_names), 1))
+
+
+def planned_phase_tokens(search: Search) -> np.ndarray:
+    """Tokens each phase of the planned (full) run trains after the branch: the rest of the baseline, or
+    `constraints.planned_tokens` in all, split at the search's switch point."""
+    step_tokens = search.step_tokens
+    if search.spec.constraints.planned_tokens:
+        steps = max(1, round(search.spec.constraints.planned_tokens / step_tokens) - search.branch_step)
+    else:
+        steps = search.base.manifest.total_steps - search.branch_step
+    return np.array(split_steps(steps, len(search.phase_names), search.spec.phases.switch)) * step_tokens
+
+
+def cap_tokens(search: Search, components: list[Component]) -> np.ndarray:
+    """Each component's tokens as the planned run's epoch cap counts them: what it holds, less what the
+    baseline drew before the branch divided by the cap (so the cap binds over the whole run)."""
+    held = search.base.manifest.cells
+    seq = search.base.manifest.seq_len
+    available = np.array([sum(held[c].sequences_available for c in comp.cells) for comp in components]) * seq
+    drawn = drawn_before(search, components) * seq
+    return np.maximum(available - drawn / search.spec.constraints.epoch_cap, 0.0)
