@@ -55,6 +55,8 @@ def test_init_asks_for_the_text_field_when_two_columns_could_hold_it(tmp_path, c
     found = json.loads(capsys.readouterr().out)
     assert found["sources"][0]["text_key"] == "abstract" and found["not_read"] == []
     assert 'text_key = "abstract"' in out.read_text()
+    with pytest.raises(ConfigError, match=r"no source 'exports' found .*; sources: export"):
+        init_starter(corpus, {"exports": "abstract"})
 
 
 def test_init_prints_the_sources_formats_and_unread_files(tmp_path, capsys):
