@@ -265,16 +265,19 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path 
         # `add_task_logger`. Replaced here, in the worker process that runs the task (never the driver's).
         def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
             executor_base.add_task_logger = _file_task_logger
-            return super()._run_for_rank(rank, local_rank, node_rank)
+            try:
+                return super()._run_for_rank(rank, local_rank, node_rank)
+            finally:  # datatrove puts back its own console sink: the worker's later lines go through logging too
+                _route_datatrove_logs()
 
     if workers > 1:
         _start_forkserver_deaf_to_ctrl_c()
-    _quiet_parent_logger("DEBUG" if verbose else "WARNING")
+    _route_datatrove_logs("DEBUG" if verbose else "WARNING")
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
     return cls(pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir))
 
 
-def _quiet_parent_logger(level: str = "WARNING") -> None:
+def _route_datatrove_logs(level: str = "WARNING") -> None:
     """datatrove's own console log (its merged stats tables, per-task INFO lines) says again what the
     progress lines and the funnel say; this process keeps only its warnings and errors, one line each, in
     millrace's log format (`millrace.logs.loguru_to_logging`)."""
