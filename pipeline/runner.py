@@ -688,7 +688,7 @@ def _build_store(
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
     for read_as in funnel["encodings"]:
-        log.warning("%s: not UTF-8, read as %s (detected)", read_as["file"], read_as["encoding"])
+        log.warning("%s: not UTF-8, read as %s", read_as["file"], read_as["encoding"])
     problems = malformed_report(layout)
     for malformed in problems[:20]:
         where = next((f"{label} {malformed[label]}" for label in ("line", "row", "record") if label in malformed), "")
