@@ -56,13 +56,14 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from datatrove.data import Document
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
-from millrace.errors import ConfigError, MillraceError
+from millrace.errors import ConfigError, MillraceError, disk_full_cause
 from millrace.home import Home
 from millrace.logs import loguru_to_logging
 from millrace.signals import TerminateSignal, sigterm_received
@@ -272,9 +273,37 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path 
 
     if workers > 1:
         _start_forkserver_deaf_to_ctrl_c()
+        shutdown_past_dead_workers()
     _route_datatrove_logs("DEBUG" if verbose else "WARNING")
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
     return cls(pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir))
+
+
+POOL_LOCK_SECONDS = 2.0  # how long a pool's shutdown waits for its task queue's lock
+
+
+def shutdown_past_dead_workers() -> None:
+    """A pool's shutdown that does not wait forever for a lock a dead worker held.
+
+    An idle worker waits for its next task holding the task queue's read lock. A batch system's SIGTERM to the
+    process group ends the workers on the spot, that one included, and the lock is never released: the pool's
+    shutdown (`_help_stuff_finish`, which takes the lock to drain the queue) then waits forever in the main
+    thread, under `LocalPipelineExecutor.run`, holding the store's writer lock. Here it waits `POOL_LOCK_SECONDS`
+    and goes on without draining (the workers it would hand the queue to are gone)."""
+    from multiprocess import pool
+
+    if getattr(pool.Pool._help_stuff_finish, "bounded", False):
+        return
+
+    def help_stuff_finish(inqueue: Any, task_handler: Any, size: int) -> None:
+        if not inqueue._rlock.acquire(timeout=POOL_LOCK_SECONDS):
+            log.debug("a pool worker died holding its task queue's lock; shutting the pool down without it")
+            return
+        while task_handler.is_alive() and inqueue._reader.poll():
+            inqueue._reader.recv()
+
+    help_stuff_finish.bounded = True  # type: ignore[attr-defined]
+    pool.Pool._help_stuff_finish = staticmethod(help_stuff_finish)
 
 
 def _route_datatrove_logs(level: str = "WARNING") -> None:
@@ -338,6 +367,9 @@ def _run_executor(
         except Exception as exc:  # a task's exception, re-raised by the executor
             if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
                 raise TerminateSignal() from exc
+            if (full := disk_full_cause(exc)) is not None:  # one line naming the path (the work dir if none)
+                work = next((p.parent for p in logging_dir.parents if p.name == "logs"), logging_dir)
+                raise OSError(full.errno, full.strerror, full.filename or str(work)) from exc
             raise PipelineError(f"stage {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
         incomplete = executor.get_incomplete_ranks()
         if incomplete:
@@ -563,15 +595,69 @@ def run_pipeline(
     config_hash = content_hash(recorded)
     version = store_version(config, home, config_hash)
     final = home.store(name, version)
-    if (final / "store.json").exists():
+    if _finished(config, final):
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
     check_text_fields(config)  # a source whose text field is not in its files: refused before any task starts
     with WriterLock(store_lock(final), f"store {name}/{version}"):  # one writer per store version
-        if (final / "store.json").exists():  # the writer before us finished it
+        if _finished(config, final):  # the writer before us finished it
             log.info("store %s/%s already built from this config: %s", name, version, final)
             return final
-        return _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
+        if not (final / "store.json").exists():
+            refuse_published(config, final, config_hash)
+            _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
+        if config.output.url:
+            publish(config, home, final)
+        return final
+
+
+def output_url(config: PipelineConfig, final: Path) -> str:
+    """Where `[output] url` publishes store version `final`: <url>/<name>/<version>."""
+    return f"{(config.output.url or '').rstrip('/')}/{final.parent.name}/{final.name}"
+
+
+def _finished(config: PipelineConfig, final: Path) -> bool:
+    """Built here, and with `[output] url` published there: the URL holds its `store.json` (the publishing
+    phase's completion marker, written last), byte for byte; another store version there is refused."""
+    if not (final / "store.json").exists():
+        return False
+    if not config.output.url:
+        return True
+    from pipeline.store.remote import check_target, remote_fs
+
+    return check_target(final, *remote_fs(output_url(config, final), config.output.storage_options))
+
+
+def refuse_published(config: PipelineConfig, final: Path, config_hash: str) -> None:
+    """Before building: a store version published at the URL from another config is refused in one line (the
+    build would end in a publication that must not overwrite it)."""
+    if not config.output.url:
+        return
+    from pipeline.store.remote import published, remote_fs
+
+    url = output_url(config, final)
+    there = published(*remote_fs(url, config.output.storage_options))
+    if there is not None and json.loads(there).get("config_hash") != config_hash:
+        raise ConfigError(
+            f"field 'output.url': {url} already holds store version {final.parent.name}/{final.name} built from "
+            "another config; refusing to overwrite it (name this one: version in [output])"
+        )
+
+
+def publish(config: PipelineConfig, home: Home, final: Path) -> None:
+    """The publishing phase: store version `final` copied to `[output] url`, `store.json` last. A rerun after a
+    failed publication resumes it (the objects already there are kept). With `[executor] work_url` the shards
+    go from the work URL to the store URL, never through this disk."""
+    from pipeline.store.remote import copy_store, publish_store
+
+    url = output_url(config, final)
+    log.info("publishing %s to %s", final, url)
+    layout = WorkLayout(home.work(final.parent.name, final.name))
+    remote = remote_work(config, layout)
+    if remote is not None:
+        publish_store(final, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
+    else:
+        copy_store(final, url, config.output.storage_options)
 
 
 def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
@@ -752,12 +838,4 @@ def _build_store(
         layout.models,
         config.validation,
     )
-    if config.output.url:
-        from pipeline.store.remote import copy_store, publish_store
-
-        url = f"{config.output.url.rstrip('/')}/{name}/{version}"
-        if remote is not None:
-            publish_store(store, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
-        else:
-            copy_store(store, url, config.output.storage_options)
     return store

@@ -8,7 +8,7 @@ import click
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from millrace.names import PLAIN_NAME
+from millrace.names import PLAIN_NAME, check_name
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
 from trainer.runs_cli import list_command as runs_list_command
 
@@ -16,11 +16,13 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
 \b
   millrace train CONFIG [--mixture M --revision R] [--steps N] [--run NAME]
-                        [--checkpoint-every K] [--resume]
+                        [--checkpoint-every K] [--resume] [--from-run SOURCE]
       train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`); CONFIG
       is a TOML file or a shipped config's name (tiny, micro-ladder, ...: `millrace train configs`);
       the run's files go to $MILLRACE_HOME/runs/<run>/ (run.json, metrics.jsonl,
       checkpoints/). Under torchrun it runs data + expert parallel.
+      --from-run SOURCE branches: a new run from SOURCE's checkpoint on SOURCE's revision or
+      one continuing it (many proxies from one shared checkpoint).
   millrace train plan CONFIG --gpus N [--gpus-per-node G] [--json]
       a runnable data x expert layout, parameters, FLOPs, memory per GPU and days for CONFIG,
       without training.
@@ -84,10 +86,25 @@ def train() -> None:
     "continues the run's revision, the run switches mixture, from a checkpoint at or before its at_step.",
 )
 @click.option(
+    "--from-run",
+    type=PLAIN_NAME,
+    default=None,
+    help="Branch: start from run NAME's newest checkpoint usable here (weights, optimiser, router biases, "
+    "counters, loader position), under this --run's own name. NAME must have trained this --revision or one "
+    "it continues (the checkpoint at or before the step where they part); the new run takes NAME's records "
+    "up to that step. Once this run has its own checkpoint, --resume continues from that.",
+)
+@click.option(
     "--allow-config-change",
     is_flag=True,
     help="With --resume: accept optimiser, schedule or other training settings that differ from the "
     "checkpoint's (each change is recorded in run.json). A model shape change is always refused.",
+)
+@click.option(
+    "--trust-unverified",
+    is_flag=True,
+    help="With --resume: load a checkpoint that has no digests.json (one written before checkpoints were "
+    "digested), whose files cannot be checked. Without it such a checkpoint is refused.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
@@ -101,7 +118,9 @@ def run_command(
     run_name: str | None,
     checkpoint_every: int | None,
     resume: bool,
+    from_run: str | None,
     allow_config_change: bool,
+    trust_unverified: bool,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -122,6 +141,8 @@ def run_command(
         resume=resume,
         progress=not no_progress,
         allow_config_change=allow_config_change,
+        trust_unverified=trust_unverified,
+        from_run=from_run,
     )
     if as_json:
         print_json(
@@ -309,7 +330,11 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
 
     from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
 
-    run_dir = Path(run) if Path(run).is_dir() and (Path(run) / "run.json").exists() else existing_run(home, run)
+    try:
+        a_directory = Path(run).is_dir() and (Path(run) / "run.json").exists()
+    except OSError:  # a name too long for a path: held to the name rule below
+        a_directory = False
+    run_dir = Path(run) if a_directory else existing_run(home, check_name(run, "RUN"))
     status = run_status(run_dir)
     if as_json:
         print_json(status)

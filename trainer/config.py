@@ -92,7 +92,7 @@ class MoEConfig(StrictModel):
 
 
 class OptimizerConfig(StrictModel):
-    lr: float = pydantic.Field(3e-3, gt=0)
+    lr: float = pydantic.Field(3e-3, gt=0, le=10)  # past 10 no run trains; 1e308 overflowed the schedule
     min_lr_ratio: float = pydantic.Field(0.1, ge=0, le=1)
     betas: tuple[Annotated[float, pydantic.Field(ge=0, lt=1)], Annotated[float, pydantic.Field(ge=0, lt=1)]] = (
         0.9,

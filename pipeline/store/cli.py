@@ -10,6 +10,7 @@ import click
 from millrace.errors import ArtifactError, ConfigError
 from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
+from millrace.remote_calls import WRITE_LIMITS, CallLimits
 from pipeline.cells.held_out_split import HELD_OUT_REASON
 from pipeline.stages.funnel import LOW_KEEP, per_source
 from pipeline.store.format import Store, write_stats_only_store
@@ -372,17 +373,37 @@ def parse_storage_options(pairs: tuple[str, ...]) -> dict:
     help="An fsspec storage option for URL's filesystem (repeatable; JSON values allowed), e.g. "
     'client_kwargs=\'{"endpoint_url": "http://127.0.0.1:9000"}\'.',
 )
+@click.option(
+    "--timeout",
+    type=float,
+    default=WRITE_LIMITS.timeout,
+    show_default=True,
+    help="Seconds one upload may take (plus one per MiB of the file) before it is cancelled and retried.",
+)
+@click.option(
+    "--retries",
+    type=int,
+    default=WRITE_LIMITS.retries,
+    show_default=True,
+    help="Attempts after an upload's first failure (with doubling waits); then one line naming the object.",
+)
 @home_option
 @json_option
-def copy(store_spec: str, url: str, options: tuple[str, ...], home, as_json: bool) -> None:
+def copy(
+    store_spec: str, url: str, options: tuple[str, ...], timeout: float, retries: int, home, as_json: bool
+) -> None:
     """Copy a store version to URL (any fsspec URL: s3://bucket/prefix, gs://..., file://...), store.json last.
 
-    The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
+    Run again after a failure, it resumes the copy (the objects already there are kept); a URL that holds
+    another store version is refused. The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
     from pipeline.store.remote import copy_store
 
     path = resolve_store(store_spec, home)
-    count = copy_store(path, url, parse_storage_options(options))
+    limits = CallLimits(timeout, retries, WRITE_LIMITS.backoff_s, "--timeout")
+    count = copy_store(path, url, parse_storage_options(options), limits)
     if as_json:
         print_json({"path": str(path), "url": url, "files": count})
+    elif count == 0:
+        click.echo(f"{url} already holds {path}: nothing copied")
     else:
         click.echo(f"copied {count} files of {path} to {url}")

@@ -320,6 +320,10 @@ class Store:
         self.manifest = payload_model(body, StoreManifest, str(self.path / "store.json"))
         artifact_name(self.manifest.name, "name", self.path / "store.json")  # pages and paths are made of them
         artifact_name(self.manifest.version, "version", self.path / "store.json")
+        for cell in self.manifest.cells:  # a cell's name is a directory: a crafted one must not read outside
+            artifact_name(cell, "cells", self.path / "store.json")
+        for name in self.manifest.sets:
+            artifact_name(name, "sets", self.path / "store.json")
 
     @property
     def name(self) -> str:
