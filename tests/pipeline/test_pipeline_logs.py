@@ -44,7 +44,12 @@ def test_each_dedup_round_is_named_in_its_lines(loguru_restored, tmp_path, caplo
     assert "dedup components-001: all 1 tasks already complete" in caplog.text
 
 
-def test_worker_processes_print_no_line_in_loguru_format(loguru_restored, tmp_path, capfd):
-    _run_executor("filter", "local", [Nothing()], 2, 2, tmp_path / "logs")
-    err = capfd.readouterr().err
-    assert " | INFO " not in err and "tasks completed" not in err, err
+def test_after_a_task_datatrove_lines_still_come_out_in_millraces_format(loguru_restored, tmp_path, capfd, caplog):
+    """datatrove puts its own console sink back when a task ends; in the process that ran it (a pool worker, here
+    this one), what it logs next must still go through logging."""
+    _run_executor("filter", "local", [Nothing()], 1, 1, tmp_path / "logs")
+    capfd.readouterr()
+    with caplog.at_level(logging.INFO):
+        loguru_restored.warning("after the task")
+    assert " | WARNING " not in capfd.readouterr().err
+    assert ("datatrove", "after the task") in [(r.name, r.getMessage()) for r in caplog.records]
