@@ -119,7 +119,7 @@ class PhaseSpec(StrictModel):
             if owner is None:
                 errors.append({"type": "extra_forbidden", "loc": (field,), "input": value})
             elif self.strategy != owner:
-                where = "a strategy phase (this phase has weights)" if self.strategy is None else f"strategy {owner!r}"
+                where = f"strategy {owner!r}" if self.strategy else "a strategy phase (this phase has weights)"
                 errors.append(refused(field, value, f"only for {where}"))
         if not errors and self.strategy is not None:
             try:

@@ -474,7 +474,7 @@ def _every_filter_empty() -> dict[str, dict[str, Any]]:
     return {spec.name: {} for spec in registry.FILTERS}
 
 
-def _filter_options(name: str, options: Any) -> dict[str, Any]:
+def _checked_filter_table(name: str, options: Any) -> dict[str, Any]:
     """`[filters.<name>]` through the filter's options model; its errors located under `filters.<name>`."""
     try:
         return filter_spec(name).checked_options(options)
@@ -504,7 +504,7 @@ class PipelineConfig(StrictModel):
             return value
         for name in value:
             filter_spec(name)
-        return {spec.name: _filter_options(spec.name, value.get(spec.name, {})) for spec in registry.FILTERS}
+        return {spec.name: _checked_filter_table(spec.name, value.get(spec.name, {})) for spec in registry.FILTERS}
 
     @pydantic.model_validator(mode="after")
     def _unique_sources(self) -> PipelineConfig:
