@@ -119,7 +119,8 @@ class PhaseSpec(StrictModel):
             if owner is None:
                 errors.append({"type": "extra_forbidden", "loc": (field,), "input": value})
             elif self.strategy != owner:
-                where = f"strategy {owner!r}" if self.strategy else "a strategy phase (this phase has weights)"
+                weights = " (this phase has weights)" if self.weights is not None else ""
+                where = f"strategy {owner!r}" if self.strategy else f"a strategy phase{weights}"
                 errors.append(refused(field, value, f"only for {where}"))
         if not errors and self.strategy is not None:
             try:
