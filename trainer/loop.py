@@ -45,15 +45,19 @@ from trainer.lr_schedule import learning_rate
 from trainer.metrics import MetricsWriter
 from trainer.model import Transformer
 from trainer.moe import MoE, local_tensor
-from trainer.observers import RunObservers
+from trainer.observers import RunObservers, with_memory
 from trainer.param_groups import group_of
 from trainer.peak import peak_flops
 from trainer.records import (
     LOCK_FILE,
     METRICS_FILE,
+    ConfigChange,
     MetricsRecord,
     RevisionRange,
+    RouterBias,
     RunRecord,
+    RunStatus,
+    RunStore,
     read_metrics,
     read_run,
     write_run,
@@ -155,7 +159,7 @@ def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> tor
     return norm
 
 
-def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
+def router_bias_stats(model: Transformer) -> tuple[list[RouterBias], float]:
     """Per MoE layer the bias's norm and largest entry, and Σ bias² over layers: one host read for all."""
     biases = [(index, layer.router.expert_bias.detach().double()) for index, layer in model.indexed_moe_layers()]
     if not biases:
@@ -164,7 +168,7 @@ def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
         [torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()]) for _, bias in biases]
     ).tolist()
     stats = [
-        {"layer": index, "norm": norm, "max_abs": max_abs} for (index, _), (_, norm, max_abs) in zip(biases, figures)
+        RouterBias(layer=index, norm=norm, max_abs=max_abs) for (index, _), (_, norm, max_abs) in zip(biases, figures)
     ]
     return stats, sum(layer_squared for layer_squared, _, _ in figures)
 
@@ -303,7 +307,7 @@ class Training:
 @dataclass
 class StepResult:
     step: int  # the step just completed (1-based count of optimizer steps)
-    phase: int
+    phase: str
     loss: float
     lr: float
     grad_norm: float
@@ -440,40 +444,37 @@ def restore(training: Training, resume: bool) -> int:
     return training.start
 
 
-def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
+def revision_history(plan: RunPlan, start: int) -> list[RevisionRange]:
     """Which revision (and manifest, and run directory) this run trained on over which steps: the earlier
     record's ranges before `start`, then this invocation's [start, stop). A resume onto a mixture switch
     adds a range."""
-    previous: list[dict[str, Any]] = []
+    previous: list[RevisionRange] = []
     if start > 0:
         try:
             record = read_run(plan.run_dir)
         except ArtifactError:
-            record = {}
-        previous = record.get("revisions") or (
+            record = RunRecord()
+        previous = record.revisions or (
             [
-                {
-                    "revision": record["revision"],
-                    "manifest_hash": record["manifest_hash"],
-                    "start_step": 0,
-                    "stop_step": start,
-                }
+                RevisionRange(
+                    revision=record.revision, manifest_hash=record.manifest_hash, start_step=0, stop_step=start
+                )
             ]
-            if "revision" in record
+            if record.revision is not None and record.manifest_hash is not None
             else []
         )
-    ranges = [r | {"stop_step": min(r["stop_step"], start)} for r in previous if r["start_step"] < start]
-    if ranges and ranges[-1]["manifest_hash"] == plan.stream.manifest_hash:
-        ranges[-1]["stop_step"] = plan.stop
+    ranges = [r.model_copy(update={"stop_step": min(r.stop_step, start)}) for r in previous if r.start_step < start]
+    if ranges and ranges[-1].manifest_hash == plan.stream.manifest_hash:
+        ranges[-1] = ranges[-1].model_copy(update={"stop_step": plan.stop})
     else:
         ranges.append(
-            {
-                "revision": plan.revision,
-                "manifest_hash": plan.stream.manifest_hash,
-                "run": plan.run,
-                "start_step": start,
-                "stop_step": plan.stop,
-            }
+            RevisionRange(
+                revision=plan.revision,
+                manifest_hash=plan.stream.manifest_hash,
+                run=plan.run,
+                start_step=start,
+                stop_step=plan.stop,
+            )
         )
     return ranges
 
@@ -507,10 +508,11 @@ def adopt_history(plan: RunPlan, source: str, step: int) -> None:
     if plan.runtime.rank != 0:
         return
     before = plan.home.run(source)
-    write_run(plan.run_dir, read_run(before) | {"run": plan.run})
-    lines = [line for line in read_metrics(before) if line["step"] <= step]
+    write_run(plan.run_dir, read_run(before).model_copy(update={"run": plan.run}))
+    lines = [record for record in read_metrics(before) if record.step <= step]
     atomic_write_text(
-        plan.run_dir / METRICS_FILE, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+        plan.run_dir / METRICS_FILE,
+        "".join(json.dumps(record.dump(), separators=(",", ":")) + "\n" for record in lines),
     )
 
 
@@ -518,7 +520,7 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     """`run.json` at start (rank 0): what runs, on what data, at what size."""
     plan, config = training.plan, training.plan.config
     changes = _recorded_changes(plan.run_dir) + [
-        {"step": training.start, **change} for change in training.state.config_changes
+        change.model_copy(update={"step": training.start}) for change in training.state.config_changes
     ]
     write_run(
         plan.run_dir,
@@ -529,9 +531,9 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
             revision=plan.revision,
             manifest_hash=plan.stream.manifest_hash,
             manifest_path=str(plan.manifest_path),
-            revisions=[RevisionRange.model_validate(r) for r in revision_history(plan, training.start)],
-            lineage=lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
-            store={"name": plan.store.name, "version": plan.store.version},
+            revisions=revision_history(plan, training.start),
+            lineage=[RevisionRange(**r) for r in lineage_of(plan.stream.manifest, plan.stream.manifest_hash)],
+            store=RunStore(name=plan.store.name, version=plan.store.version),
             planned_tokens_per_cell=planned_tokens_per_cell(plan.stream),
             total_steps=plan.horizon,
             stop_step=plan.stop,
@@ -551,9 +553,9 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     )
 
 
-def _recorded_changes(run_dir: Path) -> list[dict]:
+def _recorded_changes(run_dir: Path) -> list[ConfigChange]:
     try:
-        return list(read_run(run_dir).get("config_changes", []))
+        return list(read_run(run_dir).config_changes)
     except ArtifactError:
         return []
 
@@ -640,30 +642,35 @@ def log_metrics(
     bias_stats, bias_squared = router_bias_stats(training.model)
     tokens_per_second = result.global_tokens / result.elapsed
     per_token = flops_per_token(plan.config, plan.stream.seq_len)
-    record = {
-        "step": result.step,
-        "time": time.time(),
-        "phase": result.phase,
-        "loss": result.loss,
-        "lr": result.lr,
-        "tokens": training.state.tokens,
-        "tokens_per_second": tokens_per_second,
-        "mfu": per_token * tokens_per_second / (peak * plan.runtime.world),
-        "data_wait_fraction": result.waited / result.elapsed,
-        "grad_norm": result.grad_norm,
-        "param_norm": math.sqrt(param_squared),
-        "param_norm_with_router_bias": math.sqrt(param_squared + bias_squared),
-        "param_norm_per_group": {group: math.sqrt(value) for group, value in group_squared.items()},
-        "router_bias": bias_stats,
-        "expert_load": [load.as_dict() for load in result.loads],
-        "loss_per_cell": _means(plan.stream.cell_names, result.acc.cells),
-        "loss_per_source": _means(plan.stream.source_names, result.acc.sources),
-        "realised_tokens_per_cell": dict(training.state.realised_tokens_per_cell),
-        "step_seconds": result.elapsed,
-    }
-    record.update(observers.record_extras(record, result.skipped))
+    aux_loss, z_loss = observers.aux_losses()
+    record = MetricsRecord(
+        step=result.step,
+        time=time.time(),
+        phase=result.phase,
+        loss=result.loss,
+        lr=result.lr,
+        tokens=training.state.tokens,
+        tokens_per_second=tokens_per_second,
+        mfu=per_token * tokens_per_second / (peak * plan.runtime.world),
+        data_wait_fraction=result.waited / result.elapsed,
+        grad_norm=result.grad_norm,
+        param_norm=math.sqrt(param_squared),
+        param_norm_with_router_bias=math.sqrt(param_squared + bias_squared),
+        param_norm_per_group={group: math.sqrt(value) for group, value in group_squared.items()},
+        router_bias=bias_stats,
+        expert_load=[load.record() for load in result.loads],
+        loss_per_cell=_means(plan.stream.cell_names, result.acc.cells),
+        loss_per_source=_means(plan.stream.source_names, result.acc.sources),
+        realised_tokens_per_cell=dict(training.state.realised_tokens_per_cell),
+        step_seconds=result.elapsed,
+        aux_loss=aux_loss,
+        z_loss=z_loss,
+        skipped=result.skipped,
+        skipped_steps=observers.health.skipped_total,
+    )
+    record = observers.with_alerts(with_memory(record, plan.runtime.device))
     if writer is not None:
-        writer.write(MetricsRecord.model_validate(record))
+        writer.write(record)
 
 
 def maybe_checkpoint(training: Training, step: int) -> ckpt.Place | None:
@@ -886,19 +893,19 @@ def _log_start(training: Training, peak: float, peak_source: str) -> None:
     )
 
 
-def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:
+def _means(names: list[str], sums: torch.Tensor) -> dict[str, float | None]:
     totals, counts = sums.tolist()  # one device read, not two per name
     return {name: totals[i] / counts[i] for i, name in enumerate(names) if i < len(totals) and counts[i] > 0}
 
 
-def _set_status(run_dir: Path, status: str) -> None:
+def _set_status(run_dir: Path, status: RunStatus) -> None:
     """Record `status` in run.json; on a full disk say so and go on (the error that brought us here counts)."""
     try:
-        payload = read_run(run_dir)
+        record = read_run(run_dir)
     except ArtifactError:
         return
     try:
-        write_run(run_dir, payload | {"status": status})
+        write_run(run_dir, record.model_copy(update={"status": status}))
     except OSError as exc:
         log.error("could not record status %r in %s: %s", status, run_dir / "run.json", exc.strerror or exc)
 

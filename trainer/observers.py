@@ -15,7 +15,6 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import torch
@@ -26,19 +25,19 @@ from trainer.distributed import Runtime, reshard
 from trainer.evaluation import Evaluator, EvalWriter, eval_steps, token_byte_lengths
 from trainer.health import HealthMonitor
 from trainer.model import Transformer
-from trainer.records import read_metrics
+from trainer.records import MetricsRecord, read_metrics
 from trainer.samples import SampleWriter, TokenText, auto_prompts, file_prompts, prompts_path
 
 log = logging.getLogger(__name__)
 
 
-def memory_stats(device: torch.device) -> dict[str, int]:
-    """Resident set of this process, and CUDA allocated/reserved bytes on a GPU."""
-    stats = {"memory_rss_bytes": psutil.Process().memory_info().rss}
+def with_memory(record: MetricsRecord, device: torch.device) -> MetricsRecord:
+    """The record with the resident set of this process, and CUDA allocated/reserved bytes on a GPU."""
+    update = {"memory_rss_bytes": psutil.Process().memory_info().rss}
     if device.type == "cuda":
-        stats["cuda_allocated_bytes"] = torch.cuda.memory_allocated(device)
-        stats["cuda_reserved_bytes"] = torch.cuda.memory_reserved(device)
-    return stats
+        update["cuda_allocated_bytes"] = torch.cuda.memory_allocated(device)
+        update["cuda_reserved_bytes"] = torch.cuda.memory_reserved(device)
+    return record.model_copy(update=update)
 
 
 def aux_terms(model: Transformer) -> torch.Tensor | None:
@@ -49,8 +48,8 @@ def aux_terms(model: Transformer) -> torch.Tensor | None:
 
 def active_before(run_dir: Path, start: int) -> list[str]:
     """Alerts active at the checkpoint a resumed run starts from (so that their end is recorded)."""
-    kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= start]
-    return list((kept[-1].get("alerts") or {}).get("active", [])) if kept else []
+    kept = [r for r in read_metrics(run_dir) if r.step <= start]
+    return list(kept[-1].alerts.active) if kept and kept[-1].alerts is not None else []
 
 
 class RunObservers:
@@ -122,21 +121,17 @@ class RunObservers:
         self.health.skipped(step, time.time(), f"non-finite {what}")
         return True
 
-    def record_extras(self, record: dict[str, Any], skipped: bool) -> dict[str, Any]:
-        """Fields the step's metrics record gets from here; call on every rank (it all-reduces)."""
+    def aux_losses(self) -> tuple[float, float]:
+        """The step's (balance loss, z-loss) averaged over its forwards; call on every rank (it all-reduces)."""
         aux = self.runtime.all_reduce(self.aux.clone()) / max(self.forwards * self.runtime.world, 1)
         self.aux.zero_()
         self.forwards = 0
         aux_loss, z_loss = aux.tolist()
-        extras = {
-            "aux_loss": aux_loss,
-            "z_loss": z_loss,
-            "skipped": skipped,
-            "skipped_steps": self.health.skipped_total,
-            **memory_stats(self.runtime.device),
-        }
-        extras["alerts"] = self.health.check({**record, **extras}, time.time())
-        return extras
+        return aux_loss, z_loss
+
+    def with_alerts(self, record: MetricsRecord) -> MetricsRecord:
+        """The step's record with the health alerts that start and end at it."""
+        return record.model_copy(update={"alerts": self.health.check(record, time.time())})
 
     def after_step(self, model: Transformer, step: int, tokens: int) -> None:
         """Evaluate and sample if due after `step` steps; then every weight is back to its shard."""
@@ -148,10 +143,10 @@ class RunObservers:
             log.info(
                 "step %d: held-out loss macro %.4f micro %.4f, bits/byte macro %.4f (%.1fs)",
                 step,
-                result["loss"]["macro"],
-                result["loss"]["micro"],
-                result["bpb"]["macro"],
-                result["seconds"],
+                result.loss.macro,
+                result.loss.micro,
+                result.bpb.macro,
+                result.seconds,
             )
         if self.sampler is not None and step in self.sample_at:
             self.sampler.sample(model, step)

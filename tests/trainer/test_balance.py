@@ -11,6 +11,7 @@ from trainer.health import HealthMonitor
 from trainer.ladder.spec import SHIPPED_CONFIGS
 from trainer.model import Transformer
 from trainer.moe import MoE, tokens_per_expert
+from trainer.records import MetricsRecord
 
 
 def imbalanced_layer(rate_experts=8, centre: bool = False) -> MoE:
@@ -152,8 +153,8 @@ def alerts_under_a_pull_on_one_expert(rate: float, pull: float = 2.4e-3, steps: 
         load = balance_step([(0, layer)], rate)[0]
         with torch.no_grad():
             layer.router.expert_bias += towards_one
-        record = {"step": step, "tokens": 1024 * step, "expert_load": [load.as_dict()]}
-        started += [(step, alert["name"]) for alert in monitor.check(record, 0.0)["started"]]
+        record = {"step": step, "tokens": 1024 * step, "expert_load": [load.record().model_dump()]}
+        started += [(step, alert.name) for alert in monitor.check(MetricsRecord.model_validate(record), 0.0).started]
     return started
 
 
