@@ -12,7 +12,10 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from trainer.records import MetricsRecord, observed_run_status, read_eval, read_metrics, read_run
+from millrace.errors import ArtifactError
+from millrace.home import Home
+from millrace.names import known
+from trainer.records import RUN_FILE, MetricsRecord, observed_run_status, read_eval, read_metrics, read_run
 
 ALERT_EXIT_CODE = 3
 
@@ -30,6 +33,15 @@ def active_alerts(records: list[MetricsRecord]) -> list[dict[str, JsonValue]]:
         if len(found) == len(last.active):
             break
     return [found.get(name, {"name": name, "since_step": None}) for name in last.active]
+
+
+def existing_run(home: Home, name: str) -> Path:
+    """The directory of run `name`; a miss lists the runs there are."""
+    run_dir = home.run(name)
+    if not (run_dir / RUN_FILE).exists():
+        names = (p.parent.name for p in home.runs.glob(f"*/{RUN_FILE}"))
+        raise ArtifactError(f"run {name!r}: no {RUN_FILE} in {run_dir}" + known("runs", names))
+    return run_dir
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:
