@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -52,26 +53,33 @@ def active_before(run_dir: Path, start: int) -> list[str]:
     return list(kept[-1].alerts.active) if kept and kept[-1].alerts is not None else []
 
 
+@dataclass(frozen=True)
+class ObservedRun:
+    """What the observers need to know of the run they watch: its config and files, and its steps."""
+
+    config: TrainConfig
+    config_path: Path
+    manifest_path: Path
+    home: Path  # $MILLRACE_HOME: a prompts file may lie under it
+    run_dir: Path
+    start: int
+    stop: int
+    horizon: int
+    checkpoint_every: int
+    source_names: list[str]
+    tokenizer_path: Path | None
+
+
 class RunObservers:
-    def __init__(
-        self,
-        config: TrainConfig,
-        config_path: Path,
-        manifest_path: Path,
-        runtime: Runtime,
-        run_dir: Path,
-        start: int,
-        stop: int,
-        horizon: int,
-        checkpoint_every: int,
-        source_names: list[str],
-        tokenizer_path: Path | None,
-        autocast: bool,
-        published_peak: bool = False,
-    ):
+    """Health, held-out evaluation and samples around the training steps of one run."""
+
+    def __init__(self, run: ObservedRun, runtime: Runtime, autocast: bool, published_peak: bool = False):
+        config = run.config
         self.config, self.runtime = config, runtime
         writes = runtime.rank == 0
-        self.health = HealthMonitor(config.health, active_before(run_dir, start) if writes else [], published_peak)
+        self.health = HealthMonitor(
+            config.health, active_before(run.run_dir, run.start) if writes else [], published_peak
+        )
         self.evaluator: Evaluator | None = None
         self.eval_writer: EvalWriter | None = None
         self.eval_at: set[int] = set()
@@ -79,30 +87,35 @@ class RunObservers:
         self.sample_at: set[int] = set()
         sequences = None
         if config.eval.enabled or config.samples.enabled:
-            sequences = ValidationSequences(manifest_path, config.eval.max_sequences)
+            sequences = ValidationSequences(run.manifest_path, config.eval.max_sequences)
             if not sequences.entries:
-                log.warning("%s pins no held-out data: no evaluation, no automatic prompts", manifest_path)
+                log.warning("%s pins no held-out data: no evaluation, no automatic prompts", run.manifest_path)
         if config.eval.enabled and sequences is not None and sequences.entries:
-            lengths = token_byte_lengths(tokenizer_path, config.model.vocab_size)
+            lengths = token_byte_lengths(run.tokenizer_path, config.model.vocab_size)
             self.evaluator = Evaluator(
-                sequences, runtime, config.eval.batch_sequences, source_names, lengths, autocast
+                sequences, runtime, config.eval.batch_sequences, run.source_names, lengths, autocast
             )
-            self.eval_at = eval_steps(config.eval.every, start, stop, horizon)
-            self.eval_writer = EvalWriter(run_dir, start) if writes else None
+            self.eval_at = eval_steps(config.eval.every, run.start, run.stop, run.horizon)
+            self.eval_writer = EvalWriter(run.run_dir, run.start) if writes else None
         if config.samples.enabled:
-            text = TokenText(tokenizer_path)
-            if config.samples.prompts == "auto":
-                prompts = auto_prompts(sequences, text, config.samples.prompt_tokens) if sequences else []
-            else:
-                home = run_dir.parent.parent  # runs/<run> under $MILLRACE_HOME
-                prompts = file_prompts(prompts_path(config.samples.prompts, config_path, home), text)
-            if prompts:
-                eos = sequences.eos_id if sequences is not None else None
-                self.sampler = SampleWriter(run_dir, start, config.samples, prompts, text, runtime.device, eos, writes)
-                cadence = config.samples.every or checkpoint_every
-                self.sample_at = {s for s in range(start + 1, stop + 1) if cadence and s % cadence == 0} | {stop}
+            self._sampling(run, sequences, writes)
         self.aux = torch.zeros(2, dtype=torch.float64, device=runtime.device)
         self.forwards = 0
+
+    def _sampling(self, run: ObservedRun, sequences: ValidationSequences | None, writes: bool) -> None:
+        """Completions of fixed prompts (automatic ones from the held-out data, or a file's) on a cadence."""
+        cfg, text = run.config.samples, TokenText(run.tokenizer_path)
+        if cfg.prompts == "auto":
+            prompts = auto_prompts(sequences, text, cfg.prompt_tokens) if sequences else []
+        else:
+            prompts = file_prompts(prompts_path(cfg.prompts, run.config_path, run.home), text)
+        if prompts:
+            eos = sequences.eos_id if sequences is not None else None
+            self.sampler = SampleWriter(run.run_dir, run.start, cfg, prompts, text, self.runtime.device, eos, writes)
+            cadence = cfg.every or run.checkpoint_every
+            self.sample_at = {s for s in range(run.start + 1, run.stop + 1) if cadence and s % cadence == 0} | {
+                run.stop
+            }
 
     def forwarded(self, model: Transformer) -> None:
         """After each training forward: gather the aux terms it added."""

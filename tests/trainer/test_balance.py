@@ -71,7 +71,8 @@ def test_centring_the_router_input_balances_what_a_shared_component_skewed():
 def test_bias_is_a_buffer_outside_the_optimizer_and_the_gradient_norm():
     from trainer.config import TrainConfig
     from trainer.distributed import Runtime
-    from trainer.loop import build_optimizer, clip_gradients
+    from trainer.model_build import build_optimizer
+    from trainer.norms import clip_gradients
 
     config = TrainConfig(
         model=ModelConfig(d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32),

@@ -132,7 +132,7 @@ def test_bf16_compute_keeps_fp32_master_weights_and_adam_state(built, tiny_confi
 
     from trainer.config import load_train_config, with_vocab
     from trainer.distributed import Runtime
-    from trainer.loop import build_model, build_optimizer, compute_in_bf16
+    from trainer.model_build import build_model, build_optimizer, compute_in_bf16
 
     home, _ = built
     config = tiny_config(
