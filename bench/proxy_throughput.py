@@ -143,7 +143,8 @@ def proxy_tokens_per_second(config_path: Path, home, run: str) -> float:
     train(config_path, home, steps=STEPS, run=run)
     lines = read_metrics(home.run(run))
     start, end = lines[WARMUP - 1], lines[-1]
-    return (end["tokens"] - start["tokens"]) / (end["time"] - start["time"])
+    assert None not in (start.tokens, end.tokens, start.time, end.time), "the trainer writes tokens and time"
+    return (float(end.tokens or 0) - float(start.tokens or 0)) / (float(end.time or 0) - float(start.time or 0))
 
 
 def throughput(home, directory: Path, manifest: Path) -> list[Result]:
