@@ -8,9 +8,11 @@
   row and a two-phase proposal under the constraints (8-epoch cap over 15T + 3.75T planned tokens, shares,
   closeness to the prior), against a 10 s CPU budget, for the log-linear default and LightGBM, at 250 and 1,000
   rows (two sizes); the rows are RegMix draws around the natural shares of the reference store's 200 cells,
-  scored by a known log-linear law with 1% noise, and the proposal is checked against every constraint;
+  scored by a known log-linear law with 1% noise, and the proposal is checked against every constraint; beside
+  it, the log-linear fit with BLAS held to one thread (as the search runs it) against numpy's default threads;
 - a proxy's training throughput on CPU against a plain dense PyTorch model of the same FLOPs per token on the
-  same batches (at least 0.5x): a swarm on a small machine is bounded by it.
+  same batches (at least 0.5x): a swarm on a small machine is bounded by it; and one branched proxy's time
+  outside its training steps, named step by step (`bench/proxy_throughput.py`).
 
 `MILLRACE_BENCH_PROXIES` sets the swarm's size (default 64) for a shorter run on a busy machine.
 """
@@ -31,7 +33,7 @@ from bench.result import Result
 from millrace.home import Home
 from trainer.search.propose import Constraints, max_weights, propose, violations
 from trainer.search.sampling import sample_mixtures
-from trainer.search.surrogate import Kind, Observations, cross_validate, fit_surrogate
+from trainer.search.surrogate import Kind, Observations, _fit_log_linear, cross_validate, fit_surrogate
 
 PROXIES = int(os.environ.get("MILLRACE_BENCH_PROXIES", "64"))
 SEQ_LEN, GLOBAL_BATCH, PROXY_STEPS, BRANCH_STEP = 256, 16, 16, 4
@@ -146,7 +148,45 @@ def fit_propose_results() -> list[Result]:
     return results
 
 
-PARTS: list[Callable[[], list[Result]]] = [swarm, fit_propose_results]
+def blas_threads_result() -> Result:
+    """The log-linear fit at 1,000 rows as `fit_surrogate` runs it (BLAS held to one thread) against the same fit
+    under numpy's default BLAS threads: on a busy machine the threads spin more than they compute."""
+    _, obs = reference_problem(1000)
+
+    def cpu(fit: Callable[[], object]) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            fit()
+            best = min(best, time.process_time() - start)
+        return best
+
+    default = cpu(lambda: _fit_log_linear(obs))
+    ours = cpu(lambda: fit_surrogate(obs, "log-linear"))
+    return Result(
+        "log-linear fit, 200 cells x 1000 rows, BLAS held to one thread (CPU)",
+        ours,
+        default,
+        "numpy's default BLAS threads",
+        "s",
+        higher_is_better=False,
+    )
+
+
+def proxy_throughput_results() -> list[Result]:
+    """The proxy against a plain dense PyTorch model of the same FLOPs/token, and its overheads
+    (`bench/proxy_throughput.py`)."""
+    from bench import proxy_throughput
+
+    return proxy_throughput.main()
+
+
+PARTS: list[Callable[[], list[Result]]] = [
+    swarm,
+    fit_propose_results,
+    lambda: [blas_threads_result()],
+    proxy_throughput_results,
+]
 
 
 def main() -> list[Result]:

@@ -25,6 +25,7 @@ from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from millrace.progress import on_terminal
 from trainer.ladder.spec import SHIPPED_CONFIGS
+from trainer.records import RungResult
 
 log = logging.getLogger("millrace.demo")  # the logger name users know
 
@@ -67,10 +68,18 @@ class DemoReport:
         }
 
 
+def heading(console: Console, text: str) -> None:
+    """A rule with `text` on a terminal; elsewhere (a log, CI) the whole line, never cut at the console's width."""
+    if console.is_terminal:
+        console.rule(text)
+    else:
+        console.print(f"== {text}", soft_wrap=True, highlight=False)
+
+
 @contextlib.contextmanager
 def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator[None]:
     """Says what a step does, and records how long it took."""
-    console.rule(f"[bold]{name}[/]: {what}")
+    heading(console, f"[bold]{name}[/]: {what}")
     started = time.perf_counter()
     yield
     report.seconds[name] = time.perf_counter() - started
@@ -237,12 +246,12 @@ def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
     """The ladder's main job, small: the prediction for the next rung up beside what it measures."""
     from trainer.ladder.check import predict_then_measure
 
-    def show(result: dict) -> None:
-        final = ((result.get("final") or {}).get("loss") or {}).get("macro")
+    def show(result: RungResult) -> None:
+        final = result.final.loss.macro if result.final is not None else None
         console.print(
-            f"  rung {result['rung']}: held-out macro loss {final:.4f} at {result['flops']:.3g} FLOPs"
+            f"  rung {result.rung}: held-out macro loss {final:.4f} at {result.flops or 0:.3g} FLOPs"
             if final is not None
-            else f"  rung {result['rung']}: no held-out evaluation"
+            else f"  rung {result.rung}: no held-out evaluation"
         )
 
     check = predict_then_measure(ladder, home, progress=True, on_result=show)
@@ -357,7 +366,7 @@ def print_done(console: Console, home: Home, report: DemoReport) -> None:
     def whole(text: str, **style) -> None:  # never wrapped, whatever the console; no markup inside a path
         console.print(text, soft_wrap=True, markup=False, highlight=False, **style)
 
-    console.rule("[bold green]done[/]")
+    heading(console, "[bold green]done[/]")
     whole(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)")
     whole(f"store:    {report.store}")
     whole(f"run:      {report.run}")

@@ -305,11 +305,13 @@ def make_store(
     vocab: int | None = None,
     doc_tokens: int | None = None,
     held_out: int = 0,
+    store_stats: dict | None = None,
     eval_sets: Mapping[str, Mapping[str, int]] = {},
 ) -> Path:
     """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.
 
     `held_out`: the first documents of each cell's first shard go to its validation shard instead.
+    `store_stats`: the manifest's `stats` (e.g. domain labels).
     `eval_sets`: external sets, each drawn as a known mix of cells (set -> cell -> tokens, drawn like the cell)."""
     shape = replace(shape, vocab=vocab or shape.vocab, doc_tokens=doc_tokens or shape.doc_tokens)
     name, version = name or shape.name, version or shape.version
@@ -343,6 +345,7 @@ def make_store(
         tokenizer_path=tokenizer_path,
         bytes_per_token=shape.bytes_per_token,
         validation=validation,
+        store_stats=store_stats,
         eval_sets=sets,
     )
 

@@ -8,7 +8,7 @@ import click
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from millrace.names import PLAIN_NAME
+from millrace.names import PLAIN_NAME, check_name
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
 from trainer.runs_cli import list_command as runs_list_command
 
@@ -17,7 +17,8 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 \b
   millrace train CONFIG [--mixture M --revision R] [--steps N] [--run NAME]
                         [--checkpoint-every K] [--resume] [--from-run SOURCE]
-      train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`);
+      train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`); CONFIG
+      is a TOML file or a shipped config's name (tiny, micro-ladder, ...: `millrace train configs`);
       the run's files go to $MILLRACE_HOME/runs/<run>/ (run.json, metrics.jsonl,
       checkpoints/). Under torchrun it runs data + expert parallel.
       --from-run SOURCE branches: a new run from SOURCE's checkpoint on SOURCE's revision or
@@ -25,6 +26,8 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
   millrace train plan CONFIG --gpus N [--gpus-per-node G] [--json]
       a runnable data x expert layout, parameters, FLOPs, memory per GPU and days for CONFIG,
       without training.
+  millrace train configs [--json]
+      the shipped configs, which CONFIG may name from anywhere (`millrace train tiny`).
   millrace train list [--json]
       the runs under $MILLRACE_HOME/runs (same as `millrace runs list`).
   millrace train status RUN [--json]
@@ -55,7 +58,7 @@ def train() -> None:
 
 
 @train.command("run")
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("config", metavar="CONFIG")
 @click.option("--mixture", type=PLAIN_NAME, default=None, help="Mixture name (default: the config's data.mixture).")
 @revision_option("Mixture revision (default: the config's data.revision).", default=None)
 @click.option(
@@ -97,6 +100,12 @@ def train() -> None:
     help="With --resume: accept optimiser, schedule or other training settings that differ from the "
     "checkpoint's (each change is recorded in run.json). A model shape change is always refused.",
 )
+@click.option(
+    "--trust-unverified",
+    is_flag=True,
+    help="With --resume: load a checkpoint that has no digests.json (one written before checkpoints were "
+    "digested), whose files cannot be checked. Without it such a checkpoint is refused.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
 @home_option
@@ -111,10 +120,14 @@ def run_command(
     resume: bool,
     from_run: str | None,
     allow_config_change: bool,
+    trust_unverified: bool,
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Train CONFIG's model on a built mixture, fed by the loader."""
+    """Train CONFIG's model on a built mixture, fed by the loader.
+
+    CONFIG is a TOML file, or the name of a config millrace ships (`tiny`; `millrace train configs` lists
+    them, with where they are)."""
     from trainer.loop import train as train_fn
 
     result = train_fn(
@@ -128,6 +141,7 @@ def run_command(
         resume=resume,
         progress=not no_progress,
         allow_config_change=allow_config_change,
+        trust_unverified=trust_unverified,
         from_run=from_run,
     )
     if as_json:
@@ -153,6 +167,21 @@ def run_command(
 
 
 train.add_command(runs_list_command, "list")
+
+
+@train.command("configs")
+@json_option
+def configs_command(as_json: bool) -> None:
+    """The training configs millrace ships: each one's name (what CONFIG may say, from any directory) and file."""
+    from trainer.config import shipped_configs
+
+    shipped = {name: str(path) for name, path in shipped_configs().items()}
+    if as_json:
+        print_json({"configs": shipped})
+        return
+    width = max((len(name) for name in shipped), default=0)
+    for name, path in shipped.items():
+        click.echo(f"{name:<{width}}  {path}")
 
 
 def fmt_params(count: float) -> str:
@@ -299,9 +328,13 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
     Exit status 3 while any alert is active (for cron jobs and Slurm scripts), 0 otherwise."""
     from pathlib import Path
 
-    from trainer.status import ALERT_EXIT_CODE, format_status, run_status
+    from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
 
-    run_dir = Path(run) if Path(run).is_dir() and (Path(run) / "run.json").exists() else home.run(run)
+    try:
+        a_directory = Path(run).is_dir() and (Path(run) / "run.json").exists()
+    except OSError:  # a name too long for a path: held to the name rule below
+        a_directory = False
+    run_dir = Path(run) if a_directory else existing_run(home, check_name(run, "RUN"))
     status = run_status(run_dir)
     if as_json:
         print_json(status)

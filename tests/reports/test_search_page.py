@@ -16,6 +16,7 @@ from mixtures.build import build
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
 from reports.numbers import human_percent
+from testkit.browser import Tab
 from testkit.factory import page_data
 from trainer.records import EvalFigures
 from trainer.search.propose import Constraints, propose
@@ -225,6 +226,13 @@ def search_site(tmp_path_factory):
     return home, site, written
 
 
+def test_report_build_names_the_search_page(search_site, capsys):
+    home, site, _ = search_site
+    assert main(["report", "build", "--home", str(home.root), "--out", str(site), "--json"]) == 0
+    built = json.loads(capsys.readouterr().out)
+    assert built["searches"] == [str(site / "searches" / SEARCH / "index.html")]
+
+
 def test_fit_json_keeps_the_artifact_kind_and_the_surrogate_kind_apart(search_site):
     home, _, _ = search_site
     raw = json.loads((home.search(SEARCH) / FIT_FILE).read_text())
@@ -294,3 +302,18 @@ def test_composition_page_and_index_link_the_search_and_carry_the_provenance(sea
     assert provenance["predicted"] == pytest.approx(written["proposal"].provenance.predicted)
     index = (site / "index.html").read_text()
     assert f'href="searches/{SEARCH}/index.html"' in index and "proposed" in index
+
+
+def test_the_composition_page_shows_the_proposals_provenance_in_a_browser(browser, search_site):
+    _, site, written = search_site
+    tab = Tab(browser)
+    page = site / "ref" / "v1" / "index.html"
+    tab.open(page, "?revision=proposed")
+    about = tab.page.evaluate("() => document.getElementById('revision-description').textContent")
+    predicted = f"{written['proposal'].provenance.predicted:.4g}"
+    assert f"Proposed by mixture search {SEARCH}" in about and predicted in about and "continuing natural" in about
+    tab.open(page, "?revision=natural")
+    assert tab.page.evaluate("() => document.getElementById('revision-description').hidden")
+    tab.open(site / "searches" / SEARCH / "index.html")
+    assert tab.page.evaluate("() => document.querySelectorAll('#scatter circle.proxy').length") == PROXIES
+    assert tab.errors == [] and all(url.startswith("file:") for url in tab.requests)
