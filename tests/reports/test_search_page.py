@@ -207,7 +207,7 @@ def search_site(tmp_path_factory):
     manifest_hash = write_stats_only_store(home.store("ref", "v1"), "ref", "v1", CELLS)
     for name, options in (
         ("natural", {"strategy": "natural"}),
-        ("proposed", {"strategy": "temperature", "temperature": 2.0}),
+        ("proposed", {"strategy": "temperature", "options": {"temperature": 2.0}}),
     ):
         new_revision(
             home,
