@@ -95,7 +95,9 @@ def test_rows_keep_every_result_so_a_new_target_refits_without_training(searched
     report = json.loads(result.stdout)
     assert report["target"] == {"bpb.cell.c00q0": 1.0} and report["target_fit"]["rows"] == 16
     assert read_proxies(home.search("known")).rows[0].results.metric("bpb.cell.c00q0") is not None
-    fit_step(spec, home, patterns=["bpb.set.*"])  # the module's own target back for the other tests
+    trees = fit_step(spec, home, kind="lightgbm", patterns=["bpb.set.*"])  # RegMix's regressor on the same rows
+    assert trees.surrogate == "lightgbm" and trees.target_fit.rows == 16 and trees.target_fit.spearman is not None
+    fit_step(spec, home, patterns=["bpb.set.*"])  # the module's own target and surrogate back for the other tests
 
 
 def test_plan_prints_the_swarm(searched) -> None:
