@@ -194,11 +194,19 @@ def load(path: Place, parts: Mapping[str, Stateful]) -> None:
             with single_process_is_intended():
                 dcp.load(state, **_reader(path))
         except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+            if interrupted(exc):  # Ctrl-C while DCP reads: a stop, not a damaged checkpoint
+                raise KeyboardInterrupt from None
             raise ArtifactError(f"{path}: cannot load checkpoint part '{name}' ({describe(exc)})") from None
         try:
             part.load_state_dict(state[name])
         except (ArtifactError, ConfigError) as exc:
             raise type(exc)(f"{path}: {exc}") from None
+
+
+def interrupted(exc: BaseException) -> bool:
+    """DCP wraps a Ctrl-C that lands inside it in a `CheckpointException` naming the rank's KeyboardInterrupt."""
+    failures = exc.failures if isinstance(exc, CheckpointException) else {}
+    return any(isinstance(inner, KeyboardInterrupt) for inner, _ in failures.values())
 
 
 def describe(exc: BaseException) -> str:

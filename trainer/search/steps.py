@@ -42,13 +42,16 @@ def search_file(reference: str | Path, home: Home) -> Path:
 @contextlib.contextmanager
 def resumable(command: str, reference: str | Path) -> Iterator[None]:
     """Ctrl-C or SIGTERM during a step: one line saying how to continue (exit 130 / 143)."""
+    again = (
+        f"millrace mix search {command} {reference}: stopped; run it again to continue (finished runs are kept, "
+        "the others resume from their checkpoints)"
+    )
     try:
         yield
     except (Interrupted, Terminated) as exc:
-        raise type(exc)(
-            f"millrace mix search {command} {reference}: stopped; run it again to continue (finished runs are "
-            f"kept, the others resume from their checkpoints) [{exc}]"
-        ) from None
+        raise type(exc)(f"{again} [{exc}]") from None
+    except KeyboardInterrupt:  # a Ctrl-C outside a training step (between runs, in a checkpoint read)
+        raise Interrupted(again) from None
 
 
 def plan_step(reference: str | Path, home: Home) -> tuple[Search, SwarmPlan]:
