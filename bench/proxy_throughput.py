@@ -153,36 +153,13 @@ def throughput(home, directory: Path, manifest: Path) -> list[Result]:
     config_path = proxy_config(directory)
     config = with_vocab(load_train_config(config_path), VOCAB)
     ffn, proxy_flops, dense_flops = matched_ffn(config)
-    import trainer.loss
-
-    rates: dict[str, list[float]] = {"proxy": [], "checkpointed": [], "dense": []}
+    rates: dict[str, list[float]] = {"proxy": [], "dense": []}
     for round_ in range(ROUNDS):  # alternated, best kept: the machine is shared and its load drifts
         rates["proxy"].append(proxy_tokens_per_second(config_path, home, f"proxy-{round_}"))
-        trainer.loss.EAGER_ON_CPU = False  # before: each loss chunk checkpointed, its logits computed twice
-        try:
-            rates["checkpointed"].append(proxy_tokens_per_second(config_path, home, f"before-{round_}"))
-        finally:
-            trainer.loss.EAGER_ON_CPU = True
         rates["dense"].append(dense_tokens_per_second(config, manifest))
     name = f"proxy (tiny MoE, {proxy_flops:,.0f} FLOPs/token) training tokens/s on CPU"
     dense = f"plain dense PyTorch decoder, {dense_flops:,.0f} FLOPs/token (SwiGLU width {ffn}), same batches"
-    return [
-        Result(name, max(rates["proxy"]), max(rates["dense"]), dense, "tokens/s", target=0.5),
-        Result(
-            f"{name}, before (checkpointed loss chunks)",
-            max(rates["checkpointed"]),
-            max(rates["dense"]),
-            dense,
-            "tokens/s",
-        ),
-        Result(
-            f"{name}: gradients in the loss's forward against checkpointed loss chunks",
-            max(rates["proxy"]),
-            max(rates["checkpointed"]),
-            "the checkpointed chunks (before)",
-            "tokens/s",
-        ),
-    ]
+    return [Result(name, max(rates["proxy"]), max(rates["dense"]), dense, "tokens/s", target=0.5)]
 
 
 @contextlib.contextmanager
