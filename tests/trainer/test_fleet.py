@@ -207,3 +207,18 @@ def test_a_ray_job_trains_what_the_in_process_fleet_trains(fleet_home, configs, 
     finally:
         ray.shutdown()
     assert outcome.status == "completed" and curve(fleet_home, "ray-a") == reference
+
+
+def test_a_fleet_table_in_a_ladder_file_is_checked_at_load(tmp_path):
+    """`[fleet]` in a ladder file: where the rungs train; a wrong executor is one line naming the field."""
+    from millrace.errors import ConfigError
+    from testkit.ladders import write_ladder
+    from trainer.ladder.spec import load_ladder
+
+    rules = "[rules]\nwidths = [8]\nlayers = [1]\ntokens_per_active_param = 3.0\nbatch = 4\n"
+    assert load_ladder(write_ladder(tmp_path / "plain.toml", "plain", "r", rules)).fleet.executor == "in-process"
+    fleet = load_ladder(write_ladder(tmp_path / "two.toml", "two", "r", rules + '[fleet]\nexecutor = "local"\n'))
+    assert (fleet.fleet.executor, fleet.fleet.concurrency) == ("local", 2)
+    with pytest.raises(ConfigError, match=r"fleet\.executor") as caught:
+        load_ladder(write_ladder(tmp_path / "bad.toml", "bad", "r", rules + '[fleet]\nexecutor = "mpi"\n'))
+    assert "\n" not in str(caught.value)
