@@ -35,8 +35,8 @@ from trainer.records import LOCK_FILE
 
 log = logging.getLogger(__name__)
 
-SKIPPED = {LOCK_FILE, "checkpoints", "tensorboard"}
-PUSHING = ".pushing"  # in the run directory while its records go to the URL (a dot file: never copied)  # not records: the lock is per node, the rest are not copied
+SKIPPED = {LOCK_FILE, "checkpoints", "tensorboard"}  # not records: the lock is per node, the rest are not copied
+PUSHING = ".pushing"  # in the run directory while its records go to the URL (a dot file: never copied)
 
 
 @dataclass(frozen=True)
