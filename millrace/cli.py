@@ -26,6 +26,14 @@ SUBCOMMANDS = {
     "report": ("reports.cli:report", "Build and watch the static report site."),
     "demo": ("demo.run:demo", "The main job end to end on the embedded default corpus."),
 }
+# groups nested under a room's group from a room downstream of it (the mixtures room never imports the search)
+NESTED = {"mix": {"search": "trainer.search.cli:search"}}
+
+
+def load_command(target: str) -> click.Command:
+    module_name, attribute = target.split(":")
+    command: click.Command = getattr(importlib.import_module(module_name), attribute)
+    return command
 
 
 class LazyGroup(click.Group):
@@ -35,8 +43,12 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in SUBCOMMANDS:
             return None
-        module_name, attribute = SUBCOMMANDS[name][0].split(":")
-        return getattr(importlib.import_module(module_name), attribute)
+        command = load_command(SUBCOMMANDS[name][0])
+        if isinstance(command, click.Group):
+            for child, target in NESTED.get(name, {}).items():
+                if child not in command.commands:
+                    command.add_command(load_command(target), child)
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

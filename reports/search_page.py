@@ -30,6 +30,7 @@ from trainer.search.records import (
     FitReport,
     PhaseWeights,
     ProposalRecord,
+    ProxyResults,
     ProxyTable,
     SetFit,
     SwarmPlan,
@@ -177,7 +178,15 @@ def share_tables(view: SearchView, tokens: dict[str, int]) -> list[dict[str, Any
     return tables
 
 
-def validation_rows(validation: ValidationRecord) -> list[dict[str, Any]]:
+def metric_value(results: ProxyResults, metric: str, target: dict[str, float]) -> float | None:
+    """A run's figure for `metric`, where "target" is the search's weighted sum of metrics."""
+    if metric != "target":
+        return results.metric(metric)
+    values = [(results.metric(path), weight) for path, weight in target.items()]
+    return sum(v * w for v, w in values if v is not None) if all(v is not None for v, _ in values) else None
+
+
+def validation_rows(validation: ValidationRecord, target: dict[str, float]) -> list[dict[str, Any]]:
     """Each comparison with the arms' measured means (so the difference reads as a share too)."""
     rows = []
     for comparison in validation.comparisons:
@@ -188,7 +197,7 @@ def validation_rows(validation: ValidationRecord) -> list[dict[str, Any]]:
                 for run in validation.runs
                 if run.arm == arm
                 and run.results is not None
-                and (value := run.results.metric(comparison.metric)) is not None
+                and (value := metric_value(run.results, comparison.metric, target)) is not None
             ]
             means[arm] = sum(values) / len(values) if values else None
         baseline = means.get(comparison.against)
@@ -216,6 +225,7 @@ def write_search_page(view: SearchView, site: Path, home: Home) -> Path:
     out = site / "searches" / view.name / "index.html"
     fit, proposal = view.fit, view.proposal
     rows = view.proxies.rows if view.proxies is not None else []
+    target = proposal.provenance.target if proposal is not None else (fit.target if fit is not None else {})
     return render_page(
         "search.html.j2",
         out,
@@ -233,7 +243,7 @@ def write_search_page(view: SearchView, site: Path, home: Home) -> Path:
         proposal_href=composition_href(site, view.plan, proposal.revision if proposal else None, "../../"),
         prior_href=composition_href(site, view.plan, proposal.continues if proposal else None, "../../"),
         validation=view.validation,
-        comparisons=validation_rows(view.validation) if view.validation is not None else [],
+        comparisons=validation_rows(view.validation, target) if view.validation is not None else [],
     )
 
 

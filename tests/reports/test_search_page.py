@@ -16,6 +16,7 @@ from mixtures.build import build
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
 from reports.numbers import human_percent
+from testkit.browser import Tab
 from testkit.factory import page_data
 from trainer.records import EvalFigures
 from trainer.search.propose import Constraints, propose
@@ -133,7 +134,7 @@ def write_search(home: Home, manifest_hash: str) -> dict:
     code_obs = Observations(tuple(names), weights, code)
     fit = FitReport(
         search=SEARCH,
-        kind="log-linear",
+        surrogate="log-linear",
         target={"bpb.macro": 1.0},
         components=plan.components,
         rows_used=proxies,
@@ -175,7 +176,7 @@ def write_search(home: Home, manifest_hash: str) -> dict:
         for s, m, c in zip((1, 2, 3), ms, cs)
     ]
     comparisons = []
-    for metric, index in (("bpb.macro", 0), ("bpb.set.code", 1)):
+    for metric, index in (("bpb.macro", 0), ("bpb.set.code", 1), ("target", 0)):  # the target: 1 x bpb.macro
         seen = compare_seeds(arms["proposal"][index], arms["natural"][index])
         comparisons.append(
             Comparison(
@@ -225,11 +226,18 @@ def search_site(tmp_path_factory):
     return home, site, written
 
 
+def test_report_build_names_the_search_page(search_site, capsys):
+    home, site, _ = search_site
+    assert main(["report", "build", "--home", str(home.root), "--out", str(site), "--json"]) == 0
+    built = json.loads(capsys.readouterr().out)
+    assert built["searches"] == [str(site / "searches" / SEARCH / "index.html")]
+
+
 def test_fit_json_keeps_the_artifact_kind_and_the_surrogate_kind_apart(search_site):
     home, _, _ = search_site
     raw = json.loads((home.search(SEARCH) / FIT_FILE).read_text())
     assert (raw["kind"], raw["surrogate"]) == ("millrace.search.fit", "log-linear")
-    assert read_fit(home.search(SEARCH)).kind == "log-linear"
+    assert read_fit(home.search(SEARCH)).surrogate == "log-linear"
 
 
 def test_the_page_shows_every_proxy_predicted_against_measured_and_the_fit_quality(search_site):
@@ -274,11 +282,13 @@ def test_the_page_shows_the_proposal_by_domain_and_bucket_against_the_prior(sear
 def test_the_page_shows_the_validation_with_seeds(search_site):
     _, site, written = search_site
     html = (site / "searches" / SEARCH / "index.html").read_text()
-    macro, code = written["comparisons"]
+    macro, code, _target = written["comparisons"]
     assert macro.distinguishable and not code.distinguishable
     assert f"{macro.low:+.4f} – {macro.high:+.4f}" in html and "better beyond noise" in html
     assert f"{code.low:+.4f} – {code.high:+.4f}" in html and "not distinguishable from noise" in html
     assert f"{macro.difference / np.mean([0.981, 0.979, 0.984]) * 100:+.2f}%" in html
+    means = f"<td>{np.mean([0.951, 0.953, 0.950]):.4g}</td><td>{np.mean([0.981, 0.979, 0.984]):.4g}</td>"
+    assert f'<td class="l">target</td><td class="l">natural</td>{means}' in html  # the target's terms, measured
 
 
 def test_composition_page_and_index_link_the_search_and_carry_the_provenance(search_site):
@@ -292,3 +302,18 @@ def test_composition_page_and_index_link_the_search_and_carry_the_provenance(sea
     assert provenance["predicted"] == pytest.approx(written["proposal"].provenance.predicted)
     index = (site / "index.html").read_text()
     assert f'href="searches/{SEARCH}/index.html"' in index and "proposed" in index
+
+
+def test_the_composition_page_shows_the_proposals_provenance_in_a_browser(browser, search_site):
+    _, site, written = search_site
+    tab = Tab(browser)
+    page = site / "ref" / "v1" / "index.html"
+    tab.open(page, "?revision=proposed")
+    about = tab.page.evaluate("() => document.getElementById('revision-description').textContent")
+    predicted = f"{written['proposal'].provenance.predicted:.4g}"
+    assert f"Proposed by mixture search {SEARCH}" in about and predicted in about and "continuing natural" in about
+    tab.open(page, "?revision=natural")
+    assert tab.page.evaluate("() => document.getElementById('revision-description').hidden")
+    tab.open(site / "searches" / SEARCH / "index.html")
+    assert tab.page.evaluate("() => document.querySelectorAll('#scatter circle.proxy').length") == PROXIES
+    assert tab.errors == [] and all(url.startswith("file:") for url in tab.requests)

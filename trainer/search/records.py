@@ -158,6 +158,9 @@ class SearchSpec(StrictModel):
     constraints: ConstraintsSpec = ConstraintsSpec()
     validation: ValidationSpec = ValidationSpec()
     eval: SearchEvalSpec = SearchEvalSpec()
+    reuse: list[str] = pydantic.Field(
+        [], description="earlier searches whose rows count where their cells' content is unchanged (Olmix reuse)"
+    )
     fleet: dict[str, Any] = pydantic.Field({}, description="how proxies run: trainer.fleet.FleetConfig's fields")
 
     @pydantic.model_validator(mode="after")
@@ -229,7 +232,11 @@ class ProxyBudget(Record):
 
 
 class EpochCheck(Record):
+    """Whether the epoch caps allow the swarm (every proxy within the baseline's cap over its lineage) and the
+    planned run (some mixture within `constraints.epoch_cap` over the whole run from the branch on)."""
+
     feasible: bool
+    planned_feasible: bool = True
     worst_cell: str | None = None
     worst_epochs: Number = None
     epoch_cap: float
@@ -328,12 +335,12 @@ class SetFit(Record):
     regret_at_1: Number = None
     measured: list[float] = []
     oof_predictions: list[float] = []
-    proxies: list[str] = []
+    proxies: list[str] = []  # the rows' runs, in the order of `measured`
 
 
 class FitReport(Record):
     search: str
-    kind: str  # on disk as "surrogate": a top-level "kind" would overwrite the artifact envelope's kind
+    surrogate: str  # log-linear or lightgbm (not `kind`: that is the artifact envelope's)
     target: dict[str, float]
     components: list[Component]
     rows_used: list[str]
@@ -342,19 +349,6 @@ class FitReport(Record):
     changed_components: list[str] = []  # components whose content no row has seen (reuse re-optimises them)
     target_fit: SetFit
     sets: list[SetFit] = []
-
-    @pydantic.model_validator(mode="before")
-    @classmethod
-    def _surrogate_on_disk(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "surrogate" in data and "kind" not in data:
-            data = {("kind" if key == "surrogate" else key): value for key, value in data.items()}
-        return data
-
-    def dump(self) -> dict[str, Any]:
-        body = super().dump()
-        if "kind" in body:
-            body["surrogate"] = body.pop("kind")
-        return body
 
 
 # ---- proposal.json

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from millrace.errors import ConfigError
+from trainer.search.propose import Constraints, propose
 from trainer.search.sampling import sample_mixtures
 from trainer.search.surrogate import Observations, cross_validate, fit_quality, fit_surrogate
 
@@ -24,12 +25,15 @@ def law():
     return prior, slopes, Observations(names, weights, targets)
 
 
-def quadratic_rows(rows=300, seed=0):
-    """One phase over four components, the target least at an interior mixture: no log-linear shape."""
+@pytest.fixture(scope="module")
+def quadratic():
+    """One phase over four components, the target least at an interior mixture: no log-linear shape; with
+    LightGBM's out-of-fold quality on it."""
     best = np.array([0.4, 0.3, 0.2, 0.1])
-    weights = sample_mixtures(np.full((1, 4), 0.25), rows, seed=seed, concentrations=(1.0, 3.0))
+    weights = sample_mixtures(np.full((1, 4), 0.25), 300, seed=0, concentrations=(1.0, 3.0))
     targets = 1.0 + ((weights[:, 0] - best) ** 2).sum(axis=1)
-    return best, Observations(("a", "b", "c", "d"), weights, targets)
+    obs = Observations(("a", "b", "c", "d"), weights, targets)
+    return best, obs, cross_validate(obs, "lightgbm", folds=5)
 
 
 def test_log_linear_recovers_the_law_and_ranks_out_of_fold(law):
@@ -46,9 +50,8 @@ def test_log_linear_recovers_the_law_and_ranks_out_of_fold(law):
     np.testing.assert_allclose(fitted.predict(fresh), truth, rtol=0.05)
 
 
-def test_lightgbm_ranks_an_interior_optimum_the_log_linear_cannot_see():
-    _, obs = quadratic_rows()
-    trees = cross_validate(obs, "lightgbm", folds=5)
+def test_lightgbm_ranks_an_interior_optimum_the_log_linear_cannot_see(quadratic):
+    _, obs, trees = quadratic
     assert trees.spearman >= 0.9 and trees.kind == "lightgbm" and trees.oof_predictions.shape == (obs.rows,)
     assert cross_validate(obs, "log-linear", folds=5).spearman < trees.spearman
 
@@ -100,3 +103,12 @@ def test_degenerate_rows_are_a_one_line_error(law):
         fit_surrogate(Observations(obs.components, obs.weights, obs.targets - obs.targets[0]))
     with pytest.raises(ConfigError, match="surrogate kind"):
         fit_surrogate(obs, "cubic")  # type: ignore[arg-type]
+
+
+def test_lightgbm_proposal_lands_near_an_interior_optimum(quadratic):
+    best, obs, quality = quadratic
+    constraints = Constraints(np.array([1.0]), np.full(4, 10.0), prior=np.full((1, 4), 0.25))
+    proposal = propose(fit_surrogate(obs, "lightgbm"), constraints, quality)
+    assert np.abs(proposal.weights[0] - best).sum() < 0.15
+    excess = ((proposal.weights[0] - best) ** 2).sum()  # the law's target above its optimum
+    assert excess < 0.1 * ((0.25 - best) ** 2).sum()  # a tenth of the prior's
