@@ -244,8 +244,13 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
 
     logger.remove()
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+
+    def to_file(message: str) -> None:
+        with contextlib.suppress(OSError):  # a full disk: the task's one console line says so, not a traceback
+            logfile.write(message)
+
     logger.add(
-        logfile,
+        to_file,
         level="DEBUG",
         format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}",
     )

@@ -38,9 +38,14 @@ class AtomicJsonlZstWriter:
         self.count += 1
 
     def commit(self) -> None:
-        self._stream.close()
-        self._raw.flush()
-        os.fsync(self._raw.fileno())
+        try:
+            self._stream.close()
+            self._raw.flush()
+            os.fsync(self._raw.fileno())
+        except OSError as exc:
+            if exc.filename is None:  # a stream's flush names no file: this one is
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
+            raise
         self._raw.close()
         os.replace(self._tmp, self.path)
 
