@@ -45,22 +45,27 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 def disk_full_cause(exc: BaseException | None) -> OSError | None:
     """The 'no space' OSError behind `exc` (its cause and context chain, or a DCP CheckpointException's
-    per-rank failures), or None: where the disk filled, that is the one line a user needs."""
+    per-rank failures), or None: where the disk filled, that is the one line a user needs. One that names its
+    file is preferred (a stream's flush names none; the write it re-raises, or that caused it, may)."""
+    found = _no_space_errors(exc)
+    return next((e for e in found if e.filename), found[0] if found else None)
+
+
+def _no_space_errors(exc: BaseException | None) -> list[OSError]:
     seen: set[int] = set()
+    found: list[OSError] = []
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in NO_SPACE:
-            return exc
+            found.append(exc)
         if isinstance(exc, shutil.Error) and (copied := _copy_failure(exc)) is not None:
-            return copied
+            found.append(copied)
         failures = getattr(exc, "failures", None)  # DCP's CheckpointException: rank -> (exception, traceback)
         if isinstance(failures, dict):
             for failure in failures.values():
-                found = disk_full_cause(failure[0] if isinstance(failure, tuple) else failure)
-                if found is not None:
-                    return found
+                found += _no_space_errors(failure[0] if isinstance(failure, tuple) else failure)
         exc = exc.__cause__ or exc.__context__
-    return None
+    return found
 
 
 def _copy_failure(exc: shutil.Error) -> OSError | None:

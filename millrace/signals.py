@@ -52,8 +52,8 @@ class _Watchdog:
     the kernel hands to another thread while the main thread waits in C (a lock, a pool's results) runs no Python
     handler until that wait ends, which may be never; the wakeup fd is written at once, from any thread."""
 
-    def __init__(self, command: list[str]):
-        self.command = command
+    def __init__(self, command: list[str], handler: Callable[[int, FrameType | None], None]):
+        self.command, self.handler = command, handler
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._previous_fd = -1
@@ -80,7 +80,10 @@ class _Watchdog:
     def _read_signals(self) -> None:
         with contextlib.suppress(OSError):
             while data := os.read(self._read, 64):
-                if signal.SIGTERM in data and os.getpid() == _installer[0]:
+                # only while SIGTERM is ours: a training loop's `StopRequest` takes it as a request to finish its
+                # step and checkpoint, which may take longer than the grace
+                ours = signal.getsignal(signal.SIGTERM) is self.handler
+                if signal.SIGTERM in data and ours and os.getpid() == _installer[0]:
                     self.start()
 
     def close(self) -> None:
@@ -123,7 +126,7 @@ def sigterm_as_interrupt(command: list[str] | None = None) -> Iterator[None]:
         raise TerminateSignal()
 
     _installer[0] = os.getpid()
-    watchdog = _Watchdog(command or ["millrace", *sys.argv[1:]])
+    watchdog = _Watchdog(command or ["millrace", *sys.argv[1:]], raise_interrupt)
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
     watchdog.watch()
     try:

@@ -244,8 +244,13 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
 
     logger.remove()
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+
+    def to_file(message: str) -> None:
+        with contextlib.suppress(OSError):  # a full disk: the task's one console line says so, not a traceback
+            logfile.write(message)
+
     logger.add(
-        logfile,
+        to_file,
         level="DEBUG",
         format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}",
     )
@@ -637,11 +642,20 @@ def refuse_published(config: PipelineConfig, final: Path, config_hash: str) -> N
 
     url = output_url(config, final)
     there = published(*remote_fs(url, config.output.storage_options))
-    if there is not None and json.loads(there).get("config_hash") != config_hash:
+    if there is not None and _config_hash_of(there) != config_hash:
         raise ConfigError(
             f"field 'output.url': {url} already holds store version {final.parent.name}/{final.name} built from "
             "another config; refusing to overwrite it (name this one: version in [output])"
         )
+
+
+def _config_hash_of(manifest: bytes) -> str | None:
+    """The config hash a published store.json records (None for one that is not a store's JSON)."""
+    try:
+        body = json.loads(manifest)
+    except ValueError:
+        return None
+    return body.get("config_hash") if isinstance(body, dict) else None
 
 
 def publish(config: PipelineConfig, home: Home, final: Path) -> None:

@@ -68,3 +68,20 @@ def test_a_sigterm_taken_by_another_thread_while_the_main_one_waits_still_ends_t
     done = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=60)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
     assert done.stderr.strip().endswith("continue with: millrace pipeline run p.toml"), done.stderr[-2000:]
+
+
+DEFERRED = """
+import os, signal, time
+import millrace.signals as signals
+signals.SHUTDOWN_GRACE_SECONDS = 0.3
+with signals.sigterm_as_interrupt(["millrace", "train"]):
+    with signals.StopRequest() as stop:  # a training loop: SIGTERM asks it to finish its step and checkpoint
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1.5)  # a checkpoint longer than the grace
+        print(stop.requested)
+"""
+
+
+def test_a_sigterm_taken_as_a_request_is_not_cut_short_by_the_watchdog():
+    done = subprocess.run([sys.executable, "-c", DEFERRED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "True", (done.returncode, done.stderr[-2000:])

@@ -18,14 +18,17 @@ object.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from millrace import remote_calls
-from millrace.artifacts import atomic_output
+from millrace.artifacts import atomic_output, atomic_write_text
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS
 from trainer.records import LOCK_FILE
@@ -33,6 +36,7 @@ from trainer.records import LOCK_FILE
 log = logging.getLogger(__name__)
 
 SKIPPED = {LOCK_FILE, "checkpoints", "tensorboard"}  # not records: the lock is per node, the rest are not copied
+PUSHING = ".pushing"  # in the run directory while its records go to the URL (a dot file: never copied)
 
 
 @dataclass(frozen=True)
@@ -105,13 +109,35 @@ def run_location(url: str, storage_options: dict[str, Any], run: str) -> RemoteD
 
 
 def push_records(run_dir: Path, remote: RemoteDir) -> None:
-    """Copy the run's record files (not its lock, checkpoints or TensorBoard events) to the URL."""
+    """Copy the run's record files (not its lock, checkpoints or TensorBoard events) to the URL. While it does,
+    `PUSHING` in the run directory says since when and where (`train status` shows a run stuck in a push)."""
     if not run_dir.is_dir():
         return
-    for path in sorted(run_dir.iterdir()):
-        if path.is_file() and path.name not in SKIPPED and not path.name.startswith("."):
-            remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{path.name}", path.stat().st_size)
+    with marked_push(run_dir, remote):
+        for path in sorted(run_dir.iterdir()):
+            if path.is_file() and path.name not in SKIPPED and not path.name.startswith("."):
+                remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{path.name}", path.stat().st_size)
     log.debug("run records of %s copied to %s", run_dir, remote)
+
+
+@contextlib.contextmanager
+def marked_push(run_dir: Path, remote: RemoteDir) -> Iterator[None]:
+    """`PUSHING` in `run_dir` for the block: since when, and to where."""
+    marker = run_dir / PUSHING
+    atomic_write_text(marker, json.dumps({"since": time.time(), "url": str(remote)}))
+    try:
+        yield
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+def pushing(run_dir: Path) -> dict[str, Any] | None:
+    """The push to the run's URL under way (its `since`, a time, and `url`), or None."""
+    try:
+        found = json.loads((run_dir / PUSHING).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get("since"), (int, float)) else None
 
 
 def pull_records(remote: RemoteDir, run_dir: Path) -> int:

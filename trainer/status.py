@@ -7,6 +7,7 @@ goes on and after it ended. The last metrics record says which alerts are active
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.names import known
 from trainer.records import RUN_FILE, MetricsRecord, observed_run_status, read_eval, read_metrics, read_run
+from trainer.run_url import pushing
 
 ALERT_EXIT_CODE = 3
 
@@ -71,7 +73,16 @@ def run_status(run_dir: Path) -> dict[str, Any]:
             "bpb_micro": latest.bpb.micro,
         },
         "alerts": active_alerts(records),
+        "pushing": _push(run_dir),
     }
+
+
+def _push(run_dir: Path) -> dict[str, Any] | None:
+    """The push of the run's records to its URL under way, with how long it has taken; None when none is."""
+    found = pushing(run_dir)
+    if found is None:
+        return None
+    return {"url": found.get("url"), "seconds": round(max(0.0, time.time() - found["since"]), 1)}
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -89,6 +100,9 @@ def format_status(status: dict[str, Any]) -> str:
         )
     else:
         lines.append("  no evaluation yet")
+    if status.get("pushing"):
+        push = status["pushing"]
+        lines.append(f"  pushing its records to {push['url']} for {push['seconds']:g}s")
     if status["alerts"]:
         lines.append(f"  {len(status['alerts'])} active alert(s):")
         for alert in status["alerts"]:

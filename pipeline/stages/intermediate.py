@@ -34,15 +34,27 @@ class AtomicJsonlZstWriter:
         self.count = 0
 
     def write(self, record: dict) -> None:
-        self._stream.write(orjson.dumps(record) + b"\n")
+        with self._named():
+            self._stream.write(orjson.dumps(record) + b"\n")
         self.count += 1
 
     def commit(self) -> None:
-        self._stream.close()
-        self._raw.flush()
-        os.fsync(self._raw.fileno())
+        with self._named():
+            self._stream.close()
+            self._raw.flush()
+            os.fsync(self._raw.fileno())
         self._raw.close()
         os.replace(self._tmp, self.path)
+
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """A stream's write or flush names no file (a full disk): this one is."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.filename is None:
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
+            raise
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):

@@ -178,3 +178,18 @@ def test_a_copy_that_fills_the_disk_is_named_as_a_full_disk(small_disk, tmp_path
     assert (
         full is not None and full.errno == errno.ENOSPC and full.filename == str(small_disk / "models" / "model.bin")
     )
+
+
+def test_the_full_disk_reported_is_the_one_that_names_its_file():
+    """A stream's flush fails without a file name; the write behind it (or re-raised over it) names one."""
+    from millrace.errors import disk_full_cause
+
+    named = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/work/duplicates/fuzzy-00002.npy")
+    try:
+        try:
+            raise named
+        except OSError as exc:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from exc
+    except OSError as outer:
+        assert disk_full_cause(outer) is named
+    assert disk_full_cause(OSError(errno.ENOSPC, "x")).filename is None  # none named: the first, as it is

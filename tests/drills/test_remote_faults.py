@@ -296,3 +296,15 @@ def test_store_copy_gives_up_on_a_put_that_never_answers_at_its_deadline_in_one_
     assert err[-1].startswith("error: s3://millrace/stalled/t/") and "write failed after 2 attempts" in err[-1]
     assert "stalled: no complete answer within --timeout 1s" in err[-1], err[-1]
     assert took < 10, took
+
+
+@pytest.mark.slow
+def test_store_copy_to_a_missing_bucket_is_one_line_naming_it(moto_endpoint, proxy, tmp_path, capsys):
+    from millrace.home import Home
+
+    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, RANDOM, shards=1)
+    options = [f"--option={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in through(proxy).items()]
+    code = millrace(["--home", str(tmp_path), "store", "copy", str(store), "s3://no-such-bucket/t", *options])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "Traceback" not in "\n".join(err), err
+    assert err[0].startswith("error: s3://no-such-bucket/t/") and "no such bucket" in err[0], err

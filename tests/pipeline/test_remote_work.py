@@ -96,3 +96,29 @@ def test_a_store_is_published_from_the_work_url_and_its_manifests(tmp_path, targ
     fs, root = remote_fs(url)
     published = {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
     assert published == {**shards, **written}
+
+
+def test_a_copy_resumes_what_an_interrupted_one_left_and_never_writes_over_another_version(tmp_path):
+    from millrace.errors import ArtifactError
+    from pipeline.store.remote import copy_store
+
+    store = tmp_path / "home-store"
+    for relative, body in {
+        "cells/a/shard-0.bin": b"\x01" * 500,
+        "cells/a/cell.json": b"{}",
+        "store.json": b"1",
+    }.items():
+        (store / relative).parent.mkdir(parents=True, exist_ok=True)
+        (store / relative).write_bytes(body)
+    url, out = f"file://{tmp_path}/out", tmp_path / "out"
+    assert copy_store(store, url) == 3
+    (out / "store.json").unlink()  # what a copy cut before its marker leaves ...
+    (out / "cells" / "a" / "cell.json").unlink()  # ... with one object never written
+    before = (out / "cells" / "a" / "shard-0.bin").stat().st_mtime_ns
+    assert copy_store(store, url) == 2  # the missing object and the marker; the shard already there is kept
+    assert (out / "cells" / "a" / "shard-0.bin").stat().st_mtime_ns == before
+    assert copy_store(store, url) == 0  # the same store version there: nothing to copy
+    (store / "store.json").write_bytes(b"2")  # another store version under the same URL
+    with pytest.raises(ArtifactError, match=r"another store version is already published there"):
+        copy_store(store, url)
+    assert (out / "store.json").read_bytes() == b"1"
