@@ -284,12 +284,9 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
     """State, last step, latest evaluation and active alerts of RUN (a name under runs/, or a run directory).
 
     Exit status 3 while any alert is active (for cron jobs and Slurm scripts), 0 otherwise."""
-    from pathlib import Path
+    from trainer.status import ALERT_EXIT_CODE, find_run, format_status, run_status
 
-    from trainer.status import ALERT_EXIT_CODE, format_status, run_status
-
-    run_dir = Path(run) if Path(run).is_dir() and (Path(run) / "run.json").exists() else home.run(run)
-    status = run_status(run_dir)
+    status = run_status(find_run(home, run))
     if as_json:
         print_json(status)
     else:

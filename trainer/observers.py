@@ -21,6 +21,7 @@ import psutil
 import torch
 
 from loader.held_out import ValidationSequences
+from trainer.balance import LayerLoad
 from trainer.config import TrainConfig
 from trainer.distributed import Runtime, reshard
 from trainer.evaluation import Evaluator, EvalWriter, eval_steps, token_byte_lengths
@@ -121,6 +122,10 @@ class RunObservers:
         log.warning("step %d: non-finite %s (loss %s, grad norm %s): update skipped", step, what, loss, grad_norm)
         self.health.skipped(step, time.time(), f"non-finite {what}")
         return True
+
+    def loaded(self, step: int, loads: list[LayerLoad]) -> None:
+        """Every step's expert loads, logged or not: the health rules' load window counts steps."""
+        self.health.loaded(step, {load.layer: load.load for load in loads})
 
     def record_extras(self, record: dict[str, Any], skipped: bool) -> dict[str, Any]:
         """Fields the step's metrics record gets from here; call on every rank (it all-reduces)."""

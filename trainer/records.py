@@ -160,6 +160,7 @@ class Alerts(Record):
     started: list[AlertEvent] = []
     ended: list[str] = []
     active: list[str] = []  # the alerts active after this step
+    values: dict[str, Number] = {}  # each active alert's value at this step (its start value is in `started`)
 
 
 class MetricsRecord(Record):
@@ -226,6 +227,7 @@ class EvalRecord(Record):
     loss: EvalFigures = EvalFigures()
     bpb: EvalFigures = EvalFigures()
     sequences: dict[str, dict[str, int]] = {}
+    without_held_out: list[str] = []  # trained cells with no held-out data: in neither average
 
 
 # ---- samples.jsonl

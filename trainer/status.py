@@ -10,17 +10,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.records import observed_run_status, read_eval, read_metrics, read_run
+from millrace.errors import ConfigError
+from millrace.home import Home
+from trainer.records import RUN_FILE, observed_run_status, read_eval, read_metrics, read_run
 
 ALERT_EXIT_CODE = 3
+LISTED_RUNS = 20  # a missing run's error names at most this many of the runs that exist
+
+
+def find_run(home: Home, run: str) -> Path:
+    """RUN's directory: a name under runs/ or a run directory; a missing run is a one-line error that lists
+    the runs that exist (the newest first), so a typo is answered with the right name."""
+    if Path(run).is_dir() and (Path(run) / RUN_FILE).exists():
+        return Path(run)
+    run_dir = home.run(run)
+    if (run_dir / RUN_FILE).exists():
+        return run_dir
+    existing = sorted(home.runs.glob(f"*/{RUN_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
+    names = [path.parent.name for path in existing]
+    if not names:
+        raise ConfigError(f"run {run!r}: no run.json in {run_dir}; no runs under {home.runs}")
+    more = f" and {len(names) - LISTED_RUNS} more" if len(names) > LISTED_RUNS else ""
+    raise ConfigError(
+        f"run {run!r}: no run.json in {run_dir}; runs under {home.runs}: {', '.join(names[:LISTED_RUNS])}{more}"
+    )
 
 
 def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The alerts active after the last record, each with the step and details of its start (an alert
-    entry that is not an object with a name, hand-edited or foreign, is passed over)."""
+    """The alerts active after the last record, each with the step and details of its start and its value
+    now (`value_now`: at the last record where its condition held; an alert entry that is not an object
+    with a name, hand-edited or foreign, is passed over)."""
     if not records:
         return []
     active = [name for name in _alerts(records[-1]).get("active", []) if isinstance(name, str)]
+    now = _current_values(records, active)
     found: dict[str, dict[str, Any]] = {}
     for record in reversed(records):
         for alert in _alerts(record).get("started", []):
@@ -28,7 +51,21 @@ def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 found[alert["name"]] = {**alert, "since_step": record["step"]}
         if len(found) == len(active):
             break
-    return [found.get(name, {"name": name, "since_step": None}) for name in active]
+    return [found.get(name, {"name": name, "since_step": None}) | now.get(name, {}) for name in active]
+
+
+def _current_values(records: list[dict[str, Any]], active: list[str]) -> dict[str, dict[str, Any]]:
+    """Each active alert's latest recorded value and its step (records written before values were kept
+    have none: then the start value is all there is)."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in reversed(records):
+        values = (record.get("alerts") or {}).get("values") if isinstance(record.get("alerts"), dict) else None
+        for name, value in (values or {}).items() if isinstance(values, dict) else ():
+            if name in active and name not in found:
+                found[name] = {"value_now": value, "value_step": record["step"]}
+        if len(found) == len(active):
+            break
+    return found
 
 
 def _alerts(record: dict[str, Any]) -> dict[str, list]:
@@ -60,6 +97,8 @@ def run_status(run_dir: Path) -> dict[str, Any]:
             "loss_micro": latest["loss"]["micro"],
             "bpb_macro": latest["bpb"]["macro"],
             "bpb_micro": latest["bpb"]["micro"],
+            "macro_cells": len(latest["loss"].get("cell") or {}),
+            "without_held_out": list(latest.get("without_held_out") or []),
         },
         "alerts": active_alerts(records),
     }
@@ -78,12 +117,31 @@ def format_status(status: dict[str, Any]) -> str:
             f"  held-out at step {latest['step']}: loss macro {latest['loss_macro']:.4f} micro "
             f"{latest['loss_micro']:.4f}; bits/byte macro {latest['bpb_macro']:.4f} micro {latest['bpb_micro']:.4f}"
         )
+        lines.append(f"  {macro_over(latest['macro_cells'], latest['without_held_out'])}")
     else:
         lines.append("  no evaluation yet")
     if status["alerts"]:
         lines.append(f"  {len(status['alerts'])} active alert(s):")
         for alert in status["alerts"]:
-            lines.append(f"    {alert['name']} since step {alert['since_step']}: {alert.get('message', '')}")
+            lines.append(f"    {alert['name']} since step {alert['since_step']}: {_alert_now(alert)}")
     else:
         lines.append("  no active alert")
     return "\n".join(lines)
+
+
+def macro_over(cells: int, without: list[str]) -> str:
+    """What the macro average is over, and the trained cells it leaves out for want of held-out data."""
+    line = f"macro averages over {cells} cell{'s' if cells != 1 else ''} with held-out data"
+    if without:
+        line += f" of {cells + len(without)} trained; no held-out data: {', '.join(without)}"
+    return line
+
+
+def _alert_now(alert: dict[str, Any]) -> str:
+    """The alert's value now against its threshold, then the message of its start."""
+    value, threshold = alert.get("value_now", alert.get("value")), alert.get("threshold")
+    if not isinstance(value, (int, float)):
+        return str(alert.get("message", ""))
+    step = alert.get("value_step", alert.get("since_step"))
+    against = f" (threshold {threshold:.4g})" if isinstance(threshold, (int, float)) else ""
+    return f"{value:.4g} at step {step}{against}; at its start: {alert.get('message', '')}"
