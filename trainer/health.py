@@ -7,7 +7,8 @@ logged step) and ends once it has stayed clear for `end_after` steps, so one pro
 alert, not a flicker of starts and ends. Both events go into that step's `metrics.jsonl`
 record under `alerts` (`started`, each with `held_since`, the first step of the streak;
 `ended`; the `active` names after the step, and `values`, each firing active alert's value at
-this step), so a reader replays nothing: the last record says what is active and where it stands. `millrace train status` exits 3 while any alert is active.
+this step), so a reader replays nothing: the last record says what is active and where it stands.
+`millrace train status` exits 3 while any alert is active.
 
 Thresholds are the reference run's alert rules where they do not depend on its scale:
 gradient norm above 2.0; the loss more than 1.0 above its floor over the last 100 steps;
