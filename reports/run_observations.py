@@ -82,18 +82,23 @@ def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+class AlertEvents:
     """Every alert start and end (step, name, message), the alerts active after the last record, and one band
-    per alert: from the first step its condition held (`held_since`, the trainer's hysteresis) to its end."""
-    events: list[dict[str, Any]] = []
-    started: dict[str, dict[str, Any]] = {}
-    bands: list[dict[str, Any]] = []
-    open_bands: dict[str, dict[str, Any]] = {}
-    for record in records:
+    per alert: from the first step its condition held (`held_since`, the trainer's hysteresis) to its end.
+    Fed one record at a time; what it keeps grows with the alerts, not the records."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.started: dict[str, dict[str, Any]] = {}
+        self.bands: list[dict[str, Any]] = []
+        self.open_bands: dict[str, dict[str, Any]] = {}
+        self.last: dict[str, Any] | None = None
+
+    def add(self, record: dict[str, Any]) -> None:
         alerts = record.get("alerts") or {}
         for alert in alerts.get("started") or []:
-            started[alert["name"]] = {**alert, "since_step": record["step"]}
-            events.append(
+            self.started[alert["name"]] = {**alert, "since_step": record["step"]}
+            self.events.append(
                 {"step": record["step"], "event": "start", "name": alert["name"], "message": alert.get("message", "")}
             )
             held = alert.get("held_since")
@@ -104,22 +109,40 @@ def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
                 "to": None,
                 "message": alert.get("message", ""),
             }
-            bands.append(band)
-            open_bands[alert["name"]] = band
+            self.bands.append(band)
+            self.open_bands[alert["name"]] = band
         for name in alerts.get("ended") or []:
-            events.append({"step": record["step"], "event": "end", "name": name, "message": ""})
-            if name in open_bands:
-                open_bands.pop(name)["to"] = record["step"]
-    last_step = records[-1]["step"] if records else None
-    for band in open_bands.values():
-        band["to"] = last_step  # still active: the band reaches the last logged step
-    active = (records[-1].get("alerts") or {}).get("active", []) if records else []
-    return {
-        "events": events,
-        "active": [started.get(name, {"name": name, "since_step": None}) for name in active],
-        "bands": bands,
-        "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0,
-    }
+            self.events.append({"step": record["step"], "event": "end", "name": name, "message": ""})
+            if name in self.open_bands:
+                self.open_bands.pop(name)["to"] = record["step"]
+        self.last = record
+
+    def view(self) -> dict[str, Any]:
+        last = self.last
+        bands = [dict(band) for band in self.bands]
+        for band in bands:
+            if band["to"] is None:
+                band["to"] = last["step"] if last else None  # still active: the band reaches the last logged step
+        alerts = (last.get("alerts") or {}) if last else {}
+        values: dict[str, Any] = alerts["values"] if isinstance(alerts.get("values"), dict) else {}
+        active = [
+            {**self.started.get(name, {"name": name, "since_step": None}), "value_now": values.get(name)}
+            for name in alerts.get("active", [])
+        ]
+        return {
+            "events": self.events,
+            "active": active,
+            "bands": bands,
+            "skipped_steps": (last.get("skipped_steps") or 0) if last else 0,
+        }
+
+
+def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`AlertEvents` over a list of records."""
+    events = AlertEvents()
+    for record in records:
+        events.add(record)
+    return events.view()
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:
@@ -127,9 +150,10 @@ def read_eval(run_dir: Path) -> dict[str, Any]:
     return eval_view(read_eval_records(run_dir))
 
 
-def observations(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+def observations(run_dir: Path, alerts: dict[str, Any]) -> dict[str, Any]:
+    """The evaluations and completions read from the run's files, beside the alerts' view (`AlertEvents`)."""
     return {
         "eval": read_eval(run_dir),
         "samples": samples_view(read_samples(run_dir)),
-        "alerts": alerts_view(records),
+        "alerts": alerts,
     }

@@ -21,8 +21,8 @@ from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import RunSeries
-from reports.run_page import REFRESH_SECONDS, write_run_page
-from reports.training import MetricsTail, RunView, load_run, load_run_summary
+from reports.run_page import REFRESH_SECONDS, write_run_page, write_streamed_run_page
+from reports.training import MetricsTail, RunView, load_run, load_run_summary, open_run
 from trainer.records import RUN_FILE
 
 log = logging.getLogger(__name__)
@@ -128,13 +128,13 @@ def build_pages(
     views = []
     rungs = rung_runs(ladders)
     for run_dir in run_dirs:
-        view = load_run(run_dir)
+        view = open_run(run_dir)
         views.append(view)
-        path = write_run_page(view, site)
-        write_run_summary(view, site, rungs.get(view.name))
+        path, curves = write_streamed_run_page(view, site)
+        write_run_summary(view, site, rungs.get(view.name), curves)
         write_explain_data(view, site, home)
         write_explain_page(site, view.name)
-        log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
+        log.debug("wrote %s (%d metrics records, %s)", path, view.count, view.status)
         pages.runs.append(path)
         if progress:
             progress()

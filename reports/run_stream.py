@@ -1,0 +1,140 @@
+"""A run's metrics stream read once, record by record, for `report build`: memory does not grow with the records.
+
+A long run at the 535B shape logs records of about a megabyte each (per-expert loads of every MoE layer):
+holding them all took 1.37 GB for 1,000 records. Here the stream is read twice, line by line: the first pass
+keeps only each record's step (8 bytes a record, to drop the records a resume superseded, as `MetricsTail`
+does), the second hands each kept record to the consumers and lets it go:
+
+- `RunDigest`: what the page shows beside the curves (the last record, each cell's latest loss, the cells of
+  the recent records, the alert events and bands, the per-expert load at a bounded set of steps);
+- the chunk files (`reports.run_data`), written as each fills, and the overview and summary builders, which
+  keep a bounded number of points per series (`OverviewBuilder`, `BucketBuilder`) and need only the record
+  count, known after the first pass.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from millrace.errors import ArtifactError
+from millrace.jsonl import checked, has_step
+from reports.numbers import finite
+from reports.run_observations import AlertEvents, alerts_problem
+
+log = logging.getLogger(__name__)
+
+CELL_WINDOW = 2000  # recent records whose batches name cells (a run without realised counts)
+HEAT_STEPS = 200  # at most this many steps of the per-expert load heat map, whatever the run's length
+HEAT_VALUES = 200_000  # ... and at most about this many loads in it (8 steps at the 535B shape's 61 x 384)
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every complete record, one line in memory at a time; a last line that does
+    not parse is torn and left out, an earlier one is damage (`millrace.jsonl`'s rule)."""
+    if not Path(path).exists():
+        return
+    with open(path, "rb") as handle:
+        pending: tuple[int, bytes] | None = None
+        for number, line in enumerate(handle, 1):
+            if pending is not None:
+                yield _parsed(path, *pending, last=False)
+            pending = (number, line) if line.strip() else None
+        if pending is not None:
+            try:
+                yield _parsed(path, *pending, last=True)
+            except _Torn:
+                return
+
+
+class _Torn(Exception):
+    pass
+
+
+def _parsed(path: Path, number: int, line: bytes, last: bool) -> tuple[int, dict[str, Any]]:
+    try:
+        record = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if last:
+            raise _Torn from None
+        raise ArtifactError(
+            f"{path}:{number}: not a JSON line ({exc}); the file is damaged before its last line"
+        ) from None
+    checked(record, has_step, "raise", path, number)
+    return number, record
+
+
+def kept_records(path: Path) -> tuple[int, Iterator[dict[str, Any]]]:
+    """How many records a page shows, and an iterator over them: a record followed by one at the same or an
+    earlier step was superseded by a resume and is left out. Two passes over the file, one record at a time."""
+    steps = np.fromiter((record["step"] for _, record in iter_lines(path)), dtype=np.int64)
+    from_here = np.minimum.accumulate(steps[::-1])[::-1]  # the least step from each record on
+    keep = steps < np.append(from_here[1:], np.iinfo(np.int64).max)
+
+    def records() -> Iterator[dict[str, Any]]:
+        for index, (number, record) in enumerate(iter_lines(path)):
+            if index >= keep.size or not keep[index]:
+                continue
+            if problem := alerts_problem(record):
+                log.warning("%s:%d: skipped a malformed alert record (%s)", path, number, problem)
+                record.pop("alerts")
+            yield record
+
+    return int(keep.sum()), records()
+
+
+class RunDigest:
+    """What the run page needs from every record besides the curves, fed one record at a time."""
+
+    def __init__(self, total: int = 0):
+        self.count = 0
+        self.last: dict[str, Any] = {}
+        self.latest_loss_cell: dict[str, float] = {}
+        self.cell_seen: dict[str, int] = {}  # cell -> index of the last record whose batch named it
+        self.alerts = AlertEvents()
+        self.total = total
+        self.heat_every = 0  # set by the first record with loads, from its layers x experts
+        self.heat: list[dict[str, Any]] = []  # {"step", "layers": {layer: load}} at a bounded set of steps
+
+    @classmethod
+    def of(cls, records: list[dict[str, Any]]) -> RunDigest:
+        digest = cls(len(records))
+        for record in records:
+            digest.add(record)
+        return digest
+
+    def add(self, record: dict[str, Any]) -> None:
+        for cell, value in (record.get("loss_per_cell") or {}).items():
+            self.cell_seen[cell] = self.count
+            if finite(value) is not None:
+                self.latest_loss_cell[cell] = value
+        self.alerts.add(record)
+        self.count += 1
+        self.last = record
+        if not self.heat_every and (values := sum(len(e) for e in _loads(record).values())):
+            steps = min(HEAT_STEPS, max(8, HEAT_VALUES // values))
+            self.heat_every = max(1, -(-max(self.total, 1) // steps))
+        if self.heat_every and (self.count - 1) % self.heat_every == 0 and (loads := _loads(record)):
+            self.heat.append({"step": record["step"], "layers": loads})
+
+    def finish(self) -> None:
+        """The last record's loads end the heat map, so its last column is the last logged step."""
+        if (loads := _loads(self.last)) and (not self.heat or self.heat[-1]["step"] != self.last.get("step")):
+            self.heat.append({"step": self.last["step"], "layers": loads})
+
+    def recent_cells(self) -> set[str]:
+        return {cell for cell, index in self.cell_seen.items() if index >= self.count - CELL_WINDOW}
+
+
+def _loads(record: dict[str, Any]) -> dict[str, list[float | None]]:
+    """Per MoE layer, each expert's share of the routed tokens, to 4 significant digits."""
+    return {
+        str(e["layer"]): [None if (v := finite(x)) is None else float(f"{v:.4g}") for x in e.get("load") or []]
+        for e in record.get("expert_load") or []
+        if isinstance(e, dict) and "layer" in e and e.get("load")
+    }
