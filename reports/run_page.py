@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from reports.compare_data import EXPLAIN_FILE, SummaryBuilder
 from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
-from reports.run_data import CHUNK, DATA_DIR, Chunk, OverviewBuilder, RunSeries, write_chunk, write_overview
+from reports.run_data import (
+    CHUNK,
+    DATA_DIR,
+    ChunkBuilder,
+    OverviewBuilder,
+    RunSeries,
+    write_built_chunk,
+    write_overview,
+)
 from reports.run_stream import RunDigest, kept_records
 from reports.training import MAX_CELL_LINES, SCALARS, RunView
 from trainer.records import METRICS_FILE
@@ -90,13 +97,18 @@ def write_streamed_run_page(view: RunView, site: Path) -> tuple[Path, SummaryBui
     digest, overview, summary = RunDigest(count), OverviewBuilder(count), SummaryBuilder(count)
     scalars, seq = run_series().scalars, time.time_ns() // 1_000_000
     start_time: float | None = None
-    for index, batch in enumerate(_batches(_digested(records, digest), CHUNK)):
-        chunk = Chunk.of(index, batch, scalars)
-        if index == 0:
-            start_time = next((t for t in chunk.times if t is not None), None)
-        write_chunk(directory, chunk, seq, start_time)
-        overview.add(chunk, start_time)
-        summary.add(chunk)
+    building = ChunkBuilder(0, scalars)
+    for record in records:
+        digest.add(record)
+        building.add(record)
+        if len(building) == CHUNK or digest.count == count:
+            chunk = building.chunk()
+            if chunk.index == 0:
+                start_time = next((t for t in chunk.times if t is not None), None)
+            write_built_chunk(directory, chunk, seq, start_time)
+            overview.add(chunk, start_time)
+            summary.add(chunk)
+            building = ChunkBuilder(chunk.index + 1, scalars)
     digest.finish()
     view.streamed = digest
     data = view.page_data()
@@ -105,18 +117,6 @@ def write_streamed_run_page(view: RunView, site: Path) -> tuple[Path, SummaryBui
         directory, chunks, {**data, **overview.result(drawn_series(data)), "seq": seq, "versions": [seq] * chunks}
     )
     return render_run_page(view, site, data, REFRESH_SECONDS), summary
-
-
-def _batches(records: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    iterator = iter(records)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
-
-
-def _digested(records: Iterable[dict[str, Any]], digest: RunDigest) -> Iterator[dict[str, Any]]:
-    for record in records:
-        digest.add(record)
-        yield record
 
 
 def render_run_page(view: RunView, site: Path, data: dict[str, Any], refresh_seconds: int) -> Path:

@@ -34,22 +34,48 @@ HEAT_STEPS = 200  # at most this many steps of the per-expert load heat map, wha
 HEAT_VALUES = 200_000  # ... and at most about this many loads in it (8 steps at the 535B shape's 61 x 384)
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, record) of every complete record, one line in memory at a time; a last line that does
-    not parse is torn and left out, an earlier one is damage (`millrace.jsonl`'s rule)."""
+def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, line, whether it is the last non-empty one) of every non-empty line, one at a time."""
     if not Path(path).exists():
         return
     with open(path, "rb") as handle:
         pending: tuple[int, bytes] | None = None
         for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
             if pending is not None:
-                yield _parsed(path, *pending, last=False)
-            pending = (number, line) if line.strip() else None
+                yield *pending, False
+            pending = (number, line)
         if pending is not None:
-            try:
-                yield _parsed(path, *pending, last=True)
-            except _Torn:
-                return
+            yield *pending, True
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every complete record, one line in memory at a time; a last line that does
+    not parse is torn and left out, an earlier one is damage (`millrace.jsonl`'s rule)."""
+    for number, line, last in _lines(path):
+        try:
+            yield _parsed(path, number, line, last)
+        except _Torn:
+            return
+
+
+STEP_PREFIX = b'{"step": '  # how the trainer's records begin (`MetricsRecord` puts the step first)
+
+
+def _steps(path: Path) -> Iterator[int]:
+    """Each record's step, as `iter_lines` gives the records, without parsing a whole line where it begins
+    with the step (a record of the 535B shape is about a megabyte of JSON); the last line is parsed whole,
+    so a torn one is left out as `iter_lines` leaves it."""
+    for number, line, last in _lines(path):
+        head = line[len(STEP_PREFIX) : len(STEP_PREFIX) + 24].split(b",", 1)
+        if not last and line.startswith(STEP_PREFIX) and len(head) == 2 and head[0].isdigit():
+            yield int(head[0])
+            continue
+        try:
+            yield _parsed(path, number, line, last)[1]["step"]
+        except _Torn:
+            return
 
 
 class _Torn(Exception):
@@ -72,7 +98,7 @@ def _parsed(path: Path, number: int, line: bytes, last: bool) -> tuple[int, dict
 def kept_records(path: Path) -> tuple[int, Iterator[dict[str, Any]]]:
     """How many records a page shows, and an iterator over them: a record followed by one at the same or an
     earlier step was superseded by a resume and is left out. Two passes over the file, one record at a time."""
-    steps = np.fromiter((record["step"] for _, record in iter_lines(path)), dtype=np.int64)
+    steps = np.fromiter(_steps(path), dtype=np.int64)
     from_here = np.minimum.accumulate(steps[::-1])[::-1]  # the least step from each record on
     keep = steps < np.append(from_here[1:], np.iinfo(np.int64).max)
 
@@ -106,6 +132,7 @@ class RunDigest:
         digest = cls(len(records))
         for record in records:
             digest.add(record)
+        digest.finish()
         return digest
 
     def add(self, record: dict[str, Any]) -> None:
