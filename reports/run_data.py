@@ -36,8 +36,11 @@ CHUNK = 2000
 BUCKETS = 1000
 SMOOTHED = ("loss",)  # series whose per-bucket means the page smooths when the run is thinned
 DATA_DIR = "data"
-LAYER_FIELDS = {"router_bias": ("norm", "max_abs"), "expert_load": ("max_violation", "router_entropy", "entropy")}
-KEYED = ("loss_per_cell", "loss_per_source")
+LAYER_FIELDS = {
+    "router_bias": ("norm", "max_abs"),
+    "expert_load": ("max_violation", "router_entropy", "entropy", "window_entropy", "dead_experts"),
+}
+KEYED = ("loss_per_cell", "loss_per_source", "param_norm_per_group", "realised_tokens_per_cell")
 
 
 def _number(value: Any) -> float | None:
@@ -62,6 +65,12 @@ def flatten(record: dict[str, Any], scalars: Iterable[str]) -> dict[str, float]:
             for name in fields:
                 if (value := _number(entry.get(name))) is not None:
                     row[f"{key}.{name}/layer {entry['layer']}"] = value
+    alerts = get("alerts")
+    if type(alerts) is dict:
+        row["alerts/active"] = float(len(alerts.get("active") or ()))
+        for name, raw in (alerts.get("values") or {}).items() if type(alerts.get("values")) is dict else ():
+            if (value := _number(raw)) is not None:
+                row[f"alerts/value/{name}"] = value
     for key in KEYED:
         values = get(key)
         if type(values) is dict:

@@ -54,6 +54,11 @@ def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:
                 name: [finite(((r.get(metric) or {}).get(group) or {}).get(name)) for r in ordered] for name in names
             }
         view[metric] = groups
+    latest = ordered[-1] if ordered else {}
+    view["coverage"] = {
+        "macro_cells": len((latest.get("loss") or {}).get("cell") or {}),
+        "without_held_out": [str(c) for c in latest.get("without_held_out") or []],
+    }
     return view
 
 

@@ -148,6 +148,7 @@ def render_run_page(view: RunView, site: Path, data: dict[str, Any], refresh_sec
         page_json=embed_json(files),
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
+        coverage=(data.get("eval") or {}).get("coverage"),
         config_rows=_flatten(view.run.get("config") or {}),
         page_js=static_text("explain_panel.js") + static_text("run.js"),
     )

@@ -170,6 +170,9 @@ class RunView:
             "drawn_cells": self.drawn_cells(),
             "last_expert_load": last_load,
             "expert_load_steps": self.digest.heat,
+            "health": {
+                "load_entropy_min": ((self.run.get("config") or {}).get("health") or {}).get("load_entropy_min")
+            },
             "seq_len": seq_len,
             "cells": [
                 {

@@ -243,7 +243,7 @@ def write_contract_metrics(
         1,
         {
             "run": run,
-            "config": {"model": "tiny"},
+            "config": {"model": "tiny", "health": {"load_entropy_min": 0.995}},
             "mixture": built.mixture,
             "revision": built.revision,
             "manifest_hash": digest,
@@ -285,7 +285,8 @@ def write_contract_metrics(
                     "load": [1 / experts] * experts,
                     "max_violation": 0.0,
                     "entropy": math.log(experts),
-                    "dead_experts": 0,
+                    "window_entropy": 0.999 - 0.01 * (step % 3 == 0),
+                    "dead_experts": int(step % 50 == 0),
                 }
                 for layer in range(layers)
             ]
@@ -304,6 +305,7 @@ def write_contract_metrics(
                         "grad_norm": 1.0,
                         "param_norm": 120.0,
                         "param_norm_with_router_bias": 120.5,
+                        "param_norm_per_group": {"experts": 100.0, "attention": 60.0 + step * 1e-3},
                         "router_bias": [
                             {"layer": layer, "norm": 0.01 * step, "max_abs": 0.001 * step} for layer in range(layers)
                         ],

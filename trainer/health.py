@@ -72,6 +72,7 @@ class HealthMonitor:
         self.skipped_total = 0
         self.eval_alert: Alert | None = None
         self.last_eval: float | None = None
+        self.window_entropy: dict[int, float] = {}  # per layer, what the load-entropy rule saw at the last check
         self.loads: collections.deque[tuple[int, dict[int, list[float]]]] = collections.deque(
             maxlen=max(config.load_window_steps, 1)
         )
@@ -181,6 +182,7 @@ class HealthMonitor:
                 Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}")
             )
         windowed, steps = self.windowed_entropy(record)
+        self.window_entropy = windowed
         for layer in record.get("expert_load", []):
             entropy = windowed.get(layer["layer"], layer.get("entropy"))
             if cfg.load_entropy_min and isinstance(entropy, float) and entropy < cfg.load_entropy_min:

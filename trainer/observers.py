@@ -141,6 +141,9 @@ class RunObservers:
             **memory_stats(self.runtime.device),
         }
         extras["alerts"] = self.health.check({**record, **extras}, time.time())
+        for layer in record.get("expert_load", []):  # what the load-entropy alert watches, charted on the page
+            if layer["layer"] in self.health.window_entropy:
+                layer["window_entropy"] = self.health.window_entropy[layer["layer"]]
         return extras
 
     def after_step(self, model: Transformer, step: int, tokens: int) -> None:

@@ -138,6 +138,7 @@ class ExpertLoad(Record):
     entropy: Number = None
     dead_experts: int | None = None
     router_entropy: Number = None
+    window_entropy: Number = None  # the load entropy over the health rule's window of steps (what it alerts on)
 
 
 class RouterBias(Record):

@@ -92,7 +92,13 @@ const CHARTS = [
   { id: "c-biasmax", title: "Router bias max |b| per layer", y: "max |bias|", keys: () => layerKeys("router_bias.max_abs") },
   { id: "c-viol", title: "Expert load max-violation per layer", y: "max-violation (% over even)", yFormat: fmt.pct,
     keys: () => layerKeys("expert_load.max_violation") },
-  { id: "c-entropy", title: "Routing entropy per layer", y: "fraction of log E", keys: () => layerKeys("expert_load.router_entropy") },
+  { id: "c-loadent", title: "Expert load entropy per layer, over the alert's window", y: "fraction of log E",
+    keys: () => (layerKeys("expert_load.window_entropy").length ? layerKeys("expert_load.window_entropy") : layerKeys("expert_load.entropy")),
+    threshold: () => (D.health || {}).load_entropy_min },
+  { id: "c-dead", title: "Dead experts per layer", y: "experts with no token", zero: true, keys: () => layerKeys("expert_load.dead_experts") },
+  { id: "c-entropy", title: "Routing (router score) entropy per layer", y: "fraction of log E", keys: () => layerKeys("expert_load.router_entropy") },
+  { id: "c-groups", title: "Parameter norm per group (gradient-trained; the router bias is charted apart)", y: "L2 norm",
+    keys: () => Object.keys(D.series).filter((k) => k.startsWith("param_norm_per_group/")).sort().map((k) => [k, k.slice(21)]) },
   { id: "c-cell", title: "Loss per cell (batches that held the cell)", y: "loss (nats per token)",
     keys: () => present(D.drawn_cells.map((c) => [`loss_per_cell/${c}`, c])) },
   { id: "c-source", title: "Loss per source (batches that held the source)", y: "loss (nats per token)",
@@ -203,7 +209,8 @@ function drawCharts(only) {  // every chart near the viewport (or the ids in `on
 function drawChart(def, box, chunks) {
   const keys = def.keys();
   const smoothing = def.smooth && STATE.smooth > 0;
-  const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log]);
+  const threshold = def.threshold ? def.threshold() : null;
+  const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log, threshold]);
   let built = BUILT.get(def.id);
   box.style.minHeight = "";
   if (!keys.length) {
@@ -216,6 +223,7 @@ function drawChart(def, box, chunks) {
     if (built) built.chart.destroy();
     const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
     if (smoothing) series.push({ name: `${keys[0][1]}, smoothed (EMA ${STATE.smooth})`, colour: colour(0), width: 2 });
+    if (threshold !== null && threshold !== undefined) series.push({ name: `alert threshold ${threshold}`, dash: [6, 4], colour: "#c62828" });
     const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
       yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
     chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
@@ -225,6 +233,10 @@ function drawChart(def, box, chunks) {
   }
   const tables = keys.map(([key]) => table(key, chunks));
   if (smoothing) tables.push(smoothed(keys[0][0], chunks));
+  if (threshold !== null && threshold !== undefined) {
+    const xs = tables.flatMap(([x]) => (x.length ? [x[0], x[x.length - 1]] : []));
+    tables.push(xs.length ? [[Math.min(...xs), Math.max(...xs)], [threshold, threshold]] : [[], []]);
+  }
   built.chart.setData(tables);
   built.chart.setBands(bands());
   built.chart.setMarks(marks());
@@ -433,7 +445,34 @@ function expertLoad() {
     tooltip: (r, c) => `layer ${layers[r].layer}, expert ${c}: ${fmt.pct(layers[r].load[c])} of tokens` +
       `\nmax-violation ${fmt.pct(layers[r].max_violation)}, entropy ${fmt.num(layers[r].entropy, 4)}, dead experts ${layers[r].dead_experts ?? "—"}`,
   });
+  loadOverTime();
 }
+
+// Per-expert load over time: one layer's steps x experts, at the steps the build kept (a bounded number, spread
+// over the run: `reports.run_stream.RunDigest`).
+function loadOverTime() {
+  const box = $("c-load-time"), steps = D.expert_load_steps || [];
+  box.textContent = "";
+  if (steps.length < 2) return;
+  const names = Object.keys(steps[steps.length - 1].layers).sort((a, b) => +a - +b);
+  const select = $("load-layer");
+  if (select.options.length !== names.length) {
+    const chosen = select.value;
+    select.textContent = "";
+    for (const n of names) h("option", { value: n }, select, `layer ${n}`);
+    if (names.includes(chosen)) select.value = chosen;
+  }
+  const layer = select.value || names[0];
+  const experts = Math.max(...steps.map((s) => (s.layers[layer] || []).length));
+  h("div", { style: "font-weight:600;font-size:12px" }, box,
+    `Expert load over time, layer ${layer}: ${steps.length} steps of ${fmt.count(D.records)} records (share of routed tokens)`);
+  heatMap(h("div", {}, box), steps.map((s) => `step ${exact(s.step)}`), Array.from({ length: experts }, (_, e) => String(e)),
+    (r, c) => (steps[r].layers[layer] || [])[c] ?? null, {
+      cellWidth: Math.max(6, Math.min(40, Math.floor(520 / experts))), cellHeight: Math.max(4, Math.min(18, Math.floor(400 / steps.length))),
+      format: () => "", tooltip: (r, c) => `step ${exact(steps[r].step)}, layer ${layer}, expert ${c}: ${fmt.pct((steps[r].layers[layer] || [])[c])} of tokens`,
+    });
+}
+$("load-layer").addEventListener("change", loadOverTime);
 
 function plan() {
   const wrap = $("plan");

@@ -95,6 +95,30 @@ def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(
     assert len(rows) == 20_000 and [int(r["step"]) for r in rows] == list(range(20_000))
     assert max(float(r["loss"]) for r in rows) == SPIKE_LOSS
     assert float(rows[SPIKE_STEP]["loss"]) == SPIKE_LOSS and rows[SPIKE_STEP]["router_bias.norm/layer 0"]
+    # every recorded field: per-group norms, dead experts, the windowed load entropy, alerts, tokens per cell
+    assert float(rows[SPIKE_STEP]["param_norm_per_group/attention"]) == pytest.approx(60.0 + SPIKE_STEP * 1e-3)
+    assert [int(float(r["expert_load.dead_experts/layer 1"])) for r in rows[:101]] == [
+        int(s % 50 == 0) for s in range(101)
+    ]
+    assert rows[SPIKE_STEP]["alerts/active"] == "1" and rows[SPIKE_STEP]["expert_load.window_entropy/layer 0"]
+    assert any(key.startswith("realised_tokens_per_cell/") for key in rows[0])
+    # what the load-entropy alert watches, with its threshold drawn; dead experts; per-group norms
+    for chart in ("c-loadent", "c-dead", "c-groups"):
+        tab.chart(chart)
+    labels = tab.page.evaluate(
+        "(ids) => ids.map((id) => document.getElementById(id).uplot.series.slice(1).map((s) => s.label))",
+        ["c-loadent", "c-dead", "c-groups"],
+    )
+    assert labels == [
+        ["layer 0", "layer 1", "alert threshold 0.995"],
+        ["layer 0", "layer 1"],
+        ["attention", "experts"],
+    ]
+    # per-expert load over time: a bounded number of steps x experts, for the layer chosen
+    tab.page.select_option("#load-layer", "1")
+    heat = tab.page.inner_text("#c-load-time")
+    kept = int(heat.split(" steps of 20,000 records")[0].rsplit(" ", 1)[-1])
+    assert "layer 1" in heat and 100 <= kept <= 201, heat[:200]
     tab.shot("run-spike-hover")
     tab.check_clean()
     tab.close()

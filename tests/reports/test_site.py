@@ -402,3 +402,21 @@ def test_the_streamed_build_writes_what_the_held_records_give(tmp_path):
     summary = json.loads(text[text.index("] = ") + 4 : text.rindex(";")])
     assert summary == json.loads(json.dumps(run_summary(held)))
     assert max(summary["bands"]["loss"]["hi"]) == 12.0 and len(summary["steps"]) <= 600
+
+
+def test_the_run_page_names_the_cells_without_held_out_data(tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    run_dir = factory.write_contract_metrics(home, "short", manifest, steps=5)
+    record = {
+        "schema": "millrace.eval/1",
+        "step": 5,
+        "loss": {"macro": 3.0, "micro": 3.0, "cell": {"c00q0": 3.0, "c00q1": 3.0}},
+        "bpb": {"macro": 1.0, "micro": 1.0, "cell": {"c00q0": 1.0, "c00q1": 1.0}},
+        "without_held_out": ["c01q2", "c01q4"],
+    }
+    (run_dir / "eval.jsonl").write_text(json.dumps(record) + "\n")
+    build_pages(home, tmp_path / "site", runs=["short"])
+    page = (tmp_path / "site" / "runs" / "short" / "index.html").read_text()
+    assert "over 2 cells with held-out data of 4 trained; no held-out data (in neither average): c01q2, c01q4" in page
