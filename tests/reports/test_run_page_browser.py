@@ -117,8 +117,9 @@ def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(
     # per-expert load over time: a bounded number of steps x experts, for the layer chosen
     tab.page.select_option("#load-layer", "1")
     heat = tab.page.inner_text("#c-load-time")
-    kept = int(heat.split(" steps of 20,000 records")[0].rsplit(" ", 1)[-1])
-    assert "layer 1" in heat and 100 <= kept <= 201, heat[:200]
+    title = heat.split("\n", 1)[0]
+    kept = int(title.split(" steps of ")[0].rsplit(" ", 1)[-1])
+    assert title.startswith("Expert load over time, layer 1") and 100 <= kept <= 201, title
     tab.shot("run-spike-hover")
     tab.check_clean()
     tab.close()
