@@ -10,17 +10,17 @@ import click
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME, known
 from millrace.options import home_option, json_option, print_json, revision_option
+from millrace.tables import print_table
 from mixtures import api
 from mixtures.new import STRATEGY_CHOICES, parse_factors
+from pipeline.store.labels import labelled
+
+CELL_WIDTH = 40  # a cell with its domain label, cut to this in tables
 
 
 def show(table: Any) -> None:
     """Rich is imported only when a table is printed: `--json` runs start faster."""
-    import sys
-
-    from rich.console import Console
-
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    print_table(table)
 
 
 def new_table(title: str) -> Any:
@@ -307,7 +307,7 @@ def print_plan(result: dict[str, Any]) -> None:
         table.add_column("sequences\nfrom it on", justify="right")
     table.add_column("epochs", justify="right")
     for cell, info in result["cells"].items():
-        row = [cell, fmt_tokens(info["available_tokens"])]
+        row = [labelled(cell, result.get("labels", {}), CELL_WIDTH), fmt_tokens(info["available_tokens"])]
         for phase in result["phases"]:
             cp = info["phases"][phase["name"]]
             row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.3%}", f"{cp['realised_weight']:.3%}"]

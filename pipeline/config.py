@@ -158,10 +158,11 @@ class DedupConfig(StrictModel):
     bands: int = pydantic.Field(
         40,
         ge=1,
+        le=1024,
         description="LSH bands x rows = signature length; 40 x 3 makes pairs "
         "from Jaccard ~0.5 up candidates with probability > 0.995",
     )
-    rows: int = pydantic.Field(3, ge=1, description="hashes per LSH band")
+    rows: int = pydantic.Field(3, ge=1, le=64, description="hashes per LSH band (at most 64)")
     threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0, description="estimated Jaccard a candidate pair must reach")
     verify_threshold: float = pydantic.Field(
         0.4, ge=0.0, le=1.0, description="... and a removed document with its cluster's kept one (no chains)"
@@ -263,8 +264,8 @@ class ExecutorConfig(StrictModel):
     kind: Literal["local", "ray", "slurm"] = pydantic.Field(
         "local", description="local | ray (RAY_ADDRESS=... for a running cluster) | slurm"
     )
-    tasks: int = pydantic.Field(4, ge=1, description="input split; keep it when resuming a run")
-    workers: int = pydantic.Field(2, ge=1, description="tasks run at once (local, ray)")
+    tasks: int = pydantic.Field(4, ge=1, le=100_000, description="input split; keep it when resuming a run")
+    workers: int = pydantic.Field(2, ge=1, le=4096, description="tasks run at once (local, ray)")
     work_url: str | None = pydantic.Field(
         None,
         examples=["s3://bucket/millrace-work"],

@@ -31,7 +31,7 @@ from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from trainer.param_groups import ROUTER_BIAS
 from trainer.records import EXPLANATIONS_FILE, read_metrics, read_run
-from trainer.status import find_run
+from trainer.status import existing_run
 
 WINDOW = 20  # logged steps before N that make the running mean
 MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its typical change
@@ -262,7 +262,7 @@ def explain_record(
 
 
 def read_run_files(home: Home, run_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    run_dir = find_run(home, run_name)
+    run_dir = existing_run(home, run_name)
     return read_run(run_dir), read_metrics(run_dir)
 
 

@@ -11,6 +11,8 @@ restart needs:
 A resume on a node that has never seen the run copies the records back first, then loads the newest
 committed checkpoint from the URL: the same steps as a local resume (lines after the checkpoint are cut
 back as usual).
+Every write there has a deadline and a bounded retry (`millrace.remote_calls`) and fails in one line naming the
+object.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from millrace import remote_calls
 from millrace.artifacts import atomic_output
 from millrace.errors import ArtifactError
+from millrace.remote_calls import WRITE_LIMITS
 from trainer.records import LOCK_FILE
 
 log = logging.getLogger(__name__)
@@ -40,10 +44,14 @@ class RemoteDir:
 
     @cached_property
     def _resolved(self) -> tuple[Any, str]:
-        import fsspec
+        return remote_calls.limited_fs(self.url, self.storage_options, WRITE_LIMITS)
 
-        fs, path = fsspec.core.url_to_fs(self.url, **self.storage_options)
-        return fs, path.rstrip("/")
+    @property
+    def bounded_options(self) -> dict[str, Any]:
+        """The storage options with the write deadline as the connect and read timeouts, for a writer that makes
+        its own filesystem (DCP's): no request waits past it on a server that never answers."""
+        protocol = self.url.split("://", 1)[0]
+        return remote_calls.single_retry_layer(protocol, self.storage_options, WRITE_LIMITS.timeout)
 
     @property
     def fs(self) -> Any:
@@ -82,8 +90,8 @@ class RemoteDir:
             raise ArtifactError(f"{self / child}: missing") from None
 
     def write_bytes(self, child: str, data: bytes) -> None:
-        """One object, whole (a PUT on an object store: readers see all of it or none)."""
-        self.fs.pipe_file(f"{self.path}/{child}", data)
+        """One object, whole (a PUT on an object store: readers see all of it or none), within its deadline."""
+        remote_calls.pipe_file(self.fs, f"{self.path}/{child}", data)
 
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -102,7 +110,7 @@ def push_records(run_dir: Path, remote: RemoteDir) -> None:
         return
     for path in sorted(run_dir.iterdir()):
         if path.is_file() and path.name not in SKIPPED and not path.name.startswith("."):
-            remote.fs.put_file(str(path), f"{remote.path}/{path.name}")
+            remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{path.name}", path.stat().st_size)
     log.debug("run records of %s copied to %s", run_dir, remote)
 
 

@@ -10,30 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from millrace.errors import ConfigError
+from millrace.errors import ArtifactError
 from millrace.home import Home
+from millrace.names import known
 from trainer.records import RUN_FILE, observed_run_status, read_eval, read_metrics, read_run
 
 ALERT_EXIT_CODE = 3
-LISTED_RUNS = 20  # a missing run's error names at most this many of the runs that exist
-
-
-def find_run(home: Home, run: str) -> Path:
-    """RUN's directory: a name under runs/ or a run directory; a missing run is a one-line error that lists
-    the runs that exist (the newest first), so a typo is answered with the right name."""
-    if Path(run).is_dir() and (Path(run) / RUN_FILE).exists():
-        return Path(run)
-    run_dir = home.run(run)
-    if (run_dir / RUN_FILE).exists():
-        return run_dir
-    existing = sorted(home.runs.glob(f"*/{RUN_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    names = [path.parent.name for path in existing]
-    if not names:
-        raise ConfigError(f"run {run!r}: no run.json in {run_dir}; no runs under {home.runs}")
-    more = f" and {len(names) - LISTED_RUNS} more" if len(names) > LISTED_RUNS else ""
-    raise ConfigError(
-        f"run {run!r}: no run.json in {run_dir}; runs under {home.runs}: {', '.join(names[:LISTED_RUNS])}{more}"
-    )
 
 
 def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -71,6 +53,15 @@ def _current_values(records: list[dict[str, Any]], active: list[str]) -> dict[st
 def _alerts(record: dict[str, Any]) -> dict[str, list]:
     alerts = record.get("alerts")
     return {k: v for k, v in alerts.items() if isinstance(v, list)} if isinstance(alerts, dict) else {}
+
+
+def existing_run(home: Home, name: str) -> Path:
+    """The directory of run `name`; a miss lists the runs there are."""
+    run_dir = home.run(name)
+    if not (run_dir / RUN_FILE).exists():
+        names = (p.parent.name for p in home.runs.glob(f"*/{RUN_FILE}"))
+        raise ArtifactError(f"run {name!r}: no {RUN_FILE} in {run_dir}" + known("runs", names))
+    return run_dir
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:

@@ -110,7 +110,10 @@ class ExtractStep(CountedStep):
     """HTML to text with datatrove's `Trafilatura` extractor, in its sandbox (a per-document timeout).
 
     Applies to the sources whose format is HTML (warc, html); a document with no main text, or
-    one whose extraction fails or times out, is removed with that reason.
+    one whose extraction fails or times out, is removed with that reason. A page's text depends on that
+    page alone: trafilatura's `deduplicate` (a process-wide cache of text segments seen, which would drop a
+    segment from a page because earlier pages in the same process held it) is off, so the order of pages,
+    the task count and a sandbox restarted after a timeout change nothing.
     """
 
     name = "⛏ extract"
@@ -119,7 +122,7 @@ class ExtractStep(CountedStep):
         super().__init__("extract", funnel_dir, removed_dir, sources)
         from datatrove.pipeline.extractors import Trafilatura
 
-        self.extractor = Trafilatura(timeout=timeout)
+        self.extractor = Trafilatura(timeout=timeout, deduplicate=False)
         self._sandbox: ExtractorSandbox | None = None
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
