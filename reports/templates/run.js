@@ -31,7 +31,8 @@ const STATE = (() => {
   const num = (k) => (q.get(k) === null || q.get(k) === "" || isNaN(+q.get(k)) ? null : +q.get(k));
   return { x: ["step", "tokens", "time"].includes(q.get("x")) ? q.get("x") : "step",
     smooth: Math.max(0, Math.min(0.99, num("smooth") || 0)), log: q.get("log") === "1",
-    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group"), step: num("step") };
+    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group"), step: num("step"),
+    elog: q.get("elog") === "1", esmooth: Math.max(0, Math.min(0.95, num("esmooth") || 0)) };
 })();
 function saveState() {
   const q = new URLSearchParams(location.search);
@@ -39,6 +40,7 @@ function saveState() {
   put("x", STATE.x, "step"); put("smooth", STATE.smooth, 0); put("log", STATE.log ? 1 : 0, 0);
   put("from", STATE.from === null ? null : Math.round(STATE.from)); put("to", STATE.to === null ? null : Math.round(STATE.to));
   put("metric", STATE.metric, null); put("group", STATE.group, null); put("step", STATE.step, null);
+  put("elog", STATE.elog ? 1 : 0, 0); put("esmooth", STATE.esmooth, 0);
   const query = q.toString();
   history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
 }
@@ -74,7 +76,7 @@ const layerKeys = (prefix) => Object.keys(D.series).filter((k) => k.startsWith(p
   .sort((a, b) => +a.split(" ").pop() - +b.split(" ").pop()).map((k) => [k, k.split("/")[1]]);
 const present = (pairs) => pairs.filter(([k]) => D.series[k]);
 const CHARTS = [
-  { id: "c-loss", title: "Loss", y: "loss (nats per token)", keys: () => present([["loss", "loss"]]), smooth: true },
+  { id: "c-loss", title: "Loss", y: "loss (nats per token)", keys: () => present([["loss", "loss"]]) },
   { id: "c-lr", title: "Learning rate", y: "learning rate", keys: () => present([["lr", "learning rate"]]) },
   { id: "c-grad", title: "Gradient norm", y: "L2 norm of the gradient", keys: () => present([["grad_norm", "grad norm (trained params)"]]) },
   { id: "c-param", title: "Parameter norm, with and without the router bias", y: "L2 norm",
@@ -208,7 +210,7 @@ function drawCharts(only) {  // every chart near the viewport (or the ids in `on
 
 function drawChart(def, box, chunks) {
   const keys = def.keys();
-  const smoothing = def.smooth && STATE.smooth > 0;
+  const smoothing = STATE.smooth > 0;  // every chart: each series drawn faintly under its EMA
   const threshold = def.threshold ? def.threshold() : null;
   const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log, threshold]);
   let built = BUILT.get(def.id);
@@ -222,7 +224,7 @@ function drawChart(def, box, chunks) {
   if (!built || built.signature !== signature) {
     if (built) built.chart.destroy();
     const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
-    if (smoothing) series.push({ name: `${keys[0][1]}, smoothed (EMA ${STATE.smooth})`, colour: colour(0), width: 2 });
+    if (smoothing) keys.forEach(([, name], k) => series.push({ name: `${name}, smoothed (EMA ${STATE.smooth})`, colour: colour(k), width: 2 }));
     if (threshold !== null && threshold !== undefined) series.push({ name: `alert threshold ${threshold}`, dash: [6, 4], colour: "#c62828" });
     const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
       yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
@@ -232,7 +234,7 @@ function drawChart(def, box, chunks) {
     BUILT.set(def.id, built);
   }
   const tables = keys.map(([key]) => table(key, chunks));
-  if (smoothing) tables.push(smoothed(keys[0][0], chunks));
+  if (smoothing) for (const [key] of keys) tables.push(smoothed(key, chunks));
   if (threshold !== null && threshold !== undefined) {
     const xs = tables.flatMap(([x]) => (x.length ? [x[0], x[x.length - 1]] : []));
     tables.push(xs.length ? [[Math.min(...xs), Math.max(...xs)], [threshold, threshold]] : [[], []]);
@@ -254,6 +256,7 @@ function zoomed(lo, hi) {  // a chart's range in x units; (null, null): the whol
   STATE.to = hi === null ? null : xToStep(hi);
   saveState();
   for (const { chart } of BUILT.values()) chart.setRange(lo, hi);
+  evaluation();
   refreshCharts();
 }
 
@@ -267,6 +270,7 @@ function controls() {
   log.addEventListener("input", () => { STATE.log = log.checked; saveState(); drawCharts(); });
   $("reset-zoom").addEventListener("click", () => zoomed(null, null));
   $("train-csv").addEventListener("click", downloadTraining);
+  $("train-json").addEventListener("click", downloadTrainingJson);
 }
 
 // ---- spike forensics: a click on the loss or a norm chart opens what happened at that step ----
@@ -301,17 +305,31 @@ function stepPanel() {
 }
 
 // ---- the CSV: every logged record, from every chunk ----
-async function downloadTraining() {
+async function trainingChunks() {  // every chunk, loaded where the page has not yet (or has an older version)
   const stale = [];
   for (let c = 0; c < D.chunks; c++) if (!CHUNKS.has(c) || CHUNKS.get(c).version !== D.versions[c]) stale.push(c);
   await Promise.all(stale.map(loadChunk));
-  const chunks = [...Array(D.chunks).keys()].map((c) => CHUNKS.get(c));
+  return [...Array(D.chunks).keys()].map((c) => CHUNKS.get(c));
+}
+async function downloadTraining() {
+  const chunks = await trainingChunks();
   const keys = [...new Set(chunks.flatMap((c) => Object.keys(c.columns)))].sort();
   const quote = (s) => (/[",\n]/.test(s) ? JSON.stringify(s) : s);
   const rows = [["step", "phase", "tokens", "seconds", ...keys].map(quote).join(",")];
   for (const c of chunks) c.steps.forEach((step, i) => rows.push([step, quote(String(c.phase[i] ?? "")), c.tokens[i] ?? "",
     c.seconds[i] ?? "", ...keys.map((k) => (c.columns[k] ? c.columns[k][i] ?? "" : ""))].join(",")));
   download(`${P.run}-training.csv`, "text/csv", rows.join("\n") + "\n");
+}
+async function downloadTrainingJson() {  // the same records as the CSV, as columns: {step: [...], loss: [...], ...}
+  const chunks = await trainingChunks();
+  const keys = [...new Set(chunks.flatMap((c) => Object.keys(c.columns)))].sort();
+  const out = { run: P.run, step: [], phase: [], tokens: [], seconds: [] };
+  for (const k of keys) out[k] = [];
+  for (const c of chunks) {
+    out.step.push(...c.steps); out.phase.push(...c.phase); out.tokens.push(...c.tokens); out.seconds.push(...c.seconds);
+    for (const k of keys) out[k].push(...(c.columns[k] || c.steps.map(() => null)));
+  }
+  download(`${P.run}-training.json`, "application/json", JSON.stringify(out));
 }
 function download(name, type, text) {
   const a = h("a", { download: name, href: URL.createObjectURL(new Blob([text], { type })) }, document.body);
@@ -361,12 +379,20 @@ const evaluation = (() => {
   const metric = $("eval-metric"), group = $("eval-group");
   if (STATE.metric && [...metric.options].some((o) => o.value === STATE.metric)) metric.value = STATE.metric;
   if (STATE.group && [...group.options].some((o) => o.value === STATE.group)) group.value = STATE.group;
+  $("eval-log").checked = STATE.elog;
+  $("eval-smooth").value = String(STATE.esmooth);
   const draw = () => {
     const E = D.eval || { steps: [], loss: {}, bpb: {} };
     const m = metric.value, g = group.value;
     const alpha = parseFloat($("eval-smooth").value) || 0;
-    const series = Object.entries((E[m] || {})[g] || {}).map(([name, values]) => ({ name, values: ema(values, alpha) }));
-    lineChart($("c-eval"), E.steps, series, { title: `Held-out ${m === "bpb" ? "bits per byte" : "loss"} by ${g}`,
+    // the training charts' zoom (in steps) picks the evaluations drawn; smoothing runs over all of them first
+    const shown = E.steps.map((s, i) => i).filter((i) => STATE.from === null || (E.steps[i] >= STATE.from && E.steps[i] <= STATE.to));
+    const series = Object.entries((E[m] || {})[g] || {}).map(([name, values]) => {
+      const smooth = ema(values, alpha);
+      return { name, values: shown.map((i) => smooth[i]) };
+    });
+    $("c-eval").dataset.evaluations = String(shown.length);
+    lineChart($("c-eval"), shown.map((i) => E.steps[i]), series, { title: `Held-out ${m === "bpb" ? "bits per byte" : "loss"} by ${g}`,
       yLabel: m === "bpb" ? "bits per byte" : "loss (nats per token)", legend: true, log: $("eval-log").checked,
       connectGaps: true, marks: marks() });
     const box = $("eval-table");
@@ -386,6 +412,8 @@ const evaluation = (() => {
   for (const id of ["eval-metric", "eval-group", "eval-log", "eval-smooth"]) $(id).addEventListener("input", () => {
     STATE.metric = metric.value === "loss" ? null : metric.value;
     STATE.group = group.value === "average" ? null : group.value;
+    STATE.elog = $("eval-log").checked;
+    STATE.esmooth = parseFloat($("eval-smooth").value) || 0;
     saveState();
     draw();
   });

@@ -291,6 +291,14 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
         tab.page.click("#eval-csv")
     text = Path(download.value.path()).read_text()
     assert text.startswith("metric,group,name,step,tokens,value") and ',set,"wiki",6000,' in text
+    # the evaluation chart follows the training charts' zoom, and its settings are in the URL (kept on reload)
+    tab.page.fill("#eval-smooth", "0.5")
+    assert tab.page.evaluate("() => document.getElementById('c-eval').dataset.evaluations") == "10"
+    assert "elog=1" in tab.page.url and "esmooth=0.5" in tab.page.url and "group=set" in tab.page.url
+    tab.page.goto(tab.page.url + "&from=1000&to=3100")  # a shared link zoomed to steps 1,000-3,100
+    tab.page.wait_for_selector("body[data-ready='1']")
+    assert tab.page.is_checked("#eval-log") and tab.page.input_value("#eval-smooth") == "0.5"
+    assert tab.page.evaluate("() => document.getElementById('c-eval').dataset.evaluations") == "4"
     # completions: the latest step against another, side by side
     assert tab.page.input_value("#sample-a") == "6000" and tab.page.input_value("#sample-b") == "5400"
     row = tab.page.inner_text("#samples-table tbody tr:first-child")

@@ -95,6 +95,12 @@ def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(
     assert len(rows) == 20_000 and [int(r["step"]) for r in rows] == list(range(20_000))
     assert max(float(r["loss"]) for r in rows) == SPIKE_LOSS
     assert float(rows[SPIKE_STEP]["loss"]) == SPIKE_LOSS and rows[SPIKE_STEP]["router_bias.norm/layer 0"]
+    # the same records as JSON columns
+    with tab.page.expect_download() as download:
+        tab.page.click("#train-json")
+    columns = json.loads(Path(download.value.path()).read_text())
+    assert columns["step"] == list(range(20_000)) and columns["loss"][SPIKE_STEP] == SPIKE_LOSS
+    assert set(columns) == {"run", "phase", "tokens", "seconds", *rows[0]}
     # every recorded field: per-group norms, dead experts, the windowed load entropy, alerts, tokens per cell
     assert float(rows[SPIKE_STEP]["param_norm_per_group/attention"]) == pytest.approx(60.0 + SPIKE_STEP * 1e-3)
     assert [int(float(r["expert_load.dead_experts/layer 1"])) for r in rows[:101]] == [
@@ -198,6 +204,10 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
             expected.append(value if not expected else 0.9 * expected[-1] + 0.1 * value)
         assert smooth == pytest.approx(expected)
         assert tab.page.inner_text("#card-step").startswith(str(json.loads(lines[shown - 1])["step"]))
+    # smoothing is every chart's: the gradient norm too gets its EMA beside its raw series
+    tab.chart("c-grad")
+    labels = tab.page.evaluate("() => document.getElementById('c-grad').uplot.series.slice(1).map((s) => s.label)")
+    assert labels == ["grad norm (trained params)", "grad norm (trained params), smoothed (EMA 0.9)"]
     factory.set_status(home, "live", "completed")
     build_run_page(home, "live", site, refresh_seconds=1)
     tab.page.wait_for_function(
