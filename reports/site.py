@@ -219,6 +219,7 @@ def _run_row(view: RunView, rung: dict | None = None) -> dict:
         "tokens": last.get("tokens"),
         "loss": last.get("loss"),
         "time": last.get("time"),
+        "alerts": [str(a) for a in ((last.get("alerts") or {}).get("active") or []) if isinstance(a, str)],
         "ladder": (rung or {}).get("ladder"),
         "rung": (rung or {}).get("rung"),
         "seed": (rung or {}).get("seed"),

@@ -495,6 +495,16 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab.page.select_option("#f-revision", "uniform-sampling")
     assert rows() == ["second"]
     tab.page.select_option("#f-revision", "")
+    # a search over every word of a row, the alert state, and the columns chosen (kept in the URL)
+    tab.page.fill("#f-search", "uniform sec")
+    assert rows() == ["second"]
+    tab.page.fill("#f-search", "")
+    assert tab.page.inner_text('tr[data-run="first"] td:last-child') == "none"
+    tab.page.uncheck('#f-columns input[data-column="Tokens"]')
+    headers = tab.page.eval_on_selector_all("#runs thead th", "hs => hs.map(h => h.innerText)")
+    assert "Tokens" not in headers and headers[-1] == "Alerts" and "hide=Tokens" in tab.page.url
+    assert len(tab.page.query_selector_all('tr[data-run="first"] td')) == len(headers)
+    tab.page.check('#f-columns input[data-column="Tokens"]')
     assert tab.page.is_disabled("#compare-ticked")
     tab.page.check('tr[data-run="first"] input[type=checkbox]')
     tab.page.check('tr[data-run="second"] input[type=checkbox]')
