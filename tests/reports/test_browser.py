@@ -268,7 +268,7 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
     home = Home.resolve(tmp_path / "home")
     factory.make_small_store(home)
     manifest = factory.make_small_revisions(home)["natural"]
-    factory.write_contract_metrics(home, "spiky", manifest, steps=6000, spikes={4006: 12.0})
+    factory.write_contract_metrics(home, "spiky", manifest, steps=6000, spikes={4006: 12.0, 4020: 11.0})
     factory.write_observations(home, "spiky", manifest, steps=6000, every=600)
     build_site(home, tmp_path / "site")
     tab = Tab(browser)
@@ -278,7 +278,17 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
     assert len(loss["s"]) <= 2002 and dict(zip(loss["s"], loss["v"]))[4006] == 12.0
     # the chart's y axis reaches the spike, and one band sits where the alert started
     assert tab.page.evaluate("() => document.getElementById('c-loss').uplot.scales.y.max") >= 12
-    assert tab.page.locator("#c-loss .band").count() == 1 and "step 4006" in tab.page.inner_text("#c-loss .band")
+    assert tab.page.locator("#c-loss .band").count() == 2 and "step 4006" in tab.page.inner_text(
+        "#c-loss .band >> nth=0"
+    )
+    # two alerts 14 steps apart: their bands touch at this width, their labels are stacked, not overlaid
+    boxes = tab.page.eval_on_selector_all(
+        "#c-loss .band span",
+        "ss => ss.map(s => { const b = s.getBoundingClientRect(); return [b.left, b.right, b.top, b.bottom]; })",
+    )
+    assert len(boxes) == 2
+    (l1, r1, t1, b1), (l2, r2, t2, b2) = boxes
+    assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, boxes
     assert "loss_jump" in tab.page.inner_text("#alert-events")
     # evaluation curves: macro and micro, then one line per cell, on a log scale, downloadable
     assert tab.page.locator("#c-eval .legend button[aria-pressed]").count() == 2
