@@ -542,7 +542,13 @@ function plan() {
 }
 
 function render() {
+  // the tables are rebuilt from the new data: each scrolled one is put back where the reader left it
+  const scrolled = [...document.querySelectorAll(".scroll")].map((box) => [box.querySelector("table[id]")?.id, box.scrollTop, box.scrollLeft]);
   cards(); alerts(); evaluation(); samples(); expertLoad(); plan(); otherMetrics();
+  for (const [id, top, left] of scrolled) {
+    const box = id && document.getElementById(id)?.closest(".scroll");
+    if (box) { box.scrollTop = top; box.scrollLeft = left; }
+  }
   return refreshCharts();
 }
 

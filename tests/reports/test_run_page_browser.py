@@ -186,6 +186,11 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
     drag(tab, "c-loss", 1, 4)
     zoom = x_range(tab)
     assert "smooth=0.9" in tab.page.url and "log=1" in tab.page.url
+    # a table scrolled inside its box stays where the reader left it across live rebuilds
+    tab.page.add_style_tag(content=".scroll:has(#plan-table) { max-height: 60px !important; }")
+    scroll = "() => document.getElementById('plan-table').closest('.scroll').scrollTop"
+    tab.page.evaluate("() => { document.getElementById('plan-table').closest('.scroll').scrollTop = 25; }")
+    assert tab.page.evaluate(scroll) == 25
     shown = 6
     for grow in (6, 6, 6):
         with open(home.run("live") / "metrics.jsonl", "a") as stream:
@@ -195,6 +200,7 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
         tab.page.wait_for_function("(n) => document.body.dataset.records === String(n)", arg=shown, timeout=30_000)
         assert tab.page.input_value("#smooth") == "0.9" and tab.page.is_checked("#log-y")
         assert x_range(tab) == zoom and "smooth=0.9" in tab.page.url
+        assert tab.page.evaluate(scroll) == 25
         raw, smooth = tab.page.evaluate(
             "() => { const u = document.getElementById('c-loss').uplot; return [u.data[1], u.data[2]]; }"
         )
