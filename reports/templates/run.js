@@ -331,11 +331,7 @@ async function downloadTrainingJson() {  // the same records as the CSV, as colu
   }
   download(`${P.run}-training.json`, "application/json", JSON.stringify(out));
 }
-function download(name, type, text) {
-  const a = h("a", { download: name, href: URL.createObjectURL(new Blob([text], { type })) }, document.body);
-  a.click();
-  a.remove();
-}
+
 
 // ---- the sections other than curves ----
 function cards() {

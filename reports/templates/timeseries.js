@@ -40,6 +40,7 @@ function joinSeries(tables) {
 
 const LABEL_ROWS = 4;  // rows of band labels before a label lives in its band's tooltip only
 const LABEL_CHAR_PX = 6;  // the width of a character of a band label (10 px sans-serif), a little generous
+const LABEL_ROW_PX = 17;  // a band label row: its 10 px text on its line height, with a pixel to spare
 
 class TimeChart {
   constructor(container, opts) {
@@ -231,7 +232,7 @@ class TimeChart {
       if (at >= LABEL_ROWS) continue;
       ends[at] = left + 3 + text.length * LABEL_CHAR_PX + 6;
       const label = h("span", {}, band, text);
-      label.style.top = 2 + at * 13 + "px";
+      label.style.top = 2 + at * LABEL_ROW_PX + "px";
     }
     for (const m of this.opts.marks || []) {
       if (m.x < min || m.x > max) continue;

@@ -8,6 +8,7 @@ Screenshots go to tests/reports/artifacts/ (ignored by git).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -528,6 +529,22 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     ]
     diff = tab.page.inner_text("#revision-diff")
     assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
+    # exports of what is compared, and smoothing on every panel (kept in the address)
+    with tab.page.expect_download() as download:
+        tab.page.click("#compare-csv")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines[0] == "run,series,step,tokens,seconds,value"
+    assert {line.split(",")[0] for line in lines[1:]} == {'"first"', '"second"'} and any(
+        ",loss,299," in x for x in lines
+    )
+    with tab.page.expect_download() as download:
+        tab.page.click("#compare-json")
+    assert [r["name"] for r in json.loads(Path(download.value.path()).read_text())] == ["first", "second"]
+    tab.page.fill("#compare-smooth", "0.5")
+    labels = tab.page.evaluate("() => document.querySelector('#p-grad').uplot.series.map((s) => s.label)")
+    assert "first, smoothed (EMA 0.5)" in labels and "second, smoothed (EMA 0.5)" in labels
+    assert "smooth=0.5" in tab.page.url
+    tab.page.fill("#compare-smooth", "0")
 
     # every panel spans the same x range, its axes named with units; zooming one zooms them all
     def ranges() -> list[list[float]]:
