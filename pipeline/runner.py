@@ -266,12 +266,15 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path 
         # `add_task_logger`. Replaced here, in the worker process that runs the task (never the driver's).
         def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
             executor_base.add_task_logger = _file_task_logger
-            return super()._run_for_rank(rank, local_rank, node_rank)
+            try:
+                return super()._run_for_rank(rank, local_rank, node_rank)
+            finally:  # datatrove puts back its own console sink: the worker's later lines go through logging too
+                _route_datatrove_logs()
 
     if workers > 1:
         _start_forkserver_deaf_to_ctrl_c()
         shutdown_past_dead_workers()
-    _quiet_parent_logger("DEBUG" if verbose else "WARNING")
+    _route_datatrove_logs("DEBUG" if verbose else "WARNING")
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
     return cls(pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir))
 
@@ -303,7 +306,7 @@ def shutdown_past_dead_workers() -> None:
     pool.Pool._help_stuff_finish = staticmethod(help_stuff_finish)
 
 
-def _quiet_parent_logger(level: str = "WARNING") -> None:
+def _route_datatrove_logs(level: str = "WARNING") -> None:
     """datatrove's own console log (its merged stats tables, per-task INFO lines) says again what the
     progress lines and the funnel say; this process keeps only its warnings and errors, one line each, in
     millrace's log format (`millrace.logs.loguru_to_logging`)."""
@@ -771,7 +774,7 @@ def _build_store(
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
     for read_as in funnel["encodings"]:
-        log.warning("%s: not UTF-8, read as %s (detected)", read_as["file"], read_as["encoding"])
+        log.warning("%s: not UTF-8, read as %s", read_as["file"], read_as["encoding"])
     problems = malformed_report(layout)
     for malformed in problems[:20]:
         where = next((f"{label} {malformed[label]}" for label in ("line", "row", "record") if label in malformed), "")

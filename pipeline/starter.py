@@ -262,7 +262,13 @@ def init_starter(corpus_dir: Path | str, text_keys: dict[str, str] | None = None
     from pipeline.stages.read.discovery import unread_files
 
     corpus_dir = Path(corpus_dir).resolve()
-    config = starter_config(corpus_dir, discover_sources(corpus_dir), text_keys)
+    discovered = discover_sources(corpus_dir)
+    names = [name for name, _, _ in discovered]
+    for name in set(text_keys or {}) - set(names):
+        raise ConfigError(
+            f"--text-key {name}=...: no source {name!r} found in {corpus_dir}; sources: {', '.join(names)}"
+        )
+    config = starter_config(corpus_dir, discovered, text_keys)
     found = {
         "sources": [
             {"name": s.name, "format": s.format, "paths": s.paths, "text_key": s.text_key, "id_key": s.id_key}

@@ -114,7 +114,7 @@ class SummaryBuilder:
         return {key: {"lo": _listed(table[:, 1]), "hi": _listed(table[:, 2])} for key, table in self.values.items()}
 
     @classmethod
-    def of(cls, records: list[dict[str, Any]]) -> SummaryBuilder:
+    def of(cls, records: list[MetricsRecord]) -> SummaryBuilder:
         builder = cls(len(records))
         for index in range(0, len(records), CHUNK):
             builder.add(Chunk.of(index // CHUNK, records[index : index + CHUNK], CURVES))
@@ -135,13 +135,13 @@ def run_summary(view: RunView, ladder: dict[str, Any] | None = None, built: Summ
         "name": view.name,
         "status": view.status,
         "live": view.live,
-        "mixture": view.run.get("mixture"),
-        "revision": view.run.get("revision"),
-        "manifest_hash": view.run.get("manifest_hash"),
-        "store": view.run.get("store") or {},
-        "total_steps": view.run.get("total_steps"),
+        "mixture": view.run.mixture,
+        "revision": view.run.revision,
+        "manifest_hash": view.run.manifest_hash,
+        "store": view.run.store.dump() if view.run.store is not None else {},
+        "total_steps": view.run.total_steps,
         "ladder": ladder,
-        "config": flatten_config({k: v for k, v in (view.run.get("config") or {}).items() if k != "path"}),
+        "config": flatten_config({k: v for k, v in view.run.config.items() if k != "path"}),
         "phases": mixture_weights(view),
         "steps": curves.steps,
         "tokens": curves.tokens,

@@ -31,16 +31,12 @@ import numpy as np
 
 from millrace.artifacts import atomic_output, atomic_write_text
 from reports.numbers import finite
+from trainer.records import MetricsRecord
 
 CHUNK = 2000
 BUCKETS = 1000
 SMOOTHED = ("loss",)  # series whose per-bucket means the page smooths when the run is thinned
 DATA_DIR = "data"
-LAYER_FIELDS = {
-    "router_bias": ("norm", "max_abs"),
-    "expert_load": ("max_violation", "router_entropy", "entropy", "window_entropy", "dead_experts"),
-}
-KEYED = ("loss_per_cell", "loss_per_source", "param_norm_per_group", "realised_tokens_per_cell")
 
 
 def _number(value: Any) -> float | None:
@@ -51,34 +47,46 @@ def _number(value: Any) -> float | None:
     return float(value) if kind is int else None
 
 
-def flatten(record: dict[str, Any], scalars: Iterable[str]) -> dict[str, float]:
+def flatten(record: MetricsRecord, scalars: Iterable[str]) -> dict[str, float]:
     """One record's numbers under their series keys: `loss`, `router_bias.norm/layer 0`, `loss_per_cell/c00q0`."""
     row: dict[str, float] = {}
-    get = record.get
     for key in scalars:
-        if (value := _number(get(key))) is not None:
+        if (value := _number(getattr(record, key))) is not None:
             row[key] = value
-    for key, fields in LAYER_FIELDS.items():
-        for entry in get(key) or ():
-            if type(entry) is not dict or "layer" not in entry:
-                continue
-            for name in fields:
-                if (value := _number(entry.get(name))) is not None:
-                    row[f"{key}.{name}/layer {entry['layer']}"] = value
-    alerts = get("alerts")
-    if type(alerts) is dict:
-        row["alerts/active"] = float(len(alerts.get("active") or ()))
-        for name, raw in (alerts.get("values") or {}).items() if type(alerts.get("values")) is dict else ():
+    _layer_numbers(record, row)
+    if record.alerts is not None:
+        row["alerts/active"] = float(len(record.alerts.active))
+        for name, raw in record.alerts.values.items():
             if (value := _number(raw)) is not None:
                 row[f"alerts/value/{name}"] = value
-    for key in KEYED:
-        values = get(key)
-        if type(values) is dict:
-            prefix = key + "/"
-            for name, raw in values.items():
-                if (value := _number(raw)) is not None:
-                    row[prefix + name] = value
+    for prefix, values in (
+        ("loss_per_cell/", record.loss_per_cell),
+        ("loss_per_source/", record.loss_per_source),
+        ("param_norm_per_group/", record.param_norm_per_group),
+        ("realised_tokens_per_cell/", record.realised_tokens_per_cell),
+    ):
+        for name, raw in values.items():
+            if (value := _number(raw)) is not None:
+                row[prefix + name] = value
     return row
+
+
+def _layer_numbers(record: MetricsRecord, row: dict[str, float]) -> None:
+    """The per-layer figures (router bias, expert load) under `<field>.<name>/layer N`."""
+    for bias in record.router_bias:
+        for name, raw in (("norm", bias.norm), ("max_abs", bias.max_abs)):
+            if (value := _number(raw)) is not None:
+                row[f"router_bias.{name}/layer {bias.layer}"] = value
+    for load in record.expert_load:
+        for name, raw in (
+            ("max_violation", load.max_violation),
+            ("router_entropy", load.router_entropy),
+            ("entropy", load.entropy),
+            ("window_entropy", load.window_entropy),
+            ("dead_experts", load.dead_experts),
+        ):
+            if (value := _number(raw)) is not None:
+                row[f"expert_load.{name}/layer {load.layer}"] = value
 
 
 @dataclass
@@ -89,12 +97,12 @@ class Chunk:
     steps: list[int]
     tokens: list[float | None]
     times: list[float | None]
-    phases: list[Any]
+    phases: list[str | None]
     columns: dict[str, list[float | None]]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, index: int, records: list[dict[str, Any]], scalars: Iterable[str]) -> Chunk:
+    def of(cls, index: int, records: list[MetricsRecord], scalars: Iterable[str]) -> Chunk:
         rows = [flatten(r, scalars) for r in records]
         keys = sorted({k for row in rows for k in row})
         columns = {k: [row.get(k) for row in rows] for k in keys}
@@ -104,10 +112,10 @@ class Chunk:
         }
         return cls(
             index=index,
-            steps=[int(r["step"]) for r in records],
-            tokens=[finite(r.get("tokens")) for r in records],
-            times=[finite(r.get("time")) for r in records],
-            phases=[r.get("phase") for r in records],
+            steps=[r.step for r in records],
+            tokens=[finite(r.tokens) for r in records],
+            times=[finite(r.time) for r in records],
+            phases=[r.phase for r in records],
             columns=columns,
             arrays=arrays,
         )
@@ -138,23 +146,23 @@ class ChunkBuilder:
         self.steps: list[int] = []
         self.tokens: list[float | None] = []
         self.times: list[float | None] = []
-        self.phases: list[Any] = []
+        self.phases: list[str | None] = []
         self.arrays: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.steps)
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: MetricsRecord) -> None:
         at = len(self.steps)
         for key, value in flatten(record, self.scalars).items():
             column = self.arrays.get(key)
             if column is None:
                 column = self.arrays[key] = np.full(CHUNK, np.nan)
             column[at] = value
-        self.steps.append(int(record["step"]))
-        self.tokens.append(finite(record.get("tokens")))
-        self.times.append(finite(record.get("time")))
-        self.phases.append(record.get("phase"))
+        self.steps.append(record.step)
+        self.tokens.append(finite(record.tokens))
+        self.times.append(finite(record.time))
+        self.phases.append(record.phase)
 
     def chunk(self) -> Chunk:
         """The chunk with its arrays only (`write_built_chunk` writes its columns from them, one at a time)."""
@@ -280,15 +288,18 @@ class OverviewBuilder:
             for i in present.tolist():
                 picked[int(index[i])] = (int(steps[i]), float(values[i]))
             return
-        self._extreme(self.lows, key, values, index, steps, block, np.inf, np.less)
-        self._extreme(self.highs, key, values, index, steps, block, -np.inf, np.greater)
+        where = (index, steps, block)
+        self._extreme(self.lows, key, values, where, np.inf, np.less)
+        self._extreme(self.highs, key, values, where, -np.inf, np.greater)
         if key in SMOOTHED:
             sums = self.sums.setdefault(key, np.zeros((self.blocks, 2)))
             np.add.at(sums[:, 0], block[present], values[present])
             np.add.at(sums[:, 1], block[present], 1)
 
-    def _extreme(self, table, key, values, index, steps, block, empty: float, better) -> None:
-        """Each bucket's extreme so far: this chunk's (first of equals) where strictly better than before."""
+    def _extreme(self, table, key, values, where, empty: float, better) -> None:
+        """Each bucket's extreme so far: this chunk's (first of equals) where strictly better than before;
+        `where`: each value's record index, step and bucket."""
+        index, steps, block = where
         state = table.setdefault(
             key, np.column_stack([np.full(self.blocks, -1.0), np.zeros(self.blocks), np.full(self.blocks, empty)])
         )
@@ -351,7 +362,7 @@ class RunSeries:
         self.seq = 0
         self.start_time: float | None = None
 
-    def update(self, records: list[dict[str, Any]], changed_from: int = 0) -> list[int]:
+    def update(self, records: list[MetricsRecord], changed_from: int = 0) -> list[int]:
         """Recut the chunks from record `changed_from` on; returns the indices of the chunks rebuilt."""
         first = min(changed_from // CHUNK, len(self.chunks))
         count = math.ceil(len(records) / CHUNK)

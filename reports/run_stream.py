@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 
 from millrace.errors import ArtifactError
-from millrace.jsonl import checked, has_step
+from millrace.jsonl import model_lines
 from reports.numbers import finite
-from reports.run_observations import AlertEvents, alerts_problem
+from reports.run_observations import AlertEvents
+from trainer.records import MetricsRecord
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +51,17 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes, bool]]:
             yield *pending, True
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_lines(path: Path) -> Iterator[tuple[int, MetricsRecord]]:
     """(line number, record) of every complete record, one line in memory at a time; a last line that does
-    not parse is torn and left out, an earlier one is damage (`millrace.jsonl`'s rule)."""
+    not parse is torn and left out, an earlier one is damage (`millrace.jsonl`'s rule); a line that parses but
+    breaks the record's model is skipped with a warning naming file and line (as `MetricsTail` does)."""
     for number, line, last in _lines(path):
         try:
-            yield _parsed(path, number, line, last)
+            record = _parsed(path, number, line, last)
         except _Torn:
             return
+        if record is not None:
+            yield number, record
 
 
 STEP_PREFIX = b'{"step": '  # how the trainer's records begin (`MetricsRecord` puts the step first)
@@ -73,43 +77,46 @@ def _steps(path: Path) -> Iterator[int]:
             yield int(head[0])
             continue
         try:
-            yield _parsed(path, number, line, last)[1]["step"]
+            record = _parsed(path, number, line, last)
         except _Torn:
             return
+        if record is not None:
+            yield record.step
 
 
 class _Torn(Exception):
     pass
 
 
-def _parsed(path: Path, number: int, line: bytes, last: bool) -> tuple[int, dict[str, Any]]:
+_PARSE = model_lines(MetricsRecord)
+
+
+def _parsed(path: Path, number: int, line: bytes, last: bool) -> MetricsRecord | None:
     try:
-        record = json.loads(line)
+        record, problem = _PARSE(line)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         if last:
             raise _Torn from None
         raise ArtifactError(
             f"{path}:{number}: not a JSON line ({exc}); the file is damaged before its last line"
         ) from None
-    checked(record, has_step, "raise", path, number)
-    return number, record
+    if problem is not None:
+        log.warning("%s:%d: skipped a malformed record (%s)", path, number, problem)
+        return None
+    return record
 
 
-def kept_records(path: Path) -> tuple[int, Iterator[dict[str, Any]]]:
+def kept_records(path: Path) -> tuple[int, Iterator[MetricsRecord]]:
     """How many records a page shows, and an iterator over them: a record followed by one at the same or an
     earlier step was superseded by a resume and is left out. Two passes over the file, one record at a time."""
     steps = np.fromiter(_steps(path), dtype=np.int64)
     from_here = np.minimum.accumulate(steps[::-1])[::-1]  # the least step from each record on
     keep = steps < np.append(from_here[1:], np.iinfo(np.int64).max)
 
-    def records() -> Iterator[dict[str, Any]]:
-        for index, (number, record) in enumerate(iter_lines(path)):
-            if index >= keep.size or not keep[index]:
-                continue
-            if problem := alerts_problem(record):
-                log.warning("%s:%d: skipped a malformed alert record (%s)", path, number, problem)
-                record.pop("alerts")
-            yield record
+    def records() -> Iterator[MetricsRecord]:
+        for index, (_, record) in enumerate(iter_lines(path)):
+            if index < keep.size and keep[index]:
+                yield record
 
     return int(keep.sum()), records()
 
@@ -119,7 +126,7 @@ class RunDigest:
 
     def __init__(self, total: int = 0):
         self.count = 0
-        self.last: dict[str, Any] = {}
+        self.last: MetricsRecord | None = None
         self.latest_loss_cell: dict[str, float] = {}
         self.cell_seen: dict[str, int] = {}  # cell -> index of the last record whose batch named it
         self.alerts = AlertEvents()
@@ -128,18 +135,18 @@ class RunDigest:
         self.heat: list[dict[str, Any]] = []  # {"step", "layers": {layer: load}} at a bounded set of steps
 
     @classmethod
-    def of(cls, records: list[dict[str, Any]]) -> RunDigest:
+    def of(cls, records: list[MetricsRecord]) -> RunDigest:
         digest = cls(len(records))
         for record in records:
             digest.add(record)
         digest.finish()
         return digest
 
-    def add(self, record: dict[str, Any]) -> None:
-        for cell, value in (record.get("loss_per_cell") or {}).items():
+    def add(self, record: MetricsRecord) -> None:
+        for cell, value in record.loss_per_cell.items():
             self.cell_seen[cell] = self.count
-            if finite(value) is not None:
-                self.latest_loss_cell[cell] = value
+            if (loss := finite(value)) is not None:
+                self.latest_loss_cell[cell] = loss
         self.alerts.add(record)
         self.count += 1
         self.last = record
@@ -147,21 +154,22 @@ class RunDigest:
             steps = min(HEAT_STEPS, max(8, HEAT_VALUES // values))
             self.heat_every = max(1, -(-max(self.total, 1) // steps))
         if self.heat_every and (self.count - 1) % self.heat_every == 0 and (loads := _loads(record)):
-            self.heat.append({"step": record["step"], "layers": loads})
+            self.heat.append({"step": record.step, "layers": loads})
 
     def finish(self) -> None:
         """The last record's loads end the heat map, so its last column is the last logged step."""
-        if (loads := _loads(self.last)) and (not self.heat or self.heat[-1]["step"] != self.last.get("step")):
-            self.heat.append({"step": self.last["step"], "layers": loads})
+        last = self.last
+        if last is not None and (loads := _loads(last)) and (not self.heat or self.heat[-1]["step"] != last.step):
+            self.heat.append({"step": last.step, "layers": loads})
 
     def recent_cells(self) -> set[str]:
         return {cell for cell, index in self.cell_seen.items() if index >= self.count - CELL_WINDOW}
 
 
-def _loads(record: dict[str, Any]) -> dict[str, list[float | None]]:
+def _loads(record: MetricsRecord) -> dict[str, list[float | None]]:
     """Per MoE layer, each expert's share of the routed tokens, to 4 significant digits."""
     return {
-        str(e["layer"]): [None if (v := finite(x)) is None else float(f"{v:.4g}") for x in e.get("load") or []]
-        for e in record.get("expert_load") or []
-        if isinstance(e, dict) and "layer" in e and e.get("load")
+        str(e.layer): [None if (v := finite(x)) is None else float(f"{v:.4g}") for x in e.load]
+        for e in record.expert_load
+        if e.load
     }

@@ -46,7 +46,7 @@ def test_html_files_are_read_in_their_declared_or_detected_encoding(tmp_path, en
     assert listing == []
 
 
-GIBBERISH = b"\xed\xa0\x80\x00\xff" * 40  # invalid UTF-8, and no encoding cchardet is sure of
+GIBBERISH = b"\xed\xa0\x81\x00\xff" * 40  # invalid UTF-8 and windows-1252 (0x81), no encoding cchardet is sure of
 
 
 def test_an_html_page_no_encoding_decodes_is_undecodable_and_named(tmp_path):
@@ -65,6 +65,16 @@ def test_a_jsonl_line_no_encoding_decodes_is_undecodable_and_named(tmp_path):
     documents, _counts, listing = read_source(tmp_path, _source(tmp_path, "jsonl"))
     assert [d.text for d in documents] == ["plain words"]
     assert listing == [{"file": str(tmp_path / "in" / "a.jsonl"), "line": 2, "reason": "undecodable"}]
+
+
+def test_mostly_ascii_latin1_lines_that_detectors_misjudge_are_read_as_windows_1252(tmp_path):
+    (tmp_path / "in").mkdir()
+    texts = [f"Été à Noël, déjà vu. The mill by the river ground flour for the valley, line {i}." for i in range(4)]
+    lines = [json.dumps({"id": f"l{i}", "text": text}, ensure_ascii=False) for i, text in enumerate(texts)]
+    (tmp_path / "in" / "a.jsonl").write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
+    documents, counts, listing = read_source(tmp_path, _source(tmp_path, "jsonl"))
+    assert [d.text for d in documents] == texts and listing == []
+    assert counts["encodings"] == [{"source": "s", "file": str(tmp_path / "in" / "a.jsonl"), "encoding": "cp1252"}]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

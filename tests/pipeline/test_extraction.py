@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from datatrove.data import Document
@@ -27,8 +28,8 @@ def _pages() -> list[tuple[str, str]]:
     ]
 
 
-def _extract(tmp_path, pages: list[tuple[str, str]]) -> dict[str, str]:
-    step = ExtractStep(tmp_path / "funnel", tmp_path / "removed", ["web"])
+def _extract(tmp_path, pages: list[tuple[str, str]], timeout: float = 5.0) -> dict[str, str]:
+    step = ExtractStep(tmp_path / "funnel", tmp_path / "removed", ["web"], timeout=timeout)
     documents = [Document(text=html, id=url, metadata={"source": "web"}) for url, html in pages]
     return {doc.id: doc.text for doc in step.run(documents, 0, 1)}
 
@@ -39,3 +40,14 @@ def test_the_same_pages_extract_to_the_same_text_in_either_order(tmp_path):
     backward = _extract(tmp_path / "b", pages[::-1])
     assert forward == backward and len(forward) == len(pages)
     assert all(SHARED in text for text in forward.values())  # no page loses the paragraph the others share
+
+
+def test_a_page_that_times_out_is_counted_and_changes_no_other_page(tmp_path):
+    pages = _pages()
+    cells = "".join(f"<table><tr><td><p>cell {i} with a few words</p></td></tr></table>" for i in range(20000))
+    slow = ("https://docs.example/slow", f"<html><body>{cells}</body></html>")  # about 15 s to extract here
+    alone = _extract(tmp_path / "a", pages, timeout=2.0)
+    with_slow = _extract(tmp_path / "b", [*pages[:3], slow, *pages[3:]], timeout=2.0)
+    assert with_slow == alone
+    counts = json.loads((tmp_path / "b" / "funnel" / "00000.json").read_text())
+    assert counts["sources"]["web"]["removed"]["extraction_timeout"]["documents"] == 1

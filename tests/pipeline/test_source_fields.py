@@ -55,6 +55,22 @@ def test_init_asks_for_the_text_field_when_two_columns_could_hold_it(tmp_path, c
     found = json.loads(capsys.readouterr().out)
     assert found["sources"][0]["text_key"] == "abstract" and found["not_read"] == []
     assert 'text_key = "abstract"' in out.read_text()
+    with pytest.raises(ConfigError, match=r"no source 'exports' found .*; sources: export"):
+        init_starter(corpus, {"exports": "abstract"})
+
+
+def test_on_a_terminal_init_asks_which_column_holds_the_text(tmp_path):
+    from click.testing import CliRunner
+
+    from pipeline.cli import _starter
+
+    rng = random.Random(5)
+    corpus = _export(tmp_path, [{"title": prose(rng), "abstract": prose(rng)}])
+    with CliRunner().isolation(input="abstract\n") as streams:
+        _, found = _starter(corpus, {}, ask=True)
+    assert found["sources"][0]["text_key"] == "abstract"
+    (question,) = [line for line in streams[1].getvalue().decode().splitlines() if line.strip()]
+    assert "which field holds source export's text? (title, abstract)" in question
 
 
 def test_init_prints_the_sources_formats_and_unread_files(tmp_path, capsys):

@@ -77,7 +77,7 @@ def web_run(tmp_path_factory):
     raw = (
         _lines(records[:3])
         + b'{"id": "bad-bytes", "text": "caf'
-        + b"\xed\xa0\x80\x00\xff" * 40
+        + b"\xed\xa0\x81\x00\xff" * 40
         + b'"}\n'
         + _lines(records[3:])
     )

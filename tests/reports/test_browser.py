@@ -22,7 +22,7 @@ from testkit import factory
 from testkit.browser import Tab
 from trainer.explain import write_explanations
 from trainer.ladder.results import write_ladder
-from trainer.records import read_explanations
+from trainer.records import LadderPlanRecord, LadderRecord, RungResult, read_explanations
 
 
 @pytest.fixture(scope="module")
@@ -463,26 +463,49 @@ def compared_site(tmp_path_factory) -> Path:
     factory.write_contract_metrics(home, "second", revisions["uniform-sampling"], steps=200, spikes={150: 9.0})
     factory.write_contract_metrics(home, "third", revisions["natural"], steps=100, status="running")
     factory.write_contract_metrics(home, "rung-s0", revisions["natural"], steps=50)
+    plan = LadderPlanRecord(ladder="small", file="small.toml", mixture="default", revision="natural", seq_len=32)
+    rung = RungResult(rung="d8", revision="natural", seed=0, run="rung-s0", status="completed")
     write_ladder(
         home,
-        "small",
-        {
-            "ladder": "small",
-            "file": "small.toml",
-            "metric": "loss.macro",
-            "asymptote": 2.0,
-            "plan": {"ladder": "small", "mixture": "default", "revision": "natural", "rungs": []},
-            "results": [
-                {"rung": "d8", "revision": "natural", "seed": 0, "run": "rung-s0", "status": "completed", "curve": []}
-            ],
-            "fits": {},
-        },
+        LadderRecord(ladder="small", file="small.toml", metric="loss.macro", asymptote=2.0, plan=plan, results=[rung]),
     )
     for run in ("first", "second", "third"):  # what a training call writes when it ends
         write_explanations(home, run)
     out = home.root / "site"
     build_site(home, out)
     return out
+
+
+def search_alerts_and_columns(tab: Tab, rows) -> None:
+    """The runs index: a search over every word of a row, each run's alert state, the columns chosen."""
+    tab.page.fill("#f-search", "uniform sec")
+    assert rows() == ["second"]
+    tab.page.fill("#f-search", "")
+    assert tab.page.inner_text('tr[data-run="first"] td:last-child') == "none"
+    tab.page.uncheck('#f-columns input[data-column="Tokens"]')
+    headers = tab.page.eval_on_selector_all("#runs thead th", "hs => hs.map(h => h.innerText)")
+    assert "Tokens" not in headers and headers[-1] == "Alerts" and "hide=Tokens" in tab.page.url
+    assert len(tab.page.query_selector_all('tr[data-run="first"] td')) == len(headers)
+    tab.page.check('#f-columns input[data-column="Tokens"]')
+
+
+def compare_exports_and_smoothing(tab: Tab) -> None:
+    """The compare page: CSV and JSON of what is compared, smoothing on every panel (kept in the address)."""
+    with tab.page.expect_download() as download:
+        tab.page.click("#compare-csv")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines[0] == "run,series,step,tokens,seconds,value"
+    assert {line.split(",")[0] for line in lines[1:]} == {'"first"', '"second"'} and any(
+        ",loss,299," in x for x in lines
+    )
+    with tab.page.expect_download() as download:
+        tab.page.click("#compare-json")
+    assert [r["name"] for r in json.loads(Path(download.value.path()).read_text())] == ["first", "second"]
+    tab.page.fill("#compare-smooth", "0.5")
+    labels = tab.page.evaluate("() => document.querySelector('#p-grad').uplot.series.map((s) => s.label)")
+    assert "first, smoothed (EMA 0.5)" in labels and "second, smoothed (EMA 0.5)" in labels
+    assert "smooth=0.5" in tab.page.url
+    tab.page.fill("#compare-smooth", "0")
 
 
 @pytest.mark.slow  # about 10 s on a shared machine: two pages driven as a user, every panel checked
@@ -506,16 +529,7 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab.page.select_option("#f-revision", "uniform-sampling")
     assert rows() == ["second"]
     tab.page.select_option("#f-revision", "")
-    # a search over every word of a row, the alert state, and the columns chosen (kept in the URL)
-    tab.page.fill("#f-search", "uniform sec")
-    assert rows() == ["second"]
-    tab.page.fill("#f-search", "")
-    assert tab.page.inner_text('tr[data-run="first"] td:last-child') == "none"
-    tab.page.uncheck('#f-columns input[data-column="Tokens"]')
-    headers = tab.page.eval_on_selector_all("#runs thead th", "hs => hs.map(h => h.innerText)")
-    assert "Tokens" not in headers and headers[-1] == "Alerts" and "hide=Tokens" in tab.page.url
-    assert len(tab.page.query_selector_all('tr[data-run="first"] td')) == len(headers)
-    tab.page.check('#f-columns input[data-column="Tokens"]')
+    search_alerts_and_columns(tab, rows)
     assert tab.page.is_disabled("#compare-ticked")
     tab.page.check('tr[data-run="first"] input[type=checkbox]')
     tab.page.check('tr[data-run="second"] input[type=checkbox]')
@@ -529,22 +543,7 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     ]
     diff = tab.page.inner_text("#revision-diff")
     assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
-    # exports of what is compared, and smoothing on every panel (kept in the address)
-    with tab.page.expect_download() as download:
-        tab.page.click("#compare-csv")
-    lines = Path(download.value.path()).read_text().splitlines()
-    assert lines[0] == "run,series,step,tokens,seconds,value"
-    assert {line.split(",")[0] for line in lines[1:]} == {'"first"', '"second"'} and any(
-        ",loss,299," in x for x in lines
-    )
-    with tab.page.expect_download() as download:
-        tab.page.click("#compare-json")
-    assert [r["name"] for r in json.loads(Path(download.value.path()).read_text())] == ["first", "second"]
-    tab.page.fill("#compare-smooth", "0.5")
-    labels = tab.page.evaluate("() => document.querySelector('#p-grad').uplot.series.map((s) => s.label)")
-    assert "first, smoothed (EMA 0.5)" in labels and "second, smoothed (EMA 0.5)" in labels
-    assert "smooth=0.5" in tab.page.url
-    tab.page.fill("#compare-smooth", "0")
+    compare_exports_and_smoothing(tab)
 
     # every panel spans the same x range, its axes named with units; zooming one zooms them all
     def ranges() -> list[list[float]]:

@@ -14,6 +14,7 @@ from millrace.cli import main
 from trainer import loop
 from trainer.explain import explain, explain_record, notable_steps
 from trainer.loop import train
+from trainer.records import MetricsRecord, RunRecord
 
 FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
 
@@ -101,7 +102,7 @@ def test_notable_steps_are_the_alert_start_and_the_jumps_of_a_long_run():
     for record in records[15_000:]:
         record["param_norm_with_router_bias"] += 3.0
     records[500]["alerts"] = {"started": [{"name": "dead_experts"}], "ended": [], "active": ["dead_experts"]}
-    assert notable_steps(records) == [501, 7_001, 12_345, 15_001]
+    assert notable_steps([MetricsRecord.model_validate(r) for r in records]) == [501, 7_001, 12_345, 15_001]
 
 
 def test_a_learning_rate_jump_is_named_with_the_resume_that_made_it_and_every_cell_jumped():
@@ -116,12 +117,15 @@ def test_a_learning_rate_jump_is_named_with_the_resume_that_made_it_and_every_ce
         jump = 2.0 if step > 20 else 0.0
         losses = {cell: 3.0 + jump + 0.02 * rng.standard_normal() for cell in cells}
         phase = "main" if step < 25 else "cooldown"
-        records.append({"step": step, "lr": lr, "loss": 3.0 + jump, "loss_per_cell": losses, "phase": phase})
-    run = {
-        "config": {"schedule": {"kind": "cosine", "warmup_steps": 2}},
-        "total_steps": 30,
-        "config_changes": [{"step": 20, "field": "optimizer.lr", "checkpoint": 1e-3, "now": 0.1}],
-    }
+        record = {"step": step, "lr": lr, "loss": 3.0 + jump, "loss_per_cell": losses, "phase": phase}
+        records.append(MetricsRecord.model_validate(record))
+    run = RunRecord.model_validate(
+        {
+            "config": {"schedule": {"kind": "cosine", "warmup_steps": 2}},
+            "total_steps": 30,
+            "config_changes": [{"step": 20, "field": "optimizer.lr", "checkpoint": 1e-3, "now": 0.1}],
+        }
+    )
     found = explain_record(records, 20, run=run)
     assert found["lr"]["changed"] and found["lr"]["ratio"] == pytest.approx(100.0)
     assert found["every_cell_jumped"]

@@ -54,7 +54,7 @@ def configs(tmp_path_factory):
 
 
 def curve(home: Home, run: str) -> list[tuple[int, float, float]]:
-    return [(r["step"], r["loss"], r["grad_norm"]) for r in read_metrics(home.run(run))]
+    return [(r.step, r.loss, r.grad_norm) for r in read_metrics(home.run(run))]
 
 
 @pytest.mark.slow
@@ -139,7 +139,7 @@ def test_a_killed_fleet_resumes_and_skips_completed_runs(fleet_home, configs, tm
     assert fleet.returncode == 143 and len(lines) == 1, err[-2000:]
     assert "run the same command again to continue" in lines[0]
     stopped = read_run(home.run("kill-b"))
-    assert stopped["status"] == "interrupted" and read_run(home.run("kill-a"))["status"] == "completed"
+    assert stopped.status == "interrupted" and read_run(home.run("kill-a")).status == "completed"
     checkpoint = max(json.loads(line)["step"] for line in metrics.read_text().splitlines())
     outcomes = run_jobs(
         home, [TrainingJob("kill-a", configs[0]), TrainingJob("kill-b", long, steps=30)], FleetConfig()

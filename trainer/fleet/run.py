@@ -39,9 +39,11 @@ def finished(home: Home, job: TrainingJob) -> bool:
         record = read_run(home.run(job.run))
     except ArtifactError:
         return False
-    status = record.get("status")
-    return status == "completed" or (
-        status == "stopped" and job.steps is not None and record["stop_step"] >= job.steps
+    return record.status == "completed" or (
+        record.status == "stopped"
+        and job.steps is not None
+        and record.stop_step is not None
+        and record.stop_step >= job.steps
     )
 
 

@@ -22,10 +22,10 @@ from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
 from trainer.config import TrainConfig
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
-from trainer.ladder.results import curve, ladder_writer, read_ladder_or_empty, record_digest, write_ladder
+from trainer.ladder.results import curve, ladder_writer, read_ladder_or_none, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 from trainer.ladder.spec import load_ladder
-from trainer.records import read_eval, read_run
+from trainer.records import LadderRecord, RungResult, read_eval, read_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS_PER_RUNG = 4
@@ -64,37 +64,35 @@ def write_rung_config(path: Path, data: dict[str, Any], header: str) -> Path:
 
 def finished(home: Home, run: str) -> bool:
     try:
-        return read_run(home.run(run)).get("status") == "completed"
+        return read_run(home.run(run)).status == "completed"
     except ArtifactError:
         return False
 
 
 def rung_result(
     home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, run: str, seconds: float | None
-) -> dict[str, Any]:
+) -> RungResult:
     run_dir = home.run(run)
     info = read_run(run_dir)
     evals = read_eval(run_dir)
-    return {
-        "rung": rung.name,
-        "revision": revision,
-        "seed": seed,
-        "run": run,
-        "status": info.get("status"),
-        "flops": rung.flops,
-        "tokens": rung.tokens,
-        "steps": info.get("total_steps"),
-        "batch": rung.batch,
-        "seconds": seconds,
-        "final": evals[-1] if evals else None,
-        "final_digest": record_digest(evals[-1]) if evals else None,
-        "curve": curve(evals),
-    }
+    return RungResult(
+        rung=rung.name,
+        revision=revision,
+        seed=seed,
+        run=run,
+        status=info.status,
+        flops=rung.flops,
+        tokens=rung.tokens,
+        steps=info.total_steps,
+        batch=rung.batch,
+        seconds=seconds,
+        final=evals[-1] if evals else None,
+        final_digest=record_digest(evals[-1]) if evals else None,
+        curve=curve(evals),
+    )
 
 
-def train_rung(
-    home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, progress: bool
-) -> dict[str, Any]:
+def train_rung(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, progress: bool) -> RungResult:
     from trainer.loop import train
 
     ladder = plan.spec.ladder
@@ -107,8 +105,9 @@ def train_rung(
     run = run_name(ladder, revision, rung.name, seed)
     if finished(home, run):
         log.info("ladder %s: rung %s seed %d (%s) already trained; not retrained", ladder, rung.name, seed, run)
-        previous = [r for r in read_ladder_or_empty(home, ladder).get("results", []) if r.get("run") == run]
-        return rung_result(home, plan, rung, revision, seed, run, previous[0]["seconds"] if previous else None)
+        recorded = read_ladder_or_none(home, ladder)
+        previous = [r for r in recorded.results if r.run == run] if recorded is not None else []
+        return rung_result(home, plan, rung, revision, seed, run, previous[0].seconds if previous else None)
     config = write_rung_config(
         home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml",
         rung_config(plan, rung, name, seed, steps),
@@ -147,9 +146,9 @@ def select_rungs(plan: LadderPlan, names: list[str] | None, include_target: bool
     return [by_name[n] for n in names]
 
 
-def merge_results(old: list[dict], new: list[dict]) -> list[dict]:
-    runs = {r["run"] for r in new}
-    return [r for r in old if r.get("run") not in runs] + new
+def merge_results(old: list[RungResult], new: list[RungResult]) -> list[RungResult]:
+    runs = {r.run for r in new}
+    return [r for r in old if r.run not in runs] + new
 
 
 def run_ladder(
@@ -159,9 +158,9 @@ def run_ladder(
     seeds: int | None = None,
     revision: str | None = None,
     progress: bool = False,
-    on_result: Callable[[dict], None] | None = None,
+    on_result: Callable[[RungResult], None] | None = None,
     sized_for: list[str] | None = None,
-) -> dict[str, Any]:
+) -> LadderRecord:
     """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body.
 
     The rungs are sized for `revision` (default the ladder's own) and every revision in `sized_for`, so
@@ -180,28 +179,26 @@ def _run_rungs(
     seeds: int | None,
     revision: str,
     progress: bool,
-    on_result: Callable[[dict], None] | None,
-) -> dict[str, Any]:
+    on_result: Callable[[RungResult], None] | None,
+) -> LadderRecord:
     """The rungs' runs in order, ladder.json rewritten after each (under the ladder's writer lock)."""
     seeds = seeds or plan.spec.seeds
-    body = read_ladder_or_empty(home, plan.spec.ladder)
-    body.update(
-        {
-            "ladder": plan.spec.ladder,
-            "file": str(plan.path.resolve()),
-            "metric": plan.spec.fit.metric,
-            "asymptote": plan.spec.fit.asymptote,
-            "plan": plan.as_dict(),
-        }
+    before = read_ladder_or_none(home, plan.spec.ladder)
+    body = LadderRecord(
+        ladder=plan.spec.ladder,
+        file=str(plan.path.resolve()),
+        metric=plan.spec.fit.metric,
+        asymptote=plan.spec.fit.asymptote,
+        plan=plan.record(),
+        results=before.results if before is not None else [],
+        fits=before.fits if before is not None else {},
+        comparison=before.comparison if before is not None else None,
     )
-    body.setdefault("results", [])
-    body.setdefault("fits", {})
-    body.setdefault("comparison", None)
     for rung in select_rungs(plan, rungs):
         for seed in range(seeds):
             result = train_rung(home, plan, rung, revision, seed, progress)
-            body["results"] = merge_results(body["results"], [result])
-            write_ladder(home, plan.spec.ladder, body)
+            body = body.model_copy(update={"results": merge_results(body.results, [result])})
+            write_ladder(home, body)
             if on_result:
                 on_result(result)
     return body

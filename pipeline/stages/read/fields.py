@@ -14,7 +14,7 @@ from pipeline.stages.read.compressed import byte_lines, compression_of
 from pipeline.stages.read.decoding import decode_text
 
 LONG_TEXT = 64  # characters: a string field at least this long (and longer than any other) holds the text
-ID_NAMES = ("id", "_id", "doc_id", "document_id", "uuid", "url", "path", "key", "name")
+ID_NAMES = ("id", "_id", "doc_id", "docid", "document_id", "uid", "uuid", "guid", "url", "path", "key", "name")
 
 
 class UnknownTextField(ConfigError):
