@@ -24,7 +24,7 @@ from reports.render import embed_json
 from reports.run_data import CHUNK, Chunk
 from reports.run_observations import read_eval
 from reports.training import MAX_POINTS, RunView
-from trainer.records import read_explanations
+from trainer.records import MetricsRecord, read_explanations
 
 log = logging.getLogger(__name__)
 
