@@ -394,7 +394,7 @@ def test_the_streamed_build_writes_what_the_held_records_give(tmp_path):
     (run_dir / "metrics.jsonl").write_text("".join(lines + [json.dumps(r) + "\n" for r in again]))
     build_pages(home, tmp_path / "streamed", runs=["long"])
     held = load_run(run_dir)
-    assert len(held.records) == 4100 and held.records[-1]["step"] == again[-1]["step"]
+    assert len(held.records) == 4100 and held.records[-1].step == again[-1]["step"]
     write_run_page(held, tmp_path / "held")
     data = [tmp_path / site / "runs" / "long" / "data" for site in ("streamed", "held")]
     for name in ("chunk-00000.js", "chunk-00001.js", "chunk-00002.js", "overview.js"):
