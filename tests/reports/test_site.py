@@ -407,6 +407,7 @@ def test_the_streamed_build_writes_what_the_held_records_give(tmp_path):
     assert max(summary["bands"]["loss"]["hi"]) == 12.0 and len(summary["steps"]) <= 600
 
 
+@pytest.mark.slow  # a small store and its revisions built for one page
 def test_the_run_page_names_the_cells_without_held_out_data(tmp_path):
     home = Home.resolve(tmp_path / "home")
     factory.make_small_store(home)
