@@ -142,6 +142,14 @@ class ValidationSequences:
         self._first_row = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.total = int(self._first_row[-1])
 
+    @property
+    def without_held_out(self) -> list[str]:
+        """Cells the mixture trains on (a sample in some phase) that have no held-out sequence: absent
+        from the evaluation and its averages, so the record names them."""
+        evaluated = {entry.name for entry in self.entries if entry.kind == "cell"}
+        trained = {cell for phase in self.manifest.phases for cell, count in phase.counts.items() if count}
+        return sorted(trained - evaluated)
+
     def rows(self, start: int, stop: int) -> ValidationRows:
         if not 0 <= start <= stop <= self.total:
             raise ConfigError(f"validation rows [{start}, {stop}) are outside [0, {self.total})")

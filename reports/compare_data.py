@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import math
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from reports.render import embed_json
+from reports.run_data import CHUNK, Chunk
 from reports.run_observations import read_eval
-from reports.training import Buckets, RunView
+from reports.training import MAX_POINTS, RunView
 from trainer.records import MetricsRecord, read_explanations
 
 log = logging.getLogger(__name__)
@@ -68,20 +71,66 @@ def _eval_series(view: RunView) -> dict[str, Any]:
     return out
 
 
-def _field(key: str) -> Callable[[MetricsRecord], float | None]:
-    return lambda record: getattr(record, key)
+class SummaryBuilder:
+    """The compare page's thinned curves, built one chunk at a time knowing only the record count: at most
+    `MAX_POINTS` buckets of consecutive records, each drawn at its last record, inside a band from the bucket's
+    minimum to its maximum when thinned (`reports.training.Buckets`, without holding the records)."""
+
+    def __init__(self, records: int, max_points: int = MAX_POINTS):
+        self.n = records
+        self.stride = max(1, math.ceil(records / max_points))
+        self.buckets = math.ceil(records / self.stride) if records else 0
+        self.steps: list[int] = []
+        self.tokens: list[float | None] = []
+        self.times: list[float | None] = []
+        self.start: float | None = None
+        self.values: dict[str, np.ndarray] = {}  # key -> [buckets, 3]: value at the bucket's end, low, high
+
+    def add(self, chunk: Chunk) -> None:
+        first = chunk.index * CHUNK
+        index = np.arange(first, first + len(chunk.steps))
+        bucket = index // self.stride
+        ends = np.flatnonzero(((index + 1) % self.stride == 0) | (index == self.n - 1))
+        if self.start is None:
+            self.start = next((t for t in chunk.times if t is not None), None)
+        for i in ends.tolist():
+            self.steps.append(chunk.steps[i])
+            self.tokens.append(chunk.tokens[i])
+            self.times.append(chunk.times[i])
+        for key, values in chunk.arrays.items():
+            if key not in CURVES and not key.startswith("loss_per_cell/"):
+                continue
+            table = self.values.setdefault(key, np.full((self.buckets, 3), np.nan))
+            table[bucket[ends], 0] = values[ends]
+            np.fmin.at(table[:, 1], bucket, values)
+            np.fmax.at(table[:, 2], bucket, values)
+
+    def series(self, key: str) -> list[float | None]:
+        return _listed(self.values[key][:, 0]) if key in self.values else [None] * self.buckets
+
+    def bands(self) -> dict[str, dict[str, list[float | None]]]:
+        if self.stride == 1:
+            return {}
+        return {key: {"lo": _listed(table[:, 1]), "hi": _listed(table[:, 2])} for key, table in self.values.items()}
+
+    @classmethod
+    def of(cls, records: list[MetricsRecord]) -> SummaryBuilder:
+        builder = cls(len(records))
+        for index in range(0, len(records), CHUNK):
+            builder.add(Chunk.of(index // CHUNK, records[index : index + CHUNK], CURVES))
+        return builder
 
 
-def _cell_loss(cell: str) -> Callable[[MetricsRecord], float | None]:
-    return lambda record: record.loss_per_cell.get(cell)
+def _listed(values: np.ndarray) -> list[float | None]:
+    return [None if math.isnan(v) else v for v in values.tolist()]
 
 
-def run_summary(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the compare page draws for one run."""
-    buckets = Buckets(view.records)
-    points = buckets.points
-    start = next((r.time for r in view.records if r.time is not None), None)
-    cells = sorted({c for r in view.records for c in r.loss_per_cell})
+def run_summary(view: RunView, ladder: dict[str, Any] | None = None, built: SummaryBuilder | None = None) -> dict:
+    """What the compare page draws for one run (`built`: the curves already built while streaming)."""
+    curves = built if built is not None else SummaryBuilder.of(view.records)
+    cells = sorted(key.split("/", 1)[1] for key in curves.values if key.startswith("loss_per_cell/"))
+    start = curves.start
+    bands = curves.bands()
     return {
         "name": view.name,
         "status": view.status,
@@ -94,12 +143,12 @@ def run_summary(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str
         "ladder": ladder,
         "config": flatten_config({k: v for k, v in view.run.config.items() if k != "path"}),
         "phases": mixture_weights(view),
-        "steps": [r.step for r in points],
-        "tokens": [r.tokens for r in points],
-        "seconds": [r.time - start if start is not None and r.time is not None else None for r in points],
-        "curves": {key: buckets.series(key, _field(key)) for key in CURVES},
-        "loss_per_cell": {cell: buckets.series(f"loss_per_cell/{cell}", _cell_loss(cell)) for cell in cells},
-        "bands": buckets.bands,
+        "steps": curves.steps,
+        "tokens": curves.tokens,
+        "seconds": [t - start if start is not None and t is not None else None for t in curves.times],
+        "curves": {key: curves.series(key) for key in CURVES},
+        "loss_per_cell": {cell: curves.series(f"loss_per_cell/{cell}") for cell in cells},
+        "bands": {key: band for key, band in bands.items() if key in CURVES or key.startswith("loss_per_cell/")},
         "eval": _eval_series(view),
     }
 
@@ -108,9 +157,11 @@ def _script(variable: str, name: str, payload: Any) -> str:
     return f"(window.{variable} = window.{variable} || {{}})[{json.dumps(name)}] = {embed_json(payload)};\n"
 
 
-def write_run_summary(view: RunView, site: Path, ladder: dict[str, Any] | None = None) -> Path:
+def write_run_summary(
+    view: RunView, site: Path, ladder: dict[str, Any] | None = None, built: SummaryBuilder | None = None
+) -> Path:
     out = site / "runs" / view.name / SUMMARY_FILE
-    atomic_write_text(out, _script("MILLRACE_RUNS", view.name, run_summary(view, ladder)))
+    atomic_write_text(out, _script("MILLRACE_RUNS", view.name, run_summary(view, ladder, built)))
     return out
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from millrace.artifacts import atomic_write_text
+from millrace.artifacts import atomic_output, atomic_write_text
 from reports.numbers import finite
 from trainer.records import MetricsRecord
 
@@ -53,6 +53,26 @@ def flatten(record: MetricsRecord, scalars: Iterable[str]) -> dict[str, float]:
     for key in scalars:
         if (value := _number(getattr(record, key))) is not None:
             row[key] = value
+    _layer_numbers(record, row)
+    if record.alerts is not None:
+        row["alerts/active"] = float(len(record.alerts.active))
+        for name, raw in record.alerts.values.items():
+            if (value := _number(raw)) is not None:
+                row[f"alerts/value/{name}"] = value
+    for prefix, values in (
+        ("loss_per_cell/", record.loss_per_cell),
+        ("loss_per_source/", record.loss_per_source),
+        ("param_norm_per_group/", record.param_norm_per_group),
+        ("realised_tokens_per_cell/", record.realised_tokens_per_cell),
+    ):
+        for name, raw in values.items():
+            if (value := _number(raw)) is not None:
+                row[prefix + name] = value
+    return row
+
+
+def _layer_numbers(record: MetricsRecord, row: dict[str, float]) -> None:
+    """The per-layer figures (router bias, expert load) under `<field>.<name>/layer N`."""
     for bias in record.router_bias:
         for name, raw in (("norm", bias.norm), ("max_abs", bias.max_abs)):
             if (value := _number(raw)) is not None:
@@ -62,14 +82,11 @@ def flatten(record: MetricsRecord, scalars: Iterable[str]) -> dict[str, float]:
             ("max_violation", load.max_violation),
             ("router_entropy", load.router_entropy),
             ("entropy", load.entropy),
+            ("window_entropy", load.window_entropy),
+            ("dead_experts", load.dead_experts),
         ):
             if (value := _number(raw)) is not None:
                 row[f"expert_load.{name}/layer {load.layer}"] = value
-    for prefix, values in (("loss_per_cell/", record.loss_per_cell), ("loss_per_source/", record.loss_per_source)):
-        for name, raw in values.items():
-            if (value := _number(raw)) is not None:
-                row[prefix + name] = value
-    return row
 
 
 @dataclass
@@ -118,6 +135,65 @@ class Chunk:
             "phase": self.phases,
             "columns": self.columns,
         }
+
+
+class ChunkBuilder:
+    """A `Chunk` filled one record at a time, each record's numbers put straight into the chunk's columns (a
+    record of the 535B shape is about a megabyte; its flattened numbers a few kilobytes)."""
+
+    def __init__(self, index: int, scalars: Iterable[str]):
+        self.index, self.scalars = index, tuple(scalars)
+        self.steps: list[int] = []
+        self.tokens: list[float | None] = []
+        self.times: list[float | None] = []
+        self.phases: list[str | None] = []
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def add(self, record: MetricsRecord) -> None:
+        at = len(self.steps)
+        for key, value in flatten(record, self.scalars).items():
+            column = self.arrays.get(key)
+            if column is None:
+                column = self.arrays[key] = np.full(CHUNK, np.nan)
+            column[at] = value
+        self.steps.append(record.step)
+        self.tokens.append(finite(record.tokens))
+        self.times.append(finite(record.time))
+        self.phases.append(record.phase)
+
+    def chunk(self) -> Chunk:
+        """The chunk with its arrays only (`write_built_chunk` writes its columns from them, one at a time)."""
+        size = len(self.steps)
+        arrays = {key: self.arrays[key][:size] for key in sorted(self.arrays)}
+        return Chunk(self.index, self.steps, self.tokens, self.times, self.phases, {}, arrays)
+
+
+def write_built_chunk(directory: Path, chunk: Chunk, version: int, start_time: float | None) -> None:
+    """`write_chunk`'s file for a built chunk, written a column at a time: the same bytes, without the whole
+    payload's text in memory at once (a chunk of 2,000 records of the 535B shape is about 15 MB of it)."""
+    head = chunk.payload(version, start_time)
+    del head["columns"]
+    text = json.dumps(head, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    pieces = [text[:-1] + ',"columns":{']
+    with atomic_output(directory / f"chunk-{chunk.index:05d}.js") as handle:
+        handle.write(b'millraceChunk(JSON.parse("')
+        for number, (key, values) in enumerate(chunk.arrays.items()):
+            column = [None if math.isnan(v) else v for v in values.tolist()]
+            pieces.append(("," if number else "") + json.dumps({key: column}, **_COMPACT)[1:-1])
+            handle.write(b"".join(_escaped(piece) for piece in pieces))
+            pieces = []
+        handle.write(b"".join(_escaped(piece) for piece in [*pieces, "}}"]) + b'"));\n')
+
+
+_COMPACT: dict[str, Any] = {"separators": (",", ":"), "ensure_ascii": False, "allow_nan": False}
+
+
+def _escaped(piece: str) -> bytes:
+    """A piece of the payload's JSON text as it reads inside the script's string literal (see `script`)."""
+    return json.dumps(piece, ensure_ascii=False)[1:-1].replace("</", "<\\/").encode("utf-8")
 
 
 def script(function: str, payload: Any) -> str:
@@ -169,6 +245,113 @@ def _means(values: np.ndarray, steps: np.ndarray, stride: int) -> dict[str, list
     }
 
 
+class OverviewBuilder:
+    """The overview's series, clock and smoothing built one chunk at a time, knowing only the record count:
+    per series and bucket its minimum and maximum record (the first of equals), the first and last present,
+    per-bucket means of the smoothed series. What it keeps is bounded by `BUCKETS`, not by the records."""
+
+    def __init__(self, records: int):
+        self.n = records
+        self.stride = max(1, math.ceil(records / BUCKETS)) if records > 2 * BUCKETS else 1
+        self.blocks = math.ceil(records / self.stride) if records else 0
+        self.picked: dict[str, dict[int, tuple[int, float]]] = {}  # stride 1: every present point
+        self.lows: dict[str, np.ndarray] = {}  # [blocks, 3]: index, step, value
+        self.highs: dict[str, np.ndarray] = {}
+        self.ends: dict[str, dict[str, tuple[int, int, float]]] = {}  # first / last present
+        self.sums: dict[str, np.ndarray] = {}  # [blocks, 2]: sum, count
+        self.block_end_steps = np.zeros(self.blocks, dtype=np.int64)
+        self.clock: dict[str, list] = {"i": [], "s": [], "t": [], "w": []}
+
+    def add(self, chunk: Chunk, start_time: float | None) -> None:
+        first = chunk.index * CHUNK
+        index = np.arange(first, first + len(chunk.steps))
+        steps = np.asarray(chunk.steps, dtype=np.int64)
+        block = index // self.stride
+        at_end = ((index + 1) % self.stride == 0) | (index == self.n - 1)
+        self.block_end_steps[block[at_end]] = steps[at_end]
+        seconds = chunk.seconds(start_time)
+        for i in np.flatnonzero((index % self.stride == 0) | (index == self.n - 1)).tolist():
+            for key, value in zip("istw", (int(index[i]), int(steps[i]), chunk.tokens[i], seconds[i])):
+                self.clock[key].append(value)
+        for key, values in chunk.arrays.items():
+            self._series(key, values, index, steps, block)
+
+    def _series(self, key: str, values: np.ndarray, index: np.ndarray, steps: np.ndarray, block: np.ndarray) -> None:
+        present = np.flatnonzero(~np.isnan(values))
+        if present.size == 0:
+            return
+        ends = self.ends.setdefault(key, {})
+        ends.setdefault("first", (int(index[present[0]]), int(steps[present[0]]), float(values[present[0]])))
+        ends["last"] = (int(index[present[-1]]), int(steps[present[-1]]), float(values[present[-1]]))
+        if self.stride == 1:
+            picked = self.picked.setdefault(key, {})
+            for i in present.tolist():
+                picked[int(index[i])] = (int(steps[i]), float(values[i]))
+            return
+        where = (index, steps, block)
+        self._extreme(self.lows, key, values, where, np.inf, np.less)
+        self._extreme(self.highs, key, values, where, -np.inf, np.greater)
+        if key in SMOOTHED:
+            sums = self.sums.setdefault(key, np.zeros((self.blocks, 2)))
+            np.add.at(sums[:, 0], block[present], values[present])
+            np.add.at(sums[:, 1], block[present], 1)
+
+    def _extreme(self, table, key, values, where, empty: float, better) -> None:
+        """Each bucket's extreme so far: this chunk's (first of equals) where strictly better than before;
+        `where`: each value's record index, step and bucket."""
+        index, steps, block = where
+        state = table.setdefault(
+            key, np.column_stack([np.full(self.blocks, -1.0), np.zeros(self.blocks), np.full(self.blocks, empty)])
+        )
+        filled = np.where(np.isnan(values), empty, values)
+        starts = np.flatnonzero(np.r_[True, block[1:] != block[:-1]])
+        reduce = np.minimum if better is np.less else np.maximum
+        best = reduce.reduceat(filled, starts)
+        lengths = np.diff(np.r_[starts, block.size])
+        hits = np.flatnonzero(filled == np.repeat(best, lengths))
+        blocks, first = np.unique(block[hits], return_index=True)
+        at = hits[first]
+        values_at = filled[at]
+        win = better(values_at, state[blocks, 2])
+        state[blocks[win]] = np.column_stack([index[at[win]], steps[at[win]], values_at[win]])
+
+    def result(self, keep: Callable[[str], bool] = lambda key: True) -> dict[str, Any]:
+        """The overview of the series `keep` names."""
+        series, smooth = {}, {}
+        for key, ends in sorted(self.ends.items()):
+            if not keep(key):
+                continue
+            points = dict(self.picked.get(key, {}))
+            for table in (self.lows, self.highs):
+                for i, step, value in table.get(key, np.zeros((0, 3))).tolist():
+                    if i >= 0:
+                        points[int(i)] = (int(step), value)
+            for i, step, value in ends.values():
+                points[i] = (step, value)
+            order = sorted(points)
+            series[key] = {
+                "s": [points[i][0] for i in order],
+                "v": _rounded(np.asarray([points[i][1] for i in order], dtype=np.float64)),
+            }
+            if key in self.sums:
+                sums = self.sums[key]
+                filled = sums[:, 1] > 0
+                smooth[key] = {
+                    "s": self.block_end_steps[filled].tolist(),
+                    "v": _rounded(sums[filled, 0] / sums[filled, 1]),
+                    "k": sums[filled, 1].astype(np.int64).tolist(),
+                }
+        return {
+            "records": self.n,
+            "stride": self.stride,
+            "chunk": CHUNK,
+            "chunks": math.ceil(self.n / CHUNK),
+            "series": series,
+            "smooth": smooth,
+            "clock": self.clock,
+        }
+
+
 class RunSeries:
     """A run's records cut into chunks, kept between writes so a growing run rewrites only what changed."""
 
@@ -202,36 +385,10 @@ class RunSeries:
 
     def overview(self, keep: Callable[[str], bool] = lambda key: True) -> dict[str, Any]:
         """The bounded-size view the page opens with (see the module docstring), of the series `keep` names."""
-        n = self.records
-        stride = max(1, math.ceil(n / BUCKETS)) if n > 2 * BUCKETS else 1
-        steps = np.array([s for c in self.chunks for s in c.steps], dtype=np.int64)
-        keys = sorted({k for c in self.chunks for k in c.arrays if keep(k)})
-        series, smooth = {}, {}
-        for key in keys:
-            values = np.concatenate([c.arrays.get(key, np.full(len(c.steps), np.nan)) for c in self.chunks])
-            picked = _extremes(values, stride)
-            series[key] = {"s": steps[picked].tolist(), "v": _rounded(values[picked])}
-            if key in SMOOTHED and stride > 1:
-                smooth[key] = _means(values, steps, stride)
-        clock_at = sorted(set(range(0, n, stride)) | ({n - 1} if n else set()))
-        tokens = [t for c in self.chunks for t in c.tokens]
-        seconds = [s for c in self.chunks for s in c.seconds(self.start_time)]
-        return {
-            "records": n,
-            "stride": stride,
-            "chunk": CHUNK,
-            "chunks": len(self.chunks),
-            "seq": self.seq,
-            "versions": self.versions,
-            "series": series,
-            "smooth": smooth,
-            "clock": {
-                "i": clock_at,
-                "s": steps[clock_at].tolist() if n else [],
-                "t": [tokens[i] for i in clock_at],
-                "w": [seconds[i] for i in clock_at],
-            },
-        }
+        builder = OverviewBuilder(self.records)
+        for chunk in self.chunks:
+            builder.add(chunk, self.start_time)
+        return {**builder.result(keep), "seq": self.seq, "versions": self.versions}
 
     def write(
         self,
@@ -244,21 +401,27 @@ class RunSeries:
         a page that sees the new sequence number finds every file it names already in place."""
         directory.mkdir(parents=True, exist_ok=True)
         for index in rebuilt:
-            chunk = self.chunks[index]
-            atomic_write_text(
-                directory / f"chunk-{index:05d}.js",
-                script("millraceChunk", chunk.payload(self.versions[index], self.start_time)),
-            )
-        for stale in directory.glob("chunk-*.js"):
-            if int(stale.stem.split("-")[1]) >= len(self.chunks):
-                stale.unlink()
-        overview = {**page, **self.overview(keep)}
-        atomic_write_text(directory / "overview.js", script("millraceData", overview))
-        live = {
-            "seq": self.seq,
-            "status": page.get("status"),
-            "live": page.get("live"),
-            "records": self.records,
-            "versions": self.versions,
-        }
-        atomic_write_text(directory / "live.js", script("millraceLive", live))
+            write_chunk(directory, self.chunks[index], self.versions[index], self.start_time)
+        write_overview(directory, len(self.chunks), {**page, **self.overview(keep)})
+
+
+def write_chunk(directory: Path, chunk: Chunk, version: int, start_time: float | None) -> None:
+    atomic_write_text(
+        directory / f"chunk-{chunk.index:05d}.js", script("millraceChunk", chunk.payload(version, start_time))
+    )
+
+
+def write_overview(directory: Path, chunks: int, overview: dict[str, Any]) -> None:
+    """overview.js, then live.js; chunk files past `chunks` (a run cut back by a resume) are removed."""
+    for stale in directory.glob("chunk-*.js"):
+        if int(stale.stem.split("-")[1]) >= chunks:
+            stale.unlink()
+    atomic_write_text(directory / "overview.js", script("millraceData", overview))
+    live = {
+        "seq": overview["seq"],
+        "status": overview.get("status"),
+        "live": overview.get("live"),
+        "records": overview["records"],
+        "versions": overview["versions"],
+    }
+    atomic_write_text(directory / "live.js", script("millraceLive", live))

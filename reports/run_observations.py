@@ -34,6 +34,11 @@ def eval_view(records: list[EvalRecord]) -> dict[str, Any]:
             names = sorted({name for f in figures for name in getattr(f, group)})
             groups[group] = {name: [finite(getattr(f, group).get(name)) for f in figures] for name in names}
         view[metric] = groups
+    latest = ordered[-1] if ordered else None
+    view["coverage"] = {
+        "macro_cells": len(latest.loss.cell) if latest is not None else 0,
+        "without_held_out": list(latest.without_held_out) if latest is not None else [],
+    }
     return view
 
 
@@ -61,41 +66,64 @@ def samples_view(records: list[SampleRecord]) -> dict[str, Any]:
     }
 
 
-def alerts_view(records: list[MetricsRecord]) -> dict[str, Any]:
+class AlertEvents:
     """Every alert start and end (step, name, message), the alerts active after the last record, and one band
-    per alert: from the first step its condition held (`held_since`, the trainer's hysteresis) to its end."""
-    events: list[dict[str, Any]] = []
-    started: dict[str, dict[str, Any]] = {}
-    bands: list[dict[str, Any]] = []
-    open_bands: dict[str, dict[str, Any]] = {}
-    for record in records:
+    per alert: from the first step its condition held (`held_since`, the trainer's hysteresis) to its end.
+    Fed one record at a time; what it keeps grows with the alerts, not the records."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.started: dict[str, dict[str, Any]] = {}
+        self.bands: list[dict[str, Any]] = []
+        self.open_bands: dict[str, dict[str, Any]] = {}
+        self.last: MetricsRecord | None = None
+
+    def add(self, record: MetricsRecord) -> None:
         alerts = record.alerts or Alerts()
         for alert in alerts.started:
-            started[alert.name] = {**alert.dump(), "since_step": record.step}
-            events.append({"step": record.step, "event": "start", "name": alert.name, "message": alert.message})
+            self.started[alert.name] = {**alert.dump(), "since_step": record.step}
+            self.events.append({"step": record.step, "event": "start", "name": alert.name, "message": alert.message})
+            held = alert.held_since
             band = {
                 "name": alert.name,
-                "from": alert.held_since if alert.held_since is not None else record.step,
+                "from": held if isinstance(held, int) else record.step,
                 "started": record.step,
                 "to": None,
                 "message": alert.message,
             }
-            bands.append(band)
-            open_bands[alert.name] = band
+            self.bands.append(band)
+            self.open_bands[alert.name] = band
         for name in alerts.ended:
-            events.append({"step": record.step, "event": "end", "name": name, "message": ""})
-            if name in open_bands:
-                open_bands.pop(name)["to"] = record.step
-    last = records[-1] if records else None
-    for band in open_bands.values():
-        band["to"] = last.step if last is not None else None  # still active: the band reaches the last logged step
-    active = last.alerts.active if last is not None and last.alerts is not None else []
-    return {
-        "events": events,
-        "active": [started.get(name, {"name": name, "since_step": None}) for name in active],
-        "bands": bands,
-        "skipped_steps": (last.skipped_steps or 0) if last is not None else 0,
-    }
+            self.events.append({"step": record.step, "event": "end", "name": name, "message": ""})
+            if name in self.open_bands:
+                self.open_bands.pop(name)["to"] = record.step
+        self.last = record
+
+    def view(self) -> dict[str, Any]:
+        last = self.last
+        bands = [dict(band) for band in self.bands]
+        for band in bands:
+            if band["to"] is None:
+                band["to"] = last.step if last is not None else None  # still active: to the last logged step
+        alerts = last.alerts if last is not None and last.alerts is not None else Alerts()
+        active = [
+            {**self.started.get(name, {"name": name, "since_step": None}), "value_now": alerts.values.get(name)}
+            for name in alerts.active
+        ]
+        return {
+            "events": self.events,
+            "active": active,
+            "bands": bands,
+            "skipped_steps": (last.skipped_steps or 0) if last is not None else 0,
+        }
+
+
+def alerts_view(records: list[MetricsRecord]) -> dict[str, Any]:
+    """`AlertEvents` over a list of records."""
+    events = AlertEvents()
+    for record in records:
+        events.add(record)
+    return events.view()
 
 
 def read_eval(run_dir: Path) -> dict[str, Any]:
@@ -103,9 +131,10 @@ def read_eval(run_dir: Path) -> dict[str, Any]:
     return eval_view(read_eval_records(run_dir))
 
 
-def observations(run_dir: Path, records: list[MetricsRecord]) -> dict[str, Any]:
+def observations(run_dir: Path, alerts: dict[str, Any]) -> dict[str, Any]:
+    """The evaluations and completions read from the run's files, beside the alerts' view (`AlertEvents`)."""
     return {
         "eval": read_eval(run_dir),
         "samples": samples_view(read_samples(run_dir)),
-        "alerts": alerts_view(records),
+        "alerts": alerts,
     }

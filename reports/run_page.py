@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import json
+import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reports.compare_data import EXPLAIN_FILE
+from reports.compare_data import EXPLAIN_FILE, SummaryBuilder
 from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
-from reports.run_data import DATA_DIR, RunSeries
+from reports.run_data import (
+    CHUNK,
+    DATA_DIR,
+    ChunkBuilder,
+    OverviewBuilder,
+    RunSeries,
+    write_built_chunk,
+    write_overview,
+)
+from reports.run_stream import RunDigest, kept_records
 from reports.training import MAX_CELL_LINES, SCALARS, RunView
-from trainer.records import RunRecord
+from trainer.records import METRICS_FILE, RunRecord
 
 REFRESH_SECONDS = 5
 
@@ -62,17 +74,58 @@ def write_run_page(
     out = site / "runs" / view.name / "index.html"
     series = series if series is not None else run_series()
     rebuilt = series.update(view.records, changed_from)
+    data = view.page_data()
+    series.write(out.parent / DATA_DIR, rebuilt, data, keep=drawn_series(data))
+    return render_run_page(view, site, data, refresh_seconds)
+
+
+def drawn_series(data: dict[str, Any]) -> Callable[[str], bool]:
+    """The overview's series: every one but the loss of the cells not drawn (all cells are in the chunks)."""
+    drawn = {f"loss_per_cell/{cell}" for cell in data["drawn_cells"]}
+    return lambda key: not key.startswith("loss_per_cell/") or key in drawn
+
+
+def write_streamed_run_page(view: RunView, site: Path) -> tuple[Path, SummaryBuilder]:
+    """`report build`'s run page: the metrics stream read record by record (`reports.run_stream`), each chunk
+    written as it fills and fed to the overview and the compare page's summary, so memory does not grow with
+    the records. Returns the page and the summary's curves."""
+    assert view.run_dir is not None
+    directory = site / "runs" / view.name / DATA_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    count, records = kept_records(view.run_dir / METRICS_FILE)
+    digest, overview, summary = RunDigest(count), OverviewBuilder(count), SummaryBuilder(count)
+    scalars, seq = run_series().scalars, time.time_ns() // 1_000_000
+    start_time: float | None = None
+    building = ChunkBuilder(0, scalars)
+    for record in records:
+        digest.add(record)
+        building.add(record)
+        if len(building) == CHUNK or digest.count == count:
+            chunk = building.chunk()
+            if chunk.index == 0:
+                start_time = next((t for t in chunk.times if t is not None), None)
+            write_built_chunk(directory, chunk, seq, start_time)
+            overview.add(chunk, start_time)
+            summary.add(chunk)
+            building = ChunkBuilder(chunk.index + 1, scalars)
+    digest.finish()
+    view.streamed = digest
+    data = view.page_data()
+    chunks = math.ceil(count / CHUNK)
+    write_overview(
+        directory, chunks, {**data, **overview.result(drawn_series(data)), "seq": seq, "versions": [seq] * chunks}
+    )
+    return render_run_page(view, site, data, REFRESH_SECONDS), summary
+
+
+def render_run_page(view: RunView, site: Path, data: dict[str, Any], refresh_seconds: int) -> Path:
+    out = site / "runs" / view.name / "index.html"
     store = view.run.store
     store_link = None
     if store is not None:
         target = site / store.name / store.version / "index.html"
         if target.exists():
             store_link = f"../../{store.name}/{store.version}/index.html?revision={view.run.revision or ''}"
-    data = view.page_data()
-    drawn = {f"loss_per_cell/{cell}" for cell in data["drawn_cells"]}
-    series.write(
-        out.parent / DATA_DIR, rebuilt, data, keep=lambda key: not key.startswith("loss_per_cell/") or key in drawn
-    )
     files = {
         "run": view.name,
         "live": view.live,
@@ -90,10 +143,11 @@ def write_run_page(
         refresh_seconds=refresh_seconds,
         store_link=store_link,
         last=last,
-        records=view.records,
+        records=view.count,
         page_json=embed_json(files),
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
+        coverage=(data.get("eval") or {}).get("coverage"),
         config_rows=_flatten(view.run.config),
         page_js=static_text("explain_panel.js") + static_text("run.js"),
     )

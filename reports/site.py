@@ -22,9 +22,9 @@ from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import RunSeries
-from reports.run_page import REFRESH_SECONDS, write_run_page
+from reports.run_page import REFRESH_SECONDS, write_run_page, write_streamed_run_page
 from reports.search_page import SearchView, load_searches, search_links, write_search_page
-from reports.training import MetricsTail, RunView, load_run, load_run_summary
+from reports.training import MetricsTail, RunView, load_run, load_run_summary, open_run
 from trainer.records import RUN_FILE, LadderRecord
 
 log = logging.getLogger(__name__)
@@ -140,17 +140,17 @@ def build_pages(
     damaged: list[str] = []
     for run_dir in run_dirs:
         try:
-            with collector_paused():  # a long run's records and series: millions of small acyclic objects
-                view = load_run(run_dir)
-                path = write_run_page(view, site)
-                write_run_summary(view, site, rungs.get(view.name))
+            with collector_paused():  # a long run's series: many small acyclic objects
+                view = open_run(run_dir)
+                path, curves = write_streamed_run_page(view, site)
+                write_run_summary(view, site, rungs.get(view.name), curves)
                 write_explain_data(view, site, home)
             write_explain_page(site, view.name)
         except ArtifactError as exc:  # one damaged run never stops the others' pages
             damaged.append(f"{run_dir.name} ({exc})")
             continue
         views.append(view)
-        log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
+        log.debug("wrote %s (%d metrics records, %s)", path, view.count, view.status)
         pages.runs.append(path)
         if progress:
             progress()
@@ -216,6 +216,7 @@ def _run_row(view: RunView, rung: dict[str, str | int | None] | None = None) -> 
         "tokens": last.tokens if last is not None else None,
         "loss": last.loss if last is not None else None,
         "time": last.time if last is not None else None,
+        "alerts": list(last.alerts.active) if last is not None and last.alerts is not None else [],
         "ladder": (rung or {}).get("ladder"),
         "rung": (rung or {}).get("rung"),
         "seed": (rung or {}).get("seed"),

@@ -3,17 +3,16 @@
 `metrics.jsonl` is written one flushed line per logged step while the run is live,
 so its last line may be half written: a final line without a newline is left for
 the next read. A malformed complete line is an error naming the file and line.
-Long runs are cut into at most `MAX_POINTS` buckets of consecutive records so a page stays
-small however long the run: each series draws its last value per bucket (the last step is
-always kept) inside a band from the bucket's minimum to its maximum, so no extreme is
-hidden (one loss of 12.0 among 6,000 steps still reaches 12.0 on the chart).
+Long runs are cut into at most `MAX_POINTS` buckets of consecutive records for the compare page
+(`reports.compare_data.SummaryBuilder`) so its files stay small however long the run: each series draws its
+last value per bucket (the last step is always kept) inside a band from the bucket's minimum to its maximum,
+so no extreme is hidden (one loss of 12.0 among 6,000 steps still reaches 12.0 on the chart).
+`report build` reads the stream record by record (`reports.run_stream`); `report watch` follows it here.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from mixtures.manifest import BuiltManifest
 from reports.numbers import finite
 from reports.plan_progress import expected_sequences, run_manifest
 from reports.run_observations import observations
+from reports.run_stream import RunDigest
 from trainer.records import (
     FINISHED,
     METRICS_FILE,
@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 
 MAX_POINTS = 600
 MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised tokens); all are in the table
-CELL_WINDOW = 2000  # recent records whose batches name cells (a run without realised counts)
 
 
 class MetricsTail:
@@ -75,35 +74,6 @@ class MetricsTail:
         return len(arrived)
 
 
-class Buckets:
-    """Consecutive records cut into at most `MAX_POINTS` buckets; a series gets its last value per bucket
-    and, when thinned, the bucket's min/max envelope."""
-
-    def __init__(self, records: list[MetricsRecord], max_points: int = MAX_POINTS):
-        self.records = records
-        stride = max(1, math.ceil(len(records) / max_points))
-        self.starts = list(range(0, len(records), stride))
-        self.stride = stride
-        self.points = [records[min(start + stride, len(records)) - 1] for start in self.starts]
-        self.bands: dict[str, dict[str, list[float | None]]] = {}
-
-    @property
-    def thinned(self) -> bool:
-        return self.stride > 1
-
-    def series(self, key: str, value: Callable[[MetricsRecord], float | None]) -> list[float | None]:
-        """The series `value(record)` per bucket; its envelope is recorded under `key` in `bands`."""
-        line = [finite(value(record)) for record in self.points]
-        if self.thinned:
-            lows, highs = [], []
-            for start in self.starts:
-                values = [v for r in self.records[start : start + self.stride] if (v := finite(value(r))) is not None]
-                lows.append(min(values) if values else None)
-                highs.append(max(values) if values else None)
-            self.bands[key] = {"lo": lows, "hi": highs}
-        return line
-
-
 @dataclass
 class RunView:
     name: str
@@ -111,6 +81,17 @@ class RunView:
     records: list[MetricsRecord]
     manifest: BuiltManifest | None = None
     run_dir: Path | None = None  # where eval.jsonl and samples.jsonl are read from
+    streamed: RunDigest | None = None  # `report build`: the records were read through, not kept
+
+    @property
+    def digest(self) -> RunDigest:
+        if self.streamed is None:
+            self.streamed = RunDigest.of(self.records)
+        return self.streamed
+
+    @property
+    def count(self) -> int:
+        return self.digest.count
 
     @property
     def status(self) -> str:
@@ -125,13 +106,13 @@ class RunView:
 
     @property
     def last(self) -> MetricsRecord | None:
-        return self.records[-1] if self.records else None
+        return self.digest.last
 
     def drawn_cells(self) -> list[str]:
         """The cells whose loss gets a line: those with the most realised (then planned) tokens."""
         realised = self.last.realised_tokens_per_cell if self.last is not None else {}
         planned = self.run.planned_tokens_per_cell
-        cells = set(realised) | set(planned) | {c for r in self.records[-CELL_WINDOW:] for c in r.loss_per_cell}
+        cells = set(realised) | set(planned) | self.digest.recent_cells()
         return sorted(cells, key=lambda c: (-realised.get(c, 0), -planned.get(c, 0), c))[:MAX_CELL_LINES]
 
     def page_data(self) -> dict[str, Any]:
@@ -139,11 +120,7 @@ class RunView:
         last = self.last
         realised = last.realised_tokens_per_cell if last is not None else {}
         planned = self.run.planned_tokens_per_cell
-        latest_loss_cell: dict[str, float] = {}
-        for record in self.records:
-            for cell, value in record.loss_per_cell.items():
-                if (loss := finite(value)) is not None:
-                    latest_loss_cell[cell] = loss
+        latest_loss_cell = self.digest.latest_loss_cell
         cells = sorted(set(realised) | set(planned) | set(latest_loss_cell))
         last_load = [
             {
@@ -169,6 +146,12 @@ class RunView:
             "switches": [{"step": r.start_step, "revision": r.revision} for r in self.run.lineage[1:]],
             "drawn_cells": self.drawn_cells(),
             "last_expert_load": last_load,
+            "expert_load_steps": self.digest.heat,
+            "health": {
+                "load_entropy_min": health.get("load_entropy_min")
+                if isinstance(health := self.run.config.get("health"), dict)
+                else None
+            },
             "seq_len": seq_len,
             "cells": [
                 {
@@ -183,7 +166,7 @@ class RunView:
                 }
                 for c in cells
             ],
-            **(observations(self.run_dir, self.records) if self.run_dir is not None else {}),
+            **(observations(self.run_dir, self.digest.alerts.view()) if self.run_dir is not None else {}),
             "last": {k: finite(getattr(last, k)) if last is not None else None for k in SCALARS}
             | {"step": last.step if last is not None else None, "phase": last.phase if last is not None else None},
         }
@@ -195,6 +178,15 @@ def load_run_summary(run_dir: Path) -> RunView:
     run = read_run(run_dir)
     last = last_metrics(run_dir)
     return RunView(name=run.run or run_dir.name, run=run, records=[last] if last else [], run_dir=run_dir)
+
+
+def open_run(run_dir: Path) -> RunView:
+    """run.json and its manifest, the records left to be read through (`reports.run_stream`)."""
+    run_dir = Path(run_dir)
+    run = read_run(run_dir)
+    return RunView(
+        name=run.run or run_dir.name, run=run, records=[], manifest=run_manifest(run_dir, run), run_dir=run_dir
+    )
 
 
 def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:

@@ -252,7 +252,7 @@ def write_contract_metrics(
         run_dir,
         RunRecord(
             run=run,
-            config={"model": "tiny"},
+            config={"model": "tiny", "health": {"load_entropy_min": 0.995}},
             mixture=built.mixture,
             revision=built.revision,
             manifest_hash=digest,
@@ -286,7 +286,8 @@ def write_contract_metrics(
                     load=[1 / experts] * experts,
                     max_violation=0.0,
                     entropy=math.log(experts),
-                    dead_experts=0,
+                    window_entropy=0.999 - 0.01 * (step % 3 == 0),
+                    dead_experts=int(step % 50 == 0),
                 )
                 for layer in range(layers)
             ]
@@ -303,6 +304,7 @@ def write_contract_metrics(
                 grad_norm=1.0,
                 param_norm=120.0,
                 param_norm_with_router_bias=120.5,
+                param_norm_per_group={"experts": 100.0, "attention": 60.0 + step * 1e-3},
                 router_bias=[
                     RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(layers)
                 ],

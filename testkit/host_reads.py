@@ -1,9 +1,11 @@
 """Counting device-to-host reads on a CPU, where none of them costs anything.
 
 On a GPU each read blocks the host until the device catches up: `.item()`, `float(t)`, `int(t)`, `bool(t)`
-(all `aten._local_scalar_dense`), `.tolist()` and `.cpu()`. On a CPU they are free and some never reach the
-dispatcher (`.tolist()`, `.cpu()` of a CPU tensor), so the count wraps those two methods and watches the
-dispatcher for the scalar reads. What is counted is each call the code makes, the number a GPU would pay.
+(all `aten._local_scalar_dense`), `.tolist()` and `.cpu()`, and a `repeat_interleave` with tensor repeats
+and no `output_size` (it reads the repeats' sum to size its output). On a CPU they are free and some never
+reach the dispatcher (`.tolist()`, `.cpu()` of a CPU tensor), so the count wraps those two methods and
+watches the dispatcher for the scalar reads and the unsized `repeat_interleave`. What is counted is each
+call the code makes, the number a GPU would pay.
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ class _ScalarReads(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten._local_scalar_dense.default:
             self.counts.add("item")
+        elif func is torch.ops.aten.repeat_interleave.Tensor and (kwargs or {}).get("output_size") is None:
+            self.counts.add("repeat_interleave")
         return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager
 def counting_host_reads(monkeypatch):
-    """Yields a Counter of host reads by kind ("item", "tolist", "cpu") made inside the block.
+    """Yields a Counter of host reads by kind ("item", "tolist", "cpu", "repeat_interleave") made inside the
+    block.
 
     AdamW's step is not counted: without `capturable` its step counters are host tensors on a GPU too
     (torch keeps them there so that reading them costs no sync)."""

@@ -304,13 +304,14 @@ def make_store(
     shards: int | None = None,
     vocab: int | None = None,
     doc_tokens: int | None = None,
-    held_out: int = 0,
+    held_out: int | Mapping[str, int] = 0,
     store_stats: dict | None = None,
     eval_sets: Mapping[str, Mapping[str, int]] = {},
 ) -> Path:
     """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.
 
-    `held_out`: the first documents of each cell's first shard go to its validation shard instead.
+    `held_out`: the first documents of each cell's first shard go to its validation shard instead (per
+    cell when a mapping: a cell it leaves out has no held-out data).
     `store_stats`: the manifest's `stats` (e.g. domain labels).
     `eval_sets`: external sets, each drawn as a known mix of cells (set -> cell -> tokens, drawn like the cell)."""
     shape = replace(shape, vocab=vocab or shape.vocab, doc_tokens=doc_tokens or shape.doc_tokens)
@@ -319,7 +320,8 @@ def make_store(
     documents, validation = {}, {}
     for index, (cell, tokens) in enumerate(sorted(cells.items())):
         drawn = shape.draw(rng, index, tokens, shards or shape.shards, shape)
-        validation[cell], drawn[0] = drawn[0][:held_out], drawn[0][held_out:]
+        held = held_out if isinstance(held_out, int) else held_out.get(cell, 0)
+        validation[cell], drawn[0] = drawn[0][:held], drawn[0][held:]
         documents[cell] = drawn
     index_of = {cell: index for index, cell in enumerate(sorted(cells))}
     sets = {

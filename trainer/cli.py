@@ -326,8 +326,6 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
     """State, last step, latest evaluation and active alerts of RUN (a name under runs/, or a run directory).
 
     Exit status 3 while any alert is active (for cron jobs and Slurm scripts), 0 otherwise."""
-    from pathlib import Path
-
     from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
 
     try:

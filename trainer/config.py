@@ -258,10 +258,10 @@ class HealthConfig(StrictModel):
     load_entropy_min: float = pydantic.Field(
         0.995, ge=0, le=1, description="floor on the entropy of each layer's expert load, fraction of log E (0: off)"
     )
-    load_window_tokens: int = pydantic.Field(
-        65_536,
-        ge=0,
-        description="the load entropy is taken over the last steps holding at least this many tokens (0: per step)",
+    load_window_steps: int = pydantic.Field(
+        16,
+        gt=0,
+        description="the load entropy is taken over the mean load of the last this many steps (1: per step)",
     )
     router_bias_max: float = pydantic.Field(400.0, ge=0, description="max |router bias| ceiling (0: off)")
     dead_experts_max: int = pydantic.Field(0, ge=0, description="experts allowed to receive no token in a step")

@@ -16,9 +16,11 @@ tokenizer spreads each entry's recorded bytes evenly over its tokens.
 `eval.jsonl`: one flushed line per evaluation, schema "millrace.eval/1":
     {"schema", "step", "tokens", "seconds",
      "loss": {"macro", "micro", "cell": {...}, "domain": {...}, "bucket": {...}, "source": {...}, "set": {...}},
-     "bpb": {same keys}, "sequences": {"cell": {...}, "set": {...}}}
-macro is the unweighted mean over cells with held-out data, micro the token-weighted mean over
-all their evaluated tokens; external sets are in neither.
+     "bpb": {same keys}, "sequences": {"cell": {...}, "set": {...}}, "without_held_out": [...]}
+macro is the unweighted mean over cells with held-out data (`len(loss.cell)` of them), micro the
+token-weighted mean over all their evaluated tokens; external sets are in neither. The cells the
+mixture trains on with no held-out data (all their candidates lost to decontamination, say) are in
+neither too, and `without_held_out` names them so that no reader takes the average for all cells.
 """
 
 from __future__ import annotations
@@ -182,6 +184,7 @@ class Evaluator:
             loss=loss,
             bpb=bpb,
             sequences=sequences,
+            without_held_out=self.sequences.without_held_out,
         )
 
     def aggregate(self, sums: RowSums) -> tuple[EvalFigures, EvalFigures, dict[str, dict[str, int]]]:

@@ -7,7 +7,10 @@ Three answers, from the run's own files (torch-free, so it runs beside a live ru
   whose loss jumps; the median cell's move, the trend every cell shares early in training, is taken out);
 - which parameter groups moved: each group's norm change at N against its typical change per logged step, the
   router bias (updated by a rule, not by gradients) apart from the gradient-trained groups. The reference run's
-  step-500 norm spike was the router bias while the gradient norm stayed flat.
+  step-500 norm spike was the router bias while the gradient norm stayed flat;
+- what changed in the schedule around N: the learning rate's change against its typical change, the end of the
+  warm-up and the start of a decay, a new mixture phase or revision, and settings changed on a resume. Every
+  cell jumps after a 100x learning rate: the cells are then not the cause, and the explanation says so.
 
 Metrics steps count optimizer steps from 1 (the record of step N follows the N-th update); the loader's batch
 for that update is its step N - 1.
@@ -35,6 +38,8 @@ MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its t
 JUMP_SIGMAS = 4.0  # a cell's loss jumped when it rose this many standard deviations more than the median cell
 MIN_JUMP = 0.1  # ... and at least this many nats
 OUTLIER_FACTOR = 5.0  # a notable step's jump is this many times the 99th percentile of the run's other jumps
+NEAR = 3  # schedule changes are named when they fall within this many logged steps before the step
+LR_CHANGE = math.log(1.05)  # a learning-rate change smaller than 5% is never named
 
 
 def running(values: list[float], value: float | None) -> dict[str, Any]:
@@ -100,6 +105,55 @@ def cell_losses(before: list[MetricsRecord], record: MetricsRecord) -> list[dict
             and row["excess"] >= JUMP_SIGMAS * max(row["std"], 1e-12)
         )
     return sorted(rows, key=lambda r: -(r["excess"] if r["excess"] is not None else -math.inf))
+
+
+def lr_change(before: list[MetricsRecord], record: MetricsRecord) -> dict[str, Any]:
+    """The learning rate at the step against the previous logged step's: its ratio, and the change (in log lr)
+    against its typical change over the window (a warm-up changes it at every step; a jump stands out)."""
+    rates = [float(r.lr) for r in [*before, record] if r.lr is not None and r.lr > 0]
+    if len(rates) < 2 or record.lr is None:
+        return {"value": record.lr, "previous": None, "ratio": None, "typical_ratio": None, "changed": False}
+    logs = [math.log(rate) for rate in rates]
+    steps = [abs(b - a) for a, b in itertools.pairwise(logs)]
+    change, typical = steps[-1], steps[:-1]
+    scale = sum(typical) / len(typical) if typical else 0.0
+    return {
+        "value": rates[-1],
+        "previous": rates[-2],
+        "ratio": rates[-1] / rates[-2],
+        "typical_ratio": math.exp(scale),
+        "changed": change > LR_CHANGE and change >= MOVED_RATIO * scale,
+    }
+
+
+def schedule_changes(run: RunRecord | None, before: list[MetricsRecord], record: MetricsRecord) -> list[dict]:
+    """What the schedule changed in the last `NEAR` logged intervals up to the step: the warm-up's end, a wsd
+    decay's start, a new mixture phase or revision, settings changed on a resume."""
+    before = before[-NEAR:]
+    step, first = record.step, before[0].step if before else 0
+    run = run if run is not None else RunRecord()
+    recorded = run.config.get("schedule")
+    schedule: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    total = run.total_steps or 0
+    warmup = min(int(schedule.get("warmup_steps", 10)), max(total - 1, 0)) if total else None
+    events = []
+    if warmup and first < warmup + 1 <= step:
+        events.append({"step": warmup + 1, "what": f"warm-up ended (after {warmup} steps); the decay begins"})
+    if schedule.get("kind") == "wsd" and total:
+        decay = max(total - max(round(total * float(schedule.get("decay_fraction", 0.2))), 1), warmup or 0)
+        if first < decay + 1 <= step:
+            events.append({"step": decay + 1, "what": f"wsd decay began (steps {decay + 1}..{total})"})
+    for previous, current in itertools.pairwise([*before, record]):
+        if previous.phase != current.phase and current.phase is not None:
+            events.append({"step": current.step, "what": f"mixture phase {previous.phase} -> {current.phase}"})
+    for span in run.revisions:
+        if span.start_step > 0 and first < span.start_step + 1 <= step:
+            events.append({"step": span.start_step + 1, "what": f"revision {span.revision} took over"})
+    for change in run.config_changes:
+        if change.step is not None and first < change.step + 1 <= step:
+            what = f"resumed with {change.field} {change.checkpoint} -> {change.now}"
+            events.append({"step": change.step + 1, "what": what})
+    return sorted(events, key=lambda e: e["step"])
 
 
 def step_figures(before: list[MetricsRecord], record: MetricsRecord) -> dict[str, Any]:
@@ -169,13 +223,24 @@ def batch_contents(stream: Any, loader_step: int, decode: bool) -> dict[str, Any
     }
 
 
-def explain_record(records: list[MetricsRecord], at: int, window: int = WINDOW) -> dict[str, Any]:
-    """What the metrics say about `records[at]` against the `window` records before it."""
+def explain_record(
+    records: list[MetricsRecord], at: int, window: int = WINDOW, run: RunRecord | None = None
+) -> dict[str, Any]:
+    """What the metrics (and the run's record of its schedule) say about `records[at]` against the `window`
+    records before it."""
     record, before = records[at], records[max(0, at - window) : at]
     cells = cell_losses(before, record)
     groups = moved_groups(before, record)
     alerts = record.alerts or Alerts()
+    common = [c["jump"] - c["excess"] for c in cells if c["jump"] is not None and c["excess"] is not None]
+    spread = [c["std"] for c in cells if c["std"] is not None]
+    every_cell = bool(
+        common and spread and common[0] >= MIN_JUMP and common[0] >= JUMP_SIGMAS * sorted(spread)[len(spread) // 2]
+    )
     return {
+        "lr": lr_change(before, record),
+        "schedule_changes": schedule_changes(run, before, record),
+        "every_cell_jumped": every_cell,
         "step": record.step,
         "previous_step": before[-1].step if before else None,
         "window": len(before),
@@ -209,7 +274,7 @@ def explain(home: Home, run_name: str, step: int, decode: bool = False, window: 
             f"({logged}, every {every} steps)"
         )
     path, pinned = manifest_for_step(home, run, step - 1)
-    found = explain_record(records, at, window)
+    found = explain_record(records, at, window, run)
     return {
         "run": run.run or run_name,
         **found,
@@ -229,7 +294,7 @@ def explain_steps(
     for step in steps:
         if step not in where:
             continue
-        entry = explain_record(records, where[step], window)
+        entry = explain_record(records, where[step], window, run)
         try:
             path, pinned = manifest_for_step(home, run, step - 1)
             if path not in streams:
@@ -275,6 +340,16 @@ def notable_steps(records: list[MetricsRecord], limit: int = 12, window: int = W
     return sorted(list(dict.fromkeys(chosen))[:limit])
 
 
+def _lr_line(lr: dict[str, Any]) -> str:
+    if lr["ratio"] is None:
+        return f"  learning rate {_num(lr['value'])}"
+    mark = "  <- changed" if lr["changed"] else ""
+    return (
+        f"  learning rate {_num(lr['value'])}: x{_num(lr['ratio'], 3)} from the previous logged step "
+        f"(typical x{_num(lr['typical_ratio'], 3)}){mark}"
+    )
+
+
 def _num(value: float | None, digits: int = 4) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
 
@@ -295,7 +370,13 @@ def format_explain(found: dict[str, Any]) -> str:
     ]
     moved = ", ".join(found["moved_groups"]) or "none beyond their usual change"
     jumped = ", ".join(found["jumped_cells"]) or "none"
-    lines += [f"  groups that moved: {moved}", f"  cells whose loss jumped: {jumped}"]
+    if found["every_cell_jumped"]:
+        jumped = "every cell (a change shared by all cells, not one batch's)" + (
+            f"; most: {jumped}" if found["jumped_cells"] else ""
+        )
+    lines += [_lr_line(found["lr"]), f"  groups that moved: {moved}", f"  cells whose loss jumped: {jumped}"]
+    for event in found["schedule_changes"]:
+        lines.append(f"  schedule at step {event['step']}: {event['what']}")
     if found["alerts"]["started"]:
         lines.append(f"  alerts that started here: {', '.join(found['alerts']['started'])}")
     lines.append(f"batch: {batch['sequences']} sequences from {len(batch['cells'])} cells")

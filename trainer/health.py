@@ -6,8 +6,9 @@ before `warmup_steps`; it starts once the condition has held for `start_after` s
 logged step) and ends once it has stayed clear for `end_after` steps, so one problem is one
 alert, not a flicker of starts and ends. Both events go into that step's `metrics.jsonl`
 record under `alerts` (`started`, each with `held_since`, the first step of the streak;
-`ended`; and the `active` names after the step), so a reader replays nothing: the last record
-says what is active. `millrace train status` exits 3 while any alert is active.
+`ended`; the `active` names after the step, and `values`, each firing active alert's value at
+this step), so a reader replays nothing: the last record says what is active and where it stands.
+`millrace train status` exits 3 while any alert is active.
 
 Thresholds are the reference run's alert rules where they do not depend on its scale:
 gradient norm above 2.0; the loss more than 1.0 above its floor over the last 100 steps;
@@ -22,8 +23,10 @@ nothing to watch: this MoE routes every token.
 The reference took the load over one step of 46M tokens. A step of a few sequences measures what
 those sequences are about more than the router (the tiny demo's 16 sequences: each expert's share
 moves by about 18% of itself from step to step while its mean over 16 steps stays within 1%), so
-the load is taken over the last steps holding at least `load_window_tokens` (65,536: one step at
-the reference's scale, 16 of the demo's).
+the load is the mean over the last `load_window_steps` steps (16). The window is counted in steps
+and fed every step (`loaded`), not from the logged records: a record every `log_every` steps
+carries only its own step's load, and a window built from records would cover other steps at
+every logging rate.
 """
 
 from __future__ import annotations
@@ -73,8 +76,10 @@ class HealthMonitor:
         self.skipped_total = 0
         self.eval_alert: Alert | None = None
         self.last_eval: float | None = None
-        self.loads: collections.deque[tuple[float, dict[int, list[float]]]] = collections.deque()
-        self.last_tokens: int | None = None
+        self.window_entropy: dict[int, float] = {}  # per layer, what the load-entropy rule saw at the last check
+        self.loads: collections.deque[tuple[int, dict[int, list[float]]]] = collections.deque(
+            maxlen=max(config.load_window_steps, 1)
+        )
 
     def timing(self, name: str) -> AlertTiming:
         """The timing of the rule an alert name belongs to (`dead_experts/layer3` -> `dead_experts`); an alert
@@ -134,27 +139,30 @@ class HealthMonitor:
             if step - clear + 1 >= self.timing(name).end_after:
                 ended.append(name)
                 del self.active[name], self.clear_since[name]
-        return Alerts(started=started, ended=ended, active=sorted(self.active))
+        values: dict[str, float | None] = {n: self.active[n].value for n in sorted(self.active) if n in firing}
+        return Alerts(started=started, ended=ended, active=sorted(self.active), values=values)
+
+    def loaded(self, step: int, loads: dict[int, list[float]]) -> None:
+        """Every step's per-layer expert load (logged or not): the load-entropy window's input."""
+        if self.loads and self.loads[-1][0] >= step:
+            self.loads.clear()  # a resumed or replayed run: the window restarts
+        self.loads.append((step, loads))
 
     def windowed_entropy(self, record: MetricsRecord) -> tuple[dict[int, float], int]:
-        """Per layer, the entropy (fraction of log E) of the mean load over the last steps holding at least
-        `load_window_tokens` tokens (this step's alone after a resume, until the window fills), and the steps."""
-        tokens = record.tokens
-        step_tokens = tokens - self.last_tokens if tokens is not None and self.last_tokens is not None else None
-        self.last_tokens = tokens
-        loads = {
-            layer.layer: [math.nan if share is None else share for share in layer.load]
-            for layer in record.expert_load
-            if layer.load
-        }
-        if step_tokens is None:
-            self.loads.clear()
-        self.loads.append((float(step_tokens or 0), loads))
-        while len(self.loads) > 1 and sum(t for t, _ in list(self.loads)[1:]) >= self.config.load_window_tokens:
-            self.loads.popleft()
+        """Per layer, the entropy (fraction of log E) of the mean load over the last `load_window_steps`
+        steps up to this record's (fewer after a start or resume, until the window fills), and the steps.
+        A record whose step was not fed by `loaded` feeds its own load."""
+        step = record.step
+        if not self.loads or self.loads[-1][0] != step:
+            loads = {
+                layer.layer: [math.nan if share is None else share for share in layer.load]
+                for layer in record.expert_load
+                if layer.load
+            }
+            self.loaded(step, loads)
         entropies = {}
-        for layer, load in loads.items():
-            window = [step[layer] for _, step in self.loads if len(step.get(layer, ())) == len(load)]
+        for layer, load in self.loads[-1][1].items():
+            window = [loads[layer] for _, loads in self.loads if len(loads.get(layer, ())) == len(load)]
             mean = [sum(column) / len(window) for column in zip(*window)]
             entropies[layer] = (
                 -sum(p * math.log(p) for p in mean if p > 0) / math.log(len(mean)) if len(mean) > 1 else 1.0
@@ -182,6 +190,7 @@ class HealthMonitor:
                 Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}")
             )
         windowed, steps = self.windowed_entropy(record)
+        self.window_entropy = windowed
         for layer in record.expert_load:
             entropy = windowed.get(layer.layer, layer.entropy)
             if cfg.load_entropy_min and isinstance(entropy, float) and entropy < cfg.load_entropy_min:

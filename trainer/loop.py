@@ -452,6 +452,7 @@ def train_step(training: Training, batches, step: int, observers: RunObservers) 
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     loads = balance_step(training.moe_layers, 0.0 if skipped else config.moe.bias_update_rate)
+    observers.loaded(step + 1, loads)
     # The reduced per-cell token counts (rows x seq_len per cell) are the step's realised tokens per cell.
     training.state.advance(int(global_tokens), cell_tokens)
     return StepResult(

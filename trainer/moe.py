@@ -115,8 +115,9 @@ class RoutedExperts(nn.Module):
         self.w3 = nn.Parameter(torch.empty(n_experts, d_model, hidden))
         self.w2 = nn.Parameter(torch.empty(n_experts, hidden, d_model))
 
-    def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """`x` [T, d] sorted by (local) expert; `counts` [n_local] tokens per expert."""
+    def forward(self, x: torch.Tensor, counts: torch.Tensor, host_counts: list[int] | None = None) -> torch.Tensor:
+        """`x` [T, d] sorted by (local) expert; `counts` [n_local] tokens per expert, and the same on the host
+        where the caller already read them (the per-expert loop then reads nothing from the device)."""
         w1, w3, w2 = (local_tensor(w) for w in (self.w1, self.w3, self.w2))
         if torch.is_autocast_enabled(x.device.type):
             # `_grouped_mm` is on no autocast list, so the cast autocast gives every Linear weight is made here,
@@ -126,7 +127,7 @@ class RoutedExperts(nn.Module):
             x, w1, w3, w2 = (t.to(dtype) for t in (x, w1, w3, w2))
         if self.grouped and grouped_mm_supported(x, w1, w2):
             return self.forward_grouped(x, counts, w1, w3, w2, GROUP_ALIGN_ROWS if x.is_cuda else 1)
-        return self.forward_loop(x, counts, w1, w3, w2)
+        return self.forward_loop(x, counts if host_counts is None else host_counts, w1, w3, w2)
 
     @staticmethod
     def forward_grouped(x, counts, w1, w3, w2, align: int = 1) -> torch.Tensor:
@@ -144,10 +145,10 @@ class RoutedExperts(nn.Module):
 
     @staticmethod
     @torch.compiler.disable  # data-dependent slices: one graph break here, not a recompile per routing
-    def forward_loop(x, counts, w1, w3, w2) -> torch.Tensor:
+    def forward_loop(x, counts: torch.Tensor | list[int], w1, w3, w2) -> torch.Tensor:
         outputs = []
         start = 0
-        for expert, count in enumerate(counts.tolist()):
+        for expert, count in enumerate(counts.tolist() if isinstance(counts, torch.Tensor) else counts):
             chunk = x[start : start + count]
             outputs.append((F.silu(chunk @ w1[expert]) * (chunk @ w3[expert])) @ w2[expert])
             start += count
@@ -280,10 +281,12 @@ class MoE(nn.Module):
         # recv_counts[s, e]: tokens rank s sends to my local expert e.
         recv_counts = torch.empty(ep.world * local, dtype=counts.dtype, device=counts.device)
         dist.all_to_all_single(recv_counts, counts.contiguous(), group=ep.group)
-        recv_counts = recv_counts.reshape(ep.world, local)
-        # The splits must be host integers: one read for both directions.
-        splits = torch.stack([counts.reshape(ep.world, local).sum(1), recv_counts.sum(1)]).tolist()
-        send_splits, recv_splits = splits
+        # The splits must be host integers: the layer's one device-to-host read gives both directions' splits
+        # and the received counts per (source, expert), so nothing after it reads the device again.
+        host = torch.cat([counts.reshape(ep.world, local).sum(1), recv_counts]).tolist()
+        send_splits, received_counts = host[: ep.world], host[ep.world :]
+        recv_splits = [sum(received_counts[s * local : (s + 1) * local]) for s in range(ep.world)]
+        per_expert = [sum(received_counts[e::local]) for e in range(local)]
         received = all_to_all_single(
             routed.new_empty(sum(recv_splits), routed.shape[1]),
             routed.contiguous(),
@@ -296,9 +299,10 @@ class MoE(nn.Module):
         device = routed.device
         source = torch.arange(ep.world, device=device).repeat_interleave(local)
         expert = torch.arange(local, device=device).repeat(ep.world)
-        keys = (expert * ep.world + source).repeat_interleave(recv_counts.reshape(-1).to(device))
+        keys = (expert * ep.world + source).repeat_interleave(recv_counts.to(device), output_size=sum(recv_splits))
         regroup = torch.argsort(keys, stable=True)
-        computed = self.experts(received[regroup], recv_counts.sum(0))
+        expert_counts = recv_counts.reshape(ep.world, local).sum(0)
+        computed = self.experts(received[regroup], expert_counts, per_expert)
         restored = torch.empty_like(computed).index_copy(0, regroup, computed)
         return all_to_all_single(
             restored.new_empty(sum(send_splits), restored.shape[1]),

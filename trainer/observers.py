@@ -21,6 +21,7 @@ import psutil
 import torch
 
 from loader.held_out import ValidationSequences
+from trainer.balance import LayerLoad
 from trainer.config import TrainConfig
 from trainer.distributed import Runtime, reshard
 from trainer.evaluation import Evaluator, EvalWriter, eval_steps, token_byte_lengths
@@ -134,6 +135,10 @@ class RunObservers:
         self.health.skipped(step, time.time(), f"non-finite {what}")
         return True
 
+    def loaded(self, step: int, loads: list[LayerLoad]) -> None:
+        """Every step's expert loads, logged or not: the health rules' load window counts steps."""
+        self.health.loaded(step, {load.layer: load.load for load in loads})
+
     def aux_losses(self) -> tuple[float, float]:
         """The step's (balance loss, z-loss) averaged over its forwards; call on every rank (it all-reduces)."""
         aux = self.runtime.all_reduce(self.aux.clone()) / max(self.forwards * self.runtime.world, 1)
@@ -143,8 +148,15 @@ class RunObservers:
         return aux_loss, z_loss
 
     def with_alerts(self, record: MetricsRecord) -> MetricsRecord:
-        """The step's record with the health alerts that start and end at it."""
-        return record.model_copy(update={"alerts": self.health.check(record, time.time())})
+        """The step's record with the health alerts that start and end at it, and each layer's load entropy
+        over the alert's window of steps (what it watches, charted on the page)."""
+        alerts = self.health.check(record, time.time())
+        windowed = self.health.window_entropy
+        loads = [
+            load.model_copy(update={"window_entropy": windowed[load.layer]}) if load.layer in windowed else load
+            for load in record.expert_load
+        ]
+        return record.model_copy(update={"alerts": alerts, "expert_load": loads})
 
     def after_step(self, model: Transformer, step: int, tokens: int) -> None:
         """Evaluate and sample if due after `step` steps; then every weight is back to its shard."""

@@ -173,6 +173,7 @@ class ExpertLoad(Record):
     entropy: Number = None
     dead_experts: int | None = None
     router_entropy: Number = None
+    window_entropy: Number = None  # the load entropy over the health rule's window of steps (what it alerts on)
 
 
 class RouterBias(Record):
@@ -195,6 +196,8 @@ class Alerts(Record):
     started: list[AlertEvent] = pydantic.Field(default_factory=list)
     ended: list[str] = pydantic.Field(default_factory=list)
     active: list[str] = pydantic.Field(default_factory=list)  # the alerts active after this step
+    # each firing active alert's value at this step (its start value is in `started`)
+    values: dict[str, Number] = pydantic.Field(default_factory=dict)
 
 
 class MetricsRecord(Record):
@@ -263,6 +266,8 @@ class EvalRecord(Record):
     loss: EvalFigures = pydantic.Field(default_factory=EvalFigures)
     bpb: EvalFigures = pydantic.Field(default_factory=EvalFigures)
     sequences: dict[str, dict[str, int]] = pydantic.Field(default_factory=dict)
+    # trained cells with no held-out data: in neither average
+    without_held_out: list[str] = pydantic.Field(default_factory=list)
 
 
 # ---- samples.jsonl

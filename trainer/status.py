@@ -23,10 +23,12 @@ ALERT_EXIT_CODE = 3
 
 
 def active_alerts(records: list[MetricsRecord]) -> list[dict[str, JsonValue]]:
-    """The alerts active after the last record, each with the step and details of its start."""
+    """The alerts active after the last record, each with the step and details of its start and its value
+    now (`value_now`: at the last record where its condition held)."""
     last = records[-1].alerts if records else None
     if last is None:
         return []
+    now = _current_values(records, last.active)
     found: dict[str, dict[str, JsonValue]] = {}
     for record in reversed(records):
         for alert in record.alerts.started if record.alerts is not None else []:
@@ -34,7 +36,20 @@ def active_alerts(records: list[MetricsRecord]) -> list[dict[str, JsonValue]]:
                 found[alert.name] = {**alert.dump(), "since_step": record.step}
         if len(found) == len(last.active):
             break
-    return [found.get(name, {"name": name, "since_step": None}) for name in last.active]
+    return [found.get(name, {"name": name, "since_step": None}) | now.get(name, {}) for name in last.active]
+
+
+def _current_values(records: list[MetricsRecord], active: list[str]) -> dict[str, dict[str, JsonValue]]:
+    """Each active alert's latest recorded value and its step (records written before values were kept
+    have none: then the start value is all there is)."""
+    found: dict[str, dict[str, JsonValue]] = {}
+    for record in reversed(records):
+        for name, value in (record.alerts.values if record.alerts is not None else {}).items():
+            if name in active and name not in found:
+                found[name] = {"value_now": value, "value_step": record.step}
+        if len(found) == len(active):
+            break
+    return found
 
 
 def existing_run(home: Home, name: str) -> Path:
@@ -71,6 +86,8 @@ def run_status(run_dir: Path) -> dict[str, Any]:
             "loss_micro": latest.loss.micro,
             "bpb_macro": latest.bpb.macro,
             "bpb_micro": latest.bpb.micro,
+            "macro_cells": len(latest.loss.cell),
+            "without_held_out": list(latest.without_held_out),
         },
         "alerts": active_alerts(records),
         "pushing": _push(run_dir),
@@ -98,6 +115,7 @@ def format_status(status: dict[str, Any]) -> str:
             f"  held-out at step {latest['step']}: loss macro {latest['loss_macro']:.4f} micro "
             f"{latest['loss_micro']:.4f}; bits/byte macro {latest['bpb_macro']:.4f} micro {latest['bpb_micro']:.4f}"
         )
+        lines.append(f"  {macro_over(latest['macro_cells'], latest['without_held_out'])}")
     else:
         lines.append("  no evaluation yet")
     if status.get("pushing"):
@@ -106,7 +124,25 @@ def format_status(status: dict[str, Any]) -> str:
     if status["alerts"]:
         lines.append(f"  {len(status['alerts'])} active alert(s):")
         for alert in status["alerts"]:
-            lines.append(f"    {alert['name']} since step {alert['since_step']}: {alert.get('message', '')}")
+            lines.append(f"    {alert['name']} since step {alert['since_step']}: {_alert_now(alert)}")
     else:
         lines.append("  no active alert")
     return "\n".join(lines)
+
+
+def macro_over(cells: int, without: list[str]) -> str:
+    """What the macro average is over, and the trained cells it leaves out for want of held-out data."""
+    line = f"macro averages over {cells} cell{'s' if cells != 1 else ''} with held-out data"
+    if without:
+        line += f" of {cells + len(without)} trained; no held-out data: {', '.join(without)}"
+    return line
+
+
+def _alert_now(alert: dict[str, Any]) -> str:
+    """The alert's value now against its threshold, then the message of its start."""
+    value, threshold = alert.get("value_now", alert.get("value")), alert.get("threshold")
+    if not isinstance(value, (int, float)):
+        return str(alert.get("message", ""))
+    step = alert.get("value_step", alert.get("since_step"))
+    against = f" (threshold {threshold:.4g})" if isinstance(threshold, (int, float)) else ""
+    return f"{value:.4g} at step {step}{against}; at its start: {alert.get('message', '')}"

@@ -176,6 +176,7 @@ def print_summary(summary: dict) -> None:
             f"  held-out decontamination ({found['ngram']}-grams, threshold {found['threshold']:g}): "
             f"{found['documents']:,} of {found['checked']:,} held-out documents ({found['tokens']:,} tokens) "
             "found in training, given back to training"
+            + (f" ({found['later_rounds']:,} inside others given back)" if found.get("later_rounds") else "")
         )
     grid = summary.get("grid")
     if grid and grid["tokens"]:

@@ -388,3 +388,10 @@ function logTicks(lo, hi) {
   }
   return out;
 }
+
+// A file made in the page, offered for download (the exports of every page).
+function download(name, type, text) {
+  const a = h("a", { download: name, href: URL.createObjectURL(new Blob([text], { type })) }, document.body);
+  a.click();
+  a.remove();
+}

@@ -40,6 +40,11 @@ function drawChart(container, spec, range) {
     h("p", { class: "note empty" }, container, `${spec.title}: no data in these runs`);
     return;
   }
+  const alpha = parseFloat($("compare-smooth").value) || 0;
+  if (alpha > 0) {  // each curve drawn faintly under its EMA, as on the run page
+    spec = { ...spec, series: spec.series.flatMap((s) => (s.faint ? [s] : [{ ...s, faint: true },
+      { ...s, name: `${s.name}, smoothed (EMA ${alpha})`, y: ema(s.y.map((v) => (v === undefined ? null : v)), alpha) }])) };
+  }
   const chart = new TimeChart(container, {
     title: spec.title, xLabel: range.label, yLabel: spec.yLabel, xFormat: range.format, log: $("compare-log").checked,
     sync: "compare", series: spec.series.map((s) => ({ name: s.name, faint: s.faint, colour: s.colour })),
@@ -205,6 +210,34 @@ function render() {
   if (axis && X_AXES[axis]) { $("x-axis").value = axis; drawCurves(runs); }
   $("x-axis").addEventListener("input", () => drawCurves(runs));
   $("compare-log").addEventListener("input", () => drawCurves(runs));
+  const smooth = $("compare-smooth");
+  smooth.value = String(Math.max(0, Math.min(0.99, +(params.get("smooth") || 0) || 0)));
+  $("compare-smooth-value").textContent = smooth.value;
+  if (+smooth.value) drawCurves(runs);
+  smooth.addEventListener("input", () => {
+    $("compare-smooth-value").textContent = smooth.value;
+    +smooth.value ? params.set("smooth", smooth.value) : params.delete("smooth");
+    history.replaceState(null, "", location.pathname + "?" + params.toString().replace(/%2C/g, ","));
+    drawCurves(runs);
+  });
+  $("compare-csv").addEventListener("click", () => download("compare.csv", "text/csv", compareCsv(runs)));
+  $("compare-json").addEventListener("click", () => download("compare.json", "application/json", JSON.stringify(runs)));
 }
+
+// Every curve of every run compared, one row per point: run, series, step, tokens, seconds, value.
+function compareCsv(runs) {
+  const rows = ["run,series,step,tokens,seconds,value"];
+  for (const r of runs) {
+    const curves = { ...r.curves, ...Object.fromEntries(Object.entries(r.loss_per_cell).map(([c, v]) => [`loss_per_cell/${c}`, v])) };
+    for (const [key, values] of Object.entries(curves)) values.forEach((v, i) => {
+      if (v !== null) rows.push([JSON.stringify(r.name), key, r.steps[i], r.tokens[i] ?? "", r.seconds[i] ?? "", v].join(","));
+    });
+    for (const [name, values] of Object.entries(r.eval.loss.average || {})) values.forEach((v, i) => {
+      if (v !== null) rows.push([JSON.stringify(r.name), `eval.loss.${name}`, r.eval.steps[i], r.eval.tokens[i] ?? "", "", v].join(","));
+    });
+  }
+  return rows.join("\n") + "\n";
+}
+
 
 loadRuns(NAMES, render);

@@ -1,5 +1,6 @@
-// The runs index: sort by any column, filter by mixture, revision, status and ladder, ladder rung runs grouped
-// under their ladder, and any two or more ticked runs opened together on the compare page.
+// The runs index: sort by any column, filter by mixture, revision, status and ladder, search by any word of a
+// row, choose the columns shown (kept in the URL), ladder rung runs grouped under their ladder, and any two or
+// more ticked runs opened together on the compare page.
 "use strict";
 const RUNS = pageData();
 const COLUMNS = [
@@ -10,7 +11,10 @@ const COLUMNS = [
   { label: "Tokens", key: (r) => r.tokens ?? -1 },
   { label: "Loss", key: (r) => r.loss ?? Infinity },
   { label: "Last logged", key: (r) => r.time ?? 0 },
+  { label: "Alerts", cls: "l", key: (r) => (r.alerts || []).length },
 ];
+const hidden = new Set((new URLSearchParams(location.search).get("hide") || "").split(",").filter((c) => c));
+const shownColumns = () => COLUMNS.map((col, k) => k).filter((k) => k === 0 || !hidden.has(COLUMNS[k].label));
 const FILTERS = ["mixture", "revision", "status", "ladder"];
 const ticked = new Set();
 const opened = new Set();  // ladders whose rung runs are shown
@@ -26,6 +30,9 @@ function fillFilters() {
 }
 
 function passes(r) {
+  const words = ($("f-search").value || "").toLowerCase().split(/\s+/).filter((w) => w);
+  const text = [r.name, r.status, r.mixture, r.revision, r.ladder || "", ...(r.alerts || [])].join(" ").toLowerCase();
+  if (!words.every((w) => text.includes(w))) return false;
   return FILTERS.every((key) => {
     const want = $(`f-${key}`).value;
     if (!want) return true;
@@ -47,17 +54,21 @@ function runRow(tb, r, nested) {
   const name = h("td", { class: "l" }, tr);
   h("a", { href: r.href }, name, (nested ? "↳ " : "") + r.name);
   if (r.rung) h("span", { class: "muted" }, name, ` rung ${r.rung}${r.seed !== null && r.seed !== undefined ? `, seed ${r.seed}` : ""}`);
-  h("span", { class: "badge" + (r.live ? " live" : "") }, h("td", { class: "l" }, tr), r.status);
-  h("td", { class: "l" }, tr, `${r.mixture} / ${r.revision}`);
-  h("td", {}, tr, r.step === null || r.step === undefined ? "—" : `${r.step}${r.total_steps ? " / " + fmt.count(r.total_steps) : ""}`);
-  h("td", {}, tr, fmt.count(r.tokens));
-  h("td", {}, tr, fmt.num(r.loss));
-  h("td", {}, tr, r.time ? new Date(r.time * 1000).toISOString().slice(0, 16).replace("T", " ") : "—");
+  const cells = [
+    (td) => h("span", { class: "badge" + (r.live ? " live" : "") }, td, r.status),
+    (td) => { td.textContent = `${r.mixture} / ${r.revision}`; },
+    (td) => { td.textContent = r.step === null || r.step === undefined ? "—" : `${r.step}${r.total_steps ? " / " + fmt.count(r.total_steps) : ""}`; },
+    (td) => { td.textContent = fmt.count(r.tokens); },
+    (td) => { td.textContent = fmt.num(r.loss); },
+    (td) => { td.textContent = r.time ? new Date(r.time * 1000).toISOString().slice(0, 16).replace("T", " ") : "—"; },
+    (td) => { if ((r.alerts || []).length) h("span", { class: "badge alert" }, td, r.alerts.join(", ")); else td.textContent = "none"; },
+  ];
+  for (const k of shownColumns().slice(1)) cells[k - 1](h("td", COLUMNS[k].cls ? { class: COLUMNS[k].cls } : {}, tr));
 }
 
 function ladderRow(tb, ladder, members) {
   const tr = h("tr", { class: "ladder-group", "data-ladder": ladder }, tb);
-  const td = h("td", { class: "l", colspan: COLUMNS.length + 1 }, tr);
+  const td = h("td", { class: "l", colspan: shownColumns().length + 1 }, tr);
   const open = opened.has(ladder);
   const button = h("button", { type: "button", "aria-expanded": String(open) }, td,
     `${open ? "▾" : "▸"} ladder ${ladder}: ${members.length} rung run${members.length === 1 ? "" : "s"}`);
@@ -71,6 +82,7 @@ function draw() {
   head.textContent = "";
   h("th", { class: "l" }, head, "Compare");
   COLUMNS.forEach((col, k) => {
+    if (!shownColumns().includes(k)) return;
     const th = h("th", { ...(col.cls ? { class: col.cls } : {}), scope: "col",
       "aria-sort": k === order.col ? (order.dir > 0 ? "ascending" : "descending") : "none" }, head);
     h("button", { type: "button", title: `sort by ${col.label}` }, th, col.label)
@@ -86,7 +98,25 @@ function draw() {
     if (!r.ladder) runRow(tb, r, false);
     else if (!placed.has(r.ladder)) { placed.add(r.ladder); ladderRow(tb, r.ladder, groups.get(r.ladder)); }
   }
-  if (!shown.length) h("td", { colspan: COLUMNS.length + 1, class: "l muted" }, h("tr", {}, tb), "no run matches the filters");
+  if (!shown.length) h("td", { colspan: shownColumns().length + 1, class: "l muted" }, h("tr", {}, tb), "no run matches the filters");
+}
+
+function columnChooser() {  // a tick per column (the run's name always shows); the hidden ones go in the URL
+  const box = $("f-columns");
+  COLUMNS.forEach((col, k) => {
+    if (k === 0) return;
+    const label = h("label", {}, box);
+    const tick = h("input", { type: "checkbox", "data-column": col.label }, label);
+    label.append(" " + col.label);
+    tick.checked = !hidden.has(col.label);
+    tick.addEventListener("input", () => {
+      tick.checked ? hidden.delete(col.label) : hidden.add(col.label);
+      const q = new URLSearchParams(location.search);
+      hidden.size ? q.set("hide", [...hidden].join(",")) : q.delete("hide");
+      history.replaceState(null, "", location.pathname + (q.toString() ? "?" + q : ""));
+      draw();
+    });
+  });
 }
 
 function compareHref() { return "compare.html?runs=" + [...ticked].map(encodeURIComponent).join(","); }
@@ -99,6 +129,8 @@ function updateButton() {
 
 if ($("runs")) {
   fillFilters();
+  columnChooser();
+  $("f-search").addEventListener("input", draw);
   $("compare-ticked").addEventListener("click", () => { if (ticked.size >= 2) window.location.href = compareHref(); });
   draw();
   updateButton();

@@ -31,7 +31,8 @@ const STATE = (() => {
   const num = (k) => (q.get(k) === null || q.get(k) === "" || isNaN(+q.get(k)) ? null : +q.get(k));
   return { x: ["step", "tokens", "time"].includes(q.get("x")) ? q.get("x") : "step",
     smooth: Math.max(0, Math.min(0.99, num("smooth") || 0)), log: q.get("log") === "1",
-    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group"), step: num("step") };
+    from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group"), step: num("step"),
+    elog: q.get("elog") === "1", esmooth: Math.max(0, Math.min(0.95, num("esmooth") || 0)) };
 })();
 function saveState() {
   const q = new URLSearchParams(location.search);
@@ -39,6 +40,7 @@ function saveState() {
   put("x", STATE.x, "step"); put("smooth", STATE.smooth, 0); put("log", STATE.log ? 1 : 0, 0);
   put("from", STATE.from === null ? null : Math.round(STATE.from)); put("to", STATE.to === null ? null : Math.round(STATE.to));
   put("metric", STATE.metric, null); put("group", STATE.group, null); put("step", STATE.step, null);
+  put("elog", STATE.elog ? 1 : 0, 0); put("esmooth", STATE.esmooth, 0);
   const query = q.toString();
   history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
 }
@@ -74,7 +76,7 @@ const layerKeys = (prefix) => Object.keys(D.series).filter((k) => k.startsWith(p
   .sort((a, b) => +a.split(" ").pop() - +b.split(" ").pop()).map((k) => [k, k.split("/")[1]]);
 const present = (pairs) => pairs.filter(([k]) => D.series[k]);
 const CHARTS = [
-  { id: "c-loss", title: "Loss", y: "loss (nats per token)", keys: () => present([["loss", "loss"]]), smooth: true },
+  { id: "c-loss", title: "Loss", y: "loss (nats per token)", keys: () => present([["loss", "loss"]]) },
   { id: "c-lr", title: "Learning rate", y: "learning rate", keys: () => present([["lr", "learning rate"]]) },
   { id: "c-grad", title: "Gradient norm", y: "L2 norm of the gradient", keys: () => present([["grad_norm", "grad norm (trained params)"]]) },
   { id: "c-param", title: "Parameter norm, with and without the router bias", y: "L2 norm",
@@ -92,7 +94,13 @@ const CHARTS = [
   { id: "c-biasmax", title: "Router bias max |b| per layer", y: "max |bias|", keys: () => layerKeys("router_bias.max_abs") },
   { id: "c-viol", title: "Expert load max-violation per layer", y: "max-violation (% over even)", yFormat: fmt.pct,
     keys: () => layerKeys("expert_load.max_violation") },
-  { id: "c-entropy", title: "Routing entropy per layer", y: "fraction of log E", keys: () => layerKeys("expert_load.router_entropy") },
+  { id: "c-loadent", title: "Expert load entropy per layer, over the alert's window", y: "fraction of log E",
+    keys: () => (layerKeys("expert_load.window_entropy").length ? layerKeys("expert_load.window_entropy") : layerKeys("expert_load.entropy")),
+    threshold: () => (D.health || {}).load_entropy_min },
+  { id: "c-dead", title: "Dead experts per layer", y: "experts with no token", zero: true, keys: () => layerKeys("expert_load.dead_experts") },
+  { id: "c-entropy", title: "Routing (router score) entropy per layer", y: "fraction of log E", keys: () => layerKeys("expert_load.router_entropy") },
+  { id: "c-groups", title: "Parameter norm per group (gradient-trained; the router bias is charted apart)", y: "L2 norm",
+    keys: () => Object.keys(D.series).filter((k) => k.startsWith("param_norm_per_group/")).sort().map((k) => [k, k.slice(21)]) },
   { id: "c-cell", title: "Loss per cell (batches that held the cell)", y: "loss (nats per token)",
     keys: () => present(D.drawn_cells.map((c) => [`loss_per_cell/${c}`, c])) },
   { id: "c-source", title: "Loss per source (batches that held the source)", y: "loss (nats per token)",
@@ -202,8 +210,9 @@ function drawCharts(only) {  // every chart near the viewport (or the ids in `on
 
 function drawChart(def, box, chunks) {
   const keys = def.keys();
-  const smoothing = def.smooth && STATE.smooth > 0;
-  const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log]);
+  const smoothing = STATE.smooth > 0;  // every chart: each series drawn faintly under its EMA
+  const threshold = def.threshold ? def.threshold() : null;
+  const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log, threshold]);
   let built = BUILT.get(def.id);
   box.style.minHeight = "";
   if (!keys.length) {
@@ -215,7 +224,8 @@ function drawChart(def, box, chunks) {
   if (!built || built.signature !== signature) {
     if (built) built.chart.destroy();
     const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
-    if (smoothing) series.push({ name: `${keys[0][1]}, smoothed (EMA ${STATE.smooth})`, colour: colour(0), width: 2 });
+    if (smoothing) keys.forEach(([, name], k) => series.push({ name: `${name}, smoothed (EMA ${STATE.smooth})`, colour: colour(k), width: 2 }));
+    if (threshold !== null && threshold !== undefined) series.push({ name: `alert threshold ${threshold}`, dash: [6, 4], colour: "#c62828" });
     const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
       yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
     chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
@@ -224,7 +234,11 @@ function drawChart(def, box, chunks) {
     BUILT.set(def.id, built);
   }
   const tables = keys.map(([key]) => table(key, chunks));
-  if (smoothing) tables.push(smoothed(keys[0][0], chunks));
+  if (smoothing) for (const [key] of keys) tables.push(smoothed(key, chunks));
+  if (threshold !== null && threshold !== undefined) {
+    const xs = tables.flatMap(([x]) => (x.length ? [x[0], x[x.length - 1]] : []));
+    tables.push(xs.length ? [[Math.min(...xs), Math.max(...xs)], [threshold, threshold]] : [[], []]);
+  }
   built.chart.setData(tables);
   built.chart.setBands(bands());
   built.chart.setMarks(marks());
@@ -242,6 +256,7 @@ function zoomed(lo, hi) {  // a chart's range in x units; (null, null): the whol
   STATE.to = hi === null ? null : xToStep(hi);
   saveState();
   for (const { chart } of BUILT.values()) chart.setRange(lo, hi);
+  evaluation();
   refreshCharts();
 }
 
@@ -255,6 +270,7 @@ function controls() {
   log.addEventListener("input", () => { STATE.log = log.checked; saveState(); drawCharts(); });
   $("reset-zoom").addEventListener("click", () => zoomed(null, null));
   $("train-csv").addEventListener("click", downloadTraining);
+  $("train-json").addEventListener("click", downloadTrainingJson);
 }
 
 // ---- spike forensics: a click on the loss or a norm chart opens what happened at that step ----
@@ -289,11 +305,14 @@ function stepPanel() {
 }
 
 // ---- the CSV: every logged record, from every chunk ----
-async function downloadTraining() {
+async function trainingChunks() {  // every chunk, loaded where the page has not yet (or has an older version)
   const stale = [];
   for (let c = 0; c < D.chunks; c++) if (!CHUNKS.has(c) || CHUNKS.get(c).version !== D.versions[c]) stale.push(c);
   await Promise.all(stale.map(loadChunk));
-  const chunks = [...Array(D.chunks).keys()].map((c) => CHUNKS.get(c));
+  return [...Array(D.chunks).keys()].map((c) => CHUNKS.get(c));
+}
+async function downloadTraining() {
+  const chunks = await trainingChunks();
   const keys = [...new Set(chunks.flatMap((c) => Object.keys(c.columns)))].sort();
   const quote = (s) => (/[",\n]/.test(s) ? JSON.stringify(s) : s);
   const rows = [["step", "phase", "tokens", "seconds", ...keys].map(quote).join(",")];
@@ -301,11 +320,18 @@ async function downloadTraining() {
     c.seconds[i] ?? "", ...keys.map((k) => (c.columns[k] ? c.columns[k][i] ?? "" : ""))].join(",")));
   download(`${P.run}-training.csv`, "text/csv", rows.join("\n") + "\n");
 }
-function download(name, type, text) {
-  const a = h("a", { download: name, href: URL.createObjectURL(new Blob([text], { type })) }, document.body);
-  a.click();
-  a.remove();
+async function downloadTrainingJson() {  // the same records as the CSV, as columns: {step: [...], loss: [...], ...}
+  const chunks = await trainingChunks();
+  const keys = [...new Set(chunks.flatMap((c) => Object.keys(c.columns)))].sort();
+  const out = { run: P.run, step: [], phase: [], tokens: [], seconds: [] };
+  for (const k of keys) out[k] = [];
+  for (const c of chunks) {
+    out.step.push(...c.steps); out.phase.push(...c.phase); out.tokens.push(...c.tokens); out.seconds.push(...c.seconds);
+    for (const k of keys) out[k].push(...(c.columns[k] || c.steps.map(() => null)));
+  }
+  download(`${P.run}-training.json`, "application/json", JSON.stringify(out));
 }
+
 
 // ---- the sections other than curves ----
 function cards() {
@@ -349,12 +375,20 @@ const evaluation = (() => {
   const metric = $("eval-metric"), group = $("eval-group");
   if (STATE.metric && [...metric.options].some((o) => o.value === STATE.metric)) metric.value = STATE.metric;
   if (STATE.group && [...group.options].some((o) => o.value === STATE.group)) group.value = STATE.group;
+  $("eval-log").checked = STATE.elog;
+  $("eval-smooth").value = String(STATE.esmooth);
   const draw = () => {
     const E = D.eval || { steps: [], loss: {}, bpb: {} };
     const m = metric.value, g = group.value;
     const alpha = parseFloat($("eval-smooth").value) || 0;
-    const series = Object.entries((E[m] || {})[g] || {}).map(([name, values]) => ({ name, values: ema(values, alpha) }));
-    lineChart($("c-eval"), E.steps, series, { title: `Held-out ${m === "bpb" ? "bits per byte" : "loss"} by ${g}`,
+    // the training charts' zoom (in steps) picks the evaluations drawn; smoothing runs over all of them first
+    const shown = E.steps.map((s, i) => i).filter((i) => STATE.from === null || (E.steps[i] >= STATE.from && E.steps[i] <= STATE.to));
+    const series = Object.entries((E[m] || {})[g] || {}).map(([name, values]) => {
+      const smooth = ema(values, alpha);
+      return { name, values: shown.map((i) => smooth[i]) };
+    });
+    $("c-eval").dataset.evaluations = String(shown.length);
+    lineChart($("c-eval"), shown.map((i) => E.steps[i]), series, { title: `Held-out ${m === "bpb" ? "bits per byte" : "loss"} by ${g}`,
       yLabel: m === "bpb" ? "bits per byte" : "loss (nats per token)", legend: true, log: $("eval-log").checked,
       connectGaps: true, marks: marks() });
     const box = $("eval-table");
@@ -374,6 +408,8 @@ const evaluation = (() => {
   for (const id of ["eval-metric", "eval-group", "eval-log", "eval-smooth"]) $(id).addEventListener("input", () => {
     STATE.metric = metric.value === "loss" ? null : metric.value;
     STATE.group = group.value === "average" ? null : group.value;
+    STATE.elog = $("eval-log").checked;
+    STATE.esmooth = parseFloat($("eval-smooth").value) || 0;
     saveState();
     draw();
   });
@@ -433,7 +469,34 @@ function expertLoad() {
     tooltip: (r, c) => `layer ${layers[r].layer}, expert ${c}: ${fmt.pct(layers[r].load[c])} of tokens` +
       `\nmax-violation ${fmt.pct(layers[r].max_violation)}, entropy ${fmt.num(layers[r].entropy, 4)}, dead experts ${layers[r].dead_experts ?? "—"}`,
   });
+  loadOverTime();
 }
+
+// Per-expert load over time: one layer's steps x experts, at the steps the build kept (a bounded number, spread
+// over the run: `reports.run_stream.RunDigest`).
+function loadOverTime() {
+  const box = $("c-load-time"), steps = D.expert_load_steps || [];
+  box.textContent = "";
+  if (steps.length < 2) return;
+  const names = Object.keys(steps[steps.length - 1].layers).sort((a, b) => +a - +b);
+  const select = $("load-layer");
+  if (select.options.length !== names.length) {
+    const chosen = select.value;
+    select.textContent = "";
+    for (const n of names) h("option", { value: n }, select, `layer ${n}`);
+    if (names.includes(chosen)) select.value = chosen;
+  }
+  const layer = select.value || names[0];
+  const experts = Math.max(...steps.map((s) => (s.layers[layer] || []).length));
+  h("div", { style: "font-weight:600;font-size:12px" }, box,
+    `Expert load over time, layer ${layer}: ${steps.length} steps of ${fmt.count(D.records)} records (share of routed tokens)`);
+  heatMap(h("div", {}, box), steps.map((s) => `step ${exact(s.step)}`), Array.from({ length: experts }, (_, e) => String(e)),
+    (r, c) => (steps[r].layers[layer] || [])[c] ?? null, {
+      cellWidth: Math.max(6, Math.min(40, Math.floor(520 / experts))), cellHeight: Math.max(4, Math.min(18, Math.floor(400 / steps.length))),
+      format: () => "", tooltip: (r, c) => `step ${exact(steps[r].step)}, layer ${layer}, expert ${c}: ${fmt.pct((steps[r].layers[layer] || [])[c])} of tokens`,
+    });
+}
+$("load-layer").addEventListener("change", loadOverTime);
 
 function plan() {
   const wrap = $("plan");
@@ -475,7 +538,13 @@ function plan() {
 }
 
 function render() {
+  // the tables are rebuilt from the new data: each scrolled one is put back where the reader left it
+  const scrolled = [...document.querySelectorAll(".scroll")].map((box) => [box.querySelector("table[id]")?.id, box.scrollTop, box.scrollLeft]);
   cards(); alerts(); evaluation(); samples(); expertLoad(); plan(); otherMetrics();
+  for (const [id, top, left] of scrolled) {
+    const box = id && document.getElementById(id)?.closest(".scroll");
+    if (box) { box.scrollTop = top; box.scrollLeft = left; }
+  }
   return refreshCharts();
 }
 

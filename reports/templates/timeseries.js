@@ -1,5 +1,5 @@
 // Interactive time-series charts on the vendored uPlot (templates/vendor/uplot, MIT): zoom, pan, reset, log y,
-// hover values at the exact x, alert bands and marks. Needs charts.js (fmt, h, colour) and uPlot loaded first;
+// hover values at the exact x, alert bands (labels stacked so none overlaps another) and marks. Needs charts.js (fmt, h, colour) and uPlot loaded first;
 // a page opts in with `{% block charts %}{% include "timeseries_assets.html.j2" %}{% endblock %}`.
 //
 // API (shared by the run page and the compare page):
@@ -37,6 +37,10 @@ function joinSeries(tables) {
   if (!tables.length) return [[]];
   return uPlot.join(tables.map(([xs, ys]) => [xs, ys]));
 }
+
+const LABEL_ROWS = 4;  // rows of band labels before a label lives in its band's tooltip only
+const LABEL_CHAR_PX = 6;  // the width of a character of a band label (10 px sans-serif), a little generous
+const LABEL_ROW_PX = 17;  // a band label row: its 10 px text on its line height, with a pixel to spare
 
 class TimeChart {
   constructor(container, opts) {
@@ -211,14 +215,24 @@ class TimeChart {
     if (min === undefined || min === null) return;
     const px = (v) => u.valToPos(v, "x");
     const plotWidth = u.bbox.width / devicePixelRatio;  // not over.clientWidth: reading it forces a layout per chart
-    for (const b of this.opts.bands || []) {
-      if (b.to < min || b.from > max) continue;
+    // Labels go on the first row where they clear the labels before them (widths estimated from the text, no
+    // layout read); past LABEL_ROWS rows a band keeps its label in its tooltip only.
+    const ends = [];
+    const visible = (this.opts.bands || []).filter((b) => !(b.to < min || b.from > max))
+      .sort((a, b) => a.from - b.from);
+    for (const b of visible) {
       const left = Math.max(0, px(b.from)), right = Math.min(plotWidth, px(Math.max(b.to, b.from)));
       const band = h("div", { class: "band", title: b.label || "" }, over);
       band.style.left = left + "px";
       band.style.width = Math.max(2, right - left) + "px";
       if (b.colour) band.style.background = b.colour;
-      h("span", {}, band, b.short || b.label || "");
+      const text = b.short || b.label || "";
+      const row = ends.findIndex((end) => end < left);
+      const at = row === -1 ? ends.length : row;
+      if (at >= LABEL_ROWS) continue;
+      ends[at] = left + 3 + text.length * LABEL_CHAR_PX + 6;
+      const label = h("span", {}, band, text);
+      label.style.top = 2 + at * LABEL_ROW_PX + "px";
     }
     for (const m of this.opts.marks || []) {
       if (m.x < min || m.x > max) continue;

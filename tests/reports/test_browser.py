@@ -8,6 +8,7 @@ Screenshots go to tests/reports/artifacts/ (ignored by git).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -268,7 +269,7 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
     home = Home.resolve(tmp_path / "home")
     factory.make_small_store(home)
     manifest = factory.make_small_revisions(home)["natural"]
-    factory.write_contract_metrics(home, "spiky", manifest, steps=6000, spikes={4006: 12.0})
+    factory.write_contract_metrics(home, "spiky", manifest, steps=6000, spikes={4006: 12.0, 4020: 11.0})
     factory.write_observations(home, "spiky", manifest, steps=6000, every=600)
     build_site(home, tmp_path / "site")
     tab = Tab(browser)
@@ -278,7 +279,17 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
     assert len(loss["s"]) <= 2002 and dict(zip(loss["s"], loss["v"]))[4006] == 12.0
     # the chart's y axis reaches the spike, and one band sits where the alert started
     assert tab.page.evaluate("() => document.getElementById('c-loss').uplot.scales.y.max") >= 12
-    assert tab.page.locator("#c-loss .band").count() == 1 and "step 4006" in tab.page.inner_text("#c-loss .band")
+    assert tab.page.locator("#c-loss .band").count() == 2 and "step 4006" in tab.page.inner_text(
+        "#c-loss .band >> nth=0"
+    )
+    # two alerts 14 steps apart: their bands touch at this width, their labels are stacked, not overlaid
+    boxes = tab.page.eval_on_selector_all(
+        "#c-loss .band span",
+        "ss => ss.map(s => { const b = s.getBoundingClientRect(); return [b.left, b.right, b.top, b.bottom]; })",
+    )
+    assert len(boxes) == 2
+    (l1, r1, t1, b1), (l2, r2, t2, b2) = boxes
+    assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, boxes
     assert "loss_jump" in tab.page.inner_text("#alert-events")
     # evaluation curves: macro and micro, then one line per cell, on a log scale, downloadable
     assert tab.page.locator("#c-eval .legend button[aria-pressed]").count() == 2
@@ -291,6 +302,14 @@ def test_run_page_keeps_a_spike_and_draws_evaluations_and_completions(browser, t
         tab.page.click("#eval-csv")
     text = Path(download.value.path()).read_text()
     assert text.startswith("metric,group,name,step,tokens,value") and ',set,"wiki",6000,' in text
+    # the evaluation chart follows the training charts' zoom, and its settings are in the URL (kept on reload)
+    tab.page.fill("#eval-smooth", "0.5")
+    assert tab.page.evaluate("() => document.getElementById('c-eval').dataset.evaluations") == "10"
+    assert "elog=1" in tab.page.url and "esmooth=0.5" in tab.page.url and "group=set" in tab.page.url
+    tab.page.goto(tab.page.url + "&from=1000&to=3100")  # a shared link zoomed to steps 1,000-3,100
+    tab.page.wait_for_selector("body[data-ready='1']")
+    assert tab.page.is_checked("#eval-log") and tab.page.input_value("#eval-smooth") == "0.5"
+    assert tab.page.evaluate("() => document.getElementById('c-eval').dataset.evaluations") == "4"
     # completions: the latest step against another, side by side
     assert tab.page.input_value("#sample-a") == "6000" and tab.page.input_value("#sample-b") == "5400"
     row = tab.page.inner_text("#samples-table tbody tr:first-child")
@@ -457,6 +476,38 @@ def compared_site(tmp_path_factory) -> Path:
     return out
 
 
+def search_alerts_and_columns(tab: Tab, rows) -> None:
+    """The runs index: a search over every word of a row, each run's alert state, the columns chosen."""
+    tab.page.fill("#f-search", "uniform sec")
+    assert rows() == ["second"]
+    tab.page.fill("#f-search", "")
+    assert tab.page.inner_text('tr[data-run="first"] td:last-child') == "none"
+    tab.page.uncheck('#f-columns input[data-column="Tokens"]')
+    headers = tab.page.eval_on_selector_all("#runs thead th", "hs => hs.map(h => h.innerText)")
+    assert "Tokens" not in headers and headers[-1] == "Alerts" and "hide=Tokens" in tab.page.url
+    assert len(tab.page.query_selector_all('tr[data-run="first"] td')) == len(headers)
+    tab.page.check('#f-columns input[data-column="Tokens"]')
+
+
+def compare_exports_and_smoothing(tab: Tab) -> None:
+    """The compare page: CSV and JSON of what is compared, smoothing on every panel (kept in the address)."""
+    with tab.page.expect_download() as download:
+        tab.page.click("#compare-csv")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines[0] == "run,series,step,tokens,seconds,value"
+    assert {line.split(",")[0] for line in lines[1:]} == {'"first"', '"second"'} and any(
+        ",loss,299," in x for x in lines
+    )
+    with tab.page.expect_download() as download:
+        tab.page.click("#compare-json")
+    assert [r["name"] for r in json.loads(Path(download.value.path()).read_text())] == ["first", "second"]
+    tab.page.fill("#compare-smooth", "0.5")
+    labels = tab.page.evaluate("() => document.querySelector('#p-grad').uplot.series.map((s) => s.label)")
+    assert "first, smoothed (EMA 0.5)" in labels and "second, smoothed (EMA 0.5)" in labels
+    assert "smooth=0.5" in tab.page.url
+    tab.page.fill("#compare-smooth", "0")
+
+
 @pytest.mark.slow  # about 10 s on a shared machine: two pages driven as a user, every panel checked
 def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab = Tab(browser)
@@ -478,6 +529,7 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab.page.select_option("#f-revision", "uniform-sampling")
     assert rows() == ["second"]
     tab.page.select_option("#f-revision", "")
+    search_alerts_and_columns(tab, rows)
     assert tab.page.is_disabled("#compare-ticked")
     tab.page.check('tr[data-run="first"] input[type=checkbox]')
     tab.page.check('tr[data-run="second"] input[type=checkbox]')
@@ -491,6 +543,7 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     ]
     diff = tab.page.inner_text("#revision-diff")
     assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
+    compare_exports_and_smoothing(tab)
 
     # every panel spans the same x range, its axes named with units; zooming one zooms them all
     def ranges() -> list[list[float]]:

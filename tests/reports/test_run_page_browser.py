@@ -95,6 +95,37 @@ def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(
     assert len(rows) == 20_000 and [int(r["step"]) for r in rows] == list(range(20_000))
     assert max(float(r["loss"]) for r in rows) == SPIKE_LOSS
     assert float(rows[SPIKE_STEP]["loss"]) == SPIKE_LOSS and rows[SPIKE_STEP]["router_bias.norm/layer 0"]
+    # the same records as JSON columns
+    with tab.page.expect_download() as download:
+        tab.page.click("#train-json")
+    columns = json.loads(Path(download.value.path()).read_text())
+    assert columns["step"] == list(range(20_000)) and columns["loss"][SPIKE_STEP] == SPIKE_LOSS
+    assert set(columns) == {"run", "phase", "tokens", "seconds", *rows[0]}
+    # every recorded field: per-group norms, dead experts, the windowed load entropy, alerts, tokens per cell
+    assert float(rows[SPIKE_STEP]["param_norm_per_group/attention"]) == pytest.approx(60.0 + SPIKE_STEP * 1e-3)
+    assert [int(float(r["expert_load.dead_experts/layer 1"])) for r in rows[:101]] == [
+        int(s % 50 == 0) for s in range(101)
+    ]
+    assert rows[SPIKE_STEP]["alerts/active"] == "1" and rows[SPIKE_STEP]["expert_load.window_entropy/layer 0"]
+    assert any(key.startswith("realised_tokens_per_cell/") for key in rows[0])
+    # what the load-entropy alert watches, with its threshold drawn; dead experts; per-group norms
+    for chart in ("c-loadent", "c-dead", "c-groups"):
+        tab.chart(chart)
+    labels = tab.page.evaluate(
+        "(ids) => ids.map((id) => document.getElementById(id).uplot.series.slice(1).map((s) => s.label))",
+        ["c-loadent", "c-dead", "c-groups"],
+    )
+    assert labels == [
+        ["layer 0", "layer 1", "alert threshold 0.995"],
+        ["layer 0", "layer 1"],
+        ["attention", "experts"],
+    ]
+    # per-expert load over time: a bounded number of steps x experts, for the layer chosen
+    tab.page.select_option("#load-layer", "1")
+    heat = tab.page.inner_text("#c-load-time")
+    title = heat.split("\n", 1)[0]
+    kept = int(title.split(" steps of ")[0].rsplit(" ", 1)[-1])
+    assert title.startswith("Expert load over time, layer 1") and 100 <= kept <= 201, title
     tab.shot("run-spike-hover")
     tab.check_clean()
     tab.close()
@@ -155,6 +186,11 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
     drag(tab, "c-loss", 1, 4)
     zoom = x_range(tab)
     assert "smooth=0.9" in tab.page.url and "log=1" in tab.page.url
+    # a table scrolled inside its box stays where the reader left it across live rebuilds
+    tab.page.add_style_tag(content=".scroll:has(#plan-table) { max-height: 60px !important; }")
+    scroll = "() => document.getElementById('plan-table').closest('.scroll').scrollTop"
+    tab.page.evaluate("() => { document.getElementById('plan-table').closest('.scroll').scrollTop = 25; }")
+    assert tab.page.evaluate(scroll) == 25
     shown = 6
     for grow in (6, 6, 6):
         with open(home.run("live") / "metrics.jsonl", "a") as stream:
@@ -164,6 +200,7 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
         tab.page.wait_for_function("(n) => document.body.dataset.records === String(n)", arg=shown, timeout=30_000)
         assert tab.page.input_value("#smooth") == "0.9" and tab.page.is_checked("#log-y")
         assert x_range(tab) == zoom and "smooth=0.9" in tab.page.url
+        assert tab.page.evaluate(scroll) == 25
         raw, smooth = tab.page.evaluate(
             "() => { const u = document.getElementById('c-loss').uplot; return [u.data[1], u.data[2]]; }"
         )
@@ -173,6 +210,10 @@ def test_live_updates_keep_smoothing_zoom_and_log_across_three_writes(browser, s
             expected.append(value if not expected else 0.9 * expected[-1] + 0.1 * value)
         assert smooth == pytest.approx(expected)
         assert tab.page.inner_text("#card-step").startswith(str(json.loads(lines[shown - 1])["step"]))
+    # smoothing is every chart's: the gradient norm too gets its EMA beside its raw series
+    tab.chart("c-grad")
+    labels = tab.page.evaluate("() => document.getElementById('c-grad').uplot.series.slice(1).map((s) => s.label)")
+    assert labels == ["grad norm (trained params)", "grad norm (trained params), smoothed (EMA 0.9)"]
     factory.set_status(home, "live", "completed")
     build_run_page(home, "live", site, refresh_seconds=1)
     tab.page.wait_for_function(

@@ -371,3 +371,56 @@ def test_each_alert_is_one_band_from_when_its_condition_held_to_its_end():
         ("dead_experts", 1, 3, 6),
         ("loss_jump", 8, 8, 9),
     ]
+
+
+def _without_versions(payload):
+    return {k: v for k, v in payload.items() if k not in ("seq", "versions", "version")}
+
+
+@pytest.mark.slow
+def test_the_streamed_build_writes_what_the_held_records_give(tmp_path):
+    """`report build` reads the stream record by record (`reports.run_stream`); the page's chunks, overview
+    and compare summary are those of the records held in memory (`report watch`'s path), for a run past
+    two chunks whose stream a resume cut back (steps 4,000 onwards logged twice: the later ones count)."""
+    from reports.compare_data import run_summary
+    from reports.run_page import write_run_page
+
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    run_dir = factory.write_contract_metrics(home, "long", manifest, steps=4500, spikes={1234: 12.0})
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    again = [json.loads(line) | {"loss": 1.0} for line in lines[4000:4100]]
+    (run_dir / "metrics.jsonl").write_text("".join(lines + [json.dumps(r) + "\n" for r in again]))
+    build_pages(home, tmp_path / "streamed", runs=["long"])
+    held = load_run(run_dir)
+    assert len(held.records) == 4100 and held.records[-1].step == again[-1]["step"]
+    write_run_page(held, tmp_path / "held")
+    data = [tmp_path / site / "runs" / "long" / "data" for site in ("streamed", "held")]
+    for name in ("chunk-00000.js", "chunk-00001.js", "chunk-00002.js", "overview.js"):
+        streamed, kept = (_without_versions(read_script(d / name)) for d in data)
+        assert streamed == kept, name
+    assert not (data[0] / "chunk-00003.js").exists()
+    text = (tmp_path / "streamed" / "runs" / "long" / "summary.js").read_text()
+    summary = json.loads(text[text.index("] = ") + 4 : text.rindex(";")])
+    assert summary == json.loads(json.dumps(run_summary(held)))
+    assert max(summary["bands"]["loss"]["hi"]) == 12.0 and len(summary["steps"]) <= 600
+
+
+@pytest.mark.slow  # a small store and its revisions built for one page
+def test_the_run_page_names_the_cells_without_held_out_data(tmp_path):
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    run_dir = factory.write_contract_metrics(home, "short", manifest, steps=5)
+    record = {
+        "schema": "millrace.eval/1",
+        "step": 5,
+        "loss": {"macro": 3.0, "micro": 3.0, "cell": {"c00q0": 3.0, "c00q1": 3.0}},
+        "bpb": {"macro": 1.0, "micro": 1.0, "cell": {"c00q0": 1.0, "c00q1": 1.0}},
+        "without_held_out": ["c01q2", "c01q4"],
+    }
+    (run_dir / "eval.jsonl").write_text(json.dumps(record) + "\n")
+    build_pages(home, tmp_path / "site", runs=["short"])
+    page = (tmp_path / "site" / "runs" / "short" / "index.html").read_text()
+    assert "over 2 cells with held-out data of 4 trained; no held-out data (in neither average): c01q2, c01q4" in page

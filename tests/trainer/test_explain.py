@@ -12,9 +12,9 @@ import pytest
 
 from millrace.cli import main
 from trainer import loop
-from trainer.explain import explain, notable_steps
+from trainer.explain import explain, explain_record, notable_steps
 from trainer.loop import train
-from trainer.records import MetricsRecord
+from trainer.records import MetricsRecord, RunRecord
 
 FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
 
@@ -103,3 +103,34 @@ def test_notable_steps_are_the_alert_start_and_the_jumps_of_a_long_run():
         record["param_norm_with_router_bias"] += 3.0
     records[500]["alerts"] = {"started": [{"name": "dead_experts"}], "ended": [], "active": ["dead_experts"]}
     assert notable_steps([MetricsRecord.model_validate(r) for r in records]) == [501, 7_001, 12_345, 15_001]
+
+
+def test_a_learning_rate_jump_is_named_with_the_resume_that_made_it_and_every_cell_jumped():
+    """A run resumed at step 20 with its learning rate 100x (`--allow-config-change`): at step 21 every cell's
+    loss jumps, and the explanation names the rate and the resume, not a cell; a new mixture phase at 25 and
+    the warm-up's end are named where they fall; a quiet step names nothing."""
+    rng = np.random.default_rng(1)
+    cells = ("c00q0", "c00q1", "c01q0")
+    records = []
+    for step in range(1, 31):
+        lr = 1e-3 * min(step / 2, 1.0) * (100 if step > 20 else 1)
+        jump = 2.0 if step > 20 else 0.0
+        losses = {cell: 3.0 + jump + 0.02 * rng.standard_normal() for cell in cells}
+        phase = "main" if step < 25 else "cooldown"
+        record = {"step": step, "lr": lr, "loss": 3.0 + jump, "loss_per_cell": losses, "phase": phase}
+        records.append(MetricsRecord.model_validate(record))
+    run = RunRecord.model_validate(
+        {
+            "config": {"schedule": {"kind": "cosine", "warmup_steps": 2}},
+            "total_steps": 30,
+            "config_changes": [{"step": 20, "field": "optimizer.lr", "checkpoint": 1e-3, "now": 0.1}],
+        }
+    )
+    found = explain_record(records, 20, run=run)
+    assert found["lr"]["changed"] and found["lr"]["ratio"] == pytest.approx(100.0)
+    assert found["every_cell_jumped"]
+    assert [e["what"] for e in found["schedule_changes"]] == ["resumed with optimizer.lr 0.001 -> 0.1"]
+    assert [e["step"] for e in explain_record(records, 24, run=run)["schedule_changes"]] == [25]
+    assert explain_record(records, 2, window=2, run=run)["schedule_changes"][0]["step"] == 3  # the warm-up's end
+    quiet = explain_record(records, 15, run=run)
+    assert not quiet["lr"]["changed"] and not quiet["every_cell_jumped"] and quiet["schedule_changes"] == []

@@ -23,7 +23,8 @@ def layer_record(step: int, counts: list[float], router_entropy: float) -> dict:
 
 
 def test_routing_balance_alerts_on_the_expert_load_entropy_not_the_router_score_entropy():
-    monitor = HealthMonitor(HealthConfig(timing={"load_entropy": {"warmup_steps": 0, "start_after": 1}}))
+    config = HealthConfig(load_window_steps=1, timing={"load_entropy": {"warmup_steps": 0, "start_after": 1}})
+    monitor = HealthMonitor(config)
     # confident routers (per-token score entropy 0.2 of log E) spreading tokens evenly: healthy
     assert (
         monitor.check(
@@ -40,39 +41,57 @@ def test_routing_balance_alerts_on_the_expert_load_entropy_not_the_router_score_
     assert HealthConfig().load_entropy_min == pytest.approx(5.92 / torch.log(torch.tensor(384.0)).item(), abs=6e-4)
 
 
-def test_the_load_is_taken_over_a_window_of_tokens_so_a_few_sequences_do_not_alert_but_a_collapse_does():
-    """Steps of 4,096 tokens whose loads swing by 20% of the mean from step to step but are even over two
-    (the tiny demo's steps look like this once balanced): an alert per step, none over the default
-    65,536-token window (16 steps); two dead experts held from step 40 alert over the window too."""
-    swing = [[0.15, 0.10] * 4, [0.10, 0.15] * 4]
-    collapse = [0.0, 0.0] + [1 / 6] * 6
+SWING = [[0.15, 0.10] * 4, [0.10, 0.15] * 4]
+COLLAPSE = [0.0, 0.0] + [1 / 6] * 6
 
-    def events(window: int) -> list[tuple[int, str, int]]:
-        config = HealthConfig(
-            load_window_tokens=window,
-            dead_experts_max=8,
-            timing={"load_entropy": {"warmup_steps": 0, "start_after": 5}},
-        )
-        monitor, out = HealthMonitor(config), []
-        for step in range(1, 61):
-            load = collapse if step >= 40 else swing[step % 2]
-            entropy = load_stats(0, torch.tensor(load)).entropy
-            record = {
-                "step": step,
-                "tokens": 4096 * step,
-                "loss": 3.0,
-                "grad_norm": 0.5,
-                "expert_load": [{"layer": 0, "load": load, "entropy": entropy}],
-            }
-            out += [
-                (step, a.name, a.held_since) for a in monitor.check(MetricsRecord.model_validate(record), 0.0).started
-            ]
-        return out
 
-    assert load_stats(0, torch.tensor(swing[0])).entropy < 0.995  # each step alone is below the floor (0.990)
-    assert events(0) == [(5, "load_entropy/layer0", 1)]
-    # the collapse (0.952 of log E in each step) brings the 16-step mean under the floor from its fourth step
-    assert events(65_536) == [(47, "load_entropy/layer0", 43)]
+def step_load(step: int) -> list[float]:
+    """Loads that swing by 20% of the mean from step to step but are even over two (the tiny demo's steps
+    look like this once balanced); two dead experts from step 40."""
+    return COLLAPSE if step >= 40 else SWING[step % 2]
+
+
+def window_events(window: int, log_every: int) -> tuple[list[tuple[int, str, int]], dict[int, float]]:
+    """Feed every step's load as the training loop does and a record every `log_every` steps: the alerts
+    started and the windowed entropy the load-entropy rule saw at each logged step."""
+    config = HealthConfig(
+        load_window_steps=window,
+        dead_experts_max=8,
+        timing={"load_entropy": {"warmup_steps": 0, "start_after": 5}},
+    )
+    monitor, started, seen = HealthMonitor(config), [], {}
+    for step in range(1, 81):
+        monitor.loaded(step, {0: step_load(step)})
+        if step % log_every:
+            continue
+        entropy = load_stats(0, torch.tensor(step_load(step))).entropy
+        load = [{"layer": 0, "load": step_load(step), "entropy": entropy}]
+        record = MetricsRecord.model_validate({"step": step, "loss": 3.0, "grad_norm": 0.5, "expert_load": load})
+        seen[step] = monitor.windowed_entropy(record)[0][0]
+        started += [(step, a.name, a.held_since) for a in monitor.check(record, 0.0).started]
+    return started, seen
+
+
+@pytest.mark.parametrize("log_every", [1, 10, 16])
+def test_the_load_window_counts_steps_whatever_the_logging_rate(log_every):
+    """The window is the mean load of the last 16 steps at every `log_every`: the swing (each step alone
+    below the floor, 0.990) never alerts, the collapse (0.952 of log E in each step) does, and every logged
+    step sees the entropy of the same 16-step mean (at 10 steps a window built from records held 2 steps)."""
+    started, seen = window_events(16, log_every)
+    for step, entropy in seen.items():
+        window = [step_load(s) for s in range(max(step - 15, 1), step + 1)]
+        mean = torch.tensor(window, dtype=torch.float64).mean(0)
+        assert entropy == pytest.approx(load_stats(0, mean).entropy, abs=1e-6), step
+    assert all(seen[s] > 0.995 for s in seen if 16 <= s < 40)
+    assert all(seen[s] < 0.995 for s in seen if s >= 47)
+    # alerts start after 5 logged steps under the floor: the 16-step mean crosses it at step 43
+    first_below = min(s for s in seen if s >= 40 and seen[s] < 0.995)
+    assert [(name, since) for _, name, since in started] == [("load_entropy/layer0", first_below)]
+
+
+def test_a_one_step_window_alerts_on_the_swing():
+    assert load_stats(0, torch.tensor(SWING[0])).entropy < 0.995
+    assert window_events(1, 1)[0] == [(5, "load_entropy/layer0", 1)]
 
 
 def test_skipped_steps_alert_only_at_three_within_fifteen_minutes():
@@ -164,7 +183,7 @@ def test_an_injected_routing_collapse_is_one_alert_per_rule_with_its_start(home,
         samples={"enabled": False},
         health={
             "load_entropy_min": 0.9,
-            "load_window_tokens": 0,  # per step
+            "load_window_steps": 1,  # per step
             "timing": {"dead_experts": warmup, "load_entropy": warmup},
         },
     )

@@ -18,14 +18,15 @@ from trainer.loop import train
 from trainer.model import Transformer
 from trainer.records import EVAL_SCHEMA, read_eval, read_metrics, read_run, read_samples
 
-CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000}
+CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000, "c01q1": 7000}
+HELD = {"c00q0": 6, "c00q1": 6, "c01q0": 6}  # c01q1 is trained on but has no held-out data
 SEQ_LEN, BATCH, STEPS = 32, 8, 30
 
 
 @pytest.fixture(scope="module")
 def held(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("observe-home"))
-    make_store(home, CELLS, held_out=6)
+    make_store(home, CELLS, held_out=HELD)
     path = build_mixture(home, tokens=SEQ_LEN * BATCH * STEPS, seq_len=SEQ_LEN, global_batch=BATCH)
     return home, path
 
@@ -51,10 +52,11 @@ def test_evaluations_follow_the_contract_and_always_read_the_same_sequences(held
         assert record.schema_name == EVAL_SCHEMA and record.seconds > 0
         assert record.tokens == record.step * BATCH * SEQ_LEN
         assert record.sequences == {"cell": {e.name: e.sequences for e in sequences.entries}, "set": {}}
+        assert record.without_held_out == ["c01q1"]  # in neither average, and named
         for metric in ("loss", "bpb"):
             block = getattr(record, metric).dump()
             assert set(block) == {"macro", "micro", "cell", "domain", "bucket", "source", "set"}
-            assert set(block["cell"]) == set(CELLS) and set(block["domain"]) == {"c00", "c01"}
+            assert set(block["cell"]) == set(HELD) and set(block["domain"]) == {"c00", "c01"}
             assert set(block["bucket"]) == {"q0", "q1"} and block["set"] == {}
             assert block["macro"] == pytest.approx(np.mean(list(block["cell"].values())))
         # bits per byte from the recorded bytes (2 per token in this store): nats / ln 2 / 2
@@ -168,13 +170,21 @@ def test_train_status_exits_3_while_an_alert_is_active(held, tiny_config, capsys
     assert millrace(["train", "status", "alerting", "--home", str(home.root)]) == 3
     text = capsys.readouterr().out
     assert "grad_norm since step 1" in text and "step 5 of 30" in text and "held-out at step 5" in text
+    assert "over 3 cells with held-out data of 4 trained; no held-out data: c01q1" in text
     assert millrace(["train", "status", "alerting", "--home", str(home.root), "--json"]) == 3
     status = json.loads(capsys.readouterr().out)
     assert [a["name"] for a in status["alerts"]] == ["grad_norm"] and status["latest_eval"]["step"] == 5
+    assert status["latest_eval"]["macro_cells"] == 3 and status["latest_eval"]["without_held_out"] == ["c01q1"]
+    # the alert's value now (the last step's gradient norm), not the value it started with
+    records = read_metrics(home.run("alerting"))
+    alert = status["alerts"][0]
+    assert alert["value_now"] == records[-1].grad_norm != alert["value"] == records[0].grad_norm
+    assert f"{records[-1].grad_norm:.4g} at step 5" in text
     assert millrace(["train", "status", "calm", "--home", str(home.root)]) == 0
     assert "no active alert" in capsys.readouterr().out
     assert millrace(["train", "status", "nope", "--home", str(home.root)]) == 2
-    assert "run.json" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "'nope': no run.json" in error and "alerting" in error and "calm" in error
 
 
 @pytest.mark.slow
