@@ -31,7 +31,7 @@ import numpy as np
 
 from millrace.artifacts import atomic_output, atomic_write_text
 from reports.numbers import finite
-from trainer.records import MetricsRecord
+from trainer.records import Alerts, MetricsRecord
 
 CHUNK = 2000
 BUCKETS = 1000
@@ -54,11 +54,11 @@ def flatten(record: MetricsRecord, scalars: Iterable[str]) -> dict[str, float]:
         if (value := _number(getattr(record, key))) is not None:
             row[key] = value
     _layer_numbers(record, row)
+    for name, flag in (("skipped", record.skipped), ("skipped_steps", record.skipped_steps)):
+        if flag is not None:
+            row[name] = float(flag)
     if record.alerts is not None:
-        row["alerts/active"] = float(len(record.alerts.active))
-        for name, raw in record.alerts.values.items():
-            if (value := _number(raw)) is not None:
-                row[f"alerts/value/{name}"] = value
+        _alert_numbers(record.alerts, row)
     for prefix, values in (
         ("loss_per_cell/", record.loss_per_cell),
         ("loss_per_source/", record.loss_per_source),
@@ -69,6 +69,21 @@ def flatten(record: MetricsRecord, scalars: Iterable[str]) -> dict[str, float]:
             if (value := _number(raw)) is not None:
                 row[prefix + name] = value
     return row
+
+
+def _alert_numbers(alerts: Alerts, row: dict[str, float]) -> None:
+    """How many alerts are active, each firing one's value, each start's value, threshold and streak start, and
+    each end as 1 (a start's message is on the page's alert list)."""
+    row["alerts/active"] = float(len(alerts.active))
+    for name, raw in alerts.values.items():
+        if (value := _number(raw)) is not None:
+            row[f"alerts/value/{name}"] = value
+    for event in alerts.started:
+        for part, raw in (("started", event.value), ("threshold", event.threshold), ("held_since", event.held_since)):
+            if (value := _number(raw)) is not None:
+                row[f"alerts/{part}/{event.name}"] = value
+    for name in alerts.ended:
+        row[f"alerts/ended/{name}"] = 1.0
 
 
 def _layer_numbers(record: MetricsRecord, row: dict[str, float]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.compare_data import EXPLAIN_FILE, SummaryBuilder
+from reports.expert_loads import LOADS_FILE, ExpertLoadsWriter, write_expert_loads
 from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import (
@@ -76,6 +77,7 @@ def write_run_page(
     rebuilt = series.update(view.records, changed_from)
     data = view.page_data()
     series.write(out.parent / DATA_DIR, rebuilt, data, keep=drawn_series(data))
+    write_expert_loads(out.parent / DATA_DIR, view.records)
     return render_run_page(view, site, data, refresh_seconds)
 
 
@@ -97,17 +99,19 @@ def write_streamed_run_page(view: RunView, site: Path) -> tuple[Path, SummaryBui
     scalars, seq = run_series().scalars, time.time_ns() // 1_000_000
     start_time: float | None = None
     building = ChunkBuilder(0, scalars)
-    for record in records:
-        digest.add(record)
-        building.add(record)
-        if len(building) == CHUNK or digest.count == count:
-            chunk = building.chunk()
-            if chunk.index == 0:
-                start_time = next((t for t in chunk.times if t is not None), None)
-            write_built_chunk(directory, chunk, seq, start_time)
-            overview.add(chunk, start_time)
-            summary.add(chunk)
-            building = ChunkBuilder(chunk.index + 1, scalars)
+    with ExpertLoadsWriter(directory) as loads:
+        for record in records:
+            digest.add(record)
+            building.add(record)
+            loads.add(record)
+            if len(building) == CHUNK or digest.count == count:
+                chunk = building.chunk()
+                if chunk.index == 0:
+                    start_time = next((t for t in chunk.times if t is not None), None)
+                write_built_chunk(directory, chunk, seq, start_time)
+                overview.add(chunk, start_time)
+                summary.add(chunk)
+                building = ChunkBuilder(chunk.index + 1, scalars)
     digest.finish()
     view.streamed = digest
     data = view.page_data()
@@ -145,6 +149,7 @@ def render_run_page(view: RunView, site: Path, data: dict[str, Any], refresh_sec
         last=last,
         records=view.count,
         page_json=embed_json(files),
+        loads_href=f"{DATA_DIR}/{LOADS_FILE}",
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
         coverage=(data.get("eval") or {}).get("coverage"),

@@ -1,0 +1,133 @@
+"""The run page's exports hold every field a metrics record can carry (the chunks the CSV and JSON are
+assembled from, and the per-expert loads CSV beside them), on both ways a page is written."""
+
+from __future__ import annotations
+
+import csv
+import math
+import typing
+from pathlib import Path
+
+import pydantic
+
+from reports.expert_loads import LOADS_FILE
+from reports.run_data import DATA_DIR, read_script
+from reports.run_page import write_run_page, write_streamed_run_page
+from reports.training import load_run, open_run
+from trainer.records import (
+    AlertEvent,
+    Alerts,
+    ExpertLoad,
+    MetricsRecord,
+    RouterBias,
+    RunRecord,
+    write_run,
+)
+
+# each field's column prefix in the chunks ("" where it is one of the export's fixed columns)
+FIXED = {"step": "steps", "time": "seconds", "phase": "phase", "tokens": "tokens"}
+# fields that name a column rather than fill it, and an alert's message (text, on the page's alert list)
+NAMING = {("alerts", "started", "name"), ("expert_load", "layer"), ("router_bias", "layer")}
+TEXT = {("alerts", "started", "message")}
+
+
+def _record(step: int) -> MetricsRecord:
+    started = AlertEvent(name="loss_jump", value=9.0, threshold=3.0, message="jump", held_since=step)
+    numbers = {
+        name: 2 + step
+        for name, info in MetricsRecord.model_fields.items()
+        if info.annotation in (float | None, int | None)
+    }
+    return MetricsRecord(
+        **numbers
+        | dict(
+            step=step,
+            time=1.7e9 + step,
+            phase="main",
+            tokens=1000 * (step + 1),
+            param_norm_per_group={"experts": 3.0},
+            router_bias=[RouterBias(layer=layer, norm=0.1, max_abs=0.2) for layer in range(2)],
+            expert_load=[
+                ExpertLoad(
+                    layer=layer,
+                    load=[0.125 + 0.01 * expert * layer for expert in range(8)],
+                    max_violation=0.5,
+                    entropy=0.9,
+                    dead_experts=1,
+                    router_entropy=0.8,
+                    window_entropy=0.97,
+                )
+                for layer in range(2)
+            ],
+            loss_per_cell={"c00q0": 2.5},
+            loss_per_source={"wiki": 2.6},
+            realised_tokens_per_cell={"c00q0": 4096},
+            skipped=step == 1,
+            skipped_steps=step,
+            alerts=Alerts(started=[started], ended=["dead_expert"], active=["loss_jump"], values={"loss_jump": 9.5}),
+        )
+    )
+
+
+def _leaves(model: type[pydantic.BaseModel], path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every field of `model` and of the records nested in it (a list or optional of them), as paths."""
+    out: list[tuple[str, ...]] = []
+    for name, info in model.model_fields.items():
+        models = [
+            kind for kind in _kinds(info.annotation) if isinstance(kind, type) and issubclass(kind, pydantic.BaseModel)
+        ]
+        out += [leaf for kind in models for leaf in _leaves(kind, (*path, name))] or [(*path, name)]
+    return out
+
+
+def _kinds(annotation: object) -> list[object]:
+    return [annotation, *(kind for arg in typing.get_args(annotation) for kind in _kinds(arg))]
+
+
+def _exported(leaf: tuple[str, ...], columns: set[str]) -> bool:
+    """Whether the chunks hold a column for this field (`reports.run_data.flatten`'s keys)."""
+    first, last = leaf[0], leaf[-1]
+    if len(leaf) == 1:
+        return any(c == first or c.startswith(first + "/") for c in columns)
+    if first == "alerts":
+        part = {"value": "started", "values": "value"}.get(last, last)
+        return any(c.startswith(f"alerts/{part}/") or c == f"alerts/{part}" for c in columns)
+    return any(c.startswith(f"{first}.{last}/") for c in columns)
+
+
+def _check(site: Path, records: list[MetricsRecord]) -> None:
+    data = site / "runs" / "r" / DATA_DIR
+    chunk = read_script(data / "chunk-00000.js")
+    columns = set(chunk["columns"])
+    missing = [
+        ".".join(leaf)
+        for leaf in _leaves(MetricsRecord)
+        if leaf not in NAMING | TEXT
+        and leaf != ("expert_load", "load")
+        and not (leaf[0] in FIXED and chunk[FIXED[leaf[0]]])
+        and not _exported(leaf, columns)
+    ]
+    assert missing == []
+    assert chunk["columns"]["skipped"] == [0.0, 1.0, 0.0]
+    assert chunk["columns"]["alerts/held_since/loss_jump"] == [0.0, 1.0, 2.0]
+    with open(data / LOADS_FILE) as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 3 * 2 * 8
+    for row in rows:
+        record = records[int(row["step"])]
+        expected = record.expert_load[int(row["layer"])].load[int(row["expert"])]
+        assert expected is not None and math.isclose(float(row["load"]), expected)
+    page = (site / "runs" / "r" / "index.html").read_text()
+    assert f'href="{DATA_DIR}/{LOADS_FILE}"' in page
+
+
+def test_every_metrics_field_is_in_the_exports_streamed_and_held(tmp_path):
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    write_run(run_dir, RunRecord(run="r", total_steps=3, status="completed"))
+    records = [_record(step) for step in range(3)]
+    (run_dir / "metrics.jsonl").write_text("".join(r.line() + "\n" for r in records))
+    write_streamed_run_page(open_run(run_dir), tmp_path / "streamed")
+    _check(tmp_path / "streamed", records)
+    write_run_page(load_run(run_dir), tmp_path / "held")
+    _check(tmp_path / "held", records)
