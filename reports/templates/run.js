@@ -32,8 +32,22 @@ const STATE = (() => {
   return { x: ["step", "tokens", "time"].includes(q.get("x")) ? q.get("x") : "step",
     smooth: Math.max(0, Math.min(0.99, num("smooth") || 0)), log: q.get("log") === "1",
     from: num("from"), to: num("to"), metric: q.get("metric"), group: q.get("group"), step: num("step"),
-    elog: q.get("elog") === "1", esmooth: Math.max(0, Math.min(0.95, num("esmooth") || 0)) };
+    elog: q.get("elog") === "1", esmooth: Math.max(0, Math.min(0.95, num("esmooth") || 0)),
+    logx: q.get("logx") === "1", per: perChart(q.get("charts") || "") };
 })();
+// Each chart's own settings, `charts=ID:SMOOTHING:FLAGS;...` in the URL (FLAGS: y for log y, x for log x); a
+// chart without its own follows the controls above the charts.
+function perChart(text) {
+  const per = {};
+  for (const part of text.split(";")) {
+    const [id, smooth, flags = ""] = part.split(":");
+    if (id && !isNaN(+smooth)) per[id] = { smooth: Math.max(0, Math.min(0.99, +smooth)), log: flags.includes("y"), logx: flags.includes("x") };
+  }
+  return per;
+}
+const perChartText = () => Object.entries(STATE.per)
+  .map(([id, s]) => `${id}:${s.smooth}:${s.log ? "y" : ""}${s.logx ? "x" : ""}`).join(";");
+const settingsOf = (def) => STATE.per[def.id] || { smooth: STATE.smooth, log: STATE.log, logx: STATE.logx };
 function saveState() {
   const q = new URLSearchParams(location.search);
   const put = (k, v, dflt) => (v === null || v === undefined || v === dflt ? q.delete(k) : q.set(k, String(v)));
@@ -41,6 +55,7 @@ function saveState() {
   put("from", STATE.from === null ? null : Math.round(STATE.from)); put("to", STATE.to === null ? null : Math.round(STATE.to));
   put("metric", STATE.metric, null); put("group", STATE.group, null); put("step", STATE.step, null);
   put("elog", STATE.elog ? 1 : 0, 0); put("esmooth", STATE.esmooth, 0);
+  put("logx", STATE.logx ? 1 : 0, 0); put("charts", perChartText(), "");
   const query = q.toString();
   history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
 }
@@ -152,12 +167,12 @@ function table(key, chunks) {
   s.s.forEach((step, i) => { const x = stepToX(step); if (x !== null) { xs.push(x); ys.push(s.v[i]); } });
   return [xs, ys];
 }
-function smoothed(key, chunks) {
+function smoothed(key, chunks, alpha) {
   const [xs, ys] = table(key, chunks);
   const m = D.smooth[key];
-  if (chunks || !m) return [xs, ema(ys, STATE.smooth)];
+  if (chunks || !m) return [xs, ema(ys, alpha)];
   const mx = m.s.map(stepToX);
-  return [mx, ema(m.v, STATE.smooth, m.k)];
+  return [mx, ema(m.v, alpha, m.k)];
 }
 
 function bands() {
@@ -210,9 +225,10 @@ function drawCharts(only) {  // every chart near the viewport (or the ids in `on
 
 function drawChart(def, box, chunks) {
   const keys = def.keys();
-  const smoothing = STATE.smooth > 0;  // every chart: each series drawn faintly under its EMA
+  const set = settingsOf(def);
+  const smoothing = set.smooth > 0;  // each series drawn faintly under its EMA
   const threshold = def.threshold ? def.threshold() : null;
-  const signature = JSON.stringify([keys, smoothing, STATE.x, STATE.log, threshold]);
+  const signature = JSON.stringify([keys, set, !!STATE.per[def.id], STATE.x, threshold]);
   let built = BUILT.get(def.id);
   box.style.minHeight = "";
   if (!keys.length) {
@@ -224,17 +240,18 @@ function drawChart(def, box, chunks) {
   if (!built || built.signature !== signature) {
     if (built) built.chart.destroy();
     const series = keys.map(([, name, dash], k) => ({ name, dash, colour: colour(k), faint: smoothing }));
-    if (smoothing) keys.forEach(([, name], k) => series.push({ name: `${name}, smoothed (EMA ${STATE.smooth})`, colour: colour(k), width: 2 }));
+    if (smoothing) keys.forEach(([, name], k) => series.push({ name: `${name}, smoothed (EMA ${set.smooth})`, colour: colour(k), width: 2 }));
     if (threshold !== null && threshold !== undefined) series.push({ name: `alert threshold ${threshold}`, dash: [6, 4], colour: "#c62828" });
     const chart = new TimeChart(box, { title: def.title, yLabel: def.y, xLabel: X_LABELS[STATE.x], xFormat: xFormat(),
-      yFormat: def.yFormat, zero: def.zero, log: STATE.log && !def.zero, series, sync: "run", onZoom: zoomed });
+      yFormat: def.yFormat, zero: def.zero, log: set.log && !def.zero, logX: set.logx, series, sync: "run", onZoom: zoomed });
     chart.u.series[0].value = (u, v) => (v === null || v === undefined ? "—" :
       STATE.x === "step" ? exact(v) : `${xFormat()(v)} (step ${exact(xToStep(v))})`);
     built = { chart, signature };
     BUILT.set(def.id, built);
+    chartSettings(def, box, set);
   }
   const tables = keys.map(([key]) => table(key, chunks));
-  if (smoothing) for (const [key] of keys) tables.push(smoothed(key, chunks));
+  if (smoothing) for (const [key] of keys) tables.push(smoothed(key, chunks, set.smooth));
   if (threshold !== null && threshold !== undefined) {
     const xs = tables.flatMap(([x]) => (x.length ? [x[0], x[x.length - 1]] : []));
     tables.push(xs.length ? [[Math.min(...xs), Math.max(...xs)], [threshold, threshold]] : [[], []]);
@@ -243,6 +260,30 @@ function drawChart(def, box, chunks) {
   built.chart.setBands(bands());
   built.chart.setMarks(marks());
   built.chart.setRange(STATE.from === null ? null : stepToX(STATE.from), STATE.to === null ? null : stepToX(STATE.to));
+}
+
+// A chart's own smoothing, log y and log x, under it; "as above" drops them (the chart follows the controls).
+function chartSettings(def, box, set) {
+  const row = h("div", { class: "chart-settings controls" }, box);
+  h("label", {}, row, "smoothing ");
+  const smooth = h("input", { type: "number", class: "chart-smooth", min: "0", max: "0.99", step: "0.05", value: String(set.smooth) }, row);
+  const flag = (cls, text, on) => {
+    const label = h("label", {}, row);
+    const box = h("input", { type: "checkbox", class: cls }, label);
+    box.checked = on;
+    label.append(" " + text);
+    return box;
+  };
+  const logy = flag("chart-logy", "log y", set.log), logx = flag("chart-logx", "log x", set.logx);
+  if (def.zero) logy.disabled = true;
+  const own = h("button", { type: "button", class: "chart-reset" }, row, "as above");
+  own.disabled = !STATE.per[def.id];
+  const changed = () => {
+    STATE.per[def.id] = { smooth: Math.max(0, Math.min(0.99, +smooth.value || 0)), log: logy.checked, logx: logx.checked };
+    saveState(); drawChart(def, $(def.id), fullResolution());
+  };
+  for (const input of [smooth, logy, logx]) input.addEventListener("change", changed);
+  own.addEventListener("click", () => { delete STATE.per[def.id]; saveState(); drawChart(def, $(def.id), fullResolution()); });
 }
 
 async function refreshCharts() {
@@ -262,12 +303,14 @@ function zoomed(lo, hi) {  // a chart's range in x units; (null, null): the whol
 
 // ---- controls ----
 function controls() {
-  const x = $("x-axis"), smooth = $("smooth"), log = $("log-y");
+  const x = $("x-axis"), smooth = $("smooth"), log = $("log-y"), logx = $("log-x");
   if (!D.clock.w.some((v) => v !== null)) x.querySelector("option[value=time]").disabled = true;
   x.value = STATE.x; smooth.value = String(STATE.smooth); $("smooth-value").textContent = String(STATE.smooth); log.checked = STATE.log;
   x.addEventListener("input", () => { STATE.x = x.value; saveState(); drawCharts(); });
   smooth.addEventListener("input", () => { STATE.smooth = +smooth.value; $("smooth-value").textContent = smooth.value; saveState(); drawCharts(); });
   log.addEventListener("input", () => { STATE.log = log.checked; saveState(); drawCharts(); });
+  logx.checked = STATE.logx;
+  logx.addEventListener("input", () => { STATE.logx = logx.checked; saveState(); drawCharts(); });
   $("reset-zoom").addEventListener("click", () => zoomed(null, null));
   $("train-csv").addEventListener("click", downloadTraining);
   $("train-json").addEventListener("click", downloadTrainingJson);

@@ -6,7 +6,7 @@
 //   const chart = new TimeChart(container, {
 //     title, xLabel, yLabel,            // axis titles: say the unit, e.g. "loss (nats per token)"
 //     xFormat, yFormat,                 // v => text (default: fmt.count for x, fmt.num with 5 digits for y)
-//     log: false, zero: false, height: 260,
+//     log: false, logX: false, zero: false, height: 260,   // logX: points at x <= 0 are left out
 //     series: [{name, colour?, dash?: [5, 3], width?, faint?: true, gaps?: "span" | "break"}],
 //     bands: [{from, to, label, colour?}],   // x units; drawn under the curves, one DOM div.band each
 //     marks: [{x, label}],                  // vertical lines, one DOM div.mark each
@@ -66,7 +66,7 @@ class TimeChart {
     const data = this.data();
     this.u = new uPlot({
       title: o.title, width: this.width(), height: o.height,
-      scales: { x: { time: false, range: (u, lo, hi) => chart.xRange(lo, hi) },
+      scales: { x: o.logX ? { time: false, distr: 3, log: 10 } : { time: false, range: (u, lo, hi) => chart.xRange(lo, hi) },
                 y: o.log ? { distr: 3, log: 10 } : { range: (u, lo, hi) => chart.yRange(lo, hi) } },
       axes: [
         { label: o.xLabel || "step", values: (u, splits) => splits.map((v) => xf(v)), size: 44 },
@@ -101,7 +101,9 @@ class TimeChart {
 
   data() {
     const logY = this.opts.log;
-    const tables = this.tables.map(([xs, ys]) => [xs, logY ? ys.map((v) => (v > 0 ? v : null)) : ys]);
+    const positive = (xs, ys) => { const keep = xs.map((x, i) => i).filter((i) => xs[i] > 0); return [keep.map((i) => xs[i]), keep.map((i) => ys[i])]; };
+    const tables = this.tables.map(([xs, ys]) => (this.opts.logX ? positive(xs, ys) : [xs, ys]))
+      .map(([xs, ys]) => [xs, logY ? ys.map((v) => (v > 0 ? v : null)) : ys]);
     return tables.length ? joinSeries(tables) : [[]];
   }
 
@@ -125,7 +127,8 @@ class TimeChart {
   }
   apply() {
     const xs = this.u.data[0];
-    const lo = this.range[0] !== null ? this.range[0] : xs[0], hi = this.range[1] !== null ? this.range[1] : xs[xs.length - 1];
+    let lo = this.range[0] !== null ? this.range[0] : xs[0], hi = this.range[1] !== null ? this.range[1] : xs[xs.length - 1];
+    if (this.opts.logX && !(lo > 0)) lo = xs[0];  // a log x axis cannot start at or below zero
     if (lo !== undefined && hi !== undefined) this.u.setScale("x", { min: lo, max: hi });
   }
   setBands(bands) { this.opts.bands = bands; this.overlays(); }
