@@ -217,6 +217,8 @@ def _run_row(view: RunView, rung: dict[str, str | int | None] | None = None) -> 
         "loss": last.loss if last is not None else None,
         "time": last.time if last is not None else None,
         "alerts": list(last.alerts.active) if last is not None and last.alerts is not None else [],
+        "tags": list(view.run.tags),
+        "notes": view.run.notes,
         "ladder": (rung or {}).get("ladder"),
         "rung": (rung or {}).get("rung"),
         "seed": (rung or {}).get("seed"),

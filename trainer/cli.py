@@ -10,6 +10,8 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, check_name
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
+from trainer.records import RunLabels
+from trainer.runs_cli import checked_tags
 from trainer.runs_cli import list_command as runs_list_command
 
 TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
@@ -106,6 +108,19 @@ def train() -> None:
     help="With --resume: load a checkpoint that has no digests.json (one written before checkpoints were "
     "digested), whose files cannot be checked. Without it such a checkpoint is refused.",
 )
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    help="A word to find the run by (repeatable): added to the tags in run.json, shown and searched on the runs "
+    "index; `millrace runs tag` changes them later.",
+)
+@click.option(
+    "--note",
+    default=None,
+    help="What the run is for, in words: its notes in run.json (replacing earlier ones), shown and searched on "
+    "the runs index; `millrace runs note` changes them later.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
 @home_option
@@ -121,6 +136,8 @@ def run_command(
     from_run: str | None,
     allow_config_change: bool,
     trust_unverified: bool,
+    tags: tuple[str, ...],
+    note: str | None,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -128,6 +145,7 @@ def run_command(
 
     CONFIG is a TOML file, or the name of a config millrace ships (`tiny`; `millrace train configs` lists
     them, with where they are)."""
+    labels = RunLabels(tags=list(checked_tags(tags)), notes=note)  # refused before torch is imported
     from trainer.loop import train as train_fn
 
     result = train_fn(
@@ -143,6 +161,7 @@ def run_command(
         allow_config_change=allow_config_change,
         trust_unverified=trust_unverified,
         from_run=from_run,
+        labels=labels,
     )
     if as_json:
         print_json(

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from trainer.preemption import kept_checkpoint, preempted, resume_command, stop_
 from trainer.records import (
     LOCK_FILE,
     MetricsRecord,
+    RunLabels,
 )
 from trainer.resume import recorded_settings
 from trainer.run_record import (
@@ -148,6 +149,7 @@ class RunPlan:
     allow_config_change: bool = False
     from_run: str | None = None  # branch: start from this run's checkpoint (`trainer.branch`)
     trust_unverified: bool = False  # load a checkpoint without digests.json (`--trust-unverified`)
+    labels: RunLabels = field(default_factory=RunLabels)  # `--tag` / `--note`, into run.json
 
     @property
     def run_dir(self) -> Path:
@@ -545,6 +547,7 @@ def train(
     allow_config_change: bool = False,
     from_run: str | None = None,
     trust_unverified: bool = False,
+    labels: RunLabels | None = None,
 ) -> RunResult:
     """Train the config's model on a built mixture; returns the losses of the steps run here.
 
@@ -552,7 +555,7 @@ def train(
     differ from the checkpoint's (the changes are recorded in `run.json`); a shape change is
     always refused. `from_run`: start from that run's checkpoint under this run's name, on its revision or one
     continuing it (`trainer.branch`); a run that already has its own checkpoint continues from that.
-    `trust_unverified`: load a checkpoint that has no digests.json."""
+    `trust_unverified`: load a checkpoint that has no digests.json. `labels`: tags and notes for run.json."""
     plan = prepare_run(
         config_path,
         home,
@@ -566,6 +569,7 @@ def train(
         from_run,
         trust_unverified,
     )
+    plan = replace(plan, labels=labels or RunLabels())
     with run_writer_lock(plan):
         return _train(plan, resume, progress)
 

@@ -136,6 +136,20 @@ class RunRecord(Record):
     config_changes: list[ConfigChange] = pydantic.Field(
         default_factory=list
     )  # settings changed on resume with --allow-config-change
+    tags: list[str] = pydantic.Field(default_factory=list)  # `train --tag`, `runs tag`: words to find a run by
+    notes: str = ""  # `train --note`, `runs note`: what the run is for, in a person's words
+
+
+class RunLabels(Record):
+    """`train --tag/--note`: tags added to those run.json holds, notes replacing its notes when given."""
+
+    tags: list[str] = pydantic.Field(default_factory=list)
+    notes: str | None = None
+
+    def applied(self, before: RunRecord | None) -> dict[str, Any]:
+        tags = list(dict.fromkeys([*(before.tags if before else []), *self.tags]))
+        notes = self.notes.strip() if self.notes is not None else (before.notes if before else "")
+        return {"tags": tags, "notes": notes}
 
 
 def write_run(run_dir: Path, record: RunRecord) -> str:

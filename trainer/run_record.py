@@ -19,7 +19,6 @@ from trainer.records import (
     METRICS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
-    ConfigChange,
     RevisionRange,
     RunRecord,
     RunStatus,
@@ -114,7 +113,8 @@ def adopt_history(plan: RunPlan, source: str, step: int) -> None:
 def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     """`run.json` at start (rank 0): what runs, on what data, at what size."""
     plan, config = training.plan, training.plan.config
-    changes = _recorded_changes(plan.run_dir) + [
+    before = _recorded(plan.run_dir)
+    changes = list(before.config_changes if before else []) + [
         change.model_copy(update={"step": training.start}) for change in training.state.config_changes
     ]
     write_run(
@@ -144,15 +144,17 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
             peak_flops_per_device=peak,
             peak_flops_source=peak_source,
             config_changes=changes,  # settings changed on resume with --allow-config-change
+            **plan.labels.applied(before),  # `train --tag/--note`, `runs tag/note`: kept across resumes
         ),
     )
 
 
-def _recorded_changes(run_dir: Path) -> list[ConfigChange]:
+def _recorded(run_dir: Path) -> RunRecord | None:
+    """The run.json an earlier invocation wrote, if any (and readable)."""
     try:
-        return list(read_run(run_dir).config_changes)
+        return read_run(run_dir)
     except ArtifactError:
-        return []
+        return None
 
 
 def set_status(run_dir: Path, status: RunStatus) -> None:

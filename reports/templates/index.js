@@ -1,5 +1,5 @@
 // The runs index: sort by any column, filter by mixture, revision, status and ladder, search by any word of a
-// row, choose the columns shown (kept in the URL), ladder rung runs grouped under their ladder, and any two or
+// row (tags and notes included), choose the columns shown (kept in the URL), ladder rung runs grouped under their ladder, and any two or
 // more ticked runs opened together on the compare page.
 "use strict";
 const RUNS = pageData();
@@ -12,6 +12,8 @@ const COLUMNS = [
   { label: "Loss", key: (r) => r.loss ?? Infinity },
   { label: "Last logged", key: (r) => r.time ?? 0 },
   { label: "Alerts", cls: "l", key: (r) => (r.alerts || []).length },
+  { label: "Tags", cls: "l", key: (r) => (r.tags || []).join(" ") },
+  { label: "Notes", cls: "l", key: (r) => r.notes || "" },
 ];
 const hidden = new Set((new URLSearchParams(location.search).get("hide") || "").split(",").filter((c) => c));
 const shownColumns = () => COLUMNS.map((col, k) => k).filter((k) => k === 0 || !hidden.has(COLUMNS[k].label));
@@ -31,7 +33,8 @@ function fillFilters() {
 
 function passes(r) {
   const words = ($("f-search").value || "").toLowerCase().split(/\s+/).filter((w) => w);
-  const text = [r.name, r.status, r.mixture, r.revision, r.ladder || "", ...(r.alerts || [])].join(" ").toLowerCase();
+  const text = [r.name, r.status, r.mixture, r.revision, r.ladder || "", ...(r.alerts || []), ...(r.tags || []), r.notes || ""]
+    .join(" ").toLowerCase();
   if (!words.every((w) => text.includes(w))) return false;
   return FILTERS.every((key) => {
     const want = $(`f-${key}`).value;
@@ -62,6 +65,8 @@ function runRow(tb, r, nested) {
     (td) => { td.textContent = fmt.num(r.loss); },
     (td) => { td.textContent = r.time ? new Date(r.time * 1000).toISOString().slice(0, 16).replace("T", " ") : "—"; },
     (td) => { if ((r.alerts || []).length) h("span", { class: "badge alert" }, td, r.alerts.join(", ")); else td.textContent = "none"; },
+    (td) => { for (const tag of r.tags || []) h("span", { class: "badge tag" }, td, tag); },
+    (td) => { td.textContent = r.notes || ""; },
   ];
   for (const k of shownColumns().slice(1)) cells[k - 1](h("td", COLUMNS[k].cls ? { class: COLUMNS[k].cls } : {}, tr));
 }

@@ -23,6 +23,7 @@ from testkit.browser import Tab
 from trainer.explain import write_explanations
 from trainer.ladder.results import write_ladder
 from trainer.records import LadderPlanRecord, LadderRecord, RungResult, read_explanations
+from trainer.runs_cli import note_run, tag_run
 
 
 @pytest.fixture(scope="module")
@@ -471,6 +472,8 @@ def compared_site(tmp_path_factory) -> Path:
     )
     for run in ("first", "second", "third"):  # what a training call writes when it ends
         write_explanations(home, run)
+    tag_run(home, "second", ["baseline", "spiky"])
+    note_run(home, "first", "the lr sweep's reference")
     out = home.root / "site"
     build_site(home, out)
     return out
@@ -480,11 +483,18 @@ def search_alerts_and_columns(tab: Tab, rows) -> None:
     """The runs index: a search over every word of a row, each run's alert state, the columns chosen."""
     tab.page.fill("#f-search", "uniform sec")
     assert rows() == ["second"]
+    tab.page.fill("#f-search", "baseline")  # tags and notes (`millrace runs tag/note`) are searched and shown
+    assert rows() == ["second"]
+    tab.page.fill("#f-search", "sweep")
+    assert rows() == ["first"]
     tab.page.fill("#f-search", "")
-    assert tab.page.inner_text('tr[data-run="first"] td:last-child') == "none"
+    assert tab.page.inner_text('tr[data-run="first"] td:last-child') == "the lr sweep's reference"
+    tags = tab.page.eval_on_selector_all('tr[data-run="second"] .badge.tag', "b => b.map(x => x.innerText)")
+    assert tags == ["baseline", "spiky"]
     tab.page.uncheck('#f-columns input[data-column="Tokens"]')
     headers = tab.page.eval_on_selector_all("#runs thead th", "hs => hs.map(h => h.innerText)")
-    assert "Tokens" not in headers and headers[-1] == "Alerts" and "hide=Tokens" in tab.page.url
+    assert "Tokens" not in headers and headers[-3:] == ["Alerts", "Tags", "Notes"] and "hide=Tokens" in tab.page.url
+    assert tab.page.inner_text('tr[data-run="first"] td:nth-last-child(3)') == "none"
     assert len(tab.page.query_selector_all('tr[data-run="first"] td')) == len(headers)
     tab.page.check('#f-columns input[data-column="Tokens"]')
 

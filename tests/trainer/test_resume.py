@@ -17,7 +17,7 @@ def _args(config, home, *extra):
 @pytest.mark.slow
 def test_resume_refuses_a_shape_change_and_guards_training_settings(built, tiny_config, capsys):
     home, _ = built
-    assert millrace(_args(tiny_config(), home, "--steps", "2")) == 0
+    assert millrace(_args(tiny_config(), home, "--steps", "2", "--tag", "guarded", "--note", "resume checks")) == 0
     wider = tiny_config("wider", model={"dense_ffn_dim": 128, "d_model": 48})
     assert millrace(_args(wider, home, "--steps", "3", "--resume", "--allow-config-change")) == 2
     err = capsys.readouterr().err
@@ -30,8 +30,10 @@ def test_resume_refuses_a_shape_change_and_guards_training_settings(built, tiny_
     assert len(_errors(err)) == 1
     assert [r.step for r in read_metrics(home.run("changed"))] == [1, 2]  # the refused resumes wrote nothing
 
-    assert millrace(_args(faster, home, "--steps", "3", "--resume", "--allow-config-change")) == 0
-    changes = read_run(home.run("changed")).config_changes
+    assert millrace(_args(faster, home, "--steps", "3", "--resume", "--allow-config-change", "--tag", "lr")) == 0
+    run = read_run(home.run("changed"))
+    assert run.tags == ["guarded", "lr"] and run.notes == "resume checks"  # kept across the resume, tags added
+    changes = run.config_changes
     assert {"step": 2, "field": "optimizer.lr", "checkpoint": 3e-3, "now": 1e-2} in [c.dump() for c in changes]
     assert [change.field for change in changes] == ["optimizer.lr", "schedule.warmup_steps"]
 
