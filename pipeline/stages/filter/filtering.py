@@ -33,9 +33,8 @@ LANGID_CHARS = 2000  # py3langid reads this much of a document; enough to be sur
 
 
 def build_filter(name: str, options: dict[str, Any]) -> Any:
-    """The registered filter `name` (`pipeline.filters`), built with the config's keyword options."""
-    if "exclusion_writer" in options:
-        raise TypeError("'exclusion_writer' is set by millrace (removed documents are kept for the funnel)")
+    """The registered filter `name` (`pipeline.filters`), built with the config's keyword options (checked by
+    its options model at config load)."""
     return filter_spec(name).filter_class()(**options)
 
 
