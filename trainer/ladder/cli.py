@@ -121,6 +121,19 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
     help="Seeds per rung: model initialisations 0..N-1 (default: the ladder's `seeds`).",
 )
 @click.option("--revision", default=None, help="Train on this revision of the ladder's mixture instead of its own.")
+@click.option(
+    "--executor",
+    type=click.Choice(["in-process", "local", "torchrun", "ray", "slurm"]),
+    default=None,
+    help="Where the rungs train (default: the ladder's [fleet] executor, else in-process one after another): "
+    "local processes, torchrun, Ray (RAY_ADDRESS for a cluster) or Slurm ([fleet.slurm] in the ladder file).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rungs training at once (default: the ladder's [fleet] concurrency); each gets cores / N threads.",
+)
 @click.option("--no-progress", is_flag=True, help="Log lines instead of a progress bar.")
 @json_option
 @home_option
@@ -130,12 +143,18 @@ def run_command(
     rungs: str | None,
     seeds: int | None,
     revision: str | None,
+    executor: str | None,
+    concurrency: int | None,
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Train each rung (with held-out evaluation) on the revision scaled to its budget; resumable: a
-    finished rung is not retrained, a killed one resumes from its last checkpoint."""
+    """Train each rung (with held-out evaluation) on the revision scaled to its budget, on the ladder's fleet;
+    resumable: a finished rung is not retrained, a killed one resumes from its last checkpoint."""
     from trainer.ladder.run import run_ladder
+    from trainer.ladder.spec import load_ladder
+
+    fleet = load_ladder(ladder_toml).fleet
+    overrides = {k: v for k, v in (("executor", executor), ("concurrency", concurrency)) if v is not None}
 
     names = [n.strip() for n in rungs.split(",") if n.strip()] if rungs else None
 
@@ -146,7 +165,14 @@ def run_command(
             click.echo(f"rung {result.rung} seed {result.seed}: {result.status}, {shown} ({result.run})")
 
     body = run_ladder(
-        ladder_toml, home, names, seeds, revision, progress=not no_progress and sys.stderr.isatty(), on_result=report
+        ladder_toml,
+        home,
+        names,
+        seeds,
+        revision,
+        progress=not no_progress and sys.stderr.isatty(),
+        on_result=report,
+        fleet=fleet.model_copy(update=overrides),
     )
     if as_json:
         print_json(

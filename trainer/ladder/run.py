@@ -1,17 +1,20 @@
 """Train a ladder's rungs: per rung and seed, a scaled revision, a config, a resumable run.
 
+The rungs train on the ladder's `[fleet]` (`trainer.fleet`: in this process one after another
+by default, or several at once as local processes, under torchrun, on Ray or on Slurm).
 Resumable at two levels: a rung whose run completed is not trained again (its result is
 read back from its files), and a rung killed mid-way resumes from its latest checkpoint
-(the rung configs checkpoint a few times per rung). `ladder.json` is rewritten after
-every rung, so a kill loses at most the rung in flight, and that one only since its last
+(the rung configs checkpoint a few times per rung). `ladder.json` is rewritten as each
+rung ends, so a kill loses at most the rungs in flight, and those only since their last
 checkpoint. One `ladder run` at a time writes a ladder (`millrace.writer_lock`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
 from trainer.config import TrainConfig
+from trainer.fleet import FleetConfig, JobOutcome, TrainingJob, check_outcomes, run_jobs
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
 from trainer.ladder.results import curve, ladder_writer, read_ladder_or_none, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
@@ -92,47 +96,46 @@ def rung_result(
     )
 
 
-def train_rung(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, progress: bool) -> RungResult:
-    from trainer.loop import train
+@dataclass(frozen=True)
+class RungJob:
+    """One rung and seed of the ladder, and the fleet job that trains it."""
+
+    rung: RungPlan
+    seed: int
+    job: TrainingJob
+
+
+def rung_job(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int) -> RungJob:
+    """The rung's scaled revision (built), and its config written unless its run has finished already."""
+    from mixtures.manifest import read_manifest
 
     ladder = plan.spec.ladder
     name, manifest = build_rung_revision(
         home, plan.spec.mixture.mixture, revision, ladder, rung.name, rung.tokens, rung.batch
     )
-    from mixtures.manifest import read_manifest
-
     steps = read_manifest(manifest)[0].total_steps
     run = run_name(ladder, revision, rung.name, seed)
+    path = home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml"
     if finished(home, run):
         log.info("ladder %s: rung %s seed %d (%s) already trained; not retrained", ladder, rung.name, seed, run)
-        recorded = read_ladder_or_none(home, ladder)
-        previous = [r for r in recorded.results if r.run == run] if recorded is not None else []
-        return rung_result(home, plan, rung, revision, seed, run, previous[0].seconds if previous else None)
-    config = write_rung_config(
-        home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml",
-        rung_config(plan, rung, name, seed, steps),
-        f"ladder {ladder}: rung {rung.name}, seed {seed}, revision {name} (do not edit)",
-    )
-    log.info(
-        "ladder %s: training rung %s seed %d: d_model %d, %d layers, %s tokens, %d steps (%s)",
-        ladder,
-        rung.name,
-        seed,
-        rung.d_model,
-        rung.layers,
-        f"{rung.tokens:,}",
-        steps,
-        run,
-    )
-    began = time.perf_counter()
-    try:
-        train(config, home, run=run, resume=True, progress=progress)
-    except Interrupted as exc:  # the rung's hint would continue one rung: `ladder run` continues them all
-        said = str(exc).split("; continue it with:", 1)[0]
-        own = revision == plan.spec.mixture.revision
-        again = f"millrace ladder run {plan.path}" + ("" if own else f" --revision {revision}")
-        raise type(exc)(f"ladder {ladder}: {said}; continue the ladder with: {again}") from None
-    return rung_result(home, plan, rung, revision, seed, run, time.perf_counter() - began)
+    else:
+        write_rung_config(
+            path,
+            rung_config(plan, rung, name, seed, steps),
+            f"ladder {ladder}: rung {rung.name}, seed {seed}, revision {name} (do not edit)",
+        )
+        log.info(
+            "ladder %s: rung %s seed %d: d_model %d, %d layers, %s tokens, %d steps (%s)",
+            ladder,
+            rung.name,
+            seed,
+            rung.d_model,
+            rung.layers,
+            f"{rung.tokens:,}",
+            steps,
+            run,
+        )
+    return RungJob(rung, seed, TrainingJob(run, path))
 
 
 def select_rungs(plan: LadderPlan, names: list[str] | None, include_target: bool = False) -> list[RungPlan]:
@@ -160,12 +163,16 @@ def run_ladder(
     progress: bool = False,
     on_result: Callable[[RungResult], None] | None = None,
     sized_for: list[str] | None = None,
+    fleet: FleetConfig | None = None,
 ) -> LadderRecord:
     """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body.
 
     The rungs are sized for `revision` (default the ladder's own) and every revision in `sized_for`, so
-    that revisions compared on one rung train on the same tokens."""
+    that revisions compared on one rung train on the same tokens. `fleet`: where the rungs train (default:
+    the ladder's `[fleet]`)."""
     spec = load_ladder(path)
+    if fleet is not None:
+        spec = spec.model_copy(update={"fleet": fleet})
     revision = revision or spec.mixture.revision
     plan = plan_ladder(path, home, spec, revisions=[revision, *(sized_for or [])])
     with ladder_writer(home, plan.spec.ladder):
@@ -181,7 +188,8 @@ def _run_rungs(
     progress: bool,
     on_result: Callable[[RungResult], None] | None,
 ) -> LadderRecord:
-    """The rungs' runs in order, ladder.json rewritten after each (under the ladder's writer lock)."""
+    """The rungs' runs on the ladder's fleet (`[fleet]`), ladder.json rewritten as each ends (under the
+    ladder's writer lock); a failed rung fails the ladder once the others have trained."""
     seeds = seeds or plan.spec.seeds
     before = read_ladder_or_none(home, plan.spec.ladder)
     body = LadderRecord(
@@ -194,11 +202,34 @@ def _run_rungs(
         fits=before.fits if before is not None else {},
         comparison=before.comparison if before is not None else None,
     )
-    for rung in select_rungs(plan, rungs):
-        for seed in range(seeds):
-            result = train_rung(home, plan, rung, revision, seed, progress)
-            body = body.model_copy(update={"results": merge_results(body.results, [result])})
-            write_ladder(home, body)
-            if on_result:
-                on_result(result)
+    jobs = {
+        job.job.run: job
+        for job in (
+            rung_job(home, plan, rung, revision, seed) for rung in select_rungs(plan, rungs) for seed in range(seeds)
+        )
+    }
+    previous = {r.run: r.seconds for r in body.results}
+
+    def record(outcome: JobOutcome) -> None:
+        nonlocal body
+        if not outcome.ok:
+            return
+        job = jobs[outcome.run]
+        seconds = previous.get(outcome.run) if outcome.status == "skipped" else outcome.seconds
+        result = rung_result(home, plan, job.rung, revision, job.seed, outcome.run, seconds)
+        body = body.model_copy(update={"results": merge_results(body.results, [result])})
+        write_ladder(home, body)
+        if on_result:
+            on_result(result)
+
+    try:
+        outcomes = run_jobs(
+            home, [job.job for job in jobs.values()], plan.spec.fleet, progress=progress, on_outcome=record
+        )
+    except Interrupted as exc:  # a rung's hint would continue one rung: `ladder run` continues them all
+        said = re.split(r"; (?:continue it with:|run the same command again)", str(exc), maxsplit=1)[0]
+        own = revision == plan.spec.mixture.revision
+        again = f"millrace ladder run {plan.path}" + ("" if own else f" --revision {revision}")
+        raise type(exc)(f"ladder {plan.spec.ladder}: {said}; continue the ladder with: {again}") from None
+    check_outcomes(outcomes)
     return body
