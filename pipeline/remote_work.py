@@ -35,17 +35,21 @@ from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.errors import MillraceError
+from pipeline.stages.in_place import reading_in_place
 
 log = logging.getLogger(__name__)
 SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-pid<pid>-<random>
+UA_APP_ID = "AWS_SDK_UA_APP_ID"  # botocore's app id, sent in each request's user agent
 LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, never mirrored
 
 # What each executor run's tasks download before they start, relative to the work root (a folder, a file or a
-# glob; `{rank}` is the task's rank as five digits); see `pipeline.runner` for which step reads what.
+# glob; `{rank}` is the task's rank as five digits); see `pipeline.runner` for which step reads what. Only a
+# task's own files: what it reads of other tasks' outputs (the dedup tasks' signatures, edges and removals, a
+# tokenize task's rows of each removal part) it reads in place by byte range (`pipeline.stages.in_place`).
 TASK_INPUTS: dict[str, tuple[str, ...]] = {
     "filter": (),
-    "dedup": ("signatures", "components"),
-    "tokenize": ("filtered/{rank}.jsonl.zst", "duplicates", "removed", "tokenizer.json", "models"),
+    "dedup": (),
+    "tokenize": ("filtered/{rank}.jsonl.zst", "removed/*/{rank}.jsonl.zst", "tokenizer.json", "models/*.*"),
     # its own token runs and training shards, against the held-out index
     "decontaminate": ("tokens/{rank}", "store/cells/*/shard-{rank}-*", "contamination/held-out.npz"),
     # its own token runs (tables, placed rows, waiting candidates) and written.json
@@ -60,18 +64,14 @@ DRIVER_READS: dict[str, tuple[str, ...]] = {
     "start": ("work.json", "run.json", "tokenizer.json", "models/", "contamination/held-out.npz"),
     "filter": ("funnel/",),  # per-task funnel counts: is anything left?
     "dedup": ("components/round-*/*.json",),  # per-task edge and not-star counts: another component round?
-    "sample": ("samples/", "duplicates/"),  # the sample the tokenizer and cell models fit on (only to fit them)
     "tokenize": (
         "funnel/",
         "removed-tokens/",
         "malformed/",
         "models/cell-stats/",  # per-cell stats for the manifests
         "tokens/*/held-out.json",  # each task's held-out candidates (hash, key, length): the cutoffs
-        "tokens/*/*.placed.npz",  # each cell run's waiting rows (hash, key, length)
     ),
-    # the waiting candidates' tokens (at most max_documents_per_cell a cell a task): the held-out n-gram index,
-    # read only while it is not made yet
-    "held-out index": ("tokens/*/*.candidates.tokens",),
+    # (the held-out n-gram index reads the chosen candidates' rows and tokens in place, by range)
     "decontaminate": ("contamination/",),  # each task's found n-grams
     "split": ("parts/",),  # each task's shard table rows, counts, samples, set findings: the manifests
     "assemble": ("store/",),
@@ -300,6 +300,8 @@ class StagedTask(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
             yield from data
+        # this task's requests name it (botocore's user-agent app id): a bucket's request log ties each to its task
+        os.environ[UA_APP_ID] = f"millrace-{self.label}-{rank:05d}"
         base = self.work.scratch or tempfile.gettempdir()
         Path(base).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(
@@ -310,10 +312,11 @@ class StagedTask(PipelineStep):
             self._stage_inputs(local, rank)
             staged = {rel: _stat(p) for rel, p in _files(local).items()}
             pipelined: DocumentsPipeline = None
-            for step in relocate(self.steps, self.work.mirror, local):
-                pipelined = step(pipelined, rank, world_size)
-            for _ in pipelined or ():
-                pass
+            with reading_in_place(local, self.work.fs, self.work.root):
+                for step in relocate(self.steps, self.work.mirror, local):
+                    pipelined = step(pipelined, rank, world_size)
+                for _ in pipelined or ():
+                    pass
             written = {rel: p for rel, p in _files(local).items() if staged.get(rel) != _stat(p)}
             _upload(self.work.fs, self.work.root, written)
             self.stat_update("uploaded", value=len(written))

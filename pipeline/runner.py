@@ -82,6 +82,7 @@ from pipeline.stages.held_out.contamination import (
     write_held_out_index,
 )
 from pipeline.stages.held_out.split import WriteHeldOut
+from pipeline.stages.in_place import reading_in_place
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import PhaseLines, live_records
 from pipeline.stages.read.discovery import describe_unread, unread_files
@@ -428,10 +429,9 @@ def decontaminate(
     if not v.decontaminate:
         return {"cells": {}, "documents": 0, "tokens": 0, "checked": 0, "per_cell": {}}
     dtype = dtype_for_vocab(load_tokenizer(layout.tokenizer).get_vocab_size(with_added_tokens=True))
-    if not (layout.contamination / "held-out.npz").exists():
-        if remote is not None:
-            remote.pull(DRIVER_READS["held-out index"])
-        write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
+    if not (layout.contamination / "held-out.npz").exists():  # only the chosen candidates' tokens are read
+        with contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root):
+            write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
     step = FindContainedNgrams(
         layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
     )
@@ -486,6 +486,12 @@ def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     return train_byte_level_bpe(
         (d.text for d in sample), config.tokenizer.vocab_size, config.tokenizer.eos, layout.tokenizer
     )
+
+
+def tokenized_documents(layout: WorkLayout) -> int:
+    """How many documents the tokenize tasks placed in cells, from their candidates files (`held-out.json`)."""
+    found = sorted(layout.runs.glob("*/held-out.json"))
+    return sum(entry["documents"] for path in found for entry in json.loads(path.read_text())["cells"].values())
 
 
 def malformed_report(layout: WorkLayout) -> list[dict]:
@@ -639,11 +645,11 @@ def _build_store(
     if problem := nothing_left(config, layout):
         raise PipelineError(problem)
     notify("tokenizer")
-    trains_tokenizer = not layout.tokenizer.exists() and not config.tokenizer.path
-    if remote is not None and (trains_tokenizer or config.fits_cells):  # only fitting reads the sample
-        remote.pull(DRIVER_READS["sample"])
-    tokenizer_path = ensure_tokenizer(config, layout)
-    post = post_dedup_steps(config, layout)
+    # the sample (the tasks' sketches up to the budget, only to fit) and its removals (each filter task's rows of
+    # each part) are read in place on a work URL
+    with contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root):
+        tokenizer_path = ensure_tokenizer(config, layout)
+        post = post_dedup_steps(config, layout)
     notify("tokenize")
 
     staged = layout.staged.exists() if remote is None else remote.exists(layout.staged)
@@ -681,7 +687,7 @@ def _build_store(
         log.warning("malformed input: %s %s (%s)", malformed["file"], where, malformed["reason"])
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
-    if not any(layout.runs.glob("*/*.placed.npz")):
+    if not tokenized_documents(layout):
         removed = {
             stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
             for stage in funnel["stages"]
