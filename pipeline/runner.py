@@ -745,11 +745,32 @@ def _build_store(
         config.validation,
     )
     if config.output.url:
-        from pipeline.store.remote import copy_store, publish_store
-
         url = f"{config.output.url.rstrip('/')}/{name}/{version}"
-        if remote is not None:
-            publish_store(store, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
-        else:
-            copy_store(store, url, config.output.storage_options)
+        publish(config, layout, store, url, kind, workers, remote)
     return store
+
+
+def publish(
+    config: PipelineConfig,
+    layout: WorkLayout,
+    store: Path,
+    url: str,
+    kind: str,
+    workers: int,
+    remote: RemoteWork | None,
+) -> None:
+    """The store at `url`: copied from this disk, or from the work URL on the server; where the two storage
+    profiles cannot copy on the server, each task copies its own shards (never through the driver)."""
+    from pipeline.store.remote import PublishShards, copy_store, publish_store, remote_fs, same_profile
+
+    options = config.output.storage_options
+    if remote is None:
+        copy_store(store, url, options)
+        return
+    copied = not same_profile(remote.fs, remote_fs(url, options)[0])
+    if copied:
+        step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)
+        _run_executor(
+            "publish", kind, [step], config.executor.tasks, workers, layout.logs / "7-publish", remote=remote
+        )
+    publish_store(store, (remote.fs, remote.remote_path(layout.staged)), url, options, copied=copied)

@@ -16,6 +16,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from datatrove.data import DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
 from millrace.errors import ArtifactError
 
 COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
@@ -48,15 +51,26 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None) -> in
     return len(files) + 1
 
 
-def publish_store(local: Path, shards: tuple[Any, str], url: str, storage_options: dict | None = None) -> int:
+def same_profile(source_fs: Any, fs: Any) -> bool:
+    """Whether one filesystem can copy from the other on the server (the same kind, the same options)."""
+    return type(source_fs) is type(fs) and source_fs.storage_options == fs.storage_options
+
+
+def publish_store(
+    local: Path, shards: tuple[Any, str], url: str, storage_options: dict | None = None, copied: bool = False
+) -> int:
     """The store version at `url` from its manifests at `local` (no shard there) and the files the tasks wrote
-    under `shards` (a filesystem and a root: the work URL's `store/`); returns the number of files copied."""
+    under `shards` (a filesystem and a root: the work URL's `store/`); returns the number of files published.
+    The shards are copied on the server, or were `copied` by the tasks (`PublishShards`) where the two
+    filesystems cannot: never through this process. Each is checked by its size before `store.json` goes up."""
     if not (local / "store.json").exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
     from fsspec.implementations.local import LocalFileSystem
 
     source_fs, source_root = shards
     fs, root = remote_fs(url, storage_options)
+    if not copied and not same_profile(source_fs, fs):
+        raise ArtifactError(f"{fs.unstrip_protocol(root)}: the shards must be copied by the tasks (PublishShards)")
     source_fs.invalidate_cache()
     listing = source_fs.find(source_root, detail=True)
     sizes = {
@@ -73,16 +87,12 @@ def publish_store(local: Path, shards: tuple[Any, str], url: str, storage_option
     if isinstance(fs, LocalFileSystem):  # folders to make first (an object store has none)
         for parent in sorted({target.rsplit("/", 1)[0] for target in [*targets, *uploads]}):
             fs.makedirs(parent, exist_ok=True)
-    if type(source_fs) is type(fs) and source_fs.storage_options == fs.storage_options:
+    if not copied:
         fs.copy(sources, targets)  # object to object on the server
-    else:  # another filesystem (or other credentials): streamed through memory, a block at a time
-        for source, target in zip(sources, targets):
-            with source_fs.open(source, "rb") as reader, fs.open(target, "wb") as writer:
-                shutil.copyfileobj(reader, writer, COPY_BLOCK)
     fs.invalidate_cache()
-    copied = fs.find(root, detail=True)
+    published = fs.find(root, detail=True)
     for source, target, relative in zip(sources, targets, relatives):
-        if int(copied.get(target, {}).get("size", -1)) != sizes[relative]:
+        if int(published.get(target, {}).get("size", -1)) != sizes[relative]:
             raise ArtifactError(
                 f"{fs.unstrip_protocol(target)}: not a copy of {source_fs.unstrip_protocol(source)} "
                 f"({sizes[relative]} bytes)"
@@ -91,3 +101,47 @@ def publish_store(local: Path, shards: tuple[Any, str], url: str, storage_option
         fs.put_file(str(path), target)
     fs.put_file(str(local / "store.json"), f"{root}/store.json")
     return len(relatives) + len(manifests) + 1
+
+
+class PublishShards(PipelineStep):
+    """Task r: its own files of the store (its tokenize and split tasks' shards and trace part, by their names)
+    from the work URL's `store/` to the store URL, streamed a block at a time by the task; for two storage
+    profiles that cannot copy on the server. Lists each cell by the task's name prefixes only."""
+
+    name = "📤 publish shards"
+    type = "📤 - PUBLISH"
+
+    def __init__(self, source_url: str, source_options: dict, url: str, storage_options: dict):
+        super().__init__()
+        self.source_url, self.source_options = source_url, source_options
+        self.url, self.storage_options = url, storage_options
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        from fsspec.implementations.local import LocalFileSystem
+
+        if data:
+            yield from data
+        source_fs, source_root = remote_fs(self.source_url, self.source_options)
+        fs, root = remote_fs(self.url, self.storage_options)
+        cells = source_fs.ls(f"{source_root}/cells", detail=False) if source_fs.exists(f"{source_root}/cells") else []
+        for cell in cells:
+            for source in _own_files(source_fs, cell.rstrip("/"), rank):
+                target = f"{root}/cells/{source[len(source_root) + len('/cells/') :]}"
+                if isinstance(fs, LocalFileSystem):
+                    fs.makedirs(fs._parent(target), exist_ok=True)
+                with source_fs.open(source, "rb") as reader, fs.open(target, "wb") as writer:
+                    shutil.copyfileobj(reader, writer, COPY_BLOCK)
+                self.stat_update("published")
+
+
+def _own_files(fs: Any, cell: str, rank: int) -> list[str]:
+    """Task `rank`'s files of one cell, listed by their name prefixes (an object store lists only those)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from pipeline.stages.tokenize.cell_shards import task_file_prefixes
+
+    found = []
+    for prefix in task_file_prefixes(rank):
+        listed = fs.find(cell) if isinstance(fs, LocalFileSystem) else fs.find(cell, prefix=prefix)
+        found += [path for path in listed if path.rsplit("/", 1)[-1].startswith(prefix)]
+    return sorted(found)

@@ -3,13 +3,15 @@ only what its stage's inputs name, from its own scratch directory, uploads what 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from datatrove.pipeline.base import PipelineStep
 
+from millrace.errors import ArtifactError
 from pipeline.remote_work import DRIVER_READS, RemoteWork, RemoteWorkError, StagedTask, relocate
-from pipeline.store.remote import publish_store, remote_fs
+from pipeline.store.remote import PublishShards, publish_store, remote_fs, same_profile
 
 
 class CopyUpper(PipelineStep):
@@ -90,9 +92,35 @@ def test_a_store_is_published_from_the_work_url_and_its_manifests(tmp_path, targ
         for relative, body in tree.items():
             (root / relative).parent.mkdir(parents=True, exist_ok=True)
             (root / relative).write_bytes(body)
+    shards["cells/a/shard-00001-00000.bin"] = b"rank one's"  # another task's shard: its own task copies it
+    (staged / "cells/a/shard-00001-00000.bin").write_bytes(shards["cells/a/shard-00001-00000.bin"])
     url = f"file://{tmp_path}/out" if target == "file" else f"memory://{tmp_path.name}/out"
     source_fs, source_root = remote_fs(f"file://{staged}")
-    assert publish_store(manifests, (source_fs, source_root), url) == 5
+    copied = not same_profile(source_fs, remote_fs(url)[0])
+    if copied:  # two filesystems: each task copies its own shards, the driver none
+        with pytest.raises(ArtifactError, match="copied by the tasks"):
+            publish_store(manifests, (source_fs, source_root), url)
+        step = PublishShards(f"file://{staged}", {}, url, {})
+        for rank in range(2):
+            list(step.run(None, rank, 2))
+    assert publish_store(manifests, (source_fs, source_root), url, copied=copied) == 6
     fs, root = remote_fs(url)
     published = {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
     assert published == {**shards, **written}
+
+
+def test_a_killed_tasks_scratch_is_removed_by_the_next_task_on_its_node(tmp_path):
+    import subprocess
+    import sys
+
+    from pipeline.remote_work import _HOST, SCRATCH_PREFIX, remove_stale_scratch
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)  # a process that has ended: its PID names no live process (unless reused at once)
+    stale = tmp_path / f"{SCRATCH_PREFIX}tokenize-00001-{_HOST}-pid{dead}-x1"
+    live = tmp_path / f"{SCRATCH_PREFIX}tokenize-00002-{_HOST}-pid{os.getpid()}-x2"
+    elsewhere = tmp_path / f"{SCRATCH_PREFIX}tokenize-00003-othernode-pid{dead}-x3"
+    for folder in (stale, live, elsewhere):
+        (folder / "work").mkdir(parents=True)
+    assert remove_stale_scratch(tmp_path) == [stale]
+    assert sorted(tmp_path.iterdir()) == sorted([live, elsewhere])
