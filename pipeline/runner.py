@@ -85,7 +85,7 @@ from pipeline.stages.held_out.split import WriteHeldOut
 from pipeline.stages.in_place import reading_in_place
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import PhaseLines, live_records
-from pipeline.stages.read.discovery import describe_unread, unread_files
+from pipeline.stages.read.discovery import describe_unread, listed_once, unread_files
 from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
@@ -562,7 +562,8 @@ def run_pipeline(
     if (final / "store.json").exists():
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
-    with WriterLock(store_lock(final), f"store {name}/{version}"):  # one writer per store version
+    # each source is listed once a run (`listed_once`): fingerprints, unread files and the task plan share it
+    with WriterLock(store_lock(final), f"store {name}/{version}"), listed_once():  # one writer per store version
         if (final / "store.json").exists():  # the writer before us finished it
             log.info("store %s/%s already built from this config: %s", name, version, final)
             return final
