@@ -10,7 +10,7 @@ stays the same while every task's own inputs grow 8x. Reported per size:
 
 Targets: the driver's bytes, and each task's bytes beyond its own inputs, grow at most 1.2x from 1x to 8x.
 
-    python -m bench bucket            # base 400 documents a file, 4 files, 4 tasks
+    python -m bench bucket            # base 60 documents a file, 4 files, 4 tasks (a few minutes)
     python -m bench.bench_bucket --base 200
 """
 
@@ -91,7 +91,7 @@ def run_once(tmp: Path, documents_per_file: int, server, proxy) -> dict:
     )
     proxy.reset()
     run_pipeline(config, Home.resolve(tmp / f"home-{documents_per_file}"))
-    counts = proxy.totals()
+    counts, driver_paths = proxy.totals(), proxy.read_by_path(DRIVER)  # before this bench's own reads below
     fs, _ = fsspec.core.url_to_fs("s3://data", **opts)
     root = f"data/work/{name}/2026.01.01"
     listing = {p[len(root) + 1 :]: int(i["size"]) for p, i in fs.find(root, detail=True).items()}
@@ -110,7 +110,7 @@ def run_once(tmp: Path, documents_per_file: int, server, proxy) -> dict:
     driver = counts.get(DRIVER, {"read": 0, "written": 0})
     signatures = sum(size for rel, size in listing.items() if rel.startswith("signatures/"))
     areas: dict[str, int] = {}
-    for path, n in proxy.read_by_path(DRIVER).items():
+    for path, n in driver_paths.items():
         parts = path.strip("/").split("/")
         area = "listings" if len(parts) == 1 else "work/" + parts[4] if parts[1] == "work" else parts[1]
         areas[area] = areas.get(area, 0) + n
@@ -121,6 +121,7 @@ def run_once(tmp: Path, documents_per_file: int, server, proxy) -> dict:
         "corpus": sum(inputs.values()),
         "signatures": signatures,
         "others": others,
+        "driver_areas": dict(sorted(areas.items(), key=lambda kv: -kv[1])),
     }
 
 
@@ -177,7 +178,7 @@ def results(runs: dict[int, dict]) -> list[Result]:
     return out
 
 
-def main(base: int = 400) -> list[Result]:
+def main(base: int = 60) -> list[Result]:
     runs = measure(base)
     for s, run in runs.items():
         print(f"  {s}x: corpus {run['corpus']:,} B, signatures {run['signatures']:,} B, driver {run['driver']}")
@@ -191,6 +192,6 @@ def main(base: int = 400) -> list[Result]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", type=int, default=400, help="documents per input file at 1x (4 files)")
+    parser.add_argument("--base", type=int, default=60, help="documents per input file at 1x (4 files)")
     for result in main(parser.parse_args().base):
         print(result.line())

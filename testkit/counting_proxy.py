@@ -93,10 +93,12 @@ class _Handler(BaseHTTPRequestHandler):
             client = found.group(1) if found else "unnamed"
             self.server.count(client, self.path.split("?", 1)[0], len(payload), len(body))
             self.send_response(answer.status, answer.reason)
+            head = self.command == "HEAD"  # its Content-Length is the object's, with no body
             for key, value in answer.getheaders():
-                if key.lower() not in HOP_BY_HOP and key.lower() != "content-length":
+                if key.lower() not in HOP_BY_HOP and (head or key.lower() != "content-length"):
                     self.send_header(key, value)
-            self.send_header("Content-Length", str(len(payload)))
+            if not head:
+                self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
