@@ -93,7 +93,7 @@ def run_millrace(corpus: Path, tokenizer: Path, work: Path) -> float:
 
     sources = "".join(
         f'[[sources]]\nname = "{name}"\npaths = {json.dumps([str(p) for p in paths])}\nfilters = {FILTERS}\n\n'
-        for name, paths, _, _ in discover_sources(corpus)
+        for name, paths, _ in discover_sources(corpus)
     )
     text = (
         sources + "[filters.gopher_quality]\nmax_non_alpha_words_ratio = 0.5\n"

@@ -36,6 +36,7 @@ RUN = "demo"
 DEFAULT_MAX_BYTES = 10_000_000
 TINY_CONFIG = SHIPPED_CONFIGS / "tiny.toml"
 MICRO_LADDER = SHIPPED_CONFIGS / "micro-ladder.toml"
+MICRO_SEARCH = SHIPPED_CONFIGS / "micro-search.toml"
 
 
 @dataclass
@@ -46,6 +47,7 @@ class DemoReport:
     not_built: dict[str, str] = field(default_factory=dict)  # revision: why this store cannot hold it
     run: Path | None = None
     ladder: dict | None = None
+    search: dict | None = None
     site: Path | None = None
     page: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -58,16 +60,25 @@ class DemoReport:
             "not_built": self.not_built,
             "run": str(self.run),
             "ladder": self.ladder,
+            "search": self.search,
             "site": str(self.site),
             "page": self.page,
             "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
         }
 
 
+def heading(console: Console, text: str) -> None:
+    """A rule with `text` on a terminal; elsewhere (a log, CI) the whole line, never cut at the console's width."""
+    if console.is_terminal:
+        console.rule(text)
+    else:
+        console.print(f"== {text}", soft_wrap=True, highlight=False)
+
+
 @contextlib.contextmanager
 def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator[None]:
     """Says what a step does, and records how long it took."""
-    console.rule(f"[bold]{name}[/]: {what}")
+    heading(console, f"[bold]{name}[/]: {what}")
     started = time.perf_counter()
     yield
     report.seconds[name] = time.perf_counter() - started
@@ -120,7 +131,12 @@ def pipeline_config(home: Home, corpus: Path):
 
 
 def run_demo(
-    home: Home, max_bytes: int, steps: int | None, console: Console, ladder: Path | None = MICRO_LADDER
+    home: Home,
+    max_bytes: int,
+    steps: int | None,
+    console: Console,
+    ladder: Path | None = MICRO_LADDER,
+    search: Path | None = MICRO_SEARCH,
 ) -> DemoReport:
     from pipeline.runner import run_pipeline
 
@@ -139,12 +155,20 @@ def run_demo(
                 on_phase=lambda label: status.update(f"pipeline: {label}"),
                 progress_lines=not on_terminal(),
             )
-    return from_store(home, report, steps, console, ladder)
+    return from_store(home, report, steps, console, ladder, search)
 
 
-def from_store(home: Home, report: DemoReport, steps: int | None, console: Console, ladder: Path | None) -> DemoReport:
+def from_store(
+    home: Home,
+    report: DemoReport,
+    steps: int | None,
+    console: Console,
+    ladder: Path | None,
+    search: Path | None = None,
+) -> DemoReport:
     """The demo after the pipeline, on whatever store it built (any number of cells): the shipped mixture,
-    the tiny MoE, the micro-ladder (its rungs sized to the store's cells by `ladder plan`), the site."""
+    the tiny MoE, the micro-ladder (its rungs sized to the store's cells by `ladder plan`), a small mixture
+    search, the site."""
     from reports import build_site
 
     assert report.store is not None
@@ -161,6 +185,15 @@ def from_store(home: Home, report: DemoReport, steps: int | None, console: Conso
             "predict the next rung up, train it",
         ):
             report.ladder = ladder_demo(home, ladder, console)
+    if search is not None:
+        with step(
+            console,
+            report,
+            "search",
+            f"a small mixture search from {MIXTURE}/{TRAINED_REVISION}: proxies from one shared checkpoint, "
+            "a surrogate, a proposed revision",
+        ):
+            report.search = search_demo(home, search, console)
     with step(console, report, "report", "the static site"):
         report.site = build_site(home)
         version = report.store.name
@@ -234,6 +267,41 @@ def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
     return check.as_dict()
 
 
+def search_demo(home: Home, search: Path, console: Console) -> dict:
+    """The search's main job, small: plan, train the proxies, fit, and the proposal beside its baseline."""
+    from trainer.search.cli import proposal_lines
+    from trainer.search.steps import fit_step, plan_step, propose_step, run_step
+
+    _, plan = plan_step(search, home)
+    console.print(
+        f"  {len(plan.proxies)} proxies of {plan.budget.steps} steps over {len(plan.components)} components, "
+        f"branched at step {plan.branch.at_step} of {plan.branch.total_steps}"
+    )
+    run_step(search, home, on_row=lambda row: console.print(f"  proxy {row.proxy}: target {_macro(row)}"))
+    fit = fit_step(search, home, patterns=["bpb.macro"])
+    quality = fit.target_fit
+    console.print(
+        f"  {fit.surrogate} surrogate: out-of-fold Spearman {quality.spearman or 0:.3f}, "
+        f"RMSE {quality.rmse or 0:.4f}, regret@1 {quality.regret_at_1 or 0:.4f}"
+    )
+    proposal = propose_step(search, home)
+    for line in proposal_lines(proposal):
+        console.print(line, markup=False, highlight=False)
+    return {
+        "search": plan.search,
+        "proposal": proposal.revision,
+        "spearman": quality.spearman,
+        "predicted": proposal.provenance.predicted,
+        "prior_predicted": proposal.provenance.prior_predicted,
+    }
+
+
+def _macro(row: object) -> str:
+    results = getattr(row, "results", None)
+    value = results.bpb.macro if results is not None else None
+    return f"macro held-out bpb {value:.4f}" if value is not None else "no evaluation"
+
+
 @click.command()
 @click.option(
     "--max-bytes",
@@ -257,13 +325,33 @@ def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
     help="The micro-ladder to train, fit and check against its next rung up.",
 )
 @click.option("--no-ladder", is_flag=True, help="Skip the ladder step.")
+@click.option(
+    "--search",
+    "search_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=MICRO_SEARCH,
+    show_default=True,
+    help="The small mixture search to run: proxies, a fitted surrogate, a proposed revision.",
+)
+@click.option("--no-search", is_flag=True, help="Skip the mixture search step.")
 @home_option
 @json_option
-def demo(home: Home, max_bytes: int, steps: int | None, ladder_file: Path, no_ladder: bool, as_json: bool) -> None:
+def demo(
+    home: Home,
+    max_bytes: int,
+    steps: int | None,
+    ladder_file: Path,
+    no_ladder: bool,
+    search_file: Path,
+    no_search: bool,
+    as_json: bool,
+) -> None:
     """Run the main job end to end on the embedded default corpus, reusing what is already built."""
     console = Console(stderr=as_json, soft_wrap=True)  # a URL or a path is never broken across lines
     started = time.perf_counter()
-    report = run_demo(home, max_bytes, steps, console, None if no_ladder else ladder_file)
+    report = run_demo(
+        home, max_bytes, steps, console, None if no_ladder else ladder_file, None if no_search else search_file
+    )
     report.seconds["total"] = time.perf_counter() - started
     if as_json:
         print_json(report.as_json())
@@ -277,7 +365,7 @@ def print_done(console: Console, home: Home, report: DemoReport) -> None:
     def whole(text: str, **style) -> None:  # never wrapped, whatever the console; no markup inside a path
         console.print(text, soft_wrap=True, markup=False, highlight=False, **style)
 
-    console.rule("[bold green]done[/]")
+    heading(console, "[bold green]done[/]")
     whole(f"artifacts under {home.root} ({report.seconds['total']:.0f} s in all)")
     whole(f"store:    {report.store}")
     whole(f"run:      {report.run}")
@@ -288,3 +376,6 @@ def print_done(console: Console, home: Home, report: DemoReport) -> None:
     if report.ladder:
         console.print("and the ladder page:")
         whole(f"  {(home.site / 'ladders' / report.ladder['ladder'] / 'index.html').as_uri()}")
+    if report.search:
+        console.print("the search's proposal, an ordinary revision (compare it: millrace mix diff):")
+        whole(f"  {MIXTURE}/{report.search['proposal']}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from loader.peek import peek as peek_step
@@ -11,6 +10,7 @@ from loader.stream import MixtureStream
 from millrace.home import Home
 from millrace.names import PLAIN_NAME
 from millrace.options import home_option, json_option, print_json, revision_option
+from millrace.tables import print_table
 from mixtures.manifest import find_manifest
 
 
@@ -71,4 +71,4 @@ def peek(
         if decode:
             row.append(repr(sample["text"]) + _held(sample["documents"]))
         table.add_row(*row)
-    Console().print(table)
+    print_table(table)

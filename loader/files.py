@@ -6,12 +6,11 @@ a bounded local cache (`cache_dir`, `cache_bytes`: one sparse file per remote fi
 fetched so far at their own offsets, so that a second pass reads local disk as a local store does; keyed by
 the file's chunk digests, so a stale entry can never be served, and a chunk damaged on the local disk is
 checked, dropped and fetched again rather than blamed on the object). Every remote read has a deadline
-(`read_timeout`) and is retried here alone, with a log line per retry: s3fs retries each call 5 times inside
-a loop of 5, over botocore's own retries, which made a server that never answers cost 900 s with no word, so
-those layers are set to one attempt each. After the last attempt a one-line error names the
-object and byte range. Remote chunks can also be fetched ahead of need (`ChunkFetcher`: concurrent range
-reads on a thread pool, straight into the cache), which is how the loader reads the next batches' chunks
-while it packs the current one (`loader.shards.ReadAhead`). Nothing here knows about tokens or documents.
+(`read_timeout`) and is retried in one layer (`millrace.remote_calls`, the one writes use too), with a log line
+per retry; after the last attempt a one-line error names the object and byte range. Remote chunks can also
+be fetched ahead of need (`ChunkFetcher`: concurrent range reads on a thread pool, straight into the cache),
+which is how the loader reads the next batches' chunks while it packs the current one
+(`loader.shards.ReadAhead`). Nothing here knows about tokens or documents.
 """
 
 from __future__ import annotations
@@ -20,12 +19,12 @@ import contextlib
 import errno
 import logging
 import os
+import queue
 import resource
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from millrace import remote_calls
 from millrace.errors import ArtifactError, ConfigError
 from millrace.urls import local_path
 from pipeline.store.format import FileDigests
@@ -62,10 +62,12 @@ class ReadOptions:
                 raise ConfigError(f"{field} {getattr(self, field)}: must be at least 1")
         if self.readahead_bytes < 0:
             raise ConfigError(f"readahead_bytes {self.readahead_bytes}: must be non-negative (0: no read-ahead)")
-        if self.retries < 0 or self.backoff_s < 0:
-            raise ConfigError(f"retries {self.retries} / backoff_s {self.backoff_s}: must be non-negative")
-        if not 0 < self.read_timeout < float("inf"):
-            raise ConfigError(f"read_timeout {self.read_timeout}: must be a positive number of seconds")
+        self.limits  # noqa: B018  checks read_timeout, retries and backoff_s
+
+    @property
+    def limits(self) -> remote_calls.CallLimits:
+        """The deadline and retries of one remote read."""
+        return remote_calls.CallLimits(self.read_timeout, self.retries, self.backoff_s, "read_timeout")
 
 
 def open_file_limit() -> int:
@@ -325,60 +327,14 @@ class ChunkCache:
                     (self.directory / f"{old}{suffix}").unlink(missing_ok=True)
 
 
-def describe_failure(exc: BaseException, options: ReadOptions) -> str:
-    """A read failure in words: a deadline passed says so (fsspec's FSTimeoutError has no message)."""
-    import asyncio
-
-    from fsspec.exceptions import FSTimeoutError
-
-    if isinstance(exc, (FSTimeoutError, asyncio.TimeoutError, TimeoutError)):
-        return f"stalled: no complete answer within read_timeout {options.read_timeout:g}s"
-    text = str(exc) or repr(exc.__cause__ or exc.__context__ or "")
-    return f"{type(exc).__name__}: {text}"
-
-
 def with_retries(what: str, action: Callable[[], Any], options: ReadOptions) -> Any:
-    """`action()`, retried on transient errors with exponential backoff (a log line per retry); then one
-    line naming `what` (the object's URL and byte range)."""
-    for attempt in range(options.retries + 1):
-        try:
-            return action()
-        except FileNotFoundError:
-            raise ArtifactError(f"{what}: object not found") from None
-        except Exception as exc:  # fsspec backends raise their own types (botocore, aiohttp, OSError)
-            cause = describe_failure(exc, options)
-            if attempt == options.retries:
-                raise ArtifactError(f"{what}: read failed after {attempt + 1} attempts ({cause})") from None
-            wait = options.backoff_s * 2**attempt
-            log.warning(
-                "%s: read failed (%s); retry %d of %d in %.2fs", what, cause, attempt + 1, options.retries, wait
-            )
-            time.sleep(wait)
-    raise AssertionError("unreachable")
+    """`action()` under the read limits, retried (`millrace.remote_calls`); then one line naming `what`."""
+    return remote_calls.with_retries(what, action, options.limits)
 
 
 def read_range(fs: Any, path: str, start: int | None, end: int | None, options: ReadOptions) -> bytes:
-    """Bytes [start, end) of one object (None: the whole of it) within `read_timeout`: an async filesystem's
-    call is cancelled at the deadline (a server that accepts and never answers, a body that stops)."""
-    if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
-        from fsspec.asyn import sync
-
-        return sync(fs.loop, fs._cat_file, path, start=start, end=end, timeout=options.read_timeout)
-    return fs.cat_file(path, start=start, end=end)
-
-
-def single_retry_layer(protocol: str, storage_options: dict, options: ReadOptions) -> dict:
-    """Storage options that leave retrying to `with_retries`: for s3, botocore makes one attempt with
-    `read_timeout` for connecting and reading (s3fs's own retries are set on the instance, see StoreFiles)."""
-    if protocol not in ("s3", "s3a"):
-        return dict(storage_options)
-    config = {
-        **storage_options.get("config_kwargs", {}),
-        "connect_timeout": options.read_timeout,
-        "read_timeout": options.read_timeout,
-        "retries": {"total_max_attempts": 1},
-    }
-    return {**storage_options, "config_kwargs": config, "skip_instance_cache": True}
+    """Bytes [start, end) of one object (None: the whole of it) within `read_timeout`."""
+    return remote_calls.within_deadline(fs, "cat_file", path, start=start, end=end, timeout=options.read_timeout)
 
 
 class RemoteFile(ChunkedFile):
@@ -522,6 +478,43 @@ class RemoteFile(ChunkedFile):
             self._local = None
 
 
+class DaemonPool:
+    """Threads that run submitted calls, as a ThreadPoolExecutor does, but daemonic: a process ending on an
+    error does not wait for them. A read-ahead fetch in flight when the trainer fails on a stalled read keeps
+    retrying for minutes (retries x read_timeout), and the executor's threads are joined at interpreter exit:
+    the trainer printed its one-line error and ended 10 minutes later. What a fetch writes is checked against
+    the chunk digests before anyone reads it, so abandoning one half-way damages nothing."""
+
+    def __init__(self, threads: int, name: str):
+        self._calls: queue.SimpleQueue[tuple[Future, Callable[..., Any], tuple] | None] = queue.SimpleQueue()
+        self._threads = threads
+        for index in range(threads):
+            threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True).start()
+
+    def submit(self, call: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        self._calls.put((future, call, args))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._calls.get()) is not None:
+            future, call, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call(*args))
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Calls not started are cancelled; the threads end after the one they run."""
+        with contextlib.suppress(queue.Empty):
+            while (item := self._calls.get_nowait()) is not None:
+                item[0].cancel()
+        for _ in range(self._threads):
+            self._calls.put(None)
+
+
 class ChunkFetcher:
     """Remote chunks fetched into the local cache before the reader asks for them (the read-ahead's).
 
@@ -536,7 +529,7 @@ class ChunkFetcher:
 
     def __init__(self, options: ReadOptions):
         self.options = options
-        self._pool = ThreadPoolExecutor(options.fetch_threads, thread_name_prefix="millrace-fetch")
+        self._pool = DaemonPool(options.fetch_threads, "millrace-fetch")
         self._pins: dict[str, list[int]] = {}  # key -> [pins, bytes]
         self._flying: dict[str, Future] = {}  # key -> the fetch of its run
         self._lock = threading.Lock()
@@ -624,7 +617,7 @@ class ChunkFetcher:
         self.__init__(state["options"])  # type: ignore[misc]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
 
 class OpenFiles:
@@ -690,10 +683,9 @@ class StoreFiles:
 
             protocol = text.split("://", 1)[0]
             self.fs, self.root = fsspec.core.url_to_fs(
-                text, **single_retry_layer(protocol, storage_options or {}, options)
+                text, **remote_calls.single_retry_layer(protocol, storage_options or {}, options.read_timeout)
             )
-            if hasattr(self.fs, "retries"):  # s3fs: one attempt per call (its own instance: skip_instance_cache)
-                self.fs.retries = 1
+            remote_calls.one_attempt(self.fs)
             self.root = self.root.rstrip("/")
             self.cache = ChunkCache(options)
             self.fetcher = ChunkFetcher(options) if options.readahead_bytes else None

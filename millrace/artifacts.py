@@ -95,13 +95,15 @@ def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
+        # numpy's `tofile` reports a short write without an errno: the disk is full if it is so while the
+        # temporary still holds what was written (once it is removed, the space is free again)
+        short_write = isinstance(exc, OSError) and exc.errno is None and not isinstance(exc, shutil.Error)
+        full = short_write and shutil.disk_usage(path.parent).free < DISK_FULL_BYTES
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.errno in NO_SPACE and not exc.filename:
             raise OSError(exc.errno, exc.strerror, str(path)) from exc  # a write names no file: name it
-        short_write = isinstance(exc, OSError) and exc.errno is None
-        if short_write and shutil.disk_usage(path.parent).free < DISK_FULL_BYTES:
-            # numpy's `tofile` reports a short write without an errno: name what happened
+        if full:
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({exc})", str(path)) from exc
         raise
 

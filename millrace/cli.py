@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
-from typing import TextIO
 
 import click
 
 from millrace import __version__
 from millrace.errors import Interrupted, MillraceError, Terminated, disk_full_cause
+from millrace.logs import CurrentStderrHandler  # noqa: F401  (re-exported: tests and older imports name it here)
+from millrace.logs import configure as configure_logging
 from millrace.signals import TERMINATED_EXIT_CODE, TerminateSignal, sigterm_as_interrupt
 
 # subcommand -> "module:attribute"; imported lazily so `millrace report` never imports torch.
@@ -26,22 +26,14 @@ SUBCOMMANDS = {
     "report": ("reports.cli:report", "Build and watch the static report site."),
     "demo": ("demo.run:demo", "The main job end to end on the embedded default corpus."),
 }
+# groups nested under a room's group from a room downstream of it (the mixtures room never imports the search)
+NESTED = {"mix": {"search": "trainer.search.cli:search"}}
 
 
-class CurrentStderrHandler(logging.StreamHandler):
-    """Writes to whatever `sys.stderr` is at the time: while a rich bar is live it is rich's proxy,
-    which prints the log line above the bar instead of on top of it."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property
-    def stream(self) -> TextIO:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: TextIO) -> None:
-        pass
+def load_command(target: str) -> click.Command:
+    module_name, attribute = target.split(":")
+    command: click.Command = getattr(importlib.import_module(module_name), attribute)
+    return command
 
 
 class LazyGroup(click.Group):
@@ -51,8 +43,12 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in SUBCOMMANDS:
             return None
-        module_name, attribute = SUBCOMMANDS[name][0].split(":")
-        return getattr(importlib.import_module(module_name), attribute)
+        command = load_command(SUBCOMMANDS[name][0])
+        if isinstance(command, click.Group):
+            for child, target in NESTED.get(name, {}).items():
+                if child not in command.commands:
+                    command.add_command(load_command(target), child)
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
@@ -71,15 +67,13 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="millrace")
 def cli(home_dir: str | None, verbose: bool) -> None:
     """millrace: corpora to exact training mixtures, streamed into an MoE trainer."""
-    handler = CurrentStderrHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    configure_logging(verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Every error a user can act on is one line and an exit status; SIGTERM takes Ctrl-C's path (143)."""
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(["millrace", *(sys.argv[1:] if argv is None else argv)]):
             code = cli.main(args=argv, prog_name="millrace", standalone_mode=False)
     except Interrupted as exc:
         click.echo(f"{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: {exc}", err=True)

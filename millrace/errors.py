@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import os
+import shutil
 from collections.abc import Callable, Sequence
 
 import pydantic
@@ -49,6 +51,8 @@ def disk_full_cause(exc: BaseException | None) -> OSError | None:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in NO_SPACE:
             return exc
+        if isinstance(exc, shutil.Error) and (copied := _copy_failure(exc)) is not None:
+            return copied
         failures = getattr(exc, "failures", None)  # DCP's CheckpointException: rank -> (exception, traceback)
         if isinstance(failures, dict):
             for failure in failures.values():
@@ -56,6 +60,16 @@ def disk_full_cause(exc: BaseException | None) -> OSError | None:
                 if found is not None:
                     return found
         exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _copy_failure(exc: shutil.Error) -> OSError | None:
+    """`shutil.copytree` gathers its failures as (source, destination, message) and drops their errno: a full
+    disk among them, as the OSError it was, naming the destination."""
+    entries = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+    for entry in entries:
+        if len(entry) == 3 and os.strerror(errno.ENOSPC) in str(entry[2]):
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(entry[1]))
     return None
 
 

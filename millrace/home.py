@@ -6,6 +6,7 @@ mixtures/<mixture>/<revision>.toml       revision files written by `mix new`
 work/<name>/<version>/                   pipeline intermediates (resumable)
 runs/<run>/                              training runs (metrics.jsonl, checkpoints)
 ladders/<ladder>/                        scaling ladders (ladder.json, rung configs)
+searches/<search>/                       mixture searches (plan, proxy rows, fit, proposal, validation)
 site/                                    the static report site
 """
 
@@ -80,6 +81,13 @@ class Home:
     @property
     def ladders(self) -> Path:
         return self.root / "ladders"
+
+    def search(self, name: str) -> Path:
+        return self.searches / check_name(name, "search")
+
+    @property
+    def searches(self) -> Path:
+        return self.root / "searches"
 
     @property
     def site(self) -> Path:

@@ -38,7 +38,7 @@ def artifact_name(value: Any, field: str, artifact: object) -> str:
     """A name read from an artifact (`run.json`'s `run`, `store.json`'s `name`): it becomes a path just as a
     name on the command line does, so it is held to the same rule; else a one-line ArtifactError naming the
     artifact and field (a crafted `run = "../../x"` must not write outside the site)."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or len(value) > MAX_NAME_LENGTH:
         raise ArtifactError(f"{artifact}: field {field!r} {value!r:.80}: not a plain name ({NAME_RULE})")
     return value
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,17 +11,18 @@ import click
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME, known
 from millrace.options import home_option, json_option, print_json, revision_option
+from millrace.tables import print_table
 from mixtures import api
-from mixtures.new import STRATEGY_CHOICES, parse_factors
+from mixtures.new import STRATEGY_CHOICES
+from mixtures.strategies import STRATEGIES, parse_factors
+from pipeline.store.labels import labelled
+
+CELL_WIDTH = 40  # a cell with its domain label, cut to this in tables
 
 
 def show(table: Any) -> None:
     """Rich is imported only when a table is printed: `--json` runs start faster."""
-    import sys
-
-    from rich.console import Console
-
-    Console(width=None if sys.stdout.isatty() else 240).print(table)
+    print_table(table)
 
 
 def new_table(title: str) -> Any:
@@ -55,6 +57,24 @@ def only_store(home: Home) -> str:
     return names[0]
 
 
+def strategy_options(command: Callable) -> Callable:
+    """One `mix new` option per strategy option in the registry (`--temperature`, `--tilt`, ...), read as text
+    and parsed by the registry's `parse`; the command gets them as `options`."""
+    for strategy in reversed(STRATEGIES.values()):
+        for option in reversed(strategy.options):
+            flag = "--" + option.name.replace("_", "-")
+            command = click.option(
+                flag, option.name, default=None, metavar=option.metavar, help=f"For {strategy.name}: {option.help}."
+            )(command)
+    return command
+
+
+def strategy_values(given: dict[str, str | None]) -> dict[str, Any]:
+    """The strategy options given on the command line, parsed."""
+    parse = {option.name: option.parse for strategy in STRATEGIES.values() for option in strategy.options}
+    return {name: parse[name](text) for name, text in given.items() if text is not None}
+
+
 @mix.command("new")
 @click.argument("mixture", type=PLAIN_NAME)
 @revision_option("Name of the new revision (immutable once built).", required=True)
@@ -87,7 +107,9 @@ def only_store(home: Home) -> str:
     type=click.Choice(STRATEGY_CHOICES),
     default="natural",
     show_default=True,
-    help="Strategy for phases that name none.",
+    help="Strategy for phases that name none: "
+    + "; ".join(f"{s.name}: {s.summary}" for s in STRATEGIES.values())
+    + "; explicit: the --weight options.",
 )
 @click.option(
     "--phase",
@@ -116,12 +138,7 @@ def only_store(home: Home) -> str:
 @click.option(
     "--seed", type=int, default=None, help="Seed of the loader's permutations. Default: the parent's, else 1234."
 )
-@click.option(
-    "--temperature", type=float, default=None, help="T for the temperature strategy (weights ∝ tokens^(1/T))."
-)
-@click.option(
-    "--tilt", default=None, metavar="qN=F,...", help="Factors per quality bucket for quality-tilt, e.g. q0=0.5,q4=2."
-)
+@strategy_options
 @click.option(
     "--weight",
     "weights",
@@ -154,13 +171,12 @@ def new_command(
     seq_len: int | None,
     global_batch: int | None,
     seed: int | None,
-    temperature: float | None,
-    tilt: str | None,
     weights: tuple[str, ...],
     symbolic: bool,
     description: str,
     out: str | None,
     as_json: bool,
+    **options: str | None,
 ) -> None:
     """Write a revision file for MIXTURE from a store's stats with a strategy, or continuing a parent revision."""
     path = api.new_revision(
@@ -174,8 +190,7 @@ def new_command(
         seq_len=seq_len,
         global_batch=global_batch,
         seed=seed,
-        temperature=temperature,
-        tilt=parse_factors(tilt, "--tilt") or None,
+        options=strategy_values(options),
         weights=parse_factors(",".join(weights), "--weight") or None,
         out=out,
         symbolic=symbolic,
@@ -307,7 +322,7 @@ def print_plan(result: dict[str, Any]) -> None:
         table.add_column("sequences\nfrom it on", justify="right")
     table.add_column("epochs", justify="right")
     for cell, info in result["cells"].items():
-        row = [cell, fmt_tokens(info["available_tokens"])]
+        row = [labelled(cell, result.get("labels", {}), CELL_WIDTH), fmt_tokens(info["available_tokens"])]
         for phase in result["phases"]:
             cp = info["phases"][phase["name"]]
             row += [fmt_tokens(cp["tokens"]), f"{cp['declared_weight']:.3%}", f"{cp['realised_weight']:.3%}"]

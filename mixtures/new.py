@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 import pydantic
 
@@ -22,7 +23,8 @@ from millrace.errors import ConfigError, first_validation_error
 from millrace.home import Home
 from mixtures.catalog import load_named
 from mixtures.resolve import open_store, resolve_revision
-from mixtures.revision import STRATEGY_NAMES, StoreSpec, load_revision, parse_revision, revision_to_toml
+from mixtures.revision import StoreSpec, load_revision, parse_revision, revision_to_toml
+from mixtures.strategies import STRATEGIES, STRATEGY_NAMES
 from pipeline.store.format import Store
 
 log = logging.getLogger(__name__)
@@ -56,22 +58,6 @@ def parse_phase(text: str, default_strategy: str) -> dict:
     if cells:
         phase["cells"] = [c for c in cells.split(",") if c]
     return phase
-
-
-def parse_factors(text: str | None, option: str) -> dict[str, float]:
-    """`q0=0.5,q4=2` -> {"q0": 0.5, "q4": 2.0}."""
-    factors: dict[str, float] = {}
-    for item in (text or "").split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        try:
-            factors[key.strip()] = float(value)
-        except ValueError:
-            raise ConfigError(f"{option} {item!r}: expected KEY=NUMBER") from None
-        if not sep or not key.strip():
-            raise ConfigError(f"{option} {item!r}: expected KEY=NUMBER")
-    return factors
 
 
 DEFAULT_FRAME = {"epoch_cap": 8.0, "seq_len": 256, "global_batch": 16, "seed": 1234}
@@ -119,10 +105,8 @@ def frame_of(
     return Frame(opened, spec, numbers, left, {"revision": continues, "at_step": at_step})
 
 
-def phase_spec(
-    phase: dict, weights: Mapping[str, float] | None, temperature: float | None, tilt: Mapping[str, float] | None
-) -> dict:
-    """A parsed --phase with its strategy's options filled in from the command's."""
+def phase_spec(phase: dict, weights: Mapping[str, float] | None, options: Mapping[str, Any]) -> dict:
+    """A parsed --phase with its strategy's options (`STRATEGIES`) filled in from the command's."""
     chosen = phase.pop("strategy")
     if chosen == "explicit":
         if not weights:
@@ -132,14 +116,13 @@ def phase_spec(
         phase["weights"] = dict(weights)
         return phase
     phase["strategy"] = chosen
-    if chosen == "temperature":
-        if temperature is None:
-            raise ConfigError(f"--phase {phase['name']!r}: strategy 'temperature' needs --temperature")
-        phase["temperature"] = temperature
-    if chosen == "quality-tilt":
-        if not tilt:
-            raise ConfigError(f"--phase {phase['name']!r}: strategy 'quality-tilt' needs --tilt q0=0.5,q4=2")
-        phase["tilt"] = dict(tilt)
+    for option in STRATEGIES[chosen].options:
+        if options.get(option.name) is None:
+            raise ConfigError(
+                f"--phase {phase['name']!r}: strategy {chosen!r} needs --{option.name.replace('_', '-')} "
+                f"{option.metavar} ({option.help})"
+            )
+        phase[option.name] = options[option.name]
     return phase
 
 
@@ -155,8 +138,7 @@ def new_revision(
     seq_len: int | None = None,
     global_batch: int | None = None,
     seed: int | None = None,
-    temperature: float | None = None,
-    tilt: Mapping[str, float] | None = None,
+    options: Mapping[str, Any] | None = None,
     weights: Mapping[str, float] | None = None,
     out: Path | str | None = None,
     symbolic: bool = False,
@@ -169,8 +151,9 @@ def new_revision(
     `phases` are `NAME:TOKENS[:STRATEGY[@PATTERNS]]` strings (default: one phase
     "main" of the store's total tokens, or for a revision that `continues` a parent
     from `at_step`, of the parent's tokens left after it). Epoch cap, seq_len,
-    global batch and seed default to the parent's, else 8, 256, 16, 1234. Refuses
-    to overwrite a different file.
+    global batch and seed default to the parent's, else 8, 256, 16, 1234. `options`
+    are strategy options by phase field (`{"temperature": 2.0}`), given to the phases
+    whose strategy takes them. Refuses to overwrite a different file.
     """
     frame = frame_of(
         home,
@@ -182,7 +165,7 @@ def new_revision(
     )
     opened = frame.store
     requested = [parse_phase(text, strategy) for text in (phases or [f"main:{frame.default_tokens}"])]
-    phase_specs = [phase_spec(phase, weights, temperature, tilt) for phase in requested]
+    phase_specs = [phase_spec(phase, weights, options or {}) for phase in requested]
     source = f"mix new {mixture} --revision {revision}"
     data = {
         "mixture": mixture,

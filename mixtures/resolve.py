@@ -136,12 +136,7 @@ def strategy_weights(
             chosen.update(matched)
         cells = sorted(chosen)
     try:
-        desired = desired_weights(
-            phase.strategy or "",
-            {cell: table.tokens[cell] for cell in cells},
-            temperature_value=phase.temperature,
-            tilt=phase.tilt,
-        )
+        desired = desired_weights(phase.strategy or "", {cell: table.tokens[cell] for cell in cells}, phase.options)
         weights = water_fill(desired, capacity, sequences)
     except StrategyError as exc:
         raise ConfigError(f"{ctx.where}: field 'strategy' ({phase.strategy}): {exc}") from None

@@ -37,14 +37,12 @@ A phase has either `weights` or `strategy`:
   cells it matches in proportion to their available tokens; a cell named by
   several keys gets the sum. The expanded weights must sum to 1 within 1e-9
   unless `normalize = true`: a sum of 0.7 is a typo to report, not to fix.
-- `strategy`: `natural` (proportional to available tokens), `uniform` (equal),
-  `temperature` (tokens^(1/temperature), needs `temperature` from 0.01 to 100), `quality-tilt`
-  (natural times a factor per quality bucket `qN` of cells named `cNNqQ`,
-  needs `tilt`), optionally restricted to the cells matching `cells` (a list of
-  names or patterns, e.g. `["c*q3", "c*q4"]` for a cooldown on the top
-  buckets). Strategy weights are water-filled under the epoch cap: a cell whose
-  share would pass the cap is held at it and the rest spread over the others,
-  so a strategy phase is valid by construction.
+- `strategy`: a name in `mixtures.strategies.STRATEGIES` (the table in docs/mixtures.md: `natural`,
+  `uniform`, `temperature` with `temperature`, `quality-tilt` with `tilt`, ...), with the phase fields that
+  strategy takes and no other, optionally restricted to the cells matching `cells` (a list of names or
+  patterns, e.g. `["c*q3", "c*q4"]` for a cooldown on the top buckets). Strategy weights are water-filled
+  under the epoch cap: a cell whose share would pass the cap is held at it and the rest spread over the
+  others, so a strategy phase is valid by construction.
 
 A revision may continue another (the reference run's mid-run swap): the steps before
 `at_step` are exactly the parent's, and this revision's phases count from `at_step`.
@@ -67,20 +65,18 @@ from it across all phases divided by the sequences it holds,
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
+import pydantic_core
 
 from millrace.artifacts import content_hash
 from millrace.config import StrictModel, parse_document
 from millrace.errors import ConfigError, field_name, first_validation_error
 from millrace.names import NAME_PATTERN
-
-STRATEGY_NAMES = ("natural", "uniform", "temperature", "quality-tilt")
-BUCKET_KEY = re.compile(r"^q\d+$")
+from mixtures.strategies import STRATEGIES, option_names
 
 
 class StoreSpec(StrictModel):
@@ -90,13 +86,57 @@ class StoreSpec(StrictModel):
 
 
 class PhaseSpec(StrictModel):
+    """A phase; its strategy's options (`temperature`, `tilt`, ...) are the extra fields, each checked against
+    the registry (`mixtures.strategies.STRATEGIES`) and kept as its model reads it."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
     name: str = pydantic.Field(pattern=NAME_PATTERN)
     tokens: int = pydantic.Field(gt=0)
     weights: dict[str, float] | None = None
-    strategy: Literal["natural", "uniform", "temperature", "quality-tilt"] | None = None
-    temperature: float | None = pydantic.Field(default=None, ge=0.01, le=100)  # beyond: all on one cell, or uniform
-    tilt: dict[str, float] | None = None
+    strategy: str | None = None
     cells: list[str] | None = None
+
+    @pydantic.field_validator("strategy")
+    @classmethod
+    def _registered(cls, name: str | None) -> str | None:
+        if name is not None and name not in STRATEGIES:
+            raise ValueError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})")
+        return name
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The strategy's options as the phase gives them."""
+        return dict(self.__pydantic_extra__ or {})
+
+    @pydantic.model_validator(mode="after")
+    def _strategy_options(self) -> PhaseSpec:
+        """Each extra field is an option of this phase's strategy, valid for it; anything else is refused there."""
+        given, owners = self.options, option_names()
+        errors: list[Any] = []
+        for field, value in given.items():
+            owner = owners.get(field)
+            if owner is None:
+                errors.append({"type": "extra_forbidden", "loc": (field,), "input": value})
+            elif self.strategy != owner:
+                weights = " (this phase has weights)" if self.weights is not None else ""
+                where = f"strategy {owner!r}" if self.strategy else f"a strategy phase{weights}"
+                errors.append(refused(field, value, f"only for {where}"))
+        if not errors and self.strategy is not None:
+            try:
+                checked = STRATEGIES[self.strategy].model.model_validate(given, strict=True)
+            except pydantic.ValidationError as exc:
+                errors = list(exc.errors())
+            else:
+                (self.__pydantic_extra__ or {}).update(checked.model_dump())
+        if errors:
+            raise pydantic_core.ValidationError.from_exception_data("PhaseSpec", errors)
+        return self
+
+
+def refused(field: str, value: Any, message: str) -> dict[str, Any]:
+    """A validation error at `field` saying `message`."""
+    return {"type": pydantic_core.PydanticCustomError("strategy_option", message), "loc": (field,), "input": value}
 
 
 class ContinuesSpec(StrictModel):
@@ -166,9 +206,8 @@ def check_phases(revision: Revision, source: str) -> None:
         if (phase.weights is None) == (phase.strategy is None):
             raise ConfigError(f"{where}: give exactly one of 'weights' and 'strategy'")
         if phase.weights is not None:
-            for field in ("temperature", "tilt", "cells"):
-                if getattr(phase, field) is not None:
-                    raise ConfigError(f"{where}: field {field!r}: only for a strategy phase (this phase has weights)")
+            if phase.cells is not None:
+                raise ConfigError(f"{where}: field 'cells': only for a strategy phase (this phase has weights)")
             if not phase.weights:
                 raise ConfigError(f"{where}: field 'weights': empty")
             for cell, weight in phase.weights.items():
@@ -183,18 +222,6 @@ def check_phases(revision: Revision, source: str) -> None:
                     "(fix them, or set normalize = true to rescale)"
                 )
             continue
-        if (phase.strategy == "temperature") != (phase.temperature is not None):
-            need = "required" if phase.temperature is None else "only"
-            raise ConfigError(f"{where}: field 'temperature': {need} for strategy 'temperature'")
-        if (phase.strategy == "quality-tilt") != (phase.tilt is not None):
-            raise ConfigError(
-                f"{where}: field 'tilt': {'required' if phase.tilt is None else 'only'} for strategy 'quality-tilt'"
-            )
-        for bucket, factor in (phase.tilt or {}).items():
-            if not BUCKET_KEY.match(bucket):
-                raise ConfigError(f"{where}: field 'tilt' bucket {bucket!r}: expected a bucket name like 'q4'")
-            if factor < 0:
-                raise ConfigError(f"{where}: field 'tilt' bucket {bucket!r}: negative factor {factor!r}")
         if phase.cells is not None and not phase.cells:
             raise ConfigError(f"{where}: field 'cells': empty list")
 

@@ -1,5 +1,11 @@
 """Strategies: candidate weights from a store's token counts, held under the epoch cap.
 
+`STRATEGIES` is the registry: one `Strategy` per name, declaring the phase fields it takes (`StrategyOption`:
+type and checks, validated when a revision is read, and `mix new`'s option), and its weight function. From it
+come the names a revision's `strategy` accepts, the phase checks (an option of another strategy, or on a
+`weights` phase, is refused naming the field), `mix new --strategy` and its options, and the table in
+docs/mixtures.md (`strategy_table`). Adding a strategy is one entry here, plus a test.
+
 Every strategy gives desired weights over its cells; `water_fill` then caps each
 cell at the sequences the epoch cap still allows it and spreads the excess over
 the others in proportion to their desired weights, so what a strategy writes is
@@ -10,9 +16,16 @@ rounding error.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
+from typing import Annotated, Any
 
+import pydantic
+
+from millrace.config import StrictModel
+from millrace.errors import ConfigError
 from mixtures.cells import bucket_of
 
 
@@ -51,26 +64,108 @@ def quality_tilt(tokens: Mapping[str, int], tilt: Mapping[str, float]) -> dict[s
     return {cell: Fraction(count) * Fraction(tilt.get(named[cell], 1.0)) for cell, count in tokens.items()}
 
 
-def desired_weights(
-    strategy: str,
-    tokens: Mapping[str, int],
-    *,
-    temperature_value: float | None = None,
-    tilt: Mapping[str, float] | None = None,
-) -> dict[str, Fraction]:
+def parse_factors(text: str | None, option: str) -> dict[str, float]:
+    """`q0=0.5,q4=2` -> {"q0": 0.5, "q4": 2.0} (`mix new --tilt`, `--weight`)."""
+    factors: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} {item!r}: expected KEY=NUMBER")
+        try:
+            factors[key.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"{option} {item!r}: expected KEY=NUMBER") from None
+    return factors
+
+
+@dataclass(frozen=True)
+class StrategyOption:
+    """A phase field a strategy takes: its type with its checks (pydantic, read strictly as a revision is),
+    and how `mix new --<name>` reads it from text."""
+
+    name: str
+    annotation: Any
+    help: str
+    metavar: str = "X"
+    parse: Callable[[str], Any] = float
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One registered strategy: its weight function gets the store's tokens per cell and the phase's options."""
+
+    name: str
+    summary: str  # one line: the docs' table and `mix new --help`
+    weights: Callable[[Mapping[str, int], Mapping[str, Any]], dict[str, Fraction]]
+    options: tuple[StrategyOption, ...] = ()
+
+    @cached_property
+    def model(self) -> type[StrictModel]:
+        """The options as a model: each one required."""
+        fields: dict[str, Any] = {option.name: (option.annotation, ...) for option in self.options}
+        return pydantic.create_model(f"{self.name}-options", __base__=StrictModel, **fields)
+
+
+BUCKET = Annotated[str, pydantic.StringConstraints(pattern=r"^q\d+$")]
+STRATEGIES: dict[str, Strategy] = {
+    strategy.name: strategy
+    for strategy in (
+        Strategy("natural", "proportional to available tokens", lambda tokens, _: natural(tokens)),
+        Strategy("uniform", "equal over the cells", lambda tokens, _: uniform(tokens)),
+        Strategy(
+            "temperature",
+            "tokens^(1/T): 1 is natural, large T tends to uniform",
+            lambda tokens, options: temperature(tokens, options["temperature"]),
+            (
+                StrategyOption(
+                    "temperature",
+                    Annotated[float, pydantic.Field(ge=0.01, le=100)],  # beyond: all on one cell, or uniform
+                    "T, from 0.01 to 100 (weights ∝ tokens^(1/T))",
+                    "T",
+                ),
+            ),
+        ),
+        Strategy(
+            "quality-tilt",
+            "natural times a factor per quality bucket qN of cells named cNNqQ (1 for buckets not named)",
+            lambda tokens, options: quality_tilt(tokens, options["tilt"]),
+            (
+                StrategyOption(
+                    "tilt",
+                    dict[BUCKET, Annotated[float, pydantic.Field(ge=0)]],
+                    "factors per quality bucket, e.g. q0=0.5,q4=2",
+                    "qN=F,...",
+                    lambda text: parse_factors(text, "--tilt"),
+                ),
+            ),
+        ),
+    )
+}
+STRATEGY_NAMES: tuple[str, ...] = tuple(STRATEGIES)
+
+
+def option_names() -> dict[str, str]:
+    """Every strategy option's phase field -> the strategy that takes it."""
+    return {option.name: strategy.name for strategy in STRATEGIES.values() for option in strategy.options}
+
+
+def strategy_table() -> str:
+    """The registry as the Markdown table docs/mixtures.md shows (tests/mixtures/test_strategies.py compares)."""
+    rows = ["| strategy | weights | phase fields |", "|---|---|---|"]
+    for strategy in STRATEGIES.values():
+        fields = "; ".join(f"`{option.name}`: {option.help}" for option in strategy.options) or "none"
+        rows.append(f"| `{strategy.name}` | {strategy.summary} | {fields} |")
+    return "\n".join(rows)
+
+
+def desired_weights(strategy: str, tokens: Mapping[str, int], options: Mapping[str, Any]) -> dict[str, Fraction]:
     if not tokens:
         raise StrategyError("no non-empty cell to weight")
-    if strategy == "natural":
-        return natural(tokens)
-    if strategy == "uniform":
-        return uniform(tokens)
-    if strategy == "temperature":
-        if temperature_value is None:
-            raise StrategyError("temperature strategy needs a temperature")
-        return temperature(tokens, temperature_value)
-    if strategy == "quality-tilt":
-        return quality_tilt(tokens, tilt or {})
-    raise StrategyError(f"unknown strategy {strategy!r}")
+    if strategy not in STRATEGIES:
+        raise StrategyError(f"unknown strategy {strategy!r}")
+    return STRATEGIES[strategy].weights(tokens, options)
 
 
 def water_fill(desired: Mapping[str, Fraction], capacity: Mapping[str, int], total: int) -> dict[str, Fraction]:

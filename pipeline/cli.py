@@ -103,6 +103,9 @@ def run(
 
 def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> None:
     from pipeline import slurm
+    from pipeline.stages.read.fields import check_text_fields
+
+    check_text_fields(config)  # before any job is written or submitted, as `run_pipeline` does
 
     if dry_run:
         chain = slurm.dry_run(config, home, restart=restart)
@@ -130,16 +133,62 @@ def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> 
     help="Where to write the starter config (TOML).",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.option(
+    "--text-key",
+    "text_keys",
+    multiple=True,
+    metavar="SOURCE=FIELD",
+    help="The field holding a source's text, where its records have no `text` field and no one long string "
+    "field (repeatable). Without it, init asks on a terminal and stops with the list of columns elsewhere.",
+)
 @home_option
 @json_option
-def init(corpus_dir: Path, out_path: Path, force: bool, home, as_json: bool) -> None:
-    """Write a commented starter config with one source per source found in CORPUS_DIR."""
-    from pipeline.starter import init_config
+def init(corpus_dir: Path, out_path: Path, force: bool, text_keys: tuple[str, ...], home, as_json: bool) -> None:
+    """Write a commented starter config with one source per source found in CORPUS_DIR; print the sources,
+    their formats and fields, and the files no source reads."""
+    from pipeline.stages.read.discovery import describe_unread
 
     if out_path.exists() and not force:
         raise ConfigError(f"{out_path}: already exists (use --force to overwrite)")
-    atomic_write_text(out_path, init_config(corpus_dir))
+    text, found = _starter(corpus_dir, _pairs(text_keys), ask=on_terminal() and not as_json)
+    atomic_write_text(out_path, text)
     if as_json:
-        print_json({"config": str(out_path), "corpus": str(corpus_dir), "next": f"millrace pipeline run {out_path}"})
-    else:
-        click.echo(f"wrote {out_path}; run it with: millrace pipeline run {out_path}")
+        print_json(
+            {"config": str(out_path), "corpus": str(corpus_dir), **found, "next": f"millrace pipeline run {out_path}"}
+        )
+        return
+    for source in found["sources"]:
+        fields = f"text {source['text_key']!r}, id {source['id_key']!r}"
+        click.echo(f"source {source['name']}: {source['format']} ({fields}) from {', '.join(source['paths'])}")
+    for entry in found["not_read"]:
+        click.echo(describe_unread(entry))
+    click.echo(f"wrote {out_path}; run it with: millrace pipeline run {out_path}")
+
+
+def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
+    found = {}
+    for pair in pairs:
+        source, sep, field = pair.partition("=")
+        if not sep or not source or not field:
+            raise ConfigError(f"--text-key {pair!r}: expected SOURCE=FIELD")
+        found[source] = field
+    return found
+
+
+def _starter(corpus_dir: Path, text_keys: dict[str, str], ask: bool) -> tuple[str, dict]:
+    """The starter text and what was found; on a terminal, a source whose text field is unclear is asked for."""
+    from pipeline.stages.read.fields import UnknownTextField
+    from pipeline.starter import init_starter
+
+    while True:
+        try:
+            return init_starter(corpus_dir, text_keys)
+        except UnknownTextField as unknown:
+            if not ask:
+                raise
+            choice = click.prompt(
+                f"{unknown.where}: which field holds source {unknown.source}'s text?",
+                type=click.Choice(unknown.columns),
+                err=True,
+            )
+            text_keys = {**text_keys, unknown.source: choice}

@@ -34,12 +34,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
+import pydantic_core
 
 from millrace.config import StrictModel, parse_document, validate
 from millrace.errors import ConfigError
 from millrace.names import NAME_PATTERN
 from millrace.urls import is_url
-from pipeline.filters import FILTER_NAMES, PROSE_FILTERS, filter_spec
+from pipeline import filters as registry
+from pipeline.filters import FILTER_NAMES, filter_spec
 
 Format = Literal["jsonl", "jsonl.zst", "parquet", "warc", "html", "hf-datasets"]
 _JSON_LINES = tuple(
@@ -118,7 +120,7 @@ class SourceConfig(StrictModel):
     @pydantic.model_validator(mode="after")
     def _code_skips_prose_filters(self) -> SourceConfig:
         if self.kind == "code":
-            prose = [f for f in self.filters if f in PROSE_FILTERS]
+            prose = [f for f in self.filters if filter_spec(f).prose]
             if prose:
                 raise ValueError(f"code source {self.name!r} must not go through prose filters {prose}")
             if self.languages:
@@ -158,10 +160,11 @@ class DedupConfig(StrictModel):
     bands: int = pydantic.Field(
         40,
         ge=1,
+        le=1024,
         description="LSH bands x rows = signature length; 40 x 3 makes pairs "
         "from Jaccard ~0.5 up candidates with probability > 0.995",
     )
-    rows: int = pydantic.Field(3, ge=1, description="hashes per LSH band")
+    rows: int = pydantic.Field(3, ge=1, le=64, description="hashes per LSH band (at most 64)")
     threshold: float = pydantic.Field(0.5, ge=0.0, le=1.0, description="estimated Jaccard a candidate pair must reach")
     verify_threshold: float = pydantic.Field(
         0.4, ge=0.0, le=1.0, description="... and a removed document with its cluster's kept one (no chains)"
@@ -263,8 +266,8 @@ class ExecutorConfig(StrictModel):
     kind: Literal["local", "ray", "slurm"] = pydantic.Field(
         "local", description="local | ray (RAY_ADDRESS=... for a running cluster) | slurm"
     )
-    tasks: int = pydantic.Field(4, ge=1, description="input split; keep it when resuming a run")
-    workers: int = pydantic.Field(2, ge=1, description="tasks run at once (local, ray)")
+    tasks: int = pydantic.Field(4, ge=1, le=100_000, description="input split; keep it when resuming a run")
+    workers: int = pydantic.Field(2, ge=1, le=4096, description="tasks run at once (local, ray)")
     work_url: str | None = pydantic.Field(
         None,
         examples=["s3://bucket/millrace-work"],
@@ -468,7 +471,16 @@ class DomainsConfig(StrictModel):
 
 
 def _every_filter_empty() -> dict[str, dict[str, Any]]:
-    return {name: {} for name in FILTER_NAMES}
+    return {spec.name: {} for spec in registry.FILTERS}
+
+
+def _checked_filter_table(name: str, options: Any) -> dict[str, Any]:
+    """`[filters.<name>]` through the filter's options model; its errors located under `filters.<name>`."""
+    try:
+        return filter_spec(name).checked_options(options)
+    except pydantic.ValidationError as exc:
+        located = [dict(error, loc=(name, *error["loc"])) for error in exc.errors()]
+        raise pydantic_core.ValidationError.from_exception_data(exc.title, located) from None  # type: ignore[arg-type]
 
 
 class PipelineConfig(StrictModel):
@@ -485,13 +497,14 @@ class PipelineConfig(StrictModel):
     @pydantic.field_validator("filters", mode="before")
     @classmethod
     def _every_filter(cls, value: Any) -> Any:
-        """`[filters.<name>]` tables of registered filters; each one present (empty when not given), in registry
-        order, so that the recorded config (and its hash) does not depend on which tables a file spells out."""
+        """`[filters.<name>]` tables of registered filters, each checked by its options model; each one present
+        (empty when not given), in registry order, so that the recorded config (and its hash) does not depend on
+        which tables a file spells out."""
         if not isinstance(value, dict):
             return value
         for name in value:
             filter_spec(name)
-        return {name: value.get(name, {}) for name in FILTER_NAMES}
+        return {spec.name: _checked_filter_table(spec.name, value.get(spec.name, {})) for spec in registry.FILTERS}
 
     @pydantic.model_validator(mode="after")
     def _unique_sources(self) -> PipelineConfig:
@@ -511,13 +524,14 @@ class PipelineConfig(StrictModel):
 
 
 def _check_filter_options(config: PipelineConfig, origin: str) -> None:
-    """Build each filter with its options once, so that a misspelt option fails here and not in a task."""
+    """Build each filter with its options once, so that what its constructor refuses fails here, in one line,
+    and not in every task."""
     from pipeline.stages.filter.filtering import build_filter  # imports datatrove: only when a config file is loaded
 
     for name, options in config.filters.items():
         try:
             build_filter(name, options)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise ConfigError(f"{origin}: field 'filters.{name}': {exc}") from None
 
 

@@ -46,24 +46,26 @@ returned `collect_stats()` gives `StoreManifest.stats` and per-cell `CellManifes
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import logging
 import os
 import shutil
 import signal
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from datatrove.data import Document
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
-from millrace.errors import ConfigError, MillraceError
+from millrace.errors import ConfigError, MillraceError, disk_full_cause
 from millrace.home import Home
+from millrace.logs import loguru_to_logging
 from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
@@ -86,6 +88,7 @@ from pipeline.stages.in_place import reading_in_place
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import PhaseLines, live_records
 from pipeline.stages.read.discovery import describe_unread, listed_once, unread_files
+from pipeline.stages.read.fields import check_text_fields
 from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
@@ -236,7 +239,8 @@ def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
 
 
 def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
-    """datatrove's task logger, but the console gets a task's errors as one line; its file keeps everything."""
+    """datatrove's task logger, but the console gets a task's errors as one line in millrace's log format; its
+    file keeps everything."""
     from loguru import logger
 
     logger.remove()
@@ -246,7 +250,7 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
         level="DEBUG",
         format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}",
     )
-    logger.add(sys.stderr, level="ERROR", format=lambda record: f"task {rank}: {{message}}\n")
+    logger.add(functools.partial(loguru_to_logging, prefix=f"task {rank}: "), level="ERROR", format="{message}")
     logger.info(f"Launching pipeline for {rank=}")
     return logfile
 
@@ -263,23 +267,54 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path 
         # `add_task_logger`. Replaced here, in the worker process that runs the task (never the driver's).
         def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
             executor_base.add_task_logger = _file_task_logger
-            return super()._run_for_rank(rank, local_rank, node_rank)
+            try:
+                return super()._run_for_rank(rank, local_rank, node_rank)
+            finally:  # datatrove puts back its own console sink: the worker's later lines go through logging too
+                _route_datatrove_logs()
 
     if workers > 1:
         _start_forkserver_deaf_to_ctrl_c()
-    if not verbose:
-        _quiet_parent_logger()
+        shutdown_past_dead_workers()
+    _route_datatrove_logs("DEBUG" if verbose else "WARNING")
     cls = LocalPipelineExecutor if verbose else TaskFileLoggingExecutor
     return cls(pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir))
 
 
-def _quiet_parent_logger() -> None:
+POOL_LOCK_SECONDS = 2.0  # how long a pool's shutdown waits for its task queue's lock
+
+
+def shutdown_past_dead_workers() -> None:
+    """A pool's shutdown that does not wait forever for a lock a dead worker held.
+
+    An idle worker waits for its next task holding the task queue's read lock. A batch system's SIGTERM to the
+    process group ends the workers on the spot, that one included, and the lock is never released: the pool's
+    shutdown (`_help_stuff_finish`, which takes the lock to drain the queue) then waits forever in the main
+    thread, under `LocalPipelineExecutor.run`, holding the store's writer lock. Here it waits `POOL_LOCK_SECONDS`
+    and goes on without draining (the workers it would hand the queue to are gone)."""
+    from multiprocess import pool
+
+    if getattr(pool.Pool._help_stuff_finish, "bounded", False):
+        return
+
+    def help_stuff_finish(inqueue: Any, task_handler: Any, size: int) -> None:
+        if not inqueue._rlock.acquire(timeout=POOL_LOCK_SECONDS):
+            log.debug("a pool worker died holding its task queue's lock; shutting the pool down without it")
+            return
+        while task_handler.is_alive() and inqueue._reader.poll():
+            inqueue._reader.recv()
+
+    help_stuff_finish.bounded = True  # type: ignore[attr-defined]
+    pool.Pool._help_stuff_finish = staticmethod(help_stuff_finish)
+
+
+def _route_datatrove_logs(level: str = "WARNING") -> None:
     """datatrove's own console log (its merged stats tables, per-task INFO lines) says again what the
-    progress lines and the funnel say; this process keeps only its warnings and errors, one line each."""
+    progress lines and the funnel say; this process keeps only its warnings and errors, one line each, in
+    millrace's log format (`millrace.logs.loguru_to_logging`)."""
     from loguru import logger
 
     logger.remove()
-    logger.add(sys.stderr, level="WARNING", format="datatrove {level}: {message}")
+    logger.add(loguru_to_logging, level=level, format="{message}")
 
 
 def _start_forkserver_deaf_to_ctrl_c() -> None:
@@ -310,10 +345,13 @@ def _run_executor(
     lines: bool = False,
     read: Callable[[], int] | None = None,
     remote: RemoteWork | None = None,
+    part: str | None = None,
 ) -> None:
     """One executor run to completion. With `remote`, each task runs staged (`pipeline.remote_work`): the
     driver uploads what it wrote first, markers and logs go on the URL, and what the driver reads of the tasks'
-    outputs comes back (`DRIVER_READS[label]`)."""
+    outputs comes back (`DRIVER_READS[label]`). `part` names which run of a stage of several this is (a dedup
+    round), in its progress and log lines."""
+    shown = f"{label} {part}" if part else label
     where: Path | DataFolder = logging_dir
     if remote is not None:
         remote.publish()
@@ -322,18 +360,21 @@ def _run_executor(
     executor = _executor(kind, pipeline, tasks, workers, where)
     logs = remote.url_of(logging_dir / "logs") if remote is not None else f"{logging_dir}/logs"
     if not executor.get_incomplete_ranks():
-        log.info("%s: all %d tasks already complete", label, tasks)
+        log.info("%s: all %d tasks already complete", shown, tasks)
     else:
         try:
-            with PhaseLines(label, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
+            with PhaseLines(shown, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
                 executor.run()
         except Exception as exc:  # a task's exception, re-raised by the executor
             if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
                 raise TerminateSignal() from exc
-            raise PipelineError(f"stage {label!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
+            if (full := disk_full_cause(exc)) is not None:  # one line naming the path (the work dir if none)
+                work = next((p.parent for p in logging_dir.parents if p.name == "logs"), logging_dir)
+                raise OSError(full.errno, full.strerror, full.filename or str(work)) from exc
+            raise PipelineError(f"stage {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
         incomplete = executor.get_incomplete_ranks()
         if incomplete:
-            raise PipelineError(f"stage {label!r}: tasks {incomplete} did not complete; task logs in {logs}")
+            raise PipelineError(f"stage {shown!r}: tasks {incomplete} did not complete; task logs in {logs}")
     if remote is not None:
         remote.pull(DRIVER_READS[label])
 
@@ -379,7 +420,8 @@ def run_dedup(
     """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>."""
 
     def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
-        _run_executor("dedup", kind, pipeline, tasks, workers, layout.phase_logs("dedup") / name, lines, remote=remote)
+        where = layout.phase_logs("dedup") / name
+        _run_executor("dedup", kind, pipeline, tasks, workers, where, lines, remote=remote, part=name)
 
     find_duplicates(config.dedup, layout.signatures, layout.components, layout.duplicates, run)
 
@@ -559,15 +601,77 @@ def run_pipeline(
     config_hash = content_hash(recorded)
     version = store_version(config, home, config_hash)
     final = home.store(name, version)
-    if (final / "store.json").exists():
+    if _finished(config, final):
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
+    check_text_fields(config)  # a source whose text field is not in its files: refused before any task starts
     # each source is listed once a run (`listed_once`): fingerprints, unread files and the task plan share it
     with WriterLock(store_lock(final), f"store {name}/{version}"), listed_once():  # one writer per store version
-        if (final / "store.json").exists():  # the writer before us finished it
+        if _finished(config, final):  # the writer before us finished it
             log.info("store %s/%s already built from this config: %s", name, version, final)
             return final
-        return _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
+        if not (final / "store.json").exists():
+            refuse_published(config, final, config_hash)
+            _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
+        if config.output.url:
+            publish(config, home, final, kind, workers)
+        return final
+
+
+def output_url(config: PipelineConfig, final: Path) -> str:
+    """Where `[output] url` publishes store version `final`: <url>/<name>/<version>."""
+    return f"{(config.output.url or '').rstrip('/')}/{final.parent.name}/{final.name}"
+
+
+def _finished(config: PipelineConfig, final: Path) -> bool:
+    """Built here, and with `[output] url` published there: the URL holds its `store.json` (the publishing
+    phase's completion marker, written last), byte for byte; another store version there is refused."""
+    if not (final / "store.json").exists():
+        return False
+    if not config.output.url:
+        return True
+    from pipeline.store.remote import check_target, remote_fs
+
+    return check_target(final, *remote_fs(output_url(config, final), config.output.storage_options))
+
+
+def refuse_published(config: PipelineConfig, final: Path, config_hash: str) -> None:
+    """Before building: a store version published at the URL from another config is refused in one line (the
+    build would end in a publication that must not overwrite it)."""
+    if not config.output.url:
+        return
+    from pipeline.store.remote import published, remote_fs
+
+    url = output_url(config, final)
+    there = published(*remote_fs(url, config.output.storage_options))
+    if there is not None and json.loads(there).get("config_hash") != config_hash:
+        raise ConfigError(
+            f"field 'output.url': {url} already holds store version {final.parent.name}/{final.name} built from "
+            "another config; refusing to overwrite it (name this one: version in [output])"
+        )
+
+
+def publish(config: PipelineConfig, home: Home, final: Path, kind: str, workers: int) -> None:
+    """The publishing phase: store version `final` copied to `[output] url`, `store.json` last. A rerun after a
+    failed publication resumes it (the objects already there are kept). With `[executor] work_url` the shards
+    go from the work URL to the store URL on the server, never through this disk or process; where the two
+    storage profiles cannot copy on the server, each task copies its own shards (`PublishShards`)."""
+    from pipeline.store.remote import PublishShards, copy_store, publish_store, remote_fs, same_profile
+
+    url, options = output_url(config, final), config.output.storage_options
+    log.info("publishing %s to %s", final, url)
+    layout = WorkLayout(home.work(final.parent.name, final.name))
+    remote = remote_work(config, layout)
+    if remote is None:
+        copy_store(final, url, options)
+        return
+    copied = not same_profile(remote.fs, remote_fs(url, options)[0])
+    if copied:  # an executor run of its own; the driver's copy of the work directory has nothing to upload
+        remote.reset_mirror()
+        step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)
+        tasks = config.executor.tasks
+        _run_executor("publish", kind, [step], tasks, workers, layout.logs / "7-publish", remote=remote)
+    publish_store(final, (remote.fs, remote.remote_path(layout.staged)), url, options, copied=copied)
 
 
 def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
@@ -680,8 +784,11 @@ def _build_store(
             stage["languages"] = languages
     funnel["bad_files"] = bad_files(step_dir(layout.funnel, 0, "read"))
     funnel["not_read"] = unread
+    funnel["encodings"] = bad_files(step_dir(layout.funnel, 0, "read"), "encodings")
     for bad in funnel["bad_files"]:
         log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
+    for read_as in funnel["encodings"]:
+        log.warning("%s: not UTF-8, read as %s", read_as["file"], read_as["encoding"])
     problems = malformed_report(layout)
     for malformed in problems[:20]:
         where = next((f"{label} {malformed[label]}" for label in ("line", "row", "record") if label in malformed), "")
@@ -745,33 +852,4 @@ def _build_store(
         layout.models,
         config.validation,
     )
-    if config.output.url:
-        url = f"{config.output.url.rstrip('/')}/{name}/{version}"
-        publish(config, layout, store, url, kind, workers, remote)
     return store
-
-
-def publish(
-    config: PipelineConfig,
-    layout: WorkLayout,
-    store: Path,
-    url: str,
-    kind: str,
-    workers: int,
-    remote: RemoteWork | None,
-) -> None:
-    """The store at `url`: copied from this disk, or from the work URL on the server; where the two storage
-    profiles cannot copy on the server, each task copies its own shards (never through the driver)."""
-    from pipeline.store.remote import PublishShards, copy_store, publish_store, remote_fs, same_profile
-
-    options = config.output.storage_options
-    if remote is None:
-        copy_store(store, url, options)
-        return
-    copied = not same_profile(remote.fs, remote_fs(url, options)[0])
-    if copied:
-        step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)
-        _run_executor(
-            "publish", kind, [step], config.executor.tasks, workers, layout.logs / "7-publish", remote=remote
-        )
-    publish_store(store, (remote.fs, remote.remote_path(layout.staged)), url, options, copied=copied)

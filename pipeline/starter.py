@@ -9,14 +9,15 @@ data files, and the data files lying directly in it. A folder holding several fo
 `.jsonl.zst` and `.parquet`) gives one source per format. Formats are found by extension, every
 one a reader takes (`FORMAT_SUFFIXES`: `.jsonl`, `.json`, compressed `.gz` `.zst` `.bz2` `.xz`
 variants, `.parquet`, `.warc`, `.warc.gz`, `.html`), and a `datasets` `save_to_disk` directory
-by its `dataset_info.json` or `dataset_dict.json`. The kind comes from the first record's
+by its `dataset_info.json` or `dataset_dict.json`. Each source's text and id fields are picked from its
+first record (`pipeline.stages.read.fields`: the configured name, else the one long string field; a source
+where that leaves a choice is an `UnknownTextField` listing the columns). The kind comes from the first record's
 `metadata.language` (`python` → code, skipping prose filters and language id); prose sources get
 datatrove's Gopher filters, applied with each document's language's rules after language id.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import textwrap
 import typing
@@ -28,7 +29,7 @@ import pydantic
 from millrace.errors import ConfigError
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, QualityConfig, SourceConfig
 from pipeline.filters import FILTERS
-from pipeline.stages.read.compressed import compression_of, decompressed_chunks
+from pipeline.stages.read.fields import UnknownTextField, first_record, pick_id_key, pick_text_key
 
 FORMATS = ("jsonl", "parquet", "warc", "html")  # in the order a folder's sources are named
 CODE_LANGUAGES = {"python", "c", "cpp", "java", "javascript", "rust", "go", "shell", "code"}
@@ -62,46 +63,26 @@ def is_json_document(path: Path) -> bool:
         return True
 
 
-def _first_metadata(files: list[Path], fmt: str) -> dict:
-    if fmt != "jsonl" or not files:
-        return {}
-    try:
-        with open(files[0], "rb") as raw:
-            head = next(decompressed_chunks(raw, compression_of(files[0].name)), b"")
-    except (OSError, EOFError, ValueError):
-        return {}
-    line = io.BytesIO(head).readline().decode("utf-8-sig", errors="replace")
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return {}
-    metadata = record.get("metadata", {}) if isinstance(record, dict) else {}
-    return metadata if isinstance(metadata, dict) else {}
-
-
-def _folder_sources(name: str, directory: Path) -> list[tuple[str, list[Path], str, dict]]:
+def _folder_sources(name: str, directory: Path) -> list[tuple[str, list[Path], str]]:
     """A folder's sources: one per format found anywhere under it (named `name`, then `name-<format>`)."""
     if _is_datasets_dir(directory):
-        return [(name, [directory], "hf-datasets", {})]
+        return [(name, [directory], "hf-datasets")]
     visible = [
         p for p in directory.rglob("*") if not any(part.startswith(".") for part in p.relative_to(directory).parts)
     ]
     found = sorted(_data_files(visible).items(), key=lambda item: FORMATS.index(item[0]))
-    return [
-        (name if index == 0 else f"{name}-{fmt}", [directory], fmt, _first_metadata(files, fmt))
-        for index, (fmt, files) in enumerate(found)
-    ]
+    return [(name if index == 0 else f"{name}-{fmt}", [directory], fmt) for index, (fmt, files) in enumerate(found)]
 
 
-def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str, dict]]:
-    """(name, paths, format, first record's metadata) for each source under `corpus_dir`: its folders,
+def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str]]:
+    """(name, paths, format) for each source under `corpus_dir`: its folders,
     then the data files lying directly in it (listed by name, so that no folder is read twice)."""
     corpus_dir = Path(corpus_dir)
     if not corpus_dir.is_dir():
         raise ConfigError(f"{corpus_dir}: corpus directory not found")
     root = corpus_dir.name.lower()
     if _is_datasets_dir(corpus_dir):
-        return [(root, [corpus_dir], "hf-datasets", {})]
+        return [(root, [corpus_dir], "hf-datasets")]
     children = sorted(p for p in corpus_dir.iterdir() if not p.name.startswith("."))
     found = [source for child in children if child.is_dir() for source in _folder_sources(child.name.lower(), child)]
     taken = {source[0] for source in found}
@@ -109,7 +90,7 @@ def discover_sources(corpus_dir: Path) -> list[tuple[str, list[Path], str, dict]
     for fmt, files in sorted(loose.items(), key=lambda item: FORMATS.index(item[0])):
         name = root if root not in taken else f"{root}-{fmt}"
         taken.add(name)
-        found.append((name, files, fmt, _first_metadata(files, fmt)))
+        found.append((name, files, fmt))
     if not found:
         raise ConfigError(
             f"{corpus_dir}: no jsonl, json, parquet, warc, html (or compressed) files or datasets directory found"
@@ -228,22 +209,35 @@ def _quality_intro(source_names: list[str], quality: QualityConfig) -> list[str]
     ]
 
 
-def _source(name: str, paths: list[Path], fmt: str, metadata: dict) -> SourceConfig:
-    language = str(metadata.get("language") or "")
-    code = language in CODE_LANGUAGES or name.endswith("-code")
-    return SourceConfig(
-        name=name,
-        paths=[str(p) for p in paths],
-        format=fmt,  # type: ignore[arg-type]
-        kind="code" if code else "prose",
-        language_id=not code,
-        filters=[] if code else ["gopher_repetition", "gopher_quality"],
+def _source(name: str, paths: list[Path], fmt: str, text_keys: dict[str, str]) -> SourceConfig:
+    """A found source with its text and id fields picked from its first record (`fields`), its kind from the
+    record's `metadata.language` (`python` -> code: no prose filters, no language id)."""
+    source = SourceConfig(name=name, paths=[str(p) for p in paths], format=fmt)  # type: ignore[arg-type]
+    found = first_record(source)
+    record = found[1] if found else {}
+    text_key = text_keys.get(name) or (pick_text_key(record) if found else "text")
+    if text_key is None or (found and text_key not in record):
+        raise UnknownTextField(name, found[0] if found else paths[0].name, list(record))
+    metadata = record.get("metadata")
+    language = metadata.get("language") if isinstance(metadata, dict) else None
+    code = str(language or "") in CODE_LANGUAGES or name.endswith("-code")
+    return source.model_copy(
+        update={
+            "text_key": text_key,
+            "id_key": pick_id_key(record, text_key),
+            "kind": "code" if code else "prose",
+            "language_id": not code,
+            "filters": [] if code else ["gopher_repetition", "gopher_quality"],
+        }
     )
 
 
-def starter_config(corpus_dir: Path, found: list[tuple[str, list[Path], str, dict]]) -> PipelineConfig:
-    """The config the starter file spells out: the found sources, quality on where the corpus has its reference."""
-    sources = [_source(*entry) for entry in found]
+def starter_config(
+    corpus_dir: Path, found: list[tuple[str, list[Path], str]], text_keys: dict[str, str] | None = None
+) -> PipelineConfig:
+    """The config the starter file spells out: the found sources, quality on where the corpus has its reference.
+    `text_keys` names a source's text field where its records leave it open (`UnknownTextField`)."""
+    sources = [_source(name, paths, fmt, text_keys or {}) for name, paths, fmt in found]
     names = [source.name for source in sources]
     quality = QualityConfig()
     quality = quality.model_copy(update={"enabled": all(name in names for name in quality.reference_sources)})
@@ -257,10 +251,36 @@ def starter_config(corpus_dir: Path, found: list[tuple[str, list[Path], str, dic
     )
 
 
-def init_config(corpus_dir: Path | str) -> str:
+def init_config(corpus_dir: Path | str, text_keys: dict[str, str] | None = None) -> str:
     """The text of a starter config for `corpus_dir`."""
+    return init_starter(corpus_dir, text_keys)[0]
+
+
+def init_starter(corpus_dir: Path | str, text_keys: dict[str, str] | None = None) -> tuple[str, dict]:
+    """The text of a starter config for `corpus_dir`, and what was found there: each source's name, format,
+    paths and fields, and the files no source reads (`discovery.unread_files`)."""
+    from pipeline.stages.read.discovery import unread_files
+
     corpus_dir = Path(corpus_dir).resolve()
-    config = starter_config(corpus_dir, discover_sources(corpus_dir))
+    discovered = discover_sources(corpus_dir)
+    names = [name for name, _, _ in discovered]
+    for name in set(text_keys or {}) - set(names):
+        raise ConfigError(
+            f"--text-key {name}=...: no source {name!r} found in {corpus_dir}; sources: {', '.join(names)}"
+        )
+    config = starter_config(corpus_dir, discovered, text_keys)
+    found = {
+        "sources": [
+            {"name": s.name, "format": s.format, "paths": s.paths, "text_key": s.text_key, "id_key": s.id_key}
+            for s in config.sources
+        ],
+        "not_read": unread_files(config),
+    }
+    return _config_text(corpus_dir, config), found
+
+
+def _config_text(corpus_dir: Path, config: PipelineConfig) -> str:
+    """The starter file: every option of `config`, commented."""
     lines = [
         f"# millrace pipeline config for {corpus_dir}",
         "# Run it with:  millrace pipeline run THIS_FILE.toml [--executor local|ray|slurm] [--workers N]",

@@ -89,7 +89,12 @@ def build(
         print_json(pages.as_json())
         return
     click.echo(f"site: {pages.index}")
-    for path in [*pages.stores, *pages.runs]:  # the compare page's address is logged by `build_pages`
+    for path in [
+        *pages.stores,
+        *pages.runs,
+        *pages.ladders,
+        *pages.searches,
+    ]:  # the compare page's address is logged by `build_pages`
         click.echo(f"  {path}  ({path.stat().st_size / 1024:,.0f} KiB)")
 
 

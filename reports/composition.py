@@ -53,6 +53,7 @@ class Composition:
     not_read: list[dict[str, Any]] = field(default_factory=list)
     revisions: dict[str, BuiltRevision] = field(default_factory=dict)
     stale: list[str] = field(default_factory=list)
+    proposals: dict[str, dict[str, Any]] = field(default_factory=dict)  # revision key -> the search that proposed it
 
     @property
     def has_cell_stats(self) -> bool:
@@ -74,7 +75,10 @@ class Composition:
             ],
             "grid": self.grid,
             "sources": [{"name": s["name"], "tokens_by_cell": s["tokens_by_cell"]} for s in self.sources],
-            "revisions": {key: revision_data(rev, self.cells) for key, rev in self.revisions.items()},
+            "revisions": {
+                key: {**revision_data(rev, self.cells), "proposal": self.proposals.get(key)}
+                for key, rev in self.revisions.items()
+            },
             "stale": self.stale,
         }
 

@@ -114,8 +114,14 @@ def _funnel_languages(funnel: list[dict[str, Any]]) -> dict[str, Any]:
     return {"stages": [stage["name"] for stage in stages], "rows": rows}
 
 
-def write_composition_page(composition: Composition, site: Path, ladders: Sequence[dict[str, str]] = ()) -> Path:
-    """`ladders`: links to the ladders trained on this page's revisions (reports.ladder_page.ladder_links)."""
+def write_composition_page(
+    composition: Composition,
+    site: Path,
+    ladders: Sequence[dict[str, str]] = (),
+    searches: Sequence[dict[str, Any]] = (),
+) -> Path:
+    """`ladders`: links to the ladders trained on this page's revisions (reports.ladder_page.ladder_links);
+    `searches`: the mixture searches whose proposals are revisions here (reports.search_page.search_links)."""
     store = composition.store
     out = site / store.name / store.version / "index.html"
     funnel = composition.funnel
@@ -141,4 +147,5 @@ def write_composition_page(composition: Composition, site: Path, ladders: Sequen
         page_json=embed_json(composition.page_data()),
         page_js=static_text("composition.js"),
         ladders=list(ladders),
+        searches=list(searches),
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from millrace.artifacts import remove_stale_temporaries
-from millrace.errors import ConfigError
+from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
@@ -22,6 +22,7 @@ from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import RunSeries
 from reports.run_page import REFRESH_SECONDS, write_run_page
+from reports.search_page import SearchView, load_searches, search_links, write_search_page
 from reports.training import MetricsTail, RunView, load_run, load_run_summary
 from trainer.records import RUN_FILE
 
@@ -36,6 +37,7 @@ class SitePages:
     stores: list[Path] = field(default_factory=list)
     runs: list[Path] = field(default_factory=list)
     ladders: list[Path] = field(default_factory=list)
+    searches: list[Path] = field(default_factory=list)
     compare: str | None = None  # the compare page's URL for the runs named, when several were
 
     def as_json(self) -> dict:
@@ -44,8 +46,11 @@ class SitePages:
             "stores": [str(p) for p in self.stores],
             "runs": [str(p) for p in self.runs],
             "ladders": [str(p) for p in self.ladders],
+            "searches": [str(p) for p in self.searches],
             "compare": self.compare,
-            "bytes": {str(p): p.stat().st_size for p in [self.index, *self.stores, *self.runs, *self.ladders]},
+            "bytes": {
+                str(p): p.stat().st_size for p in [self.index, *self.stores, *self.runs, *self.ladders, *self.searches]
+            },
         }
 
 
@@ -107,11 +112,12 @@ def build_pages(
     if mixtures:
         _select_mixtures(compositions, mixtures)
     ladders = load_ladders(home)
+    searches = load_searches(home)
     store_links: dict[str, list[dict[str, str]]] = {body["ladder"]: [] for body in ladders}
     for composition in compositions:
         pairs = {(rev.manifest.mixture, rev.manifest.revision) for rev in composition.revisions.values()}
         links = ladder_links(ladders, pairs, "../../")
-        path = write_composition_page(composition, site, links)
+        path = write_composition_page(composition, site, links, search_links(searches, composition, "../../"))
         log.debug("wrote %s (%d revisions)", path, len(composition.revisions))
         pages.stores.append(path)
         store = composition.store
@@ -125,15 +131,23 @@ def build_pages(
         path = write_ladder_page(body, site, store_links[body["ladder"]])
         log.debug("wrote %s (%d rung results)", path, len(body.get("results", [])))
         pages.ladders.append(path)
+    for search in searches:
+        pages.searches.append(write_search_page(search, site, home))
+        log.debug("wrote %s", pages.searches[-1])
     views = []
     rungs = rung_runs(ladders)
+    damaged: list[str] = []
     for run_dir in run_dirs:
-        view = load_run(run_dir)
+        try:
+            view = load_run(run_dir)
+            path = write_run_page(view, site)
+            write_run_summary(view, site, rungs.get(view.name))
+            write_explain_data(view, site, home)
+            write_explain_page(site, view.name)
+        except ArtifactError as exc:  # one damaged run never stops the others' pages
+            damaged.append(f"{run_dir.name} ({exc})")
+            continue
         views.append(view)
-        path = write_run_page(view, site)
-        write_run_summary(view, site, rungs.get(view.name))
-        write_explain_data(view, site, home)
-        write_explain_page(site, view.name)
         log.debug("wrote %s (%d metrics records, %s)", path, len(view.records), view.status)
         pages.runs.append(path)
         if progress:
@@ -145,7 +159,17 @@ def build_pages(
         pages.compare = compare.as_uri() + compare_query([v.name for v in views])
         log.info("compare them at %s", pages.compare)
     refresh_index(home, site)
+    if damaged:
+        raise ArtifactError(f"every other page was built, not those of run {'; run '.join(damaged)}")
     return pages
+
+
+def _summary(run_dir: Path) -> RunView | None:
+    """The index line's view of a run, or None for a damaged one (named by the build that skipped its page)."""
+    try:
+        return load_run_summary(run_dir)
+    except ArtifactError:
+        return None
 
 
 def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
@@ -201,7 +225,13 @@ def _run_row(view: RunView, rung: dict | None = None) -> dict:
     }
 
 
-def write_index(site: Path, store_rows: list[dict], run_rows: list[dict], ladder_rows: Sequence[dict] = ()) -> Path:
+def write_index(
+    site: Path,
+    store_rows: list[dict],
+    run_rows: list[dict],
+    ladder_rows: Sequence[dict] = (),
+    search_rows: Sequence[dict] = (),
+) -> Path:
     return render_page(
         "index.html.j2",
         site / "index.html",
@@ -209,6 +239,7 @@ def write_index(site: Path, store_rows: list[dict], run_rows: list[dict], ladder
         stores=store_rows,
         runs=run_rows,
         ladders=list(ladder_rows),
+        searches=list(search_rows),
         runs_json=embed_json(run_rows),
         page_js=static_text("index.js"),
     )
@@ -260,7 +291,7 @@ def refresh_index(home: Home, site: Path) -> Path:
     run_rows = [
         _run_row(view, rungs.get(view.name))
         for run_dir in find_runs(home)
-        if (site / "runs" / run_dir.name / "index.html").exists() and (view := load_run_summary(run_dir))
+        if (site / "runs" / run_dir.name / "index.html").exists() and (view := _summary(run_dir))
     ]
     ladder_rows = [
         {
@@ -275,7 +306,25 @@ def refresh_index(home: Home, site: Path) -> Path:
         for body in load_ladders(home)
         if (site / "ladders" / body["ladder"] / "index.html").exists()
     ]
-    return write_index(site, store_rows, run_rows, ladder_rows)
+    search_rows = [
+        _search_row(view) for view in load_searches(home) if (site / "searches" / view.name / "index.html").exists()
+    ]
+    return write_index(site, store_rows, run_rows, ladder_rows, search_rows)
+
+
+def _search_row(view: SearchView) -> dict:
+    """One line of the index's searches: how far it got, and its proposal with the predicted target."""
+    proposal, fit = view.proposal, view.fit
+    return {
+        "name": view.name,
+        "href": f"searches/{quote(view.name)}/index.html",
+        "baseline": view.plan.branch.revision,
+        "proxies": len(view.plan.proxies),
+        "spearman": fit.target_fit.spearman if fit is not None else None,
+        "proposal": proposal.revision if proposal is not None else None,
+        "predicted": proposal.provenance.predicted if proposal is not None else None,
+        "validated": view.validation is not None and bool(view.validation.comparisons),
+    }
 
 
 def _store_row(store_dir: Path) -> dict:

@@ -400,8 +400,11 @@ def make_reference_store(home: Home, revisions: int = 5, seed: int = 3) -> Path:
     specs = {
         "natural": {"strategy": "natural"},
         "uniform-sampling": {"strategy": "uniform"},
-        "temperature-2": {"strategy": "temperature", "temperature": 2.0},
-        "quality-tilt": {"strategy": "quality-tilt", "tilt": {"q0": 0.3, "q1": 0.6, "q3": 1.6, "q4": 2.5}},
+        "temperature-2": {"strategy": "temperature", "options": {"temperature": 2.0}},
+        "quality-tilt": {
+            "strategy": "quality-tilt",
+            "options": {"tilt": {"q0": 0.3, "q1": 0.6, "q3": 1.6, "q4": 2.5}},
+        },
         "cooldown-q34": {"strategy": "natural", "phases": ["pretrain:15T", "cooldown:3.75T:natural@c*q3,c*q4"]},
     }
     for name in REFERENCE_REVISIONS[:revisions]:

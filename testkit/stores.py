@@ -20,6 +20,8 @@ from millrace.home import Home
 from pipeline.store.format import (
     CellManifest,
     CellSummary,
+    EvalSetManifest,
+    EvalSetSummary,
     HeldOut,
     ShardInfo,
     ShardTable,
@@ -28,6 +30,7 @@ from pipeline.store.format import (
     StoreManifest,
     TokenizerInfo,
     write_cell_manifest,
+    write_eval_set_manifest,
     write_store_manifest,
 )
 
@@ -52,9 +55,11 @@ def write_store(
     store_stats: dict | None = None,
     funnel: dict | None = None,
     validation: Mapping[str, Sequence[Document]] = {},
+    eval_sets: Mapping[str, Sequence[Document]] = {},
 ) -> Path:
     """`cells[cell]` is a list of shards, each a list of documents; `validation[cell]` the cell's held-out
-    documents (one validation shard); returns the store directory."""
+    documents (one validation shard); `eval_sets[name]` an external evaluation set's documents (one shard under
+    sets/<name>/, as the pipeline's held-out stage writes it); returns the store directory."""
     root = home.store(name, version)
     summaries = {}
     for cell, shards in sorted(cells.items()):
@@ -102,6 +107,10 @@ def write_store(
             validation_tokens=held.tokens,
             manifest_hash=write_cell_manifest(root / "cells" / cell, manifest),
         )
+    sets = {
+        set_name: _write_eval_set(root / "sets" / set_name, set_name, documents, sources, bytes_per_token, fingerprint)
+        for set_name, documents in sorted(eval_sets.items())
+    }
     write_store_manifest(
         root,
         StoreManifest(
@@ -109,6 +118,7 @@ def write_store(
             version=version,
             dtype="uint16",
             cells=summaries,
+            sets=sets,
             sources=sources,
             tokenizer=TokenizerInfo(
                 fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path
@@ -118,6 +128,23 @@ def write_store(
         ),
     )
     return root
+
+
+def _write_eval_set(
+    set_dir: Path, name: str, documents: Sequence[Document], sources: list[str], bytes_per_token: int, fingerprint: str
+) -> EvalSetSummary:
+    counts: dict[str, SourceCounts] = {}
+    info = _write_shard(set_dir / "set-00000", documents, sources, bytes_per_token, counts, durable=True)
+    held = HeldOut(
+        documents=info.documents,
+        tokens=info.tokens,
+        bytes=info.tokens * bytes_per_token,
+        shards=[info],
+        sources=counts,
+    )
+    manifest = EvalSetManifest(name=name, dtype="uint16", tokenizer_fingerprint=fingerprint, held=held, overlap={})
+    digest = write_eval_set_manifest(set_dir, manifest)
+    return EvalSetSummary(documents=held.documents, tokens=held.tokens, bytes=held.bytes, manifest_hash=digest)
 
 
 def _write_shard(
@@ -156,6 +183,7 @@ def learnable_document(rng: np.random.Generator, length: int, pattern: int, voca
     return tokens
 
 
+DISTINCT_BLOCK = 16  # token ids of each cell's own in a `DISTINCT` store
 Draw = Callable[[np.random.Generator, int, int, int, "StoreShape"], list[list[Document]]]
 
 
@@ -171,6 +199,28 @@ def _learnable(
                 int(rng.integers(0, len(shape.sources))),
             )
         )
+        written += length
+    return [docs]
+
+
+def _distinct(
+    rng: np.random.Generator, index: int, tokens: int, shards: int, shape: StoreShape
+) -> list[list[Document]]:
+    """Half the tokens Zipf over a block of `DISTINCT_BLOCK` ids of the cell's own (cell i: ids 2 + 16 i ...),
+    half Zipf over the whole vocabulary (what all cells share): what a model trains on shows at once in each
+    cell's held-out loss, and no mixture leaves a cell's tokens unseen (a mixture search's known optimum)."""
+    ranks = np.arange(DISTINCT_BLOCK)
+    weights = 1.0 / (ranks + 1.0) ** 1.1
+    block = 2 + (index * DISTINCT_BLOCK + ranks) % (shape.vocab - 2)
+    common, probabilities = zipf_probabilities(shape.vocab)
+    docs, written = [], 0
+    while written < tokens:
+        length = int(min(rng.integers(16, 96), tokens - written))
+        own = block[rng.choice(DISTINCT_BLOCK, size=length, p=weights / weights.sum())]
+        shared = rng.choice(common, size=length, p=probabilities)
+        doc = np.where(rng.random(length) < 0.5, own, shared).astype(np.uint16)
+        doc[-1] = shape.eos
+        docs.append((doc, int(rng.integers(0, len(shape.sources)))))
         written += length
     return [docs]
 
@@ -224,6 +274,9 @@ class StoreShape:
 LEARNABLE = StoreShape(
     _learnable, "t", "2026.01.01", vocab=256, eos=1, sources=("docs", "code", "man"), shards=1, bytes_per_token=2
 )
+DISTINCT = StoreShape(
+    _distinct, "t", "2026.01.01", vocab=128, eos=1, sources=("docs", "code", "man"), shards=1, bytes_per_token=2
+)
 RANDOM = StoreShape(
     _random, "t", "2026.01.01", vocab=500, eos=1, sources=("alpha", "beta", "gamma"), shards=2, tokenizer=True
 )
@@ -252,10 +305,14 @@ def make_store(
     vocab: int | None = None,
     doc_tokens: int | None = None,
     held_out: int = 0,
+    store_stats: dict | None = None,
+    eval_sets: Mapping[str, Mapping[str, int]] = {},
 ) -> Path:
     """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.
 
-    `held_out`: the first documents of each cell's first shard go to its validation shard instead."""
+    `held_out`: the first documents of each cell's first shard go to its validation shard instead.
+    `store_stats`: the manifest's `stats` (e.g. domain labels).
+    `eval_sets`: external sets, each drawn as a known mix of cells (set -> cell -> tokens, drawn like the cell)."""
     shape = replace(shape, vocab=vocab or shape.vocab, doc_tokens=doc_tokens or shape.doc_tokens)
     name, version = name or shape.name, version or shape.version
     rng = np.random.default_rng(seed)
@@ -264,6 +321,13 @@ def make_store(
         drawn = shape.draw(rng, index, tokens, shards or shape.shards, shape)
         validation[cell], drawn[0] = drawn[0][:held_out], drawn[0][held_out:]
         documents[cell] = drawn
+    index_of = {cell: index for index, cell in enumerate(sorted(cells))}
+    sets = {
+        set_name: [
+            doc for cell, tokens in sorted(mix.items()) for doc in shape.draw(rng, index_of[cell], tokens, 1, shape)[0]
+        ]
+        for set_name, mix in eval_sets.items()
+    }
     fingerprint, tokenizer_path = shape.fingerprint, shape.tokenizer_path
     if shape.tokenizer:
         tokenizer = home.store(name, version) / "tokenizer" / "tokenizer.json"
@@ -281,6 +345,8 @@ def make_store(
         tokenizer_path=tokenizer_path,
         bytes_per_token=shape.bytes_per_token,
         validation=validation,
+        store_stats=store_stats,
+        eval_sets=sets,
     )
 
 

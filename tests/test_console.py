@@ -31,6 +31,16 @@ def test_demo_prints_urls_and_paths_whole_at_80_columns(tmp_path):
     assert f"  {(home.site / 'runs' / 'demo' / 'index.html').as_uri()}" in lines
 
 
+def test_demo_step_headings_are_whole_lines_off_a_terminal():
+    from demo.run import DemoReport, step
+
+    what = "fit the cells, tokenize and place every document of the corpus into its domain and quality bucket"
+    out = io.StringIO()
+    with step(Console(file=out, width=80), DemoReport(home=Path(".")), "pipeline", what):
+        pass
+    assert out.getvalue().splitlines()[0] == f"== pipeline: {what}"
+
+
 def test_each_action_is_one_line_not_a_log_line_and_a_human_line(tmp_path, capsys):
     base = ["--home", str(tmp_path)]
     assert (

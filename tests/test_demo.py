@@ -20,8 +20,9 @@ def _demo(home, *extra):
             "3000000",
             "--json",
             "--no-ladder",
+            "--no-search",
             *extra,
-        ],  # the ladder step: tests/trainer/test_ladder_e2e.py (predict_then_measure)
+        ],  # the ladder step: tests/trainer/test_ladder_e2e.py; the search: tests/search/test_known_optimum.py
         capture_output=True,
         text=True,
         timeout=900,

@@ -36,7 +36,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
-from millrace.errors import ArtifactError, ConfigError
+from millrace import remote_calls
+from millrace.errors import ArtifactError, ConfigError, disk_full_cause
+from millrace.remote_calls import WRITE_LIMITS
 from trainer.checkpoint_digest import DIGEST_FILE, write_digests
 from trainer.run_url import RemoteDir
 
@@ -142,14 +144,17 @@ def _save_remote(directory: RemoteDir, step: int, parts: Mapping[str, Stateful],
         final.remove()  # an unfinished write of this step (never committed), or the step written again
     _barrier()
     try:
-        writer = FsspecWriter(final.url, **final.storage_options)
+        writer = FsspecWriter(final.url, **final.bounded_options)
         with single_process_is_intended():
             dcp.save({name: part.state_dict() for name, part in parts.items()}, storage_writer=writer)
         _barrier()
         write_digests(final)
-    except BaseException:  # as above: nothing half-written is left to list
+    except BaseException as exc:  # as above: nothing half-written is left to list
         if _rank() == 0:
             final.remove()
+        if isinstance(exc, Exception) and not isinstance(exc, ArtifactError) and disk_full_cause(exc) is None:
+            cause = remote_calls.describe_failure(exc.__cause__ or exc, WRITE_LIMITS)
+            raise ArtifactError(f"{final}: checkpoint write failed ({cause})") from exc
         raise
     _barrier()
     if _rank() == 0:
@@ -166,7 +171,7 @@ def _reader(path: Place) -> dict[str, Any]:
     if isinstance(path, RemoteDir):
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-        return {"storage_reader": FsspecReader(path.url, **path.storage_options)}
+        return {"storage_reader": FsspecReader(path.url, **path.bounded_options)}
     return {"checkpoint_id": str(path)}
 
 

@@ -91,14 +91,19 @@ def _recorded(directory: Path | RemoteDir) -> dict[str, str] | None:
     return read_artifact(directory / DIGEST_FILE, DIGEST_KIND)["files"]
 
 
-def verify_digests(directory: Path | RemoteDir) -> None:
+def verify_digests(directory: Path | RemoteDir, trust_unverified: bool = False) -> None:
     """Raise an ArtifactError naming the first file of the checkpoint whose bytes differ from its digest,
-    or that is missing; a checkpoint written before digests existed is loaded with a warning."""
+    or that is missing. A checkpoint without digests is refused (nothing says its bytes are the ones written:
+    a run resumed from a damaged one trains on); `trust_unverified` loads it with a warning."""
     recorded = _recorded(directory)
     if recorded is None:
-        log.warning(
-            "%s: no %s (written before checkpoints were digested); loading it unverified", directory, DIGEST_FILE
-        )
+        if not trust_unverified:
+            raise ArtifactError(
+                f"{directory}: no {DIGEST_FILE}, so its files cannot be verified; pass --trust-unverified to "
+                "load it anyway (a checkpoint written before checkpoints were digested), or remove it to resume "
+                "from an earlier one"
+            )
+        log.warning("%s: no %s; loading it unverified (--trust-unverified)", directory, DIGEST_FILE)
         return
     problems: list[str] = []
     present = {p.name for p in _files(directory)}

@@ -8,7 +8,7 @@ import click
 
 from millrace.errors import ConfigError
 from millrace.home import Home
-from millrace.names import PLAIN_NAME
+from millrace.names import PLAIN_NAME, check_name
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
 from trainer.runs_cli import list_command as runs_list_command
 
@@ -16,13 +16,18 @@ TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
 \b
   millrace train CONFIG [--mixture M --revision R] [--steps N] [--run NAME]
-                        [--checkpoint-every K] [--resume]
-      train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`);
+                        [--checkpoint-every K] [--resume] [--from-run SOURCE]
+      train CONFIG's model on a built mixture (same as `millrace train run CONFIG ...`); CONFIG
+      is a TOML file or a shipped config's name (tiny, micro-ladder, ...: `millrace train configs`);
       the run's files go to $MILLRACE_HOME/runs/<run>/ (run.json, metrics.jsonl,
       checkpoints/). Under torchrun it runs data + expert parallel.
+      --from-run SOURCE branches: a new run from SOURCE's checkpoint on SOURCE's revision or
+      one continuing it (many proxies from one shared checkpoint).
   millrace train plan CONFIG --gpus N [--gpus-per-node G] [--json]
       a runnable data x expert layout, parameters, FLOPs, memory per GPU and days for CONFIG,
       without training.
+  millrace train configs [--json]
+      the shipped configs, which CONFIG may name from anywhere (`millrace train tiny`).
   millrace train list [--json]
       the runs under $MILLRACE_HOME/runs (same as `millrace runs list`).
   millrace train status RUN [--json]
@@ -53,7 +58,7 @@ def train() -> None:
 
 
 @train.command("run")
-@click.argument("config", type=click.Path(dir_okay=False))
+@click.argument("config", metavar="CONFIG")
 @click.option("--mixture", type=PLAIN_NAME, default=None, help="Mixture name (default: the config's data.mixture).")
 @revision_option("Mixture revision (default: the config's data.revision).", default=None)
 @click.option(
@@ -81,10 +86,25 @@ def train() -> None:
     "continues the run's revision, the run switches mixture, from a checkpoint at or before its at_step.",
 )
 @click.option(
+    "--from-run",
+    type=PLAIN_NAME,
+    default=None,
+    help="Branch: start from run NAME's newest checkpoint usable here (weights, optimiser, router biases, "
+    "counters, loader position), under this --run's own name. NAME must have trained this --revision or one "
+    "it continues (the checkpoint at or before the step where they part); the new run takes NAME's records "
+    "up to that step. Once this run has its own checkpoint, --resume continues from that.",
+)
+@click.option(
     "--allow-config-change",
     is_flag=True,
     help="With --resume: accept optimiser, schedule or other training settings that differ from the "
     "checkpoint's (each change is recorded in run.json). A model shape change is always refused.",
+)
+@click.option(
+    "--trust-unverified",
+    is_flag=True,
+    help="With --resume: load a checkpoint that has no digests.json (one written before checkpoints were "
+    "digested), whose files cannot be checked. Without it such a checkpoint is refused.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs only).")
 @json_option
@@ -98,11 +118,16 @@ def run_command(
     run_name: str | None,
     checkpoint_every: int | None,
     resume: bool,
+    from_run: str | None,
     allow_config_change: bool,
+    trust_unverified: bool,
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Train CONFIG's model on a built mixture, fed by the loader."""
+    """Train CONFIG's model on a built mixture, fed by the loader.
+
+    CONFIG is a TOML file, or the name of a config millrace ships (`tiny`; `millrace train configs` lists
+    them, with where they are)."""
     from trainer.loop import train as train_fn
 
     result = train_fn(
@@ -116,6 +141,8 @@ def run_command(
         resume=resume,
         progress=not no_progress,
         allow_config_change=allow_config_change,
+        trust_unverified=trust_unverified,
+        from_run=from_run,
     )
     if as_json:
         print_json(
@@ -140,6 +167,21 @@ def run_command(
 
 
 train.add_command(runs_list_command, "list")
+
+
+@train.command("configs")
+@json_option
+def configs_command(as_json: bool) -> None:
+    """The training configs millrace ships: each one's name (what CONFIG may say, from any directory) and file."""
+    from trainer.config import shipped_configs
+
+    shipped = {name: str(path) for name, path in shipped_configs().items()}
+    if as_json:
+        print_json({"configs": shipped})
+        return
+    width = max((len(name) for name in shipped), default=0)
+    for name, path in shipped.items():
+        click.echo(f"{name:<{width}}  {path}")
 
 
 def fmt_params(count: float) -> str:
@@ -286,9 +328,13 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
     Exit status 3 while any alert is active (for cron jobs and Slurm scripts), 0 otherwise."""
     from pathlib import Path
 
-    from trainer.status import ALERT_EXIT_CODE, format_status, run_status
+    from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
 
-    run_dir = Path(run) if Path(run).is_dir() and (Path(run) / "run.json").exists() else home.run(run)
+    try:
+        a_directory = Path(run).is_dir() and (Path(run) / "run.json").exists()
+    except OSError:  # a name too long for a path: held to the name rule below
+        a_directory = False
+    run_dir = Path(run) if a_directory else existing_run(home, check_name(run, "RUN"))
     status = run_status(run_dir)
     if as_json:
         print_json(status)

@@ -92,7 +92,7 @@ class MoEConfig(StrictModel):
 
 
 class OptimizerConfig(StrictModel):
-    lr: float = pydantic.Field(3e-3, gt=0)
+    lr: float = pydantic.Field(3e-3, gt=0, le=10)  # past 10 no run trains; 1e308 overflowed the schedule
     min_lr_ratio: float = pydantic.Field(0.1, ge=0, le=1)
     betas: tuple[Annotated[float, pydantic.Field(ge=0, lt=1)], Annotated[float, pydantic.Field(ge=0, lt=1)]] = (
         0.9,
@@ -365,11 +365,33 @@ class TrainConfig(StrictModel):
         return self
 
 
+SHIPPED_CONFIGS = Path(__file__).parent / "configs"  # the configs millrace ships, found by name from anywhere
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The shipped training configs by name (`tiny` -> .../trainer/configs/tiny.toml)."""
+    return {path.stem: path for path in sorted(SHIPPED_CONFIGS.glob("*.toml"))}
+
+
+def resolve_train_config(spec: Path | str) -> Path:
+    """A config file's path, or a shipped config's by its name (`tiny`, `tiny.toml`, or the repository-relative
+    `trainer/configs/tiny.toml` run from elsewhere); a miss names the shipped ones."""
+    path = Path(spec)
+    if path.exists():
+        return path
+    shipped = shipped_configs()
+    name = path.name[: -len(".toml")] if path.name.endswith(".toml") else path.name
+    if name in shipped and (path.parent == Path(".") or path.parent.parts[-2:] == ("trainer", "configs")):
+        return shipped[name]
+    raise ConfigError(
+        f"{spec}: training config not found (no such file, nor a shipped config of that name; shipped in "
+        f"{SHIPPED_CONFIGS}: {', '.join(shipped) or 'none'}; list them with `millrace train configs`)"
+    )
+
+
 def load_train_config(path: Path | str) -> TrainConfig:
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: training config not found")
-    return load_config(path, TrainConfig)
+    """A training config from a file, or a shipped one by name (`resolve_train_config`)."""
+    return load_config(resolve_train_config(path), TrainConfig)
 
 
 def with_vocab(config: TrainConfig, vocab_size: int) -> TrainConfig:

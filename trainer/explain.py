@@ -28,6 +28,7 @@ from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from trainer.param_groups import ROUTER_BIAS
 from trainer.records import EXPLANATIONS_FILE, read_metrics, read_run
+from trainer.status import existing_run
 
 WINDOW = 20  # logged steps before N that make the running mean
 MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its typical change
@@ -196,9 +197,7 @@ def explain_record(records: list[dict[str, Any]], at: int, window: int = WINDOW)
 
 
 def read_run_files(home: Home, run_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    run_dir = home.run(run_name)
-    if not (run_dir / "run.json").exists():
-        raise ConfigError(f"run {run_name!r}: no run.json in {run_dir}")
+    run_dir = existing_run(home, run_name)
     return read_run(run_dir), read_metrics(run_dir)
 
 

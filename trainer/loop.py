@@ -30,14 +30,16 @@ from loader.held_out import fetch_held_out
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
+from millrace.jsonl import read_stream
 from millrace.signals import StopRequest
 from millrace.writer_lock import WriterLock
 from mixtures.manifest import find_manifest, lineage_of, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
 from trainer.balance import balance_step
+from trainer.branch import branch_checkpoint
 from trainer.checkpoint_digest import verify_digests
-from trainer.config import TrainConfig, load_train_config, with_vocab
+from trainer.config import TrainConfig, load_train_config, resolve_train_config, with_vocab
 from trainer.distributed import Runtime, init_runtime, parallelize
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
@@ -49,8 +51,11 @@ from trainer.observers import RunObservers
 from trainer.param_groups import group_of
 from trainer.peak import peak_flops
 from trainer.records import (
+    EVAL_FILE,
     LOCK_FILE,
     METRICS_FILE,
+    RUN_FILE,
+    SAMPLES_FILE,
     MetricsRecord,
     RevisionRange,
     RunRecord,
@@ -246,6 +251,8 @@ class RunPlan:
     stop: int  # where this invocation stops
     checkpoint_every: int
     allow_config_change: bool = False
+    from_run: str | None = None  # branch: start from this run's checkpoint (`trainer.branch`)
+    trust_unverified: bool = False  # load a checkpoint without digests.json (`--trust-unverified`)
 
     @property
     def run_dir(self) -> Path:
@@ -329,9 +336,11 @@ def prepare_run(
     checkpoint_every: int | None,
     resume: bool,
     allow_config_change: bool = False,
+    from_run: str | None = None,
+    trust_unverified: bool = False,
 ) -> RunPlan:
     """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
-    config_path = Path(config_path)
+    config_path = resolve_train_config(config_path)  # a file, or a shipped config by name
     config = load_train_config(config_path)
     home = home if isinstance(home, Home) else Home.resolve(home)
     if config.samples.enabled and config.samples.prompts != "auto":  # refused before anything is written
@@ -382,11 +391,16 @@ def prepare_run(
         stop=stop,
         checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,
         allow_config_change=allow_config_change,
+        from_run=from_run,
+        trust_unverified=trust_unverified,
     )
-    if ckpt.latest_checkpoint(plan.checkpoints) and not resume:
+    own = ckpt.latest_checkpoint(plan.checkpoints)
+    if own and not resume:
         raise ConfigError(
             f"run {run!r} already has checkpoints in {plan.checkpoints}; pass --resume or choose another --run"
         )
+    if from_run and not own:
+        branch_source(plan)  # refused here, before anything is written
     return plan
 
 
@@ -421,12 +435,13 @@ def build_training(plan: RunPlan) -> Training:
 def restore(training: Training, resume: bool) -> int:
     """Load the run's latest checkpoint into every part when resuming; returns the step to start at."""
     plan = training.plan
+    resume = resume or plan.from_run is not None
     source, latest = resume_source(plan) if resume else (plan.run, None)
     if resume and latest:
         remote = plan.remote_of(source)
         if remote is not None and plan.runtime.rank == 0:  # a node that never saw the run: its records first
             pull_records(remote, plan.home.run(source))
-        verify_digests(latest[1])
+        verify_digests(latest[1], plan.trust_unverified)
         training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
         log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
@@ -438,6 +453,24 @@ def restore(training: Training, resume: bool) -> int:
     if training.start > plan.stop:
         raise ConfigError(f"--steps {plan.stop} is before the checkpoint of run {plan.run!r} at step {training.start}")
     return training.start
+
+
+def check_resumable(run_dir: Path, start: int) -> None:
+    """Every record a resume continues, read whole before any stream is cut back to the checkpoint: a damaged
+    one is refused in one line with nothing changed. A damaged `run.json` is refused too: rewritten, it would
+    lose which revision trained which steps."""
+    if start == 0:
+        return
+    for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
+        read_stream(run_dir / name)
+    if (run_dir / RUN_FILE).exists():
+        try:
+            read_run(run_dir)
+        except ArtifactError as exc:
+            raise ArtifactError(
+                f"{exc}; a resume would lose which revision trained which steps: restore it (from a backup or "
+                "the run's [run] url), or train under a new --run"
+            ) from None
 
 
 def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
@@ -485,6 +518,8 @@ def resume_source(plan: RunPlan) -> tuple[str, tuple[int, ckpt.Place] | None]:
     latest = ckpt.latest_checkpoint(plan.checkpoints)
     if latest:
         return plan.run, latest
+    if plan.from_run:
+        return plan.from_run, branch_source(plan)
     for ancestor in plan.stream.manifest.ancestors:
         run = default_run_name(plan.config_path, plan.mixture, ancestor.revision)
         found = ckpt.latest_checkpoint(plan.checkpoints_of(run))
@@ -499,6 +534,17 @@ def resume_source(plan: RunPlan) -> tuple[str, tuple[int, ckpt.Place] | None]:
             )
             return run, found
     return plan.run, None
+
+
+def branch_source(plan: RunPlan) -> tuple[int, ckpt.Place]:
+    """`--from-run`: the source run's newest checkpoint this run may start from (`trainer.branch`)."""
+    assert plan.from_run is not None
+    remote = plan.remote_of(plan.from_run)
+    if remote is not None and plan.runtime.rank == 0:  # its run.json names the revision it trained
+        pull_records(remote, plan.home.run(plan.from_run))
+    manifest, digest = plan.stream.manifest, plan.stream.manifest_hash
+    places = plan.checkpoints_of(plan.from_run)
+    return branch_checkpoint(plan.home, plan.from_run, plan.run, places, manifest, digest, plan.stop)
 
 
 def adopt_history(plan: RunPlan, source: str, step: int) -> None:
@@ -733,13 +779,29 @@ def train(
     resume: bool = False,
     progress: bool = False,
     allow_config_change: bool = False,
+    from_run: str | None = None,
+    trust_unverified: bool = False,
 ) -> RunResult:
     """Train the config's model on a built mixture; returns the losses of the steps run here.
 
     `allow_config_change`: resume even though optimiser, schedule or other training settings
     differ from the checkpoint's (the changes are recorded in `run.json`); a shape change is
-    always refused."""
-    plan = prepare_run(config_path, home, mixture, revision, steps, run, checkpoint_every, resume, allow_config_change)
+    always refused. `from_run`: start from that run's checkpoint under this run's name, on its revision or one
+    continuing it (`trainer.branch`); a run that already has its own checkpoint continues from that.
+    `trust_unverified`: load a checkpoint that has no digests.json."""
+    plan = prepare_run(
+        config_path,
+        home,
+        mixture,
+        revision,
+        steps,
+        run,
+        checkpoint_every,
+        resume,
+        allow_config_change,
+        from_run,
+        trust_unverified,
+    )
     with run_writer_lock(plan):
         return _train(plan, resume, progress)
 
@@ -757,7 +819,9 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     start = restore(training, resume)
     runtime = plan.runtime
     peak, peak_source = peak_flops(plan.config.metrics.peak_flops_per_device, runtime.device)
-    # the streams first: a damaged one is refused before run.json says `running`
+    # the streams first: a damaged one is refused before run.json says `running`, and before any is cut
+    if runtime.rank == 0:
+        check_resumable(plan.run_dir, start)
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
     observers = RunObservers(
         plan.config,
@@ -862,9 +926,10 @@ def preempted(training: Training, written: ckpt.Place | None) -> Terminated:
 
 def resume_command(plan: RunPlan) -> str:
     """The command that continues this run from its latest checkpoint."""
+    branch = f" --from-run {plan.from_run}" if plan.from_run else ""
     return (
         f"millrace train {plan.config_path} --mixture {plan.mixture} --revision {plan.revision} "
-        f"--run {plan.run} --resume"
+        f"--run {plan.run} --resume{branch}"
     )
 
 

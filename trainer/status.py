@@ -10,7 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainer.records import observed_run_status, read_eval, read_metrics, read_run
+from millrace.errors import ArtifactError
+from millrace.home import Home
+from millrace.names import known
+from trainer.records import RUN_FILE, observed_run_status, read_eval, read_metrics, read_run
 
 ALERT_EXIT_CODE = 3
 
@@ -34,6 +37,15 @@ def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _alerts(record: dict[str, Any]) -> dict[str, list]:
     alerts = record.get("alerts")
     return {k: v for k, v in alerts.items() if isinstance(v, list)} if isinstance(alerts, dict) else {}
+
+
+def existing_run(home: Home, name: str) -> Path:
+    """The directory of run `name`; a miss lists the runs there are."""
+    run_dir = home.run(name)
+    if not (run_dir / RUN_FILE).exists():
+        names = (p.parent.name for p in home.runs.glob(f"*/{RUN_FILE}"))
+        raise ArtifactError(f"run {name!r}: no {RUN_FILE} in {run_dir}" + known("runs", names))
+    return run_dir
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:

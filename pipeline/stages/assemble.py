@@ -42,6 +42,7 @@ from pipeline.store.format import (
     write_cell_manifest,
     write_store_manifest,
 )
+from pipeline.store.trace import HELD_OUT_KEY
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, 
     }
     stats.update(extra_stats)
     stats["trace"] = {"parts": [p["trace"] for p in pieces if p["trace"] is not None]}
+    if held_parts := [p["held_out_trace"] for p in pieces if p.get("held_out_trace")]:
+        stats[HELD_OUT_KEY] = {"parts": held_parts}
     return CellManifest(
         cell=cell,
         dtype=dtype,

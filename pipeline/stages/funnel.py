@@ -10,6 +10,7 @@ the tasks into the store's funnel (its steps under the key "stages", the store f
                  "languages": {language: {"received", "kept", "removed"}}}],  (documents and bytes; steps
                                                    from language id on, all sources together)
      "bad_files": [{"source", "file", "error"}],   (files skipped with on_bad_file = "skip")
+     "encodings": [{"source", "file", "encoding"}],  (JSON Lines files read in a detected encoding, not UTF-8)
      "not_read": [{"source", "path", "files", "examples"}]}  (files under a source's paths no source reads)
 
 Tokens are counted once, with the store's tokenizer, after tokenization: a kept document
@@ -42,6 +43,7 @@ class StepCounts:
         self.sources: dict[str, dict] = {}
         self.languages: dict[str, dict] = {}  # documents and bytes per identified language, all sources together
         self.bad_files: list[dict] = []  # the read step's skipped files: {source, file, error}
+        self.encodings: list[dict] = []  # the read step's files read in a detected encoding: {source, file, encoding}
 
     def language(self, language: str | None, received_bytes: int, reason: str | None, kept_bytes: int) -> None:
         """One document of `language` (None: not identified yet, not counted) received, then kept or removed."""
@@ -93,6 +95,7 @@ class StepCounts:
             "sources": self.sources,
             **({"languages": self.languages} if self.languages else {}),
             **({"bad_files": self.bad_files} if self.bad_files else {}),
+            **({"encodings": self.encodings} if self.encodings else {}),
         }
         atomic_write_text(path, json.dumps(body, sort_keys=True))
 
@@ -127,9 +130,10 @@ def merge_step(directory: Path, table: str = "sources") -> dict[str, dict]:
     return {key: merged[key] for key in sorted(merged)}
 
 
-def bad_files(directory: Path) -> list[dict]:
-    """The files one funnel step's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file."""
-    found = [entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get("bad_files", [])]
+def bad_files(directory: Path, key: str = "bad_files") -> list[dict]:
+    """The files one funnel step's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file; with
+    `key="encodings"`, the files they read in a detected encoding."""
+    found = [entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get(key, [])]
     return sorted(found, key=lambda entry: (entry["source"], entry["file"]))
 
 
@@ -165,3 +169,35 @@ def build_funnel(steps: list[tuple[str, dict[str, dict]]], removed_tokens: dict)
             {"name": name, "sources": {source: counts[source] for source in sorted(counts)}} for name, counts in steps
         ]
     }
+
+
+LOW_KEEP = 0.10  # a source that keeps less than this share of what it received is warned about
+
+
+def per_source(funnel: dict, skipped_reasons: frozenset[str] = frozenset()) -> list[dict]:
+    """One entry per source: documents received (read), kept (reaching the last step, the store's), and the
+    reason that removed the most (reasons in `skipped_reasons`, such as being held out, not counted)."""
+    stages = funnel.get("stages", [])
+    if not stages:
+        return []
+    entries = []
+    for source, first in stages[0]["sources"].items():
+        reasons: dict[str, int] = {}
+        for stage in stages:
+            for reason, removed in stage["sources"].get(source, {}).get("removed", {}).items():
+                if reason not in skipped_reasons:
+                    reasons[reason] = reasons.get(reason, 0) + removed["documents"]
+        last = stages[-1]["sources"].get(source, {})
+        received, kept = first["received"]["documents"], last.get("received", {}).get("documents", 0)
+        top = max(sorted(reasons.items()), key=lambda item: item[1], default=(None, 0))
+        entries.append(
+            {
+                "source": source,
+                "received": received,
+                "kept": kept,
+                "top_reason": top[0] if top[1] else None,
+                "top_removed": top[1],
+                "low": received > 0 and kept < LOW_KEEP * received,
+            }
+        )
+    return entries

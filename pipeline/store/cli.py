@@ -10,7 +10,11 @@ import click
 from millrace.errors import ArtifactError, ConfigError
 from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
+from millrace.remote_calls import WRITE_LIMITS, CallLimits
+from pipeline.cells.held_out_split import HELD_OUT_REASON
+from pipeline.stages.funnel import LOW_KEEP, per_source
 from pipeline.store.format import Store, write_stats_only_store
+from pipeline.store.labels import domain_labels, labelled
 
 
 def resolve_store(spec: str, home) -> Path:
@@ -51,6 +55,7 @@ def store_summary(path: Path) -> dict:
     }
     summary = {
         "path": str(store.path),
+        "labels": domain_labels(m),
         "name": m.name,
         "version": m.version,
         "stats_only": m.stats_only,
@@ -88,6 +93,7 @@ def store_summary(path: Path) -> dict:
             for stage in m.funnel["stages"]
         ]
         summary["not_read"] = m.funnel.get("not_read", [])
+        summary["per_source"] = per_source(m.funnel, frozenset({HELD_OUT_REASON}))
     if m.stats.get("domains") or m.stats.get("quality"):
         summary["grid"] = domain_grid(m)
     if m.stats.get("quality"):
@@ -121,16 +127,19 @@ def print_summary(summary: dict) -> None:
         f"store {summary['name']}/{summary['version']} at {summary['path']}"
         + (" (stats only)" if summary["stats_only"] else f" ({summary['dtype']})")
     )
+    labels = summary.get("labels", {})
+    width = max([20, *(len(labelled(name, labels)) for name in summary["cells"])])
     click.echo(
-        f"{'cell':<20} {'documents':>10} {'tokens':>14} {'bytes':>14} {'held-out docs':>14} {'held-out tokens':>16}"
+        f"{'cell':<{width}} {'documents':>10} {'tokens':>14} {'bytes':>14} "
+        f"{'held-out docs':>14} {'held-out tokens':>16}"
     )
     for name, cell in summary["cells"].items():
         click.echo(
-            f"{name:<20} {cell['documents']:>10,} {cell['tokens']:>14,} {cell['bytes']:>14,} "
+            f"{labelled(name, labels):<{width}} {cell['documents']:>10,} {cell['tokens']:>14,} {cell['bytes']:>14,} "
             f"{cell['validation_documents']:>14,} {cell['validation_tokens']:>16,}"
         )
     click.echo(
-        f"{'total':<20} {summary['documents']:>10,} {summary['tokens']:>14,} {summary['bytes']:>14,} "
+        f"{'total':<{width}} {summary['documents']:>10,} {summary['tokens']:>14,} {summary['bytes']:>14,} "
         f"{summary['validation_documents']:>14,} {summary['validation_tokens']:>16,}"
     )
     click.echo("(documents, tokens and bytes are training's; held-out documents are in each cell's validation shards)")
@@ -156,6 +165,8 @@ def print_summary(summary: dict) -> None:
                     f"{lang} {n:,}/{stage['languages'][lang]['received']:,}" for lang, n in removed.items() if n
                 )
             )
+    for entry in summary.get("per_source", []):
+        click.echo(f"  {describe_source(entry)}")
     for entry in summary.get("not_read", []):
         from pipeline.stages.read.discovery import describe_unread
 
@@ -175,6 +186,17 @@ def print_summary(summary: dict) -> None:
             click.echo(f"{label:<28}" + "".join(f"{row.get(b, 0):>12,}" for b in buckets))
     if summary.get("quality"):
         print_quality(summary["quality"])
+
+
+def describe_source(entry: dict) -> str:
+    """'source fortunes: received 3,000, kept 163 (5.4%), most removed by gopher_short_doc (2,829); warning: ...'."""
+    share = entry["kept"] / entry["received"] if entry["received"] else 0.0
+    line = f"source {entry['source']}: received {entry['received']:,}, kept {entry['kept']:,} ({share:.1%})"
+    if entry["top_reason"]:
+        line += f", most removed by {entry['top_reason']} ({entry['top_removed']:,})"
+    if entry["low"]:
+        line += f"; warning: keeps under {LOW_KEEP:.0%} of its documents"
+    return line
 
 
 def print_quality(quality: dict, languages: int = 6) -> None:
@@ -351,17 +373,37 @@ def parse_storage_options(pairs: tuple[str, ...]) -> dict:
     help="An fsspec storage option for URL's filesystem (repeatable; JSON values allowed), e.g. "
     'client_kwargs=\'{"endpoint_url": "http://127.0.0.1:9000"}\'.',
 )
+@click.option(
+    "--timeout",
+    type=float,
+    default=WRITE_LIMITS.timeout,
+    show_default=True,
+    help="Seconds one upload may take (plus one per MiB of the file) before it is cancelled and retried.",
+)
+@click.option(
+    "--retries",
+    type=int,
+    default=WRITE_LIMITS.retries,
+    show_default=True,
+    help="Attempts after an upload's first failure (with doubling waits); then one line naming the object.",
+)
 @home_option
 @json_option
-def copy(store_spec: str, url: str, options: tuple[str, ...], home, as_json: bool) -> None:
+def copy(
+    store_spec: str, url: str, options: tuple[str, ...], timeout: float, retries: int, home, as_json: bool
+) -> None:
     """Copy a store version to URL (any fsspec URL: s3://bucket/prefix, gs://..., file://...), store.json last.
 
-    The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
+    Run again after a failure, it resumes the copy (the objects already there are kept); a URL that holds
+    another store version is refused. The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
     from pipeline.store.remote import copy_store
 
     path = resolve_store(store_spec, home)
-    count = copy_store(path, url, parse_storage_options(options))
+    limits = CallLimits(timeout, retries, WRITE_LIMITS.backoff_s, "--timeout")
+    count = copy_store(path, url, parse_storage_options(options), limits)
     if as_json:
         print_json({"path": str(path), "url": url, "files": count})
+    elif count == 0:
+        click.echo(f"{url} already holds {path}: nothing copied")
     else:
         click.echo(f"copied {count} files of {path} to {url}")

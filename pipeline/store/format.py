@@ -320,6 +320,10 @@ class Store:
         self.manifest = payload_model(body, StoreManifest, str(self.path / "store.json"))
         artifact_name(self.manifest.name, "name", self.path / "store.json")  # pages and paths are made of them
         artifact_name(self.manifest.version, "version", self.path / "store.json")
+        for cell in self.manifest.cells:  # a cell's name is a directory: a crafted one must not read outside
+            artifact_name(cell, "cells", self.path / "store.json")
+        for name in self.manifest.sets:
+            artifact_name(name, "sets", self.path / "store.json")
 
     @property
     def name(self) -> str:
@@ -394,8 +398,11 @@ class Store:
         if tokenizer is not None and tokenizer.path:
             pinned.append((self.path / tokenizer.path, tokenizer.fingerprint, "store.json"))
         for cell_name in self.manifest.cells:
-            trace = self.cell(cell_name).stats.get("trace") or {}
-            for part in trace.get("parts", []):
+            stats = self.cell(cell_name).stats
+            for part in [
+                *(stats.get("trace") or {}).get("parts", []),
+                *(stats.get("held_out_trace") or {}).get("parts", []),
+            ]:
                 pinned.append((self.cell_dir(cell_name) / part["file"], part["sha256"], f"{cell_name}/cell.json"))
         return pinned
 

@@ -1,9 +1,12 @@
 """A store version copied to any fsspec URL (`s3://bucket/stores/name/version`, `gs://...`, `file://...`).
 
-Every file goes up under its own relative path, `store.json` last: a reader that finds the
-store's manifest finds every file it names, and a copy interrupted part-way is never taken for a
-store. The copy is checked object by object (sizes) before `store.json` goes up. The loader then
-reads the copy by byte ranges (`MixtureStream(..., store_url=URL)`).
+Every file goes up under its own relative path, `store.json` last: it is the copy's completion marker. A
+reader that finds the store's manifest finds every file it names, and a copy interrupted part-way is never
+taken for a store: copying again resumes it (an object already there at its size is a finished PUT, kept).
+The copy is checked object by object (sizes) before `store.json` goes up. A URL that holds another store
+version's `store.json` is never written over (`check_target`). Every write has a deadline and a bounded
+retry (`millrace.remote_calls`) and fails in one line naming the object. The loader then reads the copy by
+byte ranges (`MixtureStream(..., store_url=URL)`).
 
 A pipeline whose work directory is on a URL too publishes its store without the shards touching the
 driver's disk (`publish_store`): they are copied from the work URL object to object (a server-side copy on
@@ -19,36 +22,106 @@ from typing import Any
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
+from millrace import remote_calls
 from millrace.errors import ArtifactError
+from millrace.remote_calls import WRITE_LIMITS, CallLimits
 
 COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
+MARKER = "store.json"  # written last: a store version is at a URL only once this object is
 
 
-def remote_fs(url: str, storage_options: dict | None = None) -> tuple[Any, str]:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    return fs, root.rstrip("/")
+def remote_fs(url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS) -> tuple[Any, str]:
+    """The filesystem and root of `url`, its calls limited by `limits` (one retry layer: `millrace.remote_calls`)."""
+    return remote_calls.limited_fs(url, storage_options, limits)
 
 
-def copy_store(local: Path, url: str, storage_options: dict | None = None) -> int:
-    """Upload the store version at `local` to `url`; returns the number of files copied."""
-    if not (local / "store.json").exists():
-        raise ArtifactError(f"{local}: no store.json, not a store version")
-    fs, root = remote_fs(url, storage_options)
-    files = sorted(
-        p for p in local.rglob("*") if p.is_file() and p.name != "store.json" and not p.name.startswith(".")
-    )
-    for path in files:
-        target = f"{root}/{path.relative_to(local).as_posix()}"
-        fs.put_file(str(path), target)
-        if fs.size(target) != path.stat().st_size:
-            raise ArtifactError(
-                f"{fs.unstrip_protocol(target)}: {fs.size(target)} bytes after upload, "
-                f"{path} has {path.stat().st_size}"
+def published(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | None:
+    """The bytes of the `store.json` at `root`, or None where no store version is complete there."""
+    target = f"{root}/{MARKER}"
+    try:
+        return bytes(
+            remote_calls.with_retries(
+                fs.unstrip_protocol(target),
+                lambda: remote_calls.within_deadline(fs, "cat_file", target, timeout=limits.timeout),
+                limits,
             )
-    fs.put_file(str(local / "store.json"), f"{root}/store.json")
-    return len(files) + 1
+        )
+    except ArtifactError as exc:
+        if str(exc).endswith("object not found"):
+            return None
+        raise
+
+
+def check_target(local: Path, fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
+    """Whether the URL already holds this very store version (its `store.json` byte for byte: nothing to copy);
+    another store version's `store.json` there is refused in one line, never written over."""
+    there = published(fs, root, limits)
+    if there is None:
+        return False
+    if there == (local / MARKER).read_bytes():
+        return True
+    raise ArtifactError(
+        f"{fs.unstrip_protocol(root)}: another store version is already published there (its store.json differs "
+        f"from {local / MARKER}); refusing to overwrite it: publish under another version, or remove it first"
+    )
+
+
+def present(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
+    """Sizes of the objects already under `root`, by path: what an interrupted copy finished."""
+    try:
+        listing = remote_calls.with_retries(
+            fs.unstrip_protocol(root),
+            lambda: remote_calls.within_deadline(fs, "find", root, detail=True, timeout=limits.timeout),
+            limits,
+            "list",
+        )
+    except ArtifactError as exc:
+        if "no such bucket" in str(exc) or "not found" in str(exc):
+            return {}
+        raise
+    return {path: int(info.get("size", -1)) for path, info in listing.items()}
+
+
+def copy_store(local: Path, url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS) -> int:
+    """Upload the store version at `local` to `url`, resuming an interrupted copy; returns the number of files
+    copied (0: the URL already held this store version)."""
+    if not (local / MARKER).exists():
+        raise ArtifactError(f"{local}: no store.json, not a store version")
+    fs, root = remote_fs(url, storage_options, limits)
+    if check_target(local, fs, root, limits):
+        return 0
+    done = present(fs, root, limits)
+    files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MARKER and not p.name.startswith("."))
+    _make_parents(fs, [*(f"{root}/{p.relative_to(local).as_posix()}" for p in files), f"{root}/{MARKER}"])
+    copied = 0
+    for path in files:
+        target, size = f"{root}/{path.relative_to(local).as_posix()}", path.stat().st_size
+        if done.get(target) == size:
+            continue
+        remote_calls.put_file(fs, str(path), target, size, limits)
+        copied += 1
+    _check_sizes(fs, root, {f"{root}/{p.relative_to(local).as_posix()}": (p.stat().st_size, str(p)) for p in files})
+    remote_calls.put_file(fs, str(local / MARKER), f"{root}/{MARKER}", (local / MARKER).stat().st_size, limits)
+    return copied + 1
+
+
+def _make_parents(fs: Any, targets: list[str]) -> None:
+    """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    if isinstance(fs, LocalFileSystem):
+        for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
+            fs.makedirs(parent, exist_ok=True)
+
+
+def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS) -> None:
+    """Every object under `root` at the size of its source (`expected`: target -> (size, source)), before the
+    marker goes up."""
+    fs.invalidate_cache()
+    sizes = present(fs, root, limits)
+    for target, (size, source) in expected.items():
+        if sizes.get(target, -1) != size:
+            raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of {source} ({size} bytes)")
 
 
 def same_profile(source_fs: Any, fs: Any) -> bool:
@@ -57,18 +130,24 @@ def same_profile(source_fs: Any, fs: Any) -> bool:
 
 
 def publish_store(
-    local: Path, shards: tuple[Any, str], url: str, storage_options: dict | None = None, copied: bool = False
+    local: Path,
+    shards: tuple[Any, str],
+    url: str,
+    storage_options: dict | None = None,
+    limits: CallLimits = WRITE_LIMITS,
+    copied: bool = False,
 ) -> int:
     """The store version at `url` from its manifests at `local` (no shard there) and the files the tasks wrote
-    under `shards` (a filesystem and a root: the work URL's `store/`); returns the number of files published.
-    The shards are copied on the server, or were `copied` by the tasks (`PublishShards`) where the two
-    filesystems cannot: never through this process. Each is checked by its size before `store.json` goes up."""
-    if not (local / "store.json").exists():
+    under `shards` (a filesystem and a root: the work URL's `store/`), resuming an interrupted publication;
+    returns the number of files copied (0: the URL already held this store version). The shards are copied on
+    the server, or were `copied` by the tasks (`PublishShards`) where the two filesystems cannot: never through
+    this process. Each is checked by its size before `store.json` goes up."""
+    if not (local / MARKER).exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
-    from fsspec.implementations.local import LocalFileSystem
-
     source_fs, source_root = shards
-    fs, root = remote_fs(url, storage_options)
+    fs, root = remote_fs(url, storage_options, limits)
+    if check_target(local, fs, root, limits):
+        return 0
     if not copied and not same_profile(source_fs, fs):
         raise ArtifactError(f"{fs.unstrip_protocol(root)}: the shards must be copied by the tasks (PublishShards)")
     source_fs.invalidate_cache()
@@ -78,28 +157,24 @@ def publish_store(
         for path, info in listing.items()
         if not path.rsplit("/", 1)[-1].startswith(".")
     }
-    relatives = sorted(sizes)
+    done = present(fs, root, limits)
+    relatives = sorted(r for r in sizes if done.get(f"{root}/{r}") != sizes[r])
     sources, targets = [f"{source_root}/{r}" for r in relatives], [f"{root}/{r}" for r in relatives]
-    manifests = sorted(
-        p for p in local.rglob("*") if p.is_file() and p.name != "store.json" and not p.name.startswith(".")
-    )
+    manifests = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MARKER and not p.name.startswith("."))
     uploads = [f"{root}/{path.relative_to(local).as_posix()}" for path in manifests]
-    if isinstance(fs, LocalFileSystem):  # folders to make first (an object store has none)
-        for parent in sorted({target.rsplit("/", 1)[0] for target in [*targets, *uploads]}):
-            fs.makedirs(parent, exist_ok=True)
-    if not copied:
-        fs.copy(sources, targets)  # object to object on the server
-    fs.invalidate_cache()
-    published = fs.find(root, detail=True)
-    for source, target, relative in zip(sources, targets, relatives):
-        if int(published.get(target, {}).get("size", -1)) != sizes[relative]:
-            raise ArtifactError(
-                f"{fs.unstrip_protocol(target)}: not a copy of {source_fs.unstrip_protocol(source)} "
-                f"({sizes[relative]} bytes)"
-            )
+    _make_parents(fs, [*targets, *uploads])
+    for source, target, relative in zip(sources, targets, [] if copied else relatives):
+        deadline = limits.timeout + sizes[relative] / remote_calls.MIN_WRITE_RATE
+
+        def copy(source: str = source, target: str = target, deadline: float = deadline) -> None:
+            remote_calls.within_deadline(fs, "copy", source, target, timeout=deadline)  # on the server
+
+        remote_calls.with_retries(fs.unstrip_protocol(target), copy, limits, "write")
+    expected = {f"{root}/{r}": (sizes[r], source_fs.unstrip_protocol(f"{source_root}/{r}")) for r in sizes}
+    _check_sizes(fs, root, expected, limits)
     for path, target in zip(manifests, uploads):
-        fs.put_file(str(path), target)
-    fs.put_file(str(local / "store.json"), f"{root}/store.json")
+        remote_calls.put_file(fs, str(path), target, path.stat().st_size, limits)
+    remote_calls.put_file(fs, str(local / MARKER), f"{root}/{MARKER}", (local / MARKER).stat().st_size, limits)
     return len(relatives) + len(manifests) + 1
 
 

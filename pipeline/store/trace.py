@@ -10,8 +10,10 @@ ids may repeat), `origin` (file path, or URL for web records) and `position` (li
 in that file). A part's file holds `shard` and `token_start` relative to its own first shard and
 token; the cell manifest's `stats["trace"]["parts"]` lists the parts in store order with their
 row, shard and token counts and sha256, and the readers here add the offsets back, so a reader
-sees one table whatever the task count. Stores built before the parts keep one `documents.parquet`
-(`stats["trace"]["file"]`), still read. A part is checked against its sha256 before it is read.
+sees one table whatever the task count. The held-out documents have the same table, over the cell's
+validation shards, in `held-out-documents-<task>.parquet` parts (`stats["held_out_trace"]`; `read_trace(...,
+held_out=True)`): which file or URL was held out can be found. Stores built before the parts keep one
+`documents.parquet` (`stats["trace"]["file"]`), still read. A part is checked against its sha256 before it is read.
 Light (pyarrow only): the loader and reports read it.
 """
 
@@ -31,12 +33,19 @@ TRACE_FILE = "documents.parquet"  # the one sidecar of stores built before the p
 COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin", "position")
 
 
-def part_name(task: int) -> str:
-    return f"documents-{task:05d}.parquet"
+HELD_OUT_PREFIX = "held-out-documents"  # the held-out documents' parts, beside the training documents' ones
+HELD_OUT_KEY = "held_out_trace"  # their list in the cell manifest's stats
 
 
-def write_trace_part(cell_dir: Path, task: int, columns: dict[str, np.ndarray | list], shards: int) -> dict:
-    """Write one task's sidecar of a cell atomically; returns its entry in `stats["trace"]["parts"]`."""
+def part_name(task: int, prefix: str = "documents") -> str:
+    return f"{prefix}-{task:05d}.parquet"
+
+
+def write_trace_part(
+    cell_dir: Path, task: int, columns: dict[str, np.ndarray | list], shards: int, prefix: str = "documents"
+) -> dict:
+    """Write one task's sidecar of a cell atomically (`prefix`: `HELD_OUT_PREFIX` for its held-out documents);
+    returns its entry in `stats["trace"]["parts"]` (or `stats[HELD_OUT_KEY]["parts"]`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -44,7 +53,7 @@ def write_trace_part(cell_dir: Path, task: int, columns: dict[str, np.ndarray | 
     if missing:
         raise ValueError(f"trace columns missing: {missing}")
     table = pa.table({name: columns[name] for name in COLUMNS})
-    path = Path(cell_dir) / part_name(task)
+    path = Path(cell_dir) / part_name(task, prefix)
     with atomic_output(path) as handle:
         pq.write_table(table, handle)
     return {
@@ -56,14 +65,17 @@ def write_trace_part(cell_dir: Path, task: int, columns: dict[str, np.ndarray | 
     }
 
 
-def _parts(cell_dir: Path) -> list[dict]:
-    """The cell's sidecar parts in store order, each with its row, shard and token offsets."""
+def _parts(cell_dir: Path, key: str = "trace") -> list[dict]:
+    """The cell's sidecar parts in store order (`key`: `HELD_OUT_KEY` for the held-out documents'), each with
+    its row, shard and token offsets."""
     manifest = Path(cell_dir) / "cell.json"
     trace = (
-        read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)).get("stats", {}).get("trace")
+        read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)).get("stats", {}).get(key)
         if manifest.exists()
         else None
     )
+    if key == HELD_OUT_KEY:
+        return [] if trace is None else _with_offsets(trace["parts"])
     if trace is None and (Path(cell_dir) / TRACE_FILE).exists():
         trace = {"file": TRACE_FILE}
     if not trace:
@@ -72,8 +84,12 @@ def _parts(cell_dir: Path) -> list[dict]:
         )
     if "parts" not in trace:
         return [{"file": trace["file"], "row": 0, "shard": 0, "token": 0, "documents": None}]
+    return _with_offsets(trace["parts"])
+
+
+def _with_offsets(listed: list[dict]) -> list[dict]:
     parts, row, shard, token = [], 0, 0, 0
-    for part in trace["parts"]:
+    for part in listed:
         parts.append({**part, "row": row, "shard": shard, "token": token})
         row, shard, token = row + part["documents"], shard + part["shards"], token + part["tokens"]
     return parts
@@ -124,10 +140,16 @@ def _read_part(cell_dir: Path, part: dict, rows: list[int] | None = None):
     return table
 
 
-def read_trace(cell_dir: Path):
-    """The whole sidecar of a cell as one pyarrow table (for tools and tests; `document_rows` reads less)."""
+def read_trace(cell_dir: Path, held_out: bool = False):
+    """The whole sidecar of a cell as one pyarrow table (for tools and tests; `document_rows` reads less); with
+    `held_out`, that of its held-out documents (shard and document over its validation shards; empty when none)."""
     import pyarrow as pa
 
+    if held_out:
+        parts = _parts(cell_dir, HELD_OUT_KEY)
+        if not parts:
+            return pa.table({name: [] for name in COLUMNS})
+        return pa.concat_tables([_read_part(cell_dir, part) for part in parts])
     return pa.concat_tables([_read_part(cell_dir, part) for part in _parts(cell_dir)])
 
 

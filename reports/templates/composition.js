@@ -91,7 +91,15 @@ function renderSummary(cur) {
   card(r.revision, `revision of mixture ${r.mixture}`);
   const about = document.getElementById("revision-description");
   about.textContent = r.description || "";
-  about.hidden = !r.description;
+  const prov = r.proposal;
+  if (prov) {
+    // a revision a mixture search proposed: its search, surrogate, predicted target and prior
+    about.append((r.description ? " " : "") + `Proposed by mixture search `);
+    h("a", { href: prov.href }, about, prov.search);
+    about.append(`: ${prov.surrogate} surrogate on ${prov.rows} proxies, predicted ${fmt.num(prov.predicted)}` +
+      ` (${fmt.num(prov.interval[0])} – ${fmt.num(prov.interval[1])}), continuing ${prov.prior}.`);
+  }
+  about.hidden = !r.description && !prov;
   card(fmt.count(total), "tokens drawn (all phases)");
   card(fmt.count(r.total_steps), `steps of ${fmt.count(r.global_batch)} × ${fmt.count(r.seq_len)}`);
   card(fmt.epochs(r.epoch_cap), "epoch cap");

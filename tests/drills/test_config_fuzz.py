@@ -165,6 +165,25 @@ BAD_TRAIN_VALUES = {  # each validated before and then crashed or hung a run
 }
 
 
+@pytest.mark.parametrize(
+    ("field", "value"), [("optimizer.lr", 1e308), ("dedup.rows", 10**9), ("executor.tasks", 10**9)]
+)
+def test_a_huge_value_is_refused_naming_its_field(pipeline_base, tmp_path, capsys, field, value):
+    """Each was accepted, then overflowed (a traceback) or hung (a billion executor tasks)."""
+    section, key = field.split(".")
+    if section == "optimizer":
+        doc, command = copy.deepcopy(TRAIN_BASE), ["train", "plan"]
+    else:
+        doc, command = copy.deepcopy(pipeline_base), ["pipeline", "run"]
+    doc.setdefault(section, {})[key] = value
+    path = tmp_path / "config.toml"
+    path.write_text(tomli_w.dumps(doc))
+    capsys.readouterr()
+    assert millrace(["--home", str(tmp_path / "home"), *command, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"'{field}'" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("field", list(BAD_TRAIN_VALUES))
 def test_each_bad_training_value_is_refused_naming_its_field(tmp_path, capsys, field):
     doc = copy.deepcopy(TRAIN_BASE)

@@ -33,6 +33,10 @@ def crafted_ladder(home, field_value):
 def crafted_store(home, field_value):
     path = home.store("t", "2026.01.01")
     manifest = read_payload(path / "store.json", "millrace.store", (1,))
+    if isinstance(field_value, str):  # a cell's name: the first cell renamed to it
+        cells = dict(manifest["cells"])
+        first = next(iter(cells))
+        field_value = {"cells": {field_value: cells.pop(first), **cells}}
     write_store_manifest(path, StoreManifest.model_validate({**manifest, **field_value}))
 
 
@@ -47,6 +51,8 @@ CRAFTED = {
     "ladder.json ladder": (crafted_ladder, {"ladder": "../../evil"}, "ladders/crafted/ladder.json", "'ladder'"),
     "store.json name": (crafted_store, {"name": "../../evil"}, "stores/t/2026.01.01/store.json", "'name'"),
     "store.json version": (crafted_store, {"version": "../evil"}, "stores/t/2026.01.01/store.json", "'version'"),
+    "store.json cell": (crafted_store, "../../evil", "stores/t/2026.01.01/store.json", "'cells'"),
+    "run.json run, a newline": (crafted_run, {"run": "crafted\n"}, "runs/crafted/run.json", "'run'"),
 }
 
 

@@ -2,6 +2,7 @@
 the path, the previous store untouched, no temporary left behind, the run's status set, and a rerun once
 there is space completes (the pipeline with the same cells, the run from its checkpoint)."""
 
+import errno
 import json
 import os
 import shutil
@@ -144,3 +145,36 @@ def test_disk_full_in_train_and_report_build_one_line_no_temporaries_status_set(
     line = _one_error_line(report)
     assert line.startswith(f"error: no space left on device writing {home / 'site'}"), line
     assert not list((home / "site").rglob(".*.tmp"))
+
+
+def test_a_short_write_on_a_full_disk_names_the_path_and_keeps_the_previous_file(small_disk):
+    """numpy's `tofile` reports a short write without an errno; the free space is measured while the temporary
+    still holds what was written (once removed, the disk has room again and the rule never fired)."""
+    import numpy as np
+
+    from millrace.artifacts import DISK_FULL_BYTES, atomic_output, atomic_write_bytes
+
+    target = small_disk / "tokens.bin"
+    atomic_write_bytes(target, b"previous")
+    _shrink_to(small_disk, 3 * DISK_FULL_BYTES)  # the short write leaves less than DISK_FULL_BYTES free
+    with pytest.raises(OSError) as caught, atomic_output(target) as handle:
+        np.zeros(8 * DISK_FULL_BYTES, dtype=np.uint8).tofile(handle)
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target), caught.value
+    assert target.read_bytes() == b"previous" and not list(small_disk.glob(".*.tmp"))
+
+
+def test_a_copy_that_fills_the_disk_is_named_as_a_full_disk(small_disk, tmp_path):
+    """`shutil.copytree` gathers its failures in a `shutil.Error` without their errno (assembly copies the
+    cell models): the full disk behind it, naming the destination."""
+    from millrace.errors import disk_full_cause
+
+    source = tmp_path / "models"
+    source.mkdir()
+    (source / "model.bin").write_bytes(os.urandom(4 << 20))
+    _shrink_to(small_disk, 1 << 20)
+    with pytest.raises(shutil.Error) as caught:
+        shutil.copytree(source, small_disk / "models")
+    full = disk_full_cause(caught.value)
+    assert (
+        full is not None and full.errno == errno.ENOSPC and full.filename == str(small_disk / "models" / "model.bin")
+    )

@@ -112,12 +112,18 @@ def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues
     assert _json(home.root, "train", "status", run)["state"] == "stopped"
 
 
+@pytest.fixture(scope="module")
+def pipeline_reference(tmp_path_factory):
+    """A tiny corpus's config (two workers: a pool to stop) and the store it gives uninterrupted."""
+    root = tmp_path_factory.mktemp("pipeline-term")
+    config = root / "pipeline.toml"
+    config.write_text(config_text(make_corpus(root / "corpus", documents=24), version="2026.05.01", workers=2))
+    return config, run_pipeline(load_pipeline_config(config), Home.resolve(root / "reference"))
+
+
 @pytest.mark.slow
-def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(tmp_path):
-    corpus = make_corpus(tmp_path / "corpus")
-    config = tmp_path / "pipeline.toml"
-    config.write_text(config_text(corpus, version="2026.05.01", workers=2))
-    expected = run_pipeline(load_pipeline_config(config), Home.resolve(tmp_path / "reference"))
+def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(pipeline_reference, tmp_path):
+    config, expected = pipeline_reference
     home = tmp_path / "home"
     final = home / "stores" / "local" / "2026.05.01"
     delay = 0.2
@@ -156,3 +162,44 @@ def test_sigterm_mid_pipeline_stops_cleanly_and_the_rerun_gives_the_same_store(t
     )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert store_files(final) == store_files(expected)
+
+
+@pytest.mark.slow
+def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_give_the_same_store(
+    pipeline_reference, tmp_path
+):
+    """The group's SIGTERM (or one to the main process alone) at the start of each phase in turn, each rerun
+    going one phase further: every stop exits 143 promptly with the resume line (a worker killed holding the
+    pool's queue lock hung the pool's shutdown, and the store's lock with it), and the last rerun's store is the
+    uninterrupted one, byte for byte."""
+    from pipeline.runner import PHASE_LABELS
+
+    config, expected = pipeline_reference
+    home, stamp = tmp_path / "home", tmp_path / "signalled"
+    for index, stage in enumerate(PHASE_LABELS):
+        target = ("group", "main")[index % 2]
+        harness = [sys.executable, "-m", "tests.drills.term_harness", str(home), str(config), stage, "0"]
+        stopped = subprocess.run(
+            [*harness, target, str(stamp)],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            start_new_session=True,
+            timeout=120,
+        )
+        took = time.time() - float(stamp.read_text())
+        assert stopped.returncode == 143, (stage, target, stopped.stderr[-3000:])
+        assert took < 30, (stage, target, took)
+        assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+        said = [line for line in stopped.stderr.strip().splitlines() if "resource_tracker" not in line]
+        # the stop's own line, or the watchdog's (the same command, as it was given) when it could not unwind
+        assert "continue with: millrace " in said[-1] and f"pipeline run {config}" in said[-1], (stage, said[-3:])
+    rerun = subprocess.run(
+        [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert store_files(home / "stores" / "local" / "2026.05.01") == store_files(expected)

@@ -3,9 +3,14 @@ loopback proxy that injects faults into ranged reads: a connection reset, a serv
 body cut short. Each read gives up after `read_timeout`, is retried by the loader alone (the proxy counts
 retries + 1 requests, not a product of s3fs's and botocore's retries; aiohttp reopens a reset keep-alive
 connection once), logs each retry, and ends in one line
-naming the object's URL and byte range. A damaged local cache entry is dropped and fetched again."""
+naming the object's URL and byte range. A damaged local cache entry is dropped and fetched again.
+
+The write side: PUTs reset or never answered. Publishing a store (`[output] url`) fails in one line naming the
+object, and a rerun resumes the copy and completes the bucket, `store.json` last; `store copy` gives up at its
+deadline; a URL holding another store version is refused."""
 
 import http.client
+import json
 import logging
 import os
 import socket
@@ -50,7 +55,18 @@ class FaultProxy(BaseHTTPRequestHandler):
         self._forward()
 
     def do_PUT(self):
+        if self.server.put_fault is not None and self.server.puts_left <= 0:
+            self.server.refused_puts += 1
+            if self.server.put_fault == "hang":
+                self.server.stop.wait(30)
+            self._reset()
+            return
+        self.server.puts_left -= 1
         self._forward()
+
+    def _reset(self):
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
 
     def do_GET(self):
         fault = self.server.fault
@@ -97,6 +113,7 @@ def proxy(moto_endpoint):
     server.daemon_threads = True
     server.upstream = ("127.0.0.1", int(moto_endpoint.rsplit(":", 1)[1]))
     server.fault, server.ranged, server.stop = None, [], threading.Event()
+    server.put_fault, server.puts_left, server.refused_puts = None, 0, 0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -198,3 +215,84 @@ def test_a_damaged_cache_entry_is_fetched_again_not_blamed_on_the_object(copied,
     assert len(proxy.ranged) > fetched, "the damaged chunk is fetched again"
     assert any(str(victim) in r.getMessage() and "local disk" in r.getMessage() for r in caplog.records)
     assert victim.exists() and victim.read_bytes() != bytes(data), "the entry is replaced by good bytes"
+
+
+def publishing_config(tmp_path, proxy, version: str, vocab: int = 400):
+    from testkit.corpus import config_text, make_corpus
+
+    port = proxy.server_address[1]
+    options = (
+        '{ key = "testing", secret = "testing", client_kwargs = '
+        f'{{ endpoint_url = "http://127.0.0.1:{port}", region_name = "us-east-1" }} }}'
+    )
+    corpus = tmp_path / "corpus"
+    if not corpus.exists():
+        make_corpus(corpus, documents=60)
+    text = config_text(corpus, version=version, workers=1).replace(
+        "[output]\n", f'[output]\nurl = "s3://millrace/published"\nstorage_options = {options}\n'
+    )
+    path = tmp_path / f"pipeline-{version}-{vocab}.toml"
+    path.write_text(text.replace("vocab_size = 400", f"vocab_size = {vocab}"))
+    return path
+
+
+@pytest.mark.slow
+def test_a_publication_cut_by_resets_on_put_is_resumed_by_the_rerun_and_never_overwritten(proxy, tmp_path, capsys):
+    from testkit.corpus import store_files
+    from testkit.s3 import download_tree
+
+    config = publishing_config(tmp_path, proxy, "2026.05.01")
+    home = tmp_path / "home"
+    proxy.put_fault, proxy.puts_left, proxy.refused_puts = "reset", 3, 0
+    try:
+        failed = millrace(["--home", str(home), "pipeline", "run", str(config), "--json"])
+    finally:
+        proxy.put_fault = None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert failed != 0 and proxy.refused_puts > 0
+    assert err[-1].startswith("error: s3://millrace/published/local/2026.05.01/") and "write failed after" in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    opts = {**through(proxy), "skip_instance_cache": True}
+    url = "s3://millrace/published/local/2026.05.01"
+    first = download_tree(url, opts)
+    assert len(first) == 3 and "store.json" not in first, "store.json goes up last"
+
+    proxy.puts_left = 1000
+    assert millrace(["--home", str(home), "pipeline", "run", str(config), "--json"]) == 0
+    local = store_files(home / "stores" / "local" / "2026.05.01")
+    assert download_tree(url, opts) == local
+    assert 1000 - proxy.puts_left == len(local) - len(first), "the rerun resumed the copy: what was there is kept"
+    capsys.readouterr()
+
+    other = publishing_config(tmp_path, proxy, "2026.05.01", vocab=300)  # another config, the same version
+    assert millrace(["--home", str(tmp_path / "home-2"), "pipeline", "run", str(other)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error:") and url in line and "refusing to overwrite" in line, line
+    assert download_tree(url, opts) == local
+
+
+@pytest.mark.slow
+def test_store_copy_gives_up_on_a_put_that_never_answers_at_its_deadline_in_one_line(
+    moto_endpoint, proxy, tmp_path, capsys
+):
+    import time
+
+    from millrace.home import Home
+
+    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, RANDOM, shards=1)
+    proxy.put_fault, proxy.puts_left, proxy.refused_puts = "hang", 0, 0
+    started = time.monotonic()
+    try:
+        code = millrace(
+            ["--home", str(tmp_path), "store", "copy", str(store), "s3://millrace/stalled/t"]
+            + ["--timeout", "1", "--retries", "1"]
+            + [f"--option={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in through(proxy).items()]
+        )
+    finally:
+        proxy.put_fault = None
+    took = time.monotonic() - started
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and proxy.refused_puts == 2, (code, proxy.refused_puts, err)
+    assert err[-1].startswith("error: s3://millrace/stalled/t/") and "write failed after 2 attempts" in err[-1]
+    assert "stalled: no complete answer within --timeout 1s" in err[-1], err[-1]
+    assert took < 10, took

@@ -56,3 +56,18 @@ def test_a_malformed_alert_record_is_skipped_with_a_warning_naming_file_and_line
     assert millrace(["train", "status", "live", "--home", str(home.root), "--json"]) == 3  # grad_norm is active
     status = json.loads(capsys.readouterr().out)
     assert status["alerts"] == [{"name": "grad_norm", "since_step": None}] and status["last_step"] == bad["step"]
+
+
+def test_a_damaged_run_is_named_and_every_other_page_is_built(small_home, tmp_path, capsys):
+    home, _ = factory.copy_as_live(small_home, tmp_path / "home")
+    damaged = home.run("damaged")
+    damaged.mkdir()
+    (damaged / "run.json").write_bytes((home.run("live") / "run.json").read_bytes()[:-30])
+    assert millrace(["report", "build", "--home", str(home.root)]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in err and len(errors) == 1, err
+    assert "run damaged (" in errors[0] and str(damaged / "run.json") in errors[0], errors[0]
+    assert (home.site / "runs" / "live" / "index.html").exists() and not (home.site / "runs" / "damaged").exists()
+    index = (home.site / "index.html").read_text()
+    assert "live" in index

@@ -103,6 +103,38 @@ def test_a_damaged_line_before_the_last_is_one_line_naming_file_and_line(built, 
     assert millrace(["train", "status", "damaged-line", "--home", str(home.root)]) == 2
 
 
+@pytest.mark.slow
+def test_a_resume_refused_over_a_damaged_stream_or_run_json_changes_nothing(held, tiny_config, capsys):
+    """Every record is checked before any stream is cut back: a resume refused over a damaged samples.jsonl
+    leaves metrics.jsonl (here with a torn last line, which a cut would drop) as it was; a damaged run.json is
+    refused too, rather than rewritten without the run's revision history."""
+    config = tiny_config(samples={"every": 2, "max_new_tokens": 4})
+    home = held
+    assert millrace(_args(config, home, "damaged-sample", "--steps", "4")) == 0
+    run_dir = home.run("damaged-sample")
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_bytes(metrics.read_bytes() + b'{"step": 5, "lo')
+    samples = run_dir / "samples.jsonl"
+    lines = samples.read_text().splitlines()
+    samples.write_text("\n".join([lines[0][: len(lines[0]) // 2], *lines[1:]]) + "\n")
+    before = {path: path.read_bytes() for path in (metrics, samples, run_dir / "run.json")}
+    capsys.readouterr()
+    assert millrace(_args(config, home, "damaged-sample", "--steps", "6", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(_errors(err)) == 1 and str(samples) in _errors(err)[0], err
+    assert {path: path.read_bytes() for path in before} == before
+
+    samples.write_text("\n".join(lines) + "\n")
+    run_json = run_dir / "run.json"
+    run_json.write_bytes(run_json.read_bytes()[:-40])
+    damaged = {path: path.read_bytes() for path in (metrics, samples, run_json)}
+    assert millrace(_args(config, home, "damaged-sample", "--steps", "6", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(_errors(err)) == 1, err
+    assert _errors(err)[0].startswith(f"error: {run_json}") and "revision" in _errors(err)[0], err
+    assert {path: path.read_bytes() for path in damaged} == damaged
+
+
 def _flip_exponent_bit(checkpoint, key="model.embed.weight"):
     """Flip the top exponent bit of the first float32 of `key` where DCP stored it; returns the file."""
     metadata = dcp.FileSystemReader(str(checkpoint)).read_metadata()
@@ -135,8 +167,26 @@ def test_run_names_with_a_newline_or_300_characters_are_one_line_errors(built, t
     config = tiny_config()
     for name, shown in (("x\n", "'x\\n'"), ("r" * 300, "(300 characters)")):
         capsys.readouterr()
-        assert millrace(["train", str(config), "--home", str(home.root), "--run", name, "--steps", "1"]) == 2
-        err = capsys.readouterr().err
-        assert "Traceback" not in err and len(_errors(err)) == 1 and shown in _errors(err)[0], err
-        assert "not a plain name" in _errors(err)[0]
+        for command in (["train", str(config), "--run", name, "--steps", "1"], ["train", "status", name]):
+            assert millrace([*command, "--home", str(home.root)]) == 2
+            err = capsys.readouterr().err
+            assert "Traceback" not in err and len(_errors(err)) == 1 and shown in _errors(err)[0], err
+            assert "not a plain name" in _errors(err)[0]
     assert not (home.runs / "x\n").exists()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_without_digests_is_refused_unless_trusted(built, tiny_config, capsys):
+    home, _ = built
+    config = tiny_config()
+    assert millrace(_args(config, home, "undigested", "--steps", "2")) == 0
+    digests = home.run("undigested") / "checkpoints" / "step-00000002" / "digests.json"
+    digests.unlink()
+    capsys.readouterr()
+    assert millrace(_args(config, home, "undigested", "--steps", "3", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(_errors(err)) == 1, err
+    assert _errors(err)[0].startswith(f"error: {digests.parent}: no digests.json") and "--trust-unverified" in err
+    assert [r["step"] for r in _records(home.run("undigested") / "metrics.jsonl")] == [1, 2]
+    assert millrace(_args(config, home, "undigested", "--steps", "3", "--resume", "--trust-unverified")) == 0
+    assert [r["step"] for r in _records(home.run("undigested") / "metrics.jsonl")] == [1, 2, 3]

@@ -70,6 +70,14 @@ CASES = {
     "duplicate phase": (mutate(["phases", 1, "name"], "main"), ["'name'", "used twice"]),
     "unknown strategy": (mutate(["phases", 1, "strategy"], "random"), ["phase 'cooldown'", "'strategy'"]),
     "temperature missing": (mutate(["phases", 1, "strategy"], "temperature"), ["'temperature'", "required"]),
+    "strategy option on a weights phase": (
+        mutate(["phases", 0, "temperature"], 2.0),
+        ["phase 'main'", "field 'temperature'", "only for a strategy phase"],
+    ),
+    "another strategy's option": (
+        mutate(["phases", 1, "tilt"], {"q4": 2.0}),
+        ["phase 'cooldown'", "field 'tilt'", "only for strategy 'quality-tilt'"],
+    ),
     "bad tilt bucket": (
         lambda d: mutate(
             ["phases", 1], {"name": "cooldown", "tokens": 8192, "strategy": "quality-tilt", "tilt": {"top": 2.0}}

@@ -30,6 +30,10 @@ def _load(tmp_path, text):
         (('version = "2026.01.02"', 'version = "soon"'), "output.version"),
         (('kind = "code"', 'kind = "code"\nfilters = ["gopher_quality"]'), "sources.2"),
         (("[executor]", "[filters.gopher_quality]\nmin_doc_wordz = 3\n[executor]"), "filters.gopher_quality"),
+        (
+            ("[executor]", '[filters.gopher_quality]\nmin_doc_words = "fifty"\n[executor]'),
+            "filters.gopher_quality.min_doc_words",
+        ),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, corpus, change, field):

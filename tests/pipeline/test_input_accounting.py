@@ -60,7 +60,7 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
     (corpus / "loose.jsonl").write_text(record)
     (corpus / "corpus.json").write_text(json.dumps({"kind": "millrace.corpus", "documents": 1}, indent=1))
 
-    found = {name: (fmt, [p.name for p in paths]) for name, paths, fmt, _ in discover_sources(corpus)}
+    found = {name: (fmt, [p.name for p in paths]) for name, paths, fmt in discover_sources(corpus)}
     assert found == {
         "mixed": ("jsonl", ["mixed"]),
         "mixed-parquet": ("parquet", ["mixed"]),

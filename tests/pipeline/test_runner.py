@@ -301,3 +301,23 @@ def test_peek_decode_names_each_samples_documents_from_the_trace_parts(built):
                 assert piece in text, (piece, first)
                 checked += 1
     assert checked >= 8
+
+
+@pytest.mark.slow
+def test_peek_decode_off_a_terminal_prints_whole_origins(built, capsys):
+    """Under pytest stdout is a pipe, as under nohup or CI: no origin is cut at rich's 80 columns."""
+    from millrace.cli import main as millrace
+    from mixtures.build import build
+    from mixtures.new import new_revision
+
+    root, _, _, path = built
+    home = Home.resolve(root / "home")
+    new_revision(home, "whole", "all", Store(path).name, strategy="natural", seq_len=64, global_batch=4)
+    build(home, "whole", "all")
+    assert (
+        millrace(["loader", "peek", "whole", "--revision", "all", "--step", "0", "--decode", "--home", str(home.root)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    origins = [str(p) for p in (root / "corpus").rglob("*.jsonl.zst")]
+    assert any(origin in out for origin in origins) and max(len(o) for o in origins) > 40

@@ -80,3 +80,21 @@ def test_from_stats_reads_the_shipped_reference_file(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["stats_only"] and len(info["cells"]) == 200
     assert abs(info["tokens"] - 23.1e12) / 23.1e12 < 0.01
+
+
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_copy_to_a_local_path_makes_its_folders(tmp_path, capsys, scheme):
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"c00q0": 10**6}))
+    home = tmp_path / "home"
+    assert (
+        main(["store", "from-stats", str(stats), "--name", "s", "--version", "2026.01.01", "--home", str(home)]) == 0
+    )
+    target = tmp_path / "not" / "yet" / "there"
+    assert main(["store", "copy", "s/2026.01.01", f"{scheme}{target}", "--home", str(home)]) == 0
+    source = home / "stores" / "s" / "2026.01.01"
+    copied = sorted(p.relative_to(target) for p in target.rglob("*") if p.is_file())
+    assert copied == sorted(
+        p.relative_to(source) for p in source.rglob("*") if p.is_file() and not p.name.startswith(".")
+    )
+    assert (target / "store.json").read_bytes() == (source / "store.json").read_bytes()

@@ -74,7 +74,13 @@ def web_run(tmp_path_factory):
         {"id": "zw", "text": "\u200b\u200c\u200d\ufeff \u2060"},
         {"id": "huge", "text": prose(rng) * 200},
     ]  # over max_document_bytes below
-    raw = _lines(records[:3]) + b'{"id": "bad-utf8", "text": "caf\xe9 au lait"}\n' + _lines(records[3:])
+    raw = (
+        _lines(records[:3])
+        + b'{"id": "bad-bytes", "text": "caf'
+        + b"\xed\xa0\x81\x00\xff" * 40
+        + b'"}\n'
+        + _lines(records[3:])
+    )
     (root / "crawl" / "part-0.jsonl").write_bytes(raw)
     (root / "zst").mkdir()
     good = zstandard.ZstdCompressor().compress(_lines([{"id": f"g{i}", "text": prose(rng)} for i in range(3)]))
@@ -113,15 +119,15 @@ def test_a_repeated_id_keeps_every_distinct_text_and_one_of_identical_ones(web_r
 
 
 @pytest.mark.slow
-def test_invalid_utf8_is_one_malformed_record_with_its_file_and_line(web_run):
+def test_bytes_no_encoding_decodes_are_one_undecodable_record_with_its_file_and_line(web_run):
     from pipeline.runner import WorkLayout, malformed_report
 
     root, home, path, _ = web_run
     funnel = Store(path).manifest.funnel
     read = funnel["stages"][0]["sources"]["crawl"]
-    assert read["removed"]["malformed"]["documents"] == 1
+    assert read["removed"]["undecodable"]["documents"] == 1
     report = malformed_report(WorkLayout(home.work("local", "2026.03.01")))
-    assert {"file": str(root / "crawl" / "part-0.jsonl"), "line": 4, "reason": "malformed"} in report
+    assert {"file": str(root / "crawl" / "part-0.jsonl"), "line": 4, "reason": "undecodable"} in report
 
 
 @pytest.mark.slow
@@ -381,3 +387,45 @@ def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(
         expected.append(doc.metadata["key"])
         held += len(doc.text.encode())
     assert samples[1] == sorted(expected) and 10 < len(expected) < 60
+
+
+@pytest.mark.slow
+def test_two_runs_over_the_same_warc_files_give_byte_identical_stores(web_run, tmp_path):
+    from testkit.corpus import store_files
+
+    root, _, _, _ = web_run
+    rng = random.Random(12)
+    shared = "Every page of this manual describes one command, its options and the files it writes. " * 2
+    pages = [(f"https://docs.example/{i}", HTML.format(body=f"{shared}</p><p>{prose(rng)}")) for i in range(6)]
+    (tmp_path / "web").mkdir()
+    _warc(tmp_path / "web" / "docs.warc.gz", pages)
+    (tmp_path / "web" / "crawl.warc.gz").write_bytes((root / "web" / "crawl.warc.gz").read_bytes())
+    (tmp_path / "p.toml").write_text(
+        f'[[sources]]\nname = "web"\npaths = ["{tmp_path / "web"}"]\nformat = "warc"\nfilters = []\n'
+        '[dedup]\nfuzzy = false\n[tokenizer]\nvocab_size = 300\n[output]\nversion = "2026.03.02"\n'
+        "[executor]\ntasks = 1\nworkers = 1\n"
+    )
+    config = load_pipeline_config(tmp_path / "p.toml")
+    first = run_pipeline(config, Home.resolve(tmp_path / "a"))
+    second = run_pipeline(config, Home.resolve(tmp_path / "b"))
+    assert Store(first).manifest.cells["web"].documents + Store(first).manifest.cells["web"].validation_documents == 8
+    assert store_files(first) == store_files(second)
+
+
+@pytest.mark.slow
+def test_held_out_documents_are_traced_to_their_file_or_url(web_run):
+    from pipeline.store.trace import read_trace
+
+    root, _, path, _ = web_run
+    store = Store(path)
+    held = {cell: read_trace(store.cell_dir(cell), held_out=True).to_pylist() for cell in store.manifest.cells}
+    assert {cell: len(rows) for cell, rows in held.items()} == {
+        cell: summary.validation_documents for cell, summary in store.manifest.cells.items()
+    }
+    assert sum(len(rows) for rows in held.values()) > 0
+    inputs = {str(p) for p in root.rglob("*") if p.is_file()} | {
+        "https://mill.example/race",
+        "https://mill.example/wheel",
+    }
+    assert all(row["origin"] in inputs and row["source"] == cell for cell, rows in held.items() for row in rows)
+    assert store.verify_pinned_files() == []

@@ -96,3 +96,34 @@ def test_a_killed_ladder_run_resumes_without_retraining_finished_rungs(ladder_ho
     ladder = json.loads((home.ladder("micro") / "ladder.json").read_text())
     assert [(r["rung"], r["status"]) for r in ladder["results"]] == [("d8", "completed"), ("d16", "completed")]
     assert "rung d16 seed 0: completed" in out.decode()
+
+
+@pytest.mark.slow
+def test_a_sigterm_in_a_rung_says_to_continue_the_ladder(ladder_home, tmp_path):
+    """The rung's own hint (`millrace train ... --resume`) would continue one rung: the ladder's names the ladder."""
+    import threading
+
+    from millrace.errors import Terminated
+    from testkit.ladders import write_ladder
+    from trainer.ladder.run import run_ladder
+
+    path = write_ladder(
+        tmp_path / "stopped.toml",
+        "stopped",
+        "two-phase",
+        "[rules]\nwidths = [8]\nlayers = [1]\ntokens_per_active_param = 3.0\nbatch = 4\n[here]\npeak_flops = 1e10\n",
+    )
+    metrics = ladder_home.run("ladder-stopped-two-phase-d8-s0") / "metrics.jsonl"
+
+    def stop_after_the_first_step() -> None:
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().count("\n")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGTERM)  # what Slurm sends; the training loop stops after its step
+
+    threading.Thread(target=stop_after_the_first_step, daemon=True).start()
+    with pytest.raises(Terminated) as caught:
+        run_ladder(path, ladder_home)
+    message = str(caught.value)
+    assert message.startswith("ladder stopped: run ladder-stopped-two-phase-d8-s0 stopped by SIGTERM after step ")
+    assert message.endswith(f"; continue the ladder with: millrace ladder run {path}"), message

@@ -18,7 +18,7 @@ from typing import Any
 import tomli_w
 
 from millrace.artifacts import atomic_write_text
-from millrace.errors import ArtifactError, ConfigError
+from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
 from trainer.config import TrainConfig
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
@@ -126,7 +126,13 @@ def train_rung(
         run,
     )
     began = time.perf_counter()
-    train(config, home, run=run, resume=True, progress=progress)
+    try:
+        train(config, home, run=run, resume=True, progress=progress)
+    except Interrupted as exc:  # the rung's hint would continue one rung: `ladder run` continues them all
+        said = str(exc).split("; continue it with:", 1)[0]
+        own = revision == plan.spec.mixture.revision
+        again = f"millrace ladder run {plan.path}" + ("" if own else f" --revision {revision}")
+        raise type(exc)(f"ladder {ladder}: {said}; continue the ladder with: {again}") from None
     return rung_result(home, plan, rung, revision, seed, run, time.perf_counter() - began)
 
 

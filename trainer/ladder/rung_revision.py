@@ -160,15 +160,20 @@ def feasible_tokens(base: BaseRevision, name: str, tokens: int, batch: int) -> t
     return high * step_tokens, problem
 
 
-def write_rung_revision(home: Home, revision: Revision, header: str) -> Path:
-    """Write the rung revision once; an existing file with another meaning is refused (names are immutable)."""
+def write_rung_revision(
+    home: Home,
+    revision: Revision,
+    header: str,
+    remedy: str = "the ladder's rules, revision or store changed; rename the ladder to re-plan it",
+) -> Path:
+    """Write a generated revision (a rung's, a search proxy's) once; an existing file with another meaning is
+    refused (names are immutable), with `remedy` saying what changed and what to do."""
     path = home.revisions / revision.mixture / f"{revision.revision}.toml"
     if path.exists():
         existing = load_revision(path)
         if existing.hash() != revision.hash():
             raise ConfigError(
-                f"{path}: rung revision {revision.key} exists with different weights or budget "
-                "(the ladder's rules, revision or store changed); rename the ladder to re-plan it"
+                f"{path}: generated revision {revision.key} exists with different weights or budget ({remedy})"
             )
         return path
     atomic_write_text(path, revision_to_toml(revision, header))

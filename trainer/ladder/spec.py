@@ -168,12 +168,12 @@ class LadderSpec(StrictModel):
 
 
 def resolve_path(path: str, ladder_file: Path) -> Path:
-    """A config path relative to the ladder file, else a shipped config (trainer/configs/)."""
+    """A config path relative to the ladder (or search) file, else a shipped config (trainer/configs/)."""
     for base in (ladder_file.parent, SHIPPED_CONFIGS):
         candidate = (base / path).resolve()
         if candidate.exists():
             return candidate
-    raise ConfigError(f"{ladder_file}: config {path!r} not found next to the ladder file or in {SHIPPED_CONFIGS}")
+    raise ConfigError(f"{ladder_file}: config {path!r} not found next to it or in {SHIPPED_CONFIGS}")
 
 
 def load_ladder(path: Path | str) -> LadderSpec:

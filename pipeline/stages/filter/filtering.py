@@ -33,9 +33,8 @@ LANGID_CHARS = 2000  # py3langid reads this much of a document; enough to be sur
 
 
 def build_filter(name: str, options: dict[str, Any]) -> Any:
-    """The registered filter `name` (`pipeline.filters`), built with the config's keyword options."""
-    if "exclusion_writer" in options:
-        raise TypeError("'exclusion_writer' is set by millrace (removed documents are kept for the funnel)")
+    """The registered filter `name` (`pipeline.filters`), built with the config's keyword options (checked by
+    its options model at config load)."""
     return filter_spec(name).filter_class()(**options)
 
 
@@ -110,7 +109,10 @@ class ExtractStep(CountedStep):
     """HTML to text with datatrove's `Trafilatura` extractor, in its sandbox (a per-document timeout).
 
     Applies to the sources whose format is HTML (warc, html); a document with no main text, or
-    one whose extraction fails or times out, is removed with that reason.
+    one whose extraction fails or times out, is removed with that reason. A page's text depends on that
+    page alone: trafilatura's `deduplicate` (a process-wide cache of text segments seen, which would drop a
+    segment from a page because earlier pages in the same process held it) is off, so the order of pages,
+    the task count and a sandbox restarted after a timeout change nothing.
     """
 
     name = "⛏ extract"
@@ -119,7 +121,7 @@ class ExtractStep(CountedStep):
         super().__init__("extract", funnel_dir, removed_dir, sources)
         from datatrove.pipeline.extractors import Trafilatura
 
-        self.extractor = Trafilatura(timeout=timeout)
+        self.extractor = Trafilatura(timeout=timeout, deduplicate=False)
         self._sandbox: ExtractorSandbox | None = None
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:

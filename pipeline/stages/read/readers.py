@@ -33,6 +33,7 @@ from pipeline.stages.filter.filtering import text_bytes
 from pipeline.stages.funnel import StepCounts
 from pipeline.stages.progress import LiveCount
 from pipeline.stages.read.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
+from pipeline.stages.read.decoding import decode_as, decode_page, decode_text
 
 Problem = tuple[str, str, int | str, str, int]  # (file, "line" | "row" | "record", position, reason, size)
 KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
@@ -63,6 +64,7 @@ class _ProblemLog:
 
     problems: list[Problem]
     skipped: dict[str, list[int]]  # reason -> [records, bytes]
+    encodings: dict[str, str]  # file -> the encoding its non-UTF-8 lines were read in
     data_folder: DataFolder  # these two are the datatrove reader's this is mixed into
     text_key: str
     position_label = "line"  # how a position in this reader's files is named in the malformed listing
@@ -96,11 +98,14 @@ class _ProblemLog:
 
 
 class CountingJsonlReader(_ProblemLog, JsonlReader):
-    """JSON lines read as bytes: invalid UTF-8 or JSON is one malformed record (named by file and line).
+    """JSON lines read as bytes: invalid JSON is one malformed record (named by file and line).
 
-    A UTF-8 byte order mark opening the file is dropped. A line over `RECORD_ALLOWANCE` times
-    `max_document_bytes` is never held: it is removed as `too_long` (even with `long_documents = "cut"`,
-    since its text cannot be found without reading it whole).
+    A line that is not UTF-8 is read in the encoding detected for its file (`decoding.decode_text`, detected
+    once, on the file's first such line, and again on a line that does not decode in it); the file and its
+    encoding are noted in `encodings`, and a line no encoding decodes whole is `undecodable`, never stored
+    with replacement characters. A UTF-8 byte order mark opening the file is dropped. A line over
+    `RECORD_ALLOWANCE` times `max_document_bytes` is never held: it is removed as `too_long` (even with
+    `long_documents = "cut"`, since its text cannot be found without reading it whole).
     """
 
     name = "🐿 Jsonl (counted)"
@@ -119,11 +124,34 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
                 try:
                     record = orjson.loads(line)  # validates UTF-8 as well as JSON
                 except orjson.JSONDecodeError:
-                    self.problem(filepath, line_number, "malformed", len(line))
-                    continue
+                    record = self._legacy_record(filepath, line_number, line)
+                    if record is None:
+                        continue
                 document = self.get_document_from_dict(record, filepath, line_number)
                 if document is not None:
                     yield document
+
+    def _legacy_record(self, filepath: str, line_number: int, line: bytes):
+        """A line that orjson refused: JSON in the file's detected encoding, or None (counted as a problem)."""
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            self.problem(filepath, line_number, "malformed", len(line))
+            return None
+        where = self.data_folder.resolve_paths(filepath)
+        known = self.encodings.get(where)
+        decoded = decode_as(line, known) or decode_text(line)
+        if decoded is None:
+            self.problem(filepath, line_number, "undecodable", len(line))
+            return None
+        self.encodings[where] = known or decoded.encoding
+        try:
+            return orjson.loads(decoded.text)
+        except orjson.JSONDecodeError:
+            self.problem(filepath, line_number, "malformed", len(line))
+            return None
 
 
 class CountingParquetReader(_ProblemLog, ParquetReader):
@@ -217,7 +245,11 @@ class HtmlFileReader(_ProblemLog, BaseDiskReader):
         if html is None:
             self.problem(filepath, 0, "too_long", size)
             return
-        fields = {"text": html.decode("utf-8", errors="replace"), "id": filepath, "read_bytes": size}
+        decoded = decode_page(html, cut=size > len(html))
+        if decoded is None:
+            self.problem(filepath, 0, "undecodable", size)
+            return
+        fields = {"text": decoded.text, "id": filepath, "read_bytes": size}
         document = self.get_document_from_dict(fields, filepath, 0)
         if document is not None:
             yield document
@@ -269,6 +301,7 @@ class HFDatasetsDirReader(PipelineStep):
                 continue
             metadata = {k: v for k, v in row.items() if k not in (self.text_key, self.id_key)}
             metadata["position"] = index
+            metadata["file_path"] = self.path  # the document's origin: the dataset's folder (its row: position)
             yield Document(text=text, id=str(row.get(self.id_key, index)), metadata=metadata)
 
 
@@ -383,7 +416,7 @@ class ReadStep(PipelineStep):
         position = self.offset
         for path, files in input_files(self.source):
             reader = build_reader(self.source, path)
-            reader.problems, reader.skipped = problems, skipped
+            reader.problems, reader.skipped, reader.encodings = problems, skipped, self.encodings
             if self.source.format == "hf-datasets":
                 yield from (self._document(doc, position) for doc in reader.run(None, rank, world_size))
                 position += 1
@@ -414,6 +447,7 @@ class ReadStep(PipelineStep):
         problems: list[Problem] = []
         skipped: dict[str, list[int]] = {}
         bad_files: list[dict] = []
+        self.encodings: dict[str, str] = {}
         live = LiveCount(
             None if self.progress_dir is None else self.progress_dir / f"{self.source.name}-{rank:05d}.json"
         )
@@ -437,6 +471,9 @@ class ReadStep(PipelineStep):
             self.malformed_dir / self.source.name / f"{rank:05d}.jsonl", "".join(x + "\n" for x in lines)
         )
         counts.bad_files = [{"source": self.source.name, **b} for b in bad_files]
+        counts.encodings = [
+            {"source": self.source.name, "file": f, "encoding": e} for f, e in sorted(self.encodings.items())
+        ]
         counts.save(self.funnel_dir / f"{self.source.name}-{rank:05d}.json")
         live.update(sum(entry["received"]["documents"] for entry in counts.sources.values()))
         live.close()

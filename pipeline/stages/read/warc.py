@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from warcio.statusandheaders import StatusAndHeadersParser
 
 from pipeline.stages.read.compressed import read_bounded
+from pipeline.stages.read.decoding import decode_page
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 PAGE_RECORDS = frozenset({"response", "conversion", "resource"})  # WET files hold "conversion" records
@@ -52,22 +53,6 @@ def _mime_and_charset(record) -> tuple[str | None, str | None]:
     return (identified.strip().lower() if identified else None), None
 
 
-def _decode(payload: bytes, charset: str | None) -> str | None:
-    for encoding in (charset, "utf-8"):
-        if encoding:
-            try:
-                return payload.decode(encoding)
-            except (UnicodeDecodeError, LookupError):
-                continue
-    import cchardet
-
-    detected = cchardet.detect(payload)["encoding"]
-    try:
-        return payload.decode(detected) if detected else None
-    except (UnicodeDecodeError, LookupError):
-        return None
-
-
 def target_uri(record) -> str | None:
     """The record's URL: `WARC-Target-URI`, or an ARC record's `uri`."""
     return record.rec_headers.get_header("WARC-Target-URI") or record.rec_headers.get_header("uri") or None
@@ -94,9 +79,10 @@ def read_record(record, max_payload: int, long_documents: str) -> WarcOutcome:
     plain_ok = record.rec_type == "conversion" and mime == "text/plain"
     if mime not in HTML_TYPES and not plain_ok:
         return WarcOutcome(None, "not_html", size)
-    text = _decode(payload, charset)
-    if text is None:
+    decoded = decode_page(payload, charset, cut=size > len(payload))
+    if decoded is None:
         return WarcOutcome(None, "undecodable", size)
+    text = decoded.text
     record_id = record.rec_headers.get_header("WARC-Record-ID")
     date = record.rec_headers.get_header("WARC-Date") or record.rec_headers.get_header("archive-date")
     document = {"text": text, "id": url, "url": url, "date": date, "warc_record_id": record_id, "read_bytes": size}

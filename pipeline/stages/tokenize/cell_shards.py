@@ -38,7 +38,7 @@ from pipeline.cells.held_out_split import VALIDATION_PREFIX, held_out_mask, spli
 from pipeline.config import HeldOutConfig
 from pipeline.stages.held_out.eval_sets import SetOverlap
 from pipeline.store.format import ShardInfo, ShardSequence, SourceCounts
-from pipeline.store.trace import part_name, write_trace_part
+from pipeline.store.trace import HELD_OUT_PREFIX, part_name, write_trace_part
 
 STORE_ORDER_SEED = 0x6D696C6C72616365  # "millrace": fixed, so a store's order never depends on the run
 TRAINING_PREFIX = "shard"
@@ -134,11 +134,42 @@ def _remove_split_files(cell_dir: Path, rank: int, first_shard: int) -> None:
     """What an earlier run of split task `rank` wrote to one cell: its held-out shards, the training
     shards from `first_shard` on, the trace part (the tokenize task's shards before it stay)."""
     training = f"{TRAINING_PREFIX}-{rank:05d}-"
+    held_part = part_name(rank, HELD_OUT_PREFIX)
     for path in cell_dir.glob("*"):
         name = path.name.lstrip(".")
         later = name.startswith(training) and int(name[len(training) :].split(".")[0]) >= first_shard
-        if later or name.startswith((f"{VALIDATION_PREFIX}-{rank:05d}-", part_name(rank))):
+        if later or name.startswith((f"{VALIDATION_PREFIX}-{rank:05d}-", part_name(rank), held_part)):
             path.unlink()
+
+
+def _trace_part(
+    cell_dir: Path,
+    rank: int,
+    table,
+    sources: list[str],
+    chosen: np.ndarray,
+    rows: np.ndarray,
+    shards: int,
+    held_out: bool = False,
+) -> dict:
+    """The trace part of the run's `chosen` documents, placed at `rows` (shard, document) in order."""
+    lengths = table["lengths"]
+    return write_trace_part(
+        cell_dir,
+        rank,
+        {
+            "shard": rows[:, 0].astype(np.int32),
+            "document": rows[:, 1].astype(np.int32),
+            "token_start": _offsets(lengths[chosen], 1),
+            "tokens": lengths[chosen],
+            "source": [sources[int(i)] for i in table["sources"][chosen]],
+            "id": table["ids"][chosen].tolist(),
+            "origin": table["origins"][chosen].tolist(),
+            "position": table["positions"][chosen],
+        },
+        shards=shards,
+        prefix=HELD_OUT_PREFIX if held_out else "documents",
+    )
 
 
 def _offsets(lengths: np.ndarray, itemsize: int) -> np.ndarray:
@@ -251,23 +282,11 @@ def write_held_out(
         [placed[:, 0], waiting[~held]]
     )  # the trace covers the training shards, the ones the loader reads
     rows = np.concatenate([placed[:, 1:], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
-    trace = None
-    if kept.size:
-        trace = write_trace_part(
-            cell_dir,
-            rank,
-            {
-                "shard": rows[:, 0].astype(np.int32),
-                "document": rows[:, 1].astype(np.int32),
-                "token_start": _offsets(lengths[kept], 1),
-                "tokens": lengths[kept],
-                "source": [sources[int(i)] for i in source_ids[kept]],
-                "id": table["ids"][kept].tolist(),
-                "origin": table["origins"][kept].tolist(),
-                "position": table["positions"][kept],
-            },
-            shards=len(shards),
-        )
+    trace = _trace_part(cell_dir, rank, table, sources, kept, rows, len(shards)) if kept.size else None
+    held_rows = np.asarray(validation.placed, dtype=np.int64).reshape(-1, 2)
+    held_trace = None
+    if held.any():  # which documents were held out, so that their files and URLs can be found
+        held_trace = _trace_part(cell_dir, rank, table, sources, waiting[held], held_rows, len(held_shards), True)
     return {
         "shards": [dataclasses.asdict(s) for s in shards],
         "validation": [dataclasses.asdict(s) for s in held_shards],
@@ -275,6 +294,7 @@ def write_held_out(
         "validation_sources": {name: counts.model_dump() for name, counts in validation.sources.items()},
         "given_back_sources": {name: counts.model_dump() for name, counts in sorted(returned.items())},
         "trace": trace,
+        "held_out_trace": held_trace,
         "samples": json.loads(str(table["samples"])),
     }
 

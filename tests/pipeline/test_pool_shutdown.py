@@ -1,0 +1,27 @@
+"""A worker pool whose workers died of the process group's SIGTERM shuts down, rather than waiting forever for
+the task queue's lock an idle worker held when it died (it held the store's writer lock with it)."""
+
+import os
+import signal
+import threading
+import time
+
+import multiprocess
+
+from pipeline.runner import POOL_LOCK_SECONDS, shutdown_past_dead_workers
+
+
+def test_a_pool_whose_idle_workers_died_of_sigterm_shuts_down_promptly():
+    shutdown_past_dead_workers()
+    pool = multiprocess.get_context("fork").Pool(2)
+    assert pool.map(abs, [-1, -2]) == [1, 2]
+    time.sleep(0.2)  # both idle: one waits for its next task holding the task queue's read lock
+    for worker in list(pool._pool):
+        os.kill(worker.pid, signal.SIGTERM)  # the default action: gone on the spot, the lock never released
+    time.sleep(0.2)
+    closing = threading.Thread(target=pool.terminate, daemon=True)
+    started = time.monotonic()
+    closing.start()
+    closing.join(timeout=POOL_LOCK_SECONDS + 8)
+    assert not closing.is_alive(), "the pool's shutdown waits for a lock a dead worker held"
+    assert time.monotonic() - started < POOL_LOCK_SECONDS + 8

@@ -1,0 +1,70 @@
+"""SIGTERM under `sigterm_as_interrupt`: the process that installed it stops as Ctrl-C stops it; a child it
+forked (the HTML extractor's sandbox, ended with SIGTERM after every WARC run) ends quietly as by default."""
+
+import signal
+import subprocess
+import sys
+
+FORKED = """
+import os, signal, sys, time
+from millrace.signals import sigterm_as_interrupt
+with sigterm_as_interrupt():
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.write(write, b"up")
+        time.sleep(30)
+        os._exit(0)
+    os.read(read, 2)
+    os.kill(child, signal.SIGTERM)
+    _, status = os.waitpid(child, 0)
+    print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM)
+"""
+
+WATCHED = """
+import os, signal, time
+import millrace.signals as signals
+signals.SHUTDOWN_GRACE_SECONDS = 0.5
+with signals.sigterm_as_interrupt():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    except signals.TerminateSignal:
+        time.sleep(30)  # an unwinding that never ends (a pool that cannot be shut down)
+"""
+
+
+def test_a_forked_child_ends_by_the_signal_without_a_traceback():
+    done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "TerminateSignal" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_stop_that_does_not_unwind_in_time_ends_with_143_and_one_line():
+    done = subprocess.run(
+        [sys.executable, "-c", WATCHED, "pipeline", "run", "p.toml"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "error: stopped by SIGTERM; shutting down took over 0.5s, so the process ends now; finished work is kept, "
+        "continue with: millrace pipeline run p.toml"
+    ]
+
+
+BLOCKED = """
+import signal, threading, time
+import millrace.signals as signals
+signals.SHUTDOWN_GRACE_SECONDS = 0.5
+with signals.sigterm_as_interrupt(["millrace", "pipeline", "run", "p.toml"]):
+    def deliver():
+        time.sleep(0.2)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # the kernel may pick any thread: this one
+    threading.Thread(target=deliver, daemon=True).start()
+    threading.Event().wait()  # the main thread waits in C: no Python handler runs until the wait ends
+"""
+
+
+def test_a_sigterm_taken_by_another_thread_while_the_main_one_waits_still_ends_the_process():
+    done = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr[-2000:]
+    assert done.stderr.strip().endswith("continue with: millrace pipeline run p.toml"), done.stderr[-2000:]

@@ -1,0 +1,197 @@
+"""The fleet: many tiny trainings at once give what training them one by one gives; a killed fleet resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from millrace.errors import MillraceError
+from millrace.home import Home
+from mixtures.build import build
+from mixtures.new import new_revision
+from testkit.stores import make_store
+from trainer.fleet import FleetConfig, TrainingJob, check_outcomes, run_jobs
+from trainer.records import read_metrics, read_run
+
+ROOT = Path(__file__).parents[2]
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def fleet_home(tmp_path_factory):
+    home = Home.resolve(tmp_path_factory.mktemp("fleet-home"))
+    make_store(home, {"c00q0": 8000, "c01q0": 6000, "c02q1": 4000})
+    new_revision(home, "mix", "natural", "t", strategy="natural", phases=["main:4096"], seq_len=32, global_batch=4)
+    build(home, "mix", "natural")
+    return home
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    """Two tiny configs on mixture mix/natural (seeds 0 and 1), and one whose --steps is refused."""
+    import tomllib
+
+    import tomli_w
+
+    base = tomllib.loads((ROOT / "trainer" / "configs" / "tiny.toml").read_text())
+    base["metrics"].update({"tensorboard": False, "peak_flops_per_device": 1e11})
+    base["data"].update({"mixture": "mix", "revision": "natural"})
+    base["samples"] = {**base.get("samples", {}), "enabled": False}
+    folder = tmp_path_factory.mktemp("fleet-configs")
+    paths = []
+    for seed in (0, 1):
+        data = base | {"steps": STEPS, "parallel": {**base["parallel"], "seed": seed}}
+        paths.append(folder / f"seed{seed}.toml")
+        paths[-1].write_text(tomli_w.dumps(data))
+    return paths
+
+
+def curve(home: Home, run: str) -> list[tuple[int, float, float]]:
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in read_metrics(home.run(run))]
+
+
+@pytest.mark.slow
+def test_two_concurrent_local_jobs_equal_training_them_in_process(fleet_home, configs):
+    """Two jobs at once in processes, and a third that is refused: the two curves equal the in-process
+    fleet's, loss for loss and grad norm for grad norm; the refusal is one failed outcome naming its log."""
+    home = fleet_home
+
+    def jobs(prefix: str) -> list[TrainingJob]:
+        return [
+            TrainingJob(f"{prefix}-a", configs[0]),
+            TrainingJob(f"{prefix}-b", configs[1]),
+            TrainingJob(f"{prefix}-bad", configs[0], steps=STEPS + 1),
+        ]
+
+    done: list[str] = []
+    local = run_jobs(home, jobs("local"), FleetConfig(executor="local", concurrency=2, threads=1), on_done=done.append)
+    here = run_jobs(home, jobs("here"), FleetConfig(executor="in-process", threads=1))
+    assert [o.status for o in local] == [o.status for o in here] == ["completed", "completed", "failed"]
+    assert sorted(done) == ["local-a", "local-b"]
+    for name in ("a", "b"):
+        assert curve(home, f"local-{name}") == curve(home, f"here-{name}")
+        assert len(curve(home, f"local-{name}")) == STEPS
+        assert (home.run(f"local-{name}") / "train.log").read_text().count("run local-") > 0
+    assert curve(home, "local-a") != curve(home, "local-b")  # two seeds: the comparison can fail
+    bad = local[2]
+    assert bad.log == home.run("local-bad") / "train.log" and "past the learning-rate horizon" in bad.message, bad
+    with pytest.raises(MillraceError, match=r"1 of 3 runs failed, first local-bad: .*log: .*local-bad/train.log"):
+        check_outcomes(local)
+    again = run_jobs(home, jobs("local")[:2], FleetConfig(executor="local"))
+    assert [o.status for o in again] == ["skipped", "skipped"]
+
+
+FLEET_SCRIPT = """
+import sys
+from pathlib import Path
+from millrace.cli import main
+from millrace.errors import Interrupted
+from millrace.home import Home
+from trainer.fleet import FleetConfig, TrainingJob, run_jobs
+home, first, second = Home.resolve(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+jobs = [TrainingJob("kill-a", first), TrainingJob("kill-b", second, steps=30)]
+try:
+    run_jobs(home, jobs, FleetConfig(executor="local", concurrency=1, threads=1))
+except Interrupted as exc:
+    print(f"terminated: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_fleet_resumes_and_skips_completed_runs(fleet_home, configs, tmp_path):
+    """SIGTERM while the second job trains: exit 143, one line saying how to continue, the job checkpointed;
+    the same fleet again skips the first and resumes the second from its checkpoint."""
+    import tomllib
+
+    import tomli_w
+
+    home = fleet_home
+    long = tmp_path / "long.toml"
+    data = tomllib.loads(configs[1].read_text())
+    long.write_text(tomli_w.dumps(data | {"steps": 30}))
+    args = [str(home.root), str(configs[0]), str(long)]
+    fleet = subprocess.Popen(
+        [sys.executable, "-c", FLEET_SCRIPT, *args],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    metrics = home.run("kill-b") / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while (
+        fleet.poll() is None
+        and time.monotonic() < deadline
+        and not (metrics.exists() and metrics.read_text().count("\n") >= 2)
+    ):
+        time.sleep(0.05)
+    os.kill(fleet.pid, signal.SIGTERM)
+    _, err = fleet.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.startswith("terminated:")]
+    assert fleet.returncode == 143 and len(lines) == 1, err[-2000:]
+    assert "run the same command again to continue" in lines[0]
+    stopped = read_run(home.run("kill-b"))
+    assert stopped["status"] == "interrupted" and read_run(home.run("kill-a"))["status"] == "completed"
+    checkpoint = max(json.loads(line)["step"] for line in metrics.read_text().splitlines())
+    outcomes = run_jobs(
+        home, [TrainingJob("kill-a", configs[0]), TrainingJob("kill-b", long, steps=30)], FleetConfig()
+    )
+    assert [o.status for o in outcomes] == ["skipped", "completed"]
+    assert f"at step {checkpoint}" in (home.run("kill-b") / "train.log").read_text()  # resumed, not restarted
+    assert [step for step, _, _ in curve(home, "kill-b")] == list(range(1, 31))
+
+
+SBATCH = f"""#!{sys.executable}
+import os, subprocess, sys
+script = sys.argv[-1]
+with open(os.environ["SBATCH_RECORD"], "a") as out:
+    out.write(" ".join(sys.argv[1:]) + "\\n" + open(script).read())
+subprocess.run(["bash", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("4242")
+"""
+
+
+def stand_in(folder: Path, name: str, text: str) -> None:
+    path = folder / name
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_slurm_and_ray_jobs_train_what_the_in_process_fleet_trains(fleet_home, configs, tmp_path, monkeypatch):
+    """There is no Slurm here: `sbatch` is a stand-in that records its arguments and runs the script at once,
+    `squeue` says the job has left the queue. Ray runs a local cluster of two CPUs."""
+    ray = pytest.importorskip("ray")
+    home = fleet_home
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_in(bin_dir, "sbatch", SBATCH)
+    stand_in(bin_dir, "squeue", "#!/bin/bash\n")
+    stand_in(bin_dir, "scancel", "#!/bin/bash\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SBATCH_RECORD", str(tmp_path / "sbatch.txt"))
+    slurm = FleetConfig.model_validate(
+        {"executor": "slurm", "threads": 1, "slurm": {"partition": "cpu", "time": "00:10:00", "poll_seconds": 0.1}}
+    )
+    reference = run_jobs(home, [TrainingJob("ref-a", configs[0])], FleetConfig(executor="in-process", threads=1))
+    assert run_jobs(home, [TrainingJob("slurm-a", configs[0])], slurm)[0].status == "completed"
+    recorded = (tmp_path / "sbatch.txt").read_text()
+    assert "--parsable" in recorded and "#SBATCH --partition=cpu" in recorded and "#SBATCH --time=00:10:00" in recorded
+    assert (
+        f"#SBATCH --output={home.run('slurm-a') / 'train.log'}" in recorded and "export OMP_NUM_THREADS=1" in recorded
+    )
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        outcome = run_jobs(home, [TrainingJob("ray-a", configs[0])], FleetConfig(executor="ray", threads=1))[0]
+    finally:
+        ray.shutdown()
+    assert reference[0].status == outcome.status == "completed"
+    assert curve(home, "slurm-a") == curve(home, "ray-a") == curve(home, "ref-a")

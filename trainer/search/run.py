@@ -1,0 +1,225 @@
+"""`mix search run`: the shared checkpoint once, then every proxy as a run with lineage branched from it.
+
+A proxy is an ordinary run: its revision continues the baseline revision at the branch step with the proxy's
+sampled weights (written and built by the mixtures room), and it starts from the shared checkpoint's run
+(`train(from_run=...)`, `trainer.branch`). Resumable at two levels: a proxy whose run completed is not trained
+again, and one killed mid-way resumes from its own checkpoint, else from the branch. proxies.json is rewritten
+(atomically) after each proxy, so a kill loses at most the proxies in flight. One writer per search.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from millrace.artifacts import atomic_write_text, validated
+from millrace.errors import ArtifactError
+from millrace.home import Home
+from millrace.writer_lock import WriterLock
+from trainer.fleet import check_outcomes
+from trainer.fleet.config import JobOutcome, TrainingJob
+from trainer.records import EvalFigures, read_eval, read_metrics, read_run
+from trainer.search.records import (
+    PROXIES_FILE,
+    SEARCH_LOCK_FILE,
+    Component,
+    ProxyResults,
+    ProxyRow,
+    ProxyTable,
+    StoreRef,
+    SwarmPlan,
+    read_proxies,
+    write_search_record,
+)
+from trainer.search.revisions import continuing, realised, weights_array, write_and_build
+from trainer.search.spec import Search
+
+log = logging.getLogger(__name__)
+
+
+def search_writer(search: Search) -> WriterLock:
+    """The search's one-writer lock: plan, run, fit, propose and validate rewrite its files under it."""
+    return WriterLock(search.directory / SEARCH_LOCK_FILE, f"search {search.name!r}")
+
+
+def job_config(search: Search, revision: str, seed: int, run: str) -> Path:
+    """A run's train config: the search's model, the one horizon, evaluation only at the end, no samples."""
+    data = search.config.model_dump(mode="json")
+    data["steps"] = search.horizon
+    data["data"].update({"mixture": search.spec.mixture.mixture, "revision": revision})
+    data["parallel"]["seed"] = seed
+    data["checkpoint"].update({"every": 0, "at_end": True, "keep": 1})
+    data["metrics"]["tensorboard"] = False
+    data["eval"].update({"enabled": True, "every": search.horizon, "max_sequences": search.spec.eval.max_sequences})
+    data["samples"]["enabled"] = False
+    path = search.directory / "configs" / f"{run}.toml"
+    atomic_write_text(
+        path,
+        f"# search {search.name}: run {run} (written by `millrace mix search`; do not edit)\n" + tomli_w.dumps(data),
+    )
+    return path
+
+
+def completed(home: Home, run: str) -> bool:
+    try:
+        return read_run(home.run(run)).get("status") == "completed"
+    except ArtifactError:
+        return False
+
+
+def train_jobs(
+    home: Home, jobs: Sequence[TrainingJob], search: Search, progress: bool, on_done: Callable[[str], None] | None
+) -> list[JobOutcome]:
+    """Train `jobs` on the search's fleet (`[fleet]`: in-process, local processes, torchrun, Ray or Slurm);
+    finished runs are skipped, killed ones resume; Ctrl-C / SIGTERM stop them all."""
+    from trainer.fleet import run_jobs
+
+    return run_jobs(home, jobs, search.fleet, progress=progress, on_done=on_done)
+
+
+def shared_checkpoints(home: Home, search: Search, seeds: Sequence[int], progress: bool) -> dict[int, str]:
+    """Train the baseline to the branch step once per seed (those not there yet); returns seed -> run."""
+    from trainer import checkpoint as ckpt
+    from trainer.search.plan import shared_run
+
+    runs = {seed: shared_run(search, seed) for seed in seeds}
+    jobs = []
+    for seed, run in runs.items():
+        found = ckpt.list_checkpoints(home.run(run) / "checkpoints")
+        if not any(step == search.branch_step for step, _ in found):
+            config = job_config(search, search.spec.mixture.revision, seed, run)
+            jobs.append(TrainingJob(run, config, None, search.branch_step))
+            log.info("search %s: shared checkpoint %s: the baseline to step %d", search.name, run, search.branch_step)
+    if jobs:
+        check_outcomes(train_jobs(home, jobs, search, progress, None))
+    return runs
+
+
+def final_results(home: Home, run: str) -> ProxyResults:
+    """A run's last evaluation, whole (every group), with the digest of the line it came from."""
+    from trainer.ladder.results import record_digest
+
+    evals = read_eval(home.run(run))
+    if not evals:
+        raise ArtifactError(f"{home.run(run) / 'eval.jsonl'}: no held-out evaluation; the search scores held-out data")
+    last = evals[-1]
+    where = str(home.run(run) / "eval.jsonl")
+    return ProxyResults(
+        step=last["step"],
+        tokens=last.get("tokens"),
+        loss=validated(EvalFigures, last.get("loss", {}), where),
+        bpb=validated(EvalFigures, last.get("bpb", {}), where),
+        digest=record_digest(last),
+    )
+
+
+def train_seconds(home: Home, run: str, after: int) -> float:
+    """Seconds the run spent in its own training steps (after the branch), from its metrics."""
+    return float(sum(line.get("step_seconds") or 0.0 for line in read_metrics(home.run(run)) if line["step"] > after))
+
+
+def read_rows(search: Search) -> list[ProxyRow]:
+    path = search.directory / PROXIES_FILE
+    return list(read_proxies(search.directory).rows) if path.exists() else []
+
+
+def write_rows(search: Search, rows: list[ProxyRow]) -> None:
+    write_search_record(search.directory, PROXIES_FILE, ProxyTable(search=search.name, rows=rows))
+
+
+def merge_row(rows: list[ProxyRow], row: ProxyRow) -> list[ProxyRow]:
+    return [r for r in rows if r.proxy != row.proxy] + [row]
+
+
+def phase_tokens(search: Search) -> list[int]:
+    return [steps * search.step_tokens for steps in search.phase_steps]
+
+
+def proxy_row(
+    home: Home, search: Search, plan: SwarmPlan, proxy: Any, manifest: Path, seconds: float | None
+) -> ProxyRow:
+    """The finished proxy's row: realised weights, every per-set result, time in and out of training steps."""
+    store = plan.store
+    return ProxyRow(
+        proxy=proxy.proxy,
+        run=proxy.run,
+        revision=proxy.revision,
+        phases=realised(manifest, plan.components),
+        cells={c.fingerprint: c.cells for c in plan.components},
+        store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash),
+        status="done",
+        results=final_results(home, proxy.run),
+        seconds=seconds,
+        train_seconds=train_seconds(home, proxy.run, search.branch_step),
+        flops=plan.budget.flops,
+    )
+
+
+def build_proxy(home: Home, search: Search, components: list[Component], proxy: Any) -> Path:
+    weights = weights_array(proxy.phases, components)
+    revision = continuing(search, proxy.revision, weights, phase_tokens(search), components, f"proxy {proxy.proxy}")
+    return write_and_build(home, search, revision)
+
+
+def run_swarm(
+    home: Home,
+    search: Search,
+    plan: SwarmPlan,
+    progress: bool = False,
+    on_row: Callable[[ProxyRow], None] | None = None,
+) -> list[ProxyRow]:
+    """Train the proxies not yet done (under the search's writer lock); returns every row, in plan order.
+    A proxy that fails is recorded as failed (its error kept) and the command then fails naming the first."""
+    with search_writer(search):
+        base = shared_checkpoints(home, search, [0], progress)[0]
+        rows = read_rows(search)
+        done = {r.proxy for r in rows if r.status == "done" and completed(home, r.run)}
+        pending = [p for p in plan.proxies if p.proxy not in done]
+        manifests = {p.run: build_proxy(home, search, plan.components, p) for p in pending}
+        by_run = {p.run: p for p in pending}
+        if pending:
+            log.info("search %s: %d proxies to train, %d done", search.name, len(pending), len(done))
+
+        def finished(run: str) -> None:
+            nonlocal rows
+            row = proxy_row(home, search, plan, by_run[run], manifests[run], None)
+            rows = merge_row(rows, row)
+            write_rows(search, rows)
+            if on_row:
+                on_row(row)
+
+        jobs = [TrainingJob(p.run, job_config(search, p.revision, 0, p.run), base) for p in pending]
+        outcomes = train_jobs(home, jobs, search, progress, finished)
+        rows = record_outcomes(search, rows, by_run, outcomes)
+        order = {p.proxy: i for i, p in enumerate(plan.proxies)}
+        check_outcomes(outcomes)
+        return sorted(rows, key=lambda r: order.get(r.proxy, len(order)))
+
+
+def record_outcomes(
+    search: Search, rows: list[ProxyRow], by_run: dict[str, Any], outcomes: list[JobOutcome]
+) -> list[ProxyRow]:
+    """Each trained proxy's wall time (start-up to its last evaluation) and each failed one's error, written."""
+    by_proxy = {r.run: r for r in rows}
+    for outcome in outcomes:
+        proxy = by_run.get(outcome.run)
+        if proxy is None:
+            continue
+        if outcome.status == "failed":
+            row = ProxyRow(
+                proxy=proxy.proxy,
+                run=proxy.run,
+                revision=proxy.revision,
+                phases=proxy.phases,
+                status="failed",
+                error=outcome.message,
+            )
+            rows = merge_row(rows, row)
+        elif outcome.status == "completed" and outcome.run in by_proxy:
+            rows = merge_row(rows, by_proxy[outcome.run].model_copy(update={"seconds": outcome.seconds}))
+    write_rows(search, rows)
+    return rows
