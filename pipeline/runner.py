@@ -656,7 +656,7 @@ def publish(config: PipelineConfig, home: Home, final: Path, kind: str, workers:
     failed publication resumes it (the objects already there are kept). With `[executor] work_url` the shards
     go from the work URL to the store URL on the server, never through this disk or process; where the two
     storage profiles cannot copy on the server, each task copies its own shards (`PublishShards`)."""
-    from pipeline.store.remote import PublishShards, copy_store, publish_store, remote_fs, same_profile
+    from pipeline.store.remote import PublishShards, copy_store, publish_store, same_profile
 
     url, options = output_url(config, final), config.output.storage_options
     log.info("publishing %s to %s", final, url)
@@ -665,7 +665,7 @@ def publish(config: PipelineConfig, home: Home, final: Path, kind: str, workers:
     if remote is None:
         copy_store(final, url, options)
         return
-    copied = not same_profile(remote.fs, remote_fs(url, options)[0])
+    copied = not same_profile(remote.url, remote.storage_options, url, options)
     if copied:  # an executor run of its own; the driver's copy of the work directory has nothing to upload
         remote.reset_mirror()
         step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)

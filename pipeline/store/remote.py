@@ -124,9 +124,10 @@ def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limit
             raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of {source} ({size} bytes)")
 
 
-def same_profile(source_fs: Any, fs: Any) -> bool:
-    """Whether one filesystem can copy from the other on the server (the same kind, the same options)."""
-    return type(source_fs) is type(fs) and source_fs.storage_options == fs.storage_options
+def same_profile(source_url: str, source_options: dict, url: str, options: dict) -> bool:
+    """Whether one URL's objects can be copied to the other's on the server: the same protocol and the same
+    storage options (the same credentials and endpoint)."""
+    return source_url.split("://", 1)[0] == url.split("://", 1)[0] and (source_options or {}) == (options or {})
 
 
 def publish_store(
@@ -148,8 +149,6 @@ def publish_store(
     fs, root = remote_fs(url, storage_options, limits)
     if check_target(local, fs, root, limits):
         return 0
-    if not copied and not same_profile(source_fs, fs):
-        raise ArtifactError(f"{fs.unstrip_protocol(root)}: the shards must be copied by the tasks (PublishShards)")
     source_fs.invalidate_cache()
     listing = source_fs.find(source_root, detail=True)
     sizes = {
@@ -214,9 +213,10 @@ def _own_files(fs: Any, cell: str, rank: int) -> list[str]:
     from fsspec.implementations.local import LocalFileSystem
 
     from pipeline.stages.tokenize.cell_shards import task_file_prefixes
+    from pipeline.store.trace import HELD_OUT_PREFIX, part_name
 
     found = []
-    for prefix in task_file_prefixes(rank):
+    for prefix in (*task_file_prefixes(rank), part_name(rank, HELD_OUT_PREFIX)):
         listed = fs.find(cell) if isinstance(fs, LocalFileSystem) else fs.find(cell, prefix=prefix)
         found += [path for path in listed if path.rsplit("/", 1)[-1].startswith(prefix)]
     return sorted(found)
