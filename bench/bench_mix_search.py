@@ -11,7 +11,8 @@
   scored by a known log-linear law with 1% noise, and the proposal is checked against every constraint; beside
   it, the log-linear fit with BLAS held to one thread (as the search runs it) against numpy's default threads;
 - a proxy's training throughput on CPU against a plain dense PyTorch model of the same FLOPs per token on the
-  same batches (at least 0.5x): a swarm on a small machine is bounded by it.
+  same batches (at least 0.5x): a swarm on a small machine is bounded by it; and one branched proxy's time
+  outside its training steps, named step by step (`bench/proxy_throughput.py`).
 
 `MILLRACE_BENCH_PROXIES` sets the swarm's size (default 64) for a shorter run on a busy machine.
 """
@@ -168,7 +169,20 @@ def blas_threads_result() -> Result:
     )
 
 
-PARTS: list[Callable[[], list[Result]]] = [swarm, fit_propose_results, lambda: [blas_threads_result()]]
+def proxy_throughput_results() -> list[Result]:
+    """The proxy against a plain dense PyTorch model of the same FLOPs/token, and its overheads
+    (`bench/proxy_throughput.py`)."""
+    from bench import proxy_throughput
+
+    return proxy_throughput.main()
+
+
+PARTS: list[Callable[[], list[Result]]] = [
+    swarm,
+    fit_propose_results,
+    lambda: [blas_threads_result()],
+    proxy_throughput_results,
+]
 
 
 def main() -> list[Result]:

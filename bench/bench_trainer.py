@@ -44,7 +44,7 @@ def _tokens_per_second(config: Path, home, run: str) -> tuple[float, int]:
     from trainer.records import read_metrics
 
     result = train(config, home, steps=STEPS, run=run)
-    rates = [r["tokens_per_second"] for r in read_metrics(result.run_dir)[WARMUP:]]
+    rates = [r.tokens_per_second or 0.0 for r in read_metrics(result.run_dir)[WARMUP:]]
     active = count_params(with_vocab(load_train_config(config), 256)).active
     return statistics.median(rates), active
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import statistics
 import sys
 import tempfile
@@ -144,7 +145,7 @@ def main() -> int:
     full_causal = flops_per_token(config, args.seq_len)
     attention = masked_attention_flops(config, sum(pairs)) / (args.steps * args.batch * args.seq_len)
     per_token = 6.0 * params.active_matmul + attention
-    tokens_per_second = statistics.median(r["tokens_per_second"] for r in records)
+    tokens_per_second = statistics.median(r.tokens_per_second or 0.0 for r in records)
     report = {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (smoke)",
@@ -158,11 +159,11 @@ def main() -> int:
         "flops_per_token_full_causal": full_causal,
         "tokens_per_second": tokens_per_second,
         "kernels": {"attention": args.attention, **shape["train"]},
-        "mfu": per_token * tokens_per_second / run_record["peak_flops_per_device"],
-        "mfu_full_causal": statistics.median(r["mfu"] for r in records),
-        "peak_flops": run_record["peak_flops_per_device"],
-        "peak_flops_source": run_record["peak_flops_source"],
-        "data_wait_fraction": statistics.median(r["data_wait_fraction"] for r in records),
+        "mfu": per_token * tokens_per_second / (run_record.peak_flops_per_device or math.nan),
+        "mfu_full_causal": statistics.median(r.mfu or 0.0 for r in records),
+        "peak_flops": run_record.peak_flops_per_device,
+        "peak_flops_source": run_record.peak_flops_source,
+        "data_wait_fraction": statistics.median(r.data_wait_fraction or 0.0 for r in records),
         "loss_first_last": [result.losses[0], result.losses[-1]],
         "grouped_mm": hasattr(torch, "_grouped_mm"),
     }

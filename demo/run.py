@@ -25,6 +25,7 @@ from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from millrace.progress import on_terminal
 from trainer.ladder.spec import SHIPPED_CONFIGS
+from trainer.records import RungResult
 
 log = logging.getLogger("millrace.demo")  # the logger name users know
 
@@ -245,12 +246,12 @@ def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
     """The ladder's main job, small: the prediction for the next rung up beside what it measures."""
     from trainer.ladder.check import predict_then_measure
 
-    def show(result: dict) -> None:
-        final = ((result.get("final") or {}).get("loss") or {}).get("macro")
+    def show(result: RungResult) -> None:
+        final = result.final.loss.macro if result.final is not None else None
         console.print(
-            f"  rung {result['rung']}: held-out macro loss {final:.4f} at {result['flops']:.3g} FLOPs"
+            f"  rung {result.rung}: held-out macro loss {final:.4f} at {result.flops or 0:.3g} FLOPs"
             if final is not None
-            else f"  rung {result['rung']}: no held-out evaluation"
+            else f"  rung {result.rung}: no held-out evaluation"
         )
 
     check = predict_then_measure(ladder, home, progress=True, on_result=show)

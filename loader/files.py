@@ -149,25 +149,6 @@ class ChunkedFile:
         for offset, size, where in zip(offsets, sizes, at):
             self.read_into(offset, out[where : where + size])
 
-    def verify_pieces(self, offsets: np.ndarray, ends: np.ndarray) -> None:
-        """Check every chunk that bytes [offsets[i], ends[i]) touch and that is not checked yet: the verified
-        set is a bitmap over chunks, so once a shard's chunks are checked this is a few vector ops."""
-        if not offsets.size:
-            return
-        low, high = int(offsets.min()), int(ends.max())
-        if low < 0 or high > self.size:
-            bad = int(np.flatnonzero((offsets < 0) | (ends > self.size))[0])
-            raise ArtifactError(f"{self.name}: read of bytes [{offsets[bad]}, {ends[bad]}) past its {self.size} bytes")
-        verified = self._verified
-        if verified[low // self.chunk_bytes : (high - 1) // self.chunk_bytes + 1].all():  # the usual case, once warm
-            return
-        first, last = offsets // self.chunk_bytes, (ends - 1) // self.chunk_bytes
-        pending = ~(verified[first] & verified[last]) | (last - first > 1)
-        if not pending.any():
-            return
-        for lo, hi in zip(first[pending].tolist(), last[pending].tolist()):
-            self._verify_chunks(lo, hi)
-
     def _verify_chunks(self, first: int, last: int) -> None:
         """Check chunks first .. last that are not checked yet."""
         checked = self._checked

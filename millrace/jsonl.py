@@ -14,19 +14,26 @@ one that wants only the last record (`last_record`) reads the file's end.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
+
+import pydantic
 
 from millrace.artifacts import atomic_write_bytes
-from millrace.errors import ArtifactError
+from millrace.errors import ArtifactError, first_validation_error
 
 log = logging.getLogger(__name__)
 
 Check = Callable[[Any], str | None]  # a record -> what is wrong with it, or None
+T = TypeVar("T")
+M = TypeVar("M", bound=pydantic.BaseModel)
+Parse = Callable[[bytes], tuple[T, str | None]]  # a line -> (its record, what is wrong with it); ValueError: no JSON
 
 
 def has_step(record: Any) -> str | None:
@@ -36,22 +43,69 @@ def has_step(record: Any) -> str | None:
     return None
 
 
+def json_lines(check: Check = has_step) -> Parse[dict[str, Any]]:
+    """Lines parsed as JSON objects, each checked with `check`."""
+
+    def parse(line: bytes) -> tuple[dict[str, Any], str | None]:
+        record = json.loads(line)
+        return record, check(record)
+
+    return parse
+
+
+def model_lines(model: type[M], check: Check = has_step) -> Parse[M]:
+    """Lines parsed straight into `model` (pydantic-core reads the bytes: no dict is built first, so a long
+    stream costs little more than `json.loads`); a line that breaks the model is parsed as JSON to say why:
+    `check`'s problem first (a wrong schema named as such), else the model's first error."""
+
+    def parse(line: bytes) -> tuple[M, str | None]:
+        try:
+            return model.model_validate_json(line), None
+        except pydantic.ValidationError as exc:
+            error = exc
+        record = json.loads(line)
+        return record, check(record) or first_validation_error(error)
+
+    return parse
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a stream's lines become records: a 100,000-line stream makes a
+    million small acyclic objects, and each full collection meanwhile would rescan all made so far (a third of
+    a long run page's build). Reference counting still frees everything; the collector resumes after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @dataclass
-class Stream:
+class Stream(Generic[T]):
     """What a read found: the good records, their line numbers, and whether the last line was torn."""
 
     path: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[T] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)  # the line number of each record
     lines: list[bytes] = field(default_factory=list)  # each record's line as written
     torn: bytes | None = None  # the torn last line, when there is one
     ends_with_newline: bool = True
 
 
-def read_stream(path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise") -> Stream:
+def read_stream(
+    path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"
+) -> Stream[dict[str, Any]]:
     """Every complete record of `path` (an absent file is an empty stream), by the rule above."""
+    return parse_stream(path, json_lines(check), on_bad)
+
+
+def parse_stream(path: Path | str, parse: Parse[T], on_bad: Literal["raise", "skip"] = "raise") -> Stream[T]:
+    """`read_stream` with each line made a record by `parse` (`json_lines`, `model_lines`)."""
     path = Path(path)
-    stream = Stream(path)
+    stream: Stream[T] = Stream(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -59,32 +113,37 @@ def read_stream(path: Path | str, check: Check = has_step, on_bad: Literal["rais
     except OSError as exc:
         raise ArtifactError(f"{path}: unreadable ({exc.strerror or exc})") from None
     stream.ends_with_newline = not raw or raw.endswith(b"\n")
-    lines = raw.split(b"\n")
+    with collector_paused():
+        _parse_lines(stream, raw.split(b"\n"), parse, on_bad)
+    return stream
+
+
+def _parse_lines(stream: Stream[T], lines: list[bytes], parse: Parse[T], on_bad: Literal["raise", "skip"]) -> None:
+    path = stream.path
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     for index, line in enumerate(lines):
         if not line.strip():
             continue
         number = index + 1
         try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            record, problem = parse(line)
+        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
             if index == last:
                 stream.torn = line
                 break
             raise ArtifactError(
                 f"{path}:{number}: not a JSON line ({exc}); the file is damaged before its last line"
             ) from None
-        if not checked(record, check, on_bad, path, number):
+        if not accepted(problem, on_bad, path, number):
             continue
         stream.records.append(record)
         stream.numbers.append(number)
         stream.lines.append(line)
-    return stream
 
 
-def checked(record: Any, check: Check, on_bad: Literal["raise", "skip"], path: Path, number: int) -> bool:
-    """Whether `record` (line `number` of `path`) passes `check`; a failure raises, or is skipped with a warning."""
-    problem = check(record)
+def accepted(problem: str | None, on_bad: Literal["raise", "skip"], path: Path, number: int) -> bool:
+    """Whether a record (line `number` of `path`) with `problem` is kept; a problem raises, or is skipped with a
+    warning."""
     if problem:
         if on_bad == "skip":
             log.warning("%s:%d: skipped a malformed record (%s)", path, number, problem)
@@ -123,6 +182,11 @@ def cut_back(path: Path | str, step: int, check: Check = has_step) -> None:
 def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16) -> dict[str, Any] | None:
     """The stream's last complete record, by the rule above, reading only the file's end (a long run's stream
     is never read whole); None for an absent or empty file."""
+    return last_parsed(path, json_lines(check), window)
+
+
+def last_parsed(path: Path | str, parse: Parse[T], window: int = 1 << 16) -> T | None:
+    """`last_record` with the line made a record by `parse`."""
     path = Path(path)
     try:
         with open(path, "rb") as handle:
@@ -139,31 +203,32 @@ def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16
         return None
     for offset, line in enumerate(reversed(lines[-2:])):
         try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            record, problem = parse(line)
+        except ValueError as exc:
             if offset == 0:
                 continue  # torn: the record before it is the last one
             raise ArtifactError(
                 f"{path}: not a JSON line before the torn last one ({exc}); the file is damaged"
             ) from None
-        if problem := check(record):
+        if problem:
             raise ArtifactError(f"{path}: last record: {problem}")
         return record
     return None
 
 
-class Follower:
+class Follower(Generic[T]):
     """Follows a stream while it is written: each `poll()` parses only the complete lines added since the last
     one (a line without its newline yet waits for the next poll); a file that shrank (rewritten) is read again
-    from the start, and `poll` says so."""
+    from the start, and `poll` says so. Lines become records by `parse` (JSON objects with a step, unless
+    told otherwise)."""
 
-    def __init__(self, path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"):
+    def __init__(self, path: Path | str, parse: Parse[T], on_bad: Literal["raise", "skip"] = "raise"):
         self.path = Path(path)
-        self.check, self.on_bad = check, on_bad
+        self.parse, self.on_bad = parse, on_bad
         self._offset = 0
         self._lines = 0
 
-    def poll(self) -> tuple[list[tuple[int, dict[str, Any]]], bool]:
+    def poll(self) -> tuple[list[tuple[int, T]], bool]:
         """The records that arrived with their line numbers, and whether the file was rewritten (the records
         read before are void)."""
         try:
@@ -182,15 +247,19 @@ class Follower:
         if not newline:
             return [], restarted
         self._offset += len(complete) + 1
+        with collector_paused():
+            return self._parse(complete.split(b"\n")), restarted
+
+    def _parse(self, lines: list[bytes]) -> list[tuple[int, T]]:
         arrived = []
-        for line in complete.split(b"\n"):
+        for line in lines:
             self._lines += 1
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                record, problem = self.parse(line)
+            except ValueError as exc:
                 raise ArtifactError(f"{self.path}:{self._lines}: not a JSON line ({exc})") from None
-            if checked(record, self.check, self.on_bad, self.path, self._lines):
+            if accepted(problem, self.on_bad, self.path, self._lines):
                 arrived.append((self._lines, record))
-        return arrived, restarted
+        return arrived

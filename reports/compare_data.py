@@ -21,7 +21,7 @@ from millrace.home import Home
 from reports.render import embed_json
 from reports.run_observations import read_eval
 from reports.training import Buckets, RunView
-from trainer.records import read_explanations
+from trainer.records import MetricsRecord, read_explanations
 
 log = logging.getLogger(__name__)
 
@@ -68,38 +68,35 @@ def _eval_series(view: RunView) -> dict[str, Any]:
     return out
 
 
-def _field(key: str) -> Callable[[dict[str, Any]], Any]:
-    return lambda record: record.get(key)
+def _field(key: str) -> Callable[[MetricsRecord], float | None]:
+    return lambda record: getattr(record, key)
 
 
-def _cell_loss(cell: str) -> Callable[[dict[str, Any]], Any]:
-    return lambda record: (record.get("loss_per_cell") or {}).get(cell)
+def _cell_loss(cell: str) -> Callable[[MetricsRecord], float | None]:
+    return lambda record: record.loss_per_cell.get(cell)
 
 
 def run_summary(view: RunView, ladder: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the compare page draws for one run."""
     buckets = Buckets(view.records)
     points = buckets.points
-    start = next((r["time"] for r in view.records if isinstance(r.get("time"), (int, float))), None)
-    cells = sorted({c for r in view.records for c in r.get("loss_per_cell") or {}})
+    start = next((r.time for r in view.records if r.time is not None), None)
+    cells = sorted({c for r in view.records for c in r.loss_per_cell})
     return {
         "name": view.name,
         "status": view.status,
         "live": view.live,
-        "mixture": view.run.get("mixture"),
-        "revision": view.run.get("revision"),
-        "manifest_hash": view.run.get("manifest_hash"),
-        "store": view.run.get("store") or {},
-        "total_steps": view.run.get("total_steps"),
+        "mixture": view.run.mixture,
+        "revision": view.run.revision,
+        "manifest_hash": view.run.manifest_hash,
+        "store": view.run.store.dump() if view.run.store is not None else {},
+        "total_steps": view.run.total_steps,
         "ladder": ladder,
-        "config": flatten_config({k: v for k, v in (view.run.get("config") or {}).items() if k != "path"}),
+        "config": flatten_config({k: v for k, v in view.run.config.items() if k != "path"}),
         "phases": mixture_weights(view),
-        "steps": [r["step"] for r in points],
-        "tokens": [r.get("tokens") for r in points],
-        "seconds": [
-            r["time"] - start if start is not None and isinstance(r.get("time"), (int, float)) else None
-            for r in points
-        ],
+        "steps": [r.step for r in points],
+        "tokens": [r.tokens for r in points],
+        "seconds": [r.time - start if start is not None and r.time is not None else None for r in points],
         "curves": {key: buckets.series(key, _field(key)) for key in CURVES},
         "loss_per_cell": {cell: buckets.series(f"loss_per_cell/{cell}", _cell_loss(cell)) for cell in cells},
         "bands": buckets.bands,

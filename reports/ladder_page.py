@@ -12,17 +12,17 @@ from typing import Any
 from millrace.home import Home
 from millrace.names import artifact_name
 from reports.render import embed_json, render_page, static_text
-from trainer.records import LADDER_FILE, read_ladder_file
+from trainer.records import LADDER_FILE, LadderRecord, read_ladder_file
 
 
 def find_ladders(home: Home) -> list[Path]:
     return sorted(home.ladders.glob(f"*/{LADDER_FILE}")) if home.ladders.is_dir() else []
 
 
-def load_ladder(path: Path) -> dict[str, Any]:
+def load_ladder(path: Path) -> LadderRecord:
     """ladder.json; its `ladder` name becomes the page's directory, so it is checked like `--ladder`."""
     body = read_ladder_file(path)
-    artifact_name(body.get("ladder"), "ladder", path)
+    artifact_name(body.ladder, "ladder", path)
     return body
 
 
@@ -30,72 +30,67 @@ def ladder_href(name: str, root: str) -> str:
     return f"{root}ladders/{name}/index.html"
 
 
-def revisions_of(body: dict[str, Any]) -> set[str]:
+def revisions_of(body: LadderRecord) -> set[str]:
     """The revisions a ladder trained (its own, compared ones) and the rung revisions built from them."""
-    plan = body.get("plan") or {}
-    named = [r.get("revision") for r in body.get("results", [])] + [plan.get("revision")]
-    trained = {str(name) for name in named if name is not None}
-    rungs = [r["name"] for r in plan.get("rungs", [])] + ([plan["target"]["name"]] if plan.get("target") else [])
-    return trained | {f"{rev}.{body.get('ladder')}.{rung}" for rev in trained for rung in rungs}
+    plan = body.plan
+    trained = {r.revision for r in body.results} | {plan.revision}
+    rungs = [r.name for r in plan.rungs] + ([plan.target.name] if plan.target is not None else [])
+    return trained | {f"{rev}.{body.ladder}.{rung}" for rev in trained for rung in rungs}
 
 
-def load_ladders(home: Home) -> list[dict[str, Any]]:
+def load_ladders(home: Home) -> list[LadderRecord]:
     return [load_ladder(path) for path in find_ladders(home)]
 
 
-def ladder_links(bodies: list[dict[str, Any]], pairs: set[tuple[str, str]], root: str) -> list[dict[str, str]]:
+def ladder_links(bodies: list[LadderRecord], pairs: set[tuple[str, str]], root: str) -> list[dict[str, str]]:
     """Ladders that trained on any of these (mixture, revision) pairs: name, page, and which revisions."""
     found = []
     for body in bodies:
-        mixture = (body.get("plan") or {}).get("mixture")
-        hits = sorted(rev for rev in revisions_of(body) if (mixture, rev) in pairs)
+        hits = sorted(rev for rev in revisions_of(body) if (body.plan.mixture, rev) in pairs)
         if hits:
             own = [rev for rev in hits if rev.count(".") < 2] or hits[:1]
-            found.append(
-                {"name": body["ladder"], "href": ladder_href(body["ladder"], root), "revisions": ", ".join(own)}
-            )
+            found.append({"name": body.ladder, "href": ladder_href(body.ladder, root), "revisions": ", ".join(own)})
     return found
 
 
-def page_data(body: dict[str, Any]) -> dict[str, Any]:
-    plan = body.get("plan") or {}
+def page_data(body: LadderRecord) -> dict[str, Any]:
+    plan = body.plan.dump()
     return {
-        "ladder": body.get("ladder"),
-        "metric": body.get("metric"),
+        "ladder": body.ladder,
+        "metric": body.metric,
         "rungs": plan.get("rungs", []),
         "target": plan.get("target"),
         "results": [
-            {k: r.get(k) for k in ("rung", "revision", "seed", "run", "flops", "curve")}
-            for r in body.get("results", [])
+            {k: v for k, v in r.dump().items() if k in ("rung", "revision", "seed", "run", "flops", "curve")}
+            for r in body.results
         ],
         "fits": {
             rev: {k: fit.get(k) for k in ("params", "residuals", "predictions", "asymptote")}
-            for rev, fit in (body.get("fits") or {}).items()
+            for rev, fit in body.fits.items()
         },
-        "comparison": body.get("comparison"),
+        "comparison": body.comparison,
     }
 
 
-def final_metrics(body: dict[str, Any]) -> dict[str, float | None]:
+def final_metrics(body: LadderRecord) -> dict[str, float | None]:
     """Per run: the final held-out macro loss, for the rung table."""
-    return {r["run"]: ((r.get("final") or {}).get("loss") or {}).get("macro") for r in body.get("results", [])}
+    return {r.run: r.final.loss.macro if r.final is not None else None for r in body.results}
 
 
-def write_ladder_page(body: dict[str, Any], site: Path, store_links: list[dict[str, str]]) -> Path:
-    out = site / "ladders" / body["ladder"] / "index.html"
-    plan = body.get("plan") or {}
+def write_ladder_page(body: LadderRecord, site: Path, store_links: list[dict[str, str]]) -> Path:
+    out = site / "ladders" / body.ladder / "index.html"
     return render_page(
         "ladder.html.j2",
         out,
         root="../../",
         ladder=body,
-        plan=plan,
-        rungs=plan.get("rungs", []),
-        target=plan.get("target"),
-        results=body.get("results", []),
+        plan=body.plan,
+        rungs=body.plan.rungs,
+        target=body.plan.target,
+        results=body.results,
         finals=final_metrics(body),
-        fits=body.get("fits") or {},
-        comparison=body.get("comparison"),
+        fits=body.fits,
+        comparison=body.comparison,
         store_links=store_links,
         page_json=embed_json(page_data(body)),
         page_js=static_text("ladder.js"),

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
+from trainer.records import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +33,18 @@ def expected_sequences(manifest: BuiltManifest, steps: int) -> dict[str, float]:
     return expected
 
 
-def run_manifest(run_dir: Path, run: dict[str, Any]) -> BuiltManifest | None:
+def run_manifest(run_dir: Path, run: RunRecord) -> BuiltManifest | None:
     """The manifest a run trained on: run.json's `manifest_path`, else where the home keeps it.
 
     None (with a log line) when it is gone or is not the one the run pinned: the page
     then shows the plan from run.json alone.
     """
     candidates = []
-    if run.get("manifest_path"):
-        candidates.append(Path(run["manifest_path"]))
-    store = run.get("store") or {}
-    if store.get("name") and store.get("version") and run.get("mixture") and run.get("revision"):
+    if run.manifest_path:
+        candidates.append(Path(run.manifest_path))
+    if run.store is not None and run.mixture and run.revision:
         try:
-            built = Home.of_run(run_dir).built_mixture(
-                store["name"], store["version"], run["mixture"], run["revision"]
-            )
+            built = Home.of_run(run_dir).built_mixture(run.store.name, run.store.version, run.mixture, run.revision)
             candidates.append(built / MANIFEST_FILE)
         except ConfigError:  # a name no store could have: there is no such manifest
             pass
@@ -59,10 +56,8 @@ def run_manifest(run_dir: Path, run: dict[str, Any]) -> BuiltManifest | None:
         except ArtifactError as exc:
             log.warning("%s", exc)
             continue
-        if run.get("manifest_hash") and digest != run["manifest_hash"]:
-            log.warning(
-                "%s: hash %s is not the run's %s; expected counts not shown", path, digest, run["manifest_hash"]
-            )
+        if run.manifest_hash and digest != run.manifest_hash:
+            log.warning("%s: hash %s is not the run's %s; expected counts not shown", path, digest, run.manifest_hash)
             continue
         return manifest
     return None

@@ -31,13 +31,12 @@ import numpy as np
 
 from millrace.artifacts import atomic_write_text
 from reports.numbers import finite
+from trainer.records import MetricsRecord
 
 CHUNK = 2000
 BUCKETS = 1000
 SMOOTHED = ("loss",)  # series whose per-bucket means the page smooths when the run is thinned
 DATA_DIR = "data"
-LAYER_FIELDS = {"router_bias": ("norm", "max_abs"), "expert_load": ("max_violation", "router_entropy", "entropy")}
-KEYED = ("loss_per_cell", "loss_per_source")
 
 
 def _number(value: Any) -> float | None:
@@ -48,27 +47,28 @@ def _number(value: Any) -> float | None:
     return float(value) if kind is int else None
 
 
-def flatten(record: dict[str, Any], scalars: Iterable[str]) -> dict[str, float]:
+def flatten(record: MetricsRecord, scalars: Iterable[str]) -> dict[str, float]:
     """One record's numbers under their series keys: `loss`, `router_bias.norm/layer 0`, `loss_per_cell/c00q0`."""
     row: dict[str, float] = {}
-    get = record.get
     for key in scalars:
-        if (value := _number(get(key))) is not None:
+        if (value := _number(getattr(record, key))) is not None:
             row[key] = value
-    for key, fields in LAYER_FIELDS.items():
-        for entry in get(key) or ():
-            if type(entry) is not dict or "layer" not in entry:
-                continue
-            for name in fields:
-                if (value := _number(entry.get(name))) is not None:
-                    row[f"{key}.{name}/layer {entry['layer']}"] = value
-    for key in KEYED:
-        values = get(key)
-        if type(values) is dict:
-            prefix = key + "/"
-            for name, raw in values.items():
-                if (value := _number(raw)) is not None:
-                    row[prefix + name] = value
+    for bias in record.router_bias:
+        for name, raw in (("norm", bias.norm), ("max_abs", bias.max_abs)):
+            if (value := _number(raw)) is not None:
+                row[f"router_bias.{name}/layer {bias.layer}"] = value
+    for load in record.expert_load:
+        for name, raw in (
+            ("max_violation", load.max_violation),
+            ("router_entropy", load.router_entropy),
+            ("entropy", load.entropy),
+        ):
+            if (value := _number(raw)) is not None:
+                row[f"expert_load.{name}/layer {load.layer}"] = value
+    for prefix, values in (("loss_per_cell/", record.loss_per_cell), ("loss_per_source/", record.loss_per_source)):
+        for name, raw in values.items():
+            if (value := _number(raw)) is not None:
+                row[prefix + name] = value
     return row
 
 
@@ -80,12 +80,12 @@ class Chunk:
     steps: list[int]
     tokens: list[float | None]
     times: list[float | None]
-    phases: list[Any]
+    phases: list[str | None]
     columns: dict[str, list[float | None]]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, index: int, records: list[dict[str, Any]], scalars: Iterable[str]) -> Chunk:
+    def of(cls, index: int, records: list[MetricsRecord], scalars: Iterable[str]) -> Chunk:
         rows = [flatten(r, scalars) for r in records]
         keys = sorted({k for row in rows for k in row})
         columns = {k: [row.get(k) for row in rows] for k in keys}
@@ -95,10 +95,10 @@ class Chunk:
         }
         return cls(
             index=index,
-            steps=[int(r["step"]) for r in records],
-            tokens=[finite(r.get("tokens")) for r in records],
-            times=[finite(r.get("time")) for r in records],
-            phases=[r.get("phase") for r in records],
+            steps=[r.step for r in records],
+            tokens=[finite(r.tokens) for r in records],
+            times=[finite(r.time) for r in records],
+            phases=[r.phase for r in records],
             columns=columns,
             arrays=arrays,
         )
@@ -179,7 +179,7 @@ class RunSeries:
         self.seq = 0
         self.start_time: float | None = None
 
-    def update(self, records: list[dict[str, Any]], changed_from: int = 0) -> list[int]:
+    def update(self, records: list[MetricsRecord], changed_from: int = 0) -> list[int]:
         """Recut the chunks from record `changed_from` on; returns the indices of the chunks rebuilt."""
         first = min(changed_from // CHUNK, len(self.chunks))
         count = math.ceil(len(records) / CHUNK)

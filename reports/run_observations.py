@@ -1,7 +1,7 @@
 """What the training page shows beyond the metrics stream: held-out evaluations, completions, alerts.
 
-Reads the trainer's `eval.jsonl` and `samples.jsonl` (`trainer.records`: a torn last line is left for the next
-read), and the alert events that `metrics.jsonl` records carry under `alerts`.
+Reads the trainer's `eval.jsonl` and `samples.jsonl` through `trainer.records` (a torn last line is left for the
+next read), and the alert events that `metrics.jsonl` records carry under `alerts`.
 """
 
 from __future__ import annotations
@@ -10,68 +10,47 @@ from pathlib import Path
 from typing import Any
 
 from reports.numbers import finite
-from trainer.records import EVAL_GROUPS, read_samples
+from trainer.records import EVAL_GROUPS, Alerts, EvalRecord, MetricsRecord, SampleRecord, read_samples
 from trainer.records import read_eval as read_eval_records
 
 
-def alerts_problem(record: dict[str, Any]) -> str | None:
-    """What is wrong with a metrics record's `alerts` (a hand-edited or foreign record), or None."""
-    alerts = record.get("alerts")
-    if alerts is None:
-        return None
-    if not isinstance(alerts, dict):
-        return "'alerts' is not an object"
-    for key in ("started", "ended", "active"):
-        if not isinstance(alerts.get(key, []), list):
-            return f"'alerts.{key}' is not a list"
-    if not all(isinstance(a, dict) and isinstance(a.get("name"), str) for a in alerts.get("started", [])):
-        return "an 'alerts.started' entry is not an object with a 'name'"
-    if not all(isinstance(n, str) for key in ("ended", "active") for n in alerts.get(key, [])):
-        return "'alerts.ended' or 'alerts.active' holds something other than a name"
-    return None
-
-
-def eval_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+def eval_view(records: list[EvalRecord]) -> dict[str, Any]:
     """Per metric (loss, bpb) and group: one series per name over the evaluations, plus macro/micro."""
-    kept: dict[int, dict[str, Any]] = {}
+    kept: dict[int, EvalRecord] = {}
     for record in records:
-        kept[record["step"]] = record
+        kept[record.step] = record
     ordered = [kept[step] for step in sorted(kept)]
     view: dict[str, Any] = {
-        "steps": [r["step"] for r in ordered],
-        "tokens": [r.get("tokens") for r in ordered],
-        "seconds": [finite(r.get("seconds")) for r in ordered],
+        "steps": [r.step for r in ordered],
+        "tokens": [r.tokens for r in ordered],
+        "seconds": [finite(r.seconds) for r in ordered],
     }
     for metric in ("loss", "bpb"):
+        figures = [getattr(r, metric) for r in ordered]
         groups: dict[str, dict[str, list[float | None]]] = {
-            "average": {
-                name: [finite((r.get(metric) or {}).get(name)) for r in ordered] for name in ("macro", "micro")
-            }
+            "average": {name: [finite(getattr(f, name)) for f in figures] for name in ("macro", "micro")}
         }
         for group in EVAL_GROUPS:
-            names = sorted({name for r in ordered for name in ((r.get(metric) or {}).get(group) or {})})
-            groups[group] = {
-                name: [finite(((r.get(metric) or {}).get(group) or {}).get(name)) for r in ordered] for name in names
-            }
+            names = sorted({name for f in figures for name in getattr(f, group)})
+            groups[group] = {name: [finite(getattr(f, group).get(name)) for f in figures] for name in names}
         view[metric] = groups
     return view
 
 
-def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+def samples_view(records: list[SampleRecord]) -> dict[str, Any]:
     """Completions by step and prompt, the prompts in first-seen order, and where the prompts came from
     (a file's path, or the held-out documents)."""
     prompts: dict[str, str] = {}
     sources: dict[str, None] = {}
     by_step: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for record in records:
-        pid = str(record.get("prompt_id"))
-        prompts.setdefault(pid, str(record.get("prompt", "")))
-        sources.setdefault(str(record.get("prompt_source") or "not recorded (samples written before it was)"))
-        by_step.setdefault(record["step"], {}).setdefault(pid, []).append(
+        prompts.setdefault(record.prompt_id, record.prompt)
+        sources.setdefault(record.prompt_source or "not recorded (samples written before it was)")
+        by_step.setdefault(record.step, {}).setdefault(record.prompt_id, []).append(
             {
-                "temperature": finite(record.get("temperature")),
-                "completion": str(record.get("completion", "")),
-                "mean_logprob": finite(record.get("mean_logprob")),
+                "temperature": finite(record.temperature),
+                "completion": record.completion,
+                "mean_logprob": finite(record.mean_logprob),
             }
         )
     return {
@@ -82,7 +61,7 @@ def samples_view(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
+def alerts_view(records: list[MetricsRecord]) -> dict[str, Any]:
     """Every alert start and end (step, name, message), the alerts active after the last record, and one band
     per alert: from the first step its condition held (`held_since`, the trainer's hysteresis) to its end."""
     events: list[dict[str, Any]] = []
@@ -90,35 +69,32 @@ def alerts_view(records: list[dict[str, Any]]) -> dict[str, Any]:
     bands: list[dict[str, Any]] = []
     open_bands: dict[str, dict[str, Any]] = {}
     for record in records:
-        alerts = record.get("alerts") or {}
-        for alert in alerts.get("started") or []:
-            started[alert["name"]] = {**alert, "since_step": record["step"]}
-            events.append(
-                {"step": record["step"], "event": "start", "name": alert["name"], "message": alert.get("message", "")}
-            )
-            held = alert.get("held_since")
+        alerts = record.alerts or Alerts()
+        for alert in alerts.started:
+            started[alert.name] = {**alert.dump(), "since_step": record.step}
+            events.append({"step": record.step, "event": "start", "name": alert.name, "message": alert.message})
             band = {
-                "name": alert["name"],
-                "from": held if isinstance(held, int) else record["step"],
-                "started": record["step"],
+                "name": alert.name,
+                "from": alert.held_since if alert.held_since is not None else record.step,
+                "started": record.step,
                 "to": None,
-                "message": alert.get("message", ""),
+                "message": alert.message,
             }
             bands.append(band)
-            open_bands[alert["name"]] = band
-        for name in alerts.get("ended") or []:
-            events.append({"step": record["step"], "event": "end", "name": name, "message": ""})
+            open_bands[alert.name] = band
+        for name in alerts.ended:
+            events.append({"step": record.step, "event": "end", "name": name, "message": ""})
             if name in open_bands:
-                open_bands.pop(name)["to"] = record["step"]
-    last_step = records[-1]["step"] if records else None
+                open_bands.pop(name)["to"] = record.step
+    last = records[-1] if records else None
     for band in open_bands.values():
-        band["to"] = last_step  # still active: the band reaches the last logged step
-    active = (records[-1].get("alerts") or {}).get("active", []) if records else []
+        band["to"] = last.step if last is not None else None  # still active: the band reaches the last logged step
+    active = last.alerts.active if last is not None and last.alerts is not None else []
     return {
         "events": events,
         "active": [started.get(name, {"name": name, "since_step": None}) for name in active],
         "bands": bands,
-        "skipped_steps": (records[-1].get("skipped_steps") or 0) if records else 0,
+        "skipped_steps": (last.skipped_steps or 0) if last is not None else 0,
     }
 
 
@@ -127,7 +103,7 @@ def read_eval(run_dir: Path) -> dict[str, Any]:
     return eval_view(read_eval_records(run_dir))
 
 
-def observations(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+def observations(run_dir: Path, records: list[MetricsRecord]) -> dict[str, Any]:
     return {
         "eval": read_eval(run_dir),
         "samples": samples_view(read_samples(run_dir)),

@@ -11,6 +11,7 @@ from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
 from reports.run_data import DATA_DIR, RunSeries
 from reports.training import MAX_CELL_LINES, SCALARS, RunView
+from trainer.records import RunRecord
 
 REFRESH_SECONDS = 5
 
@@ -25,23 +26,22 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix.rstrip("."), json.dumps(value) if not isinstance(value, str) else value)]
 
 
-def _facts(run: dict[str, Any]) -> list[tuple[str, str]]:
+def _facts(run: RunRecord) -> list[tuple[str, str]]:
     """What run.json says about the model and the machine, where the trainer recorded it."""
     facts = []
-    params = run.get("params") or {}
-    if isinstance(params, dict) and params.get("total"):
+    if run.params.get("total"):
         facts.append(
-            ("parameters", f"{human_count(params['total'])} total, {human_count(params.get('active'))} active")
+            ("parameters", f"{human_count(run.params['total'])} total, {human_count(run.params.get('active'))} active")
         )
-    if run.get("flops_per_token"):
-        facts.append(("FLOPs per token", human_count(run["flops_per_token"])))
-    if run.get("peak_flops_per_device"):
-        source = run.get("peak_flops_source", "source not recorded")
-        facts.append(("peak FLOP/s per device", f"{human_count(run['peak_flops_per_device'])} ({source})"))
-    if run.get("world_size"):
-        facts.append(("ranks", str(run["world_size"])))
-    if run.get("total_steps"):
-        facts.append(("steps planned by the revision", human_count(run["total_steps"])))
+    if run.flops_per_token:
+        facts.append(("FLOPs per token", human_count(run.flops_per_token)))
+    if run.peak_flops_per_device:
+        source = run.peak_flops_source or "source not recorded"
+        facts.append(("peak FLOP/s per device", f"{human_count(run.peak_flops_per_device)} ({source})"))
+    if run.world_size:
+        facts.append(("ranks", str(run.world_size)))
+    if run.total_steps:
+        facts.append(("steps planned by the revision", human_count(run.total_steps)))
     return facts
 
 
@@ -62,12 +62,12 @@ def write_run_page(
     out = site / "runs" / view.name / "index.html"
     series = series if series is not None else run_series()
     rebuilt = series.update(view.records, changed_from)
-    store = view.run.get("store") or {}
+    store = view.run.store
     store_link = None
-    if store.get("name") and store.get("version"):
-        target = site / store["name"] / store["version"] / "index.html"
+    if store is not None:
+        target = site / store.name / store.version / "index.html"
         if target.exists():
-            store_link = f"../../{store['name']}/{store['version']}/index.html?revision={view.run.get('revision', '')}"
+            store_link = f"../../{store.name}/{store.version}/index.html?revision={view.run.revision or ''}"
     data = view.page_data()
     drawn = {f"loss_per_cell/{cell}" for cell in data["drawn_cells"]}
     series.write(
@@ -94,6 +94,6 @@ def write_run_page(
         page_json=embed_json(files),
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
-        config_rows=_flatten(view.run.get("config") or {}),
+        config_rows=_flatten(view.run.config),
         page_js=static_text("explain_panel.js") + static_text("run.js"),
     )

@@ -11,6 +11,7 @@ from urllib.parse import quote
 from millrace.artifacts import remove_stale_temporaries
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
+from millrace.jsonl import collector_paused
 from millrace.names import known
 from mixtures.manifest import MANIFEST_FILE
 from pipeline.store.format import Store
@@ -24,7 +25,7 @@ from reports.run_data import RunSeries
 from reports.run_page import REFRESH_SECONDS, write_run_page
 from reports.search_page import SearchView, load_searches, search_links, write_search_page
 from reports.training import MetricsTail, RunView, load_run, load_run_summary
-from trainer.records import RUN_FILE
+from trainer.records import RUN_FILE, LadderRecord
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def build_pages(
         _select_mixtures(compositions, mixtures)
     ladders = load_ladders(home)
     searches = load_searches(home)
-    store_links: dict[str, list[dict[str, str]]] = {body["ladder"]: [] for body in ladders}
+    store_links: dict[str, list[dict[str, str]]] = {body.ladder: [] for body in ladders}
     for composition in compositions:
         pairs = {(rev.manifest.mixture, rev.manifest.revision) for rev in composition.revisions.values()}
         links = ladder_links(ladders, pairs, "../../")
@@ -128,8 +129,8 @@ def build_pages(
         if progress:
             progress()
     for body in ladders:
-        path = write_ladder_page(body, site, store_links[body["ladder"]])
-        log.debug("wrote %s (%d rung results)", path, len(body.get("results", [])))
+        path = write_ladder_page(body, site, store_links[body.ladder])
+        log.debug("wrote %s (%d rung results)", path, len(body.results))
         pages.ladders.append(path)
     for search in searches:
         pages.searches.append(write_search_page(search, site, home))
@@ -139,10 +140,11 @@ def build_pages(
     damaged: list[str] = []
     for run_dir in run_dirs:
         try:
-            view = load_run(run_dir)
-            path = write_run_page(view, site)
-            write_run_summary(view, site, rungs.get(view.name))
-            write_explain_data(view, site, home)
+            with collector_paused():  # a long run's records and series: millions of small acyclic objects
+                view = load_run(run_dir)
+                path = write_run_page(view, site)
+                write_run_summary(view, site, rungs.get(view.name))
+                write_explain_data(view, site, home)
             write_explain_page(site, view.name)
         except ArtifactError as exc:  # one damaged run never stops the others' pages
             damaged.append(f"{run_dir.name} ({exc})")
@@ -195,30 +197,25 @@ def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
             )
 
 
-def rung_runs(ladders: list[dict]) -> dict[str, dict]:
+def rung_runs(ladders: list[LadderRecord]) -> dict[str, dict[str, str | int | None]]:
     """Run name -> the ladder, rung and seed it trained for (from each ladder.json's results)."""
-    return {
-        r["run"]: {"ladder": body["ladder"], "rung": r.get("rung"), "seed": r.get("seed")}
-        for body in ladders
-        for r in body.get("results", [])
-        if isinstance(r, dict) and r.get("run")
-    }
+    return {r.run: {"ladder": body.ladder, "rung": r.rung, "seed": r.seed} for body in ladders for r in body.results}
 
 
-def _run_row(view: RunView, rung: dict | None = None) -> dict:
+def _run_row(view: RunView, rung: dict[str, str | int | None] | None = None) -> dict[str, object]:
     last = view.last
     return {
         "name": view.name,
         "href": f"runs/{quote(view.name)}/index.html",
         "status": view.status,
         "live": view.live,
-        "mixture": view.run.get("mixture") or "?",
-        "revision": view.run.get("revision") or "?",
-        "step": last.get("step"),
-        "total_steps": view.run.get("total_steps"),
-        "tokens": last.get("tokens"),
-        "loss": last.get("loss"),
-        "time": last.get("time"),
+        "mixture": view.run.mixture or "?",
+        "revision": view.run.revision or "?",
+        "step": last.step if last is not None else None,
+        "total_steps": view.run.total_steps,
+        "tokens": last.tokens if last is not None else None,
+        "loss": last.loss if last is not None else None,
+        "time": last.time if last is not None else None,
         "ladder": (rung or {}).get("ladder"),
         "rung": (rung or {}).get("rung"),
         "seed": (rung or {}).get("seed"),
@@ -270,11 +267,12 @@ def build_run_page(
     and `series` (the chunks written last time) rewriting the chunks that did not change."""
     home = _as_home(home)
     site = Path(out) if out is not None else home.site
-    view = load_run(home.run(run), tail)
-    changed_from = tail.take_changed_from() if tail is not None and series is not None else 0
-    path = write_run_page(view, site, refresh_seconds, series, changed_from)
-    write_run_summary(view, site, rung_runs(load_ladders(home)).get(view.name))
-    write_explain_data(view, site, home)  # the step panel's data (explain.json appears when training ends)
+    with collector_paused():  # a long run's records and series: millions of small acyclic objects
+        view = load_run(home.run(run), tail)
+        changed_from = tail.take_changed_from() if tail is not None and series is not None else 0
+        path = write_run_page(view, site, refresh_seconds, series, changed_from)
+        write_run_summary(view, site, rung_runs(load_ladders(home)).get(view.name))
+        write_explain_data(view, site, home)  # the step panel's data (explain.json appears when training ends)
     refresh_index(home, site)
     return path
 
@@ -295,16 +293,16 @@ def refresh_index(home: Home, site: Path) -> Path:
     ]
     ladder_rows = [
         {
-            "name": body["ladder"],
-            "href": f"ladders/{quote(body['ladder'])}/index.html",
-            "mixture": (body.get("plan") or {}).get("mixture"),
-            "revision": (body.get("plan") or {}).get("revision"),
-            "rungs": len((body.get("plan") or {}).get("rungs", [])),
-            "results": len(body.get("results", [])),
-            "fitted": ", ".join(body.get("fits") or {}) or None,
+            "name": body.ladder,
+            "href": f"ladders/{quote(body.ladder)}/index.html",
+            "mixture": body.plan.mixture,
+            "revision": body.plan.revision,
+            "rungs": len(body.plan.rungs),
+            "results": len(body.results),
+            "fitted": ", ".join(body.fits) or None,
         }
         for body in load_ladders(home)
-        if (site / "ladders" / body["ladder"] / "index.html").exists()
+        if (site / "ladders" / body.ladder / "index.html").exists()
     ]
     search_rows = [
         _search_row(view) for view in load_searches(home) if (site / "searches" / view.name / "index.html").exists()

@@ -18,41 +18,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from millrace.jsonl import Follower
-from millrace.names import artifact_name
+from millrace.jsonl import Follower, model_lines
 from mixtures.manifest import BuiltManifest
 from reports.numbers import finite
 from reports.plan_progress import expected_sequences, run_manifest
-from reports.run_observations import alerts_problem, observations
-from trainer.records import METRICS_FILE, RUN_FILE, SCALARS, last_metrics, observed_run_status
-from trainer.records import read_run as read_run_record
+from reports.run_observations import observations
+from trainer.records import (
+    FINISHED,
+    METRICS_FILE,
+    SCALARS,
+    MetricsRecord,
+    RunRecord,
+    last_metrics,
+    observed_run_status,
+    read_run,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_POINTS = 600
 MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised tokens); all are in the table
 CELL_WINDOW = 2000  # recent records whose batches name cells (a run without realised counts)
-FINISHED = frozenset(
-    {"finished", "completed", "done", "failed", "crashed", "stopped", "aborted", "interrupted", "stale"}
-)
-
-
-def read_run(run_dir: Path) -> dict[str, Any]:
-    """run.json (kind millrace.run), without its envelope fields; the names in it that pages become paths
-    (the run's, its store's) are checked like names on the command line."""
-    path = run_dir / RUN_FILE
-    body = read_run_record(run_dir)
-    if body.get("run") is not None:
-        artifact_name(body["run"], "run", path)
-    store = body.get("store") or {}
-    for field in ("name", "version"):
-        if isinstance(store, dict) and store.get(field) is not None:
-            artifact_name(store[field], f"store.{field}", path)
-    return body
 
 
 class MetricsTail:
-    """Follows a metrics stream: each `poll()` parses only the bytes added since the last one.
+    """Follows a metrics stream: each `poll()` parses only the bytes added since the last one, each line
+    straight into its `MetricsRecord` (a line a hand or a foreign tool spoiled is skipped with a warning
+    naming file and line, so that the page still draws the rest).
 
     A record whose step is not after the previous one means the run resumed from an
     earlier checkpoint: the records it supersedes are dropped, so every series stays a
@@ -61,8 +53,8 @@ class MetricsTail:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = []
-        self.follower = Follower(self.path)
+        self.records: list[MetricsRecord] = []
+        self.follower = Follower(self.path, model_lines(MetricsRecord), on_bad="skip")
         self.changed_from = 0  # the first record index changed since `take_changed_from()` (a resume pops some)
 
     def take_changed_from(self) -> int:
@@ -75,29 +67,19 @@ class MetricsTail:
         arrived, rewritten = self.follower.poll()
         if rewritten:
             self.records, self.changed_from = [], 0
-        for number, record in arrived:
-            if problem := alerts_problem(record):
-                log.warning("%s:%d: skipped a malformed alert record (%s)", self.path, number, problem)
-                record.pop("alerts")
-            while self.records and self.records[-1]["step"] >= record["step"]:
+        for _number, record in arrived:
+            while self.records and self.records[-1].step >= record.step:
                 self.records.pop()
             self.changed_from = min(self.changed_from, len(self.records))
             self.records.append(record)
         return len(arrived)
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a metrics stream (an absent file is an empty stream)."""
-    tail = MetricsTail(path)
-    tail.poll()
-    return tail.records
-
-
 class Buckets:
     """Consecutive records cut into at most `MAX_POINTS` buckets; a series gets its last value per bucket
     and, when thinned, the bucket's min/max envelope."""
 
-    def __init__(self, records: list[dict[str, Any]], max_points: int = MAX_POINTS):
+    def __init__(self, records: list[MetricsRecord], max_points: int = MAX_POINTS):
         self.records = records
         stride = max(1, math.ceil(len(records) / max_points))
         self.starts = list(range(0, len(records), stride))
@@ -109,7 +91,7 @@ class Buckets:
     def thinned(self) -> bool:
         return self.stride > 1
 
-    def series(self, key: str, value: Callable[[dict[str, Any]], float | None]) -> list[float | None]:
+    def series(self, key: str, value: Callable[[MetricsRecord], float | None]) -> list[float | None]:
         """The series `value(record)` per bucket; its envelope is recorded under `key` in `bands`."""
         line = [finite(value(record)) for record in self.points]
         if self.thinned:
@@ -125,75 +107,66 @@ class Buckets:
 @dataclass
 class RunView:
     name: str
-    run: dict[str, Any]
-    records: list[dict[str, Any]]
+    run: RunRecord
+    records: list[MetricsRecord]
     manifest: BuiltManifest | None = None
     run_dir: Path | None = None  # where eval.jsonl and samples.jsonl are read from
 
     @property
     def status(self) -> str:
-        """run.json's status; `stale` for a `running` whose writer is gone (killed without a word)."""
-        recorded = self.run.get("status")
-        if self.run_dir is not None:
-            recorded = observed_run_status(self.run_dir, self.run)
-        return str(recorded or "unknown")
+        """run.json's status as observed (`stale` for a `running` whose writer is gone: killed without a word);
+        `unknown` where run.json records none."""
+        recorded = self.run.status if self.run_dir is None else observed_run_status(self.run_dir, self.run)
+        return recorded or "unknown"
 
     @property
     def live(self) -> bool:
-        return self.status.lower() not in FINISHED
+        return self.status not in FINISHED
 
     @property
-    def last(self) -> dict[str, Any]:
-        return self.records[-1] if self.records else {}
+    def last(self) -> MetricsRecord | None:
+        return self.records[-1] if self.records else None
 
     def drawn_cells(self) -> list[str]:
         """The cells whose loss gets a line: those with the most realised (then planned) tokens."""
-        realised = self.last.get("realised_tokens_per_cell") or {}
-        planned = self.run.get("planned_tokens_per_cell") or {}
-        cells = (
-            set(realised)
-            | set(planned)
-            | {c for r in self.records[-CELL_WINDOW:] for c in r.get("loss_per_cell") or {}}
-        )
-        return sorted(cells, key=lambda c: (-int(realised.get(c, 0)), -int(planned.get(c, 0)), c))[:MAX_CELL_LINES]
+        realised = self.last.realised_tokens_per_cell if self.last is not None else {}
+        planned = self.run.planned_tokens_per_cell
+        cells = set(realised) | set(planned) | {c for r in self.records[-CELL_WINDOW:] for c in r.loss_per_cell}
+        return sorted(cells, key=lambda c: (-realised.get(c, 0), -planned.get(c, 0), c))[:MAX_CELL_LINES]
 
     def page_data(self) -> dict[str, Any]:
         """Everything on the page but the curves (those are in the run's data files, `reports.run_data`)."""
         last = self.last
-        realised = {k: int(v) for k, v in (last.get("realised_tokens_per_cell") or {}).items()}
-        planned = {k: int(v) for k, v in (self.run.get("planned_tokens_per_cell") or {}).items()}
+        realised = last.realised_tokens_per_cell if last is not None else {}
+        planned = self.run.planned_tokens_per_cell
         latest_loss_cell: dict[str, float] = {}
         for record in self.records:
-            for cell, value in (record.get("loss_per_cell") or {}).items():
-                if finite(value) is not None:
-                    latest_loss_cell[cell] = value
+            for cell, value in record.loss_per_cell.items():
+                if (loss := finite(value)) is not None:
+                    latest_loss_cell[cell] = loss
         cells = sorted(set(realised) | set(planned) | set(latest_loss_cell))
         last_load = [
             {
-                "layer": e.get("layer"),
-                "load": [finite(x) for x in e.get("load") or []],
-                "max_violation": finite(e.get("max_violation")),
-                "entropy": finite(e.get("entropy")),
-                "dead_experts": e.get("dead_experts"),
+                "layer": e.layer,
+                "load": [finite(x) for x in e.load],
+                "max_violation": finite(e.max_violation),
+                "entropy": finite(e.entropy),
+                "dead_experts": e.dead_experts,
             }
-            for e in last.get("expert_load") or []
-            if isinstance(e, dict)
+            for e in (last.expert_load if last is not None else [])
         ]
-        last_step = last.get("step")
-        steps_done = last_step if isinstance(last_step, int) else 0
+        steps_done = last.step if last is not None else 0
         expected = expected_sequences(self.manifest, steps_done) if self.manifest is not None else {}
         seq_len = self.manifest.seq_len if self.manifest is not None else None
         return {
             "run": self.name,
             "status": self.status,
             "live": self.live,
-            "mixture": self.run.get("mixture"),
-            "revision": self.run.get("revision"),
-            "store": self.run.get("store") or {},
-            "total_steps": self.run.get("total_steps"),
-            "switches": [
-                {"step": r["start_step"], "revision": r["revision"]} for r in (self.run.get("lineage") or [])[1:]
-            ],
+            "mixture": self.run.mixture,
+            "revision": self.run.revision,
+            "store": self.run.store.dump() if self.run.store is not None else {},
+            "total_steps": self.run.total_steps,
+            "switches": [{"step": r.start_step, "revision": r.revision} for r in self.run.lineage[1:]],
             "drawn_cells": self.drawn_cells(),
             "last_expert_load": last_load,
             "seq_len": seq_len,
@@ -211,7 +184,8 @@ class RunView:
                 for c in cells
             ],
             **(observations(self.run_dir, self.records) if self.run_dir is not None else {}),
-            "last": {k: finite(last.get(k)) for k in SCALARS} | {"step": last.get("step"), "phase": last.get("phase")},
+            "last": {k: finite(getattr(last, k)) if last is not None else None for k in SCALARS}
+            | {"step": last.step if last is not None else None, "phase": last.phase if last is not None else None},
         }
 
 
@@ -220,22 +194,19 @@ def load_run_summary(run_dir: Path) -> RunView:
     run_dir = Path(run_dir)
     run = read_run(run_dir)
     last = last_metrics(run_dir)
-    return RunView(name=str(run.get("run") or run_dir.name), run=run, records=[last] if last else [], run_dir=run_dir)
+    return RunView(name=run.run or run_dir.name, run=run, records=[last] if last else [], run_dir=run_dir)
 
 
 def load_run(run_dir: Path, tail: MetricsTail | None = None) -> RunView:
     """run.json and the stream's records (from `tail`, already followed, when given)."""
     run_dir = Path(run_dir)
     run = read_run(run_dir)
-    if tail is None:
-        records = read_metrics(run_dir / METRICS_FILE)
-    else:
-        tail.poll()
-        records = tail.records
+    tail = tail if tail is not None else MetricsTail(run_dir / METRICS_FILE)
+    tail.poll()
     return RunView(
-        name=str(run.get("run") or run_dir.name),
+        name=run.run or run_dir.name,
         run=run,
-        records=records,
+        records=tail.records,
         manifest=run_manifest(run_dir, run),
         run_dir=run_dir,
     )

@@ -20,8 +20,8 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from reports.run_page import REFRESH_SECONDS, run_series
 from reports.site import build_run_page
-from reports.training import FINISHED, MetricsTail, read_run
-from trainer.records import METRICS_FILE, RUN_FILE
+from reports.training import MetricsTail
+from trainer.records import FINISHED, METRICS_FILE, RUN_FILE, observed_run_status, read_run
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def watch(
             if signature != seen:
                 seen = signature
                 run_info = read_run(run_dir)
-                status = str(run_info.get("status") or "unknown")
+                status = observed_run_status(run_dir, run_info) or "unknown"
                 page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail, series=series)
                 rebuilds += 1
                 log.debug("rebuilt %s: %d records, status %s", page, len(tail.records), status)
@@ -127,12 +127,12 @@ def watch(
                             page,
                             rebuilds,
                             len(tail.records),
-                            tail.records[-1]["step"] if tail.records else None,
-                            run_info.get("total_steps"),
+                            tail.records[-1].step if tail.records else None,
+                            run_info.total_steps,
                             status,
                         )
                     )
-                if until_finished and status.lower() in FINISHED:
+                if until_finished and status in FINISHED:
                     reason = "finished"
                     break
             if deadline is not None and time.monotonic() >= deadline:

@@ -20,13 +20,24 @@ from pathlib import Path
 import numpy as np
 import tomli_w
 
-from millrace.artifacts import read_payload, write_artifact
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
 from testkit.stores import learnable_document, write_store
+from trainer.records import (
+    AlertEvent,
+    Alerts,
+    ExpertLoad,
+    MetricsRecord,
+    RouterBias,
+    RunRecord,
+    RunStatus,
+    RunStore,
+    read_run,
+    write_run,
+)
 
 TINY_CONFIG = Path(__file__).parents[1] / "trainer" / "configs" / "tiny.toml"
 VOCAB, EOS = 512, 1
@@ -213,10 +224,10 @@ def copy_as_live(source: Home, root: Path, run: str = "tiny-1", lines: int | Non
     return home, every
 
 
-def set_status(home: Home, run: str, status: str, base: Path | None = None) -> None:
+def set_status(home: Home, run: str, status: RunStatus, base: Path | None = None) -> None:
     """Rewrite run.json with another status, as the trainer does when a run ends."""
-    body = read_payload(base or home.run(run) / "run.json", "millrace.run")
-    write_artifact(home.run(run) / "run.json", "millrace.run", 1, {**body, "run": run, "status": status})
+    record = read_run(base.parent if base is not None else home.run(run))
+    write_run(home.run(run), record.model_copy(update={"run": run, "status": status}))
 
 
 def write_contract_metrics(
@@ -224,7 +235,7 @@ def write_contract_metrics(
     run: str,
     manifest: Path,
     steps: int,
-    status: str = "finished",
+    status: RunStatus = "completed",
     layers: int = 2,
     experts: int = 8,
     spikes: dict[int, float] | None = None,
@@ -237,21 +248,19 @@ def write_contract_metrics(
     run_dir = home.run(run)
     run_dir.mkdir(parents=True, exist_ok=True)
     planned = {c: sum(p.counts.get(c, 0) for p in built.phases) * built.seq_len for c in built.cells}
-    write_artifact(
-        run_dir / "run.json",
-        "millrace.run",
-        1,
-        {
-            "run": run,
-            "config": {"model": "tiny"},
-            "mixture": built.mixture,
-            "revision": built.revision,
-            "manifest_hash": digest,
-            "store": {"name": built.store.name, "version": built.store.version},
-            "planned_tokens_per_cell": planned,
-            "total_steps": steps,
-            "status": status,
-        },
+    write_run(
+        run_dir,
+        RunRecord(
+            run=run,
+            config={"model": "tiny"},
+            mixture=built.mixture,
+            revision=built.revision,
+            manifest_hash=digest,
+            store=RunStore(name=built.store.name, version=built.store.version),
+            planned_tokens_per_cell=planned,
+            total_steps=steps,
+            status=status,
+        ),
     )
     rng = np.random.default_rng(1)
     realised = dict.fromkeys(built.cells, 0)
@@ -262,61 +271,49 @@ def write_contract_metrics(
             for c in drawn:
                 realised[str(c)] += built.seq_len
             loss = 6.2 * math.exp(-step / 200) + 2.0 + 0.05 * rng.standard_normal()
-            alerts = {"started": [], "ended": [], "active": []}
+            alerts = Alerts()
             if spikes and step in spikes:
                 loss = spikes[step]
-                alerts = {
-                    "started": [
-                        {
-                            "name": "loss_jump",
-                            "value": loss,
-                            "threshold": 3.0,
-                            "message": f"loss {loss} above its recent floor",
-                        }
-                    ],
-                    "ended": [],
-                    "active": ["loss_jump"],
-                }
+                started = AlertEvent(
+                    name="loss_jump", value=loss, threshold=3.0, message=f"loss {loss} above its recent floor"
+                )
+                alerts = Alerts(started=[started], active=["loss_jump"])
             elif spikes and step - 1 in spikes:
-                alerts = {"started": [], "ended": ["loss_jump"], "active": []}
+                alerts = Alerts(ended=["loss_jump"])
             load = [
-                {
-                    "layer": layer,
-                    "load": [1 / experts] * experts,
-                    "max_violation": 0.0,
-                    "entropy": math.log(experts),
-                    "dead_experts": 0,
-                }
+                ExpertLoad(
+                    layer=layer,
+                    load=[1 / experts] * experts,
+                    max_violation=0.0,
+                    entropy=math.log(experts),
+                    dead_experts=0,
+                )
                 for layer in range(layers)
             ]
-            stream.write(
-                json.dumps(
-                    {
-                        "step": step,
-                        "time": 1.7e9 + step,
-                        "phase": "main",
-                        "loss": loss,
-                        "lr": 3e-4,
-                        "tokens": (step + 1) * built.global_batch * built.seq_len,
-                        "tokens_per_second": 5e4,
-                        "mfu": 0.03,
-                        "data_wait_fraction": 0.02,
-                        "grad_norm": 1.0,
-                        "param_norm": 120.0,
-                        "param_norm_with_router_bias": 120.5,
-                        "router_bias": [
-                            {"layer": layer, "norm": 0.01 * step, "max_abs": 0.001 * step} for layer in range(layers)
-                        ],
-                        "expert_load": load,
-                        "loss_per_cell": {str(c): loss for c in sorted(set(drawn))},
-                        "loss_per_source": dict.fromkeys(SOURCES, loss),
-                        "realised_tokens_per_cell": dict(realised),
-                        "alerts": alerts,
-                        "skipped_steps": 0,
-                    }
-                )
-                + "\n"
+            record = MetricsRecord(
+                step=step,
+                time=1.7e9 + step,
+                phase="main",
+                loss=loss,
+                lr=3e-4,
+                tokens=(step + 1) * built.global_batch * built.seq_len,
+                tokens_per_second=5e4,
+                mfu=0.03,
+                data_wait_fraction=0.02,
+                grad_norm=1.0,
+                param_norm=120.0,
+                param_norm_with_router_bias=120.5,
+                router_bias=[
+                    RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(layers)
+                ],
+                expert_load=load,
+                loss_per_cell={str(c): loss for c in sorted(set(drawn))},
+                loss_per_source=dict.fromkeys(SOURCES, loss),
+                realised_tokens_per_cell=dict(realised),
+                alerts=alerts,
+                skipped_steps=0,
             )
+            stream.write(record.line() + "\n")
     return run_dir
 
 

@@ -39,4 +39,4 @@ def torchrun(ranks: int, config: object, home: Home, run: str, steps: int) -> No
 
 def curve(home: Home, run: str) -> list[tuple[float, float]]:
     """(loss, grad norm) per logged step: AdamW ignores the gradient's scale, so both are compared."""
-    return [(record["loss"], record["grad_norm"]) for record in read_metrics(home.run(run))]
+    return [(record.loss, record.grad_norm) for record in read_metrics(home.run(run))]

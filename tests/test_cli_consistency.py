@@ -106,13 +106,13 @@ def test_store_list_and_from_stats_and_pipeline_init_speak_json(capsys, home, tm
 
 
 def test_runs_list_and_train_list(capsys, home):
-    from trainer.records import METRICS_FILE, write_run
+    from trainer.records import METRICS_FILE, RunRecord, write_run
 
     code, out, _ = run(capsys, home, "train", "list", "--json")
     assert code == 0 and json.loads(out) == {"runs": []}
     run_dir = home.run("r1")
     write_run(
-        run_dir, {"run": "r1", "status": "interrupted", "mixture": "default", "revision": "natural", "total_steps": 10}
+        run_dir, RunRecord(run="r1", status="interrupted", mixture="default", revision="natural", total_steps=10)
     )
     (run_dir / METRICS_FILE).write_text(
         "".join(json.dumps({"step": s, "loss": 5.0 - s / 10}) + "\n" for s in (1, 2, 3))

@@ -136,7 +136,7 @@ def test_the_demo_after_its_pipeline_on_the_40_cell_store_trains_fits_predicts_a
     assert [json.loads(line)["step"] for line in metrics] == [1, 2]
     check = report.ladder
     assert check is not None and check["target"] == "d24" and check["measured"] > 0
-    fit = read_ladder(home, "smallest")["fits"][TRAINED_REVISION]
+    fit = read_ladder(home, "smallest").fits[TRAINED_REVISION]
     assert [p["name"] for p in fit["predictions"]] == ["d24"] and fit["predictions"][0]["loss"] == check["predicted"]
     assert check["warnings"] == fit["warnings"]
     printed = console.export_text()

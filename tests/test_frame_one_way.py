@@ -10,7 +10,7 @@ import pytest
 from millrace.artifacts import check_pinned, payload_model, read_artifact, read_payload, write_artifact
 from millrace.config import StrictModel, load_config
 from millrace.errors import ArtifactError, first_validation_error
-from millrace.jsonl import Follower, last_record, read_records
+from millrace.jsonl import Follower, json_lines, last_record, read_records
 
 
 class Payload(StrictModel):
@@ -89,7 +89,7 @@ def test_the_last_record_leaves_a_torn_line_out_and_reads_only_the_end(tmp_path)
 
 def test_the_follower_reads_a_line_once_its_newline_is_written(tmp_path):
     path = tmp_path / "eval.jsonl"
-    follower = Follower(path)
+    follower = Follower(path, json_lines())
     assert follower.poll() == ([], False)
     path.write_text('{"step": 1}\n{"step": 2')
     assert follower.poll() == ([(1, {"step": 1})], False)

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.moe import MoE
+from trainer.records import ExpertLoad
 
 
 @dataclass(frozen=True)
@@ -35,15 +36,17 @@ class LayerLoad:
     dead_experts: int  # experts that received no token this step
     router_entropy: float = 0.0  # mean over tokens of the entropy of the normalised router scores / log(n)
 
-    def as_dict(self) -> dict:
-        return {
-            "layer": self.layer,
-            "load": self.load,
-            "max_violation": self.max_violation,
-            "entropy": self.entropy,
-            "dead_experts": self.dead_experts,
-            "router_entropy": self.router_entropy,
-        }
+    def record(self) -> ExpertLoad:
+        """The layer's load as its metrics record carries it."""
+        load: list[float | None] = list(self.load)
+        return ExpertLoad(
+            layer=self.layer,
+            load=load,
+            max_violation=self.max_violation,
+            entropy=self.entropy,
+            dead_experts=self.dead_experts,
+            router_entropy=self.router_entropy,
+        )
 
 
 def step_totals(layers: list[tuple[int, MoE]], group: dist.ProcessGroup | None = None) -> torch.Tensor:

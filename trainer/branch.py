@@ -22,8 +22,11 @@ def source_manifest_hash(home, source: str, option: str) -> str:
         record = read_run(home.run(source))
     except ArtifactError:
         raise ConfigError(f"{option} {source}: no run {source!r} in {home.runs} (no readable run.json)") from None
-    ranges = record.get("revisions") or []
-    return ranges[-1]["manifest_hash"] if ranges else record["manifest_hash"]
+    if record.revisions:
+        return record.revisions[-1].manifest_hash
+    if record.manifest_hash is None:
+        raise ConfigError(f"{option} {source}: run {source!r}'s run.json records no manifest hash")
+    return record.manifest_hash
 
 
 def shared_steps(manifest: BuiltManifest, digest: str, source_hash: str, stop: int) -> int | None:

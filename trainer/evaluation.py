@@ -30,7 +30,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +40,7 @@ from pipeline.store.format import store_tokenizer
 from trainer.distributed import Runtime
 from trainer.metrics import open_resumed
 from trainer.model import Transformer
-from trainer.records import EVAL_FILE, EVAL_GROUPS, EVAL_SCHEMA, EvalRecord
+from trainer.records import EVAL_FILE, EVAL_GROUPS, EVAL_SCHEMA, EvalFigures, EvalRecord
 
 
 def token_byte_lengths(tokenizer_path: Path | None, vocab_size: int) -> np.ndarray | None:
@@ -169,21 +168,24 @@ class Evaluator:
             self.runtime.all_reduce(tensor)
         return sums
 
-    def evaluate(self, model: Transformer, step: int, tokens: int) -> dict[str, Any]:
-        """One evaluation record (the same on every rank), as `EvalRecord` fields."""
+    def evaluate(self, model: Transformer, step: int, tokens: int) -> EvalRecord:
+        """One evaluation record (the same on every rank)."""
         began = time.perf_counter()
         with inference(model):
             sums = self._run(model)
-        record = self.aggregate(sums)
-        return {
-            "schema": EVAL_SCHEMA,
-            "step": step,
-            "tokens": tokens,
-            "seconds": time.perf_counter() - began,
-            **record,
-        }
+        loss, bpb, sequences = self.aggregate(sums)
+        return EvalRecord(
+            schema=EVAL_SCHEMA,
+            step=step,
+            tokens=tokens,
+            seconds=time.perf_counter() - began,
+            loss=loss,
+            bpb=bpb,
+            sequences=sequences,
+        )
 
-    def aggregate(self, sums: RowSums) -> dict[str, Any]:
+    def aggregate(self, sums: RowSums) -> tuple[EvalFigures, EvalFigures, dict[str, dict[str, int]]]:
+        """Loss and bits per byte (macro, micro and per name in each group), and the sequences evaluated."""
         entries = self.sequences.entries
         first = 0
         groups: dict[str, dict[str, list[float]]] = {
@@ -212,10 +214,10 @@ class Evaluator:
             for index, name in enumerate(self.source_names):
                 if per_source[1][index] > 0:
                     _add(groups["source"], name, [float(per_source[k][index]) for k in range(3)])
-        loss = {
+        loss: dict[str, dict[str, float | None]] = {
             group: {k: v[0] / v[1] for k, v in sorted(values.items()) if v[1] > 0} for group, values in groups.items()
         }
-        bpb = {
+        bpb: dict[str, dict[str, float | None]] = {
             group: {k: v[0] / math.log(2) / v[2] for k, v in sorted(values.items()) if v[2] > 0}
             for group, values in groups.items()
         }
@@ -223,11 +225,11 @@ class Evaluator:
         nats, count, nbytes = (sum(v[i] for v in cells) for i in range(3))
         loss_macro = float(np.mean(list(loss["cell"].values()))) if loss["cell"] else None
         bpb_macro = float(np.mean(list(bpb["cell"].values()))) if bpb["cell"] else None
-        return {
-            "loss": {"macro": loss_macro, "micro": nats / count if count else None, **loss},
-            "bpb": {"macro": bpb_macro, "micro": nats / math.log(2) / nbytes if nbytes else None, **bpb},
-            "sequences": {kind: {e.name: e.sequences for e in entries if e.kind == kind} for kind in ("cell", "set")},
-        }
+        return (
+            EvalFigures(macro=loss_macro, micro=nats / count if count else None, **loss),
+            EvalFigures(macro=bpb_macro, micro=nats / math.log(2) / nbytes if nbytes else None, **bpb),
+            {kind: {e.name: e.sequences for e in entries if e.kind == kind} for kind in ("cell", "set")},
+        )
 
 
 def _add(group: dict[str, list[float]], name: str, totals: list[float]) -> None:
@@ -266,9 +268,9 @@ class EvalWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = open_resumed(self.path, start_step)
 
-    def write(self, record: dict[str, Any]) -> None:
-        """Append `record` as a checked `EvalRecord` (a non-finite figure is written as null)."""
-        self.handle.write(json.dumps(EvalRecord.model_validate(record).dump(), separators=(",", ":")) + "\n")
+    def write(self, record: EvalRecord) -> None:
+        """Append `record` (a non-finite figure is written as null)."""
+        self.handle.write(json.dumps(record.dump(), separators=(",", ":")) + "\n")
         self.handle.flush()
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from trainer.param_groups import ROUTER_BIAS
-from trainer.records import EXPLANATIONS_FILE, read_metrics, read_run
+from trainer.records import EXPLANATIONS_FILE, Alerts, MetricsRecord, RunRecord, read_metrics, read_run
 from trainer.status import existing_run
 
 WINDOW = 20  # logged steps before N that make the running mean
@@ -47,18 +47,18 @@ def running(values: list[float], value: float | None) -> dict[str, Any]:
     return {"value": value, "mean": mean, "std": std, "jump": jump, "sigmas": jump / max(std, 1e-3 * abs(mean), 1e-12)}
 
 
-def group_norms(record: dict[str, Any]) -> dict[str, float]:
+def group_norms(record: MetricsRecord) -> dict[str, float]:
     """Norms per group in one record: gradient-trained groups, then the router bias per MoE layer."""
-    norms = {group: float(v) for group, v in (record.get("param_norm_per_group") or {}).items()}
-    if not norms and isinstance(record.get("param_norm"), (int, float)):
-        norms["gradient-trained (all)"] = float(record["param_norm"])  # a record from before the per-group norms
-    for entry in record.get("router_bias") or []:
-        if isinstance(entry, dict) and isinstance(entry.get("norm"), (int, float)):
-            norms[f"{ROUTER_BIAS}/layer {entry.get('layer')}"] = float(entry["norm"])
+    norms = {group: v for group, v in record.param_norm_per_group.items() if v is not None}
+    if not norms and record.param_norm is not None:
+        norms["gradient-trained (all)"] = record.param_norm  # a record from before the per-group norms
+    for entry in record.router_bias:
+        if entry.norm is not None:
+            norms[f"{ROUTER_BIAS}/layer {entry.layer}"] = entry.norm
     return norms
 
 
-def moved_groups(before: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
+def moved_groups(before: list[MetricsRecord], record: MetricsRecord) -> list[dict[str, Any]]:
     """Per group: its norm, the change since the previous logged step, and that change over the typical one."""
     history = [group_norms(r) for r in before] + [group_norms(record)]
     rows = []
@@ -84,16 +84,12 @@ def moved_groups(before: list[dict[str, Any]], record: dict[str, Any]) -> list[d
     return sorted(rows, key=lambda r: -(r["ratio"] or 0.0))
 
 
-def cell_losses(before: list[dict[str, Any]], record: dict[str, Any]) -> list[dict[str, Any]]:
+def cell_losses(before: list[MetricsRecord], record: MetricsRecord) -> list[dict[str, Any]]:
     """Each cell in the step's batch: its loss at the step against its running mean (largest jump first)."""
     rows = []
-    for cell, value in (record.get("loss_per_cell") or {}).items():
-        history = [
-            float(r["loss_per_cell"][cell])
-            for r in before
-            if isinstance((r.get("loss_per_cell") or {}).get(cell), (int, float))
-        ]
-        rows.append({"cell": cell, **running(history, float(value) if isinstance(value, (int, float)) else None)})
+    for cell, value in record.loss_per_cell.items():
+        history = [loss for r in before if (loss := r.loss_per_cell.get(cell)) is not None]
+        rows.append({"cell": cell, **running(history, value)})
     jumps = sorted(r["jump"] for r in rows if r["jump"] is not None)
     common = jumps[len(jumps) // 2] if len(jumps) > 2 else 0.0  # the median cell's move: the trend all share
     for row in rows:
@@ -106,29 +102,28 @@ def cell_losses(before: list[dict[str, Any]], record: dict[str, Any]) -> list[di
     return sorted(rows, key=lambda r: -(r["excess"] if r["excess"] is not None else -math.inf))
 
 
-def step_figures(before: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any]:
+def step_figures(before: list[MetricsRecord], record: MetricsRecord) -> dict[str, Any]:
     keys = ("loss", "grad_norm", "param_norm", "param_norm_with_router_bias")
     return {
         key: running(
-            [float(r[key]) for r in before if isinstance(r.get(key), (int, float))],
-            float(record[key]) if isinstance(record.get(key), (int, float)) else None,
+            [value for r in before if (value := getattr(r, key)) is not None],
+            getattr(record, key),
         )
         for key in keys
     }
 
 
-def manifest_for_step(home: Home, run: dict[str, Any], step: int) -> tuple[Path, str | None]:
+def manifest_for_step(home: Home, run: RunRecord, step: int) -> tuple[Path, str | None]:
     """The built manifest the run trained on at loader step `step`, and the hash the run pinned for it."""
     from mixtures.manifest import find_manifest
 
-    ranges = run.get("revisions") or []
-    covering = next((r for r in ranges if r.get("start_step", 0) <= step < r.get("stop_step", math.inf)), None)
-    revision = (covering or {}).get("revision") or run.get("revision")
-    pinned = (covering or {}).get("manifest_hash") or run.get("manifest_hash")
-    recorded = Path(run["manifest_path"]) if run.get("manifest_path") else None
-    if recorded is not None and recorded.exists() and revision == run.get("revision"):
+    covering = next((r for r in run.revisions if r.start_step <= step < r.stop_step), None)
+    revision = covering.revision if covering is not None else run.revision
+    pinned = covering.manifest_hash if covering is not None else run.manifest_hash
+    recorded = Path(run.manifest_path) if run.manifest_path else None
+    if recorded is not None and recorded.exists() and revision == run.revision:
         return recorded, pinned
-    return find_manifest(home, str(run.get("mixture")), str(revision)), pinned
+    return find_manifest(home, str(run.mixture), str(revision)), pinned
 
 
 def open_stream(manifest_path: Path, pinned: str | None) -> Any:
@@ -174,15 +169,15 @@ def batch_contents(stream: Any, loader_step: int, decode: bool) -> dict[str, Any
     }
 
 
-def explain_record(records: list[dict[str, Any]], at: int, window: int = WINDOW) -> dict[str, Any]:
+def explain_record(records: list[MetricsRecord], at: int, window: int = WINDOW) -> dict[str, Any]:
     """What the metrics say about `records[at]` against the `window` records before it."""
     record, before = records[at], records[max(0, at - window) : at]
     cells = cell_losses(before, record)
     groups = moved_groups(before, record)
-    alerts = record.get("alerts") or {}
+    alerts = record.alerts or Alerts()
     return {
-        "step": record["step"],
-        "previous_step": before[-1]["step"] if before else None,
+        "step": record.step,
+        "previous_step": before[-1].step if before else None,
         "window": len(before),
         "figures": step_figures(before, record),
         "cells": cells,
@@ -190,13 +185,13 @@ def explain_record(records: list[dict[str, Any]], at: int, window: int = WINDOW)
         "groups": groups,
         "moved_groups": [g["group"] for g in groups if g["moved"]],
         "alerts": {
-            "started": [a.get("name") for a in alerts.get("started") or [] if isinstance(a, dict)],
-            "active": list(alerts.get("active") or []),
+            "started": [a.name for a in alerts.started],
+            "active": list(alerts.active),
         },
     }
 
 
-def read_run_files(home: Home, run_name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_run_files(home: Home, run_name: str) -> tuple[RunRecord, list[MetricsRecord]]:
     run_dir = existing_run(home, run_name)
     return read_run(run_dir), read_metrics(run_dir)
 
@@ -204,10 +199,11 @@ def read_run_files(home: Home, run_name: str) -> tuple[dict[str, Any], list[dict
 def explain(home: Home, run_name: str, step: int, decode: bool = False, window: int = WINDOW) -> dict[str, Any]:
     """Everything `train explain` says about metrics step `step` of `run_name`, JSON-ready."""
     run, records = read_run_files(home, run_name)
-    at = next((i for i, r in enumerate(records) if r["step"] == step), None)
+    at = next((i for i, r in enumerate(records) if r.step == step), None)
     if at is None:
-        logged = f"logged steps {records[0]['step']}..{records[-1]['step']}" if records else "no steps logged yet"
-        every = (run.get("config") or {}).get("metrics", {}).get("log_every", 1)
+        logged = f"logged steps {records[0].step}..{records[-1].step}" if records else "no steps logged yet"
+        metrics = run.config.get("metrics")
+        every = metrics.get("log_every", 1) if isinstance(metrics, dict) else 1
         raise ConfigError(
             f"--step {step}: no metrics record for that step in {home.run(run_name) / 'metrics.jsonl'} "
             f"({logged}, every {every} steps)"
@@ -215,19 +211,19 @@ def explain(home: Home, run_name: str, step: int, decode: bool = False, window: 
     path, pinned = manifest_for_step(home, run, step - 1)
     found = explain_record(records, at, window)
     return {
-        "run": run.get("run") or run_name,
+        "run": run.run or run_name,
         **found,
         "batch": batch_contents(open_stream(path, pinned), step - 1, decode),
     }
 
 
 def explain_steps(
-    home: Home, run: dict[str, Any], records: list[dict[str, Any]], steps: list[int], window: int = WINDOW
+    home: Home, run: RunRecord, records: list[MetricsRecord], steps: list[int], window: int = WINDOW
 ) -> dict[int, dict[str, Any]]:
     """`explain` for several steps of one run (its run.json and metrics records, already read; each manifest
     opened once), without the per-sample rows; a batch the loader cannot rebuild (manifest gone or rebuilt)
     says why under `batch.error`."""
-    where = {r["step"]: i for i, r in enumerate(records)}
+    where = {r.step: i for i, r in enumerate(records)}
     streams: dict[Path, Any] = {}
     found = {}
     for step in steps:
@@ -260,13 +256,13 @@ def jump_scores(values: np.ndarray, window: int = WINDOW) -> np.ndarray:
     return scores
 
 
-def notable_steps(records: list[dict[str, Any]], limit: int = 12, window: int = WINDOW) -> list[int]:
+def notable_steps(records: list[MetricsRecord], limit: int = 12, window: int = WINDOW) -> list[int]:
     """The steps worth explaining on a run page: where an alert started, then the largest loss, gradient-norm
     and parameter-norm (router bias included) jumps against their running means."""
-    chosen = [r["step"] for r in records if (r.get("alerts") or {}).get("started")]
-    steps = np.array([r["step"] for r in records])
+    chosen = [r.step for r in records if r.alerts is not None and r.alerts.started]
+    steps = np.array([r.step for r in records])
     for key in ("loss", "grad_norm", "param_norm_with_router_bias"):
-        values = np.array([float(r[key]) if isinstance(r.get(key), (int, float)) else np.nan for r in records])
+        values = np.array([np.nan if (v := getattr(r, key)) is None else v for r in records], dtype=np.float64)
         if key == "param_norm_with_router_bias":
             values = np.abs(np.diff(values, prepend=np.nan))  # the norm drifts: its steps are what jump
         scores = np.nan_to_num(jump_scores(values, window), nan=-np.inf)

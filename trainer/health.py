@@ -31,10 +31,11 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from millrace.errors import MillraceError
 from trainer.config import AlertRule, AlertTiming, HealthConfig
+from trainer.records import AlertEvent, Alerts, EvalRecord, MetricsRecord
 
 
 class TooManySkippedSteps(MillraceError):
@@ -48,8 +49,11 @@ class Alert:
     threshold: float
     message: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "threshold": self.threshold, "message": self.message}
+    def event(self, held_since: int) -> AlertEvent:
+        """The alert as its start is recorded, with the first step of its streak."""
+        return AlertEvent(
+            name=self.name, value=self.value, threshold=self.threshold, message=self.message, held_since=held_since
+        )
 
 
 class HealthMonitor:
@@ -92,9 +96,9 @@ class HealthMonitor:
     def stepped(self) -> None:
         self.consecutive_skips = 0
 
-    def evaluated(self, record: dict[str, Any]) -> None:
+    def evaluated(self, record: EvalRecord) -> None:
         """An evaluation: worse macro loss than the previous one alerts until the next evaluation."""
-        loss = record["loss"].get("macro")
+        loss = record.loss.macro
         if loss is None:
             return
         previous, self.last_eval = self.last_eval, loss
@@ -107,13 +111,13 @@ class HealthMonitor:
                 f"held-out macro loss {loss:.4f} is worse than the previous {previous:.4f}",
             )
 
-    def check(self, record: dict[str, Any], now: float) -> dict[str, list]:
+    def check(self, record: MetricsRecord, now: float) -> Alerts:
         """The alerts that start and end with this step's record, and those active after it."""
-        step = record["step"]
+        step = record.step
         firing = {
             alert.name: alert for alert in self.rules(record, now) if step > self.timing(alert.name).warmup_steps
         }
-        started: list[dict[str, Any]] = []
+        started: list[AlertEvent] = []
         for name in sorted(firing):
             self.clear_since.pop(name, None)
             since = self.firing_since.setdefault(name, step)
@@ -121,7 +125,7 @@ class HealthMonitor:
                 self.active[name] = firing[name]
             elif step - since + 1 >= self.timing(name).start_after:
                 self.active[name] = firing[name]
-                started.append({**firing[name].as_dict(), "held_since": since})
+                started.append(firing[name].event(since))
         for name in [name for name in self.firing_since if name not in firing]:
             del self.firing_since[name]
         ended = []
@@ -130,15 +134,19 @@ class HealthMonitor:
             if step - clear + 1 >= self.timing(name).end_after:
                 ended.append(name)
                 del self.active[name], self.clear_since[name]
-        return {"started": started, "ended": ended, "active": sorted(self.active)}
+        return Alerts(started=started, ended=ended, active=sorted(self.active))
 
-    def windowed_entropy(self, record: dict[str, Any]) -> tuple[dict[int, float], int]:
+    def windowed_entropy(self, record: MetricsRecord) -> tuple[dict[int, float], int]:
         """Per layer, the entropy (fraction of log E) of the mean load over the last steps holding at least
         `load_window_tokens` tokens (this step's alone after a resume, until the window fills), and the steps."""
-        tokens = record.get("tokens")
-        step_tokens = tokens - self.last_tokens if isinstance(tokens, int) and self.last_tokens is not None else None
-        self.last_tokens = tokens if isinstance(tokens, int) else None
-        loads = {layer["layer"]: layer["load"] for layer in record.get("expert_load", []) if layer.get("load")}
+        tokens = record.tokens
+        step_tokens = tokens - self.last_tokens if tokens is not None and self.last_tokens is not None else None
+        self.last_tokens = tokens
+        loads = {
+            layer.layer: [math.nan if share is None else share for share in layer.load]
+            for layer in record.expert_load
+            if layer.load
+        }
         if step_tokens is None:
             self.loads.clear()
         self.loads.append((float(step_tokens or 0), loads))
@@ -153,9 +161,9 @@ class HealthMonitor:
             )
         return entropies, len(self.loads)
 
-    def rules(self, record: dict[str, Any], now: float) -> list[Alert]:
+    def rules(self, record: MetricsRecord, now: float) -> list[Alert]:
         cfg, alerts = self.config, []
-        loss = record.get("loss")
+        loss = record.loss
         if isinstance(loss, float) and math.isfinite(loss):
             floor = min(self.losses) if self.losses else None
             self.losses.append(loss)
@@ -168,46 +176,48 @@ class HealthMonitor:
                         f"loss {loss:.4f} is {loss - floor:.3f} above its recent floor {floor:.4f}",
                     )
                 )
-        grad = record.get("grad_norm")
+        grad = record.grad_norm
         if cfg.grad_norm_max and isinstance(grad, float) and math.isfinite(grad) and grad > cfg.grad_norm_max:
             alerts.append(
                 Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}")
             )
         windowed, steps = self.windowed_entropy(record)
-        for layer in record.get("expert_load", []):
-            entropy = windowed.get(layer["layer"], layer.get("entropy"))
+        for layer in record.expert_load:
+            entropy = windowed.get(layer.layer, layer.entropy)
             if cfg.load_entropy_min and isinstance(entropy, float) and entropy < cfg.load_entropy_min:
                 alerts.append(
                     Alert(
-                        f"load_entropy/layer{layer['layer']}",
+                        f"load_entropy/layer{layer.layer}",
                         entropy,
                         cfg.load_entropy_min,
-                        f"layer {layer['layer']} expert load entropy {entropy:.4f} of log E "
+                        f"layer {layer.layer} expert load entropy {entropy:.4f} of log E "
                         f"over {steps} step{'s' if steps != 1 else ''}",
                     )
                 )
-            if layer.get("dead_experts", 0) > cfg.dead_experts_max:
+            if (layer.dead_experts or 0) > cfg.dead_experts_max:
                 alerts.append(
                     Alert(
-                        f"dead_experts/layer{layer['layer']}",
-                        layer["dead_experts"],
+                        f"dead_experts/layer{layer.layer}",
+                        layer.dead_experts or 0,
                         cfg.dead_experts_max,
-                        f"layer {layer['layer']}: {layer['dead_experts']} dead experts",
+                        f"layer {layer.layer}: {layer.dead_experts} dead experts",
                     )
                 )
-        for layer in record.get("router_bias", []):
-            if cfg.router_bias_max and layer["max_abs"] > cfg.router_bias_max:
+        for bias in record.router_bias:
+            if cfg.router_bias_max and bias.max_abs is not None and bias.max_abs > cfg.router_bias_max:
                 alerts.append(
                     Alert(
-                        f"router_bias/layer{layer['layer']}",
-                        layer["max_abs"],
+                        f"router_bias/layer{bias.layer}",
+                        bias.max_abs,
                         cfg.router_bias_max,
-                        f"layer {layer['layer']} max |router bias| {layer['max_abs']:.1f}",
+                        f"layer {bias.layer} max |router bias| {bias.max_abs:.1f}",
                     )
                 )
         mfu_floor = cfg.mfu_min if self.published_peak else 0.0
-        for name, floor in (("tokens_per_second", cfg.tokens_per_second_min), ("mfu", mfu_floor)):
-            value = record.get(name)
+        for name, value, floor in (
+            ("tokens_per_second", record.tokens_per_second, cfg.tokens_per_second_min),
+            ("mfu", record.mfu, mfu_floor),
+        ):
             if floor and isinstance(value, float) and value < floor:
                 alerts.append(Alert(name, value, floor, f"{name} {value:.4g} below {floor:.4g}"))
         while self.skip_times and now - self.skip_times[0] > cfg.skipped_window_seconds:

@@ -13,10 +13,8 @@ invocation stops. So `--steps 20` then `--resume --steps 40` reproduces one
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,46 +25,45 @@ import torch
 
 from loader import Batch, MixtureStream
 from loader.held_out import fetch_held_out
-from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
-from millrace.jsonl import read_stream
 from millrace.signals import StopRequest
 from millrace.writer_lock import WriterLock
-from mixtures.manifest import find_manifest, lineage_of, store_dir_of
+from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
 from trainer.balance import balance_step
 from trainer.branch import branch_checkpoint
 from trainer.checkpoint_digest import verify_digests
 from trainer.config import TrainConfig, load_train_config, resolve_train_config, with_vocab
-from trainer.distributed import Runtime, init_runtime, parallelize
+from trainer.distributed import Runtime, init_runtime
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
 from trainer.lr_schedule import learning_rate
 from trainer.metrics import MetricsWriter
 from trainer.model import Transformer
-from trainer.moe import MoE, local_tensor
-from trainer.observers import RunObservers
-from trainer.param_groups import group_of
+from trainer.model_build import build_model, build_optimizer, check_fits, compute_in_bf16
+from trainer.moe import MoE
+from trainer.norms import clip_gradients, group_squared_norms, router_bias_stats
+from trainer.observers import ObservedRun, RunObservers, with_memory
 from trainer.peak import peak_flops
+from trainer.preemption import kept_checkpoint, preempted, resume_command, stop_agreed
 from trainer.records import (
-    EVAL_FILE,
     LOCK_FILE,
-    METRICS_FILE,
-    RUN_FILE,
-    SAMPLES_FILE,
     MetricsRecord,
-    RevisionRange,
-    RunRecord,
-    read_metrics,
-    read_run,
-    write_run,
 )
 from trainer.resume import recorded_settings
+from trainer.run_record import (
+    adopt_history,
+    check_resumable,
+    set_status,
+    write_run_record,
+    write_step_explanations,
+)
 from trainer.run_url import RemoteDir, pull_records, push_records, run_location
 from trainer.samples import prompts_path
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
+from trainer.step_progress import StepReporter
 
 log = logging.getLogger(__name__)
 
@@ -79,108 +76,6 @@ class RunResult:
     end_step: int
     losses: list[float]  # one per step run in this invocation
     seconds: float
-
-
-def check_fits(config: TrainConfig, runtime: Runtime, config_path: Path) -> None:
-    """Refuse a model whose fp32 weights and AdamW state cannot fit in this rank's share (535B on a laptop)."""
-    needed = count_params(config).total * 4 * 3 // runtime.world  # weights + two moments, sharded over every rank
-    if runtime.device.type == "cuda":
-        available = torch.cuda.mem_get_info(runtime.device)[0]
-    else:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // max(runtime.world, 1)
-    if needed > available // 2:
-        raise ConfigError(
-            f"{config_path}: the model needs {needed / 2**30:,.1f} GiB per rank for its fp32 weights and AdamW "
-            f"state over {runtime.world} rank(s), {available / 2**30:,.1f} GiB is free here; size it on paper "
-            f"with `millrace train plan {config_path}`"
-        )
-
-
-def build_model(config: TrainConfig, runtime: Runtime) -> Transformer:
-    """Built on the meta device, sharded there, then each rank materialises and initialises its shard only:
-    no rank ever holds the whole model. fp32 master weights always (bf16 compute is a cast at use:
-    `compute_in_bf16`, FSDP's mixed precision)."""
-    torch.manual_seed(config.parallel.seed)
-    with torch.device("meta"):
-        model = Transformer(config.model, config.moe)
-    model.use_kernels(config.train)
-    model = parallelize(model, runtime, config.parallel)
-    model.to_empty(device=runtime.device)
-    model.init_weights(config.parallel.seed)
-    return model
-
-
-def compute_in_bf16(config: TrainConfig, runtime: Runtime) -> bool:
-    """Autocast to bf16: on CUDA when `bf16_autocast`; and for `param_dtype = "bfloat16"` in one process,
-    the single-process equivalent of FSDP's bf16 parameter cast (the weights and AdamW state stay fp32)."""
-    parallel = config.parallel
-    single_bf16 = parallel.param_dtype == "bfloat16" and not runtime.distributed
-    return (runtime.device.type == "cuda" and parallel.bf16_autocast) or single_bf16
-
-
-def build_optimizer(model: Transformer, config: TrainConfig) -> torch.optim.AdamW:
-    """Weight decay on matrices only; the router bias is a buffer and never reaches the optimizer."""
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = config.optimizer
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=opt.lr,
-        betas=opt.betas,
-        eps=opt.eps,
-        foreach=True,
-    )
-
-
-def squared_norm_on_device(tensors, runtime: Runtime) -> torch.Tensor:
-    """Σ x² (float64, on the device) over tensors whose elements each live on exactly one rank (FSDP or
-    expert shards)."""
-    total = torch.zeros((), dtype=torch.float64, device=runtime.device)
-    for tensor in tensors:
-        total += local_tensor(tensor).detach().double().pow(2).sum()
-    return runtime.all_reduce(total)
-
-
-def group_squared_norms(model: Transformer, runtime: Runtime) -> dict[str, float]:
-    """Σ θ² per parameter group (`trainer.param_groups`), reduced over ranks in one call and read in one."""
-    names = sorted({group_of(name) for name, _ in model.named_parameters()})
-    sums = torch.zeros(len(names), dtype=torch.float64, device=runtime.device)
-    for name, param in model.named_parameters():
-        sums[names.index(group_of(name))] += local_tensor(param).detach().double().pow(2).sum()
-    return dict(zip(names, runtime.all_reduce(sums).tolist()))
-
-
-def clip_gradients(model: Transformer, max_norm: float, runtime: Runtime) -> torch.Tensor:
-    """Gradient norm over gradient-trained parameters only (the bias has no gradient), then clip, all on
-    the device (a scale of min(1, max_norm / norm)): the host reads the norm with the step's other figures."""
-    grads = [local_tensor(p.grad) for p in model.parameters() if p.grad is not None]
-    norm = squared_norm_on_device(grads, runtime).sqrt()
-    if max_norm > 0 and grads:
-        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0).to(grads[0].dtype))
-    return norm
-
-
-def router_bias_stats(model: Transformer) -> tuple[list[dict], float]:
-    """Per MoE layer the bias's norm and largest entry, and Σ bias² over layers: one host read for all."""
-    biases = [(index, layer.router.expert_bias.detach().double()) for index, layer in model.indexed_moe_layers()]
-    if not biases:
-        return [], 0.0
-    figures = torch.stack(
-        [torch.stack([bias.pow(2).sum(), bias.norm(), bias.abs().max()]) for _, bias in biases]
-    ).tolist()
-    stats = [
-        {"layer": index, "norm": norm, "max_abs": max_abs} for (index, _), (_, norm, max_abs) in zip(biases, figures)
-    ]
-    return stats, sum(layer_squared for layer_squared, _, _ in figures)
-
-
-def planned_tokens_per_cell(stream: MixtureStream) -> dict[str, int]:
-    manifest = stream.manifest
-    planned = dict.fromkeys(sorted(manifest.cells), 0)
-    for phase in manifest.phases:
-        for cell, count in phase.counts.items():
-            planned[cell] += count * manifest.seq_len
-    return planned
 
 
 class StepAccumulator:
@@ -310,7 +205,7 @@ class Training:
 @dataclass
 class StepResult:
     step: int  # the step just completed (1-based count of optimizer steps)
-    phase: int
+    phase: str
     loss: float
     lr: float
     grad_norm: float
@@ -350,28 +245,10 @@ def prepare_run(
     run = run or default_run_name(config_path, mixture, revision)
     manifest_path = find_manifest(home, mixture, revision)
     runtime = init_runtime(config.parallel, config.moe.n_routed_experts)
-    data = config.data
-    if data.store_url and (config.eval.enabled or config.samples.enabled):
-        fetch_held_out(manifest_path, data.store_url, data.storage_options)
-    stream = MixtureStream(
-        manifest_path,
-        rank=runtime.data_rank,
-        world=runtime.layout.data_parallel,
-        prefetch=data.prefetch,
-        store_url=data.store_url or None,
-        storage_options=data.storage_options,
-    )
+    stream = open_stream(config, runtime, manifest_path)
     store = Store(store_dir_of(manifest_path))
     config = _with_store_vocab(config, store, config_path)
-    horizon = config.steps or stream.steps
-    stop = steps or horizon
-    for name, value in (("steps", horizon), ("--steps", stop)):
-        if value > stream.steps:
-            raise ConfigError(
-                f"{name} = {value} exceeds the {stream.steps} steps of {mixture}/{revision} ({manifest_path})"
-            )
-    if stop > horizon:
-        raise ConfigError(f"--steps {stop} is past the learning-rate horizon of {horizon} steps set in {config_path}")
+    horizon, stop = step_range(config, config_path, stream, steps)
     try:
         check_batch(runtime.layout, stream.manifest.global_batch, config.data.micro_batches)
     except ConfigError as exc:
@@ -402,6 +279,38 @@ def prepare_run(
     if from_run and not own:
         branch_source(plan)  # refused here, before anything is written
     return plan
+
+
+def open_stream(config: TrainConfig, runtime: Runtime, manifest_path: Path) -> MixtureStream:
+    """This rank's loader over the manifest (the held-out shards fetched first when the store is remote)."""
+    data = config.data
+    if data.store_url and (config.eval.enabled or config.samples.enabled):
+        fetch_held_out(manifest_path, data.store_url, data.storage_options)
+    return MixtureStream(
+        manifest_path,
+        rank=runtime.data_rank,
+        world=runtime.layout.data_parallel,
+        prefetch=data.prefetch,
+        store_url=data.store_url or None,
+        storage_options=data.storage_options,
+    )
+
+
+def step_range(config: TrainConfig, config_path: Path, stream: MixtureStream, steps: int | None) -> tuple[int, int]:
+    """The learning-rate horizon and where this invocation stops; neither past the mixture's steps, nor the
+    stop past the horizon."""
+    horizon = config.steps or stream.steps
+    stop = steps or horizon
+    manifest = stream.manifest
+    for name, value in (("steps", horizon), ("--steps", stop)):
+        if value > stream.steps:
+            raise ConfigError(
+                f"{name} = {value} exceeds the {stream.steps} steps of {manifest.mixture}/{manifest.revision} "
+                f"({stream.path})"
+            )
+    if stop > horizon:
+        raise ConfigError(f"--steps {stop} is past the learning-rate horizon of {horizon} steps set in {config_path}")
+    return horizon, stop
 
 
 def _with_store_vocab(config: TrainConfig, store: Store, config_path: Path) -> TrainConfig:
@@ -455,62 +364,6 @@ def restore(training: Training, resume: bool) -> int:
     return training.start
 
 
-def check_resumable(run_dir: Path, start: int) -> None:
-    """Every record a resume continues, read whole before any stream is cut back to the checkpoint: a damaged
-    one is refused in one line with nothing changed. A damaged `run.json` is refused too: rewritten, it would
-    lose which revision trained which steps."""
-    if start == 0:
-        return
-    for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
-        read_stream(run_dir / name)
-    if (run_dir / RUN_FILE).exists():
-        try:
-            read_run(run_dir)
-        except ArtifactError as exc:
-            raise ArtifactError(
-                f"{exc}; a resume would lose which revision trained which steps: restore it (from a backup or "
-                "the run's [run] url), or train under a new --run"
-            ) from None
-
-
-def revision_history(plan: RunPlan, start: int) -> list[dict[str, Any]]:
-    """Which revision (and manifest, and run directory) this run trained on over which steps: the earlier
-    record's ranges before `start`, then this invocation's [start, stop). A resume onto a mixture switch
-    adds a range."""
-    previous: list[dict[str, Any]] = []
-    if start > 0:
-        try:
-            record = read_run(plan.run_dir)
-        except ArtifactError:
-            record = {}
-        previous = record.get("revisions") or (
-            [
-                {
-                    "revision": record["revision"],
-                    "manifest_hash": record["manifest_hash"],
-                    "start_step": 0,
-                    "stop_step": start,
-                }
-            ]
-            if "revision" in record
-            else []
-        )
-    ranges = [r | {"stop_step": min(r["stop_step"], start)} for r in previous if r["start_step"] < start]
-    if ranges and ranges[-1]["manifest_hash"] == plan.stream.manifest_hash:
-        ranges[-1]["stop_step"] = plan.stop
-    else:
-        ranges.append(
-            {
-                "revision": plan.revision,
-                "manifest_hash": plan.stream.manifest_hash,
-                "run": plan.run,
-                "start_step": start,
-                "stop_step": plan.stop,
-            }
-        )
-    return ranges
-
-
 def resume_source(plan: RunPlan) -> tuple[str, tuple[int, ckpt.Place] | None]:
     """The run whose latest checkpoint a resume loads: this run's own; for a run not started yet on a
     revision that continues another, the ancestor's run of the same config (`<config>-<mixture>-<parent>`):
@@ -545,63 +398,6 @@ def branch_source(plan: RunPlan) -> tuple[int, ckpt.Place]:
     manifest, digest = plan.stream.manifest, plan.stream.manifest_hash
     places = plan.checkpoints_of(plan.from_run)
     return branch_checkpoint(plan.home, plan.from_run, plan.run, places, manifest, digest, plan.stop)
-
-
-def adopt_history(plan: RunPlan, source: str, step: int) -> None:
-    """A run started from another run's checkpoint takes that run's record up to `step`: its revisions
-    per step range (into this run.json) and its metrics lines, so the curves show the whole run."""
-    if plan.runtime.rank != 0:
-        return
-    before = plan.home.run(source)
-    write_run(plan.run_dir, read_run(before) | {"run": plan.run})
-    lines = [line for line in read_metrics(before) if line["step"] <= step]
-    atomic_write_text(
-        plan.run_dir / METRICS_FILE, "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
-    )
-
-
-def write_run_record(training: Training, peak: float, peak_source: str) -> None:
-    """`run.json` at start (rank 0): what runs, on what data, at what size."""
-    plan, config = training.plan, training.plan.config
-    changes = _recorded_changes(plan.run_dir) + [
-        {"step": training.start, **change} for change in training.state.config_changes
-    ]
-    write_run(
-        plan.run_dir,
-        RunRecord(
-            run=plan.run,
-            config={"path": str(plan.config_path), **config.model_dump(mode="json")},
-            mixture=plan.mixture,
-            revision=plan.revision,
-            manifest_hash=plan.stream.manifest_hash,
-            manifest_path=str(plan.manifest_path),
-            revisions=[RevisionRange.model_validate(r) for r in revision_history(plan, training.start)],
-            lineage=lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
-            store={"name": plan.store.name, "version": plan.store.version},
-            planned_tokens_per_cell=planned_tokens_per_cell(plan.stream),
-            total_steps=plan.horizon,
-            stop_step=plan.stop,
-            start_step=training.start,
-            status="running",
-            world_size=plan.runtime.world,
-            layout={
-                "data_parallel": plan.runtime.layout.data_parallel,
-                "expert_parallel": plan.runtime.layout.expert_parallel,
-            },
-            params=count_params(config).as_dict(),
-            flops_per_token=flops_per_token(config, plan.stream.seq_len),
-            peak_flops_per_device=peak,
-            peak_flops_source=peak_source,
-            config_changes=changes,  # settings changed on resume with --allow-config-change
-        ),
-    )
-
-
-def _recorded_changes(run_dir: Path) -> list[dict]:
-    try:
-        return list(read_run(run_dir).get("config_changes", []))
-    except ArtifactError:
-        return []
 
 
 def forward_backward(
@@ -686,30 +482,35 @@ def log_metrics(
     bias_stats, bias_squared = router_bias_stats(training.model)
     tokens_per_second = result.global_tokens / result.elapsed
     per_token = flops_per_token(plan.config, plan.stream.seq_len)
-    record = {
-        "step": result.step,
-        "time": time.time(),
-        "phase": result.phase,
-        "loss": result.loss,
-        "lr": result.lr,
-        "tokens": training.state.tokens,
-        "tokens_per_second": tokens_per_second,
-        "mfu": per_token * tokens_per_second / (peak * plan.runtime.world),
-        "data_wait_fraction": result.waited / result.elapsed,
-        "grad_norm": result.grad_norm,
-        "param_norm": math.sqrt(param_squared),
-        "param_norm_with_router_bias": math.sqrt(param_squared + bias_squared),
-        "param_norm_per_group": {group: math.sqrt(value) for group, value in group_squared.items()},
-        "router_bias": bias_stats,
-        "expert_load": [load.as_dict() for load in result.loads],
-        "loss_per_cell": _means(plan.stream.cell_names, result.acc.cells),
-        "loss_per_source": _means(plan.stream.source_names, result.acc.sources),
-        "realised_tokens_per_cell": dict(training.state.realised_tokens_per_cell),
-        "step_seconds": result.elapsed,
-    }
-    record.update(observers.record_extras(record, result.skipped))
+    aux_loss, z_loss = observers.aux_losses()
+    record = MetricsRecord(
+        step=result.step,
+        time=time.time(),
+        phase=result.phase,
+        loss=result.loss,
+        lr=result.lr,
+        tokens=training.state.tokens,
+        tokens_per_second=tokens_per_second,
+        mfu=per_token * tokens_per_second / (peak * plan.runtime.world),
+        data_wait_fraction=result.waited / result.elapsed,
+        grad_norm=result.grad_norm,
+        param_norm=math.sqrt(param_squared),
+        param_norm_with_router_bias=math.sqrt(param_squared + bias_squared),
+        param_norm_per_group={group: math.sqrt(value) for group, value in group_squared.items()},
+        router_bias=bias_stats,
+        expert_load=[load.record() for load in result.loads],
+        loss_per_cell=_means(plan.stream.cell_names, result.acc.cells),
+        loss_per_source=_means(plan.stream.source_names, result.acc.sources),
+        realised_tokens_per_cell=dict(training.state.realised_tokens_per_cell),
+        step_seconds=result.elapsed,
+        aux_loss=aux_loss,
+        z_loss=z_loss,
+        skipped=result.skipped,
+        skipped_steps=observers.health.skipped_total,
+    )
+    record = observers.with_alerts(with_memory(record, plan.runtime.device))
     if writer is not None:
-        writer.write(MetricsRecord.model_validate(record))
+        writer.write(record)
 
 
 def maybe_checkpoint(training: Training, step: int) -> ckpt.Place | None:
@@ -724,48 +525,10 @@ def maybe_checkpoint(training: Training, step: int) -> ckpt.Place | None:
     return None
 
 
-class StepReporter:
-    """A progress bar on a terminal (rank 0); without one (nohup, Slurm, CI) a steady line every
-    MILLRACE_PROGRESS_SECONDS: step, tokens/s, loss and ETA."""
-
-    def __init__(self, training: Training, enabled: bool):
-        from millrace.progress import SteadyLines, on_terminal
-
-        plan = training.plan
-        self.plan, self.rank = plan, plan.runtime.rank
-        self.start = training.start
-        self.began = time.perf_counter()
-        self.tokens = 0
-        self.lines = SteadyLines()
-        self.bar = _progress(enabled and self.rank == 0 and on_terminal(), training.start, plan.stop, plan.run)
-
-    def step(self, result: StepResult) -> None:
-        self.tokens += result.global_tokens
-        if self.bar is not None:
-            self.bar[0].update(self.bar[1], advance=1, description=f"{self.plan.run} loss {result.loss:.3f}")
-        elif self.rank == 0:
-            self.lines.emit(self.line(result), force=result.step == self.plan.stop)
-
-    def line(self, result: StepResult) -> str:
-        from millrace.progress import format_duration
-
-        elapsed = time.perf_counter() - self.began
-        done = result.step - self.start
-        eta = elapsed / done * (self.plan.stop - result.step) if done else 0.0
-        return (
-            f"train {self.plan.run}: step {result.step}/{self.plan.stop}, {self.tokens / elapsed:,.0f} tokens/s, "
-            f"loss {result.loss:.4f}, ETA {format_duration(eta)}"
-        )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar[0].stop()
-
-
 def finish(plan: RunPlan) -> None:
     """Mark the run completed (the horizon reached) or stopped (a later `--resume` continues it)."""
     if plan.runtime.rank == 0:
-        _set_status(plan.run_dir, "completed" if plan.stop == plan.horizon else "stopped")
+        set_status(plan.run_dir, "completed" if plan.stop == plan.horizon else "stopped")
 
 
 def train(
@@ -823,21 +586,7 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     if runtime.rank == 0:
         check_resumable(plan.run_dir, start)
     writer = MetricsWriter(plan.run_dir, start, plan.config.metrics.tensorboard) if runtime.rank == 0 else None
-    observers = RunObservers(
-        plan.config,
-        plan.config_path,
-        plan.manifest_path,
-        runtime,
-        plan.run_dir,
-        start,
-        plan.stop,
-        plan.horizon,
-        plan.checkpoint_every,
-        plan.stream.source_names,
-        plan.stream.tokenizer_path,
-        compute_in_bf16(plan.config, runtime),
-        published_peak=runtime.device.type == "cuda" and not peak_source.startswith("measured"),
-    )
+    observers = _observers(plan, start, peak_source)
     if runtime.rank == 0:
         write_run_record(training, peak, peak_source)
     _log_start(training, peak, peak_source)
@@ -846,34 +595,24 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     began = time.perf_counter()
     training.model.train()
     try:
-        with StopRequest() as stop:
-            batches = plan.stream.iterate(start_step=start, end_step=plan.stop)
-            for step in range(start, plan.stop):
-                result = train_step(training, batches, step, observers)
-                losses.append(result.loss)
-                observers.after_step(training.model, result.step, training.state.tokens)
-                log_metrics(training, result, writer, peak, observers)
-                reporter.step(result)
-                written = maybe_checkpoint(training, result.step)
-                if stop_agreed(stop, runtime) and result.step < plan.stop:
-                    raise preempted(training, written)
+        _run_steps(training, observers, writer, peak, reporter, losses)
     except KeyboardInterrupt:
         if runtime.rank == 0:
-            _set_status(plan.run_dir, "interrupted")
+            set_status(plan.run_dir, "interrupted")
         raise Interrupted(
-            f"run {plan.run} stopped after step {training.state.step} ({_kept(plan)}); continue it "
+            f"run {plan.run} stopped after step {training.state.step} ({kept_checkpoint(plan)}); continue it "
             f"with: {resume_command(plan)}"
         ) from None
     except Terminated:
         raise
     except BaseException as exc:
         if runtime.rank == 0:
-            _set_status(plan.run_dir, "failed")
+            set_status(plan.run_dir, "failed")
         full = disk_full_cause(exc)
         if full is not None:
             raise DiskFull(
                 f"no space left on device writing {full.filename or plan.run_dir}: run {plan.run} failed "
-                f"after step {training.state.step} ({_kept(plan)}); free space, then continue it with: "
+                f"after step {training.state.step} ({kept_checkpoint(plan)}); free space, then continue it with: "
                 f"{resume_command(plan)}"
             ) from None
         raise
@@ -896,41 +635,48 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     )
 
 
-def _kept(plan: RunPlan) -> str:
-    latest = ckpt.latest_checkpoint(plan.checkpoints)
-    return f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
-
-
-def stop_agreed(stop: StopRequest, runtime: Runtime) -> bool:
-    """Whether any rank got SIGTERM: every rank stops after the same step, so they checkpoint together."""
-    if not runtime.distributed:
-        return stop.requested
-    flag = torch.tensor(float(stop.requested), device=runtime.device)
-    return bool(runtime.all_reduce(flag).item())
-
-
-def preempted(training: Training, written: ckpt.Place | None) -> Terminated:
-    """SIGTERM (a Slurm time limit or preemption): a checkpoint at this step, status `interrupted`, and
-    the command that continues the run; the process then exits 143."""
-    plan, step = training.plan, training.state.step
-    if written is None:
-        ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
-    if plan.runtime.rank == 0:
-        _set_status(plan.run_dir, "interrupted")
-    plan.push_records()
-    return Terminated(
-        f"run {plan.run} stopped by SIGTERM after step {step}, checkpoint step {step} written; "
-        f"continue it with: {resume_command(plan)}"
+def _observers(plan: RunPlan, start: int, peak_source: str) -> RunObservers:
+    """Health, evaluation and samples for this invocation's steps (MFU alerts only against a published peak)."""
+    observed = ObservedRun(
+        config=plan.config,
+        config_path=plan.config_path,
+        manifest_path=plan.manifest_path,
+        home=plan.home.root,
+        run_dir=plan.run_dir,
+        start=start,
+        stop=plan.stop,
+        horizon=plan.horizon,
+        checkpoint_every=plan.checkpoint_every,
+        source_names=plan.stream.source_names,
+        tokenizer_path=plan.stream.tokenizer_path,
     )
+    runtime = plan.runtime
+    published = runtime.device.type == "cuda" and not peak_source.startswith("measured")
+    return RunObservers(observed, runtime, compute_in_bf16(plan.config, runtime), published)
 
 
-def resume_command(plan: RunPlan) -> str:
-    """The command that continues this run from its latest checkpoint."""
-    branch = f" --from-run {plan.from_run}" if plan.from_run else ""
-    return (
-        f"millrace train {plan.config_path} --mixture {plan.mixture} --revision {plan.revision} "
-        f"--run {plan.run} --resume{branch}"
-    )
+def _run_steps(
+    training: Training,
+    observers: RunObservers,
+    writer: MetricsWriter | None,
+    peak: float,
+    reporter: StepReporter,
+    losses: list[float],
+) -> None:
+    """The steps from the start to the stop, each logged, observed and checkpointed on its cadence; a SIGTERM
+    on any rank stops every rank after the same step (`trainer.preemption`)."""
+    plan = training.plan
+    with StopRequest() as stop:
+        batches = plan.stream.iterate(start_step=training.start, end_step=plan.stop)
+        for step in range(training.start, plan.stop):
+            result = train_step(training, batches, step, observers)
+            losses.append(result.loss)
+            observers.after_step(training.model, result.step, training.state.tokens)
+            log_metrics(training, result, writer, peak, observers)
+            reporter.step(result)
+            written = maybe_checkpoint(training, result.step)
+            if stop_agreed(stop, plan.runtime) and result.step < plan.stop:
+                raise preempted(training, written)
 
 
 def _log_start(training: Training, peak: float, peak_source: str) -> None:
@@ -951,47 +697,6 @@ def _log_start(training: Training, peak: float, peak_source: str) -> None:
     )
 
 
-def _means(names: list[str], sums: torch.Tensor) -> dict[str, float]:
+def _means(names: list[str], sums: torch.Tensor) -> dict[str, float | None]:
     totals, counts = sums.tolist()  # one device read, not two per name
     return {name: totals[i] / counts[i] for i, name in enumerate(names) if i < len(totals) and counts[i] > 0}
-
-
-def _set_status(run_dir: Path, status: str) -> None:
-    """Record `status` in run.json; on a full disk say so and go on (the error that brought us here counts)."""
-    try:
-        payload = read_run(run_dir)
-    except ArtifactError:
-        return
-    try:
-        write_run(run_dir, payload | {"status": status})
-    except OSError as exc:
-        log.error("could not record status %r in %s: %s", status, run_dir / "run.json", exc.strerror or exc)
-
-
-def _progress(enabled: bool, start: int, stop: int, run: str):
-    if not enabled:
-        return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-    )
-    task = bar.add_task(run, total=stop, completed=start)
-    bar.start()
-    return bar, task
-
-
-def write_step_explanations(plan: RunPlan) -> None:
-    """`train explain` for the notable steps, for the run's pages; a batch the loader cannot rebuild is said
-    inside the file, and any other failure costs only the explanations, never the finished run."""
-    from trainer.explain import write_explanations
-
-    try:
-        write_explanations(plan.home, plan.run)
-    except (ArtifactError, ConfigError, OSError, ValueError) as exc:
-        log.warning("run %s: no step explanations written (%s)", plan.run, exc)

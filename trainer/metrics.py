@@ -9,7 +9,6 @@ TensorBoard scalars are written too when the `tensorboard` package is installed.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -41,20 +40,20 @@ class MetricsWriter:
                 log.debug("tensorboard is not installed; writing metrics.jsonl only")
 
     def write(self, metrics: MetricsRecord) -> None:
-        record = metrics.dump()
-        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.handle.write(metrics.line() + "\n")
         self.handle.flush()
         if self.board is not None:
-            step = record["step"]
+            step = metrics.step
             for key in SCALARS:
-                if isinstance(record.get(key), (int, float)):
-                    self.board.add_scalar(key, record[key], step)
-            for cell, value in record.get("loss_per_cell", {}).items():
-                self.board.add_scalar(f"loss_per_cell/{cell}", value, step)
-            for layer in record.get("expert_load", []):
-                self.board.add_scalar(f"max_violation/layer{layer['layer']}", layer["max_violation"], step)
-            for layer in record.get("router_bias", []):
-                self.board.add_scalar(f"router_bias_max_abs/layer{layer['layer']}", layer["max_abs"], step)
+                value = getattr(metrics, key)
+                if isinstance(value, (int, float)):
+                    self.board.add_scalar(key, value, step)
+            for cell, loss in metrics.loss_per_cell.items():
+                self.board.add_scalar(f"loss_per_cell/{cell}", loss, step)
+            for layer in metrics.expert_load:
+                self.board.add_scalar(f"max_violation/layer{layer.layer}", layer.max_violation, step)
+            for bias in metrics.router_bias:
+                self.board.add_scalar(f"router_bias_max_abs/layer{bias.layer}", bias.max_abs, step)
 
     def close(self) -> None:
         self.handle.close()

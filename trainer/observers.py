@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import torch
@@ -26,19 +26,19 @@ from trainer.distributed import Runtime, reshard
 from trainer.evaluation import Evaluator, EvalWriter, eval_steps, token_byte_lengths
 from trainer.health import HealthMonitor
 from trainer.model import Transformer
-from trainer.records import read_metrics
+from trainer.records import MetricsRecord, read_metrics
 from trainer.samples import SampleWriter, TokenText, auto_prompts, file_prompts, prompts_path
 
 log = logging.getLogger(__name__)
 
 
-def memory_stats(device: torch.device) -> dict[str, int]:
-    """Resident set of this process, and CUDA allocated/reserved bytes on a GPU."""
-    stats = {"memory_rss_bytes": psutil.Process().memory_info().rss}
+def with_memory(record: MetricsRecord, device: torch.device) -> MetricsRecord:
+    """The record with the resident set of this process, and CUDA allocated/reserved bytes on a GPU."""
+    update = {"memory_rss_bytes": psutil.Process().memory_info().rss}
     if device.type == "cuda":
-        stats["cuda_allocated_bytes"] = torch.cuda.memory_allocated(device)
-        stats["cuda_reserved_bytes"] = torch.cuda.memory_reserved(device)
-    return stats
+        update["cuda_allocated_bytes"] = torch.cuda.memory_allocated(device)
+        update["cuda_reserved_bytes"] = torch.cuda.memory_reserved(device)
+    return record.model_copy(update=update)
 
 
 def aux_terms(model: Transformer) -> torch.Tensor | None:
@@ -49,30 +49,37 @@ def aux_terms(model: Transformer) -> torch.Tensor | None:
 
 def active_before(run_dir: Path, start: int) -> list[str]:
     """Alerts active at the checkpoint a resumed run starts from (so that their end is recorded)."""
-    kept = [r for r in read_metrics(run_dir) if r.get("step", 0) <= start]
-    return list((kept[-1].get("alerts") or {}).get("active", [])) if kept else []
+    kept = [r for r in read_metrics(run_dir) if r.step <= start]
+    return list(kept[-1].alerts.active) if kept and kept[-1].alerts is not None else []
+
+
+@dataclass(frozen=True)
+class ObservedRun:
+    """What the observers need to know of the run they watch: its config and files, and its steps."""
+
+    config: TrainConfig
+    config_path: Path
+    manifest_path: Path
+    home: Path  # $MILLRACE_HOME: a prompts file may lie under it
+    run_dir: Path
+    start: int
+    stop: int
+    horizon: int
+    checkpoint_every: int
+    source_names: list[str]
+    tokenizer_path: Path | None
 
 
 class RunObservers:
-    def __init__(
-        self,
-        config: TrainConfig,
-        config_path: Path,
-        manifest_path: Path,
-        runtime: Runtime,
-        run_dir: Path,
-        start: int,
-        stop: int,
-        horizon: int,
-        checkpoint_every: int,
-        source_names: list[str],
-        tokenizer_path: Path | None,
-        autocast: bool,
-        published_peak: bool = False,
-    ):
+    """Health, held-out evaluation and samples around the training steps of one run."""
+
+    def __init__(self, run: ObservedRun, runtime: Runtime, autocast: bool, published_peak: bool = False):
+        config = run.config
         self.config, self.runtime = config, runtime
         writes = runtime.rank == 0
-        self.health = HealthMonitor(config.health, active_before(run_dir, start) if writes else [], published_peak)
+        self.health = HealthMonitor(
+            config.health, active_before(run.run_dir, run.start) if writes else [], published_peak
+        )
         self.evaluator: Evaluator | None = None
         self.eval_writer: EvalWriter | None = None
         self.eval_at: set[int] = set()
@@ -80,30 +87,35 @@ class RunObservers:
         self.sample_at: set[int] = set()
         sequences = None
         if config.eval.enabled or config.samples.enabled:
-            sequences = ValidationSequences(manifest_path, config.eval.max_sequences)
+            sequences = ValidationSequences(run.manifest_path, config.eval.max_sequences)
             if not sequences.entries:
-                log.warning("%s pins no held-out data: no evaluation, no automatic prompts", manifest_path)
+                log.warning("%s pins no held-out data: no evaluation, no automatic prompts", run.manifest_path)
         if config.eval.enabled and sequences is not None and sequences.entries:
-            lengths = token_byte_lengths(tokenizer_path, config.model.vocab_size)
+            lengths = token_byte_lengths(run.tokenizer_path, config.model.vocab_size)
             self.evaluator = Evaluator(
-                sequences, runtime, config.eval.batch_sequences, source_names, lengths, autocast
+                sequences, runtime, config.eval.batch_sequences, run.source_names, lengths, autocast
             )
-            self.eval_at = eval_steps(config.eval.every, start, stop, horizon)
-            self.eval_writer = EvalWriter(run_dir, start) if writes else None
+            self.eval_at = eval_steps(config.eval.every, run.start, run.stop, run.horizon)
+            self.eval_writer = EvalWriter(run.run_dir, run.start) if writes else None
         if config.samples.enabled:
-            text = TokenText(tokenizer_path)
-            if config.samples.prompts == "auto":
-                prompts = auto_prompts(sequences, text, config.samples.prompt_tokens) if sequences else []
-            else:
-                home = run_dir.parent.parent  # runs/<run> under $MILLRACE_HOME
-                prompts = file_prompts(prompts_path(config.samples.prompts, config_path, home), text)
-            if prompts:
-                eos = sequences.eos_id if sequences is not None else None
-                self.sampler = SampleWriter(run_dir, start, config.samples, prompts, text, runtime.device, eos, writes)
-                cadence = config.samples.every or checkpoint_every
-                self.sample_at = {s for s in range(start + 1, stop + 1) if cadence and s % cadence == 0} | {stop}
+            self._sampling(run, sequences, writes)
         self.aux = torch.zeros(2, dtype=torch.float64, device=runtime.device)
         self.forwards = 0
+
+    def _sampling(self, run: ObservedRun, sequences: ValidationSequences | None, writes: bool) -> None:
+        """Completions of fixed prompts (automatic ones from the held-out data, or a file's) on a cadence."""
+        cfg, text = run.config.samples, TokenText(run.tokenizer_path)
+        if cfg.prompts == "auto":
+            prompts = auto_prompts(sequences, text, cfg.prompt_tokens) if sequences else []
+        else:
+            prompts = file_prompts(prompts_path(cfg.prompts, run.config_path, run.home), text)
+        if prompts:
+            eos = sequences.eos_id if sequences is not None else None
+            self.sampler = SampleWriter(run.run_dir, run.start, cfg, prompts, text, self.runtime.device, eos, writes)
+            cadence = cfg.every or run.checkpoint_every
+            self.sample_at = {s for s in range(run.start + 1, run.stop + 1) if cadence and s % cadence == 0} | {
+                run.stop
+            }
 
     def forwarded(self, model: Transformer) -> None:
         """After each training forward: gather the aux terms it added."""
@@ -122,21 +134,17 @@ class RunObservers:
         self.health.skipped(step, time.time(), f"non-finite {what}")
         return True
 
-    def record_extras(self, record: dict[str, Any], skipped: bool) -> dict[str, Any]:
-        """Fields the step's metrics record gets from here; call on every rank (it all-reduces)."""
+    def aux_losses(self) -> tuple[float, float]:
+        """The step's (balance loss, z-loss) averaged over its forwards; call on every rank (it all-reduces)."""
         aux = self.runtime.all_reduce(self.aux.clone()) / max(self.forwards * self.runtime.world, 1)
         self.aux.zero_()
         self.forwards = 0
         aux_loss, z_loss = aux.tolist()
-        extras = {
-            "aux_loss": aux_loss,
-            "z_loss": z_loss,
-            "skipped": skipped,
-            "skipped_steps": self.health.skipped_total,
-            **memory_stats(self.runtime.device),
-        }
-        extras["alerts"] = self.health.check({**record, **extras}, time.time())
-        return extras
+        return aux_loss, z_loss
+
+    def with_alerts(self, record: MetricsRecord) -> MetricsRecord:
+        """The step's record with the health alerts that start and end at it."""
+        return record.model_copy(update={"alerts": self.health.check(record, time.time())})
 
     def after_step(self, model: Transformer, step: int, tokens: int) -> None:
         """Evaluate and sample if due after `step` steps; then every weight is back to its shard."""
@@ -148,10 +156,10 @@ class RunObservers:
             log.info(
                 "step %d: held-out loss macro %.4f micro %.4f, bits/byte macro %.4f (%.1fs)",
                 step,
-                result["loss"]["macro"],
-                result["loss"]["micro"],
-                result["bpb"]["macro"],
-                result["seconds"],
+                result.loss.macro,
+                result.loss.micro,
+                result.bpb.macro,
+                result.seconds,
             )
         if self.sampler is not None and step in self.sample_at:
             self.sampler.sample(model, step)

@@ -14,17 +14,19 @@ Adding a metric: a field on `MetricsRecord` (marked `Charted` to draw it on the 
 from __future__ import annotations
 
 import json
-import math
+import logging
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar, cast
 
 import pydantic
+from pydantic import JsonValue
 
 from millrace.artifacts import read_payload, validated, write_artifact
 from millrace.config import StrictModel
-from millrace.errors import ArtifactError, first_validation_error
-from millrace.jsonl import Check, has_step, last_record, read_stream
-from millrace.writer_lock import observed_status
+from millrace.errors import ArtifactError
+from millrace.jsonl import Check, has_step, last_parsed, model_lines, parse_stream
+from millrace.names import artifact_name
+from millrace.writer_lock import holder_state
 
 RUN_FILE = "run.json"
 RUN_KIND = "millrace.run"
@@ -38,38 +40,51 @@ LOCK_FILE = "writer.lock"  # held by a run's (or a ladder's) writer (`millrace.w
 LADDER_FILE = "ladder.json"
 LADDER_KIND = "millrace.ladder"
 LADDER_SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
 EVAL_GROUPS = ("cell", "domain", "bucket", "source", "set")  # the groups an evaluation reports loss and bpb over
 
 
-def _finite_or_none(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-Number = Annotated[float | None, pydantic.BeforeValidator(_finite_or_none)]  # NaN and inf are written as null
+Number = float | None  # a non-finite figure (a diverged loss) is kept as it is and written as null
 
 
 class Charted:
     """Marks a `MetricsRecord` scalar that the training page draws and TensorBoard gets."""
 
 
-Scalar = Annotated[float | None, pydantic.BeforeValidator(_finite_or_none), Charted()]
+Scalar = Annotated[float | None, Charted()]
 
 
 class Record(StrictModel):
     """A trainer record: an artifact, so strict (`millrace.config.StrictModel`'s rule) where a writer constructs
-    it too; dumped as written."""
+    it too; dumped as written. A figure may be NaN or infinite (a diverged run's loss is a fact to record, not
+    a bad input): JSON has no such number, so it is written as null. No Python validator runs per field, so
+    that a page reads a 100,000-line stream at pydantic-core's speed."""
 
-    model_config = pydantic.ConfigDict(strict=True)
+    model_config = pydantic.ConfigDict(strict=True, allow_inf_nan=True, ser_json_inf_nan="null")
 
     def dump(self) -> dict[str, Any]:
-        """The record as it goes on disk: the fields its writer set (a field left unset is not written)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        """The record as it goes on disk: the fields its writer set (a field left unset is not written), a
+        non-finite figure as null."""
+        return cast(dict[str, Any], json.loads(self.line()))
+
+    def line(self) -> str:
+        """`dump` as one line of compact JSON (a stream's line)."""
+        return self.model_dump_json(by_alias=True, exclude_unset=True)
+
+
+R = TypeVar("R", bound=Record)
 
 
 # ---- run.json
 
+RunStatus = Literal["running", "completed", "stopped", "interrupted", "failed"]  # what the trainer writes
+ObservedStatus = Literal["running", "completed", "stopped", "interrupted", "failed", "stale"]  # and what is seen
+FINISHED: frozenset[ObservedStatus] = frozenset({"completed", "stopped", "interrupted", "failed", "stale"})
+
 
 class RevisionRange(Record):
+    """The steps [start_step, stop_step) a run drew from one revision (and the manifest it pinned)."""
+
     revision: str
     manifest_hash: str
     start_step: int
@@ -77,55 +92,75 @@ class RevisionRange(Record):
     run: str | None = None
 
 
+class RunStore(Record):
+    """The store version a run trained on."""
+
+    name: str
+    version: str
+
+
+class ConfigChange(Record):
+    """A setting changed on resume with --allow-config-change (`trainer.resume.check_settings`)."""
+
+    field: str
+    checkpoint: JsonValue = None
+    now: JsonValue = None
+    step: int | None = None
+
+
 class RunRecord(Record):
     """run.json (kind millrace.run): what runs, on what data, at what size; `status` changes as it goes."""
 
     run: str | None = None
-    config: dict[str, Any] = {}
+    config: dict[str, JsonValue] = pydantic.Field(
+        default_factory=dict
+    )  # the `trainer.config.TrainConfig` as dumped, plus its file's `path`
     mixture: str | None = None
     revision: str | None = None
     manifest_hash: str | None = None
     manifest_path: str | None = None
-    revisions: list[RevisionRange] = []
-    lineage: list[dict[str, Any]] = []
-    store: dict[str, Any] = {}
-    planned_tokens_per_cell: dict[str, int] = {}
+    revisions: list[RevisionRange] = pydantic.Field(default_factory=list)
+    lineage: list[RevisionRange] = pydantic.Field(default_factory=list)
+    store: RunStore | None = None
+    planned_tokens_per_cell: dict[str, int] = pydantic.Field(default_factory=dict)
     total_steps: int | None = None
     stop_step: int | None = None
     start_step: int | None = None
-    status: str | None = None
+    status: RunStatus | None = None
     world_size: int | None = None
-    layout: dict[str, int] = {}
-    params: dict[str, Any] = {}
+    layout: dict[str, int] = pydantic.Field(default_factory=dict)
+    params: dict[str, int] = pydantic.Field(default_factory=dict)
     flops_per_token: Number = None
     peak_flops_per_device: Number = None
     peak_flops_source: str | None = None
-    config_changes: list[dict[str, Any]] = []  # settings changed on resume with --allow-config-change
+    config_changes: list[ConfigChange] = pydantic.Field(
+        default_factory=list
+    )  # settings changed on resume with --allow-config-change
 
 
-def write_run(run_dir: Path, record: RunRecord | dict[str, Any]) -> str:
-    """Write run.json (atomically, with its envelope); a dict is checked as a `RunRecord` first."""
-    if not isinstance(record, RunRecord):
-        record = validated(RunRecord, record, str(Path(run_dir) / RUN_FILE))
+def write_run(run_dir: Path, record: RunRecord) -> str:
+    """Write run.json (atomically, with its envelope)."""
     return write_artifact(Path(run_dir) / RUN_FILE, RUN_KIND, RUN_SCHEMA_VERSION, record.dump())
 
 
-def read_run(run_dir: Path) -> dict[str, Any]:
-    """run.json's payload (envelope checked and stripped), checked against `RunRecord`."""
+def read_run(run_dir: Path) -> RunRecord:
+    """run.json (envelope checked and stripped) as its `RunRecord`; the names in it that become paths (the
+    run's, its store's) are checked like names on the command line."""
     path = Path(run_dir) / RUN_FILE
-    payload = read_payload(path, RUN_KIND, (RUN_SCHEMA_VERSION,))
-    validated(RunRecord, payload, str(path))
-    return payload
+    record = validated(RunRecord, read_payload(path, RUN_KIND, (RUN_SCHEMA_VERSION,)), str(path))
+    if record.run is not None:
+        artifact_name(record.run, "run", path)
+    if record.store is not None:
+        artifact_name(record.store.name, "store.name", path)
+        artifact_name(record.store.version, "store.version", path)
+    return record
 
 
-def observed_run_status(run_dir: Path, run: dict[str, Any]) -> str | None:
+def observed_run_status(run_dir: Path, run: RunRecord) -> ObservedStatus | None:
     """run.json's status, `stale` where it says `running` and its writer is gone (killed without a word)."""
-    return observed_status(run.get("status"), Path(run_dir) / LOCK_FILE)
-
-
-def run_record(run_dir: Path) -> RunRecord:
-    path = Path(run_dir) / RUN_FILE
-    return validated(RunRecord, read_payload(path, RUN_KIND, (RUN_SCHEMA_VERSION,)), str(path))
+    if run.status == "running" and holder_state(Path(run_dir) / LOCK_FILE) == "gone":
+        return "stale"
+    return run.status
 
 
 # ---- metrics.jsonl
@@ -157,9 +192,9 @@ class AlertEvent(Record):
 
 
 class Alerts(Record):
-    started: list[AlertEvent] = []
-    ended: list[str] = []
-    active: list[str] = []  # the alerts active after this step
+    started: list[AlertEvent] = pydantic.Field(default_factory=list)
+    ended: list[str] = pydantic.Field(default_factory=list)
+    active: list[str] = pydantic.Field(default_factory=list)  # the alerts active after this step
 
 
 class MetricsRecord(Record):
@@ -177,12 +212,14 @@ class MetricsRecord(Record):
     grad_norm: Scalar = None
     param_norm: Scalar = None
     param_norm_with_router_bias: Scalar = None
-    param_norm_per_group: dict[str, Number] = {}  # `trainer.param_groups`: which group moved (`train explain`)
-    router_bias: list[RouterBias] = []
-    expert_load: list[ExpertLoad] = []
-    loss_per_cell: dict[str, Number] = {}
-    loss_per_source: dict[str, Number] = {}
-    realised_tokens_per_cell: dict[str, int] = {}
+    param_norm_per_group: dict[str, Number] = pydantic.Field(
+        default_factory=dict
+    )  # `trainer.param_groups`: which group moved (`train explain`)
+    router_bias: list[RouterBias] = pydantic.Field(default_factory=list)
+    expert_load: list[ExpertLoad] = pydantic.Field(default_factory=list)
+    loss_per_cell: dict[str, Number] = pydantic.Field(default_factory=dict)
+    loss_per_source: dict[str, Number] = pydantic.Field(default_factory=dict)
+    realised_tokens_per_cell: dict[str, int] = pydantic.Field(default_factory=dict)
     step_seconds: Scalar = None
     aux_loss: Scalar = None
     z_loss: Scalar = None
@@ -209,11 +246,11 @@ class EvalFigures(Record):
 
     macro: Number = None  # unweighted mean over cells with held-out data
     micro: Number = None  # token-weighted mean over all their tokens
-    cell: dict[str, Number] = {}
-    domain: dict[str, Number] = {}
-    bucket: dict[str, Number] = {}
-    source: dict[str, Number] = {}
-    set: dict[str, Number] = {}  # external evaluation sets (in neither average)
+    cell: dict[str, Number] = pydantic.Field(default_factory=dict)
+    domain: dict[str, Number] = pydantic.Field(default_factory=dict)
+    bucket: dict[str, Number] = pydantic.Field(default_factory=dict)
+    source: dict[str, Number] = pydantic.Field(default_factory=dict)
+    set: dict[str, Number] = pydantic.Field(default_factory=dict)  # external evaluation sets (in neither average)
 
 
 class EvalRecord(Record):
@@ -223,9 +260,9 @@ class EvalRecord(Record):
     step: int
     tokens: int | None = None
     seconds: Number = None
-    loss: EvalFigures = EvalFigures()
-    bpb: EvalFigures = EvalFigures()
-    sequences: dict[str, dict[str, int]] = {}
+    loss: EvalFigures = pydantic.Field(default_factory=EvalFigures)
+    bpb: EvalFigures = pydantic.Field(default_factory=EvalFigures)
+    sequences: dict[str, dict[str, int]] = pydantic.Field(default_factory=dict)
 
 
 # ---- samples.jsonl
@@ -249,6 +286,15 @@ class SampleRecord(Record):
 # ---- ladder.json
 
 
+class CurvePoint(Record):
+    """One evaluation on a rung's held-out curve (its macro averages)."""
+
+    step: int
+    tokens: int | None = None
+    loss: Number = None
+    bpb: Number = None
+
+
 class RungResult(Record):
     """One trained rung (and seed) of a ladder, with its final held-out evaluation and the curve to it."""
 
@@ -256,15 +302,49 @@ class RungResult(Record):
     revision: str
     seed: int | None = None
     run: str
-    status: str | None = None
+    status: RunStatus | None = None
     flops: Number = None
     tokens: int | None = None
     steps: int | None = None
     batch: int | None = None
     seconds: Number = None
-    final: dict[str, Any] | None = None  # the run's last eval.jsonl line, as written
+    final: EvalRecord | None = None  # the run's last eval.jsonl line, as written
     final_digest: str | None = None  # its sha256 when the rung finished (older ladders: absent)
-    curve: list[dict[str, Any]] = []
+    curve: list[CurvePoint] = pydantic.Field(default_factory=list)
+
+
+class RungParams(Record):
+    total: int
+    active: int  # without embedding and output layers
+
+
+class PlannedRung(Record):
+    """One rung of a ladder's plan (`trainer.ladder.plan.RungPlan`): its shape, budget and learning rate."""
+
+    name: str
+    d_model: int
+    layers: int
+    params: RungParams
+    tokens: int
+    steps: int
+    batch: int
+    lr: float
+    flops: float
+    seconds_here: Number = None
+    raised_from: int | None = None  # the rule's tokens, when too few for the store's cells
+
+
+class LadderPlanRecord(Record):
+    """A ladder's plan as ladder.json keeps it (`trainer.ladder.plan.LadderPlan.record`)."""
+
+    ladder: str
+    file: str
+    mixture: str
+    revision: str
+    seq_len: int
+    store: str | None = None  # "name/version" the rungs were checked against
+    rungs: list[PlannedRung] = pydantic.Field(default_factory=list)
+    target: PlannedRung | None = None
 
 
 class LadderRecord(Record):
@@ -274,76 +354,70 @@ class LadderRecord(Record):
     file: str | None = None
     metric: str | None = None
     asymptote: Number = None
-    plan: dict[str, Any] = {}
-    results: list[RungResult] = []
-    fits: dict[str, dict[str, Any]] = {}
-    comparison: dict[str, Any] | None = None
+    plan: LadderPlanRecord
+    results: list[RungResult] = pydantic.Field(default_factory=list)
+    fits: dict[str, dict[str, JsonValue]] = pydantic.Field(
+        default_factory=dict
+    )  # per revision, as `ladder fit --json`
+    comparison: dict[str, JsonValue] | None = None  # as `ladder compare --json`
 
 
 # ---- reading
 
 
-def check_of(model: type[pydantic.BaseModel]) -> Check:
-    """The `millrace.jsonl` check of a stream whose lines are `model` records."""
+def schema_check(schema: str) -> Check:
+    """A stream of one schema: a line of another schema is named as such before any field is checked."""
 
-    def problem(record: Any) -> str | None:
-        if found := has_step(record):
-            return found
-        try:
-            model.model_validate(record)
-        except pydantic.ValidationError as exc:
-            return first_validation_error(exc)
-        return None
-
-    return problem
-
-
-def check_schema(model: type[EvalRecord] | type[SampleRecord], schema: str) -> Check:
-    """A stream of one schema: another schema is named as such before any field is checked."""
-    fields = check_of(model)
-
-    def problem(record: Any) -> str | None:
+    def problem(record: object) -> str | None:
         found = record.get("schema") if isinstance(record, dict) else type(record).__name__
-        return f"schema {found!r}, expected {schema!r}" if found != schema else fields(record)
+        return f"schema {found!r}, expected {schema!r}" if found != schema else has_step(record)
 
     return problem
 
 
-metrics_problem = check_of(MetricsRecord)
-eval_problem = check_schema(EvalRecord, EVAL_SCHEMA)
-samples_problem = check_schema(SampleRecord, SAMPLES_SCHEMA)
+def typed_records(
+    path: Path, model: type[R], check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"
+) -> list[R]:
+    """Every complete record of the stream at `path` as its `model`, by `millrace.jsonl`'s rule (a torn last
+    line waits for the next read); a line that breaks the model raises, or with `on_bad="skip"` is left out
+    with a warning naming the file and line."""
+    return parse_stream(path, model_lines(model, check), on_bad).records
 
 
-def read_metrics(run_dir: Path | str) -> list[dict[str, Any]]:
+def read_metrics(run_dir: Path | str) -> list[MetricsRecord]:
     """Every complete metrics record of a run, oldest first (a torn last line is left for the next read).
 
-    Each line was a `MetricsRecord` when written; readers ask only for an integer step, so that a page still
-    draws a run whose one record a hand or a foreign tool spoiled (`metrics_problem` checks the whole record)."""
-    return read_stream(Path(run_dir) / METRICS_FILE).records
+    A record a hand or a foreign tool spoiled is left out with a warning naming file and line, so that a page
+    still draws the rest of the run."""
+    return typed_records(Path(run_dir) / METRICS_FILE, MetricsRecord, on_bad="skip")
 
 
-def last_metrics(run_dir: Path | str) -> dict[str, Any] | None:
+def last_metrics(run_dir: Path | str) -> MetricsRecord | None:
     """The last complete metrics record, read from the file's end (a long run's stream is never read whole)."""
-    return last_record(Path(run_dir) / METRICS_FILE)
+    return last_parsed(Path(run_dir) / METRICS_FILE, model_lines(MetricsRecord))
 
 
-def read_eval(run_dir: Path | str) -> list[dict[str, Any]]:
+def read_eval(run_dir: Path | str) -> list[EvalRecord]:
     """Every evaluation record of a run, oldest first (what the scaling ladder fits on).
 
     A torn last line (a run killed mid-write) is skipped; a record of another schema is an error
     naming the file and line (`millrace.jsonl`)."""
-    return read_stream(Path(run_dir) / EVAL_FILE, eval_problem).records
+    return typed_records(Path(run_dir) / EVAL_FILE, EvalRecord, schema_check(EVAL_SCHEMA))
 
 
-def read_samples(run_dir: Path | str) -> list[dict[str, Any]]:
-    return read_stream(Path(run_dir) / SAMPLES_FILE, samples_problem).records
+def read_samples(run_dir: Path | str) -> list[SampleRecord]:
+    """Every completion of a run, oldest first (a record of another schema is an error naming file and line)."""
+    return typed_records(Path(run_dir) / SAMPLES_FILE, SampleRecord, schema_check(SAMPLES_SCHEMA))
 
 
-def read_ladder_file(path: Path) -> dict[str, Any]:
-    """ladder.json's payload (envelope checked and stripped), checked against `LadderRecord`."""
-    payload = read_payload(path, LADDER_KIND, (LADDER_SCHEMA_VERSION,))
-    validated(LadderRecord, payload, str(path))
-    return payload
+def read_ladder_file(path: Path) -> LadderRecord:
+    """ladder.json (envelope checked and stripped) as its `LadderRecord`."""
+    return validated(LadderRecord, read_payload(path, LADDER_KIND, (LADDER_SCHEMA_VERSION,)), str(path))
+
+
+def write_ladder_file(path: Path, record: LadderRecord) -> str:
+    """Write ladder.json (atomically, with its envelope)."""
+    return write_artifact(path, LADDER_KIND, LADDER_SCHEMA_VERSION, record.dump())
 
 
 # ---- explain.json

@@ -19,6 +19,7 @@ from typing import Any
 
 from millrace.errors import ConfigError
 from trainer.config import TrainConfig
+from trainer.records import ConfigChange
 
 SHAPE_FIELDS = {
     "model": (
@@ -54,27 +55,27 @@ def _flat(settings: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def check_settings(recorded: str, current: str, allow_change: bool) -> list[dict[str, Any]]:
+def check_settings(recorded: str, current: str, allow_change: bool) -> list[ConfigChange]:
     """Changes from the checkpoint's settings to this run's; raises for a shape change, or any change unless
     allowed."""
     before, now = _flat(json.loads(recorded)), _flat(json.loads(current))
     changes = [
-        {"field": key, "checkpoint": before.get(key), "now": now.get(key)}
+        ConfigChange(field=key, checkpoint=before.get(key), now=now.get(key))
         for key in sorted(set(before) | set(now))
         if before.get(key) != now.get(key) and key not in KERNEL_FIELDS
     ]
     shapes = {f"{section}.{name}" for section, names in SHAPE_FIELDS.items() for name in names}
     for change in changes:
-        if change["field"] in shapes:
+        if change.field in shapes:
             raise ConfigError(
-                f"field '{change['field']}' is {change['now']} here but {change['checkpoint']} in the "
+                f"field '{change.field}' is {change.now} here but {change.checkpoint} in the "
                 "checkpoint: the model's shape cannot change on resume"
             )
     if changes and not allow_change:
         first = changes[0]
-        names = ", ".join(f"'{change['field']}'" for change in changes)
+        names = ", ".join(f"'{change.field}'" for change in changes)
         raise ConfigError(
-            f"field {names} changed since the checkpoint ({first['field']}: {first['checkpoint']} -> "
-            f"{first['now']}); pass --allow-config-change to resume with the new settings"
+            f"field {names} changed since the checkpoint ({first.field}: {first.checkpoint} -> "
+            f"{first.now}); pass --allow-config-change to resume with the new settings"
         )
     return changes

@@ -22,16 +22,16 @@ def list_runs(home: Home) -> list[dict[str, Any]]:
         except ArtifactError as exc:
             rows.append({"run": run_dir.name, "status": "damaged", "error": str(exc), "path": str(run_dir)})
             continue
-        last = last_metrics(run_dir) or {}
+        last = last_metrics(run_dir)
         rows.append(
             {
                 "run": run_dir.name,
                 "status": observed_run_status(run_dir, run),
-                "mixture": run.get("mixture"),
-                "revision": run.get("revision"),
-                "step": last.get("step"),
-                "total_steps": run.get("total_steps"),
-                "loss": last.get("loss"),
+                "mixture": run.mixture,
+                "revision": run.revision,
+                "step": None if last is None else last.step,
+                "total_steps": run.total_steps,
+                "loss": None if last is None else last.loss,
                 "path": str(run_dir),
             }
         )

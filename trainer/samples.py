@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -210,7 +209,7 @@ class SampleWriter:
         if write:
             self.handle = open_resumed(self.path, start_step)
 
-    def sample(self, model: Transformer, step: int) -> list[dict[str, Any]]:
+    def sample(self, model: Transformer, step: int) -> list[SampleRecord]:
         cfg = self.config
         pairs = [
             (p_index, t_index) for p_index in range(len(self.prompts)) for t_index in range(len(cfg.temperatures))
@@ -241,11 +240,11 @@ class SampleWriter:
                     completion=self.text.decode(new),
                     completion_tokens=len(new),
                     mean_logprob=logprob,
-                ).dump()
+                )
             )
         if self.handle is not None:
             for record in records:
-                self.handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+                self.handle.write(record.line() + "\n")
             self.handle.flush()
         return records
 

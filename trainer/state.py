@@ -29,6 +29,7 @@ from loader import MixtureStream
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.lineage import check_lineage_resume
 from mixtures.manifest import BuiltManifest
+from trainer.records import ConfigChange
 from trainer.resume import check_settings
 
 
@@ -71,7 +72,7 @@ class TrainerState:
     step: int = 0
     tokens: int = 0
     realised_tokens_per_cell: dict[str, int] = field(default_factory=dict)
-    config_changes: list[dict[str, Any]] = field(default_factory=list)
+    config_changes: list[ConfigChange] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.realised_tokens_per_cell = dict.fromkeys(self.cell_names, 0) | self.realised_tokens_per_cell

@@ -10,33 +10,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import JsonValue
+
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.names import known
-from trainer.records import RUN_FILE, observed_run_status, read_eval, read_metrics, read_run
+from trainer.records import RUN_FILE, MetricsRecord, observed_run_status, read_eval, read_metrics, read_run
 
 ALERT_EXIT_CODE = 3
 
 
-def active_alerts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The alerts active after the last record, each with the step and details of its start (an alert
-    entry that is not an object with a name, hand-edited or foreign, is passed over)."""
-    if not records:
+def active_alerts(records: list[MetricsRecord]) -> list[dict[str, JsonValue]]:
+    """The alerts active after the last record, each with the step and details of its start."""
+    last = records[-1].alerts if records else None
+    if last is None:
         return []
-    active = [name for name in _alerts(records[-1]).get("active", []) if isinstance(name, str)]
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, dict[str, JsonValue]] = {}
     for record in reversed(records):
-        for alert in _alerts(record).get("started", []):
-            if isinstance(alert, dict) and alert.get("name") in active and alert["name"] not in found:
-                found[alert["name"]] = {**alert, "since_step": record["step"]}
-        if len(found) == len(active):
+        for alert in record.alerts.started if record.alerts is not None else []:
+            if alert.name in last.active and alert.name not in found:
+                found[alert.name] = {**alert.dump(), "since_step": record.step}
+        if len(found) == len(last.active):
             break
-    return [found.get(name, {"name": name, "since_step": None}) for name in active]
-
-
-def _alerts(record: dict[str, Any]) -> dict[str, list]:
-    alerts = record.get("alerts")
-    return {k: v for k, v in alerts.items() if isinstance(v, list)} if isinstance(alerts, dict) else {}
+    return [found.get(name, {"name": name, "since_step": None}) for name in last.active]
 
 
 def existing_run(home: Home, name: str) -> Path:
@@ -49,29 +45,30 @@ def existing_run(home: Home, name: str) -> Path:
 
 
 def run_status(run_dir: Path) -> dict[str, Any]:
+    """What `train status --json` prints."""
     run = read_run(run_dir)
     records = read_metrics(run_dir)
-    last = records[-1] if records else {}
+    last = records[-1] if records else None
     evals = read_eval(run_dir)
     latest = evals[-1] if evals else None
     return {
-        "run": run["run"],
+        "run": run.run,
         "run_dir": str(run_dir),
         "state": observed_run_status(run_dir, run),
-        "last_step": last.get("step"),
-        "total_steps": run.get("total_steps"),
-        "tokens": last.get("tokens"),
-        "loss": last.get("loss"),
-        "skipped_steps": last.get("skipped_steps", 0),
+        "last_step": None if last is None else last.step,
+        "total_steps": run.total_steps,
+        "tokens": None if last is None else last.tokens,
+        "loss": None if last is None else last.loss,
+        "skipped_steps": (last.skipped_steps if last is not None else None) or 0,
         "latest_eval": None
         if latest is None
         else {
-            "step": latest["step"],
-            "tokens": latest["tokens"],
-            "loss_macro": latest["loss"]["macro"],
-            "loss_micro": latest["loss"]["micro"],
-            "bpb_macro": latest["bpb"]["macro"],
-            "bpb_micro": latest["bpb"]["micro"],
+            "step": latest.step,
+            "tokens": latest.tokens,
+            "loss_macro": latest.loss.macro,
+            "loss_micro": latest.loss.micro,
+            "bpb_macro": latest.bpb.macro,
+            "bpb_micro": latest.bpb.micro,
         },
         "alerts": active_alerts(records),
     }

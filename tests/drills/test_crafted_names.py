@@ -26,7 +26,7 @@ def crafted_ladder(home, field_value):
         home.ladder("crafted") / "ladder.json",
         LADDER_KIND,
         1,
-        {"plan": {"rungs": []}, "results": [], "fits": {}, **field_value},
+        {"plan": {"ladder": "x", "file": "x.toml", "mixture": "m", "revision": "r", "seq_len": 32}, **field_value},
     )
 
 

@@ -234,7 +234,7 @@ def test_the_run_page_says_where_its_prompts_came_from(pristine, tmp_path, capsy
     assert code == 0, err
     records = read_samples(home.run("prompted"))
     source = str((tmp_path / "prompts.txt").resolve())
-    assert records and {r["prompt_source"] for r in records} == {source}
+    assert records and {r.prompt_source for r in records} == {source}
     code, _out, err = run(capsys, "--home", str(home.root), "report", "build", "--run", "prompted")
     assert code == 0, err
     data = read_script(home.site / "runs" / "prompted" / "data" / "overview.js")  # what the page draws from

@@ -62,9 +62,9 @@ def test_an_edited_rung_evaluation_is_refused_by_the_fit(trained, capsys):
     code, out, _ = fit(home, capsys)
     assert code == 0
     before = json.loads(out)
-    result = read_ladder(home, "pins")["results"][0]
-    assert result["final_digest"].startswith("sha256:")
-    eval_file = home.run(result["run"]) / "eval.jsonl"
+    result = read_ladder(home, "pins").results[0]
+    assert result.final_digest is not None and result.final_digest.startswith("sha256:")
+    eval_file = home.run(result.run) / "eval.jsonl"
     pristine = eval_file.read_text()
     lines = pristine.splitlines()
     last = json.loads(lines[-1])

@@ -21,7 +21,7 @@ from testkit import factory
 from testkit.browser import Tab
 from trainer.explain import write_explanations
 from trainer.ladder.results import write_ladder
-from trainer.records import read_explanations
+from trainer.records import LadderPlanRecord, LadderRecord, RungResult, read_explanations
 
 
 @pytest.fixture(scope="module")
@@ -444,20 +444,11 @@ def compared_site(tmp_path_factory) -> Path:
     factory.write_contract_metrics(home, "second", revisions["uniform-sampling"], steps=200, spikes={150: 9.0})
     factory.write_contract_metrics(home, "third", revisions["natural"], steps=100, status="running")
     factory.write_contract_metrics(home, "rung-s0", revisions["natural"], steps=50)
+    plan = LadderPlanRecord(ladder="small", file="small.toml", mixture="default", revision="natural", seq_len=32)
+    rung = RungResult(rung="d8", revision="natural", seed=0, run="rung-s0", status="completed")
     write_ladder(
         home,
-        "small",
-        {
-            "ladder": "small",
-            "file": "small.toml",
-            "metric": "loss.macro",
-            "asymptote": 2.0,
-            "plan": {"ladder": "small", "mixture": "default", "revision": "natural", "rungs": []},
-            "results": [
-                {"rung": "d8", "revision": "natural", "seed": 0, "run": "rung-s0", "status": "completed", "curve": []}
-            ],
-            "fits": {},
-        },
+        LadderRecord(ladder="small", file="small.toml", metric="loss.macro", asymptote=2.0, plan=plan, results=[rung]),
     )
     for run in ("first", "second", "third"):  # what a training call writes when it ends
         write_explanations(home, run)

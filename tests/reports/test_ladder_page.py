@@ -13,6 +13,7 @@ from testkit.browser import Tab
 from trainer.ladder.compare import compare_points
 from trainer.ladder.results import write_ladder
 from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report
+from trainer.records import LadderRecord
 
 FLOPS = [1e12, 4e12, 1.6e13, 6.4e13]
 LAW = Law(2.0, 300.0, 0.2)
@@ -55,7 +56,7 @@ def ladder_body() -> dict:
                         "steps": rung["steps"],
                         "batch": 4,
                         "seconds": 1.0,
-                        "final": {"loss": {"macro": loss}},
+                        "final": {"schema": "millrace.eval/1", "step": 8, "loss": {"macro": loss}},
                         "curve": curve,
                     }
                 )
@@ -74,6 +75,7 @@ def ladder_body() -> dict:
         "asymptote": 2.0,
         "plan": {
             "ladder": "page",
+            "file": "page.toml",
             "mixture": "default",
             "revision": "uniform-sampling",
             "seq_len": 32,
@@ -92,7 +94,7 @@ def ladder_site(tmp_path_factory):
     factory.make_small_store(home)
     factory.make_small_revisions(home)
     body = ladder_body()
-    write_ladder(home, "page", body)
+    write_ladder(home, LadderRecord.model_validate(body))
     out = home.root / "site"
     build_site(home, out)
     return home, out, body

@@ -23,9 +23,10 @@ from reports.composition import load_composition
 from reports.composition_page import write_composition_page
 from reports.render import embed_json
 from reports.run_data import BUCKETS, CHUNK, RunSeries, read_script
-from reports.training import MetricsTail, load_run, read_metrics
+from reports.training import MetricsTail, load_run
 from testkit import factory
 from testkit.factory import page_data
+from trainer.records import MetricsRecord, read_metrics
 
 
 def test_build_site_writes_store_run_and_index_pages(small_home, tmp_path):
@@ -151,13 +152,13 @@ def test_a_revision_built_on_an_older_store_json_is_marked_stale(tmp_path):
 
 def test_metrics_stream_partial_and_malformed_lines(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 0, "loss": 3.0}\n{"step": 1, "loss": NaN}\n{"step": 2, "lo')
-    records = read_metrics(path)
-    assert [r["step"] for r in records] == [0, 1]  # the half-written last line waits for the next read
+    path.write_text('{"step": 0, "loss": 3.0}\n{"step": 1, "loss": null}\n{"step": 2, "loss": "x"}\n{"step": 3, "lo')
+    records = read_metrics(tmp_path)  # a spoiled record (step 2) is left out with a warning; the page draws the rest
+    assert [(r.step, r.loss) for r in records] == [(0, 3.0), (1, None)]  # the half-written last line waits
     path.write_text('{"step": 0}\nnot json\n{"step": 2}\n')
     with pytest.raises(ArtifactError, match=r"metrics\.jsonl:2"):
-        read_metrics(path)
-    assert read_metrics(tmp_path / "absent.jsonl") == []
+        read_metrics(tmp_path)
+    assert read_metrics(tmp_path / "absent") == []
 
 
 def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_path):
@@ -165,7 +166,7 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     data = view.page_data()
     build_site(small_home, tmp_path)
     curves = read_script(tmp_path / "runs" / "tiny-1" / "data" / "overview.js")
-    steps = [r["step"] for r in view.records]
+    steps = [r.step for r in view.records]
     assert curves["records"] == 24 and curves["stride"] == 1 and curves["clock"]["s"] == steps
     for key in ("loss", "lr", "tokens_per_second", "mfu", "grad_norm", "param_norm", "param_norm_with_router_bias"):
         assert curves["series"][key]["s"] == steps and None not in curves["series"][key]["v"], key
@@ -179,7 +180,7 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     }
     assert {k.split("/")[1] for k in curves["series"] if k.startswith("loss_per_source/")} == set(factory.SOURCES)
     assert len(data["last_expert_load"]) == 2 and len(data["last_expert_load"][0]["load"]) == 8
-    planned = view.run["planned_tokens_per_cell"]
+    planned = view.run.planned_tokens_per_cell
     assert {c["name"]: c["planned"] for c in data["cells"]} == planned
     # realised against expected-by-now from the manifest: the loader mixes exactly (within one sample)
     assert view.manifest is not None and all(abs(c["off_by"]) < 1 for c in data["cells"])
@@ -190,8 +191,8 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     assert read_script(tmp_path / "runs" / "tiny-1" / "data" / "live.js")["live"] is False
     assert f"{factory.STORE}/{factory.VERSION}/index.html?revision=uniform-sampling" in page
     chunk = read_script(tmp_path / "runs" / "tiny-1" / "data" / "chunk-00000.js")
-    records = read_metrics(small_home.run("tiny-1") / "metrics.jsonl")
-    assert chunk["columns"]["loss"] == [r["loss"] for r in records]  # full precision, every record
+    records = read_metrics(small_home.run("tiny-1"))
+    assert chunk["columns"]["loss"] == [r.loss for r in records]  # full precision, every record
 
     home = Home.resolve(tmp_path / "live")
     factory.make_small_store(home)
@@ -203,9 +204,10 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
 
 def test_long_runs_keep_every_extreme_at_its_step_and_every_record_in_chunks():
     records = [
-        {"step": s, "loss": 2.0 + (s % 7) * 0.01, "tokens": 256 * (s + 1), "time": 1.7e9 + s} for s in range(5001)
+        MetricsRecord(step=s, loss=2.0 + (s % 7) * 0.01, tokens=256 * (s + 1), time=1.7e9 + s) for s in range(5001)
     ]
-    records[4006]["loss"], records[123]["loss"] = 12.0, -1.0
+    records[4006] = records[4006].model_copy(update={"loss": 12.0})
+    records[123] = records[123].model_copy(update={"loss": -1.0})
     series = RunSeries(["loss"])
     series.update(records)
     overview = series.overview()
@@ -218,7 +220,7 @@ def test_long_runs_keep_every_extreme_at_its_step_and_every_record_in_chunks():
     assert [len(c.steps) for c in series.chunks] == [CHUNK, CHUNK, 1001]
     # a growing stream recuts only its last chunk; a resume from an earlier step recuts from there
     versions = list(series.versions)
-    assert series.update(records + [{"step": 5001, "loss": 2.0}], changed_from=5001) == [2]
+    assert series.update(records + [MetricsRecord(step=5001, loss=2.0)], changed_from=5001) == [2]
     assert series.versions[:2] == versions[:2] and series.versions[2] > versions[2]
     assert series.update(records[:1500], changed_from=1500) == [0]
     assert series.records == 1500 and len(series.versions) == 1
@@ -280,10 +282,10 @@ def test_metrics_tail_reads_only_new_lines_and_follows_resumes(tmp_path):
         assert tail.poll() == 0
         stream.write('3}\n{"step": 4, "loss": 4.7}\n{"step": 5, "loss": 4.6}\n')  # resumed from step 3
     assert tail.poll() == 3
-    assert [r["step"] for r in tail.records] == [1, 2, 3, 4, 5] and tail.records[-1]["loss"] == 4.6
+    assert [r.step for r in tail.records] == [1, 2, 3, 4, 5] and tail.records[-1].loss == 4.6
     assert last_record(path) == {"step": 5, "loss": 4.6}
     path.write_text('{"step": 1, "loss": 9.0}\n')  # rewritten shorter: read again from the start
-    assert tail.poll() == 1 and tail.records == [{"step": 1, "loss": 9.0}]
+    assert tail.poll() == 1 and tail.records == [MetricsRecord(step=1, loss=9.0)]
     assert last_record(tmp_path / "absent.jsonl") is None
 
 
@@ -351,18 +353,19 @@ def test_the_page_says_what_the_quality_score_means_and_each_buckets_language_mi
 def test_each_alert_is_one_band_from_when_its_condition_held_to_its_end():
     from reports.run_observations import alerts_view
 
-    records = [{"step": s, "alerts": {"started": [], "ended": [], "active": []}} for s in range(10)]
-    records[3]["alerts"] = {
+    alerts = [{"started": [], "ended": [], "active": []} for _ in range(10)]
+    alerts[3] = {
         "started": [{"name": "dead_experts", "held_since": 1, "message": "2 dead"}],
         "ended": [],
         "active": ["dead_experts"],
     }
-    records[6]["alerts"] = {"started": [], "ended": ["dead_experts"], "active": []}
-    records[8]["alerts"] = {
+    alerts[6] = {"started": [], "ended": ["dead_experts"], "active": []}
+    alerts[8] = {
         "started": [{"name": "loss_jump", "message": "12.0"}],
         "ended": [],
         "active": ["loss_jump"],
     }
+    records = [MetricsRecord.model_validate({"step": s, "alerts": a}) for s, a in enumerate(alerts)]
     bands = alerts_view(records)["bands"]
     assert [(b["name"], b["from"], b["started"], b["to"]) for b in bands] == [
         ("dead_experts", 1, 3, 6),

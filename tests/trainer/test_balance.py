@@ -11,6 +11,7 @@ from trainer.health import HealthMonitor
 from trainer.ladder.spec import SHIPPED_CONFIGS
 from trainer.model import Transformer
 from trainer.moe import MoE, tokens_per_expert
+from trainer.records import MetricsRecord
 
 
 def imbalanced_layer(rate_experts=8, centre: bool = False) -> MoE:
@@ -70,7 +71,8 @@ def test_centring_the_router_input_balances_what_a_shared_component_skewed():
 def test_bias_is_a_buffer_outside_the_optimizer_and_the_gradient_norm():
     from trainer.config import TrainConfig
     from trainer.distributed import Runtime
-    from trainer.loop import build_optimizer, clip_gradients
+    from trainer.model_build import build_optimizer
+    from trainer.norms import clip_gradients
 
     config = TrainConfig(
         model=ModelConfig(d_model=16, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32),
@@ -152,8 +154,8 @@ def alerts_under_a_pull_on_one_expert(rate: float, pull: float = 2.4e-3, steps: 
         load = balance_step([(0, layer)], rate)[0]
         with torch.no_grad():
             layer.router.expert_bias += towards_one
-        record = {"step": step, "tokens": 1024 * step, "expert_load": [load.as_dict()]}
-        started += [(step, alert["name"]) for alert in monitor.check(record, 0.0)["started"]]
+        record = {"step": step, "tokens": 1024 * step, "expert_load": [load.record().model_dump()]}
+        started += [(step, alert.name) for alert in monitor.check(MetricsRecord.model_validate(record), 0.0).started]
     return started
 
 

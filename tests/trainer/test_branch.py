@@ -33,7 +33,7 @@ def branch_home(tmp_path_factory):
 
 
 def stepped(run_dir, after: int) -> list[tuple[int, float, float]]:
-    return [(r["step"], r["loss"], r["grad_norm"]) for r in read_metrics(run_dir) if r["step"] > after]
+    return [(r.step, r.loss, r.grad_norm) for r in read_metrics(run_dir) if r.step > after]
 
 
 @pytest.mark.slow
@@ -48,18 +48,18 @@ def test_a_branched_run_equals_continuing_its_source(branch_home, tiny_config):
     assert branched.losses == continued.losses and len(branched.losses) == K  # bit-identical on CPU
     assert stepped(branched.run_dir, K) == stepped(continued.run_dir, K)
     record = read_run(branched.run_dir)
-    assert record["run"] == "proxy"
-    assert [(r["revision"], r["run"], r["start_step"]) for r in record["revisions"]] == [
+    assert record.run == "proxy"
+    assert [(r.revision, r.run, r.start_step) for r in record.revisions] == [
         ("natural", "parent", 0),
         ("swap", "proxy", K),
     ]
-    assert [r["step"] for r in read_metrics(branched.run_dir)][:K] == [r["step"] for r in parent_lines(parent)]
+    assert [r.step for r in read_metrics(branched.run_dir)][:K] == [r.step for r in parent_lines(parent)]
     again = train(config, branch_home, "mix", "swap", steps=2 * K, run="proxy", from_run="parent", resume=True)
     assert again.losses == []  # once it has its own checkpoint it continues from that, not from the source
 
 
 def parent_lines(parent):
-    return [r for r in read_metrics(parent.run_dir) if r["step"] <= K]
+    return [r for r in read_metrics(parent.run_dir) if r.step <= K]
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ def test_without_a_terminal_progress_lines_and_ctrl_c_says_how_to_resume(built, 
     assert last.startswith("interrupted: run ctrl-c stopped after step "), rest
     assert "Traceback" not in rest, rest
     assert "torch.distributed is disabled" not in "".join(seen) + rest  # DCP's warning at every checkpoint
-    assert read_run(home.run("ctrl-c"))["status"] == "interrupted"
+    assert read_run(home.run("ctrl-c")).status == "interrupted"
     command = last.split("continue it with: ")[1].split()
     assert command[:2] == ["millrace", "train"] and command[-1] == "--resume"
     resumed = subprocess.run(
@@ -63,7 +63,7 @@ def test_without_a_terminal_progress_lines_and_ctrl_c_says_how_to_resume(built, 
         timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert read_run(home.run("ctrl-c"))["status"] == "stopped"
+    assert read_run(home.run("ctrl-c")).status == "stopped"
     result = json.loads(resumed.stdout)
     steps = [int(m.group(2)) for line in resumed.stderr.splitlines() if (m := LINE.search(line))]
     assert steps == list(range(result["start_step"] + 1, 13)) and result["end_step"] == 12, resumed.stderr

@@ -36,12 +36,12 @@ def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_co
 
     torchrun(4, mesh, home, "moved", steps=2)  # from scratch: each rank materialises only its shard
     run_dir = home.run("moved")
-    assert read_run(run_dir)["layout"] == {"data_parallel": 2, "expert_parallel": 2}
+    assert read_run(run_dir).layout == {"data_parallel": 2, "expert_parallel": 2}
     # four ranks, each holding a quarter of every expert weight, wrote their shards
     assert len(list((run_dir / "checkpoints" / "step-00000002").glob("*.distcp"))) == 4
     assert train(single, home, steps=3, run="moved", resume=True).start_step == 2
     torchrun(2, experts, home, "moved", steps=4)
-    assert read_run(run_dir)["world_size"] == 2
+    assert read_run(run_dir).world_size == 2
     resumed = train(experts, home, steps=STEPS, run="moved", resume=True)
     assert resumed.start_step == 4
     moved = curve(home, "moved")

@@ -14,6 +14,7 @@ from millrace.cli import main
 from trainer import loop
 from trainer.explain import explain, notable_steps
 from trainer.loop import train
+from trainer.records import MetricsRecord
 
 FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
 
@@ -101,4 +102,4 @@ def test_notable_steps_are_the_alert_start_and_the_jumps_of_a_long_run():
     for record in records[15_000:]:
         record["param_norm_with_router_bias"] += 3.0
     records[500]["alerts"] = {"started": [{"name": "dead_experts"}], "ended": [], "active": ["dead_experts"]}
-    assert notable_steps(records) == [501, 7_001, 12_345, 15_001]
+    assert notable_steps([MetricsRecord.model_validate(r) for r in records]) == [501, 7_001, 12_345, 15_001]

@@ -54,7 +54,7 @@ def configs(tmp_path_factory):
 
 
 def curve(home: Home, run: str) -> list[tuple[int, float, float]]:
-    return [(r["step"], r["loss"], r["grad_norm"]) for r in read_metrics(home.run(run))]
+    return [(r.step, r.loss, r.grad_norm) for r in read_metrics(home.run(run))]
 
 
 @pytest.mark.slow
@@ -139,7 +139,7 @@ def test_a_killed_fleet_resumes_and_skips_completed_runs(fleet_home, configs, tm
     assert fleet.returncode == 143 and len(lines) == 1, err[-2000:]
     assert "run the same command again to continue" in lines[0]
     stopped = read_run(home.run("kill-b"))
-    assert stopped["status"] == "interrupted" and read_run(home.run("kill-a"))["status"] == "completed"
+    assert stopped.status == "interrupted" and read_run(home.run("kill-a")).status == "completed"
     checkpoint = max(json.loads(line)["step"] for line in metrics.read_text().splitlines())
     outcomes = run_jobs(
         home, [TrainingJob("kill-a", configs[0]), TrainingJob("kill-b", long, steps=30)], FleetConfig()
@@ -165,11 +165,18 @@ def stand_in(folder: Path, name: str, text: str) -> None:
     path.chmod(0o755)
 
 
+@pytest.fixture(scope="module")
+def reference(fleet_home, configs):
+    """The first config trained by the in-process fleet: what every executor must give."""
+    outcome = run_jobs(fleet_home, [TrainingJob("ref-a", configs[0])], FleetConfig(executor="in-process", threads=1))
+    assert outcome[0].status == "completed"
+    return curve(fleet_home, "ref-a")
+
+
 @pytest.mark.slow
-def test_slurm_and_ray_jobs_train_what_the_in_process_fleet_trains(fleet_home, configs, tmp_path, monkeypatch):
+def test_a_slurm_job_trains_what_the_in_process_fleet_trains(fleet_home, configs, reference, tmp_path, monkeypatch):
     """There is no Slurm here: `sbatch` is a stand-in that records its arguments and runs the script at once,
-    `squeue` says the job has left the queue. Ray runs a local cluster of two CPUs."""
-    ray = pytest.importorskip("ray")
+    `squeue` says the job has left the queue."""
     home = fleet_home
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -181,17 +188,37 @@ def test_slurm_and_ray_jobs_train_what_the_in_process_fleet_trains(fleet_home, c
     slurm = FleetConfig.model_validate(
         {"executor": "slurm", "threads": 1, "slurm": {"partition": "cpu", "time": "00:10:00", "poll_seconds": 0.1}}
     )
-    reference = run_jobs(home, [TrainingJob("ref-a", configs[0])], FleetConfig(executor="in-process", threads=1))
     assert run_jobs(home, [TrainingJob("slurm-a", configs[0])], slurm)[0].status == "completed"
     recorded = (tmp_path / "sbatch.txt").read_text()
     assert "--parsable" in recorded and "#SBATCH --partition=cpu" in recorded and "#SBATCH --time=00:10:00" in recorded
     assert (
         f"#SBATCH --output={home.run('slurm-a') / 'train.log'}" in recorded and "export OMP_NUM_THREADS=1" in recorded
     )
+    assert curve(home, "slurm-a") == reference
+
+
+@pytest.mark.slow
+def test_a_ray_job_trains_what_the_in_process_fleet_trains(fleet_home, configs, reference):
+    """A local Ray of one CPU (its start-up is most of this test's time)."""
+    ray = pytest.importorskip("ray")
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        outcome = run_jobs(home, [TrainingJob("ray-a", configs[0])], FleetConfig(executor="ray", threads=1))[0]
+        outcome = run_jobs(fleet_home, [TrainingJob("ray-a", configs[0])], FleetConfig(executor="ray", threads=1))[0]
     finally:
         ray.shutdown()
-    assert reference[0].status == outcome.status == "completed"
-    assert curve(home, "slurm-a") == curve(home, "ray-a") == curve(home, "ref-a")
+    assert outcome.status == "completed" and curve(fleet_home, "ray-a") == reference
+
+
+def test_a_fleet_table_in_a_ladder_file_is_checked_at_load(tmp_path):
+    """`[fleet]` in a ladder file: where the rungs train; a wrong executor is one line naming the field."""
+    from millrace.errors import ConfigError
+    from testkit.ladders import write_ladder
+    from trainer.ladder.spec import load_ladder
+
+    rules = "[rules]\nwidths = [8]\nlayers = [1]\ntokens_per_active_param = 3.0\nbatch = 4\n"
+    assert load_ladder(write_ladder(tmp_path / "plain.toml", "plain", "r", rules)).fleet.executor == "in-process"
+    fleet = load_ladder(write_ladder(tmp_path / "two.toml", "two", "r", rules + '[fleet]\nexecutor = "local"\n'))
+    assert (fleet.fleet.executor, fleet.fleet.concurrency) == ("local", 2)
+    with pytest.raises(ConfigError, match=r"fleet\.executor") as caught:
+        load_ladder(write_ladder(tmp_path / "bad.toml", "bad", "r", rules + '[fleet]\nexecutor = "mpi"\n'))
+    assert "\n" not in str(caught.value)

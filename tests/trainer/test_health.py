@@ -14,23 +14,28 @@ from trainer.balance import load_stats
 from trainer.config import HealthConfig, load_train_config
 from trainer.health import HealthMonitor
 from trainer.loop import train
-from trainer.records import read_metrics
+from trainer.records import MetricsRecord, read_metrics
 
 
 def layer_record(step: int, counts: list[float], router_entropy: float) -> dict:
-    load = load_stats(0, torch.tensor(counts)).as_dict() | {"router_entropy": router_entropy}
+    load = load_stats(0, torch.tensor(counts)).record().model_dump() | {"router_entropy": router_entropy}
     return {"step": step, "loss": 3.0, "grad_norm": 0.5, "expert_load": [load]}
 
 
 def test_routing_balance_alerts_on_the_expert_load_entropy_not_the_router_score_entropy():
     monitor = HealthMonitor(HealthConfig(timing={"load_entropy": {"warmup_steps": 0, "start_after": 1}}))
     # confident routers (per-token score entropy 0.2 of log E) spreading tokens evenly: healthy
-    assert monitor.check(layer_record(1, [1000, 1010, 990, 1005, 995, 1000, 1000, 1000], 0.2), 0.0)["active"] == []
+    assert (
+        monitor.check(
+            MetricsRecord.model_validate(layer_record(1, [1000, 1010, 990, 1005, 995, 1000, 1000, 1000], 0.2)), 0.0
+        ).active
+        == []
+    )
     # uncertain routers, but the load collapsed on two of eight experts: entropy 0.35 of log E
-    events = monitor.check(layer_record(2, [4000, 4000, 0, 0, 0, 0, 0, 0], 0.999), 0.0)
-    assert events["active"] == ["load_entropy/layer0"]  # dead experts: still in their warm-up
-    alert = events["started"][0]
-    assert alert["value"] == pytest.approx(1 / 3) and alert["threshold"] == 0.995
+    events = monitor.check(MetricsRecord.model_validate(layer_record(2, [4000, 4000, 0, 0, 0, 0, 0, 0], 0.999)), 0.0)
+    assert events.active == ["load_entropy/layer0"]  # dead experts: still in their warm-up
+    alert = events.started[0]
+    assert alert.value == pytest.approx(1 / 3) and alert.threshold == 0.995
     # the reference's 5.92 nats with 384 experts is 0.995 of log E: 0.99 of it alerts, 0.999 does not
     assert HealthConfig().load_entropy_min == pytest.approx(5.92 / torch.log(torch.tensor(384.0)).item(), abs=6e-4)
 
@@ -59,7 +64,9 @@ def test_the_load_is_taken_over_a_window_of_tokens_so_a_few_sequences_do_not_ale
                 "grad_norm": 0.5,
                 "expert_load": [{"layer": 0, "load": load, "entropy": entropy}],
             }
-            out += [(step, a["name"], a["held_since"]) for a in monitor.check(record, 0.0)["started"]]
+            out += [
+                (step, a.name, a.held_since) for a in monitor.check(MetricsRecord.model_validate(record), 0.0).started
+            ]
         return out
 
     assert load_stats(0, torch.tensor(swing[0])).entropy < 0.995  # each step alone is below the floor (0.990)
@@ -74,7 +81,11 @@ def test_skipped_steps_alert_only_at_three_within_fifteen_minutes():
     for step, minute in enumerate((0, 2, 16, 17, 40), 1):  # the first ages out of the window at minute 16
         monitor.skipped(step, minute * 60.0, "non-finite loss")
         monitor.stepped()
-        active.append(monitor.check({"step": step, "skipped": True, "loss": None}, minute * 60.0)["active"])
+        active.append(
+            monitor.check(
+                MetricsRecord.model_validate({"step": step, "skipped": True, "loss": None}), minute * 60.0
+            ).active
+        )
     assert active == [[], [], [], ["skipped_steps"], []]  # minutes 2, 16, 17: three within 15 minutes
 
 
@@ -83,16 +94,16 @@ def dead_record(step: int, dead: bool) -> dict:
         "step": step,
         "loss": 3.0,
         "grad_norm": 0.5,
-        "expert_load": [{"layer": 0, "entropy": 0.999, "dead_experts": int(dead)}],
+        "expert_load": [{"layer": 0, "load": [], "entropy": 0.999, "dead_experts": int(dead)}],
     }
 
 
 def replay(monitor: HealthMonitor, conditions: dict[int, bool], steps: int) -> list[tuple[int, str, str]]:
     events = []
     for step in range(1, steps + 1):
-        out = monitor.check(dead_record(step, conditions.get(step, False)), 0.0)
-        events += [(step, "start", a["name"], a["held_since"]) for a in out["started"]]
-        events += [(step, "end", name, None) for name in out["ended"]]
+        out = monitor.check(MetricsRecord.model_validate(dead_record(step, conditions.get(step, False))), 0.0)
+        events += [(step, "start", a.name, a.held_since) for a in out.started]
+        events += [(step, "end", name, None) for name in out.ended]
     return events
 
 
@@ -158,15 +169,15 @@ def test_an_injected_routing_collapse_is_one_alert_per_rule_with_its_start(home,
         },
     )
     records = read_metrics(train(config, home, steps=STEPS, run="collapse").run_dir)
-    assert [r["expert_load"][0]["dead_experts"] for r in records[BROKEN_AT - 1 :]] == [4] * (STEPS - BROKEN_AT + 1)
-    starts = [(r["step"], a["name"], a["held_since"]) for r in records for a in r["alerts"]["started"]]
+    assert [r.expert_load[0].dead_experts for r in records[BROKEN_AT - 1 :]] == [4] * (STEPS - BROKEN_AT + 1)
+    starts = [(r.step, a.name, a.held_since) for r in records if r.alerts for a in r.alerts.started]
     assert [s for s in starts if s[1].endswith("layer0")] == [
         (12, "dead_experts/layer0", 8),
         (12, "load_entropy/layer0", 8),
     ]
     # nothing before the collapse; layer 1, fed by the broken layer, may follow, but once per rule
     assert all(since >= BROKEN_AT for _, _, since in starts) and len({s[1] for s in starts}) == len(starts)
-    assert all(r["alerts"]["ended"] == [] for r in records)
+    assert all(r.alerts is not None and r.alerts.ended == [] for r in records)
     capsys.readouterr()
     assert millrace(["train", "status", "collapse", "--home", str(home.root), "--json"]) == 3
     status = {a["name"]: a["since_step"] for a in json.loads(capsys.readouterr().out)["alerts"]}

@@ -65,14 +65,15 @@ def test_the_ladder_predicts_its_next_rung_from_held_out_loss(e2e):
     home, path = e2e
     check = predict_then_measure(path, home)
     body = read_ladder(home, "e2e")
-    trained = {(r["rung"], r["seed"]) for r in body["results"]}
+    trained = {(r.rung, r.seed) for r in body.results}
     assert trained == {("d8", 0), ("d12", 0), ("d16", 0), ("d24", 0)}
-    for result in body["results"]:
-        eval_lines = (home.run(result["run"]) / "eval.jsonl").read_text().splitlines()
+    for result in body.results:
+        eval_lines = (home.run(result.run) / "eval.jsonl").read_text().splitlines()
         final = json.loads(eval_lines[-1])
-        assert result["final"]["loss"]["macro"] == final["loss"]["macro"]  # held-out, not training loss
-        assert final["step"] == result["steps"] and len(result["curve"]) >= 2
-    fit = body["fits"]["natural"]
+        assert result.final is not None
+        assert result.final.loss.macro == final["loss"]["macro"]  # held-out, not training loss
+        assert final["step"] == result.steps and len(result.curve) >= 2
+    fit = body.fits["natural"]
     losses = [r["loss"] for r in fit["residuals"]]
     assert losses == sorted(losses, reverse=True)  # more compute, lower held-out loss
     assert check.low <= check.predicted <= check.high
@@ -110,7 +111,8 @@ def test_compare_reports_differences_spread_and_a_verdict(e2e, capsys):
     assert result["speedup_b_over_a"] > 0 and result["noise_speedup"] >= 1.0
     assert result["noise"] == result["verdict"].startswith("noise")
     body = read_ladder(home, "e2e")
-    assert set(body["fits"]) == {"natural", "uniform"} and body["comparison"]["verdict"] == result["verdict"]
+    assert set(body.fits) == {"natural", "uniform"} and body.comparison is not None
+    assert body.comparison["verdict"] == result["verdict"]
     assert millrace(["report", "build", "--home", str(home.root)]) == 0
     page = (home.root / "site" / "ladders" / "e2e" / "index.html").read_text()
     assert result["verdict"] in page and "d24" in page

@@ -13,7 +13,15 @@ from millrace.errors import ConfigError
 from trainer.ladder.compare import compare_points
 from trainer.ladder.results import write_ladder
 from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report, predict, solve_law
-from trainer.records import write_run
+from trainer.records import (
+    LadderPlanRecord,
+    LadderRecord,
+    PlannedRung,
+    RungParams,
+    RungResult,
+    RunRecord,
+    write_run,
+)
 
 REFERENCE_LAW = Law(L_inf=1.6, A=95.18, alpha=0.0941)  # the reference team's earlier fit
 RUNG_FLOPS = [5.5e19, 2.7e20, 1.8e21, 9.2e21]
@@ -205,23 +213,38 @@ def fake_ladder(home, losses, other):
         run = f"ladder-fake-rev-r{i}-s0"
         run_dir = home.run(run)
         run_dir.mkdir(parents=True)
-        write_run(run_dir, {"run": run, "status": "completed"})
+        write_run(run_dir, RunRecord(run=run, status="completed"))
         lines = [eval_line(5, loss + 1.0, other[i] + 1.0), eval_line(10, loss, other[i])]
         (run_dir / "eval.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-        rungs.append({"name": f"r{i}", "flops": flops})
-        results.append({"rung": f"r{i}", "revision": "rev", "seed": 0, "run": run, "flops": flops})
+        rungs.append(planned_rung(f"r{i}", flops))
+        results.append(RungResult(rung=f"r{i}", revision="rev", seed=0, run=run, flops=flops))
+    plan = LadderPlanRecord(
+        ladder="fake",
+        file="fake.toml",
+        mixture="m",
+        revision="rev",
+        seq_len=32,
+        rungs=rungs,
+        target=planned_rung("big", 1e23),
+    )
     write_ladder(
         home,
-        "fake",
-        {
-            "ladder": "fake",
-            "metric": "loss.macro",
-            "asymptote": 1.6,
-            "results": results,
-            "plan": {"revision": "rev", "rungs": rungs, "target": {"name": "big", "flops": 1e23}},
-            "fits": {},
-            "comparison": None,
-        },
+        LadderRecord(ladder="fake", metric="loss.macro", asymptote=1.6, results=results, plan=plan),
+    )
+
+
+def planned_rung(name: str, flops: float) -> PlannedRung:
+    """A rung of a plan with the FLOPs the fit reads (the shape does not matter to it)."""
+    return PlannedRung(
+        name=name,
+        d_model=8,
+        layers=1,
+        params=RungParams(total=1, active=1),
+        tokens=1,
+        steps=1,
+        batch=1,
+        lr=1e-3,
+        flops=flops,
     )
 
 

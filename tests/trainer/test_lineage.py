@@ -49,7 +49,7 @@ def lineage(tmp_path_factory):
 
 
 def grad_norms(run_dir) -> list[float]:
-    return [r["grad_norm"] for r in read_metrics(run_dir)]
+    return [r.grad_norm for r in read_metrics(run_dir)]
 
 
 @pytest.mark.slow
@@ -66,19 +66,19 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
     assert parent.losses + switched.losses == parent.losses + same_run.losses == fresh.losses  # bit-identical on CPU
     assert grad_norms(switched.run_dir) == grad_norms(same_run.run_dir) == grad_norms(fresh.run_dir)
     run = read_run(switched.run_dir)
-    assert [(r["revision"], r["run"], r["start_step"], r["stop_step"]) for r in run["revisions"]] == [
+    assert [(r.revision, r.run, r.start_step, r.stop_step) for r in run.revisions] == [
         ("natural", "tiny-mix-natural", 0, K),
         ("swap", "tiny-mix-swap", K, 2 * K),
     ]
-    assert [(r["revision"], r["start_step"]) for r in run["lineage"]] == [("natural", 0), ("swap", K)]
-    assert [(r["revision"], r["start_step"]) for r in read_run(same_run.run_dir)["revisions"]] == [
+    assert [(r.revision, r.start_step) for r in run.lineage] == [("natural", 0), ("swap", K)]
+    assert [(r.revision, r.start_step) for r in read_run(same_run.run_dir).revisions] == [
         ("natural", 0),
         ("swap", K),
     ]
     last = read_metrics(switched.run_dir)[-1]
-    assert last["realised_tokens_per_cell"] == read_metrics(fresh.run_dir)[-1]["realised_tokens_per_cell"]
-    assert last["realised_tokens_per_cell"]["c03q1"] > 0  # a cell the parent never drew
-    assert [r["step"] for r in read_metrics(switched.run_dir)] == list(range(1, 2 * K + 1))  # the parent's lines too
+    assert last.realised_tokens_per_cell == read_metrics(fresh.run_dir)[-1].realised_tokens_per_cell
+    assert last.realised_tokens_per_cell.c03q1 > 0  # a cell the parent never drew
+    assert [r.step for r in read_metrics(switched.run_dir)] == list(range(1, 2 * K + 1))  # the parent's lines too
 
 
 @pytest.mark.slow
@@ -107,4 +107,4 @@ def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, 
     assert f"checkpoint: state is at step {K} of mix/natural, past step {K - 2} where early stops sharing" in err
     with pytest.raises(ArtifactError, match="does not continue it; refusing to resume a different mixture"):
         train(config, lineage, "mix", "other", steps=2 * K, run="late", resume=True)
-    assert read_run(lineage.run("late"))["revision"] == "natural"  # the refusals wrote nothing
+    assert read_run(lineage.run("late")).revision == "natural"  # the refusals wrote nothing

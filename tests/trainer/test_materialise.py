@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 
 from trainer.config import load_train_config, with_vocab
 from trainer.distributed import init_runtime
-from trainer.loop import build_model
+from trainer.model_build import build_model
 
 WORLD = 4
 VOCAB = 96  # not a multiple of four ranks: the last embedding shard is shorter

@@ -97,7 +97,7 @@ def run_nodes(nodes: int, ranks: int, config, home, steps: int) -> None:
 
 
 def curve(home, run: str) -> list[tuple[float, float]]:
-    return [(record["loss"], record["grad_norm"]) for record in read_metrics(home.run(run))]
+    return [(record.loss, record.grad_norm) for record in read_metrics(home.run(run))]
 
 
 @pytest.mark.slow
@@ -112,13 +112,13 @@ def test_two_nodes_train_and_resume_on_one_node_of_three_ranks(built12, tiny_con
 
     run_nodes(2, 2, two_by_two, home, steps=FIRST)
     run_dir = home.run("nodes")
-    assert read_run(run_dir)["world_size"] == 4
-    assert [record["step"] for record in read_metrics(run_dir)] == list(range(1, FIRST + 1))  # one writer
+    assert read_run(run_dir).world_size == 4
+    assert [record.step for record in read_metrics(run_dir)] == list(range(1, FIRST + 1))  # one writer
     assert len(list((run_dir / "checkpoints" / f"step-{FIRST:08d}").glob("*.distcp"))) == 4  # every rank's part
 
     run_nodes(1, 3, three, home, steps=STEPS)
-    assert read_run(run_dir)["start_step"] == FIRST
-    assert read_run(run_dir)["layout"] == {"data_parallel": 3, "expert_parallel": 1}
+    assert read_run(run_dir).start_step == FIRST
+    assert read_run(run_dir).layout == {"data_parallel": 3, "expert_parallel": 1}
     moved = curve(home, "nodes")
     assert [loss for loss, _ in moved] == pytest.approx([loss for loss, _ in reference], rel=1e-6)
     assert [norm for _, norm in moved] == pytest.approx([norm for _, norm in reference], rel=1e-6)

@@ -45,23 +45,23 @@ def test_evaluations_follow_the_contract_and_always_read_the_same_sequences(held
     home, path = held
     result = train(observe_config(tiny_config), home, steps=10, run="evals")
     records = read_eval(result.run_dir)
-    assert [r["step"] for r in records] == [4, 8, 10]  # every 4 steps, and the last one
+    assert [r.step for r in records] == [4, 8, 10]  # every 4 steps, and the last one
     sequences = ValidationSequences(path, max_sequences=3)
     for record in records:
-        assert record["schema"] == EVAL_SCHEMA and record["seconds"] > 0
-        assert record["tokens"] == record["step"] * BATCH * SEQ_LEN
-        assert record["sequences"] == {"cell": {e.name: e.sequences for e in sequences.entries}, "set": {}}
+        assert record.schema_name == EVAL_SCHEMA and record.seconds > 0
+        assert record.tokens == record.step * BATCH * SEQ_LEN
+        assert record.sequences == {"cell": {e.name: e.sequences for e in sequences.entries}, "set": {}}
         for metric in ("loss", "bpb"):
-            block = record[metric]
+            block = getattr(record, metric).dump()
             assert set(block) == {"macro", "micro", "cell", "domain", "bucket", "source", "set"}
             assert set(block["cell"]) == set(CELLS) and set(block["domain"]) == {"c00", "c01"}
             assert set(block["bucket"]) == {"q0", "q1"} and block["set"] == {}
             assert block["macro"] == pytest.approx(np.mean(list(block["cell"].values())))
         # bits per byte from the recorded bytes (2 per token in this store): nats / ln 2 / 2
-        assert record["bpb"]["micro"] == pytest.approx(record["loss"]["micro"] / math.log(2) / 2)
-        assert min(record["loss"]["cell"].values()) <= record["loss"]["micro"] <= max(record["loss"]["cell"].values())
-    assert records[-1]["loss"]["macro"] < records[0]["loss"]["macro"]  # it learns what it never trained on
-    assert records[0]["loss"]["macro"] < math.log(256)
+        assert record.bpb.micro == pytest.approx(record.loss.micro / math.log(2) / 2)
+        assert min(record.loss.cell.values()) <= record.loss.micro <= max(record.loss.cell.values())
+    assert records[-1].loss.macro < records[0].loss.macro  # it learns what it never trained on
+    assert records[0].loss.macro < math.log(256)
 
 
 @pytest.mark.slow
@@ -80,9 +80,10 @@ def test_evaluation_is_the_same_whatever_the_pass_split_and_leaves_the_router_al
     ]
     for other in results[1:]:
         for metric in ("loss", "bpb"):
-            assert other[metric]["macro"] == pytest.approx(results[0][metric]["macro"], rel=1e-6)
-            assert other[metric]["cell"] == pytest.approx(results[0][metric]["cell"], rel=1e-6)
-            assert other[metric]["source"] == pytest.approx(results[0][metric]["source"], rel=1e-6)
+            mine, first = getattr(other, metric), getattr(results[0], metric)
+            assert mine.macro == pytest.approx(first.macro, rel=1e-6)
+            assert mine.cell == pytest.approx(first.cell, rel=1e-6)
+            assert mine.source == pytest.approx(first.source, rel=1e-6)
     after = [b for layer in model.moe_layers() for b in layer.step_buffers()]
     assert all(torch.equal(a, b) for a, b in zip(before, after))  # evaluation never feeds the bias rule
 
@@ -94,11 +95,11 @@ def test_samples_are_identical_on_rerun(held, tiny_config):
     first = train(config, home, steps=10, run="samples-a")
     second = train(config, home, steps=10, run="samples-b")
     a, b = read_samples(first.run_dir), read_samples(second.run_dir)
-    assert a == b and {r["step"] for r in a} == {5, 10}
-    assert {r["temperature"] for r in a} == {0.0, 0.2}
-    assert {r["prompt_id"].split(":")[0] for r in a} == {"c00", "c01"}  # one auto prompt per domain
+    assert a == b and {r.step for r in a} == {5, 10}
+    assert {r.temperature for r in a} == {0.0, 0.2}
+    assert {r.prompt_id.split(":")[0] for r in a} == {"c00", "c01"}  # one auto prompt per domain
     for record in a:
-        assert record["completion"] and record["completion_tokens"] >= 1 and record["mean_logprob"] <= 0
+        assert record.completion and record.completion_tokens >= 1 and record.mean_logprob <= 0
 
 
 def poison_forward(monkeypatch, at_calls):
@@ -127,16 +128,16 @@ def test_a_nan_step_is_skipped_and_counted(held, tiny_config, monkeypatch):
         torch.optim.AdamW, "step", lambda self, *a, **k: (steps.append(1), original_step(self, *a, **k))[1]
     )
     result = train(observe_config(tiny_config, "nan"), home, steps=7, run="nan")
-    records = {r["step"]: r for r in read_metrics(result.run_dir)}
+    records = {r.step: r for r in read_metrics(result.run_dir)}
     assert len(steps) == 6  # seven steps, one update skipped
     skipped = records[4]
-    assert skipped["skipped"] is True and skipped["loss"] is None and skipped["skipped_steps"] == 1
-    assert skipped["alerts"]["active"] == []  # one skip is counted; three within 15 minutes alert (test_health)
+    assert skipped.skipped is True and skipped.loss is None and skipped.skipped_steps == 1
+    assert skipped.alerts.active == []  # one skip is counted; three within 15 minutes alert (test_health)
     # no update and no bias rule: the parameters and the router bias are exactly those of step 3
-    assert skipped["param_norm"] == records[3]["param_norm"]
-    assert skipped["router_bias"] == records[3]["router_bias"]
-    assert records[5]["param_norm"] != records[3]["param_norm"]
-    assert all(records[s]["skipped"] is False for s in (1, 2, 3, 5, 6, 7))
+    assert skipped.param_norm == records[3].param_norm
+    assert skipped.router_bias == records[3].router_bias
+    assert records[5].param_norm != records[3].param_norm
+    assert all(records[s].skipped is False for s in (1, 2, 3, 5, 6, 7))
     assert result.losses[3] != result.losses[3]  # NaN, reported as it was
 
 
@@ -190,12 +191,13 @@ def test_evaluation_is_the_same_on_one_and_two_gloo_ranks(held, tiny_config):
     single = read_eval(train(config, home, steps=3, run="eval-one").run_dir)
     torchrun(2, config, home, "eval-two", 3)  # a fresh run: --resume finds no checkpoint and starts
     two = read_eval(home.run("eval-two"))
-    assert [r["step"] for r in single] == [r["step"] for r in two] == [3]
-    assert single[0]["sequences"] == two[0]["sequences"] and single[0]["tokens"] == two[0]["tokens"]
+    assert [r.step for r in single] == [r.step for r in two] == [3]
+    assert single[0].sequences == two[0].sequences and single[0].tokens == two[0].tokens
     for metric in ("loss", "bpb"):
         for group in ("cell", "domain", "bucket", "source"):
-            assert two[0][metric][group] == pytest.approx(single[0][metric][group], rel=1e-5), (metric, group)
-        assert two[0][metric]["macro"] == pytest.approx(single[0][metric]["macro"], rel=1e-5)
+            mine, theirs = getattr(getattr(two[0], metric), group), getattr(getattr(single[0], metric), group)
+            assert mine == pytest.approx(theirs, rel=1e-5), (metric, group)
+        assert getattr(two[0], metric).macro == pytest.approx(getattr(single[0], metric).macro, rel=1e-5)
 
 
 def test_the_mfu_floor_fires_only_against_a_published_peak():

@@ -60,9 +60,9 @@ def test_four_ranks_log_one_process_param_norm_at_evaluation_and_sampling_steps(
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     four = held.run("four")
-    assert [r["step"] for r in read_eval(four)] == [2, 4]
-    assert {r["step"] for r in read_samples(four)} == {3, 4}
+    assert [r.step for r in read_eval(four)] == [2, 4]
+    assert {r.step for r in read_samples(four)} == {3, 4}
     one, many = read_metrics(single), read_metrics(four)
-    assert [r["step"] for r in many] == list(range(1, STEPS + 1))
+    assert [r.step for r in many] == list(range(1, STEPS + 1))
     for key in ("loss", "param_norm", "param_norm_with_router_bias"):
         assert [r[key] for r in many] == pytest.approx([r[key] for r in one], rel=1e-6), key

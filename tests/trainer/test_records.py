@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from millrace.artifacts import write_artifact
 from millrace.errors import ArtifactError
 from trainer.records import (
     EVAL_SCHEMA,
@@ -14,6 +15,7 @@ from trainer.records import (
     LadderRecord,
     MetricsRecord,
     RunRecord,
+    RunStore,
     SampleRecord,
     read_eval,
     read_run,
@@ -42,19 +44,30 @@ def test_the_charted_scalars_come_from_the_record():
 
 
 def test_a_run_json_written_before_a_field_existed_still_reads(tmp_path):
-    write_run(tmp_path, {"run": "old", "status": "completed", "total_steps": 4})
-    assert read_run(tmp_path) == {"run": "old", "status": "completed", "total_steps": 4}
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "status": "completed", "total_steps": 4})
+    assert read_run(tmp_path) == RunRecord(run="old", status="completed", total_steps=4)
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "total_steps": "4"})
     with pytest.raises(ArtifactError, match=r"run.json: field 'total_steps'"):
-        write_run(tmp_path, {"run": "old", "total_steps": "4"})
+        read_run(tmp_path)
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "status": "done"})  # no trainer wrote it
+    with pytest.raises(ArtifactError, match=r"run.json: field 'status'"):
+        read_run(tmp_path)
     write_run(tmp_path, RunRecord(run="new", status="running", flops_per_token=math.nan))
-    assert read_run(tmp_path) == {"run": "new", "status": "running", "flops_per_token": None}
+    assert read_run(tmp_path).dump() == {"run": "new", "status": "running", "flops_per_token": None}
+
+
+def test_a_status_change_rewrites_only_the_status(tmp_path):
+    record = RunRecord(run="r", status="running", store=RunStore(name="s", version="v1"), total_steps=4)
+    write_run(tmp_path, record)
+    write_run(tmp_path, read_run(tmp_path).model_copy(update={"status": "interrupted"}))
+    assert read_run(tmp_path).dump() == record.dump() | {"status": "interrupted"}
 
 
 def test_streams_of_another_schema_or_a_broken_field_are_errors_naming_file_and_line(tmp_path):
     good = {"schema": EVAL_SCHEMA, "step": 5, "tokens": 640, "loss": {"macro": 3.1, "cell": {"c00q0": 3.1}}}
     EvalRecord.model_validate(good)
     (tmp_path / "eval.jsonl").write_text(json.dumps(good) + "\n" + '{"schema": "millrace.eval/1", "st')
-    assert [r["step"] for r in read_eval(tmp_path)] == [5]  # the torn last line waits
+    assert [r.step for r in read_eval(tmp_path)] == [5]  # the torn last line waits
     broken = {**good, "step": 6, "loss": {"macro": "low"}}
     (tmp_path / "eval.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(broken) + "\n")
     with pytest.raises(ArtifactError, match=r"eval.jsonl:2: field 'loss.macro'"):
@@ -69,7 +82,8 @@ def test_streams_of_another_schema_or_a_broken_field_are_errors_naming_file_and_
 
 def test_a_ladder_record_keeps_its_fields_and_refuses_a_mistyped_result():
     result = {"rung": "d8", "revision": "r", "run": "x", "seed": 0, "batch": 4, "curve": []}
-    body = {"ladder": "l", "plan": {"rungs": []}, "results": [result], "fits": {}, "comparison": None}
+    plan = {"ladder": "l", "file": "l.toml", "mixture": "m", "revision": "r", "seq_len": 32, "rungs": []}
+    body = {"ladder": "l", "plan": plan, "results": [result], "fits": {}, "comparison": None}
     assert LadderRecord.model_validate(body).dump() == body
     with pytest.raises(ValueError, match=r"results\.0\.seed"):
         LadderRecord.model_validate({**body, "results": [{**body["results"][0], "seed": "0"}]})

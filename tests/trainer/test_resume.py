@@ -28,12 +28,12 @@ def test_resume_refuses_a_shape_change_and_guards_training_settings(built, tiny_
     err = capsys.readouterr().err
     assert "'optimizer.lr', 'schedule.warmup_steps'" in err and "--allow-config-change" in err
     assert len(_errors(err)) == 1
-    assert [r["step"] for r in read_metrics(home.run("changed"))] == [1, 2]  # the refused resumes wrote nothing
+    assert [r.step for r in read_metrics(home.run("changed"))] == [1, 2]  # the refused resumes wrote nothing
 
     assert millrace(_args(faster, home, "--steps", "3", "--resume", "--allow-config-change")) == 0
-    changes = read_run(home.run("changed"))["config_changes"]
-    assert {"step": 2, "field": "optimizer.lr", "checkpoint": 3e-3, "now": 1e-2} in changes
-    assert [change["field"] for change in changes] == ["optimizer.lr", "schedule.warmup_steps"]
+    changes = read_run(home.run("changed")).config_changes
+    assert {"step": 2, "field": "optimizer.lr", "checkpoint": 3e-3, "now": 1e-2} in [c.dump() for c in changes]
+    assert [change.field for change in changes] == ["optimizer.lr", "schedule.warmup_steps"]
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ def test_a_run_on_s3_resumes_on_another_node_like_a_straight_local_run(built, ti
     assert second.start_step == 2
     assert first.losses + second.losses == pytest.approx(straight.losses, abs=1e-6)
     local, resumed = read_metrics(straight.run_dir), read_metrics(node.run("moved"))  # steps 1-2 came from S3
-    assert [r["step"] for r in resumed] == list(range(1, 5))
+    assert [r.step for r in resumed] == list(range(1, 5))
     for key in ("loss", "grad_norm"):
         assert [r[key] for r in resumed] == pytest.approx([r[key] for r in local], abs=1e-6), key
 

@@ -2,7 +2,6 @@
 `[output] url` leaves it) trains from the bucket with `[data] store_url` and evaluates on the same held-out
 tokens as a node with the whole store on disk. moto's S3 server runs on 127.0.0.1, stopped by PID."""
 
-import json
 import shutil
 
 import pytest
@@ -13,7 +12,7 @@ from pipeline.store.remote import copy_store
 from testkit.s3 import s3_server
 from testkit.stores import build_mixture, make_store
 from trainer.loop import train
-from trainer.records import read_metrics
+from trainer.records import EvalRecord, read_eval, read_metrics
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -31,8 +30,8 @@ def manifests_only(home: Home, root) -> Home:
     return node
 
 
-def evaluations(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+def evaluations(run_dir) -> list[EvalRecord]:
+    return read_eval(run_dir)
 
 
 @pytest.mark.slow
@@ -57,12 +56,12 @@ def test_a_node_with_only_the_manifests_trains_and_evaluates_from_the_store_on_s
     assert fetched and all(name.startswith("validation-") for name in fetched)  # held-out only, no training shard
     assert remote.losses == pytest.approx(local.losses, abs=1e-6)
     for key in ("loss", "grad_norm"):
-        assert [r[key] for r in read_metrics(remote.run_dir)] == pytest.approx(
-            [r[key] for r in read_metrics(local.run_dir)], abs=1e-6
+        assert [getattr(r, key) for r in read_metrics(remote.run_dir)] == pytest.approx(
+            [getattr(r, key) for r in read_metrics(local.run_dir)], abs=1e-6
         ), key
     here, there = evaluations(local.run_dir), evaluations(remote.run_dir)
-    assert [e["step"] for e in there] == [e["step"] for e in here] and there
-    assert [e["loss"]["macro"] for e in there] == pytest.approx([e["loss"]["macro"] for e in here], abs=1e-6)
+    assert [e.step for e in there] == [e.step for e in here] and there
+    assert [e.loss.macro for e in there] == pytest.approx([e.loss.macro for e in here], abs=1e-6)
     assert "storage_options" not in (remote.run_dir / "run.json").read_text()  # credentials never recorded
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from millrace.cli import main as millrace
 from trainer.loop import train
-from trainer.records import read_metrics, read_run
+from trainer.records import RunStore, read_metrics, read_run
 
 CONTRACT = {
     "step",
@@ -39,29 +39,29 @@ def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_conf
     assert len(losses) == 40
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 1.0, losses
     records = read_metrics(result.run_dir)
-    assert [r["step"] for r in records] == list(range(1, 41))
+    assert [r.step for r in records] == list(range(1, 41))
     for record in records:
-        assert set(record) >= CONTRACT
+        assert set(record.model_fields_set) >= CONTRACT
     last = records[-1]
-    assert last["tokens"] == 40 * 8 * 32
-    assert sum(last["realised_tokens_per_cell"].values()) == last["tokens"]
-    assert set(last["loss_per_source"]) <= {"docs", "code", "man"} and last["loss_per_source"]
-    assert 0 < last["data_wait_fraction"] < 1 and last["mfu"] > 0
-    bias_squared = sum(layer["norm"] ** 2 for layer in last["router_bias"])
+    assert last.tokens == 40 * 8 * 32
+    assert sum(last.realised_tokens_per_cell.values()) == last.tokens
+    assert set(last.loss_per_source) <= {"docs", "code", "man"} and last.loss_per_source
+    assert 0 < last.data_wait_fraction < 1 and last.mfu > 0
+    bias_squared = sum(layer.norm**2 for layer in last.router_bias)
     assert bias_squared > 0  # the rule moved it
-    assert math.isclose(last["param_norm_with_router_bias"] ** 2 - last["param_norm"] ** 2, bias_squared, rel_tol=1e-6)
-    for layer in last["expert_load"]:
-        assert math.isclose(sum(layer["load"]), 1.0, abs_tol=1e-4) and layer["max_violation"] >= 0
-        assert 0 < layer["router_entropy"] <= 1 and 0 < layer["entropy"] <= 1
+    assert math.isclose(last.param_norm_with_router_bias**2 - last.param_norm**2, bias_squared, rel_tol=1e-6)
+    for layer in last.expert_load:
+        assert math.isclose(sum(layer.load), 1.0, abs_tol=1e-4) and layer.max_violation >= 0
+        assert 0 < layer.router_entropy <= 1 and 0 < layer.entropy <= 1
     run = read_run(result.run_dir)
     manifest = json.loads(manifest_path.read_text())
     planned = dict.fromkeys(manifest["cells"], 0)
     for phase in manifest["phases"]:
         for cell, count in phase["counts"].items():
             planned[cell] += count * manifest["seq_len"]
-    assert run["planned_tokens_per_cell"] == planned
-    assert run["status"] == "stopped" and run["total_steps"] == 60 and run["manifest_hash"] == manifest["content_hash"]
-    assert run["store"] == {"name": "t", "version": "2026.01.01"}
+    assert run.planned_tokens_per_cell == planned
+    assert run.status == "stopped" and run.total_steps == 60 and run.manifest_hash == manifest["content_hash"]
+    assert run.store == RunStore(name="t", version="2026.01.01")
 
 
 @pytest.mark.slow
@@ -75,7 +75,7 @@ def test_resume_continues_the_same_loss_curve_exactly(built, tiny_config):
     assert first.losses + second.losses == straight  # bit-identical on CPU: same ops, same order, same state
     kept = sorted(p.name for p in (second.run_dir / "checkpoints").iterdir())
     assert kept == ["step-00000009", "step-00000012"]  # keep = 2, no temporary directory left
-    steps = [r["step"] for r in read_metrics(second.run_dir)]
+    steps = [r.step for r in read_metrics(second.run_dir)]
     assert steps == list(range(1, 13))
 
 
@@ -84,8 +84,8 @@ def test_rate_zero_keeps_every_router_bias_at_zero(built, tiny_config):
     home, _ = built
     result = train(tiny_config(moe={"bias_update_rate": 0.0}), home, steps=8, run="frozen")
     for record in read_metrics(result.run_dir):
-        assert all(layer["norm"] == 0.0 and layer["max_abs"] == 0.0 for layer in record["router_bias"])
-        assert record["param_norm_with_router_bias"] == record["param_norm"]
+        assert all(layer.norm == 0.0 and layer.max_abs == 0.0 for layer in record.router_bias)
+        assert record.param_norm_with_router_bias == record.param_norm
 
 
 @pytest.mark.slow
@@ -95,7 +95,7 @@ def test_gradient_accumulation_matches_one_big_batch(built, tiny_config):
     two = train(tiny_config("micro", data={"micro_batches": 2}), home, steps=3, run="micro2").losses
     assert two == pytest.approx(one, rel=1e-5)  # float sums in another order
     # AdamW ignores the gradient's scale, so a mis-scaled accumulation would pass on losses alone
-    norms = [[record["grad_norm"] for record in read_metrics(home.run(run))] for run in ("micro1", "micro2")]
+    norms = [[record.grad_norm for record in read_metrics(home.run(run))] for run in ("micro1", "micro2")]
     assert norms[1] == pytest.approx(norms[0], rel=1e-5)
 
 
@@ -132,7 +132,7 @@ def test_bf16_compute_keeps_fp32_master_weights_and_adam_state(built, tiny_confi
 
     from trainer.config import load_train_config, with_vocab
     from trainer.distributed import Runtime
-    from trainer.loop import build_model, build_optimizer, compute_in_bf16
+    from trainer.model_build import build_model, build_optimizer, compute_in_bf16
 
     home, _ = built
     config = tiny_config(

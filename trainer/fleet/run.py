@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from millrace.errors import ArtifactError, ConfigError, Interrupted, MillraceError, Terminated
@@ -39,9 +41,11 @@ def finished(home: Home, job: TrainingJob) -> bool:
         record = read_run(home.run(job.run))
     except ArtifactError:
         return False
-    status = record.get("status")
-    return status == "completed" or (
-        status == "stopped" and job.steps is not None and record["stop_step"] >= job.steps
+    return record.status == "completed" or (
+        record.status == "stopped"
+        and job.steps is not None
+        and record.stop_step is not None
+        and record.stop_step >= job.steps
     )
 
 
@@ -78,38 +82,53 @@ def run_jobs(
     *,
     progress: bool = False,
     on_done: Callable[[str], None] | None = None,
+    on_outcome: Callable[[JobOutcome], None] | None = None,
 ) -> list[JobOutcome]:
     """Train `jobs` on `fleet`; returns one outcome per job, in the jobs' order. `on_done(run)` is called as
-    each job completes or is found finished. Raises `Interrupted` (130) / `Terminated` (143) when stopped."""
+    each job completes or is found finished, `on_outcome(outcome)` as each job ends in any way. Raises
+    `Interrupted` (130) / `Terminated` (143) when stopped."""
     check_jobs(jobs)
+    report = Report(len(jobs), on_done, on_outcome, progress)
     outcomes: dict[str, JobOutcome] = {}
     pending: list[TrainingJob] = []
     for job in jobs:
         if finished(home, job):
             log.info("fleet: run %s already finished; skipped", job.run)
-            settle(outcomes, JobOutcome(job.run, "skipped", job_log(home, job)), on_done, len(jobs))
+            report(outcomes, JobOutcome(job.run, "skipped", job_log(home, job)))
         else:
             pending.append(job)
     if pending and fleet.executor == "in-process":
         from trainer.fleet.in_process import run_in_process
 
         for job in pending:
-            settle(outcomes, run_in_process(home, job, threads_per_job(fleet), job_log(home, job)), on_done, len(jobs))
+            report(outcomes, run_in_process(home, job, threads_per_job(fleet), job_log(home, job)))
     elif pending:
-        Fleet(home, fleet, launcher_for(fleet), len(jobs)).run(pending, outcomes, on_done)
+        Fleet(home, fleet, launcher_for(fleet), len(jobs)).run(pending, outcomes, report)
     return [outcomes[job.run] for job in jobs]
 
 
-def settle(outcomes: dict[str, JobOutcome], outcome: JobOutcome, on_done, total: int) -> None:
-    outcomes[outcome.run] = outcome
-    if outcome.status == "failed":
-        log.error("fleet: run %s failed: %s; log: %s", outcome.run, outcome.message, outcome.log)
-    elif outcome.status == "completed":
-        log.info(
-            "fleet: run %s completed in %.1fs (%d of %d done)", outcome.run, outcome.seconds, len(outcomes), total
-        )
-    if outcome.ok and on_done is not None:
-        on_done(outcome.run)
+@dataclass
+class Report:
+    """Each job's end: recorded, said in one line (a progress line on stderr with `progress`), called back."""
+
+    total: int
+    on_done: Callable[[str], None] | None
+    on_outcome: Callable[[JobOutcome], None] | None
+    progress: bool
+
+    def __call__(self, outcomes: dict[str, JobOutcome], outcome: JobOutcome) -> None:
+        outcomes[outcome.run] = outcome
+        count = f"{len(outcomes)} of {self.total} done"
+        if outcome.status == "failed":
+            log.error("fleet: run %s failed: %s; log: %s", outcome.run, outcome.message, outcome.log)
+        elif outcome.status == "completed":
+            log.info("fleet: run %s completed in %.1fs (%s)", outcome.run, outcome.seconds, count)
+        if self.progress and outcome.status != "failed":
+            print(f"fleet: {outcome.run} {outcome.status} ({count})", file=sys.stderr, flush=True)
+        if outcome.ok and self.on_done is not None:
+            self.on_done(outcome.run)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
 
 
 def check_outcomes(outcomes: Sequence[JobOutcome]) -> None:
@@ -141,7 +160,7 @@ class Fleet:
         self.env = {"OMP_NUM_THREADS": str(threads_per_job(fleet)), "PYTHONUNBUFFERED": "1"}
         self.interval = fleet.slurm.poll_seconds if fleet.executor == "slurm" else 0.1
 
-    def run(self, pending: list[TrainingJob], outcomes: dict[str, JobOutcome], on_done) -> None:
+    def run(self, pending: list[TrainingJob], outcomes: dict[str, JobOutcome], report: Report) -> None:
         queue = list(pending)
         try:
             with sigterm_as_interrupt():
@@ -153,7 +172,7 @@ class Fleet:
                         )
                         self.running[job.run] = (job, handle, time.perf_counter())
                     for outcome in self.ended():
-                        settle(outcomes, outcome, on_done, self.total)
+                        report(outcomes, outcome)
                     if self.running:
                         time.sleep(self.interval)
         except KeyboardInterrupt as exc:

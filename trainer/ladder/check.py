@@ -15,6 +15,7 @@ from millrace.home import Home
 from trainer.ladder.ladder_fit import fit_ladder
 from trainer.ladder.results import metric_value
 from trainer.ladder.run import run_ladder
+from trainer.records import RungResult
 
 
 @dataclass(frozen=True)
@@ -48,32 +49,29 @@ class Check:
 
 
 def predict_then_measure(
-    path: Path | str, home: Home, progress: bool = False, on_result: Callable[[dict], None] | None = None
+    path: Path | str, home: Home, progress: bool = False, on_result: Callable[[RungResult], None] | None = None
 ) -> Check:
     """Train every rung, fit them, predict the target; then train the target and read its held-out metric."""
     body = run_ladder(path, home, progress=progress, on_result=on_result)
-    target = body["plan"].get("target")
+    target = body.plan.target
     if target is None:
         raise ConfigError(f"{path}: the ladder has no [target] to predict and train")
-    report = fit_ladder(home, body["ladder"])
-    prediction = next(p for p in report["predictions"] if p["name"] == target["name"])
+    report = fit_ladder(home, body.ladder)
+    prediction = next(p for p in report["predictions"] if p["name"] == target.name)
     if prediction["loss"] is None:
         raise ConfigError(
-            f"ladder {body['ladder']}: the fit predicts no finite loss at {target['name']}: "
-            + "; ".join(report["warnings"])
+            f"ladder {body.ladder}: the fit predicts no finite loss at {target.name}: " + "; ".join(report["warnings"])
         )
-    body = run_ladder(path, home, rungs=[target["name"]], seeds=1, progress=progress, on_result=on_result)
+    body = run_ladder(path, home, rungs=[target.name], seeds=1, progress=progress, on_result=on_result)
     result = next(
-        r
-        for r in body["results"]
-        if r["rung"] == target["name"] and r["seed"] == 0 and r["revision"] == body["plan"]["revision"]
+        r for r in body.results if r.rung == target.name and r.seed == 0 and r.revision == body.plan.revision
     )
-    if not result.get("final"):
-        raise ConfigError(f"run {result['run']}: no held-out evaluation to compare the prediction with")
-    measured = metric_value(result["final"], report["metric"], f"run {result['run']}")
+    if result.final is None:
+        raise ConfigError(f"run {result.run}: no held-out evaluation to compare the prediction with")
+    measured = metric_value(result.final, report["metric"], f"run {result.run}")
     return Check(
-        ladder=body["ladder"],
-        target=target["name"],
+        ladder=body.ladder,
+        target=target.name,
         flops=prediction["flops"],
         predicted=prediction["loss"],
         low=prediction["low"],

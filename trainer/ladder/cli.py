@@ -10,6 +10,7 @@ import click
 from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
+from trainer.records import RungResult
 
 LADDER_HELP = """Plan, train, fit and compare scaling ladders: rungs of one model family on one revision.
 
@@ -36,7 +37,10 @@ def ladder_file(reference: str, home: Home) -> Path:
         return path
     from trainer.ladder.results import read_ladder
 
-    return Path(read_ladder(home, reference)["file"])
+    recorded = read_ladder(home, reference).file
+    if recorded is None:
+        raise ConfigError(f"ladder {reference!r}: its ladder.json names no ladder file")
+    return Path(recorded)
 
 
 def ladder_name(reference: str, home: Home) -> str:
@@ -75,7 +79,7 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
 
     plan = plan_ladder(ladder_toml, home)
     if as_json:
-        print_json(plan.as_dict())
+        print_json(plan.record().dump())
         return
     spec = plan.spec
     click.echo(f"ladder {spec.ladder}: {spec.mixture.mixture}/{spec.mixture.revision}, seq {plan.seq_len}")
@@ -117,6 +121,19 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
     help="Seeds per rung: model initialisations 0..N-1 (default: the ladder's `seeds`).",
 )
 @click.option("--revision", default=None, help="Train on this revision of the ladder's mixture instead of its own.")
+@click.option(
+    "--executor",
+    type=click.Choice(["in-process", "local", "torchrun", "ray", "slurm"]),
+    default=None,
+    help="Where the rungs train (default: the ladder's [fleet] executor, else in-process one after another): "
+    "local processes, torchrun, Ray (RAY_ADDRESS for a cluster) or Slurm ([fleet.slurm] in the ladder file).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rungs training at once (default: the ladder's [fleet] concurrency); each gets cores / N threads.",
+)
 @click.option("--no-progress", is_flag=True, help="Log lines instead of a progress bar.")
 @json_option
 @home_option
@@ -126,29 +143,42 @@ def run_command(
     rungs: str | None,
     seeds: int | None,
     revision: str | None,
+    executor: str | None,
+    concurrency: int | None,
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Train each rung (with held-out evaluation) on the revision scaled to its budget; resumable: a
-    finished rung is not retrained, a killed one resumes from its last checkpoint."""
+    """Train each rung (with held-out evaluation) on the revision scaled to its budget, on the ladder's fleet;
+    resumable: a finished rung is not retrained, a killed one resumes from its last checkpoint."""
     from trainer.ladder.run import run_ladder
+    from trainer.ladder.spec import load_ladder
+
+    fleet = load_ladder(ladder_toml).fleet
+    overrides = {k: v for k, v in (("executor", executor), ("concurrency", concurrency)) if v is not None}
 
     names = [n.strip() for n in rungs.split(",") if n.strip()] if rungs else None
 
-    def report(result: dict) -> None:
+    def report(result: RungResult) -> None:
         if not as_json:
-            final = (result.get("final") or {}).get("loss", {}).get("macro")
+            final = result.final.loss.macro if result.final is not None else None
             shown = f"held-out macro loss {final:.4f}" if final is not None else "no held-out evaluation"
-            click.echo(f"rung {result['rung']} seed {result['seed']}: {result['status']}, {shown} ({result['run']})")
+            click.echo(f"rung {result.rung} seed {result.seed}: {result.status}, {shown} ({result.run})")
 
     body = run_ladder(
-        ladder_toml, home, names, seeds, revision, progress=not no_progress and sys.stderr.isatty(), on_result=report
+        ladder_toml,
+        home,
+        names,
+        seeds,
+        revision,
+        progress=not no_progress and sys.stderr.isatty(),
+        on_result=report,
+        fleet=fleet.model_copy(update=overrides),
     )
     if as_json:
         print_json(
             {
-                "ladder": body["ladder"],
-                "results": [{k: v for k, v in r.items() if k != "curve"} for r in body["results"]],
+                "ladder": body.ladder,
+                "results": [{k: v for k, v in r.dump().items() if k != "curve"} for r in body.results],
             }
         )
 

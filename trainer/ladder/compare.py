@@ -117,7 +117,7 @@ def _compare_and_save(
     home: Home, ladder: str, revision_a: str, revision_b: str, seeds: int, rungs: list[str] | None
 ) -> dict[str, Any]:
     body = read_ladder(home, ladder)
-    metric, asymptote = body.get("metric") or "loss.macro", body.get("asymptote")
+    metric, asymptote = body.metric or "loss.macro", body.asymptote
     fits, points = {}, {}
     for revision in (revision_a, revision_b):
         chosen = [
@@ -125,7 +125,6 @@ def _compare_and_save(
         ]
         points[revision] = [p for p in chosen if p.seed is None or p.seed < seeds]
         fits[revision] = fit_report(points[revision], asymptote, [], where=f"revision {revision}", metric=metric)
-        body.setdefault("fits", {})[revision] = fits[revision]
     comparison = compare_points(
         points[revision_a],
         points[revision_b],
@@ -134,6 +133,5 @@ def _compare_and_save(
         (revision_a, revision_b),
     )
     comparison["metric"] = metric
-    body["comparison"] = comparison
-    write_ladder(home, body["ladder"], body)
+    write_ladder(home, body.model_copy(update={"fits": body.fits | fits, "comparison": comparison}))
     return comparison

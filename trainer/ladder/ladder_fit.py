@@ -11,11 +11,12 @@ from millrace.home import Home
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
 from trainer.ladder.scaling_law import LEVEL, fit_report
+from trainer.records import LadderRecord
 
 
-def targets_of(body: dict[str, Any], predict_flops: list[float]) -> list[tuple[str | None, float]]:
-    target = (body.get("plan") or {}).get("target")
-    found: list[tuple[str | None, float]] = [(target["name"], float(target["flops"]))] if target else []
+def targets_of(body: LadderRecord, predict_flops: list[float]) -> list[tuple[str | None, float]]:
+    target = body.plan.target
+    found: list[tuple[str | None, float]] = [(target.name, target.flops)] if target is not None else []
     return found + [(None, float(f)) for f in predict_flops]
 
 
@@ -48,18 +49,17 @@ def _fit_ladder(
     level: float,
 ) -> dict[str, Any]:
     body = read_ladder(home, ladder)
-    metric = metric or body.get("metric") or "loss.macro"
-    revision = revision or body["plan"]["revision"]
+    metric = metric or body.metric or "loss.macro"
+    revision = revision or body.plan.revision
     if free_asymptote and asymptote is not None:
         raise ConfigError("give --asymptote or --free-asymptote, not both")
     if not free_asymptote and asymptote is None:
-        asymptote = body.get("asymptote")
+        asymptote = body.asymptote
     points = ladder_points(body, metric, revision, home.root / "runs")
     report = fit_report(
         points, asymptote, targets_of(body, list(predict_flops)), where=f"ladder {ladder}", metric=metric, level=level
     )
     report["revision"] = revision
     if save:
-        body.setdefault("fits", {})[revision] = report
-        write_ladder(home, ladder, body)
+        write_ladder(home, body.model_copy(update={"fits": body.fits | {revision: report}}))
     return report

@@ -22,6 +22,7 @@ from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.flops import count_params, flops_per_token
 from trainer.ladder.rung_revision import BaseRevision, base_if_stored, built_steps, feasible_tokens, rung_revision_name
 from trainer.ladder.spec import LadderSpec, Rules, load_ladder, resolve_path
+from trainer.records import LadderPlanRecord, PlannedRung, RungParams
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,21 @@ class RungPlan:
     raised_from: int | None = None  # the rule's tokens, when too few for the store's cells
     raised_because: str | None = None
 
-    def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "d_model": self.d_model,
-            "layers": self.layers,
-            "params": {"total": self.total_params, "active": self.active_params},
-            "tokens": self.tokens,
-            "steps": self.steps,
-            "batch": self.batch,
-            "lr": self.lr,
-            "flops": self.flops,
-            "seconds_here": self.seconds_here,
-            "raised_from": self.raised_from,
-        }
+    def record(self) -> PlannedRung:
+        """The rung as ladder.json's plan keeps it."""
+        return PlannedRung(
+            name=self.name,
+            d_model=self.d_model,
+            layers=self.layers,
+            params=RungParams(total=self.total_params, active=self.active_params),
+            tokens=self.tokens,
+            steps=self.steps,
+            batch=self.batch,
+            lr=self.lr,
+            flops=self.flops,
+            seconds_here=self.seconds_here,
+            raised_from=self.raised_from,
+        )
 
 
 @dataclass(frozen=True)
@@ -74,17 +76,18 @@ class LadderPlan:
                 return rung
         raise ConfigError(f"{self.path}: no rung {name!r} (rungs: {', '.join(r.name for r in self.rungs)})")
 
-    def as_dict(self) -> dict:
-        return {
-            "ladder": self.spec.ladder,
-            "file": str(self.path),
-            "mixture": self.spec.mixture.mixture,
-            "revision": self.spec.mixture.revision,
-            "seq_len": self.seq_len,
-            "store": self.store,
-            "rungs": [r.as_dict() for r in self.rungs],
-            "target": self.target.as_dict() if self.target else None,
-        }
+    def record(self) -> LadderPlanRecord:
+        """The plan as ladder.json keeps it (and `ladder plan --json` prints it)."""
+        return LadderPlanRecord(
+            ladder=self.spec.ladder,
+            file=str(self.path),
+            mixture=self.spec.mixture.mixture,
+            revision=self.spec.mixture.revision,
+            seq_len=self.seq_len,
+            store=self.store,
+            rungs=[r.record() for r in self.rungs],
+            target=self.target.record() if self.target else None,
+        )
 
 
 def active_params(config: TrainConfig) -> int:

@@ -4,34 +4,31 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from millrace.errors import ConfigError
 from trainer.ladder.results import EVAL_FILE, metric_value, recorded_final_eval
 from trainer.ladder.scaling_law import Point
+from trainer.records import LadderRecord
 
 
-def ladder_points(body: dict[str, Any], metric: str, revision: str, runs_root: Path) -> list[Point]:
+def ladder_points(body: LadderRecord, metric: str, revision: str, runs_root: Path) -> list[Point]:
     """One point per rung and seed of `revision`: (the rung's planned FLOPs, the `metric` of the last line
     of its run's eval.jsonl, the held-out evaluation; a rung without one is an error naming the file)."""
     points = []
-    for result in body.get("results", []):
-        if result.get("revision") != revision or result.get("rung") not in {r["name"] for r in body["plan"]["rungs"]}:
+    planned = {r.name for r in body.plan.rungs}
+    for result in body.results:
+        if result.revision != revision or result.rung not in planned:
             continue
-        where = str(runs_root / result["run"] / EVAL_FILE)
-        final = recorded_final_eval(result, runs_root, str(body.get("ladder")))
+        where = str(runs_root / result.run / EVAL_FILE)
+        final = recorded_final_eval(result, runs_root, body.ladder)
+        if result.flops is None:
+            raise ConfigError(f"ladder {body.ladder!r}: rung {result.rung!r} seed {result.seed} has no FLOPs recorded")
         points.append(
-            Point(
-                flops=float(result["flops"]),
-                loss=metric_value(final, metric, where),
-                rung=result["rung"],
-                seed=result.get("seed"),
-            )
+            Point(flops=result.flops, loss=metric_value(final, metric, where), rung=result.rung, seed=result.seed)
         )
     if not points:
         raise ConfigError(
-            f"ladder {body.get('ladder')!r}: no trained rung of revision {revision!r} yet "
-            "(run `millrace ladder run` first)"
+            f"ladder {body.ladder!r}: no trained rung of revision {revision!r} yet (run `millrace ladder run` first)"
         )
     return points
 

@@ -1,17 +1,20 @@
 """Train a ladder's rungs: per rung and seed, a scaled revision, a config, a resumable run.
 
+The rungs train on the ladder's `[fleet]` (`trainer.fleet`: in this process one after another
+by default, or several at once as local processes, under torchrun, on Ray or on Slurm).
 Resumable at two levels: a rung whose run completed is not trained again (its result is
 read back from its files), and a rung killed mid-way resumes from its latest checkpoint
-(the rung configs checkpoint a few times per rung). `ladder.json` is rewritten after
-every rung, so a kill loses at most the rung in flight, and that one only since its last
+(the rung configs checkpoint a few times per rung). `ladder.json` is rewritten as each
+rung ends, so a kill loses at most the rungs in flight, and those only since their last
 checkpoint. One `ladder run` at a time writes a ladder (`millrace.writer_lock`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +24,12 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
 from trainer.config import TrainConfig
+from trainer.fleet import FleetConfig, JobOutcome, TrainingJob, check_outcomes, run_jobs
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
-from trainer.ladder.results import curve, ladder_writer, read_ladder_or_empty, record_digest, write_ladder
+from trainer.ladder.results import curve, ladder_writer, read_ladder_or_none, record_digest, write_ladder
 from trainer.ladder.rung_revision import build_rung_revision
 from trainer.ladder.spec import load_ladder
-from trainer.records import read_eval, read_run
+from trainer.records import LadderRecord, RungResult, read_eval, read_run
 
 log = logging.getLogger(__name__)
 CHECKPOINTS_PER_RUNG = 4
@@ -64,76 +68,74 @@ def write_rung_config(path: Path, data: dict[str, Any], header: str) -> Path:
 
 def finished(home: Home, run: str) -> bool:
     try:
-        return read_run(home.run(run)).get("status") == "completed"
+        return read_run(home.run(run)).status == "completed"
     except ArtifactError:
         return False
 
 
 def rung_result(
     home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, run: str, seconds: float | None
-) -> dict[str, Any]:
+) -> RungResult:
     run_dir = home.run(run)
     info = read_run(run_dir)
     evals = read_eval(run_dir)
-    return {
-        "rung": rung.name,
-        "revision": revision,
-        "seed": seed,
-        "run": run,
-        "status": info.get("status"),
-        "flops": rung.flops,
-        "tokens": rung.tokens,
-        "steps": info.get("total_steps"),
-        "batch": rung.batch,
-        "seconds": seconds,
-        "final": evals[-1] if evals else None,
-        "final_digest": record_digest(evals[-1]) if evals else None,
-        "curve": curve(evals),
-    }
+    return RungResult(
+        rung=rung.name,
+        revision=revision,
+        seed=seed,
+        run=run,
+        status=info.status,
+        flops=rung.flops,
+        tokens=rung.tokens,
+        steps=info.total_steps,
+        batch=rung.batch,
+        seconds=seconds,
+        final=evals[-1] if evals else None,
+        final_digest=record_digest(evals[-1]) if evals else None,
+        curve=curve(evals),
+    )
 
 
-def train_rung(
-    home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int, progress: bool
-) -> dict[str, Any]:
-    from trainer.loop import train
+@dataclass(frozen=True)
+class RungJob:
+    """One rung and seed of the ladder, and the fleet job that trains it."""
+
+    rung: RungPlan
+    seed: int
+    job: TrainingJob
+
+
+def rung_job(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int) -> RungJob:
+    """The rung's scaled revision (built), and its config written unless its run has finished already."""
+    from mixtures.manifest import read_manifest
 
     ladder = plan.spec.ladder
     name, manifest = build_rung_revision(
         home, plan.spec.mixture.mixture, revision, ladder, rung.name, rung.tokens, rung.batch
     )
-    from mixtures.manifest import read_manifest
-
     steps = read_manifest(manifest)[0].total_steps
     run = run_name(ladder, revision, rung.name, seed)
+    path = home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml"
     if finished(home, run):
         log.info("ladder %s: rung %s seed %d (%s) already trained; not retrained", ladder, rung.name, seed, run)
-        previous = [r for r in read_ladder_or_empty(home, ladder).get("results", []) if r.get("run") == run]
-        return rung_result(home, plan, rung, revision, seed, run, previous[0]["seconds"] if previous else None)
-    config = write_rung_config(
-        home.ladder(ladder) / "rungs" / f"{rung.name}-s{seed}-{revision}.toml",
-        rung_config(plan, rung, name, seed, steps),
-        f"ladder {ladder}: rung {rung.name}, seed {seed}, revision {name} (do not edit)",
-    )
-    log.info(
-        "ladder %s: training rung %s seed %d: d_model %d, %d layers, %s tokens, %d steps (%s)",
-        ladder,
-        rung.name,
-        seed,
-        rung.d_model,
-        rung.layers,
-        f"{rung.tokens:,}",
-        steps,
-        run,
-    )
-    began = time.perf_counter()
-    try:
-        train(config, home, run=run, resume=True, progress=progress)
-    except Interrupted as exc:  # the rung's hint would continue one rung: `ladder run` continues them all
-        said = str(exc).split("; continue it with:", 1)[0]
-        own = revision == plan.spec.mixture.revision
-        again = f"millrace ladder run {plan.path}" + ("" if own else f" --revision {revision}")
-        raise type(exc)(f"ladder {ladder}: {said}; continue the ladder with: {again}") from None
-    return rung_result(home, plan, rung, revision, seed, run, time.perf_counter() - began)
+    else:
+        write_rung_config(
+            path,
+            rung_config(plan, rung, name, seed, steps),
+            f"ladder {ladder}: rung {rung.name}, seed {seed}, revision {name} (do not edit)",
+        )
+        log.info(
+            "ladder %s: rung %s seed %d: d_model %d, %d layers, %s tokens, %d steps (%s)",
+            ladder,
+            rung.name,
+            seed,
+            rung.d_model,
+            rung.layers,
+            f"{rung.tokens:,}",
+            steps,
+            run,
+        )
+    return RungJob(rung, seed, TrainingJob(run, path))
 
 
 def select_rungs(plan: LadderPlan, names: list[str] | None, include_target: bool = False) -> list[RungPlan]:
@@ -147,9 +149,9 @@ def select_rungs(plan: LadderPlan, names: list[str] | None, include_target: bool
     return [by_name[n] for n in names]
 
 
-def merge_results(old: list[dict], new: list[dict]) -> list[dict]:
-    runs = {r["run"] for r in new}
-    return [r for r in old if r.get("run") not in runs] + new
+def merge_results(old: list[RungResult], new: list[RungResult]) -> list[RungResult]:
+    runs = {r.run for r in new}
+    return [r for r in old if r.run not in runs] + new
 
 
 def run_ladder(
@@ -159,14 +161,18 @@ def run_ladder(
     seeds: int | None = None,
     revision: str | None = None,
     progress: bool = False,
-    on_result: Callable[[dict], None] | None = None,
+    on_result: Callable[[RungResult], None] | None = None,
     sized_for: list[str] | None = None,
-) -> dict[str, Any]:
+    fleet: FleetConfig | None = None,
+) -> LadderRecord:
     """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body.
 
     The rungs are sized for `revision` (default the ladder's own) and every revision in `sized_for`, so
-    that revisions compared on one rung train on the same tokens."""
+    that revisions compared on one rung train on the same tokens. `fleet`: where the rungs train (default:
+    the ladder's `[fleet]`)."""
     spec = load_ladder(path)
+    if fleet is not None:
+        spec = spec.model_copy(update={"fleet": fleet})
     revision = revision or spec.mixture.revision
     plan = plan_ladder(path, home, spec, revisions=[revision, *(sized_for or [])])
     with ladder_writer(home, plan.spec.ladder):
@@ -180,28 +186,50 @@ def _run_rungs(
     seeds: int | None,
     revision: str,
     progress: bool,
-    on_result: Callable[[dict], None] | None,
-) -> dict[str, Any]:
-    """The rungs' runs in order, ladder.json rewritten after each (under the ladder's writer lock)."""
+    on_result: Callable[[RungResult], None] | None,
+) -> LadderRecord:
+    """The rungs' runs on the ladder's fleet (`[fleet]`), ladder.json rewritten as each ends (under the
+    ladder's writer lock); a failed rung fails the ladder once the others have trained."""
     seeds = seeds or plan.spec.seeds
-    body = read_ladder_or_empty(home, plan.spec.ladder)
-    body.update(
-        {
-            "ladder": plan.spec.ladder,
-            "file": str(plan.path.resolve()),
-            "metric": plan.spec.fit.metric,
-            "asymptote": plan.spec.fit.asymptote,
-            "plan": plan.as_dict(),
-        }
+    before = read_ladder_or_none(home, plan.spec.ladder)
+    body = LadderRecord(
+        ladder=plan.spec.ladder,
+        file=str(plan.path.resolve()),
+        metric=plan.spec.fit.metric,
+        asymptote=plan.spec.fit.asymptote,
+        plan=plan.record(),
+        results=before.results if before is not None else [],
+        fits=before.fits if before is not None else {},
+        comparison=before.comparison if before is not None else None,
     )
-    body.setdefault("results", [])
-    body.setdefault("fits", {})
-    body.setdefault("comparison", None)
-    for rung in select_rungs(plan, rungs):
-        for seed in range(seeds):
-            result = train_rung(home, plan, rung, revision, seed, progress)
-            body["results"] = merge_results(body["results"], [result])
-            write_ladder(home, plan.spec.ladder, body)
-            if on_result:
-                on_result(result)
+    jobs = {
+        job.job.run: job
+        for job in (
+            rung_job(home, plan, rung, revision, seed) for rung in select_rungs(plan, rungs) for seed in range(seeds)
+        )
+    }
+    previous = {r.run: r.seconds for r in body.results}
+
+    def record(outcome: JobOutcome) -> None:
+        nonlocal body
+        if not outcome.ok:
+            return
+        job = jobs[outcome.run]
+        seconds = previous.get(outcome.run) if outcome.status == "skipped" else outcome.seconds
+        result = rung_result(home, plan, job.rung, revision, job.seed, outcome.run, seconds)
+        body = body.model_copy(update={"results": merge_results(body.results, [result])})
+        write_ladder(home, body)
+        if on_result:
+            on_result(result)
+
+    try:
+        outcomes = run_jobs(
+            home, [job.job for job in jobs.values()], plan.spec.fleet, progress=progress, on_outcome=record
+        )
+    except Interrupted as exc:  # a rung's hint would continue one rung: `ladder run` continues them all
+        said = re.split(r"; (?:continue it with:|run the same command again)", str(exc), maxsplit=1)[0]
+        own = revision == plan.spec.mixture.revision
+        again = f"millrace ladder run {plan.path}" + ("" if own else f" --revision {revision}")
+        raise type(exc)(f"ladder {plan.spec.ladder}: {said}; continue the ladder with: {again}") from None
+    check_outcomes(outcomes)
     return body

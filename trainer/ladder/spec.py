@@ -23,6 +23,9 @@ layers (the reference ladder's convention: 48B tokens / 791 = 61M active for d76
     [target]
     config = "535b-a23b.toml"
     tokens = 18.75e12
+    [fleet]                                # where the rungs train (trainer.fleet); default: here, in turn
+    executor = "local"                     # in-process | local | torchrun | ray | slurm
+    concurrency = 2
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import pydantic
 from millrace.config import StrictModel, load_config
 from millrace.errors import ConfigError
 from millrace.names import NAME_PATTERN
+from trainer.fleet.config import FleetConfig
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -162,6 +166,7 @@ class LadderSpec(StrictModel):
     fit: FitSpec = FitSpec()
     here: HereSpec = HereSpec()
     seeds: int = pydantic.Field(1, gt=0)
+    fleet: FleetConfig = FleetConfig(executor="in-process", concurrency=1)  # where the rungs train
 
     def rung_names(self) -> list[str]:
         return self.rules.names or [f"d{w}" for w in self.rules.widths]

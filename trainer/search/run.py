@@ -16,13 +16,13 @@ from typing import Any
 
 import tomli_w
 
-from millrace.artifacts import atomic_write_text, validated
+from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.writer_lock import WriterLock
 from trainer.fleet import check_outcomes
 from trainer.fleet.config import JobOutcome, TrainingJob
-from trainer.records import EvalFigures, read_eval, read_metrics, read_run
+from trainer.records import read_eval, read_metrics, read_run
 from trainer.search.records import (
     PROXIES_FILE,
     SEARCH_LOCK_FILE,
@@ -66,7 +66,7 @@ def job_config(search: Search, revision: str, seed: int, run: str) -> Path:
 
 def completed(home: Home, run: str) -> bool:
     try:
-        return read_run(home.run(run)).get("status") == "completed"
+        return read_run(home.run(run)).status == "completed"
     except ArtifactError:
         return False
 
@@ -107,19 +107,12 @@ def final_results(home: Home, run: str) -> ProxyResults:
     if not evals:
         raise ArtifactError(f"{home.run(run) / 'eval.jsonl'}: no held-out evaluation; the search scores held-out data")
     last = evals[-1]
-    where = str(home.run(run) / "eval.jsonl")
-    return ProxyResults(
-        step=last["step"],
-        tokens=last.get("tokens"),
-        loss=validated(EvalFigures, last.get("loss", {}), where),
-        bpb=validated(EvalFigures, last.get("bpb", {}), where),
-        digest=record_digest(last),
-    )
+    return ProxyResults(step=last.step, tokens=last.tokens, loss=last.loss, bpb=last.bpb, digest=record_digest(last))
 
 
 def train_seconds(home: Home, run: str, after: int) -> float:
     """Seconds the run spent in its own training steps (after the branch), from its metrics."""
-    return float(sum(line.get("step_seconds") or 0.0 for line in read_metrics(home.run(run)) if line["step"] > after))
+    return float(sum(line.step_seconds or 0.0 for line in read_metrics(home.run(run)) if line.step > after))
 
 
 def read_rows(search: Search) -> list[ProxyRow]:
