@@ -11,7 +11,7 @@ from testkit.s3 import s3_server
 from trainer.checkpoint import list_checkpoints
 from trainer.loop import train
 from trainer.records import read_metrics
-from trainer.run_url import RemoteDir
+from trainer.run_url import RemoteDir, read_record
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -57,12 +57,12 @@ def test_a_run_on_s3_resumes_on_another_node_like_a_straight_local_run(built, ti
     local, resumed = read_metrics(straight.run_dir), read_metrics(node.run("moved"))  # steps 1-2 came from S3
     assert [r.step for r in resumed] == list(range(1, 5))
     for key in ("loss", "grad_norm"):
-        assert [r[key] for r in resumed] == pytest.approx([r[key] for r in local], abs=1e-6), key
+        assert [getattr(r, key) for r in resumed] == pytest.approx([getattr(r, key) for r in local], abs=1e-6), key
 
     assert [step for step, _ in list_checkpoints(checkpoints)] == [4]  # rewritten whole; keep = 1 pruned step 2
     run = RemoteDir("s3://runs/team/moved", s3.storage_options)
     assert {"run.json", "metrics.jsonl"} <= set(run.files()) and "writer.lock" not in run.files()
-    assert len(run.read_bytes("metrics.jsonl").splitlines()) == 4
+    assert len(read_record(run, "metrics.jsonl").splitlines()) == 4  # the object and its appended parts
 
 
 def test_appended_records_go_up_as_their_new_tails_and_come_back_whole(tmp_path):
