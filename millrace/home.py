@@ -50,6 +50,10 @@ class Home:
     def stores(self) -> Path:
         return self.root / "stores"
 
+    def store_versions(self) -> list[Path]:
+        """Every store version directory under the home (one holding its store.json), sorted."""
+        return sorted(p.parent for p in self.stores.glob("*/*/store.json"))
+
     def store(self, name: str, version: str) -> Path:
         return self.stores / check_name(name, "store") / check_name(version, "store version")
 

@@ -50,7 +50,7 @@ def store_versions(home: Home, name: str) -> list[str]:
 
 def store_names(home: Home) -> list[str]:
     """Names of the stores under `home` that have at least one version."""
-    return sorted({p.parent.parent.name for p in home.stores.glob("*/*/store.json")})
+    return sorted({p.parent.name for p in home.store_versions()})
 
 
 def open_store(home: Home, spec: StoreSpec, where: str) -> Store:

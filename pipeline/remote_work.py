@@ -7,7 +7,8 @@ in a fresh local scratch directory of its own: it downloads the inputs its stage
 stage's steps there (the same steps as on one disk, their paths moved to the scratch directory),
 uploads every file it wrote (one object each: an object appears whole or not at all), and only
 then does datatrove write its completion marker. A task killed part-way leaves no marker; its
-rerun overwrites whatever it had uploaded. The scratch directory is deleted when the task ends.
+rerun overwrites whatever it had uploaded. The scratch directory is deleted when the task ends, and a killed
+task's by the next task that starts on its node (`remove_stale_scratch`: its PID is gone).
 
 The driver never mirrors the work directory: it reads from the URL only the small files its own steps
 read (`DRIVER_READS`: counts, funnel parts, the held-out candidates, cutoffs' inputs, the tasks' store
@@ -24,6 +25,7 @@ import logging
 import os
 import pickle
 import shutil
+import socket
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -35,21 +37,27 @@ from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.errors import MillraceError
+from pipeline.stages.in_place import reading_in_place
 
 log = logging.getLogger(__name__)
-SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-pid<pid>-<random>
+SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-<host>-pid<pid>-<random>
+_HOST = socket.gethostname().replace("-", "_")
+UA_APP_ID = "AWS_SDK_UA_APP_ID"  # botocore's app id, sent in each request's user agent
 LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, never mirrored
 
 # What each executor run's tasks download before they start, relative to the work root (a folder, a file or a
-# glob; `{rank}` is the task's rank as five digits); see `pipeline.runner` for which step reads what.
+# glob; `{rank}` is the task's rank as five digits); see `pipeline.runner` for which step reads what. Only a
+# task's own files: what it reads of other tasks' outputs (the dedup tasks' signatures, edges and removals, a
+# tokenize task's rows of each removal part) it reads in place by byte range (`pipeline.stages.in_place`).
 TASK_INPUTS: dict[str, tuple[str, ...]] = {
     "filter": (),
-    "dedup": ("signatures", "components"),
-    "tokenize": ("filtered/{rank}.jsonl.zst", "duplicates", "removed", "tokenizer.json", "models"),
+    "dedup": (),
+    "tokenize": ("filtered/{rank}.jsonl.zst", "removed/*/{rank}.jsonl.zst", "tokenizer.json", "models/*.*"),
     # its own token runs and training shards, against the held-out index
     "decontaminate": ("tokens/{rank}", "store/cells/*/shard-{rank}-*", "contamination/held-out.npz"),
     # its own token runs (tables, placed rows, waiting candidates) and written.json
     "split": ("tokenizer.json", "tokens/{rank}"),
+    "publish": (),  # its own shards go from the work URL to the store URL (`pipeline.store.remote.PublishShards`)
 }
 
 # What the driver reads from the work URL after each executor run (and at its start): small files only, none
@@ -60,21 +68,18 @@ DRIVER_READS: dict[str, tuple[str, ...]] = {
     "start": ("work.json", "run.json", "tokenizer.json", "models/", "contamination/held-out.npz"),
     "filter": ("funnel/",),  # per-task funnel counts: is anything left?
     "dedup": ("components/round-*/*.json",),  # per-task edge and not-star counts: another component round?
-    "sample": ("samples/", "duplicates/"),  # the sample the tokenizer and cell models fit on (only to fit them)
     "tokenize": (
         "funnel/",
         "removed-tokens/",
         "malformed/",
         "models/cell-stats/",  # per-cell stats for the manifests
         "tokens/*/held-out.json",  # each task's held-out candidates (hash, key, length): the cutoffs
-        "tokens/*/*.placed.npz",  # each cell run's waiting rows (hash, key, length)
     ),
-    # the waiting candidates' tokens (at most max_documents_per_cell a cell a task): the held-out n-gram index,
-    # read only while it is not made yet
-    "held-out index": ("tokens/*/*.candidates.tokens",),
+    # (the held-out n-gram index reads the chosen candidates' rows and tokens in place, by range)
     "decontaminate": ("contamination/",),  # each task's found n-grams
     "split": ("parts/",),  # each task's shard table rows, counts, samples, set findings: the manifests
     "assemble": ("store/",),
+    "publish": (),
 }
 
 
@@ -251,6 +256,28 @@ def _upload(fs: Any, root: str, files: dict[str, Path]) -> None:
     fs.put([str(p) for p in files.values()], [f"{root}/{rel}" for rel in files])
 
 
+def remove_stale_scratch(base: Path) -> list[Path]:
+    """Delete the scratch directories of killed tasks on this node (their PID, in the name, is gone): a task
+    killed part-way cannot remove its own. Returns what it removed."""
+    removed = []
+    for entry in base.glob(f"{SCRATCH_PREFIX}*-{_HOST}-pid*-*"):  # a shared scratch: only this node's
+        pid = entry.name.rsplit("-pid", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class _Relocating(pickle.Pickler):
     """Pickles steps with every path under `old` replaced by the same path under `new`."""
 
@@ -300,20 +327,24 @@ class StagedTask(PipelineStep):
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
             yield from data
+        # this task's requests name it (botocore's user-agent app id): a bucket's request log ties each to its task
+        os.environ[UA_APP_ID] = f"millrace-{self.label}-{rank:05d}"
         base = self.work.scratch or tempfile.gettempdir()
         Path(base).mkdir(parents=True, exist_ok=True)
+        remove_stale_scratch(Path(base))
         with tempfile.TemporaryDirectory(
-            prefix=f"{SCRATCH_PREFIX}{self.label}-{rank:05d}-pid{os.getpid()}-", dir=base
+            prefix=f"{SCRATCH_PREFIX}{self.label}-{rank:05d}-{_HOST}-pid{os.getpid()}-", dir=base
         ) as tmp:
             local = Path(tmp) / "work"
             local.mkdir()
             self._stage_inputs(local, rank)
             staged = {rel: _stat(p) for rel, p in _files(local).items()}
             pipelined: DocumentsPipeline = None
-            for step in relocate(self.steps, self.work.mirror, local):
-                pipelined = step(pipelined, rank, world_size)
-            for _ in pipelined or ():
-                pass
+            with reading_in_place(local, self.work.fs, self.work.root):
+                for step in relocate(self.steps, self.work.mirror, local):
+                    pipelined = step(pipelined, rank, world_size)
+                for _ in pipelined or ():
+                    pass
             written = {rel: p for rel, p in _files(local).items() if staged.get(rel) != _stat(p)}
             _upload(self.work.fs, self.work.root, written)
             self.stat_update("uploaded", value=len(written))

@@ -84,9 +84,10 @@ from pipeline.stages.held_out.contamination import (
     write_held_out_index,
 )
 from pipeline.stages.held_out.split import WriteHeldOut
+from pipeline.stages.in_place import reading_in_place
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import PhaseLines, live_records
-from pipeline.stages.read.discovery import describe_unread, unread_files
+from pipeline.stages.read.discovery import describe_unread, listed_once, unread_files
 from pipeline.stages.read.fields import check_text_fields
 from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
@@ -475,10 +476,9 @@ def decontaminate(
     if not v.decontaminate:
         return {"cells": {}, "documents": 0, "tokens": 0, "checked": 0, "per_cell": {}}
     dtype = dtype_for_vocab(load_tokenizer(layout.tokenizer).get_vocab_size(with_added_tokens=True))
-    if not (layout.contamination / "held-out.npz").exists():
-        if remote is not None:
-            remote.pull(DRIVER_READS["held-out index"])
-        write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
+    if not (layout.contamination / "held-out.npz").exists():  # only the chosen candidates' tokens are read
+        with contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root):
+            write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
     step = FindContainedNgrams(
         layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
     )
@@ -533,6 +533,12 @@ def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     return train_byte_level_bpe(
         (d.text for d in sample), config.tokenizer.vocab_size, config.tokenizer.eos, layout.tokenizer
     )
+
+
+def tokenized_documents(layout: WorkLayout) -> int:
+    """How many documents the tokenize tasks placed in cells, from their candidates files (`held-out.json`)."""
+    found = sorted(layout.runs.glob("*/held-out.json"))
+    return sum(entry["documents"] for path in found for entry in json.loads(path.read_text())["cells"].values())
 
 
 def malformed_report(layout: WorkLayout) -> list[dict]:
@@ -604,7 +610,8 @@ def run_pipeline(
         log.info("store %s/%s already built from this config: %s", name, version, final)
         return final
     check_text_fields(config)  # a source whose text field is not in its files: refused before any task starts
-    with WriterLock(store_lock(final), f"store {name}/{version}"):  # one writer per store version
+    # each source is listed once a run (`listed_once`): fingerprints, unread files and the task plan share it
+    with WriterLock(store_lock(final), f"store {name}/{version}"), listed_once():  # one writer per store version
         if _finished(config, final):  # the writer before us finished it
             log.info("store %s/%s already built from this config: %s", name, version, final)
             return final
@@ -612,7 +619,7 @@ def run_pipeline(
             refuse_published(config, final, config_hash)
             _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
         if config.output.url:
-            publish(config, home, final)
+            publish(config, home, final, kind, workers)
         return final
 
 
@@ -658,20 +665,27 @@ def _config_hash_of(manifest: bytes) -> str | None:
     return body.get("config_hash") if isinstance(body, dict) else None
 
 
-def publish(config: PipelineConfig, home: Home, final: Path) -> None:
+def publish(config: PipelineConfig, home: Home, final: Path, kind: str, workers: int) -> None:
     """The publishing phase: store version `final` copied to `[output] url`, `store.json` last. A rerun after a
     failed publication resumes it (the objects already there are kept). With `[executor] work_url` the shards
-    go from the work URL to the store URL, never through this disk."""
-    from pipeline.store.remote import copy_store, publish_store
+    go from the work URL to the store URL on the server, never through this disk or process; where the two
+    storage profiles cannot copy on the server, each task copies its own shards (`PublishShards`)."""
+    from pipeline.store.remote import PublishShards, copy_store, publish_store, same_profile
 
-    url = output_url(config, final)
+    url, options = output_url(config, final), config.output.storage_options
     log.info("publishing %s to %s", final, url)
     layout = WorkLayout(home.work(final.parent.name, final.name))
     remote = remote_work(config, layout)
-    if remote is not None:
-        publish_store(final, (remote.fs, remote.remote_path(layout.staged)), url, config.output.storage_options)
-    else:
-        copy_store(final, url, config.output.storage_options)
+    if remote is None:
+        copy_store(final, url, options)
+        return
+    copied = not same_profile(remote.url, remote.storage_options, url, options)
+    if copied:  # an executor run of its own; the driver's copy of the work directory has nothing to upload
+        remote.reset_mirror()
+        step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)
+        tasks = config.executor.tasks
+        _run_executor("publish", kind, [step], tasks, workers, layout.logs / "7-publish", remote=remote)
+    publish_store(final, (remote.fs, remote.remote_path(layout.staged)), url, options, copied=copied)
 
 
 def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
@@ -750,11 +764,11 @@ def _build_store(
     if problem := nothing_left(config, layout):
         raise PipelineError(problem)
     notify("tokenizer")
-    trains_tokenizer = not layout.tokenizer.exists() and not config.tokenizer.path
-    if remote is not None and (trains_tokenizer or config.fits_cells):  # only fitting reads the sample
-        remote.pull(DRIVER_READS["sample"])
-    tokenizer_path = ensure_tokenizer(config, layout)
-    post = post_dedup_steps(config, layout)
+    # the sample (the tasks' sketches up to the budget, only to fit) and its removals (each filter task's rows of
+    # each part) are read in place on a work URL
+    with contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root):
+        tokenizer_path = ensure_tokenizer(config, layout)
+        post = post_dedup_steps(config, layout)
     notify("tokenize")
 
     staged = layout.staged.exists() if remote is None else remote.exists(layout.staged)
@@ -795,7 +809,7 @@ def _build_store(
         log.warning("malformed input: %s %s (%s)", malformed["file"], where, malformed["reason"])
     if len(problems) > 20:
         log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
-    if not any(layout.runs.glob("*/*.placed.npz")):
+    if not tokenized_documents(layout):
         removed = {
             stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
             for stage in funnel["stages"]

@@ -156,23 +156,37 @@ class WorkLayout:
 
 
 def _file_fingerprint(path: Path | str, storage_options: dict | None = None) -> dict:
-    """Size and xxh64 of the first and last 64 KiB: of a local file, or an object at a URL (read by range)."""
+    """Size and xxh64 of the first and last 64 KiB: of a local file, or an object at a URL, read by exactly those
+    two ranges (no read-ahead: a file opened on a bucket would fetch a whole block, up to the object)."""
     if isinstance(path, str) and is_url(path):
         from fsspec.core import url_to_fs
 
         fs, stripped = url_to_fs(path, **(storage_options or {}))
-        with fs.open(stripped, "rb") as handle:
-            return _fingerprint(handle, fs.size(stripped), path)
+        size = int(fs.size(stripped))
+        ranges = _fingerprint_ranges(size)
+        parts = fs.cat_ranges([stripped] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges])
+        return _fingerprint(parts, size, path)
     with open(path, "rb") as handle:
-        return _fingerprint(handle, Path(path).stat().st_size, str(path))
+        size = Path(path).stat().st_size
+        parts = []
+        for start, stop in _fingerprint_ranges(size):
+            handle.seek(start)
+            parts.append(handle.read(stop - start))
+        return _fingerprint(parts, size, str(path))
 
 
-def _fingerprint(handle, size: int, name: str) -> dict:
-    digest = xxhash.xxh64()
-    digest.update(handle.read(FINGERPRINT_BYTES))
+def _fingerprint_ranges(size: int) -> list[tuple[int, int]]:
+    """The first 64 KiB, and the last 64 KiB that do not overlap them."""
+    ranges = [(0, min(size, FINGERPRINT_BYTES))]
     if size > FINGERPRINT_BYTES:
-        handle.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
-        digest.update(handle.read(FINGERPRINT_BYTES))
+        ranges.append((max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES), size))
+    return ranges
+
+
+def _fingerprint(parts: list[bytes], size: int, name: str) -> dict:
+    digest = xxhash.xxh64()
+    for part in parts:
+        digest.update(part)
     return {"path": name, "size": size, "xxh64": digest.hexdigest()}
 
 

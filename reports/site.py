@@ -61,7 +61,7 @@ def _as_home(home: Home | Path | str) -> Home:
 
 def find_store_versions(home: Home, selection: Sequence[str] = ()) -> list[Path]:
     """Store version directories, all or those named `NAME` or `NAME/VERSION`; an unmatched name is an error."""
-    found = sorted(p.parent for p in home.stores.glob("*/*/store.json"))
+    found = home.store_versions()
     if not selection:
         return found
     chosen: list[Path] = []

@@ -211,6 +211,23 @@ def fmt_params(count: float) -> str:
     return f"{count:,.0f}"
 
 
+# spec files that live beside the training configs but are planned by another command
+OTHER_SPECS = {
+    "ladder": ("a ladder config", "millrace ladder plan"),
+    "search": ("a mixture search spec", "millrace mix search plan"),
+}
+
+
+def refuse_other_spec(config: str) -> None:
+    """A ladder or search spec given where a training config belongs: one line naming the command for it."""
+    from millrace.config import parse_document
+
+    document = parse_document(Path(config))
+    for key, (what, command) in OTHER_SPECS.items():
+        if key in document:
+            raise ConfigError(f"{config}: {what}, not a training config; plan it with: {command} {config}")
+
+
 @train.command("plan")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs (default: the config's plan.gpus).")
@@ -249,14 +266,10 @@ def plan_command(
 ) -> None:
     """A runnable data x expert layout for the GPUs (those it leaves idle, the loader's world), parameters,
     FLOPs, memory per GPU with and without activation checkpointing, and days, for CONFIG on paper."""
-    from millrace.config import parse_document
     from trainer.config import load_train_config
     from trainer.flops import plan
 
-    if "ladder" in parse_document(Path(config)):
-        raise ConfigError(
-            f"{config}: a ladder config, not a training config; plan it with: millrace ladder plan {config}"
-        )
+    refuse_other_spec(config)
     loaded = load_train_config(config)
     assumed = None
     if vocab_size or not loaded.model.vocab_size:

@@ -7,7 +7,8 @@ restart needs:
   rename, so a checkpoint is committed by its `digests.json`, the last object written: a directory without
   one is a write that never finished, and is never loaded;
 - the run's records (run.json, metrics.jsonl, eval.jsonl, samples.jsonl, explain.json, ...), copied there by
-  rank 0 after each checkpoint and when the run ends, so they always cover at least the newest checkpoint.
+  rank 0 after each checkpoint and when the run ends, so they always cover at least the newest checkpoint; an
+  appended record (`.jsonl`) only its new tail, as a part `<name>.parts/<offset>` (`read_record` joins them).
 A resume on a node that has never seen the run copies the records back first, then loads the newest
 committed checkpoint from the URL: the same steps as a local resume (lines after the checkpoint are cut
 back as usual).
@@ -108,15 +109,27 @@ def run_location(url: str, storage_options: dict[str, Any], run: str) -> RemoteD
     return RemoteDir(f"{url.rstrip('/')}/{run}", storage_options) if url else None
 
 
+APPENDED = (".jsonl",)  # records only ever appended to (or cut back on a resume): their new tail goes up
+PARTS = ".parts"  # `<name>.parts/<offset>`: a tail of `<name>` from byte `offset`, appended since `<name>`
+_pushed: dict[tuple[str, str], int] = {}  # (run URL, record name): the bytes of it the URL holds
+
+
 def push_records(run_dir: Path, remote: RemoteDir) -> None:
-    """Copy the run's record files (not its lock, checkpoints or TensorBoard events) to the URL. While it does,
-    `PUSHING` in the run directory says since when and where (`train status` shows a run stuck in a push)."""
+    """Copy the run's record files (not its lock, checkpoints or TensorBoard events) to the URL. An appended
+    record (`.jsonl`) goes up whole once a process, then only its new tail, as one more part: O(new records)
+    per checkpoint, never O(steps) again; one cut back (a resume) goes up whole again, its parts deleted.
+    While it does, `PUSHING` in the run directory says since when and where (`train status` shows a run stuck
+    in a push)."""
     if not run_dir.is_dir():
         return
     with marked_push(run_dir, remote):
         for path in sorted(run_dir.iterdir()):
             if path.is_file() and path.name not in SKIPPED and not path.name.startswith("."):
-                remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{path.name}", path.stat().st_size)
+                size = path.stat().st_size
+                if path.suffix not in APPENDED:
+                    remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{path.name}", size)
+                    continue
+                _push_appended(path, remote, size)
     log.debug("run records of %s copied to %s", run_dir, remote)
 
 
@@ -140,6 +153,37 @@ def pushing(run_dir: Path) -> dict[str, Any] | None:
     return found if isinstance(found, dict) and isinstance(found.get("since"), (int, float)) else None
 
 
+def _push_appended(path: Path, remote: RemoteDir, size: int) -> None:
+    key = (remote.url, path.name)
+    held = _pushed.get(key)
+    if held is not None and size == held:
+        return
+    if held is not None and size > held:
+        with open(path, "rb") as handle:
+            handle.seek(held)
+            tail = handle.read(size - held)
+        remote.fs.makedirs(f"{remote.path}/{path.name}{PARTS}", exist_ok=True)  # a folder only on a disk
+        remote.write_bytes(f"{path.name}{PARTS}/{held:020d}", tail)
+    else:  # the first push of this process, or a file cut back: whole, and no part after it
+        with contextlib.suppress(FileNotFoundError):
+            remote.fs.rm(f"{remote.path}/{path.name}{PARTS}", recursive=True)
+        remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{path.name}", size)
+    _pushed[key] = size
+
+
+def read_record(remote: RemoteDir, name: str) -> bytes:
+    """A record as the URL holds it: the object, then each appended part at its offset."""
+    data = remote.read_bytes(name)
+    try:
+        parts = sorted(remote.fs.ls(f"{remote.path}/{name}{PARTS}", detail=False, refresh=True))
+    except FileNotFoundError:
+        return data
+    for part in parts:
+        offset = int(part.rstrip("/").rsplit("/", 1)[-1])
+        data = data[:offset] + bytes(remote.fs.cat_file(part))
+    return data
+
+
 def pull_records(remote: RemoteDir, run_dir: Path) -> int:
     """Copy the run's records from the URL into `run_dir` (each file atomically); returns how many. The URL is
     the record a resume continues from: it covers the newest checkpoint."""
@@ -149,6 +193,6 @@ def pull_records(remote: RemoteDir, run_dir: Path) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
         with atomic_output(run_dir / name, "wb") as handle:
-            handle.write(remote.read_bytes(name))
+            handle.write(read_record(remote, name))
     log.info("run records %s copied from %s to %s", ", ".join(names), remote, run_dir)
     return len(names)

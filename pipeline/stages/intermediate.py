@@ -12,6 +12,7 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 import zstandard
@@ -74,8 +75,11 @@ class AtomicJsonlZstWriter:
             self.abort()
 
 
-def read_jsonl_zst(path: Path) -> Iterator[dict]:
-    with open(path, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+def read_jsonl_zst(path: Path | BinaryIO) -> Iterator[dict]:
+    """The records of a `.jsonl.zst` file, streamed (a path, or a file object already open)."""
+    with contextlib.ExitStack() as stack:
+        raw: BinaryIO = stack.enter_context(open(path, "rb")) if isinstance(path, (str, Path)) else path
+        stream = stack.enter_context(zstandard.ZstdDecompressor().stream_reader(raw))
         for line in io.TextIOWrapper(stream, encoding="utf-8"):
             if line.strip():
                 yield orjson.loads(line)

@@ -29,7 +29,7 @@ def resolve_store(spec: str, home) -> Path:
         versions = sorted(p for p in candidate.iterdir() if (p / "store.json").exists())
         if versions:
             return versions[-1]
-    stores = (f"{p.parent.parent.name}/{p.parent.name}" for p in home.stores.glob("*/*/store.json"))
+    stores = (f"{p.parent.name}/{p.name}" for p in home.store_versions())
     raise ArtifactError(f"{spec}: no store.json there, nor under {home.stores}" + known("stores", stores))
 
 
@@ -229,10 +229,10 @@ def store() -> None:
 def list_stores(home) -> list[dict]:
     """Every store version under $MILLRACE_HOME/stores, oldest first per name; a damaged one says so."""
     rows = []
-    for path in sorted(home.stores.glob("*/*/store.json")):
-        row = {"name": path.parent.parent.name, "version": path.parent.name, "path": str(path.parent)}
+    for store_dir in home.store_versions():
+        row = {"name": store_dir.parent.name, "version": store_dir.name, "path": str(store_dir)}
         try:
-            manifest = Store(path.parent).manifest
+            manifest = Store(store_dir).manifest
         except ArtifactError as exc:
             rows.append({**row, "damaged": str(exc)})
             continue

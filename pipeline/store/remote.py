@@ -19,6 +19,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from datatrove.data import DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+
 from millrace import remote_calls
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
@@ -121,16 +124,25 @@ def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limit
             raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of {source} ({size} bytes)")
 
 
+def same_profile(source_url: str, source_options: dict, url: str, options: dict) -> bool:
+    """Whether one URL's objects can be copied to the other's on the server: the same protocol and the same
+    storage options (the same credentials and endpoint)."""
+    return source_url.split("://", 1)[0] == url.split("://", 1)[0] and (source_options or {}) == (options or {})
+
+
 def publish_store(
     local: Path,
     shards: tuple[Any, str],
     url: str,
     storage_options: dict | None = None,
     limits: CallLimits = WRITE_LIMITS,
+    copied: bool = False,
 ) -> int:
     """The store version at `url` from its manifests at `local` (no shard there) and the files the tasks wrote
     under `shards` (a filesystem and a root: the work URL's `store/`), resuming an interrupted publication;
-    returns the number of files copied (0: the URL already held this store version)."""
+    returns the number of files copied (0: the URL already held this store version). The shards are copied on
+    the server, or were `copied` by the tasks (`PublishShards`) where the two filesystems cannot: never through
+    this process. Each is checked by its size before `store.json` goes up."""
     if not (local / MARKER).exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
     source_fs, source_root = shards
@@ -150,16 +162,11 @@ def publish_store(
     manifests = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MARKER and not p.name.startswith("."))
     uploads = [f"{root}/{path.relative_to(local).as_posix()}" for path in manifests]
     _make_parents(fs, [*targets, *uploads])
-    same_store = type(source_fs) is type(fs) and source_fs.storage_options == fs.storage_options
-    for source, target, relative in zip(sources, targets, relatives):
+    for source, target, relative in zip(sources, targets, [] if copied else relatives):
         deadline = limits.timeout + sizes[relative] / remote_calls.MIN_WRITE_RATE
 
         def copy(source: str = source, target: str = target, deadline: float = deadline) -> None:
-            if same_store:  # object to object on the server
-                remote_calls.within_deadline(fs, "copy", source, target, timeout=deadline)
-            else:  # another filesystem (or other credentials): streamed through memory, a block at a time
-                with source_fs.open(source, "rb") as reader, fs.open(target, "wb") as writer:
-                    shutil.copyfileobj(reader, writer, COPY_BLOCK)
+            remote_calls.within_deadline(fs, "copy", source, target, timeout=deadline)  # on the server
 
         remote_calls.with_retries(fs.unstrip_protocol(target), copy, limits, "write")
     expected = {f"{root}/{r}": (sizes[r], source_fs.unstrip_protocol(f"{source_root}/{r}")) for r in sizes}
@@ -168,3 +175,48 @@ def publish_store(
         remote_calls.put_file(fs, str(path), target, path.stat().st_size, limits)
     remote_calls.put_file(fs, str(local / MARKER), f"{root}/{MARKER}", (local / MARKER).stat().st_size, limits)
     return len(relatives) + len(manifests) + 1
+
+
+class PublishShards(PipelineStep):
+    """Task r: its own files of the store (its tokenize and split tasks' shards and trace part, by their names)
+    from the work URL's `store/` to the store URL, streamed a block at a time by the task; for two storage
+    profiles that cannot copy on the server. Lists each cell by the task's name prefixes only."""
+
+    name = "📤 publish shards"
+    type = "📤 - PUBLISH"
+
+    def __init__(self, source_url: str, source_options: dict, url: str, storage_options: dict):
+        super().__init__()
+        self.source_url, self.source_options = source_url, source_options
+        self.url, self.storage_options = url, storage_options
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        from fsspec.implementations.local import LocalFileSystem
+
+        if data:
+            yield from data
+        source_fs, source_root = remote_fs(self.source_url, self.source_options)
+        fs, root = remote_fs(self.url, self.storage_options)
+        cells = source_fs.ls(f"{source_root}/cells", detail=False) if source_fs.exists(f"{source_root}/cells") else []
+        for cell in cells:
+            for source in _own_files(source_fs, cell.rstrip("/"), rank):
+                target = f"{root}/cells/{source[len(source_root) + len('/cells/') :]}"
+                if isinstance(fs, LocalFileSystem):
+                    fs.makedirs(fs._parent(target), exist_ok=True)
+                with source_fs.open(source, "rb") as reader, fs.open(target, "wb") as writer:
+                    shutil.copyfileobj(reader, writer, COPY_BLOCK)
+                self.stat_update("published")
+
+
+def _own_files(fs: Any, cell: str, rank: int) -> list[str]:
+    """Task `rank`'s files of one cell, listed by their name prefixes (an object store lists only those)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    from pipeline.stages.tokenize.cell_shards import task_file_prefixes
+    from pipeline.store.trace import HELD_OUT_PREFIX, part_name
+
+    found = []
+    for prefix in (*task_file_prefixes(rank), part_name(rank, HELD_OUT_PREFIX)):
+        listed = fs.find(cell) if isinstance(fs, LocalFileSystem) else fs.find(cell, prefix=prefix)
+        found += [path for path in listed if path.rsplit("/", 1)[-1].startswith(prefix)]
+    return sorted(found)

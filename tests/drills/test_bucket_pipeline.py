@@ -126,5 +126,5 @@ def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fre
         workers = {json.loads(body)["worker"]["pid"] for name, body in work.items() if name.endswith("held-out.json")}
         assert len(workers) == 2 and os.getpid() not in workers and not set(killer.killed) & workers
         assert {f"logs/3-tokenize/completions/{rank:05d}" for rank in range(2)} <= set(work)
-        left = [p.name for p in scratch.iterdir()]  # every task removed its scratch directory, but the killed one
-        assert len(left) == 1 and f"-pid{killer.killed[0]}-" in left[0]
+        # every task removed its scratch directory; the killed one's, a task that started after it
+        assert [p.name for p in scratch.iterdir()] == []

@@ -1,12 +1,16 @@
 import random
+import shutil
 
 import numpy as np
 import pytest
 from datatrove.data import Document
+from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.config import DedupConfig
+from pipeline.remote_work import relocate
 from pipeline.stages.dedup.duplicates import find_duplicates, load_duplicates
 from pipeline.stages.dedup.signing import DedupSignatures, MinHasher
+from pipeline.stages.in_place import reading_in_place
 from pipeline.stages.read.readers import document_key
 from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 
@@ -194,3 +198,61 @@ def test_a_merge_of_sorted_file_slices_is_sorted_and_groups_span_its_batches(tmp
     for record in everything.tolist():
         groups.setdefault(record[:2], []).append(record[2])
     assert sorted(pairs) == sorted((min(ks), k) for ks in groups.values() for k in ks if k != min(ks))
+
+
+class CountingFileSystem(LocalFileSystem):
+    """The local filesystem, counting the bytes its reads return (what a bucket would send; its range reads are
+    `cat_file` calls too)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read = 0
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        got = super().cat_file(path, start, end, **kwargs)
+        self.read += len(got)
+        return got
+
+
+def test_dedup_tasks_read_other_tasks_files_in_place_by_range(tmp_path, monkeypatch):
+    """Each dedup task in an empty scratch directory, reading the signing tasks' files (and the rounds' edges)
+    in place on the 'bucket': the same removals as on one disk, with a fraction of the signatures read."""
+    documents, _ = near_duplicate_corpus(originals=60, with_copies=30, seed=5)
+    texts, _ = _keyed(documents)
+    on_disk = dedup(tmp_path / "disk", texts, tasks=3, parts=4)
+    bucket, scratch = tmp_path / "bucket", tmp_path / "scratch"
+    dedup(bucket, texts, tasks=3, parts=4)  # the signing tasks' files, on the 'bucket'
+    for produced in ("components", "duplicates"):
+        shutil.rmtree(bucket / produced)
+    fs = CountingFileSystem(skip_instance_cache=True)
+    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.SEARCH_PAGE", 16)  # several pages per binary search
+
+    most = 0  # the most bytes one task read
+
+    def staged(name, pipeline, tasks):  # every task in a fresh scratch directory; what it wrote goes up
+        nonlocal most
+        for rank in range(tasks):
+            fs.read = 0
+            local = scratch / f"{name}-{rank}"
+            moved = relocate(pipeline, scratch / "work", local)
+            with reading_in_place(local, fs, str(bucket)):
+                for step in moved:
+                    list(step.run(None, rank, tasks))
+            for path in (p for p in local.rglob("*") if p.is_file()):
+                target = bucket / path.relative_to(local)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+            most = max(most, fs.read)
+
+    config = DedupConfig(**{**OPTIONS, "parts": 4})
+    work = scratch / "work"
+    with reading_in_place(work, fs, str(bucket)):  # the driver's counts, in place too
+        find_duplicates(config, work / "signatures", work / "components", work / "duplicates", staged)
+    removed = {}
+    for rank in range(3):
+        with reading_in_place(scratch / "reader", fs, str(bucket)):
+            removed.update(load_duplicates(scratch / "reader" / "duplicates", rank))
+    assert removed == on_disk and len(removed) > 20
+    signatures = sum(p.stat().st_size for p in (bucket / "signatures").rglob("*") if p.is_file())
+    assert not (scratch / "find-0" / "signatures").exists()
+    assert most < signatures / 2  # every task reads its part in place, never the whole signing output

@@ -3,13 +3,14 @@ only what its stage's inputs name, from its own scratch directory, uploads what 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from datatrove.pipeline.base import PipelineStep
 
 from pipeline.remote_work import DRIVER_READS, RemoteWork, RemoteWorkError, StagedTask, relocate
-from pipeline.store.remote import publish_store, remote_fs
+from pipeline.store.remote import PublishShards, publish_store, remote_fs, same_profile
 
 
 class CopyUpper(PipelineStep):
@@ -74,7 +75,7 @@ def test_the_driver_pulls_only_the_small_files_it_reads_and_each_once(tmp_path):
     work.reset_mirror()
     work.pull(DRIVER_READS["tokenize"])
     pulled = sorted(p.relative_to(mirror).as_posix() for p in mirror.rglob("*") if p.is_file())
-    assert pulled == ["funnel/03-tokenize/00000.json", "tokens/00000/a.placed.npz", "tokens/00000/held-out.json"]
+    assert pulled == ["funnel/03-tokenize/00000.json", "tokens/00000/held-out.json"]
     read = work.pulled_bytes
     assert read == sum(len(files[name]) for name in pulled)
     work.pull(DRIVER_READS["tokenize"])  # nothing changed on the bucket: nothing read again
@@ -84,15 +85,26 @@ def test_the_driver_pulls_only_the_small_files_it_reads_and_each_once(tmp_path):
 @pytest.mark.parametrize("target", ["file", "memory"])
 def test_a_store_is_published_from_the_work_url_and_its_manifests(tmp_path, target):
     staged, manifests = tmp_path / "work" / "store", tmp_path / "home-store"
-    shards = {"cells/a/shard-00000-00000.bin": b"\x01\x02" * 1000, "cells/a/documents-00000.parquet": b"trace"}
+    shards = {
+        "cells/a/shard-00000-00000.bin": b"\x01\x02" * 1000,
+        "cells/a/documents-00000.parquet": b"trace",
+        "cells/a/held-out-documents-00001.parquet": b"held-out trace",
+    }
     written = {"cells/a/cell.json": b"{}", "tokenizer/tokenizer.json": b"{}", "store.json": b"{}"}
     for root, tree in ((staged, shards), (manifests, written)):
         for relative, body in tree.items():
             (root / relative).parent.mkdir(parents=True, exist_ok=True)
             (root / relative).write_bytes(body)
+    shards["cells/a/shard-00001-00000.bin"] = b"rank one's"  # another task's shard: its own task copies it
+    (staged / "cells/a/shard-00001-00000.bin").write_bytes(shards["cells/a/shard-00001-00000.bin"])
     url = f"file://{tmp_path}/out" if target == "file" else f"memory://{tmp_path.name}/out"
     source_fs, source_root = remote_fs(f"file://{staged}")
-    assert publish_store(manifests, (source_fs, source_root), url) == 5
+    copied = not same_profile(f"file://{staged}", {}, url, {})
+    if copied:  # two filesystems: each task copies its own shards, the driver none
+        step = PublishShards(f"file://{staged}", {}, url, {})
+        for rank in range(2):
+            list(step.run(None, rank, 2))
+    assert publish_store(manifests, (source_fs, source_root), url, copied=copied) == (3 if copied else 7)
     fs, root = remote_fs(url)
     published = {path[len(root) + 1 :]: fs.cat_file(path) for path in fs.find(root)}
     assert published == {**shards, **written}
@@ -122,3 +134,20 @@ def test_a_copy_resumes_what_an_interrupted_one_left_and_never_writes_over_anoth
     with pytest.raises(ArtifactError, match=r"another store version is already published there"):
         copy_store(store, url)
     assert (out / "store.json").read_bytes() == b"1"
+
+
+def test_a_killed_tasks_scratch_is_removed_by_the_next_task_on_its_node(tmp_path):
+    import subprocess
+    import sys
+
+    from pipeline.remote_work import _HOST, SCRATCH_PREFIX, remove_stale_scratch
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)  # a process that has ended: its PID names no live process (unless reused at once)
+    stale = tmp_path / f"{SCRATCH_PREFIX}tokenize-00001-{_HOST}-pid{dead}-x1"
+    live = tmp_path / f"{SCRATCH_PREFIX}tokenize-00002-{_HOST}-pid{os.getpid()}-x2"
+    elsewhere = tmp_path / f"{SCRATCH_PREFIX}tokenize-00003-othernode-pid{dead}-x3"
+    for folder in (stale, live, elsewhere):
+        (folder / "work").mkdir(parents=True)
+    assert remove_stale_scratch(tmp_path) == [stale]
+    assert sorted(tmp_path.iterdir()) == sorted([live, elsewhere])

@@ -77,7 +77,7 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
     ]
     last = read_metrics(switched.run_dir)[-1]
     assert last.realised_tokens_per_cell == read_metrics(fresh.run_dir)[-1].realised_tokens_per_cell
-    assert last.realised_tokens_per_cell.c03q1 > 0  # a cell the parent never drew
+    assert last.realised_tokens_per_cell["c03q1"] > 0  # a cell the parent never drew
     assert [r.step for r in read_metrics(switched.run_dir)] == list(range(1, 2 * K + 1))  # the parent's lines too
 
 

@@ -16,7 +16,7 @@ from trainer.evaluation import Evaluator
 from trainer.health import TooManySkippedSteps
 from trainer.loop import train
 from trainer.model import Transformer
-from trainer.records import EVAL_SCHEMA, read_eval, read_metrics, read_run, read_samples
+from trainer.records import EVAL_SCHEMA, MetricsRecord, read_eval, read_metrics, read_run, read_samples
 
 CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000, "c01q1": 7000}
 HELD = {"c00q0": 6, "c00q1": 6, "c01q0": 6}  # c01q1 is trained on but has no held-out data
@@ -149,7 +149,7 @@ def test_too_many_consecutive_skips_stop_the_run(held, tiny_config, monkeypatch)
     poison_forward(monkeypatch, {2, 3, 4})
     with pytest.raises(TooManySkippedSteps, match="3 consecutive steps skipped"):
         train(observe_config(tiny_config, "stop", health={"max_consecutive_skips": 3}), home, steps=8, run="stop")
-    assert read_run(home.run("stop"))["status"] == "failed"
+    assert read_run(home.run("stop")).status == "failed"
 
 
 @pytest.mark.slow
@@ -214,12 +214,12 @@ def test_the_mfu_floor_fires_only_against_a_published_peak():
     from trainer.config import HealthConfig
     from trainer.health import HealthMonitor
 
-    record = {"step": 11, "loss": 3.0, "grad_norm": 0.5, "mfu": 0.05, "tokens_per_second": 1e3}
+    record = MetricsRecord(step=11, loss=3.0, grad_norm=0.5, mfu=0.05, tokens_per_second=1e3)
     at_once = {"mfu": {"start_after": 1}}
     published = HealthMonitor(HealthConfig(timing=at_once), published_peak=True).check(record, now=0.0)
-    assert [a["name"] for a in published["started"]] == ["mfu"]
-    assert HealthMonitor(HealthConfig(timing=at_once)).check(record, now=0.0)["active"] == []
+    assert [a.name for a in published.started] == ["mfu"]
+    assert HealthMonitor(HealthConfig(timing=at_once)).check(record, now=0.0).active == []
     assert (
-        HealthMonitor(HealthConfig(mfu_min=0.0, timing=at_once), published_peak=True).check(record, now=0.0)["active"]
+        HealthMonitor(HealthConfig(mfu_min=0.0, timing=at_once), published_peak=True).check(record, now=0.0).active
         == []
     )

@@ -65,4 +65,4 @@ def test_four_ranks_log_one_process_param_norm_at_evaluation_and_sampling_steps(
     one, many = read_metrics(single), read_metrics(four)
     assert [r.step for r in many] == list(range(1, STEPS + 1))
     for key in ("loss", "param_norm", "param_norm_with_router_bias"):
-        assert [r[key] for r in many] == pytest.approx([r[key] for r in one], rel=1e-6), key
+        assert [getattr(r, key) for r in many] == pytest.approx([getattr(r, key) for r in one], rel=1e-6), key

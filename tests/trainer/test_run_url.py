@@ -11,7 +11,7 @@ from testkit.s3 import s3_server
 from trainer.checkpoint import list_checkpoints
 from trainer.loop import train
 from trainer.records import read_metrics
-from trainer.run_url import RemoteDir
+from trainer.run_url import RemoteDir, read_record
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -57,9 +57,40 @@ def test_a_run_on_s3_resumes_on_another_node_like_a_straight_local_run(built, ti
     local, resumed = read_metrics(straight.run_dir), read_metrics(node.run("moved"))  # steps 1-2 came from S3
     assert [r.step for r in resumed] == list(range(1, 5))
     for key in ("loss", "grad_norm"):
-        assert [r[key] for r in resumed] == pytest.approx([r[key] for r in local], abs=1e-6), key
+        assert [getattr(r, key) for r in resumed] == pytest.approx([getattr(r, key) for r in local], abs=1e-6), key
 
     assert [step for step, _ in list_checkpoints(checkpoints)] == [4]  # rewritten whole; keep = 1 pruned step 2
     run = RemoteDir("s3://runs/team/moved", s3.storage_options)
     assert {"run.json", "metrics.jsonl"} <= set(run.files()) and "writer.lock" not in run.files()
-    assert len(run.read_bytes("metrics.jsonl").splitlines()) == 4
+    assert len(read_record(run, "metrics.jsonl").splitlines()) == 4  # the object and its appended parts
+
+
+def test_appended_records_go_up_as_their_new_tails_and_come_back_whole(tmp_path):
+    """Each push sends a `.jsonl` record's new tail only (the bytes written to the URL grow with the new lines,
+    not the file); a pull joins the parts; a file cut back (a resume) goes up whole and its parts go."""
+    from trainer.run_url import PARTS, pull_records, push_records
+
+    run, remote = tmp_path / "run", RemoteDir(f"file://{tmp_path}/bucket/run-a")
+    run.mkdir()
+    (tmp_path / "bucket" / "run-a").mkdir(parents=True)  # on a disk the run's folder is made by its first checkpoint
+    metrics = run / "metrics.jsonl"
+    lines = [f'{{"step": {i}, "loss": {1 / (i + 1):.6f}}}\n' for i in range(30)]
+    metrics.write_text("".join(lines[:10]))
+    (run / "run.json").write_text("{}")
+    push_records(run, remote)
+    stored = tmp_path / "bucket" / "run-a"
+    assert (stored / "metrics.jsonl").read_text() == "".join(lines[:10])
+    for upto in (20, 30):
+        metrics.write_text("".join(lines[:upto]))
+        push_records(run, remote)
+    tails = sorted((stored / f"metrics.jsonl{PARTS}").iterdir())
+    assert [p.read_text() for p in tails] == ["".join(lines[10:20]), "".join(lines[20:30])]
+    assert (stored / "metrics.jsonl").read_text() == "".join(lines[:10])  # the first push's, never sent again
+    back = tmp_path / "other-node"
+    assert pull_records(remote, back) == 2
+    assert (back / "metrics.jsonl").read_text() == "".join(lines)
+    metrics.write_text("".join(lines[:15]))  # cut back to a checkpoint
+    push_records(run, remote)
+    assert not (stored / f"metrics.jsonl{PARTS}").exists()
+    pull_records(remote, back)
+    assert (back / "metrics.jsonl").read_text() == "".join(lines[:15])

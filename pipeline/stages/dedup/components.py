@@ -24,6 +24,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text
+from pipeline.stages import in_place
 from pipeline.stages.dedup.signing import prefix_part, save_array
 from pipeline.stages.dedup.sorted_runs import RecordFile, sorted_records
 
@@ -116,11 +117,12 @@ class ComponentFiles:
         total = 0
         for task in range(tasks):
             found = self.found(task)
-            total += json.loads(found.read_text())["edges"] if found.exists() else RecordFile(self.edges(0, task)).size
+            found_edges = json.loads(in_place.read_bytes(found))["edges"] if in_place.exists(found) else None
+            total += RecordFile(self.edges(0, task)).size if found_edges is None else found_edges
         return total
 
     def edge_files(self, round_: int) -> list[Path]:
-        return sorted(self.round_dir(round_).glob("*.npy"))
+        return in_place.children(self.round_dir(round_), "*.npy")
 
     def part_edges(self, round_: int, part: int) -> np.ndarray:
         """Every edge of round `round_` whose node lies in `part`, sorted by (node, other), unique."""
@@ -129,7 +131,9 @@ class ComponentFiles:
 
     def not_star_nodes(self, round_: int, tasks: int) -> int:
         """The round's input nodes not yet in star form, summed over its tasks (all must have finished)."""
-        return sum(json.loads(self.counts(round_, task).read_text())["not_star_nodes"] for task in range(tasks))
+        return sum(
+            json.loads(in_place.read_bytes(self.counts(round_, task)))["not_star_nodes"] for task in range(tasks)
+        )
 
 
 class ComponentsRound(PipelineStep):

@@ -37,8 +37,9 @@ from datatrove.pipeline.base import PipelineStep
 from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
 from pipeline.config import DedupConfig
+from pipeline.stages import in_place
 from pipeline.stages.dedup.components import ComponentFiles, ComponentsRound, edge_records
-from pipeline.stages.dedup.signing import SignatureFiles, save_array
+from pipeline.stages.dedup.signing import SignatureFiles, load_array, save_array
 from pipeline.stages.dedup.sorted_runs import RecordFile, group_firsts, merged, sorted_records
 from pipeline.stages.filter.filtering import CountedStep
 from pipeline.stages.read.readers import KEY_POSITION_BITS
@@ -61,7 +62,7 @@ class TaskIndex:
     def __init__(self, files: SignatureFiles):
         ranks, starts, ends = [], [], []
         for rank in files.ranks():
-            intervals = np.load(files.intervals(rank))
+            intervals = load_array(files.intervals(rank))
             ranks.append(np.full(len(intervals), rank, dtype=np.int32))
             starts.append(intervals[:, 0])
             ends.append(intervals[:, 1])
@@ -105,12 +106,14 @@ class SignatureLookup:
         for start, stop in itertools.pairwise(bounds):
             mine = order[start:stop]
             rank = int(ranks[mine[0]])
-            stored = np.load(self.files.keys(rank), mmap_mode="r")  # mapped for this batch only
-            rows = np.minimum(np.searchsorted(stored, keys[mine]), stored.size - 1)
-            if not np.array_equal(stored[rows], keys[mine]):
+            wanted = keys[mine]  # sorted: `keys` is, and a stable sort by rank keeps its order within a rank
+            stored = RecordFile(self.files.keys(rank))
+            rows = np.minimum(stored.search(wanted), stored.size - 1)
+            unique = np.unique(rows)
+            at = np.searchsorted(unique, rows)
+            if not np.array_equal(stored.rows(unique)[at], wanted):
                 raise DedupError(f"{self.files.keys(rank)}: a document key of filter task {rank} is missing")
-            out[mine] = np.load(self.files.signatures(rank), mmap_mode="r")[rows]
-            del stored
+            out[mine] = RecordFile(self.files.signatures(rank)).rows(unique)[at]
         return out
 
     def agreement(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -136,7 +139,7 @@ def load_duplicates(directory: Path | str, rank: int) -> dict[int, tuple[str, in
     """{removed key: (reason, key of the document kept in its place)} of filter task `rank`'s documents."""
     found: dict[int, tuple[str, int]] = {}
     for reason in ("fuzzy", "exact"):  # exact last: a copy of a kept text is an exact duplicate, whatever else
-        for path in sorted(Path(directory).glob(f"{reason}-*.npy")):
+        for path in in_place.children(directory, f"{reason}-*.npy"):
             rows = RecordFile(path).records_with("rank", rank)
             found.update((int(k), (reason, int(d))) for k, d in zip(rows["key"], rows["duplicate_of"]))
     return found

@@ -30,6 +30,7 @@ range of hash prefixes; of bands and band-hash prefixes): five files whatever `p
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output
+from pipeline.stages import in_place
 from pipeline.stages.dedup.ngrams import minhash, shingle_hashes
 from pipeline.stages.dedup.sorted_runs import sorted_records
 from pipeline.stages.read.readers import KEY_POSITION_BITS
@@ -99,6 +101,11 @@ def band_part(band: np.ndarray, hashes: np.ndarray, bands: int, parts: int) -> n
     return (position * np.uint64(parts) // (np.uint64(bands) << np.uint64(32))).astype(np.int64)
 
 
+def load_array(path: Path) -> np.ndarray:
+    """A small `.npy` file whole, from the disk or in place on a staged task's work URL."""
+    return np.load(io.BytesIO(in_place.read_bytes(path)))
+
+
 def save_array(path: Path, array: np.ndarray) -> None:
     with atomic_output(path) as handle:
         np.save(handle, array)
@@ -118,8 +125,7 @@ class SignatureFiles:
         return Path(self.root) / f"{rank:05d}"
 
     def ranks(self) -> list[int]:
-        root = Path(self.root)
-        return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()) if root.is_dir() else []
+        return sorted(int(p.name) for p in in_place.children(self.root, folders=True) if p.name.isdigit())
 
     def keys(self, rank: int) -> Path:
         return self.task(rank) / "keys.npy"
@@ -141,7 +147,7 @@ class SignatureFiles:
         row = RECORD_KINDS.index(kind)
         slices = []
         for rank in self.ranks():
-            offsets = np.load(self.offsets(rank))[row]
+            offsets = load_array(self.offsets(rank))[row]
             slices.append((self.records(rank, kind), int(offsets[part]), int(offsets[part + 1])))
         return slices
 

@@ -9,49 +9,95 @@ of them as one sorted stream holding at most `chunk` records of each (`merged`).
 from __future__ import annotations
 
 import bisect
+import io
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 
 import numpy as np
 
+from pipeline.stages import in_place
+
 MERGE_BYTES = 2 << 20  # records a merge holds, over all its inputs ...
 MIN_CHUNK = 256  # ... but at least this many of each (about 5 KiB of LSH records)
+HEADER_BYTES = 128  # read first for a .npy header (numpy writes 128 bytes for these records)
+SEARCH_PAGE = 4096  # records a binary search on a URL reads at once
+Side = Literal["left", "right"]
 
 
 class RecordFile:
-    """One `.npy` file of records: its dtype and length from the header, slices by offset."""
+    """One `.npy` file of records: its dtype and length from the header, slices by offset. On a staged task's
+    work URL (`pipeline.stages.in_place`) each read is one range request for exactly its bytes."""
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        with open(self.path, "rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            read_header = (
-                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            )
-            shape, _, self.dtype = read_header(handle)
-            self.offset = handle.tell()
+        head = in_place.read_range(self.path, 0, HEADER_BYTES)
+        version = np.lib.format.read_magic(io.BytesIO(head))
+        width = 2 if version == (1, 0) else 4  # the header's length field, after the magic and the version
+        offset = 8 + width + int.from_bytes(head[8 : 8 + width], "little")
+        if offset > len(head):  # a long header (many fields): read it whole
+            head = in_place.read_range(self.path, 0, offset)
+        handle = io.BytesIO(head)
+        np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, self.dtype = read_header(handle)
+        self.offset = handle.tell()
         self.shape = shape
         self.size = shape[0]
+        self.row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
+
+    def _bounds(self, start: int, stop: int) -> tuple[int, int]:
+        width = self.row * self.dtype.itemsize
+        return self.offset + start * width, self.offset + stop * width
+
+    def _array(self, data: bytes, rows: int) -> np.ndarray:
+        return np.frombuffer(bytearray(data), dtype=self.dtype).reshape(rows, *self.shape[1:])
 
     def read(self, start: int, stop: int) -> np.ndarray:
         stop = min(stop, self.size)
         if stop <= start:
             return np.zeros((0, *self.shape[1:]), dtype=self.dtype)
-        row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset + start * row * self.dtype.itemsize)
-            data = np.fromfile(handle, dtype=self.dtype, count=(stop - start) * row)
-        return data.reshape(stop - start, *self.shape[1:])
+        return self._array(in_place.read_range(self.path, *self._bounds(start, stop)), stop - start)
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """The records at the given row numbers (ascending), adjacent rows read as one range."""
+        if not rows.size:
+            return np.zeros((0, *self.shape[1:]), dtype=self.dtype)
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        runs = [(int(run[0]), int(run[-1]) + 1) for run in np.split(rows, breaks)]
+        data = in_place.read_ranges(self.path, [self._bounds(a, b) for a, b in runs])
+        return np.concatenate([self._array(d, b - a) for d, (a, b) in zip(data, runs)])
+
+    def search(self, values: np.ndarray, side: Side = "left", field: str | None = None) -> np.ndarray:
+        """np.searchsorted of `values` (sorted) in the file's sorted column (`field` of its records, or its values):
+        on the disk through a short-lived memory map, on a URL a page of records at a time."""
+        if not self.size:
+            return np.zeros(values.size, dtype=np.int64)
+        if not in_place.is_remote(self.path):
+            column = np.load(self.path, mmap_mode="r")
+            found = np.searchsorted(column if field is None else column[field], values, side)
+            del column
+            return found
+        return self._paged_search(values, side, field)
+
+    def _paged_search(self, values: np.ndarray, side: Side, field: str | None) -> np.ndarray:
+        """Binary search over pages by their first records (one batch of tiny ranges), then in the pages touched."""
+        starts = np.arange(0, self.size, SEARCH_PAGE)
+        firsts = self.rows(starts)
+        fences = firsts if field is None else firsts[field]
+        page = np.maximum(np.searchsorted(fences, values, side) - 1, 0)
+        found = np.empty(values.size, dtype=np.int64)
+        for p in np.unique(page):
+            records = self.read(int(starts[p]), int(starts[p]) + SEARCH_PAGE)
+            column = records if field is None else records[field]
+            mine = page == p
+            found[mine] = starts[p] + np.searchsorted(column, values[mine], side)
+        return found
 
     def span(self, field: str, value: int) -> tuple[int, int]:
         """(start, stop) of the records whose `field` (the first, by which the file is sorted) equals `value`."""
-        if not self.size:
-            return 0, 0
-        column = np.load(self.path, mmap_mode="r")[field]  # a binary search touches a few pages only
-        start, stop = int(np.searchsorted(column, value, "left")), int(np.searchsorted(column, value, "right"))
-        del column
-        return start, stop
+        values = np.array([value])
+        return int(self.search(values, "left", field)[0]), int(self.search(values, "right", field)[0])
 
     def records_with(self, field: str, value: int) -> np.ndarray:
         return self.read(*self.span(field, value))

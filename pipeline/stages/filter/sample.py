@@ -20,6 +20,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from pipeline.config import PipelineConfig
+from pipeline.stages import in_place
 from pipeline.stages.intermediate import AtomicJsonlZstWriter, document_record, read_jsonl_zst, task_file
 
 OVERSAMPLE = 2
@@ -73,19 +74,24 @@ def sample_budget(config: PipelineConfig) -> int:
 def merged_sample(directory: Path, removed_of: Callable[[int], set[int]], max_bytes: int) -> list[Document]:
     """The corpus sample: every task's sketch less its removed keys (`removed_of(rank)`, read one task at a
     time), smallest hashes up to `max_bytes`, in key order. Streamed through a heap that keeps only the
-    smallest hashes reaching `max_bytes`, so the merge holds about one sample, whatever the task count."""
+    smallest hashes reaching `max_bytes`, so the merge holds about one sample, whatever the task count. Each
+    sketch is in hash order: once the sample is full, a sketch is read only up to its first larger hash
+    (on a work URL, in place: `pipeline.stages.in_place`), so the merge reads about one sample too."""
     kept: list[tuple[int, int, int, dict]] = []  # max-heap by (hash, key): (-hash, -key, bytes, record)
     held = 0
-    for path in sorted(Path(directory).glob("*.jsonl.zst")):
+    for path in in_place.children(directory, "*.jsonl.zst"):
         gone = removed_of(int(path.name.split(".")[0]))
-        for record in read_jsonl_zst(path):
-            key = record["metadata"]["key"]
-            if key in gone:
-                continue
-            size = len(record["text"].encode("utf-8", errors="surrogatepass"))
-            heapq.heappush(kept, (-sample_rank(key), -key, size, record))
-            held += size
-            while held - kept[0][2] >= max_bytes:  # the sample is complete without its largest hash
-                held -= heapq.heappop(kept)[2]
+        with in_place.opened(path) as raw:
+            for record in read_jsonl_zst(raw):
+                key = record["metadata"]["key"]
+                if held >= max_bytes and (sample_rank(key), key) > (-kept[0][0], -kept[0][1]):
+                    break  # every later record of this sketch has a larger hash
+                if key in gone:
+                    continue
+                size = len(record["text"].encode("utf-8", errors="surrogatepass"))
+                heapq.heappush(kept, (-sample_rank(key), -key, size, record))
+                held += size
+                while held - kept[0][2] >= max_bytes:  # the sample is complete without its largest hash
+                    held -= heapq.heappop(kept)[2]
     sample = [Document(text=r["text"], id=r["id"], metadata=r["metadata"]) for _, _, _, r in kept]
     return sorted(sample, key=lambda doc: doc.metadata["key"])

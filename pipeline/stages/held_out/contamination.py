@@ -24,7 +24,6 @@ It scales with the held-out split, never with the corpus:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.held_out_split import held_out_mask
+from pipeline.stages import in_place
 from pipeline.stages.dedup.ngrams import found_in, ngram_hashes
 from pipeline.stages.tokenize.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
 from pipeline.store.format import ShardReader
@@ -48,21 +48,21 @@ def waiting_documents(
     """(hash, key, tokens) of a tokenize task's waiting candidates of one cell: those at or below the
     cell's `cutoff` (`held`) or the others, which the split puts in training. Reads the run's small
     `placed_file` and its waiting tokens, never its table (the driver reads every task's)."""
-    with np.load(placed_file(run)) as where:
+    with in_place.opened(placed_file(run)) as handle, np.load(handle) as where:  # only the waiting arrays
         hashes, keys, lengths = where["waiting_hashes"], where["waiting_keys"], where["waiting_lengths"]
     mask = held_out_mask(hashes, keys, None if cutoff is None else tuple(cutoff))
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) * dtype.itemsize
-    with open(waiting_file(run), "rb") as handle:
-        for i in np.flatnonzero(mask == held).tolist():
-            raw = os.pread(handle.fileno(), int(lengths[i]) * dtype.itemsize, int(offsets[i]))
-            yield int(hashes[i]), int(keys[i]), np.frombuffer(raw, dtype=dtype)
+    chosen = np.flatnonzero(mask == held).tolist()
+    ranges = [(int(offsets[i]), int(offsets[i]) + int(lengths[i]) * dtype.itemsize) for i in chosen]
+    for i, raw in zip(chosen, in_place.read_ranges(waiting_file(run), ranges)):
+        yield int(hashes[i]), int(keys[i]), np.frombuffer(raw, dtype=dtype)
 
 
 def cell_runs(runs_dir: Path, rank: int | None = None) -> Iterator[tuple[int, str, Path]]:
     """(rank, cell, run table) of every tokenize task's run (or of task `rank`'s), found by their small
     `placed_file`s (the driver has those, never the tables)."""
-    pattern = f"{rank:05d}/*.placed.npz" if rank is not None else "*/*.placed.npz"
-    for placed in sorted(Path(runs_dir).glob(pattern)):
+    tasks = [Path(runs_dir) / f"{rank:05d}"] if rank is not None else in_place.children(runs_dir, folders=True)
+    for placed in (found for task in tasks for found in in_place.children(task, "*.placed.npz")):
         cell = placed.name.removesuffix(".placed.npz")
         yield int(placed.parent.name), cell, placed.with_name(f"{cell}.npz")
 

@@ -13,9 +13,12 @@ run's log and the funnel's `not_read`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from millrace.urls import is_url
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
@@ -27,6 +30,30 @@ EXAMPLES = 3  # file names shown per folder in `not_read`
 NO_READER = "no source reads its extension"
 DANGLING = "dangling symbolic link"
 OUTSIDE = "symbolic link leading outside the folder"
+
+
+_listings: dict[tuple, Any] | None = None  # inside `listed_once`: each listing and file test, by its arguments
+
+
+@contextlib.contextmanager
+def listed_once() -> Iterator[None]:
+    """Within the block, each source path is listed (and tested for being a file) once: a run's driver asks
+    for the same listings for the fingerprints, the unread files and the task plan."""
+    global _listings
+    previous, _listings = _listings, {}
+    try:
+        yield
+    finally:
+        _listings = previous
+
+
+def _once(kind: str, path: str, storage_options: dict | None, compute: Callable[[], Any]) -> Any:
+    if _listings is None:
+        return compute()
+    key = (kind, path, json.dumps(storage_options or {}, sort_keys=True, default=str))
+    if key not in _listings:
+        _listings[key] = compute()
+    return _listings[key]
 
 
 def _hidden(relative: str) -> bool:
@@ -54,8 +81,11 @@ def is_file(path: str, storage_options: dict | None = None) -> bool:
         return Path(path).is_file()
     from fsspec.core import url_to_fs
 
-    fs, stripped = url_to_fs(path, **(storage_options or {}))
-    return fs.isfile(stripped)
+    def test() -> bool:
+        fs, stripped = url_to_fs(path, **(storage_options or {}))
+        return bool(fs.isfile(stripped))
+
+    return bool(_once("is_file", path, storage_options, test))
 
 
 def folder_of(path: str, storage_options: dict | None = None) -> tuple[str, bool]:
@@ -67,7 +97,11 @@ def folder_of(path: str, storage_options: dict | None = None) -> tuple[str, bool
 
 def listed_files(path: str, storage_options: dict | None = None) -> list[str]:
     """Every file under directory `path` (relative to it, sorted), hidden ones left out."""
-    return [f for f in data_folder(path, storage_options).list_files(recursive=True) if not _hidden(f)]
+
+    def listing() -> list[str]:
+        return [f for f in data_folder(path, storage_options).list_files(recursive=True) if not _hidden(f)]
+
+    return list(_once("listed", path, storage_options, listing))
 
 
 def source_files(source: SourceConfig, path: str) -> list[str]:
@@ -75,8 +109,13 @@ def source_files(source: SourceConfig, path: str) -> list[str]:
     if is_file(path, source.storage_options):
         return [path.rsplit("/", 1)[-1] if is_url(path) else Path(path).name]
     if source.glob is not None:
-        folder_files = data_folder(path, source.storage_options)
-        files = folder_files.list_files(recursive=True, glob_pattern=source.glob)
+        glob = source.glob
+        files = _once(
+            f"glob {glob}",
+            path,
+            source.storage_options,
+            lambda: data_folder(path, source.storage_options).list_files(recursive=True, glob_pattern=glob),
+        )
     else:
         suffixes = FORMAT_SUFFIXES.get(source.format, ())
         files = [f for f in listed_files(path, source.storage_options) if f.lower().endswith(suffixes)]

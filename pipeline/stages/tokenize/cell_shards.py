@@ -116,10 +116,15 @@ def held_out_cutoffs(runs_dir: Path, validation: HeldOutConfig) -> dict[str, lis
     return cutoffs
 
 
+def task_file_prefixes(rank: int) -> tuple[str, ...]:
+    """How the names of task `rank`'s files in a cell begin: its training and held-out shards, its trace part."""
+    return (f"{TRAINING_PREFIX}-{rank:05d}-", f"{VALIDATION_PREFIX}-{rank:05d}-", part_name(rank))
+
+
 def remove_task_files(cells_dir: Path, rank: int) -> None:
     """What an earlier run of tokenize task `rank` wrote to the store (a rerun may have other cells or
     fewer shards), its split task's files included."""
-    prefixes = (f"{TRAINING_PREFIX}-{rank:05d}-", f"{VALIDATION_PREFIX}-{rank:05d}-", part_name(rank))
+    prefixes = task_file_prefixes(rank)
     for path in cells_dir.glob("*/*") if cells_dir.is_dir() else ():
         if path.name.lstrip(".").startswith(prefixes):
             path.unlink()
