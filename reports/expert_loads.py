@@ -1,4 +1,5 @@
-"""Every record's per-expert loads as a long CSV beside a run page's data: `step,layer,expert,load`.
+"""Every record's per-expert loads as a CSV beside a run page's data: one row per step and MoE layer,
+`step,layer,expert 0,...,expert E-1` (E from the first record with loads; a row holds its layer's loads).
 
 At the 535B shape a record holds 47 x 384 loads, too many for the chunk files (the page loads those to zoom)
 or for a CSV assembled in the browser; this file is written record by record, from the same stream the chunks
@@ -18,7 +19,6 @@ from reports.numbers import finite
 from trainer.records import MetricsRecord
 
 LOADS_FILE = "expert-loads.csv"
-HEADER = "step,layer,expert,load\n"
 
 
 class ExpertLoadsWriter(AbstractContextManager["ExpertLoadsWriter"]):
@@ -30,22 +30,31 @@ class ExpertLoadsWriter(AbstractContextManager["ExpertLoadsWriter"]):
 
     def __enter__(self) -> ExpertLoadsWriter:
         self._handle = self._output.__enter__()
-        self._handle.write(HEADER)
+        self._header = False
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, trace: TracebackType | None
     ) -> bool | None:
+        if kind is None and not self._header:
+            self._write_header(0)
         return self._output.__exit__(kind, exc, trace)
 
+    def _write_header(self, experts: int) -> None:
+        assert self._handle is not None, "inside the with block"
+        self._handle.write(",".join(["step", "layer", *(f"expert {e}" for e in range(experts))]) + "\n")
+        self._header = True
+
     def add(self, record: MetricsRecord) -> None:
-        assert self._handle is not None, "add() inside the with block"
-        step = record.step
-        self._handle.writelines(
-            f"{step},{e.layer},{expert},{'' if (value := finite(load)) is None else repr(value)}\n"
-            for e in record.expert_load
-            for expert, load in enumerate(e.load)
-        )
+        loads = [e for e in record.expert_load if e.load]
+        if not loads:
+            return
+        if not self._header:
+            self._write_header(len(loads[0].load))
+        assert self._handle is not None
+        for e in loads:
+            values = ("" if (v := finite(x)) is None else repr(v) for x in e.load)
+            self._handle.write(f"{record.step},{e.layer},{','.join(values)}\n")
 
 
 def write_expert_loads(directory: Path, records: Iterable[MetricsRecord]) -> None:

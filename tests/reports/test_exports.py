@@ -4,11 +4,11 @@ assembled from, and the per-expert loads CSV beside them), on both ways a page i
 from __future__ import annotations
 
 import csv
-import math
 import typing
 from pathlib import Path
 
 import pydantic
+import pytest
 
 from reports.expert_loads import LOADS_FILE
 from reports.run_data import DATA_DIR, read_script
@@ -111,12 +111,11 @@ def _check(site: Path, records: list[MetricsRecord]) -> None:
     assert chunk["columns"]["skipped"] == [0.0, 1.0, 0.0]
     assert chunk["columns"]["alerts/held_since/loss_jump"] == [0.0, 1.0, 2.0]
     with open(data / LOADS_FILE) as handle:
-        rows = list(csv.DictReader(handle))
-    assert len(rows) == 3 * 2 * 8
-    for row in rows:
-        record = records[int(row["step"])]
-        expected = record.expert_load[int(row["layer"])].load[int(row["expert"])]
-        assert expected is not None and math.isclose(float(row["load"]), expected)
+        rows = list(csv.reader(handle))
+    assert rows[0] == ["step", "layer", *(f"expert {e}" for e in range(8))] and len(rows) == 1 + 3 * 2
+    for step, layer, *loads in rows[1:]:
+        expected = records[int(step)].expert_load[int(layer)].load
+        assert [float(x) for x in loads] == pytest.approx(expected, rel=1e-12)
     page = (site / "runs" / "r" / "index.html").read_text()
     assert f'href="{DATA_DIR}/{LOADS_FILE}"' in page
 
