@@ -98,6 +98,8 @@ const CHARTS = [
     keys: () => present([["param_norm", "param norm (trained params)"], ["param_norm_with_router_bias", "param norm incl. router bias", [5, 3]]]) },
   { id: "c-aux", title: "Auxiliary losses added to the objective", y: "loss (nats per token, × coefficient)",
     keys: () => present([["aux_loss", "sequence balance loss (× coef)"], ["z_loss", "router z-loss (× coef)"]]) },
+  { id: "c-skipped", title: "Skipped steps (a non-finite loss or gradient)", y: "steps", zero: true,
+    keys: () => present([["skipped_steps", "skipped so far"], ["skipped", "this step skipped (1)", [5, 3]]]) },
   { id: "c-tps", title: "Tokens per second", y: "tokens / s", yFormat: fmt.count, zero: true, keys: () => present([["tokens_per_second", "tokens/s"]]) },
   { id: "c-mfu", title: "Model FLOPs utilisation", y: "MFU (% of peak)", yFormat: fmt.pct, zero: true, keys: () => present([["mfu", "MFU"]]) },
   { id: "c-wait", title: "Share of step time waiting for data", y: "% of step time", yFormat: fmt.pct, zero: true,
