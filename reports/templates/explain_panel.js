@@ -49,9 +49,16 @@ function explainStep(panel, run, E, step) {
     cells: [c.cell, fmt.num(c.value), fmt.num(c.mean), fmt.num(c.jump, 3), fmt.num(c.excess, 3), c.jumped ? "jumped" : ""] }))).id = "explain-cells";
   h("h3", {}, panel, "Parameter groups: norm change against the typical change per logged step");
   explainTable(panel, ["group", "norm", "change", "typical change", "ratio", ""], x.groups.map((g) => ({ mark: g.moved,
-    cells: [g.group + (g.rule_updated ? " (rule-updated)" : ""), fmt.num(g.norm), fmt.num(g.change, 3), fmt.num(g.typical_change, 3),
+    cells: [groupLabel(g), fmt.num(g.norm), fmt.num(g.change, 3), fmt.num(g.typical_change, 3),
       fmt.num(g.ratio, 3), g.moved ? "moved" : ""] }))).id = "explain-groups";
   return true;
+}
+
+// Each group says how it is updated, as `train explain` does (grad / rule): the router bias by a rule, every other
+// group by gradients (a record from before the per-group norms has one "gradient-trained (all)" group, already named so).
+function groupLabel(g) {
+  if (g.rule_updated) return `${g.group} (rule-updated)`;
+  return g.group.startsWith("gradient-trained") ? g.group : `${g.group} (gradient-trained)`;
 }
 
 // A click (not a drag, which zooms) on a chart: onPick(x under the pointer, or the x of the point the hover
