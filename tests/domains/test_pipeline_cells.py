@@ -151,8 +151,10 @@ def test_store_info_says_what_the_score_means_and_each_buckets_language_mix(buil
 
 def _cell_contents(path):
     """Per cell: counts, its documents (sorted token bytes, training and held out) and its stats less the
-    trace parts, which follow the task split as the shards do."""
+    trace parts (the training documents' and the held-out documents'), which follow the task split as the shards
+    do: a part is named by the tokenize task that wrote it."""
     from pipeline.store.format import ShardReader
+    from pipeline.store.trace import HELD_OUT_KEY
 
     store = Store(path)
     contents = {}
@@ -160,7 +162,7 @@ def _cell_contents(path):
         cell = store.cell(name)
         readers = [ShardReader(store.shard_prefix(name, s)) for s in [*cell.shards.rows(), *cell.validation.shards]]
         documents = sorted(r.document(i).tobytes() for r in readers for i in range(r.documents))
-        stats = {k: v for k, v in cell.stats.items() if k != "trace"}
+        stats = {k: v for k, v in cell.stats.items() if k not in ("trace", HELD_OUT_KEY)}
         contents[name] = (summary.documents, summary.tokens, summary.validation_documents, documents, stats)
     return contents
 
