@@ -7,7 +7,9 @@ can leave only the LAST line half written. The rule, everywhere:
 - a line that does not parse with more lines after it is damage, not a crash: one line
   naming the file and the line number;
 - a record that parses but breaks its schema is an error naming the file and the line,
-  unless the caller asks to skip it (`on_bad="skip"`: one warning naming file and line).
+  unless the caller asks to skip it (`on_bad="skip"`: one warning naming file and line);
+- a record its parser repaired (dropped a malformed part of it: `Repaired`) is kept, with one warning naming
+  the file and the line.
 A reader that follows a stream while it is written (`Follower`) reads a line once its newline is there;
 one that wants only the last record (`last_record`) reads the file's end.
 """
@@ -34,6 +36,11 @@ Check = Callable[[Any], str | None]  # a record -> what is wrong with it, or Non
 T = TypeVar("T")
 M = TypeVar("M", bound=pydantic.BaseModel)
 Parse = Callable[[bytes], tuple[T, str | None]]  # a line -> (its record, what is wrong with it); ValueError: no JSON
+
+
+class Repaired(str):
+    """What a parser dropped from a record it still returns (`Parse`'s problem): the record is kept and this is
+    said as a warning naming the file and the line, rather than the line skipped."""
 
 
 def has_step(record: Any) -> str | None:
@@ -143,7 +150,10 @@ def _parse_lines(stream: Stream[T], lines: list[bytes], parse: Parse[T], on_bad:
 
 def accepted(problem: str | None, on_bad: Literal["raise", "skip"], path: Path, number: int) -> bool:
     """Whether a record (line `number` of `path`) with `problem` is kept; a problem raises, or is skipped with a
-    warning."""
+    warning; a record its parser `Repaired` is kept, with a warning."""
+    if isinstance(problem, Repaired):
+        log.warning("%s:%d: %s", path, number, problem)
+        return True
     if problem:
         if on_bad == "skip":
             log.warning("%s:%d: skipped a malformed record (%s)", path, number, problem)
@@ -210,7 +220,9 @@ def last_parsed(path: Path | str, parse: Parse[T], window: int = 1 << 16) -> T |
             raise ArtifactError(
                 f"{path}: not a JSON line before the torn last one ({exc}); the file is damaged"
             ) from None
-        if problem:
+        if isinstance(problem, Repaired):  # kept; a warning is a full read's, which can name the line
+            log.info("%s: last record: %s", path, problem)
+        elif problem:
             raise ArtifactError(f"{path}: last record: {problem}")
         return record
     return None

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from millrace.errors import ArtifactError
-from millrace.jsonl import model_lines
+from millrace.jsonl import accepted
 from reports.numbers import finite
 from reports.run_observations import AlertEvents
-from trainer.records import MetricsRecord
+from trainer.records import MetricsRecord, metrics_lines
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class _Torn(Exception):
     pass
 
 
-_PARSE = model_lines(MetricsRecord)
+_PARSE = metrics_lines(MetricsRecord)
 
 
 def _parsed(path: Path, number: int, line: bytes, last: bool) -> MetricsRecord | None:
@@ -100,10 +100,7 @@ def _parsed(path: Path, number: int, line: bytes, last: bool) -> MetricsRecord |
         raise ArtifactError(
             f"{path}:{number}: not a JSON line ({exc}); the file is damaged before its last line"
         ) from None
-    if problem is not None:
-        log.warning("%s:%d: skipped a malformed record (%s)", path, number, problem)
-        return None
-    return record
+    return record if accepted(problem, "skip", path, number) else None
 
 
 def kept_records(path: Path) -> tuple[int, Iterator[MetricsRecord]]:

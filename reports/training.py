@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from millrace.jsonl import Follower, model_lines
+from millrace.jsonl import Follower
 from mixtures.manifest import BuiltManifest
 from reports.numbers import finite
 from reports.plan_progress import expected_sequences, run_manifest
@@ -30,6 +30,7 @@ from trainer.records import (
     MetricsRecord,
     RunRecord,
     last_metrics,
+    metrics_lines,
     observed_run_status,
     read_run,
 )
@@ -43,17 +44,18 @@ MAX_CELL_LINES = 10  # loss-per-cell lines drawn (the cells with most realised t
 class MetricsTail:
     """Follows a metrics stream: each `poll()` parses only the bytes added since the last one, each line
     straight into its `MetricsRecord` (a line a hand or a foreign tool spoiled is skipped with a warning
-    naming file and line, so that the page still draws the rest).
+    naming file and line, so that the page still draws the rest; spoiled alerts only lose the alerts:
+    `trainer.records.metrics_lines`). `model`: a `MetricsRecord` with more fields (a metric being added).
 
     A record whose step is not after the previous one means the run resumed from an
     earlier checkpoint: the records it supersedes are dropped, so every series stays a
     function of the step. A file that shrank (rewritten) is read again from the start.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, model: type[MetricsRecord] = MetricsRecord):
         self.path = Path(path)
         self.records: list[MetricsRecord] = []
-        self.follower = Follower(self.path, model_lines(MetricsRecord), on_bad="skip")
+        self.follower = Follower(self.path, metrics_lines(model), on_bad="skip")
         self.changed_from = 0  # the first record index changed since `take_changed_from()` (a resume pops some)
 
     def take_changed_from(self) -> int:

@@ -24,7 +24,7 @@ from pydantic import JsonValue
 from millrace.artifacts import read_payload, validated, write_artifact
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
-from millrace.jsonl import Check, has_step, last_parsed, model_lines, parse_stream
+from millrace.jsonl import Check, Parse, Repaired, has_step, last_parsed, model_lines, parse_stream
 from millrace.names import artifact_name
 from millrace.writer_lock import holder_state
 
@@ -73,6 +73,7 @@ class Record(StrictModel):
 
 
 R = TypeVar("R", bound=Record)
+M = TypeVar("M", bound="MetricsRecord")
 
 
 # ---- run.json
@@ -248,11 +249,79 @@ class MetricsRecord(Record):
     alerts: Alerts | None = None
 
 
-SCALARS = tuple(
-    name
-    for name, info in MetricsRecord.model_fields.items()
-    if any(isinstance(mark, Charted) for mark in info.metadata)
-)
+def charted(model: type[MetricsRecord]) -> tuple[str, ...]:
+    """The fields of a metrics record marked `Charted`, in order."""
+    return tuple(
+        name for name, info in model.model_fields.items() if any(isinstance(mark, Charted) for mark in info.metadata)
+    )
+
+
+SCALARS = charted(MetricsRecord)
+
+
+def alerts_problem(alerts: object) -> str | None:
+    """What is wrong with a metrics record's `alerts` (a hand-edited or foreign record), or None."""
+    if alerts is None:
+        return None
+    if not isinstance(alerts, dict):
+        return "'alerts' is not an object"
+    for key in ("started", "ended", "active"):
+        if not isinstance(alerts.get(key, []), list):
+            return f"'alerts.{key}' is not a list"
+    if not all(_valid(AlertEvent, a) for a in alerts.get("started", [])):
+        return "an 'alerts.started' entry is not an object with a 'name'"
+    if not all(isinstance(n, str) for key in ("ended", "active") for n in alerts.get(key, [])):
+        return "'alerts.ended' or 'alerts.active' holds something other than a name"
+    if not isinstance(alerts.get("values", {}), dict):
+        return "'alerts.values' is not an object"
+    return None
+
+
+def _valid(model: type[Record], value: object) -> bool:
+    try:
+        model.model_validate_json(json.dumps(value))
+    except (pydantic.ValidationError, TypeError, ValueError):
+        return False
+    return True
+
+
+def _repaired_alerts(alerts: object) -> dict[str, Any] | None:
+    """The well-formed part of a malformed `alerts`: its started entries that are alert events, its names that
+    are names (so an alert still active stays active); None where it is not an object."""
+    if not isinstance(alerts, dict):
+        return None
+    kept: dict[str, Any] = {}
+    if isinstance(alerts.get("started"), list):
+        kept["started"] = [a for a in alerts["started"] if _valid(AlertEvent, a)]
+    for key in ("ended", "active"):
+        if isinstance(alerts.get(key), list):
+            kept[key] = [n for n in alerts[key] if isinstance(n, str)]
+    if isinstance(alerts.get("values"), dict):
+        kept["values"] = {k: v for k, v in alerts["values"].items() if _valid(Alerts, {"values": {k: v}})}
+    return kept
+
+
+def metrics_lines(model: type[M]) -> Parse[M]:
+    """`millrace.jsonl.model_lines` for metrics.jsonl: a record whose only fault is in its `alerts` (a hand or a
+    foreign tool spoiled them) keeps its figures, so that the page still draws the step: the malformed alerts
+    are dropped (`Repaired`: a warning naming file and line). Any other fault is the line's."""
+    parse = model_lines(model)
+
+    def repaired(line: bytes) -> tuple[M, str | None]:
+        record, problem = parse(line)
+        if problem is None or not isinstance(record, dict) or "alerts" not in record:
+            return record, problem
+        why = alerts_problem(record["alerts"])
+        fixed = {**record, "alerts": _repaired_alerts(record["alerts"])}
+        if why is None:
+            return record, problem
+        try:
+            kept = model.model_validate_json(json.dumps(fixed))
+        except pydantic.ValidationError:
+            return record, problem  # more is wrong than the alerts: the line is skipped
+        return kept, Repaired(f"skipped a malformed alert record ({why})")
+
+    return repaired
 
 
 # ---- eval.jsonl
@@ -407,13 +476,13 @@ def read_metrics(run_dir: Path | str) -> list[MetricsRecord]:
     """Every complete metrics record of a run, oldest first (a torn last line is left for the next read).
 
     A record a hand or a foreign tool spoiled is left out with a warning naming file and line, so that a page
-    still draws the rest of the run."""
-    return typed_records(Path(run_dir) / METRICS_FILE, MetricsRecord, on_bad="skip")
+    still draws the rest of the run (where only its alerts are spoiled, only they are: `metrics_lines`)."""
+    return parse_stream(Path(run_dir) / METRICS_FILE, metrics_lines(MetricsRecord), on_bad="skip").records
 
 
 def last_metrics(run_dir: Path | str) -> MetricsRecord | None:
     """The last complete metrics record, read from the file's end (a long run's stream is never read whole)."""
-    return last_parsed(Path(run_dir) / METRICS_FILE, model_lines(MetricsRecord))
+    return last_parsed(Path(run_dir) / METRICS_FILE, metrics_lines(MetricsRecord))
 
 
 def read_eval(run_dir: Path | str) -> list[EvalRecord]:

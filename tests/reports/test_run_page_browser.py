@@ -15,9 +15,10 @@ from millrace.home import Home
 from reports import build_run_page, build_site
 from reports.run_data import RunSeries, read_script
 from reports.run_page import run_series, write_run_page
-from reports.training import load_run
+from reports.training import MetricsTail, load_run
 from testkit import factory
 from testkit.browser import Tab
+from trainer.records import METRICS_FILE, SCALARS, MetricsRecord, Scalar, charted
 
 SPIKE_STEP, SPIKE_LOSS = 14_006, 12.0
 
@@ -271,17 +272,26 @@ def test_the_run_page_also_loads_its_data_from_a_static_web_server(browser, smal
         server.server_close()
 
 
+class ToyMetrics(MetricsRecord):
+    """The metrics record with one more metric, declared as ARCHITECTURE's recipe declares one."""
+
+    toy_score: Scalar = None
+
+
 def test_a_charted_scalar_no_chart_names_is_drawn_under_other_metrics(browser, small_home, tmp_path):
-    """A new `Charted` field of the metrics record (here `toy_score`, carried as the trainer's `SCALARS` would
-    carry it) reaches the page with no change to the page: its own chart under "Other metrics"."""
+    """A new `Charted` field of the metrics record (here `toy_score`, on a `MetricsRecord` subclass; its
+    `charted` fields carried as the trainer's `SCALARS` carry them) reaches the page with no change to the
+    page: its own chart under "Other metrics"."""
     home, lines = factory.copy_as_live(small_home, tmp_path / "home")
     factory.set_status(home, "live", "completed")
     records = [json.loads(line) for line in lines]
-    with open(home.run("live") / "metrics.jsonl", "w") as stream:
+    with open(home.run("live") / METRICS_FILE, "w") as stream:
         stream.writelines(json.dumps({**r, "toy_score": r["step"] / 2}) + "\n" for r in records)
-    page = write_run_page(
-        load_run(home.run("live")), tmp_path / "site", series=RunSeries([*run_series().scalars, "toy_score"])
-    )
+    added = [name for name in charted(ToyMetrics) if name not in SCALARS]
+    assert added == ["toy_score"]
+    run = load_run(home.run("live"), MetricsTail(home.run("live") / METRICS_FILE, ToyMetrics))
+    assert len(run.records) == len(records)
+    page = write_run_page(run, tmp_path / "site", series=RunSeries([*run_series().scalars, *added]))
     tab = open_run(browser, page)
     assert tab.page.is_visible("#other-metrics")
     assert tab.page.eval_on_selector_all("#other-charts > div", "cs => cs.map((c) => c.id)") == ["c-other-toy_score"]
