@@ -308,8 +308,23 @@ def shutdown_past_dead_workers() -> None:
         while task_handler.is_alive() and inqueue._reader.poll():
             inqueue._reader.recv()
 
+    # The shutdown then puts a sentinel on the result queue, under its write lock: a worker killed between
+    # sending its result and releasing that lock holds it forever. Only workers and the shutdown write there,
+    # so a lock not had within `POOL_LOCK_SECONDS` is a dead worker's, released for it (any process may
+    # release a non-recursive SemLock).
+    terminate_pool = pool.Pool._terminate_pool.__func__
+
+    def terminate_pool_past_dead_writer(cls: Any, taskqueue: Any, inqueue: Any, outqueue: Any, *rest: Any) -> None:
+        wlock = getattr(outqueue, "_wlock", None)
+        if wlock is not None:
+            if not wlock.acquire(timeout=POOL_LOCK_SECONDS):
+                log.debug("a pool worker died holding its result queue's lock; released for it")
+            wlock.release()
+        terminate_pool(cls, taskqueue, inqueue, outqueue, *rest)
+
     help_stuff_finish.bounded = True  # type: ignore[attr-defined]
     pool.Pool._help_stuff_finish = staticmethod(help_stuff_finish)
+    pool.Pool._terminate_pool = classmethod(terminate_pool_past_dead_writer)
 
 
 def _route_datatrove_logs(level: str = "WARNING") -> None:

@@ -25,3 +25,20 @@ def test_a_pool_whose_idle_workers_died_of_sigterm_shuts_down_promptly():
     closing.join(timeout=POOL_LOCK_SECONDS + 8)
     assert not closing.is_alive(), "the pool's shutdown waits for a lock a dead worker held"
     assert time.monotonic() - started < POOL_LOCK_SECONDS + 8
+
+
+def test_a_pool_whose_worker_died_holding_the_result_queue_lock_shuts_down():
+    """A worker killed between sending its result and releasing the result queue's write lock: the shutdown's
+    sentinel on that queue does not wait for it forever."""
+    shutdown_past_dead_workers()
+    pool = multiprocess.get_context("fork").Pool(2)
+    assert pool.map(abs, [-1, -2]) == [1, 2]
+    holder = os.fork()
+    if holder == 0:  # stands for the worker: takes the lock and dies holding it
+        pool._outqueue._wlock.acquire()
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(holder, 0)
+    closing = threading.Thread(target=pool.terminate, daemon=True)
+    closing.start()
+    closing.join(timeout=2 * POOL_LOCK_SECONDS + 60)  # only guards a hang
+    assert not closing.is_alive(), "the pool's shutdown waits for the result queue's lock a dead worker held"
