@@ -26,10 +26,10 @@ from trainer.search.records import (
 from trainer.search.revisions import (
     cap_tokens,
     drawn_before,
-    max_weights,
     phase_weights,
     planned_phase_tokens,
     prior_weights,
+    proxy_weight_bounds,
 )
 from trainer.search.sampling import sample_mixtures
 from trainer.search.spec import Search
@@ -81,7 +81,7 @@ def sample_proxies(search: Search, components: list[Component], prior: np.ndarra
     """(proxies, phases, components) mixtures around `prior`, inside the epoch cap and `max_share`."""
     spec = search.spec
     sequences = search.proxy_steps * search.base.manifest.global_batch
-    bound = np.minimum(max_weights(search, components, sequences), spec.constraints.max_share)
+    bound = np.minimum(proxy_weight_bounds(search, components, sequences), spec.constraints.max_share)
     return sample_mixtures(
         prior,
         proxy_count(search, len(components)),

@@ -142,7 +142,7 @@ def drawn_before(search: Search, components: list[Component]) -> np.ndarray:
     return np.array([sum(p.counts.get(cell, 0) for p in phases for cell in c.cells) for c in components], dtype=float)
 
 
-def max_weights(search: Search, components: list[Component], sequences: int) -> np.ndarray:
+def proxy_weight_bounds(search: Search, components: list[Component], sequences: int) -> np.ndarray:
     """(phases, components) weight bounds that keep every component under the baseline's epoch cap over the
     lineage, for a continuation of `sequences` sequences."""
     held = search.base.manifest.cells
