@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import get_args
 
 import click
 
 from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
+from trainer.fleet.config import Executor
 from trainer.records import RungResult
 
 LADDER_HELP = """Plan, train, fit and compare scaling ladders: rungs of one model family on one revision.
@@ -123,7 +125,7 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
 @click.option("--revision", default=None, help="Train on this revision of the ladder's mixture instead of its own.")
 @click.option(
     "--executor",
-    type=click.Choice(["in-process", "local", "torchrun", "ray", "slurm"]),
+    type=click.Choice(get_args(Executor)),
     default=None,
     help="Where the rungs train (default: the ladder's [fleet] executor, else in-process one after another): "
     "local processes, torchrun, Ray (RAY_ADDRESS for a cluster) or Slurm ([fleet.slurm] in the ladder file).",
