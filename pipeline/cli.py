@@ -115,11 +115,40 @@ def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> 
             after = f", after {job['after']}" if job["after"] else ""
             click.echo(f"{job['stage']}: {job['script']} (array of {job['array']}{after})")
         return None
-    jobs = slurm.submit(config, home, restart=restart)
+    submitted = slurm.submit(config, home, restart=restart)
     if as_json:
-        return print_json({"submitted": True, "jobs": jobs})
-    for job in jobs:
+        return print_json({"submitted": True, **submitted})
+    if submitted["cancelled"]:
+        click.echo(f"cancelled the earlier chain's pending jobs: {' '.join(submitted['cancelled'])}")
+    for job in submitted["jobs"]:
         click.echo(f"{job['stage']}: " + ("already complete" if job["job_id"] == -1 else f"job {job['job_id']}"))
+    click.echo("follow it with: millrace pipeline status <config>")
+    return None
+
+
+@pipeline.command("status")
+@click.argument("config_path", metavar="CONFIG.toml", type=click.Path(dir_okay=False, path_type=Path))
+@home_option
+@json_option
+def status(config_path: Path, home, as_json: bool) -> None:
+    """Where CONFIG.toml's run stands: per phase, the tasks done (completion markers in the work directory,
+    on the disk or at work_url; any executor) and, for a Slurm chain, its jobs' states (squeue, then sacct).
+    Reads only."""
+    from rich.table import Table
+
+    from millrace.tables import print_table
+    from pipeline.chain_status import chain_status, status_rows
+    from pipeline.config import load_pipeline_config
+
+    found = chain_status(load_pipeline_config(config_path), home)
+    if as_json:
+        return print_json(found)
+    state = "built" if found["built"] else ("started" if found["started"] else "not started")
+    click.echo(f"store {found['store']} ({found['executor']}): {state}; work directory {found['work']}")
+    table = Table("phase", "tasks done", "jobs")
+    for row in status_rows(found):
+        table.add_row(*row)
+    print_table(table)
     return None
 
 

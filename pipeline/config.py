@@ -297,8 +297,6 @@ class ExecutorConfig(StrictModel):
     def _partition(self) -> ExecutorConfig:
         if self.kind == "slurm" and not self.slurm.partition:
             raise ValueError('kind = "slurm" needs executor.slurm.partition')
-        if self.kind == "slurm" and self.work_url:
-            raise ValueError('work_url runs with kind = "local" or "ray"; Slurm jobs share a work directory on disk')
         return self
 
 

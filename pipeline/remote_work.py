@@ -55,8 +55,9 @@ TASK_INPUTS: dict[str, tuple[str, ...]] = {
     "tokenize": ("filtered/{rank}.jsonl.zst", "removed/*/{rank}.jsonl.zst", "tokenizer.json", "models/*.*"),
     # its own token runs and training shards, against the held-out index
     "decontaminate": ("tokens/{rank}", "store/cells/*/shard-{rank}-*", "contamination/held-out.npz"),
-    # its own token runs (tables, placed rows, waiting candidates) and written.json
-    "split": ("tokenizer.json", "tokens/{rank}"),
+    # its own token runs (tables, placed rows, waiting candidates) and written.json; in a Slurm chain, the
+    # cutoffs and decision the decontaminate job saved (`pipeline.slurm`: the split is built in the task)
+    "split": ("tokenizer.json", "tokens/{rank}", "contamination/cutoffs.json", "contamination/decision.json"),
     "publish": (),  # its own shards go from the work URL to the store URL (`pipeline.store.remote.PublishShards`)
 }
 

@@ -221,16 +221,36 @@ def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: 
         from datatrove.executor import RayPipelineExecutor
 
         if not ray.is_initialized():
-            ray.init(
-                address=os.environ.get("RAY_ADDRESS"),
-                num_cpus=None if os.environ.get("RAY_ADDRESS") else workers,
-                include_dashboard=False,
-                log_to_driver=False,
-            )
+            _init_ray(workers)
         return RayPipelineExecutor(
             pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir), cpus_per_task=1, mem_per_cpu_gb=1
         )
     return _local_executor(pipeline, tasks, min(workers, tasks), logging_dir)
+
+
+class RayConnectError(MillraceError):
+    """The Ray cluster refused the connection (token authentication) or could not be reached."""
+
+
+def _init_ray(workers: int) -> None:
+    """Connect to $RAY_ADDRESS's cluster (else start a local one). A cluster with token authentication refuses a
+    driver without its token: `ray.init` raises `AuthenticationError` where RAY_AUTH_MODE=token has no token,
+    and a bare `ConnectionError` after its retries where the token is missing or wrong; one line each."""
+    import ray
+    from ray.exceptions import AuthenticationError
+
+    address = os.environ.get("RAY_ADDRESS")
+    try:
+        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False, log_to_driver=False)
+    except AuthenticationError as exc:
+        raise RayConnectError(
+            f"Ray cluster {address or '(local)'}: token authentication: {' '.join(str(exc).split())}"
+        ) from None
+    except ConnectionError as exc:
+        raise RayConnectError(
+            f"Ray cluster {address or '(local)'}: {exc}; a cluster with token authentication needs "
+            "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this environment"
+        ) from None
 
 
 def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
