@@ -168,6 +168,7 @@ def run_command(
             {
                 "run": result.run,
                 "run_dir": str(result.run_dir),
+                "rank": result.rank,
                 "start_step": result.start_step,
                 "end_step": result.end_step,
                 "steps_run": len(result.losses),
@@ -175,6 +176,11 @@ def run_command(
                 "last_loss": result.losses[-1] if result.losses else None,
                 "seconds": round(result.seconds, 3),
             }
+        )
+    elif result.losses and result.rank:  # its node may have no run directory: rank 0 writes the files
+        click.echo(
+            f"run {result.run}, rank {result.rank}: steps {result.start_step}..{result.end_step} done; rank 0 "
+            f"writes the run's files ({result.files}, on its node unless shared)"
         )
     elif result.losses:
         click.echo(
