@@ -80,13 +80,17 @@ def write_chain(layout: WorkLayout, remote: RemoteWork | None, chain: list[dict]
 
 
 def _run(command: list[str]) -> str | None:
-    """A Slurm command's output; None where the command is not installed."""
+    """A Slurm command's output; None where the command is not installed, or where `sacct` has no accounting
+    to ask (a cluster without slurmdbd: the jobs that left the queue are then unknown, not an error)."""
     if shutil.which(command[0]) is None:
         return None
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         if command[0] == "squeue" and "Invalid job id" in done.stderr:  # every job has left the queue
             return ""
+        if command[0] == "sacct":
+            log.debug("%s: %s", " ".join(command), done.stderr.strip())
+            return None
         raise SlurmCommandError(f"{' '.join(command)}: {done.stderr.strip() or f'exit {done.returncode}'}")
     return done.stdout
 

@@ -205,7 +205,8 @@ def test_a_chain_with_its_work_directory_on_a_bucket_builds_the_local_store(
     from testkit.s3 import download_tree, s3_server
 
     root, _, _ = corpus
-    stand_ins(tmp_path, monkeypatch, {"sbatch": SBATCH, "srun": SRUN, "scontrol": SCONTROL})
+    commands = {"sbatch": SBATCH, "srun": SRUN, "scontrol": SCONTROL, "squeue": QUEUE, "sacct": QUEUE}
+    stand_ins(tmp_path, monkeypatch, commands)
     with s3_server("work") as server:
         opts = server.storage_options
         client = opts["client_kwargs"]
