@@ -18,7 +18,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from millrace.urls import is_url
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
@@ -30,6 +30,16 @@ EXAMPLES = 3  # file names shown per folder in `not_read`
 NO_READER = "no source reads its extension"
 DANGLING = "dangling symbolic link"
 OUTSIDE = "symbolic link leading outside the folder"
+
+
+class Unread(TypedDict):
+    """The files under one source folder that no source reads (`unread_files`), as the funnel's `not_read` keeps."""
+
+    source: str
+    path: str
+    files: int
+    reasons: dict[str, int]
+    examples: list[str]
 
 
 _listings: dict[tuple, Any] | None = None  # inside `listed_once`: each listing and file test, by its arguments
@@ -131,7 +141,7 @@ def _location(folder: str, relative: str) -> str:
     return f"{folder.rstrip('/')}/{relative}" if is_url(folder) else str(Path(folder) / relative)
 
 
-def unread_files(config: PipelineConfig) -> list[dict]:
+def unread_files(config: PipelineConfig) -> list[Unread]:
     """Per source folder, the files no source reads: {source, path, files, reasons: {why: n}, examples}."""
     read: set[str] = set()
     for source in config.sources:
@@ -141,7 +151,8 @@ def unread_files(config: PipelineConfig) -> list[dict]:
         for path in source.paths:
             folder = folder_of(path, source.storage_options)[0]
             read.update(_location(folder, f) for f in source_files(source, path))
-    found, seen = [], set()
+    found: list[Unread] = []
+    seen: set[str] = set()
     for source in config.sources:
         for path in source.paths:
             if path in seen or folder_of(path, source.storage_options)[1]:
@@ -165,7 +176,7 @@ def unread_files(config: PipelineConfig) -> list[dict]:
     return found
 
 
-def describe_unread(entry: dict) -> str:
+def describe_unread(entry: Unread) -> str:
     """One log line: 'not read: 3 files under /corpus/web (source web), e.g. a.txt, b.csv (no source reads ...)'."""
     why = "; ".join(f"{n} {reason}" for reason, n in entry["reasons"].items())
     return (
