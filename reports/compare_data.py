@@ -125,7 +125,9 @@ def _listed(values: np.ndarray) -> list[float | None]:
     return [None if math.isnan(v) else v for v in values.tolist()]
 
 
-def run_summary(view: RunView, ladder: dict[str, Any] | None = None, built: SummaryBuilder | None = None) -> dict:
+def run_summary(
+    view: RunView, ladder: dict[str, Any] | None = None, built: SummaryBuilder | None = None
+) -> dict[str, object]:
     """What the compare page draws for one run (`built`: the curves already built while streaming)."""
     curves = built if built is not None else SummaryBuilder.of(view.records)
     cells = sorted(key.split("/", 1)[1] for key in curves.values if key.startswith("loss_per_cell/"))

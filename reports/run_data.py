@@ -244,7 +244,7 @@ def _extremes(values: np.ndarray, stride: int) -> np.ndarray:
     return np.unique(np.concatenate([lows, highs, present[:1], present[-1:]]))
 
 
-def _means(values: np.ndarray, steps: np.ndarray, stride: int) -> dict[str, list]:
+def _means(values: np.ndarray, steps: np.ndarray, stride: int) -> dict[str, list[float]]:
     """Per bucket: the mean of its finite values at its last step, and how many records it averages."""
     padded = np.full(math.ceil(values.size / stride) * stride, np.nan)
     padded[: values.size] = values
@@ -275,7 +275,7 @@ class OverviewBuilder:
         self.ends: dict[str, dict[str, tuple[int, int, float]]] = {}  # first / last present
         self.sums: dict[str, np.ndarray] = {}  # [blocks, 2]: sum, count
         self.block_end_steps = np.zeros(self.blocks, dtype=np.int64)
-        self.clock: dict[str, list] = {"i": [], "s": [], "t": [], "w": []}
+        self.clock: dict[str, list[float | None]] = {"i": [], "s": [], "t": [], "w": []}
 
     def add(self, chunk: Chunk, start_time: float | None) -> None:
         first = chunk.index * CHUNK
@@ -311,7 +311,15 @@ class OverviewBuilder:
             np.add.at(sums[:, 0], block[present], values[present])
             np.add.at(sums[:, 1], block[present], 1)
 
-    def _extreme(self, table, key, values, where, empty: float, better) -> None:
+    def _extreme(
+        self,
+        table: dict[str, np.ndarray],
+        key: str,
+        values: np.ndarray,
+        where: tuple[np.ndarray, np.ndarray, np.ndarray],
+        empty: float,
+        better: np.ufunc,
+    ) -> None:
         """Each bucket's extreme so far: this chunk's (first of equals) where strictly better than before;
         `where`: each value's record index, step and bucket."""
         index, steps, block = where

@@ -23,8 +23,8 @@ from reports.run_data import (
     write_overview,
 )
 from reports.run_stream import RunDigest, kept_records
-from reports.training import MAX_CELL_LINES, SCALARS, RunView
-from trainer.records import METRICS_FILE, RunRecord
+from reports.training import MAX_CELL_LINES, RunView
+from trainer.records import METRICS_FILE, SCALARS, RunRecord
 
 REFRESH_SECONDS = 5
 

@@ -47,6 +47,9 @@ class Launcher(Protocol):
     def kill(self, handle: Handle) -> None:
         """End it now (after `stop` went unheeded)."""
 
+    def close(self) -> None:
+        """The fleet is done: release what the launcher holds (the local executor's worker processes)."""
+
 
 def open_log(log: Path, line: str) -> BinaryIO:
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -103,6 +106,9 @@ class ProcessLauncher:
         signal_group(handle.process, signal.SIGKILL)
         handle.process.wait()
 
+    def close(self) -> None:
+        pass
+
 
 def ray_job(command: list[str], env: dict[str, str], log: str) -> int:
     """A Ray task: the job as a process on the worker's node; `ray.cancel` (a KeyboardInterrupt here)
@@ -149,6 +155,9 @@ class RayLauncher:
 
     def kill(self, handle: Handle) -> None:
         self.ray.cancel(handle.ref, force=True)
+
+    def close(self) -> None:
+        pass
 
 
 class SlurmLauncher:
@@ -201,8 +210,15 @@ class SlurmLauncher:
     def kill(self, handle: Handle) -> None:
         subprocess.run(["scancel", handle.job_id], capture_output=True)
 
+    def close(self) -> None:
+        pass
+
 
 def launcher_for(fleet: FleetConfig) -> Launcher:
+    if fleet.executor == "local" and fleet.reuse_processes:
+        from trainer.fleet.pool import PoolLauncher
+
+        return PoolLauncher()
     if fleet.executor == "ray":
         return RayLauncher(fleet)
     if fleet.executor == "slurm":
