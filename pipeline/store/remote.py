@@ -16,6 +16,7 @@ one filesystem), and only the manifests, written on the driver, go up from its d
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,9 @@ COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
 MARKER = "store.json"  # written last: a store version is at a URL only once this object is
 
 
-def remote_fs(url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS) -> tuple[Any, str]:
+def remote_fs(
+    url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
+) -> tuple[Any, str]:
     """The filesystem and root of `url`, its calls limited by `limits` (one retry layer: `millrace.remote_calls`)."""
     return remote_calls.limited_fs(url, storage_options, limits)
 
