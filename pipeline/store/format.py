@@ -41,6 +41,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pydantic
@@ -58,6 +59,9 @@ from millrace.artifacts import (
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
+
+if TYPE_CHECKING:  # tokenizers loads when a tokenizer is read, not with the store's format
+    from tokenizers import Tokenizer
 
 STORE_KIND = "millrace.store"
 CELL_KIND = "millrace.cell"
@@ -422,7 +426,7 @@ class Store:
                 problems.append(f"{path}: sha256 differs from the one {owner} pins (altered or replaced)")
         return problems
 
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         """The store's `tokenizers.Tokenizer`, parsed from bytes that match store.json's fingerprint (an
         altered tokenizer.json changes every decoded text and every bits-per-byte figure, silently)."""
         info = self.manifest.tokenizer
@@ -443,7 +447,7 @@ class Store:
         return Tokenizer.from_str(raw.decode("utf-8"))
 
 
-def store_tokenizer(path: Path | str):
+def store_tokenizer(path: Path | str) -> Tokenizer:
     """The tokenizer at a store's `tokenizer/tokenizer.json`, checked against the store.json beside it
     (`Store.tokenizer`): what the loader, evaluation and samples read tokenizers through."""
     path = Path(path)

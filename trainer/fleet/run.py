@@ -182,6 +182,8 @@ class Fleet:
                 f"fleet stopped: {stopped} run(s) checkpointed and stopped, {len(outcomes)} of {self.total} "
                 f"finished; {CONTINUE}"
             ) from None
+        finally:
+            self.launcher.close()
 
     def ended(self) -> list[JobOutcome]:
         done = []

@@ -172,7 +172,8 @@ class _Polytope:
         if result.status != 0:
             raise ConfigError(f"propose: the linear programme did not solve ({result.message})")
         mixture = np.clip(self.basis @ result.x[: self.basis.shape[1]], 0.0, None).reshape(self.shape)
-        return mixture / mixture.sum(axis=1, keepdims=True)
+        shares: np.ndarray = mixture / mixture.sum(axis=1, keepdims=True)
+        return shares
 
     def _system(
         self, blocks: list[tuple[np.ndarray, np.ndarray]], cost: np.ndarray | None
@@ -295,7 +296,8 @@ def _search(surrogate: Surrogate, anchors: np.ndarray, rng: np.random.Generator)
         scores = surrogate.predict(local.reshape(-1, *anchors.shape[1:]))
         if scores.min() < best_score:
             best, best_score = local[int(np.argmin(scores))], float(scores.min())
-    return best.reshape(anchors.shape[1:])
+    proposal: np.ndarray = best.reshape(anchors.shape[1:])
+    return proposal
 
 
 def propose(
