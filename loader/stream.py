@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar, overload
@@ -294,16 +294,16 @@ class MixtureStream:
         end_step: int | None = None,
         stride: int = 1,
         gathered: Literal[False] = False,
-    ) -> Iterator[Batch]: ...
+    ) -> Generator[Batch]: ...
 
     @overload
     def iterate(
         self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, *, gathered: Literal[True]
-    ) -> Iterator[Gathered]: ...
+    ) -> Generator[Gathered]: ...
 
     def iterate(
         self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, gathered: bool = False
-    ) -> Iterator[Batch] | Iterator[Gathered]:
+    ) -> Generator[Batch] | Generator[Gathered]:
         """Batches start_step, start_step + stride, ... below end_step (default: from the current state to
         the end; a stride above 1 is one data-loader worker's share of the steps); with `gathered`, each as
         its unpacked `Gathered` form (for `pack` in another process).

@@ -55,12 +55,12 @@ def known_optimum_home(root: Path) -> Home:
 
 
 def write_search(
-    directory: Path, name: str = "known", proxies: int = 16, proxy_steps: int = 16, **tables: dict
+    directory: Path, name: str = "known", proxies: int = 16, proxy_steps: int = 16, **tables: dict[str, object]
 ) -> Path:
     """The search file (and its model config beside it); `tables` replace or add whole tables."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model.toml").write_text(tomli_w.dumps(MODEL))
-    spec: dict = {
+    spec: dict[str, object] = {
         "search": name,
         "base": {"config": "model.toml"},
         "mixture": {"mixture": MIXTURE, "revision": BASELINE},
