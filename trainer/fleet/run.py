@@ -182,7 +182,9 @@ class Fleet:
         self.home, self.fleet, self.launcher, self.total = home, fleet, launcher, total
         self.running: dict[str, tuple[TrainingJob, Handle, float]] = {}
         self.env = {"OMP_NUM_THREADS": str(threads_per_job(fleet)), "PYTHONUNBUFFERED": "1"}
-        self.interval = fleet.slurm.poll_seconds if fleet.executor == "slurm" else 0.1
+        # how often jobs are asked whether they ended: squeue is a call to the cluster; a local worker's answer
+        # is a read of a pipe, and a slot left idle after its job is time the swarm does not train
+        self.interval = {"slurm": fleet.slurm.poll_seconds, "local": 0.02}.get(fleet.executor, 0.1)
 
     def run(self, pending: list[TrainingJob], outcomes: dict[str, JobOutcome], report: Report) -> None:
         queue = list(pending)
