@@ -197,12 +197,12 @@ def _select_mixtures(compositions: list[Composition], mixtures: Sequence[str]) -
             )
 
 
-def rung_runs(ladders: list[LadderRecord]) -> dict[str, dict[str, str | int | None]]:
+def rung_runs(ladders: list[LadderRecord]) -> dict[str, Mapping[str, str | int | None]]:
     """Run name -> the ladder, rung and seed it trained for (from each ladder.json's results)."""
     return {r.run: {"ladder": body.ladder, "rung": r.rung, "seed": r.seed} for body in ladders for r in body.results}
 
 
-def _run_row(view: RunView, rung: dict[str, str | int | None] | None = None) -> dict[str, object]:
+def _run_row(view: RunView, rung: Mapping[str, str | int | None] | None = None) -> dict[str, object]:
     last = view.last
     return {
         "name": view.name,

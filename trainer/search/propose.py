@@ -166,7 +166,8 @@ class _Polytope:
         if target is not None:
             blocks.append((np.asarray(target, dtype=float).ravel(), np.ones(target.size)))
         a_ub, b_ub, a_eq, b_eq, c = self._system(blocks, cost)
-        result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+        # scipy-stubs type A_ub and A_eq as dense arrays; HiGHS takes sparse ones, as scipy's docs say
+        result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")  # type: ignore[call-overload]
         if result.status == 2:
             raise ConfigError(_infeasible(self.constraints))
         if result.status != 0:
