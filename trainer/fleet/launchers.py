@@ -214,11 +214,12 @@ class SlurmLauncher:
         pass
 
 
-def launcher_for(fleet: FleetConfig) -> Launcher:
+def launcher_for(fleet: FleetConfig, jobs: int = 1) -> Launcher:
+    """The executor's launcher, for about `jobs` jobs (the local workers started: no more than it needs)."""
     if fleet.executor == "local" and fleet.reuse_processes:
         from trainer.fleet.pool import PoolLauncher
 
-        return PoolLauncher()
+        return PoolLauncher(min(fleet.concurrency, max(1, jobs)))
     if fleet.executor == "ray":
         return RayLauncher(fleet)
     if fleet.executor == "slurm":

@@ -51,9 +51,12 @@ class Worker:
         return int(json.loads(line)["code"])
 
     def close(self) -> None:
+        """An idle worker ends at once (it holds nothing); a busy one is stopped like a fresh process's job
+        (SIGTERM: it checkpoints and exits), and killed if it has not exited after `CLOSE_SECONDS`."""
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
+        signal_group(self.process, signal.SIGTERM)
         try:
             self.process.wait(CLOSE_SECONDS)
         except subprocess.TimeoutExpired:
@@ -81,10 +84,12 @@ def start_worker(env: dict[str, str], log: Path) -> Worker:
 
 
 class PoolLauncher:
-    """`local`: each job is `millrace ...` in an idle worker, or in a new one while fewer than the fleet's
-    concurrency run (the fleet never starts more jobs than that)."""
+    """`local`: each job is `millrace ...` in an idle worker, or in a new one. `size` workers (the fleet's
+    concurrency, or fewer for fewer jobs) start with the first job, so the others' imports overlap it; the
+    fleet never runs more jobs at once than its concurrency."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int) -> None:
+        self.size = size  # workers started at the first job: their imports overlap it
         self.workers: list[Worker] = []
 
     def start(self, run: str, command: list[str], env: dict[str, str], log: Path) -> Handle:
@@ -94,6 +99,8 @@ class PoolLauncher:
         if worker is None:
             worker = start_worker(env, log)
             self.workers.append(worker)
+        while len(self.workers) < self.size:  # the others, idle until their first job
+            self.workers.append(start_worker(env, log))
         open_log(log, "$ (fleet worker " + str(worker.process.pid) + ") millrace " + " ".join(command[2:])).close()
         worker.send(command[2:], log)
         return Handle(run, log, process=worker.process, extra={"worker": worker})

@@ -9,7 +9,8 @@ path (the step finishes, a checkpoint, exit status 143); the worker then answers
 process would. Between jobs nothing is held open but the log of none: its output goes to /dev/null.
 
 A fresh process per job pays the interpreter and torch imports each time (seconds, more on a busy machine);
-here they are paid once per worker. Nothing a run computes depends on what ran before it in the process:
+here they are paid once per worker, and a checkpoint many jobs start from is read once
+(`trainer.checkpoint_memo`). Nothing a run computes depends on what ran before it in the process:
 every run seeds its own model and restores its own (or its source's) checkpoint.
 """
 
@@ -74,7 +75,9 @@ def main() -> int:
     for module in PRELOADED:
         importlib.import_module(module)
 
-    with answers:
+    from trainer.checkpoint_memo import keeping_loaded
+
+    with answers, keeping_loaded():  # jobs branched from one checkpoint (a swarm's proxies) read it once
         return serve(sys.stdin, answers)
 
 
