@@ -11,7 +11,7 @@ from millrace.home import Home
 from pipeline.config import PipelineConfig
 from pipeline.remote_work import RemoteWork
 from pipeline.runner import remote_work, store_version, stored_config
-from pipeline.slurm_queue import job_states, read_chain
+from pipeline.slurm_queue import ChainJob, JobState, job_states, read_chain
 from pipeline.work import PHASES, WorkLayout
 
 COMPLETIONS = "completions"
@@ -38,13 +38,13 @@ def _done_by_run(markers: list[str]) -> dict[str, dict[str, int]]:
     return done
 
 
-def _slurm_jobs(chain: list[dict]) -> dict[str, list[dict]]:
+def _slurm_jobs(chain: list[ChainJob]) -> dict[str, list[dict[str, Any]]]:
     """Each phase's recorded jobs with their states."""
-    states = job_states([job for entry in chain for job in entry.get("jobs", [])])
-    by_stage: dict[str, list[dict]] = {}
+    states = job_states([job for entry in chain for job in entry["jobs"]])
+    by_stage: dict[str, list[dict[str, Any]]] = {}
     for entry in chain:
-        for job in entry.get("jobs", []):
-            state = states.get(job, {"states": {}, "reason": ""})
+        for job in entry["jobs"]:
+            state = states.get(job, JobState(states={}, reason=""))
             by_stage.setdefault(entry["stage"], []).append({"job_id": job, **state})
     return by_stage
 
@@ -80,7 +80,7 @@ def chain_status(config: PipelineConfig, home: Home) -> dict[str, Any]:
     }
 
 
-def describe_jobs(jobs: list[dict]) -> str:
+def describe_jobs(jobs: list[dict[str, Any]]) -> str:
     """A phase's jobs in a few words: `101 PENDING (DependencyNeverSatisfied)`, `102 COMPLETED x3`."""
     words = []
     for job in jobs:

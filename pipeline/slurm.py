@@ -39,6 +39,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolder
@@ -68,6 +69,9 @@ from pipeline.stages.in_place import reading_in_place
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.work import WorkLayout, prepare_work
 
+if TYPE_CHECKING:
+    from datatrove.executor import SlurmPipelineExecutor
+
 DRIVER_PHASES = ("dedup", "decontaminate", "assemble")
 CUTOFFS = "cutoffs.json"  # under the work's contamination/: the decontaminate job's cutoffs, read by split tasks
 
@@ -79,7 +83,7 @@ class PhaseJob:
     `work_url`)."""
 
     name: str
-    pipeline: list
+    pipeline: list[PipelineStep]
     tasks: int
     logging_dir: Path
     folder: Path | DataFolder
@@ -116,9 +120,10 @@ class PhaseInTask(PipelineStep):
             yield from data
 
 
-def read_cutoffs(layout: WorkLayout) -> dict:
+def read_cutoffs(layout: WorkLayout) -> dict[str, list[int] | None]:
     """The held-out cutoffs the decontaminate job saved (a split task has only its own token runs)."""
-    return json.loads((layout.contamination / CUTOFFS).read_text())
+    cutoffs: dict[str, list[int] | None] = json.loads((layout.contamination / CUTOFFS).read_text())
+    return cutoffs
 
 
 class DriverJob(PipelineStep):
@@ -206,7 +211,7 @@ def chain_jobs(
     """Each phase's job; with `remote`, array tasks run staged and every executor logs on the URL."""
     tasks, cpus = config.executor.tasks, config.executor.slurm.driver_cpus
 
-    def job(name: str, pipeline: list, count: int, logging_dir: Path) -> PhaseJob:
+    def job(name: str, pipeline: list[PipelineStep], count: int, logging_dir: Path) -> PhaseJob:
         if remote is None:
             return PhaseJob(name, pipeline, count, logging_dir, logging_dir)
         staged = pipeline if name in DRIVER_PHASES else [StagedTask(name, pipeline, remote)]
@@ -225,7 +230,9 @@ def chain_jobs(
     ]
 
 
-def slurm_chain(config: PipelineConfig, jobs: list[PhaseJob], ids: JobIds | None = None) -> list:
+def slurm_chain(
+    config: PipelineConfig, jobs: list[PhaseJob], ids: JobIds | None = None
+) -> list[SlurmPipelineExecutor]:
     """One `SlurmPipelineExecutor` per job, each `depends=` on the one before; `ids` records every job id
     sbatch gives (datatrove's stats-merging jobs too)."""
     from datatrove.executor import SlurmPipelineExecutor
@@ -279,7 +286,15 @@ def _storage_env(remote: RemoteWork | None) -> Iterator[None]:
             os.environ[name] = before
 
 
-def submit(config: PipelineConfig, home: Home, restart: bool = False) -> dict:
+class Submission(TypedDict):
+    """What a submission did: each phase's job id (-1: nothing left to run) and the earlier chain's cancelled
+    jobs."""
+
+    jobs: list[dict[str, str | int]]
+    cancelled: list[str]
+
+
+def submit(config: PipelineConfig, home: Home, restart: bool = False) -> Submission:
     """Submit the whole chain (the last job launches its dependencies first), after cancelling the earlier
     chain's jobs still pending; returns each job's id (-1 for a phase whose tasks are all complete already)
     and the cancelled ids. The ids are recorded in the work directory."""
@@ -292,12 +307,14 @@ def submit(config: PipelineConfig, home: Home, restart: bool = False) -> dict:
     executors = slurm_chain(config, jobs, ids)
     with _storage_env(remote):
         executors[-1].run()
-    chain = [{"stage": job.name, "job_id": executor.job_id} for job, executor in zip(jobs, executors)]
+    chain = [(job.name, executor.job_id) for job, executor in zip(jobs, executors)]
     write_chain(layout, remote, ids.recorded(chain))
-    return {"jobs": chain, "cancelled": cancelled}
+    return Submission(jobs=[{"stage": stage, "job_id": job} for stage, job in chain], cancelled=cancelled)
 
 
-def dry_run(config: PipelineConfig, home: Home, out: Path | None = None, restart: bool = False) -> list[dict]:
+def dry_run(
+    config: PipelineConfig, home: Home, out: Path | None = None, restart: bool = False
+) -> list[dict[str, object]]:
     """Write each job's sbatch script (NN-<phase>.slurm) and chain.json into `out` (default: the run's
     work directory, slurm-scripts/); submit nothing. The scripts are the ones submission writes to each
     phase's logging directory, beside the pickled executor (written only at submission) they run."""

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
@@ -28,6 +28,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CHAIN = "slurm-chain.json"
 LIVE = ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING")
+
+
+class ChainJob(TypedDict):
+    """One phase of a recorded chain: its job id as submission reported it (-1: all its tasks were complete)
+    and every id sbatch gave it (its own job first, then datatrove's stats-merging job)."""
+
+    stage: str
+    job_id: str | int
+    jobs: list[str]
+
+
+class JobState(TypedDict):
+    """A job's tasks by state, and why the pending ones wait (empty where they do not)."""
+
+    states: dict[str, int]
+    reason: str
 
 
 class ChainRunning(MillraceError):
@@ -53,25 +69,27 @@ class JobIds:
         self.by_stage.setdefault(stage, []).append(job)
         return job
 
-    def __getstate__(self) -> dict:  # pickled with each executor: its tasks record nothing
+    def __getstate__(self) -> dict[str, object]:  # pickled with each executor: its tasks record nothing
         return {"by_stage": {}}
 
-    def recorded(self, chain: list[dict]) -> list[dict]:
-        """The chain's jobs with every id sbatch gave each phase (the phase's job first)."""
-        return [{**job, "jobs": self.by_stage.get(job["stage"], [])} for job in chain]
+    def recorded(self, chain: list[tuple[str, str | int]]) -> list[ChainJob]:
+        """The chain's (phase, job id) with every id sbatch gave each phase (the phase's job first)."""
+        return [ChainJob(stage=stage, job_id=job, jobs=self.by_stage.get(stage, [])) for stage, job in chain]
 
 
-def read_chain(layout: WorkLayout, remote: RemoteWork | None) -> list[dict]:
+def read_chain(layout: WorkLayout, remote: RemoteWork | None) -> list[ChainJob]:
     """The recorded chain of this work directory (empty before its first submission)."""
     path = layout.root / CHAIN
+    text: str | bytes | None = path.read_text() if path.exists() else None
     if remote is not None:
         target = remote.remote_path(path)
         remote.fs.invalidate_cache()
-        return json.loads(remote.fs.cat_file(target)) if remote.fs.exists(target) else []
-    return json.loads(path.read_text()) if path.exists() else []
+        text = remote.fs.cat_file(target) if remote.fs.exists(target) else None
+    found: list[ChainJob] = json.loads(text) if text else []
+    return found
 
 
-def write_chain(layout: WorkLayout, remote: RemoteWork | None, chain: list[dict]) -> None:
+def write_chain(layout: WorkLayout, remote: RemoteWork | None, chain: list[ChainJob]) -> None:
     """Record the chain's job ids (the work directory's root; on the URL too with `work_url`)."""
     text = json.dumps(chain, indent=2) + "\n"
     atomic_write_text(layout.root / CHAIN, text)
@@ -95,16 +113,16 @@ def _run(command: list[str]) -> str | None:
     return done.stdout
 
 
-def job_states(ids: list[str]) -> dict[str, dict[str, Any]]:
+def job_states(ids: list[str]) -> dict[str, JobState]:
     """Each job's tasks by state, and why the pending ones wait: {id: {"states": {state: n}, "reason": str}}.
     `squeue` for jobs in the queue, then `sacct` for the others; a job neither knows is absent."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, JobState] = {}
     if not ids:
         return found
     queued = _run(["squeue", "-h", "-r", "-j", ",".join(ids), "-o", "%F|%T|%r"])
     for line in (queued or "").splitlines():
         job, state, reason = (line.split("|") + ["", ""])[:3]
-        entry = found.setdefault(job.strip(), {"states": {}, "reason": ""})
+        entry = found.setdefault(job.strip(), JobState(states={}, reason=""))
         entry["states"][state] = entry["states"].get(state, 0) + 1
         if state == "PENDING" and reason not in ("", "None"):
             entry["reason"] = reason
@@ -114,18 +132,18 @@ def job_states(ids: list[str]) -> dict[str, dict[str, Any]]:
         job_id, _, state = line.partition("|")
         job = job_id.split("_")[0].split(".")[0]
         if job in left and state:
-            entry = found.setdefault(job, {"states": {}, "reason": ""})
+            entry = found.setdefault(job, JobState(states={}, reason=""))
             word = state.split()[0]
             entry["states"][word] = entry["states"].get(word, 0) + 1
     return found
 
 
-def _chain_ids(chain: list[dict]) -> dict[str, str]:
+def _chain_ids(chain: list[ChainJob]) -> dict[str, str]:
     """Every recorded job id of a chain, with its phase."""
     return {job: entry["stage"] for entry in chain for job in entry.get("jobs", [])}
 
 
-def cancel_stale(chain: list[dict]) -> list[str]:
+def cancel_stale(chain: list[ChainJob]) -> list[str]:
     """Before a chain is submitted again: cancel the earlier chain's jobs still pending; refuse where one still
     runs. Returns the cancelled ids."""
     ids = _chain_ids(chain)
