@@ -86,7 +86,7 @@ def describe_jobs(jobs: list[dict[str, Any]]) -> str:
     for job in jobs:
         states = ", ".join(f"{state}" + (f" x{n}" if n > 1 else "") for state, n in job["states"].items())
         reason = f" ({job['reason']})" if job.get("reason") else ""
-        words.append(f"{job['job_id']} {states or 'unknown to Slurm'}{reason}")
+        words.append(f"{job['job_id']} {states or 'left the queue'}{reason}")
     return "; ".join(words)
 
 
