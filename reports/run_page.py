@@ -154,5 +154,5 @@ def render_run_page(view: RunView, site: Path, data: dict[str, Any], refresh_sec
         facts=_facts(view.run),
         coverage=(data.get("eval") or {}).get("coverage"),
         config_rows=_flatten(view.run.config),
-        page_js=static_text("explain_panel.js") + static_text("run.js"),
+        page_js=static_text("chart_settings.js") + static_text("explain_panel.js") + static_text("run.js"),
     )
