@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO
 
 from millrace.artifacts import atomic_output
 from reports.numbers import finite
@@ -32,8 +32,8 @@ class ExpertLoadsWriter(AbstractContextManager["ExpertLoadsWriter"]):
     def __init__(self, directory: Path):
         self._directory = Path(directory)
         self._files = ExitStack()
-        self._csv: IO[Any] | None = None
-        self._script: IO[Any] | None = None
+        self._csv: IO[str] | None = None
+        self._script: IO[str] | None = None
 
     def __enter__(self) -> ExpertLoadsWriter:
         self._csv = self._files.enter_context(atomic_output(self._directory / LOADS_FILE, "w"))

@@ -74,13 +74,13 @@ def search_home(
 
 
 def write_search(
-    directory: Path, name: str = "known", proxies: int | None = 16, proxy_steps: int = 16, **tables: dict
+    directory: Path, name: str = "known", proxies: int | None = 16, proxy_steps: int = 16, **tables: dict[str, object]
 ) -> Path:
     """The search file (and its model config beside it); `tables` replace or add whole tables; `proxies=None`
     leaves the swarm's size to the default (per component)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model.toml").write_text(tomli_w.dumps(MODEL))
-    spec: dict = {
+    spec: dict[str, object] = {
         "search": name,
         "base": {"config": "model.toml"},
         "mixture": {"mixture": MIXTURE, "revision": BASELINE},

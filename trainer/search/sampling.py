@@ -54,7 +54,8 @@ def project_capped_simplex(points: np.ndarray, upper: np.ndarray) -> np.ndarray:
         low = np.where(above, middle, low)
         high = np.where(above, high, middle)
     projected = np.clip(points - 0.5 * (low + high), 0.0, upper)
-    return projected / projected.sum(axis=-1, keepdims=True)
+    shares: np.ndarray = projected / projected.sum(axis=-1, keepdims=True)
+    return shares
 
 
 def _dirichlet(rng: np.random.Generator, shares: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -66,7 +67,8 @@ def _dirichlet(rng: np.random.Generator, shares: np.ndarray, scales: np.ndarray)
     totals = draws.sum(axis=2, keepdims=True)
     for row, phase in np.argwhere(totals[..., 0] <= 0):  # every gamma underflowed: the sparsest draw
         draws[row, phase, rng.choice(shares.shape[1], p=shares[phase])] = 1.0
-    return draws / draws.sum(axis=2, keepdims=True)
+    normalised: np.ndarray = draws / draws.sum(axis=2, keepdims=True)
+    return normalised
 
 
 def sample_mixtures(
