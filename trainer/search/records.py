@@ -3,17 +3,25 @@ under `$MILLRACE_HOME/searches/<name>/`. Torch-free: the search page in `reports
 
     searches/<name>/
       plan.json         the swarm: components (cells keyed by content fingerprint), prior, branch point, proxies
-      proxies.json      one row per proxy: its sampled weights and EVERY per-set result of its last evaluation
+      proxies.jsonl     one row per proxy, appended as it ends: its weights and EVERY per-set result of its last
+                        evaluation
       fit.json          the surrogates' out-of-fold quality per eval set and for the target, stranded rows
       proposal.json     the proposed weights, predicted target with an interval, the revision file written
       validation.json   the proposal and the baselines at several seeds, measured differences with intervals
       writer.lock       the one writer (`millrace.writer_lock`): plan, run, fit, propose and validate take it
 
-Each is an artifact (`millrace.artifacts`: kind, schema version, content hash, written atomically). A proxy row
-keeps the whole of its run's last evaluation (loss and bits per byte per cell, domain, bucket, source and external
-set, and the macro and micro averages), so a new target is refitted from the rows without training anything.
-Weights are keyed by each component's content fingerprint (`trainer.search.fingerprint`) beside its cell names,
-so evidence survives a new store version or a re-bucketing wherever a cell's content is unchanged.
+The .json files are artifacts (`millrace.artifacts`: kind, schema version, content hash, written atomically). A
+proxy row keeps the whole of its run's last evaluation (loss and bits per byte per cell, domain, bucket, source and
+external set, and the macro and micro averages), so a new target is refitted from the rows without training.
+Weights are keyed by each component's content fingerprint (`trainer.search.fingerprint`), so evidence survives a
+new store version or a re-bucketing wherever a cell's content is unchanged.
+
+On disk each file names its components (name, fingerprint, cells) once and stores each weight as a float by
+component index per phase (plan.json schema 2; proxies.jsonl's components line, again after a re-plan), not a
+name and a fingerprint beside every weight. proxies.jsonl is a `millrace.jsonl` stream, appended one line per
+finished proxy (`ProxyLog`), never rewritten whole: a torn last line (a kill) is left out and the last row per
+proxy wins. In memory every weight names its component and fingerprint again
+(`PhaseWeights`). The previous release's files (plan.json schema 1, proxies.json rewritten whole) are still read.
 """
 
 from __future__ import annotations
