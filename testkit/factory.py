@@ -25,6 +25,7 @@ from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
+from pipeline.store.manifest_records import DomainStats, Funnel, QualityStats, StoreStats
 from testkit.stores import learnable_document, write_store
 from trainer.records import (
     AlertEvent,
@@ -150,11 +151,11 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
         eos_id=EOS,
         fingerprint="sha256:test-tokenizer",
         cell_stats=cell_stats,
-        funnel=funnel,
-        store_stats={
-            "domains": {"k": 3, "labels": DOMAIN_LABELS},
-            "quality": {"buckets": 2, "score_ranges": {"*": SCORE_RANGES}, **QUALITY_MEANING},
-        },
+        funnel=Funnel.model_validate(funnel),
+        store_stats=StoreStats(
+            domains=DomainStats(k=3, labels=DOMAIN_LABELS),
+            quality=QualityStats(buckets=2, score_ranges={"*": SCORE_RANGES}, **QUALITY_MEANING),
+        ),
     )
 
 

@@ -52,6 +52,7 @@ from pipeline.cells.fitted_model import (
 )
 from pipeline.cells.stats import cell_name
 from pipeline.config import QualityConfig
+from pipeline.store.manifest_records import QualityStats
 
 log = logging.getLogger(__name__)
 
@@ -365,11 +366,10 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     )
 
 
-def quality_stats(model_dir: Path) -> dict:
-    """`StoreManifest.stats["quality"]`: buckets, what the score means, and each group's score ranges."""
+def quality_stats(model_dir: Path) -> QualityStats:
+    """`StoreManifest.stats.quality`: buckets, what the score means, and each group's score ranges."""
     body = read_model(model_dir, QUALITY_KIND)
-    keys = ("buckets", "good", "other", "calibrated_by", "meaning", "score_ranges")
-    return {key: body[key] for key in keys}
+    return QualityStats.model_validate({key: body[key] for key in QualityStats.model_fields})
 
 
 class QualityScorer(FittedModelStep):

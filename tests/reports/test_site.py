@@ -344,8 +344,8 @@ def test_the_page_says_what_the_quality_score_means_and_each_buckets_language_mi
     rows = re.findall(r"<tr><td class=\"l\">(\w+)</td>(.*?)</tr>", table, re.DOTALL)
     assert [name for name, _ in rows] == ["corpus", "q0", "q1"]
     store = Store(small_home.store(factory.STORE, factory.VERSION))
-    german = sum(store.cell(c).stats["languages"]["de"] for c in store.manifest.cells if c.endswith("q0"))
-    q0 = sum(sum(store.cell(c).stats["languages"].values()) for c in store.manifest.cells if c.endswith("q0"))
+    german = sum((store.cell(c).stats.languages or {})["de"] for c in store.manifest.cells if c.endswith("q0"))
+    q0 = sum(sum((store.cell(c).stats.languages or {}).values()) for c in store.manifest.cells if c.endswith("q0"))
     shares = re.findall(r"<td>([^<]*)</td>", rows[1][1])
     assert shares[2].startswith(f"{100 * german / q0:.0f}") or shares[2].startswith(f"{100 * german / q0:.1f}"), shares
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from millrace.errors import ConfigError
 from pipeline.config import EvalSetConfig
 from pipeline.stages.dedup.ngrams import found_in, minhash, ngram_hashes, shingle_hashes
 from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
+from pipeline.store.manifest_records import ContainedDocument, Overlap, OverlapDocument
 
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
@@ -108,7 +110,7 @@ class NearDuplicateIndex:
 
 
 KIND_ORDER = {"exact": 0, "near": 1}
-CONTAINED = "contained"
+CONTAINED: Final = "contained"
 
 
 def better_hit(old: list | None, new: list) -> list:
@@ -168,7 +170,7 @@ class WrittenSet:
     name: str
     held: HeldOut
     manifest_hash: str
-    overlap: dict = field(default_factory=dict)
+    overlap: Overlap = field(default_factory=Overlap)
 
 
 def write_eval_set(
@@ -187,26 +189,26 @@ def write_eval_set(
     """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the
     tasks' `SetOverlap`) as its overlap with the store; a document whose share of n-grams in
     `trained_ngrams` (sorted; None: not checked) reaches `threshold` is listed and left out."""
-    found = [{"index": number, "kind": hits[number][0], "cell": hits[number][1]} for number in sorted(hits)]
-    counts = {kind: sum(1 for f in found if f["kind"] == kind) for kind in KIND_ORDER}
-    contained = []
+    found = [OverlapDocument(index=number, kind=hits[number][0], cell=hits[number][1]) for number in sorted(hits)]
+    contained: list[ContainedDocument] = []
     sequence = ShardSequence(set_dir, SET_PREFIX, dtype, shard_tokens)
     for number, (text, ids) in enumerate(set_documents(config, tokenizer, eos_id)):
         if trained_ngrams is not None:
             share = float(found_in(ngram_hashes(ids, ngram), trained_ngrams).mean())
             if share >= threshold:
-                contained.append({"index": number, "kind": CONTAINED, "share": round(share, 4)})
+                contained.append(ContainedDocument(index=number, kind=CONTAINED, share=round(share, 4)))
                 continue
         sequence.add(ids, 0, config.name, len(text.encode("utf-8")))
     shards = sequence.close()
     documents, tokens, nbytes = sequence.totals()
     held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards, sources=sequence.sources)
-    overlap = {
-        **counts,
-        CONTAINED: len(contained),
-        "documents": found[:SHOWN],
-        "contained_documents": contained[:SHOWN],
-    }
+    overlap = Overlap(
+        exact=sum(1 for f in found if f.kind == "exact"),
+        near=sum(1 for f in found if f.kind == "near"),
+        contained=len(contained),
+        documents=found[:SHOWN],
+        contained_documents=contained[:SHOWN],
+    )
     manifest = EvalSetManifest(
         name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held, overlap=overlap
     )

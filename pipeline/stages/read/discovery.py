@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from millrace.urls import is_url
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
+from pipeline.store.manifest_records import NotRead
 
 if TYPE_CHECKING:
     from datatrove.io import DataFolder
@@ -131,8 +132,8 @@ def _location(folder: str, relative: str) -> str:
     return f"{folder.rstrip('/')}/{relative}" if is_url(folder) else str(Path(folder) / relative)
 
 
-def unread_files(config: PipelineConfig) -> list[dict]:
-    """Per source folder, the files no source reads: {source, path, files, reasons: {why: n}, examples}."""
+def unread_files(config: PipelineConfig) -> list[NotRead]:
+    """Per source folder, the files no source reads (`NotRead.describe` is its log line)."""
     read: set[str] = set()
     for source in config.sources:
         if source.format == "hf-datasets":
@@ -141,7 +142,8 @@ def unread_files(config: PipelineConfig) -> list[dict]:
         for path in source.paths:
             folder = folder_of(path, source.storage_options)[0]
             read.update(_location(folder, f) for f in source_files(source, path))
-    found, seen = [], set()
+    found: list[NotRead] = []
+    seen: set[str] = set()
     for source in config.sources:
         for path in source.paths:
             if path in seen or folder_of(path, source.storage_options)[1]:
@@ -154,21 +156,12 @@ def unread_files(config: PipelineConfig) -> list[dict]:
                 local = None if is_url(path) else Path(path)
                 reasons = Counter((local and link_problem(local, f)) or NO_READER for f in missed)
                 found.append(
-                    {
-                        "source": source.name,
-                        "path": path,
-                        "files": len(missed),
-                        "reasons": dict(sorted(reasons.items())),
-                        "examples": missed[:EXAMPLES],
-                    }
+                    NotRead(
+                        source=source.name,
+                        path=path,
+                        files=len(missed),
+                        reasons=dict(sorted(reasons.items())),
+                        examples=missed[:EXAMPLES],
+                    )
                 )
     return found
-
-
-def describe_unread(entry: dict) -> str:
-    """One log line: 'not read: 3 files under /corpus/web (source web), e.g. a.txt, b.csv (no source reads ...)'."""
-    why = "; ".join(f"{n} {reason}" for reason, n in entry["reasons"].items())
-    return (
-        f"not read: {entry['files']:,} file{'s' if entry['files'] != 1 else ''} under {entry['path']} "
-        f"(source {entry['source']}), e.g. {', '.join(entry['examples'])} ({why})"
-    )

@@ -22,6 +22,7 @@ from pipeline.cells.domains import DOMAINS_KIND, DomainAssigner, DomainsConfig, 
 from pipeline.cells.fitted_model import model_path
 from pipeline.cells.quality import QUALITY_KIND, QualityConfig, QualityScorer, fit_quality, quality_stats
 from pipeline.cells.stats import CellStatsWriter, read_cell_stats
+from pipeline.store.manifest_records import StoreStats
 
 CELL_STATS_DIR = "cell-stats"
 
@@ -61,19 +62,16 @@ class CellSteps:
             steps.append(CellStatsWriter(self.model_dir / CELL_STATS_DIR))
         return steps
 
-    def collect_stats(self) -> tuple[dict, dict[str, dict]]:
+    def collect_stats(self) -> tuple[StoreStats, dict[str, dict]]:
         """`StoreManifest.stats` and `{cell: CellManifest.stats}`, once the steps have run."""
         stats = store_stats(self.model_dir)
-        labels = stats.get("domains", {}).get("labels")
-        return stats, read_cell_stats(self.model_dir / CELL_STATS_DIR, labels)
+        return stats, read_cell_stats(self.model_dir / CELL_STATS_DIR, stats.domain_labels() or None)
 
 
-def store_stats(model_dir: Path | str) -> dict:
-    """`StoreManifest.stats` entries for the models fitted in `model_dir`: "domains" and/or "quality"."""
+def store_stats(model_dir: Path | str) -> StoreStats:
+    """`StoreManifest.stats` for the models fitted in `model_dir`: its domains and/or quality buckets."""
     model_dir = Path(model_dir)
-    stats: dict = {}
-    if model_path(model_dir, DOMAINS_KIND).exists():
-        stats["domains"] = domains_stats(model_dir)
-    if model_path(model_dir, QUALITY_KIND).exists():
-        stats["quality"] = quality_stats(model_dir)
-    return stats
+    return StoreStats(
+        domains=domains_stats(model_dir) if model_path(model_dir, DOMAINS_KIND).exists() else None,
+        quality=quality_stats(model_dir) if model_path(model_dir, QUALITY_KIND).exists() else None,
+    )
