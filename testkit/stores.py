@@ -32,7 +32,7 @@ from pipeline.store.format import (
     write_eval_set_manifest,
     write_store_manifest,
 )
-from pipeline.store.manifest_records import Counts, Funnel, StoreStats
+from pipeline.store.manifest_records import CellStats, Counts, Funnel, Overlap, StoreStats
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_tokens.json"
@@ -51,7 +51,7 @@ def write_store(
     fingerprint: str = "sha256:test",
     tokenizer_path: str | None = None,
     bytes_per_token: int = 4,
-    cell_stats: Mapping[str, dict] = {},
+    cell_stats: Mapping[str, Mapping[str, object]] = {},
     store_stats: StoreStats | None = None,
     funnel: Funnel | None = None,
     validation: Mapping[str, Sequence[Document]] = {},
@@ -96,7 +96,7 @@ def write_store(
             bytes=tokens * bytes_per_token,
             shards=ShardTable.of(infos),
             sources=counts,
-            stats=dict(cell_stats.get(cell, {})),
+            stats=CellStats.model_validate(cell_stats.get(cell, {})),
             validation=held,
         )
         summaries[cell] = CellSummary(
@@ -142,7 +142,9 @@ def _write_eval_set(
         shards=[info],
         sources=counts,
     )
-    manifest = EvalSetManifest(name=name, dtype="uint16", tokenizer_fingerprint=fingerprint, held=held, overlap={})
+    manifest = EvalSetManifest(
+        name=name, dtype="uint16", tokenizer_fingerprint=fingerprint, held=held, overlap=Overlap()
+    )
     digest = write_eval_set_manifest(set_dir, manifest)
     return EvalSetSummary(documents=held.documents, tokens=held.tokens, bytes=held.bytes, manifest_hash=digest)
 
@@ -192,7 +194,7 @@ def _learnable(
 ) -> list[list[Document]]:
     docs, written = [], 0
     while written < tokens:
-        length = int(min(rng.integers(8, 96), tokens - written))
+        length = min(int(rng.integers(8, 96)), tokens - written)
         docs.append(
             (
                 learnable_document(rng, length, index + 1, shape.vocab, shape.eos),
@@ -215,7 +217,7 @@ def _distinct(
     common, probabilities = zipf_probabilities(shape.vocab)
     docs, written = [], 0
     while written < tokens:
-        length = int(min(rng.integers(16, 96), tokens - written))
+        length = min(int(rng.integers(16, 96)), tokens - written)
         own = block[rng.choice(DISTINCT_BLOCK, size=length, p=weights / weights.sum())]
         shared = rng.choice(common, size=length, p=probabilities)
         doc = np.where(rng.random(length) < 0.5, own, shared).astype(np.uint16)
@@ -230,7 +232,7 @@ def _random(rng: np.random.Generator, index: int, tokens: int, shards: int, shap
     for shard in range(shards):
         target, docs = tokens * (shard + 1) // shards, []
         while written < target:
-            length = int(min(rng.integers(1, 120), target - written))
+            length = min(int(rng.integers(1, 120)), target - written)
             doc = rng.integers(2, shape.vocab, size=length).astype(np.uint16)
             doc[-1] = shape.eos
             docs.append((doc, int(rng.integers(0, len(shape.sources)))))

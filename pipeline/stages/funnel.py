@@ -19,10 +19,15 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from millrace.artifacts import atomic_write_text
 from millrace.config import StrictModel
 from pipeline.store.manifest_records import BadFile, Funnel, FunnelCounts, FunnelStep, ReadAs
+
+# One source's (or language's) counts in one step: {"received", "kept": {documents, tokens, bytes}, "removed":
+# {reason: {...}}, and "cut" (read step) / "given_back" (validation step) when any}.
+Table = dict[str, Any]
 
 
 def _zero() -> dict[str, int]:
@@ -33,10 +38,12 @@ class StepCounts:
     """One funnel step's counts inside one task."""
 
     def __init__(self) -> None:
-        self.sources: dict[str, dict] = {}
-        self.languages: dict[str, dict] = {}  # documents and bytes per identified language, all sources together
-        self.bad_files: list[dict] = []  # the read step's skipped files: {source, file, error}
-        self.encodings: list[dict] = []  # the read step's files read in a detected encoding: {source, file, encoding}
+        self.sources: dict[str, Table] = {}
+        self.languages: dict[str, Table] = {}  # documents and bytes per identified language, all sources together
+        self.bad_files: list[dict[str, str]] = []  # the read step's skipped files: {source, file, error}
+        self.encodings: list[
+            dict[str, str]
+        ] = []  # the read step's files read in a detected encoding: {source, file, encoding}
 
     def language(self, language: str | None, received_bytes: int, reason: str | None, kept_bytes: int) -> None:
         """One document of `language` (None: not identified yet, not counted) received, then kept or removed."""
@@ -49,7 +56,7 @@ class StepCounts:
         into["documents"] += 1
         into["bytes"] += kept_bytes
 
-    def _source(self, source: str) -> dict:
+    def _source(self, source: str) -> Table:
         if source not in self.sources:
             self.sources[source] = {"received": _zero(), "kept": _zero(), "removed": {}}
         return self.sources[source]
@@ -106,7 +113,7 @@ def merge_step(directory: Path, table: str = "sources") -> dict[str, FunnelCount
     return {key: merged[key] for key in sorted(merged)}
 
 
-def _task_entries(directory: Path, key: str) -> list[dict]:
+def _task_entries(directory: Path, key: str) -> list[dict[str, object]]:
     return [entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get(key, [])]
 
 
@@ -133,7 +140,9 @@ def removed_tokens_from(paths: list[Path]) -> dict[str, dict[str, dict[str, int]
     return total
 
 
-def build_funnel(steps: list[tuple[str, dict[str, FunnelCounts]]], removed_tokens: dict) -> list[FunnelStep]:
+def build_funnel(
+    steps: list[tuple[str, dict[str, FunnelCounts]]], removed_tokens: dict[str, dict[str, dict[str, int]]]
+) -> list[FunnelStep]:
     """The store's funnel steps in order, tokens filled backwards from the last step's kept tokens."""
     sources = sorted({source for _, counts in steps for source in counts})
     for source in sources:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from millrace.errors import ArtifactError, ConfigError
+from millrace.home import Home
 from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
@@ -19,7 +20,7 @@ from pipeline.store.labels import labelled
 from pipeline.store.manifest_records import Decontamination, FunnelStep, NotRead, QualityStats
 
 
-def resolve_store(spec: str, home) -> Path:
+def resolve_store(spec: str, home: Home) -> Path:
     """A store directory, or `name/version`, or `name` (its newest version) under $MILLRACE_HOME."""
     path = Path(spec)
     if (path / "store.json").exists():
@@ -60,7 +61,7 @@ def _funnel_summary(step: FunnelStep) -> dict[str, Any]:
     return row
 
 
-def store_summary(path: Path) -> dict:
+def store_summary(path: Path) -> dict[str, Any]:
     store = Store(path)
     m = store.manifest
     cells = {
@@ -101,7 +102,7 @@ def store_summary(path: Path) -> dict:
     return summary
 
 
-def quality_summary(store: Store, quality: QualityStats) -> dict:
+def quality_summary(store: Store, quality: QualityStats) -> dict[str, object]:
     """What the quality score means, and each bucket's language mix against the corpus's."""
     from pipeline.store.language_mix import bucket_language_mix, share_ratios
 
@@ -110,7 +111,7 @@ def quality_summary(store: Store, quality: QualityStats) -> dict:
     return {**shown, "language_mix": mix, "share_ratios": share_ratios(mix)}
 
 
-def domain_grid(manifest: StoreManifest) -> dict:
+def domain_grid(manifest: StoreManifest) -> dict[str, object]:
     """Tokens per (domain, bucket) from `cNNqQ` cell names, with domain labels where recorded."""
     labels = manifest.stats.domain_labels()
     grid: dict[str, dict[str, int]] = {}
@@ -121,7 +122,7 @@ def domain_grid(manifest: StoreManifest) -> dict:
     return {"labels": labels, "tokens": {d: dict(sorted(b.items())) for d, b in sorted(grid.items())}}
 
 
-def print_summary(summary: dict) -> None:
+def print_summary(summary: dict[str, Any]) -> None:
     click.echo(
         f"store {summary['name']}/{summary['version']} at {summary['path']}"
         + (" (stats only)" if summary["stats_only"] else f" ({summary['dtype']})")
@@ -176,7 +177,7 @@ def print_summary(summary: dict) -> None:
         print_quality(summary["quality"])
 
 
-def _print_sources(summary: dict) -> None:
+def _print_sources(summary: dict[str, Any]) -> None:
     """Per source, what the funnel kept; the files no source read; what the decontamination gave back."""
     for entry in summary.get("per_source", []):
         click.echo(f"  {SourceKept.model_validate(entry).describe()}")
@@ -191,7 +192,7 @@ def _print_sources(summary: dict) -> None:
         )
 
 
-def print_quality(quality: dict, languages: int = 6) -> None:
+def print_quality(quality: dict[str, Any], languages: int = 6) -> None:
     """The score's meaning, then per bucket the share of its documents in each of the corpus's main languages."""
     if quality.get("meaning"):
         click.echo(f"quality score: {quality['meaning']}")
@@ -217,11 +218,11 @@ def store() -> None:
     """Inspect, verify and create token stores."""
 
 
-def list_stores(home) -> list[dict]:
+def list_stores(home: Home) -> list[dict[str, object]]:
     """Every store version under $MILLRACE_HOME/stores, oldest first per name; a damaged one says so."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for store_dir in home.store_versions():
-        row = {"name": store_dir.parent.name, "version": store_dir.name, "path": str(store_dir)}
+        row: dict[str, object] = {"name": store_dir.parent.name, "version": store_dir.name, "path": str(store_dir)}
         try:
             manifest = Store(store_dir).manifest
         except ArtifactError as exc:
@@ -242,7 +243,7 @@ def list_stores(home) -> list[dict]:
 @store.command("list")
 @home_option
 @json_option
-def list_command(home, as_json: bool) -> None:
+def list_command(home: Home, as_json: bool) -> None:
     """List the store versions under $MILLRACE_HOME/stores: cells, documents, tokens."""
     rows = list_stores(home)
     if as_json:
@@ -266,7 +267,7 @@ def list_command(home, as_json: bool) -> None:
 @click.argument("store_spec", metavar="STORE")
 @home_option
 @json_option
-def info(store_spec: str, home, as_json: bool) -> None:
+def info(store_spec: str, home: Home, as_json: bool) -> None:
     """Print a store's cells, documents, tokens and bytes (STORE: a directory or name[/version])."""
     summary = store_summary(resolve_store(store_spec, home))
     if as_json:
@@ -279,7 +280,7 @@ def info(store_spec: str, home, as_json: bool) -> None:
 @click.argument("store_spec", metavar="STORE")
 @home_option
 @json_option
-def verify(store_spec: str, home, as_json: bool) -> None:
+def verify(store_spec: str, home: Home, as_json: bool) -> None:
     """Check every shard against its manifest; name each failing file and exit non-zero."""
     path = resolve_store(store_spec, home)
     problems = Store(path).verify()
@@ -299,7 +300,7 @@ def verify(store_spec: str, home, as_json: bool) -> None:
 @click.option("--version", "version", required=True, help="Store version (CalVer YYYY.MM.DD).")
 @home_option
 @json_option
-def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -> None:
+def from_stats(stats_file: Path, name: str, version: str, home: Home, as_json: bool) -> None:
     """Create a stats-only store (token counts per cell, no shards) from FILE.json.
 
     The file holds {"available_tokens": {"c00q0": tokens, ...}} (the reference run's form);
@@ -338,11 +339,11 @@ def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -
     click.echo(f"wrote stats-only store {name}/{version} ({len(counts)} cells) at {path}")
 
 
-def parse_storage_options(pairs: tuple[str, ...]) -> dict:
+def parse_storage_options(pairs: tuple[str, ...]) -> dict[str, object]:
     """`KEY=VALUE` pairs; a VALUE that parses as JSON is taken as JSON (objects, numbers, booleans)."""
     import json
 
-    options: dict = {}
+    options: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
@@ -382,7 +383,7 @@ def parse_storage_options(pairs: tuple[str, ...]) -> dict:
 @home_option
 @json_option
 def copy(
-    store_spec: str, url: str, options: tuple[str, ...], timeout: float, retries: int, home, as_json: bool
+    store_spec: str, url: str, options: tuple[str, ...], timeout: float, retries: int, home: Home, as_json: bool
 ) -> None:
     """Copy a store version to URL (any fsspec URL: s3://bucket/prefix, gs://..., file://...), store.json last.
 

@@ -41,6 +41,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pydantic
@@ -59,6 +60,9 @@ from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
 from pipeline.store.manifest_records import CellStats, Counts, Funnel, Overlap, StoreStats
+
+if TYPE_CHECKING:  # tokenizers loads when a tokenizer is read, not with the store's format
+    from tokenizers import Tokenizer
 
 STORE_KIND = "millrace.store"
 CELL_KIND = "millrace.cell"
@@ -292,7 +296,7 @@ class StoreManifest(Model):
     cells: dict[str, CellSummary]
     # Source names; a shard's `.src` sidecar holds indices into this list.
     sources: list[str] = []
-    pipeline_config: dict = {}
+    pipeline_config: dict[str, Any] = {}
     config_hash: str | None = None
     # Per funnel step, per source: received/kept/removed counts and reasons (`{}` in a stats-only store).
     funnel: Funnel = pydantic.Field(default_factory=Funnel)
@@ -414,7 +418,7 @@ class Store:
                 problems.append(f"{path}: sha256 differs from the one {owner} pins (altered or replaced)")
         return problems
 
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         """The store's `tokenizers.Tokenizer`, parsed from bytes that match store.json's fingerprint (an
         altered tokenizer.json changes every decoded text and every bits-per-byte figure, silently)."""
         info = self.manifest.tokenizer
@@ -435,7 +439,7 @@ class Store:
         return Tokenizer.from_str(raw.decode("utf-8"))
 
 
-def store_tokenizer(store_dir: Path | str):
+def store_tokenizer(store_dir: Path | str) -> Tokenizer:
     """The tokenizer of the store version at `store_dir`, checked against its store.json's fingerprint
     (`Store.tokenizer`): what the loader, evaluation and samples read tokenizers through."""
     return Store(store_dir).tokenizer()
@@ -611,7 +615,7 @@ class ShardSequence:
         sources: dict[str, Counts] | None = None,
     ):
         self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
-        self.shards: list = list(shards)
+        self.shards: list[ShardInfo] = list(shards)
         self.writer: ShardWriter | None = None
         self.in_shard = 0
         self.in_writer = 0  # documents in the open shard
@@ -633,7 +637,7 @@ class ShardSequence:
             self.shards.append(self.writer.close())
             self.writer, self.in_shard, self.in_writer = None, 0, 0
 
-    def close(self) -> list:
+    def close(self) -> list[ShardInfo]:
         if self.writer is not None:
             self.shards.append(self.writer.close())
             self.writer = None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,9 @@ DANGLING = "dangling symbolic link"
 OUTSIDE = "symbolic link leading outside the folder"
 
 
-_listings: dict[tuple, Any] | None = None  # inside `listed_once`: each listing and file test, by its arguments
+_listings: dict[tuple[str, str, str], Any] | None = (
+    None  # inside `listed_once`: each listing and file test, by its arguments
+)
 
 
 @contextlib.contextmanager
@@ -48,7 +50,7 @@ def listed_once() -> Iterator[None]:
         _listings = previous
 
 
-def _once(kind: str, path: str, storage_options: dict | None, compute: Callable[[], Any]) -> Any:
+def _once(kind: str, path: str, storage_options: Mapping[str, object] | None, compute: Callable[[], Any]) -> Any:
     if _listings is None:
         return compute()
     key = (kind, path, json.dumps(storage_options or {}, sort_keys=True, default=str))
@@ -69,14 +71,14 @@ def link_problem(folder: Path, relative: str) -> str | None:
     return None if path.resolve().is_relative_to(folder.resolve()) else OUTSIDE
 
 
-def data_folder(path: str, storage_options: dict | None = None) -> DataFolder:
+def data_folder(path: str, storage_options: Mapping[str, object] | None = None) -> DataFolder:
     """The datatrove folder of a local directory or a URL prefix."""
     from datatrove.io import DataFolder
 
     return DataFolder(path, **(storage_options or {}))
 
 
-def is_file(path: str, storage_options: dict | None = None) -> bool:
+def is_file(path: str, storage_options: Mapping[str, object] | None = None) -> bool:
     """Whether a configured path names one file (a local file, or an object at a URL)."""
     if not is_url(path):
         return Path(path).is_file()
@@ -89,14 +91,14 @@ def is_file(path: str, storage_options: dict | None = None) -> bool:
     return bool(_once("is_file", path, storage_options, test))
 
 
-def folder_of(path: str, storage_options: dict | None = None) -> tuple[str, bool]:
+def folder_of(path: str, storage_options: Mapping[str, object] | None = None) -> tuple[str, bool]:
     """(the directory a configured path's files are relative to, whether the path is one file)."""
     if not is_file(path, storage_options):
         return path, False
     return (path.rsplit("/", 1)[0] if is_url(path) else str(Path(path).parent)), True
 
 
-def listed_files(path: str, storage_options: dict | None = None) -> list[str]:
+def listed_files(path: str, storage_options: Mapping[str, object] | None = None) -> list[str]:
     """Every file under directory `path` (relative to it, sorted), hidden ones left out."""
 
     def listing() -> list[str]:
@@ -111,7 +113,7 @@ def source_files(source: SourceConfig, path: str) -> list[str]:
         return [path.rsplit("/", 1)[-1] if is_url(path) else Path(path).name]
     if source.glob is not None:
         glob = source.glob
-        files = _once(
+        files: list[str] = _once(
             f"glob {glob}",
             path,
             source.storage_options,

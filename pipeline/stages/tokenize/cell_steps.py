@@ -18,10 +18,11 @@ from pathlib import Path
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.cells.domains import DOMAINS_KIND, DomainAssigner, DomainsConfig, domains_stats, fit_domains
+from pipeline.cells.domains import DOMAINS_KIND, DomainAssigner, domains_stats, fit_domains
 from pipeline.cells.fitted_model import model_path
-from pipeline.cells.quality import QUALITY_KIND, QualityConfig, QualityScorer, fit_quality, quality_stats
+from pipeline.cells.quality import QUALITY_KIND, QualityScorer, fit_quality, quality_stats
 from pipeline.cells.stats import CellStatsWriter, read_cell_stats
+from pipeline.config import DomainsConfig, QualityConfig
 from pipeline.store.manifest_records import StoreStats
 
 CELL_STATS_DIR = "cell-stats"
@@ -62,7 +63,7 @@ class CellSteps:
             steps.append(CellStatsWriter(self.model_dir / CELL_STATS_DIR))
         return steps
 
-    def collect_stats(self) -> tuple[StoreStats, dict[str, dict]]:
+    def collect_stats(self) -> tuple[StoreStats, dict[str, dict[str, object]]]:
         """`StoreManifest.stats` and `{cell: CellManifest.stats}`, once the steps have run."""
         stats = store_stats(self.model_dir)
         return stats, read_cell_stats(self.model_dir / CELL_STATS_DIR, stats.domain_labels() or None)
