@@ -117,7 +117,8 @@ class LexicalEmbedder:
         rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))[kept]
         weights = (1.0 + np.log(counts.data[kept].astype(np.float64))) * self.idf[position[kept]]  # sublinear tf × idf
         weighted = sp.csr_matrix((weights, (rows, position[kept])), shape=(counts.shape[0], len(self.columns)))
-        return normalize(weighted, copy=False)
+        normalized: sp.csr_matrix = normalize(weighted, copy=False)  # sklearn ships no types
+        return normalized
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

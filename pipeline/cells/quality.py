@@ -178,7 +178,8 @@ class LinearQuality:
     def _features(self, texts: Sequence[str]) -> sp.csr_matrix:
         counts = self._hasher.transform([t[: self.config.linear.max_chars] for t in texts])
         counts.data = 1.0 + np.log(counts.data)
-        return normalize(counts, copy=False)
+        normalized: sp.csr_matrix = normalize(counts, copy=False)  # sklearn ships no types
+        return normalized
 
     @classmethod
     def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> LinearQuality:
