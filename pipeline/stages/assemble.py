@@ -27,7 +27,7 @@ from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
-from pipeline.stages.held_out.eval_sets import better_hit, write_eval_set
+from pipeline.stages.held_out.eval_sets import Containment, StoreTokens, better_hit, write_eval_set
 from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 from pipeline.store.format import (
     CellManifest,
@@ -197,20 +197,6 @@ class StoreContents:
     validation: HeldOutConfig = field(default_factory=HeldOutConfig)
 
 
-@dataclass(frozen=True)
-class _Tokens:
-    """The store's tokenizer as the assembly uses it: parsed, its vocabulary's dtype, fingerprint and EOS id."""
-
-    tokenizer: Any
-    dtype: np.dtype
-    fingerprint: str
-    eos_id: int
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
-
-
 def assemble_store(final: Path, staged: Path, parts_dir: Path, contents: StoreContents) -> Path:
     """Write the manifests next to the tasks' shard files (`staged`, their task metadata in `parts_dir`) in a
     staging directory, then rename it to `final`.
@@ -252,7 +238,7 @@ def assemble_store(final: Path, staged: Path, parts_dir: Path, contents: StoreCo
     return final
 
 
-def _copy_tokenizer_and_models(staging: Path, contents: StoreContents) -> _Tokens:
+def _copy_tokenizer_and_models(staging: Path, contents: StoreContents) -> StoreTokens:
     """The tokenizer and the fitted models copied into the staging directory; the tokenizer read from its copy."""
     tokenizer_copy = staging / "tokenizer" / "tokenizer.json"
     tokenizer_copy.parent.mkdir(parents=True)
@@ -260,7 +246,7 @@ def _copy_tokenizer_and_models(staging: Path, contents: StoreContents) -> _Token
     if contents.models_dir is not None and contents.models_dir.is_dir():
         shutil.copytree(contents.models_dir, staging / "models", ignore=shutil.ignore_patterns("cell-stats"))
     tokenizer = load_tokenizer(tokenizer_copy)
-    return _Tokens(
+    return StoreTokens(
         tokenizer=tokenizer,
         dtype=dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True)),
         fingerprint=tokenizer_fingerprint(tokenizer_copy),
@@ -269,7 +255,7 @@ def _copy_tokenizer_and_models(staging: Path, contents: StoreContents) -> _Token
 
 
 def _write_cells(
-    staging: Path, parts: list[dict], cell_names: list[str], tokens: _Tokens, cell_stats: dict[str, dict[str, Any]]
+    staging: Path, parts: list[dict], cell_names: list[str], tokens: StoreTokens, cell_stats: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, CellSummary], list[CellManifest]]:
     """Each cell's manifest from the tasks' pieces of it, and its summary for the store manifest."""
     cells: dict[str, CellSummary] = {}
@@ -291,25 +277,24 @@ def _write_cells(
 
 
 def _write_eval_sets(
-    staging: Path, parts: list[dict], tokens: _Tokens, contents: StoreContents
+    staging: Path, parts: list[dict], tokens: StoreTokens, contents: StoreContents
 ) -> dict[str, EvalSetSummary]:
     """Each external evaluation set tokenized into `sets/<name>/`, with its overlap with the cells (warned about)."""
     validation = contents.validation
     eval_sets = {}
     for config in validation.sets:
-        trained = _set_trained_ngrams(parts, config.name) if validation.decontaminate else None
+        containment = (
+            Containment(
+                _set_trained_ngrams(parts, config.name),
+                validation.contamination_ngram,
+                validation.contamination_threshold,
+            )
+            if validation.decontaminate
+            else None
+        )
+        hits = _set_hits(parts, config.name)
         written = write_eval_set(
-            config,
-            staging / "sets" / config.name,
-            tokens.tokenizer,
-            tokens.eos_id,
-            tokens.dtype,
-            tokens.fingerprint,
-            contents.shard_tokens,
-            _set_hits(parts, config.name),
-            trained,
-            validation.contamination_ngram,
-            validation.contamination_threshold,
+            config, staging / "sets" / config.name, tokens, contents.shard_tokens, hits, containment
         )
         overlap = written.overlap
         eval_sets[config.name] = EvalSetSummary(

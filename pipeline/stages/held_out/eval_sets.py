@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from pipeline.config import EvalSetConfig
 from pipeline.stages.dedup.ngrams import found_in, minhash, ngram_hashes, shingle_hashes
 from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
 from pipeline.store.manifest_records import ContainedDocument, Overlap, OverlapDocument
+
+if TYPE_CHECKING:  # tokenizers loads when a set is tokenized
+    from tokenizers import Tokenizer
 
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
@@ -173,35 +176,54 @@ class WrittenSet:
     overlap: Overlap = field(default_factory=Overlap)
 
 
+@dataclass(frozen=True)
+class StoreTokens:
+    """The store's tokenizer as its writers use it: parsed, its vocabulary's dtype, fingerprint and EOS id."""
+
+    tokenizer: Tokenizer
+    dtype: np.dtype
+    fingerprint: str
+    eos_id: int
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+
+
+@dataclass(frozen=True)
+class Containment:
+    """The n-gram hashes training documents hold (sorted), and the share of a document's `ngram`-grams found
+    there (`threshold`) that leaves it out of an evaluation set."""
+
+    trained_ngrams: np.ndarray
+    ngram: int = 13
+    threshold: float = 0.5
+
+
 def write_eval_set(
     config: EvalSetConfig,
     set_dir: Path,
-    tokenizer,
-    eos_id: int,
-    dtype: np.dtype,
-    fingerprint: str,
+    tokens: StoreTokens,
     shard_tokens: int,
     hits: dict[int, list],
-    trained_ngrams: np.ndarray | None = None,
-    ngram: int = 13,
-    threshold: float = 0.5,
+    containment: Containment | None = None,
 ) -> WrittenSet:
     """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the
-    tasks' `SetOverlap`) as its overlap with the store; a document whose share of n-grams in
-    `trained_ngrams` (sorted; None: not checked) reaches `threshold` is listed and left out."""
+    tasks' `SetOverlap`) as its overlap with the store; a document mostly found in training (`containment`;
+    None: not checked) is listed and left out."""
     found = [OverlapDocument(index=number, kind=hits[number][0], cell=hits[number][1]) for number in sorted(hits)]
     contained: list[ContainedDocument] = []
-    sequence = ShardSequence(set_dir, SET_PREFIX, dtype, shard_tokens)
-    for number, (text, ids) in enumerate(set_documents(config, tokenizer, eos_id)):
-        if trained_ngrams is not None:
-            share = float(found_in(ngram_hashes(ids, ngram), trained_ngrams).mean())
-            if share >= threshold:
+    sequence = ShardSequence(set_dir, SET_PREFIX, tokens.dtype, shard_tokens)
+    for number, (text, ids) in enumerate(set_documents(config, tokens.tokenizer, tokens.eos_id)):
+        if containment is not None:
+            share = float(found_in(ngram_hashes(ids, containment.ngram), containment.trained_ngrams).mean())
+            if share >= containment.threshold:
                 contained.append(ContainedDocument(index=number, kind=CONTAINED, share=round(share, 4)))
                 continue
         sequence.add(ids, 0, config.name, len(text.encode("utf-8")))
     shards = sequence.close()
-    documents, tokens, nbytes = sequence.totals()
-    held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards, sources=sequence.sources)
+    documents, token_count, nbytes = sequence.totals()
+    held = HeldOut(documents=documents, tokens=token_count, bytes=nbytes, shards=shards, sources=sequence.sources)
     overlap = Overlap(
         exact=sum(1 for f in found if f.kind == "exact"),
         near=sum(1 for f in found if f.kind == "near"),
@@ -210,7 +232,7 @@ def write_eval_set(
         contained_documents=contained[:SHOWN],
     )
     manifest = EvalSetManifest(
-        name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held, overlap=overlap
+        name=config.name, dtype=str(tokens.dtype), tokenizer_fingerprint=tokens.fingerprint, held=held, overlap=overlap
     )
     digest = write_eval_set_manifest(set_dir, manifest)
     return WrittenSet(config.name, held, digest, overlap)
