@@ -56,7 +56,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from datatrove.data import Document
 from datatrove.io import DataFolder
@@ -96,6 +96,10 @@ from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, 
 from pipeline.store.format import dtype_for_vocab
 from pipeline.store.manifest_records import Funnel, NotRead, StoreStats
 from pipeline.work import FINGERPRINTED, PHASES, WorkLayout, prepare_work
+
+if TYPE_CHECKING:
+    from datatrove.executor.base import PipelineExecutor
+    from datatrove.utils.stats import PipelineStats
 
 log = logging.getLogger(__name__)
 # what `on_phase` is called with, in order: the announced phases ("models" is fitted within "tokenizer")
@@ -170,7 +174,7 @@ def extracted_sources(config: PipelineConfig) -> list[str]:
     return [s.name for s in config.sources if s.format in EXTRACTED_FORMATS]
 
 
-def stored_config(config: PipelineConfig) -> dict:
+def stored_config(config: PipelineConfig) -> dict[str, Any]:
     """The config as the store records it: `executor` left out, since how it ran does not change what it made,
     and the output's copy URL and its options recorded as unset (where a copy goes changes nothing in it, and
     storage options may hold credentials): a store built on a bucket is byte for byte the one built locally."""
@@ -199,7 +203,7 @@ class PostDedupSteps:
     """What the seam contributes: steps before tokenization, and the stats they leave behind."""
 
     steps: list[PipelineStep] = field(default_factory=list)
-    collect_stats: Callable[[], tuple[StoreStats, dict[str, dict]]] = lambda: (StoreStats(), {})
+    collect_stats: Callable[[], tuple[StoreStats, dict[str, dict[str, object]]]] = lambda: (StoreStats(), {})
 
 
 def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSteps:
@@ -215,7 +219,9 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
     return PostDedupSteps(steps=cells.steps(), collect_stats=cells.collect_stats)
 
 
-def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
+def _executor(
+    kind: str, pipeline: list[PipelineStep], tasks: int, workers: int, logging_dir: Path | DataFolder
+) -> PipelineExecutor:
     if kind == "slurm":  # a chain of jobs submitted at once, not a stage run from here
         raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
@@ -240,13 +246,13 @@ def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
     return str(logging_dir) if isinstance(logging_dir, Path) else logging_dir
 
 
-def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
+def _file_task_logger(logging_dir: DataFolder, rank: int, local_rank: int = 0, node_rank: int = -1) -> TextIO:
     """datatrove's task logger, but the console gets a task's errors as one line in millrace's log format; its
     file keeps everything."""
     from loguru import logger
 
     logger.remove()
-    logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+    logfile: TextIO = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
 
     def to_file(message: str) -> None:
         with contextlib.suppress(OSError):  # a full disk: the task's one console line says so, not a traceback
@@ -262,7 +268,9 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
     return logfile
 
 
-def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
+def _local_executor(
+    pipeline: list[PipelineStep], tasks: int, workers: int, logging_dir: Path | DataFolder
+) -> PipelineExecutor:
     """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
     import datatrove.executor.base as executor_base
     from datatrove.executor import LocalPipelineExecutor
@@ -272,7 +280,7 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path 
     class TaskFileLoggingExecutor(LocalPipelineExecutor):
         # datatrove has no setting for a task's logger: `_run_for_rank` calls the module global
         # `add_task_logger`. Replaced here, in the worker process that runs the task (never the driver's).
-        def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
+        def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1) -> PipelineStats:
             executor_base.add_task_logger = _file_task_logger
             try:
                 return super()._run_for_rank(rank, local_rank, node_rank)
@@ -371,7 +379,7 @@ class Executors:
     def run(
         self,
         label: str,
-        pipeline: list,
+        pipeline: list[PipelineStep],
         tasks: int,
         logging_dir: Path,
         *,
@@ -401,7 +409,7 @@ class Executors:
             remote.pull(DRIVER_READS[label])
 
 
-def _run_to_completion(executor: Any, shown: str, logging_dir: Path, logs: str) -> None:
+def _run_to_completion(executor: PipelineExecutor, shown: str, logging_dir: Path, logs: str) -> None:
     """Run `executor`; a task's failure becomes one line naming the phase and where its task logs are."""
     try:
         executor.run()
@@ -486,7 +494,7 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 
 
 def decontaminate(
-    config: PipelineConfig, layout: WorkLayout, cutoffs: dict, executors: Executors
+    config: PipelineConfig, layout: WorkLayout, cutoffs: dict[str, list[int] | None], executors: Executors
 ) -> ContaminationDecision | None:
     """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.held_out.contamination`),
     saved as the phase's decision; None when `[validation] decontaminate` is off."""
@@ -506,12 +514,17 @@ def decontaminate(
     return decision
 
 
-def _in_place(layout: WorkLayout, remote: RemoteWork | None) -> contextlib.AbstractContextManager:
+def _in_place(layout: WorkLayout, remote: RemoteWork | None) -> contextlib.AbstractContextManager[object]:
     """Where the work directory is on a work URL, the driver's reads of it go there in place."""
     return contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root)
 
 
-def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, given_back: dict) -> list[PipelineStep]:
+def split_pipeline(
+    config: PipelineConfig,
+    layout: WorkLayout,
+    cutoffs: dict[str, list[int] | None],
+    given_back: dict[str, list[list[int]]],
+) -> list[PipelineStep]:
     return [
         WriteHeldOut(
             layout.tokenizer,
@@ -550,9 +563,9 @@ def tokenized_documents(layout: WorkLayout) -> int:
     return sum(entry["documents"] for path in found for entry in json.loads(path.read_text())["cells"].values())
 
 
-def malformed_report(layout: WorkLayout) -> list[dict]:
+def malformed_report(layout: WorkLayout) -> list[dict[str, object]]:
     """Every record that produced no document: file, line and reason."""
-    records = []
+    records: list[dict[str, object]] = []
     for path in sorted(layout.malformed.glob("*/*.jsonl")):
         records += [json.loads(line) for line in path.read_text().splitlines() if line]
     return records
@@ -754,7 +767,7 @@ class StoreBuild:
     def remote(self) -> RemoteWork | None:
         return self.executors.remote
 
-    def run(self, label: str, pipeline: list, read: Callable[[], int] | None = None) -> None:
+    def run(self, label: str, pipeline: list[PipelineStep], read: Callable[[], int] | None = None) -> None:
         """Phase `label`'s executor run of `executor.tasks` tasks, logged in its own folder."""
         self.executors.run(label, pipeline, self.config.executor.tasks, self.layout.phase_logs(label), read=read)
 
@@ -860,7 +873,7 @@ def _check_tokenized(layout: WorkLayout, funnel: Funnel) -> None:
 
 
 def _assemble(
-    build: StoreBuild, tokenizer: Path, funnel: Funnel, stats: StoreStats, cell_stats: dict[str, dict]
+    build: StoreBuild, tokenizer: Path, funnel: Funnel, stats: StoreStats, cell_stats: dict[str, dict[str, object]]
 ) -> Path:
     """The assembly phase: the store's files come down from a work URL (unless they go on to `[output] url`
     from there), then the manifests are written and the staged store renamed into place."""

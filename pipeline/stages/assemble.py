@@ -27,7 +27,8 @@ from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
-from pipeline.stages.held_out.eval_sets import Containment, StoreTokens, better_hit, write_eval_set
+from pipeline.stages.held_out.eval_sets import Containment, Hit, StoreTokens, better_hit, write_eval_set
+from pipeline.stages.tokenize.cell_shards import CellPart, TaskPart
 from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 from pipeline.store.format import (
     CellManifest,
@@ -57,12 +58,12 @@ from pipeline.store.manifest_records import (
 log = logging.getLogger(__name__)
 
 
-def _read_parts(parts_dir: Path) -> list[dict]:
+def _read_parts(parts_dir: Path) -> list[TaskPart]:
     """Every shard task's metadata, in rank order (the store's order of a cell's shards)."""
     return [json.loads(path.read_text()) for path in sorted(Path(parts_dir).glob("*.json"), key=lambda p: int(p.stem))]
 
 
-def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, Counts]:
+def _sum_sources(entries: list[dict[str, dict[str, int]]]) -> dict[str, Counts]:
     total: dict[str, Counts] = {}
     for entry in entries:
         for name, counts in entry.items():
@@ -73,7 +74,9 @@ def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, Counts]:
     return {name: total[name] for name in sorted(total)}
 
 
-def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, extra_stats: dict) -> CellManifest:
+def _cell_manifest(
+    cell: str, pieces: list[CellPart], dtype: str, fingerprint: str, extra_stats: dict[str, object]
+) -> CellManifest:
     """A cell's manifest from its pieces (one per task that had documents of it, in rank order)."""
     sources = _sum_sources([p["sources"] for p in pieces])
     held_sources = _sum_sources([p["validation_sources"] for p in pieces])
@@ -107,16 +110,16 @@ def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, 
     )
 
 
-def _set_hits(parts: list[dict], name: str) -> dict[int, list]:
+def _set_hits(parts: list[TaskPart], name: str) -> dict[int, Hit]:
     """One evaluation set's findings over every task: per set document, the reported [kind, cell]."""
-    hits: dict[int, list] = {}
+    hits: dict[int, Hit] = {}
     for part in parts:
         for number, hit in part["overlap"].get(name, {}).items():
             hits[int(number)] = better_hit(hits.get(int(number)), hit)
     return hits
 
 
-def _set_trained_ngrams(parts: list[dict], name: str) -> np.ndarray:
+def _set_trained_ngrams(parts: list[TaskPart], name: str) -> np.ndarray:
     """One evaluation set's n-gram hashes that training documents hold, over every task."""
     found = [np.asarray(part.get("set_ngrams", {}).get(name, []), dtype=np.uint64) for part in parts]
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
@@ -168,7 +171,7 @@ def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, 
     )
 
 
-def given_back_sources(parts: list[dict]) -> dict[str, Counts]:
+def given_back_sources(parts: list[TaskPart]) -> dict[str, Counts]:
     """Per source, the held-out documents the split tasks gave back to training (summed over tasks and cells)."""
     total: dict[str, Counts] = {}
     for part in parts:
@@ -192,7 +195,7 @@ class StoreContents:
     pipeline_config: dict[str, Any]  # the config as the store records it (`runner.stored_config`)
     funnel: Funnel
     stats: StoreStats
-    cell_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cell_stats: dict[str, dict[str, object]] = field(default_factory=dict)
     models_dir: Path | None = None  # the fitted quality and domain models, copied under `models/`
     validation: HeldOutConfig = field(default_factory=HeldOutConfig)
 
@@ -255,7 +258,11 @@ def _copy_tokenizer_and_models(staging: Path, contents: StoreContents) -> StoreT
 
 
 def _write_cells(
-    staging: Path, parts: list[dict], cell_names: list[str], tokens: StoreTokens, cell_stats: dict[str, dict[str, Any]]
+    staging: Path,
+    parts: list[TaskPart],
+    cell_names: list[str],
+    tokens: StoreTokens,
+    cell_stats: dict[str, dict[str, object]],
 ) -> tuple[dict[str, CellSummary], list[CellManifest]]:
     """Each cell's manifest from the tasks' pieces of it, and its summary for the store manifest."""
     cells: dict[str, CellSummary] = {}
@@ -277,7 +284,7 @@ def _write_cells(
 
 
 def _write_eval_sets(
-    staging: Path, parts: list[dict], tokens: StoreTokens, contents: StoreContents
+    staging: Path, parts: list[TaskPart], tokens: StoreTokens, contents: StoreContents
 ) -> dict[str, EvalSetSummary]:
     """Each external evaluation set tokenized into `sets/<name>/`, with its overlap with the cells (warned about)."""
     validation = contents.validation

@@ -86,7 +86,9 @@ def write_held_out_index(
     return len(cells)
 
 
-def save_index(out_dir: Path, cells: list[str], pairs: list, lengths: list[int], grams: list[np.ndarray]) -> None:
+def save_index(
+    out_dir: Path, cells: list[str], pairs: list[tuple[int, int]], lengths: list[int], grams: list[np.ndarray]
+) -> None:
     """`out_dir/held-out.npz`: per held-out document its cell, (hash, key), length and n-gram hashes, and
     the sorted union of those hashes that the tasks look up."""
     counts = np.asarray([g.size for g in grams], dtype=np.int64)
@@ -177,7 +179,7 @@ def contaminated(out_dir: Path, threshold: float, ngram: int) -> ContaminationDe
     with np.load(Path(out_dir) / INDEX_FILE) as stored:
         cells, pairs, lengths, counts, grams = (stored[k] for k in ("cells", "pairs", "lengths", "counts", "ngrams"))
     back, rounds = given_back_to_fixpoint(grams, counts, found, threshold)
-    removed: dict[str, list] = {}
+    removed: dict[str, list[list[int]]] = {}
     per_cell: dict[str, CellContamination] = {}
     for i in np.flatnonzero(back).tolist():
         cell = str(cells[i])

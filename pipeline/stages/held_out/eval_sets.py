@@ -33,6 +33,9 @@ from pipeline.store.manifest_records import ContainedDocument, Overlap, OverlapD
 if TYPE_CHECKING:  # tokenizers loads when a set is tokenized
     from tokenizers import Tokenizer
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
 SHOWN = 20  # overlapping documents listed by index in set.json
@@ -60,7 +63,7 @@ def read_texts(config: EvalSetConfig) -> list[str]:
     return texts
 
 
-def set_documents(config: EvalSetConfig, tokenizer, eos_id: int) -> list[tuple[str, np.ndarray]]:
+def set_documents(config: EvalSetConfig, tokenizer: Tokenizer, eos_id: int) -> list[tuple[str, np.ndarray]]:
     """(text, token ids with EOS) of every document of a set, in set order: what its shards hold."""
     texts = read_texts(config)
     encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
@@ -113,10 +116,11 @@ class NearDuplicateIndex:
 
 
 KIND_ORDER = {"exact": 0, "near": 1}
+Hit = list[str]  # [kind, cell] of a set document's finding (JSON in the tasks' parts)
 CONTAINED: Final = "contained"
 
 
-def better_hit(old: list | None, new: list) -> list:
+def better_hit(old: Hit | None, new: Hit) -> Hit:
     """Of two [kind, cell] findings for one set document, the one reported: exact before near, then the
     first cell by name (so the report does not depend on which task found it)."""
     return new if old is None or (KIND_ORDER[new[0]], new[1]) < (KIND_ORDER[old[0]], old[1]) else old
@@ -128,9 +132,9 @@ class SetOverlap:
     def __init__(
         self,
         sets: list[EvalSetConfig],
-        tokenizer,
+        tokenizer: Tokenizer,
         eos_id: int,
-        found: dict[str, dict[str, list]] | None = None,
+        found: dict[str, dict[str, Hit]] | None = None,
         ngram: int = 13,
         found_ngrams: dict[str, list[int]] | None = None,
     ):
@@ -146,7 +150,7 @@ class SetOverlap:
                 index.add(ids)
                 grams.append(ngram_hashes(ids, ngram))
             self.ngram_index[config.name] = np.unique(np.concatenate(grams))
-        self.hits: dict[str, dict[str, list]] = {name: dict((found or {}).get(name, {})) for name in self.indexes}
+        self.hits: dict[str, dict[str, Hit]] = {name: dict((found or {}).get(name, {})) for name in self.indexes}
         self.found_ngrams: dict[str, list[np.ndarray]] = {
             name: [np.asarray((found_ngrams or {}).get(name, []), dtype=np.uint64)] for name in self.indexes
         }
@@ -205,13 +209,16 @@ def write_eval_set(
     set_dir: Path,
     tokens: StoreTokens,
     shard_tokens: int,
-    hits: dict[int, list],
+    hits: dict[int, Hit],
     containment: Containment | None = None,
 ) -> WrittenSet:
     """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the
     tasks' `SetOverlap`) as its overlap with the store; a document mostly found in training (`containment`;
     None: not checked) is listed and left out."""
-    found = [OverlapDocument(index=number, kind=hits[number][0], cell=hits[number][1]) for number in sorted(hits)]
+    found = [
+        OverlapDocument.model_validate({"index": number, "kind": hits[number][0], "cell": hits[number][1]})
+        for number in sorted(hits)
+    ]
     contained: list[ContainedDocument] = []
     sequence = ShardSequence(set_dir, SET_PREFIX, tokens.dtype, shard_tokens)
     for number, (text, ids) in enumerate(set_documents(config, tokens.tokenizer, tokens.eos_id)):
