@@ -189,6 +189,7 @@ def _print_sources(summary: dict[str, Any]) -> None:
             f"  held-out decontamination ({found.ngram}-grams, threshold {found.threshold:g}): "
             f"{found.documents:,} of {found.checked:,} held-out documents ({found.tokens:,} tokens) "
             "found in training, given back to training"
+            + (f" ({found.later_rounds:,} inside others given back)" if found.later_rounds else "")
         )
 
 

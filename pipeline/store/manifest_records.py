@@ -168,6 +168,9 @@ class Decontamination(Record):
     documents: int  # given back
     tokens: int
     per_cell: dict[str, CellContamination] = {}
+    # rounds of the fixpoint, and the documents given back after the first (stores built before: absent)
+    rounds: int | None = pydantic.Field(default=None, exclude_if=lambda v: v is None)
+    later_rounds: int | None = pydantic.Field(default=None, exclude_if=lambda v: v is None)
 
 
 class StoreStats(Record):

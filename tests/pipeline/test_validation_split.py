@@ -332,6 +332,7 @@ def test_held_out_documents_found_in_training_go_back_to_training(store_path, ca
     assert found is not None
     assert found.documents == given_back >= 1 and found.per_cell["articles"].documents == len(chosen["articles"])
     assert found.checked == sum(len(d) for d in chosen.values()) and (found.ngram, found.threshold) == (13, 0.5)
+    assert found.rounds is not None and found.rounds >= 1 and found.later_rounds is not None  # the store keeps them
     # the funnel counts them under their own reason, per source, as kept (they train): store.json, store info, page
     from pipeline.cells.held_out_split import GIVEN_BACK_REASON
     from reports.composition import _funnel

@@ -160,12 +160,10 @@ class ContaminationDecision(Decontamination):
     which held-out documents go back to training, per cell (`[hash, key]` pairs) for the split tasks."""
 
     cells: dict[str, list[list[int]]] = {}
-    rounds: int = 0
-    later_rounds: int = 0  # documents given back after the first round
 
     def record(self) -> Decontamination:
-        """What the store manifest keeps of it (`StoreStats.decontamination`)."""
-        return Decontamination.model_validate(self.model_dump(include=set(Decontamination.model_fields)))
+        """What the store manifest keeps of it (`StoreStats.decontamination`): all but the documents' keys."""
+        return Decontamination.model_validate(self.model_dump(exclude={"cells"}))
 
 
 def contaminated(out_dir: Path, threshold: float, ngram: int) -> ContaminationDecision:
