@@ -19,18 +19,38 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Literal, NotRequired, TypedDict
 
 from millrace.artifacts import atomic_write_text
 from millrace.config import StrictModel
 from pipeline.store.manifest_records import BadFile, Funnel, FunnelCounts, FunnelStep, ReadAs
 
-# One source's (or language's) counts in one step: {"received", "kept": {documents, tokens, bytes}, "removed":
-# {reason: {...}}, and "cut" (read step) / "given_back" (validation step) when any}.
-Table = dict[str, Any]
+COUNT_KEYS: tuple[Literal["documents", "tokens", "bytes"], ...] = ("documents", "tokens", "bytes")
 
 
-def _zero() -> dict[str, int]:
+class Counts(TypedDict):
+    documents: int
+    tokens: int
+    bytes: int
+
+
+class Cut(TypedDict):
+    documents: int
+    bytes: int
+
+
+class Table(TypedDict):
+    """One source's (or language's) counts in one step; "cut" (read step) and "given_back" (validation step)
+    when there are any."""
+
+    received: Counts
+    kept: Counts
+    removed: dict[str, Counts]
+    cut: NotRequired[Cut]
+    given_back: NotRequired[dict[str, Counts]]
+
+
+def _zero() -> Counts:
     return {"documents": 0, "tokens": 0, "bytes": 0}
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -40,11 +40,22 @@ COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin
 
 HELD_OUT_PREFIX = "held-out-documents"  # the held-out documents' parts, beside the training documents' ones
 
-# A part with its row, shard and token offsets in the cell (`_parts`); a store's single legacy sidecar has
-# `documents` None and no digest.
-PlacedPart = dict[str, Any]
 # A sidecar row: COLUMNS' values of one document, as pyarrow's `to_pylist` gives them.
 TraceRow = dict[str, Any]
+
+
+class PlacedPart(TypedDict):
+    """A part with its row, shard and token offsets in the cell (`_parts`); a store's single legacy sidecar has
+    `documents` None and no digest."""
+
+    file: str
+    row: int
+    shard: int
+    token: int
+    documents: int | None
+    sha256: NotRequired[str]
+    shards: NotRequired[int]
+    tokens: NotRequired[int]
 
 
 def part_name(task: int, prefix: str = "documents") -> str:
@@ -98,7 +109,7 @@ def _parts(cell_dir: Path, held_out: bool = False) -> list[PlacedPart]:
             f"{Path(cell_dir) / TRACE_FILE}: this store has no traceability sidecar (built before it existed)"
         )
     if trace.parts is None:
-        return [{"file": trace.file, "row": 0, "shard": 0, "token": 0, "documents": None}]
+        return [{"file": trace.file or TRACE_FILE, "row": 0, "shard": 0, "token": 0, "documents": None}]
     return _with_offsets(trace.parts)
 
 
@@ -106,7 +117,18 @@ def _with_offsets(listed: list[TracePart]) -> list[PlacedPart]:
     parts: list[PlacedPart] = []
     row, shard, token = 0, 0, 0
     for part in listed:
-        parts.append({**part.model_dump(), "row": row, "shard": shard, "token": token})
+        parts.append(
+            {
+                "file": part.file,
+                "sha256": part.sha256,
+                "documents": part.documents,
+                "shards": part.shards,
+                "tokens": part.tokens,
+                "row": row,
+                "shard": shard,
+                "token": token,
+            }
+        )
         row, shard, token = row + part.documents, shard + part.shards, token + part.tokens
     return parts
 
