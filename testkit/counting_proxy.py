@@ -18,7 +18,6 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import urlsplit
 
 APP_ID = re.compile(r"\bapp/(\S+)")
@@ -66,7 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: CountingProxy
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: the counts are the record
+    def log_message(self, format: str, *args: object) -> None:  # quiet: the counts are the record
         pass
 
     def _body(self) -> bytes:
@@ -84,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Content-Length"] = str(len(body))
-        upstream = http.client.HTTPConnection(self.server.upstream.hostname, self.server.upstream.port, timeout=120)
+        upstream = http.client.HTTPConnection(self.server.upstream.netloc, timeout=120)  # host:port
         try:
             upstream.request(self.command, self.path, body=body, headers=headers)
             answer = upstream.getresponse()

@@ -16,8 +16,9 @@ one filesystem), and only the manifests, written on the driver, go up from its d
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -26,16 +27,21 @@ from millrace import remote_calls
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
 COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
 MARKER = "store.json"  # written last: a store version is at a URL only once this object is
 
 
-def remote_fs(url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS) -> tuple[Any, str]:
+def remote_fs(
+    url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
+) -> tuple[AbstractFileSystem, str]:
     """The filesystem and root of `url`, its calls limited by `limits` (one retry layer: `millrace.remote_calls`)."""
     return remote_calls.limited_fs(url, storage_options, limits)
 
 
-def published(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | None:
+def published(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | None:
     """The bytes of the `store.json` at `root`, or None where no store version is complete there."""
     target = f"{root}/{MARKER}"
     try:
@@ -52,7 +58,7 @@ def published(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | 
         raise
 
 
-def check_target(local: Path, fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
+def check_target(local: Path, fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
     """Whether the URL already holds this very store version (its `store.json` byte for byte: nothing to copy);
     another store version's `store.json` there is refused in one line, never written over."""
     there = published(fs, root, limits)
@@ -66,7 +72,7 @@ def check_target(local: Path, fs: Any, root: str, limits: CallLimits = WRITE_LIM
     )
 
 
-def present(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
+def present(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
     """Sizes of the objects already under `root`, by path: what an interrupted copy finished."""
     try:
         listing = remote_calls.with_retries(
@@ -82,7 +88,9 @@ def present(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, 
     return {path: int(info.get("size", -1)) for path, info in listing.items()}
 
 
-def copy_store(local: Path, url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS) -> int:
+def copy_store(
+    local: Path, url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
+) -> int:
     """Upload the store version at `local` to `url`, resuming an interrupted copy; returns the number of files
     copied (0: the URL already held this store version)."""
     if not (local / MARKER).exists():
@@ -105,7 +113,7 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None, limit
     return copied + 1
 
 
-def _make_parents(fs: Any, targets: list[str]) -> None:
+def _make_parents(fs: AbstractFileSystem, targets: list[str]) -> None:
     """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
     from fsspec.implementations.local import LocalFileSystem
 
@@ -114,7 +122,9 @@ def _make_parents(fs: Any, targets: list[str]) -> None:
             fs.makedirs(parent, exist_ok=True)
 
 
-def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS) -> None:
+def _check_sizes(
+    fs: AbstractFileSystem, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS
+) -> None:
     """Every object under `root` at the size of its source (`expected`: target -> (size, source)), before the
     marker goes up."""
     fs.invalidate_cache()
@@ -124,7 +134,9 @@ def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limit
             raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of {source} ({size} bytes)")
 
 
-def same_profile(source_url: str, source_options: dict, url: str, options: dict) -> bool:
+def same_profile(
+    source_url: str, source_options: Mapping[str, object], url: str, options: Mapping[str, object]
+) -> bool:
     """Whether one URL's objects can be copied to the other's on the server: the same protocol and the same
     storage options (the same credentials and endpoint)."""
     return source_url.split("://", 1)[0] == url.split("://", 1)[0] and (source_options or {}) == (options or {})
@@ -132,9 +144,9 @@ def same_profile(source_url: str, source_options: dict, url: str, options: dict)
 
 def publish_store(
     local: Path,
-    shards: tuple[Any, str],
+    shards: tuple[AbstractFileSystem, str],
     url: str,
-    storage_options: dict | None = None,
+    storage_options: Mapping[str, object] | None = None,
     limits: CallLimits = WRITE_LIMITS,
     copied: bool = False,
 ) -> int:
@@ -185,7 +197,9 @@ class PublishShards(PipelineStep):
     name = "📤 publish shards"
     type = "📤 - PUBLISH"
 
-    def __init__(self, source_url: str, source_options: dict, url: str, storage_options: dict):
+    def __init__(
+        self, source_url: str, source_options: Mapping[str, object], url: str, storage_options: Mapping[str, object]
+    ):
         super().__init__()
         self.source_url, self.source_options = source_url, source_options
         self.url, self.storage_options = url, storage_options
@@ -208,7 +222,7 @@ class PublishShards(PipelineStep):
                 self.stat_update("published")
 
 
-def _own_files(fs: Any, cell: str, rank: int) -> list[str]:
+def _own_files(fs: AbstractFileSystem, cell: str, rank: int) -> list[str]:
     """Task `rank`'s files of one cell, listed by their name prefixes (an object store lists only those)."""
     from fsspec.implementations.local import LocalFileSystem
 

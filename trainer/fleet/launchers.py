@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
@@ -29,7 +29,7 @@ class Handle:
 
     run: str
     log: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     ref: Any = None  # a Ray object ref
     job_id: str = ""  # a Slurm job id
     extra: dict[str, Any] = field(default_factory=dict)
@@ -51,7 +51,7 @@ class Launcher(Protocol):
         """The fleet is done: release what the launcher holds (the local executor's worker processes)."""
 
 
-def open_log(log: Path, line: str):
+def open_log(log: Path, line: str) -> BinaryIO:
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "ab")  # noqa: SIM115 - the child process holds it
     out.write(line.encode() + b"\n")
@@ -59,7 +59,7 @@ def open_log(log: Path, line: str):
     return out
 
 
-def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """The command in its own session (a terminal's Ctrl-C reaches the fleet only; it forwards SIGTERM), its
     stdout and stderr appended to `log`."""
     with open_log(log, "$ " + " ".join(command)) as out:
@@ -68,7 +68,7 @@ def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pope
         )
 
 
-def signal_group(process: subprocess.Popen, signum: int) -> None:
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     """The signal to the job's whole process group (torchrun's ranks too)."""
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):

@@ -29,7 +29,7 @@ CLOSE_SECONDS = 30.0  # how long an idle worker has to exit once its requests ar
 class Worker:
     """One worker process: its request pipe, the read end of its answers, whether a job is in it."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     answers: int  # a non-blocking fd
     busy: bool = False
     buffer: bytes = field(default=b"")

@@ -20,7 +20,9 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 PRELOADED = ("millrace.cli", "trainer.cli", "trainer.loop")  # what every job imports, paid once: torch among it
 STOPPED = (130, 143)  # Ctrl-C / SIGTERM: the fleet is stopping, the worker goes with its job
@@ -56,7 +58,7 @@ def run_job(argv: list[str], log: Path) -> int:
         point_output_at(os.devnull)
 
 
-def serve(requests, answers) -> int:
+def serve(requests: Iterable[str], answers: TextIO) -> int:
     """Jobs from `requests` until it closes (the fleet is done) or a job was stopped."""
     for line in requests:
         request = json.loads(line)
