@@ -59,7 +59,7 @@ class SearchView:
 
 
 def find_searches(home: Home) -> list[Path]:
-    return sorted(p.parent for p in home.searches.glob(f"*/{PLAN_FILE}")) if home.searches.is_dir() else []
+    return home.search_dirs(PLAN_FILE)
 
 
 def load_search(directory: Path) -> SearchView:
