@@ -674,7 +674,7 @@ def _observers(plan: RunPlan, start: int, peak_source: str) -> RunObservers:
         horizon=plan.horizon,
         checkpoint_every=plan.checkpoint_every,
         source_names=plan.stream.source_names,
-        tokenizer_path=plan.stream.tokenizer_path,
+        tokenizer_store=plan.stream.tokenizer_store,
     )
     runtime = plan.runtime
     published = runtime.device.type == "cuda" and not peak_source.startswith("measured")
