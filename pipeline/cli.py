@@ -27,7 +27,7 @@ def pipeline() -> None:
     type=click.Choice(["local", "ray", "slurm"]),
     default=None,
     help="datatrove executor (default: the config's [executor] kind, else local). slurm submits one "
-    "job per stage, each depending on the one before, and returns.",
+    "job per phase, each depending on the one before, and returns.",
 )
 @click.option(
     "--workers",
@@ -43,7 +43,7 @@ def pipeline() -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Slurm executor: write each stage's sbatch script and chain.json for review; submit nothing.",
+    help="Slurm executor: write each phase's sbatch script and chain.json for review; submit nothing.",
 )
 @home_option
 @json_option
@@ -62,7 +62,7 @@ def run(
         raise ConfigError('--dry-run writes Slurm scripts: use it with --executor slurm or [executor] kind = "slurm"')
     labels = list(PHASE_LABELS)
     bar = on_terminal() and not as_json
-    current = {"stage": "starting"}
+    current = {"phase": "starting"}
     with Progress(
         SpinnerColumn(),
         TextColumn("pipeline: {task.description}"),
@@ -74,7 +74,7 @@ def run(
         task = progress.add_task("starting", total=len(labels))
 
         def on_phase(label: str) -> None:
-            current["stage"] = label
+            current["phase"] = label
             progress.update(task, description=label, completed=labels.index(label))
 
         try:
@@ -90,7 +90,7 @@ def run(
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`millrace.signals`): the same clean stop
             stopped = Terminated if isinstance(exc, TerminateSignal) else Interrupted
             raise stopped(
-                f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
+                f"pipeline stopped in phase {current['phase']}; finished tasks are kept, continue "
                 f"with: millrace pipeline run {config_path}"
             ) from None
         progress.update(task, description="done", completed=len(labels))
@@ -113,13 +113,13 @@ def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> 
             return print_json({"submitted": False, "jobs": chain})
         for job in chain:
             after = f", after {job['after']}" if job["after"] else ""
-            click.echo(f"{job['stage']}: {job['script']} (array of {job['array']}{after})")
+            click.echo(f"{job['phase']}: {job['script']} (array of {job['array']}{after})")
         return None
     jobs = slurm.submit(config, home, restart=restart)
     if as_json:
         return print_json({"submitted": True, "jobs": jobs})
     for job in jobs:
-        click.echo(f"{job['stage']}: " + ("already complete" if job["job_id"] == -1 else f"job {job['job_id']}"))
+        click.echo(f"{job['phase']}: " + ("already complete" if job["job_id"] == -1 else f"job {job['job_id']}"))
     return None
 
 

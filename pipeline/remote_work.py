@@ -3,8 +3,8 @@
 With `[executor] work_url` set, `<work_url>/<name>/<version>/` holds every intermediate, and
 datatrove's per-task completion markers and logs live under its `logs/` (the executor's logging
 folder is a `DataFolder` on the URL, so resume works as on a disk). Each task (`StagedTask`) runs
-in a fresh local scratch directory of its own: it downloads the inputs its stage reads, runs the
-stage's steps there (the same steps as on one disk, their paths moved to the scratch directory),
+in a fresh local scratch directory of its own: it downloads the inputs its phase reads, runs the
+phase's steps there (the same steps as on one disk, their paths moved to the scratch directory),
 uploads every file it wrote (one object each: an object appears whole or not at all), and only
 then does datatrove write its completion marker. A task killed part-way leaves no marker; its
 rerun overwrites whatever it had uploaded. The scratch directory is deleted when the task ends, and a killed
@@ -40,7 +40,7 @@ from millrace.errors import MillraceError
 from pipeline.stages.in_place import reading_in_place
 
 log = logging.getLogger(__name__)
-SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-<host>-pid<pid>-<random>
+SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<phase>-<rank>-<host>-pid<pid>-<random>
 _HOST = socket.gethostname().replace("-", "_")
 UA_APP_ID = "AWS_SDK_UA_APP_ID"  # botocore's app id, sent in each request's user agent
 LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, never mirrored
@@ -159,7 +159,7 @@ class RemoteWork:
         return DataFolder(self.remote_path(local), fs=self.fs)
 
     def remove(self, local: Path) -> None:
-        """Delete a mirror path's file or folder on the URL (a stage that reruns from scratch)."""
+        """Delete a mirror path's file or folder on the URL (a phase that reruns from scratch)."""
         target = self.remote_path(local)
         if self.fs.exists(target):
             self.fs.rm(target, recursive=True)

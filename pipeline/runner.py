@@ -214,7 +214,7 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
 
 
 def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
-    if kind == "slurm":  # a chain of jobs submitted at once, not a stage run from here
+    if kind == "slurm":  # a chain of jobs submitted at once, not a phase run from here
         raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
         import ray
@@ -369,7 +369,7 @@ def _run_executor(
 ) -> None:
     """One executor run to completion. With `remote`, each task runs staged (`pipeline.remote_work`): the
     driver uploads what it wrote first, markers and logs go on the URL, and what the driver reads of the tasks'
-    outputs comes back (`DRIVER_READS[label]`). `part` names which run of a stage of several this is (a dedup
+    outputs comes back (`DRIVER_READS[label]`). `part` names which run of a phase of several this is (a dedup
     round), in its progress and log lines."""
     shown = f"{label} {part}" if part else label
     where: Path | DataFolder = logging_dir
@@ -386,15 +386,15 @@ def _run_executor(
             with PhaseLines(shown, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
                 executor.run()
         except Exception as exc:  # a task's exception, re-raised by the executor
-            if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
+            if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed phase
                 raise TerminateSignal() from exc
             if (full := disk_full_cause(exc)) is not None:  # one line naming the path (the work dir if none)
                 work = next((p.parent for p in logging_dir.parents if p.name == "logs"), logging_dir)
                 raise OSError(full.errno, full.strerror, full.filename or str(work)) from exc
-            raise PipelineError(f"stage {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
+            raise PipelineError(f"phase {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
         incomplete = executor.get_incomplete_ranks()
         if incomplete:
-            raise PipelineError(f"stage {shown!r}: tasks {incomplete} did not complete; task logs in {logs}")
+            raise PipelineError(f"phase {shown!r}: tasks {incomplete} did not complete; task logs in {logs}")
     if remote is not None:
         remote.pull(DRIVER_READS[label])
 

@@ -178,7 +178,7 @@ def _counts(value: Any) -> dict[str, int]:
 
 
 def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
-    """Stages in order, each with per-source and total received/kept/removed (by reason)."""
+    """The funnel's steps in order, each with per-source and total received/kept/removed (by reason)."""
     stages = funnel.get("stages", []) if isinstance(funnel, dict) else []
     if not isinstance(stages, list):
         raise ArtifactError(f"{store_path / 'store.json'}: funnel.stages is not a list")

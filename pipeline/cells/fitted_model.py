@@ -92,7 +92,7 @@ def reusable_fit(directory: Path, kind: str, settings: dict[str, Any], fingerpri
 
 
 class FittedModel(Protocol):
-    """A model fitted by a pipeline stage and stored in its directory (`QualityModel`, `DomainModel`)."""
+    """A model fitted by a pipeline phase (models) and stored in its directory (`QualityModel`, `DomainModel`)."""
 
     @classmethod
     def load(cls, directory: Path) -> Any: ...
