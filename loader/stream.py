@@ -384,12 +384,6 @@ class MixtureStream:
 
         return made
 
-    def iterate_index(self, start_step: int = 0, end_step: int | None = None) -> Iterator[SampleIndex]:
-        """Index-only iteration (works on stats-only manifests): one SampleIndex per step."""
-        end = self.steps if end_step is None else end_step
-        for step in range(start_step, end):
-            yield self.index(step)
-
     def state_dict(self) -> dict:
         """Small and O(1): the next step, and what pins it to this manifest's schedule."""
         return LoaderState(

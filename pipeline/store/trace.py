@@ -153,15 +153,6 @@ def read_trace(cell_dir: Path, held_out: bool = False):
     return pa.concat_tables([_read_part(cell_dir, part) for part in _parts(cell_dir)])
 
 
-def documents_in_window(cell_dir: Path, start: int, stop: int) -> list[dict]:
-    """The sidecar rows of the documents that tokens [start, stop) of the cell's stream belong to."""
-    table = read_trace(cell_dir)
-    starts = table.column("token_start").to_numpy()
-    first = max(int(np.searchsorted(starts, start, side="right")) - 1, 0)
-    last = int(np.searchsorted(starts, stop, side="left"))
-    return table.slice(first, last - first).to_pylist()
-
-
 def document_rows(cell_dir: Path, rows: list[int]) -> list[dict]:
     """The sidecar rows at these store-order positions (row = documents in earlier shards + index in its
     shard), reading only the parts that hold them."""
