@@ -206,24 +206,30 @@ def check_phases(revision: Revision, source: str) -> None:
         if (phase.weights is None) == (phase.strategy is None):
             raise ConfigError(f"{where}: give exactly one of 'weights' and 'strategy'")
         if phase.weights is not None:
-            if phase.cells is not None:
-                raise ConfigError(f"{where}: field 'cells': only for a strategy phase (this phase has weights)")
-            if not phase.weights:
-                raise ConfigError(f"{where}: field 'weights': empty")
-            for cell, weight in phase.weights.items():
-                if weight < 0:
-                    raise ConfigError(f"{where}: field 'weights' cell {cell!r}: negative weight {weight!r}")
-            total = math.fsum(phase.weights.values())
-            if total <= 0:
-                raise ConfigError(f"{where}: field 'weights': every weight is zero")
-            if not revision.normalize and abs(total - 1.0) > 1e-9:
-                raise ConfigError(
-                    f"{where}: field 'weights': weights sum to {total:.12g}, not 1 within 1e-9 "
-                    "(fix them, or set normalize = true to rescale)"
-                )
+            _check_weights(phase, where, revision.normalize)
             continue
         if phase.cells is not None and not phase.cells:
             raise ConfigError(f"{where}: field 'cells': empty list")
+
+
+def _check_weights(phase: PhaseSpec, where: str, normalize: bool) -> None:
+    """A weights phase: no `cells`, no negative weight, not all zero, and summing to 1 unless normalized."""
+    weights = phase.weights or {}
+    if phase.cells is not None:
+        raise ConfigError(f"{where}: field 'cells': only for a strategy phase (this phase has weights)")
+    if not weights:
+        raise ConfigError(f"{where}: field 'weights': empty")
+    for cell, weight in weights.items():
+        if weight < 0:
+            raise ConfigError(f"{where}: field 'weights' cell {cell!r}: negative weight {weight!r}")
+    total = math.fsum(weights.values())
+    if total <= 0:
+        raise ConfigError(f"{where}: field 'weights': every weight is zero")
+    if not normalize and abs(total - 1.0) > 1e-9:
+        raise ConfigError(
+            f"{where}: field 'weights': weights sum to {total:.12g}, not 1 within 1e-9 "
+            "(fix them, or set normalize = true to rescale)"
+        )
 
 
 def parse_revision(data: Any, source: str) -> Revision:
