@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from millrace.home import Home
+from millrace.names import PLAIN_NAME
 
 
 def home_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,13 +42,9 @@ def print_json(payload: Any) -> None:
 def run_option(help: str, **kwargs: Any) -> Callable[..., Any]:
     """`--run NAME`, the one spelling of a training run's name; `--run-name` too, because under torchrun
     (`torchrun ... -m millrace train ... --run X`) torchrun's own parser takes `--run` for its `--run-path`."""
-    from millrace.names import PLAIN_NAME
-
     return click.option("--run", "--run-name", "run_name", type=PLAIN_NAME, help=help, **kwargs)
 
 
 def revision_option(help: str = "Mixture revision name.", **kwargs: Any) -> Callable[..., Any]:
     """`--revision NAME`, the one spelling of a mixture revision."""
-    from millrace.names import PLAIN_NAME
-
     return click.option("--revision", "revision", type=PLAIN_NAME, help=help, **kwargs)

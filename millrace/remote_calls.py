@@ -43,9 +43,9 @@ WRITE_LIMITS = CallLimits(timeout=60.0, setting="write_timeout")
 
 def describe_failure(exc: BaseException, limits: CallLimits) -> str:
     """A failed call in words: a deadline passed says so (fsspec's FSTimeoutError has no message)."""
-    import asyncio
+    import asyncio  # lazy: heavy (asyncio): only for an async filesystem
 
-    from fsspec.exceptions import FSTimeoutError
+    from fsspec.exceptions import FSTimeoutError  # lazy: heavy (fsspec): only where a path is a URL
 
     if isinstance(exc, (FSTimeoutError, asyncio.TimeoutError, TimeoutError)):
         return f"stalled: no complete answer within {limits.setting} {limits.timeout:g}s"
@@ -80,7 +80,7 @@ def within_deadline(fs: Any, method: str, *args: Any, timeout: float, **kwargs: 
     """`fs.<method>(*args)`, cancelled after `timeout` seconds where the filesystem is asynchronous (s3, gcs,
     http: a server that accepts and never answers, a body that stops); a local one is called as it is."""
     if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
-        from fsspec.asyn import sync
+        from fsspec.asyn import sync  # lazy: heavy (fsspec): only where a path is a URL
 
         return sync(fs.loop, getattr(fs, f"_{method}"), *args, timeout=timeout, **kwargs)
     return getattr(fs, method)(*args, **kwargs)
@@ -109,7 +109,7 @@ def one_attempt(fs: Any) -> Any:
 
 def limited_fs(url: str, storage_options: dict | None, limits: CallLimits) -> tuple[Any, str]:
     """The filesystem and root path of `url`, with this module's layer as its only retries."""
-    import fsspec
+    import fsspec  # lazy: heavy (fsspec): only where a path is a URL
 
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     fs, root = fsspec.core.url_to_fs(url, **single_retry_layer(protocol, storage_options or {}, limits.timeout))

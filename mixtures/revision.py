@@ -71,6 +71,7 @@ from typing import Any
 
 import pydantic
 import pydantic_core
+import tomli_w
 
 from millrace.artifacts import content_hash
 from millrace.config import StrictModel, parse_document
@@ -249,8 +250,6 @@ def load_revision(path: Path | str) -> Revision:
 
 def revision_to_toml(revision: Revision, header: str = "") -> str:
     """The file form of a revision: phases last, weights as a table per phase."""
-    import tomli_w
-
     data = revision.model_dump(mode="json", exclude_none=True)
     if not data.get("description"):
         data.pop("description", None)

@@ -51,9 +51,9 @@ def run(
     config_path: Path, executor: str | None, workers: int | None, restart: bool, dry_run: bool, home, as_json: bool
 ) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
-    from pipeline.config import load_pipeline_config
-    from pipeline.runner import PHASE_LABELS, run_pipeline
-    from pipeline.store.cli import print_summary, store_summary
+    from pipeline.config import load_pipeline_config  # lazy: command body: `millrace --help` stays light
+    from pipeline.runner import PHASE_LABELS, run_pipeline  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.store.cli import print_summary, store_summary  # lazy: command body: `millrace --help` stays light
 
     config = load_pipeline_config(config_path)
     if (executor or config.executor.kind) == "slurm":
@@ -102,8 +102,8 @@ def run(
 
 
 def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> None:
-    from pipeline import slurm
-    from pipeline.stages.read.fields import check_text_fields
+    from pipeline import slurm  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.stages.read.fields import check_text_fields  # lazy: command body: `millrace --help` stays light
 
     check_text_fields(config)  # before any job is written or submitted, as `run_pipeline` does
 
@@ -146,7 +146,7 @@ def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> 
 def init(corpus_dir: Path, out_path: Path, force: bool, text_keys: tuple[str, ...], home, as_json: bool) -> None:
     """Write a commented starter config with one source per source found in CORPUS_DIR; print the sources,
     their formats and fields, and the files no source reads."""
-    from pipeline.stages.read.discovery import describe_unread
+    from pipeline.stages.read.discovery import describe_unread  # lazy: command body: `millrace --help` stays light
 
     if out_path.exists() and not force:
         raise ConfigError(f"{out_path}: already exists (use --force to overwrite)")
@@ -177,6 +177,7 @@ def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _starter(corpus_dir: Path, text_keys: dict[str, str], ask: bool) -> tuple[str, dict]:
     """The starter text and what was found; on a terminal, a source whose text field is unclear is asked for."""
+    # lazy: command body: `millrace --help` stays light
     from pipeline.stages.read.fields import UnknownTextField
     from pipeline.starter import init_starter
 

@@ -461,7 +461,8 @@ class DomainsConfig(StrictModel):
     @pydantic.field_validator("embedder")
     @classmethod
     def _known_embedder(cls, name: str) -> str:
-        from pipeline.cells.embedding import embedder_class  # imports scikit-learn: only when a config is checked
+        # lazy: heavy (scikit-learn): only when a config is checked
+        from pipeline.cells.embedding import embedder_class
 
         try:
             embedder_class(name)
@@ -526,7 +527,8 @@ class PipelineConfig(StrictModel):
 def _check_filter_options(config: PipelineConfig, origin: str) -> None:
     """Build each filter with its options once, so that what its constructor refuses fails here, in one line,
     and not in every task."""
-    from pipeline.stages.filter.filtering import build_filter  # imports datatrove: only when a config file is loaded
+    # lazy: heavy (datatrove): only when a config file is loaded
+    from pipeline.stages.filter.filtering import build_filter
 
     for name, options in config.filters.items():
         try:
@@ -564,7 +566,7 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
         path = (base / Path(tokenizer.path).expanduser()).resolve()
         if not path.is_file():
             raise ConfigError(f"{origin}: field 'tokenizer.path': file not found: {path}")
-        from tokenizers import Tokenizer  # the Rust extension: only when a tokenizer is configured
+        from tokenizers import Tokenizer  # lazy: heavy (the Rust extension): only when a tokenizer is configured
 
         try:
             given = Tokenizer.from_file(str(path))

@@ -21,6 +21,7 @@ tasks' big outputs (filtered documents, signatures, token runs, shards) never co
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
@@ -35,6 +36,8 @@ from typing import Any
 from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from millrace.errors import MillraceError
 from pipeline.stages.in_place import reading_in_place
@@ -134,8 +137,6 @@ class RemoteWork:
     @property
     def fs(self) -> Any:
         if self._fs is None:
-            from fsspec.core import url_to_fs
-
             self._fs, root = url_to_fs(self.url, **self.storage_options)
             self._root = root.rstrip("/")
         return self._fs
@@ -241,8 +242,6 @@ def _download(fs: Any, root: str, local: Path, relatives: list[str]) -> None:
 
 def _upload(fs: Any, root: str, files: dict[str, Path]) -> None:
     """One object per file; on a plain filesystem each is written beside its target and renamed into place."""
-    from fsspec.implementations.local import LocalFileSystem
-
     if not files:
         return
     if isinstance(fs, LocalFileSystem):
@@ -295,8 +294,6 @@ class _Relocating(pickle.Pickler):
 
 def relocate(steps: list[PipelineStep], old: Path, new: Path) -> list[PipelineStep]:
     """A copy of `steps` whose paths under `old` (the driver's mirror) lie under `new` (a task's scratch)."""
-    import io
-
     buffer = io.BytesIO()
     _Relocating(buffer, old, new).dump(steps)
     if str(old).encode() in buffer.getvalue():  # a path kept as a plain string: it would still name the driver's disk

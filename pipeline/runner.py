@@ -61,6 +61,7 @@ from typing import Any
 from datatrove.data import Document
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
+from loguru import logger
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ConfigError, MillraceError, disk_full_cause
@@ -93,6 +94,15 @@ from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
+from pipeline.store.remote import (
+    PublishShards,
+    check_target,
+    copy_store,
+    publish_store,
+    published,
+    remote_fs,
+    same_profile,
+)
 from pipeline.work import FINGERPRINTED, PHASES, WorkLayout, prepare_work
 
 log = logging.getLogger(__name__)
@@ -206,7 +216,7 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
     `domains` section nothing runs and cells are sources."""
     if not config.fits_cells:
         return PostDedupSteps()
-    from pipeline.stages.tokenize.cell_steps import CellSteps
+    from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
     cells = CellSteps(config.quality, config.domains, layout.models)
     cells.fit(DeduplicatedSample(layout).documents(cells.sample_bytes))
@@ -217,8 +227,8 @@ def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: 
     if kind == "slurm":  # a chain of jobs submitted at once, not a phase run from here
         raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
-        import ray
-        from datatrove.executor import RayPipelineExecutor
+        import ray  # lazy: optional extra (ray)
+        from datatrove.executor import RayPipelineExecutor  # lazy: heavy (datatrove)
 
         if not ray.is_initialized():
             ray.init(
@@ -241,8 +251,6 @@ def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
 def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
     """datatrove's task logger, but the console gets a task's errors as one line in millrace's log format; its
     file keeps everything."""
-    from loguru import logger
-
     logger.remove()
     logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
 
@@ -262,6 +270,7 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
 
 def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
     """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
+    # lazy: heavy (datatrove)
     import datatrove.executor.base as executor_base
     from datatrove.executor import LocalPipelineExecutor
 
@@ -296,7 +305,7 @@ def shutdown_past_dead_workers() -> None:
     shutdown (`_help_stuff_finish`, which takes the lock to drain the queue) then waits forever in the main
     thread, under `LocalPipelineExecutor.run`, holding the store's writer lock. Here it waits `POOL_LOCK_SECONDS`
     and goes on without draining (the workers it would hand the queue to are gone)."""
-    from multiprocess import pool
+    from multiprocess import pool  # lazy: heavy (multiprocess): the local executor's pool only
 
     if getattr(pool.Pool._help_stuff_finish, "bounded", False):
         return
@@ -331,8 +340,6 @@ def _route_datatrove_logs(level: str = "WARNING") -> None:
     """datatrove's own console log (its merged stats tables, per-task INFO lines) says again what the
     progress lines and the funnel say; this process keeps only its warnings and errors, one line each, in
     millrace's log format (`millrace.logs.loguru_to_logging`)."""
-    from loguru import logger
-
     logger.remove()
     logger.add(loguru_to_logging, level=level, format="{message}")
 
@@ -345,7 +352,7 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
     print a traceback. `pipeline.forkserver_hook` quiets the one a worker forked during the shutdown prints;
     `pipeline.worker_preload` loads what every task needs, once.
     """
-    import multiprocess.forkserver
+    import multiprocess.forkserver  # lazy: heavy (multiprocess): the local executor's pool only
 
     multiprocess.forkserver.set_forkserver_preload(["__main__", "pipeline.forkserver_hook", "pipeline.worker_preload"])
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -650,7 +657,6 @@ def _finished(config: PipelineConfig, final: Path) -> bool:
         return False
     if not config.output.url:
         return True
-    from pipeline.store.remote import check_target, remote_fs
 
     return check_target(final, *remote_fs(output_url(config, final), config.output.storage_options))
 
@@ -660,7 +666,6 @@ def refuse_published(config: PipelineConfig, final: Path, config_hash: str) -> N
     build would end in a publication that must not overwrite it)."""
     if not config.output.url:
         return
-    from pipeline.store.remote import published, remote_fs
 
     url = output_url(config, final)
     there = published(*remote_fs(url, config.output.storage_options))
@@ -685,8 +690,6 @@ def publish(config: PipelineConfig, home: Home, final: Path, kind: str, workers:
     failed publication resumes it (the objects already there are kept). With `[executor] work_url` the shards
     go from the work URL to the store URL on the server, never through this disk or process; where the two
     storage profiles cannot copy on the server, each task copies its own shards (`PublishShards`)."""
-    from pipeline.store.remote import PublishShards, copy_store, publish_store, same_profile
-
     url, options = output_url(config, final), config.output.storage_options
     log.info("publishing %s to %s", final, url)
     layout = WorkLayout(home.work(final.parent.name, final.name))

@@ -84,7 +84,7 @@ class PhaseInTask(PipelineStep):
             return split_pipeline(self.config, layout, cutoffs, load_decision(layout.contamination)["cells"])
         if not self.config.fits_cells:
             return tokenize_pipeline(self.config, layout, [])
-        from pipeline.stages.tokenize.cell_steps import CellSteps
+        from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
         cells = CellSteps(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
         return tokenize_pipeline(self.config, layout, cells.steps())
@@ -159,7 +159,7 @@ def phase_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> lis
 
 def slurm_chain(config: PipelineConfig, jobs: list[PhaseJob]) -> list:
     """One `SlurmPipelineExecutor` per job, each `depends=` on the one before."""
-    from datatrove.executor import SlurmPipelineExecutor
+    from datatrove.executor import SlurmPipelineExecutor  # lazy: heavy (datatrove)
 
     slurm = config.executor.slurm
     if not slurm.partition:

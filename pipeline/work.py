@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import xxhash
+from fsspec.core import url_to_fs
 
 from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import MillraceError
@@ -159,8 +160,6 @@ def _file_fingerprint(path: Path | str, storage_options: dict | None = None) -> 
     """Size and xxh64 of the first and last 64 KiB: of a local file, or an object at a URL, read by exactly those
     two ranges (no read-ahead: a file opened on a bucket would fetch a whole block, up to the object)."""
     if isinstance(path, str) and is_url(path):
-        from fsspec.core import url_to_fs
-
         fs, stripped = url_to_fs(path, **(storage_options or {}))
         size = int(fs.size(stripped))
         ranges = _fingerprint_ranges(size)

@@ -49,7 +49,7 @@ def token_byte_lengths(tokenizer_path: Path | None, vocab_size: int) -> np.ndarr
     """UTF-8 bytes of each token id as decoded text (0 for special tokens); None without a tokenizer."""
     if tokenizer_path is None or not Path(tokenizer_path).exists():
         return None
-    from tokenizers import pre_tokenizers
+    from tokenizers import pre_tokenizers  # lazy: heavy (tokenizers' Rust extension)
 
     tokenizer = store_tokenizer(tokenizer_path)  # checked against store.json's fingerprint
     decoder = (json.loads(tokenizer.to_str()).get("decoder") or {}).get("type")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,9 +13,12 @@ from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 from pipeline.cells.held_out_split import HELD_OUT_REASON
+from pipeline.config import CALVER
 from pipeline.stages.funnel import LOW_KEEP, per_source
+from pipeline.stages.read.discovery import describe_unread
 from pipeline.store.format import Store, write_stats_only_store
 from pipeline.store.labels import domain_labels, labelled
+from pipeline.store.language_mix import bucket_language_mix, share_ratios
 
 
 def resolve_store(spec: str, home) -> Path:
@@ -103,8 +107,6 @@ def store_summary(path: Path) -> dict:
 
 def quality_summary(store: Store) -> dict:
     """What the quality score means, and each bucket's language mix against the corpus's."""
-    from pipeline.store.language_mix import bucket_language_mix, share_ratios
-
     quality = store.manifest.stats["quality"]
     mix = bucket_language_mix(store)
     keys = ("good", "other", "calibrated_by", "meaning")
@@ -168,8 +170,6 @@ def print_summary(summary: dict) -> None:
     for entry in summary.get("per_source", []):
         click.echo(f"  {describe_source(entry)}")
     for entry in summary.get("not_read", []):
-        from pipeline.stages.read.discovery import describe_unread
-
         click.echo(f"  {describe_unread(entry)}")
     if found := summary.get("decontamination"):
         click.echo(
@@ -314,10 +314,6 @@ def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -
     The file holds {"available_tokens": {"c00q0": tokens, ...}} (the reference run's form);
     a bare {"cell": tokens} object is accepted too.
     """
-    import json
-
-    from pipeline.config import CALVER
-
     if not CALVER.match(version):
         raise ConfigError(f"--version: {version!r} is not CalVer YYYY.MM.DD")
     try:
@@ -349,8 +345,6 @@ def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -
 
 def parse_storage_options(pairs: tuple[str, ...]) -> dict:
     """`KEY=VALUE` pairs; a VALUE that parses as JSON is taken as JSON (objects, numbers, booleans)."""
-    import json
-
     options: dict = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -397,7 +391,7 @@ def copy(
 
     Run again after a failure, it resumes the copy (the objects already there are kept); a URL that holds
     another store version is refused. The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
-    from pipeline.store.remote import copy_store
+    from pipeline.store.remote import copy_store  # lazy: command body: `millrace --help` loads no datatrove
 
     path = resolve_store(store_spec, home)
     limits = CallLimits(timeout, retries, WRITE_LIMITS.backoff_s, "--timeout")

@@ -25,6 +25,8 @@ from datatrove.pipeline.base import PipelineStep
 from millrace import remote_calls
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
+from pipeline.stages.tokenize.cell_shards import task_file_prefixes
+from pipeline.store.trace import HELD_OUT_PREFIX, part_name
 
 COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
 MARKER = "store.json"  # written last: a store version is at a URL only once this object is
@@ -107,7 +109,7 @@ def copy_store(local: Path, url: str, storage_options: dict | None = None, limit
 
 def _make_parents(fs: Any, targets: list[str]) -> None:
     """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
-    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
     if isinstance(fs, LocalFileSystem):
         for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
@@ -191,7 +193,7 @@ class PublishShards(PipelineStep):
         self.url, self.storage_options = url, storage_options
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from fsspec.implementations.local import LocalFileSystem
+        from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
         if data:
             yield from data
@@ -210,10 +212,7 @@ class PublishShards(PipelineStep):
 
 def _own_files(fs: Any, cell: str, rank: int) -> list[str]:
     """Task `rank`'s files of one cell, listed by their name prefixes (an object store lists only those)."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    from pipeline.stages.tokenize.cell_shards import task_file_prefixes
-    from pipeline.store.trace import HELD_OUT_PREFIX, part_name
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
     found = []
     for prefix in (*task_file_prefixes(rank), part_name(rank, HELD_OUT_PREFIX)):

@@ -46,6 +46,7 @@ def write_trace_part(
 ) -> dict:
     """Write one task's sidecar of a cell atomically (`prefix`: `HELD_OUT_PREFIX` for its held-out documents);
     returns its entry in `stats["trace"]["parts"]` (or `stats[HELD_OUT_KEY]["parts"]`)."""
+    # lazy: heavy (pyarrow)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -123,6 +124,7 @@ def _part_matches(path: str, expected: str, size: int, mtime_ns: int) -> bool:
 
 def _read_part(cell_dir: Path, part: dict, rows: list[int] | None = None):
     """A part's rows (all, or those at `rows` within it) with shard and token_start made cell-wide."""
+    # lazy: heavy (pyarrow)
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -143,7 +145,7 @@ def _read_part(cell_dir: Path, part: dict, rows: list[int] | None = None):
 def read_trace(cell_dir: Path, held_out: bool = False):
     """The whole sidecar of a cell as one pyarrow table (for tools and tests; `document_rows` reads less); with
     `held_out`, that of its held-out documents (shard and document over its validation shards; empty when none)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: heavy (pyarrow)
 
     if held_out:
         parts = _parts(cell_dir, HELD_OUT_KEY)

@@ -119,7 +119,7 @@ class RayLauncher:
     """One Ray task per job (one CPU each), on a local Ray or the cluster at RAY_ADDRESS."""
 
     def __init__(self, fleet: FleetConfig):
-        import ray
+        import ray  # lazy: optional extra (ray)
 
         address = os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():

@@ -98,6 +98,7 @@ def run_jobs(
         else:
             pending.append(job)
     if pending and fleet.executor == "in-process":
+        # lazy: import cycle (trainer.fleet.in_process imports this module)
         from trainer.fleet.in_process import run_in_process
 
         for job in pending:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from millrace.errors import ConfigError
 from millrace.home import Home
+from mixtures.catalog import load_named
+from mixtures.resolve import open_store
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.flops import count_params, flops_per_token
 from trainer.ladder.rung_revision import BaseRevision, base_if_stored, built_steps, feasible_tokens, rung_revision_name
@@ -230,7 +232,6 @@ def plan_target(
 
 
 def revision_seq_len(spec: LadderSpec, home: Home) -> int:
-    from mixtures.catalog import load_named
 
     revision, _ = load_named(home, spec.mixture.mixture, spec.mixture.revision)
     return revision.seq_len
@@ -238,9 +239,6 @@ def revision_seq_len(spec: LadderSpec, home: Home) -> int:
 
 def store_vocab(spec: LadderSpec, home: Home, path: Path) -> int:
     """The vocabulary of the store the revision targets (for a base config with vocab_size 0)."""
-    from mixtures.catalog import load_named
-    from mixtures.resolve import open_store
-
     revision, source = load_named(home, spec.mixture.mixture, spec.mixture.revision)
     store = open_store(home, revision.store, f"{source}: revision {revision.key}")
     if store.manifest.tokenizer is None:
@@ -251,9 +249,9 @@ def store_vocab(spec: LadderSpec, home: Home, path: Path) -> int:
 def seconds_per_flop(spec: LadderSpec) -> float:
     peak = spec.here.peak_flops
     if not peak:
-        import torch
+        import torch  # lazy: heavy (torch)
 
-        from trainer.peak import measure_matmul_flops
+        from trainer.peak import measure_matmul_flops  # lazy: heavy (torch)
 
         peak = measure_matmul_flops(torch.device("cpu"))
     return 1.0 / (peak * spec.here.mfu)

@@ -16,6 +16,7 @@ import datetime as dt
 import numpy as np
 
 from millrace.home import Home
+from mixtures.manifest import read_manifest
 from trainer.search.fit import rows_of, target_value
 from trainer.search.propose import Constraints, Proposal, propose
 from trainer.search.records import (
@@ -112,7 +113,6 @@ def write_proposal(
     tokens = [int(t) for t in constraints.phase_tokens]
     revision = continuing(search, name, chosen.weights, tokens, plan.components, what)
     manifest = write_and_build(home, search, revision)
-    from mixtures.manifest import read_manifest
 
     built, _ = read_manifest(manifest)
     cells = {p.name: dict(p.declared_weights) for p in built.phases if p.revision is None}

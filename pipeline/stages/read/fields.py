@@ -8,10 +8,13 @@ be counted `malformed` and the source lost whole, with exit 0.
 
 from __future__ import annotations
 
+import orjson
+
 from millrace.errors import ConfigError
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig, SourceConfig
 from pipeline.stages.read.compressed import byte_lines, compression_of
 from pipeline.stages.read.decoding import decode_text
+from pipeline.stages.read.discovery import data_folder, folder_of
 
 LONG_TEXT = 64  # characters: a string field at least this long (and longer than any other) holds the text
 ID_NAMES = ("id", "_id", "doc_id", "docid", "document_id", "uid", "uuid", "guid", "url", "path", "key", "name")
@@ -29,7 +32,6 @@ class UnknownTextField(ConfigError):
 
 
 def _first_jsonl_record(handle, name: str) -> dict | None:
-    import orjson
 
     for line in byte_lines(handle, compression_of(name), 1 << 24):
         if isinstance(line, bytes) and line.strip():
@@ -45,7 +47,7 @@ def _first_jsonl_record(handle, name: str) -> dict | None:
 def first_record(source: SourceConfig) -> tuple[str, dict] | None:
     """(where, first record) of the source's first file or dataset; None for HTML formats, empty sources and a
     first file that cannot be read (the read step names it, or skips it as the source says)."""
-    from pipeline.stages.read.readers import UNREADABLE
+    from pipeline.stages.read.readers import UNREADABLE  # lazy: heavy (datatrove)
 
     try:
         return _first_record(source)
@@ -57,14 +59,13 @@ def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
     if source.format in EXTRACTED_FORMATS:
         return None
     if source.format == "hf-datasets":
-        import datasets
+        import datasets  # lazy: heavy (datasets): only for an hf-datasets source
 
         dataset = datasets.load_from_disk(source.paths[0])
         if isinstance(dataset, datasets.DatasetDict):
             dataset = dataset[sorted(dataset)[0]]
         return source.paths[0], (dict(dataset[0]) if len(dataset) else dict.fromkeys(dataset.column_names))
-    from pipeline.stages.read.discovery import data_folder, folder_of
-    from pipeline.stages.read.readers import input_files
+    from pipeline.stages.read.readers import input_files  # lazy: heavy (datatrove)
 
     path, files = next(((p, f) for p, f in input_files(source) if f), (None, []))
     if path is None:
@@ -73,7 +74,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
     where = folder.resolve_paths(files[0])
     with folder.open(files[0], "rb") as handle:
         if source.format == "parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy: heavy (pyarrow)
 
             with pq.ParquetFile(handle) as parquet:
                 batch = next(parquet.iter_batches(batch_size=1), None)

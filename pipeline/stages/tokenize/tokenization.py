@@ -61,7 +61,7 @@ def load_tokenizer(path: Path | str):
 
 @functools.lru_cache(maxsize=4)
 def _tokenizer_of(path: str, size: int, mtime_ns: int):
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: heavy (tokenizers' Rust extension)
 
     return Tokenizer.from_file(path)
 
@@ -72,6 +72,7 @@ def tokenizer_fingerprint(path: Path | str) -> str:
 
 def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos: str, output: Path) -> Path:
     """Train a byte-level BPE (GPT-2 style) on `texts` and save it atomically to `output`."""
+    # lazy: heavy (tokenizers' Rust extension)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
