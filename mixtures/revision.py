@@ -135,7 +135,7 @@ class PhaseSpec(StrictModel):
         return self
 
 
-def refused(field: str, value: Any, message: str) -> dict[str, Any]:
+def refused(field: str, value: object, message: str) -> pydantic_core.InitErrorDetails:
     """A validation error at `field` saying `message`."""
     return {"type": pydantic_core.PydanticCustomError("strategy_option", message), "loc": (field,), "input": value}
 
@@ -169,7 +169,7 @@ class Revision(StrictModel):
         return content_hash(self.model_dump(mode="json", exclude_defaults=True, exclude={"description"}))
 
 
-def describe(source: str, data: Any, exc: pydantic.ValidationError) -> str:
+def describe(source: str, data: object, exc: pydantic.ValidationError) -> str:
     """One line naming file, revision, phase (by name), field and, for weights, the cell."""
     where = [source]
     if isinstance(data, dict) and isinstance(data.get("mixture"), str) and isinstance(data.get("revision"), str):
@@ -233,7 +233,7 @@ def _check_weights(phase: PhaseSpec, where: str, normalize: bool) -> None:
         )
 
 
-def parse_revision(data: Any, source: str) -> Revision:
+def parse_revision(data: object, source: str) -> Revision:
     try:
         revision = Revision.model_validate(data, strict=True)  # an artifact: strict (`StrictModel`)
     except pydantic.ValidationError as exc:
@@ -255,7 +255,7 @@ def revision_to_toml(revision: Revision, header: str = "") -> str:
         data.pop("description", None)
     if not data.get("normalize"):
         data.pop("normalize", None)
-    ordered: dict[str, Any] = {
+    ordered: dict[str, object] = {
         k: data[k]
         for k in (
             "mixture",

@@ -8,6 +8,9 @@ be counted `malformed` and the source lost whole, with exit 0.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import BinaryIO
+
 import orjson
 
 from millrace.errors import ConfigError
@@ -31,7 +34,7 @@ class UnknownTextField(ConfigError):
         )
 
 
-def _first_jsonl_record(handle, name: str) -> dict | None:
+def _first_jsonl_record(handle: BinaryIO, name: str) -> dict[str, object] | None:
 
     for line in byte_lines(handle, compression_of(name), 1 << 24):
         if isinstance(line, bytes) and line.strip():
@@ -44,7 +47,7 @@ def _first_jsonl_record(handle, name: str) -> dict | None:
     return None
 
 
-def first_record(source: SourceConfig) -> tuple[str, dict] | None:
+def first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     """(where, first record) of the source's first file or dataset; None for HTML formats, empty sources and a
     first file that cannot be read (the read step names it, or skips it as the source says)."""
     from pipeline.stages.read.readers import UNREADABLE  # lazy: heavy (datatrove)
@@ -55,7 +58,7 @@ def first_record(source: SourceConfig) -> tuple[str, dict] | None:
         return None
 
 
-def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
+def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     if source.format in EXTRACTED_FORMATS:
         return None
     if source.format == "hf-datasets":
@@ -84,7 +87,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
     return None if record is None else (where, record)
 
 
-def pick_text_key(record: dict, configured: str = "text") -> str | None:
+def pick_text_key(record: Mapping[str, object], configured: str = "text") -> str | None:
     """`configured` when the record has it, else its one long string field (at least `LONG_TEXT` characters and
     the only one that long), else None."""
     if configured in record:
@@ -93,7 +96,7 @@ def pick_text_key(record: dict, configured: str = "text") -> str | None:
     return long[0] if len(long) == 1 else None
 
 
-def pick_id_key(record: dict, text_key: str, configured: str = "id") -> str:
+def pick_id_key(record: Mapping[str, object], text_key: str, configured: str = "id") -> str:
     """`configured` when the record has it, else the first usual id name it has, else its first field named
     `..._id`, else `configured` (the reader then names documents by file and position)."""
     if configured in record:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 import zstandard
@@ -81,7 +83,7 @@ class _ProblemLog:
         counts[0] += 1
         counts[1] += size
 
-    def get_document_from_dict(self, data, source_file, id_in_file):
+    def get_document_from_dict(self, data: object, source_file: str, id_in_file: int | str) -> Document | None:
         if not isinstance(data, dict):
             self.problem(source_file, id_in_file, "malformed", len(str(data)))
             return None
@@ -111,7 +113,7 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
 
     name = "🐿 Jsonl (counted)"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         max_line = RECORD_ALLOWANCE * self.max_document_bytes + (1 << 16)
         with self.data_folder.open(filepath, "rb") as raw:
             for line_number, line in enumerate(byte_lines(raw, compression_of(filepath), max_line), start=1):
@@ -132,7 +134,7 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
                 if document is not None:
                     yield document
 
-    def _legacy_record(self, filepath: str, line_number: int, line: bytes):
+    def _legacy_record(self, filepath: str, line_number: int, line: bytes) -> object:
         """A line that orjson refused: JSON in the file's detected encoding, or None (counted as a problem)."""
         try:
             line.decode("utf-8")
@@ -161,7 +163,7 @@ class CountingParquetReader(_ProblemLog, ParquetReader):
     name = "📒 Parquet (counted)"
     position_label = "row"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         import pyarrow.parquet as pq  # lazy: heavy (pyarrow)
 
         with self.data_folder.open(filepath, "rb") as handle, pq.ParquetFile(handle) as parquet:
@@ -181,7 +183,7 @@ class CountingWarcReader(_ProblemLog, WarcReader):
     name = "🕷 Warc (counted)"
     position_label = "record"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         # lazy: heavy (warcio): only for WARC sources
         from warcio.archiveiterator import ArchiveIterator
         from warcio.exceptions import ArchiveLoadFailed
@@ -212,17 +214,22 @@ class CountingWarcReader(_ProblemLog, WarcReader):
                 raise stream.error
 
 
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class _ErrorKeeper(io.RawIOBase):
     """A stream that passes on what `inner` reads and keeps the error that ends it: warcio takes a failed
     read (a truncated `.warc.gz`) for the end of the archive, so the reader raises it once warcio stops."""
 
-    def __init__(self, inner):
-        self.inner, self.error = inner, None
+    def __init__(self, inner: _Readable):
+        self.inner = inner
+        self.error: BaseException | None = None
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]  # typeshed's Buffer has no len
         if self.error is not None:
             return 0
         try:
@@ -240,7 +247,7 @@ class HtmlFileReader(_ProblemLog, BaseDiskReader):
 
     name = "🌍 HTML files"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         with self.data_folder.open(filepath, "rb") as raw:
             stream = io.BufferedReader(_ChunkStream(decompressed_chunks(raw, compression_of(filepath))))
             html, size = read_bounded(stream, self.max_document_bytes, keep_prefix=self.long_documents == "cut")
@@ -260,13 +267,13 @@ class HtmlFileReader(_ProblemLog, BaseDiskReader):
 class _ChunkStream(io.RawIOBase):
     """A readable stream over an iterator of byte chunks."""
 
-    def __init__(self, chunks):
+    def __init__(self, chunks: Iterator[bytes]):
         self.chunks, self.pending = chunks, b""
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]  # typeshed's Buffer has no len
         while not self.pending:
             self.pending = next(self.chunks, b"")
             if not self.pending:
@@ -307,7 +314,7 @@ class HFDatasetsDirReader(PipelineStep):
             yield Document(text=text, id=str(row.get(self.id_key, index)), metadata=metadata)
 
 
-def build_reader(source: SourceConfig, path: str):
+def build_reader(source: SourceConfig, path: str) -> PipelineStep:
     """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`)."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
@@ -396,7 +403,9 @@ class ReadStep(PipelineStep):
         }
         return doc
 
-    def _file_documents(self, reader, path: str, relative: str, ordinal: int, bad_files: list) -> DocumentsPipeline:
+    def _file_documents(
+        self, reader: PipelineStep, path: str, relative: str, ordinal: int, bad_files: list[dict[str, str]]
+    ) -> DocumentsPipeline:
         try:
             for doc in reader.read_file(relative):
                 yield self._document(doc, ordinal)
@@ -410,7 +419,12 @@ class ReadStep(PipelineStep):
             bad_files.append({"file": where, "error": f"{type(exc).__name__}: {exc}"})
 
     def _documents(
-        self, rank: int, world_size: int, problems: list, skipped: dict, bad_files: list
+        self,
+        rank: int,
+        world_size: int,
+        problems: list[Problem],
+        skipped: dict[str, list[int]],
+        bad_files: list[dict[str, str]],
     ) -> DocumentsPipeline:
         position = self.offset
         for path, files in input_files(self.source):
@@ -445,7 +459,7 @@ class ReadStep(PipelineStep):
         counts = StepCounts()
         problems: list[Problem] = []
         skipped: dict[str, list[int]] = {}
-        bad_files: list[dict] = []
+        bad_files: list[dict[str, str]] = []
         self.encodings: dict[str, str] = {}
         live = LiveCount(
             None if self.progress_dir is None else self.progress_dir / f"{self.source.name}-{rank:05d}.json"
