@@ -31,7 +31,10 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolder
@@ -135,7 +138,7 @@ class RemoteWork:
         self.__init__(**state)  # type: ignore[misc]
 
     @property
-    def fs(self) -> Any:
+    def fs(self) -> AbstractFileSystem:
         if self._fs is None:
             self._fs, root = url_to_fs(self.url, **self.storage_options)
             self._root = root.rstrip("/")
@@ -206,7 +209,7 @@ class RemoteWork:
             self._remote[rel] = _version(self.fs.info(f"{self.root}/{rel}"))
 
 
-def _matching(fs: Any, root: str, pattern: str) -> dict[str, dict]:
+def _matching(fs: AbstractFileSystem, root: str, pattern: str) -> dict[str, dict]:
     """Objects under `root` matching `pattern` (a folder, a file or a glob), by relative path, with their info."""
     target = f"{root}/{pattern.rstrip('/')}"
     if any(c in pattern for c in "*?["):
@@ -224,7 +227,7 @@ def _matching(fs: Any, root: str, pattern: str) -> dict[str, dict]:
     return {path[len(root) + 1 :]: info for path, info in expanded.items()}
 
 
-def _download(fs: Any, root: str, local: Path, relatives: list[str]) -> None:
+def _download(fs: AbstractFileSystem, root: str, local: Path, relatives: list[str]) -> None:
     for rel in relatives:
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
     if not relatives:
@@ -240,7 +243,7 @@ def _download(fs: Any, root: str, local: Path, relatives: list[str]) -> None:
         ) from None
 
 
-def _upload(fs: Any, root: str, files: dict[str, Path]) -> None:
+def _upload(fs: AbstractFileSystem, root: str, files: dict[str, Path]) -> None:
     """One object per file; on a plain filesystem each is written beside its target and renamed into place."""
     if not files:
         return

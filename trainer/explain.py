@@ -190,7 +190,7 @@ def manifest_for_step(home: Home, run: RunRecord, step: int) -> tuple[Path, str 
     return find_manifest(home, str(run.mixture), str(revision)), pinned
 
 
-def open_stream(manifest_path: Path, pinned: str | None) -> Any:
+def open_stream(manifest_path: Path, pinned: str | None) -> MixtureStream:
     """The loader's stream over the manifest the run trained on; a rebuilt revision (another hash) is refused."""
     stream = MixtureStream(manifest_path, prefetch=0)
     if pinned is not None and stream.manifest_hash != pinned:
@@ -201,7 +201,7 @@ def open_stream(manifest_path: Path, pinned: str | None) -> Any:
     return stream
 
 
-def batch_contents(stream: Any, loader_step: int, decode: bool) -> dict[str, Any]:
+def batch_contents(stream: MixtureStream, loader_step: int, decode: bool) -> dict[str, Any]:
     """Step `loader_step`'s global batch as the loader gives it: per cell its sequences, tokens per source."""
     seen = peek(stream, loader_step, decode=decode)
     cells: dict[str, dict[str, Any]] = {}
@@ -295,7 +295,7 @@ def explain_steps(
     opened once), without the per-sample rows; a batch the loader cannot rebuild (manifest gone or rebuilt)
     says why under `batch.error`."""
     where = {r.step: i for i, r in enumerate(records)}
-    streams: dict[Path, Any] = {}
+    streams: dict[Path, MixtureStream] = {}
     found = {}
     for step in steps:
         if step not in where:

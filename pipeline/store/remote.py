@@ -18,7 +18,10 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -35,12 +38,12 @@ MARKER = "store.json"  # written last: a store version is at a URL only once thi
 
 def remote_fs(
     url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
-) -> tuple[Any, str]:
+) -> tuple[AbstractFileSystem, str]:
     """The filesystem and root of `url`, its calls limited by `limits` (one retry layer: `millrace.remote_calls`)."""
     return remote_calls.limited_fs(url, storage_options, limits)
 
 
-def published(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | None:
+def published(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | None:
     """The bytes of the `store.json` at `root`, or None where no store version is complete there."""
     target = f"{root}/{MARKER}"
     try:
@@ -57,7 +60,7 @@ def published(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | 
         raise
 
 
-def check_target(local: Path, fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
+def check_target(local: Path, fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
     """Whether the URL already holds this very store version (its `store.json` byte for byte: nothing to copy);
     another store version's `store.json` there is refused in one line, never written over."""
     there = published(fs, root, limits)
@@ -71,7 +74,7 @@ def check_target(local: Path, fs: Any, root: str, limits: CallLimits = WRITE_LIM
     )
 
 
-def present(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
+def present(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
     """Sizes of the objects already under `root`, by path: what an interrupted copy finished."""
     try:
         listing = remote_calls.with_retries(
@@ -112,7 +115,7 @@ def copy_store(
     return copied + 1
 
 
-def _make_parents(fs: Any, targets: list[str]) -> None:
+def _make_parents(fs: AbstractFileSystem, targets: list[str]) -> None:
     """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
     from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
@@ -121,7 +124,9 @@ def _make_parents(fs: Any, targets: list[str]) -> None:
             fs.makedirs(parent, exist_ok=True)
 
 
-def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS) -> None:
+def _check_sizes(
+    fs: AbstractFileSystem, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS
+) -> None:
     """Every object under `root` at the size of its source (`expected`: target -> (size, source)), before the
     marker goes up."""
     fs.invalidate_cache()
@@ -141,7 +146,7 @@ def same_profile(
 
 def publish_store(
     local: Path,
-    shards: tuple[Any, str],
+    shards: tuple[AbstractFileSystem, str],
     url: str,
     storage_options: Mapping[str, object] | None = None,
     limits: CallLimits = WRITE_LIMITS,
@@ -219,7 +224,7 @@ class PublishShards(PipelineStep):
                 self.stat_update("published")
 
 
-def _own_files(fs: Any, cell: str, rank: int) -> list[str]:
+def _own_files(fs: AbstractFileSystem, cell: str, rank: int) -> list[str]:
     """Task `rank`'s files of one cell, listed by their name prefixes (an object store lists only those)."""
     from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
