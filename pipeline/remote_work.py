@@ -31,7 +31,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -93,7 +93,7 @@ class RemoteWorkError(MillraceError):
     """A step of a staged task kept a path of the driver's disk that could not be moved to its scratch."""
 
 
-def _version(info: dict) -> Any:
+def _version(info: dict[str, object]) -> object:
     """What changes when an object is rewritten: its ETag where the store has one, else size and time."""
     return info.get("ETag") or (info.get("size"), info.get("mtime") or info.get("LastModified"))
 
@@ -120,9 +120,9 @@ class RemoteWork:
     storage_options: dict = field(default_factory=dict)
     mirror: Path = Path()
     scratch: str | None = None  # where tasks make their scratch directories; None: the system's temporary dir
-    _fs: Any = field(default=None, repr=False, compare=False)
+    _fs: AbstractFileSystem | None = field(default=None, repr=False, compare=False)
     _root: str = field(default="", repr=False, compare=False)
-    _remote: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _remote: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
     _local: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
     pulled_bytes: int = field(default=0, repr=False, compare=False)  # what the driver downloaded, in all
 
@@ -283,11 +283,11 @@ def _alive(pid: int) -> bool:
 class _Relocating(pickle.Pickler):
     """Pickles steps with every path under `old` replaced by the same path under `new`."""
 
-    def __init__(self, file: Any, old: Path, new: Path):
+    def __init__(self, file: io.BytesIO, old: Path, new: Path):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.old, self.new = str(old), str(new)
 
-    def reducer_override(self, obj: Any) -> Any:
+    def reducer_override(self, obj: object) -> tuple[type[PurePath], tuple[str]]:
         if isinstance(obj, PurePath):
             text = str(obj)
             if text == self.old or text.startswith(self.old + os.sep):
