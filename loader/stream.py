@@ -320,13 +320,21 @@ class MixtureStream:
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no batches; use index(step)")
         self._step = start
-        make = self._reading_ahead(self.gather if gathered else self._assemble, range(start, end, stride))
+        steps = range(start, end, stride)
+        make = self._reading_ahead(self.gather if gathered else self._assemble, steps)
         if self.prefetch <= 0:
-            for step in range(start, end, stride):
+            for step in steps:
                 batch = make(step, self._sequential_index(step))
                 self._step = step + 1
                 yield batch
             return
+        yield from self._prefetched(make, steps)
+
+    def _prefetched(
+        self, make: Callable[[int, SampleIndex], Batch | Gathered], steps: range
+    ) -> Generator[Batch | Gathered]:
+        """`make` over `steps` on a background thread, up to `prefetch` batches ahead; its error is raised here,
+        and closing the generator stops the thread."""
         ready: queue.Queue[Batch | Gathered | _Failure | None] = queue.Queue(maxsize=self.prefetch)  # None: done
         stop = threading.Event()
 
@@ -341,7 +349,7 @@ class MixtureStream:
 
         def produce() -> None:
             try:
-                for step in range(start, end, stride):
+                for step in steps:
                     if not offer(make(step, self._sequential_index(step))):
                         return
                 offer(None)
