@@ -239,7 +239,7 @@ def fit_command(
     residuals, leave-one-out errors, and predictions with a prediction interval at --level (delta method
     with the residual variance and Student's t); zero degrees of freedom or a rising curve are warned of."""
     # lazy: command body: `millrace --help` loads no scipy
-    from trainer.ladder.ladder_fit import fit_ladder
+    from trainer.ladder.ladder_fit import FitRequest, fit_ladder
     from trainer.ladder.points import file_points
     from trainer.ladder.scaling_law import LEVEL, fit_report
 
@@ -258,16 +258,8 @@ def fit_command(
             level=level,
         )
     elif ladder_ref:
-        report = fit_ladder(
-            home,
-            ladder_name(ladder_ref, home),
-            metric,
-            asymptote,
-            free_asymptote,
-            list(predict_flops),
-            revision,
-            level=level,
-        )
+        request = FitRequest(metric, asymptote, free_asymptote, list(predict_flops), revision, level)
+        report = fit_ladder(home, ladder_name(ladder_ref, home), request)
     else:
         raise ConfigError("give a LADDER (name or file) or --points FILE")
     for warning in report["warnings"]:
