@@ -106,7 +106,7 @@ class PhaseSpec(StrictModel):
         return name
 
     @property
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         """The strategy's options as the phase gives them."""
         return dict(self.__pydantic_extra__ or {})
 

@@ -26,7 +26,9 @@ from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
-from pipeline.stages.held_out.eval_sets import better_hit, write_eval_set
+from pipeline.stages.funnel import Table
+from pipeline.stages.held_out.eval_sets import Hit, better_hit, write_eval_set
+from pipeline.stages.tokenize.cell_shards import CellPart, TaskPart
 from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 from pipeline.store.format import (
     CellManifest,
@@ -47,12 +49,12 @@ from pipeline.store.trace import HELD_OUT_KEY
 log = logging.getLogger(__name__)
 
 
-def _read_parts(parts_dir: Path) -> list[dict]:
+def _read_parts(parts_dir: Path) -> list[TaskPart]:
     """Every shard task's metadata, in rank order (the store's order of a cell's shards)."""
     return [json.loads(path.read_text()) for path in sorted(Path(parts_dir).glob("*.json"), key=lambda p: int(p.stem))]
 
 
-def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, SourceCounts]:
+def _sum_sources(entries: list[dict[str, dict[str, int]]]) -> dict[str, SourceCounts]:
     total: dict[str, SourceCounts] = {}
     for entry in entries:
         for name, counts in entry.items():
@@ -63,7 +65,9 @@ def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, SourceCounts]:
     return {name: total[name] for name in sorted(total)}
 
 
-def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, extra_stats: dict) -> CellManifest:
+def _cell_manifest(
+    cell: str, pieces: list[CellPart], dtype: str, fingerprint: str, extra_stats: dict[str, object]
+) -> CellManifest:
     """A cell's manifest from its pieces (one per task that had documents of it, in rank order)."""
     sources = _sum_sources([p["sources"] for p in pieces])
     held_sources = _sum_sources([p["validation_sources"] for p in pieces])
@@ -95,16 +99,16 @@ def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, 
     )
 
 
-def _set_hits(parts: list[dict], name: str) -> dict[int, list]:
+def _set_hits(parts: list[TaskPart], name: str) -> dict[int, Hit]:
     """One evaluation set's findings over every task: per set document, the reported [kind, cell]."""
-    hits: dict[int, list] = {}
+    hits: dict[int, Hit] = {}
     for part in parts:
         for number, hit in part["overlap"].get(name, {}).items():
             hits[int(number)] = better_hit(hits.get(int(number)), hit)
     return hits
 
 
-def _set_trained_ngrams(parts: list[dict], name: str) -> np.ndarray:
+def _set_trained_ngrams(parts: list[TaskPart], name: str) -> np.ndarray:
     """One evaluation set's n-gram hashes that training documents hold, over every task."""
     found = [np.asarray(part.get("set_ngrams", {}).get(name, []), dtype=np.uint64) for part in parts]
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
@@ -136,12 +140,14 @@ def _staging(final: Path, staged: Path) -> Path:
     return staging
 
 
-def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, dict[str, int]] | None = None) -> dict:
+def validation_funnel_step(
+    manifests: list[CellManifest], given_back: dict[str, dict[str, int]] | None = None
+) -> dict[str, object]:
     """The funnel's last stage: per source, documents that reached the store and those held out of training.
 
     `given_back` (per source): chosen for the held-out split, then given back to training by the decontamination.
     They are among the kept documents, and counted again under `given_back` with their own reason."""
-    per_source: dict[str, dict] = {}
+    per_source: dict[str, Table] = {}
     for manifest in manifests:
         for part, counts in (("kept", manifest.sources), ("held", manifest.validation.sources)):
             for source, numbers in counts.items():
@@ -160,7 +166,7 @@ def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, 
     return {"name": VALIDATION_FUNNEL_STEP, "sources": {source: per_source[source] for source in sorted(per_source)}}
 
 
-def given_back_sources(parts: list[dict]) -> dict[str, dict[str, int]]:
+def given_back_sources(parts: list[TaskPart]) -> dict[str, dict[str, int]]:
     """Per source, the held-out documents the split tasks gave back to training (summed over tasks and cells)."""
     total: dict[str, dict[str, int]] = {}
     for part in parts:
@@ -186,10 +192,10 @@ def assemble_store(
     eos: str,
     sources: list[str],
     shard_tokens: int,
-    pipeline_config: dict,
-    funnel: dict,
-    store_stats: dict,
-    cell_stats: dict[str, dict],
+    pipeline_config: dict[str, Any],
+    funnel: dict[str, Any],
+    store_stats: dict[str, Any],
+    cell_stats: dict[str, dict[str, object]],
     models_dir: Path | None = None,
     validation: HeldOutConfig = HeldOutConfig(),
 ) -> Path:

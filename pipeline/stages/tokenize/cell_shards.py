@@ -43,6 +43,8 @@ from pipeline.store.trace import HELD_OUT_PREFIX, TracePart, part_name, write_tr
 
 # A cell's entry in a task's `parts/<rank>.json` (JSON): shard table rows, per-source counts, trace parts, samples.
 CellPart = dict[str, Any]
+# A task's whole `parts/<rank>.json` (`write_part`): {"cells": {cell: CellPart}, "overlap", "worker", "set_ngrams"}.
+TaskPart = dict[str, Any]
 
 STORE_ORDER_SEED = 0x6D696C6C72616365  # "millrace": fixed, so a store's order never depends on the run
 TRAINING_PREFIX = "shard"
