@@ -79,8 +79,8 @@ def test_embedded_json_cannot_close_its_script_block():
 def test_funnel_sources_grid_and_cells_are_shown(small_home, tmp_path):
     build_site(small_home, tmp_path)
     body = (tmp_path / factory.STORE / factory.VERSION / "index.html").read_text()
-    for stage in ("read", "quality", "exact-dedup", "tokenize"):
-        assert f"<td>{stage}</td>" in body
+    for step in ("read", "quality", "exact-dedup", "tokenize"):
+        assert f"<td>{step}</td>" in body
     assert "duplicate: 46 docs" in body  # what exact-dedup removed, summed over sources
     for source in factory.SOURCES:
         assert f"<td>{source}</td>" in body
