@@ -438,7 +438,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     steps += [step.step(config, layout, funnel[step.name]) for step in FILTER_RUN_STEPS if step.name in funnel]
     d = config.dedup
     if d.exact or d.fuzzy:
-        steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
+        steps.append(DedupSignatures(layout.signatures, d))
     if budget := sample_budget(config):  # the sketch the tokenizer and the cell models are fitted on
         steps.append(SampleSketch(layout.samples, budget))
     steps.append(TaskDocumentWriter(layout.filtered))
