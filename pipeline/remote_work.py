@@ -31,10 +31,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolder
@@ -44,6 +41,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from millrace.errors import MillraceError
 from pipeline.stages.in_place import reading_in_place
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 log = logging.getLogger(__name__)
 SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<phase>-<rank>-<host>-pid<pid>-<random>
@@ -118,7 +118,7 @@ class RemoteWork:
     only what the driver pulled (`DRIVER_READS`) or wrote itself."""
 
     url: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, object] = field(default_factory=dict)
     mirror: Path = Path()
     scratch: str | None = None  # where tasks make their scratch directories; None: the system's temporary dir
     _fs: AbstractFileSystem | None = field(default=None, repr=False, compare=False)
@@ -285,11 +285,11 @@ def _alive(pid: int) -> bool:
 class _Relocating(pickle.Pickler):
     """Pickles steps with every path under `old` replaced by the same path under `new`."""
 
-    def __init__(self, file: io.BytesIO, old: Path, new: Path):
+    def __init__(self, file: BinaryIO, old: Path, new: Path):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.old, self.new = str(old), str(new)
 
-    def reducer_override(self, obj: Any) -> Any:
+    def reducer_override(self, obj: object) -> Any:  # typeshed: a reduce tuple, or NotImplemented
         if isinstance(obj, PurePath):
             text = str(obj)
             if text == self.old or text.startswith(self.old + os.sep):

@@ -336,7 +336,7 @@ def _set_listing(config: PipelineConfig) -> list[dict[str, object]]:
     return listing
 
 
-def _dump(section: pydantic.BaseModel | None) -> dict[str, Any] | None:
+def _dump(section: pydantic.BaseModel | None) -> dict[str, object] | None:
     return None if section is None else section.model_dump(mode="json")
 
 

@@ -14,7 +14,7 @@ import contextlib
 import fnmatch
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -73,7 +73,7 @@ def read_ranges(path: Path | str, ranges: list[tuple[int, int]]) -> list[bytes]:
     return [next(got) if stop > start else b"" for start, stop in ranges]
 
 
-def opened(path: Path | str) -> Any:
+def opened(path: Path | str) -> BinaryIO:
     """A file object to seek and read (a zip's members one at a time): on a URL, each read one range request."""
     path = Path(path)
     remote = _remote(path)

@@ -20,9 +20,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
-
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
@@ -31,6 +28,9 @@ from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 from pipeline.stages.tokenize.cell_shards import task_file_prefixes
 from pipeline.store.trace import HELD_OUT_PREFIX, part_name
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
 MARKER = "store.json"  # written last: a store version is at a URL only once this object is

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -40,9 +40,6 @@ COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin
 HELD_OUT_PREFIX = "held-out-documents"  # the held-out documents' parts, beside the training documents' ones
 HELD_OUT_KEY = "held_out_trace"  # their list in the cell manifest's stats
 
-# A part with its row, shard and token offsets in the cell (`_parts`); a store's single legacy sidecar has
-# `documents` None and no digest.
-PlacedPart = dict[str, Any]
 # A sidecar row: COLUMNS' values of one document, as pyarrow's `to_pylist` gives them.
 TraceRow = dict[str, Any]
 
@@ -55,6 +52,20 @@ class TracePart(TypedDict):
     documents: int
     shards: int
     tokens: int
+
+
+class PlacedPart(TypedDict):
+    """A part with its row, shard and token offsets in the cell (`_parts`); a store's single legacy sidecar has
+    `documents` None and no digest."""
+
+    file: str
+    row: int
+    shard: int
+    token: int
+    documents: int | None
+    sha256: NotRequired[str]
+    shards: NotRequired[int]
+    tokens: NotRequired[int]
 
 
 def part_name(task: int, prefix: str = "documents") -> str:

@@ -18,7 +18,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
 
 from millrace.urls import is_url
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
@@ -42,9 +42,9 @@ class Unread(TypedDict):
     examples: list[str]
 
 
-_listings: dict[tuple[str, str, str], Any] | None = (
-    None  # inside `listed_once`: each listing and file test, by its arguments
-)
+# Inside `listed_once`: each listing and file test, by its arguments (the kind fixes the value's type).
+_listings: dict[tuple[str, str, str], object] | None = None
+_Found = TypeVar("_Found")
 
 
 @contextlib.contextmanager
@@ -59,13 +59,13 @@ def listed_once() -> Iterator[None]:
         _listings = previous
 
 
-def _once(kind: str, path: str, storage_options: Mapping[str, object] | None, compute: Callable[[], Any]) -> Any:
+def _once(kind: str, path: str, storage_options: Mapping[str, object] | None, compute: Callable[[], _Found]) -> _Found:
     if _listings is None:
         return compute()
     key = (kind, path, json.dumps(storage_options or {}, sort_keys=True, default=str))
     if key not in _listings:
         _listings[key] = compute()
-    return _listings[key]
+    return cast(_Found, _listings[key])  # stored by `compute` of the same kind, so of its type
 
 
 def _hidden(relative: str) -> bool:
