@@ -151,16 +151,7 @@ class MixtureStream:
             cells[self.schedule.cell_index[name]] = CellShards(files, manifest.cells[name], np.dtype(manifest.dtype))
         opened = [c for c in cells if c is not None]
         self.has_sources = sources and bool(opened) and bool(self.source_names) and all(c.has_sources for c in opened)
-        self._space = TokenSpace(
-            files,
-            cells,
-            manifest.seq_len,
-            np.dtype(manifest.dtype),
-            manifest.seed,
-            manifest.document_block,
-            self.has_sources,
-            manifest.document_run,
-        )
+        self._space = TokenSpace(files, cells, manifest, self.has_sources)
         log.info(
             "%s: %d cells, %d shards pinned (opened on demand); %d steps of %d x %d tokens",
             self.path,
