@@ -142,6 +142,8 @@ def push_records(run_dir: Path, remote: RemoteDir, sizes: dict[str, int] | None 
     with marked_push(run_dir, remote):
         for name, size in sizes.items():
             path = run_dir / name
+            if not path.exists():  # removed since the snapshot (the push runs later, on another thread)
+                continue
             if path.suffix not in APPENDED:
                 remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{name}", path.stat().st_size)
                 continue
