@@ -26,7 +26,7 @@ from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
-from pipeline.stages.funnel import Table
+from pipeline.stages.funnel import COUNT_KEYS, Counts, Table
 from pipeline.stages.held_out.eval_sets import Hit, better_hit, write_eval_set
 from pipeline.stages.tokenize.cell_shards import CellPart, TaskPart
 from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
@@ -141,7 +141,7 @@ def _staging(final: Path, staged: Path) -> Path:
 
 
 def validation_funnel_step(
-    manifests: list[CellManifest], given_back: dict[str, dict[str, int]] | None = None
+    manifests: list[CellManifest], given_back: dict[str, Counts] | None = None
 ) -> dict[str, object]:
     """The funnel's last stage: per source, documents that reached the store and those held out of training.
 
@@ -162,23 +162,29 @@ def validation_funnel_step(
                     target["tokens"] += numbers.tokens
                     target["bytes"] += numbers.bytes
     for source, returned in (given_back or {}).items():
-        per_source[source]["given_back"] = {GIVEN_BACK_REASON: {k: returned[k] for k in _zero()}}
+        per_source[source]["given_back"] = {
+            GIVEN_BACK_REASON: {
+                "documents": returned["documents"],
+                "tokens": returned["tokens"],
+                "bytes": returned["bytes"],
+            }
+        }
     return {"name": VALIDATION_FUNNEL_STEP, "sources": {source: per_source[source] for source in sorted(per_source)}}
 
 
-def given_back_sources(parts: list[TaskPart]) -> dict[str, dict[str, int]]:
+def given_back_sources(parts: list[TaskPart]) -> dict[str, Counts]:
     """Per source, the held-out documents the split tasks gave back to training (summed over tasks and cells)."""
-    total: dict[str, dict[str, int]] = {}
+    total: dict[str, Counts] = {}
     for part in parts:
         for cell in part["cells"].values():
             for source, numbers in cell.get("given_back_sources", {}).items():
                 entry = total.setdefault(source, _zero())
-                for key in entry:
+                for key in COUNT_KEYS:
                     entry[key] += numbers[key]
     return dict(sorted(total.items()))
 
 
-def _zero() -> dict[str, int]:
+def _zero() -> Counts:
     return {"documents": 0, "tokens": 0, "bytes": 0}
 
 

@@ -26,19 +26,36 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from millrace.artifacts import atomic_write_text
 
-COUNT_KEYS = ("documents", "tokens", "bytes")
+COUNT_KEYS: tuple[Literal["documents", "tokens", "bytes"], ...] = ("documents", "tokens", "bytes")
 
 
-# One source's (or language's) counts in one step: {"received", "kept": {documents, tokens, bytes}, "removed":
-# {reason: {...}}, and "cut" (read step) / "given_back" (validation step) when any}.
-Table = dict[str, Any]
+class Counts(TypedDict):
+    documents: int
+    tokens: int
+    bytes: int
 
 
-def _zero() -> dict[str, int]:
+class Cut(TypedDict):
+    documents: int
+    bytes: int
+
+
+class Table(TypedDict):
+    """One source's (or language's) counts in one step; "cut" (read step) and "given_back" (validation step)
+    when there are any."""
+
+    received: Counts
+    kept: Counts
+    removed: dict[str, Counts]
+    cut: NotRequired[Cut]
+    given_back: NotRequired[dict[str, Counts]]
+
+
+def _zero() -> Counts:
     return {"documents": 0, "tokens": 0, "bytes": 0}
 
 
@@ -112,7 +129,7 @@ def step_dir(funnel_root: Path, index: int, step: str) -> Path:
     return funnel_root / f"{index:02d}-{step}"
 
 
-def _add(into: dict[str, int], other: dict[str, int]) -> None:
+def _add(into: Counts, other: Counts) -> None:
     for key in COUNT_KEYS:
         into[key] += int(other.get(key, 0))
 
