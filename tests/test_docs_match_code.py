@@ -12,7 +12,7 @@ from millrace.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted([ROOT / "README.md", ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
-COMMAND = re.compile(r"millrace((?:[ \t]+[a-z][a-z-]*)+)((?:[ \t]+[^\s`|;&]+)*)")
+COMMAND = re.compile(r"millrace((?:[ \t]+[a-z][a-z-]*(?![\w./]))+)((?:[ \t]+[^\s`|;&]+)*)")
 PATH = re.compile(r"`((?:[\w-]+/)+[\w.-]+\.(?:py|md|toml|json|js|j2|sh))`")
 TOP = {path.name for path in ROOT.iterdir() if path.is_dir() and not path.name.startswith(".")}
 
@@ -55,5 +55,8 @@ def test_each_repository_path_the_docs_name_exists(doc):
 
 
 def test_the_check_sees_a_flag_that_does_not_exist():
-    command, path = _command(["pipeline", "run", "pipeline.toml"])
-    assert path == ["pipeline", "run"] and "--dry-run" in _flags(command) and "--dry-runs" not in _flags(command)
+    match = COMMAND.search("run `millrace pipeline run pipeline.toml --dry-runs --json` to see")
+    assert match is not None
+    command, path = _command(match.group(1).split())
+    assert path == ["pipeline", "run"] and match.group(2).split() == ["pipeline.toml", "--dry-runs", "--json"]
+    assert {"--dry-run", "--json"} <= _flags(command) and "--dry-runs" not in _flags(command)
