@@ -149,6 +149,16 @@ def rung_lr(spec: LadderSpec, config: TrainConfig, batch: int, seq_len: int, ste
     return lr
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """What is fixed before the rules size a rung (None: the rules decide): its tokens, its batch, and its
+    steps (the built revision's, whose phases round to whole batches each; default tokens / batch)."""
+
+    tokens: float | None = None
+    batch: int | None = None
+    steps: int | None = None
+
+
 def size_rung(
     spec: LadderSpec,
     name: str,
@@ -156,16 +166,17 @@ def size_rung(
     index: int | None,
     seq_len: int,
     seconds_per_flop: float,
-    tokens: float | None = None,
-    batch: int | None = None,
-    steps: int | None = None,
+    given: Sizing | None = None,
 ) -> RungPlan:
-    """`steps`: the built revision's (its phases round to whole batches each); default tokens / batch."""
+    """Rung `name` (the rules' `index`-th width; None: the widest's batch rule) sized by the rules, except
+    what `given` fixes."""
+    given = given or Sizing()
     active = active_params(config)
-    tokens = round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active)
+    tokens = round(given.tokens if given.tokens is not None else spec.rules.tokens_per_active_param * active)
+    batch = given.batch
     if batch is None:
         batch = rung_batch(spec.rules, index if index is not None else len(spec.rules.widths) - 1, tokens)
-    steps = steps or max(1, round(tokens / (batch * seq_len)))
+    steps = given.steps or max(1, round(tokens / (batch * seq_len)))
     lr = rung_lr(spec, config, batch, seq_len, steps)
     flops = flops_per_token(config, seq_len) * tokens
     warmup = spec.rules.warmup_fraction
@@ -229,7 +240,7 @@ def plan_target(
         layers = target.layers or family_layers(spec.rules, target.d_model)
         config = scaled_config(base, spec.rules, target.d_model, layers)
         tokens, batch = target.tokens, target.batch
-    return size_rung(spec, target.name, config, None, seq_len, seconds_per_flop, tokens, batch)
+    return size_rung(spec, target.name, config, None, seq_len, seconds_per_flop, Sizing(tokens, batch))
 
 
 def revision_seq_len(spec: LadderSpec, home: Home) -> int:
@@ -285,7 +296,8 @@ def fitted_to_store(spec: LadderSpec, rung: RungPlan, bases: list[BaseRevision],
     cells, its steps those of the built revision's phases."""
     tokens, because = needed_tokens(spec, rung, bases)
     steps = built_steps(bases[0], tokens, rung.batch)
-    fitted = size_rung(spec, rung.name, rung.config, None, rung.seq_len, per_flop, tokens, rung.batch, steps)
+    sizing = Sizing(tokens, rung.batch, steps)
+    fitted = size_rung(spec, rung.name, rung.config, None, rung.seq_len, per_flop, sizing)
     if tokens == rung.tokens:
         return fitted
     return dataclasses.replace(fitted, raised_from=rung.tokens, raised_because=because)
