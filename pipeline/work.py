@@ -68,6 +68,11 @@ class WorkLayout:
         return self.root / "logs"
 
     @property
+    def slurm_scripts(self) -> Path:
+        """Where `pipeline run --slurm --dry-run` writes the chain's sbatch scripts by default."""
+        return self.root / "slurm-scripts"
+
+    @property
     def funnel(self) -> Path:
         return self.root / "funnel"
 

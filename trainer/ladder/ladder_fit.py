@@ -50,7 +50,7 @@ def _fit_ladder(home: Home, ladder: str, request: FitRequest, save: bool) -> Fit
         raise ConfigError("give --asymptote or --free-asymptote, not both")
     if not request.free_asymptote and asymptote is None:
         asymptote = body.asymptote
-    points = ladder_points(body, metric, revision, home.runs)
+    points = ladder_points(body, metric, revision, home)
     targets = targets_of(body, list(request.predict_flops))
     report = fit_report(points, asymptote, targets, where=f"ladder {ladder}", metric=metric, level=request.level)
     report["revision"] = revision
