@@ -7,7 +7,7 @@ driver phases, tokenizer and models, run inside the dedup job).
     tokenize  array of executor.tasks   the tokenize pipeline, built in the task (it needs the tokenizer
                                         and the models the dedup job made)
     decontaminate  one task             the held-out cutoffs from tokenize's runs, then the n-gram
-                                        containment stage (local executor inside the job) and its decision
+                                        containment run (local executor inside the job) and its decision
     split     array of executor.tasks   held-out split, built in the task (the cutoffs recomputed from the
                                         runs, the documents given back read from the saved decision)
     assemble  one task                  `run_pipeline` on the local executor: every phase is complete
@@ -20,7 +20,7 @@ compute nodes share (the work directory and $MILLRACE_HOME). Phases use the loca
 logging directories, so a failed chain is resumed by submitting it again, or finished with
 `--executor local`, and yields the same store.
 
-`dry_run` writes each job's sbatch script and `chain.json` (phases under "stage", array sizes, dependencies)
+`dry_run` writes each job's sbatch script and `chain.json` (phases under "phase", array sizes, dependencies)
 for review and submits nothing.
 """
 
@@ -76,7 +76,7 @@ class PhaseInTask(PipelineStep):
     """Builds a phase's pipeline inside the task and runs it: `tokenize` and `split` need files
     that earlier jobs write (the tokenizer, the fitted models, the held-out cutoffs)."""
 
-    name = "⛓️ stage"
+    name = "⛓️ phase"
 
     def __init__(self, phase: str, config: PipelineConfig, home_root: Path, version: str):
         super().__init__()
@@ -89,7 +89,7 @@ class PhaseInTask(PipelineStep):
             return split_pipeline(self.config, layout, cutoffs, _given_back(layout))
         if not self.config.fits_cells:
             return tokenize_pipeline(self.config, layout, [])
-        from pipeline.stages.tokenize.cell_steps import CellSteps
+        from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
         cells = CellSteps(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
         return tokenize_pipeline(self.config, layout, cells.steps())
@@ -103,7 +103,7 @@ class PhaseInTask(PipelineStep):
 
 class DriverJob(PipelineStep):
     """The driver's work as a one-task job: `dedup` (duplicate finding, tokenizer, post-dedup models),
-    `decontaminate` (held-out cutoffs, the containment stage, its decision) or `assemble` (the rest of
+    `decontaminate` (held-out cutoffs, the containment run, its decision) or `assemble` (the rest of
     `run_pipeline`, whose executor runs are all complete by then)."""
 
     name = "⛓️ driver"
@@ -170,7 +170,7 @@ def phase_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> lis
 
 def slurm_chain(config: PipelineConfig, jobs: list[PhaseJob]) -> list[SlurmPipelineExecutor]:
     """One `SlurmPipelineExecutor` per job, each `depends=` on the one before."""
-    from datatrove.executor import SlurmPipelineExecutor
+    from datatrove.executor import SlurmPipelineExecutor  # lazy: heavy (datatrove)
 
     slurm = config.executor.slurm
     if not slurm.partition:
@@ -205,7 +205,7 @@ def submit(config: PipelineConfig, home: Home, restart: bool = False) -> list[di
     jobs = phase_jobs(config, home, restart)
     executors = slurm_chain(config, jobs)
     executors[-1].run()
-    return [{"stage": job.name, "job_id": executor.job_id} for job, executor in zip(jobs, executors)]
+    return [{"phase": job.name, "job_id": executor.job_id} for job, executor in zip(jobs, executors)]
 
 
 def dry_run(
@@ -226,7 +226,7 @@ def dry_run(
         atomic_write_text(script, executor.get_launch_file_contents(executor.get_sbatch_args(max(array, 1)), command))
         chain.append(
             {
-                "stage": job.name,
+                "phase": job.name,
                 "script": str(script),
                 "tasks": job.tasks,
                 "incomplete": len(ranks),
