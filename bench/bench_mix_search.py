@@ -16,7 +16,10 @@
   learning rate 0.01, 1,000 rounds), and the log-linear default against it, at 250 and 1,000 rows;
 - a proxy's training throughput (`throughput`) on CPU against a plain dense PyTorch model of the same FLOPs
   per token on the same batches (at least 0.5x): a swarm on a small machine is bounded by it; and one
-  branched proxy's time outside its training steps, named step by step (`bench/proxy_throughput.py`).
+  branched proxy's time outside its training steps, named step by step (`bench/proxy_throughput.py`);
+- the search's records (`records`) at 200 cells, 100 and 800 two-phase proxies: bytes on disk, bytes written over
+  the swarm and CPU seconds writing and reading, components written once and rows appended against the previous
+  layout (every weight named, the table rewritten after each proxy) in the same run (`bench/search_records.py`).
 
 `python -m bench mix_search --proxies N` (`MILLRACE_BENCH_PROXIES`) sets the swarm's size (default 64) for a shorter
 run on a busy machine; `--part swarm` (`MILLRACE_BENCH_PARTS`, comma-separated) runs only the parts named.
@@ -168,12 +171,21 @@ def proxy_throughput_results() -> list[Result]:
     return proxy_throughput.main()
 
 
+def records_results() -> list[Result]:
+    """The search's plan and rows at 200 cells, 100 and 800 proxies: bytes on disk, bytes written over the swarm
+    and CPU, against the previous layout (`bench/search_records.py`)."""
+    from bench import search_records
+
+    return search_records.main()
+
+
 PARTS: dict[str, Callable[[], list[Result]]] = {
     "swarm": swarm,
     "fit": fit_propose_results,
     "ranking": ranking_results,
     "blas": lambda: [blas_threads_result()],
     "throughput": proxy_throughput_results,
+    "records": records_results,
 }
 
 

@@ -22,7 +22,6 @@ from mixtures.new import new_revision
 from mixtures.plan import diff_of, plan_of
 from mixtures.resolve import manifest_hash, resolve_revision
 from mixtures.revision import load_revision
-from pipeline.store.labels import domain_labels
 
 
 class PhaseSummary(TypedDict):
@@ -87,7 +86,7 @@ def plan(home: Home, mixture: str, revision: str, *, file: Path | str | None = N
     manifest, _, source, store = resolve_named(home, mixture, revision, file)
     result = plan_of(manifest, manifest_hash(manifest), {c: s.tokens for c, s in store.manifest.cells.items()})
     result["revision_file"] = str(source)
-    result["labels"] = domain_labels(store.manifest)
+    result["labels"] = store.manifest.stats.domain_labels()
     return result
 
 

@@ -45,7 +45,7 @@ def _slurm_jobs(chain: list[ChainJob]) -> dict[str, list[dict[str, Any]]]:
     for entry in chain:
         for job in entry["jobs"]:
             state = states.get(job, JobState(states={}, reason=""))
-            by_stage.setdefault(entry["stage"], []).append({"job_id": job, **state})
+            by_stage.setdefault(entry["phase"], []).append({"job_id": job, **state})
     return by_stage
 
 

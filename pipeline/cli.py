@@ -33,7 +33,7 @@ def pipeline() -> None:
     type=click.Choice(["local", "ray", "slurm"]),
     default=None,
     help="datatrove executor (default: the config's [executor] kind, else local). slurm submits one "
-    "job per stage, each depending on the one before, and returns.",
+    "job per phase, each depending on the one before, and returns.",
 )
 @click.option(
     "--workers",
@@ -49,7 +49,7 @@ def pipeline() -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Slurm executor: write each stage's sbatch script and chain.json for review; submit nothing.",
+    help="Slurm executor: write each phase's sbatch script and chain.json for review; submit nothing.",
 )
 @home_option
 @json_option
@@ -63,9 +63,9 @@ def run(
     as_json: bool,
 ) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
-    from pipeline.config import load_pipeline_config
-    from pipeline.runner import PHASE_LABELS, run_pipeline
-    from pipeline.store.cli import print_summary, store_summary
+    from pipeline.config import load_pipeline_config  # lazy: command body: `millrace --help` stays light
+    from pipeline.runner import PHASE_LABELS, run_pipeline  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.store.cli import print_summary, store_summary  # lazy: command body: `millrace --help` stays light
 
     config = load_pipeline_config(config_path)
     if (executor or config.executor.kind) == "slurm":
@@ -74,7 +74,7 @@ def run(
         raise ConfigError('--dry-run writes Slurm scripts: use it with --executor slurm or [executor] kind = "slurm"')
     labels = list(PHASE_LABELS)
     bar = on_terminal() and not as_json
-    current = {"stage": "starting"}
+    current = {"phase": "starting"}
     with Progress(
         SpinnerColumn(),
         TextColumn("pipeline: {task.description}"),
@@ -86,7 +86,7 @@ def run(
         task = progress.add_task("starting", total=len(labels))
 
         def on_phase(label: str) -> None:
-            current["stage"] = label
+            current["phase"] = label
             progress.update(task, description=label, completed=labels.index(label))
 
         try:
@@ -102,7 +102,7 @@ def run(
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`millrace.signals`): the same clean stop
             stopped = Terminated if isinstance(exc, TerminateSignal) else Interrupted
             raise stopped(
-                f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
+                f"pipeline stopped in phase {current['phase']}; finished tasks are kept, continue "
                 f"with: millrace pipeline run {config_path}"
             ) from None
         progress.update(task, description="done", completed=len(labels))
@@ -114,8 +114,8 @@ def run(
 
 
 def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bool, as_json: bool) -> None:
-    from pipeline import slurm
-    from pipeline.stages.read.fields import check_text_fields
+    from pipeline import slurm  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.stages.read.fields import check_text_fields  # lazy: command body: `millrace --help` stays light
 
     check_text_fields(config)  # before any job is written or submitted, as `run_pipeline` does
 
@@ -125,7 +125,7 @@ def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bo
             return print_json({"submitted": False, "jobs": chain})
         for job in chain:
             after = f", after {job['after']}" if job["after"] else ""
-            click.echo(f"{job['stage']}: {job['script']} (array of {job['array']}{after})")
+            click.echo(f"{job['phase']}: {job['script']} (array of {job['array']}{after})")
         return None
     submitted = slurm.submit(config, home, restart=restart)
     if as_json:
@@ -134,7 +134,7 @@ def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bo
         click.echo(f"cancelled the earlier chain's pending jobs: {' '.join(submitted['cancelled'])}")
     for submitted_job in submitted["jobs"]:
         job_id = submitted_job["job_id"]
-        click.echo(f"{submitted_job['stage']}: " + ("already complete" if job_id == -1 else f"job {job_id}"))
+        click.echo(f"{submitted_job['phase']}: " + ("already complete" if job_id == -1 else f"job {job_id}"))
     click.echo("follow it with: millrace pipeline status <config>")
     return None
 
@@ -188,22 +188,26 @@ def status(config_path: Path, home: Home, as_json: bool) -> None:
 def init(corpus_dir: Path, out_path: Path, force: bool, text_keys: tuple[str, ...], home: Home, as_json: bool) -> None:
     """Write a commented starter config with one source per source found in CORPUS_DIR; print the sources,
     their formats and fields, and the files no source reads."""
-    from pipeline.stages.read.discovery import describe_unread
-
     if out_path.exists() and not force:
         raise ConfigError(f"{out_path}: already exists (use --force to overwrite)")
     text, found = _starter(corpus_dir, _pairs(text_keys), ask=on_terminal() and not as_json)
     atomic_write_text(out_path, text)
     if as_json:
         print_json(
-            {"config": str(out_path), "corpus": str(corpus_dir), **found, "next": f"millrace pipeline run {out_path}"}
+            {
+                "config": str(out_path),
+                "corpus": str(corpus_dir),
+                "sources": found["sources"],
+                "not_read": [entry.model_dump() for entry in found["not_read"]],
+                "next": f"millrace pipeline run {out_path}",
+            }
         )
         return
     for source in found["sources"]:
         fields = f"text {source['text_key']!r}, id {source['id_key']!r}"
         click.echo(f"source {source['name']}: {source['format']} ({fields}) from {', '.join(source['paths'])}")
     for entry in found["not_read"]:
-        click.echo(describe_unread(entry))
+        click.echo(entry.describe())
     click.echo(f"wrote {out_path}; run it with: millrace pipeline run {out_path}")
 
 
@@ -219,6 +223,7 @@ def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _starter(corpus_dir: Path, text_keys: dict[str, str], ask: bool) -> tuple[str, StarterFound]:
     """The starter text and what was found; on a terminal, a source whose text field is unclear is asked for."""
+    # lazy: command body: `millrace --help` stays light
     from pipeline.stages.read.fields import UnknownTextField
     from pipeline.starter import init_starter
 

@@ -7,7 +7,7 @@ driver phases, tokenizer and models, run inside the dedup job).
     tokenize  array of executor.tasks   the tokenize pipeline, built in the task (it needs the tokenizer
                                         and the models the dedup job made)
     decontaminate  one task             the held-out cutoffs from tokenize's runs, then the n-gram
-                                        containment stage (local executor inside the job) and its decision
+                                        containment run (local executor inside the job) and its decision
     split     array of executor.tasks   held-out split, built in the task (the cutoffs recomputed from the
                                         runs, the documents given back read from the saved decision)
     assemble  one task                  `run_pipeline` on the local executor: every phase is complete
@@ -26,7 +26,7 @@ logging directories, so a failed chain is resumed by submitting it again, or fin
 (`pipeline.slurm_queue`): a resubmission cancels the earlier chain's jobs still pending (after a failed
 task they would wait forever, `DependencyNeverSatisfied`), and `millrace pipeline status` shows them.
 
-`dry_run` writes each job's sbatch script and `chain.json` (phases under "stage", array sizes, dependencies)
+`dry_run` writes each job's sbatch script and `chain.json` (phases under "phase", array sizes, dependencies)
 for review and submits nothing.
 """
 
@@ -51,6 +51,7 @@ from millrace.home import Home
 from pipeline.config import PipelineConfig
 from pipeline.remote_work import DRIVER_READS, RemoteWork, StagedTask
 from pipeline.runner import (
+    Executors,
     decontaminate,
     ensure_tokenizer,
     filter_pipeline,
@@ -94,7 +95,7 @@ class PhaseInTask(PipelineStep):
     that earlier jobs write (the tokenizer, the fitted models, the held-out cutoffs). It keeps the work
     layout as a path, so that a staged task moves it to its scratch directory."""
 
-    name = "⛓️ stage"
+    name = "⛓️ phase"
 
     def __init__(self, phase: str, config: PipelineConfig, layout: WorkLayout):
         super().__init__()
@@ -103,12 +104,10 @@ class PhaseInTask(PipelineStep):
     def steps(self) -> list[PipelineStep]:
         layout = self.layout
         if self.phase == "split":
-            return split_pipeline(
-                self.config, layout, read_cutoffs(layout), load_decision(layout.contamination)["cells"]
-            )
+            return split_pipeline(self.config, layout, read_cutoffs(layout), _given_back(layout))
         if not self.config.fits_cells:
             return tokenize_pipeline(self.config, layout, [])
-        from pipeline.stages.tokenize.cell_steps import CellSteps
+        from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
         cells = CellSteps(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
         return tokenize_pipeline(self.config, layout, cells.steps())
@@ -128,7 +127,7 @@ def read_cutoffs(layout: WorkLayout) -> dict[str, list[int] | None]:
 
 class DriverJob(PipelineStep):
     """The driver's work as a one-task job: `dedup` (duplicate finding, tokenizer, post-dedup models),
-    `decontaminate` (held-out cutoffs, the containment stage, its decision) or `assemble` (the rest of
+    `decontaminate` (held-out cutoffs, the containment run, its decision) or `assemble` (the rest of
     `run_pipeline`, whose executor runs are all complete by then). With `work_url`, the job's node keeps
     only its own copy of the small files it reads, as the driver of a Ray run does."""
 
@@ -158,7 +157,7 @@ class DriverJob(PipelineStep):
 
     def _dedup(self, layout: WorkLayout, remote: RemoteWork | None) -> None:
         if self.config.dedup.exact or self.config.dedup.fuzzy:
-            run_dedup(self.config, layout, "local", self.workers, lines=True, remote=remote)
+            run_dedup(self.config, layout, Executors("local", self.workers, True, remote))
         ensure_tokenizer(self.config, layout)
         post_dedup_steps(self.config, layout)
 
@@ -166,7 +165,9 @@ class DriverJob(PipelineStep):
         cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
         layout.contamination.mkdir(parents=True, exist_ok=True)
         atomic_write_text(layout.contamination / CUTOFFS, json.dumps(cutoffs, sort_keys=True))
-        decontaminate(self.config, layout, cutoffs, "local", self.workers, True, remote)  # saves its decision
+        decontaminate(
+            self.config, layout, cutoffs, Executors("local", self.workers, True, remote)
+        )  # saves its decision
 
 
 def _driver_copy(config: PipelineConfig, layout: WorkLayout, phase: str) -> RemoteWork | None:
@@ -179,6 +180,12 @@ def _driver_copy(config: PipelineConfig, layout: WorkLayout, phase: str) -> Remo
         remote.pull(DRIVER_READS["start"])
         remote.pull(DRIVER_READS["filter" if phase == "dedup" else "tokenize"])
     return remote
+
+
+def _given_back(layout: WorkLayout) -> dict[str, list[list[int]]]:
+    """The held-out documents the decontamination gave back to training, per cell (none when it is off)."""
+    decision = load_decision(layout.contamination)
+    return decision.cells if decision is not None else {}
 
 
 def _layout(config: PipelineConfig, home: Home, version: str) -> WorkLayout:
@@ -235,7 +242,7 @@ def slurm_chain(
 ) -> list[SlurmPipelineExecutor]:
     """One `SlurmPipelineExecutor` per job, each `depends=` on the one before; `ids` records every job id
     sbatch gives (datatrove's stats-merging jobs too)."""
-    from datatrove.executor import SlurmPipelineExecutor
+    from datatrove.executor import SlurmPipelineExecutor  # lazy: heavy (datatrove)
 
     slurm = config.executor.slurm
     if not slurm.partition:
@@ -309,7 +316,7 @@ def submit(config: PipelineConfig, home: Home, restart: bool = False) -> Submiss
         executors[-1].run()
     chain = [(job.name, executor.job_id) for job, executor in zip(jobs, executors)]
     write_chain(layout, remote, ids.recorded(chain))
-    return Submission(jobs=[{"stage": stage, "job_id": job} for stage, job in chain], cancelled=cancelled)
+    return Submission(jobs=[{"phase": phase, "job_id": job} for phase, job in chain], cancelled=cancelled)
 
 
 def dry_run(
@@ -319,7 +326,7 @@ def dry_run(
     work directory, slurm-scripts/); submit nothing. The scripts are the ones submission writes to each
     phase's logging directory, beside the pickled executor (written only at submission) they run."""
     jobs = phase_jobs(config, home, restart)
-    out = out or jobs[0].logging_dir.parent.parent / "slurm-scripts"
+    out = out or _layout(config, home, store_version(config, home, content_hash(stored_config(config)))).slurm_scripts
     out.mkdir(parents=True, exist_ok=True)
     chain = []
     for index, (job, executor) in enumerate(zip(jobs, slurm_chain(config, jobs)), start=1):
@@ -330,7 +337,7 @@ def dry_run(
         atomic_write_text(script, executor.get_launch_file_contents(executor.get_sbatch_args(max(array, 1)), command))
         chain.append(
             {
-                "stage": job.name,
+                "phase": job.name,
                 "script": str(script),
                 "tasks": job.tasks,
                 "incomplete": len(ranks),

@@ -34,7 +34,7 @@ class ChainJob(TypedDict):
     """One phase of a recorded chain: its job id as submission reported it (-1: all its tasks were complete)
     and every id sbatch gave it (its own job first, then datatrove's stats-merging job)."""
 
-    stage: str
+    phase: str
     job_id: str | int
     jobs: list[str]
 
@@ -74,7 +74,7 @@ class JobIds:
 
     def recorded(self, chain: list[tuple[str, str | int]]) -> list[ChainJob]:
         """The chain's (phase, job id) with every id sbatch gave each phase (the phase's job first)."""
-        return [ChainJob(stage=stage, job_id=job, jobs=self.by_stage.get(stage, [])) for stage, job in chain]
+        return [ChainJob(phase=phase, job_id=job, jobs=self.by_stage.get(phase, [])) for phase, job in chain]
 
 
 def read_chain(layout: WorkLayout, remote: RemoteWork | None) -> list[ChainJob]:
@@ -140,7 +140,7 @@ def job_states(ids: list[str]) -> dict[str, JobState]:
 
 def _chain_ids(chain: list[ChainJob]) -> dict[str, str]:
     """Every recorded job id of a chain, with its phase."""
-    return {job: entry["stage"] for entry in chain for job in entry.get("jobs", [])}
+    return {job: entry["phase"] for entry in chain for job in entry.get("jobs", [])}
 
 
 def cancel_stale(chain: list[ChainJob]) -> list[str]:

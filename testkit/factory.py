@@ -26,6 +26,7 @@ from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
+from pipeline.store.manifest_records import DomainStats, Funnel, QualityStats, StoreStats
 from testkit.stores import Document, learnable_document, write_store
 from trainer.records import (
     AlertEvent,
@@ -152,20 +153,21 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
         eos_id=EOS,
         fingerprint="sha256:test-tokenizer",
         cell_stats=cell_stats,
-        funnel=funnel,
-        store_stats={
-            "domains": {"k": 3, "labels": DOMAIN_LABELS},
-            "quality": {"buckets": 2, "score_ranges": {"*": SCORE_RANGES}, **QUALITY_MEANING},
-        },
+        funnel=Funnel.model_validate(funnel),
+        store_stats=StoreStats(
+            domains=DomainStats(k=3, labels=DOMAIN_LABELS),
+            quality=QUALITY_MEANING.model_copy(update={"buckets": 2, "score_ranges": {"*": SCORE_RANGES}}),
+        ),
     )
 
 
-QUALITY_MEANING = {
-    "good": ["python-docs"],
-    "other": "documents drawn at random from the rest of the corpus",
-    "calibrated_by": "language",
-    "meaning": "P(good): how much a document resembles python-docs rather than a random corpus document",
-}
+QUALITY_MEANING = QualityStats(
+    buckets=0,
+    good=["python-docs"],
+    other="documents drawn at random from the rest of the corpus",
+    calibrated_by="language",
+    meaning="P(good): how much a document resembles python-docs rather than a random corpus document",
+)
 
 
 def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str, Path]:
@@ -232,14 +234,15 @@ def set_status(home: Home, run: str, status: RunStatus, base: Path | None = None
     write_run(home.run(run), record.model_copy(update={"run": run, "status": status}))
 
 
+CONTRACT_LAYERS, CONTRACT_EXPERTS = 2, 8  # the MoE shape of the runs `write_contract_metrics` writes
+
+
 def write_contract_metrics(
     home: Home,
     run: str,
     manifest: Path,
     steps: int,
     status: RunStatus = "completed",
-    layers: int = 2,
-    experts: int = 8,
     spikes: dict[int, float] | None = None,
 ) -> Path:
     """run.json + metrics.jsonl written per the trainer's metrics contract (for streams longer than a test can train).
@@ -285,13 +288,13 @@ def write_contract_metrics(
             load = [
                 ExpertLoad(
                     layer=layer,
-                    load=[1 / experts] * experts,
+                    load=[1 / CONTRACT_EXPERTS] * CONTRACT_EXPERTS,
                     max_violation=0.0,
-                    entropy=math.log(experts),
+                    entropy=math.log(CONTRACT_EXPERTS),
                     window_entropy=0.999 - 0.01 * (step % 3 == 0),
                     dead_experts=int(step % 50 == 0),
                 )
-                for layer in range(layers)
+                for layer in range(CONTRACT_LAYERS)
             ]
             record = MetricsRecord(
                 step=step,
@@ -308,7 +311,7 @@ def write_contract_metrics(
                 param_norm_with_router_bias=120.5,
                 param_norm_per_group={"experts": 100.0, "attention": 60.0 + step * 1e-3},
                 router_bias=[
-                    RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(layers)
+                    RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(CONTRACT_LAYERS)
                 ],
                 expert_load=load,
                 loss_per_cell={str(c): loss for c in sorted(set(drawn))},

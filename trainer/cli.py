@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from millrace.config import parse_document
 from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, check_name
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
+from pipeline.config import TokenizerConfig
+from trainer.config import load_train_config, shipped_configs
 from trainer.records import RunLabels
 from trainer.runs_cli import checked_tags
 from trainer.runs_cli import list_command as runs_list_command
+from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
+
+if TYPE_CHECKING:  # torch loads when a command runs
+    from trainer.flops import Plan
 
 TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
@@ -146,7 +154,7 @@ def run_command(
     CONFIG is a TOML file, or the name of a config millrace ships (`tiny`; `millrace train configs` lists
     them, with where they are)."""
     labels = RunLabels(tags=list(checked_tags(tags)), notes=note)  # refused before torch is imported
-    from trainer.loop import train as train_fn
+    from trainer.loop import train as train_fn  # lazy: command body: `millrace --help` loads no torch
 
     result = train_fn(
         config,
@@ -198,8 +206,6 @@ train.add_command(runs_list_command, "list")
 @json_option
 def configs_command(as_json: bool) -> None:
     """The training configs millrace ships: each one's name (what CONFIG may say, from any directory) and file."""
-    from trainer.config import shipped_configs
-
     shipped = {name: str(path) for name, path in shipped_configs().items()}
     if as_json:
         print_json({"configs": shipped})
@@ -226,8 +232,6 @@ OTHER_SPECS = {
 
 def refuse_other_spec(config: str) -> None:
     """A ladder or search spec given where a training config belongs: one line naming the command for it."""
-    from millrace.config import parse_document
-
     document = parse_document(Path(config))
     for key, (what, command) in OTHER_SPECS.items():
         if key in document:
@@ -272,23 +276,39 @@ def plan_command(
 ) -> None:
     """A runnable data x expert layout for the GPUs (those it leaves idle, the loader's world), parameters,
     FLOPs, memory per GPU with and without activation checkpointing, and days, for CONFIG on paper."""
-    from trainer.config import load_train_config
-    from trainer.flops import plan
+    from trainer.flops import plan  # lazy: command body: `millrace --help` stays light
 
     refuse_other_spec(config)
     loaded = load_train_config(config)
     assumed = None
     if vocab_size or not loaded.model.vocab_size:
-        from pipeline.config import TokenizerConfig
-
         assumed = vocab_size or TokenizerConfig().vocab_size
         loaded = loaded.model_copy(update={"model": loaded.model.model_copy(update={"vocab_size": assumed})})
     result = plan(loaded, gpus=gpus, tokens=tokens, mfu=mfu, gpus_per_node=gpus_per_node)
     if as_json:
         print_json({"config": config, "vocab_size": loaded.model.vocab_size, **result.as_dict()})
         return
+    click.echo(f"plan for {config}")
+    if assumed is not None:
+        why = (
+            "from --vocab-size"
+            if vocab_size
+            else (
+                "the pipeline's default tokenizer; the config's 0 means the "
+                "store's, set when training; --vocab-size to change"
+            )
+        )
+        click.echo(f"  vocabulary {assumed:,} ({why})")
+    rows = _plan_rows(result, loaded.data.micro_batches)
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        click.echo(f"  {name:<{width}}  {value}")
+
+
+def _plan_rows(result: Plan, micro_batches: int) -> list[tuple[str, str]]:
+    """`train plan`'s table: parameters, FLOPs, budget, layout, memory per GPU and days, one line each."""
     p, lay, mem = result.params, result.layout, result.memory
-    rows = [
+    return [
         ("total parameters", fmt_params(p.total)),
         ("active parameters per token", fmt_params(p.active)),
         ("  of which routed experts (top-k)", f"{fmt_params(p.routed_active)} of {fmt_params(p.routed_experts)}"),
@@ -315,8 +335,7 @@ def plan_command(
         ),
         (
             "loader world / sequences per GPU",
-            f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} "
-            f"(micro-batches {loaded.data.micro_batches})",
+            f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} (micro-batches {micro_batches})",
         ),
         (
             "per GPU: weights / grads / optimiser",
@@ -336,20 +355,6 @@ def plan_command(
         ),
         ("days", f"{result.days:.1f} at {result.mfu:.0%} MFU of {result.peak_flops_per_gpu:.3g} FLOP/s per GPU"),
     ]
-    width = max(len(name) for name, _ in rows)
-    click.echo(f"plan for {config}")
-    if assumed is not None:
-        why = (
-            "from --vocab-size"
-            if vocab_size
-            else (
-                "the pipeline's default tokenizer; the config's 0 means the "
-                "store's, set when training; --vocab-size to change"
-            )
-        )
-        click.echo(f"  vocabulary {assumed:,} ({why})")
-    for name, value in rows:
-        click.echo(f"  {name:<{width}}  {value}")
 
 
 def _fits(gib: float, capacity: float) -> str:
@@ -364,8 +369,6 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
     """State, last step, latest evaluation and active alerts of RUN (a name under runs/, or a run directory).
 
     Exit status 3 while any alert is active (for cron jobs and Slurm scripts), 0 otherwise."""
-    from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
-
     try:
         a_directory = Path(run).is_dir() and (Path(run) / "run.json").exists()
     except OSError:  # a name too long for a path: held to the name rule below
@@ -406,7 +409,7 @@ def explain_command(home: Home, run: str, step: int, window: int, decode: bool, 
     """What happened at step N of RUN: the batch's cells and sources (rebuilt by the loader from the run's
     manifest), each cell's loss against its running mean, and which parameter groups moved (the router bias,
     updated by a rule, apart from the gradient-trained groups)."""
-    from trainer.explain import explain, format_explain
+    from trainer.explain import explain, format_explain  # lazy: command body: `millrace --help` stays light
 
     found = explain(home, run, step, decode=decode, window=window)
     if as_json:

@@ -365,10 +365,12 @@ def restore(training: Training, resume: bool) -> int:
         remote = plan.remote_of(source)
         if remote is not None and plan.runtime.rank == 0:  # a node that never saw the run: its records first
             pull_records(remote, plan.home.run(source), keep_longer=True)
+        began = time.perf_counter()
         verify_digests(latest[1], plan.trust_unverified)
         training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
-        log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
+        seconds = time.perf_counter() - began  # a swarm's proxies restore one checkpoint each (bench/proxy_swarm.py)
+        log.info("resumed run %s at step %d from %s in %.3f s", plan.run, training.state.step, latest[1], seconds)
         if source != plan.run:
             adopt_history(plan, source, training.state.step)
     elif resume:
@@ -678,7 +680,7 @@ def _observers(plan: RunPlan, start: int, peak_source: str) -> RunObservers:
         horizon=plan.horizon,
         checkpoint_every=plan.checkpoint_every,
         source_names=plan.stream.source_names,
-        tokenizer_path=plan.stream.tokenizer_path,
+        tokenizer_store=plan.stream.tokenizer_store,
     )
     runtime = plan.runtime
     published = runtime.device.type == "cuda" and not peak_source.startswith("measured")

@@ -65,10 +65,10 @@ def prompts_path(value: str, config_path: Path, home: Path) -> Path:
 class TokenText:
     """Token ids <-> text with the store's tokenizer; without one, ids are shown as `<id>`."""
 
-    def __init__(self, tokenizer_path: Path | None):
+    def __init__(self, tokenizer_store: Path | None):
         self.tokenizer: Tokenizer | None = None
-        if tokenizer_path is not None and Path(tokenizer_path).exists():
-            self.tokenizer = store_tokenizer(tokenizer_path)  # checked against store.json's fingerprint
+        if tokenizer_store is not None:
+            self.tokenizer = store_tokenizer(tokenizer_store)  # checked against store.json's fingerprint
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:
@@ -193,25 +193,24 @@ def complete(
 
 
 class SampleWriter:
-    """Completes the prompts and appends to runs/<run>/samples.jsonl (rank 0); resume drops later steps."""
+    """Completes the prompts on every rank and appends to runs/<run>/samples.jsonl where `run_dir` is given
+    (rank 0's); a resume from `start_step` drops the file's later steps."""
 
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: Path | None,
         start_step: int,
         config: SamplesConfig,
         prompts: list[Prompt],
         text: TokenText,
         device: torch.device,
         eos_id: int | None,
-        write: bool,
     ):
         self.config, self.prompts, self.text = config, prompts, text
         self.device, self.eos_id = device, eos_id
-        self.path = Path(run_dir) / SAMPLES_FILE
         self.handle = None
-        if write:
-            self.handle = open_resumed(self.path, start_step)
+        if run_dir is not None:
+            self.handle = open_resumed(Path(run_dir) / SAMPLES_FILE, start_step)
 
     def sample(self, model: Transformer, step: int) -> list[SampleRecord]:
         cfg = self.config

@@ -24,12 +24,13 @@ that implements `QualityBackend` (fit from good/other texts, save, load, score).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 from datatrove.data import Document
@@ -52,6 +53,7 @@ from pipeline.cells.fitted_model import (
 )
 from pipeline.cells.stats import cell_name
 from pipeline.config import QualityConfig
+from pipeline.store.manifest_records import QualityStats
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -96,7 +98,7 @@ class FastTextQuality:
 
     @classmethod
     def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> FastTextQuality:
-        import fasttext
+        import fasttext  # lazy: heavy (fasttext)
 
         settings = config.fasttext
         rows = [f"{GOOD_LABEL} {_one_line(t, settings.max_chars)}" for t in good]
@@ -133,7 +135,7 @@ class FastTextQuality:
 
     @classmethod
     def load(cls, directory: Path, config: QualityConfig) -> FastTextQuality:
-        import fasttext
+        import fasttext  # lazy: heavy (fasttext)
 
         path = Path(directory) / cls.files[0]
         try:
@@ -223,7 +225,6 @@ def backend_class(name: str) -> type[QualityBackend]:
 
 
 def _reference_texts(files: Sequence[Path]) -> list[str]:
-    import json
 
     texts = []
     for path in files:
@@ -372,11 +373,10 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     )
 
 
-def quality_stats(model_dir: Path) -> dict[str, Any]:
-    """`StoreManifest.stats["quality"]`: buckets, what the score means, and each group's score ranges."""
+def quality_stats(model_dir: Path) -> QualityStats:
+    """`StoreManifest.stats.quality`: buckets, what the score means, and each group's score ranges."""
     body = read_model(model_dir, QUALITY_KIND)
-    keys = ("buckets", "good", "other", "calibrated_by", "meaning", "score_ranges")
-    return {key: body[key] for key in keys}
+    return QualityStats.model_validate({key: body[key] for key in QualityStats.model_fields})
 
 
 class QualityScorer(FittedModelStep[QualityModel]):

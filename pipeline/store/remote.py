@@ -26,6 +26,8 @@ from datatrove.pipeline.base import PipelineStep
 from millrace import remote_calls
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
+from pipeline.stages.tokenize.cell_shards import task_file_prefixes
+from pipeline.store.trace import HELD_OUT_PREFIX, part_name
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -115,7 +117,7 @@ def copy_store(
 
 def _make_parents(fs: AbstractFileSystem, targets: list[str]) -> None:
     """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
-    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
     if isinstance(fs, LocalFileSystem):
         for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
@@ -205,7 +207,7 @@ class PublishShards(PipelineStep):
         self.url, self.storage_options = url, storage_options
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from fsspec.implementations.local import LocalFileSystem
+        from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
         if data:
             yield from data
@@ -224,10 +226,7 @@ class PublishShards(PipelineStep):
 
 def _own_files(fs: AbstractFileSystem, cell: str, rank: int) -> list[str]:
     """Task `rank`'s files of one cell, listed by their name prefixes (an object store lists only those)."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    from pipeline.stages.tokenize.cell_shards import task_file_prefixes
-    from pipeline.store.trace import HELD_OUT_PREFIX, part_name
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
     found = []
     for prefix in (*task_file_prefixes(rank), part_name(rank, HELD_OUT_PREFIX)):

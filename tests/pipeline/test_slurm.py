@@ -1,4 +1,4 @@
-"""`[executor] kind = "slurm"`: the stage chain's sbatch scripts, its dependencies, and the store it makes.
+"""`[executor] kind = "slurm"`: the phase chain's sbatch scripts, its dependencies, and the store it makes.
 
 There is no Slurm here. The dry run is checked as written (partition, time, array size = tasks,
 extra sbatch args, the chain). The submission path is datatrove's own `SlurmPipelineExecutor`
@@ -126,14 +126,14 @@ def corpus(tmp_path_factory):
     return root, config_path, two_tasks
 
 
-def test_dry_run_writes_one_script_per_stage_and_submits_nothing(corpus, tmp_path, capsys):
+def test_dry_run_writes_one_script_per_phase_and_submits_nothing(corpus, tmp_path, capsys):
     _, config_path, _ = corpus
     home = tmp_path / "home"
     assert millrace(["pipeline", "run", str(config_path), "--home", str(home), "--dry-run", "--json"]) == 0
     chain = json.loads(capsys.readouterr().out)
     assert chain["submitted"] is False
     jobs = chain["jobs"]
-    assert [job["stage"] for job in jobs] == ["filter", "dedup", "tokenize", "decontaminate", "split", "assemble"]
+    assert [job["phase"] for job in jobs] == ["filter", "dedup", "tokenize", "decontaminate", "split", "assemble"]
     assert [job["after"] for job in jobs] == [None, "filter", "dedup", "tokenize", "decontaminate", "split"]
     assert [job["array"] for job in jobs] == [3, 1, 3, 1, 3, 1]  # array = tasks; the driver's work is one task
     for job in jobs:
@@ -170,7 +170,7 @@ def local_store(corpus, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_submitted_chain_depends_stage_on_stage_and_builds_the_local_store(
+def test_submitted_chain_depends_phase_on_phase_and_builds_the_local_store(
     corpus, local_store, tmp_path, capsys, monkeypatch
 ):
     from testkit.corpus import store_files
@@ -181,11 +181,11 @@ def test_submitted_chain_depends_stage_on_stage_and_builds_the_local_store(
     assert millrace(["pipeline", "run", str(two_tasks), "--home", str(home), "--json"]) == 0
     jobs = json.loads(capsys.readouterr().out)["jobs"]
     calls = records(record)
-    stages = [call for call in calls if "launch_pickled_pipeline" in call["script"]]  # the rest merge stats
-    ids = {call["job"]: re.search(r"--job-name=millrace-local-(\w+)", call["script"]).group(1) for call in stages}
-    assert [job["stage"] for job in jobs] == list(ids.values())
+    phases = [call for call in calls if "launch_pickled_pipeline" in call["script"]]  # the rest merge stats
+    ids = {call["job"]: re.search(r"--job-name=millrace-local-(\w+)", call["script"]).group(1) for call in phases}
+    assert [job["phase"] for job in jobs] == list(ids.values())
     assert [job["job_id"] for job in jobs] == list(ids)
-    for before, call in zip([None, *stages], stages):
+    for before, call in zip([None, *phases], phases):
         dependency = next((a for a in call["args"] if a.startswith("--dependency=")), None)
         assert dependency == (f"--dependency=afterok:{before['job']}" if before else None)
 
@@ -220,7 +220,7 @@ def test_a_chain_with_its_work_directory_on_a_bucket_builds_the_local_store(
         home = tmp_path / "home"
         assert millrace(["pipeline", "run", str(config_path), "--home", str(home), "--json"]) == 0
         jobs = json.loads(capsys.readouterr().out)["jobs"]
-        assert [job["stage"] for job in jobs][-1] == "assemble" and all(job["job_id"] != -1 for job in jobs)
+        assert [job["phase"] for job in jobs][-1] == "assemble" and all(job["job_id"] != -1 for job in jobs)
         work = download_tree("s3://work/runs/local/2026.01.02", opts)
         assert {"filtered/00000.jsonl.zst", "logs/1-filter/executor.pik", "logs/6-assemble/completions/00000"} <= set(
             work

@@ -3,8 +3,9 @@
 A proxy is an ordinary run: its revision continues the baseline revision at the branch step with the proxy's
 sampled weights (written and built by the mixtures room), and it starts from the shared checkpoint's run
 (`train(from_run=...)`, `trainer.branch`). Resumable at two levels: a proxy whose run completed is not trained
-again, and one killed mid-way resumes from its own checkpoint, else from the branch. proxies.json is rewritten
-(atomically) after each proxy, so a kill loses at most the proxies in flight. One writer per search.
+again, and one killed mid-way resumes from its own checkpoint, else from the branch. Each proxy's row is appended
+to proxies.jsonl as it ends (`records.ProxyLog`: one line, never the table again), so a kill loses at most the
+proxies in flight. One writer per search.
 """
 
 from __future__ import annotations
@@ -20,22 +21,23 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.writer_lock import WriterLock
-from trainer.fleet import check_outcomes
+from trainer.fleet import check_outcomes, run_jobs
 from trainer.fleet.config import JobOutcome, TrainingJob
 from trainer.fleet.launchers import Launcher
+from trainer.fleet.run import launching as fleet_launching
+from trainer.ladder.results import record_digest
 from trainer.records import read_eval, read_metrics, read_run
+from trainer.search.plan import shared_run
 from trainer.search.records import (
-    PROXIES_FILE,
     SEARCH_LOCK_FILE,
     Component,
     PlannedProxy,
+    ProxyLog,
     ProxyResults,
     ProxyRow,
-    ProxyTable,
     StoreRef,
     SwarmPlan,
     read_proxies,
-    write_search_record,
 )
 from trainer.search.revisions import continuing, realised, weights_array, write_and_build
 from trainer.search.spec import Search
@@ -88,24 +90,19 @@ def train_jobs(
     """Train `jobs` on the search's fleet (`[fleet]`: in-process, local processes, torchrun, Ray or Slurm);
     finished runs are skipped, killed ones resume; Ctrl-C / SIGTERM stop them all. `launcher`: the search's
     (`launching`), whose local workers train the shared checkpoints and then the runs branched from them."""
-    from trainer.fleet import run_jobs
-
     return run_jobs(home, jobs, search.fleet, progress=progress, on_outcome=on_outcome, launcher=launcher)
 
 
 def launching(search: Search, jobs: int) -> contextlib.AbstractContextManager[Launcher | None]:
     """The search's fleet launcher for about `jobs` jobs (`trainer.fleet.run.launching`)."""
-    from trainer.fleet.run import launching
-
-    return launching(search.fleet, jobs)
+    return fleet_launching(search.fleet, jobs)
 
 
 def shared_checkpoints(
     home: Home, search: Search, seeds: Sequence[int], progress: bool, launcher: Launcher | None = None
 ) -> dict[int, str]:
     """Train the baseline to the branch step once per seed (those not there yet); returns seed -> run."""
-    from trainer import checkpoint as ckpt
-    from trainer.search.plan import shared_run
+    from trainer import checkpoint as ckpt  # lazy: heavy (torch)
 
     runs = {seed: shared_run(search, seed) for seed in seeds}
     jobs = []
@@ -122,8 +119,6 @@ def shared_checkpoints(
 
 def final_results(home: Home, run: str) -> ProxyResults:
     """A run's last evaluation, whole (every group), with the digest of the line it came from."""
-    from trainer.ladder.results import record_digest
-
     evals = read_eval(home.run(run))
     if not evals:
         raise ArtifactError(f"{home.run(run) / 'eval.jsonl'}: no held-out evaluation; the search scores held-out data")
@@ -134,15 +129,6 @@ def final_results(home: Home, run: str) -> ProxyResults:
 def train_seconds(home: Home, run: str, after: int) -> float:
     """Seconds the run spent in its own training steps (after the branch), from its metrics."""
     return float(sum(line.step_seconds or 0.0 for line in read_metrics(home.run(run)) if line.step > after))
-
-
-def read_rows(search: Search) -> list[ProxyRow]:
-    path = search.directory / PROXIES_FILE
-    return list(read_proxies(search.directory).rows) if path.exists() else []
-
-
-def write_rows(search: Search, rows: list[ProxyRow]) -> None:
-    write_search_record(search.directory, PROXIES_FILE, ProxyTable(search=search.name, rows=rows))
 
 
 def merge_row(rows: list[ProxyRow], row: ProxyRow) -> list[ProxyRow]:
@@ -161,7 +147,6 @@ def proxy_row(home: Home, search: Search, plan: SwarmPlan, proxy: PlannedProxy, 
         run=proxy.run,
         revision=proxy.revision,
         phases=realised(manifest, plan.components),
-        cells={c.fingerprint: c.cells for c in plan.components},
         store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash),
         status="done",
         results=final_results(home, proxy.run),
@@ -187,7 +172,8 @@ def run_swarm(
     Each proxy's row is written as it ends; a proxy that fails is recorded as failed (its error kept) and the
     command then fails naming the first."""
     with search_writer(search), contextlib.ExitStack() as stack:
-        rows = read_rows(search)
+        table = read_proxies(search.directory)
+        rows, appended = list(table.rows), ProxyLog(search.directory, search.name, plan.components, table)
         done = {r.proxy for r in rows if r.status == "done" and completed(home, r.run)}
         pending = [p for p in plan.proxies if p.proxy not in done]
         launcher = stack.enter_context(launching(search, 1 + len(pending)))
@@ -201,7 +187,7 @@ def run_swarm(
             nonlocal rows
             row = outcome_row(home, search, plan, by_run[outcome.run], manifests[outcome.run], outcome)
             rows = merge_row(rows, row)
-            write_rows(search, rows)
+            appended.append(row)
             if on_row:
                 on_row(row)
 

@@ -18,10 +18,11 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from millrace.urls import is_url
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
+from pipeline.store.manifest_records import NotRead
 
 if TYPE_CHECKING:
     from datatrove.io import DataFolder
@@ -30,16 +31,6 @@ EXAMPLES = 3  # file names shown per folder in `not_read`
 NO_READER = "no source reads its extension"
 DANGLING = "dangling symbolic link"
 OUTSIDE = "symbolic link leading outside the folder"
-
-
-class Unread(TypedDict):
-    """The files under one source folder that no source reads (`unread_files`), as the funnel's `not_read` keeps."""
-
-    source: str
-    path: str
-    files: int
-    reasons: dict[str, int]
-    examples: list[str]
 
 
 # Inside `listed_once`: each listing and file test, by its arguments (the kind fixes the value's type).
@@ -82,7 +73,7 @@ def link_problem(folder: Path, relative: str) -> str | None:
 
 def data_folder(path: str, storage_options: Mapping[str, object] | None = None) -> DataFolder:
     """The datatrove folder of a local directory or a URL prefix."""
-    from datatrove.io import DataFolder
+    from datatrove.io import DataFolder  # lazy: heavy (datatrove)
 
     return DataFolder(path, **(storage_options or {}))
 
@@ -91,7 +82,7 @@ def is_file(path: str, storage_options: Mapping[str, object] | None = None) -> b
     """Whether a configured path names one file (a local file, or an object at a URL)."""
     if not is_url(path):
         return Path(path).is_file()
-    from fsspec.core import url_to_fs
+    from fsspec.core import url_to_fs  # lazy: heavy (fsspec): only where a path is a URL
 
     def test() -> bool:
         fs, stripped = url_to_fs(path, **(storage_options or {}))
@@ -143,8 +134,8 @@ def _location(folder: str, relative: str) -> str:
     return f"{folder.rstrip('/')}/{relative}" if is_url(folder) else str(Path(folder) / relative)
 
 
-def unread_files(config: PipelineConfig) -> list[Unread]:
-    """Per source folder, the files no source reads: {source, path, files, reasons: {why: n}, examples}."""
+def unread_files(config: PipelineConfig) -> list[NotRead]:
+    """Per source folder, the files no source reads (`NotRead.describe` is its log line)."""
     read: set[str] = set()
     for source in config.sources:
         if source.format == "hf-datasets":
@@ -153,7 +144,7 @@ def unread_files(config: PipelineConfig) -> list[Unread]:
         for path in source.paths:
             folder = folder_of(path, source.storage_options)[0]
             read.update(_location(folder, f) for f in source_files(source, path))
-    found: list[Unread] = []
+    found: list[NotRead] = []
     seen: set[str] = set()
     for source in config.sources:
         for path in source.paths:
@@ -167,21 +158,12 @@ def unread_files(config: PipelineConfig) -> list[Unread]:
                 local = None if is_url(path) else Path(path)
                 reasons = Counter((local and link_problem(local, f)) or NO_READER for f in missed)
                 found.append(
-                    {
-                        "source": source.name,
-                        "path": path,
-                        "files": len(missed),
-                        "reasons": dict(sorted(reasons.items())),
-                        "examples": missed[:EXAMPLES],
-                    }
+                    NotRead(
+                        source=source.name,
+                        path=path,
+                        files=len(missed),
+                        reasons=dict(sorted(reasons.items())),
+                        examples=missed[:EXAMPLES],
+                    )
                 )
     return found
-
-
-def describe_unread(entry: Unread) -> str:
-    """One log line: 'not read: 3 files under /corpus/web (source web), e.g. a.txt, b.csv (no source reads ...)'."""
-    why = "; ".join(f"{n} {reason}" for reason, n in entry["reasons"].items())
-    return (
-        f"not read: {entry['files']:,} file{'s' if entry['files'] != 1 else ''} under {entry['path']} "
-        f"(source {entry['source']}), e.g. {', '.join(entry['examples'])} ({why})"
-    )
