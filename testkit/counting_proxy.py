@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 APP_ID = re.compile(r"\bapp/(\S+)")
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
@@ -52,9 +52,17 @@ class CountingProxy(ThreadingHTTPServer):
             return {client: dict(entry) for client, entry in self.counts.items()}
 
     def read_by_path(self, client: str) -> dict[str, int]:
-        """The bytes `client` read, per object path (query left out)."""
+        """The bytes `client` read, per object path (query left out; a listing: `/<bucket>?prefix=<prefix>`)."""
         with self.lock:
             return {path: n for (who, path), n in self.paths.items() if who == client and n}
+
+    def reads(self) -> dict[str, dict[str, int]]:
+        """Per client, the bytes read per object path (or listing), every request counted (an empty answer too)."""
+        found: dict[str, dict[str, int]] = defaultdict(dict)
+        with self.lock:
+            for (who, path), n in self.paths.items():
+                found[who][path] = n
+        return dict(found)
 
     def reset(self) -> None:
         with self.lock:
@@ -91,7 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
             payload = answer.read()
             found = APP_ID.search(self.headers.get("User-Agent", ""))
             client = found.group(1) if found else "unnamed"
-            self.server.count(client, self.path.split("?", 1)[0], len(payload), len(body))
+            self.server.count(client, _object_path(self.path), len(payload), len(body))
             self.send_response(answer.status, answer.reason)
             head = self.command == "HEAD"  # its Content-Length is the object's, with no body
             for key, value in answer.getheaders():
@@ -106,6 +114,15 @@ class _Handler(BaseHTTPRequestHandler):
             upstream.close()
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+
+def _object_path(target: str) -> str:
+    """A request's object path without its query; a bucket listing's as `/<bucket>?prefix=<prefix>`."""
+    path, _, query = target.partition("?")
+    if path.strip("/").count("/") or not query:
+        return path
+    prefix = parse_qs(query).get("prefix", [""])[0]
+    return f"{path.rstrip('/')}?prefix={prefix}"
 
 
 @contextlib.contextmanager

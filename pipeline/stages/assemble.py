@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,50 @@ from pipeline.store.trace import HELD_OUT_KEY
 log = logging.getLogger(__name__)
 
 
-def _read_parts(parts_dir: Path) -> list[dict]:
-    """Every shard task's metadata, in rank order (the store's order of a cell's shards)."""
-    return [json.loads(path.read_text()) for path in sorted(Path(parts_dir).glob("*.json"), key=lambda p: int(p.stem))]
+class PartsDigest:
+    """One pass over the tasks' part files in rank order (the store's order of a cell's shards), one file held at
+    a time: each cell's pieces go to a file of their own under `spill` (read back one cell at a time by
+    `pieces`), and what is summed over tasks (the documents given back, the evaluation sets' findings) is merged
+    as it comes. So assembly holds one task's part and one cell's pieces, never every task's parts at once."""
+
+    def __init__(self, parts_dir: Path, spill: Path, set_names: list[str]):
+        self.spill = spill
+        self.cells: list[str] = []
+        self.given_back: dict[str, dict[str, int]] = {}
+        self.hits: dict[str, dict[int, list]] = {name: {} for name in set_names}
+        self.ngrams: dict[str, np.ndarray] = {name: np.zeros(0, np.uint64) for name in set_names}
+        spill.mkdir(parents=True, exist_ok=True)
+        handles: dict[str, Any] = {}
+        try:
+            for path in sorted(Path(parts_dir).glob("*.json"), key=lambda p: int(p.stem)):
+                self._add(json.loads(path.read_text()), handles)
+        finally:
+            for handle in handles.values():
+                handle.close()
+        self.cells.sort()
+
+    def _add(self, part: dict, handles: dict[str, Any]) -> None:
+        for cell, piece in part["cells"].items():
+            if cell not in handles:
+                self.cells.append(cell)
+                handles[cell] = open(self._spilled(cell), "w")  # noqa: SIM115  # closed after the pass
+            handles[cell].write(json.dumps(piece) + "\n")
+        _add_given_back(self.given_back, part)
+        for name, hits in self.hits.items():
+            for number, hit in part["overlap"].get(name, {}).items():
+                hits[int(number)] = better_hit(hits.get(int(number)), hit)
+        for name, known in self.ngrams.items():
+            found = np.asarray(part.get("set_ngrams", {}).get(name, []), dtype=np.uint64)
+            if found.size:
+                self.ngrams[name] = np.union1d(known, found)
+
+    def _spilled(self, cell: str) -> Path:
+        return self.spill / f"{cell}.jsonl"
+
+    def pieces(self, cell: str) -> list[dict]:
+        """A cell's pieces, one per task that had documents of it, in rank order."""
+        with open(self._spilled(cell)) as handle:
+            return [json.loads(line) for line in handle]
 
 
 def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, SourceCounts]:
@@ -95,21 +137,6 @@ def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, 
     )
 
 
-def _set_hits(parts: list[dict], name: str) -> dict[int, list]:
-    """One evaluation set's findings over every task: per set document, the reported [kind, cell]."""
-    hits: dict[int, list] = {}
-    for part in parts:
-        for number, hit in part["overlap"].get(name, {}).items():
-            hits[int(number)] = better_hit(hits.get(int(number)), hit)
-    return hits
-
-
-def _set_trained_ngrams(parts: list[dict], name: str) -> np.ndarray:
-    """One evaluation set's n-gram hashes that training documents hold, over every task."""
-    found = [np.asarray(part.get("set_ngrams", {}).get(name, []), dtype=np.uint64) for part in parts]
-    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
-
-
 def staging_dir(final: Path) -> Path:
     return final.with_name(f".{final.name}.staging")
 
@@ -136,14 +163,17 @@ def _staging(final: Path, staged: Path) -> Path:
     return staging
 
 
-def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, dict[str, int]] | None = None) -> dict:
+CellSources = tuple[dict[str, SourceCounts], dict[str, SourceCounts]]  # a cell's (kept, held-out) per source
+
+
+def validation_funnel_step(cells: list[CellSources], given_back: dict[str, dict[str, int]] | None = None) -> dict:
     """The funnel's last stage: per source, documents that reached the store and those held out of training.
 
     `given_back` (per source): chosen for the held-out split, then given back to training by the decontamination.
     They are among the kept documents, and counted again under `given_back` with their own reason."""
     per_source: dict[str, dict] = {}
-    for manifest in manifests:
-        for part, counts in (("kept", manifest.sources), ("held", manifest.validation.sources)):
+    for kept, held in cells:
+        for part, counts in (("kept", kept), ("held", held)):
             for source, numbers in counts.items():
                 entry = per_source.setdefault(
                     source, {"received": _zero(), "kept": _zero(), "removed": {HELD_OUT_REASON: _zero()}}
@@ -160,20 +190,49 @@ def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, 
     return {"name": VALIDATION_FUNNEL_STEP, "sources": {source: per_source[source] for source in sorted(per_source)}}
 
 
-def given_back_sources(parts: list[dict]) -> dict[str, dict[str, int]]:
-    """Per source, the held-out documents the split tasks gave back to training (summed over tasks and cells)."""
-    total: dict[str, dict[str, int]] = {}
-    for part in parts:
-        for cell in part["cells"].values():
-            for source, numbers in cell.get("given_back_sources", {}).items():
-                entry = total.setdefault(source, _zero())
-                for key in entry:
-                    entry[key] += numbers[key]
-    return dict(sorted(total.items()))
+def _add_given_back(total: dict[str, dict[str, int]], part: dict) -> None:
+    """Add one task's held-out documents given back to training (per source, over its cells) to `total`."""
+    for cell in part["cells"].values():
+        for source, numbers in cell.get("given_back_sources", {}).items():
+            entry = total.setdefault(source, _zero())
+            for key in entry:
+                entry[key] += numbers[key]
 
 
 def _zero() -> dict[str, int]:
     return {"documents": 0, "tokens": 0, "bytes": 0}
+
+
+def write_cells(
+    staging: Path, parts_dir: Path, dtype: str, fingerprint: str, cell_stats: dict[str, dict], set_names: list[str]
+) -> tuple[PartsDigest, dict[str, CellSummary], list[CellSources]]:
+    """Every cell's manifest, one cell at a time from one pass over the part files (`PartsDigest`, spilled under
+    the work directory): the digest, each cell's summary and each cell's (kept, held-out) counts per source."""
+    with tempfile.TemporaryDirectory(prefix="assembly-", dir=Path(parts_dir).parent) as spill:
+        parts = PartsDigest(parts_dir, Path(spill), set_names)
+        clashing = sorted(set(set_names) & set(parts.cells))
+        if clashing:
+            raise ConfigError(f"field 'validation.sets': set name {clashing[0]!r} is also a cell's name")
+        cells: dict[str, CellSummary] = {}
+        counted: list[CellSources] = []
+        for cell in parts.cells:
+            manifest = _cell_manifest(cell, parts.pieces(cell), dtype, fingerprint, cell_stats.get(cell, {}))
+            cells[cell] = _written_cell(staging, manifest)
+            counted.append((manifest.sources, manifest.validation.sources))
+    return parts, cells, counted
+
+
+def _written_cell(staging: Path, manifest: CellManifest) -> CellSummary:
+    """Write a cell's manifest into the staging directory; its summary for the store manifest."""
+    digest = write_cell_manifest(staging / "cells" / manifest.cell, manifest)
+    return CellSummary(
+        documents=manifest.documents,
+        tokens=manifest.tokens,
+        bytes=manifest.bytes,
+        validation_documents=manifest.validation.documents,
+        validation_tokens=manifest.validation.tokens,
+        manifest_hash=digest,
+    )
 
 
 def assemble_store(
@@ -208,38 +267,16 @@ def assemble_store(
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     dtype = dtype_for_vocab(vocab_size)
     fingerprint = tokenizer_fingerprint(tokenizer_copy)
-    parts = _read_parts(parts_dir)
-    cell_names = sorted({cell for part in parts for cell in part["cells"]})
-    clashing = sorted({s.name for s in validation.sets} & set(cell_names))
-    if clashing:
-        raise ConfigError(f"field 'validation.sets': set name {clashing[0]!r} is also a cell's name")
-    cells: dict[str, CellSummary] = {}
-    manifests = []
-    for cell in cell_names:
-        manifest = _cell_manifest(
-            cell,
-            [p["cells"][cell] for p in parts if cell in p["cells"]],
-            str(dtype),
-            fingerprint,
-            cell_stats.get(cell, {}),
-        )
-        digest = write_cell_manifest(staging / "cells" / cell, manifest)
-        manifests.append(manifest)
-        cells[cell] = CellSummary(
-            documents=manifest.documents,
-            tokens=manifest.tokens,
-            bytes=manifest.bytes,
-            validation_documents=manifest.validation.documents,
-            validation_tokens=manifest.validation.tokens,
-            manifest_hash=digest,
-        )
+    set_names = [s.name for s in validation.sets]
+    parts, cells, counted = write_cells(staging, parts_dir, str(dtype), fingerprint, cell_stats, set_names)
     funnel = {
         **funnel,
-        "stages": [*funnel.get("stages", []), validation_funnel_step(manifests, given_back_sources(parts))],
+        "stages": [*funnel.get("stages", []), validation_funnel_step(counted, dict(sorted(parts.given_back.items())))],
     }
+
     eval_sets = {}
     for config in validation.sets:
-        trained = _set_trained_ngrams(parts, config.name) if validation.decontaminate else None
+        trained = parts.ngrams[config.name] if validation.decontaminate else None
         written = write_eval_set(
             config,
             staging / "sets" / config.name,
@@ -248,7 +285,7 @@ def assemble_store(
             dtype,
             fingerprint,
             shard_tokens,
-            _set_hits(parts, config.name),
+            parts.hits[config.name],
             trained,
             validation.contamination_ngram,
             validation.contamination_threshold,

@@ -8,6 +8,8 @@ be counted `malformed` and the source lost whole, with exit 0.
 
 from __future__ import annotations
 
+from typing import BinaryIO
+
 from millrace.errors import ConfigError
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig, SourceConfig
 from pipeline.stages.read.compressed import byte_lines, compression_of
@@ -15,6 +17,9 @@ from pipeline.stages.read.decoding import decode_text
 
 LONG_TEXT = 64  # characters: a string field at least this long (and longer than any other) holds the text
 ID_NAMES = ("id", "_id", "doc_id", "docid", "document_id", "uid", "uuid", "guid", "url", "path", "key", "name")
+# what opening the first file reads ahead at a time on a bucket: the first record needs a few KiB, and s3fs's
+# default block would fetch up to 50 MiB of the object (the driver reading a whole file at every start)
+FIRST_RECORD_BLOCK = 1 << 16
 
 
 class UnknownTextField(ConfigError):
@@ -26,6 +31,17 @@ class UnknownTextField(ConfigError):
             f"{where}: source {source!r} has no 'text' field and no one long string field; columns: "
             f"{', '.join(columns) or 'none'}; name it with --text-key {source}=COLUMN"
         )
+
+
+class _SmallReads:
+    """A file read at most `block` bytes a call (the decompressing reader asks a megabyte at a time): the first
+    record costs the blocks up to its end, not the file."""
+
+    def __init__(self, handle: BinaryIO, block: int):
+        self.handle, self.block = handle, block
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self.handle.read(self.block if size is None or size < 0 else min(size, self.block))
 
 
 def _first_jsonl_record(handle, name: str) -> dict | None:
@@ -71,7 +87,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
         return None
     folder = data_folder(folder_of(path, source.storage_options)[0], source.storage_options)
     where = folder.resolve_paths(files[0])
-    with folder.open(files[0], "rb") as handle:
+    with folder.open(files[0], "rb", block_size=FIRST_RECORD_BLOCK) as handle:
         if source.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -79,7 +95,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
                 batch = next(parquet.iter_batches(batch_size=1), None)
                 rows = batch.to_pylist() if batch is not None else []
                 return where, (rows[0] if rows else dict.fromkeys(parquet.schema_arrow.names))
-        record = _first_jsonl_record(handle, files[0])
+        record = _first_jsonl_record(_SmallReads(handle, FIRST_RECORD_BLOCK), files[0])
     return None if record is None else (where, record)
 
 
