@@ -77,7 +77,8 @@ def _agreement(domains, pages) -> tuple[float, float]:
 
 def _use_rate(texts, plain_rate: float) -> list[Result]:
     """USE multilingual v3 on 40 documents' first 2,000 characters (it is slow), where its package is installed."""
-    from pipeline.cells.embedding import EmbeddingConfig, MultilingualUseEmbedder
+    from pipeline.cells.embedding import MultilingualUseEmbedder
+    from pipeline.config import EmbeddingConfig
 
     try:
         embedder = MultilingualUseEmbedder(EmbeddingConfig(max_chars=2_000))
@@ -99,9 +100,9 @@ def _use_rate(texts, plain_rate: float) -> list[Result]:
 
 
 def main() -> list[Result]:
-    from pipeline.cells.domains import DomainAssigner, DomainModel, DomainsConfig, fit_domains
-    from pipeline.cells.embedding import EmbeddingConfig
-    from pipeline.cells.quality import QualityConfig, QualityScorer
+    from pipeline.cells.domains import DomainAssigner, DomainModel, fit_domains
+    from pipeline.cells.quality import QualityScorer
+    from pipeline.config import DomainsConfig, EmbeddingConfig, QualityConfig
     from pipeline.stages.tokenize.cell_steps import CellSteps
     from testkit.local_corpus import plainly_different_sources
     from testkit.multilingual_man import multilingual_man_pages

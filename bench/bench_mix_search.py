@@ -1,104 +1,50 @@
 """The mixture search (`millrace mix search`), in three parts, each a requirement in words:
 
-- the swarm: a 64-proxy swarm at the micro scale (the demo's tiny MoE, batches of 16 x 256 tokens, 16 proxy
-  steps each, branched from one shared checkpoint) on this machine: proxies per hour, against the same
-  proxies' training steps alone (no start-up, checkpoint restore or evaluation); the ratio is the share of the
-  swarm's time spent in training steps, and the time not in training steps should be small;
-- fit plus propose at 200 cells and 1,000 rows must take seconds: 5-fold out-of-fold quality, the fit on every
+- the swarm (`swarm`): a 64-proxy swarm at the micro scale (the demo's tiny MoE, batches of 16 x 256 tokens,
+  16 proxy steps each, branched from one shared checkpoint) on this machine: proxies per hour, and the share of
+  its time outside training steps (start-up, checkpoint restore, evaluation, other), which should be small,
+  against a fresh process per proxy measured in the same run (`bench/proxy_swarm.py`);
+- fit plus propose (`fit`) at 200 cells and 1,000 rows must take seconds: 5-fold out-of-fold quality, the fit on every
   row and a two-phase proposal under the constraints (8-epoch cap over 15T + 3.75T planned tokens, shares,
   closeness to the prior), against a 10 s CPU budget, for the log-linear default and LightGBM, at 250 and 1,000
   rows (two sizes); the rows are RegMix draws around the natural shares of the reference store's 200 cells,
-  scored by a known log-linear law with 1% noise, and the proposal is checked against every constraint; beside
-  it, the log-linear fit with BLAS held to one thread (as the search runs it) against numpy's default threads;
-- a proxy's training throughput on CPU against a plain dense PyTorch model of the same FLOPs per token on the
-  same batches (at least 0.5x): a swarm on a small machine is bounded by it; and one branched proxy's time
-  outside its training steps, named step by step (`bench/proxy_throughput.py`).
+  scored by a known log-linear law with 1% noise, and the proposal is checked against every constraint;
+  beside it (`blas`), the log-linear fit with BLAS held to one thread (as the search runs it) against numpy's
+  default threads;
+- a proxy's training throughput (`throughput`) on CPU against a plain dense PyTorch model of the same FLOPs
+  per token on the same batches (at least 0.5x): a swarm on a small machine is bounded by it; and one
+  branched proxy's time outside its training steps, named step by step (`bench/proxy_throughput.py`).
 
-`MILLRACE_BENCH_PROXIES` sets the swarm's size (default 64) for a shorter run on a busy machine.
+`python -m bench mix_search --proxies N` (`MILLRACE_BENCH_PROXIES`) sets the swarm's size (default 64) for a shorter
+run on a busy machine; `--part swarm` (`MILLRACE_BENCH_PARTS`, comma-separated) runs only the parts named.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import tomli_w
 
 from bench.result import Result
-from millrace.home import Home
 from trainer.search.propose import Constraints, max_weights, propose, violations
 from trainer.search.sampling import sample_mixtures
 from trainer.search.surrogate import Kind, Observations, _fit_log_linear, cross_validate, fit_surrogate
 
-PROXIES = int(os.environ.get("MILLRACE_BENCH_PROXIES", "64"))
-SEQ_LEN, GLOBAL_BATCH, PROXY_STEPS, BRANCH_STEP = 256, 16, 16, 4
-TINY = Path(__file__).parents[1] / "trainer" / "configs" / "tiny.toml"
 STATS = Path(__file__).parents[1] / "mixtures" / "examples" / "reference" / "available_tokens.json"
 PHASE_TOKENS = np.array([15e12, 3.75e12])  # the reference revision's two phases
 BUDGET_S = 10.0
 
 
-def _swarm_home(root: Path, proxies: int) -> tuple[Home, Path]:
-    """A store of distinguishable cells, a natural baseline long enough for the branch and the proxies, and the
-    micro search file over the tiny MoE."""
-    from mixtures.build import build
-    from testkit.stores import DISTINCT, make_store
-
-    home = Home.resolve(root / "home")
-    cells = {f"c{d:02d}q{q}": 40_000 + 5_000 * d for d in range(4) for q in range(2)}
-    make_store(home, cells, DISTINCT, held_out=3, vocab=512)
-    steps = BRANCH_STEP + PROXY_STEPS
-    revision = home.revisions / "default" / "natural.toml"
-    revision.parent.mkdir(parents=True)
-    revision.write_text(
-        f'mixture = "default"\nrevision = "natural"\nseed = 1\nseq_len = {SEQ_LEN}\nglobal_batch = {GLOBAL_BATCH}\n'
-        f'epoch_cap = 8\n[store]\nname = "t"\n[[phases]]\nname = "main"\ntokens = {steps * SEQ_LEN * GLOBAL_BATCH}\n'
-        'strategy = "natural"\n'
-    )
-    build(home, "default", "natural")
-    spec = {
-        "search": "bench",
-        "base": {"config": str(TINY)},
-        "mixture": {"mixture": "default", "revision": "natural"},
-        "branch": {"at_step": BRANCH_STEP},
-        "proxies": {"tokens": PROXY_STEPS * SEQ_LEN * GLOBAL_BATCH, "count": proxies},
-        "eval": {"max_sequences": 4},
-    }
-    path = root / "bench.toml"
-    path.write_text(tomli_w.dumps(spec))
-    return home, path
-
-
 def swarm() -> list[Result]:
-    """Proxies per hour of the whole swarm against its training steps alone (the shared checkpoint's and the
-    proxies'): the ratio is the share of the swarm's time spent in training steps."""
-    from trainer.search.plan import shared_run
-    from trainer.search.run import train_seconds
-    from trainer.search.steps import plan_step, run_step
+    """Proxies per hour of the micro swarm on long-lived workers against a fresh process per proxy, and the
+    share of its time outside training steps, part by part (`bench/proxy_swarm.py`)."""
+    from bench import proxy_swarm
 
-    with tempfile.TemporaryDirectory() as tmp:
-        home, path = _swarm_home(Path(tmp), PROXIES)
-        plan_step(path, home)
-        began = time.perf_counter()
-        search, _, rows = run_step(path, home)
-        wall = time.perf_counter() - began
-        shared = train_seconds(home, shared_run(search, 0), 0)  # the branch's steps are training steps too
-    training = shared + sum(r.train_seconds or 0.0 for r in rows)
-    done = len([r for r in rows if r.status == "done"])
-    return [
-        Result(
-            name=f"{done}-proxy swarm at the micro scale (tiny MoE, {PROXY_STEPS} steps of {GLOBAL_BATCH}x{SEQ_LEN})",
-            ours=done * 3600 / wall,
-            baseline=done * 3600 / training if training else float("inf"),
-            baseline_name="its training steps alone (ratio: share of the swarm's time in training steps)",
-            unit="proxies/hour",
-        )
-    ]
+    return proxy_swarm.main()
 
 
 def reference_problem(rows: int, seed: int = 0) -> tuple[Constraints, Observations]:
@@ -181,13 +127,17 @@ def proxy_throughput_results() -> list[Result]:
     return proxy_throughput.main()
 
 
-PARTS: list[Callable[[], list[Result]]] = [
-    swarm,
-    fit_propose_results,
-    lambda: [blas_threads_result()],
-    proxy_throughput_results,
-]
+PARTS: dict[str, Callable[[], list[Result]]] = {
+    "swarm": swarm,
+    "fit": fit_propose_results,
+    "blas": lambda: [blas_threads_result()],
+    "throughput": proxy_throughput_results,
+}
 
 
 def main() -> list[Result]:
-    return [result for part in PARTS for result in part()]
+    named = [name for name in os.environ.get("MILLRACE_BENCH_PARTS", "").split(",") if name]
+    unknown = sorted(set(named) - set(PARTS))
+    if unknown:
+        raise SystemExit(f"mix_search: no part {unknown[0]!r} (parts: {', '.join(PARTS)})")
+    return [result for name, part in PARTS.items() if not named or name in named for result in part()]

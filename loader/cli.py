@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
+from loader.peek import HeldDocument
 from loader.peek import peek as peek_step
 from loader.stream import MixtureStream
 from millrace.home import Home
@@ -19,7 +20,7 @@ def loader() -> None:
     """Look inside the deterministic batch stream of a built mixture."""
 
 
-def _held(documents: list[dict] | None) -> str:
+def _held(documents: list[HeldDocument] | None) -> str:
     if not documents:
         return ""
     held = "; ".join(f"{d['id']} ({d['origin']}:{d['position']})" for d in documents[:3])

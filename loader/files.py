@@ -23,13 +23,16 @@ import queue
 import resource
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, TypeVarTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 import xxhash
 
 from millrace import remote_calls
@@ -38,6 +41,8 @@ from millrace.urls import local_path
 from pipeline.store.format import FileDigests
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 DEFAULT_MAX_OPEN_FILES = 128
 
@@ -308,14 +313,17 @@ class ChunkCache:
                     (self.directory / f"{old}{suffix}").unlink(missing_ok=True)
 
 
-def with_retries(what: str, action: Callable[[], Any], options: ReadOptions) -> Any:
+def with_retries(what: str, action: Callable[[], T], options: ReadOptions) -> T:
     """`action()` under the read limits, retried (`millrace.remote_calls`); then one line naming `what`."""
     return remote_calls.with_retries(what, action, options.limits)
 
 
-def read_range(fs: Any, path: str, start: int | None, end: int | None, options: ReadOptions) -> bytes:
+def read_range(fs: AbstractFileSystem, path: str, start: int | None, end: int | None, options: ReadOptions) -> bytes:
     """Bytes [start, end) of one object (None: the whole of it) within `read_timeout`."""
-    return remote_calls.within_deadline(fs, "cat_file", path, start=start, end=end, timeout=options.read_timeout)
+    data: bytes = remote_calls.within_deadline(
+        fs, "cat_file", path, start=start, end=end, timeout=options.read_timeout
+    )
+    return data
 
 
 class RemoteFile(ChunkedFile):
@@ -325,7 +333,7 @@ class RemoteFile(ChunkedFile):
 
     def __init__(
         self,
-        fs: Any,
+        fs: AbstractFileSystem,
         path: str,
         size: int,
         digests: np.ndarray | None,
@@ -467,31 +475,35 @@ class DaemonPool:
     the chunk digests before anyone reads it, so abandoning one half-way damages nothing."""
 
     def __init__(self, threads: int, name: str):
-        self._calls: queue.SimpleQueue[tuple[Future, Callable[..., Any], tuple] | None] = queue.SimpleQueue()
+        # each call as (cancel it, run it into its future); None: a thread's end
+        self._calls: queue.SimpleQueue[tuple[Callable[[], bool], Callable[[], None]] | None] = queue.SimpleQueue()
         self._threads = threads
         for index in range(threads):
             threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True).start()
 
-    def submit(self, call: Callable[..., Any], *args: Any) -> Future:
-        future: Future = Future()
-        self._calls.put((future, call, args))
-        return future
+    def submit(self, call: Callable[[*Args], T], *args: *Args) -> Future[T]:
+        future: Future[T] = Future()
 
-    def _work(self) -> None:
-        while (item := self._calls.get()) is not None:
-            future, call, args = item
+        def run() -> None:
             if not future.set_running_or_notify_cancel():
-                continue
+                return
             try:
                 future.set_result(call(*args))
             except BaseException as exc:  # handed to whoever waits for it
                 future.set_exception(exc)
 
+        self._calls.put((future.cancel, run))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._calls.get()) is not None:
+            item[1]()
+
     def shutdown(self) -> None:
         """Calls not started are cancelled; the threads end after the one they run."""
         with contextlib.suppress(queue.Empty):
             while (item := self._calls.get_nowait()) is not None:
-                item[0].cancel()
+                item[0]()
         for _ in range(self._threads):
             self._calls.put(None)
 
@@ -512,7 +524,7 @@ class ChunkFetcher:
         self.options = options
         self._pool = DaemonPool(options.fetch_threads, "millrace-fetch")
         self._pins: dict[str, list[int]] = {}  # key -> [pins, bytes]
-        self._flying: dict[str, Future] = {}  # key -> the fetch of its run
+        self._flying: dict[str, Future[None]] = {}  # key -> the fetch of its run
         self._lock = threading.Lock()
         self.staged_bytes = 0
         self.started = 0  # chunks it has started fetching, in all
@@ -590,27 +602,35 @@ class ChunkFetcher:
                     del self._pins[key]
                     self.staged_bytes -= entry[1]
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, ReadOptions]:
         """A data-loader worker gets its own threads and nothing staged."""
         return {"options": self.options}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, ReadOptions]) -> None:
         self.__init__(state["options"])  # type: ignore[misc]
 
     def close(self) -> None:
         self._pool.shutdown()
 
 
-class OpenFiles:
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+Key = TypeVar("Key")
+Entry = TypeVar("Entry", bound=Closable)
+
+
+class OpenFiles(Generic[Key, Entry]):
     """An LRU of opened things (a shard's files), bounded by the number of files they hold."""
 
     def __init__(self, limit: int):
         self.limit = limit
-        self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._entries: OrderedDict[Key, tuple[Entry, int]] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Any, opener: Callable[[], tuple[Any, int]], most: int) -> Any:
+    def get(self, key: Key, opener: Callable[[], tuple[Entry, int]], most: int) -> Entry:
         """The entry for `key`, opened by `opener() -> (entry, files it holds)` when absent; room for `most`
         files is made first, so that the limit holds while it opens too."""
         with self._lock:
@@ -653,9 +673,9 @@ class StoreFiles:
 
     `file://` and plain paths are read with `pread`; other protocols go through `RemoteFile`."""
 
-    def __init__(self, root: str | Path, options: ReadOptions, storage_options: dict | None = None):
+    def __init__(self, root: str | Path, options: ReadOptions, storage_options: Mapping[str, object] | None = None):
         self.options = options
-        self.fs: Any = None
+        self.fs: AbstractFileSystem | None = None
         self.fetcher: ChunkFetcher | None = None
         text = str(root)
         self.local: Path | None = local_path(text)
@@ -674,13 +694,15 @@ class StoreFiles:
             self.root = str(self.local)
 
     def describe(self, relative: str) -> str:
-        if self.local is not None:
+        if self.fs is None:  # local
             return f"{self.root}/{relative}"
-        return self.fs.unstrip_protocol(f"{self.root}/{relative}")
+        url: str = self.fs.unstrip_protocol(f"{self.root}/{relative}")
+        return url
 
     def read_bytes(self, relative: str) -> bytes:
         """A small file whole (manifests, digest tables), retried when remote."""
-        if self.local is not None:
+        fs = self.fs
+        if fs is None:  # local
             path = f"{self.root}/{relative}"
             try:
                 with open(path, "rb") as handle:
@@ -691,14 +713,14 @@ class StoreFiles:
                 raise _limit_error(path, exc, self.options.max_open_files) from None
         return with_retries(
             self.describe(relative),
-            lambda: read_range(self.fs, f"{self.root}/{relative}", None, None, self.options),
+            lambda: read_range(fs, f"{self.root}/{relative}", None, None, self.options),
             self.options,
         )
 
     def open(self, relative: str, size: int, digests: FileDigests, key: str) -> ChunkedFile:
         """The file, which must hold exactly `size` bytes (checked now when local, at the read when remote)."""
         chunk_bytes, chunk_digests = digests.chunk_bytes, digests.digests
-        if self.local is not None:
+        if self.fs is None:  # local
             opened = LocalFile(f"{self.root}/{relative}", chunk_digests, chunk_bytes, self.options.max_open_files)
             if opened.size != size:
                 opened.close()

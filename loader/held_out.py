@@ -15,6 +15,7 @@ row a + i of that order, so any split of the rows over ranks reads the same sequ
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,9 @@ def entry_order(manifest: BuiltManifest) -> list[ManifestValidation]:
     return sorted(manifest.validation.values(), key=lambda entry: (entry.kind != "cell", entry.name))
 
 
-def fetch_held_out(manifest_path: Path | str, store_url: str, storage_options: dict | None = None) -> int:
+def fetch_held_out(
+    manifest_path: Path | str, store_url: str, storage_options: Mapping[str, object] | None = None
+) -> int:
     """Download the held-out shards `manifest_path` pins from the store at `store_url` into the store directory
     beside the manifest, where `ValidationSequences` reads them (and checks them whole against the manifest's
     digests). A trainer node whose home holds only the store's manifests (a store published at an `[output]

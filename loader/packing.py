@@ -60,7 +60,7 @@ def segment_starts(windows: np.ndarray, eos_id: int | None) -> np.ndarray:
     token after an EOS."""
     rows, width = windows.shape
     length = width - 1
-    row_starts = np.arange(rows, dtype=np.int64) * length
+    row_starts: np.ndarray = np.arange(rows, dtype=np.int64) * length
     if eos_id is None or length == 0:
         return row_starts
     eos = np.flatnonzero(windows.reshape(-1) == eos_id)  # one scan of the contiguous windows
@@ -104,11 +104,11 @@ class BlockPool:
             if len(self._free) < self.size:
                 self._free.append(buffer)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, int]:
         """What a data-loader worker process gets: the size, no buffers."""
         return {"size": self.size}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, int]) -> None:
         self.__init__(state["size"])  # type: ignore[misc]
 
 

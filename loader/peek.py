@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
@@ -17,21 +17,58 @@ from loader.stream import MixtureStream
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.store.format import store_tokenizer
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
 DECODE_CHARS = 80
+
+
+class HeldDocument(TypedDict):
+    """A stored document a sample's window overlaps (the pipeline's traceability sidecar)."""
+
+    source: str
+    id: str
+    origin: str
+    position: int
+
+
+class PeekSample(TypedDict):
+    position: int
+    cell: str
+    sequence: int
+    epoch: int
+    digest: str | None  # None in index-only mode
+    text: NotRequired[str]  # with `decode`
+    documents: NotRequired[list[HeldDocument] | None]  # with `decode`; None without the sidecar
+
+
+class Peek(TypedDict):
+    """`loader peek --json`: this rank's samples at one step."""
+
+    mixture: str
+    revision: str
+    manifest_hash: str
+    step: int
+    phase: str
+    rank: int
+    world: int
+    index_only: bool
+    samples: list[PeekSample]
 
 
 def token_digest(window: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(window, dtype="<i8").tobytes(), digest_size=8).hexdigest()
 
 
-def load_tokenizer(path: Path | None):
+def load_tokenizer(path: Path | None) -> Tokenizer:
     """The store's tokenizer, checked against the fingerprint its store.json pins."""
     if path is None or not path.exists():
         raise ArtifactError(f"{path}: the store's tokenizer is missing, cannot --decode")
-    return store_tokenizer(path)
+    tokenizer: Tokenizer = store_tokenizer(path)
+    return tokenizer
 
 
-def _documents(stream: MixtureStream, cell: str, sequence: int, epoch: int) -> list[dict] | None:
+def _documents(stream: MixtureStream, cell: str, sequence: int, epoch: int) -> list[HeldDocument] | None:
     """The stored documents a sample's window overlaps, in window order (source, original id, origin,
     input position); None for a store without the pipeline's traceability sidecar."""
     from mixtures.manifest import store_dir_of
@@ -41,19 +78,19 @@ def _documents(stream: MixtureStream, cell: str, sequence: int, epoch: int) -> l
     if not has_trace(cell_dir):
         return None
     rows = document_rows(cell_dir, stream.window_documents(cell, sequence, epoch))
-    return [{k: r[k] for k in ("source", "id", "origin", "position")} for r in rows]
+    return [HeldDocument(source=r["source"], id=r["id"], origin=r["origin"], position=r["position"]) for r in rows]
 
 
-def peek(stream: MixtureStream, step: int, decode: bool = False) -> dict:
+def peek(stream: MixtureStream, step: int, decode: bool = False) -> Peek:
     """A JSON-ready description of this rank's samples at `step`."""
     index = stream.index(step)
     windows = None if stream.index_only else stream.windows(index)
     if decode and windows is None:
         raise ConfigError(f"{stream.path}: stats-only manifest has no tokens to --decode")
     tokenizer = load_tokenizer(stream.tokenizer_path) if decode else None
-    samples = []
+    samples: list[PeekSample] = []
     for row in range(index.positions.size):
-        sample: dict[str, Any] = {
+        sample: PeekSample = {
             "position": int(index.positions[row]),
             "cell": stream.cell_names[int(index.cell_ids[row])],
             "sequence": int(index.sequences[row]),

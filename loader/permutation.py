@@ -58,7 +58,8 @@ def _feistel(values: np.ndarray, low: np.ndarray, high: np.ndarray, keys: np.nda
     for round_index in range(0, ROUNDS, 2):
         upper = upper ^ (_round_function(lower, keys[round_index]) & high_mask)
         lower = lower ^ (_round_function(upper, keys[round_index + 1]) & low_mask)
-    return (upper << low) | lower
+    permuted: np.ndarray = (upper << low) | lower
+    return permuted
 
 
 def permute(values: np.ndarray, domain: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -106,4 +107,5 @@ def run_shuffle(seed: int, name: str, epoch: int, size: int, run: int) -> np.nda
     firsts = block_shuffle(seed, name, epoch, runs) * run
     lengths = np.minimum(firsts + run, size) - firsts
     within = np.arange(size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return np.repeat(firsts, lengths) + within
+    order: np.ndarray = np.repeat(firsts, lengths) + within
+    return order

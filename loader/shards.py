@@ -87,7 +87,7 @@ class OpenShard:
         if digest_hex(raw) != digest:
             raise ArtifactError(f"{sidecar}: differs from cells/{cell}/cell.json's digest (shard altered or replaced)")
         digests = ShardDigests.parse(raw, sidecar)
-        self._open: list = []
+        self._open: list[ChunkedFile] = []
         try:
             self.idx = self._keep(files.open(prefix + ".idx", index_size(documents), digests.idx, f"{digest}-idx"))
             found, sequences, entries = parse_index_header(bytes(self.idx.read(0, INDEX_PREFIX_BYTES)), self.idx.name)
@@ -107,7 +107,7 @@ class OpenShard:
         self._block_starts: dict[int, int] = {}
         self._block_bounds: list[int] | None = None  # every block's start, once all are known
 
-    def _keep(self, opened):
+    def _keep(self, opened: ChunkedFile) -> ChunkedFile:
         self._open.append(opened)
         return opened
 
@@ -121,16 +121,19 @@ class OpenShard:
         self._open = []
 
     def lengths(self, lo: int, hi: int) -> np.ndarray:
-        return self.idx.read(INDEX_PREFIX_BYTES + 4 * lo, 4 * (hi - lo)).view("<i4").astype(np.int64)
+        lengths: np.ndarray = self.idx.read(INDEX_PREFIX_BYTES + 4 * lo, 4 * (hi - lo)).view("<i4").astype(np.int64)
+        return lengths
 
     def starts(self, lo: int, hi: int) -> np.ndarray:
         """Token offsets (inside the shard) where documents lo .. hi - 1 begin."""
-        return self.idx.read(self.pointers_at + 8 * lo, 8 * (hi - lo)).view("<i8") // self.itemsize
+        starts: np.ndarray = self.idx.read(self.pointers_at + 8 * lo, 8 * (hi - lo)).view("<i8") // self.itemsize
+        return starts
 
     def source_ids(self, lo: int, hi: int) -> np.ndarray:
         if self.src is None:
             raise ValueError(f"{self.name}: opened without its .src sidecar")
-        return self.src.read(2 * lo, 2 * (hi - lo)).view("<u2")
+        sources: np.ndarray = self.src.read(2 * lo, 2 * (hi - lo)).view("<u2")
+        return sources
 
     def block_start(self, b: int, block: int) -> int:
         """Token offset where block b begins (remembered: every search passes the same first probes)."""
@@ -173,7 +176,8 @@ class Layout:
 
     @property
     def stream_starts(self) -> np.ndarray:
-        return self.table[0]
+        starts: np.ndarray = self.table[0]
+        return starts
 
     @property
     def end(self) -> int:
@@ -245,19 +249,21 @@ class TokenSpace:
     ):
         self.files, self.cells, self.seq_len, self.dtype = files, cells, seq_len, np.dtype(dtype)
         self.seed, self.block, self.run, self.sources = seed, block, run, sources
-        self.open_files = OpenFiles(files.options.max_open_files)
-        self._layouts: OrderedDict[tuple, Layout] = OrderedDict()
-        self._planned: OrderedDict[tuple, Located] = OrderedDict()  # the read-ahead's, for `gather`
+        self.open_files: OpenFiles[tuple[int, int], OpenShard] = OpenFiles(files.options.max_open_files)
+        self._layouts: OrderedDict[tuple[int, int, int, int], Layout] = OrderedDict()  # cell, shard, block, epoch
+        self._planned: OrderedDict[tuple[bytes, bytes, bytes], Located] = (
+            OrderedDict()
+        )  # the read-ahead's, for `gather`
         self._lock = threading.Lock()
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, object]:
         """What a data-loader worker process gets: no open files, no cached layouts."""
         state = dict(self.__dict__)
         state["open_files"] = OpenFiles(self.files.options.max_open_files)
         state["_layouts"], state["_planned"], state["_lock"] = OrderedDict(), OrderedDict(), None
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 

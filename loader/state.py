@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pydantic
@@ -18,7 +19,7 @@ class LoaderState(StrictModel):
     phase_start_steps: list[int]
 
     @classmethod
-    def parse(cls, state: dict, manifest_path: Path) -> LoaderState:
+    def parse(cls, state: Mapping[str, object], manifest_path: Path) -> LoaderState:
         try:
             return cls.model_validate(dict(state))
         except pydantic.ValidationError as exc:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Literal, TypeVar, overload
 
 import numpy as np
 
@@ -90,7 +90,7 @@ class _Failure:
         self.error = error
 
 
-_DONE = object()
+Made = TypeVar("Made", bound="Batch | Gathered")  # what a step becomes: packed, or gathered to be packed elsewhere
 
 
 class MixtureStream:
@@ -104,7 +104,7 @@ class MixtureStream:
         prefetch: int = 2,
         sources: bool = True,
         store_url: str | None = None,
-        storage_options: dict | None = None,
+        storage_options: Mapping[str, object] | None = None,
         read_options: ReadOptions | None = None,
     ):
         """`sources=False` skips sources (Batch.segment_sources is None); everything else is the same.
@@ -294,16 +294,16 @@ class MixtureStream:
         end_step: int | None = None,
         stride: int = 1,
         gathered: Literal[False] = False,
-    ) -> Iterator[Batch]: ...
+    ) -> Generator[Batch]: ...
 
     @overload
     def iterate(
         self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, *, gathered: Literal[True]
-    ) -> Iterator[Gathered]: ...
+    ) -> Generator[Gathered]: ...
 
     def iterate(
         self, start_step: int | None = None, end_step: int | None = None, stride: int = 1, gathered: bool = False
-    ) -> Iterator[Batch] | Iterator[Gathered]:
+    ) -> Generator[Batch] | Generator[Gathered]:
         """Batches start_step, start_step + stride, ... below end_step (default: from the current state to
         the end; a stride above 1 is one data-loader worker's share of the steps); with `gathered`, each as
         its unpacked `Gathered` form (for `pack` in another process).
@@ -327,10 +327,10 @@ class MixtureStream:
                 self._step = step + 1
                 yield batch
             return
-        ready: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        ready: queue.Queue[Batch | Gathered | _Failure | None] = queue.Queue(maxsize=self.prefetch)  # None: done
         stop = threading.Event()
 
-        def offer(item: object) -> bool:
+        def offer(item: Batch | Gathered | _Failure | None) -> bool:
             while not stop.is_set():
                 try:
                     ready.put(item, timeout=0.05)
@@ -344,7 +344,7 @@ class MixtureStream:
                 for step in range(start, end, stride):
                     if not offer(make(step, self._sequential_index(step))):
                         return
-                offer(_DONE)
+                offer(None)
             except BaseException as error:  # handed to the consumer, raised there
                 offer(_Failure(error))
 
@@ -353,7 +353,7 @@ class MixtureStream:
         try:
             while True:
                 item = ready.get()
-                if item is _DONE:
+                if item is None:
                     return
                 if isinstance(item, _Failure):
                     raise item.error
@@ -364,8 +364,8 @@ class MixtureStream:
             worker.join(timeout=10)
 
     def _reading_ahead(
-        self, make: Callable[[int, SampleIndex], Any], steps: range
-    ) -> Callable[[int, SampleIndex], Any]:
+        self, make: Callable[[int, SampleIndex], Made], steps: range
+    ) -> Callable[[int, SampleIndex], Made]:
         """`make`, with the chunks of the batches after each fetched meanwhile from a remote store
         (`loader.shards.ReadAhead`); `make` itself where there is no read-ahead. One iteration's at a time."""
         if self._ahead is not None:
@@ -376,7 +376,7 @@ class MixtureStream:
         if ahead is None:
             return make
 
-        def made(step: int, index: SampleIndex) -> Any:
+        def made(step: int, index: SampleIndex) -> Made:
             try:
                 return make(step, index)
             finally:
@@ -390,7 +390,7 @@ class MixtureStream:
         for step in range(start_step, end):
             yield self.index(step)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, object]:
         """Small and O(1): the next step, and what pins it to this manifest's schedule."""
         return LoaderState(
             manifest_hash=self.manifest_hash,
@@ -406,7 +406,7 @@ class MixtureStream:
             raise ConfigError(f"step {step} is outside [0, {self.steps}] for {self.path}")
         self._step = step
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
         """Continue at the saved step; refuses a state from another manifest, except from an ancestor
         of this revision's lineage at a step the two share (`mixtures.lineage`). O(1)."""
         loaded = LoaderState.parse(state, self.path)

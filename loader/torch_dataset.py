@@ -19,7 +19,7 @@ memory (a new segment per batch, its descriptor passed over a socket, mapped and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,7 @@ def from_wire(item: dict[str, Any], seq_len: int, dtype: np.dtype) -> Gathered:
     )
 
 
-class TorchMixtureDataset(IterableDataset):
+class TorchMixtureDataset(IterableDataset[dict[str, torch.Tensor]]):
     """Yields one dict of tensors per step for this rank, from the saved step onwards."""
 
     def __init__(
@@ -152,14 +152,14 @@ class TorchMixtureDataset(IterableDataset):
         """The consumer took `item`: the state moves past its step."""
         self.stream.load_step(int(item["step"]) + 1)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, object]:
         return self.stream.state_dict()
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, object]) -> None:
         self.stream.load_state_dict(state_dict)
 
 
-class MixtureDataLoader(DataLoader):
+class MixtureDataLoader(DataLoader[dict[str, torch.Tensor]]):
     """A `DataLoader` over a `TorchMixtureDataset` whose state follows the batches handed out.
 
     Batches are already whole steps, so `batch_size` is None; persistent workers would keep a

@@ -14,9 +14,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, Literal, TypeVar, overload
 
 import pydantic
 
@@ -25,15 +26,16 @@ from millrace.errors import NO_SPACE, ArtifactError, first_validation_error
 HASH_FIELD = "content_hash"
 ENVELOPE_FIELDS = ("kind", "schema_version", HASH_FIELD)  # what every artifact carries around its payload
 Payload = TypeVar("Payload", bound=pydantic.BaseModel)
+Value = TypeVar("Value")
 DISK_FULL_BYTES = 1 << 20  # a short write with less free space than this is a full disk
 STALE_TEMPORARY_SECONDS = 600  # a live writer's temporary lasts one write; one this old was left by a killed one
 
 
-def canonical_json(payload: Any) -> bytes:
+def canonical_json(payload: object) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def content_hash(payload: Any) -> str:
+def content_hash(payload: object) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(payload)).hexdigest()
 
 
@@ -83,9 +85,14 @@ def remove_stale_temporaries(directory: Path, older_than: float = STALE_TEMPORAR
     return removed
 
 
+@overload
+def atomic_output(path: Path | str, mode: Literal["wb"] = "wb") -> AbstractContextManager[IO[bytes]]: ...
+@overload
+def atomic_output(path: Path | str, mode: Literal["w"]) -> AbstractContextManager[IO[str]]: ...
 @contextlib.contextmanager
-def atomic_output(path: Path | str, mode: str = "wb") -> Iterator[Any]:
-    """Open a temporary sibling of `path`; on success fsync and rename it into place."""
+def atomic_output(path: Path | str, mode: Literal["wb", "w"] = "wb") -> Iterator[IO[Any]]:
+    """Open a temporary sibling of `path` (bytes, or text with mode "w"); on success fsync and rename it into
+    place. (IO[Any]: the overloads above say which handle each mode gives.)"""
     path = Path(path)
     fd, tmp = temporary_sibling(path)
     try:
@@ -117,17 +124,17 @@ def atomic_write_text(path: Path | str, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def artifact_bytes(kind: str, schema_version: int, payload: dict[str, Any]) -> tuple[bytes, str]:
+def artifact_bytes(kind: str, schema_version: int, payload: Mapping[str, object]) -> tuple[bytes, str]:
     """`payload` as the bytes of an artifact of `kind`, and its content hash (for a writer that is not a local
     file, such as an object store)."""
-    body = {"kind": kind, "schema_version": schema_version, **payload}
+    body: dict[str, object] = {"kind": kind, "schema_version": schema_version, **payload}
     body.pop(HASH_FIELD, None)
     digest = content_hash(body)
     body[HASH_FIELD] = digest
     return json.dumps(body, indent=1, sort_keys=True, ensure_ascii=False).encode() + b"\n", digest
 
 
-def write_artifact(path: Path | str, kind: str, schema_version: int, payload: dict[str, Any]) -> str:
+def write_artifact(path: Path | str, kind: str, schema_version: int, payload: Mapping[str, object]) -> str:
     """Write `payload` as an artifact of `kind`; returns its content hash."""
     data, digest = artifact_bytes(kind, schema_version, payload)
     atomic_write_bytes(path, data)
@@ -166,7 +173,7 @@ def parse_artifact(raw: bytes, where: str, kind: str, schema_versions: tuple[int
     return body
 
 
-def payload_of(body: dict[str, Any]) -> dict[str, Any]:
+def payload_of(body: Mapping[str, Value]) -> dict[str, Value]:
     """An artifact's body (as `read_artifact` returns it) without its envelope: the fields its writer gave."""
     return {k: v for k, v in body.items() if k not in ENVELOPE_FIELDS}
 
@@ -176,7 +183,9 @@ def read_payload(path: Path | str, kind: str, schema_versions: tuple[int, ...] =
     return payload_of(read_artifact(path, kind, schema_versions))
 
 
-def check_pinned(body: dict[str, Any], where: str, expected: str | None, pinned_by: str, remedy: str = "") -> None:
+def check_pinned(
+    body: Mapping[str, object], where: str, expected: str | None, pinned_by: str, remedy: str = ""
+) -> None:
     """Refuse an artifact whose content hash is not the one `pinned_by` (a store.json, a manifest) recorded."""
     if expected is not None and body[HASH_FIELD] != expected:
         raise ArtifactError(
@@ -185,7 +194,7 @@ def check_pinned(body: dict[str, Any], where: str, expected: str | None, pinned_
         )
 
 
-def validated(model: type[Payload], data: Any, where: str) -> Payload:
+def validated(model: type[Payload], data: object, where: str) -> Payload:
     """`data`, an artifact's JSON, as a `model`, strictly (`millrace.config.StrictModel`'s rule: checked as the
     JSON it is, so an object is a fine dataclass but "256" is no number); a mismatch is an ArtifactError naming
     `where` and the field (the first error)."""
@@ -195,6 +204,6 @@ def validated(model: type[Payload], data: Any, where: str) -> Payload:
         raise ArtifactError(f"{where}: {first_validation_error(exc)}") from None
 
 
-def payload_model(body: dict[str, Any], model: type[Payload], where: str) -> Payload:
+def payload_model(body: Mapping[str, object], model: type[Payload], where: str) -> Payload:
     """The artifact's payload validated by its schema `model`; a mismatch is an ArtifactError naming `where`."""
     return validated(model, payload_of(body), f"{where}: not a valid {body.get('kind')} artifact")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pydantic
 
@@ -34,7 +34,7 @@ def describe_validation_error(source: str, exc: pydantic.ValidationError) -> str
     return f"{source}: {first_validation_error(exc)}"
 
 
-def parse_document(path: Path) -> dict[str, Any]:
+def parse_document(path: Path) -> dict[str, object]:
     path = Path(path)
     try:
         text = path.read_text()
@@ -51,7 +51,7 @@ def parse_document(path: Path) -> dict[str, Any]:
     return data
 
 
-def validate(model: type[Model], data: Any, source: str) -> Model:
+def validate(model: type[Model], data: object, source: str) -> Model:
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:

@@ -23,16 +23,17 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import pydantic
+from pydantic import JsonValue
 
 from millrace.artifacts import atomic_write_bytes
 from millrace.errors import ArtifactError, first_validation_error
 
 log = logging.getLogger(__name__)
 
-Check = Callable[[Any], str | None]  # a record -> what is wrong with it, or None
+Check = Callable[[object], str | None]  # a record (JSON as parsed) -> what is wrong with it, or None
 T = TypeVar("T")
 M = TypeVar("M", bound=pydantic.BaseModel)
 Parse = Callable[[bytes], tuple[T, str | None]]  # a line -> (its record, what is wrong with it); ValueError: no JSON
@@ -43,18 +44,18 @@ class Repaired(str):
     said as a warning naming the file and the line, rather than the line skipped."""
 
 
-def has_step(record: Any) -> str | None:
+def has_step(record: object) -> str | None:
     """The check every run stream shares: an object with an integer `step`."""
     if not isinstance(record, dict) or not isinstance(record.get("step"), int) or isinstance(record.get("step"), bool):
         return "expected a JSON object with an integer 'step'"
     return None
 
 
-def json_lines(check: Check = has_step) -> Parse[dict[str, Any]]:
+def json_lines(check: Check = has_step) -> Parse[dict[str, JsonValue]]:
     """Lines parsed as JSON objects, each checked with `check`."""
 
-    def parse(line: bytes) -> tuple[dict[str, Any], str | None]:
-        record = json.loads(line)
+    def parse(line: bytes) -> tuple[dict[str, JsonValue], str | None]:
+        record: dict[str, JsonValue] = json.loads(line)  # not an object: `check` says so, and it is not kept
         return record, check(record)
 
     return parse
@@ -104,7 +105,7 @@ class Stream(Generic[T]):
 
 def read_stream(
     path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"
-) -> Stream[dict[str, Any]]:
+) -> Stream[dict[str, JsonValue]]:
     """Every complete record of `path` (an absent file is an empty stream), by the rule above."""
     return parse_stream(path, json_lines(check), on_bad)
 
@@ -164,7 +165,7 @@ def accepted(problem: str | None, on_bad: Literal["raise", "skip"], path: Path, 
 
 def read_records(
     path: Path | str, check: Check = has_step, on_bad: Literal["raise", "skip"] = "raise"
-) -> list[dict[str, Any]]:
+) -> list[dict[str, JsonValue]]:
     return read_stream(path, check, on_bad).records
 
 
@@ -174,7 +175,11 @@ def cut_back(path: Path | str, step: int, check: Check = has_step) -> None:
     Run before a resumed run appends, so the stream never holds a step twice nor a line glued to a torn one."""
     path = Path(path)
     stream = read_stream(path, check)
-    kept = [line for record, line in zip(stream.records, stream.lines) if record["step"] <= step]
+    kept = [
+        line
+        for record, line in zip(stream.records, stream.lines)
+        if isinstance(at := record["step"], int) and at <= step
+    ]
     dropped = len(stream.records) - len(kept)
     if stream.torn is not None:
         log.warning(
@@ -189,7 +194,7 @@ def cut_back(path: Path | str, step: int, check: Check = has_step) -> None:
         atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
 
 
-def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16) -> dict[str, Any] | None:
+def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16) -> dict[str, JsonValue] | None:
     """The stream's last complete record, by the rule above, reading only the file's end (a long run's stream
     is never read whole); None for an absent or empty file."""
     return last_parsed(path, json_lines(check), window)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from loguru import Message
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%H:%M:%S"
 
 
-class CurrentStderrHandler(logging.StreamHandler):
+class CurrentStderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever `sys.stderr` is at the time: while a rich bar is live it is rich's proxy,
     which prints the log line above the bar instead of on top of it."""
 
@@ -39,7 +42,7 @@ def configure(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
 
 
-def loguru_to_logging(message, prefix: str = "") -> None:
+def loguru_to_logging(message: Message, prefix: str = "") -> None:
     """A loguru sink: the record to `logging`'s `datatrove` logger at its level (`prefix` before its text).
     A process whose `logging` is not configured yet (a datatrove worker) gets millrace's format first."""
     if not logging.getLogger().handlers:

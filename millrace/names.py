@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
 
 import click
 
@@ -20,7 +19,7 @@ NAME_RULE = f"letters, digits, '.', '_' and '-', starting with a letter or digit
 _NAME = re.compile(NAME_PATTERN)
 
 
-def check_name(value: str, what: str) -> str:
+def check_name(value: object, what: str) -> str:
     """`value` if it is a plain name, else a one-line ConfigError naming `what` (e.g. '--run').
 
     `fullmatch`: `$` alone also matches before a trailing newline, and `--run $'x\\n'` would pass."""
@@ -34,7 +33,7 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
-def artifact_name(value: Any, field: str, artifact: object) -> str:
+def artifact_name(value: object, field: str, artifact: object) -> str:
     """A name read from an artifact (`run.json`'s `run`, `store.json`'s `name`): it becomes a path just as a
     name on the command line does, so it is held to the same rule; else a one-line ArtifactError naming the
     artifact and field (a crafted `run = "../../x"` must not write outside the site)."""
@@ -56,7 +55,7 @@ def describe(param: click.Parameter | None) -> str:
     return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
 
 
-class PlainName(click.ParamType):
+class PlainName(click.ParamType[str, object]):
     """A click type for name options and arguments; a bad one is `error: --run '../x': not a plain name`."""
 
     name = "NAME"
@@ -64,7 +63,7 @@ class PlainName(click.ParamType):
     def __init__(self, slash_version: bool = False):
         self.slash_version = slash_version
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         what = describe(param)
         if self.slash_version and isinstance(value, str) and value.count("/") == 1:
             name, version = value.split("/")

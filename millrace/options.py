@@ -6,14 +6,17 @@ import functools
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import click
 
 from millrace.home import Home
 
+R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., object])  # a command's function, before click makes it a command
 
-def home_option(func: Callable[..., Any]) -> Callable[..., Any]:
+
+def home_option(func: Callable[..., R]) -> Callable[..., R]:
     """Adds `--home DIR` and passes the resolved `home: Home` to the command."""
 
     @click.option(
@@ -24,7 +27,7 @@ def home_option(func: Callable[..., Any]) -> Callable[..., Any]:
         help="Artifact root (default: $MILLRACE_HOME, else ./millrace-data).",
     )
     @functools.wraps(func)
-    def wrapper(*args: Any, home_dir: str | None, **kwargs: Any) -> Any:
+    def wrapper(*args: object, home_dir: str | None, **kwargs: object) -> R:
         parent = click.get_current_context().find_root().params.get("home_dir")
         return func(*args, home=Home.resolve(home_dir or parent), **kwargs)
 
@@ -34,20 +37,24 @@ def home_option(func: Callable[..., Any]) -> Callable[..., Any]:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of text.")
 
 
-def print_json(payload: Any) -> None:
+def print_json(payload: object) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def run_option(help: str, **kwargs: Any) -> Callable[..., Any]:
+def run_option(help: str, default: str | None = None, required: bool = False) -> Callable[[F], F]:
     """`--run NAME`, the one spelling of a training run's name; `--run-name` too, because under torchrun
     (`torchrun ... -m millrace train ... --run X`) torchrun's own parser takes `--run` for its `--run-path`."""
     from millrace.names import PLAIN_NAME
 
-    return click.option("--run", "--run-name", "run_name", type=PLAIN_NAME, help=help, **kwargs)
+    return click.option(
+        "--run", "--run-name", "run_name", type=PLAIN_NAME, help=help, default=default, required=required
+    )
 
 
-def revision_option(help: str = "Mixture revision name.", **kwargs: Any) -> Callable[..., Any]:
+def revision_option(
+    help: str = "Mixture revision name.", default: str | None = None, required: bool = False
+) -> Callable[[F], F]:
     """`--revision NAME`, the one spelling of a mixture revision."""
     from millrace.names import PLAIN_NAME
 
-    return click.option("--revision", "revision", type=PLAIN_NAME, help=help, **kwargs)
+    return click.option("--revision", "revision", type=PLAIN_NAME, help=help, default=default, required=required)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 from millrace.errors import ArtifactError, ConfigError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 MIN_WRITE_RATE = 1 << 20  # bytes per second a write is allowed at least, on top of its deadline
 
 
@@ -53,7 +57,7 @@ def describe_failure(exc: BaseException, limits: CallLimits) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def with_retries(what: str, action: Callable[[], Any], limits: CallLimits, verb: str = "read") -> Any:
+def with_retries(what: str, action: Callable[[], T], limits: CallLimits, verb: str = "read") -> T:
     """`action()`, retried on transient errors with exponential backoff (a log line per retry); then one
     line naming `what` (the object's URL, and byte range for a read)."""
     for attempt in range(limits.retries + 1):
@@ -76,9 +80,10 @@ def with_retries(what: str, action: Callable[[], Any], limits: CallLimits, verb:
     raise AssertionError("unreachable")
 
 
-def within_deadline(fs: Any, method: str, *args: Any, timeout: float, **kwargs: Any) -> Any:
+def within_deadline(fs: AbstractFileSystem, method: str, *args: object, timeout: float, **kwargs: object) -> Any:
     """`fs.<method>(*args)`, cancelled after `timeout` seconds where the filesystem is asynchronous (s3, gcs,
-    http: a server that accepts and never answers, a body that stops); a local one is called as it is."""
+    http: a server that accepts and never answers, a body that stops); a local one is called as it is.
+    Returns what `fs.<method>` does: fsspec's methods are untyped, so it is Any, and each caller says its type."""
     if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
         from fsspec.asyn import sync
 
@@ -86,13 +91,16 @@ def within_deadline(fs: Any, method: str, *args: Any, timeout: float, **kwargs: 
     return getattr(fs, method)(*args, **kwargs)
 
 
-def single_retry_layer(protocol: str, storage_options: dict, timeout: float) -> dict:
+def single_retry_layer(protocol: str, storage_options: Mapping[str, object], timeout: float) -> dict[str, object]:
     """Storage options that leave retrying to `with_retries`: for s3, botocore makes one attempt with
     `timeout` for connecting and reading (s3fs's own retries are set on the instance: `one_attempt`)."""
     if protocol not in ("s3", "s3a"):
         return dict(storage_options)
+    given = storage_options.get("config_kwargs") or {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"storage_options.config_kwargs {given!r:.80}: expected a table of botocore settings")
     config = {
-        **storage_options.get("config_kwargs", {}),
+        **given,
         "connect_timeout": timeout,
         "read_timeout": timeout,
         "retries": {"total_max_attempts": 1},
@@ -100,14 +108,16 @@ def single_retry_layer(protocol: str, storage_options: dict, timeout: float) -> 
     return {**storage_options, "config_kwargs": config, "skip_instance_cache": True}
 
 
-def one_attempt(fs: Any) -> Any:
+def one_attempt(fs: AbstractFileSystem) -> AbstractFileSystem:
     """`fs` with s3fs's own retry loop set to one attempt (its own instance: `single_retry_layer`)."""
     if hasattr(fs, "retries"):
         fs.retries = 1
     return fs
 
 
-def limited_fs(url: str, storage_options: dict | None, limits: CallLimits) -> tuple[Any, str]:
+def limited_fs(
+    url: str, storage_options: Mapping[str, object] | None, limits: CallLimits
+) -> tuple[AbstractFileSystem, str]:
     """The filesystem and root path of `url`, with this module's layer as its only retries."""
     import fsspec
 
@@ -116,7 +126,7 @@ def limited_fs(url: str, storage_options: dict | None, limits: CallLimits) -> tu
     return one_attempt(fs), root.rstrip("/")
 
 
-def put_file(fs: Any, local: str, target: str, size: int, limits: CallLimits = WRITE_LIMITS) -> None:
+def put_file(fs: AbstractFileSystem, local: str, target: str, size: int, limits: CallLimits = WRITE_LIMITS) -> None:
     """Upload one file within its deadline (`limits.timeout`, plus a second per MiB), retried; one line naming
     the object when every attempt failed."""
     deadline = limits.timeout + size / MIN_WRITE_RATE
@@ -128,7 +138,7 @@ def put_file(fs: Any, local: str, target: str, size: int, limits: CallLimits = W
     )
 
 
-def pipe_file(fs: Any, target: str, data: bytes, limits: CallLimits = WRITE_LIMITS) -> None:
+def pipe_file(fs: AbstractFileSystem, target: str, data: bytes, limits: CallLimits = WRITE_LIMITS) -> None:
     """Write one object whole (a PUT) within its deadline, retried; one line naming it when every attempt failed."""
     deadline = limits.timeout + len(data) / MIN_WRITE_RATE
     with_retries(

@@ -22,7 +22,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any
 
 TERMINATED_EXIT_CODE = 128 + signal.SIGTERM  # 143: what a shell reports for a process ended by SIGTERM
 SHUTDOWN_GRACE_SECONDS = 20.0  # the unwinding after SIGTERM may take this long; then the watchdog exits
@@ -152,7 +151,7 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
+        self._previous: Callable[[int, FrameType | None], object] | int | None = None
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True

@@ -24,7 +24,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from millrace.errors import MillraceError
 
@@ -58,17 +57,17 @@ def read_holder(path: Path) -> Holder | None:
     """Who wrote the lock file last (the holder, if the lock is held); None without a lock file."""
     try:
         stat = path.stat()
-        body: Any = json.loads(path.read_text(encoding="utf-8") or "{}")
+        body: object = json.loads(path.read_text(encoding="utf-8") or "{}")
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
         body, stat = {}, None
-    body = body if isinstance(body, dict) else {}
-    pid = body.get("pid")
+    fields: dict[str, object] = body if isinstance(body, dict) else {}
+    pid, host, since = fields.get("pid"), fields.get("host"), fields.get("since")
     return Holder(
         pid=pid if isinstance(pid, int) else None,
-        host=body.get("host"),
-        since=body.get("since"),
+        host=host if isinstance(host, str) else None,
+        since=since if isinstance(since, str) else None,
         heartbeat=stat.st_mtime if stat else None,
     )
 

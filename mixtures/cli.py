@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,15 +17,20 @@ from mixtures.new import STRATEGY_CHOICES
 from mixtures.strategies import STRATEGIES, parse_factors
 from pipeline.store.labels import labelled
 
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+
+F = TypeVar("F", bound=Callable[..., object])
 CELL_WIDTH = 40  # a cell with its domain label, cut to this in tables
 
 
-def show(table: Any) -> None:
+def show(table: RenderableType) -> None:
     """Rich is imported only when a table is printed: `--json` runs start faster."""
     print_table(table)
 
 
-def new_table(title: str) -> Any:
+def new_table(title: str) -> Table:
     from rich.table import Table
 
     return Table(title=title)
@@ -57,7 +62,7 @@ def only_store(home: Home) -> str:
     return names[0]
 
 
-def strategy_options(command: Callable) -> Callable:
+def strategy_options(command: F) -> F:
     """One `mix new` option per strategy option in the registry (`--temperature`, `--tilt`, ...), read as text
     and parsed by the registry's `parse`; the command gets them as `options`."""
     for strategy in reversed(STRATEGIES.values()):
@@ -69,7 +74,7 @@ def strategy_options(command: Callable) -> Callable:
     return command
 
 
-def strategy_values(given: dict[str, str | None]) -> dict[str, Any]:
+def strategy_values(given: dict[str, str | None]) -> dict[str, object]:
     """The strategy options given on the command line, parsed."""
     parse = {option.name: option.parse for strategy in STRATEGIES.values() for option in strategy.options}
     return {name: parse[name](text) for name, text in given.items() if text is not None}

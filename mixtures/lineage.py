@@ -35,7 +35,7 @@ def inherited_phases(parent: BuiltManifest, at_step: int) -> list[ManifestPhase]
         if phase.start_position >= stop:
             break
         own = phase.revision is None
-        update: dict = {"revision": parent.revision} if own else {}
+        update: dict[str, object] = {"revision": parent.revision} if own else {}
         if own:
             update["name"] = f"{parent.revision}/{phase.name}"
         if phase.start_position + phase.sequences > stop:
@@ -44,7 +44,7 @@ def inherited_phases(parent: BuiltManifest, at_step: int) -> list[ManifestPhase]
     return phases
 
 
-def cut_phase(phase: ManifestPhase, sequences: int, global_batch: int) -> dict:
+def cut_phase(phase: ManifestPhase, sequences: int, global_batch: int) -> dict[str, object]:
     """The fields of `phase` cut after its first `sequences` positions (the interleaving kept whole)."""
     full = phase.interleaved_counts()
     names = sorted(full)  # the interleaving depends only on the order of the cells with a count

@@ -32,7 +32,7 @@ Semantics the loader relies on:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import pydantic
 
@@ -116,6 +116,20 @@ class Ancestor(StrictModel):
     at_step: int  # where the ancestor's direct child took over from it
 
 
+class StepRange(TypedDict):
+    """The steps [start_step, stop_step) of a lineage drawn from one revision's weights."""
+
+    revision: str
+    start_step: int
+    stop_step: int
+
+
+class LineageRange(StepRange):
+    """A `StepRange` with the hash of the manifest it was drawn from (a run record's `lineage`)."""
+
+    manifest_hash: str
+
+
 class BuiltManifest(StrictModel):
     mixture: str
     revision: str
@@ -148,9 +162,9 @@ class BuiltManifest(StrictModel):
         """Leading steps shared with the manifest of that hash (an ancestor); None if unrelated."""
         return next((a.shared_steps for a in self.ancestors if a.manifest_hash == manifest_hash), None)
 
-    def revision_ranges(self) -> list[dict]:
+    def revision_ranges(self) -> list[StepRange]:
         """Which revision of the lineage draws which steps: [{revision, start_step, stop_step}]."""
-        ranges: list[dict] = []
+        ranges: list[StepRange] = []
         for phase in self.phases:
             name = phase.revision or self.revision
             if ranges and ranges[-1]["revision"] == name:
@@ -162,10 +176,10 @@ class BuiltManifest(StrictModel):
         return ranges
 
 
-def lineage_of(manifest: BuiltManifest, digest: str) -> list[dict[str, Any]]:
+def lineage_of(manifest: BuiltManifest, digest: str) -> list[LineageRange]:
     """The step ranges of each revision of the lineage, with the manifest hash each was drawn from."""
     hashes = {a.revision: a.manifest_hash for a in manifest.ancestors} | {manifest.revision: digest}
-    return [{**r, "manifest_hash": hashes[r["revision"]]} for r in manifest.revision_ranges()]
+    return [LineageRange(**r, manifest_hash=hashes[r["revision"]]) for r in manifest.revision_ranges()]
 
 
 def manifest_path(home: Home, store_name: str, store_version: str, mixture: str, revision: str) -> Path:

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
 
 import pydantic
 
@@ -46,7 +45,7 @@ def parse_tokens(text: str) -> int:
     return int(value)
 
 
-def parse_phase(text: str, default_strategy: str) -> dict:
+def parse_phase(text: str, default_strategy: str) -> dict[str, object]:
     """`NAME:TOKENS[:STRATEGY[@PATTERN,PATTERN]]`, e.g. `cooldown:3.75T:uniform@c*q3,c*q4`."""
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[0]:
@@ -54,7 +53,7 @@ def parse_phase(text: str, default_strategy: str) -> dict:
     strategy, _, cells = (parts[2] if len(parts) == 3 else default_strategy).partition("@")
     if strategy not in STRATEGY_CHOICES:
         raise ConfigError(f"--phase {text!r}: unknown strategy {strategy!r} (one of {', '.join(STRATEGY_CHOICES)})")
-    phase: dict = {"name": parts[0], "tokens": parse_tokens(parts[1]), "strategy": strategy}
+    phase: dict[str, object] = {"name": parts[0], "tokens": parse_tokens(parts[1]), "strategy": strategy}
     if cells:
         phase["cells"] = [c for c in cells.split(",") if c]
     return phase
@@ -69,13 +68,18 @@ class Frame:
 
     store: Store
     spec: StoreSpec
-    numbers: dict  # epoch_cap, seq_len, global_batch, seed
+    numbers: dict[str, float]  # epoch_cap, seq_len, global_batch, seed (DEFAULT_FRAME's keys)
     default_tokens: int  # the one phase written when none is given
-    continues: dict | None  # the [continues] table
+    continues: dict[str, object] | None  # the [continues] table
 
 
 def frame_of(
-    home: Home, mixture: str, store: str | None, continues: str | None, at_step: int | None, given: dict
+    home: Home,
+    mixture: str,
+    store: str | None,
+    continues: str | None,
+    at_step: int | None,
+    given: Mapping[str, float | None],
 ) -> Frame:
     """The store and numbers from the options; a child takes its parent's store and numbers where not given."""
     if (continues is None) != (at_step is None):
@@ -95,8 +99,10 @@ def frame_of(
     except pydantic.ValidationError as exc:
         raise ConfigError(f"--store {store!r}: expected NAME[/VERSION] ({first_validation_error(exc)})") from None
     opened = open_store(home, spec, f"--store {store}")
-    inherited = {k: getattr(parent, k) for k in DEFAULT_FRAME} if parent is not None else DEFAULT_FRAME
-    numbers = {k: given[k] if given.get(k) is not None else inherited[k] for k in DEFAULT_FRAME}
+    inherited: dict[str, float] = (
+        {k: getattr(parent, k) for k in DEFAULT_FRAME} if parent is not None else DEFAULT_FRAME
+    )
+    numbers = {k: inherited[k] if (value := given.get(k)) is None else value for k in DEFAULT_FRAME}
     numbers["epoch_cap"] = float(numbers["epoch_cap"])
     if parent is None:
         return Frame(opened, spec, numbers, sum(c.tokens for c in opened.manifest.cells.values()), None)
@@ -105,9 +111,11 @@ def frame_of(
     return Frame(opened, spec, numbers, left, {"revision": continues, "at_step": at_step})
 
 
-def phase_spec(phase: dict, weights: Mapping[str, float] | None, options: Mapping[str, Any]) -> dict:
+def phase_spec(
+    phase: dict[str, object], weights: Mapping[str, float] | None, options: Mapping[str, object]
+) -> dict[str, object]:
     """A parsed --phase with its strategy's options (`STRATEGIES`) filled in from the command's."""
-    chosen = phase.pop("strategy")
+    chosen = str(phase.pop("strategy"))  # `parse_phase` checked it is a strategy name
     if chosen == "explicit":
         if not weights:
             raise ConfigError(f"--phase {phase['name']!r}: strategy 'explicit' needs --weight CELL=W options")
@@ -138,7 +146,7 @@ def new_revision(
     seq_len: int | None = None,
     global_batch: int | None = None,
     seed: int | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, object] | None = None,
     weights: Mapping[str, float] | None = None,
     out: Path | str | None = None,
     symbolic: bool = False,
@@ -167,7 +175,7 @@ def new_revision(
     requested = [parse_phase(text, strategy) for text in (phases or [f"main:{frame.default_tokens}"])]
     phase_specs = [phase_spec(phase, weights, options or {}) for phase in requested]
     source = f"mix new {mixture} --revision {revision}"
-    data = {
+    data: dict[str, object] = {
         "mixture": mixture,
         "revision": revision,
         "description": description,
@@ -183,8 +191,8 @@ def new_revision(
         written = symbolic_revision
     else:
         data["store"] = {"name": opened.name, "version": opened.version, "manifest_hash": opened.manifest_hash}
-        if manifest.ancestors:
-            data["continues"]["manifest_hash"] = manifest.ancestors[0].manifest_hash
+        if manifest.ancestors and frame.continues is not None:
+            data["continues"] = frame.continues | {"manifest_hash": manifest.ancestors[0].manifest_hash}
         data["phases"] = [
             {
                 "name": built.name,

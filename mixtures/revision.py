@@ -105,7 +105,7 @@ class PhaseSpec(StrictModel):
         return name
 
     @property
-    def options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, object]:
         """The strategy's options as the phase gives them."""
         return dict(self.__pydantic_extra__ or {})
 
@@ -134,7 +134,7 @@ class PhaseSpec(StrictModel):
         return self
 
 
-def refused(field: str, value: Any, message: str) -> dict[str, Any]:
+def refused(field: str, value: object, message: str) -> pydantic_core.InitErrorDetails:
     """A validation error at `field` saying `message`."""
     return {"type": pydantic_core.PydanticCustomError("strategy_option", message), "loc": (field,), "input": value}
 
@@ -168,7 +168,7 @@ class Revision(StrictModel):
         return content_hash(self.model_dump(mode="json", exclude_defaults=True, exclude={"description"}))
 
 
-def describe(source: str, data: Any, exc: pydantic.ValidationError) -> str:
+def describe(source: str, data: object, exc: pydantic.ValidationError) -> str:
     """One line naming file, revision, phase (by name), field and, for weights, the cell."""
     where = [source]
     if isinstance(data, dict) and isinstance(data.get("mixture"), str) and isinstance(data.get("revision"), str):
@@ -226,7 +226,7 @@ def check_phases(revision: Revision, source: str) -> None:
             raise ConfigError(f"{where}: field 'cells': empty list")
 
 
-def parse_revision(data: Any, source: str) -> Revision:
+def parse_revision(data: object, source: str) -> Revision:
     try:
         revision = Revision.model_validate(data, strict=True)  # an artifact: strict (`StrictModel`)
     except pydantic.ValidationError as exc:
@@ -250,7 +250,7 @@ def revision_to_toml(revision: Revision, header: str = "") -> str:
         data.pop("description", None)
     if not data.get("normalize"):
         data.pop("normalize", None)
-    ordered: dict[str, Any] = {
+    ordered: dict[str, object] = {
         k: data[k]
         for k in (
             "mixture",

@@ -86,10 +86,10 @@ class StrategyOption:
     and how `mix new --<name>` reads it from text."""
 
     name: str
-    annotation: Any
+    annotation: object  # a type with its pydantic checks (`Annotated[...]`)
     help: str
     metavar: str = "X"
-    parse: Callable[[str], Any] = float
+    parse: Callable[[str], object] = float
 
 
 @dataclass(frozen=True)

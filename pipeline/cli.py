@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -10,9 +11,14 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError, Interrupted, Terminated
+from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from millrace.progress import on_terminal
 from millrace.signals import TerminateSignal
+
+if TYPE_CHECKING:  # the config and starter modules load when a command runs
+    from pipeline.config import PipelineConfig
+    from pipeline.starter import StarterFound
 
 
 @click.group()
@@ -48,7 +54,13 @@ def pipeline() -> None:
 @home_option
 @json_option
 def run(
-    config_path: Path, executor: str | None, workers: int | None, restart: bool, dry_run: bool, home, as_json: bool
+    config_path: Path,
+    executor: str | None,
+    workers: int | None,
+    restart: bool,
+    dry_run: bool,
+    home: Home,
+    as_json: bool,
 ) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
     from pipeline.config import load_pipeline_config
@@ -101,7 +113,7 @@ def run(
         print_summary(summary)
 
 
-def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> None:
+def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bool, as_json: bool) -> None:
     from pipeline import slurm
     from pipeline.stages.read.fields import check_text_fields
 
@@ -143,7 +155,7 @@ def _run_on_slurm(config, home, restart: bool, dry_run: bool, as_json: bool) -> 
 )
 @home_option
 @json_option
-def init(corpus_dir: Path, out_path: Path, force: bool, text_keys: tuple[str, ...], home, as_json: bool) -> None:
+def init(corpus_dir: Path, out_path: Path, force: bool, text_keys: tuple[str, ...], home: Home, as_json: bool) -> None:
     """Write a commented starter config with one source per source found in CORPUS_DIR; print the sources,
     their formats and fields, and the files no source reads."""
     from pipeline.stages.read.discovery import describe_unread
@@ -175,7 +187,7 @@ def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def _starter(corpus_dir: Path, text_keys: dict[str, str], ask: bool) -> tuple[str, dict]:
+def _starter(corpus_dir: Path, text_keys: dict[str, str], ask: bool) -> tuple[str, StarterFound]:
     """The starter text and what was found; on a terminal, a source whose text field is unclear is asked for."""
     from pipeline.stages.read.fields import UnknownTextField
     from pipeline.starter import init_starter

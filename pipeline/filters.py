@@ -101,7 +101,8 @@ class FilterSpec:
         if not isinstance(self.factory, str):
             return self.factory
         module, _, attribute = self.factory.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        imported: FilterFactory = getattr(importlib.import_module(module), attribute)
+        return imported
 
     def checked_options(self, options: Any) -> dict[str, Any]:
         """The `[filters.<name>]` table as its options model reads it (only the options it sets); a

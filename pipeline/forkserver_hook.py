@@ -8,18 +8,19 @@ to do and nothing to report: its traceback would bury the one line that says how
 
 import sys
 import traceback
+from types import TracebackType
 
 _default_hook = sys.excepthook
 
 
-def _worker_orphaned(exc_type: type[BaseException], tb) -> bool:
+def _worker_orphaned(exc_type: type[BaseException], tb: TracebackType | None) -> bool:
     if not issubclass(exc_type, FileNotFoundError):
         return False
     frames = traceback.extract_tb(tb)
     return bool(frames) and frames[-1].name == "__setstate__" and frames[-1].filename.endswith("synchronize.py")
 
 
-def _quiet_orphaned_worker(exc_type, exc, tb) -> None:
+def _quiet_orphaned_worker(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     if _worker_orphaned(exc_type, tb):
         return
     _default_hook(exc_type, exc, tb)

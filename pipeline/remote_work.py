@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-<host>-pid<pid>-<random>
 _HOST = socket.gethostname().replace("-", "_")
 UA_APP_ID = "AWS_SDK_UA_APP_ID"  # botocore's app id, sent in each request's user agent
+Info = dict[str, Any]  # an object's info as fsspec lists it (name, size, type, ETag or mtime, ...)
 LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, never mirrored
 
 # What each executor run's tasks download before they start, relative to the work root (a folder, a file or a
@@ -90,7 +91,7 @@ class RemoteWorkError(MillraceError):
     """A step of a staged task kept a path of the driver's disk that could not be moved to its scratch."""
 
 
-def _version(info: dict) -> Any:
+def _version(info: Info) -> Any:
     """What changes when an object is rewritten: its ETag where the store has one, else size and time."""
     return info.get("ETag") or (info.get("size"), info.get("mtime") or info.get("LastModified"))
 
@@ -114,7 +115,7 @@ class RemoteWork:
     only what the driver pulled (`DRIVER_READS`) or wrote itself."""
 
     url: str
-    storage_options: dict = field(default_factory=dict)
+    storage_options: dict[str, Any] = field(default_factory=dict)
     mirror: Path = Path()
     scratch: str | None = None  # where tasks make their scratch directories; None: the system's temporary dir
     _fs: Any = field(default=None, repr=False, compare=False)
@@ -123,7 +124,7 @@ class RemoteWork:
     _local: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
     pulled_bytes: int = field(default=0, repr=False, compare=False)  # what the driver downloaded, in all
 
-    def __getstate__(self) -> dict:  # the filesystem and the driver's bookkeeping stay with the driver
+    def __getstate__(self) -> dict[str, object]:  # the filesystem and the driver's bookkeeping stay with the driver
         return {
             "url": self.url,
             "storage_options": self.storage_options,
@@ -131,7 +132,7 @@ class RemoteWork:
             "scratch": self.scratch,
         }
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(**state)  # type: ignore[misc]
 
     @property
@@ -150,7 +151,8 @@ class RemoteWork:
 
     def url_of(self, local: Path) -> str:
         """The full URL of a path of the mirror (for messages)."""
-        return self.fs.unstrip_protocol(self.remote_path(local))
+        url: str = self.fs.unstrip_protocol(self.remote_path(local))
+        return url
 
     def remote_path(self, local: Path) -> str:
         """The URL path of a path of the mirror."""
@@ -208,7 +210,7 @@ class RemoteWork:
             self._remote[rel] = _version(self.fs.info(f"{self.root}/{rel}"))
 
 
-def _matching(fs: Any, root: str, pattern: str) -> dict[str, dict]:
+def _matching(fs: Any, root: str, pattern: str) -> dict[str, Info]:
     """Objects under `root` matching `pattern` (a folder, a file or a glob), by relative path, with their info."""
     target = f"{root}/{pattern.rstrip('/')}"
     if any(c in pattern for c in "*?["):
@@ -217,7 +219,7 @@ def _matching(fs: Any, root: str, pattern: str) -> dict[str, dict]:
         found = fs.find(target, detail=True)
     else:
         found = {target: fs.info(target)} if fs.exists(target) else {}
-    expanded: dict[str, dict] = {}
+    expanded: dict[str, Info] = {}
     for path, info in found.items():
         if info.get("type") == "directory":
             expanded.update(fs.find(path, detail=True))
@@ -304,7 +306,8 @@ def relocate(steps: list[PipelineStep], old: Path, new: Path) -> list[PipelineSt
     _Relocating(buffer, old, new).dump(steps)
     if str(old).encode() in buffer.getvalue():  # a path kept as a plain string: it would still name the driver's disk
         raise RemoteWorkError(f"a step keeps {old} as a string; keep it as a Path so a staged task can move it")
-    return pickle.loads(buffer.getvalue())
+    moved: list[PipelineStep] = pickle.loads(buffer.getvalue())
+    return moved
 
 
 def task_app_id(label: str, part: str | None, rank: int) -> str:

@@ -56,7 +56,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from datatrove.data import Document
 from datatrove.io import DataFolder
@@ -78,6 +78,7 @@ from pipeline.stages.filter.filtering import ExtractStep, FilterStep, LanguageSt
 from pipeline.stages.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_budget
 from pipeline.stages.funnel import bad_files, build_funnel, merge_step, removed_tokens_from, step_dir
 from pipeline.stages.held_out.contamination import (
+    Decision,
     FindContainedNgrams,
     contaminated,
     save_decision,
@@ -95,6 +96,10 @@ from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
 from pipeline.work import FINGERPRINTED, PHASES, WorkLayout, prepare_work
+
+if TYPE_CHECKING:
+    from datatrove.executor.base import PipelineExecutor
+    from datatrove.utils.stats import PipelineStats
 
 log = logging.getLogger(__name__)
 # what `on_phase` is called with, in order: the announced phases ("models" is fitted within "tokenizer")
@@ -169,7 +174,7 @@ def extracted_sources(config: PipelineConfig) -> list[str]:
     return [s.name for s in config.sources if s.format in EXTRACTED_FORMATS]
 
 
-def stored_config(config: PipelineConfig) -> dict:
+def stored_config(config: PipelineConfig) -> dict[str, Any]:
     """The config as the store records it: `executor` left out, since how it ran does not change what it made,
     and the output's copy URL and its options recorded as unset (where a copy goes changes nothing in it, and
     storage options may hold credentials): a store built on a bucket is byte for byte the one built locally."""
@@ -199,7 +204,7 @@ class PostDedupSteps:
     """What the seam contributes: steps before tokenization, and the stats they leave behind."""
 
     steps: list[PipelineStep] = field(default_factory=list)
-    collect_stats: Callable[[], tuple[dict, dict[str, dict]]] = lambda: ({}, {})
+    collect_stats: Callable[[], tuple[dict[str, dict[str, Any]], dict[str, dict[str, object]]]] = lambda: ({}, {})
 
 
 def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSteps:
@@ -215,7 +220,9 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
     return PostDedupSteps(steps=cells.steps(), collect_stats=cells.collect_stats)
 
 
-def _executor(kind: str, pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
+def _executor(
+    kind: str, pipeline: list[PipelineStep], tasks: int, workers: int, logging_dir: Path | DataFolder
+) -> PipelineExecutor:
     if kind == "slurm":  # a chain of jobs submitted at once, not a stage run from here
         raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
@@ -240,13 +247,13 @@ def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
     return str(logging_dir) if isinstance(logging_dir, Path) else logging_dir
 
 
-def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: int = -1):
+def _file_task_logger(logging_dir: DataFolder, rank: int, local_rank: int = 0, node_rank: int = -1) -> TextIO:
     """datatrove's task logger, but the console gets a task's errors as one line in millrace's log format; its
     file keeps everything."""
     from loguru import logger
 
     logger.remove()
-    logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+    logfile: TextIO = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
 
     def to_file(message: str) -> None:
         with contextlib.suppress(OSError):  # a full disk: the task's one console line says so, not a traceback
@@ -262,7 +269,9 @@ def _file_task_logger(logging_dir, rank: int, local_rank: int = 0, node_rank: in
     return logfile
 
 
-def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path | DataFolder):
+def _local_executor(
+    pipeline: list[PipelineStep], tasks: int, workers: int, logging_dir: Path | DataFolder
+) -> PipelineExecutor:
     """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
     import datatrove.executor.base as executor_base
     from datatrove.executor import LocalPipelineExecutor
@@ -272,7 +281,7 @@ def _local_executor(pipeline: list, tasks: int, workers: int, logging_dir: Path 
     class TaskFileLoggingExecutor(LocalPipelineExecutor):
         # datatrove has no setting for a task's logger: `_run_for_rank` calls the module global
         # `add_task_logger`. Replaced here, in the worker process that runs the task (never the driver's).
-        def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1):
+        def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1) -> PipelineStats:
             executor_base.add_task_logger = _file_task_logger
             try:
                 return super()._run_for_rank(rank, local_rank, node_rank)
@@ -360,7 +369,7 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
 def _run_executor(
     label: str,
     kind: str,
-    pipeline: list,
+    pipeline: list[PipelineStep],
     tasks: int,
     workers: int,
     logging_dir: Path,
@@ -488,12 +497,12 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 def decontaminate(
     config: PipelineConfig,
     layout: WorkLayout,
-    cutoffs: dict,
+    cutoffs: dict[str, list[int] | None],
     kind: str,
     workers: int,
     lines: bool,
     remote: RemoteWork | None = None,
-) -> dict:
+) -> Decision:
     """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.held_out.contamination`):
     {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
 
@@ -527,7 +536,12 @@ def decontaminate(
     return decision
 
 
-def split_pipeline(config: PipelineConfig, layout: WorkLayout, cutoffs: dict, given_back: dict) -> list[PipelineStep]:
+def split_pipeline(
+    config: PipelineConfig,
+    layout: WorkLayout,
+    cutoffs: dict[str, list[int] | None],
+    given_back: dict[str, list[list[int]]],
+) -> list[PipelineStep]:
     return [
         WriteHeldOut(
             layout.tokenizer,
@@ -566,9 +580,9 @@ def tokenized_documents(layout: WorkLayout) -> int:
     return sum(entry["documents"] for path in found for entry in json.loads(path.read_text())["cells"].values())
 
 
-def malformed_report(layout: WorkLayout) -> list[dict]:
+def malformed_report(layout: WorkLayout) -> list[dict[str, object]]:
     """Every record that produced no document: file, line and reason."""
-    records = []
+    records: list[dict[str, object]] = []
     for path in sorted(layout.malformed.glob("*/*.jsonl")):
         records += [json.loads(line) for line in path.read_text().splitlines() if line]
     return records

@@ -30,6 +30,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -54,6 +55,9 @@ from pipeline.stages.held_out.contamination import load_decision
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.work import WorkLayout, prepare_work
 
+if TYPE_CHECKING:
+    from datatrove.executor import SlurmPipelineExecutor
+
 DRIVER_PHASES = ("dedup", "decontaminate", "assemble")
 
 
@@ -62,7 +66,7 @@ class PhaseJob:
     """One phase of the chain: its name, its pipeline, how many tasks, and where it logs."""
 
     name: str
-    pipeline: list
+    pipeline: list[PipelineStep]
     tasks: int
     logging_dir: Path
 
@@ -157,7 +161,7 @@ def phase_jobs(config: PipelineConfig, home: Home, restart: bool = False) -> lis
     ]
 
 
-def slurm_chain(config: PipelineConfig, jobs: list[PhaseJob]) -> list:
+def slurm_chain(config: PipelineConfig, jobs: list[PhaseJob]) -> list[SlurmPipelineExecutor]:
     """One `SlurmPipelineExecutor` per job, each `depends=` on the one before."""
     from datatrove.executor import SlurmPipelineExecutor
 
@@ -188,7 +192,7 @@ def slurm_chain(config: PipelineConfig, jobs: list[PhaseJob]) -> list:
     return executors
 
 
-def submit(config: PipelineConfig, home: Home, restart: bool = False) -> list[dict]:
+def submit(config: PipelineConfig, home: Home, restart: bool = False) -> list[dict[str, object]]:
     """Submit the whole chain (the last job launches its dependencies first); returns each job's id
     (-1 for a phase whose tasks are all complete already)."""
     jobs = phase_jobs(config, home, restart)
@@ -197,7 +201,9 @@ def submit(config: PipelineConfig, home: Home, restart: bool = False) -> list[di
     return [{"stage": job.name, "job_id": executor.job_id} for job, executor in zip(jobs, executors)]
 
 
-def dry_run(config: PipelineConfig, home: Home, out: Path | None = None, restart: bool = False) -> list[dict]:
+def dry_run(
+    config: PipelineConfig, home: Home, out: Path | None = None, restart: bool = False
+) -> list[dict[str, object]]:
     """Write each job's sbatch script (NN-<phase>.slurm) and chain.json into `out` (default: the run's
     work directory, slurm-scripts/); submit nothing. The scripts are the ones submission writes to each
     phase's logging directory, beside the pickled executor (written only at submission) they run."""

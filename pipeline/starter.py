@@ -22,7 +22,7 @@ import json
 import textwrap
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pydantic
 
@@ -30,6 +30,9 @@ from millrace.errors import ConfigError
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, QualityConfig, SourceConfig
 from pipeline.filters import FILTERS
 from pipeline.stages.read.fields import UnknownTextField, first_record, pick_id_key, pick_text_key
+
+if TYPE_CHECKING:  # discovery loads when a starter is written
+    from pipeline.stages.read.discovery import Unread
 
 FORMATS = ("jsonl", "parquet", "warc", "html")  # in the order a folder's sources are named
 CODE_LANGUAGES = {"python", "c", "cpp", "java", "javascript", "rust", "go", "shell", "code"}
@@ -256,7 +259,24 @@ def init_config(corpus_dir: Path | str, text_keys: dict[str, str] | None = None)
     return init_starter(corpus_dir, text_keys)[0]
 
 
-def init_starter(corpus_dir: Path | str, text_keys: dict[str, str] | None = None) -> tuple[str, dict]:
+class StarterSource(TypedDict):
+    """A source the starter config reads, as `pipeline init` reports it."""
+
+    name: str
+    format: str
+    paths: list[str]
+    text_key: str
+    id_key: str
+
+
+class StarterFound(TypedDict):
+    """What `init_starter` found: the sources, and the files no source reads."""
+
+    sources: list[StarterSource]
+    not_read: list[Unread]
+
+
+def init_starter(corpus_dir: Path | str, text_keys: dict[str, str] | None = None) -> tuple[str, StarterFound]:
     """The text of a starter config for `corpus_dir`, and what was found there: each source's name, format,
     paths and fields, and the files no source reads (`discovery.unread_files`)."""
     from pipeline.stages.read.discovery import unread_files
@@ -269,7 +289,7 @@ def init_starter(corpus_dir: Path | str, text_keys: dict[str, str] | None = None
             f"--text-key {name}=...: no source {name!r} found in {corpus_dir}; sources: {', '.join(names)}"
         )
     config = starter_config(corpus_dir, discovered, text_keys)
-    found = {
+    found: StarterFound = {
         "sources": [
             {"name": s.name, "format": s.format, "paths": s.paths, "text_key": s.text_key, "id_key": s.id_key}
             for s in config.sources

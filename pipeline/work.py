@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+import pydantic
 import xxhash
 
 from millrace.artifacts import atomic_write_text, content_hash
@@ -41,6 +42,14 @@ from pipeline.stages.read.readers import input_files
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
+
+
+class FileFingerprint(TypedDict):
+    """An input file as work.json records it: its path, size and xxh64 of its first and last 64 KiB."""
+
+    path: str
+    size: int
+    xxh64: str
 
 
 class InputsChanged(MillraceError):
@@ -145,11 +154,12 @@ class WorkLayout:
         """The work state's earlier name (one word for two files: a training run's record is `run.json` too)."""
         return self.root / "run.json"
 
-    def read_state(self) -> dict | None:
+    def read_state(self) -> dict[str, Any] | None:
         """The recorded work state, under its name or its earlier one; None before the first run."""
         for path in (self.state, self.legacy_state):
             if path.exists():
-                return json.loads(path.read_text())
+                state: dict[str, Any] = json.loads(path.read_text())
+                return state
         return None
 
     def phase_logs(self, phase: str) -> Path:
@@ -165,7 +175,7 @@ class WorkLayout:
         return own if PHASE[phase].logs is None else [self.phase_logs(phase), *own]
 
 
-def _file_fingerprint(path: Path | str, storage_options: dict | None = None) -> dict:
+def _file_fingerprint(path: Path | str, storage_options: Mapping[str, object] | None = None) -> FileFingerprint:
     """Size and xxh64 of the first and last 64 KiB: of a local file, or an object at a URL, read by exactly those
     two ranges (no read-ahead: a file opened on a bucket would fetch a whole block, up to the object)."""
     if isinstance(path, str) and is_url(path):
@@ -193,17 +203,17 @@ def _fingerprint_ranges(size: int) -> list[tuple[int, int]]:
     return ranges
 
 
-def _fingerprint(parts: list[bytes], size: int, name: str) -> dict:
+def _fingerprint(parts: list[bytes], size: int, name: str) -> FileFingerprint:
     digest = xxhash.xxh64()
     for part in parts:
         digest.update(part)
     return {"path": name, "size": size, "xxh64": digest.hexdigest()}
 
 
-def input_listing(config: PipelineConfig) -> list[dict]:
+def input_listing(config: PipelineConfig) -> list[FileFingerprint]:
     """Every input file of every source, in read order, with its size and fingerprint."""
 
-    listing = []
+    listing: list[FileFingerprint] = []
     for source in config.sources:
         for path, files in input_files(source):
             if source.format == "hf-datasets":
@@ -217,7 +227,7 @@ def input_listing(config: PipelineConfig) -> list[dict]:
     return listing
 
 
-def phase_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, str]:
+def phase_fingerprints(config: PipelineConfig, inputs: list[FileFingerprint]) -> dict[str, str]:
     """One fingerprint per fingerprinted phase: its own options and the fingerprint of the phase before it."""
     fingerprints: dict[str, str] = {}
     upstream = ""
@@ -228,7 +238,7 @@ def phase_fingerprints(config: PipelineConfig, inputs: list[dict]) -> dict[str, 
     return fingerprints
 
 
-def _filter_options(config: PipelineConfig, inputs: list[dict]) -> dict:
+def _filter_options(config: PipelineConfig, inputs: list[FileFingerprint]) -> dict[str, object]:
     d = config.dedup
     signing = {
         "exact": d.exact,
@@ -248,7 +258,7 @@ def _filter_options(config: PipelineConfig, inputs: list[dict]) -> dict:
     }
 
 
-def _tokenize_options(config: PipelineConfig, inputs: list[dict]) -> dict:
+def _tokenize_options(config: PipelineConfig, inputs: list[FileFingerprint]) -> dict[str, object]:
     return {
         "eos": config.tokenizer.eos,
         "split": config.validation.model_dump(mode="json", exclude={"sets"}),
@@ -276,7 +286,7 @@ class Phase:
     its logging folder `logs/<logs>` (None: it runs no executor); an `announced` phase is a progress label."""
 
     name: str
-    options: Callable[[PipelineConfig, list[dict]], Any] | None
+    options: Callable[[PipelineConfig, list[FileFingerprint]], object] | None
     outputs: Callable[[WorkLayout], list[Path]] = field(default=lambda layout: [])
     logs: str | None = None
     announced: bool = True
@@ -325,11 +335,11 @@ PHASE = {phase.name: phase for phase in PHASES}
 FINGERPRINTED = tuple(phase.name for phase in PHASES if phase.options is not None)
 
 
-def _set_listing(config: PipelineConfig) -> list[dict]:
+def _set_listing(config: PipelineConfig) -> list[dict[str, object]]:
     """The evaluation sets' options and files (the tokenize and split tasks look for their documents in the cells)."""
-    listing = []
+    listing: list[dict[str, object]] = []
     for eval_set in config.validation.sets:
-        files = []
+        files: list[FileFingerprint] = []
         for raw in eval_set.paths:
             path = Path(raw)
             found = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -338,11 +348,11 @@ def _set_listing(config: PipelineConfig) -> list[dict]:
     return listing
 
 
-def _dump(section) -> dict | None:
+def _dump(section: pydantic.BaseModel | None) -> dict[str, Any] | None:
     return None if section is None else section.model_dump(mode="json")
 
 
-def _first_change(recorded: list[dict], current: list[dict]) -> str | None:
+def _first_change(recorded: list[FileFingerprint], current: list[FileFingerprint]) -> str | None:
     for old, new in zip(recorded, current):
         if old != new:
             what = "changed" if old["path"] == new["path"] else f"replaced by {new['path']}"

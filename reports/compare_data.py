@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from millrace.errors import ArtifactError
 from millrace.home import Home
 from reports.render import embed_json
 from reports.run_data import CHUNK, Chunk
-from reports.run_observations import read_eval
+from reports.run_observations import METRICS, EvalGroups, read_eval
 from reports.training import MAX_POINTS, RunView
 from trainer.records import MetricsRecord, read_explanations
 
@@ -33,7 +33,7 @@ EXPLAIN_FILE = "explain-data.js"
 CURVES = ("loss", "grad_norm", "param_norm", "param_norm_with_router_bias", "lr")
 
 
-def flatten_config(value: Any, prefix: str = "") -> dict[str, str]:
+def flatten_config(value: object, prefix: str = "") -> dict[str, str]:
     """A nested config as `section.key: value`, the form a diff between runs compares."""
     if isinstance(value, dict):
         rows: dict[str, str] = {}
@@ -43,7 +43,7 @@ def flatten_config(value: Any, prefix: str = "") -> dict[str, str]:
     return {prefix.rstrip("."): value if isinstance(value, str) else json.dumps(value)}
 
 
-def mixture_weights(view: RunView) -> list[dict[str, Any]]:
+def mixture_weights(view: RunView) -> list[dict[str, object]]:
     """Per phase of the run's built revision: its token budget and each cell's share of its samples."""
     if view.manifest is None:
         return []
@@ -58,17 +58,16 @@ def mixture_weights(view: RunView) -> list[dict[str, Any]]:
     ]
 
 
-def _eval_series(view: RunView) -> dict[str, Any]:
-    evals = read_eval(view.run_dir) if view.run_dir is not None else {"steps": [], "tokens": [], "seconds": []}
-    out: dict[str, Any] = {"steps": evals["steps"], "tokens": evals["tokens"]}
-    for metric in ("loss", "bpb"):
-        groups = evals.get(metric) or {}
-        out[metric] = {
-            "average": groups.get("average") or {},
-            "set": groups.get("set") or {},
-            "cell": groups.get("cell") or {},
-        }
-    return out
+def _eval_series(view: RunView) -> dict[str, object]:
+    if view.run_dir is None:
+        nothing: EvalGroups = {"average": {}, "set": {}, "cell": {}}
+        return {"steps": [], "tokens": [], "loss": nothing, "bpb": nothing}
+    evals = read_eval(view.run_dir)
+    return {
+        "steps": evals["steps"],
+        "tokens": evals["tokens"],
+        **{metric: {group: evals[metric][group] for group in ("average", "set", "cell")} for metric in METRICS},
+    }
 
 
 class SummaryBuilder:
@@ -125,7 +124,9 @@ def _listed(values: np.ndarray) -> list[float | None]:
     return [None if math.isnan(v) else v for v in values.tolist()]
 
 
-def run_summary(view: RunView, ladder: dict[str, Any] | None = None, built: SummaryBuilder | None = None) -> dict:
+def run_summary(
+    view: RunView, ladder: Mapping[str, object] | None = None, built: SummaryBuilder | None = None
+) -> dict[str, object]:
     """What the compare page draws for one run (`built`: the curves already built while streaming)."""
     curves = built if built is not None else SummaryBuilder.of(view.records)
     cells = sorted(key.split("/", 1)[1] for key in curves.values if key.startswith("loss_per_cell/"))
@@ -153,12 +154,12 @@ def run_summary(view: RunView, ladder: dict[str, Any] | None = None, built: Summ
     }
 
 
-def _script(variable: str, name: str, payload: Any) -> str:
+def _script(variable: str, name: str, payload: object) -> str:
     return f"(window.{variable} = window.{variable} || {{}})[{json.dumps(name)}] = {embed_json(payload)};\n"
 
 
 def write_run_summary(
-    view: RunView, site: Path, ladder: dict[str, Any] | None = None, built: SummaryBuilder | None = None
+    view: RunView, site: Path, ladder: Mapping[str, object] | None = None, built: SummaryBuilder | None = None
 ) -> Path:
     out = site / "runs" / view.name / SUMMARY_FILE
     atomic_write_text(out, _script("MILLRACE_RUNS", view.name, run_summary(view, ladder, built)))

@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from millrace.errors import ArtifactError, MillraceError
 from millrace.home import Home
@@ -26,6 +26,49 @@ log = logging.getLogger(__name__)
 
 GRID_CELL = re.compile(r"^c(\d+)q(\d+)$")
 COUNT_KEYS = ("documents", "tokens", "bytes")
+
+
+class CellRow(TypedDict):
+    """One cell as the composition page shows it."""
+
+    name: str
+    domain: int | None  # cNNqQ cells: NN and Q; None for other names
+    bucket: int | None
+    label: str
+    tokens: int
+    documents: int
+    bytes: int
+    score_range: object  # as the pipeline's cell stats give it
+    samples: list[dict[str, str]]  # id, source, text
+    sources: dict[str, dict[str, int]]  # source -> its documents, tokens, bytes in the cell
+    languages: dict[str, int]  # language label -> documents
+
+
+class SourceRow(TypedDict):
+    name: str
+    tokens_by_cell: list[int]  # aligned with the cells
+    tokens: int
+    documents: int
+
+
+class Share(TypedDict):
+    name: str
+    share: float
+
+
+class DomainRow(TypedDict):
+    index: int
+    label: str
+    documents: int
+    sources: list[Share]
+    languages: list[Share]
+
+
+class Grid(TypedDict):
+    """Domains × buckets, for a store whose cells are all named cNNqQ."""
+
+    domains: list[DomainRow]
+    buckets: list[int]
 
 
 @dataclass(frozen=True)
@@ -45,21 +88,22 @@ class BuiltRevision:
 @dataclass
 class Composition:
     store: Store
-    cells: list[dict[str, Any]]
-    sources: list[dict[str, Any]]
+    cells: list[CellRow]
+    sources: list[SourceRow]
     funnel: list[dict[str, Any]]
-    grid: dict[str, Any] | None
-    quality: dict[str, Any] | None = None
-    not_read: list[dict[str, Any]] = field(default_factory=list)
+    grid: Grid | None
+    quality: dict[str, object] | None = None
+    not_read: list[dict[str, object]] = field(default_factory=list)
     revisions: dict[str, BuiltRevision] = field(default_factory=dict)
     stale: list[str] = field(default_factory=list)
-    proposals: dict[str, dict[str, Any]] = field(default_factory=dict)  # revision key -> the search that proposed it
+    # revision key -> the search that proposed it
+    proposals: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
     def has_cell_stats(self) -> bool:
         return not self.store.manifest.stats_only
 
-    def page_data(self) -> dict[str, Any]:
+    def page_data(self) -> dict[str, object]:
         """Everything the page's script needs, JSON-ready."""
         manifest = self.store.manifest
         return {
@@ -83,7 +127,7 @@ class Composition:
         }
 
 
-def revision_data(built: BuiltRevision, cells: list[dict[str, Any]]) -> dict[str, Any]:
+def revision_data(built: BuiltRevision, cells: list[CellRow]) -> dict[str, object]:
     """Per phase declared weights and sample counts, and per cell sequences available, aligned with `cells`."""
     manifest = built.manifest
     names = [c["name"] for c in cells]
@@ -128,18 +172,18 @@ def revision_data(built: BuiltRevision, cells: list[dict[str, Any]]) -> dict[str
 MIX_SHOWN = 3  # the largest sources and languages beside a domain's label
 
 
-def _mix(counts: dict[str, int]) -> list[dict[str, Any]]:
+def _mix(counts: dict[str, int]) -> list[Share]:
     """The largest entries as shares of the whole, largest first, with the rest as "other"."""
     total = sum(counts.values())
     if not total:
         return []
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    shown = [{"name": name, "share": n / total} for name, n in ordered[:MIX_SHOWN]]
+    shown = [Share(name=name, share=n / total) for name, n in ordered[:MIX_SHOWN]]
     rest = sum(n for _, n in ordered[MIX_SHOWN:])
-    return shown + ([{"name": "other", "share": rest / total}] if rest else [])
+    return shown + ([Share(name="other", share=rest / total)] if rest else [])
 
 
-def _domain_mix(cells: list[dict[str, Any]], domain: int) -> dict[str, Any]:
+def _domain_row(cells: list[CellRow], domain: int, label: str) -> DomainRow:
     """A domain's documents by source (cell manifests) and by language label (the pipeline's cell stats)."""
     sources: dict[str, int] = {}
     languages: dict[str, int] = {}
@@ -151,24 +195,24 @@ def _domain_mix(cells: list[dict[str, Any]], domain: int) -> dict[str, Any]:
         for language, documents in cell["languages"].items():
             languages[language] = languages.get(language, 0) + int(documents)
     return {
+        "index": domain,
+        "label": label,
         "documents": sum(c["documents"] for c in cells if c["domain"] == domain),
         "sources": _mix(sources),
         "languages": _mix(languages),
     }
 
 
-def _grid(cells: list[dict[str, Any]], domain_labels: dict[str, str]) -> dict[str, Any] | None:
+def _grid(cells: list[CellRow], domain_labels: dict[str, str]) -> Grid | None:
     """Domains × buckets when every cell is named cNNqQ; otherwise None (cells are sources). Each domain
     carries its label and what is in it: its source and language mix, so a label can be checked."""
     if not cells or any(c["domain"] is None for c in cells):
         return None
-    domains = sorted({c["domain"] for c in cells})
-    buckets = sorted({c["bucket"] for c in cells})
+    domains = {c["domain"] for c in cells if c["domain"] is not None}  # every cell's (narrowed for mypy)
+    buckets = {c["bucket"] for c in cells if c["bucket"] is not None}
     return {
-        "domains": [
-            {"index": d, "label": domain_labels.get(f"c{d:02d}", ""), **_domain_mix(cells, d)} for d in domains
-        ],
-        "buckets": buckets,
+        "domains": [_domain_row(cells, d, domain_labels.get(f"c{d:02d}", "")) for d in sorted(domains)],
+        "buckets": sorted(buckets),
     }
 
 
@@ -224,7 +268,7 @@ def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _not_read(funnel: dict[str, Any]) -> list[dict[str, Any]]:
+def _not_read(funnel: dict[str, Any]) -> list[dict[str, object]]:
     """Files under a source's folders that no source read: {source, path, files, reasons, examples}."""
     entries = funnel.get("not_read", []) if isinstance(funnel, dict) else []
     return (
@@ -244,7 +288,7 @@ def _not_read(funnel: dict[str, Any]) -> list[dict[str, Any]]:
     )
 
 
-def _quality(store: Store, languages: int = 8) -> dict[str, Any] | None:
+def _quality(store: Store, languages: int = 8) -> dict[str, object] | None:
     """What the quality score means, and each bucket's language mix as shares (the corpus's first)."""
     quality = (store.manifest.stats or {}).get("quality")
     if not quality:
@@ -272,11 +316,11 @@ def load_composition(store_path: Path) -> Composition:
     stats = manifest.stats or {}
     domain_labels = (stats.get("domains") or {}).get("labels") or {}
     score_ranges = (stats.get("quality") or {}).get("score_ranges") or {}
-    cells: list[dict[str, Any]] = []
+    cells: list[CellRow] = []
     for name, summary in manifest.cells.items():
         match = GRID_CELL.match(name)
         domain, bucket = (int(match.group(1)), int(match.group(2))) if match else (None, None)
-        cell: dict[str, Any] = {
+        cell: CellRow = {
             "name": name,
             "domain": domain,
             "bucket": bucket,
@@ -304,7 +348,7 @@ def load_composition(store_path: Path) -> Composition:
         cells.append(cell)
 
     source_names = sorted({src for c in cells for src in c["sources"]} | set(manifest.sources))
-    sources = []
+    sources: list[SourceRow] = []
     for src in source_names:
         by_cell = [c["sources"].get(src, {}).get("tokens", 0) for c in cells]
         docs = sum(c["sources"].get(src, {}).get("documents", 0) for c in cells)

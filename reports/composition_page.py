@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +29,20 @@ def share_style(share: float) -> str:
     return f"background: rgb{rgb}; color: {'#fff' if white >= black else '#000'}"
 
 
-def _spread(composition: Composition) -> list[dict[str, Any]]:
+def _spread(composition: Composition) -> list[dict[str, object]]:
     """Per source: its share in each quality bucket and each domain (or its top cells)."""
     cells, grid = composition.cells, composition.grid
     out = []
     for source in composition.sources:
         total = source["tokens"] or 1
-        row: dict[str, Any] = {"name": source["name"], "tokens": source["tokens"], "documents": source["documents"]}
+        row: dict[str, object] = {"name": source["name"], "tokens": source["tokens"], "documents": source["documents"]}
         if grid:
             buckets = dict.fromkeys(grid["buckets"], 0)
             domains = {d["index"]: 0 for d in grid["domains"]}
             for cell, tokens in zip(cells, source["tokens_by_cell"]):
-                buckets[cell["bucket"]] += tokens
-                domains[cell["domain"]] += tokens
+                if cell["bucket"] is not None and cell["domain"] is not None:  # always, with a grid
+                    buckets[cell["bucket"]] += tokens
+                    domains[cell["domain"]] += tokens
             top = max(domains.values()) or 1
             labels = {d["index"]: d["label"] for d in grid["domains"]}
             row["buckets"] = [
@@ -56,8 +57,8 @@ def _spread(composition: Composition) -> list[dict[str, Any]]:
                 f"c{d:02d}{' ' + labels[d] if labels[d] else ''} {human_percent(t / total)}" for d, t in ranked if t
             )
         else:
-            ranked = sorted(zip(cells, source["tokens_by_cell"]), key=lambda item: -item[1])[:TOP_DOMAINS]
-            row["top_cells"] = ", ".join(f"{c['name']} {human_percent(t / total)}" for c, t in ranked if t)
+            top_cells = sorted(zip(cells, source["tokens_by_cell"]), key=lambda item: -item[1])[:TOP_DOMAINS]
+            row["top_cells"] = ", ".join(f"{c['name']} {human_percent(t / total)}" for c, t in top_cells if t)
         out.append(row)
     return out
 
@@ -118,7 +119,7 @@ def write_composition_page(
     composition: Composition,
     site: Path,
     ladders: Sequence[dict[str, str]] = (),
-    searches: Sequence[dict[str, Any]] = (),
+    searches: Sequence[Mapping[str, object]] = (),
 ) -> Path:
     """`ladders`: links to the ladders trained on this page's revisions (reports.ladder_page.ladder_links);
     `searches`: the mixture searches whose proposals are revisions here (reports.search_page.search_links)."""

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO
 
 from millrace.artifacts import atomic_output
 from reports.numbers import finite
@@ -26,7 +26,7 @@ class ExpertLoadsWriter(AbstractContextManager["ExpertLoadsWriter"]):
 
     def __init__(self, directory: Path):
         self._output = atomic_output(Path(directory) / LOADS_FILE, "w")
-        self._handle: IO[Any] | None = None
+        self._handle: IO[str] | None = None
 
     def __enter__(self) -> ExpertLoadsWriter:
         self._handle = self._output.__enter__()

@@ -7,7 +7,6 @@ prediction and its interval, residuals and leave-one-out errors, and a compariso
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from millrace.home import Home
 from millrace.names import artifact_name
@@ -53,7 +52,7 @@ def ladder_links(bodies: list[LadderRecord], pairs: set[tuple[str, str]], root: 
     return found
 
 
-def page_data(body: LadderRecord) -> dict[str, Any]:
+def page_data(body: LadderRecord) -> dict[str, object]:
     plan = body.plan.dump()
     return {
         "ladder": body.ladder,

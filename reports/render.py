@@ -8,7 +8,6 @@ import json
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
@@ -45,7 +44,7 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """NaN and infinities become null: JSON has no spelling for them."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -56,13 +55,13 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def embed_json(payload: Any) -> str:
+def embed_json(payload: object) -> str:
     """JSON for a `<script type="application/json">` block: `<`, `>` and `&` escaped so no text ends it."""
     text = json.dumps(_clean(payload), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render_page(template: str, out: Path, root: str, **context: Any) -> Path:
+def render_page(template: str, out: Path, root: str, **context: object) -> Path:
     """Render `template` to `out`; `root` is the relative path from the page back to the site root."""
     html = (
         environment()

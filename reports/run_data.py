@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import JsonValue
 
 from millrace.artifacts import atomic_output, atomic_write_text
 from reports.numbers import finite
@@ -40,7 +41,8 @@ DATA_DIR = "data"
 
 
 def _number(value: Any) -> float | None:
-    """`reports.numbers.finite`, inlined for the hot loop over every record."""
+    """`reports.numbers.finite`, inlined for the hot loop over every record (an exact type test, which mypy
+    cannot narrow by: a bool or a numpy scalar is no number here)."""
     kind = type(value)
     if kind is float:
         return value if math.isfinite(value) else None
@@ -139,7 +141,7 @@ class Chunk:
         """Wall time of each record since the run's first one."""
         return [None if t is None or start_time is None else round(t - start_time, 3) for t in self.times]
 
-    def payload(self, version: int, start_time: float | None) -> dict[str, Any]:
+    def payload(self, version: int, start_time: float | None) -> dict[str, object]:
         return {
             "index": self.index,
             "version": version,
@@ -197,13 +199,15 @@ def write_built_chunk(directory: Path, chunk: Chunk, version: int, start_time: f
         handle.write(b'millraceChunk(JSON.parse("')
         for number, (key, values) in enumerate(chunk.arrays.items()):
             column = [None if math.isnan(v) else v for v in values.tolist()]
-            pieces.append(("," if number else "") + json.dumps({key: column}, **_COMPACT)[1:-1])
+            pieces.append(("," if number else "") + compact_json({key: column})[1:-1])
             handle.write(b"".join(_escaped(piece) for piece in pieces))
             pieces = []
         handle.write(b"".join(_escaped(piece) for piece in [*pieces, "}}"]) + b'"));\n')
 
 
-_COMPACT: dict[str, Any] = {"separators": (",", ":"), "ensure_ascii": False, "allow_nan": False}
+def compact_json(payload: object) -> str:
+    """JSON without spaces, non-ASCII kept, and no NaN (a script's JSON.parse refuses it)."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _escaped(piece: str) -> bytes:
@@ -211,18 +215,19 @@ def _escaped(piece: str) -> bytes:
     return json.dumps(piece, ensure_ascii=False)[1:-1].replace("</", "<\\/").encode("utf-8")
 
 
-def script(function: str, payload: Any) -> str:
+def script(function: str, payload: object) -> str:
     """`function(JSON.parse("..."));`: V8 parses a JSON string faster than the same object literal (the
     overview of a 100,000-step run is half a megabyte); the text is safe inside a script (no `</script>`, no NaN)."""
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = compact_json(payload)
     literal = json.dumps(text, ensure_ascii=False).replace("</", "<\\/")
     return f"{function}(JSON.parse({literal}));\n"
 
 
-def read_script(path: Path) -> Any:
+def read_script(path: Path) -> JsonValue:
     """The payload of a data file (`millraceData(JSON.parse("..."));`), for tests and tools."""
     text = Path(path).read_text(encoding="utf-8")
-    return json.loads(json.loads(text[text.index("JSON.parse(") + 11 : text.rindex("))")]))
+    payload: JsonValue = json.loads(json.loads(text[text.index("JSON.parse(") + 11 : text.rindex("))")]))
+    return payload
 
 
 def _rounded(values: np.ndarray) -> list[float]:
@@ -244,7 +249,7 @@ def _extremes(values: np.ndarray, stride: int) -> np.ndarray:
     return np.unique(np.concatenate([lows, highs, present[:1], present[-1:]]))
 
 
-def _means(values: np.ndarray, steps: np.ndarray, stride: int) -> dict[str, list]:
+def _means(values: np.ndarray, steps: np.ndarray, stride: int) -> dict[str, list[float]]:
     """Per bucket: the mean of its finite values at its last step, and how many records it averages."""
     padded = np.full(math.ceil(values.size / stride) * stride, np.nan)
     padded[: values.size] = values
@@ -275,7 +280,7 @@ class OverviewBuilder:
         self.ends: dict[str, dict[str, tuple[int, int, float]]] = {}  # first / last present
         self.sums: dict[str, np.ndarray] = {}  # [blocks, 2]: sum, count
         self.block_end_steps = np.zeros(self.blocks, dtype=np.int64)
-        self.clock: dict[str, list] = {"i": [], "s": [], "t": [], "w": []}
+        self.clock: dict[str, list[float | None]] = {"i": [], "s": [], "t": [], "w": []}
 
     def add(self, chunk: Chunk, start_time: float | None) -> None:
         first = chunk.index * CHUNK
@@ -311,7 +316,15 @@ class OverviewBuilder:
             np.add.at(sums[:, 0], block[present], values[present])
             np.add.at(sums[:, 1], block[present], 1)
 
-    def _extreme(self, table, key, values, where, empty: float, better) -> None:
+    def _extreme(
+        self,
+        table: dict[str, np.ndarray],
+        key: str,
+        values: np.ndarray,
+        where: tuple[np.ndarray, np.ndarray, np.ndarray],
+        empty: float,
+        better: np.ufunc,
+    ) -> None:
         """Each bucket's extreme so far: this chunk's (first of equals) where strictly better than before;
         `where`: each value's record index, step and bucket."""
         index, steps, block = where
@@ -330,7 +343,7 @@ class OverviewBuilder:
         win = better(values_at, state[blocks, 2])
         state[blocks[win]] = np.column_stack([index[at[win]], steps[at[win]], values_at[win]])
 
-    def result(self, keep: Callable[[str], bool] = lambda key: True) -> dict[str, Any]:
+    def result(self, keep: Callable[[str], bool] = lambda key: True) -> dict[str, object]:
         """The overview of the series `keep` names."""
         series, smooth = {}, {}
         for key, ends in sorted(self.ends.items()):
@@ -398,7 +411,7 @@ class RunSeries:
     def records(self) -> int:
         return sum(len(c.steps) for c in self.chunks)
 
-    def overview(self, keep: Callable[[str], bool] = lambda key: True) -> dict[str, Any]:
+    def overview(self, keep: Callable[[str], bool] = lambda key: True) -> dict[str, object]:
         """The bounded-size view the page opens with (see the module docstring), of the series `keep` names."""
         builder = OverviewBuilder(self.records)
         for chunk in self.chunks:
@@ -409,7 +422,7 @@ class RunSeries:
         self,
         directory: Path,
         rebuilt: Iterable[int],
-        page: dict[str, Any],
+        page: dict[str, object],
         keep: Callable[[str], bool] = lambda key: True,
     ) -> None:
         """Write the rebuilt chunks, then the overview (with `page`'s other sections), then live.js last:
@@ -426,7 +439,7 @@ def write_chunk(directory: Path, chunk: Chunk, version: int, start_time: float |
     )
 
 
-def write_overview(directory: Path, chunks: int, overview: dict[str, Any]) -> None:
+def write_overview(directory: Path, chunks: int, overview: dict[str, object]) -> None:
     """overview.js, then live.js; chunk files past `chunks` (a run cut back by a resume) are removed."""
     for stale in directory.glob("chunk-*.js"):
         if int(stale.stem.split("-")[1]) >= chunks:

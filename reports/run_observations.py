@@ -7,47 +7,69 @@ next read), and the alert events that `metrics.jsonl` records carry under `alert
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 from reports.numbers import finite
-from trainer.records import EVAL_GROUPS, Alerts, EvalRecord, MetricsRecord, SampleRecord, read_samples
+from trainer.records import EVAL_GROUPS, Alerts, EvalFigures, EvalRecord, MetricsRecord, SampleRecord, read_samples
 from trainer.records import read_eval as read_eval_records
 
+METRICS: tuple[Literal["loss"], Literal["bpb"]] = ("loss", "bpb")
+EvalGroups = dict[str, dict[str, list[float | None]]]  # group ("average", then EVAL_GROUPS) -> name -> series
 
-def eval_view(records: list[EvalRecord]) -> dict[str, Any]:
+
+class Coverage(TypedDict):
+    macro_cells: int  # cells in the latest evaluation's macro average
+    without_held_out: list[str]  # cells drawn that have no held-out data
+
+
+class EvalView(TypedDict):
+    """The held-out evaluations as the pages draw them: one series per metric, group and name."""
+
+    steps: list[int]
+    tokens: list[int | None]
+    seconds: list[float | None]
+    loss: EvalGroups
+    bpb: EvalGroups
+    coverage: Coverage
+
+
+def eval_view(records: list[EvalRecord]) -> EvalView:
     """Per metric (loss, bpb) and group: one series per name over the evaluations, plus macro/micro."""
     kept: dict[int, EvalRecord] = {}
     for record in records:
         kept[record.step] = record
     ordered = [kept[step] for step in sorted(kept)]
-    view: dict[str, Any] = {
+    latest = ordered[-1] if ordered else None
+    return {
         "steps": [r.step for r in ordered],
         "tokens": [r.tokens for r in ordered],
         "seconds": [finite(r.seconds) for r in ordered],
+        "loss": _groups([r.loss for r in ordered]),
+        "bpb": _groups([r.bpb for r in ordered]),
+        "coverage": {
+            "macro_cells": len(latest.loss.cell) if latest is not None else 0,
+            "without_held_out": list(latest.without_held_out) if latest is not None else [],
+        },
     }
-    for metric in ("loss", "bpb"):
-        figures = [getattr(r, metric) for r in ordered]
-        groups: dict[str, dict[str, list[float | None]]] = {
-            "average": {name: [finite(getattr(f, name)) for f in figures] for name in ("macro", "micro")}
-        }
-        for group in EVAL_GROUPS:
-            names = sorted({name for f in figures for name in getattr(f, group)})
-            groups[group] = {name: [finite(getattr(f, group).get(name)) for f in figures] for name in names}
-        view[metric] = groups
-    latest = ordered[-1] if ordered else None
-    view["coverage"] = {
-        "macro_cells": len(latest.loss.cell) if latest is not None else 0,
-        "without_held_out": list(latest.without_held_out) if latest is not None else [],
-    }
-    return view
 
 
-def samples_view(records: list[SampleRecord]) -> dict[str, Any]:
+def _groups(figures: list[EvalFigures]) -> EvalGroups:
+    """One metric's series: macro and micro averages, then one per name of each group."""
+    groups: EvalGroups = {
+        "average": {name: [finite(getattr(f, name)) for f in figures] for name in ("macro", "micro")}
+    }
+    for group in EVAL_GROUPS:
+        names = sorted({name for f in figures for name in getattr(f, group)})
+        groups[group] = {name: [finite(getattr(f, group).get(name)) for f in figures] for name in names}
+    return groups
+
+
+def samples_view(records: list[SampleRecord]) -> dict[str, object]:
     """Completions by step and prompt, the prompts in first-seen order, and where the prompts came from
     (a file's path, or the held-out documents)."""
     prompts: dict[str, str] = {}
     sources: dict[str, None] = {}
-    by_step: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    by_step: dict[int, dict[str, list[dict[str, object]]]] = {}
     for record in records:
         prompts.setdefault(record.prompt_id, record.prompt)
         sources.setdefault(record.prompt_source or "not recorded (samples written before it was)")
@@ -72,10 +94,10 @@ class AlertEvents:
     Fed one record at a time; what it keeps grows with the alerts, not the records."""
 
     def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.started: dict[str, dict[str, Any]] = {}
-        self.bands: list[dict[str, Any]] = []
-        self.open_bands: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, object]] = []
+        self.started: dict[str, dict[str, object]] = {}
+        self.bands: list[dict[str, object]] = []
+        self.open_bands: dict[str, dict[str, object]] = {}
         self.last: MetricsRecord | None = None
 
     def add(self, record: MetricsRecord) -> None:
@@ -99,7 +121,7 @@ class AlertEvents:
                 self.open_bands.pop(name)["to"] = record.step
         self.last = record
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> dict[str, object]:
         last = self.last
         bands = [dict(band) for band in self.bands]
         for band in bands:
@@ -118,7 +140,7 @@ class AlertEvents:
         }
 
 
-def alerts_view(records: list[MetricsRecord]) -> dict[str, Any]:
+def alerts_view(records: list[MetricsRecord]) -> dict[str, object]:
     """`AlertEvents` over a list of records."""
     events = AlertEvents()
     for record in records:
@@ -126,12 +148,12 @@ def alerts_view(records: list[MetricsRecord]) -> dict[str, Any]:
     return events.view()
 
 
-def read_eval(run_dir: Path) -> dict[str, Any]:
+def read_eval(run_dir: Path) -> EvalView:
     """The held-out evaluations of a run, as `eval_view` lays them out."""
     return eval_view(read_eval_records(run_dir))
 
 
-def observations(run_dir: Path, alerts: dict[str, Any]) -> dict[str, Any]:
+def observations(run_dir: Path, alerts: dict[str, object]) -> dict[str, object]:
     """The evaluations and completions read from the run's files, beside the alerts' view (`AlertEvents`)."""
     return {
         "eval": read_eval(run_dir),

@@ -7,7 +7,6 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from reports.compare_data import EXPLAIN_FILE, SummaryBuilder
 from reports.expert_loads import LOADS_FILE, ExpertLoadsWriter, write_expert_loads
@@ -23,13 +22,13 @@ from reports.run_data import (
     write_overview,
 )
 from reports.run_stream import RunDigest, kept_records
-from reports.training import MAX_CELL_LINES, SCALARS, RunView
-from trainer.records import METRICS_FILE, RunRecord
+from reports.training import MAX_CELL_LINES, RunView
+from trainer.records import METRICS_FILE, SCALARS, RunRecord
 
 REFRESH_SECONDS = 5
 
 
-def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+def _flatten(value: object, prefix: str = "") -> list[tuple[str, str]]:
     """A nested config as `section.key = value` rows, for a table a person can scan."""
     if isinstance(value, dict):
         rows: list[tuple[str, str]] = []
@@ -76,14 +75,14 @@ def write_run_page(
     series = series if series is not None else run_series()
     rebuilt = series.update(view.records, changed_from)
     data = view.page_data()
-    series.write(out.parent / DATA_DIR, rebuilt, data, keep=drawn_series(data))
+    series.write(out.parent / DATA_DIR, rebuilt, data, keep=drawn_series(view))
     write_expert_loads(out.parent / DATA_DIR, view.records)
     return render_run_page(view, site, data, refresh_seconds)
 
 
-def drawn_series(data: dict[str, Any]) -> Callable[[str], bool]:
+def drawn_series(view: RunView) -> Callable[[str], bool]:
     """The overview's series: every one but the loss of the cells not drawn (all cells are in the chunks)."""
-    drawn = {f"loss_per_cell/{cell}" for cell in data["drawn_cells"]}
+    drawn = {f"loss_per_cell/{cell}" for cell in view.drawn_cells()}
     return lambda key: not key.startswith("loss_per_cell/") or key in drawn
 
 
@@ -117,12 +116,12 @@ def write_streamed_run_page(view: RunView, site: Path) -> tuple[Path, SummaryBui
     data = view.page_data()
     chunks = math.ceil(count / CHUNK)
     write_overview(
-        directory, chunks, {**data, **overview.result(drawn_series(data)), "seq": seq, "versions": [seq] * chunks}
+        directory, chunks, {**data, **overview.result(drawn_series(view)), "seq": seq, "versions": [seq] * chunks}
     )
     return render_run_page(view, site, data, REFRESH_SECONDS), summary
 
 
-def render_run_page(view: RunView, site: Path, data: dict[str, Any], refresh_seconds: int) -> Path:
+def render_run_page(view: RunView, site: Path, data: dict[str, object], refresh_seconds: int) -> Path:
     out = site / "runs" / view.name / "index.html"
     store = view.run.store
     store_link = None
@@ -152,7 +151,7 @@ def render_run_page(view: RunView, site: Path, data: dict[str, Any], refresh_sec
         loads_href=f"{DATA_DIR}/{LOADS_FILE}",
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
-        coverage=(data.get("eval") or {}).get("coverage"),
+        coverage=evals.get("coverage") if isinstance(evals := data.get("eval"), dict) else None,
         config_rows=_flatten(view.run.config),
         page_js=static_text("explain_panel.js") + static_text("run.js"),
     )

@@ -18,7 +18,6 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -129,7 +128,7 @@ class RunDigest:
         self.alerts = AlertEvents()
         self.total = total
         self.heat_every = 0  # set by the first record with loads, from its layers x experts
-        self.heat: list[dict[str, Any]] = []  # {"step", "layers": {layer: load}} at a bounded set of steps
+        self.heat: list[dict[str, object]] = []  # {"step", "layers": {layer: load}} at a bounded set of steps
 
     @classmethod
     def of(cls, records: list[MetricsRecord]) -> RunDigest:

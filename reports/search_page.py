@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from millrace.errors import MillraceError
@@ -82,11 +82,11 @@ def search_href(name: str, root: str) -> str:
     return f"{root}searches/{quote(name)}/index.html"
 
 
-def fit_row(fit: SetFit) -> dict[str, Any]:
+def fit_row(fit: SetFit) -> dict[str, object]:
     return {k: getattr(fit, k) for k in ("metric", "kind", "rows", "folds", "spearman", "rmse", "regret_at_1")}
 
 
-def scatter(fit: SetFit) -> dict[str, Any]:
+def scatter(fit: SetFit) -> dict[str, object]:
     """Out-of-fold predicted (y) against measured (x) as SVG coordinates on shared axes, with the diagonal."""
     values = [v for v in fit.measured + fit.oof_predictions if math.isfinite(v)]
     if not values:
@@ -108,7 +108,7 @@ def scatter(fit: SetFit) -> dict[str, Any]:
     return {"points": points, "size": SCATTER, "margin": MARGIN, "low": low, "high": high, "end": SCATTER - MARGIN}
 
 
-def proxy_rows(fit: SetFit) -> list[dict[str, Any]]:
+def proxy_rows(fit: SetFit) -> list[dict[str, object]]:
     names = fit.proxies or [""] * len(fit.measured)
     return [
         {"proxy": name, "measured": m, "predicted": p, "residual": p - m}
@@ -141,7 +141,7 @@ def cell_weights(phase: PhaseWeights, components: list[Component], tokens: dict[
     return dict(out)
 
 
-def _grouped(old: dict[str, float], new: dict[str, float], key: Any) -> list[dict[str, Any]]:
+def _grouped(old: dict[str, float], new: dict[str, float], key: Callable[[str], str]) -> list[dict[str, object]]:
     groups: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for cell in sorted(set(old) | set(new)):
         group = groups[key(cell)]
@@ -156,7 +156,7 @@ def _grid_part(cell: str, group: int, form: str) -> str:
     return form.format(int(match.group(group))) if match else cell
 
 
-def share_tables(view: SearchView, tokens: dict[str, int]) -> list[dict[str, Any]]:
+def share_tables(view: SearchView, tokens: dict[str, int]) -> list[dict[str, object]]:
     """Per phase, the prior's and the proposal's shares by topic domain and by quality bucket (cells named
     cNNqQ), or by cell when the store's cells are no grid."""
     proposal = view.proposal
@@ -168,7 +168,7 @@ def share_tables(view: SearchView, tokens: dict[str, int]) -> list[dict[str, Any
     for phase in proposal.phases:
         new, old = cell_weights(phase, components, tokens), prior.get(phase.phase, {})
         grid = all(GRID_CELL.match(cell) for cell in set(old) | set(new))
-        table: dict[str, Any] = {"phase": phase.phase, "grid": grid}
+        table: dict[str, object] = {"phase": phase.phase, "grid": grid}
         if grid:
             table["domains"] = _grouped(old, new, lambda cell: _grid_part(cell, 1, "c{:02d}"))
             table["buckets"] = _grouped(old, new, lambda cell: _grid_part(cell, 2, "q{}"))
@@ -186,7 +186,7 @@ def metric_value(results: ProxyResults, metric: str, target: dict[str, float]) -
     return sum(v * w for v, w in values if v is not None) if all(v is not None for v, _ in values) else None
 
 
-def validation_rows(validation: ValidationRecord, target: dict[str, float]) -> list[dict[str, Any]]:
+def validation_rows(validation: ValidationRecord, target: dict[str, float]) -> list[dict[str, object]]:
     """Each comparison with the arms' measured means (so the difference reads as a share too)."""
     rows = []
     for comparison in validation.comparisons:
@@ -247,7 +247,7 @@ def write_search_page(view: SearchView, site: Path, home: Home) -> Path:
     )
 
 
-def search_links(searches: list[SearchView], composition: Composition, root: str) -> list[dict[str, Any]]:
+def search_links(searches: list[SearchView], composition: Composition, root: str) -> list[dict[str, object]]:
     """The searches whose proposal is a revision built on this store version; each one's provenance is
     attached to its revision (`composition.proposals`), so the composition page shows where it came from."""
     keys = {(rev.manifest.mixture, rev.manifest.revision): key for key, rev in composition.revisions.items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -17,7 +17,7 @@ from mixtures.manifest import MANIFEST_FILE
 from pipeline.store.format import Store
 from reports.compare_data import write_explain_data, write_run_summary
 from reports.compare_page import compare_query, write_compare_page, write_explain_page
-from reports.composition import load_composition
+from reports.composition import Composition, load_composition
 from reports.composition_page import write_composition_page
 from reports.ladder_page import ladder_links, load_ladders, write_ladder_page
 from reports.render import embed_json, render_page, static_text
@@ -41,7 +41,7 @@ class SitePages:
     searches: list[Path] = field(default_factory=list)
     compare: str | None = None  # the compare page's URL for the runs named, when several were
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, object]:
         return {
             "index": str(self.index),
             "stores": [str(p) for p in self.stores],
@@ -174,7 +174,7 @@ def _summary(run_dir: Path) -> RunView | None:
         return None
 
 
-def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
+def _select_mixtures(compositions: list[Composition], mixtures: Sequence[str]) -> None:
     """Keep only revisions of `mixtures`: an unknown mixture is an error (before any page is written),
     and a page that now shows fewer revisions than are built says so in the log."""
     built = {rev.manifest.mixture for c in compositions for rev in c.revisions.values()}
@@ -197,12 +197,12 @@ def _select_mixtures(compositions: list, mixtures: Sequence[str]) -> None:
             )
 
 
-def rung_runs(ladders: list[LadderRecord]) -> dict[str, dict[str, str | int | None]]:
+def rung_runs(ladders: list[LadderRecord]) -> dict[str, Mapping[str, str | int | None]]:
     """Run name -> the ladder, rung and seed it trained for (from each ladder.json's results)."""
     return {r.run: {"ladder": body.ladder, "rung": r.rung, "seed": r.seed} for body in ladders for r in body.results}
 
 
-def _run_row(view: RunView, rung: dict[str, str | int | None] | None = None) -> dict[str, object]:
+def _run_row(view: RunView, rung: Mapping[str, str | int | None] | None = None) -> dict[str, object]:
     last = view.last
     return {
         "name": view.name,
@@ -227,10 +227,10 @@ def _run_row(view: RunView, rung: dict[str, str | int | None] | None = None) -> 
 
 def write_index(
     site: Path,
-    store_rows: list[dict],
-    run_rows: list[dict],
-    ladder_rows: Sequence[dict] = (),
-    search_rows: Sequence[dict] = (),
+    store_rows: Sequence[Mapping[str, object]],
+    run_rows: Sequence[Mapping[str, object]],
+    ladder_rows: Sequence[Mapping[str, object]] = (),
+    search_rows: Sequence[Mapping[str, object]] = (),
 ) -> Path:
     return render_page(
         "index.html.j2",
@@ -313,7 +313,7 @@ def refresh_index(home: Home, site: Path) -> Path:
     return write_index(site, store_rows, run_rows, ladder_rows, search_rows)
 
 
-def _search_row(view: SearchView) -> dict:
+def _search_row(view: SearchView) -> dict[str, object]:
     """One line of the index's searches: how far it got, and its proposal with the predicted target."""
     proposal, fit = view.proposal, view.fit
     return {
@@ -328,7 +328,7 @@ def _search_row(view: SearchView) -> dict:
     }
 
 
-def _store_row(store_dir: Path) -> dict:
+def _store_row(store_dir: Path) -> dict[str, object]:
     """One line of the index: the store's totals and its built revisions (read from paths, not parsed)."""
     manifest = Store(store_dir).manifest
     built = [(p.parent.parent.name, p.parent.name) for p in sorted(store_dir.glob(f"mixtures/*/*/{MANIFEST_FILE}"))]

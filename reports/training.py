@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from millrace.jsonl import Follower
 from mixtures.manifest import BuiltManifest
@@ -117,7 +116,7 @@ class RunView:
         cells = set(realised) | set(planned) | self.digest.recent_cells()
         return sorted(cells, key=lambda c: (-realised.get(c, 0), -planned.get(c, 0), c))[:MAX_CELL_LINES]
 
-    def page_data(self) -> dict[str, Any]:
+    def page_data(self) -> dict[str, object]:
         """Everything on the page but the curves (those are in the run's data files, `reports.run_data`)."""
         last = self.last
         realised = last.realised_tokens_per_cell if last is not None else {}

@@ -58,7 +58,7 @@ def _page_path(home: Home, run: str, out: Path | str | None) -> Path:
     return (home.site if out is None else Path(out)) / "runs" / run / "index.html"
 
 
-def _signature(run_dir: Path) -> tuple:
+def _signature(run_dir: Path) -> tuple[tuple[int, int] | None, ...]:
     out: list[tuple[int, int] | None] = []
     for name in (RUN_FILE, METRICS_FILE):
         try:

@@ -10,8 +10,12 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 import reports
 
@@ -53,7 +57,7 @@ def chromium() -> Iterator[object]:
 class Tab:
     """A page that records console errors, page errors and every request it makes."""
 
-    def __init__(self, browser, width: int = 1280, height: int = 900, touch: bool = False):
+    def __init__(self, browser: Browser, width: int = 1280, height: int = 900, touch: bool = False):
         self.context = browser.new_context(
             viewport={"width": width, "height": height}, has_touch=touch, is_mobile=touch
         )
@@ -118,7 +122,7 @@ class Tab:
         assert outside == [], f"network requests: {outside}"
 
     def weights_table(self) -> dict[str, dict[str, str]]:
-        return self.page.evaluate("""() => {
+        table: dict[str, dict[str, str]] = self.page.evaluate("""() => {
             const t = document.querySelector('#weights table');
             const head = [...t.querySelectorAll('thead th')].map((th) => th.textContent);
             const out = {};
@@ -128,6 +132,7 @@ class Tab:
             }
             return out;
         }""")
+        return table
 
     def close(self) -> None:
         self.context.close()

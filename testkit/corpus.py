@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import zstandard
@@ -110,7 +111,7 @@ def edit(rng: random.Random, text: str, fraction: float) -> str:
     return " ".join(words)
 
 
-def write_jsonl_zst(path: Path, records: list[dict], corrupt_line: str | None = None) -> None:
+def write_jsonl_zst(path: Path, records: Sequence[Mapping[str, object]], corrupt_line: str | None = None) -> None:
     lines = [json.dumps(r) for r in records]
     if corrupt_line is not None:
         lines.insert(len(lines) // 2, corrupt_line)

@@ -92,7 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Content-Length"] = str(len(body))
-        upstream = http.client.HTTPConnection(self.server.upstream.hostname, self.server.upstream.port, timeout=120)
+        upstream = http.client.HTTPConnection(self.server.upstream.netloc, timeout=120)  # host:port
         try:
             upstream.request(self.command, self.path, body=body, headers=headers)
             answer = upstream.getresponse()

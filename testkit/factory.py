@@ -19,13 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import tomli_w
+from pydantic import JsonValue
 
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
-from testkit.stores import learnable_document, write_store
+from testkit.stores import Document, learnable_document, write_store
 from trainer.records import (
     AlertEvent,
     Alerts,
@@ -51,7 +52,7 @@ UNIFORM_DESCRIPTION = "Every cell alike in the main phase, then a cooldown on th
 HOSTILE = '<script>window.__pwned = 1; alert("x")</script></script><b>not bold</b> & done'
 
 
-def _stage(name: str, per_source: dict[str, tuple[int, int, dict[str, int]]]) -> dict:
+def _stage(name: str, per_source: dict[str, tuple[int, int, dict[str, int]]]) -> dict[str, object]:
     """per_source: received docs, tokens per doc, {reason: docs removed}."""
     sources = {}
     for src, (docs, tok, removed) in per_source.items():
@@ -71,7 +72,8 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
     for domain in range(3):
         for bucket in range(2):
             name = f"c{domain:02d}q{bucket}"
-            docs, samples = [], []
+            docs: list[Document] = []
+            samples: list[dict[str, str]] = []
             for doc in range(20 + 10 * domain + 5 * bucket):
                 source_id = (doc + domain) % len(SOURCES) if doc % 4 else domain
                 # Zipf unigrams with a per-cell bigram rule: a tiny model's loss can fall
@@ -319,7 +321,7 @@ def write_contract_metrics(
     return run_dir
 
 
-def _eval_block(cell: dict[str, float], base: float, scale: float) -> dict:
+def _eval_block(cell: dict[str, float], base: float, scale: float) -> dict[str, object]:
     """One evaluation group block (loss or bits per byte) of an eval.jsonl record, scaled."""
     return {
         "macro": scale * sum(cell.values()) / len(cell),
@@ -396,25 +398,34 @@ def make_reference_store(home: Home, revisions: int = 5, seed: int = 3) -> Path:
     tokens = {n: int(t) for n, t in zip(names, raw / raw.sum() * 23.1e12)}
     root = home.store("reference", "2026.11.30")
     write_stats_only_store(root, "reference", "2026.11.30", tokens)
-    specs = {
-        "natural": {"strategy": "natural"},
-        "uniform-sampling": {"strategy": "uniform"},
-        "temperature-2": {"strategy": "temperature", "options": {"temperature": 2.0}},
-        "quality-tilt": {
-            "strategy": "quality-tilt",
-            "options": {"tilt": {"q0": 0.3, "q1": 0.6, "q3": 1.6, "q4": 2.5}},
-        },
-        "cooldown-q34": {"strategy": "natural", "phases": ["pretrain:15T", "cooldown:3.75T:natural@c*q3,c*q4"]},
+    two_phases = ["pretrain:15T", "cooldown:3.75T"]
+    specs: dict[str, tuple[str, dict[str, object], list[str]]] = {  # strategy, its options, phases
+        "natural": ("natural", {}, two_phases),
+        "uniform-sampling": ("uniform", {}, two_phases),
+        "temperature-2": ("temperature", {"temperature": 2.0}, two_phases),
+        "quality-tilt": ("quality-tilt", {"tilt": {"q0": 0.3, "q1": 0.6, "q3": 1.6, "q4": 2.5}}, two_phases),
+        "cooldown-q34": ("natural", {}, ["pretrain:15T", "cooldown:3.75T:natural@c*q3,c*q4"]),
     }
     for name in REFERENCE_REVISIONS[:revisions]:
-        options = {"phases": ["pretrain:15T", "cooldown:3.75T"], **specs[name]}
-        new_revision(home, "reference", name, "reference/2026.11.30", seq_len=4096, global_batch=2048, **options)
+        strategy, options, phases = specs[name]
+        new_revision(
+            home,
+            "reference",
+            name,
+            "reference/2026.11.30",
+            seq_len=4096,
+            global_batch=2048,
+            strategy=strategy,
+            options=options,
+            phases=phases,
+        )
         build(home, "reference", name)
     return root
 
 
-def page_data(page: Path) -> dict:
+def page_data(page: Path) -> dict[str, JsonValue]:
     """The JSON a built page embeds for its scripts."""
     match = re.search(r'<script type="application/json" id="page-data">(.*?)</script>', page.read_text(), re.DOTALL)
     assert match, f"{page} embeds no page data"
-    return json.loads(match.group(1))
+    data: dict[str, JsonValue] = json.loads(match.group(1))
+    return data

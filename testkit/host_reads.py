@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 WRAPPED = ("tolist", "cpu")
 
 
-class HostReads(Counter):
+class HostReads(Counter[str]):
     """Reads by kind; `paused` while code whose tensors live on the host on a GPU too runs."""
 
     paused = False
@@ -34,7 +36,13 @@ class _ScalarReads(TorchDispatchMode):
         super().__init__()
         self.counts = counts
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self,
+        func: torch._ops.OpOverload,
+        types: Sequence[type],
+        args: Sequence[object] = (),
+        kwargs: Mapping[str, object] | None = None,
+    ) -> object:
         if func is torch.ops.aten._local_scalar_dense.default:
             self.counts.add("item")
         elif func is torch.ops.aten.repeat_interleave.Tensor and (kwargs or {}).get("output_size") is None:
@@ -43,7 +51,7 @@ class _ScalarReads(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def counting_host_reads(monkeypatch):
+def counting_host_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[HostReads]:
     """Yields a Counter of host reads by kind ("item", "tolist", "cpu", "repeat_interleave") made inside the
     block.
 
@@ -52,8 +60,8 @@ def counting_host_reads(monkeypatch):
     counts = HostReads()
     originals = {name: getattr(torch.Tensor, name) for name in WRAPPED}
 
-    def wrap(name):
-        def read(self, *args, **kwargs):
+    def wrap(name: str) -> Callable[..., object]:
+        def read(self: torch.Tensor, *args: object, **kwargs: object) -> object:
             counts.add(name)
             return originals[name](self, *args, **kwargs)
 
@@ -61,7 +69,7 @@ def counting_host_reads(monkeypatch):
 
     adamw_step = torch.optim.AdamW.step
 
-    def host_side_step(optimizer, *args, **kwargs):
+    def host_side_step(optimizer: torch.optim.AdamW, *args: object, **kwargs: object) -> object:
         counts.paused = True
         try:
             return adamw_step(optimizer, *args, **kwargs)

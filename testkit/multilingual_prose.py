@@ -190,7 +190,7 @@ def document(language: str, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
-def multilingual_records(per_language: int, seed: int = 0) -> list[dict]:
+def multilingual_records(per_language: int, seed: int = 0) -> list[dict[str, str]]:
     """`per_language` documents of each language, interleaved: {"id", "text", "language"} records."""
     rng = random.Random(seed)
     return [

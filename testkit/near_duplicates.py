@@ -26,7 +26,9 @@ def edit_words(rng: random.Random, words: list[str], fraction: float, vocabulary
     return words
 
 
-def near_duplicate_corpus(originals: int = 600, with_copies: int = 300, seed: int = 7):
+def near_duplicate_corpus(
+    originals: int = 600, with_copies: int = 300, seed: int = 7
+) -> tuple[list[tuple[str, str]], dict[str, int]]:
     """Returns (documents as (id, text), cluster label per id): copies share their original's label."""
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)

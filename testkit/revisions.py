@@ -7,7 +7,7 @@ from testkit.stores import grid
 CELLS = {**grid(), "c09q0": 0, "c09q1": 100}  # c09q0 is empty, c09q1 too small for one sample
 
 
-def base() -> dict:
+def base() -> dict[str, object]:
     """Revision `r1` of mixture `default` on store `local`: two phases, weights by pattern and a strategy."""
     return {
         "mixture": "default",

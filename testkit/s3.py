@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ class S3Server:
 
     endpoint: str
     pid: int
-    process: subprocess.Popen = field(repr=False)
+    process: subprocess.Popen[bytes] = field(repr=False)
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def s3_server(*buckets: str) -> Iterator[S3Server]:
         server.stop()
 
 
-def upload_tree(local: Path, url: str, options: dict) -> None:
+def upload_tree(local: Path, url: str, options: Mapping[str, object]) -> None:
     """Every file under `local`, at the same relative path under `url`."""
     import fsspec
 
@@ -110,7 +110,7 @@ def upload_tree(local: Path, url: str, options: dict) -> None:
         fs.put_file(str(path), f"{root.rstrip('/')}/{path.relative_to(local).as_posix()}")
 
 
-def download_tree(url: str, options: dict) -> dict[str, bytes]:
+def download_tree(url: str, options: Mapping[str, object]) -> dict[str, bytes]:
     """Every object under `url` with its bytes, by relative path (compares with `testkit.corpus.store_files`)."""
     import fsspec
 

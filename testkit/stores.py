@@ -51,9 +51,9 @@ def write_store(
     fingerprint: str = "sha256:test",
     tokenizer_path: str | None = None,
     bytes_per_token: int = 4,
-    cell_stats: Mapping[str, dict] = {},
-    store_stats: dict | None = None,
-    funnel: dict | None = None,
+    cell_stats: Mapping[str, Mapping[str, object]] = {},
+    store_stats: Mapping[str, object] | None = None,
+    funnel: Mapping[str, object] | None = None,
     validation: Mapping[str, Sequence[Document]] = {},
     eval_sets: Mapping[str, Sequence[Document]] = {},
 ) -> Path:
@@ -123,8 +123,8 @@ def write_store(
             tokenizer=TokenizerInfo(
                 fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path
             ),
-            funnel=funnel or {},
-            stats=store_stats or {},
+            funnel=dict(funnel or {}),
+            stats=dict(store_stats or {}),
         ),
     )
     return root
@@ -192,7 +192,7 @@ def _learnable(
 ) -> list[list[Document]]:
     docs, written = [], 0
     while written < tokens:
-        length = int(min(rng.integers(8, 96), tokens - written))
+        length = min(int(rng.integers(8, 96)), tokens - written)
         docs.append(
             (
                 learnable_document(rng, length, index + 1, shape.vocab, shape.eos),
@@ -215,7 +215,7 @@ def _distinct(
     common, probabilities = zipf_probabilities(shape.vocab)
     docs, written = [], 0
     while written < tokens:
-        length = int(min(rng.integers(16, 96), tokens - written))
+        length = min(int(rng.integers(16, 96)), tokens - written)
         own = block[rng.choice(DISTINCT_BLOCK, size=length, p=weights / weights.sum())]
         shared = rng.choice(common, size=length, p=probabilities)
         doc = np.where(rng.random(length) < 0.5, own, shared).astype(np.uint16)
@@ -230,7 +230,7 @@ def _random(rng: np.random.Generator, index: int, tokens: int, shards: int, shap
     for shard in range(shards):
         target, docs = tokens * (shard + 1) // shards, []
         while written < target:
-            length = int(min(rng.integers(1, 120), target - written))
+            length = min(int(rng.integers(1, 120)), target - written)
             doc = rng.integers(2, shape.vocab, size=length).astype(np.uint16)
             doc[-1] = shape.eos
             docs.append((doc, int(rng.integers(0, len(shape.sources)))))
@@ -305,7 +305,7 @@ def make_store(
     vocab: int | None = None,
     doc_tokens: int | None = None,
     held_out: int | Mapping[str, int] = 0,
-    store_stats: dict | None = None,
+    store_stats: Mapping[str, object] | None = None,
     eval_sets: Mapping[str, Mapping[str, int]] = {},
 ) -> Path:
     """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.

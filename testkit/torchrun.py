@@ -37,6 +37,6 @@ def torchrun(ranks: int, config: object, home: Home, run: str, steps: int) -> No
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def curve(home: Home, run: str) -> list[tuple[float, float]]:
+def curve(home: Home, run: str) -> list[tuple[float | None, float | None]]:
     """(loss, grad norm) per logged step: AdamW ignores the gradient's scale, so both are compared."""
     return [(record.loss, record.grad_norm) for record in read_metrics(home.run(run))]

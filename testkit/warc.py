@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.config import SourceConfig
 from pipeline.stages.read.readers import ReadStep
+
+if TYPE_CHECKING:
+    from datatrove.data import Document
+    from warcio.recordloader import ArcWarcRecord
 
 PAGE = (
     "<p>" + "The mill by the river ground flour, oats, barley and rye for the whole valley. " * 12 + "</p>"
@@ -15,7 +21,7 @@ PAGE = (
 CSV_SNIFFED = b"<!DOCTYPE html><html><head><title>a, b</title></head><body>" + PAGE + b"</body></html>"
 
 
-def write_warc(path, gz: bool, without_uri: bool = True) -> int:
+def write_warc(path: Path, gz: bool, without_uri: bool = True) -> int:
     """A WARC of the record kinds a crawl holds; returns how many records it has."""
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
@@ -23,7 +29,7 @@ def write_warc(path, gz: bool, without_uri: bool = True) -> int:
     with open(path, "wb") as out:
         writer = WARCWriter(out, gzip=gz)
 
-        def response(uri, body, content_type):
+        def response(uri: str, body: bytes, content_type: str | None) -> ArcWarcRecord:
             http = StatusAndHeaders(
                 "200 OK", [("Content-Type", content_type)] if content_type else [], protocol="HTTP/1.1"
             )
@@ -47,7 +53,9 @@ def write_warc(path, gz: bool, without_uri: bool = True) -> int:
     return len(records)
 
 
-def read_source(tmp_path, source: SourceConfig):
+def read_source(
+    tmp_path: Path, source: SourceConfig
+) -> tuple[list[Document], dict[str, object], list[dict[str, object]]]:
     """Run the read stage alone: its documents, its funnel counts and its malformed listing."""
     stage = ReadStep(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress")
     documents = list(stage.run(None, 0, 1))

@@ -17,6 +17,7 @@ Two kernels compute the same thing (tested against each other):
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -77,7 +78,7 @@ def block_document_mask(segment_ids: torch.Tensor) -> BlockMask:
     reuse the compiled code instead of recompiling until torch's recompile limit."""
     segments = bucketed_segments(segment_ids)
 
-    def document_causal(b, h, q, kv):
+    def document_causal(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return (segments[b, q] == segments[b, kv]) & (kv <= q)
 
     batch, length = segments.shape
@@ -90,18 +91,21 @@ def document_mask(segment_ids: torch.Tensor, backend: str) -> DocumentMask:
 
 
 @functools.cache
-def compiled_block_mask():
+def compiled_block_mask() -> Callable[..., BlockMask]:
     return torch.compile(create_block_mask, dynamic=False)
 
 
 @functools.cache
-def compiled_flex_attention():
-    return torch.compile(flex_attention, dynamic=False)
+def compiled_flex_attention() -> Callable[..., torch.Tensor]:
+    kernel: Callable[..., torch.Tensor] = flex_attention  # its overload without `return_lse`, the one `attend` uses
+    return torch.compile(kernel, dynamic=False)
 
 
-def flex_kernel(device: torch.device):
+def flex_kernel(device: torch.device) -> Callable[..., torch.Tensor]:
     """Compiled on CUDA (one compilation per shape bucket); the eager reference elsewhere (CPU forward)."""
-    return compiled_flex_attention() if device.type == "cuda" else flex_attention
+    if device.type == "cuda":
+        return compiled_flex_attention()
+    return flex_attention
 
 
 def padded_like(t: torch.Tensor, rows: int, columns: int) -> torch.Tensor:

@@ -11,12 +11,13 @@ revision -- is a one-line `ConfigError` before anything is written.
 from __future__ import annotations
 
 from millrace.errors import ArtifactError, ConfigError
+from millrace.home import Home
 from mixtures.manifest import BuiltManifest
 from trainer import checkpoint as ckpt
 from trainer.records import read_run
 
 
-def source_manifest_hash(home, source: str, option: str) -> str:
+def source_manifest_hash(home: Home, source: str, option: str) -> str:
     """The manifest the source run last trained on, from its run.json."""
     try:
         record = read_run(home.run(source))
@@ -38,7 +39,7 @@ def shared_steps(manifest: BuiltManifest, digest: str, source_hash: str, stop: i
 
 
 def branch_checkpoint(
-    home, source: str, run: str, places: ckpt.Place, manifest: BuiltManifest, digest: str, stop: int
+    home: Home, source: str, run: str, places: ckpt.Place, manifest: BuiltManifest, digest: str, stop: int
 ) -> tuple[int, ckpt.Place]:
     """The source run's newest checkpoint this run can start from; refuses with one line naming why not."""
     option = "--from-run"

@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from millrace import remote_calls
 from millrace.errors import ArtifactError, ConfigError, disk_full_cause
 from millrace.remote_calls import WRITE_LIMITS
+from trainer import checkpoint_memo as memo
 from trainer.checkpoint_digest import DIGEST_FILE, write_digests
 from trainer.run_url import RemoteDir
 
@@ -190,17 +191,28 @@ def load(path: Place, parts: Mapping[str, Stateful]) -> None:
     cheap part (the trainer's recorded settings) refuses a mismatched checkpoint before any tensor is read."""
     for name, part in parts.items():
         state = {name: part.state_dict()}
-        try:
-            with single_process_is_intended():
-                dcp.load(state, **_reader(path))
-        except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
-            if interrupted(exc):  # Ctrl-C while DCP reads: a stop, not a damaged checkpoint
-                raise KeyboardInterrupt from None
-            raise ArtifactError(f"{path}: cannot load checkpoint part '{name}' ({describe(exc)})") from None
+        kept = memo.recall(path, name, state)
+        if kept is not None:  # a fleet worker's copy of the checkpoint it loaded last (`trainer.checkpoint_memo`)
+            state = kept
+        else:
+            template = memo.layout(state)
+            _read(path, name, state)
+            memo.remember(path, name, template, state)
         try:
             part.load_state_dict(state[name])
         except (ArtifactError, ConfigError) as exc:
             raise type(exc)(f"{path}: {exc}") from None
+
+
+def _read(path: Place, name: str, state: dict[str, Any]) -> None:
+    """Part `name` of checkpoint `path` into `state`, in place (DCP)."""
+    try:
+        with single_process_is_intended():
+            dcp.load(state, **_reader(path))
+    except (Exception, CheckpointException) as exc:  # CheckpointException is a BaseException
+        if interrupted(exc):  # Ctrl-C while DCP reads: a stop, not a damaged checkpoint
+            raise KeyboardInterrupt from None
+        raise ArtifactError(f"{path}: cannot load checkpoint part '{name}' ({describe(exc)})") from None
 
 
 def interrupted(exc: BaseException) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO, TypeVar
 
 import torch.distributed as dist
 import xxhash
@@ -28,10 +28,12 @@ DIGEST_FILE = "digests.json"
 DIGEST_KIND = "millrace.checkpoint-digests"
 CHUNK = 1 << 22
 
+_Part = TypeVar("_Part")
+
 
 def file_digest(path: Path | RemoteDir) -> str:
     digest = xxhash.xxh3_128()
-    handle: Any
+    handle: BinaryIO
     with path.fs.open(path.path, "rb") if isinstance(path, RemoteDir) else open(path, "rb") as handle:
         while block := handle.read(CHUNK):
             digest.update(block)
@@ -57,10 +59,11 @@ def _share(directory: Path | RemoteDir) -> list[Path | RemoteDir]:
     return files[dist.get_rank() :: dist.get_world_size()]
 
 
-def _gathered(local: dict[str, str] | list[str]) -> list:
+def _gathered(local: _Part) -> list[_Part]:
+    """Every rank's `local`, in rank order (the placeholders are overwritten by the gather)."""
     if not _distributed():
         return [local]
-    found: list = [None] * dist.get_world_size()
+    found = [local] * dist.get_world_size()
     dist.all_gather_object(found, local)
     return found
 
@@ -85,10 +88,12 @@ def _recorded(directory: Path | RemoteDir) -> dict[str, str] | None:
         if not directory.exists(DIGEST_FILE):
             return None
         raw = directory.read_bytes(DIGEST_FILE)
-        return parse_artifact(raw, str(directory / DIGEST_FILE), DIGEST_KIND)["files"]
+        files: dict[str, str] = parse_artifact(raw, str(directory / DIGEST_FILE), DIGEST_KIND)["files"]
+        return files
     if not (directory / DIGEST_FILE).exists():
         return None
-    return read_artifact(directory / DIGEST_FILE, DIGEST_KIND)["files"]
+    files = read_artifact(directory / DIGEST_FILE, DIGEST_KIND)["files"]
+    return files
 
 
 def verify_digests(directory: Path | RemoteDir, trust_unverified: bool = False) -> None:

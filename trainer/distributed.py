@@ -47,6 +47,7 @@ from trainer.moe import ExpertParallel
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Ru
     return Runtime(rank=dist.get_rank(), world=world, device=device, mesh=mesh, layout=layout)
 
 
-def mixed_precision(config: ParallelConfig):
+def mixed_precision(config: ParallelConfig) -> MixedPrecisionPolicy:
     """bf16 parameters in forward and backward, fp32 master weights, gradients reduced in fp32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 

@@ -119,12 +119,16 @@ class Evaluator:
         valid = labels != PAD_LABEL
         if self.byte_lengths is not None:
             return np.where(valid, self.byte_lengths[np.where(valid, labels, 0)], 0).astype(np.float64)
-        return valid * self.bytes_per_token[entry_ids][:, None]
+        per_row: np.ndarray = valid * self.bytes_per_token[entry_ids][:, None]
+        return per_row
 
     @torch.no_grad()
     def _run(self, model: Transformer) -> RowSums:
         total, device = self.sequences.total, self.runtime.device
-        zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=device)  # noqa: E731
+
+        def zeros(*shape: int) -> torch.Tensor:
+            return torch.zeros(*shape, dtype=torch.float64, device=device)
+
         sums = RowSums(
             zeros(total),
             zeros(total),

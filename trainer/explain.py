@@ -22,7 +22,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -40,6 +40,13 @@ MIN_JUMP = 0.1  # ... and at least this many nats
 OUTLIER_FACTOR = 5.0  # a notable step's jump is this many times the 99th percentile of the run's other jumps
 NEAR = 3  # schedule changes are named when they fall within this many logged steps before the step
 LR_CHANGE = math.log(1.05)  # a learning-rate change smaller than 5% is never named
+
+
+class ScheduleChange(TypedDict):
+    """One thing the schedule changed near the step (`schedule_changes`)."""
+
+    step: int
+    what: str
 
 
 def running(values: list[float], value: float | None) -> dict[str, Any]:
@@ -126,7 +133,9 @@ def lr_change(before: list[MetricsRecord], record: MetricsRecord) -> dict[str, A
     }
 
 
-def schedule_changes(run: RunRecord | None, before: list[MetricsRecord], record: MetricsRecord) -> list[dict]:
+def schedule_changes(
+    run: RunRecord | None, before: list[MetricsRecord], record: MetricsRecord
+) -> list[ScheduleChange]:
     """What the schedule changed in the last `NEAR` logged intervals up to the step: the warm-up's end, a wsd
     decay's start, a new mixture phase or revision, settings changed on a resume."""
     before = before[-NEAR:]
@@ -136,7 +145,7 @@ def schedule_changes(run: RunRecord | None, before: list[MetricsRecord], record:
     schedule: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     total = run.total_steps or 0
     warmup = min(int(schedule.get("warmup_steps", 10)), max(total - 1, 0)) if total else None
-    events = []
+    events: list[ScheduleChange] = []
     if warmup and first < warmup + 1 <= step:
         events.append({"step": warmup + 1, "what": f"warm-up ended (after {warmup} steps); the decay begins"})
     if schedule.get("kind") == "wsd" and total:
@@ -316,7 +325,7 @@ def jump_scores(values: np.ndarray, window: int = WINDOW) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.nansum(prior, axis=1) / counts
         spread = np.sqrt(np.nansum((prior - mean[:, None]) ** 2, axis=1) / counts)
-        scores = (values - mean) / np.maximum(spread, 1e-12)
+        scores: np.ndarray = (values - mean) / np.maximum(spread, 1e-12)
     scores[counts < 3] = np.nan
     return scores
 

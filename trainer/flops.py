@@ -53,7 +53,7 @@ class ParamCount:
         """Active parameters that take part in a matmul (everything but the embedding lookup and norms)."""
         return self.active - self.embedding - self.norms
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total": self.total, "active": self.active, "active_matmul": self.active_matmul}
 
 
@@ -125,7 +125,7 @@ class Memory:
     def total_checkpointed(self) -> float:
         return self.state + self.gathered + self.activations_checkpointed + self.logits
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, float | bool]:
         return {
             **asdict(self),
             "total": self.total,
@@ -202,7 +202,7 @@ class Plan:
     def state_gib_per_gpu(self) -> float:
         return self.weights_gib_per_gpu + self.grads_gib_per_gpu + self.optimizer_gib_per_gpu
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         body = asdict(self)
         body["params"] = self.params.as_dict()
         body["layout"] = (

@@ -86,7 +86,7 @@ class ProposedLayout:
     def layout(self) -> Layout:
         return Layout(self.data_parallel, self.expert_parallel)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 

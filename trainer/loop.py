@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from millrace.writer_lock import WriterLock
 from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
 from trainer import checkpoint as ckpt
-from trainer.balance import balance_step
+from trainer.balance import LayerLoad, balance_step
 from trainer.branch import branch_checkpoint
 from trainer.checkpoint_digest import verify_digests
 from trainer.config import TrainConfig, load_train_config, resolve_train_config, with_vocab
@@ -214,7 +215,7 @@ class StepResult:
     global_tokens: int
     waited: float  # seconds spent waiting for the batch
     elapsed: float
-    loads: list
+    loads: list[LayerLoad]
     acc: StepAccumulator
     skipped: bool = False  # non-finite loss or gradient: no update, no bias rule
 
@@ -428,7 +429,7 @@ def forward_backward(
     return acc
 
 
-def train_step(training: Training, batches, step: int, observers: RunObservers) -> StepResult:
+def train_step(training: Training, batches: Iterator[Batch], step: int, observers: RunObservers) -> StepResult:
     """One optimizer step at 0-based `step`: batch, forward/backward, clip, AdamW, the bias rule, counters.
 
     A step whose loss or gradient is not finite is skipped: no AdamW update and no bias rule (`observers`
@@ -574,7 +575,7 @@ def train(
         return _train(plan, resume, progress)
 
 
-def run_writer_lock(plan: RunPlan) -> contextlib.AbstractContextManager:
+def run_writer_lock(plan: RunPlan) -> contextlib.AbstractContextManager[object]:
     """One writer per run (rank 0 holds it; torchrun ends the other ranks if it is refused); its heartbeat
     tells `train status` and `runs list` a live run from a killed one (`stale`)."""
     if plan.runtime.rank != 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TextIO
 
 from millrace.jsonl import cut_back
 from trainer.records import METRICS_FILE, SCALARS, MetricsRecord
@@ -18,7 +19,7 @@ from trainer.records import METRICS_FILE, SCALARS, MetricsRecord
 log = logging.getLogger(__name__)
 
 
-def open_resumed(path: Path, start_step: int):
+def open_resumed(path: Path, start_step: int) -> TextIO:
     """`path` (JSON lines with a `step`) opened for appending, after dropping, atomically, the lines of
     steps past `start_step` and a torn last line: a resumed run never holds a step twice."""
     cut_back(path, start_step)

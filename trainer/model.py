@@ -94,7 +94,8 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)
         out = attend(q, k, v, mask)
-        return self.wo(out.transpose(1, 2).reshape(b, length, -1))
+        projected: torch.Tensor = self.wo(out.transpose(1, 2).reshape(b, length, -1))
+        return projected
 
 
 class Block(nn.Module):
@@ -111,18 +112,38 @@ class Block(nn.Module):
             self.residual
         )  # what forward calls: `residual`, or its compiled form (`Transformer.use_kernels`)
 
-    def residual(self, x, cos, sin, mask, cache: LayerCache | None = None) -> torch.Tensor:
+    def residual(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: DocumentMask,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin, mask, cache)
-        return x + self.ffn(self.ffn_norm(x))
+        out: torch.Tensor = x + self.ffn(self.ffn_norm(x))
+        return out
 
-    def forward(self, x, cos, sin, mask, cache: LayerCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: DocumentMask,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
         if cache is not None:  # generation: eager (a compiled block would recompile for every cache length)
             return self.residual(x, cos, sin, mask, cache)
         if self.checkpointed and torch.is_grad_enabled():
-            return checkpoint(self.run, x, cos, sin, mask, use_reentrant=False, context_fn=self.recompute_contexts)
+            out: torch.Tensor = checkpoint(
+                self.run, x, cos, sin, mask, use_reentrant=False, context_fn=self.recompute_contexts
+            )
+            return out
         return self.run(x, cos, sin, mask)
 
-    def recompute_contexts(self):
+    def recompute_contexts(
+        self,
+    ) -> tuple[contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]]:
         """Activation checkpointing: the first forward as is, the recomputation without routing statistics."""
         return contextlib.nullcontext(), replaying(self)
 
@@ -194,7 +215,12 @@ class Transformer(nn.Module):
         return [layer for _, layer in self.indexed_moe_layers()]
 
     def forward(
-        self, input_ids, positions, segment_ids, labels=None, cache: KVCache | None = None
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        segment_ids: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [b, L, V], or with `labels` the fp32 per-token losses [b, L] (chunked: no full logits are
         kept), and the summed router auxiliary losses. With a `cache` (generation) the tokens are appended

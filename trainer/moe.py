@@ -25,12 +25,14 @@ come back the same way. The k expert outputs of a token are summed in a fixed or
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
+from typing import Protocol, TypeVar
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.nn.functional import all_to_all_single
+from torch.distributed.nn.functional import all_to_all_single as _all_to_all_single
 
 from trainer.config import ModelConfig, MoEConfig
 
@@ -40,8 +42,36 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
+class AllToAll(Protocol):
+    """torch's differentiable `all_to_all_single` (autograd sends the gradients back), which torch leaves
+    unannotated."""
+
+    def __call__(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        group: dist.ProcessGroup | None,
+    ) -> torch.Tensor: ...
+
+
+all_to_all_single: AllToAll = _all_to_all_single
+
+_Fn = TypeVar("_Fn")
+
+
+class NotCompiled(Protocol):
+    """`torch.compiler.disable` used bare as a decorator (torch leaves it unannotated): the function as it is."""
+
+    def __call__(self, fn: _Fn) -> _Fn: ...
+
+
+not_compiled: NotCompiled = torch.compiler.disable
+
+
 @contextlib.contextmanager
-def replaying(module: nn.Module):
+def replaying(module: nn.Module) -> Iterator[None]:
     """Routing statistics off inside `module` while activation checkpointing recomputes its forward in the
     backward pass: the balancing rule must see each token once."""
     counters = [m for m in module.modules() if isinstance(m, (Router, MoE))]
@@ -62,7 +92,8 @@ class SwiGLU(nn.Module):
         self.w2 = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        out: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return out
 
 
 def grouped_mm_supported(x: torch.Tensor, *weights: torch.Tensor) -> bool:
@@ -130,7 +161,9 @@ class RoutedExperts(nn.Module):
         return self.forward_loop(x, counts if host_counts is None else host_counts, w1, w3, w2)
 
     @staticmethod
-    def forward_grouped(x, counts, w1, w3, w2, align: int = 1) -> torch.Tensor:
+    def forward_grouped(
+        x: torch.Tensor, counts: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor, align: int = 1
+    ) -> torch.Tensor:
         """One grouped matmul per weight; with `align` > 1 each expert's rows are padded to a multiple of it."""
         if align > 1:
             rows, offsets, capacity = padded_groups(counts, align, x.shape[0])
@@ -139,13 +172,18 @@ class RoutedExperts(nn.Module):
         return RoutedExperts.swiglu_grouped(x, torch.cumsum(counts, 0).to(torch.int32), w1, w3, w2)
 
     @staticmethod
-    def swiglu_grouped(x, offsets, w1, w3, w2) -> torch.Tensor:
+    def swiglu_grouped(
+        x: torch.Tensor, offsets: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor
+    ) -> torch.Tensor:
         hidden = F.silu(torch._grouped_mm(x, w1, offs=offsets)) * torch._grouped_mm(x, w3, offs=offsets)
-        return torch._grouped_mm(hidden, w2, offs=offsets)
+        out: torch.Tensor = torch._grouped_mm(hidden, w2, offs=offsets)
+        return out
 
     @staticmethod
-    @torch.compiler.disable  # data-dependent slices: one graph break here, not a recompile per routing
-    def forward_loop(x, counts: torch.Tensor | list[int], w1, w3, w2) -> torch.Tensor:
+    @not_compiled  # data-dependent slices: one graph break here, not a recompile per routing
+    def forward_loop(
+        x: torch.Tensor, counts: torch.Tensor | list[int], w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor
+    ) -> torch.Tensor:
         outputs = []
         start = 0
         for expert, count in enumerate(counts.tolist() if isinstance(counts, torch.Tensor) else counts):
@@ -210,7 +248,7 @@ class Router(nn.Module):
             self.aux_terms = torch.stack([balance, z_loss]).detach()
         return selected, gates, balance + z_loss
 
-    def sequence_aux_loss(self, scores, selected, batch: int, length: int) -> torch.Tensor:
+    def sequence_aux_loss(self, scores: torch.Tensor, selected: torch.Tensor, batch: int, length: int) -> torch.Tensor:
         """Sequence-wise balance loss: Σ_e f_e · P_e per sequence, averaged over sequences."""
         n, k = self.config.n_routed_experts, self.config.top_k
         probs = (scores / (scores.sum(-1, keepdim=True) + 1e-20)).reshape(batch, length, n).mean(1)
@@ -267,7 +305,9 @@ class MoE(nn.Module):
         # then summed over k: no atomic adds forward or backward, so the result is bit-reproducible on a GPU.
         top_k = self.config.top_k
         routed = flat[:, None].expand(-1, top_k, -1).reshape(-1, d)[order]
-        out = self.dispatch_and_compute(routed, counts) if self.parallel.world > 1 else self.experts(routed, counts)
+        out: torch.Tensor = (
+            self.dispatch_and_compute(routed, counts) if self.parallel.world > 1 else self.experts(routed, counts)
+        )
         out = out.to(flat.dtype) * gates.reshape(-1)[order, None].to(flat.dtype)
         y = out.new_empty(out.shape).index_copy(0, order, out).view(-1, top_k, d).sum(1)
         if self.shared is not None:

@@ -3,7 +3,7 @@ the router biases' norms; one device read each."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import torch
 
@@ -15,11 +15,8 @@ from trainer.records import (
     RouterBias,
 )
 
-if TYPE_CHECKING:
-    pass
 
-
-def squared_norm_on_device(tensors, runtime: Runtime) -> torch.Tensor:
+def squared_norm_on_device(tensors: Iterable[torch.Tensor], runtime: Runtime) -> torch.Tensor:
     """Σ x² (float64, on the device) over tensors whose elements each live on exactly one rank (FSDP or
     expert shards)."""
     total = torch.zeros((), dtype=torch.float64, device=runtime.device)

@@ -35,10 +35,16 @@ def device_peak(device_name: str) -> tuple[str, float] | None:
     return None
 
 
+MEASURED: dict[str, float] = {}  # device -> FLOP/s measured by this process (a fleet worker trains many runs)
+
+
 def measure_matmul_flops(device: torch.device, size: int = 1024, repeats: int = 5) -> float:
+    """A timed square matmul; its operands from a private generator, so the measurement leaves the global RNG
+    (a run's) as it found it."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     a @ b
     best = float("inf")
     for _ in range(repeats):
@@ -62,4 +68,6 @@ def peak_flops(configured: float, device: torch.device) -> tuple[float, str]:
         if known is not None:
             return known[1], f"device table ({known[0]} bf16 dense, matched from '{name}')"
     dtype = "bf16" if device.type == "cuda" else "fp32"
-    return measure_matmul_flops(device), f"measured fallback ({dtype} 1024x1024 matmul on {device.type})"
+    if str(device) not in MEASURED:  # once per process: half a second a run on a busy CPU
+        MEASURED[str(device)] = measure_matmul_flops(device)
+    return MEASURED[str(device)], f"measured fallback ({dtype} 1024x1024 matmul on {device.type})"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from trainer.kv_cache import KVCache
 from trainer.metrics import open_resumed
 from trainer.model import Transformer
 from trainer.records import SAMPLES_FILE, SAMPLES_SCHEMA, SampleRecord
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 AUTO_PROMPTS = 16
 
@@ -62,7 +66,7 @@ class TokenText:
     """Token ids <-> text with the store's tokenizer; without one, ids are shown as `<id>`."""
 
     def __init__(self, tokenizer_path: Path | None):
-        self.tokenizer = None
+        self.tokenizer: Tokenizer | None = None
         if tokenizer_path is not None and Path(tokenizer_path).exists():
             self.tokenizer = store_tokenizer(tokenizer_path)  # checked against store.json's fingerprint
 

@@ -9,7 +9,9 @@ line, and exits 128 + the signal. A rank that failed said why in its own line; t
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,8 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
+    # torch leaves torchrun's two entry points unannotated: their types, as torchrun's own `main` uses them
+    parse: Callable[[list[str] | None], argparse.Namespace] = parse_args
+    launch: Callable[[argparse.Namespace], None] = run
     try:
-        run(parse_args(argv))
+        launch(parse(argv))
     except SignalException as exc:
         print(
             f"terminated: torchrun stopped by {exc.sigval.name} and its ranks with it (a training run checkpoints "

@@ -14,7 +14,7 @@ which also serves a language the calibration sample never saw.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +25,7 @@ POOLED = "*"
 UNKNOWN = "und"
 
 
-def calibration_group(metadata: dict) -> str:
+def calibration_group(metadata: Mapping[str, object]) -> str:
     """A document's calibration group: its language label, or `und` when it has none."""
     language = metadata.get("language")
     return str(language) if language else UNKNOWN

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from datatrove.data import Document
@@ -30,7 +31,7 @@ from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
 from millrace.errors import ArtifactError, ConfigError
-from pipeline.cells.embedding import fit_embedder, load_embedder
+from pipeline.cells.embedding import Embedder, LanguageErasingEmbedder, fit_embedder, load_embedder
 from pipeline.cells.fitted_model import (
     FittedModelStep,
     read_model,
@@ -53,7 +54,13 @@ CENTROIDS_FILE = "domains-centroids.npy"
 class DomainModel:
     """The fitted domains: embedder, fine centres, the merge map from fine centre to domain, labels."""
 
-    def __init__(self, embedder, centroids: np.ndarray, merge_map: np.ndarray, labels: list[str]):
+    def __init__(
+        self,
+        embedder: Embedder | LanguageErasingEmbedder,
+        centroids: np.ndarray,
+        merge_map: np.ndarray,
+        labels: list[str],
+    ):
         self.embedder = embedder
         self.centroids = np.asarray(centroids, dtype=np.float32)
         self._centroids64 = self.centroids.astype(np.float64)
@@ -66,10 +73,14 @@ class DomainModel:
 
     def fine(self, vectors: np.ndarray) -> np.ndarray:
         """Nearest fine centre by cosine (ties to the lowest index, as `argmax` does)."""
-        return np.argmax(vectors @ self._centroids64.T, axis=1) if len(vectors) else np.zeros(0, dtype=np.int64)
+        if not len(vectors):
+            return np.zeros(0, dtype=np.int64)
+        nearest: np.ndarray = np.argmax(vectors @ self._centroids64.T, axis=1)
+        return nearest
 
     def assign(self, texts: Sequence[str]) -> np.ndarray:
-        return self.merge_map[self.fine(self.embedder.transform(texts))]
+        domains: np.ndarray = self.merge_map[self.fine(self.embedder.transform(texts))]
+        return domains
 
     @classmethod
     def load(cls, directory: Path) -> DomainModel:
@@ -216,7 +227,7 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     log.info("domains: %d fine centres merged into %d domains: %s", fine_count, k, labels)
 
 
-def domains_stats(model_dir: Path) -> dict:
+def domains_stats(model_dir: Path) -> dict[str, Any]:
     """`StoreManifest.stats["domains"]`: the number of domains (and the configured k, when a small sample gave
     fewer) and each one's label."""
     body = read_model(model_dir, DOMAINS_KIND)
@@ -226,7 +237,7 @@ def domains_stats(model_dir: Path) -> dict:
     return stats
 
 
-class DomainAssigner(FittedModelStep):
+class DomainAssigner(FittedModelStep[DomainModel]):
     """Sets `metadata["domain"]` (int) and `metadata["cell"]` (`cNNqQ`, or `cNN` without a quality bucket)."""
 
     name = "🧭 domain assigner"

@@ -69,9 +69,16 @@ class Embedder(Protocol):
     def load(cls, directory: Path, config: EmbeddingConfig) -> Embedder: ...
 
 
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """`vectors`' rows scaled to unit length, in place (sklearn's `normalize`, which is unannotated)."""
+    scaled: np.ndarray = normalize(vectors, copy=False)
+    return scaled
+
+
 def _load_array(path: Path) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
+        loaded: np.ndarray = np.load(path, allow_pickle=False)
+        return loaded
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"{path}: cannot read embedding array ({exc})") from None
 
@@ -110,12 +117,13 @@ class LexicalEmbedder:
         rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))[kept]
         weights = (1.0 + np.log(counts.data[kept].astype(np.float64))) * self.idf[position[kept]]  # sublinear tf × idf
         weighted = sp.csr_matrix((weights, (rows, position[kept])), shape=(counts.shape[0], len(self.columns)))
-        return normalize(weighted, copy=False)
+        normalized: sp.csr_matrix = normalize(weighted, copy=False)  # sklearn ships no types
+        return normalized
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimensions))
-        return normalize(np.asarray(self._weighted(texts) @ self._svd64.T), copy=False)
+        return unit_rows(np.asarray(self._weighted(texts) @ self._svd64.T))
 
     @classmethod
     def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> LexicalEmbedder:
@@ -175,7 +183,7 @@ class MultilingualUseEmbedder:
         if not texts:
             return np.zeros((0, 512))
         vectors = self._model.encode([text[: self.config.max_chars] for text in texts])
-        return normalize(np.asarray(vectors, dtype=np.float64), copy=False)
+        return unit_rows(np.asarray(vectors, dtype=np.float64))
 
     @classmethod
     def fit(cls, texts: Sequence[str], config: EmbeddingConfig, seed: int) -> MultilingualUseEmbedder:
@@ -213,14 +221,14 @@ def language_directions(vectors: np.ndarray, languages: Sequence[str | None], mi
 class LanguageErasingEmbedder:
     """Any embedder's vectors with the language directions projected out, then re-normalised."""
 
-    def __init__(self, inner, directions: np.ndarray):
+    def __init__(self, inner: Embedder, directions: np.ndarray):
         self.inner = inner
         self.directions = np.asarray(directions, dtype=np.float64)
 
     def erase(self, vectors: np.ndarray) -> np.ndarray:
         if not self.directions.shape[1]:
             return vectors
-        return normalize(vectors - (vectors @ self.directions) @ self.directions.T, copy=False)
+        return unit_rows(vectors - (vectors @ self.directions) @ self.directions.T)
 
     def transform(self, texts: Sequence[str]) -> np.ndarray:
         return self.erase(self.inner.transform(texts))
@@ -243,7 +251,7 @@ def fit_embedder(
     return embedder, embedder.erase(vectors)
 
 
-def load_embedder(name: str, directory: Path, config: EmbeddingConfig):
+def load_embedder(name: str, directory: Path, config: EmbeddingConfig) -> Embedder | LanguageErasingEmbedder:
     inner = embedder_class(name).load(Path(directory), config)
     if not config.erase_languages:
         return inner

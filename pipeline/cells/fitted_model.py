@@ -15,7 +15,7 @@ import importlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -33,9 +33,10 @@ def registered_class(name: str, registry: dict[str, type], field: str) -> type:
         return registry[name]
     module_name, _, attribute = name.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), attribute)
+        found: type = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError, ValueError):
         raise ConfigError(f"{field}: unknown {name!r} (known: {sorted(registry)} or 'module:Class')") from None
+    return found
 
 
 def sample_fingerprint(documents: Sequence[Document]) -> str:
@@ -91,26 +92,30 @@ def reusable_fit(directory: Path, kind: str, settings: dict[str, Any], fingerpri
     return False
 
 
-class FittedModel(Protocol):
+_Model = TypeVar("_Model")
+_Loaded = TypeVar("_Loaded", covariant=True)
+
+
+class FittedModel(Protocol[_Loaded]):
     """A model fitted by a pipeline stage and stored in its directory (`QualityModel`, `DomainModel`)."""
 
     @classmethod
-    def load(cls, directory: Path) -> Any: ...
+    def load(cls, directory: Path) -> _Loaded: ...
 
 
-class FittedModelStep(PipelineStep):
+class FittedModelStep(PipelineStep, Generic[_Model]):
     """Applies a fitted model to batches of documents; the model loads once per task, on first use."""
 
-    model_class: ClassVar[type[FittedModel]]
+    model_class: type[FittedModel[_Model]]
 
     def __init__(self, model_dir: Path | str, batch_size: int = 512):
         super().__init__()
         self.model_dir = Path(model_dir)
         self.batch_size = batch_size
-        self._model = None
+        self._model: _Model | None = None
 
     @property
-    def model(self):
+    def model(self) -> _Model:
         if self._model is None:
             self._model = self.model_class.load(self.model_dir)
         return self._model

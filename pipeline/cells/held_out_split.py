@@ -89,7 +89,8 @@ def held_out_mask(hashes: np.ndarray, keys: np.ndarray, cutoff: Sequence[int] | 
         return np.zeros(len(hashes), dtype=bool)
     hashes, keys = np.asarray(hashes, dtype=np.uint64), np.asarray(keys, dtype=np.uint64)
     last_hash, last_key = np.uint64(cutoff[0]), np.uint64(cutoff[1])
-    return (hashes < last_hash) | ((hashes == last_hash) & (keys <= last_key))
+    held: np.ndarray = (hashes < last_hash) | ((hashes == last_hash) & (keys <= last_key))
+    return held
 
 
 def held_out(hashes: np.ndarray, lengths: np.ndarray, config: HeldOutConfig) -> np.ndarray:

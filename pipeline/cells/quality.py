@@ -29,7 +29,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 from datatrove.data import Document
@@ -52,6 +52,10 @@ from pipeline.cells.fitted_model import (
 )
 from pipeline.cells.stats import cell_name
 from pipeline.config import QualityConfig
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+    from fasttext.FastText import _FastText
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +90,7 @@ class FastTextQuality:
 
     files: ClassVar[list[str]] = ["quality-fasttext.bin"]
 
-    def __init__(self, model, config: QualityConfig):
+    def __init__(self, model: _FastText, config: QualityConfig):
         self.model = model
         self.config = config
 
@@ -148,7 +152,8 @@ class FastTextQuality:
         hidden = np.stack(
             [self.model.get_sentence_vector(_one_line(t, self.config.fasttext.max_chars)) for t in texts]
         ).astype(np.float64)
-        return expit(hidden @ direction)
+        probabilities: np.ndarray = expit(hidden @ direction)
+        return probabilities
 
 
 class LinearQuality:
@@ -169,10 +174,11 @@ class LinearQuality:
             dtype=np.float64,
         )
 
-    def _features(self, texts: Sequence[str]):
+    def _features(self, texts: Sequence[str]) -> sp.csr_matrix:
         counts = self._hasher.transform([t[: self.config.linear.max_chars] for t in texts])
         counts.data = 1.0 + np.log(counts.data)
-        return normalize(counts, copy=False)
+        normalized: sp.csr_matrix = normalize(counts, copy=False)  # sklearn ships no types
+        return normalized
 
     @classmethod
     def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> LinearQuality:
@@ -204,7 +210,8 @@ class LinearQuality:
         if not texts:
             return np.zeros(0)
         logits = self._features(texts) @ self.weights[:-1] + self.weights[-1]
-        return expit(np.asarray(logits, dtype=np.float64))
+        probabilities: np.ndarray = expit(np.asarray(logits, dtype=np.float64))
+        return probabilities
 
 
 SCORERS: dict[str, type] = {"linear": LinearQuality, "fasttext": FastTextQuality}
@@ -279,7 +286,7 @@ def _check_spread(buckets: np.ndarray, scores: np.ndarray, config: QualityConfig
         )
 
 
-def score_meaning(config: QualityConfig, reference_files: int) -> dict:
+def score_meaning(config: QualityConfig, reference_files: int) -> dict[str, object]:
     """What the score is, in words and numbers, for `store info` and the composition page."""
     good = list(config.reference_sources) + ([f"{reference_files} reference file(s)"] if reference_files else [])
     top = f"q{config.buckets - 1}"
@@ -365,14 +372,14 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     )
 
 
-def quality_stats(model_dir: Path) -> dict:
+def quality_stats(model_dir: Path) -> dict[str, Any]:
     """`StoreManifest.stats["quality"]`: buckets, what the score means, and each group's score ranges."""
     body = read_model(model_dir, QUALITY_KIND)
     keys = ("buckets", "good", "other", "calibrated_by", "meaning", "score_ranges")
     return {key: body[key] for key in keys}
 
 
-class QualityScorer(FittedModelStep):
+class QualityScorer(FittedModelStep[QualityModel]):
     """Sets `metadata["quality_score"]` (float, higher is better) and `metadata["quality_bucket"]` (int)."""
 
     name = "⭐ quality scorer"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 import xxhash
 from datatrove.data import Document, DocumentsPipeline
@@ -48,7 +49,15 @@ def trim(text: str, chars: int = SAMPLE_CHARS) -> str:
     return (cut[:space] if space > chars * 3 // 4 else cut).rstrip() + "…"
 
 
-def _sample_order(pair: tuple[int, dict]) -> tuple[int, str]:
+class Sample(TypedDict):
+    """One document a cell's stats show: its id, source and trimmed text."""
+
+    id: str
+    source: str
+    text: str
+
+
+def _sample_order(pair: tuple[int, Sample]) -> tuple[int, str]:
     return pair[0], pair[1]["id"]
 
 
@@ -60,7 +69,7 @@ class CellStats:
     bucket: int | None = None
     score_min: float | None = None
     score_max: float | None = None
-    samples: list[tuple[int, dict]] = field(default_factory=list)
+    samples: list[tuple[int, Sample]] = field(default_factory=list)
     languages: dict[str, int] = field(default_factory=dict)
     keep: int = SAMPLES_PER_CELL
 
@@ -81,7 +90,7 @@ class CellStats:
         if any(sample["id"] == doc.id for _, sample in self.samples):
             return
         if len(self.samples) < self.keep or rank < self.samples[-1][0]:
-            sample = {"id": doc.id, "source": source or meta.get("source", ""), "text": trim(doc.text)}
+            sample: Sample = {"id": doc.id, "source": source or meta.get("source", ""), "text": trim(doc.text)}
             self.samples = sorted(self.samples + [(rank, sample)], key=_sample_order)[: self.keep]
 
     def merge(self, other: CellStats) -> CellStats:
@@ -100,10 +109,10 @@ class CellStats:
         merged.samples = sorted(unique.values(), key=_sample_order)[: self.keep]
         return merged
 
-    def to_json(self, labels: dict[str, str] | None = None) -> dict:
+    def to_json(self, labels: dict[str, str] | None = None) -> dict[str, object]:
         """The `CellManifest.stats` keys: domain, bucket, label, score_range, languages, samples (absent when
         unknown)."""
-        stats: dict = {}
+        stats: dict[str, object] = {}
         if self.domain is not None:
             stats["domain"] = self.domain
             if labels and f"c{self.domain:02d}" in labels:
@@ -117,7 +126,7 @@ class CellStats:
         return stats
 
     @classmethod
-    def from_json(cls, stats: dict) -> CellStats:
+    def from_json(cls, stats: dict[str, Any]) -> CellStats:
         """Rebuild from `to_json` output (e.g. a task's partial stats), to merge with others."""
         score_range = stats.get("score_range") or [None, None]
         samples = [(xxhash.xxh64_intdigest(s["id"].encode()), s) for s in stats.get("samples", [])]
@@ -157,7 +166,7 @@ class CellStatsWriter(PipelineStep):
         atomic_write_text(self.output_dir / f"{rank:05d}.json", json.dumps(payload, sort_keys=True))
 
 
-def read_cell_stats(directory: Path | str, labels: dict[str, str] | None = None) -> dict[str, dict]:
+def read_cell_stats(directory: Path | str, labels: dict[str, str] | None = None) -> dict[str, dict[str, object]]:
     """Merge every task's `CellStatsWriter` output into `CellManifest.stats` per cell."""
     merged: dict[str, CellStats] = {}
     for path in sorted(Path(directory).glob("*.json")):

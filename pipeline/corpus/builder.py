@@ -400,7 +400,7 @@ class CorpusSummary:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.sources)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {
             "out_dir": str(self.out_dir),
             "documents": self.documents,

@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from millrace.progress import on_terminal
 
@@ -33,7 +34,7 @@ def corpus() -> None:
 )
 @home_option
 @json_option
-def local(out_dir: Path, max_bytes: int | None, home, as_json: bool) -> None:
+def local(out_dir: Path, max_bytes: int | None, home: Home, as_json: bool) -> None:
     """Build the embedded default corpus: Python sources and docs, man pages, package docs, licences."""
     from pipeline.corpus.builder import build_local_corpus
 

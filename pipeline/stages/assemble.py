@@ -27,7 +27,9 @@ from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
-from pipeline.stages.held_out.eval_sets import better_hit, write_eval_set
+from pipeline.stages.funnel import Table
+from pipeline.stages.held_out.eval_sets import Hit, better_hit, write_eval_set
+from pipeline.stages.tokenize.cell_shards import CellPart, TaskPart
 from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 from pipeline.store.format import (
     CellManifest,
@@ -58,7 +60,7 @@ class PartsDigest:
         self.spill = spill
         self.cells: list[str] = []
         self.given_back: dict[str, dict[str, int]] = {}
-        self.hits: dict[str, dict[int, list]] = {name: {} for name in set_names}
+        self.hits: dict[str, dict[int, Hit]] = {name: {} for name in set_names}
         self.ngrams: dict[str, np.ndarray] = {name: np.zeros(0, np.uint64) for name in set_names}
         spill.mkdir(parents=True, exist_ok=True)
         handles: dict[str, Any] = {}
@@ -70,7 +72,7 @@ class PartsDigest:
                 handle.close()
         self.cells.sort()
 
-    def _add(self, part: dict, handles: dict[str, Any]) -> None:
+    def _add(self, part: TaskPart, handles: dict[str, Any]) -> None:
         for cell, piece in part["cells"].items():
             if cell not in handles:
                 self.cells.append(cell)
@@ -88,13 +90,13 @@ class PartsDigest:
     def _spilled(self, cell: str) -> Path:
         return self.spill / f"{cell}.jsonl"
 
-    def pieces(self, cell: str) -> list[dict]:
+    def pieces(self, cell: str) -> list[CellPart]:
         """A cell's pieces, one per task that had documents of it, in rank order."""
         with open(self._spilled(cell)) as handle:
             return [json.loads(line) for line in handle]
 
 
-def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, SourceCounts]:
+def _sum_sources(entries: list[dict[str, dict[str, int]]]) -> dict[str, SourceCounts]:
     total: dict[str, SourceCounts] = {}
     for entry in entries:
         for name, counts in entry.items():
@@ -105,7 +107,9 @@ def _sum_sources(entries: list[dict[str, dict]]) -> dict[str, SourceCounts]:
     return {name: total[name] for name in sorted(total)}
 
 
-def _cell_manifest(cell: str, pieces: list[dict], dtype: str, fingerprint: str, extra_stats: dict) -> CellManifest:
+def _cell_manifest(
+    cell: str, pieces: list[CellPart], dtype: str, fingerprint: str, extra_stats: dict[str, object]
+) -> CellManifest:
     """A cell's manifest from its pieces (one per task that had documents of it, in rank order)."""
     sources = _sum_sources([p["sources"] for p in pieces])
     held_sources = _sum_sources([p["validation_sources"] for p in pieces])
@@ -166,12 +170,14 @@ def _staging(final: Path, staged: Path) -> Path:
 CellSources = tuple[dict[str, SourceCounts], dict[str, SourceCounts]]  # a cell's (kept, held-out) per source
 
 
-def validation_funnel_step(cells: list[CellSources], given_back: dict[str, dict[str, int]] | None = None) -> dict:
+def validation_funnel_step(
+    cells: list[CellSources], given_back: dict[str, dict[str, int]] | None = None
+) -> dict[str, object]:
     """The funnel's last stage: per source, documents that reached the store and those held out of training.
 
     `given_back` (per source): chosen for the held-out split, then given back to training by the decontamination.
     They are among the kept documents, and counted again under `given_back` with their own reason."""
-    per_source: dict[str, dict] = {}
+    per_source: dict[str, Table] = {}
     for kept, held in cells:
         for part, counts in (("kept", kept), ("held", held)):
             for source, numbers in counts.items():
@@ -190,7 +196,7 @@ def validation_funnel_step(cells: list[CellSources], given_back: dict[str, dict[
     return {"name": VALIDATION_FUNNEL_STEP, "sources": {source: per_source[source] for source in sorted(per_source)}}
 
 
-def _add_given_back(total: dict[str, dict[str, int]], part: dict) -> None:
+def _add_given_back(total: dict[str, dict[str, int]], part: TaskPart) -> None:
     """Add one task's held-out documents given back to training (per source, over its cells) to `total`."""
     for cell in part["cells"].values():
         for source, numbers in cell.get("given_back_sources", {}).items():
@@ -204,7 +210,12 @@ def _zero() -> dict[str, int]:
 
 
 def write_cells(
-    staging: Path, parts_dir: Path, dtype: str, fingerprint: str, cell_stats: dict[str, dict], set_names: list[str]
+    staging: Path,
+    parts_dir: Path,
+    dtype: str,
+    fingerprint: str,
+    cell_stats: dict[str, dict[str, object]],
+    set_names: list[str],
 ) -> tuple[PartsDigest, dict[str, CellSummary], list[CellSources]]:
     """Every cell's manifest, one cell at a time from one pass over the part files (`PartsDigest`, spilled under
     the work directory): the digest, each cell's summary and each cell's (kept, held-out) counts per source."""
@@ -245,10 +256,10 @@ def assemble_store(
     eos: str,
     sources: list[str],
     shard_tokens: int,
-    pipeline_config: dict,
-    funnel: dict,
-    store_stats: dict,
-    cell_stats: dict[str, dict],
+    pipeline_config: dict[str, Any],
+    funnel: dict[str, Any],
+    store_stats: dict[str, Any],
+    cell_stats: dict[str, dict[str, object]],
     models_dir: Path | None = None,
     validation: HeldOutConfig = HeldOutConfig(),
 ) -> Path:

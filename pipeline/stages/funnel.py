@@ -26,10 +26,16 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any, TypedDict
 
 from millrace.artifacts import atomic_write_text
 
 COUNT_KEYS = ("documents", "tokens", "bytes")
+
+
+# One source's (or language's) counts in one step: {"received", "kept": {documents, tokens, bytes}, "removed":
+# {reason: {...}}, and "cut" (read step) / "given_back" (validation step) when any}.
+Table = dict[str, Any]
 
 
 def _zero() -> dict[str, int]:
@@ -40,10 +46,12 @@ class StepCounts:
     """One funnel step's counts inside one task."""
 
     def __init__(self) -> None:
-        self.sources: dict[str, dict] = {}
-        self.languages: dict[str, dict] = {}  # documents and bytes per identified language, all sources together
-        self.bad_files: list[dict] = []  # the read step's skipped files: {source, file, error}
-        self.encodings: list[dict] = []  # the read step's files read in a detected encoding: {source, file, encoding}
+        self.sources: dict[str, Table] = {}
+        self.languages: dict[str, Table] = {}  # documents and bytes per identified language, all sources together
+        self.bad_files: list[dict[str, str]] = []  # the read step's skipped files: {source, file, error}
+        self.encodings: list[
+            dict[str, str]
+        ] = []  # the read step's files read in a detected encoding: {source, file, encoding}
 
     def language(self, language: str | None, received_bytes: int, reason: str | None, kept_bytes: int) -> None:
         """One document of `language` (None: not identified yet, not counted) received, then kept or removed."""
@@ -56,7 +64,7 @@ class StepCounts:
         into["documents"] += 1
         into["bytes"] += kept_bytes
 
-    def _source(self, source: str) -> dict:
+    def _source(self, source: str) -> Table:
         if source not in self.sources:
             self.sources[source] = {"received": _zero(), "kept": _zero(), "removed": {}}
         return self.sources[source]
@@ -109,7 +117,7 @@ def _add(into: dict[str, int], other: dict[str, int]) -> None:
         into[key] += int(other.get(key, 0))
 
 
-def _merge_table(merged: dict[str, dict], table: dict[str, dict]) -> None:
+def _merge_table(merged: dict[str, Table], table: dict[str, Table]) -> None:
     for key, counts in table.items():
         into = merged.setdefault(key, {"received": _zero(), "kept": _zero(), "removed": {}})
         _add(into["received"], counts["received"])
@@ -122,18 +130,20 @@ def _merge_table(merged: dict[str, dict], table: dict[str, dict]) -> None:
             cut["bytes"] += counts["cut"]["bytes"]
 
 
-def merge_step(directory: Path, table: str = "sources") -> dict[str, dict]:
+def merge_step(directory: Path, table: str = "sources") -> dict[str, Table]:
     """Sum one funnel step's per-task files: per source, or per language with `table="languages"`."""
-    merged: dict[str, dict] = {}
+    merged: dict[str, Table] = {}
     for path in sorted(directory.glob("*.json")):
         _merge_table(merged, json.loads(path.read_text()).get(table, {}))
     return {key: merged[key] for key in sorted(merged)}
 
 
-def bad_files(directory: Path, key: str = "bad_files") -> list[dict]:
+def bad_files(directory: Path, key: str = "bad_files") -> list[dict[str, str]]:
     """The files one funnel step's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file; with
     `key="encodings"`, the files they read in a detected encoding."""
-    found = [entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get(key, [])]
+    found: list[dict[str, str]] = [
+        entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get(key, [])
+    ]
     return sorted(found, key=lambda entry: (entry["source"], entry["file"]))
 
 
@@ -148,7 +158,9 @@ def removed_tokens_from(paths: list[Path]) -> dict[str, dict[str, dict[str, int]
     return total
 
 
-def build_funnel(steps: list[tuple[str, dict[str, dict]]], removed_tokens: dict) -> dict:
+def build_funnel(
+    steps: list[tuple[str, dict[str, Table]]], removed_tokens: dict[str, dict[str, dict[str, int]]]
+) -> dict[str, Any]:
     """The store's funnel: its steps in order (under the key "stages"), tokens filled backwards from the last
     step's kept tokens."""
     sources = sorted({source for _, counts in steps for source in counts})
@@ -174,13 +186,24 @@ def build_funnel(steps: list[tuple[str, dict[str, dict]]], removed_tokens: dict)
 LOW_KEEP = 0.10  # a source that keeps less than this share of what it received is warned about
 
 
-def per_source(funnel: dict, skipped_reasons: frozenset[str] = frozenset()) -> list[dict]:
+class SourceOutcome(TypedDict):
+    """One source's documents received and kept over the whole funnel, and what removed the most."""
+
+    source: str
+    received: int
+    kept: int
+    top_reason: str | None
+    top_removed: int
+    low: bool
+
+
+def per_source(funnel: dict[str, Any], skipped_reasons: frozenset[str] = frozenset()) -> list[SourceOutcome]:
     """One entry per source: documents received (read), kept (reaching the last step, the store's), and the
     reason that removed the most (reasons in `skipped_reasons`, such as being held out, not counted)."""
     stages = funnel.get("stages", [])
     if not stages:
         return []
-    entries = []
+    entries: list[SourceOutcome] = []
     for source, first in stages[0]["sources"].items():
         reasons: dict[str, int] = {}
         for stage in stages:

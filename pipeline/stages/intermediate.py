@@ -12,7 +12,8 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from types import TracebackType
+from typing import Any, BinaryIO, Protocol
 
 import orjson
 import zstandard
@@ -23,6 +24,18 @@ from millrace.artifacts import temporary_sibling
 
 ZSTD_LEVEL = 3
 
+# One JSON line of an intermediate file: a document's {"id", "text", "metadata"} (`document_record`), or the
+# record another step writes.
+Record = dict[str, Any]
+
+
+class _CompressedSink(Protocol):
+    """What the writer uses of zstandard's stream writer (whose `close` zstandard leaves unannotated)."""
+
+    def write(self, data: bytes) -> int: ...
+
+    def close(self) -> None: ...
+
 
 class AtomicJsonlZstWriter:
     """Appends JSON lines to a compressed temporary file; `commit()` renames it into place."""
@@ -31,10 +44,12 @@ class AtomicJsonlZstWriter:
         self.path = Path(path)
         fd, self._tmp = temporary_sibling(self.path)
         self._raw = os.fdopen(fd, "wb")
-        self._stream = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._raw, closefd=False)
+        self._stream: _CompressedSink = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(
+            self._raw, closefd=False
+        )
         self.count = 0
 
-    def write(self, record: dict) -> None:
+    def write(self, record: Record) -> None:
         with self._named():
             self._stream.write(orjson.dumps(record) + b"\n")
         self.count += 1
@@ -68,14 +83,16 @@ class AtomicJsonlZstWriter:
     def __enter__(self) -> AtomicJsonlZstWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:
             self.commit()
         else:
             self.abort()
 
 
-def read_jsonl_zst(path: Path | BinaryIO) -> Iterator[dict]:
+def read_jsonl_zst(path: Path | BinaryIO) -> Iterator[Record]:
     """The records of a `.jsonl.zst` file, streamed (a path, or a file object already open)."""
     with contextlib.ExitStack() as stack:
         raw: BinaryIO = stack.enter_context(open(path, "rb")) if isinstance(path, (str, Path)) else path
@@ -85,7 +102,7 @@ def read_jsonl_zst(path: Path | BinaryIO) -> Iterator[dict]:
                 yield orjson.loads(line)
 
 
-def document_record(doc: Document) -> dict:
+def document_record(doc: Document) -> Record:
     return {"id": doc.id, "text": doc.text, "metadata": doc.metadata}
 
 

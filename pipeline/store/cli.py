@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import click
 
 from millrace.errors import ArtifactError, ConfigError
+from millrace.home import Home
 from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 from pipeline.cells.held_out_split import HELD_OUT_REASON
-from pipeline.stages.funnel import LOW_KEEP, per_source
-from pipeline.store.format import Store, write_stats_only_store
+from pipeline.stages.funnel import LOW_KEEP, SourceOutcome, per_source
+from pipeline.store.format import Store, StoreManifest, write_stats_only_store
 from pipeline.store.labels import domain_labels, labelled
 
 
-def resolve_store(spec: str, home) -> Path:
+def resolve_store(spec: str, home: Home) -> Path:
     """A store directory, or `name/version`, or `name` (its newest version) under $MILLRACE_HOME."""
     path = Path(spec)
     if (path / "store.json").exists():
@@ -33,7 +35,7 @@ def resolve_store(spec: str, home) -> Path:
     raise ArtifactError(f"{spec}: no store.json there, nor under {home.stores}" + known("stores", stores))
 
 
-def _given_back(stage: dict) -> dict[str, int]:
+def _given_back(stage: dict[str, Any]) -> dict[str, int]:
     """Documents a stage gave back to training, per reason (the validation stage's decontaminated ones)."""
     total: dict[str, int] = {}
     for counts in stage["sources"].values():
@@ -42,7 +44,7 @@ def _given_back(stage: dict) -> dict[str, int]:
     return total
 
 
-def store_summary(path: Path) -> dict:
+def store_summary(path: Path) -> dict[str, Any]:
     store = Store(path)
     m = store.manifest
     cells = {
@@ -101,7 +103,7 @@ def store_summary(path: Path) -> dict:
     return summary
 
 
-def quality_summary(store: Store) -> dict:
+def quality_summary(store: Store) -> dict[str, object]:
     """What the quality score means, and each bucket's language mix against the corpus's."""
     from pipeline.store.language_mix import bucket_language_mix, share_ratios
 
@@ -111,7 +113,7 @@ def quality_summary(store: Store) -> dict:
     return {**{key: quality.get(key) for key in keys}, "language_mix": mix, "share_ratios": share_ratios(mix)}
 
 
-def domain_grid(manifest) -> dict:
+def domain_grid(manifest: StoreManifest) -> dict[str, object]:
     """Tokens per (domain, bucket) from `cNNqQ` cell names, with domain labels where recorded."""
     labels = manifest.stats.get("domains", {}).get("labels", {})
     grid: dict[str, dict[str, int]] = {}
@@ -122,7 +124,7 @@ def domain_grid(manifest) -> dict:
     return {"labels": labels, "tokens": {d: dict(sorted(b.items())) for d, b in sorted(grid.items())}}
 
 
-def print_summary(summary: dict) -> None:
+def print_summary(summary: dict[str, Any]) -> None:
     click.echo(
         f"store {summary['name']}/{summary['version']} at {summary['path']}"
         + (" (stats only)" if summary["stats_only"] else f" ({summary['dtype']})")
@@ -189,7 +191,7 @@ def print_summary(summary: dict) -> None:
         print_quality(summary["quality"])
 
 
-def describe_source(entry: dict) -> str:
+def describe_source(entry: SourceOutcome) -> str:
     """'source fortunes: received 3,000, kept 163 (5.4%), most removed by gopher_short_doc (2,829); warning: ...'."""
     share = entry["kept"] / entry["received"] if entry["received"] else 0.0
     line = f"source {entry['source']}: received {entry['received']:,}, kept {entry['kept']:,} ({share:.1%})"
@@ -200,7 +202,7 @@ def describe_source(entry: dict) -> str:
     return line
 
 
-def print_quality(quality: dict, languages: int = 6) -> None:
+def print_quality(quality: dict[str, Any], languages: int = 6) -> None:
     """The score's meaning, then per bucket the share of its documents in each of the corpus's main languages."""
     if quality.get("meaning"):
         click.echo(f"quality score: {quality['meaning']}")
@@ -226,11 +228,11 @@ def store() -> None:
     """Inspect, verify and create token stores."""
 
 
-def list_stores(home) -> list[dict]:
+def list_stores(home: Home) -> list[dict[str, object]]:
     """Every store version under $MILLRACE_HOME/stores, oldest first per name; a damaged one says so."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for store_dir in home.store_versions():
-        row = {"name": store_dir.parent.name, "version": store_dir.name, "path": str(store_dir)}
+        row: dict[str, object] = {"name": store_dir.parent.name, "version": store_dir.name, "path": str(store_dir)}
         try:
             manifest = Store(store_dir).manifest
         except ArtifactError as exc:
@@ -251,7 +253,7 @@ def list_stores(home) -> list[dict]:
 @store.command("list")
 @home_option
 @json_option
-def list_command(home, as_json: bool) -> None:
+def list_command(home: Home, as_json: bool) -> None:
     """List the store versions under $MILLRACE_HOME/stores: cells, documents, tokens."""
     rows = list_stores(home)
     if as_json:
@@ -275,7 +277,7 @@ def list_command(home, as_json: bool) -> None:
 @click.argument("store_spec", metavar="STORE")
 @home_option
 @json_option
-def info(store_spec: str, home, as_json: bool) -> None:
+def info(store_spec: str, home: Home, as_json: bool) -> None:
     """Print a store's cells, documents, tokens and bytes (STORE: a directory or name[/version])."""
     summary = store_summary(resolve_store(store_spec, home))
     if as_json:
@@ -288,7 +290,7 @@ def info(store_spec: str, home, as_json: bool) -> None:
 @click.argument("store_spec", metavar="STORE")
 @home_option
 @json_option
-def verify(store_spec: str, home, as_json: bool) -> None:
+def verify(store_spec: str, home: Home, as_json: bool) -> None:
     """Check every shard against its manifest; name each failing file and exit non-zero."""
     path = resolve_store(store_spec, home)
     problems = Store(path).verify()
@@ -308,7 +310,7 @@ def verify(store_spec: str, home, as_json: bool) -> None:
 @click.option("--version", "version", required=True, help="Store version (CalVer YYYY.MM.DD).")
 @home_option
 @json_option
-def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -> None:
+def from_stats(stats_file: Path, name: str, version: str, home: Home, as_json: bool) -> None:
     """Create a stats-only store (token counts per cell, no shards) from FILE.json.
 
     The file holds {"available_tokens": {"c00q0": tokens, ...}} (the reference run's form);
@@ -347,11 +349,11 @@ def from_stats(stats_file: Path, name: str, version: str, home, as_json: bool) -
     click.echo(f"wrote stats-only store {name}/{version} ({len(counts)} cells) at {path}")
 
 
-def parse_storage_options(pairs: tuple[str, ...]) -> dict:
+def parse_storage_options(pairs: tuple[str, ...]) -> dict[str, object]:
     """`KEY=VALUE` pairs; a VALUE that parses as JSON is taken as JSON (objects, numbers, booleans)."""
     import json
 
-    options: dict = {}
+    options: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
@@ -391,7 +393,7 @@ def parse_storage_options(pairs: tuple[str, ...]) -> dict:
 @home_option
 @json_option
 def copy(
-    store_spec: str, url: str, options: tuple[str, ...], timeout: float, retries: int, home, as_json: bool
+    store_spec: str, url: str, options: tuple[str, ...], timeout: float, retries: int, home: Home, as_json: bool
 ) -> None:
     """Copy a store version to URL (any fsspec URL: s3://bucket/prefix, gs://..., file://...), store.json last.
 

@@ -41,6 +41,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pydantic
@@ -58,6 +59,9 @@ from millrace.artifacts import (
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
+
+if TYPE_CHECKING:  # tokenizers loads when a tokenizer is read, not with the store's format
+    from tokenizers import Tokenizer
 
 STORE_KIND = "millrace.store"
 CELL_KIND = "millrace.cell"
@@ -244,7 +248,7 @@ class CellManifest(Model):
     shards: ShardTable
     sources: dict[str, SourceCounts] = {}
     # Free-form statistics filled by later stages: score range, domain label, samples.
-    stats: dict = {}
+    stats: dict[str, Any] = {}
     # The validation split (never in `shards`; `documents`/`tokens`/`bytes` above count training only).
     validation: HeldOut = pydantic.Field(default_factory=HeldOut, exclude_if=lambda v: not v.documents)
 
@@ -278,7 +282,7 @@ class EvalSetManifest(Model):
     dtype: str
     tokenizer_fingerprint: str
     held: HeldOut
-    overlap: dict  # {"exact": n, "near": n, "contained": n, "documents": [{"index", "kind", "cell"}, ...],
+    overlap: dict[str, Any]  # {"exact": n, "near": n, "contained": n, "documents": [{"index", "kind", "cell"}, ...],
     #                "contained_documents": [{"index", "kind", "share"}, ...]}
 
 
@@ -298,12 +302,12 @@ class StoreManifest(Model):
     cells: dict[str, CellSummary]
     # Source names; a shard's `.src` sidecar holds indices into this list.
     sources: list[str] = []
-    pipeline_config: dict = {}
+    pipeline_config: dict[str, Any] = {}
     config_hash: str | None = None
     # Per stage, per source: received/kept/removed counts and reasons (see pipeline stats).
-    funnel: dict = {}
+    funnel: dict[str, Any] = {}
     # Store-level statistics from later stages (domain labels, bucket score ranges, ...).
-    stats: dict = {}
+    stats: dict[str, Any] = {}
     # External evaluation sets under sets/<name>/ (left out of the file when there are none).
     sets: dict[str, EvalSetSummary] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
     # Other files the store carries (the fitted models under models/): relative path -> sha256.
@@ -422,7 +426,7 @@ class Store:
                 problems.append(f"{path}: sha256 differs from the one {owner} pins (altered or replaced)")
         return problems
 
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         """The store's `tokenizers.Tokenizer`, parsed from bytes that match store.json's fingerprint (an
         altered tokenizer.json changes every decoded text and every bits-per-byte figure, silently)."""
         info = self.manifest.tokenizer
@@ -443,7 +447,7 @@ class Store:
         return Tokenizer.from_str(raw.decode("utf-8"))
 
 
-def store_tokenizer(path: Path | str):
+def store_tokenizer(path: Path | str) -> Tokenizer:
     """The tokenizer at a store's `tokenizer/tokenizer.json`, checked against the store.json beside it
     (`Store.tokenizer`): what the loader, evaluation and samples read tokenizers through."""
     path = Path(path)
@@ -624,7 +628,7 @@ class ShardSequence:
         sources: dict[str, SourceCounts] | None = None,
     ):
         self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
-        self.shards: list = list(shards)
+        self.shards: list[ShardInfo] = list(shards)
         self.writer: ShardWriter | None = None
         self.in_shard = 0
         self.in_writer = 0  # documents in the open shard
@@ -646,7 +650,7 @@ class ShardSequence:
             self.shards.append(self.writer.close())
             self.writer, self.in_shard, self.in_writer = None, 0, 0
 
-    def close(self) -> list:
+    def close(self) -> list[ShardInfo]:
         if self.writer is not None:
             self.shards.append(self.writer.close())
             self.writer = None

@@ -7,11 +7,15 @@ domain's label (its distinctive terms) under `stats.domains.labels`, keyed `cNN`
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.store.format import StoreManifest
 
 DOMAIN = re.compile(r"(c\d+)(q\d+)?")
 
 
-def domain_labels(manifest) -> dict[str, str]:
+def domain_labels(manifest: StoreManifest) -> dict[str, str]:
     """`cNN` -> label, from a store manifest's stats (empty without domains)."""
     return dict(manifest.stats.get("domains", {}).get("labels", {}))
 

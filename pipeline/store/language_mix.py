@@ -8,13 +8,21 @@ that it does. Light (no datatrove), like the rest of `pipeline.store`.
 from __future__ import annotations
 
 import re
+from typing import TypedDict
 
 from pipeline.store.format import Store
 
 BUCKET = re.compile(r"^(?:c\d+)?(q\d+)$")
 
 
-def bucket_language_mix(store: Store) -> dict:
+class LanguageMix(TypedDict):
+    """Documents per language: the corpus's, and each quality bucket's."""
+
+    corpus: dict[str, int]
+    buckets: dict[str, dict[str, int]]
+
+
+def bucket_language_mix(store: Store) -> LanguageMix:
     """{"corpus": {language: documents}, "buckets": {"q0": {language: documents}, …}}; empty without buckets."""
     corpus: dict[str, int] = {}
     buckets: dict[str, dict[str, int]] = {}
@@ -36,7 +44,7 @@ def bucket_language_mix(store: Store) -> dict:
     }
 
 
-def share_ratios(mix: dict, min_documents: int = 50) -> dict[str, dict[str, float]]:
+def share_ratios(mix: LanguageMix, min_documents: int = 50) -> dict[str, dict[str, float]]:
     """Per bucket, each language's share of the bucket over its share of the corpus (languages >= min_documents)."""
     corpus = mix["corpus"]
     total = sum(corpus.values())

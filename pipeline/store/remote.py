@@ -17,6 +17,7 @@ disk (`publish_store`); the driver lists no shard.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
 MARKER = "store.json"  # written last: a store version is at a URL only once this object is
 
 
-def remote_fs(url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS) -> tuple[Any, str]:
+def remote_fs(
+    url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
+) -> tuple[Any, str]:
     """The filesystem and root of `url`, its calls limited by `limits` (one retry layer: `millrace.remote_calls`)."""
     return remote_calls.limited_fs(url, storage_options, limits)
 
@@ -83,7 +86,9 @@ def present(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, 
     return {path: int(info.get("size", -1)) for path, info in listing.items()}
 
 
-def copy_store(local: Path, url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS) -> int:
+def copy_store(
+    local: Path, url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
+) -> int:
     """Upload the store version at `local` to `url`, resuming an interrupted copy; returns the number of files
     copied (0: the URL already held this store version)."""
     if not (local / MARKER).exists():
@@ -125,14 +130,16 @@ def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limit
             raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of {source} ({size} bytes)")
 
 
-def same_profile(source_url: str, source_options: dict, url: str, options: dict) -> bool:
+def same_profile(
+    source_url: str, source_options: Mapping[str, object], url: str, options: Mapping[str, object]
+) -> bool:
     """Whether one URL's objects can be copied to the other's on the server: the same protocol and the same
     storage options (the same credentials and endpoint)."""
     return source_url.split("://", 1)[0] == url.split("://", 1)[0] and (source_options or {}) == (options or {})
 
 
 def publish_store(
-    local: Path, url: str, storage_options: dict | None = None, limits: CallLimits = WRITE_LIMITS
+    local: Path, url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
 ) -> int:
     """The store version at `url`, once its tasks published their shards there (`PublishShards`): the manifests
     at `local` (no shard there) go up, `store.json` last; returns the number of files uploaded (0: the URL
@@ -162,7 +169,9 @@ class PublishShards(PipelineStep):
     name = "📤 publish shards"
     type = "📤 - PUBLISH"
 
-    def __init__(self, source_url: str, source_options: dict, url: str, storage_options: dict):
+    def __init__(
+        self, source_url: str, source_options: Mapping[str, object], url: str, storage_options: Mapping[str, object]
+    ):
         super().__init__()
         self.source_url, self.source_options = source_url, source_options
         self.url, self.storage_options = url, storage_options

@@ -22,12 +22,16 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
 from millrace.artifacts import atomic_output, read_artifact, sha256_file
 from millrace.errors import ArtifactError
 from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION
+
+if TYPE_CHECKING:  # pyarrow loads when a sidecar is read or written
+    import pyarrow as pa
 
 TRACE_FILE = "documents.parquet"  # the one sidecar of stores built before the per-task parts
 COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin", "position")
@@ -36,14 +40,34 @@ COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin
 HELD_OUT_PREFIX = "held-out-documents"  # the held-out documents' parts, beside the training documents' ones
 HELD_OUT_KEY = "held_out_trace"  # their list in the cell manifest's stats
 
+# A part with its row, shard and token offsets in the cell (`_parts`); a store's single legacy sidecar has
+# `documents` None and no digest.
+PlacedPart = dict[str, Any]
+# A sidecar row: COLUMNS' values of one document, as pyarrow's `to_pylist` gives them.
+TraceRow = dict[str, Any]
+
+
+class TracePart(TypedDict):
+    """One task's sidecar part as the cell manifest lists it (`stats["trace"]["parts"]`)."""
+
+    file: str
+    sha256: str
+    documents: int
+    shards: int
+    tokens: int
+
 
 def part_name(task: int, prefix: str = "documents") -> str:
     return f"{prefix}-{task:05d}.parquet"
 
 
 def write_trace_part(
-    cell_dir: Path, task: int, columns: dict[str, np.ndarray | list], shards: int, prefix: str = "documents"
-) -> dict:
+    cell_dir: Path,
+    task: int,
+    columns: dict[str, np.ndarray | list[int] | list[str]],
+    shards: int,
+    prefix: str = "documents",
+) -> TracePart:
     """Write one task's sidecar of a cell atomically (`prefix`: `HELD_OUT_PREFIX` for its held-out documents);
     returns its entry in `stats["trace"]["parts"]` (or `stats[HELD_OUT_KEY]["parts"]`)."""
     import pyarrow as pa
@@ -65,7 +89,7 @@ def write_trace_part(
     }
 
 
-def _parts(cell_dir: Path, key: str = "trace") -> list[dict]:
+def _parts(cell_dir: Path, key: str = "trace") -> list[PlacedPart]:
     """The cell's sidecar parts in store order (`key`: `HELD_OUT_KEY` for the held-out documents'), each with
     its row, shard and token offsets."""
     manifest = Path(cell_dir) / "cell.json"
@@ -87,8 +111,9 @@ def _parts(cell_dir: Path, key: str = "trace") -> list[dict]:
     return _with_offsets(trace["parts"])
 
 
-def _with_offsets(listed: list[dict]) -> list[dict]:
-    parts, row, shard, token = [], 0, 0, 0
+def _with_offsets(listed: list[TracePart]) -> list[PlacedPart]:
+    parts: list[PlacedPart] = []
+    row, shard, token = 0, 0, 0
     for part in listed:
         parts.append({**part, "row": row, "shard": shard, "token": token})
         row, shard, token = row + part["documents"], shard + part["shards"], token + part["tokens"]
@@ -121,7 +146,7 @@ def _part_matches(path: str, expected: str, size: int, mtime_ns: int) -> bool:
     return sha256_file(Path(path)) == expected
 
 
-def _read_part(cell_dir: Path, part: dict, rows: list[int] | None = None):
+def _read_part(cell_dir: Path, part: PlacedPart, rows: list[int] | None = None) -> pa.Table:
     """A part's rows (all, or those at `rows` within it) with shard and token_start made cell-wide."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -140,7 +165,7 @@ def _read_part(cell_dir: Path, part: dict, rows: list[int] | None = None):
     return table
 
 
-def read_trace(cell_dir: Path, held_out: bool = False):
+def read_trace(cell_dir: Path, held_out: bool = False) -> pa.Table:
     """The whole sidecar of a cell as one pyarrow table (for tools and tests; `document_rows` reads less); with
     `held_out`, that of its held-out documents (shard and document over its validation shards; empty when none)."""
     import pyarrow as pa
@@ -153,24 +178,26 @@ def read_trace(cell_dir: Path, held_out: bool = False):
     return pa.concat_tables([_read_part(cell_dir, part) for part in _parts(cell_dir)])
 
 
-def documents_in_window(cell_dir: Path, start: int, stop: int) -> list[dict]:
+def documents_in_window(cell_dir: Path, start: int, stop: int) -> list[TraceRow]:
     """The sidecar rows of the documents that tokens [start, stop) of the cell's stream belong to."""
     table = read_trace(cell_dir)
     starts = table.column("token_start").to_numpy()
     first = max(int(np.searchsorted(starts, start, side="right")) - 1, 0)
     last = int(np.searchsorted(starts, stop, side="left"))
-    return table.slice(first, last - first).to_pylist()
+    rows: list[TraceRow] = table.slice(first, last - first).to_pylist()
+    return rows
 
 
-def document_rows(cell_dir: Path, rows: list[int]) -> list[dict]:
+def document_rows(cell_dir: Path, rows: list[int]) -> list[TraceRow]:
     """The sidecar rows at these store-order positions (row = documents in earlier shards + index in its
     shard), reading only the parts that hold them."""
     parts = _parts(cell_dir)
     if parts[0]["documents"] is None:  # a store with one sidecar file
-        return _read_part(cell_dir, parts[0], rows).to_pylist()
+        whole: list[TraceRow] = _read_part(cell_dir, parts[0], rows).to_pylist()
+        return whole
     starts = np.asarray([p["row"] for p in parts])
     owner = np.searchsorted(starts, np.asarray(rows, dtype=np.int64), side="right") - 1
-    found: dict[int, dict] = {}
+    found: dict[int, TraceRow] = {}
     for index in sorted(set(owner.tolist())):
         wanted = [i for i, o in enumerate(owner.tolist()) if o == index]
         local = [rows[i] - parts[index]["row"] for i in wanted]

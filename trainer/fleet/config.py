@@ -70,6 +70,11 @@ class FleetConfig(StrictModel):
     threads: int = pydantic.Field(
         0, ge=0, description="CPU threads per job (OMP_NUM_THREADS); 0: this machine's cores / concurrency"
     )
+    reuse_processes: bool = pydantic.Field(
+        True,
+        description="local: each of the `concurrency` processes imports the trainer once and trains its jobs one "
+        "after another (false: a fresh `millrace train` process per job, seconds of imports each)",
+    )
     nproc_per_node: int = pydantic.Field(1, ge=1, description="torchrun: ranks per job")
     stop_seconds: float = pydantic.Field(
         120.0, gt=0, description="after SIGINT/SIGTERM, how long a job has to write its checkpoint before SIGKILL"

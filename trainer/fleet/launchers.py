@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
@@ -29,7 +29,7 @@ class Handle:
 
     run: str
     log: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     ref: Any = None  # a Ray object ref
     job_id: str = ""  # a Slurm job id
     extra: dict[str, Any] = field(default_factory=dict)
@@ -47,8 +47,11 @@ class Launcher(Protocol):
     def kill(self, handle: Handle) -> None:
         """End it now (after `stop` went unheeded)."""
 
+    def close(self) -> None:
+        """The fleet is done: release what the launcher holds (the local executor's worker processes)."""
 
-def open_log(log: Path, line: str):
+
+def open_log(log: Path, line: str) -> BinaryIO:
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "ab")  # noqa: SIM115 - the child process holds it
     out.write(line.encode() + b"\n")
@@ -56,7 +59,7 @@ def open_log(log: Path, line: str):
     return out
 
 
-def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """The command in its own session (a terminal's Ctrl-C reaches the fleet only; it forwards SIGTERM), its
     stdout and stderr appended to `log`."""
     with open_log(log, "$ " + " ".join(command)) as out:
@@ -65,7 +68,7 @@ def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pope
         )
 
 
-def signal_group(process: subprocess.Popen, signum: int) -> None:
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     """The signal to the job's whole process group (torchrun's ranks too)."""
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -102,6 +105,9 @@ class ProcessLauncher:
         assert handle.process is not None
         signal_group(handle.process, signal.SIGKILL)
         handle.process.wait()
+
+    def close(self) -> None:
+        pass
 
 
 def ray_job(command: list[str], env: dict[str, str], log: str) -> int:
@@ -149,6 +155,9 @@ class RayLauncher:
 
     def kill(self, handle: Handle) -> None:
         self.ray.cancel(handle.ref, force=True)
+
+    def close(self) -> None:
+        pass
 
 
 class SlurmLauncher:
@@ -201,8 +210,16 @@ class SlurmLauncher:
     def kill(self, handle: Handle) -> None:
         subprocess.run(["scancel", handle.job_id], capture_output=True)
 
+    def close(self) -> None:
+        pass
 
-def launcher_for(fleet: FleetConfig) -> Launcher:
+
+def launcher_for(fleet: FleetConfig, jobs: int = 1) -> Launcher:
+    """The executor's launcher, for about `jobs` jobs (the local workers started: no more than it needs)."""
+    if fleet.executor == "local" and fleet.reuse_processes:
+        from trainer.fleet.pool import PoolLauncher
+
+        return PoolLauncher(min(fleet.concurrency, max(1, jobs)))
     if fleet.executor == "ray":
         return RayLauncher(fleet)
     if fleet.executor == "slurm":

@@ -9,11 +9,12 @@ failed job is one line naming the run and its log file; the others go on; `check
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,9 +84,11 @@ def run_jobs(
     progress: bool = False,
     on_done: Callable[[str], None] | None = None,
     on_outcome: Callable[[JobOutcome], None] | None = None,
+    launcher: Launcher | None = None,
 ) -> list[JobOutcome]:
     """Train `jobs` on `fleet`; returns one outcome per job, in the jobs' order. `on_done(run)` is called as
-    each job completes or is found finished, `on_outcome(outcome)` as each job ends in any way. Raises
+    each job completes or is found finished, `on_outcome(outcome)` as each job ends in any way. `launcher`:
+    one from `launching` that outlives this call (its workers train the next call's jobs too). Raises
     `Interrupted` (130) / `Terminated` (143) when stopped."""
     check_jobs(jobs)
     report = Report(len(jobs), on_done, on_outcome, progress)
@@ -98,13 +101,34 @@ def run_jobs(
         else:
             pending.append(job)
     if pending and fleet.executor == "in-process":
+        from trainer.checkpoint_memo import keeping_loaded
         from trainer.fleet.in_process import run_in_process
 
-        for job in pending:
-            report(outcomes, run_in_process(home, job, threads_per_job(fleet), job_log(home, job)))
+        with keeping_loaded():  # proxies branched from one checkpoint read it once
+            for job in pending:
+                report(outcomes, run_in_process(home, job, threads_per_job(fleet), job_log(home, job)))
+    elif pending and launcher is not None:
+        Fleet(home, fleet, launcher, len(jobs)).run(pending, outcomes, report)
     elif pending:
-        Fleet(home, fleet, launcher_for(fleet), len(jobs)).run(pending, outcomes, report)
+        with launching(fleet, len(pending)) as own:
+            assert own is not None
+            Fleet(home, fleet, own, len(jobs)).run(pending, outcomes, report)
     return [outcomes[job.run] for job in jobs]
+
+
+@contextlib.contextmanager
+def launching(fleet: FleetConfig, jobs: int) -> Iterator[Launcher | None]:
+    """The fleet's launcher for about `jobs` jobs over one or more `run_jobs` calls (a swarm's shared
+    checkpoint, then its proxies, on the same workers); what it holds is released at the end. None for the
+    in-process executor."""
+    if fleet.executor == "in-process":
+        yield None
+        return
+    launcher = launcher_for(fleet, jobs)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
 
 
 @dataclass
@@ -158,7 +182,9 @@ class Fleet:
         self.home, self.fleet, self.launcher, self.total = home, fleet, launcher, total
         self.running: dict[str, tuple[TrainingJob, Handle, float]] = {}
         self.env = {"OMP_NUM_THREADS": str(threads_per_job(fleet)), "PYTHONUNBUFFERED": "1"}
-        self.interval = fleet.slurm.poll_seconds if fleet.executor == "slurm" else 0.1
+        # how often jobs are asked whether they ended: squeue is a call to the cluster; a local worker's answer
+        # is a read of a pipe, and a slot left idle after its job is time the swarm does not train
+        self.interval = {"slurm": fleet.slurm.poll_seconds, "local": 0.02}.get(fleet.executor, 0.1)
 
     def run(self, pending: list[TrainingJob], outcomes: dict[str, JobOutcome], report: Report) -> None:
         queue = list(pending)

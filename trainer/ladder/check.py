@@ -15,6 +15,7 @@ from millrace.home import Home
 from trainer.ladder.ladder_fit import fit_ladder
 from trainer.ladder.results import metric_value
 from trainer.ladder.run import run_ladder
+from trainer.ladder.scaling_law import FitReport
 from trainer.records import RungResult
 
 
@@ -27,13 +28,13 @@ class Check:
     low: float | None  # no interval without degrees of freedom
     high: float | None
     measured: float
-    fit: dict
+    fit: FitReport
 
     @property
     def error(self) -> float:
         return self.predicted - self.measured
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {
             "ladder": self.ladder,
             "target": self.target,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import click
 
@@ -13,6 +13,9 @@ from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from trainer.fleet.config import Executor
 from trainer.records import RungResult
+
+if TYPE_CHECKING:  # numpy and scipy load when a fit runs, not for every ladder command
+    from trainer.ladder.scaling_law import FitReport
 
 LADDER_HELP = """Plan, train, fit and compare scaling ladders: rungs of one model family on one revision.
 
@@ -276,7 +279,7 @@ def fit_command(
     echo_fit(report)
 
 
-def echo_fit(report: dict) -> None:
+def echo_fit(report: FitReport) -> None:
     p = report["params"]
     click.echo(f"{report['form']}  ({report['asymptote']} L_inf, metric {report.get('metric') or 'loss'})")
     click.echo(

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
 
 from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
-from trainer.ladder.scaling_law import LEVEL, fit_report
+from trainer.ladder.scaling_law import LEVEL, FitReport, fit_report
 from trainer.records import LadderRecord
 
 
@@ -30,7 +29,7 @@ def fit_ladder(
     revision: str | None = None,
     save: bool = True,
     level: float = LEVEL,
-) -> dict[str, Any]:
+) -> FitReport:
     """Fit the ladder's rungs of `revision` (default its own), with prediction intervals at `level`; the
     report is stored under fits/<revision> (under the ladder's writer lock)."""
     with ladder_writer(home, ladder) if save else nullcontext():
@@ -47,7 +46,7 @@ def _fit_ladder(
     revision: str | None,
     save: bool,
     level: float,
-) -> dict[str, Any]:
+) -> FitReport:
     body = read_ladder(home, ladder)
     metric = metric or body.metric or "loss.macro"
     revision = revision or body.plan.revision

@@ -138,12 +138,13 @@ def rung_lr(spec: LadderSpec, config: TrainConfig, batch: int, seq_len: int, ste
     rule = spec.rules.lr
     if rule is None:
         return config.optimizer.lr
-    return (
+    lr: float = (
         rule.base
         * (config.model.d_model / rule.d_model_ref) ** rule.width_exponent
         * (batch * seq_len / rule.batch_tokens_ref) ** rule.batch_exponent
         * (steps / rule.steps_ref) ** rule.steps_exponent
     )
+    return lr
 
 
 def size_rung(

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from millrace.errors import ConfigError
-from trainer.ladder.results import EVAL_FILE, metric_value, recorded_final_eval
+from trainer.ladder.results import metric_value, recorded_final_eval
 from trainer.ladder.scaling_law import Point
-from trainer.records import LadderRecord
+from trainer.records import EVAL_FILE, LadderRecord
 
 
 def ladder_points(body: LadderRecord, metric: str, revision: str, runs_root: Path) -> list[Point]:

@@ -37,6 +37,9 @@ LEVEL = 0.9
 METHOD = "delta method (least_squares Jacobian), residual variance, Student t"
 LOG_A_LIMIT = 700.0  # |ln A| past this has no float A (exp overflows at 709.8): the fit has diverged
 
+# What `ladder fit --json` prints and ladder.json keeps per revision (`fit_report`): JSON of many shapes.
+FitReport = dict[str, Any]
+
 
 def saturating_exp(x: float) -> float:
     """exp, infinite past the float range rather than raising: a rising law far from its points."""
@@ -73,7 +76,7 @@ class Law:
             return math.inf
         return saturating_exp((math.log(self.A) - math.log(loss - self.L_inf)) / self.alpha)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, float]:
         return {"L_inf": self.L_inf, "A": self.A, "alpha": self.alpha}
 
 
@@ -159,7 +162,8 @@ def least_squares_law(
         first, lower, upper = [a0, alpha0], [-limit, -np.inf], [limit, np.inf]
 
         def residuals(t: np.ndarray) -> np.ndarray:
-            return asymptote + np.exp(t[0] - t[1] * x) - y
+            gap: np.ndarray = asymptote + np.exp(t[0] - t[1] * x) - y
+            return gap
 
         def jacobian(t: np.ndarray) -> np.ndarray:
             power = np.exp(t[0] - t[1] * x)
@@ -170,7 +174,8 @@ def least_squares_law(
         first, lower, upper = [min(floor, top * 0.999), a0, alpha0], [0.0, -limit, -np.inf], [top, limit, np.inf]
 
         def residuals(t: np.ndarray) -> np.ndarray:
-            return t[0] + np.exp(t[1] - t[2] * x) - y
+            gap: np.ndarray = t[0] + np.exp(t[1] - t[2] * x) - y
+            return gap
 
         def jacobian(t: np.ndarray) -> np.ndarray:
             power = np.exp(t[1] - t[2] * x)
@@ -201,8 +206,8 @@ def fit_law(points: list[Point], asymptote: float | None = None, where: str = "f
     return solve_law(points, asymptote, where)[0]
 
 
-def groups(points: list[Point], key: str) -> dict:
-    found: dict = {}
+def groups(points: list[Point], key: str) -> dict[str | int | float, list[Point]]:
+    found: dict[str | int | float, list[Point]] = {}
     for p in points:
         found.setdefault(getattr(p, key) if getattr(p, key) is not None else p.flops, []).append(p)
     return found
@@ -233,7 +238,7 @@ def refits(points: list[Point], asymptote: float | None) -> tuple[list[tuple[str
     return found, diverged
 
 
-def leave_one_out(points: list[Point], alternatives: list[tuple[str, Law]]) -> list[dict]:
+def leave_one_out(points: list[Point], alternatives: list[tuple[str, Law]]) -> list[dict[str, str | float | None]]:
     """Per rung whose refit without it is among `alternatives` (see `refits`): that law's prediction there,
     and its error against the rung's mean."""
     laws = dict(alternatives)
@@ -264,7 +269,7 @@ def predict(
     flops: float,
     name: str | None = None,
     level: float = LEVEL,
-) -> dict:
+) -> dict[str, str | float | None]:
     """The law's prediction at `flops`, its prediction interval at `level` (None without degrees of
     freedom), and the range of the refits' predictions there (those that stay finite)."""
     loss = law.loss(flops)
@@ -340,7 +345,7 @@ def fit_report(
     where: str = "fit",
     metric: str | None = None,
     level: float = LEVEL,
-) -> dict:
+) -> FitReport:
     """Everything `ladder fit --json` prints: the form, parameters, residuals, leave-one-out, predictions
     with their intervals at `level`, and warnings."""
     if not 0 < level < 1:
@@ -378,5 +383,5 @@ def fit_report(
     }
 
 
-def law_of(report: dict) -> Law:
+def law_of(report: FitReport) -> Law:
     return Law(**report["params"])

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.flops import flops_per_token
 from trainer.search.fingerprint import components_of
@@ -36,8 +37,21 @@ from trainer.search.spec import Search
 
 
 def search_components(search: Search) -> list[Component]:
+    """The search's columns; fewer than two is one line (with one component there is no mixture to choose)."""
     cells = [name for name, cell in search.base.manifest.cells.items() if cell.sequences_available > 0]
-    return components_of(search.base.store, cells, search.spec.components.tail_tokens)
+    components = components_of(search.base.store, cells, search.spec.components.tail_tokens)
+    if len(components) < 2:
+        store = search.base.store
+        held = f"one cell with training data ({cells[0]})" if cells else "no cell with training data"
+        if len(cells) > 1:
+            tail = search.spec.components.tail_tokens
+            held = f"{len(cells)} cells, all under components.tail_tokens = {tail:,} and merged into one tail"
+        raise ConfigError(
+            f"{search.path}: store {store.name}/{store.version} gives {search.spec.mixture.mixture}/"
+            f"{search.spec.mixture.revision} {held}; a search chooses weights between 2 or more components, so "
+            "there is nothing to choose: train the revision as it is"
+        )
+    return components
 
 
 def proxy_count(search: Search, components: int) -> int:
@@ -82,12 +96,31 @@ def sample_proxies(search: Search, components: list[Component], prior: np.ndarra
     spec = search.spec
     sequences = search.proxy_steps * search.base.manifest.global_batch
     bound = np.minimum(proxy_weight_bounds(search, components, sequences), spec.constraints.max_share)
+    check_room(search, components, bound, sequences)
     return sample_mixtures(
         prior,
         proxy_count(search, len(components)),
         spec.sampling.seed,
         concentrations=tuple(spec.sampling.concentrations),
         max_weight=bound,
+    )
+
+
+def check_room(search: Search, components: list[Component], bound: np.ndarray, sequences: int) -> None:
+    """Bounds that leave no mixture (shares summing to under 1) as one line naming the field that binds."""
+    room = float(bound[0].sum())
+    if room >= 1.0 - 1e-9:
+        return
+    share = search.spec.constraints.max_share
+    if len(components) * share < 1.0:
+        raise ConfigError(
+            f"{search.path}: field 'constraints.max_share' {share:g}: {len(components)} components at most "
+            f"{share:g} each cannot make a mixture; raise it to at least {1 / len(components):.3g}"
+        )
+    raise ConfigError(
+        f"{search.path}: field 'proxies.tokens': a proxy's {sequences:,} sequences would take the "
+        f"{len(components)} components past the baseline's epoch cap ({search.base.revision.epoch_cap:g}; they "
+        f"hold room for {room:.0%} of it); lower proxies.tokens"
     )
 
 

@@ -166,13 +166,15 @@ class _Polytope:
         if target is not None:
             blocks.append((np.asarray(target, dtype=float).ravel(), np.ones(target.size)))
         a_ub, b_ub, a_eq, b_eq, c = self._system(blocks, cost)
-        result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
+        # scipy-stubs type A_ub and A_eq as dense arrays; HiGHS takes sparse ones, as scipy's docs say
+        result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")  # type: ignore[call-overload]
         if result.status == 2:
             raise ConfigError(_infeasible(self.constraints))
         if result.status != 0:
             raise ConfigError(f"propose: the linear programme did not solve ({result.message})")
         mixture = np.clip(self.basis @ result.x[: self.basis.shape[1]], 0.0, None).reshape(self.shape)
-        return mixture / mixture.sum(axis=1, keepdims=True)
+        shares: np.ndarray = mixture / mixture.sum(axis=1, keepdims=True)
+        return shares
 
     def _system(
         self, blocks: list[tuple[np.ndarray, np.ndarray]], cost: np.ndarray | None
@@ -295,7 +297,8 @@ def _search(surrogate: Surrogate, anchors: np.ndarray, rng: np.random.Generator)
         scores = surrogate.predict(local.reshape(-1, *anchors.shape[1:]))
         if scores.min() < best_score:
             best, best_score = local[int(np.argmin(scores))], float(scores.min())
-    return best.reshape(anchors.shape[1:])
+    proposal: np.ndarray = best.reshape(anchors.shape[1:])
+    return proposal
 
 
 def propose(

@@ -133,7 +133,8 @@ def baseline_weights(manifest: BuiltManifest, step: int, components: list[Compon
     holding = next((p for p in manifest.phases if p.start_step <= step < p.start_step + p.steps), manifest.phases[-1])
     chosen = [holding, manifest.phases[-1]][:count]
     rows = np.array([[sum(p.declared_weights.get(cell, 0.0) for cell in c.cells) for c in components] for p in chosen])
-    return rows / rows.sum(axis=1, keepdims=True)
+    shares: np.ndarray = rows / rows.sum(axis=1, keepdims=True)
+    return shares
 
 
 def drawn_before(search: Search, components: list[Component]) -> np.ndarray:

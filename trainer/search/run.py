@@ -9,6 +9,7 @@ again, and one killed mid-way resumes from its own checkpoint, else from the bra
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from millrace.home import Home
 from millrace.writer_lock import WriterLock
 from trainer.fleet import check_outcomes
 from trainer.fleet.config import JobOutcome, TrainingJob
+from trainer.fleet.launchers import Launcher
 from trainer.records import read_eval, read_metrics, read_run
 from trainer.search.records import (
     PROXIES_FILE,
@@ -81,15 +83,26 @@ def train_jobs(
     search: Search,
     progress: bool,
     on_outcome: Callable[[JobOutcome], None] | None,
+    launcher: Launcher | None = None,
 ) -> list[JobOutcome]:
     """Train `jobs` on the search's fleet (`[fleet]`: in-process, local processes, torchrun, Ray or Slurm);
-    finished runs are skipped, killed ones resume; Ctrl-C / SIGTERM stop them all."""
+    finished runs are skipped, killed ones resume; Ctrl-C / SIGTERM stop them all. `launcher`: the search's
+    (`launching`), whose local workers train the shared checkpoints and then the runs branched from them."""
     from trainer.fleet import run_jobs
 
-    return run_jobs(home, jobs, search.fleet, progress=progress, on_outcome=on_outcome)
+    return run_jobs(home, jobs, search.fleet, progress=progress, on_outcome=on_outcome, launcher=launcher)
 
 
-def shared_checkpoints(home: Home, search: Search, seeds: Sequence[int], progress: bool) -> dict[int, str]:
+def launching(search: Search, jobs: int) -> contextlib.AbstractContextManager[Launcher | None]:
+    """The search's fleet launcher for about `jobs` jobs (`trainer.fleet.run.launching`)."""
+    from trainer.fleet.run import launching
+
+    return launching(search.fleet, jobs)
+
+
+def shared_checkpoints(
+    home: Home, search: Search, seeds: Sequence[int], progress: bool, launcher: Launcher | None = None
+) -> dict[int, str]:
     """Train the baseline to the branch step once per seed (those not there yet); returns seed -> run."""
     from trainer import checkpoint as ckpt
     from trainer.search.plan import shared_run
@@ -103,7 +116,7 @@ def shared_checkpoints(home: Home, search: Search, seeds: Sequence[int], progres
             jobs.append(TrainingJob(run, config, None, search.branch_step))
             log.info("search %s: shared checkpoint %s: the baseline to step %d", search.name, run, search.branch_step)
     if jobs:
-        check_outcomes(train_jobs(home, jobs, search, progress, None))
+        check_outcomes(train_jobs(home, jobs, search, progress, None, launcher))
     return runs
 
 
@@ -173,11 +186,12 @@ def run_swarm(
     """Train the proxies not yet done (under the search's writer lock); returns every row, in plan order.
     Each proxy's row is written as it ends; a proxy that fails is recorded as failed (its error kept) and the
     command then fails naming the first."""
-    with search_writer(search):
-        base = shared_checkpoints(home, search, [0], progress)[0]
+    with search_writer(search), contextlib.ExitStack() as stack:
         rows = read_rows(search)
         done = {r.proxy for r in rows if r.status == "done" and completed(home, r.run)}
         pending = [p for p in plan.proxies if p.proxy not in done]
+        launcher = stack.enter_context(launching(search, 1 + len(pending)))
+        base = shared_checkpoints(home, search, [0], progress, launcher)[0]
         manifests = {p.run: build_proxy(home, search, plan.components, p) for p in pending}
         by_run = {p.run: p for p in pending}
         if pending:
@@ -192,7 +206,7 @@ def run_swarm(
                 on_row(row)
 
         jobs = [TrainingJob(p.run, job_config(search, p.revision, 0, p.run), base) for p in pending]
-        outcomes = train_jobs(home, jobs, search, progress, ended)
+        outcomes = train_jobs(home, jobs, search, progress, ended, launcher)
         order = {p.proxy: i for i, p in enumerate(plan.proxies)}
         check_outcomes(outcomes)
         return sorted(rows, key=lambda r: order.get(r.proxy, len(order)))

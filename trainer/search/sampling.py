@@ -3,8 +3,11 @@
 Each draw is a Dirichlet around the prior's shares, its concentration scaled per draw (small scales give
 sparse, far-off mixtures; large ones stay near the prior), so the swarm covers both the neighbourhood of
 the prior and the corners a surrogate must learn. Components with a zero prior share stay at zero. The
-epoch cap reaches the draws as per-component upper bounds: each phase is projected (Euclidean) onto
-{0 <= w <= max_weight, sum w = 1}, so no proxy trains a mixture the full run could not afford.
+epoch cap reaches the draws as per-component upper bounds. A draw outside them is drawn again, as RegMix
+rejects it (up to `REDRAWS` times), and only one still outside is projected (Euclidean) onto
+{0 <= w <= max_weight, sum w = 1}, so no proxy trains a mixture the full run could not afford. Projecting at
+once would put every far draw on the same face of the bounds: with two components and a 60% cap, a default
+swarm of four proxies trained one mixture four times.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from millrace.errors import ConfigError
 
 CONCENTRATIONS = (0.1, 0.3, 1.0, 3.0, 5.0)
 SIMPLEX_TOLERANCE = 1e-6
+REDRAWS = 64  # rounds of redrawing the draws outside the bounds before the rest are projected
 
 
 def check_prior(prior: np.ndarray, name: str = "prior") -> np.ndarray:
@@ -50,7 +54,8 @@ def project_capped_simplex(points: np.ndarray, upper: np.ndarray) -> np.ndarray:
         low = np.where(above, middle, low)
         high = np.where(above, high, middle)
     projected = np.clip(points - 0.5 * (low + high), 0.0, upper)
-    return projected / projected.sum(axis=-1, keepdims=True)
+    shares: np.ndarray = projected / projected.sum(axis=-1, keepdims=True)
+    return shares
 
 
 def _dirichlet(rng: np.random.Generator, shares: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -62,7 +67,8 @@ def _dirichlet(rng: np.random.Generator, shares: np.ndarray, scales: np.ndarray)
     totals = draws.sum(axis=2, keepdims=True)
     for row, phase in np.argwhere(totals[..., 0] <= 0):  # every gamma underflowed: the sparsest draw
         draws[row, phase, rng.choice(shares.shape[1], p=shares[phase])] = 1.0
-    return draws / draws.sum(axis=2, keepdims=True)
+    normalised: np.ndarray = draws / draws.sum(axis=2, keepdims=True)
+    return normalised
 
 
 def sample_mixtures(
@@ -90,4 +96,10 @@ def sample_mixtures(
     if upper.shape != shares.shape:
         raise ConfigError(f"max_weight: expected shape {shares.shape}, got {upper.shape}")
     upper = np.where(shares > 0, upper, 0.0)  # the projection must not move weight onto unsampled components
+    if upper.sum(axis=1).min() >= 1.0 - SIMPLEX_TOLERANCE:  # else the projection below says why nothing fits
+        for _ in range(REDRAWS):
+            outside = np.flatnonzero((draws > upper).any(axis=(1, 2)))
+            if not outside.size:
+                break
+            draws[outside] = _dirichlet(rng, shares, rng.choice(scales, size=outside.size))
     return project_capped_simplex(draws.reshape(-1, shares.shape[1]), np.tile(upper, (n, 1))).reshape(draws.shape)

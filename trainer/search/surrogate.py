@@ -97,7 +97,9 @@ class LogLinear:
     kind: str = "log-linear"
 
     def predict(self, weights: np.ndarray) -> np.ndarray:
-        return np.exp(self.intercept + np.einsum("npc,pc->n", np.asarray(weights, dtype=float), self.coefficients))
+        linear = np.einsum("npc,pc->n", np.asarray(weights, dtype=float), self.coefficients)
+        predicted: np.ndarray = np.exp(self.intercept + linear)
+        return predicted
 
 
 @dataclass(frozen=True)

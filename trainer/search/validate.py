@@ -33,6 +33,7 @@ from trainer.search.revisions import continuing, prior_weights, weights_array, w
 from trainer.search.run import (
     final_results,
     job_config,
+    launching,
     phase_tokens,
     search_writer,
     shared_checkpoints,
@@ -120,13 +121,16 @@ def validate_search(
                 search, arm_revision(search, arm), weights, phase_tokens(search), plan.components, f"validation: {arm}"
             )
             write_and_build(home, search, revision)
-        bases = shared_checkpoints(home, search, spec.seeds, progress)
         planned = [(arm, seed, f"search-{search.name}-v-{arm}-s{seed}") for seed in spec.seeds for arm in arms]
-        jobs = [
-            TrainingJob(run, job_config(search, arm_revision(search, arm), seed, run), bases[seed])
-            for arm, seed, run in planned
-        ]
-        check_outcomes(train_jobs(home, jobs, search, progress, lambda o: on_run(o.run) if on_run else None))
+        with launching(search, len(spec.seeds) + len(planned)) as launcher:
+            bases = shared_checkpoints(home, search, spec.seeds, progress, launcher)
+            jobs = [
+                TrainingJob(run, job_config(search, arm_revision(search, arm), seed, run), bases[seed])
+                for arm, seed, run in planned
+            ]
+            check_outcomes(
+                train_jobs(home, jobs, search, progress, lambda o: on_run(o.run) if on_run else None, launcher)
+            )
         runs = [
             ValidationRun(
                 arm=arm,

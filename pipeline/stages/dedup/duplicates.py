@@ -120,7 +120,10 @@ class SignatureLookup:
         """Per pair, the share of signature values on which the two documents agree (a Jaccard estimate)."""
         keys = np.unique(np.concatenate([left, right]))
         signatures = self.signatures(keys)
-        return (signatures[np.searchsorted(keys, left)] == signatures[np.searchsorted(keys, right)]).mean(axis=1)
+        agreed: np.ndarray = (
+            signatures[np.searchsorted(keys, left)] == signatures[np.searchsorted(keys, right)]
+        ).mean(axis=1)
+        return agreed
 
 
 def removal_file(directory: Path | str, reason: str, part: int) -> Path:
@@ -284,7 +287,14 @@ def find_duplicates(options: DedupConfig, signatures: Path, components: Path, du
 class DropDuplicates(CountedStep):
     """A funnel step that drops the documents `find_duplicates` named for its reasons."""
 
-    def __init__(self, funnel_step: str, reasons: tuple[str, ...], duplicates: Path | str, funnel_dir, removed_dir):
+    def __init__(
+        self,
+        funnel_step: str,
+        reasons: tuple[str, ...],
+        duplicates: Path | str,
+        funnel_dir: Path | str,
+        removed_dir: Path | str,
+    ):
         self.name = f"🫂 {funnel_step}"
         super().__init__(funnel_step, funnel_dir, removed_dir, None)
         self.reasons = reasons

@@ -47,4 +47,5 @@ def found_in(values: np.ndarray, sorted_index: np.ndarray) -> np.ndarray:
     if sorted_index.size == 0:
         return np.zeros(values.size, dtype=bool)
     at = np.minimum(np.searchsorted(sorted_index, values), sorted_index.size - 1)
-    return sorted_index[at] == values
+    found: np.ndarray = sorted_index[at] == values
+    return found

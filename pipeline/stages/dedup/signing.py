@@ -75,7 +75,8 @@ class MinHasher:
         """[documents, bands] uint64 from [documents, bands*rows] uint32 signatures."""
         grouped = signatures.reshape(signatures.shape[0], self.bands, self.rows).astype(np.uint64)
         with np.errstate(over="ignore"):
-            return (grouped * self.band_weights).sum(axis=2, dtype=np.uint64)
+            banded: np.ndarray = (grouped * self.band_weights).sum(axis=2, dtype=np.uint64)
+        return banded
 
 
 EXACT = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("key", "<i8")])  # sorted by every field, in this order
@@ -103,7 +104,8 @@ def band_part(band: np.ndarray, hashes: np.ndarray, bands: int, parts: int) -> n
 
 def load_array(path: Path) -> np.ndarray:
     """A small `.npy` file whole, from the disk or in place on a staged task's work URL."""
-    return np.load(io.BytesIO(in_place.read_bytes(path)))
+    loaded: np.ndarray = np.load(io.BytesIO(in_place.read_bytes(path)))
+    return loaded
 
 
 def save_array(path: Path, array: np.ndarray) -> None:
@@ -200,7 +202,7 @@ class DedupSignatures(PipelineStep):
         with self.track_time():
             self._write(rank, np.asarray(keys, dtype=np.int64), hashes, signatures)
 
-    def _write(self, rank: int, keys: np.ndarray, hashes: list, signatures: list) -> None:
+    def _write(self, rank: int, keys: np.ndarray, hashes: list[tuple[int, int]], signatures: list[np.ndarray]) -> None:
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
         save_array(self.files.keys(rank), keys)

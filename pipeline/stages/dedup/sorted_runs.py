@@ -126,8 +126,10 @@ def sorted_records(records: np.ndarray) -> np.ndarray:
     return records[np.lexsort([records[name] for name in reversed(names)])]
 
 
-def _as_tuple(record: np.void) -> tuple:
-    return cast(tuple, record.item())  # a structured record's item is a tuple (numpy types it bytes | tuple)
+def _as_tuple(record: np.void) -> tuple[object, ...]:
+    return cast(
+        tuple[object, ...], record.item()
+    )  # a structured record's item is a tuple (numpy types it bytes | tuple)
 
 
 def merged(slices: Iterable[tuple[Path, int, int]], chunk: int | None = None) -> Iterator[np.ndarray]:
@@ -172,7 +174,9 @@ def merged(slices: Iterable[tuple[Path, int, int]], chunk: int | None = None) ->
 def group_firsts(batches: Iterable[np.ndarray], fields: tuple[str, ...]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """For a sorted stream of records with a `key` field: (first key, key) of every record that is not
     the first of its group (records equal on `fields`); the first has the group's smallest key."""
-    carry: tuple | None = None  # the last group of the batch before: its `fields` values and its first key
+    carry: tuple[object, ...] | None = (
+        None  # the last group of the batch before: its `fields` values and its first key
+    )
     carry_key = -1
     for batch in batches:
         n = batch.size

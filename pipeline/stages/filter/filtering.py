@@ -26,6 +26,7 @@ from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
 
 if TYPE_CHECKING:
     from datatrove.pipeline.extractors.base import ExtractorSandbox
+    from datatrove.pipeline.filters.base_filter import BaseFilter
     from py3langid.langid import LanguageIdentifier
 
 EXTRACT_TIMEOUT = 5.0  # seconds per document (datatrove's default of 1 s times out on a loaded machine)
@@ -87,7 +88,7 @@ class NormaliseStep(CountedStep):
 
     name = "😎 normalise"
 
-    def __init__(self, funnel_dir, removed_dir, sources: list[str] | None):
+    def __init__(self, funnel_dir: Path | str, removed_dir: Path | str, sources: list[str] | None):
         super().__init__("normalise", funnel_dir, removed_dir, None)
         from datatrove.pipeline.formatters import FTFYFormatter
 
@@ -117,7 +118,9 @@ class ExtractStep(CountedStep):
 
     name = "⛏ extract"
 
-    def __init__(self, funnel_dir, removed_dir, sources: list[str], timeout: float = EXTRACT_TIMEOUT):
+    def __init__(
+        self, funnel_dir: Path | str, removed_dir: Path | str, sources: list[str], timeout: float = EXTRACT_TIMEOUT
+    ):
         super().__init__("extract", funnel_dir, removed_dir, sources)
         from datatrove.pipeline.extractors import Trafilatura
 
@@ -154,13 +157,20 @@ class FilterStep(CountedStep):
     sources that list it, with the rules of each document's language where it takes them
     (`pipeline.stages.filter.language_rules`; English where none was identified)."""
 
-    def __init__(self, filter_name: str, options: dict, funnel_dir, removed_dir, sources: list[str]):
+    def __init__(
+        self,
+        filter_name: str,
+        options: dict[str, Any],
+        funnel_dir: Path | str,
+        removed_dir: Path | str,
+        sources: list[str],
+    ):
         self.name = f"🔻 {filter_name}"
         super().__init__(filter_name, funnel_dir, removed_dir, sources)
         self.filter_name, self.options = filter_name, options
-        self._filters: dict[str | None, Any] = {}
+        self._filters: dict[str | None, BaseFilter | None] = {}
 
-    def filter_for(self, language: str | None):
+    def filter_for(self, language: str | None) -> BaseFilter | None:
         """datatrove's filter with `language`'s rules (built once per language), or None where it does not apply."""
         if language not in self._filters:
             options = (
@@ -194,7 +204,7 @@ class LanguageStep(CountedStep):
 
     name = "🌐 language"
 
-    def __init__(self, funnel_dir, removed_dir, keep: dict[str, list[str] | None]):
+    def __init__(self, funnel_dir: Path | str, removed_dir: Path | str, keep: dict[str, list[str] | None]):
         super().__init__("language", funnel_dir, removed_dir, list(keep))
         self.keep = {source: None if langs is None else frozenset(langs) for source, langs in keep.items()}
 

@@ -38,10 +38,13 @@ import logging
 import sys
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import regex
 from datatrove.utils.word_tokenizers import SpaCyTokenizer, WhitespaceTokenizer, WordTokenizer, strip_strings
+
+if TYPE_CHECKING:
+    from spacy.language import Language
 
 RULES_FILE = Path(__file__).with_name("fineweb2_language_rules.json")
 ENGLISH = "en"
@@ -74,7 +77,8 @@ class CharacterWordTokenizer(WhitespaceTokenizer):
     WORD = regex.compile(rf"{UNSPACED_CHARACTER}|[^\s\p{{P}}\p{{S}}{UNSPACED_CHARACTER[1:-1]}]+|[\p{{P}}\p{{S}}]")
 
     def word_tokenize(self, text: str) -> list[str]:
-        return strip_strings(self.WORD.findall(text))
+        words: list[str] = strip_strings(self.WORD.findall(text))
+        return words
 
 
 class TorchFreeSpaCyTokenizer(SpaCyTokenizer):
@@ -83,10 +87,11 @@ class TorchFreeSpaCyTokenizer(SpaCyTokenizer):
     for a rule-based tokenizer that never uses it."""
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> Language:
         if self._tokenizer is None:
             import_spacy_without_torch()
-        return super().tokenizer
+        loaded: Language = super().tokenizer
+        return loaded
 
 
 def import_spacy_without_torch() -> None:
@@ -102,8 +107,9 @@ def import_spacy_without_torch() -> None:
 
 
 @lru_cache(maxsize=1)
-def fineweb2_rules() -> dict[str, dict]:
-    return json.loads(RULES_FILE.read_text(encoding="utf-8"))["languages"]
+def fineweb2_rules() -> dict[str, dict[str, Any]]:
+    rules: dict[str, dict[str, Any]] = json.loads(RULES_FILE.read_text(encoding="utf-8"))["languages"]
+    return rules
 
 
 @cache
@@ -143,7 +149,7 @@ def usable_stop_words(language: str, stop_words: list[str]) -> list[str]:
     return []
 
 
-def character_n_grams(top_n_grams: list, dup_n_grams: list) -> dict[str, list]:
+def character_n_grams(top_n_grams: list[list[float]], dup_n_grams: list[list[float]]) -> dict[str, list[list[float]]]:
     """FineWeb-2's n-gram rules for words of about `CHARACTERS_PER_WORD` characters, restated for words that
     are single characters: n words become 2n characters. datatrove measures a top n-gram by its length
     joined with spaces (one per word boundary): 3n - 1 characters for n two-character words, 4n - 1 for 2n

@@ -24,7 +24,7 @@ from datatrove.pipeline.base import PipelineStep
 from pipeline.config import PipelineConfig
 from pipeline.stages import in_place
 from pipeline.stages.dedup.duplicates import load_duplicates
-from pipeline.stages.intermediate import AtomicJsonlZstWriter, document_record, read_jsonl_zst, task_file
+from pipeline.stages.intermediate import AtomicJsonlZstWriter, Record, document_record, read_jsonl_zst, task_file
 
 OVERSAMPLE = 2
 
@@ -107,7 +107,7 @@ def merged_sample(directory: Path, removed_of: Callable[[int], set[int]] | None,
     `max_bytes`, so the merge holds about one sample, whatever the task count. Each sketch is in hash order:
     once the sample is full, a sketch is read only up to its first larger hash (on a work URL, in place:
     `pipeline.stages.in_place`), so the merge reads about one sample too."""
-    kept: list[tuple[int, int, int, dict]] = []  # max-heap by (hash, key): (-hash, -key, bytes, record)
+    kept: list[tuple[int, int, int, Record]] = []  # max-heap by (hash, key): (-hash, -key, bytes, record)
     held = 0
     for path in in_place.children(directory, "*.jsonl.zst"):
         gone = removed_of(int(path.name.split(".")[0])) if removed_of is not None else set()

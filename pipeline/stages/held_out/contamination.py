@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from datatrove.data import DocumentsPipeline
@@ -40,6 +41,8 @@ from pipeline.store.format import ShardReader
 
 INDEX_FILE = "held-out.npz"
 COMPACT_EVERY = 4096  # documents' findings kept apart before they are merged
+# The driver's decontamination decision (`contaminated`), saved as decision.json for the split tasks.
+Decision = dict[str, Any]
 
 
 def waiting_documents(
@@ -85,7 +88,9 @@ def write_held_out_index(
     return len(cells)
 
 
-def save_index(out_dir: Path, cells: list[str], pairs: list, lengths: list[int], grams: list[np.ndarray]) -> None:
+def save_index(
+    out_dir: Path, cells: list[str], pairs: list[tuple[int, int]], lengths: list[int], grams: list[np.ndarray]
+) -> None:
     """`out_dir/held-out.npz`: per held-out document its cell, (hash, key), length and n-gram hashes, and
     the sorted union of those hashes that the tasks look up."""
     counts = np.asarray([g.size for g in grams], dtype=np.int64)
@@ -152,7 +157,7 @@ class FindContainedNgrams(PipelineStep):
             np.save(handle, np.unique(np.concatenate(found)))
 
 
-def contaminated(out_dir: Path, threshold: float) -> dict:
+def contaminated(out_dir: Path, threshold: float) -> Decision:
     """In the driver: the held-out documents whose share of n-grams found in training reaches `threshold`,
     judged to a fixpoint (see the module docstring): {"cells": {cell: [[hash, key], ...]}, "documents",
     "tokens", "checked", "rounds", "later_rounds": documents given back after the first round,
@@ -165,7 +170,7 @@ def contaminated(out_dir: Path, threshold: float) -> dict:
     with np.load(Path(out_dir) / INDEX_FILE) as stored:
         cells, pairs, lengths, counts, grams = (stored[k] for k in ("cells", "pairs", "lengths", "counts", "ngrams"))
     back, rounds = given_back_to_fixpoint(grams, counts, found, threshold)
-    removed: dict[str, list] = {}
+    removed: dict[str, list[list[int]]] = {}
     per_cell: dict[str, dict[str, int]] = {}
     for i in np.flatnonzero(back).tolist():
         cell = str(cells[i])
@@ -205,11 +210,12 @@ def given_back_to_fixpoint(
         found = np.union1d(found, grams[newly[owner]])
 
 
-def save_decision(out_dir: Path, decision: dict) -> None:
+def save_decision(out_dir: Path, decision: Decision) -> None:
     atomic_write_text(Path(out_dir) / "decision.json", json.dumps(decision, sort_keys=True))
 
 
-def load_decision(out_dir: Path) -> dict:
+def load_decision(out_dir: Path) -> Decision:
     """The saved decision; with decontamination off none was saved and nothing is given back."""
     path = Path(out_dir) / "decision.json"
-    return json.loads(path.read_text()) if path.exists() else {"cells": {}}
+    decision: Decision = json.loads(path.read_text()) if path.exists() else {"cells": {}}
+    return decision

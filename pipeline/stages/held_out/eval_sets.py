@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from millrace.errors import ConfigError
 from pipeline.config import EvalSetConfig
 from pipeline.stages.dedup.ngrams import found_in, minhash, ngram_hashes, shingle_hashes
 from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 SET_PREFIX = "set"
 SHINGLE, BANDS, ROWS, NEAR_JACCARD = 5, 20, 5, 0.8
@@ -55,7 +59,7 @@ def read_texts(config: EvalSetConfig) -> list[str]:
     return texts
 
 
-def set_documents(config: EvalSetConfig, tokenizer, eos_id: int) -> list[tuple[str, np.ndarray]]:
+def set_documents(config: EvalSetConfig, tokenizer: Tokenizer, eos_id: int) -> list[tuple[str, np.ndarray]]:
     """(text, token ids with EOS) of every document of a set, in set order: what its shards hold."""
     texts = read_texts(config)
     encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
@@ -108,10 +112,11 @@ class NearDuplicateIndex:
 
 
 KIND_ORDER = {"exact": 0, "near": 1}
+Hit = list[str]  # [kind, cell] of a set document's finding (JSON in the tasks' parts)
 CONTAINED = "contained"
 
 
-def better_hit(old: list | None, new: list) -> list:
+def better_hit(old: Hit | None, new: Hit) -> Hit:
     """Of two [kind, cell] findings for one set document, the one reported: exact before near, then the
     first cell by name (so the report does not depend on which task found it)."""
     return new if old is None or (KIND_ORDER[new[0]], new[1]) < (KIND_ORDER[old[0]], old[1]) else old
@@ -123,9 +128,9 @@ class SetOverlap:
     def __init__(
         self,
         sets: list[EvalSetConfig],
-        tokenizer,
+        tokenizer: Tokenizer,
         eos_id: int,
-        found: dict[str, dict[str, list]] | None = None,
+        found: dict[str, dict[str, Hit]] | None = None,
         ngram: int = 13,
         found_ngrams: dict[str, list[int]] | None = None,
     ):
@@ -141,7 +146,7 @@ class SetOverlap:
                 index.add(ids)
                 grams.append(ngram_hashes(ids, ngram))
             self.ngram_index[config.name] = np.unique(np.concatenate(grams))
-        self.hits: dict[str, dict[str, list]] = {name: dict((found or {}).get(name, {})) for name in self.indexes}
+        self.hits: dict[str, dict[str, Hit]] = {name: dict((found or {}).get(name, {})) for name in self.indexes}
         self.found_ngrams: dict[str, list[np.ndarray]] = {
             name: [np.asarray((found_ngrams or {}).get(name, []), dtype=np.uint64)] for name in self.indexes
         }
@@ -168,18 +173,18 @@ class WrittenSet:
     name: str
     held: HeldOut
     manifest_hash: str
-    overlap: dict = field(default_factory=dict)
+    overlap: dict[str, Any] = field(default_factory=dict)  # as the set's manifest keeps it
 
 
 def write_eval_set(
     config: EvalSetConfig,
     set_dir: Path,
-    tokenizer,
+    tokenizer: Tokenizer,
     eos_id: int,
     dtype: np.dtype,
     fingerprint: str,
     shard_tokens: int,
-    hits: dict[int, list],
+    hits: dict[int, Hit],
     trained_ngrams: np.ndarray | None = None,
     ngram: int = 13,
     threshold: float = 0.5,
@@ -189,7 +194,7 @@ def write_eval_set(
     `trained_ngrams` (sorted; None: not checked) reaches `threshold` is listed and left out."""
     found = [{"index": number, "kind": hits[number][0], "cell": hits[number][1]} for number in sorted(hits)]
     counts = {kind: sum(1 for f in found if f["kind"] == kind) for kind in KIND_ORDER}
-    contained = []
+    contained: list[dict[str, object]] = []
     sequence = ShardSequence(set_dir, SET_PREFIX, dtype, shard_tokens)
     for number, (text, ids) in enumerate(set_documents(config, tokenizer, eos_id)):
         if trained_ngrams is not None:

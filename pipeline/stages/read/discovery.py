@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from millrace.urls import is_url
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
@@ -32,7 +32,19 @@ DANGLING = "dangling symbolic link"
 OUTSIDE = "symbolic link leading outside the folder"
 
 
-_listings: dict[tuple, Any] | None = None  # inside `listed_once`: each listing and file test, by its arguments
+class Unread(TypedDict):
+    """The files under one source folder that no source reads (`unread_files`), as the funnel's `not_read` keeps."""
+
+    source: str
+    path: str
+    files: int
+    reasons: dict[str, int]
+    examples: list[str]
+
+
+_listings: dict[tuple[str, str, str], Any] | None = (
+    None  # inside `listed_once`: each listing and file test, by its arguments
+)
 
 
 @contextlib.contextmanager
@@ -47,7 +59,7 @@ def listed_once() -> Iterator[None]:
         _listings = previous
 
 
-def _once(kind: str, path: str, storage_options: dict | None, compute: Callable[[], Any]) -> Any:
+def _once(kind: str, path: str, storage_options: Mapping[str, object] | None, compute: Callable[[], Any]) -> Any:
     if _listings is None:
         return compute()
     key = (kind, path, json.dumps(storage_options or {}, sort_keys=True, default=str))
@@ -68,14 +80,14 @@ def link_problem(folder: Path, relative: str) -> str | None:
     return None if path.resolve().is_relative_to(folder.resolve()) else OUTSIDE
 
 
-def data_folder(path: str, storage_options: dict | None = None) -> DataFolder:
+def data_folder(path: str, storage_options: Mapping[str, object] | None = None) -> DataFolder:
     """The datatrove folder of a local directory or a URL prefix."""
     from datatrove.io import DataFolder
 
     return DataFolder(path, **(storage_options or {}))
 
 
-def is_file(path: str, storage_options: dict | None = None) -> bool:
+def is_file(path: str, storage_options: Mapping[str, object] | None = None) -> bool:
     """Whether a configured path names one file (a local file, or an object at a URL)."""
     if not is_url(path):
         return Path(path).is_file()
@@ -88,14 +100,14 @@ def is_file(path: str, storage_options: dict | None = None) -> bool:
     return bool(_once("is_file", path, storage_options, test))
 
 
-def folder_of(path: str, storage_options: dict | None = None) -> tuple[str, bool]:
+def folder_of(path: str, storage_options: Mapping[str, object] | None = None) -> tuple[str, bool]:
     """(the directory a configured path's files are relative to, whether the path is one file)."""
     if not is_file(path, storage_options):
         return path, False
     return (path.rsplit("/", 1)[0] if is_url(path) else str(Path(path).parent)), True
 
 
-def listed_files(path: str, storage_options: dict | None = None) -> list[str]:
+def listed_files(path: str, storage_options: Mapping[str, object] | None = None) -> list[str]:
     """Every file under directory `path` (relative to it, sorted), hidden ones left out."""
 
     def listing() -> list[str]:
@@ -110,7 +122,7 @@ def source_files(source: SourceConfig, path: str) -> list[str]:
         return [path.rsplit("/", 1)[-1] if is_url(path) else Path(path).name]
     if source.glob is not None:
         glob = source.glob
-        files = _once(
+        files: list[str] = _once(
             f"glob {glob}",
             path,
             source.storage_options,
@@ -131,7 +143,7 @@ def _location(folder: str, relative: str) -> str:
     return f"{folder.rstrip('/')}/{relative}" if is_url(folder) else str(Path(folder) / relative)
 
 
-def unread_files(config: PipelineConfig) -> list[dict]:
+def unread_files(config: PipelineConfig) -> list[Unread]:
     """Per source folder, the files no source reads: {source, path, files, reasons: {why: n}, examples}."""
     read: set[str] = set()
     for source in config.sources:
@@ -141,7 +153,8 @@ def unread_files(config: PipelineConfig) -> list[dict]:
         for path in source.paths:
             folder = folder_of(path, source.storage_options)[0]
             read.update(_location(folder, f) for f in source_files(source, path))
-    found, seen = [], set()
+    found: list[Unread] = []
+    seen: set[str] = set()
     for source in config.sources:
         for path in source.paths:
             if path in seen or folder_of(path, source.storage_options)[1]:
@@ -165,7 +178,7 @@ def unread_files(config: PipelineConfig) -> list[dict]:
     return found
 
 
-def describe_unread(entry: dict) -> str:
+def describe_unread(entry: Unread) -> str:
     """One log line: 'not read: 3 files under /corpus/web (source web), e.g. a.txt, b.csv (no source reads ...)'."""
     why = "; ".join(f"{n} {reason}" for reason, n in entry["reasons"].items())
     return (

@@ -8,7 +8,9 @@ be counted `malformed` and the source lost whole, with exit 0.
 
 from __future__ import annotations
 
-from typing import BinaryIO
+import io
+from collections.abc import Mapping
+from typing import BinaryIO, cast
 
 from millrace.errors import ConfigError
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig, SourceConfig
@@ -33,18 +35,24 @@ class UnknownTextField(ConfigError):
         )
 
 
-class _SmallReads:
+class _SmallReads(io.RawIOBase):
     """A file read at most `block` bytes a call (the decompressing reader asks a megabyte at a time): the first
     record costs the blocks up to its end, not the file."""
 
     def __init__(self, handle: BinaryIO, block: int):
+        super().__init__()
         self.handle, self.block = handle, block
 
-    def read(self, size: int | None = -1) -> bytes:
-        return self.handle.read(self.block if size is None or size < 0 else min(size, self.block))
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.handle.read(min(len(buffer), self.block))
+        buffer[: len(data)] = data
+        return len(data)
 
 
-def _first_jsonl_record(handle, name: str) -> dict | None:
+def _first_jsonl_record(handle: BinaryIO, name: str) -> dict[str, object] | None:
     import orjson
 
     for line in byte_lines(handle, compression_of(name), 1 << 24):
@@ -58,7 +66,7 @@ def _first_jsonl_record(handle, name: str) -> dict | None:
     return None
 
 
-def first_record(source: SourceConfig) -> tuple[str, dict] | None:
+def first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     """(where, first record) of the source's first file or dataset; None for HTML formats, empty sources and a
     first file that cannot be read (the read step names it, or skips it as the source says)."""
     from pipeline.stages.read.readers import UNREADABLE
@@ -69,7 +77,7 @@ def first_record(source: SourceConfig) -> tuple[str, dict] | None:
         return None
 
 
-def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
+def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     if source.format in EXTRACTED_FORMATS:
         return None
     if source.format == "hf-datasets":
@@ -95,11 +103,11 @@ def _first_record(source: SourceConfig) -> tuple[str, dict] | None:
                 batch = next(parquet.iter_batches(batch_size=1), None)
                 rows = batch.to_pylist() if batch is not None else []
                 return where, (rows[0] if rows else dict.fromkeys(parquet.schema_arrow.names))
-        record = _first_jsonl_record(_SmallReads(handle, FIRST_RECORD_BLOCK), files[0])
+        record = _first_jsonl_record(cast(BinaryIO, _SmallReads(handle, FIRST_RECORD_BLOCK)), files[0])
     return None if record is None else (where, record)
 
 
-def pick_text_key(record: dict, configured: str = "text") -> str | None:
+def pick_text_key(record: Mapping[str, object], configured: str = "text") -> str | None:
     """`configured` when the record has it, else its one long string field (at least `LONG_TEXT` characters and
     the only one that long), else None."""
     if configured in record:
@@ -108,7 +116,7 @@ def pick_text_key(record: dict, configured: str = "text") -> str | None:
     return long[0] if len(long) == 1 else None
 
 
-def pick_id_key(record: dict, text_key: str, configured: str = "id") -> str:
+def pick_id_key(record: Mapping[str, object], text_key: str, configured: str = "id") -> str:
     """`configured` when the record has it, else the first usual id name it has, else its first field named
     `..._id`, else `configured` (the reader then names documents by file and position)."""
     if configured in record:

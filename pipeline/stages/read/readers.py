@@ -16,7 +16,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 import zstandard
@@ -80,7 +82,7 @@ class _ProblemLog:
         counts[0] += 1
         counts[1] += size
 
-    def get_document_from_dict(self, data, source_file, id_in_file):
+    def get_document_from_dict(self, data: object, source_file: str, id_in_file: int | str) -> Document | None:
         if not isinstance(data, dict):
             self.problem(source_file, id_in_file, "malformed", len(str(data)))
             return None
@@ -110,7 +112,7 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
 
     name = "🐿 Jsonl (counted)"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         max_line = RECORD_ALLOWANCE * self.max_document_bytes + (1 << 16)
         with self.data_folder.open(filepath, "rb") as raw:
             for line_number, line in enumerate(byte_lines(raw, compression_of(filepath), max_line), start=1):
@@ -131,7 +133,7 @@ class CountingJsonlReader(_ProblemLog, JsonlReader):
                 if document is not None:
                     yield document
 
-    def _legacy_record(self, filepath: str, line_number: int, line: bytes):
+    def _legacy_record(self, filepath: str, line_number: int, line: bytes) -> object:
         """A line that orjson refused: JSON in the file's detected encoding, or None (counted as a problem)."""
         try:
             line.decode("utf-8")
@@ -160,7 +162,7 @@ class CountingParquetReader(_ProblemLog, ParquetReader):
     name = "📒 Parquet (counted)"
     position_label = "row"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         import pyarrow.parquet as pq
 
         with self.data_folder.open(filepath, "rb") as handle, pq.ParquetFile(handle) as parquet:
@@ -180,7 +182,7 @@ class CountingWarcReader(_ProblemLog, WarcReader):
     name = "🕷 Warc (counted)"
     position_label = "record"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         from warcio.archiveiterator import ArchiveIterator
         from warcio.exceptions import ArchiveLoadFailed
 
@@ -210,17 +212,22 @@ class CountingWarcReader(_ProblemLog, WarcReader):
                 raise stream.error
 
 
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class _ErrorKeeper(io.RawIOBase):
     """A stream that passes on what `inner` reads and keeps the error that ends it: warcio takes a failed
     read (a truncated `.warc.gz`) for the end of the archive, so the reader raises it once warcio stops."""
 
-    def __init__(self, inner):
-        self.inner, self.error = inner, None
+    def __init__(self, inner: _Readable):
+        self.inner = inner
+        self.error: BaseException | None = None
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]  # typeshed's Buffer has no len
         if self.error is not None:
             return 0
         try:
@@ -238,7 +245,7 @@ class HtmlFileReader(_ProblemLog, BaseDiskReader):
 
     name = "🌍 HTML files"
 
-    def read_file(self, filepath: str):
+    def read_file(self, filepath: str) -> Iterator[Document]:
         with self.data_folder.open(filepath, "rb") as raw:
             stream = io.BufferedReader(_ChunkStream(decompressed_chunks(raw, compression_of(filepath))))
             html, size = read_bounded(stream, self.max_document_bytes, keep_prefix=self.long_documents == "cut")
@@ -258,13 +265,13 @@ class HtmlFileReader(_ProblemLog, BaseDiskReader):
 class _ChunkStream(io.RawIOBase):
     """A readable stream over an iterator of byte chunks."""
 
-    def __init__(self, chunks):
+    def __init__(self, chunks: Iterator[bytes]):
         self.chunks, self.pending = chunks, b""
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]  # typeshed's Buffer has no len
         while not self.pending:
             self.pending = next(self.chunks, b"")
             if not self.pending:
@@ -305,7 +312,7 @@ class HFDatasetsDirReader(PipelineStep):
             yield Document(text=text, id=str(row.get(self.id_key, index)), metadata=metadata)
 
 
-def build_reader(source: SourceConfig, path: str, folder_path: str | None = None):
+def build_reader(source: SourceConfig, path: str, folder_path: str | None = None) -> PipelineStep:
     """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`);
     `folder_path`: the folder its files are relative to, where the caller knows it (else the path is tested)."""
     if source.format == "hf-datasets":
@@ -336,10 +343,10 @@ def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
     return [(path, [] if source.format == "hf-datasets" else source_files(source, path)) for path in source.paths]
 
 
-# One configured path's share of a task: [configured path, the folder its files are relative to,
-# [[relative, ordinal], ...]]; a datasets directory is [path, None, [[None, ordinal]]] in every task's share
+# One configured path's share of a task: (configured path, the folder its files are relative to,
+# [(relative, ordinal), ...]); a datasets directory is (path, None, [(None, ordinal)]) in every task's share
 # (datatrove splits it by rank).
-Share = list
+Share = tuple[str, str | None, list[tuple[str | None, int]]]
 
 
 def source_shares(source: SourceConfig, offset: int, tasks: int) -> tuple[list[list[Share]], int]:
@@ -353,17 +360,17 @@ def source_shares(source: SourceConfig, offset: int, tasks: int) -> tuple[list[l
     for path, files in input_files(source):
         if source.format == "hf-datasets":
             for share in shares:
-                share.append([path, None, [[None, ordinal]]])
+                share.append((path, None, [(None, ordinal)]))
             ordinal += 1
             continue
         folder = folder_of(path, source.storage_options)[0]
-        dealt: list[list[list]] = [[] for _ in range(tasks)]
+        dealt: list[list[tuple[str | None, int]]] = [[] for _ in range(tasks)]
         for relative in files:
-            dealt[ordinal % tasks].append([relative, ordinal])
+            dealt[ordinal % tasks].append((relative, ordinal))
             ordinal += 1
         for share, own in zip(shares, dealt):
             if own:
-                share.append([path, folder, own])
+                share.append((path, folder, own))
     return shares, ordinal
 
 
@@ -374,7 +381,8 @@ def inputs_file(directory: Path | str, rank: int) -> Path:
 
 def read_task_inputs(directory: Path | str, rank: int, source: str) -> list[Share]:
     """Task `rank`'s shares of `source`, as the driver dealt them."""
-    return json.loads(inputs_file(directory, rank).read_text())[source]
+    shares = json.loads(inputs_file(directory, rank).read_text())[source]
+    return [(path, folder, [(relative, ordinal) for relative, ordinal in own]) for path, folder, own in shares]
 
 
 def file_count(source: SourceConfig) -> int:
@@ -443,7 +451,9 @@ class ReadStep(PipelineStep):
         }
         return doc
 
-    def _file_documents(self, reader, path: str, relative: str, ordinal: int, bad_files: list) -> DocumentsPipeline:
+    def _file_documents(
+        self, reader: PipelineStep, path: str, relative: str, ordinal: int, bad_files: list[dict[str, str]]
+    ) -> DocumentsPipeline:
         try:
             for doc in reader.read_file(relative):
                 yield self._document(doc, ordinal)
@@ -457,7 +467,12 @@ class ReadStep(PipelineStep):
             bad_files.append({"file": where, "error": f"{type(exc).__name__}: {exc}"})
 
     def _documents(
-        self, rank: int, world_size: int, problems: list, skipped: dict, bad_files: list
+        self,
+        rank: int,
+        world_size: int,
+        problems: list[Problem],
+        skipped: dict[str, list[int]],
+        bad_files: list[dict[str, str]],
     ) -> DocumentsPipeline:
         if self.inputs_dir is not None:  # dealt by the driver: this task lists no source
             shares = read_task_inputs(self.inputs_dir, rank, self.source.name)
@@ -471,7 +486,7 @@ class ReadStep(PipelineStep):
                 yield from (self._document(doc, ordinal) for doc in reader.run(None, rank, world_size))
                 continue
             for relative, ordinal in files:
-                yield from self._file_documents(reader, path, relative, ordinal, bad_files)
+                yield from self._file_documents(reader, path, str(relative), ordinal, bad_files)
 
     def _bounded(self, doc: Document, size: int, counts: StepCounts) -> int | None:
         """The size of the document kept (its text `size` bytes, cut here if over the limit), None if dropped."""
@@ -493,7 +508,7 @@ class ReadStep(PipelineStep):
         counts = StepCounts()
         problems: list[Problem] = []
         skipped: dict[str, list[int]] = {}
-        bad_files: list[dict] = []
+        bad_files: list[dict[str, str]] = []
         self.encodings: dict[str, str] = {}
         live = LiveCount(
             None if self.progress_dir is None else self.progress_dir / f"{self.source.name}-{rank:05d}.json"

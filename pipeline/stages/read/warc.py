@@ -13,11 +13,15 @@ non-response records, `not_html`, `undecodable`, `too_long`, `no_target_uri`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from warcio.statusandheaders import StatusAndHeadersParser
 
 from pipeline.stages.read.compressed import read_bounded
 from pipeline.stages.read.decoding import decode_page
+
+if TYPE_CHECKING:
+    from warcio.recordloader import ArcWarcRecord
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 PAGE_RECORDS = frozenset({"response", "conversion", "resource"})  # WET files hold "conversion" records
@@ -31,12 +35,12 @@ class WarcOutcome:
     """A record's document fields (text, id, url, date, warc_record_id, read_bytes: the payload's size before
     any cut), or why it has none; its payload size."""
 
-    document: dict | None
+    document: dict[str, str | int | None] | None
     reason: str | None
     size: int
 
 
-def _mime_and_charset(record) -> tuple[str | None, str | None]:
+def _mime_and_charset(record: ArcWarcRecord) -> tuple[str | None, str | None]:
     header = record.http_headers.get_header("Content-Type") if record.http_headers else None
     if header:
         mime, _, params = header.partition(";")
@@ -53,12 +57,12 @@ def _mime_and_charset(record) -> tuple[str | None, str | None]:
     return (identified.strip().lower() if identified else None), None
 
 
-def target_uri(record) -> str | None:
+def target_uri(record: ArcWarcRecord) -> str | None:
     """The record's URL: `WARC-Target-URI`, or an ARC record's `uri`."""
     return record.rec_headers.get_header("WARC-Target-URI") or record.rec_headers.get_header("uri") or None
 
 
-def read_record(record, max_payload: int, long_documents: str) -> WarcOutcome:
+def read_record(record: ArcWarcRecord, max_payload: int, long_documents: str) -> WarcOutcome:
     """The outcome of one record read by `ArchiveIterator(..., no_record_parse=True)`; a payload over
     `max_payload` bytes is never held whole (dropped, or cut to it when `long_documents = "cut"`)."""
     if record.rec_type not in PAGE_RECORDS:

@@ -28,8 +28,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,12 @@ from pipeline.cells.held_out_split import VALIDATION_PREFIX, held_out_mask, spli
 from pipeline.config import HeldOutConfig
 from pipeline.stages.held_out.eval_sets import SetOverlap
 from pipeline.store.format import ShardInfo, ShardSequence, SourceCounts
-from pipeline.store.trace import HELD_OUT_PREFIX, part_name, write_trace_part
+from pipeline.store.trace import HELD_OUT_PREFIX, TracePart, part_name, write_trace_part
+
+# A cell's entry in a task's `parts/<rank>.json` (JSON): shard table rows, per-source counts, trace parts, samples.
+CellPart = dict[str, Any]
+# A task's whole `parts/<rank>.json` (`write_part`): {"cells": {cell: CellPart}, "overlap", "worker", "set_ngrams"}.
+TaskPart = dict[str, Any]
 
 STORE_ORDER_SEED = 0x6D696C6C72616365  # "millrace": fixed, so a store's order never depends on the run
 TRAINING_PREFIX = "shard"
@@ -145,13 +151,13 @@ def _remove_split_files(cell_dir: Path, rank: int, first_shard: int) -> None:
 def _trace_part(
     cell_dir: Path,
     rank: int,
-    table,
+    table: np.lib.npyio.NpzFile,
     sources: list[str],
     chosen: np.ndarray,
     rows: np.ndarray,
     shards: int,
     held_out: bool = False,
-) -> dict:
+) -> TracePart:
     """The trace part of the run's `chosen` documents, placed at `rows` (shard, document) in order."""
     lengths = table["lengths"]
     return write_trace_part(
@@ -186,7 +192,7 @@ def write_training_shards(
     shard_tokens: int,
     candidates: np.ndarray,
     overlap: SetOverlap | None,
-) -> dict:
+) -> CellPart:
     """In the tokenize task: the run's documents into final training shards, but for its held-out
     `candidates` ((hash, key, length) rows, lowest first), whose tokens go to `waiting_file`. Returns the
     shard table rows and per-source counts written; the run's own tokens file is deleted."""
@@ -235,10 +241,10 @@ def write_held_out(
     sources: list[str],
     shard_tokens: int,
     cutoff: list[int] | None,
-    written: dict,
+    written: CellPart,
     overlap: SetOverlap | None,
     contaminated: Sequence[Sequence[int]] = (),
-) -> dict:
+) -> CellPart:
     """In the split task: the run's waiting candidates into held-out shards (those at or below `cutoff`, but
     for the `contaminated` (hash, key) pairs) and the task's next training shards (the others); its trace
     part; its entry of `parts/<rank>.json`."""
@@ -302,9 +308,9 @@ def write_held_out(
 def write_part(
     parts_dir: Path,
     rank: int,
-    cells: dict,
-    overlap: dict,
-    worker: dict,
+    cells: dict[str, CellPart],
+    overlap: Mapping[str, object],
+    worker: Mapping[str, object],
     set_ngrams: dict[str, list[int]] | None = None,
 ) -> None:
     atomic_write_text(

@@ -25,6 +25,7 @@ import socket
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from datatrove.data import Document, DocumentsPipeline
@@ -47,11 +48,14 @@ from pipeline.stages.tokenize.cell_shards import (
 )
 from pipeline.store.format import dtype_for_vocab
 
+if TYPE_CHECKING:  # tokenizers loads with the first tokenizer a task reads (`_tokenizer_of`)
+    from tokenizers import Encoding, Tokenizer
+
 SAMPLES_PER_CELL = 3
 SAMPLE_CHARS = 400
 
 
-def load_tokenizer(path: Path | str):
+def load_tokenizer(path: Path | str) -> Tokenizer:
     """One `Tokenizer` per file (and version of it) per process, shared by the tasks a worker runs: each
     tokenizer dropped after encoding keeps about 3 MiB per 256 documents encoded (tokenizers 0.23), so
     one loaded per task grew a worker by 1 GiB over 128 tasks. Encoding never changes its output."""
@@ -60,7 +64,7 @@ def load_tokenizer(path: Path | str):
 
 
 @functools.lru_cache(maxsize=4)
-def _tokenizer_of(path: str, size: int, mtime_ns: int):
+def _tokenizer_of(path: str, size: int, mtime_ns: int) -> Tokenizer:
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(path)
@@ -88,18 +92,19 @@ def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos: str, output
     return output
 
 
-def eos_id(tokenizer, eos: str) -> int:
-    token = tokenizer.token_to_id(eos)
+def eos_id(tokenizer: Tokenizer, eos: str) -> int:
+    token: int | None = tokenizer.token_to_id(eos)
     if token is None:
         raise ValueError(f"the tokenizer has no EOS token {eos!r}")
     return token
 
 
 def cell_of(doc: Document) -> str:
-    return doc.metadata.get("cell") or doc.metadata["source"]
+    cell: str = doc.metadata.get("cell") or doc.metadata["source"]
+    return cell
 
 
-def worker() -> dict:
+def worker() -> dict[str, str | int]:
     """Which process ran a task (recorded in the work directory, never in the store)."""
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
@@ -215,7 +220,7 @@ class TokenizeCells(PipelineStep):
         counts = StepCounts()
         eos_array = np.asarray([eos], dtype=np.int64)
 
-        def encode(batch: list[Document]) -> list:
+        def encode(batch: list[Document]) -> list[Encoding]:
             return tokenizer.encode_batch_fast([doc.text for doc in batch], add_special_tokens=False)
 
         def run_of(cell: str) -> _CellRun:
@@ -227,7 +232,7 @@ class TokenizeCells(PipelineStep):
             # The Rust encoder releases the GIL: batch i+1 encodes in the background while batch i is
             # stored here and the steps upstream produce the next documents. Order is unchanged.
             with ThreadPoolExecutor(max_workers=1) as encoder:
-                pending: tuple[list[Document], Future] | None = None
+                pending: tuple[list[Document], Future[list[Encoding]]] | None = None
                 for batch in itertools.chain(_batches(data or (), self.batch_size), [None]):
                     submitted = (batch, encoder.submit(encode, batch)) if batch is not None else None
                     if pending is not None:
