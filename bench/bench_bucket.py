@@ -1,17 +1,24 @@
 """The pipeline on a bucket (moto's S3 server behind a counting proxy) at 1x and 8x the documents: who moves what.
 
 Sources, work directory and store are on S3; every request goes through `testkit.counting_proxy`, which ties it
-to the process that sent it (the driver names itself; each staged task names itself by stage and rank). The
-file and task counts stay the same, the documents per file grow 8x, so the driver's work (files, cells, tasks)
-stays the same while every task's own inputs grow 8x. Reported per size:
-- the driver's bytes read and written;
-- per stage, the largest task's bytes read, and beyond its own inputs where they are known exactly (a filter
-  task: its input files; a tokenize task: the files it stages, `TASK_INPUTS`, and its rows of each removal part).
+to the process that sent it (the driver names itself; each staged task names itself by stage, run and rank).
+The file and task counts stay the same, the documents per file grow 8x, so the driver's work (files, cells,
+tasks) stays the same while every task's own inputs grow 8x. Reported per size:
+- the driver's bytes read (the sources' fingerprint ranges and first-record blocks apart) and written, and with
+  `--files` what it read of each object at each size;
+- per task kind (filter, the dedup runs, sample, tokenize, decontaminate, split, publish), the largest task's
+  bytes read against its own inputs: a filter task's dealt files and inputs file; a sample task's sketch and
+  rows of each removal part; a tokenize task's staged files of its rank and its removal rows; a decontaminate
+  or split task's token runs and shards of its rank; a publish task's none (its copies are on the server); a
+  dedup task's part slices of the signing tasks' records (it also reads its candidate pairs' signature rows,
+  which grow with its part, so its bytes are compared per byte of its slices).
 
-Targets: the driver's bytes, and each task's bytes beyond its own inputs, grow at most 1.2x from 1x to 8x.
+Targets: the driver's bytes beyond the sources, each task's bytes beyond its own inputs (a dedup task's per
+byte of its slices) grow at most 1.2x from 1x to 8x; the sources' reads stay within files x 2 x 64 KiB plus
+two 64 KiB blocks.
 
-    python -m bench bucket            # base 60 documents a file, 4 files, 4 tasks (a few minutes)
-    python -m bench.bench_bucket --base 200
+    python -m bench bucket            # base 60 documents a file, 4 files, 4 tasks (about ten minutes)
+    python -m bench.bench_bucket --base 200 --files
 """
 
 from __future__ import annotations
