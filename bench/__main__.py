@@ -17,7 +17,10 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print results as JSON lines")
     parser.add_argument("--proxies", type=int, help="mix_search: the swarm's proxies (default 64)")
     parser.add_argument(
-        "--part", action="append", default=[], help="mix_search: run only this part (swarm, fit, blas, throughput)"
+        "--part",
+        action="append",
+        default=[],
+        help="mix_search: run only this part (swarm, fit, ranking, blas, throughput)",
     )
     args = parser.parse_args()
     if args.proxies:

@@ -11,9 +11,15 @@
   scored by a known log-linear law with 1% noise, and the proposal is checked against every constraint;
   beside it (`blas`), the log-linear fit with BLAS held to one thread (as the search runs it) against numpy's
   default threads;
+- how well LightGBM ranks those rows out of fold (`ranking`, 5-fold Spearman) with the search's settings,
+  against the settings it had before (15 leaves on the raw target, 200 rounds) and RegMix's own (31 leaves,
+  learning rate 0.01, 1,000 rounds), and the log-linear default against it, at 250 and 1,000 rows;
 - a proxy's training throughput (`throughput`) on CPU against a plain dense PyTorch model of the same FLOPs
   per token on the same batches (at least 0.5x): a swarm on a small machine is bounded by it; and one
-  branched proxy's time outside its training steps, named step by step (`bench/proxy_throughput.py`).
+  branched proxy's time outside its training steps, named step by step (`bench/proxy_throughput.py`);
+- the search's records (`records`) at 200 cells, 100 and 800 two-phase proxies: bytes on disk, bytes written over
+  the swarm and CPU seconds writing and reading, components written once and rows appended against the previous
+  layout (every weight named, the table rewritten after each proxy) in the same run (`bench/search_records.py`).
 
 `python -m bench mix_search --proxies N` (`MILLRACE_BENCH_PROXIES`) sets the swarm's size (default 64) for a shorter
 run on a busy machine; `--part swarm` (`MILLRACE_BENCH_PARTS`, comma-separated) runs only the parts named.
@@ -32,7 +38,15 @@ import numpy as np
 from bench.result import Result
 from trainer.search.propose import Constraints, max_weights, propose, violations
 from trainer.search.sampling import sample_mixtures
-from trainer.search.surrogate import Kind, Observations, _fit_log_linear, cross_validate, fit_surrogate
+from trainer.search.surrogate import (
+    TREES,
+    Kind,
+    Observations,
+    TreeSettings,
+    _fit_log_linear,
+    cross_validate,
+    fit_surrogate,
+)
 
 STATS = Path(__file__).parents[1] / "mixtures" / "examples" / "reference" / "available_tokens.json"
 PHASE_TOKENS = np.array([15e12, 3.75e12])  # the reference revision's two phases
@@ -94,6 +108,36 @@ def fit_propose_results() -> list[Result]:
     return results
 
 
+BEFORE = TreeSettings(
+    {"learning_rate": 0.05, "num_leaves": 15, "min_data_in_leaf": 20, "feature_fraction": 0.5, "max_bin": 63}
+    | {"bagging_fraction": 0.8, "bagging_freq": 1},
+    rounds=200,
+    log_target=False,
+)
+REGMIX = TreeSettings({"learning_rate": 0.01}, rounds=1000, log_target=False)  # LightGBM's defaults otherwise
+
+
+def ranking_results() -> list[Result]:
+    """Out-of-fold Spearman of LightGBM (the search's settings against the earlier ones and RegMix's) and of the
+    log-linear default, on the same rows, at 250 and 1,000 rows of 200 cells."""
+    results = []
+    for rows in (250, 1000):
+        _, obs = reference_problem(rows)
+        ours = cross_validate(obs, "lightgbm", trees=TREES).spearman
+        where = f"200 cells x {rows} rows, 5-fold out-of-fold Spearman"
+        for name, settings in (
+            ("the earlier settings (15 leaves, raw target)", BEFORE),
+            ("RegMix's settings", REGMIX),
+        ):
+            before = cross_validate(obs, "lightgbm", trees=settings).spearman
+            results.append(Result(f"LightGBM ranking, {where}", ours, before, name, "Spearman"))
+        linear = cross_validate(obs, "log-linear").spearman
+        results.append(
+            Result(f"log-linear ranking, {where}", linear, ours, "LightGBM (the search's settings)", "Spearman")
+        )
+    return results
+
+
 def blas_threads_result() -> Result:
     """The log-linear fit at 1,000 rows as `fit_surrogate` runs it (BLAS held to one thread) against the same fit
     under numpy's default BLAS threads: on a busy machine the threads spin more than they compute."""
@@ -127,11 +171,21 @@ def proxy_throughput_results() -> list[Result]:
     return proxy_throughput.main()
 
 
+def records_results() -> list[Result]:
+    """The search's plan and rows at 200 cells, 100 and 800 proxies: bytes on disk, bytes written over the swarm
+    and CPU, against the previous layout (`bench/search_records.py`)."""
+    from bench import search_records
+
+    return search_records.main()
+
+
 PARTS: dict[str, Callable[[], list[Result]]] = {
     "swarm": swarm,
     "fit": fit_propose_results,
+    "ranking": ranking_results,
     "blas": lambda: [blas_threads_result()],
     "throughput": proxy_throughput_results,
+    "records": records_results,
 }
 
 

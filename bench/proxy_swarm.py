@@ -14,8 +14,8 @@ Time is counted in slot-seconds (the swarm's wall time x its two slots). Trainin
 and the shared checkpoint's `step_seconds` (metrics.jsonl). Outside them, per proxy, from the run's own
 clock against the fleet's: start-up is the time from the job's start to its first step (the interpreter
 and imports of a fresh process, run preparation, model build, run records) less the restore; the restore
-is the shared checkpoint's load into a proxy's parts, timed here as the swarm did it (median of 5 loads: from
-disk for a fresh process, from disk once per worker and then from its copy); the evaluation is
+is the time the run's log names for checking and loading the shared checkpoint (from disk in a fresh process;
+in a worker from disk once, then from its copy); the evaluation is
 eval.jsonl's `seconds`; other is the rest (per-step metrics lines, each run's end, the mixture builds, the
 shared checkpoint's own start, slots left idle, the fleet's polling).
 """
@@ -23,7 +23,7 @@ shared checkpoint's own start, slots left idle, the fleet's polling).
 from __future__ import annotations
 
 import os
-import statistics
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -109,32 +109,13 @@ def eval_seconds(home: Home, run: str, after: int) -> float:
     return sum(float(line.seconds or 0.0) for line in read_eval(home.run(run)) if line.step > after)
 
 
-def restore_seconds(home: Home, config: Path, source: str, proxies: int, reuse: bool) -> float:
-    """The shared checkpoint's loads into proxies' freshly built parts, as the swarm did them: from disk each
-    time (a fresh process per proxy), or from disk once per worker and then from the worker's copy
-    (`trainer.checkpoint_memo`); each the median of 5."""
-    from trainer import checkpoint as ckpt
-    from trainer.checkpoint_memo import keeping_loaded
-    from trainer.loop import build_training, prepare_run
+RESUMED = re.compile(r"resumed run (\S+) at step \d+ from .* in ([0-9.]+) s")
 
-    plan = prepare_run(config, home, None, None, None, "restore-probe", None, True, from_run=source)
-    place = ckpt.latest_checkpoint(plan.checkpoints_of(source))
-    assert place is not None, f"run {source} has no checkpoint"
 
-    def load() -> float:
-        parts = build_training(plan).parts  # a new proxy's parts, as each run builds them
-        began = time.perf_counter()
-        ckpt.load(place[1], parts)
-        return time.perf_counter() - began
-
-    from_disk = statistics.median(load() for _ in range(5))
-    if not reuse:
-        return from_disk * proxies
-    with keeping_loaded():
-        load()
-        kept = statistics.median(load() for _ in range(5))
-    workers = min(CONCURRENCY, proxies)
-    return from_disk * workers + kept * (proxies - workers)
+def restore_seconds(home: Home, run: str) -> float:
+    """The restore the run's own log names (`trainer.loop.restore`: digests checked, the checkpoint loaded)."""
+    found = RESUMED.findall((home.run(run) / "train.log").read_text(errors="replace"))
+    return sum(float(seconds) for name, seconds in found if name == run)
 
 
 def run_swarm(proxies: int, reuse: bool) -> Swarm:
@@ -159,8 +140,7 @@ def run_swarm(proxies: int, reuse: bool) -> Swarm:
             swarm.training += steps
             before += first - ends[row.run][0]
             swarm.parts["evaluation"] += eval_seconds(home, row.run, search.branch_step)
-        config = search.directory / "configs" / f"{rows[0].run}.toml"
-        swarm.parts["restore"] = restore_seconds(home, config, base, len(rows), reuse)
+            swarm.parts["restore"] += restore_seconds(home, row.run)
         swarm.parts["start-up"] = max(0.0, before - swarm.parts["restore"])
         swarm.parts["other"] = swarm.slots - swarm.training - sum(swarm.parts.values())
     return swarm

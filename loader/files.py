@@ -607,7 +607,7 @@ class ChunkFetcher:
         return {"options": self.options}
 
     def __setstate__(self, state: dict[str, ReadOptions]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]
+        ChunkFetcher.__init__(self, state["options"])
 
     def close(self) -> None:
         self._pool.shutdown()

@@ -109,7 +109,7 @@ class BlockPool:
         return {"size": self.size}
 
     def __setstate__(self, state: dict[str, int]) -> None:
-        self.__init__(state["size"])  # type: ignore[misc]
+        BlockPool.__init__(self, state["size"])
 
 
 def pack_segments(

@@ -8,7 +8,6 @@ index-only mode (stats-only manifest) there are no tokens and the digest is None
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
@@ -60,11 +59,11 @@ def token_digest(window: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(window, dtype="<i8").tobytes(), digest_size=8).hexdigest()
 
 
-def load_tokenizer(path: Path | None) -> Tokenizer:
+def load_tokenizer(stream: MixtureStream) -> Tokenizer:
     """The store's tokenizer, checked against the fingerprint its store.json pins."""
-    if path is None or not path.exists():
-        raise ArtifactError(f"{path}: the store's tokenizer is missing, cannot --decode")
-    tokenizer: Tokenizer = store_tokenizer(path)
+    if stream.tokenizer_store is None:
+        raise ArtifactError(f"{stream.path}: the store's tokenizer is missing, cannot --decode")
+    tokenizer: Tokenizer = store_tokenizer(stream.tokenizer_store)
     return tokenizer
 
 
@@ -87,7 +86,7 @@ def peek(stream: MixtureStream, step: int, decode: bool = False) -> Peek:
     windows = None if stream.index_only else stream.windows(index)
     if decode and windows is None:
         raise ConfigError(f"{stream.path}: stats-only manifest has no tokens to --decode")
-    tokenizer = load_tokenizer(stream.tokenizer_path) if decode else None
+    tokenizer = load_tokenizer(stream) if decode else None
     samples: list[PeekSample] = []
     for row in range(index.positions.size):
         sample: PeekSample = {

@@ -132,7 +132,8 @@ class MixtureStream:
         drawn = [name for name in self.cell_names if any(p.counts.get(name, 0) for p in manifest.phases)]
         self.index_only = manifest.store.stats_only
         self.source_names: list[str] = []
-        self.tokenizer_path: Path | None = None
+        # the local store directory whose tokenizer decodes these tokens (None: remote, or no tokenizer file)
+        self.tokenizer_store: Path | None = None
         if self.index_only:
             log.info("%s: stats-only manifest, index-only mode (no tokens)", self.path)
             self.has_sources = False
@@ -143,7 +144,7 @@ class MixtureStream:
             raise ArtifactError(f"{self.path}: a manifest with shards must name their dtype")
         self.source_names = list(store.sources)
         if store.tokenizer is not None and store.tokenizer.path and files.local is not None:
-            self.tokenizer_path = files.local / store.tokenizer.path
+            self.tokenizer_store = files.local if (files.local / store.tokenizer.path).exists() else None
         cells: list[CellShards | None] = [None] * len(self.cell_names)
         for name in drawn:
             if not manifest.cells[name].shards:

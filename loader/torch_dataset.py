@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from typing_extensions import TypeIs
 
 from loader.schedule import SampleIndex
 from loader.stream import Batch, Gathered, MixtureStream
@@ -51,7 +52,25 @@ def batch_tensors(batch: Batch) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def to_wire(gathered: Gathered) -> dict[str, Any]:
+class Wire(TypedDict):
+    """A gathered batch on its way from a data-loader worker: its arrays as one `bytes`, and how to cut it."""
+
+    wire: bytes
+    step: int
+    phase: int  # the phase's index
+    rows: int
+    segments: int
+    sources: bool
+
+
+Item = dict[str, torch.Tensor] | Wire  # what the dataset yields: a batch (in this process), or a worker's wire
+
+
+def is_wire(item: Item) -> TypeIs[Wire]:
+    return "wire" in item
+
+
+def to_wire(gathered: Gathered) -> Wire:
     """A gathered batch as one `bytes` (int64 arrays first, then int32, then the windows: each aligned) and the
     few integers that say how to cut it (`from_wire`)."""
     index = gathered.index
@@ -76,7 +95,7 @@ def to_wire(gathered: Gathered) -> dict[str, Any]:
     }
 
 
-def from_wire(item: dict[str, Any], seq_len: int, dtype: np.dtype) -> Gathered:
+def from_wire(item: Wire, seq_len: int, dtype: np.dtype) -> Gathered:
     wire, rows, segments = np.frombuffer(item["wire"], dtype=np.uint8), item["rows"], item["segments"]
     sizes: list[tuple[np.dtype, int]] = [(np.dtype(np.int64), rows)] * 4 + [
         (np.dtype(np.int64), segments),
@@ -99,7 +118,7 @@ def from_wire(item: dict[str, Any], seq_len: int, dtype: np.dtype) -> Gathered:
     )
 
 
-class TorchMixtureDataset(IterableDataset[dict[str, torch.Tensor]]):
+class TorchMixtureDataset(IterableDataset[Item]):
     """Yields one dict of tensors per step for this rank, from the saved step onwards."""
 
     def __init__(
@@ -125,7 +144,7 @@ class TorchMixtureDataset(IterableDataset[dict[str, torch.Tensor]]):
     def source_names(self) -> list[str]:
         return self.stream.source_names
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Item]:
         worker = get_worker_info()
         if worker is None:
             for batch in self.stream.iterate():
@@ -141,9 +160,9 @@ class TorchMixtureDataset(IterableDataset[dict[str, torch.Tensor]]):
         for gathered in self.stream.iterate(first, stride=worker.num_workers, gathered=True):
             yield to_wire(gathered)
 
-    def unwire(self, item: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def unwire(self, item: Item) -> dict[str, torch.Tensor]:
         """A worker's item as the batch dict iterating in this process gives (packed here)."""
-        if "wire" not in item:
+        if not is_wire(item):
             return item
         stream = self.stream
         return batch_tensors(stream.pack(from_wire(item, stream.seq_len, np.dtype(stream.manifest.dtype))))
@@ -159,7 +178,7 @@ class TorchMixtureDataset(IterableDataset[dict[str, torch.Tensor]]):
         self.stream.load_state_dict(state_dict)
 
 
-class MixtureDataLoader(DataLoader[dict[str, torch.Tensor]]):
+class MixtureDataLoader(DataLoader[Item]):
     """A `DataLoader` over a `TorchMixtureDataset` whose state follows the batches handed out.
 
     Batches are already whole steps, so `batch_size` is None; persistent workers would keep a

@@ -124,19 +124,26 @@ def atomic_write_text(path: Path | str, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def artifact_bytes(kind: str, schema_version: int, payload: Mapping[str, object]) -> tuple[bytes, str]:
+def artifact_bytes(
+    kind: str, schema_version: int, payload: Mapping[str, object], compact: bool = False
+) -> tuple[bytes, str]:
     """`payload` as the bytes of an artifact of `kind`, and its content hash (for a writer that is not a local
-    file, such as an object store)."""
+    file, such as an object store). `compact`: one line, for an artifact of long number lists that indenting
+    would put one number a line (the hash is the same either way)."""
     body: dict[str, object] = {"kind": kind, "schema_version": schema_version, **payload}
     body.pop(HASH_FIELD, None)
     digest = content_hash(body)
     body[HASH_FIELD] = digest
-    return json.dumps(body, indent=1, sort_keys=True, ensure_ascii=False).encode() + b"\n", digest
+    indent, separators = (None, (",", ":")) if compact else (1, None)
+    text = json.dumps(body, indent=indent, separators=separators, sort_keys=True, ensure_ascii=False)
+    return text.encode() + b"\n", digest
 
 
-def write_artifact(path: Path | str, kind: str, schema_version: int, payload: Mapping[str, object]) -> str:
+def write_artifact(
+    path: Path | str, kind: str, schema_version: int, payload: Mapping[str, object], compact: bool = False
+) -> str:
     """Write `payload` as an artifact of `kind`; returns its content hash."""
-    data, digest = artifact_bytes(kind, schema_version, payload)
+    data, digest = artifact_bytes(kind, schema_version, payload, compact)
     atomic_write_bytes(path, data)
     return digest
 

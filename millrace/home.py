@@ -50,12 +50,28 @@ class Home:
     def stores(self) -> Path:
         return self.root / "stores"
 
-    def store_versions(self) -> list[Path]:
-        """Every store version directory under the home (one holding its store.json), sorted."""
-        return sorted(p.parent for p in self.stores.glob("*/*/store.json"))
+    def store_versions(self, name: str | None = None) -> list[Path]:
+        """Every store version directory under the home (one holding its store.json), or every version of store
+        `name`, sorted."""
+        where = check_name(name, "store") if name else "*"
+        return sorted(p.parent for p in self.stores.glob(f"{where}/*/store.json"))
 
     def store(self, name: str, version: str) -> Path:
         return self.stores / check_name(name, "store") / check_name(version, "store version")
+
+    def built_mixtures(
+        self, marker: str, store: str | None = None, mixture: str = "*", revision: str = "*"
+    ) -> list[Path]:
+        """Built mixture directories holding `marker` (the manifest's file name, from its schema module), on any
+        store version (or those of store `store`), of any mixture and revision unless named; sorted."""
+        names = [check_name(n, kind) if n != "*" else n for n, kind in ((mixture, "mixture"), (revision, "revision"))]
+        where = check_name(store, "store") if store else "*"
+        return sorted(p.parent for p in self.stores.glob(f"{where}/*/mixtures/{names[0]}/{names[1]}/{marker}"))
+
+    @staticmethod
+    def built_mixtures_in(store_dir: str | Path, marker: str) -> list[Path]:
+        """The built mixture directories of one store version (`<store>/mixtures/<mixture>/<revision>`), sorted."""
+        return sorted(p.parent for p in Path(store_dir).glob(f"mixtures/*/*/{marker}"))
 
     def work(self, name: str, version: str) -> Path:
         return self.root / "work" / check_name(name, "store") / check_name(version, "store version")
@@ -79,6 +95,18 @@ class Home:
     def run(self, name: str) -> Path:
         return self.runs / check_name(name, "run")
 
+    def run_dirs(self, marker: str) -> list[Path]:
+        """Run directories holding `marker` (the run record's file name, from its schema module), sorted."""
+        return _holding(self.runs, marker)
+
+    def ladder_dirs(self, marker: str) -> list[Path]:
+        """Ladder directories holding `marker` (the ladder record's file name), sorted."""
+        return _holding(self.ladders, marker)
+
+    def search_dirs(self, marker: str) -> list[Path]:
+        """Search directories holding `marker` (the search plan's file name), sorted."""
+        return _holding(self.searches, marker)
+
     def ladder(self, name: str) -> Path:
         return self.ladders / check_name(name, "ladder")
 
@@ -96,3 +124,8 @@ class Home:
     @property
     def site(self) -> Path:
         return self.root / "site"
+
+
+def _holding(root: Path, marker: str) -> list[Path]:
+    """The directories one level under `root` that hold a file named `marker`, sorted."""
+    return sorted(p.parent for p in root.glob(f"*/{marker}")) if root.is_dir() else []

@@ -194,6 +194,34 @@ def cut_back(path: Path | str, step: int, check: Check = has_step) -> None:
         atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
 
 
+def drop_torn_tail(path: Path | str) -> None:
+    """Cut a torn last line (bytes after the last newline: what a kill mid-append leaves) away, atomically, and
+    say so; run before appending to a stream that has no steps to cut back to (`append_line`)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - 1))
+            if size == 0 or handle.read(1) == b"\n":
+                return
+            handle.seek(0)
+            raw = handle.read()
+    except FileNotFoundError:
+        return
+    kept = raw[: raw.rfind(b"\n") + 1]
+    log.warning("%s: cut a torn last line (%d bytes, what a crash leaves)", path, len(raw) - len(kept))
+    atomic_write_bytes(path, kept)
+
+
+def append_line(path: Path | str, line: bytes) -> None:
+    """Append one record's line in one write, flushed (a kill leaves at most this line torn, never an earlier
+    one); the file is created where it is absent."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        handle.write(line.rstrip(b"\n") + b"\n")
+
+
 def last_record(path: Path | str, check: Check = has_step, window: int = 1 << 16) -> dict[str, JsonValue] | None:
     """The stream's last complete record, by the rule above, reading only the file's end (a long run's stream
     is never read whole); None for an absent or empty file."""

@@ -144,8 +144,11 @@ class WriterLock:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_seconds):
+            fd = self._fd
+            if fd is None:  # released meanwhile
+                return
             try:
-                os.utime(self._fd)  # type: ignore[arg-type]
+                os.utime(fd)
             except OSError as exc:  # a full or vanished disk: the writer itself will say so
                 log.debug("heartbeat %s: %s", self.path, exc)
 

@@ -4,14 +4,14 @@ new_revision(home, mixture, revision, store, *, strategy=..., phases=[...], ...)
 build(home, mixture, revision, *, file=None) -> Path          # the manifest's path
 plan(home, mixture, revision, *, file=None) -> dict           # `mix plan --json`
 diff(home, mixture, a, b) -> dict                             # `mix diff --json`
-validate_file(home, path) -> dict                             # `mix validate --json`
-list_revisions(home) -> dict                                  # `mix list --json`
+validate_file(home, path) -> ValidationSummary                # `mix validate --json`
+list_revisions(home) -> RevisionListing                       # `mix list --json`
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from millrace.errors import ArtifactError
 from millrace.home import Home
@@ -22,7 +22,63 @@ from mixtures.new import new_revision
 from mixtures.plan import diff_of, plan_of
 from mixtures.resolve import manifest_hash, resolve_revision
 from mixtures.revision import load_revision
-from pipeline.store.labels import domain_labels
+
+
+class PhaseSummary(TypedDict):
+    name: str
+    sequences: int
+    steps: int
+    cells: int  # cells the phase draws from
+
+
+class ContinuesSummary(TypedDict):
+    revision: str
+    at_step: int | None
+    manifest_hash: str
+
+
+class ValidationSummary(TypedDict):
+    """`mix validate --json` (and `mix new --json`): a revision file that builds, and what it builds."""
+
+    file: str
+    mixture: str
+    revision: str
+    revision_hash: str
+    store: dict[str, object]
+    manifest_hash: str
+    phases: list[PhaseSummary]
+    total_steps: int
+    cells: int
+    continues: ContinuesSummary | None
+    valid: bool
+
+
+class BuiltOn(TypedDict, total=False):
+    """Where a revision is built: the store and manifest, or the error reading a damaged one."""
+
+    store: str
+    version: str
+    manifest_hash: str
+    total_steps: int
+    path: str
+    error: str
+
+
+class RevisionEntry(TypedDict):
+    file: str
+    origin: str
+    built: list[BuiltOn]
+
+
+class MixtureEntry(TypedDict):
+    revisions: dict[str, RevisionEntry]
+
+
+class RevisionListing(TypedDict):
+    """`mix list --json`."""
+
+    home: str
+    mixtures: dict[str, MixtureEntry]
 
 
 def plan(home: Home, mixture: str, revision: str, *, file: Path | str | None = None) -> dict[str, Any]:
@@ -30,7 +86,7 @@ def plan(home: Home, mixture: str, revision: str, *, file: Path | str | None = N
     manifest, _, source, store = resolve_named(home, mixture, revision, file)
     result = plan_of(manifest, manifest_hash(manifest), {c: s.tokens for c, s in store.manifest.cells.items()})
     result["revision_file"] = str(source)
-    result["labels"] = domain_labels(store.manifest)
+    result["labels"] = store.manifest.stats.domain_labels()
     return result
 
 
@@ -38,7 +94,7 @@ def diff(home: Home, mixture: str, a: str, b: str) -> dict[str, Any]:
     return diff_of(plan(home, mixture, a), plan(home, mixture, b))
 
 
-def validate_file(home: Home, path: Path | str) -> dict[str, Any]:
+def validate_file(home: Home, path: Path | str) -> ValidationSummary:
     """Every check a build makes, on any revision file, without writing anything."""
     loaded = load_revision(path)
     manifest, _ = resolve_revision(home, loaded, str(path))
@@ -71,11 +127,11 @@ def validate_file(home: Home, path: Path | str) -> dict[str, Any]:
     }
 
 
-def list_revisions(home: Home) -> dict[str, Any]:
+def list_revisions(home: Home) -> RevisionListing:
     """Mixtures, their revision files (user's and shipped) and where each is built."""
-    mixtures: dict[str, Any] = {}
+    mixtures: dict[str, MixtureEntry] = {}
     for entry in revision_files(home):
-        builds = []
+        builds: list[BuiltOn] = []
         for path in built_manifests(home, entry.mixture, entry.revision):
             try:
                 manifest, digest = read_manifest(path)

@@ -65,4 +65,4 @@ def load_named(home: Home, mixture: str, revision: str, file: Path | str | None 
 
 def built_manifests(home: Home, mixture: str, revision: str) -> list[Path]:
     """Manifests built from this revision name, on any store and version."""
-    return sorted(home.stores.glob(f"*/*/mixtures/{mixture}/{revision}/{MANIFEST_FILE}"))
+    return [p / MANIFEST_FILE for p in home.built_mixtures(MANIFEST_FILE, mixture=mixture, revision=revision)]

@@ -32,7 +32,7 @@ Semantics the loader relies on:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Literal
 
 import pydantic
 
@@ -116,20 +116,6 @@ class Ancestor(StrictModel):
     at_step: int  # where the ancestor's direct child took over from it
 
 
-class StepRange(TypedDict):
-    """The steps [start_step, stop_step) of a lineage drawn from one revision's weights."""
-
-    revision: str
-    start_step: int
-    stop_step: int
-
-
-class LineageRange(StepRange):
-    """A `StepRange` with the hash of the manifest it was drawn from (a run record's `lineage`)."""
-
-    manifest_hash: str
-
-
 class BuiltManifest(StrictModel):
     mixture: str
     revision: str
@@ -163,23 +149,52 @@ class BuiltManifest(StrictModel):
         return next((a.shared_steps for a in self.ancestors if a.manifest_hash == manifest_hash), None)
 
     def revision_ranges(self) -> list[StepRange]:
-        """Which revision of the lineage draws which steps: [{revision, start_step, stop_step}]."""
+        """Which revision of the lineage draws which steps, in step order."""
         ranges: list[StepRange] = []
         for phase in self.phases:
             name = phase.revision or self.revision
-            if ranges and ranges[-1]["revision"] == name:
-                ranges[-1]["stop_step"] = phase.start_step + phase.steps
+            stop = phase.start_step + phase.steps
+            if ranges and ranges[-1].revision == name:
+                ranges[-1] = ranges[-1].model_copy(update={"stop_step": stop})
             else:
-                ranges.append(
-                    {"revision": name, "start_step": phase.start_step, "stop_step": phase.start_step + phase.steps}
-                )
+                ranges.append(StepRange(revision=name, start_step=phase.start_step, stop_step=stop))
         return ranges
+
+    def cell_plan(self, steps: int | None = None) -> dict[str, float]:
+        """The per-cell plan: the sequences each cell draws in steps [0, steps), the whole plan when None; every
+        cell of the manifest is listed. Phases are contiguous in sample positions, so the first `steps` steps
+        consume every earlier phase whole and the current one in part; inside a phase the loader interleaves
+        cells exactly, so a part-consumed phase gives each cell its share (within one sample of what is drawn).
+        Whole phases count exactly (integers as floats). The mixtures plan, the trainer's run record and the
+        training page's expected counts all read it, so they cannot disagree."""
+        consumed = self.total_sequences if steps is None else steps * self.global_batch
+        drawn = dict.fromkeys(self.cells, 0.0)
+        for phase in self.phases:
+            part = min(max(consumed - phase.start_position, 0), phase.sequences)
+            for cell, count in phase.counts.items():
+                share = count if part == phase.sequences else count * part / phase.sequences
+                drawn[cell] = drawn.get(cell, 0.0) + share
+        return drawn
+
+
+class StepRange(StrictModel):
+    """The steps [start_step, stop_step) one revision of a lineage draws."""
+
+    revision: str
+    start_step: int
+    stop_step: int
+
+
+class LineageRange(StepRange):
+    """A lineage's step range with the hash of the manifest it was drawn from."""
+
+    manifest_hash: str
 
 
 def lineage_of(manifest: BuiltManifest, digest: str) -> list[LineageRange]:
     """The step ranges of each revision of the lineage, with the manifest hash each was drawn from."""
     hashes = {a.revision: a.manifest_hash for a in manifest.ancestors} | {manifest.revision: digest}
-    return [LineageRange(**r, manifest_hash=hashes[r["revision"]]) for r in manifest.revision_ranges()]
+    return [LineageRange(**r.model_dump(), manifest_hash=hashes[r.revision]) for r in manifest.revision_ranges()]
 
 
 def manifest_path(home: Home, store_name: str, store_version: str, mixture: str, revision: str) -> Path:
@@ -203,12 +218,9 @@ def read_manifest(path: Path | str) -> tuple[BuiltManifest, str]:
 
 def find_manifest(home: Home, mixture: str, revision: str, store: str | None = None) -> Path:
     """Locate a built revision under `home`: the newest store version wins; two store names are ambiguous."""
-    pattern = f"{store or '*'}/*/mixtures/{mixture}/{revision}/{MANIFEST_FILE}"
-    found = sorted(home.stores.glob(pattern))
+    found = [p / MANIFEST_FILE for p in home.built_mixtures(MANIFEST_FILE, store, mixture, revision)]
     if not found:
-        built = sorted(
-            {p.parent.name for p in home.stores.glob(f"{store or '*'}/*/mixtures/{mixture}/*/{MANIFEST_FILE}")}
-        )
+        built = sorted({p.name for p in home.built_mixtures(MANIFEST_FILE, store, mixture)})
         raise ArtifactError(
             f"no built manifest for mixture {mixture!r} revision {revision!r} under {home.stores} "
             f"(run `millrace mix build {mixture} --revision {revision}`)"

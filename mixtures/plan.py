@@ -17,41 +17,7 @@ from mixtures.manifest import BuiltManifest, lineage_of
 
 def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The plan as a JSON-ready dict; cells of the store that draw nothing are listed with zeros."""
-    table = CellTable(dict(store_tokens or {}), manifest.seq_len)
-    names = sorted(set(manifest.cells) | set(table.tokens))
-    cells: dict[str, Any] = {}
-    for cell in names:
-        info = manifest.cells.get(cell)
-        available = info.available_tokens if info else table.tokens[cell]
-        held = info.sequences_available if info else table.sequences(cell)
-        phases: dict[str, Any] = {}
-        drawn = 0
-        for phase in manifest.phases:
-            sequences = phase.counts.get(cell, 0)
-            drawn += sequences
-            phases[phase.name] = {
-                "declared_weight": phase.declared_weights.get(cell, 0.0),
-                "realised_weight": sequences / phase.sequences,
-                "sequences": sequences,
-                "tokens": sequences * manifest.seq_len,
-            }
-        switch = manifest.at_step
-        before = sum(p.counts.get(cell, 0) for p in manifest.phases if switch is not None and p.start_step < switch)
-        by_revision: dict[str, int] = {}
-        for phase in manifest.phases:
-            name = phase.revision or manifest.revision
-            by_revision[name] = by_revision.get(name, 0) + phase.counts.get(cell, 0)
-        cells[cell] = {
-            "before_switch": before,
-            "after_switch": drawn - before,
-            "by_revision": by_revision,
-            "available_tokens": available,
-            "sequences_available": held,
-            "epochs": drawn / held if held else 0.0,
-            "sequences": drawn,
-            "tokens": drawn * manifest.seq_len,
-            "phases": phases,
-        }
+    cells = _cells(manifest, CellTable(dict(store_tokens or {}), manifest.seq_len))
     return {
         "mixture": manifest.mixture,
         "revision": manifest.revision,
@@ -67,7 +33,7 @@ def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int
         "total_tokens": manifest.total_sequences * manifest.seq_len,
         "max_epochs": max((c["epochs"] for c in cells.values()), default=0.0),
         "at_step": manifest.at_step,
-        "lineage": lineage_of(manifest, digest),
+        "lineage": [r.model_dump() for r in lineage_of(manifest, digest)],
         "phases": [
             {
                 "name": phase.name,
@@ -83,6 +49,44 @@ def plan_of(manifest: BuiltManifest, digest: str, store_tokens: Mapping[str, int
         ],
         "cells": cells,
     }
+
+
+def _cells(manifest: BuiltManifest, table: CellTable) -> dict[str, Any]:
+    """Per cell (the manifest's and the store's), what it draws: in all (`BuiltManifest.cell_plan`), before and
+    after a lineage's switch, per revision and per phase, against what it holds."""
+    planned = manifest.cell_plan()
+    switch = manifest.at_step
+    before_switch = manifest.cell_plan(switch) if switch is not None else {}
+    cells: dict[str, Any] = {}
+    for cell in sorted(set(manifest.cells) | set(table.tokens)):
+        info = manifest.cells.get(cell)
+        held = info.sequences_available if info else table.sequences(cell)
+        drawn = int(planned.get(cell, 0))
+        before = int(before_switch.get(cell, 0))  # the switch is a phase boundary: whole phases, exact
+        by_revision: dict[str, int] = {}
+        for phase in manifest.phases:
+            name = phase.revision or manifest.revision
+            by_revision[name] = by_revision.get(name, 0) + phase.counts.get(cell, 0)
+        cells[cell] = {
+            "before_switch": before,
+            "after_switch": drawn - before,
+            "by_revision": by_revision,
+            "available_tokens": info.available_tokens if info else table.tokens[cell],
+            "sequences_available": held,
+            "epochs": drawn / held if held else 0.0,
+            "sequences": drawn,
+            "tokens": drawn * manifest.seq_len,
+            "phases": {
+                phase.name: {
+                    "declared_weight": phase.declared_weights.get(cell, 0.0),
+                    "realised_weight": phase.counts.get(cell, 0) / phase.sequences,
+                    "sequences": phase.counts.get(cell, 0),
+                    "tokens": phase.counts.get(cell, 0) * manifest.seq_len,
+                }
+                for phase in manifest.phases
+            },
+        }
+    return cells
 
 
 def diff_of(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

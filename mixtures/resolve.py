@@ -44,8 +44,7 @@ log = logging.getLogger(__name__)
 
 def store_versions(home: Home, name: str) -> list[str]:
     """Versions of a store that have a store.json, oldest first (CalVer sorts as text)."""
-    root = home.stores / name
-    return sorted(p.parent.name for p in root.glob("*/store.json")) if root.is_dir() else []
+    return [p.name for p in home.store_versions(name)]
 
 
 def store_names(home: Home) -> list[str]:

@@ -158,22 +158,26 @@ def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bo
 def init(corpus_dir: Path, out_path: Path, force: bool, text_keys: tuple[str, ...], home: Home, as_json: bool) -> None:
     """Write a commented starter config with one source per source found in CORPUS_DIR; print the sources,
     their formats and fields, and the files no source reads."""
-    from pipeline.stages.read.discovery import describe_unread
-
     if out_path.exists() and not force:
         raise ConfigError(f"{out_path}: already exists (use --force to overwrite)")
     text, found = _starter(corpus_dir, _pairs(text_keys), ask=on_terminal() and not as_json)
     atomic_write_text(out_path, text)
     if as_json:
         print_json(
-            {"config": str(out_path), "corpus": str(corpus_dir), **found, "next": f"millrace pipeline run {out_path}"}
+            {
+                "config": str(out_path),
+                "corpus": str(corpus_dir),
+                "sources": found["sources"],
+                "not_read": [entry.model_dump() for entry in found["not_read"]],
+                "next": f"millrace pipeline run {out_path}",
+            }
         )
         return
     for source in found["sources"]:
         fields = f"text {source['text_key']!r}, id {source['id_key']!r}"
         click.echo(f"source {source['name']}: {source['format']} ({fields}) from {', '.join(source['paths'])}")
     for entry in found["not_read"]:
-        click.echo(describe_unread(entry))
+        click.echo(entry.describe())
     click.echo(f"wrote {out_path}; run it with: millrace pipeline run {out_path}")
 
 

@@ -30,7 +30,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolder
@@ -38,6 +38,9 @@ from datatrove.pipeline.base import PipelineStep
 
 from millrace.errors import MillraceError
 from pipeline.stages.in_place import reading_in_place
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 log = logging.getLogger(__name__)
 SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-<host>-pid<pid>-<random>
@@ -91,7 +94,7 @@ class RemoteWorkError(MillraceError):
     """A step of a staged task kept a path of the driver's disk that could not be moved to its scratch."""
 
 
-def _version(info: Info) -> Any:
+def _version(info: Info) -> object:
     """What changes when an object is rewritten: its ETag where the store has one, else size and time."""
     return info.get("ETag") or (info.get("size"), info.get("mtime") or info.get("LastModified"))
 
@@ -115,12 +118,12 @@ class RemoteWork:
     only what the driver pulled (`DRIVER_READS`) or wrote itself."""
 
     url: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, object] = field(default_factory=dict)
     mirror: Path = Path()
     scratch: str | None = None  # where tasks make their scratch directories; None: the system's temporary dir
-    _fs: Any = field(default=None, repr=False, compare=False)
+    _fs: AbstractFileSystem | None = field(default=None, repr=False, compare=False)
     _root: str = field(default="", repr=False, compare=False)
-    _remote: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _remote: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
     _local: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False, compare=False)
     pulled_bytes: int = field(default=0, repr=False, compare=False)  # what the driver downloaded, in all
 
@@ -136,7 +139,7 @@ class RemoteWork:
         self.__init__(**state)  # type: ignore[misc]
 
     @property
-    def fs(self) -> Any:
+    def fs(self) -> AbstractFileSystem:
         if self._fs is None:
             from fsspec.core import url_to_fs
 
@@ -210,7 +213,7 @@ class RemoteWork:
             self._remote[rel] = _version(self.fs.info(f"{self.root}/{rel}"))
 
 
-def _matching(fs: Any, root: str, pattern: str) -> dict[str, Info]:
+def _matching(fs: AbstractFileSystem, root: str, pattern: str) -> dict[str, Info]:
     """Objects under `root` matching `pattern` (a folder, a file or a glob), by relative path, with their info."""
     target = f"{root}/{pattern.rstrip('/')}"
     if any(c in pattern for c in "*?["):
@@ -228,7 +231,7 @@ def _matching(fs: Any, root: str, pattern: str) -> dict[str, Info]:
     return {path[len(root) + 1 :]: info for path, info in expanded.items()}
 
 
-def _download(fs: Any, root: str, local: Path, relatives: list[str]) -> None:
+def _download(fs: AbstractFileSystem, root: str, local: Path, relatives: list[str]) -> None:
     for rel in relatives:
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
     if not relatives:
@@ -244,7 +247,7 @@ def _download(fs: Any, root: str, local: Path, relatives: list[str]) -> None:
         ) from None
 
 
-def _upload(fs: Any, root: str, files: dict[str, Path]) -> None:
+def _upload(fs: AbstractFileSystem, root: str, files: dict[str, Path]) -> None:
     """One object per file; on a plain filesystem each is written beside its target and renamed into place."""
     from fsspec.implementations.local import LocalFileSystem
 
@@ -286,11 +289,11 @@ def _alive(pid: int) -> bool:
 class _Relocating(pickle.Pickler):
     """Pickles steps with every path under `old` replaced by the same path under `new`."""
 
-    def __init__(self, file: Any, old: Path, new: Path):
+    def __init__(self, file: BinaryIO, old: Path, new: Path):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.old, self.new = str(old), str(new)
 
-    def reducer_override(self, obj: Any) -> Any:
+    def reducer_override(self, obj: object) -> Any:  # typeshed: a reduce tuple, or NotImplemented
         if isinstance(obj, PurePath):
             text = str(obj)
             if text == self.old or text.startswith(self.old + os.sep):

@@ -54,7 +54,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -71,14 +71,14 @@ from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
 from pipeline.remote_work import DRIVER_READS, RemoteWork, StagedTask
-from pipeline.stages.assemble import assemble_store, staging_dir
+from pipeline.stages.assemble import StoreContents, assemble_store, staging_dir
 from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates
 from pipeline.stages.dedup.signing import DedupSignatures
 from pipeline.stages.filter.filtering import ExtractStep, FilterStep, LanguageStep, NormaliseStep
 from pipeline.stages.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_budget
-from pipeline.stages.funnel import bad_files, build_funnel, merge_step, removed_tokens_from, step_dir
+from pipeline.stages.funnel import bad_files, build_funnel, encodings, merge_step, removed_tokens_from, step_dir
 from pipeline.stages.held_out.contamination import (
-    Decision,
+    ContaminationDecision,
     FindContainedNgrams,
     contaminated,
     save_decision,
@@ -88,13 +88,14 @@ from pipeline.stages.held_out.split import WriteHeldOut
 from pipeline.stages.in_place import reading_in_place
 from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
 from pipeline.stages.progress import PhaseLines, live_records
-from pipeline.stages.read.discovery import describe_unread, listed_once, unread_files
+from pipeline.stages.read.discovery import listed_once, unread_files
 from pipeline.stages.read.fields import check_text_fields
 from pipeline.stages.read.readers import ReadStep, file_count
 from pipeline.stages.read.task_inputs import write_task_inputs
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
+from pipeline.store.manifest_records import Funnel, NotRead, StoreStats
 from pipeline.work import FINGERPRINTED, PHASES, WorkLayout, prepare_work
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class PostDedupSteps:
     """What the seam contributes: steps before tokenization, and the stats they leave behind."""
 
     steps: list[PipelineStep] = field(default_factory=list)
-    collect_stats: Callable[[], tuple[dict[str, dict[str, Any]], dict[str, dict[str, object]]]] = lambda: ({}, {})
+    collect_stats: Callable[[], tuple[StoreStats, dict[str, dict[str, object]]]] = lambda: (StoreStats(), {})
 
 
 def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSteps:
@@ -366,48 +367,64 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
         signal.signal(signal.SIGINT, previous)
 
 
-def _run_executor(
-    label: str,
-    kind: str,
-    pipeline: list[PipelineStep],
-    tasks: int,
-    workers: int,
-    logging_dir: Path,
-    lines: bool = False,
-    read: Callable[[], int] | None = None,
-    remote: RemoteWork | None = None,
-    part: str | None = None,
-) -> None:
-    """One executor run to completion. With `remote`, each task runs staged (`pipeline.remote_work`): the
-    driver uploads what it wrote first, markers and logs go on the URL, and what the driver reads of the tasks'
-    outputs comes back (`DRIVER_READS[label]`). `part` names which run of a stage of several this is (a dedup
-    round), in its progress and log lines."""
-    shown = f"{label} {part}" if part else label
-    where: Path | DataFolder = logging_dir
-    if remote is not None:
-        remote.publish()
-        pipeline = [StagedTask(label, pipeline, remote, part)]
-        where, lines = remote.folder(logging_dir), False  # the progress lines read a local logging folder
-    executor = _executor(kind, pipeline, tasks, workers, where)
-    logs = remote.url_of(logging_dir / "logs") if remote is not None else f"{logging_dir}/logs"
-    if not executor.get_incomplete_ranks():
-        log.info("%s: all %d tasks already complete", shown, tasks)
-    else:
-        try:
+@dataclass(frozen=True)
+class Executors:
+    """How a pipeline run's executor runs go (the store does not depend on it): datatrove's executor `kind`, its
+    `workers`, whether each phase logs steady progress `lines`, and the run's work URL (`remote`; None: the local
+    work directory)."""
+
+    kind: str
+    workers: int
+    lines: bool = False
+    remote: RemoteWork | None = None
+
+    def run(
+        self,
+        label: str,
+        pipeline: list[PipelineStep],
+        tasks: int,
+        logging_dir: Path,
+        *,
+        read: Callable[[], int] | None = None,
+        part: str | None = None,
+    ) -> None:
+        """One executor run to completion. With `remote`, each task runs staged (`pipeline.remote_work`): the
+        driver uploads what it wrote first, markers and logs go on the URL, and what the driver reads of the
+        tasks' outputs comes back (`DRIVER_READS[label]`). `read` counts the documents read so far, for the
+        progress lines; `part` names which run of a phase of several this is (a dedup round), in its progress
+        and log lines."""
+        shown = f"{label} {part}" if part else label
+        where: Path | DataFolder = logging_dir
+        remote, lines = self.remote, self.lines
+        if remote is not None:
+            remote.publish()
+            pipeline = [StagedTask(label, pipeline, remote, part)]
+            where, lines = remote.folder(logging_dir), False  # the progress lines read a local logging folder
+        executor = _executor(self.kind, pipeline, tasks, self.workers, where)
+        logs = remote.url_of(logging_dir / "logs") if remote is not None else f"{logging_dir}/logs"
+        if not executor.get_incomplete_ranks():
+            log.info("%s: all %d tasks already complete", shown, tasks)
+        else:
             with PhaseLines(shown, logging_dir, tasks, read=read) if lines else contextlib.nullcontext():
-                executor.run()
-        except Exception as exc:  # a task's exception, re-raised by the executor
-            if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed stage
-                raise TerminateSignal() from exc
-            if (full := disk_full_cause(exc)) is not None:  # one line naming the path (the work dir if none)
-                work = next((p.parent for p in logging_dir.parents if p.name == "logs"), logging_dir)
-                raise OSError(full.errno, full.strerror, full.filename or str(work)) from exc
-            raise PipelineError(f"stage {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
-        incomplete = executor.get_incomplete_ranks()
-        if incomplete:
-            raise PipelineError(f"stage {shown!r}: tasks {incomplete} did not complete; task logs in {logs}")
-    if remote is not None:
-        remote.pull(DRIVER_READS[label])
+                _run_to_completion(executor, shown, logging_dir, logs)
+        if remote is not None:
+            remote.pull(DRIVER_READS[label])
+
+
+def _run_to_completion(executor: PipelineExecutor, shown: str, logging_dir: Path, logs: str) -> None:
+    """Run `executor`; a task's failure becomes one line naming the phase and where its task logs are."""
+    try:
+        executor.run()
+    except Exception as exc:  # a task's exception, re-raised by the executor
+        if sigterm_received():  # the workers died of the group's SIGTERM: a stop, not a failed phase
+            raise TerminateSignal() from exc
+        if (full := disk_full_cause(exc)) is not None:  # one line naming the path (the work dir if none)
+            work = next((p.parent for p in logging_dir.parents if p.name == "logs"), logging_dir)
+            raise OSError(full.errno, full.strerror, full.filename or str(work)) from exc
+        raise PipelineError(f"stage {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
+    incomplete = executor.get_incomplete_ranks()
+    if incomplete:
+        raise PipelineError(f"stage {shown!r}: tasks {incomplete} did not complete; task logs in {logs}")
 
 
 def remote_work(config: PipelineConfig, layout: WorkLayout) -> RemoteWork | None:
@@ -443,26 +460,17 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     return steps
 
 
-def run_dedup(
-    config: PipelineConfig,
-    layout: WorkLayout,
-    kind: str,
-    workers: int,
-    lines: bool,
-    remote: RemoteWork | None = None,
-) -> None:
+def run_dedup(config: PipelineConfig, layout: WorkLayout, executors: Executors) -> None:
     """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>;
     then, where a sample is drawn, one task per filter task drops dedup's removals from its sketch."""
 
     def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
-        where = layout.phase_logs("dedup") / name
-        _run_executor("dedup", kind, pipeline, tasks, workers, where, lines, remote=remote, part=name)
+        executors.run("dedup", pipeline, tasks, layout.phase_logs("dedup") / name, part=name)
 
     find_duplicates(config.dedup, layout.signatures, layout.components, layout.duplicates, run)
     if sample_budget(config):
         step = DeduplicatedSketch(layout.samples, layout.duplicates, layout.deduplicated_samples)
-        where = layout.phase_logs("dedup") / "sample"
-        _run_executor("sample", kind, [step], config.executor.tasks, workers, where, lines, remote=remote)
+        executors.run("sample", [step], config.executor.tasks, layout.phase_logs("dedup") / "sample")
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
@@ -495,45 +503,29 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 
 
 def decontaminate(
-    config: PipelineConfig,
-    layout: WorkLayout,
-    cutoffs: dict[str, list[int] | None],
-    kind: str,
-    workers: int,
-    lines: bool,
-    remote: RemoteWork | None = None,
-) -> Decision:
-    """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.held_out.contamination`):
-    {"cells": {cell: [[hash, key], ...]}, counts}; nothing when `[validation] decontaminate` is off."""
-
+    config: PipelineConfig, layout: WorkLayout, cutoffs: dict[str, list[int] | None], executors: Executors
+) -> ContaminationDecision | None:
+    """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.held_out.contamination`),
+    saved as the phase's decision; None when `[validation] decontaminate` is off."""
     v = config.validation
     if not v.decontaminate:
-        return {"cells": {}, "documents": 0, "tokens": 0, "checked": 0, "per_cell": {}}
+        return None
     dtype = dtype_for_vocab(load_tokenizer(layout.tokenizer).get_vocab_size(with_added_tokens=True))
     if not (layout.contamination / "held-out.npz").exists():  # only the chosen candidates' tokens are read
-        with contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root):
+        with _in_place(layout, executors.remote):
             write_held_out_index(layout.runs, layout.contamination, cutoffs, dtype, v.contamination_ngram)
     step = FindContainedNgrams(
         layout.runs, layout.staged / "cells", layout.contamination, cutoffs, str(dtype), v.contamination_ngram
     )
-    _run_executor(
-        "decontaminate",
-        kind,
-        [step],
-        config.executor.tasks,
-        workers,
-        layout.phase_logs("decontaminate"),
-        lines,
-        None,
-        remote,
-    )
-    decision = {
-        **contaminated(layout.contamination, v.contamination_threshold),
-        "ngram": v.contamination_ngram,
-        "threshold": v.contamination_threshold,
-    }
+    executors.run("decontaminate", [step], config.executor.tasks, layout.phase_logs("decontaminate"))
+    decision = contaminated(layout.contamination, v.contamination_threshold, v.contamination_ngram)
     save_decision(layout.contamination, decision)
     return decision
+
+
+def _in_place(layout: WorkLayout, remote: RemoteWork | None) -> contextlib.AbstractContextManager[object]:
+    """Where the work directory is on a work URL, the driver's reads of it go there in place."""
+    return contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root)
 
 
 def split_pipeline(
@@ -637,9 +629,7 @@ def run_pipeline(
     `progress_lines`: log a steady line per phase (tasks done, documents read), for runs without a terminal.
     `restart` starts the work directory afresh (needed when the input files changed).
     """
-    kind = executor or config.executor.kind
-    workers = workers or config.executor.workers
-    tasks = config.executor.tasks
+    executors = Executors(executor or config.executor.kind, workers or config.executor.workers, progress_lines)
     name = config.output.name
     recorded = stored_config(config)
     config_hash = content_hash(recorded)
@@ -656,9 +646,9 @@ def run_pipeline(
             return final
         if not (final / "store.json").exists():
             refuse_published(config, final, config_hash)
-            _build_store(config, home, final, kind, workers, tasks, on_phase, progress_lines, restart)
+            _build_store(StoreBuild.start(config, home, final, executors, restart), on_phase or (lambda label: None))
         if config.output.url:
-            publish(config, home, final, kind, workers)
+            publish(config, home, final, executors)
         return final
 
 
@@ -704,7 +694,7 @@ def _config_hash_of(manifest: bytes) -> str | None:
     return body.get("config_hash") if isinstance(body, dict) else None
 
 
-def publish(config: PipelineConfig, home: Home, final: Path, kind: str, workers: int) -> None:
+def publish(config: PipelineConfig, home: Home, final: Path, executors: Executors) -> None:
     """The publishing phase: store version `final` copied to `[output] url`, `store.json` last. A rerun after a
     failed publication resumes it (the objects already there are kept). With `[executor] work_url` each task
     publishes its own shards from the work URL (`PublishShards`: on the server where one storage profile holds
@@ -721,7 +711,8 @@ def publish(config: PipelineConfig, home: Home, final: Path, kind: str, workers:
         return
     remote.reset_mirror()  # an executor run of its own; the driver's copy of the work directory has nothing to upload
     step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)
-    _run_executor("publish", kind, [step], config.executor.tasks, workers, layout.logs / "7-publish", remote=remote)
+    staged = replace(executors, lines=False, remote=remote)
+    staged.run("publish", [step], config.executor.tasks, layout.logs / "7-publish")
     publish_store(final, url, options)
 
 
@@ -733,16 +724,16 @@ def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
     ]
     counted = [(name, sources) for name, sources in counted if sources]
     # each source as the last funnel step that counted it left it (a filter counts only the sources that list it)
-    last = {source: counts["kept"]["documents"] for _, sources in counted for source, counts in sources.items()}
+    last = {source: counts.kept.documents for _, sources in counted for source, counts in sources.items()}
     if not counted or any(last.values()):
         return None
-    read = sum(c["received"]["documents"] for c in counted[0][1].values())
+    read = sum(c.received.documents for c in counted[0][1].values())
     removals = []
     for name, sources in counted:
         reasons: dict[str, int] = {}
         for counts in sources.values():
-            for reason, removed in counts["removed"].items():
-                reasons[reason] = reasons.get(reason, 0) + removed["documents"]
+            for reason, removed in counts.removed.items():
+                reasons[reason] = reasons.get(reason, 0) + removed.documents
         if reasons:
             detail = ", ".join(f"{reason} {n:,}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
             removals.append(f"{name} {sum(reasons.values()):,} ({detail})")
@@ -758,148 +749,161 @@ def store_lock(final: Path) -> Path:
     return final.with_name(f".{final.name}.lock")
 
 
-def _build_store(
-    config: PipelineConfig,
-    home: Home,
-    final: Path,
-    kind: str,
-    workers: int,
-    tasks: int,
-    on_phase: Callable[[str], None] | None,
-    progress_lines: bool,
-    restart: bool,
-) -> Path:
-    """Every stage and the assembly into `final`, under the version's writer lock."""
-    name, version = final.parent.name, final.name
-    recorded = stored_config(config)
-    layout = WorkLayout(home.work(name, version))
-    remote = remote_work(config, layout)
-    if remote is not None:
-        remote.reset_mirror()
-        remote.pull(DRIVER_READS["start"])
-    prepare_work(layout, config, restart, remote)
-    notify = on_phase or (lambda label: None)
+@dataclass(frozen=True)
+class StoreBuild:
+    """One store version being built: its config, its work directory, where it goes, and how its executor runs
+    go. `_build_store` passes it from phase to phase, and each phase's function takes it."""
 
+    config: PipelineConfig
+    layout: WorkLayout
+    final: Path
+    executors: Executors
+
+    @classmethod
+    def start(cls, config: PipelineConfig, home: Home, final: Path, executors: Executors, restart: bool) -> StoreBuild:
+        """The work directory readied (fingerprints checked, a changed phase's outputs removed; its mirror of a
+        work URL started afresh)."""
+        layout = WorkLayout(home.work(final.parent.name, final.name))
+        remote = remote_work(config, layout)
+        if remote is not None:
+            remote.reset_mirror()
+            remote.pull(DRIVER_READS["start"])
+        prepare_work(layout, config, restart, remote)
+        return cls(config, layout, final, replace(executors, remote=remote))
+
+    @property
+    def remote(self) -> RemoteWork | None:
+        return self.executors.remote
+
+    def run(self, label: str, pipeline: list[PipelineStep], read: Callable[[], int] | None = None) -> None:
+        """Phase `label`'s executor run of `executor.tasks` tasks, logged in its own folder."""
+        self.executors.run(label, pipeline, self.config.executor.tasks, self.layout.phase_logs(label), read=read)
+
+
+def _build_store(build: StoreBuild, notify: Callable[[str], None]) -> Path:
+    """Every phase and the assembly into `build.final`, under the version's writer lock; `notify` is told each
+    announced phase (`PHASE_LABELS`) as it starts. The phases are called in order, written out, so that what
+    passes between them (cutoffs, decisions, stats) stays visible."""
+    unread = _filter(build, notify)
+    notify("tokenizer")
+    tokenizer, post = _fit_tokenizer_and_models(build)
+    notify("tokenize")
+    _tokenize(build, post)
+    funnel = store_funnel(build.config, build.layout, unread)
+    _check_tokenized(build.layout, funnel)
+    cutoffs = held_out_cutoffs(build.layout.runs, build.config.validation)
+    notify("decontaminate")
+    decision = decontaminate(build.config, build.layout, cutoffs, build.executors)
+    notify("split")
+    given_back = decision.cells if decision is not None else {}
+    build.run("split", split_pipeline(build.config, build.layout, cutoffs, given_back))
+    notify("assemble")
+    stats, cell_stats = post.collect_stats()
+    if decision is not None:
+        stats = stats.model_copy(update={"decontamination": decision.record()})
+    return _assemble(build, tokenizer, funnel, stats, cell_stats)
+
+
+def _filter(build: StoreBuild, notify: Callable[[str], None]) -> list[NotRead]:
+    """The filter run and duplicate finding; refused in one line when no document is left. Returns the files
+    under the sources' folders that no source reads (logged, and kept in the funnel)."""
+    config, layout = build.config, build.layout
     unread = unread_files(config)
     for entry in unread:
-        log.warning("%s", describe_unread(entry))
+        log.warning("%s", entry.describe())
     notify("filter")
-    _run_executor(
-        "filter",
-        kind,
-        filter_pipeline(config, layout),
-        tasks,
-        workers,
-        layout.phase_logs("filter"),
-        progress_lines,
-        read=lambda: live_records(layout.progress / "filter"),
-        remote=remote,
-    )
+    build.run("filter", filter_pipeline(config, layout), read=lambda: live_records(layout.progress / "filter"))
     if config.dedup.exact or config.dedup.fuzzy:
         notify("dedup")
-        run_dedup(config, layout, kind, workers, progress_lines, remote)
+        run_dedup(config, layout, build.executors)
     if problem := nothing_left(config, layout):
         raise PipelineError(problem)
-    notify("tokenizer")
-    # the sample (the tasks' deduplicated sketches up to the budget, only to fit) is read in place on a work URL
-    with contextlib.nullcontext() if remote is None else reading_in_place(layout.root, remote.fs, remote.root):
-        tokenizer_path = ensure_tokenizer(config, layout)
-        post = post_dedup_steps(config, layout)
-    notify("tokenize")
+    return unread
 
+
+def _fit_tokenizer_and_models(build: StoreBuild) -> tuple[Path, PostDedupSteps]:
+    """The tokenizer and the post-dedup models. The sample (the tasks' deduplicated sketches up to the budget,
+    only to fit) is read in place on a work URL."""
+    with _in_place(build.layout, build.remote):
+        return ensure_tokenizer(build.config, build.layout), post_dedup_steps(build.config, build.layout)
+
+
+def _tokenize(build: StoreBuild, post: PostDedupSteps) -> None:
+    """The tokenize run, after clearing its outputs and every later phase's when the staged store is gone
+    (a finished store deleted since, say)."""
+    layout, remote = build.layout, build.remote
     staged = layout.staged.exists() if remote is None else remote.exists(layout.staged)
-    if not staged and not staging_dir(final).exists():  # e.g. a finished store deleted since
+    if not staged and not staging_dir(build.final).exists():
         for phase in FINGERPRINTED[FINGERPRINTED.index("tokenize") :]:
             for path in layout.outputs(phase):
                 shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
                 if remote is not None:
                     remote.remove(path)
-    _run_executor(
-        "tokenize",
-        kind,
-        tokenize_pipeline(config, layout, post.steps),
-        tasks,
-        workers,
-        layout.phase_logs("tokenize"),
-        progress_lines,
-        read=lambda: live_records(layout.progress / "tokenize"),
-        remote=remote,
-    )
+    pipeline = tokenize_pipeline(build.config, layout, post.steps)
+    build.run("tokenize", pipeline, read=lambda: live_records(layout.progress / "tokenize"))
 
+
+def store_funnel(config: PipelineConfig, layout: WorkLayout, unread: list[NotRead]) -> Funnel:
+    """The funnel steps' per-task counts summed into the store's funnel (tokens filled backwards from the last
+    step), with the input files skipped, read in another encoding or not read, each logged."""
     names = funnel_steps(config)
-    stages = [(n, merge_step(step_dir(layout.funnel, i, n))) for i, n in enumerate(names)]
-    funnel = build_funnel(stages, removed_tokens_from(list(layout.removed_tokens.glob("*.json"))))
-    for index, stage in enumerate(funnel["stages"]):
-        if languages := merge_step(step_dir(layout.funnel, index, stage["name"]), "languages"):
-            stage["languages"] = languages
-    funnel["bad_files"] = bad_files(step_dir(layout.funnel, 0, "read"))
-    funnel["not_read"] = unread
-    funnel["encodings"] = bad_files(step_dir(layout.funnel, 0, "read"), "encodings")
-    for bad in funnel["bad_files"]:
-        log.warning("skipped unreadable input file %s (%s)", bad["file"], bad["error"])
-    for read_as in funnel["encodings"]:
-        log.warning("%s: not UTF-8, read as %s", read_as["file"], read_as["encoding"])
+    steps = build_funnel(
+        [(n, merge_step(step_dir(layout.funnel, i, n))) for i, n in enumerate(names)],
+        removed_tokens_from(list(layout.removed_tokens.glob("*.json"))),
+    )
+    for index, step in enumerate(steps):
+        step.languages = merge_step(step_dir(layout.funnel, index, step.name), "languages")
+    read = step_dir(layout.funnel, 0, "read")
+    funnel = Funnel(stages=steps, bad_files=bad_files(read), not_read=unread, encodings=encodings(read))
+    for bad in funnel.bad_files:
+        log.warning("skipped unreadable input file %s (%s)", bad.file, bad.error)
+    for read_as in funnel.encodings:
+        log.warning("%s: not UTF-8, read as %s", read_as.file, read_as.encoding)
+    _log_malformed(layout)
+    return funnel
+
+
+def _log_malformed(layout: WorkLayout, shown: int = 20) -> None:
     problems = malformed_report(layout)
-    for malformed in problems[:20]:
+    for malformed in problems[:shown]:
         where = next((f"{label} {malformed[label]}" for label in ("line", "row", "record") if label in malformed), "")
         log.warning("malformed input: %s %s (%s)", malformed["file"], where, malformed["reason"])
-    if len(problems) > 20:
-        log.warning("... and %d more malformed records, listed under %s", len(problems) - 20, layout.malformed)
-    if not tokenized_documents(layout):
-        removed = {
-            stage["name"]: sum(sum(r["documents"] for r in c["removed"].values()) for c in stage["sources"].values())
-            for stage in funnel["stages"]
-        }
-        raise PipelineError(
-            f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})"
-        )
+    if len(problems) > shown:
+        log.warning("... and %d more malformed records, listed under %s", len(problems) - shown, layout.malformed)
 
-    cutoffs = held_out_cutoffs(layout.runs, config.validation)
-    notify("decontaminate")
-    decision = decontaminate(config, layout, cutoffs, kind, workers, progress_lines, remote)
-    notify("split")
-    _run_executor(
-        "split",
-        kind,
-        split_pipeline(config, layout, cutoffs, decision["cells"]),
-        tasks,
-        workers,
-        layout.phase_logs("split"),
-        progress_lines,
-        remote=remote,
-    )
 
-    notify("assemble")
+def _check_tokenized(layout: WorkLayout, funnel: Funnel) -> None:
+    """No document reached tokenization: one line with what each funnel step removed."""
+    if tokenized_documents(layout):
+        return
+    removed = {step.name: sum(c.removed_documents() for c in step.sources.values()) for step in funnel.stages}
+    raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
 
-    store_stats, cell_stats = post.collect_stats()
-    if config.validation.decontaminate:
-        store_stats = {
-            **store_stats,
-            "decontamination": {
-                k: decision[k] for k in ("ngram", "threshold", "checked", "documents", "tokens", "per_cell")
-            },
-        }
+
+def _assemble(
+    build: StoreBuild, tokenizer: Path, funnel: Funnel, stats: StoreStats, cell_stats: dict[str, dict[str, object]]
+) -> Path:
+    """The assembly phase: the store's files come down from a work URL (unless they go on to `[output] url`
+    from there), then the manifests are written and the staged store renamed into place."""
+    config, layout, remote = build.config, build.layout, build.remote
     if remote is not None:
         if config.output.url:  # the shards go from the work URL to the store URL, never through this disk
             layout.staged.mkdir(exist_ok=True)
         else:  # the store is built here: its files come down
             remote.pull(DRIVER_READS["assemble"])
         log.info("the driver read %d bytes from the work URL", remote.pulled_bytes)
-    store = assemble_store(
-        final,
-        name,
-        version,
-        layout.staged,
-        layout.parts,
-        tokenizer_path,
-        config.tokenizer.eos,
-        [s.name for s in config.sources],
-        config.output.shard_tokens,
-        recorded,
-        funnel,
-        store_stats,
-        cell_stats,
-        layout.models,
-        config.validation,
+    contents = StoreContents(
+        name=build.final.parent.name,
+        version=build.final.name,
+        tokenizer=tokenizer,
+        eos=config.tokenizer.eos,
+        sources=[s.name for s in config.sources],
+        shard_tokens=config.output.shard_tokens,
+        pipeline_config=stored_config(config),
+        funnel=funnel,
+        stats=stats,
+        cell_stats=cell_stats,
+        models_dir=layout.models,
+        validation=config.validation,
     )
-    return store
+    return assemble_store(build.final, layout.staged, layout.parts, contents)

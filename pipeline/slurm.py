@@ -40,6 +40,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.config import PipelineConfig
 from pipeline.runner import (
+    Executors,
     decontaminate,
     ensure_tokenizer,
     filter_pipeline,
@@ -85,7 +86,7 @@ class PhaseInTask(PipelineStep):
         layout = _layout(self.config, Home.resolve(self.home_root), self.version)
         if self.phase == "split":
             cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
-            return split_pipeline(self.config, layout, cutoffs, load_decision(layout.contamination)["cells"])
+            return split_pipeline(self.config, layout, cutoffs, _given_back(layout))
         if not self.config.fits_cells:
             return tokenize_pipeline(self.config, layout, [])
         from pipeline.stages.tokenize.cell_steps import CellSteps
@@ -119,14 +120,20 @@ class DriverJob(PipelineStep):
         elif self.phase == "decontaminate":
             layout = _layout(self.config, home, self.version)
             cutoffs = held_out_cutoffs(layout.runs, self.config.validation)
-            decontaminate(self.config, layout, cutoffs, "local", self.workers, True)  # saves its decision
+            decontaminate(self.config, layout, cutoffs, Executors("local", self.workers, True))  # saves its decision
         else:
             layout = _layout(self.config, home, self.version)
             if self.config.dedup.exact or self.config.dedup.fuzzy:
-                run_dedup(self.config, layout, "local", self.workers, lines=True)
+                run_dedup(self.config, layout, Executors("local", self.workers, True))
             ensure_tokenizer(self.config, layout)
             post_dedup_steps(self.config, layout)
         yield from data or ()
+
+
+def _given_back(layout: WorkLayout) -> dict[str, list[list[int]]]:
+    """The held-out documents the decontamination gave back to training, per cell (none when it is off)."""
+    decision = load_decision(layout.contamination)
+    return decision.cells if decision is not None else {}
 
 
 def _layout(config: PipelineConfig, home: Home, version: str) -> WorkLayout:
@@ -208,7 +215,7 @@ def dry_run(
     work directory, slurm-scripts/); submit nothing. The scripts are the ones submission writes to each
     phase's logging directory, beside the pickled executor (written only at submission) they run."""
     jobs = phase_jobs(config, home, restart)
-    out = out or jobs[0].logging_dir.parent.parent / "slurm-scripts"
+    out = out or _layout(config, home, store_version(config, home, content_hash(stored_config(config)))).slurm_scripts
     out.mkdir(parents=True, exist_ok=True)
     chain = []
     for index, (job, executor) in enumerate(zip(jobs, slurm_chain(config, jobs)), start=1):

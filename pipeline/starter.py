@@ -22,7 +22,7 @@ import json
 import textwrap
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 import pydantic
 
@@ -30,9 +30,7 @@ from millrace.errors import ConfigError
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, QualityConfig, SourceConfig
 from pipeline.filters import FILTERS
 from pipeline.stages.read.fields import UnknownTextField, first_record, pick_id_key, pick_text_key
-
-if TYPE_CHECKING:  # discovery loads when a starter is written
-    from pipeline.stages.read.discovery import Unread
+from pipeline.store.manifest_records import NotRead
 
 FORMATS = ("jsonl", "parquet", "warc", "html")  # in the order a folder's sources are named
 CODE_LANGUAGES = {"python", "c", "cpp", "java", "javascript", "rust", "go", "shell", "code"}
@@ -273,7 +271,7 @@ class StarterFound(TypedDict):
     """What `init_starter` found: the sources, and the files no source reads."""
 
     sources: list[StarterSource]
-    not_read: list[Unread]
+    not_read: list[NotRead]
 
 
 def init_starter(corpus_dir: Path | str, text_keys: dict[str, str] | None = None) -> tuple[str, StarterFound]:

@@ -67,6 +67,11 @@ class WorkLayout:
         return self.root / "logs"
 
     @property
+    def slurm_scripts(self) -> Path:
+        """Where `pipeline run --slurm --dry-run` writes the chain's sbatch scripts by default."""
+        return self.root / "slurm-scripts"
+
+    @property
     def funnel(self) -> Path:
         return self.root / "funnel"
 
@@ -348,7 +353,7 @@ def _set_listing(config: PipelineConfig) -> list[dict[str, object]]:
     return listing
 
 
-def _dump(section: pydantic.BaseModel | None) -> dict[str, Any] | None:
+def _dump(section: pydantic.BaseModel | None) -> dict[str, object] | None:
     return None if section is None else section.model_dump(mode="json")
 
 

@@ -27,7 +27,7 @@ def write_compare_page(site: Path, runs: list[str]) -> Path:
         site / COMPARE_FILE,
         root="",
         page_json=embed_json({"runs": runs}),
-        page_js=static_text("compare.js"),
+        page_js=static_text("chart_settings.js") + static_text("compare.js"),
     )
 
 

@@ -21,11 +21,11 @@ from mixtures.manifest import MANIFEST_FILE, BuiltManifest, lineage_of, read_man
 from mixtures.revision import load_revision
 from pipeline.store.format import Store
 from pipeline.store.language_mix import bucket_language_mix
+from pipeline.store.manifest_records import Counts, Funnel, FunnelStep
 
 log = logging.getLogger(__name__)
 
 GRID_CELL = re.compile(r"^c(\d+)q(\d+)$")
-COUNT_KEYS = ("documents", "tokens", "bytes")
 
 
 class CellRow(TypedDict):
@@ -152,7 +152,9 @@ def revision_data(built: BuiltRevision, cells: list[CellRow]) -> dict[str, objec
         "total_steps": manifest.total_steps,
         "sequences_available": available,
         "at_step": manifest.at_step,
-        "lineage": lineage_of(manifest, built.manifest_hash),  # which revision draws which steps
+        "lineage": [
+            r.model_dump() for r in lineage_of(manifest, built.manifest_hash)
+        ],  # which revision draws which steps
         "phases": [
             {
                 "name": phase.name,
@@ -216,82 +218,63 @@ def _grid(cells: list[CellRow], domain_labels: dict[str, str]) -> Grid | None:
     }
 
 
-def _counts(value: Any) -> dict[str, int]:
-    value = value if isinstance(value, dict) else {}
-    return {k: int(value.get(k, 0) or 0) for k in COUNT_KEYS}
+def _counts(counts: Counts) -> dict[str, int]:
+    return counts.model_dump()
 
 
-def _funnel(funnel: dict[str, Any], store_path: Path) -> list[dict[str, Any]]:
-    """Stages in order, each with per-source and total received/kept/removed (by reason)."""
-    stages = funnel.get("stages", []) if isinstance(funnel, dict) else []
-    if not isinstance(stages, list):
-        raise ArtifactError(f"{store_path / 'store.json'}: funnel.stages is not a list")
-    out = []
-    for stage in stages:
-        rows = []
-        total: dict[str, Any] = {"received": _counts({}), "kept": _counts({}), "removed": {}, "given_back": {}}
-        for source, counts in sorted((stage.get("sources") or {}).items()):
-            row = {
-                "source": source,
-                "received": _counts(counts.get("received")),
-                "kept": _counts(counts.get("kept")),
-                "removed": {reason: _counts(c) for reason, c in sorted((counts.get("removed") or {}).items())},
-            }
-            rows.append(row)
-            for key in COUNT_KEYS:
-                total["received"][key] += row["received"][key]
-                total["kept"][key] += row["kept"][key]
-            for group in ("removed", "given_back"):  # given back: kept, for a reason of their own (decontamination)
-                for reason, c in sorted((counts.get(group) or {}).items()):
-                    acc = total[group].setdefault(reason, _counts({}))
-                    for key in COUNT_KEYS:
-                        acc[key] += _counts(c)[key]
-        removed_all = {k: sum(c[k] for c in total["removed"].values()) for k in COUNT_KEYS}
-        languages = {
-            str(lang): {
-                "received": _counts(c.get("received"))["documents"],
-                "kept": _counts(c.get("kept"))["documents"],
-                "removed": {str(r): _counts(n)["documents"] for r, n in (c.get("removed") or {}).items()},
-            }
-            for lang, c in sorted((stage.get("languages") or {}).items())
-            if isinstance(c, dict)
-        }
-        out.append(
+def _funnel(funnel: Funnel) -> list[dict[str, Any]]:
+    """Steps in order, each with per-source and total received/kept/removed (by reason)."""
+    return [_funnel_step(step) for step in funnel.stages]
+
+
+def _funnel_step(step: FunnelStep) -> dict[str, Any]:
+    rows = []
+    received, kept = Counts(), Counts()
+    totals: dict[str, dict[str, Counts]] = {"removed": {}, "given_back": {}}
+    for source, counts in sorted(step.sources.items()):
+        rows.append(
             {
-                "name": str(stage.get("name", "?")),
-                "sources": rows,
-                "total": total,
-                "removed_all": removed_all,
-                "languages": languages,
+                "source": source,
+                "received": _counts(counts.received),
+                "kept": _counts(counts.kept),
+                "removed": {reason: _counts(c) for reason, c in sorted(counts.removed.items())},
             }
         )
-    return out
-
-
-def _not_read(funnel: dict[str, Any]) -> list[dict[str, object]]:
-    """Files under a source's folders that no source read: {source, path, files, reasons, examples}."""
-    entries = funnel.get("not_read", []) if isinstance(funnel, dict) else []
-    return (
-        [
-            {
-                "source": str(e.get("source", "")),
-                "path": str(e.get("path", "")),
-                "files": int(e.get("files", 0) or 0),
-                "reasons": {str(k): int(v) for k, v in (e.get("reasons") or {}).items()},
-                "examples": [str(x) for x in e.get("examples", [])],
-            }
-            for e in entries
-            if isinstance(e, dict)
-        ]
-        if isinstance(entries, list)
-        else []
-    )
+        received.add(counts.received)
+        kept.add(counts.kept)
+        # given back: kept, for a reason of their own (decontamination)
+        for group, by_reason in (("removed", counts.removed), ("given_back", counts.given_back)):
+            for reason, c in sorted(by_reason.items()):
+                totals[group].setdefault(reason, Counts()).add(c)
+    removed_all = Counts()
+    for c in totals["removed"].values():
+        removed_all.add(c)
+    languages = {
+        lang: {
+            "received": c.received.documents,
+            "kept": c.kept.documents,
+            "removed": {reason: n.documents for reason, n in c.removed.items()},
+        }
+        for lang, c in sorted(step.languages.items())
+    }
+    total = {
+        "received": _counts(received),
+        "kept": _counts(kept),
+        **{group: {reason: _counts(c) for reason, c in by.items()} for group, by in totals.items()},
+    }
+    return {
+        "name": step.name,
+        "sources": rows,
+        "total": total,
+        "removed_all": _counts(removed_all),
+        "languages": languages,
+    }
 
 
 def _quality(store: Store, languages: int = 8) -> dict[str, object] | None:
     """What the quality score means, and each bucket's language mix as shares (the corpus's first)."""
-    quality = (store.manifest.stats or {}).get("quality")
-    if not quality:
+    quality = store.manifest.stats.quality
+    if quality is None:
         return None
     mix = bucket_language_mix(store)
     top = list(mix["corpus"])[:languages]
@@ -301,9 +284,9 @@ def _quality(store: Store, languages: int = 8) -> dict[str, object] | None:
         shares = [row.get(lang, 0) / size if size else 0.0 for lang in top]
         rows.append({"name": name, "documents": size, "shares": shares, "other": max(0.0, 1 - sum(shares))})
     return {
-        "meaning": str(quality.get("meaning") or ""),
-        "good": list(quality.get("good") or []),
-        "other": str(quality.get("other") or ""),
+        "meaning": quality.meaning,
+        "good": list(quality.good),
+        "other": quality.other,
         "languages": top,
         "rows": rows if mix["buckets"] else [],
     }
@@ -313,9 +296,7 @@ def load_composition(store_path: Path) -> Composition:
     """Read a store version and every revision built on it."""
     store = Store(store_path)
     manifest = store.manifest
-    stats = manifest.stats or {}
-    domain_labels = (stats.get("domains") or {}).get("labels") or {}
-    score_ranges = (stats.get("quality") or {}).get("score_ranges") or {}
+    domain_labels = manifest.stats.domain_labels()
     cells: list[CellRow] = []
     for name, summary in manifest.cells.items():
         match = GRID_CELL.match(name)
@@ -328,23 +309,19 @@ def load_composition(store_path: Path) -> Composition:
             "tokens": summary.tokens,
             "documents": summary.documents,
             "bytes": summary.bytes,
-            "score_range": score_ranges.get(f"q{bucket}") if bucket is not None else None,
+            "score_range": None,
             "samples": [],
             "sources": {},
             "languages": {},
         }
         if not manifest.stats_only:
             detail = store.cell(name)
-            cell_stats = detail.stats or {}
-            cell["label"] = cell_stats.get("label") or cell["label"]
-            cell["score_range"] = cell_stats.get("score_range") or cell["score_range"]
-            cell["samples"] = [
-                {"id": str(s.get("id", "")), "source": str(s.get("source", "")), "text": str(s.get("text", ""))}
-                for s in cell_stats.get("samples") or []
-                if isinstance(s, dict)
-            ]
+            cell_stats = detail.stats
+            cell["label"] = cell_stats.label or cell["label"]
+            cell["score_range"] = cell_stats.score_range
+            cell["samples"] = [sample.model_dump() for sample in cell_stats.samples or []]
             cell["sources"] = {src: counts.model_dump() for src, counts in sorted(detail.sources.items())}
-            cell["languages"] = {str(k): int(v) for k, v in (cell_stats.get("languages") or {}).items()}
+            cell["languages"] = dict(cell_stats.languages or {})
         cells.append(cell)
 
     source_names = sorted({src for c in cells for src in c["sources"]} | set(manifest.sources))
@@ -360,10 +337,10 @@ def load_composition(store_path: Path) -> Composition:
         store=store,
         cells=cells,
         sources=sources,
-        funnel=_funnel(manifest.funnel, store.path),
+        funnel=_funnel(manifest.funnel),
         grid=_grid(cells, domain_labels),
         quality=_quality(store),
-        not_read=_not_read(manifest.funnel),
+        not_read=[entry.model_dump() for entry in manifest.funnel.not_read],
     )
     _attach_revisions(composition)
     return composition
@@ -382,7 +359,7 @@ def revision_description(store_path: Path, manifest: BuiltManifest) -> str:
 def _attach_revisions(composition: Composition) -> None:
     store = composition.store
     found: list[BuiltRevision] = []
-    for path in sorted(store.path.glob(f"mixtures/*/*/{MANIFEST_FILE}")):
+    for path in (p / MANIFEST_FILE for p in Home.built_mixtures_in(store.path, MANIFEST_FILE)):
         manifest, digest = read_manifest(path)
         if (manifest.store.name, manifest.store.version) != (store.name, store.version):
             raise ArtifactError(

@@ -15,7 +15,7 @@ from trainer.records import LADDER_FILE, LadderRecord, read_ladder_file
 
 
 def find_ladders(home: Home) -> list[Path]:
-    return sorted(home.ladders.glob(f"*/{LADDER_FILE}")) if home.ladders.is_dir() else []
+    return [p / LADDER_FILE for p in home.ladder_dirs(LADDER_FILE)]
 
 
 def load_ladder(path: Path) -> LadderRecord:

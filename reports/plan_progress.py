@@ -1,11 +1,8 @@
-"""How many sequences of each cell a run should have drawn after n steps, from its built manifest.
+"""The built manifest a run trained on, for the training page's expected counts.
 
-Phases are contiguous in global sample positions and step s covers positions
-[s·B, (s+1)·B) (mixtures/manifest.py), so after n steps the positions [0, n·B) are
-consumed: every earlier phase whole, and the current one in part. Inside a phase the
-loader interleaves cells exactly, so a cell's realised count stays within one sample
-of its share of the consumed part: `realised − expected` is the mixing error the page
-shows (the reference run logged declared weights, not what was sampled).
+How many sequences of each cell a run should have drawn after n steps is the manifest's own per-cell plan
+(`BuiltManifest.cell_plan(n)`); `realised − expected` is the mixing error the page shows (the reference run
+logged declared weights, not what was sampled).
 """
 
 from __future__ import annotations
@@ -19,18 +16,6 @@ from mixtures.manifest import MANIFEST_FILE, BuiltManifest, read_manifest
 from trainer.records import RunRecord
 
 log = logging.getLogger(__name__)
-
-
-def expected_sequences(manifest: BuiltManifest, steps: int) -> dict[str, float]:
-    consumed = steps * manifest.global_batch
-    expected = dict.fromkeys(manifest.cells, 0.0)
-    for phase in manifest.phases:
-        part = min(max(consumed - phase.start_position, 0), phase.sequences)
-        if not part:
-            continue
-        for cell, count in phase.counts.items():
-            expected[cell] = expected.get(cell, 0.0) + count * part / phase.sequences
-    return expected
 
 
 def run_manifest(run_dir: Path, run: RunRecord) -> BuiltManifest | None:

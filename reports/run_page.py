@@ -153,5 +153,5 @@ def render_run_page(view: RunView, site: Path, data: dict[str, object], refresh_
         facts=_facts(view.run),
         coverage=evals.get("coverage") if isinstance(evals := data.get("eval"), dict) else None,
         config_rows=_flatten(view.run.config),
-        page_js=static_text("explain_panel.js") + static_text("run.js"),
+        page_js=static_text("chart_settings.js") + static_text("explain_panel.js") + static_text("run.js"),
     )

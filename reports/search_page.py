@@ -24,7 +24,6 @@ from trainer.search.records import (
     FIT_FILE,
     PLAN_FILE,
     PROPOSAL_FILE,
-    PROXIES_FILE,
     VALIDATION_FILE,
     Component,
     FitReport,
@@ -35,6 +34,7 @@ from trainer.search.records import (
     SetFit,
     SwarmPlan,
     ValidationRecord,
+    has_proxies,
     read_fit,
     read_plan,
     read_proposal,
@@ -59,7 +59,7 @@ class SearchView:
 
 
 def find_searches(home: Home) -> list[Path]:
-    return sorted(p.parent for p in home.searches.glob(f"*/{PLAN_FILE}")) if home.searches.is_dir() else []
+    return home.search_dirs(PLAN_FILE)
 
 
 def load_search(directory: Path) -> SearchView:
@@ -67,7 +67,7 @@ def load_search(directory: Path) -> SearchView:
     return SearchView(
         name=directory.name,
         plan=read_plan(directory),
-        proxies=read_proxies(directory) if (directory / PROXIES_FILE).exists() else None,
+        proxies=read_proxies(directory) if has_proxies(directory) else None,
         fit=read_fit(directory) if (directory / FIT_FILE).exists() else None,
         proposal=read_proposal(directory) if (directory / PROPOSAL_FILE).exists() else None,
         validation=read_validation(directory) if (directory / VALIDATION_FILE).exists() else None,

@@ -79,7 +79,7 @@ def find_store_versions(home: Home, selection: Sequence[str] = ()) -> list[Path]
 
 def find_runs(home: Home, selection: Sequence[str] | None = None) -> list[Path]:
     """Run directories (those with a run.json), all or the named ones; an unknown name is an error."""
-    found = sorted(p.parent for p in home.runs.glob(f"*/{RUN_FILE}"))
+    found = home.run_dirs(RUN_FILE)
     if selection is None:
         return found
     chosen = []
@@ -331,7 +331,7 @@ def _search_row(view: SearchView) -> dict[str, object]:
 def _store_row(store_dir: Path) -> dict[str, object]:
     """One line of the index: the store's totals and its built revisions (read from paths, not parsed)."""
     manifest = Store(store_dir).manifest
-    built = [(p.parent.parent.name, p.parent.name) for p in sorted(store_dir.glob(f"mixtures/*/*/{MANIFEST_FILE}"))]
+    built = [(p.parent.name, p.name) for p in Home.built_mixtures_in(store_dir, MANIFEST_FILE)]
     names = [revision for _, revision in built]
     return {
         "name": manifest.name,

@@ -19,7 +19,7 @@ from pathlib import Path
 from millrace.jsonl import Follower
 from mixtures.manifest import BuiltManifest
 from reports.numbers import finite
-from reports.plan_progress import expected_sequences, run_manifest
+from reports.plan_progress import run_manifest
 from reports.run_observations import observations
 from reports.run_stream import RunDigest
 from trainer.records import (
@@ -134,7 +134,7 @@ class RunView:
             for e in (last.expert_load if last is not None else [])
         ]
         steps_done = last.step if last is not None else 0
-        expected = expected_sequences(self.manifest, steps_done) if self.manifest is not None else {}
+        expected = self.manifest.cell_plan(steps_done) if self.manifest is not None else {}
         seq_len = self.manifest.seq_len if self.manifest is not None else None
         return {
             "run": self.name,

@@ -18,7 +18,6 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 APP_ID = re.compile(r"\bapp/(\S+)")
@@ -74,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: CountingProxy
 
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: the counts are the record
+    def log_message(self, format: str, *args: object) -> None:  # quiet: the counts are the record
         pass
 
     def _body(self) -> bytes:

@@ -26,6 +26,7 @@ from mixtures.build import build
 from mixtures.manifest import read_manifest
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
+from pipeline.store.manifest_records import DomainStats, Funnel, QualityStats, StoreStats
 from testkit.stores import Document, learnable_document, write_store
 from trainer.records import (
     AlertEvent,
@@ -152,20 +153,21 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
         eos_id=EOS,
         fingerprint="sha256:test-tokenizer",
         cell_stats=cell_stats,
-        funnel=funnel,
-        store_stats={
-            "domains": {"k": 3, "labels": DOMAIN_LABELS},
-            "quality": {"buckets": 2, "score_ranges": {"*": SCORE_RANGES}, **QUALITY_MEANING},
-        },
+        funnel=Funnel.model_validate(funnel),
+        store_stats=StoreStats(
+            domains=DomainStats(k=3, labels=DOMAIN_LABELS),
+            quality=QUALITY_MEANING.model_copy(update={"buckets": 2, "score_ranges": {"*": SCORE_RANGES}}),
+        ),
     )
 
 
-QUALITY_MEANING = {
-    "good": ["python-docs"],
-    "other": "documents drawn at random from the rest of the corpus",
-    "calibrated_by": "language",
-    "meaning": "P(good): how much a document resembles python-docs rather than a random corpus document",
-}
+QUALITY_MEANING = QualityStats(
+    buckets=0,
+    good=["python-docs"],
+    other="documents drawn at random from the rest of the corpus",
+    calibrated_by="language",
+    meaning="P(good): how much a document resembles python-docs rather than a random corpus document",
+)
 
 
 def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str, Path]:

@@ -19,7 +19,6 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 KEY = "testing"
 
@@ -39,7 +38,7 @@ class S3Server:
     process: subprocess.Popen[bytes] = field(repr=False)
 
     @property
-    def storage_options(self) -> dict[str, Any]:
+    def storage_options(self) -> dict[str, object]:
         return {
             "key": KEY,
             "secret": KEY,

@@ -102,7 +102,7 @@ def write_search(
 def scored_rows(home: Home, plan: SwarmPlan, slopes: np.ndarray, seed: int = 0, noise: float = 0.01) -> list[ProxyRow]:
     """Every planned proxy as a finished row scored by a known log-linear law of its weights, with no training:
     macro held-out BPB = exp(0.1 + sum_p,c w[p, c] slopes[p, c]) times lognormal `noise`, written as the swarm's
-    proxies.json (a fit and a proposal at 200 cells in a second)."""
+    proxies.jsonl (a fit and a proposal at 200 cells in a second)."""
     rng = np.random.default_rng(seed)
     rows = []
     for proxy in plan.proxies:
@@ -118,5 +118,6 @@ def scored_rows(home: Home, plan: SwarmPlan, slopes: np.ndarray, seed: int = 0, 
                 results=ProxyResults(step=1, bpb=EvalFigures(macro=macro)),
             )
         )
-    write_search_record(home.search(plan.search), PROXIES_FILE, ProxyTable(search=plan.search, rows=rows))
+    table = ProxyTable(search=plan.search, components=plan.components, rows=rows)
+    write_search_record(home.search(plan.search), PROXIES_FILE, table)
     return rows

@@ -26,13 +26,13 @@ from pipeline.store.format import (
     ShardInfo,
     ShardTable,
     ShardWriter,
-    SourceCounts,
     StoreManifest,
     TokenizerInfo,
     write_cell_manifest,
     write_eval_set_manifest,
     write_store_manifest,
 )
+from pipeline.store.manifest_records import CellStats, Counts, Funnel, Overlap, StoreStats
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_tokens.json"
@@ -52,8 +52,8 @@ def write_store(
     tokenizer_path: str | None = None,
     bytes_per_token: int = 4,
     cell_stats: Mapping[str, Mapping[str, object]] = {},
-    store_stats: Mapping[str, object] | None = None,
-    funnel: Mapping[str, object] | None = None,
+    store_stats: StoreStats | None = None,
+    funnel: Funnel | None = None,
     validation: Mapping[str, Sequence[Document]] = {},
     eval_sets: Mapping[str, Sequence[Document]] = {},
 ) -> Path:
@@ -63,7 +63,7 @@ def write_store(
     root = home.store(name, version)
     summaries = {}
     for cell, shards in sorted(cells.items()):
-        counts: dict[str, SourceCounts] = {}
+        counts: dict[str, Counts] = {}
         infos = [
             _write_shard(root / "cells" / cell / f"shard_{index:05d}", shard, sources, bytes_per_token, counts)
             for index, shard in enumerate(shards)
@@ -71,7 +71,7 @@ def write_store(
         documents, tokens = sum(i.documents for i in infos), sum(i.tokens for i in infos)
         held = HeldOut()
         if validation.get(cell):
-            held_sources: dict[str, SourceCounts] = {}
+            held_sources: dict[str, Counts] = {}
             info = _write_shard(
                 root / "cells" / cell / "validation-00000",
                 validation[cell],
@@ -96,7 +96,7 @@ def write_store(
             bytes=tokens * bytes_per_token,
             shards=ShardTable.of(infos),
             sources=counts,
-            stats=dict(cell_stats.get(cell, {})),
+            stats=CellStats.model_validate(cell_stats.get(cell, {})),
             validation=held,
         )
         summaries[cell] = CellSummary(
@@ -123,8 +123,8 @@ def write_store(
             tokenizer=TokenizerInfo(
                 fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path
             ),
-            funnel=dict(funnel or {}),
-            stats=dict(store_stats or {}),
+            funnel=funnel or Funnel(),
+            stats=store_stats or StoreStats(),
         ),
     )
     return root
@@ -133,7 +133,7 @@ def write_store(
 def _write_eval_set(
     set_dir: Path, name: str, documents: Sequence[Document], sources: list[str], bytes_per_token: int, fingerprint: str
 ) -> EvalSetSummary:
-    counts: dict[str, SourceCounts] = {}
+    counts: dict[str, Counts] = {}
     info = _write_shard(set_dir / "set-00000", documents, sources, bytes_per_token, counts, durable=True)
     held = HeldOut(
         documents=info.documents,
@@ -142,7 +142,9 @@ def _write_eval_set(
         shards=[info],
         sources=counts,
     )
-    manifest = EvalSetManifest(name=name, dtype="uint16", tokenizer_fingerprint=fingerprint, held=held, overlap={})
+    manifest = EvalSetManifest(
+        name=name, dtype="uint16", tokenizer_fingerprint=fingerprint, held=held, overlap=Overlap()
+    )
     digest = write_eval_set_manifest(set_dir, manifest)
     return EvalSetSummary(documents=held.documents, tokens=held.tokens, bytes=held.bytes, manifest_hash=digest)
 
@@ -152,14 +154,14 @@ def _write_shard(
     documents: Sequence[Document],
     sources: list[str],
     bytes_per_token: int,
-    counts: dict[str, SourceCounts],
+    counts: dict[str, Counts],
     durable: bool = False,
 ) -> ShardInfo:
     """One uint16 shard of `documents`, counted into `counts` per source name."""
     writer = ShardWriter(path, np.dtype(np.uint16), durable=durable)
     for doc, source in documents:
         writer.add_document(doc, source_id=source)
-        count = counts.setdefault(sources[source], SourceCounts())
+        count = counts.setdefault(sources[source], Counts())
         count.documents += 1
         count.tokens += len(doc)
         count.bytes += len(doc) * bytes_per_token
@@ -305,7 +307,7 @@ def make_store(
     vocab: int | None = None,
     doc_tokens: int | None = None,
     held_out: int | Mapping[str, int] = 0,
-    store_stats: Mapping[str, object] | None = None,
+    store_stats: StoreStats | None = None,
     eval_sets: Mapping[str, Mapping[str, int]] = {},
 ) -> Path:
     """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.

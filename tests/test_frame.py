@@ -165,3 +165,19 @@ def test_one_rule_tells_a_url_from_a_local_path_in_every_room(tmp_path, location
     assert local_path(location) == (None if local is None else Path(local))
     if local is not None:  # the loader reads what the pipeline calls a local file (file:// too) with pread
         assert StoreFiles(location, ReadOptions(cache_dir=tmp_path)).local == Path(local)
+
+
+def test_s3_storage_options_keep_one_retry_layer_and_refuse_config_kwargs_that_are_no_table():
+    from millrace.remote_calls import single_retry_layer
+
+    layered = single_retry_layer("s3", {"anon": True, "config_kwargs": {"max_pool_connections": 4}}, 5.0)
+    assert layered["anon"] is True and layered["skip_instance_cache"] is True
+    assert layered["config_kwargs"] == {
+        "max_pool_connections": 4,
+        "connect_timeout": 5.0,
+        "read_timeout": 5.0,
+        "retries": {"total_max_attempts": 1},
+    }
+    assert single_retry_layer("gcs", {"token": "anon"}, 5.0) == {"token": "anon"}
+    with pytest.raises(ConfigError, match=r"storage_options.config_kwargs 'fast': expected a table"):
+        single_retry_layer("s3", {"config_kwargs": "fast"}, 5.0)

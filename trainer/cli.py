@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,9 @@ from millrace.options import home_option, json_option, print_json, revision_opti
 from trainer.records import RunLabels
 from trainer.runs_cli import checked_tags
 from trainer.runs_cli import list_command as runs_list_command
+
+if TYPE_CHECKING:  # torch loads when a command runs
+    from trainer.flops import Plan
 
 TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
@@ -281,8 +285,27 @@ def plan_command(
     if as_json:
         print_json({"config": config, "vocab_size": loaded.model.vocab_size, **result.as_dict()})
         return
+    click.echo(f"plan for {config}")
+    if assumed is not None:
+        why = (
+            "from --vocab-size"
+            if vocab_size
+            else (
+                "the pipeline's default tokenizer; the config's 0 means the "
+                "store's, set when training; --vocab-size to change"
+            )
+        )
+        click.echo(f"  vocabulary {assumed:,} ({why})")
+    rows = _plan_rows(result, loaded.data.micro_batches)
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        click.echo(f"  {name:<{width}}  {value}")
+
+
+def _plan_rows(result: Plan, micro_batches: int) -> list[tuple[str, str]]:
+    """`train plan`'s table: parameters, FLOPs, budget, layout, memory per GPU and days, one line each."""
     p, lay, mem = result.params, result.layout, result.memory
-    rows = [
+    return [
         ("total parameters", fmt_params(p.total)),
         ("active parameters per token", fmt_params(p.active)),
         ("  of which routed experts (top-k)", f"{fmt_params(p.routed_active)} of {fmt_params(p.routed_experts)}"),
@@ -309,8 +332,7 @@ def plan_command(
         ),
         (
             "loader world / sequences per GPU",
-            f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} "
-            f"(micro-batches {loaded.data.micro_batches})",
+            f"{lay.loader_world:,} / {result.global_batch // lay.gpus_used:,} (micro-batches {micro_batches})",
         ),
         (
             "per GPU: weights / grads / optimiser",
@@ -330,20 +352,6 @@ def plan_command(
         ),
         ("days", f"{result.days:.1f} at {result.mfu:.0%} MFU of {result.peak_flops_per_gpu:.3g} FLOP/s per GPU"),
     ]
-    width = max(len(name) for name, _ in rows)
-    click.echo(f"plan for {config}")
-    if assumed is not None:
-        why = (
-            "from --vocab-size"
-            if vocab_size
-            else (
-                "the pipeline's default tokenizer; the config's 0 means the "
-                "store's, set when training; --vocab-size to change"
-            )
-        )
-        click.echo(f"  vocabulary {assumed:,} ({why})")
-    for name, value in rows:
-        click.echo(f"  {name:<{width}}  {value}")
 
 
 def _fits(gib: float, capacity: float) -> str:

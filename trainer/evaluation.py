@@ -45,13 +45,14 @@ from trainer.model import Transformer
 from trainer.records import EVAL_FILE, EVAL_GROUPS, EVAL_SCHEMA, EvalFigures, EvalRecord
 
 
-def token_byte_lengths(tokenizer_path: Path | None, vocab_size: int) -> np.ndarray | None:
-    """UTF-8 bytes of each token id as decoded text (0 for special tokens); None without a tokenizer."""
-    if tokenizer_path is None or not Path(tokenizer_path).exists():
+def token_byte_lengths(tokenizer_store: Path | None, vocab_size: int) -> np.ndarray | None:
+    """UTF-8 bytes of each token id as decoded text (0 for special tokens); None without a tokenizer (the store
+    directory whose tokenizer it is: `MixtureStream.tokenizer_store`)."""
+    if tokenizer_store is None:
         return None
     from tokenizers import pre_tokenizers
 
-    tokenizer = store_tokenizer(tokenizer_path)  # checked against store.json's fingerprint
+    tokenizer = store_tokenizer(tokenizer_store)  # checked against store.json's fingerprint
     decoder = (json.loads(tokenizer.to_str()).get("decoder") or {}).get("type")
     alphabet = set(pre_tokenizers.ByteLevel.alphabet())
     special = {added.content for added in tokenizer.get_added_tokens_decoder().values() if added.special}

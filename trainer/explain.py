@@ -22,7 +22,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from millrace.home import Home
 from trainer.param_groups import ROUTER_BIAS
 from trainer.records import EXPLANATIONS_FILE, Alerts, MetricsRecord, RunRecord, read_metrics, read_run
 from trainer.status import existing_run
+
+if TYPE_CHECKING:  # the loader's stream loads when a batch is rebuilt
+    from loader.stream import MixtureStream
 
 WINDOW = 20  # logged steps before N that make the running mean
 MOVED_RATIO = 5.0  # a group moved when its norm change is this many times its typical change
@@ -49,7 +52,27 @@ class ScheduleChange(TypedDict):
     what: str
 
 
-def running(values: list[float], value: float | None) -> dict[str, Any]:
+class Running(TypedDict):
+    """A figure at the step against the running mean and spread of the logged steps before it."""
+
+    value: float | None
+    mean: float | None
+    std: float | None
+    jump: float | None
+    sigmas: float | None
+
+
+class LrChange(TypedDict):
+    """The learning rate at the step against the previous logged step's (`lr_change`)."""
+
+    value: float | None
+    previous: float | None
+    ratio: float | None
+    typical_ratio: float | None
+    changed: bool
+
+
+def running(values: list[float], value: float | None) -> Running:
     """`value` against the mean and spread of the `values` before it."""
     if value is None or not values:
         return {"value": value, "mean": None, "std": None, "jump": None, "sigmas": None}
@@ -98,7 +121,7 @@ def moved_groups(before: list[MetricsRecord], record: MetricsRecord) -> list[dic
 
 def cell_losses(before: list[MetricsRecord], record: MetricsRecord) -> list[dict[str, Any]]:
     """Each cell in the step's batch: its loss at the step against its running mean (largest jump first)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for cell, value in record.loss_per_cell.items():
         history = [loss for r in before if (loss := r.loss_per_cell.get(cell)) is not None]
         rows.append({"cell": cell, **running(history, value)})
@@ -114,7 +137,7 @@ def cell_losses(before: list[MetricsRecord], record: MetricsRecord) -> list[dict
     return sorted(rows, key=lambda r: -(r["excess"] if r["excess"] is not None else -math.inf))
 
 
-def lr_change(before: list[MetricsRecord], record: MetricsRecord) -> dict[str, Any]:
+def lr_change(before: list[MetricsRecord], record: MetricsRecord) -> LrChange:
     """The learning rate at the step against the previous logged step's: its ratio, and the change (in log lr)
     against its typical change over the window (a warm-up changes it at every step; a jump stands out)."""
     rates = [float(r.lr) for r in [*before, record] if r.lr is not None and r.lr > 0]
@@ -165,7 +188,7 @@ def schedule_changes(
     return sorted(events, key=lambda e: e["step"])
 
 
-def step_figures(before: list[MetricsRecord], record: MetricsRecord) -> dict[str, Any]:
+def step_figures(before: list[MetricsRecord], record: MetricsRecord) -> dict[str, Running]:
     keys = ("loss", "grad_norm", "param_norm", "param_norm_with_router_bias")
     return {
         key: running(
@@ -189,7 +212,7 @@ def manifest_for_step(home: Home, run: RunRecord, step: int) -> tuple[Path, str 
     return find_manifest(home, str(run.mixture), str(revision)), pinned
 
 
-def open_stream(manifest_path: Path, pinned: str | None) -> Any:
+def open_stream(manifest_path: Path, pinned: str | None) -> MixtureStream:
     """The loader's stream over the manifest the run trained on; a rebuilt revision (another hash) is refused."""
     from loader.stream import MixtureStream
 
@@ -202,7 +225,7 @@ def open_stream(manifest_path: Path, pinned: str | None) -> Any:
     return stream
 
 
-def batch_contents(stream: Any, loader_step: int, decode: bool) -> dict[str, Any]:
+def batch_contents(stream: MixtureStream, loader_step: int, decode: bool) -> dict[str, Any]:
     """Step `loader_step`'s global batch as the loader gives it: per cell its sequences, tokens per source."""
     from loader.peek import peek
 
@@ -298,7 +321,7 @@ def explain_steps(
     opened once), without the per-sample rows; a batch the loader cannot rebuild (manifest gone or rebuilt)
     says why under `batch.error`."""
     where = {r.step: i for i, r in enumerate(records)}
-    streams: dict[Path, Any] = {}
+    streams: dict[Path, MixtureStream] = {}
     found = {}
     for step in steps:
         if step not in where:
@@ -349,7 +372,7 @@ def notable_steps(records: list[MetricsRecord], limit: int = 12, window: int = W
     return sorted(list(dict.fromkeys(chosen))[:limit])
 
 
-def _lr_line(lr: dict[str, Any]) -> str:
+def _lr_line(lr: LrChange) -> str:
     if lr["ratio"] is None:
         return f"  learning rate {_num(lr['value'])}"
     mark = "  <- changed" if lr["changed"] else ""

@@ -49,6 +49,7 @@ from trainer.norms import clip_gradients, group_squared_norms, router_bias_stats
 from trainer.observers import ObservedRun, RunObservers, with_memory
 from trainer.peak import peak_flops
 from trainer.preemption import kept_checkpoint, preempted, resume_command, stop_agreed
+from trainer.record_uploads import RecordUploads
 from trainer.records import (
     LOCK_FILE,
     MetricsRecord,
@@ -62,7 +63,7 @@ from trainer.run_record import (
     write_run_record,
     write_step_explanations,
 )
-from trainer.run_url import RemoteDir, pull_records, push_records, run_location
+from trainer.run_url import RemoteDir, pull_records, run_location
 from trainer.samples import prompts_path
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 from trainer.step_progress import StepReporter
@@ -173,10 +174,11 @@ class RunPlan:
         remote = self.remote_of(run)
         return remote / "checkpoints" if remote is not None else self.home.run(run) / "checkpoints"
 
-    def push_records(self) -> None:
-        """Rank 0 copies the run's records to the URL (after a checkpoint, at the end); nothing without one."""
-        if self.remote is not None and self.runtime.rank == 0:
-            push_records(self.run_dir, self.remote)
+    def record_uploads(self) -> RecordUploads | None:
+        """Rank 0's uploader of the run's records to the URL (`trainer.record_uploads`); None without one."""
+        if self.remote is None or self.runtime.rank != 0:
+            return None
+        return RecordUploads(self.run_dir, self.remote)
 
 
 @dataclass
@@ -188,6 +190,14 @@ class Training:
     optimizer: torch.optim.AdamW
     state: TrainerState
     start: int = 0
+    uploads: RecordUploads | None = None  # rank 0's background copies of the records to `[run] url`
+
+    def push_records(self) -> None:
+        """Queue the run's records for its URL (after a checkpoint, at the end), the previous push done first so
+        the URL's records cover the checkpoint before last; nothing without a URL or off rank 0."""
+        if self.uploads is not None:
+            self.uploads.flush()
+            self.uploads.submit()
 
     @property
     def parts(self) -> dict[str, Any]:
@@ -352,11 +362,13 @@ def restore(training: Training, resume: bool) -> int:
     if resume and latest:
         remote = plan.remote_of(source)
         if remote is not None and plan.runtime.rank == 0:  # a node that never saw the run: its records first
-            pull_records(remote, plan.home.run(source))
+            pull_records(remote, plan.home.run(source), keep_longer=True)
+        began = time.perf_counter()
         verify_digests(latest[1], plan.trust_unverified)
         training.state.expect_cells(ckpt.saved_keys(latest[1], "trainer.realised_tokens_per_cell."))
         ckpt.load(latest[1], training.parts)
-        log.info("resumed run %s at step %d from %s", plan.run, training.state.step, latest[1])
+        seconds = time.perf_counter() - began  # a swarm's proxies restore one checkpoint each (bench/proxy_swarm.py)
+        log.info("resumed run %s at step %d from %s in %.3f s", plan.run, training.state.step, latest[1], seconds)
         if source != plan.run:
             adopt_history(plan, source, training.state.step)
     elif resume:
@@ -524,7 +536,7 @@ def maybe_checkpoint(training: Training, step: int) -> ckpt.Place | None:
     every, at_end = plan.checkpoint_every, plan.config.checkpoint.at_end
     if (every and step % every == 0) or (step == plan.stop and at_end):
         written = ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
-        plan.push_records()
+        training.push_records()
         return written
     return None
 
@@ -586,6 +598,14 @@ def run_writer_lock(plan: RunPlan) -> contextlib.AbstractContextManager[object]:
 def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     training = build_training(plan)
     start = restore(training, resume)
+    uploads = plan.record_uploads()
+    with uploads if uploads is not None else contextlib.nullcontext():  # flushed and joined on every way out
+        training.uploads = uploads
+        return _train_from(training, start, progress)
+
+
+def _train_from(training: Training, start: int, progress: bool) -> RunResult:
+    plan = training.plan
     runtime = plan.runtime
     peak, peak_source = peak_flops(plan.config.metrics.peak_flops_per_device, runtime.device)
     # the streams first: a damaged one is refused before run.json says `running`, and before any is cut
@@ -630,7 +650,7 @@ def _train(plan: RunPlan, resume: bool, progress: bool) -> RunResult:
     finish(plan)
     if runtime.rank == 0:
         write_step_explanations(plan)
-        plan.push_records()
+        training.push_records()
     return RunResult(
         run=plan.run,
         run_dir=plan.run_dir,
@@ -654,7 +674,7 @@ def _observers(plan: RunPlan, start: int, peak_source: str) -> RunObservers:
         horizon=plan.horizon,
         checkpoint_every=plan.checkpoint_every,
         source_names=plan.stream.source_names,
-        tokenizer_path=plan.stream.tokenizer_path,
+        tokenizer_store=plan.stream.tokenizer_store,
     )
     runtime = plan.runtime
     published = runtime.device.type == "cuda" and not peak_source.startswith("measured")

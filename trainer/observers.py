@@ -68,7 +68,7 @@ class ObservedRun:
     horizon: int
     checkpoint_every: int
     source_names: list[str]
-    tokenizer_path: Path | None
+    tokenizer_store: Path | None  # the store directory whose tokenizer decodes (MixtureStream.tokenizer_store)
 
 
 class RunObservers:
@@ -92,7 +92,7 @@ class RunObservers:
             if not sequences.entries:
                 log.warning("%s pins no held-out data: no evaluation, no automatic prompts", run.manifest_path)
         if config.eval.enabled and sequences is not None and sequences.entries:
-            lengths = token_byte_lengths(run.tokenizer_path, config.model.vocab_size)
+            lengths = token_byte_lengths(run.tokenizer_store, config.model.vocab_size)
             self.evaluator = Evaluator(
                 sequences, runtime, config.eval.batch_sequences, run.source_names, lengths, autocast
             )
@@ -105,7 +105,7 @@ class RunObservers:
 
     def _sampling(self, run: ObservedRun, sequences: ValidationSequences | None, writes: bool) -> None:
         """Completions of fixed prompts (automatic ones from the held-out data, or a file's) on a cadence."""
-        cfg, text = run.config.samples, TokenText(run.tokenizer_path)
+        cfg, text = run.config.samples, TokenText(run.tokenizer_store)
         if cfg.prompts == "auto":
             prompts = auto_prompts(sequences, text, cfg.prompt_tokens) if sequences else []
         else:

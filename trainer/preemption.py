@@ -33,7 +33,7 @@ def preempted(training: Training, written: ckpt.Place | None) -> Terminated:
         ckpt.save(plan.checkpoints, step, training.parts, plan.config.checkpoint.keep)
     if plan.runtime.rank == 0:
         set_status(plan.run_dir, "interrupted")
-    plan.push_records()
+    training.push_records()  # the run's way out closes the uploader: these records go up before the exit
     return Terminated(
         f"run {plan.run} stopped by SIGTERM after step {step}, checkpoint step {step} written; "
         f"continue it with: {resume_command(plan)}"

@@ -35,12 +35,9 @@ if TYPE_CHECKING:
 
 
 def planned_tokens_per_cell(stream: MixtureStream) -> dict[str, int]:
+    """The manifest's per-cell plan in tokens (whole phases: exact)."""
     manifest = stream.manifest
-    planned = dict.fromkeys(sorted(manifest.cells), 0)
-    for phase in manifest.phases:
-        for cell, count in phase.counts.items():
-            planned[cell] += count * manifest.seq_len
-    return planned
+    return {cell: int(sequences) * manifest.seq_len for cell, sequences in sorted(manifest.cell_plan().items())}
 
 
 def check_resumable(run_dir: Path, start: int) -> None:
@@ -127,7 +124,9 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
             manifest_hash=plan.stream.manifest_hash,
             manifest_path=str(plan.manifest_path),
             revisions=revision_history(plan, training.start),
-            lineage=[RevisionRange(**r) for r in lineage_of(plan.stream.manifest, plan.stream.manifest_hash)],
+            lineage=[
+                RevisionRange(**r.model_dump()) for r in lineage_of(plan.stream.manifest, plan.stream.manifest_hash)
+            ],
             store=RunStore(name=plan.store.name, version=plan.store.version),
             planned_tokens_per_cell=planned_tokens_per_cell(plan.stream),
             total_steps=plan.horizon,

@@ -7,8 +7,9 @@ restart needs:
   rename, so a checkpoint is committed by its `digests.json`, the last object written: a directory without
   one is a write that never finished, and is never loaded;
 - the run's records (run.json, metrics.jsonl, eval.jsonl, samples.jsonl, explain.json, ...), copied there by
-  rank 0 after each checkpoint and when the run ends, so they always cover at least the newest checkpoint; an
-  appended record (`.jsonl`) only its new tail, as a part `<name>.parts/<offset>` (`read_record` joins them).
+  rank 0 after each checkpoint and when the run ends, on a background thread (`trainer.record_uploads`: the
+  next checkpoint, the run's end and a preemption wait for them); an appended record (`.jsonl`) only its new
+  tail, as a part `<name>.parts/<offset>` (`read_record` joins them).
 A resume on a node that has never seen the run copies the records back first, then loads the newest
 committed checkpoint from the URL: the same steps as a local resume (lines after the checkpoint are cut
 back as usual).
@@ -114,22 +115,36 @@ PARTS = ".parts"  # `<name>.parts/<offset>`: a tail of `<name>` from byte `offse
 _pushed: dict[tuple[str, str], int] = {}  # (run URL, record name): the bytes of it the URL holds
 
 
-def push_records(run_dir: Path, remote: RemoteDir) -> None:
-    """Copy the run's record files (not its lock, checkpoints or TensorBoard events) to the URL. An appended
-    record (`.jsonl`) goes up whole once a process, then only its new tail, as one more part: O(new records)
-    per checkpoint, never O(steps) again; one cut back (a resume) goes up whole again, its parts deleted.
-    While it does, `PUSHING` in the run directory says since when and where (`train status` shows a run stuck
-    in a push)."""
+def record_sizes(run_dir: Path) -> dict[str, int]:
+    """The run's record files (not its lock, checkpoints, TensorBoard events or dot files) and their sizes now."""
     if not run_dir.is_dir():
+        return {}
+    return {
+        path.name: path.stat().st_size
+        for path in sorted(run_dir.iterdir())
+        if path.is_file() and path.name not in SKIPPED and not path.name.startswith(".")
+    }
+
+
+def push_records(run_dir: Path, remote: RemoteDir, sizes: dict[str, int] | None = None) -> None:
+    """Copy the run's record files to the URL, as they stood when `sizes` was taken (`record_sizes`; default:
+    now). An appended record (`.jsonl`) goes up whole once a process, then only its new tail up to its noted
+    size, as one more part: O(new records) per checkpoint, never O(steps) again; one cut back (a resume) goes up
+    whole again, its parts deleted. The others go up whole (they are replaced atomically, never appended).
+    While it does, `PUSHING` in the run directory says since when and where (`train status` shows a run stuck
+    in a push). `trainer.record_uploads` runs this on a background thread after each checkpoint."""
+    sizes = record_sizes(run_dir) if sizes is None else sizes
+    if not sizes:
         return
     with marked_push(run_dir, remote):
-        for path in sorted(run_dir.iterdir()):
-            if path.is_file() and path.name not in SKIPPED and not path.name.startswith("."):
-                size = path.stat().st_size
-                if path.suffix not in APPENDED:
-                    remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{path.name}", size)
-                    continue
-                _push_appended(path, remote, size)
+        for name, size in sizes.items():
+            path = run_dir / name
+            if not path.exists():  # removed since the snapshot (the push runs later, on another thread)
+                continue
+            if path.suffix not in APPENDED:
+                remote_calls.put_file(remote.fs, str(path), f"{remote.path}/{name}", path.stat().st_size)
+                continue
+            _push_appended(path, remote, size)
     log.debug("run records of %s copied to %s", run_dir, remote)
 
 
@@ -184,15 +199,33 @@ def read_record(remote: RemoteDir, name: str) -> bytes:
     return data
 
 
-def pull_records(remote: RemoteDir, run_dir: Path) -> int:
+def pull_records(remote: RemoteDir, run_dir: Path, keep_longer: bool = False) -> int:
     """Copy the run's records from the URL into `run_dir` (each file atomically); returns how many. The URL is
-    the record a resume continues from: it covers the newest checkpoint."""
+    the record a resume continues from. `keep_longer` (a resume, which then cuts every record back to its
+    checkpoint): an appended record this node holds more of (the URL's bytes and more: a kill came after a
+    checkpoint, before its tail went up) is kept, so the checkpoint's lines are not lost; the run's next push
+    sends it whole."""
     names = [name for name in remote.files() if name not in SKIPPED and not name.startswith(".")]
     if not names:
         return 0
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in names:
+        data = read_record(remote, name)
+        if keep_longer and Path(name).suffix in APPENDED and _extends(run_dir / name, data):
+            log.info("%s: this node holds %s past the %d bytes at %s; kept", run_dir / name, name, len(data), remote)
+            continue
         with atomic_output(run_dir / name, "wb") as handle:
-            handle.write(read_record(remote, name))
+            handle.write(data)
     log.info("run records %s copied from %s to %s", ", ".join(names), remote, run_dir)
     return len(names)
+
+
+def _extends(path: Path, data: bytes) -> bool:
+    """Whether the file at `path` begins with `data` and holds more."""
+    try:
+        if path.stat().st_size <= len(data):
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(len(data)) == data
+    except FileNotFoundError:
+        return False

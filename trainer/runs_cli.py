@@ -18,8 +18,7 @@ from trainer.status import existing_run
 def list_runs(home: Home) -> list[dict[str, Any]]:
     """One row per run directory with a run.json; an unreadable run.json is listed as damaged."""
     rows: list[dict[str, Any]] = []
-    for path in sorted(home.runs.glob(f"*/{RUN_FILE}")):
-        run_dir = path.parent
+    for run_dir in home.run_dirs(RUN_FILE):
         try:
             run = read_run(run_dir)
         except ArtifactError as exc:

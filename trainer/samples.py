@@ -65,10 +65,10 @@ def prompts_path(value: str, config_path: Path, home: Path) -> Path:
 class TokenText:
     """Token ids <-> text with the store's tokenizer; without one, ids are shown as `<id>`."""
 
-    def __init__(self, tokenizer_path: Path | None):
+    def __init__(self, tokenizer_store: Path | None):
         self.tokenizer: Tokenizer | None = None
-        if tokenizer_path is not None and Path(tokenizer_path).exists():
-            self.tokenizer = store_tokenizer(tokenizer_path)  # checked against store.json's fingerprint
+        if tokenizer_store is not None:
+            self.tokenizer = store_tokenizer(tokenizer_store)  # checked against store.json's fingerprint
 
     def decode(self, ids: list[int]) -> str:
         if self.tokenizer is None:

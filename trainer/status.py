@@ -56,7 +56,7 @@ def existing_run(home: Home, name: str) -> Path:
     """The directory of run `name`; a miss lists the runs there are."""
     run_dir = home.run(name)
     if not (run_dir / RUN_FILE).exists():
-        names = (p.parent.name for p in home.runs.glob(f"*/{RUN_FILE}"))
+        names = (p.name for p in home.run_dirs(RUN_FILE))
         raise ArtifactError(f"run {name!r}: no {RUN_FILE} in {run_dir}" + known("runs", names))
     return run_dir
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from datatrove.data import Document
@@ -44,6 +43,7 @@ from pipeline.cells.labels import distinctive_terms
 from pipeline.cells.languages import sample_languages
 from pipeline.cells.stats import cell_name
 from pipeline.config import DomainsConfig
+from pipeline.store.manifest_records import DomainStats
 
 log = logging.getLogger(__name__)
 
@@ -227,14 +227,14 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     log.info("domains: %d fine centres merged into %d domains: %s", fine_count, k, labels)
 
 
-def domains_stats(model_dir: Path) -> dict[str, Any]:
-    """`StoreManifest.stats["domains"]`: the number of domains (and the configured k, when a small sample gave
+def domains_stats(model_dir: Path) -> DomainStats:
+    """`StoreManifest.stats.domains`: the number of domains (and the configured k, when a small sample gave
     fewer) and each one's label."""
     body = read_model(model_dir, DOMAINS_KIND)
-    stats = {"k": body["k"], "labels": body["labels"]}
-    if body.get("k_configured", body["k"]) != body["k"]:
-        stats["k_configured"] = body["k_configured"]
-    return stats
+    configured = body.get("k_configured", body["k"])
+    return DomainStats(
+        k=body["k"], labels=body["labels"], k_configured=configured if configured != body["k"] else None
+    )
 
 
 class DomainAssigner(FittedModelStep[DomainModel]):

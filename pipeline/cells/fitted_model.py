@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -52,7 +52,7 @@ def sorted_sample(documents: Sequence[Document]) -> list[Document]:
     return sorted(documents, key=lambda doc: (doc.id, doc.text))
 
 
-def write_model(directory: Path, kind: str, body: dict[str, Any], files: Sequence[str]) -> str:
+def write_model(directory: Path, kind: str, body: Mapping[str, object], files: Sequence[str]) -> str:
     """Pin `files` (already written in `directory`) by hash and write `<kind name>.json` last."""
     directory = Path(directory)
     pinned = {name: sha256_file(directory / name) for name in files}
@@ -76,7 +76,7 @@ def read_model(directory: Path, kind: str) -> dict[str, Any]:
     return body
 
 
-def reusable_fit(directory: Path, kind: str, settings: dict[str, Any], fingerprint: str) -> bool:
+def reusable_fit(directory: Path, kind: str, settings: Mapping[str, object], fingerprint: str) -> bool:
     """True when `directory` already holds a fit of `kind` with these settings on this sample."""
     if not model_path(directory, kind).exists():
         return False

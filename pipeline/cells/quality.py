@@ -29,7 +29,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 from datatrove.data import Document
@@ -52,6 +52,7 @@ from pipeline.cells.fitted_model import (
 )
 from pipeline.cells.stats import cell_name
 from pipeline.config import QualityConfig
+from pipeline.store.manifest_records import QualityStats
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -372,11 +373,10 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     )
 
 
-def quality_stats(model_dir: Path) -> dict[str, Any]:
-    """`StoreManifest.stats["quality"]`: buckets, what the score means, and each group's score ranges."""
+def quality_stats(model_dir: Path) -> QualityStats:
+    """`StoreManifest.stats.quality`: buckets, what the score means, and each group's score ranges."""
     body = read_model(model_dir, QUALITY_KIND)
-    keys = ("buckets", "good", "other", "calibrated_by", "meaning", "score_ranges")
-    return {key: body[key] for key in keys}
+    return QualityStats.model_validate({key: body[key] for key in QualityStats.model_fields})
 
 
 class QualityScorer(FittedModelStep[QualityModel]):

@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,7 @@ from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
-from pipeline.stages.funnel import Table
-from pipeline.stages.held_out.eval_sets import Hit, better_hit, write_eval_set
+from pipeline.stages.held_out.eval_sets import Containment, Hit, StoreTokens, better_hit, write_eval_set
 from pipeline.stages.tokenize.cell_shards import CellPart, TaskPart
 from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 from pipeline.store.format import (
@@ -38,14 +38,23 @@ from pipeline.store.format import (
     HeldOut,
     ShardInfo,
     ShardTable,
-    SourceCounts,
     StoreManifest,
     TokenizerInfo,
     dtype_for_vocab,
     write_cell_manifest,
     write_store_manifest,
 )
-from pipeline.store.trace import HELD_OUT_KEY
+from pipeline.store.manifest_records import (
+    CellStats,
+    Counts,
+    Funnel,
+    FunnelCounts,
+    FunnelStep,
+    Overlap,
+    StoreStats,
+    Trace,
+    TracePart,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +68,7 @@ class PartsDigest:
     def __init__(self, parts_dir: Path, spill: Path, set_names: list[str]):
         self.spill = spill
         self.cells: list[str] = []
-        self.given_back: dict[str, dict[str, int]] = {}
+        self.given_back: dict[str, Counts] = {}
         self.hits: dict[str, dict[int, Hit]] = {name: {} for name in set_names}
         self.ngrams: dict[str, np.ndarray] = {name: np.zeros(0, np.uint64) for name in set_names}
         spill.mkdir(parents=True, exist_ok=True)
@@ -78,7 +87,8 @@ class PartsDigest:
                 self.cells.append(cell)
                 handles[cell] = open(self._spilled(cell), "w")  # noqa: SIM115  # closed after the pass
             handles[cell].write(json.dumps(piece) + "\n")
-        _add_given_back(self.given_back, part)
+            for source, numbers in piece.get("given_back_sources", {}).items():
+                self.given_back.setdefault(source, Counts()).add(Counts.model_validate(numbers))
         for name, hits in self.hits.items():
             for number, hit in part["overlap"].get(name, {}).items():
                 hits[int(number)] = better_hit(hits.get(int(number)), hit)
@@ -96,11 +106,11 @@ class PartsDigest:
             return [json.loads(line) for line in handle]
 
 
-def _sum_sources(entries: list[dict[str, dict[str, int]]]) -> dict[str, SourceCounts]:
-    total: dict[str, SourceCounts] = {}
+def _sum_sources(entries: list[dict[str, dict[str, int]]]) -> dict[str, Counts]:
+    total: dict[str, Counts] = {}
     for entry in entries:
         for name, counts in entry.items():
-            into = total.setdefault(name, SourceCounts())
+            into = total.setdefault(name, Counts())
             into.documents += counts["documents"]
             into.tokens += counts["tokens"]
             into.bytes += counts["bytes"]
@@ -114,13 +124,15 @@ def _cell_manifest(
     sources = _sum_sources([p["sources"] for p in pieces])
     held_sources = _sum_sources([p["validation_sources"] for p in pieces])
     samples = sorted((s for p in pieces for s in p["samples"]), key=lambda s: (s["hash"], s["id"]))
-    stats: dict[str, Any] = {
-        "samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]
-    }
-    stats.update(extra_stats)
-    stats["trace"] = {"parts": [p["trace"] for p in pieces if p["trace"] is not None]}
-    if held_parts := [p["held_out_trace"] for p in pieces if p.get("held_out_trace")]:
-        stats[HELD_OUT_KEY] = {"parts": held_parts}
+    held_parts = [TracePart.model_validate(p["held_out_trace"]) for p in pieces if p.get("held_out_trace")]
+    stats = CellStats.model_validate(
+        {"samples": [{k: s[k] for k in ("id", "source", "text")} for s in samples[:SAMPLES_PER_CELL]]} | extra_stats
+    ).model_copy(
+        update={
+            "trace": Trace(parts=[TracePart.model_validate(p["trace"]) for p in pieces if p["trace"] is not None]),
+            "held_out_trace": Trace(parts=held_parts) if held_parts else None,
+        }
+    )
     return CellManifest(
         cell=cell,
         dtype=dtype,
@@ -167,46 +179,102 @@ def _staging(final: Path, staged: Path) -> Path:
     return staging
 
 
-CellSources = tuple[dict[str, SourceCounts], dict[str, SourceCounts]]  # a cell's (kept, held-out) per source
+CellSources = tuple[dict[str, Counts], dict[str, Counts]]  # a cell's (kept, held-out) per source
 
 
-def validation_funnel_step(
-    cells: list[CellSources], given_back: dict[str, dict[str, int]] | None = None
-) -> dict[str, object]:
-    """The funnel's last stage: per source, documents that reached the store and those held out of training.
+def validation_funnel_step(cells: list[CellSources], given_back: dict[str, Counts] | None = None) -> FunnelStep:
+    """The funnel's last step: per source, documents that reached the store and those held out of training.
 
     `given_back` (per source): chosen for the held-out split, then given back to training by the decontamination.
     They are among the kept documents, and counted again under `given_back` with their own reason."""
-    per_source: dict[str, Table] = {}
+    per_source: dict[str, FunnelCounts] = {}
     for kept, held in cells:
         for part, counts in (("kept", kept), ("held", held)):
             for source, numbers in counts.items():
-                entry = per_source.setdefault(
-                    source, {"received": _zero(), "kept": _zero(), "removed": {HELD_OUT_REASON: _zero()}}
-                )
-                for target in (
-                    entry["received"],
-                    entry["kept"] if part == "kept" else entry["removed"][HELD_OUT_REASON],
-                ):
-                    target["documents"] += numbers.documents
-                    target["tokens"] += numbers.tokens
-                    target["bytes"] += numbers.bytes
+                entry = per_source.setdefault(source, FunnelCounts(removed={HELD_OUT_REASON: Counts()}))
+                into = entry.kept if part == "kept" else entry.removed[HELD_OUT_REASON]
+                for target in (entry.received, into):
+                    target.add(Counts(documents=numbers.documents, tokens=numbers.tokens, bytes=numbers.bytes))
     for source, returned in (given_back or {}).items():
-        per_source[source]["given_back"] = {GIVEN_BACK_REASON: {k: returned[k] for k in _zero()}}
-    return {"name": VALIDATION_FUNNEL_STEP, "sources": {source: per_source[source] for source in sorted(per_source)}}
+        per_source[source].given_back = {GIVEN_BACK_REASON: returned}
+    return FunnelStep(
+        name=VALIDATION_FUNNEL_STEP, sources={source: per_source[source] for source in sorted(per_source)}
+    )
 
 
-def _add_given_back(total: dict[str, dict[str, int]], part: TaskPart) -> None:
-    """Add one task's held-out documents given back to training (per source, over its cells) to `total`."""
-    for cell in part["cells"].values():
-        for source, numbers in cell.get("given_back_sources", {}).items():
-            entry = total.setdefault(source, _zero())
-            for key in entry:
-                entry[key] += numbers[key]
+@dataclass(frozen=True)
+class StoreContents:
+    """What the assembly writes into a store version besides the tasks' shard files: its name, the tokenizer it
+    was tokenized with, the recorded config, and what the phases before counted (funnel, statistics)."""
+
+    name: str
+    version: str
+    tokenizer: Path  # the tokenizer.json the tasks used
+    eos: str
+    sources: list[str]
+    shard_tokens: int
+    pipeline_config: dict[str, Any]  # the config as the store records it (`runner.stored_config`)
+    funnel: Funnel
+    stats: StoreStats
+    cell_stats: dict[str, dict[str, object]] = field(default_factory=dict)
+    models_dir: Path | None = None  # the fitted quality and domain models, copied under `models/`
+    validation: HeldOutConfig = field(default_factory=HeldOutConfig)
 
 
-def _zero() -> dict[str, int]:
-    return {"documents": 0, "tokens": 0, "bytes": 0}
+def assemble_store(final: Path, staged: Path, parts_dir: Path, contents: StoreContents) -> Path:
+    """Write the manifests next to the tasks' shard files (`staged`, their task metadata in `parts_dir`) in a
+    staging directory, then rename it to `final`.
+
+    The fitted quality and domain models travel with the store (under `models/`), so that
+    the same document lands in the same cell wherever the store goes.
+    """
+    staging = _staging(final, staged)
+    tokens = _copy_tokenizer_and_models(staging, contents)
+    set_names = [s.name for s in contents.validation.sets]
+    parts, cells, counted = write_cells(
+        staging, parts_dir, str(tokens.dtype), tokens.fingerprint, contents.cell_stats, set_names
+    )
+    given_back = dict(sorted(parts.given_back.items()))
+    funnel = contents.funnel.model_copy(
+        update={"stages": [*contents.funnel.stages, validation_funnel_step(counted, given_back)]}
+    )
+    store = StoreManifest(
+        name=contents.name,
+        version=contents.version,
+        dtype=str(tokens.dtype),
+        tokenizer=TokenizerInfo(fingerprint=tokens.fingerprint, vocab_size=tokens.vocab_size, eos_id=tokens.eos_id),
+        cells=cells,
+        sources=contents.sources,
+        pipeline_config=contents.pipeline_config,
+        config_hash=content_hash(contents.pipeline_config),
+        funnel=funnel,
+        stats=contents.stats,
+        sets=_write_eval_sets(staging, parts, tokens, contents),
+        files={
+            path.relative_to(staging).as_posix(): sha256_file(path)
+            for path in sorted((staging / "models").rglob("*"))
+            if path.is_file()
+        },
+    )
+    write_store_manifest(staging, store)
+    os.rename(staging, final)
+    return final
+
+
+def _copy_tokenizer_and_models(staging: Path, contents: StoreContents) -> StoreTokens:
+    """The tokenizer and the fitted models copied into the staging directory; the tokenizer read from its copy."""
+    tokenizer_copy = staging / "tokenizer" / "tokenizer.json"
+    tokenizer_copy.parent.mkdir(parents=True)
+    shutil.copyfile(contents.tokenizer, tokenizer_copy)
+    if contents.models_dir is not None and contents.models_dir.is_dir():
+        shutil.copytree(contents.models_dir, staging / "models", ignore=shutil.ignore_patterns("cell-stats"))
+    tokenizer = load_tokenizer(tokenizer_copy)
+    return StoreTokens(
+        tokenizer=tokenizer,
+        dtype=dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True)),
+        fingerprint=tokenizer_fingerprint(tokenizer_copy),
+        eos_id=eos_id(tokenizer, contents.eos),
+    )
 
 
 def write_cells(
@@ -246,106 +314,56 @@ def _written_cell(staging: Path, manifest: CellManifest) -> CellSummary:
     )
 
 
-def assemble_store(
-    final: Path,
-    name: str,
-    version: str,
-    staged: Path,
-    parts_dir: Path,
-    tokenizer_path: Path,
-    eos: str,
-    sources: list[str],
-    shard_tokens: int,
-    pipeline_config: dict[str, Any],
-    funnel: dict[str, Any],
-    store_stats: dict[str, Any],
-    cell_stats: dict[str, dict[str, object]],
-    models_dir: Path | None = None,
-    validation: HeldOutConfig = HeldOutConfig(),
-) -> Path:
-    """Write the manifests next to the tasks' shard files in a staging directory, then rename it to `final`.
-
-    The fitted quality and domain models travel with the store (under `models/`), so that
-    the same document lands in the same cell wherever the store goes.
-    """
-    staging = _staging(final, staged)
-    tokenizer_copy = staging / "tokenizer" / "tokenizer.json"
-    tokenizer_copy.parent.mkdir(parents=True)
-    shutil.copyfile(tokenizer_path, tokenizer_copy)
-    if models_dir is not None and models_dir.is_dir():
-        shutil.copytree(models_dir, staging / "models", ignore=shutil.ignore_patterns("cell-stats"))
-    tokenizer = load_tokenizer(tokenizer_copy)
-    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    dtype = dtype_for_vocab(vocab_size)
-    fingerprint = tokenizer_fingerprint(tokenizer_copy)
-    set_names = [s.name for s in validation.sets]
-    parts, cells, counted = write_cells(staging, parts_dir, str(dtype), fingerprint, cell_stats, set_names)
-    funnel = {
-        **funnel,
-        "stages": [*funnel.get("stages", []), validation_funnel_step(counted, dict(sorted(parts.given_back.items())))],
-    }
-
+def _write_eval_sets(
+    staging: Path, parts: PartsDigest, tokens: StoreTokens, contents: StoreContents
+) -> dict[str, EvalSetSummary]:
+    """Each external evaluation set tokenized into `sets/<name>/`, with its overlap with the cells (warned about)."""
+    validation = contents.validation
     eval_sets = {}
     for config in validation.sets:
-        trained = parts.ngrams[config.name] if validation.decontaminate else None
-        written = write_eval_set(
-            config,
-            staging / "sets" / config.name,
-            tokenizer,
-            eos_id(tokenizer, eos),
-            dtype,
-            fingerprint,
-            shard_tokens,
-            parts.hits[config.name],
-            trained,
-            validation.contamination_ngram,
-            validation.contamination_threshold,
+        containment = (
+            Containment(
+                parts.ngrams[config.name],
+                validation.contamination_ngram,
+                validation.contamination_threshold,
+            )
+            if validation.decontaminate
+            else None
         )
+        hits = parts.hits[config.name]
+        written = write_eval_set(
+            config, staging / "sets" / config.name, tokens, contents.shard_tokens, hits, containment
+        )
+        overlap = written.overlap
         eval_sets[config.name] = EvalSetSummary(
             documents=written.held.documents,
             tokens=written.held.tokens,
             bytes=written.held.bytes,
             manifest_hash=written.manifest_hash,
-            overlap_exact=written.overlap["exact"],
-            overlap_near=written.overlap["near"],
-            contained=written.overlap["contained"],
+            overlap_exact=overlap.exact,
+            overlap_near=overlap.near,
+            contained=overlap.contained,
         )
-        if written.overlap["contained"]:
-            log.warning(
-                "evaluation set %s: %d documents are mostly found in training (%d-grams) and are left out of "
-                "it (listed in sets/%s/set.json)",
-                config.name,
-                written.overlap["contained"],
-                validation.contamination_ngram,
-                config.name,
-            )
-        if written.overlap["exact"] or written.overlap["near"]:
-            log.warning(
-                "evaluation set %s: %d documents occur in the store's cells, %d more as near duplicates "
-                "(listed in sets/%s/set.json)",
-                config.name,
-                written.overlap["exact"],
-                written.overlap["near"],
-                config.name,
-            )
-    store = StoreManifest(
-        name=name,
-        version=version,
-        dtype=str(dtype),
-        tokenizer=TokenizerInfo(fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id(tokenizer, eos)),
-        cells=cells,
-        sources=sources,
-        pipeline_config=pipeline_config,
-        config_hash=content_hash(pipeline_config),
-        funnel=funnel,
-        stats=store_stats,
-        sets=eval_sets,
-        files={
-            path.relative_to(staging).as_posix(): sha256_file(path)
-            for path in sorted((staging / "models").rglob("*"))
-            if path.is_file()
-        },
-    )
-    write_store_manifest(staging, store)
-    os.rename(staging, final)
-    return final
+        _warn_overlap(config.name, overlap, validation.contamination_ngram)
+    return eval_sets
+
+
+def _warn_overlap(name: str, overlap: Overlap, ngram: int) -> None:
+    if overlap.contained:
+        log.warning(
+            "evaluation set %s: %d documents are mostly found in training (%d-grams) and are left out of "
+            "it (listed in sets/%s/set.json)",
+            name,
+            overlap.contained,
+            ngram,
+            name,
+        )
+    if overlap.exact or overlap.near:
+        log.warning(
+            "evaluation set %s: %d documents occur in the store's cells, %d more as near duplicates "
+            "(listed in sets/%s/set.json)",
+            name,
+            overlap.exact,
+            overlap.near,
+            name,
+        )

@@ -2,16 +2,9 @@
 
 Every funnel step writes one small JSON file per task, `funnel/<NN>-<step>/<rank>.json`
 (atomically, at the end of the task; a rerun of the task overwrites it). The runner sums
-the tasks into the store's funnel (its steps under the key "stages", the store format's name for them):
-
-    {"stages": [{"name": str, "sources": {source: {"received": {"documents", "tokens", "bytes"},
-                                                   "kept": {...}, "removed": {reason: {...}},
-                                                   "cut": {"documents", "bytes"} (read step, when any)}},
-                 "languages": {language: {"received", "kept", "removed"}}}],  (documents and bytes; steps
-                                                   from language id on, all sources together)
-     "bad_files": [{"source", "file", "error"}],   (files skipped with on_bad_file = "skip")
-     "encodings": [{"source", "file", "encoding"}],  (JSON Lines files read in a detected encoding, not UTF-8)
-     "not_read": [{"source", "path", "files", "examples"}]}  (files under a source's paths no source reads)
+the tasks into the store's funnel, `pipeline.store.manifest_records.Funnel` (its steps under the key "stages",
+the store format's name for them; per source and, from language identification on, per language), with the
+files the read step skipped, read in another encoding or never read.
 
 Tokens are counted once, with the store's tokenizer, after tokenization: a kept document
 by the tokens it was written with, a removed one by the tokens of the text it had when it
@@ -26,19 +19,38 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from millrace.artifacts import atomic_write_text
+from millrace.config import StrictModel
+from pipeline.store.manifest_records import BadFile, Funnel, FunnelCounts, FunnelStep, ReadAs
 
-COUNT_KEYS = ("documents", "tokens", "bytes")
-
-
-# One source's (or language's) counts in one step: {"received", "kept": {documents, tokens, bytes}, "removed":
-# {reason: {...}}, and "cut" (read step) / "given_back" (validation step) when any}.
-Table = dict[str, Any]
+COUNT_KEYS: tuple[Literal["documents", "tokens", "bytes"], ...] = ("documents", "tokens", "bytes")
 
 
-def _zero() -> dict[str, int]:
+class Counts(TypedDict):
+    documents: int
+    tokens: int
+    bytes: int
+
+
+class Cut(TypedDict):
+    documents: int
+    bytes: int
+
+
+class Table(TypedDict):
+    """One source's (or language's) counts in one step; "cut" (read step) and "given_back" (validation step)
+    when there are any."""
+
+    received: Counts
+    kept: Counts
+    removed: dict[str, Counts]
+    cut: NotRequired[Cut]
+    given_back: NotRequired[dict[str, Counts]]
+
+
+def _zero() -> Counts:
     return {"documents": 0, "tokens": 0, "bytes": 0}
 
 
@@ -112,39 +124,29 @@ def step_dir(funnel_root: Path, index: int, step: str) -> Path:
     return funnel_root / f"{index:02d}-{step}"
 
 
-def _add(into: dict[str, int], other: dict[str, int]) -> None:
-    for key in COUNT_KEYS:
-        into[key] += int(other.get(key, 0))
-
-
-def _merge_table(merged: dict[str, Table], table: dict[str, Table]) -> None:
-    for key, counts in table.items():
-        into = merged.setdefault(key, {"received": _zero(), "kept": _zero(), "removed": {}})
-        _add(into["received"], counts["received"])
-        _add(into["kept"], counts["kept"])
-        for reason, removed in counts["removed"].items():
-            _add(into["removed"].setdefault(reason, _zero()), removed)
-        if "cut" in counts:
-            cut = into.setdefault("cut", {"documents": 0, "bytes": 0})
-            cut["documents"] += counts["cut"]["documents"]
-            cut["bytes"] += counts["cut"]["bytes"]
-
-
-def merge_step(directory: Path, table: str = "sources") -> dict[str, Table]:
+def merge_step(directory: Path, table: str = "sources") -> dict[str, FunnelCounts]:
     """Sum one funnel step's per-task files: per source, or per language with `table="languages"`."""
-    merged: dict[str, Table] = {}
+    merged: dict[str, FunnelCounts] = {}
     for path in sorted(directory.glob("*.json")):
-        _merge_table(merged, json.loads(path.read_text()).get(table, {}))
+        for key, counts in json.loads(path.read_text()).get(table, {}).items():
+            merged.setdefault(key, FunnelCounts()).merge(FunnelCounts.model_validate(counts))
     return {key: merged[key] for key in sorted(merged)}
 
 
-def bad_files(directory: Path, key: str = "bad_files") -> list[dict[str, str]]:
-    """The files one funnel step's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file; with
-    `key="encodings"`, the files they read in a detected encoding."""
-    found: list[dict[str, str]] = [
-        entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get(key, [])
-    ]
-    return sorted(found, key=lambda entry: (entry["source"], entry["file"]))
+def _task_entries(directory: Path, key: str) -> list[dict[str, object]]:
+    return [entry for path in directory.glob("*.json") for entry in json.loads(path.read_text()).get(key, [])]
+
+
+def bad_files(directory: Path) -> list[BadFile]:
+    """The files one funnel step's tasks skipped as unreadable (`on_bad_file = "skip"`), sorted by file."""
+    found = [BadFile.model_validate(entry) for entry in _task_entries(directory, "bad_files")]
+    return sorted(found, key=lambda entry: (entry.source, entry.file))
+
+
+def encodings(directory: Path) -> list[ReadAs]:
+    """The files one funnel step's tasks read in a detected encoding (not UTF-8), sorted by file."""
+    found = [ReadAs.model_validate(entry) for entry in _task_entries(directory, "encodings")]
+    return sorted(found, key=lambda entry: (entry.source, entry.file))
 
 
 def removed_tokens_from(paths: list[Path]) -> dict[str, dict[str, dict[str, int]]]:
@@ -159,68 +161,76 @@ def removed_tokens_from(paths: list[Path]) -> dict[str, dict[str, dict[str, int]
 
 
 def build_funnel(
-    steps: list[tuple[str, dict[str, Table]]], removed_tokens: dict[str, dict[str, dict[str, int]]]
-) -> dict[str, Any]:
-    """The store's funnel: its steps in order (under the key "stages"), tokens filled backwards from the last
-    step's kept tokens."""
+    steps: list[tuple[str, dict[str, FunnelCounts]]], removed_tokens: dict[str, dict[str, dict[str, int]]]
+) -> list[FunnelStep]:
+    """The store's funnel steps in order, tokens filled backwards from the last step's kept tokens."""
     sources = sorted({source for _, counts in steps for source in counts})
     for source in sources:
         downstream_received: int | None = None
         for name, counts in reversed(steps):
-            entry = counts.setdefault(source, {"received": _zero(), "kept": _zero(), "removed": {}})
+            entry = counts.setdefault(source, FunnelCounts())
             removed_total = 0
-            for reason, removed in entry["removed"].items():
-                removed["tokens"] = int(removed_tokens.get(name, {}).get(source, {}).get(reason, 0))
-                removed_total += removed["tokens"]
+            for reason, removed in entry.removed.items():
+                removed.tokens = int(removed_tokens.get(name, {}).get(source, {}).get(reason, 0))
+                removed_total += removed.tokens
             if downstream_received is not None:
-                entry["kept"]["tokens"] = downstream_received
-            entry["received"]["tokens"] = entry["kept"]["tokens"] + removed_total
-            downstream_received = entry["received"]["tokens"]
-    return {
-        "stages": [
-            {"name": name, "sources": {source: counts[source] for source in sorted(counts)}} for name, counts in steps
-        ]
-    }
+                entry.kept.tokens = downstream_received
+            entry.received.tokens = entry.kept.tokens + removed_total
+            downstream_received = entry.received.tokens
+    return [
+        FunnelStep(name=name, sources={source: counts[source] for source in sorted(counts)}) for name, counts in steps
+    ]
 
 
 LOW_KEEP = 0.10  # a source that keeps less than this share of what it received is warned about
 
 
-class SourceOutcome(TypedDict):
-    """One source's documents received and kept over the whole funnel, and what removed the most."""
+class SourceKept(StrictModel):
+    """One source's way through the funnel, for `pipeline run`'s summary and `store info`."""
 
     source: str
-    received: int
-    kept: int
-    top_reason: str | None
+    received: int  # documents read
+    kept: int  # documents that reached the store
+    top_reason: str | None  # the reason that removed the most documents
     top_removed: int
-    low: bool
+    low: bool  # kept less than LOW_KEEP of what it received
+
+    def describe(self) -> str:
+        """'source fortunes: received 3,000, kept 163 (5.4%), most removed by gopher_short_doc (2,829); ...'."""
+        share = self.kept / self.received if self.received else 0.0
+        line = f"source {self.source}: received {self.received:,}, kept {self.kept:,} ({share:.1%})"
+        if self.top_reason:
+            line += f", most removed by {self.top_reason} ({self.top_removed:,})"
+        if self.low:
+            line += f"; warning: keeps under {LOW_KEEP:.0%} of its documents"
+        return line
 
 
-def per_source(funnel: dict[str, Any], skipped_reasons: frozenset[str] = frozenset()) -> list[SourceOutcome]:
+def per_source(funnel: Funnel, skipped_reasons: frozenset[str] = frozenset()) -> list[SourceKept]:
     """One entry per source: documents received (read), kept (reaching the last step, the store's), and the
     reason that removed the most (reasons in `skipped_reasons`, such as being held out, not counted)."""
-    stages = funnel.get("stages", [])
+    stages = funnel.stages
     if not stages:
         return []
-    entries: list[SourceOutcome] = []
-    for source, first in stages[0]["sources"].items():
+    entries = []
+    for source, first in stages[0].sources.items():
         reasons: dict[str, int] = {}
         for stage in stages:
-            for reason, removed in stage["sources"].get(source, {}).get("removed", {}).items():
+            counted = stage.sources.get(source)
+            for reason, removed in (counted.removed if counted is not None else {}).items():
                 if reason not in skipped_reasons:
-                    reasons[reason] = reasons.get(reason, 0) + removed["documents"]
-        last = stages[-1]["sources"].get(source, {})
-        received, kept = first["received"]["documents"], last.get("received", {}).get("documents", 0)
+                    reasons[reason] = reasons.get(reason, 0) + removed.documents
+        last = stages[-1].sources.get(source)
+        received, kept = first.received.documents, last.received.documents if last is not None else 0
         top = max(sorted(reasons.items()), key=lambda item: item[1], default=(None, 0))
         entries.append(
-            {
-                "source": source,
-                "received": received,
-                "kept": kept,
-                "top_reason": top[0] if top[1] else None,
-                "top_removed": top[1],
-                "low": received > 0 and kept < LOW_KEEP * received,
-            }
+            SourceKept(
+                source=source,
+                received=received,
+                kept=kept,
+                top_reason=top[0] if top[1] else None,
+                top_removed=top[1],
+                low=received > 0 and kept < LOW_KEEP * received,
+            )
         )
     return entries

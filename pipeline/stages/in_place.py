@@ -14,13 +14,16 @@ import contextlib
 import fnmatch
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, BinaryIO
 
-_mounts: list[tuple[Path, Any, str]] = []  # (local root, filesystem, URL root), innermost last
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+_mounts: list[tuple[Path, AbstractFileSystem, str]] = []  # (local root, filesystem, URL root), innermost last
 
 
 @contextlib.contextmanager
-def reading_in_place(local: Path, fs: Any, root: str) -> Iterator[None]:
+def reading_in_place(local: Path, fs: AbstractFileSystem, root: str) -> Iterator[None]:
     """Within the block, a missing path under `local` is read from `root` on `fs`."""
     _mounts.append((Path(local), fs, root.rstrip("/")))
     try:
@@ -29,7 +32,7 @@ def reading_in_place(local: Path, fs: Any, root: str) -> Iterator[None]:
         _mounts.pop()
 
 
-def _mount_of(path: Path) -> tuple[Any, str] | None:
+def _mount_of(path: Path) -> tuple[AbstractFileSystem, str] | None:
     """The filesystem and URL path that `path` stands for inside a mount, whether or not it exists on the disk."""
     for local, fs, root in reversed(_mounts):
         if path == local or local in path.parents:
@@ -38,7 +41,7 @@ def _mount_of(path: Path) -> tuple[Any, str] | None:
     return None
 
 
-def _remote(path: Path) -> tuple[Any, str] | None:
+def _remote(path: Path) -> tuple[AbstractFileSystem, str] | None:
     """The filesystem and URL path to read `path` from, or None where it is read from the disk."""
     return None if path.exists() else _mount_of(path)
 
@@ -70,7 +73,7 @@ def read_ranges(path: Path | str, ranges: list[tuple[int, int]]) -> list[bytes]:
     return [next(got) if stop > start else b"" for start, stop in ranges]
 
 
-def opened(path: Path | str) -> Any:
+def opened(path: Path | str) -> BinaryIO:
     """A file object to seek and read (a zip's members one at a time): on a URL, each read one range request."""
     path = Path(path)
     remote = _remote(path)

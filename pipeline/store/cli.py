@@ -14,9 +14,10 @@ from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 from pipeline.cells.held_out_split import HELD_OUT_REASON
-from pipeline.stages.funnel import LOW_KEEP, SourceOutcome, per_source
+from pipeline.stages.funnel import SourceKept, per_source
 from pipeline.store.format import Store, StoreManifest, write_stats_only_store
-from pipeline.store.labels import domain_labels, labelled
+from pipeline.store.labels import labelled
+from pipeline.store.manifest_records import Decontamination, FunnelStep, NotRead, QualityStats
 
 
 def resolve_store(spec: str, home: Home) -> Path:
@@ -35,13 +36,29 @@ def resolve_store(spec: str, home: Home) -> Path:
     raise ArtifactError(f"{spec}: no store.json there, nor under {home.stores}" + known("stores", stores))
 
 
-def _given_back(stage: dict[str, Any]) -> dict[str, int]:
-    """Documents a stage gave back to training, per reason (the validation stage's decontaminated ones)."""
+def _given_back(step: FunnelStep) -> dict[str, int]:
+    """Documents a funnel step gave back to training, per reason (the validation step's decontaminated ones)."""
     total: dict[str, int] = {}
-    for counts in stage["sources"].values():
-        for reason, numbers in counts.get("given_back", {}).items():
-            total[reason] = total.get(reason, 0) + numbers["documents"]
+    for counts in step.sources.values():
+        for reason, numbers in counts.given_back.items():
+            total[reason] = total.get(reason, 0) + numbers.documents
     return total
+
+
+def _funnel_summary(step: FunnelStep) -> dict[str, Any]:
+    """One funnel step as `store info` shows it: documents received and kept (per language, when counted)."""
+    row: dict[str, Any] = {
+        "stage": step.name,
+        "received": sum(s.received.documents for s in step.sources.values()),
+        "kept": sum(s.kept.documents for s in step.sources.values()),
+    }
+    if step.languages:
+        row["languages"] = {
+            lang: {"received": c.received.documents, "kept": c.kept.documents} for lang, c in step.languages.items()
+        }
+    if given_back := _given_back(step):
+        row["given_back"] = given_back
+    return row
 
 
 def store_summary(path: Path) -> dict[str, Any]:
@@ -57,7 +74,7 @@ def store_summary(path: Path) -> dict[str, Any]:
     }
     summary = {
         "path": str(store.path),
-        "labels": domain_labels(m),
+        "labels": m.stats.domain_labels(),
         "name": m.name,
         "version": m.version,
         "stats_only": m.stats_only,
@@ -72,50 +89,31 @@ def store_summary(path: Path) -> dict[str, Any]:
         "sets": {name: summary.model_dump() for name, summary in sorted(m.sets.items())},
         "sources": m.sources,
         "manifest_hash": store.manifest_hash,
-        "decontamination": m.stats.get("decontamination"),
+        "decontamination": m.stats.decontamination.model_dump() if m.stats.decontamination else None,
     }
-    if m.funnel.get("stages"):
-        summary["funnel"] = [
-            {
-                "stage": stage["name"],
-                "received": sum(s["received"]["documents"] for s in stage["sources"].values()),
-                "kept": sum(s["kept"]["documents"] for s in stage["sources"].values()),
-                **(
-                    {
-                        "languages": {
-                            lang: {"received": c["received"]["documents"], "kept": c["kept"]["documents"]}
-                            for lang, c in stage["languages"].items()
-                        }
-                    }
-                    if stage.get("languages")
-                    else {}
-                ),
-                **({"given_back": given_back} if (given_back := _given_back(stage)) else {}),
-            }
-            for stage in m.funnel["stages"]
-        ]
-        summary["not_read"] = m.funnel.get("not_read", [])
-        summary["per_source"] = per_source(m.funnel, frozenset({HELD_OUT_REASON}))
-    if m.stats.get("domains") or m.stats.get("quality"):
+    if m.funnel.stages:
+        summary["funnel"] = [_funnel_summary(step) for step in m.funnel.stages]
+        summary["not_read"] = [entry.model_dump() for entry in m.funnel.not_read]
+        summary["per_source"] = [e.model_dump() for e in per_source(m.funnel, frozenset({HELD_OUT_REASON}))]
+    if m.stats.domains or m.stats.quality:
         summary["grid"] = domain_grid(m)
-    if m.stats.get("quality"):
-        summary["quality"] = quality_summary(store)
+    if m.stats.quality:
+        summary["quality"] = quality_summary(store, m.stats.quality)
     return summary
 
 
-def quality_summary(store: Store) -> dict[str, object]:
+def quality_summary(store: Store, quality: QualityStats) -> dict[str, object]:
     """What the quality score means, and each bucket's language mix against the corpus's."""
     from pipeline.store.language_mix import bucket_language_mix, share_ratios
 
-    quality = store.manifest.stats["quality"]
     mix = bucket_language_mix(store)
-    keys = ("good", "other", "calibrated_by", "meaning")
-    return {**{key: quality.get(key) for key in keys}, "language_mix": mix, "share_ratios": share_ratios(mix)}
+    shown = quality.model_dump(include={"good", "other", "calibrated_by", "meaning"})
+    return {**shown, "language_mix": mix, "share_ratios": share_ratios(mix)}
 
 
 def domain_grid(manifest: StoreManifest) -> dict[str, object]:
     """Tokens per (domain, bucket) from `cNNqQ` cell names, with domain labels where recorded."""
-    labels = manifest.stats.get("domains", {}).get("labels", {})
+    labels = manifest.stats.domain_labels()
     grid: dict[str, dict[str, int]] = {}
     for name, cell in manifest.cells.items():
         match = re.fullmatch(r"(c\d+)(q\d+)", name)
@@ -167,19 +165,7 @@ def print_summary(summary: dict[str, Any]) -> None:
                     f"{lang} {n:,}/{stage['languages'][lang]['received']:,}" for lang, n in removed.items() if n
                 )
             )
-    for entry in summary.get("per_source", []):
-        click.echo(f"  {describe_source(entry)}")
-    for entry in summary.get("not_read", []):
-        from pipeline.stages.read.discovery import describe_unread
-
-        click.echo(f"  {describe_unread(entry)}")
-    if found := summary.get("decontamination"):
-        click.echo(
-            f"  held-out decontamination ({found['ngram']}-grams, threshold {found['threshold']:g}): "
-            f"{found['documents']:,} of {found['checked']:,} held-out documents ({found['tokens']:,} tokens) "
-            "found in training, given back to training"
-            + (f" ({found['later_rounds']:,} inside others given back)" if found.get("later_rounds") else "")
-        )
+    _print_sources(summary)
     grid = summary.get("grid")
     if grid and grid["tokens"]:
         buckets = sorted({b for row in grid["tokens"].values() for b in row})
@@ -191,15 +177,20 @@ def print_summary(summary: dict[str, Any]) -> None:
         print_quality(summary["quality"])
 
 
-def describe_source(entry: SourceOutcome) -> str:
-    """'source fortunes: received 3,000, kept 163 (5.4%), most removed by gopher_short_doc (2,829); warning: ...'."""
-    share = entry["kept"] / entry["received"] if entry["received"] else 0.0
-    line = f"source {entry['source']}: received {entry['received']:,}, kept {entry['kept']:,} ({share:.1%})"
-    if entry["top_reason"]:
-        line += f", most removed by {entry['top_reason']} ({entry['top_removed']:,})"
-    if entry["low"]:
-        line += f"; warning: keeps under {LOW_KEEP:.0%} of its documents"
-    return line
+def _print_sources(summary: dict[str, Any]) -> None:
+    """Per source, what the funnel kept; the files no source read; what the decontamination gave back."""
+    for entry in summary.get("per_source", []):
+        click.echo(f"  {SourceKept.model_validate(entry).describe()}")
+    for entry in summary.get("not_read", []):
+        click.echo(f"  {NotRead.model_validate(entry).describe()}")
+    if summary.get("decontamination"):
+        found = Decontamination.model_validate(summary["decontamination"])
+        click.echo(
+            f"  held-out decontamination ({found.ngram}-grams, threshold {found.threshold:g}): "
+            f"{found.documents:,} of {found.checked:,} held-out documents ({found.tokens:,} tokens) "
+            "found in training, given back to training"
+            + (f" ({found.later_rounds:,} inside others given back)" if found.later_rounds else "")
+        )
 
 
 def print_quality(quality: dict[str, Any], languages: int = 6) -> None:

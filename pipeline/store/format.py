@@ -59,6 +59,7 @@ from millrace.artifacts import (
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
+from pipeline.store.manifest_records import CellStats, Counts, Funnel, Overlap, StoreStats
 
 if TYPE_CHECKING:  # tokenizers loads when a tokenizer is read, not with the store's format
     from tokenizers import Tokenizer
@@ -183,12 +184,6 @@ class Model(StrictModel):
     model_config = pydantic.ConfigDict(frozen=False)
 
 
-class SourceCounts(Model):
-    documents: int = 0
-    tokens: int = 0
-    bytes: int = 0
-
-
 @dataclass(frozen=True)
 class ShardInfo:
     """What `ShardWriter.close` reports: one row of a cell's shard table."""
@@ -235,7 +230,7 @@ class HeldOut(Model):
     tokens: int = 0
     bytes: int = 0
     shards: list[ShardInfo] = []
-    sources: dict[str, SourceCounts] = {}
+    sources: dict[str, Counts] = {}
 
 
 class CellManifest(Model):
@@ -246,9 +241,9 @@ class CellManifest(Model):
     tokens: int
     bytes: int
     shards: ShardTable
-    sources: dict[str, SourceCounts] = {}
-    # Free-form statistics filled by later stages: score range, domain label, samples.
-    stats: dict[str, Any] = {}
+    sources: dict[str, Counts] = {}
+    # Filled by later phases: domain, bucket, label, score range, languages, samples, trace sidecars.
+    stats: CellStats = pydantic.Field(default_factory=CellStats)
     # The validation split (never in `shards`; `documents`/`tokens`/`bytes` above count training only).
     validation: HeldOut = pydantic.Field(default_factory=HeldOut, exclude_if=lambda v: not v.documents)
 
@@ -282,8 +277,7 @@ class EvalSetManifest(Model):
     dtype: str
     tokenizer_fingerprint: str
     held: HeldOut
-    overlap: dict[str, Any]  # {"exact": n, "near": n, "contained": n, "documents": [{"index", "kind", "cell"}, ...],
-    #                "contained_documents": [{"index", "kind", "share"}, ...]}
+    overlap: Overlap
 
 
 class TokenizerInfo(Model):
@@ -304,10 +298,10 @@ class StoreManifest(Model):
     sources: list[str] = []
     pipeline_config: dict[str, Any] = {}
     config_hash: str | None = None
-    # Per stage, per source: received/kept/removed counts and reasons (see pipeline stats).
-    funnel: dict[str, Any] = {}
-    # Store-level statistics from later stages (domain labels, bucket score ranges, ...).
-    stats: dict[str, Any] = {}
+    # Per funnel step, per source: received/kept/removed counts and reasons (`{}` in a stats-only store).
+    funnel: Funnel = pydantic.Field(default_factory=Funnel)
+    # Store-level statistics from later phases (domain labels, quality buckets, decontamination).
+    stats: StoreStats = pydantic.Field(default_factory=StoreStats)
     # External evaluation sets under sets/<name>/ (left out of the file when there are none).
     sets: dict[str, EvalSetSummary] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
     # Other files the store carries (the fitted models under models/): relative path -> sha256.
@@ -403,11 +397,9 @@ class Store:
             pinned.append((self.path / tokenizer.path, tokenizer.fingerprint, "store.json"))
         for cell_name in self.manifest.cells:
             stats = self.cell(cell_name).stats
-            for part in [
-                *(stats.get("trace") or {}).get("parts", []),
-                *(stats.get("held_out_trace") or {}).get("parts", []),
-            ]:
-                pinned.append((self.cell_dir(cell_name) / part["file"], part["sha256"], f"{cell_name}/cell.json"))
+            for trace in (stats.trace, stats.held_out_trace):
+                for part in trace.parts or [] if trace is not None else []:
+                    pinned.append((self.cell_dir(cell_name) / part.file, part.sha256, f"{cell_name}/cell.json"))
         return pinned
 
     def verify_pinned_files(self) -> list[str]:
@@ -447,15 +439,10 @@ class Store:
         return Tokenizer.from_str(raw.decode("utf-8"))
 
 
-def store_tokenizer(path: Path | str) -> Tokenizer:
-    """The tokenizer at a store's `tokenizer/tokenizer.json`, checked against the store.json beside it
+def store_tokenizer(store_dir: Path | str) -> Tokenizer:
+    """The tokenizer of the store version at `store_dir`, checked against its store.json's fingerprint
     (`Store.tokenizer`): what the loader, evaluation and samples read tokenizers through."""
-    path = Path(path)
-    store = Store(path.parent.parent)
-    info = store.manifest.tokenizer
-    if info is None or not info.path or (store.path / info.path).resolve() != path.resolve():
-        raise ArtifactError(f"{path}: not the tokenizer {store.path / 'store.json'} names")
-    return store.tokenizer()
+    return Store(store_dir).tokenizer()
 
 
 def verify_shard(prefix: Path, shard: ShardInfo, dtype: np.dtype, owner: str) -> list[str]:
@@ -625,7 +612,7 @@ class ShardSequence:
         dtype: np.dtype,
         shard_tokens: int,
         shards: Sequence[ShardInfo] = (),
-        sources: dict[str, SourceCounts] | None = None,
+        sources: dict[str, Counts] | None = None,
     ):
         self.directory, self.prefix, self.dtype, self.shard_tokens = directory, prefix, dtype, shard_tokens
         self.shards: list[ShardInfo] = list(shards)
@@ -633,7 +620,7 @@ class ShardSequence:
         self.in_shard = 0
         self.in_writer = 0  # documents in the open shard
         self.placed: list[tuple[int, int]] = []  # (shard, document in shard) of each document added
-        self.sources: dict[str, SourceCounts] = dict(sources or {})
+        self.sources: dict[str, Counts] = dict(sources or {})
 
     def add(self, tokens: np.ndarray, source_id: int, source: str, nbytes: int) -> None:
         if self.writer is None:
@@ -642,7 +629,7 @@ class ShardSequence:
         self.placed.append((len(self.shards), self.in_writer))
         self.in_writer += 1
         self.in_shard += tokens.size
-        counts = self.sources.setdefault(source, SourceCounts())
+        counts = self.sources.setdefault(source, Counts())
         counts.documents += 1
         counts.tokens += int(tokens.size)
         counts.bytes += nbytes

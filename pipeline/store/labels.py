@@ -1,23 +1,15 @@
 """A cell's name with its domain's label, wherever a cell is shown (store info, run summary, mix plan).
 
 Cells are named `cNN` (domains only) or `cNNqQ` (domains and quality buckets); the store records each
-domain's label (its distinctive terms) under `stats.domains.labels`, keyed `cNN`. A source cell has none.
+domain's label (its distinctive terms) under `stats.domains.labels`, keyed `cNN`
+(`StoreStats.domain_labels()`). A source cell has none.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pipeline.store.format import StoreManifest
 
 DOMAIN = re.compile(r"(c\d+)(q\d+)?")
-
-
-def domain_labels(manifest: StoreManifest) -> dict[str, str]:
-    """`cNN` -> label, from a store manifest's stats (empty without domains)."""
-    return dict(manifest.stats.get("domains", {}).get("labels", {}))
 
 
 def labelled(cell: str, labels: dict[str, str], width: int | None = None) -> str:

@@ -32,7 +32,7 @@ def bucket_language_mix(store: Store) -> LanguageMix:
         match = BUCKET.match(name)
         if not match:
             continue
-        languages = (store.cell(name).stats or {}).get("languages") or {}
+        languages = store.cell(name).stats.languages or {}
         row = buckets.setdefault(match.group(1), {})
         for language, documents in languages.items():
             row[language] = row.get(language, 0) + int(documents)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
@@ -28,18 +28,21 @@ from millrace import remote_calls
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
 COPY_BLOCK = 16 << 20  # bytes held at once by a copy between two filesystems
 MARKER = "store.json"  # written last: a store version is at a URL only once this object is
 
 
 def remote_fs(
     url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
-) -> tuple[Any, str]:
+) -> tuple[AbstractFileSystem, str]:
     """The filesystem and root of `url`, its calls limited by `limits` (one retry layer: `millrace.remote_calls`)."""
     return remote_calls.limited_fs(url, storage_options, limits)
 
 
-def published(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | None:
+def published(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | None:
     """The bytes of the `store.json` at `root`, or None where no store version is complete there."""
     target = f"{root}/{MARKER}"
     try:
@@ -56,7 +59,7 @@ def published(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bytes | 
         raise
 
 
-def check_target(local: Path, fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
+def check_target(local: Path, fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
     """Whether the URL already holds this very store version (its `store.json` byte for byte: nothing to copy);
     another store version's `store.json` there is refused in one line, never written over."""
     there = published(fs, root, limits)
@@ -70,7 +73,7 @@ def check_target(local: Path, fs: Any, root: str, limits: CallLimits = WRITE_LIM
     )
 
 
-def present(fs: Any, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
+def present(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
     """Sizes of the objects already under `root`, by path: what an interrupted copy finished."""
     try:
         listing = remote_calls.with_retries(
@@ -111,7 +114,7 @@ def copy_store(
     return copied + 1
 
 
-def _make_parents(fs: Any, targets: list[str]) -> None:
+def _make_parents(fs: AbstractFileSystem, targets: list[str]) -> None:
     """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
     from fsspec.implementations.local import LocalFileSystem
 
@@ -120,7 +123,9 @@ def _make_parents(fs: Any, targets: list[str]) -> None:
             fs.makedirs(parent, exist_ok=True)
 
 
-def _check_sizes(fs: Any, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS) -> None:
+def _check_sizes(
+    fs: AbstractFileSystem, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS
+) -> None:
     """Every object under `root` at the size of its source (`expected`: target -> (size, source)), before the
     marker goes up."""
     fs.invalidate_cache()
@@ -196,7 +201,9 @@ class PublishShards(PipelineStep):
             _check_own(fs, target_cell, rank, {f"{target_cell}/{s.rsplit('/', 1)[-1]}": n for s, n in own.items()})
 
 
-def _copy(source_fs: Any, source: str, fs: Any, target: str, size: int, server_side: bool) -> None:
+def _copy(
+    source_fs: AbstractFileSystem, source: str, fs: AbstractFileSystem, target: str, size: int, server_side: bool
+) -> None:
     """One file: on the server where one filesystem holds both, else through this process a block at a time."""
     from fsspec.implementations.local import LocalFileSystem
 
@@ -214,7 +221,7 @@ def _copy(source_fs: Any, source: str, fs: Any, target: str, size: int, server_s
         shutil.copyfileobj(reader, writer, COPY_BLOCK)
 
 
-def _check_own(fs: Any, cell: str, rank: int, expected: dict[str, int]) -> None:
+def _check_own(fs: AbstractFileSystem, cell: str, rank: int, expected: dict[str, int]) -> None:
     """Every file a task published at the size of its source, before its completion marker."""
     there = _own_files(fs, cell, rank)
     for target, size in expected.items():
@@ -222,7 +229,7 @@ def _check_own(fs: Any, cell: str, rank: int, expected: dict[str, int]) -> None:
             raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of the task's file ({size} bytes)")
 
 
-def _own_files(fs: Any, cell: str, rank: int) -> dict[str, int]:
+def _own_files(fs: AbstractFileSystem, cell: str, rank: int) -> dict[str, int]:
     """Task `rank`'s files of one cell with their sizes, listed by their name prefixes (an object store lists
     only those); none where the cell is not there yet."""
     from fsspec.implementations.local import LocalFileSystem

@@ -8,12 +8,12 @@ documents per epoch, so it names a window's documents itself, as (shard, documen
 `document_rows` finds their rows), `tokens`, `source`, `id` (the original id, source-prefixed;
 ids may repeat), `origin` (file path, or URL for web records) and `position` (line, row or record
 in that file). A part's file holds `shard` and `token_start` relative to its own first shard and
-token; the cell manifest's `stats["trace"]["parts"]` lists the parts in store order with their
+token; the cell manifest's `stats.trace.parts` lists the parts in store order with their
 row, shard and token counts and sha256, and the readers here add the offsets back, so a reader
 sees one table whatever the task count. The held-out documents have the same table, over the cell's
-validation shards, in `held-out-documents-<task>.parquet` parts (`stats["held_out_trace"]`; `read_trace(...,
+validation shards, in `held-out-documents-<task>.parquet` parts (`stats.held_out_trace`; `read_trace(...,
 held_out=True)`): which file or URL was held out can be found. Stores built before the parts keep one
-`documents.parquet` (`stats["trace"]["file"]`), still read. A part is checked against its sha256 before it is read.
+`documents.parquet` (`stats.trace.file`), still read. A part is checked against its sha256 before it is read.
 Light (pyarrow only): the loader and reports read it.
 """
 
@@ -22,13 +22,14 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
-from millrace.artifacts import atomic_output, read_artifact, sha256_file
+from millrace.artifacts import atomic_output, payload_model, read_artifact, sha256_file
 from millrace.errors import ArtifactError
-from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION
+from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION, CellManifest
+from pipeline.store.manifest_records import CellStats, Trace, TracePart
 
 if TYPE_CHECKING:  # pyarrow loads when a sidecar is read or written
     import pyarrow as pa
@@ -38,23 +39,23 @@ COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin
 
 
 HELD_OUT_PREFIX = "held-out-documents"  # the held-out documents' parts, beside the training documents' ones
-HELD_OUT_KEY = "held_out_trace"  # their list in the cell manifest's stats
 
-# A part with its row, shard and token offsets in the cell (`_parts`); a store's single legacy sidecar has
-# `documents` None and no digest.
-PlacedPart = dict[str, Any]
 # A sidecar row: COLUMNS' values of one document, as pyarrow's `to_pylist` gives them.
 TraceRow = dict[str, Any]
 
 
-class TracePart(TypedDict):
-    """One task's sidecar part as the cell manifest lists it (`stats["trace"]["parts"]`)."""
+class PlacedPart(TypedDict):
+    """A part with its row, shard and token offsets in the cell (`_parts`); a store's single legacy sidecar has
+    `documents` None and no digest."""
 
     file: str
-    sha256: str
-    documents: int
-    shards: int
-    tokens: int
+    row: int
+    shard: int
+    token: int
+    documents: int | None
+    sha256: NotRequired[str]
+    shards: NotRequired[int]
+    tokens: NotRequired[int]
 
 
 def part_name(task: int, prefix: str = "documents") -> str:
@@ -69,7 +70,7 @@ def write_trace_part(
     prefix: str = "documents",
 ) -> TracePart:
     """Write one task's sidecar of a cell atomically (`prefix`: `HELD_OUT_PREFIX` for its held-out documents);
-    returns its entry in `stats["trace"]["parts"]` (or `stats[HELD_OUT_KEY]["parts"]`)."""
+    returns its entry in the cell manifest's `stats.trace.parts` (or `stats.held_out_trace.parts`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -80,43 +81,55 @@ def write_trace_part(
     path = Path(cell_dir) / part_name(task, prefix)
     with atomic_output(path) as handle:
         pq.write_table(table, handle)
-    return {
-        "file": path.name,
-        "sha256": sha256_file(path),
-        "documents": table.num_rows,
-        "shards": shards,
-        "tokens": int(np.sum(columns["tokens"], dtype=np.int64)),
-    }
-
-
-def _parts(cell_dir: Path, key: str = "trace") -> list[PlacedPart]:
-    """The cell's sidecar parts in store order (`key`: `HELD_OUT_KEY` for the held-out documents'), each with
-    its row, shard and token offsets."""
-    manifest = Path(cell_dir) / "cell.json"
-    trace = (
-        read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)).get("stats", {}).get(key)
-        if manifest.exists()
-        else None
+    return TracePart(
+        file=path.name,
+        sha256=sha256_file(path),
+        documents=table.num_rows,
+        shards=shards,
+        tokens=int(np.sum(columns["tokens"], dtype=np.int64)),
     )
-    if key == HELD_OUT_KEY:
-        return [] if trace is None else _with_offsets(trace["parts"])
+
+
+def _parts(cell_dir: Path, held_out: bool = False) -> list[PlacedPart]:
+    """The cell's sidecar parts in store order (with `held_out`, the held-out documents'), each with its row,
+    shard and token offsets."""
+    manifest = Path(cell_dir) / "cell.json"
+    stats = (
+        payload_model(read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)), CellManifest, str(manifest)).stats
+        if manifest.exists()
+        else CellStats()
+    )
+    if held_out:
+        return _with_offsets(stats.held_out_trace.parts or []) if stats.held_out_trace is not None else []
+    trace = stats.trace
     if trace is None and (Path(cell_dir) / TRACE_FILE).exists():
-        trace = {"file": TRACE_FILE}
-    if not trace:
+        trace = Trace(file=TRACE_FILE)
+    if trace is None or (trace.parts is None and trace.file is None):
         raise ArtifactError(
             f"{Path(cell_dir) / TRACE_FILE}: this store has no traceability sidecar (built before it existed)"
         )
-    if "parts" not in trace:
-        return [{"file": trace["file"], "row": 0, "shard": 0, "token": 0, "documents": None}]
-    return _with_offsets(trace["parts"])
+    if trace.parts is None:
+        return [{"file": trace.file or TRACE_FILE, "row": 0, "shard": 0, "token": 0, "documents": None}]
+    return _with_offsets(trace.parts)
 
 
 def _with_offsets(listed: list[TracePart]) -> list[PlacedPart]:
     parts: list[PlacedPart] = []
     row, shard, token = 0, 0, 0
     for part in listed:
-        parts.append({**part, "row": row, "shard": shard, "token": token})
-        row, shard, token = row + part["documents"], shard + part["shards"], token + part["tokens"]
+        parts.append(
+            {
+                "file": part.file,
+                "sha256": part.sha256,
+                "documents": part.documents,
+                "shards": part.shards,
+                "tokens": part.tokens,
+                "row": row,
+                "shard": shard,
+                "token": token,
+            }
+        )
+        row, shard, token = row + part.documents, shard + part.shards, token + part.tokens
     return parts
 
 
@@ -171,7 +184,7 @@ def read_trace(cell_dir: Path, held_out: bool = False) -> pa.Table:
     import pyarrow as pa
 
     if held_out:
-        parts = _parts(cell_dir, HELD_OUT_KEY)
+        parts = _parts(cell_dir, held_out=True)
         if not parts:
             return pa.table({name: [] for name in COLUMNS})
         return pa.concat_tables([_read_part(cell_dir, part) for part in parts])

@@ -10,6 +10,16 @@ const X_AXES = {
   time: { label: "wall time since the first step (s)", train: (r) => r.seconds, format: fmt.count },
 };
 const LOSS = "loss (nats per token)";
+// What the user set, mirrored in the address: smoothing, log y and log x for every panel, and each panel's own
+// (`charts=`, chart_settings.js), as on the run page.
+const STATE = { smooth: clampSmooth(params.get("smooth")), log: params.get("log") === "1", logx: params.get("logx") === "1",
+  per: perChart(params.get("charts") || "") };
+function saveState() {
+  const put = (k, v, dflt) => (v === dflt ? params.delete(k) : params.set(k, String(v)));
+  put("smooth", STATE.smooth, 0); put("log", STATE.log ? 1 : 0, 0); put("logx", STATE.logx ? 1 : 0, 0);
+  put("charts", perChartText(STATE.per), "");
+  history.replaceState(null, "", location.pathname + "?" + params.toString().replace(/%2C/g, ","));
+}
 
 function loadRuns(names, done) {
   let left = names.length;
@@ -40,13 +50,13 @@ function drawChart(container, spec, range) {
     h("p", { class: "note empty" }, container, `${spec.title}: no data in these runs`);
     return;
   }
-  const alpha = parseFloat($("compare-smooth").value) || 0;
-  if (alpha > 0) {  // each curve drawn faintly under its EMA, as on the run page
+  const id = container.id, set = chartSettingsOf(STATE.per, id, STATE);
+  if (set.smooth > 0) {  // each curve drawn faintly under its EMA, as on the run page
     spec = { ...spec, series: spec.series.flatMap((s) => (s.faint ? [s] : [{ ...s, faint: true },
-      { ...s, name: `${s.name}, smoothed (EMA ${alpha})`, y: ema(s.y.map((v) => (v === undefined ? null : v)), alpha) }])) };
+      { ...s, name: `${s.name}, smoothed (EMA ${set.smooth})`, y: ema(s.y.map((v) => (v === undefined ? null : v)), set.smooth) }])) };
   }
   const chart = new TimeChart(container, {
-    title: spec.title, xLabel: range.label, yLabel: spec.yLabel, xFormat: range.format, log: $("compare-log").checked,
+    title: spec.title, xLabel: range.label, yLabel: spec.yLabel, xFormat: range.format, log: set.log, logX: set.logx,
     sync: "compare", series: spec.series.map((s) => ({ name: s.name, faint: s.faint, colour: s.colour })),
     onZoom: (lo, hi) => { for (const c of charts) c.setRange(lo === null ? range.lo : lo, hi === null ? range.hi : hi); },
   });
@@ -56,6 +66,9 @@ function drawChart(container, spec, range) {
   }));
   chart.setRange(range.lo, range.hi);
   charts.push(chart);
+  const redraw = () => { saveState(); drawCurves(RUNS); };
+  chartSettingsRow(container, set, { own: !!STATE.per[id], noLogY: false,
+    changed: (own) => { STATE.per[id] = own; redraw(); }, reset: () => { delete STATE.per[id]; redraw(); } });
 }
 
 // Panels are laid out first and drawn after, so each is measured at its final width in the grid.
@@ -187,6 +200,7 @@ function runTable(runs) {
   }
 }
 
+let RUNS = [];
 function go(names) { window.location.search = "?runs=" + names.map(encodeURIComponent).join(","); }
 
 function render() {
@@ -205,20 +219,21 @@ function render() {
   runTable(runs);
   configDiff(runs);
   revisionDiff(runs);
-  drawCurves(runs);
+  RUNS = runs;
   const axis = params.get("x");
-  if (axis && X_AXES[axis]) { $("x-axis").value = axis; drawCurves(runs); }
+  if (axis && X_AXES[axis]) $("x-axis").value = axis;
+  const smooth = $("compare-smooth"), log = $("compare-log"), logx = $("compare-logx");
+  smooth.value = String(STATE.smooth); $("compare-smooth-value").textContent = smooth.value;
+  log.checked = STATE.log; logx.checked = STATE.logx;
+  drawCurves(runs);
   $("x-axis").addEventListener("input", () => drawCurves(runs));
-  $("compare-log").addEventListener("input", () => drawCurves(runs));
-  const smooth = $("compare-smooth");
-  smooth.value = String(Math.max(0, Math.min(0.99, +(params.get("smooth") || 0) || 0)));
-  $("compare-smooth-value").textContent = smooth.value;
-  if (+smooth.value) drawCurves(runs);
+  const changed = () => { saveState(); drawCurves(runs); };
+  log.addEventListener("input", () => { STATE.log = log.checked; changed(); });
+  logx.addEventListener("input", () => { STATE.logx = logx.checked; changed(); });
   smooth.addEventListener("input", () => {
     $("compare-smooth-value").textContent = smooth.value;
-    +smooth.value ? params.set("smooth", smooth.value) : params.delete("smooth");
-    history.replaceState(null, "", location.pathname + "?" + params.toString().replace(/%2C/g, ","));
-    drawCurves(runs);
+    STATE.smooth = clampSmooth(smooth.value);
+    changed();
   });
   $("compare-csv").addEventListener("click", () => download("compare.csv", "text/csv", compareCsv(runs)));
   $("compare-json").addEventListener("click", () => download("compare.json", "application/json", JSON.stringify(runs)));

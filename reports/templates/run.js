@@ -12,6 +12,7 @@ let arrived = null;
 window.millraceData = (payload) => { arrived = payload; };
 window.millraceLive = (payload) => { arrived = payload; };
 window.millraceChunk = (payload) => { CHUNKS.set(payload.index, payload); };
+window.millraceLoads = (payload) => { arrived = payload; };
 
 function loadScript(src) {  // resolves with what the script handed over
   return new Promise((resolve, reject) => {
@@ -35,19 +36,7 @@ const STATE = (() => {
     elog: q.get("elog") === "1", esmooth: Math.max(0, Math.min(0.95, num("esmooth") || 0)),
     logx: q.get("logx") === "1", per: perChart(q.get("charts") || "") };
 })();
-// Each chart's own settings, `charts=ID:SMOOTHING:FLAGS;...` in the URL (FLAGS: y for log y, x for log x); a
-// chart without its own follows the controls above the charts.
-function perChart(text) {
-  const per = {};
-  for (const part of text.split(";")) {
-    const [id, smooth, flags = ""] = part.split(":");
-    if (id && !isNaN(+smooth)) per[id] = { smooth: Math.max(0, Math.min(0.99, +smooth)), log: flags.includes("y"), logx: flags.includes("x") };
-  }
-  return per;
-}
-const perChartText = () => Object.entries(STATE.per)
-  .map(([id, s]) => `${id}:${s.smooth}:${s.log ? "y" : ""}${s.logx ? "x" : ""}`).join(";");
-const settingsOf = (def) => STATE.per[def.id] || { smooth: STATE.smooth, log: STATE.log, logx: STATE.logx };
+const settingsOf = (def) => chartSettingsOf(STATE.per, def.id, { smooth: STATE.smooth, log: STATE.log, logx: STATE.logx });
 function saveState() {
   const q = new URLSearchParams(location.search);
   const put = (k, v, dflt) => (v === null || v === undefined || v === dflt ? q.delete(k) : q.set(k, String(v)));
@@ -55,7 +44,7 @@ function saveState() {
   put("from", STATE.from === null ? null : Math.round(STATE.from)); put("to", STATE.to === null ? null : Math.round(STATE.to));
   put("metric", STATE.metric, null); put("group", STATE.group, null); put("step", STATE.step, null);
   put("elog", STATE.elog ? 1 : 0, 0); put("esmooth", STATE.esmooth, 0);
-  put("logx", STATE.logx ? 1 : 0, 0); put("charts", perChartText(), "");
+  put("logx", STATE.logx ? 1 : 0, 0); put("charts", perChartText(STATE.per), "");
   const query = q.toString();
   history.replaceState(null, "", location.pathname + (query ? "?" + query : "") + location.hash);
 }
@@ -264,28 +253,11 @@ function drawChart(def, box, chunks) {
   built.chart.setRange(STATE.from === null ? null : stepToX(STATE.from), STATE.to === null ? null : stepToX(STATE.to));
 }
 
-// A chart's own smoothing, log y and log x, under it; "as above" drops them (the chart follows the controls).
+// A chart's own smoothing, log y and log x, under it (chart_settings.js).
 function chartSettings(def, box, set) {
-  const row = h("div", { class: "chart-settings controls" }, box);
-  h("label", {}, row, "smoothing ");
-  const smooth = h("input", { type: "number", class: "chart-smooth", min: "0", max: "0.99", step: "0.05", value: String(set.smooth) }, row);
-  const flag = (cls, text, on) => {
-    const label = h("label", {}, row);
-    const box = h("input", { type: "checkbox", class: cls }, label);
-    box.checked = on;
-    label.append(" " + text);
-    return box;
-  };
-  const logy = flag("chart-logy", "log y", set.log), logx = flag("chart-logx", "log x", set.logx);
-  if (def.zero) logy.disabled = true;
-  const own = h("button", { type: "button", class: "chart-reset" }, row, "as above");
-  own.disabled = !STATE.per[def.id];
-  const changed = () => {
-    STATE.per[def.id] = { smooth: Math.max(0, Math.min(0.99, +smooth.value || 0)), log: logy.checked, logx: logx.checked };
-    saveState(); drawChart(def, $(def.id), fullResolution());
-  };
-  for (const input of [smooth, logy, logx]) input.addEventListener("change", changed);
-  own.addEventListener("click", () => { delete STATE.per[def.id]; saveState(); drawChart(def, $(def.id), fullResolution()); });
+  const redraw = () => { saveState(); drawChart(def, $(def.id), fullResolution()); };
+  chartSettingsRow(box, set, { own: !!STATE.per[def.id], noLogY: def.zero,
+    changed: (own) => { STATE.per[def.id] = own; redraw(); }, reset: () => { delete STATE.per[def.id]; redraw(); } });
 }
 
 async function refreshCharts() {
@@ -365,7 +337,10 @@ async function downloadTraining() {
     c.seconds[i] ?? "", ...keys.map((k) => (c.columns[k] ? c.columns[k][i] ?? "" : ""))].join(",")));
   download(`${P.run}-training.csv`, "text/csv", rows.join("\n") + "\n");
 }
-async function downloadTrainingJson() {  // the same records as the CSV, as columns: {step: [...], loss: [...], ...}
+// Every recorded field as columns ({step: [...], loss: [...], ...}): the CSV's records, each layer's per-expert
+// loads (`expert_load.load/layer N`: a list per record, from expert-loads.js, loaded only here) and the alerts'
+// start and end events with their messages.
+async function downloadTrainingJson() {
   const chunks = await trainingChunks();
   const keys = [...new Set(chunks.flatMap((c) => Object.keys(c.columns)))].sort();
   const out = { run: P.run, step: [], phase: [], tokens: [], seconds: [] };
@@ -374,6 +349,14 @@ async function downloadTrainingJson() {  // the same records as the CSV, as colu
     out.step.push(...c.steps); out.phase.push(...c.phase); out.tokens.push(...c.tokens); out.seconds.push(...c.seconds);
     for (const k of keys) out[k].push(...(c.columns[k] || c.steps.map(() => null)));
   }
+  const loads = await loadScript(`${DIR}expert-loads.js?v=${D.seq}`);
+  const at = new Map(out.step.map((step, i) => [step, i]));
+  for (const [step, layer, ...values] of loads.rows) {
+    const key = `expert_load.load/layer ${layer}`;
+    if (!out[key]) out[key] = out.step.map(() => null);
+    if (at.has(step)) out[key][at.get(step)] = values;
+  }
+  out.alert_events = (D.alerts || {}).events || [];
   download(`${P.run}-training.json`, "application/json", JSON.stringify(out));
 }
 

@@ -1,7 +1,5 @@
 """Cells: names, per-cell stats that do not depend on how tasks split the documents, store stats."""
 
-import json
-
 from datatrove.data import Document
 
 from pipeline.cells.stats import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
@@ -66,11 +64,19 @@ def test_merge_ignores_a_document_seen_twice():
 
 def test_store_stats_carry_the_contract_keys(fitted):
     stats = store_stats(fitted.model_dir)
-    assert stats["domains"]["k"] == len(stats["domains"]["labels"]) == 8
-    assert sorted(stats["domains"]["labels"]) == [f"c{d:02d}" for d in range(8)]
-    assert all(isinstance(label, str) and label for label in stats["domains"]["labels"].values())
-    assert set(stats["quality"]) == {"buckets", "score_ranges", "good", "other", "calibrated_by", "meaning"}
-    json.dumps(stats)
+    assert stats.domains is not None and stats.quality is not None
+    assert stats.domains.k == len(stats.domains.labels) == 8
+    assert sorted(stats.domains.labels) == [f"c{d:02d}" for d in range(8)]
+    assert all(isinstance(label, str) and label for label in stats.domains.labels.values())
+    assert set(stats.model_dump()) == {"domains", "quality"}
+    assert set(stats.model_dump()["quality"]) == {
+        "buckets",
+        "score_ranges",
+        "good",
+        "other",
+        "calibrated_by",
+        "meaning",
+    }
 
 
 def test_starter_sections_load_into_the_models_with_their_defaults(tmp_path):

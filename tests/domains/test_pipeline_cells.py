@@ -91,32 +91,34 @@ def test_cells_are_domain_by_bucket_with_their_stats(built):
     store = Store(path)
     assert store.verify() == []
     stats = store.manifest.stats
-    assert stats["domains"]["k"] == 4 and sorted(stats["domains"]["labels"]) == ["c00", "c01", "c02", "c03"]
-    assert stats["quality"]["buckets"] == 5
+    assert stats.domains is not None and stats.quality is not None
+    assert stats.domains.k == 4 and sorted(stats.domains.labels) == ["c00", "c01", "c02", "c03"]
+    assert stats.quality.buckets == 5
     # the fitted models travel with the store, so its cells can be reproduced from it alone
     assert (path / "models" / "domains.json").is_file() and (path / "models" / "quality.json").is_file()
     assert not (path / "models" / "cell-stats").exists()
     names = sorted(store.manifest.cells)
     assert all(len(n) == 5 and n[0] == "c" and n[3] == "q" for n in names), names
     # every kept document is in exactly one cell: the cells' totals are the store's totals
-    funnel = {stage["name"]: stage["sources"] for stage in store.manifest.funnel["stages"]}
-    kept = sum(s["kept"]["documents"] for s in funnel["tokenize"].values())
+    funnel = {stage.name: stage.sources for stage in store.manifest.funnel.stages}
+    kept = sum(s.kept.documents for s in funnel["tokenize"].values())
     # (training documents plus each cell's held-out ones)
     assert sum(c.documents + c.validation_documents for c in store.manifest.cells.values()) == kept
     assert 0.8 * documents <= kept <= documents  # exact dedup drops the repeated licence texts
     assert sum(c.tokens + c.validation_tokens for c in store.manifest.cells.values()) == sum(
-        s["kept"]["tokens"] for s in funnel["tokenize"].values()
+        s.kept.tokens for s in funnel["tokenize"].values()
     )
     buckets = Counter()
     for name in names:
         cell = store.cell(name)
-        assert cell.stats["domain"] == int(name[1:3]) and cell.stats["bucket"] == int(name[4])
-        assert cell.stats["label"] == stats["domains"]["labels"][name[:3]]
-        lo, hi = cell.stats["score_range"]
-        ranges = [group[name[3:]] for group in stats["quality"]["score_ranges"].values()]
+        assert cell.stats.domain == int(name[1:3]) and cell.stats.bucket == int(name[4])
+        assert cell.stats.label == stats.domains.labels[name[:3]]
+        assert cell.stats.score_range is not None and cell.stats.languages and cell.stats.samples
+        lo, hi = cell.stats.score_range
+        ranges = [group[name[3:]] for group in stats.quality.score_ranges.values()]
         assert min(r[0] for r in ranges) <= lo <= hi <= max(r[1] for r in ranges)
-        assert sum(cell.stats["languages"].values()) == cell.documents + cell.validation.documents
-        assert 1 <= len(cell.stats["samples"]) <= 5
+        assert sum(cell.stats.languages.values()) == cell.documents + cell.validation.documents
+        assert 1 <= len(cell.stats.samples) <= 5
         buckets[name[3:]] += cell.documents + cell.validation.documents
     # edges are quantiles of the ~70 held-out documents of this small corpus (the classifier scores the half it
     # trained on more confidently), so every bucket is filled, though not to exact fifths
@@ -154,7 +156,6 @@ def _cell_contents(path):
     trace parts (the training documents' and the held-out documents'), which follow the task split as the shards
     do: a part is named by the tokenize task that wrote it."""
     from pipeline.store.format import ShardReader
-    from pipeline.store.trace import HELD_OUT_KEY
 
     store = Store(path)
     contents = {}
@@ -162,7 +163,7 @@ def _cell_contents(path):
         cell = store.cell(name)
         readers = [ShardReader(store.shard_prefix(name, s)) for s in [*cell.shards.rows(), *cell.validation.shards]]
         documents = sorted(r.document(i).tobytes() for r in readers for i in range(r.documents))
-        stats = {k: v for k, v in cell.stats.items() if k not in ("trace", HELD_OUT_KEY)}
+        stats = cell.stats.model_dump(exclude={"trace", "held_out_trace"})
         contents[name] = (summary.documents, summary.tokens, summary.validation_documents, documents, stats)
     return contents
 

@@ -31,9 +31,9 @@ def test_buckets_hold_a_fifth_each_of_the_held_out_documents(corpus, fitted):
 
 def test_score_ranges_cover_the_scores_in_order(corpus, fitted):
     stats = quality_stats(fitted.model_dir)
-    assert stats["buckets"] == 5
-    assert stats["good"] == ["prose"] and stats["calibrated_by"] == "language"
-    ranges = [stats["score_ranges"]["*"][f"q{b}"] for b in range(5)]
+    assert stats.buckets == 5
+    assert stats.good == ["prose"] and stats.calibrated_by == "language"
+    ranges = [stats.score_ranges["*"][f"q{b}"] for b in range(5)]
     assert ranges[0][0] == 0.0 and ranges[-1][1] == 1.0
     assert all(lo <= hi for lo, hi in ranges)
     assert all(ranges[b][1] == ranges[b + 1][0] for b in range(4))
@@ -65,7 +65,7 @@ def test_reference_files_and_missing_reference(corpus, tmp_path):
         "".join(json.dumps({"text": d.text[:300]}) + "\n" for d in corpus if d.metadata["source"] == "prose")
     )
     fit_quality(corpus[::5], QualityConfig(reference_sources=[], reference_files=[reference]), tmp_path / "b")
-    assert quality_stats(tmp_path / "b")["buckets"] == 5
+    assert quality_stats(tmp_path / "b").buckets == 5
 
 
 def test_unknown_scorer_is_a_config_error(corpus, tmp_path):

@@ -24,7 +24,7 @@ def test_a_small_sample_gets_fewer_domains_with_a_notice(tmp_path, caplog, count
     model = DomainModel.load(tmp_path)
     assert 1 <= model.k <= most
     assert f"{count} documents in the sample give" in caplog.text and "domains.k = 8" in caplog.text
-    assert domains_stats(tmp_path)["k_configured"] == 8
+    assert domains_stats(tmp_path).k_configured == 8
     assert set(model.assign([d.text for d in documents(count)])) <= set(range(model.k))
 
 

@@ -173,7 +173,7 @@ def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine
     assert target.read_bytes() == before, "reading must change nothing"
     if fault == "tokenizer":
         with pytest.raises(ArtifactError, match=r"differs from the fingerprint store\.json pins"):
-            store_tokenizer(target)  # what evaluation (bits per byte) and samples read the tokenizer through
+            store_tokenizer(store_dir)  # what evaluation (bits per byte) and samples read the tokenizer through
 
 
 def test_pristine_store_verifies_and_decodes_with_its_sources(pristine, capsys):

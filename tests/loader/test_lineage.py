@@ -38,7 +38,7 @@ def test_a_chain_shares_each_ancestors_steps(streams):
     for step in range(0, GRAND_AT, 7):
         assert sample_keys(grandchild, step) == sample_keys(child, step)
     assert sample_keys(grandchild, 3) == sample_keys(parent, 3)
-    assert [r["revision"] for r in grandchild.manifest.revision_ranges()] == ["natural", "swap", "late"]
+    assert [r.revision for r in grandchild.manifest.revision_ranges()] == ["natural", "swap", "late"]
     assert [a.shared_steps for a in grandchild.manifest.ancestors] == [GRAND_AT, AT_STEP]
 
 
@@ -123,7 +123,7 @@ def test_a_grandchild_at_a_phase_boundary_or_before_its_parents_switch(tmp_path,
     grandchild = MixtureStream(api.build(home, "mix", "g"), prefetch=0)
     for step in range(at_step):
         assert sample_keys(grandchild, step) == sample_keys(child, step)
-    ranges = [(r["revision"], r["start_step"]) for r in grandchild.manifest.revision_ranges()]
+    ranges = [(r.revision, r.start_step) for r in grandchild.manifest.revision_ranges()]
     assert ranges == (
         [("natural", 0), ("swap", AT_STEP), ("g", at_step)] if at_step > AT_STEP else [("natural", 0), ("g", at_step)]
     )

@@ -63,7 +63,7 @@ def test_the_copy_on_s3_gives_the_local_stores_batches(copied, s3, tmp_path):
     local = [batch_digest(b) for b in MixtureStream(manifest, prefetch=0).iterate()]
     remote = remote_stream(manifest, url, s3, tmp_path, cache_bytes=1 << 30)
     assert [batch_digest(b) for b in remote.iterate()] == local
-    assert remote.tokenizer_path is None and remote.source_names == ["alpha", "beta", "gamma"]
+    assert remote.tokenizer_store is None and remote.source_names == ["alpha", "beta", "gamma"]
     again = remote_stream(manifest, url, s3, tmp_path, cache_bytes=1 << 30)  # a restart: served from the cache
     assert [batch_digest(again.batch(s)) for s in range(3)] == local[:3]
 

@@ -36,7 +36,7 @@ def test_build_pins_the_parent_and_at_step(lineage):
     assert (first.name, first.revision, first.start_step, first.steps) == ("natural/main", "natural", 0, AT_STEP)
     assert first.prefix_of == parent.manifest.phases[0].counts
     assert [p.start_step for p in own] == [AT_STEP, AT_STEP + own[0].steps]
-    assert child.revision_ranges() == [
+    assert [r.model_dump() for r in child.revision_ranges()] == [
         {"revision": "natural", "start_step": 0, "stop_step": AT_STEP},
         {"revision": "swap", "start_step": AT_STEP, "stop_step": child.total_steps},
     ]

@@ -43,14 +43,14 @@ def test_parquet_jsonl_and_datasets_sources(tmp_path, caplog):
         "js": 5,
         "hf": 4,
     }
-    (unread,) = store.manifest.funnel["not_read"]
-    assert (unread["source"], unread["files"], unread["examples"]) == ("pq", 1, ["part.csv"])
+    (unread,) = store.manifest.funnel.not_read
+    assert (unread.source, unread.files, unread.examples) == ("pq", 1, ["part.csv"])
     assert f"not read: 1 file under {tmp_path / 'pq'} (source pq), e.g. part.csv" in caplog.text
-    language = next(stage for stage in store.manifest.funnel["stages"] if stage["name"] == "language")
-    assert sum(c["received"]["documents"] for c in language["languages"].values()) == 6 + 5 + 4
+    language = next(stage for stage in store.manifest.funnel.stages if stage.name == "language")
+    assert sum(c.received.documents for c in language.languages.values()) == 6 + 5 + 4
     assert all(m.validation_documents == 1 for m in store.manifest.cells.values())  # the minimum held out per cell
-    read = store.manifest.funnel["stages"][0]["sources"]["js"]
-    assert read["removed"]["malformed"]["documents"] == 2
+    read = store.manifest.funnel.stages[0].sources["js"]
+    assert read.removed["malformed"].documents == 2
     from pipeline.runner import WorkLayout, malformed_report
 
     report = malformed_report(WorkLayout(Home.resolve(tmp_path / "home").work("local", "2026.02.03")))

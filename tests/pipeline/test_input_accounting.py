@@ -78,8 +78,8 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
         "corpus": ["loose.jsonl"],
     }
     (unread,) = unread_files(config)
-    assert (unread["source"], unread["files"]) == ("mixed", 4)
-    assert unread["reasons"] == {DANGLING: 1, NO_READER: 2, OUTSIDE: 1}
+    assert (unread.source, unread.files) == ("mixed", 4)
+    assert unread.reasons == {DANGLING: 1, NO_READER: 2, OUTSIDE: 1}
 
 
 def test_progress_lines_count_the_records_of_every_source(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from datatrove.data import Document
 
 from pipeline.config import load_pipeline_config
-from pipeline.runner import _run_executor, filter_pipeline, funnel_steps
+from pipeline.runner import Executors, filter_pipeline, funnel_steps
 from pipeline.stages.filter.filtering import build_filter
 from pipeline.stages.filter.language_rules import filter_options, fineweb2_rules, word_tokenizer
 from pipeline.stages.funnel import merge_step, step_dir
@@ -34,7 +34,7 @@ def run_filter_phase(tmp_path, records: list[dict], filters: list[str]) -> tuple
     )
     config = load_pipeline_config(tmp_path / "p.toml")
     layout = WorkLayout(tmp_path / "work")
-    _run_executor("filter", "local", filter_pipeline(config, layout), 1, 1, layout.logs / "1-filter")
+    Executors("local", 1).run("filter", filter_pipeline(config, layout), 1, layout.logs / "1-filter")
     kept = [record["id"] for path in sorted(layout.filtered.glob("*.jsonl.zst")) for record in read_jsonl_zst(path)]
     return kept, layout, funnel_steps(config)
 
@@ -65,15 +65,12 @@ def test_the_funnel_counts_each_filters_removals_per_language(filtered):
     _, _, layout, names = filtered
     assert names.index("language") < min(names.index(f) for f in FILTERS)  # language id first
     identified = merge_step(step_dir(layout.funnel, names.index("language"), "language"), "languages")
-    assert {lang: c["received"]["documents"] for lang, c in identified.items()} == dict.fromkeys(
-        LANGUAGES, PER_LANGUAGE
-    )
+    assert {lang: c.received.documents for lang, c in identified.items()} == dict.fromkeys(LANGUAGES, PER_LANGUAGE)
     for name in FILTERS:
         languages = merge_step(step_dir(layout.funnel, names.index(name), name), "languages")
         assert set(languages) == set(LANGUAGES)
         for counts in languages.values():
-            removed = sum(r["documents"] for r in counts["removed"].values())
-            assert counts["received"]["documents"] == counts["kept"]["documents"] + removed
+            assert counts.received.documents == counts.kept.documents + counts.removed_documents()
 
 
 def test_chinese_japanese_korean_and_thai_words_come_from_their_segmenters():

@@ -8,7 +8,7 @@ import sys
 import pytest
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.runner import _route_datatrove_logs, _run_executor
+from pipeline.runner import Executors, _route_datatrove_logs
 
 
 @pytest.fixture
@@ -40,14 +40,14 @@ class Nothing(PipelineStep):
 def test_each_dedup_round_is_named_in_its_lines(loguru_restored, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="pipeline.runner"):
         for _ in range(2):
-            _run_executor("dedup", "local", [Nothing()], 1, 1, tmp_path / "logs", part="components-001")
+            Executors("local", 1).run("dedup", [Nothing()], 1, tmp_path / "logs", part="components-001")
     assert "dedup components-001: all 1 tasks already complete" in caplog.text
 
 
 def test_after_a_task_datatrove_lines_still_come_out_in_millraces_format(loguru_restored, tmp_path, capfd, caplog):
     """datatrove puts its own console sink back when a task ends; in the process that ran it (a pool worker, here
     this one), what it logs next must still go through logging."""
-    _run_executor("filter", "local", [Nothing()], 1, 1, tmp_path / "logs")
+    Executors("local", 1).run("filter", [Nothing()], 1, tmp_path / "logs")
     capfd.readouterr()
     with caplog.at_level(logging.INFO):
         loguru_restored.warning("after the task")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipeline.cells.held_out_split import HELD_OUT_REASON
 from pipeline.stages.funnel import per_source
-from pipeline.store.cli import describe_source
+from pipeline.store.manifest_records import Funnel, FunnelStep
 
 
 def _counts(received: int, kept: int, removed: dict[str, int]) -> dict:
@@ -16,39 +16,44 @@ def _counts(received: int, kept: int, removed: dict[str, int]) -> dict:
     }
 
 
-FUNNEL = {
-    "stages": [
-        {"name": "read", "sources": {"fortunes": _counts(3000, 3000, {}), "man": _counts(120, 119, {"malformed": 1})}},
-        {
-            "name": "gopher_quality",
-            "sources": {
-                "fortunes": _counts(3000, 163, {"gopher_short_doc": 2829, "gopher_below_alpha_threshold": 8}),
-                "man": _counts(119, 110, {"gopher_short_doc": 9}),
+FUNNEL = Funnel.model_validate(
+    {
+        "stages": [
+            {
+                "name": "read",
+                "sources": {"fortunes": _counts(3000, 3000, {}), "man": _counts(120, 119, {"malformed": 1})},
             },
-        },
-        {
-            "name": "validation",
-            "sources": {
-                "fortunes": _counts(163, 160, {HELD_OUT_REASON: 3}),
-                "man": _counts(110, 100, {HELD_OUT_REASON: 10}),
+            {
+                "name": "gopher_quality",
+                "sources": {
+                    "fortunes": _counts(3000, 163, {"gopher_short_doc": 2829, "gopher_below_alpha_threshold": 8}),
+                    "man": _counts(119, 110, {"gopher_short_doc": 9}),
+                },
             },
-        },
-    ]
-}
+            {
+                "name": "validation",
+                "sources": {
+                    "fortunes": _counts(163, 160, {HELD_OUT_REASON: 3}),
+                    "man": _counts(110, 100, {HELD_OUT_REASON: 10}),
+                },
+            },
+        ]
+    }
+)
 
 
 def test_each_source_has_its_received_kept_and_top_removal_reason():
-    entries = {e["source"]: e for e in per_source(FUNNEL, frozenset({HELD_OUT_REASON}))}
-    assert describe_source(entries["fortunes"]) == (
+    entries = {e.source: e for e in per_source(FUNNEL, frozenset({HELD_OUT_REASON}))}
+    assert entries["fortunes"].describe() == (
         "source fortunes: received 3,000, kept 163 (5.4%), most removed by gopher_short_doc (2,829); "
         "warning: keeps under 10% of its documents"
     )
-    assert describe_source(entries["man"]) == (
+    assert entries["man"].describe() == (
         "source man: received 120, kept 110 (91.7%), most removed by gopher_short_doc (9)"
     )
 
 
 def test_a_source_that_reached_no_cell_keeps_nothing():
-    funnel = {"stages": [FUNNEL["stages"][0], {"name": "validation", "sources": {}}]}
+    funnel = Funnel(stages=[FUNNEL.stages[0], FunnelStep(name="validation")])
     (fortunes, _) = per_source(funnel)
-    assert (fortunes["kept"], fortunes["top_reason"], fortunes["low"]) == (0, None, True)
+    assert (fortunes.kept, fortunes.top_reason, fortunes.low) == (0, None, True)

@@ -39,29 +39,28 @@ def test_store_has_source_cells_and_verifies(built):
 @pytest.mark.slow
 def test_funnel_counts_every_removal_with_its_reason(built):
     _, _, _, path = built
-    funnel = Store(path).manifest.funnel["stages"]
-    by_name = {stage["name"]: stage["sources"] for stage in funnel}
+    funnel = Store(path).manifest.funnel.stages
+    by_name = {stage.name: stage.sources for stage in funnel}
     read = by_name["read"]["articles"]
-    assert read["removed"]["malformed"]["documents"] == 1
-    assert read["removed"]["empty"]["documents"] == 1
-    assert by_name["exact_dedup"]["articles"]["removed"]["exact"]["documents"] == 1
-    assert by_name["exact_dedup"]["notes"]["removed"]["exact"]["documents"] == 1
-    assert by_name["fuzzy_dedup"]["articles"]["removed"]["fuzzy"]["documents"] == 1
+    assert read.removed["malformed"].documents == 1
+    assert read.removed["empty"].documents == 1
+    assert by_name["exact_dedup"]["articles"].removed["exact"].documents == 1
+    assert by_name["exact_dedup"]["notes"].removed["exact"].documents == 1
+    assert by_name["fuzzy_dedup"]["articles"].removed["fuzzy"].documents == 1
     # code never goes through the prose filters
-    assert "snippets" not in [s for s, c in by_name["gopher_quality"].items() if c["removed"]]
+    assert "snippets" not in [s for s, c in by_name["gopher_quality"].items() if c.removed]
     for stage in funnel:
-        for counts in stage["sources"].values():
-            removed = sum(r["documents"] for r in counts["removed"].values())
-            assert counts["received"]["documents"] == counts["kept"]["documents"] + removed
-            removed_tokens = sum(r["tokens"] for r in counts["removed"].values())
-            assert counts["received"]["tokens"] == counts["kept"]["tokens"] + removed_tokens
+        for counts in stage.sources.values():
+            assert counts.received.documents == counts.kept.documents + counts.removed_documents()
+            removed_tokens = sum(r.tokens for r in counts.removed.values())
+            assert counts.received.tokens == counts.kept.tokens + removed_tokens
     store = Store(path)
     for source in store.manifest.sources:
         cell = store.cell(source)
-        assert by_name["tokenize"][source]["kept"]["tokens"] == cell.tokens + cell.validation.tokens
+        assert by_name["tokenize"][source].kept.tokens == cell.tokens + cell.validation.tokens
         held = by_name["validation"][source]
-        assert held["kept"]["documents"] == cell.documents and held["kept"]["tokens"] == cell.tokens
-        assert held["removed"]["held out for validation"]["documents"] == cell.validation.documents
+        assert held.kept.documents == cell.documents and held.kept.tokens == cell.tokens
+        assert held.removed["held out for validation"].documents == cell.validation.documents
 
 
 @pytest.mark.slow
@@ -145,7 +144,7 @@ def test_the_trace_parts_read_as_one_cell_wide_table(built):
     multi_part = 0
     for name in store.manifest.cells:
         cell, cell_dir = store.cell(name), store.cell_dir(name)
-        multi_part += len(cell.stats["trace"]["parts"]) > 1
+        multi_part += len(cell.stats.trace.parts or [] if cell.stats.trace else []) > 1
         rows = read_trace(cell_dir).to_pylist()
         shards = list(cell.shards.rows())
         assert len(rows) == cell.documents == sum(s.documents for s in shards)
@@ -172,7 +171,8 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
     import io
     import shutil
 
-    from pipeline.stages.assemble import assemble_store
+    from pipeline.stages.assemble import StoreContents, assemble_store
+    from pipeline.store.manifest_records import Funnel, StoreStats
 
     root, _, config_path, reference = built
     config = load_pipeline_config(config_path)
@@ -196,21 +196,19 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
     monkeypatch.setattr(builtins, "open", watching_open)
     monkeypatch.setattr(io, "open", watching_open)
     monkeypatch.setattr(os, "open", watching_os_open)
-    final = assemble_store(
-        tmp_path / "stores" / "again",
-        "local",
-        "again",
-        staged,
-        Home.resolve(root / "home").work("local", "2026.01.02") / "parts",
-        reference / "tokenizer" / "tokenizer.json",
-        config.tokenizer.eos,
-        manifest.sources,
-        config.output.shard_tokens,
-        manifest.pipeline_config,
-        {},
-        {},
-        {},
+    contents = StoreContents(
+        name="local",
+        version="again",
+        tokenizer=reference / "tokenizer" / "tokenizer.json",
+        eos=config.tokenizer.eos,
+        sources=manifest.sources,
+        shard_tokens=config.output.shard_tokens,
+        pipeline_config=manifest.pipeline_config,
+        funnel=Funnel(),
+        stats=StoreStats(),
     )
+    parts = Home.resolve(root / "home").work("local", "2026.01.02") / "parts"
+    final = assemble_store(tmp_path / "stores" / "again", staged, parts, contents)
     monkeypatch.undo()
     assert not [p for p in opened if p.endswith(".bin")]
     assert len(inodes) >= 3 and {k: (final / k).stat().st_ino for k in inodes} == inodes

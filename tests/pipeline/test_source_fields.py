@@ -38,7 +38,7 @@ def test_init_takes_the_one_long_string_column_and_the_id_column(tmp_path):
         "doc_id",
     )
     assert 'text_key = "body"' in text and 'id_key = "doc_id"' in text
-    assert [entry["examples"] for entry in found["not_read"]] == [["notes.csv"]]
+    assert [entry.examples for entry in found["not_read"]] == [["notes.csv"]]
 
 
 def test_init_asks_for_the_text_field_when_two_columns_could_hold_it(tmp_path, capsys):

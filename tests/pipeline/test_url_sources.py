@@ -62,7 +62,7 @@ def test_sources_at_s3_urls_read_like_the_same_files_on_disk(tmp_path):
         local, remote = documents(on_disk, tmp_path / "local"), documents(on_s3, tmp_path / "remote")
         assert [d[:3] for d in remote] == [d[:3] for d in local] and len(remote) == 9
         assert {d[3] for d in remote} == {"s3://corpus/mixed/a.parquet", "s3://corpus/mixed/b.jsonl"}
-        assert [(e["path"], e["examples"]) for e in unread_files(on_s3)] == [("s3://corpus/mixed", ["c.csv"])]
+        assert [(e.path, e.examples) for e in unread_files(on_s3)] == [("s3://corpus/mixed", ["c.csv"])]
         listed = input_listing(on_s3)
         assert [e["path"] for e in listed] == ["s3://corpus/mixed/a.parquet", "s3://corpus/mixed/b.jsonl"]
         assert [(e["size"], e["xxh64"]) for e in listed] == [(e["size"], e["xxh64"]) for e in input_listing(on_disk)]

@@ -217,9 +217,9 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     expected_exact = [i for i in range(6) if as_stored[i] in stored]
     assert expected_exact == [0, 1]  # both copies reached the store (the test corpus keeps them)
     overlap = eval_set.overlap
-    assert overlap["exact"] == 2 and overlap["near"] == 1  # the edited copy; the three new texts are new
-    assert [(d["index"], d["kind"]) for d in overlap["documents"]] == [(0, "exact"), (1, "exact"), (2, "near")]
-    assert all(d["cell"] == "articles" for d in overlap["documents"])
+    assert overlap.exact == 2 and overlap.near == 1  # the edited copy; the three new texts are new
+    assert [(d.index, d.kind) for d in overlap.documents] == [(0, "exact"), (1, "exact"), (2, "near")]
+    assert all(d.cell == "articles" for d in overlap.documents)
     assert store.verify() == []
     set_docs = documents_of(path / "sets" / "fresh" / eval_set.held.shards[0].name, np.dtype(store.manifest.dtype))
     assert set_docs == as_stored[3:]
@@ -328,26 +328,23 @@ def test_held_out_documents_found_in_training_go_back_to_training(store_path, ca
             assert in_validation != (doc in contained), name
             given_back += doc in contained
     assert chosen["articles"] and not any(chosen["articles"].values())  # every held-out article went back
-    found = store.manifest.stats["decontamination"]
-    assert found["documents"] == given_back >= 1 and found["per_cell"]["articles"]["documents"] == len(
-        chosen["articles"]
-    )
-    assert found["checked"] == sum(len(d) for d in chosen.values()) and (found["ngram"], found["threshold"]) == (
-        13,
-        0.5,
-    )
+    found = store.manifest.stats.decontamination
+    assert found is not None
+    assert found.documents == given_back >= 1 and found.per_cell["articles"].documents == len(chosen["articles"])
+    assert found.checked == sum(len(d) for d in chosen.values()) and (found.ngram, found.threshold) == (13, 0.5)
+    assert found.rounds is not None and found.rounds >= 1 and found.later_rounds is not None  # the store keeps them
     # the funnel counts them under their own reason, per source, as kept (they train): store.json, store info, page
     from pipeline.cells.held_out_split import GIVEN_BACK_REASON
     from reports.composition import _funnel
 
-    stage = store.manifest.funnel["stages"][-1]
-    back = [c["given_back"][GIVEN_BACK_REASON] for c in stage["sources"].values() if "given_back" in c]
-    assert (sum(b["documents"] for b in back), sum(b["tokens"] for b in back)) == (given_back, found["tokens"])
-    page = _funnel(store.manifest.funnel, path)[-1]["total"]
+    stage = store.manifest.funnel.stages[-1]
+    back = [c.given_back[GIVEN_BACK_REASON] for c in stage.sources.values() if c.given_back]
+    assert (sum(b.documents for b in back), sum(b.tokens for b in back)) == (given_back, found.tokens)
+    page = _funnel(store.manifest.funnel)[-1]["total"]
     assert page["given_back"][GIVEN_BACK_REASON]["documents"] == given_back
     assert millrace(["store", "info", str(path)]) == 0
     out = capsys.readouterr().out
-    assert f"held-out decontamination (13-grams, threshold 0.5): {given_back} of {found['checked']}" in out
+    assert f"held-out decontamination (13-grams, threshold 0.5): {given_back} of {found.checked}" in out
     assert f"(of which given back to training, {GIVEN_BACK_REASON}: {given_back})" in out
 
 
@@ -380,13 +377,9 @@ def test_evaluation_set_documents_found_in_training_are_left_out_of_the_set(stor
         grams = ngrams(tokenizer.encode(text, add_special_tokens=False).ids + [eos])
         shares.append(len(grams & seen) / len(grams))
     overlap = store.eval_set("fresh").overlap
-    assert (
-        [d["index"] for d in overlap["contained_documents"]]
-        == [i for i, s in enumerate(shares) if s >= 0.5]
-        == [0, 1, 2]
-    )
-    assert [d["share"] for d in overlap["contained_documents"]] == pytest.approx(shares[:3], abs=1e-3)
-    assert overlap["contained"] == store.manifest.sets["fresh"].contained == 3 and max(shares[3:]) < 0.5
+    assert [d.index for d in overlap.contained_documents] == [i for i, s in enumerate(shares) if s >= 0.5] == [0, 1, 2]
+    assert [d.share for d in overlap.contained_documents] == pytest.approx(shares[:3], abs=1e-3)
+    assert overlap.contained == store.manifest.sets["fresh"].contained == 3 and max(shares[3:]) < 0.5
     assert millrace(["store", "info", str(path)]) == 0
     assert "3 mostly found in training, left out" in capsys.readouterr().out
 
@@ -413,8 +406,11 @@ def test_a_snippet_of_a_candidate_given_back_to_training_goes_back_too(tmp_path)
     seen = ngram_hashes(training_doc, 13)  # what the task over the training documents finds
     np.save(found_file(tmp_path, 0), np.unique(seen[found_in(seen, index)]))
     assert found_in(grams[1], seen).mean() == 0 and found_in(grams[0], seen).mean() > 0.5
-    decision = contaminated(tmp_path, 0.5)
-    assert decision["cells"] == {"c00q0": [[1, 10]], "c00q1": [[2, 20]]}  # the snippet removed from held-out
-    assert (decision["documents"], decision["tokens"], decision["checked"]) == (2, 460, 3)
-    assert (decision["rounds"], decision["later_rounds"]) == (2, 1)
-    assert decision["per_cell"] == {"c00q0": {"documents": 1, "tokens": 400}, "c00q1": {"documents": 1, "tokens": 60}}
+    decision = contaminated(tmp_path, 0.5, 13)
+    assert decision.cells == {"c00q0": [[1, 10]], "c00q1": [[2, 20]]}  # the snippet removed from held-out
+    assert (decision.documents, decision.tokens, decision.checked) == (2, 460, 3)
+    assert (decision.rounds, decision.later_rounds) == (2, 1)
+    assert {c: e.model_dump() for c, e in decision.per_cell.items()} == {
+        "c00q0": {"documents": 1, "tokens": 400},
+        "c00q1": {"documents": 1, "tokens": 60},
+    }

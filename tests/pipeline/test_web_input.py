@@ -124,8 +124,8 @@ def test_bytes_no_encoding_decodes_are_one_undecodable_record_with_its_file_and_
 
     root, home, path, _ = web_run
     funnel = Store(path).manifest.funnel
-    read = funnel["stages"][0]["sources"]["crawl"]
-    assert read["removed"]["undecodable"]["documents"] == 1
+    read = funnel.stages[0].sources["crawl"]
+    assert read.removed["undecodable"].documents == 1
     report = malformed_report(WorkLayout(home.work("local", "2026.03.01")))
     assert {"file": str(root / "crawl" / "part-0.jsonl"), "line": 4, "reason": "undecodable"} in report
 
@@ -134,16 +134,16 @@ def test_bytes_no_encoding_decodes_are_one_undecodable_record_with_its_file_and_
 def test_a_truncated_zst_file_is_skipped_and_listed_when_the_source_says_skip(web_run):
     root, _, path, _ = web_run
     funnel = Store(path).manifest.funnel
-    assert [(b["source"], b["file"]) for b in funnel["bad_files"]] == [("zst", str(root / "zst" / "b.jsonl.zst"))]
-    assert "truncated" in funnel["bad_files"][0]["error"]
+    assert [(b.source, b.file) for b in funnel.bad_files] == [("zst", str(root / "zst" / "b.jsonl.zst"))]
+    assert "truncated" in funnel.bad_files[0].error
 
 
 @pytest.mark.slow
 def test_zero_width_only_and_over_long_documents_are_counted_not_stored(web_run):
     _, _, path, _ = web_run
-    stages = {s["name"]: s["sources"] for s in Store(path).manifest.funnel["stages"]}
-    assert stages["read"]["crawl"]["removed"]["too_long"]["documents"] == 1
-    assert stages["normalise"]["crawl"]["removed"]["empty"]["documents"] == 1
+    stages = {s.name: s.sources for s in Store(path).manifest.funnel.stages}
+    assert stages["read"]["crawl"].removed["too_long"].documents == 1
+    assert stages["normalise"]["crawl"].removed["empty"].documents == 1
     assert not any(t.strip("\u200b\u200c\u200d\ufeff\u2060 ") == "" for t in _stored_texts(path))
 
 
@@ -196,7 +196,7 @@ def test_a_truncated_or_corrupt_file_is_an_error_naming_it(tmp_path, fmt, name, 
 def test_a_skipped_bad_file_is_listed_in_the_funnel_files(tmp_path):
     stage = _read_step(tmp_path, "jsonl.zst", "a.jsonl.zst", b"garbage", on_bad_file="skip")
     assert list(stage.run(None, 0, 1)) == []
-    assert [b["file"] for b in bad_files(tmp_path / "funnel")] == [str(tmp_path / "in" / "a.jsonl.zst")]
+    assert [b.file for b in bad_files(tmp_path / "funnel")] == [str(tmp_path / "in" / "a.jsonl.zst")]
 
 
 def test_a_corrupt_run_writes_nothing_to_the_store(tmp_path):
@@ -337,8 +337,9 @@ def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
     store = Store(path)
     cell_dir = store.cell_dir("crawl")
     trace = read_trace(cell_dir).to_pylist()
-    parts = store.cell("crawl").stats["trace"]["parts"]
-    assert parts and all(part["sha256"] == sha256_file(cell_dir / part["file"]) for part in parts)
+    listed = store.cell("crawl").stats.trace
+    parts = listed.parts if listed is not None else None
+    assert parts and all(part.sha256 == sha256_file(cell_dir / part.file) for part in parts)
     # rows in store order (a keyed hash of the internal key, so sort them back by input position here)
     # the sidecar covers the training shards (what the loader reads), not the held-out documents
     stored = {

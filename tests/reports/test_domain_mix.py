@@ -22,7 +22,7 @@ def test_each_domain_shows_its_source_and_language_mix(small_home, tmp_path):
         assert domain["documents"] == total
         shown = {m["name"]: m["share"] for m in domain["sources"]}
         assert shown == {s: n / total for s, n in by_source.items()}  # 3 sources: all shown, none as "other"
-        english = sum(store.cell(c).stats["languages"]["en"] for c in cells)
+        english = sum((store.cell(c).stats.languages or {})["en"] for c in cells)
         assert {m["name"]: m["share"] for m in domain["languages"]}["en"] == english / total
     build_site(small_home, tmp_path)
     body = (tmp_path / factory.STORE / factory.VERSION / "index.html").read_text()

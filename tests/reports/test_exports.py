@@ -4,13 +4,14 @@ assembled from, and the per-expert loads CSV beside them), on both ways a page i
 from __future__ import annotations
 
 import csv
+import json
 import typing
 from pathlib import Path
 
 import pydantic
 import pytest
 
-from reports.expert_loads import LOADS_FILE
+from reports.expert_loads import LOADS_FILE, LOADS_SCRIPT
 from reports.run_data import DATA_DIR, read_script
 from reports.run_page import write_run_page, write_streamed_run_page
 from reports.training import load_run, open_run
@@ -116,8 +117,15 @@ def _check(site: Path, records: list[MetricsRecord]) -> None:
     for step, layer, *loads in rows[1:]:
         expected = records[int(step)].expert_load[int(layer)].load
         assert [float(x) for x in loads] == pytest.approx(expected, rel=1e-12)
+    assert read_script_rows(data / LOADS_SCRIPT) == [[float(x) for x in row] for row in rows[1:]]
     page = (site / "runs" / "r" / "index.html").read_text()
     assert f'href="{DATA_DIR}/{LOADS_FILE}"' in page
+
+
+def read_script_rows(path: Path) -> list[list[float]]:
+    """The rows of `expert-loads.js` (`millraceLoads({rows: [...]});`), as the page's JSON export reads them."""
+    text = path.read_text()
+    return json.loads(text[text.index("[") : text.rindex("]") + 1])
 
 
 def test_every_metrics_field_is_in_the_exports_streamed_and_held(tmp_path):

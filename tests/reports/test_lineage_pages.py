@@ -49,7 +49,12 @@ def lineage_site(tmp_path_factory):
     run_dir = factory.write_contract_metrics(home, "switched", manifest_path, steps=40)
     payload = read_payload(run_dir / "run.json", "millrace.run")
     manifest, digest = read_manifest(manifest_path)
-    write_artifact(run_dir / "run.json", "millrace.run", 1, payload | {"lineage": lineage_of(manifest, digest)})
+    write_artifact(
+        run_dir / "run.json",
+        "millrace.run",
+        1,
+        payload | {"lineage": [r.model_dump() for r in lineage_of(manifest, digest)]},
+    )
     site = root / "site"
     build_site(home, site)
     return home, site

@@ -111,7 +111,9 @@ def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(
         tab.page.click("#train-json")
     columns = json.loads(Path(download.value.path()).read_text())
     assert columns["step"] == list(range(20_000)) and columns["loss"][SPIKE_STEP] == SPIKE_LOSS
-    assert set(columns) == {"run", "phase", "tokens", "seconds", *rows[0]}
+    loads = {f"expert_load.load/layer {layer}" for layer in range(2)}  # each record's, from expert-loads.js
+    assert set(columns) == {"run", "phase", "tokens", "seconds", "alert_events", *rows[0], *loads}
+    assert columns["expert_load.load/layer 1"][SPIKE_STEP] == [1 / 8] * 8
     # every recorded field: per-group norms, dead experts, the windowed load entropy, alerts, tokens per cell
     assert float(rows[SPIKE_STEP]["param_norm_per_group/attention"]) == pytest.approx(60.0 + SPIKE_STEP * 1e-3)
     assert [int(float(r["expert_load.dead_experts/layer 1"])) for r in rows[:101]] == [

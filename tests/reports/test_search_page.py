@@ -128,7 +128,7 @@ def write_search(home: Home, manifest_hash: str) -> dict:
         )
         for p, w, m, c in zip(proxies, weights, macro, code)
     ]
-    write_search_record(directory, PROXIES_FILE, ProxyTable(search=SEARCH, rows=rows))
+    write_search_record(directory, PROXIES_FILE, ProxyTable(search=SEARCH, components=plan.components, rows=rows))
     obs = Observations(tuple(names), weights, macro)
     quality = cross_validate(obs, "log-linear", folds=4)
     code_obs = Observations(tuple(names), weights, code)

@@ -18,6 +18,7 @@ from trainer.records import EvalFigures
 from trainer.search.fingerprint import cell_fingerprint, components_of, match_rows
 from trainer.search.records import (
     PROXIES_FILE,
+    Component,
     ComponentWeight,
     PhaseWeights,
     ProxyResults,
@@ -96,7 +97,9 @@ def reused(tmp_path: Path) -> tuple[Home, Path]:
                 results=results,
             )
         )
-    write_search_record(home.search("old"), PROXIES_FILE, ProxyTable(search="old", rows=rows))
+    gone = Component(name="c09q0", fingerprint="sha256:" + "0" * 64, cells=["c09q0"], tokens=1)
+    table = ProxyTable(search="old", components=[*plan.components[:3], gone], rows=rows)
+    write_search_record(home.search("old"), PROXIES_FILE, table)
     return home, spec
 
 

@@ -7,18 +7,33 @@ from pathlib import Path
 
 import pytest
 
+from millrace.artifacts import write_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from trainer.records import EvalFigures
 from trainer.search.records import (
+    LEGACY_PROXIES_FILE,
+    PLAN_FILE,
+    PLAN_KIND,
     PROXIES_FILE,
+    PROXIES_KIND,
+    BranchPoint,
+    Component,
     ComponentWeight,
+    EpochCheck,
     PhaseWeights,
+    PlannedProxy,
+    ProxyBudget,
+    ProxyLog,
     ProxyResults,
     ProxyRow,
     ProxyTable,
+    StoreRef,
+    SwarmPlan,
     load_search_spec,
+    read_plan,
     read_proxies,
+    record_hash,
     write_search_record,
 )
 
@@ -52,14 +67,20 @@ def test_bad_spec_names_the_field(tmp_path: Path, edit: str, named: str) -> None
         load_search_spec(path)
 
 
-def _row() -> ProxyRow:
+COMPONENTS = [
+    Component(name="c00q0", fingerprint="sha256:aa", cells=["c00q0"], tokens=10),
+    Component(name="c01q0", fingerprint="sha256:bb", cells=["c01q0"], tokens=30),
+]
+
+
+def _row(proxy: str = "p000", macro: float = 2.5) -> ProxyRow:
     weights = [ComponentWeight(component="c00q0", fingerprint="sha256:aa", weight=0.25)]
     weights.append(ComponentWeight(component="c01q0", fingerprint="sha256:bb", weight=0.75))
-    results = ProxyResults(step=4, bpb=EvalFigures(macro=2.5, cell={"c00q0": 2.0}, set={"code": 3.0}))
+    results = ProxyResults(step=4, bpb=EvalFigures(macro=macro, cell={"c00q0": 2.0}, set={"code": 3.0}))
     return ProxyRow(
-        proxy="p000",
-        run="s-p000",
-        revision="s-p000",
+        proxy=proxy,
+        run=f"s-{proxy}",
+        revision=f"s-{proxy}",
         phases=[PhaseWeights(phase="main", weights=weights)],
         status="done",
         results=results,
@@ -68,7 +89,7 @@ def _row() -> ProxyRow:
 
 def test_rows_round_trip_and_answer_any_metric(home: Home) -> None:
     directory = home.search("demo")
-    write_search_record(directory, PROXIES_FILE, ProxyTable(search="demo", rows=[_row()]))
+    write_search_record(directory, PROXIES_FILE, ProxyTable(search="demo", components=COMPONENTS, rows=[_row()]))
     row = read_proxies(directory).rows[0]
     assert row.phases[0].by_fingerprint() == {"sha256:aa": 0.25, "sha256:bb": 0.75}
     assert row.results is not None
@@ -79,15 +100,109 @@ def test_rows_round_trip_and_answer_any_metric(home: Home) -> None:
         None,
     ]
     assert set(row.results.metric_names()) == {"bpb.macro", "bpb.cell.c00q0", "bpb.set.code"}
+    text = (directory / PROXIES_FILE).read_text()
+    assert text.count("sha256:aa") == 1 and '"weights":{"main":[0.25,0.75]}' in text  # components once, floats
 
 
-def test_tampered_rows_are_refused(home: Home) -> None:
+def test_rows_are_appended_and_a_killed_append_loses_only_its_line(home: Home) -> None:
     directory = home.search("demo")
-    write_search_record(directory, PROXIES_FILE, ProxyTable(search="demo", rows=[_row()]))
+    table = read_proxies(directory)
+    assert table.rows == []
+    rows = ProxyLog(directory, "demo", COMPONENTS, table)
+    rows.append(_row("p000"))
+    rows.append(_row("p001"))
     path = directory / PROXIES_FILE
-    path.write_text(path.read_text().replace("2.5", "1.5"))
+    size = path.stat().st_size
+    rows.append(_row("p002"))
+    with open(path, "r+b") as handle:  # a kill mid-write: p002's line cut short, no newline
+        handle.truncate(size + 40)
+    assert [r.proxy for r in read_proxies(directory).rows] == ["p000", "p001"]
+    again = ProxyLog(directory, "demo", COMPONENTS, read_proxies(directory))  # the resumed run cuts the torn line
+    again.append(_row("p000", macro=1.5))  # a proxy trained again: its last row wins
+    table = read_proxies(directory)
+    assert [(r.proxy, r.results.bpb.macro if r.results else None) for r in table.rows] == [
+        ("p001", 2.5),
+        ("p000", 1.5),
+    ]
+    assert path.read_text().count('"kind"') == 1  # the same components: no second components line
+
+
+def test_a_replan_writes_a_components_line_and_older_rows_keep_theirs(home: Home) -> None:
+    directory = home.search("demo")
+    ProxyLog(directory, "demo", COMPONENTS, read_proxies(directory)).append(_row("p000"))
+    moved = [COMPONENTS[1], COMPONENTS[0]]  # another order: each row is read by the line above it
+    ProxyLog(directory, "demo", moved, read_proxies(directory)).append(_row("p001"))
+    rows = read_proxies(directory).rows
+    assert [r.phases[0].by_fingerprint() for r in rows] == [{"sha256:aa": 0.25, "sha256:bb": 0.75}] * 2
+
+
+def test_damage_before_the_last_line_is_named(home: Home) -> None:
+    directory = home.search("demo")
+    write_search_record(directory, PROXIES_FILE, ProxyTable(search="demo", components=COMPONENTS, rows=[_row()]))
+    path = directory / PROXIES_FILE
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], lines[1][:30], lines[1]]) + "\n")
+    with pytest.raises(ArtifactError, match=r"proxies\.jsonl:2: not a JSON line"):
+        read_proxies(directory)
+    path.write_text(lines[1] + "\n")
+    with pytest.raises(ArtifactError, match=r"proxies\.jsonl:1: a proxy row before the file's components line"):
+        read_proxies(directory)
+    path.write_text(lines[0].replace('"schema_version":2', '"schema_version":3') + "\n" + lines[1] + "\n")
+    with pytest.raises(ArtifactError, match=r"proxies\.jsonl:1: .*schema_version"):
+        read_proxies(directory)
+
+
+def test_a_row_naming_a_component_the_table_lacks_is_refused(home: Home) -> None:
+    table = ProxyTable(search="demo", components=COMPONENTS[:1], rows=[_row()])
+    with pytest.raises(ArtifactError, match=r"p000: component 'c01q0' \(sha256:bb\) is not one of the file's"):
+        write_search_record(home.search("demo"), PROXIES_FILE, table)
+    assert not (home.search("demo") / PROXIES_FILE).exists()
+
+
+def test_the_previous_release_table_is_read_beneath_new_rows(home: Home) -> None:
+    """A search written by the previous release (proxies.json rewritten whole, each weight named, cells per row)
+    reads as it was; rows appended since win for their proxy."""
+    directory = home.search("demo")
+    old = [{**_row(p).dump(), "cells": {"sha256:aa": ["c00q0"], "sha256:bb": ["c01q0"]}} for p in ("p000", "p001")]
+    write_artifact(directory / LEGACY_PROXIES_FILE, PROXIES_KIND, 1, {"search": "demo", "rows": old})
+    table = read_proxies(directory)
+    assert [r.proxy for r in table.rows] == ["p000", "p001"]
+    assert table.rows[0].phases[0].by_fingerprint() == {"sha256:aa": 0.25, "sha256:bb": 0.75}
+    ProxyLog(directory, "demo", COMPONENTS, table).append(_row("p001", macro=1.0))
+    rows = read_proxies(directory).rows
+    assert [(r.proxy, r.results.bpb.macro if r.results else None) for r in rows] == [("p000", 2.5), ("p001", 1.0)]
+    legacy = directory / LEGACY_PROXIES_FILE
+    legacy.write_text(legacy.read_text().replace("2.5", "1.5"))
     with pytest.raises(ArtifactError, match=r"proxies\.json: content hash mismatch"):
         read_proxies(directory)
+
+
+def _plan(proxies: int) -> SwarmPlan:
+    main = _row().phases
+    return SwarmPlan(
+        search="demo",
+        spec_file="demo.toml",
+        spec={},
+        store=StoreRef(name="ref", version="v1", manifest_hash="sha256:cc"),
+        components=COMPONENTS,
+        prior=main,
+        branch=BranchPoint(run="base", revision="r", at_step=10, total_steps=100),
+        budget=ProxyBudget(tokens=4096, steps=4, phase_steps=[4], seq_len=32, global_batch=32),
+        proxies=[
+            PlannedProxy(proxy=f"p{i:03d}", run=f"s-p{i:03d}", revision="r", phases=main) for i in range(proxies)
+        ],
+        epochs=EpochCheck(feasible=True, epoch_cap=8.0),
+    )
+
+
+def test_the_plan_packs_weights_and_the_previous_release_plan_still_reads(home: Home) -> None:
+    directory, plan = home.search("demo"), _plan(3)
+    digest = write_search_record(directory, PLAN_FILE, plan)
+    assert read_plan(directory) == plan and record_hash(directory, PLAN_FILE) == digest
+    text = (directory / PLAN_FILE).read_text()
+    assert text.count("sha256:aa") == 1 and text.count("[0.25,0.75]") == 4  # the prior and 3 proxies
+    old = write_artifact(directory / PLAN_FILE, PLAN_KIND, 1, plan.dump())  # as the previous release wrote it
+    assert read_plan(directory) == plan and record_hash(directory, PLAN_FILE) == old
 
 
 def test_search_names_are_plain(home: Home) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from millrace.cli import cli
 from millrace.cli import main as millrace
 from millrace.home import Home
 from testkit.searches import scored_rows, search_home, write_search
@@ -98,6 +100,7 @@ def reference_shape(tmp_path_factory: pytest.TempPathFactory) -> tuple[Home, Pat
     return home, spec, plan
 
 
+@pytest.mark.slow  # the 200-cell store and its plan: about 2 s of CPU for the module
 def test_200_cells_plan_o_cells_proxies_with_the_small_cells_in_one_tail(
     reference_shape: tuple[Home, Path, SwarmPlan],
 ) -> None:
@@ -112,6 +115,20 @@ def test_200_cells_plan_o_cells_proxies_with_the_small_cells_in_one_tail(
     weights = np.stack([weights_array(p.phases, plan.components) for p in plan.proxies])
     np.testing.assert_allclose(weights.sum(axis=2), 1.0, atol=1e-9)
     assert weights.max() <= 0.25 + 1e-9 and len({tuple(np.round(w[0], 9)) for w in weights}) == len(plan.proxies)
+
+
+@pytest.mark.slow  # the 200-cell store and its plan: about 2 s of CPU for the module
+def test_200_cells_plan_names_the_components_the_macro_target_cannot_measure(
+    reference_shape: tuple[Home, Path, SwarmPlan],
+) -> None:
+    home, spec, _ = reference_shape
+    result = CliRunner().invoke(cli, ["--home", str(home.root), "mix", "search", "plan", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "  proxies        322\n" in result.output
+    assert (
+        "  held-out       2 of 161 components hold no held-out data (c05q3, tail): the macro target does not "
+        "measure them" in result.output
+    )
 
 
 @pytest.mark.slow  # lightgbm's import, and plan/proxy records of 322 rows x 161 weights (~10 MB each)

@@ -94,3 +94,89 @@ def test_appended_records_go_up_as_their_new_tails_and_come_back_whole(tmp_path)
     assert not (stored / f"metrics.jsonl{PARTS}").exists()
     pull_records(remote, back)
     assert (back / "metrics.jsonl").read_text() == "".join(lines[:15])
+
+
+def _lines(start: int, stop: int) -> str:
+    return "".join(f'{{"step": {i}, "loss": {1 / (i + 1):.6f}}}\n' for i in range(start, stop))
+
+
+def test_records_go_up_in_the_background_in_order_up_to_each_checkpoints_size(s3, tmp_path):
+    """Each submit notes the records as they stand; the uploader's thread pushes the snapshots in order (three
+    queued at once, one more than the queue holds); lines written after the last submit stay local."""
+    from trainer.record_uploads import RecordUploads
+    from trainer.run_url import PARTS
+
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics, evals = run / "metrics.jsonl", run / "eval.jsonl"
+    metrics.write_text(_lines(0, 5))
+    evals.write_text(_lines(0, 1))
+    (run / "run.json").write_text('{"status": "running"}')
+    remote = RemoteDir("s3://runs/background", s3.storage_options)
+    with RecordUploads(run, remote) as uploads:
+        uploads.submit()
+        uploads.flush()  # the first push of a process sends each record whole
+        for stop in (10, 15, 20):  # three checkpoints' worth, queued without waiting
+            with open(metrics, "a") as handle:
+                handle.write(_lines(stop - 5, stop))
+            uploads.submit()
+        with open(metrics, "a") as handle:
+            handle.write(_lines(20, 22))  # after the last checkpoint: not part of any snapshot
+        uploads.flush()
+        assert read_record(remote, "metrics.jsonl").decode() == _lines(0, 20)
+        parts = remote.fs.ls(f"{remote.path}/metrics.jsonl{PARTS}", detail=False, refresh=True)
+        assert [int(p.rsplit("/", 1)[-1]) for p in sorted(parts)] == [len(_lines(0, n)) for n in (5, 10, 15)]
+        (run / "run.json").write_text('{"status": "completed"}')
+        uploads.submit()
+    assert read_record(remote, "metrics.jsonl").decode() == _lines(0, 22)  # closed: flushed and joined
+    assert read_record(remote, "run.json") == b'{"status": "completed"}'
+    assert read_record(remote, "eval.jsonl").decode() == _lines(0, 1)
+
+
+def test_a_failed_upload_is_one_line_at_the_next_flush_never_dropped(s3, tmp_path):
+    from millrace.errors import ArtifactError
+    from trainer.record_uploads import RecordUploads
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(_lines(0, 3))
+    uploads = RecordUploads(run, RemoteDir("s3://no-such-bucket/r", s3.storage_options))
+    uploads.submit()
+    with pytest.raises(ArtifactError) as caught:
+        uploads.flush()
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("run records to s3://no-such-bucket/r: ")
+    assert "no such bucket" in message
+    with pytest.raises(ArtifactError):  # still there at the end of the run: the thread is joined, the error kept
+        uploads.close()
+    assert not uploads._thread.is_alive()
+
+
+def test_a_kill_before_the_last_tail_went_up_resumes_to_the_same_records(s3, tmp_path):
+    """A kill after a checkpoint, before its records' tail reached the URL: a resume on the same node keeps the
+    longer local file and its next push sends it whole, so the URL's joined file is the straight run's again; a
+    node that never saw the run gets what the URL holds."""
+    from trainer import run_url
+    from trainer.record_uploads import RecordUploads
+    from trainer.run_url import pull_records
+
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(_lines(0, 10))
+    remote = RemoteDir("s3://runs/killed", s3.storage_options)
+    with RecordUploads(run, remote) as uploads:
+        uploads.submit()
+    with open(metrics, "a") as handle:  # the next checkpoint's lines; the process dies before they go up
+        handle.write(_lines(10, 20))
+    run_url._pushed.clear()  # a new process, resuming
+    assert pull_records(remote, run, keep_longer=True) == 1
+    assert metrics.read_text() == _lines(0, 20)  # kept: it holds the URL's bytes and more
+    stranger = tmp_path / "other-node"
+    pull_records(remote, stranger)
+    assert (stranger / "metrics.jsonl").read_text() == _lines(0, 10)
+    with RecordUploads(run, remote) as uploads:
+        uploads.submit()
+    assert read_record(remote, "metrics.jsonl").decode() == _lines(0, 20)
+    pull_records(remote, stranger)
+    assert (stranger / "metrics.jsonl").read_text() == _lines(0, 20)

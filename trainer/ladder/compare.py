@@ -120,7 +120,7 @@ def _compare_and_save(
     metric, asymptote = body.metric or "loss.macro", body.asymptote
     fits, points = {}, {}
     for revision in (revision_a, revision_b):
-        chosen = [p for p in ladder_points(body, metric, revision, home.runs) if rungs is None or p.rung in rungs]
+        chosen = [p for p in ladder_points(body, metric, revision, home) if rungs is None or p.rung in rungs]
         points[revision] = [p for p in chosen if p.seed is None or p.seed < seeds]
         fits[revision] = fit_report(points[revision], asymptote, [], where=f"revision {revision}", metric=metric)
     comparison = compare_points(

@@ -54,7 +54,7 @@ def _fit_ladder(
         raise ConfigError("give --asymptote or --free-asymptote, not both")
     if not free_asymptote and asymptote is None:
         asymptote = body.asymptote
-    points = ladder_points(body, metric, revision, home.runs)
+    points = ladder_points(body, metric, revision, home)
     report = fit_report(
         points, asymptote, targets_of(body, list(predict_flops)), where=f"ladder {ladder}", metric=metric, level=level
     )

@@ -6,12 +6,13 @@ import json
 from pathlib import Path
 
 from millrace.errors import ConfigError
+from millrace.home import Home
 from trainer.ladder.results import metric_value, recorded_final_eval
 from trainer.ladder.scaling_law import Point
 from trainer.records import EVAL_FILE, LadderRecord
 
 
-def ladder_points(body: LadderRecord, metric: str, revision: str, runs_root: Path) -> list[Point]:
+def ladder_points(body: LadderRecord, metric: str, revision: str, home: Home) -> list[Point]:
     """One point per rung and seed of `revision`: (the rung's planned FLOPs, the `metric` of the last line
     of its run's eval.jsonl, the held-out evaluation; a rung without one is an error naming the file)."""
     points = []
@@ -19,8 +20,8 @@ def ladder_points(body: LadderRecord, metric: str, revision: str, runs_root: Pat
     for result in body.results:
         if result.revision != revision or result.rung not in planned:
             continue
-        where = str(runs_root / result.run / EVAL_FILE)
-        final = recorded_final_eval(result, runs_root, body.ladder)
+        where = str(home.run(result.run) / EVAL_FILE)
+        final = recorded_final_eval(result, home, body.ladder)
         if result.flops is None:
             raise ConfigError(f"ladder {body.ladder!r}: rung {result.rung!r} seed {result.seed} has no FLOPs recorded")
         points.append(

@@ -92,11 +92,11 @@ def record_digest(record: EvalRecord) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def recorded_final_eval(result: RungResult, runs_root: Path, ladder: str) -> EvalRecord:
+def recorded_final_eval(result: RungResult, home: Home, ladder: str) -> EvalRecord:
     """The rung's last evaluation line, checked against the digest its ladder.json result recorded when the
     rung finished (`final_digest`; older ladders: the recorded `final` line itself). An eval.jsonl edited
     afterwards is refused in one line naming it: an edited loss moved a prediction from 5.36 to 1.59."""
-    run_dir = runs_root / result.run
+    run_dir = home.run(result.run)
     final = final_eval(run_dir)
     expected = result.final_digest or (record_digest(result.final) if result.final is not None else None)
     if expected is not None and record_digest(final) != expected:

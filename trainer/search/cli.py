@@ -48,6 +48,7 @@ def plan_command(home: Home, reference: str, as_json: bool) -> None:
     """Print the swarm: the number of proxies (default 2 per component), the sampling distribution, the phases
     and switch point, each proxy's budget, the total compute, and whether the epoch caps allow it. Writes
     plan.json (nothing is trained)."""
+    from trainer.search.plan import without_held_out
     from trainer.search.steps import plan_step
 
     search_, plan = plan_step(reference, home)
@@ -73,6 +74,13 @@ def plan_command(home: Home, reference: str, as_json: bool) -> None:
         f"  each proxy     {budget.tokens:,} tokens, {budget.steps} steps ({phases}), {fmt_flops(budget.flops)} FLOPs"
     )
     click.echo(f"  total compute  {fmt_flops(plan.total_flops)} FLOPs")
+    unmeasured = without_held_out(search_, plan.components)
+    if unmeasured:
+        named = ", ".join(unmeasured[:5]) + (f" and {len(unmeasured) - 5} more" if len(unmeasured) > 5 else "")
+        click.echo(
+            f"  held-out       {len(unmeasured)} of {len(plan.components)} components hold no held-out data "
+            f"({named}): the macro target does not measure them"
+        )
     caps = plan.epochs
     state = "allow it" if caps.feasible else "do NOT allow it"
     planned = "allow" if caps.planned_feasible else "do NOT allow"

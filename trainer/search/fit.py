@@ -19,7 +19,6 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.search.fingerprint import match_rows
 from trainer.search.records import (
-    PROXIES_FILE,
     Component,
     FitReport,
     ProxyRow,
@@ -48,9 +47,7 @@ def rows_of(home: Home, search: str, reuse: Sequence[str]) -> list[ProxyRow]:
     """This search's finished rows and the reused searches' (their own proxies first)."""
     rows: list[ProxyRow] = []
     for name in [search, *reuse]:
-        directory = home.search(name)
-        if (directory / PROXIES_FILE).exists():
-            rows += [r for r in read_proxies(directory).rows if r.status == "done" and r.results is not None]
+        rows += [r for r in read_proxies(home.search(name)).rows if r.status == "done" and r.results is not None]
     return rows
 
 

@@ -54,6 +54,12 @@ def search_components(search: Search) -> list[Component]:
     return components
 
 
+def without_held_out(search: Search, components: list[Component]) -> list[str]:
+    """The components none of whose cells holds held-out data: a macro target over cells cannot measure them."""
+    cells = search.base.store.manifest.cells
+    return [c.name for c in components if not any(cells[cell].validation_tokens for cell in c.cells)]
+
+
 def proxy_count(search: Search, components: int) -> int:
     return search.spec.proxies.count or max(2, math.ceil(search.spec.proxies.per_component * components))
 

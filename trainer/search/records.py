@@ -3,34 +3,46 @@ under `$MILLRACE_HOME/searches/<name>/`. Torch-free: the search page in `reports
 
     searches/<name>/
       plan.json         the swarm: components (cells keyed by content fingerprint), prior, branch point, proxies
-      proxies.json      one row per proxy: its sampled weights and EVERY per-set result of its last evaluation
+      proxies.jsonl     one row per proxy, appended as it ends: its weights and EVERY per-set result of its last
+                        evaluation
       fit.json          the surrogates' out-of-fold quality per eval set and for the target, stranded rows
       proposal.json     the proposed weights, predicted target with an interval, the revision file written
       validation.json   the proposal and the baselines at several seeds, measured differences with intervals
       writer.lock       the one writer (`millrace.writer_lock`): plan, run, fit, propose and validate take it
 
-Each is an artifact (`millrace.artifacts`: kind, schema version, content hash, written atomically). A proxy row
-keeps the whole of its run's last evaluation (loss and bits per byte per cell, domain, bucket, source and external
-set, and the macro and micro averages), so a new target is refitted from the rows without training anything.
-Weights are keyed by each component's content fingerprint (`trainer.search.fingerprint`) beside its cell names,
-so evidence survives a new store version or a re-bucketing wherever a cell's content is unchanged.
+The .json files are artifacts (`millrace.artifacts`: kind, schema version, content hash, written atomically). A
+proxy row keeps the whole of its run's last evaluation (loss and bits per byte per cell, domain, bucket, source and
+external set, and the macro and micro averages), so a new target is refitted from the rows without training.
+Weights are keyed by each component's content fingerprint (`trainer.search.fingerprint`), so evidence survives a
+new store version or a re-bucketing wherever a cell's content is unchanged.
+
+On disk each file names its components (name, fingerprint, cells) once and stores each weight as a float by
+component index per phase (plan.json schema 2; proxies.jsonl's components line, again after a re-plan), not a
+name and a fingerprint beside every weight. proxies.jsonl is a `millrace.jsonl` stream, appended one line per
+finished proxy (`ProxyLog`), never rewritten whole: a torn last line (a kill) is left out and the last row per
+proxy wins. In memory every weight names its component and fingerprint again
+(`PhaseWeights`). The previous release's files (plan.json schema 1, proxies.json rewritten whole) are still read.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
 
-from millrace.artifacts import payload_model, read_artifact, write_artifact
+from millrace.artifacts import atomic_write_bytes, payload_model, read_artifact, write_artifact
 from millrace.config import StrictModel, load_config
-from millrace.errors import ConfigError
+from millrace.errors import ArtifactError, ConfigError, first_validation_error
+from millrace.jsonl import append_line, drop_torn_tail, parse_stream
 from millrace.names import NAME_PATTERN
 from trainer.records import EvalFigures, Number, Record
 
 PLAN_FILE = "plan.json"
-PROXIES_FILE = "proxies.json"
+PROXIES_FILE = "proxies.jsonl"
+LEGACY_PROXIES_FILE = "proxies.json"  # the previous release's table, rewritten whole: read, never written
 FIT_FILE = "fit.json"
 PROPOSAL_FILE = "proposal.json"
 VALIDATION_FILE = "validation.json"
@@ -41,6 +53,8 @@ FIT_KIND = "millrace.search.fit"
 PROPOSAL_KIND = "millrace.search.proposal"
 VALIDATION_KIND = "millrace.search.validation"
 SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 2  # 2: weights packed by component index (1, each weight named, is still read)
+PROXIES_SCHEMA_VERSION = 2  # proxies.jsonl; 1 was proxies.json
 R = TypeVar("R", bound=Record)
 TAIL = "tail"  # the component that merges the cells below `components.tail_tokens`
 
@@ -243,29 +257,37 @@ class EpochCheck(Record):
     note: str = ""
 
 
-class PlannedProxy(Record):
+class ProxyName(Record):
     proxy: str
     run: str
     revision: str
+
+
+class PlannedProxy(ProxyName):
     phases: list[PhaseWeights]
 
 
-class SwarmPlan(Record):
+class PlanHead(Record):
+    """What plan.json holds besides the weights (the same in memory and on disk)."""
+
     search: str
     spec_file: str
     spec: dict[str, Any]
     store: StoreRef
     components: list[Component]
-    prior: list[PhaseWeights]
     sampling: dict[str, Any] = {}
     branch: BranchPoint
     budget: ProxyBudget
-    proxies: list[PlannedProxy]
     total_flops: Number = None
     epochs: EpochCheck
 
 
-# ---- proxies.json
+class SwarmPlan(PlanHead):
+    prior: list[PhaseWeights]
+    proxies: list[PlannedProxy]
+
+
+# ---- proxies.jsonl
 
 
 class ProxyResults(Record):
@@ -299,13 +321,13 @@ class ProxyResults(Record):
         return names
 
 
-class ProxyRow(Record):
+class RowHead(Record):
+    """What a proxy row holds besides its weights (the same in memory and on disk)."""
+
     proxy: str
     run: str
     revision: str
     seed: int = 0
-    phases: list[PhaseWeights]
-    cells: dict[str, list[str]] = {}  # fingerprint -> the cell names it held when the row was trained
     store: StoreRef | None = None
     status: Literal["planned", "running", "done", "failed"] = "planned"
     error: str | None = None
@@ -315,8 +337,16 @@ class ProxyRow(Record):
     flops: Number = None
 
 
+class ProxyRow(RowHead):
+    phases: list[PhaseWeights]
+
+
 class ProxyTable(Record):
+    """The swarm's rows as read (one per proxy, the last written wins) and the components they are keyed by
+    (the table's last components line; a row read back names each weight's component and fingerprint)."""
+
     search: str
+    components: list[Component] = []
     rows: list[ProxyRow] = []
 
 
@@ -414,6 +444,208 @@ class ValidationRecord(Record):
     comparisons: list[Comparison] = []
 
 
+# ---- on disk: each component once per file, each weight a float by component index
+
+
+Packed = dict[str, list[float]]  # phase -> its weight of each component, in the file's components' order
+
+
+class PackedProxy(ProxyName):
+    weights: Packed
+
+
+class PlanFile(PlanHead):
+    """plan.json as written (schema 2): the components once, the prior and every proxy's weights packed."""
+
+    prior: Packed
+    proxies: list[PackedProxy]
+
+
+class PackedRow(RowHead):
+    """A proxies.jsonl row: weights by index into the components line above it."""
+
+    weights: Packed
+
+
+class ComponentsLine(Record):
+    """A proxies.jsonl line naming the components the rows after it are packed by (the first line, and again
+    wherever a re-plan changed them)."""
+
+    kind: Literal["millrace.search.proxies"]
+    schema_version: Literal[2]
+    search: str
+    components: list[Component]
+
+
+class LegacyRow(ProxyRow):
+    cells: dict[str, list[str]] = {}  # the previous release kept each row's cell names; its components hold them
+
+
+class LegacyTable(Record):
+    """proxies.json as the previous release wrote it (schema 1, rewritten whole after each proxy): read, never
+    written."""
+
+    search: str
+    rows: list[LegacyRow] = []
+
+
+def pack(phases: list[PhaseWeights], index: dict[str, int], where: str) -> Packed:
+    """Records keyed by fingerprint -> a list per phase by component index (a component a phase lacks is 0)."""
+    out: Packed = {}
+    for phase in phases:
+        vector = [0.0] * len(index)
+        for entry in phase.weights:
+            at = index.get(entry.fingerprint)
+            if at is None:
+                raise ArtifactError(
+                    f"{where}: component {entry.component!r} ({entry.fingerprint}) is not one of the file's components"
+                )
+            vector[at] = entry.weight
+        out[phase.phase] = vector
+    return out
+
+
+def unpack(packed: Packed, components: list[Component], where: str) -> list[PhaseWeights]:
+    """A packed row back as records naming each component and its fingerprint (built unvalidated: the floats
+    were validated as the file was read)."""
+    phases = []
+    for name, vector in packed.items():
+        if len(vector) != len(components):
+            raise ArtifactError(f"{where}: phase {name!r} has {len(vector)} weights for {len(components)} components")
+        weights = [
+            ComponentWeight.model_construct(component=c.name, fingerprint=c.fingerprint, weight=w)
+            for c, w in zip(components, vector)
+        ]
+        phases.append(PhaseWeights.model_construct(phase=name, weights=weights))
+    return phases
+
+
+def index_of(components: list[Component]) -> dict[str, int]:
+    return {c.fingerprint: i for i, c in enumerate(components)}
+
+
+def plan_file(plan: SwarmPlan, where: str) -> PlanFile:
+    index = index_of(plan.components)
+    head = {name: getattr(plan, name) for name in PlanHead.model_fields if name in plan.model_fields_set}
+    proxies = [
+        PackedProxy(
+            proxy=p.proxy, run=p.run, revision=p.revision, weights=pack(p.phases, index, f"{where}: {p.proxy}")
+        )
+        for p in plan.proxies
+    ]
+    return PlanFile(**head, prior=pack(plan.prior, index, f"{where}: prior"), proxies=proxies)
+
+
+def plan_of(packed: PlanFile, where: str) -> SwarmPlan:
+    components = packed.components
+    head = {name: getattr(packed, name) for name in PlanHead.model_fields if name in packed.model_fields_set}
+    proxies = [
+        PlannedProxy.model_construct(
+            proxy=p.proxy, run=p.run, revision=p.revision, phases=unpack(p.weights, components, f"{where}: {p.proxy}")
+        )
+        for p in packed.proxies
+    ]
+    return SwarmPlan(**head, prior=unpack(packed.prior, components, f"{where}: prior"), proxies=proxies)
+
+
+def packed_row(row: ProxyRow, index: dict[str, int], where: str) -> PackedRow:
+    head = {name: getattr(row, name) for name in RowHead.model_fields if name in row.model_fields_set}
+    return PackedRow(**head, weights=pack(row.phases, index, f"{where}: {row.proxy}"))
+
+
+def row_of(packed: PackedRow, components: list[Component], where: str) -> ProxyRow:
+    head = {name: getattr(packed, name) for name in RowHead.model_fields if name in packed.model_fields_set}
+    return ProxyRow(**head, phases=unpack(packed.weights, components, where))
+
+
+# ---- proxies.jsonl: appended as proxies end, read with a torn last line left out and the last row per proxy
+
+
+def proxy_line(line: bytes) -> tuple[ComponentsLine | PackedRow | object, str | None]:
+    """A proxies.jsonl line as a components line (it has `kind`) or a packed row (`millrace.jsonl.Parse`)."""
+    data = json.loads(line)
+    if not isinstance(data, dict):
+        return data, "expected a JSON object"
+    model: type[ComponentsLine | PackedRow] = ComponentsLine if "kind" in data else PackedRow
+    try:
+        return model.model_validate_json(line), None
+    except pydantic.ValidationError as exc:
+        return data, first_validation_error(exc)
+
+
+def read_proxy_lines(path: Path, search: str) -> ProxyTable:
+    """Every row of proxies.jsonl, each unpacked by the components line above it; the last row per proxy."""
+    stream = parse_stream(path, proxy_line)
+    components: list[Component] | None = None
+    rows: dict[str, ProxyRow] = {}
+    for number, record in zip(stream.numbers, stream.records):
+        if isinstance(record, ComponentsLine):
+            search, components = record.search, record.components
+        elif isinstance(record, PackedRow):
+            if components is None:
+                raise ArtifactError(f"{path}:{number}: a proxy row before the file's components line")
+            rows.pop(record.proxy, None)
+            rows[record.proxy] = row_of(record, components, f"{path}:{number}")
+    return ProxyTable(search=search, components=components or [], rows=list(rows.values()))
+
+
+def read_legacy_proxies(path: Path) -> ProxyTable:
+    """The previous release's proxies.json (rows as they were, each weight naming its component)."""
+    legacy = payload_model(read_artifact(path, PROXIES_KIND, (1,)), LegacyTable, str(path))
+    head = RowHead.model_fields
+    rows = [ProxyRow(**{n: getattr(r, n) for n in [*head, "phases"] if n in r.model_fields_set}) for r in legacy.rows]
+    return ProxyTable(search=legacy.search, rows=rows)
+
+
+def has_proxies(directory: Path) -> bool:
+    directory = Path(directory)
+    return (directory / PROXIES_FILE).exists() or (directory / LEGACY_PROXIES_FILE).exists()
+
+
+def read_proxies(directory: Path) -> ProxyTable:
+    """The swarm's rows: the previous release's proxies.json (when there is one) beneath proxies.jsonl's rows
+    (a row of the same proxy there wins); an empty table when neither exists."""
+    directory = Path(directory)
+    legacy = directory / LEGACY_PROXIES_FILE
+    older = read_legacy_proxies(legacy) if legacy.exists() else ProxyTable(search=directory.name)
+    newer = read_proxy_lines(directory / PROXIES_FILE, older.search)
+    rows = {r.proxy: r for r in older.rows if all(n.proxy != r.proxy for n in newer.rows)}
+    return ProxyTable(search=newer.search, components=newer.components, rows=[*rows.values(), *newer.rows])
+
+
+def components_line(search: str, components: list[Component]) -> bytes:
+    line = ComponentsLine(kind="millrace.search.proxies", schema_version=2, search=search, components=components)
+    return line.line().encode()
+
+
+def write_proxy_table(directory: Path, table: ProxyTable) -> str:
+    """proxies.jsonl written whole (atomically): the components line, then every row; returns its sha256."""
+    path = Path(directory) / PROXIES_FILE
+    index = index_of(table.components)
+    lines = [components_line(table.search, table.components)]
+    lines += [packed_row(row, index, str(path)).line().encode() for row in table.rows]
+    data = b"".join(line + b"\n" for line in lines)
+    atomic_write_bytes(path, data)
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class ProxyLog:
+    """Appends each proxy's row to proxies.jsonl as it ends (one flushed line, never the table again): a kill
+    leaves at most a torn last line, which readers leave out and the next `ProxyLog` cuts away. Rows are packed
+    by `components`; a components line is written first where the file's last one differs (a new file, a
+    re-plan). Hold the search's writer lock."""
+
+    def __init__(self, directory: Path, search: str, components: list[Component], table: ProxyTable):
+        self.path = Path(directory) / PROXIES_FILE
+        self.index = index_of(components)
+        drop_torn_tail(self.path)
+        if table.components != components or not self.path.exists():
+            append_line(self.path, components_line(search, components))
+
+    def append(self, row: ProxyRow) -> None:
+        append_line(self.path, packed_row(row, self.index, str(self.path)).line().encode())
+
+
 # ---- reading and writing
 
 
@@ -424,21 +656,28 @@ MODELS: dict[str, tuple[str, type[Record]]] = {
     PROPOSAL_FILE: (PROPOSAL_KIND, ProposalRecord),
     VALIDATION_FILE: (VALIDATION_KIND, ValidationRecord),
 }
+VERSIONS = {PLAN_FILE: (1, PLAN_SCHEMA_VERSION)}  # files whose schema changed: every version still read
 
 
 def write_search_record(directory: Path, filename: str, record: Record) -> str:
-    """Write one of the search's artifacts (atomically, with its envelope); returns its content hash."""
+    """Write one of the search's files (atomically; an artifact with its envelope, or proxies.jsonl whole);
+    returns its content hash."""
     kind, model = MODELS[filename]
     if not isinstance(record, model):
         raise TypeError(f"{filename} holds a {model.__name__}, not a {type(record).__name__}")
-    return write_artifact(Path(directory) / filename, kind, SCHEMA_VERSION, record.dump())
+    path = Path(directory) / filename
+    if isinstance(record, ProxyTable):
+        return write_proxy_table(directory, record)
+    if isinstance(record, SwarmPlan):
+        return write_artifact(path, kind, PLAN_SCHEMA_VERSION, plan_file(record, str(path)).dump(), compact=True)
+    return write_artifact(path, kind, SCHEMA_VERSION, record.dump())
 
 
 def read_search_record(directory: Path, filename: str, model: type[R]) -> R:
     """One of the search's artifacts, envelope and content hash checked, as its model; errors name the file."""
     kind, expected = MODELS[filename]
-    if model is not expected:
-        raise TypeError(f"{filename} holds a {expected.__name__}, not a {model.__name__}")
+    if model is not expected or filename in (PLAN_FILE, PROXIES_FILE):
+        raise TypeError(f"{filename} holds a {expected.__name__}, read by read_plan / read_proxies, not as {model}")
     path = Path(directory) / filename
     return payload_model(read_artifact(path, kind, (SCHEMA_VERSION,)), model, str(path))
 
@@ -446,15 +685,17 @@ def read_search_record(directory: Path, filename: str, model: type[R]) -> R:
 def record_hash(directory: Path, filename: str) -> str:
     """The content hash of one of the search's artifacts (provenance pins the plan and fit it came from)."""
     kind, _ = MODELS[filename]
-    return str(read_artifact(Path(directory) / filename, kind, (SCHEMA_VERSION,))["content_hash"])
+    versions = VERSIONS.get(filename, (SCHEMA_VERSION,))
+    return str(read_artifact(Path(directory) / filename, kind, versions)["content_hash"])
 
 
 def read_plan(directory: Path) -> SwarmPlan:
-    return read_search_record(directory, PLAN_FILE, SwarmPlan)
-
-
-def read_proxies(directory: Path) -> ProxyTable:
-    return read_search_record(directory, PROXIES_FILE, ProxyTable)
+    """plan.json: schema 2 (packed) unpacked; schema 1, the previous release's (each weight named), as it is."""
+    path = Path(directory) / PLAN_FILE
+    body = read_artifact(path, PLAN_KIND, VERSIONS[PLAN_FILE])
+    if body["schema_version"] == 1:
+        return payload_model(body, SwarmPlan, str(path))
+    return plan_of(payload_model(body, PlanFile, str(path)), str(path))
 
 
 def read_fit(directory: Path) -> FitReport:

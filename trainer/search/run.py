@@ -3,8 +3,9 @@
 A proxy is an ordinary run: its revision continues the baseline revision at the branch step with the proxy's
 sampled weights (written and built by the mixtures room), and it starts from the shared checkpoint's run
 (`train(from_run=...)`, `trainer.branch`). Resumable at two levels: a proxy whose run completed is not trained
-again, and one killed mid-way resumes from its own checkpoint, else from the branch. proxies.json is rewritten
-(atomically) after each proxy, so a kill loses at most the proxies in flight. One writer per search.
+again, and one killed mid-way resumes from its own checkpoint, else from the branch. Each proxy's row is appended
+to proxies.jsonl as it ends (`records.ProxyLog`: one line, never the table again), so a kill loses at most the
+proxies in flight. One writer per search.
 """
 
 from __future__ import annotations
@@ -25,17 +26,15 @@ from trainer.fleet.config import JobOutcome, TrainingJob
 from trainer.fleet.launchers import Launcher
 from trainer.records import read_eval, read_metrics, read_run
 from trainer.search.records import (
-    PROXIES_FILE,
     SEARCH_LOCK_FILE,
     Component,
     PlannedProxy,
+    ProxyLog,
     ProxyResults,
     ProxyRow,
-    ProxyTable,
     StoreRef,
     SwarmPlan,
     read_proxies,
-    write_search_record,
 )
 from trainer.search.revisions import continuing, realised, weights_array, write_and_build
 from trainer.search.spec import Search
@@ -136,15 +135,6 @@ def train_seconds(home: Home, run: str, after: int) -> float:
     return float(sum(line.step_seconds or 0.0 for line in read_metrics(home.run(run)) if line.step > after))
 
 
-def read_rows(search: Search) -> list[ProxyRow]:
-    path = search.directory / PROXIES_FILE
-    return list(read_proxies(search.directory).rows) if path.exists() else []
-
-
-def write_rows(search: Search, rows: list[ProxyRow]) -> None:
-    write_search_record(search.directory, PROXIES_FILE, ProxyTable(search=search.name, rows=rows))
-
-
 def merge_row(rows: list[ProxyRow], row: ProxyRow) -> list[ProxyRow]:
     return [r for r in rows if r.proxy != row.proxy] + [row]
 
@@ -161,7 +151,6 @@ def proxy_row(home: Home, search: Search, plan: SwarmPlan, proxy: PlannedProxy, 
         run=proxy.run,
         revision=proxy.revision,
         phases=realised(manifest, plan.components),
-        cells={c.fingerprint: c.cells for c in plan.components},
         store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash),
         status="done",
         results=final_results(home, proxy.run),
@@ -187,7 +176,8 @@ def run_swarm(
     Each proxy's row is written as it ends; a proxy that fails is recorded as failed (its error kept) and the
     command then fails naming the first."""
     with search_writer(search), contextlib.ExitStack() as stack:
-        rows = read_rows(search)
+        table = read_proxies(search.directory)
+        rows, appended = list(table.rows), ProxyLog(search.directory, search.name, plan.components, table)
         done = {r.proxy for r in rows if r.status == "done" and completed(home, r.run)}
         pending = [p for p in plan.proxies if p.proxy not in done]
         launcher = stack.enter_context(launching(search, 1 + len(pending)))
@@ -201,7 +191,7 @@ def run_swarm(
             nonlocal rows
             row = outcome_row(home, search, plan, by_run[outcome.run], manifests[outcome.run], outcome)
             rows = merge_row(rows, row)
-            write_rows(search, rows)
+            appended.append(row)
             if on_row:
                 on_row(row)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from datatrove.data import DocumentsPipeline
@@ -38,11 +37,10 @@ from pipeline.stages import in_place
 from pipeline.stages.dedup.ngrams import found_in, ngram_hashes
 from pipeline.stages.tokenize.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
 from pipeline.store.format import ShardReader
+from pipeline.store.manifest_records import CellContamination, Decontamination
 
 INDEX_FILE = "held-out.npz"
 COMPACT_EVERY = 4096  # documents' findings kept apart before they are merged
-# The driver's decontamination decision (`contaminated`), saved as decision.json for the split tasks.
-Decision = dict[str, Any]
 
 
 def waiting_documents(
@@ -157,11 +155,20 @@ class FindContainedNgrams(PipelineStep):
             np.save(handle, np.unique(np.concatenate(found)))
 
 
-def contaminated(out_dir: Path, threshold: float) -> Decision:
-    """In the driver: the held-out documents whose share of n-grams found in training reaches `threshold`,
-    judged to a fixpoint (see the module docstring): {"cells": {cell: [[hash, key], ...]}, "documents",
-    "tokens", "checked", "rounds", "later_rounds": documents given back after the first round,
-    "per_cell": {cell: {"documents", "tokens"}}}."""
+class ContaminationDecision(Decontamination):
+    """The decontamination's decision (`decision.json` in the work directory): the store's record of it, and
+    which held-out documents go back to training, per cell (`[hash, key]` pairs) for the split tasks."""
+
+    cells: dict[str, list[list[int]]] = {}
+
+    def record(self) -> Decontamination:
+        """What the store manifest keeps of it (`StoreStats.decontamination`): all but the documents' keys."""
+        return Decontamination.model_validate(self.model_dump(exclude={"cells"}))
+
+
+def contaminated(out_dir: Path, threshold: float, ngram: int) -> ContaminationDecision:
+    """In the driver: the held-out documents whose share of `ngram`-grams found in training reaches `threshold`,
+    judged to a fixpoint (see the module docstring)."""
     found = np.unique(
         np.concatenate(
             [np.load(path) for path in sorted(Path(out_dir).glob("found-*.npy"))] or [np.zeros(0, np.uint64)]
@@ -171,22 +178,24 @@ def contaminated(out_dir: Path, threshold: float) -> Decision:
         cells, pairs, lengths, counts, grams = (stored[k] for k in ("cells", "pairs", "lengths", "counts", "ngrams"))
     back, rounds = given_back_to_fixpoint(grams, counts, found, threshold)
     removed: dict[str, list[list[int]]] = {}
-    per_cell: dict[str, dict[str, int]] = {}
+    per_cell: dict[str, CellContamination] = {}
     for i in np.flatnonzero(back).tolist():
         cell = str(cells[i])
         removed.setdefault(cell, []).append([int(v) for v in pairs[i]])
-        entry = per_cell.setdefault(cell, {"documents": 0, "tokens": 0})
-        entry["documents"] += 1
-        entry["tokens"] += int(lengths[i])
-    return {
-        "cells": removed,
-        "documents": sum(e["documents"] for e in per_cell.values()),
-        "tokens": sum(e["tokens"] for e in per_cell.values()),
-        "checked": int(counts.size),
-        "rounds": len(rounds),
-        "later_rounds": sum(rounds[1:]),
-        "per_cell": dict(sorted(per_cell.items())),
-    }
+        entry = per_cell.setdefault(cell, CellContamination())
+        entry.documents += 1
+        entry.tokens += int(lengths[i])
+    return ContaminationDecision(
+        ngram=ngram,
+        threshold=threshold,
+        cells=removed,
+        documents=sum(e.documents for e in per_cell.values()),
+        tokens=sum(e.tokens for e in per_cell.values()),
+        checked=int(counts.size),
+        rounds=len(rounds),
+        later_rounds=sum(rounds[1:]),
+        per_cell=dict(sorted(per_cell.items())),
+    )
 
 
 def given_back_to_fixpoint(
@@ -210,12 +219,11 @@ def given_back_to_fixpoint(
         found = np.union1d(found, grams[newly[owner]])
 
 
-def save_decision(out_dir: Path, decision: Decision) -> None:
-    atomic_write_text(Path(out_dir) / "decision.json", json.dumps(decision, sort_keys=True))
+def save_decision(out_dir: Path, decision: ContaminationDecision) -> None:
+    atomic_write_text(Path(out_dir) / "decision.json", json.dumps(decision.model_dump(mode="json"), sort_keys=True))
 
 
-def load_decision(out_dir: Path) -> Decision:
-    """The saved decision; with decontamination off none was saved and nothing is given back."""
+def load_decision(out_dir: Path) -> ContaminationDecision | None:
+    """The saved decision; None with decontamination off (none was saved: nothing is given back)."""
     path = Path(out_dir) / "decision.json"
-    decision: Decision = json.loads(path.read_text()) if path.exists() else {"cells": {}}
-    return decision
+    return ContaminationDecision.model_validate_json(path.read_text()) if path.exists() else None

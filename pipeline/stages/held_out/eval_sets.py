@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from millrace.errors import ConfigError
 from pipeline.config import EvalSetConfig
 from pipeline.stages.dedup.ngrams import found_in, minhash, ngram_hashes, shingle_hashes
 from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
+from pipeline.store.manifest_records import ContainedDocument, Overlap, OverlapDocument
+
+if TYPE_CHECKING:  # tokenizers loads when a set is tokenized
+    from tokenizers import Tokenizer
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -113,7 +117,7 @@ class NearDuplicateIndex:
 
 KIND_ORDER = {"exact": 0, "near": 1}
 Hit = list[str]  # [kind, cell] of a set document's finding (JSON in the tasks' parts)
-CONTAINED = "contained"
+CONTAINED: Final = "contained"
 
 
 def better_hit(old: Hit | None, new: Hit) -> Hit:
@@ -173,47 +177,69 @@ class WrittenSet:
     name: str
     held: HeldOut
     manifest_hash: str
-    overlap: dict[str, Any] = field(default_factory=dict)  # as the set's manifest keeps it
+    overlap: Overlap = field(default_factory=Overlap)
+
+
+@dataclass(frozen=True)
+class StoreTokens:
+    """The store's tokenizer as its writers use it: parsed, its vocabulary's dtype, fingerprint and EOS id."""
+
+    tokenizer: Tokenizer
+    dtype: np.dtype
+    fingerprint: str
+    eos_id: int
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.tokenizer.get_vocab_size(with_added_tokens=True))
+
+
+@dataclass(frozen=True)
+class Containment:
+    """The n-gram hashes training documents hold (sorted), and the share of a document's `ngram`-grams found
+    there (`threshold`) that leaves it out of an evaluation set."""
+
+    trained_ngrams: np.ndarray
+    ngram: int = 13
+    threshold: float = 0.5
 
 
 def write_eval_set(
     config: EvalSetConfig,
     set_dir: Path,
-    tokenizer: Tokenizer,
-    eos_id: int,
-    dtype: np.dtype,
-    fingerprint: str,
+    tokens: StoreTokens,
     shard_tokens: int,
     hits: dict[int, Hit],
-    trained_ngrams: np.ndarray | None = None,
-    ngram: int = 13,
-    threshold: float = 0.5,
+    containment: Containment | None = None,
 ) -> WrittenSet:
     """The set's shards and `set.json`, with `hits` (set document -> [kind, cell], merged from the
-    tasks' `SetOverlap`) as its overlap with the store; a document whose share of n-grams in
-    `trained_ngrams` (sorted; None: not checked) reaches `threshold` is listed and left out."""
-    found = [{"index": number, "kind": hits[number][0], "cell": hits[number][1]} for number in sorted(hits)]
-    counts = {kind: sum(1 for f in found if f["kind"] == kind) for kind in KIND_ORDER}
-    contained: list[dict[str, object]] = []
-    sequence = ShardSequence(set_dir, SET_PREFIX, dtype, shard_tokens)
-    for number, (text, ids) in enumerate(set_documents(config, tokenizer, eos_id)):
-        if trained_ngrams is not None:
-            share = float(found_in(ngram_hashes(ids, ngram), trained_ngrams).mean())
-            if share >= threshold:
-                contained.append({"index": number, "kind": CONTAINED, "share": round(share, 4)})
+    tasks' `SetOverlap`) as its overlap with the store; a document mostly found in training (`containment`;
+    None: not checked) is listed and left out."""
+    found = [
+        OverlapDocument.model_validate({"index": number, "kind": hits[number][0], "cell": hits[number][1]})
+        for number in sorted(hits)
+    ]
+    contained: list[ContainedDocument] = []
+    sequence = ShardSequence(set_dir, SET_PREFIX, tokens.dtype, shard_tokens)
+    for number, (text, ids) in enumerate(set_documents(config, tokens.tokenizer, tokens.eos_id)):
+        if containment is not None:
+            share = float(found_in(ngram_hashes(ids, containment.ngram), containment.trained_ngrams).mean())
+            if share >= containment.threshold:
+                contained.append(ContainedDocument(index=number, kind=CONTAINED, share=round(share, 4)))
                 continue
         sequence.add(ids, 0, config.name, len(text.encode("utf-8")))
     shards = sequence.close()
-    documents, tokens, nbytes = sequence.totals()
-    held = HeldOut(documents=documents, tokens=tokens, bytes=nbytes, shards=shards, sources=sequence.sources)
-    overlap = {
-        **counts,
-        CONTAINED: len(contained),
-        "documents": found[:SHOWN],
-        "contained_documents": contained[:SHOWN],
-    }
+    documents, token_count, nbytes = sequence.totals()
+    held = HeldOut(documents=documents, tokens=token_count, bytes=nbytes, shards=shards, sources=sequence.sources)
+    overlap = Overlap(
+        exact=sum(1 for f in found if f.kind == "exact"),
+        near=sum(1 for f in found if f.kind == "near"),
+        contained=len(contained),
+        documents=found[:SHOWN],
+        contained_documents=contained[:SHOWN],
+    )
     manifest = EvalSetManifest(
-        name=config.name, dtype=str(dtype), tokenizer_fingerprint=fingerprint, held=held, overlap=overlap
+        name=config.name, dtype=str(tokens.dtype), tokenizer_fingerprint=tokens.fingerprint, held=held, overlap=overlap
     )
     digest = write_eval_set_manifest(set_dir, manifest)
     return WrittenSet(config.name, held, digest, overlap)

@@ -18,10 +18,11 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from millrace.urls import is_url
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, SourceConfig
+from pipeline.store.manifest_records import NotRead
 
 if TYPE_CHECKING:
     from datatrove.io import DataFolder
@@ -32,19 +33,9 @@ DANGLING = "dangling symbolic link"
 OUTSIDE = "symbolic link leading outside the folder"
 
 
-class Unread(TypedDict):
-    """The files under one source folder that no source reads (`unread_files`), as the funnel's `not_read` keeps."""
-
-    source: str
-    path: str
-    files: int
-    reasons: dict[str, int]
-    examples: list[str]
-
-
-_listings: dict[tuple[str, str, str], Any] | None = (
-    None  # inside `listed_once`: each listing and file test, by its arguments
-)
+# Inside `listed_once`: each listing and file test, by its arguments (the kind fixes the value's type).
+_listings: dict[tuple[str, str, str], object] | None = None
+_Found = TypeVar("_Found")
 
 
 @contextlib.contextmanager
@@ -59,13 +50,13 @@ def listed_once() -> Iterator[None]:
         _listings = previous
 
 
-def _once(kind: str, path: str, storage_options: Mapping[str, object] | None, compute: Callable[[], Any]) -> Any:
+def _once(kind: str, path: str, storage_options: Mapping[str, object] | None, compute: Callable[[], _Found]) -> _Found:
     if _listings is None:
         return compute()
     key = (kind, path, json.dumps(storage_options or {}, sort_keys=True, default=str))
     if key not in _listings:
         _listings[key] = compute()
-    return _listings[key]
+    return cast(_Found, _listings[key])  # stored by `compute` of the same kind, so of its type
 
 
 def _hidden(relative: str) -> bool:
@@ -143,8 +134,8 @@ def _location(folder: str, relative: str) -> str:
     return f"{folder.rstrip('/')}/{relative}" if is_url(folder) else str(Path(folder) / relative)
 
 
-def unread_files(config: PipelineConfig) -> list[Unread]:
-    """Per source folder, the files no source reads: {source, path, files, reasons: {why: n}, examples}."""
+def unread_files(config: PipelineConfig) -> list[NotRead]:
+    """Per source folder, the files no source reads (`NotRead.describe` is its log line)."""
     read: set[str] = set()
     for source in config.sources:
         if source.format == "hf-datasets":
@@ -153,7 +144,7 @@ def unread_files(config: PipelineConfig) -> list[Unread]:
         for path in source.paths:
             folder = folder_of(path, source.storage_options)[0]
             read.update(_location(folder, f) for f in source_files(source, path))
-    found: list[Unread] = []
+    found: list[NotRead] = []
     seen: set[str] = set()
     for source in config.sources:
         for path in source.paths:
@@ -167,21 +158,12 @@ def unread_files(config: PipelineConfig) -> list[Unread]:
                 local = None if is_url(path) else Path(path)
                 reasons = Counter((local and link_problem(local, f)) or NO_READER for f in missed)
                 found.append(
-                    {
-                        "source": source.name,
-                        "path": path,
-                        "files": len(missed),
-                        "reasons": dict(sorted(reasons.items())),
-                        "examples": missed[:EXAMPLES],
-                    }
+                    NotRead(
+                        source=source.name,
+                        path=path,
+                        files=len(missed),
+                        reasons=dict(sorted(reasons.items())),
+                        examples=missed[:EXAMPLES],
+                    )
                 )
     return found
-
-
-def describe_unread(entry: Unread) -> str:
-    """One log line: 'not read: 3 files under /corpus/web (source web), e.g. a.txt, b.csv (no source reads ...)'."""
-    why = "; ".join(f"{n} {reason}" for reason, n in entry["reasons"].items())
-    return (
-        f"not read: {entry['files']:,} file{'s' if entry['files'] != 1 else ''} under {entry['path']} "
-        f"(source {entry['source']}), e.g. {', '.join(entry['examples'])} ({why})"
-    )

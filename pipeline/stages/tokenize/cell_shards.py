@@ -38,8 +38,9 @@ from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.held_out_split import VALIDATION_PREFIX, held_out_mask, split_cutoff
 from pipeline.config import HeldOutConfig
 from pipeline.stages.held_out.eval_sets import SetOverlap
-from pipeline.store.format import ShardInfo, ShardSequence, SourceCounts
-from pipeline.store.trace import HELD_OUT_PREFIX, TracePart, part_name, write_trace_part
+from pipeline.store.format import ShardInfo, ShardSequence
+from pipeline.store.manifest_records import Counts, TracePart
+from pipeline.store.trace import HELD_OUT_PREFIX, part_name, write_trace_part
 
 # A cell's entry in a task's `parts/<rank>.json` (JSON): shard table rows, per-source counts, trace parts, samples.
 CellPart = dict[str, Any]
@@ -259,9 +260,9 @@ def write_held_out(
     held = chosen & np.asarray(
         [(int(h), int(k)) not in given_back for h, k in zip(table["hashes"][waiting], keys[waiting])], dtype=bool
     )
-    returned: dict[str, SourceCounts] = {}  # per source, the chosen documents given back to training
+    returned: dict[str, Counts] = {}  # per source, the chosen documents given back to training
     for index in waiting[chosen & ~held].tolist():
-        counts = returned.setdefault(sources[int(source_ids[index])], SourceCounts())
+        counts = returned.setdefault(sources[int(source_ids[index])], Counts())
         counts.documents += 1
         counts.tokens += int(lengths[index])
         counts.bytes += int(nbytes[index])
@@ -271,7 +272,7 @@ def write_held_out(
         dtype,
         shard_tokens,
         shards=[ShardInfo(**s) for s in written["shards"]],
-        sources={name: SourceCounts(**c) for name, c in written["sources"].items()},
+        sources={name: Counts(**c) for name, c in written["sources"].items()},
     )
     validation = ShardSequence(cell_dir, f"{VALIDATION_PREFIX}-{rank:05d}", dtype, shard_tokens)
     offsets = _offsets(lengths[waiting], dtype.itemsize)
@@ -299,8 +300,8 @@ def write_held_out(
         "sources": {name: counts.model_dump() for name, counts in training.sources.items()},
         "validation_sources": {name: counts.model_dump() for name, counts in validation.sources.items()},
         "given_back_sources": {name: counts.model_dump() for name, counts in sorted(returned.items())},
-        "trace": trace,
-        "held_out_trace": held_trace,
+        "trace": trace.model_dump() if trace is not None else None,
+        "held_out_trace": held_trace.model_dump() if held_trace is not None else None,
         "samples": json.loads(str(table["samples"])),
     }
 

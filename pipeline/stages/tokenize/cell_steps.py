@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
@@ -24,6 +23,7 @@ from pipeline.cells.fitted_model import model_path
 from pipeline.cells.quality import QUALITY_KIND, QualityScorer, fit_quality, quality_stats
 from pipeline.cells.stats import CellStatsWriter, read_cell_stats
 from pipeline.config import DomainsConfig, QualityConfig
+from pipeline.store.manifest_records import StoreStats
 
 CELL_STATS_DIR = "cell-stats"
 
@@ -63,19 +63,16 @@ class CellSteps:
             steps.append(CellStatsWriter(self.model_dir / CELL_STATS_DIR))
         return steps
 
-    def collect_stats(self) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, object]]]:
+    def collect_stats(self) -> tuple[StoreStats, dict[str, dict[str, object]]]:
         """`StoreManifest.stats` and `{cell: CellManifest.stats}`, once the steps have run."""
         stats = store_stats(self.model_dir)
-        labels = stats.get("domains", {}).get("labels")
-        return stats, read_cell_stats(self.model_dir / CELL_STATS_DIR, labels)
+        return stats, read_cell_stats(self.model_dir / CELL_STATS_DIR, stats.domain_labels() or None)
 
 
-def store_stats(model_dir: Path | str) -> dict[str, dict[str, Any]]:
-    """`StoreManifest.stats` entries for the models fitted in `model_dir`: "domains" and/or "quality"."""
+def store_stats(model_dir: Path | str) -> StoreStats:
+    """`StoreManifest.stats` for the models fitted in `model_dir`: its domains and/or quality buckets."""
     model_dir = Path(model_dir)
-    stats: dict[str, dict[str, Any]] = {}
-    if model_path(model_dir, DOMAINS_KIND).exists():
-        stats["domains"] = domains_stats(model_dir)
-    if model_path(model_dir, QUALITY_KIND).exists():
-        stats["quality"] = quality_stats(model_dir)
-    return stats
+    return StoreStats(
+        domains=domains_stats(model_dir) if model_path(model_dir, DOMAINS_KIND).exists() else None,
+        quality=quality_stats(model_dir) if model_path(model_dir, QUALITY_KIND).exists() else None,
+    )
