@@ -90,7 +90,7 @@ def assert_driver_reads_bounded(reads: dict[str, int], corpus: dict[str, bytes])
         if path.startswith("/data/corpus/") and path[len("/data/corpus/") :] in corpus:  # (else a folder probed)
             size = len(corpus[path[len("/data/corpus/") :]])
             assert n <= DRIVER_RUNS * (min(size, 2 * FINGERPRINT_BYTES) + min(size, 2 * FIRST_RECORD_BLOCK)), path
-        elif path.startswith(WORK):
+        elif path.startswith(WORK) and "." in path.rsplit("/", 1)[-1]:  # (else a folder probed: not found)
             relative = path[len(WORK) :]
             assert relative.split("/")[0] in DRIVER_READ or relative.startswith("logs/"), path
             if relative.startswith("tokens/"):  # the candidates' hashes, the chosen ones' rows and tokens
