@@ -20,7 +20,7 @@ def main() -> int:
         "--part",
         action="append",
         default=[],
-        help="mix_search: run only this part (swarm, fit, ranking, blas, throughput)",
+        help="mix_search: run only this part (swarm, fit, ranking, blas, throughput, records)",
     )
     args = parser.parse_args()
     if args.proxies:

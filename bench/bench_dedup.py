@@ -112,7 +112,7 @@ def run_millrace(work: Path) -> tuple[float, set[str]]:
         return ReadStep(source, 0, work / "mr/read", work / "mr/malformed")
 
     options = DedupConfig(ngram=NGRAM, bands=BANDS, rows=ROWS, seed=1, threshold=0.5, verify_threshold=0.4)
-    signing = DedupSignatures(str(work / "mr/sigs"), NGRAM, BANDS, ROWS, 1, options.parts)
+    signing = DedupSignatures(str(work / "mr/sigs"), options)
 
     def run(name, pipeline, tasks):  # one core, as datatrove gets
         LocalPipelineExecutor(pipeline, tasks=tasks, workers=1, logging_dir=str(work / "mr/logs" / name)).run()

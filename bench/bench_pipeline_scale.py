@@ -141,8 +141,7 @@ def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[st
         source = SourceConfig(name="web", paths=[{str(corpus)!r}], language_id=False)
         stage("sign")
         run("sign", [ReadStep(source, 0, work / "read", work / "malformed"),
-                     DedupSignatures(work / "sigs", options.ngram, options.bands, options.rows, options.seed,
-                                     options.parts)], {tasks})
+                     DedupSignatures(work / "sigs", options)], {tasks})
         stage("dedup")
         find_duplicates(options, work / "sigs", work / "components", work / "dups", run)
     """)

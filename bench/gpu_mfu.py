@@ -78,7 +78,8 @@ def measured_bf16_peak() -> float:
     return measure_matmul_flops(torch.device("cuda"), size=8192, repeats=10)
 
 
-def main() -> int:
+def parse_arguments() -> argparse.Namespace:
+    """The run's shape and kernels from the command line (`--smoke`: a tiny CPU run)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
@@ -93,7 +94,11 @@ def main() -> int:
     parser.add_argument(
         "--activation-checkpointing", choices=["none", "full"], default="none", help="[train] activation_checkpointing"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_arguments()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     import torch

@@ -15,17 +15,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import click
 from rich.console import Console
 from rich.markup import escape
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
-from millrace.options import home_option, json_option, print_json
 from millrace.progress import on_terminal
+from pipeline.config import load_pipeline_config
 from trainer.ladder.spec import SHIPPED_CONFIGS
 from trainer.records import RungResult
+from trainer.search.cli import proposal_lines
 
 log = logging.getLogger("millrace.demo")  # the logger name users know
 
@@ -88,6 +88,7 @@ def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator
 
 def build_corpus(home: Home, max_bytes: int) -> Path:
     """The corpus under home/corpus/local, rebuilt only when --max-bytes changed (or it is missing)."""
+    # lazy: command body: `millrace --help` stays light
     from pipeline.corpus.builder import SUMMARY_KIND, build_local_corpus
 
     out = home.root / "corpus" / STORE
@@ -113,9 +114,8 @@ def build_corpus(home: Home, max_bytes: int) -> Path:
 
 def pipeline_config(home: Home, corpus: Path):
     """The starter config for the corpus; the store version of an earlier identical run is reused."""
-    from pipeline.config import load_pipeline_config
-    from pipeline.runner import stored_config
-    from pipeline.starter import init_config
+    from pipeline.runner import stored_config  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.starter import init_config  # lazy: command body: `millrace --help` stays light
 
     path = home.root / "configs" / f"{STORE}.toml"
     text = init_config(corpus)
@@ -139,7 +139,7 @@ def run_demo(
     ladder: Path | None = MICRO_LADDER,
     search: Path | None = MICRO_SEARCH,
 ) -> DemoReport:
-    from pipeline.runner import run_pipeline
+    from pipeline.runner import run_pipeline  # lazy: command body: `millrace --help` loads no datatrove
 
     report = DemoReport(home=home.root)
 
@@ -170,7 +170,7 @@ def from_store(
     """The demo after the pipeline, on whatever store it built (any number of cells): the shipped mixture,
     the tiny MoE, the micro-ladder (its rungs sized to the store's cells by `ladder plan`), a small mixture
     search, the site."""
-    from reports import build_site
+    from reports import build_site  # lazy: command body: `millrace --help` loads no jinja2
 
     assert report.store is not None
     with step(console, report, "mixtures", f"build the shipped mixture {MIXTURE!r}: {', '.join(REVISIONS)}"):
@@ -206,7 +206,7 @@ def from_store(
 def build_revisions(home: Home, report: DemoReport, console: Console) -> None:
     """The shipped revisions on this store. One the store is too small for (a small corpus: a cooldown's
     cells under their epoch cap) is left out with its reason, unless it is the one the demo trains."""
-    import mixtures
+    import mixtures  # lazy: command body: `millrace --help` stays light
 
     for revision in REVISIONS:
         try:
@@ -224,6 +224,7 @@ def build_revisions(home: Home, report: DemoReport, console: Console) -> None:
 
 
 def train_demo(home: Home, steps: int | None, console: Console) -> Path:
+    # lazy: command body: `millrace --help` loads no torch
     from trainer.checkpoint import latest_checkpoint
     from trainer.loop import train
 
@@ -244,7 +245,7 @@ def train_demo(home: Home, steps: int | None, console: Console) -> Path:
 
 def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
     """The ladder's main job, small: the prediction for the next rung up beside what it measures."""
-    from trainer.ladder.check import predict_then_measure
+    from trainer.ladder.check import predict_then_measure  # lazy: command body: `millrace --help` loads no scipy
 
     def show(result: RungResult) -> None:
         final = result.final.loss.macro if result.final is not None else None
@@ -270,7 +271,7 @@ def ladder_demo(home: Home, ladder: Path, console: Console) -> dict:
 
 def search_demo(home: Home, search: Path, console: Console) -> dict:
     """The search's main job, small: plan, train the proxies, fit, and the proposal beside its baseline."""
-    from trainer.search.cli import proposal_lines
+    # lazy: command body: `millrace --help` stays light
     from trainer.search.steps import fit_step, plan_step, propose_step, run_step
 
     _, plan = plan_step(search, home)
@@ -301,63 +302,6 @@ def _macro(row: object) -> str:
     results = getattr(row, "results", None)
     value = results.bpb.macro if results is not None else None
     return f"macro held-out bpb {value:.4f}" if value is not None else "no evaluation"
-
-
-@click.command()
-@click.option(
-    "--max-bytes",
-    type=click.IntRange(min=100_000),
-    default=DEFAULT_MAX_BYTES,
-    show_default=True,
-    help="Size cap of the embedded corpus, spread across its sources.",
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Training steps (default: the whole uniform-sampling schedule).",
-)
-@click.option(
-    "--ladder",
-    "ladder_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=MICRO_LADDER,
-    show_default=True,
-    help="The micro-ladder to train, fit and check against its next rung up.",
-)
-@click.option("--no-ladder", is_flag=True, help="Skip the ladder step.")
-@click.option(
-    "--search",
-    "search_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=MICRO_SEARCH,
-    show_default=True,
-    help="The small mixture search to run: proxies, a fitted surrogate, a proposed revision.",
-)
-@click.option("--no-search", is_flag=True, help="Skip the mixture search step.")
-@home_option
-@json_option
-def demo(
-    home: Home,
-    max_bytes: int,
-    steps: int | None,
-    ladder_file: Path,
-    no_ladder: bool,
-    search_file: Path,
-    no_search: bool,
-    as_json: bool,
-) -> None:
-    """Run the main job end to end on the embedded default corpus, reusing what is already built."""
-    console = Console(stderr=as_json, soft_wrap=True)  # a URL or a path is never broken across lines
-    started = time.perf_counter()
-    report = run_demo(
-        home, max_bytes, steps, console, None if no_ladder else ladder_file, None if no_search else search_file
-    )
-    report.seconds["total"] = time.perf_counter() - started
-    if as_json:
-        print_json(report.as_json())
-        return
-    print_done(console, home, report)
 
 
 def print_done(console: Console, home: Home, report: DemoReport) -> None:

@@ -16,7 +16,7 @@ __all__ = ["Batch", "MixtureDataLoader", "MixtureStream", "SampleIndex", "Schedu
 
 def __getattr__(name: str) -> Any:
     if name in ("TorchMixtureDataset", "MixtureDataLoader"):
-        from loader import torch_dataset
+        from loader import torch_dataset  # lazy: heavy (torch): the package's names load on first use
 
         return getattr(torch_dataset, name)
     raise AttributeError(f"module 'loader' has no attribute {name!r}")

@@ -21,6 +21,7 @@ import logging
 import os
 import queue
 import resource
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -277,7 +278,6 @@ class ChunkCache:
     or a store replaced in place, never see each other's bytes."""
 
     def __init__(self, options: ReadOptions):
-        import tempfile
 
         self.directory = Path(options.cache_dir or Path(tempfile.gettempdir()) / "millrace-chunks")
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -680,7 +680,7 @@ class StoreFiles:
         text = str(root)
         self.local: Path | None = local_path(text)
         if self.local is None:
-            import fsspec
+            import fsspec  # lazy: heavy (fsspec): only where a path is a URL
 
             protocol = text.split("://", 1)[0]
             self.fs, self.root = fsspec.core.url_to_fs(

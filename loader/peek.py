@@ -14,7 +14,9 @@ import numpy as np
 
 from loader.stream import MixtureStream
 from millrace.errors import ArtifactError, ConfigError
+from mixtures.manifest import store_dir_of
 from pipeline.store.format import store_tokenizer
+from pipeline.store.trace import document_rows, has_trace
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -70,9 +72,6 @@ def load_tokenizer(stream: MixtureStream) -> Tokenizer:
 def _documents(stream: MixtureStream, cell: str, sequence: int, epoch: int) -> list[HeldDocument] | None:
     """The stored documents a sample's window overlaps, in window order (source, original id, origin,
     input position); None for a store without the pipeline's traceability sidecar."""
-    from mixtures.manifest import store_dir_of
-    from pipeline.store.trace import document_rows, has_trace
-
     cell_dir = store_dir_of(stream.path) / "cells" / cell
     if not has_trace(cell_dir):
         return None

@@ -19,7 +19,7 @@ import numpy as np
 from loader.permutation import ROUNDS, permute, round_keys
 from millrace.errors import ArtifactError
 from mixtures.interleave import Interleaver
-from mixtures.manifest import BuiltManifest
+from mixtures.manifest import BuiltManifest, ManifestPhase
 
 _EPOCH_MASK = (1 << 40) - 1
 
@@ -88,31 +88,40 @@ class Schedule:
             raise self._fail("no phases")
         position = 0
         for p, phase in enumerate(m.phases):
-            unknown = sorted(set(phase.counts) - set(m.cells))
-            if unknown:
-                raise self._fail(f"phases[{p}] ({phase.name}) counts cells not in the manifest: {unknown}")
-            if any(count < 0 for count in phase.counts.values()):
-                raise self._fail(f"phases[{p}] ({phase.name}) has a negative count")
-            if sum(phase.counts.values()) != phase.sequences:
-                raise self._fail(
-                    f"phases[{p}] ({phase.name}) counts sum to {sum(phase.counts.values())}, "
-                    f"not its {phase.sequences} sequences"
-                )
-            if phase.start_position != position:
-                raise self._fail(f"phases[{p}] ({phase.name}) starts at {phase.start_position}, expected {position}")
-            if phase.sequences <= 0 or phase.sequences % m.global_batch:
-                raise self._fail(
-                    f"phases[{p}] ({phase.name}) has {phase.sequences} sequences, "
-                    f"not a positive multiple of global_batch {m.global_batch}"
-                )
-            if phase.start_step * m.global_batch != position or phase.steps * m.global_batch != phase.sequences:
-                raise self._fail(f"phases[{p}] ({phase.name}) start_step/steps disagree with its positions")
+            self._check_phase(p, phase, position)
             position += phase.sequences
         if position != m.total_sequences or m.total_steps * m.global_batch != m.total_sequences:
             raise self._fail(
                 f"total_sequences {m.total_sequences} / total_steps {m.total_steps} "
                 f"disagree with the phases ({position} sequences)"
             )
+        self._check_cells()
+
+    def _check_phase(self, p: int, phase: ManifestPhase, position: int) -> None:
+        """Phase `p` counts known cells, its counts sum to its sequences, and it starts at `position`, on a
+        whole step."""
+        m, where = self.manifest, f"phases[{p}] ({phase.name})"
+        unknown = sorted(set(phase.counts) - set(m.cells))
+        if unknown:
+            raise self._fail(f"{where} counts cells not in the manifest: {unknown}")
+        if any(count < 0 for count in phase.counts.values()):
+            raise self._fail(f"{where} has a negative count")
+        if sum(phase.counts.values()) != phase.sequences:
+            raise self._fail(
+                f"{where} counts sum to {sum(phase.counts.values())}, not its {phase.sequences} sequences"
+            )
+        if phase.start_position != position:
+            raise self._fail(f"{where} starts at {phase.start_position}, expected {position}")
+        if phase.sequences <= 0 or phase.sequences % m.global_batch:
+            raise self._fail(
+                f"{where} has {phase.sequences} sequences, not a positive multiple of global_batch {m.global_batch}"
+            )
+        if phase.start_step * m.global_batch != position or phase.steps * m.global_batch != phase.sequences:
+            raise self._fail(f"{where} start_step/steps disagree with its positions")
+
+    def _check_cells(self) -> None:
+        """Each cell's sequences follow from its tokens, and a drawn cell has some."""
+        m = self.manifest
         for name in self.cell_names:
             cell = m.cells[name]
             if cell.sequences_available != max(0, (cell.available_tokens - 1) // m.seq_len):

@@ -39,13 +39,14 @@ from loader.files import ChunkedFile, OpenFiles, RemoteFile, StoreFiles
 from loader.permutation import run_shuffle
 from millrace.artifacts import check_pinned, parse_artifact, payload_model
 from millrace.errors import ArtifactError
-from mixtures.manifest import ManifestCell
+from mixtures.manifest import BuiltManifest, ManifestCell
 from pipeline.store.format import (
     CELL_KIND,
     CELL_SCHEMA_VERSION,
     INDEX_PREFIX_BYTES,
     CellManifest,
     ShardDigests,
+    ShardTable,
     digest_hex,
     index_size,
     parse_index_header,
@@ -64,17 +65,10 @@ QUIET_BATCHES = 2  # batches in a row with every chunk held locally after which 
 class OpenShard:
     """One shard's `.bin`, `.idx` (and `.src`): sizes and header checked when opened."""
 
-    def __init__(
-        self,
-        files: StoreFiles,
-        cell: str,
-        name: str,
-        documents: int,
-        tokens: int,
-        digest: str,
-        dtype: np.dtype,
-        sources: bool,
-    ):
+    def __init__(self, files: StoreFiles, cell: str, table: ShardTable, index: int, dtype: np.dtype, sources: bool):
+        """Shard `index` of `cell`'s table."""
+        name, documents, tokens = table.names[index], table.documents[index], table.tokens[index]
+        digest = table.digests[index]
         prefix = f"cells/{cell}/{name}"
         self.name, self.documents, self.tokens, self.itemsize = (
             files.describe(prefix),
@@ -236,19 +230,17 @@ class CellShards:
 class TokenSpace:
     """Token windows and per-segment sources of the drawn cells, by (cell, sequence, epoch)."""
 
-    def __init__(
-        self,
-        files: StoreFiles,
-        cells: list[CellShards | None],
-        seq_len: int,
-        dtype: np.dtype,
-        seed: int,
-        block: int,
-        sources: bool,
-        run: int = 1,
-    ):
-        self.files, self.cells, self.seq_len, self.dtype = files, cells, seq_len, np.dtype(dtype)
-        self.seed, self.block, self.run, self.sources = seed, block, run, sources
+    def __init__(self, files: StoreFiles, cells: list[CellShards | None], manifest: BuiltManifest, sources: bool):
+        """The drawn `cells` (None: not drawn) of `manifest`'s store, its windows laid out as the manifest pins
+        (sequence length, seed, document blocks and runs); `sources`: read the per-segment sources too."""
+        self.files, self.cells, self.seq_len = files, cells, manifest.seq_len
+        self.dtype = np.dtype(manifest.dtype)
+        self.seed, self.block, self.run, self.sources = (
+            manifest.seed,
+            manifest.document_block,
+            manifest.document_run,
+            sources,
+        )
         self.open_files: OpenFiles[tuple[int, int], OpenShard] = OpenFiles(files.options.max_open_files)
         self._layouts: OrderedDict[tuple[int, int, int, int], Layout] = OrderedDict()  # cell, shard, block, epoch
         self._planned: OrderedDict[tuple[bytes, bytes, bytes], Located] = (
@@ -279,16 +271,7 @@ class TokenSpace:
         table = cell.table
 
         def opener() -> tuple[OpenShard, int]:
-            opened = OpenShard(
-                self.files,
-                cell.name,
-                table.names[index],
-                table.documents[index],
-                table.tokens[index],
-                table.digests[index],
-                self.dtype,
-                self.sources and cell.has_sources,
-            )
+            opened = OpenShard(self.files, cell.name, table, index, self.dtype, self.sources and cell.has_sources)
             return opened, opened.files
 
         return self.open_files.get((cell_id, index), opener, 3 if self.sources and cell.has_sources else 2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar, overload
@@ -152,16 +152,7 @@ class MixtureStream:
             cells[self.schedule.cell_index[name]] = CellShards(files, manifest.cells[name], np.dtype(manifest.dtype))
         opened = [c for c in cells if c is not None]
         self.has_sources = sources and bool(opened) and bool(self.source_names) and all(c.has_sources for c in opened)
-        self._space = TokenSpace(
-            files,
-            cells,
-            manifest.seq_len,
-            np.dtype(manifest.dtype),
-            manifest.seed,
-            manifest.document_block,
-            self.has_sources,
-            manifest.document_run,
-        )
+        self._space = TokenSpace(files, cells, manifest, self.has_sources)
         log.info(
             "%s: %d cells, %d shards pinned (opened on demand); %d steps of %d x %d tokens",
             self.path,
@@ -321,13 +312,21 @@ class MixtureStream:
         if self.index_only:
             raise ArtifactError(f"{self.path}: stats-only manifest (index-only mode) has no batches; use index(step)")
         self._step = start
-        make = self._reading_ahead(self.gather if gathered else self._assemble, range(start, end, stride))
+        steps = range(start, end, stride)
+        make = self._reading_ahead(self.gather if gathered else self._assemble, steps)
         if self.prefetch <= 0:
-            for step in range(start, end, stride):
+            for step in steps:
                 batch = make(step, self._sequential_index(step))
                 self._step = step + 1
                 yield batch
             return
+        yield from self._prefetched(make, steps)
+
+    def _prefetched(
+        self, make: Callable[[int, SampleIndex], Batch | Gathered], steps: range
+    ) -> Generator[Batch | Gathered]:
+        """`make` over `steps` on a background thread, up to `prefetch` batches ahead; its error is raised here,
+        and closing the generator stops the thread."""
         ready: queue.Queue[Batch | Gathered | _Failure | None] = queue.Queue(maxsize=self.prefetch)  # None: done
         stop = threading.Event()
 
@@ -342,7 +341,7 @@ class MixtureStream:
 
         def produce() -> None:
             try:
-                for step in range(start, end, stride):
+                for step in steps:
                     if not offer(make(step, self._sequential_index(step))):
                         return
                 offer(None)
@@ -384,12 +383,6 @@ class MixtureStream:
                 ahead.finished()
 
         return made
-
-    def iterate_index(self, start_step: int = 0, end_step: int | None = None) -> Iterator[SampleIndex]:
-        """Index-only iteration (works on stats-only manifests): one SampleIndex per step."""
-        end = self.steps if end_step is None else end_step
-        for step in range(start_step, end):
-            yield self.index(step)
 
     def state_dict(self) -> dict[str, object]:
         """Small and O(1): the next step, and what pins it to this manifest's schedule."""

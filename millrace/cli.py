@@ -24,7 +24,7 @@ SUBCOMMANDS = {
     "ladder": ("trainer.ladder.cli:ladder", "Plan, train, fit and compare scaling ladders."),
     "runs": ("trainer.runs_cli:runs", "List training runs: status, revision, last step and loss."),
     "report": ("reports.cli:report", "Build and watch the static report site."),
-    "demo": ("demo.run:demo", "The main job end to end on the embedded default corpus."),
+    "demo": ("demo.cli:demo", "The main job end to end on the embedded default corpus."),
 }
 # groups nested under a room's group from a room downstream of it (the mixtures room never imports the search)
 NESTED = {"mix": {"search": "trainer.search.cli:search"}}

@@ -11,6 +11,7 @@ from typing import TypeVar
 import click
 
 from millrace.home import Home
+from millrace.names import PLAIN_NAME
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., object])  # a command's function, before click makes it a command
@@ -44,8 +45,6 @@ def print_json(payload: object) -> None:
 def run_option(help: str, default: str | None = None, required: bool = False) -> Callable[[F], F]:
     """`--run NAME`, the one spelling of a training run's name; `--run-name` too, because under torchrun
     (`torchrun ... -m millrace train ... --run X`) torchrun's own parser takes `--run` for its `--run-path`."""
-    from millrace.names import PLAIN_NAME
-
     return click.option(
         "--run", "--run-name", "run_name", type=PLAIN_NAME, help=help, default=default, required=required
     )
@@ -55,6 +54,4 @@ def revision_option(
     help: str = "Mixture revision name.", default: str | None = None, required: bool = False
 ) -> Callable[[F], F]:
     """`--revision NAME`, the one spelling of a mixture revision."""
-    from millrace.names import PLAIN_NAME
-
     return click.option("--revision", "revision", type=PLAIN_NAME, help=help, default=default, required=required)

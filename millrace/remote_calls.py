@@ -47,9 +47,9 @@ WRITE_LIMITS = CallLimits(timeout=60.0, setting="write_timeout")
 
 def describe_failure(exc: BaseException, limits: CallLimits) -> str:
     """A failed call in words: a deadline passed says so (fsspec's FSTimeoutError has no message)."""
-    import asyncio
+    import asyncio  # lazy: heavy (asyncio): only for an async filesystem
 
-    from fsspec.exceptions import FSTimeoutError
+    from fsspec.exceptions import FSTimeoutError  # lazy: heavy (fsspec): only where a path is a URL
 
     if isinstance(exc, (FSTimeoutError, asyncio.TimeoutError, TimeoutError)):
         return f"stalled: no complete answer within {limits.setting} {limits.timeout:g}s"
@@ -85,7 +85,7 @@ def within_deadline(fs: AbstractFileSystem, method: str, *args: object, timeout:
     http: a server that accepts and never answers, a body that stops); a local one is called as it is.
     Returns what `fs.<method>` does: fsspec's methods are untyped, so it is Any, and each caller says its type."""
     if getattr(fs, "async_impl", False) and getattr(fs, "loop", None) is not None:
-        from fsspec.asyn import sync
+        from fsspec.asyn import sync  # lazy: heavy (fsspec): only where a path is a URL
 
         return sync(fs.loop, getattr(fs, f"_{method}"), *args, timeout=timeout, **kwargs)
     return getattr(fs, method)(*args, **kwargs)
@@ -119,7 +119,7 @@ def limited_fs(
     url: str, storage_options: Mapping[str, object] | None, limits: CallLimits
 ) -> tuple[AbstractFileSystem, str]:
     """The filesystem and root path of `url`, with this module's layer as its only retries."""
-    import fsspec
+    import fsspec  # lazy: heavy (fsspec): only where a path is a URL
 
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     fs, root = fsspec.core.url_to_fs(url, **single_retry_layer(protocol, storage_options or {}, limits.timeout))

@@ -36,7 +36,7 @@ _received = threading.Event()
 
 def sigterm_received() -> bool:
     """Whether SIGTERM reached this process under `sigterm_as_interrupt`. A batch system signals the whole
-    process group: a worker pool (its forkserver included) can die of it and fail the stage before the
+    process group: a worker pool (its forkserver included) can die of it and fail the phase before the
     main thread's `TerminateSignal` is raised, and that failure must read as the stop it is."""
     return _received.is_set()
 

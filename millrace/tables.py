@@ -14,6 +14,6 @@ OFF_TERMINAL_WIDTH = 100_000  # a table is never wider than its content; this on
 
 def print_table(table: RenderableType) -> None:
     """Print a rich table (rich is imported only here: `--json` runs start faster)."""
-    from rich.console import Console
+    from rich.console import Console  # lazy: heavy (rich): only when a table or bar is drawn
 
     Console(width=None if sys.stdout.isatty() else OFF_TERMINAL_WIDTH).print(table)

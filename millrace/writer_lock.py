@@ -166,11 +166,3 @@ class WriterLock:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
-
-
-def observed_status(recorded: str | None, lock_path: Path) -> str | None:
-    """A recorded `running` is only true while its writer lives: `stale` once it is gone (a SIGKILL, a lost
-    node, an out-of-memory kill: nothing had the chance to record `interrupted` or `failed`)."""
-    if recorded == "running" and holder_state(lock_path) == "gone":
-        return "stale"
-    return recorded

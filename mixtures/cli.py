@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME, known
 from millrace.options import home_option, json_option, print_json, revision_option
 from millrace.tables import print_table
 from mixtures import api
 from mixtures.new import STRATEGY_CHOICES
+from mixtures.resolve import store_names
 from mixtures.strategies import STRATEGIES, parse_factors
 from pipeline.store.labels import labelled
 
@@ -31,7 +33,7 @@ def show(table: RenderableType) -> None:
 
 
 def new_table(title: str) -> Table:
-    from rich.table import Table
+    from rich.table import Table  # lazy: heavy (rich): only when a table or bar is drawn
 
     return Table(title=title)
 
@@ -50,9 +52,6 @@ def mix() -> None:
 
 def only_store(home: Home) -> str:
     """The store `mix new` reads when `--store` is not given: the only one there is."""
-    from millrace.errors import ConfigError
-    from mixtures.resolve import store_names
-
     names = store_names(home)
     if len(names) != 1:
         raise ConfigError(

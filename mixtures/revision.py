@@ -71,6 +71,7 @@ from typing import Any
 
 import pydantic
 import pydantic_core
+import tomli_w
 
 from millrace.artifacts import content_hash
 from millrace.config import StrictModel, parse_document
@@ -206,24 +207,30 @@ def check_phases(revision: Revision, source: str) -> None:
         if (phase.weights is None) == (phase.strategy is None):
             raise ConfigError(f"{where}: give exactly one of 'weights' and 'strategy'")
         if phase.weights is not None:
-            if phase.cells is not None:
-                raise ConfigError(f"{where}: field 'cells': only for a strategy phase (this phase has weights)")
-            if not phase.weights:
-                raise ConfigError(f"{where}: field 'weights': empty")
-            for cell, weight in phase.weights.items():
-                if weight < 0:
-                    raise ConfigError(f"{where}: field 'weights' cell {cell!r}: negative weight {weight!r}")
-            total = math.fsum(phase.weights.values())
-            if total <= 0:
-                raise ConfigError(f"{where}: field 'weights': every weight is zero")
-            if not revision.normalize and abs(total - 1.0) > 1e-9:
-                raise ConfigError(
-                    f"{where}: field 'weights': weights sum to {total:.12g}, not 1 within 1e-9 "
-                    "(fix them, or set normalize = true to rescale)"
-                )
+            _check_weights(phase, where, revision.normalize)
             continue
         if phase.cells is not None and not phase.cells:
             raise ConfigError(f"{where}: field 'cells': empty list")
+
+
+def _check_weights(phase: PhaseSpec, where: str, normalize: bool) -> None:
+    """A weights phase: no `cells`, no negative weight, not all zero, and summing to 1 unless normalized."""
+    weights = phase.weights or {}
+    if phase.cells is not None:
+        raise ConfigError(f"{where}: field 'cells': only for a strategy phase (this phase has weights)")
+    if not weights:
+        raise ConfigError(f"{where}: field 'weights': empty")
+    for cell, weight in weights.items():
+        if weight < 0:
+            raise ConfigError(f"{where}: field 'weights' cell {cell!r}: negative weight {weight!r}")
+    total = math.fsum(weights.values())
+    if total <= 0:
+        raise ConfigError(f"{where}: field 'weights': every weight is zero")
+    if not normalize and abs(total - 1.0) > 1e-9:
+        raise ConfigError(
+            f"{where}: field 'weights': weights sum to {total:.12g}, not 1 within 1e-9 "
+            "(fix them, or set normalize = true to rescale)"
+        )
 
 
 def parse_revision(data: object, source: str) -> Revision:
@@ -243,8 +250,6 @@ def load_revision(path: Path | str) -> Revision:
 
 def revision_to_toml(revision: Revision, header: str = "") -> str:
     """The file form of a revision: phases last, weights as a table per phase."""
-    import tomli_w
-
     data = revision.model_dump(mode="json", exclude_none=True)
     if not data.get("description"):
         data.pop("description", None)

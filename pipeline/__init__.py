@@ -28,6 +28,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "init_config":
+        # lazy: the package's names load on first use (`import pipeline` stays light)
         from pipeline.starter import init_config
 
         return init_config

@@ -33,7 +33,7 @@ def pipeline() -> None:
     type=click.Choice(["local", "ray", "slurm"]),
     default=None,
     help="datatrove executor (default: the config's [executor] kind, else local). slurm submits one "
-    "job per stage, each depending on the one before, and returns.",
+    "job per phase, each depending on the one before, and returns.",
 )
 @click.option(
     "--workers",
@@ -49,7 +49,7 @@ def pipeline() -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Slurm executor: write each stage's sbatch script and chain.json for review; submit nothing.",
+    help="Slurm executor: write each phase's sbatch script and chain.json for review; submit nothing.",
 )
 @home_option
 @json_option
@@ -63,9 +63,9 @@ def run(
     as_json: bool,
 ) -> None:
     """Run CONFIG.toml: read, filter, dedup, tokenize into $MILLRACE_HOME/stores/<name>/<version>."""
-    from pipeline.config import load_pipeline_config
-    from pipeline.runner import PHASE_LABELS, run_pipeline
-    from pipeline.store.cli import print_summary, store_summary
+    from pipeline.config import load_pipeline_config  # lazy: command body: `millrace --help` stays light
+    from pipeline.runner import PHASE_LABELS, run_pipeline  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.store.cli import print_summary, store_summary  # lazy: command body: `millrace --help` stays light
 
     config = load_pipeline_config(config_path)
     if (executor or config.executor.kind) == "slurm":
@@ -74,7 +74,7 @@ def run(
         raise ConfigError('--dry-run writes Slurm scripts: use it with --executor slurm or [executor] kind = "slurm"')
     labels = list(PHASE_LABELS)
     bar = on_terminal() and not as_json
-    current = {"stage": "starting"}
+    current = {"phase": "starting"}
     with Progress(
         SpinnerColumn(),
         TextColumn("pipeline: {task.description}"),
@@ -86,7 +86,7 @@ def run(
         task = progress.add_task("starting", total=len(labels))
 
         def on_phase(label: str) -> None:
-            current["stage"] = label
+            current["phase"] = label
             progress.update(task, description=label, completed=labels.index(label))
 
         try:
@@ -102,7 +102,7 @@ def run(
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`millrace.signals`): the same clean stop
             stopped = Terminated if isinstance(exc, TerminateSignal) else Interrupted
             raise stopped(
-                f"pipeline stopped in stage {current['stage']}; finished tasks are kept, continue "
+                f"pipeline stopped in phase {current['phase']}; finished tasks are kept, continue "
                 f"with: millrace pipeline run {config_path}"
             ) from None
         progress.update(task, description="done", completed=len(labels))
@@ -114,8 +114,8 @@ def run(
 
 
 def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bool, as_json: bool) -> None:
-    from pipeline import slurm
-    from pipeline.stages.read.fields import check_text_fields
+    from pipeline import slurm  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.stages.read.fields import check_text_fields  # lazy: command body: `millrace --help` stays light
 
     check_text_fields(config)  # before any job is written or submitted, as `run_pipeline` does
 
@@ -125,13 +125,43 @@ def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bo
             return print_json({"submitted": False, "jobs": chain})
         for job in chain:
             after = f", after {job['after']}" if job["after"] else ""
-            click.echo(f"{job['stage']}: {job['script']} (array of {job['array']}{after})")
+            click.echo(f"{job['phase']}: {job['script']} (array of {job['array']}{after})")
         return None
-    jobs = slurm.submit(config, home, restart=restart)
+    submitted = slurm.submit(config, home, restart=restart)
     if as_json:
-        return print_json({"submitted": True, "jobs": jobs})
-    for job in jobs:
-        click.echo(f"{job['stage']}: " + ("already complete" if job["job_id"] == -1 else f"job {job['job_id']}"))
+        return print_json({"submitted": True, **submitted})
+    if submitted["cancelled"]:
+        click.echo(f"cancelled the earlier chain's pending jobs: {' '.join(submitted['cancelled'])}")
+    for submitted_job in submitted["jobs"]:
+        job_id = submitted_job["job_id"]
+        click.echo(f"{submitted_job['phase']}: " + ("already complete" if job_id == -1 else f"job {job_id}"))
+    click.echo("follow it with: millrace pipeline status <config>")
+    return None
+
+
+@pipeline.command("status")
+@click.argument("config_path", metavar="CONFIG.toml", type=click.Path(dir_okay=False, path_type=Path))
+@home_option
+@json_option
+def status(config_path: Path, home: Home, as_json: bool) -> None:
+    """Where CONFIG.toml's run stands: per phase, the tasks done (completion markers in the work directory,
+    on the disk or at work_url; any executor) and, for a Slurm chain, its jobs' states (squeue, then sacct).
+    Reads only."""
+    from rich.table import Table
+
+    from millrace.tables import print_table
+    from pipeline.chain_status import chain_status, status_rows
+    from pipeline.config import load_pipeline_config
+
+    found = chain_status(load_pipeline_config(config_path), home)
+    if as_json:
+        return print_json(found)
+    state = "built" if found["built"] else ("started" if found["started"] else "not started")
+    click.echo(f"store {found['store']} ({found['executor']}): {state}; work directory {found['work']}")
+    table = Table("phase", "tasks done", "jobs")
+    for row in status_rows(found):
+        table.add_row(*row)
+    print_table(table)
     return None
 
 
@@ -193,6 +223,7 @@ def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _starter(corpus_dir: Path, text_keys: dict[str, str], ask: bool) -> tuple[str, StarterFound]:
     """The starter text and what was found; on a terminal, a source whose text field is unclear is asked for."""
+    # lazy: command body: `millrace --help` stays light
     from pipeline.stages.read.fields import UnknownTextField
     from pipeline.starter import init_starter
 

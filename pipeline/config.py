@@ -17,8 +17,8 @@
     [quality], [domains]   optional: quality buckets (pipeline.cells.quality) and topic domains
                            (pipeline.cells.domains); cells become cNNqQ
 
-Every section's model lives here, so that reading a config imports no stage (no datatrove, no scikit-learn);
-the stages import their section's model from here. `pipeline init` writes the starter file from these models
+Every section's model lives here, so that reading a config imports no step (no datatrove, no scikit-learn);
+the steps import their section's model from here. `pipeline init` writes the starter file from these models
 (field descriptions become its comments) and from the filter registry, `pipeline.filters`.
 
 `load_pipeline_config` is the edge: every problem is a one-line ConfigError naming the file
@@ -62,9 +62,9 @@ CALVER = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
 
 
 class SourceConfig(StrictModel):
-    """One input source; its name becomes the cell name when no domains stage runs."""
+    """One input source; its name becomes the cell name when no domains step runs."""
 
-    name: str = pydantic.Field(pattern=NAME_PATTERN, description="becomes the cell name when no domains stage runs")
+    name: str = pydantic.Field(pattern=NAME_PATTERN, description="becomes the cell name when no domains step runs")
     paths: list[str] = pydantic.Field(
         min_length=1,
         examples=[["web/", "s3://bucket/corpus/web/"]],
@@ -232,7 +232,7 @@ SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){1,2}$|^\d+$")
 
 
 class SlurmConfig(StrictModel):
-    """What each stage's sbatch script asks for (datatrove's `SlurmPipelineExecutor`, see `pipeline.slurm`)."""
+    """What each phase's sbatch script asks for (datatrove's `SlurmPipelineExecutor`, see `pipeline.slurm`)."""
 
     partition: str = pydantic.Field("", examples=["cpu"], description='required with kind = "slurm"')
     time: str = pydantic.Field("04:00:00", description="per task: D-HH:MM:SS, HH:MM:SS or minutes")
@@ -288,7 +288,7 @@ class ExecutorConfig(StrictModel):
     )
     slurm: SlurmConfig = pydantic.Field(
         SlurmConfig(),
-        description='kind = "slurm": one sbatch job per stage, each '
+        description='kind = "slurm": one sbatch job per phase, each '
         "after the one before; `--dry-run` writes the scripts without submitting",
         json_schema_extra={"starter": "commented"},
     )  # pipeline.starter.COMMENTED
@@ -297,8 +297,6 @@ class ExecutorConfig(StrictModel):
     def _partition(self) -> ExecutorConfig:
         if self.kind == "slurm" and not self.slurm.partition:
             raise ValueError('kind = "slurm" needs executor.slurm.partition')
-        if self.kind == "slurm" and self.work_url:
-            raise ValueError('work_url runs with kind = "local" or "ray"; Slurm jobs share a work directory on disk')
         return self
 
 
@@ -461,7 +459,8 @@ class DomainsConfig(StrictModel):
     @pydantic.field_validator("embedder")
     @classmethod
     def _known_embedder(cls, name: str) -> str:
-        from pipeline.cells.embedding import embedder_class  # imports scikit-learn: only when a config is checked
+        # lazy: heavy (scikit-learn): only when a config is checked
+        from pipeline.cells.embedding import embedder_class
 
         try:
             embedder_class(name)
@@ -526,7 +525,8 @@ class PipelineConfig(StrictModel):
 def _check_filter_options(config: PipelineConfig, origin: str) -> None:
     """Build each filter with its options once, so that what its constructor refuses fails here, in one line,
     and not in every task."""
-    from pipeline.stages.filter.filtering import build_filter  # imports datatrove: only when a config file is loaded
+    # lazy: heavy (datatrove): only when a config file is loaded
+    from pipeline.stages.filter.filtering import build_filter
 
     for name, options in config.filters.items():
         try:
@@ -564,7 +564,7 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
         path = (base / Path(tokenizer.path).expanduser()).resolve()
         if not path.is_file():
             raise ConfigError(f"{origin}: field 'tokenizer.path': file not found: {path}")
-        from tokenizers import Tokenizer  # the Rust extension: only when a tokenizer is configured
+        from tokenizers import Tokenizer  # lazy: heavy (the Rust extension): only when a tokenizer is configured
 
         try:
             given = Tokenizer.from_file(str(path))

@@ -3,8 +3,8 @@
 With `[executor] work_url` set, `<work_url>/<name>/<version>/` holds every intermediate, and
 datatrove's per-task completion markers and logs live under its `logs/` (the executor's logging
 folder is a `DataFolder` on the URL, so resume works as on a disk). Each task (`StagedTask`) runs
-in a fresh local scratch directory of its own: it downloads the inputs its stage reads, runs the
-stage's steps there (the same steps as on one disk, their paths moved to the scratch directory),
+in a fresh local scratch directory of its own: it downloads the inputs its phase reads, runs the
+phase's steps there (the same steps as on one disk, their paths moved to the scratch directory),
 uploads every file it wrote (one object each: an object appears whole or not at all), and only
 then does datatrove write its completion marker. A task killed part-way leaves no marker; its
 rerun overwrites whatever it had uploaded. The scratch directory is deleted when the task ends, and a killed
@@ -21,6 +21,7 @@ tasks' big outputs (filtered documents, signatures, token runs, shards) never co
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import pickle
@@ -35,6 +36,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from millrace.errors import MillraceError
 from pipeline.stages.in_place import reading_in_place
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
 log = logging.getLogger(__name__)
-SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<stage>-<rank>-<host>-pid<pid>-<random>
+SCRATCH_PREFIX = "millrace-"  # a task's scratch directory: millrace-<phase>-<rank>-<host>-pid<pid>-<random>
 _HOST = socket.gethostname().replace("-", "_")
 UA_APP_ID = "AWS_SDK_UA_APP_ID"  # botocore's app id, sent in each request's user agent
 Info = dict[str, Any]  # an object's info as fsspec lists it (name, size, type, ETag or mtime, ...)
@@ -60,8 +63,9 @@ TASK_INPUTS: dict[str, tuple[str, ...]] = {
     "tokenize": ("filtered/{rank}.jsonl.zst", "removed/*/{rank}.jsonl.zst", "tokenizer.json", "models/*.*"),
     # its own token runs and training shards, against the held-out index
     "decontaminate": ("tokens/{rank}", "store/cells/*/shard-{rank}-*", "contamination/held-out.npz"),
-    # its own token runs (tables, placed rows, waiting candidates) and written.json
-    "split": ("tokenizer.json", "tokens/{rank}"),
+    # its own token runs (tables, placed rows, waiting candidates) and written.json; in a Slurm chain, the
+    # cutoffs and decision the decontaminate job saved (`pipeline.slurm`: the split is built in the task)
+    "split": ("tokenizer.json", "tokens/{rank}", "contamination/cutoffs.json", "contamination/decision.json"),
     "publish": (),  # its own shards go from the work URL to the store URL (`pipeline.store.remote.PublishShards`)
 }
 
@@ -141,8 +145,6 @@ class RemoteWork:
     @property
     def fs(self) -> AbstractFileSystem:
         if self._fs is None:
-            from fsspec.core import url_to_fs
-
             self._fs, root = url_to_fs(self.url, **self.storage_options)
             self._root = root.rstrip("/")
         return self._fs
@@ -167,7 +169,7 @@ class RemoteWork:
         return DataFolder(self.remote_path(local), fs=self.fs)
 
     def remove(self, local: Path) -> None:
-        """Delete a mirror path's file or folder on the URL (a stage that reruns from scratch)."""
+        """Delete a mirror path's file or folder on the URL (a phase that reruns from scratch)."""
         target = self.remote_path(local)
         if self.fs.exists(target):
             self.fs.rm(target, recursive=True)
@@ -249,8 +251,6 @@ def _download(fs: AbstractFileSystem, root: str, local: Path, relatives: list[st
 
 def _upload(fs: AbstractFileSystem, root: str, files: dict[str, Path]) -> None:
     """One object per file; on a plain filesystem each is written beside its target and renamed into place."""
-    from fsspec.implementations.local import LocalFileSystem
-
     if not files:
         return
     if isinstance(fs, LocalFileSystem):
@@ -303,8 +303,6 @@ class _Relocating(pickle.Pickler):
 
 def relocate(steps: list[PipelineStep], old: Path, new: Path) -> list[PipelineStep]:
     """A copy of `steps` whose paths under `old` (the driver's mirror) lie under `new` (a task's scratch)."""
-    import io
-
     buffer = io.BytesIO()
     _Relocating(buffer, old, new).dump(steps)
     if str(old).encode() in buffer.getvalue():  # a path kept as a plain string: it would still name the driver's disk

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from datatrove.data import Document
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
+from loguru import logger
 
 from millrace.artifacts import atomic_write_text, content_hash, read_artifact
 from millrace.errors import ConfigError, MillraceError, disk_full_cause
@@ -96,6 +97,14 @@ from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
 from pipeline.store.manifest_records import Funnel, NotRead, StoreStats
+from pipeline.store.remote import (
+    PublishShards,
+    check_target,
+    copy_store,
+    publish_store,
+    published,
+    remote_fs,
+)
 from pipeline.work import FINGERPRINTED, PHASES, WorkLayout, prepare_work
 
 if TYPE_CHECKING:
@@ -214,7 +223,7 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
     `domains` section nothing runs and cells are sources."""
     if not config.fits_cells:
         return PostDedupSteps()
-    from pipeline.stages.tokenize.cell_steps import CellSteps
+    from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
     cells = CellSteps(config.quality, config.domains, layout.models)
     cells.fit(DeduplicatedSample(config, layout).documents(cells.sample_bytes))
@@ -224,23 +233,43 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
 def _executor(
     kind: str, pipeline: list[PipelineStep], tasks: int, workers: int, logging_dir: Path | DataFolder
 ) -> PipelineExecutor:
-    if kind == "slurm":  # a chain of jobs submitted at once, not a stage run from here
+    if kind == "slurm":  # a chain of jobs submitted at once, not a phase run from here
         raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
-        import ray
-        from datatrove.executor import RayPipelineExecutor
+        import ray  # lazy: optional extra (ray)
+        from datatrove.executor import RayPipelineExecutor  # lazy: heavy (datatrove)
 
         if not ray.is_initialized():
-            ray.init(
-                address=os.environ.get("RAY_ADDRESS"),
-                num_cpus=None if os.environ.get("RAY_ADDRESS") else workers,
-                include_dashboard=False,
-                log_to_driver=False,
-            )
+            _init_ray(workers)
         return RayPipelineExecutor(
             pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir), cpus_per_task=1, mem_per_cpu_gb=1
         )
     return _local_executor(pipeline, tasks, min(workers, tasks), logging_dir)
+
+
+class RayConnectError(MillraceError):
+    """The Ray cluster refused the connection (token authentication) or could not be reached."""
+
+
+def _init_ray(workers: int) -> None:
+    """Connect to $RAY_ADDRESS's cluster (else start a local one). A cluster with token authentication refuses a
+    driver without its token: `ray.init` raises `AuthenticationError` where RAY_AUTH_MODE=token has no token,
+    and a bare `ConnectionError` after its retries where the token is missing or wrong; one line each."""
+    import ray
+    from ray.exceptions import AuthenticationError
+
+    address = os.environ.get("RAY_ADDRESS")
+    try:
+        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False, log_to_driver=False)
+    except AuthenticationError as exc:
+        raise RayConnectError(
+            f"Ray cluster {address or '(local)'}: token authentication: {' '.join(str(exc).split())}"
+        ) from None
+    except ConnectionError as exc:
+        raise RayConnectError(
+            f"Ray cluster {address or '(local)'}: {exc}; a cluster with token authentication needs "
+            "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this environment"
+        ) from None
 
 
 def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
@@ -251,8 +280,6 @@ def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:
 def _file_task_logger(logging_dir: DataFolder, rank: int, local_rank: int = 0, node_rank: int = -1) -> TextIO:
     """datatrove's task logger, but the console gets a task's errors as one line in millrace's log format; its
     file keeps everything."""
-    from loguru import logger
-
     logger.remove()
     logfile: TextIO = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
 
@@ -274,6 +301,7 @@ def _local_executor(
     pipeline: list[PipelineStep], tasks: int, workers: int, logging_dir: Path | DataFolder
 ) -> PipelineExecutor:
     """datatrove's local executor; unless --verbose, its tasks log to their files and only errors to the console."""
+    # lazy: heavy (datatrove)
     import datatrove.executor.base as executor_base
     from datatrove.executor import LocalPipelineExecutor
 
@@ -308,7 +336,7 @@ def shutdown_past_dead_workers() -> None:
     shutdown (`_help_stuff_finish`, which takes the lock to drain the queue) then waits forever in the main
     thread, under `LocalPipelineExecutor.run`, holding the store's writer lock. Here it waits `POOL_LOCK_SECONDS`
     and goes on without draining (the workers it would hand the queue to are gone)."""
-    from multiprocess import pool
+    from multiprocess import pool  # lazy: heavy (multiprocess): the local executor's pool only
 
     if getattr(pool.Pool._help_stuff_finish, "bounded", False):
         return
@@ -343,8 +371,6 @@ def _route_datatrove_logs(level: str = "WARNING") -> None:
     """datatrove's own console log (its merged stats tables, per-task INFO lines) says again what the
     progress lines and the funnel say; this process keeps only its warnings and errors, one line each, in
     millrace's log format (`millrace.logs.loguru_to_logging`)."""
-    from loguru import logger
-
     logger.remove()
     logger.add(loguru_to_logging, level=level, format="{message}")
 
@@ -357,7 +383,7 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
     print a traceback. `pipeline.forkserver_hook` quiets the one a worker forked during the shutdown prints;
     `pipeline.worker_preload` loads what every task needs, once.
     """
-    import multiprocess.forkserver
+    import multiprocess.forkserver  # lazy: heavy (multiprocess): the local executor's pool only
 
     multiprocess.forkserver.set_forkserver_preload(["__main__", "pipeline.forkserver_hook", "pipeline.worker_preload"])
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -421,10 +447,10 @@ def _run_to_completion(executor: PipelineExecutor, shown: str, logging_dir: Path
         if (full := disk_full_cause(exc)) is not None:  # one line naming the path (the work dir if none)
             work = next((p.parent for p in logging_dir.parents if p.name == "logs"), logging_dir)
             raise OSError(full.errno, full.strerror, full.filename or str(work)) from exc
-        raise PipelineError(f"stage {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
+        raise PipelineError(f"phase {shown!r} failed ({type(exc).__name__}: {exc}); task logs in {logs}") from exc
     incomplete = executor.get_incomplete_ranks()
     if incomplete:
-        raise PipelineError(f"stage {shown!r}: tasks {incomplete} did not complete; task logs in {logs}")
+        raise PipelineError(f"phase {shown!r}: tasks {incomplete} did not complete; task logs in {logs}")
 
 
 def remote_work(config: PipelineConfig, layout: WorkLayout) -> RemoteWork | None:
@@ -453,7 +479,7 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
     steps += [step.step(config, layout, funnel[step.name]) for step in FILTER_RUN_STEPS if step.name in funnel]
     d = config.dedup
     if d.exact or d.fuzzy:
-        steps.append(DedupSignatures(layout.signatures, d.ngram, d.bands, d.rows, d.seed, d.parts, d.exact, d.fuzzy))
+        steps.append(DedupSignatures(layout.signatures, d))
     if budget := sample_budget(config):  # the sketch the tokenizer and the cell models are fitted on
         steps.append(SampleSketch(layout.samples, budget))
     steps.append(TaskDocumentWriter(layout.filtered))
@@ -664,7 +690,6 @@ def _finished(config: PipelineConfig, final: Path) -> bool:
         return False
     if not config.output.url:
         return True
-    from pipeline.store.remote import check_target, remote_fs
 
     return check_target(final, *remote_fs(output_url(config, final), config.output.storage_options))
 
@@ -674,7 +699,6 @@ def refuse_published(config: PipelineConfig, final: Path, config_hash: str) -> N
     build would end in a publication that must not overwrite it)."""
     if not config.output.url:
         return
-    from pipeline.store.remote import published, remote_fs
 
     url = output_url(config, final)
     there = published(*remote_fs(url, config.output.storage_options))
@@ -700,8 +724,6 @@ def publish(config: PipelineConfig, home: Home, final: Path, executors: Executor
     publishes its own shards from the work URL (`PublishShards`: on the server where one storage profile holds
     both URLs), so no shard passes through this disk or process and this process lists none; it uploads the
     manifests it wrote."""
-    from pipeline.store.remote import PublishShards, copy_store, publish_store
-
     url, options = output_url(config, final), config.output.storage_options
     log.info("publishing %s to %s", final, url)
     layout = WorkLayout(home.work(final.parent.name, final.name))
@@ -877,7 +899,9 @@ def _check_tokenized(layout: WorkLayout, funnel: Funnel) -> None:
     if tokenized_documents(layout):
         return
     removed = {step.name: sum(c.removed_documents() for c in step.sources.values()) for step in funnel.stages}
-    raise PipelineError(f"no document reached tokenization; removed per stage: {removed} (details in {layout.funnel})")
+    raise PipelineError(
+        f"no document reached tokenization; removed per funnel step: {removed} (details in {layout.funnel})"
+    )
 
 
 def _assemble(

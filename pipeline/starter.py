@@ -29,6 +29,7 @@ import pydantic
 from millrace.errors import ConfigError
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, QualityConfig, SourceConfig
 from pipeline.filters import FILTERS
+from pipeline.stages.read.discovery import unread_files
 from pipeline.stages.read.fields import UnknownTextField, first_record, pick_id_key, pick_text_key
 from pipeline.store.manifest_records import NotRead
 
@@ -277,8 +278,6 @@ class StarterFound(TypedDict):
 def init_starter(corpus_dir: Path | str, text_keys: dict[str, str] | None = None) -> tuple[str, StarterFound]:
     """The text of a starter config for `corpus_dir`, and what was found there: each source's name, format,
     paths and fields, and the files no source reads (`discovery.unread_files`)."""
-    from pipeline.stages.read.discovery import unread_files
-
     corpus_dir = Path(corpus_dir).resolve()
     discovered = discover_sources(corpus_dir)
     names = [name for name, _, _ in discovered]

@@ -2,8 +2,8 @@
 
 `work.json` (the work state; named `run.json` in work directories written before 2026.12, still read)
 records, when a run starts, the task count, the input files (path, size and a cheap fingerprint: xxh64
-of the first and last 64 KiB) and one fingerprint per phase (under the key "stages", the name it had when
-the first work directories were written). A phase's
+of the first and last 64 KiB) and one fingerprint per phase (under the key "phases"; work directories written
+before 2026.12 keep them under "stages", still read). A phase's
 fingerprint hashes its own options and its upstream phase's fingerprint, so a config change
 reruns exactly the phase it touches and the ones after it (and says which); `[executor]` touches
 none, `[output] shard_tokens` and the evaluation sets only tokenization and the split (assembly always
@@ -30,6 +30,7 @@ from typing import Any, TypedDict
 
 import pydantic
 import xxhash
+from fsspec.core import url_to_fs
 
 from millrace.artifacts import atomic_write_text, content_hash
 from millrace.errors import MillraceError
@@ -94,7 +95,7 @@ class WorkLayout:
 
     @property
     def progress(self) -> Path:
-        """Live counts the filter and tokenize tasks' readers write as they go, per stage
+        """Live counts the filter and tokenize tasks' readers write as they go, per phase
         (`pipeline.stages.progress`)."""
         return self.root / "progress"
 
@@ -184,8 +185,6 @@ def _file_fingerprint(path: Path | str, storage_options: Mapping[str, object] | 
     """Size and xxh64 of the first and last 64 KiB: of a local file, or an object at a URL, read by exactly those
     two ranges (no read-ahead: a file opened on a bucket would fetch a whole block, up to the object)."""
     if isinstance(path, str) and is_url(path):
-        from fsspec.core import url_to_fs
-
         fs, stripped = url_to_fs(path, **(storage_options or {}))
         size = int(fs.size(stripped))
         ranges = _fingerprint_ranges(size)
@@ -392,7 +391,8 @@ def prepare_work(
                 f"input files changed since this run started in {layout.root}: first changed file {changed};"
                 " restore the inputs, or start over with --restart"
             )
-        rerun = [p for p in FINGERPRINTED if state.get("stages", {}).get(p) != fingerprints[p]]
+        recorded = state.get("phases", state.get("stages", {}))  # "stages": the key's earlier name
+        rerun = [p for p in FINGERPRINTED if recorded.get(p) != fingerprints[p]]
         rerun = list(FINGERPRINTED[FINGERPRINTED.index(rerun[0]) :]) if rerun else []
         if rerun:
             kept = [p for p in FINGERPRINTED if p not in rerun]
@@ -408,7 +408,6 @@ def prepare_work(
             discard(layout.root)
         rerun = list(FINGERPRINTED)
     layout.root.mkdir(parents=True, exist_ok=True)
-    # "stages": the phases' fingerprints, under the key older work directories have
-    atomic_write_text(layout.state, json.dumps({"tasks": tasks, "inputs": inputs, "stages": fingerprints}))
+    atomic_write_text(layout.state, json.dumps({"tasks": tasks, "inputs": inputs, "phases": fingerprints}))
     layout.legacy_state.unlink(missing_ok=True)
     return rerun

@@ -14,6 +14,9 @@ from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME
 from millrace.options import home_option, json_option, print_json, run_option
 from millrace.progress import on_terminal
+from reports.site import build_pages, find_runs, find_store_versions
+from reports.watch import WatchEvent
+from reports.watch import watch as follow
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +71,6 @@ def build(
     as_json: bool,
 ) -> None:
     """Write SITE/<store>/<version>/index.html, SITE/runs/<run>/index.html and SITE/index.html."""
-    from reports.site import build_pages, find_runs, find_store_versions
-
     run_selection = [] if no_runs else (list(runs) or None)
     total = len(find_store_versions(home, stores)) + len(find_runs(home, run_selection))
     with Progress(
@@ -150,8 +151,6 @@ def watch(
     run = run_name or run_argument
     if not run or (run_name and run_argument):
         raise ConfigError("--run: name the run to follow once (`millrace report watch --run NAME`)")
-    from reports.watch import WatchEvent
-    from reports.watch import watch as follow
 
     if not as_json:
         click.echo(f"watching run {run}; open {(out or home.site) / 'runs' / run / 'index.html'} (Ctrl-C stops)")

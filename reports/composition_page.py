@@ -71,7 +71,7 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for stage in funnel:
             row = next((r for r in stage["sources"] if r["source"] == name), None)
             if row is None:
-                entries.append({"text": "—", "title": "not in this stage", "removed": ""})
+                entries.append({"text": "—", "title": "not in this step", "removed": ""})
                 continue
             kept = row["kept"]
             text = human_count(kept["documents"]) + (f" · {human_count(kept['tokens'])} tok" if kept["tokens"] else "")
@@ -88,7 +88,7 @@ def _funnel_sources(funnel: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _funnel_languages(funnel: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stages that count languages, and per language each one's kept and removed documents (reasons on hover)."""
+    """Funnel steps that count languages, and per language each one's kept and removed documents (reasons on hover)."""
     stages = [stage for stage in funnel if stage.get("languages")]
     names = sorted(
         {lang for stage in stages for lang in stage["languages"]},

@@ -140,14 +140,6 @@ class AlertEvents:
         }
 
 
-def alerts_view(records: list[MetricsRecord]) -> dict[str, object]:
-    """`AlertEvents` over a list of records."""
-    events = AlertEvents()
-    for record in records:
-        events.add(record)
-    return events.view()
-
-
 def read_eval(run_dir: Path) -> EvalView:
     """The held-out evaluations of a run, as `eval_view` lays them out."""
     return eval_view(read_eval_records(run_dir))

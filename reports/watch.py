@@ -69,6 +69,23 @@ def _signature(run_dir: Path) -> tuple[tuple[int, int] | None, ...]:
     return tuple(out)
 
 
+def _wait_for_start(
+    run_dir: Path, interval: float, deadline: float | None, stop: threading.Event | None
+) -> str | None:
+    """Wait for the run's record to appear; None once it has, else why the wait ended (timeout, stopped,
+    interrupted)."""
+    log.info("waiting for %s to appear", run_dir / RUN_FILE)
+    try:
+        while not (run_dir / RUN_FILE).exists():
+            if deadline is not None and time.monotonic() >= deadline:
+                return "timeout"
+            if _pause(interval, stop):
+                return "stopped"
+    except KeyboardInterrupt:
+        return "interrupted"
+    return None
+
+
 def watch(
     home: Home | Path | str,
     run: str,
@@ -91,19 +108,9 @@ def watch(
     if not (run_dir / RUN_FILE).exists():
         if not wait:
             raise ConfigError(f"run {run!r}: no {RUN_FILE} in {run_dir} (--wait waits for the run to start)")
-        log.info("waiting for %s to appear", run_dir / RUN_FILE)
-        try:
-            while not (run_dir / RUN_FILE).exists():
-                if deadline is not None and time.monotonic() >= deadline:
-                    return WatchResult(
-                        page=_page_path(home, run, out), rebuilds=0, status="not started", reason="timeout"
-                    )
-                if _pause(interval, stop):
-                    return WatchResult(
-                        page=_page_path(home, run, out), rebuilds=0, status="not started", reason="stopped"
-                    )
-        except KeyboardInterrupt:
-            return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started", reason="interrupted")
+        why = _wait_for_start(run_dir, interval, deadline, stop)
+        if why is not None:
+            return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started", reason=why)
     seen = None
     rebuilds = 0
     page = _page_path(home, run, out)

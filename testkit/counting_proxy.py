@@ -1,7 +1,7 @@
 """A counting HTTP proxy in front of an S3 endpoint (moto's server): the bytes each client read and wrote.
 
 Each request is tied to the process that sent it by its user agent's app id (botocore's `AWS_SDK_UA_APP_ID`,
-which `pipeline.remote_work.StagedTask` sets per task, `millrace-<stage>-<rank>`; a process that sets none
+which `pipeline.remote_work.StagedTask` sets per task, `millrace-<phase>-<rank>`; a process that sets none
 counts as "unnamed"). Bytes are bodies only: what a request uploaded, what its answer downloaded.
 
     with counting_proxy(server.endpoint) as proxy:   # proxy.endpoint replaces the server's in storage options

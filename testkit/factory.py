@@ -234,14 +234,15 @@ def set_status(home: Home, run: str, status: RunStatus, base: Path | None = None
     write_run(home.run(run), record.model_copy(update={"run": run, "status": status}))
 
 
+CONTRACT_LAYERS, CONTRACT_EXPERTS = 2, 8  # the MoE shape of the runs `write_contract_metrics` writes
+
+
 def write_contract_metrics(
     home: Home,
     run: str,
     manifest: Path,
     steps: int,
     status: RunStatus = "completed",
-    layers: int = 2,
-    experts: int = 8,
     spikes: dict[int, float] | None = None,
 ) -> Path:
     """run.json + metrics.jsonl written per the trainer's metrics contract (for streams longer than a test can train).
@@ -287,13 +288,13 @@ def write_contract_metrics(
             load = [
                 ExpertLoad(
                     layer=layer,
-                    load=[1 / experts] * experts,
+                    load=[1 / CONTRACT_EXPERTS] * CONTRACT_EXPERTS,
                     max_violation=0.0,
-                    entropy=math.log(experts),
+                    entropy=math.log(CONTRACT_EXPERTS),
                     window_entropy=0.999 - 0.01 * (step % 3 == 0),
                     dead_experts=int(step % 50 == 0),
                 )
-                for layer in range(layers)
+                for layer in range(CONTRACT_LAYERS)
             ]
             record = MetricsRecord(
                 step=step,
@@ -310,7 +311,7 @@ def write_contract_metrics(
                 param_norm_with_router_bias=120.5,
                 param_norm_per_group={"experts": 100.0, "attention": 60.0 + step * 1e-3},
                 router_bias=[
-                    RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(layers)
+                    RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(CONTRACT_LAYERS)
                 ],
                 expert_load=load,
                 loss_per_cell={str(c): loss for c in sorted(set(drawn))},

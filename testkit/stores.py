@@ -59,7 +59,7 @@ def write_store(
 ) -> Path:
     """`cells[cell]` is a list of shards, each a list of documents; `validation[cell]` the cell's held-out
     documents (one validation shard); `eval_sets[name]` an external evaluation set's documents (one shard under
-    sets/<name>/, as the pipeline's held-out stage writes it); returns the store directory."""
+    sets/<name>/, as the pipeline's held-out split writes it); returns the store directory."""
     root = home.store(name, version)
     summaries = {}
     for cell, shards in sorted(cells.items()):

@@ -10,8 +10,9 @@ from millrace.home import Home
 from trainer.records import read_metrics
 
 
-def torchrun(ranks: int, config: object, home: Home, run: str, steps: int) -> None:
-    """`millrace train` on `ranks` CPU processes, resuming the run's checkpoint if any; fails the test on error."""
+def torchrun(ranks: int, config: object, home: Home, run: str, steps: int) -> str:
+    """`millrace train` on `ranks` CPU processes, resuming the run's checkpoint if any; fails the test on error.
+    Returns what the ranks printed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable,
@@ -35,6 +36,7 @@ def torchrun(ranks: int, config: object, home: Home, run: str, steps: int) -> No
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def curve(home: Home, run: str) -> list[tuple[float | None, float | None]]:

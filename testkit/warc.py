@@ -1,4 +1,4 @@
-"""WARC files with the record kinds a crawl holds, and the read stage run on its own."""
+"""WARC files with the record kinds a crawl holds, and the read step run on its own."""
 
 from __future__ import annotations
 
@@ -56,9 +56,9 @@ def write_warc(path: Path, gz: bool, without_uri: bool = True) -> int:
 def read_source(
     tmp_path: Path, source: SourceConfig
 ) -> tuple[list[Document], dict[str, object], list[dict[str, object]]]:
-    """Run the read stage alone: its documents, its funnel counts and its malformed listing."""
-    stage = ReadStep(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress")
-    documents = list(stage.run(None, 0, 1))
+    """Run the read step alone: its documents, its funnel counts and its malformed listing."""
+    step = ReadStep(source, 0, tmp_path / "funnel", tmp_path / "malformed", tmp_path / "progress")
+    documents = list(step.run(None, 0, 1))
     counts = json.loads((tmp_path / "funnel" / f"{source.name}-00000.json").read_text())
     listing = (tmp_path / "malformed" / source.name / "00000.jsonl").read_text().splitlines()
     return documents, counts, [json.loads(line) for line in listing]

@@ -43,7 +43,7 @@ def test_demo_runs_end_to_end_then_reuses_what_it_built(tmp_path):
     assert "local" in html and "demo" in html
     steps = [json.loads(line)["step"] for line in (home / "runs" / "demo" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
-    # no terminal here: steady progress lines stand in for the bars (pipeline stages, training steps)
+    # no terminal here: steady progress lines stand in for the bars (pipeline phases, training steps)
     assert "pipeline: tokenize, " in first["stderr"] and "train demo: step 4/4, " in first["stderr"]
     evals = [json.loads(line) for line in (home / "runs" / "demo" / "eval.jsonl").read_text().splitlines()]
     assert evals and evals[-1]["step"] == 4 and evals[-1]["loss"]["macro"] > 0  # held out by the pipeline
@@ -52,7 +52,7 @@ def test_demo_runs_end_to_end_then_reuses_what_it_built(tmp_path):
     again = _demo(home, "--steps", "6")
     assert again["manifests"] == first["manifests"]
     assert again["store"] == first["store"]
-    # nothing rebuilt: the corpus and the store are reused, and no pipeline stage runs (events, not seconds)
+    # nothing rebuilt: the corpus and the store are reused, and no pipeline phase runs (events, not seconds)
     assert "reusing the corpus at " in again["stderr"] and "already built from this config" in again["stderr"]
     assert "pipeline: filter, " not in again["stderr"] and "pipeline: tokenize, " not in again["stderr"]
     steps = [json.loads(line)["step"] for line in (home / "runs" / "demo" / "metrics.jsonl").read_text().splitlines()]

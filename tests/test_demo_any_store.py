@@ -31,7 +31,7 @@ from millrace.home import Home
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
 from testkit.stores import make_store
-from tests.pipeline.topic_corpus import write_topic_corpus
+from testkit.topic_corpus import write_topic_corpus
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.results import read_ladder
 from trainer.ladder.rung_revision import build_rung_revision, resolve_base, rung_problem

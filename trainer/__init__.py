@@ -14,7 +14,7 @@ __all__ = ["train"]
 
 def __getattr__(name: str) -> Any:
     if name == "train":
-        from trainer.loop import train
+        from trainer.loop import train  # lazy: heavy (torch): the package's names load on first use
 
         return train
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

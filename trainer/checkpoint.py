@@ -138,7 +138,7 @@ def save(directory: Place, step: int, parts: Mapping[str, Stateful], keep: int) 
 
 def _save_remote(directory: RemoteDir, step: int, parts: Mapping[str, Stateful], keep: int) -> Place:
     """`save` at a URL: DCP's fsspec writer under the final name, then the digests, written last, commit it."""
-    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter  # lazy: heavy (torch)
 
     final = directory / checkpoint_name(step)
     if _rank() == 0:
@@ -170,7 +170,7 @@ def _save_remote(directory: RemoteDir, step: int, parts: Mapping[str, Stateful],
 def _reader(path: Place) -> dict[str, Any]:
     """DCP's `checkpoint_id` for a local checkpoint, its fsspec `storage_reader` for one at a URL."""
     if isinstance(path, RemoteDir):
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader  # lazy: heavy (torch)
 
         return {"storage_reader": FsspecReader(path.url, **path.bounded_options)}
     return {"checkpoint_id": str(path)}

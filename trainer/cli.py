@@ -7,13 +7,17 @@ from typing import TYPE_CHECKING
 
 import click
 
+from millrace.config import parse_document
 from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, check_name
 from millrace.options import home_option, json_option, print_json, revision_option, run_option
+from pipeline.config import TokenizerConfig
+from trainer.config import load_train_config, shipped_configs
 from trainer.records import RunLabels
 from trainer.runs_cli import checked_tags
 from trainer.runs_cli import list_command as runs_list_command
+from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
 
 if TYPE_CHECKING:  # torch loads when a command runs
     from trainer.flops import Plan
@@ -150,7 +154,7 @@ def run_command(
     CONFIG is a TOML file, or the name of a config millrace ships (`tiny`; `millrace train configs` lists
     them, with where they are)."""
     labels = RunLabels(tags=list(checked_tags(tags)), notes=note)  # refused before torch is imported
-    from trainer.loop import train as train_fn
+    from trainer.loop import train as train_fn  # lazy: command body: `millrace --help` loads no torch
 
     result = train_fn(
         config,
@@ -172,6 +176,7 @@ def run_command(
             {
                 "run": result.run,
                 "run_dir": str(result.run_dir),
+                "rank": result.rank,
                 "start_step": result.start_step,
                 "end_step": result.end_step,
                 "steps_run": len(result.losses),
@@ -179,6 +184,11 @@ def run_command(
                 "last_loss": result.losses[-1] if result.losses else None,
                 "seconds": round(result.seconds, 3),
             }
+        )
+    elif result.losses and result.rank:  # its node may have no run directory: rank 0 writes the files
+        click.echo(
+            f"run {result.run}, rank {result.rank}: steps {result.start_step}..{result.end_step} done; rank 0 "
+            f"writes the run's files ({result.files}, on its node unless shared)"
         )
     elif result.losses:
         click.echo(
@@ -196,8 +206,6 @@ train.add_command(runs_list_command, "list")
 @json_option
 def configs_command(as_json: bool) -> None:
     """The training configs millrace ships: each one's name (what CONFIG may say, from any directory) and file."""
-    from trainer.config import shipped_configs
-
     shipped = {name: str(path) for name, path in shipped_configs().items()}
     if as_json:
         print_json({"configs": shipped})
@@ -224,8 +232,6 @@ OTHER_SPECS = {
 
 def refuse_other_spec(config: str) -> None:
     """A ladder or search spec given where a training config belongs: one line naming the command for it."""
-    from millrace.config import parse_document
-
     document = parse_document(Path(config))
     for key, (what, command) in OTHER_SPECS.items():
         if key in document:
@@ -270,15 +276,12 @@ def plan_command(
 ) -> None:
     """A runnable data x expert layout for the GPUs (those it leaves idle, the loader's world), parameters,
     FLOPs, memory per GPU with and without activation checkpointing, and days, for CONFIG on paper."""
-    from trainer.config import load_train_config
-    from trainer.flops import plan
+    from trainer.flops import plan  # lazy: command body: `millrace --help` stays light
 
     refuse_other_spec(config)
     loaded = load_train_config(config)
     assumed = None
     if vocab_size or not loaded.model.vocab_size:
-        from pipeline.config import TokenizerConfig
-
         assumed = vocab_size or TokenizerConfig().vocab_size
         loaded = loaded.model_copy(update={"model": loaded.model.model_copy(update={"vocab_size": assumed})})
     result = plan(loaded, gpus=gpus, tokens=tokens, mfu=mfu, gpus_per_node=gpus_per_node)
@@ -366,8 +369,6 @@ def status_command(home: Home, run: str, as_json: bool) -> None:
     """State, last step, latest evaluation and active alerts of RUN (a name under runs/, or a run directory).
 
     Exit status 3 while any alert is active (for cron jobs and Slurm scripts), 0 otherwise."""
-    from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
-
     try:
         a_directory = Path(run).is_dir() and (Path(run) / "run.json").exists()
     except OSError:  # a name too long for a path: held to the name rule below
@@ -408,7 +409,7 @@ def explain_command(home: Home, run: str, step: int, window: int, decode: bool, 
     """What happened at step N of RUN: the batch's cells and sources (rebuilt by the loader from the run's
     manifest), each cell's loss against its running mean, and which parameter groups moved (the router bias,
     updated by a rule, apart from the gradient-trained groups)."""
-    from trainer.explain import explain, format_explain
+    from trainer.explain import explain, format_explain  # lazy: command body: `millrace --help` stays light
 
     found = explain(home, run, step, decode=decode, window=window)
     if as_json:

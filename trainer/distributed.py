@@ -39,6 +39,9 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Shard, distribute_tensor
 
 from trainer.config import ParallelConfig
 from trainer.layout import Layout, resolve_layout
@@ -96,7 +99,6 @@ def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Ru
         return Runtime(rank=0, world=1, device=device, mesh=None, layout=layout)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device.type, (layout.data_parallel, layout.expert_parallel), mesh_dim_names=("dp", "ep"))
     log.info(
@@ -115,8 +117,6 @@ def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Ru
 
 def mixed_precision(config: ParallelConfig) -> MixedPrecisionPolicy:
     """bf16 parameters in forward and backward, fp32 master weights, gradients reduced in fp32."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
     if config.param_dtype == "bfloat16":
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
@@ -124,9 +124,6 @@ def mixed_precision(config: ParallelConfig) -> MixedPrecisionPolicy:
 
 def shard_experts(model: Transformer, runtime: Runtime, config: ParallelConfig) -> None:
     """Experts by expert over `ep` (DTensor Shard(0)), then FSDP over `dp`: each rank holds 1/world of them."""
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import Shard, distribute_tensor
-
     if runtime.mesh is None:
         raise ValueError("expert parallelism needs the device mesh of a distributed run")
     ep_mesh = runtime.mesh["ep"]
@@ -144,8 +141,6 @@ def reshard(model: nn.Module) -> None:
     FSDP2 does not reshard the root module after its forward (a backward is expected to follow), so after
     a no-gradient forward its parameters stay unsharded: every rank holds the full embedding, head and
     final norm until the next backward, and a norm summed over ranks counts them once per rank."""
-    from torch.distributed.fsdp import FSDPModule
-
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
@@ -154,7 +149,6 @@ def reshard(model: nn.Module) -> None:
 def parallelize(model: Transformer, runtime: Runtime, config: ParallelConfig) -> Transformer:
     if not runtime.distributed:
         return model
-    from torch.distributed.fsdp import FSDPModule, fully_shard
 
     if runtime.layout.expert_parallel > 1 and model.moe_layers():
         shard_experts(model, runtime, config)

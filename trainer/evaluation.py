@@ -50,7 +50,7 @@ def token_byte_lengths(tokenizer_store: Path | None, vocab_size: int) -> np.ndar
     directory whose tokenizer it is: `MixtureStream.tokenizer_store`)."""
     if tokenizer_store is None:
         return None
-    from tokenizers import pre_tokenizers
+    from tokenizers import pre_tokenizers  # lazy: heavy (tokenizers' Rust extension)
 
     tokenizer = store_tokenizer(tokenizer_store)  # checked against store.json's fingerprint
     decoder = (json.loads(tokenizer.to_str()).get("decoder") or {}).get("type")

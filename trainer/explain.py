@@ -26,9 +26,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
+from loader.peek import peek
+from loader.stream import MixtureStream
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
+from mixtures.manifest import find_manifest
 from trainer.param_groups import ROUTER_BIAS
 from trainer.records import EXPLANATIONS_FILE, Alerts, MetricsRecord, RunRecord, read_metrics, read_run
 from trainer.status import existing_run
@@ -201,8 +204,6 @@ def step_figures(before: list[MetricsRecord], record: MetricsRecord) -> dict[str
 
 def manifest_for_step(home: Home, run: RunRecord, step: int) -> tuple[Path, str | None]:
     """The built manifest the run trained on at loader step `step`, and the hash the run pinned for it."""
-    from mixtures.manifest import find_manifest
-
     covering = next((r for r in run.revisions if r.start_step <= step < r.stop_step), None)
     revision = covering.revision if covering is not None else run.revision
     pinned = covering.manifest_hash if covering is not None else run.manifest_hash
@@ -214,8 +215,6 @@ def manifest_for_step(home: Home, run: RunRecord, step: int) -> tuple[Path, str 
 
 def open_stream(manifest_path: Path, pinned: str | None) -> MixtureStream:
     """The loader's stream over the manifest the run trained on; a rebuilt revision (another hash) is refused."""
-    from loader.stream import MixtureStream
-
     stream = MixtureStream(manifest_path, prefetch=0)
     if pinned is not None and stream.manifest_hash != pinned:
         raise ArtifactError(
@@ -227,8 +226,6 @@ def open_stream(manifest_path: Path, pinned: str | None) -> MixtureStream:
 
 def batch_contents(stream: MixtureStream, loader_step: int, decode: bool) -> dict[str, Any]:
     """Step `loader_step`'s global batch as the loader gives it: per cell its sequences, tokens per source."""
-    from loader.peek import peek
-
     seen = peek(stream, loader_step, decode=decode)
     cells: dict[str, dict[str, Any]] = {}
     for sample in seen["samples"]:

@@ -170,25 +170,43 @@ class HealthMonitor:
         return entropies, len(self.loads)
 
     def rules(self, record: MetricsRecord, now: float) -> list[Alert]:
+        """Every rule's alerts for this record, in a fixed order (the loss, the gradient, the experts, the
+        router, throughput, skipped steps, then the last evaluation's)."""
+        alerts = [
+            *self.loss_rule(record),
+            *self.grad_rule(record),
+            *self.expert_rules(record),
+            *self.router_rules(record),
+            *self.throughput_rules(record),
+            *self.skipped_rule(now),
+        ]
+        if self.eval_alert is not None:
+            alerts.append(self.eval_alert)
+        return alerts
+
+    def loss_rule(self, record: MetricsRecord) -> list[Alert]:
+        """A loss that jumped `loss_jump_max` above its recent floor (the window of finite losses)."""
+        loss, jump = record.loss, self.config.loss_jump_max
+        if not isinstance(loss, float) or not math.isfinite(loss):
+            return []
+        floor = min(self.losses) if self.losses else None
+        self.losses.append(loss)
+        if not jump or floor is None or loss - floor <= jump:
+            return []
+        message = f"loss {loss:.4f} is {loss - floor:.3f} above its recent floor {floor:.4f}"
+        return [Alert("loss_jump", loss, floor + jump, message)]
+
+    def grad_rule(self, record: MetricsRecord) -> list[Alert]:
+        """A finite gradient norm over `grad_norm_max`."""
+        grad, most = record.grad_norm, self.config.grad_norm_max
+        if most and isinstance(grad, float) and math.isfinite(grad) and grad > most:
+            return [Alert("grad_norm", grad, most, f"gradient norm {grad:.3f} > {most}")]
+        return []
+
+    def expert_rules(self, record: MetricsRecord) -> list[Alert]:
+        """Per layer: a windowed expert-load entropy under `load_entropy_min`, more than `dead_experts_max`
+        dead experts."""
         cfg, alerts = self.config, []
-        loss = record.loss
-        if isinstance(loss, float) and math.isfinite(loss):
-            floor = min(self.losses) if self.losses else None
-            self.losses.append(loss)
-            if cfg.loss_jump_max and floor is not None and loss - floor > cfg.loss_jump_max:
-                alerts.append(
-                    Alert(
-                        "loss_jump",
-                        loss,
-                        floor + cfg.loss_jump_max,
-                        f"loss {loss:.4f} is {loss - floor:.3f} above its recent floor {floor:.4f}",
-                    )
-                )
-        grad = record.grad_norm
-        if cfg.grad_norm_max and isinstance(grad, float) and math.isfinite(grad) and grad > cfg.grad_norm_max:
-            alerts.append(
-                Alert("grad_norm", grad, cfg.grad_norm_max, f"gradient norm {grad:.3f} > {cfg.grad_norm_max}")
-            )
         windowed, steps = self.windowed_entropy(record)
         self.window_entropy = windowed
         for layer in record.expert_load:
@@ -212,35 +230,43 @@ class HealthMonitor:
                         f"layer {layer.layer}: {layer.dead_experts} dead experts",
                     )
                 )
-        for bias in record.router_bias:
-            if cfg.router_bias_max and bias.max_abs is not None and bias.max_abs > cfg.router_bias_max:
-                alerts.append(
-                    Alert(
-                        f"router_bias/layer{bias.layer}",
-                        bias.max_abs,
-                        cfg.router_bias_max,
-                        f"layer {bias.layer} max |router bias| {bias.max_abs:.1f}",
-                    )
-                )
-        mfu_floor = cfg.mfu_min if self.published_peak else 0.0
+        return alerts
+
+    def router_rules(self, record: MetricsRecord) -> list[Alert]:
+        """Per layer, a router bias whose largest magnitude is over `router_bias_max`."""
+        most = self.config.router_bias_max
+        return [
+            Alert(
+                f"router_bias/layer{bias.layer}",
+                bias.max_abs,
+                most,
+                f"layer {bias.layer} max |router bias| {bias.max_abs:.1f}",
+            )
+            for bias in record.router_bias
+            if most and bias.max_abs is not None and bias.max_abs > most
+        ]
+
+    def throughput_rules(self, record: MetricsRecord) -> list[Alert]:
+        """Tokens per second under its floor; MFU under its floor, judged only against a published peak."""
+        mfu_floor = self.config.mfu_min if self.published_peak else 0.0
+        alerts = []
         for name, value, floor in (
-            ("tokens_per_second", record.tokens_per_second, cfg.tokens_per_second_min),
+            ("tokens_per_second", record.tokens_per_second, self.config.tokens_per_second_min),
             ("mfu", record.mfu, mfu_floor),
         ):
             if floor and isinstance(value, float) and value < floor:
                 alerts.append(Alert(name, value, floor, f"{name} {value:.4g} below {floor:.4g}"))
+        return alerts
+
+    def skipped_rule(self, now: float) -> list[Alert]:
+        """`skipped_steps_max` or more steps skipped within the last `skipped_window_seconds`."""
+        cfg = self.config
         while self.skip_times and now - self.skip_times[0] > cfg.skipped_window_seconds:
             self.skip_times.popleft()
-        if len(self.skip_times) >= cfg.skipped_steps_max:
-            alerts.append(
-                Alert(
-                    "skipped_steps",
-                    len(self.skip_times),
-                    cfg.skipped_steps_max,
-                    f"{len(self.skip_times)} steps skipped (non-finite loss or gradient) within "
-                    f"{cfg.skipped_window_seconds:g} s",
-                )
-            )
-        if self.eval_alert is not None:
-            alerts.append(self.eval_alert)
-        return alerts
+        if len(self.skip_times) < cfg.skipped_steps_max:
+            return []
+        message = (
+            f"{len(self.skip_times)} steps skipped (non-finite loss or gradient) within "
+            f"{cfg.skipped_window_seconds:g} s"
+        )
+        return [Alert("skipped_steps", len(self.skip_times), cfg.skipped_steps_max, message)]

@@ -48,7 +48,7 @@ from trainer.moe import MoE
 from trainer.norms import clip_gradients, group_squared_norms, router_bias_stats
 from trainer.observers import ObservedRun, RunObservers, with_memory
 from trainer.peak import peak_flops
-from trainer.preemption import kept_checkpoint, preempted, resume_command, stop_agreed
+from trainer.preemption import kept_checkpoint, lost_peer, lost_peer_error, preempted, resume_command, stop_agreed
 from trainer.record_uploads import RecordUploads
 from trainer.records import (
     LOCK_FILE,
@@ -79,6 +79,8 @@ class RunResult:
     end_step: int
     losses: list[float]  # one per step run in this invocation
     seconds: float
+    rank: int = 0  # the global rank that ran this invocation: only rank 0 writes the run's files
+    files: str = ""  # where the run's files are: its directory on rank 0's node, or its `[run] url`
 
 
 class StepAccumulator:
@@ -641,6 +643,8 @@ def _train_from(training: Training, start: int, progress: bool) -> RunResult:
                 f"after step {training.state.step} ({kept_checkpoint(plan)}); free space, then continue it with: "
                 f"{resume_command(plan)}"
             ) from None
+        if (peer := lost_peer(exc)) is not None:
+            raise lost_peer_error(plan, training.state.step, peer) from None
         raise
     finally:
         reporter.close()
@@ -658,6 +662,8 @@ def _train_from(training: Training, start: int, progress: bool) -> RunResult:
         end_step=plan.stop,
         losses=losses,
         seconds=time.perf_counter() - began,
+        rank=runtime.rank,
+        files=str(plan.remote.url if plan.remote is not None else plan.run_dir),
     )
 
 

@@ -34,7 +34,7 @@ class MetricsWriter:
         self.board = None
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter
+                from torch.utils.tensorboard import SummaryWriter  # lazy: heavy (torch)
 
                 self.board = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step)
             except ImportError:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from torch.utils.checkpoint import checkpoint
 
 from trainer.attention import DocumentMask, attend, document_mask, resolve_backend
@@ -38,13 +40,10 @@ def local_rows(param: torch.Tensor) -> tuple[torch.Tensor, range]:
 
     FSDP2 and expert parallelism shard on dimension 0 only (`Shard(0)`, or `_StridedShard(0)`
     where FSDP shards an expert-sharded weight again), so a shard is a contiguous run of rows."""
-    from torch.distributed.tensor import DTensor, Shard
-
     if not isinstance(param, DTensor):
         return param, range(param.shape[0])
     if any(isinstance(placement, Shard) and placement.dim != 0 for placement in param.placements):
         raise ValueError(f"parameter sharded on {param.placements}: row-keyed initialisation needs dimension 0")
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
     return param.to_local(), range(offset[0], offset[0] + shape[0])

@@ -112,7 +112,8 @@ class RunObservers:
             prompts = file_prompts(prompts_path(cfg.prompts, run.config_path, run.home), text)
         if prompts:
             eos = sequences.eos_id if sequences is not None else None
-            self.sampler = SampleWriter(run.run_dir, run.start, cfg, prompts, text, self.runtime.device, eos, writes)
+            writes_to = run.run_dir if writes else None
+            self.sampler = SampleWriter(writes_to, run.start, cfg, prompts, text, self.runtime.device, eos)
             cadence = cfg.every or run.checkpoint_every
             self.sample_at = {s for s in range(run.start + 1, run.stop + 1) if cadence and s % cadence == 0} | {
                 run.stop

@@ -1,13 +1,16 @@
 """SIGTERM (a Slurm time limit, a preemption): every rank agrees to stop after the same step, checkpoints,
-records `interrupted`, and says the command that continues the run."""
+records `interrupted`, and says the command that continues the run. A lost node (its ranks gone mid-collective)
+stops the others with one line that says the same."""
 
 from __future__ import annotations
 
+import re
+import socket
 from typing import TYPE_CHECKING
 
 import torch
 
-from millrace.errors import Terminated
+from millrace.errors import MillraceError, Terminated
 from millrace.signals import StopRequest
 from trainer import checkpoint as ckpt
 from trainer.distributed import Runtime
@@ -52,3 +55,35 @@ def resume_command(plan: RunPlan) -> str:
 def kept_checkpoint(plan: RunPlan) -> str:
     latest = ckpt.latest_checkpoint(plan.checkpoints)
     return f"its latest checkpoint is step {latest[0]}" if latest else "it has no checkpoint yet"
+
+
+class LostPeer(MillraceError):
+    """A rank of the run went away mid-collective (a node lost): this rank cannot go on; the run resumes from its
+    latest checkpoint once every node is up."""
+
+
+GLOO_TRANSPORT = "gloo/transport"  # where gloo's lost-connection errors come from (plain RuntimeErrors)
+PEER = re.compile(r"\[([0-9A-Fa-f.:]+)\]:(\d+)")
+
+
+def lost_peer(exc: BaseException) -> str | None:
+    """What a collective's failure says about the peer it lost, in a few words (`connection reset by peer
+    127.0.0.1:33182`), or None where `exc` is not a lost peer. gloo raises a bare RuntimeError from its TCP
+    transport; NCCL and the store raise torch.distributed's own errors."""
+    message = str(exc)
+    distributed = isinstance(exc, torch.distributed.DistError)
+    if not distributed and not (isinstance(exc, RuntimeError) and GLOO_TRANSPORT in message):
+        return None
+    what = message.split("] ", 1)[-1].split(". ", 1)[0]  # gloo: "[file:line] Read error [peer]:port: reason"
+    reason = what.rsplit(": ", 1)[-1].strip().rstrip(".") if ": " in what else what.strip()
+    peer = PEER.search(message)
+    return reason.lower() + (f" ({peer.group(1)}:{peer.group(2)})" if peer else "")
+
+
+def lost_peer_error(plan: RunPlan, step: int, peer: str) -> LostPeer:
+    """The one line a surviving rank prints: which rank on which node, what it lost, and how to continue."""
+    return LostPeer(
+        f"rank {plan.runtime.rank} on {socket.gethostname()}: a peer of the run is gone, {peer}; run {plan.run} "
+        f"stopped after step {step} ({kept_checkpoint(plan)}); once every node is up, continue it with: "
+        f"{resume_command(plan)}"
+    )

@@ -13,6 +13,7 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError
 from millrace.jsonl import read_stream
 from mixtures.manifest import lineage_of
+from trainer.explain import write_explanations
 from trainer.flops import count_params, flops_per_token
 from trainer.records import (
     EVAL_FILE,
@@ -171,8 +172,6 @@ def set_status(run_dir: Path, status: RunStatus) -> None:
 def write_step_explanations(plan: RunPlan) -> None:
     """`train explain` for the notable steps, for the run's pages; a batch the loader cannot rebuild is said
     inside the file, and any other failure costs only the explanations, never the finished run."""
-    from trainer.explain import write_explanations
-
     try:
         write_explanations(plan.home, plan.run)
     except (ArtifactError, ConfigError, OSError, ValueError) as exc:

@@ -27,7 +27,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 from millrace import remote_calls
 from millrace.artifacts import atomic_output, atomic_write_text
@@ -49,7 +52,7 @@ class RemoteDir:
     storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @cached_property
-    def _resolved(self) -> tuple[Any, str]:
+    def _resolved(self) -> tuple[AbstractFileSystem, str]:
         return remote_calls.limited_fs(self.url, self.storage_options, WRITE_LIMITS)
 
     @property
@@ -60,7 +63,7 @@ class RemoteDir:
         return remote_calls.single_retry_layer(protocol, self.storage_options, WRITE_LIMITS.timeout)
 
     @property
-    def fs(self) -> Any:
+    def fs(self) -> AbstractFileSystem:
         return self._resolved[0]
 
     @property

@@ -193,25 +193,24 @@ def complete(
 
 
 class SampleWriter:
-    """Completes the prompts and appends to runs/<run>/samples.jsonl (rank 0); resume drops later steps."""
+    """Completes the prompts on every rank and appends to runs/<run>/samples.jsonl where `run_dir` is given
+    (rank 0's); a resume from `start_step` drops the file's later steps."""
 
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: Path | None,
         start_step: int,
         config: SamplesConfig,
         prompts: list[Prompt],
         text: TokenText,
         device: torch.device,
         eos_id: int | None,
-        write: bool,
     ):
         self.config, self.prompts, self.text = config, prompts, text
         self.device, self.eos_id = device, eos_id
-        self.path = Path(run_dir) / SAMPLES_FILE
         self.handle = None
-        if write:
-            self.handle = open_resumed(self.path, start_step)
+        if run_dir is not None:
+            self.handle = open_resumed(Path(run_dir) / SAMPLES_FILE, start_step)
 
     def sample(self, model: Transformer, step: int) -> list[SampleRecord]:
         cfg = self.config

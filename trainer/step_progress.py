@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from millrace.progress import SteadyLines, format_duration, on_terminal
+
 if TYPE_CHECKING:
     from trainer.loop import StepResult, Training
 
@@ -14,7 +16,6 @@ class StepReporter:
     MILLRACE_PROGRESS_SECONDS: step, tokens/s, loss and ETA."""
 
     def __init__(self, training: Training, enabled: bool):
-        from millrace.progress import SteadyLines, on_terminal
 
         plan = training.plan
         self.plan, self.rank = plan, plan.runtime.rank
@@ -33,7 +34,6 @@ class StepReporter:
             self.lines.emit(self.line(result), force=result.step == self.plan.stop)
 
     def line(self, result: StepResult) -> str:
-        from millrace.progress import format_duration
 
         elapsed = time.perf_counter() - self.began
         done = result.step - self.start
@@ -52,6 +52,7 @@ class ProgressBar:
     """rich's bar for one run's steps, on stderr."""
 
     def __init__(self, start: int, stop: int, run: str):
+        # lazy: heavy (rich): only when a table or bar is drawn
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

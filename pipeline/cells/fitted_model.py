@@ -97,7 +97,7 @@ _Loaded = TypeVar("_Loaded", covariant=True)
 
 
 class FittedModel(Protocol[_Loaded]):
-    """A model fitted by a pipeline stage and stored in its directory (`QualityModel`, `DomainModel`)."""
+    """A model fitted by a pipeline phase (models) and stored in its directory (`QualityModel`, `DomainModel`)."""
 
     @classmethod
     def load(cls, directory: Path) -> _Loaded: ...

@@ -1,6 +1,6 @@
 """Document languages as the cell models use them: `metadata["language"]`, and each language's stop words.
 
-The language stage records py3langid's label, an ISO 639 code (`en`, `de`, `zh` …); the embedded
+The language step records py3langid's label, an ISO 639 code (`en`, `de`, `zh` …); the embedded
 corpus's code source carries `python`, which is a content kind, not a natural language. Stop words
 are spaCy's per-language `stop_words` lists (spaCy ships them; datatrove already needs spaCy for
 word splitting); English is always included, since untranslated fragments carry it everywhere.

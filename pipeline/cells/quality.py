@@ -24,6 +24,7 @@ that implements `QualityBackend` (fit from good/other texts, save, load, score).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -97,7 +98,7 @@ class FastTextQuality:
 
     @classmethod
     def fit(cls, good: Sequence[str], other: Sequence[str], config: QualityConfig) -> FastTextQuality:
-        import fasttext
+        import fasttext  # lazy: heavy (fasttext)
 
         settings = config.fasttext
         rows = [f"{GOOD_LABEL} {_one_line(t, settings.max_chars)}" for t in good]
@@ -134,7 +135,7 @@ class FastTextQuality:
 
     @classmethod
     def load(cls, directory: Path, config: QualityConfig) -> FastTextQuality:
-        import fasttext
+        import fasttext  # lazy: heavy (fasttext)
 
         path = Path(directory) / cls.files[0]
         try:
@@ -224,7 +225,6 @@ def backend_class(name: str) -> type[QualityBackend]:
 
 
 def _reference_texts(files: Sequence[Path]) -> list[str]:
-    import json
 
     texts = []
     for path in files:

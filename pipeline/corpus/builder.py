@@ -152,7 +152,7 @@ def _python_docs(path: Path) -> list[Record]:
 
 def _pydoc_topics(_: Path) -> list[Record]:
     try:
-        from pydoc_data.topics import topics
+        from pydoc_data.topics import topics  # lazy: large (pydoc's topic texts): only for the local corpus
     except ImportError:
         return []
     return [

@@ -36,7 +36,7 @@ def corpus() -> None:
 @json_option
 def local(out_dir: Path, max_bytes: int | None, home: Home, as_json: bool) -> None:
     """Build the embedded default corpus: Python sources and docs, man pages, package docs, licences."""
-    from pipeline.corpus.builder import build_local_corpus
+    from pipeline.corpus.builder import build_local_corpus  # lazy: command body: `millrace --help` stays light
 
     with Progress(
         SpinnerColumn(),

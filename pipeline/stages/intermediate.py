@@ -21,6 +21,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import temporary_sibling
+from pipeline.stages.progress import LiveCount
 
 ZSTD_LEVEL = 3
 
@@ -140,7 +141,6 @@ class TaskDocumentReader(PipelineStep):
         self.progress_dir = None if progress_dir is None else Path(progress_dir)
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from pipeline.stages.progress import LiveCount
 
         if data:
             yield from data

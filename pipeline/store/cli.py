@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from millrace.names import PLAIN_NAME, known
 from millrace.options import home_option, json_option, print_json
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 from pipeline.cells.held_out_split import HELD_OUT_REASON
+from pipeline.config import CALVER
 from pipeline.stages.funnel import SourceKept, per_source
 from pipeline.store.format import Store, StoreManifest, write_stats_only_store
 from pipeline.store.labels import labelled
@@ -104,7 +106,7 @@ def store_summary(path: Path) -> dict[str, Any]:
 
 def quality_summary(store: Store, quality: QualityStats) -> dict[str, object]:
     """What the quality score means, and each bucket's language mix against the corpus's."""
-    from pipeline.store.language_mix import bucket_language_mix, share_ratios
+    from pipeline.store.language_mix import bucket_language_mix, share_ratios  # lazy: heavy (pyarrow)
 
     mix = bucket_language_mix(store)
     shown = quality.model_dump(include={"good", "other", "calibrated_by", "meaning"})
@@ -307,10 +309,6 @@ def from_stats(stats_file: Path, name: str, version: str, home: Home, as_json: b
     The file holds {"available_tokens": {"c00q0": tokens, ...}} (the reference run's form);
     a bare {"cell": tokens} object is accepted too.
     """
-    import json
-
-    from pipeline.config import CALVER
-
     if not CALVER.match(version):
         raise ConfigError(f"--version: {version!r} is not CalVer YYYY.MM.DD")
     try:
@@ -342,8 +340,6 @@ def from_stats(stats_file: Path, name: str, version: str, home: Home, as_json: b
 
 def parse_storage_options(pairs: tuple[str, ...]) -> dict[str, object]:
     """`KEY=VALUE` pairs; a VALUE that parses as JSON is taken as JSON (objects, numbers, booleans)."""
-    import json
-
     options: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -390,7 +386,7 @@ def copy(
 
     Run again after a failure, it resumes the copy (the objects already there are kept); a URL that holds
     another store version is refused. The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
-    from pipeline.store.remote import copy_store
+    from pipeline.store.remote import copy_store  # lazy: command body: `millrace --help` loads no datatrove
 
     path = resolve_store(store_spec, home)
     limits = CallLimits(timeout, retries, WRITE_LIMITS.backoff_s, "--timeout")

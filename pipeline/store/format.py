@@ -434,7 +434,7 @@ class Store:
                 f"{path}: differs from the fingerprint store.json pins (altered or replaced); "
                 "run `millrace store verify`"
             )
-        from tokenizers import Tokenizer
+        from tokenizers import Tokenizer  # lazy: heavy (tokenizers' Rust extension)
 
         return Tokenizer.from_str(raw.decode("utf-8"))
 

@@ -27,6 +27,8 @@ from datatrove.pipeline.base import PipelineStep
 from millrace import remote_calls
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
+from pipeline.stages.tokenize.cell_shards import task_file_prefixes
+from pipeline.store.trace import HELD_OUT_PREFIX, part_name
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -116,7 +118,7 @@ def copy_store(
 
 def _make_parents(fs: AbstractFileSystem, targets: list[str]) -> None:
     """On a local filesystem, the folders `targets` go into (an object store has none to make)."""
-    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
     if isinstance(fs, LocalFileSystem):
         for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
@@ -205,7 +207,7 @@ def _copy(
     source_fs: AbstractFileSystem, source: str, fs: AbstractFileSystem, target: str, size: int, server_side: bool
 ) -> None:
     """One file: on the server where one filesystem holds both, else through this process a block at a time."""
-    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
     if isinstance(fs, LocalFileSystem):
         fs.makedirs(fs._parent(target), exist_ok=True)
@@ -232,10 +234,7 @@ def _check_own(fs: AbstractFileSystem, cell: str, rank: int, expected: dict[str,
 def _own_files(fs: AbstractFileSystem, cell: str, rank: int) -> dict[str, int]:
     """Task `rank`'s files of one cell with their sizes, listed by their name prefixes (an object store lists
     only those); none where the cell is not there yet."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    from pipeline.stages.tokenize.cell_shards import task_file_prefixes
-    from pipeline.store.trace import HELD_OUT_PREFIX, part_name
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
     found: dict[str, int] = {}
     for prefix in (*task_file_prefixes(rank), part_name(rank, HELD_OUT_PREFIX)):

@@ -71,6 +71,7 @@ def write_trace_part(
 ) -> TracePart:
     """Write one task's sidecar of a cell atomically (`prefix`: `HELD_OUT_PREFIX` for its held-out documents);
     returns its entry in the cell manifest's `stats.trace.parts` (or `stats.held_out_trace.parts`)."""
+    # lazy: heavy (pyarrow)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -161,6 +162,7 @@ def _part_matches(path: str, expected: str, size: int, mtime_ns: int) -> bool:
 
 def _read_part(cell_dir: Path, part: PlacedPart, rows: list[int] | None = None) -> pa.Table:
     """A part's rows (all, or those at `rows` within it) with shard and token_start made cell-wide."""
+    # lazy: heavy (pyarrow)
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -181,7 +183,7 @@ def _read_part(cell_dir: Path, part: PlacedPart, rows: list[int] | None = None) 
 def read_trace(cell_dir: Path, held_out: bool = False) -> pa.Table:
     """The whole sidecar of a cell as one pyarrow table (for tools and tests; `document_rows` reads less); with
     `held_out`, that of its held-out documents (shard and document over its validation shards; empty when none)."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: heavy (pyarrow)
 
     if held_out:
         parts = _parts(cell_dir, held_out=True)
@@ -189,16 +191,6 @@ def read_trace(cell_dir: Path, held_out: bool = False) -> pa.Table:
             return pa.table({name: [] for name in COLUMNS})
         return pa.concat_tables([_read_part(cell_dir, part) for part in parts])
     return pa.concat_tables([_read_part(cell_dir, part) for part in _parts(cell_dir)])
-
-
-def documents_in_window(cell_dir: Path, start: int, stop: int) -> list[TraceRow]:
-    """The sidecar rows of the documents that tokens [start, stop) of the cell's stream belong to."""
-    table = read_trace(cell_dir)
-    starts = table.column("token_start").to_numpy()
-    first = max(int(np.searchsorted(starts, start, side="right")) - 1, 0)
-    last = int(np.searchsorted(starts, stop, side="left"))
-    rows: list[TraceRow] = table.slice(first, last - first).to_pylist()
-    return rows
 
 
 def document_rows(cell_dir: Path, rows: list[int]) -> list[TraceRow]:

@@ -17,6 +17,6 @@ def fitted(corpus, tmp_path_factory):
     from pipeline.stages.tokenize.cell_steps import CellSteps
 
     model_dir = tmp_path_factory.mktemp("models")
-    stages = CellSteps(QualityConfig(reference_sources=["prose"]), DomainsConfig(), model_dir)
-    stages.fit(corpus)
-    return stages
+    steps = CellSteps(QualityConfig(reference_sources=["prose"]), DomainsConfig(), model_dir)
+    steps.fit(corpus)
+    return steps

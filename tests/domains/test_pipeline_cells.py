@@ -191,8 +191,8 @@ def test_the_ray_executor_with_several_worker_processes_gives_the_identical_stor
         "tokenize": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "tokens").glob("*/held-out.json")},
         "shards": {json.loads(p.read_text())["worker"]["pid"] for p in (work / "parts").glob("*.json")},
     }
-    for stage, seen in pids.items():
-        assert len(seen) == 2 and os.getpid() not in seen, (stage, seen)
+    for phase, seen in pids.items():
+        assert len(seen) == 2 and os.getpid() not in seen, (phase, seen)
     assert _cells(other) == _cells(path)
     files = {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
     assert {p.relative_to(other).as_posix(): p.read_bytes() for p in sorted(other.rglob("*")) if p.is_file()} == files

@@ -1,8 +1,8 @@
 """Drill: the whole pipeline with sources, work directory and store on S3 (moto's server on loopback, its own
 process, stopped by its PID), on Ray with two worker processes, each task in its own local scratch directory;
-one worker SIGKILLed in the middle of the tokenize stage. The store equals, byte for byte, the one a local run
+one worker SIGKILLed in the middle of the tokenize phase. The store equals, byte for byte, the one a local run
 (local executor, work and store on this disk) builds from the same sources; so does a rerun by a driver with
-a fresh, empty home, which finds every stage complete on the bucket and needs no task's disk. Neither driver
+a fresh, empty home, which finds every phase complete on the bucket and needs no task's disk. Neither driver
 holds a token of the corpus: its disk has only the small files `DRIVER_READS` names, and the shards go from the
 work bucket to the store's URL object to object.
 
@@ -124,17 +124,17 @@ def _other_rank(relative: str, rank: int) -> bool:
 
 
 class TaskKiller(threading.Thread):
-    """SIGKILLs the first task of `stage` seen in `scratch` (its directory names the task's PID), and the Ray
+    """SIGKILLs the first task of `phase` seen in `scratch` (its directory names the task's PID), and the Ray
     worker that runs it (its parent: killing only the task's pool process would leave the worker waiting)."""
 
-    def __init__(self, scratch: Path, stage: str):
+    def __init__(self, scratch: Path, phase: str):
         super().__init__(daemon=True)
-        self.scratch, self.stage = scratch, stage
+        self.scratch, self.phase = scratch, phase
         self.killed: list[int] = []
         self.done = threading.Event()
 
     def run(self) -> None:
-        prefix = f"{SCRATCH_PREFIX}{self.stage}-"
+        prefix = f"{SCRATCH_PREFIX}{self.phase}-"
         while not self.done.is_set() and not self.killed:
             for entry in self.scratch.glob(f"{prefix}*") if self.scratch.is_dir() else ():
                 pid = int(entry.name.split("-pid", 1)[1].split("-", 1)[0])

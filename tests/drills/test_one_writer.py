@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from millrace.writer_lock import Locked, WriterLock, holder_state, observed_status
+from millrace.writer_lock import Locked, WriterLock, holder_state
 from pipeline.store.format import Store
 from testkit.corpus import config_text, make_corpus
 from testkit.ladders import micro_ladder
 from trainer.ladder.ladder_fit import fit_ladder
 from trainer.ladder.run import run_ladder
+from trainer.records import LOCK_FILE, RunRecord, observed_run_status
 
 VERSION = "2026.04.01"
 HOLD = (
@@ -82,7 +83,8 @@ def _refusal(stderr: str, what: str, pid: int) -> str:
 
 
 def test_a_killed_holder_frees_the_name_and_its_running_status_reads_stale(tmp_path):
-    lock = tmp_path / "runs" / "r" / "writer.lock"
+    lock = tmp_path / "runs" / "r" / LOCK_FILE
+    running = RunRecord(run="r", status="running")
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(lock)],
         stdout=subprocess.PIPE,
@@ -93,12 +95,12 @@ def test_a_killed_holder_frees_the_name_and_its_running_status_reads_stale(tmp_p
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(Locked, match=f"run 'r' is being written by pid {holder.pid} on host "):
             WriterLock(lock, "run 'r'").acquire()
-        assert holder_state(lock) == "alive" and observed_status("running", lock) == "running"
+        assert holder_state(lock) == "alive" and observed_run_status(lock.parent, running) == "running"
     finally:
         holder.kill()
         holder.wait()
-    assert holder_state(lock) == "gone" and observed_status("running", lock) == "stale"
-    assert observed_status("completed", lock) == "completed"
+    assert holder_state(lock) == "gone" and observed_run_status(lock.parent, running) == "stale"
+    assert observed_run_status(lock.parent, RunRecord(run="r", status="completed")) == "completed"
     with WriterLock(lock, "run 'r'"):  # the kernel dropped the dead holder's lock: no manual cleanup
         assert json.loads(lock.read_text())["pid"] == os.getpid()
         assert holder_state(lock) == "alive"
@@ -109,7 +111,7 @@ def test_a_heartbeat_that_stopped_reads_stale_from_another_host(tmp_path):
     lock.write_text(json.dumps({"pid": 1, "host": "another-node", "since": "2026-12-01 00:00:00 UTC"}))
     assert holder_state(lock) == "alive"  # a pid on another host cannot be probed: the heartbeat decides
     os.utime(lock, (time.time() - 3600, time.time() - 3600))
-    assert holder_state(lock) == "gone" and observed_status("running", lock) == "stale"
+    assert holder_state(lock) == "gone"
 
 
 def test_a_second_ladder_run_is_refused_before_it_trains_a_rung(ladder_home, tmp_path):

@@ -131,10 +131,10 @@ def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_giv
 
     config, expected = pipeline_reference
     home, stamp = tmp_path / "home", tmp_path / "signalled"
-    for index, stage in enumerate(PHASE_LABELS):
+    for index, phase in enumerate(PHASE_LABELS):
         target = ("group", "main")[index % 2]
-        delay = "0.2" if stage == "tokenize" else "0"  # tokenize: mid-phase, its tasks in flight
-        harness = [sys.executable, "-m", "tests.drills.term_harness", str(home), str(config), stage, delay]
+        delay = "0.2" if phase == "tokenize" else "0"  # tokenize: mid-phase, its tasks in flight
+        harness = [sys.executable, "-m", "tests.drills.term_harness", str(home), str(config), phase, delay]
         stopped = subprocess.run(
             [*harness, target, str(stamp)],
             capture_output=True,
@@ -144,12 +144,12 @@ def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_giv
             timeout=120,
         )
         took = time.time() - float(stamp.read_text())
-        assert stopped.returncode == 143, (stage, target, stopped.stderr[-3000:])
-        assert took < 30, (stage, target, took)
+        assert stopped.returncode == 143, (phase, target, stopped.stderr[-3000:])
+        assert took < 30, (phase, target, took)
         assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
         said = [line for line in stopped.stderr.strip().splitlines() if "resource_tracker" not in line]
         # the stop's own line, or the watchdog's (the same command, as it was given) when it could not unwind
-        assert "continue with: millrace " in said[-1] and f"pipeline run {config}" in said[-1], (stage, said[-3:])
+        assert "continue with: millrace " in said[-1] and f"pipeline run {config}" in said[-1], (phase, said[-3:])
         assert not (home / "stores" / "local" / "2026.05.01" / "store.json").exists()
     rerun = subprocess.run(
         [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],

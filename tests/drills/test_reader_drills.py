@@ -57,9 +57,9 @@ MEMORY_PROBE = textwrap.dedent("""
     from pipeline.config import SourceConfig
     from pipeline.stages.read.readers import ReadStep
     source = SourceConfig(name="d", paths=[sys.argv[1]], format="jsonl", max_document_bytes=100_000)
-    stage = ReadStep(source, 0, sys.argv[2] + "/funnel", sys.argv[2] + "/malformed")
+    step = ReadStep(source, 0, sys.argv[2] + "/funnel", sys.argv[2] + "/malformed")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    kept = [d.id for d in stage.run(None, 0, 1)]
+    kept = [d.id for d in step.run(None, 0, 1)]
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"kept": kept, "grew_mib": (after - before) / 1024}))
 """)

@@ -31,7 +31,7 @@ def test_index_only_mode_on_a_stats_only_manifest(plan):
     assert index.cell_ids.size == 64 and (index.sequences < stream.schedule.sequences_available[index.cell_ids]).all()
     with pytest.raises(ArtifactError, match="index-only"):
         stream.batch(0)
-    total = sum(np.bincount(i.cell_ids, minlength=40) for i in stream.iterate_index())
+    total = sum(np.bincount(i.cell_ids, minlength=40) for i in map(stream.index, range(stream.steps)))
     assert dict(zip(stream.cell_names, total.tolist())) == stream.manifest.phases[0].counts
 
 

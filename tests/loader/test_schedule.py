@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from loader.permutation import permutation
 from loader.schedule import Schedule
+from millrace.errors import ArtifactError
 from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef
 
 BATCH = 4
@@ -103,3 +104,35 @@ def test_permutations_are_bijections_and_epochs_differ(domain, seed, epoch):
     assert np.array_equal(np.sort(first), np.arange(domain))
     if domain >= 8:
         assert not np.array_equal(first, permutation(seed, "c00q0", epoch + 1, domain))
+
+
+def _phase(p: int, **fields):
+    """Phase `p` with `fields` changed, unvalidated (as a hand-edited file would hold it)."""
+
+    def change(manifest: BuiltManifest) -> None:
+        manifest.phases[p] = manifest.phases[p].model_copy(update=fields)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_phase(1, counts={"c00q0": 2, "c99q4": 6}), r"phases\[1\] \(p1\) counts cells not in the manifest"),
+        (_phase(0, counts={"c00q0": -1, "c01q1": 9}), r"phases\[0\] \(p0\) has a negative count"),
+        (_phase(0, counts={"c00q0": 4, "c01q1": 5}), r"phases\[0\] \(p0\) counts sum to 9, not its 8 sequences"),
+        (_phase(1, start_position=4), r"phases\[1\] \(p1\) starts at 4, expected 8"),
+        (_phase(1, steps=3), r"phases\[1\] \(p1\) start_step/steps disagree"),
+        (lambda m: m.phases.pop(), r"total_sequences 16 / total_steps 4 disagree with the phases \(8 sequences\)"),
+        (
+            lambda m: m.cells.update(c00q0=m.cells["c00q0"].model_copy(update={"sequences_available": 7})),
+            r"cell 'c00q0': sequences_available 7",
+        ),
+    ],
+)
+def test_an_inconsistent_manifest_is_refused_naming_the_phase_or_cell(change, message):
+    manifest = manifest_of([6, 6], [[4, 4], [2, 6]])
+    Schedule(manifest, "m.json")  # consistent as built
+    change(manifest)
+    with pytest.raises(ArtifactError, match=rf"m\.json: inconsistent manifest: {message}"):
+        Schedule(manifest, "m.json")

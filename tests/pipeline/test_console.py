@@ -17,7 +17,7 @@ LINE = re.compile(r"pipeline: (filter|dedup|tokenize), (\d+)/(\d+) tasks done, (
 
 
 @pytest.mark.slow
-def test_ctrl_c_is_one_line_then_the_rerun_logs_steady_stage_lines(tmp_path):
+def test_ctrl_c_is_one_line_then_the_rerun_logs_steady_phase_lines(tmp_path):
     corpus = make_corpus(tmp_path / "corpus")
     config = tmp_path / "pipeline.toml"
     config.write_text(config_text(corpus, tasks=2, workers=2))
@@ -37,11 +37,11 @@ def test_ctrl_c_is_one_line_then_the_rerun_logs_steady_stage_lines(tmp_path):
     assert process.wait(timeout=120) == 130, "".join(seen) + rest
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
     assert rest.strip().splitlines()[-1] == (
-        f"interrupted: pipeline stopped in stage filter; finished tasks are kept, continue with: "
+        f"interrupted: pipeline stopped in phase filter; finished tasks are kept, continue with: "
         f"millrace pipeline run {config}"
     ), rest
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [m.groups() for line in done.stderr.splitlines() if (m := LINE.search(line))]
     assert lines[-1][:3] == ("tokenize", "2", "2") and int(lines[-1][3].replace(",", "")) > 0, done.stderr
-    assert {stage for stage, *_ in lines} >= {"tokenize"}
+    assert {phase for phase, *_ in lines} >= {"tokenize"}

@@ -32,16 +32,7 @@ def dedup(work, texts: dict[int, str], tasks: int, parts: int, **options) -> dic
     rank_of = {key: ordinals.index(key >> 32) % tasks for key in texts}
     for rank in range(tasks):
         docs = [Document(text=texts[k], id=str(k), metadata={"key": k}) for k in sorted(texts) if rank_of[k] == rank]
-        step = DedupSignatures(
-            work / "signatures",
-            config.ngram,
-            config.bands,
-            config.rows,
-            config.seed,
-            parts,
-            config.exact,
-            config.fuzzy,
-        )
+        step = DedupSignatures(work / "signatures", config)
         assert len(list(step.run(iter(docs[::-1]), rank, tasks))) == len(docs)  # any order in
     find_duplicates(config, work / "signatures", work / "components", work / "duplicates", in_process)
     removed = {}

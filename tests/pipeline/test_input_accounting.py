@@ -83,7 +83,7 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
 
 
 def test_progress_lines_count_the_records_of_every_source(tmp_path):
-    """The filter stage's line counts what all its readers read (malformed records too), not the first's."""
+    """The filter phase's line counts what all its readers read (malformed records too), not the first's."""
     from pipeline.stages.progress import PhaseLines, live_records
     from pipeline.stages.read.readers import ReadStep
 

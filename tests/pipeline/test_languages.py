@@ -1,7 +1,7 @@
 """Every language survives its filters: language id first, then each filter with its language's rules.
 
 A generated corpus of good prose in nine languages (English, German, Portuguese, Spanish, Russian,
-Japanese, Chinese, Korean, Arabic) in one source goes through the filter stage with all four of
+Japanese, Chinese, Korean, Arabic) in one source goes through the filter phase with all four of
 datatrove's prose filters. The share of each language's documents kept is within a factor of 1.5 of
 every other's, and the funnel counts each filter's removals per language.
 """
@@ -25,7 +25,7 @@ FILTERS = ["gopher_repetition", "gopher_quality", "c4_quality", "fineweb_quality
 
 
 def run_filter_phase(tmp_path, records: list[dict], filters: list[str]) -> tuple[list[str], WorkLayout, list[str]]:
-    """The filter stage alone (one task, in this process): the ids it kept, its work layout, its stage names."""
+    """The filter phase alone (one task, in this process): the ids it kept, its work layout, its step names."""
     (tmp_path / "prose").mkdir()
     (tmp_path / "prose" / "all.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     (tmp_path / "p.toml").write_text(

@@ -1,5 +1,5 @@
 """A staged task on a work URL (here `file://`, the bucket drill is tests/drills/test_bucket_pipeline.py): it reads
-only what its stage's inputs name, from its own scratch directory, uploads what it wrote, and leaves nothing."""
+only what its phase's inputs name, from its own scratch directory, uploads what it wrote, and leaves nothing."""
 
 from __future__ import annotations
 

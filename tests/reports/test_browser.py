@@ -203,7 +203,7 @@ def test_wide_tables_fit_a_wide_window_problem_columns_first_first_column_fixed(
     diff_heads = tab.page.eval_on_selector_all("#diff thead th", "(ths) => ths.map((th) => th.textContent)")
     assert diff_heads[:4] == ["Cell", "main change", "cooldown change", "Epochs uniform-sampling"]
     funnel = tab.page.eval_on_selector_all("#funnel thead th", "(ths) => ths.map((th) => th.textContent)")
-    assert funnel[:3] == ["Stage", "Removed", "Removed because"]
+    assert funnel[:3] == ["Step", "Removed", "Removed because"]
     tab.close()
     phone = Tab(browser, width=390, height=844)
     phone.open(page_path, "?revision=uniform-sampling")

@@ -79,8 +79,8 @@ def test_embedded_json_cannot_close_its_script_block():
 def test_funnel_sources_grid_and_cells_are_shown(small_home, tmp_path):
     build_site(small_home, tmp_path)
     body = (tmp_path / factory.STORE / factory.VERSION / "index.html").read_text()
-    for stage in ("read", "quality", "exact-dedup", "tokenize"):
-        assert f"<td>{stage}</td>" in body
+    for step in ("read", "quality", "exact-dedup", "tokenize"):
+        assert f"<td>{step}</td>" in body
     assert "duplicate: 46 docs" in body  # what exact-dedup removed, summed over sources
     for source in factory.SOURCES:
         assert f"<td>{source}</td>" in body
@@ -351,7 +351,7 @@ def test_the_page_says_what_the_quality_score_means_and_each_buckets_language_mi
 
 
 def test_each_alert_is_one_band_from_when_its_condition_held_to_its_end():
-    from reports.run_observations import alerts_view
+    from reports.run_observations import AlertEvents
 
     alerts = [{"started": [], "ended": [], "active": []} for _ in range(10)]
     alerts[3] = {
@@ -366,7 +366,10 @@ def test_each_alert_is_one_band_from_when_its_condition_held_to_its_end():
         "active": ["loss_jump"],
     }
     records = [MetricsRecord.model_validate({"step": s, "alerts": a}) for s, a in enumerate(alerts)]
-    bands = alerts_view(records)["bands"]
+    events = AlertEvents()
+    for record in records:
+        events.add(record)
+    bands = events.view()["bands"]
     assert [(b["name"], b["from"], b["started"], b["to"]) for b in bands] == [
         ("dead_experts", 1, 3, 6),
         ("loss_jump", 8, 8, 9),

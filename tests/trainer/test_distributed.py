@@ -40,7 +40,12 @@ def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_co
     # four ranks, each holding a quarter of every expert weight, wrote their shards
     assert len(list((run_dir / "checkpoints" / "step-00000002").glob("*.distcp"))) == 4
     assert train(single, home, steps=3, run="moved", resume=True).start_step == 2
-    torchrun(2, experts, home, "moved", steps=4)
+    printed = torchrun(2, experts, home, "moved", steps=4).splitlines()
+    # one "files in" line, rank 0's; rank 1 names no folder as its own (on a cluster its node may have none)
+    assert len([line for line in printed if "files in" in line]) == 1
+    assert [line for line in printed if "rank 1" in line] == [
+        f"run moved, rank 1: steps 3..4 done; rank 0 writes the run's files ({run_dir}, on its node unless shared)"
+    ]
     assert read_run(run_dir).world_size == 2
     resumed = train(experts, home, steps=STEPS, run="moved", resume=True)
     assert resumed.start_step == 4

@@ -16,7 +16,7 @@ from trainer.fleet.config import JobOutcome, TrainingJob
 def run_in_process(home: Home, job: TrainingJob, threads: int, log_path: Path) -> JobOutcome:
     """Train `job` in this process at `threads` torch threads. A refusal or crash is the job's failure (its
     traceback in the log); Ctrl-C and SIGTERM stop the fleet (`Interrupted`, `Terminated`)."""
-    from trainer.loop import train
+    from trainer.loop import train  # lazy: heavy (torch)
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(log_path)

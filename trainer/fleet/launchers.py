@@ -125,7 +125,7 @@ class RayLauncher:
     """One Ray task per job (one CPU each), on a local Ray or the cluster at RAY_ADDRESS."""
 
     def __init__(self, fleet: FleetConfig):
-        import ray
+        import ray  # lazy: optional extra (ray)
 
         address = os.environ.get("RAY_ADDRESS")
         if not ray.is_initialized():
@@ -217,7 +217,7 @@ class SlurmLauncher:
 def launcher_for(fleet: FleetConfig, jobs: int = 1) -> Launcher:
     """The executor's launcher, for about `jobs` jobs (the local workers started: no more than it needs)."""
     if fleet.executor == "local" and fleet.reuse_processes:
-        from trainer.fleet.pool import PoolLauncher
+        from trainer.fleet.pool import PoolLauncher  # lazy: import cycle (trainer.fleet.pool imports this module)
 
         return PoolLauncher(min(fleet.concurrency, max(1, jobs)))
     if fleet.executor == "ray":

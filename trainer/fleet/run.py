@@ -101,6 +101,7 @@ def run_jobs(
         else:
             pending.append(job)
     if pending and fleet.executor == "in-process":
+        # lazy: heavy (torch); trainer.fleet.in_process imports this module (a cycle)
         from trainer.checkpoint_memo import keeping_loaded
         from trainer.fleet.in_process import run_in_process
 

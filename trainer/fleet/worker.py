@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import sys
+import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
@@ -42,7 +43,7 @@ def point_output_at(path: str) -> None:
 
 def run_job(argv: list[str], log: Path) -> int:
     """`millrace ARGV` in this process, its output appended to `log`; its exit status."""
-    from millrace.cli import main
+    from millrace.cli import main  # lazy: after the worker's preloads (`main` below imports them first)
 
     point_output_at(str(log))
     try:
@@ -50,8 +51,6 @@ def run_job(argv: list[str], log: Path) -> int:
     except SystemExit as exc:  # click's --help / a usage error
         return exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # a crash: its traceback in the job's log, the job failed, the worker goes on
-        import traceback
-
         traceback.print_exc()
         return 1
     finally:
@@ -75,7 +74,7 @@ def main() -> int:
     for module in PRELOADED:
         importlib.import_module(module)
 
-    from trainer.checkpoint_memo import keeping_loaded
+    from trainer.checkpoint_memo import keeping_loaded  # lazy: heavy (torch), after the preloads above
 
     with answers, keeping_loaded():  # jobs branched from one checkpoint (a swarm's proxies) read it once
         return serve(sys.stdin, answers)

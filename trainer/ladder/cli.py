@@ -12,6 +12,8 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
 from trainer.fleet.config import Executor
+from trainer.ladder.results import read_ladder
+from trainer.ladder.spec import load_ladder
 from trainer.records import RungResult
 
 if TYPE_CHECKING:  # numpy and scipy load when a fit runs, not for every ladder command
@@ -40,7 +42,6 @@ def ladder_file(reference: str, home: Home) -> Path:
     path = Path(reference)
     if path.suffix == ".toml" or path.exists():
         return path
-    from trainer.ladder.results import read_ladder
 
     recorded = read_ladder(home, reference).file
     if recorded is None:
@@ -51,8 +52,6 @@ def ladder_file(reference: str, home: Home) -> Path:
 def ladder_name(reference: str, home: Home) -> str:
     path = Path(reference)
     if path.suffix == ".toml" or path.is_file():
-        from trainer.ladder.spec import load_ladder
-
         return load_ladder(path).ladder
     return reference
 
@@ -80,7 +79,7 @@ def plan_command(home: Home, ladder_toml: str, as_json: bool) -> None:
     steps, batch, learning rate, FLOPs and an estimated time on this machine; and the target's. Each rung's
     scaled revision is checked against the store as `ladder run` will build it: a rung too small to give
     every phase one sequence per weighted cell is raised (and named) or refused, per rules.small_rungs."""
-    from trainer.ladder.plan import plan_ladder
+    from trainer.ladder.plan import plan_ladder  # lazy: command body: `millrace --help` stays light
 
     plan = plan_ladder(ladder_toml, home)
     if as_json:
@@ -155,8 +154,7 @@ def run_command(
 ) -> None:
     """Train each rung (with held-out evaluation) on the revision scaled to its budget, on the ladder's fleet;
     resumable: a finished rung is not retrained, a killed one resumes from its last checkpoint."""
-    from trainer.ladder.run import run_ladder
-    from trainer.ladder.spec import load_ladder
+    from trainer.ladder.run import run_ladder  # lazy: command body: `millrace --help` stays light
 
     fleet = load_ladder(ladder_toml).fleet
     overrides = {k: v for k, v in (("executor", executor), ("concurrency", concurrency)) if v is not None}
@@ -240,7 +238,8 @@ def fit_command(
     """Fit L(C) = L_inf + A * C^-alpha to each rung's final held-out metric (or to --points): parameters,
     residuals, leave-one-out errors, and predictions with a prediction interval at --level (delta method
     with the residual variance and Student's t); zero degrees of freedom or a rising curve are warned of."""
-    from trainer.ladder.ladder_fit import fit_ladder
+    # lazy: command body: `millrace --help` loads no scipy
+    from trainer.ladder.ladder_fit import FitRequest, fit_ladder
     from trainer.ladder.points import file_points
     from trainer.ladder.scaling_law import LEVEL, fit_report
 
@@ -259,16 +258,8 @@ def fit_command(
             level=level,
         )
     elif ladder_ref:
-        report = fit_ladder(
-            home,
-            ladder_name(ladder_ref, home),
-            metric,
-            asymptote,
-            free_asymptote,
-            list(predict_flops),
-            revision,
-            level=level,
-        )
+        request = FitRequest(metric, asymptote, free_asymptote, list(predict_flops), revision, level)
+        report = fit_ladder(home, ladder_name(ladder_ref, home), request)
     else:
         raise ConfigError("give a LADDER (name or file) or --points FILE")
     for warning in report["warnings"]:
@@ -332,7 +323,7 @@ def compare_command(
     """Train the same rungs for revisions A and B with several seeds; per rung the loss difference and the
     seed spread, and the compute-equivalent speed-up of B over A from the fits, called noise when the
     difference is within the seed spread."""
-    from trainer.ladder.compare import compare_ladder
+    from trainer.ladder.compare import compare_ladder  # lazy: command body: `millrace --help` loads no scipy
 
     if len(revisions) != 2:
         raise ConfigError(f"--revision: give exactly two (A and B), got {len(revisions)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 from millrace.errors import ConfigError
 from millrace.home import Home
@@ -19,45 +20,39 @@ def targets_of(body: LadderRecord, predict_flops: list[float]) -> list[tuple[str
     return found + [(None, float(f)) for f in predict_flops]
 
 
-def fit_ladder(
-    home: Home,
-    ladder: str,
-    metric: str | None = None,
-    asymptote: float | None = None,
-    free_asymptote: bool = False,
-    predict_flops: Sequence[float] = (),
-    revision: str | None = None,
-    save: bool = True,
-    level: float = LEVEL,
-) -> FitReport:
-    """Fit the ladder's rungs of `revision` (default its own), with prediction intervals at `level`; the
-    report is stored under fits/<revision> (under the ladder's writer lock)."""
+@dataclass(frozen=True)
+class FitRequest:
+    """What `ladder fit` asks for beyond the ladder: the metric (default the ladder's), a known asymptote or a
+    free one (default the ladder's), FLOPs to predict at besides the target, the revision whose rungs are fitted
+    (default the ladder's own), and the prediction intervals' level."""
+
+    metric: str | None = None
+    asymptote: float | None = None
+    free_asymptote: bool = False
+    predict_flops: Sequence[float] = ()
+    revision: str | None = None
+    level: float = LEVEL
+
+
+def fit_ladder(home: Home, ladder: str, request: FitRequest | None = None, save: bool = True) -> FitReport:
+    """Fit the ladder's rungs of the request's revision, with prediction intervals; the report is stored under
+    fits/<revision> (under the ladder's writer lock)."""
     with ladder_writer(home, ladder) if save else nullcontext():
-        return _fit_ladder(home, ladder, metric, asymptote, free_asymptote, predict_flops, revision, save, level)
+        return _fit_ladder(home, ladder, request or FitRequest(), save)
 
 
-def _fit_ladder(
-    home: Home,
-    ladder: str,
-    metric: str | None,
-    asymptote: float | None,
-    free_asymptote: bool,
-    predict_flops: Sequence[float],
-    revision: str | None,
-    save: bool,
-    level: float,
-) -> FitReport:
+def _fit_ladder(home: Home, ladder: str, request: FitRequest, save: bool) -> FitReport:
     body = read_ladder(home, ladder)
-    metric = metric or body.metric or "loss.macro"
-    revision = revision or body.plan.revision
-    if free_asymptote and asymptote is not None:
+    metric = request.metric or body.metric or "loss.macro"
+    revision = request.revision or body.plan.revision
+    asymptote = request.asymptote
+    if request.free_asymptote and asymptote is not None:
         raise ConfigError("give --asymptote or --free-asymptote, not both")
-    if not free_asymptote and asymptote is None:
+    if not request.free_asymptote and asymptote is None:
         asymptote = body.asymptote
     points = ladder_points(body, metric, revision, home)
-    report = fit_report(
-        points, asymptote, targets_of(body, list(predict_flops)), where=f"ladder {ladder}", metric=metric, level=level
-    )
+    targets = targets_of(body, list(request.predict_flops))
+    report = fit_report(points, asymptote, targets, where=f"ladder {ladder}", metric=metric, level=request.level)
     report["revision"] = revision
     if save:
         write_ladder(home, body.model_copy(update={"fits": body.fits | {revision: report}}))

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from millrace.errors import ConfigError
 from millrace.home import Home
+from mixtures.catalog import load_named
+from mixtures.resolve import open_store
 from trainer.config import TrainConfig, load_train_config, with_vocab
 from trainer.flops import count_params, flops_per_token
 from trainer.ladder.rung_revision import BaseRevision, base_if_stored, built_steps, feasible_tokens, rung_revision_name
@@ -147,6 +149,16 @@ def rung_lr(spec: LadderSpec, config: TrainConfig, batch: int, seq_len: int, ste
     return lr
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """What is fixed before the rules size a rung (None: the rules decide): its tokens, its batch, and its
+    steps (the built revision's, whose phases round to whole batches each; default tokens / batch)."""
+
+    tokens: float | None = None
+    batch: int | None = None
+    steps: int | None = None
+
+
 def size_rung(
     spec: LadderSpec,
     name: str,
@@ -154,16 +166,17 @@ def size_rung(
     index: int | None,
     seq_len: int,
     seconds_per_flop: float,
-    tokens: float | None = None,
-    batch: int | None = None,
-    steps: int | None = None,
+    given: Sizing | None = None,
 ) -> RungPlan:
-    """`steps`: the built revision's (its phases round to whole batches each); default tokens / batch."""
+    """Rung `name` (the rules' `index`-th width; None: the widest's batch rule) sized by the rules, except
+    what `given` fixes."""
+    given = given or Sizing()
     active = active_params(config)
-    tokens = round(tokens if tokens is not None else spec.rules.tokens_per_active_param * active)
+    tokens = round(given.tokens if given.tokens is not None else spec.rules.tokens_per_active_param * active)
+    batch = given.batch
     if batch is None:
         batch = rung_batch(spec.rules, index if index is not None else len(spec.rules.widths) - 1, tokens)
-    steps = steps or max(1, round(tokens / (batch * seq_len)))
+    steps = given.steps or max(1, round(tokens / (batch * seq_len)))
     lr = rung_lr(spec, config, batch, seq_len, steps)
     flops = flops_per_token(config, seq_len) * tokens
     warmup = spec.rules.warmup_fraction
@@ -227,11 +240,10 @@ def plan_target(
         layers = target.layers or family_layers(spec.rules, target.d_model)
         config = scaled_config(base, spec.rules, target.d_model, layers)
         tokens, batch = target.tokens, target.batch
-    return size_rung(spec, target.name, config, None, seq_len, seconds_per_flop, tokens, batch)
+    return size_rung(spec, target.name, config, None, seq_len, seconds_per_flop, Sizing(tokens, batch))
 
 
 def revision_seq_len(spec: LadderSpec, home: Home) -> int:
-    from mixtures.catalog import load_named
 
     revision, _ = load_named(home, spec.mixture.mixture, spec.mixture.revision)
     return revision.seq_len
@@ -239,9 +251,6 @@ def revision_seq_len(spec: LadderSpec, home: Home) -> int:
 
 def store_vocab(spec: LadderSpec, home: Home, path: Path) -> int:
     """The vocabulary of the store the revision targets (for a base config with vocab_size 0)."""
-    from mixtures.catalog import load_named
-    from mixtures.resolve import open_store
-
     revision, source = load_named(home, spec.mixture.mixture, spec.mixture.revision)
     store = open_store(home, revision.store, f"{source}: revision {revision.key}")
     if store.manifest.tokenizer is None:
@@ -252,9 +261,9 @@ def store_vocab(spec: LadderSpec, home: Home, path: Path) -> int:
 def seconds_per_flop(spec: LadderSpec) -> float:
     peak = spec.here.peak_flops
     if not peak:
-        import torch
+        import torch  # lazy: heavy (torch)
 
-        from trainer.peak import measure_matmul_flops
+        from trainer.peak import measure_matmul_flops  # lazy: heavy (torch)
 
         peak = measure_matmul_flops(torch.device("cpu"))
     return 1.0 / (peak * spec.here.mfu)
@@ -287,7 +296,8 @@ def fitted_to_store(spec: LadderSpec, rung: RungPlan, bases: list[BaseRevision],
     cells, its steps those of the built revision's phases."""
     tokens, because = needed_tokens(spec, rung, bases)
     steps = built_steps(bases[0], tokens, rung.batch)
-    fitted = size_rung(spec, rung.name, rung.config, None, rung.seq_len, per_flop, tokens, rung.batch, steps)
+    sizing = Sizing(tokens, rung.batch, steps)
+    fitted = size_rung(spec, rung.name, rung.config, None, rung.seq_len, per_flop, sizing)
     if tokens == rung.tokens:
         return fitted
     return dataclasses.replace(fitted, raised_from=rung.tokens, raised_because=because)

@@ -23,6 +23,7 @@ import tomli_w
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError, Interrupted
 from millrace.home import Home
+from mixtures.manifest import read_manifest
 from trainer.config import TrainConfig
 from trainer.fleet import FleetConfig, JobOutcome, TrainingJob, check_outcomes, run_jobs
 from trainer.ladder.plan import LadderPlan, RungPlan, plan_ladder
@@ -107,8 +108,6 @@ class RungJob:
 
 def rung_job(home: Home, plan: LadderPlan, rung: RungPlan, revision: str, seed: int) -> RungJob:
     """The rung's scaled revision (built), and its config written unless its run has finished already."""
-    from mixtures.manifest import read_manifest
-
     ladder = plan.spec.ladder
     name, manifest = build_rung_revision(
         home, plan.spec.mixture.mixture, revision, ladder, rung.name, rung.tokens, rung.batch

@@ -24,6 +24,7 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
 from millrace.home import Home
 from mixtures.build import build, resolve_named
+from mixtures.catalog import load_named
 from mixtures.manifest import BuiltManifest
 from mixtures.resolve import phase_sequences, resolve, store_versions
 from mixtures.revision import Revision, load_revision, parse_revision, revision_to_toml
@@ -59,8 +60,6 @@ def resolve_base(home: Home, mixture: str, revision: str) -> BaseRevision:
 
 def base_if_stored(home: Home, mixture: str, revision: str) -> BaseRevision | None:
     """The base revision resolved, or None when its store is not built here (a plan on paper)."""
-    from mixtures.catalog import load_named
-
     loaded, _ = load_named(home, mixture, revision)
     if not store_versions(home, loaded.store.name):
         return None

@@ -10,7 +10,7 @@ import click
 
 from millrace.home import Home
 from millrace.options import home_option, json_option, print_json
-from trainer.search.records import ProposalRecord
+from trainer.search.records import ProposalRecord, ProxyRow
 
 SEARCH_HELP = """Choose a mixture, not only build it: a swarm of small proxy runs branched from one shared
 checkpoint, a surrogate fitted on their held-out results, a proposed revision under the epoch cap, and its
@@ -48,6 +48,7 @@ def plan_command(home: Home, reference: str, as_json: bool) -> None:
     """Print the swarm: the number of proxies (default 2 per component), the sampling distribution, the phases
     and switch point, each proxy's budget, the total compute, and whether the epoch caps allow it. Writes
     plan.json (nothing is trained)."""
+    # lazy: command body: `millrace --help` stays light
     from trainer.search.plan import without_held_out
     from trainer.search.steps import plan_step
 
@@ -102,8 +103,7 @@ def plan_command(home: Home, reference: str, as_json: bool) -> None:
 def run_command(home: Home, reference: str, no_progress: bool, as_json: bool) -> None:
     """Train the shared checkpoint once (the baseline to the branch step), then each proxy as a run branched
     from it on its own revision. Resumable: finished proxies are skipped, a killed one resumes."""
-    from trainer.search.records import ProxyRow
-    from trainer.search.steps import run_step
+    from trainer.search.steps import run_step  # lazy: command body: `millrace --help` stays light
 
     def show(row: ProxyRow) -> None:
         macro = row.results.bpb.macro if row.results else None
@@ -165,7 +165,7 @@ def fit_command(
 ) -> None:
     """Fit surrogates on the proxies' rows and report k-fold out-of-fold Spearman, RMSE and regret@1 for the
     target and every eval set. Rows whose cells changed since they were trained are named, not used."""
-    from trainer.search.steps import fit_step
+    from trainer.search.steps import fit_step  # lazy: command body: `millrace --help` stays light
 
     report = fit_step(reference, home, kind, parse_target(target), list(patterns) or None)
     if as_json:
@@ -195,7 +195,7 @@ def propose_command(home: Home, reference: str, name: str | None, as_json: bool)
     """Optimise each phase's weights under the constraints (epoch cap over the whole planned run, min/max
     share, optional closeness to the prior) and write the proposal as a new revision continuing the
     baseline at the branch step; its provenance names the swarm, the surrogate and the predicted target."""
-    from trainer.search.steps import propose_step
+    from trainer.search.steps import propose_step  # lazy: command body: `millrace --help` stays light
 
     record = propose_step(reference, home, name)
     if as_json:
@@ -238,7 +238,7 @@ def validate_command(home: Home, reference: str, no_progress: bool, as_json: boo
     """Train the proposal and the baselines (natural and the current revision, by default) at 3 or more seeds
     each from the same checkpoint and budget, and report the measured difference per eval set with a
     confidence interval ("not distinguishable from noise" when the interval holds 0)."""
-    from trainer.search.steps import validate_step
+    from trainer.search.steps import validate_step  # lazy: command body: `millrace --help` stays light
 
     def show(run: str) -> None:
         click.echo(f"search: validation run {run} done", err=True)

@@ -59,7 +59,7 @@ def fit_metric(
     kept = [(row, value) for row, value in pairs if value is not None]
     if len(kept) < 3:
         return None
-    from trainer.search.surrogate import Observations, cross_validate  # waits: it imports lightgbm (seconds)
+    from trainer.search.surrogate import Observations, cross_validate  # lazy: heavy (lightgbm: seconds to import)
 
     weights = np.stack([weights_array(row.phases, components) for row, _ in kept])
     targets = np.array([value for _, value in kept])

@@ -16,6 +16,7 @@ import datetime as dt
 import numpy as np
 
 from millrace.home import Home
+from mixtures.manifest import read_manifest
 from trainer.search.fit import rows_of, target_value
 from trainer.search.propose import Constraints, Proposal, propose
 from trainer.search.records import (
@@ -68,10 +69,8 @@ def propose_search(
     )
     prior = weights_array(plan.prior, plan.components)
     limits = search.spec.constraints
-    changed = set(fit.changed_components)
-    fixed = None
-    if search.spec.reuse and changed and len(changed) < len(plan.components):
-        fixed = np.tile(np.array([c.name not in changed for c in plan.components]), (prior.shape[0], 1))
+    held = held_components(search, plan, fit)
+    fixed = None if held is None else np.tile(np.array(held), (prior.shape[0], 1))
     constraints = Constraints(
         phase_tokens=planned_phase_tokens(search).astype(float),
         available_tokens=cap_tokens(search, plan.components).astype(float),
@@ -82,7 +81,16 @@ def propose_search(
         max_distance=limits.max_distance,
     )
     chosen = propose(surrogate, constraints, quality, seed=search.spec.sampling.seed, fixed=fixed)
-    return write_proposal(home, search, plan, fit, chosen, constraints, fixed, name or dated_name(search))
+    return write_proposal(home, search, plan, fit, chosen, constraints, name or dated_name(search))
+
+
+def held_components(search: Search, plan: SwarmPlan, fit: FitReport) -> list[bool] | None:
+    """Per component, whether the proposal holds it at the prior's weights: with `reuse`, those the fit saw
+    unchanged, when some changed and some did not (None: every component is free)."""
+    changed = set(fit.changed_components)
+    if search.spec.reuse and changed and len(changed) < len(plan.components):
+        return [c.name not in changed for c in plan.components]
+    return None
 
 
 def write_proposal(
@@ -92,7 +100,6 @@ def write_proposal(
     fit: FitReport,
     chosen: Proposal,
     constraints: Constraints,
-    fixed: np.ndarray | None,
     name: str,
 ) -> ProposalRecord:
     """The revision file (built) and the proposal record naming where it came from."""
@@ -106,7 +113,6 @@ def write_proposal(
     tokens = [int(t) for t in constraints.phase_tokens]
     revision = continuing(search, name, chosen.weights, tokens, plan.components, what)
     manifest = write_and_build(home, search, revision)
-    from mixtures.manifest import read_manifest
 
     built, _ = read_manifest(manifest)
     cells = {p.name: dict(p.declared_weights) for p in built.phases if p.revision is None}
@@ -120,7 +126,7 @@ def write_proposal(
         phases=phase_weights(plan.components, search.phase_names, chosen.weights),
         prior=plan.prior,
         cells=cells,
-        fixed=[c.name for c, held in zip(plan.components, fixed[0]) if held] if fixed is not None else [],
+        fixed=[c.name for c, held in zip(plan.components, held_components(search, plan, fit) or []) if held],
         constraints={
             "epoch_cap": constraints.epoch_cap,
             "min_share": constraints.min_share,

@@ -520,13 +520,18 @@ def unpack(packed: Packed, components: list[Component], where: str) -> list[Phas
     return phases
 
 
+def set_fields(record: Record, head: type[Record]) -> dict[str, Any]:
+    """The fields of `head` (a base of `record`'s model) that `record`'s writer set: a file dumps only those."""
+    return {name: getattr(record, name) for name in head.model_fields if name in record.model_fields_set}
+
+
 def index_of(components: list[Component]) -> dict[str, int]:
     return {c.fingerprint: i for i, c in enumerate(components)}
 
 
 def plan_file(plan: SwarmPlan, where: str) -> PlanFile:
     index = index_of(plan.components)
-    head = {name: getattr(plan, name) for name in PlanHead.model_fields if name in plan.model_fields_set}
+    head = set_fields(plan, PlanHead)
     proxies = [
         PackedProxy(
             proxy=p.proxy, run=p.run, revision=p.revision, weights=pack(p.phases, index, f"{where}: {p.proxy}")
@@ -538,7 +543,7 @@ def plan_file(plan: SwarmPlan, where: str) -> PlanFile:
 
 def plan_of(packed: PlanFile, where: str) -> SwarmPlan:
     components = packed.components
-    head = {name: getattr(packed, name) for name in PlanHead.model_fields if name in packed.model_fields_set}
+    head = set_fields(packed, PlanHead)
     proxies = [
         PlannedProxy.model_construct(
             proxy=p.proxy, run=p.run, revision=p.revision, phases=unpack(p.weights, components, f"{where}: {p.proxy}")
@@ -549,12 +554,12 @@ def plan_of(packed: PlanFile, where: str) -> SwarmPlan:
 
 
 def packed_row(row: ProxyRow, index: dict[str, int], where: str) -> PackedRow:
-    head = {name: getattr(row, name) for name in RowHead.model_fields if name in row.model_fields_set}
+    head = set_fields(row, RowHead)
     return PackedRow(**head, weights=pack(row.phases, index, f"{where}: {row.proxy}"))
 
 
 def row_of(packed: PackedRow, components: list[Component], where: str) -> ProxyRow:
-    head = {name: getattr(packed, name) for name in RowHead.model_fields if name in packed.model_fields_set}
+    head = set_fields(packed, RowHead)
     return ProxyRow(**head, phases=unpack(packed.weights, components, where))
 
 
@@ -592,8 +597,7 @@ def read_proxy_lines(path: Path, search: str) -> ProxyTable:
 def read_legacy_proxies(path: Path) -> ProxyTable:
     """The previous release's proxies.json (rows as they were, each weight naming its component)."""
     legacy = payload_model(read_artifact(path, PROXIES_KIND, (1,)), LegacyTable, str(path))
-    head = RowHead.model_fields
-    rows = [ProxyRow(**{n: getattr(r, n) for n in [*head, "phases"] if n in r.model_fields_set}) for r in legacy.rows]
+    rows = [ProxyRow(**set_fields(r, RowHead), phases=r.phases) for r in legacy.rows]
     return ProxyTable(search=legacy.search, rows=rows)
 
 

@@ -21,10 +21,13 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from millrace.writer_lock import WriterLock
-from trainer.fleet import check_outcomes
+from trainer.fleet import check_outcomes, run_jobs
 from trainer.fleet.config import JobOutcome, TrainingJob
 from trainer.fleet.launchers import Launcher
+from trainer.fleet.run import launching as fleet_launching
+from trainer.ladder.results import record_digest
 from trainer.records import read_eval, read_metrics, read_run
+from trainer.search.plan import shared_run
 from trainer.search.records import (
     SEARCH_LOCK_FILE,
     Component,
@@ -87,24 +90,19 @@ def train_jobs(
     """Train `jobs` on the search's fleet (`[fleet]`: in-process, local processes, torchrun, Ray or Slurm);
     finished runs are skipped, killed ones resume; Ctrl-C / SIGTERM stop them all. `launcher`: the search's
     (`launching`), whose local workers train the shared checkpoints and then the runs branched from them."""
-    from trainer.fleet import run_jobs
-
     return run_jobs(home, jobs, search.fleet, progress=progress, on_outcome=on_outcome, launcher=launcher)
 
 
 def launching(search: Search, jobs: int) -> contextlib.AbstractContextManager[Launcher | None]:
     """The search's fleet launcher for about `jobs` jobs (`trainer.fleet.run.launching`)."""
-    from trainer.fleet.run import launching
-
-    return launching(search.fleet, jobs)
+    return fleet_launching(search.fleet, jobs)
 
 
 def shared_checkpoints(
     home: Home, search: Search, seeds: Sequence[int], progress: bool, launcher: Launcher | None = None
 ) -> dict[int, str]:
     """Train the baseline to the branch step once per seed (those not there yet); returns seed -> run."""
-    from trainer import checkpoint as ckpt
-    from trainer.search.plan import shared_run
+    from trainer import checkpoint as ckpt  # lazy: heavy (torch)
 
     runs = {seed: shared_run(search, seed) for seed in seeds}
     jobs = []
@@ -121,8 +119,6 @@ def shared_checkpoints(
 
 def final_results(home: Home, run: str) -> ProxyResults:
     """A run's last evaluation, whole (every group), with the digest of the line it came from."""
-    from trainer.ladder.results import record_digest
-
     evals = read_eval(home.run(run))
     if not evals:
         raise ArtifactError(f"{home.run(run) / 'eval.jsonl'}: no held-out evaluation; the search scores held-out data")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from millrace.errors import ConfigError, Interrupted, Terminated
 from millrace.home import Home
+from trainer.search.fit import DEFAULT_METRICS, fit_search
+from trainer.search.plan import plan_search
 from trainer.search.records import (
     FIT_FILE,
     PLAN_FILE,
@@ -25,6 +27,7 @@ from trainer.search.records import (
     read_plan,
     write_search_record,
 )
+from trainer.search.run import run_swarm, search_writer
 from trainer.search.spec import Search, load_search
 
 
@@ -56,9 +59,6 @@ def resumable(command: str, reference: str | Path) -> Iterator[None]:
 
 def plan_step(reference: str | Path, home: Home) -> tuple[Search, SwarmPlan]:
     """Plan the swarm and write plan.json (planning again with the same file gives the same swarm)."""
-    from trainer.search.plan import plan_search
-    from trainer.search.run import search_writer
-
     search = load_search(search_file(reference, home), home)
     plan = plan_search(search, home)
     with search_writer(search):
@@ -69,7 +69,6 @@ def plan_step(reference: str | Path, home: Home) -> tuple[Search, SwarmPlan]:
 def run_step(
     reference: str | Path, home: Home, progress: bool = False, on_row: Callable[[ProxyRow], None] | None = None
 ) -> tuple[Search, SwarmPlan, list[ProxyRow]]:
-    from trainer.search.run import run_swarm
 
     search, plan = plan_step(reference, home)
     with resumable("run", reference):
@@ -84,9 +83,6 @@ def fit_step(
     patterns: Sequence[str] | None = None,
 ) -> FitReport:
     """Fit on the rows there are (no training); `target` overrides the file's (a new target, no new runs)."""
-    from trainer.search.fit import DEFAULT_METRICS, fit_search
-    from trainer.search.run import search_writer
-
     search = load_search(search_file(reference, home), home)
     plan = read_plan(search.directory)
     terms = target or search.spec.target.terms()
@@ -99,8 +95,7 @@ def fit_step(
 
 
 def propose_step(reference: str | Path, home: Home, name: str | None = None) -> ProposalRecord:
-    from trainer.search.proposal import propose_search
-    from trainer.search.run import search_writer
+    from trainer.search.proposal import propose_search  # lazy: heavy (sklearn)
 
     search = load_search(search_file(reference, home), home)
     plan, fit = read_plan(search.directory), read_fit(search.directory)
@@ -113,7 +108,7 @@ def propose_step(reference: str | Path, home: Home, name: str | None = None) -> 
 def validate_step(
     reference: str | Path, home: Home, progress: bool = False, on_run: Callable[[str], None] | None = None
 ) -> ValidationRecord:
-    from trainer.search.validate import validate_search
+    from trainer.search.validate import validate_search  # lazy: heavy (scipy)
 
     search = load_search(search_file(reference, home), home)
     with resumable("validate", reference):

@@ -18,6 +18,7 @@ import numpy as np
 from millrace.home import Home
 from trainer.fleet import check_outcomes
 from trainer.fleet.config import TrainingJob
+from trainer.search.fit import target_value
 from trainer.search.records import (
     PROPOSAL_FILE,
     VALIDATION_FILE,
@@ -65,8 +66,6 @@ def verdict(comparison: Comparison) -> str:
 
 def measured(runs: list[ValidationRun], arm: str, metric: str, terms: dict[str, float]) -> list[float]:
     """One arm's figures for `metric` over its seeds ("target": the search's target)."""
-    from trainer.search.fit import target_value
-
     values = [target_value(r, terms if metric == TARGET else {metric: 1.0}) for r in runs if r.arm == arm]
     return [v for v in values if v is not None]
 

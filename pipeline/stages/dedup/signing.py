@@ -41,6 +41,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output
+from pipeline.config import DedupConfig
 from pipeline.stages import in_place
 from pipeline.stages.dedup.ngrams import minhash, shingle_hashes
 from pipeline.stages.dedup.sorted_runs import sorted_records
@@ -170,21 +171,11 @@ class DedupSignatures(PipelineStep):
     name = "🔏 dedup signatures"
     type = "🫂 - DEDUP"
 
-    def __init__(
-        self,
-        directory: Path | str,
-        ngram: int,
-        bands: int,
-        rows: int,
-        seed: int,
-        parts: int,
-        exact: bool = True,
-        fuzzy: bool = True,
-    ):
+    def __init__(self, directory: Path | str, config: DedupConfig):
         super().__init__()
         self.files = SignatureFiles(Path(directory))
-        self.hasher = MinHasher(ngram, bands, rows, seed)
-        self.parts, self.exact, self.fuzzy = parts, exact, fuzzy
+        self.hasher = MinHasher(config.ngram, config.bands, config.rows, config.seed)
+        self.parts, self.exact, self.fuzzy = config.parts, config.exact, config.fuzzy
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         keys: list[int] = []

@@ -90,7 +90,7 @@ class NormaliseStep(CountedStep):
 
     def __init__(self, funnel_dir: Path | str, removed_dir: Path | str, sources: list[str] | None):
         super().__init__("normalise", funnel_dir, removed_dir, None)
-        from datatrove.pipeline.formatters import FTFYFormatter
+        from datatrove.pipeline.formatters import FTFYFormatter  # lazy: heavy (datatrove)
 
         self.normalised = None if sources is None else frozenset(sources)
         self.formatter = FTFYFormatter()
@@ -122,14 +122,15 @@ class ExtractStep(CountedStep):
         self, funnel_dir: Path | str, removed_dir: Path | str, sources: list[str], timeout: float = EXTRACT_TIMEOUT
     ):
         super().__init__("extract", funnel_dir, removed_dir, sources)
-        from datatrove.pipeline.extractors import Trafilatura
+        from datatrove.pipeline.extractors import Trafilatura  # lazy: heavy (datatrove)
 
         self.extractor = Trafilatura(timeout=timeout, deduplicate=False)
         self._sandbox: ExtractorSandbox | None = None
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        import trafilatura  # noqa: F401  imported here, so a forked sandbox starts warm (its start-up shares the timeout)
-        from datatrove.pipeline.extractors.base import ExtractorSandbox
+        # lazy: here, so a forked sandbox starts warm (its start-up shares the timeout)
+        import trafilatura  # noqa: F401
+        from datatrove.pipeline.extractors.base import ExtractorSandbox  # lazy: heavy (datatrove)
 
         with ExtractorSandbox(timeout=self.extractor.timeout, warmup_text="") as sandbox:
             self._sandbox = sandbox
@@ -194,7 +195,7 @@ class FilterStep(CountedStep):
 def language_identifier() -> LanguageIdentifier:
     """py3langid's model, loaded once per process (about 1 s of CPU to decompress): every task that a
     process runs shares it."""
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier  # lazy: heavy (py3langid's model)
 
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 

@@ -41,7 +41,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import regex
-from datatrove.utils.word_tokenizers import SpaCyTokenizer, WhitespaceTokenizer, WordTokenizer, strip_strings
+from datatrove.utils.word_tokenizers import (
+    SpaCyTokenizer,
+    WhitespaceTokenizer,
+    WordTokenizer,
+    load_tokenizer_assignments,
+    strip_strings,
+)
 
 if TYPE_CHECKING:
     from spacy.language import Language
@@ -101,6 +107,7 @@ def import_spacy_without_torch() -> None:
         return
     sys.modules["torch"] = None  # type: ignore[assignment]
     try:
+        # lazy: imported with torch hidden (above): spaCy's thinc then skips torch
         import spacy  # noqa: F401
     finally:
         del sys.modules["torch"]
@@ -115,8 +122,6 @@ def fineweb2_rules() -> dict[str, dict[str, Any]]:
 @cache
 def word_tokenizer(language: str) -> tuple[WordTokenizer, str]:
     """The tokenizer for `language` and its kind: "datatrove" (FineWeb-2's assignment), "characters" or "spaces"."""
-    from datatrove.utils.word_tokenizers import load_tokenizer_assignments
-
     rules = fineweb2_rules().get(language)
     factory = load_tokenizer_assignments().get(rules["config"] if rules else language)
     if factory is not None:
@@ -134,7 +139,7 @@ def word_tokenizer(language: str) -> tuple[WordTokenizer, str]:
 
 def quiet_jieba() -> None:
     """jieba logs its dictionary loading at DEBUG to stderr in every worker; keep its warnings only."""
-    import jieba
+    import jieba  # lazy: heavy (jieba's dictionary)
 
     jieba.setLogLevel(logging.WARNING)
 

@@ -94,7 +94,7 @@ def sample_budget(config: PipelineConfig) -> int:
     tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
     cells = 0
     if config.fits_cells:
-        from pipeline.stages.tokenize.cell_steps import CellSteps
+        from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
         cells = CellSteps(config.quality, config.domains, Path(".")).sample_bytes
     return OVERSAMPLE * max(tokenizer, cells)

@@ -44,7 +44,7 @@ COMPACT_EVERY = 4096  # stored documents' n-gram findings kept apart before they
 
 def read_texts(config: EvalSetConfig) -> list[str]:
     """Every document's text, in path order (files inside a directory sorted)."""
-    from datatrove.pipeline.readers import JsonlReader, ParquetReader
+    from datatrove.pipeline.readers import JsonlReader, ParquetReader  # lazy: heavy (datatrove)
 
     texts: list[str] = []
     for raw in config.paths:

@@ -57,7 +57,7 @@ def decode_as(data: bytes, encoding: str | None, cut: bool = False) -> Decoded |
 
 def detected_encoding(data: bytes) -> str | None:
     """The encoding `cchardet` finds for `data` with at least `MIN_CONFIDENCE`, or None."""
-    import cchardet
+    import cchardet  # lazy: heavy (cchardet): only for a file that is not UTF-8
 
     found = cchardet.detect(data)
     return found["encoding"] if (found["confidence"] or 0) >= MIN_CONFIDENCE else None

@@ -73,7 +73,7 @@ def link_problem(folder: Path, relative: str) -> str | None:
 
 def data_folder(path: str, storage_options: Mapping[str, object] | None = None) -> DataFolder:
     """The datatrove folder of a local directory or a URL prefix."""
-    from datatrove.io import DataFolder
+    from datatrove.io import DataFolder  # lazy: heavy (datatrove)
 
     return DataFolder(path, **(storage_options or {}))
 
@@ -82,7 +82,7 @@ def is_file(path: str, storage_options: Mapping[str, object] | None = None) -> b
     """Whether a configured path names one file (a local file, or an object at a URL)."""
     if not is_url(path):
         return Path(path).is_file()
-    from fsspec.core import url_to_fs
+    from fsspec.core import url_to_fs  # lazy: heavy (fsspec): only where a path is a URL
 
     def test() -> bool:
         fs, stripped = url_to_fs(path, **(storage_options or {}))

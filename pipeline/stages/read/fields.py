@@ -12,10 +12,13 @@ import io
 from collections.abc import Mapping
 from typing import BinaryIO, cast
 
+import orjson
+
 from millrace.errors import ConfigError
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig, SourceConfig
 from pipeline.stages.read.compressed import byte_lines, compression_of
 from pipeline.stages.read.decoding import decode_text
+from pipeline.stages.read.discovery import data_folder, folder_of
 
 LONG_TEXT = 64  # characters: a string field at least this long (and longer than any other) holds the text
 ID_NAMES = ("id", "_id", "doc_id", "docid", "document_id", "uid", "uuid", "guid", "url", "path", "key", "name")
@@ -53,7 +56,6 @@ class _SmallReads(io.RawIOBase):
 
 
 def _first_jsonl_record(handle: BinaryIO, name: str) -> dict[str, object] | None:
-    import orjson
 
     for line in byte_lines(handle, compression_of(name), 1 << 24):
         if isinstance(line, bytes) and line.strip():
@@ -69,7 +71,7 @@ def _first_jsonl_record(handle: BinaryIO, name: str) -> dict[str, object] | None
 def first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     """(where, first record) of the source's first file or dataset; None for HTML formats, empty sources and a
     first file that cannot be read (the read step names it, or skips it as the source says)."""
-    from pipeline.stages.read.readers import UNREADABLE
+    from pipeline.stages.read.readers import UNREADABLE  # lazy: heavy (datatrove)
 
     try:
         return _first_record(source)
@@ -81,14 +83,13 @@ def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     if source.format in EXTRACTED_FORMATS:
         return None
     if source.format == "hf-datasets":
-        import datasets
+        import datasets  # lazy: heavy (datasets): only for an hf-datasets source
 
         dataset = datasets.load_from_disk(source.paths[0])
         if isinstance(dataset, datasets.DatasetDict):
             dataset = dataset[sorted(dataset)[0]]
         return source.paths[0], (dict(dataset[0]) if len(dataset) else dict.fromkeys(dataset.column_names))
-    from pipeline.stages.read.discovery import data_folder, folder_of
-    from pipeline.stages.read.readers import input_files
+    from pipeline.stages.read.readers import input_files  # lazy: heavy (datatrove)
 
     path, files = next(((p, f) for p, f in input_files(source) if f), (None, []))
     if path is None:
@@ -97,7 +98,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     where = folder.resolve_paths(files[0])
     with folder.open(files[0], "rb", block_size=FIRST_RECORD_BLOCK) as handle:
         if source.format == "parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy: heavy (pyarrow)
 
             with pq.ParquetFile(handle) as parquet:
                 batch = next(parquet.iter_batches(batch_size=1), None)

@@ -36,6 +36,7 @@ from pipeline.stages.funnel import StepCounts
 from pipeline.stages.progress import LiveCount
 from pipeline.stages.read.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
 from pipeline.stages.read.decoding import decode_as, decode_page, decode_text
+from pipeline.stages.read.discovery import data_folder, folder_of, source_files
 
 Problem = tuple[str, str, int | str, str, int]  # (file, "line" | "row" | "record", position, reason, size)
 KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
@@ -163,7 +164,7 @@ class CountingParquetReader(_ProblemLog, ParquetReader):
     position_label = "row"
 
     def read_file(self, filepath: str) -> Iterator[Document]:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: heavy (pyarrow)
 
         with self.data_folder.open(filepath, "rb") as handle, pq.ParquetFile(handle) as parquet:
             row = 0
@@ -183,10 +184,11 @@ class CountingWarcReader(_ProblemLog, WarcReader):
     position_label = "record"
 
     def read_file(self, filepath: str) -> Iterator[Document]:
+        # lazy: heavy (warcio): only for WARC sources
         from warcio.archiveiterator import ArchiveIterator
         from warcio.exceptions import ArchiveLoadFailed
 
-        from pipeline.stages.read.warc import read_record
+        from pipeline.stages.read.warc import read_record  # lazy: heavy (warcio)
 
         with self.data_folder.open(filepath, "rb") as raw:
             stream = _ErrorKeeper(gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw)
@@ -293,7 +295,7 @@ class HFDatasetsDirReader(PipelineStep):
         self.problems: list[Problem] = []
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        import datasets
+        import datasets  # lazy: heavy (datasets): only for an hf-datasets source
 
         dataset = datasets.load_from_disk(self.path)
         if isinstance(dataset, datasets.DatasetDict):
@@ -317,7 +319,6 @@ def build_reader(source: SourceConfig, path: str, folder_path: str | None = None
     `folder_path`: the folder its files are relative to, where the caller knows it (else the path is tested)."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
-    from pipeline.stages.read.discovery import data_folder, folder_of
 
     common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True)
     if folder_path is None:
@@ -338,8 +339,6 @@ def build_reader(source: SourceConfig, path: str, folder_path: str | None = None
 
 def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
     """Each configured path of a source with its files (relative to it, sorted); datasets dirs list none."""
-    from pipeline.stages.read.discovery import source_files
-
     return [(path, [] if source.format == "hf-datasets" else source_files(source, path)) for path in source.paths]
 
 

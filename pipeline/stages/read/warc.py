@@ -77,7 +77,7 @@ def read_record(record: ArcWarcRecord, max_payload: int, long_documents: str) ->
     if payload is None:
         return WarcOutcome(None, "too_long", size)
     if mime is None:
-        import magic
+        import magic  # lazy: heavy (libmagic): only for a WARC record without a usable Content-Type
 
         mime = magic.from_buffer(payload[:4096], mime=True)
     plain_ok = record.rec_type == "conversion" and mime == "text/plain"

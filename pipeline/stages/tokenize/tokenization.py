@@ -65,7 +65,7 @@ def load_tokenizer(path: Path | str) -> Tokenizer:
 
 @functools.lru_cache(maxsize=4)
 def _tokenizer_of(path: str, size: int, mtime_ns: int) -> Tokenizer:
-    from tokenizers import Tokenizer
+    from tokenizers import Tokenizer  # lazy: heavy (tokenizers' Rust extension)
 
     return Tokenizer.from_file(path)
 
@@ -76,6 +76,7 @@ def tokenizer_fingerprint(path: Path | str) -> str:
 
 def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, eos: str, output: Path) -> Path:
     """Train a byte-level BPE (GPT-2 style) on `texts` and save it atomically to `output`."""
+    # lazy: heavy (tokenizers' Rust extension)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
