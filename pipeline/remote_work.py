@@ -15,8 +15,8 @@ read (`DRIVER_READS`: counts, funnel parts, the held-out candidates, cutoffs' in
 metadata), into a local copy (`$MILLRACE_HOME/work/...`, emptied when a run starts), and uploads what
 its own steps wrote (work state, tokenizer, models, the held-out index) before each executor run. The
 tasks' big outputs (filtered documents, signatures, token runs, shards) never come to its disk: with
-`[output] url` the shards go from the work URL to the store URL object to object
-(`pipeline.store.remote.publish_store`). It never reads a task's local disk.
+`[output] url` each task publishes its own shards from the work URL to the store URL
+(`pipeline.store.remote.PublishShards`). It never reads a task's local disk.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, neve
 # task's own files: what it reads of other tasks' outputs (the dedup tasks' signatures, edges and removals, a
 # tokenize task's rows of each removal part) it reads in place by byte range (`pipeline.stages.in_place`).
 TASK_INPUTS: dict[str, tuple[str, ...]] = {
-    "filter": (),
+    "filter": ("inputs/{rank}.json",),  # which files it reads, dealt by the driver
     "dedup": (),
+    "sample": (),  # its sketch and its rows of each removal part, read in place
     "tokenize": ("filtered/{rank}.jsonl.zst", "removed/*/{rank}.jsonl.zst", "tokenizer.json", "models/*.*"),
     # its own token runs and training shards, against the held-out index
     "decontaminate": ("tokens/{rank}", "store/cells/*/shard-{rank}-*", "contamination/held-out.npz"),
@@ -72,10 +73,12 @@ TASK_INPUTS: dict[str, tuple[str, ...]] = {
 # that grows with the corpus's tokens. `assemble` is read only when the store is built on the driver's disk
 # (no `[output] url`): the store's files themselves.
 DRIVER_READS: dict[str, tuple[str, ...]] = {
-    # the work state; the driver's own outputs of an earlier run (tokenizer, fitted models, held-out index)
-    "start": ("work.json", "run.json", "tokenizer.json", "models/", "contamination/held-out.npz"),
+    # the work state; the driver's own outputs of an earlier run (the filter tasks' inputs files, tokenizer,
+    # fitted models, held-out index)
+    "start": ("work.json", "run.json", "inputs/", "tokenizer.json", "models/", "contamination/held-out.npz"),
     "filter": ("funnel/",),  # per-task funnel counts: is anything left?
     "dedup": ("components/round-*/*.json",),  # per-task edge and not-star counts: another component round?
+    "sample": (),  # (the sample is read in place: each task's deduplicated sketch up to the budget)
     "tokenize": (
         "funnel/",
         "removed-tokens/",
@@ -308,15 +311,36 @@ def relocate(steps: list[PipelineStep], old: Path, new: Path) -> list[PipelineSt
     return moved
 
 
+def task_app_id(label: str, part: str | None, rank: int) -> str:
+    """The name a task's requests carry: millrace-<stage>[.<run>]-<rank>."""
+    return f"millrace-{label}{f'.{part}' if part else ''}-{rank:05d}"
+
+
+def _fresh_filesystems() -> None:
+    """Forget the filesystems this process made before (fsspec keeps one per arguments and thread): a worker
+    that ran another task, or unpickled this one (the executor's logging folder, made before this task named
+    itself), made them under another name, and a source opened with the same options would reuse them."""
+    from fsspec.spec import AbstractFileSystem
+
+    found, classes = [AbstractFileSystem], []
+    while found:
+        cls = found.pop()
+        classes.append(cls)
+        found += cls.__subclasses__()
+    for cls in classes:
+        cls.clear_instance_cache()
+
+
 class StagedTask(PipelineStep):
     """One executor run's steps, run by each task in its own scratch directory against the work URL."""
 
     name = "🪣 staged task"
     type = "🔀 - STAGING"
 
-    def __init__(self, label: str, steps: list[PipelineStep], work: RemoteWork):
+    def __init__(self, label: str, steps: list[PipelineStep], work: RemoteWork, part: str | None = None):
         super().__init__()
         self.label, self.steps, self.work, self.inputs = label, steps, work, TASK_INPUTS[label]
+        self.part = part  # which run of a stage of several (a dedup round): in the name its requests carry
 
     def _stage_inputs(self, local: Path, rank: int) -> set[str]:
         fs, root = self.work.fs, self.work.root
@@ -332,7 +356,8 @@ class StagedTask(PipelineStep):
         if data:
             yield from data
         # this task's requests name it (botocore's user-agent app id): a bucket's request log ties each to its task
-        os.environ[UA_APP_ID] = f"millrace-{self.label}-{rank:05d}"
+        os.environ[UA_APP_ID] = task_app_id(self.label, self.part, rank)
+        _fresh_filesystems()
         base = self.work.scratch or tempfile.gettempdir()
         Path(base).mkdir(parents=True, exist_ok=True)
         remove_stale_scratch(Path(base))

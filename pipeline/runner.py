@@ -73,10 +73,10 @@ from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
 from pipeline.remote_work import DRIVER_READS, RemoteWork, StagedTask
 from pipeline.stages.assemble import StoreContents, assemble_store, staging_dir
-from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates, load_duplicates
+from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates
 from pipeline.stages.dedup.signing import DedupSignatures
 from pipeline.stages.filter.filtering import ExtractStep, FilterStep, LanguageStep, NormaliseStep
-from pipeline.stages.filter.sample import SampleSketch, merged_sample, sample_budget
+from pipeline.stages.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_budget
 from pipeline.stages.funnel import bad_files, build_funnel, encodings, merge_step, removed_tokens_from, step_dir
 from pipeline.stages.held_out.contamination import (
     ContaminationDecision,
@@ -92,6 +92,7 @@ from pipeline.stages.progress import PhaseLines, live_records
 from pipeline.stages.read.discovery import listed_once, unread_files
 from pipeline.stages.read.fields import check_text_fields
 from pipeline.stages.read.readers import ReadStep, file_count
+from pipeline.stages.read.task_inputs import write_task_inputs
 from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
 from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
@@ -103,7 +104,6 @@ from pipeline.store.remote import (
     publish_store,
     published,
     remote_fs,
-    same_profile,
 )
 from pipeline.work import FINGERPRINTED, PHASES, WorkLayout, prepare_work
 
@@ -196,16 +196,17 @@ class DeduplicatedSample:
     """A deterministic sample of the documents that survive dedup: a pure function of their keys.
 
     Drawn inside the filter tasks (`pipeline.stages.filter.sample`: a bottom-k sketch by key hash per
-    task), less what dedup removed; no pass over the corpus. Returned in key order.
+    task), less what dedup removed (dropped by the dedup phase's `sample` tasks); no pass over the corpus.
+    Returned in key order.
     """
 
-    def __init__(self, layout: WorkLayout):
+    def __init__(self, config: PipelineConfig, layout: WorkLayout):
         self.layout = layout
+        self.deduplicated = config.dedup.exact or config.dedup.fuzzy
 
     def documents(self, max_bytes: int) -> list[Document]:
-        return merged_sample(
-            self.layout.samples, lambda rank: set(load_duplicates(self.layout.duplicates, rank)), max_bytes
-        )
+        sketches = self.layout.deduplicated_samples if self.deduplicated else self.layout.samples
+        return merged_sample(sketches, None, max_bytes)
 
 
 @dataclass
@@ -217,7 +218,7 @@ class PostDedupSteps:
 
 
 def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSteps:
-    """THE SEAM. Fit post-dedup models on `DeduplicatedSample(layout)` (once, under
+    """THE SEAM. Fit post-dedup models on `DeduplicatedSample(config, layout)` (once, under
     `layout.models`) and return the steps to run before tokenization. Without a `quality` or
     `domains` section nothing runs and cells are sources."""
     if not config.fits_cells:
@@ -225,7 +226,7 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
     from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
     cells = CellSteps(config.quality, config.domains, layout.models)
-    cells.fit(DeduplicatedSample(layout).documents(cells.sample_bytes))
+    cells.fit(DeduplicatedSample(config, layout).documents(cells.sample_bytes))
     return PostDedupSteps(steps=cells.steps(), collect_stats=cells.collect_stats)
 
 
@@ -424,7 +425,7 @@ class Executors:
         remote, lines = self.remote, self.lines
         if remote is not None:
             remote.publish()
-            pipeline = [StagedTask(label, pipeline, remote)]
+            pipeline = [StagedTask(label, pipeline, remote, part)]
             where, lines = remote.folder(logging_dir), False  # the progress lines read a local logging folder
         executor = _executor(self.kind, pipeline, tasks, self.workers, where)
         logs = remote.url_of(logging_dir / "logs") if remote is not None else f"{logging_dir}/logs"
@@ -463,16 +464,19 @@ def remote_work(config: PipelineConfig, layout: WorkLayout) -> RemoteWork | None
 
 
 def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[PipelineStep]:
+    """The filter run's steps; writes each task's inputs file (which files it reads, dealt here once)."""
     names = funnel_steps(config)
     funnel = {name: step_dir(layout.funnel, index, name) for index, name in enumerate(names)}
     steps: list[PipelineStep] = []
     offset = 0
     for index, source in enumerate(config.sources):
-        steps.append(ReadStep(source, offset, funnel["read"], layout.malformed, layout.progress / "filter"))
+        read = ReadStep(source, offset, funnel["read"], layout.malformed, layout.progress / "filter", layout.inputs)
+        steps.append(read)
         files = file_count(source)
         if not files:
             raise ConfigError(f"field 'sources.{index}.paths': no {source.files_read} under {source.paths}")
         offset += files
+    write_task_inputs(config, layout.inputs, config.executor.tasks)
     steps += [step.step(config, layout, funnel[step.name]) for step in FILTER_RUN_STEPS if step.name in funnel]
     d = config.dedup
     if d.exact or d.fuzzy:
@@ -484,12 +488,16 @@ def filter_pipeline(config: PipelineConfig, layout: WorkLayout) -> list[Pipeline
 
 
 def run_dedup(config: PipelineConfig, layout: WorkLayout, executors: Executors) -> None:
-    """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>."""
+    """Duplicate finding: several executor runs of `dedup.parts` tasks each, logged under logs/2-dedup/<run>;
+    then, where a sample is drawn, one task per filter task drops dedup's removals from its sketch."""
 
     def run(name: str, pipeline: list[PipelineStep], tasks: int) -> None:
         executors.run("dedup", pipeline, tasks, layout.phase_logs("dedup") / name, part=name)
 
     find_duplicates(config.dedup, layout.signatures, layout.components, layout.duplicates, run)
+    if sample_budget(config):
+        step = DeduplicatedSketch(layout.samples, layout.duplicates, layout.deduplicated_samples)
+        executors.run("sample", [step], config.executor.tasks, layout.phase_logs("dedup") / "sample")
 
 
 def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[PipelineStep]) -> list[PipelineStep]:
@@ -578,7 +586,7 @@ def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
     if config.tokenizer.path:  # checked at load time: readable, and it has the EOS token
         atomic_write_text(layout.tokenizer, Path(config.tokenizer.path).read_text())
         return layout.tokenizer
-    sample = DeduplicatedSample(layout).documents(config.tokenizer.sample_bytes)
+    sample = DeduplicatedSample(config, layout).documents(config.tokenizer.sample_bytes)
     log.info("training a byte-level BPE (vocab %d) on %d sampled documents", config.tokenizer.vocab_size, len(sample))
     return train_byte_level_bpe(
         (d.text for d in sample), config.tokenizer.vocab_size, config.tokenizer.eos, layout.tokenizer
@@ -713,9 +721,10 @@ def _config_hash_of(manifest: bytes) -> str | None:
 
 def publish(config: PipelineConfig, home: Home, final: Path, executors: Executors) -> None:
     """The publishing phase: store version `final` copied to `[output] url`, `store.json` last. A rerun after a
-    failed publication resumes it (the objects already there are kept). With `[executor] work_url` the shards
-    go from the work URL to the store URL on the server, never through this disk or process; where the two
-    storage profiles cannot copy on the server, each task copies its own shards (`PublishShards`)."""
+    failed publication resumes it (the objects already there are kept). With `[executor] work_url` each task
+    publishes its own shards from the work URL (`PublishShards`: on the server where one storage profile holds
+    both URLs), so no shard passes through this disk or process and this process lists none; it uploads the
+    manifests it wrote."""
     url, options = output_url(config, final), config.output.storage_options
     log.info("publishing %s to %s", final, url)
     layout = WorkLayout(home.work(final.parent.name, final.name))
@@ -723,13 +732,11 @@ def publish(config: PipelineConfig, home: Home, final: Path, executors: Executor
     if remote is None:
         copy_store(final, url, options)
         return
-    copied = not same_profile(remote.url, remote.storage_options, url, options)
-    if copied:  # an executor run of its own; the driver's copy of the work directory has nothing to upload
-        remote.reset_mirror()
-        step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)
-        staged = replace(executors, lines=False, remote=remote)
-        staged.run("publish", [step], config.executor.tasks, layout.logs / "7-publish")
-    publish_store(final, (remote.fs, remote.remote_path(layout.staged)), url, options, copied=copied)
+    remote.reset_mirror()  # an executor run of its own; the driver's copy of the work directory has nothing to upload
+    step = PublishShards(remote.url_of(layout.staged), remote.storage_options, url, options)
+    staged = replace(executors, lines=False, remote=remote)
+    staged.run("publish", [step], config.executor.tasks, layout.logs / "7-publish")
+    publish_store(final, url, options)
 
 
 def nothing_left(config: PipelineConfig, layout: WorkLayout) -> str | None:
@@ -838,8 +845,8 @@ def _filter(build: StoreBuild, notify: Callable[[str], None]) -> list[NotRead]:
 
 
 def _fit_tokenizer_and_models(build: StoreBuild) -> tuple[Path, PostDedupSteps]:
-    """The tokenizer and the post-dedup models. The sample (the tasks' sketches up to the budget, only to fit)
-    and its removals (each filter task's rows of each part) are read in place on a work URL."""
+    """The tokenizer and the post-dedup models. The sample (the tasks' deduplicated sketches up to the budget,
+    only to fit) is read in place on a work URL."""
     with _in_place(build.layout, build.remote):
         return ensure_tokenizer(build.config, build.layout), post_dedup_steps(build.config, build.layout)
 

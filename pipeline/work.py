@@ -89,6 +89,11 @@ class WorkLayout:
         return self.root / "filtered"
 
     @property
+    def inputs(self) -> Path:
+        """Each filter task's input files, dealt by the driver (`pipeline.stages.read.task_inputs`)."""
+        return self.root / "inputs"
+
+    @property
     def progress(self) -> Path:
         """Live counts the filter and tokenize tasks' readers write as they go, per phase
         (`pipeline.stages.progress`)."""
@@ -101,6 +106,11 @@ class WorkLayout:
     @property
     def samples(self) -> Path:
         return self.root / "samples"
+
+    @property
+    def deduplicated_samples(self) -> Path:
+        """Each filter task's sample sketch less what dedup removed (`DeduplicatedSketch`)."""
+        return self.root / "deduplicated-samples"
 
     @property
     def duplicates(self) -> Path:
@@ -292,6 +302,7 @@ PHASES: tuple[Phase, ...] = (
         "filter",
         _filter_options,
         lambda layout: [
+            layout.inputs,
             layout.filtered,
             layout.signatures,
             layout.samples,
@@ -305,7 +316,7 @@ PHASES: tuple[Phase, ...] = (
     Phase(
         "dedup",
         lambda config, inputs: config.dedup.model_dump(mode="json"),
-        lambda layout: [layout.components, layout.duplicates],
+        lambda layout: [layout.components, layout.duplicates, layout.deduplicated_samples],
         logs="2-dedup",
     ),
     Phase(

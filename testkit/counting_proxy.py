@@ -18,7 +18,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 APP_ID = re.compile(r"\bapp/(\S+)")
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
@@ -51,9 +51,17 @@ class CountingProxy(ThreadingHTTPServer):
             return {client: dict(entry) for client, entry in self.counts.items()}
 
     def read_by_path(self, client: str) -> dict[str, int]:
-        """The bytes `client` read, per object path (query left out)."""
+        """The bytes `client` read, per object path (query left out; a listing: `/<bucket>?prefix=<prefix>`)."""
         with self.lock:
             return {path: n for (who, path), n in self.paths.items() if who == client and n}
+
+    def reads(self) -> dict[str, dict[str, int]]:
+        """Per client, the bytes read per object path (or listing), every request counted (an empty answer too)."""
+        found: dict[str, dict[str, int]] = defaultdict(dict)
+        with self.lock:
+            for (who, path), n in self.paths.items():
+                found[who][path] = n
+        return dict(found)
 
     def reset(self) -> None:
         with self.lock:
@@ -90,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
             payload = answer.read()
             found = APP_ID.search(self.headers.get("User-Agent", ""))
             client = found.group(1) if found else "unnamed"
-            self.server.count(client, self.path.split("?", 1)[0], len(payload), len(body))
+            self.server.count(client, _object_path(self.path), len(payload), len(body))
             self.send_response(answer.status, answer.reason)
             head = self.command == "HEAD"  # its Content-Length is the object's, with no body
             for key, value in answer.getheaders():
@@ -105,6 +113,15 @@ class _Handler(BaseHTTPRequestHandler):
             upstream.close()
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+
+def _object_path(target: str) -> str:
+    """A request's object path without its query; a bucket listing's as `/<bucket>?prefix=<prefix>`."""
+    path, _, query = target.partition("?")
+    if path.strip("/").count("/") or not query:
+        return path
+    prefix = parse_qs(query).get("prefix", [""])[0]
+    return f"{path.rstrip('/')}?prefix={prefix}"
 
 
 @contextlib.contextmanager

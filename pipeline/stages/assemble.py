@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,51 @@ from pipeline.store.manifest_records import (
 log = logging.getLogger(__name__)
 
 
-def _read_parts(parts_dir: Path) -> list[TaskPart]:
-    """Every shard task's metadata, in rank order (the store's order of a cell's shards)."""
-    return [json.loads(path.read_text()) for path in sorted(Path(parts_dir).glob("*.json"), key=lambda p: int(p.stem))]
+class PartsDigest:
+    """One pass over the tasks' part files in rank order (the store's order of a cell's shards), one file held at
+    a time: each cell's pieces go to a file of their own under `spill` (read back one cell at a time by
+    `pieces`), and what is summed over tasks (the documents given back, the evaluation sets' findings) is merged
+    as it comes. So assembly holds one task's part and one cell's pieces, never every task's parts at once."""
+
+    def __init__(self, parts_dir: Path, spill: Path, set_names: list[str]):
+        self.spill = spill
+        self.cells: list[str] = []
+        self.given_back: dict[str, Counts] = {}
+        self.hits: dict[str, dict[int, Hit]] = {name: {} for name in set_names}
+        self.ngrams: dict[str, np.ndarray] = {name: np.zeros(0, np.uint64) for name in set_names}
+        spill.mkdir(parents=True, exist_ok=True)
+        handles: dict[str, Any] = {}
+        try:
+            for path in sorted(Path(parts_dir).glob("*.json"), key=lambda p: int(p.stem)):
+                self._add(json.loads(path.read_text()), handles)
+        finally:
+            for handle in handles.values():
+                handle.close()
+        self.cells.sort()
+
+    def _add(self, part: TaskPart, handles: dict[str, Any]) -> None:
+        for cell, piece in part["cells"].items():
+            if cell not in handles:
+                self.cells.append(cell)
+                handles[cell] = open(self._spilled(cell), "w")  # noqa: SIM115  # closed after the pass
+            handles[cell].write(json.dumps(piece) + "\n")
+            for source, numbers in piece.get("given_back_sources", {}).items():
+                self.given_back.setdefault(source, Counts()).add(Counts.model_validate(numbers))
+        for name, hits in self.hits.items():
+            for number, hit in part["overlap"].get(name, {}).items():
+                hits[int(number)] = better_hit(hits.get(int(number)), hit)
+        for name, known in self.ngrams.items():
+            found = np.asarray(part.get("set_ngrams", {}).get(name, []), dtype=np.uint64)
+            if found.size:
+                self.ngrams[name] = np.union1d(known, found)
+
+    def _spilled(self, cell: str) -> Path:
+        return self.spill / f"{cell}.jsonl"
+
+    def pieces(self, cell: str) -> list[CellPart]:
+        """A cell's pieces, one per task that had documents of it, in rank order."""
+        with open(self._spilled(cell)) as handle:
+            return [json.loads(line) for line in handle]
 
 
 def _sum_sources(entries: list[dict[str, dict[str, int]]]) -> dict[str, Counts]:
@@ -110,21 +153,6 @@ def _cell_manifest(
     )
 
 
-def _set_hits(parts: list[TaskPart], name: str) -> dict[int, Hit]:
-    """One evaluation set's findings over every task: per set document, the reported [kind, cell]."""
-    hits: dict[int, Hit] = {}
-    for part in parts:
-        for number, hit in part["overlap"].get(name, {}).items():
-            hits[int(number)] = better_hit(hits.get(int(number)), hit)
-    return hits
-
-
-def _set_trained_ngrams(parts: list[TaskPart], name: str) -> np.ndarray:
-    """One evaluation set's n-gram hashes that training documents hold, over every task."""
-    found = [np.asarray(part.get("set_ngrams", {}).get(name, []), dtype=np.uint64) for part in parts]
-    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
-
-
 def staging_dir(final: Path) -> Path:
     return final.with_name(f".{final.name}.staging")
 
@@ -151,14 +179,17 @@ def _staging(final: Path, staged: Path) -> Path:
     return staging
 
 
-def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, Counts] | None = None) -> FunnelStep:
+CellSources = tuple[dict[str, Counts], dict[str, Counts]]  # a cell's (kept, held-out) per source
+
+
+def validation_funnel_step(cells: list[CellSources], given_back: dict[str, Counts] | None = None) -> FunnelStep:
     """The funnel's last step: per source, documents that reached the store and those held out of training.
 
     `given_back` (per source): chosen for the held-out split, then given back to training by the decontamination.
     They are among the kept documents, and counted again under `given_back` with their own reason."""
     per_source: dict[str, FunnelCounts] = {}
-    for manifest in manifests:
-        for part, counts in (("kept", manifest.sources), ("held", manifest.validation.sources)):
+    for kept, held in cells:
+        for part, counts in (("kept", kept), ("held", held)):
             for source, numbers in counts.items():
                 entry = per_source.setdefault(source, FunnelCounts(removed={HELD_OUT_REASON: Counts()}))
                 into = entry.kept if part == "kept" else entry.removed[HELD_OUT_REASON]
@@ -169,16 +200,6 @@ def validation_funnel_step(manifests: list[CellManifest], given_back: dict[str, 
     return FunnelStep(
         name=VALIDATION_FUNNEL_STEP, sources={source: per_source[source] for source in sorted(per_source)}
     )
-
-
-def given_back_sources(parts: list[TaskPart]) -> dict[str, Counts]:
-    """Per source, the held-out documents the split tasks gave back to training (summed over tasks and cells)."""
-    total: dict[str, Counts] = {}
-    for part in parts:
-        for cell in part["cells"].values():
-            for source, numbers in cell.get("given_back_sources", {}).items():
-                total.setdefault(source, Counts()).add(Counts.model_validate(numbers))
-    return dict(sorted(total.items()))
 
 
 @dataclass(frozen=True)
@@ -209,14 +230,13 @@ def assemble_store(final: Path, staged: Path, parts_dir: Path, contents: StoreCo
     """
     staging = _staging(final, staged)
     tokens = _copy_tokenizer_and_models(staging, contents)
-    parts = _read_parts(parts_dir)
-    cell_names = sorted({cell for part in parts for cell in part["cells"]})
-    clashing = sorted({s.name for s in contents.validation.sets} & set(cell_names))
-    if clashing:
-        raise ConfigError(f"field 'validation.sets': set name {clashing[0]!r} is also a cell's name")
-    cells, manifests = _write_cells(staging, parts, cell_names, tokens, contents.cell_stats)
+    set_names = [s.name for s in contents.validation.sets]
+    parts, cells, counted = write_cells(
+        staging, parts_dir, str(tokens.dtype), tokens.fingerprint, contents.cell_stats, set_names
+    )
+    given_back = dict(sorted(parts.given_back.items()))
     funnel = contents.funnel.model_copy(
-        update={"stages": [*contents.funnel.stages, validation_funnel_step(manifests, given_back_sources(parts))]}
+        update={"stages": [*contents.funnel.stages, validation_funnel_step(counted, given_back)]}
     )
     store = StoreManifest(
         name=contents.name,
@@ -257,34 +277,45 @@ def _copy_tokenizer_and_models(staging: Path, contents: StoreContents) -> StoreT
     )
 
 
-def _write_cells(
+def write_cells(
     staging: Path,
-    parts: list[TaskPart],
-    cell_names: list[str],
-    tokens: StoreTokens,
+    parts_dir: Path,
+    dtype: str,
+    fingerprint: str,
     cell_stats: dict[str, dict[str, object]],
-) -> tuple[dict[str, CellSummary], list[CellManifest]]:
-    """Each cell's manifest from the tasks' pieces of it, and its summary for the store manifest."""
-    cells: dict[str, CellSummary] = {}
-    manifests = []
-    for cell in cell_names:
-        pieces = [p["cells"][cell] for p in parts if cell in p["cells"]]
-        manifest = _cell_manifest(cell, pieces, str(tokens.dtype), tokens.fingerprint, cell_stats.get(cell, {}))
-        digest = write_cell_manifest(staging / "cells" / cell, manifest)
-        manifests.append(manifest)
-        cells[cell] = CellSummary(
-            documents=manifest.documents,
-            tokens=manifest.tokens,
-            bytes=manifest.bytes,
-            validation_documents=manifest.validation.documents,
-            validation_tokens=manifest.validation.tokens,
-            manifest_hash=digest,
-        )
-    return cells, manifests
+    set_names: list[str],
+) -> tuple[PartsDigest, dict[str, CellSummary], list[CellSources]]:
+    """Every cell's manifest, one cell at a time from one pass over the part files (`PartsDigest`, spilled under
+    the work directory): the digest, each cell's summary and each cell's (kept, held-out) counts per source."""
+    with tempfile.TemporaryDirectory(prefix="assembly-", dir=Path(parts_dir).parent) as spill:
+        parts = PartsDigest(parts_dir, Path(spill), set_names)
+        clashing = sorted(set(set_names) & set(parts.cells))
+        if clashing:
+            raise ConfigError(f"field 'validation.sets': set name {clashing[0]!r} is also a cell's name")
+        cells: dict[str, CellSummary] = {}
+        counted: list[CellSources] = []
+        for cell in parts.cells:
+            manifest = _cell_manifest(cell, parts.pieces(cell), dtype, fingerprint, cell_stats.get(cell, {}))
+            cells[cell] = _written_cell(staging, manifest)
+            counted.append((manifest.sources, manifest.validation.sources))
+    return parts, cells, counted
+
+
+def _written_cell(staging: Path, manifest: CellManifest) -> CellSummary:
+    """Write a cell's manifest into the staging directory; its summary for the store manifest."""
+    digest = write_cell_manifest(staging / "cells" / manifest.cell, manifest)
+    return CellSummary(
+        documents=manifest.documents,
+        tokens=manifest.tokens,
+        bytes=manifest.bytes,
+        validation_documents=manifest.validation.documents,
+        validation_tokens=manifest.validation.tokens,
+        manifest_hash=digest,
+    )
 
 
 def _write_eval_sets(
-    staging: Path, parts: list[TaskPart], tokens: StoreTokens, contents: StoreContents
+    staging: Path, parts: PartsDigest, tokens: StoreTokens, contents: StoreContents
 ) -> dict[str, EvalSetSummary]:
     """Each external evaluation set tokenized into `sets/<name>/`, with its overlap with the cells (warned about)."""
     validation = contents.validation
@@ -292,14 +323,14 @@ def _write_eval_sets(
     for config in validation.sets:
         containment = (
             Containment(
-                _set_trained_ngrams(parts, config.name),
+                parts.ngrams[config.name],
                 validation.contamination_ngram,
                 validation.contamination_threshold,
             )
             if validation.decontaminate
             else None
         )
-        hits = _set_hits(parts, config.name)
+        hits = parts.hits[config.name]
         written = write_eval_set(
             config, staging / "sets" / config.name, tokens, contents.shard_tokens, hits, containment
         )

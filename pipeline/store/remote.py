@@ -9,8 +9,9 @@ retry (`millrace.remote_calls`) and fails in one line naming the object. The loa
 byte ranges (`MixtureStream(..., store_url=URL)`).
 
 A pipeline whose work directory is on a URL too publishes its store without the shards touching the
-driver's disk (`publish_store`): they are copied from the work URL object to object (a server-side copy on
-one filesystem), and only the manifests, written on the driver, go up from its disk.
+driver's disk or process: each task copies its own shards from the work URL (`PublishShards`: on the server
+where one storage profile holds both URLs), and only the manifests, written on the driver, go up from its
+disk (`publish_store`); the driver lists no shard.
 """
 
 from __future__ import annotations
@@ -145,56 +146,32 @@ def same_profile(
 
 
 def publish_store(
-    local: Path,
-    shards: tuple[AbstractFileSystem, str],
-    url: str,
-    storage_options: Mapping[str, object] | None = None,
-    limits: CallLimits = WRITE_LIMITS,
-    copied: bool = False,
+    local: Path, url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
 ) -> int:
-    """The store version at `url` from its manifests at `local` (no shard there) and the files the tasks wrote
-    under `shards` (a filesystem and a root: the work URL's `store/`), resuming an interrupted publication;
-    returns the number of files copied (0: the URL already held this store version). The shards are copied on
-    the server, or were `copied` by the tasks (`PublishShards`) where the two filesystems cannot: never through
-    this process. Each is checked by its size before `store.json` goes up."""
+    """The store version at `url`, once its tasks published their shards there (`PublishShards`): the manifests
+    at `local` (no shard there) go up, `store.json` last; returns the number of files uploaded (0: the URL
+    already held this store version). Nothing is listed: the tasks checked their own files, so what this
+    process moves and holds grows with the manifests (cells), never with the shards."""
     if not (local / MARKER).exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
-    source_fs, source_root = shards
     fs, root = remote_fs(url, storage_options, limits)
     if check_target(local, fs, root, limits):
         return 0
-    source_fs.invalidate_cache()
-    listing = source_fs.find(source_root, detail=True)
-    sizes = {
-        path[len(source_root) + 1 :]: int(info["size"])
-        for path, info in listing.items()
-        if not path.rsplit("/", 1)[-1].startswith(".")
-    }
-    done = present(fs, root, limits)
-    relatives = sorted(r for r in sizes if done.get(f"{root}/{r}") != sizes[r])
-    sources, targets = [f"{source_root}/{r}" for r in relatives], [f"{root}/{r}" for r in relatives]
     manifests = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MARKER and not p.name.startswith("."))
     uploads = [f"{root}/{path.relative_to(local).as_posix()}" for path in manifests]
-    _make_parents(fs, [*targets, *uploads])
-    for source, target, relative in zip(sources, targets, [] if copied else relatives):
-        deadline = limits.timeout + sizes[relative] / remote_calls.MIN_WRITE_RATE
-
-        def copy(source: str = source, target: str = target, deadline: float = deadline) -> None:
-            remote_calls.within_deadline(fs, "copy", source, target, timeout=deadline)  # on the server
-
-        remote_calls.with_retries(fs.unstrip_protocol(target), copy, limits, "write")
-    expected = {f"{root}/{r}": (sizes[r], source_fs.unstrip_protocol(f"{source_root}/{r}")) for r in sizes}
-    _check_sizes(fs, root, expected, limits)
+    _make_parents(fs, [*uploads, f"{root}/{MARKER}"])
     for path, target in zip(manifests, uploads):
         remote_calls.put_file(fs, str(path), target, path.stat().st_size, limits)
     remote_calls.put_file(fs, str(local / MARKER), f"{root}/{MARKER}", (local / MARKER).stat().st_size, limits)
-    return len(relatives) + len(manifests) + 1
+    return len(manifests) + 1
 
 
 class PublishShards(PipelineStep):
-    """Task r: its own files of the store (its tokenize and split tasks' shards and trace part, by their names)
-    from the work URL's `store/` to the store URL, streamed a block at a time by the task; for two storage
-    profiles that cannot copy on the server. Lists each cell by the task's name prefixes only."""
+    """Task r: its own files of the store (its tokenize and split tasks' shards and trace parts, by their names)
+    from the work URL's `store/` to the store URL: copied on the server where the two URLs share one storage
+    profile (`same_profile`), else streamed a block at a time by the task. A file already there at its size (a
+    killed task's rerun) is kept; every file is checked by its size before the task completes. Each cell is
+    listed by the task's name prefixes only, so a task lists and holds its own files, never the store's."""
 
     name = "📤 publish shards"
     type = "📤 - PUBLISH"
@@ -207,29 +184,69 @@ class PublishShards(PipelineStep):
         self.url, self.storage_options = url, storage_options
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
-
         if data:
             yield from data
         source_fs, source_root = remote_fs(self.source_url, self.source_options)
         fs, root = remote_fs(self.url, self.storage_options)
+        server_side = same_profile(self.source_url, self.source_options, self.url, self.storage_options)
         cells = source_fs.ls(f"{source_root}/cells", detail=False) if source_fs.exists(f"{source_root}/cells") else []
         for cell in cells:
-            for source in _own_files(source_fs, cell.rstrip("/"), rank):
-                target = f"{root}/cells/{source[len(source_root) + len('/cells/') :]}"
-                if isinstance(fs, LocalFileSystem):
-                    fs.makedirs(fs._parent(target), exist_ok=True)
-                with source_fs.open(source, "rb") as reader, fs.open(target, "wb") as writer:
-                    shutil.copyfileobj(reader, writer, COPY_BLOCK)
-                self.stat_update("published")
+            own = _own_files(source_fs, cell.rstrip("/"), rank)
+            target_cell = f"{root}/cells/{cell.rstrip('/').rsplit('/', 1)[-1]}"
+            there = _own_files(fs, target_cell, rank)
+            for source, size in own.items():
+                target = f"{target_cell}/{source.rsplit('/', 1)[-1]}"
+                if there.get(target) != size:
+                    _copy(source_fs, source, fs, target, size, server_side)
+                    self.stat_update("published")
+            fs.invalidate_cache()
+            _check_own(fs, target_cell, rank, {f"{target_cell}/{s.rsplit('/', 1)[-1]}": n for s, n in own.items()})
 
 
-def _own_files(fs: AbstractFileSystem, cell: str, rank: int) -> list[str]:
-    """Task `rank`'s files of one cell, listed by their name prefixes (an object store lists only those)."""
+def _copy(
+    source_fs: AbstractFileSystem, source: str, fs: AbstractFileSystem, target: str, size: int, server_side: bool
+) -> None:
+    """One file: on the server where one filesystem holds both, else through this process a block at a time."""
     from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
 
-    found = []
+    if isinstance(fs, LocalFileSystem):
+        fs.makedirs(fs._parent(target), exist_ok=True)
+    if server_side:
+        deadline = WRITE_LIMITS.timeout + size / remote_calls.MIN_WRITE_RATE
+
+        def copy() -> None:
+            remote_calls.within_deadline(fs, "copy", source, target, timeout=deadline)
+
+        remote_calls.with_retries(fs.unstrip_protocol(target), copy, WRITE_LIMITS, "write")
+        return
+    with source_fs.open(source, "rb") as reader, fs.open(target, "wb") as writer:
+        shutil.copyfileobj(reader, writer, COPY_BLOCK)
+
+
+def _check_own(fs: AbstractFileSystem, cell: str, rank: int, expected: dict[str, int]) -> None:
+    """Every file a task published at the size of its source, before its completion marker."""
+    there = _own_files(fs, cell, rank)
+    for target, size in expected.items():
+        if there.get(target, -1) != size:
+            raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of the task's file ({size} bytes)")
+
+
+def _own_files(fs: AbstractFileSystem, cell: str, rank: int) -> dict[str, int]:
+    """Task `rank`'s files of one cell with their sizes, listed by their name prefixes (an object store lists
+    only those); none where the cell is not there yet."""
+    from fsspec.implementations.local import LocalFileSystem  # lazy: heavy (fsspec): only where a path is a URL
+
+    found: dict[str, int] = {}
     for prefix in (*task_file_prefixes(rank), part_name(rank, HELD_OUT_PREFIX)):
-        listed = fs.find(cell) if isinstance(fs, LocalFileSystem) else fs.find(cell, prefix=prefix)
-        found += [path for path in listed if path.rsplit("/", 1)[-1].startswith(prefix)]
-    return sorted(found)
+        try:
+            listed = (
+                fs.find(cell, detail=True)
+                if isinstance(fs, LocalFileSystem)
+                else fs.find(cell, prefix=prefix, detail=True)
+            )
+        except FileNotFoundError:
+            listed = {}
+        found.update(
+            {path: int(info["size"]) for path, info in listed.items() if path.rsplit("/", 1)[-1].startswith(prefix)}
+        )
+    return dict(sorted(found.items()))

@@ -4,7 +4,12 @@ one worker SIGKILLed in the middle of the tokenize phase. The store equals, byte
 (local executor, work and store on this disk) builds from the same sources; so does a rerun by a driver with
 a fresh, empty home, which finds every phase complete on the bucket and needs no task's disk. Neither driver
 holds a token of the corpus: its disk has only the small files `DRIVER_READS` names, and the shards go from the
-work bucket to the store's URL object to object."""
+work bucket to the store's URL object to object.
+
+The Ray runs' requests go through `testkit.counting_proxy`, which ties each to its process: by construction the
+driver reads O(files + cells + tasks) (`assert_driver_reads_bounded`) and each task only its own inputs and
+files whose size the config bounds (`assert_tasks_read_their_own`); `python -m bench bucket` measures the same
+at 1x and 8x the documents."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from pipeline.config import parse_pipeline_config
 from pipeline.remote_work import DRIVER_READS, SCRATCH_PREFIX
 from pipeline.runner import PipelineError, run_pipeline
 from testkit.corpus import make_corpus, store_files
+from testkit.counting_proxy import counting_proxy
 from testkit.s3 import download_tree, s3_server, upload_tree
 
 pytest.importorskip("s3fs")
@@ -31,6 +37,17 @@ pytest.importorskip("moto")
 pytestmark = pytest.mark.slow  # three pipeline runs and a Ray start-up
 
 VERSION = "2026.01.02"
+DRIVER = "millrace-driver"
+DRIVER_RUNS = 2  # on the bucket: the run whose worker is killed, then the fresh driver's
+WORK = f"/data/work/local/{VERSION}/"
+# what the driver reads of the work URL: the small files it pulls (`DRIVER_READS`), the sample read in place
+# up to its budget, the held-out candidates chosen (at most `max_documents_per_cell` a cell); never a folder
+# that grows with the documents (filtered/, removed/, signatures/, duplicates/, samples/, store/)
+DRIVER_READ = {
+    *(p.split("/")[0].split("*")[0] for names in DRIVER_READS.values() for p in names if not p.startswith("store")),
+    "deduplicated-samples",
+    "tokens",
+}
 
 
 def config(opts: dict, **sections: dict):
@@ -62,6 +79,50 @@ def tokens_held(home: Path) -> list[str]:
     return [f for f in work if not driver_read(f)] + [f for f in found if f.endswith((".bin", ".parquet"))]
 
 
+def assert_driver_reads_bounded(reads: dict[str, int], corpus: dict[str, bytes]) -> None:
+    """Of each source file at most its two fingerprint ranges and the first record's blocks; of the work URL
+    only what `DRIVER_READ` names (under tokens/, only the held-out candidates, read in place: never a task's token
+    runs)."""
+    from pipeline.stages.read.fields import FIRST_RECORD_BLOCK
+    from pipeline.work import FINGERPRINT_BYTES
+
+    for path, n in reads.items():
+        if path.startswith("/data/corpus/") and path[len("/data/corpus/") :] in corpus:  # (else a folder probed)
+            size = len(corpus[path[len("/data/corpus/") :]])
+            assert n <= DRIVER_RUNS * (min(size, 2 * FINGERPRINT_BYTES) + min(size, 2 * FIRST_RECORD_BLOCK)), path
+        elif path.startswith(WORK) and "." in path.rsplit("/", 1)[-1]:  # (else a folder probed: not found)
+            relative = path[len(WORK) :]
+            assert relative.split("/")[0] in DRIVER_READ or relative.startswith("logs/"), path
+            if relative.startswith("tokens/"):  # the candidates' hashes, the chosen ones' rows and tokens
+                assert relative.endswith(("held-out.json", ".placed.npz", ".candidates.tokens")), path
+
+
+def assert_tasks_read_their_own(reads: dict[str, dict[str, int]], dealt: dict[int, set[str]]) -> None:
+    """A filter task reads the source files dealt to it and lists no source; a tokenize, decontaminate or split
+    task reads no other rank's documents or token runs; no task reads the raw sketches but its own."""
+    for client, paths in reads.items():
+        if not client.startswith("millrace-") or client == DRIVER:
+            continue
+        kind, rank = client[len("millrace-") :].rsplit("-", 1)
+        read = {path for path, n in paths.items() if n}
+        sources = {p[len("/data/corpus/") :] for p in read if p.startswith("/data/corpus/")}
+        assert sources <= (dealt[int(rank)] if kind == "filter" else set()), client
+        assert not [p for p in read if p.startswith("/data?prefix=corpus")], f"{client} listed a source"
+        others = [p for p in read if p.startswith(WORK) and _other_rank(p[len(WORK) :], int(rank))]
+        assert others == [] or kind.startswith("dedup") or kind == "publish", (client, others)
+
+
+def _other_rank(relative: str, rank: int) -> bool:
+    """Whether a work file is another filter task's documents, sketch or token run."""
+    parts = relative.split("/")
+    own = f"{rank:05d}"
+    if parts[0] in ("filtered", "samples", "deduplicated-samples"):
+        return not parts[-1].startswith(own)
+    if parts[0] == "removed" or (parts[0] == "tokens" and len(parts) > 2):
+        return (parts[-1] if parts[0] == "removed" else parts[1]).split(".")[0] != own
+    return False
+
+
 class TaskKiller(threading.Thread):
     """SIGKILLs the first task of `phase` seen in `scratch` (its directory names the task's PID), and the Ray
     worker that runs it (its parent: killing only the task's pool process would leave the worker waiting)."""
@@ -85,24 +146,26 @@ class TaskKiller(threading.Thread):
             time.sleep(0.01)
 
 
-def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fresh_driver(tmp_path):
+def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fresh_driver(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     corpus = make_corpus(tmp_path / "corpus")
-    with s3_server("data") as server:
+    with s3_server("data") as server, counting_proxy(server.endpoint) as proxy:
         opts = server.storage_options
         upload_tree(corpus, "s3://data/corpus", opts)
         local = run_pipeline(config(opts), Home.resolve(tmp_path / "home-local"))
 
         scratch = tmp_path / "scratch"
+        counted = {**opts, "client_kwargs": {**opts["client_kwargs"], "endpoint_url": proxy.endpoint}}
+        monkeypatch.setenv("AWS_SDK_UA_APP_ID", DRIVER)  # each task names itself (`StagedTask`)
         on_bucket = config(
-            opts,
+            counted,
             executor={
                 "kind": "ray",
                 "work_url": "s3://data/work",
-                "work_storage_options": opts,
+                "work_storage_options": counted,
                 "scratch": f"{scratch}",
             },
-            output={"url": "s3://data/stores", "storage_options": opts},
+            output={"url": "s3://data/stores", "storage_options": counted},
         )
         killer = TaskKiller(scratch, "tokenize")
         killer.start()
@@ -116,11 +179,33 @@ def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fre
             run_pipeline(on_bucket, Home.resolve(tmp_path / "home-fresh-driver"))
         finally:
             ray.shutdown()
+        reads = proxy.reads()
+        inputs = download_tree(f"s3://data/work/local/{VERSION}/inputs", opts)
         store = download_tree(f"s3://data/stores/local/{VERSION}", opts)
         assert store == store_files(local)
         for driver in ("home-driver", "home-fresh-driver"):
             assert tokens_held(tmp_path / driver) == [], driver
         assert tokens_held(tmp_path / "home-local") != []  # the check sees what a local run keeps
+        files = {p.relative_to(corpus).as_posix(): p.read_bytes() for p in corpus.rglob("*") if p.is_file()}
+        assert_driver_reads_bounded(reads[DRIVER], files)
+        dealt = {
+            int(name.split(".")[0]): {
+                f"{folder.split('/corpus/', 1)[1].rstrip('/')}/{rel}".lstrip("/")
+                for shares in json.loads(body).values()
+                for _, folder, own in shares
+                for rel, _ in own
+            }
+            for name, body in inputs.items()
+        }
+        assert sorted(f for own in dealt.values() for f in own) == sorted(files)  # each file dealt once
+        assert_tasks_read_their_own(reads, dealt)
+        assert {c.rsplit("-", 1)[0] for c in reads if c.startswith("millrace-") and c != DRIVER} >= {
+            "millrace-filter",
+            "millrace-sample",
+            "millrace-tokenize",
+            "millrace-split",
+            "millrace-publish",
+        }  # every task's requests carry its name
 
         work = download_tree(f"s3://data/work/local/{VERSION}", opts)
         workers = {json.loads(body)["worker"]["pid"] for name, body in work.items() if name.endswith("held-out.json")}

@@ -217,6 +217,8 @@ def test_dedup_tasks_read_other_tasks_files_in_place_by_range(tmp_path, monkeypa
         shutil.rmtree(bucket / produced)
     fs = CountingFileSystem(skip_instance_cache=True)
     monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.SEARCH_PAGE", 16)  # several pages per binary search
+    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.SPAN_PAGE", 2)  # several rounds per one value's search
+    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.SPAN_FENCES", 3)
 
     most = 0  # the most bytes one task read
 
@@ -247,3 +249,23 @@ def test_dedup_tasks_read_other_tasks_files_in_place_by_range(tmp_path, monkeypa
     signatures = sum(p.stat().st_size for p in (bucket / "signatures").rglob("*") if p.is_file())
     assert not (scratch / "find-0" / "signatures").exists()
     assert most < signatures / 2  # every task reads its part in place, never the whole signing output
+
+
+def test_one_values_rows_are_found_in_place_by_a_few_small_reads(tmp_path):
+    """A task's own rows of a file sorted by task (a removal part): found on the 'bucket' by reading a few
+    records per round, never the whole file, at the same rows as a search on the disk."""
+    from pipeline.stages.dedup.sorted_runs import RecordFile
+
+    records = np.zeros(1000, dtype=[("rank", "<i8"), ("key", "<i8")])
+    records["rank"] = np.sort(np.random.default_rng(3).integers(0, 50, size=1000))
+    records["key"] = np.arange(1000)
+    (tmp_path / "bucket").mkdir()
+    np.save(tmp_path / "bucket" / "rows.npy", records)
+    fs = CountingFileSystem(skip_instance_cache=True)
+    with reading_in_place(tmp_path / "scratch", fs, str(tmp_path / "bucket")):
+        rows = RecordFile(tmp_path / "scratch" / "rows.npy")
+        for rank in (-1, 0, 7, 31, 49, 50):
+            fs.read = 0
+            expected = np.searchsorted(records["rank"], rank, "left"), np.searchsorted(records["rank"], rank, "right")
+            assert rows.span("rank", rank) == expected
+            assert fs.read < records.nbytes / 4  # a few fences and one page per search

@@ -114,3 +114,44 @@ def test_a_stage_without_a_live_count_says_what_its_count_covers(tmp_path):
     assert PhaseLines("dedup", tmp_path / "logs", 4).line() == (
         "pipeline: dedup, 1/4 tasks done, 12 documents read by the finished tasks"
     )
+
+
+def test_each_filter_task_reads_the_files_the_driver_dealt_it_and_lists_no_source(tmp_path):
+    """The driver deals the files once (one inputs file per task): each task reads the documents it would have
+    found by listing every source, and a file added since is read by no task (none lists a source)."""
+    from pipeline.config import parse_pipeline_config
+    from pipeline.stages.read.readers import ReadStep, file_count
+    from pipeline.stages.read.task_inputs import write_task_inputs
+    from testkit.corpus import make_corpus, write_jsonl_zst
+
+    corpus = make_corpus(tmp_path / "corpus")
+    sources = [
+        {"name": "articles", "paths": [str(corpus / "articles")]},
+        {"name": "notes", "paths": [str(corpus / "notes" / "notes.jsonl.zst")]},
+        {"name": "snippets", "paths": [str(corpus / "snippets")]},
+    ]
+    config = parse_pipeline_config({"sources": sources, "executor": {"tasks": 3}}, "dealt", tmp_path)
+    write_task_inputs(config, tmp_path / "inputs", 3)
+
+    def keys(rank: int, inputs: bool) -> list[int]:
+        found, offset = [], 0
+        for source in config.sources:
+            step = ReadStep(
+                source,
+                offset,
+                tmp_path / "funnel",
+                tmp_path / "malformed",
+                None,
+                tmp_path / "inputs" if inputs else None,
+            )
+            found += [d.metadata["key"] for d in step.run(None, rank, 3)]
+            offset += file_count(source)
+        return found
+
+    listed = {rank: keys(rank, False) for rank in range(3)}
+    assert {rank: keys(rank, True) for rank in range(3)} == listed
+    assert sorted(k for ks in listed.values() for k in ks) == sorted(set().union(*listed.values()))  # each once
+    assert all(listed.values())  # four files over three tasks: each has one
+    write_jsonl_zst(corpus / "articles" / "part-2.jsonl.zst", [{"id": "late", "text": "a file added since"}])
+    assert {rank: keys(rank, True) for rank in range(3)} == listed
+    assert {rank: keys(rank, False) for rank in range(3)} != listed  # a task that listed would read it

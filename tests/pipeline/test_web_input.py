@@ -387,6 +387,34 @@ def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(
     assert samples[1] == sorted(expected) and 10 < len(expected) < 60
 
 
+def test_the_sample_tasks_drop_dedups_removals_so_the_driver_reads_no_removal_list(tmp_path):
+    import numpy as np
+    from datatrove.data import Document
+
+    from pipeline.stages.dedup.duplicates import REASON_CODES, REMOVAL, removal_file
+    from pipeline.stages.dedup.signing import save_array
+    from pipeline.stages.dedup.sorted_runs import sorted_records
+    from pipeline.stages.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_rank
+
+    rng = random.Random(7)
+    docs = [Document(text=prose(rng), id=f"d{i}", metadata={"key": i * 5 + 1}) for i in range(90)]
+    budget = sum(len(d.text) for d in docs) // 4
+    first = sorted(docs, key=lambda d: sample_rank(d.metadata["key"]))[:9]  # what the sample would hold first
+    removed = {rank: {d.metadata["key"] for d in first if d in docs[rank::3]} for rank in range(3)}
+    rows = [(rank, key, REASON_CODES["exact"], 1) for rank, keys in removed.items() for key in keys]
+    records = np.array(rows, dtype=REMOVAL)
+    (tmp_path / "duplicates").mkdir()
+    save_array(removal_file(tmp_path / "duplicates", "exact", 0), sorted_records(records))
+    step = DeduplicatedSketch(tmp_path / "samples", tmp_path / "duplicates", tmp_path / "kept")
+    for rank in range(3):
+        list(SampleSketch(tmp_path / "samples", 2 * budget).run(iter(docs[rank::3]), rank, 3))
+        list(step.run(None, rank, 3))
+    ours = merged_sample(tmp_path / "kept", None, budget)
+    expected = merged_sample(tmp_path / "samples", lambda rank: removed[rank], budget)
+    assert [d.metadata["key"] for d in ours] == [d.metadata["key"] for d in expected]
+    assert not {d.metadata["key"] for d in ours} & set().union(*removed.values()) and len(ours) > 10
+
+
 @pytest.mark.slow
 def test_two_runs_over_the_same_warc_files_give_byte_identical_stores(web_run, tmp_path):
     from testkit.corpus import store_files

@@ -22,6 +22,7 @@ MERGE_BYTES = 2 << 20  # records a merge holds, over all its inputs ...
 MIN_CHUNK = 256  # ... but at least this many of each (about 5 KiB of LSH records)
 HEADER_BYTES = 128  # read first for a .npy header (numpy writes 128 bytes for these records)
 SEARCH_PAGE = 4096  # records a binary search on a URL reads at once
+SPAN_PAGE, SPAN_FENCES = 16, 16  # one value's search on a URL: the window read whole, the records read per round
 Side = Literal["left", "right"]
 
 
@@ -96,8 +97,24 @@ class RecordFile:
 
     def span(self, field: str, value: int) -> tuple[int, int]:
         """(start, stop) of the records whose `field` (the first, by which the file is sorted) equals `value`."""
+        if in_place.is_remote(self.path):  # a few small reads, whatever the file's length
+            return self._narrowed(value, "left", field), self._narrowed(value, "right", field)
         values = np.array([value])
         return int(self.search(values, "left", field)[0]), int(self.search(values, "right", field)[0])
+
+    def _narrowed(self, value: int, side: Side, field: str) -> int:
+        """np.searchsorted of one value on a URL: each round reads `SPAN_FENCES` records spread over the window
+        left (one batch of tiny ranges) and keeps the window between two, down to `SPAN_PAGE` records read
+        whole. The bytes read grow with the log of the file's length, so a task reading its own rows of a file
+        reads little more than those rows however many other tasks' rows the file holds."""
+        low, high = 0, self.size
+        while high - low > SPAN_PAGE:
+            stride = max(SPAN_PAGE, -(-(high - low) // SPAN_FENCES))
+            starts = np.arange(low, high, stride)
+            fences = self.rows(starts)[field]
+            page = max(int(np.searchsorted(fences, value, side)) - 1, 0)
+            low, high = int(starts[page]), min(int(starts[page]) + stride, high)
+        return low + int(np.searchsorted(self.read(low, high)[field], value, side))
 
     def records_with(self, field: str, value: int) -> np.ndarray:
         return self.read(*self.span(field, value))

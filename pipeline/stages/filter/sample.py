@@ -5,8 +5,10 @@ filter task keeps a bottom-k sketch of its documents as they stream by: the docu
 smallest hashes of their internal key, up to `max_bytes` of text (a heap; memory bounded by the
 sample size, not the corpus). The union of the tasks' sketches, cut to the smallest hashes again,
 is the sketch of the whole corpus whatever the task count. Dedup runs after the filter tasks, so
-the driver drops the removed documents from the merged sketch (each task's sketch against its own
-removal list) before cutting it; the tasks keep `OVERSAMPLE` times the budget to cover them.
+one task per filter task (`DeduplicatedSketch`, the dedup phase's last run) drops from its sketch
+the documents dedup removed (its own rows of each removal part) before the driver merges and cuts
+the sketches: the driver reads no removal list. The tasks keep `OVERSAMPLE` times the budget to
+cover the removals.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from pipeline.config import PipelineConfig
 from pipeline.stages import in_place
+from pipeline.stages.dedup.duplicates import load_duplicates
 from pipeline.stages.intermediate import AtomicJsonlZstWriter, Record, document_record, read_jsonl_zst, task_file
 
 OVERSAMPLE = 2
@@ -60,6 +63,32 @@ class SampleSketch(PipelineStep):
                 writer.write(document_record(doc))
 
 
+class DeduplicatedSketch(PipelineStep):
+    """Task r (one per filter task): filter task r's sketch less the documents dedup removed, in the same hash
+    order. Its own inputs only (its sketch, its rows of each removal part, read in place on a work URL), so
+    the driver's merge reads the kept sketches and no removal list, whatever the number of removals."""
+
+    name = "🎲 deduplicated sketch"
+    type = "🎲 - SAMPLER"
+
+    def __init__(self, sketches: Path | str, duplicates: Path | str, directory: Path | str):
+        super().__init__()
+        self.sketches, self.duplicates, self.directory = Path(sketches), Path(duplicates), Path(directory)
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        if data:
+            yield from data
+        gone = load_duplicates(self.duplicates, rank)
+        with (
+            AtomicJsonlZstWriter(task_file(self.directory, rank)) as writer,
+            in_place.opened(task_file(self.sketches, rank)) as raw,
+        ):
+            for record in read_jsonl_zst(raw):
+                if record["metadata"]["key"] not in gone:
+                    writer.write(record)
+                    self.stat_update("kept")
+
+
 def sample_budget(config: PipelineConfig) -> int:
     """Bytes each filter task keeps: what the tokenizer and the cell models ask, with room for dedup's removals."""
     tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
@@ -71,16 +100,17 @@ def sample_budget(config: PipelineConfig) -> int:
     return OVERSAMPLE * max(tokenizer, cells)
 
 
-def merged_sample(directory: Path, removed_of: Callable[[int], set[int]], max_bytes: int) -> list[Document]:
+def merged_sample(directory: Path, removed_of: Callable[[int], set[int]] | None, max_bytes: int) -> list[Document]:
     """The corpus sample: every task's sketch less its removed keys (`removed_of(rank)`, read one task at a
-    time), smallest hashes up to `max_bytes`, in key order. Streamed through a heap that keeps only the
-    smallest hashes reaching `max_bytes`, so the merge holds about one sample, whatever the task count. Each
-    sketch is in hash order: once the sample is full, a sketch is read only up to its first larger hash
-    (on a work URL, in place: `pipeline.stages.in_place`), so the merge reads about one sample too."""
+    time; None where the sketches are deduplicated already, `DeduplicatedSketch`), smallest hashes up to
+    `max_bytes`, in key order. Streamed through a heap that keeps only the smallest hashes reaching
+    `max_bytes`, so the merge holds about one sample, whatever the task count. Each sketch is in hash order:
+    once the sample is full, a sketch is read only up to its first larger hash (on a work URL, in place:
+    `pipeline.stages.in_place`), so the merge reads about one sample too."""
     kept: list[tuple[int, int, int, Record]] = []  # max-heap by (hash, key): (-hash, -key, bytes, record)
     held = 0
     for path in in_place.children(directory, "*.jsonl.zst"):
-        gone = removed_of(int(path.name.split(".")[0]))
+        gone = removed_of(int(path.name.split(".")[0])) if removed_of is not None else set()
         with in_place.opened(path) as raw:
             for record in read_jsonl_zst(raw):
                 key = record["metadata"]["key"]

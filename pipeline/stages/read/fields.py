@@ -8,8 +8,9 @@ be counted `malformed` and the source lost whole, with exit 0.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import orjson
 
@@ -21,6 +22,9 @@ from pipeline.stages.read.discovery import data_folder, folder_of
 
 LONG_TEXT = 64  # characters: a string field at least this long (and longer than any other) holds the text
 ID_NAMES = ("id", "_id", "doc_id", "docid", "document_id", "uid", "uuid", "guid", "url", "path", "key", "name")
+# what opening the first file reads ahead at a time on a bucket: the first record needs a few KiB, and s3fs's
+# default block would fetch up to 50 MiB of the object (the driver reading a whole file at every start)
+FIRST_RECORD_BLOCK = 1 << 16
 
 
 class UnknownTextField(ConfigError):
@@ -32,6 +36,23 @@ class UnknownTextField(ConfigError):
             f"{where}: source {source!r} has no 'text' field and no one long string field; columns: "
             f"{', '.join(columns) or 'none'}; name it with --text-key {source}=COLUMN"
         )
+
+
+class _SmallReads(io.RawIOBase):
+    """A file read at most `block` bytes a call (the decompressing reader asks a megabyte at a time): the first
+    record costs the blocks up to its end, not the file."""
+
+    def __init__(self, handle: BinaryIO, block: int):
+        super().__init__()
+        self.handle, self.block = handle, block
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.handle.read(min(len(buffer), self.block))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def _first_jsonl_record(handle: BinaryIO, name: str) -> dict[str, object] | None:
@@ -75,7 +96,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
         return None
     folder = data_folder(folder_of(path, source.storage_options)[0], source.storage_options)
     where = folder.resolve_paths(files[0])
-    with folder.open(files[0], "rb") as handle:
+    with folder.open(files[0], "rb", block_size=FIRST_RECORD_BLOCK) as handle:
         if source.format == "parquet":
             import pyarrow.parquet as pq  # lazy: heavy (pyarrow)
 
@@ -83,7 +104,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
                 batch = next(parquet.iter_batches(batch_size=1), None)
                 rows = batch.to_pylist() if batch is not None else []
                 return where, (rows[0] if rows else dict.fromkeys(parquet.schema_arrow.names))
-        record = _first_jsonl_record(handle, files[0])
+        record = _first_jsonl_record(cast(BinaryIO, _SmallReads(handle, FIRST_RECORD_BLOCK)), files[0])
     return None if record is None else (where, record)
 
 

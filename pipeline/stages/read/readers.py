@@ -314,13 +314,16 @@ class HFDatasetsDirReader(PipelineStep):
             yield Document(text=text, id=str(row.get(self.id_key, index)), metadata=metadata)
 
 
-def build_reader(source: SourceConfig, path: str) -> PipelineStep:
-    """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`)."""
+def build_reader(source: SourceConfig, path: str, folder_path: str | None = None) -> PipelineStep:
+    """The datatrove reader for one configured path of a source (which files it reads: `discovery.source_files`);
+    `folder_path`: the folder its files are relative to, where the caller knows it (else the path is tested)."""
     if source.format == "hf-datasets":
         return HFDatasetsDirReader(path, source.text_key, source.id_key)
 
     common = dict(text_key=source.text_key, id_key=source.id_key, recursive=True)
-    folder = data_folder(folder_of(path, source.storage_options)[0], source.storage_options)
+    if folder_path is None:
+        folder_path = folder_of(path, source.storage_options)[0]
+    folder = data_folder(folder_path, source.storage_options)
     if source.format in ("jsonl", "jsonl.zst"):
         reader = CountingJsonlReader(folder, compression="infer", **common)
     elif source.format == "parquet":
@@ -337,6 +340,48 @@ def build_reader(source: SourceConfig, path: str) -> PipelineStep:
 def input_files(source: SourceConfig) -> list[tuple[str, list[str]]]:
     """Each configured path of a source with its files (relative to it, sorted); datasets dirs list none."""
     return [(path, [] if source.format == "hf-datasets" else source_files(source, path)) for path in source.paths]
+
+
+# One configured path's share of a task: (configured path, the folder its files are relative to,
+# [(relative, ordinal), ...]); a datasets directory is (path, None, [(None, ordinal)]) in every task's share
+# (datatrove splits it by rank).
+Share = tuple[str, str | None, list[tuple[str | None, int]]]
+
+
+def source_shares(source: SourceConfig, offset: int, tasks: int) -> tuple[list[list[Share]], int]:
+    """Per task, its shares of one source's configured paths, and the next source's offset (`offset`: the
+    number of file ordinals the sources before took). Files are dealt round-robin by ordinal, continuing
+    across sources, so that many one-file sources spread over the tasks instead of all landing on task 0."""
+    from pipeline.stages.read.discovery import folder_of
+
+    shares: list[list[Share]] = [[] for _ in range(tasks)]
+    ordinal = offset
+    for path, files in input_files(source):
+        if source.format == "hf-datasets":
+            for share in shares:
+                share.append((path, None, [(None, ordinal)]))
+            ordinal += 1
+            continue
+        folder = folder_of(path, source.storage_options)[0]
+        dealt: list[list[tuple[str | None, int]]] = [[] for _ in range(tasks)]
+        for relative in files:
+            dealt[ordinal % tasks].append((relative, ordinal))
+            ordinal += 1
+        for share, own in zip(shares, dealt):
+            if own:
+                share.append((path, folder, own))
+    return shares, ordinal
+
+
+def inputs_file(directory: Path | str, rank: int) -> Path:
+    """Task `rank`'s inputs file (`pipeline.stages.read.task_inputs`)."""
+    return Path(directory) / f"{rank:05d}.json"
+
+
+def read_task_inputs(directory: Path | str, rank: int, source: str) -> list[Share]:
+    """Task `rank`'s shares of `source`, as the driver dealt them."""
+    shares = json.loads(inputs_file(directory, rank).read_text())[source]
+    return [(path, folder, [(relative, ordinal) for relative, ordinal in own]) for path, folder, own in shares]
 
 
 def file_count(source: SourceConfig) -> int:
@@ -379,6 +424,7 @@ class ReadStep(PipelineStep):
         funnel_dir: Path | str,
         malformed_dir: Path | str,
         progress_dir: Path | str | None = None,
+        inputs_dir: Path | str | None = None,
     ):
         self.name = f"📖 {source.name}"
         super().__init__()
@@ -387,6 +433,7 @@ class ReadStep(PipelineStep):
         self.funnel_dir = Path(funnel_dir)
         self.malformed_dir = Path(malformed_dir)
         self.progress_dir = None if progress_dir is None else Path(progress_dir)
+        self.inputs_dir = None if inputs_dir is None else Path(inputs_dir)
 
     def _document(self, doc: Document, file_ordinal: int) -> Document:
         prefix = f"{self.source.name}/"
@@ -426,18 +473,19 @@ class ReadStep(PipelineStep):
         skipped: dict[str, list[int]],
         bad_files: list[dict[str, str]],
     ) -> DocumentsPipeline:
-        position = self.offset
-        for path, files in input_files(self.source):
-            reader = build_reader(self.source, path)
+        if self.inputs_dir is not None:  # dealt by the driver: this task lists no source
+            shares = read_task_inputs(self.inputs_dir, rank, self.source.name)
+        else:
+            shares = source_shares(self.source, self.offset, world_size)[0][rank]
+        for path, folder, files in shares:
+            reader = build_reader(self.source, path, folder)
             reader.problems, reader.skipped, reader.encodings = problems, skipped, self.encodings
             if self.source.format == "hf-datasets":
-                yield from (self._document(doc, position) for doc in reader.run(None, rank, world_size))
-                position += 1
+                ordinal = files[0][1]
+                yield from (self._document(doc, ordinal) for doc in reader.run(None, rank, world_size))
                 continue
-            for index, relative in enumerate(files):
-                if (position + index) % world_size == rank:
-                    yield from self._file_documents(reader, path, relative, position + index, bad_files)
-            position += len(files)
+            for relative, ordinal in files:
+                yield from self._file_documents(reader, path, str(relative), ordinal, bad_files)
 
     def _bounded(self, doc: Document, size: int, counts: StepCounts) -> int | None:
         """The size of the document kept (its text `size` bytes, cut here if over the limit), None if dropped."""

@@ -3,7 +3,7 @@
 The runner's `post_dedup_steps()` does, after dedup and before tokenization:
 
     cells = CellSteps(config.quality, config.domains, layout.models)
-    cells.fit(DeduplicatedSample(layout).documents(cells.sample_bytes))  # once; a rerun reuses it
+    cells.fit(DeduplicatedSample(config, layout).documents(cells.sample_bytes))  # once; a rerun reuses it
     steps = cells.steps()                # QualityScorer → DomainAssigner → CellStatsWriter
     cells.collect_stats()                # (StoreManifest.stats, {cell: CellManifest.stats})
 
