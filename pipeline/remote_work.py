@@ -38,6 +38,7 @@ from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.spec import AbstractFileSystem
 
 from millrace.errors import MillraceError
 from pipeline.stages.in_place import reading_in_place
@@ -320,8 +321,6 @@ def _fresh_filesystems() -> None:
     """Forget the filesystems this process made before (fsspec keeps one per arguments and thread): a worker
     that ran another task, or unpickled this one (the executor's logging folder, made before this task named
     itself), made them under another name, and a source opened with the same options would reuse them."""
-    from fsspec.spec import AbstractFileSystem
-
     found, classes = [AbstractFileSystem], []
     while found:
         cls = found.pop()

@@ -352,8 +352,6 @@ def source_shares(source: SourceConfig, offset: int, tasks: int) -> tuple[list[l
     """Per task, its shares of one source's configured paths, and the next source's offset (`offset`: the
     number of file ordinals the sources before took). Files are dealt round-robin by ordinal, continuing
     across sources, so that many one-file sources spread over the tasks instead of all landing on task 0."""
-    from pipeline.stages.read.discovery import folder_of
-
     shares: list[list[Share]] = [[] for _ in range(tasks)]
     ordinal = offset
     for path, files in input_files(source):
