@@ -5,7 +5,7 @@ once (at 5,000 tasks x 200 cells those are about 3 GB of JSON): its peak grows w
 (a row per task, the manifest it writes), not with tasks x cells. Measured on synthetic part files of the
 shape the split tasks write (`parts/<rank>.json`: per cell one shard, one trace part, sources' counts and
 three sample texts), each size in a fresh process (`run_child`); the peak is Python's (`tracemalloc`) over
-writing every cell's manifest (`pipeline.stages.assemble.write_cells`). Baseline in the same run: every part
+writing every cell's manifest (`pipeline.steps.assemble.write_cells`). Baseline in the same run: every part
 file loaded at once and each cell's manifest built from them, as assembly did before.
 
     python -m bench assembly_memory
@@ -53,7 +53,7 @@ def write_parts(parts: Path, tasks: int) -> None:
 
 def all_at_once(staging: Path, parts_dir: Path) -> None:
     """The baseline: every part file held at once, each cell's manifest built from them."""
-    from pipeline.stages.assemble import _cell_manifest, _written_cell
+    from pipeline.steps.assemble import _cell_manifest, _written_cell
 
     parts = [json.loads(p.read_text()) for p in sorted(parts_dir.glob("*.json"), key=lambda p: int(p.stem))]
     for cell in sorted({cell for part in parts for cell in part["cells"]}):
@@ -62,7 +62,7 @@ def all_at_once(staging: Path, parts_dir: Path) -> None:
 
 
 def child(kind: str, tasks: int) -> dict:
-    from pipeline.stages.assemble import write_cells
+    from pipeline.steps.assemble import write_cells
 
     with tempfile.TemporaryDirectory() as name:
         work = Path(name)

@@ -75,7 +75,7 @@ def _part_slices(fs, root: str) -> dict[int, int]:
 
     import numpy as np
 
-    from pipeline.stages.dedup.signing import RECORD_KINDS
+    from pipeline.steps.dedup.signing import RECORD_KINDS
 
     slices: dict[int, int] = {}
     for task in fs.ls(f"{root}/signatures", detail=False):
@@ -199,7 +199,7 @@ def measure(base: int) -> dict[int, dict]:
 
 
 def results(runs: dict[int, dict]) -> list[Result]:
-    from pipeline.stages.read.fields import FIRST_RECORD_BLOCK
+    from pipeline.steps.read.fields import FIRST_RECORD_BLOCK
     from pipeline.work import FINGERPRINT_BYTES
 
     small, large = runs[SCALES[0]], runs[SCALES[-1]]

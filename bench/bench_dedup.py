@@ -18,7 +18,7 @@ from pathlib import Path
 from datatrove.utils.word_tokenizers import WordTokenizer
 
 from bench.result import Result
-from pipeline.stages.dedup.signing import WORD
+from pipeline.steps.dedup.signing import WORD
 from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 
 BANDS, ROWS, NGRAM = 40, 3, 5  # millrace's defaults, given to both
@@ -102,9 +102,9 @@ def run_millrace(work: Path) -> tuple[float, set[str]]:
     from datatrove.pipeline.writers import JsonlWriter
 
     from pipeline.config import DedupConfig, SourceConfig
-    from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates
-    from pipeline.stages.dedup.signing import DedupSignatures
-    from pipeline.stages.read.readers import ReadStep
+    from pipeline.steps.dedup.duplicates import DropDuplicates, find_duplicates
+    from pipeline.steps.dedup.signing import DedupSignatures
+    from pipeline.steps.read.readers import ReadStep
 
     source = SourceConfig(name="bench", paths=[str(work / "input")], format="jsonl")
 

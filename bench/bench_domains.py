@@ -103,7 +103,7 @@ def main() -> list[Result]:
     from pipeline.cells.domains import DomainAssigner, DomainModel, fit_domains
     from pipeline.cells.quality import QualityScorer
     from pipeline.config import DomainsConfig, EmbeddingConfig, QualityConfig
-    from pipeline.stages.tokenize.cell_steps import CellSteps
+    from pipeline.steps.tokenize.cell_steps import CellSteps
     from testkit.local_corpus import plainly_different_sources
     from testkit.multilingual_man import multilingual_man_pages
 

@@ -109,8 +109,8 @@ def run_millrace(corpus: Path, tokenizer: Path, work: Path) -> float:
 
 def main() -> list[Result]:
     from pipeline.corpus.builder import build_local_corpus
-    from pipeline.stages.intermediate import read_jsonl_zst
-    from pipeline.stages.tokenize.tokenization import train_byte_level_bpe
+    from pipeline.steps.intermediate import read_jsonl_zst
+    from pipeline.steps.tokenize.tokenization import train_byte_level_bpe
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)

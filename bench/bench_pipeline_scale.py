@@ -128,9 +128,9 @@ def run_dedup_only(corpus: Path, work: Path, tasks: int) -> tuple[float, dict[st
         from pathlib import Path
         from datatrove.executor import LocalPipelineExecutor
         from pipeline.config import DedupConfig, SourceConfig
-        from pipeline.stages.dedup.signing import DedupSignatures
-        from pipeline.stages.dedup.duplicates import find_duplicates
-        from pipeline.stages.read.readers import ReadStep
+        from pipeline.steps.dedup.signing import DedupSignatures
+        from pipeline.steps.dedup.duplicates import find_duplicates
+        from pipeline.steps.read.readers import ReadStep
         work, options = Path({str(work)!r}), DedupConfig()
         def stage(label):
             with open(work / "stages.log", "a") as log:

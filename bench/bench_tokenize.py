@@ -47,7 +47,7 @@ def _timed(func) -> tuple[float, float]:
 
 
 def main() -> list[Result]:
-    from pipeline.stages.tokenize.tokenization import TokenizeCells, load_tokenizer, train_byte_level_bpe
+    from pipeline.steps.tokenize.tokenization import TokenizeCells, load_tokenizer, train_byte_level_bpe
 
     docs = bench_documents()
     with tempfile.TemporaryDirectory() as tmp_name:

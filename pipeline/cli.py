@@ -115,7 +115,7 @@ def run(
 
 def _run_on_slurm(config: PipelineConfig, home: Home, restart: bool, dry_run: bool, as_json: bool) -> None:
     from pipeline import slurm  # lazy: command body: `millrace --help` loads no datatrove
-    from pipeline.stages.read.fields import check_text_fields  # lazy: command body: `millrace --help` stays light
+    from pipeline.steps.read.fields import check_text_fields  # lazy: command body: `millrace --help` stays light
 
     check_text_fields(config)  # before any job is written or submitted, as `run_pipeline` does
 
@@ -226,8 +226,8 @@ def _pairs(pairs: tuple[str, ...]) -> dict[str, str]:
 def _starter(corpus_dir: Path, text_keys: dict[str, str], ask: bool) -> tuple[str, StarterFound]:
     """The starter text and what was found; on a terminal, a source whose text field is unclear is asked for."""
     # lazy: command body: `millrace --help` stays light
-    from pipeline.stages.read.fields import UnknownTextField
     from pipeline.starter import init_starter
+    from pipeline.steps.read.fields import UnknownTextField
 
     while True:
         try:

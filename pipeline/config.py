@@ -313,7 +313,7 @@ class EvalSetConfig(StrictModel):
 
 class HeldOutConfig(StrictModel):
     """`[validation]`: the held-out split of every cell (`pipeline.cells.held_out_split`) and the external
-    evaluation sets (`pipeline.stages.held_out.eval_sets`)."""
+    evaluation sets (`pipeline.steps.held_out.eval_sets`)."""
 
     tokens_per_cell: int = pydantic.Field(
         4096,
@@ -335,7 +335,7 @@ class HeldOutConfig(StrictModel):
     decontaminate: bool = pydantic.Field(
         True,
         description="give back to training the held-out documents whose "
-        "token n-grams are found in training (`pipeline.stages.held_out.contamination`)",
+        "token n-grams are found in training (`pipeline.steps.held_out.contamination`)",
     )
     contamination_ngram: int = pydantic.Field(13, ge=1, description="n of the token n-grams looked up")
     contamination_threshold: float = pydantic.Field(
@@ -526,7 +526,7 @@ def _check_filter_options(config: PipelineConfig, origin: str) -> None:
     """Build each filter with its options once, so that what its constructor refuses fails here, in one line,
     and not in every task."""
     # lazy: heavy (datatrove): only when a config file is loaded
-    from pipeline.stages.filter.filtering import build_filter
+    from pipeline.steps.filter.filtering import build_filter
 
     for name, options in config.filters.items():
         try:

@@ -10,7 +10,7 @@ kept off code sources), the run's funnel steps (one per filter in use, in this o
 (and its class, here or in any importable module), plus a test.
 
 This module stays light (no datatrove import): `pipeline.config` reads it; a run imports each filter's class
-when it builds it (`pipeline.stages.filter.filtering.build_filter`).
+when it builds it (`pipeline.steps.filter.filtering.build_filter`).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class FilterSpec:
     options: type[StrictModel] = NoOptions  # its `[filters.<name>]` table, checked at config load
     prose: bool = True  # assumes natural-language text: a code source may not list it
     # opt-in: built per document language with `language=` and that language's rules
-    # (`pipeline.stages.filter.language_rules`, which knows datatrove's four filters' options)
+    # (`pipeline.steps.filter.language_rules`, which knows datatrove's four filters' options)
     language_rules: bool = False
     starter: Mapping[str, Any] = field(default_factory=dict)  # options `pipeline init` sets
     examples: Mapping[str, Any] = field(default_factory=dict)  # options `pipeline init` shows, commented out

@@ -41,7 +41,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.spec import AbstractFileSystem
 
 from millrace.errors import MillraceError
-from pipeline.stages.in_place import reading_in_place
+from pipeline.steps.in_place import reading_in_place
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -56,7 +56,7 @@ LOGS = "logs"  # datatrove's markers, stats and task logs: read on the URL, neve
 # What each executor run's tasks download before they start, relative to the work root (a folder, a file or a
 # glob; `{rank}` is the task's rank as five digits); see `pipeline.runner` for which step reads what. Only a
 # task's own files: what it reads of other tasks' outputs (the dedup tasks' signatures, edges and removals, a
-# tokenize task's rows of each removal part) it reads in place by byte range (`pipeline.stages.in_place`).
+# tokenize task's rows of each removal part) it reads in place by byte range (`pipeline.steps.in_place`).
 TASK_INPUTS: dict[str, tuple[str, ...]] = {
     "filter": ("inputs/{rank}.json",),  # which files it reads, dealt by the driver
     "dedup": (),

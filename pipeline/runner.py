@@ -72,29 +72,29 @@ from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
 from pipeline.filters import FILTER_NAMES
 from pipeline.remote_work import DRIVER_READS, RemoteWork, StagedTask
-from pipeline.stages.assemble import StoreContents, assemble_store, staging_dir
-from pipeline.stages.dedup.duplicates import DropDuplicates, find_duplicates
-from pipeline.stages.dedup.signing import DedupSignatures
-from pipeline.stages.filter.filtering import ExtractStep, FilterStep, LanguageStep, NormaliseStep
-from pipeline.stages.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_budget
-from pipeline.stages.funnel import bad_files, build_funnel, encodings, merge_step, removed_tokens_from, step_dir
-from pipeline.stages.held_out.contamination import (
+from pipeline.steps.assemble import StoreContents, assemble_store, staging_dir
+from pipeline.steps.dedup.duplicates import DropDuplicates, find_duplicates
+from pipeline.steps.dedup.signing import DedupSignatures
+from pipeline.steps.filter.filtering import ExtractStep, FilterStep, LanguageStep, NormaliseStep
+from pipeline.steps.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_budget
+from pipeline.steps.funnel import bad_files, build_funnel, encodings, merge_step, removed_tokens_from, step_dir
+from pipeline.steps.held_out.contamination import (
     ContaminationDecision,
     FindContainedNgrams,
     contaminated,
     save_decision,
     write_held_out_index,
 )
-from pipeline.stages.held_out.split import WriteHeldOut
-from pipeline.stages.in_place import reading_in_place
-from pipeline.stages.intermediate import TaskDocumentReader, TaskDocumentWriter
-from pipeline.stages.progress import PhaseLines, live_records
-from pipeline.stages.read.discovery import listed_once, unread_files
-from pipeline.stages.read.fields import check_text_fields
-from pipeline.stages.read.readers import ReadStep, file_count
-from pipeline.stages.read.task_inputs import write_task_inputs
-from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
-from pipeline.stages.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
+from pipeline.steps.held_out.split import WriteHeldOut
+from pipeline.steps.in_place import reading_in_place
+from pipeline.steps.intermediate import TaskDocumentReader, TaskDocumentWriter
+from pipeline.steps.progress import PhaseLines, live_records
+from pipeline.steps.read.discovery import listed_once, unread_files
+from pipeline.steps.read.fields import check_text_fields
+from pipeline.steps.read.readers import ReadStep, file_count
+from pipeline.steps.read.task_inputs import write_task_inputs
+from pipeline.steps.tokenize.cell_shards import held_out_cutoffs
+from pipeline.steps.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
 from pipeline.store.manifest_records import Funnel, NotRead, StoreStats
 from pipeline.store.remote import (
@@ -195,7 +195,7 @@ def stored_config(config: PipelineConfig) -> dict[str, Any]:
 class DeduplicatedSample:
     """A deterministic sample of the documents that survive dedup: a pure function of their keys.
 
-    Drawn inside the filter tasks (`pipeline.stages.filter.sample`: a bottom-k sketch by key hash per
+    Drawn inside the filter tasks (`pipeline.steps.filter.sample`: a bottom-k sketch by key hash per
     task), less what dedup removed (dropped by the dedup phase's `sample` tasks); no pass over the corpus.
     Returned in key order.
     """
@@ -223,7 +223,7 @@ def post_dedup_steps(config: PipelineConfig, layout: WorkLayout) -> PostDedupSte
     `domains` section nothing runs and cells are sources."""
     if not config.fits_cells:
         return PostDedupSteps()
-    from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
+    from pipeline.steps.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
     cells = CellSteps(config.quality, config.domains, layout.models)
     cells.fit(DeduplicatedSample(config, layout).documents(cells.sample_bytes))
@@ -532,7 +532,7 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
 def decontaminate(
     config: PipelineConfig, layout: WorkLayout, cutoffs: dict[str, list[int] | None], executors: Executors
 ) -> ContaminationDecision | None:
-    """The held-out documents whose n-grams are mostly found in training (`pipeline.stages.held_out.contamination`),
+    """The held-out documents whose n-grams are mostly found in training (`pipeline.steps.held_out.contamination`),
     saved as the phase's decision; None when `[validation] decontaminate` is off."""
     v = config.validation
     if not v.decontaminate:

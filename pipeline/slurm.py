@@ -65,9 +65,9 @@ from pipeline.runner import (
     tokenize_pipeline,
 )
 from pipeline.slurm_queue import JobIds, cancel_stale, read_chain, write_chain
-from pipeline.stages.held_out.contamination import load_decision
-from pipeline.stages.in_place import reading_in_place
-from pipeline.stages.tokenize.cell_shards import held_out_cutoffs
+from pipeline.steps.held_out.contamination import load_decision
+from pipeline.steps.in_place import reading_in_place
+from pipeline.steps.tokenize.cell_shards import held_out_cutoffs
 from pipeline.work import WorkLayout, prepare_work
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class PhaseInTask(PipelineStep):
             return split_pipeline(self.config, layout, read_cutoffs(layout), _given_back(layout))
         if not self.config.fits_cells:
             return tokenize_pipeline(self.config, layout, [])
-        from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
+        from pipeline.steps.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
         cells = CellSteps(self.config.quality, self.config.domains, layout.models)  # fitted by the dedup job
         return tokenize_pipeline(self.config, layout, cells.steps())

@@ -10,7 +10,7 @@ data files, and the data files lying directly in it. A folder holding several fo
 one a reader takes (`FORMAT_SUFFIXES`: `.jsonl`, `.json`, compressed `.gz` `.zst` `.bz2` `.xz`
 variants, `.parquet`, `.warc`, `.warc.gz`, `.html`), and a `datasets` `save_to_disk` directory
 by its `dataset_info.json` or `dataset_dict.json`. Each source's text and id fields are picked from its
-first record (`pipeline.stages.read.fields`: the configured name, else the one long string field; a source
+first record (`pipeline.steps.read.fields`: the configured name, else the one long string field; a source
 where that leaves a choice is an `UnknownTextField` listing the columns). The kind comes from the first record's
 `metadata.language` (`python` → code, skipping prose filters and language id); prose sources get
 datatrove's Gopher filters, applied with each document's language's rules after language id.
@@ -29,8 +29,8 @@ import pydantic
 from millrace.errors import ConfigError
 from pipeline.config import FORMAT_SUFFIXES, PipelineConfig, QualityConfig, SourceConfig
 from pipeline.filters import FILTERS
-from pipeline.stages.read.discovery import unread_files
-from pipeline.stages.read.fields import UnknownTextField, first_record, pick_id_key, pick_text_key
+from pipeline.steps.read.discovery import unread_files
+from pipeline.steps.read.fields import UnknownTextField, first_record, pick_id_key, pick_text_key
 from pipeline.store.manifest_records import NotRead
 
 FORMATS = ("jsonl", "parquet", "warc", "html")  # in the order a folder's sources are named
@@ -176,7 +176,7 @@ def _title(model: pydantic.BaseModel) -> list[str]:
 def _filters_tables() -> list[str]:
     lines = [
         "# Options for each filter (pipeline.filters), passed to it as keyword arguments. Those of datatrove's",
-        "# filters apply to every language, over each language's own rules (pipeline/stages/filter/language_rules.py:",
+        "# filters apply to every language, over each language's own rules (pipeline/steps/filter/language_rules.py:",
         "# FineWeb-2's thresholds and stop words).",
     ]
     for spec in FILTERS:

@@ -37,9 +37,9 @@ from millrace.errors import MillraceError
 from millrace.urls import is_url
 from pipeline.config import PipelineConfig
 from pipeline.remote_work import RemoteWork
-from pipeline.stages.filter.sample import sample_budget
-from pipeline.stages.read.discovery import folder_of
-from pipeline.stages.read.readers import input_files
+from pipeline.steps.filter.sample import sample_budget
+from pipeline.steps.read.discovery import folder_of
+from pipeline.steps.read.readers import input_files
 
 log = logging.getLogger(__name__)
 FINGERPRINT_BYTES = 1 << 16
@@ -90,13 +90,13 @@ class WorkLayout:
 
     @property
     def inputs(self) -> Path:
-        """Each filter task's input files, dealt by the driver (`pipeline.stages.read.task_inputs`)."""
+        """Each filter task's input files, dealt by the driver (`pipeline.steps.read.task_inputs`)."""
         return self.root / "inputs"
 
     @property
     def progress(self) -> Path:
         """Live counts the filter and tokenize tasks' readers write as they go, per phase
-        (`pipeline.stages.progress`)."""
+        (`pipeline.steps.progress`)."""
         return self.root / "progress"
 
     @property
@@ -140,7 +140,7 @@ class WorkLayout:
     @property
     def contamination(self) -> Path:
         """The held-out n-gram index, each task's findings and the decision
-        (`pipeline.stages.held_out.contamination`)."""
+        (`pipeline.steps.held_out.contamination`)."""
         return self.root / "contamination"
 
     @property

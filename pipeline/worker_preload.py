@@ -8,8 +8,8 @@ per filter task. Forked from a server that holds them, a task starts with them l
 import datatrove.executor.local  # noqa: F401
 
 import pipeline.runner  # noqa: F401
-from pipeline.stages.filter.filtering import language_identifier
-from pipeline.stages.filter.language_rules import import_spacy_without_torch
+from pipeline.steps.filter.filtering import language_identifier
+from pipeline.steps.filter.language_rules import import_spacy_without_torch
 
 import_spacy_without_torch()
 language_identifier()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.config import SourceConfig
-from pipeline.stages.read.readers import ReadStep
+from pipeline.steps.read.readers import ReadStep
 
 if TYPE_CHECKING:
     from datatrove.data import Document

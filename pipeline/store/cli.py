@@ -16,7 +16,7 @@ from millrace.options import home_option, json_option, print_json
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
 from pipeline.cells.held_out_split import HELD_OUT_REASON
 from pipeline.config import CALVER
-from pipeline.stages.funnel import SourceKept, per_source
+from pipeline.steps.funnel import SourceKept, per_source
 from pipeline.store.format import Store, StoreManifest, write_stats_only_store
 from pipeline.store.labels import labelled
 from pipeline.store.manifest_records import Decontamination, FunnelStep, NotRead, QualityStats

@@ -27,7 +27,7 @@ from datatrove.pipeline.base import PipelineStep
 from millrace import remote_calls
 from millrace.errors import ArtifactError
 from millrace.remote_calls import WRITE_LIMITS, CallLimits
-from pipeline.stages.tokenize.cell_shards import task_file_prefixes
+from pipeline.steps.tokenize.cell_shards import task_file_prefixes
 from pipeline.store.trace import HELD_OUT_PREFIX, part_name
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ def fitted(corpus, tmp_path_factory):
     """Quality and domain models fitted once on the corpus (prose is the quality reference)."""
     from pipeline.cells.domains import DomainsConfig
     from pipeline.cells.quality import QualityConfig
-    from pipeline.stages.tokenize.cell_steps import CellSteps
+    from pipeline.steps.tokenize.cell_steps import CellSteps
 
     model_dir = tmp_path_factory.mktemp("models")
     steps = CellSteps(QualityConfig(reference_sources=["prose"]), DomainsConfig(), model_dir)

@@ -3,7 +3,7 @@
 from datatrove.data import Document
 
 from pipeline.cells.stats import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
-from pipeline.stages.tokenize.cell_steps import store_stats
+from pipeline.steps.tokenize.cell_steps import store_stats
 
 
 def test_cell_names():

@@ -83,7 +83,7 @@ def assert_driver_reads_bounded(reads: dict[str, int], corpus: dict[str, bytes])
     """Of each source file at most its two fingerprint ranges and the first record's blocks; of the work URL
     only what `DRIVER_READ` names (under tokens/, only the held-out candidates, read in place: never a task's token
     runs)."""
-    from pipeline.stages.read.fields import FIRST_RECORD_BLOCK
+    from pipeline.steps.read.fields import FIRST_RECORD_BLOCK
     from pipeline.work import FINGERPRINT_BYTES
 
     for path, n in reads.items():

@@ -11,7 +11,7 @@ import pytest
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from millrace.home import Home
-from pipeline.stages.tokenize.tokenization import tokenizer_fingerprint, train_byte_level_bpe
+from pipeline.steps.tokenize.tokenization import tokenizer_fingerprint, train_byte_level_bpe
 from pipeline.store.format import store_tokenizer
 from pipeline.store.trace import part_name, write_trace_part
 from testkit.stores import build_mixture, write_store

@@ -13,7 +13,7 @@ import pytest
 import zstandard
 
 from pipeline.config import SourceConfig
-from pipeline.stages.read.readers import BadInputFile
+from pipeline.steps.read.readers import BadInputFile
 from testkit.warc import read_source, write_warc
 
 
@@ -55,7 +55,7 @@ def test_a_utf8_bom_does_not_make_the_first_record_malformed(tmp_path):
 MEMORY_PROBE = textwrap.dedent("""
     import json, resource, sys
     from pipeline.config import SourceConfig
-    from pipeline.stages.read.readers import ReadStep
+    from pipeline.steps.read.readers import ReadStep
     source = SourceConfig(name="d", paths=[sys.argv[1]], format="jsonl", max_document_bytes=100_000)
     step = ReadStep(source, 0, sys.argv[2] + "/funnel", sys.argv[2] + "/malformed")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

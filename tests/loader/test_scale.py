@@ -237,7 +237,7 @@ def test_a_repeated_cells_windows_differ_between_epochs(home, run):
 def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path, run):
     """Documents arrive grouped by source; the pipeline's shard tasks write a cell in a keyed-hash order and the
     loader reorders blocks per epoch: the same-source rate of neighbours ends within 10% of the random rate."""
-    from pipeline.stages.tokenize.cell_shards import store_order
+    from pipeline.steps.tokenize.cell_shards import store_order
 
     rng = np.random.default_rng(5)
     sources = rng.choice(3, p=[0.6, 0.3, 0.1], size=4000)

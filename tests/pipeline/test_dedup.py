@@ -8,10 +8,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.config import DedupConfig
 from pipeline.remote_work import relocate
-from pipeline.stages.dedup.duplicates import find_duplicates, load_duplicates
-from pipeline.stages.dedup.signing import DedupSignatures, MinHasher
-from pipeline.stages.in_place import reading_in_place
-from pipeline.stages.read.readers import document_key
+from pipeline.steps.dedup.duplicates import find_duplicates, load_duplicates
+from pipeline.steps.dedup.signing import DedupSignatures, MinHasher
+from pipeline.steps.in_place import reading_in_place
+from pipeline.steps.read.readers import document_key
 from testkit.near_duplicates import near_duplicate_corpus, removal_quality
 
 OPTIONS = dict(ngram=5, bands=40, rows=3, seed=1, threshold=0.5, verify_threshold=0.4)
@@ -71,9 +71,9 @@ def test_removals_do_not_depend_on_the_task_or_part_count(tmp_path, monkeypatch)
     documents += [("zz-copy-of-a-copy", documents[-1][1])]
     texts, _ = _keyed(documents)
     results = [dedup(tmp_path / f"{tasks}-{parts}", texts, tasks, parts) for tasks, parts in ((1, 1), (3, 4), (5, 2))]
-    monkeypatch.setattr("pipeline.stages.dedup.duplicates.PAIRS_PER_BATCH", 5)  # many signature reads, merge batches
-    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.MERGE_BYTES", 200)
-    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.MIN_CHUNK", 3)
+    monkeypatch.setattr("pipeline.steps.dedup.duplicates.PAIRS_PER_BATCH", 5)  # many signature reads, merge batches
+    monkeypatch.setattr("pipeline.steps.dedup.sorted_runs.MERGE_BYTES", 200)
+    monkeypatch.setattr("pipeline.steps.dedup.sorted_runs.MIN_CHUNK", 3)
     results.append(dedup(tmp_path / "small-batches", texts, 2, 2))
     assert results[0] == results[1] == results[2] == results[3]
     reasons = [reason for reason, _ in results[0].values()]
@@ -120,8 +120,8 @@ def test_a_chain_of_matches_never_removes_a_document_unlike_the_kept_one(tmp_pat
 
 def _components_by_rounds(work, left, right, parts):
     """Each node's label from `ComponentsRound` rounds over `parts` parts (round 0 written by 2 tasks)."""
-    from pipeline.stages.dedup.components import ComponentFiles, ComponentsRound, edge_records
-    from pipeline.stages.dedup.signing import save_array
+    from pipeline.steps.dedup.components import ComponentFiles, ComponentsRound, edge_records
+    from pipeline.steps.dedup.signing import save_array
 
     files = ComponentFiles(work)
     half = left.size // 2
@@ -167,8 +167,8 @@ def test_component_rounds_label_each_node_with_its_components_smallest_key(tmp_p
 
 
 def test_a_merge_of_sorted_file_slices_is_sorted_and_groups_span_its_batches(tmp_path):
-    from pipeline.stages.dedup.signing import BAND, save_array
-    from pipeline.stages.dedup.sorted_runs import group_firsts, merged, sorted_records
+    from pipeline.steps.dedup.signing import BAND, save_array
+    from pipeline.steps.dedup.sorted_runs import group_firsts, merged, sorted_records
 
     rng = np.random.default_rng(1)
     slices, everything = [], []
@@ -216,9 +216,9 @@ def test_dedup_tasks_read_other_tasks_files_in_place_by_range(tmp_path, monkeypa
     for produced in ("components", "duplicates"):
         shutil.rmtree(bucket / produced)
     fs = CountingFileSystem(skip_instance_cache=True)
-    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.SEARCH_PAGE", 16)  # several pages per binary search
-    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.SPAN_PAGE", 2)  # several rounds per one value's search
-    monkeypatch.setattr("pipeline.stages.dedup.sorted_runs.SPAN_FENCES", 3)
+    monkeypatch.setattr("pipeline.steps.dedup.sorted_runs.SEARCH_PAGE", 16)  # several pages per binary search
+    monkeypatch.setattr("pipeline.steps.dedup.sorted_runs.SPAN_PAGE", 2)  # several rounds per one value's search
+    monkeypatch.setattr("pipeline.steps.dedup.sorted_runs.SPAN_FENCES", 3)
 
     most = 0  # the most bytes one task read
 
@@ -254,7 +254,7 @@ def test_dedup_tasks_read_other_tasks_files_in_place_by_range(tmp_path, monkeypa
 def test_one_values_rows_are_found_in_place_by_a_few_small_reads(tmp_path):
     """A task's own rows of a file sorted by task (a removal part): found on the 'bucket' by reading a few
     records per round, never the whole file, at the same rows as a search on the disk."""
-    from pipeline.stages.dedup.sorted_runs import RecordFile
+    from pipeline.steps.dedup.sorted_runs import RecordFile
 
     records = np.zeros(1000, dtype=[("rank", "<i8"), ("key", "<i8")])
     records["rank"] = np.sort(np.random.default_rng(3).integers(0, 50, size=1000))

@@ -7,7 +7,7 @@ import random
 
 from datatrove.data import Document
 
-from pipeline.stages.filter.filtering import ExtractStep
+from pipeline.steps.filter.filtering import ExtractStep
 from testkit.corpus import prose
 
 SHARED = (

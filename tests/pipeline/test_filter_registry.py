@@ -14,7 +14,7 @@ from millrace.errors import ConfigError
 from pipeline import filters as registry
 from pipeline.config import load_pipeline_config
 from pipeline.filters import FILTERS, FilterSpec, filter_table
-from pipeline.stages.filter.filtering import FilterStep
+from pipeline.steps.filter.filtering import FilterStep
 from testkit.corpus import config_text, make_corpus
 
 DOCS = Path(__file__).parents[2] / "docs" / "pipeline.md"

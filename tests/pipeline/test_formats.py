@@ -64,7 +64,7 @@ def test_a_given_tokenizer_json_is_used_and_its_eos_checked(tmp_path):
     import pytest
 
     from millrace.errors import ConfigError
-    from pipeline.stages.tokenize.tokenization import tokenizer_fingerprint, train_byte_level_bpe
+    from pipeline.steps.tokenize.tokenization import tokenizer_fingerprint, train_byte_level_bpe
 
     rng = random.Random(5)
     texts = [prose(rng) for _ in range(8)]
@@ -109,7 +109,7 @@ def test_a_run_that_removes_everything_is_an_error_naming_the_stages(tmp_path):
 
 def test_a_process_loads_each_tokenizer_file_once_and_again_when_it_changes(tmp_path):
     """A worker runs many tasks: they share one loaded tokenizer, and a rewritten file is loaded anew."""
-    from pipeline.stages.tokenize.tokenization import load_tokenizer, train_byte_level_bpe
+    from pipeline.steps.tokenize.tokenization import load_tokenizer, train_byte_level_bpe
 
     path = train_byte_level_bpe(["alpha beta gamma"] * 20, 300, "<eos>", tmp_path / "tokenizer.json")
     first = load_tokenizer(path)

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import zstandard
 
 from pipeline.config import SourceConfig, load_pipeline_config
-from pipeline.stages.read.discovery import DANGLING, NO_READER, OUTSIDE, unread_files
-from pipeline.stages.read.readers import input_files
 from pipeline.starter import discover_sources, init_config
+from pipeline.steps.read.discovery import DANGLING, NO_READER, OUTSIDE, unread_files
+from pipeline.steps.read.readers import input_files
 from testkit.warc import read_source, write_warc
 
 
@@ -84,8 +84,8 @@ def test_init_finds_every_format_and_the_files_no_source_reads_are_named(tmp_pat
 
 def test_progress_lines_count_the_records_of_every_source(tmp_path):
     """The filter phase's line counts what all its readers read (malformed records too), not the first's."""
-    from pipeline.stages.progress import PhaseLines, live_records
-    from pipeline.stages.read.readers import ReadStep
+    from pipeline.steps.progress import PhaseLines, live_records
+    from pipeline.steps.read.readers import ReadStep
 
     sources = []
     for name, lines in (("a", 3), ("b", 4)):
@@ -103,7 +103,7 @@ def test_progress_lines_count_the_records_of_every_source(tmp_path):
 
 def test_a_stage_without_a_live_count_says_what_its_count_covers(tmp_path):
     """Dedup's rounds read signatures, not documents: no '0 documents read' while they run."""
-    from pipeline.stages.progress import PhaseLines
+    from pipeline.steps.progress import PhaseLines
 
     stats = tmp_path / "logs" / "stats"
     assert PhaseLines("dedup", tmp_path / "logs", 4).line() == "pipeline: dedup, 0/4 tasks done"
@@ -120,8 +120,8 @@ def test_each_filter_task_reads_the_files_the_driver_dealt_it_and_lists_no_sourc
     """The driver deals the files once (one inputs file per task): each task reads the documents it would have
     found by listing every source, and a file added since is read by no task (none lists a source)."""
     from pipeline.config import parse_pipeline_config
-    from pipeline.stages.read.readers import ReadStep, file_count
-    from pipeline.stages.read.task_inputs import write_task_inputs
+    from pipeline.steps.read.readers import ReadStep, file_count
+    from pipeline.steps.read.task_inputs import write_task_inputs
     from testkit.corpus import make_corpus, write_jsonl_zst
 
     corpus = make_corpus(tmp_path / "corpus")

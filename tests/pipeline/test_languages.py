@@ -13,10 +13,10 @@ from datatrove.data import Document
 
 from pipeline.config import load_pipeline_config
 from pipeline.runner import Executors, filter_pipeline, funnel_steps
-from pipeline.stages.filter.filtering import build_filter
-from pipeline.stages.filter.language_rules import filter_options, fineweb2_rules, word_tokenizer
-from pipeline.stages.funnel import merge_step, step_dir
-from pipeline.stages.intermediate import read_jsonl_zst
+from pipeline.steps.filter.filtering import build_filter
+from pipeline.steps.filter.language_rules import filter_options, fineweb2_rules, word_tokenizer
+from pipeline.steps.funnel import merge_step, step_dir
+from pipeline.steps.intermediate import read_jsonl_zst
 from pipeline.work import WorkLayout
 from testkit.multilingual_prose import LANGUAGES, multilingual_records
 
@@ -137,8 +137,8 @@ def test_a_filter_process_splits_english_and_chinese_words_without_importing_tor
     script = (
         "import json, sys\n"
         "from pipeline.config import load_pipeline_config\n"
-        "from pipeline.stages.filter.language_rules import word_tokenizer\n"
-        "from pipeline.stages.filter.sample import sample_budget\n"
+        "from pipeline.steps.filter.language_rules import word_tokenizer\n"
+        "from pipeline.steps.filter.sample import sample_budget\n"
         f"sample_budget(load_pipeline_config({str(config)!r}))\n"
         f"words = {{lang: word_tokenizer(lang)[0].word_tokenize(t) for lang, t in {text!r}.items()}}\n"
         "print(json.dumps({'words': words, 'imported': sorted({'torch', 'sklearn', 'spacy'} & set(sys.modules))}))\n"

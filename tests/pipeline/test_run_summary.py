@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.cells.held_out_split import HELD_OUT_REASON
-from pipeline.stages.funnel import per_source
+from pipeline.steps.funnel import per_source
 from pipeline.store.manifest_records import Funnel, FunnelStep
 
 

@@ -10,7 +10,7 @@ import zstandard
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import PHASE_LABELS, run_pipeline
-from pipeline.stages.tokenize.tokenization import load_tokenizer
+from pipeline.steps.tokenize.tokenization import load_tokenizer
 from pipeline.store.format import ShardReader, Store
 from testkit.corpus import config_text, make_corpus, store_files
 
@@ -171,7 +171,7 @@ def test_assembly_reads_no_token_and_keeps_the_files_the_shard_tasks_wrote(built
     import io
     import shutil
 
-    from pipeline.stages.assemble import StoreContents, assemble_store
+    from pipeline.steps.assemble import StoreContents, assemble_store
     from pipeline.store.manifest_records import Funnel, StoreStats
 
     root, _, config_path, reference = built

@@ -14,8 +14,8 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
-from pipeline.stages.read.fields import UnknownTextField
 from pipeline.starter import init_starter
+from pipeline.steps.read.fields import UnknownTextField
 from testkit.corpus import prose
 
 

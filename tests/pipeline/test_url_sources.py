@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import parse_pipeline_config
-from pipeline.stages.read.discovery import unread_files
-from pipeline.stages.read.readers import ReadStep, file_count
+from pipeline.steps.read.discovery import unread_files
+from pipeline.steps.read.readers import ReadStep, file_count
 from pipeline.work import input_listing
 from testkit.corpus import prose
 from testkit.s3 import s3_server, upload_tree

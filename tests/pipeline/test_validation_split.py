@@ -194,7 +194,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     from loader.held_out import ValidationSequences
     from mixtures.build import build
     from mixtures.new import new_revision
-    from pipeline.stages.tokenize.tokenization import load_tokenizer
+    from pipeline.steps.tokenize.tokenization import load_tokenizer
 
     home, path = store_path
     store = Store(path)
@@ -264,7 +264,7 @@ def test_eval_sets_read_jsonl_parquet_and_text(tmp_path):
 
     from millrace.errors import ConfigError
     from pipeline.config import EvalSetConfig
-    from pipeline.stages.held_out.eval_sets import read_texts
+    from pipeline.steps.held_out.eval_sets import read_texts
 
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "b.txt").write_text("second file")
@@ -353,7 +353,7 @@ def test_evaluation_set_documents_found_in_training_are_left_out_of_the_set(stor
     """The two copied texts and the edited one are mostly found in training (13-gram tuples of every
     training document, counted here without the pipeline's hashes); the three new texts are scored."""
     from millrace.cli import main as millrace
-    from pipeline.stages.tokenize.tokenization import load_tokenizer
+    from pipeline.steps.tokenize.tokenization import load_tokenizer
 
     _, path = store_path
     store = Store(path)
@@ -389,8 +389,8 @@ def test_a_snippet_of_a_candidate_given_back_to_training_goes_back_too(tmp_path)
     snippet of its first half, found nowhere else in training. One pass judged the snippet against a
     training set without the long one and kept it held out while training held all its 13-grams; judged
     to a fixpoint it goes back in the second round and is counted."""
-    from pipeline.stages.dedup.ngrams import found_in, ngram_hashes
-    from pipeline.stages.held_out.contamination import INDEX_FILE, contaminated, found_file, save_index
+    from pipeline.steps.dedup.ngrams import found_in, ngram_hashes
+    from pipeline.steps.held_out.contamination import INDEX_FILE, contaminated, found_file, save_index
 
     rng = np.random.default_rng(3)
     long_doc = rng.integers(0, 50_000, 400)

@@ -16,9 +16,9 @@ import zstandard
 from millrace.home import Home
 from pipeline.config import load_pipeline_config, parse_pipeline_config
 from pipeline.runner import PipelineError, run_pipeline
-from pipeline.stages.funnel import bad_files
-from pipeline.stages.read.readers import BadInputFile, ReadStep
-from pipeline.stages.tokenize.tokenization import load_tokenizer
+from pipeline.steps.funnel import bad_files
+from pipeline.steps.read.readers import BadInputFile, ReadStep
+from pipeline.steps.tokenize.tokenization import load_tokenizer
 from pipeline.store.format import ShardReader, Store
 from testkit.corpus import prose
 
@@ -150,7 +150,7 @@ def test_zero_width_only_and_over_long_documents_are_counted_not_stored(web_run)
 @pytest.mark.slow
 def test_warc_pages_are_extracted_by_trafilatura_and_keep_their_url(web_run):
     from pipeline.runner import WorkLayout
-    from pipeline.stages.intermediate import read_jsonl_zst
+    from pipeline.steps.intermediate import read_jsonl_zst
 
     _, home, path, texts = web_run
     stored = _stored_texts(path)
@@ -245,7 +245,7 @@ def test_long_documents_can_be_cut_at_a_character_boundary(tmp_path):
 
 
 def test_keys_are_file_ordinal_and_position_whatever_the_ids(tmp_path):
-    from pipeline.stages.read.readers import document_key
+    from pipeline.steps.read.readers import document_key
 
     step = _read_step(
         tmp_path, "jsonl", "a.jsonl", _lines([{"id": "same", "text": "one"}, {"id": "same", "text": "two"}])
@@ -362,7 +362,7 @@ def test_each_cell_has_a_sidecar_from_stored_document_to_its_origin(web_run):
 def test_the_sample_drawn_in_the_filter_tasks_does_not_depend_on_the_task_count(tmp_path):
     from datatrove.data import Document
 
-    from pipeline.stages.filter.sample import SampleSketch, merged_sample, sample_rank
+    from pipeline.steps.filter.sample import SampleSketch, merged_sample, sample_rank
 
     rng = random.Random(5)
     docs = [Document(text=prose(rng), id=f"d{i}", metadata={"key": i * 7 + 3}) for i in range(120)]
@@ -391,10 +391,10 @@ def test_the_sample_tasks_drop_dedups_removals_so_the_driver_reads_no_removal_li
     import numpy as np
     from datatrove.data import Document
 
-    from pipeline.stages.dedup.duplicates import REASON_CODES, REMOVAL, removal_file
-    from pipeline.stages.dedup.signing import save_array
-    from pipeline.stages.dedup.sorted_runs import sorted_records
-    from pipeline.stages.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_rank
+    from pipeline.steps.dedup.duplicates import REASON_CODES, REMOVAL, removal_file
+    from pipeline.steps.dedup.signing import save_array
+    from pipeline.steps.dedup.sorted_runs import sorted_records
+    from pipeline.steps.filter.sample import DeduplicatedSketch, SampleSketch, merged_sample, sample_rank
 
     rng = random.Random(7)
     docs = [Document(text=prose(rng), id=f"d{i}", metadata={"key": i * 5 + 1}) for i in range(90)]

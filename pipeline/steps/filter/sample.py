@@ -22,9 +22,9 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from pipeline.config import PipelineConfig
-from pipeline.stages import in_place
-from pipeline.stages.dedup.duplicates import load_duplicates
-from pipeline.stages.intermediate import AtomicJsonlZstWriter, Record, document_record, read_jsonl_zst, task_file
+from pipeline.steps import in_place
+from pipeline.steps.dedup.duplicates import load_duplicates
+from pipeline.steps.intermediate import AtomicJsonlZstWriter, Record, document_record, read_jsonl_zst, task_file
 
 OVERSAMPLE = 2
 
@@ -94,7 +94,7 @@ def sample_budget(config: PipelineConfig) -> int:
     tokenizer = 0 if config.tokenizer.path else config.tokenizer.sample_bytes
     cells = 0
     if config.fits_cells:
-        from pipeline.stages.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
+        from pipeline.steps.tokenize.cell_steps import CellSteps  # lazy: heavy (sklearn)
 
         cells = CellSteps(config.quality, config.domains, Path(".")).sample_bytes
     return OVERSAMPLE * max(tokenizer, cells)
@@ -106,7 +106,7 @@ def merged_sample(directory: Path, removed_of: Callable[[int], set[int]] | None,
     `max_bytes`, in key order. Streamed through a heap that keeps only the smallest hashes reaching
     `max_bytes`, so the merge holds about one sample, whatever the task count. Each sketch is in hash order:
     once the sample is full, a sketch is read only up to its first larger hash (on a work URL, in place:
-    `pipeline.stages.in_place`), so the merge reads about one sample too."""
+    `pipeline.steps.in_place`), so the merge reads about one sample too."""
     kept: list[tuple[int, int, int, Record]] = []  # max-heap by (hash, key): (-hash, -key, bytes, record)
     held = 0
     for path in in_place.children(directory, "*.jsonl.zst"):

@@ -20,9 +20,9 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from pipeline.filters import filter_spec
-from pipeline.stages.filter.language_rules import filter_options
-from pipeline.stages.funnel import StepCounts
-from pipeline.stages.intermediate import AtomicJsonlZstWriter, task_file
+from pipeline.steps.filter.language_rules import filter_options
+from pipeline.steps.funnel import StepCounts
+from pipeline.steps.intermediate import AtomicJsonlZstWriter, task_file
 
 if TYPE_CHECKING:
     from datatrove.pipeline.extractors.base import ExtractorSandbox
@@ -156,7 +156,7 @@ class ExtractStep(CountedStep):
 class FilterStep(CountedStep):
     """A registered filter (`pipeline.filters`: datatrove's heuristic quality filters and others), applied to the
     sources that list it, with the rules of each document's language where it takes them
-    (`pipeline.stages.filter.language_rules`; English where none was identified)."""
+    (`pipeline.steps.filter.language_rules`; English where none was identified)."""
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from pipeline.stages import in_place
+from pipeline.steps import in_place
 
 MERGE_BYTES = 2 << 20  # records a merge holds, over all its inputs ...
 MIN_CHUNK = 256  # ... but at least this many of each (about 5 KiB of LSH records)
@@ -28,7 +28,7 @@ Side = Literal["left", "right"]
 
 class RecordFile:
     """One `.npy` file of records: its dtype and length from the header, slices by offset. On a staged task's
-    work URL (`pipeline.stages.in_place`) each read is one range request for exactly its bytes."""
+    work URL (`pipeline.steps.in_place`) each read is one range request for exactly its bytes."""
 
     def __init__(self, path: Path | str):
         self.path = Path(path)

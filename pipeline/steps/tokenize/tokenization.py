@@ -6,7 +6,7 @@ each cell's tokens, as they come, to one run per cell per task: `tokens/<rank>/<
 (the token ids, in the store's dtype) and `tokens/<rank>/<cell>.npz` (per document: key, id,
 origin, input position, length, source index, bytes, content hash for the held-out split; a
 few sample texts). Memory per task is that table, not its tokens. When its stream ends, the task
-writes each run into the store's final shards (`pipeline.stages.tokenize.cell_shards`), but for its few
+writes each run into the store's final shards (`pipeline.steps.tokenize.cell_shards`), but for its few
 held-out candidates per cell, offered in `tokens/<rank>/held-out.json` to the split.
 
 `RemovedTokens` counts, for the funnel, the tokens that removed documents would have had.
@@ -34,11 +34,11 @@ from datatrove.pipeline.base import PipelineStep
 from millrace.artifacts import atomic_output, atomic_write_text, temporary_sibling
 from pipeline.cells.held_out_split import document_hash, split_candidates
 from pipeline.config import EvalSetConfig, HeldOutConfig
-from pipeline.stages.filter.sample import sample_rank
-from pipeline.stages.funnel import StepCounts
-from pipeline.stages.held_out.eval_sets import SetOverlap
-from pipeline.stages.intermediate import read_jsonl_zst, task_file
-from pipeline.stages.tokenize.cell_shards import (
+from pipeline.steps.filter.sample import sample_rank
+from pipeline.steps.funnel import StepCounts
+from pipeline.steps.held_out.eval_sets import SetOverlap
+from pipeline.steps.intermediate import read_jsonl_zst, task_file
+from pipeline.steps.tokenize.cell_shards import (
     candidates_file,
     remove_task_files,
     run_file,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from millrace.artifacts import atomic_write_text
 from pipeline.config import PipelineConfig
-from pipeline.stages.read.readers import Share, inputs_file, source_shares
+from pipeline.steps.read.readers import Share, inputs_file, source_shares
 
 
 def task_inputs(config: PipelineConfig, tasks: int) -> list[dict[str, list[Share]]]:

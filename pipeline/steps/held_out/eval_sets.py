@@ -26,7 +26,7 @@ import numpy as np
 
 from millrace.errors import ConfigError
 from pipeline.config import EvalSetConfig
-from pipeline.stages.dedup.ngrams import found_in, minhash, ngram_hashes, shingle_hashes
+from pipeline.steps.dedup.ngrams import found_in, minhash, ngram_hashes, shingle_hashes
 from pipeline.store.format import EvalSetManifest, HeldOut, ShardSequence, write_eval_set_manifest
 from pipeline.store.manifest_records import ContainedDocument, Overlap, OverlapDocument
 

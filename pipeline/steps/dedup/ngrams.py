@@ -1,7 +1,7 @@
 """n-gram arithmetic in numpy alone: shingle hashes and MinHash signatures (word shingles in
-`pipeline.stages.dedup.signing`, token shingles in `pipeline.stages.held_out.eval_sets`), and token n-gram
+`pipeline.steps.dedup.signing`, token shingles in `pipeline.steps.held_out.eval_sets`), and token n-gram
 hashes with sorted look-ups for the containment checks (held-out documents and evaluation sets against
-training, `pipeline.stages.held_out.contamination`)."""
+training, `pipeline.steps.held_out.contamination`)."""
 
 from __future__ import annotations
 

@@ -31,12 +31,12 @@ from datatrove.pipeline.readers.base import BaseDiskReader
 from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
 from pipeline.config import SourceConfig
-from pipeline.stages.filter.filtering import text_bytes
-from pipeline.stages.funnel import StepCounts
-from pipeline.stages.progress import LiveCount
-from pipeline.stages.read.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
-from pipeline.stages.read.decoding import decode_as, decode_page, decode_text
-from pipeline.stages.read.discovery import data_folder, folder_of, source_files
+from pipeline.steps.filter.filtering import text_bytes
+from pipeline.steps.funnel import StepCounts
+from pipeline.steps.progress import LiveCount
+from pipeline.steps.read.compressed import OverlongLine, byte_lines, compression_of, decompressed_chunks, read_bounded
+from pipeline.steps.read.decoding import decode_as, decode_page, decode_text
+from pipeline.steps.read.discovery import data_folder, folder_of, source_files
 
 Problem = tuple[str, str, int | str, str, int]  # (file, "line" | "row" | "record", position, reason, size)
 KEY_POSITION_BITS = 32  # a document's key: file ordinal above, position in its file below
@@ -177,7 +177,7 @@ class CountingParquetReader(_ProblemLog, ParquetReader):
 
 
 class CountingWarcReader(_ProblemLog, WarcReader):
-    """WARC records, each a document named by its URL or a counted reason (`pipeline.stages.read.warc`),
+    """WARC records, each a document named by its URL or a counted reason (`pipeline.steps.read.warc`),
     decompressed here so that a truncated `.warc.gz` is an error (or, skipped, a bad file)."""
 
     name = "🕷 Warc (counted)"
@@ -188,7 +188,7 @@ class CountingWarcReader(_ProblemLog, WarcReader):
         from warcio.archiveiterator import ArchiveIterator
         from warcio.exceptions import ArchiveLoadFailed
 
-        from pipeline.stages.read.warc import read_record  # lazy: heavy (warcio)
+        from pipeline.steps.read.warc import read_record  # lazy: heavy (warcio)
 
         with self.data_folder.open(filepath, "rb") as raw:
             stream = _ErrorKeeper(gzip.GzipFile(fileobj=raw) if compression_of(filepath) == "gzip" else raw)
@@ -372,7 +372,7 @@ def source_shares(source: SourceConfig, offset: int, tasks: int) -> tuple[list[l
 
 
 def inputs_file(directory: Path | str, rank: int) -> Path:
-    """Task `rank`'s inputs file (`pipeline.stages.read.task_inputs`)."""
+    """Task `rank`'s inputs file (`pipeline.steps.read.task_inputs`)."""
     return Path(directory) / f"{rank:05d}.json"
 
 

@@ -1,6 +1,6 @@
 """Assemble the token store from what the tasks wrote: manifests and renames, no token copied.
 
-The tokenize and split tasks (`pipeline.stages.tokenize.cell_shards`) wrote every cell's final shards, their
+The tokenize and split tasks (`pipeline.steps.tokenize.cell_shards`) wrote every cell's final shards, their
 chunk digests and trace parts under the work directory's `store/`, and each task's metadata (its
 shard table rows, counts, trace part, sample texts, evaluation-set findings) to `parts/<rank>.json`.
 Assembly renames `store/` to a staging directory next to the final one, reads only those small
@@ -28,9 +28,9 @@ from millrace.artifacts import content_hash, sha256_file
 from millrace.errors import ConfigError, MillraceError
 from pipeline.cells.held_out_split import GIVEN_BACK_REASON, HELD_OUT_REASON, VALIDATION_FUNNEL_STEP
 from pipeline.config import HeldOutConfig
-from pipeline.stages.held_out.eval_sets import Containment, Hit, StoreTokens, better_hit, write_eval_set
-from pipeline.stages.tokenize.cell_shards import CellPart, TaskPart
-from pipeline.stages.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
+from pipeline.steps.held_out.eval_sets import Containment, Hit, StoreTokens, better_hit, write_eval_set
+from pipeline.steps.tokenize.cell_shards import CellPart, TaskPart
+from pipeline.steps.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
 from pipeline.store.format import (
     CellManifest,
     CellSummary,

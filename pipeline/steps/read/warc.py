@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from warcio.statusandheaders import StatusAndHeadersParser
 
-from pipeline.stages.read.compressed import read_bounded
-from pipeline.stages.read.decoding import decode_page
+from pipeline.steps.read.compressed import read_bounded
+from pipeline.steps.read.decoding import decode_page
 
 if TYPE_CHECKING:
     from warcio.recordloader import ArcWarcRecord

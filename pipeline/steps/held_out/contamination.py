@@ -33,9 +33,9 @@ from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.held_out_split import held_out_mask
-from pipeline.stages import in_place
-from pipeline.stages.dedup.ngrams import found_in, ngram_hashes
-from pipeline.stages.tokenize.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
+from pipeline.steps import in_place
+from pipeline.steps.dedup.ngrams import found_in, ngram_hashes
+from pipeline.steps.tokenize.cell_shards import TRAINING_PREFIX, placed_file, waiting_file
 from pipeline.store.format import ShardReader
 from pipeline.store.manifest_records import CellContamination, Decontamination
 

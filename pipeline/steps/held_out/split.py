@@ -1,9 +1,9 @@
 """Split tasks: each places its tokenize task's held-out candidates once the driver has merged every
-task's into one cutoff per cell (`pipeline.stages.tokenize.cell_shards.held_out_cutoffs`).
+task's into one cutoff per cell (`pipeline.steps.tokenize.cell_shards.held_out_cutoffs`).
 
 Task r reads, per cell, its tokenize task's table and waiting candidates (at most
 `max_documents_per_cell` per cell), writes those at or below the cutoff to the held-out shards, but
-for those the decontamination gave back to training (`pipeline.stages.held_out.contamination`), and the
+for those the decontamination gave back to training (`pipeline.steps.held_out.contamination`), and the
 others to its next training shards, then the trace part and `parts/<r>.json`, which is all
 assembly reads.
 """
@@ -18,9 +18,9 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from pipeline.config import EvalSetConfig
-from pipeline.stages.held_out.eval_sets import SetOverlap
-from pipeline.stages.tokenize.cell_shards import run_file, write_held_out, write_part, written_file
-from pipeline.stages.tokenize.tokenization import eos_id, load_tokenizer, worker
+from pipeline.steps.held_out.eval_sets import SetOverlap
+from pipeline.steps.tokenize.cell_shards import run_file, write_held_out, write_part, written_file
+from pipeline.steps.tokenize.tokenization import eos_id, load_tokenizer, worker
 from pipeline.store.format import dtype_for_vocab
 
 

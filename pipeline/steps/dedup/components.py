@@ -24,9 +24,9 @@ from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text
-from pipeline.stages import in_place
-from pipeline.stages.dedup.signing import prefix_part, save_array
-from pipeline.stages.dedup.sorted_runs import RecordFile, sorted_records
+from pipeline.steps import in_place
+from pipeline.steps.dedup.signing import prefix_part, save_array
+from pipeline.steps.dedup.sorted_runs import RecordFile, sorted_records
 
 EDGE = np.dtype([("part", "<u4"), ("node", "<i8"), ("other", "<i8")])
 

@@ -21,7 +21,7 @@ Documents are keyed by `metadata["key"]` (file ordinal, position; see `readers.d
 never by the user's id: ids repeat (URLs, re-crawls), and texts that differ are all kept.
 
 `DedupSignatures` writes, per filter task, everything the duplicate-finding tasks
-(`pipeline.stages.dedup.duplicates`) read, each file sorted so that they read it as a stream or by
+(`pipeline.steps.dedup.duplicates`) read, each file sorted so that they read it as a stream or by
 binary search, never whole (`SignatureFiles`): its keys and signatures in key order, the key
 interval of each input file it read, its exact records (xxh3-128 of the text, key) and its LSH
 records (band, band hash, key), both sorted, with the offsets of each of `parts` parts (a
@@ -42,10 +42,10 @@ from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_output
 from pipeline.config import DedupConfig
-from pipeline.stages import in_place
-from pipeline.stages.dedup.ngrams import minhash, shingle_hashes
-from pipeline.stages.dedup.sorted_runs import sorted_records
-from pipeline.stages.read.readers import KEY_POSITION_BITS
+from pipeline.steps import in_place
+from pipeline.steps.dedup.ngrams import minhash, shingle_hashes
+from pipeline.steps.dedup.sorted_runs import sorted_records
+from pipeline.steps.read.readers import KEY_POSITION_BITS
 
 WORD = re.compile(r"\w+")
 

@@ -7,7 +7,7 @@ markers make each resumable):
    (`duplicates/exact-<p>.npy`). Then a streaming merge of part p's LSH records: in each group
    of equal (band, band hash) the smallest key is paired with each other member; a pair whose
    full signatures agree on at least `threshold` of the values is a confirmed edge, written
-   for the component rounds (`pipeline.stages.dedup.components`).
+   for the component rounds (`pipeline.steps.dedup.components`).
 2. `ComponentsRound`, rounds until every component is a star around its smallest key.
 3. `VerifyDuplicates`, task p: a node of part p is removed as a fuzzy duplicate of its
    component's smallest key only when its own signature agrees with that document's on at least
@@ -37,12 +37,12 @@ from datatrove.pipeline.base import PipelineStep
 from millrace.artifacts import atomic_write_text
 from millrace.errors import MillraceError
 from pipeline.config import DedupConfig
-from pipeline.stages import in_place
-from pipeline.stages.dedup.components import ComponentFiles, ComponentsRound, edge_records
-from pipeline.stages.dedup.signing import SignatureFiles, load_array, save_array
-from pipeline.stages.dedup.sorted_runs import RecordFile, group_firsts, merged, sorted_records
-from pipeline.stages.filter.filtering import CountedStep
-from pipeline.stages.read.readers import KEY_POSITION_BITS
+from pipeline.steps import in_place
+from pipeline.steps.dedup.components import ComponentFiles, ComponentsRound, edge_records
+from pipeline.steps.dedup.signing import SignatureFiles, load_array, save_array
+from pipeline.steps.dedup.sorted_runs import RecordFile, group_firsts, merged, sorted_records
+from pipeline.steps.filter.filtering import CountedStep
+from pipeline.steps.read.readers import KEY_POSITION_BITS
 
 REASON_CODES = {"exact": 1, "fuzzy": 2}
 REMOVAL = np.dtype([("rank", "<i4"), ("key", "<i8"), ("reason", "i1"), ("duplicate_of", "<i8")])

@@ -37,7 +37,7 @@ import numpy as np
 from millrace.artifacts import atomic_output, atomic_write_text
 from pipeline.cells.held_out_split import VALIDATION_PREFIX, held_out_mask, split_cutoff
 from pipeline.config import HeldOutConfig
-from pipeline.stages.held_out.eval_sets import SetOverlap
+from pipeline.steps.held_out.eval_sets import SetOverlap
 from pipeline.store.format import ShardInfo, ShardSequence
 from pipeline.store.manifest_records import Counts, TracePart
 from pipeline.store.trace import HELD_OUT_PREFIX, part_name, write_trace_part

@@ -16,9 +16,9 @@ import orjson
 
 from millrace.errors import ConfigError
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig, SourceConfig
-from pipeline.stages.read.compressed import byte_lines, compression_of
-from pipeline.stages.read.decoding import decode_text
-from pipeline.stages.read.discovery import data_folder, folder_of
+from pipeline.steps.read.compressed import byte_lines, compression_of
+from pipeline.steps.read.decoding import decode_text
+from pipeline.steps.read.discovery import data_folder, folder_of
 
 LONG_TEXT = 64  # characters: a string field at least this long (and longer than any other) holds the text
 ID_NAMES = ("id", "_id", "doc_id", "docid", "document_id", "uid", "uuid", "guid", "url", "path", "key", "name")
@@ -71,7 +71,7 @@ def _first_jsonl_record(handle: BinaryIO, name: str) -> dict[str, object] | None
 def first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
     """(where, first record) of the source's first file or dataset; None for HTML formats, empty sources and a
     first file that cannot be read (the read step names it, or skips it as the source says)."""
-    from pipeline.stages.read.readers import UNREADABLE  # lazy: heavy (datatrove)
+    from pipeline.steps.read.readers import UNREADABLE  # lazy: heavy (datatrove)
 
     try:
         return _first_record(source)
@@ -89,7 +89,7 @@ def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
         if isinstance(dataset, datasets.DatasetDict):
             dataset = dataset[sorted(dataset)[0]]
         return source.paths[0], (dict(dataset[0]) if len(dataset) else dict.fromkeys(dataset.column_names))
-    from pipeline.stages.read.readers import input_files  # lazy: heavy (datatrove)
+    from pipeline.steps.read.readers import input_files  # lazy: heavy (datatrove)
 
     path, files = next(((p, f) for p, f in input_files(source) if f), (None, []))
     if path is None:

@@ -21,7 +21,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import temporary_sibling
-from pipeline.stages.progress import LiveCount
+from pipeline.steps.progress import LiveCount
 
 ZSTD_LEVEL = 3
 
