@@ -147,8 +147,10 @@ def status(config_path: Path, home: Home, as_json: bool) -> None:
     """Where CONFIG.toml's run stands: per phase, the tasks done (completion markers in the work directory,
     on the disk or at work_url; any executor) and, for a Slurm chain, its jobs' states (squeue, then sacct).
     Reads only."""
+    # lazy: command body: `millrace --help` stays light
     from rich.table import Table
 
+    # lazy: command body: `millrace --help` stays light
     from millrace.tables import print_table
     from pipeline.chain_status import chain_status, status_rows
     from pipeline.config import load_pipeline_config

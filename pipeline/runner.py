@@ -254,6 +254,7 @@ def _init_ray(workers: int) -> None:
     """Connect to $RAY_ADDRESS's cluster (else start a local one). A cluster with token authentication refuses a
     driver without its token: `ray.init` raises `AuthenticationError` where RAY_AUTH_MODE=token has no token,
     and a bare `ConnectionError` after its retries where the token is missing or wrong; one line each."""
+    # lazy: optional extra (ray), heavy
     import ray
     from ray.exceptions import AuthenticationError
 
