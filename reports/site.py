@@ -102,10 +102,7 @@ def build_pages(
 ) -> SitePages:
     """Write every selected page and the index; `mixtures` limits the revisions embedded per store."""
     home = _as_home(home)
-    site = Path(out) if out is not None else home.site
-    site.mkdir(parents=True, exist_ok=True)
-    for leftover in remove_stale_temporaries(site):
-        log.info("removed %s, a page a killed build left half written", leftover)
+    site = _prepare_site(home, out)
     store_dirs = find_store_versions(home, stores)
     run_dirs = find_runs(home, runs)
     pages = SitePages(index=site / "index.html")
@@ -114,6 +111,39 @@ def build_pages(
         _select_mixtures(compositions, mixtures)
     ladders = load_ladders(home)
     searches = load_searches(home)
+    store_links = _write_store_pages(compositions, ladders, searches, site, pages, progress)
+    _write_ladder_and_search_pages(ladders, searches, store_links, site, home, pages)
+    views, damaged = _write_run_pages(run_dirs, rung_runs(ladders), site, home, pages, progress)
+    compare = write_compare_page(
+        site, [p.name for p in find_runs(home) if (site / "runs" / p.name / "summary.js").exists()]
+    )
+    if runs and len(views) > 1:  # runs named on the command line: the compare page opened on them
+        pages.compare = compare.as_uri() + compare_query([v.name for v in views])
+        log.info("compare them at %s", pages.compare)
+    refresh_index(home, site)
+    if damaged:
+        raise ArtifactError(f"every other page was built, not those of run {'; run '.join(damaged)}")
+    return pages
+
+
+def _prepare_site(home: Home, out: Path | str | None) -> Path:
+    """The site directory, made, with the half-written pages of a killed build cleared away."""
+    site = Path(out) if out is not None else home.site
+    site.mkdir(parents=True, exist_ok=True)
+    for leftover in remove_stale_temporaries(site):
+        log.info("removed %s, a page a killed build left half written", leftover)
+    return site
+
+
+def _write_store_pages(
+    compositions: list[Composition],
+    ladders: list[LadderRecord],
+    searches: list[SearchView],
+    site: Path,
+    pages: SitePages,
+    progress: Callable[[], None] | None,
+) -> dict[str, list[dict[str, str]]]:
+    """One page per store version; returns, per ladder, the links to the store pages that feed it."""
     store_links: dict[str, list[dict[str, str]]] = {body.ladder: [] for body in ladders}
     for composition in compositions:
         pairs = {(rev.manifest.mixture, rev.manifest.revision) for rev in composition.revisions.values()}
@@ -128,6 +158,17 @@ def build_pages(
             )
         if progress:
             progress()
+    return store_links
+
+
+def _write_ladder_and_search_pages(
+    ladders: list[LadderRecord],
+    searches: list[SearchView],
+    store_links: dict[str, list[dict[str, str]]],
+    site: Path,
+    home: Home,
+    pages: SitePages,
+) -> None:
     for body in ladders:
         path = write_ladder_page(body, site, store_links[body.ladder])
         log.debug("wrote %s (%d rung results)", path, len(body.results))
@@ -135,8 +176,18 @@ def build_pages(
     for search in searches:
         pages.searches.append(write_search_page(search, site, home))
         log.debug("wrote %s", pages.searches[-1])
-    views = []
-    rungs = rung_runs(ladders)
+
+
+def _write_run_pages(
+    run_dirs: list[Path],
+    rungs: dict[str, Mapping[str, str | int | None]],
+    site: Path,
+    home: Home,
+    pages: SitePages,
+    progress: Callable[[], None] | None,
+) -> tuple[list[RunView], list[str]]:
+    """Each run's page, summary and explain page; returns the views written and the runs skipped as damaged."""
+    views: list[RunView] = []
     damaged: list[str] = []
     for run_dir in run_dirs:
         try:
@@ -154,16 +205,7 @@ def build_pages(
         pages.runs.append(path)
         if progress:
             progress()
-    compare = write_compare_page(
-        site, [p.name for p in find_runs(home) if (site / "runs" / p.name / "summary.js").exists()]
-    )
-    if runs and len(views) > 1:  # runs named on the command line: the compare page opened on them
-        pages.compare = compare.as_uri() + compare_query([v.name for v in views])
-        log.info("compare them at %s", pages.compare)
-    refresh_index(home, site)
-    if damaged:
-        raise ArtifactError(f"every other page was built, not those of run {'; run '.join(damaged)}")
-    return pages
+    return views, damaged
 
 
 def _summary(run_dir: Path) -> RunView | None:
