@@ -13,11 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from millrace.errors import ConfigError
 from millrace.home import Home
+from reports.run_data import RunSeries
 from reports.run_page import REFRESH_SECONDS, run_series
 from reports.site import build_run_page
 from reports.training import MetricsTail
@@ -86,6 +87,45 @@ def _wait_for_start(
     return None
 
 
+@dataclass
+class _Rebuilder:
+    """The page rebuilt whenever the run's files change, and what the last rebuild saw."""
+
+    home: Home
+    run: str
+    run_dir: Path
+    out: Path | str | None
+    refresh_seconds: int
+    on_build: Callable[[WatchEvent], None] | None
+    page: Path
+    tail: MetricsTail
+    series: RunSeries = field(default_factory=run_series)  # a new line rewrites the last data chunk only
+    seen: tuple[tuple[int, int] | None, ...] | None = None
+    rebuilds: int = 0
+    status: str = "unknown"
+
+    def rebuild_if_changed(self) -> bool:
+        """Rebuild when metrics.jsonl or run.json changed since the last look; True when it did."""
+        signature = _signature(self.run_dir)
+        if signature == self.seen:
+            return False
+        self.seen = signature
+        run_info = read_run(self.run_dir)
+        self.status = observed_run_status(self.run_dir, run_info) or "unknown"
+        self.page = build_run_page(
+            self.home, self.run, self.out, refresh_seconds=self.refresh_seconds, tail=self.tail, series=self.series
+        )
+        self.rebuilds += 1
+        records = self.tail.records
+        log.debug("rebuilt %s: %d records, status %s", self.page, len(records), self.status)
+        if self.on_build:
+            last_step = records[-1].step if records else None
+            self.on_build(
+                WatchEvent(self.page, self.rebuilds, len(records), last_step, run_info.total_steps, self.status)
+            )
+        return True
+
+
 def watch(
     home: Home | Path | str,
     run: str,
@@ -111,37 +151,15 @@ def watch(
         why = _wait_for_start(run_dir, interval, deadline, stop)
         if why is not None:
             return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started", reason=why)
-    seen = None
-    rebuilds = 0
     page = _page_path(home, run, out)
-    status = "unknown"
-    reason = "interrupted"
     tail = MetricsTail(run_dir / METRICS_FILE)
-    series = run_series()  # the page's data chunks: a new line rewrites the last one only
+    rebuilder = _Rebuilder(home, run, run_dir, out, refresh_seconds, on_build, page, tail)
+    reason = "interrupted"
     try:
         while True:
-            signature = _signature(run_dir)
-            if signature != seen:
-                seen = signature
-                run_info = read_run(run_dir)
-                status = observed_run_status(run_dir, run_info) or "unknown"
-                page = build_run_page(home, run, out, refresh_seconds=refresh_seconds, tail=tail, series=series)
-                rebuilds += 1
-                log.debug("rebuilt %s: %d records, status %s", page, len(tail.records), status)
-                if on_build:
-                    on_build(
-                        WatchEvent(
-                            page,
-                            rebuilds,
-                            len(tail.records),
-                            tail.records[-1].step if tail.records else None,
-                            run_info.total_steps,
-                            status,
-                        )
-                    )
-                if until_finished and status in FINISHED:
-                    reason = "finished"
-                    break
+            if rebuilder.rebuild_if_changed() and until_finished and rebuilder.status in FINISHED:
+                reason = "finished"
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 reason = "timeout"
                 break
@@ -150,4 +168,4 @@ def watch(
                 break
     except KeyboardInterrupt:
         reason = "interrupted"
-    return WatchResult(page=page, rebuilds=rebuilds, status=status, reason=reason)
+    return WatchResult(page=rebuilder.page, rebuilds=rebuilder.rebuilds, status=rebuilder.status, reason=reason)
