@@ -93,6 +93,13 @@ class _Failure:
 Made = TypeVar("Made", bound="Batch | Gathered")  # what a step becomes: packed, or gathered to be packed elsewhere
 
 
+def _check_world(manifest: BuiltManifest, rank: int, world: int) -> None:
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(f"rank {rank} / world {world}: need world >= 1 and 0 <= rank < world")
+    if manifest.global_batch % world:
+        raise ConfigError(f"world {world} does not divide the manifest's global_batch {manifest.global_batch}")
+
+
 class MixtureStream:
     """Deterministic, resumable, elastic batches of one built mixture manifest."""
 
@@ -115,10 +122,7 @@ class MixtureStream:
         self.manifest: BuiltManifest
         self.manifest, self.manifest_hash = read_manifest(self.path)
         manifest = self.manifest
-        if world < 1 or not 0 <= rank < world:
-            raise ConfigError(f"rank {rank} / world {world}: need world >= 1 and 0 <= rank < world")
-        if manifest.global_batch % world:
-            raise ConfigError(f"world {world} does not divide the manifest's global_batch {manifest.global_batch}")
+        _check_world(manifest, rank, world)
         self.rank, self.world, self.prefetch = rank, world, prefetch
         self.schedule = Schedule(manifest, self.path)
         self.cell_names = self.schedule.cell_names
@@ -138,6 +142,18 @@ class MixtureStream:
             log.info("%s: stats-only manifest, index-only mode (no tokens)", self.path)
             self.has_sources = False
             return
+        self._open_store(store_url, storage_options, read_options, sources, drawn)
+
+    def _open_store(
+        self,
+        store_url: str | None,
+        storage_options: Mapping[str, object] | None,
+        read_options: ReadOptions | None,
+        sources: bool,
+        drawn: list[str],
+    ) -> None:
+        """Check the pinned store and open the shards of every drawn cell (their files on demand)."""
+        manifest = self.manifest
         files = StoreFiles(store_url or store_dir_of(self.path), read_options or ReadOptions(), storage_options)
         store = self._check_store(files)
         if manifest.dtype is None:
