@@ -21,8 +21,9 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError, first_validation_error
 from millrace.home import Home
 from mixtures.catalog import load_named
+from mixtures.manifest import BuiltManifest
 from mixtures.resolve import open_store, resolve_revision
-from mixtures.revision import StoreSpec, load_revision, parse_revision, revision_to_toml
+from mixtures.revision import Revision, StoreSpec, load_revision, parse_revision, revision_to_toml
 from mixtures.strategies import STRATEGIES, STRATEGY_NAMES
 from pipeline.store.format import Store
 
@@ -163,14 +164,8 @@ def new_revision(
     are strategy options by phase field (`{"temperature": 2.0}`), given to the phases
     whose strategy takes them. Refuses to overwrite a different file.
     """
-    frame = frame_of(
-        home,
-        mixture,
-        store,
-        continues,
-        at_step,
-        {"epoch_cap": epoch_cap, "seq_len": seq_len, "global_batch": global_batch, "seed": seed},
-    )
+    given = {"epoch_cap": epoch_cap, "seq_len": seq_len, "global_batch": global_batch, "seed": seed}
+    frame = frame_of(home, mixture, store, continues, at_step, given)
     opened = frame.store
     requested = [parse_phase(text, strategy) for text in (phases or [f"main:{frame.default_tokens}"])]
     phase_specs = [phase_spec(phase, weights, options or {}) for phase in requested]
@@ -190,32 +185,50 @@ def new_revision(
     if symbolic:
         written = symbolic_revision
     else:
-        data["store"] = {"name": opened.name, "version": opened.version, "manifest_hash": opened.manifest_hash}
-        if manifest.ancestors and frame.continues is not None:
-            data["continues"] = frame.continues | {"manifest_hash": manifest.ancestors[0].manifest_hash}
-        data["phases"] = [
-            {
-                "name": built.name,
-                "tokens": built.token_budget,
-                "weights": {cell: w for cell, w in built.declared_weights.items() if w > 0},
-            }
-            for built in manifest.phases
-            if built.revision is None
-        ]
-        written = parse_revision(data, source)
+        written = parse_revision(_pinned(data, frame, manifest), source)
         resolve_revision(home, written, source)
+    header = _header(mixture, opened, phase_specs, continues, at_step)
+    target = Path(out) if out is not None else home.revisions / mixture / f"{revision}.toml"
+    return _write_unless_different(target, written, header)
+
+
+def _pinned(data: dict[str, object], frame: Frame, manifest: BuiltManifest) -> dict[str, object]:
+    """`data` with the store pinned by its manifest hash and each phase's weights as resolved now."""
+    opened = frame.store
+    data["store"] = {"name": opened.name, "version": opened.version, "manifest_hash": opened.manifest_hash}
+    if manifest.ancestors and frame.continues is not None:
+        data["continues"] = frame.continues | {"manifest_hash": manifest.ancestors[0].manifest_hash}
+    data["phases"] = [
+        {
+            "name": built.name,
+            "tokens": built.token_budget,
+            "weights": {cell: w for cell, w in built.declared_weights.items() if w > 0},
+        }
+        for built in manifest.phases
+        if built.revision is None
+    ]
+    return data
+
+
+def _header(
+    mixture: str, opened: Store, phase_specs: list[dict[str, object]], continues: str | None, at_step: int | None
+) -> str:
+    """The comment a revision file opens with: who wrote it, when, from what."""
     strategies = ", ".join(f"{p['name']}: {p.get('strategy', 'explicit')}" for p in phase_specs)
     lineage = (
         f"Continues {mixture}/{continues} from step {at_step}: the steps before are the parent's.\n"
         if continues
         else ""
     )
-    header = (
+    return (
         f"Mixture revision written by `millrace mix new` on {datetime.date.today().isoformat()}\n"
         f"from store {opened.name}/{opened.version} ({strategies}).\n{lineage}"
         "Revision names are immutable once built: save changes under a new name.\n"
     )
-    target = Path(out) if out is not None else home.revisions / mixture / f"{revision}.toml"
+
+
+def _write_unless_different(target: Path, written: Revision, header: str) -> Path:
+    """Write the revision file; an identical one already there is kept, a different one refused."""
     if target.exists():
         try:
             same = load_revision(target).hash() == written.hash()
