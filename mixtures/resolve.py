@@ -181,59 +181,12 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
     position = 0
     ancestors: list[Ancestor] = []
     if parent is not None and revision.continues is not None:
-        tokenizer = store.manifest.tokenizer
-        check_same_frame(
-            revision,
-            parent,
-            store.name,
-            store.version,
-            store.manifest_hash,
-            tokenizer.fingerprint if tokenizer else None,
-            f"{source}: revision {revision.key}",
-        )
-        phases = inherited_phases(parent.manifest, revision.continues.at_step)
-        for inherited in phases:
-            for cell, count in inherited.counts.items():
-                used[cell] += count
-        position = revision.continues.at_step * revision.global_batch
-        ancestors = ancestors_of(parent, revision.continues.at_step)
+        phases, position, ancestors = _inherit(revision, parent, store, source, used)
     for phase in revision.phases:
-        ctx = PhaseContext(revision, phase, source)
-        sequences = phase_sequences(phase.tokens, revision.seq_len, revision.global_batch)
-        capacity = {cell: max(0, limit[cell] - used[cell]) for cell in table.tokens}
-        if phase.weights is not None:
-            weights = explicit_weights(ctx, table)
-        else:
-            weights = strategy_weights(ctx, table, capacity, sequences)
-        try:
-            counts = apportion(weights, sequences, lower=dict.fromkeys(weights, 1), upper=capacity)
-        except Infeasible as exc:
-            raise ConfigError(infeasible_message(ctx, exc, table, used, capacity, sequences)) from None
-        mass = sum(weights.values(), Fraction(0))
-        for cell, count in counts.items():
-            used[cell] += count
-        phases.append(
-            ManifestPhase(
-                name=phase.name,
-                token_budget=phase.tokens,
-                start_position=position,
-                sequences=sequences,
-                start_step=position // revision.global_batch,
-                steps=sequences // revision.global_batch,
-                counts=dict(sorted(counts.items())),
-                declared_weights={cell: float(weight / mass) for cell, weight in sorted(weights.items())},
-            )
-        )
-        position += sequences
-    interleaved = {cell for phase in phases for cell, count in phase.interleaved_counts().items() if count > 0}
-    drawn = sorted(cell for cell, count in used.items() if count > 0 or cell in interleaved)
-    for phase_index, built in enumerate(phases):
-        phases[phase_index] = built.model_copy(
-            update={
-                "counts": {cell: built.counts.get(cell, 0) for cell in drawn},
-                "declared_weights": {cell: built.declared_weights.get(cell, 0.0) for cell in drawn},
-            }
-        )
+        built = _resolve_phase(PhaseContext(revision, phase, source), table, limit, used, position)
+        phases.append(built)
+        position += built.sequences
+    drawn = _widen_to_drawn(phases, used)
     cells = {cell: pin_cell(store, cell, table, revision, source) for cell in drawn}
     tokenizer = store.manifest.tokenizer
     return BuiltManifest(
@@ -261,6 +214,74 @@ def resolve(revision: Revision, store: Store, source: str, parent: Parent | None
         ancestors=ancestors,
         validation=pin_validation(store),
     )
+
+
+def _inherit(
+    revision: Revision, parent: Parent, store: Store, source: str, used: dict[str, int]
+) -> tuple[list[ManifestPhase], int, list[Ancestor]]:
+    """A child's phases up to its `at_step`, taken from its parent (their draws counted in `used`), with the
+    position it starts from and its ancestors."""
+    assert revision.continues is not None
+    tokenizer = store.manifest.tokenizer
+    check_same_frame(
+        revision,
+        parent,
+        store.name,
+        store.version,
+        store.manifest_hash,
+        tokenizer.fingerprint if tokenizer else None,
+        f"{source}: revision {revision.key}",
+    )
+    phases = inherited_phases(parent.manifest, revision.continues.at_step)
+    for inherited in phases:
+        for cell, count in inherited.counts.items():
+            used[cell] += count
+    position = revision.continues.at_step * revision.global_batch
+    return phases, position, ancestors_of(parent, revision.continues.at_step)
+
+
+def _resolve_phase(
+    ctx: PhaseContext, table: CellTable, limit: dict[str, int], used: dict[str, int], position: int
+) -> ManifestPhase:
+    """One phase's counts within what the epoch cap leaves each cell (its draws added to `used`)."""
+    revision, phase = ctx.revision, ctx.phase
+    sequences = phase_sequences(phase.tokens, revision.seq_len, revision.global_batch)
+    capacity = {cell: max(0, limit[cell] - used[cell]) for cell in table.tokens}
+    if phase.weights is not None:
+        weights = explicit_weights(ctx, table)
+    else:
+        weights = strategy_weights(ctx, table, capacity, sequences)
+    try:
+        counts = apportion(weights, sequences, lower=dict.fromkeys(weights, 1), upper=capacity)
+    except Infeasible as exc:
+        raise ConfigError(infeasible_message(ctx, exc, table, used, capacity, sequences)) from None
+    mass = sum(weights.values(), Fraction(0))
+    for cell, count in counts.items():
+        used[cell] += count
+    return ManifestPhase(
+        name=phase.name,
+        token_budget=phase.tokens,
+        start_position=position,
+        sequences=sequences,
+        start_step=position // revision.global_batch,
+        steps=sequences // revision.global_batch,
+        counts=dict(sorted(counts.items())),
+        declared_weights={cell: float(weight / mass) for cell, weight in sorted(weights.items())},
+    )
+
+
+def _widen_to_drawn(phases: list[ManifestPhase], used: dict[str, int]) -> list[str]:
+    """The cells any phase draws; every phase's counts and weights then name each of them (0 where not drawn)."""
+    interleaved = {cell for phase in phases for cell, count in phase.interleaved_counts().items() if count > 0}
+    drawn = sorted(cell for cell, count in used.items() if count > 0 or cell in interleaved)
+    for phase_index, built in enumerate(phases):
+        phases[phase_index] = built.model_copy(
+            update={
+                "counts": {cell: built.counts.get(cell, 0) for cell in drawn},
+                "declared_weights": {cell: built.declared_weights.get(cell, 0.0) for cell in drawn},
+            }
+        )
+    return drawn
 
 
 def document_run(store: Store, parent: Parent | None) -> int:
