@@ -21,6 +21,7 @@ from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_sta
 
 if TYPE_CHECKING:  # torch loads when a command runs
     from trainer.flops import Plan
+    from trainer.loop import RunResult
 
 TRAIN_HELP = """Train the MoE model, or plan a configuration on paper.
 
@@ -171,6 +172,11 @@ def run_command(
         from_run=from_run,
         labels=labels,
     )
+    _report_run(result, as_json)
+
+
+def _report_run(result: RunResult, as_json: bool) -> None:
+    """What `train run` prints when training returns: the JSON record, or one line for this rank."""
     if as_json:
         print_json(
             {
