@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -212,17 +212,9 @@ class TokenizeCells(PipelineStep):
         tokenizer = load_tokenizer(self.tokenizer_path)
         eos = eos_id(tokenizer, self.eos)
         dtype = dtype_for_vocab(tokenizer.get_vocab_size(with_added_tokens=True))
-        rank_dir = self.runs_dir / f"{rank:05d}"
-        shutil.rmtree(rank_dir, ignore_errors=True)  # an earlier run of this task (it may have had other cells)
-        rank_dir.mkdir(parents=True)
-        remove_task_files(self.cells_dir, rank)
-        self.cells_dir.mkdir(parents=True, exist_ok=True)
+        self._clear_task_files(rank)
         runs: dict[str, _CellRun] = {}
         counts = StepCounts()
-        eos_array = np.asarray([eos], dtype=np.int64)
-
-        def encode(batch: list[Document]) -> list[Encoding]:
-            return tokenizer.encode_batch_fast([doc.text for doc in batch], add_special_tokens=False)
 
         def run_of(cell: str) -> _CellRun:
             if cell not in runs:
@@ -230,30 +222,59 @@ class TokenizeCells(PipelineStep):
             return runs[cell]
 
         try:
-            # The Rust encoder releases the GIL: batch i+1 encodes in the background while batch i is
-            # stored here and the steps upstream produce the next documents. Order is unchanged.
-            with ThreadPoolExecutor(max_workers=1) as encoder:
-                pending: tuple[list[Document], Future[list[Encoding]]] | None = None
-                for batch in itertools.chain(_batches(data or (), self.batch_size), [None]):
-                    submitted = (batch, encoder.submit(encode, batch)) if batch is not None else None
-                    if pending is not None:
-                        done, future = pending
-                        with self.track_time("batch"):
-                            encoded = future.result()
-                        for doc, encoding in zip(done, encoded):
-                            tokens = np.concatenate([np.asarray(encoding.ids, dtype=np.int64), eos_array])
-                            source = doc.metadata["source"]
-                            nbytes = len(doc.text.encode("utf-8", errors="surrogatepass"))
-                            run_of(cell_of(doc)).add(doc, tokens, self.sources[source], nbytes)
-                            counts.received(source, nbytes)
-                            counts.kept(source, nbytes, tokens=int(tokens.size))
-                            self.stat_update("tokens", value=int(tokens.size))
-                            yield doc
-                    pending = submitted
+            yield from self._store_documents(data, tokenizer, np.asarray([eos], dtype=np.int64), run_of, counts)
         except BaseException:
             for run in runs.values():
                 run.abort()
             raise
+        self._write_cells(runs, rank, tokenizer, eos, dtype)
+        counts.save(self.funnel_dir / f"{rank:05d}.json")
+
+    def _clear_task_files(self, rank: int) -> None:
+        rank_dir = self.runs_dir / f"{rank:05d}"
+        shutil.rmtree(rank_dir, ignore_errors=True)  # an earlier run of this task (it may have had other cells)
+        rank_dir.mkdir(parents=True)
+        remove_task_files(self.cells_dir, rank)
+        self.cells_dir.mkdir(parents=True, exist_ok=True)
+
+    def _store_documents(
+        self,
+        data: DocumentsPipeline,
+        tokenizer: Tokenizer,
+        eos_array: np.ndarray,
+        run_of: Callable[[str], _CellRun],
+        counts: StepCounts,
+    ) -> DocumentsPipeline:
+        """Encode each document, append EOS and add it to its cell's run, passing the documents on."""
+
+        def encode(batch: list[Document]) -> list[Encoding]:
+            return tokenizer.encode_batch_fast([doc.text for doc in batch], add_special_tokens=False)
+
+        # The Rust encoder releases the GIL: batch i+1 encodes in the background while batch i is
+        # stored here and the steps upstream produce the next documents. Order is unchanged.
+        with ThreadPoolExecutor(max_workers=1) as encoder:
+            pending: tuple[list[Document], Future[list[Encoding]]] | None = None
+            for batch in itertools.chain(_batches(data or (), self.batch_size), [None]):
+                submitted = (batch, encoder.submit(encode, batch)) if batch is not None else None
+                if pending is not None:
+                    done, future = pending
+                    with self.track_time("batch"):
+                        encoded = future.result()
+                    for doc, encoding in zip(done, encoded):
+                        tokens = np.concatenate([np.asarray(encoding.ids, dtype=np.int64), eos_array])
+                        source = doc.metadata["source"]
+                        nbytes = len(doc.text.encode("utf-8", errors="surrogatepass"))
+                        run_of(cell_of(doc)).add(doc, tokens, self.sources[source], nbytes)
+                        counts.received(source, nbytes)
+                        counts.kept(source, nbytes, tokens=int(tokens.size))
+                        self.stat_update("tokens", value=int(tokens.size))
+                        yield doc
+                pending = submitted
+
+    def _write_cells(
+        self, runs: dict[str, _CellRun], rank: int, tokenizer: Tokenizer, eos: int, dtype: np.dtype
+    ) -> None:
+        """Each cell's run into its training shards, less its held-out candidates, offered to the split."""
         overlap = (
             SetOverlap(self.sets, tokenizer, eos, ngram=self.validation.contamination_ngram) if self.sets else None
         )
@@ -284,7 +305,6 @@ class TokenizeCells(PipelineStep):
             ),
         )
         atomic_write_text(candidates_file(self.runs_dir, rank), json.dumps({"cells": candidates, "worker": worker()}))
-        counts.save(self.funnel_dir / f"{rank:05d}.json")
 
 
 class RemovedTokens(PipelineStep):
