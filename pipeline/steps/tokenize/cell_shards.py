@@ -233,6 +233,47 @@ def write_training_shards(
     }
 
 
+def _held_mask(
+    table: Mapping[str, np.ndarray],
+    waiting: np.ndarray,
+    cutoff: list[int] | None,
+    contaminated: Sequence[Sequence[int]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Of the waiting candidates: those chosen (at or below `cutoff`), and those held out (chosen, not
+    contaminated)."""
+    hashes, keys = table["hashes"][waiting], table["keys"][waiting]
+    chosen = held_out_mask(hashes, keys, None if cutoff is None else tuple(cutoff))
+    given_back = {(int(h), int(k)) for h, k in contaminated}
+    held = chosen & np.asarray([(int(h), int(k)) not in given_back for h, k in zip(hashes, keys)], dtype=bool)
+    return chosen, held
+
+
+def _given_back(table: Mapping[str, np.ndarray], indices: np.ndarray, sources: list[str]) -> dict[str, Counts]:
+    """Per source, the chosen documents given back to training (contaminated)."""
+    returned: dict[str, Counts] = {}
+    lengths, source_ids, nbytes = table["lengths"], table["sources"], table["bytes"]  # each read once from the npz
+    for index in indices.tolist():
+        counts = returned.setdefault(sources[int(source_ids[index])], Counts())
+        counts.documents += 1
+        counts.tokens += int(lengths[index])
+        counts.bytes += int(nbytes[index])
+    return returned
+
+
+def _continued_training(
+    cell_dir: Path, rank: int, dtype: np.dtype, shard_tokens: int, written: CellPart
+) -> ShardSequence:
+    """The task's training shards, carrying on after the ones its tokenize step wrote."""
+    return ShardSequence(
+        cell_dir,
+        f"{TRAINING_PREFIX}-{rank:05d}",
+        dtype,
+        shard_tokens,
+        shards=[ShardInfo(**s) for s in written["shards"]],
+        sources={name: Counts(**c) for name, c in written["sources"].items()},
+    )
+
+
 def write_held_out(
     run: Path,
     cell: str,
@@ -250,30 +291,14 @@ def write_held_out(
     for the `contaminated` (hash, key) pairs) and the task's next training shards (the others); its trace
     part; its entry of `parts/<rank>.json`."""
     table = np.load(run)
-    keys, lengths, source_ids, nbytes = table["keys"], table["lengths"], table["sources"], table["bytes"]
+    lengths, source_ids, nbytes = table["lengths"], table["sources"], table["bytes"]
     with np.load(placed_file(run)) as where:
         placed, waiting = where["placed"], where["waiting"]
     first_shard = len(written["shards"])
     _remove_split_files(cell_dir, rank, first_shard)
-    chosen = held_out_mask(table["hashes"][waiting], keys[waiting], None if cutoff is None else tuple(cutoff))
-    given_back = {(int(h), int(k)) for h, k in contaminated}
-    held = chosen & np.asarray(
-        [(int(h), int(k)) not in given_back for h, k in zip(table["hashes"][waiting], keys[waiting])], dtype=bool
-    )
-    returned: dict[str, Counts] = {}  # per source, the chosen documents given back to training
-    for index in waiting[chosen & ~held].tolist():
-        counts = returned.setdefault(sources[int(source_ids[index])], Counts())
-        counts.documents += 1
-        counts.tokens += int(lengths[index])
-        counts.bytes += int(nbytes[index])
-    training = ShardSequence(
-        cell_dir,
-        f"{TRAINING_PREFIX}-{rank:05d}",
-        dtype,
-        shard_tokens,
-        shards=[ShardInfo(**s) for s in written["shards"]],
-        sources={name: Counts(**c) for name, c in written["sources"].items()},
-    )
+    chosen, held = _held_mask(table, waiting, cutoff, contaminated)
+    returned = _given_back(table, waiting[chosen & ~held], sources)
+    training = _continued_training(cell_dir, rank, dtype, shard_tokens, written)
     validation = ShardSequence(cell_dir, f"{VALIDATION_PREFIX}-{rank:05d}", dtype, shard_tokens)
     offsets = _offsets(lengths[waiting], dtype.itemsize)
     with open(waiting_file(run), "rb") as handle:
