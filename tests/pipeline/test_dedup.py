@@ -269,3 +269,32 @@ def test_one_values_rows_are_found_in_place_by_a_few_small_reads(tmp_path):
             expected = np.searchsorted(records["rank"], rank, "left"), np.searchsorted(records["rank"], rank, "right")
             assert rows.span("rank", rank) == expected
             assert fs.read < records.nbytes / 4  # a few fences and one page per search
+
+
+def test_a_task_reads_its_removal_rows_by_the_offsets_index_whatever_the_parts_length(tmp_path):
+    """A task's rows of a removal part, on the 'bucket': two headers, two offsets and exactly its own rows, the
+    same bytes beyond its rows at 1x and 8x the part's rows; a part without an index (written before it) is
+    searched, with the same rows."""
+    from pipeline.steps.dedup.duplicates import REMOVAL, offsets_file, removal_file, save_removals
+
+    extras = set()
+    for rows in (1000, 8000):
+        bucket = tmp_path / f"bucket-{rows}"
+        records = np.zeros(rows, dtype=REMOVAL)
+        records["rank"] = np.random.default_rng(rows).integers(0, 50, size=rows)
+        records["key"], records["reason"], records["duplicate_of"] = np.arange(rows) * 3 + 1, 1, 7
+        save_removals(removal_file(bucket / "duplicates", "exact", 0), records, tasks=50)
+        fs = CountingFileSystem(skip_instance_cache=True)
+        with reading_in_place(tmp_path / "scratch", fs, str(bucket)):
+            for rank in (-1, 0, 7, 49, 50):
+                mine = records[records["rank"] == rank]
+                fs.read = 0
+                found = load_duplicates(tmp_path / "scratch" / "duplicates", rank)
+                assert found == {int(k): ("exact", 7) for k in mine["key"]}
+                if 0 <= rank < 50:
+                    extras.add(fs.read - mine.nbytes)
+            shutil.rmtree(offsets_file(removal_file(bucket / "duplicates", "exact", 0)).parent)
+            for rank in (0, 49):
+                searched = load_duplicates(tmp_path / "scratch" / "duplicates", rank)
+                assert searched == {int(k): ("exact", 7) for k in records[records["rank"] == rank]["key"]}
+    assert len(extras) == 1 and extras.pop() <= 2 * 256 + 16  # the headers and two offsets, at both sizes

@@ -15,8 +15,9 @@ markers make each resumable):
    unlike the one kept (`duplicates/fuzzy-<p>.npy`).
 
 Signatures are read by binary search in the signing tasks' key-sorted files (`SignatureLookup`),
-a batch of pairs at a time. Removal files are sorted by filter task: `DropDuplicates` and the
-sample read only their own task's rows of each. Every decision is a function of the documents
+a batch of pairs at a time. Removal files are sorted by filter task, each with an offsets index beside
+it (`duplicates/offsets/<reason>-<p>.npy`: where each task's rows start): `DropDuplicates` and the
+sample read two offsets and then exactly their own task's rows of each. Every decision is a function of the documents
 alone (groups keep their smallest key, components their smallest key), so the removals do not
 depend on the number of filter tasks or parts; exact dedup runs on every document and fuzzy
 dedup only removes what exact dedup keeps (an exact duplicate joins its original's component
@@ -130,20 +131,45 @@ def removal_file(directory: Path | str, reason: str, part: int) -> Path:
     return Path(directory) / f"{reason}-{part:05d}.npy"
 
 
+def offsets_file(removals: Path) -> Path:
+    """Beside a removal part, its offsets index: filter task r's rows of the part are [offsets[r], offsets[r + 1])."""
+    return removals.parent / "offsets" / removals.name
+
+
 def write_removals(path: Path, removed: np.ndarray, kept: np.ndarray, reason: str, index: TaskIndex) -> None:
-    """One part's removals, sorted by filter task then key, so that a task reads only its own rows."""
+    """One part's removals, sorted by filter task then key, and beside them where each task's rows start, so that
+    a task reads two offsets and then exactly its own rows, however many rows the part holds."""
     records = np.empty(removed.size, dtype=REMOVAL)
     records["rank"], records["key"] = index.rank_of(removed), removed
     records["reason"], records["duplicate_of"] = REASON_CODES[reason], kept
-    save_array(path, sorted_records(records))
+    save_removals(path, records, int(index.ranks.max()) + 1 if index.ranks.size else 0)
+
+
+def save_removals(path: Path, records: np.ndarray, tasks: int) -> None:
+    """`REMOVAL` records of filter tasks below `tasks`, sorted, and their offsets index (written first: a part
+    is never newer than its index)."""
+    records = sorted_records(records)
+    save_array(offsets_file(path), np.searchsorted(records["rank"], np.arange(tasks + 1)).astype("<i8"))
+    save_array(path, records)
+
+
+def own_removals(path: Path, rank: int, indexed: bool) -> np.ndarray:
+    """Filter task `rank`'s rows of one removal part: by its offsets index (two values read), or where the part
+    has none (a work directory written before the index) by searching the part for them."""
+    removals = RecordFile(path)
+    if not indexed:
+        return removals.records_with("rank", rank)
+    bounds = RecordFile(offsets_file(path)).read(rank, rank + 2) if rank >= 0 else np.zeros(0, np.int64)
+    return removals.read(int(bounds[0]), int(bounds[1])) if bounds.size == 2 else removals.read(0, 0)
 
 
 def load_duplicates(directory: Path | str, rank: int) -> dict[int, tuple[str, int]]:
     """{removed key: (reason, key of the document kept in its place)} of filter task `rank`'s documents."""
     found: dict[int, tuple[str, int]] = {}
+    indexed = {path.name for path in in_place.children(Path(directory) / "offsets", "*.npy")}
     for reason in ("fuzzy", "exact"):  # exact last: a copy of a kept text is an exact duplicate, whatever else
         for path in in_place.children(directory, f"{reason}-*.npy"):
-            rows = RecordFile(path).records_with("rank", rank)
+            rows = own_removals(path, rank, path.name in indexed)
             found.update((int(k), (reason, int(d))) for k, d in zip(rows["key"], rows["duplicate_of"]))
     return found
 
