@@ -227,7 +227,7 @@ def chain_jobs(
     def driver(name: str) -> list[PipelineStep]:
         return [DriverJob(name, config, home.root, version, cpus)]
 
-    return [
+    jobs = [
         job("filter", filter_pipeline(config, layout), tasks, layout.phase_logs("filter")),
         job("dedup", driver("dedup"), 1, layout.phase_logs("dedup") / "driver"),
         job("tokenize", [PhaseInTask("tokenize", config, layout)], tasks, layout.phase_logs("tokenize")),
@@ -235,6 +235,9 @@ def chain_jobs(
         job("split", [PhaseInTask("split", config, layout)], tasks, layout.phase_logs("split")),
         job("assemble", driver("assemble"), 1, layout.phase_logs("assemble")),
     ]
+    if remote is not None:
+        remote.publish()  # the filter tasks' inputs files, dealt by `filter_pipeline` above
+    return jobs
 
 
 def slurm_chain(
