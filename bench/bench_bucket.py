@@ -216,6 +216,7 @@ def measure(base: int) -> dict[int, dict]:
 
 
 def results(runs: dict[int, dict]) -> list[Result]:
+    """The largest size against the smallest: the driver's figures, then each task kind's."""
     small, large = runs[SCALES[0]], runs[SCALES[-1]]
     return _driver_results(small, large) + _task_results(small, large)
 

@@ -3,7 +3,6 @@ longer than a screen, and no test module imports another (shared builders live i
 states them."""
 
 import ast
-import functools
 import re
 from pathlib import Path
 
@@ -15,12 +14,6 @@ LAZY = re.compile(r"#\s*lazy:\s*\S")
 INDENTED_IMPORT = re.compile(r"^[ \t]+(import|from)[ \t]", re.MULTILINE)  # only such files need parsing
 
 
-@functools.cache
-def _parse(source: str) -> ast.Module:
-    """One parse per source for every rule here."""
-    return ast.parse(source)
-
-
 def _modules(*packages: str) -> list[Path]:
     return sorted(path for package in packages for path in (ROOT / package).rglob("*.py"))
 
@@ -29,7 +22,7 @@ def function_imports(source: str) -> list[ast.Import | ast.ImportFrom]:
     """The import statements inside a function (a method's included), in line order."""
     found = {
         (node.lineno, node.col_offset): node
-        for function in ast.walk(_parse(source))
+        for function in ast.walk(ast.parse(source))
         if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
         for node in ast.walk(function)
         if isinstance(node, ast.Import | ast.ImportFrom)
@@ -86,7 +79,7 @@ def long_functions(source: str, screen: int = SCREEN) -> list[tuple[int, str, in
     last line; methods and nested functions included, each counted whole."""
     return [
         (node.lineno, node.name, length)
-        for node in ast.walk(_parse(source))
+        for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and (length := (node.end_lineno or node.lineno) - node.lineno + 1) > screen
     ]
