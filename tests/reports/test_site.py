@@ -427,3 +427,28 @@ def test_the_run_page_names_the_cells_without_held_out_data(tmp_path):
     build_pages(home, tmp_path / "site", runs=["short"])
     page = (tmp_path / "site" / "runs" / "short" / "index.html").read_text()
     assert "over 2 cells with held-out data of 4 trained; no held-out data (in neither average): c01q2, c01q4" in page
+
+
+def test_a_spoiled_record_leaves_the_streamed_build_equal_to_the_held_one(tmp_path):
+    """A record that parses but breaks the record's model is left out by both readers (a warning); the streamed
+    build's first pass counts records by their steps alone, so its second pass must not shift the resume's
+    superseded records onto their neighbours, nor wait for a last record that never comes (the last chunk)."""
+    from reports.run_page import write_run_page
+
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    run_dir = factory.write_contract_metrics(home, "spoiled", manifest, steps=300)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    spoiled = json.loads(lines[99])
+    lines[99] = json.dumps(spoiled | {"loss": "x"}) + "\n"
+    again = [json.loads(line) | {"loss": 1.0} for line in lines[250:]]  # a resume from step 250
+    (run_dir / "metrics.jsonl").write_text("".join(lines + [json.dumps(r) + "\n" for r in again]))
+    build_pages(home, tmp_path / "streamed", runs=["spoiled"])
+    held = load_run(run_dir)
+    assert len(held.records) == 299 and spoiled["step"] not in [r.step for r in held.records]
+    write_run_page(held, tmp_path / "held")
+    data = [tmp_path / site / "runs" / "spoiled" / "data" for site in ("streamed", "held")]
+    for name in ("chunk-00000.js", "overview.js"):
+        streamed, kept = (_without_versions(read_script(d / name)) for d in data)
+        assert streamed == kept, name
