@@ -206,3 +206,19 @@ def test_a_run_resumed_in_the_same_process_goes_up_as_the_file_it_is(tmp_path):
         with RecordUploads(run, remote) as uploads:
             uploads.submit()
         assert read_record(remote, "metrics.jsonl") == metrics.read_bytes(), seconds
+
+
+def test_a_branch_leaves_its_sources_records_on_this_node_as_they_are(built, tiny_config, tmp_path):
+    """`--from-run SRC` on a node that holds SRC's records: the branch reads them there. The URL's copy is older
+    while SRC still trains (its records go up after each checkpoint), so copying it over them would drop the
+    lines SRC wrote since."""
+    home, _ = built
+    config = tiny_config("url", checkpoint={"every": 2}, run={"url": f"file://{tmp_path}/bucket"})
+    (tmp_path / "bucket").mkdir()
+    source = train(config, home, steps=2, run="source-live").run_dir
+    metrics = source / "metrics.jsonl"
+    with open(metrics, "a") as handle:  # step 3, logged by the live source after its last push
+        handle.write(metrics.read_text().splitlines(keepends=True)[-1].replace('"step":2,', '"step":3,', 1))
+    written = metrics.read_bytes()
+    branch = train(config, home, steps=3, run="branch-of-live", from_run="source-live")
+    assert metrics.read_bytes() == written and branch.start_step == 2
