@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from loader import Batch, MixtureStream
+from loader.files import StoreAccess
 from loader.held_out import fetch_held_out
 from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
@@ -306,8 +307,7 @@ def open_stream(config: TrainConfig, runtime: Runtime, manifest_path: Path) -> M
         rank=runtime.data_rank,
         world=runtime.layout.data_parallel,
         prefetch=data.prefetch,
-        store_url=data.store_url or None,
-        storage_options=data.storage_options,
+        store=StoreAccess(url=data.store_url or None, storage_options=data.storage_options),
     )
 
 

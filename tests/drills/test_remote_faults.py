@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
@@ -163,10 +163,8 @@ def through(proxy) -> dict:
 def stream(manifest, proxy, cache, **options) -> MixtureStream:
     return MixtureStream(
         manifest,
-        store_url=URL,
-        storage_options=through(proxy),
         prefetch=0,
-        read_options=ReadOptions(cache_dir=cache, **options),
+        store=StoreAccess(url=URL, storage_options=through(proxy), read=ReadOptions(cache_dir=cache, **options)),
     )
 
 

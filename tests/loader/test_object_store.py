@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
@@ -50,10 +50,8 @@ def copied(s3, tmp_path_factory):
 def remote_stream(manifest, url, s3, tmp_path, **options) -> MixtureStream:
     return MixtureStream(
         manifest,
-        store_url=url,
-        storage_options=s3,
         prefetch=2,
-        read_options=ReadOptions(cache_dir=tmp_path / "cache", **options),
+        store=StoreAccess(url=url, storage_options=s3, read=ReadOptions(cache_dir=tmp_path / "cache", **options)),
     )
 
 

@@ -6,7 +6,7 @@ pass is read from the local cache, with no request."""
 import pytest
 
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.store.remote import copy_store
@@ -39,9 +39,11 @@ def test_read_ahead_gives_the_local_batches_within_its_budget(on_s3, tmp_path):
     stream = MixtureStream(
         manifest,
         prefetch=0,
-        store_url=url,
-        storage_options=options,
-        read_options=ReadOptions(cache_dir=tmp_path, readahead_bytes=budget, fetch_bytes=CHUNK, fetch_threads=4),
+        store=StoreAccess(
+            url=url,
+            storage_options=options,
+            read=ReadOptions(cache_dir=tmp_path, readahead_bytes=budget, fetch_bytes=CHUNK, fetch_threads=4),
+        ),
     )
     fetcher = stream._space.files.fetcher
     assert fetcher is not None
@@ -70,9 +72,7 @@ def test_read_ahead_off_reads_on_demand_and_a_negative_budget_is_refused(on_s3, 
     stream = MixtureStream(
         manifest,
         prefetch=2,
-        store_url=url,
-        storage_options=options,
-        read_options=ReadOptions(cache_dir=tmp_path, readahead_bytes=0),
+        store=StoreAccess(url=url, storage_options=options, read=ReadOptions(cache_dir=tmp_path, readahead_bytes=0)),
     )
     assert stream._space.files.fetcher is None
     assert [batch_digest(b) for b in stream.iterate(0, 2)] == [

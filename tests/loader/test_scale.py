@@ -59,10 +59,10 @@ def drawing_every_window(home, store: Path, seq_len: int = 16, batch: int = 64) 
 STREAM_ALL = """
 import resource, sys, json
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 limit, max_open, manifest = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-stream = MixtureStream(manifest, prefetch=2, read_options=ReadOptions(max_open_files=max_open))
+stream = MixtureStream(manifest, prefetch=2, store=StoreAccess(read=ReadOptions(max_open_files=max_open)))
 opened = stream.open_files
 most = 0
 for batch in stream.iterate():
