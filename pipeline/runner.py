@@ -93,7 +93,7 @@ from pipeline.steps.read.discovery import listed_once, unread_files
 from pipeline.steps.read.fields import check_text_fields
 from pipeline.steps.read.readers import ReadStep, file_count
 from pipeline.steps.read.task_inputs import write_task_inputs
-from pipeline.steps.tokenize.cell_shards import held_out_cutoffs
+from pipeline.steps.tokenize.cell_shards import CellShardsConfig, held_out_cutoffs
 from pipeline.steps.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
 from pipeline.store.format import dtype_for_vocab
 from pipeline.store.manifest_records import Funnel, NotRead, StoreStats
@@ -510,20 +510,8 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
             if step in funnel:
                 steps.append(DropDuplicates(step, reasons[step], layout.duplicates, funnel[step], layout.removed))
     steps += extra
-    sources = [s.name for s in config.sources]
     steps.append(
-        TokenizeCells(
-            layout.tokenizer,
-            config.tokenizer.eos,
-            sources,
-            layout.runs,
-            layout.staged / "cells",
-            funnel["tokenize"],
-            config.output.shard_tokens,
-            config.tokenizer.batch_size,
-            config.validation,
-            config.validation.sets,
-        )
+        TokenizeCells(cell_shards(config, layout), funnel["tokenize"], config.tokenizer.batch_size, config.validation)
     )
     steps.append(RemovedTokens(layout.tokenizer, layout.removed, layout.removed_tokens, config.tokenizer.batch_size))
     return steps
@@ -561,21 +549,19 @@ def split_pipeline(
     cutoffs: dict[str, list[int] | None],
     given_back: dict[str, list[list[int]]],
 ) -> list[PipelineStep]:
-    return [
-        WriteHeldOut(
-            layout.tokenizer,
-            config.tokenizer.eos,
-            [s.name for s in config.sources],
-            layout.runs,
-            layout.staged / "cells",
-            layout.parts,
-            config.output.shard_tokens,
-            cutoffs,
-            config.validation.sets,
-            given_back,
-            config.validation.contamination_ngram,
-        )
-    ]
+    return [WriteHeldOut(cell_shards(config, layout), layout.parts, cutoffs, config.validation, given_back)]
+
+
+def cell_shards(config: PipelineConfig, layout: WorkLayout) -> CellShardsConfig:
+    """What the tokenize and split tasks share: tokenizer, sources, runs and cells directories, shard size."""
+    return CellShardsConfig(
+        tokenizer_path=layout.tokenizer,
+        eos=config.tokenizer.eos,
+        sources=tuple(s.name for s in config.sources),
+        runs_dir=layout.runs,
+        cells_dir=layout.staged / "cells",
+        shard_tokens=config.output.shard_tokens,
+    )
 
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
