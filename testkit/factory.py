@@ -24,7 +24,7 @@ from pydantic import JsonValue
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import read_manifest
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from pipeline.store.format import write_stats_only_store
 from pipeline.store.manifest_records import DomainStats, Funnel, QualityStats, StoreStats
 from testkit.stores import Document, learnable_document, write_store
@@ -175,24 +175,28 @@ def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str,
     store = f"{STORE}/{VERSION}"
     new_revision(
         home,
-        "default",
-        "natural",
-        store,
-        strategy="natural",
-        phases=["main:12288"],
-        seq_len=SEQ_LEN,
-        global_batch=GLOBAL_BATCH,
+        NewRevision(
+            mixture="default",
+            revision="natural",
+            store=store,
+            strategy="natural",
+            phases=["main:12288"],
+            seq_len=SEQ_LEN,
+            global_batch=GLOBAL_BATCH,
+        ),
     )
     new_revision(
         home,
-        "default",
-        "uniform-sampling",
-        store,
-        strategy="uniform",
-        phases=["main:10240", "cooldown:2048:uniform@c*q1"],
-        seq_len=SEQ_LEN,
-        global_batch=GLOBAL_BATCH,
-        description=UNIFORM_DESCRIPTION,
+        NewRevision(
+            mixture="default",
+            revision="uniform-sampling",
+            store=store,
+            strategy="uniform",
+            phases=["main:10240", "cooldown:2048:uniform@c*q1"],
+            seq_len=SEQ_LEN,
+            global_batch=GLOBAL_BATCH,
+            description=UNIFORM_DESCRIPTION,
+        ),
     )
     return {name: build(home, "default", name) for name in ("natural", "uniform-sampling")}
 
@@ -413,14 +417,16 @@ def make_reference_store(home: Home, revisions: int = 5, seed: int = 3) -> Path:
         strategy, options, phases = specs[name]
         new_revision(
             home,
-            "reference",
-            name,
-            "reference/2026.11.30",
-            seq_len=4096,
-            global_batch=2048,
-            strategy=strategy,
-            options=options,
-            phases=phases,
+            NewRevision(
+                mixture="reference",
+                revision=name,
+                store="reference/2026.11.30",
+                seq_len=4096,
+                global_batch=2048,
+                strategy=strategy,
+                options=options,
+                phases=phases,
+            ),
         )
         build(home, "reference", name)
     return root

@@ -384,10 +384,19 @@ def build_mixture(
 ) -> Path:
     """The mixtures room's own `mix new` + `mix build` on the store: a real built manifest."""
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
-    phases = [f"main:{tokens}:uniform"] if tokens else None
+    phases = [f"main:{tokens}:uniform"] if tokens else []
     new_revision(
-        home, mixture, revision, store, strategy="uniform", phases=phases, seq_len=seq_len, global_batch=global_batch
+        home,
+        NewRevision(
+            mixture=mixture,
+            revision=revision,
+            store=store,
+            strategy="uniform",
+            phases=phases,
+            seq_len=seq_len,
+            global_batch=global_batch,
+        ),
     )
     return build(home, mixture, revision)

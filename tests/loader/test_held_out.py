@@ -38,17 +38,19 @@ def held_out(tmp_path_factory):
     write_store(home, "v", "2026.01.01", cells, SOURCES, vocab_size=VOCAB, eos_id=EOS, validation=validation)
     # c02q0 has weight 0 in this revision: its held-out shard must be pinned all the same
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
     new_revision(
         home,
-        "mix",
-        "two",
-        "v",
-        phases=["main:2560:explicit"],
-        seq_len=16,
-        global_batch=4,
-        weights={"c00q0": 0.5, "c01q1": 0.5, "c02q0": 0.0},
+        NewRevision(
+            mixture="mix",
+            revision="two",
+            store="v",
+            phases=["main:2560:explicit"],
+            seq_len=16,
+            global_batch=4,
+            weights={"c00q0": 0.5, "c01q1": 0.5, "c02q0": 0.0},
+        ),
     )
     return home, build(home, "mix", "two"), validation
 

@@ -111,7 +111,7 @@ def test_opening_reads_no_shard_file(home):
 def test_built_manifest_stays_small_at_200_cells_of_2000_shards(home):
     """The mixtures room's own build over a store whose cells list 2,000 shards each (tables only)."""
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
     from pipeline.store.format import (
         CellManifest,
         CellSummary,
@@ -158,7 +158,12 @@ def test_built_manifest_stays_small_at_200_cells_of_2000_shards(home):
             tokenizer=TokenizerInfo(fingerprint="t", vocab_size=1 << 17, eos_id=0),
         ),
     )
-    new_revision(home, "ref", "uniform", "ref", strategy="uniform", seq_len=4096, global_batch=11264)
+    new_revision(
+        home,
+        NewRevision(
+            mixture="ref", revision="uniform", store="ref", strategy="uniform", seq_len=4096, global_batch=11264
+        ),
+    )
     path = build(home, "ref", "uniform")
     assert path.stat().st_size <= 1 << 20, f"{path.stat().st_size} bytes"
     cell_json = root / "cells" / "c00q0" / "cell.json"

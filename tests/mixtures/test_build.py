@@ -336,14 +336,16 @@ def test_new_writes_a_valid_pinned_revision_for_each_strategy(store_home, capsys
 def test_new_symbolic_keeps_the_strategy(store_home):
     path = mixtures.new_revision(
         store_home,
-        "mine",
-        "sym",
-        "local",
-        strategy="uniform",
-        phases=["main:64K"],
-        seq_len=128,
-        global_batch=8,
-        symbolic=True,
+        mixtures.NewRevision(
+            mixture="mine",
+            revision="sym",
+            store="local",
+            strategy="uniform",
+            phases=["main:64K"],
+            seq_len=128,
+            global_batch=8,
+            symbolic=True,
+        ),
     )
     text = path.read_text()
     assert 'strategy = "uniform"' in text and "version" not in text.split("[store]")[1].split("[[")[0]
@@ -390,7 +392,9 @@ def test_an_altered_cell_manifest_is_named_and_nothing_is_written(store_home):
         (["--store", "local", "--strategy", "explicit"], "--weight"),
         (["--store", "local", "--strategy", "explicit", "--weight", "c00q0=0.5"], "sum to 0.5"),
         (["--store", "local", "--phase", "main:100G"], "epoch cap"),
-        (["--store", "local", "--seq-len", "0"], "'seq_len'"),
+        (["--store", "local", "--seq-len", "0"], "--seq-len: Input should be greater than or equal to 1 (got 0)"),
+        (["--store", "local", "--global-batch", "-4"], "--global-batch:"),
+        (["--store", "local", "--continues", "natural"], "--continues and --at-step go together"),
     ],
 )
 def test_new_refuses_bad_requests_in_one_line(store_home, capsys, args, fragment):

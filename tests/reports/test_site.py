@@ -16,7 +16,7 @@ from millrace.home import Home
 from millrace.jsonl import last_record
 from mixtures.build import build
 from mixtures.manifest import read_manifest
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from pipeline.store.format import Store, write_stats_only_store, write_store_manifest
 from reports import build_pages, build_site
 from reports.composition import load_composition
@@ -114,13 +114,15 @@ def test_same_revision_name_in_two_mixtures_is_qualified(small_home, tmp_path):
     factory.make_small_revisions(home)
     new_revision(
         home,
-        "other",
-        "natural",
-        f"{factory.STORE}/{factory.VERSION}",
-        strategy="natural",
-        phases=["main:2048"],
-        seq_len=32,
-        global_batch=8,
+        NewRevision(
+            mixture="other",
+            revision="natural",
+            store=f"{factory.STORE}/{factory.VERSION}",
+            strategy="natural",
+            phases=["main:2048"],
+            seq_len=32,
+            global_batch=8,
+        ),
     )
     build(home, "other", "natural")
     keys = set(load_composition(store).revisions)

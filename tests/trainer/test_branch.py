@@ -7,7 +7,7 @@ import pytest
 from millrace.cli import main as millrace
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.stores import make_store
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
@@ -23,10 +23,23 @@ def branch_home(tmp_path_factory):
     make_store(home, CELLS)
     common = {"seq_len": 32, "global_batch": 8}
     new_revision(
-        home, "mix", "natural", "t", strategy="natural", phases=["main:4096:natural@c00*,c01*,c02*"], **common
+        home,
+        NewRevision(
+            mixture="mix",
+            revision="natural",
+            store="t",
+            strategy="natural",
+            phases=["main:4096:natural@c00*,c01*,c02*"],
+            **common,
+        ),
     )
-    new_revision(home, "mix", "swap", None, continues="natural", at_step=K, phases=["main:2048:uniform"])
-    new_revision(home, "mix", "other", "t", strategy="uniform", phases=["main:4096"], **common)
+    new_revision(
+        home, NewRevision(mixture="mix", revision="swap", continues="natural", at_step=K, phases=["main:2048:uniform"])
+    )
+    new_revision(
+        home,
+        NewRevision(mixture="mix", revision="other", store="t", strategy="uniform", phases=["main:4096"], **common),
+    )
     for name in ("natural", "swap", "other"):
         build(home, "mix", name)
     return home

@@ -7,7 +7,7 @@ import pytest
 
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.stores import make_store
 from trainer.fleet import FleetConfig, TrainingJob, run_jobs
 from trainer.loop import train
@@ -20,9 +20,28 @@ BRANCH, STEPS = 2, 5
 def worker_home(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("worker-home"))
     make_store(home, {"c00q0": 8000, "c01q0": 6000, "c02q1": 4000}, held_out=2)
-    new_revision(home, "mix", "natural", "t", strategy="natural", phases=["main:4096"], seq_len=32, global_batch=4)
-    new_revision(home, "mix", "p0", None, continues="natural", at_step=BRANCH, phases=["main:2048:uniform"])
-    new_revision(home, "mix", "p1", None, continues="natural", at_step=BRANCH, phases=["main:2048:natural@c00*,c01*"])
+    new_revision(
+        home,
+        NewRevision(
+            mixture="mix",
+            revision="natural",
+            store="t",
+            strategy="natural",
+            phases=["main:4096"],
+            seq_len=32,
+            global_batch=4,
+        ),
+    )
+    new_revision(
+        home,
+        NewRevision(mixture="mix", revision="p0", continues="natural", at_step=BRANCH, phases=["main:2048:uniform"]),
+    )
+    new_revision(
+        home,
+        NewRevision(
+            mixture="mix", revision="p1", continues="natural", at_step=BRANCH, phases=["main:2048:natural@c00*,c01*"]
+        ),
+    )
     for revision in ("natural", "p0", "p1"):
         build(home, "mix", revision)
     return home

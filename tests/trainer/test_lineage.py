@@ -8,7 +8,7 @@ from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.stores import make_store
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
@@ -24,25 +24,39 @@ def lineage(tmp_path_factory):
     make_store(home, CELLS)
     new_revision(
         home,
-        "mix",
-        "natural",
-        "t",
-        strategy="natural",
-        phases=["main:8192:natural@c00*,c01*,c02*"],
-        seq_len=32,
-        global_batch=8,
+        NewRevision(
+            mixture="mix",
+            revision="natural",
+            store="t",
+            strategy="natural",
+            phases=["main:8192:natural@c00*,c01*,c02*"],
+            seq_len=32,
+            global_batch=8,
+        ),
     )
     for name, at_step in (("swap", K), ("early", K - 2)):
         new_revision(
             home,
-            "mix",
-            name,
-            None,
-            continues="natural",
-            at_step=at_step,
-            phases=["main:2048:uniform", "cooldown:1024:uniform@c02*,c03*"],
+            NewRevision(
+                mixture="mix",
+                revision=name,
+                continues="natural",
+                at_step=at_step,
+                phases=["main:2048:uniform", "cooldown:1024:uniform@c02*,c03*"],
+            ),
         )
-    new_revision(home, "mix", "other", "t", strategy="uniform", phases=["main:8192"], seq_len=32, global_batch=8)
+    new_revision(
+        home,
+        NewRevision(
+            mixture="mix",
+            revision="other",
+            store="t",
+            strategy="uniform",
+            phases=["main:8192"],
+            seq_len=32,
+            global_batch=8,
+        ),
+    )
     for name in ("natural", "swap", "early", "other"):
         build(home, "mix", name)
     return home
