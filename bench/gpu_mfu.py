@@ -108,7 +108,7 @@ def main() -> int:
     from testkit.stores import build_mixture, make_store
     from trainer.config import load_train_config
     from trainer.flops import count_params, document_attention_pairs, flops_per_token, masked_attention_flops
-    from trainer.loop import train
+    from trainer.loop import TrainRequest, train
     from trainer.records import read_metrics, read_run
 
     shape = json.loads(json.dumps(SHAPE))
@@ -140,7 +140,7 @@ def main() -> int:
         config_path = Path(tmp) / "gpu_mfu.toml"
         config_path.write_text(tomli_w.dumps(shape))
         config = load_train_config(config_path)
-        result = train(config_path, home, steps=args.steps, run="gpu-mfu")
+        result = train(config_path, home, TrainRequest(steps=args.steps, run="gpu-mfu"))
         records = read_metrics(result.run_dir)[args.warmup :]
         run_record = read_run(result.run_dir)
         pairs = [

@@ -26,6 +26,7 @@ from pipeline.config import load_pipeline_config
 from trainer.ladder.spec import SHIPPED_CONFIGS
 from trainer.records import RungResult
 from trainer.search.cli import proposal_lines
+from trainer.train_request import TrainRequest
 
 log = logging.getLogger("millrace.demo")  # the logger name users know
 
@@ -236,7 +237,11 @@ def train_demo(home: Home, steps: int | None, console: Console) -> Path:
             console.print(f"  run {RUN!r} already completed: {run_dir}")
             return run_dir
     resume = latest_checkpoint(run_dir / "checkpoints") is not None
-    result = train(TINY_CONFIG, home, MIXTURE, TRAINED_REVISION, steps=steps, run=RUN, resume=resume, progress=True)
+    result = train(
+        TINY_CONFIG,
+        home,
+        TrainRequest(mixture=MIXTURE, revision=TRAINED_REVISION, steps=steps, run=RUN, resume=resume, progress=True),
+    )
     losses = result.losses
     if losses:
         console.print(f"  loss {losses[0]:.3f} → {losses[-1]:.3f} over {len(losses)} steps")

@@ -213,9 +213,10 @@ def tiny_config(path: Path) -> Path:
 def train_run(home: Home, run: str, revision: str = "uniform-sampling", steps: int = 24) -> Path:
     """A short real training run of the tiny MoE on a built revision: run.json + metrics.jsonl."""
     from trainer.loop import train
+    from trainer.train_request import TrainRequest
 
     config = tiny_config(home.root / "tiny.toml")
-    train(config, home, mixture="default", revision=revision, steps=steps, run=run, progress=False)
+    train(config, home, TrainRequest(mixture="default", revision=revision, steps=steps, run=run, progress=False))
     return home.run(run)
 
 

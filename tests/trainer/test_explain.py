@@ -15,6 +15,7 @@ from trainer import loop
 from trainer.explain import explain, explain_record, notable_steps
 from trainer.loop import train
 from trainer.records import MetricsRecord, RunRecord
+from trainer.train_request import TrainRequest
 
 FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
 
@@ -43,7 +44,7 @@ def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monke
         return loads
 
     monkeypatch.setattr(loop, "balance_step", jumping)
-    train(quiet, home, steps=FAULT, run="bias-jump")
+    train(quiet, home, TrainRequest(steps=FAULT, run="bias-jump"))
     found = explain(home, "bias-jump", FAULT)
     assert found["moved_groups"] == ["router_bias/layer 0"]
     trained = [g for g in found["groups"] if not g["rule_updated"]]
@@ -76,7 +77,7 @@ def test_a_bad_batch_names_the_cell_whose_loss_jumped(built, quiet, monkeypatch)
         return data
 
     monkeypatch.setattr(loop, "to_device", bad)
-    train(quiet, home, steps=FAULT, run="bad-batch")
+    train(quiet, home, TrainRequest(steps=FAULT, run="bad-batch"))
     found = explain(home, "bad-batch", FAULT)
     assert found["jumped_cells"] == poisoned
     assert found["cells"][0]["cell"] == poisoned[0] and found["cells"][0]["excess"] > 0.5

@@ -12,6 +12,7 @@ from testkit.stores import make_store
 from trainer.fleet import FleetConfig, TrainingJob, run_jobs
 from trainer.loop import train
 from trainer.records import read_eval, read_metrics
+from trainer.train_request import TrainRequest
 
 BRANCH, STEPS = 2, 5
 
@@ -72,7 +73,7 @@ def test_proxies_one_after_another_in_one_worker_equal_each_in_a_fresh_process(w
     fresh `millrace train` process."""
     home = worker_home
     configs = [proxy_config(tiny_config, revision) for revision in ("natural", "p0", "p1")]
-    train(configs[0], home, steps=BRANCH, run="shared", checkpoint_every=BRANCH)
+    train(configs[0], home, TrainRequest(steps=BRANCH, run="shared", checkpoint_every=BRANCH))
 
     def jobs(prefix: str) -> list[TrainingJob]:
         return [TrainingJob(f"{prefix}-{i}", config, start_from="shared") for i, config in enumerate(configs[1:])]
