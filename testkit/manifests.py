@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from millrace.artifacts import HASH_FIELD, payload_of, read_artifact
@@ -27,20 +28,30 @@ def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", vers
     return root
 
 
+@dataclass(frozen=True)
+class ManifestFrame:
+    """The numbers a test manifest's schedule is built with (those a revision would give): sequence length,
+    global batch, the loader's seed and its document blocks and runs."""
+
+    seq_len: int = 16
+    global_batch: int = 8
+    seed: int = 1234
+    document_block: int = 1024
+    document_run: int = 1
+
+
 def make_manifest(
     home: Home,
     store_root: Path,
     phases: list[dict[str, int]],
-    seq_len: int = 16,
-    global_batch: int = 8,
-    seed: int = 1234,
+    frame: ManifestFrame | None = None,
     mixture: str = "mix",
     revision: str = "r1",
     phase_names: list[str] | None = None,
-    document_block: int = 1024,
-    document_run: int = 1,
 ) -> Path:
-    """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
+    """A BuiltManifest over `store_root` with exactly the given per-phase counts, under `frame`'s numbers."""
+    frame = frame or ManifestFrame()
+    seq_len, global_batch = frame.seq_len, frame.global_batch
     body = read_artifact(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
     store = StoreManifest.model_validate(payload_of(body))
     built_phases = _phases(phases, seq_len, global_batch, phase_names or [f"phase{i}" for i in range(len(phases))])
@@ -55,12 +66,12 @@ def make_manifest(
         tokenizer_fingerprint=None if store.stats_only else "test",
         dtype=store.dtype,
         eos_id=None if store.stats_only else EOS,
-        seed=seed,
+        seed=frame.seed,
         seq_len=seq_len,
         global_batch=global_batch,
         epoch_cap=8.0,
-        document_block=document_block,
-        document_run=document_run,
+        document_block=frame.document_block,
+        document_run=frame.document_run,
         cells=_cells(store_root, store, seq_len),
         phases=built_phases,
         total_sequences=position,

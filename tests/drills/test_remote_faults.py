@@ -25,7 +25,7 @@ from loader.files import ReadOptions, StoreAccess
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
-from testkit.manifests import make_manifest
+from testkit.manifests import ManifestFrame, make_manifest
 from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
@@ -131,7 +131,7 @@ def copied(moto_endpoint, tmp_path_factory):
         os.environ.setdefault(key, value)
     home = Home.resolve(tmp_path_factory.mktemp("remote-faults"))
     store = make_store(home, CELLS, RANDOM, shards=2)
-    manifest = make_manifest(home, store, [{"a": 24, "b": 8}], seq_len=64)
+    manifest = make_manifest(home, store, [{"a": 24, "b": 8}], ManifestFrame(seq_len=64))
     assert (
         millrace(
             [

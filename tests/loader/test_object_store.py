@@ -9,7 +9,7 @@ from loader.files import ReadOptions, StoreAccess
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
-from testkit.manifests import make_manifest
+from testkit.manifests import ManifestFrame, make_manifest
 from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
@@ -36,7 +36,9 @@ def copied(s3, tmp_path_factory):
 
     home = Home.resolve(tmp_path_factory.mktemp("object-store"))
     store = make_store(home, CELLS, RANDOM, shards=3)
-    manifest = make_manifest(home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], seq_len=64)
+    manifest = make_manifest(
+        home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], ManifestFrame(seq_len=64)
+    )
     url = "s3://millrace/stores/t/2026.01.01"
     options = [
         f"--option=key={s3['key']}",

@@ -11,7 +11,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.store.remote import copy_store
 from testkit.batches import batch_digest
-from testkit.manifests import make_manifest
+from testkit.manifests import ManifestFrame, make_manifest
 from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
@@ -25,7 +25,7 @@ CHUNK = 64 << 10
 def on_s3(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("read-ahead"))
     store = make_store(home, {"a": 400_000, "b": 150_000}, RANDOM, shards=2)  # 17 chunks of .bin over 4 shards
-    manifest = make_manifest(home, store, [{"a": 96, "b": 32}], seq_len=256)
+    manifest = make_manifest(home, store, [{"a": 96, "b": 32}], ManifestFrame(seq_len=256))
     with s3_server("millrace") as server:
         url = "s3://millrace/stores/t/2026.01.01"
         copy_store(store, url, server.storage_options)

@@ -12,7 +12,7 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
-from testkit.manifests import make_manifest
+from testkit.manifests import ManifestFrame, make_manifest
 from testkit.stores import RANDOM, write_store, write_tokenizer
 
 EOS = RANDOM.eos
@@ -53,7 +53,9 @@ def drawing_every_window(home, store: Path, seq_len: int = 16, batch: int = 64) 
     counts = {cell: max(0, (summary.tokens - 1) // seq_len) for cell, summary in Store(store).manifest.cells.items()}
     first = sorted(counts)[0]
     counts[first] -= sum(counts.values()) % batch
-    return make_manifest(home, store, [counts], seq_len=seq_len, global_batch=batch, mixture="many", revision="all")
+    return make_manifest(
+        home, store, [counts], ManifestFrame(seq_len=seq_len, global_batch=batch), mixture="many", revision="all"
+    )
 
 
 STREAM_ALL = """
@@ -215,7 +217,13 @@ def test_a_repeated_cells_windows_differ_between_epochs(home, run):
     keyed order, and attention is masked per document), but each epoch's windows are cut elsewhere."""
     store = tagged_store(home, documents=3000, sources=4)
     stream = MixtureStream(
-        make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run, revision=f"run{run}"),
+        make_manifest(
+            home,
+            store,
+            [{"x": 64}],
+            ManifestFrame(seq_len=64, global_batch=64, document_run=run),
+            revision=f"run{run}",
+        ),
         prefetch=0,
     )
     windows = [window_documents(stream, e) for e in range(3)]
@@ -269,7 +277,13 @@ def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path,
         eos_id=EOS,
     )
     stream = MixtureStream(
-        make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run, revision=f"run{run}"),
+        make_manifest(
+            home,
+            store,
+            [{"x": 64}],
+            ManifestFrame(seq_len=64, global_batch=64, document_run=run),
+            revision=f"run{run}",
+        ),
         prefetch=0,
     )
     pairs = [pair for e in range(2) for docs in window_documents(stream, e) for pair in itertools.pairwise(docs)]
