@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import tomli_w
@@ -105,7 +106,7 @@ def main() -> int:
 
     from loader import MixtureStream
     from millrace.home import Home
-    from testkit.stores import build_mixture, make_store
+    from testkit.stores import LEARNABLE, build_mixture, make_store
     from trainer.config import load_train_config
     from trainer.flops import count_params, document_attention_pairs, flops_per_token, masked_attention_flops
     from trainer.loop import TrainRequest, train
@@ -132,7 +133,7 @@ def main() -> int:
         home = Home.resolve(Path(tmp) / "home")
         started = time.time()
         store_tokens = args.seq_len * args.batch * args.steps // 6 + 10 * args.seq_len  # read ~6 epochs (cap is 8)
-        make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, vocab=vocab)
+        make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, replace(LEARNABLE, vocab=vocab))
         manifest = build_mixture(
             home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len, global_batch=args.batch
         )

@@ -26,6 +26,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import tomli_w
@@ -253,12 +254,15 @@ def overheads(home, directory: Path, proxy_steps: int = 16) -> list[Result]:
 
 
 def main() -> list[Result]:
+
     from millrace.home import Home
-    from testkit.stores import build_mixture, make_store
+    from testkit.stores import LEARNABLE, build_mixture, make_store
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Home.resolve(Path(tmp) / "home")
-        make_store(home, {"c00q0": 300_000, "c01q1": 200_000, "c02q0": 150_000}, vocab=VOCAB, held_out=4)
+        make_store(
+            home, {"c00q0": 300_000, "c01q1": 200_000, "c02q0": 150_000}, replace(LEARNABLE, vocab=VOCAB), held_out=4
+        )
         manifest = build_mixture(
             home, tokens=SEQ_LEN * GLOBAL_BATCH * (STEPS + 8), seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH
         )

@@ -27,7 +27,7 @@ from mixtures.manifest import BuiltManifest, read_manifest
 from mixtures.new import NewRevision, new_revision
 from pipeline.store.format import write_stats_only_store
 from pipeline.store.manifest_records import DomainStats, Funnel, QualityStats, StoreStats
-from testkit.stores import Document, learnable_document, write_store
+from testkit.stores import Document, StoreContents, StoreFacts, StoreTokenizer, learnable_document, write_store
 from trainer.records import (
     AlertEvent,
     Alerts,
@@ -74,22 +74,16 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
         for bucket in range(2):
             name = f"c{domain:02d}q{bucket}"
             documents[name], cell_stats[name] = _small_cell(rng, name, domain, bucket)
-    return write_store(
-        home,
-        STORE,
-        VERSION,
-        documents,
-        SOURCES,
-        vocab_size=VOCAB,
-        eos_id=EOS,
-        fingerprint="sha256:test-tokenizer",
+    facts = StoreFacts(
         cell_stats=cell_stats,
-        funnel=_small_funnel(),
         store_stats=StoreStats(
             domains=DomainStats(k=3, labels=DOMAIN_LABELS),
             quality=QUALITY_MEANING.model_copy(update={"buckets": 2, "score_ranges": {"*": SCORE_RANGES}}),
         ),
+        funnel=_small_funnel(),
     )
+    tokenizer = StoreTokenizer(VOCAB, EOS, "sha256:test-tokenizer")
+    return write_store(home, STORE, VERSION, StoreContents(documents, SOURCES), tokenizer, facts=facts)
 
 
 def _small_cell(

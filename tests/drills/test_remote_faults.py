@@ -16,6 +16,7 @@ import os
 import socket
 import struct
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -130,7 +131,7 @@ def copied(moto_endpoint, tmp_path_factory):
     for key, value in CREDENTIALS.items():
         os.environ.setdefault(key, value)
     home = Home.resolve(tmp_path_factory.mktemp("remote-faults"))
-    store = make_store(home, CELLS, RANDOM, shards=2)
+    store = make_store(home, CELLS, replace(RANDOM, shards=2))
     manifest = make_manifest(home, store, [{"a": 24, "b": 8}], ManifestFrame(seq_len=64))
     assert (
         millrace(
@@ -277,7 +278,7 @@ def test_store_copy_gives_up_on_a_put_that_never_answers_at_its_deadline_in_one_
 
     from millrace.home import Home
 
-    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, RANDOM, shards=1)
+    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, replace(RANDOM, shards=1))
     proxy.put_fault, proxy.puts_left, proxy.refused_puts = "hang", 0, 0
     started = time.monotonic()
     try:
@@ -300,7 +301,7 @@ def test_store_copy_gives_up_on_a_put_that_never_answers_at_its_deadline_in_one_
 def test_store_copy_to_a_missing_bucket_is_one_line_naming_it(moto_endpoint, proxy, tmp_path, capsys):
     from millrace.home import Home
 
-    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, RANDOM, shards=1)
+    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, replace(RANDOM, shards=1))
     options = [f"--option={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in through(proxy).items()]
     code = millrace(["--home", str(tmp_path), "store", "copy", str(store), "s3://no-such-bucket/t", *options])
     err = capsys.readouterr().err.strip().splitlines()

@@ -9,7 +9,7 @@ from loader import MixtureStream
 from millrace.errors import ArtifactError
 from testkit.batches import epoch_stream
 from testkit.manifests import ManifestFrame, make_manifest
-from testkit.stores import RANDOM, write_store
+from testkit.stores import RANDOM, StoreContents, StoreTokenizer, write_store
 
 EOS, VOCAB = RANDOM.eos, RANDOM.vocab
 
@@ -36,7 +36,7 @@ def store(home):
         "x": [documents(rng, 1300) for _ in range(3)],
         "y": [documents(rng, 90)],
     }  # x: ~190 KB (3 chunks) per .bin
-    return write_store(home, "gather", "2026.01.01", cells, ["a", "b", "c"], vocab_size=VOCAB, eos_id=EOS)
+    return write_store(home, "gather", "2026.01.01", StoreContents(cells, ["a", "b", "c"]), StoreTokenizer(VOCAB, EOS))
 
 
 def all_windows(stream: MixtureStream, cell: str, epoch: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,8 @@
 """A store on a real S3-compatible server (moto's standalone server on loopback, read with s3fs): the same
 batches as the local store, a bounded local cache, transient errors retried, a missing object named."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -35,7 +37,7 @@ def copied(s3, tmp_path_factory):
     from millrace.home import Home
 
     home = Home.resolve(tmp_path_factory.mktemp("object-store"))
-    store = make_store(home, CELLS, RANDOM, shards=3)
+    store = make_store(home, CELLS, replace(RANDOM, shards=3))
     manifest = make_manifest(
         home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], ManifestFrame(seq_len=64)
     )

@@ -3,6 +3,8 @@ batches' chunks are staged concurrently, the batches are the local store's, and 
 the byte budget (one batch over at most: a batch is staged whole) and is released when iteration ends; a second
 pass is read from the local cache, with no request."""
 
+from dataclasses import replace
+
 import pytest
 
 from loader import MixtureStream
@@ -24,7 +26,9 @@ CHUNK = 64 << 10
 @pytest.fixture(scope="module")
 def on_s3(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("read-ahead"))
-    store = make_store(home, {"a": 400_000, "b": 150_000}, RANDOM, shards=2)  # 17 chunks of .bin over 4 shards
+    store = make_store(
+        home, {"a": 400_000, "b": 150_000}, replace(RANDOM, shards=2)
+    )  # 17 chunks of .bin over 4 shards
     manifest = make_manifest(home, store, [{"a": 96, "b": 32}], ManifestFrame(seq_len=256))
     with s3_server("millrace") as server:
         url = "s3://millrace/stores/t/2026.01.01"

@@ -13,7 +13,7 @@ import pytest
 from loader import MixtureStream
 from millrace.errors import ArtifactError
 from testkit.manifests import ManifestFrame, make_manifest
-from testkit.stores import RANDOM, write_store, write_tokenizer
+from testkit.stores import RANDOM, StoreContents, StoreTokenizer, write_store, write_tokenizer
 
 EOS = RANDOM.eos
 
@@ -32,16 +32,8 @@ def many_shard_store(home, cells: int, shards: int, documents: int = 40) -> Path
             ]
             for _ in range(shards)
         ]
-    root = write_store(
-        home,
-        "many",
-        "2026.01.01",
-        layout,
-        ["only"],
-        vocab_size=500,
-        eos_id=EOS,
-        tokenizer_path="tokenizer/tokenizer.json",
-    )
+    tokenizer = StoreTokenizer(500, EOS, path="tokenizer/tokenizer.json")
+    root = write_store(home, "many", "2026.01.01", StoreContents(layout, ["only"]), tokenizer)
     write_tokenizer(root / "tokenizer" / "tokenizer.json")
     return root
 
@@ -185,15 +177,10 @@ def tagged_store(home, documents: int, sources: int, shards: int = 2) -> Path:
         for j in range(documents)
     ]
     per = -(-documents // shards)
-    return write_store(
-        home,
-        "tagged",
-        "2026.01.01",
-        {"x": [docs[i : i + per] for i in range(0, documents, per)]},
-        [f"s{i}" for i in range(sources)],
-        vocab_size=documents + 2,
-        eos_id=EOS,
+    contents = StoreContents(
+        {"x": [docs[i : i + per] for i in range(0, documents, per)]}, [f"s{i}" for i in range(sources)]
     )
+    return write_store(home, "tagged", "2026.01.01", contents, StoreTokenizer(documents + 2, EOS))
 
 
 def window_documents(stream: MixtureStream, epoch: int) -> list[list[int]]:
@@ -267,15 +254,8 @@ def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path,
         (np.append(np.full(int(rng.integers(3, 30)), j + 2), EOS).astype(np.uint16), int(ordered[j]))
         for j in range(ordered.size)
     ]
-    store = write_store(
-        home,
-        "hashed",
-        "2026.01.01",
-        {"x": [docs[:2000], docs[2000:]]},
-        ["a", "b", "c"],
-        vocab_size=ordered.size + 2,
-        eos_id=EOS,
-    )
+    contents = StoreContents({"x": [docs[:2000], docs[2000:]]}, ["a", "b", "c"])
+    store = write_store(home, "hashed", "2026.01.01", contents, StoreTokenizer(ordered.size + 2, EOS))
     stream = MixtureStream(
         make_manifest(
             home,

@@ -5,6 +5,7 @@ import multiprocessing
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -353,7 +354,7 @@ def test_new_symbolic_keeps_the_strategy(store_home):
 
 
 def test_newest_store_version_is_used_unless_pinned(store_home):
-    make_store(store_home, {k: v * 2 for k, v in grid().items()}, EVEN, version="2026.12.01")
+    make_store(store_home, {k: v * 2 for k, v in grid().items()}, replace(EVEN, version="2026.12.01"))
     manifest, _ = read_manifest(mixtures.build(store_home, "default", "natural"))
     assert manifest.store.version == "2026.12.01"
     pinned = write_revision(
