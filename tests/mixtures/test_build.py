@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pydantic
 import pytest
 import tomli_w
 
@@ -403,6 +404,13 @@ def test_new_refuses_bad_requests_in_one_line(store_home, capsys, args, fragment
     err = capsys.readouterr().err
     assert code != 0 and fragment in err and len(err.strip().splitlines()) == 1, err
     assert not (store_home.revisions / "mine" / "bad.toml").exists()
+
+
+def test_a_new_revision_request_is_checked_where_it_is_made():
+    with pytest.raises(pydantic.ValidationError, match="unknown strategy"):
+        mixtures.NewRevision(mixture="m", revision="r", strategy="random")
+    with pytest.raises(pydantic.ValidationError, match="--continues and --at-step go together"):
+        mixtures.NewRevision(mixture="m", revision="r", at_step=3)
 
 
 def test_build_json_reports_the_manifest(store_home, capsys):

@@ -6,7 +6,10 @@ import json
 import threading
 import time
 
+import pytest
+
 from millrace.cli import main
+from millrace.errors import ConfigError
 from reports import WatchOptions, watch
 from reports.run_data import read_script
 from testkit import factory
@@ -105,3 +108,8 @@ def test_watch_in_a_thread_ends_when_its_stop_event_is_set(small_home, tmp_path)
     stop.set()
     follower.join(timeout=10)
     assert not follower.is_alive() and results[0].reason == "stopped" and results[0].rebuilds == 1
+
+
+def test_a_non_positive_interval_is_refused_where_the_options_are_made():
+    with pytest.raises(ConfigError, match=r"^--interval 0: must be positive$"):
+        WatchOptions(interval=0)
