@@ -24,7 +24,7 @@ from millrace.home import Home
 from millrace.progress import on_terminal
 from pipeline.config import load_pipeline_config
 from trainer.ladder.spec import SHIPPED_CONFIGS
-from trainer.records import RungResult
+from trainer.records import RungResult, read_run
 from trainer.search.cli import proposal_lines
 
 log = logging.getLogger("millrace.demo")  # the logger name users know
@@ -89,15 +89,15 @@ def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator
 def build_corpus(home: Home, max_bytes: int) -> Path:
     """The corpus under home/corpus/local, rebuilt only when --max-bytes changed (or it is missing)."""
     # lazy: command body: `millrace --help` stays light
-    from pipeline.corpus.builder import SUMMARY_KIND, build_local_corpus
+    from pipeline.corpus.builder import SUMMARY_KIND, CorpusRecord, build_local_corpus
 
     out = home.root / "corpus" / STORE
     summary_path = out / "corpus.json"
     if summary_path.exists():
         try:
-            summary = read_artifact(summary_path, SUMMARY_KIND)
-            if summary.get("max_bytes") == max_bytes:
-                log.info("reusing the corpus at %s (%s documents)", out, summary.get("documents"))
+            summary = read_artifact(summary_path, SUMMARY_KIND, CorpusRecord)
+            if summary.max_bytes == max_bytes:
+                log.info("reusing the corpus at %s (%s documents)", out, summary.documents)
                 return out
         except ArtifactError as exc:
             log.warning("rebuilding the corpus: %s", exc)
@@ -116,6 +116,7 @@ def pipeline_config(home: Home, corpus: Path):
     """The starter config for the corpus; the store version of an earlier identical run is reused."""
     from pipeline.runner import stored_config  # lazy: command body: `millrace --help` loads no datatrove
     from pipeline.starter import init_config  # lazy: command body: `millrace --help` stays light
+    from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest  # lazy: numpy
 
     path = home.root / "configs" / f"{STORE}.toml"
     text = init_config(corpus)
@@ -123,10 +124,10 @@ def pipeline_config(home: Home, corpus: Path):
         atomic_write_text(path, text)
     config = load_pipeline_config(path)
     for existing in sorted((home.stores / STORE).glob("*/store.json"), reverse=True):
-        body = read_artifact(existing, "millrace.store")
-        candidate = config.model_copy(update={"output": config.output.model_copy(update={"version": body["version"]})})
-        if body.get("config_hash") == content_hash(stored_config(candidate)):
-            log.info("reusing store %s/%s", STORE, body["version"])
+        store = read_artifact(existing, STORE_KIND, StoreManifest, (SCHEMA_VERSION,))
+        candidate = config.model_copy(update={"output": config.output.model_copy(update={"version": store.version})})
+        if store.config_hash == content_hash(stored_config(candidate)):
+            log.info("reusing store %s/%s", STORE, store.version)
             return candidate
     return config
 
@@ -229,12 +230,9 @@ def train_demo(home: Home, steps: int | None, console: Console) -> Path:
     from trainer.loop import train
 
     run_dir = home.run(RUN)
-    status_file = run_dir / "run.json"
-    if status_file.exists():
-        status = read_artifact(status_file, "millrace.run").get("status")
-        if status == "completed":
-            console.print(f"  run {RUN!r} already completed: {run_dir}")
-            return run_dir
+    if (run_dir / "run.json").exists() and read_run(run_dir).status == "completed":
+        console.print(f"  run {RUN!r} already completed: {run_dir}")
+        return run_dir
     resume = latest_checkpoint(run_dir / "checkpoints") is not None
     result = train(TINY_CONFIG, home, MIXTURE, TRAINED_REVISION, steps=steps, run=RUN, resume=resume, progress=True)
     losses = result.losses

@@ -95,7 +95,7 @@ from pipeline.steps.read.readers import ReadStep, file_count
 from pipeline.steps.read.task_inputs import write_task_inputs
 from pipeline.steps.tokenize.cell_shards import held_out_cutoffs
 from pipeline.steps.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
-from pipeline.store.format import dtype_for_vocab
+from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest, dtype_for_vocab
 from pipeline.store.manifest_records import Funnel, NotRead, StoreStats
 from pipeline.store.remote import (
     PublishShards,
@@ -610,7 +610,7 @@ def malformed_report(layout: WorkLayout) -> list[dict[str, object]]:
 def _built_from(home: Home, name: str, version: str) -> str | None:
     """The config hash of store name/version, or None where there is no such store yet."""
     path = home.store(name, version) / "store.json"
-    return read_artifact(path, "millrace.store").get("config_hash") if path.exists() else None
+    return read_artifact(path, STORE_KIND, StoreManifest, (SCHEMA_VERSION,)).config_hash if path.exists() else None
 
 
 def store_version(config: PipelineConfig, home: Home, config_hash: str) -> str:

@@ -6,7 +6,13 @@ from pathlib import Path
 
 from millrace.home import Home
 from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
-from pipeline.store.format import CELL_SCHEMA_VERSION, SCHEMA_VERSION, StoreManifest, write_stats_only_store
+from pipeline.store.format import (
+    CELL_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    CellManifest,
+    StoreManifest,
+    write_stats_only_store,
+)
 from testkit.stores import RANDOM
 
 EOS = RANDOM.eos
@@ -40,18 +46,18 @@ def make_manifest(
     document_run: int = 1,
 ) -> Path:
     """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
-    from millrace.artifacts import HASH_FIELD, payload_of, read_artifact
+    from millrace.artifacts import read_artifact, read_envelope
 
-    body = read_artifact(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
-    store = StoreManifest.model_validate(payload_of(body))
+    envelope = read_envelope(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
+    store = envelope.model(StoreManifest)
     cells = {}
     for name, summary in store.cells.items():
         shards = 0
         if not store.stats_only:
-            cell_body = read_artifact(
-                store_root / "cells" / name / "cell.json", "millrace.cell", (CELL_SCHEMA_VERSION,)
+            cell = read_artifact(
+                store_root / "cells" / name / "cell.json", "millrace.cell", CellManifest, (CELL_SCHEMA_VERSION,)
             )
-            shards = len(cell_body["shards"]["names"])
+            shards = len(cell.shards.names)
         cells[name] = ManifestCell(
             name=name,
             available_tokens=summary.tokens,
@@ -82,7 +88,7 @@ def make_manifest(
         revision=revision,
         revision_hash="sha256:test",
         store=StoreRef(
-            name=store.name, version=store.version, manifest_hash=body[HASH_FIELD], stats_only=store.stats_only
+            name=store.name, version=store.version, manifest_hash=envelope.content_hash, stats_only=store.stats_only
         ),
         tokenizer_fingerprint=None if store.stats_only else "test",
         dtype=store.dtype,

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar, cast
 import pydantic
 from pydantic import JsonValue
 
-from millrace.artifacts import read_payload, validated, write_artifact
+from millrace.artifacts import read_artifact, write_artifact
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.jsonl import Check, Parse, Repaired, has_step, last_parsed, model_lines, parse_stream
@@ -162,7 +162,7 @@ def read_run(run_dir: Path) -> RunRecord:
     """run.json (envelope checked and stripped) as its `RunRecord`; the names in it that become paths (the
     run's, its store's) are checked like names on the command line."""
     path = Path(run_dir) / RUN_FILE
-    record = validated(RunRecord, read_payload(path, RUN_KIND, (RUN_SCHEMA_VERSION,)), str(path))
+    record = read_artifact(path, RUN_KIND, RunRecord, (RUN_SCHEMA_VERSION,))
     if record.run is not None:
         artifact_name(record.run, "run", path)
     if record.store is not None:
@@ -500,7 +500,7 @@ def read_samples(run_dir: Path | str) -> list[SampleRecord]:
 
 def read_ladder_file(path: Path) -> LadderRecord:
     """ladder.json (envelope checked and stripped) as its `LadderRecord`."""
-    return validated(LadderRecord, read_payload(path, LADDER_KIND, (LADDER_SCHEMA_VERSION,)), str(path))
+    return read_artifact(path, LADDER_KIND, LadderRecord, (LADDER_SCHEMA_VERSION,))
 
 
 def write_ladder_file(path: Path, record: LadderRecord) -> str:

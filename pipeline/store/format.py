@@ -47,15 +47,7 @@ import numpy as np
 import pydantic
 import xxhash
 
-from millrace.artifacts import (
-    HASH_FIELD,
-    atomic_output,
-    check_pinned,
-    payload_model,
-    read_artifact,
-    sha256_file,
-    write_artifact,
-)
+from millrace.artifacts import atomic_output, read_envelope, sha256_file, write_artifact
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
@@ -313,9 +305,9 @@ class Store:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        body = read_artifact(self.path / "store.json", STORE_KIND, (SCHEMA_VERSION,))
-        self.manifest_hash: str = body[HASH_FIELD]
-        self.manifest = payload_model(body, StoreManifest, str(self.path / "store.json"))
+        envelope = read_envelope(self.path / "store.json", STORE_KIND, (SCHEMA_VERSION,))
+        self.manifest_hash = envelope.content_hash
+        self.manifest = envelope.model(StoreManifest)
         artifact_name(self.manifest.name, "name", self.path / "store.json")  # pages and paths are made of them
         artifact_name(self.manifest.version, "version", self.path / "store.json")
         for cell in self.manifest.cells:  # a cell's name is a directory: a crafted one must not read outside
@@ -340,17 +332,15 @@ class Store:
         if self.manifest.stats_only:
             raise ArtifactError(f"{self.path}: stats-only store has no shards for cell {cell!r}")
         path = self.cell_dir(cell) / "cell.json"
-        body = read_artifact(path, CELL_KIND, (CELL_SCHEMA_VERSION,))
-        check_pinned(body, str(path), self.manifest.cells[cell].manifest_hash, "store.json's")
-        return payload_model(body, CellManifest, str(path))
+        envelope = read_envelope(path, CELL_KIND, (CELL_SCHEMA_VERSION,))
+        return envelope.pinned(self.manifest.cells[cell].manifest_hash, "store.json's").model(CellManifest)
 
     def eval_set(self, name: str) -> EvalSetManifest:
         if name not in self.manifest.sets:
             raise ArtifactError(f"{self.path}: store has no evaluation set {name!r}")
         path = self.path / "sets" / name / "set.json"
-        body = read_artifact(path, SET_KIND, (CELL_SCHEMA_VERSION,))
-        check_pinned(body, str(path), self.manifest.sets[name].manifest_hash, "store.json's")
-        return payload_model(body, EvalSetManifest, str(path))
+        envelope = read_envelope(path, SET_KIND, (CELL_SCHEMA_VERSION,))
+        return envelope.pinned(self.manifest.sets[name].manifest_hash, "store.json's").model(EvalSetManifest)
 
     def shard_prefix(self, cell: str, shard: ShardInfo) -> Path:
         return self.cell_dir(cell) / shard.name

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
-from millrace.artifacts import atomic_output, payload_model, read_artifact, sha256_file
+from millrace.artifacts import atomic_output, read_artifact, sha256_file
 from millrace.errors import ArtifactError
 from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION, CellManifest
 from pipeline.store.manifest_records import CellStats, Trace, TracePart
@@ -96,7 +96,7 @@ def _parts(cell_dir: Path, held_out: bool = False) -> list[PlacedPart]:
     shard and token offsets."""
     manifest = Path(cell_dir) / "cell.json"
     stats = (
-        payload_model(read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)), CellManifest, str(manifest)).stats
+        read_artifact(manifest, CELL_KIND, CellManifest, (CELL_SCHEMA_VERSION,)).stats
         if manifest.exists()
         else CellStats()
     )

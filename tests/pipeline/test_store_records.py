@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.artifacts import payload_of, read_artifact, write_artifact
+from millrace.artifacts import read_envelope, write_artifact
 from millrace.errors import ArtifactError
 from pipeline.store.cli import store_summary
 from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, Store, StoreManifest
@@ -20,11 +20,11 @@ BEFORE = Path(__file__).parents[2] / "testkit" / "data" / "store-before-models"
 
 
 def test_a_store_written_before_the_records_were_models_reads_into_them_unchanged():
-    body = read_artifact(BEFORE / "store.json", STORE_KIND, (SCHEMA_VERSION,))
+    body = read_envelope(BEFORE / "store.json", STORE_KIND, (SCHEMA_VERSION,))
     store = Store(BEFORE)
     m = store.manifest
     # every key the old writer wrote is a field, and none is added: rewriting it gives the same payload (hash)
-    assert m.model_dump(mode="json") == payload_of(body)
+    assert m.model_dump(mode="json") == body.payload
     assert (m.funnel.stages[0].name, m.funnel.stages[-1].name) == ("read", "validation")
     read = m.funnel.stages[0].sources["articles"]
     assert read.removed["malformed"].documents == 1 and read.received.documents > read.kept.documents
@@ -58,7 +58,7 @@ def test_a_store_written_before_the_records_were_models_reads_into_them_unchange
 def test_a_record_of_another_shape_is_one_line_naming_the_file_and_field(tmp_path, field, value, named):
     shutil.copytree(BEFORE, tmp_path / "store")
     path = tmp_path / "store" / "store.json"
-    payload = payload_of(read_artifact(path, STORE_KIND, (SCHEMA_VERSION,)))
+    payload = read_envelope(path, STORE_KIND, (SCHEMA_VERSION,)).payload
     write_artifact(path, STORE_KIND, SCHEMA_VERSION, payload | {field: value})
     with pytest.raises(ArtifactError) as caught:
         Store(tmp_path / "store")
@@ -71,7 +71,7 @@ def test_a_stats_only_store_writes_its_empty_funnel_and_stats_as_before(tmp_path
     from pipeline.store.format import write_stats_only_store
 
     write_stats_only_store(tmp_path, "s", "v", {"a": 10})
-    payload = payload_of(read_artifact(tmp_path / "store.json", STORE_KIND, (SCHEMA_VERSION,)))
+    payload = read_envelope(tmp_path / "store.json", STORE_KIND, (SCHEMA_VERSION,)).payload
     assert (payload["funnel"], payload["stats"]) == ({}, {})
     assert StoreManifest.model_validate(payload).model_dump(mode="json") == payload
 
@@ -81,10 +81,10 @@ def test_the_cell_records_of_a_store_written_before_read_into_their_model_unchan
 
     store = Store(BEFORE)
     for name in store.manifest.cells:
-        body = read_artifact(store.cell_dir(name) / "cell.json", CELL_KIND, (CELL_SCHEMA_VERSION,))
+        body = read_envelope(store.cell_dir(name) / "cell.json", CELL_KIND, (CELL_SCHEMA_VERSION,))
         cell = store.cell(name)
-        assert cell.model_dump(mode="json") == payload_of(body)
-        assert CellManifest.model_validate(payload_of(body)).stats == cell.stats
+        assert cell.model_dump(mode="json") == body.payload
+        assert CellManifest.model_validate(body.payload).stats == cell.stats
         assert (
             cell.stats.domain == int(name[1:3]) and cell.stats.label == store.manifest.stats.domain_labels()[name[:3]]
         )
