@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from millrace.artifacts import atomic_write_text, content_hash, read_artifact
+from millrace.artifacts import atomic_write_text, read_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.progress import on_terminal
@@ -114,7 +114,7 @@ def build_corpus(home: Home, max_bytes: int) -> Path:
 
 def pipeline_config(home: Home, corpus: Path):
     """The starter config for the corpus; the store version of an earlier identical run is reused."""
-    from pipeline.runner import stored_config  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.runner import stored_config_hash  # lazy: command body: `millrace --help` loads no datatrove
     from pipeline.starter import init_config  # lazy: command body: `millrace --help` stays light
     from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest  # lazy: numpy
 
@@ -126,7 +126,7 @@ def pipeline_config(home: Home, corpus: Path):
     for existing in sorted((home.stores / STORE).glob("*/store.json"), reverse=True):
         store = read_artifact(existing, STORE_KIND, StoreManifest, (SCHEMA_VERSION,))
         candidate = config.model_copy(update={"output": config.output.model_copy(update={"version": store.version})})
-        if store.config_hash == content_hash(stored_config(candidate)):
+        if store.config_hash == stored_config_hash(candidate):
             log.info("reusing store %s/%s", STORE, store.version)
             return candidate
     return config

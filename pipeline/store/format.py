@@ -41,7 +41,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pydantic
@@ -51,6 +51,7 @@ from millrace.artifacts import atomic_output, read_envelope, sha256_file, write_
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
+from pipeline.store.config_record import PipelineRecord
 from pipeline.store.manifest_records import CellStats, Counts, Funnel, Overlap, StoreStats
 
 if TYPE_CHECKING:  # tokenizers loads when a tokenizer is read, not with the store's format
@@ -288,7 +289,8 @@ class StoreManifest(Model):
     cells: dict[str, CellSummary]
     # Source names; a shard's `.src` sidecar holds indices into this list.
     sources: list[str] = []
-    pipeline_config: dict[str, Any] = {}
+    # The config it was built from (None: a stats-only store, built from none; `{}` on disk, as before).
+    pipeline_config: PipelineRecord | None = None
     config_hash: str | None = None
     # Per funnel step, per source: received/kept/removed counts and reasons (`{}` in a stats-only store).
     funnel: Funnel = pydantic.Field(default_factory=Funnel)
@@ -298,6 +300,16 @@ class StoreManifest(Model):
     sets: dict[str, EvalSetSummary] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
     # Other files the store carries (the fitted models under models/): relative path -> sha256.
     files: dict[str, str] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
+
+    @pydantic.field_validator("pipeline_config", mode="before")
+    @classmethod
+    def _none_when_empty(cls, value: object) -> object:
+        return None if value == {} else value
+
+    @pydantic.field_serializer("pipeline_config")
+    def _empty_when_none(self, value: PipelineRecord | None, info: pydantic.SerializationInfo) -> object:
+        """`{}` for none, as stores were always written (shipped revisions pin stats-only stores' hashes)."""
+        return {} if value is None else value.model_dump(mode=info.mode)
 
 
 class Store:
