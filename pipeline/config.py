@@ -32,6 +32,7 @@ through prose filters).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -299,7 +300,7 @@ def resolve_paths(config: PipelineConfig, base: Path, origin: str) -> PipelineCo
     return config.model_copy(update={"sources": sources, "tokenizer": tokenizer})
 
 
-def parse_pipeline_config(data: dict[str, Any], origin: str, base: Path) -> PipelineConfig:
+def parse_pipeline_config(data: Mapping[str, object], origin: str, base: Path) -> PipelineConfig:
     config = validate(PipelineConfig, data, origin)
     _check_filter_options(config, origin)
     return resolve_paths(config, base, origin)

@@ -38,6 +38,7 @@ from millrace.config import StrictModel, load_config
 from millrace.errors import ArtifactError, ConfigError, first_validation_error
 from millrace.jsonl import append_line, drop_torn_tail, parse_stream
 from millrace.names import NAME_PATTERN
+from trainer.fleet.config import FleetConfig
 from trainer.records import EvalFigures, Number, Record
 
 PLAN_FILE = "plan.json"
@@ -175,7 +176,7 @@ class SearchSpec(StrictModel):
     reuse: list[Annotated[str, pydantic.Field(pattern=NAME_PATTERN)]] = pydantic.Field(
         [], description="earlier searches whose rows count where their cells' content is unchanged (Olmix reuse)"
     )
-    fleet: dict[str, Any] = pydantic.Field({}, description="how proxies run: trainer.fleet.FleetConfig's fields")
+    fleet: FleetConfig = pydantic.Field(FleetConfig(), description="how proxies run (trainer.fleet)")
 
     @pydantic.model_validator(mode="after")
     def _phase_names(self) -> SearchSpec:
@@ -267,15 +268,27 @@ class PlannedProxy(ProxyName):
     phases: list[PhaseWeights]
 
 
+class PlanSampling(Record):
+    """How the proxies' mixtures were drawn (`trainer.search.sampling.sample_mixtures`)."""
+
+    distribution: str  # "dirichlet"
+    centre: str  # the spec's `sampling.prior`
+    concentrations: list[float]
+    seed: int
+    bounded_by: str
+
+
 class PlanHead(Record):
     """What plan.json holds besides the weights (the same in memory and on disk)."""
 
     search: str
     spec_file: str
-    spec: dict[str, Any]
+    # The search file as it was planned, kept for the record: a `SearchSpec` now would refuse one planned
+    # before a change to the search file's options, so it is kept as the JSON it is.
+    spec: dict[str, pydantic.JsonValue]
     store: StoreRef
     components: list[Component]
-    sampling: dict[str, Any] = {}
+    sampling: PlanSampling | None = None  # None: a plan written without it
     branch: BranchPoint
     budget: ProxyBudget
     total_flops: Number = None
@@ -396,6 +409,16 @@ class Provenance(Record):
     prior_predicted: Number = None
 
 
+class ProposalConstraints(Record):
+    """The constraints the proposal was optimised under (the spec's, and each phase's planned tokens)."""
+
+    epoch_cap: float
+    min_share: float
+    max_share: float
+    max_distance: float | None = None
+    phase_tokens: list[int]
+
+
 class ProposalRecord(Record):
     search: str
     mixture: str
@@ -407,7 +430,7 @@ class ProposalRecord(Record):
     prior: list[PhaseWeights]
     cells: dict[str, dict[str, float]] = {}  # phase -> cell -> weight, as the revision file has it
     fixed: list[str] = []  # components kept at the prior (mixture reuse)
-    constraints: dict[str, Any] = {}
+    constraints: ProposalConstraints | None = None  # None: a record written without them
     provenance: Provenance
 
 
