@@ -57,6 +57,7 @@ class _Watchdog:
         self._lock = threading.Lock()
         self._previous_fd = -1
         self._read = self._write = -1
+        self._reading = False  # a thread reads the pipe and owns its read end
 
     def start(self) -> None:
         _received.set()
@@ -74,16 +75,24 @@ class _Watchdog:
         if self._previous_fd != -1:  # someone else's: left to them
             signal.set_wakeup_fd(self._previous_fd)
         else:
-            threading.Thread(target=self._read_signals, name="millrace-sigterm-watch", daemon=True).start()
+            self._reading = True
+            threading.Thread(
+                target=self._read_signals, args=(self._read,), name="millrace-sigterm-watch", daemon=True
+            ).start()
 
-    def _read_signals(self) -> None:
-        with contextlib.suppress(OSError):
-            while data := os.read(self._read, 64):
-                # only while SIGTERM is ours: a training loop's `StopRequest` takes it as a request to finish its
-                # step and checkpoint, which may take longer than the grace
-                ours = signal.getsignal(signal.SIGTERM) is self.handler
-                if signal.SIGTERM in data and ours and os.getpid() == _installer[0]:
-                    self.start()
+    def _read_signals(self, read: int) -> None:
+        """Owns the pipe's read end and closes it at EOF (`close` shut the write end): were it closed by `close`
+        before this thread first reads, its number could be reused (a subprocess's stdout pipe) and read here."""
+        try:
+            with contextlib.suppress(OSError):
+                while data := os.read(read, 64):
+                    # only while SIGTERM is ours: a training loop's `StopRequest` takes it as a request to finish
+                    # its step and checkpoint, which may take longer than the grace
+                    ours = signal.getsignal(signal.SIGTERM) is self.handler
+                    if signal.SIGTERM in data and ours and os.getpid() == _installer[0]:
+                        self.start()
+        finally:
+            os.close(read)
 
     def close(self) -> None:
         with self._lock:
@@ -91,9 +100,11 @@ class _Watchdog:
                 self._timer.cancel()
         if self._previous_fd == -1 and self._write != -1:
             signal.set_wakeup_fd(-1)
-        for fd in (self._write, self._read):
+        owned = (self._write,) if self._reading else (self._write, self._read)
+        for fd in owned:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        self._read = self._write = -1
 
 
 _installer = [0]  # the pid that installed the handler: a forked child (the HTML extractor's sandbox) is not it

@@ -50,7 +50,6 @@ import functools
 import itertools
 import json
 import logging
-import os
 import shutil
 import signal
 from collections.abc import Callable
@@ -67,6 +66,7 @@ from millrace.artifacts import atomic_write_text, content_hash, parse_artifact, 
 from millrace.errors import ArtifactError, ConfigError, MillraceError, disk_full_cause
 from millrace.home import Home
 from millrace.logs import loguru_to_logging
+from millrace.ray_cluster import connect_ray
 from millrace.signals import TerminateSignal, sigterm_received
 from millrace.writer_lock import WriterLock
 from pipeline.config import EXTRACTED_FORMATS, PipelineConfig
@@ -242,41 +242,13 @@ def _executor(
     if kind == "slurm":  # a chain of jobs submitted at once, not a phase run from here
         raise ConfigError("field 'executor.kind': slurm runs through pipeline.slurm.submit (millrace pipeline run)")
     if kind == "ray":
-        import ray  # lazy: optional extra (ray)
         from datatrove.executor import RayPipelineExecutor  # lazy: heavy (datatrove)
 
-        if not ray.is_initialized():
-            _init_ray(workers)
+        connect_ray(workers)
         return RayPipelineExecutor(
             pipeline, tasks=tasks, workers=workers, logging_dir=_folder(logging_dir), cpus_per_task=1, mem_per_cpu_gb=1
         )
     return _local_executor(pipeline, tasks, min(workers, tasks), logging_dir)
-
-
-class RayConnectError(MillraceError):
-    """The Ray cluster refused the connection (token authentication) or could not be reached."""
-
-
-def _init_ray(workers: int) -> None:
-    """Connect to $RAY_ADDRESS's cluster (else start a local one). A cluster with token authentication refuses a
-    driver without its token: `ray.init` raises `AuthenticationError` where RAY_AUTH_MODE=token has no token,
-    and a bare `ConnectionError` after its retries where the token is missing or wrong; one line each."""
-    # lazy: optional extra (ray), heavy
-    import ray
-    from ray.exceptions import AuthenticationError
-
-    address = os.environ.get("RAY_ADDRESS")
-    try:
-        ray.init(address=address, num_cpus=None if address else workers, include_dashboard=False, log_to_driver=False)
-    except AuthenticationError as exc:
-        raise RayConnectError(
-            f"Ray cluster {address or '(local)'}: token authentication: {' '.join(str(exc).split())}"
-        ) from None
-    except ConnectionError as exc:
-        raise RayConnectError(
-            f"Ray cluster {address or '(local)'}: {exc}; a cluster with token authentication needs "
-            "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this environment"
-        ) from None
 
 
 def _folder(logging_dir: Path | DataFolder) -> str | DataFolder:

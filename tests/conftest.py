@@ -4,8 +4,9 @@ a fixture used in more than one directory lives here, one used in one directory 
 from __future__ import annotations
 
 import signal
+import threading
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,25 @@ from testkit.stores import build_mixture, make_store
 # and so would every command a test starts; the Ctrl-C drills need it delivered.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_kept() -> Iterator[None]:
+    """Every test leaves this process's signal handlers as it found them, and fails where it does not: the
+    processes later tests fork inherit them (ray.init's SIGTERM handler, once left behind, made a forked pool
+    worker outlive SIGTERM and its pool's shutdown wait for it forever)."""
+    before = {number: signal.getsignal(number) for number in KEPT_SIGNALS}
+    yield
+    if threading.current_thread() is not threading.main_thread():
+        return
+    changed = [number.name for number, handler in before.items() if signal.getsignal(number) != handler]
+    for number, handler in before.items():
+        if handler is not None:
+            signal.signal(number, handler)
+    assert not changed, f"the test left its own handler for {', '.join(changed)} in place"
 
 # Fixtures that cost tens of seconds (a trained run, a real Chromium, models fitted on a corpus): a test that takes
 # one, directly or through another fixture, is `slow` (`make test-fast` leaves it out), so the cost never lands on

@@ -33,6 +33,36 @@ with signals.sigterm_as_interrupt():
         time.sleep(30)  # an unwinding that never ends (a pool that cannot be shut down)
 """
 
+# Many short commands in one process (the tests call `millrace.cli.main` in-process): after each, a new pipe takes
+# the number of the watchdog's closed one, and a byte written to it must still be there a moment later. A watch
+# thread scheduled late once read it: a subprocess's stdout, gone from `subprocess.run`'s output.
+REUSED = """
+import os, sys, time
+from millrace.signals import sigterm_as_interrupt
+sys.setswitchinterval(1e-6)  # switch threads as often as possible: a late watch thread is the race's one side
+stolen = 0
+for _ in range(300):
+    with sigterm_as_interrupt(["x"]):
+        pass
+    read, write = os.pipe()
+    os.write(write, b"x")
+    time.sleep(0.002)
+    os.set_blocking(read, False)
+    try:
+        stolen += os.read(read, 8) != b"x"
+    except BlockingIOError:
+        stolen += 1
+    os.close(read)
+    os.close(write)
+print(stolen)
+"""
+
+
+def test_the_watch_thread_never_reads_a_pipe_number_the_block_gave_back():
+    done = subprocess.run([sys.executable, "-c", REUSED], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "0", f"{done.stdout.strip()} of 300 bytes were read by a finished watch thread"
+
 
 def test_a_forked_child_ends_by_the_signal_without_a_traceback():
     done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=60)

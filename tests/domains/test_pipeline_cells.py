@@ -7,6 +7,7 @@ import pytest
 import zstandard
 
 from millrace.home import Home
+from millrace.ray_cluster import connect_ray
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.cli import store_summary
@@ -181,7 +182,7 @@ def test_the_ray_executor_with_several_worker_processes_gives_the_identical_stor
 
     ray = pytest.importorskip("ray")
     root, sources, _, path = built
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    connect_ray(2)
     try:
         other = _build(root, sources, tasks=2, executor="ray", workers=2)
     finally:

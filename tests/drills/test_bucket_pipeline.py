@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from millrace.home import Home
+from millrace.ray_cluster import connect_ray
 from pipeline.config import parse_pipeline_config
 from pipeline.remote_work import DRIVER_READS, SCRATCH_PREFIX
 from pipeline.runner import PipelineError, run_pipeline
@@ -169,7 +170,7 @@ def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fre
         )
         killer = TaskKiller(scratch, "tokenize")
         killer.start()
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        connect_ray(2)
         try:
             with contextlib.suppress(PipelineError):  # the killed task's rank, if Ray gave up on it: rerun below
                 run_pipeline(on_bucket, Home.resolve(tmp_path / "home-driver"))

@@ -2,7 +2,7 @@
 names the cluster and the setting to give, not ray's traceback. RAY_AUTH_MODE=token without a token is refused by
 ray.init itself (ray's own `AuthenticationError`) before it connects, so no cluster is started here; ray reads
 RAY_AUTH_MODE when it is imported, hence a fresh process. (A driver without RAY_AUTH_MODE gets a bare
-`ConnectionError` after ray's retries; `_init_ray` words it the same way.)"""
+`ConnectionError` after ray's retries; `connect_ray` words it the same way.)"""
 
 import os
 import subprocess
@@ -15,9 +15,9 @@ from testkit.s3 import free_port
 
 DRIVER = """
 from millrace.errors import MillraceError
-from pipeline.runner import _init_ray
+from millrace.ray_cluster import connect_ray
 try:
-    _init_ray(1)
+    connect_ray(1)
 except MillraceError as exc:
     raise SystemExit(f"{type(exc).__name__}: {exc}")
 """

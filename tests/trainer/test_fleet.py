@@ -14,6 +14,7 @@ import pytest
 
 from millrace.errors import MillraceError
 from millrace.home import Home
+from millrace.ray_cluster import connect_ray
 from mixtures.build import build
 from mixtures.new import new_revision
 from testkit.stores import make_store
@@ -201,7 +202,7 @@ def test_a_slurm_job_trains_what_the_in_process_fleet_trains(fleet_home, configs
 def test_a_ray_job_trains_what_the_in_process_fleet_trains(fleet_home, configs, reference):
     """A local Ray of one CPU (its start-up is most of this test's time)."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    connect_ray(1)
     try:
         outcome = run_jobs(fleet_home, [TrainingJob("ray-a", configs[0])], FleetConfig(executor="ray", threads=1))[0]
     finally:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, Protocol
 
 from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
+from millrace.ray_cluster import connect_ray
 from trainer.fleet.config import FleetConfig
 
 
@@ -127,14 +128,7 @@ class RayLauncher:
     def __init__(self, fleet: FleetConfig):
         import ray  # lazy: optional extra (ray)
 
-        address = os.environ.get("RAY_ADDRESS")
-        if not ray.is_initialized():
-            ray.init(
-                address=address,
-                num_cpus=None if address else fleet.concurrency,
-                include_dashboard=False,
-                log_to_driver=False,
-            )
+        connect_ray(fleet.concurrency)
         self.ray = ray
         self.task = ray.remote(num_cpus=1, max_retries=0)(ray_job)
 
