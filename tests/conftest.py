@@ -40,6 +40,7 @@ def signal_handlers_kept() -> Iterator[None]:
             signal.signal(number, handler)
     assert not changed, f"the test left its own handler for {', '.join(changed)} in place"
 
+
 # Fixtures that cost tens of seconds (a trained run, a real Chromium, models fitted on a corpus): a test that takes
 # one, directly or through another fixture, is `slow` (`make test-fast` leaves it out), so the cost never lands on
 # whichever fast test happens to set the fixture up first. Names here must be unique in the suite.
