@@ -151,7 +151,7 @@ class ExecutorConfig(StrictModel):
         description="keep the work directory at <work_url>/<name>/<version> (any fsspec URL): tasks stage their "
         "inputs in a local scratch directory and upload what they write; absent: $MILLRACE_HOME/work",
     )
-    work_storage_options: dict[str, Any] = pydantic.Field(
+    work_storage_options: dict[str, pydantic.JsonValue] = pydantic.Field(
         {},
         exclude=True,  # credentials and endpoints: never recorded
         examples=[{"profile": "cluster"}],
