@@ -193,11 +193,11 @@ class DomainsConfig(DomainsRecord):
         return name
 
 
-def _every_filter_empty() -> dict[str, dict[str, Any]]:
+def _every_filter_empty() -> dict[str, dict[str, pydantic.JsonValue]]:
     return {spec.name: {} for spec in registry.FILTERS}
 
 
-def _checked_filter_table(name: str, options: Any) -> dict[str, Any]:
+def _checked_filter_table(name: str, options: object) -> dict[str, pydantic.JsonValue]:
     """`[filters.<name>]` through the filter's options model; its errors located under `filters.<name>`."""
     try:
         return filter_spec(name).checked_options(options)
@@ -208,7 +208,9 @@ def _checked_filter_table(name: str, options: Any) -> dict[str, Any]:
 
 class PipelineConfig(StrictModel):
     sources: list[SourceConfig] = pydantic.Field(min_length=1)
-    filters: dict[str, dict[str, Any]] = pydantic.Field(default_factory=_every_filter_empty)
+    # each registered filter's options as JSON (what the store records and the filter phase's fingerprint
+    # hashes); datatrove takes lists where its signatures say tuples, as the language rules give them
+    filters: dict[str, dict[str, pydantic.JsonValue]] = pydantic.Field(default_factory=_every_filter_empty)
     dedup: DedupConfig = DedupConfig()
     tokenizer: TokenizerConfig = TokenizerConfig()
     output: OutputConfig = OutputConfig()
