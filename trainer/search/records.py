@@ -38,7 +38,6 @@ from millrace.config import StrictModel, load_config
 from millrace.errors import ArtifactError, ConfigError, first_validation_error
 from millrace.jsonl import append_line, drop_torn_tail, parse_stream
 from millrace.names import NAME_PATTERN
-from trainer.fleet.config import FleetConfig
 from trainer.records import EvalFigures, Number, Record
 
 PLAN_FILE = "plan.json"
@@ -176,7 +175,11 @@ class SearchSpec(StrictModel):
     reuse: list[Annotated[str, pydantic.Field(pattern=NAME_PATTERN)]] = pydantic.Field(
         [], description="earlier searches whose rows count where their cells' content is unchanged (Olmix reuse)"
     )
-    fleet: FleetConfig = pydantic.Field(FleetConfig(), description="how proxies run (trainer.fleet)")
+    # `trainer.fleet.FleetConfig`'s fields, validated by `trainer.search.spec.load_search` (reports import this
+    # module, and it imports no fleet machinery)
+    fleet: dict[str, pydantic.JsonValue] = pydantic.Field(
+        {}, description="how proxies run: trainer.fleet.FleetConfig's fields"
+    )
 
     @pydantic.model_validator(mode="after")
     def _phase_names(self) -> SearchSpec:

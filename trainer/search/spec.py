@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from millrace.config import validate
 from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.config import TrainConfig, load_train_config, with_vocab
@@ -87,5 +88,5 @@ def load_search(path: Path | str, home: Home) -> Search:
         branch_step=branch,
         phase_steps=split_steps(steps, spec.phases.count, spec.phases.switch),
         directory=home.search(spec.search),
-        fleet=spec.fleet,
+        fleet=validate(FleetConfig, spec.fleet, f"{path}: [fleet]"),
     )
