@@ -89,13 +89,13 @@ def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator
 def build_corpus(home: Home, max_bytes: int) -> Path:
     """The corpus under home/corpus/local, rebuilt only when --max-bytes changed (or it is missing)."""
     # lazy: command body: `millrace --help` stays light
-    from pipeline.corpus.builder import SUMMARY_KIND, CorpusRecord, build_local_corpus
+    from pipeline.corpus.builder import SUMMARY_KIND, CorpusManifest, build_local_corpus
 
     out = home.root / "corpus" / STORE
     summary_path = out / "corpus.json"
     if summary_path.exists():
         try:
-            summary = read_artifact(summary_path, SUMMARY_KIND, CorpusRecord)
+            summary = read_artifact(summary_path, SUMMARY_KIND, CorpusManifest)
             if summary.max_bytes == max_bytes:
                 log.info("reusing the corpus at %s (%s documents)", out, summary.documents)
                 return out

@@ -23,7 +23,7 @@ from pydantic import JsonValue
 
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.manifest import read_manifest
+from mixtures.manifest import BuiltManifest, read_manifest
 from mixtures.new import new_revision
 from pipeline.store.format import write_stats_only_store
 from pipeline.store.manifest_records import DomainStats, Funnel, QualityStats, StoreStats
@@ -73,29 +73,54 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
     for domain in range(3):
         for bucket in range(2):
             name = f"c{domain:02d}q{bucket}"
-            docs: list[Document] = []
-            samples: list[dict[str, str]] = []
-            for doc in range(20 + 10 * domain + 5 * bucket):
-                source_id = (doc + domain) % len(SOURCES) if doc % 4 else domain
-                # Zipf unigrams with a per-cell bigram rule: a tiny model's loss can fall
-                tokens = learnable_document(rng, int(rng.integers(50, 400)), 2 * domain + bucket + 1, VOCAB, EOS)
-                docs.append((tokens, source_id))
-                if len(samples) < 2:
-                    text = (
-                        HOSTILE
-                        if (domain, bucket, doc) == (0, 0, 0)
-                        else f"document {doc} of {name}: " + "lorem " * 90
-                    )
-                    samples.append({"id": f"{name}/{doc}", "source": SOURCES[source_id], "text": text[:400]})
-            documents[name] = [docs]
-            cell_stats[name] = {
-                "domain": domain,
-                "bucket": bucket,
-                "label": DOMAIN_LABELS[f"c{domain:02d}"],
-                "score_range": SCORE_RANGES[f"q{bucket}"],
-                "samples": samples,
-                "languages": {"en": len(docs) - len(docs) // 3, "de": len(docs) // 3},
-            }
+            documents[name], cell_stats[name] = _small_cell(rng, name, domain, bucket)
+    return write_store(
+        home,
+        STORE,
+        VERSION,
+        documents,
+        SOURCES,
+        vocab_size=VOCAB,
+        eos_id=EOS,
+        fingerprint="sha256:test-tokenizer",
+        cell_stats=cell_stats,
+        funnel=_small_funnel(),
+        store_stats=StoreStats(
+            domains=DomainStats(k=3, labels=DOMAIN_LABELS),
+            quality=QUALITY_MEANING.model_copy(update={"buckets": 2, "score_ranges": {"*": SCORE_RANGES}}),
+        ),
+    )
+
+
+def _small_cell(
+    rng: np.random.Generator, name: str, domain: int, bucket: int
+) -> tuple[list[list[Document]], dict[str, object]]:
+    """One cell of the small store: its one shard of documents, and its stats with two samples (the very first
+    sample is hostile markup, so the pages' escaping is tested on real data)."""
+    docs: list[Document] = []
+    samples: list[dict[str, str]] = []
+    for doc in range(20 + 10 * domain + 5 * bucket):
+        source_id = (doc + domain) % len(SOURCES) if doc % 4 else domain
+        # Zipf unigrams with a per-cell bigram rule: a tiny model's loss can fall
+        tokens = learnable_document(rng, int(rng.integers(50, 400)), 2 * domain + bucket + 1, VOCAB, EOS)
+        docs.append((tokens, source_id))
+        if len(samples) < 2:
+            text = HOSTILE if (domain, bucket, doc) == (0, 0, 0) else f"document {doc} of {name}: " + "lorem " * 90
+            samples.append({"id": f"{name}/{doc}", "source": SOURCES[source_id], "text": text[:400]})
+    stats: dict[str, object] = {
+        "domain": domain,
+        "bucket": bucket,
+        "label": DOMAIN_LABELS[f"c{domain:02d}"],
+        "score_range": SCORE_RANGES[f"q{bucket}"],
+        "samples": samples,
+        "languages": {"en": len(docs) - len(docs) // 3, "de": len(docs) // 3},
+    }
+    return [docs], stats
+
+
+def _small_funnel() -> Funnel:
+    """The small store's funnel: four steps with removals per source, per-language counts from language id
+    on, and one folder of files no source reads, so every part of the funnel page has something to show."""
     funnel = {
         "stages": [
             _stage("read", {"python-docs": (80, 300, {}), "man-pages": (70, 250, {}), "licenses": (90, 200, {})}),
@@ -143,22 +168,7 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
             "examples": ["a.txt", "b.csv", "c.log"],
         }
     ]
-    return write_store(
-        home,
-        STORE,
-        VERSION,
-        documents,
-        SOURCES,
-        vocab_size=VOCAB,
-        eos_id=EOS,
-        fingerprint="sha256:test-tokenizer",
-        cell_stats=cell_stats,
-        funnel=Funnel.model_validate(funnel),
-        store_stats=StoreStats(
-            domains=DomainStats(k=3, labels=DOMAIN_LABELS),
-            quality=QUALITY_MEANING.model_copy(update={"buckets": 2, "score_ranges": {"*": SCORE_RANGES}}),
-        ),
-    )
+    return Funnel.model_validate(funnel)
 
 
 QUALITY_MEANING = QualityStats(
@@ -272,56 +282,70 @@ def write_contract_metrics(
     cells = sorted(built.cells)
     with open(run_dir / "metrics.jsonl", "w") as stream:
         for step in range(steps):
-            drawn = rng.choice(cells, size=built.global_batch)
+            drawn = [str(c) for c in rng.choice(cells, size=built.global_batch)]
             for c in drawn:
-                realised[str(c)] += built.seq_len
+                realised[c] += built.seq_len
             loss = 6.2 * math.exp(-step / 200) + 2.0 + 0.05 * rng.standard_normal()
-            alerts = Alerts()
-            if spikes and step in spikes:
-                loss = spikes[step]
-                started = AlertEvent(
-                    name="loss_jump", value=loss, threshold=3.0, message=f"loss {loss} above its recent floor"
-                )
-                alerts = Alerts(started=[started], active=["loss_jump"])
-            elif spikes and step - 1 in spikes:
-                alerts = Alerts(ended=["loss_jump"])
-            load = [
-                ExpertLoad(
-                    layer=layer,
-                    load=[1 / CONTRACT_EXPERTS] * CONTRACT_EXPERTS,
-                    max_violation=0.0,
-                    entropy=math.log(CONTRACT_EXPERTS),
-                    window_entropy=0.999 - 0.01 * (step % 3 == 0),
-                    dead_experts=int(step % 50 == 0),
-                )
-                for layer in range(CONTRACT_LAYERS)
-            ]
-            record = MetricsRecord(
-                step=step,
-                time=1.7e9 + step,
-                phase="main",
-                loss=loss,
-                lr=3e-4,
-                tokens=(step + 1) * built.global_batch * built.seq_len,
-                tokens_per_second=5e4,
-                mfu=0.03,
-                data_wait_fraction=0.02,
-                grad_norm=1.0,
-                param_norm=120.0,
-                param_norm_with_router_bias=120.5,
-                param_norm_per_group={"experts": 100.0, "attention": 60.0 + step * 1e-3},
-                router_bias=[
-                    RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(CONTRACT_LAYERS)
-                ],
-                expert_load=load,
-                loss_per_cell={str(c): loss for c in sorted(set(drawn))},
-                loss_per_source=dict.fromkeys(SOURCES, loss),
-                realised_tokens_per_cell=dict(realised),
-                alerts=alerts,
-                skipped_steps=0,
-            )
+            loss, alerts = _contract_alerts(step, loss, spikes or {})
+            record = _contract_record(built, step, loss, alerts, sorted(set(drawn)), realised)
             stream.write(record.line() + "\n")
     return run_dir
+
+
+def _contract_alerts(step: int, loss: float, spikes: dict[int, float]) -> tuple[float, Alerts]:
+    """A step's loss and alerts as the trainer's health rules write them: a spike replaces the loss and starts a
+    loss_jump alert, which ends at the next step."""
+    if step in spikes:
+        loss = spikes[step]
+        started = AlertEvent(
+            name="loss_jump", value=loss, threshold=3.0, message=f"loss {loss} above its recent floor"
+        )
+        return loss, Alerts(started=[started], active=["loss_jump"])
+    if step - 1 in spikes:
+        return loss, Alerts(ended=["loss_jump"])
+    return loss, Alerts()
+
+
+def _contract_record(
+    built: BuiltManifest, step: int, loss: float, alerts: Alerts, drawn: list[str], realised: dict[str, int]
+) -> MetricsRecord:
+    """One step's metrics record with every field of the contract set, on a balanced MoE of the contract's
+    shape, so that each chart of the training page has data."""
+    load = [
+        ExpertLoad(
+            layer=layer,
+            load=[1 / CONTRACT_EXPERTS] * CONTRACT_EXPERTS,
+            max_violation=0.0,
+            entropy=math.log(CONTRACT_EXPERTS),
+            window_entropy=0.999 - 0.01 * (step % 3 == 0),
+            dead_experts=int(step % 50 == 0),
+        )
+        for layer in range(CONTRACT_LAYERS)
+    ]
+    return MetricsRecord(
+        step=step,
+        time=1.7e9 + step,
+        phase="main",
+        loss=loss,
+        lr=3e-4,
+        tokens=(step + 1) * built.global_batch * built.seq_len,
+        tokens_per_second=5e4,
+        mfu=0.03,
+        data_wait_fraction=0.02,
+        grad_norm=1.0,
+        param_norm=120.0,
+        param_norm_with_router_bias=120.5,
+        param_norm_per_group={"experts": 100.0, "attention": 60.0 + step * 1e-3},
+        router_bias=[
+            RouterBias(layer=layer, norm=0.01 * step, max_abs=0.001 * step) for layer in range(CONTRACT_LAYERS)
+        ],
+        expert_load=load,
+        loss_per_cell=dict.fromkeys(drawn, loss),
+        loss_per_source=dict.fromkeys(SOURCES, loss),
+        realised_tokens_per_cell=dict(realised),
+        alerts=alerts,
+        skipped_steps=0,
+    )
 
 
 def _eval_block(cell: dict[str, float], base: float, scale: float) -> dict[str, object]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from millrace.artifacts import read_artifact, read_envelope
 from millrace.home import Home
 from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
 from pipeline.store.format import (
@@ -46,43 +47,10 @@ def make_manifest(
     document_run: int = 1,
 ) -> Path:
     """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
-    from millrace.artifacts import read_artifact, read_envelope
-
     envelope = read_envelope(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
     store = envelope.model(StoreManifest)
-    cells = {}
-    for name, summary in store.cells.items():
-        shards = 0
-        if not store.stats_only:
-            cell = read_artifact(
-                store_root / "cells" / name / "cell.json", "millrace.cell", CellManifest, (CELL_SCHEMA_VERSION,)
-            )
-            shards = len(cell.shards.names)
-        cells[name] = ManifestCell(
-            name=name,
-            available_tokens=summary.tokens,
-            documents=summary.documents,
-            sequences_available=max(0, (summary.tokens - 1) // seq_len),
-            cell_manifest_hash=summary.manifest_hash,
-            shards=shards,
-        )
-    built_phases, position = [], 0
-    for p, counts in enumerate(phases):
-        sequences = sum(counts.values())
-        assert sequences % global_batch == 0, "test counts must fill whole batches"
-        built_phases.append(
-            ManifestPhase(
-                name=(phase_names or [f"phase{i}" for i in range(len(phases))])[p],
-                token_budget=sequences * seq_len,
-                start_position=position,
-                sequences=sequences,
-                start_step=position // global_batch,
-                steps=sequences // global_batch,
-                counts=counts,
-                declared_weights={c: n / sequences for c, n in counts.items()},
-            )
-        )
-        position += sequences
+    built_phases = _phases(phases, seq_len, global_batch, phase_names or [f"phase{i}" for i in range(len(phases))])
+    position = sum(phase.sequences for phase in built_phases)
     manifest = BuiltManifest(
         mixture=mixture,
         revision=revision,
@@ -99,7 +67,7 @@ def make_manifest(
         epoch_cap=8.0,
         document_block=document_block,
         document_run=document_run,
-        cells=cells,
+        cells=_cells(store_root, store, seq_len),
         phases=built_phases,
         total_sequences=position,
         total_steps=position // global_batch,
@@ -107,3 +75,48 @@ def make_manifest(
     path = manifest_path(home, store.name, store.version, mixture, revision)
     write_manifest(path, manifest)
     return path
+
+
+def _cells(store_root: Path, store: StoreManifest, seq_len: int) -> dict[str, ManifestCell]:
+    """The manifest's cells as the store declares them (shard counts from each cell.json; none in a stats-only
+    store), so that the loader pins and opens exactly what is on disk."""
+    cells = {}
+    for name, summary in store.cells.items():
+        shards = 0
+        if not store.stats_only:
+            cell = read_artifact(
+                store_root / "cells" / name / "cell.json", "millrace.cell", CellManifest, (CELL_SCHEMA_VERSION,)
+            )
+            shards = len(cell.shards.names)
+        cells[name] = ManifestCell(
+            name=name,
+            available_tokens=summary.tokens,
+            documents=summary.documents,
+            sequences_available=max(0, (summary.tokens - 1) // seq_len),
+            cell_manifest_hash=summary.manifest_hash,
+            shards=shards,
+        )
+    return cells
+
+
+def _phases(phases: list[dict[str, int]], seq_len: int, global_batch: int, names: list[str]) -> list[ManifestPhase]:
+    """Phases with exactly the test's counts, one after the other; each must fill whole batches, as a built
+    manifest's do."""
+    built, position = [], 0
+    for index, counts in enumerate(phases):
+        sequences = sum(counts.values())
+        assert sequences % global_batch == 0, "test counts must fill whole batches"
+        built.append(
+            ManifestPhase(
+                name=names[index],
+                token_budget=sequences * seq_len,
+                start_position=position,
+                sequences=sequences,
+                start_step=position // global_batch,
+                steps=sequences // global_batch,
+                counts=counts,
+                declared_weights={c: n / sequences for c, n in counts.items()},
+            )
+        )
+        position += sequences
+    return built

@@ -61,52 +61,18 @@ def write_store(
     documents (one validation shard); `eval_sets[name]` an external evaluation set's documents (one shard under
     sets/<name>/, as the pipeline's held-out split writes it); returns the store directory."""
     root = home.store(name, version)
-    summaries = {}
-    for cell, shards in sorted(cells.items()):
-        counts: dict[str, Counts] = {}
-        infos = [
-            _write_shard(root / "cells" / cell / f"shard_{index:05d}", shard, sources, bytes_per_token, counts)
-            for index, shard in enumerate(shards)
-        ]
-        documents, tokens = sum(i.documents for i in infos), sum(i.tokens for i in infos)
-        held = HeldOut()
-        if validation.get(cell):
-            held_sources: dict[str, Counts] = {}
-            info = _write_shard(
-                root / "cells" / cell / "validation-00000",
-                validation[cell],
-                sources,
-                bytes_per_token,
-                held_sources,
-                durable=True,
-            )
-            held = HeldOut(
-                documents=info.documents,
-                tokens=info.tokens,
-                bytes=info.tokens * bytes_per_token,
-                shards=[info],
-                sources=held_sources,
-            )
-        manifest = CellManifest(
-            cell=cell,
-            dtype="uint16",
-            tokenizer_fingerprint=fingerprint,
-            documents=documents,
-            tokens=tokens,
-            bytes=tokens * bytes_per_token,
-            shards=ShardTable.of(infos),
-            sources=counts,
-            stats=CellStats.model_validate(cell_stats.get(cell, {})),
-            validation=held,
+    summaries = {
+        cell: _write_cell(
+            root / "cells" / cell,
+            shards,
+            validation.get(cell, ()),
+            sources,
+            bytes_per_token,
+            fingerprint,
+            CellStats.model_validate(cell_stats.get(cell, {})),
         )
-        summaries[cell] = CellSummary(
-            documents=documents,
-            tokens=tokens,
-            bytes=tokens * bytes_per_token,
-            validation_documents=held.documents,
-            validation_tokens=held.tokens,
-            manifest_hash=write_cell_manifest(root / "cells" / cell, manifest),
-        )
+        for cell, shards in sorted(cells.items())
+    }
     sets = {
         set_name: _write_eval_set(root / "sets" / set_name, set_name, documents, sources, bytes_per_token, fingerprint)
         for set_name, documents in sorted(eval_sets.items())
@@ -130,18 +96,66 @@ def write_store(
     return root
 
 
-def _write_eval_set(
-    set_dir: Path, name: str, documents: Sequence[Document], sources: list[str], bytes_per_token: int, fingerprint: str
-) -> EvalSetSummary:
+def _write_cell(
+    cell_dir: Path,
+    shards: Sequence[Sequence[Document]],
+    held_out: Sequence[Document],
+    sources: list[str],
+    bytes_per_token: int,
+    fingerprint: str,
+    stats: CellStats,
+) -> CellSummary:
+    """One cell as the pipeline's assembly writes it: its training shards, a validation shard when it has
+    held-out documents, and its cell.json; returns the store manifest's summary of it."""
     counts: dict[str, Counts] = {}
-    info = _write_shard(set_dir / "set-00000", documents, sources, bytes_per_token, counts, durable=True)
-    held = HeldOut(
+    infos = [
+        _write_shard(cell_dir / f"shard_{index:05d}", shard, sources, bytes_per_token, counts)
+        for index, shard in enumerate(shards)
+    ]
+    documents, tokens = sum(i.documents for i in infos), sum(i.tokens for i in infos)
+    held = (
+        _write_held_out(cell_dir / "validation-00000", held_out, sources, bytes_per_token) if held_out else HeldOut()
+    )
+    manifest = CellManifest(
+        cell=cell_dir.name,
+        dtype="uint16",
+        tokenizer_fingerprint=fingerprint,
+        documents=documents,
+        tokens=tokens,
+        bytes=tokens * bytes_per_token,
+        shards=ShardTable.of(infos),
+        sources=counts,
+        stats=stats,
+        validation=held,
+    )
+    return CellSummary(
+        documents=documents,
+        tokens=tokens,
+        bytes=tokens * bytes_per_token,
+        validation_documents=held.documents,
+        validation_tokens=held.tokens,
+        manifest_hash=write_cell_manifest(cell_dir, manifest),
+    )
+
+
+def _write_held_out(path: Path, documents: Sequence[Document], sources: list[str], bytes_per_token: int) -> HeldOut:
+    """Held-out documents (a cell's validation split or an external set) in one durable shard, with their counts."""
+    counts: dict[str, Counts] = {}
+    info = _write_shard(path, documents, sources, bytes_per_token, counts, durable=True)
+    return HeldOut(
         documents=info.documents,
         tokens=info.tokens,
         bytes=info.tokens * bytes_per_token,
         shards=[info],
         sources=counts,
     )
+
+
+def _write_eval_set(
+    set_dir: Path, name: str, documents: Sequence[Document], sources: list[str], bytes_per_token: int, fingerprint: str
+) -> EvalSetSummary:
+    """An external evaluation set under sets/<name>/: its shard and set.json; returns the store's summary of it."""
+    held = _write_held_out(set_dir / "set-00000", documents, sources, bytes_per_token)
     manifest = EvalSetManifest(
         name=name, dtype="uint16", tokenizer_fingerprint=fingerprint, held=held, overlap=Overlap()
     )

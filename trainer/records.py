@@ -27,6 +27,7 @@ from millrace.errors import ArtifactError, first_validation_error
 from millrace.jsonl import Check, Parse, Repaired, has_step, last_parsed, model_lines, parse_stream
 from millrace.names import artifact_name
 from millrace.writer_lock import holder_state
+from mixtures.manifest import LineageRange
 
 RUN_FILE = "run.json"
 RUN_KIND = "millrace.run"
@@ -83,13 +84,11 @@ ObservedStatus = Literal["running", "completed", "stopped", "interrupted", "fail
 FINISHED: frozenset[ObservedStatus] = frozenset({"completed", "stopped", "interrupted", "failed", "stale"})
 
 
-class RevisionRange(Record):
-    """The steps [start_step, stop_step) a run drew from one revision (and the manifest it pinned)."""
+class TrainedRange(LineageRange):
+    """The steps [start_step, stop_step) a run trained on one revision: a lineage's range (the revision, its
+    steps, the manifest it pinned) and the run that trained them (a run started from another's checkpoint
+    keeps that run's ranges)."""
 
-    revision: str
-    manifest_hash: str
-    start_step: int
-    stop_step: int
     run: str | None = None
 
 
@@ -120,8 +119,8 @@ class RunRecord(Record):
     revision: str | None = None
     manifest_hash: str | None = None
     manifest_path: str | None = None
-    revisions: list[RevisionRange] = pydantic.Field(default_factory=list)
-    lineage: list[RevisionRange] = pydantic.Field(default_factory=list)
+    revisions: list[TrainedRange] = pydantic.Field(default_factory=list)  # what this run trained, in step order
+    lineage: list[LineageRange] = pydantic.Field(default_factory=list)  # its manifest's lineage, as built
     store: RunStore | None = None
     planned_tokens_per_cell: dict[str, int] = pydantic.Field(default_factory=dict)
     total_steps: int | None = None

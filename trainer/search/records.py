@@ -109,7 +109,7 @@ class ComponentsSpec(StrictModel):
     tail_tokens: int = pydantic.Field(0, ge=0, description="cells with fewer tokens merge into one 'tail'")
 
 
-class TargetSpec(StrictModel):
+class TargetMetricSpec(StrictModel):
     """What the search minimises: macro held-out BPB over cells, one external set, or a weighted sum of metrics
     (`bpb.macro`, `bpb.set.NAME`, `bpb.cell.c00q0`, `loss.domain.c03` ...)."""
 
@@ -118,7 +118,7 @@ class TargetSpec(StrictModel):
     weights: dict[str, float] = {}
 
     @pydantic.model_validator(mode="after")
-    def _consistent(self) -> TargetSpec:
+    def _consistent(self) -> TargetMetricSpec:
         if self.kind == "set" and not self.set:
             raise ValueError("kind 'set' needs 'set', the external set's name")
         if self.kind == "weighted" and not self.weights:
@@ -168,7 +168,7 @@ class SearchSpec(StrictModel):
     sampling: SamplingSpec = SamplingSpec()
     phases: PhasesSpec = PhasesSpec()
     components: ComponentsSpec = ComponentsSpec()
-    target: TargetSpec = TargetSpec()
+    target: TargetMetricSpec = TargetMetricSpec()
     constraints: ConstraintsSpec = ConstraintsSpec()
     validation: ValidationSpec = ValidationSpec()
     eval: SearchEvalSpec = SearchEvalSpec()
