@@ -22,7 +22,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+KEPT_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+)  # not SIGCHLD: torch's DataLoader sets its own, once per process, by design
 
 
 @pytest.fixture(autouse=True)
