@@ -22,10 +22,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-KEPT_SIGNALS = (
-    signal.SIGTERM,
-    signal.SIGINT,
-)  # not SIGCHLD: torch's DataLoader sets its own, once per process, by design
+# Not SIGCHLD: torch's DataLoader installs its own, chained to the previous one, once per process by design.
+KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @pytest.fixture(autouse=True)
