@@ -120,19 +120,47 @@ def run_once(tmp: Path, documents_per_file: int, server, proxy) -> dict:
     """One pipeline run on the bucket; the bytes per client and each stage's largest task."""
     import fsspec
 
-    import bench.bench_pipeline_scale as scale
     from millrace.home import Home
-    from pipeline.config import parse_pipeline_config
     from pipeline.runner import run_pipeline
+
+    name = f"c{documents_per_file}"
+    opts = {**server.storage_options, "client_kwargs": {"endpoint_url": proxy.endpoint, "region_name": "us-east-1"}}
+    config = _bucket_config(tmp, documents_per_file, name, opts)
+    proxy.reset()
+    run_pipeline(config, Home.resolve(tmp / f"home-{documents_per_file}"))
+    counts, driver_paths = proxy.totals(), proxy.read_by_path(DRIVER)  # before this bench's own reads below
+    fs, _ = fsspec.core.url_to_fs("s3://data", **opts)
+    root = f"data/work/{name}/2026.01.01"
+    listing = {p[len(root) + 1 :]: int(i["size"]) for p, i in fs.find(root, detail=True).items()}
+    sources = {p: int(i["size"]) for p, i in fs.find(f"data/{name}", detail=True).items()}
+    known = {"removal_rows": _removal_rows(fs, root), "part_slices": _part_slices(fs, root)}
+    others = {client: entry for client, entry in counts.items() if not client.startswith("millrace-")}
+    return {
+        "driver": counts.get(DRIVER, {"read": 0, "written": 0}),
+        "stages": _largest_tasks(
+            counts, lambda kind, rank: _own_inputs(fs, root, listing, sources, kind, rank, known)
+        ),
+        "corpus": sum(sources.values()),
+        "signatures": sum(size for rel, size in listing.items() if rel.startswith("signatures/")),
+        "others": others,
+        "driver_areas": _driver_areas(driver_paths),
+        "driver_files": {path.replace(name, "<corpus>"): n for path, n in sorted(driver_paths.items())},
+        "driver_sources": sum(n for path, n in driver_paths.items() if path.startswith(f"/data/{name}/")),
+    }
+
+
+def _bucket_config(tmp: Path, documents_per_file: int, name: str, opts: dict):
+    """The corpus written and uploaded to s3://data/<name>, and a pipeline config with everything on the bucket
+    (sources, work directory, store) through the counting proxy."""
+    import bench.bench_pipeline_scale as scale
+    from pipeline.config import parse_pipeline_config
     from testkit.s3 import upload_tree
 
     scale.DOCS_PER_FILE = documents_per_file
     corpus = tmp / f"corpus-{documents_per_file}"
     scale.write_corpus(corpus, documents_per_file * FILES)
-    opts = {**server.storage_options, "client_kwargs": {"endpoint_url": proxy.endpoint, "region_name": "us-east-1"}}
-    name = f"c{documents_per_file}"
     upload_tree(corpus, f"s3://data/{name}", opts)
-    config = parse_pipeline_config(
+    return parse_pipeline_config(
         {
             "sources": [
                 {"name": "web", "paths": [f"s3://data/{name}"], "language_id": False, "storage_options": opts}
@@ -152,14 +180,11 @@ def run_once(tmp: Path, documents_per_file: int, server, proxy) -> dict:
         "bench",
         tmp,
     )
-    proxy.reset()
-    run_pipeline(config, Home.resolve(tmp / f"home-{documents_per_file}"))
-    counts, driver_paths = proxy.totals(), proxy.read_by_path(DRIVER)  # before this bench's own reads below
-    fs, _ = fsspec.core.url_to_fs("s3://data", **opts)
-    root = f"data/work/{name}/2026.01.01"
-    listing = {p[len(root) + 1 :]: int(i["size"]) for p, i in fs.find(root, detail=True).items()}
-    sources = {p: int(i["size"]) for p, i in fs.find(f"data/{name}", detail=True).items()}
-    known = {"removal_rows": _removal_rows(fs, root), "part_slices": _part_slices(fs, root)}
+
+
+def _largest_tasks(counts: dict[str, dict], own_inputs) -> dict[str, dict]:
+    """Per task kind (every round of the dedup's components as one kind), the task that read the most: its bytes
+    read, its own inputs' bytes (`own_inputs(kind, rank)`) and its rank."""
     stages: dict[str, dict] = {}
     for client, entry in counts.items():
         if not client.startswith("millrace-") or client == DRIVER:
@@ -167,26 +192,18 @@ def run_once(tmp: Path, documents_per_file: int, server, proxy) -> dict:
         kind, rank = client[len("millrace-") :].rsplit("-", 1)
         kind = kind.rsplit("-", 1)[0] if kind.startswith("dedup.components") else kind  # every round as one kind
         if entry["read"] > stages.get(kind, {}).get("read", -1):
-            own = _own_inputs(fs, root, listing, sources, kind, int(rank), known)
-            stages[kind] = {"read": entry["read"], "own": own, "rank": int(rank)}
-    driver = counts.get(DRIVER, {"read": 0, "written": 0})
-    signatures = sum(size for rel, size in listing.items() if rel.startswith("signatures/"))
+            stages[kind] = {"read": entry["read"], "own": own_inputs(kind, int(rank)), "rank": int(rank)}
+    return stages
+
+
+def _driver_areas(driver_paths: dict[str, int]) -> dict[str, int]:
+    """The driver's bytes read by area of the bucket (listings, each work folder, the sources), largest first."""
     areas: dict[str, int] = {}
     for path, n in driver_paths.items():
         parts = path.strip("/").split("/")
         area = "listings" if len(parts) == 1 else "work/" + parts[4] if parts[1] == "work" else parts[1]
         areas[area] = areas.get(area, 0) + n
-    others = {client: entry for client, entry in counts.items() if not client.startswith("millrace-")}
-    return {
-        "driver": driver,
-        "stages": stages,
-        "corpus": sum(sources.values()),
-        "signatures": signatures,
-        "others": others,
-        "driver_areas": dict(sorted(areas.items(), key=lambda kv: -kv[1])),
-        "driver_files": {path.replace(name, "<corpus>"): n for path, n in sorted(driver_paths.items())},
-        "driver_sources": sum(n for path, n in driver_paths.items() if path.startswith(f"/data/{name}/")),
-    }
+    return dict(sorted(areas.items(), key=lambda kv: -kv[1]))
 
 
 def measure(base: int) -> dict[int, dict]:
@@ -199,12 +216,19 @@ def measure(base: int) -> dict[int, dict]:
 
 
 def results(runs: dict[int, dict]) -> list[Result]:
+    """The largest size against the smallest: the driver's figures, then each task kind's."""
+    small, large = runs[SCALES[0]], runs[SCALES[-1]]
+    return _driver_results(small, large) + _task_results(small, large)
+
+
+def _driver_results(small: dict, large: dict) -> list[Result]:
+    """The driver's bytes read (beyond the sources' fingerprint ranges) and written must not grow with the
+    documents; its reads of the sources stay within the fingerprint and first-record blocks."""
     from pipeline.steps.read.fields import FIRST_RECORD_BLOCK
     from pipeline.work import FINGERPRINT_BYTES
 
-    small, large = runs[SCALES[0]], runs[SCALES[-1]]
     grown = f"{SCALES[-1]}x vs {SCALES[0]}x"
-    out = [
+    return [
         Result(
             f"driver bytes read beyond the sources' fingerprint ranges, {grown}",
             large["driver"]["read"] - large["driver_sources"],
@@ -233,6 +257,13 @@ def results(runs: dict[int, dict]) -> list[Result]:
             target=1 / 1.2,
         ),
     ]
+
+
+def _task_results(small: dict, large: dict) -> list[Result]:
+    """Per task kind, the largest task's bytes beyond its own inputs (a dedup task's per byte of its slices) must
+    not grow with the documents; its bytes read, for scale."""
+    grown = f"{SCALES[-1]}x vs {SCALES[0]}x"
+    out = []
     for kind in sorted(large["stages"]):
         a, b = small["stages"].get(kind), large["stages"][kind]
         if a is None:

@@ -73,55 +73,26 @@ def cell_of(rows: np.ndarray) -> np.ndarray:
 
 def build_mixture(home) -> tuple[Path, list[str], list[int]]:
     """A real store (one shard per cell) and a manifest drawing CELLS' shares; returns shard prefixes too."""
-    from mixtures.manifest import (
-        DOCUMENT_RUN,
-        BuiltManifest,
-        ManifestCell,
-        ManifestPhase,
-        StoreRef,
-        manifest_path,
-        write_manifest,
-    )
-    from pipeline.store.format import (
-        CellManifest,
-        CellSummary,
-        ShardTable,
-        ShardWriter,
-        StoreManifest,
-        TokenizerInfo,
-        write_cell_manifest,
-        write_store_manifest,
-    )
+    from mixtures.manifest import manifest_path, write_manifest
+
+    store_hash, summaries, prefixes = _write_store(home)
+    manifest, counts = _manifest(store_hash, summaries)
+    path = manifest_path(home, "bench", "2026.01.01", "bench", "r1")
+    write_manifest(path, manifest)
+    return path, prefixes, [counts[c] for c in CELLS]
+
+
+def _write_store(home) -> tuple[str, dict, list[str]]:
+    """The bench store: one shard per cell of geometric-length documents from the cell's own vocabulary slice
+    (written with the store's ShardWriter in bulk: 27M tokens); returns its hash, cell summaries and prefixes."""
+    from pipeline.store.format import StoreManifest, TokenizerInfo, write_store_manifest
 
     rng = np.random.default_rng(0)
     root = home.store("bench", "2026.01.01")
-    summaries, pinned, prefixes = {}, {}, []
+    summaries, prefixes = {}, []
     for number, (cell, (tokens, _)) in enumerate(CELLS.items()):
-        prefix = root / "cells" / cell / "shard_00000"
-        writer = ShardWriter(prefix, np.dtype(np.uint16), durable=False)
-        stream = rng.integers(1 + number * SLICE, 1 + (number + 1) * SLICE, size=tokens, dtype=np.uint16)
-        lengths = np.minimum(rng.geometric(1 / 600, size=tokens // 100 + 1), 20_000)
-        ends = np.cumsum(lengths)
-        ends = np.append(ends[ends < tokens], tokens)
-        stream[ends - 1] = EOS
-        writer.add_documents(stream, np.diff(np.concatenate([[0], ends])), np.zeros(ends.size, dtype=np.uint16))
-        info = writer.close()
-        cell_manifest = CellManifest(
-            cell=cell,
-            dtype="uint16",
-            tokenizer_fingerprint="bench",
-            documents=info.documents,
-            tokens=info.tokens,
-            bytes=0,
-            shards=ShardTable.of([info]),
-        )
-        summaries[cell] = CellSummary(
-            documents=info.documents,
-            tokens=info.tokens,
-            manifest_hash=write_cell_manifest(root / "cells" / cell, cell_manifest),
-        )
-        pinned[cell] = info
-        prefixes.append(str(prefix))
+        summaries[cell] = _write_cell(root, rng, number, cell, tokens)
+        prefixes.append(str(root / "cells" / cell / "shard_00000"))
     store_hash = write_store_manifest(
         root,
         StoreManifest(
@@ -133,20 +104,66 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
             tokenizer=TokenizerInfo(fingerprint="bench", vocab_size=VOCAB, eos_id=EOS, path=None),
         ),
     )
+    return store_hash, summaries, prefixes
+
+
+def _write_cell(root: Path, rng: np.random.Generator, number: int, cell: str, tokens: int):
+    """One cell's shard and cell.json: `tokens` ids from the cell's slice, documents ended by EOS."""
+    from pipeline.store.format import CellManifest, CellSummary, ShardTable, ShardWriter, write_cell_manifest
+
+    writer = ShardWriter(root / "cells" / cell / "shard_00000", np.dtype(np.uint16), durable=False)
+    stream = rng.integers(1 + number * SLICE, 1 + (number + 1) * SLICE, size=tokens, dtype=np.uint16)
+    lengths = np.minimum(rng.geometric(1 / 600, size=tokens // 100 + 1), 20_000)
+    ends = np.cumsum(lengths)
+    ends = np.append(ends[ends < tokens], tokens)
+    stream[ends - 1] = EOS
+    writer.add_documents(stream, np.diff(np.concatenate([[0], ends])), np.zeros(ends.size, dtype=np.uint16))
+    info = writer.close()
+    cell_manifest = CellManifest(
+        cell=cell,
+        dtype="uint16",
+        tokenizer_fingerprint="bench",
+        documents=info.documents,
+        tokens=info.tokens,
+        bytes=0,
+        shards=ShardTable.of([info]),
+    )
+    return CellSummary(
+        documents=info.documents,
+        tokens=info.tokens,
+        manifest_hash=write_cell_manifest(root / "cells" / cell, cell_manifest),
+    )
+
+
+def _manifest(store_hash: str, summaries: dict) -> tuple[Any, dict[str, int]]:
+    """The built manifest over the bench store: one phase of SCHEDULE_STEPS at CELLS' shares (the rounding
+    remainder to the largest cell), so that every system reads the same mixture; and its counts per cell."""
+    from mixtures.manifest import DOCUMENT_RUN, BuiltManifest, ManifestCell, ManifestPhase, StoreRef
+
     total = SCHEDULE_STEPS * GLOBAL_BATCH
     counts = {cell: int(share * total) for cell, (_, share) in CELLS.items()}
     counts["web"] += total - sum(counts.values())
     cells = {
         cell: ManifestCell(
             name=cell,
-            available_tokens=info.tokens,
-            documents=info.documents,
-            sequences_available=(info.tokens - 1) // SEQ_LEN,
-            cell_manifest_hash=summaries[cell].manifest_hash,
+            available_tokens=summary.tokens,
+            documents=summary.documents,
+            sequences_available=(summary.tokens - 1) // SEQ_LEN,
+            cell_manifest_hash=summary.manifest_hash,
             shards=1,
         )
-        for cell, info in pinned.items()
+        for cell, summary in summaries.items()
     }
+    phase = ManifestPhase(
+        name="main",
+        token_budget=total * SEQ_LEN,
+        start_position=0,
+        sequences=total,
+        start_step=0,
+        steps=SCHEDULE_STEPS,
+        counts=counts,
+        declared_weights={c: s for c, (_, s) in CELLS.items()},
+    )
     manifest = BuiltManifest(
         mixture="bench",
         revision="r1",
@@ -161,24 +178,11 @@ def build_mixture(home) -> tuple[Path, list[str], list[int]]:
         epoch_cap=100.0,
         document_run=DOCUMENT_RUN,
         cells=cells,
-        phases=[
-            ManifestPhase(
-                name="main",
-                token_budget=total * SEQ_LEN,
-                start_position=0,
-                sequences=total,
-                start_step=0,
-                steps=SCHEDULE_STEPS,
-                counts=counts,
-                declared_weights={c: s for c, (_, s) in CELLS.items()},
-            )
-        ],
+        phases=[phase],
         total_sequences=total,
         total_steps=SCHEDULE_STEPS,
     )
-    path = manifest_path(home, "bench", "2026.01.01", "bench", "r1")
-    write_manifest(path, manifest)
-    return path, prefixes, [counts[c] for c in CELLS]
+    return manifest, counts
 
 
 # ---- children: one system per process ----------------------------------------------------
@@ -491,16 +495,7 @@ def main() -> list[Result]:
                     pass
         peers = Path(tmp) / "peers"
         converted = peer_child("convert", str(home.store("bench", "2026.01.01")), str(peers))
-        runs: dict[str, list[dict]] = {"raw": [], "ours": [], "megatron": [], "megatron-warm": []}
-        for round_index in range(ROUNDS):  # alternate the systems: the machine's load drifts
-            runs["raw"].append(run_child("raw", str(manifest)))
-            runs["ours"].append(run_child("millrace", str(manifest)))
-            # a fresh cache: Megatron builds its indices (round 0's stays, warm, for the peers' table)
-            cache = peers / "megatron" if round_index == 0 else Path(tmp) / f"megatron-cache-{round_index}"
-            runs["megatron"].append(run_child("megatron", str(manifest), str(cache)))
-            # the same cache again: Megatron's usual start, loading the indices it saved
-            runs["megatron-warm"].append(run_child("megatron", str(manifest), str(cache)))
-        raw, ours, megatron, warm = (best_run(runs[name]) for name in ("raw", "ours", "megatron", "megatron-warm"))
+        raw, ours, megatron, warm = local_rounds(manifest, peers, Path(tmp))
         table = peer_table(peers, manifest)
         print_table(table, converted)
         server, url, endpoint = start_s3(home.store("bench", "2026.01.01"))
@@ -510,8 +505,33 @@ def main() -> list[Result]:
             server.stop()
         build_reference(home)
         reference = run_child("reference", str(home.root))
-    mega = "megatron-core GPTDataset+BlendedDataset"
-    limit = "the start-up limit (O(1) in corpus size)"
+    return (
+        peer_results(table)
+        + raw_results(ours, raw)
+        + megatron_results(ours, megatron, warm)
+        + remote_results(ours, remote)
+        + reference_results(reference)
+    )
+
+
+def local_rounds(manifest: Path, peers: Path, tmp: Path) -> tuple[dict, dict, dict, dict]:
+    """The raw gather, millrace and Megatron (cold, then warm index cache), alternated over ROUNDS (the
+    machine's load drifts); each at its best. Round 0's Megatron cache is left under `peers` for their table."""
+    runs: dict[str, list[dict]] = {"raw": [], "ours": [], "megatron": [], "megatron-warm": []}
+    for round_index in range(ROUNDS):
+        runs["raw"].append(run_child("raw", str(manifest)))
+        runs["ours"].append(run_child("millrace", str(manifest)))
+        # a fresh cache: Megatron builds its indices (round 0's stays, warm, for the peers' table)
+        cache = peers / "megatron" if round_index == 0 else tmp / f"megatron-cache-{round_index}"
+        runs["megatron"].append(run_child("megatron", str(manifest), str(cache)))
+        # the same cache again: Megatron's usual start, loading the indices it saved
+        runs["megatron-warm"].append(run_child("megatron", str(manifest), str(cache)))
+    raw, ours, megatron, warm = (best_run(runs[name]) for name in ("raw", "ours", "megatron", "megatron-warm"))
+    return raw, ours, megatron, warm
+
+
+def peer_results(table: dict[tuple[str, int], dict]) -> list[Result]:
+    """millrace's full output against the faster of MosaicML and litdata, at 0 and WORKERS workers."""
     against_peers = []
     for workers in (0, WORKERS):
         faster = max(("mosaicml", "litdata"), key=lambda name: table[name, workers]["tokens_per_s"])
@@ -525,7 +545,12 @@ def main() -> list[Result]:
                 target=1.5,
             )
         )
-    return against_peers + [
+    return against_peers
+
+
+def raw_results(ours: dict, raw: dict) -> list[Result]:
+    """Throughput on one core against the floor: nanoGPT's gather, and the bare window copy for scale."""
+    return [
         Result(
             "throughput, 1 core",
             ours["tokens_per_s"],
@@ -541,15 +566,17 @@ def main() -> list[Result]:
             "bare uint16 window copy",
             "tokens/s",
         ),
-        Result("index build", ours["build_s"], megatron["build_s"], mega, "s", higher_is_better=False, target=1.0),
+    ]
+
+
+def megatron_results(ours: dict, megatron: dict, warm: dict) -> list[Result]:
+    """Start-up, throughput and memory against megatron-core's blend (its index cache cold, then warm)."""
+    mega = "megatron-core GPTDataset+BlendedDataset"
+    lower = {"higher_is_better": False}
+    return [
+        Result("index build", ours["build_s"], megatron["build_s"], mega, "s", **lower, target=1.0),
         Result(
-            "time to first batch",
-            ours["first_batch_s"],
-            megatron["first_batch_s"],
-            mega,
-            "s",
-            higher_is_better=False,
-            target=1.0,
+            "time to first batch", ours["first_batch_s"], megatron["first_batch_s"], mega, "s", **lower, target=1.0
         ),
         Result(
             "index build, Megatron's cache warm",
@@ -557,7 +584,7 @@ def main() -> list[Result]:
             warm["build_s"],
             mega + " (warm index cache)",
             "s",
-            higher_is_better=False,
+            **lower,
         ),
         Result(
             "time to first batch, Megatron's cache warm",
@@ -565,7 +592,7 @@ def main() -> list[Result]:
             warm["first_batch_s"],
             mega + " (warm index cache)",
             "s",
-            higher_is_better=False,
+            **lower,
         ),
         Result("throughput, 1 core", ours["tokens_per_s"], megatron["tokens_per_s"], mega, "tokens/s", target=1.0),
         Result(
@@ -574,7 +601,7 @@ def main() -> list[Result]:
             megatron["peak_mb"],
             mega,
             "MB",
-            higher_is_better=False,
+            **lower,
             target=1.0,
         ),
         Result(
@@ -583,9 +610,15 @@ def main() -> list[Result]:
             megatron["anon_mb"],
             mega,
             "MB",
-            higher_is_better=False,
+            **lower,
             target=1.0,
         ),
+    ]
+
+
+def remote_results(ours: dict, remote: dict) -> list[Result]:
+    """The same steps from moto's S3 on loopback, chunk cache cold then warm, against local disk."""
+    return [
         Result(
             "object store (moto S3 on loopback, cache cold): throughput",
             remote["cold_tokens_per_s"],
@@ -600,6 +633,13 @@ def main() -> list[Result]:
             "the same store on local disk",
             "tokens/s",
         ),
+    ]
+
+
+def reference_results(reference: dict) -> list[Result]:
+    """The reference-scale manifest against the start-up limits, which hold whatever the corpus size."""
+    limit = "the start-up limit (O(1) in corpus size)"
+    return [
         Result(
             f"reference {reference['tokens'] / 1e12:.2f}T tokens / {reference['cells']} cells: open + first batch",
             reference["open_first_s"],

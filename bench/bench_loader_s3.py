@@ -209,53 +209,66 @@ def _label(budget: int) -> str:
 
 
 def main() -> list[Result]:
-    from loader.files import ReadOptions
-
     figures, memory = measure()
     for scale, budgets in figures.items():
         for budget, runs in budgets.items():
             if not all(run["same_batches"] for run in runs):
                 raise RuntimeError(f"S3 batches (store x{scale}, {_label(budget)}) differ from local disk's")
+    return throughput_results(figures) + memory_results(memory)
 
-    def median(scale: int, budget: int, key: str) -> float:
-        return statistics.median(run[key] for run in figures[scale][budget])
 
+def _median(figures: dict[int, dict[int, list[dict]]], scale: int, budget: int, key: str) -> float:
+    """The median over the processes of one figure (each process's figure is already a median of its rounds)."""
+    return statistics.median(run[key] for run in figures[scale][budget])
+
+
+def throughput_results(figures: dict[int, dict[int, list[dict]]]) -> list[Result]:
+    """S3 against local disk at each size and read-ahead budget, cache cold and warm; the cold pass against the
+    server's floor at the small size."""
     local_name = "local disk, same steps, same process (same batches; median of processes)"
     results = []
     for scale in figures:
         size = f"store x{scale}, {MEASURE_STEPS * scale} steps"
         for budget in (0, *BUDGETS):
             tokens = MEASURE_STEPS * scale * GLOBAL_BATCH * SEQ_LEN
+            cold_s, local_s = _median(figures, scale, budget, "cold_s"), _median(figures, scale, budget, "local_s")
             results += [
                 Result(
                     f"S3 (moto, loopback) / local disk, {_label(budget)}, {size}, cache cold: throughput",
-                    tokens / median(scale, budget, "cold_s"),
-                    tokens / median(scale, budget, "cold_s") / median(scale, budget, "cold_ratio"),
+                    tokens / cold_s,
+                    tokens / cold_s / _median(figures, scale, budget, "cold_ratio"),
                     local_name,
                     "tokens/s",
                 ),
                 Result(
                     f"S3 (moto, loopback) / local disk, {_label(budget)}, {size}, cache warm: throughput",
-                    tokens / median(scale, budget, "local_s") * median(scale, budget, "warm_ratio"),
-                    tokens / median(scale, budget, "local_s"),
+                    tokens / local_s * _median(figures, scale, budget, "warm_ratio"),
+                    tokens / local_s,
                     local_name,
                     "tokens/s",
                     target=0.5 if budget == BUDGETS[-1] else None,
                 ),
             ]
-    floor = figures[1][0][0]["floor_s"]
     results.append(
         Result(
             "S3 cold pass, no read-ahead, store x1: time",
-            median(1, 0, "cold_s"),
-            floor,
+            _median(figures, 1, 0, "cold_s"),
+            figures[1][0][0]["floor_s"],
             "moto sending every shard once in 4 MiB ranges (the server's floor)",
             "s",
             higher_is_better=False,
         )
     )
-    flying = ReadOptions().fetch_threads * ReadOptions().fetch_bytes / 2**20
-    for scale in figures:
+    return results
+
+
+def memory_results(memory: dict[int, dict]) -> list[Result]:
+    """Each S3 reader's peak memory growth against the local-disk reader's, and what S3 adds at the large size
+    against the small one (it must not grow with the bytes read)."""
+    from loader.files import ReadOptions
+
+    results = []
+    for scale in memory:
         for budget in (0, *BUDGETS):
             results.append(
                 Result(
@@ -268,6 +281,7 @@ def main() -> list[Result]:
                     higher_is_better=False,
                 )
             )
+    flying = ReadOptions().fetch_threads * ReadOptions().fetch_bytes / 2**20
     for budget in (0, *BUDGETS):
         results.append(
             Result(

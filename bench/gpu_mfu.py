@@ -104,14 +104,31 @@ def main() -> int:
 
     import torch
 
-    from loader import MixtureStream
-    from millrace.home import Home
-    from testkit.stores import LEARNABLE, build_mixture, make_store
-    from trainer.config import load_train_config
-    from trainer.flops import count_params, document_attention_pairs, flops_per_token, masked_attention_flops
-    from trainer.loop import TrainRequest, train
-    from trainer.records import read_metrics, read_run
+    if not args.smoke and not torch.cuda.is_available():
+        print(
+            "gpu_mfu: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine, "
+            "or pass --smoke to check the script on a CPU",
+            file=sys.stderr,
+        )
+        return 2
+    shape = run_shape(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = train_and_measure(args, shape, Path(tmp))
+    if torch.cuda.is_available() and not args.smoke:
+        report["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30  # training's, before
+        report["peak_memory_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30  # the matmul below
+        peak = measured_bf16_peak()
+        report["measured_bf16_matmul_flops"] = peak
+        report["mfu_vs_measured_matmul"] = report["flops_per_token"] * report["tokens_per_second"] / peak
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_mfu.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
 
+
+def run_shape(args: argparse.Namespace) -> dict:
+    """SHAPE with the command line's kernels; with --smoke a tiny model, and a short run (set on `args`)."""
     shape = json.loads(json.dumps(SHAPE))
     if args.smoke:
         shape["model"].update(
@@ -119,40 +136,54 @@ def main() -> int:
         )
         shape["moe"].update({"n_routed_experts": 8, "top_k": 2, "expert_ffn_dim": 32})
         args.steps, args.warmup, args.seq_len, args.batch = 6, 2, 64, 4
-    elif not torch.cuda.is_available():
-        print(
-            "gpu_mfu: no CUDA device here (torch.cuda.is_available() is False); run it on a GPU machine, "
-            "or pass --smoke to check the script on a CPU",
-            file=sys.stderr,
-        )
-        return 2
     shape["model"]["attention"] = args.attention
     shape["train"] = {"compile": args.compile, "activation_checkpointing": args.activation_checkpointing}
+    return shape
+
+
+def train_and_measure(args: argparse.Namespace, shape: dict, tmp: Path) -> dict:
+    """Store, mixture and a real training run of `shape` under `tmp`; the report of its figures after warm-up."""
+    from loader import MixtureStream
+    from millrace.home import Home
+    from testkit.stores import LEARNABLE, build_mixture, make_store
+    from trainer.config import load_train_config
+    from trainer.flops import document_attention_pairs
+    from trainer.loop import train
+    from trainer.records import read_metrics, read_run
+    from trainer.train_request import TrainRequest
+
+    home = Home.resolve(tmp / "home")
+    started = time.time()
+    store_tokens = args.seq_len * args.batch * args.steps // 6 + 10 * args.seq_len  # read ~6 epochs (cap is 8)
     vocab = shape["model"]["vocab_size"]
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Home.resolve(Path(tmp) / "home")
-        started = time.time()
-        store_tokens = args.seq_len * args.batch * args.steps // 6 + 10 * args.seq_len  # read ~6 epochs (cap is 8)
-        make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, replace(LEARNABLE, vocab=vocab))
-        manifest = build_mixture(
-            home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len, global_batch=args.batch
-        )
-        logging.info("store and mixture ready in %.1fs", time.time() - started)
-        config_path = Path(tmp) / "gpu_mfu.toml"
-        config_path.write_text(tomli_w.dumps(shape))
-        config = load_train_config(config_path)
-        result = train(config_path, home, TrainRequest(steps=args.steps, run="gpu-mfu"))
-        records = read_metrics(result.run_dir)[args.warmup :]
-        run_record = read_run(result.run_dir)
-        pairs = [
-            document_attention_pairs(batch.segment_ids) for batch in MixtureStream(manifest).iterate(0, args.steps)
-        ]
+    make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, replace(LEARNABLE, vocab=vocab))
+    manifest = build_mixture(
+        home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len, global_batch=args.batch
+    )
+    logging.info("store and mixture ready in %.1fs", time.time() - started)
+    config_path = tmp / "gpu_mfu.toml"
+    config_path.write_text(tomli_w.dumps(shape))
+    config = load_train_config(config_path)
+    result = train(config_path, home, TrainRequest(steps=args.steps, run="gpu-mfu"))
+    records = read_metrics(result.run_dir)[args.warmup :]
+    run_record = read_run(result.run_dir)
+    pairs = [document_attention_pairs(batch.segment_ids) for batch in MixtureStream(manifest).iterate(0, args.steps)]
+    return report_of(args, shape, config, result, records, run_record, sum(pairs))
+
+
+def report_of(args: argparse.Namespace, shape: dict, config, result, records, run_record, pairs: int) -> dict:
+    """The figures: FLOPs per token with attention over the pairs the document mask leaves, tokens/s and MFU
+    (medians after warm-up) against the trainer's chosen peak, and the full-causal MFU the trainer logs."""
+    import torch
+
+    from trainer.flops import count_params, flops_per_token, masked_attention_flops
+
     params = count_params(config)
     full_causal = flops_per_token(config, args.seq_len)
-    attention = masked_attention_flops(config, sum(pairs)) / (args.steps * args.batch * args.seq_len)
+    attention = masked_attention_flops(config, pairs) / (args.steps * args.batch * args.seq_len)
     per_token = 6.0 * params.active_matmul + attention
     tokens_per_second = statistics.median(r.tokens_per_second or 0.0 for r in records)
-    report = {
+    return {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (smoke)",
         "torch": torch.__version__,
@@ -173,17 +204,6 @@ def main() -> int:
         "loss_first_last": [result.losses[0], result.losses[-1]],
         "grouped_mm": hasattr(torch, "_grouped_mm"),
     }
-    if torch.cuda.is_available() and not args.smoke:
-        report["peak_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30  # training's, before
-        report["peak_memory_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30  # the matmul below
-        peak = measured_bf16_peak()
-        report["measured_bf16_matmul_flops"] = peak
-        report["mfu_vs_measured_matmul"] = per_token * tokens_per_second / peak
-    print(json.dumps(report, indent=2))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu_mfu.json").write_text(json.dumps(report, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

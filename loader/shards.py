@@ -37,7 +37,7 @@ import numpy as np
 
 from loader.files import ChunkedFile, OpenFiles, RemoteFile, StoreFiles
 from loader.permutation import run_shuffle
-from millrace.artifacts import check_pinned, parse_artifact, payload_model
+from millrace.artifacts import parse_envelope
 from millrace.errors import ArtifactError
 from mixtures.manifest import BuiltManifest, ManifestCell
 from pipeline.store.format import (
@@ -157,7 +157,7 @@ class OpenShard:
 
 
 @dataclass(frozen=True)
-class Layout:
+class BlockLayout:
     """One block in one epoch: its non-empty documents in this epoch's order (an empty one holds no token and
     starts no segment), and its ranges: the documents that follow each other in the `.bin`, merged."""
 
@@ -206,11 +206,11 @@ class CellShards:
 
     def __init__(self, files: StoreFiles, cell: ManifestCell, dtype: np.dtype):
         where = files.describe(f"cells/{cell.name}/cell.json")
-        body = parse_artifact(
+        envelope = parse_envelope(
             files.read_bytes(f"cells/{cell.name}/cell.json"), where, CELL_KIND, (CELL_SCHEMA_VERSION,)
         )
-        check_pinned(body, where, cell.cell_manifest_hash, "the one the manifest pins", "rebuild the mixture")
-        manifest = payload_model(body, CellManifest, where)
+        pinned = envelope.pinned(cell.cell_manifest_hash, "the one the manifest pins", "rebuild the mixture")
+        manifest = pinned.model(CellManifest)
         if manifest.dtype != str(np.dtype(dtype)):
             raise ArtifactError(f"{where}: dtype {manifest.dtype} differs from the manifest's {np.dtype(dtype)}")
         table = manifest.shards
@@ -242,7 +242,7 @@ class TokenSpace:
             sources,
         )
         self.open_files: OpenFiles[tuple[int, int], OpenShard] = OpenFiles(files.options.max_open_files)
-        self._layouts: OrderedDict[tuple[int, int, int, int], Layout] = OrderedDict()  # cell, shard, block, epoch
+        self._layouts: OrderedDict[tuple[int, int, int, int], BlockLayout] = OrderedDict()  # cell, shard, block, epoch
         self._planned: OrderedDict[tuple[bytes, bytes, bytes], Located] = (
             OrderedDict()
         )  # the read-ahead's, for `gather`
@@ -276,7 +276,7 @@ class TokenSpace:
 
         return self.open_files.get((cell_id, index), opener, 3 if self.sources and cell.has_sources else 2)
 
-    def layout(self, cell_id: int, index: int, shard: OpenShard, block: int, epoch: int) -> Layout:
+    def layout(self, cell_id: int, index: int, shard: OpenShard, block: int, epoch: int) -> BlockLayout:
         key = (cell_id, index, block, epoch)
         with self._lock:
             found = self._layouts.get(key)
@@ -297,7 +297,7 @@ class TokenSpace:
         # a range starts at each document that does not continue the one before it in the .bin
         heads = np.flatnonzero(np.append(True, files[1:] != files[:-1] + lengths[:-1])) if order.size else order
         bounds = [*table[0, heads].tolist(), begin + int(lengths.sum())]
-        found = Layout(table, table[0].tolist(), lo + order, lengths, bounds, files[heads].tolist())
+        found = BlockLayout(table, table[0].tolist(), lo + order, lengths, bounds, files[heads].tolist())
         with self._lock:
             self._layouts[key] = found
             while len(self._layouts) > LAYOUT_CACHE:

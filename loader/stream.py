@@ -26,7 +26,7 @@ from loader.packing import BlockPool, output_block_bytes, pack_segments, token_v
 from loader.schedule import SampleIndex, Schedule
 from loader.shards import CellShards, ReadAhead, TokenSpace
 from loader.state import LoaderState
-from millrace.artifacts import check_pinned, parse_artifact, payload_model
+from millrace.artifacts import parse_envelope
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.lineage import check_lineage_resume
 from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
@@ -172,11 +172,9 @@ class MixtureStream:
 
     def _check_store(self, files: StoreFiles) -> StoreManifest:
         where = files.describe("store.json")
-        body = parse_artifact(files.read_bytes("store.json"), where, STORE_KIND, (SCHEMA_VERSION,))
-        check_pinned(
-            body, where, self.manifest.store.manifest_hash, f"the one pinned by {self.path}", "rebuild the mixture"
-        )
-        return payload_model(body, StoreManifest, where)
+        envelope = parse_envelope(files.read_bytes("store.json"), where, STORE_KIND, (SCHEMA_VERSION,))
+        pinned = f"the one pinned by {self.path}"
+        return envelope.pinned(self.manifest.store.manifest_hash, pinned, "rebuild the mixture").model(StoreManifest)
 
     @property
     def open_files(self) -> int:

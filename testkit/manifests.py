@@ -5,10 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from millrace.artifacts import HASH_FIELD, payload_of, read_artifact
+from millrace.artifacts import read_artifact, read_envelope
 from millrace.home import Home
 from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
-from pipeline.store.format import CELL_SCHEMA_VERSION, SCHEMA_VERSION, StoreManifest, write_stats_only_store
+from pipeline.store.format import (
+    CELL_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    CellManifest,
+    StoreManifest,
+    write_stats_only_store,
+)
 from testkit.stores import RANDOM
 
 EOS = RANDOM.eos
@@ -52,8 +58,8 @@ def make_manifest(
     """A BuiltManifest over `store_root` with exactly the given per-phase counts, under `frame`'s numbers."""
     frame = frame or ManifestFrame()
     seq_len, global_batch = frame.seq_len, frame.global_batch
-    body = read_artifact(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
-    store = StoreManifest.model_validate(payload_of(body))
+    envelope = read_envelope(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
+    store = envelope.model(StoreManifest)
     built_phases = _phases(phases, seq_len, global_batch, phase_names or [f"phase{i}" for i in range(len(phases))])
     position = sum(phase.sequences for phase in built_phases)
     manifest = BuiltManifest(
@@ -61,7 +67,7 @@ def make_manifest(
         revision=revision,
         revision_hash="sha256:test",
         store=StoreRef(
-            name=store.name, version=store.version, manifest_hash=body[HASH_FIELD], stats_only=store.stats_only
+            name=store.name, version=store.version, manifest_hash=envelope.content_hash, stats_only=store.stats_only
         ),
         tokenizer_fingerprint=None if store.stats_only else "test",
         dtype=store.dtype,
@@ -89,10 +95,10 @@ def _cells(store_root: Path, store: StoreManifest, seq_len: int) -> dict[str, Ma
     for name, summary in store.cells.items():
         shards = 0
         if not store.stats_only:
-            cell_body = read_artifact(
-                store_root / "cells" / name / "cell.json", "millrace.cell", (CELL_SCHEMA_VERSION,)
+            cell = read_artifact(
+                store_root / "cells" / name / "cell.json", "millrace.cell", CellManifest, (CELL_SCHEMA_VERSION,)
             )
-            shards = len(cell_body["shards"]["names"])
+            shards = len(cell.shards.names)
         cells[name] = ManifestCell(
             name=name,
             available_tokens=summary.tokens,

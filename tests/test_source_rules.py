@@ -1,5 +1,6 @@
-"""Rules of the source that no linter checks: every import inside a function says why it waits, and no test
-module imports another (shared builders live in `testkit/`). CONTRIBUTING.md states both."""
+"""Rules of the source that no linter checks: every import inside a function says why it waits, no function is
+longer than a screen, and no test module imports another (shared builders live in `testkit/`). CONTRIBUTING.md
+states them."""
 
 import ast
 import re
@@ -7,6 +8,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("millrace", "pipeline", "mixtures", "loader", "trainer", "reports", "demo")
+SCREEN = 60  # lines, `def` to last line: the longest function the source allows
+SCREENED = (*SHIPPED, "testkit", "bench")
 LAZY = re.compile(r"#\s*lazy:\s*\S")
 INDENTED_IMPORT = re.compile(r"^[ \t]+(import|from)[ \t]", re.MULTILINE)  # only such files need parsing
 
@@ -69,6 +72,42 @@ def test_the_rule_sees_a_bare_import_and_accepts_both_places_for_the_reason():
         "    import ray\n"
     )
     assert unexplained(source) == [2, 9]
+
+
+def long_functions(source: str, screen: int = SCREEN) -> list[tuple[int, str, int]]:
+    """(line, name, length) of each function longer than `screen` lines, from its `def` (decorators apart) to its
+    last line; methods and nested functions included, each counted whole."""
+    return [
+        (node.lineno, node.name, length)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (length := (node.end_lineno or node.lineno) - node.lineno + 1) > screen
+    ]
+
+
+def test_no_function_is_longer_than_a_screen():
+    long = [
+        f"{path.relative_to(ROOT)}:{line} {name}: {length} lines"
+        for path in _modules(*SCREENED)
+        for line, name, length in long_functions(path.read_text(encoding="utf-8"))
+    ]
+    assert not long, f"functions over {SCREEN} lines (split them into named steps):\n" + "\n".join(long)
+
+
+def test_the_length_rule_sees_a_long_function_method_or_command():
+    def body(lines: int) -> str:
+        return "".join(f"    x{i} = {i}\n" for i in range(lines))
+
+    source = (
+        "@click.command()\n"  # a decorator is not counted: the function starts at `def`
+        "@click.option('--n')\n"
+        f"def command(n):\n{body(59)}"  # 60 lines: allowed
+        f"async def pump():\n{body(60)}"  # 61 lines
+        "class Thing:\n"
+        f"    def method(self):\n{body(59).replace('    ', '        ')}"  # 60 lines: allowed
+        f"    def nested(self):\n        def inner():\n{body(60).replace('    ', '            ')}"
+    )
+    assert long_functions(source) == [(63, "pump", 61), (185, "nested", 62), (186, "inner", 61)]
 
 
 def test_no_test_module_imports_another():

@@ -68,7 +68,7 @@ from trainer.run_url import RemoteDir, pull_records, run_location
 from trainer.samples import prompts_path
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 from trainer.step_progress import StepReporter
-from trainer.train_request import TrainRequest as TrainRequest  # `train`'s argument, importable beside it
+from trainer.train_request import TrainRequest
 
 log = logging.getLogger(__name__)
 

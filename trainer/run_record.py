@@ -20,10 +20,10 @@ from trainer.records import (
     METRICS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
-    RevisionRange,
     RunRecord,
     RunStatus,
     RunStore,
+    TrainedRange,
     read_metrics,
     read_run,
     write_run,
@@ -59,22 +59,18 @@ def check_resumable(run_dir: Path, start: int) -> None:
             ) from None
 
 
-def revision_history(plan: RunPlan, start: int) -> list[RevisionRange]:
+def revision_history(plan: RunPlan, start: int) -> list[TrainedRange]:
     """Which revision (and manifest, and run directory) this run trained on over which steps: the earlier
     record's ranges before `start`, then this invocation's [start, stop). A resume onto a mixture switch
     adds a range."""
-    previous: list[RevisionRange] = []
+    previous: list[TrainedRange] = []
     if start > 0:
         try:
             record = read_run(plan.run_dir)
         except ArtifactError:
             record = RunRecord()
         previous = record.revisions or (
-            [
-                RevisionRange(
-                    revision=record.revision, manifest_hash=record.manifest_hash, start_step=0, stop_step=start
-                )
-            ]
+            [TrainedRange(revision=record.revision, manifest_hash=record.manifest_hash, start_step=0, stop_step=start)]
             if record.revision is not None and record.manifest_hash is not None
             else []
         )
@@ -83,7 +79,7 @@ def revision_history(plan: RunPlan, start: int) -> list[RevisionRange]:
         ranges[-1] = ranges[-1].model_copy(update={"stop_step": plan.stop})
     else:
         ranges.append(
-            RevisionRange(
+            TrainedRange(
                 revision=plan.revision,
                 manifest_hash=plan.stream.manifest_hash,
                 run=plan.run,
@@ -112,6 +108,7 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     """`run.json` at start (rank 0): what runs, on what data, at what size."""
     plan, config = training.plan, training.plan.config
     before = _recorded(plan.run_dir)
+    tags, notes = plan.labels.applied(before)  # `train --tag/--note`, `runs tag/note`: kept across resumes
     changes = list(before.config_changes if before else []) + [
         change.model_copy(update={"step": training.start}) for change in training.state.config_changes
     ]
@@ -125,9 +122,7 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
             manifest_hash=plan.stream.manifest_hash,
             manifest_path=str(plan.manifest_path),
             revisions=revision_history(plan, training.start),
-            lineage=[
-                RevisionRange(**r.model_dump()) for r in lineage_of(plan.stream.manifest, plan.stream.manifest_hash)
-            ],
+            lineage=lineage_of(plan.stream.manifest, plan.stream.manifest_hash),
             store=RunStore(name=plan.store.name, version=plan.store.version),
             planned_tokens_per_cell=planned_tokens_per_cell(plan.stream),
             total_steps=plan.horizon,
@@ -144,7 +139,8 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
             peak_flops_per_device=peak,
             peak_flops_source=peak_source,
             config_changes=changes,  # settings changed on resume with --allow-config-change
-            **plan.labels.applied(before),  # `train --tag/--note`, `runs tag/note`: kept across resumes
+            tags=tags,
+            notes=notes,
         ),
     )
 

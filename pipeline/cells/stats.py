@@ -1,11 +1,11 @@
 """Cells `cNNqQ`: a document's (domain, quality bucket), and the per-cell stats of a cell manifest.
 
-`CellStats` gathers what a cell manifest records beyond counts, as documents pass on their
-way to the tokenizer (`CellStatsWriter`, one file per task): the observed quality-score
+`CellStatsTally` gathers what a cell manifest records beyond counts (its `CellStats` record), as documents
+pass on their way to the tokenizer (`CellStatsWriter`, one file per task): the observed quality-score
 range, documents per language label (so a report can show each quality bucket's language
 mix) and a deterministic sample of documents. The
 sample keeps the documents whose ids hash lowest (xxhash64), so it is the same whatever
-the order of documents, the number of tasks or the executor; two partial `CellStats` (say
+the order of documents, the number of tasks or the executor; two partial tallies (say
 from two tasks) merge into the one a single task would have gathered.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import xxhash
 from datatrove.data import Document, DocumentsPipeline
@@ -22,6 +22,7 @@ from datatrove.pipeline.base import PipelineStep
 
 from millrace.artifacts import atomic_write_text
 from pipeline.cells.calibration import calibration_group
+from pipeline.store.manifest_records import Sample
 
 SAMPLES_PER_CELL = 5
 SAMPLE_CHARS = 400
@@ -49,21 +50,14 @@ def trim(text: str, chars: int = SAMPLE_CHARS) -> str:
     return (cut[:space] if space > chars * 3 // 4 else cut).rstrip() + "…"
 
 
-class Sample(TypedDict):
-    """One document a cell's stats show: its id, source and trimmed text."""
-
-    id: str
-    source: str
-    text: str
-
-
 def _sample_order(pair: tuple[int, Sample]) -> tuple[int, str]:
-    return pair[0], pair[1]["id"]
+    return pair[0], pair[1].id
 
 
 @dataclass
-class CellStats:
-    """Mergeable per-cell statistics: domain, bucket, observed score range, lowest-hash sample."""
+class CellStatsTally:
+    """Per-cell statistics as one task gathers them, mergeable with another task's: domain, bucket, observed
+    score range, languages, lowest-hash sample (written into the cell's `CellStats` record)."""
 
     domain: int | None = None
     bucket: int | None = None
@@ -87,14 +81,14 @@ class CellStats:
         language = calibration_group(meta)
         self.languages[language] = self.languages.get(language, 0) + 1
         rank = xxhash.xxh64_intdigest(doc.id.encode())
-        if any(sample["id"] == doc.id for _, sample in self.samples):
+        if any(sample.id == doc.id for _, sample in self.samples):
             return
         if len(self.samples) < self.keep or rank < self.samples[-1][0]:
-            sample: Sample = {"id": doc.id, "source": source or meta.get("source", ""), "text": trim(doc.text)}
+            sample = Sample(id=doc.id, source=source or meta.get("source", ""), text=trim(doc.text))
             self.samples = sorted(self.samples + [(rank, sample)], key=_sample_order)[: self.keep]
 
-    def merge(self, other: CellStats) -> CellStats:
-        merged = CellStats(
+    def merge(self, other: CellStatsTally) -> CellStatsTally:
+        merged = CellStatsTally(
             domain=self.domain if self.domain is not None else other.domain,
             bucket=self.bucket if self.bucket is not None else other.bucket,
             score_min=min((s for s in (self.score_min, other.score_min) if s is not None), default=None),
@@ -105,7 +99,7 @@ class CellStats:
             },
             keep=self.keep,
         )
-        unique = {sample["id"]: (rank, sample) for rank, sample in self.samples + other.samples}
+        unique = {sample.id: (rank, sample) for rank, sample in self.samples + other.samples}
         merged.samples = sorted(unique.values(), key=_sample_order)[: self.keep]
         return merged
 
@@ -122,14 +116,16 @@ class CellStats:
         if self.score_min is not None:
             stats["score_range"] = [self.score_min, self.score_max]
         stats["languages"] = dict(sorted(self.languages.items()))
-        stats["samples"] = [sample for _, sample in self.samples]
+        stats["samples"] = [sample.model_dump() for _, sample in self.samples]
         return stats
 
     @classmethod
-    def from_json(cls, stats: dict[str, Any]) -> CellStats:
+    def from_json(cls, stats: dict[str, Any]) -> CellStatsTally:
         """Rebuild from `to_json` output (e.g. a task's partial stats), to merge with others."""
         score_range = stats.get("score_range") or [None, None]
-        samples = [(xxhash.xxh64_intdigest(s["id"].encode()), s) for s in stats.get("samples", [])]
+        samples = [
+            (xxhash.xxh64_intdigest(s["id"].encode()), Sample.model_validate(s)) for s in stats.get("samples", [])
+        ]
         return cls(
             domain=stats.get("domain"),
             bucket=stats.get("bucket"),
@@ -141,7 +137,7 @@ class CellStats:
 
 
 class CellStatsWriter(PipelineStep):
-    """Gathers `CellStats` per cell as documents pass, and writes this task's share as `<rank>.json`.
+    """Gathers a `CellStatsTally` per cell as documents pass, and writes this task's share as `<rank>.json`.
 
     Placed last before tokenization. The file is written whole (atomically) when the task's
     documents are exhausted, so a rerun task replaces it; `read_cell_stats` merges all tasks.
@@ -155,11 +151,11 @@ class CellStatsWriter(PipelineStep):
         self.output_dir = Path(output_dir)
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        cells: dict[str, CellStats] = {}
+        cells: dict[str, CellStatsTally] = {}
         for doc in data or ():
             cell = doc.metadata.get("cell")
             if cell is not None:
-                cells.setdefault(cell, CellStats()).add(doc)
+                cells.setdefault(cell, CellStatsTally()).add(doc)
                 self.stat_update("recorded")
             yield doc
         payload = {cell: stats.to_json() for cell, stats in sorted(cells.items())}
@@ -168,9 +164,9 @@ class CellStatsWriter(PipelineStep):
 
 def read_cell_stats(directory: Path | str, labels: dict[str, str] | None = None) -> dict[str, dict[str, object]]:
     """Merge every task's `CellStatsWriter` output into `CellManifest.stats` per cell."""
-    merged: dict[str, CellStats] = {}
+    merged: dict[str, CellStatsTally] = {}
     for path in sorted(Path(directory).glob("*.json")):
         for cell, stats in json.loads(path.read_text()).items():
-            partial = CellStats.from_json(stats)
+            partial = CellStatsTally.from_json(stats)
             merged[cell] = merged[cell].merge(partial) if cell in merged else partial
     return {cell: stats.to_json(labels) for cell, stats in sorted(merged.items())}

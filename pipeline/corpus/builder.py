@@ -38,6 +38,7 @@ import xxhash
 import zstandard
 
 from millrace.artifacts import atomic_write_bytes, write_artifact
+from millrace.config import StrictModel
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,10 @@ MAX_MISSES = 8  # documents too big for a source's remaining budget before it st
 
 
 @dataclass
-class Record:
+class CorpusRecord:
+    """One document of the embedded corpus, as its `.jsonl` line records it: id, text, the file it came from
+    and its language (None where its source does not say)."""
+
     id: str
     text: str
     path: str
@@ -66,7 +70,7 @@ class SourceSpec:
     name: str
     language: str | None
     files: list[Path]
-    to_records: Callable[[Path], list[Record]]
+    to_records: Callable[[Path], list[CorpusRecord]]
     render_parallel: bool = False
 
     @property
@@ -80,6 +84,24 @@ class SourceSummary:
     documents: int = 0
     bytes: int = 0
     files: list[str] = field(default_factory=list)
+
+
+class SourceCounts(StrictModel):
+    documents: int
+    bytes: int
+    files: list[str]
+
+
+class CorpusManifest(StrictModel):
+    """corpus.json's payload: what was built, and from which budget (a rebuild is needed when it changes)."""
+
+    out_dir: str
+    documents: int
+    bytes: int
+    sources: dict[str, SourceCounts]
+    notices: list[str]
+    max_bytes: int | None
+    python: str
 
 
 def _size(path: Path) -> int:
@@ -120,13 +142,13 @@ def _stdlib_files() -> list[Path]:
     return files
 
 
-def _python_code(path: Path) -> list[Record]:
+def _python_code(path: Path) -> list[CorpusRecord]:
     text = _read_text(path)
     rel = path.relative_to(_stdlib_dir()).as_posix()
-    return [Record(f"python-code/{rel}", text, str(path), "python")] if text else []
+    return [CorpusRecord(f"python-code/{rel}", text, str(path), "python")] if text else []
 
 
-def _python_docs(path: Path) -> list[Record]:
+def _python_docs(path: Path) -> list[CorpusRecord]:
     """One document per module: its docstrings under headings, in source order."""
     text = _read_text(path)
     if not text:
@@ -147,16 +169,16 @@ def _python_docs(path: Path) -> list[Record]:
             parts.append(f"{module}.{node.name}\n\n{doc}")
     if not parts:
         return []
-    return [Record(f"python-docs/{rel}", "\n\n".join(parts), str(path), "en")]
+    return [CorpusRecord(f"python-docs/{rel}", "\n\n".join(parts), str(path), "en")]
 
 
-def _pydoc_topics(_: Path) -> list[Record]:
+def _pydoc_topics(_: Path) -> list[CorpusRecord]:
     try:
         from pydoc_data.topics import topics  # lazy: large (pydoc's topic texts): only for the local corpus
     except ImportError:
         return []
     return [
-        Record(f"python-docs/pydoc_data/{name}", body, f"pydoc_data.topics:{name}", "en")
+        CorpusRecord(f"python-docs/pydoc_data/{name}", body, f"pydoc_data.topics:{name}", "en")
         for name, body in sorted(topics.items())
         if body.strip()
     ]
@@ -230,12 +252,12 @@ def _man_sources() -> list[SourceSpec]:
         source = "man-" + lang.lower().replace("_", "-").split(".")[0].split("@")[0]
         language = lang.split(".")[0]
 
-        def to_records(path: Path, source: str = source, language: str = language) -> list[Record]:
+        def to_records(path: Path, source: str = source, language: str = language) -> list[CorpusRecord]:
             text = _render_man(path)
             if not text:
                 return []
             rel = path.relative_to(MAN_ROOT).as_posix()
-            return [Record(f"{source}/{rel}", text, str(path), language)]
+            return [CorpusRecord(f"{source}/{rel}", text, str(path), language)]
 
         specs.append(SourceSpec(source, language, files, to_records, render_parallel=True))
     return specs
@@ -246,12 +268,12 @@ def _man_sources() -> list[SourceSpec]:
 _DOC_NAME = re.compile(r"^(README|changelog|NEWS)([._-].*)?$", re.IGNORECASE)
 
 
-def _plain_file_records(source: str, language: str | None, root: Path) -> Callable[[Path], list[Record]]:
-    def to_records(path: Path) -> list[Record]:
+def _plain_file_records(source: str, language: str | None, root: Path) -> Callable[[Path], list[CorpusRecord]]:
+    def to_records(path: Path) -> list[CorpusRecord]:
         text = _read_text(path)
         if not text or not text.strip():
             return []
-        return [Record(f"{source}/{path.relative_to(root).as_posix()}", text, str(path), language)]
+        return [CorpusRecord(f"{source}/{path.relative_to(root).as_posix()}", text, str(path), language)]
 
     return to_records
 
@@ -297,13 +319,13 @@ def default_sources() -> tuple[list[SourceSpec], list[str]]:
     licences = _licence_files()
     if licences:
 
-        def licence_records(path: Path) -> list[Record]:
+        def licence_records(path: Path) -> list[CorpusRecord]:
             root = COMMON_LICENSES if path.is_relative_to(COMMON_LICENSES) else DOC_ROOT
             prefix = "licenses/common-licenses/" if root == COMMON_LICENSES else "licenses/"
             text = _read_text(path)
             if not text or not text.strip():
                 return []
-            return [Record(prefix + path.relative_to(root).as_posix(), text, str(path), "en")]
+            return [CorpusRecord(prefix + path.relative_to(root).as_posix(), text, str(path), "en")]
 
         specs.append(SourceSpec("licenses", "en", licences, licence_records))
     else:
@@ -322,7 +344,7 @@ class _ShardSink:
         self.shards: list[str] = []
         self.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
 
-    def add(self, record: Record) -> None:
+    def add(self, record: CorpusRecord) -> None:
         line = orjson.dumps(
             {
                 "id": record.id,
@@ -344,7 +366,7 @@ class _ShardSink:
         self.buffer, self.buffered = [], 0
 
 
-def _records(spec: SourceSpec) -> Iterator[Record]:
+def _records(spec: SourceSpec) -> Iterator[CorpusRecord]:
     files = _spread_order(spec.files)
     if spec.name == "python-docs":
         yield from _pydoc_topics(Path("pydoc_data"))
@@ -400,14 +422,21 @@ class CorpusSummary:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.sources)
 
+    def record(self, max_bytes: int | None) -> CorpusManifest:
+        """corpus.json's payload: this summary, and the budget it was built under."""
+        return CorpusManifest(
+            out_dir=str(self.out_dir),
+            documents=self.documents,
+            bytes=self.bytes,
+            sources={s.name: SourceCounts(documents=s.documents, bytes=s.bytes, files=s.files) for s in self.sources},
+            notices=self.notices,
+            max_bytes=max_bytes,
+            python=sys.version.split()[0],
+        )
+
     def to_json(self) -> dict[str, object]:
-        return {
-            "out_dir": str(self.out_dir),
-            "documents": self.documents,
-            "bytes": self.bytes,
-            "sources": {s.name: {"documents": s.documents, "bytes": s.bytes, "files": s.files} for s in self.sources},
-            "notices": self.notices,
-        }
+        """What `pipeline corpus --json` prints: the record less the build's budget and Python version."""
+        return self.record(None).model_dump(mode="json", exclude={"max_bytes", "python"})
 
 
 def build_local_corpus(
@@ -437,6 +466,5 @@ def build_local_corpus(
         if remaining is not None:
             remaining -= summary.bytes
     result = CorpusSummary(out_dir, [summaries[s.name] for s in specs if summaries[s.name].documents], notices)
-    payload = {**result.to_json(), "max_bytes": max_bytes, "python": sys.version.split()[0]}
-    write_artifact(out_dir / "corpus.json", SUMMARY_KIND, 1, payload)
+    write_artifact(out_dir / "corpus.json", SUMMARY_KIND, 1, result.record(max_bytes).model_dump(mode="json"))
     return result

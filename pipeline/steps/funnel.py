@@ -28,29 +28,34 @@ from pipeline.store.manifest_records import BadFile, Funnel, FunnelCounts, Funne
 COUNT_KEYS: tuple[Literal["documents", "tokens", "bytes"], ...] = ("documents", "tokens", "bytes")
 
 
-class Counts(TypedDict):
+class TaskCounts(TypedDict):
+    """Documents, tokens and bytes as one task counts them: a plain dict, cheap to add to once per document, and
+    the shape of its per-task file. `merge_step` reads the files into the store's `Counts` records."""
+
     documents: int
     tokens: int
     bytes: int
 
 
-class Cut(TypedDict):
+class TaskCut(TypedDict):
+    """Kept documents one task shortened to `max_document_bytes`, and the bytes cut off (the store's `Cut`)."""
+
     documents: int
     bytes: int
 
 
-class Table(TypedDict):
-    """One source's (or language's) counts in one step; "cut" (read step) and "given_back" (validation step)
-    when there are any."""
+class TaskTable(TypedDict):
+    """One source's (or language's) counts in one step of one task (the store's `FunnelCounts`); "cut" (read
+    step) and "given_back" (validation step) when there are any."""
 
-    received: Counts
-    kept: Counts
-    removed: dict[str, Counts]
-    cut: NotRequired[Cut]
-    given_back: NotRequired[dict[str, Counts]]
+    received: TaskCounts
+    kept: TaskCounts
+    removed: dict[str, TaskCounts]
+    cut: NotRequired[TaskCut]
+    given_back: NotRequired[dict[str, TaskCounts]]
 
 
-def _zero() -> Counts:
+def _zero() -> TaskCounts:
     return {"documents": 0, "tokens": 0, "bytes": 0}
 
 
@@ -58,8 +63,8 @@ class StepCounts:
     """One funnel step's counts inside one task."""
 
     def __init__(self) -> None:
-        self.sources: dict[str, Table] = {}
-        self.languages: dict[str, Table] = {}  # documents and bytes per identified language, all sources together
+        self.sources: dict[str, TaskTable] = {}
+        self.languages: dict[str, TaskTable] = {}  # documents and bytes per identified language, all sources together
         self.bad_files: list[dict[str, str]] = []  # the read step's skipped files: {source, file, error}
         self.encodings: list[
             dict[str, str]
@@ -76,7 +81,7 @@ class StepCounts:
         into["documents"] += 1
         into["bytes"] += kept_bytes
 
-    def _source(self, source: str) -> Table:
+    def _source(self, source: str) -> TaskTable:
         if source not in self.sources:
             self.sources[source] = {"received": _zero(), "kept": _zero(), "removed": {}}
         return self.sources[source]

@@ -2,7 +2,7 @@
 
 from datatrove.data import Document
 
-from pipeline.cells.stats import CellStats, CellStatsWriter, cell_name, read_cell_stats, trim
+from pipeline.cells.stats import CellStatsTally, CellStatsWriter, cell_name, read_cell_stats, trim
 from pipeline.steps.tokenize.cell_steps import store_stats
 
 
@@ -56,7 +56,7 @@ def test_cell_stats_are_the_same_however_tasks_split_the_documents(tmp_path):
 
 def test_merge_ignores_a_document_seen_twice():
     doc = _docs(1)[0]
-    a, b = CellStats(), CellStats()
+    a, b = CellStatsTally(), CellStatsTally()
     a.add(doc)
     b.add(doc)
     assert len(a.merge(b).samples) == 1

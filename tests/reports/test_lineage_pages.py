@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from millrace.artifacts import read_payload, write_artifact
+from millrace.artifacts import read_envelope, write_artifact
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import lineage_of, read_manifest
@@ -50,7 +50,7 @@ def lineage_site(tmp_path_factory):
     )
     manifest_path = build(home, "default", "swap")
     run_dir = factory.write_contract_metrics(home, "switched", manifest_path, steps=40)
-    payload = read_payload(run_dir / "run.json", "millrace.run")
+    payload = read_envelope(run_dir / "run.json", "millrace.run").payload
     manifest, digest = read_manifest(manifest_path)
     write_artifact(
         run_dir / "run.json",

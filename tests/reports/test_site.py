@@ -146,7 +146,7 @@ def test_a_revision_built_on_an_older_store_json_is_marked_stale(tmp_path):
     store_dir = factory.make_small_store(home)
     factory.make_small_revisions(home)
     store = Store(store_dir)
-    write_store_manifest(store_dir, store.manifest.model_copy(update={"pipeline_config": {"rerun": True}}))
+    write_store_manifest(store_dir, store.manifest.model_copy(update={"config_hash": "sha256:rebuilt"}))
     composition = load_composition(store_dir)
     assert sorted(composition.stale) == ["natural", "uniform-sampling"]
     assert page_data(write_composition_page(composition, tmp_path / "site"))["stale"] == composition.stale

@@ -121,7 +121,9 @@ class Rules(StrictModel):
         return self
 
 
-class TargetSpec(StrictModel):
+class TargetModelSpec(StrictModel):
+    """`[target]`: the large model the ladder predicts, by its config file or by a width of the rung family."""
+
     name: str = pydantic.Field("target", pattern=NAME_PATTERN)
     config: str | None = None
     d_model: int | None = pydantic.Field(None, gt=0, description="or a rung-family member of this width")
@@ -130,7 +132,7 @@ class TargetSpec(StrictModel):
     batch: int | None = pydantic.Field(None, gt=0)
 
     @pydantic.model_validator(mode="after")
-    def _one_shape(self) -> TargetSpec:
+    def _one_shape(self) -> TargetModelSpec:
         if (self.config is None) == (self.d_model is None):
             raise ValueError("give exactly one of 'config' and 'd_model'")
         return self
@@ -161,7 +163,7 @@ class LadderSpec(StrictModel):
     base: BaseSpec
     mixture: MixtureSpec
     rules: Rules
-    target: TargetSpec | None = None
+    target: TargetModelSpec | None = None
     eval: EvalSpec = EvalSpec()
     fit: FitSpec = FitSpec()
     here: HereSpec = HereSpec()
