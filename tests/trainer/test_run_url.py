@@ -216,10 +216,10 @@ def test_a_branch_leaves_its_sources_records_on_this_node_as_they_are(built, tin
     home, _ = built
     config = tiny_config("url", checkpoint={"every": 2}, run={"url": f"file://{tmp_path}/bucket"})
     (tmp_path / "bucket").mkdir()
-    source = train(config, home, steps=2, run="source-live").run_dir
+    source = train(config, home, TrainRequest(steps=2, run="source-live")).run_dir
     metrics = source / "metrics.jsonl"
     with open(metrics, "a") as handle:  # step 3, logged by the live source after its last push
         handle.write(metrics.read_text().splitlines(keepends=True)[-1].replace('"step":2,', '"step":3,', 1))
     written = metrics.read_bytes()
-    branch = train(config, home, steps=3, run="branch-of-live", from_run="source-live")
+    branch = train(config, home, TrainRequest(steps=3, run="branch-of-live", from_run="source-live"))
     assert metrics.read_bytes() == written and branch.start_step == 2
