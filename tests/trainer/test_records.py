@@ -3,6 +3,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +107,29 @@ def test_a_config_an_earlier_trainer_recorded_reads_and_is_rewritten_unchanged(t
     assert read_envelope(tmp_path / "run.json", "millrace.run").payload["config"] == OLD_CONFIG
     write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "older"})
     assert read_run(tmp_path).config is None
+
+
+RECORDED = sorted((Path(__file__).parents[2] / "testkit" / "data" / "run-configs").glob("*.json"))
+
+
+@pytest.mark.parametrize("recorded", RECORDED, ids=lambda path: path.stem)
+def test_the_config_every_earlier_trainer_recorded_reads_typed_and_is_rewritten_byte_for_byte(tmp_path, recorded):
+    """run.json's `config` as the trainer of a past commit wrote it for trainer/configs/tiny.toml (the file's
+    name: the commit and its date; made by that commit's `TrainConfig(...).model_dump(mode="json")`)."""
+    config = json.loads(recorded.read_text())
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "config": config})
+    before = (tmp_path / "run.json").read_bytes()
+    run = read_run(tmp_path)
+    assert run.config is not None and run.config.model.d_model == config["model"]["d_model"]
+    assert set(run.config.settings()) == set(_dotted(config))
+    write_run(tmp_path, run)
+    assert (tmp_path / "run.json").read_bytes() == before
+
+
+def _dotted(value, prefix=""):
+    if not isinstance(value, dict):
+        return {prefix.rstrip("."): value}
+    return {key: inner for name in value for key, inner in _dotted(value[name], f"{prefix}{name}.").items()}
 
 
 @pytest.mark.parametrize(
