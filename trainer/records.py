@@ -114,7 +114,9 @@ class RecordedHealthConfig(HealthConfig):
     kept so that such a run still reads and is rewritten (a status, a tag) without losing them. Only the
     settings a version wrote are here: any other unknown one is refused, like a misspelt setting."""
 
-    load_window_tokens: int | None = None  # to 2026-12-07: the load entropy's window in tokens (`load_window_steps`)
+    load_window_tokens: int | None = (
+        None  # 2026-12-02 to 12-07: the load entropy's window in tokens (`load_window_steps`)
+    )
     router_entropy_min: float | None = None  # 2026-12-01: the routing-entropy floor (`load_entropy_min`)
 
 
@@ -146,6 +148,7 @@ class RecordedTrainConfig(TrainConfig):
 
 
 def _dotted(value: JsonValue, prefix: str = "") -> dict[str, JsonValue]:
+    """A JSON value's leaves by dotted path, tables' keys sorted (as run.json writes them)."""
     if not isinstance(value, dict):
         return {prefix.rstrip("."): value}
     rows: dict[str, JsonValue] = {}
