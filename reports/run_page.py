@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reports.compare_data import EXPLAIN_FILE, SummaryBuilder
+from reports.compare_data import EXPLAIN_FILE, SummaryBuilder, config_rows
 from reports.expert_loads import LOADS_FILE, ExpertLoadsWriter, write_expert_loads
 from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
@@ -26,16 +25,6 @@ from reports.training import MAX_CELL_LINES, RunView
 from trainer.records import METRICS_FILE, SCALARS, RunRecord
 
 REFRESH_SECONDS = 5
-
-
-def _flatten(value: object, prefix: str = "") -> list[tuple[str, str]]:
-    """A nested config as `section.key = value` rows, for a table a person can scan."""
-    if isinstance(value, dict):
-        rows: list[tuple[str, str]] = []
-        for key, inner in value.items():
-            rows.extend(_flatten(inner, f"{prefix}{key}."))
-        return rows
-    return [(prefix.rstrip("."), json.dumps(value) if not isinstance(value, str) else value)]
 
 
 def _facts(run: RunRecord) -> list[tuple[str, str]]:
@@ -165,6 +154,6 @@ def render_run_page(view: RunView, site: Path, data: dict[str, object], refresh_
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
         coverage=evals.get("coverage") if isinstance(evals := data.get("eval"), dict) else None,
-        config_rows=_flatten(view.run.config),
+        config_rows=list(config_rows(view.run).items()),
         page_js=static_text("chart_settings.js") + static_text("explain_panel.js") + static_text("run.js"),
     )

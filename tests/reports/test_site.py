@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -10,6 +11,7 @@ from pathlib import Path
 import markupsafe
 import pytest
 
+from millrace.artifacts import read_envelope
 from millrace.cli import main
 from millrace.errors import ArtifactError
 from millrace.home import Home
@@ -195,6 +197,10 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     chunk = read_script(tmp_path / "runs" / "tiny-1" / "data" / "chunk-00000.js")
     records = read_metrics(small_home.run("tiny-1"))
     assert chunk["columns"]["loss"] == [r.loss for r in records]  # full precision, every record
+    config = read_envelope(small_home.run("tiny-1") / "run.json", "millrace.run").payload["config"]
+    table = page.split("The run's configuration")[1].split("</details>")[0]
+    rows = [tuple(map(html.unescape, row)) for row in re.findall(r'<tr><td>(.*?)</td><td class="l">(.*?)</td>', table)]
+    assert rows == _dotted(config) and ("health.timing.mfu.end_after", "20") in rows  # every setting run.json holds
 
     home = Home.resolve(tmp_path / "live")
     factory.make_small_store(home)
@@ -202,6 +208,13 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     factory.write_contract_metrics(home, "live-1", manifest, steps=3, status="running")
     build_site(home, tmp_path / "live-site")
     assert read_script(tmp_path / "live-site" / "runs" / "live-1" / "data" / "live.js")["live"] is True
+
+
+def _dotted(value: object, prefix: str = "") -> list[tuple[str, str]]:
+    """run.json's config as the page lists it: one `section.key` row per setting, in the file's (sorted) order."""
+    if not isinstance(value, dict):
+        return [(prefix.rstrip("."), value if isinstance(value, str) else json.dumps(value))]
+    return [row for key in sorted(value) for row in _dotted(value[key], f"{prefix}{key}.")]
 
 
 def test_long_runs_keep_every_extreme_at_its_step_and_every_record_in_chunks():
