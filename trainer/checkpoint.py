@@ -195,9 +195,9 @@ def load(path: Place, parts: Mapping[str, Stateful]) -> None:
         if kept is not None:  # a fleet worker's copy of the checkpoint it loaded last (`trainer.checkpoint_memo`)
             state = kept
         else:
-            template = memo.layout(state)
+            template, read_from = memo.layout(state), memo.stamp(path)
             _read(path, name, state)
-            memo.remember(path, name, template, state)
+            memo.remember(path, name, template, state, read_from)
         try:
             part.load_state_dict(state[name])
         except (ArtifactError, ConfigError) as exc:

@@ -7,8 +7,10 @@ checkpoint a fresh copy of that instead of reading it again: the same values, so
 
 Only one checkpoint is kept (the last loaded), only of a local directory, and only while its `.metadata`
 file is the same file (a checkpoint is renamed into place whole; a newer one at the same step is another
-file). A part whose load template differs from the one the copy was read for (another model shape, another
-cell list) is read from disk as usual, so DCP's own checks refuse what they would refuse.
+file): its stamp is taken before the read and the copy kept only if it is unchanged after, so a checkpoint
+replaced while it was read is read again next time. A part whose load template differs from the one the copy
+was read for (another model shape, another cell list) is read from disk as usual, so DCP's own checks refuse
+what they would refuse.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def layout(value: Any) -> Any:
     return type(value).__name__
 
 
-def stamp(path: Path) -> tuple[int, int, int] | None:
+def stamp(path: Any) -> tuple[int, int, int] | None:
+    """Which file a local checkpoint's `.metadata` is (None at a URL, or when there is none)."""
+    if not isinstance(path, Path):
+        return None
     try:
         found = (path / ".metadata").stat()
     except OSError:
@@ -67,10 +72,15 @@ def recall(path: Any, name: str, template: dict[str, Any]) -> dict[str, Any] | N
     return copy.deepcopy(kept[2])
 
 
-def remember(path: Any, name: str, template_layout: Any, loaded: dict[str, Any]) -> None:
-    """Keep a copy of what part `name` of `path` loaded (forgetting any other checkpoint's parts)."""
+def remember(path: Any, name: str, template_layout: Any, loaded: dict[str, Any], read_from: Any) -> None:
+    """Keep a copy of what part `name` of `path` loaded (forgetting any other checkpoint's parts). `read_from`
+    is the checkpoint's `stamp` taken before the read: a checkpoint replaced at the same path since may have
+    been read in part from either file, so nothing is kept under the new file's stamp."""
     if not _active or not isinstance(path, Path):
         return
     for key in [key for key in _kept if key[0] != str(path)]:
         del _kept[key]
-    _kept[(str(path), name)] = (stamp(path), template_layout, copy.deepcopy(loaded))
+    if read_from is None or stamp(path) != read_from:
+        _kept.pop((str(path), name), None)
+        return
+    _kept[(str(path), name)] = (read_from, template_layout, copy.deepcopy(loaded))
