@@ -29,7 +29,7 @@ from loader.files import StoreAccess
 from loader.held_out import fetch_held_out
 from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
-from millrace.signals import StopRequest
+from millrace.signals import StopRequest, TerminateSignal
 from millrace.writer_lock import WriterLock
 from mixtures.manifest import find_manifest, store_dir_of
 from pipeline.store.format import Store
@@ -537,10 +537,29 @@ def maybe_checkpoint(training: Training, step: int) -> ckpt.Place | None:
     return None
 
 
-def finish(plan: RunPlan) -> None:
-    """Mark the run completed (the horizon reached) or stopped (a later `--resume` continues it)."""
-    if plan.runtime.rank == 0:
-        set_status(plan.run_dir, "completed" if plan.stop == plan.horizon else "stopped")
+def finish(training: Training) -> None:
+    """The run's end on rank 0: its step explanations, then every record at its URL, and only then its status,
+    completed (the horizon reached) or stopped (a later `--resume` continues it), pushed again. A run killed
+    before the status is written is still `running` (SIGKILL) or `interrupted` (SIGTERM, Ctrl-C), so a rerun
+    (`--resume`, the fleet, which skips only finished runs) finishes it: a finished run's records are all at
+    its URL."""
+    plan = training.plan
+    if plan.runtime.rank != 0:
+        return
+    try:
+        write_step_explanations(plan)
+        training.push_records()
+        if training.uploads is not None:
+            training.uploads.flush()
+    except KeyboardInterrupt as exc:  # SIGTERM too: the loop's `StopRequest` has ended
+        set_status(plan.run_dir, "interrupted")
+        stopped = Terminated if isinstance(exc, TerminateSignal) else Interrupted
+        raise stopped(
+            f"run {plan.run} stopped after its last step {plan.stop}, before its end was recorded "
+            f"({kept_checkpoint(plan)}); finish it with: {resume_command(plan)}"
+        ) from None
+    set_status(plan.run_dir, "completed" if plan.stop == plan.horizon else "stopped")
+    training.push_records()  # run.json with its status; the uploader is flushed and joined on the way out
 
 
 def train(
@@ -617,10 +636,7 @@ def _train_from(training: Training, start: int, progress: bool) -> RunResult:
         if writer is not None:
             writer.close()
         observers.close()
-    finish(plan)
-    if runtime.rank == 0:
-        write_step_explanations(plan)
-        training.push_records()
+    finish(training)
     return RunResult(
         run=plan.run,
         run_dir=plan.run_dir,

@@ -223,3 +223,43 @@ def test_a_branch_leaves_its_sources_records_on_this_node_as_they_are(built, tin
     written = metrics.read_bytes()
     branch = train(config, home, TrainRequest(steps=3, run="branch-of-live", from_run="source-live"))
     assert metrics.read_bytes() == written and branch.start_step == 2
+
+
+def test_a_run_stopped_while_it_finishes_is_finished_by_the_fleets_rerun_with_every_record_at_its_url(
+    built, tiny_config, tmp_path, monkeypatch
+):
+    """SIGTERM after the last step, while the run writes its step explanations (the loop's `StopRequest` has
+    ended, so it is the `TerminateSignal` that `sigterm_as_interrupt` raises). Step 3's metrics line and the
+    explanations go up only at the end (the last checkpoint is step 2's): the run is not marked finished, so the
+    fleet's rerun resumes it from step 2 and finishes it, and the URL then holds every record the run's
+    directory holds."""
+    from millrace.errors import Terminated
+    from millrace.signals import TerminateSignal
+    from trainer import loop
+    from trainer.fleet import FleetConfig, TrainingJob, check_outcomes, run_jobs
+    from trainer.fleet.run import finished
+    from trainer.records import EXPLANATIONS_FILE
+    from trainer.run_url import record_sizes
+
+    home, _ = built
+    (tmp_path / "bucket").mkdir()
+    url = {"url": f"file://{tmp_path}/bucket"}
+    config = tiny_config("ending", checkpoint={"every": 2, "at_end": False}, run=url)
+    explain = loop.write_step_explanations
+
+    def terminated(plan: loop.RunPlan) -> None:
+        monkeypatch.setattr(loop, "write_step_explanations", explain)  # once: the rerun ends as written
+        raise TerminateSignal()
+
+    monkeypatch.setattr(loop, "write_step_explanations", terminated)
+    job = TrainingJob("ending", config, steps=3)
+    with pytest.raises((Terminated, TerminateSignal)) as stopped:
+        train(config, home, TrainRequest(steps=3, run="ending"))
+    check_outcomes(run_jobs(home, [job], FleetConfig(executor="in-process", threads=1)))
+    run, remote = home.run("ending"), RemoteDir(f"file://{tmp_path}/bucket/ending")
+    names = record_sizes(run)
+    for name in names:
+        assert read_record(remote, name) == (run / name).read_bytes(), name
+    assert {"run.json", "metrics.jsonl", EXPLANATIONS_FILE} <= set(names), names
+    assert [record.step for record in read_metrics(run)] == [1, 2, 3] and finished(home, job)
+    assert stopped.type is Terminated and "finish it with: millrace train" in str(stopped.value)
