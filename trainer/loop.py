@@ -558,6 +558,9 @@ def finish(training: Training) -> None:
             f"run {plan.run} stopped after its last step {plan.stop}, before its end was recorded "
             f"({kept_checkpoint(plan)}); finish it with: {resume_command(plan)}"
         ) from None
+    except Exception:  # a failed upload: not finished, so a rerun ends it again
+        set_status(plan.run_dir, "failed")
+        raise
     set_status(plan.run_dir, "completed" if plan.stop == plan.horizon else "stopped")
     training.push_records()  # run.json with its status; the uploader is flushed and joined on the way out
 

@@ -225,6 +225,7 @@ def test_a_branch_leaves_its_sources_records_on_this_node_as_they_are(built, tin
     assert metrics.read_bytes() == written and branch.start_step == 2
 
 
+@pytest.mark.slow
 def test_a_run_stopped_while_it_finishes_is_finished_by_the_fleets_rerun_with_every_record_at_its_url(
     built, tiny_config, tmp_path, monkeypatch
 ):
