@@ -264,3 +264,22 @@ def test_a_run_stopped_while_it_finishes_is_finished_by_the_fleets_rerun_with_ev
     assert {"run.json", "metrics.jsonl", EXPLANATIONS_FILE} <= set(names), names
     assert [record.step for record in read_metrics(run)] == [1, 2, 3] and finished(home, job)
     assert stopped.type is Terminated and "finish it with: millrace train" in str(stopped.value)
+
+
+@pytest.mark.slow
+def test_a_run_whose_last_upload_fails_is_marked_failed_not_finished(built, tiny_config, tmp_path):
+    """The records cannot reach the URL at the end (no checkpoint before it: the end's push is the first): the
+    run fails in one line naming the URL and says `failed`, so the fleet's rerun finishes it."""
+    from millrace.errors import ArtifactError
+    from trainer.fleet import TrainingJob
+    from trainer.fleet.run import finished
+    from trainer.records import read_run
+
+    home, _ = built
+    (tmp_path / "blocked").write_text("a file where the run's folder would go")
+    config = tiny_config("unreachable", checkpoint={"every": 0, "at_end": False}, run={"url": f"file://{tmp_path}"})
+    with pytest.raises(ArtifactError) as caught:
+        train(config, home, TrainRequest(steps=1, run="blocked"))
+    assert str(caught.value).startswith(f"run records to file://{tmp_path}/blocked")
+    assert read_run(home.run("blocked")).status == "failed"
+    assert not finished(home, TrainingJob("blocked", config, steps=1))
