@@ -217,15 +217,15 @@ def child_remote(manifest: str, url: str, endpoint: str, cache: str) -> dict:
     """The same mixture and steps read from the store's copy on an S3 server on loopback (moto, via s3fs):
     the first pass fetches every chunk (cache cold), the best of the next passes reads the local cache."""
     from loader import MixtureStream
-    from loader.files import ReadOptions
+    from loader.files import ReadOptions, StoreAccess
 
     options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": endpoint}}
     stream = MixtureStream(
         manifest,
         prefetch=0,
-        store_url=url,
-        storage_options=options,
-        read_options=ReadOptions(cache_dir=Path(cache), cache_bytes=1 << 30),
+        store=StoreAccess(
+            url=url, storage_options=options, read=ReadOptions(cache_dir=Path(cache), cache_bytes=1 << 30)
+        ),
     )
 
     def stream_batches() -> None:

@@ -65,16 +65,18 @@ def child_remote(manifest: str, url: str, endpoint: str, cache: str, readahead: 
     """A cold S3 pass, then ROUNDS rounds of a local pass and a warm S3 pass, alternated in this one process;
     medians."""
     from loader import MixtureStream
-    from loader.files import ReadOptions
+    from loader.files import ReadOptions, StoreAccess
 
     options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
     local = MixtureStream(manifest, prefetch=0)
     remote = MixtureStream(
         manifest,
         prefetch=0,
-        store_url=url,
-        storage_options=options,
-        read_options=ReadOptions(cache_dir=Path(cache), cache_bytes=4 << 30, readahead_bytes=int(readahead)),
+        store=StoreAccess(
+            url=url,
+            storage_options=options,
+            read=ReadOptions(cache_dir=Path(cache), cache_bytes=4 << 30, readahead_bytes=int(readahead)),
+        ),
     )
     end = int(steps) + 1
     next(local.iterate(0, 1))
@@ -103,7 +105,7 @@ def child_memory(manifest: str, url: str, endpoint: str, cache: str, readahead: 
     """One reader alone in this process (local disk when `url` is "-"): its peak resident memory growth over
     two passes (for S3: cold, then warm), over the process's resident memory once the stream is open."""
     from loader import MixtureStream
-    from loader.files import ReadOptions
+    from loader.files import ReadOptions, StoreAccess
 
     if url == "-":
         stream = MixtureStream(manifest, prefetch=0)
@@ -111,9 +113,11 @@ def child_memory(manifest: str, url: str, endpoint: str, cache: str, readahead: 
         stream = MixtureStream(
             manifest,
             prefetch=0,
-            store_url=url,
-            storage_options={"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}},
-            read_options=ReadOptions(cache_dir=Path(cache), cache_bytes=4 << 30, readahead_bytes=int(readahead)),
+            store=StoreAccess(
+                url=url,
+                storage_options={"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}},
+                read=ReadOptions(cache_dir=Path(cache), cache_bytes=4 << 30, readahead_bytes=int(readahead)),
+            ),
         )
     base = memory_mb("VmRSS")
     for _ in range(2):

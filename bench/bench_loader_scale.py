@@ -150,7 +150,7 @@ def write_linked_store(home, name: str, cells: int, shards: int, documents: int 
 def build(home, name: str, seq_len: int, batch: int, every_window: bool = False) -> Path:
     """The mixtures room's own `mix new` + `mix build`: uniform over the cells (or each window once)."""
     from mixtures.build import build as build_revision
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
     from pipeline.store.format import Store
 
     store = Store(home.store(name, "2026.01.01"))
@@ -159,13 +159,15 @@ def build(home, name: str, seq_len: int, batch: int, every_window: bool = False)
     phases = [f"main:{budget}:natural" if every_window else f"main:{budget}:uniform"]
     new_revision(
         home,
-        name,
-        "r1",
-        name,
-        strategy="natural" if every_window else "uniform",
-        phases=phases,
-        seq_len=seq_len,
-        global_batch=batch,
+        NewRevision(
+            mixture=name,
+            revision="r1",
+            store=name,
+            strategy="natural" if every_window else "uniform",
+            phases=phases,
+            seq_len=seq_len,
+            global_batch=batch,
+        ),
     )
     return build_revision(home, name, "r1")
 

@@ -47,6 +47,7 @@ def _timed(func) -> tuple[float, float]:
 
 
 def main() -> list[Result]:
+    from pipeline.steps.tokenize.cell_shards import CellShardsConfig
     from pipeline.steps.tokenize.tokenization import TokenizeCells, load_tokenizer, train_byte_level_bpe
 
     docs = bench_documents()
@@ -61,16 +62,15 @@ def main() -> list[Result]:
                 [e.ids for e in tokenizer.encode_batch_fast(texts[start : start + BATCH], add_special_tokens=False)]
 
         def ours() -> None:
-            step = TokenizeCells(
+            shards = CellShardsConfig(
                 path,
                 "<|endoftext|>",
-                ["python-code", "python-docs"],
+                ("python-code", "python-docs"),
                 tmp / "runs",
                 tmp / "store" / "cells",
-                tmp / "funnel",
                 SHARD_TOKENS,
-                batch_size=BATCH,
             )
+            step = TokenizeCells(shards, tmp / "funnel", batch_size=BATCH)
             for _ in step.run(iter(docs), 0, 1):
                 pass
 

@@ -42,8 +42,9 @@ def _tokens_per_second(config: Path, home, run: str) -> tuple[float, int]:
     from trainer.flops import count_params
     from trainer.loop import train
     from trainer.records import read_metrics
+    from trainer.train_request import TrainRequest
 
-    result = train(config, home, steps=STEPS, run=run)
+    result = train(config, home, TrainRequest(steps=STEPS, run=run))
     rates = [r.tokens_per_second or 0.0 for r in read_metrics(result.run_dir)[WARMUP:]]
     active = count_params(with_vocab(load_train_config(config), 256)).active
     return statistics.median(rates), active

@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import tomli_w
@@ -144,17 +145,18 @@ def train_and_measure(args: argparse.Namespace, shape: dict, tmp: Path) -> dict:
     """Store, mixture and a real training run of `shape` under `tmp`; the report of its figures after warm-up."""
     from loader import MixtureStream
     from millrace.home import Home
-    from testkit.stores import build_mixture, make_store
+    from testkit.stores import LEARNABLE, build_mixture, make_store
     from trainer.config import load_train_config
     from trainer.flops import document_attention_pairs
     from trainer.loop import train
     from trainer.records import read_metrics, read_run
+    from trainer.train_request import TrainRequest
 
     home = Home.resolve(tmp / "home")
     started = time.time()
     store_tokens = args.seq_len * args.batch * args.steps // 6 + 10 * args.seq_len  # read ~6 epochs (cap is 8)
     vocab = shape["model"]["vocab_size"]
-    make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, vocab=vocab)
+    make_store(home, {"c00q0": store_tokens // 2, "c01q1": store_tokens // 2}, replace(LEARNABLE, vocab=vocab))
     manifest = build_mixture(
         home, tokens=args.seq_len * args.batch * args.steps, seq_len=args.seq_len, global_batch=args.batch
     )
@@ -162,7 +164,7 @@ def train_and_measure(args: argparse.Namespace, shape: dict, tmp: Path) -> dict:
     config_path = tmp / "gpu_mfu.toml"
     config_path.write_text(tomli_w.dumps(shape))
     config = load_train_config(config_path)
-    result = train(config_path, home, steps=args.steps, run="gpu-mfu")
+    result = train(config_path, home, TrainRequest(steps=args.steps, run="gpu-mfu"))
     records = read_metrics(result.run_dir)[args.warmup :]
     run_record = read_run(result.run_dir)
     pairs = [document_attention_pairs(batch.segment_ids) for batch in MixtureStream(manifest).iterate(0, args.steps)]

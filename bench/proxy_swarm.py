@@ -26,7 +26,7 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tomli_w
@@ -43,12 +43,13 @@ PARTS = ("start-up", "restore", "evaluation", "other")
 def swarm_home(root: Path, proxies: int, reuse: bool) -> tuple[Home, Path]:
     """A store of distinguishable cells, a natural baseline long enough for the branch and the proxies, and the
     micro search file over the tiny MoE."""
+
     from mixtures.build import build
     from testkit.stores import DISTINCT, make_store
 
     home = Home.resolve(root / "home")
     cells = {f"c{d:02d}q{q}": 40_000 + 5_000 * d for d in range(4) for q in range(2)}
-    make_store(home, cells, DISTINCT, held_out=3, vocab=512)
+    make_store(home, cells, replace(DISTINCT, vocab=512), held_out=3)
     steps = BRANCH_STEP + PROXY_STEPS
     revision = home.revisions / "default" / "natural.toml"
     revision.parent.mkdir(parents=True)

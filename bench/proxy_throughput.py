@@ -26,6 +26,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import tomli_w
@@ -139,8 +140,9 @@ def proxy_tokens_per_second(config_path: Path, home, run: str) -> float:
     """millrace's training loop on the same batches: tokens/s from its metrics lines' clock after the warm-up."""
     from trainer.loop import train
     from trainer.records import read_metrics
+    from trainer.train_request import TrainRequest
 
-    train(config_path, home, steps=STEPS, run=run)
+    train(config_path, home, TrainRequest(steps=STEPS, run=run))
     lines = read_metrics(home.run(run))
     start, end = lines[WARMUP - 1], lines[-1]
     assert None not in (start.tokens, end.tokens, start.time, end.time), "the trainer writes tokens and time"
@@ -200,9 +202,10 @@ def overheads(home, directory: Path, proxy_steps: int = 16) -> list[Result]:
     """One branched proxy, its time split: the training steps against each named step outside them."""
     import trainer.loop as loop
     from trainer.observers import RunObservers
+    from trainer.train_request import TrainRequest
 
     config = proxy_config(directory, evaluate=True)
-    loop.train(config, home, steps=4, run="shared", checkpoint_every=4)
+    loop.train(config, home, TrainRequest(steps=4, run="shared", checkpoint_every=4))
     spent: dict[str, float] = {}
     began = time.perf_counter()
     with (
@@ -221,7 +224,7 @@ def overheads(home, directory: Path, proxy_steps: int = 16) -> list[Result]:
         ),
         timed(RunObservers, ["after_step", "close"], spent),
     ):
-        loop.train(config, home, steps=4 + proxy_steps, run="proxy", from_run="shared")
+        loop.train(config, home, TrainRequest(steps=4 + proxy_steps, run="proxy", from_run="shared"))
     total = time.perf_counter() - began
     start = start_up_seconds()
     steps = spent["train_step"]
@@ -251,12 +254,15 @@ def overheads(home, directory: Path, proxy_steps: int = 16) -> list[Result]:
 
 
 def main() -> list[Result]:
+
     from millrace.home import Home
-    from testkit.stores import build_mixture, make_store
+    from testkit.stores import LEARNABLE, build_mixture, make_store
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Home.resolve(Path(tmp) / "home")
-        make_store(home, {"c00q0": 300_000, "c01q1": 200_000, "c02q0": 150_000}, vocab=VOCAB, held_out=4)
+        make_store(
+            home, {"c00q0": 300_000, "c01q1": 200_000, "c02q0": 150_000}, replace(LEARNABLE, vocab=VOCAB), held_out=4
+        )
         manifest = build_mixture(
             home, tokens=SEQ_LEN * GLOBAL_BATCH * (STEPS + 8), seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH
         )

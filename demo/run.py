@@ -18,14 +18,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from millrace.artifacts import atomic_write_text, content_hash, read_artifact
+from millrace.artifacts import atomic_write_text, read_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.progress import on_terminal
 from pipeline.config import load_pipeline_config
 from trainer.ladder.spec import SHIPPED_CONFIGS
-from trainer.records import RungResult
+from trainer.records import RungResult, read_run
 from trainer.search.cli import proposal_lines
+from trainer.train_request import TrainRequest
 
 log = logging.getLogger("millrace.demo")  # the logger name users know
 
@@ -89,15 +90,15 @@ def step(console: Console, report: DemoReport, name: str, what: str) -> Iterator
 def build_corpus(home: Home, max_bytes: int) -> Path:
     """The corpus under home/corpus/local, rebuilt only when --max-bytes changed (or it is missing)."""
     # lazy: command body: `millrace --help` stays light
-    from pipeline.corpus.builder import SUMMARY_KIND, build_local_corpus
+    from pipeline.corpus.builder import SUMMARY_KIND, CorpusManifest, build_local_corpus
 
     out = home.root / "corpus" / STORE
     summary_path = out / "corpus.json"
     if summary_path.exists():
         try:
-            summary = read_artifact(summary_path, SUMMARY_KIND)
-            if summary.get("max_bytes") == max_bytes:
-                log.info("reusing the corpus at %s (%s documents)", out, summary.get("documents"))
+            summary = read_artifact(summary_path, SUMMARY_KIND, CorpusManifest)
+            if summary.max_bytes == max_bytes:
+                log.info("reusing the corpus at %s (%s documents)", out, summary.documents)
                 return out
         except ArtifactError as exc:
             log.warning("rebuilding the corpus: %s", exc)
@@ -114,8 +115,9 @@ def build_corpus(home: Home, max_bytes: int) -> Path:
 
 def pipeline_config(home: Home, corpus: Path):
     """The starter config for the corpus; the store version of an earlier identical run is reused."""
-    from pipeline.runner import stored_config  # lazy: command body: `millrace --help` loads no datatrove
+    from pipeline.runner import stored_config_hash  # lazy: command body: `millrace --help` loads no datatrove
     from pipeline.starter import init_config  # lazy: command body: `millrace --help` stays light
+    from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest  # lazy: numpy
 
     path = home.root / "configs" / f"{STORE}.toml"
     text = init_config(corpus)
@@ -123,10 +125,10 @@ def pipeline_config(home: Home, corpus: Path):
         atomic_write_text(path, text)
     config = load_pipeline_config(path)
     for existing in sorted((home.stores / STORE).glob("*/store.json"), reverse=True):
-        body = read_artifact(existing, "millrace.store")
-        candidate = config.model_copy(update={"output": config.output.model_copy(update={"version": body["version"]})})
-        if body.get("config_hash") == content_hash(stored_config(candidate)):
-            log.info("reusing store %s/%s", STORE, body["version"])
+        store = read_artifact(existing, STORE_KIND, StoreManifest, (SCHEMA_VERSION,))
+        candidate = config.model_copy(update={"output": config.output.model_copy(update={"version": store.version})})
+        if store.config_hash == stored_config_hash(candidate):
+            log.info("reusing store %s/%s", STORE, store.version)
             return candidate
     return config
 
@@ -229,14 +231,15 @@ def train_demo(home: Home, steps: int | None, console: Console) -> Path:
     from trainer.loop import train
 
     run_dir = home.run(RUN)
-    status_file = run_dir / "run.json"
-    if status_file.exists():
-        status = read_artifact(status_file, "millrace.run").get("status")
-        if status == "completed":
-            console.print(f"  run {RUN!r} already completed: {run_dir}")
-            return run_dir
+    if (run_dir / "run.json").exists() and read_run(run_dir).status == "completed":
+        console.print(f"  run {RUN!r} already completed: {run_dir}")
+        return run_dir
     resume = latest_checkpoint(run_dir / "checkpoints") is not None
-    result = train(TINY_CONFIG, home, MIXTURE, TRAINED_REVISION, steps=steps, run=RUN, resume=resume, progress=True)
+    result = train(
+        TINY_CONFIG,
+        home,
+        TrainRequest(mixture=MIXTURE, revision=TRAINED_REVISION, steps=steps, run=RUN, resume=resume, progress=True),
+    )
     losses = result.losses
     if losses:
         console.print(f"  loss {losses[0]:.3f} → {losses[-1]:.3f} over {len(losses)} steps")

@@ -26,7 +26,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, TypeVarTuple
 
@@ -63,9 +63,9 @@ class ReadOptions:
     fetch_threads: int = 16  # remote: range reads in flight at once (the read-ahead's)
 
     def __post_init__(self) -> None:
-        for field in ("max_open_files", "cache_bytes", "fetch_bytes", "fetch_threads"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"{field} {getattr(self, field)}: must be at least 1")
+        for name in ("max_open_files", "cache_bytes", "fetch_bytes", "fetch_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} {getattr(self, name)}: must be at least 1")
         if self.readahead_bytes < 0:
             raise ConfigError(f"readahead_bytes {self.readahead_bytes}: must be non-negative (0: no read-ahead)")
         self.limits  # noqa: B018  checks read_timeout, retries and backoff_s
@@ -74,6 +74,17 @@ class ReadOptions:
     def limits(self) -> remote_calls.CallLimits:
         """The deadline and retries of one remote read."""
         return remote_calls.CallLimits(self.read_timeout, self.retries, self.backoff_s, "read_timeout")
+
+
+@dataclass(frozen=True)
+class StoreAccess:
+    """Where the loader reads a manifest's pinned store from, and how: `url` any fsspec URL (e.g. a copy on
+    `s3://`; None: the directory the manifest sits in), `storage_options` fsspec's for that URL, `read` the
+    bounds on open files, the remote chunk cache and remote reads."""
+
+    url: str | None = None
+    storage_options: Mapping[str, object] | None = None
+    read: ReadOptions = field(default_factory=ReadOptions)
 
 
 def open_file_limit() -> int:
@@ -326,27 +337,27 @@ def read_range(fs: AbstractFileSystem, path: str, start: int | None, end: int | 
     return data
 
 
+@dataclass(frozen=True)
+class RemoteReach:
+    """What every remote file of one store shares: its filesystem, the local chunk cache, the read limits and
+    the read-ahead's fetcher (None: no read-ahead)."""
+
+    fs: AbstractFileSystem
+    cache: ChunkCache
+    options: ReadOptions
+    fetcher: ChunkFetcher | None = None
+
+
 class RemoteFile(ChunkedFile):
     """One object at an fsspec URL, its chunks fetched in aligned groups of `fetch_bytes` into the shared
     `ChunkCache` on local disk and read from there; a chunk the `ChunkFetcher` is already fetching is waited
     for, not asked for twice."""
 
-    def __init__(
-        self,
-        fs: AbstractFileSystem,
-        path: str,
-        size: int,
-        digests: np.ndarray | None,
-        chunk_bytes: int,
-        key: str,
-        cache: ChunkCache,
-        options: ReadOptions,
-        fetcher: ChunkFetcher | None = None,
-    ):
-        super().__init__(f"{fs.unstrip_protocol(path)}", size, digests, chunk_bytes)
-        self.fs, self.path, self.cache, self.options = fs, path, cache, options
+    def __init__(self, reach: RemoteReach, path: str, size: int, digests: FileDigests, key: str):
+        super().__init__(f"{reach.fs.unstrip_protocol(path)}", size, digests.digests, digests.chunk_bytes)
+        self.fs, self.path, self.cache, self.options = reach.fs, path, reach.cache, reach.options
         self.key = key  # the shard's digest table's hash and the file's kind: its content's name
-        self.fetcher = fetcher
+        self.fetcher = reach.fetcher
         self._local: CachedFile | None = None
         self._opening = threading.Lock()
 
@@ -688,8 +699,8 @@ class StoreFiles:
             )
             remote_calls.one_attempt(self.fs)
             self.root = self.root.rstrip("/")
-            self.cache = ChunkCache(options)
             self.fetcher = ChunkFetcher(options) if options.readahead_bytes else None
+            self.reach = RemoteReach(self.fs, ChunkCache(options), options, self.fetcher)
         else:
             self.root = str(self.local)
 
@@ -728,14 +739,4 @@ class StoreFiles:
                     f"{opened.name}: {opened.size} bytes, the manifest says {size} (truncated or altered)"
                 )
             return opened
-        return RemoteFile(
-            self.fs,
-            f"{self.root}/{relative}",
-            size,
-            chunk_digests,
-            chunk_bytes,
-            key,
-            self.cache,
-            self.options,
-            self.fetcher,
-        )
+        return RemoteFile(self.reach, f"{self.root}/{relative}", size, digests, key)

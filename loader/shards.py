@@ -37,7 +37,7 @@ import numpy as np
 
 from loader.files import ChunkedFile, OpenFiles, RemoteFile, StoreFiles
 from loader.permutation import run_shuffle
-from millrace.artifacts import check_pinned, parse_artifact, payload_model
+from millrace.artifacts import parse_envelope
 from millrace.errors import ArtifactError
 from mixtures.manifest import BuiltManifest, ManifestCell
 from pipeline.store.format import (
@@ -206,11 +206,11 @@ class CellShards:
 
     def __init__(self, files: StoreFiles, cell: ManifestCell, dtype: np.dtype):
         where = files.describe(f"cells/{cell.name}/cell.json")
-        body = parse_artifact(
+        envelope = parse_envelope(
             files.read_bytes(f"cells/{cell.name}/cell.json"), where, CELL_KIND, (CELL_SCHEMA_VERSION,)
         )
-        check_pinned(body, where, cell.cell_manifest_hash, "the one the manifest pins", "rebuild the mixture")
-        manifest = payload_model(body, CellManifest, where)
+        pinned = envelope.pinned(cell.cell_manifest_hash, "the one the manifest pins", "rebuild the mixture")
+        manifest = pinned.model(CellManifest)
         if manifest.dtype != str(np.dtype(dtype)):
             raise ArtifactError(f"{where}: dtype {manifest.dtype} differs from the manifest's {np.dtype(dtype)}")
         table = manifest.shards

@@ -21,12 +21,12 @@ from typing import Literal, TypeVar, overload
 
 import numpy as np
 
-from loader.files import ReadOptions, StoreFiles
+from loader.files import StoreAccess, StoreFiles
 from loader.packing import BlockPool, output_block_bytes, pack_segments, token_values
 from loader.schedule import SampleIndex, Schedule
 from loader.shards import CellShards, ReadAhead, TokenSpace
 from loader.state import LoaderState
-from millrace.artifacts import check_pinned, parse_artifact, payload_model
+from millrace.artifacts import parse_envelope
 from millrace.errors import ArtifactError, ConfigError
 from mixtures.lineage import check_lineage_resume
 from mixtures.manifest import BuiltManifest, read_manifest, store_dir_of
@@ -110,14 +110,12 @@ class MixtureStream:
         world: int = 1,
         prefetch: int = 2,
         sources: bool = True,
-        store_url: str | None = None,
-        storage_options: Mapping[str, object] | None = None,
-        read_options: ReadOptions | None = None,
+        store: StoreAccess | None = None,
     ):
         """`sources=False` skips sources (Batch.segment_sources is None); everything else is the same.
-        `store_url` reads the pinned store from elsewhere (any fsspec URL, e.g. a copy on `s3://`)
-        instead of the directory the manifest sits in; `read_options` bounds open files and the
-        remote chunk cache (`loader.files.ReadOptions`)."""
+        `store` reads the pinned store from elsewhere (`StoreAccess.url`, e.g. a copy on `s3://`) instead of
+        the directory the manifest sits in, and bounds open files and the remote chunk cache
+        (`loader.files.StoreAccess`)."""
         self.path = Path(manifest_path)
         self.manifest: BuiltManifest
         self.manifest, self.manifest_hash = read_manifest(self.path)
@@ -142,19 +140,12 @@ class MixtureStream:
             log.info("%s: stats-only manifest, index-only mode (no tokens)", self.path)
             self.has_sources = False
             return
-        self._open_store(store_url, storage_options, read_options, sources, drawn)
+        self._open_store(store or StoreAccess(), sources, drawn)
 
-    def _open_store(
-        self,
-        store_url: str | None,
-        storage_options: Mapping[str, object] | None,
-        read_options: ReadOptions | None,
-        sources: bool,
-        drawn: list[str],
-    ) -> None:
+    def _open_store(self, access: StoreAccess, sources: bool, drawn: list[str]) -> None:
         """Check the pinned store and open the shards of every drawn cell (their files on demand)."""
         manifest = self.manifest
-        files = StoreFiles(store_url or store_dir_of(self.path), read_options or ReadOptions(), storage_options)
+        files = StoreFiles(access.url or store_dir_of(self.path), access.read, access.storage_options)
         store = self._check_store(files)
         if manifest.dtype is None:
             raise ArtifactError(f"{self.path}: a manifest with shards must name their dtype")
@@ -181,11 +172,9 @@ class MixtureStream:
 
     def _check_store(self, files: StoreFiles) -> StoreManifest:
         where = files.describe("store.json")
-        body = parse_artifact(files.read_bytes("store.json"), where, STORE_KIND, (SCHEMA_VERSION,))
-        check_pinned(
-            body, where, self.manifest.store.manifest_hash, f"the one pinned by {self.path}", "rebuild the mixture"
-        )
-        return payload_model(body, StoreManifest, where)
+        envelope = parse_envelope(files.read_bytes("store.json"), where, STORE_KIND, (SCHEMA_VERSION,))
+        pinned = f"the one pinned by {self.path}"
+        return envelope.pinned(self.manifest.store.manifest_hash, pinned, "rebuild the mixture").model(StoreManifest)
 
     @property
     def open_files(self) -> int:

@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from typing_extensions import TypeIs
 
+from loader.files import StoreAccess
 from loader.schedule import SampleIndex
 from loader.stream import Batch, Gathered, MixtureStream
 from millrace.errors import ConfigError
@@ -128,11 +129,11 @@ class TorchMixtureDataset(IterableDataset[Item]):
         world: int = 1,
         prefetch: int = 2,
         sources: bool = True,
-        **stream_options: Any,
+        store: StoreAccess | None = None,
     ):
         super().__init__()
         self.stream = MixtureStream(
-            manifest_path, rank=rank, world=world, prefetch=prefetch, sources=sources, **stream_options
+            manifest_path, rank=rank, world=world, prefetch=prefetch, sources=sources, store=store
         )
         self._tracked_by_loader = False  # set by MixtureDataLoader; travels to the workers with the dataset
 

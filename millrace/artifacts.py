@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, TypeVar, overload
 
@@ -26,7 +27,7 @@ from millrace.errors import NO_SPACE, ArtifactError, first_validation_error
 HASH_FIELD = "content_hash"
 ENVELOPE_FIELDS = ("kind", "schema_version", HASH_FIELD)  # what every artifact carries around its payload
 Payload = TypeVar("Payload", bound=pydantic.BaseModel)
-Value = TypeVar("Value")
+JsonObject = dict[str, pydantic.JsonValue]  # a JSON object whose schema its reader does not need
 DISK_FULL_BYTES = 1 << 20  # a short write with less free space than this is a full disk
 STALE_TEMPORARY_SECONDS = 600  # a live writer's temporary lasts one write; one this old was left by a killed one
 
@@ -148,7 +149,32 @@ def write_artifact(
     return digest
 
 
-def read_artifact(path: Path | str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Envelope:
+    """An artifact read and checked (kind, schema version, content hash); its payload stays schemaless JSON
+    until `model` types it, for the few readers that want the hash or the raw fields (a pin, a rewrite)."""
+
+    where: str  # the file or object it was read from, for messages
+    kind: str
+    schema_version: int
+    content_hash: str
+    payload: JsonObject  # the fields its writer gave, envelope stripped
+
+    def model(self, model: type[Payload]) -> Payload:
+        """The payload validated by its schema `model`; a mismatch is an ArtifactError naming the file."""
+        return validated(model, self.payload, f"{self.where}: not a valid {self.kind} artifact")
+
+    def pinned(self, expected: str | None, pinned_by: str, remedy: str = "") -> Envelope:
+        """This artifact, refused where its hash is not the one `pinned_by` (a store.json, a manifest) recorded."""
+        if expected is not None and self.content_hash != expected:
+            raise ArtifactError(
+                f"{self.where}: hash {self.content_hash} differs from {pinned_by} ({expected})"
+                + (f"; {remedy}" if remedy else "")
+            )
+        return self
+
+
+def read_envelope(path: Path | str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> Envelope:
     """Read and check an artifact; any problem is an ArtifactError that names the file."""
     path = Path(path)
     try:
@@ -157,10 +183,10 @@ def read_artifact(path: Path | str, kind: str, schema_versions: tuple[int, ...] 
         raise ArtifactError(f"{path}: missing {kind} artifact") from None
     except OSError as exc:
         raise ArtifactError(f"{path}: unreadable {kind} artifact ({exc})") from None
-    return parse_artifact(raw, str(path), kind, schema_versions)
+    return parse_envelope(raw, str(path), kind, schema_versions)
 
 
-def parse_artifact(raw: bytes, where: str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> dict[str, Any]:
+def parse_envelope(raw: bytes, where: str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> Envelope:
     """Check an artifact's bytes (read from a file or an object store); problems name `where`."""
     try:
         body = json.loads(raw.decode())
@@ -169,36 +195,29 @@ def parse_artifact(raw: bytes, where: str, kind: str, schema_versions: tuple[int
     if not isinstance(body, dict) or body.get("kind") != kind:
         found = body.get("kind") if isinstance(body, dict) else type(body).__name__
         raise ArtifactError(f"{where}: expected a {kind} artifact, found {found!r}")
-    if body.get("schema_version") not in schema_versions:
-        raise ArtifactError(
-            f"{where}: {kind} schema version {body.get('schema_version')!r} is not one of {list(schema_versions)}"
-        )
+    version = body.get("schema_version")
+    if version not in schema_versions:
+        raise ArtifactError(f"{where}: {kind} schema version {version!r} is not one of {list(schema_versions)}")
     recorded = body.pop(HASH_FIELD, None)
     if recorded != content_hash(body):
         raise ArtifactError(f"{where}: content hash mismatch (recorded {recorded}); the file was altered or damaged")
-    body[HASH_FIELD] = recorded
-    return body
+    payload = {k: v for k, v in body.items() if k not in ENVELOPE_FIELDS}
+    return Envelope(where, kind, version, recorded, payload)
 
 
-def payload_of(body: Mapping[str, Value]) -> dict[str, Value]:
-    """An artifact's body (as `read_artifact` returns it) without its envelope: the fields its writer gave."""
-    return {k: v for k, v in body.items() if k not in ENVELOPE_FIELDS}
+def read_artifact(
+    path: Path | str, kind: str, model: type[Payload], schema_versions: tuple[int, ...] = (1,)
+) -> Payload:
+    """Read and check an artifact of `kind`, as its schema `model`; any problem is an ArtifactError naming the
+    file (and the field)."""
+    return read_envelope(path, kind, schema_versions).model(model)
 
 
-def read_payload(path: Path | str, kind: str, schema_versions: tuple[int, ...] = (1,)) -> dict[str, Any]:
-    """`read_artifact`, envelope stripped: the payload a reader that rewrites or shows the artifact wants."""
-    return payload_of(read_artifact(path, kind, schema_versions))
-
-
-def check_pinned(
-    body: Mapping[str, object], where: str, expected: str | None, pinned_by: str, remedy: str = ""
-) -> None:
-    """Refuse an artifact whose content hash is not the one `pinned_by` (a store.json, a manifest) recorded."""
-    if expected is not None and body[HASH_FIELD] != expected:
-        raise ArtifactError(
-            f"{where}: hash {body[HASH_FIELD]} differs from {pinned_by} ({expected})"
-            + (f"; {remedy}" if remedy else "")
-        )
+def parse_artifact(
+    raw: bytes, where: str, kind: str, model: type[Payload], schema_versions: tuple[int, ...] = (1,)
+) -> Payload:
+    """`read_artifact` for bytes read from elsewhere (an object store); problems name `where`."""
+    return parse_envelope(raw, where, kind, schema_versions).model(model)
 
 
 def validated(model: type[Payload], data: object, where: str) -> Payload:
@@ -209,8 +228,3 @@ def validated(model: type[Payload], data: object, where: str) -> Payload:
         return model.model_validate_json(json.dumps(data), strict=True)
     except pydantic.ValidationError as exc:
         raise ArtifactError(f"{where}: {first_validation_error(exc)}") from None
-
-
-def payload_model(body: Mapping[str, object], model: type[Payload], where: str) -> Payload:
-    """The artifact's payload validated by its schema `model`; a mismatch is an ArtifactError naming `where`."""
-    return validated(model, payload_of(body), f"{where}: not a valid {body.get('kind')} artifact")

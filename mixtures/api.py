@@ -1,6 +1,6 @@
 """The mixtures room's Python face: what `millrace mix` does, callable from the demo and tests.
 
-new_revision(home, mixture, revision, store, *, strategy=..., phases=[...], ...) -> Path
+new_revision(home, NewRevision(mixture=..., revision=..., store=..., ...)) -> Path   # `mix new`
 build(home, mixture, revision, *, file=None) -> Path          # the manifest's path
 plan(home, mixture, revision, *, file=None) -> dict           # `mix plan --json`
 diff(home, mixture, a, b) -> dict                             # `mix diff --json`
@@ -18,7 +18,7 @@ from millrace.home import Home
 from mixtures.build import build, build_result, resolve_named
 from mixtures.catalog import built_manifests, revision_files
 from mixtures.manifest import read_manifest
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from mixtures.plan import diff_of, plan_of
 from mixtures.resolve import manifest_hash, resolve_revision
 from mixtures.revision import load_revision
@@ -154,4 +154,13 @@ def list_revisions(home: Home) -> RevisionListing:
     return {"home": str(home.root), "mixtures": mixtures}
 
 
-__all__ = ["build", "build_result", "diff", "list_revisions", "new_revision", "plan", "validate_file"]
+__all__ = [
+    "NewRevision",
+    "build",
+    "build_result",
+    "diff",
+    "list_revisions",
+    "new_revision",
+    "plan",
+    "validate_file",
+]

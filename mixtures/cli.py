@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import pydantic
 
-from millrace.errors import ConfigError
+from millrace.errors import ConfigError, first_validation_error
 from millrace.home import Home
 from millrace.names import PLAIN_NAME, STORE_NAME, known
 from millrace.options import home_option, json_option, print_json, revision_option
 from millrace.tables import print_table
 from mixtures import api
-from mixtures.new import STRATEGY_CHOICES
+from mixtures.new import STRATEGY_CHOICES, NewRevision, option_name
 from mixtures.resolve import store_names
 from mixtures.strategies import STRATEGIES, parse_factors
 from pipeline.store.labels import labelled
@@ -183,25 +184,28 @@ def new_command(
     **options: str | None,
 ) -> None:
     """Write a revision file for MIXTURE from a store's stats with a strategy, or continuing a parent revision."""
-    path = api.new_revision(
-        home,
-        mixture,
-        revision,
-        store or (None if continues else only_store(home)),
-        strategy=strategy,
-        phases=list(phases) or None,
-        epoch_cap=epoch_cap,
-        seq_len=seq_len,
-        global_batch=global_batch,
-        seed=seed,
-        options=strategy_values(options),
-        weights=parse_factors(",".join(weights), "--weight") or None,
-        out=out,
-        symbolic=symbolic,
-        description=description,
-        continues=continues,
-        at_step=at_step,
-    )
+    try:
+        request = NewRevision(
+            mixture=mixture,
+            revision=revision,
+            store=store or (None if continues else only_store(home)),
+            strategy=strategy,
+            phases=list(phases),
+            epoch_cap=epoch_cap,
+            seq_len=seq_len,
+            global_batch=global_batch,
+            seed=seed,
+            options=strategy_values(options),
+            weights=parse_factors(",".join(weights), "--weight") or None,
+            out=Path(out) if out is not None else None,
+            symbolic=symbolic,
+            description=description,
+            continues=continues,
+            at_step=at_step,
+        )
+    except pydantic.ValidationError as exc:
+        raise ConfigError(first_validation_error(exc, option_name)) from None
+    path = api.new_revision(home, request)
     summary = api.validate_file(home, path)
     if as_json:
         print_json(summary)

@@ -36,7 +36,7 @@ from typing import Literal
 
 import pydantic
 
-from millrace.artifacts import HASH_FIELD, payload_model, read_artifact, write_artifact
+from millrace.artifacts import read_envelope, write_artifact
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.home import Home
@@ -212,8 +212,8 @@ def write_manifest(path: Path, manifest: BuiltManifest) -> str:
 
 def read_manifest(path: Path | str) -> tuple[BuiltManifest, str]:
     """Returns the manifest and its content hash; refuses unknown schemas and altered files."""
-    body = read_artifact(path, MANIFEST_KIND, (MANIFEST_SCHEMA_VERSION,))
-    return payload_model(body, BuiltManifest, str(path)), body[HASH_FIELD]
+    envelope = read_envelope(path, MANIFEST_KIND, (MANIFEST_SCHEMA_VERSION,))
+    return envelope.model(BuiltManifest), envelope.content_hash
 
 
 def find_manifest(home: Home, mixture: str, revision: str, store: str | None = None) -> Path:

@@ -16,8 +16,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import pydantic
+from pydantic_core import PydanticCustomError
 
 from millrace.artifacts import atomic_write_text
+from millrace.config import StrictModel
 from millrace.errors import ConfigError, first_validation_error
 from millrace.home import Home
 from mixtures.catalog import load_named
@@ -63,6 +65,64 @@ def parse_phase(text: str, default_strategy: str) -> dict[str, object]:
 DEFAULT_FRAME = {"epoch_cap": 8.0, "seq_len": 256, "global_batch": 16, "seed": 1234}
 
 
+class NewRevision(StrictModel):
+    """What `mix new` is asked to write: revision `revision` of `mixture`, from store `NAME[/VERSION]`'s stats.
+
+    `phases` are `NAME:TOKENS[:STRATEGY[@PATTERNS]]` strings (default: one phase "main" of the store's total
+    tokens, or for a revision that `continues` a parent from `at_step`, of the parent's tokens left after it);
+    a phase that names no strategy takes `strategy`. Epoch cap, seq_len, global batch and seed default to the
+    parent's, else 8, 256, 16, 1234. `options` are strategy options by phase field (`{"temperature": 2.0}`),
+    given to the phases whose strategy takes them; `weights` the explicit strategy's. `symbolic` keeps the
+    strategies in the file; `out` writes it elsewhere than the home's mixtures directory."""
+
+    mixture: str
+    revision: str
+    store: str | None = None  # NAME[/VERSION]; None: the parent's, with `continues`
+    strategy: str = "natural"
+    phases: list[str] = []
+    epoch_cap: float | None = pydantic.Field(None, gt=0)
+    seq_len: int | None = pydantic.Field(None, ge=1)
+    global_batch: int | None = pydantic.Field(None, ge=1)
+    seed: int | None = pydantic.Field(None, ge=0)
+    options: dict[str, object] = {}  # passed on to the phases, whose strategies check them
+    weights: dict[str, float] | None = None
+    out: Path | None = None
+    symbolic: bool = False
+    description: str = ""
+    continues: str | None = None
+    at_step: int | None = pydantic.Field(None, ge=1)
+
+    @pydantic.field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, strategy: str) -> str:
+        if strategy not in STRATEGY_CHOICES:
+            raise PydanticCustomError("strategy", f"unknown strategy (one of {', '.join(STRATEGY_CHOICES)})")
+        return strategy
+
+    @pydantic.model_validator(mode="after")
+    def _lineage_pair(self) -> NewRevision:
+        if (self.continues is None) != (self.at_step is None):
+            raise PydanticCustomError(
+                "lineage",
+                "--continues and --at-step go together: the parent revision and the first step of the new one",
+            )
+        return self
+
+    def frame_numbers(self) -> dict[str, float | None]:
+        """The frame numbers given (None: the parent's or the default)."""
+        return {
+            "epoch_cap": self.epoch_cap,
+            "seq_len": self.seq_len,
+            "global_batch": self.global_batch,
+            "seed": self.seed,
+        }
+
+
+def option_name(loc: Sequence[int | str]) -> str:
+    """A `NewRevision` field as `mix new` spells it: `seq_len` -> `--seq-len`."""
+    return f"--{str(loc[0]).replace('_', '-')}" if loc else "mix new"
+
+
 @dataclass(frozen=True)
 class Frame:
     """What a new revision is written against: its store, its frame numbers, its parent if any."""
@@ -74,22 +134,12 @@ class Frame:
     continues: dict[str, object] | None  # the [continues] table
 
 
-def frame_of(
-    home: Home,
-    mixture: str,
-    store: str | None,
-    continues: str | None,
-    at_step: int | None,
-    given: Mapping[str, float | None],
-) -> Frame:
-    """The store and numbers from the options; a child takes its parent's store and numbers where not given."""
-    if (continues is None) != (at_step is None):
-        raise ConfigError(
-            "--continues and --at-step go together: the parent revision and the first step of the new one"
-        )
+def frame_of(home: Home, request: NewRevision) -> Frame:
+    """The store and numbers from the request; a child takes its parent's store and numbers where not given."""
+    store, continues, at_step, given = request.store, request.continues, request.at_step, request.frame_numbers()
     parent = None
     if continues is not None:
-        loaded, path = load_named(home, mixture, continues)
+        loaded, path = load_named(home, request.mixture, continues)
         parent, _ = resolve_revision(home, loaded, str(path))
         store = store or f"{parent.store.name}/{parent.store.version}"
     if store is None:
@@ -135,45 +185,20 @@ def phase_spec(
     return phase
 
 
-def new_revision(
-    home: Home,
-    mixture: str,
-    revision: str,
-    store: str | None,
-    *,
-    strategy: str = "natural",
-    phases: Sequence[str] | None = None,
-    epoch_cap: float | None = None,
-    seq_len: int | None = None,
-    global_batch: int | None = None,
-    seed: int | None = None,
-    options: Mapping[str, object] | None = None,
-    weights: Mapping[str, float] | None = None,
-    out: Path | str | None = None,
-    symbolic: bool = False,
-    description: str = "",
-    continues: str | None = None,
-    at_step: int | None = None,
-) -> Path:
-    """Write `mixture/revision` from store `NAME[/VERSION]`'s stats; returns the file's path.
-
-    `phases` are `NAME:TOKENS[:STRATEGY[@PATTERNS]]` strings (default: one phase
-    "main" of the store's total tokens, or for a revision that `continues` a parent
-    from `at_step`, of the parent's tokens left after it). Epoch cap, seq_len,
-    global batch and seed default to the parent's, else 8, 256, 16, 1234. `options`
-    are strategy options by phase field (`{"temperature": 2.0}`), given to the phases
-    whose strategy takes them. Refuses to overwrite a different file.
-    """
-    given = {"epoch_cap": epoch_cap, "seq_len": seq_len, "global_batch": global_batch, "seed": seed}
-    frame = frame_of(home, mixture, store, continues, at_step, given)
+def new_revision(home: Home, request: NewRevision) -> Path:
+    """Write the requested revision file (`NewRevision`) from its store's stats; returns the file's path.
+    Refuses to overwrite a different file."""
+    mixture, revision = request.mixture, request.revision
+    frame = frame_of(home, request)
     opened = frame.store
-    requested = [parse_phase(text, strategy) for text in (phases or [f"main:{frame.default_tokens}"])]
-    phase_specs = [phase_spec(phase, weights, options or {}) for phase in requested]
+    phases = request.phases or [f"main:{frame.default_tokens}"]
+    requested = [parse_phase(text, request.strategy) for text in phases]
+    phase_specs = [phase_spec(phase, request.weights, request.options) for phase in requested]
     source = f"mix new {mixture} --revision {revision}"
     data: dict[str, object] = {
         "mixture": mixture,
         "revision": revision,
-        "description": description,
+        "description": request.description,
         **frame.numbers,
         "store": frame.spec.model_dump(exclude_none=True),
         "phases": phase_specs,
@@ -182,13 +207,13 @@ def new_revision(
         data["continues"] = dict(frame.continues)
     symbolic_revision = parse_revision(data, source)
     manifest, _ = resolve_revision(home, symbolic_revision, source)
-    if symbolic:
+    if request.symbolic:
         written = symbolic_revision
     else:
         written = parse_revision(_pinned(data, frame, manifest), source)
         resolve_revision(home, written, source)
-    header = _header(mixture, opened, phase_specs, continues, at_step)
-    target = Path(out) if out is not None else home.revisions / mixture / f"{revision}.toml"
+    header = _header(mixture, opened, phase_specs, request.continues, request.at_step)
+    target = request.out if request.out is not None else home.revisions / mixture / f"{revision}.toml"
     return _write_unless_different(target, written, header)
 
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from millrace.artifacts import content_hash, read_artifact
+from millrace.artifacts import content_hash, read_envelope
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from millrace.names import known
@@ -318,7 +318,7 @@ def pin_cell(store: Store, cell: str, table: CellTable, revision: Revision, sour
         documents=manifest.documents,
         sequences_available=table.sequences(cell),
         cell_manifest_hash=(
-            summary.manifest_hash or read_artifact(cell_json, CELL_KIND, (CELL_SCHEMA_VERSION,))["content_hash"]
+            summary.manifest_hash or read_envelope(cell_json, CELL_KIND, (CELL_SCHEMA_VERSION,)).content_hash
         ),
         shards=len(manifest.shards.names),
     )

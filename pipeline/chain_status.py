@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from millrace.artifacts import content_hash
 from millrace.home import Home
 from pipeline.config import PipelineConfig
 from pipeline.remote_work import RemoteWork
-from pipeline.runner import remote_work, store_version, stored_config
+from pipeline.runner import remote_work, store_version, stored_config_hash
 from pipeline.slurm_queue import ChainJob, JobState, job_states, read_chain
 from pipeline.work import PHASES, WorkLayout
 
@@ -52,7 +51,7 @@ def _slurm_jobs(chain: list[ChainJob]) -> dict[str, list[dict[str, Any]]]:
 def chain_status(config: PipelineConfig, home: Home) -> dict[str, Any]:
     """The run's phases with their tasks done and (Slurm) their jobs' states; whether the store is built."""
     name = config.output.name
-    version = store_version(config, home, content_hash(stored_config(config)))
+    version = store_version(config, home, stored_config_hash(config))
     layout = WorkLayout(home.work(name, version))
     remote = remote_work(config, layout)
     done = _done_by_run(_markers(layout, remote))

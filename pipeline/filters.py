@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import JsonValue
+
 from millrace.config import StrictModel
 
 FilterFactory = Callable[..., Any]
@@ -104,10 +106,13 @@ class FilterSpec:
         imported: FilterFactory = getattr(importlib.import_module(module), attribute)
         return imported
 
-    def checked_options(self, options: Any) -> dict[str, Any]:
-        """The `[filters.<name>]` table as its options model reads it (only the options it sets); a
+    def checked_options(self, options: object) -> dict[str, JsonValue]:
+        """The `[filters.<name>]` table as its options model reads it (only the options it sets), as JSON; a
         ValidationError locating the field otherwise."""
-        return self.options.model_validate(options).model_dump(exclude_unset=True)
+        checked: dict[str, JsonValue] = self.options.model_validate(options).model_dump(
+            mode="json", exclude_unset=True
+        )
+        return checked
 
 
 FILTERS: tuple[FilterSpec, ...] = (

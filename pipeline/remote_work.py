@@ -29,6 +29,7 @@ import shutil
 import socket
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -123,7 +124,7 @@ class RemoteWork:
     only what the driver pulled (`DRIVER_READS`) or wrote itself."""
 
     url: str
-    storage_options: dict[str, object] = field(default_factory=dict)
+    storage_options: Mapping[str, object] = field(default_factory=dict)
     mirror: Path = Path()
     scratch: str | None = None  # where tasks make their scratch directories; None: the system's temporary dir
     _fs: AbstractFileSystem | None = field(default=None, repr=False, compare=False)

@@ -62,8 +62,8 @@ from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 from loguru import logger
 
-from millrace.artifacts import atomic_write_text, content_hash, read_artifact
-from millrace.errors import ConfigError, MillraceError, disk_full_cause
+from millrace.artifacts import atomic_write_text, content_hash, parse_artifact, read_artifact
+from millrace.errors import ArtifactError, ConfigError, MillraceError, disk_full_cause
 from millrace.home import Home
 from millrace.logs import loguru_to_logging
 from millrace.ray_cluster import connect_ray
@@ -93,9 +93,10 @@ from pipeline.steps.read.discovery import listed_once, unread_files
 from pipeline.steps.read.fields import check_text_fields
 from pipeline.steps.read.readers import ReadStep, file_count
 from pipeline.steps.read.task_inputs import write_task_inputs
-from pipeline.steps.tokenize.cell_shards import held_out_cutoffs
+from pipeline.steps.tokenize.cell_shards import CellShardsConfig, held_out_cutoffs
 from pipeline.steps.tokenize.tokenization import RemovedTokens, TokenizeCells, load_tokenizer, train_byte_level_bpe
-from pipeline.store.format import dtype_for_vocab
+from pipeline.store.config_record import PipelineRecord
+from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, StoreManifest, dtype_for_vocab
 from pipeline.store.manifest_records import Funnel, NotRead, StoreStats
 from pipeline.store.remote import (
     PublishShards,
@@ -184,12 +185,17 @@ def extracted_sources(config: PipelineConfig) -> list[str]:
     return [s.name for s in config.sources if s.format in EXTRACTED_FORMATS]
 
 
-def stored_config(config: PipelineConfig) -> dict[str, Any]:
+def stored_config(config: PipelineConfig) -> PipelineRecord:
     """The config as the store records it: `executor` left out, since how it ran does not change what it made,
     and the output's copy URL and its options recorded as unset (where a copy goes changes nothing in it, and
     storage options may hold credentials): a store built on a bucket is byte for byte the one built locally."""
     local = config.model_copy(update={"output": config.output.model_copy(update={"url": None, "storage_options": {}})})
-    return local.model_dump(mode="json", exclude={"executor"})
+    return PipelineRecord.model_validate(local.model_dump(mode="json", exclude={"executor"}))
+
+
+def stored_config_hash(config: PipelineConfig) -> str:
+    """`StoreManifest.config_hash` of a store built from `config`: the same config gives the same store version."""
+    return content_hash(stored_config(config).model_dump(mode="json"))
 
 
 class DeduplicatedSample:
@@ -482,20 +488,8 @@ def tokenize_pipeline(config: PipelineConfig, layout: WorkLayout, extra: list[Pi
             if step in funnel:
                 steps.append(DropDuplicates(step, reasons[step], layout.duplicates, funnel[step], layout.removed))
     steps += extra
-    sources = [s.name for s in config.sources]
     steps.append(
-        TokenizeCells(
-            layout.tokenizer,
-            config.tokenizer.eos,
-            sources,
-            layout.runs,
-            layout.staged / "cells",
-            funnel["tokenize"],
-            config.output.shard_tokens,
-            config.tokenizer.batch_size,
-            config.validation,
-            config.validation.sets,
-        )
+        TokenizeCells(cell_shards(config, layout), funnel["tokenize"], config.tokenizer.batch_size, config.validation)
     )
     steps.append(RemovedTokens(layout.tokenizer, layout.removed, layout.removed_tokens, config.tokenizer.batch_size))
     return steps
@@ -533,21 +527,19 @@ def split_pipeline(
     cutoffs: dict[str, list[int] | None],
     given_back: dict[str, list[list[int]]],
 ) -> list[PipelineStep]:
-    return [
-        WriteHeldOut(
-            layout.tokenizer,
-            config.tokenizer.eos,
-            [s.name for s in config.sources],
-            layout.runs,
-            layout.staged / "cells",
-            layout.parts,
-            config.output.shard_tokens,
-            cutoffs,
-            config.validation.sets,
-            given_back,
-            config.validation.contamination_ngram,
-        )
-    ]
+    return [WriteHeldOut(cell_shards(config, layout), layout.parts, cutoffs, config.validation, given_back)]
+
+
+def cell_shards(config: PipelineConfig, layout: WorkLayout) -> CellShardsConfig:
+    """What the tokenize and split tasks share: tokenizer, sources, runs and cells directories, shard size."""
+    return CellShardsConfig(
+        tokenizer_path=layout.tokenizer,
+        eos=config.tokenizer.eos,
+        sources=tuple(s.name for s in config.sources),
+        runs_dir=layout.runs,
+        cells_dir=layout.staged / "cells",
+        shard_tokens=config.output.shard_tokens,
+    )
 
 
 def ensure_tokenizer(config: PipelineConfig, layout: WorkLayout) -> Path:
@@ -582,7 +574,7 @@ def malformed_report(layout: WorkLayout) -> list[dict[str, object]]:
 def _built_from(home: Home, name: str, version: str) -> str | None:
     """The config hash of store name/version, or None where there is no such store yet."""
     path = home.store(name, version) / "store.json"
-    return read_artifact(path, "millrace.store").get("config_hash") if path.exists() else None
+    return read_artifact(path, STORE_KIND, StoreManifest, (SCHEMA_VERSION,)).config_hash if path.exists() else None
 
 
 def store_version(config: PipelineConfig, home: Home, config_hash: str) -> str:
@@ -630,8 +622,7 @@ def run_pipeline(
     """
     executors = Executors(executor or config.executor.kind, workers or config.executor.workers, progress_lines)
     name = config.output.name
-    recorded = stored_config(config)
-    config_hash = content_hash(recorded)
+    config_hash = stored_config_hash(config)
     version = store_version(config, home, config_hash)
     final = home.store(name, version)
     if _finished(config, final):
@@ -683,12 +674,13 @@ def refuse_published(config: PipelineConfig, final: Path, config_hash: str) -> N
 
 
 def _config_hash_of(manifest: bytes) -> str | None:
-    """The config hash a published store.json records (None for one that is not a store's JSON)."""
+    """The config hash a published store.json records (None for one that is not a store's manifest)."""
     try:
-        body = json.loads(manifest)
-    except ValueError:
+        return parse_artifact(
+            manifest, "the published store.json", STORE_KIND, StoreManifest, (SCHEMA_VERSION,)
+        ).config_hash
+    except ArtifactError:
         return None
-    return body.get("config_hash") if isinstance(body, dict) else None
 
 
 def publish(config: PipelineConfig, home: Home, final: Path, executors: Executors) -> None:

@@ -45,7 +45,7 @@ from datatrove.data import DocumentsPipeline
 from datatrove.io import DataFolder
 from datatrove.pipeline.base import PipelineStep
 
-from millrace.artifacts import atomic_write_text, content_hash
+from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.config import PipelineConfig
@@ -61,7 +61,7 @@ from pipeline.runner import (
     run_pipeline,
     split_pipeline,
     store_version,
-    stored_config,
+    stored_config_hash,
     tokenize_pipeline,
 )
 from pipeline.slurm_queue import JobIds, cancel_stale, read_chain, write_chain
@@ -194,7 +194,7 @@ def _layout(config: PipelineConfig, home: Home, version: str) -> WorkLayout:
 
 def _prepared(config: PipelineConfig, home: Home, restart: bool) -> tuple[WorkLayout, RemoteWork | None, str]:
     """The work directory readied as a local run readies it (on the URL with `work_url`)."""
-    version = store_version(config, home, content_hash(stored_config(config)))
+    version = store_version(config, home, stored_config_hash(config))
     layout = _layout(config, home, version)
     remote = remote_work(config, layout)
     if remote is not None:
@@ -308,7 +308,7 @@ def submit(config: PipelineConfig, home: Home, restart: bool = False) -> Submiss
     """Submit the whole chain (the last job launches its dependencies first), after cancelling the earlier
     chain's jobs still pending; returns each job's id (-1 for a phase whose tasks are all complete already)
     and the cancelled ids. The ids are recorded in the work directory."""
-    version = store_version(config, home, content_hash(stored_config(config)))
+    version = store_version(config, home, stored_config_hash(config))
     before_layout = _layout(config, home, version)
     cancelled = cancel_stale(read_chain(before_layout, remote_work(config, before_layout)))
     layout, remote, version = _prepared(config, home, restart)
@@ -329,7 +329,7 @@ def dry_run(
     work directory, slurm-scripts/); submit nothing. The scripts are the ones submission writes to each
     phase's logging directory, beside the pickled executor (written only at submission) they run."""
     jobs = phase_jobs(config, home, restart)
-    out = out or _layout(config, home, store_version(config, home, content_hash(stored_config(config)))).slurm_scripts
+    out = out or _layout(config, home, store_version(config, home, stored_config_hash(config))).slurm_scripts
     out.mkdir(parents=True, exist_ok=True)
     chain = []
     for index, (job, executor) in enumerate(zip(jobs, slurm_chain(config, jobs)), start=1):

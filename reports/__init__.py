@@ -5,6 +5,6 @@ manifests, run.json and metrics.jsonl, and writes HTML with jinja2.
 """
 
 from reports.site import build_pages, build_run_page, build_site
-from reports.watch import WatchEvent, WatchResult, watch
+from reports.watch import WatchEvent, WatchOptions, WatchResult, watch
 
-__all__ = ["WatchEvent", "WatchResult", "build_pages", "build_run_page", "build_site", "watch"]
+__all__ = ["WatchEvent", "WatchOptions", "WatchResult", "build_pages", "build_run_page", "build_site", "watch"]

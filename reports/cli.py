@@ -15,7 +15,7 @@ from millrace.names import PLAIN_NAME, STORE_NAME
 from millrace.options import home_option, json_option, print_json, run_option
 from millrace.progress import on_terminal
 from reports.site import build_pages, find_runs, find_store_versions
-from reports.watch import WatchEvent
+from reports.watch import WatchEvent, WatchOptions
 from reports.watch import watch as follow
 
 log = logging.getLogger(__name__)
@@ -170,17 +170,8 @@ def watch(
                 task, total=event.total_steps, completed=event.step or 0, status=event.status, rebuilds=event.rebuilds
             )
 
-        result = follow(
-            home,
-            run,
-            out,
-            interval=interval,
-            until_finished=until_finished,
-            timeout=timeout,
-            refresh_seconds=refresh,
-            wait=wait,
-            on_build=show,
-        )
+        options = WatchOptions(interval, until_finished, timeout, refresh, wait)
+        result = follow(home, run, out, options, on_build=show)
     if as_json:
         print_json(
             {"page": str(result.page), "rebuilds": result.rebuilds, "status": result.status, "stopped": result.reason}

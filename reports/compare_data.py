@@ -24,7 +24,7 @@ from reports.render import embed_json
 from reports.run_data import CHUNK, Chunk
 from reports.run_observations import METRICS, EvalGroups, read_eval
 from reports.training import MAX_POINTS, RunView
-from trainer.records import MetricsRecord, read_explanations
+from trainer.records import Explanations, MetricsRecord, read_explanations
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +172,8 @@ def write_explain_data(view: RunView, site: Path, home: Home) -> Path:
         found = read_explanations(home.run(view.name))
     except ArtifactError as exc:
         log.warning("run %s: no step explanations (%s)", view.name, exc)
-        found = {"steps": [], "explained": {}}
-    payload = {"run": view.name, "steps": found.get("steps", []), "explained": found["explained"]}
+        found = Explanations(explained={})
+    payload = {"run": view.name, "steps": found.steps, "explained": found.explained}
     out = site / "runs" / view.name / EXPLAIN_FILE
     atomic_write_text(out, _script("MILLRACE_EXPLAIN", view.name, payload))
     return out

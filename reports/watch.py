@@ -39,6 +39,23 @@ class WatchEvent:
     status: str
 
 
+@dataclass(frozen=True)
+class WatchOptions:
+    """How `watch` follows a run: poll every `interval` seconds; stop once run.json says the run is over
+    (`until_finished`) or after `timeout` seconds; the open page polls every `refresh_seconds`; `wait` for a
+    run that has not started (its run.json not there yet) instead of failing."""
+
+    interval: float = 2.0
+    until_finished: bool = True
+    timeout: float | None = None
+    refresh_seconds: int = REFRESH_SECONDS
+    wait: bool = False
+
+    def __post_init__(self) -> None:
+        if self.interval <= 0:
+            raise ConfigError(f"--interval {self.interval}: must be positive")
+
+
 @dataclass
 class WatchResult:
     page: Path
@@ -130,34 +147,30 @@ def watch(
     home: Home | Path | str,
     run: str,
     out: Path | str | None = None,
-    *,
-    interval: float = 2.0,
-    until_finished: bool = True,
-    timeout: float | None = None,
-    refresh_seconds: int = REFRESH_SECONDS,
-    wait: bool = False,
+    options: WatchOptions | None = None,
     stop: threading.Event | None = None,
     on_build: Callable[[WatchEvent], None] | None = None,
 ) -> WatchResult:
-    """Rebuild `SITE/runs/<run>/index.html` as the run's stream grows; returns why it stopped."""
+    """Rebuild `SITE/runs/<run>/index.html` as the run's stream grows; returns why it stopped. `stop` ends
+    it from another thread; `on_build` sees each rebuild."""
     home = home if isinstance(home, Home) else Home.resolve(home)
     run_dir = home.run(run)
-    if interval <= 0:
-        raise ConfigError(f"--interval {interval}: must be positive")
-    deadline = None if timeout is None else time.monotonic() + timeout
+    options = options or WatchOptions()
+    interval = options.interval
+    deadline = None if options.timeout is None else time.monotonic() + options.timeout
     if not (run_dir / RUN_FILE).exists():
-        if not wait:
+        if not options.wait:
             raise ConfigError(f"run {run!r}: no {RUN_FILE} in {run_dir} (--wait waits for the run to start)")
         why = _wait_for_start(run_dir, interval, deadline, stop)
         if why is not None:
             return WatchResult(page=_page_path(home, run, out), rebuilds=0, status="not started", reason=why)
     page = _page_path(home, run, out)
     tail = MetricsTail(run_dir / METRICS_FILE)
-    rebuilder = _Rebuilder(home, run, run_dir, out, refresh_seconds, on_build, page, tail)
+    rebuilder = _Rebuilder(home, run, run_dir, out, options.refresh_seconds, on_build, page, tail)
     reason = "interrupted"
     try:
         while True:
-            if rebuilder.rebuild_if_changed() and until_finished and rebuilder.status in FINISHED:
+            if rebuilder.rebuild_if_changed() and options.until_finished and rebuilder.status in FINISHED:
                 reason = "finished"
                 break
             if deadline is not None and time.monotonic() >= deadline:

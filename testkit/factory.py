@@ -24,10 +24,10 @@ from pydantic import JsonValue
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import BuiltManifest, read_manifest
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from pipeline.store.format import write_stats_only_store
 from pipeline.store.manifest_records import DomainStats, Funnel, QualityStats, StoreStats
-from testkit.stores import Document, learnable_document, write_store
+from testkit.stores import Document, StoreContents, StoreFacts, StoreTokenizer, learnable_document, write_store
 from trainer.records import (
     AlertEvent,
     Alerts,
@@ -74,22 +74,16 @@ def make_small_store(home: Home, seed: int = 0) -> Path:
         for bucket in range(2):
             name = f"c{domain:02d}q{bucket}"
             documents[name], cell_stats[name] = _small_cell(rng, name, domain, bucket)
-    return write_store(
-        home,
-        STORE,
-        VERSION,
-        documents,
-        SOURCES,
-        vocab_size=VOCAB,
-        eos_id=EOS,
-        fingerprint="sha256:test-tokenizer",
+    facts = StoreFacts(
         cell_stats=cell_stats,
-        funnel=_small_funnel(),
         store_stats=StoreStats(
             domains=DomainStats(k=3, labels=DOMAIN_LABELS),
             quality=QUALITY_MEANING.model_copy(update={"buckets": 2, "score_ranges": {"*": SCORE_RANGES}}),
         ),
+        funnel=_small_funnel(),
     )
+    tokenizer = StoreTokenizer(VOCAB, EOS, "sha256:test-tokenizer")
+    return write_store(home, STORE, VERSION, StoreContents(documents, SOURCES), tokenizer, facts=facts)
 
 
 def _small_cell(
@@ -185,24 +179,28 @@ def make_small_revisions(home: Home, store_dir: Path | None = None) -> dict[str,
     store = f"{STORE}/{VERSION}"
     new_revision(
         home,
-        "default",
-        "natural",
-        store,
-        strategy="natural",
-        phases=["main:12288"],
-        seq_len=SEQ_LEN,
-        global_batch=GLOBAL_BATCH,
+        NewRevision(
+            mixture="default",
+            revision="natural",
+            store=store,
+            strategy="natural",
+            phases=["main:12288"],
+            seq_len=SEQ_LEN,
+            global_batch=GLOBAL_BATCH,
+        ),
     )
     new_revision(
         home,
-        "default",
-        "uniform-sampling",
-        store,
-        strategy="uniform",
-        phases=["main:10240", "cooldown:2048:uniform@c*q1"],
-        seq_len=SEQ_LEN,
-        global_batch=GLOBAL_BATCH,
-        description=UNIFORM_DESCRIPTION,
+        NewRevision(
+            mixture="default",
+            revision="uniform-sampling",
+            store=store,
+            strategy="uniform",
+            phases=["main:10240", "cooldown:2048:uniform@c*q1"],
+            seq_len=SEQ_LEN,
+            global_batch=GLOBAL_BATCH,
+            description=UNIFORM_DESCRIPTION,
+        ),
     )
     return {name: build(home, "default", name) for name in ("natural", "uniform-sampling")}
 
@@ -219,9 +217,10 @@ def tiny_config(path: Path) -> Path:
 def train_run(home: Home, run: str, revision: str = "uniform-sampling", steps: int = 24) -> Path:
     """A short real training run of the tiny MoE on a built revision: run.json + metrics.jsonl."""
     from trainer.loop import train
+    from trainer.train_request import TrainRequest
 
     config = tiny_config(home.root / "tiny.toml")
-    train(config, home, mixture="default", revision=revision, steps=steps, run=run, progress=False)
+    train(config, home, TrainRequest(mixture="default", revision=revision, steps=steps, run=run, progress=False))
     return home.run(run)
 
 
@@ -437,14 +436,16 @@ def make_reference_store(home: Home, revisions: int = 5, seed: int = 3) -> Path:
         strategy, options, phases = specs[name]
         new_revision(
             home,
-            "reference",
-            name,
-            "reference/2026.11.30",
-            seq_len=4096,
-            global_batch=2048,
-            strategy=strategy,
-            options=options,
-            phases=phases,
+            NewRevision(
+                mixture="reference",
+                revision=name,
+                store="reference/2026.11.30",
+                seq_len=4096,
+                global_batch=2048,
+                strategy=strategy,
+                options=options,
+                phases=phases,
+            ),
         )
         build(home, "reference", name)
     return root

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from millrace.home import Home
@@ -69,7 +70,7 @@ def write_revision(home: Home, text: str, name: str) -> Path:
 
 def lineage_home(root: Path) -> Home:
     home = Home.resolve(root)
-    make_store(home, CELLS, EVEN, doc_tokens=53)
+    make_store(home, CELLS, replace(EVEN, doc_tokens=53))
     for name, text in (("natural", PARENT), ("swap", CHILD), ("late", GRANDCHILD)):
         write_revision(home, text, name)
     return home

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from millrace.artifacts import HASH_FIELD, payload_of, read_artifact
+from millrace.artifacts import read_artifact, read_envelope
 from millrace.home import Home
 from mixtures.manifest import BuiltManifest, ManifestCell, ManifestPhase, StoreRef, manifest_path, write_manifest
-from pipeline.store.format import CELL_SCHEMA_VERSION, SCHEMA_VERSION, StoreManifest, write_stats_only_store
+from pipeline.store.format import (
+    CELL_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    CellManifest,
+    StoreManifest,
+    write_stats_only_store,
+)
 from testkit.stores import RANDOM
 
 EOS = RANDOM.eos
@@ -27,22 +34,32 @@ def make_stats_store(home: Home, cells: dict[str, int], name: str = "plan", vers
     return root
 
 
+@dataclass(frozen=True)
+class ManifestFrame:
+    """The numbers a test manifest's schedule is built with (those a revision would give): sequence length,
+    global batch, the loader's seed and its document blocks and runs."""
+
+    seq_len: int = 16
+    global_batch: int = 8
+    seed: int = 1234
+    document_block: int = 1024
+    document_run: int = 1
+
+
 def make_manifest(
     home: Home,
     store_root: Path,
     phases: list[dict[str, int]],
-    seq_len: int = 16,
-    global_batch: int = 8,
-    seed: int = 1234,
+    frame: ManifestFrame | None = None,
     mixture: str = "mix",
     revision: str = "r1",
     phase_names: list[str] | None = None,
-    document_block: int = 1024,
-    document_run: int = 1,
 ) -> Path:
-    """A BuiltManifest over `store_root` with exactly the given per-phase counts."""
-    body = read_artifact(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
-    store = StoreManifest.model_validate(payload_of(body))
+    """A BuiltManifest over `store_root` with exactly the given per-phase counts, under `frame`'s numbers."""
+    frame = frame or ManifestFrame()
+    seq_len, global_batch = frame.seq_len, frame.global_batch
+    envelope = read_envelope(store_root / "store.json", "millrace.store", (SCHEMA_VERSION,))
+    store = envelope.model(StoreManifest)
     built_phases = _phases(phases, seq_len, global_batch, phase_names or [f"phase{i}" for i in range(len(phases))])
     position = sum(phase.sequences for phase in built_phases)
     manifest = BuiltManifest(
@@ -50,17 +67,17 @@ def make_manifest(
         revision=revision,
         revision_hash="sha256:test",
         store=StoreRef(
-            name=store.name, version=store.version, manifest_hash=body[HASH_FIELD], stats_only=store.stats_only
+            name=store.name, version=store.version, manifest_hash=envelope.content_hash, stats_only=store.stats_only
         ),
         tokenizer_fingerprint=None if store.stats_only else "test",
         dtype=store.dtype,
         eos_id=None if store.stats_only else EOS,
-        seed=seed,
+        seed=frame.seed,
         seq_len=seq_len,
         global_batch=global_batch,
         epoch_cap=8.0,
-        document_block=document_block,
-        document_run=document_run,
+        document_block=frame.document_block,
+        document_run=frame.document_run,
         cells=_cells(store_root, store, seq_len),
         phases=built_phases,
         total_sequences=position,
@@ -78,10 +95,10 @@ def _cells(store_root: Path, store: StoreManifest, seq_len: int) -> dict[str, Ma
     for name, summary in store.cells.items():
         shards = 0
         if not store.stats_only:
-            cell_body = read_artifact(
-                store_root / "cells" / name / "cell.json", "millrace.cell", (CELL_SCHEMA_VERSION,)
+            cell = read_artifact(
+                store_root / "cells" / name / "cell.json", "millrace.cell", CellManifest, (CELL_SCHEMA_VERSION,)
             )
-            shards = len(cell_body["shards"]["names"])
+            shards = len(cell.shards.names)
         cells[name] = ManifestCell(
             name=name,
             available_tokens=summary.tokens,

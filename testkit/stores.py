@@ -10,7 +10,7 @@ length dealt round-robin over shards: mixtures).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,27 +39,59 @@ REFERENCE_STATS = REPO / "mixtures" / "examples" / "reference" / "available_toke
 Document = tuple[np.ndarray, int]  # token ids (EOS included), source index
 
 
+@dataclass(frozen=True)
+class StoreContents:
+    """The documents of a store `write_store` writes: `cells[cell]` a list of shards, each a list of documents;
+    `sources` the names a document's source index points into; `validation[cell]` the cell's held-out documents
+    (one validation shard); `eval_sets[name]` an external evaluation set's documents (one shard under
+    sets/<name>/, as the pipeline's held-out split writes it)."""
+
+    cells: Mapping[str, Sequence[Sequence[Document]]]
+    sources: list[str]
+    validation: Mapping[str, Sequence[Document]] = field(default_factory=dict)
+    eval_sets: Mapping[str, Sequence[Document]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoreTokenizer:
+    """The tokenizer a written store names: its vocabulary, EOS id, fingerprint and, when a tokenizer.json is
+    put in the store, its path there."""
+
+    vocab_size: int
+    eos_id: int
+    fingerprint: str = "sha256:test"
+    path: str | None = None
+
+    def info(self) -> TokenizerInfo:
+        return TokenizerInfo(
+            fingerprint=self.fingerprint, vocab_size=self.vocab_size, eos_id=self.eos_id, path=self.path
+        )
+
+
+@dataclass(frozen=True)
+class StoreFacts:
+    """What a written store's manifests say beyond its counts: each cell's `stats` (cell.json), the store's
+    `stats` and its pipeline `funnel` (store.json)."""
+
+    cell_stats: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    store_stats: StoreStats | None = None
+    funnel: Funnel | None = None
+
+
 def write_store(
     home: Home,
     name: str,
     version: str,
-    cells: Mapping[str, Sequence[Sequence[Document]]],
-    sources: list[str],
-    *,
-    vocab_size: int,
-    eos_id: int,
-    fingerprint: str = "sha256:test",
-    tokenizer_path: str | None = None,
+    contents: StoreContents,
+    tokenizer: StoreTokenizer,
     bytes_per_token: int = 4,
-    cell_stats: Mapping[str, Mapping[str, object]] = {},
-    store_stats: StoreStats | None = None,
-    funnel: Funnel | None = None,
-    validation: Mapping[str, Sequence[Document]] = {},
-    eval_sets: Mapping[str, Sequence[Document]] = {},
+    facts: StoreFacts | None = None,
 ) -> Path:
-    """`cells[cell]` is a list of shards, each a list of documents; `validation[cell]` the cell's held-out
-    documents (one validation shard); `eval_sets[name]` an external evaluation set's documents (one shard under
-    sets/<name>/, as the pipeline's held-out split writes it); returns the store directory."""
+    """Store `name`/`version` holding `contents`, written by the store's own writers as the pipeline's assembly
+    writes it; returns the store directory."""
+    facts = facts or StoreFacts()
+    sources, fingerprint, cell_stats = contents.sources, tokenizer.fingerprint, facts.cell_stats
+    validation, eval_sets = contents.validation, contents.eval_sets
     root = home.store(name, version)
     summaries = {
         cell: _write_cell(
@@ -71,7 +103,7 @@ def write_store(
             fingerprint,
             CellStats.model_validate(cell_stats.get(cell, {})),
         )
-        for cell, shards in sorted(cells.items())
+        for cell, shards in sorted(contents.cells.items())
     }
     sets = {
         set_name: _write_eval_set(root / "sets" / set_name, set_name, documents, sources, bytes_per_token, fingerprint)
@@ -86,11 +118,9 @@ def write_store(
             cells=summaries,
             sets=sets,
             sources=sources,
-            tokenizer=TokenizerInfo(
-                fingerprint=fingerprint, vocab_size=vocab_size, eos_id=eos_id, path=tokenizer_path
-            ),
-            funnel=funnel or Funnel(),
-            stats=store_stats or StoreStats(),
+            tokenizer=tokenizer.info(),
+            funnel=facts.funnel or Funnel(),
+            stats=facts.store_stats or StoreStats(),
         ),
     )
     return root
@@ -314,28 +344,23 @@ def make_store(
     cells: Mapping[str, int],
     shape: StoreShape = LEARNABLE,
     *,
-    name: str | None = None,
-    version: str | None = None,
     seed: int = 0,
-    shards: int | None = None,
-    vocab: int | None = None,
-    doc_tokens: int | None = None,
     held_out: int | Mapping[str, int] = 0,
     store_stats: StoreStats | None = None,
     eval_sets: Mapping[str, Mapping[str, int]] = {},
 ) -> Path:
-    """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory.
+    """A store whose cell c holds about `cells[c]` tokens drawn by `shape`; returns its directory. Another
+    name, version, shard count, vocabulary or document length is another shape: `replace(RANDOM, shards=3)`.
 
     `held_out`: the first documents of each cell's first shard go to its validation shard instead (per
     cell when a mapping: a cell it leaves out has no held-out data).
     `store_stats`: the manifest's `stats` (e.g. domain labels).
     `eval_sets`: external sets, each drawn as a known mix of cells (set -> cell -> tokens, drawn like the cell)."""
-    shape = replace(shape, vocab=vocab or shape.vocab, doc_tokens=doc_tokens or shape.doc_tokens)
-    name, version = name or shape.name, version or shape.version
+    name, version = shape.name, shape.version
     rng = np.random.default_rng(seed)
     documents, validation = {}, {}
     for index, (cell, tokens) in enumerate(sorted(cells.items())):
-        drawn = shape.draw(rng, index, tokens, shards or shape.shards, shape)
+        drawn = shape.draw(rng, index, tokens, shape.shards, shape)
         held = held_out if isinstance(held_out, int) else held_out.get(cell, 0)
         validation[cell], drawn[0] = drawn[0][:held], drawn[0][held:]
         documents[cell] = drawn
@@ -355,16 +380,10 @@ def make_store(
         home,
         name,
         version,
-        documents,
-        list(shape.sources),
-        vocab_size=shape.vocab,
-        eos_id=shape.eos,
-        fingerprint=fingerprint,
-        tokenizer_path=tokenizer_path,
-        bytes_per_token=shape.bytes_per_token,
-        validation=validation,
-        store_stats=store_stats,
-        eval_sets=sets,
+        StoreContents(documents, list(shape.sources), validation, sets),
+        StoreTokenizer(shape.vocab, shape.eos, fingerprint, tokenizer_path),
+        shape.bytes_per_token,
+        StoreFacts(store_stats=store_stats),
     )
 
 
@@ -398,10 +417,19 @@ def build_mixture(
 ) -> Path:
     """The mixtures room's own `mix new` + `mix build` on the store: a real built manifest."""
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
-    phases = [f"main:{tokens}:uniform"] if tokens else None
+    phases = [f"main:{tokens}:uniform"] if tokens else []
     new_revision(
-        home, mixture, revision, store, strategy="uniform", phases=phases, seq_len=seq_len, global_batch=global_batch
+        home,
+        NewRevision(
+            mixture=mixture,
+            revision=revision,
+            store=store,
+            strategy="uniform",
+            phases=phases,
+            seq_len=seq_len,
+            global_batch=global_batch,
+        ),
     )
     return build(home, mixture, revision)

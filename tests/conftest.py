@@ -22,7 +22,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+# Not SIGCHLD: torch's DataLoader installs its own, chained to the previous one, once per process by design.
+KEPT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @pytest.fixture(autouse=True)
@@ -111,18 +112,20 @@ def tiny_config(tmp_path: Path) -> Callable[..., Path]:
 def ladder_home(home: Home) -> Home:
     """A learnable store and revision `two-phase` of mixture `default` built on it: what a micro ladder runs."""
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
     make_store(home, {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q4": 9000})
     new_revision(
         home,
-        "default",
-        "two-phase",
-        "t",
-        strategy="natural",
-        seq_len=32,
-        global_batch=8,
-        phases=["main:40000", "cool:8000:uniform@c*q4,c*q1"],
+        NewRevision(
+            mixture="default",
+            revision="two-phase",
+            store="t",
+            strategy="natural",
+            seq_len=32,
+            global_batch=8,
+            phases=["main:40000", "cool:8000:uniform@c*q4,c*q1"],
+        ),
     )
     build(home, "default", "two-phase")
     return home

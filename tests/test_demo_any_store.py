@@ -11,6 +11,7 @@ checked against the next rung up, and the site.
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from demo.run import (
 from millrace.home import Home
 from pipeline.runner import run_pipeline
 from pipeline.store.format import Store
-from testkit.stores import make_store
+from testkit.stores import LEARNABLE, make_store
 from testkit.topic_corpus import write_topic_corpus
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.results import read_ladder
@@ -47,7 +48,7 @@ def test_the_shapes_of_the_failing_store():
 
 @pytest.mark.slow
 def test_the_shipped_micro_ladder_is_sized_to_a_35_cell_store(home):
-    make_store(home, CELLS, name="local")
+    make_store(home, CELLS, replace(LEARNABLE, name="local"))
     import mixtures
 
     mixtures.build_result(home, "default", TRAINED_REVISION)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.artifacts import read_artifact, write_artifact
+from millrace.artifacts import read_envelope, write_artifact
 from millrace.config import StrictModel, load_config
 from millrace.errors import ArtifactError, ConfigError
 
@@ -15,22 +15,22 @@ from millrace.errors import ArtifactError, ConfigError
 def test_artifact_roundtrip_and_tamper_detection(tmp_path):
     path = tmp_path / "a.json"
     digest = write_artifact(path, "millrace.test", 1, {"x": [1, 2]})
-    body = read_artifact(path, "millrace.test")
-    assert body["x"] == [1, 2] and body["content_hash"] == digest
+    body = read_envelope(path, "millrace.test")
+    assert body.payload["x"] == [1, 2] and body.content_hash == digest
     tampered = json.loads(path.read_text())
     tampered["x"] = [1, 3]
     path.write_text(json.dumps(tampered))
     with pytest.raises(ArtifactError, match=r"a\.json.*hash"):
-        read_artifact(path, "millrace.test")
+        read_envelope(path, "millrace.test")
 
 
 def test_artifact_of_unknown_schema_is_refused_by_name(tmp_path):
     path = tmp_path / "b.json"
     write_artifact(path, "millrace.test", 7, {})
     with pytest.raises(ArtifactError, match=r"b.json.*schema version 7"):
-        read_artifact(path, "millrace.test", (1,))
+        read_envelope(path, "millrace.test", (1,))
     with pytest.raises(ArtifactError, match=r"expected a millrace\.other"):
-        read_artifact(path, "millrace.other", (7,))
+        read_envelope(path, "millrace.other", (7,))
 
 
 class Inner(StrictModel):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from millrace.artifacts import check_pinned, payload_model, read_artifact, read_payload, write_artifact
+from millrace.artifacts import parse_artifact, read_artifact, read_envelope, write_artifact
 from millrace.config import StrictModel, load_config
 from millrace.errors import ArtifactError, first_validation_error
 from millrace.jsonl import Follower, json_lines, last_record, read_records
@@ -21,15 +21,16 @@ class Payload(StrictModel):
 def test_the_envelope_is_stripped_and_checked_in_one_place(tmp_path):
     path = tmp_path / "a.json"
     digest = write_artifact(path, "millrace.test", 1, {"size": 3})
-    assert read_payload(path, "millrace.test") == {"size": 3}
-    body = read_artifact(path, "millrace.test")
-    assert payload_model(body, Payload, str(path)) == Payload(size=3)
-    check_pinned(body, str(path), digest, "the pin")
+    envelope = read_envelope(path, "millrace.test")
+    assert (envelope.payload, envelope.content_hash, envelope.schema_version) == ({"size": 3}, digest, 1)
+    assert read_artifact(path, "millrace.test", Payload) == Payload(size=3) == envelope.model(Payload)
+    assert parse_artifact(path.read_bytes(), "there", "millrace.test", Payload) == Payload(size=3)
+    assert envelope.pinned(digest, "the pin") is envelope
     with pytest.raises(ArtifactError, match=r"a\.json: hash sha256:\w+ differs from the pin \(sha256:0+\); rebuild"):
-        check_pinned(body, str(path), "sha256:" + "0" * 64, "the pin", "rebuild")
+        envelope.pinned("sha256:" + "0" * 64, "the pin", "rebuild")
     write_artifact(path, "millrace.test", 1, {"size": "3"})
     with pytest.raises(ArtifactError, match=r"a\.json: not a valid millrace.test artifact: field 'size': .*'3'"):
-        payload_model(read_artifact(path, "millrace.test"), Payload, str(path))
+        read_artifact(path, "millrace.test", Payload)
 
 
 def test_the_first_validation_error_names_field_value_and_how_many_more():
@@ -56,9 +57,7 @@ def test_one_base_strict_for_artifacts_and_as_toml_spells_for_configs(tmp_path):
     assert (config.lr, config.steps, config.betas, config.files) == (3.0, 1000, (0.8, 0.9), [Path("a.txt")])
     artifact = tmp_path / "a.json"
     write_artifact(artifact, "millrace.test", 1, {"lr": 3, "steps": 10, "betas": [0.8, 0.9], "files": ["a.txt"]})
-    assert payload_model(read_artifact(artifact, "millrace.test"), Shapes, str(artifact)) == config.model_copy(
-        update={"steps": 10}
-    )
+    assert read_artifact(artifact, "millrace.test", Shapes) == config.model_copy(update={"steps": 10})
     for bad, field in (
         ({"steps": "256"}, "steps"),
         ({"steps": 1.5}, "steps"),
@@ -67,7 +66,7 @@ def test_one_base_strict_for_artifacts_and_as_toml_spells_for_configs(tmp_path):
     ):
         write_artifact(artifact, "millrace.test", 1, {"lr": 3, "steps": 10, **bad})
         with pytest.raises(ArtifactError, match=f"a.json: not a valid millrace.test artifact: field '{field}'"):
-            payload_model(read_artifact(artifact, "millrace.test"), Shapes, str(artifact))
+            read_artifact(artifact, "millrace.test", Shapes)
 
 
 def test_the_last_record_leaves_a_torn_line_out_and_reads_only_the_end(tmp_path):

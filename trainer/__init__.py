@@ -1,7 +1,7 @@
 """The integrated MoE trainer: fed by the loader, observable, resumable, distributed.
 
-Entry point: `trainer.train(config_path, home, mixture, revision, steps, run, checkpoint_every,
-resume, progress)` (see `trainer.loop.train`). Imported lazily so that `millrace train plan`
+Entry point: `trainer.train(config_path, home, TrainRequest(steps=..., run=..., resume=...))` (see
+`trainer.loop.train`, `trainer.train_request.TrainRequest`). Imported lazily so that `millrace train plan`
 and `--help` do not pay for torch.
 """
 

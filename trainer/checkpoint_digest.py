@@ -19,6 +19,7 @@ import torch.distributed as dist
 import xxhash
 
 from millrace.artifacts import artifact_bytes, parse_artifact, read_artifact, write_artifact
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from trainer.run_url import RemoteDir
 
@@ -29,6 +30,12 @@ DIGEST_KIND = "millrace.checkpoint-digests"
 CHUNK = 1 << 22
 
 _Part = TypeVar("_Part")
+
+
+class CheckpointDigests(StrictModel):
+    """digests.json's payload: file name -> its xxh3-128."""
+
+    files: dict[str, str]
 
 
 def file_digest(path: Path | RemoteDir) -> str:
@@ -75,7 +82,7 @@ def write_digests(directory: Path | RemoteDir) -> None:
         digests.update(part)
     if _distributed() and dist.get_rank() != 0:
         return
-    payload = {"files": dict(sorted(digests.items()))}
+    payload = CheckpointDigests(files=dict(sorted(digests.items()))).model_dump()
     if isinstance(directory, RemoteDir):
         directory.write_bytes(DIGEST_FILE, artifact_bytes(DIGEST_KIND, 1, payload)[0])
     else:
@@ -88,12 +95,10 @@ def _recorded(directory: Path | RemoteDir) -> dict[str, str] | None:
         if not directory.exists(DIGEST_FILE):
             return None
         raw = directory.read_bytes(DIGEST_FILE)
-        files: dict[str, str] = parse_artifact(raw, str(directory / DIGEST_FILE), DIGEST_KIND)["files"]
-        return files
+        return parse_artifact(raw, str(directory / DIGEST_FILE), DIGEST_KIND, CheckpointDigests).files
     if not (directory / DIGEST_FILE).exists():
         return None
-    files = read_artifact(directory / DIGEST_FILE, DIGEST_KIND)["files"]
-    return files
+    return read_artifact(directory / DIGEST_FILE, DIGEST_KIND, CheckpointDigests).files
 
 
 def verify_digests(directory: Path | RemoteDir, trust_unverified: bool = False) -> None:

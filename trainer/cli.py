@@ -18,6 +18,7 @@ from trainer.records import RunLabels
 from trainer.runs_cli import checked_tags
 from trainer.runs_cli import list_command as runs_list_command
 from trainer.status import ALERT_EXIT_CODE, existing_run, format_status, run_status
+from trainer.train_request import TrainRequest
 
 if TYPE_CHECKING:  # torch loads when a command runs
     from trainer.flops import Plan
@@ -157,9 +158,7 @@ def run_command(
     labels = RunLabels(tags=list(checked_tags(tags)), notes=note)  # refused before torch is imported
     from trainer.loop import train as train_fn  # lazy: command body: `millrace --help` loads no torch
 
-    result = train_fn(
-        config,
-        home,
+    request = TrainRequest(
         mixture=mixture,
         revision=revision,
         steps=steps,
@@ -168,10 +167,11 @@ def run_command(
         resume=resume,
         progress=not no_progress,
         allow_config_change=allow_config_change,
-        trust_unverified=trust_unverified,
         from_run=from_run,
+        trust_unverified=trust_unverified,
         labels=labels,
     )
+    result = train_fn(config, home, request)
     _report_run(result, as_json)
 
 

@@ -33,7 +33,7 @@ from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from mixtures.manifest import find_manifest
 from trainer.param_groups import ROUTER_BIAS
-from trainer.records import EXPLANATIONS_FILE, Alerts, MetricsRecord, RunRecord, read_metrics, read_run
+from trainer.records import EXPLANATIONS_FILE, Alerts, Explanations, MetricsRecord, RunRecord, read_metrics, read_run
 from trainer.status import existing_run
 
 if TYPE_CHECKING:  # the loader's stream loads when a batch is rebuilt
@@ -441,7 +441,10 @@ def write_explanations(home: Home, run_name: str) -> Path | None:
     run's pages show them without the reports importing the loader (`trainer.records.read_explanations`)."""
     run, records = read_run_files(home, run_name)
     found = explain_steps(home, run, records, notable_steps(records))
-    payload = {"run": run_name, "steps": sorted(found), "explained": {str(k): v for k, v in found.items()}}
+    explained = {str(k): v for k, v in found.items()}  # as `train explain --json` prints them: through JSON
+    payload = Explanations.model_validate_json(
+        json.dumps({"run": run_name, "steps": sorted(found), "explained": explained})
+    )
     out = home.run(run_name) / EXPLANATIONS_FILE
-    atomic_write_text(out, json.dumps(payload) + "\n")
+    atomic_write_text(out, payload.model_dump_json() + "\n")
     return out

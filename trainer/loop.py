@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from loader import Batch, MixtureStream
+from loader.files import StoreAccess
 from loader.held_out import fetch_held_out
 from millrace.errors import ArtifactError, ConfigError, DiskFull, Interrupted, Terminated, disk_full_cause
 from millrace.home import Home
@@ -67,6 +68,7 @@ from trainer.run_url import RemoteDir, pull_records, run_location
 from trainer.samples import prompts_path
 from trainer.state import LoaderPart, ModelState, OptimizerState, RngState, TrainerState
 from trainer.step_progress import StepReporter
+from trainer.train_request import TrainRequest
 
 log = logging.getLogger(__name__)
 
@@ -236,34 +238,22 @@ def default_run_name(config_path: Path, mixture: str, revision: str) -> str:
     return f"{config_path.stem}-{mixture}-{revision}"
 
 
-def prepare_run(
-    config_path: Path | str,
-    home: Home | Path | str | None,
-    mixture: str | None,
-    revision: str | None,
-    steps: int | None,
-    run: str | None,
-    checkpoint_every: int | None,
-    resume: bool,
-    allow_config_change: bool = False,
-    from_run: str | None = None,
-    trust_unverified: bool = False,
-) -> RunPlan:
+def prepare_run(config_path: Path | str, home: Home | Path | str | None, request: TrainRequest) -> RunPlan:
     """Config, runtime, loader and store; refuses bad step counts and an existing run without `resume`."""
     config_path = resolve_train_config(config_path)  # a file, or a shipped config by name
     config = load_train_config(config_path)
     home = home if isinstance(home, Home) else Home.resolve(home)
     if config.samples.enabled and config.samples.prompts != "auto":  # refused before anything is written
         prompts_path(config.samples.prompts, config_path, home.root)
-    mixture = mixture or config.data.mixture
-    revision = revision or config.data.revision
-    run = run or default_run_name(config_path, mixture, revision)
+    mixture = request.mixture or config.data.mixture
+    revision = request.revision or config.data.revision
+    run = request.run or default_run_name(config_path, mixture, revision)
     manifest_path = find_manifest(home, mixture, revision)
     runtime = init_runtime(config.parallel, config.moe.n_routed_experts)
     stream = open_stream(config, runtime, manifest_path)
     store = Store(store_dir_of(manifest_path))
     config = _with_store_vocab(config, store, config_path)
-    horizon, stop = step_range(config, config_path, stream, steps)
+    horizon, stop = step_range(config, config_path, stream, request.steps)
     try:
         check_batch(runtime.layout, stream.manifest.global_batch, config.data.micro_batches)
     except ConfigError as exc:
@@ -281,17 +271,18 @@ def prepare_run(
         store=store,
         horizon=horizon,
         stop=stop,
-        checkpoint_every=config.checkpoint.every if checkpoint_every is None else checkpoint_every,
-        allow_config_change=allow_config_change,
-        from_run=from_run,
-        trust_unverified=trust_unverified,
+        checkpoint_every=config.checkpoint.every if request.checkpoint_every is None else request.checkpoint_every,
+        allow_config_change=request.allow_config_change,
+        from_run=request.from_run,
+        trust_unverified=request.trust_unverified,
+        labels=request.labels,
     )
     own = ckpt.latest_checkpoint(plan.checkpoints)
-    if own and not resume:
+    if own and not request.resume:
         raise ConfigError(
             f"run {run!r} already has checkpoints in {plan.checkpoints}; pass --resume or choose another --run"
         )
-    if from_run and not own:
+    if request.from_run and not own:
         branch_source(plan)  # refused here, before anything is written
     return plan
 
@@ -306,8 +297,7 @@ def open_stream(config: TrainConfig, runtime: Runtime, manifest_path: Path) -> M
         rank=runtime.data_rank,
         world=runtime.layout.data_parallel,
         prefetch=data.prefetch,
-        store_url=data.store_url or None,
-        storage_options=data.storage_options,
+        store=StoreAccess(url=data.store_url or None, storage_options=data.storage_options),
     )
 
 
@@ -550,43 +540,15 @@ def finish(plan: RunPlan) -> None:
 
 
 def train(
-    config_path: Path | str,
-    home: Home | Path | str | None = None,
-    mixture: str | None = None,
-    revision: str | None = None,
-    steps: int | None = None,
-    run: str | None = None,
-    checkpoint_every: int | None = None,
-    resume: bool = False,
-    progress: bool = False,
-    allow_config_change: bool = False,
-    from_run: str | None = None,
-    trust_unverified: bool = False,
-    labels: RunLabels | None = None,
+    config_path: Path | str, home: Home | Path | str | None = None, request: TrainRequest | None = None
 ) -> RunResult:
-    """Train the config's model on a built mixture; returns the losses of the steps run here.
-
-    `allow_config_change`: resume even though optimiser, schedule or other training settings
-    differ from the checkpoint's (the changes are recorded in `run.json`); a shape change is
-    always refused. `from_run`: start from that run's checkpoint under this run's name, on its revision or one
-    continuing it (`trainer.branch`); a run that already has its own checkpoint continues from that.
-    `trust_unverified`: load a checkpoint that has no digests.json. `labels`: tags and notes for run.json."""
-    plan = prepare_run(
-        config_path,
-        home,
-        mixture,
-        revision,
-        steps,
-        run,
-        checkpoint_every,
-        resume,
-        allow_config_change,
-        from_run,
-        trust_unverified,
-    )
-    plan = replace(plan, labels=labels or RunLabels())
+    """Train the config's model on a built mixture as `request` asks (`TrainRequest`: which mixture, where
+    to stop, resume or branch); returns the losses of the steps run here. A run branched `from_run` that
+    already has its own checkpoint continues from that."""
+    request = request or TrainRequest()
+    plan = prepare_run(config_path, home, request)
     with run_writer_lock(plan):
-        return _train(plan, resume, progress)
+        return _train(plan, request.resume, request.progress)
 
 
 def run_writer_lock(plan: RunPlan) -> contextlib.AbstractContextManager[object]:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TypeVar, cast
+from typing import Annotated, Final, Literal, TypeVar, cast
 
 import pydantic
 from pydantic import JsonValue
 
-from millrace.artifacts import read_payload, validated, write_artifact
+from millrace.artifacts import read_artifact, write_artifact
 from millrace.config import StrictModel
-from millrace.errors import ArtifactError
+from millrace.errors import ArtifactError, first_validation_error
 from millrace.jsonl import Check, Parse, Repaired, has_step, last_parsed, model_lines, parse_stream
 from millrace.names import artifact_name
 from millrace.writer_lock import holder_state
@@ -63,10 +63,10 @@ class Record(StrictModel):
 
     model_config = pydantic.ConfigDict(strict=True, allow_inf_nan=True, ser_json_inf_nan="null")
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> dict[str, JsonValue]:
         """The record as it goes on disk: the fields its writer set (a field left unset is not written), a
         non-finite figure as null."""
-        return cast(dict[str, Any], json.loads(self.line()))
+        return cast(dict[str, JsonValue], json.loads(self.line()))
 
     def line(self) -> str:
         """`dump` as one line of compact JSON (a stream's line)."""
@@ -146,10 +146,11 @@ class RunLabels(Record):
     tags: list[str] = pydantic.Field(default_factory=list)
     notes: str | None = None
 
-    def applied(self, before: RunRecord | None) -> dict[str, Any]:
+    def applied(self, before: RunRecord | None) -> tuple[list[str], str]:
+        """The tags and notes run.json holds once these are applied to what it held `before`."""
         tags = list(dict.fromkeys([*(before.tags if before else []), *self.tags]))
         notes = self.notes.strip() if self.notes is not None else (before.notes if before else "")
-        return {"tags": tags, "notes": notes}
+        return tags, notes
 
 
 def write_run(run_dir: Path, record: RunRecord) -> str:
@@ -161,7 +162,7 @@ def read_run(run_dir: Path) -> RunRecord:
     """run.json (envelope checked and stripped) as its `RunRecord`; the names in it that become paths (the
     run's, its store's) are checked like names on the command line."""
     path = Path(run_dir) / RUN_FILE
-    record = validated(RunRecord, read_payload(path, RUN_KIND, (RUN_SCHEMA_VERSION,)), str(path))
+    record = read_artifact(path, RUN_KIND, RunRecord, (RUN_SCHEMA_VERSION,))
     if record.run is not None:
         artifact_name(record.run, "run", path)
     if record.store is not None:
@@ -284,12 +285,12 @@ def _valid(model: type[Record], value: object) -> bool:
     return True
 
 
-def _repaired_alerts(alerts: object) -> dict[str, Any] | None:
+def _repaired_alerts(alerts: object) -> dict[str, object] | None:
     """The well-formed part of a malformed `alerts`: its started entries that are alert events, its names that
     are names (so an alert still active stays active); None where it is not an object."""
     if not isinstance(alerts, dict):
         return None
-    kept: dict[str, Any] = {}
+    kept: dict[str, object] = {}
     if isinstance(alerts.get("started"), list):
         kept["started"] = [a for a in alerts["started"] if _valid(AlertEvent, a)]
     for key in ("ended", "active"):
@@ -499,7 +500,7 @@ def read_samples(run_dir: Path | str) -> list[SampleRecord]:
 
 def read_ladder_file(path: Path) -> LadderRecord:
     """ladder.json (envelope checked and stripped) as its `LadderRecord`."""
-    return validated(LadderRecord, read_payload(path, LADDER_KIND, (LADDER_SCHEMA_VERSION,)), str(path))
+    return read_artifact(path, LADDER_KIND, LadderRecord, (LADDER_SCHEMA_VERSION,))
 
 
 def write_ladder_file(path: Path, record: LadderRecord) -> str:
@@ -513,15 +514,23 @@ def write_ladder_file(path: Path, record: LadderRecord) -> str:
 EXPLANATIONS_FILE = "explain.json"  # `train explain` for a run's notable steps, written when a training call ends
 
 
-def read_explanations(run_dir: Path | str) -> dict[str, Any]:
+class Explanations(Record):
+    """explain.json: `train explain --json` for each of the run's notable steps, by step (a string, as JSON keys
+    are); each explanation is passed through to the run's page as `train explain` found it."""
+
+    run: str | None = None
+    steps: list[int] = []
+    explained: dict[str, dict[str, JsonValue]]
+
+
+def read_explanations(run_dir: Path | str) -> Explanations:
     """The run's explained steps (`trainer.explain.write_explanations`); none when they were never written."""
     path = Path(run_dir) / EXPLANATIONS_FILE
     if not path.exists():
-        return {"steps": [], "explained": {}}
+        return Explanations(explained={})
     try:
-        payload = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return Explanations.model_validate_json(path.read_bytes())
+    except OSError as exc:
         raise ArtifactError(f"{path}: not a JSON explanation file ({exc})") from None
-    if not isinstance(payload, dict) or not isinstance(payload.get("explained"), dict):
-        raise ArtifactError(f"{path}: an explanation file needs an 'explained' object")
-    return payload
+    except pydantic.ValidationError as exc:
+        raise ArtifactError(f"{path}: not an explanation file: {first_validation_error(exc)}") from None

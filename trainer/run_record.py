@@ -108,6 +108,7 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
     """`run.json` at start (rank 0): what runs, on what data, at what size."""
     plan, config = training.plan, training.plan.config
     before = _recorded(plan.run_dir)
+    tags, notes = plan.labels.applied(before)  # `train --tag/--note`, `runs tag/note`: kept across resumes
     changes = list(before.config_changes if before else []) + [
         change.model_copy(update={"step": training.start}) for change in training.state.config_changes
     ]
@@ -138,7 +139,8 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
             peak_flops_per_device=peak,
             peak_flops_source=peak_source,
             config_changes=changes,  # settings changed on resume with --allow-config-change
-            **plan.labels.applied(before),  # `train --tag/--note`, `runs tag/note`: kept across resumes
+            tags=tags,
+            notes=notes,
         ),
     )
 

@@ -32,6 +32,7 @@ from millrace.artifacts import atomic_output
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.cells.embedding import Embedder, LanguageErasingEmbedder, fit_embedder, load_embedder
 from pipeline.cells.fitted_model import (
+    FitRecord,
     FittedModelStep,
     read_model,
     reusable_fit,
@@ -49,6 +50,18 @@ log = logging.getLogger(__name__)
 
 DOMAINS_KIND = "millrace.domains"
 CENTROIDS_FILE = "domains-centroids.npy"
+
+
+class DomainsFit(FitRecord):
+    """domains.json: fine centres merged into k domains (`merge_map[fine] = domain`), labels and sample
+    shares by domain key (`c00`)."""
+
+    k: int
+    k_configured: int | None = None  # what the config asked for (a small sample gives fewer); older fits lack it
+    fine_centroids: int
+    merge_map: list[int]
+    labels: dict[str, str]
+    sample_shares: dict[str, float]
 
 
 class DomainModel:
@@ -84,15 +97,15 @@ class DomainModel:
 
     @classmethod
     def load(cls, directory: Path) -> DomainModel:
-        body = read_model(directory, DOMAINS_KIND)
-        config = DomainsConfig.model_validate(body["settings"])
+        body = read_model(directory, DOMAINS_KIND, DomainsFit)
+        config = DomainsConfig.model_validate(body.settings)
         embedder = load_embedder(config.embedder, directory, config.embedding)
         try:
             centroids = np.load(Path(directory) / CENTROIDS_FILE, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise ArtifactError(f"{Path(directory) / CENTROIDS_FILE}: cannot read ({exc})") from None
-        labels = [body["labels"][domain_key(d)] for d in range(body["k"])]
-        return cls(embedder, centroids, np.asarray(body["merge_map"]), labels)
+        labels = [body.labels[domain_key(d)] for d in range(body.k)]
+        return cls(embedder, centroids, np.asarray(body.merge_map), labels)
 
 
 def domain_key(domain: int) -> str:
@@ -182,7 +195,7 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     out_dir = Path(out_dir)
     settings = config.model_dump(mode="json")
     fingerprint = sample_fingerprint(documents)
-    if reusable_fit(out_dir, DOMAINS_KIND, settings, fingerprint):
+    if reusable_fit(out_dir, DOMAINS_KIND, DomainsFit, settings, fingerprint):
         return
     sample = sorted_sample(documents)
     if len(sample) > config.sample_size:
@@ -212,29 +225,27 @@ def fit_domains(documents: Sequence[Document], config: DomainsConfig, out_dir: P
     with atomic_output(out_dir / CENTROIDS_FILE) as handle:
         np.save(handle, centroids, allow_pickle=False)
     files.append(CENTROIDS_FILE)
-    body = {
-        "settings": settings,
-        "sample_fingerprint": fingerprint,
-        "sample_documents": len(sample),
-        "k": k,
-        "k_configured": config.k,
-        "fine_centroids": fine_count,
-        "merge_map": merge.tolist(),
-        "labels": labels,
-        "sample_shares": shares,
-    }
-    write_model(out_dir, DOMAINS_KIND, body, files)
+    fit = DomainsFit(
+        settings=settings,
+        sample_fingerprint=fingerprint,
+        sample_documents=len(sample),
+        k=k,
+        k_configured=config.k,
+        fine_centroids=fine_count,
+        merge_map=merge.tolist(),
+        labels=labels,
+        sample_shares=shares,
+    )
+    write_model(out_dir, DOMAINS_KIND, fit, files)
     log.info("domains: %d fine centres merged into %d domains: %s", fine_count, k, labels)
 
 
 def domains_stats(model_dir: Path) -> DomainStats:
     """`StoreManifest.stats.domains`: the number of domains (and the configured k, when a small sample gave
     fewer) and each one's label."""
-    body = read_model(model_dir, DOMAINS_KIND)
-    configured = body.get("k_configured", body["k"])
-    return DomainStats(
-        k=body["k"], labels=body["labels"], k_configured=configured if configured != body["k"] else None
-    )
+    fit = read_model(model_dir, DOMAINS_KIND, DomainsFit)
+    configured = fit.k_configured if fit.k_configured != fit.k else None
+    return DomainStats(k=fit.k, labels=fit.labels, k_configured=configured)
 
 
 class DomainAssigner(FittedModelStep[DomainModel]):

@@ -15,16 +15,31 @@ import importlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from millrace.artifacts import read_artifact, sha256_file, write_artifact
+from millrace.artifacts import JsonObject, read_artifact, sha256_file, write_artifact
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
+
+
+class FitRecord(StrictModel):
+    """What every fitted model's `<name>.json` holds: the settings and the sample it was fitted on (a fit is
+    reused while both match) and the files it pins by hash; each model adds its numbers (`DomainsFit`,
+    `QualityFit`)."""
+
+    settings: JsonObject  # the section's config, as `model_dump(mode="json")` gives it
+    sample_fingerprint: str
+    sample_documents: int
+    files: dict[str, str] = {}  # file -> sha256, set by `write_model`
+
+
+Fit = TypeVar("Fit", bound=FitRecord)
 
 
 def registered_class(name: str, registry: dict[str, type], field: str) -> type:
@@ -52,22 +67,22 @@ def sorted_sample(documents: Sequence[Document]) -> list[Document]:
     return sorted(documents, key=lambda doc: (doc.id, doc.text))
 
 
-def write_model(directory: Path, kind: str, body: Mapping[str, object], files: Sequence[str]) -> str:
+def write_model(directory: Path, kind: str, record: FitRecord, files: Sequence[str]) -> str:
     """Pin `files` (already written in `directory`) by hash and write `<kind name>.json` last."""
     directory = Path(directory)
-    pinned = {name: sha256_file(directory / name) for name in files}
-    return write_artifact(model_path(directory, kind), kind, SCHEMA_VERSION, {**body, "files": pinned})
+    pinned = record.model_copy(update={"files": {name: sha256_file(directory / name) for name in files}})
+    return write_artifact(model_path(directory, kind), kind, SCHEMA_VERSION, pinned.model_dump(mode="json"))
 
 
 def model_path(directory: Path, kind: str) -> Path:
     return Path(directory) / f"{kind.rsplit('.', 1)[-1]}.json"
 
 
-def read_model(directory: Path, kind: str) -> dict[str, Any]:
-    """Read a model artifact and check every file it pins."""
+def read_model(directory: Path, kind: str, model: type[Fit]) -> Fit:
+    """Read a model artifact as its record and check every file it pins."""
     directory = Path(directory)
-    body = read_artifact(model_path(directory, kind), kind, (SCHEMA_VERSION,))
-    for name, expected in body.get("files", {}).items():
+    body = read_artifact(model_path(directory, kind), kind, model, (SCHEMA_VERSION,))
+    for name, expected in body.files.items():
         path = directory / name
         if not path.exists():
             raise ArtifactError(f"{path}: missing (pinned by {model_path(directory, kind).name})")
@@ -76,16 +91,19 @@ def read_model(directory: Path, kind: str) -> dict[str, Any]:
     return body
 
 
-def reusable_fit(directory: Path, kind: str, settings: Mapping[str, object], fingerprint: str) -> bool:
-    """True when `directory` already holds a fit of `kind` with these settings on this sample."""
+def reusable_fit(
+    directory: Path, kind: str, model: type[FitRecord], settings: Mapping[str, object], fingerprint: str
+) -> bool:
+    """True when `directory` already holds a fit of `kind` (read as `model`) with these settings on this
+    sample; one it cannot read (damaged, or of an older shape) is refitted."""
     if not model_path(directory, kind).exists():
         return False
     try:
-        body = read_model(directory, kind)
+        body = read_model(directory, kind, model)
     except ArtifactError as exc:
         log.warning("refitting: %s", exc)
         return False
-    if body.get("settings") == settings and body.get("sample_fingerprint") == fingerprint:
+    if body.settings == settings and body.sample_fingerprint == fingerprint:
         log.info("reusing the fitted %s in %s", kind, directory)
         return True
     log.info("refitting %s in %s: settings or sample changed", kind, directory)

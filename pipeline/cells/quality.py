@@ -40,9 +40,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
 from millrace.artifacts import atomic_output
+from millrace.config import StrictModel
 from millrace.errors import ArtifactError, ConfigError
 from pipeline.cells.calibration import POOLED, BucketEdges, calibration_group, split_for_calibration
 from pipeline.cells.fitted_model import (
+    FitRecord,
     FittedModelStep,
     read_model,
     registered_class,
@@ -64,6 +66,36 @@ log = logging.getLogger(__name__)
 QUALITY_KIND = "millrace.quality"
 GOOD_LABEL = "__label__good"
 OTHER_LABEL = "__label__other"
+
+
+class ScoreMeaning(StrictModel):
+    """What the score is, in words: what was good, what was other, and how the buckets were cut."""
+
+    good: list[str]
+    other: str
+    calibrated_by: str
+    meaning: str
+
+
+class TrainingCounts(StrictModel):
+    good: int
+    other: int
+
+
+class CalibrationCounts(StrictModel):
+    documents: int
+    groups: dict[str, int]  # calibration group (a language, or pooled) -> documents
+
+
+class QualityFit(FitRecord, ScoreMeaning):
+    """quality.json: the scorer's training and calibration counts, and the bucket edges per group."""
+
+    training: TrainingCounts
+    calibration: CalibrationCounts
+    buckets: int
+    thresholds: dict[str, list[float]]
+    score_ranges: dict[str, dict[str, list[float]]]
+    calibration_bucket_counts: dict[str, int]
 
 
 class QualityBackend(Protocol):
@@ -252,9 +284,9 @@ class QualityModel:
 
     @classmethod
     def load(cls, directory: Path) -> QualityModel:
-        body = read_model(directory, QUALITY_KIND)
-        config = QualityConfig.model_validate(body["settings"])
-        return cls(backend_class(config.scorer).load(Path(directory), config), BucketEdges(body["thresholds"]))
+        body = read_model(directory, QUALITY_KIND, QualityFit)
+        config = QualityConfig.model_validate(body.settings)
+        return cls(backend_class(config.scorer).load(Path(directory), config), BucketEdges(body.thresholds))
 
 
 def _training_classes(
@@ -287,7 +319,7 @@ def _check_spread(buckets: np.ndarray, scores: np.ndarray, config: QualityConfig
         )
 
 
-def score_meaning(config: QualityConfig, reference_files: int) -> dict[str, object]:
+def score_meaning(config: QualityConfig, reference_files: int) -> ScoreMeaning:
     """What the score is, in words and numbers, for `store info` and the composition page."""
     good = list(config.reference_sources) + ([f"{reference_files} reference file(s)"] if reference_files else [])
     top = f"q{config.buckets - 1}"
@@ -303,16 +335,16 @@ def score_meaning(config: QualityConfig, reference_files: int) -> dict[str, obje
             "one global scale: a bucket's documents score alike whatever their language, and its language mix "
             'may differ from the corpus\'s (quality.calibrate_by = "language": per-language buckets)'
         )
-    return {
-        "good": good,
-        "other": "documents drawn at random from the rest of the corpus",
-        "calibrated_by": config.calibrate_by,
-        "meaning": (
+    return ScoreMeaning(
+        good=good,
+        other="documents drawn at random from the rest of the corpus",
+        calibrated_by=config.calibrate_by,
+        meaning=(
             f"P(good): how much a document resembles {', '.join(good)} rather than a random corpus "
             f"document; buckets are quantiles of that score {edges} on a held-out calibration sample, "
             f"so q0 is the bottom and {top} the top {100 // config.buckets}% by this score {edges}; {scale}"
         ),
-    }
+    )
 
 
 def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: Path) -> None:
@@ -324,7 +356,7 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     if reference:
         digest = hashlib.sha256("\x00".join(reference).encode()).hexdigest()
         fingerprint = f"{fingerprint}+ref:{digest}"
-    if reusable_fit(out_dir, QUALITY_KIND, settings, fingerprint):
+    if reusable_fit(out_dir, QUALITY_KIND, QualityFit, settings, fingerprint):
         return
     backend = backend_class(config.scorer)
     sample = sorted_sample(documents)
@@ -351,19 +383,19 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
     buckets = edges.bucket(scores, groups)
     _check_spread(buckets, scores, config)
     group_sizes = {g: int(n) for g, n in zip(*np.unique(np.asarray(groups, dtype=str), return_counts=True))}
-    body = {
-        "settings": settings,
-        "sample_fingerprint": fingerprint,
-        "sample_documents": len(sample),
-        "training": {"good": len(good), "other": len(other)},
-        "calibration": {"documents": len(calibration), "groups": group_sizes},
-        **score_meaning(config, len(reference)),
-        "buckets": config.buckets,
-        "thresholds": edges.thresholds,
-        "score_ranges": edges.score_ranges(),
-        "calibration_bucket_counts": {f"q{b}": int(np.sum(buckets == b)) for b in range(config.buckets)},
-    }
-    write_model(out_dir, QUALITY_KIND, body, backend.files)
+    fit = QualityFit(
+        **score_meaning(config, len(reference)).model_dump(),
+        settings=settings,
+        sample_fingerprint=fingerprint,
+        sample_documents=len(sample),
+        training=TrainingCounts(good=len(good), other=len(other)),
+        calibration=CalibrationCounts(documents=len(calibration), groups=group_sizes),
+        buckets=config.buckets,
+        thresholds=edges.thresholds,
+        score_ranges=edges.score_ranges(),
+        calibration_bucket_counts={f"q{b}": int(np.sum(buckets == b)) for b in range(config.buckets)},
+    )
+    write_model(out_dir, QUALITY_KIND, fit, backend.files)
     log.info(
         "quality: trained on %d good / %d other; edges from %d held-out documents in %d groups",
         len(good),
@@ -375,8 +407,8 @@ def fit_quality(documents: Sequence[Document], config: QualityConfig, out_dir: P
 
 def quality_stats(model_dir: Path) -> QualityStats:
     """`StoreManifest.stats.quality`: buckets, what the score means, and each group's score ranges."""
-    body = read_model(model_dir, QUALITY_KIND)
-    return QualityStats.model_validate({key: body[key] for key in QualityStats.model_fields})
+    fit = read_model(model_dir, QUALITY_KIND, QualityFit)
+    return QualityStats.model_validate(fit.model_dump(include=set(QualityStats.model_fields)))
 
 
 class QualityScorer(FittedModelStep[QualityModel]):

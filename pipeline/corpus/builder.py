@@ -38,6 +38,7 @@ import xxhash
 import zstandard
 
 from millrace.artifacts import atomic_write_bytes, write_artifact
+from millrace.config import StrictModel
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,24 @@ class SourceSummary:
     documents: int = 0
     bytes: int = 0
     files: list[str] = field(default_factory=list)
+
+
+class SourceCounts(StrictModel):
+    documents: int
+    bytes: int
+    files: list[str]
+
+
+class CorpusManifest(StrictModel):
+    """corpus.json's payload: what was built, and from which budget (a rebuild is needed when it changes)."""
+
+    out_dir: str
+    documents: int
+    bytes: int
+    sources: dict[str, SourceCounts]
+    notices: list[str]
+    max_bytes: int | None
+    python: str
 
 
 def _size(path: Path) -> int:
@@ -403,14 +422,21 @@ class CorpusSummary:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.sources)
 
+    def record(self, max_bytes: int | None) -> CorpusManifest:
+        """corpus.json's payload: this summary, and the budget it was built under."""
+        return CorpusManifest(
+            out_dir=str(self.out_dir),
+            documents=self.documents,
+            bytes=self.bytes,
+            sources={s.name: SourceCounts(documents=s.documents, bytes=s.bytes, files=s.files) for s in self.sources},
+            notices=self.notices,
+            max_bytes=max_bytes,
+            python=sys.version.split()[0],
+        )
+
     def to_json(self) -> dict[str, object]:
-        return {
-            "out_dir": str(self.out_dir),
-            "documents": self.documents,
-            "bytes": self.bytes,
-            "sources": {s.name: {"documents": s.documents, "bytes": s.bytes, "files": s.files} for s in self.sources},
-            "notices": self.notices,
-        }
+        """What `pipeline corpus --json` prints: the record less the build's budget and Python version."""
+        return self.record(None).model_dump(mode="json", exclude={"max_bytes", "python"})
 
 
 def build_local_corpus(
@@ -440,6 +466,5 @@ def build_local_corpus(
         if remaining is not None:
             remaining -= summary.bytes
     result = CorpusSummary(out_dir, [summaries[s.name] for s in specs if summaries[s.name].documents], notices)
-    payload = {**result.to_json(), "max_bytes": max_bytes, "python": sys.version.split()[0]}
-    write_artifact(out_dir / "corpus.json", SUMMARY_KIND, 1, payload)
+    write_artifact(out_dir / "corpus.json", SUMMARY_KIND, 1, result.record(max_bytes).model_dump(mode="json"))
     return result

@@ -31,6 +31,7 @@ from pipeline.config import HeldOutConfig
 from pipeline.steps.held_out.eval_sets import Containment, Hit, StoreTokens, better_hit, write_eval_set
 from pipeline.steps.tokenize.cell_shards import CellPart, TaskPart
 from pipeline.steps.tokenize.tokenization import SAMPLES_PER_CELL, eos_id, load_tokenizer, tokenizer_fingerprint
+from pipeline.store.config_record import PipelineRecord
 from pipeline.store.format import (
     CellManifest,
     CellSummary,
@@ -213,7 +214,7 @@ class StoreContents:
     eos: str
     sources: list[str]
     shard_tokens: int
-    pipeline_config: dict[str, Any]  # the config as the store records it (`runner.stored_config`)
+    pipeline_config: PipelineRecord  # the config as the store records it (`runner.stored_config`)
     funnel: Funnel
     stats: StoreStats
     cell_stats: dict[str, dict[str, object]] = field(default_factory=dict)
@@ -246,7 +247,7 @@ def assemble_store(final: Path, staged: Path, parts_dir: Path, contents: StoreCo
         cells=cells,
         sources=contents.sources,
         pipeline_config=contents.pipeline_config,
-        config_hash=content_hash(contents.pipeline_config),
+        config_hash=content_hash(contents.pipeline_config.model_dump(mode="json")),
         funnel=funnel,
         stats=contents.stats,
         sets=_write_eval_sets(staging, parts, tokens, contents),

@@ -385,7 +385,8 @@ def copy(
     """Copy a store version to URL (any fsspec URL: s3://bucket/prefix, gs://..., file://...), store.json last.
 
     Run again after a failure, it resumes the copy (the objects already there are kept); a URL that holds
-    another store version is refused. The loader reads the copy in place: MixtureStream(manifest, store_url=URL)."""
+    another store version is refused. The loader reads the copy in place:
+    MixtureStream(manifest, store=StoreAccess(url=URL))."""
     from pipeline.store.remote import copy_store  # lazy: command body: `millrace --help` loads no datatrove
 
     path = resolve_store(store_spec, home)

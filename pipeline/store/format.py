@@ -41,24 +41,17 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pydantic
 import xxhash
 
-from millrace.artifacts import (
-    HASH_FIELD,
-    atomic_output,
-    check_pinned,
-    payload_model,
-    read_artifact,
-    sha256_file,
-    write_artifact,
-)
+from millrace.artifacts import atomic_output, read_envelope, sha256_file, write_artifact
 from millrace.config import StrictModel
 from millrace.errors import ArtifactError
 from millrace.names import artifact_name
+from pipeline.store.config_record import PipelineRecord
 from pipeline.store.manifest_records import CellStats, Counts, Funnel, Overlap, StoreStats
 
 if TYPE_CHECKING:  # tokenizers loads when a tokenizer is read, not with the store's format
@@ -296,7 +289,8 @@ class StoreManifest(Model):
     cells: dict[str, CellSummary]
     # Source names; a shard's `.src` sidecar holds indices into this list.
     sources: list[str] = []
-    pipeline_config: dict[str, Any] = {}
+    # The config it was built from (None: a stats-only store, built from none; `{}` on disk, as before).
+    pipeline_config: PipelineRecord | None = None
     config_hash: str | None = None
     # Per funnel step, per source: received/kept/removed counts and reasons (`{}` in a stats-only store).
     funnel: Funnel = pydantic.Field(default_factory=Funnel)
@@ -307,15 +301,25 @@ class StoreManifest(Model):
     # Other files the store carries (the fitted models under models/): relative path -> sha256.
     files: dict[str, str] = pydantic.Field(default_factory=dict, exclude_if=lambda v: not v)
 
+    @pydantic.field_validator("pipeline_config", mode="before")
+    @classmethod
+    def _none_when_empty(cls, value: object) -> object:
+        return None if value == {} else value
+
+    @pydantic.field_serializer("pipeline_config")
+    def _empty_when_none(self, value: PipelineRecord | None, info: pydantic.SerializationInfo) -> object:
+        """`{}` for none, as stores were always written (shipped revisions pin stats-only stores' hashes)."""
+        return {} if value is None else value.model_dump(mode=info.mode)
+
 
 class Store:
     """A store version opened for reading; checks schemas and hashes as it goes."""
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        body = read_artifact(self.path / "store.json", STORE_KIND, (SCHEMA_VERSION,))
-        self.manifest_hash: str = body[HASH_FIELD]
-        self.manifest = payload_model(body, StoreManifest, str(self.path / "store.json"))
+        envelope = read_envelope(self.path / "store.json", STORE_KIND, (SCHEMA_VERSION,))
+        self.manifest_hash = envelope.content_hash
+        self.manifest = envelope.model(StoreManifest)
         artifact_name(self.manifest.name, "name", self.path / "store.json")  # pages and paths are made of them
         artifact_name(self.manifest.version, "version", self.path / "store.json")
         for cell in self.manifest.cells:  # a cell's name is a directory: a crafted one must not read outside
@@ -340,17 +344,15 @@ class Store:
         if self.manifest.stats_only:
             raise ArtifactError(f"{self.path}: stats-only store has no shards for cell {cell!r}")
         path = self.cell_dir(cell) / "cell.json"
-        body = read_artifact(path, CELL_KIND, (CELL_SCHEMA_VERSION,))
-        check_pinned(body, str(path), self.manifest.cells[cell].manifest_hash, "store.json's")
-        return payload_model(body, CellManifest, str(path))
+        envelope = read_envelope(path, CELL_KIND, (CELL_SCHEMA_VERSION,))
+        return envelope.pinned(self.manifest.cells[cell].manifest_hash, "store.json's").model(CellManifest)
 
     def eval_set(self, name: str) -> EvalSetManifest:
         if name not in self.manifest.sets:
             raise ArtifactError(f"{self.path}: store has no evaluation set {name!r}")
         path = self.path / "sets" / name / "set.json"
-        body = read_artifact(path, SET_KIND, (CELL_SCHEMA_VERSION,))
-        check_pinned(body, str(path), self.manifest.sets[name].manifest_hash, "store.json's")
-        return payload_model(body, EvalSetManifest, str(path))
+        envelope = read_envelope(path, SET_KIND, (CELL_SCHEMA_VERSION,))
+        return envelope.pinned(self.manifest.sets[name].manifest_hash, "store.json's").model(EvalSetManifest)
 
     def shard_prefix(self, cell: str, shard: ShardInfo) -> Path:
         return self.cell_dir(cell) / shard.name

@@ -6,7 +6,7 @@ taken for a store: copying again resumes it (an object already there at its size
 The copy is checked object by object (sizes) before `store.json` goes up. A URL that holds another store
 version's `store.json` is never written over (`check_target`). Every write has a deadline and a bounded
 retry (`millrace.remote_calls`) and fails in one line naming the object. The loader then reads the copy by
-byte ranges (`MixtureStream(..., store_url=URL)`).
+byte ranges (`MixtureStream(..., store=StoreAccess(url=URL))`).
 
 A pipeline whose work directory is on a URL too publishes its store without the shards touching the
 driver's disk or process: each task copies its own shards from the work URL (`PublishShards`: on the server

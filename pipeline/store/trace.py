@@ -22,11 +22,11 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 import numpy as np
 
-from millrace.artifacts import atomic_output, payload_model, read_artifact, sha256_file
+from millrace.artifacts import atomic_output, read_artifact, sha256_file
 from millrace.errors import ArtifactError
 from pipeline.store.format import CELL_KIND, CELL_SCHEMA_VERSION, CellManifest
 from pipeline.store.manifest_records import CellStats, Trace, TracePart
@@ -40,8 +40,18 @@ COLUMNS = ("shard", "document", "token_start", "tokens", "source", "id", "origin
 
 HELD_OUT_PREFIX = "held-out-documents"  # the held-out documents' parts, beside the training documents' ones
 
-# A sidecar row: COLUMNS' values of one document, as pyarrow's `to_pylist` gives them.
-TraceRow = dict[str, Any]
+
+class TraceRow(TypedDict):
+    """A sidecar row: COLUMNS' values of one document, as pyarrow's `to_pylist` gives them."""
+
+    shard: int
+    document: int
+    token_start: int
+    tokens: int
+    source: str
+    id: str
+    origin: str
+    position: int
 
 
 class PlacedPart(TypedDict):
@@ -96,7 +106,7 @@ def _parts(cell_dir: Path, held_out: bool = False) -> list[PlacedPart]:
     shard and token offsets."""
     manifest = Path(cell_dir) / "cell.json"
     stats = (
-        payload_model(read_artifact(manifest, CELL_KIND, (CELL_SCHEMA_VERSION,)), CellManifest, str(manifest)).stats
+        read_artifact(manifest, CELL_KIND, CellManifest, (CELL_SCHEMA_VERSION,)).stats
         if manifest.exists()
         else CellStats()
     )
@@ -198,14 +208,13 @@ def document_rows(cell_dir: Path, rows: list[int]) -> list[TraceRow]:
     shard), reading only the parts that hold them."""
     parts = _parts(cell_dir)
     if parts[0]["documents"] is None:  # a store with one sidecar file
-        whole: list[TraceRow] = _read_part(cell_dir, parts[0], rows).to_pylist()
-        return whole
+        return cast(list[TraceRow], _read_part(cell_dir, parts[0], rows).to_pylist())
     starts = np.asarray([p["row"] for p in parts])
     owner = np.searchsorted(starts, np.asarray(rows, dtype=np.int64), side="right") - 1
     found: dict[int, TraceRow] = {}
     for index in sorted(set(owner.tolist())):
         wanted = [i for i, o in enumerate(owner.tolist()) if o == index]
         local = [rows[i] - parts[index]["row"] for i in wanted]
-        for i, row in zip(wanted, _read_part(cell_dir, parts[index], local).to_pylist()):
+        for i, row in zip(wanted, cast(list[TraceRow], _read_part(cell_dir, parts[index], local).to_pylist())):
             found[i] = row
     return [found[i] for i in range(len(rows))]

@@ -19,7 +19,7 @@ from pipeline.cells.domains import DomainModel, DomainsConfig, fit_domains
 from pipeline.cells.embedding import EmbeddingConfig
 from pipeline.cells.fitted_model import read_model
 from pipeline.cells.languages import all_stop_words, sample_languages
-from pipeline.cells.quality import QualityConfig, QualityModel, fit_quality
+from pipeline.cells.quality import QualityConfig, QualityFit, QualityModel, fit_quality
 from testkit.multilingual_man import multilingual_man_pages
 
 
@@ -90,15 +90,15 @@ def _worst_ratio(mixed, tmp_path, **settings):
         for bucket in range(5):
             in_bucket = languages[buckets == bucket]
             worst = max(worst, np.mean(in_bucket == language) / share)
-    return worst, read_model(tmp_path, "millrace.quality")
+    return worst, read_model(tmp_path, "millrace.quality", QualityFit)
 
 
 def test_each_bucket_keeps_the_corpus_language_mix(mixed, tmp_path):
     worst, body = _worst_ratio(mixed, tmp_path)
     assert worst <= 2.0, worst
     # the edges come from the held-out documents only, and the score says what it was trained on
-    assert body["calibration"]["documents"] + body["training"]["other"] <= len(mixed)
-    assert body["good"] == ["prose"] and "prose" in body["meaning"]
+    assert body.calibration.documents + body.training.other <= len(mixed)
+    assert body.good == ["prose"] and "prose" in body.meaning
 
 
 def test_one_set_of_edges_lets_the_reference_language_crowd_a_bucket(mixed, tmp_path):

@@ -31,14 +31,11 @@ def test_per_language_buckets_put_a_q4_below_a_q0_and_the_global_scale_does_not(
 
 def test_the_stated_meaning_names_the_scale_the_store_used():
     per_language = score_meaning(QualityConfig(calibrate_by="language"), 0)
-    assert per_language["calibrated_by"] == "language"
-    assert "q4 document of one language may score below a q0 of another" in per_language["meaning"]
-    assert (
-        'calibrate_by = \\"none\\"' not in per_language["meaning"]
-        and 'calibrate_by = "none"' in per_language["meaning"]
-    )
+    assert per_language.calibrated_by == "language"
+    assert "q4 document of one language may score below a q0 of another" in per_language.meaning
+    assert 'calibrate_by = \\"none\\"' not in per_language.meaning and 'calibrate_by = "none"' in per_language.meaning
     overall = score_meaning(QualityConfig(calibrate_by="none"), 0)
-    assert overall["calibrated_by"] == "none" and "one global scale" in overall["meaning"]
+    assert overall.calibrated_by == "none" and "one global scale" in overall.meaning
 
 
 def starter_sections(corpus: Path, names: list[str]) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.artifacts import read_payload, write_artifact
+from millrace.artifacts import read_envelope, write_artifact
 from millrace.cli import main as millrace
 from millrace.home import Home
 from pipeline.store.format import StoreManifest, write_store_manifest
@@ -32,7 +32,7 @@ def crafted_ladder(home, field_value):
 
 def crafted_store(home, field_value):
     path = home.store("t", "2026.01.01")
-    manifest = read_payload(path / "store.json", "millrace.store", (1,))
+    manifest = read_envelope(path / "store.json", "millrace.store", (1,)).payload
     if isinstance(field_value, str):  # a cell's name: the first cell renamed to it
         cells = dict(manifest["cells"])
         first = next(iter(cells))

@@ -14,7 +14,7 @@ from millrace.home import Home
 from pipeline.steps.tokenize.tokenization import tokenizer_fingerprint, train_byte_level_bpe
 from pipeline.store.format import store_tokenizer
 from pipeline.store.trace import part_name, write_trace_part
-from testkit.stores import build_mixture, write_store
+from testkit.stores import StoreContents, StoreFacts, StoreTokenizer, build_mixture, write_store
 
 SOURCES = ["web", "books"]
 EOS = "<|endoftext|>"
@@ -82,13 +82,11 @@ def pristine(tmp_path_factory):
         home,
         "t",
         "2026.01.01",
-        cells,
-        SOURCES,
-        vocab_size=tokenizer.get_vocab_size(),
-        eos_id=eos,
-        fingerprint=tokenizer_fingerprint(tokenizer_file),
-        tokenizer_path="tokenizer/tokenizer.json",
-        cell_stats=stats,
+        StoreContents(cells, SOURCES),
+        StoreTokenizer(
+            tokenizer.get_vocab_size(), eos, tokenizer_fingerprint(tokenizer_file), "tokenizer/tokenizer.json"
+        ),
+        facts=StoreFacts(cell_stats=stats),
     )
     (store_dir / "tokenizer").mkdir()
     shutil.copyfile(tokenizer_file, store_dir / "tokenizer" / "tokenizer.json")

@@ -19,6 +19,7 @@ from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from testkit.corpus import config_text, make_corpus, store_files
 from trainer.loop import train
+from trainer.train_request import TrainRequest
 
 STEPS = 16
 ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
@@ -60,7 +61,7 @@ def _json(home, *args):
 def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues_the_losses(built, tiny_config):
     home, _ = built
     config = tiny_config(checkpoint={"every": 8, "keep": 3})
-    train(config, home, run="term-straight", steps=STEPS)
+    train(config, home, TrainRequest(run="term-straight", steps=STEPS))
     for attempt in range(3):  # a quiet machine can finish before the signal lands: again, under a new name
         run = f"term-{attempt}"
         victim = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--no-progress")

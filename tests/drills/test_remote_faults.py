@@ -16,16 +16,17 @@ import os
 import socket
 import struct
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
-from testkit.manifests import make_manifest
+from testkit.manifests import ManifestFrame, make_manifest
 from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
@@ -130,8 +131,8 @@ def copied(moto_endpoint, tmp_path_factory):
     for key, value in CREDENTIALS.items():
         os.environ.setdefault(key, value)
     home = Home.resolve(tmp_path_factory.mktemp("remote-faults"))
-    store = make_store(home, CELLS, RANDOM, shards=2)
-    manifest = make_manifest(home, store, [{"a": 24, "b": 8}], seq_len=64)
+    store = make_store(home, CELLS, replace(RANDOM, shards=2))
+    manifest = make_manifest(home, store, [{"a": 24, "b": 8}], ManifestFrame(seq_len=64))
     assert (
         millrace(
             [
@@ -163,10 +164,8 @@ def through(proxy) -> dict:
 def stream(manifest, proxy, cache, **options) -> MixtureStream:
     return MixtureStream(
         manifest,
-        store_url=URL,
-        storage_options=through(proxy),
         prefetch=0,
-        read_options=ReadOptions(cache_dir=cache, **options),
+        store=StoreAccess(url=URL, storage_options=through(proxy), read=ReadOptions(cache_dir=cache, **options)),
     )
 
 
@@ -279,7 +278,7 @@ def test_store_copy_gives_up_on_a_put_that_never_answers_at_its_deadline_in_one_
 
     from millrace.home import Home
 
-    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, RANDOM, shards=1)
+    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, replace(RANDOM, shards=1))
     proxy.put_fault, proxy.puts_left, proxy.refused_puts = "hang", 0, 0
     started = time.monotonic()
     try:
@@ -302,7 +301,7 @@ def test_store_copy_gives_up_on_a_put_that_never_answers_at_its_deadline_in_one_
 def test_store_copy_to_a_missing_bucket_is_one_line_naming_it(moto_endpoint, proxy, tmp_path, capsys):
     from millrace.home import Home
 
-    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, RANDOM, shards=1)
+    store = make_store(Home.resolve(tmp_path), {"a": 2_000}, replace(RANDOM, shards=1))
     options = [f"--option={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in through(proxy).items()]
     code = millrace(["--home", str(tmp_path), "store", "copy", str(store), "s3://no-such-bucket/t", *options])
     err = capsys.readouterr().err.strip().splitlines()

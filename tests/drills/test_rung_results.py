@@ -9,7 +9,7 @@ import pytest
 from millrace.cli import main as millrace
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.ladders import write_ladder
 from testkit.stores import make_store
 from trainer.ladder.results import read_ladder
@@ -24,7 +24,16 @@ def trained(tmp_path_factory):
     home = Home.resolve(root / "home")
     make_store(home, CELLS, held_out=6)
     new_revision(
-        home, "default", "natural", "t", strategy="natural", seq_len=32, global_batch=8, phases=["main:60000"]
+        home,
+        NewRevision(
+            mixture="default",
+            revision="natural",
+            store="t",
+            strategy="natural",
+            seq_len=32,
+            global_batch=8,
+            phases=["main:60000"],
+        ),
     )
     build(home, "default", "natural")
     path = write_ladder(

@@ -8,7 +8,7 @@ import pytest
 from loader import MixtureStream, TorchMixtureDataset
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
-from testkit.manifests import make_manifest, make_stats_store
+from testkit.manifests import ManifestFrame, make_manifest, make_stats_store
 
 PLAN_CELLS = {f"c{d:02d}q{q}": 10**9 * (d + 1) + q for d in range(8) for q in range(5)}
 
@@ -20,7 +20,9 @@ def plan(home):
     counts = {name: 1000 + 37 * i for i, name in enumerate(names)}
     counts[names[0]] = 1  # a tiny share
     counts[names[1]] += 64 - sum(counts.values()) % 64
-    return make_manifest(home, store, [counts], seq_len=4096, global_batch=64, mixture="plan", revision="p1")
+    return make_manifest(
+        home, store, [counts], ManifestFrame(seq_len=4096, global_batch=64), mixture="plan", revision="p1"
+    )
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ import pytest
 from loader import MixtureStream
 from millrace.errors import ArtifactError
 from testkit.batches import epoch_stream
-from testkit.manifests import make_manifest
-from testkit.stores import RANDOM, write_store
+from testkit.manifests import ManifestFrame, make_manifest
+from testkit.stores import RANDOM, StoreContents, StoreTokenizer, write_store
 
 EOS, VOCAB = RANDOM.eos, RANDOM.vocab
 
@@ -36,7 +36,7 @@ def store(home):
         "x": [documents(rng, 1300) for _ in range(3)],
         "y": [documents(rng, 90)],
     }  # x: ~190 KB (3 chunks) per .bin
-    return write_store(home, "gather", "2026.01.01", cells, ["a", "b", "c"], vocab_size=VOCAB, eos_id=EOS)
+    return write_store(home, "gather", "2026.01.01", StoreContents(cells, ["a", "b", "c"]), StoreTokenizer(VOCAB, EOS))
 
 
 def all_windows(stream: MixtureStream, cell: str, epoch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +49,11 @@ def all_windows(stream: MixtureStream, cell: str, epoch: int) -> tuple[np.ndarra
 @pytest.mark.parametrize("run", [1, 5])  # 5: runs of documents, the last of each block short (37 = 7 x 5 + 2)
 def test_every_window_of_several_epochs_equals_the_rebuilt_epoch_stream(home, store, run):
     path = make_manifest(
-        home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK, document_run=run, revision=f"run{run}"
+        home,
+        store,
+        [{"x": 40, "y": 8}],
+        ManifestFrame(seq_len=SEQ_LEN, document_block=BLOCK, document_run=run),
+        revision=f"run{run}",
     )
     stream = MixtureStream(path, prefetch=0)
     assert stream._space.cells[stream.cell_names.index("x")].table.tokens[0] * 2 > 1 << 16  # several chunks
@@ -71,7 +75,8 @@ def test_a_flipped_byte_in_a_later_chunk_is_named_with_that_chunks_range(home, s
     raw[70_000] ^= 0x01
     victim.write_bytes(bytes(raw))
     stream = MixtureStream(
-        make_manifest(home, store, [{"x": 40, "y": 8}], seq_len=SEQ_LEN, document_block=BLOCK), prefetch=0
+        make_manifest(home, store, [{"x": 40, "y": 8}], ManifestFrame(seq_len=SEQ_LEN, document_block=BLOCK)),
+        prefetch=0,
     )
     with pytest.raises(ArtifactError, match=f"{victim}: bytes \\[65536, {min(len(raw), 1 << 17)}\\) differ"):
         all_windows(stream, "x", 1)
@@ -89,9 +94,7 @@ def test_segments_from_the_pieces_equal_segments_after_each_eos_over_four_epochs
             home,
             store,
             [{"x": 40, "y": 8}],
-            seq_len=SEQ_LEN,
-            document_block=BLOCK,
-            document_run=run,
+            ManifestFrame(seq_len=SEQ_LEN, document_block=BLOCK, document_run=run),
             revision="segments",
         ),
         prefetch=0,

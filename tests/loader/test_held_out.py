@@ -8,7 +8,7 @@ from loader.held_out import PAD_LABEL, ValidationSequences
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from mixtures.manifest import read_manifest
-from testkit.stores import write_store
+from testkit.stores import StoreContents, StoreTokenizer, write_store
 
 EOS, VOCAB, SENTINEL = 1, 300, 299
 SOURCES = ["alpha", "beta"]
@@ -35,20 +35,22 @@ def held_out(tmp_path_factory):
         "c02q0": [documents(rng, 60)],
     }
     validation = {"c00q0": documents(rng, 6, True), "c01q1": documents(rng, 3, True), "c02q0": documents(rng, 4, True)}
-    write_store(home, "v", "2026.01.01", cells, SOURCES, vocab_size=VOCAB, eos_id=EOS, validation=validation)
+    write_store(home, "v", "2026.01.01", StoreContents(cells, SOURCES, validation), StoreTokenizer(VOCAB, EOS))
     # c02q0 has weight 0 in this revision: its held-out shard must be pinned all the same
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
     new_revision(
         home,
-        "mix",
-        "two",
-        "v",
-        phases=["main:2560:explicit"],
-        seq_len=16,
-        global_batch=4,
-        weights={"c00q0": 0.5, "c01q1": 0.5, "c02q0": 0.0},
+        NewRevision(
+            mixture="mix",
+            revision="two",
+            store="v",
+            phases=["main:2560:explicit"],
+            seq_len=16,
+            global_batch=4,
+            weights={"c00q0": 0.5, "c01q1": 0.5, "c02q0": 0.0},
+        ),
     )
     return home, build(home, "mix", "two"), validation
 

@@ -1,15 +1,17 @@
 """A store on a real S3-compatible server (moto's standalone server on loopback, read with s3fs): the same
 batches as the local store, a bounded local cache, transient errors retried, a missing object named."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
-from testkit.manifests import make_manifest
+from testkit.manifests import ManifestFrame, make_manifest
 from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
@@ -35,8 +37,10 @@ def copied(s3, tmp_path_factory):
     from millrace.home import Home
 
     home = Home.resolve(tmp_path_factory.mktemp("object-store"))
-    store = make_store(home, CELLS, RANDOM, shards=3)
-    manifest = make_manifest(home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], seq_len=64)
+    store = make_store(home, CELLS, replace(RANDOM, shards=3))
+    manifest = make_manifest(
+        home, store, [{"a": 40, "b": 16, "c": 8}, {"a": 8, "b": 8, "c": 48}], ManifestFrame(seq_len=64)
+    )
     url = "s3://millrace/stores/t/2026.01.01"
     options = [
         f"--option=key={s3['key']}",
@@ -50,10 +54,8 @@ def copied(s3, tmp_path_factory):
 def remote_stream(manifest, url, s3, tmp_path, **options) -> MixtureStream:
     return MixtureStream(
         manifest,
-        store_url=url,
-        storage_options=s3,
         prefetch=2,
-        read_options=ReadOptions(cache_dir=tmp_path / "cache", **options),
+        store=StoreAccess(url=url, storage_options=s3, read=ReadOptions(cache_dir=tmp_path / "cache", **options)),
     )
 
 

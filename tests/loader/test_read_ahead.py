@@ -3,15 +3,17 @@ batches' chunks are staged concurrently, the batches are the local store's, and 
 the byte budget (one batch over at most: a batch is staged whole) and is released when iteration ends; a second
 pass is read from the local cache, with no request."""
 
+from dataclasses import replace
+
 import pytest
 
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 from millrace.errors import ConfigError
 from millrace.home import Home
 from pipeline.store.remote import copy_store
 from testkit.batches import batch_digest
-from testkit.manifests import make_manifest
+from testkit.manifests import ManifestFrame, make_manifest
 from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
 
@@ -24,8 +26,10 @@ CHUNK = 64 << 10
 @pytest.fixture(scope="module")
 def on_s3(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("read-ahead"))
-    store = make_store(home, {"a": 400_000, "b": 150_000}, RANDOM, shards=2)  # 17 chunks of .bin over 4 shards
-    manifest = make_manifest(home, store, [{"a": 96, "b": 32}], seq_len=256)
+    store = make_store(
+        home, {"a": 400_000, "b": 150_000}, replace(RANDOM, shards=2)
+    )  # 17 chunks of .bin over 4 shards
+    manifest = make_manifest(home, store, [{"a": 96, "b": 32}], ManifestFrame(seq_len=256))
     with s3_server("millrace") as server:
         url = "s3://millrace/stores/t/2026.01.01"
         copy_store(store, url, server.storage_options)
@@ -39,9 +43,11 @@ def test_read_ahead_gives_the_local_batches_within_its_budget(on_s3, tmp_path):
     stream = MixtureStream(
         manifest,
         prefetch=0,
-        store_url=url,
-        storage_options=options,
-        read_options=ReadOptions(cache_dir=tmp_path, readahead_bytes=budget, fetch_bytes=CHUNK, fetch_threads=4),
+        store=StoreAccess(
+            url=url,
+            storage_options=options,
+            read=ReadOptions(cache_dir=tmp_path, readahead_bytes=budget, fetch_bytes=CHUNK, fetch_threads=4),
+        ),
     )
     fetcher = stream._space.files.fetcher
     assert fetcher is not None
@@ -70,9 +76,7 @@ def test_read_ahead_off_reads_on_demand_and_a_negative_budget_is_refused(on_s3, 
     stream = MixtureStream(
         manifest,
         prefetch=2,
-        store_url=url,
-        storage_options=options,
-        read_options=ReadOptions(cache_dir=tmp_path, readahead_bytes=0),
+        store=StoreAccess(url=url, storage_options=options, read=ReadOptions(cache_dir=tmp_path, readahead_bytes=0)),
     )
     assert stream._space.files.fetcher is None
     assert [batch_digest(b) for b in stream.iterate(0, 2)] == [

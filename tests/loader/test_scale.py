@@ -12,8 +12,8 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
-from testkit.manifests import make_manifest
-from testkit.stores import RANDOM, write_store, write_tokenizer
+from testkit.manifests import ManifestFrame, make_manifest
+from testkit.stores import RANDOM, StoreContents, StoreTokenizer, write_store, write_tokenizer
 
 EOS = RANDOM.eos
 
@@ -32,16 +32,8 @@ def many_shard_store(home, cells: int, shards: int, documents: int = 40) -> Path
             ]
             for _ in range(shards)
         ]
-    root = write_store(
-        home,
-        "many",
-        "2026.01.01",
-        layout,
-        ["only"],
-        vocab_size=500,
-        eos_id=EOS,
-        tokenizer_path="tokenizer/tokenizer.json",
-    )
+    tokenizer = StoreTokenizer(500, EOS, path="tokenizer/tokenizer.json")
+    root = write_store(home, "many", "2026.01.01", StoreContents(layout, ["only"]), tokenizer)
     write_tokenizer(root / "tokenizer" / "tokenizer.json")
     return root
 
@@ -53,16 +45,18 @@ def drawing_every_window(home, store: Path, seq_len: int = 16, batch: int = 64) 
     counts = {cell: max(0, (summary.tokens - 1) // seq_len) for cell, summary in Store(store).manifest.cells.items()}
     first = sorted(counts)[0]
     counts[first] -= sum(counts.values()) % batch
-    return make_manifest(home, store, [counts], seq_len=seq_len, global_batch=batch, mixture="many", revision="all")
+    return make_manifest(
+        home, store, [counts], ManifestFrame(seq_len=seq_len, global_batch=batch), mixture="many", revision="all"
+    )
 
 
 STREAM_ALL = """
 import resource, sys, json
 from loader import MixtureStream
-from loader.files import ReadOptions
+from loader.files import ReadOptions, StoreAccess
 limit, max_open, manifest = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-stream = MixtureStream(manifest, prefetch=2, read_options=ReadOptions(max_open_files=max_open))
+stream = MixtureStream(manifest, prefetch=2, store=StoreAccess(read=ReadOptions(max_open_files=max_open)))
 opened = stream.open_files
 most = 0
 for batch in stream.iterate():
@@ -111,7 +105,7 @@ def test_opening_reads_no_shard_file(home):
 def test_built_manifest_stays_small_at_200_cells_of_2000_shards(home):
     """The mixtures room's own build over a store whose cells list 2,000 shards each (tables only)."""
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
     from pipeline.store.format import (
         CellManifest,
         CellSummary,
@@ -158,7 +152,12 @@ def test_built_manifest_stays_small_at_200_cells_of_2000_shards(home):
             tokenizer=TokenizerInfo(fingerprint="t", vocab_size=1 << 17, eos_id=0),
         ),
     )
-    new_revision(home, "ref", "uniform", "ref", strategy="uniform", seq_len=4096, global_batch=11264)
+    new_revision(
+        home,
+        NewRevision(
+            mixture="ref", revision="uniform", store="ref", strategy="uniform", seq_len=4096, global_batch=11264
+        ),
+    )
     path = build(home, "ref", "uniform")
     assert path.stat().st_size <= 1 << 20, f"{path.stat().st_size} bytes"
     cell_json = root / "cells" / "c00q0" / "cell.json"
@@ -178,15 +177,10 @@ def tagged_store(home, documents: int, sources: int, shards: int = 2) -> Path:
         for j in range(documents)
     ]
     per = -(-documents // shards)
-    return write_store(
-        home,
-        "tagged",
-        "2026.01.01",
-        {"x": [docs[i : i + per] for i in range(0, documents, per)]},
-        [f"s{i}" for i in range(sources)],
-        vocab_size=documents + 2,
-        eos_id=EOS,
+    contents = StoreContents(
+        {"x": [docs[i : i + per] for i in range(0, documents, per)]}, [f"s{i}" for i in range(sources)]
     )
+    return write_store(home, "tagged", "2026.01.01", contents, StoreTokenizer(documents + 2, EOS))
 
 
 def window_documents(stream: MixtureStream, epoch: int) -> list[list[int]]:
@@ -210,7 +204,13 @@ def test_a_repeated_cells_windows_differ_between_epochs(home, run):
     keyed order, and attention is masked per document), but each epoch's windows are cut elsewhere."""
     store = tagged_store(home, documents=3000, sources=4)
     stream = MixtureStream(
-        make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run, revision=f"run{run}"),
+        make_manifest(
+            home,
+            store,
+            [{"x": 64}],
+            ManifestFrame(seq_len=64, global_batch=64, document_run=run),
+            revision=f"run{run}",
+        ),
         prefetch=0,
     )
     windows = [window_documents(stream, e) for e in range(3)]
@@ -254,17 +254,16 @@ def test_neighbours_in_a_window_are_no_more_alike_than_at_random(home, tmp_path,
         (np.append(np.full(int(rng.integers(3, 30)), j + 2), EOS).astype(np.uint16), int(ordered[j]))
         for j in range(ordered.size)
     ]
-    store = write_store(
-        home,
-        "hashed",
-        "2026.01.01",
-        {"x": [docs[:2000], docs[2000:]]},
-        ["a", "b", "c"],
-        vocab_size=ordered.size + 2,
-        eos_id=EOS,
-    )
+    contents = StoreContents({"x": [docs[:2000], docs[2000:]]}, ["a", "b", "c"])
+    store = write_store(home, "hashed", "2026.01.01", contents, StoreTokenizer(ordered.size + 2, EOS))
     stream = MixtureStream(
-        make_manifest(home, store, [{"x": 64}], seq_len=64, global_batch=64, document_run=run, revision=f"run{run}"),
+        make_manifest(
+            home,
+            store,
+            [{"x": 64}],
+            ManifestFrame(seq_len=64, global_batch=64, document_run=run),
+            revision=f"run{run}",
+        ),
         prefetch=0,
     )
     pairs = [pair for e in range(2) for docs in window_documents(stream, e) for pair in itertools.pairwise(docs)]

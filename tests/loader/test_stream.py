@@ -10,7 +10,7 @@ from loader import MixtureStream
 from loader.permutation import permutation
 from millrace.errors import ArtifactError, ConfigError
 from testkit.batches import batch_digest, epoch_stream
-from testkit.manifests import BOUNDARY_STEP, LONG_BOUNDARY_STEP, make_manifest
+from testkit.manifests import BOUNDARY_STEP, LONG_BOUNDARY_STEP, ManifestFrame, make_manifest
 from testkit.manifests import LOADER_CELLS as CELLS
 from testkit.manifests import LOADER_PHASES as PHASES
 from testkit.stores import RANDOM
@@ -40,7 +40,7 @@ def test_separate_processes_give_identical_batches_and_seed_changes_them(built):
     first, second = run_digests(str(path), json.dumps(steps)), run_digests(str(path), json.dumps(steps))
     assert first == second
     assert first == [batch_digest(MixtureStream(path).batch(s)) for s in steps]
-    other = make_manifest(home, path.parents[3], PHASES, seed=99, revision="other-seed")
+    other = make_manifest(home, path.parents[3], PHASES, ManifestFrame(seed=99), revision="other-seed")
     assert [batch_digest(MixtureStream(other).batch(s)) for s in steps] != first
 
 
@@ -66,7 +66,7 @@ def test_state_is_small_and_refuses_another_manifest(built):
     stream = MixtureStream(path)
     state = stream.state_dict()
     assert len(json.dumps(state)) < 300
-    other = MixtureStream(make_manifest(home, path.parents[3], PHASES, seed=7, revision="other"))
+    other = MixtureStream(make_manifest(home, path.parents[3], PHASES, ManifestFrame(seed=7), revision="other"))
     with pytest.raises(ArtifactError, match=r"another|different mixture"):
         other.load_state_dict(state)
     with pytest.raises(ConfigError, match="past the end"):

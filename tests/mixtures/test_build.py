@@ -5,8 +5,10 @@ import multiprocessing
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import pydantic
 import pytest
 import tomli_w
 
@@ -336,14 +338,16 @@ def test_new_writes_a_valid_pinned_revision_for_each_strategy(store_home, capsys
 def test_new_symbolic_keeps_the_strategy(store_home):
     path = mixtures.new_revision(
         store_home,
-        "mine",
-        "sym",
-        "local",
-        strategy="uniform",
-        phases=["main:64K"],
-        seq_len=128,
-        global_batch=8,
-        symbolic=True,
+        mixtures.NewRevision(
+            mixture="mine",
+            revision="sym",
+            store="local",
+            strategy="uniform",
+            phases=["main:64K"],
+            seq_len=128,
+            global_batch=8,
+            symbolic=True,
+        ),
     )
     text = path.read_text()
     assert 'strategy = "uniform"' in text and "version" not in text.split("[store]")[1].split("[[")[0]
@@ -351,7 +355,7 @@ def test_new_symbolic_keeps_the_strategy(store_home):
 
 
 def test_newest_store_version_is_used_unless_pinned(store_home):
-    make_store(store_home, {k: v * 2 for k, v in grid().items()}, EVEN, version="2026.12.01")
+    make_store(store_home, {k: v * 2 for k, v in grid().items()}, replace(EVEN, version="2026.12.01"))
     manifest, _ = read_manifest(mixtures.build(store_home, "default", "natural"))
     assert manifest.store.version == "2026.12.01"
     pinned = write_revision(
@@ -390,7 +394,9 @@ def test_an_altered_cell_manifest_is_named_and_nothing_is_written(store_home):
         (["--store", "local", "--strategy", "explicit"], "--weight"),
         (["--store", "local", "--strategy", "explicit", "--weight", "c00q0=0.5"], "sum to 0.5"),
         (["--store", "local", "--phase", "main:100G"], "epoch cap"),
-        (["--store", "local", "--seq-len", "0"], "'seq_len'"),
+        (["--store", "local", "--seq-len", "0"], "--seq-len: Input should be greater than or equal to 1 (got 0)"),
+        (["--store", "local", "--global-batch", "-4"], "--global-batch:"),
+        (["--store", "local", "--continues", "natural"], "--continues and --at-step go together"),
     ],
 )
 def test_new_refuses_bad_requests_in_one_line(store_home, capsys, args, fragment):
@@ -398,6 +404,13 @@ def test_new_refuses_bad_requests_in_one_line(store_home, capsys, args, fragment
     err = capsys.readouterr().err
     assert code != 0 and fragment in err and len(err.strip().splitlines()) == 1, err
     assert not (store_home.revisions / "mine" / "bad.toml").exists()
+
+
+def test_a_new_revision_request_is_checked_where_it_is_made():
+    with pytest.raises(pydantic.ValidationError, match="unknown strategy"):
+        mixtures.NewRevision(mixture="m", revision="r", strategy="random")
+    with pytest.raises(pydantic.ValidationError, match="--continues and --at-step go together"):
+        mixtures.NewRevision(mixture="m", revision="r", at_step=3)
 
 
 def test_build_json_reports_the_manifest(store_home, capsys):

@@ -68,21 +68,26 @@ def test_init_writes_a_config_that_loads(tmp_path, corpus):
 def test_a_second_store_on_the_same_day_takes_the_next_free_number_with_a_notice(tmp_path, caplog):
     import datetime as dt
 
-    from millrace.artifacts import write_artifact
     from millrace.errors import ConfigError
     from millrace.home import Home
     from pipeline.config import PipelineConfig
     from pipeline.runner import store_version
+    from pipeline.store.format import StoreManifest, write_store_manifest
 
     home = Home(tmp_path)
     today = dt.date.today().strftime("%Y.%m.%d")
     config = PipelineConfig.model_validate({"sources": [{"name": "a", "paths": [str(tmp_path)]}]})
     assert store_version(config, home, "sha256:a") == today
-    write_artifact(home.store("local", today) / "store.json", "millrace.store", 1, {"config_hash": "sha256:a"})
+    write_store_manifest(
+        home.store("local", today), StoreManifest(name="local", version=today, cells={}, config_hash="sha256:a")
+    )
     assert store_version(config, home, "sha256:a") == today  # the same config: reuse
     assert store_version(config, home, "sha256:b") == f"{today}.1"
     assert f"local/{today}.1" in caplog.text
-    write_artifact(home.store("local", f"{today}.1") / "store.json", "millrace.store", 1, {"config_hash": "sha256:b"})
+    again = f"{today}.1"
+    write_store_manifest(
+        home.store("local", again), StoreManifest(name="local", version=again, cells={}, config_hash="sha256:b")
+    )
     assert store_version(config, home, "sha256:b") == f"{today}.1"
     assert store_version(config, home, "sha256:c") == f"{today}.2"
     pinned = config.model_copy(update={"output": config.output.model_copy(update={"version": today})})

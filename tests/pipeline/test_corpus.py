@@ -43,5 +43,6 @@ def test_corpus_cli_json(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert 0 < summary["bytes"] <= 40000 and summary["sources"]
     from millrace.artifacts import read_artifact
+    from pipeline.corpus.builder import CorpusManifest
 
-    assert read_artifact(tmp_path / "c" / "corpus.json", "millrace.corpus")["max_bytes"] == 40000
+    assert read_artifact(tmp_path / "c" / "corpus.json", "millrace.corpus", CorpusManifest).max_bytes == 40000

@@ -275,11 +275,16 @@ def test_peek_decode_names_each_samples_documents_from_the_trace_parts(built):
     from loader import MixtureStream
     from loader.peek import peek
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
     root, _, _, path = built
     home = Home.resolve(root / "home")
-    new_revision(home, "peeked", "all", Store(path).name, strategy="natural", seq_len=64, global_batch=8)
+    new_revision(
+        home,
+        NewRevision(
+            mixture="peeked", revision="all", store=Store(path).name, strategy="natural", seq_len=64, global_batch=8
+        ),
+    )
     stream = MixtureStream(build(home, "peeked", "all"), prefetch=0)
     lines: dict[str, list[str]] = {}
     checked = 0
@@ -306,11 +311,16 @@ def test_peek_decode_off_a_terminal_prints_whole_origins(built, capsys):
     """Under pytest stdout is a pipe, as under nohup or CI: no origin is cut at rich's 80 columns."""
     from millrace.cli import main as millrace
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
     root, _, _, path = built
     home = Home.resolve(root / "home")
-    new_revision(home, "whole", "all", Store(path).name, strategy="natural", seq_len=64, global_batch=4)
+    new_revision(
+        home,
+        NewRevision(
+            mixture="whole", revision="all", store=Store(path).name, strategy="natural", seq_len=64, global_batch=4
+        ),
+    )
     build(home, "whole", "all")
     assert (
         millrace(["loader", "peek", "whole", "--revision", "all", "--step", "0", "--decode", "--home", str(home.root)])

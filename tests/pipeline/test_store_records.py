@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from millrace.artifacts import payload_of, read_artifact, write_artifact
+from millrace.artifacts import read_envelope, write_artifact
 from millrace.errors import ArtifactError
 from pipeline.store.cli import store_summary
 from pipeline.store.format import SCHEMA_VERSION, STORE_KIND, Store, StoreManifest
@@ -20,12 +20,24 @@ BEFORE = Path(__file__).parents[2] / "testkit" / "data" / "store-before-models"
 
 
 def test_a_store_written_before_the_records_were_models_reads_into_them_unchanged():
-    body = read_artifact(BEFORE / "store.json", STORE_KIND, (SCHEMA_VERSION,))
+    body = read_envelope(BEFORE / "store.json", STORE_KIND, (SCHEMA_VERSION,))
     store = Store(BEFORE)
     m = store.manifest
     # every key the old writer wrote is a field, and none is added: rewriting it gives the same payload (hash)
-    assert m.model_dump(mode="json") == payload_of(body)
+    assert m.model_dump(mode="json") == body.payload
     assert (m.funnel.stages[0].name, m.funnel.stages[-1].name) == ("read", "validation")
+    config = m.pipeline_config  # the config it was built from, typed
+    assert config is not None and config.domains is not None and config.quality is not None
+    assert [(s.name, s.kind) for s in config.sources] == [
+        ("articles", "prose"),
+        ("notes", "prose"),
+        ("snippets", "code"),
+    ]
+    assert (config.domains.k, config.quality.reference_sources, config.validation.sets[0].name) == (
+        2,
+        ["articles"],
+        "fresh",
+    )
     read = m.funnel.stages[0].sources["articles"]
     assert read.removed["malformed"].documents == 1 and read.received.documents > read.kept.documents
     assert m.stats.domain_labels() == {"c00": "river stream small", "c01": "total def return"}
@@ -53,12 +65,13 @@ def test_a_store_written_before_the_records_were_models_reads_into_them_unchange
         ("stats", {"domains": {"k": "two", "labels": {}}}, "stats.domains.k"),
         ("funnel", {"stages": [{"name": "read", "sources": {"a": {"kept": {"pages": 1}}}}]}, "funnel.stages.0"),
         ("stats", {"decontamination": {"ngram": 13}}, "stats.decontamination"),
+        ("pipeline_config", {"sources": [{"name": "a", "paths": ["x"], "kind": "poetry"}]}, "pipeline_config"),
     ],
 )
 def test_a_record_of_another_shape_is_one_line_naming_the_file_and_field(tmp_path, field, value, named):
     shutil.copytree(BEFORE, tmp_path / "store")
     path = tmp_path / "store" / "store.json"
-    payload = payload_of(read_artifact(path, STORE_KIND, (SCHEMA_VERSION,)))
+    payload = read_envelope(path, STORE_KIND, (SCHEMA_VERSION,)).payload
     write_artifact(path, STORE_KIND, SCHEMA_VERSION, payload | {field: value})
     with pytest.raises(ArtifactError) as caught:
         Store(tmp_path / "store")
@@ -66,13 +79,34 @@ def test_a_record_of_another_shape_is_one_line_naming_the_file_and_field(tmp_pat
     assert str(path) in message and named in message and "\n" not in message
 
 
+def test_the_recorded_config_opens_without_the_checks_a_config_file_gets(tmp_path):
+    """A store names filters and an embedder by the names they had when it was built: renamed or unknown since,
+    the store still opens (a config file naming them is refused, `test_filter_registry`)."""
+    shutil.copytree(BEFORE, tmp_path / "store")
+    path = tmp_path / "store" / "store.json"
+    payload = read_envelope(path, STORE_KIND, (SCHEMA_VERSION,)).payload
+    config = dict(payload["pipeline_config"])
+    config["filters"] = {"retired_filter": {"level": 3}}
+    config["sources"] = [dict(config["sources"][0], filters=["retired_filter"])]
+    config["domains"] = dict(config["domains"], embedder="gone.module:Embedder")
+    write_artifact(path, STORE_KIND, SCHEMA_VERSION, payload | {"pipeline_config": config})
+    recorded = Store(tmp_path / "store").manifest.pipeline_config
+    assert recorded is not None and recorded.domains is not None
+    assert (recorded.sources[0].filters, recorded.filters, recorded.domains.embedder) == (
+        ["retired_filter"],
+        {"retired_filter": {"level": 3}},
+        "gone.module:Embedder",
+    )
+
+
 def test_a_stats_only_store_writes_its_empty_funnel_and_stats_as_before(tmp_path):
     """Shipped revisions pin the reference stats-only stores' hashes: their store.json must not change."""
     from pipeline.store.format import write_stats_only_store
 
     write_stats_only_store(tmp_path, "s", "v", {"a": 10})
-    payload = payload_of(read_artifact(tmp_path / "store.json", STORE_KIND, (SCHEMA_VERSION,)))
-    assert (payload["funnel"], payload["stats"]) == ({}, {})
+    payload = read_envelope(tmp_path / "store.json", STORE_KIND, (SCHEMA_VERSION,)).payload
+    assert (payload["funnel"], payload["stats"], payload["pipeline_config"]) == ({}, {}, {})
+    assert Store(tmp_path).manifest.pipeline_config is None
     assert StoreManifest.model_validate(payload).model_dump(mode="json") == payload
 
 
@@ -81,10 +115,10 @@ def test_the_cell_records_of_a_store_written_before_read_into_their_model_unchan
 
     store = Store(BEFORE)
     for name in store.manifest.cells:
-        body = read_artifact(store.cell_dir(name) / "cell.json", CELL_KIND, (CELL_SCHEMA_VERSION,))
+        body = read_envelope(store.cell_dir(name) / "cell.json", CELL_KIND, (CELL_SCHEMA_VERSION,))
         cell = store.cell(name)
-        assert cell.model_dump(mode="json") == payload_of(body)
-        assert CellManifest.model_validate(payload_of(body)).stats == cell.stats
+        assert cell.model_dump(mode="json") == body.payload
+        assert CellManifest.model_validate(body.payload).stats == cell.stats
         assert (
             cell.stats.domain == int(name[1:3]) and cell.stats.label == store.manifest.stats.domain_labels()[name[:3]]
         )

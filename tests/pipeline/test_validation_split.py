@@ -163,11 +163,14 @@ def test_held_out_documents_are_in_validation_shards_only(store_path):
 @pytest.mark.slow
 def test_no_held_out_document_reaches_a_training_batch(store_path):
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
     home, path = store_path
     store = Store(path)
-    new_revision(home, "m", "all", store.name, strategy="natural", seq_len=64, global_batch=4)
+    new_revision(
+        home,
+        NewRevision(mixture="m", revision="all", store=store.name, strategy="natural", seq_len=64, global_batch=4),
+    )
     manifest = build(home, "m", "all")
     stream = MixtureStream(manifest, prefetch=0)
     rows = b"".join(
@@ -193,7 +196,7 @@ def test_no_held_out_document_reaches_a_training_batch(store_path):
 def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(store_path, tmp_path):
     from loader.held_out import ValidationSequences
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
     from pipeline.steps.tokenize.tokenization import load_tokenizer
 
     home, path = store_path
@@ -224,7 +227,10 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     set_docs = documents_of(path / "sets" / "fresh" / eval_set.held.shards[0].name, np.dtype(store.manifest.dtype))
     assert set_docs == as_stored[3:]
     # every built manifest pins it beside the cells' held-out shards, and the loader reads it last
-    new_revision(home, "m", "sets", store.name, strategy="natural", seq_len=64, global_batch=4)
+    new_revision(
+        home,
+        NewRevision(mixture="m", revision="sets", store=store.name, strategy="natural", seq_len=64, global_batch=4),
+    )
     manifest = build(home, "m", "sets")
     sequences = ValidationSequences(manifest, max_sequences=100)
     assert sequences.entries[-1].name == "fresh" and sequences.entries[-1].kind == "set"
@@ -235,11 +241,14 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
 def test_an_external_set_is_scored_whole_while_cells_give_their_first_windows(store_path):
     from loader.held_out import PAD_LABEL, ValidationSequences
     from mixtures.build import build
-    from mixtures.new import new_revision
+    from mixtures.new import NewRevision, new_revision
 
     home, path = store_path
     store = Store(path)
-    new_revision(home, "m", "whole", store.name, strategy="natural", seq_len=16, global_batch=4)
+    new_revision(
+        home,
+        NewRevision(mixture="m", revision="whole", store=store.name, strategy="natural", seq_len=16, global_batch=4),
+    )
     sequences = ValidationSequences(build(home, "m", "whole"), max_sequences=1)
     *cells, fresh = sequences.entries
     assert all(e.kind == "cell" and e.sequences == 1 for e in cells) and fresh.kind == "set"

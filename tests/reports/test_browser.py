@@ -618,8 +618,8 @@ def test_a_click_on_the_loss_chart_opens_the_step_panel_in_the_run_page(browser,
     write_explanations(home, "spiky")  # what a training call writes when it ends
     page = build_run_page(home, "spiky", tmp_path / "site")
     explained = read_explanations(home.run("spiky"))
-    assert explained["steps"] == [30]
-    batch = explained["explained"]["30"]["batch"]
+    assert explained.steps == [30]
+    batch = explained.explained["30"]["batch"]
     tab = Tab(browser)
     tab.open_run(page)
     assert tab.page.is_hidden("#step-panel")
@@ -637,7 +637,7 @@ def test_a_click_on_the_loss_chart_opens_the_step_panel_in_the_run_page(browser,
     rows = tab.page.eval_on_selector_all("#explain-batch tbody tr", "rs => rs.map((r) => r.innerText)")
     assert len(rows) == len(batch["cells"]) and rows[0].startswith(batch["cells"][0]["cell"])
     assert all(source in rows[0] for source in batch["cells"][0]["sources"])
-    assert tab.page.locator("#explain-cells tbody tr").count() == len(explained["explained"]["30"]["cells"])
+    assert tab.page.locator("#explain-cells tbody tr").count() == len(explained.explained["30"]["cells"])
     groups = tab.page.inner_text("#explain-groups")
     assert "router_bias/layer 0 (rule-updated)" in groups and "gradient-trained" in groups
     assert "step=30" in tab.page.url

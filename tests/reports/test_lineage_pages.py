@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from millrace.artifacts import read_payload, write_artifact
+from millrace.artifacts import read_envelope, write_artifact
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.manifest import lineage_of, read_manifest
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from reports import build_site
 from reports.numbers import human_count
 from reports.run_data import read_script
@@ -27,27 +27,30 @@ def lineage_site(tmp_path_factory):
     factory.make_small_store(home)
     new_revision(
         home,
-        "default",
-        "natural",
-        f"{factory.STORE}/{factory.VERSION}",
-        strategy="natural",
-        phases=["main:12288"],
-        seq_len=factory.SEQ_LEN,
-        global_batch=factory.GLOBAL_BATCH,
+        NewRevision(
+            mixture="default",
+            revision="natural",
+            store=f"{factory.STORE}/{factory.VERSION}",
+            strategy="natural",
+            phases=["main:12288"],
+            seq_len=factory.SEQ_LEN,
+            global_batch=factory.GLOBAL_BATCH,
+        ),
     )
     build(home, "default", "natural")
     new_revision(
         home,
-        "default",
-        "swap",
-        None,
-        continues="natural",
-        at_step=AT_STEP,
-        phases=["main:4096:uniform", "cooldown:2048:uniform@c*q1"],
+        NewRevision(
+            mixture="default",
+            revision="swap",
+            continues="natural",
+            at_step=AT_STEP,
+            phases=["main:4096:uniform", "cooldown:2048:uniform@c*q1"],
+        ),
     )
     manifest_path = build(home, "default", "swap")
     run_dir = factory.write_contract_metrics(home, "switched", manifest_path, steps=40)
-    payload = read_payload(run_dir / "run.json", "millrace.run")
+    payload = read_envelope(run_dir / "run.json", "millrace.run").payload
     manifest, digest = read_manifest(manifest_path)
     write_artifact(
         run_dir / "run.json",

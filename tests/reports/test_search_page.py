@@ -14,7 +14,7 @@ import pytest
 from millrace.cli import main
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from pipeline.store.format import write_stats_only_store
 from reports.numbers import human_percent
 from testkit.browser import Tab
@@ -33,13 +33,15 @@ def search_site(tmp_path_factory):
     ):
         new_revision(
             home,
-            "default",
-            name,
-            "ref/v1",
-            phases=["main:800K", "cooldown:200K"],
-            seq_len=32,
-            global_batch=32,
-            **options,
+            NewRevision(
+                mixture="default",
+                revision=name,
+                store="ref/v1",
+                phases=["main:800K", "cooldown:200K"],
+                seq_len=32,
+                global_batch=32,
+                **options,
+            ),
         )
         build(home, "default", name)
     written = write_scored_search(home, manifest_hash)

@@ -16,7 +16,7 @@ from millrace.home import Home
 from millrace.jsonl import last_record
 from mixtures.build import build
 from mixtures.manifest import read_manifest
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from pipeline.store.format import Store, write_stats_only_store, write_store_manifest
 from reports import build_pages, build_site
 from reports.composition import load_composition
@@ -114,13 +114,15 @@ def test_same_revision_name_in_two_mixtures_is_qualified(small_home, tmp_path):
     factory.make_small_revisions(home)
     new_revision(
         home,
-        "other",
-        "natural",
-        f"{factory.STORE}/{factory.VERSION}",
-        strategy="natural",
-        phases=["main:2048"],
-        seq_len=32,
-        global_batch=8,
+        NewRevision(
+            mixture="other",
+            revision="natural",
+            store=f"{factory.STORE}/{factory.VERSION}",
+            strategy="natural",
+            phases=["main:2048"],
+            seq_len=32,
+            global_batch=8,
+        ),
     )
     build(home, "other", "natural")
     keys = set(load_composition(store).revisions)
@@ -144,7 +146,7 @@ def test_a_revision_built_on_an_older_store_json_is_marked_stale(tmp_path):
     store_dir = factory.make_small_store(home)
     factory.make_small_revisions(home)
     store = Store(store_dir)
-    write_store_manifest(store_dir, store.manifest.model_copy(update={"pipeline_config": {"rerun": True}}))
+    write_store_manifest(store_dir, store.manifest.model_copy(update={"config_hash": "sha256:rebuilt"}))
     composition = load_composition(store_dir)
     assert sorted(composition.stale) == ["natural", "uniform-sampling"]
     assert page_data(write_composition_page(composition, tmp_path / "site"))["stale"] == composition.stale

@@ -6,8 +6,11 @@ import json
 import threading
 import time
 
+import pytest
+
 from millrace.cli import main
-from reports import watch
+from millrace.errors import ConfigError
+from reports import WatchOptions, watch
 from reports.run_data import read_script
 from testkit import factory
 
@@ -42,7 +45,7 @@ def test_watch_rebuilds_as_the_stream_grows_and_stops_when_finished(small_home, 
 
     writer = threading.Thread(target=grow)
     writer.start()
-    result = watch(home, "live", tmp_path / "site", interval=0.05, timeout=30, on_build=on_build)
+    result = watch(home, "live", tmp_path / "site", WatchOptions(interval=0.05, timeout=30), on_build=on_build)
     writer.join()
     assert result.reason == "finished" and result.status == "completed"
     assert result.rebuilds >= 3 and seen_steps[0] == 5 and seen_steps[-1] == len(lines) == 24
@@ -78,7 +81,7 @@ def test_watch_forever_stops_at_the_timeout(small_home, tmp_path, capsys):
 
 def test_watch_waits_for_a_run_to_start_only_when_asked(small_home, tmp_path):
     home, _ = factory.copy_as_live(small_home, tmp_path / "home", lines=3)
-    result = watch(home, "not-yet", tmp_path / "site", interval=0.05, timeout=0.3, wait=True)
+    result = watch(home, "not-yet", tmp_path / "site", WatchOptions(interval=0.05, timeout=0.3, wait=True))
     assert result.reason == "timeout" and result.rebuilds == 0 and result.status == "not started"
 
     def start_later():
@@ -87,7 +90,7 @@ def test_watch_waits_for_a_run_to_start_only_when_asked(small_home, tmp_path):
 
     starter = threading.Thread(target=start_later)
     starter.start()
-    result = watch(home, "later", tmp_path / "site", interval=0.05, timeout=20, wait=True)
+    result = watch(home, "later", tmp_path / "site", WatchOptions(interval=0.05, timeout=20, wait=True))
     starter.join()
     assert result.reason == "finished" and result.rebuilds == 1
 
@@ -97,7 +100,7 @@ def test_watch_in_a_thread_ends_when_its_stop_event_is_set(small_home, tmp_path)
     stop = threading.Event()
     results = []
     follower = threading.Thread(
-        target=lambda: results.append(watch(home, "live", tmp_path / "site", interval=0.05, stop=stop))
+        target=lambda: results.append(watch(home, "live", tmp_path / "site", WatchOptions(interval=0.05), stop=stop))
     )
     follower.start()
     time.sleep(0.5)
@@ -105,3 +108,8 @@ def test_watch_in_a_thread_ends_when_its_stop_event_is_set(small_home, tmp_path)
     stop.set()
     follower.join(timeout=10)
     assert not follower.is_alive() and results[0].reason == "stopped" and results[0].rebuilds == 1
+
+
+def test_a_non_positive_interval_is_refused_where_the_options_are_made():
+    with pytest.raises(ConfigError, match=r"^--interval 0: must be positive$"):
+        WatchOptions(interval=0)

@@ -13,7 +13,7 @@ import pytest
 from millrace.home import Home
 from pipeline.store.format import Store
 from testkit.searches import TARGET_SET, known_optimum_home, write_search
-from testkit.stores import write_store
+from testkit.stores import StoreContents, StoreTokenizer, write_store
 from trainer.records import EvalFigures
 from trainer.search.fingerprint import cell_fingerprint, components_of, match_rows
 from trainer.search.records import (
@@ -35,7 +35,8 @@ def _docs(seed: int, count: int) -> list[tuple[np.ndarray, int]]:
 
 
 def _store(home: Home, version: str, cells: dict[str, list]) -> Store:
-    return Store(write_store(home, "s", version, {c: [d] for c, d in cells.items()}, ["x"], vocab_size=100, eos_id=1))
+    contents = StoreContents({c: [d] for c, d in cells.items()}, ["x"])
+    return Store(write_store(home, "s", version, contents, StoreTokenizer(vocab_size=100, eos_id=1)))
 
 
 def test_fingerprints_follow_content_not_names(home: Home) -> None:

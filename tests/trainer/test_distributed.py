@@ -20,6 +20,7 @@ import pytest
 from testkit.torchrun import curve, torchrun
 from trainer.loop import train
 from trainer.records import read_run
+from trainer.train_request import TrainRequest
 
 STEPS = 5
 
@@ -30,7 +31,7 @@ def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_co
     single = tiny_config("single")
     mesh = tiny_config("mesh", parallel={"data_parallel": 2, "expert_parallel": 2})
     experts = tiny_config("experts", parallel={"expert_parallel": 2})
-    train(single, home, steps=STEPS, run="reference")
+    train(single, home, TrainRequest(steps=STEPS, run="reference"))
     reference = curve(home, "reference")
     assert len(reference) == STEPS
 
@@ -39,7 +40,7 @@ def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_co
     assert read_run(run_dir).layout == {"data_parallel": 2, "expert_parallel": 2}
     # four ranks, each holding a quarter of every expert weight, wrote their shards
     assert len(list((run_dir / "checkpoints" / "step-00000002").glob("*.distcp"))) == 4
-    assert train(single, home, steps=3, run="moved", resume=True).start_step == 2
+    assert train(single, home, TrainRequest(steps=3, run="moved", resume=True)).start_step == 2
     printed = torchrun(2, experts, home, "moved", steps=4).splitlines()
     # one "files in" line, rank 0's; rank 1 names no folder as its own (on a cluster its node may have none)
     assert len([line for line in printed if "files in" in line]) == 1
@@ -47,7 +48,7 @@ def test_one_run_moves_across_world_sizes_and_matches_one_process(built, tiny_co
         f"run moved, rank 1: steps 3..4 done; rank 0 writes the run's files ({run_dir}, on its node unless shared)"
     ]
     assert read_run(run_dir).world_size == 2
-    resumed = train(experts, home, steps=STEPS, run="moved", resume=True)
+    resumed = train(experts, home, TrainRequest(steps=STEPS, run="moved", resume=True))
     assert resumed.start_step == 4
     moved = curve(home, "moved")
     assert [loss for loss, _ in moved] == pytest.approx([loss for loss, _ in reference], rel=1e-6)

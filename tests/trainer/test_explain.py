@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from millrace.cli import main
+from millrace.errors import ArtifactError
 from trainer import loop
 from trainer.explain import explain, explain_record, notable_steps
 from trainer.loop import train
-from trainer.records import MetricsRecord, RunRecord
+from trainer.records import EXPLANATIONS_FILE, Explanations, MetricsRecord, RunRecord, read_explanations
+from trainer.train_request import TrainRequest
 
 FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
 
@@ -43,7 +45,7 @@ def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monke
         return loads
 
     monkeypatch.setattr(loop, "balance_step", jumping)
-    train(quiet, home, steps=FAULT, run="bias-jump")
+    train(quiet, home, TrainRequest(steps=FAULT, run="bias-jump"))
     found = explain(home, "bias-jump", FAULT)
     assert found["moved_groups"] == ["router_bias/layer 0"]
     trained = [g for g in found["groups"] if not g["rule_updated"]]
@@ -76,7 +78,7 @@ def test_a_bad_batch_names_the_cell_whose_loss_jumped(built, quiet, monkeypatch)
         return data
 
     monkeypatch.setattr(loop, "to_device", bad)
-    train(quiet, home, steps=FAULT, run="bad-batch")
+    train(quiet, home, TrainRequest(steps=FAULT, run="bad-batch"))
     found = explain(home, "bad-batch", FAULT)
     assert found["jumped_cells"] == poisoned
     assert found["cells"][0]["cell"] == poisoned[0] and found["cells"][0]["excess"] > 0.5
@@ -134,3 +136,18 @@ def test_a_learning_rate_jump_is_named_with_the_resume_that_made_it_and_every_ce
     assert explain_record(records, 2, window=2, run=run)["schedule_changes"][0]["step"] == 3  # the warm-up's end
     quiet = explain_record(records, 15, run=run)
     assert not quiet["lr"]["changed"] and not quiet["every_cell_jumped"] and quiet["schedule_changes"] == []
+
+
+def test_explanations_read_into_their_record_and_a_bad_file_is_one_line(tmp_path):
+    """explain.json as `write_explanations` writes it (a diverged step's NaN written by older runs, a tuple as a
+    list) reads into `Explanations`; one without its `explained` object is one line naming the file and field."""
+    assert read_explanations(tmp_path) == Explanations(explained={})
+    path = tmp_path / EXPLANATIONS_FILE
+    path.write_text(json.dumps({"run": "r", "steps": [3], "explained": {"3": {"loss": float("nan"), "span": (1, 2)}}}))
+    found = read_explanations(tmp_path)
+    assert (found.run, found.steps, found.explained["3"]["span"]) == ("r", [3], [1, 2])
+    assert json.loads(found.model_dump_json())["explained"]["3"]["loss"] is None
+    path.write_text(json.dumps({"run": "r", "steps": [3]}))
+    with pytest.raises(ArtifactError) as caught:
+        read_explanations(tmp_path)
+    assert str(path) in str(caught.value) and "explained" in str(caught.value) and "\n" not in str(caught.value)

@@ -16,7 +16,7 @@ from millrace.errors import MillraceError
 from millrace.home import Home
 from millrace.ray_cluster import connect_ray
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.stores import make_store
 from trainer.fleet import FleetConfig, TrainingJob, check_outcomes, run_jobs
 from trainer.records import read_metrics, read_run
@@ -29,7 +29,18 @@ STEPS = 4
 def fleet_home(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("fleet-home"))
     make_store(home, {"c00q0": 8000, "c01q0": 6000, "c02q1": 4000})
-    new_revision(home, "mix", "natural", "t", strategy="natural", phases=["main:4096"], seq_len=32, global_batch=4)
+    new_revision(
+        home,
+        NewRevision(
+            mixture="mix",
+            revision="natural",
+            store="t",
+            strategy="natural",
+            phases=["main:4096"],
+            seq_len=32,
+            global_batch=4,
+        ),
+    )
     build(home, "mix", "natural")
     return home
 

@@ -7,11 +7,12 @@ import pytest
 
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.stores import make_store
 from trainer.fleet import FleetConfig, TrainingJob, run_jobs
 from trainer.loop import train
 from trainer.records import read_eval, read_metrics
+from trainer.train_request import TrainRequest
 
 BRANCH, STEPS = 2, 5
 
@@ -20,9 +21,28 @@ BRANCH, STEPS = 2, 5
 def worker_home(tmp_path_factory):
     home = Home.resolve(tmp_path_factory.mktemp("worker-home"))
     make_store(home, {"c00q0": 8000, "c01q0": 6000, "c02q1": 4000}, held_out=2)
-    new_revision(home, "mix", "natural", "t", strategy="natural", phases=["main:4096"], seq_len=32, global_batch=4)
-    new_revision(home, "mix", "p0", None, continues="natural", at_step=BRANCH, phases=["main:2048:uniform"])
-    new_revision(home, "mix", "p1", None, continues="natural", at_step=BRANCH, phases=["main:2048:natural@c00*,c01*"])
+    new_revision(
+        home,
+        NewRevision(
+            mixture="mix",
+            revision="natural",
+            store="t",
+            strategy="natural",
+            phases=["main:4096"],
+            seq_len=32,
+            global_batch=4,
+        ),
+    )
+    new_revision(
+        home,
+        NewRevision(mixture="mix", revision="p0", continues="natural", at_step=BRANCH, phases=["main:2048:uniform"]),
+    )
+    new_revision(
+        home,
+        NewRevision(
+            mixture="mix", revision="p1", continues="natural", at_step=BRANCH, phases=["main:2048:natural@c00*,c01*"]
+        ),
+    )
     for revision in ("natural", "p0", "p1"):
         build(home, "mix", revision)
     return home
@@ -53,7 +73,7 @@ def test_proxies_one_after_another_in_one_worker_equal_each_in_a_fresh_process(w
     fresh `millrace train` process."""
     home = worker_home
     configs = [proxy_config(tiny_config, revision) for revision in ("natural", "p0", "p1")]
-    train(configs[0], home, steps=BRANCH, run="shared", checkpoint_every=BRANCH)
+    train(configs[0], home, TrainRequest(steps=BRANCH, run="shared", checkpoint_every=BRANCH))
 
     def jobs(prefix: str) -> list[TrainingJob]:
         return [TrainingJob(f"{prefix}-{i}", config, start_from="shared") for i, config in enumerate(configs[1:])]

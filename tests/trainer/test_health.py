@@ -15,6 +15,7 @@ from trainer.config import HealthConfig, load_train_config
 from trainer.health import HealthMonitor
 from trainer.loop import train
 from trainer.records import MetricsRecord, read_metrics
+from trainer.train_request import TrainRequest
 
 
 def layer_record(step: int, counts: list[float], router_entropy: float) -> dict:
@@ -187,7 +188,7 @@ def test_an_injected_routing_collapse_is_one_alert_per_rule_with_its_start(home,
             "timing": {"dead_experts": warmup, "load_entropy": warmup},
         },
     )
-    records = read_metrics(train(config, home, steps=STEPS, run="collapse").run_dir)
+    records = read_metrics(train(config, home, TrainRequest(steps=STEPS, run="collapse")).run_dir)
     assert [r.expert_load[0].dead_experts for r in records[BROKEN_AT - 1 :]] == [4] * (STEPS - BROKEN_AT + 1)
     starts = [(r.step, a.name, a.held_since) for r in records if r.alerts for a in r.alerts.started]
     assert [s for s in starts if s[1].endswith("layer0")] == [

@@ -5,6 +5,7 @@ import pytest
 from testkit.host_reads import counting_host_reads
 from trainer import loop
 from trainer.loop import train
+from trainer.train_request import TrainRequest
 
 
 @pytest.mark.slow
@@ -30,6 +31,6 @@ def test_a_training_step_reads_the_device_twice(built, tiny_config, monkeypatch)
         return result
 
     monkeypatch.setattr(loop, "train_step", counted)
-    result = train(config, home, steps=3, run="reads")
+    result = train(config, home, TrainRequest(steps=3, run="reads"))
     assert len(per_step) == 3 and all(loss > 0 for loss in result.losses)
     assert per_step == [{"tolist": 1, "cpu": 1}] * 3, per_step

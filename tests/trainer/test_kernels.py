@@ -212,9 +212,10 @@ def test_activation_checkpointing_under_fsdp_and_expert_parallel_matches_one_pro
     """The recomputation replays the all-to-all inside FSDP's hooks: 2 ranks (expert 2) checkpointed = 1 process."""
     from testkit.torchrun import curve, torchrun
     from trainer.loop import train
+    from trainer.train_request import TrainRequest
 
     home, _ = built
-    train(tiny_config("plain"), home, steps=2, run="plain")
+    train(tiny_config("plain"), home, TrainRequest(steps=2, run="plain"))
     torchrun(
         2,
         tiny_config("ac", parallel={"expert_parallel": 2}, train={"activation_checkpointing": "full"}),

@@ -8,7 +8,7 @@ import pytest
 
 from millrace.cli import main as millrace
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.ladders import write_ladder
 from testkit.stores import make_store
 from trainer.ladder.check import predict_then_measure
@@ -55,7 +55,18 @@ def e2e(tmp_path_factory):
     home = Home.resolve(root / "home")
     make_store(home, CELLS, held_out=6)
     for name, strategy in (("natural", "natural"), ("uniform", "uniform")):
-        new_revision(home, "default", name, "t", strategy=strategy, seq_len=32, global_batch=8, phases=["main:60000"])
+        new_revision(
+            home,
+            NewRevision(
+                mixture="default",
+                revision=name,
+                store="t",
+                strategy=strategy,
+                seq_len=32,
+                global_batch=8,
+                phases=["main:60000"],
+            ),
+        )
         build(home, "default", name)
     return home, ladder_file(root)
 

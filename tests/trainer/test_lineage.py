@@ -8,10 +8,11 @@ from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from millrace.home import Home
 from mixtures.build import build
-from mixtures.new import new_revision
+from mixtures.new import NewRevision, new_revision
 from testkit.stores import make_store
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
+from trainer.train_request import TrainRequest
 
 CELLS = {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000, "c03q1": 6000}
 K = 4  # the switch; the runs go to 2K
@@ -24,25 +25,39 @@ def lineage(tmp_path_factory):
     make_store(home, CELLS)
     new_revision(
         home,
-        "mix",
-        "natural",
-        "t",
-        strategy="natural",
-        phases=["main:8192:natural@c00*,c01*,c02*"],
-        seq_len=32,
-        global_batch=8,
+        NewRevision(
+            mixture="mix",
+            revision="natural",
+            store="t",
+            strategy="natural",
+            phases=["main:8192:natural@c00*,c01*,c02*"],
+            seq_len=32,
+            global_batch=8,
+        ),
     )
     for name, at_step in (("swap", K), ("early", K - 2)):
         new_revision(
             home,
-            "mix",
-            name,
-            None,
-            continues="natural",
-            at_step=at_step,
-            phases=["main:2048:uniform", "cooldown:1024:uniform@c02*,c03*"],
+            NewRevision(
+                mixture="mix",
+                revision=name,
+                continues="natural",
+                at_step=at_step,
+                phases=["main:2048:uniform", "cooldown:1024:uniform@c02*,c03*"],
+            ),
         )
-    new_revision(home, "mix", "other", "t", strategy="uniform", phases=["main:8192"], seq_len=32, global_batch=8)
+    new_revision(
+        home,
+        NewRevision(
+            mixture="mix",
+            revision="other",
+            store="t",
+            strategy="uniform",
+            phases=["main:8192"],
+            seq_len=32,
+            global_batch=8,
+        ),
+    )
     for name in ("natural", "swap", "early", "other"):
         build(home, "mix", name)
     return home
@@ -57,11 +72,15 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
     """The parent's run to K, then the child from its checkpoint: in the same run, and under the child's
     own run name (the reference run's new run id); both equal a fresh child run to 2K."""
     config = tiny_config(steps=2 * K)
-    parent = train(config, lineage, "mix", "natural", steps=K, checkpoint_every=K)
+    parent = train(config, lineage, TrainRequest(mixture="mix", revision="natural", steps=K, checkpoint_every=K))
     assert parent.run == "tiny-mix-natural"
-    switched = train(config, lineage, "mix", "swap", steps=2 * K, resume=True)  # a new run id, as the CLI's default
-    same_run = train(config, lineage, "mix", "swap", steps=2 * K, run=parent.run, resume=True)
-    fresh = train(config, lineage, "mix", "swap", steps=2 * K, run="fresh")
+    switched = train(
+        config, lineage, TrainRequest(mixture="mix", revision="swap", steps=2 * K, resume=True)
+    )  # a new run id, as the CLI's default
+    same_run = train(
+        config, lineage, TrainRequest(mixture="mix", revision="swap", steps=2 * K, run=parent.run, resume=True)
+    )
+    fresh = train(config, lineage, TrainRequest(mixture="mix", revision="swap", steps=2 * K, run="fresh"))
     assert switched.run == "tiny-mix-swap" and switched.start_step == same_run.start_step == K
     assert parent.losses + switched.losses == parent.losses + same_run.losses == fresh.losses  # bit-identical on CPU
     assert grad_norms(switched.run_dir) == grad_norms(same_run.run_dir) == grad_norms(fresh.run_dir)
@@ -84,7 +103,7 @@ def test_resume_onto_the_child_equals_a_fresh_child_run(lineage, tiny_config):
 @pytest.mark.slow
 def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, tiny_config, capsys):
     config = tiny_config(steps=2 * K)
-    train(config, lineage, "mix", "natural", steps=K, run="late", checkpoint_every=K)
+    train(config, lineage, TrainRequest(mixture="mix", revision="natural", steps=K, run="late", checkpoint_every=K))
     code = millrace(
         [
             "train",
@@ -106,5 +125,5 @@ def test_a_checkpoint_past_the_switch_or_of_another_mixture_is_refused(lineage, 
     err = errors[0]
     assert f"checkpoint: state is at step {K} of mix/natural, past step {K - 2} where early stops sharing" in err
     with pytest.raises(ArtifactError, match="does not continue it; refusing to resume a different mixture"):
-        train(config, lineage, "mix", "other", steps=2 * K, run="late", resume=True)
+        train(config, lineage, TrainRequest(mixture="mix", revision="other", steps=2 * K, run="late", resume=True))
     assert read_run(lineage.run("late")).revision == "natural"  # the refusals wrote nothing

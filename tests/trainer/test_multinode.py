@@ -24,6 +24,7 @@ from millrace.home import Home
 from testkit.stores import build_mixture, make_store
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
+from trainer.train_request import TrainRequest
 
 SEQ_LEN, GLOBAL_BATCH, FIRST, STEPS = 32, 12, 8, 10
 TIMEOUT = 300
@@ -106,7 +107,7 @@ def test_two_nodes_train_and_resume_on_one_node_of_three_ranks(built12, tiny_con
     single = tiny_config("single")
     two_by_two = tiny_config("two-by-two", parallel={"data_parallel": 2, "expert_parallel": 2})
     three = tiny_config("three", parallel={"expert_parallel": 1})
-    train(single, home, steps=STEPS, run="reference")
+    train(single, home, TrainRequest(steps=STEPS, run="reference"))
     reference = curve(home, "reference")
     assert len(reference) == STEPS
 

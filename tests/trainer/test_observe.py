@@ -17,6 +17,7 @@ from trainer.health import TooManySkippedSteps
 from trainer.loop import train
 from trainer.model import Transformer
 from trainer.records import EVAL_SCHEMA, MetricsRecord, read_eval, read_metrics, read_run, read_samples
+from trainer.train_request import TrainRequest
 
 CELLS = {"c00q0": 14000, "c00q1": 9000, "c01q0": 8000, "c01q1": 7000}
 HELD = {"c00q0": 6, "c00q1": 6, "c01q0": 6}  # c01q1 is trained on but has no held-out data
@@ -44,7 +45,7 @@ def observe_config(tiny_config, name="observe", **sections):
 @pytest.mark.slow
 def test_evaluations_follow_the_contract_and_always_read_the_same_sequences(held, tiny_config):
     home, path = held
-    result = train(observe_config(tiny_config), home, steps=10, run="evals")
+    result = train(observe_config(tiny_config), home, TrainRequest(steps=10, run="evals"))
     records = read_eval(result.run_dir)
     assert [r.step for r in records] == [4, 8, 10]  # every 4 steps, and the last one
     sequences = ValidationSequences(path, max_sequences=3)
@@ -94,8 +95,8 @@ def test_evaluation_is_the_same_whatever_the_pass_split_and_leaves_the_router_al
 def test_samples_are_identical_on_rerun(held, tiny_config):
     home, _ = held
     config = observe_config(tiny_config, "samples")
-    first = train(config, home, steps=10, run="samples-a")
-    second = train(config, home, steps=10, run="samples-b")
+    first = train(config, home, TrainRequest(steps=10, run="samples-a"))
+    second = train(config, home, TrainRequest(steps=10, run="samples-b"))
     a, b = read_samples(first.run_dir), read_samples(second.run_dir)
     assert a == b and {r.step for r in a} == {5, 10}
     assert {r.temperature for r in a} == {0.0, 0.2}
@@ -129,7 +130,7 @@ def test_a_nan_step_is_skipped_and_counted(held, tiny_config, monkeypatch):
     monkeypatch.setattr(
         torch.optim.AdamW, "step", lambda self, *a, **k: (steps.append(1), original_step(self, *a, **k))[1]
     )
-    result = train(observe_config(tiny_config, "nan"), home, steps=7, run="nan")
+    result = train(observe_config(tiny_config, "nan"), home, TrainRequest(steps=7, run="nan"))
     records = {r.step: r for r in read_metrics(result.run_dir)}
     assert len(steps) == 6  # seven steps, one update skipped
     skipped = records[4]
@@ -148,7 +149,11 @@ def test_too_many_consecutive_skips_stop_the_run(held, tiny_config, monkeypatch)
     home, _ = held
     poison_forward(monkeypatch, {2, 3, 4})
     with pytest.raises(TooManySkippedSteps, match="3 consecutive steps skipped"):
-        train(observe_config(tiny_config, "stop", health={"max_consecutive_skips": 3}), home, steps=8, run="stop")
+        train(
+            observe_config(tiny_config, "stop", health={"max_consecutive_skips": 3}),
+            home,
+            TrainRequest(steps=8, run="stop"),
+        )
     assert read_run(home.run("stop")).status == "failed"
 
 
@@ -156,7 +161,7 @@ def test_too_many_consecutive_skips_stop_the_run(held, tiny_config, monkeypatch)
 def test_train_status_exits_3_while_an_alert_is_active(held, tiny_config, capsys):
     home, _ = held
     alerting = {"grad_norm_max": 1e-6, "timing": {"grad_norm": {"warmup_steps": 0, "start_after": 1}}}
-    train(observe_config(tiny_config, "alerting", health=alerting), home, steps=5, run="alerting")
+    train(observe_config(tiny_config, "alerting", health=alerting), home, TrainRequest(steps=5, run="alerting"))
     calm = {
         "grad_norm_max": 0.0,
         "loss_jump_max": 0.0,
@@ -165,7 +170,7 @@ def test_train_status_exits_3_while_an_alert_is_active(held, tiny_config, capsys
         "dead_experts_max": 8,
         "eval_regression": False,
     }
-    train(observe_config(tiny_config, "calm", health=calm), home, steps=5, run="calm")
+    train(observe_config(tiny_config, "calm", health=calm), home, TrainRequest(steps=5, run="calm"))
     capsys.readouterr()
     assert millrace(["train", "status", "alerting", "--home", str(home.root)]) == 3
     text = capsys.readouterr().out
@@ -198,7 +203,7 @@ def test_evaluation_is_the_same_on_one_and_two_gloo_ranks(held, tiny_config):
     config = observe_config(
         tiny_config, "eval-dist", parallel={"expert_parallel": 2}, eval={"every": 3}, samples={"enabled": False}
     )
-    single = read_eval(train(config, home, steps=3, run="eval-one").run_dir)
+    single = read_eval(train(config, home, TrainRequest(steps=3, run="eval-one")).run_dir)
     torchrun(2, config, home, "eval-two", 3)  # a fresh run: --resume finds no checkpoint and starts
     two = read_eval(home.run("eval-two"))
     assert [r.step for r in single] == [r.step for r in two] == [3]

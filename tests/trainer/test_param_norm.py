@@ -16,6 +16,7 @@ from millrace.home import Home
 from testkit.stores import build_mixture, make_store
 from trainer.loop import train
 from trainer.records import read_eval, read_metrics, read_samples
+from trainer.train_request import TrainRequest
 
 STEPS = 4
 
@@ -36,7 +37,7 @@ def test_four_ranks_log_one_process_param_norm_at_evaluation_and_sampling_steps(
         eval={"every": 2, "max_sequences": 2, "batch_sequences": 8},
         samples={"every": 3, "max_new_tokens": 2, "temperatures": [0.0]},
     )
-    single = train(config, held, steps=STEPS, run="one").run_dir
+    single = train(config, held, TrainRequest(steps=STEPS, run="one")).run_dir
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable,

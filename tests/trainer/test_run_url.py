@@ -12,6 +12,7 @@ from trainer.checkpoint import list_checkpoints
 from trainer.loop import train
 from trainer.records import read_metrics
 from trainer.run_url import RemoteDir, read_record
+from trainer.train_request import TrainRequest
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -41,17 +42,17 @@ def tear(checkpoints: RemoteDir, step: int) -> None:
 @pytest.mark.slow
 def test_a_run_on_s3_resumes_on_another_node_like_a_straight_local_run(built, tiny_config, s3, tmp_path):
     home, _ = built
-    straight = train(tiny_config("local", checkpoint={"every": 2}), home, steps=4, run="straight")
+    straight = train(tiny_config("local", checkpoint={"every": 2}), home, TrainRequest(steps=4, run="straight"))
     remote = {"url": "s3://runs/team", "storage_options": s3.storage_options}
     config = tiny_config("remote", checkpoint={"every": 2, "keep": 1}, run=remote)
-    first = train(config, home, steps=2, run="moved")
+    first = train(config, home, TrainRequest(steps=2, run="moved"))
     assert not (first.run_dir / "checkpoints").exists()  # checkpoints go to the bucket only
     checkpoints = RemoteDir("s3://runs/team/moved/checkpoints", s3.storage_options)
     tear(checkpoints, 4)
     assert [step for step, _ in list_checkpoints(checkpoints)] == [2]  # the torn one is never listed
 
     node = other_node(home, tmp_path)
-    second = train(config, node, steps=4, run="moved", resume=True)
+    second = train(config, node, TrainRequest(steps=4, run="moved", resume=True))
     assert second.start_step == 2
     assert first.losses + second.losses == pytest.approx(straight.losses, abs=1e-6)
     local, resumed = read_metrics(straight.run_dir), read_metrics(node.run("moved"))  # steps 1-2 came from S3

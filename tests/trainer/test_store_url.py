@@ -13,6 +13,7 @@ from testkit.s3 import s3_server
 from testkit.stores import build_mixture, make_store
 from trainer.loop import train
 from trainer.records import EvalRecord, read_eval, read_metrics
+from trainer.train_request import TrainRequest
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -40,7 +41,7 @@ def test_a_node_with_only_the_manifests_trains_and_evaluates_from_the_store_on_s
     store = make_store(home, CELLS, held_out=6)
     build_mixture(home, tokens=32 * 8 * 8, seq_len=32, global_batch=8)
     local_config = tiny_config("local", eval={"every": 2})
-    local = train(local_config, home, steps=4, run="local", progress=False)
+    local = train(local_config, home, TrainRequest(steps=4, run="local", progress=False))
 
     with s3_server("stores") as s3:
         url = f"s3://stores/{store.parent.name}/{store.name}"
@@ -49,7 +50,9 @@ def test_a_node_with_only_the_manifests_trains_and_evaluates_from_the_store_on_s
         assert not list(node.stores.rglob("*.bin"))
         data = {"store_url": url, "storage_options": s3.storage_options}
         remote = train(
-            tiny_config("remote", eval={"every": 2}, data=data), node, steps=4, run="remote", progress=False
+            tiny_config("remote", eval={"every": 2}, data=data),
+            node,
+            TrainRequest(steps=4, run="remote", progress=False),
         )
 
     fetched = sorted(p.name for p in node.stores.rglob("*.bin"))

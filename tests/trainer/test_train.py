@@ -9,6 +9,7 @@ import pytest
 from millrace.cli import main as millrace
 from trainer.loop import train
 from trainer.records import RunStore, read_metrics, read_run
+from trainer.train_request import TrainRequest
 
 CONTRACT = {
     "step",
@@ -34,7 +35,7 @@ CONTRACT = {
 @pytest.mark.slow
 def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_config):
     home, manifest_path = built
-    result = train(tiny_config(), home, steps=40, run="learn")
+    result = train(tiny_config(), home, TrainRequest(steps=40, run="learn"))
     losses = result.losses
     assert len(losses) == 40
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 1.0, losses
@@ -68,9 +69,9 @@ def test_tiny_moe_learns_from_the_loader_and_reports_everything(built, tiny_conf
 def test_resume_continues_the_same_loss_curve_exactly(built, tiny_config):
     home, _ = built
     config = tiny_config(checkpoint={"every": 3, "keep": 2})
-    straight = train(config, home, steps=12, run="straight").losses
-    first = train(config, home, steps=6, run="resumed")
-    second = train(config, home, steps=12, run="resumed", resume=True)
+    straight = train(config, home, TrainRequest(steps=12, run="straight")).losses
+    first = train(config, home, TrainRequest(steps=6, run="resumed"))
+    second = train(config, home, TrainRequest(steps=12, run="resumed", resume=True))
     assert second.start_step == 6
     assert first.losses + second.losses == straight  # bit-identical on CPU: same ops, same order, same state
     kept = sorted(p.name for p in (second.run_dir / "checkpoints").iterdir())
@@ -82,7 +83,7 @@ def test_resume_continues_the_same_loss_curve_exactly(built, tiny_config):
 @pytest.mark.slow
 def test_rate_zero_keeps_every_router_bias_at_zero(built, tiny_config):
     home, _ = built
-    result = train(tiny_config(moe={"bias_update_rate": 0.0}), home, steps=8, run="frozen")
+    result = train(tiny_config(moe={"bias_update_rate": 0.0}), home, TrainRequest(steps=8, run="frozen"))
     for record in read_metrics(result.run_dir):
         assert all(layer.norm == 0.0 and layer.max_abs == 0.0 for layer in record.router_bias)
         assert record.param_norm_with_router_bias == record.param_norm
@@ -91,8 +92,8 @@ def test_rate_zero_keeps_every_router_bias_at_zero(built, tiny_config):
 @pytest.mark.slow
 def test_gradient_accumulation_matches_one_big_batch(built, tiny_config):
     home, _ = built
-    one = train(tiny_config(), home, steps=3, run="micro1").losses
-    two = train(tiny_config("micro", data={"micro_batches": 2}), home, steps=3, run="micro2").losses
+    one = train(tiny_config(), home, TrainRequest(steps=3, run="micro1")).losses
+    two = train(tiny_config("micro", data={"micro_batches": 2}), home, TrainRequest(steps=3, run="micro2")).losses
     assert two == pytest.approx(one, rel=1e-5)  # float sums in another order
     # AdamW ignores the gradient's scale, so a mis-scaled accumulation would pass on losses alone
     norms = [[record.grad_norm for record in read_metrics(home.run(run))] for run in ("micro1", "micro2")]
@@ -162,11 +163,10 @@ def test_bf16_compute_keeps_fp32_master_weights_and_adam_state(built, tiny_confi
     assert (model.output.weight != before).float().mean() > 0.9
     for layer in model.moe_layers():  # balancing state in full precision (bf16 cannot count past 256 tokens)
         assert layer.step_counts.dtype == torch.float32 and layer.router.expert_bias.dtype == torch.float32
-    bf16 = train(config, home, steps=3, run="bf16").losses
+    bf16 = train(config, home, TrainRequest(steps=3, run="bf16")).losses
     fp32 = train(
         tiny_config("fp32", moe={"score_func": "softmax", "seq_aux_loss_coef": 0.001, "z_loss_coef": 1e-4}),
         home,
-        steps=3,
-        run="fp32",
+        TrainRequest(steps=3, run="fp32"),
     ).losses
     assert bf16 == pytest.approx(fp32, rel=2e-2) and bf16 != fp32  # bf16 rounding, nothing worse

@@ -11,6 +11,7 @@ import torch
 from millrace.errors import Interrupted, MillraceError
 from millrace.home import Home
 from trainer.fleet.config import JobOutcome, TrainingJob
+from trainer.train_request import TrainRequest
 
 
 def run_in_process(home: Home, job: TrainingJob, threads: int, log_path: Path) -> JobOutcome:
@@ -27,7 +28,7 @@ def run_in_process(home: Home, job: TrainingJob, threads: int, log_path: Path) -
     torch.set_num_threads(threads)
     began = time.perf_counter()
     try:
-        train(job.config, home, steps=job.steps, run=job.run, resume=True, from_run=job.start_from)
+        train(job.config, home, TrainRequest(steps=job.steps, run=job.run, resume=True, from_run=job.start_from))
     except Interrupted:
         raise
     except MillraceError as exc:

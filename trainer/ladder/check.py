@@ -14,7 +14,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.ladder.ladder_fit import fit_ladder
 from trainer.ladder.results import metric_value
-from trainer.ladder.run import run_ladder
+from trainer.ladder.run import LadderSelection, run_ladder
 from trainer.ladder.scaling_law import FitReport
 from trainer.records import RungResult
 
@@ -63,7 +63,7 @@ def predict_then_measure(
         raise ConfigError(
             f"ladder {body.ladder}: the fit predicts no finite loss at {target.name}: " + "; ".join(report["warnings"])
         )
-    body = run_ladder(path, home, rungs=[target.name], seeds=1, progress=progress, on_result=on_result)
+    body = run_ladder(path, home, LadderSelection([target.name], seeds=1), progress=progress, on_result=on_result)
     result = next(
         r for r in body.results if r.rung == target.name and r.seed == 0 and r.revision == body.plan.revision
     )

@@ -154,7 +154,7 @@ def run_command(
 ) -> None:
     """Train each rung (with held-out evaluation) on the revision scaled to its budget, on the ladder's fleet;
     resumable: a finished rung is not retrained, a killed one resumes from its last checkpoint."""
-    from trainer.ladder.run import run_ladder  # lazy: command body: `millrace --help` stays light
+    from trainer.ladder.run import LadderSelection, run_ladder  # lazy: command body: `millrace --help` stays light
 
     fleet = load_ladder(ladder_toml).fleet
     overrides = {k: v for k, v in (("executor", executor), ("concurrency", concurrency)) if v is not None}
@@ -167,16 +167,8 @@ def run_command(
             shown = f"held-out macro loss {final:.4f}" if final is not None else "no held-out evaluation"
             click.echo(f"rung {result.rung} seed {result.seed}: {result.status}, {shown} ({result.run})")
 
-    body = run_ladder(
-        ladder_toml,
-        home,
-        names,
-        seeds,
-        revision,
-        progress=not no_progress and sys.stderr.isatty(),
-        on_result=report,
-        fleet=fleet.model_copy(update=overrides),
-    )
+    selection = LadderSelection(names, seeds, revision, fleet=fleet.model_copy(update=overrides))
+    body = run_ladder(ladder_toml, home, selection, progress=not no_progress and sys.stderr.isatty(), on_result=report)
     if as_json:
         print_json(
             {

@@ -20,7 +20,7 @@ from millrace.errors import ConfigError
 from millrace.home import Home
 from trainer.ladder.points import ladder_points
 from trainer.ladder.results import ladder_writer, read_ladder, write_ladder
-from trainer.ladder.run import run_ladder
+from trainer.ladder.run import LadderSelection, run_ladder
 from trainer.ladder.scaling_law import Law, Point, fit_report, law_of
 from trainer.ladder.spec import load_ladder
 
@@ -99,15 +99,8 @@ def compare_ladder(
 ) -> dict[str, Any]:
     """Train (or reuse) the rungs for both revisions and seeds, fit each, compare; saved in ladder.json."""
     for revision in (revision_a, revision_b):
-        run_ladder(
-            path,
-            home,
-            rungs=rungs,
-            seeds=seeds,
-            revision=revision,
-            progress=progress,
-            sized_for=[revision_a, revision_b],
-        )
+        selection = LadderSelection(rungs, seeds, revision, sized_for=(revision_a, revision_b))
+        run_ladder(path, home, selection, progress=progress)
     ladder = load_ladder(path).ladder
     with ladder_writer(home, ladder):
         return _compare_and_save(home, ladder, revision_a, revision_b, seeds, rungs)

@@ -153,29 +153,36 @@ def merge_results(old: list[RungResult], new: list[RungResult]) -> list[RungResu
     return [r for r in old if r.run not in runs] + new
 
 
+@dataclass(frozen=True)
+class LadderSelection:
+    """Which of a ladder's runs to train, and where: the `rungs` by name (None: all), `seeds` seeds each
+    (None: the ladder's), on `revision` (None: the ladder's own); the rungs are sized for it and every
+    revision in `sized_for`, so that revisions compared on one rung train on the same tokens. `fleet`: where
+    the rungs train (None: the ladder's `[fleet]`)."""
+
+    rungs: list[str] | None = None
+    seeds: int | None = None
+    revision: str | None = None
+    sized_for: tuple[str, ...] = ()
+    fleet: FleetConfig | None = None
+
+
 def run_ladder(
     path: Path | str,
     home: Home,
-    rungs: list[str] | None = None,
-    seeds: int | None = None,
-    revision: str | None = None,
+    selection: LadderSelection | None = None,
     progress: bool = False,
     on_result: Callable[[RungResult], None] | None = None,
-    sized_for: list[str] | None = None,
-    fleet: FleetConfig | None = None,
 ) -> LadderRecord:
-    """Train the selected rungs (default all) for `seeds` seeds; returns the updated ladder.json body.
-
-    The rungs are sized for `revision` (default the ladder's own) and every revision in `sized_for`, so
-    that revisions compared on one rung train on the same tokens. `fleet`: where the rungs train (default:
-    the ladder's `[fleet]`)."""
+    """Train the selected rungs (default all, `LadderSelection`); returns the updated ladder.json body."""
+    chosen = selection or LadderSelection()
     spec = load_ladder(path)
-    if fleet is not None:
-        spec = spec.model_copy(update={"fleet": fleet})
-    revision = revision or spec.mixture.revision
-    plan = plan_ladder(path, home, spec, revisions=[revision, *(sized_for or [])])
+    if chosen.fleet is not None:
+        spec = spec.model_copy(update={"fleet": chosen.fleet})
+    revision = chosen.revision or spec.mixture.revision
+    plan = plan_ladder(path, home, spec, revisions=[revision, *chosen.sized_for])
     with ladder_writer(home, plan.spec.ladder):
-        return _run_rungs(plan, home, rungs, seeds, revision, progress, on_result)
+        return _run_rungs(plan, home, chosen.rungs, chosen.seeds, revision, progress, on_result)
 
 
 def _run_rungs(

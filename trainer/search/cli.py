@@ -62,10 +62,11 @@ def plan_command(home: Home, reference: str, as_json: bool) -> None:
         f"{plan.store.name}/{plan.store.version}, {len(plan.components)} components"
     )
     click.echo(f"  proxies        {len(plan.proxies)}")
-    click.echo(
-        f"  sampling       Dirichlet around the {plan.sampling['centre']} weights, concentrations "
-        f"{plan.sampling['concentrations']}, seed {plan.sampling['seed']}"
-    )
+    if plan.sampling is not None:
+        click.echo(
+            f"  sampling       Dirichlet around the {plan.sampling.centre} weights, concentrations "
+            f"{plan.sampling.concentrations}, seed {plan.sampling.seed}"
+        )
     click.echo(
         f"  branch         run {plan.branch.run} trains {plan.branch.revision} to step {plan.branch.at_step} "
         f"of {plan.branch.total_steps} ({fmt_flops(plan.branch.flops)} FLOPs), once"

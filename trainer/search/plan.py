@@ -20,6 +20,7 @@ from trainer.search.records import (
     Component,
     EpochCheck,
     PlannedProxy,
+    PlanSampling,
     ProxyBudget,
     StoreRef,
     SwarmPlan,
@@ -153,13 +154,13 @@ def plan_search(search: Search, home: Home) -> SwarmPlan:
         store=StoreRef(name=store.name, version=store.version, manifest_hash=store.manifest_hash),
         components=components,
         prior=phase_weights(components, names, prior),
-        sampling={
-            "distribution": "dirichlet",
-            "centre": spec.sampling.prior,
-            "concentrations": list(spec.sampling.concentrations),
-            "seed": spec.sampling.seed,
-            "bounded_by": "epoch cap over the lineage",
-        },
+        sampling=PlanSampling(
+            distribution="dirichlet",
+            centre=spec.sampling.prior,
+            concentrations=list(spec.sampling.concentrations),
+            seed=spec.sampling.seed,
+            bounded_by="epoch cap over the lineage",
+        ),
         branch=BranchPoint(
             run=shared_run(search, 0),
             revision=spec.mixture.revision,

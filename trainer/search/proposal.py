@@ -23,6 +23,7 @@ from trainer.search.records import (
     FIT_FILE,
     PLAN_FILE,
     FitReport,
+    ProposalConstraints,
     ProposalRecord,
     Provenance,
     SwarmPlan,
@@ -127,13 +128,13 @@ def write_proposal(
         prior=plan.prior,
         cells=cells,
         fixed=[c.name for c, held in zip(plan.components, held_components(search, plan, fit) or []) if held],
-        constraints={
-            "epoch_cap": constraints.epoch_cap,
-            "min_share": constraints.min_share,
-            "max_share": constraints.max_share,
-            "max_distance": constraints.max_distance,
-            "phase_tokens": tokens,
-        },
+        constraints=ProposalConstraints(
+            epoch_cap=constraints.epoch_cap,
+            min_share=constraints.min_share,
+            max_share=constraints.max_share,
+            max_distance=constraints.max_distance,
+            phase_tokens=tokens,
+        ),
         provenance=Provenance(
             search=search.name,
             plan_hash=record_hash(search.directory, PLAN_FILE),

@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
 
-from millrace.artifacts import atomic_write_bytes, payload_model, read_artifact, write_artifact
+from millrace.artifacts import atomic_write_bytes, read_artifact, read_envelope, write_artifact
 from millrace.config import StrictModel, load_config
 from millrace.errors import ArtifactError, ConfigError, first_validation_error
 from millrace.jsonl import append_line, drop_torn_tail, parse_stream
@@ -175,7 +175,11 @@ class SearchSpec(StrictModel):
     reuse: list[Annotated[str, pydantic.Field(pattern=NAME_PATTERN)]] = pydantic.Field(
         [], description="earlier searches whose rows count where their cells' content is unchanged (Olmix reuse)"
     )
-    fleet: dict[str, Any] = pydantic.Field({}, description="how proxies run: trainer.fleet.FleetConfig's fields")
+    # `trainer.fleet.FleetConfig`'s fields, validated by `trainer.search.spec.load_search` (reports import this
+    # module, and it imports no fleet machinery)
+    fleet: dict[str, pydantic.JsonValue] = pydantic.Field(
+        {}, description="how proxies run: trainer.fleet.FleetConfig's fields"
+    )
 
     @pydantic.model_validator(mode="after")
     def _phase_names(self) -> SearchSpec:
@@ -267,15 +271,27 @@ class PlannedProxy(ProxyName):
     phases: list[PhaseWeights]
 
 
+class PlanSampling(Record):
+    """How the proxies' mixtures were drawn (`trainer.search.sampling.sample_mixtures`)."""
+
+    distribution: str  # "dirichlet"
+    centre: str  # the spec's `sampling.prior`
+    concentrations: list[float]
+    seed: int
+    bounded_by: str
+
+
 class PlanHead(Record):
     """What plan.json holds besides the weights (the same in memory and on disk)."""
 
     search: str
     spec_file: str
-    spec: dict[str, Any]
+    # The search file as it was planned, kept for the record: a `SearchSpec` now would refuse one planned
+    # before a change to the search file's options, so it is kept as the JSON it is.
+    spec: dict[str, pydantic.JsonValue]
     store: StoreRef
     components: list[Component]
-    sampling: dict[str, Any] = {}
+    sampling: PlanSampling | None = None  # None: a plan written without it
     branch: BranchPoint
     budget: ProxyBudget
     total_flops: Number = None
@@ -396,6 +412,16 @@ class Provenance(Record):
     prior_predicted: Number = None
 
 
+class ProposalConstraints(Record):
+    """The constraints the proposal was optimised under (the spec's, and each phase's planned tokens)."""
+
+    epoch_cap: float
+    min_share: float
+    max_share: float
+    max_distance: float | None = None
+    phase_tokens: list[int]
+
+
 class ProposalRecord(Record):
     search: str
     mixture: str
@@ -407,7 +433,7 @@ class ProposalRecord(Record):
     prior: list[PhaseWeights]
     cells: dict[str, dict[str, float]] = {}  # phase -> cell -> weight, as the revision file has it
     fixed: list[str] = []  # components kept at the prior (mixture reuse)
-    constraints: dict[str, Any] = {}
+    constraints: ProposalConstraints | None = None  # None: a record written without them
     provenance: Provenance
 
 
@@ -596,7 +622,7 @@ def read_proxy_lines(path: Path, search: str) -> ProxyTable:
 
 def read_legacy_proxies(path: Path) -> ProxyTable:
     """The previous release's proxies.json (rows as they were, each weight naming its component)."""
-    legacy = payload_model(read_artifact(path, PROXIES_KIND, (1,)), LegacyTable, str(path))
+    legacy = read_artifact(path, PROXIES_KIND, LegacyTable, (1,))
     rows = [ProxyRow(**set_fields(r, RowHead), phases=r.phases) for r in legacy.rows]
     return ProxyTable(search=legacy.search, rows=rows)
 
@@ -683,23 +709,23 @@ def read_search_record(directory: Path, filename: str, model: type[R]) -> R:
     if model is not expected or filename in (PLAN_FILE, PROXIES_FILE):
         raise TypeError(f"{filename} holds a {expected.__name__}, read by read_plan / read_proxies, not as {model}")
     path = Path(directory) / filename
-    return payload_model(read_artifact(path, kind, (SCHEMA_VERSION,)), model, str(path))
+    return read_artifact(path, kind, model, (SCHEMA_VERSION,))
 
 
 def record_hash(directory: Path, filename: str) -> str:
     """The content hash of one of the search's artifacts (provenance pins the plan and fit it came from)."""
     kind, _ = MODELS[filename]
     versions = VERSIONS.get(filename, (SCHEMA_VERSION,))
-    return str(read_artifact(Path(directory) / filename, kind, versions)["content_hash"])
+    return read_envelope(Path(directory) / filename, kind, versions).content_hash
 
 
 def read_plan(directory: Path) -> SwarmPlan:
     """plan.json: schema 2 (packed) unpacked; schema 1, the previous release's (each weight named), as it is."""
     path = Path(directory) / PLAN_FILE
-    body = read_artifact(path, PLAN_KIND, VERSIONS[PLAN_FILE])
-    if body["schema_version"] == 1:
-        return payload_model(body, SwarmPlan, str(path))
-    return plan_of(payload_model(body, PlanFile, str(path)), str(path))
+    envelope = read_envelope(path, PLAN_KIND, VERSIONS[PLAN_FILE])
+    if envelope.schema_version == 1:
+        return envelope.model(SwarmPlan)
+    return plan_of(envelope.model(PlanFile), str(path))
 
 
 def read_fit(directory: Path) -> FitReport:

@@ -11,15 +11,14 @@ assembly reads.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 
-from pipeline.config import EvalSetConfig
+from pipeline.config import HeldOutConfig
 from pipeline.steps.held_out.eval_sets import SetOverlap
-from pipeline.steps.tokenize.cell_shards import run_file, write_held_out, write_part, written_file
+from pipeline.steps.tokenize.cell_shards import CellShardsConfig, write_held_out, write_part, written_file
 from pipeline.steps.tokenize.tokenization import eos_id, load_tokenizer, worker
 from pipeline.store.format import dtype_for_vocab
 
@@ -32,23 +31,19 @@ class WriteHeldOut(PipelineStep):
 
     def __init__(
         self,
-        tokenizer_path: Path | str,
-        eos: str,
-        sources: list[str],
-        runs_dir: Path | str,
-        cells_dir: Path | str,
+        shards: CellShardsConfig,
         parts_dir: Path | str,
-        shard_tokens: int,
         cutoffs: dict[str, list[int] | None],
-        sets: Sequence[EvalSetConfig] = (),
+        validation: HeldOutConfig = HeldOutConfig(),
         contaminated: dict[str, list[list[int]]] | None = None,
-        ngram: int = 13,
     ):
+        """`cutoffs`: each cell's merged held-out cutoff; `validation`: its evaluation sets and n-gram size;
+        `contaminated`: per cell, the (hash, key) pairs the decontamination gave back to training."""
         super().__init__()
-        self.tokenizer_path, self.eos, self.sources = Path(tokenizer_path), eos, list(sources)
-        self.runs_dir, self.cells_dir, self.parts_dir = Path(runs_dir), Path(cells_dir), Path(parts_dir)
-        self.shard_tokens, self.cutoffs, self.sets = shard_tokens, dict(cutoffs), list(sets)
-        self.contaminated, self.ngram = dict(contaminated or {}), ngram
+        self.shards, self.parts_dir = shards, Path(parts_dir)
+        self.tokenizer_path, self.eos, self.runs_dir = shards.tokenizer_path, shards.eos, shards.runs_dir
+        self.cutoffs, self.sets = dict(cutoffs), list(validation.sets)
+        self.contaminated, self.ngram = dict(contaminated or {}), validation.contamination_ngram
 
     def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
         if data:
@@ -72,13 +67,7 @@ class WriteHeldOut(PipelineStep):
         for cell in sorted(written["cells"]):
             with self.track_time("cell"):
                 cells[cell] = write_held_out(
-                    run_file(self.runs_dir, rank, cell),
-                    cell,
-                    self.cells_dir / cell,
-                    rank,
-                    dtype,
-                    self.sources,
-                    self.shard_tokens,
+                    self.shards.task(rank, cell, dtype),
                     self.cutoffs.get(cell),
                     written["cells"][cell],
                     overlap,

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,47 @@ from pipeline.store.trace import HELD_OUT_PREFIX, part_name, write_trace_part
 CellPart = dict[str, Any]
 # A task's whole `parts/<rank>.json` (`write_part`): {"cells": {cell: CellPart}, "overlap", "worker", "set_ngrams"}.
 TaskPart = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """One task's run of one cell and where its shards go: the run's table (`run_file`), the cell, its
+    directory in the store, the task's rank, the tokens' dtype, the sources (a document's source index names
+    one) and the tokens per shard."""
+
+    run: Path
+    cell: str
+    cell_dir: Path
+    rank: int
+    dtype: np.dtype
+    sources: Sequence[str]
+    shard_tokens: int
+
+
+@dataclass(frozen=True)
+class CellShardsConfig:
+    """What a pipeline run's tokenize and split tasks share: the tokenizer and its EOS, the sources, where
+    the tasks' runs and the store's cells go, and the tokens per shard."""
+
+    tokenizer_path: Path
+    eos: str
+    sources: tuple[str, ...]
+    runs_dir: Path
+    cells_dir: Path
+    shard_tokens: int
+
+    def task(self, rank: int, cell: str, dtype: np.dtype) -> CellTask:
+        """Task `rank`'s run of `cell`, its tokens in `dtype`."""
+        return CellTask(
+            run_file(self.runs_dir, rank, cell),
+            cell,
+            self.cells_dir / cell,
+            rank,
+            dtype,
+            self.sources,
+            self.shard_tokens,
+        )
+
 
 STORE_ORDER_SEED = 0x6D696C6C72616365  # "millrace": fixed, so a store's order never depends on the run
 TRAINING_PREFIX = "shard"
@@ -150,20 +192,18 @@ def _remove_split_files(cell_dir: Path, rank: int, first_shard: int) -> None:
 
 
 def _trace_part(
-    cell_dir: Path,
-    rank: int,
+    task: CellTask,
     table: np.lib.npyio.NpzFile,
-    sources: list[str],
     chosen: np.ndarray,
     rows: np.ndarray,
     shards: int,
     held_out: bool = False,
 ) -> TracePart:
     """The trace part of the run's `chosen` documents, placed at `rows` (shard, document) in order."""
-    lengths = table["lengths"]
+    lengths, sources = table["lengths"], task.sources
     return write_trace_part(
-        cell_dir,
-        rank,
+        task.cell_dir,
+        task.rank,
         {
             "shard": rows[:, 0].astype(np.int32),
             "document": rows[:, 1].astype(np.int32),
@@ -183,27 +223,18 @@ def _offsets(lengths: np.ndarray, itemsize: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) * itemsize
 
 
-def write_training_shards(
-    run: Path,
-    cell: str,
-    cell_dir: Path,
-    rank: int,
-    dtype: np.dtype,
-    sources: list[str],
-    shard_tokens: int,
-    candidates: np.ndarray,
-    overlap: SetOverlap | None,
-) -> CellPart:
+def write_training_shards(task: CellTask, candidates: np.ndarray, overlap: SetOverlap | None) -> CellPart:
     """In the tokenize task: the run's documents into final training shards, but for its held-out
     `candidates` ((hash, key, length) rows, lowest first), whose tokens go to `waiting_file`. Returns the
     shard table rows and per-source counts written; the run's own tokens file is deleted."""
+    run, cell, dtype, sources = task.run, task.cell, task.dtype, task.sources
     table = np.load(run)
     keys, lengths, source_ids, nbytes = table["keys"], table["lengths"], table["sources"], table["bytes"]
     order = store_order(keys)
     last = (int(candidates[-1][0]), int(candidates[-1][1])) if len(candidates) else None
     waits = held_out_mask(table["hashes"][order], keys[order], last)
     offsets = _offsets(lengths, dtype.itemsize)
-    training = ShardSequence(cell_dir, f"{TRAINING_PREFIX}-{rank:05d}", dtype, shard_tokens)
+    training = ShardSequence(task.cell_dir, f"{TRAINING_PREFIX}-{task.rank:05d}", dtype, task.shard_tokens)
     with open(tokens_file(run), "rb") as handle, atomic_output(waiting_file(run)) as waiting:
         for index, wait in zip(order.tolist(), waits.tolist()):
             raw = os.pread(handle.fileno(), int(lengths[index]) * dtype.itemsize, int(offsets[index]))
@@ -248,7 +279,7 @@ def _held_mask(
     return chosen, held
 
 
-def _given_back(table: Mapping[str, np.ndarray], indices: np.ndarray, sources: list[str]) -> dict[str, Counts]:
+def _given_back(table: Mapping[str, np.ndarray], indices: np.ndarray, sources: Sequence[str]) -> dict[str, Counts]:
     """Per source, the chosen documents given back to training (contaminated)."""
     returned: dict[str, Counts] = {}
     lengths, source_ids, nbytes = table["lengths"], table["sources"], table["bytes"]  # each read once from the npz
@@ -260,28 +291,20 @@ def _given_back(table: Mapping[str, np.ndarray], indices: np.ndarray, sources: l
     return returned
 
 
-def _continued_training(
-    cell_dir: Path, rank: int, dtype: np.dtype, shard_tokens: int, written: CellPart
-) -> ShardSequence:
+def _continued_training(task: CellTask, written: CellPart) -> ShardSequence:
     """The task's training shards, carrying on after the ones its tokenize step wrote."""
     return ShardSequence(
-        cell_dir,
-        f"{TRAINING_PREFIX}-{rank:05d}",
-        dtype,
-        shard_tokens,
+        task.cell_dir,
+        f"{TRAINING_PREFIX}-{task.rank:05d}",
+        task.dtype,
+        task.shard_tokens,
         shards=[ShardInfo(**s) for s in written["shards"]],
         sources={name: Counts(**c) for name, c in written["sources"].items()},
     )
 
 
 def write_held_out(
-    run: Path,
-    cell: str,
-    cell_dir: Path,
-    rank: int,
-    dtype: np.dtype,
-    sources: list[str],
-    shard_tokens: int,
+    task: CellTask,
     cutoff: list[int] | None,
     written: CellPart,
     overlap: SetOverlap | None,
@@ -290,6 +313,7 @@ def write_held_out(
     """In the split task: the run's waiting candidates into held-out shards (those at or below `cutoff`, but
     for the `contaminated` (hash, key) pairs) and the task's next training shards (the others); its trace
     part; its entry of `parts/<rank>.json`."""
+    run, cell, cell_dir, rank, dtype, sources = task.run, task.cell, task.cell_dir, task.rank, task.dtype, task.sources
     table = np.load(run)
     lengths, source_ids, nbytes = table["lengths"], table["sources"], table["bytes"]
     with np.load(placed_file(run)) as where:
@@ -298,8 +322,8 @@ def write_held_out(
     _remove_split_files(cell_dir, rank, first_shard)
     chosen, held = _held_mask(table, waiting, cutoff, contaminated)
     returned = _given_back(table, waiting[chosen & ~held], sources)
-    training = _continued_training(cell_dir, rank, dtype, shard_tokens, written)
-    validation = ShardSequence(cell_dir, f"{VALIDATION_PREFIX}-{rank:05d}", dtype, shard_tokens)
+    training = _continued_training(task, written)
+    validation = ShardSequence(cell_dir, f"{VALIDATION_PREFIX}-{rank:05d}", dtype, task.shard_tokens)
     offsets = _offsets(lengths[waiting], dtype.itemsize)
     with open(waiting_file(run), "rb") as handle:
         for index, offset, to_validation in zip(waiting.tolist(), offsets.tolist(), held.tolist()):
@@ -314,11 +338,11 @@ def write_held_out(
         [placed[:, 0], waiting[~held]]
     )  # the trace covers the training shards, the ones the loader reads
     rows = np.concatenate([placed[:, 1:], np.asarray(training.placed, dtype=np.int64).reshape(-1, 2)])
-    trace = _trace_part(cell_dir, rank, table, sources, kept, rows, len(shards)) if kept.size else None
+    trace = _trace_part(task, table, kept, rows, len(shards)) if kept.size else None
     held_rows = np.asarray(validation.placed, dtype=np.int64).reshape(-1, 2)
     held_trace = None
     if held.any():  # which documents were held out, so that their files and URLs can be found
-        held_trace = _trace_part(cell_dir, rank, table, sources, waiting[held], held_rows, len(held_shards), True)
+        held_trace = _trace_part(task, table, waiting[held], held_rows, len(held_shards), True)
     return {
         "shards": [dataclasses.asdict(s) for s in shards],
         "validation": [dataclasses.asdict(s) for s in held_shards],

@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import socket
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +39,7 @@ from pipeline.steps.funnel import StepCounts
 from pipeline.steps.held_out.eval_sets import SetOverlap
 from pipeline.steps.intermediate import read_jsonl_zst, task_file
 from pipeline.steps.tokenize.cell_shards import (
+    CellShardsConfig,
     candidates_file,
     remove_task_files,
     run_file,
@@ -180,30 +181,25 @@ class _CellRun:
 
 class TokenizeCells(PipelineStep):
     """Batch-encode, append EOS, stream each cell's tokens to its run, then write the runs into the final
-    cell shards under `cells_dir`; counts the `tokenize` stage."""
+    cell shards under `cells_dir`; counts the `tokenize` stage. `validation` chooses the held-out candidates
+    and names the evaluation sets whose n-grams are looked for in training."""
 
     name = "🔢 tokenize cells"
     type = "🔢 - TOKENIZER"
 
     def __init__(
         self,
-        tokenizer_path: Path | str,
-        eos: str,
-        sources: list[str],
-        runs_dir: Path | str,
-        cells_dir: Path | str,
+        shards: CellShardsConfig,
         funnel_dir: Path | str,
-        shard_tokens: int,
         batch_size: int = 256,
         validation: HeldOutConfig = HeldOutConfig(),
-        sets: Sequence[EvalSetConfig] = (),
     ):
         super().__init__()
-        self.tokenizer_path = Path(tokenizer_path)
-        self.eos = eos
-        self.sources = {name: index for index, name in enumerate(sources)}
-        self.runs_dir, self.cells_dir = Path(runs_dir), Path(cells_dir)
-        self.shard_tokens, self.sets = shard_tokens, list(sets)
+        self.shards = shards
+        self.tokenizer_path, self.eos = shards.tokenizer_path, shards.eos
+        self.sources = {name: index for index, name in enumerate(shards.sources)}
+        self.runs_dir, self.cells_dir = shards.runs_dir, shards.cells_dir
+        self.sets: list[EvalSetConfig] = list(validation.sets)
         self.funnel_dir = Path(funnel_dir)
         self.batch_size = batch_size
         self.validation = validation
@@ -279,7 +275,6 @@ class TokenizeCells(PipelineStep):
             SetOverlap(self.sets, tokenizer, eos, ngram=self.validation.contamination_ngram) if self.sets else None
         )
         candidates, written = {}, {}
-        sources = list(self.sources)
         for cell, run in sorted(runs.items()):
             run.save()
             lengths = np.frombuffer(run.lengths, dtype=np.int64)
@@ -291,9 +286,7 @@ class TokenizeCells(PipelineStep):
             )
             candidates[cell] = {"documents": len(run.keys), "tokens": int(lengths.sum()), "pairs": pairs.tolist()}
             with self.track_time("shards"):
-                written[cell] = write_training_shards(
-                    run.path, cell, self.cells_dir / cell, rank, dtype, sources, self.shard_tokens, pairs, overlap
-                )
+                written[cell] = write_training_shards(self.shards.task(rank, cell, dtype), pairs, overlap)
         atomic_write_text(
             written_file(self.runs_dir, rank),
             json.dumps(
