@@ -36,6 +36,7 @@ import contextlib
 import json
 import math
 import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,7 @@ from pipeline.runner import (
     stored_config_hash,
     tokenize_pipeline,
 )
-from pipeline.slurm_queue import JobIds, cancel_stale, read_chain, write_chain
+from pipeline.slurm_queue import JobIds, SlurmCommandError, cancel_stale, read_chain, write_chain
 from pipeline.steps.held_out.contamination import load_decision
 from pipeline.steps.in_place import reading_in_place
 from pipeline.steps.tokenize.cell_shards import held_out_cutoffs
@@ -315,10 +316,18 @@ def submit(config: PipelineConfig, home: Home, restart: bool = False) -> Submiss
     jobs = chain_jobs(config, home, layout, remote, version)
     ids = JobIds()
     executors = slurm_chain(config, jobs, ids)
-    with _storage_env(remote):
-        executors[-1].run()
-    chain = [(job.name, executor.job_id) for job, executor in zip(jobs, executors)]
-    write_chain(layout, remote, ids.recorded(chain))
+    try:
+        with _storage_env(remote):
+            executors[-1].run()
+    except subprocess.CalledProcessError as exc:
+        queued = " ".join(job for stage in ids.by_stage.values() for job in stage) or "none"
+        raise SlurmCommandError(
+            f"sbatch failed (exit {exc.returncode}) part-way through the chain; the jobs it queued ({queued}) are "
+            "recorded: submit again to cancel them and queue the chain anew"
+        ) from None
+    finally:  # a chain refused part-way: the jobs already queued must be known to the next submission
+        chain = [(job.name, executor.job_id) for job, executor in zip(jobs, executors) if executor.job_id is not None]
+        write_chain(layout, remote, ids.recorded(chain))
     return Submission(jobs=[{"phase": phase, "job_id": job} for phase, job in chain], cancelled=cancelled)
 
 

@@ -24,7 +24,7 @@ from reports.render import embed_json
 from reports.run_data import CHUNK, Chunk
 from reports.run_observations import METRICS, EvalGroups, read_eval
 from reports.training import MAX_POINTS, RunView
-from trainer.records import Explanations, MetricsRecord, read_explanations
+from trainer.records import Explanations, MetricsRecord, RunRecord, read_explanations
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +33,15 @@ EXPLAIN_FILE = "explain-data.js"
 CURVES = ("loss", "grad_norm", "param_norm", "param_norm_with_router_bias", "lr")
 
 
-def flatten_config(value: object, prefix: str = "") -> dict[str, str]:
-    """A nested config as `section.key: value`, the form a diff between runs compares."""
-    if isinstance(value, dict):
-        rows: dict[str, str] = {}
-        for key, inner in value.items():
-            rows.update(flatten_config(inner, f"{prefix}{key}."))
-        return rows
-    return {prefix.rstrip("."): value if isinstance(value, str) else json.dumps(value)}
+def config_rows(run: RunRecord, without: tuple[str, ...] = ()) -> dict[str, str]:
+    """The run's recorded settings as `section.key: value` text (`RecordedTrainConfig.settings`), the rows the
+    run page lists and the form a diff between runs compares."""
+    settings = run.config.settings() if run.config is not None else {}
+    return {
+        key: value if isinstance(value, str) else json.dumps(value)
+        for key, value in settings.items()
+        if key not in without
+    }
 
 
 def mixture_weights(view: RunView) -> list[dict[str, object]]:
@@ -142,7 +143,7 @@ def run_summary(
         "store": view.run.store.dump() if view.run.store is not None else {},
         "total_steps": view.run.total_steps,
         "ladder": ladder,
-        "config": flatten_config({k: v for k, v in view.run.config.items() if k != "path"}),
+        "config": config_rows(view.run, without=("path",)),
         "phases": mixture_weights(view),
         "steps": curves.steps,
         "tokens": curves.tokens,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from reports.compare_data import EXPLAIN_FILE, SummaryBuilder
+from reports.compare_data import EXPLAIN_FILE, SummaryBuilder, config_rows
 from reports.expert_loads import LOADS_FILE, ExpertLoadsWriter, write_expert_loads
 from reports.numbers import human_count
 from reports.render import embed_json, render_page, static_text
@@ -21,21 +20,11 @@ from reports.run_data import (
     write_built_chunk,
     write_overview,
 )
-from reports.run_stream import RunDigest, kept_records
+from reports.run_stream import Miscounted, RunDigest, kept_records
 from reports.training import MAX_CELL_LINES, RunView
 from trainer.records import METRICS_FILE, SCALARS, RunRecord
 
 REFRESH_SECONDS = 5
-
-
-def _flatten(value: object, prefix: str = "") -> list[tuple[str, str]]:
-    """A nested config as `section.key = value` rows, for a table a person can scan."""
-    if isinstance(value, dict):
-        rows: list[tuple[str, str]] = []
-        for key, inner in value.items():
-            rows.extend(_flatten(inner, f"{prefix}{key}."))
-        return rows
-    return [(prefix.rstrip("."), json.dumps(value) if not isinstance(value, str) else value)]
 
 
 def _facts(run: RunRecord) -> list[tuple[str, str]]:
@@ -93,9 +82,28 @@ def write_streamed_run_page(view: RunView, site: Path) -> tuple[Path, SummaryBui
     assert view.run_dir is not None
     directory = site / "runs" / view.name / DATA_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    count, records = kept_records(view.run_dir / METRICS_FILE)
+    seq = time.time_ns() // 1_000_000
+    try:
+        count, digest, overview, summary = _streamed_chunks(view.run_dir / METRICS_FILE, directory, seq, False)
+    except Miscounted:  # a record that breaks the model: counted again, every line parsed
+        count, digest, overview, summary = _streamed_chunks(view.run_dir / METRICS_FILE, directory, seq, True)
+    view.streamed = digest
+    data = view.page_data()
+    chunks = math.ceil(count / CHUNK)
+    write_overview(
+        directory, chunks, {**data, **overview.result(drawn_series(view)), "seq": seq, "versions": [seq] * chunks}
+    )
+    return render_run_page(view, site, data, REFRESH_SECONDS), summary
+
+
+def _streamed_chunks(
+    path: Path, directory: Path, seq: int, exact: bool
+) -> tuple[int, RunDigest, OverviewBuilder, SummaryBuilder]:
+    """The kept records of the stream at `path`, each chunk written to `directory` as it fills: how many, and
+    what the overview, the page and the compare summary keep of them."""
+    count, records = kept_records(path, exact)
     digest, overview, summary = RunDigest(count), OverviewBuilder(count), SummaryBuilder(count)
-    scalars, seq = run_series().scalars, time.time_ns() // 1_000_000
+    scalars = run_series().scalars
     start_time: float | None = None
     building = ChunkBuilder(0, scalars)
     with ExpertLoadsWriter(directory) as loads:
@@ -112,13 +120,7 @@ def write_streamed_run_page(view: RunView, site: Path) -> tuple[Path, SummaryBui
                 summary.add(chunk)
                 building = ChunkBuilder(chunk.index + 1, scalars)
     digest.finish()
-    view.streamed = digest
-    data = view.page_data()
-    chunks = math.ceil(count / CHUNK)
-    write_overview(
-        directory, chunks, {**data, **overview.result(drawn_series(view)), "seq": seq, "versions": [seq] * chunks}
-    )
-    return render_run_page(view, site, data, REFRESH_SECONDS), summary
+    return count, digest, overview, summary
 
 
 def render_run_page(view: RunView, site: Path, data: dict[str, object], refresh_seconds: int) -> Path:
@@ -152,6 +154,6 @@ def render_run_page(view: RunView, site: Path, data: dict[str, object], refresh_
         cell_lines=MAX_CELL_LINES,
         facts=_facts(view.run),
         coverage=evals.get("coverage") if isinstance(evals := data.get("eval"), dict) else None,
-        config_rows=_flatten(view.run.config),
+        config_rows=list(config_rows(view.run).items()),
         page_js=static_text("chart_settings.js") + static_text("explain_panel.js") + static_text("run.js"),
     )

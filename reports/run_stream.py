@@ -14,6 +14,7 @@ does), the second hands each kept record to the consumers and lets it go:
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Iterator
@@ -66,25 +67,31 @@ def iter_lines(path: Path) -> Iterator[tuple[int, MetricsRecord]]:
 STEP_PREFIX = b'{"step": '  # how the trainer's records begin (`MetricsRecord` puts the step first)
 
 
-def _steps(path: Path) -> Iterator[int]:
-    """Each record's step, as `iter_lines` gives the records, without parsing a whole line where it begins
-    with the step (a record of the 535B shape is about a megabyte of JSON); the last line is parsed whole,
-    so a torn one is left out as `iter_lines` leaves it."""
+def _steps(path: Path, exact: bool = False) -> Iterator[tuple[int, int]]:
+    """(line number, step) of each record, as `iter_lines` gives the records, without parsing a whole line where
+    it begins with the step (a record of the 535B shape is about a megabyte of JSON); the last line is parsed
+    whole, so a torn one is left out as `iter_lines` leaves it. Such a line that breaks the record's model is
+    counted here, not there (`Miscounted`); `exact` parses every line."""
     for number, line, last in _lines(path):
         head = line[len(STEP_PREFIX) : len(STEP_PREFIX) + 24].split(b",", 1)
-        if not last and line.startswith(STEP_PREFIX) and len(head) == 2 and head[0].isdigit():
-            yield int(head[0])
+        if not (exact or last) and line.startswith(STEP_PREFIX) and len(head) == 2 and head[0].isdigit():
+            yield number, int(head[0])
             continue
         try:
             record = _parsed(path, number, line, last)
         except _Torn:
             return
         if record is not None:
-            yield record.step
+            yield number, record.step
 
 
 class _Torn(Exception):
     pass
+
+
+class Miscounted(Exception):
+    """The second pass showed fewer records than the first counted: a record that parses but breaks the
+    record's model, which the first pass (steps only) cannot see. Read again with `exact`."""
 
 
 _PARSE = metrics_lines(MetricsRecord)
@@ -102,19 +109,28 @@ def _parsed(path: Path, number: int, line: bytes, last: bool) -> MetricsRecord |
     return record if accepted(problem, "skip", path, number) else None
 
 
-def kept_records(path: Path) -> tuple[int, Iterator[MetricsRecord]]:
+def kept_records(path: Path, exact: bool = False) -> tuple[int, Iterator[MetricsRecord]]:
     """How many records a page shows, and an iterator over them: a record followed by one at the same or an
-    earlier step was superseded by a resume and is left out. Two passes over the file, one record at a time."""
-    steps = np.fromiter(_steps(path), dtype=np.int64)
+    earlier step was superseded by a resume and is left out. Two passes over the file, one record at a time,
+    the second matching the first by line number (records appended meanwhile are left out). The iterator raises
+    `Miscounted` at its end where it showed fewer records than counted (then read again with `exact`)."""
+    found = np.fromiter(itertools.chain.from_iterable(_steps(path, exact)), dtype=np.int64).reshape(-1, 2)
+    numbers, steps = found[:, 0], found[:, 1]
     from_here = np.minimum.accumulate(steps[::-1])[::-1]  # the least step from each record on
     keep = steps < np.append(from_here[1:], np.iinfo(np.int64).max)
+    count = int(keep.sum())
 
     def records() -> Iterator[MetricsRecord]:
-        for index, (_, record) in enumerate(iter_lines(path)):
-            if index < keep.size and keep[index]:
+        shown = 0
+        for number, record in iter_lines(path):
+            index = int(np.searchsorted(numbers, number))
+            if index < numbers.size and numbers[index] == number and keep[index]:
+                shown += 1
                 yield record
+        if shown != count:
+            raise Miscounted(f"{path}: {shown} records shown of {count} counted")
 
-    return int(keep.sum()), records()
+    return count, records()
 
 
 class RunDigest:

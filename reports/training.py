@@ -116,6 +116,13 @@ class RunView:
         cells = set(realised) | set(planned) | self.digest.recent_cells()
         return sorted(cells, key=lambda c: (-realised.get(c, 0), -planned.get(c, 0), c))[:MAX_CELL_LINES]
 
+    def load_entropy_min(self) -> float | None:
+        """The expert-load entropy floor the run's health rule alerted under, where run.json records one."""
+        config = self.run.config
+        if config is None or "load_entropy_min" not in config.health.model_fields_set:
+            return None
+        return config.health.load_entropy_min
+
     def page_data(self) -> dict[str, object]:
         """Everything on the page but the curves (those are in the run's data files, `reports.run_data`)."""
         last = self.last
@@ -148,11 +155,7 @@ class RunView:
             "drawn_cells": self.drawn_cells(),
             "last_expert_load": last_load,
             "expert_load_steps": self.digest.heat,
-            "health": {
-                "load_entropy_min": health.get("load_entropy_min")
-                if isinstance(health := self.run.config.get("health"), dict)
-                else None
-            },
+            "health": {"load_entropy_min": self.load_entropy_min()},
             "seq_len": seq_len,
             "cells": [
                 {

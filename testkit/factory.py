@@ -33,6 +33,8 @@ from trainer.records import (
     Alerts,
     ExpertLoad,
     MetricsRecord,
+    RecordedHealthConfig,
+    RecordedTrainConfig,
     RouterBias,
     RunRecord,
     RunStatus,
@@ -266,7 +268,7 @@ def write_contract_metrics(
         run_dir,
         RunRecord(
             run=run,
-            config={"model": "tiny", "health": {"load_entropy_min": 0.995}},
+            config=RecordedTrainConfig(health=RecordedHealthConfig(load_entropy_min=0.995)),
             mixture=built.mixture,
             revision=built.revision,
             manifest_hash=digest,

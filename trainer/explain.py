@@ -32,6 +32,7 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
 from mixtures.manifest import find_manifest
+from trainer.config import MetricsConfig, ScheduleConfig
 from trainer.param_groups import ROUTER_BIAS
 from trainer.records import EXPLANATIONS_FILE, Alerts, Explanations, MetricsRecord, RunRecord, read_metrics, read_run
 from trainer.status import existing_run
@@ -167,15 +168,14 @@ def schedule_changes(
     before = before[-NEAR:]
     step, first = record.step, before[0].step if before else 0
     run = run if run is not None else RunRecord()
-    recorded = run.config.get("schedule")
-    schedule: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    schedule = run.config.schedule if run.config is not None else ScheduleConfig()
     total = run.total_steps or 0
-    warmup = min(int(schedule.get("warmup_steps", 10)), max(total - 1, 0)) if total else None
+    warmup = min(schedule.warmup_steps, max(total - 1, 0)) if total else None
     events: list[ScheduleChange] = []
     if warmup and first < warmup + 1 <= step:
         events.append({"step": warmup + 1, "what": f"warm-up ended (after {warmup} steps); the decay begins"})
-    if schedule.get("kind") == "wsd" and total:
-        decay = max(total - max(round(total * float(schedule.get("decay_fraction", 0.2))), 1), warmup or 0)
+    if schedule.kind == "wsd" and total:
+        decay = max(total - max(round(total * schedule.decay_fraction), 1), warmup or 0)
         if first < decay + 1 <= step:
             events.append({"step": decay + 1, "what": f"wsd decay began (steps {decay + 1}..{total})"})
     for previous, current in itertools.pairwise([*before, record]):
@@ -296,8 +296,7 @@ def explain(home: Home, run_name: str, step: int, decode: bool = False, window: 
     at = next((i for i, r in enumerate(records) if r.step == step), None)
     if at is None:
         logged = f"logged steps {records[0].step}..{records[-1].step}" if records else "no steps logged yet"
-        metrics = run.config.get("metrics")
-        every = metrics.get("log_every", 1) if isinstance(metrics, dict) else 1
+        every = (run.config.metrics if run.config is not None else MetricsConfig()).log_every
         raise ConfigError(
             f"--step {step}: no metrics record for that step in {home.run(run_name) / 'metrics.jsonl'} "
             f"({logged}, every {every} steps)"

@@ -53,6 +53,7 @@ from trainer.preemption import kept_checkpoint, lost_peer, lost_peer_error, pree
 from trainer.record_uploads import RecordUploads
 from trainer.records import (
     LOCK_FILE,
+    RUN_FILE,
     MetricsRecord,
     RunLabels,
 )
@@ -400,7 +401,10 @@ def branch_source(plan: RunPlan) -> tuple[int, ckpt.Place]:
     """`--from-run`: the source run's newest checkpoint this run may start from (`trainer.branch`)."""
     assert plan.from_run is not None
     remote = plan.remote_of(plan.from_run)
-    if remote is not None and plan.runtime.rank == 0:  # its run.json names the revision it trained
+    held = (plan.home.run(plan.from_run) / RUN_FILE).exists()
+    if remote is not None and plan.runtime.rank == 0 and not held:  # its run.json names the revision it trained
+        # only on a node that never saw the source: here its own records are newer than the URL's while it
+        # trains (they go up after each checkpoint), and copying over them would drop its latest lines
         pull_records(remote, plan.home.run(plan.from_run))
     manifest, digest = plan.stream.manifest, plan.stream.manifest_hash
     places = plan.checkpoints_of(plan.from_run)

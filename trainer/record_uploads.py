@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from millrace.errors import ArtifactError
-from trainer.run_url import RemoteDir, push_records, record_sizes
+from trainer.run_url import RemoteDir, forget_pushed, push_records, record_sizes
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ class RecordUploads:
 
     def __init__(self, run_dir: Path, remote: RemoteDir, depth: int = DEPTH):
         self.run_dir, self.remote = run_dir, remote
+        forget_pushed(remote)  # a run resumed in the same process (a fleet worker): its first push goes up whole
         self._queue: queue.Queue[dict[str, int] | None] = queue.Queue(maxsize=depth)
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._work, name=f"records to {remote}", daemon=True)

@@ -28,6 +28,7 @@ from millrace.jsonl import Check, Parse, Repaired, has_step, last_parsed, model_
 from millrace.names import artifact_name
 from millrace.writer_lock import holder_state
 from mixtures.manifest import LineageRange
+from trainer.config import HealthConfig, PlanConfig, TrainConfig
 
 RUN_FILE = "run.json"
 RUN_KIND = "millrace.run"
@@ -108,13 +109,59 @@ class ConfigChange(Record):
     step: int | None = None
 
 
+class RecordedHealthConfig(HealthConfig):
+    """`[health]` as a run recorded it: today's settings, and those an earlier version recorded in their place,
+    kept so that such a run still reads and is rewritten (a status, a tag) without losing them. Only the
+    settings a version wrote are here: any other unknown one is refused, like a misspelt setting."""
+
+    load_window_tokens: int | None = (
+        None  # 2026-12-02 to 12-07: the load entropy's window in tokens (`load_window_steps`)
+    )
+    router_entropy_min: float | None = None  # 2026-12-01: the routing-entropy floor (`load_entropy_min`)
+
+
+class RecordedPlanConfig(PlanConfig):
+    """`[plan]` as a run recorded it, with the field an earlier version recorded (see `RecordedHealthConfig`)."""
+
+    expert_parallel: int | None = None  # to 2026-12-01: the expert-parallel size (`[parallel] expert_parallel`)
+
+
+class RecordedTrainConfig(TrainConfig):
+    """run.json's `config`: the `trainer.config.TrainConfig` a run trained with, as dumped, and its file's `path`.
+    Read as recorded: a section or field an earlier version did not write is left unset (`settings` lists what
+    the file holds), and a bad value is refused in one line naming the field (`config.schedule.kind`)."""
+
+    path: str | None = None
+    health: RecordedHealthConfig = RecordedHealthConfig()
+    plan: RecordedPlanConfig = RecordedPlanConfig()
+
+    @classmethod
+    def of(cls, config: TrainConfig, path: Path | str) -> RecordedTrainConfig:
+        """`config` as run.json records it: every field, defaults included, as `model_dump` writes them."""
+        return cls.model_validate({"path": str(path), **config.model_dump()})
+
+    def settings(self) -> dict[str, JsonValue]:
+        """Each recorded setting by its dotted name (`schedule.kind`), in run.json's order (sorted): what the
+        run page lists and a comparison of runs diffs. A table's entries are settings of their own
+        (`health.timing.mfu.end_after`); a list is one value."""
+        return _dotted(cast(JsonValue, self.model_dump(mode="json", exclude_unset=True)))
+
+
+def _dotted(value: JsonValue, prefix: str = "") -> dict[str, JsonValue]:
+    """A JSON value's leaves by dotted path, tables' keys sorted (as run.json writes them)."""
+    if not isinstance(value, dict):
+        return {prefix.rstrip("."): value}
+    rows: dict[str, JsonValue] = {}
+    for key in sorted(value):
+        rows.update(_dotted(value[key], f"{prefix}{key}."))
+    return rows
+
+
 class RunRecord(Record):
     """run.json (kind millrace.run): what runs, on what data, at what size; `status` changes as it goes."""
 
     run: str | None = None
-    config: dict[str, JsonValue] = pydantic.Field(
-        default_factory=dict
-    )  # the `trainer.config.TrainConfig` as dumped, plus its file's `path`
+    config: RecordedTrainConfig | None = None  # None: a run.json written without one
     mixture: str | None = None
     revision: str | None = None
     manifest_hash: str | None = None

@@ -20,6 +20,7 @@ from trainer.records import (
     METRICS_FILE,
     RUN_FILE,
     SAMPLES_FILE,
+    RecordedTrainConfig,
     RunRecord,
     RunStatus,
     RunStore,
@@ -116,7 +117,7 @@ def write_run_record(training: Training, peak: float, peak_source: str) -> None:
         plan.run_dir,
         RunRecord(
             run=plan.run,
-            config={"path": str(plan.config_path), **config.model_dump(mode="json")},
+            config=RecordedTrainConfig.of(config, plan.config_path),
             mixture=plan.mixture,
             revision=plan.revision,
             manifest_hash=plan.stream.manifest_hash,

@@ -115,7 +115,14 @@ def run_location(url: str, storage_options: dict[str, Any], run: str) -> RemoteD
 
 APPENDED = (".jsonl",)  # records only ever appended to (or cut back on a resume): their new tail goes up
 PARTS = ".parts"  # `<name>.parts/<offset>`: a tail of `<name>` from byte `offset`, appended since `<name>`
-_pushed: dict[tuple[str, str], int] = {}  # (run URL, record name): the bytes of it the URL holds
+_pushed: dict[tuple[str, str], int] = {}  # (run URL, record name): the bytes of it the URL holds, this invocation
+
+
+def forget_pushed(remote: RemoteDir) -> None:
+    """A run invocation starts: what earlier ones in this process pushed to `remote` is no guide (a resume cut
+    the records back and wrote them again, or another node pushed since), so its first push sends each whole."""
+    for key in [key for key in _pushed if key[0] == remote.url]:
+        del _pushed[key]
 
 
 def record_sizes(run_dir: Path) -> dict[str, int]:
@@ -131,9 +138,10 @@ def record_sizes(run_dir: Path) -> dict[str, int]:
 
 def push_records(run_dir: Path, remote: RemoteDir, sizes: dict[str, int] | None = None) -> None:
     """Copy the run's record files to the URL, as they stood when `sizes` was taken (`record_sizes`; default:
-    now). An appended record (`.jsonl`) goes up whole once a process, then only its new tail up to its noted
-    size, as one more part: O(new records) per checkpoint, never O(steps) again; one cut back (a resume) goes up
-    whole again, its parts deleted. The others go up whole (they are replaced atomically, never appended).
+    now). An appended record (`.jsonl`) goes up whole once a run invocation (`forget_pushed`), then only its new
+    tail up to its noted size, as one more part: O(new records) per checkpoint, never O(steps) again; one cut
+    back (a resume) goes up whole again, its parts deleted. The others go up whole (they are replaced
+    atomically, never appended).
     While it does, `PUSHING` in the run directory says since when and where (`train status` shows a run stuck
     in a push). `trainer.record_uploads` runs this on a background thread after each checkpoint."""
     sizes = record_sizes(run_dir) if sizes is None else sizes

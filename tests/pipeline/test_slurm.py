@@ -72,6 +72,8 @@ import json, os, sys
 record = os.environ["SBATCH_RECORD"]
 jobs = open(record).read().splitlines() if os.path.exists(record) else []
 job = str(100 + len(jobs))
+if job == os.environ.get("SBATCH_FAIL_AT"):  # slurmctld busy: this submission is refused, the earlier ones stand
+    sys.exit(print("sbatch: error: Batch job submission failed: Socket timed out", file=sys.stderr) or 1)
 with open(record, "a") as out:
     out.write(json.dumps({{"job": job, "args": sys.argv[1:-1], "script": open(sys.argv[-1]).read()}}) + "\\n")
 print("Submitted batch job " + job)
@@ -302,3 +304,32 @@ def test_the_starter_configs_slurm_block_loads_once_uncommented(corpus, tmp_path
     (tmp_path / "starter.toml").write_text(text)
     slurm = load_pipeline_config(tmp_path / "starter.toml").executor
     assert slurm.kind == "slurm" and slurm.slurm.partition == "cpu" and slurm.slurm.sbatch_args == {"account": "lab"}
+
+
+def test_a_chain_whose_submission_failed_part_way_records_the_jobs_it_submitted(corpus, tmp_path, capsys, monkeypatch):
+    """sbatch refused the tokenize job after the filter and dedup jobs were queued: those are recorded, so the
+    next submission cancels them (pending) or refuses (running) rather than queueing a second chain beside them."""
+    _, _, two_tasks = corpus
+    commands = {"sbatch": RECORD_ONLY_SBATCH, "squeue": QUEUE, "sacct": QUEUE, "scancel": SCANCEL}
+    record = stand_ins(tmp_path, monkeypatch, commands)
+    monkeypatch.setenv("SBATCH_FAIL_AT", "104")  # the tokenize job: filter, dedup and their stats jobs are queued
+    home = tmp_path / "home"
+    run = ["pipeline", "run", str(two_tasks), "--home", str(home), "--json"]
+    assert millrace(run) == 2
+    err = capsys.readouterr().err
+    assert (
+        "sbatch failed (exit 1)" in err
+        and "(100 101 102 103)" in err
+        and "Traceback" not in err
+        and len(err.strip().splitlines()) == 1
+    )
+    queued = [call["job"] for call in records(record)]
+    assert queued == ["100", "101", "102", "103"]
+    chain = json.loads((home / "work" / "local" / "2026.01.02" / "slurm-chain.json").read_text())
+    assert [job for entry in chain for job in entry["jobs"]] == queued
+
+    (tmp_path / "states.json").write_text(json.dumps({job: ["PENDING", "Priority"] for job in queued}))
+    monkeypatch.delenv("SBATCH_FAIL_AT")
+    assert millrace(run) == 0
+    assert json.loads(capsys.readouterr().out)["cancelled"] == queued
+    assert records(tmp_path / "scancel.jsonl") == [queued]

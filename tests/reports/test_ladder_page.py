@@ -46,14 +46,15 @@ def test_the_ladder_page_shows_rungs_fit_predictions_residuals_and_comparison(la
 
 
 def test_reports_import_only_the_trainers_records():
-    """The run and ladder records and the mixture search's records: schema modules, no torch."""
+    """The run and ladder records (with the training config's schema, `trainer.config`, that run.json records)
+    and the mixture search's records: schema modules, no torch."""
     import subprocess
     import sys
 
     code = (
         "import sys, reports.ladder_page, reports.site; "
         "bad = [m for m in sys.modules if m == 'torch' or m.startswith('trainer') "
-        "and m not in ('trainer', 'trainer.records', 'trainer.search', 'trainer.search.records')]; "
+        "and m not in ('trainer', 'trainer.records', 'trainer.config', 'trainer.search', 'trainer.search.records')]; "
         "print(bad); sys.exit(bool(bad))"
     )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

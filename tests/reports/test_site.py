@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -10,6 +11,7 @@ from pathlib import Path
 import markupsafe
 import pytest
 
+from millrace.artifacts import read_envelope
 from millrace.cli import main
 from millrace.errors import ArtifactError
 from millrace.home import Home
@@ -195,6 +197,10 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     chunk = read_script(tmp_path / "runs" / "tiny-1" / "data" / "chunk-00000.js")
     records = read_metrics(small_home.run("tiny-1"))
     assert chunk["columns"]["loss"] == [r.loss for r in records]  # full precision, every record
+    config = read_envelope(small_home.run("tiny-1") / "run.json", "millrace.run").payload["config"]
+    table = page.split("The run's configuration")[1].split("</details>")[0]
+    rows = [tuple(map(html.unescape, row)) for row in re.findall(r'<tr><td>(.*?)</td><td class="l">(.*?)</td>', table)]
+    assert rows == _dotted(config) and ("health.timing.mfu.end_after", "20") in rows  # every setting run.json holds
 
     home = Home.resolve(tmp_path / "live")
     factory.make_small_store(home)
@@ -202,6 +208,13 @@ def test_run_page_has_every_series_and_polls_only_while_live(small_home, tmp_pat
     factory.write_contract_metrics(home, "live-1", manifest, steps=3, status="running")
     build_site(home, tmp_path / "live-site")
     assert read_script(tmp_path / "live-site" / "runs" / "live-1" / "data" / "live.js")["live"] is True
+
+
+def _dotted(value: object, prefix: str = "") -> list[tuple[str, str]]:
+    """run.json's config as the page lists it: one `section.key` row per setting, in the file's (sorted) order."""
+    if not isinstance(value, dict):
+        return [(prefix.rstrip("."), value if isinstance(value, str) else json.dumps(value))]
+    return [row for key in sorted(value) for row in _dotted(value[key], f"{prefix}{key}.")]
 
 
 def test_long_runs_keep_every_extreme_at_its_step_and_every_record_in_chunks():
@@ -429,3 +442,28 @@ def test_the_run_page_names_the_cells_without_held_out_data(tmp_path):
     build_pages(home, tmp_path / "site", runs=["short"])
     page = (tmp_path / "site" / "runs" / "short" / "index.html").read_text()
     assert "over 2 cells with held-out data of 4 trained; no held-out data (in neither average): c01q2, c01q4" in page
+
+
+def test_a_spoiled_record_leaves_the_streamed_build_equal_to_the_held_one(tmp_path):
+    """A record that parses but breaks the record's model is left out by both readers (a warning); the streamed
+    build's first pass counts records by their steps alone, so its second pass must not shift the resume's
+    superseded records onto their neighbours, nor wait for a last record that never comes (the last chunk)."""
+    from reports.run_page import write_run_page
+
+    home = Home.resolve(tmp_path / "home")
+    factory.make_small_store(home)
+    manifest = factory.make_small_revisions(home)["natural"]
+    run_dir = factory.write_contract_metrics(home, "spoiled", manifest, steps=300)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    spoiled = json.loads(lines[99])
+    lines[99] = json.dumps(spoiled | {"loss": "x"}) + "\n"
+    again = [json.loads(line) | {"loss": 1.0} for line in lines[250:]]  # a resume from step 250
+    (run_dir / "metrics.jsonl").write_text("".join(lines + [json.dumps(r) + "\n" for r in again]))
+    build_pages(home, tmp_path / "streamed", runs=["spoiled"])
+    held = load_run(run_dir)
+    assert len(held.records) == 299 and spoiled["step"] not in [r.step for r in held.records]
+    write_run_page(held, tmp_path / "held")
+    data = [tmp_path / site / "runs" / "spoiled" / "data" for site in ("streamed", "held")]
+    for name in ("chunk-00000.js", "overview.js"):
+        streamed, kept = (_without_versions(read_script(d / name)) for d in data)
+        assert streamed == kept, name

@@ -10,12 +10,22 @@ import json
 import numpy as np
 import pytest
 
+from millrace.artifacts import canonical_json, read_envelope
 from millrace.cli import main
 from millrace.errors import ArtifactError
 from trainer import loop
+from trainer.config import load_train_config, with_vocab
 from trainer.explain import explain, explain_record, notable_steps
 from trainer.loop import train
-from trainer.records import EXPLANATIONS_FILE, Explanations, MetricsRecord, RunRecord, read_explanations
+from trainer.records import (
+    EXPLANATIONS_FILE,
+    Explanations,
+    MetricsRecord,
+    RecordedTrainConfig,
+    RunRecord,
+    read_explanations,
+    read_run,
+)
 from trainer.train_request import TrainRequest
 
 FAULT = 8  # the metrics step (1-based) that the fault lands in: after the 2 warm-up steps
@@ -61,6 +71,11 @@ def test_a_router_bias_jump_is_named_as_the_group_that_moved(built, quiet, monke
     assert json.loads(capsys.readouterr().out)["moved_groups"] == []
     assert main(["train", "explain", "bias-jump", "--step", str(FAULT + 1), "--home", str(home.root)]) != 0
     assert f"--step {FAULT + 1}: no metrics record" in capsys.readouterr().err
+    # run.json records the config file as dumped (the store's vocabulary filled in), every default included
+    recorded = read_envelope(home.run("bias-jump") / "run.json", "millrace.run").payload["config"]
+    vocab = read_run(home.run("bias-jump")).config.model.vocab_size
+    expected = {"path": str(quiet), **with_vocab(load_train_config(quiet), vocab).model_dump(mode="json")}
+    assert vocab > 0 and canonical_json(recorded) == canonical_json(expected)
 
 
 @pytest.mark.slow  # an 8-step tiny training run
@@ -136,6 +151,11 @@ def test_a_learning_rate_jump_is_named_with_the_resume_that_made_it_and_every_ce
     assert explain_record(records, 2, window=2, run=run)["schedule_changes"][0]["step"] == 3  # the warm-up's end
     quiet = explain_record(records, 15, run=run)
     assert not quiet["lr"]["changed"] and not quiet["every_cell_jumped"] and quiet["schedule_changes"] == []
+    wsd = run.model_copy(update={"config": RecordedTrainConfig.model_validate({"schedule": {"kind": "wsd"}})})
+    assert [e["what"] for e in explain_record(records, 24, run=wsd)["schedule_changes"]] == [
+        "wsd decay began (steps 25..30)",  # the recorded decay_fraction's default, 0.2 of 30 steps
+        "mixture phase main -> cooldown",
+    ]
 
 
 def test_explanations_read_into_their_record_and_a_bad_file_is_one_line(tmp_path):

@@ -234,3 +234,58 @@ def test_a_fleet_table_in_a_ladder_file_is_checked_at_load(tmp_path):
     with pytest.raises(ConfigError, match=r"fleet\.executor") as caught:
         load_ladder(write_ladder(tmp_path / "bad.toml", "bad", "r", rules + '[fleet]\nexecutor = "mpi"\n'))
     assert "\n" not in str(caught.value)
+
+
+def children() -> set[int]:
+    """This process's child processes, live or not yet waited for (zombies)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.name.isdigit() and int(fields[1]) == os.getpid():
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_a_fleet_that_fails_stops_the_jobs_it_started(tmp_path, configs, reuse):
+    """The second job cannot start (its run directory is a file): the fleet's error propagates, and the job it had
+    started is stopped and waited for first, never left training in its own session after the fleet is gone."""
+    home = Home.resolve(tmp_path / "home")
+    home.run("blocked").parent.mkdir(parents=True)
+    home.run("blocked").write_text("not a run directory")
+    before = children()
+    jobs = [TrainingJob("started", configs[0]), TrainingJob("blocked", configs[1])]
+    fleet = FleetConfig(executor="local", concurrency=2, threads=1, reuse_processes=reuse, stop_seconds=20)
+    with pytest.raises(OSError):
+        run_jobs(home, jobs, fleet)
+    left = children() - before
+    for pid in left:  # what the fleet left behind, cleaned up here
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert not left
+
+
+def test_a_slurm_job_is_ended_only_when_squeue_says_so(tmp_path, monkeypatch):
+    """`squeue` timing out (a busy controller) says nothing about the job: it is asked again, not taken for ended
+    (the fleet would report a job still training as failed, and a rerun would start it a second time)."""
+    from trainer.fleet.launchers import Handle, SlurmLauncher
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    answer = tmp_path / "answer"
+    stand_in(bin_dir, "squeue", f'#!/bin/bash\nsource "{answer}"\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    launcher = SlurmLauncher(FleetConfig.model_validate({"executor": "slurm", "slurm": {"partition": "cpu"}}))
+    handle = Handle("a", tmp_path / "train.log", job_id="7")
+    said = {
+        "echo 7": None,  # queued or running
+        "echo 'slurm_load_jobs error: Socket timed out on send/recv operation' >&2; exit 1": None,
+        "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1": 0,  # long gone from the queue
+        "true": 0,  # left the queue
+    }
+    for text, ended in said.items():
+        answer.write_text(text + "\n")
+        assert launcher.poll(handle) == ended, text

@@ -3,17 +3,20 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from millrace.artifacts import write_artifact
+from millrace.artifacts import canonical_json, read_envelope, write_artifact
 from millrace.errors import ArtifactError
+from trainer.config import load_train_config
 from trainer.records import (
     EVAL_SCHEMA,
     SCALARS,
     EvalRecord,
     LadderRecord,
     MetricsRecord,
+    RecordedTrainConfig,
     RunRecord,
     RunStore,
     SampleRecord,
@@ -47,10 +50,10 @@ def test_a_run_json_written_before_a_field_existed_still_reads(tmp_path):
     write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "status": "completed", "total_steps": 4})
     assert read_run(tmp_path) == RunRecord(run="old", status="completed", total_steps=4)
     write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "total_steps": "4"})
-    with pytest.raises(ArtifactError, match=r"run.json: field 'total_steps'"):
+    with pytest.raises(ArtifactError, match=r"run.json: not a valid millrace.run artifact: field 'total_steps'"):
         read_run(tmp_path)
     write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "status": "done"})  # no trainer wrote it
-    with pytest.raises(ArtifactError, match=r"run.json: field 'status'"):
+    with pytest.raises(ArtifactError, match=r"run.json: not a valid millrace.run artifact: field 'status'"):
         read_run(tmp_path)
     write_run(tmp_path, RunRecord(run="new", status="running", flops_per_token=math.nan))
     assert read_run(tmp_path).dump() == {"run": "new", "status": "running", "flops_per_token": None}
@@ -61,6 +64,91 @@ def test_a_status_change_rewrites_only_the_status(tmp_path):
     write_run(tmp_path, record)
     write_run(tmp_path, read_run(tmp_path).model_copy(update={"status": "interrupted"}))
     assert read_run(tmp_path).dump() == record.dump() | {"status": "interrupted"}
+
+
+def test_run_json_records_the_config_as_dumped_and_reads_it_into_its_model(tmp_path):
+    """The writer's record of a config is the file's config as `model_dump` writes it, every default included
+    (run.json's bytes as before the record was typed); read back, it is the typed config."""
+    config = load_train_config("tiny")
+    write_run(tmp_path, RunRecord(run="r", config=RecordedTrainConfig.of(config, "tiny.toml")))
+    written = read_envelope(tmp_path / "run.json", "millrace.run").payload["config"]
+    assert canonical_json(written) == canonical_json({"path": "tiny.toml", **config.model_dump(mode="json")})
+    recorded = read_run(tmp_path).config
+    assert recorded is not None and recorded.path == "tiny.toml" and recorded.schedule == config.schedule
+    assert recorded.optimizer.betas == config.optimizer.betas  # a tuple, read from a JSON list
+    assert recorded.settings()["schedule.warmup_steps"] == config.schedule.warmup_steps
+    assert recorded.settings()["health.timing.mfu.end_after"] == config.health.timing["mfu"].end_after
+
+
+OLD_CONFIG = {  # what earlier trainers recorded: fewer sections, and settings renamed since
+    "path": "old.toml",
+    "schedule": {"kind": "wsd", "warmup_steps": 3},
+    "health": {"grad_norm_max": 2.0, "load_window_tokens": 65536},  # 2026-12-02 to 12-07
+    "plan": {"gpus": 8, "expert_parallel": 64},  # 2026-11-30
+}
+
+
+def test_a_config_an_earlier_trainer_recorded_reads_and_is_rewritten_unchanged(tmp_path):
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "config": OLD_CONFIG})
+    run = read_run(tmp_path)
+    assert run.config is not None and run.config.schedule.kind == "wsd" and run.config.schedule.decay_fraction == 0.2
+    assert run.config.health.load_window_tokens == 65536 and run.config.plan.expert_parallel == 64
+    assert "load_entropy_min" not in run.config.health.model_fields_set  # not recorded: no default claimed
+    assert run.config.settings() == {
+        "health.grad_norm_max": 2.0,
+        "health.load_window_tokens": 65536,
+        "path": "old.toml",
+        "plan.expert_parallel": 64,
+        "plan.gpus": 8,
+        "schedule.kind": "wsd",
+        "schedule.warmup_steps": 3,
+    }
+    write_run(tmp_path, run.model_copy(update={"status": "stopped"}))  # a status change, a tag: the config stays
+    assert read_envelope(tmp_path / "run.json", "millrace.run").payload["config"] == OLD_CONFIG
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "older"})
+    assert read_run(tmp_path).config is None
+
+
+RECORDED = sorted((Path(__file__).parents[2] / "testkit" / "data" / "run-configs").glob("*.json"))
+
+
+@pytest.mark.parametrize("recorded", RECORDED, ids=lambda path: path.stem)
+def test_the_config_every_earlier_trainer_recorded_reads_typed_and_is_rewritten_byte_for_byte(tmp_path, recorded):
+    """run.json's `config` as the trainer of a past commit wrote it for trainer/configs/tiny.toml (the file's
+    name: the commit and its date; made by that commit's `TrainConfig(...).model_dump(mode="json")`)."""
+    config = json.loads(recorded.read_text())
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "old", "config": config})
+    before = (tmp_path / "run.json").read_bytes()
+    run = read_run(tmp_path)
+    assert run.config is not None and run.config.model.d_model == config["model"]["d_model"]
+    assert set(run.config.settings()) == set(_dotted(config))
+    write_run(tmp_path, run)
+    assert (tmp_path / "run.json").read_bytes() == before
+
+
+def _dotted(value, prefix=""):
+    if not isinstance(value, dict):
+        return {prefix.rstrip("."): value}
+    return {key: inner for name in value for key, inner in _dotted(value[name], f"{prefix}{name}.").items()}
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"schedule": {"warmup_steps": "ten"}}, "config.schedule.warmup_steps"),
+        ({"schedule": {"kind": "linear"}}, "config.schedule.kind"),
+        ({"health": {"load_window": 3}}, "config.health.load_window"),
+        ({"optimizer": {"betas": [0.9]}}, "config.optimizer.betas"),
+        ({"model": "tiny"}, "config.model"),
+        ([], "config"),
+    ],
+)
+def test_a_bad_config_section_is_one_line_naming_the_file_and_field(tmp_path, config, field):
+    write_artifact(tmp_path / "run.json", "millrace.run", 1, {"run": "bad", "config": config})
+    with pytest.raises(ArtifactError) as error:
+        read_run(tmp_path)
+    message = str(error.value)
+    assert "\n" not in message and str(tmp_path / "run.json") in message and f"field '{field}" in message
 
 
 def test_streams_of_another_schema_or_a_broken_field_are_errors_naming_file_and_line(tmp_path):

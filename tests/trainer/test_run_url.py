@@ -181,3 +181,45 @@ def test_a_kill_before_the_last_tail_went_up_resumes_to_the_same_records(s3, tmp
     assert read_record(remote, "metrics.jsonl").decode() == _lines(0, 20)
     pull_records(remote, stranger)
     assert (stranger / "metrics.jsonl").read_text() == _lines(0, 20)
+
+
+def test_a_run_resumed_in_the_same_process_goes_up_as_the_file_it_is(tmp_path):
+    """A long-lived process (a fleet worker, a notebook) trains a run, then resumes it: the resume cut the
+    records back to the checkpoint and wrote the later steps again (other timings: other lengths). The URL then
+    holds the local file, not the first invocation's bytes up to their old size with the new file's after."""
+    from trainer.record_uploads import RecordUploads
+
+    def timed(start: int, stop: int, seconds: str) -> str:
+        return "".join(f'{{"step": {i}, "step_seconds": {seconds}}}\n' for i in range(start, stop))
+
+    run, remote = tmp_path / "run", RemoteDir(f"file://{tmp_path}/bucket/run-a")
+    run.mkdir()
+    (tmp_path / "bucket" / "run-a").mkdir(parents=True)
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(timed(0, 10, "0.5"))
+    with RecordUploads(run, remote) as uploads:
+        uploads.submit()
+        with open(metrics, "a") as handle:
+            handle.write(timed(10, 20, "0.5"))
+        uploads.submit()
+    for seconds in ("0.25", "0.125", "0.5"):  # longer than the URL's bytes, then shorter, then as long
+        metrics.write_text(timed(0, 15, "0.5") + timed(15, 20, seconds))  # cut back to step 15, trained again
+        with RecordUploads(run, remote) as uploads:
+            uploads.submit()
+        assert read_record(remote, "metrics.jsonl") == metrics.read_bytes(), seconds
+
+
+def test_a_branch_leaves_its_sources_records_on_this_node_as_they_are(built, tiny_config, tmp_path):
+    """`--from-run SRC` on a node that holds SRC's records: the branch reads them there. The URL's copy is older
+    while SRC still trains (its records go up after each checkpoint), so copying it over them would drop the
+    lines SRC wrote since."""
+    home, _ = built
+    config = tiny_config("url", checkpoint={"every": 2}, run={"url": f"file://{tmp_path}/bucket"})
+    (tmp_path / "bucket").mkdir()
+    source = train(config, home, TrainRequest(steps=2, run="source-live")).run_dir
+    metrics = source / "metrics.jsonl"
+    with open(metrics, "a") as handle:  # step 3, logged by the live source after its last push
+        handle.write(metrics.read_text().splitlines(keepends=True)[-1].replace('"step":2,', '"step":3,', 1))
+    written = metrics.read_bytes()
+    branch = train(config, home, TrainRequest(steps=3, run="branch-of-live", from_run="source-live"))
+    assert metrics.read_bytes() == written and branch.start_step == 2

@@ -9,6 +9,7 @@ the arguments after the interpreter, which each launcher names where the job run
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -22,6 +23,8 @@ from millrace.artifacts import atomic_write_text
 from millrace.errors import ConfigError
 from millrace.ray_cluster import connect_ray
 from trainer.fleet.config import FleetConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -194,9 +197,15 @@ class SlurmLauncher:
         return Handle(run, log, job_id=found.group(1))
 
     def poll(self, handle: Handle) -> int | None:
-        """0 once the job has left the queue: the run's own record then says how it ended."""
+        """0 once the job has left the queue: the run's own record then says how it ended. A failed `squeue` (a
+        busy controller timing out) says nothing of the job: None, and it is asked again at the next poll."""
         done = subprocess.run(["squeue", "-h", "-j", handle.job_id, "-o", "%i"], capture_output=True, text=True)
-        return None if done.returncode == 0 and done.stdout.strip() else 0
+        if done.returncode == 0:
+            return None if done.stdout.strip() else 0
+        if "Invalid job id" in done.stderr:  # purged from the queue: it ended a while ago
+            return 0
+        log.warning("fleet: squeue -j %s failed (%s); asking again", handle.job_id, done.stderr.strip()[:200])
+        return None
 
     def stop(self, handle: Handle) -> None:
         subprocess.run(["scancel", "--signal=TERM", "--full", handle.job_id], capture_output=True)

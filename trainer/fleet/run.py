@@ -4,7 +4,9 @@ Resumable: a job whose run is finished (run.json `completed`, or `stopped` at it
 and every job is started with `--resume`, so a killed one continues from its latest checkpoint (a branched
 one from its source's until it has its own). Killable: SIGINT or SIGTERM sends SIGTERM to every job (each
 writes a checkpoint and stops), then the fleet exits 130 or 143 with one line saying how to continue. A
-failed job is one line naming the run and its log file; the others go on; `check_outcomes` then fails.
+failed job is one line naming the run and its log file; the others go on; `check_outcomes` then fails. A
+fleet that itself fails (a job that cannot start, a callback's error) stops its running jobs the same way
+before its error propagates: none outlives it in its own session.
 """
 
 from __future__ import annotations
@@ -209,6 +211,10 @@ class Fleet:
                 f"fleet stopped: {stopped} run(s) checkpointed and stopped, {len(outcomes)} of {self.total} "
                 f"finished; {CONTINUE}"
             ) from None
+        except BaseException:  # the fleet fails (a job that cannot start, a callback's error): no job outlives it
+            if self.running:
+                self.stop_all()
+            raise
 
     def ended(self) -> list[JobOutcome]:
         done = []
