@@ -139,6 +139,33 @@ def make_corpus(root: Path, documents: int = 60, seed: int = 0) -> Path:
     return root
 
 
+def write_overlapping_eval_set(path: Path) -> list[str]:
+    """An evaluation set (`.jsonl`) of two of `make_corpus`'s own article texts (its default size and seed), one
+    of them edited a little, and three new texts: what decontamination must find, and what it must leave."""
+    corpus_rng = random.Random(0)  # make_corpus's own sequence of texts
+    texts = [prose(corpus_rng) for _ in range(60)]
+    other = random.Random(99)
+    documents = [texts[10], texts[11], edit(random.Random(1), texts[12], 0.02)] + [prose(other) for _ in range(3)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in documents))
+    return documents
+
+
+def write_mixed_folder(root: Path) -> Path:
+    """Parquet, JSON lines (one malformed line) and a CSV no source reads, in one folder: the formats a user
+    drops side by side."""
+    import pyarrow as pa  # lazy: heavy (pyarrow), only this builder writes parquet
+    import pyarrow.parquet as pq
+
+    rng = random.Random(5)
+    root.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([{"id": f"p{i}", "text": prose(rng)} for i in range(5)]), root / "a.parquet")
+    lines = [json.dumps({"id": f"j{i}", "text": prose(rng)}) for i in range(4)] + ["not json"]
+    (root / "b.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "c.csv").write_text("id,text\n")
+    return root
+
+
 def config_text(corpus: Path, version: str = "2026.01.02", tasks: int = 2, workers: int = 1, extra: str = "") -> str:
     return f"""
 [[sources]]

@@ -1,4 +1,5 @@
-"""Ladder files for the tests: the tiny base config and one mixture revision, then the test's own tables."""
+"""Ladder files for the tests: the tiny base config and one mixture revision, then the test's own tables (a
+ladder finished, with its record, is `testkit.ladder_records`)."""
 
 from pathlib import Path
 
@@ -45,3 +46,37 @@ max_sequences = 8
 peak_flops = 1e10
 """,
     )
+
+
+def demo_micro_ladder(
+    tmp_path: Path, mixture: str, revision: str, small_rungs: str = "raise", tpa: float = 12
+) -> Path:
+    """The demo's micro-ladder (trainer/configs/micro-ladder.toml) over `mixture`/`revision`, with a vocabulary
+    (a stats-only store names no tokenizer) and a fixed peak (no matmul measured): the shape whose smallest rung
+    a store of many cells may not build (`small_rungs` says what the plan does then)."""
+    base = tmp_path / "tiny-256.toml"
+    base.write_text(TINY.read_text().replace("vocab_size = 0", "vocab_size = 256"))
+    path = tmp_path / f"{mixture}-{revision}.toml"
+    path.write_text(f"""ladder = "micro"
+[base]
+config = "{base}"
+[mixture]
+mixture = "{mixture}"
+revision = "{revision}"
+[rules]
+widths = [8, 12, 16, 24]
+layers = [1, 1, 1, 2]
+tokens_per_active_param = {tpa}
+small_rungs = "{small_rungs}"
+[rules.batch_rule]
+coefficient = 0.03
+minimum = 4
+maximum = 16
+[target]
+name = "d32"
+d_model = 32
+layers = 2
+[here]
+peak_flops = 1e10
+""")
+    return path

@@ -4,7 +4,8 @@
 - prose:    `pydoc_data` topics (the Python reference manual's prose), in pieces of ~2,000 characters;
 - man:      English man pages (section 1), roff requests and escapes stripped;
 - licenses: /usr/share/common-licenses and /usr/share/doc/*/copyright.
-Documents are `datatrove` Documents with `metadata["source"]`; the order is sorted by id.
+Documents are `datatrove` Documents with `metadata["source"]`; the order is sorted by id. `write_local_corpus`
+writes them as a pipeline's sources.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sysconfig
 from pathlib import Path
 
 from datatrove.data import Document
+
+from testkit.corpus import write_jsonl_zst
 
 MAX_CHARS = 6_000
 MIN_CHARS = 200
@@ -80,3 +83,15 @@ def plainly_different_sources(per_source: int = 300) -> list[Document]:
             if len(text.strip()) >= MIN_CHARS:
                 documents.append(Document(text=text, id=doc_id, metadata={"source": source}))
     return sorted(documents, key=lambda d: d.id)
+
+
+def write_local_corpus(root: Path, per_source: int) -> tuple[list[str], int]:
+    """`plainly_different_sources` as a pipeline reads them, one `<source>/part-0.jsonl.zst` a source under
+    `root`: the sources' names (sorted) and how many documents were written."""
+    documents = plainly_different_sources(per_source=per_source)
+    by_source: dict[str, list[dict[str, object]]] = {}
+    for doc in documents:
+        by_source.setdefault(str(doc.metadata["source"]), []).append({"id": doc.id, "text": doc.text, "metadata": {}})
+    for source, records in by_source.items():
+        write_jsonl_zst(root / source / "part-0.jsonl.zst", records)
+    return sorted(by_source), len(documents)

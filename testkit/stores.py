@@ -433,3 +433,38 @@ def build_mixture(
         ),
     )
     return build(home, mixture, revision)
+
+
+def many_shard_store(home: Home, cells: int, shards: int, documents: int = 40) -> Path:
+    """Store `many`: `cells` cells of `shards` shards each, every shard `documents` short random documents, with
+    a real tokenizer.json: for the limits on open files and on a manifest's size."""
+    rng = np.random.default_rng(3)
+    layout: dict[str, list[list[Document]]] = {}
+    for c in range(cells):
+        layout[f"c{c:02d}"] = [
+            [
+                (np.append(rng.integers(2, 400, size=int(n)), RANDOM.eos).astype(np.uint16), 0)
+                for n in rng.integers(1, 12, size=documents)
+            ]
+            for _ in range(shards)
+        ]
+    tokenizer = StoreTokenizer(500, RANDOM.eos, path="tokenizer/tokenizer.json")
+    root = write_store(home, "many", "2026.01.01", StoreContents(layout, ["only"]), tokenizer)
+    write_tokenizer(root / "tokenizer" / "tokenizer.json")
+    return root
+
+
+def tagged_store(home: Home, documents: int, sources: int, shards: int = 2) -> Path:
+    """Store `tagged`: one cell `x` of `documents` documents in source order (runs of one source, as crawls
+    come); document j's tokens are all j + 2 (then EOS), so a window names the documents it holds."""
+    rng = np.random.default_rng(11)
+    source_of = np.sort(rng.integers(0, sources, size=documents))
+    docs = [
+        (np.append(np.full(int(rng.integers(3, 30)), j + 2), RANDOM.eos).astype(np.uint16), int(source_of[j]))
+        for j in range(documents)
+    ]
+    per = -(-documents // shards)
+    contents = StoreContents(
+        {"x": [docs[i : i + per] for i in range(0, documents, per)]}, [f"s{i}" for i in range(sources)]
+    )
+    return write_store(home, "tagged", "2026.01.01", contents, StoreTokenizer(documents + 2, RANDOM.eos))

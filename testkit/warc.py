@@ -1,9 +1,11 @@
-"""WARC files with the record kinds a crawl holds, and the read step run on its own."""
+"""WARC files with the record kinds a crawl holds, or with the pages a test chooses, and the read step run on
+its own."""
 
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +53,21 @@ def write_warc(path: Path, gz: bool, without_uri: bool = True) -> int:
         for record in records:
             writer.write_record(record)
     return len(records)
+
+
+def write_pages_warc(path: Path, pages: Iterable[tuple[str, bytes, str]]) -> None:
+    """A gzipped WARC of one HTTP response per page (URL, body, Content-Type header), as a crawler writes them:
+    for tests that choose each page's bytes and declared charset."""
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    with open(path, "wb") as out:
+        writer = WARCWriter(out, gzip=True)
+        for url, body, content_type in pages:
+            http = StatusAndHeaders("200 OK", [("Content-Type", content_type)], protocol="HTTP/1.1")
+            writer.write_record(
+                writer.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http)
+            )
 
 
 def read_source(

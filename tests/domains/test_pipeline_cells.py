@@ -4,7 +4,6 @@ import json
 from collections import Counter
 
 import pytest
-import zstandard
 
 from millrace.home import Home
 from millrace.ray_cluster import connect_ray
@@ -12,24 +11,11 @@ from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.cli import store_summary
 from pipeline.store.format import Store
-from testkit.local_corpus import plainly_different_sources
+from testkit.local_corpus import write_local_corpus
 
 pytestmark = pytest.mark.slow  # every test reads one pipeline run with fitted cells (a module fixture of ~50 s)
 
 PER_SOURCE = 40
-
-
-def _write_corpus(root):
-    documents = plainly_different_sources(per_source=PER_SOURCE)
-    by_source = {}
-    for doc in documents:
-        by_source.setdefault(doc.metadata["source"], []).append({"id": doc.id, "text": doc.text, "metadata": {}})
-    for source, records in by_source.items():
-        path = root / source / "part-0.jsonl.zst"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lines = "".join(json.dumps(r) + "\n" for r in records)
-        path.write_bytes(zstandard.ZstdCompressor(level=3).compress(lines.encode()))
-    return sorted(by_source), len(documents)
 
 
 def _config(root, sources, tasks, workers=1):
@@ -75,7 +61,7 @@ def _build(root, sources, tasks, executor=None, workers=1):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("cells")
-    sources, documents = _write_corpus(root / "corpus")
+    sources, documents = write_local_corpus(root / "corpus", PER_SOURCE)
     return root, sources, documents, _build(root, sources, tasks=2)
 
 

@@ -147,8 +147,41 @@ class TaskKiller(threading.Thread):
             time.sleep(0.01)
 
 
+def run_killed_then_fresh(on_bucket, scratch: Path, tmp_path: Path) -> TaskKiller:
+    """Run on Ray with two workers while a `TaskKiller` SIGKILLs the first tokenize task and its worker, then
+    again from a driver with a fresh, empty home (a driver on another machine); the killer, with its victims."""
+    import ray  # lazy: optional extra (ray), skipped above when missing
+
+    killer = TaskKiller(scratch, "tokenize")
+    killer.start()
+    connect_ray(2)
+    try:
+        with contextlib.suppress(PipelineError):  # the killed task's rank, if Ray gave up on it: rerun below
+            run_pipeline(on_bucket, Home.resolve(tmp_path / "home-driver"))
+        killer.done.set()
+        assert len(killer.killed) == 2, "no tokenize task was seen running"
+        # a driver on another machine: an empty home, everything it needs is on the bucket
+        run_pipeline(on_bucket, Home.resolve(tmp_path / "home-fresh-driver"))
+    finally:
+        ray.shutdown()
+    return killer
+
+
+def dealt_files(inputs: dict[str, bytes]) -> dict[int, set[str]]:
+    """Each filter task's source files (relative to the corpus), from the inputs files the driver dealt."""
+    return {
+        int(name.split(".")[0]): {
+            f"{folder.split('/corpus/', 1)[1].rstrip('/')}/{rel}".lstrip("/")
+            for shares in json.loads(body).values()
+            for _, folder, own in shares
+            for rel, _ in own
+        }
+        for name, body in inputs.items()
+    }
+
+
 def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fresh_driver(tmp_path, monkeypatch):
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     corpus = make_corpus(tmp_path / "corpus")
     with s3_server("data") as server, counting_proxy(server.endpoint) as proxy:
         opts = server.storage_options
@@ -168,18 +201,7 @@ def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fre
             },
             output={"url": "s3://data/stores", "storage_options": counted},
         )
-        killer = TaskKiller(scratch, "tokenize")
-        killer.start()
-        connect_ray(2)
-        try:
-            with contextlib.suppress(PipelineError):  # the killed task's rank, if Ray gave up on it: rerun below
-                run_pipeline(on_bucket, Home.resolve(tmp_path / "home-driver"))
-            killer.done.set()
-            assert len(killer.killed) == 2, "no tokenize task was seen running"
-            # a driver on another machine: an empty home, everything it needs is on the bucket
-            run_pipeline(on_bucket, Home.resolve(tmp_path / "home-fresh-driver"))
-        finally:
-            ray.shutdown()
+        killer = run_killed_then_fresh(on_bucket, scratch, tmp_path)
         reads = proxy.reads()
         inputs = download_tree(f"s3://data/work/local/{VERSION}/inputs", opts)
         store = download_tree(f"s3://data/stores/local/{VERSION}", opts)
@@ -189,15 +211,7 @@ def test_ray_on_a_bucket_gives_the_local_store_through_a_killed_worker_and_a_fre
         assert tokens_held(tmp_path / "home-local") != []  # the check sees what a local run keeps
         files = {p.relative_to(corpus).as_posix(): p.read_bytes() for p in corpus.rglob("*") if p.is_file()}
         assert_driver_reads_bounded(reads[DRIVER], files)
-        dealt = {
-            int(name.split(".")[0]): {
-                f"{folder.split('/corpus/', 1)[1].rstrip('/')}/{rel}".lstrip("/")
-                for shares in json.loads(body).values()
-                for _, folder, own in shares
-                for rel, _ in own
-            }
-            for name, body in inputs.items()
-        }
+        dealt = dealt_files(inputs)
         assert sorted(f for own in dealt.values() for f in own) == sorted(files)  # each file dealt once
         assert_tasks_read_their_own(reads, dealt)
         assert {c.rsplit("-", 1)[0] for c in reads if c.startswith("millrace-") and c != DRIVER} >= {

@@ -13,29 +13,11 @@ import pytest
 from loader import MixtureStream
 from millrace.errors import ArtifactError
 from testkit.manifests import ManifestFrame, make_manifest
-from testkit.stores import RANDOM, StoreContents, StoreTokenizer, write_store, write_tokenizer
+from testkit.stores import RANDOM, StoreContents, StoreTokenizer, many_shard_store, tagged_store, write_store
 
 EOS = RANDOM.eos
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def many_shard_store(home, cells: int, shards: int, documents: int = 40) -> Path:
-    """`cells` cells of `shards` shards each, every shard `documents` short documents."""
-    rng = np.random.default_rng(3)
-    layout = {}
-    for c in range(cells):
-        layout[f"c{c:02d}"] = [
-            [
-                (np.append(rng.integers(2, 400, size=int(n)), EOS).astype(np.uint16), 0)
-                for n in rng.integers(1, 12, size=documents)
-            ]
-            for _ in range(shards)
-        ]
-    tokenizer = StoreTokenizer(500, EOS, path="tokenizer/tokenizer.json")
-    root = write_store(home, "many", "2026.01.01", StoreContents(layout, ["only"]), tokenizer)
-    write_tokenizer(root / "tokenizer" / "tokenizer.json")
-    return root
 
 
 def drawing_every_window(home, store: Path, seq_len: int = 16, batch: int = 64) -> Path:
@@ -165,22 +147,6 @@ def test_built_manifest_stays_small_at_200_cells_of_2000_shards(home):
 
 
 # ---- shuffling ---------------------------------------------------------------------------
-
-
-def tagged_store(home, documents: int, sources: int, shards: int = 2) -> Path:
-    """One cell of `documents` documents in source order (runs of one source, as crawls come); document j's
-    tokens are all j + 2 (then EOS), so a window names the documents it holds."""
-    rng = np.random.default_rng(11)
-    source_of = np.sort(rng.integers(0, sources, size=documents))
-    docs = [
-        (np.append(np.full(int(rng.integers(3, 30)), j + 2), EOS).astype(np.uint16), int(source_of[j]))
-        for j in range(documents)
-    ]
-    per = -(-documents // shards)
-    contents = StoreContents(
-        {"x": [docs[i : i + per] for i in range(0, documents, per)]}, [f"s{i}" for i in range(sources)]
-    )
-    return write_store(home, "tagged", "2026.01.01", contents, StoreTokenizer(documents + 2, EOS))
 
 
 def window_documents(stream: MixtureStream, epoch: int) -> list[list[int]]:

@@ -19,28 +19,11 @@ from millrace.home import Home
 from mixtures.manifest import DOCUMENT_RUN, find_manifest, read_manifest
 from mixtures.resolve import phase_sequences
 from pipeline.store.format import Store, write_stats_only_store
+from testkit.revisions import write_revision_file
 from testkit.stores import EVEN, REFERENCE_STATS, grid, make_store
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = EVEN.version
-
-
-def write_revision(home: Home, mixture: str, revision: str, phases: list[dict], **extra) -> Path:
-    doc = {
-        "mixture": mixture,
-        "revision": revision,
-        "seed": 7,
-        "seq_len": 128,
-        "global_batch": 8,
-        "epoch_cap": 4.0,
-        "store": {"name": "local"},
-        "phases": phases,
-        **extra,
-    }
-    path = home.revisions / mixture / f"{revision}.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(tomli_w.dumps(doc))
-    return path
 
 
 def test_shipped_default_revisions_build_with_pinned_shards(store_home):
@@ -74,7 +57,7 @@ def test_shipped_default_revisions_build_with_pinned_shards(store_home):
 
 def test_build_is_idempotent_and_refuses_a_changed_revision(store_home):
     phases = [{"name": "main", "tokens": 40960, "weights": {"c00q0": 0.5, "c*q4": 0.5}}]
-    path = write_revision(store_home, "mine", "r1", phases)
+    path = write_revision_file(store_home, "mine", "r1", phases)
     first = mixtures.build_result(store_home, "mine", "r1")
     assert first.written
     before = first.path.read_bytes()
@@ -84,7 +67,7 @@ def test_build_is_idempotent_and_refuses_a_changed_revision(store_home):
     path.write_text("# a comment\n" + path.read_text())
     assert mixtures.build_result(store_home, "mine", "r1").manifest_hash == first.manifest_hash
     # Same inputs in another home give the same manifest hash.
-    write_revision(
+    write_revision_file(
         store_home, "mine", "r1", [{"name": "main", "tokens": 40960, "weights": {"c00q0": 0.6, "c*q4": 0.4}}]
     )
     with pytest.raises(
@@ -358,7 +341,7 @@ def test_newest_store_version_is_used_unless_pinned(store_home):
     make_store(store_home, {k: v * 2 for k, v in grid().items()}, replace(EVEN, version="2026.12.01"))
     manifest, _ = read_manifest(mixtures.build(store_home, "default", "natural"))
     assert manifest.store.version == "2026.12.01"
-    pinned = write_revision(
+    pinned = write_revision_file(
         store_home,
         "mine",
         "old",

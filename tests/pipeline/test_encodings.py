@@ -3,13 +3,12 @@ and every reader's documents have an origin (a dataset's rows too)."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
 
 from pipeline.config import parse_pipeline_config
-from testkit.warc import read_source
+from testkit.warc import read_source, write_pages_warc
 
 TEXTS = {
     "iso-8859-1": "Par défaut, les bibliothèques sont installées à côté du système. "
@@ -90,19 +89,6 @@ def test_jsonl_and_json_files_not_in_utf8_are_read_in_the_detected_encoding(tmp_
     assert read_as["file"] == str(tmp_path / "in" / name) and read_as["encoding"]
 
 
-def _warc(path, pages: list[tuple[str, bytes, str]]) -> None:
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    with open(path, "wb") as out:
-        writer = WARCWriter(out, gzip=True)
-        for url, body, content_type in pages:
-            http = StatusAndHeaders("200 OK", [("Content-Type", content_type)], protocol="HTTP/1.1")
-            writer.write_record(
-                writer.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http)
-            )
-
-
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_warc_pages_are_read_by_http_charset_then_meta_then_detection(tmp_path, encoding):
     (tmp_path / "in").mkdir()
@@ -112,7 +98,7 @@ def test_warc_pages_are_read_by_http_charset_then_meta_then_detection(tmp_path, 
         ("https://x.example/meta", _page(text, encoding, True), "text/html"),
         ("https://x.example/none", _page(text, encoding, False), "text/html"),
     ]
-    _warc(tmp_path / "in" / "crawl.warc.gz", pages)
+    write_pages_warc(tmp_path / "in" / "crawl.warc.gz", pages)
     documents, _, listing = read_source(tmp_path, _source(tmp_path, "warc"))
     assert [d.metadata["url"] for d in documents] == [url for url, _, _ in pages]
     assert all(text in d.text and "\ufffd" not in d.text for d in documents)

@@ -5,34 +5,20 @@ input fingerprints as the same files on disk, and the file no source reads named
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.config import parse_pipeline_config
 from pipeline.steps.read.discovery import unread_files
 from pipeline.steps.read.readers import ReadStep, file_count
 from pipeline.work import input_listing
-from testkit.corpus import prose
+from testkit.corpus import write_mixed_folder
 from testkit.s3 import s3_server, upload_tree
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 pytestmark = pytest.mark.slow  # 10-13 s measured on this shared machine (load 11-15): a moto server and s3fs reads
-
-
-def mixed_folder(root: Path) -> Path:
-    """Parquet, JSON lines (one malformed line) and a CSV no source reads, in one folder."""
-    rng = random.Random(5)
-    root.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([{"id": f"p{i}", "text": prose(rng)} for i in range(5)]), root / "a.parquet")
-    lines = [json.dumps({"id": f"j{i}", "text": prose(rng)}) for i in range(4)] + ["not json"]
-    (root / "b.jsonl").write_text("\n".join(lines) + "\n")
-    (root / "c.csv").write_text("id,text\n")
-    return root
 
 
 def config(base: str, options: dict):
@@ -54,7 +40,7 @@ def documents(config, tmp: Path) -> list[tuple]:
 
 
 def test_sources_at_s3_urls_read_like_the_same_files_on_disk(tmp_path):
-    folder = mixed_folder(tmp_path / "mixed")
+    folder = write_mixed_folder(tmp_path / "mixed")
     with s3_server("corpus") as server:
         options = server.storage_options
         upload_tree(folder, "s3://corpus/mixed", options)

@@ -19,7 +19,7 @@ from pipeline.cells.held_out_split import (
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.format import ShardReader, Store
-from testkit.corpus import config_text, edit, make_corpus, prose, write_jsonl_zst
+from testkit.corpus import config_text, make_corpus, prose, write_jsonl_zst, write_overlapping_eval_set
 
 
 def by_fraction(**options):
@@ -102,17 +102,6 @@ def test_the_held_out_size_is_set_in_tokens():
     )
 
 
-def write_eval_set(path):
-    """Two of the corpus's own article texts, one of them edited a little, and three new texts."""
-    corpus_rng = random.Random(0)  # make_corpus's own sequence of texts
-    texts = [prose(corpus_rng) for _ in range(60)]
-    other = random.Random(99)
-    documents = [texts[10], texts[11], edit(random.Random(1), texts[12], 0.02)] + [prose(other) for _ in range(3)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in documents))
-    return documents
-
-
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory):
     root = tmp_path_factory.mktemp("split")
@@ -121,7 +110,7 @@ def store_path(tmp_path_factory):
     articles = [prose(corpus_rng) for _ in range(60)]
     long_note = {"id": "n-all", "text": "\n\n".join(articles)}  # every article inside one long training document
     write_jsonl_zst(corpus / "notes" / "z.jsonl.zst", [long_note])
-    write_eval_set(root / "sets" / "fresh.jsonl")
+    write_overlapping_eval_set(root / "sets" / "fresh.jsonl")
     config_path = root / "pipeline.toml"
     config_path.write_text(
         config_text(corpus) + "\n[validation]\nfraction = 0.1\nmax_documents_per_cell = 3\n"
@@ -205,7 +194,7 @@ def test_an_external_set_is_tokenized_into_the_store_and_its_overlap_reported(st
     eval_set = store.eval_set("fresh")
     assert summary.documents == eval_set.held.documents == 3  # the three new texts: the others are in training
     tokenizer = load_tokenizer(path / "tokenizer" / "tokenizer.json")
-    documents = write_eval_set(tmp_path / "again.jsonl")
+    documents = write_overlapping_eval_set(tmp_path / "again.jsonl")
     eos = store.manifest.tokenizer.eos_id
     stored = {
         d

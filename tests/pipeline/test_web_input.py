@@ -21,6 +21,7 @@ from pipeline.steps.read.readers import BadInputFile, ReadStep
 from pipeline.steps.tokenize.tokenization import load_tokenizer
 from pipeline.store.format import ShardReader, Store
 from testkit.corpus import prose
+from testkit.warc import write_pages_warc
 
 HTML = """<html><head><title>Mill notes</title></head><body><nav>Home | About | Contact</nav>
 <article><h1>The mill race</h1><p>{body}</p></article><footer>Copyright 2026</footer></body></html>"""
@@ -31,17 +32,8 @@ def _lines(records) -> bytes:
 
 
 def _warc(path, pages: list[tuple[str, str]]) -> None:
-    from warcio.statusandheaders import StatusAndHeaders
-    from warcio.warcwriter import WARCWriter
-
-    with open(path, "wb") as out:
-        writer = WARCWriter(out, gzip=True)
-        for url, html in pages:
-            headers = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8")], protocol="HTTP/1.1")
-            record = writer.create_warc_record(
-                url, "response", payload=io.BytesIO(html.encode()), http_headers=headers
-            )
-            writer.write_record(record)
+    """The pages' HTML, UTF-8 as its header says, in a gzipped WARC."""
+    write_pages_warc(path, [(url, html.encode(), "text/html; charset=utf-8") for url, html in pages])
 
 
 def _stored_texts(path) -> list[str]:

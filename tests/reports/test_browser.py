@@ -518,6 +518,33 @@ def compare_exports_and_smoothing(tab: Tab) -> None:
     tab.page.fill("#compare-smooth", "0")
 
 
+def panels_share_one_x_range(tab: Tab) -> None:
+    """The compare page: every panel spans the same x range, its axes named with units; zooming one zooms them
+    all, a double click resets them, and the x axis switches to tokens."""
+
+    def ranges() -> list[list[float]]:
+        return tab.page.evaluate("""() => [...document.querySelectorAll('#c-train .tchart, #c-eval .tchart, '
+            + '#c-cells .tchart')].map(c => [c.uplot.scales.x.min, c.uplot.scales.x.max])""")
+
+    shown = ranges()
+    assert len(shown) >= 6 and all(r == [0, 299] for r in shown), shown
+    axes = tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes.map(a => a.label)")
+    assert axes == ["step", "loss (nats per token)"]
+    tab.page.locator("#p-loss .u-over").scroll_into_view_if_needed()
+    box = tab.page.locator("#p-loss .u-over").bounding_box()
+    tab.page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
+    tab.page.mouse.down()
+    tab.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2, steps=5)
+    tab.page.mouse.up()
+    zoomed = ranges()
+    assert zoomed[0] != [0, 299] and all(r == zoomed[0] for r in zoomed), zoomed
+    assert 50 < zoomed[0][0] < zoomed[0][1] < 160
+    tab.page.dblclick("#p-grad .u-over")
+    assert all(r == [0, 299] for r in ranges())
+    tab.page.select_option("#x-axis", "tokens")
+    assert tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes[0].label") == "tokens trained"
+
+
 @pytest.mark.slow  # about 10 s on a shared machine: two pages driven as a user, every panel checked
 def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     tab = Tab(browser)
@@ -554,29 +581,7 @@ def test_pick_two_runs_from_the_index_and_compare_them(browser, compared_site):
     diff = tab.page.inner_text("#revision-diff")
     assert "main" in diff and "cooldown" in diff  # the two revisions' phases differ
     compare_exports_and_smoothing(tab)
-
-    # every panel spans the same x range, its axes named with units; zooming one zooms them all
-    def ranges() -> list[list[float]]:
-        return tab.page.evaluate("""() => [...document.querySelectorAll('#c-train .tchart, #c-eval .tchart, '
-            + '#c-cells .tchart')].map(c => [c.uplot.scales.x.min, c.uplot.scales.x.max])""")
-
-    shown = ranges()
-    assert len(shown) >= 6 and all(r == [0, 299] for r in shown), shown
-    axes = tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes.map(a => a.label)")
-    assert axes == ["step", "loss (nats per token)"]
-    tab.page.locator("#p-loss .u-over").scroll_into_view_if_needed()
-    box = tab.page.locator("#p-loss .u-over").bounding_box()
-    tab.page.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + box["height"] / 2)
-    tab.page.mouse.down()
-    tab.page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2, steps=5)
-    tab.page.mouse.up()
-    zoomed = ranges()
-    assert zoomed[0] != [0, 299] and all(r == zoomed[0] for r in zoomed), zoomed
-    assert 50 < zoomed[0][0] < zoomed[0][1] < 160
-    tab.page.dblclick("#p-grad .u-over")
-    assert all(r == [0, 299] for r in ranges())
-    tab.page.select_option("#x-axis", "tokens")
-    assert tab.page.evaluate("() => document.querySelector('#p-loss').uplot.axes[0].label") == "tokens trained"
+    panels_share_one_x_range(tab)
     tab.shot("compare")
     tab.check_clean()
     tab.close()

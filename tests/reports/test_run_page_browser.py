@@ -79,27 +79,9 @@ def drag(tab: Tab, chart: str, start: float, stop: float) -> None:
     tab.page.mouse.up()
 
 
-@pytest.mark.slow  # a 20,000-step stream (the issue's size) is read and cut into chunks
-def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(browser, spiky_site):
-    tab = open_run(browser, spiky_site)
-    assert tab.page.evaluate("() => document.body.dataset.resolution") == "thinned"
-    data = read_script(spiky_site.parent / "data" / "overview.js")
-    assert data["records"] == 20_000 and len(data["series"]["loss"]["s"]) <= 2 * 1000 + 2
-    top = tab.page.evaluate("() => { const u = document.getElementById('c-loss').uplot; return u.scales.y.max; }")
-    assert top >= SPIKE_LOSS  # the whole-run chart reaches the spike
-    # hover where the curve peaks: the legend names the spike's own step and value
-    into_view(tab, "c-loss")
-    where = tab.page.evaluate("""() => { const u = document.getElementById('c-loss').uplot;
-        const ys = u.data[1]; let best = 0; ys.forEach((v, i) => { if (v > ys[best]) best = i; });
-        const box = u.over.getBoundingClientRect();
-        return [box.left + u.valToPos(u.data[0][best], 'x'), box.top + u.valToPos(ys[best], 'y')]; }""")
-    tab.page.mouse.move(where[0], where[1])
-    legend = tab.page.inner_text("#c-loss .u-legend")
-    assert f"{SPIKE_STEP:,}" in legend and "12" in legend.split("loss", 1)[1], legend
-    # the band of the alert the spike raised, with its start step
-    assert tab.page.locator("#c-loss .band").count() == 1
-    assert f"step {SPIKE_STEP}" in tab.page.inner_text("#c-loss .band")
-    # the CSV holds every logged record, the spike among them
+def exports_hold_every_record(tab: Tab) -> None:
+    """The spiky run's CSV and JSON downloads: every logged record of the 20,000, the spike among them, and every
+    recorded field (per-group norms, dead experts, the windowed load entropy, alerts, tokens per cell)."""
     with tab.page.expect_download() as download:
         tab.page.click("#train-csv")
     rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
@@ -121,6 +103,29 @@ def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(
     ]
     assert rows[SPIKE_STEP]["alerts/active"] == "1" and rows[SPIKE_STEP]["expert_load.window_entropy/layer 0"]
     assert any(key.startswith("realised_tokens_per_cell/") for key in rows[0])
+
+
+@pytest.mark.slow  # a 20,000-step stream (the issue's size) is read and cut into chunks
+def test_a_one_step_spike_in_20000_steps_is_drawn_named_by_hover_and_in_the_csv(browser, spiky_site):
+    tab = open_run(browser, spiky_site)
+    assert tab.page.evaluate("() => document.body.dataset.resolution") == "thinned"
+    data = read_script(spiky_site.parent / "data" / "overview.js")
+    assert data["records"] == 20_000 and len(data["series"]["loss"]["s"]) <= 2 * 1000 + 2
+    top = tab.page.evaluate("() => { const u = document.getElementById('c-loss').uplot; return u.scales.y.max; }")
+    assert top >= SPIKE_LOSS  # the whole-run chart reaches the spike
+    # hover where the curve peaks: the legend names the spike's own step and value
+    into_view(tab, "c-loss")
+    where = tab.page.evaluate("""() => { const u = document.getElementById('c-loss').uplot;
+        const ys = u.data[1]; let best = 0; ys.forEach((v, i) => { if (v > ys[best]) best = i; });
+        const box = u.over.getBoundingClientRect();
+        return [box.left + u.valToPos(u.data[0][best], 'x'), box.top + u.valToPos(ys[best], 'y')]; }""")
+    tab.page.mouse.move(where[0], where[1])
+    legend = tab.page.inner_text("#c-loss .u-legend")
+    assert f"{SPIKE_STEP:,}" in legend and "12" in legend.split("loss", 1)[1], legend
+    # the band of the alert the spike raised, with its start step
+    assert tab.page.locator("#c-loss .band").count() == 1
+    assert f"step {SPIKE_STEP}" in tab.page.inner_text("#c-loss .band")
+    exports_hold_every_record(tab)
     # what the load-entropy alert watches, with its threshold drawn; dead experts; per-group norms
     for chart in ("c-loadent", "c-dead", "c-groups"):
         tab.chart(chart)

@@ -10,18 +10,9 @@ import pytest
 from millrace.artifacts import canonical_json
 from millrace.cli import main as millrace
 from millrace.errors import ConfigError
+from testkit.ladder_records import write_evaluated_ladder
 from trainer.ladder.compare import compare_points
-from trainer.ladder.results import write_ladder
 from trainer.ladder.scaling_law import Law, Point, fit_law, fit_report, predict, solve_law
-from trainer.records import (
-    LadderPlanRecord,
-    LadderRecord,
-    PlannedRung,
-    RungParams,
-    RungResult,
-    RunRecord,
-    write_run,
-)
 
 REFERENCE_LAW = Law(L_inf=1.6, A=95.18, alpha=0.0941)  # the reference team's earlier fit
 RUNG_FLOPS = [5.5e19, 2.7e20, 1.8e21, 9.2e21]
@@ -220,72 +211,10 @@ def test_a_fit_past_any_float_A_is_held_at_the_limit_and_flagged_in_one_line(tmp
     assert math.isfinite(json.loads(out)["predictions"][0]["loss"])
 
 
-def eval_line(step, macro, other):
-    return {
-        "schema": "millrace.eval/1",
-        "step": step,
-        "tokens": step * 100,
-        "seconds": 1.0,
-        "loss": {
-            "macro": macro,
-            "micro": macro + 0.01,
-            "cell": {},
-            "domain": {},
-            "bucket": {},
-            "source": {},
-            "set": {"other": other},
-        },
-        "bpb": {"macro": macro / 2, "micro": macro / 2},
-        "sequences": {},
-    }
-
-
-def fake_ladder(home, losses, other):
-    """A ladder.json whose rungs' runs hold eval.jsonl files as the trainer writes them."""
-    rungs, results = [], []
-    for i, (flops, loss) in enumerate(zip(RUNG_FLOPS, losses)):
-        run = f"ladder-fake-rev-r{i}-s0"
-        run_dir = home.run(run)
-        run_dir.mkdir(parents=True)
-        write_run(run_dir, RunRecord(run=run, status="completed"))
-        lines = [eval_line(5, loss + 1.0, other[i] + 1.0), eval_line(10, loss, other[i])]
-        (run_dir / "eval.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-        rungs.append(planned_rung(f"r{i}", flops))
-        results.append(RungResult(rung=f"r{i}", revision="rev", seed=0, run=run, flops=flops))
-    plan = LadderPlanRecord(
-        ladder="fake",
-        file="fake.toml",
-        mixture="m",
-        revision="rev",
-        seq_len=32,
-        rungs=rungs,
-        target=planned_rung("big", 1e23),
-    )
-    write_ladder(
-        home,
-        LadderRecord(ladder="fake", metric="loss.macro", asymptote=1.6, results=results, plan=plan),
-    )
-
-
-def planned_rung(name: str, flops: float) -> PlannedRung:
-    """A rung of a plan with the FLOPs the fit reads (the shape does not matter to it)."""
-    return PlannedRung(
-        name=name,
-        d_model=8,
-        layers=1,
-        params=RungParams(total=1, active=1),
-        tokens=1,
-        steps=1,
-        batch=1,
-        lr=1e-3,
-        flops=flops,
-    )
-
-
 def test_points_file_and_rung_path_give_the_same_fit(home, tmp_path, capsys):
     losses = [REFERENCE_LAW.loss(f) + d for f, d in zip(RUNG_FLOPS, [0.003, -0.002, 0.001, -0.001])]
     other = [loss + 0.5 for loss in losses]
-    fake_ladder(home, losses, other)
+    write_evaluated_ladder(home, RUNG_FLOPS, losses, other)
     points = tmp_path / "points.json"
     points.write_text(
         json.dumps(
@@ -327,7 +256,7 @@ def test_points_file_and_rung_path_give_the_same_fit(home, tmp_path, capsys):
 
 
 def test_a_rung_without_held_out_evaluation_is_refused_naming_the_file(home, capsys):
-    fake_ladder(home, [3.0, 2.9, 2.8, 2.7], [3.0] * 4)
+    write_evaluated_ladder(home, RUNG_FLOPS, [3.0, 2.9, 2.8, 2.7], [3.0] * 4)
     (home.run("ladder-fake-rev-r2-s0") / "eval.jsonl").unlink()
     assert millrace(["ladder", "fit", "fake"]) != 0
     err = capsys.readouterr().err

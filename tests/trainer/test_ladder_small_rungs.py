@@ -17,10 +17,10 @@ from millrace.home import Home
 from mixtures.build import build
 from mixtures.catalog import SHIPPED
 from mixtures.manifest import read_manifest
+from testkit.ladders import demo_micro_ladder
 from trainer.ladder.plan import plan_ladder
 from trainer.ladder.rung_revision import build_rung_revision, resolve_base, rung_problem
 
-TINY = Path(__file__).parents[2] / "trainer" / "configs" / "tiny.toml"
 REFERENCE_STATS = Path(__file__).parents[2] / "mixtures" / "examples" / "reference" / "available_tokens.json"
 DEFAULT_REVISIONS = sorted(p.stem for p in (SHIPPED / "default").glob("*.toml"))
 REFERENCE_REVISIONS = sorted(p.stem for p in (SHIPPED / "reference").glob("*.toml"))
@@ -39,37 +39,6 @@ def stats_store(home: Home, tmp_path: Path, name: str, cells: dict[str, int], ve
         millrace(["--home", str(home.root), "store", "from-stats", str(stats), "--name", name, "--version", version])
         == 0
     )
-
-
-def micro_ladder(tmp_path: Path, mixture: str, revision: str, small_rungs: str = "raise", tpa: float = 12) -> Path:
-    """The demo's micro-ladder (trainer/configs/micro-ladder.toml) with a vocabulary (a stats-only store
-    names no tokenizer) and a fixed peak (no matmul measured)."""
-    base = tmp_path / "tiny-256.toml"
-    base.write_text(TINY.read_text().replace("vocab_size = 0", "vocab_size = 256"))
-    path = tmp_path / f"{mixture}-{revision}.toml"
-    path.write_text(f"""ladder = "micro"
-[base]
-config = "{base}"
-[mixture]
-mixture = "{mixture}"
-revision = "{revision}"
-[rules]
-widths = [8, 12, 16, 24]
-layers = [1, 1, 1, 2]
-tokens_per_active_param = {tpa}
-small_rungs = "{small_rungs}"
-[rules.batch_rule]
-coefficient = 0.03
-minimum = 4
-maximum = 16
-[target]
-name = "d32"
-d_model = 32
-layers = 2
-[here]
-peak_flops = 1e10
-""")
-    return path
 
 
 def base_builds(home: Home, mixture: str, revision: str) -> bool:
@@ -111,7 +80,7 @@ def test_every_shipped_default_revision_scales_to_every_rung_on_1_to_200_cells(h
     raised = 0
     for revision in built:
         rungs = assert_every_rung_builds_as_planned(
-            home, micro_ladder(tmp_path, "default", revision), "default", revision
+            home, demo_micro_ladder(tmp_path, "default", revision), "default", revision
         )
         raised += sum(r.raised_from is not None for r in rungs)
     if cells >= 35:  # 35 cells: the cooldown of 12 sequences at d8 can't hold them (the failing fresh clone)
@@ -124,14 +93,14 @@ def test_every_shipped_reference_revision_scales_to_a_micro_ladder(home, tmp_pat
     stats_store(home, tmp_path, "reference", cells, "2025.06.01")
     for revision in REFERENCE_REVISIONS:  # swap-108000 continues pre-swap: a rung trains its phases whole
         rungs = assert_every_rung_builds_as_planned(
-            home, micro_ladder(tmp_path, "reference", revision), "reference", revision
+            home, demo_micro_ladder(tmp_path, "reference", revision), "reference", revision
         )
         assert rungs[0].raised_from is not None  # seq 4096 and 200 cells: every micro rung is raised
 
 
 def test_a_raised_rung_is_the_smallest_budget_that_builds(home, tmp_path):
     stats_store(home, tmp_path, "local", generated_cells(39))
-    plan = plan_ladder(micro_ladder(tmp_path, "default", "natural"), home)
+    plan = plan_ladder(demo_micro_ladder(tmp_path, "default", "natural"), home)
     rung = plan.rungs[0]
     assert rung.raised_from is not None and "would get no sample" in rung.raised_because
     base = resolve_base(home, "default", "natural")
@@ -142,13 +111,13 @@ def test_a_raised_rung_is_the_smallest_budget_that_builds(home, tmp_path):
 
 def test_refuse_names_the_rung_and_the_tokens_per_parameter_that_builds(home, tmp_path, capsys):
     stats_store(home, tmp_path, "local", generated_cells(39))
-    ladder = micro_ladder(tmp_path, "default", "natural", small_rungs="refuse")
+    ladder = demo_micro_ladder(tmp_path, "default", "natural", small_rungs="refuse")
     assert millrace(["--home", str(home.root), "ladder", "plan", str(ladder)]) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(ladder) in err and "rung d8" in err, err
     tpa = float(err.split("tokens_per_active_param = ")[1].split()[0])
     assert tpa > 12
-    fixed = micro_ladder(tmp_path, "default", "natural", small_rungs="refuse", tpa=tpa)
+    fixed = demo_micro_ladder(tmp_path, "default", "natural", small_rungs="refuse", tpa=tpa)
     plan = plan_ladder(fixed, home)  # the value it names builds every rung, with nothing raised
     assert all(r.raised_from is None for r in plan.rungs + [plan.target])
     assert_every_rung_builds_as_planned(home, fixed, "default", "natural")
@@ -156,7 +125,7 @@ def test_refuse_names_the_rung_and_the_tokens_per_parameter_that_builds(home, tm
 
 def test_plan_shows_a_raised_rung(home, tmp_path, capsys):
     stats_store(home, tmp_path, "local", generated_cells(39))
-    ladder = micro_ladder(tmp_path, "default", "natural")
+    ladder = demo_micro_ladder(tmp_path, "default", "natural")
     assert millrace(["--home", str(home.root), "ladder", "plan", str(ladder)]) == 0
     out = capsys.readouterr().out
     assert "d8: tokens raised from " in out
