@@ -93,6 +93,17 @@ class Tab:
             timeout=30_000,
         )
 
+    def scales(self, chart_id: str) -> list[int]:
+        """A chart's x and y scale kinds (uPlot's distr: 1 linear, 3 log) and its number of series, scrolled to
+        and drawn first: what a log-axis or smoothing setting changes."""
+        self.chart(chart_id)
+        kinds: list[int] = self.page.evaluate(
+            "(id) => { const u = document.getElementById(id).uplot;"
+            " return [u.scales.x.distr, u.scales.y.distr, u.series.length - 1]; }",
+            chart_id,
+        )
+        return kinds
+
     def every_chart(self) -> None:
         """Scroll to each chart of a run page that waits to be drawn (one call), then back to the top."""
         self.page.evaluate("""async () => {

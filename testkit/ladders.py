@@ -4,6 +4,16 @@ ladder finished, with its record, is `testkit.ladder_records`)."""
 from pathlib import Path
 
 TINY = Path(__file__).parents[1] / "trainer" / "configs" / "tiny.toml"
+# the tables after [rules] of a small ladder that is run and fitted: two cheap evaluations, the loss floor fixed
+# (a fit of two or three rungs cannot find it), a fixed peak (no matmul measured)
+FITTED = """[eval]
+evaluations = 2
+max_sequences = 4
+[fit]
+asymptote = 1.0
+[here]
+peak_flops = 1e10
+"""
 
 
 def write_ladder(path: Path, name: str, revision: str, tables: str) -> Path:
@@ -45,6 +55,32 @@ max_sequences = 8
 [here]
 peak_flops = 1e10
 """,
+    )
+
+
+def e2e_ladder(tmp_path: Path) -> Path:
+    """Ladder `e2e` over revision `natural`: three rungs (widths 8, 12, 16) with an lr rule, a fit with a fixed
+    asymptote and a one-layer d24 target, small enough to run, fit, predict and train the next rung in a test."""
+    return write_ladder(
+        tmp_path / "e2e.toml",
+        "e2e",
+        "natural",
+        """[rules]
+widths = [8, 12, 16]
+layers = [1, 1, 1]
+tokens_per_active_param = 3
+batch = 4
+warmup_fraction = 0.1
+[rules.lr]
+base = 1e-2
+d_model_ref = 8
+batch_exponent = 0.0
+[target]
+name = "d24"
+d_model = 24
+layers = 1
+"""
+        + FITTED,
     )
 
 

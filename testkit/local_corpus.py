@@ -5,7 +5,7 @@
 - man:      English man pages (section 1), roff requests and escapes stripped;
 - licenses: /usr/share/common-licenses and /usr/share/doc/*/copyright.
 Documents are `datatrove` Documents with `metadata["source"]`; the order is sorted by id. `write_local_corpus`
-writes them as a pipeline's sources.
+writes them as a pipeline's sources, `cells_config_text` a pipeline config over them that makes cells.
 """
 
 from __future__ import annotations
@@ -95,3 +95,32 @@ def write_local_corpus(root: Path, per_source: int) -> tuple[list[str], int]:
     for source, records in by_source.items():
         write_jsonl_zst(root / source / "part-0.jsonl.zst", records)
     return sorted(by_source), len(documents)
+
+
+def cells_config_text(corpus: Path, sources: list[str], tasks: int, workers: int = 1) -> str:
+    """A pipeline config over `write_local_corpus`'s `sources` under `corpus` that cuts the store into cells:
+    four domains by five quality buckets, the prose as the quality reference (version 2026.01.03)."""
+    tables = "".join(f'[[sources]]\nname = "{s}"\npaths = ["{corpus / s}"]\nlanguage_id = false\n\n' for s in sources)
+    return (
+        tables
+        + f"""
+[dedup]
+fuzzy = false
+
+[tokenizer]
+vocab_size = 400
+
+[output]
+version = "2026.01.03"
+
+[executor]
+tasks = {tasks}
+workers = {workers}
+
+[quality]
+reference_sources = ["prose"]
+
+[domains]
+k = 4
+"""
+    )

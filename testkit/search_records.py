@@ -56,6 +56,47 @@ ARMS = {
 }
 
 
+# two one-cell components with made-up fingerprints, for the records' own tests (round trips, tampering)
+TWO_COMPONENTS = [
+    Component(name="c00q0", fingerprint="sha256:aa", cells=["c00q0"], tokens=10),
+    Component(name="c01q0", fingerprint="sha256:bb", cells=["c01q0"], tokens=30),
+]
+
+
+def two_component_row(proxy: str = "p000", macro: float = 2.5) -> ProxyRow:
+    """A finished proxy row over `TWO_COMPONENTS` (weights 0.25 and 0.75 in phase main) scoring `macro`."""
+    weights = [ComponentWeight(component="c00q0", fingerprint="sha256:aa", weight=0.25)]
+    weights.append(ComponentWeight(component="c01q0", fingerprint="sha256:bb", weight=0.75))
+    results = ProxyResults(step=4, bpb=EvalFigures(macro=macro, cell={"c00q0": 2.0}, set={"code": 3.0}))
+    return ProxyRow(
+        proxy=proxy,
+        run=f"s-{proxy}",
+        revision=f"s-{proxy}",
+        phases=[PhaseWeights(phase="main", weights=weights)],
+        status="done",
+        results=results,
+    )
+
+
+def two_component_plan(proxies: int) -> SwarmPlan:
+    """Search `demo`'s plan of `proxies` proxies over `TWO_COMPONENTS`, each with `two_component_row`'s weights."""
+    main = two_component_row().phases
+    return SwarmPlan(
+        search="demo",
+        spec_file="demo.toml",
+        spec={},
+        store=StoreRef(name="ref", version="v1", manifest_hash="sha256:cc"),
+        components=TWO_COMPONENTS,
+        prior=main,
+        branch=BranchPoint(run="base", revision="r", at_step=10, total_steps=100),
+        budget=ProxyBudget(tokens=4096, steps=4, phase_steps=[4], seq_len=32, global_batch=32),
+        proxies=[
+            PlannedProxy(proxy=f"p{i:03d}", run=f"s-p{i:03d}", revision="r", phases=main) for i in range(proxies)
+        ],
+        epochs=EpochCheck(feasible=True, epoch_cap=8.0),
+    )
+
+
 @dataclass(frozen=True)
 class Swarm:
     """The proxies' names, mixtures (proxy, phase, component) and measured scores, and the prior they were drawn

@@ -11,45 +11,16 @@ from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from pipeline.store.cli import store_summary
 from pipeline.store.format import Store
-from testkit.local_corpus import write_local_corpus
+from testkit.local_corpus import cells_config_text, write_local_corpus
 
 pytestmark = pytest.mark.slow  # every test reads one pipeline run with fitted cells (a module fixture of ~50 s)
 
 PER_SOURCE = 40
 
 
-def _config(root, sources, tasks, workers=1):
-    tables = "".join(
-        f'[[sources]]\nname = "{s}"\npaths = ["{root / "corpus" / s}"]\nlanguage_id = false\n\n' for s in sources
-    )
-    return (
-        tables
-        + f"""
-[dedup]
-fuzzy = false
-
-[tokenizer]
-vocab_size = 400
-
-[output]
-version = "2026.01.03"
-
-[executor]
-tasks = {tasks}
-workers = {workers}
-
-[quality]
-reference_sources = ["prose"]
-
-[domains]
-k = 4
-"""
-    )
-
-
 def _build(root, sources, tasks, executor=None, workers=1):
     config_path = root / f"pipeline-{tasks}.toml"
-    config_path.write_text(_config(root, sources, tasks, workers))
+    config_path.write_text(cells_config_text(root / "corpus", sources, tasks, workers))
     return run_pipeline(
         load_pipeline_config(config_path),
         Home.resolve(root / f"home-{tasks}-{executor}"),

@@ -16,6 +16,7 @@ from millrace.cli import main as millrace
 from millrace.errors import ConfigError
 from pipeline.config import load_pipeline_config
 from testkit.corpus import config_text, make_corpus
+from testkit.fuzz import write_toml
 
 REPO = Path(__file__).resolve().parents[2]
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -74,15 +75,6 @@ def _get(doc, path):
     for key in path:
         doc = doc[key]
     return doc
-
-
-def write_toml(path, doc) -> bool:
-    """False when the document is not expressible in TOML: nothing a user could write."""
-    try:
-        path.write_text(tomli_w.dumps(doc))
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def assert_one_line_naming(message, path):

@@ -7,13 +7,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from pipeline.store.format import Store
+from testkit.cli import run_millrace
 from testkit.corpus import config_text, make_corpus, store_files
 
 
@@ -38,12 +38,7 @@ def small_disk():
 
 
 def _run(config: Path, home: Path):
-    return subprocess.run(
-        [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_millrace(home, "pipeline", "run", str(config), "--json", timeout=300)
 
 
 @pytest.mark.slow
@@ -87,16 +82,6 @@ def _shrink_to(point: Path, free_bytes: int) -> None:
     assert _mount(point, f"{used + free_bytes}", remount=True)
 
 
-def _millrace(home: Path, *args: str):
-    return subprocess.run(
-        [sys.executable, "-m", "millrace", "--home", str(home), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-
-
 def _one_error_line(result) -> str:
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -113,7 +98,7 @@ def test_disk_full_in_train_and_report_build_one_line_no_temporaries_status_set(
     config = tiny_config()
     run = "full"
     _shrink_to(small_disk, 96 * 1024)  # room for run.json and the metrics lines, not for a checkpoint
-    failed = _millrace(
+    failed = run_millrace(
         home, "train", str(config), "--run", run, "--steps", "6", "--checkpoint-every", "3", "--no-progress"
     )
     line = _one_error_line(failed)
@@ -124,7 +109,7 @@ def test_disk_full_in_train_and_report_build_one_line_no_temporaries_status_set(
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
 
     _shrink_to(small_disk, 8 * 1024 * 1024)
-    resumed = _millrace(
+    resumed = run_millrace(
         home,
         "train",
         str(config),
@@ -141,7 +126,7 @@ def test_disk_full_in_train_and_report_build_one_line_no_temporaries_status_set(
     assert [json.loads(r)["step"] for r in (run_dir / "metrics.jsonl").read_text().splitlines()] == list(range(1, 7))
 
     _shrink_to(small_disk, 0)
-    report = _millrace(home, "report", "build", "--json")
+    report = run_millrace(home, "report", "build", "--json")
     line = _one_error_line(report)
     assert line.startswith(f"error: no space left on device writing {home / 'site'}"), line
     assert not list((home / "site").rglob(".*.tmp"))

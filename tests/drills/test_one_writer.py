@@ -17,6 +17,7 @@ import pytest
 
 from millrace.writer_lock import Locked, WriterLock, holder_state
 from pipeline.store.format import Store
+from testkit.cli import start_millrace
 from testkit.corpus import config_text, make_corpus
 from testkit.ladders import micro_ladder
 from trainer.ladder.ladder_fit import fit_ladder
@@ -45,18 +46,6 @@ def holding(lock: Path) -> Iterator[subprocess.Popen]:
     finally:
         holder.kill()
         holder.wait()
-
-
-def _millrace(home: Path, *args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "millrace", "--home", str(home), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-        **kwargs,
-    )
 
 
 def _wait_for_holder(lock: Path, pid: int, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -139,12 +128,12 @@ def test_two_pipeline_runs_of_one_version_one_builds_the_other_is_refused(tmp_pa
     config = tmp_path / "pipeline.toml"
     config.write_text(config_text(corpus, version=VERSION))
     home = tmp_path / "home"
-    first = _millrace(home, "pipeline", "run", str(config), "--json")
+    first = start_millrace(home, "pipeline", "run", str(config), "--json")
     lock = home / "stores" / "local" / f".{VERSION}.lock"
     _wait_for_holder(lock, first.pid, first)
     os.killpg(first.pid, signal.SIGSTOP)  # the first is mid-build, whatever the machine's speed
     try:
-        second = _millrace(home, "pipeline", "run", str(config), "--json")
+        second = start_millrace(home, "pipeline", "run", str(config), "--json")
         _, err = second.communicate(timeout=300)
     finally:
         os.killpg(first.pid, signal.SIGCONT)
@@ -155,7 +144,7 @@ def test_two_pipeline_runs_of_one_version_one_builds_the_other_is_refused(tmp_pa
     store = home / "stores" / "local" / VERSION
     assert Store(store).verify() == []
     assert sorted(p.name for p in store.parent.iterdir()) == [f".{VERSION}.lock", VERSION]  # no orphan staging
-    again = _millrace(home, "pipeline", "run", str(config), "--json")
+    again = start_millrace(home, "pipeline", "run", str(config), "--json")
     assert again.wait(timeout=300) == 0  # "already built": the lock is free once the writer ended
 
 
@@ -163,7 +152,7 @@ def test_two_pipeline_runs_of_one_version_one_builds_the_other_is_refused(tmp_pa
 def test_two_trains_of_one_run_the_second_is_refused_and_the_first_is_intact(built, tiny_config):
     home, _ = built
     steps = 12
-    first = _millrace(
+    first = start_millrace(
         home.root,
         "train",
         str(tiny_config()),
@@ -179,9 +168,9 @@ def test_two_trains_of_one_run_the_second_is_refused_and_the_first_is_intact(bui
     os.killpg(first.pid, signal.SIGSTOP)
     try:
         other = tiny_config("other", optimizer={"lr": 1e-2})
-        second = _millrace(home.root, "train", str(other), "--run", "shared", "--steps", "6", "--no-progress")
+        second = start_millrace(home.root, "train", str(other), "--run", "shared", "--steps", "6", "--no-progress")
         _, err = second.communicate(timeout=300)
-        resumed = _millrace(home.root, "train", str(other), "--run", "shared", "--resume", "--no-progress")
+        resumed = start_millrace(home.root, "train", str(other), "--run", "shared", "--resume", "--no-progress")
         _, resumed_err = resumed.communicate(timeout=300)
     finally:
         os.killpg(first.pid, signal.SIGCONT)

@@ -5,99 +5,21 @@ sha256 in cell.json, the tokenizer's in store.json): `store verify` names the fi
 import json
 import shutil
 
-import numpy as np
 import pytest
 
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from millrace.home import Home
-from pipeline.steps.tokenize.tokenization import tokenizer_fingerprint, train_byte_level_bpe
 from pipeline.store.format import store_tokenizer
-from pipeline.store.trace import part_name, write_trace_part
-from testkit.stores import StoreContents, StoreFacts, StoreTokenizer, build_mixture, write_store
-
-SOURCES = ["web", "books"]
-EOS = "<|endoftext|>"
-WORDS = [
-    "river",
-    "mill",
-    "wheel",
-    "water",
-    "channel",
-    "stone",
-    "grain",
-    "flour",
-    "weir",
-    "sluice",
-    "race",
-    "gate",
-    "current",
-    "bank",
-    "meadow",
-    "miller",
-    "season",
-    "harvest",
-    "bread",
-    "oven",
-]
-
-
-def documents(rng, count):
-    return [" ".join(rng.choice(WORDS, size=int(rng.integers(12, 40)))) for _ in range(count)]
+from pipeline.store.trace import part_name
+from testkit.damage import flip_byte
+from testkit.traced_stores import SOURCES, write_traced_store
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     """A store with a trained tokenizer and the pipeline's trace parts, written with the store's own writers."""
-    root = tmp_path_factory.mktemp("drill-pins")
-    home = Home.resolve(root / "home")
-    rng = np.random.default_rng(0)
-    texts = {"c00q0": documents(rng, 40), "c01q1": documents(rng, 30)}
-    tokenizer_file = train_byte_level_bpe([t for cell in texts.values() for t in cell], 300, EOS, root / "tok.json")
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    eos = tokenizer.token_to_id(EOS)
-    store_dir = home.store("t", "2026.01.01")
-    cells, stats = {}, {}
-    for cell, cell_texts in texts.items():
-        docs = [
-            (np.asarray(tokenizer.encode(text).ids + [eos], dtype=np.uint16), i % 2)
-            for i, text in enumerate(cell_texts)
-        ]
-        lengths = np.asarray([len(d) for d, _ in docs], dtype=np.int64)
-        columns = {
-            "shard": np.zeros(len(docs), np.int64),
-            "document": np.arange(len(docs)),
-            "token_start": np.concatenate([[0], np.cumsum(lengths)[:-1]]),
-            "tokens": lengths,
-            "source": [SOURCES[s] for _, s in docs],
-            "id": [f"{cell}-{i}" for i in range(len(docs))],
-            "origin": [f"/corpus/{cell}.jsonl"] * len(docs),
-            "position": np.arange(1, len(docs) + 1),
-        }
-        part = write_trace_part(store_dir / "cells" / cell, 0, columns, shards=1)
-        cells[cell], stats[cell] = [docs], {"trace": {"parts": [part]}}
-    write_store(
-        home,
-        "t",
-        "2026.01.01",
-        StoreContents(cells, SOURCES),
-        StoreTokenizer(
-            tokenizer.get_vocab_size(), eos, tokenizer_fingerprint(tokenizer_file), "tokenizer/tokenizer.json"
-        ),
-        facts=StoreFacts(cell_stats=stats),
-    )
-    (store_dir / "tokenizer").mkdir()
-    shutil.copyfile(tokenizer_file, store_dir / "tokenizer" / "tokenizer.json")
-    build_mixture(home, tokens=32 * 8 * 4, seq_len=32, global_batch=8)
-    return home
-
-
-def flip_middle_byte(path):
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
+    return write_traced_store(tmp_path_factory.mktemp("drill-pins"))
 
 
 def alter_tokenizer(path):
@@ -123,7 +45,7 @@ def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine
     store_dir = home.store("t", "2026.01.01")
     if fault == "trace part":
         target = store_dir / "cells" / "c00q0" / part_name(0)
-        flip_middle_byte(target)
+        flip_byte(target)
     else:
         target = store_dir / "tokenizer" / "tokenizer.json"
         alter_tokenizer(target)

@@ -17,23 +17,12 @@ import pytest
 from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
+from testkit.cli import child_env, run_millrace, start_millrace
 from testkit.corpus import config_text, make_corpus, store_files
 from trainer.loop import train
 from trainer.train_request import TrainRequest
 
 STEPS = 16
-ENV = {**os.environ, "PYTHONPATH": os.getcwd()}
-
-
-def _millrace(home, *args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "millrace", "--home", str(home), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        env=ENV,
-    )
 
 
 def _logged_steps(run_dir) -> list[int]:
@@ -47,14 +36,7 @@ def _losses(run_dir) -> dict[int, float]:
 
 
 def _json(home, *args):
-    done = subprocess.run(
-        [sys.executable, "-m", "millrace", "--home", str(home), *args, "--json"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-    )
-    return json.loads(done.stdout)
+    return json.loads(run_millrace(home, *args, "--json", timeout=300).stdout)
 
 
 @pytest.mark.slow
@@ -64,7 +46,7 @@ def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues
     train(config, home, TrainRequest(run="term-straight", steps=STEPS))
     for attempt in range(3):  # a quiet machine can finish before the signal lands: again, under a new name
         run = f"term-{attempt}"
-        victim = _millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--no-progress")
+        victim = start_millrace(home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--no-progress")
         deadline = time.monotonic() + 300
         while victim.poll() is None and time.monotonic() < deadline and len(_logged_steps(home.run(run))) < 2:
             time.sleep(0.005)
@@ -89,7 +71,7 @@ def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues
     assert not list((run_dir / "checkpoints").glob(".tmp-step-*"))
     assert _json(home.root, "train", "status", run)["state"] == "interrupted"
 
-    killed = _millrace(
+    killed = start_millrace(
         home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume", "--no-progress"
     )
     while killed.poll() is None and len(_logged_steps(run_dir)) <= stopped:
@@ -101,7 +83,7 @@ def test_sigterm_mid_run_checkpoints_says_how_to_resume_and_the_resume_continues
     rows = {row["run"]: row for row in _json(home.root, "runs", "list")["runs"]}
     assert rows[run]["status"] == "stale"
 
-    resumed = _millrace(
+    resumed = start_millrace(
         home.root, "train", str(config), "--run", run, "--steps", str(STEPS), "--resume", "--no-progress"
     )
     _, err = resumed.communicate(timeout=600)
@@ -140,7 +122,7 @@ def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_giv
             [*harness, target, str(stamp)],
             capture_output=True,
             text=True,
-            env=ENV,
+            env=child_env(),
             start_new_session=True,
             timeout=120,
         )
@@ -152,12 +134,6 @@ def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_giv
         # the stop's own line, or the watchdog's (the same command, as it was given) when it could not unwind
         assert "continue with: millrace " in said[-1] and f"pipeline run {config}" in said[-1], (phase, said[-3:])
         assert not (home / "stores" / "local" / "2026.05.01" / "store.json").exists()
-    rerun = subprocess.run(
-        [sys.executable, "-m", "millrace", "--home", str(home), "pipeline", "run", str(config), "--json"],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-    )
+    rerun = run_millrace(home, "pipeline", "run", str(config), "--json", timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert store_files(home / "stores" / "local" / "2026.05.01") == store_files(expected)

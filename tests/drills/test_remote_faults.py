@@ -26,6 +26,7 @@ from loader.files import ReadOptions, StoreAccess
 from millrace.cli import main as millrace
 from millrace.errors import ArtifactError
 from testkit.batches import batch_digest
+from testkit.damage import flip_byte
 from testkit.manifests import ManifestFrame, make_manifest
 from testkit.s3 import s3_server
 from testkit.stores import RANDOM, make_store
@@ -206,9 +207,7 @@ def test_a_damaged_cache_entry_is_fetched_again_not_blamed_on_the_object(copied,
     held = victim.with_suffix(".have").read_bytes()
     chunk = 64 << 10
     at = held.index(1) * chunk + min(chunk, victim.stat().st_size - held.index(1) * chunk) // 2  # inside a held chunk
-    data = bytearray(victim.read_bytes())
-    data[at] ^= 0xFF
-    victim.write_bytes(bytes(data))
+    data = flip_byte(victim, at, 0xFF)
     caplog.set_level(logging.WARNING, logger="loader.files")
     assert batch_digest(stream(copied, proxy, cache).batch(0)) == expected  # a new process: nothing checked yet
     assert len(proxy.ranged) > fetched, "the damaged chunk is fetched again"

@@ -10,7 +10,7 @@ from millrace.cli import main as millrace
 from millrace.home import Home
 from mixtures.build import build
 from mixtures.new import NewRevision, new_revision
-from testkit.ladders import write_ladder
+from testkit.ladders import FITTED, write_ladder
 from testkit.stores import make_store
 from trainer.ladder.results import read_ladder
 from trainer.ladder.run import run_ladder
@@ -45,14 +45,8 @@ widths = [8, 12]
 layers = [1, 1]
 tokens_per_active_param = 2
 batch = 4
-[eval]
-evaluations = 2
-max_sequences = 4
-[fit]
-asymptote = 1.0
-[here]
-peak_flops = 1e10
-""",
+"""
+        + FITTED,
     )
     run_ladder(path, home)
     return home

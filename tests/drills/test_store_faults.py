@@ -12,6 +12,7 @@ import pytest
 from loader import MixtureStream
 from millrace.errors import ArtifactError
 from millrace.home import Home
+from testkit.damage import flip_byte
 from testkit.stores import build_mixture, make_store
 
 CELLS = {"c00q0": 4000, "c01q1": 3000}
@@ -23,12 +24,6 @@ def pristine(tmp_path_factory):
     make_store(home, CELLS)
     build_mixture(home, tokens=32 * 8 * 4, seq_len=32, global_batch=8)
     return home
-
-
-def flip_byte(path):
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 def truncate(path):

@@ -5,6 +5,7 @@ import pytest
 
 from loader import MixtureStream
 from millrace.errors import ArtifactError
+from testkit.damage import flip_byte
 from testkit.manifests import make_manifest
 from testkit.stores import RANDOM, make_store
 
@@ -20,14 +21,6 @@ def store_and_manifest(home):
 
 def shard_file(store, cell, shard, suffix):
     return store / "cells" / cell / f"shard_{shard:05d}{suffix}"
-
-
-def flip_byte(victim, at, mask):
-    """XOR one byte of `victim` with `mask` (same size and structure, different content); its new bytes."""
-    raw = bytearray(victim.read_bytes())
-    raw[at] ^= mask
-    victim.write_bytes(bytes(raw))
-    return raw
 
 
 def read_every_window(path):
@@ -75,7 +68,7 @@ def test_altered_idx_is_named(store_and_manifest):
 def test_flipped_bin_byte_is_named_with_its_byte_range_when_read(store_and_manifest):
     store, path = store_and_manifest
     victim = shard_file(store, "a", 1, ".bin")
-    raw = flip_byte(victim, victim.stat().st_size // 2, 0x01)
+    raw = flip_byte(victim)
     stream = MixtureStream(path, prefetch=0)
     a = stream.cell_names.index("a")
     stream._space.read(np.asarray([a]), np.asarray([0]), np.asarray([0]), True)  # shard 0 only: fine

@@ -8,6 +8,7 @@ import pytest
 from loader import MixtureStream
 from millrace.errors import ArtifactError
 from testkit.batches import epoch_stream
+from testkit.damage import flip_byte
 from testkit.manifests import ManifestFrame, make_manifest
 from testkit.stores import RANDOM, StoreContents, StoreTokenizer, write_store
 
@@ -70,10 +71,8 @@ def test_every_window_of_several_epochs_equals_the_rebuilt_epoch_stream(home, st
 
 def test_a_flipped_byte_in_a_later_chunk_is_named_with_that_chunks_range(home, store):
     victim = store / "cells" / "x" / "shard_00001.bin"
-    raw = bytearray(victim.read_bytes())
-    assert len(raw) > 70_000
-    raw[70_000] ^= 0x01
-    victim.write_bytes(bytes(raw))
+    assert victim.stat().st_size > 70_000
+    raw = flip_byte(victim, 70_000)
     stream = MixtureStream(
         make_manifest(home, store, [{"x": 40, "y": 8}], ManifestFrame(seq_len=SEQ_LEN, document_block=BLOCK)),
         prefetch=0,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.s3 import free_port
+from testkit.ports import free_port
 
 DRIVER = """
 from millrace.errors import MillraceError

@@ -7,6 +7,7 @@ from millrace.home import Home
 from pipeline.config import load_pipeline_config
 from pipeline.runner import run_pipeline
 from testkit.corpus import config_text, make_corpus
+from testkit.damage import flip_byte
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +38,7 @@ def test_verify_names_the_damaged_shard(store_path, tmp_path, capsys):
     shutil.copytree(store_path, copy)
     assert main(["store", "verify", str(copy)]) == 0
     shard = min((copy / "cells" / "notes").glob("*.bin"))
-    data = bytearray(shard.read_bytes())
-    data[0] ^= 1
-    shard.write_bytes(bytes(data))
+    flip_byte(shard, 0)
     capsys.readouterr()
     assert main(["store", "verify", str(copy), "--json"]) == 2
     report = json.loads(capsys.readouterr().out)

@@ -15,7 +15,7 @@ from reports import build_site
 from reports.run_data import DATA_DIR, read_script
 from testkit import factory
 from testkit.browser import Tab
-from trainer.records import AlertEvent, Alerts, ExpertLoad, MetricsRecord, RunRecord, write_run
+from testkit.metrics_records import drifting_loads_record, write_recorded_run
 
 STEPS, LAYERS, EXPERTS = 40, 2, 4
 
@@ -29,58 +29,25 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     revisions = factory.make_small_revisions(home)
     factory.write_contract_metrics(home, "first", revisions["natural"], steps=STEPS)
     factory.write_contract_metrics(home, "second", revisions["uniform-sampling"], steps=STEPS // 2)
-    run_dir = home.run("loads")
-    run_dir.mkdir(parents=True)
-    write_run(run_dir, RunRecord(run="loads", total_steps=STEPS, status="completed"))
-    (run_dir / "metrics.jsonl").write_text("".join(_record(step).line() + "\n" for step in range(STEPS)))
+    write_recorded_run(home.run("loads"), [drifting_loads_record(step, LAYERS, EXPERTS) for step in range(STEPS)])
     build_site(home, home.root / "site")
     return home.root / "site"
-
-
-def _record(step: int) -> MetricsRecord:
-    alerts = None
-    if step == 7:
-        alerts = Alerts(started=[AlertEvent(name="loss_jump", value=9.0, threshold=3.0, message="loss 9 jumped")])
-    elif step == 8:
-        alerts = Alerts(ended=["loss_jump"])
-    return MetricsRecord(
-        step=step,
-        loss=3.0 - 0.01 * step,
-        tokens=100 * (step + 1),
-        expert_load=[
-            ExpertLoad(
-                layer=layer, load=[0.25 + 0.001 * (step - 20) * (expert - 1.5) * (layer + 1) for expert in range(4)]
-            )
-            for layer in range(LAYERS)
-        ],
-        alerts=alerts,
-    )
-
-
-def _scales(tab: Tab, chart: str) -> list[int]:
-    """A chart's x and y scale kinds (uPlot's distr: 1 linear, 3 log) and its number of series."""
-    tab.page.locator(f"#{chart} .u-over").scroll_into_view_if_needed()
-    return tab.page.evaluate(
-        "(id) => { const u = document.getElementById(id).uplot;"
-        " return [u.scales.x.distr, u.scales.y.distr, u.series.length - 1]; }",
-        chart,
-    )
 
 
 def test_compare_takes_log_x_and_each_panels_own_settings_kept_in_the_address(browser, site: Path) -> None:
     tab = Tab(browser)
     tab.open(site / "compare.html", "?runs=first,second")
     tab.page.wait_for_selector("#p-grad .u-over")
-    assert _scales(tab, "p-grad") == [1, 1, 2] and _scales(tab, "p-loss") == [1, 1, 2]
+    assert tab.scales("p-grad") == [1, 1, 2] and tab.scales("p-loss") == [1, 1, 2]
     tab.page.check("#compare-logx")
-    assert "logx=1" in tab.page.url and _scales(tab, "p-loss")[0] == 3 and _scales(tab, "p-lr")[0] == 3
+    assert "logx=1" in tab.page.url and tab.scales("p-loss")[0] == 3 and tab.scales("p-lr")[0] == 3
     # one panel's own settings, under it: the others keep following the controls above
     tab.page.fill("#p-grad .chart-smooth", "0.3")
     tab.page.dispatch_event("#p-grad .chart-smooth", "change")
     tab.page.check("#p-grad .chart-logy")
     tab.page.uncheck("#p-grad .chart-logx")
     assert "charts=p-grad%3A0.3%3Ay" in tab.page.url
-    assert _scales(tab, "p-grad") == [1, 3, 4] and _scales(tab, "p-loss") == [3, 1, 2]  # 2 runs, each smoothed
+    assert tab.scales("p-grad") == [1, 3, 4] and tab.scales("p-loss") == [3, 1, 2]  # 2 runs, each smoothed
     labels = tab.page.evaluate("() => document.getElementById('p-grad').uplot.series.map((s) => s.label)")
     assert "first, smoothed (EMA 0.3)" in labels
     # a shared address opens on the same view; "as above" drops a panel's own
@@ -89,12 +56,12 @@ def test_compare_takes_log_x_and_each_panels_own_settings_kept_in_the_address(br
     shared.page.wait_for_selector("#p-grad .u-over")
     assert shared.page.is_checked("#compare-logx") and shared.page.is_checked("#compare-log")
     assert shared.page.input_value("#compare-smooth") == "0.5"
-    assert _scales(shared, "p-grad") == [3, 1, 4] and _scales(shared, "p-loss") == [3, 3, 4]
+    assert shared.scales("p-grad") == [3, 1, 4] and shared.scales("p-loss") == [3, 3, 4]
     assert shared.page.input_value("#p-grad .chart-smooth") == "0.2" and not shared.page.is_checked(
         "#p-grad .chart-logy"
     )
     shared.page.click("#p-grad .chart-reset")
-    assert "charts=" not in shared.page.url and _scales(shared, "p-grad") == [3, 3, 4]
+    assert "charts=" not in shared.page.url and shared.scales("p-grad") == [3, 3, 4]
     for t in (tab, shared):
         t.check_clean()
         t.close()
@@ -109,7 +76,8 @@ def test_the_json_export_holds_every_records_per_expert_loads_and_the_alerts(bro
     assert columns["step"] == list(range(STEPS))
     for layer in range(LAYERS):
         assert columns[f"expert_load.load/layer {layer}"] == [
-            pytest.approx(_record(step).expert_load[layer].load, rel=1e-12) for step in range(STEPS)
+            pytest.approx(drifting_loads_record(step, LAYERS, EXPERTS).expert_load[layer].load, rel=1e-12)
+            for step in range(STEPS)
         ]
     assert columns["alert_events"] == [
         {"step": 7, "event": "start", "name": "loss_jump", "message": "loss 9 jumped"},

@@ -15,59 +15,14 @@ from reports.expert_loads import LOADS_FILE, LOADS_SCRIPT
 from reports.run_data import DATA_DIR, read_script
 from reports.run_page import write_run_page, write_streamed_run_page
 from reports.training import load_run, open_run
-from trainer.records import (
-    AlertEvent,
-    Alerts,
-    ExpertLoad,
-    MetricsRecord,
-    RouterBias,
-    RunRecord,
-    write_run,
-)
+from testkit.metrics_records import every_field_record, write_recorded_run
+from trainer.records import MetricsRecord
 
 # each field's column prefix in the chunks ("" where it is one of the export's fixed columns)
 FIXED = {"step": "steps", "time": "seconds", "phase": "phase", "tokens": "tokens"}
 # fields that name a column rather than fill it, and an alert's message (text, on the page's alert list)
 NAMING = {("alerts", "started", "name"), ("expert_load", "layer"), ("router_bias", "layer")}
 TEXT = {("alerts", "started", "message")}
-
-
-def _record(step: int) -> MetricsRecord:
-    started = AlertEvent(name="loss_jump", value=9.0, threshold=3.0, message="jump", held_since=step)
-    numbers = {
-        name: 2 + step
-        for name, info in MetricsRecord.model_fields.items()
-        if info.annotation in (float | None, int | None)
-    }
-    return MetricsRecord(
-        **numbers
-        | dict(
-            step=step,
-            time=1.7e9 + step,
-            phase="main",
-            tokens=1000 * (step + 1),
-            param_norm_per_group={"experts": 3.0},
-            router_bias=[RouterBias(layer=layer, norm=0.1, max_abs=0.2) for layer in range(2)],
-            expert_load=[
-                ExpertLoad(
-                    layer=layer,
-                    load=[0.125 + 0.01 * expert * layer for expert in range(8)],
-                    max_violation=0.5,
-                    entropy=0.9,
-                    dead_experts=1,
-                    router_entropy=0.8,
-                    window_entropy=0.97,
-                )
-                for layer in range(2)
-            ],
-            loss_per_cell={"c00q0": 2.5},
-            loss_per_source={"wiki": 2.6},
-            realised_tokens_per_cell={"c00q0": 4096},
-            skipped=step == 1,
-            skipped_steps=step,
-            alerts=Alerts(started=[started], ended=["dead_expert"], active=["loss_jump"], values={"loss_jump": 9.5}),
-        )
-    )
 
 
 def _leaves(model: type[pydantic.BaseModel], path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -129,11 +84,8 @@ def read_script_rows(path: Path) -> list[list[float]]:
 
 
 def test_every_metrics_field_is_in_the_exports_streamed_and_held(tmp_path):
-    run_dir = tmp_path / "runs" / "r"
-    run_dir.mkdir(parents=True)
-    write_run(run_dir, RunRecord(run="r", total_steps=3, status="completed"))
-    records = [_record(step) for step in range(3)]
-    (run_dir / "metrics.jsonl").write_text("".join(r.line() + "\n" for r in records))
+    records = [every_field_record(step) for step in range(3)]
+    run_dir = write_recorded_run(tmp_path / "runs" / "r", records)
     write_streamed_run_page(open_run(run_dir), tmp_path / "streamed")
     _check(tmp_path / "streamed", records)
     write_run_page(load_run(run_dir), tmp_path / "held")

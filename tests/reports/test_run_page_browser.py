@@ -53,16 +53,6 @@ def x_range(tab: Tab, chart: str = "c-loss") -> list[float]:
     )
 
 
-def scales(tab: Tab, chart: str) -> list[int]:
-    """A chart's x and y scale kinds (uPlot's distr: 1 linear, 3 log) and its number of series."""
-    into_view(tab, chart)
-    return tab.page.evaluate(
-        "(id) => { const u = document.getElementById(id).uplot;"
-        " return [u.scales.x.distr, u.scales.y.distr, u.series.length - 1]; }",
-        chart,
-    )
-
-
 def drag(tab: Tab, chart: str, start: float, stop: float) -> None:
     """Press, move and release the mouse across `chart` from step `start` to step `stop`."""
     into_view(tab, chart)
@@ -186,16 +176,16 @@ def test_zoom_draws_every_record_of_the_range_and_double_click_resets(browser, s
     tab.page.dispatch_event("#c-grad .chart-smooth", "change")
     tab.page.check("#c-grad .chart-logx")
     assert "charts=c-grad%3A0.3%3Ax" in tab.page.url
-    assert scales(tab, "c-grad") == [3, 1, 2] and scales(tab, "c-loss") == [1, 1, 1]
+    assert tab.scales("c-grad") == [3, 1, 2] and tab.scales("c-loss") == [1, 1, 1]
     tab.page.check("#log-x")
-    assert "logx=1" in tab.page.url and scales(tab, "c-loss") == [3, 1, 1] and scales(tab, "c-lr")[0] == 3
+    assert "logx=1" in tab.page.url and tab.scales("c-loss") == [3, 1, 1] and tab.scales("c-lr")[0] == 3
     tab.page.click("#c-grad .chart-reset")
-    assert "charts=" not in tab.page.url and scales(tab, "c-grad") == [3, 1, 1]
+    assert "charts=" not in tab.page.url and tab.scales("c-grad") == [3, 1, 1]
     # a shared URL opens on the same view, each chart's own settings too
     shared = open_run(browser, spiky_site, "?x=tokens&from=13000&to=15000&log=1&smooth=0.5&charts=c-grad:0.2:x")
     assert shared.page.input_value("#x-axis") == "tokens" and shared.page.is_checked("#log-y")
     assert shared.page.input_value("#smooth") == "0.5"
-    assert scales(shared, "c-grad") == [3, 1, 2] and scales(shared, "c-loss") == [1, 3, 2]
+    assert shared.scales("c-grad") == [3, 1, 2] and shared.scales("c-loss") == [1, 3, 2]
     assert shared.page.input_value("#c-grad .chart-smooth") == "0.2" and shared.page.is_checked("#c-grad .chart-logx")
     shared.page.wait_for_function("() => document.body.dataset.resolution === 'full'", timeout=30_000)
     tokens = shared.page.evaluate("() => document.getElementById('c-loss').uplot.scales.x.min")

@@ -10,26 +10,15 @@ import pytest
 from millrace.artifacts import write_artifact
 from millrace.errors import ArtifactError, ConfigError
 from millrace.home import Home
-from trainer.records import EvalFigures
+from testkit.search_records import TWO_COMPONENTS, two_component_plan, two_component_row
 from trainer.search.records import (
     LEGACY_PROXIES_FILE,
     PLAN_FILE,
     PLAN_KIND,
     PROXIES_FILE,
     PROXIES_KIND,
-    BranchPoint,
-    Component,
-    ComponentWeight,
-    EpochCheck,
-    PhaseWeights,
-    PlannedProxy,
-    ProxyBudget,
     ProxyLog,
-    ProxyResults,
-    ProxyRow,
     ProxyTable,
-    StoreRef,
-    SwarmPlan,
     load_search_spec,
     read_plan,
     read_proxies,
@@ -67,29 +56,11 @@ def test_bad_spec_names_the_field(tmp_path: Path, edit: str, named: str) -> None
         load_search_spec(path)
 
 
-COMPONENTS = [
-    Component(name="c00q0", fingerprint="sha256:aa", cells=["c00q0"], tokens=10),
-    Component(name="c01q0", fingerprint="sha256:bb", cells=["c01q0"], tokens=30),
-]
-
-
-def _row(proxy: str = "p000", macro: float = 2.5) -> ProxyRow:
-    weights = [ComponentWeight(component="c00q0", fingerprint="sha256:aa", weight=0.25)]
-    weights.append(ComponentWeight(component="c01q0", fingerprint="sha256:bb", weight=0.75))
-    results = ProxyResults(step=4, bpb=EvalFigures(macro=macro, cell={"c00q0": 2.0}, set={"code": 3.0}))
-    return ProxyRow(
-        proxy=proxy,
-        run=f"s-{proxy}",
-        revision=f"s-{proxy}",
-        phases=[PhaseWeights(phase="main", weights=weights)],
-        status="done",
-        results=results,
-    )
-
-
 def test_rows_round_trip_and_answer_any_metric(home: Home) -> None:
     directory = home.search("demo")
-    write_search_record(directory, PROXIES_FILE, ProxyTable(search="demo", components=COMPONENTS, rows=[_row()]))
+    write_search_record(
+        directory, PROXIES_FILE, ProxyTable(search="demo", components=TWO_COMPONENTS, rows=[two_component_row()])
+    )
     row = read_proxies(directory).rows[0]
     assert row.phases[0].by_fingerprint() == {"sha256:aa": 0.25, "sha256:bb": 0.75}
     assert row.results is not None
@@ -108,17 +79,17 @@ def test_rows_are_appended_and_a_killed_append_loses_only_its_line(home: Home) -
     directory = home.search("demo")
     table = read_proxies(directory)
     assert table.rows == []
-    rows = ProxyLog(directory, "demo", COMPONENTS, table)
-    rows.append(_row("p000"))
-    rows.append(_row("p001"))
+    rows = ProxyLog(directory, "demo", TWO_COMPONENTS, table)
+    rows.append(two_component_row("p000"))
+    rows.append(two_component_row("p001"))
     path = directory / PROXIES_FILE
     size = path.stat().st_size
-    rows.append(_row("p002"))
+    rows.append(two_component_row("p002"))
     with open(path, "r+b") as handle:  # a kill mid-write: p002's line cut short, no newline
         handle.truncate(size + 40)
     assert [r.proxy for r in read_proxies(directory).rows] == ["p000", "p001"]
-    again = ProxyLog(directory, "demo", COMPONENTS, read_proxies(directory))  # the resumed run cuts the torn line
-    again.append(_row("p000", macro=1.5))  # a proxy trained again: its last row wins
+    again = ProxyLog(directory, "demo", TWO_COMPONENTS, read_proxies(directory))  # the resumed run cuts the torn line
+    again.append(two_component_row("p000", macro=1.5))  # a proxy trained again: its last row wins
     table = read_proxies(directory)
     assert [(r.proxy, r.results.bpb.macro if r.results else None) for r in table.rows] == [
         ("p001", 2.5),
@@ -129,16 +100,18 @@ def test_rows_are_appended_and_a_killed_append_loses_only_its_line(home: Home) -
 
 def test_a_replan_writes_a_components_line_and_older_rows_keep_theirs(home: Home) -> None:
     directory = home.search("demo")
-    ProxyLog(directory, "demo", COMPONENTS, read_proxies(directory)).append(_row("p000"))
-    moved = [COMPONENTS[1], COMPONENTS[0]]  # another order: each row is read by the line above it
-    ProxyLog(directory, "demo", moved, read_proxies(directory)).append(_row("p001"))
+    ProxyLog(directory, "demo", TWO_COMPONENTS, read_proxies(directory)).append(two_component_row("p000"))
+    moved = [TWO_COMPONENTS[1], TWO_COMPONENTS[0]]  # another order: each row is read by the line above it
+    ProxyLog(directory, "demo", moved, read_proxies(directory)).append(two_component_row("p001"))
     rows = read_proxies(directory).rows
     assert [r.phases[0].by_fingerprint() for r in rows] == [{"sha256:aa": 0.25, "sha256:bb": 0.75}] * 2
 
 
 def test_damage_before_the_last_line_is_named(home: Home) -> None:
     directory = home.search("demo")
-    write_search_record(directory, PROXIES_FILE, ProxyTable(search="demo", components=COMPONENTS, rows=[_row()]))
+    write_search_record(
+        directory, PROXIES_FILE, ProxyTable(search="demo", components=TWO_COMPONENTS, rows=[two_component_row()])
+    )
     path = directory / PROXIES_FILE
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], lines[1][:30], lines[1]]) + "\n")
@@ -153,7 +126,7 @@ def test_damage_before_the_last_line_is_named(home: Home) -> None:
 
 
 def test_a_row_naming_a_component_the_table_lacks_is_refused(home: Home) -> None:
-    table = ProxyTable(search="demo", components=COMPONENTS[:1], rows=[_row()])
+    table = ProxyTable(search="demo", components=TWO_COMPONENTS[:1], rows=[two_component_row()])
     with pytest.raises(ArtifactError, match=r"p000: component 'c01q0' \(sha256:bb\) is not one of the file's"):
         write_search_record(home.search("demo"), PROXIES_FILE, table)
     assert not (home.search("demo") / PROXIES_FILE).exists()
@@ -163,12 +136,15 @@ def test_the_previous_release_table_is_read_beneath_new_rows(home: Home) -> None
     """A search written by the previous release (proxies.json rewritten whole, each weight named, cells per row)
     reads as it was; rows appended since win for their proxy."""
     directory = home.search("demo")
-    old = [{**_row(p).dump(), "cells": {"sha256:aa": ["c00q0"], "sha256:bb": ["c01q0"]}} for p in ("p000", "p001")]
+    old = [
+        {**two_component_row(p).dump(), "cells": {"sha256:aa": ["c00q0"], "sha256:bb": ["c01q0"]}}
+        for p in ("p000", "p001")
+    ]
     write_artifact(directory / LEGACY_PROXIES_FILE, PROXIES_KIND, 1, {"search": "demo", "rows": old})
     table = read_proxies(directory)
     assert [r.proxy for r in table.rows] == ["p000", "p001"]
     assert table.rows[0].phases[0].by_fingerprint() == {"sha256:aa": 0.25, "sha256:bb": 0.75}
-    ProxyLog(directory, "demo", COMPONENTS, table).append(_row("p001", macro=1.0))
+    ProxyLog(directory, "demo", TWO_COMPONENTS, table).append(two_component_row("p001", macro=1.0))
     rows = read_proxies(directory).rows
     assert [(r.proxy, r.results.bpb.macro if r.results else None) for r in rows] == [("p000", 2.5), ("p001", 1.0)]
     legacy = directory / LEGACY_PROXIES_FILE
@@ -177,26 +153,8 @@ def test_the_previous_release_table_is_read_beneath_new_rows(home: Home) -> None
         read_proxies(directory)
 
 
-def _plan(proxies: int) -> SwarmPlan:
-    main = _row().phases
-    return SwarmPlan(
-        search="demo",
-        spec_file="demo.toml",
-        spec={},
-        store=StoreRef(name="ref", version="v1", manifest_hash="sha256:cc"),
-        components=COMPONENTS,
-        prior=main,
-        branch=BranchPoint(run="base", revision="r", at_step=10, total_steps=100),
-        budget=ProxyBudget(tokens=4096, steps=4, phase_steps=[4], seq_len=32, global_batch=32),
-        proxies=[
-            PlannedProxy(proxy=f"p{i:03d}", run=f"s-p{i:03d}", revision="r", phases=main) for i in range(proxies)
-        ],
-        epochs=EpochCheck(feasible=True, epoch_cap=8.0),
-    )
-
-
 def test_the_plan_packs_weights_and_the_previous_release_plan_still_reads(home: Home) -> None:
-    directory, plan = home.search("demo"), _plan(3)
+    directory, plan = home.search("demo"), two_component_plan(3)
     digest = write_search_record(directory, PLAN_FILE, plan)
     assert read_plan(directory) == plan and record_hash(directory, PLAN_FILE) == digest
     text = (directory / PLAN_FILE).read_text()

@@ -2,49 +2,18 @@
 train it; compare two revisions with seeds; the page is published from what the runs wrote."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from millrace.cli import main as millrace
 from mixtures.build import build
 from mixtures.new import NewRevision, new_revision
-from testkit.ladders import write_ladder
+from testkit.ladders import e2e_ladder
 from testkit.stores import make_store
 from trainer.ladder.check import predict_then_measure
 from trainer.ladder.results import read_ladder
 
 CELLS = {"c00q0": 40000, "c01q0": 30000, "c02q1": 20000}
-
-
-def ladder_file(tmp_path: Path) -> Path:
-    return write_ladder(
-        tmp_path / "e2e.toml",
-        "e2e",
-        "natural",
-        """[rules]
-widths = [8, 12, 16]
-layers = [1, 1, 1]
-tokens_per_active_param = 3
-batch = 4
-warmup_fraction = 0.1
-[rules.lr]
-base = 1e-2
-d_model_ref = 8
-batch_exponent = 0.0
-[target]
-name = "d24"
-d_model = 24
-layers = 1
-[eval]
-evaluations = 2
-max_sequences = 4
-[fit]
-asymptote = 1.0
-[here]
-peak_flops = 1e10
-""",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +37,7 @@ def e2e(tmp_path_factory):
             ),
         )
         build(home, "default", name)
-    return home, ladder_file(root)
+    return home, e2e_ladder(root)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from testkit.s3 import free_port
+from testkit.ports import free_port
 from trainer.preemption import lost_peer
 
 

@@ -7,24 +7,18 @@ give each rank values that belong to other rows, which the comparison catches; b
 whole model before sharding would show up as a rank allocating four times its share."""
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
+from testkit.ports import free_port
 from trainer.config import load_train_config, with_vocab
 from trainer.distributed import init_runtime
 from trainer.model_build import build_model
 
 WORLD = 4
 VOCAB = 96  # not a multiple of four ranks: the last embedding shard is shorter
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def materialise_on_rank(rank: int, port: int, config_path: str, results: dict) -> None:

@@ -14,13 +14,13 @@ The global batch is 12 sequences so that both 4 and 3 ranks split it.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from millrace.home import Home
+from testkit.ports import free_port
 from testkit.stores import build_mixture, make_store
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
@@ -36,12 +36,6 @@ def built12(tmp_path_factory):
     make_store(home, {"c00q0": 30000, "c01q0": 20000, "c02q1": 12000})
     build_mixture(home, tokens=SEQ_LEN * GLOBAL_BATCH * STEPS, seq_len=SEQ_LEN, global_batch=GLOBAL_BATCH)
     return home
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launch(nodes: int, ranks: int, port: int, config, home, steps: int) -> subprocess.Popen:
