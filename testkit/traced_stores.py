@@ -51,6 +51,7 @@ def write_traced_store(root: Path) -> Home:
     tokenizer_file = train_byte_level_bpe([t for cell in texts.values() for t in cell], 300, EOS, root / "tok.json")
     tokenizer = Tokenizer.from_file(str(tokenizer_file))
     eos = tokenizer.token_to_id(EOS)
+    assert eos is not None, f"{EOS} is not in the trained vocabulary"
     store_dir = home.store(STORE, VERSION)
     cells: dict[str, list[list[Document]]] = {}
     stats: dict[str, dict[str, object]] = {}
