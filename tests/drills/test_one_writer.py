@@ -17,7 +17,7 @@ import pytest
 
 from millrace.writer_lock import Locked, WriterLock, holder_state
 from pipeline.store.format import Store
-from testkit.cli import start_millrace
+from testkit.cli import child_env, start_millrace
 from testkit.corpus import config_text, make_corpus
 from testkit.ladders import micro_ladder
 from trainer.ladder.ladder_fit import fit_ladder
@@ -38,7 +38,7 @@ def holding(lock: Path) -> Iterator[subprocess.Popen]:
         [sys.executable, "-c", HOLD, str(lock)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env=child_env(),
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -74,20 +74,10 @@ def _refusal(stderr: str, what: str, pid: int) -> str:
 def test_a_killed_holder_frees_the_name_and_its_running_status_reads_stale(tmp_path):
     lock = tmp_path / "runs" / "r" / LOCK_FILE
     running = RunRecord(run="r", status="running")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(lock)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with holding(lock) as holder:
         with pytest.raises(Locked, match=f"run 'r' is being written by pid {holder.pid} on host "):
             WriterLock(lock, "run 'r'").acquire()
         assert holder_state(lock) == "alive" and observed_run_status(lock.parent, running) == "running"
-    finally:
-        holder.kill()
-        holder.wait()
     assert holder_state(lock) == "gone" and observed_run_status(lock.parent, running) == "stale"
     assert observed_run_status(lock.parent, RunRecord(run="r", status="completed")) == "completed"
     with WriterLock(lock, "run 'r'"):  # the kernel dropped the dead holder's lock: no manual cleanup

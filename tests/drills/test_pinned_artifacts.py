@@ -38,6 +38,24 @@ def run(capsys, *args):
     return code, out, err
 
 
+def peek(capsys, home, step):
+    """`loader peek --decode --json` of the uniform revision's batch `step`: what decoding a batch reads."""
+    return run(
+        capsys,
+        "--home",
+        str(home.root),
+        "loader",
+        "peek",
+        "default",
+        "--revision",
+        "uniform-sampling",
+        "--step",
+        str(step),
+        "--decode",
+        "--json",
+    )
+
+
 @pytest.mark.parametrize("fault", ["trace part", "tokenizer"])
 def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine, tmp_path, capsys, fault):
     home = Home.resolve(tmp_path / "home")
@@ -56,38 +74,12 @@ def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine
     assert f"FAIL {target}: sha256 differs" in out, out
     assert "Traceback" not in err
 
-    code, out, err = run(
-        capsys,
-        "--home",
-        str(home.root),
-        "loader",
-        "peek",
-        "default",
-        "--revision",
-        "uniform-sampling",
-        "--step",
-        "0",
-        "--decode",
-        "--json",
-    )
+    code, out, err = peek(capsys, home, 0)
     if fault == "trace part":  # the tokenizer is fine: a step whose samples touch c00q0 reads its part
         for step in range(1, 4):
             if code != 0:
                 break
-            code, out, err = run(
-                capsys,
-                "--home",
-                str(home.root),
-                "loader",
-                "peek",
-                "default",
-                "--revision",
-                "uniform-sampling",
-                "--step",
-                str(step),
-                "--decode",
-                "--json",
-            )
+            code, out, err = peek(capsys, home, step)
     assert code == 2, out
     assert str(target) in err and len(err.strip().splitlines()) == 1, err
     assert target.read_bytes() == before, "reading must change nothing"
@@ -99,20 +91,7 @@ def test_a_damaged_pinned_file_is_named_by_verify_and_refused_when_read(pristine
 def test_pristine_store_verifies_and_decodes_with_its_sources(pristine, capsys):
     code, out, err = run(capsys, "--home", str(pristine.root), "store", "verify", "t/2026.01.01", "--json")
     assert code == 0, out + err
-    code, out, err = run(
-        capsys,
-        "--home",
-        str(pristine.root),
-        "loader",
-        "peek",
-        "default",
-        "--revision",
-        "uniform-sampling",
-        "--step",
-        "0",
-        "--decode",
-        "--json",
-    )
+    code, out, err = peek(capsys, pristine, 0)
     assert code == 0, err
     samples = json.loads(out)["samples"]
     assert {d["source"] for s in samples for d in s["documents"]} <= set(SOURCES)

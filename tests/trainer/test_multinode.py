@@ -22,6 +22,7 @@ import pytest
 from millrace.home import Home
 from testkit.ports import free_port
 from testkit.stores import build_mixture, make_store
+from testkit.torchrun import curve
 from trainer.loop import train
 from trainer.records import read_metrics, read_run
 from trainer.train_request import TrainRequest
@@ -89,10 +90,6 @@ def run_nodes(nodes: int, ranks: int, config, home, steps: int) -> None:
                 launcher.wait()
     for launcher, output in zip(launchers, outputs):
         assert launcher.returncode == 0, output[-3000:]
-
-
-def curve(home, run: str) -> list[tuple[float, float]]:
-    return [(record.loss, record.grad_norm) for record in read_metrics(home.run(run))]
 
 
 @pytest.mark.slow
