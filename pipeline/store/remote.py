@@ -3,8 +3,9 @@
 Every file goes up under its own relative path, `store.json` last: it is the copy's completion marker. A
 reader that finds the store's manifest finds every file it names, and a copy interrupted part-way is never
 taken for a store: copying again resumes it (an object already there at its size is a finished PUT, kept).
-The copy is checked object by object (sizes) before `store.json` goes up. A URL that holds another store
-version's `store.json` is never written over (`check_target`). Every write has a deadline and a bounded
+The copy is checked object by object (sizes) before `store.json` goes up, a folder's listing at a time: a
+first copy lists nothing before it uploads, and no listing is of the whole store. A URL that holds another
+store version's `store.json` is never written over (`check_target`). Every write has a deadline and a bounded
 retry (`millrace.remote_calls`) and fails in one line naming the object. The loader then reads the copy by
 byte ranges (`MixtureStream(..., store=StoreAccess(url=URL))`).
 
