@@ -312,7 +312,7 @@ def test_store_copy_to_a_missing_bucket_is_one_line_naming_it(moto_endpoint, pro
     assert err[0].startswith("error: s3://no-such-bucket/t/") and "no such bucket" in err[0], err
 
 
-def fake_store(root, cells: int, files: int = 8):
+def fake_store(root, cells: int, files: int = 4):
     """A store's shape for copying: `files` small files in each of `cells` folders, and its store.json."""
     for cell in range(cells):
         (root / "cells" / f"c{cell:03d}").mkdir(parents=True)
@@ -339,7 +339,7 @@ def test_a_first_copy_probes_the_url_and_lists_one_folder_at_a_time_at_1x_and_8x
             url = f"s3://millrace/firsts/x{cells}"
             store = fake_store(tmp_path / f"x{cells}", cells)
             counting.reset()
-            assert copy_store(store, url, options) == cells * 8 + 1
+            assert copy_store(store, url, options) == cells * 4 + 1
             read = listings(counting)
             largest[cells], root_listed[cells] = max(read.values()), read.get(f"/millrace?prefix=firsts/x{cells}/", 0)
     # the probe reads at most one key of the URL's listing; a listing holds one folder, however many there are
@@ -356,9 +356,9 @@ def test_a_copy_cut_part_way_is_resumed_folder_by_folder(moto_endpoint, tmp_path
 
     store, url = fake_store(tmp_path / "s", 3), "s3://millrace/resumed/s"
     options = {**through_endpoint(moto_endpoint), "skip_instance_cache": True}
-    assert copy_store(store, url, options) == 3 * 8 + 1
+    assert copy_store(store, url, options) == 3 * 4 + 1
     fs = s3fs.S3FileSystem(**options)
     fs.rm(["millrace/resumed/s/store.json", "millrace/resumed/s/cells/c001/shard-00003.bin"])
     fs.rm("millrace/resumed/s/cells/c002", recursive=True)  # a copy cut before its last folder and marker
-    assert copy_store(store, url, options) == 1 + 8 + 1
+    assert copy_store(store, url, options) == 1 + 4 + 1
     assert download_tree(url, options) == {p.relative_to(store).as_posix(): p.read_bytes() for p in store.rglob("*.*")}
