@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,6 +121,23 @@ def pipeline_reference(tmp_path_factory):
     return config, run_pipeline(load_pipeline_config(config), Home.resolve(root / "reference"))
 
 
+def stop_once(command: list[str], stamp: Path) -> subprocess.CompletedProcess[str]:
+    """One harness run; one that does not end says whether its signal was sent, and what it last logged."""
+    began = time.time()
+    try:
+        return subprocess.run(command, capture_output=True, text=True, env=ENV, start_new_session=True, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        sent = (
+            f"SIGTERM sent {time.time() - float(stamp.read_text()):.0f} s before"
+            if stamp.exists() and float(stamp.read_text()) > began
+            else "no SIGTERM"
+        )
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr or "")
+        raise AssertionError(
+            f"{command[-4:-1]} still running after 120 s ({sent}); its log ends:\n{said[-3000:]}"
+        ) from None
+
+
 @pytest.mark.slow
 def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_give_the_same_store(
     pipeline_reference, tmp_path
@@ -136,14 +154,7 @@ def test_sigterm_at_every_phase_boundary_exits_143_within_30s_and_the_reruns_giv
         target = ("group", "main")[index % 2]
         delay = "0.2" if phase == "tokenize" else "0"  # tokenize: mid-phase, its tasks in flight
         harness = [sys.executable, "-m", "tests.drills.term_harness", str(home), str(config), phase, delay]
-        stopped = subprocess.run(
-            [*harness, target, str(stamp)],
-            capture_output=True,
-            text=True,
-            env=ENV,
-            start_new_session=True,
-            timeout=120,
-        )
+        stopped = stop_once([*harness, target, str(stamp)], stamp)
         took = time.time() - float(stamp.read_text())
         assert stopped.returncode == 143, (phase, target, stopped.stderr[-3000:])
         assert took < 30, (phase, target, took)
