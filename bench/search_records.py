@@ -11,9 +11,13 @@ as `millrace mix search run` writes them and read back as `fit` and the search p
   rewritten (atomically) after each proxy.
 
 Reported at 100 and 800 proxies: bytes on disk, bytes written over the swarm, and CPU seconds writing and
-reading. The old layout's rewrites grow with the table, so only 20 of its N rewrites are made and timed (evenly
-spread, the last included); its bytes and CPU over the swarm are those 20 interpolated over every table size
-(the size and the cost of a rewrite are linear in its rows).
+reading. Our files are also read by the reader they had before (`reader_before`, reproduced here: each line
+parsed as JSON and again by its model, each weight a model constructed in Python, the cyclic collector running),
+against today's (one pydantic-core validation per row's weights, a line parsed once, the collector paused).
+
+The old layout's rewrites grow with the table, so only 20 of its N rewrites are made and timed (evenly spread,
+the last included); its bytes and CPU over the swarm are those 20 interpolated over every table size (the size
+and the cost of a rewrite are linear in its rows).
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pydantic
 
 from bench.result import Result
-from millrace.artifacts import write_artifact
+from millrace.artifacts import read_envelope, write_artifact
+from millrace.errors import first_validation_error
+from millrace.jsonl import parse_stream
 from trainer.records import EvalFigures
 from trainer.search.records import (
     LEGACY_PROXIES_FILE,
@@ -39,17 +46,23 @@ from trainer.search.records import (
     PROXIES_KIND,
     BranchPoint,
     Component,
+    ComponentsLine,
     ComponentWeight,
     EpochCheck,
+    PackedRow,
     PhaseWeights,
+    PlanFile,
+    PlanHead,
     PlannedProxy,
     ProxyBudget,
     ProxyResults,
     ProxyRow,
+    RowHead,
     StoreRef,
     SwarmPlan,
     read_plan,
     read_proxies,
+    set_fields,
     write_search_record,
 )
 
@@ -157,7 +170,55 @@ def ours(directory: Path, plan: SwarmPlan, rows: list[ProxyRow]) -> dict[str, fl
     spent += cpu(append)
     disk = (directory / PLAN_FILE).stat().st_size + (directory / PROXIES_FILE).stat().st_size
     read = cpu(lambda: (read_plan(directory), read_proxies(directory)))
-    return {"disk": disk, "written": disk, "write_cpu": spent, "read_cpu": read}
+    before = cpu(lambda: reader_before(directory))
+    plan_read, table = read_plan(directory), read_proxies(directory)
+    if (plan_read, table.rows) != reader_before(directory):
+        raise AssertionError("today's reader and the reader before read different records")
+    return {"disk": disk, "written": disk, "write_cpu": spent, "read_cpu": read, "read_before": before}
+
+
+def unpack_before(packed: dict[str, list[float]], columns: list[Component]) -> list[PhaseWeights]:
+    """A packed row's weights as the reader before built them: a model constructed in Python per weight."""
+    return [
+        PhaseWeights.model_construct(
+            phase=name,
+            weights=[
+                ComponentWeight.model_construct(component=c.name, fingerprint=c.fingerprint, weight=w)
+                for c, w in zip(columns, vector)
+            ],
+        )
+        for name, vector in packed.items()
+    ]
+
+
+def line_before(line: bytes) -> tuple[object, str | None]:
+    """A proxies.jsonl line as the reader before parsed it: as JSON first, then again by its model."""
+    data = json.loads(line)
+    model: type[ComponentsLine | PackedRow] = ComponentsLine if "kind" in data else PackedRow
+    try:
+        return model.model_validate_json(line), None
+    except pydantic.ValidationError as exc:
+        return data, first_validation_error(exc)
+
+
+def reader_before(directory: Path) -> tuple[SwarmPlan, list[ProxyRow]]:
+    """plan.json and proxies.jsonl (ours) read as they were before this release's reader."""
+    packed = read_envelope(directory / PLAN_FILE, PLAN_KIND, (2,)).model(PlanFile)
+    proxies = [
+        PlannedProxy.model_construct(
+            proxy=p.proxy, run=p.run, revision=p.revision, phases=unpack_before(p.weights, packed.components)
+        )
+        for p in packed.proxies
+    ]
+    head = set_fields(packed, PlanHead)
+    plan = SwarmPlan(**head, prior=unpack_before(packed.prior, packed.components), proxies=proxies)
+    columns, rows = [], {}
+    for record in parse_stream(directory / PROXIES_FILE, line_before).records:
+        if isinstance(record, ComponentsLine):
+            columns = record.components
+        elif isinstance(record, PackedRow):
+            rows[record.proxy] = ProxyRow(**set_fields(record, RowHead), phases=unpack_before(record.weights, columns))
+    return plan, list(rows.values())
 
 
 def previous(directory: Path, plan: SwarmPlan, rows: list[ProxyRow]) -> dict[str, float]:
@@ -203,6 +264,14 @@ def results_at(count: int) -> list[Result]:
         ),
         Result(
             f"search records, CPU reading plan + rows, {where}", a["read_cpu"], b["read_cpu"], baseline, "s", False
+        ),
+        Result(
+            f"search records, CPU reading our plan + rows, {where}",
+            a["read_cpu"],
+            a["read_before"],
+            "the reader before (each weight a model built in Python, each line parsed twice)",
+            "s",
+            False,
         ),
     ]
 

@@ -3,8 +3,9 @@
 Every file goes up under its own relative path, `store.json` last: it is the copy's completion marker. A
 reader that finds the store's manifest finds every file it names, and a copy interrupted part-way is never
 taken for a store: copying again resumes it (an object already there at its size is a finished PUT, kept).
-The copy is checked object by object (sizes) before `store.json` goes up. A URL that holds another store
-version's `store.json` is never written over (`check_target`). Every write has a deadline and a bounded
+The copy is checked object by object (sizes) before `store.json` goes up, a folder's listing at a time: a
+first copy lists nothing before it uploads, and no listing is of the whole store. A URL that holds another
+store version's `store.json` is never written over (`check_target`). Every write has a deadline and a bounded
 retry (`millrace.remote_calls`) and fails in one line naming the object. The loader then reads the copy by
 byte ranges (`MixtureStream(..., store=StoreAccess(url=URL))`).
 
@@ -16,6 +17,7 @@ disk (`publish_store`); the driver lists no shard.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,12 +77,30 @@ def check_target(local: Path, fs: AbstractFileSystem, root: str, limits: CallLim
     )
 
 
-def present(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
-    """Sizes of the objects already under `root`, by path: what an interrupted copy finished."""
+def holds_anything(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS) -> bool:
+    """Whether anything is under `root` (an interrupted copy to resume): one probe, on S3 a HEAD and a listing
+    of at most one key, never the target's listing."""
     try:
-        listing = remote_calls.with_retries(
-            fs.unstrip_protocol(root),
-            lambda: remote_calls.within_deadline(fs, "find", root, detail=True, timeout=limits.timeout),
+        return bool(
+            remote_calls.with_retries(
+                fs.unstrip_protocol(root),
+                lambda: remote_calls.within_deadline(fs, "exists", root, timeout=limits.timeout),
+                limits,
+                "list",
+            )
+        )
+    except ArtifactError as exc:
+        if "no such bucket" in str(exc):
+            return False
+        raise
+
+
+def listed(fs: AbstractFileSystem, folder: str, limits: CallLimits = WRITE_LIMITS) -> dict[str, int]:
+    """Sizes of the objects directly in `folder`, by path: one folder's listing, never the store's."""
+    try:
+        entries = remote_calls.with_retries(
+            fs.unstrip_protocol(folder),
+            lambda: remote_calls.within_deadline(fs, "ls", folder, detail=True, timeout=limits.timeout),
             limits,
             "list",
         )
@@ -88,32 +108,53 @@ def present(fs: AbstractFileSystem, root: str, limits: CallLimits = WRITE_LIMITS
         if "no such bucket" in str(exc) or "not found" in str(exc):
             return {}
         raise
-    return {path: int(info.get("size", -1)) for path, info in listing.items()}
+    return {str(info["name"]): int(info.get("size", -1)) for info in entries if info.get("type") == "file"}
 
 
 def copy_store(
     local: Path, url: str, storage_options: Mapping[str, object] | None = None, limits: CallLimits = WRITE_LIMITS
 ) -> int:
     """Upload the store version at `local` to `url`, resuming an interrupted copy; returns the number of files
-    copied (0: the URL already held this store version)."""
+    copied (0: the URL already held this store version). A first copy lists nothing before it uploads (one
+    probe says the URL is empty); each folder is listed on its own, so what this process holds is one folder's
+    listing, never the store's."""
     if not (local / MARKER).exists():
         raise ArtifactError(f"{local}: no store.json, not a store version")
     fs, root = remote_fs(url, storage_options, limits)
     if check_target(local, fs, root, limits):
         return 0
-    done = present(fs, root, limits)
-    files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != MARKER and not p.name.startswith("."))
-    _make_parents(fs, [*(f"{root}/{p.relative_to(local).as_posix()}" for p in files), f"{root}/{MARKER}"])
+    resuming = holds_anything(fs, root, limits)
     copied = 0
-    for path in files:
-        target, size = f"{root}/{path.relative_to(local).as_posix()}", path.stat().st_size
-        if done.get(target) == size:
-            continue
-        remote_calls.put_file(fs, str(path), target, size, limits)
-        copied += 1
-    _check_sizes(fs, root, {f"{root}/{p.relative_to(local).as_posix()}": (p.stat().st_size, str(p)) for p in files})
+    for folder, folders, names in os.walk(local):
+        folders.sort()
+        files = sorted(name for name in names if name != MARKER and not name.startswith("."))
+        if files:
+            target = f"{root}/{Path(folder).relative_to(local).as_posix()}".removesuffix("/.")
+            copied += _copy_folder(fs, Path(folder), files, target, resuming, limits)
+    _make_parents(fs, [f"{root}/{MARKER}"])
     remote_calls.put_file(fs, str(local / MARKER), f"{root}/{MARKER}", (local / MARKER).stat().st_size, limits)
     return copied + 1
+
+
+def _copy_folder(
+    fs: AbstractFileSystem, folder: Path, names: list[str], target: str, resuming: bool, limits: CallLimits
+) -> int:
+    """One folder's files to `target`: those not there at their size (listed only when resuming), then each
+    checked by its size before the marker goes up; returns the number uploaded."""
+    sizes = {name: (folder / name).stat().st_size for name in names}
+    _make_parents(fs, [f"{target}/{name}" for name in names])
+    done = listed(fs, target, limits) if resuming else {}
+    missing = [name for name in names if done.get(f"{target}/{name}") != sizes[name]]
+    for name in missing:
+        remote_calls.put_file(fs, str(folder / name), f"{target}/{name}", sizes[name], limits)
+    fs.invalidate_cache(target)
+    there = listed(fs, target, limits)
+    for name in names:
+        if there.get(f"{target}/{name}", -1) != sizes[name]:
+            raise ArtifactError(
+                f"{fs.unstrip_protocol(f'{target}/{name}')}: not a copy of {folder / name} ({sizes[name]} bytes)"
+            )
+    return len(missing)
 
 
 def _make_parents(fs: AbstractFileSystem, targets: list[str]) -> None:
@@ -123,18 +164,6 @@ def _make_parents(fs: AbstractFileSystem, targets: list[str]) -> None:
     if isinstance(fs, LocalFileSystem):
         for parent in sorted({target.rsplit("/", 1)[0] for target in targets}):
             fs.makedirs(parent, exist_ok=True)
-
-
-def _check_sizes(
-    fs: AbstractFileSystem, root: str, expected: dict[str, tuple[int, str]], limits: CallLimits = WRITE_LIMITS
-) -> None:
-    """Every object under `root` at the size of its source (`expected`: target -> (size, source)), before the
-    marker goes up."""
-    fs.invalidate_cache()
-    sizes = present(fs, root, limits)
-    for target, (size, source) in expected.items():
-        if sizes.get(target, -1) != size:
-            raise ArtifactError(f"{fs.unstrip_protocol(target)}: not a copy of {source} ({size} bytes)")
 
 
 def same_profile(

@@ -154,11 +154,14 @@ def copied(moto_endpoint, tmp_path_factory):
 
 
 def through(proxy) -> dict:
-    port = proxy.server_address[1]
+    return through_endpoint(f"http://127.0.0.1:{proxy.server_address[1]}")
+
+
+def through_endpoint(endpoint: str) -> dict:
     return {
         "key": "testing",
         "secret": "testing",
-        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
     }
 
 
@@ -306,3 +309,55 @@ def test_store_copy_to_a_missing_bucket_is_one_line_naming_it(moto_endpoint, pro
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "Traceback" not in "\n".join(err), err
     assert err[0].startswith("error: s3://no-such-bucket/t/") and "no such bucket" in err[0], err
+
+
+def fake_store(root, cells: int, files: int = 4):
+    """A store's shape for copying: `files` small files in each of `cells` folders, and its store.json."""
+    for cell in range(cells):
+        (root / "cells" / f"c{cell:03d}").mkdir(parents=True)
+        for n in range(files):
+            (root / "cells" / f"c{cell:03d}" / f"shard-{n:05d}.bin").write_bytes(bytes([n]) * (100 + n))
+    (root / "store.json").write_bytes(b'{"cells": %d}' % cells)
+    return root
+
+
+def listings(proxy, bucket: str = "millrace") -> dict[str, int]:
+    """Bytes read per listing (`/<bucket>?prefix=...`) by this process through the counting proxy."""
+    return {p: n for p, n in proxy.read_by_path("unnamed").items() if p.startswith(f"/{bucket}?prefix=")}
+
+
+@pytest.mark.slow
+def test_a_first_copy_probes_the_url_and_lists_one_folder_at_a_time_at_1x_and_8x(moto_endpoint, tmp_path):
+    from pipeline.store.remote import copy_store
+    from testkit.counting_proxy import counting_proxy
+
+    largest, root_listed = {}, {}
+    with counting_proxy(moto_endpoint) as counting:
+        options = {**through_endpoint(counting.endpoint), "skip_instance_cache": True}
+        for cells in (2, 16):
+            url = f"s3://millrace/firsts/x{cells}"
+            store = fake_store(tmp_path / f"x{cells}", cells)
+            counting.reset()
+            assert copy_store(store, url, options) == cells * 4 + 1
+            read = listings(counting)
+            largest[cells], root_listed[cells] = max(read.values()), read.get(f"/millrace?prefix=firsts/x{cells}/", 0)
+    # the probe reads at most one key of the URL's listing; a listing holds one folder, however many there are
+    assert root_listed[16] <= 1.2 * root_listed[2] and root_listed[16] < 2_000, root_listed
+    assert largest[16] <= 1.2 * largest[2], largest
+
+
+@pytest.mark.slow
+def test_a_copy_cut_part_way_is_resumed_folder_by_folder(moto_endpoint, tmp_path):
+    import s3fs
+
+    from pipeline.store.remote import copy_store
+    from testkit.s3 import download_tree
+
+    store, url = fake_store(tmp_path / "s", 3), "s3://millrace/resumed/s"
+    options = {**through_endpoint(moto_endpoint), "skip_instance_cache": True}
+    assert copy_store(store, url, options) == 3 * 4 + 1
+    fs = s3fs.S3FileSystem(**options)
+    fs.rm(["millrace/resumed/s/store.json", "millrace/resumed/s/cells/c001/shard-00003.bin"])
+    fs.rm("millrace/resumed/s/cells/c002", recursive=True)  # a copy cut before its last folder and marker
+    assert copy_store(store, url, options) == 1 + 4 + 1
+    assert download_tree(url, options) == {p.relative_to(store).as_posix(): p.read_bytes() for p in store.rglob("*.*")}

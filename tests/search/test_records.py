@@ -21,6 +21,7 @@ from trainer.search.records import (
     ProxyTable,
     load_search_spec,
     read_plan,
+    read_plan_head,
     read_proxies,
     record_hash,
     write_search_record,
@@ -73,6 +74,8 @@ def test_rows_round_trip_and_answer_any_metric(home: Home) -> None:
     assert set(row.results.metric_names()) == {"bpb.macro", "bpb.cell.c00q0", "bpb.set.code"}
     text = (directory / PROXIES_FILE).read_text()
     assert text.count("sha256:aa") == 1 and '"weights":{"main":[0.25,0.75]}' in text  # components once, floats
+    write_search_record(directory, PROXIES_FILE, read_proxies(directory))  # the rows read back write the same bytes
+    assert (directory / PROXIES_FILE).read_text() == text
 
 
 def test_rows_are_appended_and_a_killed_append_loses_only_its_line(home: Home) -> None:
@@ -125,6 +128,26 @@ def test_damage_before_the_last_line_is_named(home: Home) -> None:
         read_proxies(directory)
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "named"),
+    [
+        ("[0.25,0.75]", '["0.25",0.75]', r"proxies\.jsonl:3: field 'weights\.main\.0'"),
+        ('"status":"done"', '"status":"finished"', r"proxies\.jsonl:3: field 'status'"),
+        ("[0.25,0.75]", "[0.25]", r"proxies\.jsonl:3: phase 'main' has 1 weights for 2 components"),
+    ],
+)
+def test_a_malformed_row_is_one_line_naming_file_line_and_field(home: Home, old: str, new: str, named: str) -> None:
+    directory = home.search("demo")
+    table = ProxyTable(search="demo", components=COMPONENTS, rows=[_row("p000"), _row("p001")])
+    write_search_record(directory, PROXIES_FILE, table)
+    path = directory / PROXIES_FILE
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([*lines[:2], lines[2].replace(old, new), ""]))
+    with pytest.raises(ArtifactError, match=named) as caught:
+        read_proxies(directory)
+    assert "\n" not in str(caught.value)
+
+
 def test_a_row_naming_a_component_the_table_lacks_is_refused(home: Home) -> None:
     table = ProxyTable(search="demo", components=TWO_COMPONENTS[:1], rows=[two_component_row()])
     with pytest.raises(ArtifactError, match=r"p000: component 'c01q0' \(sha256:bb\) is not one of the file's"):
@@ -157,10 +180,12 @@ def test_the_plan_packs_weights_and_the_previous_release_plan_still_reads(home: 
     directory, plan = home.search("demo"), two_component_plan(3)
     digest = write_search_record(directory, PLAN_FILE, plan)
     assert read_plan(directory) == plan and record_hash(directory, PLAN_FILE) == digest
+    assert read_plan_head(directory).spec_file == "demo.toml"
     text = (directory / PLAN_FILE).read_text()
     assert text.count("sha256:aa") == 1 and text.count("[0.25,0.75]") == 4  # the prior and 3 proxies
     old = write_artifact(directory / PLAN_FILE, PLAN_KIND, 1, plan.dump())  # as the previous release wrote it
     assert read_plan(directory) == plan and record_hash(directory, PLAN_FILE) == old
+    assert read_plan_head(directory).budget == plan.budget
 
 
 def test_search_names_are_plain(home: Home) -> None:

@@ -33,10 +33,10 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
 
-from millrace.artifacts import atomic_write_bytes, read_artifact, read_envelope, write_artifact
+from millrace.artifacts import atomic_write_bytes, read_artifact, read_envelope, validated, write_artifact
 from millrace.config import StrictModel, load_config
 from millrace.errors import ArtifactError, ConfigError, first_validation_error
-from millrace.jsonl import append_line, drop_torn_tail, parse_stream
+from millrace.jsonl import append_line, collector_paused, drop_torn_tail, parse_stream
 from millrace.names import NAME_PATTERN
 from trainer.records import EvalFigures, Number, Record
 
@@ -474,6 +474,7 @@ class ValidationRecord(Record):
 
 
 Packed = dict[str, list[float]]  # phase -> its weight of each component, in the file's components' order
+PHASES = pydantic.TypeAdapter(list[PhaseWeights])
 
 
 class PackedProxy(ProxyName):
@@ -532,18 +533,19 @@ def pack(phases: list[PhaseWeights], index: dict[str, int], where: str) -> Packe
 
 
 def unpack(packed: Packed, components: list[Component], where: str) -> list[PhaseWeights]:
-    """A packed row back as records naming each component and its fingerprint (built unvalidated: the floats
-    were validated as the file was read)."""
+    """A packed row back as records naming each component and its fingerprint, built by one validation of the
+    row's phases in pydantic-core (a model constructed in Python per weight cost most of a swarm's read)."""
+    named = [(c.name, c.fingerprint) for c in components]
     phases = []
     for name, vector in packed.items():
         if len(vector) != len(components):
             raise ArtifactError(f"{where}: phase {name!r} has {len(vector)} weights for {len(components)} components")
-        weights = [
-            ComponentWeight.model_construct(component=c.name, fingerprint=c.fingerprint, weight=w)
-            for c, w in zip(components, vector)
-        ]
-        phases.append(PhaseWeights.model_construct(phase=name, weights=weights))
-    return phases
+        weights = [{"component": n, "fingerprint": f, "weight": w} for (n, f), w in zip(named, vector)]
+        phases.append({"phase": name, "weights": weights})
+    try:
+        return PHASES.validate_python(phases)
+    except pydantic.ValidationError as exc:
+        raise ArtifactError(f"{where}: {first_validation_error(exc)}") from None
 
 
 def set_fields(record: Record, head: type[Record]) -> dict[str, Any]:
@@ -593,13 +595,19 @@ def row_of(packed: PackedRow, components: list[Component], where: str) -> ProxyR
 
 
 def proxy_line(line: bytes) -> tuple[ComponentsLine | PackedRow | object, str | None]:
-    """A proxies.jsonl line as a components line (it has `kind`) or a packed row (`millrace.jsonl.Parse`)."""
+    """A proxies.jsonl line as a packed row or a components line (it has `kind`) (`millrace.jsonl.Parse`): read
+    as a row straight from the bytes; only a line that is no row is parsed as JSON to say what it is."""
+    try:
+        return PackedRow.model_validate_json(line), None
+    except pydantic.ValidationError as exc:
+        error = exc
     data = json.loads(line)
     if not isinstance(data, dict):
         return data, "expected a JSON object"
-    model: type[ComponentsLine | PackedRow] = ComponentsLine if "kind" in data else PackedRow
+    if "kind" not in data:
+        return data, first_validation_error(error)
     try:
-        return model.model_validate_json(line), None
+        return ComponentsLine.model_validate_json(line), None
     except pydantic.ValidationError as exc:
         return data, first_validation_error(exc)
 
@@ -609,14 +617,15 @@ def read_proxy_lines(path: Path, search: str) -> ProxyTable:
     stream = parse_stream(path, proxy_line)
     components: list[Component] | None = None
     rows: dict[str, ProxyRow] = {}
-    for number, record in zip(stream.numbers, stream.records):
-        if isinstance(record, ComponentsLine):
-            search, components = record.search, record.components
-        elif isinstance(record, PackedRow):
-            if components is None:
-                raise ArtifactError(f"{path}:{number}: a proxy row before the file's components line")
-            rows.pop(record.proxy, None)
-            rows[record.proxy] = row_of(record, components, f"{path}:{number}")
+    with collector_paused():  # a swarm's rows are hundreds of thousands of acyclic weights
+        for number, record in zip(stream.numbers, stream.records):
+            if isinstance(record, ComponentsLine):
+                search, components = record.search, record.components
+            elif isinstance(record, PackedRow):
+                if components is None:
+                    raise ArtifactError(f"{path}:{number}: a proxy row before the file's components line")
+                rows.pop(record.proxy, None)
+                rows[record.proxy] = row_of(record, components, f"{path}:{number}")
     return ProxyTable(search=search, components=components or [], rows=list(rows.values()))
 
 
@@ -725,7 +734,17 @@ def read_plan(directory: Path) -> SwarmPlan:
     envelope = read_envelope(path, PLAN_KIND, VERSIONS[PLAN_FILE])
     if envelope.schema_version == 1:
         return envelope.model(SwarmPlan)
-    return plan_of(envelope.model(PlanFile), str(path))
+    with collector_paused():  # every proxy's weights: hundreds of thousands of acyclic records
+        return plan_of(envelope.model(PlanFile), str(path))
+
+
+def read_plan_head(directory: Path) -> PlanHead:
+    """plan.json without its weights (the spec file, store, budget ...): what a step that names the search reads
+    before it reads the whole plan."""
+    path = Path(directory) / PLAN_FILE
+    envelope = read_envelope(path, PLAN_KIND, VERSIONS[PLAN_FILE])
+    head = {k: v for k, v in envelope.payload.items() if k in PlanHead.model_fields}
+    return validated(PlanHead, head, f"{path}: not a valid {PLAN_KIND} artifact")
 
 
 def read_fit(directory: Path) -> FitReport:

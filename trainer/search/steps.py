@@ -25,6 +25,7 @@ from trainer.search.records import (
     ValidationRecord,
     read_fit,
     read_plan,
+    read_plan_head,
     write_search_record,
 )
 from trainer.search.run import run_swarm, search_writer
@@ -39,7 +40,7 @@ def search_file(reference: str | Path, home: Home) -> Path:
     directory = home.search(str(reference))
     if not (directory / PLAN_FILE).exists():
         raise ConfigError(f"search {reference!r}: no such file and no plan in {directory} (give the search's TOML)")
-    return Path(read_plan(directory).spec_file)
+    return Path(read_plan_head(directory).spec_file)
 
 
 @contextlib.contextmanager

@@ -100,7 +100,8 @@ def _first_record(source: SourceConfig) -> tuple[str, dict[str, object]] | None:
         if source.format == "parquet":
             import pyarrow.parquet as pq  # lazy: heavy (pyarrow)
 
-            with pq.ParquetFile(handle) as parquet:
+            # buffered and not pre-buffered: the footer and each column's first pages, not the row group
+            with pq.ParquetFile(handle, buffer_size=FIRST_RECORD_BLOCK, pre_buffer=False) as parquet:
                 batch = next(parquet.iter_batches(batch_size=1), None)
                 rows = batch.to_pylist() if batch is not None else []
                 return where, (rows[0] if rows else dict.fromkeys(parquet.schema_arrow.names))
