@@ -138,7 +138,9 @@ def test_damage_before_the_last_line_is_named(home: Home) -> None:
 )
 def test_a_malformed_row_is_one_line_naming_file_line_and_field(home: Home, old: str, new: str, named: str) -> None:
     directory = home.search("demo")
-    table = ProxyTable(search="demo", components=COMPONENTS, rows=[_row("p000"), _row("p001")])
+    table = ProxyTable(
+        search="demo", components=TWO_COMPONENTS, rows=[two_component_row("p000"), two_component_row("p001")]
+    )
     write_search_record(directory, PROXIES_FILE, table)
     path = directory / PROXIES_FILE
     lines = path.read_text().splitlines()
