@@ -28,6 +28,7 @@ from trainer.search.records import (
     FitReport,
     PhaseWeights,
     PlannedProxy,
+    ProposalConstraints,
     ProposalRecord,
     Provenance,
     ProxyBudget,
@@ -223,11 +224,14 @@ def write_fit(home: Home, swarm: Swarm, components: list[Component]) -> tuple[Fi
     return fit, write_search_record(home.search(SEARCH), FIT_FILE, fit), quality
 
 
+PHASE_TOKENS = (800_000, 200_000)  # the proposal's planned tokens per phase
+
+
 def write_proposal(home: Home, swarm: Swarm, hashes: tuple[str, str], quality: FitQuality) -> ProposalRecord:
     """The surrogate's proposal under the token and share constraints, as revision `proposed` continuing
     `natural`, with its provenance (the plan's and the fit's hashes)."""
     obs = Observations(tuple(swarm.names), swarm.weights, swarm.macro)
-    constraints = Constraints(np.array([8e5, 2e5]), swarm.tokens, max_share=0.6, prior=swarm.prior)
+    constraints = Constraints(np.array(PHASE_TOKENS, dtype=float), swarm.tokens, max_share=0.6, prior=swarm.prior)
     proposal = propose(fit_surrogate(obs), constraints, quality)
     record = ProposalRecord(
         search=SEARCH,
@@ -238,6 +242,9 @@ def write_proposal(home: Home, swarm: Swarm, hashes: tuple[str, str], quality: F
         at_step=10,
         phases=phase_weights(swarm.names, proposal.weights),
         prior=phase_weights(swarm.names, swarm.prior),
+        constraints=ProposalConstraints(
+            epoch_cap=constraints.epoch_cap, min_share=0.0, max_share=0.6, phase_tokens=list(PHASE_TOKENS)
+        ),
         provenance=Provenance(
             search=SEARCH,
             plan_hash=hashes[0],

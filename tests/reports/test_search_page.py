@@ -101,6 +101,7 @@ def test_the_page_shows_the_proposal_by_domain_and_bucket_against_the_prior(sear
     assert f"{pv.interval[0]:.4g}"[:4] in html and "log-linear surrogate on 24 rows" in html
     assert 'href="../../ref/v1/index.html?revision=proposed"' in html
     assert 'href="../../ref/v1/index.html?revision=natural"' in html
+    assert "Constraints: epoch_cap 8.0; min_share 0.0; max_share 0.6; phase_tokens [800000, 200000]." in html
 
 
 def test_the_page_shows_the_validation_with_seeds(search_site):
