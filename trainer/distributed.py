@@ -115,6 +115,14 @@ def init_runtime(config: ParallelConfig | None = None, n_experts: int = 0) -> Ru
     return Runtime(rank=dist.get_rank(), world=world, device=device, mesh=mesh, layout=layout)
 
 
+def close_runtime(runtime: Runtime) -> None:
+    """Tear the process group down before the interpreter exits: left to the exit, gloo's threads were
+    destroyed still joinable and a rank that had finished aborted (`terminate called without an active
+    exception`), failing the whole torchrun job after a complete run."""
+    if runtime.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def mixed_precision(config: ParallelConfig) -> MixedPrecisionPolicy:
     """bf16 parameters in forward and backward, fp32 master weights, gradients reduced in fp32."""
     if config.param_dtype == "bfloat16":

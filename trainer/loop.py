@@ -38,7 +38,7 @@ from trainer.balance import LayerLoad, balance_step
 from trainer.branch import branch_checkpoint
 from trainer.checkpoint_digest import verify_digests
 from trainer.config import TrainConfig, load_train_config, resolve_train_config, with_vocab
-from trainer.distributed import Runtime, init_runtime
+from trainer.distributed import Runtime, close_runtime, init_runtime
 from trainer.flops import count_params, flops_per_token
 from trainer.layout import check_batch
 from trainer.lr_schedule import learning_rate
@@ -573,8 +573,11 @@ def train(
     already has its own checkpoint continues from that."""
     request = request or TrainRequest()
     plan = prepare_run(config_path, home, request)
-    with run_writer_lock(plan):
-        return _train(plan, request.resume, request.progress)
+    try:
+        with run_writer_lock(plan):
+            return _train(plan, request.resume, request.progress)
+    finally:
+        close_runtime(plan.runtime)
 
 
 def run_writer_lock(plan: RunPlan) -> contextlib.AbstractContextManager[object]:
